@@ -1,0 +1,59 @@
+"""The chunk file format shared by `split` and `embed_<i>`.
+
+A chunk is UTF-8 JSON Lines, one record per line: `{"id": "<str>", "text": "<str>"}`
+(plus `"group"` when the split used `group_by`). Keys are written in a fixed order
+with compact separators, so the same records always give the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Iterator
+
+
+@dataclass(frozen=True)
+class ChunkRecord:
+    id: str
+    text: str
+    group: str | None = None
+
+
+def dump_record(rec: ChunkRecord) -> str:
+    obj = {"id": rec.id, "text": rec.text}
+    if rec.group is not None:
+        obj["group"] = rec.group
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def write_record(fh: IO[str], rec: ChunkRecord) -> int:
+    """Write one record; return the number of UTF-8 bytes written."""
+    line = dump_record(rec)
+    fh.write(line)
+    return len(line.encode("utf-8"))
+
+
+def iter_chunk(path: str | os.PathLike) -> Iterator[ChunkRecord]:
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            try:
+                obj = json.loads(line)
+                yield ChunkRecord(obj["id"], obj["text"], obj.get("group"))
+            except (json.JSONDecodeError, KeyError) as exc:
+                raise ValueError(f"{path}:{lineno}: not a shardflow chunk record ({exc})") from exc
+
+
+def read_chunk(path: str | os.PathLike) -> tuple[list[str], list[str]]:
+    """Return (ids, texts) of a chunk file, in file order."""
+    ids: list[str] = []
+    texts: list[str] = []
+    for rec in iter_chunk(path):
+        ids.append(rec.id)
+        texts.append(rec.text)
+    return ids, texts
+
+
+def chunk_path(folder: str | os.PathLike, index: int) -> Path:
+    return Path(folder) / f"chunk_{index}.jsonl"
