@@ -1,0 +1,37 @@
+"""embed_<i>: one chunk through the embedding model, one GPU per job.
+
+Needs: results/<dataset>/chunks/chunk_<i>.jsonl. Writes the chunk's embeddings
+(.npy), ids (.ids.parquet, row k = row k) and run statistics (.stats.json).
+A killed job resumes from its last finished part, kept in the undeclared
+results/<dataset>/.resume/ (Snakemake deletes declared outputs of failed jobs).
+"""
+
+
+rule embed:
+    input:
+        "results/{dataset}/chunks/chunk_{chunk}.jsonl",
+    output:
+        npy="results/{dataset}/embed/embed_{chunk}.npy",
+        ids="results/{dataset}/embed/embed_{chunk}.ids.parquet",
+        stats="results/{dataset}/embed/embed_{chunk}.stats.json",
+    log:
+        "logs/embed/{dataset}/chunk_{chunk}.log",
+    benchmark:
+        "benchmarks/embed/{dataset}/chunk_{chunk}.tsv"
+    retries: 2
+    conda:
+        "../envs/embed.yaml"
+    threads: config["embedding"]["threads"]
+    resources:
+        gpu=1,
+        mem_mb=embed_mem_mb,
+        runtime=config["embedding"]["runtime"],
+    params:
+        embedding={
+            k: v
+            for k, v in config["embedding"].items()
+            if k not in ("mem_mb", "mem_mb_per_attempt", "runtime")
+        },
+        resume_root="results/{dataset}/.resume",
+    script:
+        "../scripts/embed.py"

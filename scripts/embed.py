@@ -1,0 +1,25 @@
+"""Rule embed: one chunk -> embeddings (.npy), ids (.parquet), stats (.json).
+
+The GPU slot is taken before torch is imported: CUDA_VISIBLE_DEVICES set after
+CUDA initialises has no effect.
+"""
+
+from shardflow.gpu_slots import pin_gpu
+from shardflow.runlog import configure_logging
+
+smk = snakemake  # noqa: F821 - injected by Snakemake
+cfg = dict(smk.params.embedding)
+pinning, devices = cfg.pop("gpu_pinning"), cfg.pop("gpu_devices")
+log = configure_logging(smk.log[0], "embed", {"embedding": cfg, "chunk": smk.input[0]})
+visible = pin_gpu(devices, mode=pinning, job=f"embed chunk {smk.wildcards.chunk}")
+log.info("CUDA_VISIBLE_DEVICES=%s (gpu_pinning=%s)", visible, pinning)
+
+from shardflow.atomic import write_json  # noqa: E402 - after pinning, see above
+from shardflow.embed.engine import EmbedParams, embed_chunk  # noqa: E402
+from shardflow.models import resolve_model  # noqa: E402
+
+threads = cfg.pop("threads")
+params = EmbedParams(**{**cfg, "model": resolve_model(cfg["model"]), "threads": smk.threads or threads})
+stats = embed_chunk(smk.input[0], smk.output.npy, smk.output.ids, params, smk.params.resume_root, log)
+write_json(smk.output.stats, {"chunk": int(smk.wildcards.chunk), **stats})
+log.info("done: %s", stats)

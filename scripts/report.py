@@ -1,0 +1,23 @@
+"""Rule report: per-chunk stats, benchmarks, verification -> figures + summary.json."""
+
+from shardflow.report import ReportParams, build_report
+from shardflow.runlog import configure_logging
+
+smk = snakemake  # noqa: F821 - injected by Snakemake
+params = ReportParams(
+    map_method=smk.params.map_method,
+    map_points=smk.params.map_points,
+    gpu_hour_price=smk.params.gpu_hour_price,
+    currency=smk.params.currency,
+)
+log = configure_logging(smk.log[0], "report", params)
+outputs = {k: smk.output[k] for k in ("throughput", "timeline", "norms", "map", "summary")}
+build_report(
+    list(smk.input.stats),
+    list(smk.input.benchmarks),
+    smk.input.manifest,
+    smk.input.verification,
+    smk.input.npy,
+    outputs,
+    params,
+)

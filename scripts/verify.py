@@ -1,0 +1,26 @@
+"""Rule verify: merged embeddings vs the manifest and the model -> verification.json."""
+
+import json
+
+from shardflow.atomic import write_json
+from shardflow.embed.stconfig import load_model_spec
+from shardflow.models import resolve_model
+from shardflow.runlog import configure_logging
+from shardflow.verify import VerificationError, VerifyParams, failure_message, verify_embeddings
+
+smk = snakemake  # noqa: F821 - injected by Snakemake
+manifest = json.load(open(smk.input.manifest))
+spec = load_model_spec(resolve_model(smk.params.model))
+params = VerifyParams(
+    expected_records=manifest["total_records"],
+    expected_dim=spec.dim,
+    normalized=spec.normalize,
+    norm_tolerance=smk.params.norm_tolerance,
+)
+log = configure_logging(smk.log[0], "verify", params)
+result = verify_embeddings(smk.input.npy, smk.input.ids, params)
+if not result["ok"]:
+    write_json(smk.params.failed_json, result)
+    raise VerificationError(failure_message(result, smk.input.npy) + f"\n(details: {smk.params.failed_json})")
+write_json(smk.output[0], result)
+log.info("verification passed: %d rows x %d", result["rows"], result["dim"])

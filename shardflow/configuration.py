@@ -1,0 +1,71 @@
+"""Config validation with messages that name the key, and schema defaults filled in.
+
+Snakemake's own `validate` prints the whole schema on error; a user with a
+typo needs one line: which key, what is wrong, what is allowed.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jsonschema
+import yaml
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _with_defaults(validator_class):
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if "default" in sub and name not in instance:
+                    instance[name] = _copy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+def _copy(value):
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    path = ".".join(str(p) for p in error.absolute_path) or "<top level>"
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        where = f" in '{path}'" if error.absolute_path else ""
+        return f"unknown config key{'s' if len(extra) > 1 else ''} {', '.join(map(repr, extra))}{where}; allowed: {', '.join(allowed)}"
+    if error.validator == "oneOf":
+        options = "; ".join(_schema_words(s) for s in error.validator_value)
+        return f"config key '{path}': {error.instance!r} is not allowed (expected {options})"
+    return f"config key '{path}': {error.message}"
+
+
+def _schema_words(schema: dict) -> str:
+    if "enum" in schema:
+        return " or ".join(repr(v) for v in schema["enum"])
+    return str(schema.get("type", "a value"))
+
+
+def load_schema(path: str | os.PathLike) -> dict:
+    with open(path, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def validate_config(config: dict, schema: dict) -> dict:
+    """Fill defaults into `config` in place; raise ConfigError listing every problem."""
+    validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        lines = [_describe(e) for e in errors]
+        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(dict.fromkeys(lines)))
+    return config

@@ -1,0 +1,169 @@
+"""The embedded default corpus: docstrings of the running interpreter's stdlib.
+
+Real English text, no download. Modules whose import has side effects (opening
+a browser, printing, starting a GUI, running tests) are never imported.
+Documents are ordered by qualified name, so the corpus is deterministic for a
+given Python build.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import inspect
+import io
+import json
+import logging
+import pkgutil
+import re
+import sys
+import warnings
+from dataclasses import dataclass
+
+from shardflow.atomic import atomic_open
+
+log = logging.getLogger(__name__)
+
+# Prefixes (module or package) never imported: side effects or GUI toolkits.
+SKIP_PREFIXES = (
+    "antigravity",
+    "this",
+    "idlelib",
+    "turtledemo",
+    "turtle",
+    "tkinter",
+    "test",
+    "lib2to3.tests",
+    "ctypes.test",
+    "distutils.tests",
+    "unittest.test",
+    "sqlite3.test",
+    "ensurepip",
+    "venv",
+    "pydoc_data",
+    "xxsubtype",
+    "xxlimited",
+    "_xx",
+    "_testcapi",
+    "_testinternalcapi",
+    "_testbuffer",
+    "_testimportmultiple",
+    "_testmultiphase",
+    "_testsinglephase",
+    "_testclinic",
+    "_ctypes_test",
+)
+
+
+@dataclass(frozen=True)
+class DemoParams:
+    max_docs: int = 3000
+    min_words: int = 20
+
+
+def _skipped(name: str) -> bool:
+    if name.endswith("__main__") or ".__main__" in name:
+        return True
+    return any(name == p or name.startswith(p + ".") for p in SKIP_PREFIXES)
+
+
+def stdlib_module_names() -> list[str]:
+    """Top-level stdlib modules and the submodules of stdlib packages, sorted."""
+    names: set[str] = set()
+    for top in sorted(sys.stdlib_module_names):
+        if _skipped(top) or top.startswith("__"):
+            continue
+        names.add(top)
+        spec = importlib.util.find_spec(top)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        for info in pkgutil.walk_packages(spec.submodule_search_locations, prefix=top + ".", onerror=lambda _: None):
+            if not _skipped(info.name) and "._" not in info.name:
+                names.add(info.name)
+    return sorted(names)
+
+
+def _import_quietly(name: str):
+    sink = io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        warnings.simplefilter("ignore")
+        try:
+            return importlib.import_module(name)
+        except BaseException:  # noqa: BLE001 - optional C extensions, platform modules, SystemExit
+            return None
+
+
+def _defines(obj) -> bool:
+    return inspect.isclass(obj) or inspect.isfunction(obj) or inspect.isbuiltin(obj)
+
+
+def _member_doc(member) -> str | None:
+    if isinstance(member, (classmethod, staticmethod)):
+        member = member.__func__
+    if isinstance(member, property) or inspect.isfunction(member) or inspect.isroutine(member):
+        doc = getattr(member, "__doc__", None)
+        return doc if isinstance(doc, str) else None
+    return None
+
+
+def _docstrings(module) -> list[tuple[str, str]]:
+    """(qualified name, docstring) of the module and what it defines, not what it imports."""
+    out = []
+    if isinstance(module.__doc__, str):
+        out.append((module.__name__, module.__doc__))
+    for attr, obj in sorted(vars(module).items()):
+        if not _defines(obj) or getattr(obj, "__module__", None) != module.__name__:
+            continue
+        qual = f"{module.__name__}.{attr}"
+        if isinstance(obj.__doc__, str):
+            out.append((qual, obj.__doc__))
+        if inspect.isclass(obj):
+            for mname, member in sorted(vars(obj).items()):
+                doc = _member_doc(member)
+                if doc:
+                    out.append((f"{qual}.{mname}", doc))
+    return out
+
+
+_SPACE = re.compile(r"\s+")
+
+
+def clean(doc: str) -> str:
+    return _SPACE.sub(" ", inspect.cleandoc(doc)).strip()
+
+
+def build_demo_corpus(out_path: str, params: DemoParams) -> dict:
+    """Write the demo corpus as JSONL (`id` = qualified name, `text`); return counts."""
+    seen_texts: set[str] = set()
+    docs: dict[str, str] = {}
+    modules = stdlib_module_names()
+    imported = 0
+    for name in modules:
+        module = _import_quietly(name)
+        if module is None:
+            continue
+        imported += 1
+        for qual, doc in _docstrings(module):
+            text = clean(doc)
+            if len(text.split()) < params.min_words or text in seen_texts or qual in docs:
+                continue
+            seen_texts.add(text)
+            docs[qual] = text
+    ordered = sorted(docs.items())
+    if len(ordered) > params.max_docs:
+        # Even stride over the sorted names keeps every part of the stdlib represented.
+        step = len(ordered) / params.max_docs
+        ordered = [ordered[int(i * step)] for i in range(params.max_docs)]
+    with atomic_open(out_path, "w", encoding="utf-8") as fh:
+        for qual, text in ordered:
+            fh.write(json.dumps({"id": qual, "text": text}, ensure_ascii=False) + "\n")
+    stats = {
+        "modules_listed": len(modules),
+        "modules_imported": imported,
+        "docstrings_kept": len(docs),
+        "documents": len(ordered),
+        "python": sys.version.split()[0],
+    }
+    log.info("demo corpus: %s", stats)
+    return stats

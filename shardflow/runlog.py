@@ -1,0 +1,61 @@
+"""Logging for rule scripts: everything goes to the rule's `log:` file.
+
+The first line records the resolved parameters and what the job ran on, so a
+log read months later says exactly how its output was made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import platform
+import socket
+import sys
+from importlib import metadata
+
+PACKAGES = ("shardflow", "numpy", "torch", "transformers", "tokenizers", "sentence-transformers", "pyarrow", "snakemake")
+
+
+def package_versions(names=PACKAGES) -> dict:
+    out = {"python": sys.version.split()[0]}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def host_info() -> dict:
+    return {
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+
+
+def configure_logging(log_path: str | None, name: str, params=None) -> logging.Logger:
+    """Send all logging to `log_path` (and stderr), then log params + software + host."""
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_path:
+        os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
+        handlers.append(logging.FileHandler(log_path, mode="w", encoding="utf-8"))
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=handlers,
+        force=True,
+    )
+    logging.captureWarnings(True)
+    logger = logging.getLogger(name)
+    resolved = dataclasses.asdict(params) if dataclasses.is_dataclass(params) else params
+    logger.info(
+        "params=%s software=%s host=%s",
+        json.dumps(resolved, default=str, sort_keys=True),
+        json.dumps(package_versions(), sort_keys=True),
+        json.dumps(host_info(), sort_keys=True),
+    )
+    return logger

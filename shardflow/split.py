@@ -1,0 +1,204 @@
+"""Split a corpus into exactly N chunk files, streaming, deterministically.
+
+Two passes over the input keep peak memory independent of corpus size:
+pass 1 measures (record count, bytes, or per-group sizes), pass 2 writes each
+record to the chunk its position assigns it to. The same corpus and N always
+give byte-identical chunks.
+
+Assignment rules
+- by records: record k of R goes to chunk floor(k * N / R) (sizes differ by at most 1).
+- by size: a record whose preceding records hold c of B text bytes goes to
+  chunk floor(c * N / B), so chunks carry about B / N bytes each.
+- group_by: whole groups are placed, largest first, on the chunk with the least
+  load so far (ties: lowest chunk); records keep input order inside a chunk.
+  Memory here grows with the number of distinct groups, not records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from shardflow.atomic import atomic_open, write_json
+from shardflow.chunks import ChunkRecord, dump_record
+from shardflow.readers import ReaderOptions, Record, Rejected, iter_records
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SplitParams:
+    n_chunks: int
+    by: str = "records"  # records | size
+    rate_items_per_s: float = 50.0  # for the manifest's time estimate
+    max_open_files: int = 256
+
+    def __post_init__(self) -> None:
+        if self.n_chunks < 1:
+            raise ValueError(f"n_chunks must be >= 1, got {self.n_chunks}")
+        if self.by not in ("records", "size"):
+            raise ValueError(f"chunking.by {self.by!r}: expected 'records' or 'size'")
+        if self.rate_items_per_s <= 0:
+            raise ValueError("rate_items_per_s must be > 0")
+
+
+@dataclass
+class _Measure:
+    records: int = 0
+    bytes: int = 0
+    rejected: int = 0
+    groups: dict | None = None  # group -> weight, in first-seen order
+
+
+def _weight(rec: Record, by: str) -> int:
+    return len(rec.text.encode("utf-8")) if by == "size" else 1
+
+
+def _measure(paths: list[str], opts: ReaderOptions, params: SplitParams) -> _Measure:
+    m = _Measure(groups={} if opts.group_field else None)
+    for item in iter_records(paths, opts):
+        if isinstance(item, Rejected):
+            m.rejected += 1
+            continue
+        w = _weight(item, params.by)
+        m.records += 1
+        m.bytes += w if params.by == "size" else 0
+        if m.groups is not None:
+            m.groups[item.group] = m.groups.get(item.group, 0) + w
+    return m
+
+
+def assign_groups(groups: dict, n_chunks: int) -> dict:
+    """Largest-first onto the least-loaded chunk; deterministic given insertion order."""
+    order = sorted(enumerate(groups.items()), key=lambda t: (-t[1][1], t[0]))
+    load = [0] * n_chunks
+    placed = {}
+    for _, (group, weight) in order:
+        target = min(range(n_chunks), key=lambda i: (load[i], i))
+        placed[group] = target
+        load[target] += weight
+    return placed
+
+
+class _ChunkWriters:
+    """Open chunk files lazily, keep at most `limit` open (group mode writes in any order)."""
+
+    def __init__(self, tmp_paths: list[Path], limit: int):
+        self.tmp_paths, self.limit = tmp_paths, limit
+        self.open: dict[int, object] = {}
+        self.started: set[int] = set()
+
+    def get(self, i: int):
+        fh = self.open.get(i)
+        if fh is None:
+            if len(self.open) >= self.limit:
+                victim = next(iter(self.open))
+                self.open.pop(victim).close()
+            fh = open(self.tmp_paths[i], "ab" if i in self.started else "wb")
+            self.open[i] = fh
+            self.started.add(i)
+        else:  # move to the back: least-recently used goes first
+            self.open[i] = self.open.pop(i)
+        return fh
+
+    def close(self) -> None:
+        for fh in self.open.values():
+            fh.close()
+        self.open.clear()
+
+
+def split_corpus(
+    paths: Iterable[str],
+    opts: ReaderOptions,
+    params: SplitParams,
+    chunk_paths: list[str | os.PathLike],
+    manifest_path: str | os.PathLike,
+    rejects_path: str | os.PathLike,
+) -> dict:
+    """Write `len(chunk_paths)` == n_chunks chunks, a manifest and a rejects file."""
+    paths = list(paths)
+    n = params.n_chunks
+    if len(chunk_paths) != n:
+        raise ValueError(f"{len(chunk_paths)} chunk paths given for n_chunks={n}")
+    m = _measure(paths, opts, params)
+    log.info("pass 1: %d records, %d rejected, %d text bytes", m.records, m.rejected, m.bytes)
+    if m.records == 0:
+        raise ValueError(f"no usable record in {paths} ({m.rejected} rejected)")
+    if n > m.records:
+        log.warning("n_chunks=%d exceeds the %d records: %d chunks will be empty", n, m.records, n - m.records)
+    placed = assign_groups(m.groups, n) if m.groups is not None else None
+
+    finals = [Path(p) for p in chunk_paths]
+    tmps = [p.with_name(p.name + f".tmp-{os.getpid()}") for p in finals]
+    for p in finals:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    items, nbytes = [0] * n, [0] * n
+    digests = [hashlib.sha256() for _ in range(n)]
+    writers = _ChunkWriters(tmps, params.max_open_files)
+    k = cum = rejected = 0
+    try:
+        with atomic_open(rejects_path, "w", encoding="utf-8") as rejects:
+            for item in iter_records(paths, opts):
+                if isinstance(item, Rejected):
+                    rejects.write(json.dumps(item.as_json(), ensure_ascii=False) + "\n")
+                    rejected += 1
+                    continue
+                if placed is not None:
+                    i = placed[item.group]
+                elif params.by == "size":
+                    i = min(n - 1, cum * n // m.bytes)
+                    cum += _weight(item, "size")
+                else:
+                    i = k * n // m.records
+                k += 1
+                line = dump_record(ChunkRecord(item.id, item.text, item.group)).encode("utf-8")
+                writers.get(i).write(line)
+                items[i] += 1
+                nbytes[i] += len(line)
+                digests[i].update(line)
+            if k != m.records or rejected != m.rejected:
+                raise RuntimeError(
+                    f"input changed between passes: {k}/{rejected} records/rejects vs {m.records}/{m.rejected}"
+                )
+        writers.close()
+        for i in range(n):
+            if i not in writers.started:  # an empty chunk is still a chunk
+                open(tmps[i], "w").close()
+            os.replace(tmps[i], finals[i])
+    finally:
+        writers.close()
+        for t in tmps:
+            with contextlib.suppress(FileNotFoundError):
+                t.unlink()
+
+    manifest = {
+        "format": "shardflow.chunks/1",
+        "n_chunks": n,
+        "by": params.by,
+        "group_by": opts.group_field,
+        "sources": paths,
+        "total_records": m.records,
+        "rejected_records": m.rejected,
+        "rejects_path": str(rejects_path),
+        "rate_items_per_s": params.rate_items_per_s,
+        "estimated_seconds_total": round(m.records / params.rate_items_per_s, 3),
+        "chunks": [
+            {
+                "chunk": i,
+                "path": str(finals[i]),
+                "items": items[i],
+                "bytes": nbytes[i],
+                "sha256": digests[i].hexdigest(),
+                "estimated_seconds": round(items[i] / params.rate_items_per_s, 3),
+            }
+            for i in range(n)
+        ],
+    }
+    write_json(manifest_path, manifest)
+    return manifest

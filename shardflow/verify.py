@@ -1,0 +1,115 @@
+"""Check the merged embeddings before anything downstream trusts them.
+
+Count equals the records the split read, dimension equals the model's, every
+value is finite, norms are 1 within tolerance when the model normalises, ids
+are unique. The result is a JSON-able dict; `VerificationError` carries a
+message listing every failed check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow.parquet as pq
+
+
+class VerificationError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class VerifyParams:
+    expected_records: int
+    expected_dim: int
+    normalized: bool
+    norm_tolerance: float = 1e-3
+    block_rows: int = 65536
+
+
+def _id_hashes(ids_path: str, block_rows: int) -> tuple[np.ndarray, int]:
+    hashes = []
+    n = 0
+    for batch in pq.ParquetFile(ids_path).iter_batches(columns=["id"], batch_size=block_rows):
+        for value in batch.column(0).to_pylist():
+            hashes.append(int.from_bytes(hashlib.blake2b(value.encode(), digest_size=8).digest(), "little"))
+        n += batch.num_rows
+    return np.asarray(hashes, dtype=np.uint64), n
+
+
+def _duplicate_ids(ids_path: str, block_rows: int) -> tuple[int, list[str]]:
+    """Ids that occur more than once. 8-byte hashes keep memory at 8 bytes an id;
+    hash collisions are resolved by comparing the actual strings."""
+    hashes, n = _id_hashes(ids_path, block_rows)
+    order = np.sort(hashes)
+    suspect = set(order[1:][order[1:] == order[:-1]].tolist())
+    if not suspect:
+        return n, []
+    seen: dict[str, int] = {}
+    for batch in pq.ParquetFile(ids_path).iter_batches(columns=["id"], batch_size=block_rows):
+        for value in batch.column(0).to_pylist():
+            h = int.from_bytes(hashlib.blake2b(value.encode(), digest_size=8).digest(), "little")
+            if h in suspect:
+                seen[value] = seen.get(value, 0) + 1
+    return n, sorted(v for v, c in seen.items() if c > 1)
+
+
+def verify_embeddings(npy_path: str, ids_path: str, params: VerifyParams) -> dict:
+    emb = np.load(npy_path, mmap_mode="r")
+    checks: dict[str, dict] = {}
+    rows = emb.shape[0] if emb.ndim == 2 else -1
+    dim = emb.shape[1] if emb.ndim == 2 else -1
+    checks["count"] = {"ok": rows == params.expected_records, "expected": params.expected_records, "got": rows}
+    checks["dimension"] = {"ok": dim == params.expected_dim, "expected": params.expected_dim, "got": dim}
+
+    non_finite = 0
+    first_bad = None
+    norms_min, norms_max, bad_norm_rows, first_bad_norm = np.inf, -np.inf, 0, None
+    hist_edges = np.linspace(0.0, 2.0, 201)
+    hist = np.zeros(200, dtype=np.int64)
+    for start in range(0, max(rows, 0), params.block_rows):
+        block = np.asarray(emb[start : start + params.block_rows], dtype=np.float32)
+        finite = np.isfinite(block).all(axis=1)
+        if not finite.all():
+            non_finite += int((~finite).sum())
+            first_bad = first_bad if first_bad is not None else start + int(np.argmin(finite))
+        norms = np.linalg.norm(np.where(np.isfinite(block), block, 0.0), axis=1)
+        norms_min, norms_max = min(norms_min, float(norms.min())), max(norms_max, float(norms.max()))
+        hist += np.histogram(np.clip(norms, 0.0, 2.0), bins=hist_edges)[0]
+        if params.normalized:
+            off = np.abs(norms - 1.0) > params.norm_tolerance
+            if off.any():
+                bad_norm_rows += int(off.sum())
+                first_bad_norm = first_bad_norm if first_bad_norm is not None else start + int(np.argmax(off))
+    checks["finite"] = {"ok": non_finite == 0, "rows_with_non_finite": non_finite, "first_row": first_bad}
+    if params.normalized:
+        checks["norms"] = {
+            "ok": bad_norm_rows == 0,
+            "tolerance": params.norm_tolerance,
+            "rows_outside": bad_norm_rows,
+            "first_row": first_bad_norm,
+        }
+    n_ids, dups = _duplicate_ids(ids_path, params.block_rows)
+    checks["ids_match_rows"] = {"ok": n_ids == rows, "ids": n_ids, "rows": rows}
+    checks["ids_unique"] = {"ok": not dups, "duplicates": len(dups), "examples": dups[:10]}
+    result = {
+        "ok": all(c["ok"] for c in checks.values()),
+        "rows": rows,
+        "dim": dim,
+        "dtype": str(emb.dtype),
+        "norm_min": None if rows <= 0 else norms_min,
+        "norm_max": None if rows <= 0 else norms_max,
+        "norm_histogram": {"edges": [0.0, 2.0, 200], "counts": hist.tolist()},
+        "checks": checks,
+    }
+    return result
+
+
+def failure_message(result: dict, path: str) -> str:
+    lines = [f"verification of {path} failed:"]
+    for name, c in result["checks"].items():
+        if not c["ok"]:
+            detail = ", ".join(f"{k}={v}" for k, v in c.items() if k != "ok")
+            lines.append(f"  - {name}: {detail}")
+    return "\n".join(lines)
