@@ -1,0 +1,325 @@
+"""One GPU per job on a local multi-GPU host, via lock-file slots.
+
+Snakemake never sets `CUDA_VISIBLE_DEVICES`. On a local host `--resources gpu=N`
+only caps how many GPU jobs run at once; it does not say *which* GPU each one
+should use, and the ids of running jobs are not dense (`jobid % N` collides).
+So each `embed` job pins itself: it takes an exclusive `flock` on
+`<lock_dir>/gpu<k>.lock` for the first free device `k`, keeps that file open
+for the rest of its life, and sets `CUDA_VISIBLE_DEVICES=k`. The kernel drops
+a flock when its last open fd closes, so a job that exits, crashes or is
+SIGKILLed frees its slot without any clean-up step.
+
+Call it first thing in the job, before torch (or anything else) initialises
+CUDA: the CUDA runtime reads `CUDA_VISIBLE_DEVICES` once, at initialisation;
+setting it afterwards has no effect on this process.
+
+    from shardflow.gpu_slots import pin_gpu
+    pin_gpu(params.gpus, mode=params.gpu_mode, job=f"embed chunk={wildcards.chunk}")
+    import torch  # now sees exactly one GPU (or none: run on CPU)
+
+Where the scheduler already pins devices we stand aside (mode `auto`):
+
+* `SLURM_JOB_ID` together with `SLURM_JOB_GPUS` or `CUDA_VISIBLE_DEVICES`: SLURM
+  allocated GPUs to this job (with `--gpus`/`--gres`) and exports them.
+* `KUBERNETES_SERVICE_HOST`: the kubelet injects it into every pod. A pod sees
+  only the GPUs the device plugin gave it, so there is nothing to share.
+* `CUDA_VISIBLE_DEVICES` already set, by anyone: respect it. Note that a user
+  who exports `CUDA_VISIBLE_DEVICES=0,1` before starting Snakemake thereby
+  makes every job see both GPUs; use mode `slots` to share such a list out.
+
+Modes: `auto` (the above), `off` (never touch anything), `slots` (always take
+a slot; the pool is then the explicit list, else `SHARDFLOW_GPUS`, else an
+already-set `CUDA_VISIBLE_DEVICES` -- e.g. a Snakemake run inside one
+multi-GPU SLURM allocation -- else what `nvidia-smi` lists).
+
+Environment:
+
+* `SHARDFLOW_GPUS`: device pool, e.g. `0,1,2,3`; empty or `none` means no GPUs.
+* `SHARDFLOW_GPU_LOCK_DIR`: where the lock files live. Default
+  `/tmp/shardflow-gpu-slots-<uid>` (plus `-slurm<jobid>` inside a SLURM job),
+  one per host and user. Deliberately not `$TMPDIR`: Snakemake exports each
+  job's `tmpdir` resource as `$TMPDIR`, and jobs with different tmpdirs must
+  still see the same locks. Point it at a shared, group-writable folder to
+  coordinate several users; keep it on a local disk, not NFS.
+
+Fairness: waiting jobs poll, so a job that started waiting first is not
+guaranteed to be served first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator, Mapping, Sequence
+
+log = logging.getLogger(__name__)
+
+MODES = ("auto", "off", "slots")
+
+DevicesArg = str | Sequence[int | str] | None
+
+
+class GpuSlotTimeout(TimeoutError):
+    """Every GPU slot stayed taken for longer than the caller's timeout."""
+
+
+def scheduler_pinning(environ: Mapping[str, str] | None = None) -> str | None:
+    """Name what already pins this process's GPUs, or None if nothing does."""
+    env = os.environ if environ is None else environ
+    if "SLURM_JOB_ID" in env and ("SLURM_JOB_GPUS" in env or "CUDA_VISIBLE_DEVICES" in env):
+        return "slurm"
+    if "KUBERNETES_SERVICE_HOST" in env:
+        return "kubernetes"
+    if "CUDA_VISIBLE_DEVICES" in env:
+        return "CUDA_VISIBLE_DEVICES"
+    return None
+
+
+def parse_devices(spec: DevicesArg) -> list[str] | None:
+    """`"0,1,2"` or `[0, 1, 2]` -> `["0", "1", "2"]`; None stays None (not given).
+
+    An empty string or `none` is an explicit "no GPUs". Duplicates are dropped.
+    """
+    if spec is None:
+        return None
+    items = spec.split(",") if isinstance(spec, str) else [str(d) for d in spec]
+    items = [d.strip() for d in items]
+    if [d.lower() for d in items if d] == ["none"]:
+        return []
+    return list(dict.fromkeys(d for d in items if d))
+
+
+def detect_devices(nvidia_smi: str = "nvidia-smi") -> list[str]:
+    """GPU indices as `nvidia-smi` lists them; [] when there is no driver.
+
+    A separate process asks the driver, so this process does not initialise
+    CUDA (which would freeze its view of `CUDA_VISIBLE_DEVICES`).
+    """
+    cmd = [nvidia_smi, "--query-gpu=index", "--format=csv,noheader"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=True)
+    except FileNotFoundError:
+        return []
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
+        log.warning("GPU detection with %s failed (%s); assuming no GPUs", nvidia_smi, err)
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+
+
+def resolve_devices(
+    devices: DevicesArg = None, mode: str = "auto", environ: Mapping[str, str] | None = None
+) -> list[str]:
+    """The pool to take a slot from: explicit list, `SHARDFLOW_GPUS`, then detection."""
+    env = os.environ if environ is None else environ
+    pool = parse_devices(devices)
+    if pool is None:
+        pool = parse_devices(env.get("SHARDFLOW_GPUS"))
+    if pool is None and mode == "slots" and "CUDA_VISIBLE_DEVICES" in env:
+        # nvidia-smi ignores CUDA_VISIBLE_DEVICES and would offer GPUs outside it.
+        pool = parse_devices(env["CUDA_VISIBLE_DEVICES"])
+    if pool is None:
+        pool = detect_devices()
+    return pool
+
+
+def default_lock_dir(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    if env.get("SHARDFLOW_GPU_LOCK_DIR"):
+        return Path(env["SHARDFLOW_GPU_LOCK_DIR"])
+    base = Path("/tmp") if os.path.isdir("/tmp") else Path(tempfile.gettempdir())
+    name = f"shardflow-gpu-slots-{os.getuid()}"
+    if "SLURM_JOB_ID" in env:
+        # Device numbers restart at 0 in every SLURM allocation sharing this node.
+        name += f"-slurm{env['SLURM_JOB_ID']}"
+    return base / name
+
+
+def lock_path(lock_dir: str | os.PathLike, device: str) -> Path:
+    """`<lock_dir>/gpu<device>.lock`, with anything odd in a UUID made safe."""
+    return Path(lock_dir) / f"gpu{re.sub(r'[^A-Za-z0-9._-]', '_', device)}.lock"
+
+
+class _Slot:
+    """An open, flocked lock file; the slot is ours while the fd is open."""
+
+    def __init__(self, device: str, path: Path, fd: int) -> None:
+        self.device, self.path, self.fd = device, path, fd
+
+    def release(self) -> None:
+        # Truncate so a stale holder is not reported, then close (which unlocks).
+        # Never unlink: another process may already have the file open, waiting,
+        # and would then lock an inode nobody else can see.
+        with contextlib.suppress(OSError):
+            os.ftruncate(self.fd, 0)
+        os.close(self.fd)
+
+
+def _try_lock(path: Path, device: str, job: str | None) -> _Slot | None:
+    # os.open makes the fd non-inheritable, so programs this job execs do not
+    # hold the slot after it ends. (Forked children without exec do, which is
+    # right: they may still be using the GPU.)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o664)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    info = {
+        "device": device,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "job": job if job is not None else " ".join(sys.argv),
+        "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+    return _Slot(device, path, fd)
+
+
+def _holders(lock_dir: Path, pool: list[str]) -> str:
+    lines = []
+    for device in pool:
+        try:
+            info = lock_path(lock_dir, device).read_text().strip() or "(no holder info)"
+        except OSError:
+            info = "(no lock file)"
+        lines.append(f"  gpu {device}: {info}")
+    return "\n".join(lines)
+
+
+def _take_slot(
+    pool: list[str], lock_dir: Path, timeout: float | None, poll_interval: float, job: str | None
+) -> _Slot:
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    waiting_logged = False
+    while True:
+        for device in pool:
+            slot = _try_lock(lock_path(lock_dir, device), device, job)
+            if slot is not None:
+                return slot
+        if deadline is not None and time.monotonic() >= deadline:
+            raise GpuSlotTimeout(
+                f"no free GPU slot after {timeout:g} s: all of {','.join(pool)} are held "
+                f"(lock files in {lock_dir}). Holders:\n{_holders(lock_dir, pool)}\n"
+                "Lower --resources gpu=N to the number of GPUs, or raise the timeout."
+            )
+        if not waiting_logged:
+            log.info("all %d GPU slots in %s are taken; waiting", len(pool), lock_dir)
+            waiting_logged = True
+        time.sleep(poll_interval)
+
+
+def _acquire(
+    devices: DevicesArg,
+    mode: str,
+    lock_dir: str | os.PathLike | None,
+    timeout: float | None,
+    poll_interval: float,
+    job: str | None,
+) -> tuple[str | None, _Slot | None]:
+    """Shared body of `acquire_gpu` and `pin_gpu`: (visible devices, slot or None)."""
+    if mode not in MODES:
+        raise ValueError(f"GPU mode must be one of {', '.join(MODES)}, not {mode!r}")
+    current = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if mode == "off":
+        return current, None
+    if mode == "auto":
+        pinned_by = scheduler_pinning()
+        if pinned_by is not None:
+            log.info(
+                "GPUs already pinned by %s (CUDA_VISIBLE_DEVICES=%s); " "not taking a slot",
+                pinned_by,
+                current,
+            )
+            return current, None
+    pool = resolve_devices(devices, mode)
+    if not pool:
+        log.info("no GPUs configured or detected; running on CPU")
+        return None, None
+    lock_dir = Path(lock_dir) if lock_dir is not None else default_lock_dir()
+    slot = _take_slot(pool, lock_dir, timeout, poll_interval, job)
+    os.environ["CUDA_VISIBLE_DEVICES"] = slot.device
+    log.info(
+        "took GPU slot %s of %s (lock %s); CUDA_VISIBLE_DEVICES=%s",
+        slot.device,
+        ",".join(pool),
+        slot.path,
+        slot.device,
+    )
+    return slot.device, slot
+
+
+@contextlib.contextmanager
+def acquire_gpu(
+    devices: DevicesArg = None,
+    *,
+    mode: str = "auto",
+    lock_dir: str | os.PathLike | None = None,
+    timeout: float | None = None,
+    poll_interval: float = 0.2,
+    job: str | None = None,
+) -> Iterator[str | None]:
+    """Hold one GPU slot for the `with` block; yield `CUDA_VISIBLE_DEVICES`.
+
+    Yields the device taken, or what the scheduler already set when standing
+    aside (None if it set nothing), or None when there are no GPUs (use CPU).
+    `timeout=None` waits forever for a free slot; otherwise `GpuSlotTimeout`.
+    `job` is written into the lock file for whoever debugs a stuck slot.
+    On exit the slot is freed and `CUDA_VISIBLE_DEVICES` restored.
+    """
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible, slot = _acquire(devices, mode, lock_dir, timeout, poll_interval, job)
+    try:
+        yield visible
+    finally:
+        if slot is not None:
+            slot.release()
+            if before is None:
+                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+            else:
+                os.environ["CUDA_VISIBLE_DEVICES"] = before
+
+
+_pinned: _Slot | None = None
+
+
+def pin_gpu(
+    devices: DevicesArg = None,
+    *,
+    mode: str = "auto",
+    lock_dir: str | os.PathLike | None = None,
+    timeout: float | None = None,
+    poll_interval: float = 0.2,
+    job: str | None = None,
+) -> str | None:
+    """`acquire_gpu` for scripts: the slot is held until the process exits.
+
+    Same arguments and return value. Calling it again in the same process
+    returns the slot already held.
+    """
+    global _pinned
+    if _pinned is not None:
+        return _pinned.device
+    visible, _pinned = _acquire(devices, mode, lock_dir, timeout, poll_interval, job)
+    return visible
+
+
+def concurrent_gpu_jobs(environ: Mapping[str, str] | None = None) -> int:
+    """How many GPU jobs a local profile lets run at once: one per GPU in the pool.
+
+    Read by profiles/local (YTE) when Snakemake loads it. A host without GPUs
+    gets 1: embed jobs then run on the CPU one after another, each with all of
+    its `threads`, rather than fighting over the same cores.
+    """
+    return max(1, len(resolve_devices(environ=environ)))

@@ -1,0 +1,216 @@
+"""Lock-file GPU slots, with fake device lists and real processes (no GPU needed)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from shardflow import gpu_slots
+from shardflow.gpu_slots import GpuSlotTimeout, acquire_gpu, lock_path, resolve_devices
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Anything on the test host that would make acquire_gpu stand aside or change its pool.
+SCHEDULER_VARS = (
+    "CUDA_VISIBLE_DEVICES",
+    "SLURM_JOB_ID",
+    "SLURM_JOB_GPUS",
+    "KUBERNETES_SERVICE_HOST",
+    "SHARDFLOW_GPUS",
+    "SHARDFLOW_GPU_LOCK_DIR",
+)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for name in SCHEDULER_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in SCHEDULER_VARS}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    env.update(extra)
+    return env
+
+
+# A job as a script would be: pin a GPU for the life of the process, record
+# (device, start, end), exit. time.monotonic() is one system-wide clock on Linux,
+# so intervals from different processes compare.
+WORKER = textwrap.dedent("""
+    import json, sys, time
+    from pathlib import Path
+    from shardflow.gpu_slots import pin_gpu
+
+    out, go, hold = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
+    out.with_suffix(".ready").touch()
+    while not go.exists():
+        time.sleep(0.01)
+    device = pin_gpu(lock_dir=sys.argv[4], poll_interval=0.02, job=out.stem)
+    start = time.monotonic()
+    time.sleep(hold)
+    out.write_text(json.dumps({"device": device, "start": start, "end": time.monotonic()}))
+""")
+
+
+def test_concurrent_jobs_never_share_a_device(tmp_path):
+    worker = tmp_path / "worker.py"
+    worker.write_text(WORKER)
+    go, locks = tmp_path / "go", tmp_path / "locks"
+    env = child_env(SHARDFLOW_GPUS="0,1,2")
+    outs = [tmp_path / f"job{i}.json" for i in range(6)]
+    procs = [
+        subprocess.Popen([sys.executable, str(worker), str(o), str(go), "0.4", str(locks)], env=env)
+        for o in outs
+    ]
+    # Start all six at once, so the first three really compete for three slots.
+    deadline = time.monotonic() + 10
+    while not all(o.with_suffix(".ready").exists() for o in outs):
+        assert time.monotonic() < deadline, "workers did not start"
+        time.sleep(0.01)
+    go.touch()
+    assert [p.wait(timeout=15) for p in procs] == [0] * 6
+
+    runs = [json.loads(o.read_text()) for o in outs]
+    assert {r["device"] for r in runs} == {"0", "1", "2"}
+    for i, a in enumerate(runs):
+        for b in runs[i + 1 :]:
+            if a["device"] == b["device"]:
+                assert a["end"] <= b["start"] or b["end"] <= a["start"], (a, b)
+
+
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from shardflow.gpu_slots import pin_gpu
+    pin_gpu("0", lock_dir=sys.argv[1], job="holder")
+    print("held", flush=True)
+    time.sleep(60)
+""")
+
+
+def test_killed_holder_frees_its_slot(tmp_path):
+    locks = tmp_path / "locks"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(locks)],
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        info = json.loads(lock_path(locks, "0").read_text())
+        assert info["pid"] == holder.pid and info["job"] == "holder" and info["host"]
+        with pytest.raises(GpuSlotTimeout):
+            with acquire_gpu("0", lock_dir=locks, timeout=0.2, poll_interval=0.02):
+                pass
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        holder.stdout.close()
+    started = time.monotonic()
+    with acquire_gpu("0", lock_dir=locks, timeout=2, poll_interval=0.02) as device:
+        assert device == "0" and os.environ["CUDA_VISIBLE_DEVICES"] == "0"
+        assert json.loads(lock_path(locks, "0").read_text())["pid"] == os.getpid()
+    assert time.monotonic() - started < 1
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ  # restored on exit
+
+
+def test_timeout_names_the_holders(tmp_path):
+    with acquire_gpu("0,1", lock_dir=tmp_path, job="first"):
+        with acquire_gpu("0,1", mode="slots", lock_dir=tmp_path, job="second"):
+            with pytest.raises(GpuSlotTimeout) as err:
+                with acquire_gpu(
+                    "0,1", mode="slots", lock_dir=tmp_path, timeout=0.1, poll_interval=0.02
+                ):
+                    pass
+    message = str(err.value)
+    assert "no free GPU slot after 0.1 s" in message and "0,1" in message
+    assert str(tmp_path) in message and '"job": "first"' in message
+    assert '"job": "second"' in message and f'"pid": {os.getpid()}' in message
+
+
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({"CUDA_VISIBLE_DEVICES": "3"}, "3"),
+        ({"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "1"}, None),
+        ({"SLURM_JOB_ID": "42", "CUDA_VISIBLE_DEVICES": "0,1"}, "0,1"),
+        ({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, None),
+        ({"KUBERNETES_SERVICE_HOST": "10.0.0.1", "CUDA_VISIBLE_DEVICES": "0"}, "0"),
+    ],
+)
+def test_stands_aside_when_the_scheduler_pins(tmp_path, monkeypatch, env, expected):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with acquire_gpu("0,1,2", lock_dir=tmp_path / "locks") as device:
+        assert device == expected
+        assert os.environ.get("CUDA_VISIBLE_DEVICES") == env.get("CUDA_VISIBLE_DEVICES")
+    assert not (tmp_path / "locks").exists()
+    assert gpu_slots.pin_gpu("0,1,2", lock_dir=tmp_path / "locks") == expected
+    assert not (tmp_path / "locks").exists()
+
+
+def test_slurm_without_gpus_still_takes_a_slot(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    with acquire_gpu("5", lock_dir=tmp_path) as device:
+        assert device == "5"
+    assert gpu_slots.default_lock_dir().name.endswith("-slurm42")
+
+
+def test_modes(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    with acquire_gpu("0", mode="off", lock_dir=tmp_path) as device:
+        assert device == "4,5"
+    # slots: share out the preset list, not whatever nvidia-smi would list.
+    with open(lock_path(tmp_path, "4"), "w") as taken:
+        fcntl.flock(taken, fcntl.LOCK_EX)  # another job holds GPU 4
+        with acquire_gpu(mode="slots", lock_dir=tmp_path) as device:
+            assert device == "5"
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "4,5"
+    with pytest.raises(ValueError, match="auto, off, slots"):
+        with acquire_gpu(mode="always"):
+            pass
+
+
+def fake_nvidia_smi(bin_dir: Path, output: str) -> None:
+    bin_dir.mkdir()
+    exe = bin_dir / "nvidia-smi"
+    exe.write_text(f"#!/bin/sh\nprintf '{output}'\n")
+    exe.chmod(0o755)
+
+
+def test_device_pool_precedence(tmp_path, monkeypatch):
+    fake_nvidia_smi(tmp_path / "bin", "0\\n1\\n")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    assert resolve_devices() == ["0", "1"]
+    monkeypatch.setenv("SHARDFLOW_GPUS", "2, 3,3")
+    assert resolve_devices() == ["2", "3"]
+    assert resolve_devices([7, 6]) == ["7", "6"]
+    assert resolve_devices("none") == []
+
+
+def test_no_devices_means_cpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no nvidia-smi at all
+    with acquire_gpu(lock_dir=tmp_path / "locks") as device:
+        assert device is None and "CUDA_VISIBLE_DEVICES" not in os.environ
+    monkeypatch.setenv("SHARDFLOW_GPUS", "")
+    with acquire_gpu(lock_dir=tmp_path / "locks") as device:
+        assert device is None
+    assert not (tmp_path / "locks").exists()
+
+
+def test_default_lock_dir(monkeypatch, tmp_path):
+    assert gpu_slots.default_lock_dir() == Path(f"/tmp/shardflow-gpu-slots-{os.getuid()}")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # a per-job tmpdir must not split the locks
+    assert gpu_slots.default_lock_dir().parent == Path("/tmp")
+    monkeypatch.setenv("SHARDFLOW_GPU_LOCK_DIR", str(tmp_path / "x"))
+    assert gpu_slots.default_lock_dir() == tmp_path / "x"
