@@ -1,0 +1,258 @@
+"""Load retrieval benchmarks: BEIR folders and MS MARCO TSV files.
+
+Everything streams line by line (a corpus can hold millions of passages) and
+every id leaves here as a `str`, whatever the file wrote. A line that cannot be
+read raises `RetrievalDataError` naming the file and line number.
+
+BEIR folder (https://github.com/beir-cellar/beir, the layout MTEB uses):
+    corpus.jsonl[.gz]    {"_id": ..., "title": ..., "text": ...}
+    queries.jsonl[.gz]   {"_id": ..., "text": ...}
+    qrels/<split>.tsv    header `query-id corpus-id score`, tab separated
+
+MS MARCO: collection `pid<TAB>passage`, queries `qid<TAB>query`, qrels in TREC
+form `qid 0 pid rel` (or three columns, with or without a header).
+
+A document's text is `(title + " " + text).strip()`, which is just
+`text.strip()` when the title is empty: the string MTEB embeds. Queries are
+kept exactly as given, as MTEB does.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+from typing import IO, Iterable, Iterator
+
+from shardflow.atomic import atomic_open
+from shardflow.chunks import ChunkRecord, dump_record
+
+Qrels = dict[str, dict[str, int]]  # query id -> {doc id: relevance}
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+class RetrievalDataError(ValueError):
+    """A line of a retrieval data file that cannot be used, located by file and line."""
+
+    def __init__(self, path: str | os.PathLike, line: int, reason: str):
+        super().__init__(f"{path}:{line}: {reason}")
+        self.path, self.line, self.reason = str(path), line, reason
+
+
+def open_binary(path: str | os.PathLike) -> IO[bytes]:
+    """Open a file for reading bytes, gunzipping it when it starts with the gzip magic."""
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+    return gzip.open(path, "rb") if magic == _GZIP_MAGIC else open(path, "rb")
+
+
+def _iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+    """Yield (line number, line without its line ending), skipping blank lines.
+
+    Lines are decoded one at a time so a bad byte is reported at its own line.
+    """
+    with open_binary(path) as fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise RetrievalDataError(path, lineno, f"invalid UTF-8 ({exc.reason})") from exc
+            line = line.rstrip("\r\n")
+            if line.strip():
+                yield lineno, line
+
+
+def doc_text(title: str | None, text: str) -> str:
+    """The string MTEB embeds for a BEIR document."""
+    return (f"{title} {text}" if title else text).strip()
+
+
+# --- BEIR ---------------------------------------------------------------------
+
+
+def beir_file(folder: str | os.PathLike, name: str) -> Path:
+    """`<folder>/<name>.jsonl`, or its `.gz` twin; error if neither exists."""
+    folder = Path(folder)
+    for candidate in (folder / f"{name}.jsonl", folder / f"{name}.jsonl.gz"):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"{folder}: no {name}.jsonl or {name}.jsonl.gz")
+
+
+def _iter_jsonl_objects(path: Path) -> Iterator[tuple[int, dict]]:
+    for lineno, line in _iter_lines(path):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise RetrievalDataError(path, lineno, f"malformed JSON ({exc.msg})") from exc
+        if not isinstance(obj, dict):
+            raise RetrievalDataError(path, lineno, "expected a JSON object")
+        yield lineno, obj
+
+
+def _field(path: Path, lineno: int, obj: dict, key: str) -> object:
+    try:
+        value = obj[key]
+    except KeyError:
+        raise RetrievalDataError(path, lineno, f"missing field {key!r}") from None
+    if value is None:
+        raise RetrievalDataError(path, lineno, f"field {key!r} is null")
+    return value
+
+
+def _text_field(path: Path, lineno: int, obj: dict, key: str) -> str:
+    value = _field(path, lineno, obj, key)
+    if not isinstance(value, str):
+        raise RetrievalDataError(path, lineno, f"field {key!r} is not a string")
+    return value
+
+
+def _resolve(path_or_folder: str | os.PathLike, name: str) -> Path:
+    path = Path(path_or_folder)
+    return beir_file(path, name) if path.is_dir() else path
+
+
+def iter_beir_corpus(path_or_folder: str | os.PathLike) -> Iterator[tuple[str, str]]:
+    """Yield (doc id, document text) from a BEIR corpus file or folder, in file order."""
+    path = _resolve(path_or_folder, "corpus")
+    for lineno, obj in _iter_jsonl_objects(path):
+        doc_id = str(_field(path, lineno, obj, "_id"))
+        text = _text_field(path, lineno, obj, "text")
+        title = obj.get("title")
+        if title is not None and not isinstance(title, str):
+            raise RetrievalDataError(path, lineno, "field 'title' is not a string")
+        yield doc_id, doc_text(title, text)
+
+
+def iter_beir_queries(path_or_folder: str | os.PathLike) -> Iterator[tuple[str, str]]:
+    """Yield (query id, query text) from a BEIR queries file or folder, in file order."""
+    path = _resolve(path_or_folder, "queries")
+    for lineno, obj in _iter_jsonl_objects(path):
+        yield str(_field(path, lineno, obj, "_id")), _text_field(path, lineno, obj, "text")
+
+
+def load_beir_qrels(folder: str | os.PathLike, split: str = "test") -> Qrels:
+    """Qrels of one split of a BEIR folder (`qrels/<split>.tsv`)."""
+    path = Path(folder) / "qrels" / f"{split}.tsv"
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder}: no qrels/{split}.tsv")
+    return load_qrels(path)
+
+
+# --- MS MARCO -----------------------------------------------------------------
+
+
+def iter_tsv_pairs(path: str | os.PathLike) -> Iterator[tuple[str, str]]:
+    """Yield (id, text) from a two-column `id<TAB>text` file (MS MARCO collection or queries).
+
+    The text is everything after the first tab, kept as written; a line with no
+    tab or an empty id is an error.
+    """
+    for lineno, line in _iter_lines(path):
+        key, sep, text = line.partition("\t")
+        if not sep or not key.strip():
+            raise RetrievalDataError(path, lineno, "expected `id<TAB>text`")
+        yield key.strip(), text
+
+
+def iter_msmarco_collection(path: str | os.PathLike) -> Iterator[tuple[str, str]]:
+    """Yield (passage id, passage text) from an MS MARCO `collection.tsv[.gz]`."""
+    for pid, text in iter_tsv_pairs(path):
+        yield pid, text.strip()
+
+
+def iter_msmarco_queries(path: str | os.PathLike) -> Iterator[tuple[str, str]]:
+    """Yield (query id, query text) from an MS MARCO `queries.*.tsv[.gz]`."""
+    return iter_tsv_pairs(path)
+
+
+# --- qrels --------------------------------------------------------------------
+
+
+def _split_columns(line: str) -> list[str]:
+    # Tab-separated when there is a tab (BEIR, MS MARCO), otherwise any
+    # whitespace (classic TREC qrels are space separated).
+    if "\t" in line:
+        return [col.strip() for col in line.split("\t")]
+    return line.split()
+
+
+def _parse_relevance(value: str) -> int | None:
+    try:
+        return int(value)
+    except ValueError:
+        pass
+    try:
+        as_float = float(value)
+    except ValueError:
+        return None
+    return int(as_float) if as_float.is_integer() else None
+
+
+def load_qrels(path: str | os.PathLike) -> Qrels:
+    """Read qrels into `{query id: {doc id: relevance}}`.
+
+    Accepted layouts, detected from the first line:
+      - `query-id corpus-id score` with a header line (BEIR),
+      - `qid docid rel` without header,
+      - TREC `qid iteration docid rel` (MS MARCO `qrels.*.tsv`).
+    Every row must have as many columns as the first data row. Rows with
+    relevance 0 are kept (judged non-relevant); a repeated (query, doc) pair keeps
+    its last value.
+    """
+    qrels: Qrels = {}
+    n_columns: int | None = None
+    for lineno, line in _iter_lines(path):
+        cols = _split_columns(line)
+        if n_columns is None:
+            if len(cols) not in (3, 4):
+                raise RetrievalDataError(
+                    path, lineno, f"qrels need 3 or 4 columns, found {len(cols)}"
+                )
+            if _parse_relevance(cols[-1]) is None:
+                # Only the first line may be a header (`query-id corpus-id score`):
+                # data rows always end in a number.
+                n_columns = len(cols)
+                continue
+            n_columns = len(cols)
+        if len(cols) != n_columns:
+            raise RetrievalDataError(
+                path, lineno, f"expected {n_columns} columns like the first row, found {len(cols)}"
+            )
+        qid, docid, rel_text = (
+            (cols[0], cols[1], cols[2]) if n_columns == 3 else (cols[0], cols[2], cols[3])
+        )
+        rel = _parse_relevance(rel_text)
+        if rel is None:
+            raise RetrievalDataError(path, lineno, f"relevance {rel_text!r} is not an integer")
+        if not qid or not docid:
+            raise RetrievalDataError(path, lineno, "empty query or document id")
+        qrels.setdefault(qid, {})[docid] = rel
+    return qrels
+
+
+# --- export -------------------------------------------------------------------
+
+
+def write_corpus_jsonl(
+    docs: Iterable[tuple[str, str]], path: str | os.PathLike, *, check_unique: bool = True
+) -> int:
+    """Write (id, text) pairs as a shardflow corpus (`{"id":..., "text":...}` per line).
+
+    Written atomically, in input order; returns the number of documents. With
+    `check_unique` a repeated id is an error (search maps rows back to ids, so
+    ids must name one row each); it keeps every id in memory.
+    """
+    seen: set[str] = set()
+    count = 0
+    with atomic_open(path, "w", encoding="utf-8", newline="\n") as fh:
+        for doc_id, text in docs:
+            if check_unique:
+                if doc_id in seen:
+                    raise ValueError(f"{path}: duplicate document id {doc_id!r}")
+                seen.add(doc_id)
+            fh.write(dump_record(ChunkRecord(doc_id, text)))
+            count += 1
+    return count

@@ -1,0 +1,317 @@
+"""Exact top-k search over a memory-mapped document matrix.
+
+The document embeddings (`embeddings.npy`, float32 or float16, one row per
+document) are read one block of rows at a time, so memory stays at
+`block_size x dim` for the documents plus `query_block_size x block_size` for
+one score block, whatever the corpus size. Each block is scored against the
+queries with one matrix product, reduced to its own top k, and merged into a
+running top k per query.
+
+Ranking order is score descending, then document row ascending. That order is
+exact, not "whatever topk returned": `torch.topk` picks arbitrarily among equal
+scores at the k-th place, so rows where a tie straddles the cut are redone by
+hand (see `_block_topk`). Blocked search therefore returns exactly what sorting
+the full score matrix would, for every block size.
+
+Scores are dot products. For cosine similarity the vectors must be unit length
+(sentence-transformers models with a Normalize layer already are); pass
+`normalize=True` to normalise queries and each document block on the fly.
+As in MTEB, a NaN score (a zero or broken vector) counts as -1.
+
+ArguAna protocol: MTEB drops a hit whose document id equals the query id (the
+queries are also in the corpus). `drop_identical_ids=True` searches k plus the
+number of such twins, drops them, and still returns k hits per query.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+BACKENDS = ("torch", "faiss")
+_NO_DOC = torch.iinfo(torch.int64).max  # padding row: sorts after every real row
+
+
+@dataclass(frozen=True)
+class TopK:
+    """Search hits, best first.
+
+    indices: (n_queries, k) int64 document rows; -1 pads a query with fewer hits.
+    scores:  (n_queries, k) float32; -inf where indices is -1.
+    """
+
+    indices: np.ndarray
+    scores: np.ndarray
+
+
+def load_embeddings(path: str | os.PathLike) -> np.ndarray:
+    """Open an `.npy` embedding matrix memory-mapped, read only."""
+    arr = np.load(path, mmap_mode="r")
+    if arr.ndim != 2:
+        raise ValueError(f"{path}: expected a 2-D embedding matrix, found shape {arr.shape}")
+    return arr
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def exact_search(
+    queries: np.ndarray,
+    docs: np.ndarray | str | os.PathLike,
+    k: int,
+    *,
+    block_size: int = 65_536,
+    query_block_size: int = 1_024,
+    normalize: bool = False,
+    device: str | None = None,
+    backend: str = "torch",
+    query_ids: Sequence[str] | None = None,
+    doc_ids: Sequence[str] | None = None,
+    drop_identical_ids: bool = False,
+) -> TopK:
+    """Top-k documents for every query by exact inner product.
+
+    queries: (n_queries, dim) array; docs: (n_docs, dim) array or `.npy` path
+    (opened memory-mapped). Returns `min(k, n_docs)` hits per query, ordered by
+    score descending then document row ascending. `device` defaults to CUDA when
+    available. `backend="faiss"` scores blocks with `faiss.IndexFlatIP` instead
+    of torch (faiss must be installed; its choice among scores tied at a block's
+    k-th place is its own). With `drop_identical_ids`, `query_ids` and `doc_ids`
+    are required and a hit whose doc id equals its query id is removed.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if isinstance(docs, (str, os.PathLike)):
+        docs = load_embeddings(docs)
+    queries = np.asarray(queries)
+    _check_shapes(queries, docs, k, block_size, query_block_size)
+    n_queries, n_docs = queries.shape[0], docs.shape[0]
+    k_out = min(k, n_docs)
+
+    twins = None
+    k_search = k_out
+    if drop_identical_ids:
+        if query_ids is None or doc_ids is None:
+            raise ValueError("drop_identical_ids needs query_ids and doc_ids")
+        if len(query_ids) != n_queries or len(doc_ids) != n_docs:
+            raise ValueError(
+                f"{len(query_ids)} query ids / {len(doc_ids)} doc ids for "
+                f"{n_queries} queries / {n_docs} docs"
+            )
+        twins = _twin_rows(query_ids, doc_ids)
+        k_search = min(k_out + twins.shape[1], n_docs)
+
+    q = np.asarray(queries, dtype=np.float32)
+    if normalize:
+        q = _normalize_np(q)
+    if backend == "faiss":
+        scores, indices = _search_faiss(q, docs, k_search, block_size, normalize)
+    else:
+        scores, indices = _search_torch(
+            q, docs, k_search, block_size, query_block_size, normalize, device or default_device()
+        )
+    if twins is not None:
+        scores, indices = _drop_twins(scores, indices, twins, k_out)
+    return TopK(indices=indices, scores=scores)
+
+
+def to_run(
+    hits: TopK, query_ids: Sequence[str], doc_ids: Sequence[str]
+) -> dict[str, dict[str, float]]:
+    """Map hits to `{query id: {doc id: score}}`, each inner dict in rank order.
+
+    This is the `results` shape MTEB and pytrec_eval take; padding (-1) is skipped.
+    """
+    if len(query_ids) != hits.indices.shape[0]:
+        raise ValueError(f"{len(query_ids)} query ids for {hits.indices.shape[0]} result rows")
+    run: dict[str, dict[str, float]] = {}
+    for qid, rows, scores in zip(query_ids, hits.indices.tolist(), hits.scores.tolist()):
+        ranked: dict[str, float] = {}
+        for row, score in zip(rows, scores):
+            if row >= 0:
+                ranked[doc_ids[row]] = score
+        run[qid] = ranked
+    return run
+
+
+# --- checks and small helpers --------------------------------------------------
+
+
+def _check_shapes(queries, docs, k: int, block_size: int, query_block_size: int) -> None:
+    if queries.ndim != 2 or docs.ndim != 2:
+        raise ValueError(f"queries and docs must be 2-D, got {queries.shape} and {docs.shape}")
+    if queries.shape[1] != docs.shape[1]:
+        raise ValueError(
+            f"dimension mismatch: queries have {queries.shape[1]}, docs have {docs.shape[1]}"
+        )
+    if k < 1 or block_size < 1 or query_block_size < 1:
+        raise ValueError("k, block_size and query_block_size must be positive")
+    if docs.dtype not in (np.float16, np.float32, np.float64):
+        raise ValueError(f"docs must be float16/float32/float64, got {docs.dtype}")
+
+
+def _normalize_np(x: np.ndarray) -> np.ndarray:
+    # Same rule as torch.nn.functional.normalize: divide by max(norm, 1e-12).
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return (x / np.maximum(norms, 1e-12)).astype(np.float32)
+
+
+def _read_block(docs: np.ndarray, start: int, stop: int) -> np.ndarray:
+    # A fresh float32 copy: bounded by the block, writable for torch, and
+    # float16 is upcast here because CPU matmul in float16 is slow and inexact.
+    return np.array(docs[start:stop], dtype=np.float32, copy=True)
+
+
+def _twin_rows(query_ids: Sequence[str], doc_ids: Sequence[str]) -> np.ndarray:
+    """(n_queries, m) rows whose doc id equals the query id, padded with -2."""
+    wanted = set(query_ids)
+    rows_by_id: dict[str, list[int]] = defaultdict(list)
+    for row, doc_id in enumerate(doc_ids):
+        if doc_id in wanted:
+            rows_by_id[doc_id].append(row)
+    width = max((len(r) for r in rows_by_id.values()), default=0)
+    twins = np.full((len(query_ids), width), -2, dtype=np.int64)
+    for i, qid in enumerate(query_ids):
+        rows = rows_by_id.get(qid, ())
+        twins[i, : len(rows)] = rows
+    return twins
+
+
+def _drop_twins(
+    scores: np.ndarray, indices: np.ndarray, twins: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Remove hits that are a query's twin, keep order, return k columns (padded)."""
+    drop = (indices[:, :, None] == twins[:, None, :]).any(axis=2) | (indices < 0)
+    order = np.argsort(drop, axis=1, kind="stable")  # kept hits first, in rank order
+    indices = np.take_along_axis(indices, order, axis=1)[:, :k].copy()
+    scores = np.take_along_axis(scores, order, axis=1)[:, :k].copy()
+    dropped = np.take_along_axis(drop, order, axis=1)[:, :k]
+    indices[dropped] = -1
+    scores[dropped] = -np.inf
+    return scores, indices
+
+
+# --- torch backend ---------------------------------------------------------------
+
+
+def _search_torch(
+    q: np.ndarray,
+    docs: np.ndarray,
+    k: int,
+    block_size: int,
+    query_block_size: int,
+    normalize: bool,
+    device: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    dev = torch.device(device)
+    n_queries = q.shape[0]
+    q_t = torch.from_numpy(q).to(dev)
+    best_s = torch.full((n_queries, k), -torch.inf, dtype=torch.float32, device=dev)
+    best_i = torch.full((n_queries, k), _NO_DOC, dtype=torch.int64, device=dev)
+    with torch.inference_mode():
+        for start in range(0, docs.shape[0], block_size):
+            stop = min(start + block_size, docs.shape[0])
+            block = torch.from_numpy(_read_block(docs, start, stop)).to(dev)
+            if normalize:
+                block = torch.nn.functional.normalize(block, dim=1)
+            kb = min(k, stop - start)
+            for qs in range(0, n_queries, query_block_size):
+                qe = min(qs + query_block_size, n_queries)
+                s = q_t[qs:qe] @ block.T
+                s.nan_to_num_(nan=-1.0, posinf=math.inf, neginf=-math.inf)
+                cand_s, cand_i = _block_topk(s, kb)
+                best_s[qs:qe], best_i[qs:qe] = _merge(
+                    best_s[qs:qe], best_i[qs:qe], cand_s, cand_i + start, k
+                )
+    return _finish(best_s, best_i)
+
+
+def _block_topk(s: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top k columns per row of `s`, ties at the cut going to the lowest column.
+
+    torch.topk is exact about the k-th value but not about which of several
+    equal values it keeps. Asking for k + 1 shows where that matters: a row
+    whose (k+1)-th value equals its k-th has a tie across the cut, and only
+    those rows are recomputed: keep everything above the k-th value, then the
+    lowest-column entries equal to it until k are kept.
+    """
+    if k >= s.shape[1]:
+        return torch.topk(s, k, dim=1)  # every column is kept; _merge orders them
+    vals, idx = torch.topk(s, k + 1, dim=1, largest=True, sorted=True)
+    ambiguous = torch.nonzero(vals[:, k - 1] == vals[:, k]).squeeze(1)
+    vals, idx = vals[:, :k].contiguous(), idx[:, :k].contiguous()
+    if ambiguous.numel():
+        sub = s[ambiguous]
+        kth = vals[ambiguous, k - 1 :]
+        above = sub > kth
+        equal = sub == kth
+        free = (k - above.sum(dim=1)).unsqueeze(1)
+        keep = above | (equal & (torch.cumsum(equal, dim=1, dtype=torch.int32) <= free))
+        # nonzero is row-major, so each row's k kept columns come out ascending.
+        cols = torch.nonzero(keep)[:, 1].view(-1, k)
+        idx[ambiguous] = cols
+        vals[ambiguous] = sub.gather(1, cols)
+    return vals, idx
+
+
+def _merge(
+    s1: torch.Tensor, i1: torch.Tensor, s2: torch.Tensor, i2: torch.Tensor, k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Best k of two candidate sets by (score descending, row ascending)."""
+    s = torch.cat([s1, s2], dim=1)
+    i = torch.cat([i1, i2], dim=1)
+    by_row = torch.argsort(i, dim=1, stable=True)
+    s, i = s.gather(1, by_row), i.gather(1, by_row)
+    by_score = torch.argsort(s, dim=1, descending=True, stable=True)[:, :k]
+    return s.gather(1, by_score), i.gather(1, by_score)
+
+
+def _finish(best_s: torch.Tensor, best_i: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    missing = best_i == _NO_DOC
+    best_i = best_i.masked_fill(missing, -1)
+    best_s = best_s.masked_fill(missing, -torch.inf)
+    return best_s.cpu().numpy(), best_i.cpu().numpy()
+
+
+# --- faiss backend -----------------------------------------------------------------
+
+
+def _import_faiss():
+    try:
+        import faiss  # noqa: PLC0415 - optional dependency, imported only when chosen
+    except ImportError as exc:
+        raise ImportError(
+            "backend='faiss' needs the faiss package (pip install faiss-cpu, or "
+            "faiss-gpu); use backend='torch' otherwise"
+        ) from exc
+    return faiss
+
+
+def _search_faiss(
+    q: np.ndarray, docs: np.ndarray, k: int, block_size: int, normalize: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    faiss = _import_faiss()
+    n_queries, dim = q.shape
+    best_s = torch.full((n_queries, k), -torch.inf, dtype=torch.float32)
+    best_i = torch.full((n_queries, k), _NO_DOC, dtype=torch.int64)
+    q = np.ascontiguousarray(q)
+    for start in range(0, docs.shape[0], block_size):
+        stop = min(start + block_size, docs.shape[0])
+        block = _read_block(docs, start, stop)
+        if normalize:
+            block = _normalize_np(block)
+        index = faiss.IndexFlatIP(dim)
+        index.add(block)
+        dist, rows = index.search(q, min(k, stop - start))
+        cand_s = torch.from_numpy(np.where(np.isnan(dist), -1.0, dist).astype(np.float32))
+        cand_i = torch.from_numpy(rows.astype(np.int64))
+        cand_i = torch.where(cand_i < 0, torch.full_like(cand_i, _NO_DOC - start), cand_i)
+        best_s, best_i = _merge(best_s, best_i, cand_s, cand_i + start, k)
+    return _finish(best_s, best_i)

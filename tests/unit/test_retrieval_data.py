@@ -1,0 +1,201 @@
+"""BEIR / MS MARCO loaders on small generated files, gzip included, and their errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from shardflow.chunks import read_chunk
+from shardflow.retrieval.data import (
+    RetrievalDataError,
+    beir_file,
+    doc_text,
+    iter_beir_corpus,
+    iter_beir_queries,
+    iter_msmarco_collection,
+    iter_msmarco_queries,
+    load_beir_qrels,
+    load_qrels,
+    write_corpus_jsonl,
+)
+
+ARGUANA = Path(__file__).resolve().parents[3] / "shared" / "data" / "arguana"
+
+
+def write(path: Path, text: str, gz: bool = False) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = text.encode("utf-8")
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+def jsonl(*objs) -> str:
+    return "".join(json.dumps(o) + "\n" for o in objs)
+
+
+@pytest.fixture
+def beir(tmp_path):
+    write(
+        tmp_path / "corpus.jsonl",
+        jsonl(
+            {"_id": "d1", "title": "Title", "text": " body one "},
+            {"_id": "d2", "title": "", "text": " body two\n"},
+            {"_id": 3, "text": "no title"},
+        )
+        + "\n",  # trailing blank line is fine
+    )
+    write(
+        tmp_path / "queries.jsonl.gz",
+        jsonl({"_id": "q1", "text": " as given "}, {"_id": 7, "text": "x"}),
+        gz=True,
+    )
+    write(
+        tmp_path / "qrels" / "test.tsv",
+        "query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td9\t2\n7\t3\t0\n",
+    )
+    return tmp_path
+
+
+def test_beir_folder(beir):
+    assert list(iter_beir_corpus(beir)) == [
+        ("d1", "Title  body one"),
+        ("d2", "body two"),
+        ("3", "no title"),
+    ]
+    assert list(iter_beir_queries(beir)) == [("q1", " as given "), ("7", "x")]
+    assert load_beir_qrels(beir, "test") == {"q1": {"d1": 1, "d9": 2}, "7": {"3": 0}}
+
+
+def test_doc_text_matches_mteb():
+    assert doc_text("T", "body") == "T body"
+    assert doc_text("", " body ") == "body"
+    assert doc_text(None, "body") == "body"
+
+
+def test_beir_file_prefers_plain_then_gz(tmp_path):
+    with pytest.raises(FileNotFoundError, match="corpus.jsonl"):
+        beir_file(tmp_path, "corpus")
+    write(tmp_path / "corpus.jsonl.gz", jsonl({"_id": "a", "text": "t"}), gz=True)
+    assert beir_file(tmp_path, "corpus").name == "corpus.jsonl.gz"
+    assert list(iter_beir_corpus(tmp_path / "corpus.jsonl.gz")) == [("a", "t")]
+    with pytest.raises(FileNotFoundError, match="qrels/dev.tsv"):
+        load_beir_qrels(tmp_path, "dev")
+
+
+def test_gzip_is_detected_by_content_not_name(tmp_path):
+    path = write(tmp_path / "collection.tsv", "1\tpassage\n", gz=True)
+    assert list(iter_msmarco_collection(path)) == [("1", "passage")]
+
+
+@pytest.mark.parametrize(
+    "line, reason",
+    [
+        ('{"_id": "b", "text": ', "malformed JSON"),
+        ('{"_id": "b"}', "missing field 'text'"),
+        ('{"text": "t"}', "missing field '_id'"),
+        ('{"_id": "b", "text": 5}', "'text' is not a string"),
+        ('{"_id": "b", "title": 1, "text": "t"}', "'title' is not a string"),
+        ('["_id", "b"]', "expected a JSON object"),
+    ],
+)
+def test_corpus_errors_name_file_and_line(tmp_path, line, reason):
+    path = write(
+        tmp_path / "corpus.jsonl.gz", jsonl({"_id": "a", "text": "t"}) + line + "\n", gz=True
+    )
+    with pytest.raises(RetrievalDataError, match=reason) as err:
+        list(iter_beir_corpus(tmp_path))
+    assert str(err.value).startswith(f"{path}:2: ")
+    assert err.value.line == 2
+
+
+def test_invalid_utf8_names_its_line(tmp_path):
+    path = tmp_path / "queries.tsv"
+    path.write_bytes(b"1\tfine\n2\tbad \xff byte\n")
+    with pytest.raises(RetrievalDataError, match=r"queries.tsv:2: invalid UTF-8"):
+        list(iter_msmarco_queries(path))
+
+
+def test_msmarco_collection_and_queries(tmp_path):
+    coll = write(
+        tmp_path / "collection.tsv.gz", "0\t The first passage.\r\n1\tsecond\twith tab\n", gz=True
+    )
+    assert list(iter_msmarco_collection(coll)) == [
+        ("0", "The first passage."),
+        ("1", "second\twith tab"),
+    ]
+    queries = write(
+        tmp_path / "queries.dev.tsv", "1048585\twhat is paula deen's brother\n\n2\t x \n"
+    )
+    assert list(iter_msmarco_queries(queries)) == [
+        ("1048585", "what is paula deen's brother"),
+        ("2", " x "),
+    ]
+    bad = write(tmp_path / "bad.tsv", "1\tok\nno tab here\n")
+    with pytest.raises(RetrievalDataError, match=r"bad.tsv:2: expected `id<TAB>text`"):
+        list(iter_msmarco_collection(bad))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "q1 0 d1 1\nq1 0 d2 0\nq2 0 d1 2\n",  # TREC, spaces
+        "q1\t0\td1\t1\nq1\t0\td2\t0\nq2\t0\td1\t2\n",  # MS MARCO qrels.dev.tsv
+        "q1\td1\t1\nq1\td2\t0\nq2\td1\t2\n",  # three columns, no header
+        "query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\t0\nq2\td1\t2.0\n",  # BEIR
+    ],
+)
+def test_qrels_layouts(tmp_path, text):
+    qrels = load_qrels(write(tmp_path / "qrels.txt.gz", text, gz=True))
+    assert qrels == {"q1": {"d1": 1, "d2": 0}, "q2": {"d1": 2}}
+    assert all(isinstance(rel, int) for q in qrels.values() for rel in q.values())
+
+
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("q1 0 d1 1\nq1 0 d2 1\nq1 d3 1\n", "expected 4 columns like the first row, found 3"),
+        ("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\t1\td3\n", "expected 3 columns"),
+        ("q1 d1 1\nq1 d2 1\nq1 d3 high\n", "relevance 'high' is not an integer"),
+        ("q1 d1\n", "3 or 4 columns, found 2"),
+    ],
+)
+def test_qrels_errors_name_file_and_line(tmp_path, text, reason):
+    path = write(tmp_path / "qrels.tsv", text)
+    with pytest.raises(RetrievalDataError, match=reason) as err:
+        load_qrels(path)
+    assert str(err.value).startswith(f"{path}:")
+    assert err.value.line == text.count("\n")
+
+
+def test_write_corpus_jsonl_round_trips(tmp_path, beir):
+    out = tmp_path / "out" / "corpus.jsonl"
+    assert write_corpus_jsonl(iter_beir_corpus(beir), out) == 3
+    assert read_chunk(out) == (["d1", "d2", "3"], ["Title  body one", "body two", "no title"])
+    first = json.loads(out.read_text(encoding="utf-8").splitlines()[0])
+    assert first == {"id": "d1", "text": "Title  body one"}
+
+
+def test_write_corpus_jsonl_rejects_duplicate_ids_and_leaves_no_file(tmp_path):
+    out = tmp_path / "corpus.jsonl"
+    with pytest.raises(ValueError, match="duplicate document id 'a'"):
+        write_corpus_jsonl([("a", "x"), ("b", "y"), ("a", "z")], out)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.optin
+@pytest.mark.skipif(
+    os.environ.get("SHARDFLOW_OPTIN") != "1" or not ARGUANA.is_dir(),
+    reason="needs ../shared/data/arguana and SHARDFLOW_OPTIN=1",
+)
+def test_arguana_counts():
+    doc_ids = [doc_id for doc_id, _ in iter_beir_corpus(ARGUANA)]
+    queries = list(iter_beir_queries(ARGUANA))
+    qrels = load_beir_qrels(ARGUANA, "test")
+    assert len(doc_ids) == len(set(doc_ids)) == 8674
+    assert len(queries) == 1406 and len(qrels) == 1406
+    corpus = set(doc_ids)
+    assert sum(1 for judged in qrels.values() for d in judged if d not in corpus) == 5

@@ -1,0 +1,166 @@
+"""Blocked exact search equals brute force; identical-id drop; id mapping."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from shardflow.retrieval.search import exact_search, load_embeddings, to_run
+
+
+def grid_vectors(rng, n, dim=6):
+    # Small integers: every dot product is exact in float32 and ties are common.
+    return rng.integers(-2, 3, size=(n, dim)).astype(np.float32)
+
+
+def brute_force(queries, docs, k):
+    """Full score matrix, sorted by (score descending, row ascending)."""
+    scores = queries.astype(np.float64) @ docs.astype(np.float64).T
+    rows = np.arange(docs.shape[0])
+    order = np.stack([np.lexsort((rows, -s))[:k] for s in scores])
+    return order, np.take_along_axis(scores, order, axis=1)
+
+
+@pytest.mark.parametrize("k", [1, 4, 50, 300])
+@pytest.mark.parametrize("block_size", [1, 3, 16, 97, 300, 10_000])
+def test_blocked_equals_brute_force_with_ties(k, block_size):
+    rng = np.random.default_rng(k * 1000 + block_size)
+    docs, queries = grid_vectors(rng, 300), grid_vectors(rng, 13)
+    hits = exact_search(queries, docs, k, block_size=block_size, query_block_size=5, device="cpu")
+    want_rows, want_scores = brute_force(queries, docs, k)
+    assert hits.indices.shape == (13, min(k, 300))
+    np.testing.assert_array_equal(hits.indices, want_rows)
+    np.testing.assert_array_equal(hits.scores, want_scores.astype(np.float32))
+
+
+def test_equal_rows_rank_by_row_index():
+    docs = np.ones((10, 4), dtype=np.float32)
+    docs[7] *= 2  # the single best
+    hits = exact_search(np.ones((1, 4), dtype=np.float32), docs, 5, block_size=3)
+    assert hits.indices.tolist() == [[7, 0, 1, 2, 3]]
+
+
+def test_float16_memmap_from_path(tmp_path):
+    rng = np.random.default_rng(0)
+    docs = grid_vectors(rng, 200).astype(np.float16)
+    path = tmp_path / "embeddings.npy"
+    np.save(path, docs)
+    assert isinstance(load_embeddings(path), np.memmap)
+    queries = grid_vectors(rng, 4)
+    hits = exact_search(queries, path, 10, block_size=64)
+    np.testing.assert_array_equal(hits.indices, brute_force(queries, docs, 10)[0])
+
+
+def test_reads_docs_one_block_at_a_time():
+    class Recorder:
+        """Array stand-in that records the row ranges asked of it."""
+
+        def __init__(self, arr):
+            self.arr, self.shape, self.ndim, self.dtype = arr, arr.shape, arr.ndim, arr.dtype
+            self.sizes = []
+
+        def __getitem__(self, key):
+            self.sizes.append(len(range(*key.indices(self.shape[0]))))
+            return self.arr[key]
+
+    rng = np.random.default_rng(1)
+    docs = Recorder(grid_vectors(rng, 1000))
+    exact_search(grid_vectors(rng, 3), docs, 20, block_size=128)
+    assert max(docs.sizes) <= 128 and sum(docs.sizes) == 1000
+
+
+def test_normalize_gives_cosine():
+    rng = np.random.default_rng(2)
+    docs = rng.standard_normal((50, 8)).astype(np.float32) * rng.uniform(0.1, 10, (50, 1)).astype(
+        np.float32
+    )
+    queries = rng.standard_normal((3, 8)).astype(np.float32) * 7
+    hits = exact_search(queries, docs, 5, normalize=True, block_size=16)
+    unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)  # noqa: E731
+    cos = unit(queries.astype(np.float64)) @ unit(docs.astype(np.float64)).T
+    np.testing.assert_array_equal(hits.indices, np.argsort(-cos, axis=1, kind="stable")[:, :5])
+    np.testing.assert_allclose(hits.scores, np.sort(cos, axis=1)[:, ::-1][:, :5], atol=1e-6)
+
+
+def test_nan_scores_count_as_minus_one_like_mteb():
+    docs = np.array([[1.0, 0.0], [np.nan, 0.0], [-3.0, 0.0]], dtype=np.float32)
+    hits = exact_search(np.array([[1.0, 0.0]], dtype=np.float32), docs, 3)
+    assert hits.indices.tolist() == [[0, 1, 2]]
+    assert hits.scores.tolist() == [[1.0, -1.0, -3.0]]
+
+
+def test_drop_identical_ids_still_returns_k():
+    rng = np.random.default_rng(3)
+    docs = grid_vectors(rng, 120)
+    doc_ids = [f"d{i}" for i in range(120)]
+    # Query i is doc i (so its twin scores highest), except the last: no twin in the corpus.
+    queries = np.concatenate([docs[:5], grid_vectors(rng, 1)])
+    query_ids = doc_ids[:5] + ["lonely"]
+    k = 7
+    hits = exact_search(
+        queries,
+        docs,
+        k,
+        block_size=32,
+        query_ids=query_ids,
+        doc_ids=doc_ids,
+        drop_identical_ids=True,
+    )
+    assert hits.indices.shape == (6, k)
+    for qi, qid in enumerate(query_ids):
+        assert qid not in [doc_ids[r] for r in hits.indices[qi]]
+    full_rows, _ = brute_force(queries, docs, 120)
+    for qi in range(6):
+        want = [r for r in full_rows[qi] if doc_ids[r] != query_ids[qi]][:k]
+        assert hits.indices[qi].tolist() == want
+
+
+def test_drop_identical_ids_pads_when_corpus_is_small():
+    docs = np.eye(3, dtype=np.float32)
+    hits = exact_search(
+        docs, docs, 5, query_ids=["a", "b", "x"], doc_ids=["a", "b", "c"], drop_identical_ids=True
+    )
+    assert hits.indices.shape == (3, 3)
+    assert hits.indices[0].tolist() == [1, 2, -1] and hits.scores[0, 2] == -np.inf
+    assert hits.indices[2].tolist() == [2, 0, 1]
+    run = to_run(hits, ["a", "b", "x"], ["a", "b", "c"])
+    assert list(run["a"]) == ["b", "c"]
+    assert list(run["x"]) == ["c", "a", "b"] and run["x"]["c"] == 1.0
+
+
+def test_to_run_keeps_rank_order():
+    docs = np.array([[1.0], [3.0], [2.0]], dtype=np.float32)
+    run = to_run(exact_search(np.array([[1.0]], dtype=np.float32), docs, 3), ["q"], ["x", "y", "z"])
+    assert list(run["q"].items()) == [("y", 3.0), ("z", 2.0), ("x", 1.0)]
+
+
+def test_errors():
+    docs, queries = np.zeros((4, 3), np.float32), np.zeros((2, 3), np.float32)
+    with pytest.raises(ValueError, match="dimension mismatch"):
+        exact_search(np.zeros((2, 5), np.float32), docs, 1)
+    with pytest.raises(ValueError, match="backend"):
+        exact_search(queries, docs, 1, backend="annoy")
+    with pytest.raises(ValueError, match="query_ids and doc_ids"):
+        exact_search(queries, docs, 1, drop_identical_ids=True)
+    with pytest.raises(ValueError, match="positive"):
+        exact_search(queries, docs, 0)
+
+
+def test_faiss_missing_is_a_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "faiss", None)  # makes `import faiss` fail
+    with pytest.raises(ImportError, match="faiss-cpu"):
+        exact_search(np.zeros((1, 2), np.float32), np.zeros((3, 2), np.float32), 1, backend="faiss")
+
+
+def test_faiss_backend_matches_torch():
+    pytest.importorskip("faiss")
+    rng = np.random.default_rng(4)
+    docs, queries = rng.standard_normal((500, 16)).astype(np.float32), rng.standard_normal(
+        (7, 16)
+    ).astype(np.float32)
+    a = exact_search(queries, docs, 20, block_size=128, normalize=True)
+    b = exact_search(queries, docs, 20, block_size=128, normalize=True, backend="faiss")
+    np.testing.assert_array_equal(a.indices, b.indices)
+    np.testing.assert_allclose(a.scores, b.scores, atol=1e-5)
