@@ -1,11 +1,14 @@
 # shardflow: split -> embed_<i> -> merge -> verify -> report.
 # A table of contents; every rule lives in rules/, every piece of logic in shardflow/.
+import os
+
 from snakemake.utils import min_version
 
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# Relative to this file, so the workflow also runs with --directory elsewhere.
+configfile: os.path.join(workflow.basedir, "config/config.yaml")
 
 
 include: "rules/common.smk"
