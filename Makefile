@@ -11,7 +11,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help setup run report dag rulegraph test test-unit test-workflow test-cluster lint fmt bench clean
+.PHONY: help setup run report dag rulegraph test test-unit test-workflow test-cluster lint fmt bench clean evaluate-beir
 
 help:
 	@echo "make run    install into .venv and run the embedding workflow on the demo corpus"
@@ -78,6 +78,19 @@ test-cluster: setup
 
 bench: setup
 	$(BIN)/python benchmarks/bench_engine.py --texts demo --threads 2
+
+# Evaluate any BEIR folder: make evaluate-beir DATA=<folder> [MODEL=<name or path>] [NAME=<name>]
+# Hits whose doc id equals the query id are dropped, as MTEB does (DROP_IDENTICAL_IDS=false to keep them).
+DROP_IDENTICAL_IDS ?= true
+MODEL ?= default
+evaluate-beir: setup
+	@test -n "$(DATA)" || { echo "usage: make evaluate-beir DATA=<BEIR folder> [MODEL=<name or path>] [NAME=<name>]" >&2; exit 2; }
+	@name="$${NAME:-$$(basename "$$(cd "$(DATA)" && pwd)" | tr -c 'A-Za-z0-9_.\n-' '_')}"; \
+	  cfg=".snakemake/shardflow/evaluate-beir-$$name.yaml"; mkdir -p "$$(dirname "$$cfg")"; \
+	  $(BIN)/python -m shardflow.cli beir-config --data "$(DATA)" --name "$$name" --model "$(MODEL)" \
+	    --drop-identical-ids "$(DROP_IDENTICAL_IDS)" --out "$$cfg" >&2 && \
+	  $(SNAKEMAKE) --profile profiles/local --cores $(CORES) --configfile "$$cfg" "results/$$name/retrieval/metrics.json" >&2 && \
+	  echo "results/$$name/retrieval/metrics.json"
 
 clean:
 	rm -rf results logs benchmarks/*/ resources/demo .snakemake report.html dag.svg rulegraph.svg

@@ -18,6 +18,7 @@ include: "rules/embed.smk"
 include: "rules/merge.smk"
 include: "rules/verify.smk"
 include: "rules/report.smk"
+include: "rules/retrieval.smk"
 
 
 rule all:

@@ -1,68 +1,48 @@
 """Validation and parse-time helpers shared by every stage.
 
-Needs: the config. Provides: DATASET, N_CHUNKS, CHUNKS and the input functions
-the rules use. Logic lives in shardflow.plan (unit-tested).
+Needs: the config. Provides: DATASET (the main corpus), RETRIEVAL (the
+evaluation name, or None), N_CHUNKS per data set, and the input functions the
+rules use. Logic lives in shardflow.plan and shardflow.retrieval.pipeline.
 """
 
 from shardflow import plan
 from shardflow.configuration import load_schema, validate_config
+from shardflow.retrieval import pipeline as retrieval
 
-validate_config(
-    config, load_schema(workflow.source_path("../config/config.schema.yaml"))
-)
+validate_config(config, load_schema(workflow.source_path("../config/config.schema.yaml")))
 
 DATASET = config["dataset"]
-N_CHUNKS = plan.plan_n_chunks(config)
-CHUNKS = list(range(N_CHUNKS))
+N_CHUNKS = {DATASET: plan.plan_n_chunks(config)}
+RETRIEVAL = config["retrieval"]["name"] if config["retrieval"]["path"] else None
+if RETRIEVAL is not None:
+    if RETRIEVAL == DATASET:
+        raise ValueError(f"retrieval.name and dataset are both {DATASET!r}: give them different names")
+    N_CHUNKS[RETRIEVAL] = retrieval.plan_corpus_chunks(config)
 
 
 wildcard_constraints:
-    dataset=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+    dataset="|".join(N_CHUNKS),
     chunk=r"\d+",
 
 
-def corpus_files():
-    return plan.corpus_inputs(config)
-
-
-def chunk_files(wildcards):
-    return expand(
-        "results/{dataset}/chunks/chunk_{chunk}.jsonl",
-        dataset=wildcards.dataset,
-        chunk=CHUNKS,
-    )
+def chunk_list(dataset, pattern):
+    return expand(pattern, dataset=dataset, chunk=range(N_CHUNKS[dataset]))
 
 
 def chunk_embeddings(wildcards):
-    return expand(
-        "results/{dataset}/embed/embed_{chunk}.npy",
-        dataset=wildcards.dataset,
-        chunk=CHUNKS,
-    )
+    return chunk_list(wildcards.dataset, "results/{dataset}/embed/embed_{chunk}.npy")
 
 
 def chunk_ids(wildcards):
-    return expand(
-        "results/{dataset}/embed/embed_{chunk}.ids.parquet",
-        dataset=wildcards.dataset,
-        chunk=CHUNKS,
-    )
+    return chunk_list(wildcards.dataset, "results/{dataset}/embed/embed_{chunk}.ids.parquet")
 
 
 def chunk_stats(wildcards):
-    return expand(
-        "results/{dataset}/embed/embed_{chunk}.stats.json",
-        dataset=wildcards.dataset,
-        chunk=CHUNKS,
-    )
+    return chunk_list(wildcards.dataset, "results/{dataset}/embed/embed_{chunk}.stats.json")
 
 
 def chunk_benchmarks(wildcards):
-    return expand(
-        "benchmarks/embed/{dataset}/chunk_{chunk}.tsv",
-        dataset=wildcards.dataset,
-        chunk=CHUNKS,
-    )
+    return chunk_list(wildcards.dataset, "benchmarks/embed/{dataset}/chunk_{chunk}.tsv")
 
 
 def embed_mem_mb(wildcards, attempt):
@@ -70,8 +50,19 @@ def embed_mem_mb(wildcards, attempt):
     return emb["mem_mb"] + (attempt - 1) * emb["mem_mb_per_attempt"]
 
 
+def embedding_params(**overrides):
+    """The engine's settings from config (resources are not engine settings)."""
+    skip = ("mem_mb", "mem_mb_per_attempt", "runtime")
+    params = {k: v for k, v in config["embedding"].items() if k not in skip}
+    params.update(overrides)
+    return params
+
+
 def final_targets():
-    return [
+    targets = [
         f"results/{DATASET}/verification.json",
         f"results/{DATASET}/report/summary.json",
     ]
+    if RETRIEVAL is not None:
+        targets.append(f"results/{RETRIEVAL}/retrieval/metrics.json")
+    return targets

@@ -27,11 +27,7 @@ rule embed:
         mem_mb=embed_mem_mb,
         runtime=config["embedding"]["runtime"],
     params:
-        embedding={
-            k: v
-            for k, v in config["embedding"].items()
-            if k not in ("mem_mb", "mem_mb_per_attempt", "runtime")
-        },
+        embedding=embedding_params(),
         resume_root="results/{dataset}/.resume",
     script:
         "../scripts/embed.py"

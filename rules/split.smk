@@ -1,26 +1,27 @@
-"""split: the corpus into exactly N_CHUNKS chunk files, streaming.
+"""split: the corpus into exactly N chunk files, streaming.
 
 Needs: the corpus files (input.path, or the demo corpus). Writes:
 results/<dataset>/chunks/chunk_<i>.jsonl, manifest.json (per chunk: items,
 bytes, sha256, estimated time) and rejects.jsonl (bad records, when skipped).
+The retrieval corpus reuses this rule (rules/retrieval.smk).
 """
 
 
 rule split:
     input:
-        corpus_files(),
+        plan.corpus_inputs(config),
     output:
-        chunks=expand("results/{{dataset}}/chunks/chunk_{chunk}.jsonl", chunk=CHUNKS),
-        manifest="results/{dataset}/chunks/manifest.json",
-        rejects="results/{dataset}/chunks/rejects.jsonl",
+        chunks=chunk_list(DATASET, "results/{dataset}/chunks/chunk_{chunk}.jsonl"),
+        manifest=f"results/{DATASET}/chunks/manifest.json",
+        rejects=f"results/{DATASET}/chunks/rejects.jsonl",
     log:
-        "logs/split/{dataset}.log",
+        f"logs/split/{DATASET}.log",
     benchmark:
-        "benchmarks/split/{dataset}.tsv"
+        f"benchmarks/split/{DATASET}.tsv"
     conda:
         "../envs/core.yaml"
     params:
-        n_chunks=N_CHUNKS,
+        n_chunks=N_CHUNKS[DATASET],
         by=config["chunking"]["by"],
         rate_items_per_s=config["chunking"]["rate_items_per_s"],
         reader=plan.reader_options(config).__dict__,

@@ -10,8 +10,9 @@ from shardflow.runlog import configure_logging
 smk = snakemake  # noqa: F821 - injected by Snakemake
 cfg = dict(smk.params.embedding)
 pinning, devices = cfg.pop("gpu_pinning"), cfg.pop("gpu_devices")
-log = configure_logging(smk.log[0], "embed", {"embedding": cfg, "chunk": smk.input[0]})
-visible = pin_gpu(devices, mode=pinning, job=f"embed chunk {smk.wildcards.chunk}")
+chunk = int(smk.wildcards.chunk) if "chunk" in smk.wildcards.keys() else None
+log = configure_logging(smk.log[0], "embed", {"embedding": cfg, "input": smk.input[0]})
+visible = pin_gpu(devices, mode=pinning, job=f"embed {smk.input[0]}")
 log.info("CUDA_VISIBLE_DEVICES=%s (gpu_pinning=%s)", visible, pinning)
 
 from shardflow.atomic import write_json  # noqa: E402 - after pinning, see above
@@ -21,5 +22,5 @@ from shardflow.models import resolve_model  # noqa: E402
 threads = cfg.pop("threads")
 params = EmbedParams(**{**cfg, "model": resolve_model(cfg["model"]), "threads": smk.threads or threads})
 stats = embed_chunk(smk.input[0], smk.output.npy, smk.output.ids, params, smk.params.resume_root, log)
-write_json(smk.output.stats, {"chunk": int(smk.wildcards.chunk), **stats})
+write_json(smk.output.stats, {**stats, "chunk": chunk, "input": smk.input[0]})
 log.info("done: %s", stats)

@@ -1,0 +1,18 @@
+"""Rule retrieval_evaluate: exact top-k search + MTEB metrics + report figure."""
+
+from shardflow.retrieval.pipeline import EvaluateParams, plot_per_query, search_and_score
+from shardflow.runlog import configure_logging
+
+smk = snakemake  # noqa: F821 - injected by Snakemake
+params = EvaluateParams(
+    top_k=smk.params.top_k,
+    block_size=smk.params.block_size,
+    backend=smk.params.backend,
+    drop_identical_ids=smk.params.drop_identical_ids,
+)
+log = configure_logging(smk.log[0], "retrieval_evaluate", params)
+i = smk.input
+search_and_score(
+    i.docs, i.doc_ids, i.queries, i.query_ids, i.qrels, params, smk.output.metrics, smk.output.per_query, smk.output.run
+)
+plot_per_query(smk.output.per_query, smk.output.metrics, smk.output.figure)

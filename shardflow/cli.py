@@ -1,0 +1,61 @@
+"""Small command-line helpers behind Makefile targets (`python -m shardflow.cli ...`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import yaml
+
+from shardflow.atomic import atomic_open
+
+
+def _bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def beir_config(args: argparse.Namespace) -> int:
+    """Write a config overlay that evaluates one BEIR folder."""
+    folder = os.path.abspath(args.data)
+    if not os.path.isdir(folder):
+        print(f"evaluate-beir: DATA={args.data!r} is not a folder", file=sys.stderr)
+        return 2
+    overlay = {
+        "retrieval": {
+            "path": folder,
+            "format": "beir",
+            "name": args.name,
+            "split": args.split,
+            "drop_identical_ids": args.drop_identical_ids,
+        },
+        "embedding": {"model": args.model},
+    }
+    with atomic_open(args.out, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(overlay, fh, sort_keys=False)
+    print(f"evaluate-beir: config overlay {args.out}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m shardflow.cli")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("beir-config", help="config overlay for make evaluate-beir")
+    p.add_argument("--data", required=True)
+    p.add_argument("--name", required=True)
+    p.add_argument("--model", default="default")
+    p.add_argument("--split", default="test")
+    p.add_argument("--drop-identical-ids", type=_bool, default=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=beir_config)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

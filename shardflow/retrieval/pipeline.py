@@ -1,0 +1,207 @@
+"""The retrieval evaluation as workflow steps.
+
+prepare   BEIR / MS MARCO files -> corpus.jsonl + queries.jsonl (shardflow chunk
+          format) + qrels.json; the corpus then goes through the ordinary
+          split -> embed_<i> -> merge pipeline as data set <name>.
+evaluate  merged corpus embeddings + query embeddings -> exact top-k -> MTEB
+          metrics (metrics.json), per-query scores, the run itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shardflow.atomic import atomic_path, write_json
+from shardflow.retrieval import data as rdata
+from shardflow.retrieval.metrics import evaluate
+
+log = logging.getLogger(__name__)
+
+HEADLINE = ("ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10", "map_at_10")
+
+
+@dataclass(frozen=True)
+class RetrievalSpec:
+    path: str
+    format: str = "beir"
+    split: str = "test"
+    msmarco_collection: str = "collection.tsv"
+    msmarco_queries: str = "queries.dev.small.tsv"
+    msmarco_qrels: str = "qrels.dev.small.tsv"
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> "RetrievalSpec":
+        r = cfg["retrieval"]
+        return cls(
+            path=r["path"],
+            format=r["format"],
+            split=r["split"],
+            msmarco_collection=r["msmarco_collection"],
+            msmarco_queries=r["msmarco_queries"],
+            msmarco_qrels=r["msmarco_qrels"],
+        )
+
+    def source_files(self) -> list[str]:
+        """The input files, checked to exist (named in the error when not)."""
+        folder = Path(self.path)
+        if not folder.is_dir():
+            raise FileNotFoundError(f"retrieval.path {self.path!r} is not a folder")
+        if self.format == "beir":
+            files = [rdata.beir_file(folder, "corpus"), rdata.beir_file(folder, "queries")]
+            files.append(folder / "qrels" / f"{self.split}.tsv")
+        else:
+            files = [folder / self.msmarco_collection, folder / self.msmarco_queries, folder / self.msmarco_qrels]
+        for f in files:
+            if not Path(f).is_file():
+                raise FileNotFoundError(f"retrieval data file {str(f)!r} does not exist")
+        return [str(f) for f in files]
+
+
+def plan_corpus_chunks(cfg: dict) -> int:
+    """retrieval.n_chunks, or `auto` with the chunking rule over the corpus line count."""
+    n = cfg["retrieval"]["n_chunks"]
+    if n != "auto":
+        return int(n)
+    from shardflow.readers import ReaderOptions, count_records_cheap
+
+    corpus = RetrievalSpec.from_config(cfg).source_files()[0]
+    fmt = "jsonl" if cfg["retrieval"]["format"] == "beir" else "text"
+    records = count_records_cheap([corpus], ReaderOptions(format=fmt))
+    g = cfg["chunking"]["gpus"]
+    n = max(1, math.ceil(records / cfg["chunking"]["items_per_chunk"]))
+    return math.ceil(n / g) * g if n > 1 else n
+
+
+def prepare(spec: RetrievalSpec, corpus_out: str, queries_out: str, qrels_out: str) -> dict:
+    """Convert the benchmark into shardflow corpus/query files and normalised qrels."""
+    corpus_file, queries_file, qrels_file = spec.source_files()
+    if spec.format == "beir":
+        docs = rdata.iter_beir_corpus(corpus_file)
+        queries = rdata.iter_beir_queries(queries_file)
+        qrels = rdata.load_beir_qrels(spec.path, spec.split)
+    else:
+        docs = rdata.iter_msmarco_collection(corpus_file)
+        queries = rdata.iter_msmarco_queries(queries_file)
+        qrels = rdata.load_qrels(qrels_file)
+    n_docs = rdata.write_corpus_jsonl(docs, corpus_out)
+    # Only queries that have qrels are evaluated (MTEB); the others are not embedded.
+    wanted = (q for q in queries if q[0] in qrels)
+    n_queries = rdata.write_corpus_jsonl(wanted, queries_out)
+    write_json(qrels_out, qrels)
+    missing = sorted(set(qrels) - set(_ids(queries_out)))
+    if missing:
+        raise ValueError(f"{len(missing)} qrels queries have no text in {queries_file}, e.g. {missing[:5]}")
+    stats = {"documents": n_docs, "queries": n_queries, "qrels_queries": len(qrels)}
+    log.info("prepared %s: %s", spec.path, stats)
+    return stats
+
+
+def _ids(chunk_jsonl: str) -> list[str]:
+    with open(chunk_jsonl, encoding="utf-8") as fh:
+        return [json.loads(line)["id"] for line in fh]
+
+
+def read_ids(parquet_path: str) -> list[str]:
+    return pq.read_table(parquet_path, columns=["id"]).column("id").to_pylist()
+
+
+@dataclass(frozen=True)
+class EvaluateParams:
+    top_k: int = 1000
+    block_size: int = 65536
+    backend: str = "torch"
+    drop_identical_ids: bool = False
+
+
+def search_and_score(
+    doc_npy: str,
+    doc_ids_path: str,
+    query_npy: str,
+    query_ids_path: str,
+    qrels_path: str,
+    params: EvaluateParams,
+    metrics_out: str,
+    per_query_out: str,
+    run_out: str,
+) -> dict:
+    from shardflow.retrieval.search import exact_search, to_run
+
+    doc_ids = read_ids(doc_ids_path)
+    query_ids = read_ids(query_ids_path)
+    queries = np.load(query_npy)
+    with open(qrels_path, encoding="utf-8") as fh:
+        qrels = json.load(fh)
+    k = min(params.top_k, len(doc_ids))
+    hits = exact_search(
+        queries,
+        doc_npy,
+        k,
+        block_size=params.block_size,
+        backend=params.backend,
+        query_ids=query_ids,
+        doc_ids=doc_ids,
+        drop_identical_ids=params.drop_identical_ids,
+    )
+    run = to_run(hits, query_ids, doc_ids)
+    scores = evaluate(qrels, run, ignore_identical_ids=params.drop_identical_ids)
+    result = scores.as_dict()
+    metrics = {key: result["scores"][key] for key in HEADLINE}
+    metrics.update(
+        {
+            "all": result["scores"],
+            "n_queries": result.get("n_queries"),
+            "n_documents": len(doc_ids),
+            "top_k": k,
+            "drop_identical_ids": params.drop_identical_ids,
+        }
+    )
+    write_json(metrics_out, metrics)
+    rows = sorted(scores.per_query.items())
+    table = pa.table({"query_id": [q for q, _ in rows], **{m: [s[m] for _, s in rows] for m in HEADLINE}})
+    with atomic_path(per_query_out) as tmp:
+        pq.write_table(table, tmp)
+    _write_run(run_out, run)
+    log.info("metrics: %s", {key: round(metrics[key], 5) for key in HEADLINE})
+    return metrics
+
+
+def _write_run(path: str, run: dict) -> None:
+    qids, dids, ranks, scores = [], [], [], []
+    for qid, ranking in run.items():
+        for rank, (did, score) in enumerate(ranking.items(), 1):
+            qids.append(qid)
+            dids.append(did)
+            ranks.append(rank)
+            scores.append(float(score))
+    table = pa.table({"query_id": qids, "doc_id": dids, "rank": ranks, "score": pa.array(scores, pa.float32())})
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+def plot_per_query(per_query_path: str, metrics_path: str, out_png: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ndcg = pq.read_table(per_query_path, columns=["ndcg_at_10"]).column(0).to_numpy()
+    metrics = json.load(open(metrics_path))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.5), gridspec_kw={"width_ratios": [3, 2]})
+    ax1.hist(ndcg, bins=20, range=(0, 1), color="#3b75af")
+    ax1.set_xlabel("nDCG@10 per query")
+    ax1.set_ylabel("queries")
+    ax1.set_title(f"{len(ndcg)} queries, {metrics['n_documents']} documents")
+    ax2.axis("off")
+    cells = [[key, f"{metrics[key]:.5f}"] for key in HEADLINE]
+    ax2.table(cellText=cells, colLabels=["metric", "value"], loc="center")
+    with atomic_path(out_png) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
