@@ -19,6 +19,7 @@ include: "rules/merge.smk"
 include: "rules/verify.smk"
 include: "rules/report.smk"
 include: "rules/retrieval.smk"
+include: "rules/provenance.smk"
 
 
 rule all:

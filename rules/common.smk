@@ -9,14 +9,18 @@ from shardflow import plan
 from shardflow.configuration import load_schema, validate_config
 from shardflow.retrieval import pipeline as retrieval
 
-validate_config(config, load_schema(workflow.source_path("../config/config.schema.yaml")))
+validate_config(
+    config, load_schema(workflow.source_path("../config/config.schema.yaml"))
+)
 
 DATASET = config["dataset"]
 N_CHUNKS = {DATASET: plan.plan_n_chunks(config)}
 RETRIEVAL = config["retrieval"]["name"] if config["retrieval"]["path"] else None
 if RETRIEVAL is not None:
     if RETRIEVAL == DATASET:
-        raise ValueError(f"retrieval.name and dataset are both {DATASET!r}: give them different names")
+        raise ValueError(
+            f"retrieval.name and dataset are both {DATASET!r}: give them different names"
+        )
     N_CHUNKS[RETRIEVAL] = retrieval.plan_corpus_chunks(config)
 
 
@@ -34,11 +38,15 @@ def chunk_embeddings(wildcards):
 
 
 def chunk_ids(wildcards):
-    return chunk_list(wildcards.dataset, "results/{dataset}/embed/embed_{chunk}.ids.parquet")
+    return chunk_list(
+        wildcards.dataset, "results/{dataset}/embed/embed_{chunk}.ids.parquet"
+    )
 
 
 def chunk_stats(wildcards):
-    return chunk_list(wildcards.dataset, "results/{dataset}/embed/embed_{chunk}.stats.json")
+    return chunk_list(
+        wildcards.dataset, "results/{dataset}/embed/embed_{chunk}.stats.json"
+    )
 
 
 def chunk_benchmarks(wildcards):
@@ -65,4 +73,45 @@ def final_targets():
     ]
     if RETRIEVAL is not None:
         targets.append(f"results/{RETRIEVAL}/retrieval/metrics.json")
+    targets += [f"results/{ds}/provenance.json" for ds in N_CHUNKS]
+    if config["reproduce"]["name"]:
+        targets.append(f"results/{REPRO_DATASET}/reproduction.json")
     return targets
+
+
+REPRO_DATASET = RETRIEVAL if RETRIEVAL is not None else DATASET
+
+
+def provenance_inputs(wildcards):
+    ds = wildcards.dataset
+    outputs = [
+        f"results/{ds}/embeddings.npy",
+        f"results/{ds}/ids.parquet",
+        f"results/{ds}/verification.json",
+    ]
+    benchmarks = [f"benchmarks/split/{ds}.tsv", f"benchmarks/merge/{ds}.tsv"]
+    benchmarks += chunk_list(ds, "benchmarks/embed/{dataset}/chunk_{chunk}.tsv")
+    if ds == RETRIEVAL:
+        sources = retrieval.RetrievalSpec.from_config(config).source_files()
+        outputs += [
+            f"results/{ds}/retrieval/metrics.json",
+            f"results/{ds}/retrieval/run.parquet",
+        ]
+        benchmarks += [
+            f"benchmarks/embed_queries/{ds}.tsv",
+            f"benchmarks/retrieval_evaluate/{ds}.tsv",
+        ]
+    else:
+        sources = plan.corpus_inputs(config)
+    return {
+        "sources": sources,
+        "chunks": chunk_list(ds, "results/{dataset}/chunks/chunk_{chunk}.jsonl"),
+        "outputs": outputs,
+        "benchmarks": benchmarks,
+    }
+
+
+def reproduction_metrics():
+    if RETRIEVAL is not None:
+        return f"results/{RETRIEVAL}/retrieval/metrics.json"
+    return f"results/{DATASET}/verification.json"

@@ -22,5 +22,8 @@ from shardflow.models import resolve_model  # noqa: E402
 threads = cfg.pop("threads")
 params = EmbedParams(**{**cfg, "model": resolve_model(cfg["model"]), "threads": smk.threads or threads})
 stats = embed_chunk(smk.input[0], smk.output.npy, smk.output.ids, params, smk.params.resume_root, log)
-write_json(smk.output.stats, {**stats, "chunk": chunk, "input": smk.input[0]})
+# The report reads these names; the engine's own names are kept alongside.
+stats.update(chunk=chunk, input=smk.input[0], tokens=stats["real_tokens"])
+stats.update(start_time=stats["start_unix"], end_time=stats["end_unix"])
+write_json(smk.output.stats, stats)
 log.info("done: %s", stats)

@@ -1,0 +1,182 @@
+"""Whole-workflow overhead and split/merge memory, measured in one invocation.
+
+1. Overhead: the same corpus (default 20,000 documents) embedded
+   (a) by the engine alone, in this process, one call over all texts, and
+   (b) by `snakemake` running split -> embed_<i> (N chunks) -> merge,
+   interleaved (engine, workflow, engine, ...), median of --rounds.
+   Prints workflow/engine wall-time ratio (target <= 1.15 on CPU, 20k docs, 4 chunks).
+2. Memory: peak RSS of split and of merge, each in a fresh subprocess, at 1x and
+   10x corpus size. Prints the 10x/1x ratio (flat = within 20%).
+
+    .venv/bin/python benchmarks/bench_workflow.py                  # full (CPU: ~20 min)
+    .venv/bin/python benchmarks/bench_workflow.py --docs 2000 --rounds 1   # quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def make_corpus(path: Path, n_docs: int, seed: int = 0) -> None:
+    """n_docs real-text documents: demo docstrings, each made distinct by a numbered prefix."""
+    from shardflow.demo import DemoParams, build_demo_corpus
+
+    base = path.with_suffix(".base.jsonl")
+    build_demo_corpus(str(base), DemoParams(max_docs=3000, min_words=20))
+    texts = [json.loads(line)["text"] for line in base.read_text().splitlines()]
+    rng = np.random.default_rng(seed)
+    with open(path, "w", encoding="utf-8") as fh:
+        for i in range(n_docs):
+            t = texts[int(rng.integers(len(texts)))]
+            fh.write(json.dumps({"id": f"doc{i}", "text": f"Note {i}: {t}"}) + "\n")
+    base.unlink()
+
+
+def engine_alone(corpus: Path, threads: int) -> float:
+    from shardflow.chunks import read_chunk
+    from shardflow.embed.engine import EmbedParams, load_encoder
+    from shardflow.models import resolve_model
+
+    start = time.perf_counter()
+    _, texts = read_chunk(corpus)
+    enc = load_encoder(EmbedParams(model=resolve_model("default"), device="cpu", threads=threads))
+    enc.encode(texts)
+    return time.perf_counter() - start
+
+
+def workflow(corpus: Path, n_chunks: int, threads: int, workdir: Path) -> float:
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    cfg = workdir / "config.yaml"
+    cfg.write_text(
+        json.dumps(
+            {
+                "dataset": "bench",
+                "n_chunks": n_chunks,
+                "input": {"path": str(corpus)},
+                "embedding": {"threads": threads, "device": "cpu"},
+            }
+        )
+    )
+    snakemake = str(Path(sys.executable).parent / "snakemake")
+    start = time.perf_counter()
+    subprocess.run(
+        [snakemake, "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--cores", str(threads),
+         "--configfile", str(cfg), "results/bench/ids.parquet", "--quiet", "all"],
+        check=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+    )
+    return time.perf_counter() - start
+
+
+_PEAK = """
+import json, resource, sys
+sys.path.insert(0, {repo!r})
+what, args = sys.argv[1], json.loads(sys.argv[2])
+if what == "split":
+    from shardflow.readers import ReaderOptions
+    from shardflow.split import SplitParams, split_corpus
+    split_corpus([args["corpus"]], ReaderOptions(), SplitParams(n_chunks=4),
+                 args["chunks"], args["manifest"], args["rejects"])
+else:
+    from shardflow.merge import merge_embeddings
+    merge_embeddings(args["npy"], args["ids"], args["out_npy"], args["out_ids"])
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def peak_rss_mb(what: str, args: dict) -> float:
+    out = subprocess.run(
+        [sys.executable, "-c", _PEAK.format(repo=str(REPO)), what, json.dumps(args)],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    return int(out.strip().splitlines()[-1]) / 1024
+
+
+def baseline_rss_mb(what: str) -> float:
+    """RSS of the same subprocess doing only its imports (the floor under both sizes)."""
+    code = "import resource, sys; sys.path.insert(0, %r); " % str(REPO)
+    code += "import shardflow.split, shardflow.readers" if what == "split" else "import shardflow.merge"
+    code += "; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    return int(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout) / 1024
+
+
+def memory(tmp: Path, n_docs: int) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    results = {}
+    for scale in (1, 10):
+        d = tmp / f"mem{scale}"
+        d.mkdir()
+        corpus = d / "corpus.jsonl"
+        make_corpus(corpus, n_docs * scale)
+        chunks = [str(d / f"chunk_{i}.jsonl") for i in range(4)]
+        split_mb = peak_rss_mb("split", {"corpus": str(corpus), "chunks": chunks,
+                                         "manifest": str(d / "m.json"), "rejects": str(d / "r.jsonl")})
+        rows = n_docs * scale // 4
+        npys, ids = [], []
+        for i in range(4):
+            arr = np.lib.format.open_memmap(d / f"e{i}.npy", mode="w+", dtype=np.float32, shape=(rows, 384))
+            arr[:] = 0.05
+            arr.flush()
+            del arr
+            pq.write_table(pa.table({"id": [f"c{i}-{r}" for r in range(rows)]}), d / f"e{i}.parquet")
+            npys.append(str(d / f"e{i}.npy"))
+            ids.append(str(d / f"e{i}.parquet"))
+        merge_mb = peak_rss_mb("merge", {"npy": npys, "ids": ids, "out_npy": str(d / "all.npy"),
+                                         "out_ids": str(d / "all.parquet")})
+        results[scale] = (split_mb, merge_mb, corpus.stat().st_size / 2**20)
+        print(f"{scale:>3}x: {n_docs * scale:>8} docs, corpus {results[scale][2]:7.1f} MB, "
+              f"split peak RSS {split_mb:7.1f} MB, merge peak RSS {merge_mb:7.1f} MB")
+    for i, what in enumerate(("split", "merge")):
+        base = baseline_rss_mb(what)
+        ratio = results[10][i] / results[1][i]
+        print(f"{what}: peak RSS 10x/1x = {ratio:.3f} (import floor {base:.1f} MB; "
+              f"above the floor: {results[1][i] - base:.1f} -> {results[10][i] - base:.1f} MB)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, default=20000)
+    ap.add_argument("--chunks", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--skip-overhead", action="store_true")
+    ap.add_argument("--skip-memory", action="store_true")
+    args = ap.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    with tempfile.TemporaryDirectory(prefix="shardflow-bench-") as tmp:
+        tmp = Path(tmp)
+        if not args.skip_memory:
+            memory(tmp, args.docs)
+        if not args.skip_overhead:
+            corpus = tmp / "corpus.jsonl"
+            make_corpus(corpus, args.docs)
+            engine_s, flow_s = [], []
+            for r in range(args.rounds):
+                engine_s.append(engine_alone(corpus, args.threads))
+                flow_s.append(workflow(corpus, args.chunks, args.threads, tmp / "wf"))
+                print(f"round {r + 1}: engine alone {engine_s[-1]:.1f} s, workflow {flow_s[-1]:.1f} s")
+            ratios = [f / e for f, e in zip(flow_s, engine_s)]
+            print(f"workflow: {args.docs} docs, {args.chunks} chunks, {args.threads} threads")
+            print(f"workflow/engine wall-time ratio: {statistics.median(ratios):.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""provenance and verify_reproduction.
+
+provenance: per data set, results/<dataset>/provenance.json — git commit and
+dirty flag, config hash, package versions, Python, CUDA and GPU model, model
+weights hash, input and output checksums, job timings. Flagged for the report.
+verify_reproduction (when the config has a `reproduce:` section, i.e. an
+experiment file from config/reproduce/): compares the run with the pinned
+expectations and fails with a table of expected vs got.
+"""
+
+
+rule provenance:
+    input:
+        unpack(provenance_inputs),
+    output:
+        report(
+            "results/{dataset}/provenance.json",
+            caption="captions/provenance.rst",
+            category="Provenance",
+        ),
+    log:
+        "logs/provenance/{dataset}.log",
+    conda:
+        "../envs/embed.yaml"
+    params:
+        config=config,
+        model=config["embedding"]["model"],
+        repo=workflow.basedir,
+    script:
+        "../scripts/provenance.py"
+
+
+if config["reproduce"]["name"]:
+
+    rule verify_reproduction:
+        input:
+            provenance=f"results/{REPRO_DATASET}/provenance.json",
+            metrics=reproduction_metrics(),
+        output:
+            report(
+                f"results/{REPRO_DATASET}/reproduction.json",
+                caption="captions/reproduction.rst",
+                category="Provenance",
+            ),
+        log:
+            f"logs/verify_reproduction/{REPRO_DATASET}.log",
+        conda:
+            "../envs/core.yaml"
+        params:
+            expect=config["reproduce"]["expect"],
+            strict_packages=config["reproduce"]["strict_packages"],
+            name=config["reproduce"]["name"],
+        script:
+            "../scripts/verify_reproduction.py"

@@ -1,0 +1,18 @@
+"""Rule verify_reproduction: this run vs the experiment file; fail with a table when off."""
+
+import json
+
+from shardflow.atomic import write_json
+from shardflow.reproduce import ReproductionError, check_reproduction, failed, render_table
+from shardflow.runlog import configure_logging
+
+smk = snakemake  # noqa: F821 - injected by Snakemake
+log = configure_logging(smk.log[0], "verify_reproduction", {"name": smk.params.name})
+provenance = json.load(open(smk.input.provenance))
+metrics = json.load(open(smk.input.metrics))
+rows = check_reproduction(dict(smk.params.expect), provenance, metrics, smk.params.strict_packages)
+table = render_table(rows)
+log.info("reproduction %s:\n%s", smk.params.name, table)
+if failed(rows):
+    raise ReproductionError(f"reproduction {smk.params.name!r} FAILED:\n{table}")
+write_json(smk.output[0], {"name": smk.params.name, "ok": True, "rows": [r.as_dict() for r in rows]})

@@ -1,0 +1,77 @@
+"""Compare a run with a pinned experiment: metrics within tolerance, same data, same model.
+
+An experiment file (config/reproduce/<name>.yaml) is a config overlay with a
+`reproduce:` section of expectations. `check_reproduction` returns one row per
+expectation; a failed metric, data checksum or model hash fails the check, a
+package version that differs is reported as drift (a failure too with
+`strict_packages: true`). The table says exactly what drifted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class ReproductionError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Row:
+    item: str
+    expected: str
+    got: str
+    tolerance: str
+    status: str  # ok | FAIL | drift
+
+    def as_dict(self) -> dict:
+        return self.__dict__.copy()
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.5f}"
+    return "-" if value is None else str(value)
+
+
+def check_reproduction(expect: dict, provenance: dict, metrics: dict | None, strict_packages: bool = False) -> list[Row]:
+    rows: list[Row] = []
+    for name, spec in sorted((expect.get("metrics") or {}).items()):
+        got = None if metrics is None else metrics.get(name)
+        value, tol = float(spec["value"]), float(spec["tolerance"])
+        ok = got is not None and abs(float(got) - value) <= tol
+        rows.append(Row(f"metric {name}", _fmt(value), _fmt(got), f"±{tol:g}", "ok" if ok else "FAIL"))
+    inputs = provenance.get("inputs", {})
+    for path, digest in sorted((expect.get("data_sha256") or {}).items()):
+        got = next((d for p, d in inputs.items() if p == path or p.endswith("/" + path.lstrip("./"))), None)
+        rows.append(Row(f"data {path}", digest[:16], (got or "missing")[:16], "exact", "ok" if got == digest else "FAIL"))
+    if expect.get("model_sha256"):
+        got = (provenance.get("model") or {}).get("sha256")
+        ok = got == expect["model_sha256"]
+        rows.append(Row("model weights", expect["model_sha256"][:16], (got or "missing")[:16], "exact", "ok" if ok else "FAIL"))
+    packages = provenance.get("packages", {})
+    for name, version in sorted((expect.get("packages") or {}).items()):
+        got = packages.get(name)
+        status = "ok" if str(got) == str(version) else ("FAIL" if strict_packages else "drift")
+        rows.append(Row(f"package {name}", str(version), _fmt(got), "exact", status))
+    for path, digest in sorted((expect.get("outputs_sha256") or {}).items()):
+        got = provenance.get("outputs", {}).get(path)
+        rows.append(Row(f"output {path}", digest[:16], (got or "missing")[:16], "exact", "ok" if got == digest else "FAIL"))
+    return rows
+
+
+def render_table(rows: list[Row]) -> str:
+    header = Row("item", "expected", "got", "tolerance", "status")
+    cols = list(zip(*[(r.item, r.expected, r.got, r.tolerance, r.status) for r in [header, *rows]]))
+    widths = [max(len(c) for c in col) for col in cols]
+    lines = []
+    for i, r in enumerate([header, *rows]):
+        cells = (r.item, r.expected, r.got, r.tolerance, r.status)
+        lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip())
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def failed(rows: list[Row]) -> list[Row]:
+    return [r for r in rows if r.status == "FAIL"]

@@ -1,0 +1,84 @@
+"""A small synthetic BEIR set through the real retrieval workflow, and the
+reproduction check failing loudly when an expected value changes."""
+
+import json
+
+import pytest
+
+from tests.helpers import job_counts, snakemake, write_config
+
+pytestmark = pytest.mark.workflow
+
+
+@pytest.fixture(scope="module")
+def beir(tmp_path_factory, demo_texts):
+    """40 docs with titles; 6 queries that repeat a doc's text exactly (so each finds its
+    doc first), one of them also judged against a doc missing from the corpus."""
+    _, records = demo_texts
+    folder = tmp_path_factory.mktemp("beir") / "tiny"
+    (folder / "qrels").mkdir(parents=True)
+    docs = records[:40]
+    with open(folder / "corpus.jsonl", "w") as fh:
+        for i, r in enumerate(docs):
+            title = r["id"] if i % 2 else ""
+            fh.write(json.dumps({"_id": f"d{i}", "title": title, "text": r["text"]}) + "\n")
+    with open(folder / "queries.jsonl", "w") as fh:
+        for q in range(6):
+            i = 2 * q  # even docs have no title: the query text equals the document text
+            fh.write(json.dumps({"_id": f"q{q}", "text": docs[i]["text"]}) + "\n")
+        fh.write(json.dumps({"_id": "q-unjudged", "text": "not in qrels, not evaluated"}) + "\n")
+    with open(folder / "qrels" / "test.tsv", "w") as fh:
+        fh.write("query-id\tcorpus-id\tscore\n")
+        for q in range(6):
+            fh.write(f"q{q}\td{2 * q}\t1\n")
+        fh.write("q5\tmissing-doc\t1\n")
+    return folder
+
+
+def _config(workdir, folder, expect_ndcg):
+    return write_config(
+        workdir / "config.yaml",
+        retrieval={"path": str(folder), "name": "tiny", "n_chunks": 2, "top_k": 100},
+        embedding={"threads": 2},
+        reproduce={
+            "name": "tiny-check",
+            "expect": {"metrics": {"ndcg_at_10": {"value": expect_ndcg, "tolerance": 0.001}}},
+        },
+    )
+
+
+def _expected_ndcg():
+    # 5 queries score 1; q5 has two relevant docs, one missing: DCG 1, IDCG 1 + 1/log2(3).
+    import math
+
+    return (5 + 1 / (1 + 1 / math.log2(3))) / 6
+
+
+def test_dry_run_shows_the_retrieval_dag_before_data(tmp_path, beir):
+    cfg = _config(tmp_path, beir, _expected_ndcg())
+    counts = job_counts(snakemake(tmp_path, "-n", "--configfile", str(cfg), "results/tiny/reproduction.json").stdout)
+    assert counts["embed"] == 2 and counts["embed_queries"] == 1 and counts["retrieval_evaluate"] == 1
+
+
+def test_metrics_through_the_workflow_and_reproduction_check(tmp_path, beir):
+    cfg = _config(tmp_path, beir, _expected_ndcg())
+    snakemake(tmp_path, "--cores", "2", "--configfile", str(cfg), "results/tiny/reproduction.json")
+    metrics = json.loads((tmp_path / "results/tiny/retrieval/metrics.json").read_text())
+    assert set(metrics) >= {"ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10", "map_at_10"}
+    assert metrics["ndcg_at_10"] == pytest.approx(_expected_ndcg(), abs=1e-6)
+    assert metrics["recall_at_10"] == pytest.approx((5 + 0.5) / 6, abs=1e-9)
+    assert metrics["mrr_at_10"] == pytest.approx(1.0)
+    assert metrics["n_queries"] == 6
+    assert (tmp_path / "results/tiny/retrieval/per_query_ndcg.png").stat().st_size > 1000
+    repro = json.loads((tmp_path / "results/tiny/reproduction.json").read_text())
+    assert repro["ok"]
+
+    # Change the expectation: the check reruns (params changed) and fails with a table.
+    bad = _config(tmp_path, beir, 0.5)
+    proc = snakemake(
+        tmp_path, "--cores", "2", "--configfile", str(bad), "results/tiny/reproduction.json", check=False
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "reproduction 'tiny-check' FAILED" in out
+    assert "metric ndcg_at_10" in out and "0.50000" in out and "FAIL" in out
