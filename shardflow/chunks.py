@@ -41,7 +41,7 @@ def iter_chunk(path: str | os.PathLike) -> Iterator[ChunkRecord]:
             try:
                 obj = json.loads(line)
                 yield ChunkRecord(obj["id"], obj["text"], obj.get("group"))
-            except (json.JSONDecodeError, KeyError) as exc:
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
                 raise ValueError(f"{path}:{lineno}: not a shardflow chunk record ({exc})") from exc
 
 

@@ -4,6 +4,12 @@ Real English text, no download. Modules whose import has side effects (opening
 a browser, printing, starting a GUI, running tests) are never imported.
 Documents are ordered by qualified name, so the corpus is deterministic for a
 given Python build.
+
+`build_demo_corpus` reads the docstrings in a fresh interpreter: what the calling
+process already imported must not change the corpus (typing_extensions, pulled in
+by pytest or torch, replaces helpers inside `typing`, and replaced functions no
+longer count as defined there), and the ~600 modules imported for it stay out of
+the caller.
 """
 
 from __future__ import annotations
@@ -15,11 +21,13 @@ import inspect
 import io
 import json
 import logging
+import os
 import pkgutil
 import re
+import subprocess
 import sys
 import warnings
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from shardflow.atomic import atomic_open
 
@@ -28,11 +36,14 @@ log = logging.getLogger(__name__)
 # Prefixes (module or package) never imported: side effects or GUI toolkits.
 SKIP_PREFIXES = (
     "antigravity",
+    # setuptools swaps in its own distutils: the corpus would depend on what is installed.
+    "distutils",
     "this",
     "idlelib",
     "turtledemo",
     "turtle",
     "tkinter",
+    "_tkinter",
     "test",
     "lib2to3.tests",
     "ctypes.test",
@@ -68,8 +79,26 @@ def _skipped(name: str) -> bool:
     return any(name == p or name.startswith(p + ".") for p in SKIP_PREFIXES)
 
 
+def _submodules(package: str, locations: list[str], names: set[str]) -> None:
+    """Add the public, non-skipped submodules under `locations`, recursively.
+
+    Found from the file system alone: `pkgutil.walk_packages` would import every
+    package it meets (skipped ones such as `unittest.test` included) to read its
+    `__path__`.
+    """
+    for info in pkgutil.iter_modules(locations, prefix=package + "."):
+        # A private package's children are private too ("._" in their names).
+        if _skipped(info.name) or "._" in info.name:
+            continue
+        names.add(info.name)
+        if info.ispkg:
+            spec = info.module_finder.find_spec(info.name)  # a finder lookup, no import
+            if spec is not None and spec.submodule_search_locations:
+                _submodules(info.name, list(spec.submodule_search_locations), names)
+
+
 def stdlib_module_names() -> list[str]:
-    """Top-level stdlib modules and the submodules of stdlib packages, sorted."""
+    """Top-level stdlib modules and the submodules of stdlib packages, sorted. Imports nothing."""
     names: set[str] = set()
     for top in sorted(sys.stdlib_module_names):
         if _skipped(top) or top.startswith("__"):
@@ -78,9 +107,7 @@ def stdlib_module_names() -> list[str]:
         spec = importlib.util.find_spec(top)
         if spec is None or not spec.submodule_search_locations:
             continue
-        for info in pkgutil.walk_packages(spec.submodule_search_locations, prefix=top + ".", onerror=lambda _: None):
-            if not _skipped(info.name) and "._" not in info.name:
-                names.add(info.name)
+        _submodules(top, list(spec.submodule_search_locations), names)
     return sorted(names)
 
 
@@ -133,8 +160,38 @@ def clean(doc: str) -> str:
     return _SPACE.sub(" ", inspect.cleandoc(doc)).strip()
 
 
+# Run by build_demo_corpus as `python -c`: without the working directory on the path
+# (nothing there may shadow a stdlib module); shardflow from where this copy lives.
+_CHILD = """
+import json, sys
+if sys.path[:1] == [""]:
+    del sys.path[0]
+sys.path.append({root!r})
+from shardflow.demo import DemoParams, write_demo_corpus
+stats = write_demo_corpus(sys.argv[1], DemoParams(**json.loads(sys.argv[2])))
+print(json.dumps(stats))
+"""
+
+
 def build_demo_corpus(out_path: str, params: DemoParams) -> dict:
-    """Write the demo corpus as JSONL (`id` = qualified name, `text`); return counts."""
+    """Write the demo corpus as JSONL (`id` = qualified name, `text`) from a fresh
+    interpreter; return counts."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD.format(root=root), os.fspath(out_path), json.dumps(asdict(params))],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"building the demo corpus failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    # The last line: a module may have written to the real stdout while imported.
+    stats = json.loads(proc.stdout.strip().splitlines()[-1])
+    log.info("demo corpus: %s", stats)
+    return stats
+
+
+def write_demo_corpus(out_path: str, params: DemoParams) -> dict:
+    """`build_demo_corpus` in this process: imports most of the stdlib into it."""
     seen_texts: set[str] = set()
     docs: dict[str, str] = {}
     modules = stdlib_module_names()
@@ -165,5 +222,4 @@ def build_demo_corpus(out_path: str, params: DemoParams) -> dict:
         "documents": len(ordered),
         "python": sys.version.split()[0],
     }
-    log.info("demo corpus: %s", stats)
     return stats

@@ -42,7 +42,9 @@ def merge_embeddings(
 ) -> dict:
     if len(npy_paths) != len(id_paths):
         raise ValueError(f"{len(npy_paths)} embedding files but {len(id_paths)} id files")
-    shapes, dtypes = [], set()
+    if not npy_paths:
+        raise ValueError("no chunk to merge")
+    shapes, dtypes = [], []
     for p, ip in zip(npy_paths, id_paths):
         shape, dtype = _header(p)
         if len(shape) != 2:
@@ -51,8 +53,12 @@ def merge_embeddings(
         if n_ids != shape[0]:
             raise ValueError(f"{p} has {shape[0]} rows but {ip} has {n_ids} ids")
         shapes.append(shape)
-        dtypes.add(dtype)
-    dims = {s[1] for s in shapes if s[0] > 0} or {shapes[0][1]}
+        dtypes.append(dtype)
+    # An empty chunk holds no vectors, so its width and dtype are placeholders
+    # (np.empty((0, 0)) is float64): only chunks with rows must agree.
+    full = [i for i, s in enumerate(shapes) if s[0] > 0] or [0]
+    dims = {shapes[i][1] for i in full}
+    dtypes = {dtypes[i] for i in full}
     if len(dims) != 1 or len(dtypes) != 1:
         raise ValueError(f"chunks disagree: dimensions {sorted(dims)}, dtypes {sorted(map(str, dtypes))}")
     dim, dtype = dims.pop(), dtypes.pop()

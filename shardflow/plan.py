@@ -95,3 +95,8 @@ def plan_n_chunks(cfg: dict) -> int:
     if records is not None:
         n = max(n, min(g, records))
     return n
+
+
+# Reader settings for files this workflow wrote itself in the chunk format
+# (the retrieval corpus): {"id": ..., "text": ...} JSON lines.
+CHUNK_READER = {"format": "jsonl", "id_field": "id", "text_field": "text", "group_field": None, "on_bad_record": "error"}

@@ -4,10 +4,11 @@ Every record leaves here as a `Record` with a stable id: the record's own id
 field, or its source position (`<path>:<line>` / `<path>:<row>`, or the path
 itself for one-document-per-file text) when the corpus has no id field.
 
-Bad records (malformed JSON, missing or non-string fields, empty text, invalid
-UTF-8) raise `BadRecordError` naming the file and line. With
-`on_bad_record="skip"` they are yielded as `Rejected` instead, so the caller
-can write them to a rejects file and count them: nothing is dropped silently.
+Bad records (malformed JSON or CSV, missing or non-string fields, empty text,
+invalid UTF-8, unpaired surrogate escapes) raise `BadRecordError` naming the
+file and line. With `on_bad_record="skip"` they are yielded as `Rejected`
+instead, so the caller can write them to a rejects file and count them: nothing
+is dropped silently.
 """
 
 from __future__ import annotations
@@ -17,10 +18,15 @@ import glob
 import gzip
 import json
 import os
+import sys
 from dataclasses import dataclass
 from typing import IO, Iterable, Iterator
 
 FORMATS = ("jsonl", "parquet", "csv", "tsv", "text")
+
+# The csv module refuses fields over 128 KiB by default; a corpus document may be
+# far longer. (Process-wide setting; 2**31 - 1 fits a C long everywhere.)
+csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 
 
 class BadRecordError(ValueError):
@@ -71,9 +77,14 @@ class Rejected:
 
 
 def expand_inputs(pattern: str | os.PathLike | Iterable[str]) -> list[str]:
-    """Resolve a path, a glob, or a list of either into a sorted, de-duplicated file list."""
+    """Resolve a path, a glob, or a list of either into a de-duplicated file list.
+
+    Each glob expands in sorted order; a list keeps the order it was given in. A
+    file named twice (by overlapping globs, or as `./x` and `x`) is read once.
+    """
     patterns = [str(pattern)] if isinstance(pattern, (str, os.PathLike)) else [str(p) for p in pattern]
     found: list[str] = []
+    seen: set[str] = set()
     for pat in patterns:
         matches = sorted(glob.glob(pat, recursive=True)) if glob.has_magic(pat) else [pat]
         if not matches:
@@ -81,7 +92,9 @@ def expand_inputs(pattern: str | os.PathLike | Iterable[str]) -> list[str]:
         for m in matches:
             if not os.path.exists(m):
                 raise FileNotFoundError(f"input file {m!r} does not exist")
-            if os.path.isfile(m) and m not in found:
+            m = os.path.normpath(m)
+            if os.path.isfile(m) and m not in seen:
+                seen.add(m)
                 found.append(m)
     if not found:
         raise FileNotFoundError(f"input {patterns!r} names no regular file")
@@ -115,6 +128,21 @@ def _open_binary(path: str) -> IO[bytes]:
     return gzip.open(path, "rb") if path.lower().endswith(".gz") else open(path, "rb")
 
 
+def _decode(raw: bytes, lineno: int) -> str:
+    """Strict UTF-8; a byte-order mark opening the file is dropped, not made part of the data."""
+    return raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+
+
+def _encodable(value: str) -> bool:
+    # JSON escapes can smuggle in unpaired surrogates ("\\ud800"): valid JSON, but
+    # not text that can be written back out as UTF-8.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _raw(data: bytes | str) -> str:
     if isinstance(data, bytes):
         data = data.decode("utf-8", errors="backslashreplace")
@@ -141,6 +169,8 @@ class _Reader:
             return self.bad(line, f"text field {o.text_field!r} is {type(text).__name__}, not a string", raw)
         if not text.strip():
             return self.bad(line, f"empty text in field {o.text_field!r}", raw)
+        if not _encodable(text):
+            return self.bad(line, f"text field {o.text_field!r} holds an unpaired surrogate (not valid Unicode)", raw)
         if o.id_field is None:
             rid = f"{self.path}:{line}"
         else:
@@ -154,12 +184,16 @@ class _Reader:
             if isinstance(value, (dict, list, float)):
                 return self.bad(line, f"id field {o.id_field!r} is {type(value).__name__}, not a string or integer", raw)
             rid = str(value)
+            if not _encodable(rid):
+                return self.bad(line, f"id field {o.id_field!r} holds an unpaired surrogate (not valid Unicode)", raw)
         group = None
         if o.group_field is not None:
             g = obj.get(o.group_field)
             if g is None:
                 return self.bad(line, f"missing group field {o.group_field!r}", raw)
             group = str(g)
+            if not _encodable(group):
+                return self.bad(line, f"group field {o.group_field!r} holds an unpaired surrogate", raw)
         return Record(rid, text, group, self.path, line)
 
 
@@ -170,7 +204,7 @@ class _JsonlReader(_Reader):
                 if not raw.strip():
                     continue  # blank separator lines carry no record
                 try:
-                    line = raw.decode("utf-8")
+                    line = _decode(raw, lineno)
                 except UnicodeDecodeError as exc:
                     yield self.bad(lineno, f"invalid UTF-8 at byte {exc.start}", raw)
                     continue
@@ -186,44 +220,59 @@ class _JsonlReader(_Reader):
 
 
 class _DelimitedReader(_Reader):
+    """CSV/TSV with a header row. A record's line is the physical line its row starts on
+    (a quoted field may span lines). Parsing is strict: an unclosed quote is a bad
+    record, not a field that silently swallows the rows after it."""
+
     def __init__(self, path: str, opts: ReaderOptions, delimiter: str):
         super().__init__(path, opts)
         self.delimiter = delimiter
 
-    def _lines(self, fh: IO[bytes], state: dict) -> Iterator[str]:
+    def _lines(self, fh: IO[bytes], row: dict) -> Iterator[str]:
+        # `row` collects the raw lines of the row being parsed, for rejects and UTF-8 errors.
         for lineno, raw in enumerate(fh, 1):
-            state["physical"] = lineno
+            row["raw"].append(raw)
             try:
-                yield raw.decode("utf-8")
+                yield _decode(raw, lineno)
             except UnicodeDecodeError as exc:
-                # Rejected through the state so the row number stays right.
-                state["bad"] = (lineno, f"invalid UTF-8 at byte {exc.start}", raw)
+                row["bad"] = row["bad"] or (lineno, f"invalid UTF-8 at byte {exc.start}")
                 yield raw.decode("utf-8", errors="replace")
 
     def __iter__(self) -> Iterator[Record | Rejected]:
-        state: dict = {}
+        kind = "TSV" if self.delimiter == "\t" else "CSV"
+        row_state: dict = {"raw": [], "bad": None}
         with _open_binary(self.path) as fh:
-            reader = csv.reader(self._lines(fh, state), delimiter=self.delimiter)
+            reader = csv.reader(self._lines(fh, row_state), delimiter=self.delimiter, strict=True)
             try:
                 header = next(reader)
             except StopIteration:
                 return
-            if state.pop("bad", None):
+            except csv.Error as exc:
+                raise BadRecordError(self.path, 1, f"malformed {kind} header ({exc})") from exc
+            if row_state["bad"]:
                 raise BadRecordError(self.path, 1, "header is not valid UTF-8")
-            for row in reader:
-                bad = state.pop("bad", None)
-                line = reader.line_num
-                if bad:
-                    yield self.bad(*bad)
+            while True:
+                line = reader.line_num + 1
+                row_state["raw"].clear()
+                row_state["bad"] = None
+                try:
+                    row = next(reader)
+                except StopIteration:
+                    return
+                except csv.Error as exc:
+                    # The reader resets at the next line, so skipping can go on.
+                    yield self.bad(line, f"malformed {kind} ({exc})", b"".join(row_state["raw"]))
+                    continue
+                raw = b"".join(row_state["raw"])
+                if row_state["bad"]:
+                    yield self.bad(*row_state["bad"], raw)
                     continue
                 if not row:
                     continue
                 if len(row) != len(header):
-                    yield self.bad(
-                        line, f"{len(row)} fields where the header has {len(header)}", self.delimiter.join(row)
-                    )
+                    yield self.bad(line, f"{len(row)} fields where the header has {len(header)}", raw)
                     continue
-                yield self.make(dict(zip(header, row)), line, self.delimiter.join(row))
+                yield self.make(dict(zip(header, row)), line, raw)
 
 
 class _ParquetReader(_Reader):
@@ -249,7 +298,7 @@ class _TextLinesReader(_Reader):
         with _open_binary(self.path) as fh:
             for lineno, raw in enumerate(fh, 1):
                 try:
-                    text = raw.decode("utf-8").rstrip("\r\n")
+                    text = _decode(raw, lineno).rstrip("\r\n")
                 except UnicodeDecodeError as exc:
                     yield self.bad(lineno, f"invalid UTF-8 at byte {exc.start}", raw)
                     continue
@@ -264,7 +313,7 @@ class _TextFileReader(_Reader):
         with _open_binary(self.path) as fh:
             raw = fh.read()
         try:
-            text = raw.decode("utf-8")
+            text = raw.decode("utf-8-sig")
         except UnicodeDecodeError as exc:
             line = raw[: exc.start].count(b"\n") + 1
             yield self.bad(line, f"invalid UTF-8 at byte {exc.start}", raw[:200])

@@ -53,6 +53,11 @@ def read_benchmark(path: str) -> dict:
     return out
 
 
+def _load_json(path: str):
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
 def _save(fig, path: str) -> None:
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
@@ -137,6 +142,9 @@ def plot_map(npy_path: str, path: str, params: ReportParams) -> int:
 
 
 def summarise(stats: list[dict], benches: list[dict], manifest: dict, verification: dict, params: ReportParams) -> dict:
+    if len(benches) != len(stats):
+        # zip() would silently drop the unmatched jobs from the time and cost sums.
+        raise ValueError(f"{len(stats)} per-chunk stats but {len(benches)} benchmark records")
     records = sum(s["items"] for s in stats)
     tokens = sum(s["tokens"] for s in stats)
     start = min(s["start_time"] for s in stats)
@@ -178,10 +186,10 @@ def build_report(
     outputs: dict,
     params: ReportParams,
 ) -> dict:
-    stats = [json.load(open(p)) for p in stats_paths]
+    stats = [_load_json(p) for p in stats_paths]
     benches = [read_benchmark(p) for p in bench_paths]
-    manifest = json.load(open(manifest_path))
-    verification = json.load(open(verification_path))
+    manifest = _load_json(manifest_path)
+    verification = _load_json(verification_path)
     plot_throughput(stats, outputs["throughput"])
     plot_timeline(stats, benches, outputs["timeline"])
     plot_norms(verification, outputs["norms"])

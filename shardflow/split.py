@@ -66,6 +66,11 @@ def _measure(paths: list[str], opts: ReaderOptions, params: SplitParams) -> _Mea
         if isinstance(item, Rejected):
             m.rejected += 1
             continue
+        if m.groups is not None and item.group is None:
+            raise ValueError(
+                f"{item.source}:{item.line}: chunking.group_by={opts.group_field!r} needs a field, "
+                "but this record has none (plain text has no fields)"
+            )
         w = _weight(item, params.by)
         m.records += 1
         m.bytes += w if params.by == "size" else 0

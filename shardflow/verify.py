@@ -28,14 +28,18 @@ class VerifyParams:
     block_rows: int = 65536
 
 
+def _id_hash(value: str) -> int:
+    return int.from_bytes(hashlib.blake2b(value.encode(), digest_size=8).digest(), "little")
+
+
 def _id_hashes(ids_path: str, block_rows: int) -> tuple[np.ndarray, int]:
-    hashes = []
-    n = 0
+    # One uint64 array per batch: a Python list of ints would cost ~36 bytes an id.
+    parts = [np.zeros(0, dtype=np.uint64)]
     for batch in pq.ParquetFile(ids_path).iter_batches(columns=["id"], batch_size=block_rows):
-        for value in batch.column(0).to_pylist():
-            hashes.append(int.from_bytes(hashlib.blake2b(value.encode(), digest_size=8).digest(), "little"))
-        n += batch.num_rows
-    return np.asarray(hashes, dtype=np.uint64), n
+        values = batch.column(0).to_pylist()
+        parts.append(np.fromiter(map(_id_hash, values), dtype=np.uint64, count=len(values)))
+    hashes = np.concatenate(parts)
+    return hashes, len(hashes)
 
 
 def _duplicate_ids(ids_path: str, block_rows: int) -> tuple[int, list[str]]:
@@ -49,8 +53,7 @@ def _duplicate_ids(ids_path: str, block_rows: int) -> tuple[int, list[str]]:
     seen: dict[str, int] = {}
     for batch in pq.ParquetFile(ids_path).iter_batches(columns=["id"], batch_size=block_rows):
         for value in batch.column(0).to_pylist():
-            h = int.from_bytes(hashlib.blake2b(value.encode(), digest_size=8).digest(), "little")
-            if h in suspect:
+            if _id_hash(value) in suspect:
                 seen[value] = seen.get(value, 0) + 1
     return n, sorted(v for v, c in seen.items() if c > 1)
 

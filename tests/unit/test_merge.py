@@ -1,0 +1,112 @@
+"""merge: per-chunk matrices and ids concatenated in chunk order, row k with id k."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from shardflow.merge import MergeParams, merge_embeddings
+
+
+def write_chunk(folder: Path, i: int, emb: np.ndarray, ids: list[str]) -> tuple[str, str]:
+    npy, idp = folder / f"embed_{i}.npy", folder / f"embed_{i}.ids.parquet"
+    np.save(npy, emb)
+    pq.write_table(pa.table({"id": pa.array(ids, pa.string())}), idp)
+    return str(npy), str(idp)
+
+
+def chunk(i: int, rows: int, dim: int = 4, dtype="float32") -> tuple[np.ndarray, list[str]]:
+    """Row r of chunk i holds the value i*100 + r everywhere, so rows are recognisable."""
+    emb = np.repeat((i * 100 + np.arange(rows, dtype=np.float64))[:, None], dim, axis=1).astype(dtype)
+    return emb, [f"c{i}-r{r}" for r in range(rows)]
+
+
+def merge(tmp_path: Path, chunks: list[tuple[np.ndarray, list[str]]], **params) -> tuple[dict, np.ndarray, list[str]]:
+    written = [write_chunk(tmp_path, i, emb, ids) for i, (emb, ids) in enumerate(chunks)]
+    out_npy, out_ids = tmp_path / "out" / "embeddings.npy", tmp_path / "out" / "ids.parquet"
+    info = merge_embeddings([w[0] for w in written], [w[1] for w in written], out_npy, out_ids, MergeParams(**params))
+    return info, np.load(out_npy), pq.read_table(out_ids).column("id").to_pylist()
+
+
+def test_rows_follow_chunk_order(tmp_path):
+    info, emb, ids = merge(tmp_path, [chunk(0, 3), chunk(1, 2), chunk(2, 4)])
+    assert info == {"chunks": 3, "rows": 9, "dim": 4, "dtype": "float32"}
+    assert emb[:, 0].tolist() == [0, 1, 2, 100, 101, 200, 201, 202, 203]
+
+
+def test_row_k_of_embeddings_is_row_k_of_ids(tmp_path):
+    _, emb, ids = merge(tmp_path, [chunk(0, 3), chunk(1, 2), chunk(2, 4)])
+    for k, rid in enumerate(ids):
+        i, r = (int(part[1:]) for part in rid.split("-"))
+        assert emb[k, 0] == i * 100 + r
+
+
+def test_copies_in_blocks_smaller_than_a_chunk(tmp_path):
+    _, emb, ids = merge(tmp_path, [chunk(0, 7), chunk(1, 5)], block_rows=3)
+    assert emb[:, 0].tolist() == list(range(7)) + [100 + r for r in range(5)]
+    assert len(ids) == 12
+
+
+def test_empty_chunks_contribute_nothing(tmp_path):
+    _, emb, ids = merge(tmp_path, [chunk(0, 0), chunk(1, 2), chunk(2, 0), chunk(3, 1)])
+    assert emb[:, 0].tolist() == [100, 101, 300]
+    assert ids == ["c1-r0", "c1-r1", "c3-r0"]
+
+
+def test_empty_chunk_with_placeholder_shape_and_dtype_is_accepted(tmp_path):
+    # np.empty((0, 0)) is float64 with width 0: neither may veto the real chunks' float16 x 4.
+    placeholder = (np.empty((0, 0)), [])
+    info, emb, _ = merge(tmp_path, [chunk(0, 2, dtype="float16"), placeholder])
+    assert (info["dim"], info["dtype"], emb.dtype) == (4, "float16", np.float16)
+
+
+def test_all_chunks_empty_gives_an_empty_matrix(tmp_path):
+    info, emb, ids = merge(tmp_path, [chunk(0, 0), chunk(1, 0)])
+    assert emb.shape == (0, 4) and ids == [] and info["rows"] == 0
+
+
+def test_float16_is_kept(tmp_path):
+    info, emb, _ = merge(tmp_path, [chunk(0, 2, dtype="float16"), chunk(1, 3, dtype="float16")])
+    assert emb.dtype == np.float16 and info["dtype"] == "float16"
+    assert emb[:, 0].tolist() == [0, 1, 100, 101, 102]
+
+
+def test_rows_ids_mismatch_raises(tmp_path):
+    emb, ids = chunk(0, 3)
+    with pytest.raises(ValueError, match="has 3 rows but .* has 2 ids"):
+        merge(tmp_path, [(emb, ids[:2])])
+
+
+def test_dimension_mismatch_raises(tmp_path):
+    with pytest.raises(ValueError, match=r"dimensions \[4, 8\]"):
+        merge(tmp_path, [chunk(0, 2, dim=4), chunk(1, 2, dim=8)])
+
+
+def test_dtype_mismatch_raises(tmp_path):
+    with pytest.raises(ValueError, match="dtypes .*float16.*float32"):
+        merge(tmp_path, [chunk(0, 2, dtype="float32"), chunk(1, 2, dtype="float16")])
+
+
+def test_non_matrix_chunk_raises(tmp_path):
+    with pytest.raises(ValueError, match="expected a 2-D matrix"):
+        merge(tmp_path, [(np.zeros(3, dtype=np.float32), ["a", "b", "c"])])
+
+
+def test_unequal_file_lists_raise(tmp_path):
+    with pytest.raises(ValueError, match="2 embedding files but 1 id files"):
+        merge_embeddings(["a.npy", "b.npy"], ["a.parquet"], tmp_path / "e.npy", tmp_path / "i.parquet")
+
+
+def test_failure_while_writing_leaves_no_output(tmp_path):
+    # An ids file without an "id" column passes the row check but fails mid-write.
+    npy, _ = write_chunk(tmp_path, 0, *chunk(0, 2))
+    bad_ids = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"name": ["a", "b"]}), bad_ids)
+    out = tmp_path / "out"
+    with pytest.raises(Exception):
+        merge_embeddings([npy], [str(bad_ids)], out / "embeddings.npy", out / "ids.parquet")
+    assert list(out.iterdir()) == []

@@ -1,0 +1,189 @@
+"""plan: the chunk count and the inputs the Snakefile derives from config at parse time.
+
+Configs are config/config.yaml as shipped, with keys overridden per test.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shardflow import plan
+from shardflow.readers import ReaderOptions
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    # The record-count cache lives under the working directory's .snakemake/.
+    monkeypatch.chdir(tmp_path)
+
+
+def auto(config, path=None, **chunking) -> dict:
+    config["n_chunks"] = "auto"
+    config["input"]["path"] = path
+    config["chunking"].update(chunking)
+    return config
+
+
+def write_records(path, n: int) -> str:
+    path.write_text("".join(json.dumps({"id": i, "text": f"doc {i}"}) + "\n" for i in range(n)))
+    return str(path)
+
+
+# --- explicit counts ---------------------------------------------------------------------
+
+
+def test_shipped_config_has_a_fixed_chunk_count(config):
+    assert plan.plan_n_chunks(config) == config["n_chunks"] == 4
+
+
+@pytest.mark.parametrize("n", [1, 7, 64])
+def test_integer_n_chunks_is_used_as_given(config, n):
+    config["n_chunks"] = n
+    config["chunking"]["gpus"] = 4  # rounding applies to auto only
+    assert plan.plan_n_chunks(config) == n
+
+
+# --- auto by records ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "records, per_chunk, gpus, expected",
+    [
+        (100_000, 20_000, 1, 5),  # exact division
+        (100_001, 20_000, 1, 6),  # ceil
+        (100_001, 20_000, 4, 8),  # 6 rounded up to a multiple of 4
+        (120_000, 20_000, 3, 6),  # already a multiple
+        (10, 20_000, 4, 4),  # one chunk's worth still feeds every GPU
+        (3, 20_000, 4, 3),  # ... but never more chunks than records
+        (1, 20_000, 1, 1),
+    ],
+)
+def test_auto_by_records_from_expected_records(config, records, per_chunk, gpus, expected):
+    cfg = auto(config, expected_records=records, items_per_chunk=per_chunk, gpus=gpus)
+    assert plan.plan_n_chunks(cfg) == expected
+
+
+def test_auto_by_records_with_expected_records_needs_no_corpus(config):
+    # The demo corpus does not exist at parse time; expected_records stands in for it.
+    assert plan.plan_n_chunks(auto(config, None, expected_records=45_000)) == 3
+
+
+def test_auto_by_records_counts_a_real_file(config, tmp_path):
+    path = write_records(tmp_path / "c.jsonl", 45)
+    assert plan.plan_n_chunks(auto(config, path, items_per_chunk=10)) == 5
+    assert plan.plan_n_chunks(auto(config, path, items_per_chunk=10, gpus=2)) == 6
+
+
+def test_auto_counts_every_file_of_a_glob(config, tmp_path):
+    for i in range(3):
+        write_records(tmp_path / f"part{i}.jsonl", 10)
+    assert plan.plan_n_chunks(auto(config, str(tmp_path / "part*.jsonl"), items_per_chunk=7)) == 5  # 30 / 7
+
+
+def test_auto_counts_csv_without_its_header(config, tmp_path):
+    path = tmp_path / "c.csv"
+    path.write_text("id,text\n" + "".join(f"{i},t\n" for i in range(20)))
+    assert plan.plan_n_chunks(auto(config, str(path), items_per_chunk=10)) == 2  # 21 lines would give 3
+
+
+def test_count_is_cached_under_the_working_directory(config, tmp_path, monkeypatch):
+    path = write_records(tmp_path / "c.jsonl", 45)
+    cfg = auto(config, path, items_per_chunk=10)
+    assert plan.plan_n_chunks(cfg) == 5
+    assert (tmp_path / plan.COUNT_CACHE).is_file()
+
+    def no_recount(*_):
+        raise AssertionError("counted again despite the cache")
+
+    monkeypatch.setattr(plan, "count_records_cheap", no_recount)
+    assert plan.plan_n_chunks(cfg) == 5
+
+
+def test_count_cache_notices_a_changed_file(config, tmp_path):
+    path = write_records(tmp_path / "c.jsonl", 45)
+    cfg = auto(config, path, items_per_chunk=10)
+    assert plan.plan_n_chunks(cfg) == 5
+    write_records(tmp_path / "c.jsonl", 95)
+    assert plan.plan_n_chunks(cfg) == 10
+
+
+def test_corrupt_count_cache_is_rebuilt(config, tmp_path):
+    cache = tmp_path / plan.COUNT_CACHE
+    cache.parent.mkdir(parents=True)
+    cache.write_text("{not json")
+    path = write_records(tmp_path / "c.jsonl", 45)
+    assert plan.plan_n_chunks(auto(config, path, items_per_chunk=10)) == 5
+    assert len(json.loads(cache.read_text())) == 1
+
+
+# --- auto by size ------------------------------------------------------------------------
+
+
+def test_auto_by_size_divides_input_bytes(config, tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b"x" * 5000 + b"\n")
+    chunk_mb = 1000 / 2**20  # 1,000-byte chunks
+    assert plan.plan_n_chunks(auto(config, str(path), by="size", chunk_mb=chunk_mb)) == 6  # ceil(5001 / 1000)
+    assert plan.plan_n_chunks(auto(config, str(path), by="size", chunk_mb=chunk_mb, gpus=4)) == 8
+
+
+def test_auto_by_size_small_input_is_one_chunk(config, tmp_path):
+    path = write_records(tmp_path / "c.jsonl", 3)
+    assert plan.plan_n_chunks(auto(config, path, by="size", chunk_mb=64)) == 1
+
+
+# --- auto without a countable corpus ---------------------------------------------------
+
+
+def test_auto_by_records_on_the_demo_corpus_asks_for_expected_records(config):
+    with pytest.raises(ValueError, match="expected_records"):
+        plan.plan_n_chunks(auto(config, None))
+
+
+def test_auto_by_records_on_s3_asks_for_expected_records(config):
+    with pytest.raises(ValueError, match="expected_records"):
+        plan.plan_n_chunks(auto(config, "s3://bucket/corpus.jsonl"))
+
+
+@pytest.mark.parametrize("path", [None, "s3://bucket/corpus.jsonl"])
+def test_auto_by_size_needs_local_files(config, path):
+    with pytest.raises(ValueError, match="local input files"):
+        plan.plan_n_chunks(auto(config, path, by="size"))
+
+
+def test_auto_on_a_missing_file_raises(config, tmp_path):
+    with pytest.raises(FileNotFoundError):
+        plan.plan_n_chunks(auto(config, str(tmp_path / "absent.jsonl")))
+
+
+# --- inputs and reader options -----------------------------------------------------------
+
+
+def test_corpus_inputs_demo_when_no_path(config):
+    assert plan.corpus_inputs(config) == [plan.DEMO_CORPUS]
+
+
+def test_corpus_inputs_keeps_s3_urls(config):
+    config["input"]["path"] = "s3://bucket/data.jsonl.gz"
+    assert plan.corpus_inputs(config) == ["s3://bucket/data.jsonl.gz"]
+
+
+def test_corpus_inputs_expands_globs(config, tmp_path):
+    for name in ("b.jsonl", "a.jsonl"):
+        (tmp_path / name).write_text("")
+    config["input"]["path"] = str(tmp_path / "*.jsonl")
+    assert plan.corpus_inputs(config) == [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]
+
+
+def test_reader_options_from_config(config):
+    config["input"].update(format="csv", id_field=None, text_field="body", text_mode="files", on_bad_record="skip")
+    config["chunking"]["group_by"] = "author"
+    assert plan.reader_options(config) == ReaderOptions(
+        format="csv", id_field=None, text_field="body", group_field="author", text_mode="files", on_bad_record="skip"
+    )
+
+
+def test_reader_options_of_shipped_config_are_the_defaults(config):
+    assert plan.reader_options(config) == ReaderOptions()

@@ -1,0 +1,385 @@
+"""Corpus readers: every format, ids, globbing, format detection, and bad records."""
+
+from __future__ import annotations
+
+import gzip
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from shardflow.readers import (
+    BadRecordError,
+    ReaderOptions,
+    Record,
+    Rejected,
+    count_records_cheap,
+    detect_format,
+    expand_inputs,
+    iter_records,
+    open_reader,
+)
+
+DOCS = [{"id": "a", "text": "alpha one"}, {"id": "b", "text": "beta two"}, {"id": "c", "text": "gamma three"}]
+
+
+def read(path, **opts) -> list:
+    return list(open_reader(str(path), ReaderOptions(**opts)))
+
+
+def ids_texts(items) -> list[tuple[str, str]]:
+    return [(r.id, r.text) for r in items]
+
+
+# --- one test per format -------------------------------------------------------------
+
+
+def test_jsonl_yields_records_in_file_order(tmp_path, write_jsonl):
+    path = write_jsonl(tmp_path / "c.jsonl", DOCS)
+    items = read(path)
+    assert all(isinstance(r, Record) for r in items)
+    assert ids_texts(items) == [("a", "alpha one"), ("b", "beta two"), ("c", "gamma three")]
+    assert [r.line for r in items] == [1, 2, 3]
+
+
+def test_jsonl_gz_reads_like_plain(tmp_path, write_jsonl):
+    path = write_jsonl(tmp_path / "c.jsonl.gz", DOCS)
+    assert path.read_bytes()[:2] == b"\x1f\x8b"  # really compressed
+    assert ids_texts(read(path)) == ids_texts(read(write_jsonl(tmp_path / "p.jsonl", DOCS)))
+
+
+def test_jsonl_blank_lines_are_not_records(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"id": "a", "text": "x y"}\n\n{"id": "b", "text": "z"}\n')
+    items = read(path)
+    assert [(r.id, r.line) for r in items] == [("a", 1), ("b", 3)]
+
+
+def test_parquet(tmp_path):
+    path = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"id": [1, 2, 3], "text": ["x", "y", "z"], "other": [0, 0, 0]}), path)
+    items = read(path)
+    assert ids_texts(items) == [("1", "x"), ("2", "y"), ("3", "z")]  # integer ids become strings
+    assert [r.line for r in items] == [1, 2, 3]
+
+
+def test_csv_with_quoted_multiline_field(tmp_path):
+    path = tmp_path / "c.csv"
+    path.write_bytes(b'id,text\n1,"first, with comma"\n2,"spans\ntwo lines"\n3,plain\n')
+    items = read(path)
+    assert ids_texts(items) == [("1", "first, with comma"), ("2", "spans\ntwo lines"), ("3", "plain")]
+    assert [r.line for r in items] == [2, 3, 5]  # the physical line each row starts on
+
+
+def test_tsv(tmp_path):
+    path = tmp_path / "c.tsv"
+    path.write_bytes(b"text\tid\nhello, world\tx1\nsecond\tx2\n")
+    assert ids_texts(read(path)) == [("x1", "hello, world"), ("x2", "second")]
+
+
+def test_csv_gz(tmp_path):
+    path = tmp_path / "c.csv.gz"
+    path.write_bytes(gzip.compress(b"id,text\n1,one\n"))
+    assert ids_texts(read(path)) == [("1", "one")]
+
+
+def test_text_one_document_per_line_ids_are_positions(tmp_path):
+    path = tmp_path / "c.txt"
+    path.write_text("first doc\nsecond doc\n")
+    items = read(path)
+    assert ids_texts(items) == [(f"{path}:1", "first doc"), (f"{path}:2", "second doc")]
+
+
+def test_text_one_document_per_file_id_is_path(tmp_path):
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("whole\nfile one\n")
+    b.write_text("file two")
+    items = list(iter_records([str(a), str(b)], ReaderOptions(text_mode="files")))
+    assert ids_texts(items) == [(str(a), "whole\nfile one\n"), (str(b), "file two")]
+
+
+# --- ids and fields --------------------------------------------------------------------
+
+
+def test_configurable_id_and_text_fields(tmp_path, write_jsonl):
+    path = write_jsonl(tmp_path / "c.jsonl", [{"doc_id": 7, "body": "text here", "text": "not this"}])
+    items = read(path, id_field="doc_id", text_field="body")
+    assert ids_texts(items) == [("7", "text here")]
+
+
+def test_id_field_none_gives_source_positions(tmp_path, write_jsonl):
+    path = write_jsonl(tmp_path / "c.jsonl", [{"text": "x"}, {"text": "y"}])
+    assert [r.id for r in read(path, id_field=None)] == [f"{path}:1", f"{path}:2"]
+
+
+def test_id_field_none_csv_positions_are_physical_lines(tmp_path):
+    path = tmp_path / "c.csv"
+    path.write_text("text\nx\ny\n")
+    assert [r.id for r in read(path, id_field=None)] == [f"{path}:2", f"{path}:3"]
+
+
+def test_group_field_is_read_as_string(tmp_path, write_jsonl):
+    path = write_jsonl(tmp_path / "c.jsonl", [{"id": "a", "text": "x", "g": 3}])
+    assert read(path, group_field="g")[0].group == "3"
+
+
+def test_missing_group_field_is_a_bad_record(tmp_path, write_jsonl):
+    path = write_jsonl(tmp_path / "c.jsonl", [{"id": "a", "text": "x"}])
+    with pytest.raises(BadRecordError, match="group field 'g'"):
+        read(path, group_field="g")
+
+
+# --- inputs and formats ----------------------------------------------------------------
+
+
+def test_glob_expands_sorted(tmp_path):
+    for name in ("b.jsonl", "a.jsonl", "c.jsonl"):
+        (tmp_path / name).write_text("")
+    assert expand_inputs(str(tmp_path / "*.jsonl")) == [str(tmp_path / n) for n in ("a.jsonl", "b.jsonl", "c.jsonl")]
+
+
+def test_overlapping_patterns_are_deduplicated(tmp_path):
+    for name in ("a.jsonl", "b.jsonl"):
+        (tmp_path / name).write_text("")
+    found = expand_inputs([str(tmp_path / "b.jsonl"), str(tmp_path / "*.jsonl"), f"{tmp_path}/./a.jsonl"])
+    assert found == [str(tmp_path / "b.jsonl"), str(tmp_path / "a.jsonl")]
+
+
+def test_glob_skips_directories(tmp_path):
+    (tmp_path / "a.jsonl").write_text("")
+    (tmp_path / "dir.jsonl").mkdir()
+    assert expand_inputs(str(tmp_path / "*.jsonl")) == [str(tmp_path / "a.jsonl")]
+
+
+def test_recursive_glob(tmp_path):
+    (tmp_path / "x" / "y").mkdir(parents=True)
+    (tmp_path / "x" / "y" / "deep.jsonl").write_text("")
+    assert expand_inputs(str(tmp_path / "**" / "*.jsonl")) == [str(tmp_path / "x" / "y" / "deep.jsonl")]
+
+
+@pytest.mark.parametrize(
+    "pattern, message", [("nothing-*.jsonl", "matches no file"), ("absent.jsonl", "does not exist")]
+)
+def test_unmatched_input_raises(tmp_path, pattern, message):
+    with pytest.raises(FileNotFoundError, match=message):
+        expand_inputs(str(tmp_path / pattern))
+
+
+def test_input_of_only_directories_raises(tmp_path):
+    (tmp_path / "d.jsonl").mkdir()
+    with pytest.raises(FileNotFoundError, match="names no regular file"):
+        expand_inputs(str(tmp_path / "*.jsonl"))
+
+
+@pytest.mark.parametrize(
+    "name, fmt",
+    [
+        ("c.jsonl", "jsonl"),
+        ("c.JSONL.GZ", "jsonl"),
+        ("c.ndjson", "jsonl"),
+        ("c.parquet", "parquet"),
+        ("c.csv", "csv"),
+        ("c.tsv.gz", "tsv"),
+        ("c.txt", "text"),
+        ("c.md", "text"),
+    ],
+)
+def test_format_detected_from_name(name, fmt):
+    assert detect_format(name, ReaderOptions()) == fmt
+
+
+def test_undetectable_format_raises_naming_the_file():
+    with pytest.raises(ValueError, match=r"corpus\.dat.*input\.format"):
+        detect_format("corpus.dat", ReaderOptions())
+
+
+def test_explicit_format_overrides_the_name(tmp_path, write_jsonl):
+    path = write_jsonl(tmp_path / "corpus.dat", DOCS[:1])
+    assert ids_texts(read(path, format="jsonl")) == [("a", "alpha one")]
+
+
+@pytest.mark.parametrize("opts", [{"format": "xml"}, {"text_mode": "paragraphs"}, {"on_bad_record": "ignore"}])
+def test_invalid_reader_options_raise(opts):
+    with pytest.raises(ValueError):
+        ReaderOptions(**opts)
+
+
+# --- bad records -----------------------------------------------------------------------
+
+GOOD = b'{"id": "ok1", "text": "fine"}\n'
+BAD_LINES = {
+    "malformed JSON": (b'{"id": "x", "text": \n', "malformed JSON"),
+    "missing text": (b'{"id": "x"}\n', "missing text field 'text'"),
+    "null text": (b'{"id": "x", "text": null}\n', "missing text field"),
+    "empty text": (b'{"id": "x", "text": "  "}\n', "empty text"),
+    "invalid UTF-8": (b'{"id": "x", "text": "caf\xe9"}\n', "invalid UTF-8"),
+    "non-string text": (b'{"id": "x", "text": 42}\n', "is int, not a string"),
+    "missing id": (b'{"text": "no id"}\n', "missing id field 'id'"),
+    "empty id": (b'{"id": "", "text": "t"}\n', "missing id field"),
+    "float id": (b'{"id": 1.5, "text": "t"}\n', "is float"),
+    "not an object": (b'["id", "text"]\n', "not an object"),
+    "unpaired surrogate": (b'{"id": "x", "text": "bad \\ud800 escape"}\n', "surrogate"),
+}
+
+
+def corpus_with_bad_second_line(tmp_path, bad: bytes):
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(GOOD + bad + b'{"id": "ok3", "text": "also fine"}\n')
+    return path
+
+
+@pytest.mark.parametrize("case", BAD_LINES)
+def test_bad_record_error_names_file_and_line(tmp_path, case):
+    bad, reason = BAD_LINES[case]
+    path = corpus_with_bad_second_line(tmp_path, bad)
+    with pytest.raises(BadRecordError) as err:
+        read(path)
+    assert f"{path}:2:" in str(err.value)
+    assert reason in str(err.value)
+    assert (err.value.source, err.value.line) == (str(path), 2)
+
+
+@pytest.mark.parametrize("case", BAD_LINES)
+def test_bad_record_skipped_comes_out_as_rejected(tmp_path, case):
+    bad, reason = BAD_LINES[case]
+    items = read(corpus_with_bad_second_line(tmp_path, bad), on_bad_record="skip")
+    assert [type(r) for r in items] == [Record, Rejected, Record]
+    rejected = items[1]
+    assert rejected.line == 2 and reason in rejected.reason
+    assert rejected.raw == bad.decode("utf-8", errors="backslashreplace").rstrip("\n")
+
+
+def test_rejected_as_json_is_serialisable(tmp_path):
+    items = read(corpus_with_bad_second_line(tmp_path, BAD_LINES["invalid UTF-8"][0]), on_bad_record="skip")
+    assert set(items[1].as_json()) == {"source", "line", "reason", "raw"}
+    assert "\\xe9" in items[1].as_json()["raw"]  # the undecodable byte is shown, not lost
+
+
+def test_csv_wrong_field_count_is_bad(tmp_path):
+    path = tmp_path / "c.csv"
+    path.write_text("id,text\n1,one\n2,two,extra\n")
+    with pytest.raises(BadRecordError, match=r"c\.csv:3: 3 fields where the header has 2"):
+        read(path)
+
+
+def test_csv_invalid_utf8_row_is_rejected_with_its_line(tmp_path):
+    path = tmp_path / "c.csv"
+    path.write_bytes(b"id,text\n1,one\n2,caf\xe9\n3,three\n")
+    items = read(path, on_bad_record="skip")
+    assert [type(r) for r in items] == [Record, Rejected, Record]
+    assert items[1].line == 3 and "invalid UTF-8" in items[1].reason
+
+
+def test_csv_unclosed_quote_does_not_swallow_later_rows(tmp_path):
+    # Lenient parsing would make row 3 part of row 2's text: a silent loss.
+    path = tmp_path / "c.csv"
+    path.write_text('id,text\n1,one\n2,"never closed\n3,three\n')
+    with pytest.raises(BadRecordError, match=r"c\.csv:3: malformed CSV"):
+        read(path)
+
+
+def test_csv_field_over_128_kib_is_read(tmp_path):
+    long_text = "word " * 40_000  # 200 KB, over the csv module's default field limit
+    path = tmp_path / "c.csv"
+    path.write_text(f"id,text\n1,{long_text}\n2,short\n")
+    assert [len(r.text) for r in read(path)] == [len(long_text), 5]
+
+
+def test_csv_byte_order_mark_is_not_part_of_the_header(tmp_path):
+    path = tmp_path / "c.csv"
+    path.write_text("id,text\n1,one\n", encoding="utf-8-sig")
+    assert ids_texts(read(path)) == [("1", "one")]
+
+
+def test_jsonl_byte_order_mark_is_accepted(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + GOOD)
+    assert ids_texts(read(path)) == [("ok1", "fine")]
+
+
+def test_parquet_missing_column_names_it(tmp_path):
+    path = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"id": ["1"], "body": ["x"]}), path)
+    with pytest.raises(BadRecordError, match="no column 'text'"):
+        read(path)
+
+
+def test_parquet_null_and_non_string_text_are_rejected(tmp_path):
+    path = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"id": ["1", "2", "3"], "text": ["ok", None, ""]}), path)
+    items = read(path, on_bad_record="skip")
+    assert [type(r) for r in items] == [Record, Rejected, Rejected]
+    assert [r.line for r in items[1:]] == [2, 3]
+
+
+def test_text_empty_line_is_a_bad_record(tmp_path):
+    path = tmp_path / "c.txt"
+    path.write_text("one\n\nthree\n")
+    with pytest.raises(BadRecordError, match=r"c\.txt:2: empty line"):
+        read(path)
+    assert [type(r) for r in read(path, on_bad_record="skip")] == [Record, Rejected, Record]
+
+
+def test_text_invalid_utf8_line_is_bad(tmp_path):
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"one\n\xff\xfe\n")
+    with pytest.raises(BadRecordError, match=r"c\.txt:2: invalid UTF-8"):
+        read(path)
+
+
+def test_text_file_invalid_utf8_names_the_line(tmp_path):
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"fine\nstill fine\nbad \xff here\n")
+    with pytest.raises(BadRecordError, match=r"c\.txt:3: invalid UTF-8"):
+        read(path, text_mode="files")
+
+
+def test_empty_text_file_is_bad(tmp_path):
+    path = tmp_path / "c.txt"
+    path.write_text(" \n")
+    with pytest.raises(BadRecordError, match="empty file"):
+        read(path, text_mode="files")
+
+
+# --- cheap counts (used by n_chunks: auto) ---------------------------------------------
+
+
+def test_cheap_count_jsonl_without_final_newline(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"id": 1, "text": "a"}\n{"id": 2, "text": "b"}')
+    assert count_records_cheap([str(path)], ReaderOptions()) == 2
+
+
+def test_cheap_count_gz_counts_decompressed_lines(tmp_path, write_jsonl):
+    path = write_jsonl(tmp_path / "c.jsonl.gz", DOCS)
+    assert count_records_cheap([str(path)], ReaderOptions()) == 3
+
+
+def test_cheap_count_csv_excludes_header(tmp_path):
+    path = tmp_path / "c.csv"
+    path.write_text("id,text\n1,a\n2,b\n")
+    assert count_records_cheap([str(path)], ReaderOptions()) == 2
+
+
+def test_cheap_count_parquet_uses_metadata(tmp_path):
+    path = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"id": list(range(11)), "text": ["t"] * 11}), path)
+    assert count_records_cheap([str(path)], ReaderOptions()) == 11
+
+
+def test_cheap_count_sums_files_and_counts_text_files_as_one(tmp_path):
+    paths = []
+    for i in range(3):
+        p = tmp_path / f"{i}.txt"
+        p.write_text("line\n" * 5)
+        paths.append(str(p))
+    assert count_records_cheap(paths, ReaderOptions(text_mode="files")) == 3
+    assert count_records_cheap(paths, ReaderOptions(text_mode="lines")) == 15
+
+
+def test_iter_records_reads_files_in_given_order(tmp_path, write_jsonl):
+    a = write_jsonl(tmp_path / "a.jsonl", [{"id": "a1", "text": "x"}])
+    b = write_jsonl(tmp_path / "b.jsonl", [{"id": "b1", "text": "y"}])
+    items = list(iter_records([str(b), str(a)], ReaderOptions()))
+    assert [(r.id, os.path.basename(r.source)) for r in items] == [("b1", "b.jsonl"), ("a1", "a.jsonl")]

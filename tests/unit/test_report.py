@@ -1,0 +1,228 @@
+"""report: the summary's arithmetic, the 2-D map, benchmark parsing, and that
+build_report writes every output from small fake inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardflow import report
+from shardflow.report import ReportParams, build_report, project_2d, read_benchmark, summarise
+
+BENCH_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+
+
+def stat(chunk, items, start, end, device="cuda:0", tokens=None, seconds=None) -> dict:
+    seconds = end - start if seconds is None else seconds
+    return {
+        "chunk": chunk,
+        "items": items,
+        "tokens": items * 10 if tokens is None else tokens,
+        "seconds": seconds,
+        "items_per_s": items / seconds,
+        "start_time": start,
+        "end_time": end,
+        "device": device,
+    }
+
+
+VERIFICATION = {"ok": True, "dim": 8, "dtype": "float32"}
+
+
+def test_summary_totals_and_rates():
+    stats = [stat(0, 100, 1000.0, 1010.0), stat(1, 300, 1005.0, 1020.0)]
+    s = summarise(stats, [{"s": 12.0}, {"s": 18.0}], {"rejected_records": 4}, VERIFICATION, ReportParams())
+    assert (s["records"], s["tokens"], s["chunks"], s["rejected_records"]) == (400, 4000, 2, 4)
+    assert s["embed_wall_time_s"] == 20.0  # first start to last end, overlap counted once
+    assert s["embed_job_seconds"] == 30.0  # benchmark seconds, summed
+    assert (s["items_per_s"], s["tokens_per_s"]) == (20.0, 200.0)
+    assert (s["verification_ok"], s["dim"], s["dtype"]) == (True, 8, "float32")
+
+
+def test_summary_costs_only_gpu_jobs():
+    stats = [stat(0, 100, 0.0, 10.0, "cuda:0"), stat(1, 100, 0.0, 10.0, "cpu"), stat(2, 100, 0.0, 10.0, "cuda:1")]
+    benches = [{"s": 1800.0}, {"s": 3600.0}, {"s": 1800.0}]
+    s = summarise(stats, benches, {}, VERIFICATION, ReportParams(gpu_hour_price=3.0, currency="EUR"))
+    assert s["gpu_hours"] == 1.0  # the two CUDA jobs, half an hour each
+    assert s["device_hours"] == 2.0
+    assert (s["estimated_cost"], s["currency"]) == (3.0, "EUR")
+    assert s["estimated_cost_per_million_records"] == pytest.approx(3.0 / 300 * 1e6)
+    assert s["devices"] == ["cpu", "cuda:0", "cuda:1"]
+    assert s["rejected_records"] == 0  # manifest without the key
+
+
+def test_cpu_only_run_costs_nothing():
+    s = summarise([stat(0, 10, 0.0, 5.0, "cpu")], [{"s": 5.0}], {}, VERIFICATION, ReportParams())
+    assert (s["gpu_hours"], s["estimated_cost"]) == (0.0, 0.0)
+
+
+def test_summary_falls_back_to_job_seconds_without_a_benchmark_time():
+    stats = [stat(0, 10, 0.0, 5.0, seconds=7.0)]
+    s = summarise(stats, [{"max_rss": 100.0}], {}, VERIFICATION, ReportParams())
+    assert s["embed_job_seconds"] == 7.0
+
+
+def test_summary_refuses_unpaired_benchmarks():
+    stats = [stat(0, 10, 0.0, 5.0), stat(1, 10, 0.0, 5.0)]
+    with pytest.raises(ValueError, match="2 per-chunk stats but 1 benchmark"):
+        summarise(stats, [{"s": 5.0}], {}, VERIFICATION, ReportParams())
+
+
+# --- project_2d --------------------------------------------------------------------------
+
+
+def elongated(n=200, seed=0) -> np.ndarray:
+    """Points spread 10x more along (1, 1, 0, 0)/sqrt(2) than along anything else."""
+    rng = np.random.default_rng(seed)
+    main = np.array([1, 1, 0, 0], dtype=np.float32) / np.sqrt(2)
+    return (rng.normal(size=(n, 1)) * 10 * main + rng.normal(size=(n, 4))).astype(np.float32) + 5
+
+
+def test_pca_map_has_one_point_per_row():
+    assert project_2d(elongated(), "pca", 0).shape == (200, 2)
+
+
+def test_pca_first_axis_follows_the_largest_spread():
+    x = elongated()
+    xy = project_2d(x, "pca", 0)
+    assert xy[:, 0].var() > 20 * xy[:, 1].var()
+    along_main = (x - x.mean(axis=0)) @ (np.array([1, 1, 0, 0]) / np.sqrt(2))
+    assert abs(np.corrcoef(xy[:, 0], along_main)[0, 1]) > 0.99
+
+
+def test_pca_map_is_centred():
+    assert np.allclose(project_2d(elongated(), "pca", 0).mean(axis=0), 0, atol=1e-3)
+
+
+def test_pca_signs_do_not_depend_on_the_svd(monkeypatch):
+    x = elongated()
+    expected = project_2d(x, "pca", 0)
+    real_svd = np.linalg.svd
+
+    def flipped_svd(a, full_matrices=True):
+        u, s, vt = real_svd(a, full_matrices=full_matrices)
+        return -u, s, -vt  # an equally valid decomposition
+
+    monkeypatch.setattr(np.linalg, "svd", flipped_svd)
+    assert np.allclose(project_2d(x, "pca", 0), expected, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows", [0, 1, 2])
+def test_fewer_than_three_rows_map_to_the_origin(rows):
+    xy = project_2d(np.ones((rows, 4), dtype=np.float32), "pca", 0)
+    assert xy.shape == (rows, 2) and not xy.any()
+
+
+def test_umap_without_umap_learn_says_so(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_umap(name, *args, **kwargs):
+        if name == "umap":
+            raise ImportError("No module named 'umap'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_umap)
+    with pytest.raises(RuntimeError, match="umap-learn is not installed"):
+        project_2d(elongated(), "umap", 0)
+
+
+def test_sample_rows_takes_an_even_stride(tmp_path):
+    path = tmp_path / "e.npy"
+    np.save(path, np.arange(100, dtype=np.float16).reshape(50, 2))
+    idx, x = report.sample_rows(str(path), 5)
+    assert idx.tolist() == [0, 12, 24, 36, 49]
+    assert x.dtype == np.float32 and x[:, 0].tolist() == [0, 24, 48, 72, 98]
+    assert report.sample_rows(str(path), 500)[0].tolist() == list(range(50))
+
+
+# --- read_benchmark ----------------------------------------------------------------------
+
+
+def test_read_benchmark_takes_the_last_repeat_as_numbers(tmp_path):
+    path = tmp_path / "b.tsv"
+    path.write_text(
+        BENCH_HEADER
+        + "1.5\t0:00:01\t100.1\t200\t50\t60\t1.0\t2.0\t90.5\t1.2\n"
+        + "2.5\t0:00:02\t120.0\t210\t55\t65\t1.5\t2.5\t95.0\t2.2\n"
+    )
+    b = read_benchmark(str(path))
+    assert b["s"] == 2.5 and b["max_rss"] == 120.0 and b["cpu_time"] == 2.2
+    assert b["h:m:s"] == "0:00:02"  # not a number: kept as text
+
+
+def test_read_benchmark_keeps_na_as_text(tmp_path):
+    path = tmp_path / "b.tsv"
+    path.write_text("s\tmax_rss\n3.0\tNA\n")
+    assert read_benchmark(str(path)) == {"s": 3.0, "max_rss": "NA"}
+
+
+def test_read_benchmark_empty_file_raises(tmp_path):
+    path = tmp_path / "b.tsv"
+    path.write_text(BENCH_HEADER)
+    with pytest.raises(ValueError, match="empty benchmark"):
+        read_benchmark(str(path))
+
+
+# --- build_report ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_run(tmp_path) -> dict:
+    """Per-chunk stats, benchmarks, manifest, verification and a small normalised matrix."""
+    n_chunks, rows = 3, 60
+    stats_paths, bench_paths = [], []
+    for i in range(n_chunks):
+        sp, bp = tmp_path / f"embed_{i}.stats.json", tmp_path / f"chunk_{i}.tsv"
+        sp.write_text(json.dumps(stat(i, 20, 100.0 + i, 110.0 + 2 * i, "cpu")))
+        bp.write_text(BENCH_HEADER + f"{11 + i}.0\t0:00:11\t500\t900\t400\t450\t0\t0\t80\t10\n")
+        stats_paths.append(str(sp))
+        bench_paths.append(str(bp))
+    x = np.random.default_rng(0).normal(size=(rows, 8)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    npy = tmp_path / "embeddings.npy"
+    np.save(npy, x)
+    counts = [0] * 200
+    counts[100] = rows
+    verification = {
+        "ok": True,
+        "rows": rows,
+        "dim": 8,
+        "dtype": "float32",
+        "norm_min": 0.9999,
+        "norm_max": 1.0001,
+        "norm_histogram": {"edges": [0.0, 2.0, 200], "counts": counts},
+        "checks": {},
+    }
+    (tmp_path / "verification.json").write_text(json.dumps(verification))
+    (tmp_path / "manifest.json").write_text(json.dumps({"rejected_records": 2, "total_records": rows}))
+    outputs = {k: str(tmp_path / "report" / f"{k}.png") for k in ("throughput", "timeline", "norms", "map")}
+    outputs["summary"] = str(tmp_path / "report" / "summary.json")
+    return {
+        "args": (
+            stats_paths,
+            bench_paths,
+            str(tmp_path / "manifest.json"),
+            str(tmp_path / "verification.json"),
+            str(npy),
+            outputs,
+        ),
+        "outputs": outputs,
+    }
+
+
+def test_build_report_writes_every_output(fake_run):
+    summary = build_report(*fake_run["args"], ReportParams(map_points=40))
+    for key in ("throughput", "timeline", "norms", "map"):
+        assert Path(fake_run["outputs"][key]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", key
+    assert json.loads(Path(fake_run["outputs"]["summary"]).read_text()) == summary
+    assert (summary["records"], summary["chunks"], summary["rejected_records"]) == (60, 3, 2)
+    assert summary["embed_job_seconds"] == 11 + 12 + 13  # from the benchmark files
+    report_dir = Path(fake_run["outputs"]["summary"]).parent
+    assert sorted(p.name for p in report_dir.iterdir()) == sorted(
+        ["throughput.png", "timeline.png", "norms.png", "map.png", "summary.json"]
+    )

@@ -1,0 +1,381 @@
+"""split: exactly N deterministic chunks, balanced by records, bytes or groups; the
+chunk format it writes; and the atomic writes it (and every stage) relies on."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardflow.atomic import atomic_open, atomic_path, write_json
+from shardflow.chunks import ChunkRecord, chunk_path, dump_record, iter_chunk, read_chunk
+from shardflow.readers import BadRecordError, ReaderOptions
+from shardflow.split import SplitParams, assign_groups, split_corpus
+
+
+def make_docs(n: int, seed: int = 0) -> list[dict]:
+    """Records with uneven text lengths (1-60 words) and some non-ASCII text."""
+    rng = np.random.default_rng(seed)
+    return [{"id": f"d{i}", "text": " ".join(["wörd"] * int(rng.integers(1, 61))) + f" {i}"} for i in range(n)]
+
+
+def run_split(out: Path, inputs: list, n: int, opts: ReaderOptions | None = None, **params) -> dict:
+    chunks = [chunk_path(out, i) for i in range(n)]
+    return split_corpus(
+        [str(p) for p in inputs],
+        opts or ReaderOptions(),
+        SplitParams(n_chunks=n, **params),
+        chunks,
+        out / "manifest.json",
+        out / "rejects.jsonl",
+    )
+
+
+def chunk_ids(manifest: dict) -> list[list[str]]:
+    return [read_chunk(c["path"])[0] for c in manifest["chunks"]]
+
+
+def sha256(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def corpus(tmp_path, write_jsonl):
+    return write_jsonl(tmp_path / "in" / "corpus.jsonl", make_docs(103))
+
+
+# --- the chunk files ---------------------------------------------------------------------
+
+
+def test_writes_exactly_n_chunk_files(tmp_path, corpus):
+    run_split(tmp_path / "out", [corpus], 7)
+    assert sorted(p.name for p in (tmp_path / "out").glob("chunk_*.jsonl")) == sorted(
+        f"chunk_{i}.jsonl" for i in range(7)
+    )
+
+
+def test_leaves_no_temporary_files(tmp_path, corpus):
+    run_split(tmp_path / "out", [corpus], 5)
+    assert not [p.name for p in (tmp_path / "out").iterdir() if ".tmp" in p.name]
+
+
+def test_two_splits_are_byte_identical(tmp_path, corpus):
+    a = run_split(tmp_path / "a", [corpus], 6)
+    b = run_split(tmp_path / "b", [corpus], 6)
+    assert [sha256(c["path"]) for c in a["chunks"]] == [sha256(c["path"]) for c in b["chunks"]]
+    assert len({sha256(c["path"]) for c in a["chunks"]}) == 6  # not all trivially equal
+
+
+@pytest.mark.parametrize("n_records, n_chunks", [(103, 6), (10, 3), (12, 4), (5, 5), (1000, 7)])
+def test_by_records_sizes_differ_by_at_most_one(tmp_path, write_jsonl, n_records, n_chunks):
+    path = write_jsonl(tmp_path / "c.jsonl", make_docs(n_records))
+    items = [c["items"] for c in run_split(tmp_path / "out", [path], n_chunks)["chunks"]]
+    assert sum(items) == n_records
+    assert max(items) - min(items) <= 1
+
+
+def test_concatenated_chunks_give_input_order(tmp_path, corpus):
+    manifest = run_split(tmp_path / "out", [corpus], 6)
+    assert sum(chunk_ids(manifest), []) == [f"d{i}" for i in range(103)]
+
+
+def test_chunk_records_keep_id_and_text(tmp_path, corpus):
+    docs = make_docs(103)
+    manifest = run_split(tmp_path / "out", [corpus], 3)
+    texts = sum((read_chunk(c["path"])[1] for c in manifest["chunks"]), [])
+    assert texts == [d["text"] for d in docs]
+
+
+def test_multiple_inputs_are_read_in_order(tmp_path, write_jsonl):
+    a = write_jsonl(tmp_path / "a.jsonl", [{"id": "a", "text": "x"}])
+    b = write_jsonl(tmp_path / "b.jsonl", [{"id": "b", "text": "y"}, {"id": "c", "text": "z"}])
+    manifest = run_split(tmp_path / "out", [b, a], 2)
+    assert sum(chunk_ids(manifest), []) == ["b", "c", "a"]
+    assert manifest["sources"] == [str(b), str(a)]
+
+
+def test_by_size_balances_text_bytes(tmp_path, write_jsonl):
+    # A few huge records at the front: equal counts would put most bytes in chunk 0.
+    docs = [{"id": f"big{i}", "text": "x" * 5000} for i in range(4)] + [
+        {"id": f"s{i}", "text": "y" * 50} for i in range(400)
+    ]
+    path = write_jsonl(tmp_path / "c.jsonl", docs)
+    n = 4
+    by_size = run_split(tmp_path / "size", [path], n, by="size")
+    by_records = run_split(tmp_path / "rec", [path], n, by="records")
+    target = sum(len(d["text"]) for d in docs) / n
+    sizes = [c["bytes"] for c in by_size["chunks"]]
+    assert all(abs(s - target) <= 5000 + 200 for s in sizes), sizes  # within one record (+ JSON overhead)
+    assert max(c["bytes"] for c in by_records["chunks"]) > 2 * target  # the contrast the mode exists for
+    assert sum(chunk_ids(by_size), []) == [d["id"] for d in docs]  # order still preserved
+
+
+def test_by_size_weighs_utf8_bytes_not_characters(tmp_path, write_jsonl):
+    # Chunk 0's 60 records of 4-byte characters weigh as much as chunk 1's 240 of ASCII.
+    docs = [{"id": f"e{i}", "text": "😀" * 10} for i in range(60)] + [
+        {"id": f"a{i}", "text": "a" * 10} for i in range(240)
+    ]
+    manifest = run_split(tmp_path / "out", [write_jsonl(tmp_path / "c.jsonl", docs)], 2, by="size")
+    assert [c["items"] for c in manifest["chunks"]] == [60, 240]
+
+
+# --- group_by ----------------------------------------------------------------------------
+
+
+def grouped_docs() -> list[dict]:
+    sizes = {"g0": 40, "g1": 3, "g2": 25, "g3": 17, "g4": 9, "g5": 30, "g6": 1, "g7": 12}
+    docs, i = [], 0
+    # Interleave the groups so that keeping them together is actual work.
+    remaining = dict(sizes)
+    while any(remaining.values()):
+        for g in sizes:
+            if remaining[g]:
+                docs.append({"id": f"r{i}", "text": f"text {i}", "g": g})
+                remaining[g] -= 1
+                i += 1
+    return docs
+
+
+def test_group_by_keeps_every_group_in_one_chunk(tmp_path, write_jsonl):
+    docs = grouped_docs()
+    path = write_jsonl(tmp_path / "c.jsonl", docs)
+    manifest = run_split(tmp_path / "out", [path], 3, ReaderOptions(group_field="g"))
+    chunk_of: dict[str, set[int]] = {}
+    for c in manifest["chunks"]:
+        for rec in iter_chunk(c["path"]):
+            chunk_of.setdefault(rec.group, set()).add(c["chunk"])
+    assert set(chunk_of) == {d["g"] for d in docs}
+    assert all(len(chunks) == 1 for chunks in chunk_of.values()), chunk_of
+    assert manifest["group_by"] == "g"
+
+
+def test_group_by_balances_loads(tmp_path, write_jsonl):
+    docs = grouped_docs()
+    path = write_jsonl(tmp_path / "c.jsonl", docs)
+    items = [c["items"] for c in run_split(tmp_path / "out", [path], 3, ReaderOptions(group_field="g"))["chunks"]]
+    # Largest first onto the least loaded: 40|30|25, +17 on 2, +12 on 1, +9 on 0, +3 on 1, +1 on 2.
+    assert items == [49, 45, 43]
+    # (Round-robin in first-seen order would give [58, 24, 55].)
+
+
+def test_group_by_preserves_input_order_inside_a_chunk(tmp_path, write_jsonl):
+    docs = grouped_docs()
+    path = write_jsonl(tmp_path / "c.jsonl", docs)
+    manifest = run_split(tmp_path / "out", [path], 3, ReaderOptions(group_field="g"))
+    position = {d["id"]: k for k, d in enumerate(docs)}
+    for ids in chunk_ids(manifest):
+        assert [position[i] for i in ids] == sorted(position[i] for i in ids)
+
+
+def test_group_by_with_few_open_files_gives_the_same_chunks(tmp_path, write_jsonl):
+    # Interleaved groups across 5 chunks with 2 open files forces close-and-append.
+    path = write_jsonl(tmp_path / "c.jsonl", grouped_docs())
+    opts = ReaderOptions(group_field="g")
+    wide = run_split(tmp_path / "wide", [path], 5, opts)
+    narrow = run_split(tmp_path / "narrow", [path], 5, opts, max_open_files=2)
+    assert [c["sha256"] for c in wide["chunks"]] == [c["sha256"] for c in narrow["chunks"]]
+    assert [sha256(c["path"]) for c in narrow["chunks"]] == [c["sha256"] for c in narrow["chunks"]]
+
+
+def test_assign_groups_largest_first_onto_least_loaded():
+    placed = assign_groups({"small": 1, "big": 10, "mid": 5, "mid2": 5}, 2)
+    # big -> 0; mid -> 1; mid2 -> 1 (load 5 < 10); small -> 0 (10 = 10, lowest index wins).
+    assert placed == {"big": 0, "mid": 1, "mid2": 1, "small": 0}
+
+
+def test_assign_groups_ties_broken_by_first_seen_order():
+    assert assign_groups({"b": 2, "a": 2, "c": 2}, 3) == {"b": 0, "a": 1, "c": 2}
+
+
+# --- edge cases --------------------------------------------------------------------------
+
+
+def test_more_chunks_than_records_gives_valid_empty_chunks(tmp_path, write_jsonl):
+    path = write_jsonl(tmp_path / "c.jsonl", make_docs(3))
+    manifest = run_split(tmp_path / "out", [path], 5)
+    assert [c["items"] for c in manifest["chunks"]] == [1, 1, 0, 1, 0]  # record k -> chunk floor(k*5/3)
+    for c in manifest["chunks"]:
+        assert os.path.isfile(c["path"])
+        assert len(read_chunk(c["path"])[0]) == c["items"]
+    empty = manifest["chunks"][2]
+    assert (empty["bytes"], empty["sha256"]) == (0, hashlib.sha256(b"").hexdigest())
+
+
+def test_single_chunk_holds_everything(tmp_path, corpus):
+    manifest = run_split(tmp_path / "out", [corpus], 1)
+    assert manifest["chunks"][0]["items"] == 103
+
+
+def test_wrong_number_of_chunk_paths_raises(tmp_path, corpus):
+    with pytest.raises(ValueError, match="2 chunk paths given for n_chunks=3"):
+        split_corpus(
+            [str(corpus)],
+            ReaderOptions(),
+            SplitParams(3),
+            [tmp_path / "a", tmp_path / "b"],
+            tmp_path / "m.json",
+            tmp_path / "r.jsonl",
+        )
+
+
+def test_corpus_without_usable_records_raises(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"id": "a"}\n')
+    with pytest.raises(ValueError, match="no usable record"):
+        run_split(tmp_path / "out", [path], 2, ReaderOptions(on_bad_record="skip"))
+
+
+@pytest.mark.parametrize(
+    "params", [{"n_chunks": 0}, {"n_chunks": 2, "by": "tokens"}, {"n_chunks": 2, "rate_items_per_s": 0}]
+)
+def test_invalid_split_params_raise(params):
+    with pytest.raises(ValueError):
+        SplitParams(**params)
+
+
+# --- the manifest ------------------------------------------------------------------------
+
+
+def test_manifest_describes_every_chunk(tmp_path, corpus):
+    manifest = run_split(tmp_path / "out", [corpus], 4, rate_items_per_s=10)
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text()) == manifest
+    assert manifest["n_chunks"] == 4 and manifest["total_records"] == 103 and manifest["by"] == "records"
+    for i, c in enumerate(manifest["chunks"]):
+        assert c["chunk"] == i
+        assert c["path"] == str(chunk_path(tmp_path / "out", i))
+        assert c["items"] == len(read_chunk(c["path"])[0])
+        assert c["bytes"] == os.path.getsize(c["path"])
+        assert c["sha256"] == sha256(c["path"])
+        assert c["estimated_seconds"] == pytest.approx(c["items"] / 10)
+    assert manifest["estimated_seconds_total"] == pytest.approx(10.3)
+
+
+# --- bad records -------------------------------------------------------------------------
+
+
+def corpus_with_bad_records(tmp_path) -> Path:
+    lines = [
+        '{"id": "a", "text": "fine"}',
+        '{"id": "b", "text": ',  # malformed
+        '{"id": "c", "text": "fine too"}',
+        '{"id": "d", "text": ""}',  # empty text
+        '{"text": "no id"}',  # missing id
+        '{"id": "f", "text": "last"}',
+    ]
+    path = tmp_path / "c.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_skipped_records_go_to_rejects_and_are_counted(tmp_path):
+    path = corpus_with_bad_records(tmp_path)
+    manifest = run_split(tmp_path / "out", [path], 2, ReaderOptions(on_bad_record="skip"))
+    rejects = [json.loads(line) for line in (tmp_path / "out" / "rejects.jsonl").read_text().splitlines()]
+    assert [(r["line"], r["source"]) for r in rejects] == [(2, str(path)), (4, str(path)), (5, str(path))]
+    assert manifest["rejected_records"] == len(rejects) == 3
+    assert manifest["total_records"] == sum(c["items"] for c in manifest["chunks"]) == 3
+    # Nothing dropped silently: every input line is either kept or rejected.
+    n_lines = len(path.read_text().splitlines())
+    assert manifest["total_records"] + manifest["rejected_records"] == n_lines
+    assert sum(chunk_ids(manifest), []) == ["a", "c", "f"]
+
+
+def test_clean_corpus_writes_an_empty_rejects_file(tmp_path, corpus):
+    manifest = run_split(tmp_path / "out", [corpus], 2)
+    assert (tmp_path / "out" / "rejects.jsonl").read_text() == ""
+    assert manifest["rejected_records"] == 0
+
+
+def test_bad_record_in_error_mode_stops_before_any_chunk_is_written(tmp_path):
+    path = corpus_with_bad_records(tmp_path)
+    with pytest.raises(BadRecordError, match=r"c\.jsonl:2:"):
+        run_split(tmp_path / "out", [path], 2)
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+# --- streaming ---------------------------------------------------------------------------
+# Peak memory is measured by a benchmark elsewhere. Read for this module: _measure keeps
+# counters and a per-group dict; pass 2 writes each record as it is read; nothing holds
+# a list of records.
+
+
+# --- the chunk format --------------------------------------------------------------------
+
+
+def test_dump_record_is_compact_fixed_order_utf8():
+    assert dump_record(ChunkRecord("i", "tëxt\nnew")) == '{"id":"i","text":"tëxt\\nnew"}\n'
+    assert dump_record(ChunkRecord("i", "t", "g")) == '{"id":"i","text":"t","group":"g"}\n'
+
+
+def test_chunk_round_trip_keeps_awkward_text(tmp_path):
+    texts = ["line\nbreak", "carriage\rreturn", "tab\there", "sep\u2028arator", "nul\x00byte", "emoji 😀"]
+    path = tmp_path / "chunk_0.jsonl"
+    path.write_text("".join(dump_record(ChunkRecord(f"id{i}", t)) for i, t in enumerate(texts)), encoding="utf-8")
+    assert read_chunk(path) == ([f"id{i}" for i in range(len(texts))], texts)
+
+
+@pytest.mark.parametrize("line", ['{"id": "x"}', "not json", '["id", "text"]'])
+def test_iter_chunk_error_names_file_and_line(tmp_path, line):
+    path = tmp_path / "chunk_0.jsonl"
+    path.write_text('{"id":"a","text":"ok"}\n' + line + "\n")
+    with pytest.raises(ValueError, match=r"chunk_0\.jsonl:2: not a shardflow chunk record"):
+        read_chunk(path)
+
+
+# --- atomic writes -----------------------------------------------------------------------
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_atomic_open_publishes_on_success(tmp_path):
+    with atomic_open(tmp_path / "sub" / "f.txt", "w") as fh:
+        fh.write("done")
+    assert (tmp_path / "sub" / "f.txt").read_text() == "done"
+    assert leftovers(tmp_path / "sub") == ["f.txt"]
+
+
+def test_atomic_open_failure_leaves_no_file_and_no_temp(tmp_path):
+    with pytest.raises(RuntimeError):
+        with atomic_open(tmp_path / "f.txt", "w") as fh:
+            fh.write("half")
+            raise RuntimeError("boom")
+    assert leftovers(tmp_path) == []
+
+
+def test_atomic_open_failure_keeps_the_previous_file(tmp_path):
+    target = tmp_path / "f.txt"
+    target.write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic_open(target, "w") as fh:
+            fh.write("new")
+            raise RuntimeError("boom")
+    assert target.read_text() == "old"
+    assert leftovers(tmp_path) == ["f.txt"]
+
+
+def test_atomic_path_failure_leaves_no_file_and_no_temp(tmp_path):
+    with pytest.raises(RuntimeError):
+        with atomic_path(tmp_path / "m.npy") as tmp:
+            np.lib.format.open_memmap(tmp, mode="w+", dtype="float32", shape=(4, 2))
+            assert tmp.exists() and tmp.parent == tmp_path
+            raise RuntimeError("boom")
+    assert leftovers(tmp_path) == []
+
+
+def test_write_json_sorts_keys_and_converts_numpy_scalars(tmp_path):
+    write_json(tmp_path / "x.json", {"b": np.float32(1.5), "a": np.int64(2), "p": Path("a/b")})
+    text = (tmp_path / "x.json").read_text()
+    assert json.loads(text) == {"a": 2, "b": 1.5, "p": "a/b"}
+    assert text.index('"a"') < text.index('"b"')
+
+
+def test_write_json_unserialisable_leaves_nothing(tmp_path):
+    with pytest.raises(TypeError):
+        write_json(tmp_path / "x.json", {"x": object()})
+    assert leftovers(tmp_path) == []

@@ -1,0 +1,133 @@
+"""verify: each check fails on its own fault, and the message names it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from shardflow.verify import VerifyParams, failure_message, verify_embeddings
+
+ROWS, DIM = 50, 8
+ALL_CHECKS = {"count", "dimension", "finite", "norms", "ids_match_rows", "ids_unique"}
+
+
+def unit_rows(rows: int = ROWS, dim: int = DIM, seed: int = 0) -> np.ndarray:
+    x = np.random.default_rng(seed).normal(size=(rows, dim)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def write(tmp_path: Path, emb: np.ndarray, ids: list[str]) -> tuple[str, str]:
+    npy, idp = tmp_path / "embeddings.npy", tmp_path / "ids.parquet"
+    np.save(npy, emb)
+    pq.write_table(pa.table({"id": pa.array(ids, pa.string())}), idp)
+    return str(npy), str(idp)
+
+
+def params(**over) -> VerifyParams:
+    return VerifyParams(**{"expected_records": ROWS, "expected_dim": DIM, "normalized": True, **over})
+
+
+def verify(tmp_path, emb=None, ids=None, **over) -> dict:
+    emb = unit_rows() if emb is None else emb
+    ids = [f"id{i}" for i in range(len(emb))] if ids is None else ids
+    return verify_embeddings(*write(tmp_path, emb, ids), params(**over))
+
+
+def failed(result: dict) -> set[str]:
+    return {name for name, c in result["checks"].items() if not c["ok"]}
+
+
+def test_good_matrix_passes(tmp_path):
+    result = verify(tmp_path)
+    assert result["ok"] and failed(result) == set()
+    assert set(result["checks"]) == ALL_CHECKS
+    assert (result["rows"], result["dim"], result["dtype"]) == (ROWS, DIM, "float32")
+    assert result["norm_min"] == pytest.approx(1, abs=1e-5) and result["norm_max"] == pytest.approx(1, abs=1e-5)
+    assert sum(result["norm_histogram"]["counts"]) == ROWS
+
+
+def test_good_float16_matrix_passes(tmp_path):
+    assert verify(tmp_path, unit_rows(dim=384).astype(np.float16), expected_dim=384)["ok"]
+
+
+def with_nan(row: int) -> np.ndarray:
+    emb = unit_rows()
+    emb[row, 2] = np.nan
+    return emb
+
+
+def with_long_row(row: int) -> np.ndarray:
+    emb = unit_rows()
+    emb[row] *= 1.01
+    return emb
+
+
+FAULTS = {
+    "count": lambda tmp: verify(tmp, expected_records=ROWS + 1),
+    "dimension": lambda tmp: verify(tmp, expected_dim=DIM * 2),
+    "finite": lambda tmp: verify(tmp, with_nan(7)),
+    "norms": lambda tmp: verify(tmp, with_long_row(11)),
+    "ids_unique": lambda tmp: verify(tmp, ids=[f"id{i}" for i in range(ROWS - 1)] + ["id3"]),
+    "ids_match_rows": lambda tmp: verify(tmp, ids=[f"id{i}" for i in range(ROWS - 1)]),
+}
+
+
+@pytest.mark.parametrize("check", FAULTS)
+def test_each_fault_fails_only_its_check(tmp_path, check):
+    result = FAULTS[check](tmp_path)
+    assert not result["ok"]
+    # A NaN row also has a wrong norm; every other fault flips exactly one check.
+    expected = {"finite", "norms"} if check == "finite" else {check}
+    assert failed(result) == expected
+
+
+@pytest.mark.parametrize("check", FAULTS)
+def test_failure_message_names_the_failed_check(tmp_path, check):
+    result = FAULTS[check](tmp_path)
+    message = failure_message(result, "results/x/embeddings.npy")
+    assert message.startswith("verification of results/x/embeddings.npy failed:")
+    assert f"  - {check}:" in message
+    for other in ALL_CHECKS - failed(result):
+        assert f"- {other}:" not in message
+
+
+def test_non_finite_reports_the_first_bad_row_across_blocks(tmp_path):
+    emb = unit_rows()
+    emb[23, 0] = np.inf
+    emb[41, 1] = np.nan
+    check = verify(tmp_path, emb, block_rows=10)["checks"]["finite"]
+    assert (check["rows_with_non_finite"], check["first_row"]) == (2, 23)
+
+
+def test_norms_report_rows_outside_the_tolerance(tmp_path):
+    emb = unit_rows()
+    emb[30] *= 1.0005  # inside 1e-3
+    emb[12] *= 0.99
+    emb[45] *= 1.02
+    check = verify(tmp_path, emb, block_rows=16)["checks"]["norms"]
+    assert (check["rows_outside"], check["first_row"]) == (2, 12)
+
+
+def test_norms_are_not_checked_for_unnormalised_models(tmp_path):
+    result = verify(tmp_path, unit_rows() * 3, normalized=False)
+    assert result["ok"] and "norms" not in result["checks"]
+    assert result["norm_min"] == pytest.approx(3, rel=1e-5)
+
+
+def test_duplicates_are_listed(tmp_path):
+    ids = [f"id{i}" for i in range(ROWS - 3)] + ["id5", "id5", "id9"]
+    check = verify(tmp_path, ids=ids, block_rows=7)["checks"]["ids_unique"]
+    assert (check["duplicates"], check["examples"]) == (2, ["id5", "id9"])
+
+
+def test_non_matrix_fails_count_and_dimension(tmp_path):
+    result = verify(tmp_path, np.ones(ROWS, dtype=np.float32), ids=[f"id{i}" for i in range(ROWS)])
+    assert {"count", "dimension", "ids_match_rows"} <= failed(result)
+
+
+def test_failure_message_of_a_passing_result_lists_nothing(tmp_path):
+    assert failure_message(verify(tmp_path), "e.npy") == "verification of e.npy failed:"
