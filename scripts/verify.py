@@ -3,7 +3,7 @@
 import json
 
 from shardflow.atomic import write_json
-from shardflow.embed.stconfig import load_model_spec
+from shardflow.embed.stconfig import load_model_spec, output_dim
 from shardflow.models import resolve_model
 from shardflow.runlog import configure_logging
 from shardflow.verify import VerificationError, VerifyParams, failure_message, verify_embeddings
@@ -13,7 +13,7 @@ manifest = json.load(open(smk.input.manifest))
 spec = load_model_spec(resolve_model(smk.params.model))
 params = VerifyParams(
     expected_records=manifest["total_records"],
-    expected_dim=spec.dim,
+    expected_dim=output_dim(spec),
     normalized=spec.normalize,
     norm_tolerance=smk.params.norm_tolerance,
 )

@@ -77,12 +77,13 @@ def plot_throughput(stats: list[dict], path: str) -> None:
 
 def plot_timeline(stats: list[dict], benches: list[dict], path: str) -> None:
     plt = _pyplot()
-    t0 = min(s["start_time"] for s in stats)
+    t0 = min(s["end_time"] - b.get("s", s["seconds"]) for s, b in zip(stats, benches))
     fig, ax = plt.subplots(figsize=(8, max(2.5, 0.3 * len(stats) + 1)))
     for s, b in zip(stats, benches):
         # Start from the job's own clock; length from Snakemake's benchmark (whole job).
-        ax.barh(str(s["chunk"]), b.get("s", s["seconds"]), left=s["start_time"] - t0, color="#e8833a")
-    ax.set_xlabel("seconds since the first embed job started")
+        duration = b.get("s", s["seconds"])  # the whole job, model loading included
+        ax.barh(str(s["chunk"]), duration, left=s["end_time"] - duration - t0, color="#e8833a")
+    ax.set_xlabel("seconds since the first embed job started (bars: whole jobs)")
     ax.set_ylabel("chunk")
     ax.set_title("embed jobs over time")
     _save(fig, path)
@@ -93,14 +94,11 @@ def plot_norms(verification: dict, path: str) -> None:
     lo, hi, bins = verification["norm_histogram"]["edges"]
     counts = np.asarray(verification["norm_histogram"]["counts"])
     edges = np.linspace(lo, hi, int(bins) + 1)
-    nz = np.nonzero(counts)[0]
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.bar(edges[:-1], counts, width=np.diff(edges), align="edge", color="#5a9e4b")
-    if nz.size:
-        ax.set_xlim(edges[max(nz[0] - 2, 0)], edges[min(nz[-1] + 3, len(edges) - 1)])
-    ax.set_xlabel("L2 norm")
+    ax.bar(edges[:-1] - 1.0, counts, width=np.diff(edges), align="edge", color="#5a9e4b")
+    ax.set_xlabel("L2 norm - 1")
     ax.set_ylabel("rows")
-    ax.set_title(f"Embedding norms (min {verification['norm_min']:.5f}, max {verification['norm_max']:.5f})")
+    ax.set_title(f"Embedding norms (min {verification['norm_min']:.7f}, max {verification['norm_max']:.7f})")
     _save(fig, path)
 
 
@@ -133,7 +131,7 @@ def plot_map(npy_path: str, path: str, params: ReportParams) -> int:
     idx, x = sample_rows(npy_path, params.map_points)
     xy = project_2d(x, params.map_method, params.seed)
     fig, ax = plt.subplots(figsize=(5.5, 5))
-    ax.scatter(xy[:, 0], xy[:, 1], s=3, c=idx, cmap="viridis", alpha=0.7, linewidths=0)
+    ax.scatter(xy[:, 0], xy[:, 1], s=float(np.clip(2000 / max(len(idx), 1), 2, 16)), c=idx, cmap="viridis", alpha=0.7, linewidths=0)
     ax.set_title(f"{params.map_method.upper()} map of {len(idx)} embeddings (colour: row)")
     ax.set_xticks([])
     ax.set_yticks([])

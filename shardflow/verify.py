@@ -58,6 +58,17 @@ def _duplicate_ids(ids_path: str, block_rows: int) -> tuple[int, list[str]]:
     return n, sorted(v for v, c in seen.items() if c > 1)
 
 
+def _histogram(norms: np.ndarray, bins: int = 60) -> dict:
+    """Counts over [min, max] of the norms (widened when they are all equal)."""
+    if norms.size == 0:
+        return {"edges": [0.0, 1.0, bins], "counts": [0] * bins}
+    norms = norms.astype(np.float64)
+    lo, hi = float(norms.min()), float(norms.max())
+    pad = max((hi - lo) * 0.05, 1e-6 * max(1.0, abs(hi)))
+    counts, _ = np.histogram(norms, bins=bins, range=(lo - pad, hi + pad))
+    return {"edges": [lo - pad, hi + pad, bins], "counts": counts.tolist()}
+
+
 def verify_embeddings(npy_path: str, ids_path: str, params: VerifyParams) -> dict:
     emb = np.load(npy_path, mmap_mode="r")
     checks: dict[str, dict] = {}
@@ -69,8 +80,7 @@ def verify_embeddings(npy_path: str, ids_path: str, params: VerifyParams) -> dic
     non_finite = 0
     first_bad = None
     norms_min, norms_max, bad_norm_rows, first_bad_norm = np.inf, -np.inf, 0, None
-    hist_edges = np.linspace(0.0, 2.0, 201)
-    hist = np.zeros(200, dtype=np.int64)
+    all_norms = []  # 4 bytes a row: kept for a histogram over the actual range
     for start in range(0, max(rows, 0), params.block_rows):
         block = np.asarray(emb[start : start + params.block_rows], dtype=np.float32)
         finite = np.isfinite(block).all(axis=1)
@@ -79,7 +89,7 @@ def verify_embeddings(npy_path: str, ids_path: str, params: VerifyParams) -> dic
             first_bad = first_bad if first_bad is not None else start + int(np.argmin(finite))
         norms = np.linalg.norm(np.where(np.isfinite(block), block, 0.0), axis=1)
         norms_min, norms_max = min(norms_min, float(norms.min())), max(norms_max, float(norms.max()))
-        hist += np.histogram(np.clip(norms, 0.0, 2.0), bins=hist_edges)[0]
+        all_norms.append(norms.astype(np.float32))
         if params.normalized:
             off = np.abs(norms - 1.0) > params.norm_tolerance
             if off.any():
@@ -103,7 +113,7 @@ def verify_embeddings(npy_path: str, ids_path: str, params: VerifyParams) -> dic
         "dtype": str(emb.dtype),
         "norm_min": None if rows <= 0 else norms_min,
         "norm_max": None if rows <= 0 else norms_max,
-        "norm_histogram": {"edges": [0.0, 2.0, 200], "counts": hist.tolist()},
+        "norm_histogram": _histogram(np.concatenate(all_norms) if all_norms else np.zeros(0, np.float32)),
         "checks": checks,
     }
     return result
