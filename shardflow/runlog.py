@@ -37,6 +37,21 @@ def host_info() -> dict:
     }
 
 
+def _log_uncaught(logger: logging.Logger) -> None:
+    """Put a script's fatal traceback into its rule log too, not only on stderr."""
+    previous = sys.excepthook
+
+    def hook(exc_type, exc, tb):
+        if not issubclass(exc_type, KeyboardInterrupt):
+            logger.critical("failed: %s: %s", exc_type.__name__, exc, exc_info=(exc_type, exc, tb))
+            for handler in logger.handlers + logging.getLogger().handlers:
+                handler.flush()
+            return  # the handlers (stderr included) have printed it
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = hook
+
+
 def configure_logging(log_path: str | None, name: str, params=None) -> logging.Logger:
     """Send all logging to `log_path` (and stderr), then log params + software + host."""
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
@@ -51,6 +66,7 @@ def configure_logging(log_path: str | None, name: str, params=None) -> logging.L
     )
     logging.captureWarnings(True)
     logger = logging.getLogger(name)
+    _log_uncaught(logger)
     resolved = dataclasses.asdict(params) if dataclasses.is_dataclass(params) else params
     logger.info(
         "params=%s software=%s host=%s",

@@ -152,12 +152,12 @@ def search_and_score(
     )
     run = to_run(hits, query_ids, doc_ids)
     scores = evaluate(qrels, run, ignore_identical_ids=params.drop_identical_ids)
-    result = scores.as_dict()
-    metrics = {key: result["scores"][key] for key in HEADLINE}
+    metrics = {key: scores.scores[key] for key in HEADLINE}
     metrics.update(
         {
-            "all": result["scores"],
-            "n_queries": result.get("n_queries"),
+            "all": scores.scores,
+            "n_queries": scores.n_queries,
+            "n_queries_not_in_run": scores.n_queries_not_in_run,
             "n_documents": len(doc_ids),
             "top_k": k,
             "drop_identical_ids": params.drop_identical_ids,

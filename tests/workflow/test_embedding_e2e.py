@@ -89,7 +89,7 @@ def test_same_inputs_give_identical_outputs(run, tmp_path, demo_texts):
     workdir, _, _, _ = run
     corpus, _ = demo_texts
     cfg = _config(tmp_path, corpus)
-    snakemake(tmp_path, "--cores", "2", "--configfile", str(cfg), "results/e2e/ids.parquet")
+    snakemake(tmp_path, "results/e2e/ids.parquet", "--cores", "2", "--configfile", str(cfg))
     for rel in ["results/e2e/embeddings.npy", "results/e2e/ids.parquet"] + [
         f"results/e2e/chunks/chunk_{i}.jsonl" for i in range(3)
     ]:

@@ -56,13 +56,13 @@ def _expected_ndcg():
 
 def test_dry_run_shows_the_retrieval_dag_before_data(tmp_path, beir):
     cfg = _config(tmp_path, beir, _expected_ndcg())
-    counts = job_counts(snakemake(tmp_path, "-n", "--configfile", str(cfg), "results/tiny/reproduction.json").stdout)
+    counts = job_counts(snakemake(tmp_path, "results/tiny/reproduction.json", "-n", "--configfile", str(cfg)).stdout)
     assert counts["embed"] == 2 and counts["embed_queries"] == 1 and counts["retrieval_evaluate"] == 1
 
 
 def test_metrics_through_the_workflow_and_reproduction_check(tmp_path, beir):
     cfg = _config(tmp_path, beir, _expected_ndcg())
-    snakemake(tmp_path, "--cores", "2", "--configfile", str(cfg), "results/tiny/reproduction.json")
+    snakemake(tmp_path, "results/tiny/reproduction.json", "--cores", "2", "--configfile", str(cfg))
     metrics = json.loads((tmp_path / "results/tiny/retrieval/metrics.json").read_text())
     assert set(metrics) >= {"ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10", "map_at_10"}
     assert metrics["ndcg_at_10"] == pytest.approx(_expected_ndcg(), abs=1e-6)
@@ -76,7 +76,7 @@ def test_metrics_through_the_workflow_and_reproduction_check(tmp_path, beir):
     # Change the expectation: the check reruns (params changed) and fails with a table.
     bad = _config(tmp_path, beir, 0.5)
     proc = snakemake(
-        tmp_path, "--cores", "2", "--configfile", str(bad), "results/tiny/reproduction.json", check=False
+        tmp_path, "results/tiny/reproduction.json", "--cores", "2", "--configfile", str(bad), check=False
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
