@@ -89,7 +89,7 @@ evaluate-beir: setup
 	  cfg=".snakemake/shardflow/evaluate-beir-$$name.yaml"; mkdir -p "$$(dirname "$$cfg")"; \
 	  $(BIN)/python -m shardflow.cli beir-config --data "$(DATA)" --name "$$name" --model "$(MODEL)" \
 	    --drop-identical-ids "$(DROP_IDENTICAL_IDS)" --out "$$cfg" >&2 && \
-	  $(SNAKEMAKE) --profile profiles/local --cores $(CORES) --configfile "$$cfg" "results/$$name/retrieval/metrics.json" >&2 && \
+	  $(SNAKEMAKE) "results/$$name/retrieval/metrics.json" --profile profiles/local --cores $(CORES) --configfile "$$cfg" >&2 && \
 	  echo "results/$$name/retrieval/metrics.json"
 
 # Opt-in: reproduce MTEB's published ArguAna nDCG@10 (0.50167 +- 0.001) with the real
@@ -97,9 +97,8 @@ evaluate-beir: setup
 ARGUANA ?= ../shared/data/arguana
 reproduce-arguana: setup
 	@start=$$(date +%s); \
-	  $(SNAKEMAKE) --profile profiles/local --cores $(CORES) \
-	    --configfile config/reproduce/arguana-minilm.yaml --config 'retrieval={path: "$(ARGUANA)"}' \
-	    results/arguana/reproduction.json && \
+	  $(SNAKEMAKE) results/arguana/reproduction.json --profile profiles/local --cores $(CORES) \
+	    --configfile config/reproduce/arguana-minilm.yaml --config 'retrieval={path: "$(ARGUANA)"}' && \
 	  echo "reproduce-arguana: passed in $$(( $$(date +%s) - start )) s; metrics: results/arguana/retrieval/metrics.json"
 
 clean:
