@@ -200,6 +200,11 @@ cmd_down() {
     stop_daemon slurmd
     stop_daemon slurmctld
     stop_daemon munged
+    # With slurm.conf in place but no controller, every `scontrol`/`sinfo` call retries
+    # for ~9 s -- and snakemake-executor-plugin-slurm runs `scontrol show config` each time
+    # any Snakemake process starts (it builds its --help text at import), so every local
+    # job would start 9 s late. Without a config file the call fails at once.
+    if [[ -f "$CONF_DIR/slurm.conf" ]]; then mv -f "$CONF_DIR/slurm.conf" "$CONF_DIR/slurm.conf.down"; fi
     log "down"
 }
 
@@ -209,7 +214,8 @@ cmd_status() {
         if pid_alive "$name"; then echo "$name: running (pid $(cat "$STATE_DIR/$name.pid"))"
         else echo "$name: not running"; fi
     done
-    if command -v sinfo >/dev/null; then timeout 10 sinfo -N -o '%N %P %T %G' || true; fi
+    if [[ ! -f "$CONF_DIR/slurm.conf" ]]; then echo "no $CONF_DIR/slurm.conf: cluster down"; return 1; fi
+    timeout 10 sinfo -N -o '%N %P %T %G' || true
     node_usable
 }
 

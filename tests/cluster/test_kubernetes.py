@@ -1,0 +1,254 @@
+"""The `eks` path: the tiny workflow through `--executor kubernetes`
+(snakemake-executor-plugin-kubernetes 0.5.1) with the site profile profiles/eks, data
+on a real S3 server (SeaweedFS), against the Kubernetes API server stand-in
+(tests/support/k8s_apiserver_standin.py: NOT a cluster; each Job runs as a local
+process, and every Job spec the plugin sends is kept for the assertions below).
+
+Strict mode answers as a real API server does where the plugin trips (422 for a GPU
+request without a limit, 400 for a log read with previous=true); the happy path is
+run in strict mode too, since that is what EKS will do."""
+
+import base64
+import json
+import re
+
+import pytest
+
+from tests.support.k8s_apiserver_standin import KubernetesApiServerStandin
+
+pytestmark = pytest.mark.cluster
+
+NAMESPACE = "shardflow"  # profiles/eks: kubernetes-namespace
+SERVICE_ACCOUNT = "shardflow-runner"  # profiles/eks: kubernetes-service-account-name
+IMAGE = "registry.example.invalid/shardflow:test"
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}
+
+
+@pytest.fixture
+def api(tmp_path, request):
+    strict = getattr(request, "param", True)
+    with KubernetesApiServerStandin(tmp_path / "k8s", strict=strict, namespaces=(NAMESPACE,)) as server:
+        yield server
+
+
+def run_eks(api, s3, prefix, workflow_dir, sm, *extra, timeout_s=240):
+    """`snakemake --profile profiles/eks` with the profile's site values from the
+    environment and the local S3 server's endpoint and (test-only) keys on the CLI."""
+    env = sm.env(
+        KUBECONFIG=str(api.kubeconfig_path),
+        SHARDFLOW_S3_BUCKET=s3.bucket,
+        SHARDFLOW_S3_PREFIX=prefix,
+        SHARDFLOW_IMAGE=IMAGE,
+    )
+    args = [
+        "--profile", str(sm.REPO / "profiles" / "eks"),
+        "--storage-s3-endpoint-url", s3.endpoint_url,
+        "--storage-s3-access-key", s3.access_key,
+        "--storage-s3-secret-key", s3.secret_key,
+        "--storage-s3-region", s3.region,
+        "--seconds-between-status-checks", "1",  # the profile's 20 s would dominate here
+        *extra,
+    ]
+    return sm.run(workflow_dir, *args, timeout_s=timeout_s, env=env)
+
+
+def target_of(spec: dict) -> str:
+    """'embed:chunk=a' or 'merge:' -- the job a Job spec runs."""
+    command = spec["spec"]["template"]["spec"]["containers"][0]["args"][-1]
+    return re.search(r"--target-jobs '([^']+)'", command).group(1)
+
+
+def specs_by_target(api) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for spec in api.job_specs:
+        out.setdefault(target_of(spec), []).append(spec)
+    return out
+
+
+def deleted_jobs(api) -> set[str]:
+    return {path.rsplit("/", 1)[1] for method, path, _, code in api.requests
+            if method == "DELETE" and "/jobs/" in path and code == 200}
+
+
+def pod_log(api, job_name: str) -> str:
+    (pod_dir,) = (api.root / "pods").glob(f"{job_name}-*")
+    return (pod_dir / "container.log").read_text()
+
+
+def test_eks_profile_runs_through_the_standin_and_matches_a_local_run(
+    api, s3, s3_prefix, workflow_dir, local_hashes, sm
+):
+    run = run_eks(api, s3, s3_prefix, workflow_dir, sm)
+    assert run.returncode == 0, sm.describe(run)
+
+    objects = s3.objects(f"{s3_prefix}/")
+    assert {rel: sm.sha256(objects[f"{s3_prefix}/{rel}"]) for rel in sm.OUTPUTS} == local_hashes
+
+    by_target = specs_by_target(api)
+    assert sorted(by_target) == ["embed:chunk=a", "embed:chunk=b", "embed:chunk=c", "merge:"]
+    assert all(len(specs) == 1 for specs in by_target.values())
+    (secret,) = api.secrets_received
+    secret_name = secret["metadata"]["name"]
+
+    for target, (spec,) in by_target.items():
+        pod = spec["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        assert container["image"] == IMAGE
+        assert pod["serviceAccountName"] == SERVICE_ACCOUNT
+        assert spec["spec"]["backoffLimit"] == 0 and pod["restartPolicy"] == "Never"
+        # Storage settings reach the pod only as references into the run's secret ...
+        env = {e["name"]: e for e in container["env"]}
+        assert {"SNAKEMAKE_STORAGE_S3_ACCESS_KEY", "SNAKEMAKE_STORAGE_S3_SECRET_KEY"} <= set(env)
+        for var in env.values():
+            assert "value" not in var
+            assert var["valueFrom"]["secretKeyRef"]["name"] == secret_name
+        # ... so no credential appears anywhere in the Job spec.
+        text = json.dumps(spec)
+        assert s3.secret_key not in text and s3.access_key not in text
+
+        resources = container["resources"]
+        if target.startswith("embed:"):
+            # set-resources for embed in profiles/eks: gpu, gpu_manufacturer, machine_type, scale: 0
+            assert resources["requests"]["nvidia.com/gpu"] == "1"
+            assert resources["limits"]["nvidia.com/gpu"] == "1"
+            assert GPU_TOLERATION in pod["tolerations"]
+            assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "g5.xlarge"}
+            assert resources["requests"]["memory"] == resources["limits"]["memory"] == "200M"  # rule's mem_mb
+            assert resources["requests"]["cpu"] == "2849m"  # set-threads embed: 3, x0.95
+        else:
+            assert "nvidia.com/gpu" not in resources["requests"]
+            assert not pod.get("tolerations") and not pod.get("nodeSelector")
+            assert resources["requests"]["ephemeral-storage"] == "10000M"  # default-resources disk_mb
+
+    # The secret holds the keys (base64, as Kubernetes stores them).
+    decoded = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert decoded["snakemake_storage_s3_secret_key"] == s3.secret_key
+
+    # Clean-up: every Job deleted after it finished, the secret at the end, nothing left running.
+    assert deleted_jobs(api) == {spec["metadata"]["name"] for spec in api.job_specs}
+    assert ("DELETE", f"/api/v1/namespaces/{NAMESPACE}/secrets/{secret_name}") in {
+        (m, p) for m, p, _, code in api.requests if code == 200
+    }
+    assert api.running_jobs() == [] and api.unhandled == []
+    # Each pod's `pip install --target ... snakemake-storage-plugin-s3` met the shim.
+    calls = (api.root / "pip-calls.log").read_text().splitlines()
+    assert len(calls) == 4 and all("snakemake-storage-plugin-s3" in c for c in calls)
+
+
+def test_gpu_request_without_an_equal_limit_is_refused_by_the_api_server(
+    api, s3, s3_prefix, workflow_dir, sm
+):
+    # The embed resources of profiles/eks without `scale: 0`: the plugin then sets
+    # requests only, and a real API server refuses the Job. The run stops at once.
+    run = run_eks(
+        api, s3, s3_prefix, workflow_dir, sm,
+        "--set-resources", "embed:gpu=1", "embed:gpu_manufacturer=nvidia", "embed:machine_type=g5.xlarge",
+        timeout_s=120,
+    )
+    assert run.returncode == 1, sm.describe(run)
+    assert "(422)" in run.output, sm.describe(run)
+    assert "Limit must be set for non overcommitable resources" in run.output, sm.describe(run)
+    rejected = api.job_specs[0]["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert rejected["requests"]["nvidia.com/gpu"] == "1" and not rejected.get("limits")
+    assert not list((api.root / "pods").iterdir())  # nothing ran
+
+
+def test_a_failed_job_aborts_the_whole_run_on_a_real_api_server(api, s3, s3_prefix, workflow_dir, sm):
+    """Finding: when a job's pod fails, plugin 0.5.1 reads the pod log with previous=true;
+    a real API server answers 400 (the container never restarted), the plugin raises, and
+    Snakemake stops the whole run: no retry of the job (profile `retries: 2`), no
+    keep-going, the failed Job and its pod are left in the namespace."""
+    run = run_eks(api, s3, s3_prefix, workflow_dir, sm, "--config", "fail_chunk=b")
+    assert not run.timed_out, sm.describe(run)
+    assert run.returncode == 1, sm.describe(run)
+    assert "Kubernetes request failed" in run.output and "(400)" in run.output, sm.describe(run)
+    assert 'previous terminated container \\"snakemake\\"' in run.output, sm.describe(run)
+    assert any(p.endswith("/log") and q.get("previous", "").lower() == "true" and code == 400
+               for _, p, q, code in api.requests)
+
+    (failed,) = specs_by_target(api)["embed:chunk=b"]  # submitted once: no retry
+    name = failed["metadata"]["name"]
+    assert "Trying to restart" not in run.output  # the controller never saw a job error
+    # Inside the pod, the job-mode Snakemake did retry (the rule's `retries: 2`) before exiting 1.
+    assert pod_log(api, name).count("Trying to restart job") == 2
+    assert name not in deleted_jobs(api)  # left behind for `kubectl delete job`
+    assert api.running_jobs() == []
+
+
+def test_rule_retries_inside_the_pod_absorb_a_transient_failure(
+    api, s3, s3_prefix, workflow_dir, local_hashes, sm
+):
+    """The guard: a rule-level `retries:` reaches the job-mode Snakemake inside the pod
+    (a profile/CLI --retries does not: pods get --retries 0), so a transient failure is
+    retried in place and the pod exits 0 -- the plugin never reads a previous log."""
+    run = run_eks(api, s3, s3_prefix, workflow_dir, sm, "--config", "fail_chunk=b", "fail_times=1")
+    assert run.returncode == 0, sm.describe(run)
+    objects = s3.objects(f"{s3_prefix}/")
+    assert {rel: sm.sha256(objects[f"{s3_prefix}/{rel}"]) for rel in sm.OUTPUTS} == local_hashes
+    (job,) = specs_by_target(api)["embed:chunk=b"]
+    assert pod_log(api, job["metadata"]["name"]).count("Trying to restart job") == 1
+    assert not [q for _, p, q, _ in api.requests if p.endswith("/log")]  # no log read at all
+
+
+@pytest.mark.parametrize("api", [False], indirect=True, ids=["lenient"])
+def test_lenient_api_server_lets_the_plugin_report_and_retry_the_failure(api, s3, s3_prefix, workflow_dir, sm):
+    """Control for the finding above: where previous=true is answered (this stand-in when
+    not strict), the plugin reports the failed job, Snakemake resubmits it, runs the other
+    jobs on and ends with an error -- so it is the 400 alone that aborts real runs."""
+    run = run_eks(api, s3, s3_prefix, workflow_dir, sm, "--config", "fail_chunk=b", "embed_retries=1")
+    assert not run.timed_out, sm.describe(run)
+    assert run.returncode == 1, sm.describe(run)
+    assert "(400)" not in run.output
+    assert "Trying to restart job" in run.output, sm.describe(run)
+    failed = specs_by_target(api)["embed:chunk=b"]
+    assert len(failed) == 2  # first attempt + 1 retry, each a new Job
+    assert {s["metadata"]["name"] for s in failed} <= deleted_jobs(api)
+    objects = s3.objects(f"{s3_prefix}/")
+    assert f"{s3_prefix}/embeddings/a.json" in objects and f"{s3_prefix}/embeddings/c.json" in objects
+    assert f"{s3_prefix}/merged/summary.json" not in objects
+
+
+def test_standin_deleting_a_job_stops_its_whole_process_group(api):
+    """The stand-in itself: a deleted Job leaves no process behind, even one that ignores
+    SIGTERM under a shell (as the job-mode Snakemake does while a job runs)."""
+    import os
+    import time
+
+    import kubernetes
+
+    client = kubernetes.config.new_client_from_config(str(api.kubeconfig_path))
+    batch, core = kubernetes.client.BatchV1Api(client), kubernetes.client.CoreV1Api(client)
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"
+    job = {
+        "metadata": {"name": "stubborn"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{
+            "name": "snakemake", "image": "x", "command": ["/bin/sh"],
+            "args": ["-c", f"python -c '{stubborn}' && true"]}]}}},
+    }
+    batch.create_namespaced_job(NAMESPACE, job)
+    (pod,) = core.list_namespaced_pod(NAMESPACE, label_selector="job-name=stubborn").items
+    assert pod.status.container_statuses[0].state.running is not None
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and "signal.SIG_IGN" not in _process_cmdlines():
+        time.sleep(0.1)
+    assert "signal.SIG_IGN" in _process_cmdlines()
+
+    batch.delete_namespaced_job("stubborn", NAMESPACE, propagation_policy="Foreground")
+    assert "signal.SIG_IGN" not in _process_cmdlines()
+    assert api.running_jobs() == []
+    with pytest.raises(kubernetes.client.rest.ApiException) as gone:
+        batch.read_namespaced_job_status("stubborn", NAMESPACE)
+    assert gone.value.status == 404
+    assert os.path.exists(api.root / "jobs" / "stubborn.json")  # the spec stays recorded
+
+
+def _process_cmdlines() -> str:
+    from pathlib import Path
+
+    out = []
+    for f in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            out.append(f.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            pass
+    return "\n".join(out)
