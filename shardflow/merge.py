@@ -1,8 +1,9 @@
 """Concatenate per-chunk embeddings, in chunk order, into one memory-mappable file.
 
-Streaming: each chunk is memory-mapped and copied in blocks into an
-`open_memmap` output, and ids are appended to a Parquet writer chunk by chunk,
-so peak memory does not grow with the corpus. Row k of `embeddings.npy` is the
+Streaming: each chunk is read and written in row blocks through plain file I/O
+(no memory maps, whose touched pages count as resident memory), and ids are
+appended to a Parquet writer chunk by chunk, so peak memory does not grow with
+the corpus. Row k of `embeddings.npy` is the
 vector of row k of `ids.parquet`.
 """
 
@@ -17,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shardflow.atomic import atomic_path
+from shardflow.npyio import NpyWriter, iter_row_blocks, read_header
 
 log = logging.getLogger(__name__)
 
@@ -25,14 +27,12 @@ ID_SCHEMA = pa.schema([pa.field("id", pa.string(), nullable=False)])
 
 @dataclass(frozen=True)
 class MergeParams:
-    block_rows: int = 65536
+    block_rows: int | None = None  # None: about 4 MiB of vectors a block
+    id_batch: int = 16384
 
 
 def _header(path: str) -> tuple[tuple[int, ...], np.dtype]:
-    with open(path, "rb") as fh:
-        version = np.lib.format.read_magic(fh)
-        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, _, dtype = read(fh)
+    shape, dtype, _, _ = read_header(path)
     return shape, dtype
 
 
@@ -65,21 +65,13 @@ def merge_embeddings(
     total = sum(s[0] for s in shapes)
 
     with atomic_path(out_npy) as tmp_npy, atomic_path(out_ids) as tmp_ids:
-        out = np.lib.format.open_memmap(tmp_npy, mode="w+", dtype=dtype, shape=(total, dim))
-        row = 0
-        with pq.ParquetWriter(tmp_ids, ID_SCHEMA) as writer:
+        with NpyWriter(tmp_npy, dtype, (total, dim)) as out, pq.ParquetWriter(tmp_ids, ID_SCHEMA) as writer:
             for p, ip, shape in zip(npy_paths, id_paths, shapes):
                 if shape[0]:
-                    src = np.load(p, mmap_mode="r")
-                    for start in range(0, shape[0], params.block_rows):
-                        stop = min(shape[0], start + params.block_rows)
-                        out[row + start : row + stop] = src[start:stop]
-                    del src
+                    for block in iter_row_blocks(p, params.block_rows):
+                        out.write(block)
                 ids = pq.ParquetFile(ip)
-                for batch in ids.iter_batches(columns=["id"], batch_size=params.block_rows):
-                    writer.write_table(pa.Table.from_batches([batch]).cast(ID_SCHEMA))
-                row += shape[0]
-        out.flush()
-        del out
+                for batch in ids.iter_batches(columns=["id"], batch_size=params.id_batch):
+                    writer.write_table(pa.Table.from_batches([batch]).cast(ID_SCHEMA), row_group_size=params.id_batch)
     log.info("merged %d chunks: %d rows x %d (%s)", len(npy_paths), total, dim, dtype)
     return {"chunks": len(npy_paths), "rows": total, "dim": dim, "dtype": str(dtype)}

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow.parquet as pq
 
+from shardflow.npyio import iter_row_blocks, read_header, rows_per_block
+
 
 class VerificationError(RuntimeError):
     pass
@@ -25,7 +27,8 @@ class VerifyParams:
     expected_dim: int
     normalized: bool
     norm_tolerance: float = 1e-3
-    block_rows: int = 65536
+    block_rows: int | None = None  # None: about 4 MiB of vectors a block
+    id_batch: int = 65536
 
 
 def _id_hash(value: str) -> int:
@@ -70,10 +73,10 @@ def _histogram(norms: np.ndarray, bins: int = 60) -> dict:
 
 
 def verify_embeddings(npy_path: str, ids_path: str, params: VerifyParams) -> dict:
-    emb = np.load(npy_path, mmap_mode="r")
+    shape, dtype, _, _ = read_header(npy_path)
     checks: dict[str, dict] = {}
-    rows = emb.shape[0] if emb.ndim == 2 else -1
-    dim = emb.shape[1] if emb.ndim == 2 else -1
+    rows = shape[0] if len(shape) == 2 else -1
+    dim = shape[1] if len(shape) == 2 else -1
     checks["count"] = {"ok": rows == params.expected_records, "expected": params.expected_records, "got": rows}
     checks["dimension"] = {"ok": dim == params.expected_dim, "expected": params.expected_dim, "got": dim}
 
@@ -81,8 +84,10 @@ def verify_embeddings(npy_path: str, ids_path: str, params: VerifyParams) -> dic
     first_bad = None
     norms_min, norms_max, bad_norm_rows, first_bad_norm = np.inf, -np.inf, 0, None
     all_norms = []  # 4 bytes a row: kept for a histogram over the actual range
-    for start in range(0, max(rows, 0), params.block_rows):
-        block = np.asarray(emb[start : start + params.block_rows], dtype=np.float32)
+    block_rows = params.block_rows or rows_per_block(max(dim, 1), dtype)
+    blocks = iter_row_blocks(npy_path, block_rows) if rows > 0 else ()
+    for start, block in zip(range(0, max(rows, 0), block_rows), blocks):
+        block = block.astype(np.float32, copy=False)
         finite = np.isfinite(block).all(axis=1)
         if not finite.all():
             non_finite += int((~finite).sum())
@@ -103,14 +108,14 @@ def verify_embeddings(npy_path: str, ids_path: str, params: VerifyParams) -> dic
             "rows_outside": bad_norm_rows,
             "first_row": first_bad_norm,
         }
-    n_ids, dups = _duplicate_ids(ids_path, params.block_rows)
+    n_ids, dups = _duplicate_ids(ids_path, params.id_batch)
     checks["ids_match_rows"] = {"ok": n_ids == rows, "ids": n_ids, "rows": rows}
     checks["ids_unique"] = {"ok": not dups, "duplicates": len(dups), "examples": dups[:10]}
     result = {
         "ok": all(c["ok"] for c in checks.values()),
         "rows": rows,
         "dim": dim,
-        "dtype": str(emb.dtype),
+        "dtype": str(dtype),
         "norm_min": None if rows <= 0 else norms_min,
         "norm_max": None if rows <= 0 else norms_max,
         "norm_histogram": _histogram(np.concatenate(all_norms) if all_norms else np.zeros(0, np.float32)),
