@@ -1,0 +1,588 @@
+"""A fast, resumable sentence-embedding engine on plain transformers + torch.
+
+The output matches `SentenceTransformer(path).encode(texts)` for the modules in
+`stconfig` (same prompt, truncation, padding side, pooling, Dense, Normalize),
+but the batching is built for throughput:
+
+1. Texts are processed in windows of `window` texts. Each window is tokenized
+   once, without padding, in a background thread while the previous window runs.
+2. Within a window, texts are sorted by token count and cut into batches by a
+   token budget (rows x longest row), not by a fixed count: little padding, and
+   roughly constant memory per batch whatever the text lengths.
+3. A second background thread collates batches ahead with numpy (and pins them
+   on CUDA, for non-blocking copies), through a bounded queue: the model does not
+   wait for Python.
+4. On CUDA, out-of-memory splits the batch and halves the budget for the rest of
+   the run; a text that does not fit even alone fails with its index and length.
+5. With a resume folder, each finished window is written there atomically and a
+   restarted run skips it. Batching is a pure function of (window texts, params),
+   so a resumed run writes the same bytes as an uninterrupted one.
+
+Determinism: fp32 on CPU gives bitwise-identical output for the same texts,
+params and torch thread count, in one process or across processes. Changing the
+thread count, the device, the dtype, the window or the token budget can change
+the last bits (different kernels or batch shapes); `resume_key` covers all of them.
+An out-of-memory back-off also changes batch shapes, hence the last bits.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import platform
+import queue
+import shutil
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from shardflow.atomic import atomic_open, atomic_path
+from shardflow.chunks import read_chunk
+from shardflow.embed import resume as _resume
+from shardflow.embed.batching import (
+    Batch,
+    collate,
+    length_order,
+    plan_batches,
+    split_batch,
+)
+from shardflow.embed.params import (
+    EmbedParams,
+    cpu_name,
+    dtype_name,
+    output_identity,
+    resolve_device,
+    resolve_dtype,
+    resolve_token_budget,
+    resume_key,
+)
+from shardflow.embed.pooling import build_head, pool
+from shardflow.embed.stconfig import (
+    ModelSpec,
+    UnsupportedModelError,
+    load_model_spec,
+    output_dim,
+)
+
+__all__ = ["EmbedParams", "EncodeStats", "Encoder", "TextTooLargeError", "embed_chunk", "load_encoder", "resume_key"]
+
+log = logging.getLogger(__name__)
+
+PROGRESS_EVERY_S = 5.0
+_OOM = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+# Encoder-decoder checkpoints whose encoder alone embeds (as sentence-transformers loads them).
+_ENCODER_ONLY = {"t5": "T5EncoderModel", "mt5": "MT5EncoderModel", "umt5": "UMT5EncoderModel"}
+_cpu_fallback_warned = False
+
+
+class TextTooLargeError(RuntimeError):
+    """A single text does not fit in device memory, even in a batch of its own."""
+
+    def __init__(self, message: str, index: int, n_tokens: int):
+        super().__init__(message)
+        self.index = index
+        self.n_tokens = n_tokens
+
+
+@dataclass
+class EncodeStats:
+    items: int = 0  # texts in the output
+    items_embedded: int = 0  # texts computed by this call (the rest came from resume parts)
+    real_tokens: int = 0
+    padded_tokens: int = 0
+    batches: int = 0
+    oom_backoffs: int = 0
+    resumed_parts: int = 0
+    parts: int = 0
+    seconds: float = 0.0
+    start_unix: float = 0.0
+    end_unix: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        secs = max(self.seconds, 1e-9)
+        d["items_per_s"] = self.items_embedded / secs
+        d["tokens_per_s"] = self.real_tokens / secs
+        d["padding_fraction"] = 1 - self.real_tokens / self.padded_tokens if self.padded_tokens else 0.0
+        return d
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _load_tokenizer(spec: ModelSpec, max_positions: int | None):
+    from tokenizers.normalizers import Lowercase
+    from tokenizers.normalizers import Sequence as NormalizerSequence
+    from transformers import AutoTokenizer
+
+    kwargs = dict(spec.tokenizer_kwargs)
+    if spec.max_seq_length is not None and "model_max_length" not in kwargs:
+        kwargs["model_max_length"] = spec.max_seq_length
+    tok = AutoTokenizer.from_pretrained(str(spec.transformer_folder), **kwargs)
+    if "model_max_length" not in kwargs and max_positions not in (None, -1):
+        tok.model_max_length = min(tok.model_max_length, max_positions)
+    if spec.do_lower_case:  # as sentence-transformers: a Lowercase normalizer in front
+        if tok.is_fast:
+            norm = tok.backend_tokenizer.normalizer
+            parts = list(norm) if isinstance(norm, NormalizerSequence) else ([norm] if norm is not None else [])
+            if not any(isinstance(n, Lowercase) for n in parts):
+                tok.backend_tokenizer.normalizer = NormalizerSequence([Lowercase(), *parts])
+        else:
+            tok.do_lower_case = True
+    return tok
+
+
+def _load_model(spec: ModelSpec, dtype: torch.dtype, device: torch.device, logger: logging.Logger):
+    import transformers
+    from transformers import AutoConfig, AutoModel
+
+    folder = str(spec.transformer_folder)
+    config = AutoConfig.from_pretrained(folder, **dict(spec.config_kwargs))
+    if hasattr(config, "use_cache"):
+        config.use_cache = False  # no KV cache for a single forward (sentence-transformers does the same)
+    cls = AutoModel
+    if config.model_type in _ENCODER_ONLY:
+        cls = getattr(transformers, _ENCODER_ONLY[config.model_type])
+    elif getattr(config, "is_encoder_decoder", False):
+        raise UnsupportedModelError(f"{folder}: encoder-decoder model_type {config.model_type!r} is not supported")
+    kwargs = {k: v for k, v in spec.model_kwargs if k not in ("dtype", "torch_dtype", "device_map")}
+    attn = kwargs.pop("attn_implementation", "sdpa")
+    try:
+        model = cls.from_pretrained(folder, config=config, dtype=dtype, attn_implementation=attn, **kwargs)
+    except (ValueError, ImportError) as exc:
+        if attn != "sdpa":
+            raise
+        logger.info("attn_implementation='sdpa' unavailable for %s (%s); using the model's default", folder, exc)
+        model = cls.from_pretrained(folder, config=config, dtype=dtype, **kwargs)
+    model.eval().to(device)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model, config
+
+
+def load_encoder(
+    params: EmbedParams,
+    logger: logging.Logger | None = None,
+    *,
+    before_forward: Callable[[torch.Tensor], None] | None = None,
+) -> Encoder:
+    """Load the model once; `Encoder.encode` then embeds any number of text lists.
+
+    `before_forward(input_ids)` runs before every forward pass: tests use it to raise
+    `torch.OutOfMemoryError` on CPU and exercise the back-off.
+    """
+    import transformers
+
+    global _cpu_fallback_warned
+    logger = logger or log
+    device = resolve_device(params.device)
+    dtype = resolve_dtype(params.dtype, device)
+    if params.threads:
+        torch.set_num_threads(params.threads)
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+    logger.info(
+        "embed params %s | python %s torch %s transformers %s | device %s (%s) dtype %s threads %d token_budget %d",
+        asdict(params),
+        platform.python_version(),
+        torch.__version__,
+        transformers.__version__,
+        device,
+        device_name,
+        dtype_name(dtype),
+        torch.get_num_threads(),
+        resolve_token_budget(params, device),
+    )
+    if params.device == "auto" and device.type == "cpu" and not _cpu_fallback_warned:
+        logger.warning("no CUDA device available: falling back to CPU (slow for large corpora)")
+        _cpu_fallback_warned = True
+    torch.manual_seed(params.seed)
+    spec = load_model_spec(params.model)
+    for note in spec.notes:
+        logger.warning("model %s: %s", params.model, note)
+    model, config = _load_model(spec, dtype, device, logger)
+    max_positions = getattr(
+        config.get_text_config() if hasattr(config, "get_text_config") else config, "max_position_embeddings", None
+    )
+    tokenizer = _load_tokenizer(spec, max_positions)
+    head = build_head(spec.head).to(device)
+    if params.compile:
+        model = torch.compile(model, dynamic=True)
+    return Encoder(params, spec, tokenizer, model, head, device, dtype, output_dim(spec), logger, before_forward)
+
+
+# --------------------------------------------------------------------------- the engine
+
+
+@dataclass
+class _Ready:
+    """A collated batch, as torch tensors (pinned on CUDA)."""
+
+    window: int
+    batch: Batch
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+
+
+@dataclass
+class _WindowEnd:
+    window: int
+
+
+@dataclass
+class _Failed:
+    error: BaseException
+
+
+_DONE = object()
+
+
+class Encoder:
+    """A loaded model plus its tokenizer and head; see `load_encoder`."""
+
+    def __init__(self, params, spec, tokenizer, model, head, device, dtype, dim, logger, before_forward):
+        self.params: EmbedParams = params
+        self.spec: ModelSpec = spec
+        self.tokenizer = tokenizer
+        self.model = model
+        self.head = head
+        self.device: torch.device = device
+        self.dtype: torch.dtype = dtype
+        self.dim: int = dim
+        self.logger: logging.Logger = logger
+        self.before_forward = before_forward
+        self.prompt = spec.resolve_prompt(params.prompt, params.prompt_name)
+        self.max_length = params.max_length or tokenizer.model_max_length
+        self.truncate = self.max_length < 1_000_000  # "no limit" tokenizers report ~1e30
+        self.left_pad = tokenizer.padding_side == "left"
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.prompt_length = self._prompt_length() if (self.prompt and not spec.include_prompt) else 0
+        # Halves on out-of-memory, for the Encoder's lifetime.
+        self.token_budget = resolve_token_budget(params, device)
+        self.output_dtype = np.dtype(params.output_dtype)
+        self.identity = output_identity(params, spec)
+        self.last_stats = EncodeStats()
+
+    # ---- tokenization -------------------------------------------------------------
+
+    def _tokenize_raw(self, texts: Sequence[str]) -> list[list[int]]:
+        kwargs: dict[str, Any] = {"truncation": True, "max_length": self.max_length} if self.truncate else {}
+        return self.tokenizer(
+            list(texts), padding=False, return_attention_mask=False, return_token_type_ids=False, **kwargs
+        )["input_ids"]
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids as sentence-transformers makes them: prompt + text, truncated, no padding.
+
+        Texts are not stripped: sentence-transformers 6 passes them to the tokenizer as
+        they are (byte-level BPE tokenizers see leading spaces).
+        """
+        if self.prompt:
+            texts = [self.prompt + t for t in texts]
+        return self._tokenize_raw(texts)
+
+    def _prompt_length(self) -> int:
+        # As sentence-transformers: the tokenized prompt, minus a trailing special token (EOS/SEP).
+        ids = self._tokenize_raw([self.prompt])[0]
+        if ids and ids[-1] in set(self.tokenizer.all_special_ids):
+            return len(ids) - 1
+        return len(ids)
+
+    # ---- forward --------------------------------------------------------------------
+
+    def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        if self.device.type != "cpu":
+            input_ids = input_ids.to(self.device, non_blocking=True)
+            attention_mask = attention_mask.to(self.device, non_blocking=True)
+        if self.before_forward is not None:
+            self.before_forward(input_ids)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask)
+        hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+        emb = pool(hidden, attention_mask, self.spec.pooling, self.prompt_length)
+        return self.head(emb)
+
+    def _run(self, ready: _Ready, window_start: int, stats: EncodeStats) -> list[tuple[np.ndarray, torch.Tensor]]:
+        """Embed one batch, splitting it (and lowering the budget) on out-of-memory."""
+        batch = ready.batch
+        if batch.padded_tokens > self.token_budget and len(batch.rows) > 1:
+            # The budget dropped after this batch was collated: split it now.
+            rows = max(1, self.token_budget // batch.input_ids.shape[1])
+            return [
+                r
+                for piece in split_batch(batch, rows, self.left_pad)
+                for r in self._run_piece(piece, None, None, window_start, stats)
+            ]
+        return self._run_piece(batch, ready.input_ids, ready.attention_mask, window_start, stats)
+
+    def _run_piece(self, batch: Batch, ids, mask, window_start: int, stats: EncodeStats):
+        if ids is None:
+            ids, mask = torch.from_numpy(batch.input_ids), torch.from_numpy(batch.attention_mask)
+        failed = False
+        try:
+            emb = self._forward(ids, mask)
+        except _OOM:
+            failed = True  # handled outside the except block, so the frames holding activations are freed
+        if not failed:
+            stats.batches += 1
+            stats.padded_tokens += batch.padded_tokens
+            stats.real_tokens += int(batch.lengths.sum())
+            return [(batch.rows, emb)]
+        del ids, mask
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        stats.oom_backoffs += 1
+        n, width = batch.input_ids.shape
+        if n == 1:
+            index = window_start + int(batch.rows[0])
+            raise TextTooLargeError(
+                f"text {index} ({int(batch.lengths[0])} tokens) does not fit in {self.device} memory even alone; "
+                "lower max_length or use a device with more memory",
+                index=index,
+                n_tokens=int(batch.lengths[0]),
+            )
+        self.token_budget = max(1, min(self.token_budget, n * width) // 2)
+        self.logger.warning(
+            "out of memory on a batch of %d x %d tokens: splitting it, token budget now %d",
+            n,
+            width,
+            self.token_budget,
+        )
+        half = (n + 1) // 2
+        return [
+            r
+            for piece in split_batch(batch, half, self.left_pad)
+            for r in self._run_piece(piece, None, None, window_start, stats)
+        ]
+
+    # ---- the producer ------------------------------------------------------------
+
+    def _produce(
+        self, texts: Sequence[str], windows: list[tuple[int, int, int]], out: queue.Queue, stop: threading.Event
+    ) -> None:
+        """Tokenize window w+1 (in a helper thread) while collating window w's batches into `out`."""
+
+        def put(item) -> bool:
+            while not stop.is_set():
+                try:
+                    out.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        pin = self.device.type == "cuda"
+        try:
+            with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shardflow-tokenize") as pool_:
+                pending = [pool_.submit(self.tokenize, texts[a:b]) for _, a, b in windows[:1]]
+                for i, (w, a, b) in enumerate(windows):
+                    ids = pending.pop().result()
+                    if i + 1 < len(windows):
+                        _, na, nb = windows[i + 1]
+                        pending.append(pool_.submit(self.tokenize, texts[na:nb]))
+                    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+                    order = length_order(lengths)
+                    for s, e in plan_batches(lengths[order], self.token_budget, self.params.max_batch_size):
+                        batch = collate(ids, order[s:e], self.pad_id, self.left_pad)
+                        t_ids = torch.from_numpy(batch.input_ids)
+                        t_mask = torch.from_numpy(batch.attention_mask)
+                        if pin:
+                            t_ids, t_mask = t_ids.pin_memory(), t_mask.pin_memory()
+                        if not put(_Ready(w, batch, t_ids, t_mask)):
+                            return
+                    if not put(_WindowEnd(w)):
+                        return
+            put(_DONE)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which re-raises it
+            put(_Failed(exc))
+
+    # ---- encode --------------------------------------------------------------------
+
+    def encode(
+        self,
+        texts: Sequence[str],
+        resume_dir: str | Path | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> np.ndarray:
+        """Embed `texts` -> array [len(texts), dim] of `output_dtype`, in input order.
+
+        With `resume_dir`, finished windows are saved there and reused by a later call
+        with the same texts and params (the folder is left in place: the caller removes
+        it once the final output is safely written; `embed_chunk` does).
+        `progress(done, total)` is called after every batch.
+        """
+        texts = list(texts)
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise TypeError(f"text {i} is {type(t).__name__}, not str")
+        stats = EncodeStats(items=len(texts), start_unix=time.time())
+        t0 = time.perf_counter()
+        n, win = len(texts), self.params.window
+        windows = [(w, a, min(a + win, n)) for w, a in enumerate(range(0, n, win))]
+        stats.parts = len(windows)
+        result = np.empty((n, self.dim), dtype=self.output_dtype)
+
+        folder = Path(resume_dir) if resume_dir is not None else None
+        todo = windows
+        if folder is not None:
+            _resume.open_resume_dir(
+                folder,
+                {
+                    "n_texts": n,
+                    "window": win,
+                    "dim": self.dim,
+                    "output_dtype": self.params.output_dtype,
+                    "texts_sha256": _resume.texts_fingerprint(texts),
+                    "identity": _resume.digest(self.identity),
+                },
+            )
+            todo = []
+            for w, a, b in windows:
+                part = _resume.load_part(folder, w, b - a, self.dim, self.output_dtype)
+                if part is None:
+                    todo.append((w, a, b))
+                else:
+                    result[a:b] = part
+                    stats.resumed_parts += 1
+            if stats.resumed_parts:
+                self.logger.info(
+                    "resuming from %s: %d of %d parts already done", folder, stats.resumed_parts, len(windows)
+                )
+
+        done = n - sum(b - a for _, a, b in todo)
+        if todo:
+            done = self._encode_windows(texts, todo, result, folder, stats, done, progress)
+        stats.seconds = time.perf_counter() - t0
+        stats.end_unix = time.time()
+        self.last_stats = stats
+        s = stats.as_dict()
+        self.logger.info(
+            "embedded %d texts (%d computed, %d parts resumed) in %.1f s: %.1f texts/s, %.0f tokens/s, "
+            "%.1f%% padding, %d batches, %d out-of-memory back-offs",
+            n,
+            stats.items_embedded,
+            stats.resumed_parts,
+            stats.seconds,
+            s["items_per_s"],
+            s["tokens_per_s"],
+            100 * s["padding_fraction"],
+            stats.batches,
+            stats.oom_backoffs,
+        )
+        return result
+
+    def _encode_windows(self, texts, todo, result, folder, stats, done, progress) -> int:
+        bounds = {w: (a, b) for w, a, b in todo}
+        q: queue.Queue = queue.Queue(maxsize=64)
+        stop = threading.Event()
+        producer = threading.Thread(
+            target=self._produce, args=(texts, todo, q, stop), daemon=True, name="shardflow-collate"
+        )
+        producer.start()
+        pending: dict[int, list[tuple[np.ndarray, torch.Tensor]]] = {}
+        last_log = time.perf_counter()
+        t0 = last_log
+        try:
+            with torch.inference_mode():
+                while True:
+                    item = q.get()
+                    if item is _DONE:
+                        break
+                    if isinstance(item, _Failed):
+                        raise item.error
+                    if isinstance(item, _Ready):
+                        a, _ = bounds[item.window]
+                        pending.setdefault(item.window, []).extend(self._run(item, a, stats))
+                        done += len(item.batch.rows)
+                        stats.items_embedded += len(item.batch.rows)
+                        if progress is not None:
+                            progress(done, len(texts))
+                        now = time.perf_counter()
+                        if now - last_log >= PROGRESS_EVERY_S:
+                            last_log = now
+                            self.logger.info(
+                                "embedded %d/%d texts, %.1f texts/s",
+                                done,
+                                len(texts),
+                                stats.items_embedded / (now - t0),
+                            )
+                        continue
+                    # _WindowEnd: gather the window (one device sync), store, checkpoint.
+                    a, b = bounds[item.window]
+                    pieces = pending.pop(item.window, [])
+                    rows = np.concatenate([r for r, _ in pieces])
+                    emb = torch.cat([e for _, e in pieces]).float().cpu().numpy()
+                    block = np.empty((b - a, self.dim), dtype=self.output_dtype)
+                    block[rows] = emb.astype(self.output_dtype, copy=False)
+                    result[a:b] = block
+                    if folder is not None:
+                        _resume.save_part(folder, item.window, block)
+        finally:
+            stop.set()
+            producer.join()
+        return done
+
+
+# --------------------------------------------------------------------------- one chunk
+
+
+ID_ROW_GROUP = 16384
+
+
+def write_ids_parquet(path: str | Path, ids: Sequence[str]) -> None:
+    """One string column `id`; row k names row k of the embeddings."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"id": pa.array(list(ids), type=pa.string())})
+    with atomic_path(path) as tmp:
+        # Bounded row groups: readers (merge, verify) hold one group at a time.
+        pq.write_table(table, tmp, row_group_size=ID_ROW_GROUP)
+
+
+def write_npy(path: str | Path, arr: np.ndarray) -> None:
+    with atomic_open(path, "wb") as fh:  # a file object: np.save would append ".npy" to a bare name
+        np.save(fh, arr, allow_pickle=False)
+
+
+def embed_chunk(
+    chunk_path: str | Path,
+    out_npy: str | Path,
+    out_ids_parquet: str | Path,
+    params: EmbedParams,
+    resume_root: str | Path,
+    logger: logging.Logger | None = None,
+    *,
+    encoder: Encoder | None = None,
+) -> dict[str, Any]:
+    """Embed one chunk file into `out_npy` (+ ids parquet), resumably; return run statistics.
+
+    Resume state lives in `<resume_root>/<resume_key(chunk, params)>` and is removed
+    once both outputs are written. `encoder` reuses an already loaded model.
+    """
+    logger = logger or log
+    encoder = encoder or load_encoder(params, logger)
+    if encoder.params != params:
+        raise ValueError("encoder was loaded with different params")
+    ids, texts = read_chunk(chunk_path)
+    folder = Path(resume_root) / resume_key(chunk_path, params, encoder.identity)
+    try:
+        emb = encoder.encode(texts, resume_dir=folder)
+    except TextTooLargeError as exc:
+        raise TextTooLargeError(f"{chunk_path}: id {ids[exc.index]!r}: {exc}", exc.index, exc.n_tokens) from exc
+    write_npy(out_npy, emb)
+    write_ids_parquet(out_ids_parquet, ids)
+    shutil.rmtree(folder, ignore_errors=True)
+    stats = encoder.last_stats.as_dict()
+    stats.update(
+        device=str(encoder.device),
+        dtype=dtype_name(encoder.dtype),
+        dim=encoder.dim,
+        output_dtype=params.output_dtype,
+        chunk=str(chunk_path),
+    )
+    return stats

@@ -1,0 +1,327 @@
+"""Read a sentence-transformers model folder into a frozen description.
+
+What `SentenceTransformer(path)` does to a text is spread over several files:
+
+- `modules.json`: the module chain. Supported: Transformer, then Pooling, then any
+  mix of Dense and Normalize (in the saved order). Anything else (CNN, LSTM,
+  WordEmbeddings, StaticEmbedding, Router, LayerNorm...) is refused by name.
+- `<transformer>/sentence_bert_config.json`: `max_seq_length`, `do_lower_case`
+  (older saves), the transformer task and modality config (newer saves; ST 6 keeps
+  the length in `tokenizer_config.json` and lower-casing in `tokenizer.json`).
+- `<pooling>/config.json`: the pooling mode(s) and `include_prompt`.
+- `config_sentence_transformers.json`: `prompts` and `default_prompt_name`.
+
+A folder without `modules.json` (a plain Hugging Face model) gets what
+sentence-transformers itself gives it: mean pooling over the last hidden state and
+no normalisation.
+
+A name that is not a local folder is looked up in the local Hugging Face cache
+only (`local_files_only=True`): nothing is ever downloaded from here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+# Legacy boolean keys of the pooling config, in sentence-transformers' concatenation order.
+_LEGACY_POOLING_KEYS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+_ST_CONFIG_NAMES = (
+    "sentence_bert_config.json",
+    "sentence_roberta_config.json",
+    "sentence_distilbert_config.json",
+    "sentence_camembert_config.json",
+    "sentence_albert_config.json",
+    "sentence_xlm-roberta_config.json",
+    "sentence_xlnet_config.json",
+)
+# Transformer config keys read or checked below; any other key is reported in `notes`.
+_KNOWN_TRANSFORMER_KEYS = {
+    "max_seq_length",
+    "do_lower_case",
+    "transformer_task",
+    "modality_config",
+    "module_output_name",
+    "backend",
+    "unpad_inputs",
+    "model_args",
+    "model_kwargs",
+    "tokenizer_args",
+    "processor_kwargs",
+    "config_args",
+    "config_kwargs",
+    "tokenizer_name_or_path",
+    "cache_dir",
+    "processing_kwargs",
+    "query_expansion",
+    "query_length",
+    "document_length",
+}
+
+
+class UnsupportedModelError(ValueError):
+    """The model folder asks for something this engine does not implement."""
+
+
+@dataclass(frozen=True)
+class DenseSpec:
+    """A sentence-transformers Dense module: `act(linear(x))` (+ optional residual)."""
+
+    folder: Path
+    in_features: int
+    out_features: int
+    bias: bool
+    activation: str  # dotted path of a torch.nn.Module class, e.g. torch.nn.modules.activation.Tanh
+    use_residual: bool = False
+
+
+@dataclass(frozen=True)
+class NormalizeSpec:
+    """L2 normalisation of the sentence embedding."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything about a sentence-embedding model that decides its output for a text."""
+
+    source: str  # what the caller passed (folder or hub name)
+    folder: Path  # resolved local folder
+    transformer_folder: Path  # holds config.json, the weights and the tokenizer
+    pooling: tuple[str, ...] = ("mean",)
+    include_prompt: bool = True
+    head: tuple[DenseSpec | NormalizeSpec, ...] = ()
+    max_seq_length: int | None = None  # None: the tokenizer's model_max_length
+    do_lower_case: bool = False
+    prompts: tuple[tuple[str, str], ...] = ()
+    default_prompt_name: str | None = None
+    model_kwargs: tuple[tuple[str, Any], ...] = ()
+    tokenizer_kwargs: tuple[tuple[str, Any], ...] = ()
+    config_kwargs: tuple[tuple[str, Any], ...] = ()
+    has_st_config: bool = True
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def normalize(self) -> bool:
+        return any(isinstance(step, NormalizeSpec) for step in self.head)
+
+    def resolve_prompt(self, prompt: str | None = None, prompt_name: str | None = None) -> str:
+        """The text prepended to every input, as `SentenceTransformer.encode` picks it.
+
+        An explicit prompt wins; else the named prompt; else the model's default prompt;
+        else none. Returns "" for no prompt.
+        """
+        if prompt is not None and prompt_name is not None:
+            raise ValueError("give either prompt or prompt_name, not both")
+        if prompt is not None:
+            return prompt
+        prompts = dict(self.prompts)
+        name = prompt_name if prompt_name is not None else self.default_prompt_name
+        if name is None:
+            return ""
+        if name not in prompts:
+            what = "prompt_name" if prompt_name is not None else "the model's default_prompt_name"
+            raise ValueError(f"{what} {name!r} is not among the model's prompts {sorted(prompts)}")
+        return prompts[name] or ""
+
+
+def resolve_model_folder(name_or_path: str | os.PathLike) -> Path:
+    """A local folder as is; otherwise a hub name found in the local HF cache (never downloaded)."""
+    path = Path(os.path.expanduser(str(name_or_path)))
+    if path.is_dir():
+        return path.resolve()
+    if path.exists():
+        raise FileNotFoundError(f"model {str(name_or_path)!r} is a file; give the model folder")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(str(name_or_path), local_files_only=True))
+    except Exception as exc:  # LocalEntryNotFoundError, HFValidationError, ...
+        raise FileNotFoundError(
+            f"model {str(name_or_path)!r} is neither a local folder nor in the local Hugging Face cache "
+            f"(this engine never downloads): {exc}"
+        ) from exc
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _module_kind(entry: dict[str, Any]) -> str:
+    # "sentence_transformers.models.Pooling" and
+    # "sentence_transformers.sentence_transformer.modules.pooling.Pooling" are the same module.
+    kind = str(entry.get("type", ""))
+    if not kind.startswith("sentence_transformers."):
+        raise UnsupportedModelError(f"custom module {kind!r} in modules.json is not supported")
+    return kind.rsplit(".", 1)[-1]
+
+
+def _pooling_modes(cfg: dict[str, Any]) -> tuple[str, ...]:
+    if "pooling_mode" in cfg:
+        mode = cfg["pooling_mode"]
+        modes = (mode,) if isinstance(mode, str) else tuple(mode)
+    else:
+        modes = tuple(m for key, m in _LEGACY_POOLING_KEYS.items() if cfg.get(key, False)) or ("mean",)
+    for mode in modes:
+        if mode not in POOLING_MODES:
+            raise UnsupportedModelError(f"pooling mode {mode!r} is not one of {POOLING_MODES}")
+    return modes
+
+
+def _transformer_config(folder: Path) -> dict[str, Any]:
+    for name in _ST_CONFIG_NAMES:
+        if (folder / name).is_file():
+            return _read_json(folder / name)
+    return {}
+
+
+def _check_transformer_config(cfg: dict[str, Any], folder: Path) -> tuple[str, ...]:
+    """Refuse what changes the output in ways we do not implement; return notes on the rest."""
+    task = cfg.get("transformer_task", "feature-extraction")
+    if task != "feature-extraction":
+        raise UnsupportedModelError(f"{folder}: transformer_task {task!r} is not supported (feature-extraction only)")
+    modality = cfg.get("modality_config")
+    if modality is not None:
+        text = modality.get("text")
+        extra = sorted(set(modality) - {"text"})
+        if extra:
+            raise UnsupportedModelError(
+                f"{folder}: modality_config has {extra}; only plain text input is supported "
+                "(chat-template 'message' models are not)"
+            )
+        if text != {"method": "forward", "method_output_name": "last_hidden_state"}:
+            raise UnsupportedModelError(
+                f"{folder}: text modality {text!r} is not supported (forward/last_hidden_state)"
+            )
+    output_name = cfg.get("module_output_name", "token_embeddings")
+    if output_name != "token_embeddings":
+        raise UnsupportedModelError(f"{folder}: module_output_name {output_name!r} is not supported")
+    if cfg.get("processing_kwargs"):
+        raise UnsupportedModelError(f"{folder}: processing_kwargs {cfg['processing_kwargs']!r} are not supported")
+    for key in ("query_expansion", "query_length", "document_length"):
+        if cfg.get(key) is not None:
+            raise UnsupportedModelError(f"{folder}: {key} (multi-vector models) is not supported")
+    unknown = sorted(set(cfg) - _KNOWN_TRANSFORMER_KEYS)
+    return (f"{folder}: ignored unknown transformer config keys {unknown}",) if unknown else ()
+
+
+def _kwargs(cfg: dict[str, Any], new: str, old: str) -> tuple[tuple[str, Any], ...]:
+    merged = {**cfg.get(old, {}), **cfg.get(new, {})}
+    merged.pop("trust_remote_code", None)  # sentence-transformers refuses it from a config too
+    return tuple(sorted(merged.items()))
+
+
+def _dense(folder: Path) -> DenseSpec:
+    cfg = _read_json(folder / "config.json")
+    for key in ("module_input_name", "module_output_name"):
+        if cfg.get(key, "sentence_embedding") != "sentence_embedding":
+            raise UnsupportedModelError(f"{folder}: Dense on {cfg[key]!r} is not supported")
+    activation = cfg.get("activation_function", "torch.nn.modules.activation.Tanh") or ""
+    if not activation.startswith("torch."):
+        raise UnsupportedModelError(f"{folder}: Dense activation {activation!r} is not a torch.nn module")
+    return DenseSpec(
+        folder=folder,
+        in_features=int(cfg["in_features"]),
+        out_features=int(cfg["out_features"]),
+        bias=bool(cfg.get("bias", True)),
+        activation=activation,
+        use_residual=bool(cfg.get("use_residual", False)),
+    )
+
+
+def _normalize(folder: Path) -> NormalizeSpec:
+    cfg = _read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
+    for key in ("module_input_name", "module_output_name"):
+        if cfg.get(key, "sentence_embedding") != "sentence_embedding":
+            raise UnsupportedModelError(f"{folder}: Normalize on {cfg[key]!r} is not supported")
+    return NormalizeSpec()
+
+
+def load_model_spec(name_or_path: str | os.PathLike) -> ModelSpec:
+    """Describe the model at `name_or_path` (folder or cached hub name)."""
+    folder = resolve_model_folder(name_or_path)
+    st_cfg_path = folder / "config_sentence_transformers.json"
+    st_cfg = _read_json(st_cfg_path) if st_cfg_path.is_file() else {}
+    prompts = tuple(sorted((str(k), v if v is not None else "") for k, v in (st_cfg.get("prompts") or {}).items()))
+    default_prompt_name = st_cfg.get("default_prompt_name")
+
+    if not (folder / "modules.json").is_file():
+        tcfg = _transformer_config(folder)
+        return ModelSpec(
+            source=str(name_or_path),
+            folder=folder,
+            transformer_folder=folder,
+            max_seq_length=tcfg.get("max_seq_length"),
+            do_lower_case=bool(tcfg.get("do_lower_case", False)),
+            prompts=prompts,
+            default_prompt_name=default_prompt_name,
+            has_st_config=False,
+            notes=("no modules.json: mean pooling, no normalisation (as sentence-transformers does)",),
+        )
+
+    modules = sorted(_read_json(folder / "modules.json"), key=lambda m: m.get("idx", 0))
+    kinds = [_module_kind(m) for m in modules]
+    if len(kinds) < 2 or kinds[0] != "Transformer" or kinds[1] != "Pooling":
+        raise UnsupportedModelError(
+            f"{folder}: module chain {kinds} is not supported; expected Transformer, Pooling, then Dense/Normalize"
+        )
+    transformer_folder = folder / modules[0].get("path", "")
+    tcfg = _transformer_config(transformer_folder)
+    notes = _check_transformer_config(tcfg, transformer_folder)
+    pool_cfg = _read_json(folder / modules[1]["path"] / "config.json")
+
+    head: list[DenseSpec | NormalizeSpec] = []
+    for entry, kind in zip(modules[2:], kinds[2:]):
+        sub = folder / entry.get("path", "")
+        if kind == "Dense":
+            head.append(_dense(sub))
+        elif kind == "Normalize":
+            head.append(_normalize(sub))
+        else:
+            raise UnsupportedModelError(
+                f"{folder}: module {kind!r} ({entry.get('type')}) is not supported; "
+                "supported after Pooling: Dense, Normalize"
+            )
+
+    return ModelSpec(
+        source=str(name_or_path),
+        folder=folder,
+        transformer_folder=transformer_folder.resolve(),
+        pooling=_pooling_modes(pool_cfg),
+        include_prompt=bool(pool_cfg.get("include_prompt", True)),
+        head=tuple(head),
+        max_seq_length=tcfg.get("max_seq_length"),
+        do_lower_case=bool(tcfg.get("do_lower_case", False)),
+        prompts=prompts,
+        default_prompt_name=default_prompt_name,
+        model_kwargs=_kwargs(tcfg, "model_kwargs", "model_args"),
+        tokenizer_kwargs=_kwargs(tcfg, "processor_kwargs", "tokenizer_args"),
+        config_kwargs=_kwargs(tcfg, "config_kwargs", "config_args"),
+        notes=notes,
+    )
+
+
+def output_dim(spec: ModelSpec) -> int:
+    """Width of the sentence embedding: the transformer's hidden size times the pooling
+    modes, or the last Dense layer's out_features. Reads config.json only (no weights)."""
+    cfg = _read_json(spec.transformer_folder / "config.json")
+    text_cfg = cfg.get("text_config") or cfg
+    hidden = text_cfg.get("hidden_size") or text_cfg.get("d_model")
+    if hidden is None:
+        raise UnsupportedModelError(f"{spec.transformer_folder}/config.json has no hidden_size or d_model")
+    dim = int(hidden) * len(spec.pooling)
+    for step in spec.head:
+        if isinstance(step, DenseSpec):
+            dim = step.out_features
+    return dim

