@@ -9,9 +9,9 @@ machine hits every method alike):
 - naive         plain transformers loop, batches of 32 in input order (no sorting)
 
 Text sets: `--texts demo` reads `--corpus` (JSONL with a "text" field) or, without
-it, docstrings of the running interpreter's stdlib (parsed with `ast`, nothing is
-imported); `--texts synthetic` mixes short sentences with long documents that hit
-the truncation limit.
+it, the workflow's demo corpus (stdlib docstrings, built by shardflow.demo);
+`--texts synthetic` mixes short sentences with long documents that hit the
+truncation limit.
 
     python benchmarks/bench_engine.py --texts demo            # CPU: 160 texts, 7 rounds
 
@@ -22,16 +22,13 @@ The last line is exactly `engine/sentence-transformers throughput ratio: <x>`
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import random
 import statistics
 import sys
-import sysconfig
 import time
 import warnings
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -53,26 +50,17 @@ PEAK_TFLOPS = {
 }
 
 
-def docstring_texts(min_chars: int = 200) -> list[str]:
-    """Docstrings (module, class, function) of the stdlib, in file order, deduplicated."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    skip = {"test", "tests", "idlelib", "site-packages", "__pycache__", "turtledemo"}
-    seen: set[str] = set()
-    out: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in skip)
-        for name in sorted(f for f in filenames if f.endswith(".py")):
-            try:
-                tree = ast.parse(Path(dirpath, name).read_text(encoding="utf-8"))
-            except (SyntaxError, UnicodeDecodeError, ValueError):
-                continue
-            for node in ast.walk(tree):
-                if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                    doc = ast.get_docstring(node)
-                    if doc and len(doc) >= min_chars and doc not in seen:
-                        seen.add(doc)
-                        out.append(doc)
-    return out
+def docstring_texts() -> list[str]:
+    """The workflow's own demo corpus (stdlib docstrings, shardflow.demo), built in a temp folder."""
+    import tempfile
+
+    from shardflow.demo import DemoParams, build_demo_corpus
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "demo.jsonl")
+        build_demo_corpus(path, DemoParams())
+        with open(path, encoding="utf-8") as fh:
+            return [json.loads(line)["text"] for line in fh]
 
 
 def demo_texts(corpus: str | None, n: int, seed: int) -> list[str]:
