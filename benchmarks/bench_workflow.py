@@ -76,8 +76,8 @@ def workflow(corpus: Path, n_chunks: int, threads: int, workdir: Path) -> float:
     snakemake = str(Path(sys.executable).parent / "snakemake")
     start = time.perf_counter()
     subprocess.run(
-        [snakemake, "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--cores", str(threads),
-         "--configfile", str(cfg), "results/bench/ids.parquet", "--quiet", "all"],
+        [snakemake, "results/bench/ids.parquet", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
+         "--cores", str(threads), "--configfile", str(cfg), "--quiet", "all"],
         check=True,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
     )
