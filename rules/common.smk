@@ -29,6 +29,13 @@ wildcard_constraints:
     chunk=r"\d+",
 
 
+def corpus_files():
+    """The corpus files to split. s3:// objects go through Snakemake storage, which
+    downloads each one before the job; the script reads that local copy."""
+    files = plan.corpus_inputs(config)
+    return [storage(f) if f.startswith("s3://") else f for f in files]
+
+
 def chunk_list(dataset, pattern):
     return expand(pattern, dataset=dataset, chunk=range(N_CHUNKS[dataset]))
 
@@ -102,7 +109,7 @@ def provenance_inputs(wildcards):
             f"benchmarks/retrieval_evaluate/{ds}.tsv",
         ]
     else:
-        sources = plan.corpus_inputs(config)
+        sources = corpus_files()
     return {
         "sources": sources,
         "chunks": chunk_list(ds, "results/{dataset}/chunks/chunk_{chunk}.jsonl"),

@@ -1,6 +1,7 @@
 """split: the corpus into exactly N chunk files, streaming.
 
-Needs: the corpus files (input.path, or the demo corpus). Writes:
+Needs: the corpus files (input.path, or the demo corpus; s3:// objects are
+fetched through Snakemake storage). Writes:
 results/<dataset>/chunks/chunk_<i>.jsonl, manifest.json (per chunk: items,
 bytes, sha256, estimated time) and rejects.jsonl (bad records, when skipped).
 The retrieval corpus reuses this rule (rules/retrieval.smk).
@@ -9,7 +10,7 @@ The retrieval corpus reuses this rule (rules/retrieval.smk).
 
 rule split:
     input:
-        plan.corpus_inputs(config),
+        corpus_files(),
     output:
         chunks=chunk_list(DATASET, "results/{dataset}/chunks/chunk_{chunk}.jsonl"),
         manifest=f"results/{DATASET}/chunks/manifest.json",

@@ -1,6 +1,12 @@
 """Fixtures for the cluster-path tests: real SLURM daemons (.ci/slurm.sh), a real S3
 server (SeaweedFS) and the Kubernetes API server stand-in (not a cluster).
 
+Two workflows go through those paths:
+- the real one (the repo's Snakefile: split -> embed_<i> -> merge -> verify) on 30 real
+  documents in 3 chunks, compared bit for bit with one local run (`real_local`);
+- the tiny stand-in workflow of tests/support/cluster_workflow/, only where a test needs
+  what the real one cannot do on demand: a chunk that fails (always, or once).
+
 Services start on demand. Outside CI (no `CI` variable) a service that cannot start
 skips its tests with the reason; in CI (`CI=true`) it is a failure.
 
@@ -21,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.support import s3server
 
@@ -28,8 +35,19 @@ REPO = Path(__file__).resolve().parents[2]
 WORKFLOW = REPO / "tests" / "support" / "cluster_workflow"
 SLURM_SH = REPO / ".ci" / "slurm.sh"
 BIN = Path(sys.executable).parent
-# Outputs of the tiny workflow that must be byte-identical on every path.
+# Outputs of the tiny workflow (failure tests: which of them exist afterwards).
 OUTPUTS = ["embeddings/a.json", "embeddings/b.json", "embeddings/c.json", "merged/summary.json"]
+
+# The real workflow: data set name, target, and the files that must be byte-identical
+# on every path (the merged matrix and its ids; the chunks too, where compared).
+DATASET = "cluster"
+N_CHUNKS = 3
+CORPUS_DOCS = 30
+TARGET = f"results/{DATASET}/verification.json"  # through verify; the report is skipped
+MERGED = [f"results/{DATASET}/embeddings.npy", f"results/{DATASET}/ids.parquet"]
+CHUNKS = [f"results/{DATASET}/chunks/chunk_{i}.jsonl" for i in range(N_CHUNKS)]
+# Where the corpus lies in the test bucket, for the runs that read it from S3.
+CORPUS_KEY = "corpora/cluster-corpus.jsonl"
 
 
 def in_ci() -> bool:
@@ -49,9 +67,11 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def clean_env(**extra: str) -> dict:
-    """The test process's environment without AWS/Kubernetes settings, venv first on PATH."""
+    """The test process's environment without AWS/Kubernetes settings, venv first on PATH,
+    model hubs offline (the real workflow uses the bundled model)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "KUBECONFIG", "SNAKEMAKE_"))}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env.update(extra)
     return env
 
@@ -82,13 +102,98 @@ def describe(run: Run, tail: int = 6000) -> str:
     return f"exit {run.returncode} after {run.seconds:.0f}s; output tail:\n{run.output[-tail:]}"
 
 
+# ---- the real workflow ----------------------------------------------------------------------
+
+
+def write_real_config(path: Path, corpus: str) -> Path:
+    """The config of every real-workflow run; only the corpus location differs.
+
+    One embedding thread everywhere, so that every path computes the same fp32
+    arithmetic on CPU (the eks profile's `set-threads: embed: 3` is overridden on the
+    command line for that reason). mem_mb/runtime are what the SLURM and Kubernetes
+    jobs request, asserted there."""
+    config = {
+        "dataset": DATASET,
+        "n_chunks": N_CHUNKS,
+        "input": {"path": corpus},
+        "embedding": {"threads": 1, "mem_mb": 1000, "mem_mb_per_attempt": 500, "runtime": 10},
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def run_real(workdir: Path, config: Path, *args: str, **kwargs) -> Run:
+    """The repo's Snakefile, run in `workdir` to TARGET with `config`."""
+    return run_snakemake(
+        workdir, "-s", str(REPO / "Snakefile"), "-d", str(workdir), TARGET, "--configfile", str(config), *args,
+        **kwargs,
+    )
+
+
+def hashes(root: Path, rels: list[str]) -> dict[str, str]:
+    return {rel: sha256_bytes((root / rel).read_bytes()) for rel in rels}
+
+
+def workflow_checkout(dest: Path) -> Path:
+    """A copy of the real workflow's sources (working tree) as a git checkout of its own.
+
+    For executors without a shared filesystem (Kubernetes), Snakemake uploads the
+    sources to the default storage and each pod unpacks them. It takes only files below
+    the working directory ("Ignoring source file ../..."), so `-s REPO/Snakefile -d
+    tmp` cannot work there: the run starts from a checkout, as `snakemake --profile eks`
+    does from the repository root. Besides the Snakefile, includes, scripts, conda envs
+    and config files, the upload takes the files `git ls-files` lists -- that is how
+    config/config.schema.yaml (read by shardflow, unknown to Snakemake) reaches the pods.
+    The shardflow package is not copied: the pods import it from the venv, which plays
+    the container image."""
+    dest.mkdir(parents=True)
+    shutil.copy(REPO / "Snakefile", dest / "Snakefile")
+    for folder in ("rules", "scripts", "config", "envs"):
+        shutil.copytree(REPO / folder, dest / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"]):  # a private repository in dest
+        subprocess.run(cmd, cwd=dest, check=True, capture_output=True, timeout=60)
+    return dest
+
+
+@dataclass
+class RealRun:
+    workdir: Path
+    hashes: dict[str, str]  # MERGED + CHUNKS
+
+
+@pytest.fixture(scope="session")
+def corpus_file(tmp_path_factory) -> Path:
+    """30 real documents (stdlib docstrings) as JSONL."""
+    from shardflow.demo import DemoParams, build_demo_corpus
+
+    path = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
+    build_demo_corpus(str(path), DemoParams(max_docs=CORPUS_DOCS))
+    assert len(path.read_text().splitlines()) == CORPUS_DOCS
+    return path
+
+
+@pytest.fixture(scope="session")
+def real_local(tmp_path_factory, corpus_file) -> RealRun:
+    """The real workflow run locally: the reference for every cluster path."""
+    wd = tmp_path_factory.mktemp("real-local")
+    run = run_real(wd, write_real_config(wd / "config.yaml", str(corpus_file)), "--cores", "2", timeout_s=300)
+    assert run.returncode == 0, describe(run)
+    return RealRun(wd, hashes(wd, MERGED + CHUNKS))
+
+
 class Helpers:
     """What the test modules need from here (handed out by the `sm` fixture, since test
     modules should not import conftest)."""
 
     OUTPUTS = OUTPUTS
     REPO = REPO
+    DATASET, N_CHUNKS, CORPUS_DOCS, TARGET = DATASET, N_CHUNKS, CORPUS_DOCS, TARGET
+    MERGED, CHUNKS, CORPUS_KEY = MERGED, CHUNKS, CORPUS_KEY
     run = staticmethod(run_snakemake)
+    run_real = staticmethod(run_real)
+    real_config = staticmethod(write_real_config)
+    checkout = staticmethod(workflow_checkout)
+    hashes = staticmethod(hashes)
     describe = staticmethod(describe)
     env = staticmethod(clean_env)
     sha256 = staticmethod(sha256_bytes)
@@ -106,16 +211,6 @@ def workflow_dir(tmp_path) -> Path:
     wd.mkdir()
     shutil.copy(WORKFLOW / "Snakefile", wd / "Snakefile")
     return wd
-
-
-@pytest.fixture(scope="session")
-def local_hashes(tmp_path_factory) -> dict[str, str]:
-    """sha256 of every output of a plain local run: the reference for all other paths."""
-    wd = tmp_path_factory.mktemp("local-reference")
-    shutil.copy(WORKFLOW / "Snakefile", wd / "Snakefile")
-    run = run_snakemake(wd, "--cores", "2", timeout_s=180)
-    assert run.returncode == 0, describe(run)
-    return {rel: sha256_bytes((wd / rel).read_bytes()) for rel in OUTPUTS}
 
 
 # ---- SLURM --------------------------------------------------------------------------------
@@ -171,6 +266,13 @@ def s3(tmp_path_factory):
         yield server
     finally:
         s3server.stop(server)
+
+
+@pytest.fixture(scope="session")
+def s3_corpus(s3, corpus_file) -> str:
+    """The corpus uploaded to the bucket (outside every test's prefix); its s3:// URI."""
+    s3.client().put_object(Bucket=s3.bucket, Key=CORPUS_KEY, Body=corpus_file.read_bytes())
+    return f"s3://{s3.bucket}/{CORPUS_KEY}"
 
 
 @pytest.fixture

@@ -1,8 +1,9 @@
-"""The `eks` path: the tiny workflow through `--executor kubernetes`
-(snakemake-executor-plugin-kubernetes 0.5.1) with the site profile profiles/eks, data
-on a real S3 server (SeaweedFS), against the Kubernetes API server stand-in
-(tests/support/k8s_apiserver_standin.py: NOT a cluster; each Job runs as a local
-process, and every Job spec the plugin sends is kept for the assertions below).
+"""The `eks` path: `--executor kubernetes` (snakemake-executor-plugin-kubernetes 0.5.1)
+with the site profile profiles/eks, data on a real S3 server (SeaweedFS), against the
+Kubernetes API server stand-in (tests/support/k8s_apiserver_standin.py: NOT a cluster;
+each Job runs as a local process, and every Job spec the plugin sends is kept for the
+assertions below). The real workflow for results (compared bit for bit with the local
+run) and for the profile's dry run; the tiny stand-in workflow for failures.
 
 Strict mode answers as a real API server does where the plugin trips (422 for a GPU
 request without a limit, 400 for a log read with previous=true); the happy path is
@@ -11,9 +12,11 @@ run in strict mode too, since that is what EKS will do."""
 import base64
 import json
 import re
+import subprocess
 
 import pytest
 
+from tests.helpers import job_counts
 from tests.support.k8s_apiserver_standin import KubernetesApiServerStandin
 
 pytestmark = pytest.mark.cluster
@@ -33,7 +36,10 @@ def api(tmp_path, request):
 
 def run_eks(api, s3, prefix, workflow_dir, sm, *extra, timeout_s=240):
     """`snakemake --profile profiles/eks` with the profile's site values from the
-    environment and the local S3 server's endpoint and (test-only) keys on the CLI."""
+    environment and the local S3 server's endpoint and (test-only) keys on the CLI.
+    Flags, not AWS_* variables: Snakemake passes flag values to the pods through the
+    run's secret, while the pods (which here inherit nothing) would not see the
+    controller's environment -- on EKS they get credentials from IRSA instead."""
     env = sm.env(
         KUBECONFIG=str(api.kubeconfig_path),
         SHARDFLOW_S3_BUCKET=s3.bucket,
@@ -75,17 +81,37 @@ def pod_log(api, job_name: str) -> str:
     return (pod_dir / "container.log").read_text()
 
 
-def test_eks_profile_runs_through_the_standin_and_matches_a_local_run(
-    api, s3, s3_prefix, workflow_dir, local_hashes, sm
+def test_eks_profile_runs_the_real_workflow_through_the_standin_and_matches_a_local_run(
+    api, s3, s3_prefix, s3_corpus, real_local, tmp_path, sm
 ):
-    run = run_eks(api, s3, s3_prefix, workflow_dir, sm)
+    """The repo's workflow, started from a checkout of it (the sources are uploaded to
+    the bucket and unpacked in each pod), corpus and results in S3. Every Job spec the
+    plugin sends is checked against what EKS needs."""
+    checkout = sm.checkout(tmp_path / "checkout")
+    config = sm.real_config(checkout / "cluster.yaml", s3_corpus)
+    run = run_eks(
+        api, s3, s3_prefix, checkout, sm,
+        sm.TARGET, "--configfile", config.name,
+        # One torch thread, as on every other path (the profile asks for 3): same arithmetic.
+        "--set-threads", "embed=1",
+        timeout_s=300,
+    )
     assert run.returncode == 0, sm.describe(run)
 
     objects = s3.objects(f"{s3_prefix}/")
-    assert {rel: sm.sha256(objects[f"{s3_prefix}/{rel}"]) for rel in sm.OUTPUTS} == local_hashes
+    got = {rel: sm.sha256(objects[f"{s3_prefix}/{rel}"]) for rel in sm.MERGED + sm.CHUNKS}
+    assert got == real_local.hashes
+    verification = json.loads(objects[f"{s3_prefix}/{sm.TARGET}"])
+    assert verification["ok"] and verification["rows"] == sm.CORPUS_DOCS
+    for i in range(sm.N_CHUNKS):
+        assert b" threads 1 " in objects[f"{s3_prefix}/logs/embed/{sm.DATASET}/chunk_{i}.log"]
+    # The uploaded sources were removed at the end; the sentinel kept the bucket.
+    assert not [k for k in objects if "snakemake-workflow-sources" in k]
 
+    ds = sm.DATASET
     by_target = specs_by_target(api)
-    assert sorted(by_target) == ["embed:chunk=a", "embed:chunk=b", "embed:chunk=c", "merge:"]
+    embeds = [f"embed:dataset={ds},chunk={i}" for i in range(sm.N_CHUNKS)]
+    assert sorted(by_target) == sorted(["split:", f"merge:dataset={ds}", f"verify:dataset={ds}", *embeds])
     assert all(len(specs) == 1 for specs in by_target.values())
     (secret,) = api.secrets_received
     secret_name = secret["metadata"]["name"]
@@ -107,17 +133,18 @@ def test_eks_profile_runs_through_the_standin_and_matches_a_local_run(
         assert s3.secret_key not in text and s3.access_key not in text
 
         resources = container["resources"]
-        if target.startswith("embed:"):
+        assert resources["requests"]["cpu"] == "950m"  # threads 1 x 0.95
+        if target in embeds:
             # set-resources for embed in profiles/eks: gpu, gpu_manufacturer, machine_type, scale: 0
             assert resources["requests"]["nvidia.com/gpu"] == "1"
             assert resources["limits"]["nvidia.com/gpu"] == "1"
             assert GPU_TOLERATION in pod["tolerations"]
             assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "g5.xlarge"}
-            assert resources["requests"]["memory"] == resources["limits"]["memory"] == "200M"  # rule's mem_mb
-            assert resources["requests"]["cpu"] == "2849m"  # set-threads embed: 3, x0.95
+            assert resources["requests"]["memory"] == resources["limits"]["memory"] == "1000M"  # embedding.mem_mb
         else:
             assert "nvidia.com/gpu" not in resources["requests"]
             assert not pod.get("tolerations") and not pod.get("nodeSelector")
+            assert resources["requests"]["memory"] == "4000M"  # default-resources mem_mb
             assert resources["requests"]["ephemeral-storage"] == "10000M"  # default-resources disk_mb
 
     # The secret holds the keys (base64, as Kubernetes stores them).
@@ -132,7 +159,38 @@ def test_eks_profile_runs_through_the_standin_and_matches_a_local_run(
     assert api.running_jobs() == [] and api.unhandled == []
     # Each pod's `pip install --target ... snakemake-storage-plugin-s3` met the shim.
     calls = (api.root / "pip-calls.log").read_text().splitlines()
-    assert len(calls) == 4 and all("snakemake-storage-plugin-s3" in c for c in calls)
+    assert len(calls) == len(api.job_specs) and all("snakemake-storage-plugin-s3" in c for c in calls)
+
+
+def test_eks_dry_run_as_typed_from_the_repo_root_needs_only_environment_variables(s3, sm):
+    """`snakemake --profile eks -n`, exactly as typed in the repository root (./eks links
+    to profiles/eks after `make setup`), against the test S3 server. The storage plugin
+    (0.3.6) hands boto3 endpoint_url=None and no keys when none are configured, so the
+    standard AWS variables point it at any S3 server; the profile's site values come from
+    SHARDFLOW_*. No cluster, no kubeconfig, no --storage-s3-* flags (profiles/README.md)."""
+    assert (sm.REPO / "eks").resolve() == (sm.REPO / "profiles" / "eks").resolve()
+    prefix = "tests/eks-dry-run"
+    env = sm.env(
+        **s3.aws_env(),
+        SHARDFLOW_S3_BUCKET=s3.bucket,
+        SHARDFLOW_S3_PREFIX=prefix,
+        SHARDFLOW_IMAGE=IMAGE,
+    )
+    cmd = ["timeout", "-k", "10", "120", "snakemake", "--profile", "eks", "-n"]
+    proc = subprocess.run(cmd, cwd=sm.REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, check=False)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    assert "Using profile eks for setting default command line arguments." in proc.stdout
+    counts = job_counts(proc.stdout)
+    assert counts["embed"] == 4 and counts["split"] == counts["merge"] == counts["verify"] == 1, counts
+    # It looked in the bucket under the profile's prefix, and found nothing there.
+    assert f"s3://{s3.bucket}/{prefix}/results/demo/embed/embed_0.npy (in storage)" in proc.stdout
+    # Each embed job carries the GPU request the pods will make.
+    embed_resources = re.findall(r"rule embed:.*?resources: ([^\n]*)", proc.stdout, flags=re.DOTALL)
+    assert len(embed_resources) == 4
+    for line in embed_resources:
+        assert "gpu=1, gpu_manufacturer=nvidia, machine_type=g5.xlarge, scale=0" in line, line
+    assert not s3.objects(f"{prefix}/")  # a dry run writes nothing
 
 
 def test_gpu_request_without_an_equal_limit_is_refused_by_the_api_server(
@@ -176,7 +234,7 @@ def test_a_failed_job_aborts_the_whole_run_on_a_real_api_server(api, s3, s3_pref
 
 
 def test_rule_retries_inside_the_pod_absorb_a_transient_failure(
-    api, s3, s3_prefix, workflow_dir, local_hashes, sm
+    api, s3, s3_prefix, workflow_dir, sm
 ):
     """The guard: a rule-level `retries:` reaches the job-mode Snakemake inside the pod
     (a profile/CLI --retries does not: pods get --retries 0), so a transient failure is
@@ -184,7 +242,9 @@ def test_rule_retries_inside_the_pod_absorb_a_transient_failure(
     run = run_eks(api, s3, s3_prefix, workflow_dir, sm, "--config", "fail_chunk=b", "fail_times=1")
     assert run.returncode == 0, sm.describe(run)
     objects = s3.objects(f"{s3_prefix}/")
-    assert {rel: sm.sha256(objects[f"{s3_prefix}/{rel}"]) for rel in sm.OUTPUTS} == local_hashes
+    assert all(f"{s3_prefix}/{rel}" in objects for rel in sm.OUTPUTS)
+    assert json.loads(objects[f"{s3_prefix}/embeddings/b.json"])["chunk"] == "b"
+    assert json.loads(objects[f"{s3_prefix}/merged/summary.json"])["chunks"] == ["a", "b", "c"]
     (job,) = specs_by_target(api)["embed:chunk=b"]
     assert pod_log(api, job["metadata"]["name"]).count("Trying to restart job") == 1
     assert not [q for _, p, q, _ in api.requests if p.endswith("/log")]  # no log read at all

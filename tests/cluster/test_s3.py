@@ -1,50 +1,101 @@
-"""S3 as Snakemake's default storage, on a real S3 server (SeaweedFS on loopback, with
-credentials enforced): what the `eks` profile relies on, run here with local jobs."""
+"""S3 on a real S3 server (SeaweedFS on loopback, with credentials enforced), with local
+jobs: as Snakemake's default storage (what the `eks` profile relies on), and as the
+place the corpus is read from (`input.path: s3://...`)."""
 
+import json
 import logging
 
 import pytest
+import yaml
+
+from tests.helpers import job_counts
 
 pytestmark = pytest.mark.cluster
 
 
-def test_outputs_land_in_the_bucket_identical_to_a_local_run_and_a_rerun_does_nothing(
-    s3, s3_prefix, workflow_dir, local_hashes, sm
+def test_real_workflow_outputs_land_in_the_bucket_identical_to_a_local_run_and_a_rerun_does_nothing(
+    s3, s3_prefix, s3_corpus, real_local, tmp_path, sm
 ):
+    """What the eks profile relies on, with local jobs: S3 as default storage, the corpus
+    read from the bucket too (no shared filesystem at all)."""
+    config = sm.real_config(tmp_path / "config.yaml", s3_corpus)
     args = ["--cores", "2", *s3.snakemake_args(s3_prefix)]
-    first = sm.run(workflow_dir, *args)
+    first = sm.run_real(tmp_path, config, *args, timeout_s=300)
     assert first.returncode == 0, sm.describe(first)
 
     objects = s3.objects(f"{s3_prefix}/")
-    assert {rel: sm.sha256(objects[f"{s3_prefix}/{rel}"]) for rel in sm.OUTPUTS} == local_hashes
-    assert f"{s3_prefix}/logs/embed/a.log" in objects  # logs are stored too
-    # Nothing is left in the working directory: the bucket is the only copy.
-    assert not (workflow_dir / "embeddings").exists() and not (workflow_dir / "merged").exists()
+    got = {rel: sm.sha256(objects[f"{s3_prefix}/{rel}"]) for rel in sm.MERGED + sm.CHUNKS}
+    assert got == real_local.hashes
+    verification = json.loads(objects[f"{s3_prefix}/{sm.TARGET}"])
+    assert verification["ok"] and verification["rows"] == sm.CORPUS_DOCS
+    for i in range(sm.N_CHUNKS):  # logs are stored too; same arithmetic as the reference
+        assert b" threads 1 " in objects[f"{s3_prefix}/logs/embed/{sm.DATASET}/chunk_{i}.log"]
+    # Nothing but Snakemake's own state (and the embed jobs' empty resume folder) is left
+    # in the working directory: the bucket is the only copy.
+    left = [p for p in tmp_path.rglob("*") if p.is_file() and ".snakemake" not in p.parts and p != config]
+    assert left == []
 
     def last_modified():
         listing = s3.client().list_objects_v2(Bucket=s3.bucket, Prefix=f"{s3_prefix}/")
         return {o["Key"]: o["LastModified"] for o in listing["Contents"]}
 
     before = last_modified()
-    dry = sm.run(workflow_dir, *args, "--dry-run")
+    dry = sm.run_real(tmp_path, config, *args, "--dry-run")
     assert dry.returncode == 0, sm.describe(dry)
     assert "Nothing to be done" in dry.output, sm.describe(dry)
-    again = sm.run(workflow_dir, *args)
+    again = sm.run_real(tmp_path, config, *args)
     assert again.returncode == 0, sm.describe(again)
     assert "Nothing to be done" in again.output, sm.describe(again)
     assert last_modified() == before
 
 
 @pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
-def test_wrong_credentials_stop_the_run_with_a_clear_error(s3, s3_prefix, workflow_dir, sm, dry_run):
+def test_wrong_credentials_stop_the_run_with_a_clear_error(s3, s3_prefix, s3_corpus, tmp_path, sm, dry_run):
+    config = sm.real_config(tmp_path / "config.yaml", s3_corpus)
     args = ["--cores", "1", *s3.snakemake_args(s3_prefix)]
     args[args.index("--storage-s3-secret-key") + 1] = "not-the-secret-key"
-    run = sm.run(workflow_dir, *args, *(["--dry-run"] if dry_run else []), timeout_s=120)
+    run = sm.run_real(tmp_path, config, *args, *(["--dry-run"] if dry_run else []), timeout_s=120)
     assert run.returncode == 1, sm.describe(run)
     # Snakemake names the object it could not check and the server's refusal.
-    assert f"Failed to check existence of s3://{s3.bucket}/{s3_prefix}/" in run.output, sm.describe(run)
+    assert f"Failed to check existence of s3://{s3.bucket}/" in run.output, sm.describe(run)
     assert "(403)" in run.output and "Forbidden" in run.output, sm.describe(run)
     assert not s3.objects(f"{s3_prefix}/")
+
+
+def test_split_reads_an_s3_corpus_through_storage_into_a_local_run(s3, s3_corpus, real_local, tmp_path, sm):
+    """`input.path: s3://...` without default storage: Snakemake downloads the object
+    before `split` (rules/common.smk wraps it in storage()), the script reads the local
+    copy, and every result equals the run on the local file."""
+    config = sm.real_config(tmp_path / "config.yaml", s3_corpus)
+    flags = s3.storage_args()
+    run = sm.run_real(tmp_path, config, "--cores", "2", *flags, timeout_s=300)
+    assert run.returncode == 0, sm.describe(run)
+    assert f"input: {s3_corpus} (retrieve from storage)" in run.output, sm.describe(run)
+    assert sm.hashes(tmp_path, sm.MERGED + sm.CHUNKS) == real_local.hashes
+    log = (tmp_path / f"logs/split/{sm.DATASET}.log").read_text()
+    assert f".snakemake/storage/s3/{s3.bucket}/{sm.CORPUS_KEY}" in log.splitlines()[0], log
+    assert not (tmp_path / ".snakemake" / "storage" / "s3").exists()  # the copy is not kept
+    dry = sm.run_real(tmp_path, config, *flags, "--dry-run")
+    assert dry.returncode == 0 and "Nothing to be done" in dry.output, sm.describe(dry)
+
+
+def test_auto_chunking_of_an_s3_corpus_needs_expected_records(s3, s3_corpus, tmp_path, sm):
+    """An s3:// corpus cannot be counted at parse time: `n_chunks: auto` stops with a
+    clear error unless chunking.expected_records is given, which then plans the chunks."""
+    flags = s3.storage_args()
+    config = sm.real_config(tmp_path / "config.yaml", s3_corpus)
+    cfg = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({**cfg, "n_chunks": "auto"}))
+    refused = sm.run_real(tmp_path, config, *flags, "--dry-run", timeout_s=120)
+    assert refused.returncode == 1, sm.describe(refused)
+    assert "n_chunks: auto cannot count a corpus that does not exist yet (demo or s3://): " \
+           "set chunking.expected_records or n_chunks" in refused.output, sm.describe(refused)
+
+    config.write_text(yaml.safe_dump({**cfg, "n_chunks": "auto", "chunking": {"expected_records": 30, "items_per_chunk": 8}}))
+    planned = sm.run_real(tmp_path, config, *flags, "--dry-run", timeout_s=120)
+    assert planned.returncode == 0, sm.describe(planned)
+    assert job_counts(planned.output)["embed"] == 4  # ceil(30 / 8)
+    assert not (tmp_path / "results").exists()
 
 
 def test_storage_plugin_deletes_a_bucket_when_it_removes_the_last_object(s3, tmp_path):
@@ -54,7 +105,11 @@ def test_storage_plugin_deletes_a_bucket_when_it_removes_the_last_object(s3, tmp
     else disappears. Hence: keep a sentinel object at the bucket root and do not grant
     s3:DeleteBucket (profiles/README.md). If this test fails, the plugin changed: update
     that advice."""
-    from snakemake_storage_plugin_s3 import StorageObject, StorageProvider, StorageProviderSettings
+    from snakemake_storage_plugin_s3 import (
+        StorageObject,
+        StorageProvider,
+        StorageProviderSettings,
+    )
 
     settings = StorageProviderSettings(
         endpoint_url=s3.endpoint_url, access_key=s3.access_key, secret_key=s3.secret_key, region=s3.region

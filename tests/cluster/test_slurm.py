@@ -1,7 +1,10 @@
-"""The SLURM path: the tiny workflow through `--executor slurm` on a real one-node
-cluster (.ci/slurm.sh: slurmctld + slurmd, 4 fake GPUs, no accounting), with the
-site profile profiles/slurm and the CI overlay profiles/ci-slurm."""
+"""The SLURM path: `--executor slurm` on a real one-node cluster (.ci/slurm.sh:
+slurmctld + slurmd, 4 fake GPUs, no accounting), with the site profile
+profiles/slurm and the CI overlay profiles/ci-slurm. The real workflow for results
+(compared bit for bit with the local run), the tiny stand-in workflow for a chunk
+that fails."""
 
+import json
 import re
 import subprocess
 
@@ -23,30 +26,80 @@ def scontrol_job(job_id: str) -> str:
     return out.stdout
 
 
-def test_slurm_run_matches_local_run_and_schedules_one_gpu_per_embed_job(
-    slurm_cluster, workflow_dir, local_hashes, sm
+def submitted_jobs(output: str) -> dict[str, str]:
+    """{'embed/cluster_0': '61', 'merge/cluster': '63', ...} from the plugin's
+    'Job N has been submitted with SLURM jobid J (log: .../slurm_logs/rule_R/W/J.log)'."""
+    found = re.findall(r"submitted with SLURM jobid (\d+) \(log: \S*/slurm_logs/rule_(\w+)/(?:(\S+)/)?\d+\.log\)", output)
+    return {f"{rule}/{wc}" if wc else rule: job_id for job_id, rule, wc in found}
+
+
+def test_real_workflow_on_slurm_matches_the_local_run_bit_for_bit(
+    slurm_cluster, corpus_file, real_local, tmp_path, sm
 ):
-    run = sm.run(workflow_dir, *slurm_profile_args(sm), timeout_s=240)
+    """The repo's Snakefile through sbatch: one SLURM job per Snakemake job, each embed
+    job with one (fake) GPU, on the shared filesystem (here: the local disk)."""
+    config = sm.real_config(tmp_path / "config.yaml", str(corpus_file))
+    run = sm.run_real(tmp_path, config, *slurm_profile_args(sm), timeout_s=300)
     assert run.returncode == 0, sm.describe(run)
     # Both profiles were read, the overlay on top (its partition reached the jobs).
     assert "profiles/slurm and workflow specific profile" in run.output, sm.describe(run)
-    assert "slurm_partition=ci" in run.output, sm.describe(run)
+    assert sm.hashes(tmp_path, sm.MERGED + sm.CHUNKS) == real_local.hashes
 
-    assert {rel: sm.sha256((workflow_dir / rel).read_bytes()) for rel in sm.OUTPUTS} == local_hashes
-
-    # Each embed job went through sbatch with --gpus=1: SLURM gave it one (fake) GPU,
-    # ran it in the CI partition, and still lists it (MinJobAge=300).
-    for chunk in "abc":
-        log = (workflow_dir / "logs" / "embed" / f"{chunk}.log").read_text()
-        cuda = re.search(r"'CUDA_VISIBLE_DEVICES': '(\d+)'", log)
-        assert cuda and cuda.group(1) in {"0", "1", "2", "3"}, log
-        assert f"'SLURM_JOB_PARTITION': '{slurm_cluster}'" in log, log
-        job_id = re.search(r"'SLURM_JOB_ID': '(\d+)'", log).group(1)
-        job = scontrol_job(job_id)
-        assert re.search(r"TresPerJob=\S*gpu:1\b", job), job
+    ds = sm.DATASET
+    jobs = submitted_jobs(run.output)
+    embeds = {f"embed/{ds}_{i}" for i in range(sm.N_CHUNKS)}
+    assert set(jobs) == {"split", f"merge/{ds}", f"verify/{ds}"} | embeds, sm.describe(run)
+    for name in embeds:
+        job = scontrol_job(jobs[name])
+        assert re.search(r"TresPerJob=\S*gpu:1\b", job), job  # rule's gpu=1 -> --gpus=1
         assert f"Partition={slurm_cluster}" in job, job
-        assert "MinMemoryNode=200M" in job, job  # mem_mb from the rule
-        assert "TimeLimit=00:05:00" in job, job  # runtime from the rule (minutes)
+        assert "MinMemoryNode=1000M" in job, job  # embedding.mem_mb, first attempt
+        assert "TimeLimit=00:10:00" in job, job  # embedding.runtime (minutes)
+        # SLURM pinned the GPU; the job respected that and ran one torch thread.
+        chunk = name.rsplit("_", 1)[1]
+        log = (tmp_path / f"logs/embed/{ds}/chunk_{chunk}.log").read_text()
+        assert re.search(r"GPUs already pinned by slurm \(CUDA_VISIBLE_DEVICES=[0-3]\)", log), log
+        assert " threads 1 " in log, log
+    for name in ("split", f"merge/{ds}", f"verify/{ds}"):
+        job = scontrol_job(jobs[name])
+        assert not re.search(r"TresPerJob=\S*gpu", job), job
+        assert "MinMemoryNode=500M" in job, job  # ci-slurm default-resources
+    verification = json.loads((tmp_path / sm.TARGET).read_text())
+    assert verification["ok"] and verification["rows"] == sm.CORPUS_DOCS
+
+
+def test_split_on_slurm_reads_an_s3_corpus_with_credentials_from_the_environment(
+    slurm_cluster, s3, s3_corpus, real_local, tmp_path, sm
+):
+    """An s3:// corpus on a shared-filesystem cluster. The S3 settings come from the
+    environment (here AWS_ENDPOINT_URL/AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY), which
+    sbatch exports to the jobs. (Given as --storage-s3-* flags instead, they reach only
+    the controller: plugin 2.8 puts no endpoint or key on the job's command line, and
+    the split job fails with NoCredentialsError while sizing its input; see
+    profiles/README.md.)"""
+    config = sm.real_config(tmp_path / "config.yaml", s3_corpus)
+    manifest = f"results/{sm.DATASET}/chunks/manifest.json"
+    run = sm.run(
+        tmp_path, "-s", str(sm.REPO / "Snakefile"), "-d", str(tmp_path), manifest, "--configfile", str(config),
+        *slurm_profile_args(sm), timeout_s=180, env=sm.env(**s3.aws_env()),
+    )
+    assert run.returncode == 0, sm.describe(run)
+    assert f"Retrieving from storage: {s3_corpus}" in run.output, sm.describe(run)
+    assert sm.hashes(tmp_path, sm.CHUNKS) == {c: real_local.hashes[c] for c in sm.CHUNKS}
+    # The split job read the copy Snakemake downloaded to the shared filesystem ...
+    log = (tmp_path / f"logs/split/{sm.DATASET}.log").read_text()
+    assert f".snakemake/storage/s3/{s3.bucket}/{sm.CORPUS_KEY}" in log.splitlines()[0], log
+    # ... which is removed afterwards.
+    assert not (tmp_path / ".snakemake" / "storage" / "s3").exists()
+    # The keys travel in the job's environment only, not in its script (which any user
+    # of the cluster can read back with scontrol).
+    script = subprocess.run(
+        ["scontrol", "write", "batch_script", submitted_jobs(run.output)["split"], "-"],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout
+    assert "--target-jobs 'split:'" in script, script
+    assert s3.secret_key not in script and s3.access_key not in script
+    assert s3.secret_key not in run.output
 
 
 def test_failed_slurm_job_is_reported_and_the_run_ends(slurm_cluster, workflow_dir, sm):

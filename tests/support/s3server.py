@@ -10,8 +10,9 @@ In Python (pytest):
     with running_s3_server(tmp_path) as s3:        # or the `s3_server` fixture below
         s3.endpoint_url, s3.access_key, s3.secret_key, s3.bucket, s3.client()
 
-From a shell (e.g. a Makefile target for an eks dry run against a local S3):
+From a shell (e.g. an eks dry run against a local S3, profiles/README.md):
     python -m tests.support.s3server up --dir D     # prints endpoint/credentials as JSON
+    eval "$(python -m tests.support.s3server env --dir D)"   # export AWS_ENDPOINT_URL etc.
     python -m tests.support.s3server down --dir D
 """
 
@@ -22,6 +23,7 @@ import contextlib
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -75,15 +77,32 @@ class S3Server:
                 out[obj["Key"]] = s3.get_object(Bucket=self.bucket, Key=obj["Key"])["Body"].read()
         return out
 
+    def aws_env(self) -> dict[str, str]:
+        """The standard AWS variables that point boto3 -- and so snakemake-storage-plugin-s3,
+        which passes endpoint_url=None and no keys when none are configured -- at this
+        server. With these, `snakemake --profile eks -n` needs no --storage-s3-* flags.
+        (The region is the plugin's default, us-east-1, which SeaweedFS accepts.)"""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+        }
+
+    def storage_args(self) -> list[str]:
+        """Snakemake CLI flags that let the s3 storage plugin reach this server."""
+        return [
+            "--storage-s3-endpoint-url", self.endpoint_url,
+            "--storage-s3-access-key", self.access_key,
+            "--storage-s3-secret-key", self.secret_key,
+            "--storage-s3-region", self.region,
+        ]
+
     def snakemake_args(self, prefix: str) -> list[str]:
         """Snakemake CLI flags that make this server the default storage under `prefix`."""
         return [
             "--default-storage-provider", "s3",
             "--default-storage-prefix", f"s3://{self.bucket}/{prefix}",
-            "--storage-s3-endpoint-url", self.endpoint_url,
-            "--storage-s3-access-key", self.access_key,
-            "--storage-s3-secret-key", self.secret_key,
-            "--storage-s3-region", self.region,
+            *self.storage_args(),
         ]
 
 
@@ -261,10 +280,19 @@ def _cli(argv: list[str] | None = None) -> int:
     up = sub.add_parser("up", help="start in the background; print endpoint and credentials as JSON")
     up.add_argument("--dir", type=Path, required=True)
     up.add_argument("--bucket", default=DEFAULT_BUCKET)
+    env = sub.add_parser("env", help="print `export AWS_...=...` lines for the server started with `up --dir`")
+    env.add_argument("--dir", type=Path, required=True)
     down = sub.add_parser("down", help="stop the server started with `up --dir` on the same folder")
     down.add_argument("--dir", type=Path, required=True)
     args = p.parse_args(argv)
     state = args.dir / STATE_FILE
+    if args.cmd == "env":
+        if not state.exists():
+            print(f"no server recorded in {state}", file=sys.stderr)
+            return 1
+        for name, value in _load(state).aws_env().items():
+            print(f"export {name}={shlex.quote(value)}")
+        return 0
     if args.cmd == "up":
         if state.exists():
             old = _load(state)
