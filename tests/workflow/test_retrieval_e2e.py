@@ -82,3 +82,33 @@ def test_metrics_through_the_workflow_and_reproduction_check(tmp_path, beir):
     assert proc.returncode != 0
     assert "reproduction 'tiny-check' FAILED" in out
     assert "metric ndcg_at_10" in out and "0.50000" in out and "FAIL" in out
+
+
+def test_make_evaluate_beir_prints_the_metrics_path_last(beir):
+    """The documented one-command evaluation of any BEIR folder."""
+    import shutil
+    import subprocess
+
+    from tests.helpers import REPO, offline_env
+
+    name = "pytest_evaluate_beir"
+    try:
+        proc = subprocess.run(
+            ["make", "--no-print-directory", "evaluate-beir", f"DATA={beir}", f"NAME={name}", "CORES=2"],
+            cwd=REPO,
+            env=offline_env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        last = proc.stdout.strip().splitlines()[-1]
+        assert last == f"results/{name}/retrieval/metrics.json"
+        metrics = json.loads((REPO / last).read_text())
+        assert metrics["n_queries"] == 6 and metrics["mrr_at_10"] == pytest.approx(1.0)
+    finally:  # the target writes into the repo's results/, logs/, benchmarks/
+        for path in [REPO / "results" / name, *REPO.glob(f"logs/*/{name}*"), *REPO.glob(f"benchmarks/*/{name}*")]:
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
