@@ -369,7 +369,3 @@ def count_records_cheap(paths: Iterable[str], opts: ReaderOptions) -> int:
         lines += last != b"\n"
         total += lines - (1 if fmt in ("csv", "tsv") and lines else 0)
     return total
-
-
-def text_bytes(text: str) -> int:
-    return len(text.encode("utf-8"))
