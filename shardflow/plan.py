@@ -46,7 +46,7 @@ def corpus_inputs(cfg: dict) -> list[str]:
     return expand_inputs(path)
 
 
-def _cached_count(paths: list[str], opts: ReaderOptions) -> int:
+def count_records(paths: list[str], opts: ReaderOptions) -> int:
     """Cheap count, cached by (path, size, mtime) so re-parses do not re-read."""
     key = json.dumps(
         [[p, os.stat(p).st_size, os.stat(p).st_mtime_ns] for p in paths] + [opts.format, opts.text_mode]
@@ -86,14 +86,19 @@ def plan_n_chunks(cfg: dict) -> int:
                     "n_chunks: auto cannot count a corpus that does not exist yet (demo or s3://): "
                     "set chunking.expected_records or n_chunks"
                 )
-            records = _cached_count(inputs, reader_options(cfg))
+            records = count_records(inputs, reader_options(cfg))
         n = math.ceil(records / ch["items_per_chunk"])
-    g = ch["gpus"]
+    return round_to_gpus(n, ch["gpus"], records)
+
+
+def round_to_gpus(n: int, gpus: int, records: int | None = None) -> int:
+    """The last step of the auto rule: at least 1; when above 1, a multiple of
+    `gpus`; never fewer than min(gpus, records) when the record count is known."""
     n = max(n, 1)
     if n > 1:
-        n = math.ceil(n / g) * g
+        n = math.ceil(n / gpus) * gpus
     if records is not None:
-        n = max(n, min(g, records))
+        n = max(n, min(gpus, records))
     return n
 
 

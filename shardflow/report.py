@@ -149,8 +149,9 @@ def summarise(stats: list[dict], benches: list[dict], manifest: dict, verificati
     end = max(s["end_time"] for s in stats)
     wall = max(end - start, 1e-9)
     job_seconds = sum(b.get("s", s["seconds"]) for s, b in zip(stats, benches))
-    on_gpu = [s for s in stats if str(s.get("device", "")).startswith("cuda")]
-    gpu_hours = sum(b.get("s", s["seconds"]) for s, b in zip(stats, benches) if s in on_gpu) / 3600
+    gpu_hours = sum(
+        b.get("s", s["seconds"]) for s, b in zip(stats, benches) if str(s.get("device", "")).startswith("cuda")
+    ) / 3600
     device_hours = job_seconds / 3600
     return {
         "records": records,

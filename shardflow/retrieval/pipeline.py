@@ -70,14 +70,14 @@ def plan_corpus_chunks(cfg: dict) -> int:
     n = cfg["retrieval"]["n_chunks"]
     if n != "auto":
         return int(n)
-    from shardflow.readers import ReaderOptions, count_records_cheap
+    from shardflow.plan import count_records, round_to_gpus
+    from shardflow.readers import ReaderOptions
 
     corpus = RetrievalSpec.from_config(cfg).source_files()[0]
     fmt = "jsonl" if cfg["retrieval"]["format"] == "beir" else "text"
-    records = count_records_cheap([corpus], ReaderOptions(format=fmt))
-    g = cfg["chunking"]["gpus"]
-    n = max(1, math.ceil(records / cfg["chunking"]["items_per_chunk"]))
-    return math.ceil(n / g) * g if n > 1 else n
+    records = count_records([corpus], ReaderOptions(format=fmt))
+    n = math.ceil(records / cfg["chunking"]["items_per_chunk"])
+    return round_to_gpus(n, cfg["chunking"]["gpus"], records)
 
 
 def prepare(spec: RetrievalSpec, corpus_out: str, queries_out: str, qrels_out: str) -> dict:
@@ -93,20 +93,22 @@ def prepare(spec: RetrievalSpec, corpus_out: str, queries_out: str, qrels_out: s
         qrels = rdata.load_qrels(qrels_file)
     n_docs = rdata.write_corpus_jsonl(docs, corpus_out)
     # Only queries that have qrels are evaluated (MTEB); the others are not embedded.
-    wanted = (q for q in queries if q[0] in qrels)
-    n_queries = rdata.write_corpus_jsonl(wanted, queries_out)
+    found: set[str] = set()
+
+    def judged():
+        for qid, text in queries:
+            if qid in qrels:
+                found.add(qid)
+                yield qid, text
+
+    n_queries = rdata.write_corpus_jsonl(judged(), queries_out)
     write_json(qrels_out, qrels)
-    missing = sorted(set(qrels) - set(_ids(queries_out)))
+    missing = sorted(set(qrels) - found)
     if missing:
         raise ValueError(f"{len(missing)} qrels queries have no text in {queries_file}, e.g. {missing[:5]}")
     stats = {"documents": n_docs, "queries": n_queries, "qrels_queries": len(qrels)}
     log.info("prepared %s: %s", spec.path, stats)
     return stats
-
-
-def _ids(chunk_jsonl: str) -> list[str]:
-    with open(chunk_jsonl, encoding="utf-8") as fh:
-        return [json.loads(line)["id"] for line in fh]
 
 
 def read_ids(parquet_path: str) -> list[str]:

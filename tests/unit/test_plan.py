@@ -187,3 +187,26 @@ def test_reader_options_from_config(config):
 
 def test_reader_options_of_shipped_config_are_the_defaults(config):
     assert plan.reader_options(config) == ReaderOptions()
+
+
+def test_retrieval_auto_chunks_follow_the_same_rule(tmp_path):
+    import json as _json
+
+    from shardflow.plan import round_to_gpus
+    from shardflow.retrieval.pipeline import plan_corpus_chunks
+
+    folder = tmp_path / "beir"
+    (folder / "qrels").mkdir(parents=True)
+    with open(folder / "corpus.jsonl", "w") as fh:
+        for i in range(45):
+            fh.write(_json.dumps({"_id": f"d{i}", "text": f"doc {i}"}) + "\n")
+    (folder / "queries.jsonl").write_text('{"_id": "q", "text": "q"}\n')
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq\td0\t1\n")
+    cfg = {
+        "retrieval": {"path": str(folder), "format": "beir", "split": "test", "n_chunks": "auto",
+                      "msmarco_collection": "c", "msmarco_queries": "q", "msmarco_qrels": "r"},
+        "chunking": {"items_per_chunk": 10, "gpus": 4},
+    }
+    assert plan_corpus_chunks(cfg) == 8  # ceil(45/10) = 5, rounded up to a multiple of 4
+    cfg["chunking"]["items_per_chunk"] = 1000
+    assert plan_corpus_chunks(cfg) == round_to_gpus(1, 4, 45) == 4  # never fewer than min(gpus, records)
