@@ -5,7 +5,11 @@ evaluation name, or None), N_CHUNKS per data set, and the input functions the
 rules use. Logic lives in shardflow.plan and shardflow.retrieval.pipeline.
 """
 
-from shardflow import plan
+import functools
+
+from snakemake.exceptions import WorkflowError
+
+from shardflow import gpu_slots, plan
 from shardflow.configuration import load_schema, validate_config
 from shardflow.retrieval import pipeline as retrieval
 
@@ -58,6 +62,46 @@ def chunk_stats(wildcards):
 
 def chunk_benchmarks(wildcards):
     return chunk_list(wildcards.dataset, "benchmarks/embed/{dataset}/chunk_{chunk}.tsv")
+
+
+@functools.cache
+def local_gpus():
+    emb = config["embedding"]
+    return gpu_slots.resolve_devices(emb["gpu_devices"], mode=emb["gpu_pinning"])
+
+
+def local_cpu_run():
+    """True when the GPU rules' jobs will run on this host's CPU: `device: cpu`, or
+    `device: auto` with the local executor on a host without GPUs. Evaluated per
+    job (the executor is known by then); a cluster executor, a dry run or a job
+    inside a cluster job count as GPU runs, so a dry run shows what a cluster gets."""
+    device = config["embedding"]["device"]
+    if device == "cpu":
+        return True
+    plugin = workflow.executor_plugin
+    if device != "auto" or not workflow.is_main_process or plugin is None:
+        return False
+    return plugin.name == "local" and not local_gpus()
+
+
+def gpu_job_threads(wildcards):
+    """`embedding.threads` for the GPU rules (embed, embed_queries, retrieval_evaluate)."""
+    try:
+        cores = workflow.cores
+    except WorkflowError:  # no --cores: a cluster run
+        cores = None
+    return plan.job_threads(
+        config["embedding"]["threads"],
+        local_cpu=local_cpu_run(),
+        cores=cores,
+        jobs=max(N_CHUNKS.values()),
+    )
+
+
+def gpu_request(wildcards):
+    """GPUs per job of the GPU rules: none when the job runs on the CPU, so CPU
+    jobs are not queued behind the local profile's `gpu` pool."""
+    return 0 if local_cpu_run() else 1
 
 
 def embed_mem_mb(wildcards, attempt):

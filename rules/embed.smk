@@ -1,4 +1,5 @@
-"""embed_<i>: one chunk through the embedding model, one GPU per job.
+"""embed_<i>: one chunk through the embedding model, one GPU per job (or, on a
+local host without GPUs, a share of the cores: gpu=0, `embedding.threads: auto`).
 
 Needs: results/<dataset>/chunks/chunk_<i>.jsonl. Writes the chunk's embeddings
 (.npy), ids (.ids.parquet, row k = row k) and run statistics (.stats.json).
@@ -21,9 +22,9 @@ rule embed:
     retries: 2
     conda:
         "../envs/embed.yaml"
-    threads: config["embedding"]["threads"]
+    threads: gpu_job_threads
     resources:
-        gpu=1,
+        gpu=gpu_request,
         mem_mb=embed_mem_mb,
         runtime=config["embedding"]["runtime"],
     params:

@@ -88,9 +88,9 @@ if RETRIEVAL is not None:
             f"benchmarks/retrieval_evaluate/{RETRIEVAL}.tsv"
         conda:
             "../envs/embed.yaml"
-        threads: config["embedding"]["threads"]
+        threads: gpu_job_threads
         resources:
-            gpu=1,
+            gpu=gpu_request,
             mem_mb=embed_mem_mb,
         params:
             top_k=config["retrieval"]["top_k"],

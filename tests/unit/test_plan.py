@@ -210,3 +210,27 @@ def test_retrieval_auto_chunks_follow_the_same_rule(tmp_path):
     assert plan_corpus_chunks(cfg) == 8  # ceil(45/10) = 5, rounded up to a multiple of 4
     cfg["chunking"]["items_per_chunk"] = 1000
     assert plan_corpus_chunks(cfg) == round_to_gpus(1, 4, 45) == 4  # never fewer than min(gpus, records)
+
+
+@pytest.mark.parametrize(
+    ("cores", "jobs", "expected"),
+    [(2, 4, 1), (8, 4, 2), (16, 3, 5), (64, 1, 64), (1, 8, 1), (3, 2, 1)],
+)
+def test_auto_threads_share_the_cores_among_concurrent_cpu_jobs(cores, jobs, expected):
+    assert plan.job_threads("auto", local_cpu=True, cores=cores, jobs=jobs) == expected
+    # Never more threads in flight than cores.
+    assert expected * min(jobs, cores) <= cores
+
+
+@pytest.mark.parametrize("cores", [None, 2, 64])
+def test_auto_threads_on_gpus_or_clusters_is_the_gpu_default(cores):
+    assert plan.job_threads("auto", local_cpu=False, cores=cores, jobs=4) == plan.GPU_JOB_THREADS
+
+
+def test_auto_threads_without_a_core_count_is_the_gpu_default():
+    assert plan.job_threads("auto", local_cpu=True, cores=None, jobs=4) == plan.GPU_JOB_THREADS
+
+
+def test_integer_threads_are_used_as_given():
+    assert plan.job_threads(3, local_cpu=True, cores=64, jobs=64) == 3
+    assert plan.job_threads(3, local_cpu=False, cores=None, jobs=1) == 3

@@ -1,0 +1,66 @@
+"""`embedding.threads: auto` on a host without GPUs: the embed jobs share the cores and
+run side by side instead of queueing behind the local profile's single `gpu` slot."""
+
+import re
+from datetime import datetime
+
+import pytest
+
+from tests.helpers import REPO, snakemake, write_config
+
+pytestmark = pytest.mark.workflow
+
+
+def _embed_jobs(dry_run_output: str) -> list[str]:
+    """The text of each `rule embed:` block of a dry run."""
+    return [block for block in re.split(r"\n(?=rule |localrule )", dry_run_output) if block.startswith("rule embed:")]
+
+
+def _threads(block: str) -> int:
+    m = re.search(r"^\s+threads: (\d+)$", block, re.MULTILINE)
+    return int(m.group(1)) if m else 1  # Snakemake prints no threads line for 1
+
+
+@pytest.mark.parametrize(("cores", "n_chunks", "threads"), [(8, 4, 2), (2, 4, 1), (16, 3, 5), (1, 4, 1)])
+def test_cpu_jobs_share_the_cores_and_request_no_gpu(tmp_path, cores, n_chunks, threads):
+    cfg = write_config(tmp_path / "c.yaml", n_chunks=n_chunks, embedding={"device": "cpu"})
+    out = snakemake(tmp_path, "-n", "-p", "--cores", str(cores), "--configfile", str(cfg)).stdout
+    jobs = _embed_jobs(out)
+    assert len(jobs) == n_chunks
+    for block in jobs:
+        assert _threads(block) == threads, block
+        assert re.search(r"resources: .*\bgpu=0\b", block), block
+
+
+def test_a_dry_run_shows_what_a_gpu_or_cluster_job_gets(tmp_path):
+    # device: auto in a dry run: the view a cluster executor gets (one GPU, 2 threads).
+    out = snakemake(tmp_path, "-n", "--cores", "8", "--config", "n_chunks=4").stdout
+    for block in _embed_jobs(out):
+        assert _threads(block) == 2, block
+        assert re.search(r"resources: .*\bgpu=1\b", block), block
+
+
+def test_an_integer_is_used_as_given(tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", n_chunks=4, embedding={"device": "cpu", "threads": 3})
+    out = snakemake(tmp_path, "-n", "--cores", "8", "--configfile", str(cfg)).stdout
+    assert [_threads(b) for b in _embed_jobs(out)] == [3] * 4
+
+
+def _job_span(log_text: str) -> tuple[datetime, datetime]:
+    stamps = [datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f") for line in log_text.splitlines() if line[:4].isdigit()]
+    return stamps[0], stamps[-1]
+
+
+def test_local_profile_on_a_cpu_host_runs_embed_jobs_side_by_side(tmp_path, demo_texts):
+    corpus, _ = demo_texts
+    cfg = write_config(tmp_path / "c.yaml", dataset="cpu", n_chunks=2, input={"path": str(corpus)})
+    # The local profile (cores: all, gpu=<GPUs or 1>) with 2 cores, on this GPU-less host.
+    snakemake(
+        tmp_path, "results/cpu/ids.parquet", "--profile", str(REPO / "profiles/local"), "--cores", "2",
+        "--configfile", str(cfg),
+    )
+    logs = [(tmp_path / f"logs/embed/cpu/chunk_{i}.log").read_text() for i in range(2)]
+    for log in logs:
+        assert re.search(r" device cpu .* threads 1 ", log), log[:2000]
+    (a0, a1), (b0, b1) = (_job_span(log) for log in logs)
+    assert a0 < b1 and b0 < a1, f"embed jobs ran one after the other: {a0}-{a1}, {b0}-{b1}"
