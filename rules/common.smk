@@ -6,6 +6,7 @@ rules use. Logic lives in shardflow.plan and shardflow.retrieval.pipeline.
 """
 
 import functools
+import os
 
 from snakemake.exceptions import WorkflowError
 
@@ -66,6 +67,9 @@ def chunk_benchmarks(wildcards):
 
 @functools.cache
 def local_gpus():
+    """This host's GPUs for the embed jobs; CUDA_VISIBLE_DEVICES="" hides them all."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+        return []
     emb = config["embedding"]
     return gpu_slots.resolve_devices(emb["gpu_devices"], mode=emb["gpu_pinning"])
 
