@@ -113,9 +113,16 @@ def embed_mem_mb(wildcards, attempt):
     return emb["mem_mb"] + (attempt - 1) * emb["mem_mb_per_attempt"]
 
 
+def resume_root(dataset):
+    """Undeclared folder of a data set's finished parts (Snakemake deletes declared
+    outputs of failed jobs); `embedding.resume_dir` moves it off the workdir."""
+    base = config["embedding"]["resume_dir"]
+    return os.path.join(base, dataset) if base else f"results/{dataset}/.resume"
+
+
 def embedding_params(**overrides):
-    """The engine's settings from config (resources are not engine settings)."""
-    skip = ("mem_mb", "mem_mb_per_attempt", "runtime")
+    """The engine's settings from config (resources and places are not engine settings)."""
+    skip = ("mem_mb", "mem_mb_per_attempt", "runtime", "resume_dir")
     params = {k: v for k, v in config["embedding"].items() if k not in skip}
     params.update(overrides)
     return params

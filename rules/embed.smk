@@ -4,7 +4,8 @@ local host without GPUs, a share of the cores: gpu=0, `embedding.threads: auto`)
 Needs: results/<dataset>/chunks/chunk_<i>.jsonl. Writes the chunk's embeddings
 (.npy), ids (.ids.parquet, row k = row k) and run statistics (.stats.json).
 A killed job resumes from its last finished part, kept in the undeclared
-results/<dataset>/.resume/ (Snakemake deletes declared outputs of failed jobs).
+results/<dataset>/.resume/ or `embedding.resume_dir`/<dataset>/ (Snakemake deletes
+declared outputs of failed jobs).
 """
 
 
@@ -29,6 +30,6 @@ rule embed:
         runtime=config["embedding"]["runtime"],
     params:
         embedding=embedding_params(),
-        resume_root="results/{dataset}/.resume",
+        resume_root=lambda wildcards: resume_root(wildcards.dataset),
     script:
         "../scripts/embed.py"

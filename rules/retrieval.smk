@@ -59,7 +59,7 @@ if RETRIEVAL is not None:
                 prompt=config["retrieval"]["query_prompt"],
                 prompt_name=config["retrieval"]["query_prompt_name"],
             ),
-            resume_root=f"results/{RETRIEVAL}/.resume",
+            resume_root=resume_root(RETRIEVAL),
 
     rule retrieval_evaluate:
         input:

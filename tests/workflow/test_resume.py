@@ -1,0 +1,73 @@
+"""A real embed job SIGKILLed mid-chunk under Snakemake: the rule's retry resumes from the
+finished parts kept in `embedding.resume_dir` (outside the working directory, as on a
+volume that outlives a spot node), and the result is byte-identical to an uninterrupted run."""
+
+import json
+import signal
+import subprocess
+import time
+
+import psutil
+import pytest
+
+from shardflow.demo import DemoParams, build_demo_corpus
+from tests.helpers import REPO, SNAKEMAKE, offline_env, sha256, snakemake, write_config
+
+pytestmark = pytest.mark.workflow
+
+TARGETS = ("results/rs/embeddings.npy", "results/rs/ids.parquet")
+
+
+def _embed_script(snakemake_pid: int) -> psutil.Process | None:
+    for child in psutil.Process(snakemake_pid).children(recursive=True):
+        try:
+            if any(arg.endswith("embed.py") for arg in child.cmdline()):
+                return child
+        except psutil.NoSuchProcess:
+            continue
+    return None
+
+
+def test_sigkilled_embed_job_resumes_from_resume_dir(tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    build_demo_corpus(str(corpus), DemoParams(max_docs=300, min_words=20))
+    resume = tmp_path / "volume" / "resume"
+    cfg = write_config(
+        tmp_path / "c.yaml",
+        dataset="rs",
+        n_chunks=1,
+        input={"path": str(corpus)},
+        # 60 parts of 5 texts, several seconds of compute on one thread.
+        embedding={"window": 5, "threads": 1, "resume_dir": str(resume)},
+    )
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    ref.mkdir()
+    run.mkdir()
+    snakemake(ref, *TARGETS, "--cores", "1", "--configfile", str(cfg))
+    assert not any(resume.glob("rs/*/part-*.npy"))  # a finished chunk leaves no parts behind
+
+    cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(run), *TARGETS, "--cores", "1", "--configfile", str(cfg)]
+    proc = subprocess.Popen(cmd, cwd=run, env=offline_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while len(list(resume.glob("rs/*/part-*.npy"))) < 2:
+            assert proc.poll() is None, proc.communicate()[0][-4000:]
+            assert time.monotonic() < deadline, "no part written within 180 s"
+            time.sleep(0.02)
+        job = _embed_script(proc.pid)
+        assert job is not None, "embed job process not found"
+        job.send_signal(signal.SIGKILL)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-4000:]
+    assert "embed" in out and "Error in rule embed" in out  # the first attempt died ...
+
+    log = (run / "logs/embed/rs/chunk_0.log").read_text()  # ... and the retry's log:
+    assert f"resuming from {resume / 'rs'}" in log, log[-3000:]
+    stats = json.loads((run / "results/rs/embed/embed_0.stats.json").read_text())
+    assert stats["resumed_parts"] >= 2 and stats["items_embedded"] < 300
+    for target in TARGETS:
+        assert sha256(ref / target) == sha256(run / target), target
+    assert not any(resume.glob("rs/*/part-*.npy"))
