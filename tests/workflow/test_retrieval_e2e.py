@@ -112,3 +112,41 @@ def test_make_evaluate_beir_prints_the_metrics_path_last(beir):
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
+
+
+def test_msmarco_files_through_the_workflow(tmp_path, beir):
+    """The same judgements as MS MARCO files: gzipped `pid<TAB>text` collection, a
+    `qid<TAB>text` queries file, TREC 4-column qrels without a header."""
+    import gzip
+
+    folder = tmp_path / "marco"
+    folder.mkdir()
+    docs = [json.loads(line) for line in (beir / "corpus.jsonl").read_text().splitlines()]
+    with gzip.open(folder / "collection.tsv.gz", "wt") as fh:
+        for i, d in enumerate(docs):
+            fh.write(f"{1000 + i}\t{d['text']}\n")
+    queries = [json.loads(line) for line in (beir / "queries.jsonl").read_text().splitlines()]
+    with open(folder / "queries.dev.small.tsv", "w") as fh:
+        for i, q in enumerate(queries):
+            fh.write(f"{i}\t{q['text']}\n")
+    with open(folder / "qrels.dev.small.tsv", "w") as fh:
+        for q in range(6):
+            fh.write(f"{q}\t0\t{1000 + 2 * q}\t1\n")
+        fh.write("5\t0\t999999\t1\n")  # judged passage missing from the collection
+    cfg = write_config(
+        tmp_path / "config.yaml",
+        retrieval={
+            "path": str(folder),
+            "format": "msmarco",
+            "name": "marco",
+            "n_chunks": 2,
+            "top_k": 100,
+            "msmarco_collection": "collection.tsv.gz",
+        },
+    )
+    snakemake(tmp_path, "results/marco/retrieval/metrics.json", "--cores", "2", "--configfile", str(cfg))
+    metrics = json.loads((tmp_path / "results/marco/retrieval/metrics.json").read_text())
+    assert metrics["n_queries"] == 6  # the unjudged query is embedded but not scored
+    assert metrics["ndcg_at_10"] == pytest.approx(_expected_ndcg(), abs=1e-6)
+    assert metrics["recall_at_10"] == pytest.approx((5 + 0.5) / 6, abs=1e-9)
+    assert metrics["mrr_at_10"] == pytest.approx(1.0)
