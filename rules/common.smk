@@ -74,29 +74,33 @@ def local_gpus():
     return gpu_slots.resolve_devices(emb["gpu_devices"], mode=emb["gpu_pinning"])
 
 
-def local_cpu_run():
-    """True when the GPU rules' jobs will run on this host's CPU: `device: cpu`, or
-    `device: auto` with the local executor on a host without GPUs. Evaluated per
-    job (the executor is known by then); a cluster executor, a dry run or a job
-    inside a cluster job count as GPU runs, so a dry run shows what a cluster gets."""
+def runs_on_cpu():
+    """True when the GPU rules' jobs run on the CPU: `device: cpu`, or `device: auto`
+    with the local executor on a host without GPUs. Evaluated per job (the executor
+    is known by then); a cluster executor, a dry run or a job inside a cluster job
+    count as GPU runs under `auto`, so a dry run shows what a cluster gets."""
     device = config["embedding"]["device"]
     if device == "cpu":
         return True
+    return device == "auto" and local_main_process() and not local_gpus()
+
+
+def local_main_process():
+    """The Snakemake that schedules the jobs and runs them on this host itself."""
     plugin = workflow.executor_plugin
-    if device != "auto" or not workflow.is_main_process or plugin is None:
-        return False
-    return plugin.name == "local" and not local_gpus()
+    return workflow.is_main_process and plugin is not None and plugin.name == "local"
 
 
 def gpu_job_threads(wildcards):
-    """`embedding.threads` for the GPU rules (embed, embed_queries, retrieval_evaluate)."""
+    """`embedding.threads` for the GPU rules (embed, embed_queries, retrieval_evaluate):
+    `auto` shares this host's cores only where this Snakemake runs the CPU jobs."""
     try:
         cores = workflow.cores
     except WorkflowError:  # no --cores: a cluster run
         cores = None
     return plan.job_threads(
         config["embedding"]["threads"],
-        local_cpu=local_cpu_run(),
+        local_cpu=runs_on_cpu() and local_main_process(),
         cores=cores,
         jobs=max(N_CHUNKS.values()),
     )
@@ -104,8 +108,20 @@ def gpu_job_threads(wildcards):
 
 def gpu_request(wildcards):
     """GPUs per job of the GPU rules: none when the job runs on the CPU, so CPU
-    jobs are not queued behind the local profile's `gpu` pool."""
-    return 0 if local_cpu_run() else 1
+    jobs are not queued behind the local profile's `gpu` pool. The scripts run a
+    job that got no GPU on the CPU, whatever `device: auto` would find."""
+    return 0 if runs_on_cpu() else 1
+
+
+# Inside a job that SLURM runs for the slurm executor, the controller resubmits a
+# failed job itself (`retries`, with mem_mb growing per attempt); retrying in place
+# as well would multiply the attempts on the first allocation. In a Kubernetes pod
+# the in-place retry is the guard against the plugin's abort (profiles/README.md).
+IN_SLURM_JOB = workflow.remote_exec and "SLURM_JOB_ID" in os.environ
+
+
+def rule_retries(n):
+    return 0 if IN_SLURM_JOB else n
 
 
 def embed_mem_mb(wildcards, attempt):
@@ -122,7 +138,7 @@ def resume_root(dataset):
 
 def embedding_params(**overrides):
     """The engine's settings from config (resources and places are not engine settings)."""
-    skip = ("mem_mb", "mem_mb_per_attempt", "runtime", "resume_dir")
+    skip = ("mem_mb", "mem_mb_per_attempt", "runtime", "resume_dir", "threads")
     params = {k: v for k, v in config["embedding"].items() if k not in skip}
     params.update(overrides)
     return params

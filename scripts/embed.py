@@ -12,8 +12,8 @@ cfg = dict(smk.params.embedding)
 pinning, devices = cfg.pop("gpu_pinning"), cfg.pop("gpu_devices")
 chunk = int(smk.wildcards.chunk) if "chunk" in smk.wildcards.keys() else None
 log = configure_logging(smk.log[0], "embed", {"embedding": cfg, "input": smk.input[0]})
-if cfg["device"] == "cpu":  # a CPU job takes no GPU slot (its rule requests gpu=0)
-    pinning = "off"
+if smk.resources.get("gpu", 1) == 0:  # scheduled as a CPU job: run as one, take no GPU slot
+    cfg["device"], pinning = "cpu", "off"
 visible = pin_gpu(devices, mode=pinning, job=f"embed {smk.input[0]}")
 log.info("CUDA_VISIBLE_DEVICES=%s (gpu_pinning=%s)", visible, pinning)
 
@@ -21,7 +21,6 @@ from shardflow.atomic import write_json  # noqa: E402 - after pinning, see above
 from shardflow.embed.engine import EmbedParams, embed_chunk  # noqa: E402
 from shardflow.models import resolve_model  # noqa: E402
 
-cfg.pop("threads")  # resolved by the rule (`auto`): the job's own threads
 params = EmbedParams(**{**cfg, "model": resolve_model(cfg["model"]), "threads": smk.threads})
 stats = embed_chunk(smk.input[0], smk.output.npy, smk.output.ids, params, smk.params.resume_root, log)
 # The report reads these names; the engine's own names are kept alongside.

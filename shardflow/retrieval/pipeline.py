@@ -121,6 +121,7 @@ class EvaluateParams:
     block_size: int = 65536
     backend: str = "torch"
     drop_identical_ids: bool = False
+    device: str | None = None  # None: CUDA when available, else CPU
 
 
 def search_and_score(
@@ -151,6 +152,7 @@ def search_and_score(
         query_ids=query_ids,
         doc_ids=doc_ids,
         drop_identical_ids=params.drop_identical_ids,
+        device=params.device,
     )
     run = to_run(hits, query_ids, doc_ids)
     scores = evaluate(qrels, run, ignore_identical_ids=params.drop_identical_ids)

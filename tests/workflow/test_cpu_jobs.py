@@ -6,7 +6,7 @@ from datetime import datetime
 
 import pytest
 
-from tests.helpers import REPO, snakemake, write_config
+from tests.helpers import REPO, offline_env, snakemake, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -21,27 +21,29 @@ def _threads(block: str) -> int:
     return int(m.group(1)) if m else 1  # Snakemake prints no threads line for 1
 
 
-@pytest.mark.parametrize(("cores", "n_chunks", "threads"), [(8, 4, 2), (2, 4, 1), (16, 3, 5), (1, 4, 1)])
-def test_cpu_jobs_share_the_cores_and_request_no_gpu(tmp_path, cores, n_chunks, threads):
-    cfg = write_config(tmp_path / "c.yaml", n_chunks=n_chunks, embedding={"device": "cpu"})
-    out = snakemake(tmp_path, "-n", "-p", "--cores", str(cores), "--configfile", str(cfg)).stdout
+def test_cpu_jobs_request_no_gpu(tmp_path):
+    # A dry run shows the cluster view of threads (2), but never a GPU for a CPU job.
+    cfg = write_config(tmp_path / "c.yaml", n_chunks=4, embedding={"device": "cpu"})
+    out = snakemake(tmp_path, "-n", "--cores", "8", "--configfile", str(cfg)).stdout
     jobs = _embed_jobs(out)
-    assert len(jobs) == n_chunks
+    assert len(jobs) == 4
     for block in jobs:
-        assert _threads(block) == threads, block
+        assert _threads(block) == 2, block
         assert re.search(r"resources: .*\bgpu=0\b", block), block
 
 
 def test_a_dry_run_shows_what_a_gpu_or_cluster_job_gets(tmp_path):
     # device: auto in a dry run: the view a cluster executor gets (one GPU, 2 threads).
     out = snakemake(tmp_path, "-n", "--cores", "8", "--config", "n_chunks=4").stdout
-    for block in _embed_jobs(out):
+    jobs = _embed_jobs(out)
+    assert len(jobs) == 4
+    for block in jobs:
         assert _threads(block) == 2, block
         assert re.search(r"resources: .*\bgpu=1\b", block), block
 
 
 def test_an_integer_is_used_as_given(tmp_path):
-    cfg = write_config(tmp_path / "c.yaml", n_chunks=4, embedding={"device": "cpu", "threads": 3})
+    cfg = write_config(tmp_path / "c.yaml", n_chunks=4, embedding={"threads": 3})
     out = snakemake(tmp_path, "-n", "--cores", "8", "--configfile", str(cfg)).stdout
     assert [_threads(b) for b in _embed_jobs(out)] == [3] * 4
 
@@ -55,12 +57,14 @@ def test_local_profile_on_a_cpu_host_runs_embed_jobs_side_by_side(tmp_path, demo
     corpus, _ = demo_texts
     cfg = write_config(tmp_path / "c.yaml", dataset="cpu", n_chunks=2, input={"path": str(corpus)})
     # The local profile (cores: all, gpu=<GPUs or 1>) with 2 cores, on this GPU-less host.
+    # CUDA_VISIBLE_DEVICES="": no GPU here, whatever the test host has.
     snakemake(
         tmp_path, "results/cpu/ids.parquet", "--profile", str(REPO / "profiles/local"), "--cores", "2",
-        "--configfile", str(cfg),
+        "--configfile", str(cfg), env=offline_env(CUDA_VISIBLE_DEVICES=""),
     )
     logs = [(tmp_path / f"logs/embed/cpu/chunk_{i}.log").read_text() for i in range(2)]
     for log in logs:
         assert re.search(r" device cpu .* threads 1 ", log), log[:2000]
+        assert "gpu_pinning=off" in log, log[:2000]  # a CPU job takes no GPU slot
     (a0, a1), (b0, b1) = (_job_span(log) for log in logs)
     assert a0 < b1 and b0 < a1, f"embed jobs ran one after the other: {a0}-{a1}, {b0}-{b1}"

@@ -37,8 +37,8 @@ def test_sigkilled_embed_job_resumes_from_resume_dir(tmp_path):
         dataset="rs",
         n_chunks=1,
         input={"path": str(corpus)},
-        # 60 parts of 5 texts, several seconds of compute on one thread.
-        embedding={"window": 5, "threads": 1, "resume_dir": str(resume)},
+        # 100 parts of 3 texts, several seconds of compute on one thread.
+        embedding={"window": 3, "threads": 1, "resume_dir": str(resume)},
     )
     ref, run = tmp_path / "ref", tmp_path / "run"
     ref.mkdir()
