@@ -21,25 +21,15 @@ def _threads(block: str) -> int:
     return int(m.group(1)) if m else 1  # Snakemake prints no threads line for 1
 
 
-def test_cpu_jobs_request_no_gpu(tmp_path):
-    # A dry run shows the cluster view of threads (2), but never a GPU for a CPU job.
-    cfg = write_config(tmp_path / "c.yaml", n_chunks=4, embedding={"device": "cpu"})
-    out = snakemake(tmp_path, "-n", "--cores", "8", "--configfile", str(cfg)).stdout
-    jobs = _embed_jobs(out)
+@pytest.mark.parametrize(("device", "gpu"), [("cpu", 0), ("auto", 1)])
+def test_a_dry_run_shows_the_cluster_view_and_never_a_gpu_for_a_cpu_job(tmp_path, device, gpu):
+    # A dry run shows what a cluster executor gets: 2 threads; one GPU unless device: cpu.
+    cfg = write_config(tmp_path / "c.yaml", n_chunks=4, embedding={"device": device})
+    jobs = _embed_jobs(snakemake(tmp_path, "-n", "--cores", "8", "--configfile", str(cfg)).stdout)
     assert len(jobs) == 4
     for block in jobs:
         assert _threads(block) == 2, block
-        assert re.search(r"resources: .*\bgpu=0\b", block), block
-
-
-def test_a_dry_run_shows_what_a_gpu_or_cluster_job_gets(tmp_path):
-    # device: auto in a dry run: the view a cluster executor gets (one GPU, 2 threads).
-    out = snakemake(tmp_path, "-n", "--cores", "8", "--config", "n_chunks=4").stdout
-    jobs = _embed_jobs(out)
-    assert len(jobs) == 4
-    for block in jobs:
-        assert _threads(block) == 2, block
-        assert re.search(r"resources: .*\bgpu=1\b", block), block
+        assert re.search(rf"resources: .*\bgpu={gpu}\b", block), block
 
 
 def test_an_integer_is_used_as_given(tmp_path):
