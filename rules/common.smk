@@ -67,9 +67,7 @@ def chunk_benchmarks(wildcards):
 
 @functools.cache
 def local_gpus():
-    """This host's GPUs for the embed jobs; CUDA_VISIBLE_DEVICES="" hides them all."""
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
-        return []
+    """This host's GPUs for the embed jobs (none under CUDA_VISIBLE_DEVICES="")."""
     emb = config["embedding"]
     return gpu_slots.resolve_devices(emb["gpu_devices"], mode=emb["gpu_pinning"])
 

@@ -119,8 +119,14 @@ def detect_devices(nvidia_smi: str = "nvidia-smi") -> list[str]:
 def resolve_devices(
     devices: DevicesArg = None, mode: str = "auto", environ: Mapping[str, str] | None = None
 ) -> list[str]:
-    """The pool to take a slot from: explicit list, `SHARDFLOW_GPUS`, then detection."""
+    """The pool to take a slot from: explicit list, `SHARDFLOW_GPUS`, then detection.
+
+    `CUDA_VISIBLE_DEVICES=""` hides every GPU from CUDA: the pool is then empty
+    whatever is listed or detected.
+    """
     env = os.environ if environ is None else environ
+    if env.get("CUDA_VISIBLE_DEVICES") == "":
+        return []
     pool = parse_devices(devices)
     if pool is None:
         pool = parse_devices(env.get("SHARDFLOW_GPUS"))

@@ -17,6 +17,7 @@ plugins are known to hang forever on some failures.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -181,6 +182,17 @@ def real_local(tmp_path_factory, corpus_file) -> RealRun:
     return RealRun(wd, hashes(wd, MERGED + CHUNKS))
 
 
+def check_bucket_outputs(objects: dict[str, bytes], prefix: str, reference: dict[str, str]) -> None:
+    """A real run whose results live in S3: same bytes as the local reference run, a
+    passing verification, and job logs stored too (one torch thread, as the reference)."""
+    got = {rel: sha256_bytes(objects[f"{prefix}/{rel}"]) for rel in MERGED + CHUNKS}
+    assert got == reference
+    verification = json.loads(objects[f"{prefix}/{TARGET}"])
+    assert verification["ok"] and verification["rows"] == CORPUS_DOCS
+    for i in range(N_CHUNKS):
+        assert b" threads 1 " in objects[f"{prefix}/logs/embed/{DATASET}/chunk_{i}.log"]
+
+
 class Helpers:
     """What the test modules need from here (handed out by the `sm` fixture, since test
     modules should not import conftest)."""
@@ -197,6 +209,7 @@ class Helpers:
     describe = staticmethod(describe)
     env = staticmethod(clean_env)
     sha256 = staticmethod(sha256_bytes)
+    check_bucket_outputs = staticmethod(check_bucket_outputs)
 
 
 @pytest.fixture(scope="session")

@@ -99,12 +99,7 @@ def test_eks_profile_runs_the_real_workflow_through_the_standin_and_matches_a_lo
     assert run.returncode == 0, sm.describe(run)
 
     objects = s3.objects(f"{s3_prefix}/")
-    got = {rel: sm.sha256(objects[f"{s3_prefix}/{rel}"]) for rel in sm.MERGED + sm.CHUNKS}
-    assert got == real_local.hashes
-    verification = json.loads(objects[f"{s3_prefix}/{sm.TARGET}"])
-    assert verification["ok"] and verification["rows"] == sm.CORPUS_DOCS
-    for i in range(sm.N_CHUNKS):
-        assert b" threads 1 " in objects[f"{s3_prefix}/logs/embed/{sm.DATASET}/chunk_{i}.log"]
+    sm.check_bucket_outputs(objects, s3_prefix, real_local.hashes)
     # The uploaded sources were removed at the end; the sentinel kept the bucket.
     assert not [k for k in objects if "snakemake-workflow-sources" in k]
 

@@ -2,7 +2,6 @@
 jobs: as Snakemake's default storage (what the `eks` profile relies on), and as the
 place the corpus is read from (`input.path: s3://...`)."""
 
-import json
 import logging
 
 import pytest
@@ -24,12 +23,7 @@ def test_real_workflow_outputs_land_in_the_bucket_identical_to_a_local_run_and_a
     assert first.returncode == 0, sm.describe(first)
 
     objects = s3.objects(f"{s3_prefix}/")
-    got = {rel: sm.sha256(objects[f"{s3_prefix}/{rel}"]) for rel in sm.MERGED + sm.CHUNKS}
-    assert got == real_local.hashes
-    verification = json.loads(objects[f"{s3_prefix}/{sm.TARGET}"])
-    assert verification["ok"] and verification["rows"] == sm.CORPUS_DOCS
-    for i in range(sm.N_CHUNKS):  # logs are stored too; same arithmetic as the reference
-        assert b" threads 1 " in objects[f"{s3_prefix}/logs/embed/{sm.DATASET}/chunk_{i}.log"]
+    sm.check_bucket_outputs(objects, s3_prefix, real_local.hashes)
     # Nothing but Snakemake's own state (and the embed jobs' empty resume folder) is left
     # in the working directory: the bucket is the only copy.
     left = [p for p in tmp_path.rglob("*") if p.is_file() and ".snakemake" not in p.parts and p != config]

@@ -196,6 +196,9 @@ def test_device_pool_precedence(tmp_path, monkeypatch):
     assert resolve_devices() == ["2", "3"]
     assert resolve_devices([7, 6]) == ["7", "6"]
     assert resolve_devices("none") == []
+    # CUDA_VISIBLE_DEVICES="" hides every GPU, whatever is listed or detected.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert resolve_devices() == resolve_devices("0,1") == []
 
 
 def test_no_devices_means_cpu(tmp_path, monkeypatch):
