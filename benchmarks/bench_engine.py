@@ -9,7 +9,7 @@ machine hits every method alike):
 - naive         plain transformers loop, batches of 32 in input order (no sorting)
 
 Text sets: `--texts demo` reads `--corpus` (JSONL with a "text" field) or, without
-it, the workflow's demo corpus (stdlib docstrings, built by shardflow.demo);
+it, the workflow's demo corpus (stdlib docstrings, built by shardflow.corpus.demo);
 `--texts synthetic` mixes short sentences with long documents that hit the
 truncation limit.
 
@@ -51,10 +51,10 @@ PEAK_TFLOPS = {
 
 
 def docstring_texts() -> list[str]:
-    """The workflow's own demo corpus (stdlib docstrings, shardflow.demo), built in a temp folder."""
+    """The workflow's own demo corpus (stdlib docstrings, shardflow.corpus.demo), built in a temp folder."""
     import tempfile
 
-    from shardflow.demo import DemoParams, build_demo_corpus
+    from shardflow.corpus.demo import DemoParams, build_demo_corpus
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "demo.jsonl")

@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 
 def make_corpus(path: Path, n_docs: int, seed: int = 0) -> None:
     """n_docs real-text documents: demo docstrings, each made distinct by a numbered prefix."""
-    from shardflow.demo import DemoParams, build_demo_corpus
+    from shardflow.corpus.demo import DemoParams, build_demo_corpus
 
     base = path.with_suffix(".base.jsonl")
     build_demo_corpus(str(base), DemoParams(max_docs=3000, min_words=20))
@@ -54,9 +54,9 @@ def make_corpus(path: Path, n_docs: int, seed: int = 0) -> None:
 _ENGINE_SCRIPT = """
 import sys
 sys.path.insert(0, {repo!r})
-from shardflow.chunks import read_chunk
+from shardflow.corpus.chunks import read_chunk
 from shardflow.embed.engine import EmbedParams, load_encoder, write_ids_parquet, write_npy
-from shardflow.models import resolve_model
+from shardflow.core.models import resolve_model
 ids, texts = read_chunk(sys.argv[1])
 enc = load_encoder(EmbedParams(model=resolve_model("default"), device="cpu", threads=int(sys.argv[2])))
 write_npy(sys.argv[3], enc.encode(texts))
@@ -78,9 +78,9 @@ def engine_alone(corpus: Path, threads: int, workdir: Path) -> float:
 def engine_in_process(corpus: Path, threads: int) -> float:
     """A second baseline, kinder to the engine: this process, torch and transformers
     already imported (after round 1), no output written."""
-    from shardflow.chunks import read_chunk
+    from shardflow.corpus.chunks import read_chunk
     from shardflow.embed.engine import EmbedParams, load_encoder
-    from shardflow.models import resolve_model
+    from shardflow.core.models import resolve_model
 
     start = time.perf_counter()
     _, texts = read_chunk(corpus)
@@ -120,12 +120,12 @@ import json, sys
 sys.path.insert(0, {repo!r})
 what, args = sys.argv[1], json.loads(sys.argv[2])
 if what == "split":
-    from shardflow.readers import ReaderOptions
-    from shardflow.split import SplitParams, split_corpus
+    from shardflow.corpus.readers import ReaderOptions
+    from shardflow.corpus.split import SplitParams, split_corpus
     split_corpus([args["corpus"]], ReaderOptions(), SplitParams(n_chunks=4),
                  args["chunks"], args["manifest"], args["rejects"])
 else:
-    from shardflow.merge import merge_embeddings
+    from shardflow.embed.merge import merge_embeddings
     merge_embeddings(args["npy"], args["ids"], args["out_npy"], args["out_ids"])
 # VmHWM: this process image's peak RSS (ru_maxrss would include the parent's, kept across exec).
 print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")))
@@ -143,7 +143,7 @@ def peak_rss_mb(what: str, args: dict) -> float:
 def baseline_rss_mb(what: str) -> float:
     """RSS of the same subprocess doing only its imports (the floor under both sizes)."""
     code = "import sys; sys.path.insert(0, %r); " % str(REPO)
-    code += "import shardflow.split, shardflow.readers" if what == "split" else "import shardflow.merge"
+    code += "import shardflow.corpus.split, shardflow.corpus.readers" if what == "split" else "import shardflow.embed.merge"
     code += '; print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")))'
     return int(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout) / 1024
 

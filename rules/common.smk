@@ -2,7 +2,7 @@
 
 Needs: the config. Provides: DATASET (the main corpus), RETRIEVAL (the
 evaluation name, or None), N_CHUNKS per data set, and the input functions the
-rules use. Logic lives in shardflow.plan and shardflow.retrieval.pipeline.
+rules use. Logic lives in shardflow.workflow.plan and shardflow.retrieval.pipeline.
 """
 
 import functools
@@ -10,8 +10,9 @@ import os
 
 from snakemake.exceptions import WorkflowError
 
-from shardflow import gpu_slots, plan
-from shardflow.configuration import load_schema, validate_config
+from shardflow.core import gpu_slots
+from shardflow.workflow import plan
+from shardflow.core.config import load_schema, validate_config
 from shardflow.retrieval import pipeline as retrieval
 
 validate_config(

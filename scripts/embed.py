@@ -4,8 +4,8 @@ The GPU slot is taken before torch is imported: CUDA_VISIBLE_DEVICES set after
 CUDA initialises has no effect.
 """
 
-from shardflow.gpu_slots import pin_gpu
-from shardflow.runlog import configure_logging
+from shardflow.core.gpu_slots import pin_gpu
+from shardflow.core.runlog import configure_logging
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 cfg = dict(smk.params.embedding)
@@ -17,9 +17,9 @@ if smk.resources.get("gpu", 1) == 0:  # scheduled as a CPU job: run as one, take
 visible = pin_gpu(devices, mode=pinning, job=f"embed {smk.input[0]}")
 log.info("CUDA_VISIBLE_DEVICES=%s (gpu_pinning=%s)", visible, pinning)
 
-from shardflow.atomic import write_json  # noqa: E402 - after pinning, see above
+from shardflow.core.atomic import write_json  # noqa: E402 - after pinning, see above
 from shardflow.embed.engine import EmbedParams, embed_chunk  # noqa: E402
-from shardflow.models import resolve_model  # noqa: E402
+from shardflow.core.models import resolve_model  # noqa: E402
 
 params = EmbedParams(**{**cfg, "model": resolve_model(cfg["model"]), "threads": smk.threads})
 stats = embed_chunk(smk.input[0], smk.output.npy, smk.output.ids, params, smk.params.resume_root, log)

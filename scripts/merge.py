@@ -1,7 +1,7 @@
 """Rule merge: embed_<i>.npy/.ids.parquet -> embeddings.npy + ids.parquet."""
 
-from shardflow.merge import MergeParams, merge_embeddings
-from shardflow.runlog import configure_logging
+from shardflow.embed.merge import MergeParams, merge_embeddings
+from shardflow.core.runlog import configure_logging
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 params = MergeParams()

@@ -1,9 +1,9 @@
 """Rule provenance: git, config hash, versions, hardware, checksums, timings -> provenance.json."""
 
-from shardflow.atomic import write_json
-from shardflow.models import resolve_model
-from shardflow.provenance import build_manifest
-from shardflow.runlog import configure_logging
+from shardflow.core.atomic import write_json
+from shardflow.core.models import resolve_model
+from shardflow.workflow.provenance import build_manifest
+from shardflow.core.runlog import configure_logging
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 log = configure_logging(smk.log[0], "provenance", {"model": smk.params.model, "repo": smk.params.repo})

@@ -3,7 +3,7 @@
 import torch
 
 from shardflow.retrieval.pipeline import EvaluateParams, plot_per_query, search_and_score
-from shardflow.runlog import configure_logging
+from shardflow.core.runlog import configure_logging
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 torch.set_num_threads(smk.threads)

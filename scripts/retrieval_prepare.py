@@ -1,7 +1,7 @@
 """Rule retrieval_prepare: BEIR / MS MARCO -> corpus.jsonl, queries.jsonl, qrels.json."""
 
 from shardflow.retrieval.pipeline import RetrievalSpec, prepare
-from shardflow.runlog import configure_logging
+from shardflow.core.runlog import configure_logging
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 spec = RetrievalSpec(**smk.params.spec)

@@ -1,8 +1,8 @@
 """Rule split: corpus files -> N chunk files + manifest + rejects."""
 
-from shardflow.readers import ReaderOptions
-from shardflow.runlog import configure_logging
-from shardflow.split import SplitParams, split_corpus
+from shardflow.corpus.readers import ReaderOptions
+from shardflow.core.runlog import configure_logging
+from shardflow.corpus.split import SplitParams, split_corpus
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 params = SplitParams(

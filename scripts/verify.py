@@ -2,11 +2,11 @@
 
 import json
 
-from shardflow.atomic import write_json
+from shardflow.core.atomic import write_json
 from shardflow.embed.stconfig import load_model_spec, output_dim
-from shardflow.models import resolve_model
-from shardflow.runlog import configure_logging
-from shardflow.verify import VerificationError, VerifyParams, failure_message, verify_embeddings
+from shardflow.core.models import resolve_model
+from shardflow.core.runlog import configure_logging
+from shardflow.embed.verify import VerificationError, VerifyParams, failure_message, verify_embeddings
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 manifest = json.load(open(smk.input.manifest))

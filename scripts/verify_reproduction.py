@@ -2,9 +2,9 @@
 
 import json
 
-from shardflow.atomic import write_json
-from shardflow.reproduce import ReproductionError, check_reproduction, failed, render_table
-from shardflow.runlog import configure_logging
+from shardflow.core.atomic import write_json
+from shardflow.workflow.reproduce import ReproductionError, check_reproduction, failed, render_table
+from shardflow.core.runlog import configure_logging
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 log = configure_logging(smk.log[0], "verify_reproduction", {"name": smk.params.name})

@@ -8,7 +8,7 @@ import sys
 
 import yaml
 
-from shardflow.atomic import atomic_open
+from shardflow.core.atomic import atomic_open
 
 
 def _bool(text: str) -> bool:

@@ -42,10 +42,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from shardflow.atomic import atomic_open, atomic_path
-from shardflow.chunks import read_chunk
-from shardflow.embed import resume as _resume
-from shardflow.embed.batching import (
+from shardflow.core.atomic import atomic_open, atomic_path
+from shardflow.corpus.chunks import read_chunk
+from shardflow.core import parts as _resume
+from shardflow.core.batching import (
     Batch,
     collate,
     length_order,

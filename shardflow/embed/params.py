@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from shardflow.embed import resume as _resume
+from shardflow.core import parts as _resume
 from shardflow.embed.stconfig import ModelSpec, load_model_spec
 
 DEVICES = ("auto", "cpu", "cuda")  # plus "cuda:N"

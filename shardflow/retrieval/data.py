@@ -25,8 +25,8 @@ import os
 from pathlib import Path
 from typing import IO, Iterable, Iterator
 
-from shardflow.atomic import atomic_open
-from shardflow.chunks import ChunkRecord, dump_record
+from shardflow.core.atomic import atomic_open
+from shardflow.corpus.chunks import ChunkRecord, dump_record
 
 Qrels = dict[str, dict[str, int]]  # query id -> {doc id: relevance}
 

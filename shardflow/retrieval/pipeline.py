@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shardflow.atomic import atomic_path, write_json
+from shardflow.core.atomic import atomic_path, write_json
 from shardflow.retrieval import data as rdata
 from shardflow.retrieval.metrics import evaluate
 
@@ -70,8 +70,8 @@ def plan_corpus_chunks(cfg: dict) -> int:
     n = cfg["retrieval"]["n_chunks"]
     if n != "auto":
         return int(n)
-    from shardflow.plan import count_records, round_to_gpus
-    from shardflow.readers import ReaderOptions
+    from shardflow.workflow.plan import count_records, round_to_gpus
+    from shardflow.corpus.readers import ReaderOptions
 
     corpus = RetrievalSpec.from_config(cfg).source_files()[0]
     fmt = "jsonl" if cfg["retrieval"]["format"] == "beir" else "text"

@@ -165,7 +165,7 @@ class RealRun:
 @pytest.fixture(scope="session")
 def corpus_file(tmp_path_factory) -> Path:
     """30 real documents (stdlib docstrings) as JSONL."""
-    from shardflow.demo import DemoParams, build_demo_corpus
+    from shardflow.corpus.demo import DemoParams, build_demo_corpus
 
     path = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
     build_demo_corpus(str(path), DemoParams(max_docs=CORPUS_DOCS))

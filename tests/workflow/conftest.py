@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from shardflow.demo import DemoParams, build_demo_corpus
+from shardflow.corpus.demo import DemoParams, build_demo_corpus
 
 
 @pytest.fixture(scope="session")

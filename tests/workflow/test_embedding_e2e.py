@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from shardflow.models import bundled_model_path
+from shardflow.core.models import bundled_model_path
 from tests.helpers import sha256, snakemake, write_config
 
 pytestmark = pytest.mark.workflow

@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from shardflow.demo import DemoParams, build_demo_corpus
+from shardflow.corpus.demo import DemoParams, build_demo_corpus
 from tests.helpers import REPO, SNAKEMAKE, offline_env, sha256, snakemake, write_config
 
 pytestmark = pytest.mark.workflow

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from shardflow.atomic import atomic_open, write_json
+from shardflow.core.atomic import atomic_open, write_json
 
 FORMAT_VERSION = 1
 # Files above this size (weights) enter the model fingerprint by name and size only.

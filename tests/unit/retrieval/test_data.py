@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shardflow.chunks import read_chunk
+from shardflow.corpus.chunks import read_chunk
 from shardflow.retrieval.data import (
     RetrievalDataError,
     beir_file,
@@ -23,7 +23,7 @@ from shardflow.retrieval.data import (
     write_corpus_jsonl,
 )
 
-ARGUANA = Path(__file__).resolve().parents[3] / "shared" / "data" / "arguana"
+ARGUANA = Path(__file__).resolve().parents[4] / "shared" / "data" / "arguana"
 
 
 def write(path: Path, text: str, gz: bool = False) -> Path:

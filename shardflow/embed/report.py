@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardflow.atomic import atomic_path, write_json
+from shardflow.core.atomic import atomic_path, write_json
 
 log = logging.getLogger(__name__)
 

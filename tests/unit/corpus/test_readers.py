@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from shardflow.readers import (
+from shardflow.corpus.readers import (
     BadRecordError,
     ReaderOptions,
     Record,

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from shardflow import gpu_slots
-from shardflow.gpu_slots import GpuSlotTimeout, acquire_gpu, lock_path, resolve_devices
+from shardflow.core import gpu_slots
+from shardflow.core.gpu_slots import GpuSlotTimeout, acquire_gpu, lock_path, resolve_devices
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 # Anything on the test host that would make acquire_gpu stand aside or change its pool.
 SCHEDULER_VARS = (
@@ -49,7 +49,7 @@ def child_env(**extra: str) -> dict[str, str]:
 WORKER = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path
-    from shardflow.gpu_slots import pin_gpu
+    from shardflow.core.gpu_slots import pin_gpu
 
     out, go, hold = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
     out.with_suffix(".ready").touch()
@@ -90,7 +90,7 @@ def test_concurrent_jobs_never_share_a_device(tmp_path):
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from shardflow.gpu_slots import pin_gpu
+    from shardflow.core.gpu_slots import pin_gpu
     pin_gpu("0", lock_dir=sys.argv[1], job="holder")
     print("held", flush=True)
     time.sleep(60)

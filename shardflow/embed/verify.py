@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow.parquet as pq
 
-from shardflow.npyio import iter_row_blocks, read_header, rows_per_block
+from shardflow.core.npyio import iter_row_blocks, read_header, rows_per_block
 
 
 class VerificationError(RuntimeError):

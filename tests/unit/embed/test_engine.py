@@ -27,7 +27,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 sentence_transformers = pytest.importorskip("sentence_transformers")
 
-from shardflow.chunks import ChunkRecord, write_record
+from shardflow.corpus.chunks import ChunkRecord, write_record
 from shardflow.embed import (
     EmbedParams,
     TextTooLargeError,
@@ -37,11 +37,11 @@ from shardflow.embed import (
     load_model_spec,
     resume_key,
 )
-from shardflow.embed.batching import collate, length_order, plan_batches, split_batch
+from shardflow.core.batching import collate, length_order, plan_batches, split_batch
 from shardflow.embed.stconfig import output_dim
 from tests.support import tiny_models
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 # --------------------------------------------------------------------------- fixtures and helpers

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from shardflow.merge import MergeParams, merge_embeddings
+from shardflow.embed.merge import MergeParams, merge_embeddings
 
 
 def write_chunk(folder: Path, i: int, emb: np.ndarray, ids: list[str]) -> tuple[str, str]:

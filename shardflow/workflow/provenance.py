@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from shardflow.runlog import package_versions
+from shardflow.core.runlog import package_versions
 
 CHECKSUM_BLOCK = 1 << 22
 
@@ -83,7 +83,7 @@ def accelerator_info() -> dict:
 
 
 def read_benchmarks(paths: list[str]) -> dict:
-    from shardflow.report import read_benchmark
+    from shardflow.embed.report import read_benchmark
 
     return {p: {k: read_benchmark(p).get(k) for k in ("s", "max_rss", "cpu_time")} for p in paths}
 
@@ -97,7 +97,7 @@ def build_manifest(
     model_path: str | None,
 ) -> dict:
     return {
-        "format": "shardflow.provenance/1",
+        "format": "shardflow.workflow.provenance/1",
         "created_unix": time.time(),
         "git": git_state(repo),
         "config_sha256": config_hash(config),

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardflow.atomic import atomic_open, atomic_path, write_json
-from shardflow.chunks import ChunkRecord, chunk_path, dump_record, iter_chunk, read_chunk
-from shardflow.readers import BadRecordError, ReaderOptions
-from shardflow.split import SplitParams, assign_groups, split_corpus
+from shardflow.core.atomic import atomic_open, atomic_path, write_json
+from shardflow.corpus.chunks import ChunkRecord, chunk_path, dump_record, iter_chunk, read_chunk
+from shardflow.corpus.readers import BadRecordError, ReaderOptions
+from shardflow.corpus.split import SplitParams, assign_groups, split_corpus
 
 
 def make_docs(n: int, seed: int = 0) -> list[dict]:

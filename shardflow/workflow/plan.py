@@ -18,7 +18,7 @@ import math
 import os
 from pathlib import Path
 
-from shardflow.readers import ReaderOptions, count_records_cheap, expand_inputs
+from shardflow.corpus.readers import ReaderOptions, count_records_cheap, expand_inputs
 
 DEMO_CORPUS = "resources/demo/corpus.jsonl"
 COUNT_CACHE = ".snakemake/shardflow/record-counts.json"

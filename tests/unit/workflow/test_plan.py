@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from shardflow import plan
-from shardflow.readers import ReaderOptions
+from shardflow.workflow import plan
+from shardflow.corpus.readers import ReaderOptions
 
 
 @pytest.fixture(autouse=True)
@@ -192,7 +192,7 @@ def test_reader_options_of_shipped_config_are_the_defaults(config):
 def test_retrieval_auto_chunks_follow_the_same_rule(tmp_path):
     import json as _json
 
-    from shardflow.plan import round_to_gpus
+    from shardflow.workflow.plan import round_to_gpus
     from shardflow.retrieval.pipeline import plan_corpus_chunks
 
     folder = tmp_path / "beir"

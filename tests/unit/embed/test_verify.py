@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from shardflow.verify import VerifyParams, failure_message, verify_embeddings
+from shardflow.embed.verify import VerifyParams, failure_message, verify_embeddings
 
 ROWS, DIM = 50, 8
 ALL_CHECKS = {"count", "dimension", "finite", "norms", "ids_match_rows", "ids_unique"}

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from shardflow.atomic import atomic_open, write_json
-from shardflow.chunks import ChunkRecord, dump_record
-from shardflow.readers import ReaderOptions, Record, Rejected, iter_records
+from shardflow.core.atomic import atomic_open, write_json
+from shardflow.corpus.chunks import ChunkRecord, dump_record
+from shardflow.corpus.readers import ReaderOptions, Record, Rejected, iter_records
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ def split_corpus(
                 t.unlink()
 
     manifest = {
-        "format": "shardflow.chunks/1",
+        "format": "shardflow.corpus.chunks/1",
         "n_chunks": n,
         "by": params.by,
         "group_by": opts.group_field,

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from shardflow import demo
-from shardflow.demo import DemoParams, build_demo_corpus
+from shardflow.corpus import demo
+from shardflow.corpus.demo import DemoParams, build_demo_corpus
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # Importing any of these opens a browser, prints, or loads a GUI toolkit.
 NEVER_IMPORTED = ("antigravity", "this", "idlelib", "tkinter", "turtledemo", "turtle", "test", "unittest.test")
 
@@ -30,7 +30,7 @@ def built(tmp_path_factory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("demo") / "corpus.jsonl"
     script = textwrap.dedent(f"""
         import json, sys
-        from shardflow.demo import DemoParams, write_demo_corpus
+        from shardflow.corpus.demo import DemoParams, write_demo_corpus
         stats = write_demo_corpus({str(out)!r}, DemoParams())
         print(json.dumps({{"stats": stats, "modules": sorted(sys.modules)}}))
     """)
@@ -78,7 +78,7 @@ def test_skipped_modules_are_never_imported(built):
 
 def test_listing_modules_imports_nothing():
     script = (
-        "import sys; from shardflow import demo; before = set(sys.modules); "
+        "import sys; from shardflow.corpus import demo; before = set(sys.modules); "
         "names = demo.stdlib_module_names(); "
         "print(len(names), sorted(m for m in set(sys.modules) - before if demo._skipped(m)))"
     )

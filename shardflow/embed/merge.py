@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shardflow.atomic import atomic_path
-from shardflow.npyio import NpyWriter, iter_row_blocks, read_header
+from shardflow.core.atomic import atomic_path
+from shardflow.core.npyio import NpyWriter, iter_row_blocks, read_header
 
 log = logging.getLogger(__name__)
 

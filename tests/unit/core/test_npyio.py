@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from shardflow.npyio import NpyWriter, iter_row_blocks, read_header, rows_per_block
+from shardflow.core.npyio import NpyWriter, iter_row_blocks, read_header, rows_per_block
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])

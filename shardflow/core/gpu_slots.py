@@ -13,7 +13,7 @@ Call it first thing in the job, before torch (or anything else) initialises
 CUDA: the CUDA runtime reads `CUDA_VISIBLE_DEVICES` once, at initialisation;
 setting it afterwards has no effect on this process.
 
-    from shardflow.gpu_slots import pin_gpu
+    from shardflow.core.gpu_slots import pin_gpu
     pin_gpu(params.gpus, mode=params.gpu_mode, job=f"embed chunk={wildcards.chunk}")
     import torch  # now sees exactly one GPU (or none: run on CPU)
 

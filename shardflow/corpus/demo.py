@@ -29,7 +29,7 @@ import sys
 import warnings
 from dataclasses import asdict, dataclass
 
-from shardflow.atomic import atomic_open
+from shardflow.core.atomic import atomic_open
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ import json, sys
 if sys.path[:1] == [""]:
     del sys.path[0]
 sys.path.append({root!r})
-from shardflow.demo import DemoParams, write_demo_corpus
+from shardflow.corpus.demo import DemoParams, write_demo_corpus
 stats = write_demo_corpus(sys.argv[1], DemoParams(**json.loads(sys.argv[2])))
 print(json.dumps(stats))
 """
