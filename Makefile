@@ -11,11 +11,12 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help setup run report dag rulegraph test test-unit test-workflow test-cluster lint fmt bench clean evaluate-beir reproduce-arguana
+.PHONY: help setup run report dag rulegraph test test-fast test-unit test-workflow test-cluster lint fmt bench clean evaluate-beir reproduce-arguana
 
 help:
 	@echo "make run    install into .venv and run the embedding workflow on the demo corpus"
 	@echo "make test   the whole test suite (unit, workflow, SLURM / S3 / Kubernetes stand-in)"
+	@echo "make test-fast  unit tests and dry runs only (the edit loop, about 3 minutes)"
 	@echo "make dag    write dag.svg (graphviz) of the configured workflow"
 	@echo "make bench  CPU engine benchmark against sentence-transformers"
 
@@ -64,8 +65,16 @@ lint: setup
 fmt: setup
 	$(BIN)/snakefmt Snakefile rules/
 
+# Two pytest workers (pytest-xdist): workflow and cluster tests spend much of their
+# time waiting on subprocesses and schedulers. Tests that share a fixture (a module's
+# workflow run, the cluster services) stay on one worker (tests/conftest.py).
+XDIST ?= -n 2 --dist loadgroup
 test: setup
-	$(BIN)/python -m pytest -rA --durations=15 tests
+	$(BIN)/python -m pytest -rA --durations=25 $(XDIST) tests
+
+# The edit loop: unit tests and parse-only workflow checks (dry runs, DAG, lint).
+test-fast: setup
+	$(BIN)/python -m pytest -q $(XDIST) -m "not workflow or dryrun" tests/unit tests/workflow
 
 test-unit: setup
 	$(BIN)/python -m pytest -q tests/unit

@@ -1,5 +1,6 @@
-# shardflow: split -> embed_<i> -> merge -> verify -> report.
-# A table of contents; every rule lives in rules/, every piece of logic in shardflow/.
+# shardflow: split_<dataset> -> embed_<i> -> merge -> verify -> report, provenance beside;
+# retrieval evaluation on its own data set. A table of contents: every rule lives in
+# rules/, every piece of logic in shardflow/ (docs/architecture.md).
 import os
 
 from snakemake.utils import min_version
@@ -20,6 +21,10 @@ include: "rules/verify.smk"
 include: "rules/report.smk"
 include: "rules/retrieval.smk"
 include: "rules/provenance.smk"
+
+
+# The first screen of `snakemake --report`: the run's headline numbers per stage.
+report: landing_text()
 
 
 rule all:

@@ -3,7 +3,7 @@
 1. Overhead: the same corpus (default 20,000 documents) embedded
    (a) by the engine alone: one fresh Python process that loads the model once,
        embeds every text with all --threads and writes embeddings + ids, and
-   (b) by `snakemake --cores <threads>` with the default config (`embedding.threads:
+   (b) by `snakemake --cores <threads>` with the default config (`resources.embed.threads:
        auto`: the cores shared by the embed jobs that run at once) running
        split -> embed_<i> (N chunks) -> merge,
    interleaved (engine, workflow, engine, ...), median of --rounds. A second
@@ -55,7 +55,9 @@ _ENGINE_SCRIPT = """
 import sys
 sys.path.insert(0, {repo!r})
 from shardflow.corpus.chunks import read_chunk
-from shardflow.embed.engine import EmbedParams, load_encoder, write_ids_parquet, write_npy
+from shardflow.core.columns import write_ids_parquet
+from shardflow.core.npyio import write_npy
+from shardflow.embed.engine import EmbedParams, load_encoder
 from shardflow.core.models import resolve_model
 ids, texts = read_chunk(sys.argv[1])
 enc = load_encoder(EmbedParams(model=resolve_model("default"), device="cpu", threads=int(sys.argv[2])))
@@ -100,7 +102,7 @@ def workflow(corpus: Path, n_chunks: int, threads: int, workdir: Path) -> float:
                 "dataset": "bench",
                 "n_chunks": n_chunks,
                 "input": {"path": str(corpus)},
-                "embedding": {"device": "cpu"},
+                "gpu_jobs": {"device": "cpu"},
             }
         )
     )

@@ -1,8 +1,11 @@
 """Validation and parse-time helpers shared by every stage.
 
-Needs: the config. Provides: DATASET (the main corpus), RETRIEVAL (the
-evaluation name, or None), N_CHUNKS per data set, and the input functions the
-rules use. Logic lives in shardflow.workflow.plan and shardflow.retrieval.pipeline.
+Needs: the config. Provides: DATASETS (every data set the run splits, from
+shardflow.workflow.plan), DATASET (the main corpus), RETRIEVAL (the evaluation's
+data set, or None), and the getters the rules use: chunk lists, per-rule
+resources (`resources.<rule>` in the config), stage parameters and GPU-job
+settings. Getters take `wildcards`, so a value can depend on the job; logic
+lives in the package.
 """
 
 import functools
@@ -11,77 +14,54 @@ import os
 from snakemake.exceptions import WorkflowError
 
 from shardflow.core import gpu_slots
-from shardflow.workflow import plan
 from shardflow.core.config import load_schema, validate_config
-from shardflow.retrieval import pipeline as retrieval
+from shardflow.retrieval.pipeline import RetrievalSpec
+from shardflow.workflow import plan
 
 validate_config(
     config, load_schema(workflow.source_path("../config/config.schema.yaml"))
 )
 
+DATASETS = plan.datasets(config)
 DATASET = config["dataset"]
-N_CHUNKS = {DATASET: plan.plan_n_chunks(config)}
-RETRIEVAL = config["retrieval"]["name"] if config["retrieval"]["path"] else None
-if RETRIEVAL is not None:
-    if RETRIEVAL == DATASET:
-        raise ValueError(
-            f"retrieval.name and dataset are both {DATASET!r}: give them different names"
-        )
-    N_CHUNKS[RETRIEVAL] = retrieval.plan_corpus_chunks(config)
+RETRIEVAL = plan.retrieval_name(config)
 
 
 wildcard_constraints:
-    dataset="|".join(N_CHUNKS),
+    dataset="|".join(DATASETS),
     chunk=r"\d+",
 
 
-def corpus_files():
-    """The corpus files to split. s3:// objects go through Snakemake storage, which
-    downloads each one before the job; the script reads that local copy."""
-    files = plan.corpus_inputs(config)
-    return [storage(f) if f.startswith("s3://") else f for f in files]
+# --------------------------------------------------------------------- chunks
+
+
+def split_inputs(ds):
+    """The files a data set's split reads. s3:// objects go through Snakemake
+    storage, which downloads each one before the job; the script reads that copy."""
+    return [storage(f) if f.startswith("s3://") else f for f in ds.sources]
 
 
 def chunk_list(dataset, pattern):
-    return expand(pattern, dataset=dataset, chunk=range(N_CHUNKS[dataset]))
+    return expand(pattern, dataset=dataset, chunk=range(DATASETS[dataset].n_chunks))
 
 
-def chunk_embeddings(wildcards):
-    return chunk_list(wildcards.dataset, "results/{dataset}/embed/embed_{chunk}.npy")
+def per_chunk(pattern):
+    """Input function: `pattern` expanded over the job's data set's chunks."""
+
+    def inputs(wildcards):
+        return chunk_list(wildcards.dataset, pattern)
+
+    return inputs
 
 
-def chunk_ids(wildcards):
-    return chunk_list(
-        wildcards.dataset, "results/{dataset}/embed/embed_{chunk}.ids.parquet"
-    )
-
-
-def chunk_stats(wildcards):
-    return chunk_list(
-        wildcards.dataset, "results/{dataset}/embed/embed_{chunk}.stats.json"
-    )
-
-
-def chunk_benchmarks(wildcards):
-    return chunk_list(wildcards.dataset, "benchmarks/embed/{dataset}/chunk_{chunk}.tsv")
+# ------------------------------------------------------------------ GPU jobs
 
 
 @functools.cache
 def local_gpus():
-    """This host's GPUs for the embed jobs (none under CUDA_VISIBLE_DEVICES="")."""
-    emb = config["embedding"]
-    return gpu_slots.resolve_devices(emb["gpu_devices"], mode=emb["gpu_pinning"])
-
-
-def runs_on_cpu():
-    """True when the GPU rules' jobs run on the CPU: `device: cpu`, or `device: auto`
-    with the local executor on a host without GPUs. Evaluated per job (the executor
-    is known by then); a cluster executor, a dry run or a job inside a cluster job
-    count as GPU runs under `auto`, so a dry run shows what a cluster gets."""
-    device = config["embedding"]["device"]
-    if device == "cpu":
-        return True
-    return device == "auto" and local_main_process() and not local_gpus()
+    """This host's GPUs for the GPU jobs (none under CUDA_VISIBLE_DEVICES="")."""
+    gj = config["gpu_jobs"]
+    return gpu_slots.resolve_devices(gj["devices"], mode=gj["pinning"])
 
 
 def local_main_process():
@@ -90,26 +70,77 @@ def local_main_process():
     return workflow.is_main_process and plugin is not None and plugin.name == "local"
 
 
-def gpu_job_threads(wildcards):
-    """`embedding.threads` for the GPU rules (embed, embed_queries, retrieval_evaluate):
-    `auto` shares this host's cores only where this Snakemake runs the CPU jobs."""
-    try:
-        cores = workflow.cores
-    except WorkflowError:  # no --cores: a cluster run
-        cores = None
-    return plan.job_threads(
-        config["embedding"]["threads"],
-        local_cpu=runs_on_cpu() and local_main_process(),
-        cores=cores,
-        jobs=max(N_CHUNKS.values()),
-    )
+def runs_on_cpu():
+    """True when the GPU rules' jobs run on the CPU: `gpu_jobs.device: cpu`, or `auto`
+    with the local executor on a host without GPUs. Evaluated per job (the executor
+    is known by then); a cluster executor, a dry run or a job inside a cluster job
+    count as GPU runs under `auto`, so a dry run shows what a cluster gets."""
+    device = config["gpu_jobs"]["device"]
+    if device == "cpu":
+        return True
+    return device == "auto" and local_main_process() and not local_gpus()
 
 
-def gpu_request(wildcards):
-    """GPUs per job of the GPU rules: none when the job runs on the CPU, so CPU
-    jobs are not queued behind the local profile's `gpu` pool. The scripts run a
-    job that got no GPU on the CPU, whatever `device: auto` would find."""
-    return 0 if runs_on_cpu() else 1
+def gpu_job_settings():
+    """What every GPU script needs besides its stage's parameters (shardflow.core.gpujob)."""
+    return {k: config["gpu_jobs"][k] for k in ("device", "pinning", "devices")}
+
+
+def resume_root(dataset):
+    """Undeclared folder of a data set's finished parts (Snakemake deletes declared
+    outputs of failed jobs); `gpu_jobs.resume_dir` moves it off the workdir."""
+    base = config["gpu_jobs"]["resume_dir"]
+    return os.path.join(base, dataset) if base else f"results/{dataset}/.resume"
+
+
+def job_resume_root(wildcards):
+    return resume_root(wildcards.dataset)
+
+
+# ----------------------------------------------------------------- resources
+
+
+def rule_resources(rule, wildcards):
+    """`resources.<rule>` for one job. The single place a future per-job override
+    (a sweep point) would apply."""
+    return config["resources"][rule]
+
+
+def job_threads(rule):
+    """`threads:` of a GPU rule: `auto` shares this host's cores only where this
+    Snakemake runs the CPU jobs itself (shardflow.workflow.plan.job_threads)."""
+
+    def threads(wildcards):
+        try:
+            cores = workflow.cores
+        except WorkflowError:  # no --cores: a cluster run
+            cores = None
+        return plan.job_threads(
+            rule_resources(rule, wildcards)["threads"],
+            local_cpu=runs_on_cpu() and local_main_process(),
+            cores=cores,
+            jobs=max(ds.n_chunks for ds in DATASETS.values()),
+        )
+
+    return threads
+
+
+def job_resources(rule):
+    """`resources:` of a GPU rule: gpu (none when the job runs on the CPU, so CPU jobs
+    are not queued behind the local profile's `gpu` pool), mem_mb growing with each
+    attempt, runtime."""
+
+    def gpu(wildcards):
+        return 0 if runs_on_cpu() else rule_resources(rule, wildcards)["gpu"]
+
+    def mem_mb(wildcards, attempt):
+        r = rule_resources(rule, wildcards)
+        return r["mem_mb"] + (attempt - 1) * r["mem_mb_per_attempt"]
+
+    def runtime(wildcards):
+        return rule_resources(rule, wildcards)["runtime"]
+
+    return {"gpu": gpu, "mem_mb": mem_mb, "runtime": runtime}
 
 
 # Inside a job that SLURM runs for the slurm executor, the controller resubmits a
@@ -123,24 +154,20 @@ def rule_retries(n):
     return 0 if IN_SLURM_JOB else n
 
 
-def embed_mem_mb(wildcards, attempt):
-    emb = config["embedding"]
-    return emb["mem_mb"] + (attempt - 1) * emb["mem_mb_per_attempt"]
+# ---------------------------------------------------------------- parameters
 
 
-def resume_root(dataset):
-    """Undeclared folder of a data set's finished parts (Snakemake deletes declared
-    outputs of failed jobs); `embedding.resume_dir` moves it off the workdir."""
-    base = config["embedding"]["resume_dir"]
-    return os.path.join(base, dataset) if base else f"results/{dataset}/.resume"
+def stage_params(section, **overrides):
+    """Params function: config[section] (plus overrides) for one job. Params reach
+    the scripts only this way, so a changed value reruns exactly the jobs it affects."""
 
+    def params(wildcards):
+        return {**config[section], **overrides}
 
-def embedding_params(**overrides):
-    """The engine's settings from config (resources and places are not engine settings)."""
-    skip = ("mem_mb", "mem_mb_per_attempt", "runtime", "resume_dir", "threads")
-    params = {k: v for k, v in config["embedding"].items() if k not in skip}
-    params.update(overrides)
     return params
+
+
+# ------------------------------------------------------------------- targets
 
 
 def final_targets():
@@ -150,7 +177,8 @@ def final_targets():
     ]
     if RETRIEVAL is not None:
         targets.append(f"results/{RETRIEVAL}/retrieval/metrics.json")
-    targets += [f"results/{ds}/provenance.json" for ds in N_CHUNKS]
+    targets += [f"results/{ds}/provenance.json" for ds in DATASETS]
+    targets.append(LANDING)
     if config["reproduce"]["name"]:
         targets.append(f"results/{REPRO_DATASET}/reproduction.json")
     return targets
@@ -160,6 +188,9 @@ REPRO_DATASET = RETRIEVAL if RETRIEVAL is not None else DATASET
 
 
 def provenance_inputs(wildcards):
+    """What provenance records: the split's checksums (sources and chunks), the
+    job table merge wrote (per-chunk timings), and the stage outputs; so its DAG
+    edges come from split, merge and verify, not from every chunk job."""
     ds = wildcards.dataset
     outputs = [
         f"results/{ds}/embeddings.npy",
@@ -167,9 +198,9 @@ def provenance_inputs(wildcards):
         f"results/{ds}/verification.json",
     ]
     benchmarks = [f"benchmarks/split/{ds}.tsv", f"benchmarks/merge/{ds}.tsv"]
-    benchmarks += chunk_list(ds, "benchmarks/embed/{dataset}/chunk_{chunk}.tsv")
+    raw = []  # inputs no rule writes, hashed by provenance itself
     if ds == RETRIEVAL:
-        sources = retrieval.RetrievalSpec.from_config(config).source_files()
+        raw = RetrievalSpec.from_config(config).source_files()
         outputs += [
             f"results/{ds}/retrieval/metrics.json",
             f"results/{ds}/retrieval/run.parquet",
@@ -178,14 +209,49 @@ def provenance_inputs(wildcards):
             f"benchmarks/embed_queries/{ds}.tsv",
             f"benchmarks/retrieval_evaluate/{ds}.tsv",
         ]
-    else:
-        sources = corpus_files()
     return {
-        "sources": sources,
-        "chunks": chunk_list(ds, "results/{dataset}/chunks/chunk_{chunk}.jsonl"),
+        "manifest": f"results/{ds}/chunks/manifest.json",
+        "jobs": f"results/{ds}/embed/jobs.json",
+        "raw": raw,
         "outputs": outputs,
         "benchmarks": benchmarks,
     }
+
+
+# The report's first screen, written by rule landing once the stages have run.
+LANDING = "results/report.rst"
+
+
+def landing_sections():
+    """Per stage that runs: (stage, data set, {name: file}); rule landing reads them."""
+    sections = []
+    for ds in DATASETS:
+        files = {
+            "manifest": f"results/{ds}/chunks/manifest.json",
+            "jobs": f"results/{ds}/embed/jobs.json",
+            "verification": f"results/{ds}/verification.json",
+        }
+        sections.append(("embedding", ds, files))
+    if RETRIEVAL is not None:
+        metrics = f"results/{RETRIEVAL}/retrieval/metrics.json"
+        sections.append(("retrieval", RETRIEVAL, {"metrics": metrics}))
+    return sections
+
+
+def landing_inputs(wildcards):
+    return {
+        f"{stage}_{ds}_{name}": path
+        for stage, ds, files in landing_sections()
+        for name, path in files.items()
+    }
+
+
+def landing_text():
+    """The global report description: the run's landing page once it exists (the
+    report is made after the run, in its working directory), else a placeholder."""
+    if os.path.exists(LANDING):
+        return os.path.abspath(LANDING)
+    return "rules/captions/landing_pending.rst"
 
 
 def reproduction_metrics():

@@ -1,10 +1,10 @@
 """embed_<i>: one chunk through the embedding model, one GPU per job (or, on a
-local host without GPUs, a share of the cores: gpu=0, `embedding.threads: auto`).
+local host without GPUs, a share of the cores: gpu=0, `resources.embed.threads: auto`).
 
 Needs: results/<dataset>/chunks/chunk_<i>.jsonl. Writes the chunk's embeddings
 (.npy), ids (.ids.parquet, row k = row k) and run statistics (.stats.json).
 A killed job resumes from its last finished part, kept in the undeclared
-results/<dataset>/.resume/ or `embedding.resume_dir`/<dataset>/ (Snakemake deletes
+results/<dataset>/.resume/ or `gpu_jobs.resume_dir`/<dataset>/ (Snakemake deletes
 declared outputs of failed jobs).
 """
 
@@ -23,13 +23,12 @@ rule embed:
     retries: rule_retries(2)
     conda:
         "../envs/embed.yaml"
-    threads: gpu_job_threads
+    threads: job_threads("embed")
     resources:
-        gpu=gpu_request,
-        mem_mb=embed_mem_mb,
-        runtime=config["embedding"]["runtime"],
+        **job_resources("embed"),
     params:
-        embedding=embedding_params(),
-        resume_root=lambda wildcards: resume_root(wildcards.dataset),
+        embedding=stage_params("embedding"),
+        gpu_jobs=gpu_job_settings(),
+        resume_root=job_resume_root,
     script:
         "../scripts/embed.py"

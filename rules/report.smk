@@ -1,16 +1,19 @@
-"""report: figures for `snakemake --report` and a machine-readable summary.
+"""report: figures for `snakemake --report` and a machine-readable summary; landing:
+the report's first screen.
 
-Needs: per-chunk stats and benchmarks, the manifest, the verification JSON and
-the merged matrix. Writes results/<dataset>/report/{throughput,timeline,norms,map}.png
+Needs: the job table merge wrote (per-chunk stats and benchmarks), the manifest,
+the verification JSON and the merged matrix. Writes results/<dataset>/report/{throughput,timeline,norms,map}.png
 (flagged for the HTML report) and summary.json (records, tokens, wall time,
-items/s, GPU-hours, estimated cost).
+items/s, GPU-hours, estimated cost). landing writes results/report.rst, the global
+description `snakemake --report` opens on: per stage and data set, records in and
+out, rejects, wall time, throughput, GPU-hours and cost, and the metrics when
+evaluated (shardflow.workflow.landing).
 """
 
 
 rule report:
     input:
-        stats=chunk_stats,
-        benchmarks=chunk_benchmarks,
+        jobs="results/{dataset}/embed/jobs.json",
         manifest="results/{dataset}/chunks/manifest.json",
         verification="results/{dataset}/verification.json",
         npy="results/{dataset}/embeddings.npy",
@@ -56,3 +59,20 @@ rule report:
         currency=config["report"]["currency"],
     script:
         "../scripts/report.py"
+
+
+rule landing:
+    input:
+        unpack(landing_inputs),
+    output:
+        LANDING,
+    log:
+        "logs/report/landing.log",
+    conda:
+        "../envs/core.yaml"
+    params:
+        sections=landing_sections(),
+        gpu_hour_price=config["report"]["gpu_hour_price"],
+        currency=config["report"]["currency"],
+    script:
+        "../scripts/landing.py"

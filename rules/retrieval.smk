@@ -2,19 +2,20 @@
 
 Needs: a BEIR folder (or MS MARCO TSVs). Converts it (retrieval_prepare), runs
 its corpus through the same split -> embed_<i> -> merge -> verify pipeline as
-data set <retrieval.name>, embeds the queries with the query prompt, searches
+data set <retrieval.name> (split_<name> comes from rules/split.smk), embeds the queries with the query prompt, searches
 exactly and scores like MTEB. Writes results/<name>/retrieval/metrics.json
 (ndcg_at_10, recall_at_10, recall_at_100, mrr_at_10, map_at_10), per-query
 scores, the top-k run and a report figure.
 """
 
 if RETRIEVAL is not None:
+    RETRIEVAL_SPEC = RetrievalSpec.from_config(config)
 
     rule retrieval_prepare:
         input:
-            retrieval.RetrievalSpec.from_config(config).source_files(),
+            RETRIEVAL_SPEC.source_files(),
         output:
-            corpus=f"results/{RETRIEVAL}/retrieval/corpus.jsonl",
+            corpus=plan.retrieval_corpus(RETRIEVAL),
             queries=f"results/{RETRIEVAL}/retrieval/queries.jsonl",
             qrels=f"results/{RETRIEVAL}/retrieval/qrels.json",
         log:
@@ -22,26 +23,9 @@ if RETRIEVAL is not None:
         conda:
             "../envs/core.yaml"
         params:
-            spec=retrieval.RetrievalSpec.from_config(config).__dict__,
+            spec=RETRIEVAL_SPEC.__dict__,
         script:
             "../scripts/retrieval_prepare.py"
-
-    use rule split as split_retrieval_corpus with:
-        input:
-            f"results/{RETRIEVAL}/retrieval/corpus.jsonl",
-        output:
-            chunks=chunk_list(RETRIEVAL, "results/{dataset}/chunks/chunk_{chunk}.jsonl"),
-            manifest=f"results/{RETRIEVAL}/chunks/manifest.json",
-            rejects=f"results/{RETRIEVAL}/chunks/rejects.jsonl",
-        log:
-            f"logs/split/{RETRIEVAL}.log",
-        benchmark:
-            f"benchmarks/split/{RETRIEVAL}.tsv"
-        params:
-            n_chunks=N_CHUNKS[RETRIEVAL],
-            by="records",
-            rate_items_per_s=config["chunking"]["rate_items_per_s"],
-            reader={**plan.reader_options(config).__dict__, **plan.CHUNK_READER},
 
     use rule embed as embed_queries with:
         input:
@@ -54,11 +38,16 @@ if RETRIEVAL is not None:
             f"logs/embed_queries/{RETRIEVAL}.log",
         benchmark:
             f"benchmarks/embed_queries/{RETRIEVAL}.tsv"
+        threads: job_threads("embed_queries")
+        resources:
+            **job_resources("embed_queries"),
         params:
-            embedding=embedding_params(
+            embedding=stage_params(
+                "embedding",
                 prompt=config["retrieval"]["query_prompt"],
                 prompt_name=config["retrieval"]["query_prompt_name"],
             ),
+            gpu_jobs=gpu_job_settings(),
             resume_root=resume_root(RETRIEVAL),
 
     rule retrieval_evaluate:
@@ -88,11 +77,11 @@ if RETRIEVAL is not None:
             f"benchmarks/retrieval_evaluate/{RETRIEVAL}.tsv"
         conda:
             "../envs/embed.yaml"
-        threads: gpu_job_threads
+        threads: job_threads("retrieval_evaluate")
         resources:
-            gpu=gpu_request,
-            mem_mb=embed_mem_mb,
+            **job_resources("retrieval_evaluate"),
         params:
+            gpu_jobs=gpu_job_settings(),
             top_k=config["retrieval"]["top_k"],
             block_size=config["retrieval"]["block_size"],
             backend=config["retrieval"]["backend"],

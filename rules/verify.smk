@@ -11,7 +11,6 @@ rule verify:
         npy="results/{dataset}/embeddings.npy",
         ids="results/{dataset}/ids.parquet",
         manifest="results/{dataset}/chunks/manifest.json",
-        stats=chunk_stats,
     output:
         "results/{dataset}/verification.json",
     log:

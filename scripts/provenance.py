@@ -1,18 +1,27 @@
 """Rule provenance: git, config hash, versions, hardware, checksums, timings -> provenance.json."""
 
+import json
+
+from shardflow.core import jobs
 from shardflow.core.atomic import write_json
+from shardflow.core.hashing import sha256_file
 from shardflow.core.models import resolve_model
-from shardflow.workflow.provenance import build_manifest
 from shardflow.core.runlog import configure_logging
+from shardflow.workflow.provenance import build_manifest
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 log = configure_logging(smk.log[0], "provenance", {"model": smk.params.model, "repo": smk.params.repo})
+split = json.load(open(smk.input.manifest))
+inputs = {**split["source_sha256"], **{c["path"]: c["sha256"] for c in split["chunks"]}}
+inputs.update({p: sha256_file(p) for p in smk.input.raw})  # the BEIR files retrieval_prepare read
+timings = jobs.timings(jobs.read_job_table(smk.input.jobs))
+timings.update({p: {k: jobs.read_benchmark(p).get(k) for k in jobs.TIMING_KEYS} for p in smk.input.benchmarks})
 manifest = build_manifest(
     repo=smk.params.repo,
     config=dict(smk.params.config),
-    inputs=list(smk.input.sources) + list(smk.input.chunks),
+    input_sha256=inputs,
     outputs=list(smk.input.outputs),
-    benchmarks=list(smk.input.benchmarks),
+    timings=timings,
     model_path=resolve_model(smk.params.model),
 )
 write_json(smk.output[0], manifest)

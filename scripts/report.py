@@ -13,8 +13,7 @@ params = ReportParams(
 log = configure_logging(smk.log[0], "report", params)
 outputs = {k: smk.output[k] for k in ("throughput", "timeline", "norms", "map", "summary")}
 build_report(
-    list(smk.input.stats),
-    list(smk.input.benchmarks),
+    smk.input.jobs,
     smk.input.manifest,
     smk.input.verification,
     smk.input.npy,

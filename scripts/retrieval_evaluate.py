@@ -1,21 +1,25 @@
 """Rule retrieval_evaluate: exact top-k search + MTEB metrics + report figure."""
 
-import torch
-
-from shardflow.retrieval.pipeline import EvaluateParams, plot_per_query, search_and_score
-from shardflow.core.runlog import configure_logging
+from shardflow.core.gpujob import start_gpu_job
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
-torch.set_num_threads(smk.threads)
+p = smk.params
+job = start_gpu_job(smk, "retrieval_evaluate", {"top_k": p.top_k, "block_size": p.block_size, "backend": p.backend})
+
+import torch  # noqa: E402 - after pinning (start_gpu_job)
+
+from shardflow.retrieval.pipeline import EvaluateParams, plot_per_query, search_and_score  # noqa: E402
+
+torch.set_num_threads(job.threads)
 params = EvaluateParams(
-    top_k=smk.params.top_k,
-    block_size=smk.params.block_size,
-    backend=smk.params.backend,
-    drop_identical_ids=smk.params.drop_identical_ids,
-    # Scheduled as a CPU job (gpu=0): search on the CPU even if CUDA is there.
-    device="cpu" if smk.resources.get("gpu", 1) == 0 else None,
+    top_k=p.top_k,
+    block_size=p.block_size,
+    backend=p.backend,
+    drop_identical_ids=p.drop_identical_ids,
+    # A CPU job searches on the CPU even if CUDA is there; else the device this job pinned.
+    device="cpu" if job.device == "cpu" else None,
 )
-log = configure_logging(smk.log[0], "retrieval_evaluate", params)
+job.log.info("search params %s", params)
 i = smk.input
 search_and_score(
     i.docs, i.doc_ids, i.queries, i.query_ids, i.qrels, params, smk.output.metrics, smk.output.per_query, smk.output.run

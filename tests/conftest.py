@@ -13,6 +13,18 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`--dist loadgroup`), keep tests that share expensive state
+    on one worker: every cluster test (one SLURM cluster, S3 server and Kubernetes
+    stand-in per session), and each workflow module (its module-scoped workflow run)."""
+    for item in items:
+        parts = Path(str(item.fspath)).relative_to(REPO).parts
+        if parts[:2] == ("tests", "cluster"):
+            item.add_marker(pytest.mark.xdist_group("cluster"))
+        elif parts[:2] == ("tests", "workflow"):
+            item.add_marker(pytest.mark.xdist_group(parts[2]))
+
+
 @pytest.fixture(scope="session")
 def shipped_config() -> dict:
     """config/config.yaml as shipped (read once; tests get deep copies via `config`)."""

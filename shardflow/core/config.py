@@ -61,8 +61,35 @@ def load_schema(path: str | os.PathLike) -> dict:
         return yaml.safe_load(fh)
 
 
+# Keys that moved when the embedding section was split into what the stage computes
+# (embedding), where GPU jobs run (gpu_jobs) and what each job needs (resources).
+MOVED_KEYS = {
+    "embedding.device": "gpu_jobs.device",
+    "embedding.gpu_pinning": "gpu_jobs.pinning",
+    "embedding.gpu_devices": "gpu_jobs.devices",
+    "embedding.resume_dir": "gpu_jobs.resume_dir",
+    "embedding.threads": "resources.embed.threads (and resources.embed_queries / resources.retrieval_evaluate)",
+    "embedding.mem_mb": "resources.embed.mem_mb (and resources.embed_queries / resources.retrieval_evaluate)",
+    "embedding.mem_mb_per_attempt": "resources.embed.mem_mb_per_attempt (and the other GPU rules)",
+    "embedding.runtime": "resources.embed.runtime (and resources.embed_queries / resources.retrieval_evaluate)",
+}
+
+
+def moved_keys(config: dict) -> list[str]:
+    """One line per key of an older config layout, naming where it lives now."""
+    lines = []
+    for old, new in MOVED_KEYS.items():
+        section, key = old.split(".")
+        if isinstance(config.get(section), dict) and key in config[section]:
+            lines.append(f"config key '{old}' has moved: set '{new}' instead")
+    return lines
+
+
 def validate_config(config: dict, schema: dict) -> dict:
     """Fill defaults into `config` in place; raise ConfigError listing every problem."""
+    moved = moved_keys(config)
+    if moved:
+        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(moved))
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     if errors:

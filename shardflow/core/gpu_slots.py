@@ -3,9 +3,10 @@
 Snakemake never sets `CUDA_VISIBLE_DEVICES`. On a local host `--resources gpu=N`
 only caps how many GPU jobs run at once; it does not say *which* GPU each one
 should use, and the ids of running jobs are not dense (`jobid % N` collides).
-So each `embed` job pins itself: it takes an exclusive `flock` on
-`<lock_dir>/gpu<k>.lock` for the first free device `k`, keeps that file open
-for the rest of its life, and sets `CUDA_VISIBLE_DEVICES=k`. The kernel drops
+So each GPU job pins itself: it takes an exclusive `flock` on
+`<lock_dir>/gpu<k>.lock` for the first free device `k` (or the first N free
+devices, all at once, for a job that asks for N), keeps those files open for the
+rest of its life, and sets `CUDA_VISIBLE_DEVICES=k[,...]`. The kernel drops
 a flock when its last open fd closes, so a job that exits, crashes or is
 SIGKILLed frees its slot without any clean-up step.
 
@@ -203,25 +204,36 @@ def _holders(lock_dir: Path, pool: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _take_slot(
-    pool: list[str], lock_dir: Path, timeout: float | None, poll_interval: float, job: str | None
-) -> _Slot:
+def _take_slots(
+    pool: list[str], count: int, lock_dir: Path, timeout: float | None, poll_interval: float, job: str | None
+) -> list[_Slot]:
+    """`count` slots at once, or none: a job holding some while waiting for more could
+    deadlock against another doing the same."""
+    if count > len(pool):
+        raise ValueError(f"a job asks for {count} GPUs but the pool has {len(pool)} ({','.join(pool)})")
     lock_dir.mkdir(parents=True, exist_ok=True)
     deadline = None if timeout is None else time.monotonic() + timeout
     waiting_logged = False
     while True:
+        taken: list[_Slot] = []
         for device in pool:
             slot = _try_lock(lock_path(lock_dir, device), device, job)
             if slot is not None:
-                return slot
+                taken.append(slot)
+                if len(taken) == count:
+                    return taken
+        for slot in taken:
+            slot.release()
         if deadline is not None and time.monotonic() >= deadline:
+            wanted = "free GPU slot" if count == 1 else f"{count} free GPU slots at once"
+            held = f"all of {','.join(pool)} are held" if count == 1 else f"too many of {','.join(pool)} are held"
             raise GpuSlotTimeout(
-                f"no free GPU slot after {timeout:g} s: all of {','.join(pool)} are held "
+                f"no {wanted} after {timeout:g} s: {held} "
                 f"(lock files in {lock_dir}). Holders:\n{_holders(lock_dir, pool)}\n"
                 "Lower --resources gpu=N to the number of GPUs, or raise the timeout."
             )
         if not waiting_logged:
-            log.info("all %d GPU slots in %s are taken; waiting", len(pool), lock_dir)
+            log.info("fewer than %d of the %d GPU slots in %s are free; waiting", count, len(pool), lock_dir)
             waiting_logged = True
         time.sleep(poll_interval)
 
@@ -233,13 +245,16 @@ def _acquire(
     timeout: float | None,
     poll_interval: float,
     job: str | None,
-) -> tuple[str | None, _Slot | None]:
-    """Shared body of `acquire_gpu` and `pin_gpu`: (visible devices, slot or None)."""
+    count: int = 1,
+) -> tuple[str | None, list[_Slot]]:
+    """Shared body of `acquire_gpu` and `pin_gpu`: (visible devices, slots held)."""
     if mode not in MODES:
         raise ValueError(f"GPU mode must be one of {', '.join(MODES)}, not {mode!r}")
+    if count < 1:
+        raise ValueError(f"count must be >= 1, not {count}")
     current = os.environ.get("CUDA_VISIBLE_DEVICES")
     if mode == "off":
-        return current, None
+        return current, []
     if mode == "auto":
         pinned_by = scheduler_pinning()
         if pinned_by is not None:
@@ -248,22 +263,24 @@ def _acquire(
                 pinned_by,
                 current,
             )
-            return current, None
+            return current, []
     pool = resolve_devices(devices, mode)
     if not pool:
         log.info("no GPUs configured or detected; running on CPU")
-        return None, None
+        return None, []
     lock_dir = Path(lock_dir) if lock_dir is not None else default_lock_dir()
-    slot = _take_slot(pool, lock_dir, timeout, poll_interval, job)
-    os.environ["CUDA_VISIBLE_DEVICES"] = slot.device
+    slots = _take_slots(pool, count, lock_dir, timeout, poll_interval, job)
+    visible = ",".join(slot.device for slot in slots)
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible
     log.info(
-        "took GPU slot %s of %s (lock %s); CUDA_VISIBLE_DEVICES=%s",
-        slot.device,
+        "took GPU slot%s %s of %s (lock dir %s); CUDA_VISIBLE_DEVICES=%s",
+        "s" if count > 1 else "",
+        visible,
         ",".join(pool),
-        slot.path,
-        slot.device,
+        lock_dir,
+        visible,
     )
-    return slot.device, slot
+    return visible, slots
 
 
 @contextlib.contextmanager
@@ -275,8 +292,9 @@ def acquire_gpu(
     timeout: float | None = None,
     poll_interval: float = 0.2,
     job: str | None = None,
+    count: int = 1,
 ) -> Iterator[str | None]:
-    """Hold one GPU slot for the `with` block; yield `CUDA_VISIBLE_DEVICES`.
+    """Hold `count` GPU slots for the `with` block; yield `CUDA_VISIBLE_DEVICES`.
 
     Yields the device taken, or what the scheduler already set when standing
     aside (None if it set nothing), or None when there are no GPUs (use CPU).
@@ -285,19 +303,20 @@ def acquire_gpu(
     On exit the slot is freed and `CUDA_VISIBLE_DEVICES` restored.
     """
     before = os.environ.get("CUDA_VISIBLE_DEVICES")
-    visible, slot = _acquire(devices, mode, lock_dir, timeout, poll_interval, job)
+    visible, slots = _acquire(devices, mode, lock_dir, timeout, poll_interval, job, count)
     try:
         yield visible
     finally:
-        if slot is not None:
-            slot.release()
+        if slots:
+            for slot in slots:
+                slot.release()
             if before is None:
                 os.environ.pop("CUDA_VISIBLE_DEVICES", None)
             else:
                 os.environ["CUDA_VISIBLE_DEVICES"] = before
 
 
-_pinned: _Slot | None = None
+_pinned: list[_Slot] | None = None
 
 
 def pin_gpu(
@@ -308,16 +327,17 @@ def pin_gpu(
     timeout: float | None = None,
     poll_interval: float = 0.2,
     job: str | None = None,
+    count: int = 1,
 ) -> str | None:
-    """`acquire_gpu` for scripts: the slot is held until the process exits.
+    """`acquire_gpu` for scripts: the slots are held until the process exits.
 
     Same arguments and return value. Calling it again in the same process
-    returns the slot already held.
+    returns the slots already held.
     """
     global _pinned
-    if _pinned is not None:
-        return _pinned.device
-    visible, _pinned = _acquire(devices, mode, lock_dir, timeout, poll_interval, job)
+    if _pinned:
+        return ",".join(slot.device for slot in _pinned)
+    visible, _pinned = _acquire(devices, mode, lock_dir, timeout, poll_interval, job, count)
     return visible
 
 

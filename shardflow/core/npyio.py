@@ -13,6 +13,8 @@ from typing import Iterator
 
 import numpy as np
 
+from shardflow.core.atomic import atomic_open
+
 
 def read_header(path: str | os.PathLike) -> tuple[tuple[int, ...], np.dtype, bool, int]:
     """(shape, dtype, fortran_order, data offset) of an .npy file, reading only its header."""
@@ -87,3 +89,9 @@ class NpyWriter:
             self.close()
         else:
             self.fh.close()
+
+
+def write_npy(path: str | os.PathLike, arr: np.ndarray) -> None:
+    """np.save, atomically (a file object: np.save would append ".npy" to a bare name)."""
+    with atomic_open(path, "wb") as fh:
+        np.save(fh, arr, allow_pickle=False)

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import csv
 import glob
-import gzip
 import json
 import os
 import sys
 from dataclasses import dataclass
 from typing import IO, Iterable, Iterator
+
+from shardflow.core.files import open_binary
 
 FORMATS = ("jsonl", "parquet", "csv", "tsv", "text")
 
@@ -124,10 +125,6 @@ def detect_format(path: str, opts: ReaderOptions) -> str:
     raise ValueError(f"{path}: cannot tell the format from the name; set input.format")
 
 
-def _open_binary(path: str) -> IO[bytes]:
-    return gzip.open(path, "rb") if path.lower().endswith(".gz") else open(path, "rb")
-
-
 def _decode(raw: bytes, lineno: int) -> str:
     """Strict UTF-8; a byte-order mark opening the file is dropped, not made part of the data."""
     return raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
@@ -199,7 +196,7 @@ class _Reader:
 
 class _JsonlReader(_Reader):
     def __iter__(self) -> Iterator[Record | Rejected]:
-        with _open_binary(self.path) as fh:
+        with open_binary(self.path) as fh:
             for lineno, raw in enumerate(fh, 1):
                 if not raw.strip():
                     continue  # blank separator lines carry no record
@@ -241,7 +238,7 @@ class _DelimitedReader(_Reader):
     def __iter__(self) -> Iterator[Record | Rejected]:
         kind = "TSV" if self.delimiter == "\t" else "CSV"
         row_state: dict = {"raw": [], "bad": None}
-        with _open_binary(self.path) as fh:
+        with open_binary(self.path) as fh:
             reader = csv.reader(self._lines(fh, row_state), delimiter=self.delimiter, strict=True)
             try:
                 header = next(reader)
@@ -295,7 +292,7 @@ class _ParquetReader(_Reader):
 
 class _TextLinesReader(_Reader):
     def __iter__(self) -> Iterator[Record | Rejected]:
-        with _open_binary(self.path) as fh:
+        with open_binary(self.path) as fh:
             for lineno, raw in enumerate(fh, 1):
                 try:
                     text = _decode(raw, lineno).rstrip("\r\n")
@@ -310,7 +307,7 @@ class _TextLinesReader(_Reader):
 
 class _TextFileReader(_Reader):
     def __iter__(self) -> Iterator[Record | Rejected]:
-        with _open_binary(self.path) as fh:
+        with open_binary(self.path) as fh:
             raw = fh.read()
         try:
             text = raw.decode("utf-8-sig")
@@ -362,7 +359,7 @@ def count_records_cheap(paths: Iterable[str], opts: ReaderOptions) -> int:
             total += 1
             continue
         lines, last = 0, b"\n"
-        with _open_binary(path) as fh:
+        with open_binary(path) as fh:
             for block in iter(lambda: fh.read(1 << 22), b""):
                 lines += block.count(b"\n")
                 last = block[-1:]

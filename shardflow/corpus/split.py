@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from shardflow.core.hashing import sha256_file
 from shardflow.core.atomic import atomic_open, write_json
 from shardflow.corpus.chunks import ChunkRecord, dump_record
 from shardflow.corpus.readers import ReaderOptions, Record, Rejected, iter_records
@@ -183,11 +184,13 @@ def split_corpus(
                 t.unlink()
 
     manifest = {
-        "format": "shardflow.corpus.chunks/1",
+        "format": "shardflow.chunks/1",
         "n_chunks": n,
         "by": params.by,
         "group_by": opts.group_field,
         "sources": paths,
+        # Provenance reads these instead of hashing the inputs again.
+        "source_sha256": {p: sha256_file(p) for p in paths},
         "total_records": m.records,
         "rejected_records": m.rejected,
         "rejects_path": str(rejects_path),

@@ -42,9 +42,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from shardflow.core.atomic import atomic_open, atomic_path
+from shardflow.core.columns import write_ids_parquet
+from shardflow.core.hashing import digest, texts_fingerprint
+from shardflow.core.npyio import write_npy
+from shardflow.core.oom import OomBackoff, TooLargeError
+from shardflow.core.parts import PartStore
 from shardflow.corpus.chunks import read_chunk
-from shardflow.core import parts as _resume
 from shardflow.core.batching import (
     Batch,
     collate,
@@ -52,16 +55,8 @@ from shardflow.core.batching import (
     plan_batches,
     split_batch,
 )
-from shardflow.embed.params import (
-    EmbedParams,
-    cpu_name,
-    dtype_name,
-    output_identity,
-    resolve_device,
-    resolve_dtype,
-    resolve_token_budget,
-    resume_key,
-)
+from shardflow.core.devices import cpu_name, dtype_name, resolve_device, resolve_dtype
+from shardflow.embed.params import EmbedParams, output_identity, resolve_token_budget, resume_key
 from shardflow.embed.pooling import build_head, pool
 from shardflow.embed.stconfig import (
     ModelSpec,
@@ -75,19 +70,17 @@ __all__ = ["EmbedParams", "EncodeStats", "Encoder", "TextTooLargeError", "embed_
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY_S = 5.0
-_OOM = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 # Encoder-decoder checkpoints whose encoder alone embeds (as sentence-transformers loads them).
 _ENCODER_ONLY = {"t5": "T5EncoderModel", "mt5": "MT5EncoderModel", "umt5": "UMT5EncoderModel"}
 _cpu_fallback_warned = False
 
 
-class TextTooLargeError(RuntimeError):
+class TextTooLargeError(TooLargeError):
     """A single text does not fit in device memory, even in a batch of its own."""
 
-    def __init__(self, message: str, index: int, n_tokens: int):
-        super().__init__(message)
-        self.index = index
-        self.n_tokens = n_tokens
+    @property
+    def index(self) -> int:
+        return self.row
 
 
 @dataclass
@@ -262,11 +255,15 @@ class Encoder:
         self.left_pad = tokenizer.padding_side == "left"
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.prompt_length = self._prompt_length() if (self.prompt and not spec.include_prompt) else 0
-        # Halves on out-of-memory, for the Encoder's lifetime.
-        self.token_budget = resolve_token_budget(params, device)
+        # The token budget halves on out-of-memory, for the Encoder's lifetime.
+        self.backoff = OomBackoff(resolve_token_budget(params, device), device, logger)
         self.output_dtype = np.dtype(params.output_dtype)
         self.identity = output_identity(params, spec)
         self.last_stats = EncodeStats()
+
+    @property
+    def token_budget(self) -> int:
+        return self.backoff.token_budget
 
     # ---- tokenization -------------------------------------------------------------
 
@@ -308,56 +305,30 @@ class Encoder:
 
     def _run(self, ready: _Ready, window_start: int, stats: EncodeStats) -> list[tuple[np.ndarray, torch.Tensor]]:
         """Embed one batch, splitting it (and lowering the budget) on out-of-memory."""
-        batch = ready.batch
-        if batch.padded_tokens > self.token_budget and len(batch.rows) > 1:
-            # The budget dropped after this batch was collated: split it now.
-            rows = max(1, self.token_budget // batch.input_ids.shape[1])
-            return [
-                r
-                for piece in split_batch(batch, rows, self.left_pad)
-                for r in self._run_piece(piece, None, None, window_start, stats)
-            ]
-        return self._run_piece(batch, ready.input_ids, ready.attention_mask, window_start, stats)
+        tensors = {id(ready.batch): (ready.input_ids, ready.attention_mask)}  # collated (and pinned) ahead
 
-    def _run_piece(self, batch: Batch, ids, mask, window_start: int, stats: EncodeStats):
-        if ids is None:
-            ids, mask = torch.from_numpy(batch.input_ids), torch.from_numpy(batch.attention_mask)
-        failed = False
-        try:
+        def forward(batch: Batch) -> torch.Tensor:
+            ids, mask = tensors.pop(id(batch), (None, None))
+            if ids is None:
+                ids, mask = torch.from_numpy(batch.input_ids), torch.from_numpy(batch.attention_mask)
             emb = self._forward(ids, mask)
-        except _OOM:
-            failed = True  # handled outside the except block, so the frames holding activations are freed
-        if not failed:
             stats.batches += 1
             stats.padded_tokens += batch.padded_tokens
             stats.real_tokens += int(batch.lengths.sum())
-            return [(batch.rows, emb)]
-        del ids, mask
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-        stats.oom_backoffs += 1
-        n, width = batch.input_ids.shape
-        if n == 1:
-            index = window_start + int(batch.rows[0])
-            raise TextTooLargeError(
-                f"text {index} ({int(batch.lengths[0])} tokens) does not fit in {self.device} memory even alone; "
-                "lower max_length or use a device with more memory",
-                index=index,
-                n_tokens=int(batch.lengths[0]),
-            )
-        self.token_budget = max(1, min(self.token_budget, n * width) // 2)
-        self.logger.warning(
-            "out of memory on a batch of %d x %d tokens: splitting it, token budget now %d",
-            n,
-            width,
-            self.token_budget,
-        )
-        half = (n + 1) // 2
-        return [
-            r
-            for piece in split_batch(batch, half, self.left_pad)
-            for r in self._run_piece(piece, None, None, window_start, stats)
-        ]
+            return emb
+
+        def split(batch: Batch, rows: int) -> list[Batch]:
+            return split_batch(batch, rows, self.left_pad)
+
+        before = self.backoff.backoffs
+        try:
+            done = self.backoff.run(ready.batch, forward, split, row_offset=window_start, noun="text")
+        except TooLargeError as exc:
+            raise TextTooLargeError(str(exc), exc.row, exc.n_tokens) from None
+        finally:
+            stats.oom_backoffs += self.backoff.backoffs - before
+            tensors.clear()
+        return [(batch.rows, emb) for batch, emb in done]
 
     # ---- the producer ------------------------------------------------------------
 
@@ -426,23 +397,23 @@ class Encoder:
         stats.parts = len(windows)
         result = np.empty((n, self.dim), dtype=self.output_dtype)
 
-        folder = Path(resume_dir) if resume_dir is not None else None
+        store = None
         todo = windows
-        if folder is not None:
-            _resume.open_resume_dir(
-                folder,
+        if resume_dir is not None:
+            store = PartStore(
+                resume_dir,
                 {
                     "n_texts": n,
                     "window": win,
                     "dim": self.dim,
                     "output_dtype": self.params.output_dtype,
-                    "texts_sha256": _resume.texts_fingerprint(texts),
-                    "identity": _resume.digest(self.identity),
+                    "texts_sha256": texts_fingerprint(texts),
+                    "identity": digest(self.identity),
                 },
-            )
+            ).open()
             todo = []
             for w, a, b in windows:
-                part = _resume.load_part(folder, w, b - a, self.dim, self.output_dtype)
+                part = store.load_array(w, (b - a, self.dim), self.output_dtype)
                 if part is None:
                     todo.append((w, a, b))
                 else:
@@ -450,12 +421,12 @@ class Encoder:
                     stats.resumed_parts += 1
             if stats.resumed_parts:
                 self.logger.info(
-                    "resuming from %s: %d of %d parts already done", folder, stats.resumed_parts, len(windows)
+                    "resuming from %s: %d of %d parts already done", store.folder, stats.resumed_parts, len(windows)
                 )
 
         done = n - sum(b - a for _, a, b in todo)
         if todo:
-            done = self._encode_windows(texts, todo, result, folder, stats, done, progress)
+            done = self._encode_windows(texts, todo, result, store, stats, done, progress)
         stats.seconds = time.perf_counter() - t0
         stats.end_unix = time.time()
         self.last_stats = stats
@@ -475,7 +446,7 @@ class Encoder:
         )
         return result
 
-    def _encode_windows(self, texts, todo, result, folder, stats, done, progress) -> int:
+    def _encode_windows(self, texts, todo, result, store, stats, done, progress) -> int:
         bounds = {w: (a, b) for w, a, b in todo}
         q: queue.Queue = queue.Queue(maxsize=64)
         stop = threading.Event()
@@ -519,8 +490,8 @@ class Encoder:
                     block = np.empty((b - a, self.dim), dtype=self.output_dtype)
                     block[rows] = emb.astype(self.output_dtype, copy=False)
                     result[a:b] = block
-                    if folder is not None:
-                        _resume.save_part(folder, item.window, block)
+                    if store is not None:
+                        store.save_array(item.window, block)
         finally:
             stop.set()
             producer.join()
@@ -528,25 +499,6 @@ class Encoder:
 
 
 # --------------------------------------------------------------------------- one chunk
-
-
-ID_ROW_GROUP = 16384
-
-
-def write_ids_parquet(path: str | Path, ids: Sequence[str]) -> None:
-    """One string column `id`; row k names row k of the embeddings."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    table = pa.table({"id": pa.array(list(ids), type=pa.string())})
-    with atomic_path(path) as tmp:
-        # Bounded row groups: readers (merge, verify) hold one group at a time.
-        pq.write_table(table, tmp, row_group_size=ID_ROW_GROUP)
-
-
-def write_npy(path: str | Path, arr: np.ndarray) -> None:
-    with atomic_open(path, "wb") as fh:  # a file object: np.save would append ".npy" to a bare name
-        np.save(fh, arr, allow_pickle=False)
 
 
 def embed_chunk(
@@ -573,10 +525,10 @@ def embed_chunk(
     try:
         emb = encoder.encode(texts, resume_dir=folder)
     except TextTooLargeError as exc:
-        raise TextTooLargeError(f"{chunk_path}: id {ids[exc.index]!r}: {exc}", exc.index, exc.n_tokens) from exc
+        raise TextTooLargeError(f"{chunk_path}: id {ids[exc.row]!r}: {exc}", exc.row, exc.n_tokens) from exc
     write_npy(out_npy, emb)
     write_ids_parquet(out_ids_parquet, ids)
-    shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(folder, ignore_errors=True)  # outputs are safe: the parts are no longer needed
     stats = encoder.last_stats.as_dict()
     stats.update(
         device=str(encoder.device),

@@ -6,18 +6,17 @@ Everything here is cheap: no model weights are loaded.
 
 from __future__ import annotations
 
-import platform
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from shardflow.core import parts as _resume
+from shardflow.core import parts
+from shardflow.core.devices import DEVICES, DTYPES, check_device, cpu_name, dtype_name, resolve_device, resolve_dtype  # noqa: F401
+from shardflow.core.hashing import model_identity
 from shardflow.embed.stconfig import ModelSpec, load_model_spec
 
-DEVICES = ("auto", "cpu", "cuda")  # plus "cuda:N"
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 OUTPUT_DTYPES = ("float32", "float16")
 # Default token budgets. On CPU, throughput per token is flat from ~512 to ~2048
 # padded tokens per batch and drops beyond (cache misses), while smaller batches
@@ -54,8 +53,7 @@ class EmbedParams:
     threads: int | None = None
 
     def __post_init__(self) -> None:
-        if self.device not in DEVICES and not (self.device.startswith("cuda:") and self.device[5:].isdigit()):
-            raise ValueError(f"device {self.device!r}: expected auto, cpu, cuda or cuda:N")
+        check_device(self.device)
         if self.dtype != "auto" and self.dtype not in DTYPES:
             raise ValueError(f"dtype {self.dtype!r}: expected auto or one of {sorted(DTYPES)}")
         if self.output_dtype not in OUTPUT_DTYPES:
@@ -73,47 +71,8 @@ class EmbedParams:
             raise ValueError("give either prompt or prompt_name, not both")
 
 
-def resolve_device(name: str) -> torch.device:
-    """auto: the current CUDA device if there is one, else CPU."""
-    if name == "auto":
-        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    device = torch.device(name)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise RuntimeError(f"device {name!r} requested but CUDA is not available")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise RuntimeError(f"device {name!r} requested but only {torch.cuda.device_count()} CUDA devices exist")
-        if device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-    return device
-
-
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """auto: bf16 on CUDA (fp16 where bf16 is unsupported), fp32 on CPU."""
-    if name != "auto":
-        return DTYPES[name]
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.float32
-
-
 def resolve_token_budget(params: EmbedParams, device: torch.device) -> int:
     return params.token_budget or AUTO_TOKEN_BUDGET.get(device.type, AUTO_TOKEN_BUDGET["cuda"])
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def output_identity(params: EmbedParams, spec: ModelSpec | None = None) -> dict[str, Any]:
@@ -123,8 +82,8 @@ def output_identity(params: EmbedParams, spec: ModelSpec | None = None) -> dict[
     spec = spec or load_model_spec(params.model)
     device = resolve_device(params.device)
     identity = {
-        "format": _resume.FORMAT_VERSION,
-        "model": _resume.model_fingerprint(spec.folder),
+        "format": parts.FORMAT_VERSION,
+        "model": model_identity(spec.folder),
         "device": device.type,
         "dtype": dtype_name(resolve_dtype(params.dtype, device)),
         "prompt": spec.resolve_prompt(params.prompt, params.prompt_name),
@@ -146,5 +105,4 @@ def output_identity(params: EmbedParams, spec: ModelSpec | None = None) -> dict[
 
 def resume_key(chunk_path: str | Path, params: EmbedParams, identity: dict[str, Any] | None = None) -> str:
     """Folder name for a chunk's resume state: hash of chunk bytes + model identity + params."""
-    identity = identity if identity is not None else output_identity(params)
-    return _resume.digest({"chunk": _resume.sha256_file(chunk_path), "identity": identity})[:24]
+    return parts.resume_key(chunk_path, identity if identity is not None else output_identity(params))

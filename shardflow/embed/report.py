@@ -1,21 +1,22 @@
 """Figures and the machine-readable summary of an embedding run.
 
-Inputs are the small per-job records the pipeline already writes (per-chunk
-stats JSON, Snakemake benchmark TSVs, the verification JSON with its norm
-histogram) plus an even sample of the merged matrix for the 2-D map, so the
+Inputs are the small records the pipeline already writes (the job table merge
+collects from the per-chunk stats and Snakemake benchmarks, the verification JSON
+with its norm histogram) plus an even sample of the merged matrix for the 2-D map, so the
 report costs the same for 3 thousand or 30 million rows.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 from dataclasses import dataclass
 
 import numpy as np
 
-from shardflow.core.atomic import atomic_path, write_json
+from shardflow.core.atomic import write_json
+from shardflow.core.figures import plot_throughput, plot_timeline, pyplot, save_figure
+from shardflow.core.jobs import read_job_table
 
 log = logging.getLogger(__name__)
 
@@ -29,68 +30,13 @@ class ReportParams:
     seed: int = 0
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def read_benchmark(path: str) -> dict:
-    """One Snakemake benchmark TSV (the last repeat) as floats where possible."""
-    with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh, delimiter="\t"))
-    if not rows:
-        raise ValueError(f"{path}: empty benchmark file")
-    out = {}
-    for k, v in rows[-1].items():
-        try:
-            out[k] = float(v)
-        except (TypeError, ValueError):
-            out[k] = v
-    return out
-
-
 def _load_json(path: str):
     with open(path, encoding="utf-8") as fh:
         return json.load(fh)
 
 
-def _save(fig, path: str) -> None:
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    _pyplot().close(fig)
-
-
-def plot_throughput(stats: list[dict], path: str) -> None:
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(max(5, 0.35 * len(stats) + 3), 3.5))
-    chunks = [s["chunk"] for s in stats]
-    ax.bar([str(c) for c in chunks], [s["items_per_s"] for s in stats], color="#3b75af")
-    ax.set_xlabel("chunk")
-    ax.set_ylabel("items / s")
-    ax.set_title("Embedding throughput per chunk")
-    _save(fig, path)
-
-
-def plot_timeline(stats: list[dict], benches: list[dict], path: str) -> None:
-    plt = _pyplot()
-    t0 = min(s["end_time"] - b.get("s", s["seconds"]) for s, b in zip(stats, benches))
-    fig, ax = plt.subplots(figsize=(8, max(2.5, 0.3 * len(stats) + 1)))
-    for s, b in zip(stats, benches):
-        # Start from the job's own clock; length from Snakemake's benchmark (whole job).
-        duration = b.get("s", s["seconds"])  # the whole job, model loading included
-        ax.barh(str(s["chunk"]), duration, left=s["end_time"] - duration - t0, color="#e8833a")
-    ax.set_xlabel("seconds since the first embed job started (bars: whole jobs)")
-    ax.set_ylabel("chunk")
-    ax.set_title("embed jobs over time")
-    _save(fig, path)
-
-
 def plot_norms(verification: dict, path: str) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     lo, hi, bins = verification["norm_histogram"]["edges"]
     counts = np.asarray(verification["norm_histogram"]["counts"])
     edges = np.linspace(lo, hi, int(bins) + 1)
@@ -99,7 +45,7 @@ def plot_norms(verification: dict, path: str) -> None:
     ax.set_xlabel("L2 norm - 1")
     ax.set_ylabel("rows")
     ax.set_title(f"Embedding norms (min {verification['norm_min']:.7f}, max {verification['norm_max']:.7f})")
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def sample_rows(npy_path: str, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -127,7 +73,7 @@ def project_2d(x: np.ndarray, method: str, seed: int) -> np.ndarray:
 
 
 def plot_map(npy_path: str, path: str, params: ReportParams) -> int:
-    plt = _pyplot()
+    plt = pyplot()
     idx, x = sample_rows(npy_path, params.map_points)
     xy = project_2d(x, params.map_method, params.seed)
     fig, ax = plt.subplots(figsize=(5.5, 5))
@@ -135,11 +81,11 @@ def plot_map(npy_path: str, path: str, params: ReportParams) -> int:
     ax.set_title(f"{params.map_method.upper()} map of {len(idx)} embeddings (colour: row)")
     ax.set_xticks([])
     ax.set_yticks([])
-    _save(fig, path)
+    save_figure(fig, path)
     return len(idx)
 
 
-def summarise(stats: list[dict], benches: list[dict], manifest: dict, verification: dict, params: ReportParams) -> dict:
+def run_summary(stats: list[dict], benches: list[dict], manifest: dict, verification: dict, params: ReportParams) -> dict:
     if len(benches) != len(stats):
         # zip() would silently drop the unmatched jobs from the time and cost sums.
         raise ValueError(f"{len(stats)} per-chunk stats but {len(benches)} benchmark records")
@@ -177,23 +123,23 @@ def summarise(stats: list[dict], benches: list[dict], manifest: dict, verificati
 
 
 def build_report(
-    stats_paths: list[str],
-    bench_paths: list[str],
+    jobs_path: str,
     manifest_path: str,
     verification_path: str,
     npy_path: str,
     outputs: dict,
     params: ReportParams,
 ) -> dict:
-    stats = [_load_json(p) for p in stats_paths]
-    benches = [read_benchmark(p) for p in bench_paths]
+    jobs = read_job_table(jobs_path)
+    stats = [j["stats"] for j in jobs]
+    benches = [j["benchmark"] for j in jobs]
     manifest = _load_json(manifest_path)
     verification = _load_json(verification_path)
     plot_throughput(stats, outputs["throughput"])
     plot_timeline(stats, benches, outputs["timeline"])
     plot_norms(verification, outputs["norms"])
     plot_map(npy_path, outputs["map"], params)
-    summary = summarise(stats, benches, manifest, verification, params)
+    summary = run_summary(stats, benches, manifest, verification, params)
     write_json(outputs["summary"], summary)
     log.info("summary: %s", json.dumps(summary))
     return summary

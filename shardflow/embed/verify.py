@@ -8,12 +8,12 @@ message listing every failed check.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow.parquet as pq
 
+from shardflow.core.columns import duplicate_ids
 from shardflow.core.npyio import iter_row_blocks, read_header, rows_per_block
 
 
@@ -31,34 +31,14 @@ class VerifyParams:
     id_batch: int = 65536
 
 
-def _id_hash(value: str) -> int:
-    return int.from_bytes(hashlib.blake2b(value.encode(), digest_size=8).digest(), "little")
+def _id_batches(ids_path: str, block_rows: int):
+    """A factory of the id column's batches (duplicate_ids reads it twice at most)."""
 
+    def batches():
+        for batch in pq.ParquetFile(ids_path).iter_batches(columns=["id"], batch_size=block_rows):
+            yield batch.column(0).to_pylist()
 
-def _id_hashes(ids_path: str, block_rows: int) -> tuple[np.ndarray, int]:
-    # One uint64 array per batch: a Python list of ints would cost ~36 bytes an id.
-    parts = [np.zeros(0, dtype=np.uint64)]
-    for batch in pq.ParquetFile(ids_path).iter_batches(columns=["id"], batch_size=block_rows):
-        values = batch.column(0).to_pylist()
-        parts.append(np.fromiter(map(_id_hash, values), dtype=np.uint64, count=len(values)))
-    hashes = np.concatenate(parts)
-    return hashes, len(hashes)
-
-
-def _duplicate_ids(ids_path: str, block_rows: int) -> tuple[int, list[str]]:
-    """Ids that occur more than once. 8-byte hashes keep memory at 8 bytes an id;
-    hash collisions are resolved by comparing the actual strings."""
-    hashes, n = _id_hashes(ids_path, block_rows)
-    order = np.sort(hashes)
-    suspect = set(order[1:][order[1:] == order[:-1]].tolist())
-    if not suspect:
-        return n, []
-    seen: dict[str, int] = {}
-    for batch in pq.ParquetFile(ids_path).iter_batches(columns=["id"], batch_size=block_rows):
-        for value in batch.column(0).to_pylist():
-            if _id_hash(value) in suspect:
-                seen[value] = seen.get(value, 0) + 1
-    return n, sorted(v for v, c in seen.items() if c > 1)
+    return batches
 
 
 def _histogram(norms: np.ndarray, bins: int = 60) -> dict:
@@ -108,7 +88,7 @@ def verify_embeddings(npy_path: str, ids_path: str, params: VerifyParams) -> dic
             "rows_outside": bad_norm_rows,
             "first_row": first_bad_norm,
         }
-    n_ids, dups = _duplicate_ids(ids_path, params.id_batch)
+    n_ids, dups = duplicate_ids(_id_batches(ids_path, params.id_batch))
     checks["ids_match_rows"] = {"ok": n_ids == rows, "ids": n_ids, "rows": rows}
     checks["ids_unique"] = {"ok": not dups, "duplicates": len(dups), "examples": dups[:10]}
     result = {

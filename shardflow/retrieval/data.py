@@ -19,18 +19,17 @@ kept exactly as given, as MTEB does.
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 from pathlib import Path
-from typing import IO, Iterable, Iterator
+from typing import Iterable, Iterator
 
+from shardflow.core.files import open_binary
 from shardflow.core.atomic import atomic_open
 from shardflow.corpus.chunks import ChunkRecord, dump_record
 
 Qrels = dict[str, dict[str, int]]  # query id -> {doc id: relevance}
 
-_GZIP_MAGIC = b"\x1f\x8b"
 
 
 class RetrievalDataError(ValueError):
@@ -39,13 +38,6 @@ class RetrievalDataError(ValueError):
     def __init__(self, path: str | os.PathLike, line: int, reason: str):
         super().__init__(f"{path}:{line}: {reason}")
         self.path, self.line, self.reason = str(path), line, reason
-
-
-def open_binary(path: str | os.PathLike) -> IO[bytes]:
-    """Open a file for reading bytes, gunzipping it when it starts with the gzip magic."""
-    with open(path, "rb") as fh:
-        magic = fh.read(2)
-    return gzip.open(path, "rb") if magic == _GZIP_MAGIC else open(path, "rb")
 
 
 def _iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shardflow.core.atomic import atomic_path, write_json
+from shardflow.core.columns import read_ids
 from shardflow.retrieval import data as rdata
 from shardflow.retrieval.metrics import evaluate
 
@@ -65,21 +66,6 @@ class RetrievalSpec:
         return [str(f) for f in files]
 
 
-def plan_corpus_chunks(cfg: dict) -> int:
-    """retrieval.n_chunks, or `auto` with the chunking rule over the corpus line count."""
-    n = cfg["retrieval"]["n_chunks"]
-    if n != "auto":
-        return int(n)
-    from shardflow.workflow.plan import count_records, round_to_gpus
-    from shardflow.corpus.readers import ReaderOptions
-
-    corpus = RetrievalSpec.from_config(cfg).source_files()[0]
-    fmt = "jsonl" if cfg["retrieval"]["format"] == "beir" else "text"
-    records = count_records([corpus], ReaderOptions(format=fmt))
-    n = math.ceil(records / cfg["chunking"]["items_per_chunk"])
-    return round_to_gpus(n, cfg["chunking"]["gpus"], records)
-
-
 def prepare(spec: RetrievalSpec, corpus_out: str, queries_out: str, qrels_out: str) -> dict:
     """Convert the benchmark into shardflow corpus/query files and normalised qrels."""
     corpus_file, queries_file, qrels_file = spec.source_files()
@@ -109,10 +95,6 @@ def prepare(spec: RetrievalSpec, corpus_out: str, queries_out: str, qrels_out: s
     stats = {"documents": n_docs, "queries": n_queries, "qrels_queries": len(qrels)}
     log.info("prepared %s: %s", spec.path, stats)
     return stats
-
-
-def read_ids(parquet_path: str) -> list[str]:
-    return pq.read_table(parquet_path, columns=["id"]).column("id").to_pylist()
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,10 @@
 """Parse-time planning: everything the Snakefile must know before any job runs.
 
+`datasets(config)` lists every data set the run splits into chunks (the main
+corpus, a retrieval corpus, and the inputs of later stages), each with its
+chunk count, the files its split reads and how to read them: one split rule
+serves them all.
+
 These functions run in every Snakemake invocation (and in every remote job's
 re-parse), so they are cheap, deterministic and do no heavy imports.
 
@@ -16,9 +21,11 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from shardflow.corpus.readers import ReaderOptions, count_records_cheap, expand_inputs
+from shardflow.retrieval.pipeline import RetrievalSpec
 
 DEMO_CORPUS = "resources/demo/corpus.jsonl"
 COUNT_CACHE = ".snakemake/shardflow/record-counts.json"
@@ -126,3 +133,72 @@ def job_threads(setting: int | str, *, local_cpu: bool, cores: int | None, jobs:
 # Reader settings for files this workflow wrote itself in the chunk format
 # (the retrieval corpus): {"id": ..., "text": ...} JSON lines.
 CHUNK_READER = {"format": "jsonl", "id_field": "id", "text_field": "text", "group_field": None, "on_bad_record": "error"}
+
+
+@dataclass(frozen=True)
+class DataSet:
+    """A corpus the workflow splits into `n_chunks` chunk files.
+
+    sources: the files the split reads (s3:// objects included: the rules fetch
+        them through Snakemake storage); reader: `ReaderOptions` fields for them;
+    by: "records" or "size"; role: what the data set is for ("main", "retrieval").
+    """
+
+    name: str
+    role: str
+    n_chunks: int
+    sources: tuple[str, ...]
+    reader: dict
+    by: str
+    rate_items_per_s: float
+
+
+def retrieval_name(cfg: dict) -> str | None:
+    """The retrieval evaluation's data set name, or None when none is configured."""
+    return cfg["retrieval"]["name"] if cfg["retrieval"]["path"] else None
+
+
+def retrieval_corpus(name: str) -> str:
+    """The retrieval corpus in the chunk format, written by retrieval_prepare."""
+    return f"results/{name}/retrieval/corpus.jsonl"
+
+
+def plan_retrieval_chunks(cfg: dict) -> int:
+    """retrieval.n_chunks, or `auto` with the chunking rule over the corpus line count."""
+    n = cfg["retrieval"]["n_chunks"]
+    if n != "auto":
+        return int(n)
+    corpus = RetrievalSpec.from_config(cfg).source_files()[0]
+    fmt = "jsonl" if cfg["retrieval"]["format"] == "beir" else "text"
+    records = count_records([corpus], ReaderOptions(format=fmt))
+    n = math.ceil(records / cfg["chunking"]["items_per_chunk"])
+    return round_to_gpus(n, cfg["chunking"]["gpus"], records)
+
+
+def datasets(cfg: dict) -> dict[str, DataSet]:
+    """Every data set of this run by name, main corpus first."""
+    rate = cfg["chunking"]["rate_items_per_s"]
+    main = DataSet(
+        name=cfg["dataset"],
+        role="main",
+        n_chunks=plan_n_chunks(cfg),
+        sources=tuple(corpus_inputs(cfg)),
+        reader=dict(reader_options(cfg).__dict__),
+        by=cfg["chunking"]["by"],
+        rate_items_per_s=rate,
+    )
+    out = {main.name: main}
+    name = retrieval_name(cfg)
+    if name is not None:
+        if name == main.name:
+            raise ValueError(f"retrieval.name and dataset are both {name!r}: give them different names")
+        out[name] = DataSet(
+            name=name,
+            role="retrieval",
+            n_chunks=plan_retrieval_chunks(cfg),
+            sources=(retrieval_corpus(name),),
+            reader={**reader_options(cfg).__dict__, **CHUNK_READER},
+            by="records",
+            rate_items_per_s=rate,
+        )
+    return out

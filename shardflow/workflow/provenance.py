@@ -7,53 +7,14 @@ of inputs and outputs, and per-job timings from Snakemake's benchmark files.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import platform
 import subprocess
 import sys
 import time
-from pathlib import Path
 
+from shardflow.core.hashing import config_sha256, model_sha256, sha256_file
 from shardflow.core.runlog import package_versions
-
-CHECKSUM_BLOCK = 1 << 22
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(CHECKSUM_BLOCK), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def sha256_folder(folder: str | os.PathLike, suffixes: tuple[str, ...] | None = None) -> str:
-    """One hash over the relative names and contents of the files in a folder, sorted."""
-    folder = Path(folder)
-    h = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        if suffixes and not path.name.endswith(suffixes):
-            continue
-        h.update(str(path.relative_to(folder)).encode() + b"\0" + sha256_file(path).encode() + b"\n")
-    return h.hexdigest()
-
-
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".json", ".txt", ".model")
-
-
-def model_fingerprint(model_path: str) -> dict:
-    """Hash of a local model folder's weights, tokenizer and configs (None for hub names)."""
-    if not os.path.isdir(model_path):
-        return {"path": model_path, "sha256": None, "note": "not a local folder"}
-    return {"path": model_path, "sha256": sha256_folder(model_path, WEIGHT_SUFFIXES)}
-
-
-def config_hash(config: dict) -> str:
-    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
 
 def git_state(repo: str | os.PathLike) -> dict:
     def git(*args: str) -> str | None:
@@ -82,32 +43,28 @@ def accelerator_info() -> dict:
     return info
 
 
-def read_benchmarks(paths: list[str]) -> dict:
-    from shardflow.embed.report import read_benchmark
-
-    return {p: {k: read_benchmark(p).get(k) for k in ("s", "max_rss", "cpu_time")} for p in paths}
-
-
 def build_manifest(
     repo: str,
     config: dict,
-    inputs: list[str],
+    input_sha256: dict[str, str],
     outputs: list[str],
-    benchmarks: list[str],
+    timings: dict[str, dict],
     model_path: str | None,
 ) -> dict:
+    """`input_sha256` and `timings` come from records the stages already wrote (the
+    split manifest, the job table); outputs are hashed here."""
     return {
-        "format": "shardflow.workflow.provenance/1",
+        "format": "shardflow.provenance/1",
         "created_unix": time.time(),
         "git": git_state(repo),
-        "config_sha256": config_hash(config),
+        "config_sha256": config_sha256(config),
         "config": config,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "packages": package_versions(),
         "accelerator": accelerator_info(),
-        "model": model_fingerprint(model_path) if model_path else None,
-        "inputs": {p: sha256_file(p) for p in inputs},
+        "model": model_sha256(model_path) if model_path else None,
+        "inputs": dict(input_sha256),
         "outputs": {p: sha256_file(p) for p in outputs},
-        "timings": read_benchmarks(benchmarks),
+        "timings": timings,
     }

@@ -110,14 +110,13 @@ def write_real_config(path: Path, corpus: str) -> Path:
     """The config of every real-workflow run; only the corpus location differs.
 
     One embedding thread everywhere, so that every path computes the same fp32
-    arithmetic on CPU (the eks profile's `set-threads: embed: 3` is overridden on the
-    command line for that reason). mem_mb/runtime are what the SLURM and Kubernetes
+    arithmetic on CPU. mem_mb/runtime are what the SLURM and Kubernetes
     jobs request, asserted there."""
     config = {
         "dataset": DATASET,
         "n_chunks": N_CHUNKS,
         "input": {"path": corpus},
-        "embedding": {"threads": 1, "mem_mb": 1000, "mem_mb_per_attempt": 500, "runtime": 10},
+        "resources": {"embed": {"threads": 1, "mem_mb": 1000, "mem_mb_per_attempt": 500, "runtime": 10}},
     }
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path

@@ -48,19 +48,19 @@ def test_real_workflow_on_slurm_matches_the_local_run_bit_for_bit(
     ds = sm.DATASET
     jobs = submitted_jobs(run.output)
     embeds = {f"embed/{ds}_{i}" for i in range(sm.N_CHUNKS)}
-    assert set(jobs) == {"split", f"merge/{ds}", f"verify/{ds}"} | embeds, sm.describe(run)
+    assert set(jobs) == {f"split_{ds}", f"merge/{ds}", f"verify/{ds}"} | embeds, sm.describe(run)
     for name in embeds:
         job = scontrol_job(jobs[name])
         assert re.search(r"TresPerJob=\S*gpu:1\b", job), job  # rule's gpu=1 -> --gpus=1
         assert f"Partition={slurm_cluster}" in job, job
-        assert "MinMemoryNode=1000M" in job, job  # embedding.mem_mb, first attempt
-        assert "TimeLimit=00:10:00" in job, job  # embedding.runtime (minutes)
+        assert "MinMemoryNode=1000M" in job, job  # resources.embed.mem_mb, first attempt
+        assert "TimeLimit=00:10:00" in job, job  # resources.embed.runtime (minutes)
         # SLURM pinned the GPU; the job respected that and ran one torch thread.
         chunk = name.rsplit("_", 1)[1]
         log = (tmp_path / f"logs/embed/{ds}/chunk_{chunk}.log").read_text()
         assert re.search(r"GPUs already pinned by slurm \(CUDA_VISIBLE_DEVICES=[0-3]\)", log), log
         assert " threads 1 " in log, log
-    for name in ("split", f"merge/{ds}", f"verify/{ds}"):
+    for name in (f"split_{ds}", f"merge/{ds}", f"verify/{ds}"):
         job = scontrol_job(jobs[name])
         assert not re.search(r"TresPerJob=\S*gpu", job), job
         assert "MinMemoryNode=500M" in job, job  # ci-slurm default-resources
@@ -94,10 +94,10 @@ def test_split_on_slurm_reads_an_s3_corpus_with_credentials_from_the_environment
     # The keys travel in the job's environment only, not in its script (which any user
     # of the cluster can read back with scontrol).
     script = subprocess.run(
-        ["scontrol", "write", "batch_script", submitted_jobs(run.output)["split"], "-"],
+        ["scontrol", "write", "batch_script", submitted_jobs(run.output)[f"split_{sm.DATASET}"], "-"],
         capture_output=True, text=True, timeout=30, check=True,
     ).stdout
-    assert "--target-jobs 'split:'" in script, script
+    assert f"--target-jobs 'split_{sm.DATASET}:'" in script, script
     assert s3.secret_key not in script and s3.access_key not in script
     assert s3.secret_key not in run.output
 

@@ -53,7 +53,8 @@ def test_concurrent_embed_jobs_never_share_a_device(tmp_path, demo_texts):
         dataset="gpus",
         n_chunks=6,
         input={"path": str(corpus)},
-        embedding={"threads": 1, "gpu_pinning": "slots", "gpu_devices": "0,1"},
+        gpu_jobs={"pinning": "slots", "devices": "0,1"},
+        resources={"embed": {"threads": 1}},
     )
     env = offline_env(SHARDFLOW_GPU_LOCK_DIR=str(tmp_path / "locks"))
     env.pop("CUDA_VISIBLE_DEVICES", None)

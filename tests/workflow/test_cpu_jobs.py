@@ -1,4 +1,4 @@
-"""`embedding.threads: auto` on a host without GPUs: the embed jobs share the cores and
+"""`resources.embed.threads: auto` on a host without GPUs: the embed jobs share the cores and
 run side by side instead of queueing behind the local profile's single `gpu` slot."""
 
 import re
@@ -21,10 +21,11 @@ def _threads(block: str) -> int:
     return int(m.group(1)) if m else 1  # Snakemake prints no threads line for 1
 
 
+@pytest.mark.dryrun
 @pytest.mark.parametrize(("device", "gpu"), [("cpu", 0), ("auto", 1)])
 def test_a_dry_run_shows_the_cluster_view_and_never_a_gpu_for_a_cpu_job(tmp_path, device, gpu):
     # A dry run shows what a cluster executor gets: 2 threads; one GPU unless device: cpu.
-    cfg = write_config(tmp_path / "c.yaml", n_chunks=4, embedding={"device": device})
+    cfg = write_config(tmp_path / "c.yaml", n_chunks=4, gpu_jobs={"device": device})
     jobs = _embed_jobs(snakemake(tmp_path, "-n", "--cores", "8", "--configfile", str(cfg)).stdout)
     assert len(jobs) == 4
     for block in jobs:
@@ -32,8 +33,9 @@ def test_a_dry_run_shows_the_cluster_view_and_never_a_gpu_for_a_cpu_job(tmp_path
         assert re.search(rf"resources: .*\bgpu={gpu}\b", block), block
 
 
+@pytest.mark.dryrun
 def test_an_integer_is_used_as_given(tmp_path):
-    cfg = write_config(tmp_path / "c.yaml", n_chunks=4, embedding={"threads": 3})
+    cfg = write_config(tmp_path / "c.yaml", n_chunks=4, resources={"embed": {"threads": 3}})
     out = snakemake(tmp_path, "-n", "--cores", "8", "--configfile", str(cfg)).stdout
     assert [_threads(b) for b in _embed_jobs(out)] == [3] * 4
 

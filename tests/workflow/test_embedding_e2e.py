@@ -19,7 +19,8 @@ def _config(workdir, corpus, **extra):
         dataset="e2e",
         n_chunks=3,
         input={"path": str(corpus)},
-        embedding={"window": 16, "threads": 2, "token_budget": 2048},
+        embedding={"window": 16, "token_budget": 2048},
+        resources={"embed": {"threads": 2}},
         report={"map_points": 50},
         **extra,
     )

@@ -1,5 +1,5 @@
 """A real embed job SIGKILLed mid-chunk under Snakemake: the rule's retry resumes from the
-finished parts kept in `embedding.resume_dir` (outside the working directory, as on a
+finished parts kept in `gpu_jobs.resume_dir` (outside the working directory, as on a
 volume that outlives a spot node), and the result is byte-identical to an uninterrupted run."""
 
 import json
@@ -38,7 +38,9 @@ def test_sigkilled_embed_job_resumes_from_resume_dir(tmp_path):
         n_chunks=1,
         input={"path": str(corpus)},
         # 100 parts of 3 texts, several seconds of compute on one thread.
-        embedding={"window": 3, "threads": 1, "resume_dir": str(resume)},
+        embedding={"window": 3},
+        resources={"embed": {"threads": 1}},
+        gpu_jobs={"resume_dir": str(resume)},
     )
     ref, run = tmp_path / "ref", tmp_path / "run"
     ref.mkdir()

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from tests.helpers import job_counts, snakemake, write_config
+from shardflow.core.gpu_slots import acquire_gpu
+from tests.helpers import job_counts, offline_env, snakemake, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -39,7 +40,7 @@ def _config(workdir, folder, expect_ndcg):
     return write_config(
         workdir / "config.yaml",
         retrieval={"path": str(folder), "name": "tiny", "n_chunks": 2, "top_k": 100},
-        embedding={"threads": 2},
+        resources={"embed": {"threads": 2}, "embed_queries": {"threads": 2}},
         reproduce={
             "name": "tiny-check",
             "expect": {"metrics": {"ndcg_at_10": {"value": expect_ndcg, "tolerance": 0.001}}},
@@ -54,6 +55,7 @@ def _expected_ndcg():
     return (5 + 1 / (1 + 1 / math.log2(3))) / 6
 
 
+@pytest.mark.dryrun
 def test_dry_run_shows_the_retrieval_dag_before_data(tmp_path, beir):
     cfg = _config(tmp_path, beir, _expected_ndcg())
     counts = job_counts(snakemake(tmp_path, "results/tiny/reproduction.json", "-n", "--configfile", str(cfg)).stdout)
@@ -135,6 +137,7 @@ def test_msmarco_files_through_the_workflow(tmp_path, beir):
         fh.write("5\t0\t999999\t1\n")  # judged passage missing from the collection
     cfg = write_config(
         tmp_path / "config.yaml",
+        gpu_jobs={"pinning": "slots", "devices": "0,1"},
         retrieval={
             "path": str(folder),
             "format": "msmarco",
@@ -144,7 +147,19 @@ def test_msmarco_files_through_the_workflow(tmp_path, beir):
             "msmarco_collection": "collection.tsv.gz",
         },
     )
-    snakemake(tmp_path, "results/marco/retrieval/metrics.json", "--cores", "2", "--configfile", str(cfg))
+    # Pinning with fake devices 0 and 1 while this test holds device 0: every GPU job,
+    # retrieval_evaluate included, must take a slot of its own, i.e. device 1.
+    locks = tmp_path / "locks"
+    env = offline_env(SHARDFLOW_GPU_LOCK_DIR=str(locks))
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    with acquire_gpu("0", mode="slots", lock_dir=locks, job="pytest holds device 0"):
+        snakemake(
+            tmp_path, "results/marco/retrieval/metrics.json", "--cores", "2", "--resources", "gpu=1",
+            "--configfile", str(cfg), env=env,
+        )
+    for log in ["embed/marco/chunk_0", "embed/marco/chunk_1", "embed_queries/marco", "retrieval_evaluate/marco"]:
+        text = (tmp_path / f"logs/{log}.log").read_text()
+        assert "CUDA_VISIBLE_DEVICES=1 (gpu_pinning=slots)" in text, f"{log}: {text[:1500]}"
     metrics = json.loads((tmp_path / "results/marco/retrieval/metrics.json").read_text())
     assert metrics["n_queries"] == 6  # the unjudged query is embedded but not scored
     assert metrics["ndcg_at_10"] == pytest.approx(_expected_ndcg(), abs=1e-6)

@@ -217,3 +217,19 @@ def test_default_lock_dir(monkeypatch, tmp_path):
     assert gpu_slots.default_lock_dir().parent == Path("/tmp")
     monkeypatch.setenv("SHARDFLOW_GPU_LOCK_DIR", str(tmp_path / "x"))
     assert gpu_slots.default_lock_dir() == tmp_path / "x"
+
+
+def test_a_job_can_hold_several_devices_all_or_none(tmp_path):
+    """A data-parallel job asks for N devices: it gets N distinct ones at once, and
+    while fewer than N are free it holds none (no half-held pools to deadlock on)."""
+    with acquire_gpu("0,1,2", mode="slots", lock_dir=tmp_path, count=2) as visible:
+        assert visible == "0,1" and os.environ["CUDA_VISIBLE_DEVICES"] == "0,1"
+        with pytest.raises(GpuSlotTimeout, match="no 2 free GPU slots at once"):
+            with acquire_gpu("0,1,2", mode="slots", lock_dir=tmp_path, count=2, timeout=0.1, poll_interval=0.02):
+                pass
+        # The waiting job released device 2 when it gave up: a one-device job gets it.
+        with acquire_gpu("0,1,2", mode="slots", lock_dir=tmp_path, timeout=0.1) as third:
+            assert third == "2"
+    with pytest.raises(ValueError, match="asks for 4 GPUs but the pool has 3"):
+        with acquire_gpu("0,1,2", mode="slots", lock_dir=tmp_path, count=4):
+            pass

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from shardflow.embed import report
-from shardflow.embed.report import ReportParams, build_report, project_2d, read_benchmark, summarise
+from shardflow.core.jobs import write_job_table
+from shardflow.embed.report import ReportParams, build_report, project_2d, run_summary
 
 BENCH_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 
@@ -34,7 +35,7 @@ VERIFICATION = {"ok": True, "dim": 8, "dtype": "float32"}
 
 def test_summary_totals_and_rates():
     stats = [stat(0, 100, 1000.0, 1010.0), stat(1, 300, 1005.0, 1020.0)]
-    s = summarise(stats, [{"s": 12.0}, {"s": 18.0}], {"rejected_records": 4}, VERIFICATION, ReportParams())
+    s = run_summary(stats, [{"s": 12.0}, {"s": 18.0}], {"rejected_records": 4}, VERIFICATION, ReportParams())
     assert (s["records"], s["tokens"], s["chunks"], s["rejected_records"]) == (400, 4000, 2, 4)
     assert s["embed_wall_time_s"] == 20.0  # first start to last end, overlap counted once
     assert s["embed_job_seconds"] == 30.0  # benchmark seconds, summed
@@ -45,7 +46,7 @@ def test_summary_totals_and_rates():
 def test_summary_costs_only_gpu_jobs():
     stats = [stat(0, 100, 0.0, 10.0, "cuda:0"), stat(1, 100, 0.0, 10.0, "cpu"), stat(2, 100, 0.0, 10.0, "cuda:1")]
     benches = [{"s": 1800.0}, {"s": 3600.0}, {"s": 1800.0}]
-    s = summarise(stats, benches, {}, VERIFICATION, ReportParams(gpu_hour_price=3.0, currency="EUR"))
+    s = run_summary(stats, benches, {}, VERIFICATION, ReportParams(gpu_hour_price=3.0, currency="EUR"))
     assert s["gpu_hours"] == 1.0  # the two CUDA jobs, half an hour each
     assert s["device_hours"] == 2.0
     assert (s["estimated_cost"], s["currency"]) == (3.0, "EUR")
@@ -55,20 +56,20 @@ def test_summary_costs_only_gpu_jobs():
 
 
 def test_cpu_only_run_costs_nothing():
-    s = summarise([stat(0, 10, 0.0, 5.0, "cpu")], [{"s": 5.0}], {}, VERIFICATION, ReportParams())
+    s = run_summary([stat(0, 10, 0.0, 5.0, "cpu")], [{"s": 5.0}], {}, VERIFICATION, ReportParams())
     assert (s["gpu_hours"], s["estimated_cost"]) == (0.0, 0.0)
 
 
 def test_summary_falls_back_to_job_seconds_without_a_benchmark_time():
     stats = [stat(0, 10, 0.0, 5.0, seconds=7.0)]
-    s = summarise(stats, [{"max_rss": 100.0}], {}, VERIFICATION, ReportParams())
+    s = run_summary(stats, [{"max_rss": 100.0}], {}, VERIFICATION, ReportParams())
     assert s["embed_job_seconds"] == 7.0
 
 
 def test_summary_refuses_unpaired_benchmarks():
     stats = [stat(0, 10, 0.0, 5.0), stat(1, 10, 0.0, 5.0)]
     with pytest.raises(ValueError, match="2 per-chunk stats but 1 benchmark"):
-        summarise(stats, [{"s": 5.0}], {}, VERIFICATION, ReportParams())
+        run_summary(stats, [{"s": 5.0}], {}, VERIFICATION, ReportParams())
 
 
 # --- project_2d --------------------------------------------------------------------------
@@ -140,34 +141,6 @@ def test_sample_rows_takes_an_even_stride(tmp_path):
     assert report.sample_rows(str(path), 500)[0].tolist() == list(range(50))
 
 
-# --- read_benchmark ----------------------------------------------------------------------
-
-
-def test_read_benchmark_takes_the_last_repeat_as_numbers(tmp_path):
-    path = tmp_path / "b.tsv"
-    path.write_text(
-        BENCH_HEADER
-        + "1.5\t0:00:01\t100.1\t200\t50\t60\t1.0\t2.0\t90.5\t1.2\n"
-        + "2.5\t0:00:02\t120.0\t210\t55\t65\t1.5\t2.5\t95.0\t2.2\n"
-    )
-    b = read_benchmark(str(path))
-    assert b["s"] == 2.5 and b["max_rss"] == 120.0 and b["cpu_time"] == 2.2
-    assert b["h:m:s"] == "0:00:02"  # not a number: kept as text
-
-
-def test_read_benchmark_keeps_na_as_text(tmp_path):
-    path = tmp_path / "b.tsv"
-    path.write_text("s\tmax_rss\n3.0\tNA\n")
-    assert read_benchmark(str(path)) == {"s": 3.0, "max_rss": "NA"}
-
-
-def test_read_benchmark_empty_file_raises(tmp_path):
-    path = tmp_path / "b.tsv"
-    path.write_text(BENCH_HEADER)
-    with pytest.raises(ValueError, match="empty benchmark"):
-        read_benchmark(str(path))
-
-
 # --- build_report ------------------------------------------------------------------------
 
 
@@ -202,10 +175,10 @@ def fake_run(tmp_path) -> dict:
     (tmp_path / "manifest.json").write_text(json.dumps({"rejected_records": 2, "total_records": rows}))
     outputs = {k: str(tmp_path / "report" / f"{k}.png") for k in ("throughput", "timeline", "norms", "map")}
     outputs["summary"] = str(tmp_path / "report" / "summary.json")
+    write_job_table(tmp_path / "jobs.json", stats_paths, bench_paths)
     return {
         "args": (
-            stats_paths,
-            bench_paths,
+            str(tmp_path / "jobs.json"),
             str(tmp_path / "manifest.json"),
             str(tmp_path / "verification.json"),
             str(npy),

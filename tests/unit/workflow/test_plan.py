@@ -192,8 +192,7 @@ def test_reader_options_of_shipped_config_are_the_defaults(config):
 def test_retrieval_auto_chunks_follow_the_same_rule(tmp_path):
     import json as _json
 
-    from shardflow.workflow.plan import round_to_gpus
-    from shardflow.retrieval.pipeline import plan_corpus_chunks
+    from shardflow.workflow.plan import plan_retrieval_chunks, round_to_gpus
 
     folder = tmp_path / "beir"
     (folder / "qrels").mkdir(parents=True)
@@ -207,9 +206,9 @@ def test_retrieval_auto_chunks_follow_the_same_rule(tmp_path):
                       "msmarco_collection": "c", "msmarco_queries": "q", "msmarco_qrels": "r"},
         "chunking": {"items_per_chunk": 10, "gpus": 4},
     }
-    assert plan_corpus_chunks(cfg) == 8  # ceil(45/10) = 5, rounded up to a multiple of 4
+    assert plan_retrieval_chunks(cfg) == 8  # ceil(45/10) = 5, rounded up to a multiple of 4
     cfg["chunking"]["items_per_chunk"] = 1000
-    assert plan_corpus_chunks(cfg) == round_to_gpus(1, 4, 45) == 4  # never fewer than min(gpus, records)
+    assert plan_retrieval_chunks(cfg) == round_to_gpus(1, 4, 45) == 4  # never fewer than min(gpus, records)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,16 @@
+"""Rule landing: each stage's records -> results/report.rst, the report's first screen."""
+
+from shardflow.core.runlog import configure_logging
+from shardflow.embed.report import ReportParams
+from shardflow.workflow.landing import embedding_section, retrieval_section, write_landing
+
+smk = snakemake  # noqa: F821 - injected by Snakemake
+report = ReportParams(gpu_hour_price=smk.params.gpu_hour_price, currency=smk.params.currency)
+log = configure_logging(smk.log[0], "landing", {"sections": smk.params.sections, "report": report})
+builders = {
+    "embedding": lambda ds, files: embedding_section(ds, files, report),
+    "retrieval": retrieval_section,
+}
+sections = [builders[stage](ds, files) for stage, ds, files in smk.params.sections]
+write_landing(smk.output[0], sections)
+log.info("wrote %s: %s", smk.output[0], ", ".join(s.title for s in sections))

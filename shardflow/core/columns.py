@@ -1,0 +1,57 @@
+"""The id column that travels beside every per-row output (embeddings, summaries),
+and the duplicate check every stage's verification runs over it.
+
+One string column `id` in Parquet: row k names row k of the matching output.
+Bounded row groups, so streaming readers (merge, verify) hold one group at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+
+from shardflow.core.atomic import atomic_path
+
+ID_ROW_GROUP = 16384
+
+
+def write_ids_parquet(path: str | os.PathLike, ids: Sequence[str]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"id": pa.array(list(ids), type=pa.string())})
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, row_group_size=ID_ROW_GROUP)
+
+
+def read_ids(path: str | os.PathLike) -> list[str]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path, columns=["id"]).column("id").to_pylist()
+
+
+def _id_hash(value: str) -> int:
+    return int.from_bytes(hashlib.blake2b(value.encode(), digest_size=8).digest(), "little")
+
+
+def duplicate_ids(batches: Callable[[], Iterator[list[str]]]) -> tuple[int, list[str]]:
+    """(number of ids, ids that occur more than once) over `batches()`, a factory of
+    id batches that may be called twice. 8-byte hashes keep memory at 8 bytes an id
+    (one uint64 array per batch: a Python list of ints would cost ~36 bytes an id);
+    hash collisions are resolved by comparing the actual strings in a second pass."""
+    parts = [np.zeros(0, dtype=np.uint64)]
+    for values in batches():
+        parts.append(np.fromiter(map(_id_hash, values), dtype=np.uint64, count=len(values)))
+    hashes = np.sort(np.concatenate(parts))
+    suspect = set(hashes[1:][hashes[1:] == hashes[:-1]].tolist())
+    if not suspect:
+        return len(hashes), []
+    seen: dict[str, int] = {}
+    for values in batches():
+        for value in values:
+            if _id_hash(value) in suspect:
+                seen[value] = seen.get(value, 0) + 1
+    return len(hashes), sorted(v for v, c in seen.items() if c > 1)

@@ -1,0 +1,58 @@
+"""Devices and precisions of GPU jobs: `auto` resolved the same way by every engine.
+
+Cheap: torch is imported, CUDA is only queried.
+"""
+
+from __future__ import annotations
+
+import platform
+
+import torch
+
+DEVICES = ("auto", "cpu", "cuda")  # plus "cuda:N"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def check_device(name: str) -> None:
+    """A configured device name is auto, cpu, cuda or cuda:N."""
+    if name not in DEVICES and not (name.startswith("cuda:") and name[5:].isdigit()):
+        raise ValueError(f"device {name!r}: expected auto, cpu, cuda or cuda:N")
+
+
+def resolve_device(name: str) -> torch.device:
+    """auto: the current CUDA device if there is one, else CPU."""
+    if name == "auto":
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"device {name!r} requested but CUDA is not available")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise RuntimeError(f"device {name!r} requested but only {torch.cuda.device_count()} CUDA devices exist")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """auto: bf16 on CUDA (fp16 where bf16 is unsupported), fp32 on CPU."""
+    if name != "auto":
+        return DTYPES[name]
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")

@@ -1,0 +1,81 @@
+"""Content hashes: files, folders, text lists, model folders, JSON-able objects.
+
+Two identities of a model folder serve two purposes:
+- `model_identity`: cheap (small files by content, large ones by name and size),
+  for resume keys that are computed at the start of every job;
+- `model_sha256`: every weight, tokenizer and config byte, for provenance and
+  reproduction checks that must notice a changed weight file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+BLOCK = 1 << 22
+# model_identity: files above this size (weights) enter by name and size only.
+HASH_CONTENT_BELOW = 4 << 20
+# model_sha256: the files that decide a model's output.
+MODEL_SUFFIXES = (".safetensors", ".bin", ".json", ".txt", ".model")
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(BLOCK):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_folder(folder: str | os.PathLike, suffixes: tuple[str, ...] | None = None) -> str:
+    """One hash over the relative names and contents of the files in a folder, sorted."""
+    folder = Path(folder)
+    h = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        if suffixes and not path.name.endswith(suffixes):
+            continue
+        h.update(str(path.relative_to(folder)).encode() + b"\0" + sha256_file(path).encode() + b"\n")
+    return h.hexdigest()
+
+
+def digest(obj: Any) -> str:
+    """sha256 of an object's canonical JSON (sorted keys)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def config_sha256(config: dict) -> str:
+    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def texts_fingerprint(texts: list[str]) -> str:
+    """sha256 over the texts, length-prefixed so ["ab", "c"] != ["a", "bc"]."""
+    h = hashlib.sha256()
+    for text in texts:
+        data = text.encode("utf-8", "surrogatepass")
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()
+
+
+def model_identity(folder: str | os.PathLike) -> list[list[Any]]:
+    """Cheap identity of a model folder: small files by content, large ones by name and size."""
+    folder = Path(folder)
+    entries: list[list[Any]] = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        rel = path.relative_to(folder).as_posix()
+        if rel.startswith(".") or "/." in rel or rel.endswith(".md"):
+            continue  # .git, .cache, READMEs: no effect on the output
+        size = path.stat().st_size
+        entries.append([rel, size, sha256_file(path) if size < HASH_CONTENT_BELOW else None])
+    return entries
+
+
+def model_sha256(model_path: str) -> dict:
+    """Hash of a local model folder's weights, tokenizer and configs (None for hub names)."""
+    if not os.path.isdir(model_path):
+        return {"path": model_path, "sha256": None, "note": "not a local folder"}
+    return {"path": model_path, "sha256": sha256_folder(model_path, MODEL_SUFFIXES)}

@@ -1,0 +1,55 @@
+"""The record of a stage's chunk jobs: their statistics and Snakemake benchmarks.
+
+Each chunk job writes a small stats JSON; Snakemake writes a benchmark TSV for it.
+The stage's merge collects both into one table (`jobs.json`), so that the report,
+verification and provenance read one file instead of two per chunk: the DAG keeps
+one edge per chunk job, into merge, whatever the chunk count.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+from shardflow.core.atomic import write_json
+
+TIMING_KEYS = ("s", "max_rss", "cpu_time")
+
+
+def read_benchmark(path: str | os.PathLike) -> dict:
+    """One Snakemake benchmark TSV (the last repeat) as floats where possible."""
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    if not rows:
+        raise ValueError(f"{path}: empty benchmark file")
+    out = {}
+    for k, v in rows[-1].items():
+        try:
+            out[k] = float(v)
+        except (TypeError, ValueError):
+            out[k] = v
+    return out
+
+
+def write_job_table(path: str | os.PathLike, stats_paths: list[str], bench_paths: list[str]) -> list[dict]:
+    """One row per chunk job, in chunk order: {"stats", "benchmark", "benchmark_path"}."""
+    if len(stats_paths) != len(bench_paths):
+        raise ValueError(f"{len(stats_paths)} stats files but {len(bench_paths)} benchmark files")
+    rows = []
+    for stats_path, bench_path in zip(stats_paths, bench_paths):
+        with open(stats_path, encoding="utf-8") as fh:
+            stats = json.load(fh)
+        rows.append({"stats": stats, "benchmark": read_benchmark(bench_path), "benchmark_path": str(bench_path)})
+    write_json(path, {"format": "shardflow.jobs/1", "jobs": rows})
+    return rows
+
+
+def read_job_table(path: str | os.PathLike) -> list[dict]:
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)["jobs"]
+
+
+def timings(rows: list[dict]) -> dict:
+    """{benchmark path: {s, max_rss, cpu_time}} of the table's jobs (for provenance)."""
+    return {r["benchmark_path"]: {k: r["benchmark"].get(k) for k in TIMING_KEYS} for r in rows}

@@ -1,0 +1,93 @@
+"""Out-of-memory back-off for batched GPU work (embedding, generation).
+
+A batch that does not fit is split in halves and the token budget halved for the
+rest of the run; a single row that does not fit even alone raises `TooLargeError`
+naming its row. Batch shapes then differ from an undisturbed run, so the last bits
+of the output can too (documented by each caller).
+
+    backoff = OomBackoff(token_budget=32768, device=device, logger=log)
+    for batch, out in backoff.run(batch, forward, split):
+        ...
+
+`forward(batch)` does the work; `split(batch, rows)` cuts a batch into pieces of
+at most `rows` rows (`shardflow.core.batching.split_batch` for collated batches).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+
+OOM_ERRORS = (getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError),)
+
+T = TypeVar("T")
+
+
+class TooLargeError(RuntimeError):
+    """One row does not fit in device memory, even in a batch of its own."""
+
+    def __init__(self, message: str, row: int, n_tokens: int):
+        super().__init__(message)
+        self.row = row
+        self.n_tokens = n_tokens
+
+
+class OomBackoff:
+    """Runs batches, halving them (and the budget) when the device runs out of memory."""
+
+    def __init__(self, token_budget: int, device: torch.device, logger: logging.Logger | None = None):
+        self.token_budget = token_budget
+        self.device = device
+        self.logger = logger or logging.getLogger(__name__)
+        self.backoffs = 0
+
+    def run(
+        self,
+        batch: Any,
+        forward: Callable[[Any], T],
+        split: Callable[[Any, int], list[Any]],
+        *,
+        row_offset: int = 0,
+        noun: str = "row",
+    ) -> list[tuple[Any, T]]:
+        """[(piece, forward(piece)), ...] covering `batch`'s rows, in order.
+
+        `batch` has `input_ids` [n, width], `rows` and `lengths` (a collated
+        `shardflow.core.batching.Batch`); `row_offset + rows[k]` names a row in errors.
+        """
+        n, width = batch.input_ids.shape
+        if n > 1 and n * width > self.token_budget:
+            # The budget dropped after this batch was planned: cut it to the budget first.
+            rows = max(1, self.token_budget // width)
+            return [r for piece in split(batch, rows) for r in self._attempt(piece, forward, split, row_offset, noun)]
+        return self._attempt(batch, forward, split, row_offset, noun)
+
+    def _attempt(self, batch, forward, split, row_offset: int, noun: str) -> list[tuple[Any, Any]]:
+        failed = False
+        try:
+            out = forward(batch)
+        except OOM_ERRORS:
+            failed = True  # handled outside the except block, so the frames holding activations are freed
+        if not failed:
+            return [(batch, out)]
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        self.backoffs += 1
+        n, width = batch.input_ids.shape
+        if n == 1:
+            row, n_tokens = row_offset + int(batch.rows[0]), int(batch.lengths[0])
+            raise TooLargeError(
+                f"{noun} {row} ({n_tokens} tokens) does not fit in {self.device} memory even alone; "
+                "lower max_length or use a device with more memory",
+                row=row,
+                n_tokens=n_tokens,
+            )
+        self.token_budget = max(1, min(self.token_budget, n * width) // 2)
+        self.logger.warning(
+            "out of memory on a batch of %d x %d tokens: splitting it, token budget now %d", n, width, self.token_budget
+        )
+        half = (n + 1) // 2
+        return [r for piece in split(batch, half) for r in self._attempt(piece, forward, split, row_offset, noun)]

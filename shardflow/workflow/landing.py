@@ -1,0 +1,101 @@
+"""The first screen of report.html: per stage that ran, what a user checks first.
+
+Snakemake's report opens on its global description (the `report:` statement). The
+`landing` rule writes it from the small records every stage already keeps, one
+section per stage and data set:
+
+- embedding: records in (read / rejected), rows out and whether verification
+  passed, wall time, throughput, GPU-hours and estimated cost;
+- retrieval evaluation: the headline metrics and query / document counts.
+
+A new capability adds a `<stage>_section` function here and its files to the
+rule's input; `render` lays every section out the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from shardflow.core.atomic import atomic_open
+from shardflow.core.jobs import read_job_table
+from shardflow.embed.report import ReportParams, run_summary
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    rows: list[tuple[str, str]]
+
+
+def _json(path: str | os.PathLike) -> dict:
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _duration(seconds: float) -> str:
+    seconds = float(seconds)
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.2f} h"
+
+
+def embedding_section(dataset: str, files: dict, report: ReportParams) -> Section:
+    """files: manifest, jobs, verification."""
+    manifest, verification = _json(files["manifest"]), _json(files["verification"])
+    jobs = read_job_table(files["jobs"])
+    s = run_summary([j["stats"] for j in jobs], [j["benchmark"] for j in jobs], manifest, verification, report)
+    rows = [
+        ("records in", f"{manifest['total_records']:,} read, {manifest.get('rejected_records', 0):,} rejected"),
+        ("records out", f"{verification['rows']:,} x {verification['dim']} ({verification['dtype']}), "
+         f"verification {'passed' if verification['ok'] else 'FAILED'}"),
+        ("wall time", f"{_duration(s['embed_wall_time_s'])} ({s['chunks']} chunk jobs, {_duration(s['embed_job_seconds'])} in all)"),
+        ("throughput", f"{s['items_per_s']:,.1f} records/s, {s['tokens_per_s']:,.0f} tokens/s on {', '.join(s['devices'])}"),
+        ("GPU-hours and cost", f"{s['gpu_hours']:.4f} GPU-h, {s['estimated_cost']:.2f} {s['currency']} "
+         f"({s['estimated_cost_per_million_records']:.2f} per million records)"),
+    ]
+    return Section(f"Embedding: {dataset}", rows)
+
+
+def retrieval_section(dataset: str, files: dict) -> Section:
+    """files: metrics."""
+    m = _json(files["metrics"])
+    rows = [(key.replace("_at_", "@"), f"{m[key]:.5f}") for key in ("ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10", "map_at_10")]
+    rows.append(("evaluated", f"{m['n_queries']:,} queries against {m['n_documents']:,} documents (exact top-{m['top_k']})"))
+    return Section(f"Retrieval evaluation: {dataset}", rows)
+
+
+def _escape(text: str) -> str:
+    # Inline markup characters of reStructuredText; values are data, never markup.
+    for ch in "\\*`|_":
+        text = text.replace(ch, "\\" + ch)
+    return text
+
+
+def render(sections: list[Section]) -> str:
+    lines = [
+        "shardflow run",
+        "=============",
+        "",
+        "What to check first, per stage that ran. Figures, per-chunk timings and provenance",
+        "are in the categories below; results/<dataset>/ holds the files.",
+        "",
+    ]
+    for section in sections:
+        title = _escape(section.title)
+        lines += [title, "-" * len(title), ""]
+        rows = [(_escape(k), _escape(v)) for k, v in section.rows]
+        width = max(len(k) for k, _ in rows)
+        rule = "=" * width + " " + "=" * 60
+        lines += [rule]
+        lines += [f"{k.ljust(width)} {v}" for k, v in rows]
+        lines += [rule, ""]
+    return "\n".join(lines)
+
+
+def write_landing(path: str | os.PathLike, sections: list[Section]) -> None:
+    with atomic_open(path, "w", encoding="utf-8") as fh:
+        fh.write(render(sections))

@@ -1,0 +1,52 @@
+"""The job table merge writes from per-chunk stats and Snakemake benchmarks."""
+
+import json
+
+import pytest
+
+from shardflow.core.jobs import read_benchmark, read_job_table, timings, write_job_table
+
+BENCH_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+
+
+def test_read_benchmark_takes_the_last_repeat_as_numbers(tmp_path):
+    path = tmp_path / "b.tsv"
+    path.write_text(
+        BENCH_HEADER
+        + "1.5\t0:00:01\t100.1\t200\t50\t60\t1.0\t2.0\t90.5\t1.2\n"
+        + "2.5\t0:00:02\t120.0\t210\t55\t65\t1.5\t2.5\t95.0\t2.2\n"
+    )
+    b = read_benchmark(str(path))
+    assert b["s"] == 2.5 and b["max_rss"] == 120.0 and b["cpu_time"] == 2.2
+    assert b["h:m:s"] == "0:00:02"  # not a number: kept as text
+
+
+def test_read_benchmark_keeps_na_as_text(tmp_path):
+    path = tmp_path / "b.tsv"
+    path.write_text("s\tmax_rss\n3.0\tNA\n")
+    assert read_benchmark(str(path)) == {"s": 3.0, "max_rss": "NA"}
+
+
+def test_read_benchmark_empty_file_raises(tmp_path):
+    path = tmp_path / "b.tsv"
+    path.write_text(BENCH_HEADER)
+    with pytest.raises(ValueError, match="empty benchmark"):
+        read_benchmark(str(path))
+
+
+
+
+def test_job_table_pairs_stats_with_benchmarks_in_chunk_order(tmp_path):
+    stats, benches = [], []
+    for i in range(3):
+        sp, bp = tmp_path / f"s{i}.json", tmp_path / f"b{i}.tsv"
+        sp.write_text(json.dumps({"chunk": i, "items": 10 + i}))
+        bp.write_text(BENCH_HEADER + f"{5 + i}.0\t0:00:05\t100\t200\t1\t1\t0\t0\t50\t{2 + i}\n")
+        stats.append(str(sp))
+        benches.append(str(bp))
+    rows = write_job_table(tmp_path / "jobs.json", stats, benches)
+    assert read_job_table(tmp_path / "jobs.json") == rows
+    assert [(r["stats"]["items"], r["benchmark"]["s"]) for r in rows] == [(10, 5.0), (11, 6.0), (12, 7.0)]
+    assert timings(rows)[benches[2]] == {"s": 7.0, "max_rss": 100.0, "cpu_time": 4.0}
+    with pytest.raises(ValueError, match="3 stats files but 2 benchmark files"):
+        write_job_table(tmp_path / "bad.json", stats, benches[:2])
