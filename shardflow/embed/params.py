@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from shardflow.core import parts
-from shardflow.core.devices import DEVICES, DTYPES, check_device, cpu_name, dtype_name, resolve_device, resolve_dtype  # noqa: F401
+from shardflow.core.devices import DTYPES, check_device, dtype_name, resolve_device, resolve_dtype
 from shardflow.core.hashing import model_identity
 from shardflow.embed.stconfig import ModelSpec, load_model_spec
 
