@@ -1,0 +1,173 @@
+"""Read summarisation records (documents, references, stored system summaries)
+from JSONL or gzipped JSONL.
+
+Each line is one JSON object. Blank lines carry no record and are passed over,
+as in `shardflow.corpus.readers`. Anything else that cannot be used (invalid
+UTF-8, malformed JSON, a value that is not an object, a missing, non-string or
+empty field, a duplicate id, a dict of summaries whose systems differ from the
+first record's) raises `BadRecordError` naming the file and line; with
+`on_bad_record="skip"` it becomes a `Rejected` in the returned rejects list
+instead, so nothing is dropped silently.
+
+Summaries are named by a field spec:
+  "summary"                 a top-level field; the system is called "summary"
+  "system_summaries.bart"   a dotted path into nested objects; system "bart"
+  "system_summaries.*"      every entry of a dict field, one system per key
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from shardflow.corpus.readers import BadRecordError, Rejected
+
+__all__ = ["BadRecordError", "Document", "Loaded", "Rejected", "SummaryRecord", "load_documents", "load_summaries"]
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    article: str
+    reference: str | None  # None when no reference field was asked for
+    line: int
+
+
+@dataclass(frozen=True)
+class SummaryRecord:
+    id: str
+    reference: str
+    summaries: dict[str, str]  # system name -> summary text
+    line: int
+
+
+@dataclass(frozen=True)
+class Loaded:
+    records: list  # Document | SummaryRecord, in file order
+    rejects: list[Rejected]
+
+
+class _Bad(Exception):
+    """A record-level problem, turned into BadRecordError or Rejected by the caller."""
+
+
+def load_documents(
+    path: str,
+    *,
+    id_field: str = "id",
+    article_field: str = "article",
+    reference_field: str | None = "highlights",
+    on_bad_record: str = "error",
+) -> Loaded:
+    """Documents to summarise (and, when `reference_field` is set, their references)."""
+
+    def make(obj: dict, line: int) -> Document:
+        ref = _text(obj, reference_field) if reference_field else None
+        return Document(_id(obj, id_field), _text(obj, article_field), ref, line)
+
+    return _load(path, make, on_bad_record)
+
+
+def load_summaries(
+    path: str,
+    summaries: str,
+    *,
+    id_field: str = "id",
+    reference_field: str = "highlights",
+    on_bad_record: str = "error",
+) -> Loaded:
+    """Stored summaries named by `summaries` (see the module docstring) and their references."""
+    if not summaries or summaries.startswith(".") or ".." in summaries:
+        raise ValueError(f"summaries field spec {summaries!r}: expected 'field', 'a.b' or 'a.*'")
+    systems: list[str] | None = None  # for "a.*": the first good record's keys
+
+    def make(obj: dict, line: int) -> SummaryRecord:
+        nonlocal systems
+        if summaries.endswith(".*"):
+            parent = summaries[:-2]
+            value = _get(obj, parent)
+            if not isinstance(value, dict) or not value:
+                raise _Bad(f"field {parent!r} is {type(value).__name__}, not a non-empty object of summaries")
+            names = sorted(value)
+            if systems is not None and names != systems:
+                missing, extra = sorted(set(systems) - set(names)), sorted(set(names) - set(systems))
+                raise _Bad(f"systems in {parent!r} differ from the first record's: missing {missing}, extra {extra}")
+            texts = {name: _text(obj, f"{parent}.{name}") for name in names}
+            systems = names
+        else:
+            texts = {summaries.rsplit(".", 1)[-1]: _text(obj, summaries)}
+        return SummaryRecord(_id(obj, id_field), _text(obj, reference_field), texts, line)
+
+    return _load(path, make, on_bad_record)
+
+
+def _load(path: str, make, on_bad_record: str) -> Loaded:
+    if on_bad_record not in ("error", "skip"):
+        raise ValueError(f"on_bad_record {on_bad_record!r}: expected 'error' or 'skip'")
+    records, rejects, seen = [], [], {}
+    for line, raw, obj in _objects(path):
+        try:
+            if isinstance(obj, _Bad):
+                raise obj
+            rec = make(obj, line)
+            if rec.id in seen:
+                raise _Bad(f"duplicate id {rec.id!r} (first on line {seen[rec.id]})")
+        except _Bad as exc:
+            if on_bad_record == "error":
+                raise BadRecordError(path, line, str(exc)) from None
+            rejects.append(Rejected(path, line, str(exc), raw.decode("utf-8", errors="backslashreplace").rstrip("\r\n")))
+            continue
+        seen[rec.id] = line
+        records.append(rec)
+    return Loaded(records, rejects)
+
+
+def _objects(path: str) -> Iterator[tuple[int, bytes, Any]]:
+    """(line number, raw bytes, parsed object or _Bad) for each non-blank line."""
+    opener = gzip.open if path.lower().endswith(".gz") else open
+    with opener(path, "rb") as fh:
+        for line, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw.decode("utf-8-sig" if line == 1 else "utf-8"))
+            except UnicodeDecodeError as exc:
+                yield line, raw, _Bad(f"invalid UTF-8 at byte {exc.start}")
+                continue
+            except json.JSONDecodeError as exc:
+                yield line, raw, _Bad(f"malformed JSON ({exc.msg} at column {exc.colno})")
+                continue
+            if not isinstance(obj, dict):
+                obj = _Bad(f"JSON value is {type(obj).__name__}, not an object")
+            yield line, raw, obj
+
+
+def _get(obj: dict, dotted: str) -> Any:
+    for key in dotted.split("."):
+        if not isinstance(obj, dict) or key not in obj:
+            raise _Bad(f"missing field {dotted!r}")
+        obj = obj[key]
+    return obj
+
+
+def _text(obj: dict, dotted: str) -> str:
+    value = _get(obj, dotted)
+    if not isinstance(value, str):
+        raise _Bad(f"field {dotted!r} is {type(value).__name__}, not a string")
+    if not value.strip():
+        raise _Bad(f"empty text in field {dotted!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _Bad(f"field {dotted!r} holds an unpaired surrogate (not valid Unicode)") from None
+    return value
+
+
+def _id(obj: dict, field: str) -> str:
+    value = _get(obj, field)
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+        raise _Bad(f"id field {field!r} is {value!r}, not a non-empty string or integer")
+    return str(value)

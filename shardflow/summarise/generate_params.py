@@ -1,0 +1,175 @@
+"""What decides an abstractive summary: `GenerateParams`, and the generation settings
+it resolves to against a model folder.
+
+Generation settings are layered exactly as `model.generate` layers them: the
+model's own `GenerationConfig` (its `generation_config.json`, or, without one,
+the generation fields of `config.json`), then every override that is not None.
+Fields left unset in both keep transformers' global defaults (greedy, 20 new
+tokens), which `model.generate` fills in at call time.
+
+Nothing here loads weights.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+# Decoder-only models get this instruction unless `prompt` is set.
+DEFAULT_PROMPT = "Summarise the following text in a few sentences."
+# Without a chat template, a decoder-only model sees "<prompt>\n\n<text>\n\nSummary:".
+PLAIN_TEMPLATE = "{prompt}\n\n{text}\n\nSummary:"
+# Encoder-decoder families trained with a task prefix (T5's "summarize: ").
+T5_FAMILY = ("t5", "mt5", "umt5", "longt5")
+T5_PREFIX = "summarize: "
+# Padded input tokens per batch, counted once per beam. Every decoding step costs
+# per-step overhead, so generation wants larger batches than encoding (1024);
+# 4096 measured best on CPU for a d_model-256 BART on the demo corpus (2048: more
+# steps, 16384: more padding). GPUs want large batches.
+AUTO_TOKEN_BUDGET = {"cpu": 4096, "cuda": 65536}
+# GenerateParams fields that override the model's GenerationConfig, same names.
+GENERATION_FIELDS = (
+    "num_beams",
+    "max_new_tokens",
+    "min_length",
+    "min_new_tokens",
+    "length_penalty",
+    "no_repeat_ngram_size",
+    "early_stopping",
+    "do_sample",
+)
+
+
+@dataclass(frozen=True)
+class GenerateParams:
+    """Everything that decides how (and what) a chunk summarises to.
+
+    model: a local Hugging Face model folder, seq2seq (BART, PEGASUS, T5) or
+        decoder-only (anything `AutoModelForCausalLM` loads).
+    device: auto, cpu, cuda or cuda:N. dtype: auto (bf16 on CUDA, fp32 on CPU),
+        float32, bfloat16 or float16.
+    token_budget: most padded input tokens (rows x longest row x num_beams) in one
+        batch; None picks a per-device default (AUTO_TOKEN_BUDGET).
+    max_batch_size: most texts in one batch, whatever the budget.
+    max_input_length: truncate inputs to this many tokens; None means the model's
+        limit (tokenizer `model_max_length`, position embeddings). Decoder-only
+        models also keep room for the generated tokens inside their positions.
+    prefix: text put before every input of a seq2seq model; None picks the
+        model's own (`task_specific_params.summarization.prefix`, else
+        "summarize: " for the T5 family, else nothing).
+    prompt: the instruction for a decoder-only model; None means DEFAULT_PROMPT.
+        It goes through the tokenizer's chat template as one user message,
+        "<prompt>\\n\\n<text>", with the generation prompt added; a tokenizer without
+        a chat template gets PLAIN_TEMPLATE instead.
+    num_beams ... do_sample: generation overrides (None: the model's setting).
+    seed: required when sampling (do_sample here or in the model's config);
+        torch is seeded with seed + window index before every window.
+    window: texts per resumable part (and per length sort).
+    threads: torch intra-op threads (None: leave torch's setting).
+    """
+
+    model: str
+    device: str = "auto"
+    dtype: str = "auto"
+    token_budget: int | None = None
+    max_batch_size: int = 64
+    max_input_length: int | None = None
+    prefix: str | None = None
+    prompt: str | None = None
+    num_beams: int | None = None
+    max_new_tokens: int | None = None
+    min_length: int | None = None
+    min_new_tokens: int | None = None
+    length_penalty: float | None = None
+    no_repeat_ngram_size: int | None = None
+    early_stopping: bool | str | None = None
+    do_sample: bool | None = None
+    seed: int | None = None
+    window: int = 1024
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        from shardflow.core.devices import DTYPES, check_device
+
+        check_device(self.device)
+        if self.dtype != "auto" and self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype!r}: expected auto or one of {sorted(DTYPES)}")
+        for name in ("max_batch_size", "window"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        for name in ("token_budget", "max_input_length", "num_beams", "max_new_tokens", "threads"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 or None")
+        for name in ("min_length", "min_new_tokens", "no_repeat_ngram_size"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be >= 0 or None")
+        if self.early_stopping not in (None, True, False, "never"):
+            raise ValueError(f"early_stopping {self.early_stopping!r}: expected true, false or 'never'")
+        if self.do_sample and self.seed is None:
+            raise ValueError(
+                "do_sample: true needs a seed, so that a rerun (or a resumed job) gives the same summaries"
+            )
+
+    def overrides(self) -> dict[str, Any]:
+        """The generation overrides that are set, by GenerationConfig name."""
+        return {name: getattr(self, name) for name in GENERATION_FIELDS if getattr(self, name) is not None}
+
+
+def params_from_dict(values: dict[str, Any]) -> GenerateParams:
+    """`GenerateParams(**values)`; an unknown key is a TypeError that names it."""
+    known = {f.name for f in fields(GenerateParams)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise TypeError(f"unknown summarise parameter(s) {unknown}; known: {sorted(known)}")
+    return GenerateParams(**values)
+
+
+def base_generation_config(folder: str | Path, model_config=None):
+    """The model's own GenerationConfig, as `from_pretrained` gives it to the model."""
+    from transformers import AutoConfig, GenerationConfig
+
+    folder = Path(folder)
+    if (folder / "generation_config.json").is_file():
+        return GenerationConfig.from_pretrained(folder)
+    return GenerationConfig.from_model_config(model_config or AutoConfig.from_pretrained(folder))
+
+
+def merge_generation_config(base, params: GenerateParams):
+    """base + the overrides that are set: what `model.generate(**overrides)` runs with.
+
+    Raises ValueError when the result samples without a seed, or asks for more
+    than one returned sequence (one summary per text).
+    """
+    merged = copy.deepcopy(base)
+    unused = merged.update(**params.overrides())
+    assert not unused, unused  # every override name is a GenerationConfig field
+    eff = effective(merged)
+    if eff.do_sample and params.seed is None:
+        raise ValueError(
+            f"{params.model}: the generation config samples (do_sample: true); set do_sample: false, or a seed"
+        )
+    if eff.num_return_sequences != 1:
+        raise ValueError(f"{params.model}: num_return_sequences={eff.num_return_sequences}; one summary per text only")
+    return merged
+
+
+def effective(config):
+    """A copy with transformers' global defaults filled in where a field is unset (as generate does)."""
+    eff = copy.deepcopy(config)
+    eff.update(**config._get_default_generation_params(), defaults_only=True)
+    return eff
+
+
+def default_prefix(model_config) -> str:
+    task = (getattr(model_config, "task_specific_params", None) or {}).get("summarization") or {}
+    if "prefix" in task:
+        return task["prefix"]
+    return T5_PREFIX if model_config.model_type in T5_FAMILY else ""
+
+
+def resolve_token_budget(params: GenerateParams, device) -> int:
+    return params.token_budget or AUTO_TOKEN_BUDGET.get(device.type, AUTO_TOKEN_BUDGET["cuda"])

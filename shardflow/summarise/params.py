@@ -1,0 +1,75 @@
+"""What decides an extractive summary (`SummariseParams`) and a ROUGE evaluation
+(`ScoreParams`). Frozen: an unknown key from config is a TypeError, and a bad
+value fails here, before any model loads.
+
+Abstractive generation has its own parameters, in `summarise.generate`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+METHODS = ("lead", "extractive")
+SPLITTER_NAMES = ("punctuation", "prose")
+SENTENCE_FORMATS = ("prose", "tokenised")
+
+
+@dataclass(frozen=True)
+class SummariseParams:
+    """method: "lead" (first k sentences) or "extractive" (MMR over sentence embeddings).
+    k: sentences per summary.
+    mmr_lambda: extractive only; weight of relevance against redundancy, in [0, 1]
+        (1: the k sentences closest to the document centroid; 0: only diversity).
+    splitter: "punctuation" (the published Lead-3 comparisons' simple splitter) or
+        "prose" (also keeps abbreviations and initials together); see `sentences`.
+    window: documents per resumable part.
+    """
+
+    method: str = "lead"
+    k: int = 3
+    mmr_lambda: float = 0.7
+    splitter: str = "punctuation"
+    window: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method {self.method!r}: expected one of {METHODS}")
+        if self.k < 1:
+            raise ValueError(f"k must be >= 1, got {self.k}")
+        if not 0.0 <= self.mmr_lambda <= 1.0:
+            raise ValueError(f"mmr_lambda must be in [0, 1], got {self.mmr_lambda}")
+        if self.splitter not in SPLITTER_NAMES:
+            raise ValueError(f"splitter {self.splitter!r}: expected one of {SPLITTER_NAMES}")
+        if self.window < 1:
+            raise ValueError(f"window must be >= 1, got {self.window}")
+
+
+@dataclass(frozen=True)
+class ScoreParams:
+    """How summaries are scored (see `summarise.rouge`).
+
+    reference_format / summary_format: how ROUGE-Lsum finds sentences, "prose"
+        (`split_sentences`) or "tokenised" (`split_tokenised`; CNN/DailyMail
+        highlights and system outputs).
+    resamples, seed, level: the bootstrap confidence interval.
+    """
+
+    reference_format: str = "prose"
+    summary_format: str = "prose"
+    resamples: int = 1000
+    seed: int = 0
+    level: float = 0.95
+    id_field: str = "id"
+    reference_field: str = "highlights"
+    on_bad_record: str = "error"  # error | skip
+
+    def __post_init__(self) -> None:
+        for name in ("reference_format", "summary_format"):
+            if getattr(self, name) not in SENTENCE_FORMATS:
+                raise ValueError(f"{name} {getattr(self, name)!r}: expected one of {SENTENCE_FORMATS}")
+        if self.resamples < 1:
+            raise ValueError(f"resamples must be >= 1, got {self.resamples}")
+        if not 0.0 < self.level < 1.0:
+            raise ValueError(f"level must be in (0, 1), got {self.level}")
+        if self.on_bad_record not in ("error", "skip"):
+            raise ValueError(f"on_bad_record {self.on_bad_record!r}: expected 'error' or 'skip'")

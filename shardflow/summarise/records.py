@@ -1,0 +1,56 @@
+"""The summaries file: one JSON object a line, in corpus order.
+
+    {"id": ..., "summary": ..., "input_tokens": ..., "output_tokens": ..., "truncated": ...}
+
+`summary` holds one sentence a line for the extractive methods (lead, extractive),
+so ROUGE-Lsum sees their sentence boundaries as they were chosen; an abstractive
+model's text as it generated it. Token counts are the model's tokens for
+`abstractive` and whitespace-separated words for the extractive methods (which
+read and write sentences, not tokens); `truncated` is true where the input was
+cut to the model's limit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+
+from shardflow.core.atomic import atomic_open
+
+RECORD_FIELDS = ("summary", "input_tokens", "output_tokens", "truncated")
+
+
+class SummariesError(ValueError):
+    """A summaries file that is not what the stage wrote (names file and line)."""
+
+
+def write_summaries(path: str | os.PathLike, ids: Sequence[str], records: Sequence[dict]) -> None:
+    """Atomically write `ids[k]` with `records[k]`'s fields, in order."""
+    if len(ids) != len(records):
+        raise ValueError(f"{len(ids)} ids but {len(records)} summaries")
+    with atomic_open(path, "w", encoding="utf-8") as fh:
+        for id_, rec in zip(ids, records):
+            fh.write(json.dumps({"id": id_, **{k: rec[k] for k in RECORD_FIELDS}}, ensure_ascii=False) + "\n")
+
+
+def iter_summaries(path: str | os.PathLike) -> Iterator[dict]:
+    """The records of a summaries file, checked field by field."""
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SummariesError(f"{path}:{lineno}: malformed JSON ({exc.msg})") from None
+            missing = [k for k in ("id", *RECORD_FIELDS) if k not in rec]
+            if missing:
+                raise SummariesError(f"{path}:{lineno}: missing {', '.join(missing)}")
+            yield rec
+
+
+def write_lines(fh, records: Iterable[dict]) -> int:
+    n = 0
+    for rec in records:
+        fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        n += 1
+    return n

@@ -1,0 +1,144 @@
+"""ROUGE the way CNN/DailyMail papers report it, on Google's `rouge-score`
+(pinned 0.1.2 in requirements/lock.txt), plus means and bootstrap intervals.
+
+Protocol:
+- `RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"], use_stemmer=True)`,
+  `score(target=reference, prediction=summary)`; we keep F1 (`fmeasure`) x 100.
+- rouge-score lower-cases, turns every run of characters outside [a-z0-9] into
+  a space and Porter-stems tokens longer than 3 characters, so punctuation and
+  case never change a score.
+- rouge1, rouge2 and rougeL see the texts as given.
+- rougeLsum is summary-level LCS over sentences, and rouge-score takes sentences
+  to be lines. So both sides are split first and joined with "\\n": a list of
+  sentences is used as is; a string is split by its format, "prose"
+  (`split_sentences`) or "tokenised" (`split_tokenised`). CNN/DailyMail
+  references are "tokenised" (highlights joined with " . "), and so are the
+  stored system outputs (lower-cased, so capitals cannot mark a start).
+- A system's score is the plain mean over its documents.
+- Confidence interval: bootstrap over documents, `resamples` (default 1000)
+  samples of n documents drawn with replacement by
+  `numpy.random.default_rng(seed).integers(0, n, size=(resamples, n))`; the
+  interval is the (1 - level)/2 and (1 + level)/2 percentiles (numpy's default
+  linear interpolation) of the resampled means. For the same seed and n every
+  system and metric sees the same resamples (a paired bootstrap).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shardflow.core.atomic import atomic_path
+from shardflow.summarise.data import Rejected, SummaryRecord, load_summaries
+from shardflow.summarise.params import ScoreParams
+from shardflow.summarise.sentences import split_sentences, split_tokenised
+
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+BOOTSTRAP_RESAMPLES = 1000
+DEFAULT_PARAMS = ScoreParams()
+_SPLITTERS = {"prose": split_sentences, "tokenised": split_tokenised}
+
+
+@functools.lru_cache(maxsize=1)
+def _scorer():
+    from rouge_score import rouge_scorer  # imports nltk; only when scoring
+
+    return rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=True)
+
+
+def sentence_lines(text: str | Sequence[str], fmt: str = "prose") -> str:
+    """`text` as one sentence a line, for rougeLsum (a list is taken as sentences)."""
+    if fmt not in _SPLITTERS:
+        raise ValueError(f"sentence format {fmt!r}: expected one of {sorted(_SPLITTERS)}")
+    sentences = _SPLITTERS[fmt](text) if isinstance(text, str) else list(text)
+    return "\n".join(s.strip() for s in sentences)
+
+
+def score_summary(
+    reference: str | Sequence[str],
+    summary: str | Sequence[str],
+    *,
+    reference_format: str = "prose",
+    summary_format: str = "prose",
+) -> dict[str, float]:
+    """F1 x 100 for each of ROUGE_TYPES. A list is a summary already split into sentences."""
+    # Splitting only cuts at whitespace, so the line form has the same tokens as the
+    # text as given: rouge1/2/L are unchanged, and one call scores all four.
+    scores = _scorer().score(sentence_lines(reference, reference_format), sentence_lines(summary, summary_format))
+    return {t: scores[t].fmeasure * 100 for t in ROUGE_TYPES}
+
+
+def score_records(records: Iterable[SummaryRecord], params: ScoreParams = DEFAULT_PARAMS) -> pd.DataFrame:
+    """One row per (document, system): id, system, rouge1, rouge2, rougeL, rougeLsum."""
+    rows = []
+    for rec in records:
+        for system, text in rec.summaries.items():
+            s = score_summary(
+                rec.reference,
+                text,
+                reference_format=params.reference_format,
+                summary_format=params.summary_format,
+            )
+            rows.append({"id": rec.id, "system": system, **s})
+    return pd.DataFrame(rows, columns=["id", "system", *ROUGE_TYPES])
+
+
+@dataclass(frozen=True)
+class ScoredFile:
+    scores: pd.DataFrame  # per (document, system), as `score_records`
+    rejects: list[Rejected]  # empty unless params.on_bad_record == "skip"
+
+
+def score_jsonl(path: str, summaries: str, params: ScoreParams = DEFAULT_PARAMS) -> ScoredFile:
+    """Score stored summaries in a JSONL(.gz) file against its reference field.
+
+    `summaries` is a field spec: "summary", "system_summaries.bart" or
+    "system_summaries.*" (every system at once); see `summarise.data`.
+    """
+    loaded = load_summaries(
+        path,
+        summaries,
+        id_field=params.id_field,
+        reference_field=params.reference_field,
+        on_bad_record=params.on_bad_record,
+    )
+    return ScoredFile(score_records(loaded.records, params), loaded.rejects)
+
+
+def bootstrap_ci(
+    values: Sequence[float], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0, level: float = 0.95
+) -> tuple[float, float]:
+    """Percentile bootstrap interval for the mean of `values` (see the module docstring)."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("bootstrap_ci needs at least one value")
+    idx = np.random.default_rng(seed).integers(0, x.size, size=(resamples, x.size))
+    means = x[idx].mean(axis=1)
+    lo, hi = np.percentile(means, [50 * (1 - level), 50 * (1 + level)])
+    return float(lo), float(hi)
+
+
+def system_means(scores: pd.DataFrame, params: ScoreParams = DEFAULT_PARAMS) -> pd.DataFrame:
+    """Per system and metric: n, mean, ci_low, ci_high (systems in first-seen order)."""
+    rows = []
+    for system, group in scores.groupby("system", sort=False):
+        for metric in ROUGE_TYPES:
+            values = group[metric].to_numpy()
+            lo, hi = bootstrap_ci(values, resamples=params.resamples, seed=params.seed, level=params.level)
+            rows.append(
+                {"system": system, "metric": metric, "n": len(values), "mean": float(values.mean()),
+                 "ci_low": lo, "ci_high": hi}
+            )
+    return pd.DataFrame(rows, columns=["system", "metric", "n", "mean", "ci_low", "ci_high"])
+
+
+def write_parquet(table: pd.DataFrame, path: str) -> None:
+    """Write a score table to Parquet atomically (readers never see half a file)."""
+    with atomic_path(path) as tmp:
+        pq.write_table(pa.Table.from_pandas(table, preserve_index=False), tmp)

@@ -1,0 +1,412 @@
+"""The abstractive engine against `model.generate` run on one text at a time.
+
+Tiny random T5, BART and GPT-2 models are built once per session (about 3 s).
+Each equality test runs the engine with a small token budget and window (several
+windows, batches mixing lengths, rows finishing at different steps) and compares
+every row, token for token, with a solo `model.generate` on the same model, given
+the overrides as keyword arguments: that checks the batching and the settings
+merge at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from shardflow.core.parts import resume_key
+from shardflow.corpus.chunks import ChunkRecord, write_record
+from shardflow.summarise.generate import (
+    GenerateParams,
+    TooLargeError,
+    load_generator,
+    params_from_dict,
+    summarise_chunk,
+)
+from shardflow.summarise.generate_params import base_generation_config
+from tests.support import tiny_generators, tiny_models
+
+# --------------------------------------------------------------------------- fixtures and helpers
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # Tiny models gain nothing from a second thread, and on a busy machine two
+    # spinning threads are 10-40x slower than one.
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny_generators")
+    return {
+        "t5": tiny_generators.build_t5(root),
+        "bart": tiny_generators.build_bart(root),
+        "gpt2": tiny_generators.build_gpt2(root),
+        "gpt2_plain": tiny_generators.build_gpt2(root, chat=False),
+    }
+
+
+@pytest.fixture(scope="session")
+def texts() -> list[str]:
+    return tiny_models.sample_texts(20)
+
+
+def params(model: Path, **kw) -> GenerateParams:
+    kw.setdefault("device", "cpu")
+    return GenerateParams(model=str(model), **kw)
+
+
+def with_generation_config(src: Path, dst: Path, **changes) -> Path:
+    """A copy of a model folder whose generation_config.json has `changes` (None removes a key)."""
+    shutil.copytree(src, dst)
+    cfg = tiny_generators.read_generation_config(dst)
+    for key, value in changes.items():
+        if value is None:
+            cfg.pop(key, None)
+        else:
+            cfg[key] = value
+    (dst / "generation_config.json").write_text(json.dumps(cfg))
+    return dst
+
+
+def reference_inputs(gen, text: str) -> dict:
+    """What a user would hand to `model.generate` for one text."""
+    tok = gen.tokenizer
+    if gen.decoder_only:
+        message = {"role": "user", "content": f"{gen.prompt}\n\n{text}"}
+        enc = tok.apply_chat_template([message], add_generation_prompt=True, return_dict=True, return_tensors="pt")
+    else:
+        kw = {"truncation": True, "max_length": gen.input_limit} if gen.input_limit else {}
+        enc = tok(gen.prefix + text, return_tensors="pt", **kw)
+    return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+
+
+def solo(gen, inputs: list[dict], **kwargs) -> list[list[int]]:
+    """New tokens of `model.generate` run on each input alone."""
+    out = []
+    for enc in inputs:
+        seq = gen.model.generate(**enc, **kwargs)[0]
+        out.append((seq[enc["input_ids"].shape[1] :] if gen.decoder_only else seq[1:]).tolist())
+    return out
+
+
+def solo_from_ids(gen, ids: list[list[int]], **kwargs) -> list[list[int]]:
+    return solo(
+        gen,
+        [{"input_ids": torch.tensor([x]), "attention_mask": torch.ones(1, len(x), dtype=torch.long)} for x in ids],
+        **kwargs,
+    )
+
+
+def assert_informative(records: list[dict], gen) -> None:
+    """A match proves little if every row says the same, or ends at the same step, or nothing was padded."""
+    assert len({r["summary"] for r in records}) >= len(records) // 2
+    assert len({r["output_tokens"] for r in records}) >= 3
+    stats = gen.last_stats
+    assert stats.batches > 2 and stats.padded_input_tokens > stats.input_tokens
+
+
+def write_chunk(path: Path, texts: list[str]) -> Path:
+    with open(path, "w", encoding="utf-8") as fh:
+        for i, text in enumerate(texts):
+            write_record(fh, ChunkRecord(f"doc-{i:05d}", text))
+    return path
+
+
+def oom_above(limit: int):
+    def hook(input_ids):
+        if input_ids.numel() > limit:
+            raise torch.OutOfMemoryError(f"injected: {tuple(input_ids.shape)} > {limit} tokens")
+
+    return hook
+
+
+# --------------------------------------------------------------------------- equality with model.generate alone
+
+
+@pytest.mark.parametrize(
+    "name,overrides",
+    [
+        ("t5", {"num_beams": 1}),
+        ("t5", {"num_beams": 3}),
+        ("bart", {"num_beams": 1, "max_new_tokens": 12}),
+        ("bart", {"num_beams": 3, "length_penalty": 2.0, "early_stopping": True}),
+        ("gpt2", {"num_beams": 1}),
+        ("gpt2", {"num_beams": 3, "no_repeat_ngram_size": 2}),
+    ],
+)
+def test_matches_generate_alone(tiny, texts, name, overrides):
+    gen = load_generator(params(tiny[name], token_budget=400, window=8, **overrides))
+    records = gen.summarise(texts)
+    inputs = [reference_inputs(gen, t) for t in texts]
+    ids, truncated = gen.encode(texts)
+    for i, (enc, x) in enumerate(zip(inputs, ids)):
+        if not (gen.decoder_only and truncated[i]):  # the chat template cannot truncate the text alone
+            assert enc["input_ids"][0].tolist() == x, f"text {i}: input ids differ"
+    want = solo_from_ids(gen, ids, **overrides)
+    got = gen.generate_ids(ids)
+    bad = [i for i in range(len(texts)) if got[i] != want[i]]
+    assert not bad, f"rows {bad} differ from generate alone"
+    summaries = [gen.tokenizer.decode(w, skip_special_tokens=True).strip() for w in want]
+    assert [r["summary"] for r in records] == summaries
+    assert [r["output_tokens"] for r in records] == [len(w) for w in want]
+    assert [r["input_tokens"] for r in records] == [len(x) for x in ids]
+    assert_informative(records, gen)
+
+
+def test_model_settings_are_the_default(tiny, texts):
+    # BART's generation_config.json: num_beams 2, max_length 20, no_repeat_ngram_size 3, forced BOS/EOS.
+    gen = load_generator(params(tiny["bart"], token_budget=400))
+    assert gen.generation_config.num_beams == 2 and gen.generation_config.max_length == 20
+    records = gen.summarise(texts)
+    ids, _ = gen.encode(texts)
+    want = solo_from_ids(gen, ids)  # no kwargs: generate's own defaults
+    assert gen.generate_ids(ids) == want
+    assert max(r["output_tokens"] for r in records) == 19  # max_length 20, minus the decoder start token
+    assert_informative(records, gen)
+    # The base config is the one from_pretrained gives the model.
+    assert base_generation_config(tiny["bart"]).to_dict() == gen.model.generation_config.to_dict()
+
+
+def test_overrides_replace_model_settings(tiny, texts):
+    gen = load_generator(params(tiny["bart"], num_beams=1, max_new_tokens=5, no_repeat_ngram_size=0))
+    gc = gen.generation_config
+    assert (gc.num_beams, gc.max_new_tokens, gc.no_repeat_ngram_size, gc.forced_bos_token_id) == (1, 5, 0, 0)
+    records = gen.summarise(texts)
+    assert max(r["output_tokens"] for r in records) == 5
+    ids, _ = gen.encode(texts)
+    assert gen.generate_ids(ids) == solo_from_ids(gen, ids, num_beams=1, max_new_tokens=5, no_repeat_ngram_size=0)
+
+
+@pytest.mark.filterwarnings("ignore:Using the model-agnostic default")
+def test_generation_settings_from_config_json(tiny, texts, tmp_path):
+    # Without generation_config.json, the generation fields of config.json decide (as from_pretrained does).
+    model = with_generation_config(tiny["t5"], tmp_path / "t5")
+    (model / "generation_config.json").unlink()
+    gen = load_generator(params(model))
+    # from_model_config also copies config.json's output_attentions / output_hidden_states
+    # (False), which from_pretrained leaves None: no effect on generate (both falsy).
+    ours, model_own = gen.generation_config.to_diff_dict(), gen.model.generation_config.to_diff_dict()
+    for d in (ours, model_own):
+        d.pop("output_attentions", None), d.pop("output_hidden_states", None)
+    assert ours == model_own
+    assert gen.generation_config.max_length is None  # 20 new tokens: transformers' default
+    ids, _ = gen.encode(texts[:8])
+    assert gen.generate_ids(ids) == solo_from_ids(gen, ids)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"max_new_tokens": None, "max_length": 70},  # counts the prompt, padding included
+        {"min_length": 80},  # the same, for the floor (prompts here are 25 to 240 tokens)
+    ],
+    ids=["max_length", "min_length"],
+)
+@pytest.mark.filterwarnings("ignore:Unfeasible length constraints")
+def test_decoder_only_limits_that_count_padding(tiny, texts, tmp_path, changes, caplog):
+    model = with_generation_config(tiny["gpt2"], tmp_path / "gpt2", **changes)
+    with caplog.at_level(logging.WARNING):
+        gen = load_generator(params(model, token_budget=2000))
+    assert any("count the padding" in r.getMessage() for r in caplog.records)
+    ids, _ = gen.encode(texts)
+    want = solo_from_ids(gen, ids)  # no kwargs: the model's generation_config.json decides
+    assert gen.generate_ids(ids) == want
+    assert len({len(w) for w in want}) >= 3
+    # The grouping by allowed/required new tokens is what makes it exact: batching freely breaks rows.
+    gen._batch_keys = lambda lengths: None
+    assert gen.generate_ids(ids) != want
+
+
+def test_decoder_only_repetition_penalty_batches_freely(tiny, texts, tmp_path, caplog):
+    # transformers 5 skips left padding (by the attention mask) when penalising prompt tokens.
+    model = with_generation_config(tiny["gpt2"], tmp_path / "gpt2", repetition_penalty=1.8)
+    with caplog.at_level(logging.WARNING):
+        gen = load_generator(params(model, token_budget=1000))
+    assert not any("count the padding" in r.getMessage() for r in caplog.records)
+    ids, _ = gen.encode(texts)
+    assert gen.generate_ids(ids) == solo_from_ids(gen, ids)
+    assert gen._batch_keys(np.array([len(x) for x in ids])) is None
+
+
+# --------------------------------------------------------------------------- prompts, prefixes, truncation
+
+
+def test_prefix_and_prompt(tiny, texts):
+    t5, bart = load_generator(params(tiny["t5"])), load_generator(params(tiny["bart"]))
+    assert t5.prefix == "summarize: " and bart.prefix == ""
+    assert load_generator(params(tiny["t5"], prefix="")).encode(["ab"])[0] == [[100, 101, 1]]  # bytes + 3, EOS
+    chat = load_generator(params(tiny["gpt2"], prompt="Be brief."))
+    ids, _ = chat.encode(texts[:3])
+    tok = chat.tokenizer
+    for text, x in zip(texts[:3], ids):
+        message = [{"role": "user", "content": f"Be brief.\n\n{text}"}]
+        assert x == tok.apply_chat_template(message, add_generation_prompt=True, tokenize=True)["input_ids"]
+    plain = load_generator(params(tiny["gpt2_plain"]))
+    assert not plain.chat
+    ids, _ = plain.encode(["Some text."])
+    assert tok.decode(ids[0]) == f"{plain.prompt}\n\nSome text.\n\nSummary:"
+    with pytest.raises(ValueError, match="prefix is for seq2seq"):
+        load_generator(params(tiny["gpt2"], prefix="summarize: "))
+
+
+def test_truncation_is_counted(tiny, texts):
+    # ByT5: one token per byte, plus EOS. "summarize: " is 11 bytes, so 28 text bytes make 40 tokens.
+    gen = load_generator(params(tiny["t5"], max_input_length=40))
+    batch = ["a" * 28, "a" * 29, "short", *texts]
+    records = gen.summarise(batch)
+    want = [len(("summarize: " + t).encode()) + 1 > 40 for t in batch]
+    assert [r["truncated"] for r in records] == want
+    assert records[0]["input_tokens"] == 40 and not records[0]["truncated"]
+    assert records[1]["input_tokens"] == 40 and records[1]["truncated"]
+    assert gen.last_stats.truncated == sum(want) > 2
+    ids, _ = gen.encode(batch)
+    assert gen.generate_ids(ids) == solo_from_ids(gen, ids)
+    # The model's own limit applies without max_input_length: BART's 128 positions.
+    bart = load_generator(params(tiny["bart"]))
+    assert bart.input_limit == 128
+    long_record = bart.summarise([texts[4]])[0]
+    assert long_record["truncated"] and long_record["input_tokens"] == 128
+
+
+def test_decoder_only_truncation_keeps_the_template(tiny, texts):
+    gen = load_generator(params(tiny["gpt2"], max_input_length=60))
+    long_text = texts[4]
+    ids, truncated = gen.encode([long_text, "short"])
+    assert truncated == [True, False] and 50 < len(ids[0]) <= 60
+    rendered = gen.tokenizer.decode(ids[0])
+    assert rendered.startswith(f"<|user|>\n{gen.prompt}\n\n{long_text[:20]}")
+    assert rendered.endswith("\n<|assistant|>\n")  # the generation prompt survives the cut
+    # Room for the generated tokens: GPT-2 has 256 positions, 16 new tokens.
+    assert load_generator(params(tiny["gpt2"])).input_limit == 240
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+def test_params_validation(tiny, tmp_path):
+    with pytest.raises(ValueError, match="needs a seed"):
+        GenerateParams(model="m", do_sample=True)
+    with pytest.raises(TypeError):
+        GenerateParams(model="m", temperature=0.7)
+    with pytest.raises(TypeError, match="beams"):
+        params_from_dict({"model": "m", "beams": 2})
+    assert params_from_dict({"model": "m", "num_beams": 2}).overrides() == {"num_beams": 2}
+    with pytest.raises(ValueError, match="early_stopping"):
+        GenerateParams(model="m", early_stopping="sometimes")
+    with pytest.raises(ValueError, match="not a local model folder"):
+        load_generator(params(tmp_path / "missing"))
+    # Sampling switched on by the model's own config is refused too, until seeded.
+    sampling = with_generation_config(tiny["t5"], tmp_path / "t5", do_sample=True, top_k=5)
+    with pytest.raises(ValueError, match="samples"):
+        load_generator(params(sampling))
+    assert load_generator(params(sampling, do_sample=False)).effective.do_sample is False
+
+
+def test_seeded_sampling_is_reproducible(tiny, texts, tmp_path):
+    p = params(tiny["gpt2"], do_sample=True, seed=3, window=7)
+    a = load_generator(p).summarise(texts)
+    b = load_generator(p).summarise(texts)
+    assert a == b
+    c = load_generator(replace(p, seed=4)).summarise(texts)
+    assert [r["summary"] for r in a] != [r["summary"] for r in c]
+    # Resumed windows draw what an uninterrupted run draws.
+    gen = load_generator(p)
+    gen.summarise(texts, resume_dir=tmp_path / "r")
+    (tmp_path / "r" / "part-000001.jsonl").unlink()
+    assert gen.summarise(texts, resume_dir=tmp_path / "r") == a
+
+
+# --------------------------------------------------------------------------- out-of-memory, resume, chunks
+
+
+def test_oom_backoff_splits_and_matches(tiny, texts, caplog):
+    want = load_generator(params(tiny["t5"], num_beams=2)).summarise(texts)
+    shapes = []
+
+    def hook(input_ids):
+        shapes.append(tuple(input_ids.shape))
+        oom_above(600)(input_ids)
+
+    gen = load_generator(params(tiny["t5"], num_beams=2, token_budget=8000), before_generate=hook)
+    with caplog.at_level(logging.WARNING):
+        got = gen.summarise(texts)
+    assert got == want
+    assert gen.last_stats.oom_backoffs > 0 and gen.backoff.token_budget <= 600
+    assert any("out of memory" in r.getMessage() for r in caplog.records)
+    shapes.clear()
+    assert gen.summarise(texts) == want  # the lowered budget sticks: no more back-offs
+    assert gen.last_stats.oom_backoffs == 0 and all(r * w <= 600 or r == 1 for r, w in shapes)
+
+
+def test_text_too_large_alone_is_named(tiny, texts, tmp_path):
+    gen = load_generator(params(tiny["t5"]), before_generate=oom_above(100))
+    with pytest.raises(TooLargeError, match=r"text 2 \(256 tokens\) does not fit"):
+        gen.summarise(["short", "also short", texts[4]])
+    chunk = write_chunk(tmp_path / "c.jsonl", ["short", texts[4]])
+    with pytest.raises(TooLargeError, match=r"id 'doc-00001'.*256 tokens"):
+        summarise_chunk(chunk, tmp_path / "o.jsonl", gen.params, tmp_path / "resume", generator=gen)
+
+
+def test_resume_reuses_finished_parts(tiny, texts, tmp_path):
+    rows = []
+    gen = load_generator(params(tiny["bart"], window=6), before_generate=lambda ids: rows.append(len(ids)))
+    folder = tmp_path / "resume"
+    full = gen.summarise(texts, resume_dir=folder)
+    assert sorted(p.name for p in folder.glob("part-*.jsonl")) == [f"part-{i:06d}.jsonl" for i in range(4)]
+    (folder / "part-000002.jsonl").unlink()
+    rows.clear()
+    again = gen.summarise(texts, resume_dir=folder)
+    assert again == full
+    assert sum(rows) == 6 and gen.last_stats.resumed_parts == 3 and gen.last_stats.items_generated == 6
+    with pytest.raises(ValueError, match="belongs to another job"):
+        gen.summarise(texts[:-1], resume_dir=folder)
+    other = load_generator(params(tiny["bart"], window=6, num_beams=1))
+    with pytest.raises(ValueError, match="belongs to another job"):
+        other.summarise(texts, resume_dir=folder)
+
+
+def test_summarise_chunk_writes_jsonl_in_order(tiny, texts, tmp_path):
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", texts)
+    p = params(tiny["t5"], window=8, max_input_length=64)
+    gen = load_generator(p)
+    out = tmp_path / "out" / "summaries.jsonl"
+    stats = summarise_chunk(chunk, out, p, tmp_path / "resume", generator=gen)
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["id"] for r in rows] == [f"doc-{i:05d}" for i in range(len(texts))]
+    assert all(list(r) == ["id", "summary", "input_tokens", "output_tokens", "truncated"] for r in rows)
+    assert [{k: v for k, v in r.items() if k != "id"} for r in rows] == gen.summarise(texts)
+    assert not (tmp_path / "resume" / resume_key(chunk, gen.identity)).exists()
+    assert not list(out.parent.glob("*.tmp-*"))
+    for key in (
+        "items",
+        "input_tokens",
+        "output_tokens",
+        "seconds",
+        "items_per_s",
+        "truncated",
+        "oom_backoffs",
+        "resumed_parts",
+        "device",
+        "dtype",
+    ):
+        assert key in stats, key
+    assert stats["items"] == len(texts) and stats["truncated"] == sum(r["truncated"] for r in rows) > 0
+    assert (stats["device"], stats["dtype"]) == ("cpu", "float32")
+    assert np.isclose(stats["items_per_s"], len(texts) / stats["seconds"])

@@ -1,0 +1,95 @@
+"""Scoring stored summaries from JSONL(.gz): field specs, and every bad input named by file:line."""
+
+from __future__ import annotations
+
+import gzip
+import re
+
+import pytest
+
+from shardflow.summarise.data import BadRecordError, load_documents
+from shardflow.summarise.params import ScoreParams
+from shardflow.summarise.rouge import score_jsonl
+
+
+def _rec(i, **kw):
+    rec = {
+        "id": f"d{i}",
+        "article": "The cat sat. It was happy.",
+        "highlights": "the cat sat .",
+        "summary": "the cat sat",
+        "system_summaries": {"x": "the cat", "y": "a dog"},
+    }
+    rec.update(kw)
+    return rec
+
+
+def test_field_dotted_path_and_all_systems(tmp_path, write_jsonl):
+    path = str(write_jsonl(tmp_path / "s.jsonl.gz", [_rec(1), _rec(2)]))
+    one = score_jsonl(path, "summary").scores
+    assert list(one["system"]) == ["summary", "summary"] and (one["rouge1"] == 100.0).all()
+    dotted = score_jsonl(path, "system_summaries.x").scores
+    assert list(dotted["system"]) == ["x", "x"]
+    assert dotted["rouge1"].iloc[0] == pytest.approx(100 * 2 * 1 * (2 / 3) / (1 + 2 / 3))
+    both = score_jsonl(path, "system_summaries.*").scores
+    assert list(zip(both["id"], both["system"])) == [("d1", "x"), ("d1", "y"), ("d2", "x"), ("d2", "y")]
+    assert (both[both["system"] == "y"]["rouge1"] == 0.0).all()
+
+
+def test_configurable_field_names(tmp_path, write_jsonl):
+    path = str(write_jsonl(tmp_path / "s.jsonl", [{"doc": 7, "gold": "a b", "out": {"m": "a b"}}]))
+    scores = score_jsonl(path, "out.m", ScoreParams(id_field="doc", reference_field="gold")).scores
+    assert list(scores["id"]) == ["7"] and scores["rouge2"].iloc[0] == 100.0
+    docs = load_documents(path, id_field="doc", article_field="gold", reference_field=None).records
+    assert [(d.id, d.article, d.reference) for d in docs] == [("7", "a b", None)]
+
+
+BAD_LINES = [
+    (b'{"id": "d2", "highlights": "x"}', "missing field 'summary'"),
+    (b'{"id": "d2", "highlights": "x", "summary": "  "}', "empty text in field 'summary'"),
+    (b'{"id": "d2", "highlights": "x", "summary": 3}', "field 'summary' is int, not a string"),
+    (b'{"id": "d2", "highlights": "\xff", "summary": "x"}', "invalid UTF-8 at byte"),
+    (b'["not", "an", "object"]', "JSON value is list, not an object"),
+    (b'{"id": "d2", ', "malformed JSON"),
+    (b'{"highlights": "x", "summary": "x"}', "missing field 'id'"),
+    (b'{"id": "d1", "highlights": "x", "summary": "x"}', "duplicate id 'd1' (first on line 1)"),
+]
+
+
+@pytest.mark.parametrize("line, reason", BAD_LINES, ids=[r for _, r in BAD_LINES])
+def test_bad_record_names_file_and_line(tmp_path, line, reason):
+    path = tmp_path / "bad.jsonl"
+    good = b'{"id": "d1", "highlights": "a b", "summary": "a b"}'
+    path.write_bytes(good + b"\n\n" + line + b"\n")  # the blank line 2 carries no record
+    with pytest.raises(BadRecordError) as err:
+        score_jsonl(str(path), "summary")
+    assert str(err.value).startswith(f"{path}:3: ") and reason in str(err.value)
+
+    skipped = score_jsonl(str(path), "summary", ScoreParams(on_bad_record="skip"))
+    assert list(skipped.scores["id"]) == ["d1"]
+    assert [(r.line, r.reason) for r in skipped.rejects] == [(3, str(err.value).split(": ", 1)[1])]
+
+
+def test_systems_must_agree_across_records(tmp_path, write_jsonl):
+    recs = [_rec(1), _rec(2, system_summaries={"x": "a"}), _rec(3, system_summaries={"x": "a", "y": "b", "z": "c"})]
+    path = str(write_jsonl(tmp_path / "s.jsonl", recs))
+    with pytest.raises(BadRecordError, match=r"s.jsonl:2: systems in 'system_summaries' .* missing \['y'\], extra \[\]"):
+        score_jsonl(path, "system_summaries.*")
+    res = score_jsonl(path, "system_summaries.*", ScoreParams(on_bad_record="skip"))
+    assert [r.line for r in res.rejects] == [2, 3] and set(res.scores["id"]) == {"d1"}
+
+
+def test_gzip_invalid_utf8_is_named(tmp_path):
+    path = tmp_path / "bad.jsonl.gz"
+    with gzip.open(path, "wb") as fh:
+        fh.write(b'{"id": "a", "article": "caf\xe9", "highlights": "x"}\n')
+    with pytest.raises(BadRecordError, match=rf"{re.escape(str(path))}:1: invalid UTF-8 at byte"):
+        load_documents(str(path))
+
+
+def test_bad_spec_and_option(tmp_path, write_jsonl):
+    path = str(write_jsonl(tmp_path / "s.jsonl", [_rec(1)]))
+    with pytest.raises(ValueError, match="field spec"):
+        score_jsonl(path, ".x")
+    with pytest.raises(ValueError, match="on_bad_record"):
+        ScoreParams(on_bad_record="drop")

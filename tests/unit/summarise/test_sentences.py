@@ -1,0 +1,94 @@
+"""The sentence splitters, rule by rule (see shardflow/summarise/sentences.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardflow.summarise.lead import lead_k
+from shardflow.summarise.sentences import split_sentences, split_tokenised
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("One here. Two there! Three? Four", ["One here.", "Two there!", "Three?", "Four"]),
+        ("Wait?! Yes.", ["Wait?!", "Yes."]),
+        ("It rose 3.5 per cent. Then fell.", ["It rose 3.5 per cent.", "Then fell."]),
+        ("He won in 2015. 2016 was worse.", ["He won in 2015.", "2016 was worse."]),
+        ("lower. case stays together", ["lower. case stays together"]),
+        ('He left. "Why?" she asked.', ["He left.", '"Why?"', "she asked."]),
+        ("He left. (Nobody knew.) Then", ["He left.", "(Nobody knew.)", "Then"]),
+    ],
+)
+def test_basic_ends(text, expected):
+    assert split_sentences(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('He said "Stop." Then he left.', ['He said "Stop."', "Then he left."]),
+        ("'Is it true?' asked Tom.", ["'Is it true?'", "asked Tom."]),
+        ("She shouted “Run!” and ran.", ["She shouted “Run!”", "and ran."]),
+        ("‘I’m done.’ He left.", ["‘I’m done.’", "He left."]),
+        ("He said ``hi .'' Then", ["He said ``hi .''", "Then"]),
+        ('"Fine," he said. Next', ['"Fine," he said.', "Next"]),  # a comma inside quotes ends nothing
+    ],
+)
+def test_closing_quote_after_punctuation_ends_a_sentence(text, expected):
+    assert split_sentences(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Mr. Smith met Mrs. Jones and Dr. Who at St. Paul's.",
+        "He moved to the U.S. Army base in Washington D.C. Later that year.",
+        "Fruit, e.g. Apples and pears, i.e. Pome fruit.",
+        "It opened in Jan. 2015 at 9 a.m. Sharp.",
+        "J. K. Rowling and George W. Bush met.",
+        "Apple Inc. Said so.",
+    ],
+)
+def test_abbreviations_initials_and_acronyms_do_not_end_sentences(text):
+    assert split_sentences(text) == [text]
+
+
+def test_ellipsis_ends_only_before_a_capital():
+    assert split_sentences("And so... we left. Wait... Then what?") == ["And so... we left.", "Wait...", "Then what?"]
+    assert split_sentences("Well… Maybe.") == ["Well…", "Maybe."]
+
+
+def test_newlines_are_hard_breaks_and_blank_lines_vanish():
+    text = "Headline without a stop\n\n  First sentence. Second one\nthird line. "
+    assert split_sentences(text) == ["Headline without a stop", "First sentence.", "Second one", "third line."]
+    assert split_sentences("") == [] and split_sentences(" \n ") == []
+
+
+def test_split_tokenised_uses_standalone_punctuation_tokens():
+    text = "gary locke will be confirmed on friday . the club went unbeaten ! u.s. army ... gone ?\nnext line"
+    assert split_tokenised(text) == [
+        "gary locke will be confirmed on friday .",
+        "the club went unbeaten !",
+        "u.s. army ... gone ?",
+        "next line",
+    ]
+
+
+def test_lead_k():
+    text = "One. Two. Three. Four."
+    assert lead_k(text) == ["One.", "Two.", "Three."]
+    assert lead_k(text, k=1) == ["One."]
+    assert lead_k("Only one", k=3) == ["Only one"]
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        lead_k(text, k=0)
+
+
+def test_punctuation_splitter_has_no_abbreviation_rule():
+    from shardflow.summarise.sentences import SPLITTERS, split_punctuation
+
+    text = "The U.S. Census Bureau said so. Mr. Smith agreed."
+    assert split_sentences(text) == ["The U.S. Census Bureau said so.", "Mr. Smith agreed."]
+    assert split_punctuation(text) == ["The U.S.", "Census Bureau said so.", "Mr.", "Smith agreed."]
+    assert split_punctuation('He said "Stop." then left. 3.5 stays.') == ['He said "Stop."', "then left.", "3.5 stays."]
+    assert SPLITTERS["prose"] is split_sentences and SPLITTERS["punctuation"] is split_punctuation
