@@ -1,0 +1,307 @@
+"""Tokenizers for token shards: one interface over three kinds.
+
+- `char`: the vocabulary is the sorted distinct characters of the training text
+  (as nanoGPT's shakespeare_char), ids 0..n-1 in code-point order, plus one
+  end-of-text id n. Text holding a character outside the vocabulary is refused
+  (`UnknownCharacterError` names the character and its offset; `prepare` adds
+  the document id), never mapped to a silent stand-in.
+- `bpe`: byte-level BPE (the GPT-2 scheme) trained on the corpus with the
+  Hugging Face `tokenizers` library; special token `<|endoftext|>`. Byte-level
+  means every string encodes, and decode(encode(t)) == t exactly.
+- pretrained: an existing `tokenizer.json`, or a model folder holding one
+  ("default" is the bundled MiniLM, which works offline). Its end-of-text id is
+  the tokenizer's EOS token, else its SEP token: MiniLM is a BERT WordPiece
+  model with no EOS, so its `[SEP]` (id 102) marks document ends. A WordPiece
+  model lower-cases and maps unseen words to `[UNK]`, so decode is not an exact
+  inverse there; `prepare` counts the `[UNK]` tokens it writes.
+
+Common interface: `encode(text) -> list[int]`, `encode_batch(texts) -> list of
+numpy arrays` (the fast path `prepare` uses), `decode(ids) -> str`, `vocab_size`,
+`eot_id`, `identity()`, `save(folder)`; `load_tokenizer(folder)` reads any saved
+kind back.
+
+A saved folder holds the vocabulary file (`tokenizer.json` in the Hugging Face
+format for bpe and pretrained, `char_tokenizer.json` for char) and
+`shardflow_tokenizer.json`, which names the kind and the end-of-text token.
+`identity()["sha256"]` is the sha256 of the vocabulary file as saved, so the same
+vocabulary always has the same identity.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from shardflow.core.atomic import atomic_open, atomic_path, write_json
+
+EOT_TOKEN = "<|endoftext|>"
+META_FILE = "shardflow_tokenizer.json"
+CHAR_FILE = "char_tokenizer.json"
+HF_FILE = "tokenizer.json"
+CHAR_FORMAT = "shardflow.char_tokenizer/1"
+# Pretrained tokenizers: the first of these a tokenizer config names is end-of-text.
+EOT_CONFIG_KEYS = ("eos_token", "sep_token")
+# ... and, without a config, the first of these the vocabulary holds.
+EOT_CANDIDATES = (EOT_TOKEN, "</s>", "<eos>", "[SEP]")
+
+
+class UnknownCharacterError(ValueError):
+    """A character the char vocabulary does not hold."""
+
+    def __init__(self, char: str, offset: int, vocab_chars: int):
+        super().__init__(
+            f"character {char!r} (U+{ord(char):04X}) at offset {offset} is not in the char "
+            f"vocabulary ({vocab_chars} characters, built from the training text)"
+        )
+        self.char, self.offset = char, offset
+
+
+class Tokenizer:
+    """What every kind provides; see the module docstring."""
+
+    kind: str
+    vocab_size: int
+    eot_id: int
+    eot_token: str
+    file: str  # name of the vocabulary file in a saved folder
+
+    def encode(self, text: str) -> list[int]:
+        return self.encode_batch([text])[0].tolist()
+
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def decode(self, ids: Iterable[int]) -> str:
+        raise NotImplementedError
+
+    def vocab_bytes(self) -> bytes:
+        """The vocabulary file's bytes, exactly as `save` writes them."""
+        raise NotImplementedError
+
+    def identity(self) -> dict:
+        return {
+            "kind": self.kind,
+            "vocab_size": self.vocab_size,
+            "eot_id": self.eot_id,
+            "eot_token": self.eot_token,
+            "file": self.file,
+            "sha256": hashlib.sha256(self.vocab_bytes()).hexdigest(),
+        }
+
+    def save(self, folder: str | os.PathLike) -> dict:
+        """Write the vocabulary file and `shardflow_tokenizer.json` into `folder`; return the identity."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        with atomic_open(folder / self.file, "wb") as fh:
+            fh.write(self.vocab_bytes())
+        ident = self.identity()
+        write_json(folder / META_FILE, {"kind": self.kind, "eot_token": self.eot_token, "identity": ident})
+        return ident
+
+
+class CharTokenizer(Tokenizer):
+    kind = "char"
+    file = CHAR_FILE
+
+    def __init__(self, chars: Iterable[str], eot_token: str = EOT_TOKEN):
+        chars = sorted(set(chars))
+        if not chars:
+            raise ValueError("a char tokenizer needs at least one character (the training text is empty)")
+        if any(len(c) != 1 for c in chars):
+            raise ValueError("char vocabulary entries must be single characters")
+        self.chars = chars
+        # Sorted strings of one character sort by code point, so an id is the
+        # position of its code point in this array: searchsorted encodes a whole text.
+        self._codes = np.array([ord(c) for c in chars], dtype=np.uint32)
+        self.vocab_size = len(chars) + 1
+        self.eot_id = len(chars)
+        self.eot_token = eot_token
+
+    @classmethod
+    def train(cls, texts: Iterable[str]) -> CharTokenizer:
+        """The sorted distinct characters of `texts` (streamed; memory: the set of characters)."""
+        seen: set[str] = set()
+        for text in texts:
+            seen.update(text)
+        if not seen:
+            raise ValueError("cannot build a char tokenizer: the training text is empty")
+        return cls(seen)
+
+    def _encode_array(self, text: str) -> np.ndarray:
+        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+        ids = np.searchsorted(self._codes, codes)
+        bad = ids >= len(self._codes)
+        bad[~bad] = self._codes[ids[~bad]] != codes[~bad]
+        if bad.any():
+            at = int(np.argmax(bad))
+            raise UnknownCharacterError(text[at], at, len(self.chars))
+        return ids.astype(np.uint32)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        return [self._encode_array(t) for t in texts]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        out = []
+        for i in ids:
+            i = int(i)
+            if i == self.eot_id:
+                out.append(self.eot_token)
+            elif 0 <= i < self.eot_id:
+                out.append(self.chars[i])
+            else:
+                raise ValueError(f"id {i} is outside the char vocabulary (size {self.vocab_size})")
+        return "".join(out)
+
+    def vocab_bytes(self) -> bytes:
+        obj = {"format": CHAR_FORMAT, "chars": "".join(self.chars), "eot_token": self.eot_token}
+        return (json.dumps(obj, ensure_ascii=True, sort_keys=True) + "\n").encode("ascii")
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> CharTokenizer:
+        obj = json.loads(Path(path).read_text(encoding="ascii"))
+        if obj.get("format") != CHAR_FORMAT:
+            raise ValueError(
+                f"{path}: not a char tokenizer file (format {obj.get('format')!r}, expected {CHAR_FORMAT!r})"
+            )
+        return cls(obj["chars"], obj["eot_token"])
+
+
+class HFTokenizer(Tokenizer):
+    """A Hugging Face `tokenizers` tokenizer: our trained bpe, or a pretrained one."""
+
+    file = HF_FILE
+
+    def __init__(self, tk, kind: str, eot_token: str, raw: bytes | None = None):
+        tk.no_truncation()  # a pretrained file may carry a model's truncation/padding (MiniLM: 128)
+        tk.no_padding()
+        self._tk = tk
+        self.kind = kind
+        # Pretrained files are kept byte for byte (their identity is the source file's sha256).
+        self._raw = raw if raw is not None else tk.to_str().encode("utf-8")
+        eot = tk.token_to_id(eot_token)
+        if eot is None:
+            raise ValueError(f"end-of-text token {eot_token!r} is not in the tokenizer vocabulary")
+        self.eot_token, self.eot_id = eot_token, eot
+        self.vocab_size = tk.get_vocab_size(with_added_tokens=True)
+        unk = json.loads(self._raw).get("model", {}).get("unk_token")
+        self.unk_id = tk.token_to_id(unk) if unk else None  # WordPiece's [UNK]; byte-level BPE has none
+
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        # add_special_tokens=False: no [CLS]/[SEP] template; prepare adds end-of-text itself.
+        encs = self._tk.encode_batch(list(texts), add_special_tokens=False)
+        return [np.asarray(e.ids, dtype=np.uint32) for e in encs]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self._tk.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def vocab_bytes(self) -> bytes:
+        return self._raw
+
+
+def train_bpe(texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> HFTokenizer:
+    """Byte-level BPE on streamed `texts` (the library keeps word counts, not the texts)."""
+    from tokenizers import Tokenizer as HFTk
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    if vocab_size < 257:
+        raise ValueError(f"bpe vocab_size {vocab_size} must be at least 257 (256 byte tokens + end-of-text)")
+    tk = HFTk(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=[EOT_TOKEN],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    seen = [0]
+
+    def counted() -> Iterator[str]:
+        for t in texts:
+            seen[0] += 1
+            yield t
+
+    tk.train_from_iterator(counted(), trainer=trainer)
+    if seen[0] == 0:
+        raise ValueError("cannot train a bpe tokenizer: the training text is empty")
+    return HFTokenizer(tk, "bpe", EOT_TOKEN)
+
+
+def _pretrained_eot(folder: Path | None, tk) -> str:
+    if folder is not None:
+        for name in ("tokenizer_config.json", "special_tokens_map.json"):
+            path = folder / name
+            if not path.is_file():
+                continue
+            cfg = json.loads(path.read_text(encoding="utf-8"))
+            for key in EOT_CONFIG_KEYS:
+                tok = cfg.get(key)
+                tok = tok.get("content") if isinstance(tok, dict) else tok
+                if isinstance(tok, str) and tk.token_to_id(tok) is not None:
+                    return tok
+    for tok in EOT_CANDIDATES:
+        if tk.token_to_id(tok) is not None:
+            return tok
+    raise ValueError(
+        "cannot tell this tokenizer's end-of-text token: no eos_token/sep_token in its "
+        f"tokenizer_config.json and none of {EOT_CANDIDATES} in its vocabulary"
+    )
+
+
+def load_pretrained(spec: str | os.PathLike) -> HFTokenizer:
+    """A `tokenizer.json` file, a folder holding one, or "default" (the bundled MiniLM)."""
+    from tokenizers import Tokenizer as HFTk
+
+    if str(spec) == "default":
+        from shardflow.core.models import resolve_model
+
+        spec = resolve_model("default")
+    path = Path(os.path.expanduser(str(spec)))
+    if path.is_dir():
+        folder, file = path, path / HF_FILE
+    else:
+        folder, file = path.parent, path
+    if not file.is_file():
+        raise FileNotFoundError(
+            f"tokenizer {str(spec)!r}: no {file} (expected 'char', 'bpe', a tokenizer.json, "
+            "or a model folder holding a tokenizer.json)"
+        )
+    raw = file.read_bytes()
+    tk = HFTk.from_str(raw.decode("utf-8"))
+    return HFTokenizer(tk, "pretrained", _pretrained_eot(folder, tk), raw=raw)
+
+
+def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
+    """Read a folder written by `Tokenizer.save` (or any pretrained tokenizer.json/folder)."""
+    path = Path(path)
+    meta_path = path / META_FILE
+    if not meta_path.is_file():
+        return load_pretrained(path)
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    if meta["kind"] == "char":
+        tok: Tokenizer = CharTokenizer.from_file(path / CHAR_FILE)
+    else:
+        from tokenizers import Tokenizer as HFTk
+
+        raw = (path / HF_FILE).read_bytes()
+        tok = HFTokenizer(HFTk.from_str(raw.decode("utf-8")), meta["kind"], meta["eot_token"], raw=raw)
+    recorded = meta.get("identity")
+    if recorded and recorded != tok.identity():
+        raise ValueError(f"{path}: the tokenizer files do not match the identity recorded in {META_FILE}")
+    return tok
+
+
+def copy_saved(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Copy a saved tokenizer folder's two files (beside shards), atomically each."""
+    src, dst = Path(src), Path(dst)
+    meta = json.loads((src / META_FILE).read_text(encoding="utf-8"))
+    for name in (CHAR_FILE if meta["kind"] == "char" else HF_FILE, META_FILE):
+        with atomic_path(dst / name) as tmp:
+            shutil.copyfile(src / name, tmp)

@@ -1,0 +1,577 @@
+"""Train the GPT of `model.py` from token shards; resumable, data-parallel, reproducible.
+
+    params = TrainParams(n_layer=4, n_head=4, n_embd=128, block_size=64, batch_size=12)
+    metrics = train("results/x/shards", "results/x/train/model", params, logger, decode=tok.decode)
+
+Data. Shards are memory-mapped; a training window is `block_size + 1` consecutive
+tokens at a random offset of a random train shard (shards drawn in proportion to
+their size), so the data never has to fit in memory. Validation uses a fixed set of
+windows (drawn once from the seed) or, with `eval_windows="all"`, the whole val split
+cut into non-overlapping windows; the final validation always uses the whole split.
+
+One step. The global batch is `batch_size * grad_accum * world_size` windows. Every
+rank draws the same global list of windows from the same generator and rank r trains
+on micro-batches r, r + W, r + 2W, ... of it. The union of what the ranks see is
+therefore independent of the world size: one process with grad_accum 2A computes the
+same update as two processes with grad_accum A (up to the order of float sums).
+Each micro-batch loss is divided by grad_accum and DDP averages over ranks, so the
+gradient is the mean over the global batch either way.
+
+Resume. Every `checkpoint_interval` steps, rank 0 writes `checkpoint.pt` (model,
+optimizer, the sampler's generator state, step, loss history) atomically into the
+resume folder, which sits beside the output folder because Snakemake deletes a failed
+job's outputs. A restarted job loads it and continues; dropout masks are seeded from
+(seed, rank, step), so the continued run is the same computation as an uninterrupted
+one (bitwise on CPU in fp32). A checkpoint from different parameters is refused with
+the differing keys named; an unreadable one is refused, never silently ignored.
+
+Outputs (rank 0): best.safetensors, last.safetensors, config.json, losses.parquet,
+metrics.json, sample.txt, loss.png, and hf/ (GPT-2 folder of the best weights).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+
+from shardflow.core.atomic import atomic_open, atomic_path, write_json
+from shardflow.train.model import GPT, GPTConfig
+from shardflow.train.shards import open_shard
+
+CHECKPOINT_FORMAT = "shardflow.train.checkpoint"
+CHECKPOINT_VERSION = 1
+CHECKPOINT_NAME = "checkpoint.pt"
+# Keys that may change between a checkpoint and its resumption without changing the
+# steps already taken: extending max_iters continues the same curve (lr_decay_iters is
+# compared resolved, so a schedule that hangs on max_iters still counts as changed).
+RESUMABLE_KEYS = ("max_iters", "checkpoint_interval")
+# Dense bf16 tensor-core peaks (TFLOP/s), by substring of the CUDA device name; first match wins.
+PEAK_BF16_TFLOPS = {"H200": 989.0, "H100 SXM": 989.0, "H100 80GB HBM3": 989.0, "H100": 756.0,
+                    "A100": 312.0, "L40S": 362.0, "L4": 121.0, "A10": 125.0, "V100": 125.0, "T4": 65.0}
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainParams:
+    # model (vocab_size comes from the shards' metadata)
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    dropout: float = 0.0
+    bias: bool = True
+    # batch: batch_size windows of block_size tokens per micro-batch, grad_accum micro-batches per step and rank
+    batch_size: int = 12
+    block_size: int = 64
+    grad_accum: int = 1
+    # optimiser: AdamW, linear warmup then cosine decay to min_lr at lr_decay_iters
+    max_iters: int = 2000
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_iters: int = 100
+    lr_decay_iters: int | None = None  # None: max_iters
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = 1.0  # max global gradient norm; 0 disables
+    # evaluation and checkpoints
+    eval_interval: int = 250
+    eval_windows: int | str = 200  # fixed val windows, or "all": the whole val split
+    checkpoint_interval: int = 250
+    # execution
+    seed: int = 1337
+    dtype: str = "auto"  # auto (bf16 on CUDA if supported, else fp32) | float32 | bfloat16
+    compile: bool = False  # torch.compile, CUDA only
+    device: str = "auto"  # auto | cpu | cuda
+
+    def __post_init__(self):
+        if self.eval_windows != "all" and not (isinstance(self.eval_windows, int) and self.eval_windows > 0):
+            raise ValueError(f"eval_windows must be a positive int or 'all', got {self.eval_windows!r}")
+        if self.dtype not in ("auto", "float32", "bfloat16"):
+            raise ValueError(f"dtype must be auto, float32 or bfloat16, got {self.dtype!r}")
+        for key in ("batch_size", "block_size", "grad_accum", "max_iters", "eval_interval", "checkpoint_interval"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+        if self.warmup_iters < 0 or self.min_lr > self.lr:
+            raise ValueError("need warmup_iters >= 0 and min_lr <= lr")
+
+    @property
+    def decay_iters(self) -> int:
+        return self.max_iters if self.lr_decay_iters is None else self.lr_decay_iters
+
+    def model_config(self, vocab_size: int) -> GPTConfig:
+        return GPTConfig(vocab_size=vocab_size, block_size=self.block_size, n_layer=self.n_layer,
+                         n_head=self.n_head, n_embd=self.n_embd, dropout=self.dropout, bias=self.bias)
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be resumed from (unreadable, foreign, or other parameters)."""
+
+
+def lr_at(step: int, p: TrainParams) -> float:
+    """Learning rate for optimizer step `step` (0-based): linear warmup, cosine decay, floor."""
+    if step < p.warmup_iters:
+        return p.lr * (step + 1) / (p.warmup_iters + 1)
+    if step >= p.decay_iters:
+        return p.min_lr
+    progress = (step - p.warmup_iters) / max(1, p.decay_iters - p.warmup_iters)
+    return p.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (p.lr - p.min_lr)
+
+
+# ---------------------------------------------------------------- shards
+
+@dataclass
+class ShardSet:
+    meta_path: Path
+    vocab_size: int
+    eot_id: int | None
+    train: list[np.ndarray]
+    val: list[np.ndarray]
+    fingerprint: list  # (file, split, tokens, sha256) of every shard: resume checks the data is the same
+
+
+def load_shards(shard_dir_or_metadata: str | os.PathLike) -> ShardSet:
+    meta_path = Path(shard_dir_or_metadata)
+    if meta_path.is_dir():
+        meta_path = meta_path / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+    split = {"train": [], "val": []}
+    fingerprint = []
+    for entry in meta["shards"]:
+        tokens = open_shard(meta_path.parent / entry["file"], meta.get("dtype")).tokens  # checked memmap
+        if len(tokens) != entry["tokens"]:
+            raise ValueError(f"{entry['file']}: {len(tokens)} tokens, metadata.json says {entry['tokens']}")
+        split[entry["split"]].append(tokens)
+        fingerprint.append([entry["file"], entry["split"], entry["tokens"], entry.get("sha256")])
+    for name, shards in split.items():
+        if not shards:
+            raise ValueError(f"{meta_path}: no {name} shards")
+    return ShardSet(meta_path, int(meta["vocab_size"]), meta.get("eot_id"), split["train"], split["val"], fingerprint)
+
+
+class WindowSampler:
+    """Random (block_size + 1)-token windows from random shards, drawn by one torch.Generator.
+
+    A shard is chosen with probability proportional to its number of window starts
+    (its size less one window), then a start uniformly within it; so every start in
+    the split is equally likely. The generator state is part of the checkpoint.
+    """
+
+    def __init__(self, shards: list[np.ndarray], block_size: int, seed: int):
+        self.shards = shards
+        self.block_size = block_size
+        self.starts = torch.tensor([max(len(s) - block_size, 0) for s in shards], dtype=torch.float64)
+        if not self.starts.sum() > 0:
+            raise ValueError(f"no train shard holds a window of block_size + 1 = {block_size + 1} tokens")
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def draw(self, n: int) -> list[tuple[int, int]]:
+        """n (shard, offset) pairs."""
+        shard = torch.multinomial(self.starts, n, replacement=True, generator=self.generator)
+        u = torch.rand(n, generator=self.generator, dtype=torch.float64)
+        offset = (u * self.starts[shard]).long()
+        return list(zip(shard.tolist(), offset.tolist()))
+
+
+def read_windows(shards: list[np.ndarray], windows: list[tuple[int, int]], length: int, device) -> tuple:
+    """Inputs and next-token targets (B, length) for windows given as (shard, offset)."""
+    rows = np.stack([np.asarray(shards[s][o : o + length + 1], dtype=np.int64) for s, o in windows])
+    xy = torch.from_numpy(rows)
+    if device.type == "cuda":
+        xy = xy.pin_memory().to(device, non_blocking=True)
+    return xy[:, :-1], xy[:, 1:]
+
+
+def val_windows(shards: list[np.ndarray], block_size: int, count: int | str, seed: int) -> list[tuple[int, int, int]]:
+    """Validation windows (shard, offset, length): `count` random ones, or all of the split.
+
+    "all" cuts each shard into non-overlapping windows that predict every token but
+    the first (the last window of a shard is shorter).
+    """
+    if count == "all":
+        out = []
+        for s, tokens in enumerate(shards):
+            for o in range(0, len(tokens) - 1, block_size):
+                out.append((s, o, min(block_size, len(tokens) - 1 - o)))
+        return out
+    sampler = WindowSampler(shards, block_size, seed)  # a generator of its own: the set never changes
+    return [(s, o, block_size) for s, o in sampler.draw(count)]
+
+
+# ---------------------------------------------------------------- the run
+
+
+@dataclass
+class Runtime:
+    """Where and how this process runs: device, precision, rank."""
+
+    device: torch.device
+    dtype: torch.dtype
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def autocast(self):
+        if self.dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.dtype)
+
+    def sync(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def all_reduce_(self, t: torch.Tensor, op=None) -> torch.Tensor:
+        if self.world > 1:
+            dist.all_reduce(t, op=op or dist.ReduceOp.SUM)
+        return t
+
+
+def resolve_runtime(p: TrainParams) -> Runtime:
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    device = p.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    dtype = p.dtype
+    if dtype == "auto":
+        cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+        dtype = "bfloat16" if cuda_bf16 else "float32"
+    return Runtime(device, getattr(torch, dtype), rank, world)
+
+
+@torch.no_grad()
+def evaluate(model, shards, windows, batch_size: int, rt: Runtime) -> float:
+    """Mean next-token loss over `windows` (split across ranks, summed in float64)."""
+    was_training = model.training
+    model.eval()
+    totals = torch.zeros(2, dtype=torch.float64, device=rt.device)  # loss sum, token count
+    mine = windows[rt.rank :: rt.world]
+    by_length: dict[int, list] = {}
+    for s, o, n in mine:
+        by_length.setdefault(n, []).append((s, o))
+    for length, group in by_length.items():
+        for i in range(0, len(group), batch_size):
+            x, y = read_windows(shards, group[i : i + batch_size], length, rt.device)
+            with rt.autocast():
+                logits, _ = model(x)
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1), reduction="sum")
+            totals += torch.stack([loss.double(), torch.tensor(float(y.numel()), dtype=torch.float64, device=rt.device)])
+    rt.all_reduce_(totals)
+    model.train(was_training)
+    return (totals[0] / totals[1]).item()
+
+
+def make_optimizer(model: GPT, p: TrainParams, rt: Runtime) -> torch.optim.AdamW:
+    # Decay matrices and embeddings only; biases and LayerNorm gains stay free (as GPT-2/nanoGPT).
+    params = [q for q in model.parameters() if q.requires_grad]
+    groups = [
+        {"params": [q for q in params if q.dim() >= 2], "weight_decay": p.weight_decay},
+        {"params": [q for q in params if q.dim() < 2], "weight_decay": 0.0},
+    ]
+    extra = {"fused": True} if rt.device.type == "cuda" else {}
+    return torch.optim.AdamW(groups, lr=p.lr, betas=(p.beta1, p.beta2), **extra)
+
+
+def resume_key(p: TrainParams, model_cfg: GPTConfig, rt: Runtime, shards: ShardSet) -> dict:
+    """Everything a checkpoint must agree on to be continued (resolved values)."""
+    key = {k: v for k, v in dataclasses.asdict(p).items() if k not in RESUMABLE_KEYS}
+    key.update(lr_decay_iters=p.decay_iters, device=rt.device.type, dtype=str(rt.dtype).removeprefix("torch."),
+               world_size=rt.world, vocab_size=model_cfg.vocab_size, data=shards.fingerprint)
+    return key
+
+
+def load_checkpoint(path: Path, key: dict) -> dict:
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated zip, a pickle of foreign classes, not a torch file at all
+        raise CheckpointError(f"cannot read checkpoint {path} ({type(exc).__name__}: {str(exc)[:200]}); "
+                              "delete it (or its folder) to start training from scratch") from exc
+    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{path} is not a shardflow training checkpoint; delete it to start from scratch")
+    if ckpt.get("version") != CHECKPOINT_VERSION:
+        raise CheckpointError(f"{path}: checkpoint version {ckpt.get('version')}, this code reads {CHECKPOINT_VERSION}")
+    old = ckpt["key"]
+    differing = sorted(k for k in set(old) | set(key) if old.get(k) != key.get(k))
+    if differing:
+        detail = "; ".join(f"{k}: checkpoint {_short(old.get(k))} != now {_short(key.get(k))}" for k in differing)
+        raise CheckpointError(f"checkpoint {path} was written with other parameters ({', '.join(differing)}): "
+                              f"{detail}. Restore them, or delete the resume folder {path.parent} to start over")
+    return ckpt
+
+
+def _short(value) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def weights(model: GPT) -> dict[str, torch.Tensor]:
+    """State dict for safetensors: the tied head is the embedding, so it is left out."""
+    return {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+
+
+def save_weights(model: GPT, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        save_file(weights(model), str(tmp), metadata={"format": "pt"})
+
+
+def load_model(out_dir: str | os.PathLike, which: str = "best") -> GPT:
+    """A trained model from an output folder: `which` is "best" or "last"."""
+    out_dir = Path(out_dir)
+    cfg = GPTConfig(**json.loads((out_dir / "config.json").read_text())["model"])
+    model = GPT(cfg)
+    state = load_file(str(out_dir / f"{which}.safetensors"))
+    state["lm_head.weight"] = state["transformer.wte.weight"]
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def train(
+    shard_dir_or_metadata: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    params: TrainParams,
+    logger: logging.Logger | None = None,
+    *,
+    resume_dir: str | os.PathLike | None = None,
+    decode: Callable[[list[int]], str] | None = None,
+    sample_tokens: int = 500,
+    keep_resume: bool = False,
+) -> dict:
+    """Train (or continue training) and write the outputs; returns metrics (on every rank).
+
+    resume_dir: where checkpoints live; default `<out_dir>/../<out_dir name>.resume`,
+    outside the output folder. It is removed after the outputs are written unless
+    keep_resume, so a finished job rerun with new parameters starts afresh.
+    """
+    logger = logger or log
+    p = params
+    out_dir = Path(out_dir)
+    resume_dir = Path(resume_dir) if resume_dir else out_dir.parent / f"{out_dir.name}.resume"
+    rt = resolve_runtime(p)
+    shards = load_shards(shard_dir_or_metadata)
+    cfg = p.model_config(shards.vocab_size)
+    key = resume_key(p, cfg, rt, shards)
+    if rt.device.type == "cuda":
+        torch.cuda.set_device(rt.device)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+    torch.manual_seed(p.seed)  # same initial weights on every rank
+    raw = GPT(cfg).to(rt.device)
+    optimizer = make_optimizer(raw, p, rt)
+    sampler = WindowSampler(shards.train, p.block_size, p.seed)
+    fixed_val = val_windows(shards.val, p.block_size, p.eval_windows, p.seed + 1)
+
+    step, history, best, prior_seconds = 0, [], {"val_loss": math.inf, "step": None}, 0.0
+    ckpt_path = resume_dir / CHECKPOINT_NAME
+    if ckpt_path.exists():
+        ckpt = load_checkpoint(ckpt_path, key)
+        raw.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        sampler.generator.set_state(ckpt["sampler_generator"])
+        step, history, best, prior_seconds = ckpt["step"], ckpt["history"], ckpt["best"], ckpt["seconds"]
+        logger.info("resumed from %s at step %d", ckpt_path, step)
+    resumed_from = step
+
+    model = raw
+    if p.compile and rt.device.type == "cuda":
+        model = torch.compile(model)
+    eval_model = model
+    if rt.world > 1:
+        device_ids = [rt.device.index] if rt.device.type == "cuda" else None
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+
+    micro_per_step = p.grad_accum * rt.world
+    tokens_per_step = p.batch_size * p.block_size * micro_per_step
+    flops_per_token = raw.flops_per_token(p.block_size)
+    logger.info("model: %s, %.2fM parameters, %s on %s x%d, %d tokens per step",
+                cfg, raw.num_params() / 1e6, rt.dtype, rt.device, rt.world, tokens_per_step)
+
+    pending: list[tuple] = []  # steps whose train loss still sits on the device
+
+    def flush():
+        for s, loss, lr, seconds in pending:
+            history.append({"step": s, "train_loss": loss.item(), "val_loss": math.nan, "lr": lr,
+                            "tokens_seen": s * tokens_per_step, "seconds": seconds})
+        pending.clear()
+
+    def checkpoint():
+        flush()
+        if rt.is_main:
+            state = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "key": key, "step": step,
+                     "model": raw.state_dict(), "optimizer": optimizer.state_dict(),
+                     "sampler_generator": sampler.generator.get_state(), "history": history, "best": best,
+                     "seconds": prior_seconds + time.perf_counter() - t_start}
+            with atomic_path(ckpt_path) as tmp:
+                torch.save(state, tmp)
+
+    t_start = time.perf_counter()
+    t_timed, overhead, timed_tokens = None, 0.0, 0
+    model.train()
+    while step < p.max_iters:
+        lr = lr_at(step, p)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        # Dropout masks depend only on (seed, rank, step): nothing to restore on resume.
+        torch.manual_seed(p.seed + 1_000_003 * (rt.rank + 1) + step)
+        windows = sampler.draw(p.batch_size * micro_per_step)
+        loss_sum = torch.zeros((), device=rt.device)
+        for k in range(p.grad_accum):
+            m = k * rt.world + rt.rank  # this rank's k-th micro-batch in the global list
+            x, y = read_windows(shards.train, windows[m * p.batch_size : (m + 1) * p.batch_size], p.block_size, rt.device)
+            last = k == p.grad_accum - 1
+            no_sync = model.no_sync() if rt.world > 1 and not last else contextlib.nullcontext()
+            with no_sync:
+                with rt.autocast():
+                    _, loss = model(x, y)
+                (loss / p.grad_accum).backward()
+            loss_sum += loss.detach()
+        if p.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(raw.parameters(), p.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        train_loss = rt.all_reduce_(loss_sum / p.grad_accum) / rt.world
+        pending.append((step, train_loss, lr, prior_seconds + time.perf_counter() - t_start))
+
+        if t_timed is None:  # the first step warms up (allocator, compile): not timed
+            rt.sync()
+            t_timed = time.perf_counter()
+        else:
+            timed_tokens += tokens_per_step
+
+        if step % p.eval_interval == 0 or step == p.max_iters:
+            rt.sync()
+            t0 = time.perf_counter()
+            val = evaluate(eval_model, shards.val, fixed_val, p.batch_size, rt)
+            flush()
+            history[-1]["val_loss"] = val
+            if val < best["val_loss"]:
+                best = {"val_loss": val, "step": step}
+                if rt.is_main:
+                    save_weights(raw, resume_dir / "best.safetensors")
+            logger.info("step %d: train %.4f val %.4f lr %.2e", step, history[-1]["train_loss"], val, lr)
+            overhead += time.perf_counter() - t0
+        if step % p.checkpoint_interval == 0 or step == p.max_iters:
+            rt.sync()
+            t0 = time.perf_counter()
+            checkpoint()
+            overhead += time.perf_counter() - t0
+    flush()
+    rt.sync()
+    train_seconds = (time.perf_counter() - t_timed - overhead) if t_timed is not None else 0.0
+    tokens_per_sec = timed_tokens / train_seconds if timed_tokens and train_seconds > 0 else None
+
+    final_val = evaluate(eval_model, shards.val, val_windows(shards.val, p.block_size, "all", 0), p.batch_size, rt)
+    metrics = {
+        "best_val_loss": best["val_loss"],
+        "best_step": best["step"],
+        "final_val_loss": final_val,  # last weights, whole val split
+        "final_train_loss": history[-1]["train_loss"] if history else None,
+        "steps": step,
+        "resumed_from_step": resumed_from,
+        "tokens_per_step": tokens_per_step,
+        "tokens_per_second": tokens_per_sec,  # global, training steps only (no eval/checkpoint), this process
+        "wall_seconds": time.perf_counter() - t_start,
+        "train_seconds_total": history[-1]["seconds"] if history else 0.0,
+        "flops_per_token": flops_per_token,
+        "mfu": mfu(tokens_per_sec, flops_per_token, rt),
+        "n_params": raw.num_params(),
+        "device": str(rt.device),
+        "dtype": str(rt.dtype).removeprefix("torch."),
+        "world_size": rt.world,
+    }
+    if rt.is_main:
+        write_outputs(out_dir, resume_dir, raw, p, cfg, shards, history, metrics, decode, sample_tokens, rt)
+        if not keep_resume:
+            shutil.rmtree(resume_dir, ignore_errors=True)
+    if rt.world > 1:
+        dist.barrier()
+    logger.info("done: %s", json.dumps(metrics))
+    return metrics
+
+
+def mfu(tokens_per_sec: float | None, flops_per_token: int, rt: Runtime) -> float | None:
+    """Model FLOP utilisation against the bf16 dense peak of the GPU (None on CPU or unknown GPUs)."""
+    if rt.device.type != "cuda" or not tokens_per_sec:
+        return None
+    name = torch.cuda.get_device_name(rt.device)
+    peak = next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+    if peak is None:
+        return None
+    return tokens_per_sec * flops_per_token / (peak * 1e12 * rt.world)
+
+
+def write_outputs(out_dir, resume_dir, raw, p, cfg, shards, history, metrics, decode, sample_tokens, rt):
+    import pandas as pd
+
+    from shardflow.train.hf_export import export_gpt2
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_weights(raw, out_dir / "last.safetensors")
+    best_path = resume_dir / "best.safetensors"
+    if not best_path.exists():  # no finite validation loss was ever seen
+        save_weights(raw, best_path)
+    with atomic_path(out_dir / "best.safetensors") as tmp:
+        shutil.copyfile(best_path, tmp)
+    write_json(out_dir / "config.json", {
+        "model": cfg.to_dict(), "train": dataclasses.asdict(p), "vocab_size": shards.vocab_size,
+        "eot_id": shards.eot_id, "data": str(shards.meta_path), "world_size": rt.world,
+        "hf": "hf/ holds the best weights as a Hugging Face GPT-2 folder",
+    })
+    frame = pd.DataFrame(history, columns=["step", "train_loss", "val_loss", "lr", "tokens_seen", "seconds"])
+    with atomic_path(out_dir / "losses.parquet") as tmp:
+        frame.to_parquet(tmp, index=False)
+    write_json(out_dir / "metrics.json", metrics)
+    plot_losses(frame, out_dir / "loss.png")
+
+    # The sample and the Hugging Face folder come from the best weights.
+    best_model = load_model(out_dir, "best").to(rt.device)
+    export_gpt2(best_model, out_dir / "hf", eot_id=shards.eot_id)
+    start = shards.eot_id if shards.eot_id is not None else 0
+    generator = torch.Generator(device=rt.device).manual_seed(p.seed)
+    idx = torch.tensor([[start]], device=rt.device)
+    with rt.autocast():
+        ids = best_model.generate(idx, sample_tokens, temperature=1.0, top_k=200, generator=generator)[0, 1:].tolist()
+    text = decode(ids) if decode else " ".join(map(str, ids))
+    with atomic_open(out_dir / "sample.txt", "w", encoding="utf-8") as fh:
+        fh.write(text + "\n")
+
+
+def plot_losses(frame, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(frame["step"], frame["train_loss"], label="train (batch)", alpha=0.6, linewidth=0.8)
+    val = frame.dropna(subset=["val_loss"])
+    ax.plot(val["step"], val["val_loss"], "o-", label="validation")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy (nats/token)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+    plt.close(fig)

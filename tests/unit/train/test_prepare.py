@@ -1,0 +1,264 @@
+"""Preparation: tokenizer step, per-chunk tokenizing, gathering into shards, position split."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardflow.corpus.chunks import ChunkRecord, dump_record
+from shardflow.train.prepare import (
+    ShardParams,
+    TextFileParams,
+    TokenizeParams,
+    TokenizerParams,
+    _text_pieces,
+    assign_split,
+    docs_path,
+    gather_shards,
+    iter_docs,
+    position_split,
+    prepare_text_file,
+    tokenize_chunk,
+    train_tokenizer,
+)
+from shardflow.train.shards import ShardFormatError, open_shard
+from shardflow.train.tokenizer import CharTokenizer, load_tokenizer, train_bpe
+
+
+def reference_tokens(path) -> np.ndarray:
+    """From the spec alone: 256 LE int32 header (magic, version, count), then the tokens."""
+    with open(path, "rb") as fh:
+        magic, version, n = struct.unpack("<3i", fh.read(12))
+    tokens = np.fromfile(path, dtype={(20240520, 1): "<u2", (20240801, 7): "<u4"}[(magic, version)], offset=1024)
+    assert len(tokens) == n
+    return tokens
+
+
+def write_chunk(path: Path, docs: list[tuple]) -> Path:
+    path.write_text("".join(dump_record(ChunkRecord(*d)) for d in docs), encoding="utf-8")
+    return path
+
+
+def words(i: int) -> str:
+    return " ".join(f"w{(i * 7 + k) % 31}" for k in range(5 + i % 9))
+
+
+def run(tmp_path, chunks, tokenizer, tparams=None, sparams=None):
+    """tokenize_chunk each chunk, then gather_shards into tmp_path/shards."""
+    tparams = tparams or TokenizeParams()
+    sparams = sparams or ShardParams(tokens_per_shard=200)
+    outs = []
+    for i, chunk in enumerate(chunks):
+        out = tmp_path / f"tok_{i}.bin"
+        tokenize_chunk(chunk, tokenizer, out, tparams)
+        outs.append(out)
+    return outs, gather_shards(outs, tmp_path / "shards", sparams)
+
+
+def test_hash_split_is_deterministic_and_close_to_the_fraction():
+    ids = [f"doc-{i}" for i in range(20000)]
+    splits = [assign_split(i, 0.1) for i in ids]
+    assert splits == [assign_split(i, 0.1) for i in ids]
+    assert abs(splits.count("val") / len(ids) - 0.1) < 0.01
+    assert splits != [assign_split(i, 0.1, salt="other") for i in ids]
+    assert {assign_split(i, 0.0) for i in ids[:100]} == {"train"}
+
+
+def test_tokenize_chunk_writes_tokens_then_eot_per_document(tmp_path):
+    docs = [(f"d{i}", words(i)) for i in range(40)]
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", docs)
+    tok = CharTokenizer.train(t for _, t in docs)
+    summary = tokenize_chunk(chunk, tok, tmp_path / "t.bin", TokenizeParams(val_fraction=0.3))
+    tokens = open_shard(tmp_path / "t.bin").tokens
+    lines = list(iter_docs(tmp_path / "t.bin"))
+    assert [d["id"] for d in lines] == [d[0] for d in docs]
+    for (doc_id, text), d in zip(docs, lines):
+        span = tokens[d["offset"] : d["offset"] + d["tokens"]]
+        assert tok.decode(span[:-1]) == text and span[-1] == tok.eot_id
+        assert d["split"] == assign_split(doc_id, 0.3)
+        assert d["sha256"] == hashlib.sha256(text.encode()).hexdigest()
+    assert summary["tokens"] == len(tokens) == summary["train_tokens"] + summary["val_tokens"]
+    assert summary["chunk_sha256"] == hashlib.sha256(chunk.read_bytes()).hexdigest()
+
+
+def test_gather_end_to_end_metadata_matches_files(tmp_path):
+    chunks = [
+        write_chunk(tmp_path / f"chunk_{c}.jsonl", [(f"d{c}_{i}", words(c * 50 + i)) for i in range(50)])
+        for c in range(3)
+    ]
+    train_tokenizer(chunks, TokenizerParams(kind="bpe", vocab_size=300), tmp_path / "tk")
+    tok = load_tokenizer(tmp_path / "tk")
+    outs, _ = run(tmp_path, chunks, tok)
+    meta = gather_shards(outs, tmp_path / "shards", ShardParams(tokens_per_shard=200), tokenizer_folder=tmp_path / "tk")
+    on_disk = json.loads((tmp_path / "shards" / "metadata.json").read_text())
+    assert on_disk == json.loads(json.dumps(meta))
+    assert meta["tokenizer"] == tok.identity() and meta["dtype"] == "uint16" and meta["magic"] == 20240520
+    assert [s["sha256"] for s in meta["sources"]] == [hashlib.sha256(c.read_bytes()).hexdigest() for c in chunks]
+    total = 0
+    for s in meta["shards"]:
+        path = tmp_path / "shards" / s["file"]
+        assert s["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+        tokens = reference_tokens(path)
+        assert len(tokens) == s["tokens"] <= 200 and (tokens == tok.eot_id).sum() == s["documents"]
+        total += s["tokens"]
+    assert total == meta["totals"]["tokens"] == sum(s["tokens"] for s in meta["sources"])
+    assert meta["totals"]["documents"] == 150 and meta["totals"]["val"]["documents"] > 0
+    assert load_tokenizer(tmp_path / "shards").identity() == tok.identity()  # tokenizer beside the shards
+    # every document lands in its hashed split, whole
+    texts = {
+        tok.decode(list(d))
+        for s in meta["shards"]
+        if s["split"] == "val"
+        for d in np.split(
+            reference_tokens(tmp_path / "shards" / s["file"]),
+            np.flatnonzero(reference_tokens(tmp_path / "shards" / s["file"]) == tok.eot_id) + 1,
+        )
+        if len(d)
+    }
+    expected = {
+        words(c * 50 + i) + "<|endoftext|>"
+        for c in range(3)
+        for i in range(50)
+        if assign_split(f"d{c}_{i}", 0.1) == "val"
+    }
+    assert texts == expected
+
+
+def test_dedup_within_and_across_chunks(tmp_path):
+    a = write_chunk(tmp_path / "chunk_0.jsonl", [("a1", "same text"), ("a2", "other"), ("a3", "same text")])
+    b = write_chunk(tmp_path / "chunk_1.jsonl", [("b1", "same text"), ("b2", "fresh")])
+    tok = CharTokenizer.train(["same text other fresh"])
+    _, meta = run(tmp_path, [a, b], tok, TokenizeParams(val_fraction=0.0))
+    assert meta["dedup"]["duplicates_within_chunks"] == 1 and meta["dedup"]["duplicates_across_chunks"] == 1
+    assert meta["totals"]["documents"] == 3
+    _, meta = run(tmp_path, [a, b], tok, TokenizeParams(val_fraction=0.0, dedup=False), ShardParams(dedup=False))
+    assert meta["totals"]["documents"] == 5
+
+
+def test_groups_stay_in_one_shard_and_one_split(tmp_path):
+    docs = [(f"d{i}", words(i), f"g{i % 6}") for i in range(60)]
+    docs.append(("big", "w1 " * 150, "huge"))  # 451 tokens: larger than a shard
+    chunks = [
+        write_chunk(
+            tmp_path / f"chunk_{c}.jsonl", [d for d in docs if c == (0 if d[2] == "huge" else int(d[2][1:]) % 2)]
+        )
+        for c in range(2)
+    ]
+    tok = CharTokenizer.train(d[1] for d in docs)
+    outs, meta = run(
+        tmp_path, chunks, tok, TokenizeParams(val_fraction=0.4), ShardParams(tokens_per_shard=300, group_field="g")
+    )
+    where = {}
+    for path in outs:
+        for d in iter_docs(path):
+            assert d["split"] == assign_split(d["group"], 0.4)  # split by group key
+    sizes = {}
+    for s in meta["shards"]:
+        tokens = reference_tokens(tmp_path / "shards" / s["file"])
+        for piece in np.split(tokens, np.flatnonzero(tokens == tok.eot_id) + 1)[:-1]:
+            text = tok.decode(piece[:-1])
+            group = next(g for _, t, g in docs if t == text)
+            where.setdefault(group, set()).add(s["file"])
+        sizes[s["file"]] = s["tokens"]
+    assert all(len(files) == 1 for files in where.values())  # each group in exactly one shard
+    (huge_file,) = where["huge"]
+    assert sizes[huge_file] == 451 and meta["grouped"] and meta["group_field"] == "g"
+
+
+def test_group_split_across_chunks_is_an_error(tmp_path):
+    a = write_chunk(tmp_path / "chunk_0.jsonl", [("a", "xy", "g")])
+    b = write_chunk(tmp_path / "chunk_1.jsonl", [("b", "yx", "g")])
+    with pytest.raises(ValueError, match="group 'g' appears in .*tok_0.bin and again in .*tok_1.bin"):
+        run(tmp_path, [a, b], CharTokenizer.train(["xy"]))
+    assert not list((tmp_path / "shards").glob("*.bin"))  # nothing half-written left behind
+
+
+def test_position_split_takes_floor_of_the_fraction(tmp_path):
+    text = "".join(f"line {i}: the quick brown fox\n" for i in range(40)) + "end"
+    path = tmp_path / "input.txt"
+    path.write_text(text)
+    train_tokenizer([path], TokenizerParams(kind="char"), tmp_path / "tk")
+    tok = load_tokenizer(tmp_path / "tk")
+    n = len(text)  # char tokens, no end-of-text added
+    meta = prepare_text_file(path, tok, tmp_path / "out", TextFileParams(val_fraction=0.1, tokens_per_shard=256))
+    assert meta["totals"]["train"]["tokens"] == n * 9 // 10 == position_split(n, 0.1)
+    assert meta["totals"]["val"]["tokens"] == n - n * 9 // 10
+    assert position_split(10, 0.1) == 9 and position_split(1003, 0.1) == 902
+    joined = {
+        split: np.concatenate(
+            [reference_tokens(tmp_path / "out" / s["file"]) for s in meta["shards"] if s["split"] == split]
+        )
+        for split in ("train", "val")
+    }
+    assert tok.decode(joined["train"]) + tok.decode(joined["val"]) == text
+    assert max(s["tokens"] for s in meta["shards"]) == 256
+
+
+def test_text_pieces_encode_like_the_whole_file(tmp_path):
+    text = "".join(f"Speaker {i}:\n  Well,   said {i}!  \n\n" if i % 3 else f"word{i}\n" for i in range(200))
+    path = tmp_path / "t.txt"
+    path.write_text(text)
+    pieces = list(_text_pieces(path, piece_chars=64))
+    assert len(pieces) > 5 and "".join(p for _, p in pieces) == text
+    tok = train_bpe(iter([text]), vocab_size=300, min_frequency=1)
+    streamed = [i for _, p in pieces for i in tok.encode(p)]
+    assert streamed == tok.encode(text)
+
+
+def test_char_tokenizer_names_the_document_it_cannot_encode(tmp_path):
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", [("ok", "abc"), ("bad-doc", "abZ")])
+    with pytest.raises(ValueError, match=r"chunk_0.jsonl: document 'bad-doc' cannot be encoded .* character 'Z'"):
+        tokenize_chunk(chunk, CharTokenizer.train(["abc"]), tmp_path / "t.bin", TokenizeParams())
+    assert not (tmp_path / "t.bin").exists() and not docs_path(tmp_path / "t.bin").exists()
+
+
+def test_empty_corpus_is_an_error(tmp_path):
+    empty = write_chunk(tmp_path / "chunk_0.jsonl", [])
+    with pytest.raises(ValueError, match="training text is empty"):
+        train_tokenizer([empty], TokenizerParams(kind="char"), tmp_path / "tk")
+    with pytest.raises(ValueError, match="no text"):
+        train_tokenizer([empty], TokenizerParams(kind="bpe", vocab_size=300), tmp_path / "tk")
+    with pytest.raises(ValueError, match="empty corpus: the 1 tokenized chunks hold no document"):
+        run(tmp_path, [empty], CharTokenizer.train(["a"]))
+    (tmp_path / "e.txt").write_text("")
+    with pytest.raises(ValueError, match="empty corpus"):
+        prepare_text_file(tmp_path / "e.txt", CharTokenizer.train(["a"]), tmp_path / "out", TextFileParams())
+
+
+def test_large_vocab_needs_uint32(tmp_path):
+    tok = CharTokenizer(chr(0x10000 + i) for i in range(70000))  # vocab 70001 > 65536
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", [("d", chr(0x10000 + 69999) + chr(0x10000))])
+    with pytest.raises(ValueError, match="uint16 holds ids below 65536, but the tokenizer's vocab_size is 70001"):
+        tokenize_chunk(chunk, tok, tmp_path / "t.bin", TokenizeParams(dtype="uint16"))
+    _, meta = run(tmp_path, [chunk], tok, TokenizeParams(val_fraction=0.0))
+    assert meta["dtype"] == "uint32" and meta["magic"] == 20240801 and meta["version"] == 7
+    tokens = reference_tokens(tmp_path / "shards" / meta["shards"][0]["file"])
+    assert tokens.tolist() == [69999, 0, 70000]
+
+
+def test_truncated_tokenized_chunk_is_refused(tmp_path):
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", [("d", "abc")])
+    tokenize_chunk(chunk, CharTokenizer.train(["abc"]), tmp_path / "t.bin", TokenizeParams())
+    data = (tmp_path / "t.bin").read_bytes()
+    (tmp_path / "t.bin").write_bytes(data[:-1])
+    with pytest.raises(ShardFormatError, match=r"t\.bin: truncated"):
+        gather_shards([tmp_path / "t.bin"], tmp_path / "shards", ShardParams())
+
+
+def test_shard_mb_sets_the_target(tmp_path):
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", [(f"d{i}", words(i)) for i in range(30)])
+    _, meta = run(
+        tmp_path,
+        [chunk],
+        CharTokenizer.train(words(i) for i in range(30)),
+        TokenizeParams(val_fraction=0.0),
+        ShardParams(shard_mb=0.001),
+    )
+    assert meta["tokens_per_shard"] == (1048 - 1024) // 2  # 0.001 MiB = 1048 bytes, header included
+    with pytest.raises(ValueError, match="not both"):
+        ShardParams(tokens_per_shard=10, shard_mb=1.0)

@@ -1,0 +1,78 @@
+"""Tokenizers: char, byte-level bpe and the bundled MiniLM, behind one interface."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from shardflow.core.models import resolve_model
+from shardflow.train.tokenizer import (
+    CharTokenizer,
+    UnknownCharacterError,
+    load_pretrained,
+    load_tokenizer,
+    train_bpe,
+)
+
+TEXTS = ["First Citizen:\nBefore we proceed any further, hear me speak.", "All:\nSpeak, speak. Ünïcödé 🎉 ok"] * 20
+
+
+def test_char_vocab_round_trip_and_save(tmp_path):
+    tok = CharTokenizer.train(TEXTS)
+    chars = sorted(set("".join(TEXTS)))
+    assert tok.chars == chars and tok.vocab_size == len(chars) + 1 and tok.eot_id == len(chars)
+    ids = tok.encode(TEXTS[1])
+    assert ids == [chars.index(c) for c in TEXTS[1]]
+    assert tok.decode(ids) == TEXTS[1]
+    assert tok.decode([tok.eot_id]) == "<|endoftext|>"
+    ident = tok.save(tmp_path)
+    back = load_tokenizer(tmp_path)
+    assert back.identity() == ident
+    assert ident["sha256"] == hashlib.sha256((tmp_path / "char_tokenizer.json").read_bytes()).hexdigest()
+    assert back.encode(TEXTS[1]) == ids
+
+
+def test_char_refuses_unknown_characters():
+    tok = CharTokenizer.train(["abc"])
+    with pytest.raises(
+        UnknownCharacterError, match=r"character 'z' \(U\+007A\) at offset 2 is not in the char vocabulary"
+    ):
+        tok.encode("abz")
+    with pytest.raises(ValueError, match="training text is empty"):
+        CharTokenizer.train([])
+
+
+def test_bpe_round_trip_save_and_determinism(tmp_path):
+    tok = train_bpe(iter(TEXTS), vocab_size=300, min_frequency=1)
+    assert tok.kind == "bpe" and tok.vocab_size <= 300
+    assert tok.eot_id == tok._tk.token_to_id("<|endoftext|>")
+    for text in TEXTS[:2] + ["never seen: ∑ 日本語 \t\n  spaces"]:  # byte-level: everything encodes exactly
+        assert tok.decode(tok.encode(text)) == text
+    ident = tok.save(tmp_path)
+    assert ident == load_tokenizer(tmp_path).identity()
+    assert ident["sha256"] == hashlib.sha256((tmp_path / "tokenizer.json").read_bytes()).hexdigest()
+    assert train_bpe(iter(TEXTS), vocab_size=300, min_frequency=1).identity() == ident
+    json.loads((tmp_path / "tokenizer.json").read_text())  # a plain Hugging Face tokenizer.json
+
+
+def test_minilm_from_the_bundled_folder(tmp_path):
+    folder = resolve_model("default")
+    tok = load_pretrained("default")
+    assert tok.kind == "pretrained" and tok.vocab_size == 30522
+    assert (tok.eot_token, tok.eot_id) == ("[SEP]", 102)  # BERT has no EOS: SEP ends documents
+    long_text = "the " * 300
+    ids = tok.encode(long_text)
+    assert len(ids) == 300 and 101 not in ids and 102 not in ids  # no truncation, no [CLS]/[SEP] template
+    assert tok.decode(tok.encode("Hello World")) == "hello world"  # lower-cases: not an exact inverse
+    ident = tok.save(tmp_path)
+    assert ident["sha256"] == hashlib.sha256(Path(folder, "tokenizer.json").read_bytes()).hexdigest()
+    assert load_tokenizer(tmp_path).identity() == ident
+    assert load_pretrained(f"{folder}/tokenizer.json").eot_id == 102
+
+
+def test_missing_tokenizer_path(tmp_path):
+    with pytest.raises(FileNotFoundError, match="expected 'char', 'bpe', a tokenizer.json"):
+        load_pretrained(tmp_path / "nope")
