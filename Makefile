@@ -10,8 +10,10 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
+# Shell rules (train) run `python`: the venv's, without activating it.
+export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help setup run report dag rulegraph test test-fast test-unit test-workflow test-cluster lint fmt bench clean evaluate-beir reproduce-arguana
+.PHONY: help setup run report dag rulegraph test test-fast test-unit test-workflow test-cluster lint fmt bench clean evaluate-beir evaluate-summaries reproduce-arguana reproduce-shakespeare
 
 help:
 	@echo "make run    install into .venv and run the embedding workflow on the demo corpus"
@@ -101,6 +103,28 @@ evaluate-beir: setup
 	  $(SNAKEMAKE) "results/$$name/retrieval/metrics.json" --profile profiles/local --cores $(CORES) --configfile "$$cfg" >&2 && \
 	  echo "results/$$name/retrieval/metrics.json"
 
+# Summarise a JSONL(.gz) of articles and score the summaries against its references (ROUGE):
+#   make evaluate-summaries DATA=<jsonl[.gz]> [METHOD=lead|extractive|abstractive|stored] [MODEL=<folder>]
+#     [NAME=<name>] [ID=id] [ARTICLE=article] [REFERENCE=highlights] [REFERENCE_FORMAT=prose|tokenised]
+#     [SPLITTER=punctuation|prose] [STORED=<field, a.b or a.*>] [CHUNKS=auto|N]
+# METHOD=stored scores summaries already in the file (STORED=system_summaries.* scores every system).
+# CNN/DailyMail highlights are tokenised (" . " between sentences): REFERENCE_FORMAT=tokenised.
+# The last line printed is the metrics JSON path.
+METHOD ?= lead
+REFERENCE_FORMAT ?= prose
+SPLITTER ?= punctuation
+CHUNKS ?= auto
+evaluate-summaries: setup
+	@test -n "$(DATA)" || { echo "usage: make evaluate-summaries DATA=<jsonl[.gz]> [METHOD=lead|extractive|abstractive|stored] [MODEL=<folder>] ..." >&2; exit 2; }
+	@name="$${NAME:-$$(basename "$(DATA)" | sed 's/\.gz$$//; s/\.jsonl$$//' | tr -c 'A-Za-z0-9_.\n-' '_')-$(METHOD)}"; \
+	  cfg=".snakemake/shardflow/evaluate-summaries-$$name.yaml"; mkdir -p "$$(dirname "$$cfg")"; \
+	  $(BIN)/python -m shardflow.cli summaries-config --data "$(DATA)" --name "$$name" --method "$(METHOD)" \
+	    --model "$(MODEL)" --stored "$(STORED)" --id "$${ID:-id}" --article "$${ARTICLE:-article}" \
+	    --reference "$${REFERENCE:-highlights}" --reference-format "$(REFERENCE_FORMAT)" --splitter "$(SPLITTER)" \
+	    --chunks "$(CHUNKS)" --out "$$cfg" >&2 && \
+	  $(SNAKEMAKE) "results/$$name/summarise/metrics.json" --profile profiles/local --cores $(CORES) --configfile "$$cfg" >&2 && \
+	  echo "results/$$name/summarise/metrics.json"
+
 # Opt-in: reproduce MTEB's published ArguAna nDCG@10 (0.50167 +- 0.001) with the real
 # workflow; fails with a table of expected vs got. Needs ../shared/data/arguana (or ARGUANA=).
 ARGUANA ?= ../shared/data/arguana
@@ -109,6 +133,17 @@ reproduce-arguana: setup
 	  $(SNAKEMAKE) results/arguana/reproduction.json --profile profiles/local --cores $(CORES) \
 	    --configfile config/reproduce/arguana-minilm.yaml --config 'retrieval={path: "$(ARGUANA)"}' && \
 	  echo "reproduce-arguana: passed in $$(( $$(date +%s) - start )) s; metrics: results/arguana/retrieval/metrics.json"
+
+# Opt-in: reproduce nanoGPT's Shakespeare-char CPU run (best validation loss <= 1.93) with
+# the real workflow; fails with a table of expected vs got. The last line printed is the
+# path of the run's metrics JSON. Needs the tinyshakespeare input.txt (or TINYSHAKESPEARE=).
+TINYSHAKESPEARE ?= ../shared/data/tinyshakespeare/input.txt
+reproduce-shakespeare: setup
+	@start=$$(date +%s); \
+	  $(SNAKEMAKE) results/shakespeare_char/reproduction.json --profile profiles/local --cores $(CORES) \
+	    --configfile config/reproduce/shakespeare-char-cpu.yaml --config 'input={path: "$(TINYSHAKESPEARE)"}' >&2 && \
+	  echo "reproduce-shakespeare: passed in $$(( $$(date +%s) - start )) s" >&2 && \
+	  echo "results/shakespeare_char/train/metrics.json"
 
 clean:
 	rm -rf results logs benchmarks/*/ resources/demo .snakemake report.html dag.svg rulegraph.svg

@@ -20,6 +20,9 @@ include: "rules/merge.smk"
 include: "rules/verify.smk"
 include: "rules/report.smk"
 include: "rules/retrieval.smk"
+include: "rules/summarise.smk"
+include: "rules/train.smk"
+include: "rules/sweep.smk"
 include: "rules/provenance.smk"
 
 

@@ -10,21 +10,33 @@ lives in the package.
 
 import functools
 import os
+import re
 
 from snakemake.exceptions import WorkflowError
 
 from shardflow.core import gpu_slots
 from shardflow.core.config import load_schema, validate_config
 from shardflow.retrieval.pipeline import RetrievalSpec
-from shardflow.workflow import plan
+from shardflow.sweep import POINT_ID_REGEX, SEED_REGEX, parse_sweeps
+from shardflow.sweep.report import output_files as sweep_output_files
+from shardflow.workflow import plan, tasks
 
-validate_config(
-    config, load_schema(workflow.source_path("../config/config.schema.yaml"))
-)
+SCHEMA = load_schema(workflow.source_path("../config/config.schema.yaml"))
+
+
+def validate(cfg):
+    return validate_config(cfg, SCHEMA)
+
+
+validate(config)
 
 DATASETS = plan.datasets(config)
 DATASET = config["dataset"]
 RETRIEVAL = plan.retrieval_name(config)
+# Every configured sweep, each point checked against the schema (shardflow.sweep).
+SWEEPS = parse_sweeps(config["sweeps"], config, validate, root=workflow.basedir)
+SWEEPS_BY_FOLDER = {spec.folder: spec for spec in SWEEPS.values()}
+SWEEP_FOLDERS = "|".join(re.escape(f) for f in SWEEPS_BY_FOLDER) or "(?!)"
 
 
 wildcard_constraints:
@@ -45,11 +57,14 @@ def chunk_list(dataset, pattern):
     return expand(pattern, dataset=dataset, chunk=range(DATASETS[dataset].n_chunks))
 
 
-def per_chunk(pattern):
-    """Input function: `pattern` expanded over the job's data set's chunks."""
+def per_chunk(pattern, dataset=None):
+    """Input function: `pattern` expanded over the chunks of the job's data set (or of
+    `dataset`), its other wildcards (a sweep job's) filled from the job's."""
 
     def inputs(wildcards):
-        return chunk_list(wildcards.dataset, pattern)
+        ds = dataset or wildcards.dataset
+        fill = {k: v for k, v in wildcards.items() if k != "chunk"}
+        return expand(pattern, chunk=range(DATASETS[ds].n_chunks), **fill)
 
     return inputs
 
@@ -106,9 +121,10 @@ def rule_resources(rule, wildcards):
     return config["resources"][rule]
 
 
-def job_threads(rule):
+def job_threads(rule, uses_gpu=True):
     """`threads:` of a GPU rule: `auto` shares this host's cores only where this
-    Snakemake runs the CPU jobs itself (shardflow.workflow.plan.job_threads)."""
+    Snakemake runs the CPU jobs itself (shardflow.workflow.plan.job_threads).
+    `uses_gpu=False`: the configured method needs no GPU (e.g. Lead-k)."""
 
     def threads(wildcards):
         try:
@@ -117,7 +133,7 @@ def job_threads(rule):
             cores = None
         return plan.job_threads(
             rule_resources(rule, wildcards)["threads"],
-            local_cpu=runs_on_cpu() and local_main_process(),
+            local_cpu=(runs_on_cpu() or not uses_gpu) and local_main_process(),
             cores=cores,
             jobs=max(ds.n_chunks for ds in DATASETS.values()),
         )
@@ -125,13 +141,15 @@ def job_threads(rule):
     return threads
 
 
-def job_resources(rule):
+def job_resources(rule, uses_gpu=True):
     """`resources:` of a GPU rule: gpu (none when the job runs on the CPU, so CPU jobs
-    are not queued behind the local profile's `gpu` pool), mem_mb growing with each
-    attempt, runtime."""
+    are not queued behind the local profile's `gpu` pool, or when the configured
+    method needs no GPU), mem_mb growing with each attempt, runtime."""
 
     def gpu(wildcards):
-        return 0 if runs_on_cpu() else rule_resources(rule, wildcards)["gpu"]
+        if runs_on_cpu() or not uses_gpu:
+            return 0
+        return rule_resources(rule, wildcards)["gpu"]
 
     def mem_mb(wildcards, attempt):
         r = rule_resources(rule, wildcards)
@@ -157,27 +175,183 @@ def rule_retries(n):
 # ---------------------------------------------------------------- parameters
 
 
+def stage_section(section, wildcards):
+    """config[section] as one job sees it: a sweep job's point and seed applied."""
+    if "sweep" in wildcards.keys():
+        spec = SWEEPS_BY_FOLDER[wildcards.sweep]
+        return spec.job_config(wildcards.point, int(wildcards.seed))[section]
+    return config[section]
+
+
 def stage_params(section, **overrides):
     """Params function: config[section] (plus overrides) for one job. Params reach
     the scripts only this way, so a changed value reruns exactly the jobs it affects."""
 
     def params(wildcards):
-        return {**config[section], **overrides}
+        return {**stage_section(section, wildcards), **overrides}
 
     return params
 
 
-# ------------------------------------------------------------------- targets
+def stage_value(section, key):
+    """Params function: one key of a stage's section, as the job sees it."""
+
+    def value(wildcards):
+        return stage_section(section, wildcards)[key]
+
+    return value
+
+
+# ------------------------------------------------------------------ sweeps
+
+
+def sweeps_of_stage(stage):
+    return [spec for spec in SWEEPS.values() if spec.stage == stage]
+
+
+def sweep_resume_root(wildcards):
+    base = config["gpu_jobs"]["resume_dir"] or "results/sweeps/.resume"
+    return os.path.join(
+        base, wildcards.sweep, wildcards.point, f"seed={wildcards.seed}"
+    )
+
+
+def sweep_train_resume(wildcards):
+    return os.path.join(sweep_resume_root(wildcards), "train")
+
+
+# Per stage: a sweep job's metrics record, and the stats and benchmarks of its jobs
+# (stats first, paired in order with the first benchmarks: GPU-hours).
+def sweep_job_files(spec, point, seed):
+    job = f"results/sweeps/{spec.folder}/{point}/seed={seed}"
+    bench = f"benchmarks/sweeps/{spec.folder}/{point}/seed={seed}"
+    if spec.stage == "train":
+        return {
+            "metrics": f"{job}/train/metrics.json",
+            "stats": [f"{job}/train/metrics.json"],
+            "benchmarks": [f"{bench}/train.tsv"],
+        }
+    if spec.stage == "summarise":
+        n = range(DATASETS[DATASET].n_chunks)
+        return {
+            "metrics": f"{job}/metrics.json",
+            "stats": [f"{job}/summarise/summaries_{i}.stats.json" for i in n],
+            "benchmarks": [f"{bench}/summarise_{i}.tsv" for i in n]
+            + [f"{bench}/merge_summaries.tsv", f"{bench}/evaluate_summaries.tsv"],
+        }
+    n = range(DATASETS[RETRIEVAL].n_chunks)
+    return {
+        "metrics": f"{job}/metrics.json",
+        "stats": [f"{job}/embed/embed_{i}.stats.json" for i in n]
+        + [f"{job}/queries.stats.json"],
+        "benchmarks": [f"{bench}/embed_{i}.tsv" for i in n]
+        + [f"{bench}/embed_queries.tsv", f"{bench}/merge.tsv"]
+        + [f"{bench}/retrieval_evaluate.tsv"],
+    }
+
+
+def sweep_jobs(name):
+    spec = SWEEPS[name]
+    return [
+        {"point": p, "seed": s, **sweep_job_files(spec, p, s)} for p, s in spec.jobs()
+    ]
+
+
+def sweep_inputs(name):
+    """Input function of collect_sweep_<name>: every job's metrics, stats, benchmarks."""
+
+    def inputs(wildcards):
+        jobs = sweep_jobs(name)
+        return {
+            "metrics": [j["metrics"] for j in jobs],
+            "stats": [f for j in jobs for f in j["stats"]],
+            "benchmarks": [f for j in jobs for f in j["benchmarks"]],
+        }
+
+    return inputs
+
+
+def sweep_job_shapes(name):
+    """(point, seed, stats files, benchmark files) per job, in the order of the inputs."""
+    return [
+        (j["point"], j["seed"], len(j["stats"]), len(j["benchmarks"]))
+        for j in sweep_jobs(name)
+    ]
+
+
+def sweep_folder(name):
+    return f"results/sweeps/{SWEEPS[name].folder}"
+
+
+def sweep_outputs(name):
+    """Every file collect_sweep_<name> writes, named for Snakemake."""
+    files = sweep_output_files(SWEEPS[name], sweep_folder(name))
+    return {re.sub(r"\W", "_", key): path for key, path in files.items()}
+
+
+def sweep_rule_name(name):
+    safe = re.sub(r"\W", "_", name)
+    return f"collect_sweep_{safe}"
+
+
+# The summarise keys each method reads: a job's params hold only those, so changing a
+# key the method ignores (mmr_lambda for lead) reruns nothing.
+SUMMARISE_KEYS = {
+    "lead": ("method", "k", "splitter", "window"),
+    "extractive": ("method", "k", "splitter", "window", "mmr_lambda", "encoder"),
+    "abstractive": (
+        "method",
+        "model",
+        "dtype",
+        "token_budget",
+        "max_batch_size",
+        "max_input_length",
+        "prefix",
+        "prompt",
+        "generation",
+        "seed",
+        "window",
+    ),
+}
+
+
+def summarise_params(wildcards):
+    sm = stage_section("summarise", wildcards)
+    return {k: sm[k] for k in SUMMARISE_KEYS[sm["method"]]}
+
+
+def summary_score_params():
+    """How summaries are scored (shardflow.summarise.params.ScoreParams): the input's id
+    and reference fields, how Lsum finds sentences, the bootstrap, bad records."""
+    sm = config["summarise"]
+    stored = sm["method"] == "stored"
+    return {
+        "id_field": config["input"]["id_field"],
+        "reference_field": sm["reference_field"],
+        "reference_format": sm["reference_format"],
+        # Stored system outputs share the references' tokenisation; the workflow's
+        # own summaries hold one sentence a line (lead, extractive) or prose.
+        "summary_format": sm["reference_format"] if stored else "prose",
+        "resamples": sm["bootstrap_resamples"],
+        "on_bad_record": config["input"]["on_bad_record"],
+    }
+
+
+# ------------------------------------------------------------------- tasks
+
+
+def task_files(ds, kind):
+    """`kind` (targets, outputs, jobs, benchmarks, landing) of every task a data set
+    runs (plan.datasets); each task's files come from shardflow.workflow.tasks."""
+    files = tasks.task_files(DATASETS[ds].tasks, ds, config, DATASET)
+    return [f for task in files for f in getattr(task, kind)]
 
 
 def final_targets():
-    targets = [
-        f"results/{DATASET}/verification.json",
-        f"results/{DATASET}/report/summary.json",
-    ]
-    if RETRIEVAL is not None:
-        targets.append(f"results/{RETRIEVAL}/retrieval/metrics.json")
-    targets += [f"results/{ds}/provenance.json" for ds in DATASETS]
+    targets = []
+    for ds in DATASETS:
+        targets += task_files(ds, "targets")
+        targets.append(f"results/{ds}/provenance.json")
     targets.append(LANDING)
     if config["reproduce"]["name"]:
         targets.append(f"results/{REPRO_DATASET}/reproduction.json")
@@ -188,33 +362,19 @@ REPRO_DATASET = RETRIEVAL if RETRIEVAL is not None else DATASET
 
 
 def provenance_inputs(wildcards):
-    """What provenance records: the split's checksums (sources and chunks), the
-    job table merge wrote (per-chunk timings), and the stage outputs; so its DAG
-    edges come from split, merge and verify, not from every chunk job."""
+    """What provenance records: the split's checksums (sources and chunks), the job
+    tables the stages' merges wrote (per-chunk timings) and the stages' outputs; so
+    its DAG edges come from split and the merges, not from every chunk job."""
     ds = wildcards.dataset
-    outputs = [
-        f"results/{ds}/embeddings.npy",
-        f"results/{ds}/ids.parquet",
-        f"results/{ds}/verification.json",
-    ]
-    benchmarks = [f"benchmarks/split/{ds}.tsv", f"benchmarks/merge/{ds}.tsv"]
     raw = []  # inputs no rule writes, hashed by provenance itself
     if ds == RETRIEVAL:
         raw = RetrievalSpec.from_config(config).source_files()
-        outputs += [
-            f"results/{ds}/retrieval/metrics.json",
-            f"results/{ds}/retrieval/run.parquet",
-        ]
-        benchmarks += [
-            f"benchmarks/embed_queries/{ds}.tsv",
-            f"benchmarks/retrieval_evaluate/{ds}.tsv",
-        ]
     return {
         "manifest": f"results/{ds}/chunks/manifest.json",
-        "jobs": f"results/{ds}/embed/jobs.json",
+        "jobs": task_files(ds, "jobs"),
         "raw": raw,
-        "outputs": outputs,
-        "benchmarks": benchmarks,
+        "outputs": task_files(ds, "outputs"),
+        "benchmarks": [f"benchmarks/split/{ds}.tsv", *task_files(ds, "benchmarks")],
     }
 
 
@@ -223,19 +383,12 @@ LANDING = "results/report.rst"
 
 
 def landing_sections():
-    """Per stage that runs: (stage, data set, {name: file}); rule landing reads them."""
-    sections = []
-    for ds in DATASETS:
-        files = {
-            "manifest": f"results/{ds}/chunks/manifest.json",
-            "jobs": f"results/{ds}/embed/jobs.json",
-            "verification": f"results/{ds}/verification.json",
-        }
-        sections.append(("embedding", ds, files))
-    if RETRIEVAL is not None:
-        metrics = f"results/{RETRIEVAL}/retrieval/metrics.json"
-        sections.append(("retrieval", RETRIEVAL, {"metrics": metrics}))
-    return sections
+    """Per data set and task: (stage, data set, {name: file}); rule landing reads them."""
+    return [section for ds in DATASETS for section in task_files(ds, "landing")]
+
+
+def landing_params(wildcards):
+    return landing_sections()
 
 
 def landing_inputs(wildcards):
@@ -257,4 +410,6 @@ def landing_text():
 def reproduction_metrics():
     if RETRIEVAL is not None:
         return f"results/{RETRIEVAL}/retrieval/metrics.json"
+    if "training" in DATASETS[DATASET].tasks:
+        return f"results/{DATASET}/train/metrics.json"
     return f"results/{DATASET}/verification.json"

@@ -71,7 +71,7 @@ rule landing:
     conda:
         "../envs/core.yaml"
     params:
-        sections=landing_sections(),
+        sections=landing_params,
         gpu_hour_price=config["report"]["gpu_hour_price"],
         currency=config["report"]["currency"],
     script:

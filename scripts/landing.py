@@ -2,7 +2,13 @@
 
 from shardflow.core.runlog import configure_logging
 from shardflow.embed.report import ReportParams
-from shardflow.workflow.landing import embedding_section, retrieval_section, write_landing
+from shardflow.workflow.landing import (
+    embedding_section,
+    retrieval_section,
+    summarisation_section,
+    training_section,
+    write_landing,
+)
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 report = ReportParams(gpu_hour_price=smk.params.gpu_hour_price, currency=smk.params.currency)
@@ -10,6 +16,8 @@ log = configure_logging(smk.log[0], "landing", {"sections": smk.params.sections,
 builders = {
     "embedding": lambda ds, files: embedding_section(ds, files, report),
     "retrieval": retrieval_section,
+    "summarisation": summarisation_section,
+    "training": lambda ds, files: training_section(ds, files, report),
 }
 sections = [builders[stage](ds, files) for stage, ds, files in smk.params.sections]
 write_landing(smk.output[0], sections)

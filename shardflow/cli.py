@@ -42,6 +42,42 @@ def beir_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def summaries_config(args: argparse.Namespace) -> int:
+    """Write a config overlay that summarises (or scores stored summaries of) one JSONL file."""
+    path = os.path.abspath(args.data)
+    if not os.path.isfile(path):
+        print(f"evaluate-summaries: DATA={args.data!r} is not a file", file=sys.stderr)
+        return 2
+    if args.method == "stored" and not args.stored:
+        print("evaluate-summaries: METHOD=stored needs STORED=<field> (e.g. system_summaries.*)", file=sys.stderr)
+        return 2
+    model = "" if args.model in ("", "default") else args.model  # `make`'s MODEL defaults to "default"
+    if args.method == "abstractive" and not model:
+        print("evaluate-summaries: METHOD=abstractive needs MODEL=<local model folder>", file=sys.stderr)
+        return 2
+    summarise = {
+        "method": args.method,
+        "reference_field": args.reference,
+        "reference_format": args.reference_format,
+        "splitter": args.splitter,
+    }
+    if model:
+        summarise["model"] = os.path.abspath(model)
+    if args.stored:
+        summarise["stored_field"] = args.stored
+    overlay = {
+        "dataset": args.name,
+        "tasks": ["summarisation"],
+        "n_chunks": args.chunks if args.chunks == "auto" else int(args.chunks),
+        "input": {"path": path, "format": "jsonl", "id_field": args.id, "text_field": args.article},
+        "summarise": summarise,
+    }
+    with atomic_open(args.out, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(overlay, fh, sort_keys=False)
+    print(f"evaluate-summaries: config overlay {args.out}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m shardflow.cli")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -53,6 +89,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drop-identical-ids", type=_bool, default=True)
     p.add_argument("--out", required=True)
     p.set_defaults(func=beir_config)
+    p = sub.add_parser("summaries-config", help="config overlay for make evaluate-summaries")
+    p.add_argument("--data", required=True)
+    p.add_argument("--name", required=True)
+    p.add_argument("--method", default="lead", choices=["lead", "extractive", "abstractive", "stored"])
+    p.add_argument("--model", default="")
+    p.add_argument("--stored", default="")
+    p.add_argument("--id", default="id")
+    p.add_argument("--article", default="article")
+    p.add_argument("--reference", default="highlights")
+    p.add_argument("--reference-format", default="prose", choices=["prose", "tokenised"])
+    p.add_argument("--splitter", default="punctuation", choices=["punctuation", "prose"])
+    p.add_argument("--chunks", default="auto")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=summaries_config)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -30,14 +30,24 @@ class GpuJob:
     log: logging.Logger
 
 
-def start_gpu_job(smk: Any, name: str, params: Any) -> GpuJob:
-    """Log `params` (first line of the rule log), then pin the job's GPUs."""
-    settings = dict(smk.params.gpu_jobs)
-    gpus = int(smk.resources.get("gpu", 1))
+def pin_job_gpus(settings: dict, gpus: int, job: str, logger: logging.Logger | None = None) -> tuple[str, str | None]:
+    """(device, CUDA_VISIBLE_DEVICES) of a job scheduled with `gpus` GPUs.
+
+    settings: the rule's `gpu_jobs` params (device, pinning, devices). `gpus == 0`
+    means a CPU job: device "cpu" and no slot taken. Also the start of
+    `python -m shardflow.train.launch`, a shell rule's job.
+    """
     device, pinning = settings["device"], settings["pinning"]
-    log = configure_logging(smk.log[0], name, params)
     if gpus == 0:  # scheduled as a CPU job: run as one, take no GPU slot
         device, pinning = "cpu", "off"
-    visible = pin_gpu(settings["devices"], mode=pinning, job=f"{name} {smk.input[0]}", count=max(gpus, 1))
-    log.info("CUDA_VISIBLE_DEVICES=%s (gpu_pinning=%s)", visible, pinning)
+    visible = pin_gpu(settings["devices"], mode=pinning, job=job, count=max(gpus, 1))
+    (logger or logging.getLogger(__name__)).info("CUDA_VISIBLE_DEVICES=%s (gpu_pinning=%s)", visible, pinning)
+    return device, visible
+
+
+def start_gpu_job(smk: Any, name: str, params: Any) -> GpuJob:
+    """Log `params` (first line of the rule log), then pin the job's GPUs."""
+    gpus = int(smk.resources.get("gpu", 1))
+    log = configure_logging(smk.log[0], name, params)
+    device, visible = pin_job_gpus(dict(smk.params.gpu_jobs), gpus, job=f"{name} {smk.input[0]}", logger=log)
     return GpuJob(device=device, gpus=gpus, visible_devices=visible, threads=int(smk.threads), log=log)

@@ -50,6 +50,29 @@ def read_job_table(path: str | os.PathLike) -> list[dict]:
         return json.load(fh)["jobs"]
 
 
+def job_costs(stats: list[dict], benches: list[dict], gpu_hour_price: float) -> dict:
+    """Wall time, job time, GPU-hours and cost of a stage's chunk jobs.
+
+    A job's time is Snakemake's benchmark `s` (the whole job, model loading
+    included), else its own `seconds`; GPU-hours count the jobs that ran on CUDA.
+    """
+    if len(benches) != len(stats):
+        # zip() would silently drop the unmatched jobs from the time and cost sums.
+        raise ValueError(f"{len(stats)} per-chunk stats but {len(benches)} benchmark records")
+    start = min(s["start_time"] for s in stats)
+    end = max(s["end_time"] for s in stats)
+    job_seconds = [b.get("s", s["seconds"]) for s, b in zip(stats, benches)]
+    gpu_hours = sum(t for s, t in zip(stats, job_seconds) if str(s.get("device", "")).startswith("cuda")) / 3600
+    return {
+        "wall_time_s": max(end - start, 1e-9),
+        "job_seconds": sum(job_seconds),
+        "gpu_hours": gpu_hours,
+        "device_hours": sum(job_seconds) / 3600,
+        "estimated_cost": gpu_hours * gpu_hour_price,
+        "devices": sorted({str(s.get("device")) for s in stats}),
+    }
+
+
 def timings(rows: list[dict]) -> dict:
     """{benchmark path: {s, max_rss, cpu_time}} of the table's jobs (for provenance)."""
     return {r["benchmark_path"]: {k: r["benchmark"].get(k) for k in TIMING_KEYS} for r in rows}

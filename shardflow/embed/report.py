@@ -16,7 +16,7 @@ import numpy as np
 
 from shardflow.core.atomic import write_json
 from shardflow.core.figures import plot_throughput, plot_timeline, pyplot, save_figure
-from shardflow.core.jobs import read_job_table
+from shardflow.core.jobs import job_costs, read_job_table
 
 log = logging.getLogger(__name__)
 
@@ -86,19 +86,10 @@ def plot_map(npy_path: str, path: str, params: ReportParams) -> int:
 
 
 def run_summary(stats: list[dict], benches: list[dict], manifest: dict, verification: dict, params: ReportParams) -> dict:
-    if len(benches) != len(stats):
-        # zip() would silently drop the unmatched jobs from the time and cost sums.
-        raise ValueError(f"{len(stats)} per-chunk stats but {len(benches)} benchmark records")
+    costs = job_costs(stats, benches, params.gpu_hour_price)
     records = sum(s["items"] for s in stats)
     tokens = sum(s["tokens"] for s in stats)
-    start = min(s["start_time"] for s in stats)
-    end = max(s["end_time"] for s in stats)
-    wall = max(end - start, 1e-9)
-    job_seconds = sum(b.get("s", s["seconds"]) for s, b in zip(stats, benches))
-    gpu_hours = sum(
-        b.get("s", s["seconds"]) for s, b in zip(stats, benches) if str(s.get("device", "")).startswith("cuda")
-    ) / 3600
-    device_hours = job_seconds / 3600
+    wall, job_seconds, gpu_hours = costs["wall_time_s"], costs["job_seconds"], costs["gpu_hours"]
     return {
         "records": records,
         "rejected_records": manifest.get("rejected_records", 0),
@@ -108,9 +99,9 @@ def run_summary(stats: list[dict], benches: list[dict], manifest: dict, verifica
         "embed_job_seconds": round(job_seconds, 3),
         "items_per_s": round(records / wall, 3),
         "tokens_per_s": round(tokens / wall, 3),
-        "devices": sorted({str(s.get("device")) for s in stats}),
+        "devices": costs["devices"],
         "gpu_hours": round(gpu_hours, 6),
-        "device_hours": round(device_hours, 6),
+        "device_hours": round(costs["device_hours"], 6),
         "gpu_hour_price": params.gpu_hour_price,
         "currency": params.currency,
         # GPU-hours are embed jobs that ran on CUDA; a CPU-only run costs 0 here.

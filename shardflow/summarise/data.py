@@ -17,15 +17,24 @@ Summaries are named by a field spec:
 
 from __future__ import annotations
 
-import gzip
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from shardflow.core.files import open_binary
 from shardflow.corpus.readers import BadRecordError, Rejected
 
-__all__ = ["BadRecordError", "Document", "Loaded", "Rejected", "SummaryRecord", "load_documents", "load_summaries"]
+__all__ = [
+    "BadRecordError",
+    "Document",
+    "Loaded",
+    "Rejected",
+    "SummaryRecord",
+    "load_documents",
+    "load_references",
+    "load_summaries",
+]
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,18 @@ def load_documents(
     def make(obj: dict, line: int) -> Document:
         ref = _text(obj, reference_field) if reference_field else None
         return Document(_id(obj, id_field), _text(obj, article_field), ref, line)
+
+    return _load(path, make, on_bad_record)
+
+
+def load_references(
+    path: str, *, id_field: str = "id", reference_field: str = "highlights", on_bad_record: str = "error"
+) -> Loaded:
+    """(id, reference) pairs as Documents with an empty article: what evaluation joins
+    generated summaries with."""
+
+    def make(obj: dict, line: int) -> Document:
+        return Document(_id(obj, id_field), "", _text(obj, reference_field), line)
 
     return _load(path, make, on_bad_record)
 
@@ -127,8 +148,7 @@ def _load(path: str, make, on_bad_record: str) -> Loaded:
 
 def _objects(path: str) -> Iterator[tuple[int, bytes, Any]]:
     """(line number, raw bytes, parsed object or _Bad) for each non-blank line."""
-    opener = gzip.open if path.lower().endswith(".gz") else open
-    with opener(path, "rb") as fh:
+    with open_binary(path) as fh:
         for line, raw in enumerate(fh, 1):
             if not raw.strip():
                 continue

@@ -48,6 +48,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--log", help="log file (rank 0)")
     ap.add_argument("--threads", type=int, help="torch CPU threads per process")
     ap.add_argument("--keep-resume", action="store_true", help="keep the checkpoint folder after finishing")
+    ap.add_argument("--sample-tokens", type=int, default=500, help="tokens of the generated sample")
     ap.add_argument("--params", default="{}", help="JSON object of TrainParams fields")
     for f in dataclasses.fields(TrainParams):
         ap.add_argument("--" + f.name.replace("_", "-"), dest=f.name, metavar=f.name.upper(),
@@ -84,7 +85,7 @@ def main(argv=None) -> dict:
         decode = load_tokenizer(args.tokenizer).decode
     try:
         return train(args.data, args.out, params, logger, resume_dir=args.resume_dir, decode=decode,
-                     keep_resume=args.keep_resume)
+                     keep_resume=args.keep_resume, sample_tokens=args.sample_tokens)
     finally:
         if world > 1:
             dist.destroy_process_group()

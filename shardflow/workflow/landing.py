@@ -6,7 +6,11 @@ section per stage and data set:
 
 - embedding: records in (read / rejected), rows out and whether verification
   passed, wall time, throughput, GPU-hours and estimated cost;
-- retrieval evaluation: the headline metrics and query / document counts.
+- retrieval evaluation: the headline metrics and query / document counts;
+- summarisation: records in and out, truncated inputs, lengths and compression,
+  wall time, throughput, GPU-hours and cost, and ROUGE with intervals when scored;
+- training: documents and tokens in (train / val), shards, tokenizer, steps, best
+  validation loss, wall time, tokens/s (MFU on CUDA), GPU-hours and cost on CUDA.
 
 A new capability adds a `<stage>_section` function here and its files to the
 rule's input; `render` lays every section out the same way.
@@ -68,6 +72,32 @@ def retrieval_section(dataset: str, files: dict) -> Section:
     return Section(f"Retrieval evaluation: {dataset}", rows)
 
 
+def summarisation_section(dataset: str, files: dict) -> Section:
+    """files: manifest, and summary (the stage's report) and/or metrics (ROUGE)."""
+    manifest = _json(files["manifest"])
+    rows = []
+    if "summary" in files:
+        s = _json(files["summary"])
+        rows += [
+            ("records in", f"{manifest['total_records']:,} read, {manifest.get('rejected_records', 0):,} rejected"),
+            ("summaries out", f"{s['records']:,}, {s['truncated_inputs']:,} inputs truncated to the model's limit"),
+            ("lengths", f"{s['input_tokens']:,} input and {s['summary_tokens']:,} summary tokens "
+             f"(compression {s['compression_ratio']:.3f})"),
+            ("wall time", f"{_duration(s['summarise_wall_time_s'])} ({s['chunks']} chunk jobs)"),
+            ("throughput", f"{s['items_per_s']:,.2f} documents/s on {', '.join(s['devices'])}"),
+            ("GPU-hours and cost", f"{s['gpu_hours']:.4f} GPU-h, {s['estimated_cost']:.2f} {s['currency']}"),
+        ]
+    if "metrics" in files:
+        m = _json(files["metrics"])
+        for system, scores in m["systems"].items():
+            cells = ", ".join(
+                f"{metric} {v['mean']:.2f} [{v['ci_low']:.2f}, {v['ci_high']:.2f}]" for metric, v in scores.items()
+            )
+            rows.append((f"ROUGE {system}", cells))
+        rows.append(("evaluated", f"{m['n_documents']:,} documents (F1 x 100, bootstrap 95% intervals)"))
+    return Section(f"Summarisation: {dataset}", rows)
+
+
 def _escape(text: str) -> str:
     # Inline markup characters of reStructuredText; values are data, never markup.
     for ch in "\\*`|_":
@@ -99,3 +129,41 @@ def render(sections: list[Section]) -> str:
 def write_landing(path: str | os.PathLike, sections: list[Section]) -> None:
     with atomic_open(path, "w", encoding="utf-8") as fh:
         fh.write(render(sections))
+
+
+def training_section(dataset: str, files: dict, report: ReportParams | None = None) -> Section:
+    """files: metadata (shards), jobs (tokenize jobs), metrics (train); report: the GPU-hour price."""
+    meta, m = _json(files["metadata"]), _json(files["metrics"])
+    jobs = read_job_table(files["jobs"])
+    t, tok = meta["totals"], meta["tokenizer"]
+    if t["documents"] is None:  # a position split: one text, no documents
+        docs = f"one text, split by position ({meta['split']['val_fraction']:g} of its tokens val)"
+    else:
+        dups = meta["dedup"] or {}
+        n_dups = dups.get("duplicates_within_chunks", 0) + dups.get("duplicates_across_chunks", 0)
+        docs = (f"{t['documents']:,} ({t['train']['documents']:,} train / {t['val']['documents']:,} val, "
+                f"by {meta['split'].get('key', 'id')} hash); {n_dups:,} duplicates dropped")
+    tokenize = f"; {len(jobs)} tokenize jobs" if jobs else ""
+    rows = [
+        ("documents in", docs),
+        ("tokens in", f"{t['tokens']:,} ({t['train']['tokens']:,} train / {t['val']['tokens']:,} val)"),
+        ("shards", f"{len(meta['shards'])} of at most {meta['tokens_per_shard']:,} {meta['dtype']} tokens{tokenize}"),
+        ("tokenizer", f"{tok['kind']}, vocabulary {tok['vocab_size']:,}, end-of-text id {tok['eot_id']}"),
+        ("steps", f"{m['steps']:,} steps of {m['tokens_per_step']:,} tokens, {m['n_params']:,} parameters"
+         + (f" (resumed from step {m['resumed_from_step']:,})" if m["resumed_from_step"] else "")),
+        ("best val loss", f"{m['best_val_loss']:.4f} at step {m['best_step']} "
+         f"(last weights {m['final_val_loss']:.4f} on the whole val split)"),
+        ("wall time", f"{_duration(m['train_seconds_total'])} of training, {_duration(m['wall_seconds'])} this run"),
+    ]
+    speed = f"{m['tokens_per_second']:,.0f} tokens/s" if m["tokens_per_second"] else "not measured"
+    speed += f" on {m['device']} x{m['world_size']} ({m['dtype']})"
+    if m.get("mfu") is not None:
+        speed += f", MFU {100 * m['mfu']:.1f}%"
+    rows.append(("throughput", speed))
+    if m["device"].startswith("cuda"):
+        gpu_hours = m["train_seconds_total"] * m["world_size"] / 3600
+        cost = ""
+        if report is not None:
+            cost = f", {gpu_hours * report.gpu_hour_price:.2f} {report.currency}"
+        rows.append(("GPU-hours and cost", f"{gpu_hours:.4f} GPU-h{cost}"))
+    return Section(f"Training: {dataset}", rows)

@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from shardflow.corpus.readers import ReaderOptions, count_records_cheap, expand_inputs
+from shardflow.corpus.readers import ReaderOptions, count_records_cheap, detect_format, expand_inputs
 from shardflow.retrieval.pipeline import RetrievalSpec
 
 DEMO_CORPUS = "resources/demo/corpus.jsonl"
@@ -141,11 +141,13 @@ class DataSet:
 
     sources: the files the split reads (s3:// objects included: the rules fetch
         them through Snakemake storage); reader: `ReaderOptions` fields for them;
-    by: "records" or "size"; role: what the data set is for ("main", "retrieval").
+    by: "records" or "size"; role: what the data set is for ("main", "retrieval");
+    tasks: the stages that run on its chunks (config `tasks` for the main corpus).
     """
 
     name: str
     role: str
+    tasks: tuple[str, ...]
     n_chunks: int
     sources: tuple[str, ...]
     reader: dict
@@ -181,6 +183,7 @@ def datasets(cfg: dict) -> dict[str, DataSet]:
     main = DataSet(
         name=cfg["dataset"],
         role="main",
+        tasks=tuple(cfg["tasks"]),
         n_chunks=plan_n_chunks(cfg),
         sources=tuple(corpus_inputs(cfg)),
         reader=dict(reader_options(cfg).__dict__),
@@ -195,6 +198,7 @@ def datasets(cfg: dict) -> dict[str, DataSet]:
         out[name] = DataSet(
             name=name,
             role="retrieval",
+            tasks=("embedding", "retrieval"),
             n_chunks=plan_retrieval_chunks(cfg),
             sources=(retrieval_corpus(name),),
             reader={**reader_options(cfg).__dict__, **CHUNK_READER},
@@ -202,3 +206,39 @@ def datasets(cfg: dict) -> dict[str, DataSet]:
             rate_items_per_s=rate,
         )
     return out
+
+
+def position_source(ds: DataSet) -> str:
+    """The one text file a position split (`shards.split: position`) reads directly.
+
+    nanoGPT's split is by character position in one file. The chunks' records drop
+    newlines (and empty lines are bad records), so that exact character sequence
+    exists only in the file itself: the split still runs (its manifest carries the
+    checksums), but the shards are cut from the file.
+    """
+    src = ds.sources[0] if len(ds.sources) == 1 else ""
+    fmt = None
+    if src and not src.startswith("s3://") and not src.endswith(".gz"):
+        try:
+            fmt = detect_format(src, ReaderOptions(**ds.reader))
+        except ValueError:
+            pass
+    if fmt != "text":
+        raise ValueError(
+            f"shards.split: position reads one local, uncompressed plain-text file, but data set {ds.name!r} "
+            f"reads {list(ds.sources)}; use shards.split: hash for records"
+        )
+    return src
+
+
+def train_gpus(cfg: dict) -> int:
+    """GPUs (= processes) of the train job: `train.gpus`. `resources.train.gpu` follows
+    it; a different value there (other than the schema default 1) is a contradiction."""
+    gpus = cfg["train"]["gpus"]
+    set_there = cfg["resources"]["train"]["gpu"]
+    if set_there not in (1, gpus):
+        raise ValueError(
+            f"resources.train.gpu is {set_there} but train.gpus is {gpus}: the train job requests "
+            "train.gpus GPUs (one process each); set train.gpus and leave resources.train.gpu out"
+        )
+    return gpus

@@ -129,7 +129,7 @@ def test_failed_embed_job_is_resubmitted_not_retried_in_place(slurm_cluster, cor
     config = sm.real_config(tmp_path / "config.yaml", str(corpus_file))
     cfg = yaml.safe_load(config.read_text())
     cfg["n_chunks"] = 1
-    cfg["embedding"]["model"] = str(tmp_path / "no-such-model")  # fails when the job loads it
+    cfg.setdefault("embedding", {})["model"] = str(tmp_path / "no-such-model")  # fails when the job loads it
     config.write_text(yaml.safe_dump(cfg))
     run = sm.run_real(tmp_path, config, *slurm_profile_args(sm), timeout_s=420)
     assert not run.timed_out and run.returncode != 0, sm.describe(run)

@@ -13,7 +13,8 @@ ALLOWED = {
     "retrieval": {"core", "corpus", "retrieval"},
     "summarise": {"core", "corpus", "embed", "summarise"},
     "train": {"core", "corpus", "train"},
-    "workflow": {"core", "corpus", "embed", "retrieval", "summarise", "train", "workflow"},
+    "sweep": {"core", "corpus", "sweep"},
+    "workflow": {"core", "corpus", "embed", "retrieval", "summarise", "sweep", "train", "workflow"},
 }
 
 

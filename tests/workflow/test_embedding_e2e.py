@@ -77,6 +77,11 @@ def test_html_report_builds(run):
     snakemake(workdir, "--configfile", str(cfg), "--report", "report.html")
     html = (workdir / "report.html").read_text(errors="replace")
     assert "throughput.png" in html and "summary.json" in html
+    # The first screen: the run's landing page (results/report.rst), not only the rule graph.
+    landing = (workdir / "results/report.rst").read_text()
+    assert "Embedding: e2e" in landing and "verification passed" in landing
+    for row in ("records in", "records out", "wall time", "throughput", "GPU-hours and cost"):
+        assert row in landing and row in html, row
 
 
 def test_second_run_has_nothing_to_do(run):

@@ -1,0 +1,130 @@
+"""training: a GPT trained on the data set's text (shardflow.train), as task `training`.
+
+    split -> train_tokenizer -> tokenize_<i> ... -> gather_shards -> train
+
+Needs: results/<dataset>/chunks/chunk_<i>.jsonl; with `shards.split: position`, the
+data set's one text file instead, read directly (nanoGPT's character split: the
+chunks' records drop newlines, so the exact text exists only in the file).
+Writes:
+- results/<dataset>/tokenizer/: the vocabulary and shardflow_tokenizer.json (the
+  declared output), built from every chunk (char, bpe) or copied (a path, default);
+- results/<dataset>/tokenize/chunk_<i>.bin, .bin.docs.jsonl, .stats.json: one job
+  per chunk (none for a position split);
+- results/<dataset>/shards/metadata.json (declared) with train_*.bin, val_*.bin and
+  the tokenizer files beside it (undeclared: how many shards depends on the data;
+  readers list them from metadata.json, and gather removes unlisted ones), and
+  tokenize/jobs.json, the tokenize jobs' stats and benchmarks in one table;
+- results/<dataset>/train/: best and last weights, config.json, losses.parquet,
+  metrics.json, loss.png and sample.txt (both in the report), hf/ (GPT-2 folder).
+train is a shell rule, `python -m shardflow.train.launch`: train.gpus processes under
+torchrun on one node, or one process (on the CPU when the job got gpu=0). It writes a
+checkpoint every train.checkpoint_interval steps to the undeclared <resume root>/train/,
+so the retry of a killed job continues from the last one.
+"""
+
+
+include: "train_common.smk"
+
+
+rule train_tokenizer:
+    input:
+        tokenizer_inputs,
+    output:
+        meta=f"results/{{dataset}}/tokenizer/{TOKENIZER_META}",
+    log:
+        "logs/train_tokenizer/{dataset}.log",
+    benchmark:
+        "benchmarks/train_tokenizer/{dataset}.tsv"
+    conda:
+        "../envs/train.yaml"
+    params:
+        tokenizer=shards_params("vocab_size", "min_frequency", kind="tokenizer"),
+        dtype=config["shards"]["dtype"],
+    script:
+        "../scripts/train_tokenizer.py"
+
+
+rule tokenize:
+    input:
+        chunk="results/{dataset}/chunks/chunk_{chunk}.jsonl",
+        tokenizer=f"results/{{dataset}}/tokenizer/{TOKENIZER_META}",
+    output:
+        tokens="results/{dataset}/tokenize/chunk_{chunk}.bin",
+        docs="results/{dataset}/tokenize/chunk_{chunk}.bin.docs.jsonl",
+        stats="results/{dataset}/tokenize/chunk_{chunk}.stats.json",
+    log:
+        "logs/tokenize/{dataset}/chunk_{chunk}.log",
+    benchmark:
+        "benchmarks/tokenize/{dataset}/chunk_{chunk}.tsv"
+    conda:
+        "../envs/train.yaml"
+    params:
+        tokenize=shards_params("val_fraction", "split_salt", "dedup", "dtype"),
+    script:
+        "../scripts/tokenize_chunk.py"
+
+
+rule gather_shards:
+    input:
+        unpack(gather_inputs),
+    output:
+        metadata="results/{dataset}/shards/metadata.json",
+        jobs="results/{dataset}/tokenize/jobs.json",
+    log:
+        "logs/gather_shards/{dataset}.log",
+    benchmark:
+        "benchmarks/gather_shards/{dataset}.tsv"
+    conda:
+        "../envs/train.yaml"
+    params:
+        shards=gather_params,
+    script:
+        "../scripts/gather_shards.py"
+
+
+rule train:
+    input:
+        shards="results/{dataset}/shards/metadata.json",
+        tokenizer=f"results/{{dataset}}/tokenizer/{TOKENIZER_META}",
+    output:
+        best="results/{dataset}/train/best.safetensors",
+        last="results/{dataset}/train/last.safetensors",
+        config="results/{dataset}/train/config.json",
+        losses="results/{dataset}/train/losses.parquet",
+        metrics="results/{dataset}/train/metrics.json",
+        plot=report(
+            "results/{dataset}/train/loss.png",
+            caption="captions/training_loss.rst",
+            category="Training",
+            subcategory="{dataset}",
+        ),
+        sample=report(
+            "results/{dataset}/train/sample.txt",
+            caption="captions/training_sample.rst",
+            category="Training",
+            subcategory="{dataset}",
+        ),
+        hf=directory("results/{dataset}/train/hf"),
+    log:
+        "logs/train/{dataset}.log",
+    benchmark:
+        "benchmarks/train/{dataset}.tsv"
+    retries: rule_retries(2)
+    conda:
+        "../envs/train.yaml"
+    threads: train_threads
+    resources:
+        **train_resources(),
+    params:
+        train=train_params,
+        sample_tokens=config["train"]["sample_tokens"],
+        gpu_jobs=train_gpu_settings,
+        out=train_folder,
+        resume=train_resume,
+        tokenizer=tokenizer_folder,
+    shell:
+        "python -m shardflow.train.launch --gpus {resources.gpu} --gpu-jobs {params.gpu_jobs:q}"
+        " --threads {threads} --job 'train {params.out}'"
+        " -- --data {input.shards} --out {params.out} --resume-dir {params.resume}"
+        " --tokenizer {params.tokenizer} --params {params.train:q}"
+        " --sample-tokens {params.sample_tokens} > {log} 2>&1"

@@ -1,0 +1,116 @@
+"""Helpers of rules/train.smk (a rules file holds rules only): parse-time checks, the
+rules' input, params, threads and resources functions, and what the training task
+contributes to `all`, provenance and the landing page (shardflow.workflow.tasks.training).
+"""
+
+import json
+
+TOKENIZER_META = "shardflow_tokenizer.json"
+TRAINING = [ds for ds in DATASETS.values() if "training" in ds.tasks]
+POSITION_SPLIT = config["shards"]["split"] == "position"
+if TRAINING:  # contradictions stop the run at parse time, naming the keys
+    plan.train_gpus(config)
+    if POSITION_SPLIT:
+        for ds in TRAINING:
+            plan.position_source(ds)
+
+
+def tokenizer_inputs(wildcards):
+    """The texts the vocabulary is built from; none when a pretrained one is copied."""
+    if config["shards"]["tokenizer"] not in ("char", "bpe"):
+        return []
+    if POSITION_SPLIT:
+        return [plan.position_source(DATASETS[wildcards.dataset])]
+    return per_chunk("results/{dataset}/chunks/chunk_{chunk}.jsonl")(wildcards)
+
+
+def gather_inputs(wildcards):
+    ds = wildcards.dataset
+    inputs = {"tokenizer": f"results/{ds}/tokenizer/{TOKENIZER_META}"}
+    if POSITION_SPLIT:
+        return {
+            **inputs,
+            "text": plan.position_source(DATASETS[ds]),
+            "tokens": [],
+            "stats": [],
+            "benchmarks": [],
+        }
+    return {
+        **inputs,
+        "tokens": per_chunk("results/{dataset}/tokenize/chunk_{chunk}.bin")(wildcards),
+        "stats": per_chunk("results/{dataset}/tokenize/chunk_{chunk}.stats.json")(
+            wildcards
+        ),
+        "benchmarks": per_chunk("benchmarks/tokenize/{dataset}/chunk_{chunk}.tsv")(
+            wildcards
+        ),
+    }
+
+
+def shards_params(*keys, **renamed):
+    """Params function: the named `shards` keys (and `renamed` package field -> config
+    key), so a changed key reruns only the jobs that use it."""
+
+    def params(wildcards):
+        s = config["shards"]
+        return {
+            **{k: s[k] for k in keys},
+            **{field: s[key] for field, key in renamed.items()},
+        }
+
+    return params
+
+
+def gather_params(wildcards):
+    keys = ("split", "val_fraction", "tokens_per_shard", "shard_mb", "dedup", "dtype")
+    return {
+        **shards_params(*keys)(wildcards),
+        "group_field": config["chunking"]["group_by"],
+    }
+
+
+def train_params(wildcards):
+    """TrainParams as JSON for the command line (train.gpus and sample_tokens are the launcher's)."""
+    train = stage_section("train", wildcards)  # a sweep job's point and seed applied
+    p = {k: v for k, v in train.items() if k not in ("gpus", "sample_tokens")}
+    return json.dumps(p, sort_keys=True)
+
+
+def train_gpu_settings(wildcards):
+    return json.dumps(gpu_job_settings(), sort_keys=True)
+
+
+def train_resources():
+    """resources.train, with gpu = train.gpus (0 when the job runs on the CPU)."""
+
+    def gpu(wildcards):
+        return 0 if runs_on_cpu() else stage_section("train", wildcards)["gpus"]
+
+    return {**job_resources("train"), "gpu": gpu}
+
+
+def train_threads(wildcards):
+    """resources.train.threads; `auto` on a local CPU run: every core (the train job
+    runs alone at its stage), else as job_threads (plan.job_threads)."""
+    try:
+        cores = workflow.cores
+    except WorkflowError:  # no --cores: a cluster run
+        cores = None
+    return plan.job_threads(
+        rule_resources("train", wildcards)["threads"],
+        local_cpu=runs_on_cpu() and local_main_process(),
+        cores=cores,
+        jobs=1,
+    )
+
+
+def train_folder(wildcards):
+    return f"results/{wildcards.dataset}/train"
+
+
+def train_resume(wildcards):
+    return os.path.join(resume_root(wildcards.dataset), "train")
+
+
+def tokenizer_folder(wildcards):
+    return f"results/{wildcards.dataset}/tokenizer"

@@ -1,0 +1,136 @@
+"""ROUGE of the workflow's summaries against the references in its input, and of
+summaries already stored in an input (method `stored`), as CNN/DailyMail papers
+score them (see `rouge`): F1 x 100 for rouge1/2/L/Lsum with stemming, bootstrap
+95% intervals, one row per (document, system) in Parquet.
+
+References come from the same input files the split read (JSONL or JSONL.gz),
+joined by id. A summary whose document has no usable reference is an error naming
+the file and line of the reference (or, with on_bad_record skip, a counted reject);
+nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from shardflow.core.atomic import write_json
+from shardflow.core.figures import pyplot, save_figure
+from shardflow.summarise.data import SummaryRecord, load_references
+from shardflow.summarise.params import ScoreParams
+from shardflow.summarise.records import iter_summaries
+from shardflow.summarise.rouge import ROUGE_TYPES, score_jsonl, score_records, system_means, write_parquet
+
+log = logging.getLogger(__name__)
+
+
+class MissingReferenceError(ValueError):
+    """A summarised document has no reference in the input files."""
+
+
+@dataclass(frozen=True)
+class Scored:
+    metrics: dict
+    rejects: list
+
+
+def _metrics(scores, params: ScoreParams, extra: dict) -> dict:
+    means = system_means(scores, params)
+    systems: dict = {}
+    for row in means.itertuples(index=False):
+        systems.setdefault(row.system, {})[row.metric] = {
+            "mean": row.mean, "ci_low": row.ci_low, "ci_high": row.ci_high, "n": int(row.n)
+        }
+    out = {
+        "systems": systems,
+        "n_documents": int(scores["id"].nunique()),
+        "bootstrap": {"resamples": params.resamples, "seed": params.seed, "level": params.level},
+        "reference_format": params.reference_format,
+        "summary_format": params.summary_format,
+        **extra,
+    }
+    if len(systems) == 1:  # one system: its means are the headline numbers
+        (only,) = systems.values()
+        out.update({metric: only[metric]["mean"] for metric in ROUGE_TYPES})
+    return out
+
+
+def plot_rouge(scores, path: str) -> None:
+    """Per-document ROUGE distributions, one panel per metric, a box per system."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(ROUGE_TYPES), figsize=(3.2 * len(ROUGE_TYPES), 3.4), sharey=True)
+    systems = list(dict.fromkeys(scores["system"]))
+    for ax, metric in zip(axes, ROUGE_TYPES):
+        data = [scores.loc[scores["system"] == s, metric].to_numpy() for s in systems]
+        ax.boxplot(data, tick_labels=systems, showmeans=True)
+        ax.set_title(metric)
+        ax.tick_params(axis="x", rotation=30)
+    axes[0].set_ylabel("F1 x 100 per document")
+    save_figure(fig, path)
+
+
+def evaluate_summaries(
+    summaries_path: str,
+    sources: list[str],
+    params: ScoreParams,
+    outputs: dict,
+    system: str = "summary",
+) -> Scored:
+    """Score the workflow's merged summaries; write outputs: metrics, per_document, figure."""
+    references, rejects = {}, []
+    for path in sources:
+        loaded = load_references(
+            path, id_field=params.id_field, reference_field=params.reference_field, on_bad_record=params.on_bad_record
+        )
+        references.update({d.id: d.reference for d in loaded.records})
+        rejects += loaded.rejects
+    records, missing = [], []
+    lengths = []
+    for rec in iter_summaries(summaries_path):
+        if rec["id"] not in references:
+            missing.append(rec["id"])
+            continue
+        records.append(SummaryRecord(rec["id"], references[rec["id"]], {system: rec["summary"]}, 0))
+        lengths.append((rec["input_tokens"], rec["output_tokens"]))
+    if missing and params.on_bad_record == "error":
+        raise MissingReferenceError(
+            f"{len(missing)} summarised documents have no usable reference field "
+            f"{params.reference_field!r} in {', '.join(sources)} (first: {missing[:5]})"
+        )
+    if not records:
+        raise MissingReferenceError(f"no summarised document has a reference in {', '.join(sources)}")
+    scores = score_records(records, params)
+    inp, outp = np.array(lengths, dtype=np.float64).T
+    metrics = _metrics(
+        scores,
+        params,
+        {
+            "reference_field": params.reference_field,
+            "documents_without_reference": len(missing),
+            "rejected_references": len(rejects),
+            "summary_tokens_mean": float(outp.mean()),
+            "compression_ratio_mean": float(np.mean(outp / np.maximum(inp, 1))),
+        },
+    )
+    write_parquet(scores, outputs["per_document"])
+    write_json(outputs["metrics"], metrics)
+    plot_rouge(scores, outputs["figure"])
+    log.info("ROUGE over %d documents: %s", metrics["n_documents"], {m: round(metrics[m], 2) for m in ROUGE_TYPES})
+    return Scored(metrics, rejects)
+
+
+def score_stored(sources: list[str], stored_field: str, params: ScoreParams, outputs: dict) -> Scored:
+    """Method `stored`: score summaries already in the input (one or several systems)."""
+    scored = [score_jsonl(path, stored_field, params) for path in sources]
+    scores = pd.concat([s.scores for s in scored], ignore_index=True)
+    rejects = [r for s in scored for r in s.rejects]
+    if scores.empty:
+        raise ValueError(f"no record with summaries {stored_field!r} and references in {', '.join(sources)}")
+    metrics = _metrics(scores, params, {"stored_field": stored_field, "rejected_records": len(rejects)})
+    write_parquet(scores, outputs["per_document"])
+    write_json(outputs["metrics"], metrics)
+    plot_rouge(scores, outputs["figure"])
+    return Scored(metrics, rejects)

@@ -1,0 +1,81 @@
+"""The summarisation stage's figures and machine-readable summary.
+
+From the job table merge_summaries wrote (per-chunk stats and Snakemake
+benchmarks), the split manifest and the merged summaries: records, rejects, input
+and summary lengths, compression, wall time, throughput, GPU-hours and cost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardflow.core.atomic import write_json
+from shardflow.core.figures import plot_throughput, plot_timeline, pyplot, save_figure
+from shardflow.core.jobs import job_costs, read_job_table
+from shardflow.summarise.records import iter_summaries
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SummaryReportParams:
+    gpu_hour_price: float = 2.5
+    currency: str = "USD"
+
+
+def run_summary(stats: list[dict], benches: list[dict], manifest: dict, params: SummaryReportParams) -> dict:
+    costs = job_costs(stats, benches, params.gpu_hour_price)
+    records = sum(s["items"] for s in stats)
+    inp = sum(s["input_tokens"] for s in stats)
+    out = sum(s["output_tokens"] for s in stats)
+    return {
+        "records": records,
+        "rejected_records": manifest.get("rejected_records", 0),
+        "chunks": len(stats),
+        "input_tokens": inp,
+        "summary_tokens": out,
+        "compression_ratio": round(out / max(inp, 1), 6),
+        "truncated_inputs": sum(s.get("truncated", 0) for s in stats),
+        "summarise_wall_time_s": round(costs["wall_time_s"], 3),
+        "summarise_job_seconds": round(costs["job_seconds"], 3),
+        "items_per_s": round(records / costs["wall_time_s"], 3),
+        "devices": costs["devices"],
+        "gpu_hours": round(costs["gpu_hours"], 6),
+        "estimated_cost": round(costs["estimated_cost"], 6),
+        "currency": params.currency,
+    }
+
+
+def plot_lengths(summaries_path: str, path: str) -> None:
+    """Input and summary lengths per document (tokens or words, see `records`)."""
+    lengths = np.array([(r["input_tokens"], r["output_tokens"]) for r in iter_summaries(summaries_path)], dtype=float)
+    plt = pyplot()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
+    if len(lengths):
+        a.hist(lengths[:, 0], bins=40, alpha=0.7, label="input")
+        a.hist(lengths[:, 1], bins=40, alpha=0.7, label="summary")
+        b.hist(lengths[:, 1] / np.maximum(lengths[:, 0], 1), bins=40, color="#5a9e6f")
+    a.set_xlabel("length")
+    a.set_ylabel("documents")
+    a.legend()
+    b.set_xlabel("summary length / input length")
+    b.set_title("compression per document")
+    save_figure(fig, path)
+
+
+def build_report(jobs_path: str, manifest_path: str, summaries_path: str, outputs: dict, params: SummaryReportParams) -> dict:
+    jobs = read_job_table(jobs_path)
+    stats, benches = [j["stats"] for j in jobs], [j["benchmark"] for j in jobs]
+    with open(manifest_path, encoding="utf-8") as fh:
+        manifest = json.load(fh)
+    plot_throughput(stats, outputs["throughput"], stage="Summarisation")
+    plot_timeline(stats, benches, outputs["timeline"], job="summarise")
+    plot_lengths(summaries_path, outputs["lengths"])
+    summary = run_summary(stats, benches, manifest, params)
+    write_json(outputs["summary"], summary)
+    log.info("summary: %s", json.dumps(summary))
+    return summary

@@ -1,0 +1,112 @@
+"""A sweep's summary as a paper's table: Markdown and LaTeX (booktabs).
+
+Parameters first (short names), then each metric of spec.metrics as "mean ± std" over
+seeds with a fixed number of decimals (just the mean with one seed), an arrow saying
+which way is better, and the best value of each metric in bold: every row whose
+rounded mean equals the best rounded mean, since that is what a reader can compare.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import pandas as pd
+
+from shardflow.core.atomic import atomic_open
+from shardflow.sweep.paths import format_value
+from shardflow.sweep.spec import SweepSpec
+
+_LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+    "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(_LATEX_SPECIAL.get(c, c) for c in text)
+
+
+def _label(value: Any) -> str:
+    return value if isinstance(value, str) else format_value(value)
+
+
+def _cells(spec: SweepSpec, summary: pd.DataFrame, decimals: int):
+    """Rows of (parameter labels, [(mean text, std text or None, bold)])."""
+    by_point = summary.set_index("point")
+    bold_means = {}
+    for m in spec.metrics:
+        means = by_point[f"{m}_mean"].dropna().round(decimals)
+        bold_means[m] = (means.max() if spec.goals[m] == "max" else means.min()) if len(means) else None
+    rows = []
+    for pid in spec.ids:
+        point = spec.by_id[pid]
+        cells = []
+        for m in spec.metrics:
+            mean, std = float(by_point.at[pid, f"{m}_mean"]), float(by_point.at[pid, f"{m}_std"])
+            if math.isnan(mean):
+                cells.append(("–", None, False))
+                continue
+            bold = round(mean, decimals) == bold_means[m]
+            cells.append((f"{mean:.{decimals}f}", None if math.isnan(std) else f"{std:.{decimals}f}", bold))
+        rows.append(([_label(point[p]) for p in spec.params], cells))
+    return rows
+
+
+def to_markdown(spec: SweepSpec, summary: pd.DataFrame, decimals: int = 3) -> str:
+    """A GitHub-flavoured Markdown table of the summary."""
+    esc = lambda text: text.replace("|", r"\|")
+    header = [esc(spec.names[p]) for p in spec.params]
+    header += [esc(f"{m} {'↑' if spec.goals[m] == 'max' else '↓'}") for m in spec.metrics]
+    rule = [":--"] * len(spec.params) + ["--:"] * len(spec.metrics)
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
+    for labels, cells in _cells(spec, summary, decimals):
+        texts = [esc(t) for t in labels]
+        for mean, std, bold in cells:
+            text = mean if std is None else f"{mean} ± {std}"
+            texts.append(f"**{text}**" if bold else text)
+        lines.append("| " + " | ".join(texts) + " |")
+    seeds = len(spec.seeds)
+    note = f"mean ± std over {seeds} seeds" if seeds > 1 else "one seed"
+    return "\n".join(lines) + f"\n\n{spec.name} ({spec.stage}): {note}; best in bold.\n"
+
+
+def to_latex(spec: SweepSpec, summary: pd.DataFrame, decimals: int = 3, caption: str | None = None,
+             label: str | None = None) -> str:
+    """A booktabs `table` of the summary (needs \\usepackage{booktabs})."""
+    seeds = len(spec.seeds)
+    caption = caption if caption is not None else (
+        f"{latex_escape(spec.name)}: " + (f"mean $\\pm$ std over {seeds} seeds" if seeds > 1 else "one seed")
+        + "; best in bold."
+    )
+    header = [latex_escape(spec.names[p]) for p in spec.params]
+    arrows = {"max": r"$\uparrow$", "min": r"$\downarrow$"}
+    header += [f"{latex_escape(m)} {arrows[spec.goals[m]]}" for m in spec.metrics]
+    lines = [
+        r"\begin{table}[t]",
+        r"\centering",
+        f"\\caption{{{caption}}}",
+        f"\\label{{{label or 'tab:sweep-' + spec.name}}}",
+        f"\\begin{{tabular}}{{{'l' * len(spec.params)}{'r' * len(spec.metrics)}}}",
+        r"\toprule",
+        " & ".join(header) + r" \\",
+        r"\midrule",
+    ]
+    for labels, cells in _cells(spec, summary, decimals):
+        texts = [latex_escape(t) for t in labels]
+        for mean, std, bold in cells:
+            body = mean if std is None else f"{mean} \\pm {std}"
+            texts.append(f"$\\mathbf{{{body}}}$" if bold else f"${body}$" if mean != "–" else "--")
+        lines.append(" & ".join(texts) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_exports(spec: SweepSpec, summary: pd.DataFrame, markdown_path: str | os.PathLike,
+                  latex_path: str | os.PathLike, decimals: int = 3) -> None:
+    """Both tables, each written atomically."""
+    with atomic_open(markdown_path, "w", encoding="utf-8") as fh:
+        fh.write(to_markdown(spec, summary, decimals))
+    with atomic_open(latex_path, "w", encoding="utf-8") as fh:
+        fh.write(to_latex(spec, summary, decimals))

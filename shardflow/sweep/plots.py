@@ -1,0 +1,152 @@
+"""A sweep's figures: each metric against each parameter, and a heatmap per pair.
+
+Which files a sweep gets is a pure function of its spec (`plot_files`), so a rule can
+declare them at parse time: for every metric of spec.metrics, one line plot per
+parameter with at least two values, and one heatmap per pair of such parameters.
+The best point (spec.best) is starred or outlined in each.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Any
+
+import pandas as pd
+
+from shardflow.core.figures import pyplot, save_figure
+from shardflow.sweep.paths import format_value
+from shardflow.sweep.spec import SweepSpec
+from shardflow.sweep.table import best
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "x"
+
+
+def _label(value: Any) -> str:
+    return value if isinstance(value, str) else format_value(value)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _axis_values(spec: SweepSpec, param: str) -> list[Any]:
+    """The parameter's distinct values: sorted when all numbers, else in the order given."""
+    seen = {format_value(p[param]): p[param] for p in spec.points}
+    values = list(seen.values())
+    return sorted(values) if all(_is_number(v) for v in values) else values
+
+
+def varied(spec: SweepSpec) -> list[str]:
+    """Parameters that take at least two values."""
+    return [p for p in spec.params if len(_axis_values(spec, p)) > 1]
+
+
+def plot_files(spec: SweepSpec) -> dict[str, tuple[str, str, tuple[str, ...]]]:
+    """{file name: (kind, metric, parameters)} of every figure of the sweep."""
+    params = varied(spec)
+    files = {}
+    for metric in spec.metrics:
+        for p in params:
+            files[f"{_slug(metric)}_vs_{_slug(spec.names[p])}.png"] = ("line", metric, (p,))
+        for i, x in enumerate(params):
+            for y in params[i + 1:]:
+                name = f"{_slug(metric)}_{_slug(spec.names[x])}_x_{_slug(spec.names[y])}.png"
+                files[name] = ("heatmap", metric, (x, y))
+    return files
+
+
+def _rows(spec: SweepSpec, summary: pd.DataFrame, metric: str) -> list[tuple[dict, float, float]]:
+    """(point, mean, std) per point, in the spec's order."""
+    by_point = summary.set_index("point")
+    out = []
+    for pid in spec.ids:
+        mean = float(by_point.at[pid, f"{metric}_mean"])
+        std = float(by_point.at[pid, f"{metric}_std"])
+        out.append((spec.by_id[pid], mean, 0.0 if math.isnan(std) else std))
+    return out
+
+
+def plot_metric(spec: SweepSpec, summary: pd.DataFrame, metric: str, param: str, path: str | os.PathLike) -> None:
+    """Mean of `metric` against `param`, std error bars, one line per combination of the others."""
+    plt = pyplot()
+    xs = _axis_values(spec, param)
+    numeric = all(_is_number(v) for v in xs)
+    position = {format_value(v): (v if numeric else i) for i, v in enumerate(xs)}
+    others = [p for p in spec.params if p != param]
+    lines: dict[str, list[tuple[float, float, float]]] = {}
+    for point, mean, std in _rows(spec, summary, metric):
+        label = ", ".join(f"{spec.names[o]}={_label(point[o])}" for o in others)
+        lines.setdefault(label, []).append((position[format_value(point[param])], mean, std))
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for label, pts in lines.items():
+        pts.sort()
+        ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts],
+                    marker="o", capsize=3, label=label or None)
+    top_row = best(summary, metric, spec.goals[metric] == "max")
+    top = spec.point(top_row["point"])
+    ax.plot([position[format_value(top[param])]], [float(top_row[f"{metric}_mean"])], marker="*", markersize=16,
+            color="gold", markeredgecolor="black", linestyle="none", zorder=5, label="best")
+    if numeric and min(xs) > 0 and max(xs) / min(xs) >= 10:  # learning rates, sizes: spaced by factors
+        ax.set_xscale("log")
+    if not numeric:
+        ax.set_xticks(range(len(xs)), [_label(v) for v in xs], rotation=30 if len(xs) > 4 else 0)
+    ax.set_xlabel(spec.names[param])
+    ax.set_ylabel(f"{metric} ({'higher' if spec.goals[metric] == 'max' else 'lower'} is better)")
+    ax.set_title(f"{spec.name}: {metric} (mean ± std over {len(spec.seeds)} seed{'s' if len(spec.seeds) > 1 else ''})")
+    if len(lines) <= 12:
+        ax.legend(fontsize="small")
+    save_figure(fig, str(path))
+
+
+def plot_heatmap(spec: SweepSpec, summary: pd.DataFrame, metric: str, x: str, y: str, path: str | os.PathLike) -> None:
+    """Mean of `metric` over two parameters (best over any others); the best cell outlined."""
+    import numpy as np
+
+    plt = pyplot()
+    maximize = spec.goals[metric] == "max"
+    xs, ys = _axis_values(spec, x), _axis_values(spec, y)
+    col = {format_value(v): i for i, v in enumerate(xs)}
+    row = {format_value(v): i for i, v in enumerate(ys)}
+    grid = np.full((len(ys), len(xs)), np.nan)
+    for point, mean, _ in _rows(spec, summary, metric):
+        r, c = row[format_value(point[y])], col[format_value(point[x])]
+        old = grid[r, c]
+        if math.isnan(old) or (mean > old if maximize else mean < old):
+            grid[r, c] = mean
+    fig, ax = plt.subplots(figsize=(1.1 * len(xs) + 2.5, 0.6 * len(ys) + 2))
+    image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis" if maximize else "viridis_r", aspect="auto")
+    fig.colorbar(image, ax=ax, label=metric)
+    for r in range(len(ys)):
+        for c in range(len(xs)):
+            if not math.isnan(grid[r, c]):
+                red, green, blue, _ = image.cmap(image.norm(grid[r, c]))
+                light = 0.299 * red + 0.587 * green + 0.114 * blue > 0.5  # dark text on light cells
+                ax.text(c, r, f"{grid[r, c]:.3g}", ha="center", va="center", fontsize="small",
+                        color="black" if light else "white")
+    top = spec.point(best(summary, metric, maximize)["point"])
+    r, c = row[format_value(top[y])], col[format_value(top[x])]
+    ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5))
+    ax.set_xticks(range(len(xs)), [_label(v) for v in xs])
+    ax.set_yticks(range(len(ys)), [_label(v) for v in ys])
+    ax.set_xlabel(spec.names[x])
+    ax.set_ylabel(spec.names[y])
+    rest = len(spec.params) > 2
+    ax.set_title(f"{spec.name}: {metric}" + (" (best over the other parameters)" if rest else "") + ", best outlined")
+    save_figure(fig, str(path))
+
+
+def plot_sweep(spec: SweepSpec, summary: pd.DataFrame, folder: str | os.PathLike) -> list[str]:
+    """Every figure of plot_files(spec), written into `folder`; their paths."""
+    paths = []
+    for name, (kind, metric, params) in plot_files(spec).items():
+        path = os.path.join(folder, name)
+        if kind == "line":
+            plot_metric(spec, summary, metric, params[0], path)
+        else:
+            plot_heatmap(spec, summary, metric, params[0], params[1], path)
+        paths.append(path)
+    return paths

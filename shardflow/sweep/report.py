@@ -1,0 +1,69 @@
+"""Everything a sweep writes once its runs are done, in one folder, from one call.
+
+    runs.parquet / runs.csv        one row per point and seed (table.collect)
+    summary.parquet / summary.csv  per point over seeds, the best point marked
+    table.md / table.tex           the summary as a paper's table (export)
+    best.json                      the best point: id, parameters, mean, std
+    points.json                    every point of the spec, in order: its id and parameters
+    plots/<figure>.png             plots.plot_files(spec)
+
+`output_files(spec, folder)` lists them, a pure function of the spec, so the collecting
+rule can declare every file at parse time.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable
+
+from shardflow.core.atomic import write_json
+from shardflow.sweep.export import write_exports
+from shardflow.sweep.plots import plot_files, plot_sweep
+from shardflow.sweep.spec import SweepSpec
+from shardflow.sweep.table import RunResult, best, collect, summarise, write_table
+
+TABLE_FILES = {
+    "runs_parquet": "runs.parquet",
+    "runs_csv": "runs.csv",
+    "summary_parquet": "summary.parquet",
+    "summary_csv": "summary.csv",
+    "markdown": "table.md",
+    "latex": "table.tex",
+    "best": "best.json",
+    "points": "points.json",
+}
+
+
+def output_files(spec: SweepSpec, folder: str) -> dict[str, str]:
+    """{name: path} of every file write_report writes (figures as plot:<file>)."""
+    files = {key: f"{folder}/{name}" for key, name in TABLE_FILES.items()}
+    files.update({f"plot:{name}": f"{folder}/plots/{name}" for name in plot_files(spec)})
+    return files
+
+
+def points_record(spec: SweepSpec) -> dict:
+    return {
+        "sweep": spec.name, "stage": spec.stage, "base": spec.base, "params": list(spec.params),
+        "seeds": list(spec.seeds), "points": [{"id": pid, "params": dict(p)} for pid, p in zip(spec.ids, spec.points)],
+    }
+
+
+def write_report(spec: SweepSpec, results: Iterable[RunResult], folder: str, decimals: int = 3) -> dict[str, str]:
+    """Tables, exports, best point, points table and figures of one sweep; their paths."""
+    files = output_files(spec, folder)
+    runs = collect(spec, results)
+    summary = summarise(spec, runs)
+    write_table(runs, files["runs_parquet"], files["runs_csv"])
+    write_table(summary, files["summary_parquet"], files["summary_csv"])
+    write_exports(spec, summary, files["markdown"], files["latex"], decimals)
+    top = best(summary, spec.best, spec.maximize)
+    std = float(top[f"{spec.best}_std"])
+    write_json(files["best"], {
+        "sweep": spec.name, "metric": spec.best, "goal": spec.goals[spec.best], "point": top["point"],
+        "params": spec.point(top["point"]), "mean": float(top[f"{spec.best}_mean"]),
+        "std": None if math.isnan(std) else std, "n_seeds": int(top["n_seeds"]),
+    })
+    write_json(files["points"], points_record(spec))
+    plot_sweep(spec, summary, os.path.join(folder, "plots"))
+    return files

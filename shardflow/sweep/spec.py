@@ -1,0 +1,438 @@
+"""The `sweeps:` config section, parsed and checked at parse time.
+
+    sweeps:
+      lr-depth:                       # the sweep's name (and default folder)
+        stage: train                  # train, retrieval, summarise or embed
+        base: null                    # or an experiment file merged over the config
+        grid:                         # every combination (last key varies fastest) ...
+          train.lr: [1.0e-3, 3.0e-4]
+          train.n_layer: [2, 4]
+        # points:                     # ... or an explicit list of points
+        #   - {train.lr: 1.0e-3, train.n_layer: 2}
+        seeds: [0, 1, 2]              # every point runs once per seed
+        metrics: {best_val_loss: min} # what the tables show, and which way is better
+        best: best_val_loss           # picks the best point (default: the first metric)
+
+Every problem is a SweepError naming the sweep and the key: an unknown parameter (with
+the keys its section has), an empty grid or value list, a value the config schema
+rejects, two equal points, two sweeps writing to one folder.
+
+Each point is checked the way the workflow checks its config: the point is applied to a
+copy of the sweep's base config and `schema_validate` (the workflow's validator) runs
+on it. For a grid it runs once per distinct (key, value) rather than once per point:
+the schema constrains each key on its own (no if/then across keys), so that is the same
+check at the cost of the sum, not the product, of the value lists; parse-time code runs
+again in every remote job, so a 1,000-point grid must stay cheap to parse.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import itertools
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from shardflow.sweep.paths import (
+    KEY_REGEX,
+    case_collisions,
+    format_value,
+    id_keys,
+    plain,
+    point_id,
+)
+
+
+class SweepError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    sections: tuple[str, ...]  # the config sections its jobs read: the only ones a sweep may vary
+    seed_key: str  # where a run's seed goes
+    example_metric: str  # for the message when `metrics` is missing
+
+
+STAGES = {
+    "train": Stage("train", ("train",), "train.seed", "best_val_loss: min"),
+    "retrieval": Stage("retrieval", ("retrieval", "embedding"), "embedding.seed", "ndcg_at_10: max"),
+    "summarise": Stage("summarise", ("summarise",), "summarise.seed", "rouge1: max"),
+    "embed": Stage("embed", ("embedding",), "embedding.seed", "items_per_s: max"),
+}
+
+SWEEP_KEYS = ("stage", "base", "grid", "points", "seeds", "metrics", "best", "folder", "description")
+NAME_REGEX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# YAML 1.1 (PyYAML) reads 1e-3 as a string: it wants a dot (1.0e-3) to see a float.
+_YAML11_FLOAT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+")
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    name: str
+    stage: str
+    folder: str  # one path component under the sweeps root
+    base: str | None  # the experiment file merged over the config, or None
+    params: tuple[str, ...]  # dotted keys, in the order given
+    points: tuple[Mapping[str, Any], ...]  # each sets every param, canonical values
+    ids: tuple[str, ...]  # point ids (folder names), aligned with points
+    seeds: tuple[int, ...]
+    metrics: tuple[str, ...]  # what the summary, plots and exports show
+    goals: Mapping[str, str]  # metric -> "max" or "min"
+    best: str  # the metric that picks the best point
+    description: str = ""
+    base_config: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @cached_property
+    def by_id(self) -> dict[str, Mapping[str, Any]]:
+        return dict(zip(self.ids, self.points))
+
+    @cached_property
+    def names(self) -> dict[str, str]:
+        """{dotted key: its short name in ids, tables and plots}."""
+        return id_keys(self.params)
+
+    @property
+    def maximize(self) -> bool:
+        return self.goals[self.best] == "max"
+
+    def point(self, pid: str) -> dict[str, Any]:
+        try:
+            return dict(self.by_id[pid])
+        except KeyError:
+            raise SweepError(f"sweep '{self.name}' has no point {pid!r} ({len(self.ids)} points)") from None
+
+    def jobs(self) -> list[tuple[str, int]]:
+        """Every (point id, seed), points in order, seeds within each."""
+        return [(pid, seed) for pid in self.ids for seed in self.seeds]
+
+    def job_config(self, pid: str, seed: int, sections: tuple[str, ...] | None = None) -> dict:
+        """The config sections one job reads (default: its stage's), with the point and seed set.
+
+        Pass this through a rule's `params:`: a job then reruns when its own values
+        change, and a change anywhere else (another section, another point) reruns nothing.
+        Keys are sorted at every level: Snakemake compares params by their repr, so
+        reordering the config file must not look like a change.
+        """
+        sections = sections or STAGES[self.stage].sections
+        config = {s: copy.deepcopy(self.base_config[s]) for s in sections if s in self.base_config}
+        seed_key = STAGES[self.stage].seed_key
+        seed_set = {seed_key: seed} if seed_key.split(".")[0] in config else {}
+        return _sorted_keys(apply_point(config, {**self.point(pid), **seed_set}, copy_config=False))
+
+
+def _sorted_keys(node: Any) -> Any:
+    if isinstance(node, Mapping):
+        return {k: _sorted_keys(node[k]) for k in sorted(node)}
+    return node
+
+
+def canonical_value(value: Any, like: Any) -> Any:
+    """`value` in the type of the base config's value `like` where that is a number:
+    "1e-3" (a YAML 1.1 string) and 1 become floats for a float key, 1000.0 an int for an
+    int key, so that equal values are one point."""
+    value = plain(value)
+    if isinstance(like, bool) or not isinstance(like, (int, float)) or isinstance(value, bool):
+        return value
+    if isinstance(value, str) and _YAML11_FLOAT.fullmatch(value.strip()):
+        value = float(value)
+    if isinstance(like, float) and isinstance(value, int):
+        return float(value)
+    if isinstance(like, int) and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def lookup(config: Mapping[str, Any], key: str) -> Any:
+    """The value at dotted `key`; SweepError naming what exists where it is missing."""
+    node: Any = config
+    parts = key.split(".")
+    for depth, part in enumerate(parts):
+        if not isinstance(node, Mapping) or part not in node:
+            raise SweepError(_unknown(config, key, parts[:depth], node))
+        node = node[part]
+    return node
+
+
+def _leaf_keys(node: Any, prefix: str = "") -> list[str]:
+    if not isinstance(node, Mapping):
+        return [prefix] if prefix else []
+    return [k for name, sub in node.items() for k in _leaf_keys(sub, f"{prefix}.{name}" if prefix else str(name))]
+
+
+def _unknown(config: Mapping, key: str, found: list[str], node: Any) -> str:
+    close = difflib.get_close_matches(key, _leaf_keys(config), n=1, cutoff=0.75)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    if not found:
+        return f"unknown parameter '{key}' (no section '{key.split('.')[0]}'{hint})"
+    parent = ".".join(found)
+    if isinstance(node, Mapping):
+        return f"unknown parameter '{key}' ({parent} has: {', '.join(sorted(map(str, node)))}{hint})"
+    return f"unknown parameter '{key}' ({parent} is a value, not a section{hint})"
+
+
+def apply_point(config: Mapping[str, Any], point: Mapping[str, Any], copy_config: bool = True) -> dict:
+    """`config` (copied) with each dotted key of `point` set; an unknown key is a SweepError."""
+    out = copy.deepcopy(config) if copy_config else config
+    for key, value in point.items():
+        lookup(out, key)
+        *parents, last = key.split(".")
+        node = out
+        for part in parents:
+            node = node[part]
+        node[last] = value
+    return out
+
+
+def merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict:
+    """`overlay` merged into a copy of `base`, section by section (Snakemake's --configfile)."""
+    out = copy.deepcopy(dict(base))
+    for key, value in overlay.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def load_yaml(path: str) -> Any:
+    import yaml
+
+    with open(path, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def expand_grid(grid: Mapping[str, list]) -> list[dict[str, Any]]:
+    """Every combination, in the order written: the last key varies fastest."""
+    keys = list(grid)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
+
+
+def _problem(exc: Exception) -> str:
+    lines = [ln.strip().lstrip("- ").strip() for ln in str(exc).splitlines()]
+    lines = [ln for ln in lines if ln and ln.rstrip(":") != "invalid configuration"]
+    return "; ".join(lines) or type(exc).__name__
+
+
+class _Checker:
+    """Checks one sweep's keys and values against its base config and the schema."""
+
+    def __init__(self, name: str, stage: Stage, base: dict, schema_validate: Callable[[dict], Any]):
+        self.name, self.stage, self.base, self.validate = name, stage, base, schema_validate
+        self.checked: set[tuple[str, str]] = set()
+
+    def fail(self, message: str) -> SweepError:
+        return SweepError(f"sweep '{self.name}': {message}")
+
+    def key(self, key: Any) -> Any:
+        """Check a parameter name; return the base value it overrides."""
+        if not isinstance(key, str) or not KEY_REGEX.fullmatch(key):
+            raise self.fail(f"parameter {key!r} is not a dotted config key such as 'train.lr'")
+        if key == self.stage.seed_key:
+            raise self.fail(f"'{key}' is set by seeds: list the seeds under `seeds:` instead")
+        try:
+            like = lookup(self.base, key)
+        except SweepError as exc:
+            raise self.fail(str(exc)) from None
+        if key.split(".")[0] not in self.stage.sections:
+            raise self.fail(
+                f"parameter '{key}' is not read by a {self.stage.name} job "
+                f"(it reads: {', '.join(self.stage.sections)})"
+            )
+        if isinstance(like, Mapping):
+            raise self.fail(f"parameter '{key}' is a section; sweep one of its keys ({', '.join(map(str, like))})")
+        if isinstance(like, list):
+            raise self.fail(f"parameter '{key}' holds a list; a sweep varies single values")
+        return like
+
+    def value(self, key: str, value: Any, like: Any) -> Any:
+        value = canonical_value(value, like)
+        try:
+            text = format_value(value)
+        except (TypeError, ValueError) as exc:
+            raise self.fail(f"{key} = {value!r}: {exc}") from None
+        if (key, text) not in self.checked:
+            self.checked.add((key, text))
+            self.config({key: value}, f"{key} = {value!r}")
+        return value
+
+    def config(self, point: Mapping[str, Any], what: str) -> None:
+        try:
+            self.validate(apply_point(self.base, point))
+        except Exception as exc:  # noqa: BLE001 -- the workflow's validator: whatever it raises, name the point
+            raise self.fail(f"{what} is not valid: {_problem(exc)}") from None
+
+
+def parse_sweep(
+    name: str,
+    sweep: Any,
+    config: Mapping[str, Any],
+    schema_validate: Callable[[dict], Any],
+    load_file: Callable[[str], Any] = load_yaml,
+    root: str | os.PathLike = ".",
+) -> SweepSpec:
+    """One sweep's section as a SweepSpec (see the module docstring)."""
+    if not isinstance(name, str) or not NAME_REGEX.fullmatch(name):
+        raise SweepError(f"sweep name {name!r}: use letters, digits, '.', '_' and '-' (it names a folder)")
+    if not isinstance(sweep, Mapping):
+        raise SweepError(f"sweep '{name}': expected a mapping with {', '.join(SWEEP_KEYS)}")
+    unknown = [k for k in sweep if k not in SWEEP_KEYS]
+    if unknown:
+        raise SweepError(f"sweep '{name}': unknown key{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(map(repr, unknown))}; allowed: {', '.join(SWEEP_KEYS)}")
+    stage = STAGES.get(sweep.get("stage"))
+    if stage is None:
+        raise SweepError(f"sweep '{name}': stage {sweep.get('stage')!r} is not one of {', '.join(STAGES)}")
+
+    base_path = sweep.get("base")
+    base = {k: v for k, v in config.items() if k != "sweeps"}
+    if base_path is not None:
+        base = _load_base(name, str(base_path), base, load_file, root)
+        try:
+            schema_validate(copy.deepcopy(base))
+        except Exception as exc:  # noqa: BLE001 -- as in _Checker.config
+            raise SweepError(f"sweep '{name}': base '{base_path}' is not a valid config: {_problem(exc)}") from None
+    check = _Checker(name, stage, base, schema_validate)
+
+    folder = sweep.get("folder", name)
+    if not isinstance(folder, str) or not NAME_REGEX.fullmatch(folder):
+        raise check.fail(f"folder {folder!r} must be one folder name (letters, digits, '.', '_', '-')")
+
+    params, points = _points(check, sweep)
+    keys = id_keys(params)
+    ids = [point_id(p, keys) for p in points]
+    first: dict[str, int] = {}
+    for i, pid in enumerate(ids):
+        if pid in first:
+            raise check.fail(f"points {first[pid] + 1} and {i + 1} are the same point ({pid})")
+        first[pid] = i
+    for a, b in case_collisions(ids):
+        raise check.fail(f"points {a} and {b} differ only in letter case: one folder on macOS and Windows")
+
+    seeds = _seeds(check, sweep.get("seeds"))
+    metrics, goals, best = _metrics(check, sweep.get("metrics"), sweep.get("best"))
+    return SweepSpec(
+        name=name, stage=stage.name, folder=folder, base=base_path, params=tuple(params),
+        points=tuple(points), ids=tuple(ids), seeds=seeds, metrics=metrics, goals=goals, best=best,
+        description=str(sweep.get("description") or ""), base_config=base,
+    )
+
+
+def _load_base(name: str, path: str, config: dict, load_file: Callable, root) -> dict:
+    full = path if os.path.isabs(path) else os.path.join(root, path)
+    try:
+        overlay = load_file(full)
+    except FileNotFoundError:
+        raise SweepError(f"sweep '{name}': base file '{path}' not found") from None
+    if not isinstance(overlay, Mapping):
+        raise SweepError(f"sweep '{name}': base file '{path}' is not a mapping of config sections")
+    return merge(config, {k: v for k, v in overlay.items() if k != "sweeps"})
+
+
+def _points(check: _Checker, sweep: Mapping) -> tuple[list[str], list[dict]]:
+    grid, listed = sweep.get("grid"), sweep.get("points")
+    if (grid is None) == (listed is None):
+        raise check.fail("give either `grid:` (values per parameter) or `points:` (a list of points)")
+    if grid is not None:
+        if not isinstance(grid, Mapping) or not grid:
+            raise check.fail("empty grid: give at least one parameter and its values")
+        values = {}
+        for key, vals in grid.items():
+            like = check.key(key)
+            if not isinstance(vals, list):
+                example = format_value(like) if like is not None else 1
+                raise check.fail(f"grid parameter '{key}' must be a list of values, e.g. [{example}]")
+            if not vals:
+                raise check.fail(f"grid parameter '{key}' has no values")
+            canon = [check.value(key, v, like) for v in vals]
+            texts = [format_value(v) for v in canon]
+            for i, text in enumerate(texts):
+                if text in texts[:i]:
+                    first = vals[texts.index(text)]
+                    raise check.fail(f"grid parameter '{key}' lists {text} twice ({first!r} and {vals[i]!r})")
+            values[key] = canon
+        return list(values), expand_grid(values)
+
+    if not isinstance(listed, list) or not listed:
+        raise check.fail("empty list of points")
+    if not all(isinstance(p, Mapping) for p in listed):
+        raise check.fail("each entry of `points:` must be a mapping of parameter to value")
+    params = list(dict.fromkeys(k for p in listed for k in p))
+    likes = {k: check.key(k) for k in params}
+    points = []
+    for i, given in enumerate(listed):
+        point = {k: canonical_value(given[k], likes[k]) if k in given else likes[k] for k in params}
+        try:
+            pid = point_id(point, id_keys(params))
+        except (TypeError, ValueError) as exc:
+            raise check.fail(f"point {i + 1}: {exc}") from None
+        check.config(point, f"point {i + 1} ({pid})")
+        points.append(point)
+    return params, points
+
+
+def _seeds(check: _Checker, seeds: Any) -> tuple[int, ...]:
+    if not isinstance(seeds, list) or not seeds:
+        raise check.fail("no seeds: give `seeds: [0]` for one run per point, or several for mean and std")
+    for seed in seeds:
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise check.fail(f"seed {seed!r} is not a non-negative integer")
+    dup = [s for i, s in enumerate(seeds) if s in seeds[:i]]
+    if dup:
+        raise check.fail(f"seed {dup[0]} is listed twice")
+    for seed in seeds:
+        check.config({check.stage.seed_key: seed}, f"seed {seed} ({check.stage.seed_key})")
+    return tuple(seeds)
+
+
+def _metrics(check: _Checker, metrics: Any, best: Any) -> tuple[tuple[str, ...], dict[str, str], str]:
+    example = f"metrics: {{{check.stage.example_metric}}}"
+    if not isinstance(metrics, Mapping) or not metrics:
+        raise check.fail(f"say which metrics to tabulate and which way is better, e.g. `{example}`")
+    for metric, goal in metrics.items():
+        if not isinstance(metric, str) or not metric:
+            raise check.fail(f"metric name {metric!r} must be a non-empty string")
+        if goal not in ("max", "min"):
+            raise check.fail(f"metric '{metric}': goal {goal!r} must be max or min")
+    best = next(iter(metrics)) if best is None else best
+    if best not in metrics:
+        raise check.fail(f"best metric {best!r} is not one of the metrics ({', '.join(metrics)})")
+    return tuple(metrics), dict(metrics), best
+
+
+def parse_sweeps(
+    sweeps: Mapping[str, Any] | None,
+    config: Mapping[str, Any],
+    schema_validate: Callable[[dict], Any],
+    load_file: Callable[[str], Any] = load_yaml,
+    root: str | os.PathLike = ".",
+) -> dict[str, SweepSpec]:
+    """Every sweep of the `sweeps:` section; one SweepError listing every problem.
+
+    `config` is the validated workflow config; `schema_validate(config)` raises on an
+    invalid one (the workflow passes its own validator); base files are read with
+    `load_file`, relative to `root` (the workflow's folder).
+    """
+    if not sweeps:
+        return {}
+    if not isinstance(sweeps, Mapping):
+        raise SweepError("invalid sweeps:\n  - `sweeps:` must map sweep names to their settings")
+    specs, problems = {}, []
+    for name, sweep in sweeps.items():
+        try:
+            specs[name] = parse_sweep(name, sweep, config, schema_validate, load_file, root)
+        except SweepError as exc:
+            problems.append(str(exc))
+    folders: dict[str, str] = {}
+    for spec in specs.values():
+        other = folders.setdefault(spec.folder.casefold(), spec.name)
+        if other != spec.name:
+            problems.append(f"sweeps '{other}' and '{spec.name}' write to the same folder '{spec.folder}'")
+    if problems:
+        raise SweepError("invalid sweeps:\n  - " + "\n  - ".join(problems))
+    return specs

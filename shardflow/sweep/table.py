@@ -1,0 +1,162 @@
+"""A sweep's results as tables: one row per run (point and seed), and per point over seeds.
+
+runs     sweep, point, each varied parameter (its own typed column, named by its dotted
+         key), seed, every numeric metric the runs wrote, wall_time_s, gpu_hours
+summary  per point: each parameter, n_seeds, <metric>_mean and <metric>_std (sample
+         std, ddof=1: NaN with one seed) for every metric, wall_time_s_mean,
+         gpu_hours_total, and `best` (True on the best point of spec.best)
+
+Both are written as Parquet and CSV, atomically.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from shardflow.core.atomic import atomic_path
+from shardflow.sweep.paths import format_value, plain
+from shardflow.sweep.spec import SweepError, SweepSpec
+
+RUN_COLUMNS = ("sweep", "point", "seed", "wall_time_s", "gpu_hours")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one job of a sweep produced."""
+
+    point: str  # point id
+    seed: int
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    wall_time_s: float = math.nan
+    gpu_hours: float = 0.0
+
+
+def flatten_metrics(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """Numeric leaves of a (nested) metrics record, nested keys joined with '.'."""
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        name = f"{prefix}{key}"
+        value = plain(value)
+        if isinstance(value, Mapping):
+            out.update(flatten_metrics(value, f"{name}."))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = float(value)
+    return out
+
+
+def run_result(point: str, seed: int, metrics: Mapping[str, Any], benchmark: Mapping[str, Any] | None = None,
+               gpus: int = 0, wall_time_s: float | None = None) -> RunResult:
+    """A RunResult from a job's metrics record and its Snakemake benchmark (`s`: the
+    whole job's seconds); GPU-hours are that time x the GPUs the job held."""
+    if wall_time_s is None:
+        wall_time_s = float(benchmark["s"]) if benchmark and "s" in benchmark else math.nan
+    gpu_hours = wall_time_s * gpus / 3600 if gpus and not math.isnan(wall_time_s) else 0.0
+    return RunResult(point, int(seed), flatten_metrics(metrics), float(wall_time_s), gpu_hours)
+
+
+def _typed(values: list[Any]) -> pd.Series:
+    """One parameter column in one type; a column mixing types holds their id spellings."""
+    present = [v for v in values if v is not None]
+    if all(isinstance(v, bool) for v in present):
+        return pd.Series(values, dtype="boolean")
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+        return pd.Series(values, dtype="Int64")
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+        return pd.Series([math.nan if v is None else float(v) for v in values], dtype="float64")
+    if all(isinstance(v, str) for v in present):
+        return pd.Series(values, dtype="string")
+    return pd.Series([None if v is None else format_value(v) for v in values], dtype="string")
+
+
+def collect(spec: SweepSpec, results: Iterable[RunResult]) -> pd.DataFrame:
+    """The runs table: one row per (point, seed) of the spec, in the spec's order.
+
+    Every job must be there once, and every metric of spec.metrics in every row.
+    """
+    by_job: dict[tuple[str, int], RunResult] = {}
+    for r in results:
+        if r.point not in spec.by_id:
+            raise SweepError(f"sweep '{spec.name}': a result for unknown point {r.point!r}")
+        if (r.point, r.seed) in by_job:
+            raise SweepError(f"sweep '{spec.name}': two results for point {r.point} seed {r.seed}")
+        by_job[(r.point, r.seed)] = r
+    missing = [f"{p} seed {s}" for p, s in spec.jobs() if (p, s) not in by_job]
+    if missing:
+        raise SweepError(f"sweep '{spec.name}': no result for {len(missing)} run(s): {', '.join(missing[:5])}")
+    runs = [by_job[job] for job in spec.jobs()]
+    reserved = set(RUN_COLUMNS) | set(spec.params)
+    for r in runs:
+        absent = [m for m in spec.metrics if m not in r.metrics]
+        if absent:
+            raise SweepError(f"sweep '{spec.name}': point {r.point} seed {r.seed} has no metric "
+                             f"{', '.join(map(repr, absent))} (it has: {', '.join(sorted(r.metrics))})")
+    clash = [m for m in spec.metrics if m in reserved]
+    if clash:
+        raise SweepError(f"sweep '{spec.name}': metric name {clash[0]!r} is also a column of the table")
+    # The declared metrics first, then every other metric a run wrote (NaN where absent).
+    extra = sorted({m for r in runs for m in r.metrics} - set(spec.metrics) - reserved)
+    columns: dict[str, Any] = {"sweep": [spec.name] * len(runs), "point": [r.point for r in runs]}
+    for key in spec.params:
+        columns[key] = _typed([spec.by_id[r.point][key] for r in runs])
+    columns["seed"] = pd.Series([r.seed for r in runs], dtype="int64")
+    for m in (*spec.metrics, *extra):
+        columns[m] = pd.Series([r.metrics.get(m, math.nan) for r in runs], dtype="float64")
+    columns["wall_time_s"] = pd.Series([r.wall_time_s for r in runs], dtype="float64")
+    columns["gpu_hours"] = pd.Series([r.gpu_hours for r in runs], dtype="float64")
+    return pd.DataFrame(columns)
+
+
+def metric_columns(runs: pd.DataFrame, params: Iterable[str]) -> list[str]:
+    """The runs table's metric columns, in order."""
+    skip = set(RUN_COLUMNS) | set(params)
+    return [c for c in runs.columns if c not in skip]
+
+
+def aggregate(runs: pd.DataFrame, params: Iterable[str], metrics: Iterable[str] | None = None) -> pd.DataFrame:
+    """Per point (in first-seen order): parameters, n_seeds, mean and std of each metric."""
+    params = list(params)
+    metrics = list(metrics) if metrics is not None else metric_columns(runs, params)
+    groups = runs.groupby("point", sort=False)
+    out = groups[["sweep", *params]].first() if "sweep" in runs else groups[params].first()
+    out["n_seeds"] = groups["seed"].nunique()
+    for m in metrics:
+        out[f"{m}_mean"] = groups[m].mean()
+        out[f"{m}_std"] = groups[m].std(ddof=1)
+    if "wall_time_s" in runs:
+        out["wall_time_s_mean"] = groups["wall_time_s"].mean()
+    if "gpu_hours" in runs:
+        out["gpu_hours_total"] = groups["gpu_hours"].sum()
+    return out.reset_index()
+
+
+def best(summary: pd.DataFrame, metric: str, maximize: bool) -> pd.Series:
+    """The summary row with the best mean of `metric` (the first such on a tie; NaN never wins)."""
+    means = summary[f"{metric}_mean"]
+    if means.isna().all():
+        raise SweepError(f"no point has a value for metric {metric!r}")
+    return summary.loc[means.idxmax() if maximize else means.idxmin()]
+
+
+def summarise(spec: SweepSpec, runs: pd.DataFrame) -> pd.DataFrame:
+    """aggregate() over every metric, with `best` marking the best point of spec.best."""
+    summary = aggregate(runs, spec.params)
+    summary["best"] = summary["point"] == best(summary, spec.best, spec.maximize)["point"]
+    return summary
+
+
+def write_table(frame: pd.DataFrame, parquet_path: str | os.PathLike, csv_path: str | os.PathLike) -> None:
+    """`frame` as Parquet and as CSV, each written atomically."""
+    with atomic_path(parquet_path) as tmp:
+        frame.to_parquet(tmp, engine="pyarrow", index=False)
+    with atomic_path(csv_path) as tmp:
+        frame.to_csv(tmp, index=False)
+
+
+def read_table(parquet_path: str | os.PathLike) -> pd.DataFrame:
+    return pd.read_parquet(parquet_path, engine="pyarrow")

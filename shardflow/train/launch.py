@@ -1,0 +1,107 @@
+"""`python -m shardflow.train.launch`: the train rule's job, on the CPU, one GPU or N GPUs.
+
+    python -m shardflow.train.launch --gpus 2 --gpu-jobs '{"device": "auto", ...}' --threads 4 \\
+        -- --data results/x/shards --out results/x/train --params '{"n_layer": 4}'
+
+Everything after `--` is passed to `python -m shardflow.train`. The launcher first
+decides where the job runs exactly as every GPU script does
+(`shardflow.core.gpujob.pin_job_gpus`): a job scheduled with gpu=0 runs on the CPU
+and takes no GPU slot; a job with gpu=N takes N slots at once on a local multi-GPU
+host (or keeps what SLURM or Kubernetes gave it), before anything initialises CUDA.
+Then one process trains in this one (so a SIGKILL of the job kills the trainer
+itself, and Snakemake's retry resumes from its last checkpoint), and N > 1 processes
+run as `torchrun --standalone --nproc_per_node N -m shardflow.train ...` (one node,
+one process per GPU, data parallel). The slots stay held by this process while
+torchrun runs; its workers inherit CUDA_VISIBLE_DEVICES, and torchrun is killed if
+this process dies.
+
+Logging goes to stderr, which the rule sends to its log, torchrun's ranks included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import subprocess
+import sys
+
+from shardflow.core.gpujob import pin_job_gpus
+from shardflow.core.runlog import configure_logging
+
+log = logging.getLogger("shardflow.train.launch")
+
+
+def processes(device: str, gpus: int) -> int:
+    """Training processes: one per GPU the job got; one on the CPU."""
+    return 1 if device == "cpu" else max(gpus, 1)
+
+
+def trainer_args(rest: list[str], device: str, nproc: int, threads: int | None) -> list[str]:
+    """The trainer's arguments: the caller's, then the device and per-process threads
+    this launcher decided (later flags win in argparse)."""
+    args = list(rest)
+    if device == "cpu":
+        args += ["--device", "cpu"]
+    elif nproc > 1 or not device.startswith("cuda"):
+        args += ["--device", "auto" if device == "auto" else "cuda"]  # each rank takes cuda:LOCAL_RANK
+    else:
+        args += ["--device", device]
+    if threads:
+        args += ["--threads", str(max(1, threads // nproc))]
+    return args
+
+
+def torchrun_command(nproc: int, args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+            "-m", "shardflow.train", *args]
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """Linux: torchrun gets SIGKILL when the launcher dies (a SIGKILLed job leaves nothing running)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    if "--" in argv:
+        cut = argv.index("--")
+        own, rest = argv[:cut], argv[cut + 1 :]
+    else:
+        own, rest = argv, []
+    ap = argparse.ArgumentParser(prog="python -m shardflow.train.launch", description=__doc__.split("\n")[0])
+    ap.add_argument("--gpus", type=int, required=True, help="GPUs the job was scheduled with (0: a CPU job)")
+    ap.add_argument("--gpu-jobs", required=True, help="JSON of the gpu_jobs settings: device, pinning, devices")
+    ap.add_argument("--threads", type=int, help="CPU threads of the job, shared by its processes")
+    ap.add_argument("--job", default="train", help="name written into the GPU lock files")
+    return ap.parse_args(own), rest
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, rest = parse_args(sys.argv[1:] if argv is None else argv)
+    settings = json.loads(args.gpu_jobs)
+    configure_logging(None, "shardflow.train.launch",
+                      {"gpus": args.gpus, "gpu_jobs": settings, "threads": args.threads, "trainer": rest})
+    device, _visible = pin_job_gpus(settings, args.gpus, job=args.job)
+    nproc = processes(device, args.gpus)
+    targs = trainer_args(rest, device, nproc, args.threads)
+    if nproc == 1:
+        from shardflow.train.__main__ import main as train_main
+
+        train_main(targs)
+        return 0
+    cmd = torchrun_command(nproc, targs)
+    log.info("running %d processes: %s", nproc, " ".join(cmd))
+    rc = subprocess.run(cmd, preexec_fn=_die_with_parent).returncode
+    if rc != 0:
+        log.critical("failed: torchrun exited with status %d (the ranks' errors are above)", rc)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""What each task contributes to the run, per data set: the files `all` asks for, the
+outputs provenance hashes, the job tables (per-chunk timings) and single-job
+benchmarks provenance reads, and the landing page's sections.
+
+A new capability adds one function here (and its name to `TASKS`); rules/common.smk
+asks `task_files` for every data set and task of the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class TaskFiles:
+    targets: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    jobs: list[str] = field(default_factory=list)
+    benchmarks: list[str] = field(default_factory=list)
+    # (stage, data set, {name: file}) for shardflow.workflow.landing
+    landing: list[tuple[str, str, dict]] = field(default_factory=list)
+
+
+def embedding(ds: str, cfg: dict, main: str) -> TaskFiles:
+    """verify for every embedded data set; figures and summary for the main corpus."""
+    r = f"results/{ds}"
+    targets = [f"{r}/verification.json"]
+    if ds == main:
+        targets.append(f"{r}/report/summary.json")
+    files = {"manifest": f"{r}/chunks/manifest.json", "jobs": f"{r}/embed/jobs.json", "verification": f"{r}/verification.json"}
+    return TaskFiles(
+        targets=targets,
+        outputs=[f"{r}/embeddings.npy", f"{r}/ids.parquet", f"{r}/verification.json"],
+        jobs=[f"{r}/embed/jobs.json"],
+        benchmarks=[f"benchmarks/merge/{ds}.tsv"],
+        landing=[("embedding", ds, files)],
+    )
+
+
+def retrieval(ds: str, cfg: dict, main: str) -> TaskFiles:
+    metrics = f"results/{ds}/retrieval/metrics.json"
+    return TaskFiles(
+        targets=[metrics],
+        outputs=[metrics, f"results/{ds}/retrieval/run.parquet"],
+        benchmarks=[f"benchmarks/embed_queries/{ds}.tsv", f"benchmarks/retrieval_evaluate/{ds}.tsv"],
+        landing=[("retrieval", ds, {"metrics": metrics})],
+    )
+
+
+def summarisation(ds: str, cfg: dict, main: str) -> TaskFiles:
+    """Method `stored` has no chunk jobs: its one scoring job is the task."""
+    r = f"results/{ds}"
+    sm = cfg["summarise"]
+    metrics = f"{r}/summarise/metrics.json"
+    landing = {"manifest": f"{r}/chunks/manifest.json"}
+    if sm["method"] == "stored":
+        landing["metrics"] = metrics
+        return TaskFiles(
+            targets=[metrics],
+            outputs=[metrics],
+            benchmarks=[f"benchmarks/score_stored_summaries/{ds}.tsv"],
+            landing=[("summarisation", ds, landing)],
+        )
+    summary = f"{r}/summarise/report/summary.json"
+    landing["summary"] = summary
+    scored = [metrics] if sm["reference_field"] else []
+    if scored:
+        landing["metrics"] = metrics
+    return TaskFiles(
+        targets=[summary, *scored],
+        outputs=[f"{r}/summaries.jsonl", *scored],
+        jobs=[f"{r}/summarise/jobs.json"],
+        benchmarks=[f"benchmarks/merge_summaries/{ds}.tsv"],
+        landing=[("summarisation", ds, landing)],
+    )
+
+
+def training(ds: str, cfg: dict, main: str) -> TaskFiles:
+    r = f"results/{ds}"
+    landing = {
+        "metadata": f"{r}/shards/metadata.json",
+        "jobs": f"{r}/tokenize/jobs.json",
+        "metrics": f"{r}/train/metrics.json",
+        "benchmark": f"benchmarks/train/{ds}.tsv",
+    }
+    weights = ("best.safetensors", "last.safetensors", "losses.parquet", "metrics.json")
+    return TaskFiles(
+        targets=[f"{r}/train/{f}" for f in ("metrics.json", "loss.png", "sample.txt")],
+        outputs=[f"{r}/shards/metadata.json"] + [f"{r}/train/{f}" for f in weights],
+        jobs=[f"{r}/tokenize/jobs.json"],
+        benchmarks=[f"benchmarks/{stage}/{ds}.tsv" for stage in ("train_tokenizer", "gather_shards", "train")],
+        landing=[("training", ds, landing)],
+    )
+
+
+TASKS = {"embedding": embedding, "retrieval": retrieval, "summarisation": summarisation, "training": training}
+
+
+def task_files(tasks: tuple[str, ...], ds: str, cfg: dict, main: str) -> list[TaskFiles]:
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        raise ValueError(f"data set {ds!r}: unknown tasks {unknown}; known: {sorted(TASKS)}")
+    return [TASKS[t](ds, cfg, main) for t in tasks]

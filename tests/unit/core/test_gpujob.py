@@ -1,0 +1,47 @@
+"""start_gpu_job: the start every GPU script shares (CPU switch, N-device pinning, log)."""
+
+import os
+import types
+
+import pytest
+
+from shardflow.core import gpu_slots
+from shardflow.core.gpujob import start_gpu_job
+
+
+def fake_smk(tmp_path, gpu, pinning="slots", devices="0,1,2", threads=3):
+    return types.SimpleNamespace(
+        params=types.SimpleNamespace(gpu_jobs={"device": "auto", "pinning": pinning, "devices": devices}),
+        resources={"gpu": gpu},
+        log=[str(tmp_path / "job.log")],
+        input=[str(tmp_path / "chunk_0.jsonl")],
+        threads=threads,
+    )
+
+
+@pytest.fixture
+def clean_pin(monkeypatch, tmp_path):
+    monkeypatch.setattr(gpu_slots, "_pinned", None)
+    monkeypatch.setenv("SHARDFLOW_GPU_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    for var in ("SLURM_JOB_ID", "KUBERNETES_SERVICE_HOST"):
+        monkeypatch.delenv(var, raising=False)
+    yield
+    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+
+
+def test_a_job_scheduled_without_a_gpu_runs_on_the_cpu_and_takes_no_slot(tmp_path, clean_pin):
+    job = start_gpu_job(fake_smk(tmp_path, gpu=0), "embed", {"x": 1})
+    assert (job.device, job.gpus, job.threads) == ("cpu", 0, 3)
+    assert not (tmp_path / "locks").exists()
+    assert "gpu_pinning=off" in (tmp_path / "job.log").read_text()
+
+
+def test_a_job_with_n_gpus_pins_n_devices(tmp_path, clean_pin):
+    with gpu_slots.acquire_gpu("0,1,2", mode="slots", lock_dir=tmp_path / "locks"):  # another job holds 0
+        job = start_gpu_job(fake_smk(tmp_path, gpu=2), "train", {"x": 1})
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "1,2"
+    assert job.device == "auto" and job.visible_devices == "1,2"
+    lines = (tmp_path / "job.log").read_text().splitlines()
+    assert lines[0].split(" INFO ")[1].startswith("train: params=")
+    assert any(" INFO train: CUDA_VISIBLE_DEVICES=1,2 (gpu_pinning=slots)" in line for line in lines)

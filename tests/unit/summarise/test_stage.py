@@ -1,0 +1,137 @@
+"""The summarisation stage's job-level pieces: chunk jobs for lead/extractive
+(resumable), the checked merge, ROUGE evaluation joined by id, the report numbers."""
+
+import json
+
+import numpy as np
+import pytest
+
+from shardflow.core.parts import PartStore
+from shardflow.summarise.evaluate import MissingReferenceError, evaluate_summaries
+from shardflow.summarise.merge import SummariesCheckError, merge_summaries
+from shardflow.summarise.params import ScoreParams, SummariseParams
+from shardflow.summarise.records import SummariesError, iter_summaries, write_summaries
+from shardflow.summarise.report import SummaryReportParams, run_summary
+from shardflow.summarise.select import select_chunk
+
+ARTICLES = [
+    "The council met on Monday. It approved the budget. Critics called it rushed. A vote follows.",
+    "Rain fell all week. Rivers rose. Two roads closed.",
+    "One sentence only.",
+]
+
+
+def write_chunk(path, texts, prefix="doc"):
+    path.write_text("".join(json.dumps({"id": f"{prefix}-{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
+    return path
+
+
+def test_lead_chunk_job_writes_records_in_order(tmp_path):
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", ARTICLES)
+    out = tmp_path / "out.jsonl"
+    stats = select_chunk(chunk, out, SummariseParams(k=2, window=2), tmp_path / "resume")
+    rows = list(iter_summaries(out))
+    assert [r["id"] for r in rows] == ["doc-0", "doc-1", "doc-2"]
+    assert rows[0]["summary"] == "The council met on Monday.\nIt approved the budget."
+    assert rows[2]["summary"] == "One sentence only."
+    assert rows[0]["input_tokens"] == len(ARTICLES[0].split()) and rows[0]["output_tokens"] == 9
+    assert stats["items"] == 3 and stats["resumed_parts"] == 0 and stats["method"] == "lead"
+    assert not (tmp_path / "resume").exists() or not any((tmp_path / "resume").iterdir())
+
+
+class CountingEncoder:
+    """A fake sentence encoder: one-hot by sentence length, counting the sentences it embeds."""
+
+    identity = {"fake": 1}
+    device = "cpu"
+
+    def __init__(self):
+        self.calls = 0
+
+    def encode(self, texts):
+        self.calls += len(texts)
+        out = np.zeros((len(texts), 64), dtype=np.float32)
+        for i, t in enumerate(texts):
+            out[i, len(t) % 64] = 1.0
+        return out
+
+
+def test_extractive_job_resumes_from_finished_parts(tmp_path):
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", ARTICLES * 2)
+    params = SummariseParams(method="extractive", k=2, window=2)
+    ref_out = tmp_path / "ref.jsonl"
+    select_chunk(chunk, ref_out, params, tmp_path / "ref_resume", encoder=CountingEncoder())
+    # A killed run left part 0 behind: the rerun computes parts 1 and 2 only.
+    enc = CountingEncoder()
+    resume = tmp_path / "resume"
+    from shardflow.core.hashing import digest, texts_fingerprint
+    from shardflow.core.parts import FORMAT_VERSION, resume_key
+
+    identity = {"format": FORMAT_VERSION, "params": {k: v for k, v in params.__dict__.items() if k != "window"},
+                "window": 2, "encoder": {"fake": 1}}
+    texts = ARTICLES * 2
+    store = PartStore(resume / resume_key(chunk, identity),
+                      {"n_texts": 6, "texts_sha256": texts_fingerprint(texts), "identity": digest(identity)}).open()
+    first = [dict(r, id=None) for r in iter_summaries(ref_out)][:2]
+    store.save_records(0, [{k: r[k] for k in ("summary", "input_tokens", "output_tokens", "truncated")} for r in first])
+    out = tmp_path / "out.jsonl"
+    stats = select_chunk(chunk, out, params, resume, encoder=enc)
+    assert stats["resumed_parts"] == 1
+    assert out.read_bytes() == ref_out.read_bytes()
+    assert enc.calls == sum(len(a.split(". ")) for a in texts[2:] if len(a.split(". ")) > 2)  # docs > k sentences only
+
+
+def test_merge_checks_count_and_ids(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    rec = {"summary": "s", "input_tokens": 3, "output_tokens": 1, "truncated": False}
+    write_summaries(a, ["x", "y"], [rec, rec])
+    write_summaries(b, ["z"], [rec])
+    out = tmp_path / "all.jsonl"
+    assert merge_summaries([str(a), str(b)], out, 3)["records"] == 3
+    assert out.read_bytes() == a.read_bytes() + b.read_bytes()
+    with pytest.raises(SummariesCheckError, match=r"count: .*'records': 3, 'expected': 4"):
+        merge_summaries([str(a), str(b)], tmp_path / "bad.jsonl", 4)
+    write_summaries(b, ["x"], [rec])
+    with pytest.raises(SummariesCheckError, match=r"ids_unique: .*'examples': \['x'\]"):
+        merge_summaries([str(a), str(b)], tmp_path / "bad.jsonl", 3)
+    assert not (tmp_path / "bad.jsonl").exists()
+    b.write_text('{"id": "q", "summary": "s"}\n')
+    with pytest.raises(SummariesError, match=r"b.jsonl:1: missing input_tokens, output_tokens, truncated"):
+        merge_summaries([str(a), str(b)], tmp_path / "bad.jsonl", 3)
+
+
+def test_evaluation_joins_references_by_id_and_names_what_is_missing(tmp_path):
+    src = tmp_path / "src.jsonl"
+    src.write_text(
+        json.dumps({"id": "a", "article": "x", "highlights": "The council approved the budget."}) + "\n"
+        + json.dumps({"id": "b", "article": "y", "highlights": "Rivers rose and roads closed."}) + "\n"
+    )
+    summaries = tmp_path / "s.jsonl"
+    rec = {"input_tokens": 10, "output_tokens": 5, "truncated": False}
+    write_summaries(summaries, ["b", "a", "c"], [
+        dict(rec, summary="Rivers rose.\nTwo roads closed."), dict(rec, summary="The council approved the budget."),
+        dict(rec, summary="unreferenced"),
+    ])
+    outputs = {k: str(tmp_path / n) for k, n in (("metrics", "m.json"), ("per_document", "p.parquet"), ("figure", "f.png"))}
+    with pytest.raises(MissingReferenceError, match=r"1 summarised documents have no usable reference .*\['c'\]"):
+        evaluate_summaries(str(summaries), [str(src)], ScoreParams(), outputs)
+    scored = evaluate_summaries(str(summaries), [str(src)], ScoreParams(on_bad_record="skip"), outputs, system="lead")
+    m = scored.metrics
+    assert m["n_documents"] == 2 and m["documents_without_reference"] == 1
+    assert m["systems"]["lead"]["rouge1"]["n"] == 2
+    assert m["rouge1"] > 50  # doc a is a perfect match
+    assert m["compression_ratio_mean"] == pytest.approx(0.5)
+
+
+def test_report_numbers_from_the_job_table():
+    stats = [
+        {"items": 10, "input_tokens": 1000, "output_tokens": 100, "truncated": 1, "start_time": 0.0, "end_time": 10.0,
+         "seconds": 9.0, "device": "cuda:0"},
+        {"items": 5, "input_tokens": 500, "output_tokens": 50, "truncated": 0, "start_time": 2.0, "end_time": 20.0,
+         "seconds": 17.0, "device": "cuda:0"},
+    ]
+    s = run_summary(stats, [{"s": 3600.0}, {"s": 1800.0}], {"rejected_records": 2}, SummaryReportParams(gpu_hour_price=2.0))
+    assert (s["records"], s["rejected_records"], s["truncated_inputs"]) == (15, 2, 1)
+    assert s["compression_ratio"] == pytest.approx(0.1)
+    assert s["gpu_hours"] == pytest.approx(1.5) and s["estimated_cost"] == pytest.approx(3.0)
+    assert s["items_per_s"] == pytest.approx(15 / 20)

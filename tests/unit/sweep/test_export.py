@@ -1,0 +1,83 @@
+"""The summary as a paper's table: Markdown and LaTeX, exactly."""
+
+from __future__ import annotations
+
+from shardflow.sweep.export import latex_escape, to_latex, to_markdown, write_exports
+from shardflow.sweep.table import RunResult, collect, summarise
+
+from .conftest import parse, sweep
+
+VALUES = {  # (loss, acc) per point and seed
+    ("lr=0.001", 0): (1.0, 0.5), ("lr=0.001", 1): (1.2, 0.7),
+    ("lr=0.0003", 0): (0.9, 0.8), ("lr=0.0003", 1): (0.9, 0.6),
+}
+
+MARKDOWN = """\
+| lr | best_val_loss ↓ | acc ↑ |
+| :-- | --: | --: |
+| 0.001 | 1.100 ± 0.141 | 0.600 ± 0.141 |
+| 0.0003 | **0.900 ± 0.000** | **0.700 ± 0.141** |
+
+tiny (train): mean ± std over 2 seeds; best in bold.
+"""
+
+LATEX = r"""\begin{table}[t]
+\centering
+\caption{tiny: mean $\pm$ std over 2 seeds; best in bold.}
+\label{tab:sweep-tiny}
+\begin{tabular}{lrr}
+\toprule
+lr & best\_val\_loss $\downarrow$ & acc $\uparrow$ \\
+\midrule
+0.001 & $1.100 \pm 0.141$ & $0.600 \pm 0.141$ \\
+0.0003 & $\mathbf{0.900 \pm 0.000}$ & $\mathbf{0.700 \pm 0.141}$ \\
+\bottomrule
+\end{tabular}
+\end{table}
+"""
+
+
+def tiny(seeds=(0, 1)):
+    spec = parse({"tiny": sweep(grid={"train.lr": [0.001, 0.0003]}, seeds=list(seeds),
+                                metrics={"best_val_loss": "min", "acc": "max"})})["tiny"]
+    runs = collect(spec, [RunResult(p, s, {"best_val_loss": v[0], "acc": v[1]}) for (p, s), v in VALUES.items()
+                          if s in seeds])
+    return spec, summarise(spec, runs)
+
+
+def test_markdown():
+    assert to_markdown(*tiny()) == MARKDOWN
+
+
+def test_latex():
+    assert to_latex(*tiny()) == LATEX
+
+
+def test_one_seed_shows_the_mean_alone_and_ties_are_all_bold():
+    spec, summary = tiny(seeds=(0,))
+    lines = to_markdown(spec, summary, decimals=1).splitlines()
+    assert lines[2:4] == ["| 0.001 | 1.0 | 0.5 |", "| 0.0003 | **0.9** | **0.8** |"]
+    assert lines[-1] == "tiny (train): one seed; best in bold."
+    summary.loc[0, "best_val_loss_mean"] = 0.94  # rounds to the best 0.9: a reader sees a tie
+    assert to_markdown(spec, summary, decimals=1).splitlines()[2] == "| 0.001 | **0.9** | 0.5 |"
+    assert "0.001 & $\\mathbf{0.9}$ & $0.5$ \\\\" in to_latex(spec, summary, decimals=1, caption="c", label="t")
+
+
+def test_latex_special_characters_are_escaped():
+    assert latex_escape(r"a_b & 50% $x$ #1 {y} ~z ^w \v") == \
+        r"a\_b \& 50\% \$x\$ \#1 \{y\} \textasciitilde{}z \textasciicircum{}w \textbackslash{}v"
+
+
+def test_markdown_escapes_pipes():
+    spec = parse({"p": sweep(stage="embed", grid={"embedding.model": ["a|b", "m/x y"]},
+                             metrics={"items_per_s": "max"})})["p"]
+    runs = collect(spec, [RunResult(pid, s, {"items_per_s": 1.0 + s}) for pid, s in spec.jobs()])
+    text = to_markdown(spec, summarise(spec, runs))
+    assert "| a\\|b | **1.500 ± 0.707** |" in text and "| m/x y |" in text
+    assert r"m/x y & $\mathbf{1.500 \pm 0.707}$" in to_latex(spec, summarise(spec, runs))
+
+
+def test_exports_are_written(tmp_path):
+    spec, summary = tiny()
+    write_exports(spec, summary, tmp_path / "t.md", tmp_path / "t.tex")
+    assert (tmp_path / "t.md").read_text() == MARKDOWN and (tmp_path / "t.tex").read_text() == LATEX

@@ -1,0 +1,47 @@
+"""Figures: which files a sweep gets (known at parse time), and that they are written."""
+
+from __future__ import annotations
+
+from shardflow.sweep.plots import plot_files, plot_heatmap, plot_metric, plot_sweep
+from shardflow.sweep.table import RunResult, collect, summarise
+
+from .conftest import parse, sweep
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def summary_of(spec):
+    runs = collect(spec, [RunResult(pid, s, {"best_val_loss": float(i + s), "acc": 1.0 / (i + 1)})
+                          for i, (pid, s) in enumerate(spec.jobs())])
+    return summarise(spec, runs)
+
+
+def test_plot_files_follow_from_the_spec():
+    spec = parse({"s": sweep(grid={"train.lr": [0.1, 0.01], "train.n_layer": [2, 4], "train.dropout": [0.0]},
+                             metrics={"best_val_loss": "min", "acc": "max"})})["s"]
+    assert list(plot_files(spec)) == [
+        "best_val_loss_vs_lr.png", "best_val_loss_vs_n_layer.png", "best_val_loss_lr_x_n_layer.png",
+        "acc_vs_lr.png", "acc_vs_n_layer.png", "acc_lr_x_n_layer.png",
+    ]  # dropout takes one value: nothing to plot against
+    assert plot_files(parse({"s": sweep(grid=None, points=[{}])})["s"]) == {}
+
+
+def test_figures_are_written(tmp_path):
+    spec = parse({"s": sweep(grid={"train.lr": [0.1, 0.01, 0.001], "train.n_layer": [2, 4],
+                                   "train.dtype": ["auto", "float32"]},
+                             metrics={"acc": "max"})})["s"]
+    paths = plot_sweep(spec, summary_of(spec), tmp_path / "plots")
+    assert len(paths) == 3 + 3
+    for path in paths:
+        with open(path, "rb") as fh:
+            assert fh.read(8) == PNG
+
+
+def test_string_and_null_values_plot_as_categories(tmp_path):
+    spec = parse({"s": sweep(stage="retrieval", grid={"embedding.model": ["a/b", "c d"],
+                                                      "embedding.max_length": [None, 128]},
+                             metrics={"best_val_loss": "min"})})["s"]
+    summary = summary_of(spec)
+    plot_metric(spec, summary, "best_val_loss", "embedding.max_length", tmp_path / "line.png")
+    plot_heatmap(spec, summary, "best_val_loss", "embedding.model", "embedding.max_length", tmp_path / "heat.png")
+    assert (tmp_path / "line.png").read_bytes()[:8] == PNG == (tmp_path / "heat.png").read_bytes()[:8]

@@ -1,0 +1,185 @@
+"""parse_sweeps: grids and point lists expanded, every bad input a parse-time error naming it."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from shardflow.core.config import load_schema, validate_config
+from shardflow.sweep.spec import SweepError, apply_point, parse_sweeps
+
+from .conftest import CONFIG, parse, sweep
+
+
+def test_grid_expands_in_the_order_written(spec):
+    assert spec.params == ("train.lr", "train.n_layer")
+    assert [tuple(p.values()) for p in spec.points] == [(0.001, 2), (0.001, 4), (0.0003, 2), (0.0003, 4)]
+    assert spec.ids == ("lr=0.001__n_layer=2", "lr=0.001__n_layer=4", "lr=0.0003__n_layer=2", "lr=0.0003__n_layer=4")
+    assert spec.jobs()[:3] == [("lr=0.001__n_layer=2", 0), ("lr=0.001__n_layer=2", 1), ("lr=0.001__n_layer=4", 0)]
+    assert spec.folder == "lr-depth" and spec.seeds == (0, 1) and spec.best == "best_val_loss" and not spec.maximize
+
+
+def test_yaml_float_spellings_are_numbers_and_one_point():
+    # PyYAML reads 1e-3 as a string; the base value (a float) says it is a number.
+    grid = yaml.safe_load("{train.lr: [1e-3, 3e-4], train.n_layer: [2.0, 8]}")
+    assert grid["train.lr"] == ["1e-3", "3e-4"]
+    spec = parse({"s": sweep(grid=grid)})["s"]
+    assert spec.points[0] == {"train.lr": 0.001, "train.n_layer": 2}
+    assert type(spec.points[0]["train.n_layer"]) is int
+    with pytest.raises(SweepError, match=r"grid parameter 'train.lr' lists 0.001 twice \('1e-3' and 0.001\)"):
+        parse({"s": sweep(grid={"train.lr": ["1e-3", 0.001]})})
+
+
+def test_explicit_points_take_the_base_value_for_keys_they_leave_out():
+    spec = parse({"s": sweep(grid=None, points=[{"train.lr": 0.01}, {"train.n_layer": 8}])})["s"]
+    assert spec.params == ("train.lr", "train.n_layer")
+    assert spec.points == ({"train.lr": 0.01, "train.n_layer": 4}, {"train.lr": 0.001, "train.n_layer": 8})
+    assert spec.ids == ("lr=0.01__n_layer=4", "lr=0.001__n_layer=8")
+
+
+def test_a_seeds_only_sweep_has_one_point():
+    spec = parse({"s": sweep(grid=None, points=[{}], seeds=[0, 1, 2])})["s"]
+    assert spec.ids == ("base",) and spec.params == ()
+
+
+UNKNOWN_KEY = ("sweep 'bad': unknown parameter 'train.lrr' (train has: dropout, dtype, lr, lr_decay_iters, "
+               "n_layer, seed; did you mean 'train.lr'?)")
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"grid": {"train.lrr": [0.1]}}, UNKNOWN_KEY),
+    ({"grid": {"trian.lr": [0.1]}}, "unknown parameter 'trian.lr' (no section 'trian'; did you mean 'train.lr'?)"),
+    ({"grid": {"train.lr.x": [0.1]}}, "unknown parameter 'train.lr.x' (train.lr is a value, not a section; did you mean 'train.lr'?)"),
+    ({"grid": {}}, "sweep 'bad': empty grid"),
+    ({"grid": {"train.lr": []}}, "sweep 'bad': grid parameter 'train.lr' has no values"),
+    ({"grid": {"train.lr": 0.1}}, "grid parameter 'train.lr' must be a list of values, e.g. [0.001]"),
+    ({"grid": {"train.lr": ["abc"]}},
+     "sweep 'bad': train.lr = 'abc' is not valid: config key 'train.lr': 'abc' is not of type 'number'"),
+    ({"grid": {"train.n_layer": [2.5]}}, "train.n_layer = 2.5 is not valid: config key 'train.n_layer': 2.5 is not of type 'integer'"),
+    ({"grid": {"train.dtype": ["fp8"]}}, "train.dtype = 'fp8' is not valid: config key 'train.dtype'"),
+    ({"grid": {"train.lr": [[0.1]]}}, "train.lr = [0.1]: a sweep value must be a string, number, boolean or null"),
+    ({"grid": {"train.lr": [float("nan")]}}, "train.lr = nan: NaN cannot be a sweep value"),
+    ({"grid": {"train.lr": [0.1]}, "points": [{"train.lr": 0.1}]}, "give either `grid:`"),
+    ({"grid": None}, "give either `grid:`"),
+    ({"grid": None, "points": []}, "sweep 'bad': empty list of points"),
+    ({"grid": None, "points": [{"train.lr": 0.1}, {"train.lr": -1.0}]},
+     "sweep 'bad': point 2 (lr=-1.0) is not valid: config key 'train.lr': -1.0 is less than or equal to the minimum of 0"),
+    ({"grid": None, "points": [{"train.lr": "1e-3"}, {"train.lr": 0.001}]},
+     "sweep 'bad': points 1 and 2 are the same point (lr=0.001)"),
+    ({"grid": None, "points": [{"train.lr": 0.1}, {"train.lr": 0.1, "train.n_layer": 4}]},
+     "points 1 and 2 are the same point (lr=0.1__n_layer=4)"),
+    ({"seeds": None}, "sweep 'bad': no seeds: give `seeds: [0]`"),
+    ({"seeds": []}, "sweep 'bad': no seeds"),
+    ({"seeds": [0, -1]}, "seed -1 is not a non-negative integer"),
+    ({"seeds": [True]}, "seed True is not a non-negative integer"),
+    ({"seeds": [1, 1]}, "seed 1 is listed twice"),
+    ({"stage": "training"}, "sweep 'bad': stage 'training' is not one of train, retrieval, summarise, embed"),
+    ({"grids": {}}, "sweep 'bad': unknown key 'grids'; allowed: stage, base, grid"),
+    ({"grid": {"report.map": ["umap"]}}, "parameter 'report.map' is not read by a train job (it reads: train)"),
+    ({"grid": {"train.seed": [1, 2]}}, "'train.seed' is set by seeds: list the seeds under `seeds:` instead"),
+    ({"grid": {"train": [1]}}, "parameter 'train' is a section; sweep one of its keys (lr, n_layer"),
+    ({"grid": {"train.n-layer": [1]}}, "parameter 'train.n-layer' is not a dotted config key"),
+    ({"metrics": None}, "say which metrics to tabulate and which way is better, e.g. `metrics: {best_val_loss: min}`"),
+    ({"metrics": {"loss": "lower"}}, "metric 'loss': goal 'lower' must be max or min"),
+    ({"best": "acc"}, "best metric 'acc' is not one of the metrics (best_val_loss)"),
+    ({"folder": "a/b"}, "folder 'a/b' must be one folder name"),
+    ({"stage": "retrieval", "grid": {"embedding.model": ["Mini", "mini"]}, "metrics": {"ndcg_at_10": "max"}},
+     "points model=Mini and model=mini differ only in letter case"),
+])
+def test_bad_input_is_an_error_naming_it(overrides, message):
+    with pytest.raises(SweepError) as err:
+        parse({"bad": sweep(**overrides)})
+    assert message in str(err.value)
+
+
+def test_a_bad_sweep_name():
+    with pytest.raises(SweepError, match="sweep name 'a b': use letters, digits"):
+        parse({"a b": sweep()})
+
+
+def test_two_sweeps_writing_to_one_folder():
+    with pytest.raises(SweepError, match="sweeps 'a' and 'b' write to the same folder 'shared'"):
+        parse({"a": sweep(folder="shared"), "b": sweep(folder="shared")})
+    with pytest.raises(SweepError, match="sweeps 'lr' and 'LR' write to the same folder 'LR'"):
+        parse({"lr": sweep(), "LR": sweep()})  # one folder on macOS and Windows
+
+
+def test_every_problem_is_reported_at_once():
+    with pytest.raises(SweepError) as err:
+        parse({"a": sweep(grid={"train.lrr": [1.0]}), "ok": sweep(), "b": sweep(seeds=[])})
+    lines = str(err.value).splitlines()
+    assert lines[0] == "invalid sweeps:" and len(lines) == 3
+    assert lines[1].startswith("  - sweep 'a': unknown parameter") and lines[2].startswith("  - sweep 'b': no seeds")
+
+
+def test_no_sweeps():
+    assert parse_sweeps(None, CONFIG, lambda c: None) == {} == parse_sweeps({}, CONFIG, lambda c: None)
+
+
+def test_base_file_is_merged_over_the_config(tmp_path):
+    (tmp_path / "exp.yaml").write_text("train: {n_layer: 8}\nsweeps: {ignored: 1}\n")
+    (tmp_path / "typo.yaml").write_text("train: {n_layers: 8}\n")
+    spec = parse({"s": sweep(grid=None, points=[{"train.lr": 0.01}], base="exp.yaml")}, root=tmp_path)["s"]
+    assert spec.base == "exp.yaml" and spec.points == ({"train.lr": 0.01},)
+    assert spec.job_config(spec.ids[0], 5)["train"]["n_layer"] == 8
+    with pytest.raises(SweepError, match="sweep 's': base 'typo.yaml' is not a valid config: unknown config key 'n_layers'"):
+        parse({"s": sweep(base="typo.yaml")}, root=tmp_path)
+    with pytest.raises(SweepError, match="sweep 's': base file 'nope.yaml' not found"):
+        parse({"s": sweep(base="nope.yaml")}, root=tmp_path)
+
+
+def test_a_job_gets_its_stage_sections_with_its_point_and_seed(spec):
+    job = spec.job_config("lr=0.0003__n_layer=2", 7)
+    assert job == {"train": {**CONFIG["train"], "lr": 0.0003, "n_layer": 2, "seed": 7}}
+    assert list(job["train"]) == sorted(CONFIG["train"])  # Snakemake compares params by repr
+    reordered = parse({"lr-depth": sweep()}, config={"train": dict(reversed(CONFIG["train"].items()))})["lr-depth"]
+    assert repr(reordered.job_config("lr=0.0003__n_layer=2", 7)) == repr(job)
+    assert spec.base_config["train"]["lr"] == 0.001  # not modified
+    retrieval = parse({"r": sweep(stage="retrieval", grid={"embedding.max_length": [128]},
+                                  metrics={"ndcg_at_10": "max"})})["r"]
+    assert set(retrieval.job_config("max_length=128", 3)) == {"retrieval", "embedding"}
+    assert retrieval.job_config("max_length=128", 3)["embedding"]["seed"] == 3
+    with pytest.raises(SweepError, match="sweep 'lr-depth' has no point 'lr=9'"):
+        spec.job_config("lr=9", 0)
+
+
+def test_incremental_new_values_and_unrelated_changes_leave_jobs_alone(spec):
+    """A job's params are job_config: equal params (and folder) mean Snakemake reruns nothing."""
+    before = {job: spec.job_config(*job) for job in spec.jobs()}
+    grown = parse({"lr-depth": sweep(grid={"train.lr": [0.001, 0.0003, 0.01], "train.n_layer": [2, 4]},
+                                     seeds=[0, 1, 2])})["lr-depth"]
+    after = {job: grown.job_config(*job) for job in grown.jobs()}
+    assert {job: after[job] for job in before} == before
+    assert len(set(after) - set(before)) == 3 * 2 * 3 - 2 * 2 * 2
+    other = copy.deepcopy(CONFIG)
+    other["report"]["map"] = "umap"
+    other["embedding"]["max_length"] = 64
+    unrelated = parse({"lr-depth": sweep()}, config=other)["lr-depth"]
+    assert {job: unrelated.job_config(*job) for job in unrelated.jobs()} == before
+
+
+def test_apply_point_sets_dotted_keys_on_a_copy():
+    out = apply_point(CONFIG, {"train.lr": 0.5, "embedding.max_length": 64})
+    assert out["train"]["lr"] == 0.5 and out["embedding"]["max_length"] == 64 and CONFIG["train"]["lr"] == 0.001
+    with pytest.raises(SweepError, match="unknown parameter 'train.lrr'"):
+        apply_point(CONFIG, {"train.lrr": 1})
+
+
+def test_the_shipped_config_and_schema(config):
+    """The stages' sections and seed keys exist in the real config, and its schema judges values."""
+    schema = load_schema(__import__("tests.conftest").conftest.REPO / "config" / "config.schema.yaml")
+    config = validate_config(config, schema)
+    check = lambda cfg: validate_config(cfg, schema)
+    sweeps = {
+        "t": sweep(),
+        "r": sweep(stage="retrieval", grid={"embedding.max_length": [128, 256], "retrieval.top_k": [100]},
+                   metrics={"ndcg_at_10": "max"}),
+        "s": sweep(stage="summarise", grid={"summarise.k": [1, 3]}, metrics={"rouge1": "max"}),
+        "e": sweep(stage="embed", grid={"embedding.max_batch_size": [64, 128]}, metrics={"items_per_s": "max"}),
+    }
+    specs = parse_sweeps(sweeps, config, check)
+    assert [len(s.ids) for s in specs.values()] == [4, 2, 2, 2]
+    with pytest.raises(SweepError, match="train.n_layer = '4' is not valid: config key 'train.n_layer': '4' is not of type 'integer'"):
+        parse_sweeps({"t": sweep(grid={"train.n_layer": ["4"]})}, config, check)

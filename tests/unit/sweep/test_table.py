@@ -1,0 +1,109 @@
+"""Runs table (one row per point and seed), the summary over seeds, the best point, files."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pandas as pd
+import pytest
+
+from shardflow.sweep.spec import SweepError
+from shardflow.sweep.table import (
+    RunResult,
+    _typed,
+    aggregate,
+    best,
+    collect,
+    flatten_metrics,
+    read_table,
+    run_result,
+    summarise,
+    write_table,
+)
+
+from .conftest import parse, sweep
+
+
+def results(spec, loss=lambda point, seed: point["train.lr"] * 100 + point["train.n_layer"] + seed):
+    return [run_result(pid, seed, {"best_val_loss": loss(spec.by_id[pid], seed), "steps": 10, "note": "x"},
+                       benchmark={"s": 360.0 + seed, "max_rss": 1.0}, gpus=2)
+            for pid, seed in reversed(spec.jobs())]
+
+
+def test_runs_table_has_a_row_per_point_and_seed_in_order(spec):
+    runs = collect(spec, results(spec))
+    assert list(runs.columns) == ["sweep", "point", "train.lr", "train.n_layer", "seed", "best_val_loss", "steps",
+                                  "wall_time_s", "gpu_hours"]
+    assert list(zip(runs["point"], runs["seed"])) == spec.jobs()
+    assert str(runs["train.lr"].dtype) == "float64" and str(runs["train.n_layer"].dtype) == "Int64"
+    row = runs.iloc[3]  # lr=0.001, n_layer=4, seed 1
+    assert (row["train.lr"], row["train.n_layer"], row["seed"]) == (0.001, 4, 1)
+    assert row["best_val_loss"] == pytest.approx(0.1 + 4 + 1)
+    assert row["wall_time_s"] == 361.0 and row["gpu_hours"] == pytest.approx(361.0 * 2 / 3600)
+
+
+def test_every_run_must_be_there_once_with_its_metrics(spec):
+    rows = results(spec)
+    with pytest.raises(SweepError, match="no result for 1 run"):
+        collect(spec, rows[1:])
+    with pytest.raises(SweepError, match="two results for point"):
+        collect(spec, rows + rows[:1])
+    with pytest.raises(SweepError, match="a result for unknown point 'lr=9'"):
+        collect(spec, rows + [RunResult("lr=9", 0)])
+    rows[0] = RunResult(rows[0].point, rows[0].seed, {"val_loss": 1.0})
+    with pytest.raises(SweepError, match=r"seed 1 has no metric 'best_val_loss' \(it has: val_loss\)"):
+        collect(spec, rows)
+
+
+def test_summary_is_mean_and_sample_std_over_seeds():
+    spec = parse({"s": sweep(grid={"train.lr": [0.1, 0.2]}, seeds=[0, 1, 2])})["s"]
+    values = {("lr=0.1", 0): 1.0, ("lr=0.1", 1): 2.0, ("lr=0.1", 2): 3.0,
+              ("lr=0.2", 0): 5.0, ("lr=0.2", 1): 5.0, ("lr=0.2", 2): 8.0}
+    runs = collect(spec, [RunResult(p, s, {"best_val_loss": v}, 10.0 * (s + 1), 0.5) for (p, s), v in values.items()])
+    summary = aggregate(runs, spec.params)
+    assert list(summary.columns) == ["point", "sweep", "train.lr", "n_seeds", "best_val_loss_mean",
+                                     "best_val_loss_std", "wall_time_s_mean", "gpu_hours_total"]
+    assert summary["best_val_loss_mean"].tolist() == [2.0, 6.0]
+    assert summary["best_val_loss_std"].tolist() == pytest.approx([1.0, math.sqrt(3.0)])
+    assert summary["n_seeds"].tolist() == [3, 3] and summary["gpu_hours_total"].tolist() == [1.5, 1.5]
+    assert summary["wall_time_s_mean"].tolist() == [20.0, 20.0]
+    one = aggregate(runs[runs["seed"] == 0], spec.params)
+    assert one["best_val_loss_std"].isna().all()  # one seed: no spread to report
+
+
+def test_best_point(spec):
+    summary = summarise(spec, collect(spec, results(spec)))
+    assert best(summary, "best_val_loss", maximize=False)["point"] == "lr=0.0003__n_layer=2"
+    assert best(summary, "best_val_loss", maximize=True)["point"] == "lr=0.001__n_layer=4"
+    assert summary.loc[summary["best"], "point"].tolist() == ["lr=0.0003__n_layer=2"]
+    summary.loc[0, "best_val_loss_mean"] = math.nan  # NaN never wins
+    assert best(summary, "best_val_loss", maximize=True)["point"] == "lr=0.001__n_layer=4"
+    ties = pd.DataFrame({"point": ["a", "b"], "m_mean": [1.0, 1.0]})
+    assert best(ties, "m", maximize=True)["point"] == "a"
+    with pytest.raises(SweepError, match="no point has a value for metric 'x'"):
+        best(pd.DataFrame({"point": ["a"], "x_mean": [math.nan]}), "x", True)
+
+
+def test_tables_are_written_as_parquet_and_csv(spec, tmp_path):
+    runs = collect(spec, results(spec))
+    write_table(runs, tmp_path / "runs.parquet", tmp_path / "runs.csv")
+    assert sorted(os.listdir(tmp_path)) == ["runs.csv", "runs.parquet"]  # no temporary files left
+    back = read_table(tmp_path / "runs.parquet")
+    pd.testing.assert_frame_equal(back, runs, check_dtype=False)
+    assert str(back["train.n_layer"].dtype) == "Int64"
+    assert pd.read_csv(tmp_path / "runs.csv")["train.lr"].tolist() == runs["train.lr"].tolist()
+
+
+def test_parameter_columns_keep_one_type():
+    assert str(_typed([None, 128]).dtype) == "Int64"
+    assert str(_typed([1, 0.5]).dtype) == "float64"
+    assert str(_typed([True, False]).dtype) == "boolean"
+    assert _typed(["a/b", None]).tolist() == ["a/b", pd.NA]
+    assert _typed([1, "auto", 0.5]).tolist() == ["1", "auto", "0.5"]  # mixed: their id spellings
+
+
+def test_metric_records_are_flattened_to_numbers():
+    record = {"ndcg_at_10": 0.5, "per_k": {"recall": {"10": 0.7}}, "name": "x", "ok": True, "n": 3}
+    assert flatten_metrics(record) == {"ndcg_at_10": 0.5, "per_k.recall.10": 0.7, "n": 3.0}
+    assert math.isnan(run_result("p", 0, {}).wall_time_s) and run_result("p", 0, {}, gpus=1).gpu_hours == 0.0

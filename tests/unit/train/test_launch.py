@@ -1,0 +1,34 @@
+"""The train rule's launcher: where it runs, how many processes, what the trainer gets."""
+
+import sys
+
+import pytest
+
+from shardflow.train import launch
+
+
+def test_a_cpu_job_runs_one_process_on_the_cpu_whatever_gpus_says():
+    assert launch.processes("cpu", 0) == 1
+    assert launch.processes("cpu", 4) == 1
+    assert launch.trainer_args(["--data", "d"], "cpu", 1, 2) == ["--data", "d", "--device", "cpu", "--threads", "2"]
+
+
+def test_n_gpus_run_n_torchrun_processes_each_on_its_local_rank():
+    assert launch.processes("auto", 4) == 4
+    args = launch.trainer_args(["--out", "o"], "cuda:1", 4, 8)
+    assert args[-4:] == ["--device", "cuda", "--threads", "2"]  # cuda:LOCAL_RANK per rank, cores shared
+    cmd = launch.torchrun_command(4, args)
+    assert cmd[:5] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4"]
+    assert cmd[5:8] == ["-m", "shardflow.train", "--out"]
+
+
+def test_one_gpu_keeps_the_configured_device():
+    assert launch.trainer_args([], "cuda:1", 1, None) == ["--device", "cuda:1"]
+    assert launch.trainer_args([], "auto", 1, None) == ["--device", "auto"]
+
+
+def test_arguments_after_the_separator_go_to_the_trainer():
+    args, rest = launch.parse_args(["--gpus", "2", "--gpu-jobs", "{}", "--", "--data", "x", "--gpus", "9"])
+    assert args.gpus == 2 and rest == ["--data", "x", "--gpus", "9"]
+    with pytest.raises(SystemExit):
+        launch.parse_args(["--gpu-jobs", "{}"])  # --gpus is required

@@ -1,0 +1,61 @@
+"""nanoGPT's Shakespeare split through the workflow's wiring: one text file, first 90% of
+its characters train, last 10% val (data/shakespeare_char/prepare.py: data[:int(n*0.9)])."""
+
+import json
+
+import numpy as np
+import pytest
+
+from shardflow.train.prepare import TextFileParams, TokenizerParams, prepare_text_file, train_tokenizer
+from shardflow.train.shards import open_shard
+from shardflow.train.tokenizer import load_tokenizer
+from shardflow.workflow import plan
+
+
+@pytest.mark.parametrize("n", [1234, 1115, 1000, 7])
+def test_position_split_matches_nanogpt_counts_and_text(tmp_path, n):
+    rng = np.random.default_rng(n)
+    lines = ["".join(rng.choice(list("abc DEF,.'"), size=rng.integers(0, 30))) for _ in range(400)]
+    text = "\n".join(lines)[:n]  # empty lines included: the file is one text
+    assert len(text) == n
+    src = tmp_path / "input.txt"
+    src.write_text(text, encoding="utf-8")
+    tok_dir = tmp_path / "tokenizer"
+    train_tokenizer([src], TokenizerParams(kind="char"), tok_dir)  # the rule reads the file too
+    tok = load_tokenizer(tok_dir)
+    meta = prepare_text_file(src, tok, tmp_path / "shards", TextFileParams(val_fraction=0.1), tok_dir)
+    n_train = int(n * 0.9)  # nanoGPT
+    assert meta["totals"]["train"]["tokens"] == n_train
+    assert meta["totals"]["val"]["tokens"] == n - n_train
+    splits = {s["split"]: open_shard(tmp_path / "shards" / s["file"]).tokens for s in meta["shards"]}
+    assert tok.decode(splits["train"]) == text[:n_train] and tok.decode(splits["val"]) == text[n_train:]
+    assert json.loads((tmp_path / "shards" / "metadata.json").read_text())["split"]["method"] == "position"
+
+
+def test_tinyshakespeare_size_gives_nanogpts_counts():
+    from shardflow.train.prepare import position_split
+
+    assert position_split(1_115_394, 0.1) == 1_003_854  # and 111,540 val
+
+
+def _ds(sources, fmt="auto"):
+    reader = {"format": fmt, "id_field": "id", "text_field": "text", "group_field": None,
+              "text_mode": "files", "on_bad_record": "error"}
+    return plan.DataSet(name="d", role="main", tasks=("training",), n_chunks=1, sources=tuple(sources),
+                        reader=reader, by="records", rate_items_per_s=1.0)
+
+
+def test_position_split_needs_one_local_plain_text_file():
+    assert plan.position_source(_ds(["data/input.txt"])) == "data/input.txt"
+    assert plan.position_source(_ds(["data/shakespeare"], fmt="text")) == "data/shakespeare"
+    for bad in (["a.jsonl"], ["a.txt", "b.txt"], ["a.txt.gz"], ["s3://bucket/a.txt"], ["noext"]):
+        with pytest.raises(ValueError, match="shards.split: position reads one local"):
+            plan.position_source(_ds(bad))
+
+
+def test_train_gpus_follow_train_section():
+    cfg = {"train": {"gpus": 4}, "resources": {"train": {"gpu": 1}}}
+    assert plan.train_gpus(cfg) == 4
+    cfg["resources"]["train"]["gpu"] = 2
+    with pytest.raises(ValueError, match="resources.train.gpu is 2 but train.gpus is 4"):
+        plan.train_gpus(cfg)

@@ -1,0 +1,26 @@
+"""The report's first screen: sections render as reStructuredText tables, values stay text."""
+
+import json
+
+from docutils.core import publish_parts
+
+from shardflow.workflow.landing import Section, render, retrieval_section, summarisation_section
+
+
+def test_render_is_valid_rst_and_escapes_values():
+    text = render([Section("Embedding: demo_*", [("records in", "3,000 read, 0 rejected"), ("odd", "a|b `c` *d*")])])
+    html = publish_parts(text, writer_name="html", settings_overrides={"report_level": 2, "halt_level": 2})["html_body"]
+    assert "<table" in html and "Embedding: demo_*" in html and "a|b `c` *d*" in html
+
+
+def test_retrieval_and_summarisation_sections(tmp_path):
+    metrics = {k: 0.5 for k in ("ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10", "map_at_10")}
+    metrics.update(n_queries=6, n_documents=40, top_k=100)
+    (tmp_path / "m.json").write_text(json.dumps(metrics))
+    rows = dict(retrieval_section("tiny", {"metrics": tmp_path / "m.json"}).rows)
+    assert rows["ndcg@10"] == "0.50000" and "6 queries against 40 documents" in rows["evaluated"]
+    (tmp_path / "manifest.json").write_text(json.dumps({"total_records": 15, "rejected_records": 1}))
+    rouge = {"systems": {"lead": {"rouge1": {"mean": 40.0, "ci_low": 38.0, "ci_high": 42.0, "n": 15}}}, "n_documents": 15}
+    (tmp_path / "r.json").write_text(json.dumps(rouge))
+    section = summarisation_section("news", {"manifest": tmp_path / "manifest.json", "metrics": tmp_path / "r.json"})
+    assert dict(section.rows)["ROUGE lead"] == "rouge1 40.00 [38.00, 42.00]"

@@ -1,0 +1,35 @@
+"""Each task's files per data set (what `all`, provenance and the landing page read)."""
+
+import pytest
+
+from shardflow.workflow.tasks import task_files
+
+
+def test_embedding_main_corpus_has_the_report_other_data_sets_only_verify(config):
+    (main,) = task_files(("embedding",), "demo", config, "demo")
+    assert main.targets == ["results/demo/verification.json", "results/demo/report/summary.json"]
+    assert main.jobs == ["results/demo/embed/jobs.json"]
+    (other,) = task_files(("embedding",), "beir", config, "demo")
+    assert other.targets == ["results/beir/verification.json"]
+
+
+@pytest.mark.parametrize(
+    ("method", "reference", "targets", "jobs"),
+    [
+        ("lead", None, ["results/d/summarise/report/summary.json"], ["results/d/summarise/jobs.json"]),
+        ("abstractive", "highlights", ["results/d/summarise/report/summary.json", "results/d/summarise/metrics.json"],
+         ["results/d/summarise/jobs.json"]),
+        ("stored", "highlights", ["results/d/summarise/metrics.json"], []),
+    ],
+)
+def test_summarisation_files_follow_the_method(config, method, reference, targets, jobs):
+    config["summarise"] = {"method": method, "reference_field": reference}
+    (files,) = task_files(("summarisation",), "d", config, "d")
+    assert files.targets == targets and files.jobs == jobs
+    (stage, ds, landing), = files.landing
+    assert (stage, ds) == ("summarisation", "d") and ("metrics" in landing) == bool(reference)
+
+
+def test_an_unknown_task_is_named(config):
+    with pytest.raises(ValueError, match=r"unknown tasks \['traning'\]"):
+        task_files(("embedding", "traning"), "d", config, "d")

@@ -1,0 +1,111 @@
+"""Summarisation through the real workflow: one run with a tiny random BART on a small
+article file with references (and one bad line, skipped and counted), shared by the
+tests below; plus dry runs of each method's job graph."""
+
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from tests.helpers import job_counts, snakemake, write_config
+from tests.support import tiny_generators
+
+pytestmark = pytest.mark.workflow
+
+N_GOOD = 14
+
+
+@pytest.fixture(scope="module")
+def articles(tmp_path_factory, demo_texts):
+    """14 demo docstrings as articles, their first sentence as the reference, and one
+    line without a reference field (line 6)."""
+    _, records = demo_texts
+    path = tmp_path_factory.mktemp("articles") / "articles.jsonl"
+    lines = []
+    for r in records[:N_GOOD]:
+        lines.append(json.dumps({"id": r["id"], "article": r["text"], "highlights": r["text"].split(". ")[0]}))
+    lines.insert(5, json.dumps({"id": "no-reference", "article": "An article whose reference is missing."}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, articles):
+    """The workflow, abstractive, 2 chunks, references scored; rejects skipped."""
+    work = tmp_path_factory.mktemp("summarise_run")
+    model = tiny_generators.build_bart(work / "models", max_new_tokens=12)
+    cfg = write_config(
+        work / "config.yaml",
+        dataset="news",
+        tasks=["summarisation"],
+        n_chunks=2,
+        input={"path": str(articles), "text_field": "article", "on_bad_record": "skip"},
+        summarise={"method": "abstractive", "model": str(model), "reference_field": "highlights", "window": 3},
+        resources={"summarise": {"threads": 1}},
+    )
+    proc = snakemake(work, "--cores", "2", "--configfile", str(cfg))
+    return {"work": work, "model": model, "proc": proc, "results": work / "results" / "news"}
+
+
+def _rows(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_summaries_are_in_corpus_order_and_equal_the_engine(run, articles):
+    from shardflow.summarise.generate import load_generator
+    from shardflow.summarise.generate_params import GenerateParams
+
+    rows = _rows(run["results"] / "summaries.jsonl")
+    good = [json.loads(line) for line in articles.read_text().splitlines() if "highlights" in line]
+    # The split keeps every record (the missing reference matters only to scoring).
+    assert [r["id"] for r in rows] == [r["id"] for r in _rows(articles)]
+    assert all(list(r) == ["id", "summary", "input_tokens", "output_tokens", "truncated"] for r in rows)
+    gen = load_generator(GenerateParams(model=str(run["model"]), device="cpu", threads=1, window=3))
+    want = gen.summarise([r["article"] for r in _rows(articles)])
+    assert [{k: v for k, v in r.items() if k != "id"} for r in rows] == want
+    assert len({r["summary"] for r in rows}) > 1 and len(good) == N_GOOD
+
+
+def test_rouge_counts_the_document_without_reference(run):
+    metrics = json.loads((run["results"] / "summarise" / "metrics.json").read_text())
+    assert metrics["n_documents"] == N_GOOD
+    assert metrics["documents_without_reference"] == 1
+    for key in ("rouge1", "rouge2", "rougeL", "rougeLsum"):
+        s = metrics["systems"]["abstractive"][key]
+        assert 0 <= s["ci_low"] <= s["mean"] <= s["ci_high"] <= 100
+        assert metrics[key] == s["mean"]
+    per_doc = pd.read_parquet(run["results"] / "summarise" / "per_document.parquet")
+    assert len(per_doc) == N_GOOD and "no-reference" not in set(per_doc["id"])
+    assert (run["results"] / "summarise" / "rouge.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_job_table_report_and_landing(run):
+    jobs = json.loads((run["results"] / "summarise" / "jobs.json").read_text())["jobs"]
+    assert [j["stats"]["chunk"] for j in jobs] == [0, 1]
+    assert sum(j["stats"]["items"] for j in jobs) == N_GOOD + 1
+    summary = json.loads((run["results"] / "summarise" / "report" / "summary.json").read_text())
+    assert summary["records"] == N_GOOD + 1 and summary["chunks"] == 2
+    assert 0 < summary["compression_ratio"] < 5
+    landing = (run["work"] / "results" / "report.rst").read_text()
+    assert "Summarisation: news" in landing and "ROUGE abstractive" in landing and "rouge1" in landing
+    # Each GPU job ran on the CPU here (no GPU on this host) and said so.
+    log = (run["work"] / "logs" / "summarise" / "news" / "chunk_0.log").read_text()
+    assert "gpu_pinning=off" in log and "device cpu" in log
+
+
+@pytest.mark.dryrun
+@pytest.mark.parametrize(("method", "gpu"), [("lead", 0), ("abstractive", 1)])
+def test_dry_run_lists_every_summarise_job_with_its_resources(tmp_path, method, gpu):
+    cfg = write_config(
+        tmp_path / "c.yaml",
+        tasks=["embedding", "summarisation"],
+        n_chunks=6,
+        summarise={"method": method, "model": str(tmp_path)},
+    )
+    out = snakemake(tmp_path, "-n", "--cores", "8", "--configfile", str(cfg)).stdout
+    counts = job_counts(out)
+    assert counts["summarise"] == 6 and counts["embed"] == 6 and counts["split_demo"] == 1
+    assert counts["merge_summaries"] == counts["summarise_report"] == 1
+    blocks = [b for b in re.split(r"\n(?=rule |localrule )", out) if b.startswith("rule summarise:")]
+    assert all(re.search(rf"resources: .*\bgpu={gpu}\b", b) for b in blocks), blocks[0]

@@ -1,0 +1,195 @@
+"""The training task end to end on a tiny corpus: split -> train_tokenizer -> tokenize_<i>
+-> gather_shards -> train -> landing, one shared run; a real SIGKILL of the train job
+under Snakemake, whose retry continues from its checkpoint to the same losses, bit for
+bit (CPU, fp32); dry runs; bad input as one clear line in the rule log."""
+
+import json
+import shutil
+import signal
+import subprocess
+import time
+
+import pandas as pd
+import psutil
+import pytest
+
+from shardflow.corpus.demo import DemoParams, build_demo_corpus
+from tests.helpers import REPO, SNAKEMAKE, job_counts, offline_env, sha256, snakemake, write_config
+
+pytestmark = pytest.mark.workflow
+
+DS = "tr"
+# Small enough for seconds on 2 cores, long enough (400 steps after the first
+# checkpoint at step 20) that a kill lands mid-run.
+TRAIN = dict(n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=8, max_iters=420, eval_interval=60,
+             eval_windows=16, checkpoint_interval=20, warmup_iters=10, sample_tokens=40)
+TARGETS = (f"results/{DS}/train/metrics.json", f"results/{DS}/provenance.json", "results/report.rst")
+
+
+def _config(path, corpus, **train):
+    return write_config(path, dataset=DS, tasks=["training"], n_chunks=3, input={"path": str(corpus)},
+                        shards={"tokens_per_shard": 10000}, train={**TRAIN, **train})
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    path = tmp_path_factory.mktemp("train-corpus") / "corpus.jsonl"
+    build_demo_corpus(str(path), DemoParams(max_docs=60, min_words=20))
+    return path
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, corpus):
+    """The uninterrupted run everything is checked against."""
+    work = tmp_path_factory.mktemp("train-run")
+    cfg = _config(work / "c.yaml", corpus)
+    snakemake(work, *TARGETS, "--cores", "2", "--configfile", str(cfg))
+    return work, cfg
+
+
+def test_shards_tokenizer_and_job_table(run):
+    work, _ = run
+    meta = json.loads((work / f"results/{DS}/shards/metadata.json").read_text())
+    assert meta["tokenizer"]["kind"] == "char" and meta["dtype"] == "uint16"
+    assert meta["split"]["method"] == "hash" and meta["totals"]["documents"] == 60
+    assert meta["totals"]["val"]["tokens"] > 0 and len(meta["sources"]) == 3
+    for shard in meta["shards"]:
+        assert (work / f"results/{DS}/shards" / shard["file"]).stat().st_size == 1024 + 2 * shard["tokens"]
+        assert shard["tokens"] <= 10000
+    assert (work / f"results/{DS}/shards/char_tokenizer.json").exists()  # beside the shards
+    jobs = json.loads((work / f"results/{DS}/tokenize/jobs.json").read_text())["jobs"]
+    assert [j["stats"]["documents"] for j in jobs] == [20, 20, 20] and all("s" in j["benchmark"] for j in jobs)
+
+
+def test_train_outputs_landing_and_hf_folder(run):
+    work, _ = run
+    out = work / f"results/{DS}/train"
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["steps"] == 420 and m["resumed_from_step"] == 0 and m["device"] == "cpu"
+    assert m["best_val_loss"] < 4.0 and m["tokens_per_second"] > 0
+    losses = pd.read_parquet(out / "losses.parquet")
+    assert len(losses) == 420 and losses["val_loss"].notna().sum() == 7
+    assert (out / "loss.png").read_bytes()[:4] == b"\x89PNG" and len((out / "sample.txt").read_text()) > 0
+    hf = json.loads((out / "hf/config.json").read_text())  # loading it is hf_export's unit test
+    assert hf["n_layer"] == 2 and hf["n_embd"] == 32 and (out / "hf/model.safetensors").exists()
+    landing = (work / "results/report.rst").read_text()
+    assert "Training: tr" in landing and "best val loss" in landing and "3 tokenize jobs" in landing
+    assert f"{m['best_val_loss']:.4f}" in landing
+    assert not (work / f"results/{DS}/.resume/train").exists()  # removed once the outputs are written
+
+
+def _train_process(snakemake_pid):
+    for child in psutil.Process(snakemake_pid).children(recursive=True):
+        try:
+            if "shardflow.train.launch" in child.cmdline() and child.name().startswith("python"):
+                return child
+        except psutil.NoSuchProcess:
+            continue
+    return None
+
+
+def test_sigkilled_train_job_resumes_to_the_same_losses_bitwise(run, corpus, tmp_path):
+    ref, cfg = run
+    work = tmp_path / "killed"
+    work.mkdir()
+    ckpt = work / f"results/{DS}/.resume/train/checkpoint.pt"
+    cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(work), TARGETS[0], "--cores", "2",
+           "--configfile", str(cfg)]
+    proc = subprocess.Popen(cmd, cwd=work, env=offline_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ckpt.exists():
+            assert proc.poll() is None, proc.communicate()[0][-4000:]
+            assert time.monotonic() < deadline, "no checkpoint within 120 s"
+            time.sleep(0.01)
+        job = _train_process(proc.pid)
+        assert job is not None, "train job process not found"
+        job.send_signal(signal.SIGKILL)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-4000:]
+    assert "Error in rule train" in out  # the first attempt died ...
+    log = (work / f"logs/train/{DS}.log").read_text()  # ... and the retry continued:
+    assert "resumed from" in log, log[-3000:]
+    m = json.loads((work / f"results/{DS}/train/metrics.json").read_text())
+    assert 0 < m["resumed_from_step"] < 420 and m["steps"] == 420
+    got = pd.read_parquet(work / f"results/{DS}/train/losses.parquet")
+    want = pd.read_parquet(ref / f"results/{DS}/train/losses.parquet")
+    cols = ["step", "train_loss", "val_loss", "lr", "tokens_seen"]  # not `seconds`
+    pd.testing.assert_frame_equal(got[cols], want[cols], check_exact=True)
+    for name in ("last.safetensors", "best.safetensors"):
+        assert sha256(work / f"results/{DS}/train/{name}") == sha256(ref / f"results/{DS}/train/{name}"), name
+
+
+def test_checkpoint_of_another_configuration_is_one_clear_error(run, corpus, tmp_path):
+    """A checkpoint left by a killed run, then the model changed: refused, naming the key."""
+    from shardflow.train.trainer import TrainParams, train
+
+    ref, _ = run
+    work = tmp_path / "w"
+    shutil.copytree(ref, work, symlinks=True)
+    resume = work / f"results/{DS}/.resume/train"
+    train(work / f"results/{DS}/shards", tmp_path / "scratch",
+          TrainParams(**{k: v for k, v in TRAIN.items() if k != "sample_tokens"} | {"max_iters": 1, "lr_decay_iters": 420}, device="cpu"),
+          resume_dir=resume, keep_resume=True, sample_tokens=1)
+    wider = _config(tmp_path / "wider.yaml", corpus, n_embd=64)
+    proc = snakemake(work, TARGETS[0], "--cores", "2", "--configfile", str(wider), check=False)
+    assert proc.returncode != 0
+    log = (work / f"logs/train/{DS}.log").read_text()
+    line = next(x for x in log.splitlines() if "CRITICAL" in x)
+    assert "failed: CheckpointError: checkpoint" in line and "parameters (n_embd): n_embd: checkpoint 32 != now 64" in line, line
+
+
+def test_bad_input_is_one_clear_line_in_the_rule_log(tmp_path):
+    # An empty corpus: the split already refuses it (prepare refuses one too, for its own callers).
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    cfg = write_config(tmp_path / "e.yaml", dataset=DS, tasks=["training"], n_chunks=1, input={"path": str(empty)})
+    proc = snakemake(tmp_path, f"results/{DS}/shards/metadata.json", "--cores", "2", "--configfile", str(cfg),
+                     check=False)
+    assert proc.returncode != 0
+    log = (tmp_path / f"logs/split/{DS}.log").read_text()
+    assert "failed: ValueError: no usable record in" in log, log[-2000:]
+
+    # A tokenizer whose vocabulary does not fit the chosen token dtype.
+    from tokenizers import Tokenizer, models
+
+    vocab = {f"w{i}": i for i in range(70_000)} | {"[UNK]": 70_000, "[SEP]": 70_001}
+    Tokenizer(models.WordLevel(vocab, unk_token="[UNK]")).save(str(tmp_path / "big.json"))
+    cfg = write_config(tmp_path / "d.yaml", dataset=DS, tasks=["training"], n_chunks=1, input={"path": str(empty)},
+                       shards={"tokenizer": str(tmp_path / "big.json"), "dtype": "uint16"})
+    proc = snakemake(tmp_path, f"results/{DS}/tokenizer/shardflow_tokenizer.json", "--cores", "1",
+                     "--configfile", str(cfg), check=False)
+    assert proc.returncode != 0
+    log = (tmp_path / f"logs/train_tokenizer/{DS}.log").read_text()
+    assert ("failed: ValueError: token dtype uint16 holds ids below 65536, but the tokenizer's vocab_size "
+            "is 70002") in log, log[-2000:]
+
+
+@pytest.mark.dryrun
+def test_dry_run_lists_every_tokenize_job_and_train_before_any_data(tmp_path):
+    out = snakemake(tmp_path, "-n", "--config", "tasks=[training]", "n_chunks=5").stdout
+    counts = job_counts(out)
+    assert counts["tokenize"] == 5
+    assert counts["train_tokenizer"] == counts["gather_shards"] == counts["train"] == 1
+    assert "embed" not in counts
+    assert not (tmp_path / "results").exists()
+
+    # A position split reads the one text file itself: no tokenize jobs.
+    text = tmp_path / "input.txt"
+    text.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n")
+    cfg = write_config(tmp_path / "p.yaml", tasks=["training"], n_chunks=1,
+                       input={"path": str(text), "text_mode": "files"}, shards={"split": "position"},
+                       train={"gpus": 2})
+    out = snakemake(tmp_path, "-n", "-p", "--configfile", str(cfg)).stdout
+    counts = job_counts(out)
+    assert "tokenize" not in counts and counts["gather_shards"] == counts["train"] == 1
+    assert "gpu=2" in out and "--gpus 2" in out  # the job requests train.gpus GPUs (a dry run plans GPUs)
+
+    # ... which needs one plain-text file: the demo corpus (JSON lines) is refused at parse time.
+    proc = snakemake(tmp_path, "-n", "--config", "tasks=[training]", "shards={split: position}", check=False)
+    assert proc.returncode != 0
+    assert "shards.split: position reads one local, uncompressed plain-text file" in proc.stdout + proc.stderr
