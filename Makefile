@@ -13,7 +13,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # Shell rules (train) run `python`: the venv's, without activating it.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help setup run report dag rulegraph test test-fast test-unit test-workflow test-cluster lint fmt bench clean evaluate-beir evaluate-summaries reproduce-arguana reproduce-shakespeare
+.PHONY: help setup run report dag rulegraph test test-fast test-unit test-workflow test-cluster lint fmt bench clean evaluate-beir evaluate-summaries reproduce-arguana reproduce-shakespeare sweep
 
 help:
 	@echo "make run    install into .venv and run the embedding workflow on the demo corpus"
@@ -21,6 +21,7 @@ help:
 	@echo "make test-fast  unit tests and dry runs only (the edit loop, about 3 minutes)"
 	@echo "make dag    write dag.svg (graphviz) of the configured workflow"
 	@echo "make bench  CPU engine benchmark against sentence-transformers"
+	@echo "make sweep NAME=<name>  a parameter sweep of config/sweeps/ (prints its table's path last)"
 
 # The venv is rebuilt when the lock file or the package metadata change.
 $(VENV)/.installed: requirements/lock.txt pyproject.toml
@@ -144,6 +145,27 @@ reproduce-shakespeare: setup
 	    --configfile config/reproduce/shakespeare-char-cpu.yaml --config 'input={path: "$(TINYSHAKESPEARE)"}' >&2 && \
 	  echo "reproduce-shakespeare: passed in $$(( $$(date +%s) - start )) s" >&2 && \
 	  echo "results/shakespeare_char/train/metrics.json"
+
+# Parameter sweeps shipped in config/sweeps/<NAME>.yaml: every point x seed runs as
+# ordinary jobs of its stage, then one table (config/README.md, `sweeps`):
+#   make sweep NAME=cnndm-lead-k|shakespeare-lr-layers|arguana-max-length [CORES=N]
+# Re-running after adding a grid value or seed runs only the new jobs. Snakemake's
+# output goes to stderr; the last line printed is the summary table's path
+# (results/sweeps/<folder>/summary.parquet; runs.parquet, table.md, plots/ beside it).
+# Data: ../shared/data (or CNNDM=<jsonl>, TINYSHAKESPEARE=<file>, ARGUANA=<folder>).
+CNNDM ?= ../shared/data/cnndm-frank100/dev.jsonl
+SWEEP_NAMES = $(sort $(basename $(notdir $(wildcard config/sweeps/*.yaml))))
+SWEEP_DATA_cnndm-lead-k = input={path: "$(CNNDM)"}
+SWEEP_DATA_shakespeare-lr-layers = input={path: "$(TINYSHAKESPEARE)"}
+SWEEP_DATA_arguana-max-length = retrieval={path: "$(ARGUANA)"}
+sweep: setup
+	@case " $(SWEEP_NAMES) " in *" $(NAME) "*) ;; *) \
+	  echo "usage: make sweep NAME=<$$(echo $(SWEEP_NAMES) | tr ' ' '|')> [CORES=N]" >&2; exit 2;; esac; \
+	  cfg="config/sweeps/$(NAME).yaml"; \
+	  table=$$($(BIN)/python -m shardflow.cli sweep-table "$$cfg") && \
+	  $(SNAKEMAKE) "$$table" --profile profiles/local --cores $(CORES) --configfile "$$cfg" \
+	    $(if $(SWEEP_DATA_$(NAME)),--config '$(SWEEP_DATA_$(NAME))') >&2 && \
+	  echo "$$table"
 
 clean:
 	rm -rf results logs benchmarks/*/ resources/demo .snakemake report.html dag.svg rulegraph.svg

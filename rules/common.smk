@@ -116,8 +116,8 @@ def job_resume_root(wildcards):
 
 
 def rule_resources(rule, wildcards):
-    """`resources.<rule>` for one job. The single place a future per-job override
-    (a sweep point) would apply."""
+    """`resources.<rule>` for one job: every resource getter reads it here. Sweeps vary
+    a stage's settings, not its resources (shardflow.sweep.spec.STAGES)."""
     return config["resources"][rule]
 
 
@@ -218,6 +218,32 @@ def sweep_resume_root(wildcards):
 
 def sweep_train_resume(wildcards):
     return os.path.join(sweep_resume_root(wildcards), "train")
+
+
+def sweep_query_embedding(wildcards):
+    """The embedding settings of a retrieval sweep job's queries: its query prompt too."""
+    retrieval = stage_section("retrieval", wildcards)
+    return {
+        **stage_section("embedding", wildcards),
+        "prompt": retrieval["query_prompt"],
+        "prompt_name": retrieval["query_prompt_name"],
+    }
+
+
+def sweep_train_threads(wildcards):
+    """threads of a train sweep's job: `auto` on a local CPU run shares the cores among
+    the sweep's jobs, as chunk jobs share them (plan.job_threads), so small models train
+    side by side instead of one after another."""
+    try:
+        cores = workflow.cores
+    except WorkflowError:  # no --cores: a cluster run
+        cores = None
+    return plan.job_threads(
+        rule_resources("train", wildcards)["threads"],
+        local_cpu=runs_on_cpu() and local_main_process(),
+        cores=cores,
+        jobs=len(SWEEPS_BY_FOLDER[wildcards.sweep].jobs()),
+    )
 
 
 # Per stage: a sweep job's metrics record, and the stats and benchmarks of its jobs

@@ -82,11 +82,7 @@ if sweeps_of_stage("retrieval"):
         benchmark:
             f"{SWEEP_BENCH}/embed_queries.tsv"
         params:
-            embedding=stage_params(
-                "embedding",
-                prompt=config["retrieval"]["query_prompt"],
-                prompt_name=config["retrieval"]["query_prompt_name"],
-            ),
+            embedding=sweep_query_embedding,
             gpu_jobs=gpu_job_settings(),
             resume_root=sweep_resume_root,
 
@@ -183,9 +179,10 @@ if sweeps_of_stage("train"):
             f"{SWEEP_LOG}/train.log",
         benchmark:
             f"{SWEEP_BENCH}/train.tsv"
+        threads: sweep_train_threads
         params:
             train=train_params,
-            sample_tokens=config["train"]["sample_tokens"],
+            sample_tokens=stage_value("train", "sample_tokens"),
             gpu_jobs=train_gpu_settings,
             out=f"{SWEEP_JOB}/train",
             resume=sweep_train_resume,

@@ -78,6 +78,25 @@ def summaries_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def sweep_table(args: argparse.Namespace) -> int:
+    """Print the summary table a sweep config file's sweep writes (make sweep's target)."""
+    try:
+        with open(args.config, encoding="utf-8") as fh:
+            sweeps = (yaml.safe_load(fh) or {}).get("sweeps") or {}
+    except OSError as exc:
+        print(f"sweep: {exc}", file=sys.stderr)
+        return 2
+    names = [args.name] if args.name else list(sweeps)
+    if len(names) != 1 or names[0] not in sweeps:
+        found = ", ".join(sweeps) or "none"
+        print(f"sweep: {args.config} must hold one sweep (or pass --name); it has: {found}", file=sys.stderr)
+        return 2
+    sweep = sweeps[names[0]] or {}
+    folder = sweep.get("folder", names[0]) if isinstance(sweep, dict) else names[0]
+    print(f"results/sweeps/{folder}/summary.parquet")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m shardflow.cli")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -103,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunks", default="auto")
     p.add_argument("--out", required=True)
     p.set_defaults(func=summaries_config)
+    p = sub.add_parser("sweep-table", help="the summary table of a sweep config file (make sweep)")
+    p.add_argument("config")
+    p.add_argument("--name", default="")
+    p.set_defaults(func=sweep_table)
     args = parser.parse_args(argv)
     return args.func(args)
 

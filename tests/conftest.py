@@ -15,12 +15,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (`--dist loadgroup`), keep tests that share expensive state
-    on one worker: every cluster test (one SLURM cluster, S3 server and Kubernetes
-    stand-in per session), and each workflow module (its module-scoped workflow run)."""
+    on one worker: the SLURM tests (one SLURM cluster per session), the other cluster
+    tests (S3 server, Kubernetes stand-in; each worker starts its own S3 server on free
+    ports), and each workflow module (its module-scoped workflow run)."""
     for item in items:
         parts = Path(str(item.fspath)).relative_to(REPO).parts
         if parts[:2] == ("tests", "cluster"):
-            item.add_marker(pytest.mark.xdist_group("cluster"))
+            group = "cluster-slurm" if parts[2] == "test_slurm.py" else "cluster-s3"
+            item.add_marker(pytest.mark.xdist_group(group))
         elif parts[:2] == ("tests", "workflow"):
             item.add_marker(pytest.mark.xdist_group(parts[2]))
 

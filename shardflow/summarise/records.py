@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from shardflow.core.atomic import atomic_open
 
@@ -47,10 +47,3 @@ def iter_summaries(path: str | os.PathLike) -> Iterator[dict]:
                 raise SummariesError(f"{path}:{lineno}: missing {', '.join(missing)}")
             yield rec
 
-
-def write_lines(fh, records: Iterable[dict]) -> int:
-    n = 0
-    for rec in records:
-        fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-        n += 1
-    return n

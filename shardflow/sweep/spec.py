@@ -57,12 +57,20 @@ class Stage:
     sections: tuple[str, ...]  # the config sections its jobs read: the only ones a sweep may vary
     seed_key: str  # where a run's seed goes
     example_metric: str  # for the message when `metrics` is missing
+    # Keys of those sections that every job of a sweep shares: what the data set is and
+    # how its outputs are scored (one split, one set of references for all points).
+    shared: tuple[str, ...] = ()
 
+
+_RETRIEVAL_DATA = tuple(f"retrieval.{k}" for k in (
+    "path", "format", "name", "split", "msmarco_collection", "msmarco_queries", "msmarco_qrels", "n_chunks"))
+_SUMMARY_SCORING = tuple(f"summarise.{k}" for k in (
+    "method", "reference_field", "reference_format", "stored_field", "bootstrap_resamples"))
 
 STAGES = {
     "train": Stage("train", ("train",), "train.seed", "best_val_loss: min"),
-    "retrieval": Stage("retrieval", ("retrieval", "embedding"), "embedding.seed", "ndcg_at_10: max"),
-    "summarise": Stage("summarise", ("summarise",), "summarise.seed", "rouge1: max"),
+    "retrieval": Stage("retrieval", ("retrieval", "embedding"), "embedding.seed", "ndcg_at_10: max", _RETRIEVAL_DATA),
+    "summarise": Stage("summarise", ("summarise",), "summarise.seed", "rouge1: max", _SUMMARY_SCORING),
     "embed": Stage("embed", ("embedding",), "embedding.seed", "items_per_s: max"),
 }
 
@@ -243,6 +251,11 @@ class _Checker:
             raise self.fail(
                 f"parameter '{key}' is not read by a {self.stage.name} job "
                 f"(it reads: {', '.join(self.stage.sections)})"
+            )
+        if key in self.stage.shared:
+            raise self.fail(
+                f"parameter '{key}' is shared by every job of a {self.stage.name} sweep (the data set, the "
+                f"method and how it is scored); run one sweep per value"
             )
         if isinstance(like, Mapping):
             raise self.fail(f"parameter '{key}' is a section; sweep one of its keys ({', '.join(map(str, like))})")

@@ -578,7 +578,6 @@ def gather_shards(
         raise
 
     shards = seqs["train"].shards + seqs["val"].shards
-    magic, version = FORMATS[dtype]
     totals = {
         s: {
             "shards": len(q.shards),
@@ -590,16 +589,7 @@ def gather_shards(
     totals["tokens"] = totals["train"]["tokens"] + totals["val"]["tokens"]
     totals["documents"] = totals["train"]["documents"] + totals["val"]["documents"]
     metadata = {
-        "format": METADATA_FORMAT,
-        "shard_format": _shard_format(dtype),
-        "tokenizer": ident,
-        "vocab_size": ident["vocab_size"],
-        "eot_id": ident["eot_id"],
-        "dtype": dtype,
-        "magic": magic,
-        "version": version,
-        "tokens_per_shard": target,
-        "shards": shards,
+        **_metadata_head(ident, dtype, target, shards),
         "totals": totals,
         "split": {**first["split"], "key": "group" if grouped else "id"},
         "dedup": {
@@ -631,6 +621,23 @@ def gather_shards(
         cross_dups,
     )
     return metadata
+
+
+def _metadata_head(ident: dict, dtype: str, target: int, shards: list[dict]) -> dict:
+    """The part of metadata.json both split methods write the same way."""
+    magic, version = FORMATS[dtype]
+    return {
+        "format": METADATA_FORMAT,
+        "shard_format": _shard_format(dtype),
+        "tokenizer": ident,
+        "vocab_size": ident["vocab_size"],
+        "eot_id": ident["eot_id"],
+        "dtype": dtype,
+        "magic": magic,
+        "version": version,
+        "tokens_per_shard": target,
+        "shards": shards,
+    }
 
 
 def _shard_format(dtype: str) -> dict:
@@ -704,19 +711,8 @@ def prepare_text_file(
     finally:
         scratch.unlink(missing_ok=True)
 
-    ident = tokenizer.identity()
-    magic, version = FORMATS[dtype]
     metadata = {
-        "format": METADATA_FORMAT,
-        "shard_format": _shard_format(dtype),
-        "tokenizer": ident,
-        "vocab_size": ident["vocab_size"],
-        "eot_id": ident["eot_id"],
-        "dtype": dtype,
-        "magic": magic,
-        "version": version,
-        "tokens_per_shard": target,
-        "shards": shards,
+        **_metadata_head(tokenizer.identity(), dtype, target, shards),
         "totals": {
             "train": {"shards": sum(s["split"] == "train" for s in shards), "tokens": n_train, "documents": None},
             "val": {"shards": sum(s["split"] == "val" for s in shards), "tokens": n - n_train, "documents": None},

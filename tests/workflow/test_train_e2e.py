@@ -19,9 +19,9 @@ from tests.helpers import REPO, SNAKEMAKE, job_counts, offline_env, sha256, snak
 pytestmark = pytest.mark.workflow
 
 DS = "tr"
-# Small enough for seconds on 2 cores, long enough (400 steps after the first
+# Small enough for seconds on 2 cores, long enough (180 steps after the first
 # checkpoint at step 20) that a kill lands mid-run.
-TRAIN = dict(n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=8, max_iters=420, eval_interval=60,
+TRAIN = dict(n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=8, max_iters=200, eval_interval=50,
              eval_windows=16, checkpoint_interval=20, warmup_iters=10, sample_tokens=40)
 TARGETS = (f"results/{DS}/train/metrics.json", f"results/{DS}/provenance.json", "results/report.rst")
 
@@ -65,10 +65,10 @@ def test_train_outputs_landing_and_hf_folder(run):
     work, _ = run
     out = work / f"results/{DS}/train"
     m = json.loads((out / "metrics.json").read_text())
-    assert m["steps"] == 420 and m["resumed_from_step"] == 0 and m["device"] == "cpu"
+    assert m["steps"] == 200 and m["resumed_from_step"] == 0 and m["device"] == "cpu"
     assert m["best_val_loss"] < 4.0 and m["tokens_per_second"] > 0
     losses = pd.read_parquet(out / "losses.parquet")
-    assert len(losses) == 420 and losses["val_loss"].notna().sum() == 7
+    assert len(losses) == 200 and losses["val_loss"].notna().sum() == 4
     assert (out / "loss.png").read_bytes()[:4] == b"\x89PNG" and len((out / "sample.txt").read_text()) > 0
     hf = json.loads((out / "hf/config.json").read_text())  # loading it is hf_export's unit test
     assert hf["n_layer"] == 2 and hf["n_embd"] == 32 and (out / "hf/model.safetensors").exists()
@@ -115,7 +115,7 @@ def test_sigkilled_train_job_resumes_to_the_same_losses_bitwise(run, corpus, tmp
     log = (work / f"logs/train/{DS}.log").read_text()  # ... and the retry continued:
     assert "resumed from" in log, log[-3000:]
     m = json.loads((work / f"results/{DS}/train/metrics.json").read_text())
-    assert 0 < m["resumed_from_step"] < 420 and m["steps"] == 420
+    assert 0 < m["resumed_from_step"] < 200 and m["steps"] == 200
     got = pd.read_parquet(work / f"results/{DS}/train/losses.parquet")
     want = pd.read_parquet(ref / f"results/{DS}/train/losses.parquet")
     cols = ["step", "train_loss", "val_loss", "lr", "tokens_seen"]  # not `seconds`
@@ -133,7 +133,7 @@ def test_checkpoint_of_another_configuration_is_one_clear_error(run, corpus, tmp
     shutil.copytree(ref, work, symlinks=True)
     resume = work / f"results/{DS}/.resume/train"
     train(work / f"results/{DS}/shards", tmp_path / "scratch",
-          TrainParams(**{k: v for k, v in TRAIN.items() if k != "sample_tokens"} | {"max_iters": 1, "lr_decay_iters": 420}, device="cpu"),
+          TrainParams(**{k: v for k, v in TRAIN.items() if k != "sample_tokens"} | {"max_iters": 1, "lr_decay_iters": 200}, device="cpu"),
           resume_dir=resume, keep_resume=True, sample_tokens=1)
     wider = _config(tmp_path / "wider.yaml", corpus, n_embd=64)
     proc = snakemake(work, TARGETS[0], "--cores", "2", "--configfile", str(wider), check=False)

@@ -12,8 +12,8 @@ from shardflow.sweep.spec import parse_sweeps
 CONFIG = {
     "train": {"lr": 0.001, "n_layer": 4, "dropout": 0.0, "dtype": "auto", "lr_decay_iters": None, "seed": 1337},
     "embedding": {"model": "default", "max_length": None, "seed": 0},
-    "retrieval": {"top_k": 1000},
-    "summarise": {"k": 3, "seed": None},
+    "retrieval": {"top_k": 1000, "path": None},
+    "summarise": {"k": 3, "seed": None, "method": "lead"},
     "report": {"map": "pca"},
 }
 
@@ -37,8 +37,8 @@ SCHEMA = {
         "embedding": _section(
             model={"type": "string"}, max_length={"type": ["integer", "null"], "minimum": 1}, seed={"type": "integer"}
         ),
-        "retrieval": _section(top_k={"type": "integer", "minimum": 1}),
-        "summarise": _section(k={"type": "integer"}, seed={"type": ["integer", "null"]}),
+        "retrieval": _section(top_k={"type": "integer", "minimum": 1}, path={"type": ["string", "null"]}),
+        "summarise": _section(k={"type": "integer"}, seed={"type": ["integer", "null"]}, method={"type": "string"}),
         "report": _section(map={"enum": ["pca", "umap"]}),
     },
 }

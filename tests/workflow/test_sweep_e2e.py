@@ -1,0 +1,134 @@
+"""Sweeps end to end: a 3 x 3 grid of tiny training runs with 2 seeds (18 jobs) on a few
+KB of text, collected into the runs and summary tables, plots, Markdown and LaTeX and
+best.json; one grid value more runs only its 6 jobs and the collection; a key no job
+reads reruns nothing; and a bad sweep stops the dry run with a line naming the problem."""
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from shardflow.corpus.demo import DemoParams, build_demo_corpus
+from tests.helpers import job_counts, snakemake
+
+pytestmark = pytest.mark.workflow
+
+DS = "sw"
+COLLECT = "collect_sweep_lr_layers"
+TABLES = "results/sweeps/lr-layers"
+TARGET = f"{TABLES}/summary.parquet"
+LRS = [1.0e-3, 3.0e-3, 1.0e-2]
+LAYERS = [1, 2, 3]
+# Seconds per job on 2 cores: most of it is the interpreter and torch starting.
+TRAIN = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "batch_size": 4, "max_iters": 10,
+         "eval_interval": 10, "eval_windows": 8, "checkpoint_interval": 10, "warmup_iters": 2,
+         "lr_decay_iters": 10, "sample_tokens": 8, "dtype": "float32"}
+
+
+def _config(path, text, grid, sweeps_extra=None, **top):
+    cfg = {
+        "dataset": DS, "tasks": ["training"], "n_chunks": 1,
+        "input": {"path": str(text), "format": "text", "text_mode": "files"},
+        "shards": {"tokenizer": "char", "split": "position", "val_fraction": 0.2},
+        "train": TRAIN, "gpu_jobs": {"device": "cpu"},
+        "sweeps": {"lr-layers": {"stage": "train", "grid": grid, "seeds": [0, 1],
+                                 "metrics": {"best_val_loss": "min", "final_train_loss": "min"}},
+                   **(sweeps_extra or {})},
+        **top,
+    }
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def text(tmp_path_factory):
+    """About 6 KB of English (stdlib docstrings) as one text file."""
+    folder = tmp_path_factory.mktemp("sweep-text")
+    build_demo_corpus(str(folder / "c.jsonl"), DemoParams(max_docs=20, min_words=20))
+    docs = [json.loads(line)["text"] for line in (folder / "c.jsonl").read_text().splitlines()]
+    path = folder / "input.txt"
+    path.write_text("\n\n".join(docs)[:6000])
+    return path
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, text):
+    work = tmp_path_factory.mktemp("sweep-run")
+    cfg = _config(work / "c.yaml", text, {"train.lr": LRS, "train.n_layer": LAYERS})
+    snakemake(work, TARGET, "--cores", "2", "--configfile", str(cfg))
+    return work
+
+
+def test_runs_and_summary_tables(run):
+    runs = pd.read_parquet(run / f"{TABLES}/runs.parquet")
+    assert len(runs) == 18 and sorted(set(runs["seed"])) == [0, 1]
+    assert sorted(set(runs["train.lr"])) == LRS and sorted(set(runs["train.n_layer"])) == LAYERS
+    assert runs["best_val_loss"].notna().all() and (runs["wall_time_s"] > 0).all()
+    summary = pd.read_parquet(run / f"{TABLES}/summary.parquet")
+    assert len(summary) == 9 and (summary["n_seeds"] == 2).all()
+    assert summary["best_val_loss_mean"].notna().all() and summary["best_val_loss_std"].notna().all()
+    assert summary["best"].sum() == 1
+    assert len(pd.read_csv(run / f"{TABLES}/runs.csv")) == 18
+    # The two seeds are different runs: their losses differ.
+    assert (summary["best_val_loss_std"] > 0).any()
+
+
+def test_best_point_plots_and_exports(run):
+    summary = pd.read_parquet(run / f"{TABLES}/summary.parquet")
+    top = summary.loc[summary["best_val_loss_mean"].idxmin()]
+    best = json.loads((run / f"{TABLES}/best.json").read_text())
+    assert best["point"] == top["point"] and best["goal"] == "min" and best["n_seeds"] == 2
+    assert best["mean"] == pytest.approx(top["best_val_loss_mean"])
+    assert best["params"] == {"train.lr": top["train.lr"], "train.n_layer": top["train.n_layer"]}
+    bold = f"{top['best_val_loss_mean']:.3f}"
+    md = (run / f"{TABLES}/table.md").read_text()
+    tex = (run / f"{TABLES}/table.tex").read_text()
+    assert f"**{bold}" in md and f"\\mathbf{{{bold}" in tex and "\\toprule" in tex
+    plots = run / f"{TABLES}/plots"
+    for name in ("best_val_loss_vs_lr.png", "best_val_loss_vs_n_layer.png", "best_val_loss_lr_x_n_layer.png",
+                 "final_train_loss_lr_x_n_layer.png"):
+        assert (plots / name).read_bytes()[:4] == b"\x89PNG", name
+    points = json.loads((run / f"{TABLES}/points.json").read_text())
+    assert len(points["points"]) == 9 and points["seeds"] == [0, 1]
+    # Each job's own outputs sit under its point and seed, with the point's values.
+    job = run / "results/sweeps/lr-layers/lr=0.003__n_layer=2/seed=1/train"
+    assert json.loads((job / "config.json").read_text())["model"]["n_layer"] == 2
+
+
+def test_a_new_grid_value_runs_only_its_jobs(run, text):
+    cfg = _config(run / "more.yaml", text, {"train.lr": LRS, "train.n_layer": LAYERS + [4]})
+    dry = snakemake(run, TARGET, "-n", "--configfile", str(cfg))
+    assert job_counts(dry.stdout) == {"sweep_train": 6, COLLECT: 1, "total": 7}
+    snakemake(run, TARGET, "--cores", "2", "--configfile", str(cfg))
+    runs = pd.read_parquet(run / f"{TABLES}/runs.parquet")
+    assert len(runs) == 24 and (runs["train.n_layer"] == 4).sum() == 6
+    assert len(pd.read_parquet(run / f"{TABLES}/summary.parquet")) == 12
+
+    # A key outside the train section (what no sweep job reads) reruns nothing.
+    cfg = _config(run / "other.yaml", text, {"train.lr": LRS, "train.n_layer": LAYERS + [4]},
+                  report={"gpu_hour_price": 9.0})
+    dry = snakemake(run, TARGET, "-n", "--configfile", str(cfg))
+    assert "Nothing to be done" in dry.stdout + dry.stderr
+
+
+BAD = {
+    "unknown key": ({"grid": {"train.lrr": [0.1]}}, "unknown parameter 'train.lrr'"),
+    "empty grid": ({"grid": {}}, "empty grid"),
+    "wrong type": ({"grid": {"train.n_layer": ["two"]}}, "train.n_layer = 'two' is not valid"),
+    "same folder": ({"grid": {"train.lr": [0.1]}, "folder": "lr-layers"},
+                    "sweeps 'lr-layers' and 'bad' write to the same folder 'lr-layers'"),
+}
+
+
+@pytest.mark.dryrun
+@pytest.mark.parametrize("case", list(BAD))
+def test_a_bad_sweep_is_a_parse_time_error_naming_it(tmp_path, case):
+    settings, message = BAD[case]
+    bad = {"bad": {"stage": "train", "seeds": [0], "metrics": {"best_val_loss": "min"}, **settings}}
+    (tmp_path / "input.txt").write_text("To be, or not to be: that is the question.\n" * 20)
+    cfg = _config(tmp_path / "c.yaml", tmp_path / "input.txt", {"train.lr": [1.0e-3]}, sweeps_extra=bad)
+    proc = snakemake(tmp_path, TARGET, "-n", "--configfile", str(cfg), check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and message in out, out[-3000:]
+    assert "sweep 'bad'" in out or "sweeps 'lr-layers' and 'bad'" in out
