@@ -309,10 +309,26 @@ def sweep_folder(name):
     return f"results/sweeps/{SWEEPS[name].folder}"
 
 
+def sweep_report_file(path, name):
+    """A sweep output shown in the report, under Sweeps / <sweep>."""
+    return report(
+        path, caption="captions/sweep.rst", category="Sweeps", subcategory=name
+    )
+
+
 def sweep_outputs(name):
-    """Every file collect_sweep_<name> writes, named for Snakemake."""
+    """Every file collect_sweep_<name> writes, named for Snakemake; the figures, the
+    summary table and the best point are flagged for the report (category Sweeps)."""
     files = sweep_output_files(SWEEPS[name], sweep_folder(name))
-    return {re.sub(r"\W", "_", key): path for key, path in files.items()}
+    shown = {"summary_csv", "best"}
+    return {
+        re.sub(r"\W", "_", key): (
+            sweep_report_file(path, name)
+            if key in shown or key.startswith("plot:")
+            else path
+        )
+        for key, path in files.items()
+    }
 
 
 def sweep_rule_name(name):
@@ -378,6 +394,7 @@ def final_targets():
     for ds in DATASETS:
         targets += task_files(ds, "targets")
         targets.append(f"results/{ds}/provenance.json")
+    targets += [sweep_outputs(name)["summary_parquet"] for name in SWEEPS]
     targets.append(LANDING)
     if config["reproduce"]["name"]:
         targets.append(f"results/{REPRO_DATASET}/reproduction.json")
@@ -409,8 +426,15 @@ LANDING = "results/report.rst"
 
 
 def landing_sections():
-    """Per data set and task: (stage, data set, {name: file}); rule landing reads them."""
-    return [section for ds in DATASETS for section in task_files(ds, "landing")]
+    """Per data set and task, and per sweep: (stage, name, {name: file}); rule landing
+    reads them."""
+    sections = [section for ds in DATASETS for section in task_files(ds, "landing")]
+    for name in SWEEPS:
+        files = sweep_output_files(SWEEPS[name], sweep_folder(name))
+        sections.append(
+            ("sweep", name, {"best": files["best"], "points": files["points"]})
+        )
+    return sections
 
 
 def landing_params(wildcards):

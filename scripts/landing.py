@@ -6,6 +6,7 @@ from shardflow.workflow.landing import (
     embedding_section,
     retrieval_section,
     summarisation_section,
+    sweep_section,
     training_section,
     write_landing,
 )
@@ -18,6 +19,7 @@ builders = {
     "retrieval": retrieval_section,
     "summarisation": summarisation_section,
     "training": lambda ds, files: training_section(ds, files, report),
+    "sweep": sweep_section,
 }
 sections = [builders[stage](ds, files) for stage, ds, files in smk.params.sections]
 write_landing(smk.output[0], sections)

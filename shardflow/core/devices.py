@@ -56,3 +56,20 @@ def cpu_name() -> str:
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+def runtime(device_setting: str, dtype_setting: str, threads: int | None) -> tuple[torch.device, torch.dtype, str]:
+    """Resolve a job's device and dtype, apply its thread count; also a one-line
+    description of the software and hardware for the job's log."""
+    import transformers
+
+    device = resolve_device(device_setting)
+    dtype = resolve_dtype(dtype_setting, device)
+    if threads:
+        torch.set_num_threads(threads)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+    described = (
+        f"python {platform.python_version()} torch {torch.__version__} transformers {transformers.__version__} | "
+        f"device {device} ({name}) dtype {dtype_name(dtype)} threads {torch.get_num_threads()}"
+    )
+    return device, dtype, described

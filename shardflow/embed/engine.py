@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import platform
 import queue
 import shutil
 import threading
@@ -56,7 +55,7 @@ from shardflow.core.batching import (
     plan_batches,
     split_batch,
 )
-from shardflow.core.devices import cpu_name, dtype_name, resolve_device, resolve_dtype
+from shardflow.core.devices import dtype_name, runtime
 from shardflow.embed.params import EmbedParams, output_identity, resolve_token_budget, resume_key
 from shardflow.embed.pooling import build_head, pool
 from shardflow.embed.stconfig import (
@@ -164,27 +163,11 @@ def load_encoder(
     `before_forward(input_ids)` runs before every forward pass: tests use it to raise
     `torch.OutOfMemoryError` on CPU and exercise the back-off.
     """
-    import transformers
 
     global _cpu_fallback_warned
     logger = logger or log
-    device = resolve_device(params.device)
-    dtype = resolve_dtype(params.dtype, device)
-    if params.threads:
-        torch.set_num_threads(params.threads)
-    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
-    logger.info(
-        "embed params %s | python %s torch %s transformers %s | device %s (%s) dtype %s threads %d token_budget %d",
-        asdict(params),
-        platform.python_version(),
-        torch.__version__,
-        transformers.__version__,
-        device,
-        device_name,
-        dtype_name(dtype),
-        torch.get_num_threads(),
-        resolve_token_budget(params, device),
-    )
+    device, dtype, described = runtime(params.device, params.dtype, params.threads)
+    logger.info("embed params %s | %s token_budget %d", asdict(params), described, resolve_token_budget(params, device))
     if params.device == "auto" and device.type == "cpu" and not _cpu_fallback_warned:
         logger.warning("no CUDA device available: falling back to CPU (slow for large corpora)")
         _cpu_fallback_warned = True

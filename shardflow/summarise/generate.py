@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import logging
 import os
-import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -62,7 +61,7 @@ from shardflow.core.oom import OomBackoff, TooLargeError
 from shardflow.core.parts import FORMAT_VERSION, PartStore, resume_key
 from shardflow.corpus.chunks import read_chunk
 from shardflow.summarise.records import write_summaries
-from shardflow.core.devices import cpu_name, dtype_name, resolve_device, resolve_dtype
+from shardflow.core.devices import dtype_name, runtime
 from shardflow.core.models import load_for_inference
 from shardflow.summarise.generate_params import (
     DEFAULT_PROMPT,
@@ -148,32 +147,20 @@ def load_generator(
     `before_generate(input_ids)` runs before every `generate` call: tests use it to
     raise `torch.OutOfMemoryError` on CPU and exercise the back-off.
     """
-    import transformers
     from transformers import AutoConfig, AutoTokenizer
 
     logger = logger or log
     folder = _model_folder(params.model)
-    device = resolve_device(params.device)
-    dtype = resolve_dtype(params.dtype, device)
-    if params.threads:
-        torch.set_num_threads(params.threads)
+    device, dtype, described = runtime(params.device, params.dtype, params.threads)
     config = AutoConfig.from_pretrained(folder)
     generation_config = merge_generation_config(base_generation_config(folder, config), params)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = _load_model(folder, config, dtype, device, logger)
     gen = Generator(params, folder, tokenizer, model, generation_config, device, dtype, logger, before_generate)
-    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     logger.info(
-        "summarise params %s | python %s torch %s transformers %s | device %s (%s) dtype %s threads %d | "
-        "%s model, input limit %s, token budget %d, generation %s",
+        "summarise params %s | %s | %s model, input limit %s, token budget %d, generation %s",
         asdict(params),
-        platform.python_version(),
-        torch.__version__,
-        transformers.__version__,
-        device,
-        device_name,
-        dtype_name(dtype),
-        torch.get_num_threads(),
+        described,
         "decoder-only" if gen.decoder_only else "seq2seq",
         gen.input_limit,
         gen.token_budget,

@@ -98,6 +98,19 @@ def summarisation_section(dataset: str, files: dict) -> Section:
     return Section(f"Summarisation: {dataset}", rows)
 
 
+def sweep_section(name: str, files: dict) -> Section:
+    """files: best (best.json), points (points.json) of a sweep's collection."""
+    best, points = _json(files["best"]), _json(files["points"])
+    params = ", ".join(f"{k}={v}" for k, v in best["params"].items()) or "(base)"
+    spread = f" ± {best['std']:.4g}" if best.get("std") is not None else ""
+    rows = [
+        ("stage", f"{points['stage']}: {len(points['points'])} points x {len(points['seeds'])} seeds"),
+        ("varied", ", ".join(points["params"]) or "seeds only"),
+        (f"best {best['metric']} ({best['goal']})", f"{best['mean']:.4g}{spread} at {params}"),
+    ]
+    return Section(f"Sweep: {name}", rows)
+
+
 def _escape(text: str) -> str:
     # Inline markup characters of reStructuredText; values are data, never markup.
     for ch in "\\*`|_":

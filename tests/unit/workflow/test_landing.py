@@ -24,3 +24,17 @@ def test_retrieval_and_summarisation_sections(tmp_path):
     (tmp_path / "r.json").write_text(json.dumps(rouge))
     section = summarisation_section("news", {"manifest": tmp_path / "manifest.json", "metrics": tmp_path / "r.json"})
     assert dict(section.rows)["ROUGE lead"] == "rouge1 40.00 [38.00, 42.00]"
+
+
+def test_sweep_section_names_the_best_point(tmp_path):
+    from shardflow.workflow.landing import sweep_section
+
+    (tmp_path / "best.json").write_text(json.dumps(
+        {"metric": "rouge1", "goal": "max", "mean": 40.3887, "std": None, "params": {"summarise.k": 3}, "point": "k=3"}
+    ))
+    (tmp_path / "points.json").write_text(json.dumps(
+        {"stage": "summarise", "params": ["summarise.k"], "seeds": [0], "points": [{"id": f"k={k}"} for k in (1, 2, 3)]}
+    ))
+    rows = dict(sweep_section("lead-k", {"best": tmp_path / "best.json", "points": tmp_path / "points.json"}).rows)
+    assert rows["stage"] == "summarise: 3 points x 1 seeds"
+    assert rows["best rouge1 (max)"] == "40.39 at summarise.k=3"
