@@ -29,6 +29,7 @@ vocabulary always has the same identity.
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import json
 import os
@@ -62,7 +63,7 @@ class UnknownCharacterError(ValueError):
         self.char, self.offset = char, offset
 
 
-class Tokenizer:
+class Tokenizer(abc.ABC):
     """What every kind provides; see the module docstring."""
 
     kind: str
@@ -74,15 +75,15 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         return self.encode_batch([text])[0].tolist()
 
-    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]: ...
 
-    def decode(self, ids: Iterable[int]) -> str:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def decode(self, ids: Iterable[int]) -> str: ...
 
+    @abc.abstractmethod
     def vocab_bytes(self) -> bytes:
         """The vocabulary file's bytes, exactly as `save` writes them."""
-        raise NotImplementedError
 
     def identity(self) -> dict:
         return {
