@@ -11,10 +11,28 @@ from __future__ import annotations
 import csv
 import json
 import os
+from dataclasses import dataclass
 
 from shardflow.core.atomic import write_json
 
 TIMING_KEYS = ("s", "max_rss", "cpu_time")
+
+
+@dataclass
+class EngineCounters:
+    """What every batched engine counts for a chunk job's stats record (the embedder's
+    EncodeStats and the generator's SummariseStats add their own items and tokens)."""
+
+    batches: int = 0
+    oom_backoffs: int = 0
+    resumed_parts: int = 0
+    parts: int = 0
+    seconds: float = 0.0
+    start_unix: float = 0.0
+    end_unix: float = 0.0
+
+    def per_second(self, count: float) -> float:
+        return count / max(self.seconds, 1e-9)
 
 
 def read_benchmark(path: str | os.PathLike) -> dict:

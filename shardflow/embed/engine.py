@@ -43,6 +43,7 @@ import torch
 
 from shardflow.core.columns import write_ids_parquet
 from shardflow.core.hashing import digest, texts_fingerprint
+from shardflow.core.jobs import EngineCounters
 from shardflow.core.models import load_for_inference
 from shardflow.core.npyio import write_npy
 from shardflow.core.oom import OomBackoff, TooLargeError
@@ -84,24 +85,16 @@ class TextTooLargeError(TooLargeError):
 
 
 @dataclass
-class EncodeStats:
+class EncodeStats(EngineCounters):
     items: int = 0  # texts in the output
     items_embedded: int = 0  # texts computed by this call (the rest came from resume parts)
     real_tokens: int = 0
     padded_tokens: int = 0
-    batches: int = 0
-    oom_backoffs: int = 0
-    resumed_parts: int = 0
-    parts: int = 0
-    seconds: float = 0.0
-    start_unix: float = 0.0
-    end_unix: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        secs = max(self.seconds, 1e-9)
-        d["items_per_s"] = self.items_embedded / secs
-        d["tokens_per_s"] = self.real_tokens / secs
+        d["items_per_s"] = self.per_second(self.items_embedded)
+        d["tokens_per_s"] = self.per_second(self.real_tokens)
         d["padding_fraction"] = 1 - self.real_tokens / self.padded_tokens if self.padded_tokens else 0.0
         return d
 
