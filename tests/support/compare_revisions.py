@@ -1,6 +1,6 @@
 """Run the workflow at two git revisions and compare their results byte for byte.
 
-    .venv/bin/python tools/compare_revisions.py BASE [HEAD] [--configfile F ...] [--cores N]
+    .venv/bin/python -m tests.support.compare_revisions BASE [HEAD] [--configfile F ...] [--cores N]
 
 HEAD defaults to the working tree as it is (uncommitted changes included). Each
 git revision is checked out into a temporary worktree and run in its own work
@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 WORKTREE = "WORKTREE"
 # Record when/where/how fast a run went: never equal across runs.
