@@ -36,6 +36,24 @@ RETRIEVAL = plan.retrieval_name(config)
 # Every configured sweep, each point checked against the schema (shardflow.sweep).
 SWEEPS = parse_sweeps(config["sweeps"], config, validate, root=workflow.basedir)
 SWEEPS_BY_FOLDER = {spec.folder: spec for spec in SWEEPS.values()}
+SWEEP_NEEDS = {
+    "train": None,
+    "retrieval": (RETRIEVAL is not None, "retrieval.path (the data set it evaluates)"),
+    "summarise": (
+        bool(config["summarise"]["reference_field"]),
+        "summarise.reference_field (its ROUGE references)",
+    ),
+}
+for _spec in SWEEPS.values():
+    if _spec.stage not in SWEEP_NEEDS:
+        raise ValueError(
+            f"sweep {_spec.name!r}: stage {_spec.stage!r} has no sweep rules; "
+            f"choose one of {', '.join(SWEEP_NEEDS)}"
+        )
+    if SWEEP_NEEDS[_spec.stage] and not SWEEP_NEEDS[_spec.stage][0]:
+        raise ValueError(
+            f"sweep {_spec.name!r} (stage {_spec.stage}) needs {SWEEP_NEEDS[_spec.stage][1]}"
+        )
 SWEEP_FOLDERS = "|".join(re.escape(f) for f in SWEEPS_BY_FOLDER) or "(?!)"
 
 

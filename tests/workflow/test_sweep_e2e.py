@@ -118,6 +118,12 @@ BAD = {
     "wrong type": ({"grid": {"train.n_layer": ["two"]}}, "train.n_layer = 'two' is not valid"),
     "same folder": ({"grid": {"train.lr": [0.1]}, "folder": "lr-layers"},
                     "sweeps 'lr-layers' and 'bad' write to the same folder 'lr-layers'"),
+    "stage without rules": ({"stage": "embed", "grid": {"embedding.max_length": [64]},
+                             "metrics": {"items_per_s": "max"}},
+                            "sweep 'bad': stage 'embed' has no sweep rules"),
+    "stage without its data": ({"stage": "retrieval", "grid": {"embedding.max_length": [64]},
+                                "metrics": {"ndcg_at_10": "max"}},
+                               "sweep 'bad' (stage retrieval) needs retrieval.path"),
 }
 
 
@@ -125,7 +131,7 @@ BAD = {
 @pytest.mark.parametrize("case", list(BAD))
 def test_a_bad_sweep_is_a_parse_time_error_naming_it(tmp_path, case):
     settings, message = BAD[case]
-    bad = {"bad": {"stage": "train", "seeds": [0], "metrics": {"best_val_loss": "min"}, **settings}}
+    bad = {"bad": {"stage": "train", "seeds": [0], "metrics": {"best_val_loss": "min"}} | settings}
     (tmp_path / "input.txt").write_text("To be, or not to be: that is the question.\n" * 20)
     cfg = _config(tmp_path / "c.yaml", tmp_path / "input.txt", {"train.lr": [1.0e-3]}, sweeps_extra=bad)
     proc = snakemake(tmp_path, TARGET, "-n", "--configfile", str(cfg), check=False)
