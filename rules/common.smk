@@ -139,10 +139,16 @@ def rule_resources(rule, wildcards):
     return config["resources"][rule]
 
 
-def job_threads(rule, uses_gpu=True):
-    """`threads:` of a GPU rule: `auto` shares this host's cores only where this
-    Snakemake runs the CPU jobs itself (shardflow.workflow.plan.job_threads).
-    `uses_gpu=False`: the configured method needs no GPU (e.g. Lead-k)."""
+def chunk_jobs(wildcards):
+    """How many of a chunk rule's jobs can run at once: the largest chunk count."""
+    return max(ds.n_chunks for ds in DATASETS.values())
+
+
+def job_threads(rule, uses_gpu=True, jobs=chunk_jobs):
+    """`threads:` of a GPU rule: `auto` shares this host's cores among the rule's
+    `jobs(wildcards)` jobs that can run at once, only where this Snakemake runs the CPU
+    jobs itself (shardflow.workflow.plan.job_threads). `uses_gpu=False`: the
+    configured method needs no GPU (e.g. Lead-k)."""
 
     def threads(wildcards):
         try:
@@ -153,7 +159,7 @@ def job_threads(rule, uses_gpu=True):
             rule_resources(rule, wildcards)["threads"],
             local_cpu=(runs_on_cpu() or not uses_gpu) and local_main_process(),
             cores=cores,
-            jobs=max(ds.n_chunks for ds in DATASETS.values()),
+            jobs=jobs(wildcards),
         )
 
     return threads
@@ -248,20 +254,9 @@ def sweep_query_embedding(wildcards):
     }
 
 
-def sweep_train_threads(wildcards):
-    """threads of a train sweep's job: `auto` on a local CPU run shares the cores among
-    the sweep's jobs, as chunk jobs share them (plan.job_threads), so small models train
-    side by side instead of one after another."""
-    try:
-        cores = workflow.cores
-    except WorkflowError:  # no --cores: a cluster run
-        cores = None
-    return plan.job_threads(
-        rule_resources("train", wildcards)["threads"],
-        local_cpu=runs_on_cpu() and local_main_process(),
-        cores=cores,
-        jobs=len(SWEEPS_BY_FOLDER[wildcards.sweep].jobs()),
-    )
+def sweep_jobs_at_once(wildcards):
+    """A sweep's jobs share the cores as chunk jobs do: small models train side by side."""
+    return len(SWEEPS_BY_FOLDER[wildcards.sweep].jobs())
 
 
 # Per stage: a sweep job's metrics record, and the stats and benchmarks of its jobs

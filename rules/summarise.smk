@@ -15,7 +15,6 @@ A killed summarise job resumes from its last finished part (gpu_jobs.resume_dir)
 SUMMARISE = config["summarise"]
 # lead needs no GPU; stored runs no summarise job at all.
 SUMMARISE_USES_GPU = SUMMARISE["method"] in ("extractive", "abstractive")
-SUMMARISE_SCORED = bool(SUMMARISE["reference_field"])
 
 
 rule summarise:

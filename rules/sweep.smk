@@ -179,7 +179,7 @@ if sweeps_of_stage("train"):
             f"{SWEEP_LOG}/train.log",
         benchmark:
             f"{SWEEP_BENCH}/train.tsv"
-        threads: sweep_train_threads
+        threads: job_threads("train", jobs=sweep_jobs_at_once)
         params:
             train=train_params,
             sample_tokens=stage_value("train", "sample_tokens"),

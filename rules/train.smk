@@ -112,7 +112,7 @@ rule train:
     retries: rule_retries(2)
     conda:
         "../envs/train.yaml"
-    threads: train_threads
+    threads: job_threads("train", jobs=one_job)
     resources:
         **train_resources(),
     params:

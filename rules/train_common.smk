@@ -89,19 +89,9 @@ def train_resources():
     return {**job_resources("train"), "gpu": gpu}
 
 
-def train_threads(wildcards):
-    """resources.train.threads; `auto` on a local CPU run: every core (the train job
-    runs alone at its stage), else as job_threads (plan.job_threads)."""
-    try:
-        cores = workflow.cores
-    except WorkflowError:  # no --cores: a cluster run
-        cores = None
-    return plan.job_threads(
-        rule_resources("train", wildcards)["threads"],
-        local_cpu=runs_on_cpu() and local_main_process(),
-        cores=cores,
-        jobs=1,
-    )
+def one_job(wildcards):
+    """The train job runs alone at its stage: `auto` gives it every core."""
+    return 1
 
 
 def train_folder(wildcards):
