@@ -26,6 +26,10 @@ include: "rules/sweep.smk"
 include: "rules/provenance.smk"
 
 
+# Inside a SLURM job, retries belong to the controller alone (rules/common.smk).
+one_retry_layer()
+
+
 # The first screen of `snakemake --report`: the run's headline numbers per stage.
 report: landing_text()
 

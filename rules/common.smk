@@ -11,6 +11,7 @@ lives in the package.
 import functools
 import os
 import re
+import sys
 
 from snakemake.exceptions import WorkflowError
 
@@ -19,7 +20,19 @@ from shardflow.core.config import load_schema, validate_config
 from shardflow.retrieval.pipeline import RetrievalSpec
 from shardflow.sweep import POINT_ID_REGEX, SEED_REGEX, parse_sweeps
 from shardflow.sweep.report import output_files as sweep_output_files
-from shardflow.workflow import plan, tasks
+from shardflow.workflow import plan, site, tasks
+
+# A profile value whose $VARIABLE was unset stays literal and fails much later (an
+# S3 exception group, an sbatch error): stop here with one line naming it.
+_DEFAULTS = workflow.resource_settings.default_resources or {}
+_UNEXPANDED = site.unexpanded(
+    {
+        "default-storage-prefix": workflow.storage_settings.default_storage_prefix,
+        **{f"default-resources {n}": getattr(_DEFAULTS[n], "raw", None) for n in _DEFAULTS},
+    }
+)
+if _UNEXPANDED:
+    sys.exit(site.unexpanded_message(_UNEXPANDED))
 
 SCHEMA = load_schema(workflow.source_path("../config/config.schema.yaml"))
 
@@ -186,14 +199,20 @@ def job_resources(rule, uses_gpu=True):
 
 
 # Inside a job that SLURM runs for the slurm executor, the controller resubmits a
-# failed job itself (`retries`, with mem_mb growing per attempt); retrying in place
-# as well would multiply the attempts on the first allocation. In a Kubernetes pod
-# the in-place retry is the guard against the plugin's abort (profiles/README.md).
+# failed job itself (`retries`, with mem_mb growing per attempt); a rule's own
+# `retries:` would also make the Snakemake inside the job retry in place, multiplying
+# the attempts on the first allocation. In a Kubernetes pod the in-place retry stays:
+# it is the guard against the plugin's abort (profiles/README.md).
 IN_SLURM_JOB = workflow.remote_exec and "SLURM_JOB_ID" in os.environ
 
 
-def rule_retries(n):
-    return 0 if IN_SLURM_JOB else n
+def one_retry_layer():
+    """Inside a SLURM job, turn every rule's in-place retries off: rules write plain
+    `retries: N`, and this one pass (the Snakefile calls it after the last rule)
+    covers them all, new rules included."""
+    if IN_SLURM_JOB:
+        for r in workflow.rules:
+            r.restart_times = 0
 
 
 # ---------------------------------------------------------------- parameters

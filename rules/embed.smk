@@ -20,7 +20,7 @@ rule embed:
         "logs/embed/{dataset}/chunk_{chunk}.log",
     benchmark:
         "benchmarks/embed/{dataset}/chunk_{chunk}.tsv"
-    retries: rule_retries(2)
+    retries: 2
     conda:
         "../envs/embed.yaml"
     threads: job_threads("embed")

@@ -27,7 +27,7 @@ rule summarise:
         "logs/summarise/{dataset}/chunk_{chunk}.log",
     benchmark:
         "benchmarks/summarise/{dataset}/chunk_{chunk}.tsv"
-    retries: rule_retries(2)
+    retries: 2
     conda:
         "../envs/embed.yaml"
     threads: job_threads("summarise", SUMMARISE_USES_GPU)

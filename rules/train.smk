@@ -109,7 +109,7 @@ rule train:
         "logs/train/{dataset}.log",
     benchmark:
         "benchmarks/train/{dataset}.tsv"
-    retries: rule_retries(2)
+    retries: 2
     conda:
         "../envs/train.yaml"
     threads: job_threads("train", jobs=one_job)

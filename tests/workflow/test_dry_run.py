@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from tests.helpers import BIN, REPO, job_counts, offline_env, snakemake, write_config
+from tests.helpers import BIN, REPO, SNAKEMAKE, job_counts, offline_env, snakemake, write_config
 
 pytestmark = [pytest.mark.workflow, pytest.mark.dryrun]
 
@@ -91,3 +91,55 @@ def test_snakefmt_check_is_clean():
         [str(BIN / "snakefmt"), "--check", "Snakefile", "rules/"], cwd=REPO, capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_eks_profile_with_site_variables_unset_stops_with_one_line_naming_them():
+    env = offline_env(SHARDFLOW_S3_PREFIX="runs/x")
+    for name in ("SHARDFLOW_S3_BUCKET", "SHARDFLOW_IMAGE"):
+        env.pop(name, None)
+    proc = subprocess.run(
+        [str(BIN / "snakemake"), "--profile", "eks", "-n"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode != 0
+    lines = [x for x in (proc.stdout + proc.stderr).splitlines() if not x.startswith("Using profile")]
+    assert lines == [
+        "profile eks: set the environment variables SHARDFLOW_S3_BUCKET, SHARDFLOW_IMAGE (profiles/README.md, 'eks')"
+    ], proc.stdout + proc.stderr
+
+
+def test_an_unexpanded_variable_in_any_profile_stops_the_run_naming_it(tmp_path):
+    """A site profile (e.g. profiles/slurm with its partition line uncommented) whose
+    $VARIABLE is unset: one line at parse time, not an sbatch or S3 error later."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "config.yaml").write_text(
+        'default-resources:\n  slurm_partition: "$SHARDFLOW_TEST_PARTITION"\n  mem_mb: 1000\n'
+    )
+    proc = snakemake(tmp_path, "-n", "--profile", str(tmp_path / "site"), check=False)
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "unset environment variable SHARDFLOW_TEST_PARTITION in the profile "
+        "(default-resources slurm_partition uses $SHARDFLOW_TEST_PARTITION)"
+    ), proc.stderr
+
+
+def test_inside_a_slurm_job_no_rule_retries_in_place(tmp_path):
+    """The controller resubmits a failed SLURM job (`retries`); the job-mode Snakemake
+    inside it must not also retry in place: every rule, new ones included, has its
+    in-place retries off there (one_retry_layer), and keeps them everywhere else."""
+    (tmp_path / "config").symlink_to(REPO / "config")
+    (tmp_path / "Snakefile").write_text(
+        f'include: "{REPO / "Snakefile"}"\n'
+        'print("RETRIES", sorted((r.name, r._restart_times) for r in workflow.rules if r._restart_times))\n'
+    )
+    cfg = write_config(tmp_path / "c.yaml", tasks=["embedding", "summarisation", "training"])
+
+    def retries(*args, **env):
+        cmd = [SNAKEMAKE, "-s", str(tmp_path / "Snakefile"), "-d", str(tmp_path), "-n", "--configfile", str(cfg), *args]
+        proc = subprocess.run(cmd, cwd=tmp_path, env=offline_env(**env), capture_output=True, text=True, timeout=300)
+        line = next((x for x in proc.stdout.splitlines() if x.startswith("RETRIES")), None)
+        assert line, proc.stdout[-2000:] + proc.stderr[-3000:]
+        return line
+
+    assert retries() == "RETRIES [('embed', 2), ('summarise', 2), ('train', 2)]"
+    assert retries("--mode", "remote", SLURM_JOB_ID="12345") == "RETRIES []"

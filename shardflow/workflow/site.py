@@ -1,0 +1,59 @@
+"""Site values a profile takes from the environment, checked before anything runs.
+
+Snakemake expands `$NAME` in profile values and leaves an unset one literal: the eks
+profile's bucket then fails deep in the storage plugin (an exception group about an
+invalid bucket name "$SHARDFLOW_S3_BUCKET") and an unset image only in the kubelet.
+`site_env` reads a profile's required variables in one go and stops with one line
+naming every unset one; `unexpanded` finds literal `$NAME`s left in settings that
+came from any profile (the workflow checks its storage prefix and default
+resources with it at parse time).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+
+_VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+def missing(names, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The names among `names` that are unset or empty in the environment."""
+    env = os.environ if environ is None else environ
+    return [n for n in names if not env.get(n)]
+
+
+def site_env(profile: str, *names: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """{name: value} for a profile's required variables; exits with one line naming
+    the unset ones (a SystemExit passes through Snakemake's profile templating)."""
+    env = os.environ if environ is None else environ
+    unset = missing(names, env)
+    if unset:
+        sys.exit(
+            f"profile {profile}: set the environment variable{'s' if len(unset) > 1 else ''} "
+            f"{', '.join(unset)} (profiles/README.md, '{profile}')"
+        )
+    return {n: env[n] for n in names}
+
+
+def unexpanded(settings: Mapping[str, object], environ: Mapping[str, str] | None = None) -> dict[str, list[str]]:
+    """{setting: [NAME, ...]} for string settings that still hold a literal `$NAME`
+    whose variable is unset, i.e. a profile value Snakemake could not expand."""
+    env = os.environ if environ is None else environ
+    found: dict[str, list[str]] = {}
+    for key, value in settings.items():
+        if not isinstance(value, str):
+            continue
+        names = [a or b for a, b in _VARIABLE.findall(value)]
+        unset = [n for n in dict.fromkeys(names) if n not in env]
+        if unset:
+            found[key] = unset
+    return found
+
+
+def unexpanded_message(found: Mapping[str, list[str]]) -> str:
+    names = list(dict.fromkeys(n for ns in found.values() for n in ns))
+    where = "; ".join(f"{key} uses ${', $'.join(ns)}" for key, ns in found.items())
+    return f"unset environment variable{'s' if len(names) > 1 else ''} {', '.join(names)} in the profile ({where})"

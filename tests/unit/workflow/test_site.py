@@ -1,0 +1,32 @@
+import pytest
+
+from shardflow.workflow.site import missing, site_env, unexpanded, unexpanded_message
+
+
+def test_site_env_returns_the_values_when_all_are_set():
+    env = {"A": "bucket", "B": "img"}
+    assert site_env("eks", "A", "B", environ=env) == env
+
+
+def test_site_env_names_every_unset_or_empty_variable_in_one_line():
+    with pytest.raises(SystemExit) as exc:
+        site_env("eks", "A", "B", "C", environ={"B": "x", "C": ""})
+    assert str(exc.value) == "profile eks: set the environment variables A, C (profiles/README.md, 'eks')"
+    assert missing(["A", "B"], {"B": "x"}) == ["A"]
+
+
+def test_unexpanded_finds_literal_variables_whose_value_is_unset():
+    settings = {
+        "default-storage-prefix": "s3://$BUCKET/${PREFIX}/x",
+        "default-resources slurm_account": "$ACCOUNT",
+        "default-resources mem_mb": 4000,
+        "default-resources tmpdir": None,
+        "set": "$SET",
+    }
+    found = unexpanded(settings, environ={"SET": "value", "PREFIX": "p"})
+    assert found == {"default-storage-prefix": ["BUCKET"], "default-resources slurm_account": ["ACCOUNT"]}
+    assert unexpanded_message(found) == (
+        "unset environment variables BUCKET, ACCOUNT in the profile "
+        "(default-storage-prefix uses $BUCKET; default-resources slurm_account uses $ACCOUNT)"
+    )
+    assert unexpanded({"x": "a$ literal dollar"}, environ={}) == {}
