@@ -5,25 +5,41 @@ field, or its source position (`<path>:<line>` / `<path>:<row>`, or the path
 itself for one-document-per-file text) when the corpus has no id field.
 
 Bad records (malformed JSON or CSV, missing or non-string fields, empty text,
-invalid UTF-8, unpaired surrogate escapes) raise `BadRecordError` naming the
-file and line. With `on_bad_record="skip"` they are yielded as `Rejected`
-instead, so the caller can write them to a rejects file and count them: nothing
-is dropped silently.
+invalid UTF-8, NUL bytes, unpaired surrogate escapes, a record over
+`max_record_bytes`) raise `BadRecordError` naming the file and line. With
+`on_bad_record="skip"` they are yielded as `Rejected` instead, so the caller can
+write them to a rejects file and count them: nothing is dropped silently.
+
+A file that cannot be read on (a truncated or corrupt gzip stream, a file that is
+not Parquet, a Parquet column of the wrong type) is a `BadRecordError` whatever
+`on_bad_record` says: the records it hides cannot be counted.
+
+Memory is bounded by `max_record_bytes`: lines are read with a size limit, and a
+longer line is skipped in 1 MiB pieces, never held whole (docs/bad-input.md).
 """
 
 from __future__ import annotations
 
 import csv
 import glob
+import gzip
 import json
 import os
 import sys
+import zlib
 from dataclasses import dataclass
 from typing import IO, Iterable, Iterator
 
 from shardflow.core.files import open_binary
 
 FORMATS = ("jsonl", "parquet", "csv", "tsv", "text")
+
+# The default of input.max_record_mb: a record (a line, a CSV row, a text file) over
+# this many bytes is a bad record, read no further than the limit.
+DEFAULT_MAX_RECORD_BYTES = 64 << 20
+# Bytes of a too-large record kept in its reject, and the pieces the rest is skipped in.
+PREVIEW_BYTES = 1024
+SKIP_BYTES = 1 << 20
 
 # The csv module refuses fields over 128 KiB by default; a corpus document may be
 # far longer. (Process-wide setting; 2**31 - 1 fits a C long everywhere.)
@@ -47,6 +63,7 @@ class ReaderOptions:
     group_field: str | None = None
     text_mode: str = "lines"  # plain text: "lines" (one doc a line) or "files"
     on_bad_record: str = "error"  # error | skip
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES  # input.max_record_mb
 
     def __post_init__(self) -> None:
         if self.format != "auto" and self.format not in FORMATS:
@@ -55,6 +72,8 @@ class ReaderOptions:
             raise ValueError(f"text_mode {self.text_mode!r}: expected 'lines' or 'files'")
         if self.on_bad_record not in ("error", "skip"):
             raise ValueError(f"on_bad_record {self.on_bad_record!r}: expected 'error' or 'skip'")
+        if self.max_record_bytes < 1:
+            raise ValueError(f"max_record_bytes must be >= 1, got {self.max_record_bytes}")
 
 
 @dataclass(frozen=True)
@@ -146,6 +165,86 @@ def _raw(data: bytes | str) -> str:
     return data.rstrip("\r\n")
 
 
+def _nul(raw: bytes) -> str | None:
+    # Text never holds a raw NUL byte (JSON can only escape one): it marks binary data.
+    at = raw.find(b"\0")
+    return None if at < 0 else f"NUL byte at byte {at} (binary data, not text)"
+
+
+def _mib(n: int) -> str:
+    return f"{n >> 20} MiB" if n % 2**20 == 0 else f"{n:,} bytes"
+
+
+@dataclass(frozen=True)
+class LongLine:
+    """A line over the size limit, skipped rather than read: its first bytes, its length
+    (newline not counted), and how many '"' it holds (the CSV reader keeps its place in
+    the quoting with that)."""
+
+    head: bytes
+    size: int
+    quotes: int
+
+
+# What reading a damaged file raises: EOFError (a truncated gzip stream), zlib.error and
+# gzip.BadGzipFile (an OSError: corrupt compressed data), OSError (the disk).
+READ_ERRORS = (EOFError, OSError, zlib.error)
+
+
+def _read_problem(exc: BaseException) -> str:
+    if isinstance(exc, EOFError):
+        return "gzip stream truncated (the compressed data ends before its end marker)"
+    if isinstance(exc, (zlib.error, gzip.BadGzipFile)):
+        return f"corrupt gzip stream ({exc})"
+    return f"read error ({exc})"
+
+
+def _skip_rest(fh: IO[bytes], start: bytes) -> LongLine:
+    size, quotes = len(start), start.count(b'"')
+    piece = start
+    while piece and not piece.endswith(b"\n"):
+        piece = fh.readline(SKIP_BYTES)
+        size += len(piece)
+        quotes += piece.count(b'"')
+    return LongLine(start[:PREVIEW_BYTES], size - piece.endswith(b"\n"), quotes)
+
+
+def iter_lines(fh: IO[bytes], path: str, max_bytes: int) -> Iterator[tuple[int, bytes | LongLine]]:
+    """(line number, line) for each line of `fh`, the newline kept, holding at most
+    `max_bytes` of any line: a longer one comes back as a `LongLine`.
+
+    A truncated or corrupt gzip stream (or a failing read) is a `BadRecordError` at the
+    line it stopped on: the records after it are lost and cannot be counted, so no
+    `on_bad_record` setting passes it.
+    """
+    lineno = 0
+    while True:
+        lineno += 1
+        try:
+            line = fh.readline(max_bytes + 1)
+            if len(line) > max_bytes and not line.endswith(b"\n"):
+                line = _skip_rest(fh, line)
+        except READ_ERRORS as exc:
+            raise BadRecordError(path, lineno, f"{_read_problem(exc)}; {lineno - 1} lines read before it") from exc
+        if not line:
+            return
+        yield lineno, line
+
+
+def _read_whole(fh: IO[bytes], path: str, max_bytes: int) -> bytes | LongLine:
+    """All of `fh`, or a `LongLine` when it holds more than `max_bytes`."""
+    try:
+        data = fh.read(max_bytes + 1)
+        if len(data) <= max_bytes:
+            return data
+        size = len(data)
+        for piece in iter(lambda: fh.read(SKIP_BYTES), b""):
+            size += len(piece)
+    except READ_ERRORS as exc:
+        raise BadRecordError(path, None, _read_problem(exc)) from exc
+    return LongLine(data[:PREVIEW_BYTES], size, 0)
+
+
 class _Reader:
     """Shared validation; one subclass per format yields Record | Rejected."""
 
@@ -156,6 +255,11 @@ class _Reader:
         if self.opts.on_bad_record == "error":
             raise BadRecordError(self.path, line, reason)
         return Rejected(self.path, line, reason, _raw(raw))
+
+    def too_large(self, line: int | None, size: int, head: bytes | str) -> Rejected:
+        limit = self.opts.max_record_bytes
+        reason = f"record too large: {size:,} bytes, over input.max_record_mb ({_mib(limit)}); not read"
+        return self.bad(line, reason, head)
 
     def make(self, obj: dict, line: int, raw: bytes | str) -> Record | Rejected:
         o = self.opts
@@ -197,9 +301,16 @@ class _Reader:
 class _JsonlReader(_Reader):
     def __iter__(self) -> Iterator[Record | Rejected]:
         with open_binary(self.path) as fh:
-            for lineno, raw in enumerate(fh, 1):
+            for lineno, raw in iter_lines(fh, self.path, self.opts.max_record_bytes):
+                if isinstance(raw, LongLine):
+                    yield self.too_large(lineno, raw.size, raw.head)
+                    continue
                 if not raw.strip():
                     continue  # blank separator lines carry no record
+                nul = _nul(raw)
+                if nul:
+                    yield self.bad(lineno, nul, raw)
+                    continue
                 try:
                     line = _decode(raw, lineno)
                 except UnicodeDecodeError as exc:
@@ -226,9 +337,27 @@ class _DelimitedReader(_Reader):
         self.delimiter = delimiter
 
     def _lines(self, fh: IO[bytes], row: dict) -> Iterator[str]:
-        # `row` collects the raw lines of the row being parsed, for rejects and UTF-8 errors.
-        for lineno, raw in enumerate(fh, 1):
+        # `row` follows the row being parsed: its raw lines (for rejects), its size and its
+        # first problem (line, reason). Once the row is over the size limit, the parser is
+        # fed a stand-in for each further line instead: a newline, after a quote when the
+        # line holds an odd number of them, so the parser stays in step with the quoting
+        # (inside or outside a quoted field) and buffers nothing more.
+        limit = self.opts.max_record_bytes
+        for lineno, raw in iter_lines(fh, self.path, limit):
+            long = isinstance(raw, LongLine)
+            within = row["size"] <= limit
+            # The row's bytes: its lines and the newlines between them.
+            row["size"] += (raw.size if long else len(raw) - raw.endswith(b"\n")) + bool(row["raw"])
+            if row["size"] > limit:
+                if within:
+                    row["raw"].append((raw.head if long else raw)[:PREVIEW_BYTES])
+                quotes = raw.quotes if long else raw.count(b'"')
+                yield '"' * (quotes % 2) + "\n"
+                continue
             row["raw"].append(raw)
+            nul = _nul(raw)
+            if nul:
+                row["bad"] = row["bad"] or (lineno, nul)
             try:
                 yield _decode(raw, lineno)
             except UnicodeDecodeError as exc:
@@ -237,7 +366,8 @@ class _DelimitedReader(_Reader):
 
     def __iter__(self) -> Iterator[Record | Rejected]:
         kind = "TSV" if self.delimiter == "\t" else "CSV"
-        row_state: dict = {"raw": [], "bad": None}
+        limit = self.opts.max_record_bytes
+        row_state: dict = {"raw": [], "size": 0, "bad": None}
         with open_binary(self.path) as fh:
             reader = csv.reader(self._lines(fh, row_state), delimiter=self.delimiter, strict=True)
             try:
@@ -246,12 +376,13 @@ class _DelimitedReader(_Reader):
                 return
             except csv.Error as exc:
                 raise BadRecordError(self.path, 1, f"malformed {kind} header ({exc})") from exc
+            if row_state["size"] > limit:
+                raise BadRecordError(self.path, 1, f"header row over input.max_record_mb ({_mib(limit)})")
             if row_state["bad"]:
-                raise BadRecordError(self.path, 1, "header is not valid UTF-8")
+                raise BadRecordError(self.path, 1, f"header: {row_state['bad'][1]}")
             while True:
                 line = reader.line_num + 1
-                row_state["raw"].clear()
-                row_state["bad"] = None
+                row_state.update(raw=[], size=0, bad=None)
                 try:
                     row = next(reader)
                 except StopIteration:
@@ -261,6 +392,9 @@ class _DelimitedReader(_Reader):
                     yield self.bad(line, f"malformed {kind} ({exc})", b"".join(row_state["raw"]))
                     continue
                 raw = b"".join(row_state["raw"])
+                if row_state["size"] > limit:
+                    yield self.too_large(line, row_state["size"], raw[:PREVIEW_BYTES])
+                    continue
                 if row_state["bad"]:
                     yield self.bad(*row_state["bad"], raw)
                     continue
@@ -272,28 +406,74 @@ class _DelimitedReader(_Reader):
                 yield self.make(dict(zip(header, row)), line, raw)
 
 
+def _string_column(t, integers: bool) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    strings = pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+    return strings or pa.types.is_null(t) or (integers and pa.types.is_integer(t))
+
+
 class _ParquetReader(_Reader):
+    """Rows of a Parquet file; a record's line is its row number. Memory is bounded by the
+    file's row groups (the writer's choice); a text over max_record_bytes is rejected."""
+
     def __iter__(self) -> Iterator[Record | Rejected]:
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         o = self.opts
-        pf = pq.ParquetFile(self.path)
-        names = set(pf.schema_arrow.names)
+        try:
+            pf = pq.ParquetFile(self.path)
+        except (pa.ArrowException, OSError) as exc:
+            raise BadRecordError(self.path, None, f"not a readable Parquet file ({exc})") from exc
+        schema = pf.schema_arrow
+        names = set(schema.names)
         wanted = [f for f in (o.id_field, o.text_field, o.group_field) if f is not None]
         missing = [f for f in wanted if f not in names]
         if missing:
             raise BadRecordError(self.path, None, f"no column {missing[0]!r} (columns: {sorted(names)})")
+        # A column of the wrong type makes every row bad: one error for the file.
+        if not _string_column(schema.field(o.text_field).type, integers=False):
+            text_type = schema.field(o.text_field).type
+            raise BadRecordError(self.path, None, f"column {o.text_field!r} is {text_type}, not a string column")
+        if o.id_field is not None and not _string_column(schema.field(o.id_field).type, integers=True):
+            id_type = schema.field(o.id_field).type
+            raise BadRecordError(self.path, None, f"column {o.id_field!r} is {id_type}, not a string or integer column")
+        limit = o.max_record_bytes
         row = 0
-        for batch in pf.iter_batches(columns=wanted, batch_size=8192):
+        batches = pf.iter_batches(columns=wanted, batch_size=8192)
+        while True:
+            try:
+                batch = next(batches, None)
+            except (pa.ArrowException, OSError) as exc:
+                reason = f"unreadable Parquet data ({exc}); {row} rows read before it"
+                raise BadRecordError(self.path, row + 1, reason) from exc
+            if batch is None:
+                return
             for obj in batch.to_pylist():
                 row += 1
+                text = obj.get(o.text_field)
+                if isinstance(text, str) and len(text) > limit // 4:
+                    size = len(text.encode("utf-8", errors="surrogatepass"))
+                    if size > limit:
+                        yield self.too_large(row, size, text[:PREVIEW_BYTES])
+                        continue
                 yield self.make(obj, row, json.dumps(obj, ensure_ascii=False, default=str))
 
 
 class _TextLinesReader(_Reader):
     def __iter__(self) -> Iterator[Record | Rejected]:
         with open_binary(self.path) as fh:
-            for lineno, raw in enumerate(fh, 1):
+            for lineno, raw in iter_lines(fh, self.path, self.opts.max_record_bytes):
+                if isinstance(raw, LongLine):
+                    yield self.too_large(lineno, raw.size, raw.head)
+                    continue
+                nul = _nul(raw)
+                if nul:
+                    yield self.bad(lineno, nul, raw)
+                    continue
                 try:
                     text = _decode(raw, lineno).rstrip("\r\n")
                 except UnicodeDecodeError as exc:
@@ -308,7 +488,15 @@ class _TextLinesReader(_Reader):
 class _TextFileReader(_Reader):
     def __iter__(self) -> Iterator[Record | Rejected]:
         with open_binary(self.path) as fh:
-            raw = fh.read()
+            raw = _read_whole(fh, self.path, self.opts.max_record_bytes)
+        if isinstance(raw, LongLine):
+            yield self.too_large(None, raw.size, raw.head)
+            return
+        nul = _nul(raw)
+        if nul:
+            line = raw[: raw.index(b"\0")].count(b"\n") + 1
+            yield self.bad(line, nul, raw[:200])
+            return
         try:
             text = raw.decode("utf-8-sig")
         except UnicodeDecodeError as exc:
@@ -351,18 +539,25 @@ def count_records_cheap(paths: Iterable[str], opts: ReaderOptions) -> int:
     for path in paths:
         fmt = detect_format(path, opts)
         if fmt == "parquet":
+            import pyarrow as pa
             import pyarrow.parquet as pq
 
-            total += pq.ParquetFile(path).metadata.num_rows
+            try:
+                total += pq.ParquetFile(path).metadata.num_rows
+            except (pa.ArrowException, OSError) as exc:
+                raise BadRecordError(path, None, f"not a readable Parquet file ({exc})") from exc
             continue
         if fmt == "text" and opts.text_mode == "files":
             total += 1
             continue
         lines, last = 0, b"\n"
         with open_binary(path) as fh:
-            for block in iter(lambda: fh.read(1 << 22), b""):
-                lines += block.count(b"\n")
-                last = block[-1:]
+            try:
+                for block in iter(lambda: fh.read(1 << 22), b""):
+                    lines += block.count(b"\n")
+                    last = block[-1:]
+            except READ_ERRORS as exc:
+                raise BadRecordError(path, lines + 1, f"{_read_problem(exc)}; {lines} lines read before it") from exc
         lines += last != b"\n"
         total += lines - (1 if fmt in ("csv", "tsv") and lines else 0)
     return total

@@ -40,6 +40,7 @@ def reader_options(cfg: dict) -> ReaderOptions:
         group_field=cfg["chunking"]["group_by"],
         text_mode=inp["text_mode"],
         on_bad_record=inp["on_bad_record"],
+        max_record_bytes=max(1, round(inp["max_record_mb"] * 2**20)),
     )
 
 
