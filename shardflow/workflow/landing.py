@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 
 from shardflow.core.atomic import atomic_open
@@ -111,10 +112,30 @@ def sweep_section(name: str, files: dict) -> Section:
     return Section(f"Sweep: {name}", rows)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def _escape(text: str) -> str:
-    # Inline markup characters of reStructuredText; values are data, never markup.
+    """A value (a data set name, a sweep's parameter values, a device) as literal text of
+    the page: `snakemake --report` renders results/report.rst with Jinja2 first and
+    docutils second, and docutils escapes <, > and & in what it writes, so what is left
+    is to keep a value from being read as markup by either:
+
+    - one line: a newline could end the table and start a directive (`.. raw:: html`);
+    - a backslash before a first character that is not a letter or digit: a cell
+      is parsed on its own, and `.. include:: /etc/passwd` alone in one is a directive;
+    - inline markup characters escaped, and a colon followed by a non-space, so that
+      `javascript:alert(1)` is no link;
+    - no Jinja2 delimiter (`{{`, `{%`, `{#`): an escaped space after the brace, which
+      docutils drops.
+    """
+    text = " ".join(_CONTROL.sub(" ", text).split())
     for ch in "\\*`|_":
         text = text.replace(ch, "\\" + ch)
+    text = re.sub(r":(?=\S)", r"\\:", text)
+    text = re.sub(r"\{(?=[{%#])", r"{\\ ", text)
+    if text and not text[0].isalnum() and text[0] != "\\":
+        text = "\\" + text
     return text
 
 

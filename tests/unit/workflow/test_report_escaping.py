@@ -1,0 +1,84 @@
+"""Text in report.html stays text: the landing page (results/report.rst) as Snakemake
+renders a global description (Jinja2, then docutils to HTML), with values that try to
+be HTML, reStructuredText directives, links or Jinja2; and every file the rules show in
+the report has a type the report displays as text or image, never as HTML."""
+
+import re
+
+from docutils.core import publish_parts
+from jinja2 import Environment
+from snakemake.report.common import mime_from_file
+
+from shardflow.sweep.report import TABLE_FILES
+from shardflow.workflow.landing import Section, render
+from tests.conftest import REPO
+
+SCRIPT = "<script>alert(1)</script>"
+
+
+def _as_snakemake_renders_it(rst: str) -> str:
+    """snakemake.report.auto_report on a global description: Jinja2 with the same
+    options (no autoescape), then docutils' HTML writer with its default settings
+    (raw HTML and file insertion enabled), here also failing on any warning."""
+    text = Environment(trim_blocks=True, lstrip_blocks=True).from_string(rst).render(
+        snakemake=None, categories={}, files=[]
+    )
+    return publish_parts(text, writer_name="html", settings_overrides={"report_level": 2, "halt_level": 2})[
+        "html_body"
+    ]
+
+
+def test_a_document_with_a_script_tag_stays_text():
+    html = _as_snakemake_renders_it(render([Section(f"Sweep: {SCRIPT}", [("best", f"doc {SCRIPT} end")])]))
+    assert "<script" not in html
+    assert "Sweep: &lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "doc &lt;script&gt;alert(1)&lt;/script&gt; end" in html
+
+
+def test_a_newline_cannot_end_the_table_and_start_a_raw_html_directive():
+    value = f"a\n\n.. raw:: html\n\n   {SCRIPT}\n"
+    html = _as_snakemake_renders_it(render([Section("Embedding: d", [("k\r\n", value), ("other", "\x00b")])]))
+    assert "<script" not in html and html.count("<table") == 1
+    assert "a .. raw:: html &lt;script&gt;" in html
+
+
+def test_a_cell_cannot_be_a_directive_that_inserts_a_file(tmp_path):
+    secret = tmp_path / "host-file.txt"
+    secret.write_text("CONTENT-OF-A-HOST-FILE\n")
+    html = _as_snakemake_renders_it(
+        render([Section("Training: t", [("tokenizer", f".. include:: {secret}"), (".. raw:: html", "x")])])
+    )
+    assert "CONTENT-OF-A-HOST-FILE" not in html
+    assert f".. include:: {secret}" in html and ".. raw:: html" in html
+
+
+def test_a_value_is_no_link_and_no_jinja2():
+    rows = [("device", "javascript:alert(1)"), ("params", "{{ 7 * 7 }} {% if true %}yes{% endif %} {# c #}"),
+            ("plain", "train: 9 points, lr=0.001, `x` *y* |z| _w a_")]
+    html = _as_snakemake_renders_it(render([Section("Sweep: s", rows)]))
+    assert "href" not in html and "javascript:alert(1)" in html
+    assert "{{ 7 * 7 }} {% if true %}yes{% endif %} {# c #}" in html and "49" not in html
+    assert "train: 9 points, lr=0.001, `x` *y* |z| _w a_" in html
+
+
+def test_ordinary_values_read_unchanged_in_the_rst_file():
+    text = render([Section("Embedding: e2e", [("records in", "90 read, 0 rejected"), ("stage", "train: 9 points")])])
+    assert "Embedding: e2e\n" in text and "90 read, 0 rejected" in text and "train: 9 points" in text
+
+
+def _report_files() -> list[str]:
+    """Every path a rule flags with report(), and what a sweep shows (sweep_outputs in
+    rules/common.smk: the summary table, the best point and its figures, all .png)."""
+    paths = []
+    for rules in sorted((REPO / "rules").glob("*.smk")):
+        paths += re.findall(r'report\(\s*f?"([^"]+)"', rules.read_text())
+    return paths + [TABLE_FILES["summary_csv"], TABLE_FILES["best"], "plots/best_val_loss_vs_lr.png"]
+
+
+def test_the_report_shows_no_file_as_html():
+    """report.html opens a text/html result in an iframe, as HTML; everything else as an
+    image or in a <pre> (text). A new kind of report file makes this test look again."""
+    files = _report_files()
+    assert len(files) > 15 and any(f.endswith("sample.txt") for f in files)
+    mimes = {path: mime_from_file(path)[0] for path in files}
+    assert set(mimes.values()) <= {"image/png", "application/json", "text/plain", "text/csv"}, mimes
