@@ -23,9 +23,15 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1
 
-# A non-root user; jobs run as it (uid 1000; Kubernetes emptyDir volumes are world-writable).
+# A non-root user; jobs run as it (uid 1000). Its home holds what Snakemake and the
+# libraries write outside the working directory (~/.cache/snakemake, the matplotlib
+# config, any Hugging Face or torch cache); /workdir is its own, so the image also works
+# where the executor mounts no volume there (the plugin's emptyDir is world-writable).
 RUN groupadd --gid 1000 shardflow \
-    && useradd --uid 1000 --gid 1000 --create-home --shell /usr/sbin/nologin shardflow
+    && useradd --uid 1000 --gid 1000 --create-home --home-dir /home/shardflow --shell /usr/sbin/nologin shardflow \
+    && install -d -o 1000 -g 1000 -m 0755 /workdir
+ENV HOME=/home/shardflow \
+    HF_HOME=/home/shardflow/.cache/huggingface
 
 # The pinned stack first: it changes rarely, so this layer stays cached.
 COPY requirements/lock.txt /tmp/requirements/lock.txt
