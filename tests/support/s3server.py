@@ -41,6 +41,7 @@ from pathlib import Path
 
 DEFAULT_BUCKET = "shardflow-ci"
 STATE_FILE = "s3server.json"
+PID_FILE = "weed.pid"  # in data_dir: the running process, across restarts
 
 
 class S3ServerError(RuntimeError):
@@ -162,21 +163,30 @@ def start(data_dir: Path, bucket: str = DEFAULT_BUCKET, timeout_s: float = 60) -
 def kill(server: S3Server) -> None:
     """SIGKILL the whole server at once (master, volume, filer, S3 gateway share one
     process group): a crash, not a shutdown. Data already on disk stays in data_dir."""
+    pid = _current_pid(server)
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(server.pid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while _alive(server.pid) and time.monotonic() < deadline:
+    while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     _remove_sockets(server)
 
 
 def restart(server: S3Server, timeout_s: float = 60) -> S3Server:
-    """Start a stopped or killed server again: same ports, data folder, credentials and
-    bucket, so every client (and every Snakemake run) keeps its endpoint. Returns the
-    server with its new pid; stop that one."""
-    if _alive(server.pid):
-        raise S3ServerError(f"weed (pid {server.pid}) is still running: kill or stop it first")
+    """Start a killed or stopped server again: same ports, data folder, credentials and
+    bucket, so every client (and every Snakemake run) keeps its endpoint, and `server`
+    stays valid: stop() and kill() find the running process through the pid file."""
+    if _alive(_current_pid(server)):
+        raise S3ServerError(f"weed (pid {_current_pid(server)}) is still running: kill or stop it first")
     return _launch(server, timeout_s)
+
+
+def _current_pid(server: S3Server) -> int:
+    """The pid of the server's latest start (restart() changes it), else server.pid."""
+    try:
+        return int((Path(server.data_dir) / PID_FILE).read_text())
+    except (OSError, ValueError):
+        return server.pid
 
 
 def _launch(server: S3Server, timeout_s: float) -> S3Server:
@@ -208,6 +218,7 @@ def _launch(server: S3Server, timeout_s: float) -> S3Server:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True)
     server = dataclasses.replace(server, endpoint_url=f"http://127.0.0.1:{s3}", pid=proc.pid)
+    (data_dir / PID_FILE).write_text(f"{proc.pid}\n")
     try:
         _wait_until_writable(server, proc, timeout_s)
     except BaseException:
@@ -273,7 +284,7 @@ def _terminate(pid: int, timeout_s: float = 3) -> None:
 
 
 def stop(server: S3Server) -> None:
-    _terminate(server.pid)
+    _terminate(_current_pid(server))
     _remove_sockets(server)
 
 
