@@ -15,7 +15,7 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
-from shardflow.core import gpu_slots
+from shardflow.core import gpu_slots, s3
 from shardflow.core.config import load_schema, validate_config
 from shardflow.retrieval.pipeline import RetrievalSpec
 from shardflow.sweep import POINT_ID_REGEX, SEED_REGEX, parse_sweeps
@@ -43,7 +43,24 @@ def validate(cfg):
 
 validate(config)
 
-DATASETS = plan.datasets(config)
+
+
+def s3_settings():
+    """The run's S3 storage settings (--storage-s3-* or SNAKEMAKE_STORAGE_S3_*)."""
+    found = (workflow.storage_provider_settings or {}).get("s3")
+    settings = found.get_settings() if found else None
+    return {n: getattr(settings, n, None) for n in s3.SETTING_NAMES} if settings else {}
+
+
+@functools.cache
+def list_s3(pattern):
+    """An s3:// glob in input.path -> its objects, listed with the run's S3 settings
+    (else boto3's chain). Every job re-parses and lists again: a corpus under a glob
+    must not change while a run goes on."""
+    return s3.expand(pattern, s3.client(s3_settings()))
+
+
+DATASETS = plan.datasets(config, list_s3)
 DATASET = config["dataset"]
 RETRIEVAL = plan.retrieval_name(config)
 # Every configured sweep, each point checked against the schema (shardflow.sweep).
@@ -132,11 +149,39 @@ def gpu_job_settings():
     return {k: config["gpu_jobs"][k] for k in ("device", "pinning", "devices")}
 
 
-def resume_root(dataset):
-    """Undeclared folder of a data set's finished parts (Snakemake deletes declared
-    outputs of failed jobs); `gpu_jobs.resume_dir` moves it off the workdir."""
+# With S3 as the default storage (the eks profile: pods share no volume) and no
+# gpu_jobs.resume_dir, finished parts go to the same place under the storage prefix,
+# where the rerun of a killed pod finds them (shardflow.core.parts). Training
+# checkpoints stay on a local path: they need gpu_jobs.resume_dir on a mounted volume.
+S3_PARTS_PREFIX = (
+    workflow.storage_settings.default_storage_prefix.rstrip("/")
+    if workflow.storage_settings.default_storage_provider == "s3"
+    else None
+)
+
+
+# Local jobs read and write those parts with the run's S3 settings: they inherit them
+# as the SNAKEMAKE_STORAGE_S3_* variables a pod gets (never as params, which Snakemake
+# records in .snakemake/metadata).
+if S3_PARTS_PREFIX:
+    s3.export_settings(s3_settings())
+
+
+def resume_path(local, under_base, parts=True):
+    """Where undeclared resume state lives (Snakemake deletes declared outputs of
+    failed jobs): `under_base` in gpu_jobs.resume_dir if set; else `local` (relative
+    to the workdir), for parts under the S3 storage prefix when that is the default."""
     base = config["gpu_jobs"]["resume_dir"]
-    return os.path.join(base, dataset) if base else f"results/{dataset}/.resume"
+    if base:
+        return os.path.join(base, under_base)
+    if parts and S3_PARTS_PREFIX:
+        return f"{S3_PARTS_PREFIX}/{local}"
+    return local
+
+
+def resume_root(dataset, parts=True):
+    """A data set's resume parts (embed, summarise; `parts=False`: a local path)."""
+    return resume_path(f"results/{dataset}/.resume", dataset, parts)
 
 
 def job_resume_root(wildcards):
@@ -252,15 +297,13 @@ def sweeps_of_stage(stage):
     return [spec for spec in SWEEPS.values() if spec.stage == stage]
 
 
-def sweep_resume_root(wildcards):
-    base = config["gpu_jobs"]["resume_dir"] or "results/sweeps/.resume"
-    return os.path.join(
-        base, wildcards.sweep, wildcards.point, f"seed={wildcards.seed}"
-    )
+def sweep_resume_root(wildcards, parts=True):
+    job = f"{wildcards.sweep}/{wildcards.point}/seed={wildcards.seed}"
+    return resume_path(f"results/sweeps/.resume/{job}", job, parts)
 
 
 def sweep_train_resume(wildcards):
-    return os.path.join(sweep_resume_root(wildcards), "train")
+    return os.path.join(sweep_resume_root(wildcards, parts=False), "train")
 
 
 def sweep_query_embedding(wildcards):

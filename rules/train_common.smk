@@ -99,7 +99,7 @@ def train_folder(wildcards):
 
 
 def train_resume(wildcards):
-    return os.path.join(resume_root(wildcards.dataset), "train")
+    return os.path.join(resume_root(wildcards.dataset, parts=False), "train")
 
 
 def tokenizer_folder(wildcards):

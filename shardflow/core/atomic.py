@@ -44,6 +44,11 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iter
             yield fh
 
 
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    with atomic_open(path, "wb") as fh:
+        fh.write(data)
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     """Write `obj` as indented, key-sorted JSON, atomically."""
     with atomic_open(path, "w", encoding="utf-8") as fh:

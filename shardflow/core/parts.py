@@ -11,18 +11,24 @@ everything that decides the output (see `resume_key`), holding
 Every file is written atomically, so a part that exists is complete. The manifest
 double-checks the folder belongs to this job, for callers that pass their own
 folder. The job removes the folder once its final outputs are written.
+
+The folder is a local path, or an s3:// URL when no shared volume outlives the job
+(EKS pods without one: the parts then live under the run's storage prefix and a
+rerun pod finds them there; `shardflow.core.s3.ObjectFolder`).
 """
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from shardflow.core.atomic import atomic_open, write_json
+from shardflow.core.atomic import atomic_write_bytes
 from shardflow.core.hashing import digest, sha256_file
 
 # Bumped when the part layout changes: old folders then never match a new key.
@@ -34,20 +40,56 @@ def resume_key(input_path: str | Path, identity: dict[str, Any]) -> str:
     return digest({"chunk": sha256_file(input_path), "identity": identity})[:24]
 
 
+def resume_folder(root: str | Path, key: str) -> str:
+    """`root`/`key`, for a local root or an s3:// one."""
+    root = str(root)
+    if root.startswith("s3://"):
+        return root.rstrip("/") + "/" + key
+    return os.path.join(root, key)
+
+
+class _LocalFolder:
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+
+    def __str__(self) -> str:
+        return str(self.folder)
+
+    def read(self, name: str) -> bytes | None:
+        try:
+            return (self.folder / name).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def write(self, name: str, data: bytes) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(self.folder / name, data)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _backend(folder: str | Path):
+    if str(folder).startswith("s3://"):
+        from shardflow.core.s3 import ObjectFolder
+
+        return ObjectFolder(str(folder))
+    return _LocalFolder(folder)
+
+
 class PartStore:
     """The parts of one job. `open()` creates the folder or checks it is this job's."""
 
     def __init__(self, folder: str | Path, manifest: dict[str, Any]):
-        self.folder = Path(folder)
+        self.folder = str(folder)
         self.manifest = manifest
+        self._files = _backend(folder)
 
-    def open(self) -> "PartStore":
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / "manifest.json"
-        if path.is_file():
-            with open(path, encoding="utf-8") as fh:
-                found = json.load(fh)
-            expected = json.loads(json.dumps(self.manifest, sort_keys=True, default=str))
+    def open(self) -> PartStore:
+        raw = self._files.read("manifest.json")
+        expected = json.loads(json.dumps(self.manifest, sort_keys=True, default=str))
+        if raw is not None:
+            found = json.loads(raw)
             if found != expected:
                 diff = sorted(k for k in set(found) | set(expected) if found.get(k) != expected.get(k))
                 raise ValueError(
@@ -55,39 +97,39 @@ class PartStore:
                     "remove it or pass a different folder"
                 )
         else:
-            write_json(path, self.manifest)
+            self._files.write("manifest.json", (json.dumps(expected, indent=2, sort_keys=True) + "\n").encode())
         return self
 
-    def path(self, index: int, suffix: str) -> Path:
-        return self.folder / f"part-{index:06d}{suffix}"
+    @staticmethod
+    def name(index: int, suffix: str) -> str:
+        return f"part-{index:06d}{suffix}"
 
     def load_array(self, index: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
         """A finished array part, or None if absent or not the expected shape/dtype."""
-        path = self.path(index, ".npy")
-        if not path.is_file():
+        raw = self._files.read(self.name(index, ".npy"))
+        if raw is None:
             return None
-        arr = np.load(path, allow_pickle=False)
+        arr = np.load(io.BytesIO(raw), allow_pickle=False)
         if arr.shape != tuple(shape) or arr.dtype != dtype:
             return None
         return arr
 
     def save_array(self, index: int, arr: np.ndarray) -> None:
-        with atomic_open(self.path(index, ".npy"), "wb") as fh:
-            np.save(fh, arr, allow_pickle=False)
+        buf = io.BytesIO()
+        np.save(buf, arr, allow_pickle=False)
+        self._files.write(self.name(index, ".npy"), buf.getvalue())
 
     def load_records(self, index: int, count: int) -> list[dict] | None:
         """A finished records part, or None if absent or not `count` records."""
-        path = self.path(index, ".jsonl")
-        if not path.is_file():
+        raw = self._files.read(self.name(index, ".jsonl"))
+        if raw is None:
             return None
-        with open(path, encoding="utf-8") as fh:
-            records = [json.loads(line) for line in fh]
+        records = [json.loads(line) for line in raw.decode("utf-8").splitlines()]
         return records if len(records) == count else None
 
     def save_records(self, index: int, records: list[dict]) -> None:
-        with atomic_open(self.path(index, ".jsonl"), "w", encoding="utf-8") as fh:
-            for rec in records:
-                fh.write(json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n")
+        text = "".join(json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n" for rec in records)
+        self._files.write(self.name(index, ".jsonl"), text.encode("utf-8"))
 
     def remove(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
+        self._files.remove()

@@ -30,7 +30,6 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import queue
-import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -41,14 +40,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from shardflow.core.columns import write_ids_parquet
-from shardflow.core.hashing import digest, texts_fingerprint
-from shardflow.core.jobs import EngineCounters
-from shardflow.core.models import load_for_inference
-from shardflow.core.npyio import write_npy
-from shardflow.core.oom import OomBackoff, TooLargeError
-from shardflow.core.parts import PartStore
-from shardflow.corpus.chunks import read_chunk
 from shardflow.core.batching import (
     Batch,
     collate,
@@ -56,8 +47,21 @@ from shardflow.core.batching import (
     plan_batches,
     split_batch,
 )
+from shardflow.core.columns import write_ids_parquet
 from shardflow.core.devices import dtype_name, runtime
-from shardflow.embed.params import EmbedParams, output_identity, resolve_token_budget, resume_key
+from shardflow.core.hashing import digest, texts_fingerprint
+from shardflow.core.jobs import EngineCounters
+from shardflow.core.models import load_for_inference
+from shardflow.core.npyio import write_npy
+from shardflow.core.oom import OomBackoff, TooLargeError
+from shardflow.core.parts import PartStore, resume_folder
+from shardflow.corpus.chunks import read_chunk
+from shardflow.embed.params import (
+    EmbedParams,
+    output_identity,
+    resolve_token_budget,
+    resume_key,
+)
 from shardflow.embed.pooling import build_head, pool
 from shardflow.embed.stconfig import (
     ModelSpec,
@@ -491,14 +495,14 @@ def embed_chunk(
     if encoder.params != params:
         raise ValueError("encoder was loaded with different params")
     ids, texts = read_chunk(chunk_path)
-    folder = Path(resume_root) / resume_key(chunk_path, params, encoder.identity)
+    folder = resume_folder(resume_root, resume_key(chunk_path, params, encoder.identity))
     try:
         emb = encoder.encode(texts, resume_dir=folder)
     except TextTooLargeError as exc:
         raise TextTooLargeError(f"{chunk_path}: id {ids[exc.row]!r}: {exc}", exc.row, exc.n_tokens) from exc
     write_npy(out_npy, emb)
     write_ids_parquet(out_ids_parquet, ids)
-    shutil.rmtree(folder, ignore_errors=True)  # outputs are safe: the parts are no longer needed
+    PartStore(folder, {}).remove()  # outputs are safe: the parts are no longer needed
     stats = encoder.last_stats.as_dict()
     stats.update(
         device=str(encoder.device),

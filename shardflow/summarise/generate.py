@@ -59,7 +59,7 @@ from shardflow.core.batching import Batch, collate, length_order, plan_batches, 
 from shardflow.core.jobs import EngineCounters
 from shardflow.core.hashing import digest, model_identity, texts_fingerprint
 from shardflow.core.oom import OomBackoff, TooLargeError
-from shardflow.core.parts import FORMAT_VERSION, PartStore, resume_key
+from shardflow.core.parts import FORMAT_VERSION, PartStore, resume_folder, resume_key
 from shardflow.corpus.chunks import read_chunk
 from shardflow.summarise.records import write_summaries
 from shardflow.core.devices import dtype_name, runtime
@@ -526,7 +526,7 @@ def summarise_chunk(
     if generator.params != params:
         raise ValueError("generator was loaded with different params")
     ids, texts = read_chunk(chunk_path)
-    folder = Path(resume_root) / resume_key(chunk_path, generator.identity)
+    folder = resume_folder(resume_root, resume_key(chunk_path, generator.identity))
     try:
         records = generator.summarise(texts, resume_dir=folder)
     except TooLargeError as exc:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from shardflow.core.hashing import digest, texts_fingerprint
-from shardflow.core.parts import FORMAT_VERSION, PartStore, resume_key
+from shardflow.core.parts import FORMAT_VERSION, PartStore, resume_folder, resume_key
 from shardflow.corpus.chunks import read_chunk
 from shardflow.summarise.params import SummariseParams
 from shardflow.summarise.pipeline import summarise_texts
@@ -48,7 +48,7 @@ def select_chunk(
         "window": params.window,
         "encoder": getattr(encoder, "identity", None),
     }
-    folder = Path(resume_root) / resume_key(chunk_path, identity)
+    folder = resume_folder(resume_root, resume_key(chunk_path, identity))
     store = PartStore(folder, {"n_texts": len(texts), "texts_sha256": texts_fingerprint(texts), "identity": digest(identity)})
     store.open()
     records: list[dict] = []

@@ -21,9 +21,11 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from shardflow.core.s3 import has_magic
 from shardflow.corpus.readers import ReaderOptions, count_records_cheap, detect_format, expand_inputs
 from shardflow.retrieval.pipeline import RetrievalSpec
 
@@ -44,14 +46,31 @@ def reader_options(cfg: dict) -> ReaderOptions:
     )
 
 
-def corpus_inputs(cfg: dict) -> list[str]:
-    """Files the split rule reads: the user's corpus, or the demo corpus to build."""
+def corpus_inputs(cfg: dict, list_s3: Callable[[str], list[str]] | None = None) -> list[str]:
+    """Files the split rule reads: the user's corpus, or the demo corpus to build.
+
+    `input.path` is a path, a glob, or a list of either; local and s3:// entries may
+    mix. An s3:// glob is listed with `list_s3(pattern)` (the rules pass one that uses
+    the run's S3 settings: shardflow.core.s3.expand); the order is that of the list,
+    each glob sorted, every file once."""
     path = cfg["input"]["path"]
     if path is None:
         return [DEMO_CORPUS]
-    if isinstance(path, str) and path.startswith("s3://"):
-        return [path]
-    return expand_inputs(path)
+    patterns = [path] if isinstance(path, str) else list(path)
+    if not any(p.startswith("s3://") for p in patterns):
+        return expand_inputs(path)
+    found: list[str] = []
+    for pattern in patterns:
+        if not pattern.startswith("s3://"):
+            matches = expand_inputs(pattern)
+        elif has_magic(pattern):
+            if list_s3 is None:
+                raise ValueError(f"input.path {pattern!r}: an s3:// glob needs the run's S3 settings to list it")
+            matches = list_s3(pattern)
+        else:
+            matches = [pattern]
+        found.extend(m for m in matches if m not in found)
+    return found
 
 
 def count_records(paths: list[str], opts: ReaderOptions) -> int:
@@ -73,12 +92,12 @@ def count_records(paths: list[str], opts: ReaderOptions) -> int:
     return cache[key]
 
 
-def plan_n_chunks(cfg: dict) -> int:
+def plan_n_chunks(cfg: dict, list_s3: Callable[[str], list[str]] | None = None) -> int:
     n = cfg["n_chunks"]
     if n != "auto":
         return int(n)
     ch = cfg["chunking"]
-    inputs = corpus_inputs(cfg)
+    inputs = corpus_inputs(cfg, list_s3)
     remote = any(p.startswith("s3://") for p in inputs)
     if ch["by"] == "size":
         if remote or cfg["input"]["path"] is None:
@@ -178,15 +197,15 @@ def plan_retrieval_chunks(cfg: dict) -> int:
     return round_to_gpus(n, cfg["chunking"]["gpus"], records)
 
 
-def datasets(cfg: dict) -> dict[str, DataSet]:
-    """Every data set of this run by name, main corpus first."""
+def datasets(cfg: dict, list_s3: Callable[[str], list[str]] | None = None) -> dict[str, DataSet]:
+    """Every data set of this run by name, main corpus first (`list_s3`: corpus_inputs)."""
     rate = cfg["chunking"]["rate_items_per_s"]
     main = DataSet(
         name=cfg["dataset"],
         role="main",
         tasks=tuple(cfg["tasks"]),
-        n_chunks=plan_n_chunks(cfg),
-        sources=tuple(corpus_inputs(cfg)),
+        n_chunks=plan_n_chunks(cfg, list_s3),
+        sources=tuple(corpus_inputs(cfg, list_s3)),
         reader=dict(reader_options(cfg).__dict__),
         by=cfg["chunking"]["by"],
         rate_items_per_s=rate,

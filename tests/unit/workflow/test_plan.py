@@ -170,6 +170,23 @@ def test_corpus_inputs_keeps_s3_urls(config):
     assert plan.corpus_inputs(config) == ["s3://bucket/data.jsonl.gz"]
 
 
+def test_corpus_inputs_lists_s3_globs_and_mixes_them_with_local_files(config, tmp_path):
+    (tmp_path / "local.jsonl").write_text("")
+    listed = []
+
+    def list_s3(pattern):
+        listed.append(pattern)
+        return ["s3://b/c/1.jsonl", "s3://b/c/2.jsonl"]
+
+    config["input"]["path"] = ["s3://b/c/*.jsonl", str(tmp_path / "local.jsonl"), "s3://b/c/2.jsonl", "s3://b/x.jsonl"]
+    assert plan.corpus_inputs(config, list_s3) == [
+        "s3://b/c/1.jsonl", "s3://b/c/2.jsonl", str(tmp_path / "local.jsonl"), "s3://b/x.jsonl"
+    ]  # in the order given, each file once
+    assert listed == ["s3://b/c/*.jsonl"]  # plain URLs are not listed: storage checks them
+    with pytest.raises(ValueError, match=r"an s3:// glob needs the run's S3 settings"):
+        plan.corpus_inputs(config)
+
+
 def test_corpus_inputs_expands_globs(config, tmp_path):
     for name in ("b.jsonl", "a.jsonl"):
         (tmp_path / name).write_text("")

@@ -1,0 +1,190 @@
+"""S3 for the few things Snakemake storage does not cover: listing a glob of input
+objects at parse time, and keeping a job's resume parts in the run's bucket when no
+shared volume outlives the job (EKS pods).
+
+Settings mirror snakemake-storage-plugin-s3's (endpoint_url, region, access_key,
+secret_key, token), taken from the workflow's `--storage-s3-*` values or, inside a
+job, from the SNAKEMAKE_STORAGE_S3_* variables Snakemake passes to it; anything unset
+falls back to boto3's own chain (AWS_PROFILE, AWS_ENDPOINT_URL, IRSA, ...).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+SETTING_NAMES = ("endpoint_url", "region", "access_key", "secret_key", "token")
+_MAGIC = re.compile(r"[*?[]")
+
+
+@dataclass(frozen=True)
+class S3Url:
+    bucket: str
+    key: str
+
+    @classmethod
+    def parse(cls, url: str) -> S3Url:
+        if not url.startswith("s3://"):
+            raise ValueError(f"not an s3:// URL: {url!r}")
+        bucket, _, key = url[len("s3://") :].partition("/")
+        if not bucket:
+            raise ValueError(f"s3 URL without a bucket: {url!r}")
+        return cls(bucket, key)
+
+    def __str__(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+    def join(self, *parts: str) -> S3Url:
+        key = "/".join(p.strip("/") for p in (self.key, *parts) if p.strip("/"))
+        return S3Url(self.bucket, key)
+
+
+def settings_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = os.environ if environ is None else environ
+    found = {n: env.get(f"SNAKEMAKE_STORAGE_S3_{n.upper()}") for n in SETTING_NAMES}
+    return {k: v for k, v in found.items() if v}
+
+
+def export_settings(settings: Mapping[str, Any], environ: dict | None = None) -> None:
+    """Put settings into SNAKEMAKE_STORAGE_S3_* (unless set): a local job inherits them,
+    as a pod gets them from the run's secret. Never pass them as params, which
+    Snakemake records in .snakemake/metadata."""
+    env = os.environ if environ is None else environ
+    for name, value in settings.items():
+        if value:
+            env.setdefault(f"SNAKEMAKE_STORAGE_S3_{name.upper()}", str(value))
+
+
+def client(settings: Mapping[str, Any] | None = None):
+    """A boto3 S3 client with the storage plugin's settings (None: from the environment).
+
+    Checksums only when required (as the storage plugin sets them): S3-compatible
+    servers other than AWS store boto3's default trailing checksums in the object.
+    Retries in standard mode ride out a storage server restart of a few seconds."""
+    import boto3
+    from botocore.config import Config
+
+    s = settings_from_env() if settings is None else {k: v for k, v in settings.items() if v}
+    return boto3.client(
+        "s3",
+        endpoint_url=s.get("endpoint_url"),
+        region_name=s.get("region"),
+        aws_access_key_id=s.get("access_key"),
+        aws_secret_access_key=s.get("secret_key"),
+        aws_session_token=s.get("token"),
+        config=Config(
+            retries={"max_attempts": 8, "mode": "standard"},
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        ),
+    )
+
+
+# ------------------------------------------------------------------------- globs
+
+
+def has_magic(url: str) -> bool:
+    return bool(_MAGIC.search(S3Url.parse(url).key))
+
+
+def glob_regex(pattern: str) -> re.Pattern:
+    """Key pattern -> regex, with glob.glob(recursive=True)'s meaning: `*` and `?` stay
+    within one path segment, `**/` matches any number of folders, `[...]` a class."""
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:[^/]*/)*")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif c == "*":
+            out.append("[^/]*")
+            i += 1
+        elif c == "?":
+            out.append("[^/]")
+            i += 1
+        elif c == "[":
+            end = pattern.find("]", i + 2)
+            if end < 0:
+                out.append(re.escape(c))
+                i += 1
+                continue
+            body = pattern[i + 1 : end]
+            if body.startswith("!"):
+                body = "^" + body[1:]
+            out.append(f"[{body}]")
+            i = end + 1
+        else:
+            out.append(re.escape(c))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def list_keys(s3, bucket: str, prefix: str) -> list[str]:
+    keys: list[str] = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        keys.extend(obj["Key"] for obj in page.get("Contents", ()))
+    return keys
+
+
+def expand(url: str, s3) -> list[str]:
+    """An s3:// URL or glob -> the matching object URLs, sorted (one listing per call).
+    A plain URL is returned as is (Snakemake storage checks it exists)."""
+    parsed = S3Url.parse(url)
+    match = _MAGIC.search(parsed.key)
+    if not match:
+        return [url]
+    prefix = parsed.key[: match.start()]
+    regex = glob_regex(parsed.key)
+    try:
+        keys = list_keys(s3, parsed.bucket, prefix)
+    except Exception as exc:  # botocore's errors: name the pattern the user wrote
+        raise OSError(f"cannot list {url}: {exc}") from exc
+    found = sorted(k for k in keys if regex.match(k) and not k.endswith("/"))
+    if not found:
+        raise FileNotFoundError(f"input pattern {url!r} matches no object")
+    return [f"s3://{parsed.bucket}/{k}" for k in found]
+
+
+# ----------------------------------------------------------------- object folder
+
+
+class ObjectFolder:
+    """A 'folder' of objects under one prefix: the resume parts of a job. A PUT is
+    atomic in S3 (an object is there whole or not at all), so no temp names."""
+
+    def __init__(self, url: str, s3=None):
+        self.url = S3Url.parse(url)
+        self._s3 = s3
+
+    @property
+    def s3(self):
+        if self._s3 is None:
+            self._s3 = client()
+        return self._s3
+
+    def __str__(self) -> str:
+        return str(self.url)
+
+    def _key(self, name: str) -> str:
+        return self.url.join(name).key
+
+    def read(self, name: str) -> bytes | None:
+        try:
+            return self.s3.get_object(Bucket=self.url.bucket, Key=self._key(name))["Body"].read()
+        except self.s3.exceptions.NoSuchKey:
+            return None
+
+    def write(self, name: str, data: bytes) -> None:
+        self.s3.put_object(Bucket=self.url.bucket, Key=self._key(name), Body=data)
+
+    def remove(self) -> None:
+        keys = list_keys(self.s3, self.url.bucket, self.url.key.rstrip("/") + "/")
+        for start in range(0, len(keys), 1000):
+            batch = [{"Key": k} for k in keys[start : start + 1000]]
+            self.s3.delete_objects(Bucket=self.url.bucket, Delete={"Objects": batch, "Quiet": True})

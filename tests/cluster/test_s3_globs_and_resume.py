@@ -1,0 +1,140 @@
+"""S3 beyond Snakemake storage, on the real S3 server: an `s3://` glob as the corpus,
+and resume parts kept under the storage prefix when S3 is the default storage (the
+eks profile, where a killed pod's working directory is gone with it)."""
+
+import signal
+import subprocess
+import time
+
+import numpy as np
+import psutil
+import pytest
+import yaml
+
+from shardflow.core import s3 as s3mod
+from shardflow.core.parts import PartStore
+from tests.helpers import SNAKEMAKE
+
+pytestmark = pytest.mark.cluster
+
+DS = "globbed"
+TARGETS = [f"results/{DS}/embeddings.npy", f"results/{DS}/ids.parquet"]
+
+
+@pytest.fixture
+def storage_env(s3, monkeypatch):
+    """What a job sees: the storage settings as SNAKEMAKE_STORAGE_S3_* variables."""
+    for name, value in (("ENDPOINT_URL", s3.endpoint_url), ("ACCESS_KEY", s3.access_key),
+                        ("SECRET_KEY", s3.secret_key), ("REGION", s3.region)):
+        monkeypatch.setenv(f"SNAKEMAKE_STORAGE_S3_{name}", value)
+
+
+def test_s3_glob_lists_like_a_local_glob(s3, s3_prefix, storage_env):
+    client = s3.client()
+    keys = ["a/x.jsonl", "a/y.jsonl", "a/b/z.jsonl", "a/b/c/w.jsonl", "a/notes.txt", "a/x.jsonl.gz", "ab.jsonl"]
+    for key in keys:
+        client.put_object(Bucket=s3.bucket, Key=f"{s3_prefix}/{key}", Body=b"{}\n")
+    base = f"s3://{s3.bucket}/{s3_prefix}"
+    found = s3mod.expand(f"{base}/a/*.jsonl", s3mod.client())
+
+    def rel(urls):
+        return [u[len(base) + 1 :] for u in urls]
+
+    assert rel(found) == ["a/x.jsonl", "a/y.jsonl"]  # `*` stays within one folder
+    assert rel(s3mod.expand(f"{base}/a/**/*.jsonl", s3mod.client())) == [
+        "a/b/c/w.jsonl", "a/b/z.jsonl", "a/x.jsonl", "a/y.jsonl"
+    ]
+    assert rel(s3mod.expand(f"{base}/a/[xy].json?", s3mod.client())) == ["a/x.jsonl", "a/y.jsonl"]
+    assert s3mod.expand(f"{base}/a/x.jsonl", s3mod.client()) == [f"{base}/a/x.jsonl"]  # no glob: as is
+    with pytest.raises(FileNotFoundError, match=r"matches no object"):
+        s3mod.expand(f"{base}/a/*.parquet", s3mod.client())
+
+
+def test_parts_in_s3_resume_and_are_removed(s3, s3_prefix, storage_env):
+    url = f"s3://{s3.bucket}/{s3_prefix}/resume/job"
+    store = PartStore(url, {"n_texts": 4}).open()
+    store.save_array(0, np.arange(6, dtype=np.float32).reshape(2, 3))
+    store.save_records(1, [{"id": "a", "summary": "<b>"}])
+    again = PartStore(url, {"n_texts": 4}).open()  # a rerun finds them
+    np.testing.assert_array_equal(again.load_array(0, (2, 3), np.float32), np.arange(6).reshape(2, 3))
+    assert again.load_array(0, (3, 3), np.float32) is None  # wrong shape: not this job's
+    assert again.load_records(1, 1) == [{"id": "a", "summary": "<b>"}]
+    assert again.load_array(2, (2, 3), np.float32) is None
+    with pytest.raises(ValueError, match=r"belongs to another job \(differs in \['n_texts'\]\)"):
+        PartStore(url, {"n_texts": 5}).open()
+    again.remove()
+    assert not s3.objects(f"{s3_prefix}/resume/")
+
+
+def _embed_script(pid: int):
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            if any(arg.endswith("embed.py") for arg in child.cmdline()):
+                return child
+        except psutil.NoSuchProcess:
+            continue
+    return None
+
+
+def test_glob_corpus_and_a_killed_embed_job_resuming_from_parts_in_s3(
+    s3, s3_prefix, corpus_file, tmp_path, sm
+):
+    """The corpus as two objects matched by a glob; S3 as the default storage. The embed
+    job is SIGKILLed after some parts; its retry resumes from the parts under the storage
+    prefix, and the outputs are byte-identical to a local run over the same records."""
+    lines = corpus_file.read_text().splitlines(keepends=True)
+    client = s3.client()
+    for i, part in enumerate((lines[:12], lines[12:])):
+        client.put_object(Bucket=s3.bucket, Key=f"{s3_prefix}/corpus/part-{i}.jsonl", Body="".join(part).encode())
+    client.put_object(Bucket=s3.bucket, Key=f"{s3_prefix}/corpus/README.txt", Body=b"not a part\n")
+
+    def config(path, corpus):
+        cfg = {
+            "dataset": DS, "n_chunks": 1, "input": {"path": corpus},
+            "embedding": {"window": 1},  # one part per text: 30 parts
+            "resources": {"embed": {"threads": 1}},
+        }
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        return path
+
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    local = sm.run(ref, "-s", str(sm.REPO / "Snakefile"), "-d", str(ref), *TARGETS,
+                   "--configfile", str(config(ref / "c.yaml", str(corpus_file))), "--cores", "1", timeout_s=300)
+    assert local.returncode == 0, sm.describe(local)
+
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = config(run / "c.yaml", f"s3://{s3.bucket}/{s3_prefix}/corpus/part-*.jsonl")
+    cmd = [
+        SNAKEMAKE, "-s", str(sm.REPO / "Snakefile"), "-d", str(run), *TARGETS, "--configfile", str(cfg),
+        "--cores", "1", *s3.snakemake_args(s3_prefix),
+    ]
+    parts = f"{s3_prefix}/results/{DS}/.resume/"
+    proc = subprocess.Popen(cmd, cwd=run, env=sm.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while sum(k.endswith(".npy") for k in s3.objects(parts)) < 2:
+            if proc.poll() is not None:
+                log = s3.objects(f"{s3_prefix}/logs/embed/").values()
+                raise AssertionError(proc.communicate()[0][-3000:] + b"".join(log).decode()[-5000:])
+            assert time.monotonic() < deadline, "no part reached the bucket within 180 s"
+            time.sleep(0.05)
+        job = _embed_script(proc.pid)
+        assert job is not None, "embed job process not found"
+        job.send_signal(signal.SIGKILL)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-4000:]
+    assert "Error in rule embed" in out, out[-4000:]  # the first attempt died, the retry finished
+
+    objects = s3.objects(f"{s3_prefix}/")
+    log = objects[f"{s3_prefix}/logs/embed/{DS}/chunk_0.log"].decode()
+    assert f"resuming from s3://{s3.bucket}/{parts}" in log, log[-3000:]
+    for rel in TARGETS + [f"results/{DS}/chunks/chunk_0.jsonl"]:
+        assert sm.sha256(objects[f"{s3_prefix}/{rel}"]) == sm.sha256((ref / rel).read_bytes()), rel
+    assert not [k for k in objects if k.startswith(parts)]  # parts removed once the outputs were safe
+    manifest = objects[f"{s3_prefix}/results/{DS}/chunks/manifest.json"].decode()
+    assert "part-0.jsonl" in manifest and "part-1.jsonl" in manifest and "README" not in manifest
