@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +100,55 @@ def run_snakemake(workdir: Path, *args: str, timeout_s: int = 180, env: dict | N
     return Run(proc.returncode, proc.stdout, time.monotonic() - start)
 
 
+class Background:
+    """`snakemake ARGS` running in the background, for the fault tests: they act on a
+    service or a job while the run goes on, then collect the run like run_snakemake's."""
+
+    def __init__(self, workdir: Path, args: tuple[str, ...], timeout_s: int, env: dict | None):
+        cmd = ["timeout", "-k", "10", str(timeout_s), str(BIN / "snakemake"), *args]
+        self._start = time.monotonic()
+        self._proc = subprocess.Popen(
+            cmd, cwd=workdir, env=env or clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        self._lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            self._lines.append(line)
+
+    @property
+    def output(self) -> str:
+        return "".join(self._lines)
+
+    def wait_until(self, condition, what: str, timeout_s: float = 120):
+        """Poll `condition()` until it returns something true (returned); fail if the
+        run ends first or the time is up."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = condition()
+            if found:
+                return found
+            if self._proc.poll() is not None:
+                self._reader.join(5)
+                pytest.fail(f"the run ended before {what}: {describe(self.finish())}")
+            time.sleep(0.05)
+        self._proc.kill()
+        pytest.fail(f"no {what} within {timeout_s} s: {describe(self.finish())}")
+
+    def finish(self) -> Run:
+        returncode = self._proc.wait()
+        self._reader.join(10)
+        return Run(returncode, self.output, time.monotonic() - self._start)
+
+
+def start_snakemake(workdir: Path, *args: str, timeout_s: int = 180, env: dict | None = None) -> Background:
+    """run_snakemake, in the background."""
+    return Background(workdir, args, timeout_s, env)
+
+
 def describe(run: Run, tail: int = 6000) -> str:
     return f"exit {run.returncode} after {run.seconds:.0f}s; output tail:\n{run.output[-tail:]}"
 
@@ -122,12 +172,15 @@ def write_real_config(path: Path, corpus: str) -> Path:
     return path
 
 
+def real_args(workdir: Path, config: Path, *targets: str) -> list[str]:
+    """Snakemake arguments for the repo's Snakefile in `workdir` with `config`, to
+    `targets` (default TARGET)."""
+    return ["-s", str(REPO / "Snakefile"), "-d", str(workdir), *(targets or (TARGET,)), "--configfile", str(config)]
+
+
 def run_real(workdir: Path, config: Path, *args: str, **kwargs) -> Run:
     """The repo's Snakefile, run in `workdir` to TARGET with `config`."""
-    return run_snakemake(
-        workdir, "-s", str(REPO / "Snakefile"), "-d", str(workdir), TARGET, "--configfile", str(config), *args,
-        **kwargs,
-    )
+    return run_snakemake(workdir, *real_args(workdir, config), *args, **kwargs)
 
 
 def hashes(root: Path, rels: list[str]) -> dict[str, str]:
@@ -201,7 +254,9 @@ class Helpers:
     DATASET, N_CHUNKS, CORPUS_DOCS, TARGET = DATASET, N_CHUNKS, CORPUS_DOCS, TARGET
     MERGED, CHUNKS, CORPUS_KEY = MERGED, CHUNKS, CORPUS_KEY
     run = staticmethod(run_snakemake)
+    start = staticmethod(start_snakemake)
     run_real = staticmethod(run_real)
+    real_args = staticmethod(real_args)
     real_config = staticmethod(write_real_config)
     checkout = staticmethod(workflow_checkout)
     hashes = staticmethod(hashes)

@@ -3,11 +3,13 @@ jobs: as Snakemake's default storage (what the `eks` profile relies on), and as 
 place the corpus is read from (`input.path: s3://...`)."""
 
 import logging
+import re
 
 import pytest
 import yaml
 
 from tests.helpers import job_counts
+from tests.support import s3server
 
 pytestmark = pytest.mark.cluster
 
@@ -128,3 +130,65 @@ def test_storage_plugin_deletes_a_bucket_when_it_removes_the_last_object(s3, tmp
     client.put_object(Bucket="shardflow-scratch", Key="run/out.txt", Body=b"x")
     remove("shardflow-scratch", "run/out.txt")
     assert "shardflow-scratch" in bucket_names()
+
+
+# ---- faults -------------------------------------------------------------------------------
+
+# What Snakemake prints when a storage call fails for good (snakemake-interface-storage-plugins:
+# managed_exists / store / retrieve), naming the object.
+STORAGE_FAILURE = re.compile(
+    r"Failed to (?:check existence of|store output in storage|retrieve storage object from) s3://\S+"
+)
+
+
+def test_s3_server_killed_and_restarted_mid_run_stops_the_run_clearly_and_a_rerun_completes(
+    s3, s3_prefix, s3_corpus, real_local, tmp_path, sm
+):
+    """Fault: the S3 server (SeaweedFS, the session's) SIGKILLed while the split job of the
+    real workflow runs -- corpus and results in the bucket -- and restarted on the same
+    ports and data folder straight away (it takes about 3 s to take writes again).
+
+    Observed with Snakemake 9.27 and snakemake-storage-plugin-s3 0.3.6: boto3's retries
+    (standard mode, 5 attempts, backoff scaled 0.05 s) span about a second, far less than
+    any restart, so the first storage call in the outage -- the upload of the job's
+    outputs -- fails for good and the run stops naming the object ("Failed to store
+    output in storage s3://..."). The run may also complete, if the server is back before
+    Snakemake next calls it; both are accepted. Either way no object in the bucket differs
+    from the reference, and a plain rerun completes with the reference's bytes.
+
+    The target is the split (the real workflow's first job; its chunks are compared with
+    the local reference run): a fault in a later job works the same way and would only
+    cost more time."""
+    config = sm.real_config(tmp_path / "config.yaml", s3_corpus)
+    manifest = f"results/{sm.DATASET}/chunks/manifest.json"
+    args = [*sm.real_args(tmp_path, config, manifest), "--cores", "1", *s3.snakemake_args(s3_prefix)]
+    # The job's log, local copy: it exists once the split script runs.
+    job_log = tmp_path / ".snakemake" / "storage" / "s3" / s3.bucket / s3_prefix / f"logs/split/{sm.DATASET}.log"
+
+    run = sm.start(tmp_path, *args, timeout_s=180)
+    run.wait_until(job_log.exists, "the split job to start")
+    s3server.kill(s3)
+    s3server.restart(s3)  # same endpoint and keys: `s3` stays valid
+    first = run.finish()
+    failure = STORAGE_FAILURE.search(first.output)
+    print(f"S3 killed mid-run: exit {first.returncode} after {first.seconds:.1f} s; {failure and failure.group(0)}")
+
+    assert not first.timed_out, sm.describe(first)
+    if first.returncode != 0:
+        assert first.returncode == 1, sm.describe(first)
+        assert failure, sm.describe(first)
+        assert "Could not connect to the endpoint URL" in first.output, sm.describe(first)
+    # No object stands with other bytes than the reference (an upload is all or nothing),
+    # whichever of the job's outputs made it before the server went down.
+    after_fault = s3.objects(f"{s3_prefix}/")
+    for rel in sm.CHUNKS:
+        if f"{s3_prefix}/{rel}" in after_fault:
+            assert sm.sha256(after_fault[f"{s3_prefix}/{rel}"]) == real_local.hashes[rel], rel
+
+    rerun = sm.run(tmp_path, *args, timeout_s=180)
+    assert rerun.returncode == 0, sm.describe(rerun)
+    objects = s3.objects(f"{s3_prefix}/")
+    assert f"{s3_prefix}/{manifest}" in objects
+    assert {rel: sm.sha256(objects[f"{s3_prefix}/{rel}"]) for rel in sm.CHUNKS} == {
+        rel: real_local.hashes[rel] for rel in sm.CHUNKS
+    }
