@@ -6,6 +6,7 @@ that fails."""
 
 import json
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -24,6 +25,12 @@ def scontrol_job(job_id: str) -> str:
     out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=30, check=False)
     assert out.returncode == 0, out.stderr
     return out.stdout
+
+
+def squeue_state(job_id: str) -> str:
+    out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=30,
+                         check=False)
+    return out.stdout.strip()
 
 
 def submitted_jobs(output: str) -> dict[str, str]:
@@ -141,3 +148,56 @@ def test_failed_embed_job_is_resubmitted_not_retried_in_place(slurm_cluster, cor
         text = (tmp_path / log).read_text()  # an absolute `log` replaces tmp_path
         assert "no-such-model" in text, text[-3000:]
         assert "Trying to restart job" not in text, text[-3000:]
+
+
+# ---- faults -------------------------------------------------------------------------------
+
+
+def test_cancelled_embed_job_is_resubmitted_and_the_run_completes_bit_for_bit(
+    slurm_cluster, corpus_file, real_local, tmp_path, sm
+):
+    """Fault: `scancel` of a running embed job (its script has started), as an operator
+    or a preemption without requeue would. The plugin sees the job CANCELLED (squeue),
+    reports it failed, and Snakemake submits it again (attempt 2, mem_mb + 500), which
+    completes with the local run's bytes.
+
+    Retries: profiles/ci-slurm's `retries: 0` replaces profiles/slurm's `retries: 2` (a
+    workflow profile overrides the global profile key by key), but it is only the default
+    for rules without a `retries:` of their own: Snakemake uses a rule's value when set
+    (Rule.restart_times), and embed sets 2. So no `--retries` on the command line; it
+    would change split, merge and verify only. (The Snakemake inside each SLURM job runs
+    with `--retries 0`, which likewise leaves a rule's own `retries:` in force; the
+    workflow turns those off inside SLURM jobs.)
+
+    To keep this short the run starts from the reference run's split outputs (copied with
+    their times, so the split is up to date) and asks for one chunk's embeddings."""
+    ds, chunk = sm.DATASET, 1
+    chunks = f"results/{ds}/chunks"
+    shutil.copytree(real_local.workdir / chunks, tmp_path / chunks, copy_function=shutil.copy2)
+    config = sm.real_config(tmp_path / "config.yaml", str(corpus_file))
+    outputs = [f"results/{ds}/embed/embed_{chunk}.npy", f"results/{ds}/embed/embed_{chunk}.ids.parquet"]
+    job_log = tmp_path / f"logs/embed/{ds}/chunk_{chunk}.log"
+
+    run = sm.start(tmp_path, *sm.real_args(tmp_path, config, *outputs), *slurm_profile_args(sm), timeout_s=300)
+
+    def running_embed_job():
+        found = submitted_jobs(run.output).get(f"embed/{ds}_{chunk}")
+        return found if found and job_log.exists() and squeue_state(found) == "RUNNING" else None
+
+    first = run.wait_until(running_embed_job, "a running embed job")
+    subprocess.run(["scancel", first], check=True, capture_output=True, timeout=30)
+    done = run.finish()
+
+    assert done.returncode == 0, sm.describe(done)
+    assert f"SLURM-job '{first}' failed, SLURM status is: 'CANCELLED'" in done.output, sm.describe(done)
+    assert "Trying to restart job" in done.output, sm.describe(done)
+    embeds = re.findall(r"submitted with SLURM jobid (\d+) \(log: \S*/slurm_logs/rule_embed/", done.output)
+    assert len(embeds) == 2 and embeds[0] == first, sm.describe(done)
+    assert not re.search(r"slurm_logs/rule_split", done.output)  # the split stood
+    states = [re.search(r"JobState=(\w+)", scontrol_job(j)).group(1) for j in embeds]
+    assert states == ["CANCELLED", "COMPLETED"], states
+    memory = [re.search(r"MinMemoryNode=(\d+)M", scontrol_job(j)).group(1) for j in embeds]
+    assert memory == ["1000", "1500"], memory  # the resubmission is attempt 2
+    for rel in outputs:
+        assert (tmp_path / rel).read_bytes() == (real_local.workdir / rel).read_bytes(), rel
+    print(f"SLURM embed job {first} cancelled: resubmitted as {embeds[1]}; run took {done.seconds:.0f} s")
