@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
 import hashlib
 import os
 import subprocess
 import sys
+import urllib.parse
 from pathlib import Path
 
 import yaml
@@ -15,11 +18,78 @@ BIN = Path(sys.executable).parent
 SNAKEMAKE = str(BIN / "snakemake")
 
 
+# Fake credentials in the environment of every workflow run of the tests (offline_env),
+# one distinctive value per variable: no file a run writes may contain any of them
+# (assert_no_secrets). Nothing local uses them; the cluster tests build their own
+# environment (tests/cluster/conftest.py clean_env) with the S3 server's keys.
+FAKE_SECRETS = {
+    "AWS_ACCESS_KEY_ID": "AKIAFAKESHARDFLOW7Q2Z",
+    "AWS_SECRET_ACCESS_KEY": "fakeAwsSecret/shardflow+Kq3Vz9Rw7MbX2nC5tG8hPd",
+    "AWS_SESSION_TOKEN": "FakeAwsSessionToken//shardflow+Ab12Cd34Ef56Gh78Ij90Kl",
+    "HF_TOKEN": "hf_FakeShardflowHfToken9c2Lm4Pq7Rs1Tu",
+    "HUGGING_FACE_HUB_TOKEN": "hf_FakeShardflowHubToken3Vw5Xy8Za0Bc",
+    "GITHUB_TOKEN": "ghp_FakeShardflowGithubToken6De1Fg4Hi",
+    "SNAKEMAKE_STORAGE_S3_ACCESS_KEY": "FakeSnakemakeS3AccessKeyShardflow4Jk7",
+    "SNAKEMAKE_STORAGE_S3_SECRET_KEY": "fakeSnakemakeS3Secret/shardflow+Lm2No5Pq8",
+}
+
+
 def offline_env(**extra: str) -> dict:
+    """The test process's environment, model hubs offline, the venv first on PATH, and
+    FAKE_SECRETS in place of any real credentials, then `extra`. A caller that passes
+    credentials or an S3 endpoint of its own gets no fakes at all: the S3 plugin would
+    prefer a fake SNAKEMAKE_STORAGE_S3_* key to the caller's AWS_* one."""
     env = dict(os.environ)
     env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": f"{BIN}:{env.get('PATH', '')}"})
+    if not set(extra) & {*FAKE_SECRETS, "AWS_ENDPOINT_URL", "AWS_PROFILE"}:
+        env.update(FAKE_SECRETS)
     env.update(extra)
     return env
+
+
+def _secret_patterns(secret: str) -> list[bytes]:
+    """The secret as it could appear in a file: plain, URL-quoted, and inside base64 (a
+    data URI in report.html) at each of the three byte alignments, as the run of base64
+    characters that depends on the secret's bytes only."""
+    raw = secret.encode()
+    patterns = {raw, urllib.parse.quote(secret, safe="").encode()}
+    for shift in range(3):
+        encoded = base64.b64encode(b"\0" * shift + raw)
+        start = 4 if shift else 0  # the first group mixes in the bytes before the secret
+        stop = 4 * ((shift + len(raw)) // 3)  # the last full group inside the secret
+        patterns.add(encoded[start:stop])
+    return sorted(patterns)
+
+
+def _readable_forms(path: Path) -> list[bytes]:
+    """A file's bytes, plus its decoded content where the bytes are compressed."""
+    data = path.read_bytes()
+    forms = [data]
+    if data[:2] == b"\x1f\x8b":
+        forms.append(gzip.decompress(data))
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        forms.append(repr(pq.read_table(path).to_pylist()).encode())
+    return forms
+
+
+def assert_no_secrets(*roots: Path, texts: tuple[str, ...] = ()) -> list[Path]:
+    """No file under `roots` (results, logs, benchmarks, .snakemake, report.html, ...)
+    and none of `texts` (a run's stdout/stderr) contains a value of FAKE_SECRETS in any
+    form _secret_patterns lists. Returns the files read."""
+    patterns = {name: _secret_patterns(value) for name, value in FAKE_SECRETS.items()}
+    files = sorted(p for root in roots for p in Path(root).rglob("*") if p.is_file() and not p.is_symlink())
+    blobs = [(str(f), form) for f in files for form in _readable_forms(f)]
+    blobs += [(f"text {i}", t.encode()) for i, t in enumerate(texts)]
+    leaks = [
+        f"{where}: {name}"
+        for where, blob in blobs
+        for name, forms in patterns.items()
+        if any(p in blob for p in forms)
+    ]
+    assert not leaks, "fake credentials found in run outputs:\n" + "\n".join(leaks)
+    return files
 
 
 def write_config(path: Path, **overrides) -> Path:

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from shardflow.core.models import bundled_model_path
-from tests.helpers import sha256, snakemake, write_config
+from tests.helpers import assert_no_secrets, sha256, snakemake, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -100,3 +100,18 @@ def test_same_inputs_give_identical_outputs(run, tmp_path, demo_texts):
         f"results/e2e/chunks/chunk_{i}.jsonl" for i in range(3)
     ]:
         assert sha256(tmp_path / rel) == sha256(workdir / rel), rel
+
+
+def test_no_fake_credential_in_any_file_of_the_run_or_its_html_report(run):
+    """offline_env put fake AWS, Hugging Face, GitHub and Snakemake-storage credentials in
+    the environment of every run of this module: none is in any file they wrote
+    (results, logs, benchmarks, .snakemake, provenance) or in report.html, where the
+    results are embedded base64-encoded."""
+    workdir, cfg, _, proc = run
+    if not (workdir / "report.html").exists():  # this test run alone
+        snakemake(workdir, "--configfile", str(cfg), "--report", "report.html")
+    files = assert_no_secrets(workdir, texts=(proc.stdout, proc.stderr))
+    names = {f.relative_to(workdir).as_posix() for f in files}
+    assert {"report.html", "results/e2e/provenance.json", "logs/embed/e2e/chunk_0.log"} <= names
+    assert any(n.startswith(".snakemake/metadata/") for n in names)
+    assert any(n.startswith(".snakemake/log/") for n in names)

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from shardflow.core.gpu_slots import acquire_gpu
-from tests.helpers import job_counts, offline_env, snakemake, write_config
+from tests.helpers import assert_no_secrets, job_counts, offline_env, snakemake, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -165,3 +165,15 @@ def test_msmarco_files_through_the_workflow(tmp_path, beir):
     assert metrics["ndcg_at_10"] == pytest.approx(_expected_ndcg(), abs=1e-6)
     assert metrics["recall_at_10"] == pytest.approx((5 + 0.5) / 6, abs=1e-9)
     assert metrics["mrr_at_10"] == pytest.approx(1.0)
+
+
+def test_no_fake_credential_in_any_file_of_the_runs(tmp_path_factory):
+    """The runs of this module saw fake credentials (offline_env): no file they wrote
+    holds one. They ran in the tests' own tmp_path folders, found here by their results."""
+    base = tmp_path_factory.getbasetemp()
+    found = [m for name in ("tiny", "marco") for m in base.glob(f"*/results/{name}/retrieval/metrics.json")]
+    workdirs = {m.parents[3].resolve() for m in found}  # <test>/results/<name>/retrieval/metrics.json
+    if not workdirs:
+        pytest.skip("no retrieval run of this module in this session (run the module, not this test alone)")
+    files = assert_no_secrets(*workdirs)
+    assert any(f.name == "metrics.json" for f in files) and any(f.suffix == ".log" for f in files)

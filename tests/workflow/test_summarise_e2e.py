@@ -8,7 +8,7 @@ import re
 import pandas as pd
 import pytest
 
-from tests.helpers import job_counts, snakemake, write_config
+from tests.helpers import assert_no_secrets, job_counts, snakemake, write_config
 from tests.support import tiny_generators
 
 pytestmark = pytest.mark.workflow
@@ -109,3 +109,10 @@ def test_dry_run_lists_every_summarise_job_with_its_resources(tmp_path, method, 
     assert counts["merge_summaries"] == counts["summarise_report"] == 1
     blocks = [b for b in re.split(r"\n(?=rule |localrule )", out) if b.startswith("rule summarise:")]
     assert all(re.search(rf"resources: .*\bgpu={gpu}\b", b) for b in blocks), blocks[0]
+
+
+def test_no_fake_credential_in_any_file_of_the_run(run):
+    """The run saw fake credentials (offline_env): no file it wrote holds one."""
+    files = assert_no_secrets(run["work"], texts=(run["proc"].stdout, run["proc"].stderr))
+    names = {f.relative_to(run["work"]).as_posix() for f in files}
+    assert {"results/news/provenance.json", "results/report.rst", "logs/summarise/news/chunk_0.log"} <= names

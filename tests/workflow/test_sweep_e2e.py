@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from shardflow.corpus.demo import DemoParams, build_demo_corpus
-from tests.helpers import job_counts, snakemake
+from tests.helpers import assert_no_secrets, job_counts, snakemake
 
 pytestmark = pytest.mark.workflow
 
@@ -138,3 +138,9 @@ def test_a_bad_sweep_is_a_parse_time_error_naming_it(tmp_path, case):
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and message in out, out[-3000:]
     assert "sweep 'bad'" in out or "sweeps 'lr-layers' and 'bad'" in out
+
+
+def test_no_fake_credential_in_any_file_of_the_run(run):
+    """The sweep's runs saw fake credentials (offline_env): no file they wrote holds one."""
+    files = assert_no_secrets(run)
+    assert any(f.name == "best.json" for f in files) and any(f.suffix == ".log" for f in files)

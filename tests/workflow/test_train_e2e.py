@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from shardflow.corpus.demo import DemoParams, build_demo_corpus
-from tests.helpers import REPO, SNAKEMAKE, job_counts, offline_env, sha256, snakemake, write_config
+from tests.helpers import REPO, SNAKEMAKE, assert_no_secrets, job_counts, offline_env, sha256, snakemake, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -193,3 +193,12 @@ def test_dry_run_lists_every_tokenize_job_and_train_before_any_data(tmp_path):
     proc = snakemake(tmp_path, "-n", "--config", "tasks=[training]", "shards={split: position}", check=False)
     assert proc.returncode != 0
     assert "shards.split: position reads one local, uncompressed plain-text file" in proc.stdout + proc.stderr
+
+
+def test_no_fake_credential_in_any_file_of_the_run(run):
+    """The run saw fake credentials (offline_env): no file it wrote holds one (checkpoints,
+    shards, the Hugging Face export and the sample included)."""
+    work, _ = run
+    files = assert_no_secrets(work)
+    names = {f.relative_to(work).as_posix() for f in files}
+    assert {f"results/{DS}/provenance.json", f"results/{DS}/train/sample.txt", f"logs/train/{DS}.log"} <= names
