@@ -68,4 +68,4 @@ def test_no_credentials_in_the_image():
         if word in ("ENV", "ARG")
         for name in re.findall(r"(?:^|\s)([A-Za-z_][A-Za-z0-9_]*)(?==|\s|$)", args)
     ]
-    assert names and not [n for n in names if re.search(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", n, re.I)]
+    assert names and not [n for n in names if re.search(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", n, re.IGNORECASE)]

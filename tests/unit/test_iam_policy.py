@@ -66,7 +66,7 @@ def test_no_wildcard_action_and_objects_only_under_the_prefix(policy):
 
 def test_the_readme_shows_the_same_policy():
     readme = (REPO / "profiles" / "README.md").read_text()
-    blocks = re.findall(r"```json\n(.*?)```", readme, re.S)
+    blocks = re.findall(r"```json\n(.*?)```", readme, re.DOTALL)
     assert json.loads(POLICY.read_text()) in [json.loads(b) for b in blocks]
 
 
