@@ -1,7 +1,8 @@
 """The eks profile's IAM policy (profiles/eks/iam-policy.json, also shown in
 profiles/README.md): a complete policy document, no wildcard action, objects only
-under the prefix, bucket-level listing only with a prefix condition, and every call of
-the installed snakemake-storage-plugin-s3 either granted or refused on purpose."""
+under the prefix, bucket-level listing only with a prefix condition, and every S3 call
+of the installed snakemake-storage-plugin-s3 and of shardflow.core.s3 either granted or
+refused on purpose."""
 
 import inspect
 import json
@@ -28,6 +29,14 @@ PLUGIN_CALLS = {
     "upload_file": ("s3:PutObject", "s3:AbortMultipartUpload"),  # multipart from 8 MB on
     "delete": ("s3:DeleteObject", None),  # Object.delete; Bucket.delete: the sentinel's job
     "create_bucket": (None,),  # CreateBucket: the bucket exists (HeadBucket is granted)
+}
+# shardflow's own client calls (shardflow/core/s3.py: resume parts under the storage
+# prefix, listing an s3:// glob of input objects).
+SHARDFLOW_CALLS = {
+    "list_objects_v2": ("s3:ListBucket",),  # through get_paginator
+    "get_object": ("s3:GetObject",),
+    "put_object": ("s3:PutObject",),
+    "delete_objects": ("s3:DeleteObject",),  # DeleteObjects is authorised per key
 }
 
 
@@ -70,8 +79,9 @@ def test_the_readme_shows_the_same_policy():
     assert json.loads(POLICY.read_text()) in [json.loads(b) for b in blocks]
 
 
-def test_every_call_of_the_storage_plugin_is_granted_or_refused_on_purpose(policy):
-    """A new plugin version that makes other calls fails here: review the policy."""
+def test_every_s3_call_is_granted_or_refused_on_purpose(policy):
+    """Of the storage plugin and of shardflow itself. A new plugin version, or a new
+    call in shardflow.core.s3, fails here: review the policy."""
     import boto3
     import snakemake_storage_plugin_s3 as plugin
 
@@ -82,6 +92,12 @@ def test_every_call_of_the_storage_plugin_is_granted_or_refused_on_purpose(polic
         names |= {m for m in dir(type(resource)) if not m.startswith("_")}
     calls = set(re.findall(r"\.(\w+)\(", inspect.getsource(plugin))) & names
     assert calls == set(PLUGIN_CALLS)
+
+    source = (REPO / "shardflow" / "core" / "s3.py").read_text()
+    client_ops = set(s3.meta.client.meta.method_to_api_mapping)
+    ours = set(re.findall(r"\.(\w+)\(", source)) & client_ops | set(re.findall(r'get_paginator\("(\w+)"\)', source))
+    assert ours == set(SHARDFLOW_CALLS)
+
     granted = {a for statement in policy["Statement"] for a in _as_list(statement["Action"])}
-    needed = {a for actions in PLUGIN_CALLS.values() for a in actions if a}
+    needed = {a for actions in (*PLUGIN_CALLS.values(), *SHARDFLOW_CALLS.values()) for a in actions if a}
     assert needed == granted
