@@ -46,6 +46,13 @@ Strict mode answers as a real API server does where the plugin is known to trip:
   found`, as the kubelet reports it through the API server.
 Without strict mode both are accepted (the log read returns the current log).
 
+Fault injection: `fail_next_pod(rule)` makes the next Job that runs `rule` (as named
+in its `--target-jobs`) fail the way an out-of-memory kill does: its container runs
+until its log shows `when_log_has` (default: at once), then the whole process group
+gets SIGKILL and the pod ends in phase Failed, exit code 137, reason OOMKilled (or the
+code and reason given). Any container killed by a signal N reports 128 + N, as the
+kubelet does. From a shell: `--fail-next-pod RULE`.
+
 Use it in-process (`with KubernetesApiServerStandin(root, strict=True) as api:` then
 point KUBECONFIG at `api.kubeconfig_path`) or from a shell:
     python -m tests.support.k8s_apiserver_standin --dir D [--strict] [--namespace NS]
@@ -107,6 +114,16 @@ class ApiError(Exception):
 
 
 @dataclass
+class PodFault:
+    """A failure to inject into the next pod of `rule` (see fail_next_pod)."""
+
+    rule: str
+    exit_code: int = 137
+    reason: str = "OOMKilled"
+    when_log_has: str | None = None
+
+
+@dataclass
 class JobRun:
     """One submitted Job and its single pod, backed by a local process."""
 
@@ -120,7 +137,10 @@ class JobRun:
     started: str | None = None
     finished: str | None = None
     exit_code: int | None = None
+    reason: str | None = None  # the container's terminated reason, when not the default
     process: subprocess.Popen | None = None
+    fault: PodFault | None = None
+    fault_fired: bool = False
 
     @property
     def container(self) -> dict:
@@ -156,6 +176,8 @@ class KubernetesApiServerStandin:
         self.unhandled: list[tuple[str, str]] = []
         self._secrets: dict[tuple[str, str], dict] = {}
         self._jobs: dict[tuple[str, str], JobRun] = {}
+        self._faults: list[PodFault] = []
+        self.faults_injected: list[tuple[str, str]] = []  # (job name, rule) of each pod failed on purpose
         self._server: ThreadingHTTPServer | None = None
 
     # ---- lifecycle --------------------------------------------------------------------
@@ -192,6 +214,16 @@ class KubernetesApiServerStandin:
         assert self._server is not None, "not started"
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
+
+    def fail_next_pod(
+        self, rule: str, *, exit_code: int = 137, reason: str = "OOMKilled", when_log_has: str | None = None
+    ) -> None:
+        """Fail the next pod that runs `rule`: SIGKILL its container's process group once
+        its log contains `when_log_has` (None: right after it starts), and report the pod
+        Failed with `exit_code` and `reason` (default: what an out-of-memory kill shows).
+        Each call fails one pod; later pods of the rule run normally."""
+        with self._lock:
+            self._faults.append(PodFault(rule, exit_code, reason, when_log_has))
 
     def running_jobs(self) -> list[str]:
         """Names of Jobs whose process is still running (orphans, after a run ended)."""
@@ -269,6 +301,10 @@ class KubernetesApiServerStandin:
                 pod_name=pod_name,
                 pod_dir=self.root / "pods" / pod_name,
             )
+            rule = _target_rule(run.container)
+            run.fault = next((f for f in self._faults if f.rule == rule), None)
+            if run.fault is not None:
+                self._faults.remove(run.fault)
             self._jobs[(ns, name)] = run
         self._launch(run)
         return 201, self._job_json(run)
@@ -388,7 +424,27 @@ class KubernetesApiServerStandin:
                 run.started, run.finished, run.exit_code = _now(), _now(), 128
                 return
         run.started = _now()
+        if run.fault is not None:
+            threading.Thread(target=self._inject, args=(run,), daemon=True).start()
         threading.Thread(target=self._reap, args=(run,), daemon=True).start()
+
+    def _inject(self, run: JobRun) -> None:
+        """The fault of fail_next_pod: SIGKILL the container (all its processes at once,
+        as the kernel's OOM killer does to a cgroup) when its log shows the marker."""
+        assert run.process is not None and run.fault is not None
+        marker = run.fault.when_log_has
+        deadline = time.monotonic() + self.job_timeout_s
+        while marker and run.process.poll() is None and time.monotonic() < deadline:
+            if marker in run.log_path.read_text(errors="replace"):
+                break
+            time.sleep(0.02)
+        if run.process.poll() is not None:
+            return  # ended before the marker: nothing to inject
+        run.fault_fired = True
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.process.pid, signal.SIGKILL)
+        with self._lock:
+            self.faults_injected.append((run.name, run.fault.rule))
 
     def _reap(self, run: JobRun) -> None:
         assert run.process is not None
@@ -397,6 +453,11 @@ class KubernetesApiServerStandin:
         except subprocess.TimeoutExpired:
             _kill(run)
             code = run.process.wait()
+        if code < 0:
+            code = 128 - code  # killed by signal N: the kubelet reports 128 + N
+        if run.fault_fired:
+            assert run.fault is not None
+            code, run.reason = run.fault.exit_code, run.fault.reason
         run.finished, run.exit_code = _now(), code
 
     # ---- JSON views -------------------------------------------------------------------
@@ -431,7 +492,8 @@ class KubernetesApiServerStandin:
             phase, state, ready = "Running", {"running": {"startedAt": run.started}}, True
         else:
             phase = "Succeeded" if run.exit_code == 0 else "Failed"
-            state = {"terminated": {"exitCode": run.exit_code, "reason": "Completed" if run.exit_code == 0 else "Error",
+            reason = run.reason or ("Completed" if run.exit_code == 0 else "Error")
+            state = {"terminated": {"exitCode": run.exit_code, "reason": reason,
                                     "startedAt": run.started, "finishedAt": run.finished}}
             ready = False
         return {
@@ -475,6 +537,13 @@ def _group_alive(pgid: int) -> bool:
         if int(fields[2]) == pgid and fields[0] != "Z":
             return True
     return False
+
+
+def _target_rule(container: dict) -> str | None:
+    """The rule a Snakemake Job runs: `--target-jobs 'embed:chunk=b'` -> 'embed'."""
+    command = " ".join(list(container.get("command") or []) + list(container.get("args") or []))
+    found = re.search(r"--target-jobs '?([A-Za-z_]\w*):", command)
+    return found.group(1) if found else None
 
 
 def _parse_selector(selector: str) -> dict[str, str]:
@@ -602,8 +671,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", type=Path, required=True, help="state folder; the kubeconfig is written here")
     p.add_argument("--strict", action="store_true", help="answer 422/400 where a real API server does")
     p.add_argument("--namespace", action="append", default=None, help="namespace(s) that exist (default: default)")
+    p.add_argument("--fail-next-pod", action="append", default=[], metavar="RULE",
+                   help="fail the next pod of RULE as an out-of-memory kill does (exit 137); repeatable")
     args = p.parse_args(argv)
     api = KubernetesApiServerStandin(args.dir, strict=args.strict, namespaces=tuple(args.namespace or ["default"]))
+    for rule in args.fail_next_pod:
+        api.fail_next_pod(rule)
     api.start()
     print(json.dumps({"url": api.url, "kubeconfig": str(api.kubeconfig_path), "strict": api.strict}), flush=True)
     stop = threading.Event()
