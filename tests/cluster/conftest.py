@@ -271,6 +271,17 @@ def sm() -> Helpers:
     return Helpers()
 
 
+@pytest.fixture(scope="session")
+def tiny_local(tmp_path_factory) -> dict[str, str]:
+    """The tiny workflow run locally, uninterrupted: sha256 of each of OUTPUTS (the
+    reference for fault tests that use it; about 3 s)."""
+    wd = tmp_path_factory.mktemp("tiny-local")
+    shutil.copy(WORKFLOW / "Snakefile", wd / "Snakefile")
+    run = run_snakemake(wd, "--cores", "2", timeout_s=120)
+    assert run.returncode == 0, describe(run)
+    return hashes(wd, OUTPUTS)
+
+
 @pytest.fixture
 def workflow_dir(tmp_path) -> Path:
     """A private copy of the tiny test workflow (outside git, so nothing leaks between runs)."""

@@ -81,6 +81,19 @@ def pod_log(api, job_name: str) -> str:
     return (pod_dir / "container.log").read_text()
 
 
+def delete_jobs(api, names: list[str]) -> None:
+    """Delete Jobs through the API, as kubectl does (a Job already gone is fine)."""
+    import kubernetes
+
+    batch = kubernetes.client.BatchV1Api(kubernetes.config.new_client_from_config(str(api.kubeconfig_path)))
+    for name in names:
+        try:
+            batch.delete_namespaced_job(name, NAMESPACE, propagation_policy="Foreground")
+        except kubernetes.client.rest.ApiException as e:
+            if e.status != 404:
+                raise
+
+
 def test_eks_profile_runs_the_real_workflow_through_the_standin_and_matches_a_local_run(
     api, s3, s3_prefix, s3_corpus, real_local, tmp_path, sm
 ):
@@ -258,6 +271,51 @@ def test_lenient_api_server_lets_the_plugin_report_and_retry_the_failure(api, s3
     assert f"{s3_prefix}/merged/summary.json" not in objects
 
 
+def test_pod_killed_like_out_of_memory_stops_the_run_clearly_and_a_rerun_completes(
+    api, s3, s3_prefix, workflow_dir, tiny_local, sm
+):
+    """Fault: the stand-in SIGKILLs the first embed pod while its job runs and reports
+    what an out-of-memory kill looks like (pod Failed, container exit code 137, reason
+    OOMKilled). Plugin 0.5.1 reacts as to any failed pod: it asks for the log with
+    previous=true, the API server refuses (400), and the run stops with "Kubernetes
+    request failed" (the exit code and reason are never shown). The killed job left
+    nothing in the bucket. The other embed Jobs are left running: their pods go on and
+    upload their outputs after Snakemake has exited. So, as profiles/README.md says,
+    delete the leftover Jobs first; then a plain rerun runs what is missing and every
+    output equals an uninterrupted local run's."""
+    api.fail_next_pod("embed", when_log_has="rule embed:")
+    slow = ["--config", "embed_seconds=1"]  # the job is still running when its pod dies
+    first = run_eks(api, s3, s3_prefix, workflow_dir, sm, *slow, timeout_s=120)
+    assert not first.timed_out, sm.describe(first)
+    assert first.returncode == 1, sm.describe(first)
+    assert "Kubernetes request failed" in first.output and "(400)" in first.output, sm.describe(first)
+    ((killed, _),) = api.faults_injected
+    (pod,) = api.list_pods(NAMESPACE, f"job-name={killed}")[1]["items"]
+    terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (pod["status"]["phase"], terminated["exitCode"], terminated["reason"]) == ("Failed", 137, "OOMKilled")
+    assert "OOMKilled" not in first.output  # never reported
+    chunk = target_of(json.loads((api.root / "jobs" / f"{killed}.json").read_text())).split("chunk=")[1]
+    assert f"{s3_prefix}/embeddings/{chunk}.json" not in s3.objects(f"{s3_prefix}/")
+
+    # `kubectl -n shardflow delete jobs -l app=snakemake`: the plugin deleted none.
+    assert not deleted_jobs(api)
+    still_running = api.running_jobs()
+    delete_jobs(api, [spec["metadata"]["name"] for spec in api.job_specs])
+    assert api.running_jobs() == []
+    after_fault = s3.objects(f"{s3_prefix}/")
+    for rel in sm.OUTPUTS:  # whatever landed is whole
+        if f"{s3_prefix}/{rel}" in after_fault:
+            assert sm.sha256(after_fault[f"{s3_prefix}/{rel}"]) == tiny_local[rel], rel
+
+    rerun = run_eks(api, s3, s3_prefix, workflow_dir, sm, *slow, timeout_s=120)
+    assert rerun.returncode == 0, sm.describe(rerun)
+    objects = s3.objects(f"{s3_prefix}/")
+    assert {rel: sm.sha256(objects[f"{s3_prefix}/{rel}"]) for rel in sm.OUTPUTS} == tiny_local
+    assert api.faults_injected == [(killed, "embed")]  # one pod failed, on purpose
+    print(f"Kubernetes pod of embed:chunk={chunk} killed (137, OOMKilled): run stopped after {first.seconds:.0f} s "
+          f"with {len(still_running)} other Job(s) still running; rerun completed in {rerun.seconds:.0f} s")
+
+
 def test_standin_deleting_a_job_stops_its_whole_process_group(api):
     """The stand-in itself: a deleted Job leaves no process behind, even one that ignores
     SIGTERM under a shell (as the job-mode Snakemake does while a job runs)."""
@@ -302,3 +360,43 @@ def _process_cmdlines() -> str:
         except OSError:
             pass
     return "\n".join(out)
+
+
+def test_standin_fails_the_next_pod_of_a_rule_like_an_out_of_memory_kill(api):
+    """The stand-in's fault knob itself: one pod of the named rule is SIGKILLed once its
+    log shows the marker and reports exit code 137, OOMKilled; the rule's next pod and
+    other rules' pods run normally."""
+    import time
+
+    import kubernetes
+
+    client = kubernetes.config.new_client_from_config(str(api.kubeconfig_path))
+    batch, core = kubernetes.client.BatchV1Api(client), kubernetes.client.CoreV1Api(client)
+
+    def submit(name, rule):
+        script = f"echo 'rule {rule}:'; sleep 0.5; exit 0 # --target-jobs '{rule}:chunk=a'"
+        batch.create_namespaced_job(NAMESPACE, {
+            "metadata": {"name": name},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{
+                "name": "snakemake", "image": "x", "command": ["/bin/sh"], "args": ["-c", script]}]}}},
+        })
+
+    def final_state(name):
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            (pod,) = core.list_namespaced_pod(NAMESPACE, label_selector=f"job-name={name}").items
+            if pod.status.phase != "Running":
+                term = pod.status.container_statuses[0].state.terminated
+                return pod.status.phase, term.exit_code, term.reason
+            time.sleep(0.1)
+        raise AssertionError(f"{name} still running")
+
+    api.fail_next_pod("embed", when_log_has="rule embed:")
+    submit("merge-1", "merge")
+    submit("embed-1", "embed")
+    submit("embed-2", "embed")
+    assert final_state("merge-1") == ("Succeeded", 0, "Completed")
+    assert final_state("embed-1") == ("Failed", 137, "OOMKilled")
+    assert final_state("embed-2") == ("Succeeded", 0, "Completed")
+    assert batch.read_namespaced_job_status("embed-1", NAMESPACE).status.failed == 1
+    assert api.faults_injected == [("embed-1", "embed")]
