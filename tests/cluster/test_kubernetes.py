@@ -13,6 +13,7 @@ import base64
 import json
 import re
 import subprocess
+import time
 
 import pytest
 
@@ -79,6 +80,12 @@ def deleted_jobs(api) -> set[str]:
 def pod_log(api, job_name: str) -> str:
     (pod_dir,) = (api.root / "pods").glob(f"{job_name}-*")
     return (pod_dir / "container.log").read_text()
+
+
+def marked_incomplete(workdir, query: str) -> bool:
+    """Whether Snakemake's `.snakemake/incomplete` holds a marker for `query` (a short one:
+    the marker is the urlsafe base64 of the file's name)."""
+    return (workdir / ".snakemake" / "incomplete" / base64.urlsafe_b64encode(query.encode()).decode()).exists()
 
 
 def delete_jobs(api, names: list[str]) -> None:
@@ -279,10 +286,10 @@ def test_pod_killed_like_out_of_memory_stops_the_run_clearly_and_a_rerun_complet
     OOMKilled). Plugin 0.5.1 reacts as to any failed pod: it asks for the log with
     previous=true, the API server refuses (400), and the run stops with "Kubernetes
     request failed" (the exit code and reason are never shown). The killed job left
-    nothing in the bucket. The other embed Jobs are left running: their pods go on and
-    upload their outputs after Snakemake has exited. So, as profiles/README.md says,
-    delete the leftover Jobs first; then a plain rerun runs what is missing and every
-    output equals an uninterrupted local run's."""
+    nothing in the bucket. The other embed Jobs are left running (their pods go on and
+    upload after Snakemake has exited) but their outputs stay marked incomplete, so
+    after deleting the leftover Jobs (profiles/README.md) a plain rerun redoes every job
+    that was running and every output equals an uninterrupted local run's."""
     api.fail_next_pod("embed", when_log_has="rule embed:")
     slow = ["--config", "embed_seconds=1"]  # the job is still running when its pod dies
     first = run_eks(api, s3, s3_prefix, workflow_dir, sm, *slow, timeout_s=120)
@@ -297,9 +304,14 @@ def test_pod_killed_like_out_of_memory_stops_the_run_clearly_and_a_rerun_complet
     chunk = target_of(json.loads((api.root / "jobs" / f"{killed}.json").read_text())).split("chunk=")[1]
     assert f"{s3_prefix}/embeddings/{chunk}.json" not in s3.objects(f"{s3_prefix}/")
 
-    # `kubectl -n shardflow delete jobs -l app=snakemake`: the plugin deleted none.
+    # Snakemake marked the outputs of every job it had started incomplete, the leftover
+    # Jobs' included: the rerun (rerun-incomplete: true in the profile) redoes them all,
+    # whatever those pods upload after the abort. Delete the leftover Jobs first
+    # (`kubectl -n shardflow delete jobs -l app=snakemake`): the plugin deleted none.
     assert not deleted_jobs(api)
-    still_running = api.running_jobs()
+    leftover = [target_of(x).split("chunk=")[1] for x in api.job_specs if x["metadata"]["name"] in api.running_jobs()]
+    owed = [c for c in "abc" if marked_incomplete(workflow_dir, f"s3://{s3.bucket}/{s3_prefix}/embeddings/{c}.json")]
+    assert {chunk, *leftover} <= set(owed), (chunk, leftover, owed)
     delete_jobs(api, [spec["metadata"]["name"] for spec in api.job_specs])
     assert api.running_jobs() == []
     after_fault = s3.objects(f"{s3_prefix}/")
@@ -307,13 +319,16 @@ def test_pod_killed_like_out_of_memory_stops_the_run_clearly_and_a_rerun_complet
         if f"{s3_prefix}/{rel}" in after_fault:
             assert sm.sha256(after_fault[f"{s3_prefix}/{rel}"]) == tiny_local[rel], rel
 
+    submitted_before = len(api.job_specs)
     rerun = run_eks(api, s3, s3_prefix, workflow_dir, sm, *slow, timeout_s=120)
     assert rerun.returncode == 0, sm.describe(rerun)
+    assert sorted(target_of(x) for x in api.job_specs[submitted_before:]) == [
+        *(f"embed:chunk={c}" for c in owed), "merge:"]
     objects = s3.objects(f"{s3_prefix}/")
     assert {rel: sm.sha256(objects[f"{s3_prefix}/{rel}"]) for rel in sm.OUTPUTS} == tiny_local
     assert api.faults_injected == [(killed, "embed")]  # one pod failed, on purpose
     print(f"Kubernetes pod of embed:chunk={chunk} killed (137, OOMKilled): run stopped after {first.seconds:.0f} s "
-          f"with {len(still_running)} other Job(s) still running; rerun completed in {rerun.seconds:.0f} s")
+          f"with embed Jobs {leftover} still running; rerun ran embed {owed} + merge in {rerun.seconds:.0f} s")
 
 
 def test_standin_deleting_a_job_stops_its_whole_process_group(api):
@@ -366,8 +381,6 @@ def test_standin_fails_the_next_pod_of_a_rule_like_an_out_of_memory_kill(api):
     """The stand-in's fault knob itself: one pod of the named rule is SIGKILLed once its
     log shows the marker and reports exit code 137, OOMKilled; the rule's next pod and
     other rules' pods run normally."""
-    import time
-
     import kubernetes
 
     client = kubernetes.config.new_client_from_config(str(api.kubeconfig_path))
