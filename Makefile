@@ -13,12 +13,13 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # Shell rules (train) run `python`: the venv's, without activating it.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help setup run report dag rulegraph test test-fast test-unit test-workflow test-cluster lint fmt bench clean evaluate-beir evaluate-summaries reproduce-arguana reproduce-shakespeare sweep
+.PHONY: help setup run report dag rulegraph test test-fast test-faults test-unit test-workflow test-cluster lint fmt bench clean evaluate-beir evaluate-summaries reproduce-arguana reproduce-shakespeare sweep
 
 help:
 	@echo "make run    install into .venv and run the embedding workflow on the demo corpus"
 	@echo "make test   the whole test suite (unit, workflow, SLURM / S3 / Kubernetes stand-in)"
 	@echo "make test-fast  unit tests and dry runs only (the edit loop, about 3 minutes)"
+	@echo "make test-faults  the fault matrix with five seeds (every rule SIGKILLed, reruns compared)"
 	@echo "make dag    write dag.svg (graphviz) of the configured workflow"
 	@echo "make bench  CPU engine benchmark against sentence-transformers"
 	@echo "make sweep NAME=<name>  a parameter sweep of config/sweeps/ (prints its table's path last)"
@@ -74,6 +75,14 @@ fmt: setup
 XDIST ?= -n 2 --dist loadgroup
 test: setup
 	$(BIN)/python -m pytest -rA --durations=25 $(XDIST) tests
+
+# The fault matrix at a larger size: five seeds, half of the faults kill Snakemake itself;
+# the per-rule table goes to fault-report.json (tests/faults/test_fault_matrix.py).
+FAULT_SEEDS ?= 1,2,3,4,5
+test-faults: setup
+	SHARDFLOW_FAULT_SEEDS=$(FAULT_SEEDS) SHARDFLOW_FAULT_CONTROLLER_SHARE=0.5 \
+	SHARDFLOW_FAULT_REPORT=$(abspath fault-report.json) \
+	  $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/faults
 
 # The edit loop: unit tests and parse-only workflow checks (dry runs, DAG, lint).
 test-fast: setup

@@ -23,7 +23,7 @@ def pytest_collection_modifyitems(config, items):
         if parts[:2] == ("tests", "cluster"):
             group = "cluster-slurm" if parts[2] == "test_slurm.py" else "cluster-s3"
             item.add_marker(pytest.mark.xdist_group(group))
-        elif parts[:2] == ("tests", "workflow"):
+        elif parts[:2] in (("tests", "workflow"), ("tests", "faults")):
             item.add_marker(pytest.mark.xdist_group(parts[2]))
 
 

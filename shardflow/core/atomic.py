@@ -7,6 +7,7 @@ never a half-written one.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 from pathlib import Path
@@ -15,6 +16,27 @@ from typing import IO, Any, Iterator
 
 def _tmp_path(path: Path) -> Path:
     return path.with_name(f"{path.name}.tmp-{os.getpid()}")
+
+
+def _remove_stale_tmp(path: Path) -> None:
+    """Temporary files of earlier writers of `path` killed mid-write (SIGKILL skips their
+    clean-up): removed once this write is in place, unless their process still runs."""
+    for tmp in path.parent.glob(f"{glob.escape(path.name)}.tmp-*"):
+        pid = tmp.name.rsplit("-", 1)[1]
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @contextlib.contextmanager
@@ -31,6 +53,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+        _remove_stale_tmp(path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()

@@ -29,18 +29,23 @@ SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 WORKTREE = "WORKTREE"
 # Record when/where/how fast a run went: never equal across runs.
 VOLATILE_FILES = ("provenance.json", "summary.json", "throughput.png", "timeline.png")
-VOLATILE_KEYS = {"seconds", "start_unix", "end_unix", "start_time", "end_time", "items_per_s", "tokens_per_s", "input", "chunk"}
+TIMING_KEYS = {
+    "seconds", "start_unix", "end_unix", "start_time", "end_time", "items_per_s", "tokens_per_s",
+    "tokens_per_second", "wall_seconds", "train_seconds_total", "mfu",
+}
+# Per-chunk stats also name the work folder's files.
+VOLATILE_KEYS = TIMING_KEYS | {"input", "chunk"}
 
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _strip(obj):
+def _strip(obj, keys=VOLATILE_KEYS):
     if isinstance(obj, dict):
-        return {k: _strip(v) for k, v in obj.items() if k not in VOLATILE_KEYS}
+        return {k: _strip(v, keys) for k, v in obj.items() if k not in keys}
     if isinstance(obj, list):
-        return [_strip(v) for v in obj]
+        return [_strip(v, keys) for v in obj]
     return obj
 
 
@@ -50,7 +55,14 @@ def fingerprint(path: Path) -> str | dict | None:
     if path.name.endswith(".stats.json"):
         return json.dumps(_strip(json.loads(path.read_text())), sort_keys=True)
     if path.suffix == ".json":
-        return json.loads(path.read_text())
+        return _strip(json.loads(path.read_text()), TIMING_KEYS)
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path)
+        kept = [c for c in table.column_names if c not in TIMING_KEYS]
+        if len(kept) < len(table.column_names):  # e.g. a loss curve's wall-clock column
+            return hashlib.sha256(repr(table.select(kept).to_pydict()).encode()).hexdigest()
     return sha256(path)
 
 

@@ -1,0 +1,142 @@
+"""The fault matrix: every rule of the workflow, killed with SIGKILL at a seeded random
+point, then the workflow rerun until it finishes; the final outputs must be byte-identical
+to an uninterrupted run, and after every interrupted run no output may stand that differs
+from it (a partial file kept as finished).
+
+    make test-faults                      the larger seeded run (SHARDFLOW_FAULT_SEEDS)
+    pytest tests/faults                   this module alone, at make test's size
+
+Sizes: SHARDFLOW_FAULT_SEEDS (comma-separated seeds, default "1"); each seed plans one
+fault per rule, a seeded SHARDFLOW_FAULT_CONTROLLER_SHARE of them (default 0.1, at least
+one; `make test-faults`: 0.5) of the `controller` kind, the others `job`: `job` kills the job and everything it started (Snakemake sees a failed job, retries rules
+with `retries`, and the rerun finishes the rest); `controller` kills Snakemake itself with
+its jobs (a lost machine): the rerun meets the stale lock, whose message must say how to
+clear it (`--unlock`), and `--rerun-incomplete` (set in every profile) redoes what was cut.
+SHARDFLOW_FAULT_REPORT=<path> writes the per-rule table as JSON.
+"""
+
+import json
+import os
+
+import pytest
+
+from shardflow.corpus.demo import DemoParams, build_demo_corpus
+from tests.helpers import write_config
+from tests.support import faults as F
+
+pytestmark = pytest.mark.workflow
+
+SEEDS = [int(s) for s in os.environ.get("SHARDFLOW_FAULT_SEEDS", "1").split(",") if s.strip()]
+CONTROLLER_SHARE = float(os.environ.get("SHARDFLOW_FAULT_CONTROLLER_SHARE", "0.1"))
+# Every rule the configured workflow runs (all three tasks plus retrieval).
+RULES = [
+    "split", "embed", "merge", "verify", "report", "provenance", "landing",
+    "retrieval_prepare", "embed_queries", "retrieval_evaluate",
+    "summarise", "merge_summaries", "evaluate_summaries", "summarise_report",
+    "train_tokenizer", "tokenize", "gather_shards", "train",
+]
+# Outputs that record how the run went, not what it computed: per-job stats (resumed
+# parts, attempts), job tables and the landing page (wall times, which jobs ran again).
+VOLATILE = (".stats.json", "jobs.json", "report.rst")
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """A corpus with references for summarisation, and a tiny BEIR set (stdlib docstrings)."""
+    root = tmp_path_factory.mktemp("fault-inputs")
+    build_demo_corpus(str(root / "demo.jsonl"), DemoParams(max_docs=50, min_words=20))
+    records = [json.loads(line) for line in (root / "demo.jsonl").read_text().splitlines()]
+    with open(root / "corpus.jsonl", "w") as fh:
+        for r in records[:30]:
+            fh.write(json.dumps({"id": r["id"], "text": r["text"], "highlights": r["text"].split(". ")[0]}) + "\n")
+    beir = root / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    docs = records[30:50]
+    with open(beir / "corpus.jsonl", "w") as fh:
+        for i, r in enumerate(docs):
+            fh.write(json.dumps({"_id": f"d{i}", "title": "", "text": r["text"]}) + "\n")
+    with open(beir / "queries.jsonl", "w") as fh:
+        for q in range(4):
+            fh.write(json.dumps({"_id": f"q{q}", "text": docs[2 * q]["text"]}) + "\n")
+    (beir / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"q{q}\td{2 * q}\t1\n" for q in range(4))
+    )
+    cfg = write_config(
+        root / "config.yaml",
+        dataset="fm",
+        tasks=["embedding", "summarisation", "training"],
+        n_chunks=1,
+        input={"path": str(root / "corpus.jsonl")},
+        embedding={"window": 4},
+        summarise={"method": "lead", "reference_field": "highlights", "window": 4},
+        shards={"tokens_per_shard": 4000, "val_fraction": 0.3},
+        train=dict(n_layer=1, n_head=2, n_embd=16, block_size=16, batch_size=4, max_iters=60, eval_interval=20,
+                   eval_windows=4, checkpoint_interval=10, warmup_iters=5, sample_tokens=10),
+        retrieval={"path": str(beir), "name": "fmr", "n_chunks": 1, "top_k": 100},
+        resources={r: {"threads": 1} for r in ("embed", "embed_queries", "summarise", "train")},
+    )
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, inputs):
+    """The uninterrupted run, watched: each rule's first job's duration plans the faults."""
+    work = tmp_path_factory.mktemp("fault-reference")
+    proc, watcher = F.run_watched(work, inputs)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    missing = [r for r in RULES if r not in watcher.durations]
+    assert not missing, f"rules not seen running: {missing}; seen {watcher.durations}"
+    return F.results(work), watcher.durations
+
+
+def _unlock(work, cfg):
+    proc = F.subprocess.run(F.snakemake_cmd(work, cfg, "--unlock"), cwd=work, env=F.offline_env(),
+                            capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_rule_killed_at_a_seeded_point_reruns_to_identical_outputs(seed, inputs, reference, tmp_path, record_property):
+    ref, durations = reference
+    work = tmp_path / "work"
+    work.mkdir()
+    faults = F.plan_faults(durations, RULES, seed, CONTROLLER_SHARE)
+    runs, unlocks, stale_lock_messages = 0, 0, 0
+    while True:
+        pending = {r: f for r, f in faults.items() if not f.injected}
+        proc, _ = F.run_watched(work, inputs, "--rerun-incomplete", "--keep-going", faults=pending)
+        runs += 1
+        if "Directory cannot be locked" in proc.stdout:
+            # A controller fault left Snakemake's lock: the message must say how to clear it.
+            assert "--unlock" in proc.stdout, proc.stdout[-3000:]
+            stale_lock_messages += 1
+            _unlock(work, inputs)
+            unlocks += 1
+            continue
+        # After every interrupted run: no output that differs from the uninterrupted run.
+        problems = F.compare(ref, F.results(work), complete=False, volatile=VOLATILE)
+        assert not problems, f"seed {seed}, after run {runs}: {problems}"
+        if proc.returncode == 0:
+            break
+        assert runs < 3 * len(RULES), proc.stdout[-6000:]
+
+    final = F.results(work)
+    assert F.compare(ref, final, complete=True, volatile=VOLATILE) == []
+    # A job that ended before its planned point this time is a miss; most must land.
+    injected = [r for r, f in faults.items() if f.injected]
+    assert len(injected) >= 0.75 * len(RULES), f"faults injected only into {injected}"
+    assert F.leftovers(work) == [], "temporary files of interrupted writes left behind"
+    table = [
+        {"rule": f.rule, "mode": f.mode, "delay_s": round(f.delay_s, 3), "injected": f.injected,
+         "identical": f.injected, "lost": 0}
+        for f in faults.values()
+    ]
+    summary = {"seed": seed, "faults": len(table), "injected": sum(t["injected"] for t in table),
+               "runs": runs, "unlocks": unlocks, "stale_lock_messages": stale_lock_messages, "table": table}
+    print(json.dumps(summary))
+    record_property("faults", json.dumps(summary))
+    if os.environ.get("SHARDFLOW_FAULT_REPORT"):
+        path = os.environ["SHARDFLOW_FAULT_REPORT"]
+        previous = json.loads(open(path).read()) if os.path.exists(path) else []
+        with open(path, "w") as fh:
+            json.dump([*previous, summary], fh, indent=1)

@@ -1,0 +1,228 @@
+"""Fault injection for the real workflow: SIGKILL jobs (or the whole Snakemake) at seeded
+random points, rerun, and account for what was tried.
+
+A watcher thread polls the process tree of a running `snakemake` every 20 ms. A job is
+known by its process: a `script:` job runs Snakemake's copy of the script, whose preamble
+holds the pickled `snakemake` object (its `.rule`); the one `shell:` rule runs a known
+module. A job's time starts when Snakemake starts its process. In `observe` mode the
+watcher records how long each rule's first job ran; in a fault run it kills each planned
+rule's first job at the planned delay (a seeded fraction of the observed duration),
+together with everything the job started.
+
+`controller` faults kill Snakemake itself with its jobs (the machine or the login node
+going away): Snakemake's lock then stays behind, and the rerun must say how to clear it.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import pickle
+import random
+import re
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from tests.helpers import REPO, SNAKEMAKE, offline_env
+from tests.support.compare_revisions import fingerprint
+
+POLL_S = 0.02
+_PREAMBLE = b"snakemake = pickle.loads("
+_SHELL_RULES = {"shardflow.train.launch": "train"}  # module a shell rule runs -> rule
+
+
+def script_rule(path: str) -> str | None:
+    """The rule of a Snakemake `script:` job, from the `snakemake` object Snakemake
+    pickles into the job's copy of the script (.snakemake/scripts/tmp*.py)."""
+    try:
+        head = Path(path).read_bytes()[:1_000_000]
+    except OSError:
+        return None
+    start = head.find(_PREAMBLE)
+    if start < 0:
+        return None
+    i = start + len(_PREAMBLE) + 1  # past the b of the bytes literal
+    quote, j = head[i : i + 1], i + 1
+    while j < len(head) and head[j : j + 1] != quote:
+        j += 2 if head[j : j + 1] == b"\\" else 1
+    try:
+        return pickle.loads(ast.literal_eval("b" + head[i : j + 1].decode("latin-1"))).rule
+    except Exception:  # noqa: BLE001 - a script being written: try again on the next poll
+        return None
+
+
+def rule_of(cmdline: list[str], cache: dict[str, str | None]) -> str | None:
+    for arg in cmdline:
+        if "/.snakemake/scripts/tmp" in arg and arg.endswith(".py"):
+            if cache.get(arg) is None:
+                cache[arg] = script_rule(arg)
+            rule = cache[arg]
+            return "split" if rule and rule.startswith("split_") else rule  # split_<dataset>
+        if arg in _SHELL_RULES:
+            return _SHELL_RULES[arg]
+    return None
+
+
+@dataclass
+class Fault:
+    rule: str
+    mode: str  # "job" or "controller"
+    delay_s: float
+    injected: bool = False
+    killed_pids: list[int] = field(default_factory=list)
+
+
+class Watcher(threading.Thread):
+    """Observes (faults={}) or kills the jobs of one Snakemake process."""
+
+    def __init__(self, proc: subprocess.Popen, faults: dict[str, Fault] | None = None):
+        super().__init__(daemon=True)
+        self.proc = proc
+        self.faults = faults or {}
+        self.started: dict[int, tuple[str, float]] = {}  # job root pid -> (rule, start, unix time)
+        self.durations: dict[str, float] = {}  # rule -> seconds its shortest job ran
+        self._scripts: dict[str, str | None] = {}
+        self._ended: set[int] = set()
+        self.stop = threading.Event()
+
+    def _jobs(self) -> dict[int, tuple[str, float]]:
+        """{job root pid (the controller's child): (rule, start time)} of running jobs."""
+        found = {}
+        try:
+            controller = psutil.Process(self.proc.pid)
+            roots = controller.children()
+        except psutil.NoSuchProcess:
+            return found
+        for root in roots:
+            try:
+                for proc in (root, *root.children(recursive=True)):
+                    rule = rule_of(proc.cmdline(), self._scripts)
+                    if rule:
+                        found[root.pid] = (rule, root.create_time())
+                        break
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        return found
+
+    @staticmethod
+    def _job_tree(pid: int) -> list[psutil.Process]:
+        """A job's root process and everything below it."""
+        try:
+            root = psutil.Process(pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def _kill(self, fault: Fault, pid: int) -> None:
+        if fault.mode == "controller":
+            victims = [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(recursive=True)]
+        else:
+            victims = self._job_tree(pid)
+        for victim in victims:
+            try:
+                victim.send_signal(signal.SIGKILL)
+                fault.killed_pids.append(victim.pid)
+            except psutil.NoSuchProcess:
+                pass
+        fault.injected = bool(fault.killed_pids)
+
+    def run(self) -> None:
+        while not self.stop.is_set() and self.proc.poll() is None:
+            jobs = self._jobs()
+            now = time.time()
+            self.started.update({pid: job for pid, job in jobs.items() if pid not in self.started})
+            for pid, (rule, start) in list(self.started.items()):
+                if pid not in jobs and pid not in self._ended:
+                    self._ended.add(pid)
+                    self.durations[rule] = min(now - start, self.durations.get(rule, float("inf")))
+                fault = self.faults.get(rule)
+                if fault and not fault.injected and pid in jobs and now - start >= fault.delay_s:
+                    self._kill(fault, pid)
+                    if fault.mode == "controller":
+                        return
+            time.sleep(POLL_S)
+
+
+def snakemake_cmd(workdir: Path, config: Path, *args: str) -> list[str]:
+    return [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--configfile", str(config),
+            "--cores", "2", *args]
+
+
+def run_watched(workdir: Path, config: Path, *args: str, faults: dict[str, Fault] | None = None,
+                timeout_s: float = 600) -> tuple[subprocess.CompletedProcess, Watcher]:
+    cmd = snakemake_cmd(workdir, config, *args)
+    proc = subprocess.Popen(cmd, cwd=workdir, env=offline_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    watcher = Watcher(proc, faults)
+    watcher.start()
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    finally:
+        watcher.stop.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    watcher.join(5)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, ""), watcher
+
+
+# ------------------------------------------------------------------- the outputs
+
+
+def results(workdir: Path) -> dict[str, object]:
+    """Every finished output under results/ -> its fingerprint (compare_revisions: bytes,
+    or JSON content; None for files that record when they ran). Resume state and the
+    temporary files of atomic writes are not outputs."""
+    out = {}
+    for path in sorted((workdir / "results").rglob("*")):
+        rel = path.relative_to(workdir).as_posix()
+        if not path.is_file() or "/.resume/" in rel or ".tmp-" in path.name:
+            continue
+        out[rel] = fingerprint(path)
+    return out
+
+
+def leftovers(workdir: Path) -> list[str]:
+    """Temporary files of atomic writes still lying around (results/ and logs/)."""
+    return sorted(p.relative_to(workdir).as_posix() for p in workdir.rglob("*.tmp-*")
+                  if ".snakemake" not in p.parts)
+
+
+def compare(reference: dict[str, object], got: dict[str, object], *, complete: bool,
+            volatile: tuple[str, ...]) -> list[str]:
+    """Problems: a file that exists but differs from the reference (a corrupt or partial
+    output left standing), or, when `complete`, a reference file missing."""
+    problems = []
+    for rel, fp in got.items():
+        if rel not in reference:
+            problems.append(f"{rel}: not written by the uninterrupted run")
+        elif fp is not None and not rel.endswith(volatile) and fp != reference[rel]:
+            problems.append(f"{rel}: differs from the uninterrupted run")
+    if complete:
+        problems += [f"{rel}: missing" for rel in reference if rel not in got]
+    return problems
+
+
+def plan_faults(durations: dict[str, float], rules: list[str], seed: int, controller_share: float) -> dict[str, Fault]:
+    """One fault per rule at a seeded point within the shortest run of its jobs in the
+    uninterrupted run (5% to 90% of it; a job that ends sooner this time is a miss);
+    round(controller_share x rules) of them, seeded, kill Snakemake itself (at least one
+    when the share is above 0)."""
+    rng = random.Random(seed)
+    n_controller = max(round(controller_share * len(rules)), 1 if controller_share > 0 else 0)
+    controller = set(rng.sample(rules, n_controller))
+    return {
+        rule: Fault(rule, "controller" if rule in controller else "job", durations[rule] * rng.uniform(0.05, 0.90))
+        for rule in rules
+    }
+
+
+def digest(obj: object) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]

@@ -1,0 +1,38 @@
+import os
+import signal
+import subprocess
+import sys
+
+from shardflow.core.atomic import atomic_open, atomic_write_bytes
+
+
+def test_a_killed_writer_leaves_no_file_and_its_temporary_is_cleared_by_the_next_write(tmp_path):
+    target = tmp_path / "out.bin"
+    # A writer SIGKILLed mid-write: its temporary stays, the target never appears.
+    code = (
+        "import os, signal, sys\n"
+        "from shardflow.core.atomic import atomic_open\n"
+        "with atomic_open(sys.argv[1], 'wb') as fh:\n"
+        "    fh.write(b'half'); fh.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True)
+    assert proc.returncode == -signal.SIGKILL
+    assert not target.exists()
+    (stale,) = tmp_path.glob("out.bin.tmp-*")
+    # A temporary of a writer still running is left alone; the dead one's goes.
+    running = tmp_path / f"out.bin.tmp-{os.getppid()}"
+    running.write_bytes(b"in progress")
+    atomic_write_bytes(target, b"whole")
+    assert target.read_bytes() == b"whole"
+    assert not stale.exists() and running.exists()
+
+
+def test_an_error_inside_the_block_publishes_nothing(tmp_path):
+    target = tmp_path / "out.txt"
+    try:
+        with atomic_open(target, "w") as fh:
+            fh.write("partial")
+            raise RuntimeError("boom")
+    except RuntimeError:
+        pass
+    assert list(tmp_path.iterdir()) == []
