@@ -272,14 +272,25 @@ def sm() -> Helpers:
 
 
 @pytest.fixture(scope="session")
-def tiny_local(tmp_path_factory) -> dict[str, str]:
-    """The tiny workflow run locally, uninterrupted: sha256 of each of OUTPUTS (the
-    reference for fault tests that use it; about 3 s)."""
-    wd = tmp_path_factory.mktemp("tiny-local")
-    shutil.copy(WORKFLOW / "Snakefile", wd / "Snakefile")
-    run = run_snakemake(wd, "--cores", "2", timeout_s=120)
-    assert run.returncode == 0, describe(run)
-    return hashes(wd, OUTPUTS)
+def tiny_local(tmp_path_factory):
+    """tiny_local(*config) -> the tiny workflow run locally, uninterrupted, with `config`
+    (`--config` items): sha256 of each file under embeddings/ and merged/, by relative
+    path. The reference for fault tests; each config runs once per session (about 2 s:
+    `run:` blocks in threads, not one Snakemake process per job)."""
+    done: dict[tuple[str, ...], dict[str, str]] = {}
+
+    def reference(*config: str) -> dict[str, str]:
+        if config not in done:
+            wd = tmp_path_factory.mktemp("tiny-local")
+            shutil.copy(WORKFLOW / "Snakefile", wd / "Snakefile")
+            extra = ["--config", *config] if config else []
+            run = run_snakemake(wd, "--cores", "2", "--force-use-threads", *extra, timeout_s=120)
+            assert run.returncode == 0, describe(run)
+            files = [p.relative_to(wd).as_posix() for d in ("embeddings", "merged") for p in (wd / d).rglob("*")]
+            done[config] = hashes(wd, sorted(files))
+        return done[config]
+
+    return reference
 
 
 @pytest.fixture

@@ -162,11 +162,12 @@ def test_s3_server_killed_and_restarted_mid_run_stops_the_run_clearly_and_a_reru
     config = sm.real_config(tmp_path / "config.yaml", s3_corpus)
     manifest = f"results/{sm.DATASET}/chunks/manifest.json"
     args = [*sm.real_args(tmp_path, config, manifest), "--cores", "1", *s3.snakemake_args(s3_prefix)]
-    # The job's log, local copy: it exists once the split script runs.
-    job_log = tmp_path / ".snakemake" / "storage" / "s3" / s3.bucket / s3_prefix / f"logs/split/{sm.DATASET}.log"
+    # Snakemake writes the job's script just before running it (after checking the
+    # outputs in storage): the server then dies with the job running, before its upload.
+    scripts = tmp_path / ".snakemake" / "scripts"
 
     run = sm.start(tmp_path, *args, timeout_s=180)
-    run.wait_until(job_log.exists, "the split job to start")
+    run.wait_until(lambda: list(scripts.glob("*.split.py")), "the split job to start")
     s3server.kill(s3)
     s3server.restart(s3)  # same endpoint and keys: `s3` stays valid
     first = run.finish()
