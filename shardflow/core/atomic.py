@@ -7,11 +7,26 @@ never a half-written one.
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import IO, Any, Iterator
+
+
+class DiskFullError(OSError):
+    """A write that ran out of space, naming the file and what is left on its filesystem
+    (a bare ENOSPC from write() names neither)."""
+
+    def __init__(self, path: Path, cause: OSError):
+        try:
+            free = shutil.disk_usage(path.parent).free
+        except OSError:
+            free = None
+        left = f"{free:,} bytes free there" if free is not None else "free space unknown"
+        super().__init__(cause.errno, f"{os.strerror(cause.errno)} while writing {path} ({left}); nothing was kept")
 
 
 def _tmp_path(path: Path) -> Path:
@@ -54,6 +69,10 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
         _remove_stale_tmp(path)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise DiskFullError(path, exc) from exc
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()

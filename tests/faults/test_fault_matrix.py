@@ -140,3 +140,57 @@ def test_every_rule_killed_at_a_seeded_point_reruns_to_identical_outputs(seed, i
         previous = json.loads(open(path).read()) if os.path.exists(path) else []
         with open(path, "w") as fh:
             json.dump([*previous, summary], fh, indent=1)
+
+
+# ------------------------------------------------------------------------ disk full
+
+EMBED_TARGETS = ["results/fm/embeddings.npy", "results/fm/ids.parquet"]
+
+
+@pytest.fixture
+def small_results(tmp_path):
+    """results/ on a 1 MiB tmpfs of its own (root, as in CI; elsewhere the test skips)."""
+    work = tmp_path / "work"
+    results = work / "results"
+    results.mkdir(parents=True)
+    mount = F.subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(results)],
+                             capture_output=True, text=True)
+    if mount.returncode != 0:
+        message = f"cannot mount a tmpfs for the disk-full test: {mount.stderr.strip()}"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(message)
+        pytest.skip(message)
+    try:
+        yield work
+    finally:
+        F.subprocess.run(["umount", "-l", str(results)], capture_output=True)
+
+
+def test_a_full_disk_stops_the_run_naming_the_file_and_a_rerun_after_freeing_space_completes(
+    inputs, reference, small_results
+):
+    ref, _ = reference
+    work = small_results
+    manifest = "results/fm/chunks/manifest.json"
+    proc, _ = F.run_watched(work, inputs, manifest)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    # Fill the filesystem but for 8 KiB: the split's outputs fit, the embeddings do not.
+    ballast = work / "results" / "ballast"
+    free = os.statvfs(work / "results").f_bavail * os.statvfs(work / "results").f_frsize
+    ballast.write_bytes(b"\0" * (free - 8192))
+
+    proc, _ = F.run_watched(work, inputs, *EMBED_TARGETS)
+    assert proc.returncode != 0
+    log = (work / "logs/embed/fm/chunk_0.log").read_text()
+    assert "No space left on device while writing " in log and "bytes free there); nothing was kept" in log, log[-3000:]
+    standing = {rel: fp for rel, fp in F.results(work).items() if rel != "results/ballast"}
+    problems = F.compare(ref, standing, complete=False, volatile=VOLATILE)
+    assert problems == [], problems  # nothing half-written stands as an output
+    assert F.leftovers(work) == []
+
+    ballast.unlink()
+    proc, _ = F.run_watched(work, inputs, *EMBED_TARGETS)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    got = F.results(work)
+    for rel in EMBED_TARGETS + ["results/fm/chunks/chunk_0.jsonl"]:
+        assert got[rel] == ref[rel], rel

@@ -36,3 +36,21 @@ def test_an_error_inside_the_block_publishes_nothing(tmp_path):
     except RuntimeError:
         pass
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_names_the_file_and_keeps_nothing(tmp_path, monkeypatch):
+    import errno
+
+    import pytest
+
+    from shardflow.core import atomic
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    target = tmp_path / "emb.npy"
+    with pytest.raises(atomic.DiskFullError, match=rf"No space left on device while writing {target} \(.* bytes free"):
+        with atomic.atomic_open(target, "wb") as fh:
+            fh.write(b"x")
+            monkeypatch.setattr(atomic.os, "fsync", full)
+    assert list(tmp_path.iterdir()) == []
