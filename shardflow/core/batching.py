@@ -25,8 +25,9 @@ class Batch:
 
     rows: np.ndarray  # int64 [n]
     lengths: np.ndarray  # int64 [n], real tokens per row
-    input_ids: np.ndarray  # int64 [n, width]
-    attention_mask: np.ndarray  # int64 [n, width]
+    input_ids: np.ndarray  # int64 [n, width]; packed: [1, total]
+    attention_mask: np.ndarray  # int64 [n, width]; packed: [1, total], the position ids
+    packed: bool = False  # one unpadded row (see `pack`)
 
     @property
     def padded_tokens(self) -> int:
@@ -85,6 +86,8 @@ def collate(
 
 def split_batch(batch: Batch, max_rows: int, left_pad: bool) -> list[Batch]:
     """Split a collated batch into pieces of at most `max_rows`, each trimmed to its own width."""
+    if batch.packed:
+        return split_packed(batch, max_rows)
     pieces = []
     for start in range(0, len(batch.rows), max(1, max_rows)):
         sl = slice(start, start + max_rows)
@@ -97,6 +100,152 @@ def split_batch(batch: Batch, max_rows: int, left_pad: bool) -> list[Batch]:
                 lengths=lengths,
                 input_ids=batch.input_ids[sl, cols],
                 attention_mask=batch.attention_mask[sl, cols],
+            )
+        )
+    return pieces
+
+
+# --------------------------------------------------------------------------- shape buckets
+#
+# torch.compile specialises a graph to its input shapes: with a width per batch (the
+# longest row) and a row count per batch, a job sees hundreds of shapes and recompiles
+# for each. Rounding the width up to a bucket, and padding the rows of a batch up to
+# the budget's row count for that width, leaves one shape per bucket. The extra padding
+# is masked (and the extra rows dropped), so the embeddings do not change beyond the
+# last bits of a different kernel shape.
+
+
+def default_length_buckets(max_length: int) -> tuple[int, ...]:
+    """Powers of two from 16 to 256, then multiples of 256 (and 128s up to 512), up to max_length.
+
+    Few enough shapes to compile each once (about 8 for a 1,024-token model), with at
+    most ~33% padding added to a batch of long rows and ~50% to the shortest ones.
+    """
+    if max_length < 1:
+        raise ValueError("max_length must be >= 1")
+    out = [b for b in (16, 32, 64, 128, 256, 384, 512) if b < max_length]
+    b = 768
+    while b < max_length:
+        out.append(b)
+        b += 256
+    out.append(max_length)
+    return tuple(out)
+
+
+def bucket_width(length: int, buckets: tuple[int, ...]) -> int:
+    """The smallest bucket >= length (a length beyond the last bucket keeps its own width)."""
+    for b in buckets:
+        if b >= length:
+            return b
+    return max(int(length), 1)
+
+
+def bucket_rows(width: int, token_budget: int, max_batch_size: int) -> int:
+    """Rows of every batch of this bucket width: as many as the budget allows."""
+    return max(1, min(max_batch_size, token_budget // max(width, 1)))
+
+
+def plan_bucketed_batches(
+    sorted_lengths: np.ndarray, buckets: tuple[int, ...], token_budget: int, max_batch_size: int
+) -> list[tuple[int, int, int, int]]:
+    """As `plan_batches`, but each batch is (start, end, width, rows): its width is the
+    bucket of its longest row and `rows` (>= end - start) the fixed row count of that
+    bucket, so `(rows, width)` takes at most len(buckets) values over any input."""
+    if token_budget < 1 or max_batch_size < 1:
+        raise ValueError("token_budget and max_batch_size must be >= 1")
+    n = len(sorted_lengths)
+    spans = []
+    start = 0
+    while start < n:
+        width = bucket_width(max(int(sorted_lengths[start]), 1), buckets)
+        rows = bucket_rows(width, token_budget, max_batch_size)
+        end = start + min(rows, n - start)
+        spans.append((start, end, width, rows))
+        start = end
+    return spans
+
+
+def collate_to(
+    token_ids: list[list[int]], rows: np.ndarray, pad_id: int, left_pad: bool, width: int, n_rows: int
+) -> Batch:
+    """`collate`, padded to exactly [n_rows, width]. Filler rows (after the real ones)
+    hold one unmasked pad token each, so no attention row is fully masked; `rows` and
+    `lengths` describe the real rows only."""
+    batch = collate(token_ids, rows, pad_id, left_pad)
+    n, w = batch.input_ids.shape
+    if w > width or n > n_rows:
+        raise ValueError(f"batch [{n}, {w}] does not fit the bucket [{n_rows}, {width}]")
+    input_ids = np.full((n_rows, width), pad_id, dtype=np.int64)
+    mask = np.zeros((n_rows, width), dtype=np.int64)
+    cols = slice(width - w, None) if left_pad else slice(0, w)
+    input_ids[:n, cols] = batch.input_ids
+    mask[:n, cols] = batch.attention_mask
+    mask[n:, -1 if left_pad else 0] = 1
+    return Batch(rows=batch.rows, lengths=batch.lengths, input_ids=input_ids, attention_mask=mask)
+
+
+# --------------------------------------------------------------------------- packing
+#
+# A packed batch is one row holding its texts back to back, without padding: the model
+# sees position ids that restart at every text and attention kept within each text
+# (a block-diagonal mask, or a variable-length kernel given the boundaries).
+
+
+def plan_packed_batches(sorted_lengths: np.ndarray, token_budget: int, max_batch_size: int) -> list[tuple[int, int]]:
+    """Cut lengths into [start, end) batches of at most `token_budget` real tokens
+    (a text longer than the budget still forms a batch of one)."""
+    if token_budget < 1 or max_batch_size < 1:
+        raise ValueError("token_budget and max_batch_size must be >= 1")
+    spans = []
+    start, n = 0, len(sorted_lengths)
+    while start < n:
+        end, total = start, 0
+        while end < n and end - start < max_batch_size:
+            size = max(int(sorted_lengths[end]), 1)
+            if end > start and total + size > token_budget:
+                break
+            total += size
+            end += 1
+        spans.append((start, end))
+        start = end
+    return spans
+
+
+def pack(token_ids: list[list[int]], rows: np.ndarray) -> Batch:
+    """The given rows as one unpadded row: input_ids [1, total]; `attention_mask` [1, total]
+    holds each token's position within its text (the position ids), `lengths` the
+    boundaries. An empty text would have no token to pool: callers tokenize with
+    special tokens, so none is empty (checked)."""
+    lengths = np.fromiter((len(token_ids[i]) for i in rows), dtype=np.int64, count=len(rows))
+    if len(rows) and lengths.min() < 1:
+        raise ValueError("cannot pack an empty token sequence")
+    total = int(lengths.sum())
+    flat = np.fromiter(chain.from_iterable(token_ids[i] for i in rows), dtype=np.int64, count=total)
+    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    positions = np.arange(total, dtype=np.int64) - starts
+    return Batch(
+        rows=np.asarray(rows, dtype=np.int64),
+        lengths=lengths,
+        input_ids=flat[None, :],
+        attention_mask=positions[None, :],
+        packed=True,
+    )
+
+
+def split_packed(batch: Batch, max_rows: int) -> list[Batch]:
+    """Split a packed batch into packed pieces of at most `max_rows` texts."""
+    bounds = np.concatenate([[0], np.cumsum(batch.lengths)])
+    pieces = []
+    for start in range(0, len(batch.rows), max(1, max_rows)):
+        end = min(start + max_rows, len(batch.rows))
+        a, b = int(bounds[start]), int(bounds[end])
+        pieces.append(
+            Batch(
+                rows=batch.rows[start:end],
+                lengths=batch.lengths[start:end],
+                input_ids=batch.input_ids[:, a:b],
+                attention_mask=batch.attention_mask[:, a:b],
+                packed=True,
             )
         )
     return pieces

@@ -42,9 +42,14 @@ import torch
 
 from shardflow.core.batching import (
     Batch,
+    bucket_width,
     collate,
+    collate_to,
     length_order,
+    pack,
     plan_batches,
+    plan_bucketed_batches,
+    plan_packed_batches,
     split_batch,
 )
 from shardflow.core.columns import write_ids_parquet
@@ -62,6 +67,7 @@ from shardflow.embed.params import (
     resolve_token_budget,
     resume_key,
 )
+from shardflow.embed import accel
 from shardflow.embed.pooling import build_head, pool
 from shardflow.embed.stconfig import (
     ModelSpec,
@@ -94,11 +100,28 @@ class EncodeStats(EngineCounters):
     items_embedded: int = 0  # texts computed by this call (the rest came from resume parts)
     real_tokens: int = 0
     padded_tokens: int = 0
+    # First forward of each new batch shape (torch.compile compiles there), timed apart
+    # from the steady state: seconds includes it, steady_seconds does not.
+    warmup_seconds: float = 0.0
+    warmup_shapes: int = 0
+    warmup_items: int = 0
+    warmup_tokens: int = 0
+    # What ran, and why (see shardflow.embed.accel).
+    compile: str = "off"
+    length_buckets: list[int] | None = None
+    packing: str = "off"
+    packing_reason: str = ""
+    kernels: str = "off"
+    kernels_reason: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["items_per_s"] = self.per_second(self.items_embedded)
         d["tokens_per_s"] = self.per_second(self.real_tokens)
+        steady = max(self.seconds - self.warmup_seconds, 1e-9)
+        d["steady_seconds"] = self.seconds - self.warmup_seconds
+        d["steady_items_per_s"] = (self.items_embedded - self.warmup_items) / steady
+        d["steady_tokens_per_s"] = (self.real_tokens - self.warmup_tokens) / steady
         d["padding_fraction"] = 1 - self.real_tokens / self.padded_tokens if self.padded_tokens else 0.0
         return d
 
@@ -128,7 +151,9 @@ def _load_tokenizer(spec: ModelSpec, max_positions: int | None):
     return tok
 
 
-def _load_model(spec: ModelSpec, dtype: torch.dtype, device: torch.device, logger: logging.Logger):
+def _load_model(
+    spec: ModelSpec, dtype: torch.dtype, device: torch.device, logger: logging.Logger, attn_override: str | None = None
+):
     import transformers
     from transformers import AutoConfig, AutoModel
 
@@ -143,6 +168,8 @@ def _load_model(spec: ModelSpec, dtype: torch.dtype, device: torch.device, logge
         raise UnsupportedModelError(f"{folder}: encoder-decoder model_type {config.model_type!r} is not supported")
     kwargs = {k: v for k, v in spec.model_kwargs if k not in ("dtype", "torch_dtype", "device_map")}
     attn = kwargs.pop("attn_implementation", "sdpa")
+    if attn_override is not None:
+        attn = attn_override
     model = load_for_inference(
         cls, folder, config=config, dtype=dtype, device=device, logger=logger, attn_implementation=attn, **kwargs
     )
@@ -172,15 +199,32 @@ def load_encoder(
     spec = load_model_spec(params.model)
     for note in spec.notes:
         logger.warning("model %s: %s", params.model, note)
-    model, config = _load_model(spec, dtype, device, logger)
+    mtype = accel.model_type(spec.transformer_folder)
+    packing = accel.resolve_packing(params.packing, device, mtype, dict(spec.model_kwargs).get("attn_implementation"))
+    kernels = accel.resolve_kernels(params.kernels, device, mtype)
+    logger.info("packing: %s (%s)", packing.value, packing.reason)
+    attn = packing.value if packing.value in ("flash_attention_2", "flex_attention") else None
+    try:
+        model, config = _load_model(spec, dtype, device, logger, attn)
+    except (ValueError, ImportError) as exc:
+        if attn is None:
+            raise
+        packing = accel.Choice("off", f"attn_implementation={attn!r} failed to load: {exc}")
+        logger.warning("packing: off (%s)", packing.reason)
+        model, config = _load_model(spec, dtype, device, logger)
+    if kernels.on:
+        kernels = accel.apply_kernels(model, mtype, logger)
+    (logger.warning if params.kernels == "liger" and not kernels.on else logger.info)(
+        "fused kernels: %s (%s)", kernels.value, kernels.reason
+    )
     max_positions = getattr(
         config.get_text_config() if hasattr(config, "get_text_config") else config, "max_position_embeddings", None
     )
     tokenizer = _load_tokenizer(spec, max_positions)
     head = build_head(spec.head).to(device)
-    if params.compile:
-        model = torch.compile(model, dynamic=True)
-    return Encoder(params, spec, tokenizer, model, head, device, dtype, output_dim(spec), logger, before_forward)
+    encoder = Encoder(params, spec, tokenizer, model, head, device, dtype, output_dim(spec), logger, before_forward)
+    encoder.setup_accel(mtype, packing, kernels)
+    return encoder
 
 
 # --------------------------------------------------------------------------- the engine
@@ -234,6 +278,44 @@ class Encoder:
         self.output_dtype = np.dtype(params.output_dtype)
         self.identity = output_identity(params, spec)
         self.last_stats = EncodeStats()
+        self.packing = accel.Choice("off", "not set up")
+        self.kernels = accel.Choice("off", "not set up")
+        self.causal = False
+        self.buckets: tuple[int, ...] = ()
+        self.packed_buckets: tuple[int, ...] = ()
+        self.compiled = "off"
+        self.seen_shapes: set[tuple[int, ...]] = set()  # batch shapes run so far (each compiled once)
+
+    def setup_accel(self, mtype: str, packing: accel.Choice, kernels: accel.Choice) -> None:
+        """Apply the resolved speed-ups: buckets, packing, compile (see `accel`)."""
+        params = self.params
+        self.packing, self.kernels = packing, kernels
+        self.causal = mtype in accel.PACKABLE_DECODERS
+        limit = self.max_length if self.truncate else 8192
+        self.buckets = accel.resolve_buckets(params.length_buckets, params.compile, limit)
+        if packing.on and self.buckets:
+            # A packed row's length is its token total: bucket that, in eighths of the budget.
+            step = max(64, self.token_budget // 8)
+            self.packed_buckets = tuple(range(step, max(self.token_budget, limit) + step, step))
+            self.buckets = ()
+        if params.compile:
+            mode = None if params.compile_mode in ("auto", "default") else params.compile_mode
+            if self.buckets or self.packed_buckets:
+                # One graph per bucket shape; allow that many before dynamo gives up.
+                n_shapes = len(self.buckets or self.packed_buckets) + 4
+                cfg = torch._dynamo.config
+                name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+                setattr(cfg, name, max(getattr(cfg, name), n_shapes))
+                self.model = torch.compile(self.model, dynamic=False, mode=mode)
+            else:
+                self.model = torch.compile(self.model, dynamic=True, mode=mode)
+            self.compiled = f"{mode or 'default'}, {'static bucket shapes' if (self.buckets or self.packed_buckets) else 'dynamic shapes'}"
+        self.logger.info(
+            "compile: %s; length buckets: %s%s",
+            self.compiled,
+            list(self.buckets) or "off",
+            f"; packed-length buckets: {len(self.packed_buckets)}" if self.packed_buckets else "",
+        )
 
     @property
     def token_budget(self) -> int:
@@ -266,16 +348,69 @@ class Encoder:
 
     # ---- forward --------------------------------------------------------------------
 
-    def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, lengths: np.ndarray | None = None) -> torch.Tensor:
+        """Embeddings of a padded batch, or of a packed one (`lengths` given: then
+        `attention_mask` holds the position ids)."""
         if self.device.type != "cpu":
             input_ids = input_ids.to(self.device, non_blocking=True)
             attention_mask = attention_mask.to(self.device, non_blocking=True)
         if self.before_forward is not None:
             self.before_forward(input_ids)
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask)
+        if self.params.compile and self.params.compile_mode == "reduce-overhead":
+            torch.compiler.cudagraph_mark_step_begin()
+        if lengths is None:
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask)
+            hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+            return self.head(pool(hidden, attention_mask, self.spec.pooling, self.prompt_length))
+        lengths_t = torch.from_numpy(lengths).to(self.device)
+        kwargs: dict[str, Any] = {"input_ids": input_ids, "position_ids": attention_mask}
+        if self.packing.value != "flash_attention_2":  # flash varlen finds texts from the position ids
+            seg = accel.segment_ids(lengths_t, input_ids.shape[1])
+            build = accel.flex_packed_mask if self.packing.value == "flex_attention" else accel.dense_packed_mask
+            kwargs["attention_mask"] = build(seg, self.causal)
+        out = self.model(**kwargs)
         hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
-        emb = pool(hidden, attention_mask, self.spec.pooling, self.prompt_length)
-        return self.head(emb)
+        hidden, mask = accel.repad(hidden, lengths_t)
+        return self.head(pool(hidden, mask, self.spec.pooling, self.prompt_length))
+
+    def _timed_forward(self, batch: Batch, ids: torch.Tensor, mask: torch.Tensor, stats: EncodeStats) -> torch.Tensor:
+        """`_forward`, with the first batch of each new shape timed as warm-up (compile)."""
+        shape = tuple(ids.shape)
+        lengths = batch.lengths if batch.packed else None
+        if shape in self.seen_shapes or not self.params.compile:
+            self.seen_shapes.add(shape)
+            return self._forward(ids, mask, lengths)
+        self._sync()
+        t0 = time.perf_counter()
+        emb = self._forward(ids, mask, lengths)
+        self._sync()
+        self.seen_shapes.add(shape)
+        stats.warmup_seconds += time.perf_counter() - t0
+        stats.warmup_shapes += 1
+        stats.warmup_items += len(batch.rows)
+        stats.warmup_tokens += int(batch.lengths.sum())
+        return emb
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def warmup(self, widths: Sequence[int] | None = None) -> float:
+        """Run (compile) each bucket shape once on filler input; return the seconds.
+        `encode` does this lazily for the shapes it meets; a benchmark calls it first."""
+        if not self.params.compile:
+            return 0.0
+        stats = EncodeStats()
+        with torch.inference_mode():
+            if self.packed_buckets:
+                for total in widths or self.packed_buckets:
+                    batch = _pad_packed(pack([[self.pad_id]], np.arange(1)), int(total), self.pad_id)
+                    self._timed_forward(batch, torch.from_numpy(batch.input_ids), torch.from_numpy(batch.attention_mask), stats)
+            for width in widths or self.buckets:
+                rows = max(1, min(self.params.max_batch_size, self.token_budget // width))
+                batch = collate_to([[self.pad_id]], np.arange(1), self.pad_id, self.left_pad, width, rows)
+                self._timed_forward(batch, torch.from_numpy(batch.input_ids), torch.from_numpy(batch.attention_mask), stats)
+        return stats.warmup_seconds
 
     def _run(self, ready: _Ready, window_start: int, stats: EncodeStats) -> list[tuple[np.ndarray, torch.Tensor]]:
         """Embed one batch, splitting it (and lowering the budget) on out-of-memory."""
@@ -285,7 +420,7 @@ class Encoder:
             ids, mask = tensors.pop(id(batch), (None, None))
             if ids is None:
                 ids, mask = torch.from_numpy(batch.input_ids), torch.from_numpy(batch.attention_mask)
-            emb = self._forward(ids, mask)
+            emb = self._timed_forward(batch, ids, mask, stats)[: len(batch.rows)]  # filler rows dropped
             stats.batches += 1
             stats.padded_tokens += batch.padded_tokens
             stats.real_tokens += int(batch.lengths.sum())
@@ -305,6 +440,23 @@ class Encoder:
         return [(batch.rows, emb) for batch, emb in done]
 
     # ---- the producer ------------------------------------------------------------
+
+    def _batches(self, ids: list[list[int]], sorted_lengths: np.ndarray, order: np.ndarray):
+        """A window's batches: padded to their longest row (the default), to a bucket
+        shape, or packed."""
+        budget, max_rows = self.token_budget, self.params.max_batch_size
+        if self.packing.on:
+            for s, e in plan_packed_batches(sorted_lengths, budget, max_rows):
+                batch = pack(ids, order[s:e])
+                if self.packed_buckets:
+                    batch = _pad_packed(batch, bucket_width(batch.padded_tokens, self.packed_buckets), self.pad_id)
+                yield batch
+        elif self.buckets:
+            for s, e, width, rows in plan_bucketed_batches(sorted_lengths, self.buckets, budget, max_rows):
+                yield collate_to(ids, order[s:e], self.pad_id, self.left_pad, width, rows)
+        else:
+            for s, e in plan_batches(sorted_lengths, budget, max_rows):
+                yield collate(ids, order[s:e], self.pad_id, self.left_pad)
 
     def _produce(
         self, texts: Sequence[str], windows: list[tuple[int, int, int]], out: queue.Queue, stop: threading.Event
@@ -331,8 +483,7 @@ class Encoder:
                         pending.append(pool_.submit(self.tokenize, texts[na:nb]))
                     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
                     order = length_order(lengths)
-                    for s, e in plan_batches(lengths[order], self.token_budget, self.params.max_batch_size):
-                        batch = collate(ids, order[s:e], self.pad_id, self.left_pad)
+                    for batch in self._batches(ids, lengths[order], order):
                         t_ids = torch.from_numpy(batch.input_ids)
                         t_mask = torch.from_numpy(batch.attention_mask)
                         if pin:
@@ -364,7 +515,16 @@ class Encoder:
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise TypeError(f"text {i} is {type(t).__name__}, not str")
-        stats = EncodeStats(items=len(texts), start_unix=time.time())
+        stats = EncodeStats(
+            items=len(texts),
+            start_unix=time.time(),
+            compile=self.compiled,
+            length_buckets=list(self.buckets or self.packed_buckets) or None,
+            packing=self.packing.value,
+            packing_reason=self.packing.reason,
+            kernels=self.kernels.value,
+            kernels_reason=self.kernels.reason,
+        )
         t0 = time.perf_counter()
         n, win = len(texts), self.params.window
         windows = [(w, a, min(a + win, n)) for w, a in enumerate(range(0, n, win))]
@@ -470,6 +630,17 @@ class Encoder:
             stop.set()
             producer.join()
         return done
+
+
+def _pad_packed(batch: Batch, total: int, pad_id: int) -> Batch:
+    """A packed batch extended to `total` tokens by a filler run (positions 0, its own
+    segment: `segment_ids` marks it -1), so compiled shapes stay few."""
+    extra = total - batch.padded_tokens
+    if extra <= 0:
+        return batch
+    ids = np.concatenate([batch.input_ids, np.full((1, extra), pad_id, dtype=np.int64)], axis=1)
+    pos = np.concatenate([batch.attention_mask, np.zeros((1, extra), dtype=np.int64)], axis=1)
+    return Batch(rows=batch.rows, lengths=batch.lengths, input_ids=ids, attention_mask=pos, packed=True)
 
 
 # --------------------------------------------------------------------------- one chunk

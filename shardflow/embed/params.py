@@ -18,6 +18,11 @@ from shardflow.core.hashing import model_identity
 from shardflow.embed.stconfig import ModelSpec, load_model_spec
 
 OUTPUT_DTYPES = ("float32", "float16")
+COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+PACKING = ("auto", "off", "on")
+KERNELS = ("auto", "off", "liger")
+# Added after outputs existed: in the identity only when they resolve to something on.
+_ACCEL_FIELDS = ("length_buckets", "compile_mode", "packing", "kernels")
 # Default token budgets. On CPU, throughput per token is flat from ~512 to ~2048
 # padded tokens per batch and drops beyond (cache misses), while smaller batches
 # pad less: 1024 measured best for MiniLM on 2 cores. GPUs want large batches.
@@ -36,6 +41,14 @@ class EmbedParams:
         model's default prompt, if it has one.
     window: texts per resume part (and per sort).
     threads: torch intra-op threads (None: leave torch's setting).
+    length_buckets: "auto" (with `compile` only), "off", or padded widths to round
+        batches up to (see `accel.resolve_buckets`).
+    compile_mode: torch.compile mode; "auto" = its default mode.
+    packing: "auto" | "off" | "on": texts of a batch back to back, unpadded.
+    kernels: "auto" | "off" | "liger": fused kernels from liger-kernel.
+
+    The last four at "auto" keep the plain path on the CPU, and leave the output
+    identity (hence resume keys) as it was unless they resolve to something on.
     """
 
     model: str
@@ -51,8 +64,21 @@ class EmbedParams:
     window: int = 8192
     seed: int = 0
     threads: int | None = None
+    length_buckets: str | tuple[int, ...] = "auto"
+    compile_mode: str = "auto"
+    packing: str = "auto"
+    kernels: str = "auto"
 
     def __post_init__(self) -> None:
+        if not isinstance(self.length_buckets, str):  # a list from YAML: a hashable tuple
+            object.__setattr__(self, "length_buckets", tuple(int(b) for b in self.length_buckets))
+            if not self.length_buckets or min(self.length_buckets) < 1:
+                raise ValueError("length_buckets: a non-empty list of widths >= 1, auto or off")
+        elif self.length_buckets not in ("auto", "off"):
+            raise ValueError(f"length_buckets {self.length_buckets!r}: expected auto, off or a list of widths")
+        for name, allowed in (("compile_mode", COMPILE_MODES), ("packing", PACKING), ("kernels", KERNELS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} {getattr(self, name)!r}: expected one of {allowed}")
         check_device(self.device)
         if self.dtype != "auto" and self.dtype not in DTYPES:
             raise ValueError(f"dtype {self.dtype!r}: expected auto or one of {sorted(DTYPES)}")
@@ -94,13 +120,37 @@ def output_identity(params: EmbedParams, spec: ModelSpec | None = None) -> dict[
         {
             k: v
             for k, v in asdict(params).items()
-            if k not in ("model", "device", "dtype", "prompt", "prompt_name", "threads")
+            if k not in ("model", "device", "dtype", "prompt", "prompt_name", "threads", *_ACCEL_FIELDS)
         }
     )
+    identity.update(accel_identity(params, spec, device))
     identity["token_budget"] = resolve_token_budget(params, device)
     if device.type == "cpu":  # CPU kernels split work by thread count, which can move the last bits
         identity["threads"] = params.threads or torch.get_num_threads()
     return identity
+
+
+def accel_identity(params: EmbedParams, spec: ModelSpec, device: torch.device) -> dict[str, Any]:
+    """The speed-up options that change the output's last bits, as resolved on `device`;
+    empty when all resolve to the plain path (so older identities stay valid)."""
+    from shardflow.embed import accel
+
+    out: dict[str, Any] = {}
+    mtype = accel.model_type(spec.transformer_folder)
+    attn = dict(spec.model_kwargs).get("attn_implementation")
+    packing = accel.resolve_packing(params.packing, device, mtype, attn)
+    if packing.on:
+        out["packing"] = packing.value
+    # Buckets apply to padded batches only; their widths depend on max_length (known
+    # once the tokenizer loads), so the option as given stands for them.
+    elif accel.resolve_buckets(params.length_buckets, params.compile, 1 << 30):
+        out["length_buckets"] = params.length_buckets
+    kernels = accel.resolve_kernels(params.kernels, device, mtype)
+    if kernels.on:
+        out["kernels"] = f"liger-kernel {accel.liger_version()}"
+    if params.compile and params.compile_mode not in ("auto", "default"):
+        out["compile_mode"] = params.compile_mode
+    return out
 
 
 def resume_key(chunk_path: str | Path, params: EmbedParams, identity: dict[str, Any] | None = None) -> str:
