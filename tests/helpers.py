@@ -74,11 +74,11 @@ def _readable_forms(path: Path) -> list[bytes]:
     return forms
 
 
-def assert_no_secrets(*roots: Path, texts: tuple[str, ...] = ()) -> list[Path]:
+def assert_no_secrets(*roots: Path, texts: tuple[str, ...] = (), secrets: dict[str, str] | None = None) -> list[Path]:
     """No file under `roots` (results, logs, benchmarks, .snakemake, report.html, ...)
-    and none of `texts` (a run's stdout/stderr) contains a value of FAKE_SECRETS in any
-    form _secret_patterns lists. Returns the files read."""
-    patterns = {name: _secret_patterns(value) for name, value in FAKE_SECRETS.items()}
+    and none of `texts` (a run's stdout/stderr) contains a value of `secrets` (default
+    FAKE_SECRETS) in any form _secret_patterns lists. Returns the files read."""
+    patterns = {name: _secret_patterns(value) for name, value in (secrets or FAKE_SECRETS).items()}
     files = sorted(p for root in roots for p in Path(root).rglob("*") if p.is_file() and not p.is_symlink())
     blobs = [(str(f), form) for f in files for form in _readable_forms(f)]
     blobs += [(f"text {i}", t.encode()) for i, t in enumerate(texts)]

@@ -13,7 +13,7 @@ import yaml
 
 from shardflow.core import s3 as s3mod
 from shardflow.core.parts import PartStore
-from tests.helpers import SNAKEMAKE
+from tests.helpers import SNAKEMAKE, assert_no_secrets
 
 pytestmark = pytest.mark.cluster
 
@@ -108,10 +108,15 @@ def test_glob_corpus_and_a_killed_embed_job_resuming_from_parts_in_s3(
     cfg = config(run / "c.yaml", f"s3://{s3.bucket}/{s3_prefix}/corpus/part-*.jsonl")
     cmd = [
         SNAKEMAKE, "-s", str(sm.REPO / "Snakefile"), "-d", str(run), *TARGETS, "--configfile", str(cfg),
-        "--cores", "1", *s3.snakemake_args(s3_prefix),
+        "--cores", "1", "--default-storage-provider", "s3", "--default-storage-prefix", f"s3://{s3.bucket}/{s3_prefix}",
     ]
+    # The S3 settings as environment variables, as on a real site: Snakemake prints its
+    # whole command line into the run's log, so --storage-s3-secret-key would be kept there.
+    env = sm.env(**{f"SNAKEMAKE_STORAGE_S3_{k}": v for k, v in (
+        ("ENDPOINT_URL", s3.endpoint_url), ("ACCESS_KEY", s3.access_key),
+        ("SECRET_KEY", s3.secret_key), ("REGION", s3.region))})
     parts = f"{s3_prefix}/results/{DS}/.resume/"
-    proc = subprocess.Popen(cmd, cwd=run, env=sm.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, cwd=run, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 180
         while sum(k.endswith(".npy") for k in s3.objects(parts)) < 2:
@@ -138,3 +143,10 @@ def test_glob_corpus_and_a_killed_embed_job_resuming_from_parts_in_s3(
     assert not [k for k in objects if k.startswith(parts)]  # parts removed once the outputs were safe
     manifest = objects[f"{s3_prefix}/results/{DS}/chunks/manifest.json"].decode()
     assert "part-0.jsonl" in manifest and "part-1.jsonl" in manifest and "README" not in manifest
+    # The keys reached the jobs (their parts went to the bucket) through the environment
+    # only: no file of the run, no object it stored, nothing it printed holds them.
+    files = assert_no_secrets(
+        run, texts=(out, *(v.decode("latin-1") for v in objects.values())),
+        secrets={"S3 access key": s3.access_key, "S3 secret key": s3.secret_key},
+    )
+    assert len(files) > 10
