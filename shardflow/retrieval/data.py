@@ -27,6 +27,7 @@ from typing import Iterable, Iterator
 from shardflow.core.files import open_binary
 from shardflow.core.atomic import atomic_open
 from shardflow.corpus.chunks import ChunkRecord, dump_record
+from shardflow.corpus.readers import DEFAULT_MAX_RECORD_BYTES, BadRecordError, LongLine, iter_lines
 
 Qrels = dict[str, dict[str, int]]  # query id -> {doc id: relevance}
 
@@ -43,17 +44,26 @@ class RetrievalDataError(ValueError):
 def _iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     """Yield (line number, line without its line ending), skipping blank lines.
 
-    Lines are decoded one at a time so a bad byte is reported at its own line.
+    Lines are decoded one at a time so a bad byte is reported at its own line; a line
+    over the corpus reader's size limit is an error without being read whole, and a
+    truncated gzip stream is one at the line it stopped on.
     """
     with open_binary(path) as fh:
-        for lineno, raw in enumerate(fh, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise RetrievalDataError(path, lineno, f"invalid UTF-8 ({exc.reason})") from exc
-            line = line.rstrip("\r\n")
-            if line.strip():
-                yield lineno, line
+        try:
+            for lineno, raw in iter_lines(fh, str(path), DEFAULT_MAX_RECORD_BYTES):
+                if isinstance(raw, LongLine):
+                    raise RetrievalDataError(
+                        path, lineno, f"line too large: {raw.size:,} bytes, over the limit of {DEFAULT_MAX_RECORD_BYTES:,}"
+                    )
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise RetrievalDataError(path, lineno, f"invalid UTF-8 ({exc.reason})") from exc
+                line = line.rstrip("\r\n")
+                if line.strip():
+                    yield lineno, line
+        except BadRecordError as exc:
+            raise RetrievalDataError(path, exc.line, exc.reason) from exc
 
 
 def doc_text(title: str | None, text: str) -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardflow.core.files import open_binary
-from shardflow.corpus.readers import BadRecordError, Rejected
+from shardflow.corpus.readers import DEFAULT_MAX_RECORD_BYTES, BadRecordError, LongLine, Rejected, iter_lines
 
 __all__ = [
     "BadRecordError",
@@ -149,7 +149,11 @@ def _load(path: str, make, on_bad_record: str) -> Loaded:
 def _objects(path: str) -> Iterator[tuple[int, bytes, Any]]:
     """(line number, raw bytes, parsed object or _Bad) for each non-blank line."""
     with open_binary(path) as fh:
-        for line, raw in enumerate(fh, 1):
+        # Bounded lines; a truncated gzip stream stops the load at its line (BadRecordError).
+        for line, raw in iter_lines(fh, path, DEFAULT_MAX_RECORD_BYTES):
+            if isinstance(raw, LongLine):
+                yield line, raw.head, _Bad(f"record too large: {raw.size:,} bytes, over the limit of {DEFAULT_MAX_RECORD_BYTES:,}")
+                continue
             if not raw.strip():
                 continue
             try:

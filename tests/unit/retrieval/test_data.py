@@ -199,3 +199,23 @@ def test_arguana_counts():
     assert len(queries) == 1406 and len(qrels) == 1406
     corpus = set(doc_ids)
     assert sum(1 for judged in qrels.values() for d in judged if d not in corpus) == 5
+
+
+def test_truncated_gzip_and_oversized_lines_name_file_and_line(tmp_path, monkeypatch):
+    import gzip
+
+    import pytest
+
+    from shardflow.retrieval import data
+
+    whole = "".join(json.dumps({"_id": f"d{i}", "text": "x" * 50}) + "\n" for i in range(200)).encode()
+    path = tmp_path / "corpus.jsonl.gz"
+    path.write_bytes(gzip.compress(whole)[:-40])  # cut before the end marker
+    with pytest.raises(data.RetrievalDataError, match=rf"{path}:\d+: gzip stream truncated"):
+        list(data.iter_beir_corpus(path))
+
+    monkeypatch.setattr(data, "DEFAULT_MAX_RECORD_BYTES", 1000)
+    long = tmp_path / "queries.jsonl"
+    long.write_text(json.dumps({"_id": "q0", "text": "ok"}) + "\n" + json.dumps({"_id": "q1", "text": "y" * 5000}) + "\n")
+    with pytest.raises(data.RetrievalDataError, match=rf"{long}:2: line too large: 5,02\d bytes, over the limit of 1,000"):
+        list(data.iter_beir_queries(long))
