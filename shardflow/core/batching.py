@@ -90,7 +90,7 @@ def split_batch(batch: Batch, max_rows: int, left_pad: bool) -> list[Batch]:
         return split_packed(batch, max_rows)
     pieces = []
     for start in range(0, len(batch.rows), max(1, max_rows)):
-        sl = slice(start, start + max_rows)
+        sl = slice(start, min(start + max_rows, len(batch.rows)))  # never a bucket's filler rows
         lengths = batch.lengths[sl]
         width = max(1, int(lengths.max()))
         cols = slice(batch.input_ids.shape[1] - width, None) if left_pad else slice(0, width)

