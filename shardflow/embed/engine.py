@@ -62,13 +62,13 @@ from shardflow.core.npyio import write_npy
 from shardflow.core.oom import OomBackoff, TooLargeError
 from shardflow.core.parts import PartStore, resume_folder
 from shardflow.corpus.chunks import read_chunk
+from shardflow.embed import accel
 from shardflow.embed.params import (
     EmbedParams,
     output_identity,
     resolve_token_budget,
     resume_key,
 )
-from shardflow.embed import accel
 from shardflow.embed.pooling import build_head, pool
 from shardflow.embed.stconfig import (
     ModelSpec,
@@ -295,8 +295,8 @@ class Encoder:
         limit = self.max_length if self.truncate else 8192
         self.buckets = accel.resolve_buckets(params.length_buckets, params.compile, limit)
         if packing.on and self.buckets:
-            # A packed row's length is its token total: bucket that, in eighths of the budget.
-            step = max(64, self.token_budget // 8)
+            # A packed row's length is its token total: bucket that, in quarters of the budget.
+            step = max(64, self.token_budget // 4)
             self.packed_buckets = tuple(range(step, max(self.token_budget, limit) + step, step))
             self.buckets = ()
         if params.compile:

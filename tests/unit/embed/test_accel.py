@@ -35,8 +35,7 @@ from shardflow.core.batching import (
     plan_packed_batches,
     split_batch,
 )
-from shardflow.embed import EmbedParams, load_encoder
-from shardflow.embed import accel
+from shardflow.embed import EmbedParams, accel, load_encoder
 from shardflow.embed.params import output_identity
 from tests.support import tiny_models
 
