@@ -2,18 +2,15 @@
 and resume parts kept under the storage prefix when S3 is the default storage (the
 eks profile, where a killed pod's working directory is gone with it)."""
 
-import signal
-import subprocess
-import time
 
 import numpy as np
-import psutil
 import pytest
 import yaml
 
 from shardflow.core import s3 as s3mod
 from shardflow.core.parts import PartStore
 from tests.helpers import SNAKEMAKE, assert_no_secrets
+from tests.support.faults import kill_job_when
 
 pytestmark = pytest.mark.cluster
 
@@ -66,16 +63,6 @@ def test_parts_in_s3_resume_and_are_removed(s3, s3_prefix, storage_env):
     assert not s3.objects(f"{s3_prefix}/resume/")
 
 
-def _embed_script(pid: int):
-    for child in psutil.Process(pid).children(recursive=True):
-        try:
-            if any(arg.endswith("embed.py") for arg in child.cmdline()):
-                return child
-        except psutil.NoSuchProcess:
-            continue
-    return None
-
-
 def test_glob_corpus_and_a_killed_embed_job_resuming_from_parts_in_s3(
     s3, s3_prefix, corpus_file, tmp_path, sm
 ):
@@ -116,23 +103,11 @@ def test_glob_corpus_and_a_killed_embed_job_resuming_from_parts_in_s3(
         ("ENDPOINT_URL", s3.endpoint_url), ("ACCESS_KEY", s3.access_key),
         ("SECRET_KEY", s3.secret_key), ("REGION", s3.region))})
     parts = f"{s3_prefix}/results/{DS}/.resume/"
-    proc = subprocess.Popen(cmd, cwd=run, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 180
-        while sum(k.endswith(".npy") for k in s3.objects(parts)) < 2:
-            if proc.poll() is not None:
-                log = s3.objects(f"{s3_prefix}/logs/embed/").values()
-                raise AssertionError(proc.communicate()[0][-3000:] + b"".join(log).decode()[-5000:])
-            assert time.monotonic() < deadline, "no part reached the bucket within 180 s"
-            time.sleep(0.05)
-        job = _embed_script(proc.pid)
-        assert job is not None, "embed job process not found"
-        job.send_signal(signal.SIGKILL)
-        out, _ = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, out[-4000:]
+    out, returncode = kill_job_when(
+        cmd, run, env, "embed", lambda: sum(k.endswith(".npy") for k in s3.objects(parts)) >= 2,
+        what="second part in the bucket",
+    )
+    assert returncode == 0, out[-4000:]
     assert "Error in rule embed" in out, out[-4000:]  # the first attempt died, the retry finished
 
     objects = s3.objects(f"{s3_prefix}/")

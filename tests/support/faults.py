@@ -16,11 +16,11 @@ going away): Snakemake's lock then stays behind, and the rerun must say how to c
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import json
 import pickle
 import random
-import re
 import signal
 import subprocess
 import threading
@@ -173,6 +173,33 @@ def run_watched(workdir: Path, config: Path, *args: str, faults: dict[str, Fault
     return subprocess.CompletedProcess(cmd, proc.returncode, out, ""), watcher
 
 
+def kill_job_when(cmd: list[str], cwd: Path, env: dict, rule: str, ready, *, what: str,
+                  timeout_s: float = 180) -> tuple[str, int]:
+    """Run Snakemake `cmd`; once `ready()` holds, SIGKILL the running job of `rule` with
+    everything it started; return Snakemake's output and exit status once it has
+    finished (the rule's retry included). `what` names the awaited condition in a timeout's message."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            if proc.poll() is not None:
+                raise AssertionError(f"Snakemake ended before {what}:\n{proc.communicate()[0][-4000:]}")
+            assert time.monotonic() < deadline, f"no {what} within {timeout_s} s"
+            time.sleep(POLL_S)
+        watcher = Watcher(proc)
+        jobs = [pid for pid, (job_rule, _) in watcher._jobs().items() if job_rule == rule]
+        assert jobs, f"no running {rule} job found"
+        for victim in watcher._job_tree(jobs[0]):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                victim.send_signal(signal.SIGKILL)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return out, proc.returncode
+
+
 # ------------------------------------------------------------------- the outputs
 
 
@@ -210,16 +237,21 @@ def compare(reference: dict[str, object], got: dict[str, object], *, complete: b
     return problems
 
 
+def job_rule(rule: str, dataset: str = "fm") -> str:
+    """The Snakemake rule name of a matrix rule ("split" is split_<dataset>)."""
+    return f"split_{dataset}" if rule == "split" else rule
+
+
 def plan_faults(durations: dict[str, float], rules: list[str], seed: int, controller_share: float) -> dict[str, Fault]:
     """One fault per rule at a seeded point within the shortest run of its jobs in the
-    uninterrupted run (5% to 90% of it; a job that ends sooner this time is a miss);
+    uninterrupted run (5% to 75% of it; a job that ends sooner this time is a miss);
     round(controller_share x rules) of them, seeded, kill Snakemake itself (at least one
     when the share is above 0)."""
     rng = random.Random(seed)
     n_controller = max(round(controller_share * len(rules)), 1 if controller_share > 0 else 0)
     controller = set(rng.sample(rules, n_controller))
     return {
-        rule: Fault(rule, "controller" if rule in controller else "job", durations[rule] * rng.uniform(0.05, 0.90))
+        rule: Fault(rule, "controller" if rule in controller else "job", durations[rule] * rng.uniform(0.05, 0.75))
         for rule in rules
     }
 

@@ -3,29 +3,16 @@ finished parts kept in `gpu_jobs.resume_dir` (outside the working directory, as 
 volume that outlives a spot node), and the result is byte-identical to an uninterrupted run."""
 
 import json
-import signal
-import subprocess
-import time
 
-import psutil
 import pytest
 
 from shardflow.corpus.demo import DemoParams, build_demo_corpus
 from tests.helpers import REPO, SNAKEMAKE, offline_env, sha256, snakemake, write_config
+from tests.support.faults import kill_job_when
 
 pytestmark = pytest.mark.workflow
 
 TARGETS = ("results/rs/embeddings.npy", "results/rs/ids.parquet")
-
-
-def _embed_script(snakemake_pid: int) -> psutil.Process | None:
-    for child in psutil.Process(snakemake_pid).children(recursive=True):
-        try:
-            if any(arg.endswith("embed.py") for arg in child.cmdline()):
-                return child
-        except psutil.NoSuchProcess:
-            continue
-    return None
 
 
 def test_sigkilled_embed_job_resumes_from_resume_dir(tmp_path):
@@ -49,21 +36,11 @@ def test_sigkilled_embed_job_resumes_from_resume_dir(tmp_path):
     assert not any(resume.glob("rs/*/part-*.npy"))  # a finished chunk leaves no parts behind
 
     cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(run), *TARGETS, "--cores", "1", "--configfile", str(cfg)]
-    proc = subprocess.Popen(cmd, cwd=run, env=offline_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 180
-        while len(list(resume.glob("rs/*/part-*.npy"))) < 2:
-            assert proc.poll() is None, proc.communicate()[0][-4000:]
-            assert time.monotonic() < deadline, "no part written within 180 s"
-            time.sleep(0.02)
-        job = _embed_script(proc.pid)
-        assert job is not None, "embed job process not found"
-        job.send_signal(signal.SIGKILL)
-        out, _ = proc.communicate(timeout=600)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, out[-4000:]
+    out, returncode = kill_job_when(
+        cmd, run, offline_env(), "embed", lambda: len(list(resume.glob("rs/*/part-*.npy"))) >= 2,
+        what="second part written",
+    )
+    assert returncode == 0, out[-4000:]
     assert "embed" in out and "Error in rule embed" in out  # the first attempt died ...
 
     log = (run / "logs/embed/rs/chunk_0.log").read_text()  # ... and the retry's log:

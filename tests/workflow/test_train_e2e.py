@@ -5,16 +5,22 @@ bit (CPU, fp32); dry runs; bad input as one clear line in the rule log."""
 
 import json
 import shutil
-import signal
-import subprocess
-import time
 
 import pandas as pd
-import psutil
 import pytest
 
 from shardflow.corpus.demo import DemoParams, build_demo_corpus
-from tests.helpers import REPO, SNAKEMAKE, assert_no_secrets, job_counts, offline_env, sha256, snakemake, write_config
+from tests.helpers import (
+    REPO,
+    SNAKEMAKE,
+    assert_no_secrets,
+    job_counts,
+    offline_env,
+    sha256,
+    snakemake,
+    write_config,
+)
+from tests.support.faults import kill_job_when
 
 pytestmark = pytest.mark.workflow
 
@@ -78,16 +84,6 @@ def test_train_outputs_landing_and_hf_folder(run):
     assert not (work / f"results/{DS}/.resume/train").exists()  # removed once the outputs are written
 
 
-def _train_process(snakemake_pid):
-    for child in psutil.Process(snakemake_pid).children(recursive=True):
-        try:
-            if "shardflow.train.launch" in child.cmdline() and child.name().startswith("python"):
-                return child
-        except psutil.NoSuchProcess:
-            continue
-    return None
-
-
 def test_sigkilled_train_job_resumes_to_the_same_losses_bitwise(run, corpus, tmp_path):
     ref, cfg = run
     work = tmp_path / "killed"
@@ -95,22 +91,8 @@ def test_sigkilled_train_job_resumes_to_the_same_losses_bitwise(run, corpus, tmp
     ckpt = work / f"results/{DS}/.resume/train/checkpoint.pt"
     cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(work), TARGETS[0], "--cores", "2",
            "--configfile", str(cfg)]
-    proc = subprocess.Popen(cmd, cwd=work, env=offline_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not ckpt.exists():
-            assert proc.poll() is None, proc.communicate()[0][-4000:]
-            assert time.monotonic() < deadline, "no checkpoint within 120 s"
-            time.sleep(0.01)
-        job = _train_process(proc.pid)
-        assert job is not None, "train job process not found"
-        job.send_signal(signal.SIGKILL)
-        out, _ = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, out[-4000:]
+    out, returncode = kill_job_when(cmd, work, offline_env(), "train", ckpt.exists, what="checkpoint", timeout_s=120)
+    assert returncode == 0, out[-4000:]
     assert "Error in rule train" in out  # the first attempt died ...
     log = (work / f"logs/train/{DS}.log").read_text()  # ... and the retry continued:
     assert "resumed from" in log, log[-3000:]
