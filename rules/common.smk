@@ -28,7 +28,10 @@ _DEFAULTS = workflow.resource_settings.default_resources or {}
 _UNEXPANDED = site.unexpanded(
     {
         "default-storage-prefix": workflow.storage_settings.default_storage_prefix,
-        **{f"default-resources {n}": getattr(_DEFAULTS[n], "raw", None) for n in _DEFAULTS},
+        **{
+            f"default-resources {n}": getattr(_DEFAULTS[n], "raw", None)
+            for n in _DEFAULTS
+        },
     }
 )
 if _UNEXPANDED:
@@ -42,7 +45,6 @@ def validate(cfg):
 
 
 validate(config)
-
 
 
 def s3_settings():
