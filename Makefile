@@ -69,10 +69,10 @@ lint: setup
 fmt: setup
 	$(BIN)/snakefmt Snakefile rules/
 
-# Two pytest workers (pytest-xdist): workflow and cluster tests spend much of their
-# time waiting on subprocesses and schedulers. Tests that share a fixture (a module's
+# Three pytest workers on two cores (pytest-xdist): workflow and cluster tests spend
+# much of their time waiting on subprocesses and schedulers (SLURM polls for 20-30 s). Tests that share a fixture (a module's
 # workflow run, the cluster services) stay on one worker (tests/conftest.py).
-XDIST ?= -n 2 --dist loadgroup
+XDIST ?= -n 3 --dist loadgroup
 test: setup
 	$(BIN)/python -m pytest -rA --durations=25 $(XDIST) tests
 

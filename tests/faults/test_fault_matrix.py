@@ -74,6 +74,8 @@ def inputs(tmp_path_factory):
                    eval_windows=4, checkpoint_interval=10, warmup_iters=5, sample_tokens=10),
         retrieval={"path": str(beir), "name": "fmr", "n_chunks": 1, "top_k": 100},
         resources={r: {"threads": 1} for r in ("embed", "embed_queries", "summarise", "train")},
+        # Resume state outside the working directory, as on a volume that outlives a node.
+        gpu_jobs={"resume_dir": str(root / "volume")},
     )
     return cfg
 
@@ -149,6 +151,8 @@ def test_every_rule_killed_at_a_seeded_point_reruns_to_identical_outputs(seed, i
     injected = [r for r, f in faults.items() if f.injected]
     assert injected == RULES, f"faults missed {sorted(set(RULES) - set(injected))} (retried {retried})"
     assert F.leftovers(work) == [], "temporary files of interrupted writes left behind"
+    volume = inputs.parent / "volume"
+    assert not [p for p in volume.rglob("*") if p.is_file()], "resume parts left after the outputs were written"
     table = [
         {"rule": f.rule, "mode": f.mode, "delay_s": round(f.delay_s, 3), "injected": f.injected,
          "identical": f.injected, "lost": 0}
