@@ -69,10 +69,13 @@ lint: setup
 fmt: setup
 	$(BIN)/snakefmt Snakefile rules/
 
-# Three pytest workers on two cores (pytest-xdist): workflow and cluster tests spend
-# much of their time waiting on subprocesses and schedulers (SLURM polls for 20-30 s). Tests that share a fixture (a module's
-# workflow run, the cluster services) stay on one worker (tests/conftest.py).
-XDIST ?= -n 3 --dist loadgroup
+# Two pytest workers (pytest-xdist): workflow and cluster tests spend much of their
+# time waiting on subprocesses and schedulers. `--dist loadfile` keeps each test file on
+# one worker, so a module's shared workflow run (a module fixture) runs once and the
+# SLURM tests share one cluster. (pytest-xdist 3.8's `loadgroup` does not group under
+# pytest 9: it renames node ids through an attribute pytest 9 no longer reads, so every
+# test was its own group and module fixtures ran once per worker.)
+XDIST ?= -n 2 --dist loadfile
 test: setup
 	$(BIN)/python -m pytest -rA --durations=25 $(XDIST) tests
 

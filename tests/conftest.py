@@ -13,20 +13,6 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 
 
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`--dist loadgroup`), keep tests that share expensive state
-    on one worker: the SLURM tests (one SLURM cluster per session), the other cluster
-    tests (S3 server, Kubernetes stand-in; each worker starts its own S3 server on free
-    ports), and each workflow module (its module-scoped workflow run)."""
-    for item in items:
-        parts = Path(str(item.fspath)).relative_to(REPO).parts
-        if parts[:2] == ("tests", "cluster"):
-            group = "cluster-slurm" if parts[2] == "test_slurm.py" else "cluster-s3"
-            item.add_marker(pytest.mark.xdist_group(group))
-        elif parts[:2] in (("tests", "workflow"), ("tests", "faults")):
-            item.add_marker(pytest.mark.xdist_group(parts[2]))
-
-
 @pytest.fixture(scope="session")
 def shipped_config() -> dict:
     """config/config.yaml as shipped (read once; tests get deep copies via `config`)."""

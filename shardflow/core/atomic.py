@@ -26,7 +26,21 @@ class DiskFullError(OSError):
         except OSError:
             free = None
         left = f"{free:,} bytes free there" if free is not None else "free space unknown"
-        super().__init__(cause.errno, f"{os.strerror(cause.errno)} while writing {path} ({left}); nothing was kept")
+        code = cause.errno or errno.ENOSPC
+        super().__init__(code, f"{os.strerror(code)} while writing {path} ({left}); nothing was kept")
+
+
+def _out_of_space(exc: OSError, path: Path) -> bool:
+    """ENOSPC/EDQUOT, or a short write without an errno (numpy's `tofile` reports one as
+    'N requested and M written') on a filesystem with less than 1 MiB left."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    if exc.errno is None:
+        try:
+            return shutil.disk_usage(path.parent).free < 1 << 20
+        except OSError:
+            return False
+    return False
 
 
 def _tmp_path(path: Path) -> Path:
@@ -70,7 +84,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         os.replace(tmp, path)
         _remove_stale_tmp(path)
     except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        if not _out_of_space(exc, path):
             raise
         raise DiskFullError(path, exc) from exc
     finally:

@@ -40,7 +40,7 @@ RULES = [
 VOLATILE = (".stats.json", "jobs.json", "report.rst")
 
 
-@pytest.fixture(scope="session")  # session: a worker may interleave modules
+@pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
     """A corpus with references for summarisation, and a tiny BEIR set (stdlib docstrings)."""
     root = tmp_path_factory.mktemp("fault-inputs")
@@ -80,7 +80,7 @@ def inputs(tmp_path_factory):
     return cfg
 
 
-@pytest.fixture(scope="session")  # session: a worker may interleave modules
+@pytest.fixture(scope="module")
 def reference(tmp_path_factory, inputs):
     """The uninterrupted run, watched: each rule's first job's duration plans the faults."""
     work = tmp_path_factory.mktemp("fault-reference")

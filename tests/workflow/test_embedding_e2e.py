@@ -26,7 +26,7 @@ def _config(workdir, corpus, **extra):
     )
 
 
-@pytest.fixture(scope="session")  # session: a worker may interleave modules
+@pytest.fixture(scope="module")
 def run(tmp_path_factory, demo_texts):
     corpus, records = demo_texts
     workdir = tmp_path_factory.mktemp("e2e")

@@ -11,7 +11,7 @@ from tests.helpers import assert_no_secrets, job_counts, offline_env, snakemake,
 pytestmark = pytest.mark.workflow
 
 
-@pytest.fixture(scope="session")  # session: a worker may interleave modules
+@pytest.fixture(scope="module")
 def beir(tmp_path_factory, demo_texts):
     """40 docs with titles; 6 queries that repeat a doc's text exactly (so each finds its
     doc first), one of them also judged against a doc missing from the corpus."""

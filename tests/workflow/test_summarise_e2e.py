@@ -16,7 +16,7 @@ pytestmark = pytest.mark.workflow
 N_GOOD = 14
 
 
-@pytest.fixture(scope="session")  # session: a worker may interleave modules
+@pytest.fixture(scope="module")
 def articles(tmp_path_factory, demo_texts):
     """14 demo docstrings as articles, their first sentence as the reference, and one
     line without a reference field (line 6)."""
@@ -30,7 +30,7 @@ def articles(tmp_path_factory, demo_texts):
     return path
 
 
-@pytest.fixture(scope="session")  # session: a worker may interleave modules
+@pytest.fixture(scope="module")
 def run(tmp_path_factory, articles):
     """The workflow, abstractive, 2 chunks, references scored; rejects skipped."""
     work = tmp_path_factory.mktemp("summarise_run")

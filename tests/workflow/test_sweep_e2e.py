@@ -41,7 +41,7 @@ def _config(path, text, grid, sweeps_extra=None, **top):
     return path
 
 
-@pytest.fixture(scope="session")  # session: a worker may interleave modules
+@pytest.fixture(scope="module")
 def text(tmp_path_factory):
     """About 6 KB of English (stdlib docstrings) as one text file."""
     folder = tmp_path_factory.mktemp("sweep-text")
@@ -52,7 +52,7 @@ def text(tmp_path_factory):
     return path
 
 
-@pytest.fixture(scope="session")  # session: a worker may interleave modules
+@pytest.fixture(scope="module")
 def run(tmp_path_factory, text):
     work = tmp_path_factory.mktemp("sweep-run")
     cfg = _config(work / "c.yaml", text, {"train.lr": LRS, "train.n_layer": LAYERS})

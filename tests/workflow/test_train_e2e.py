@@ -37,14 +37,14 @@ def _config(path, corpus, **train):
                         shards={"tokens_per_shard": 10000}, train={**TRAIN, **train})
 
 
-@pytest.fixture(scope="session")  # session: a worker may interleave modules
+@pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     path = tmp_path_factory.mktemp("train-corpus") / "corpus.jsonl"
     build_demo_corpus(str(path), DemoParams(max_docs=60, min_words=20))
     return path
 
 
-@pytest.fixture(scope="session")  # session: a worker may interleave modules
+@pytest.fixture(scope="module")
 def run(tmp_path_factory, corpus):
     """The uninterrupted run everything is checked against."""
     work = tmp_path_factory.mktemp("train-run")

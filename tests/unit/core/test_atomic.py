@@ -54,3 +54,23 @@ def test_a_full_disk_names_the_file_and_keeps_nothing(tmp_path, monkeypatch):
             fh.write(b"x")
             monkeypatch.setattr(atomic.os, "fsync", full)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_short_write_on_a_full_filesystem_is_a_full_disk(tmp_path, monkeypatch):
+    import collections
+
+    import pytest
+
+    from shardflow.core import atomic
+
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(atomic.shutil, "disk_usage", lambda p: usage(1 << 20, (1 << 20) - 2016, 2016))
+    target = tmp_path / "emb.npy"
+    with pytest.raises(atomic.DiskFullError, match=r"No space left on device while writing .*2,016 bytes free"):
+        with atomic.atomic_path(target):
+            raise OSError("11520 requested and 2016 written")  # numpy's tofile, errno-less
+    monkeypatch.setattr(atomic.shutil, "disk_usage", lambda p: usage(1 << 40, 0, 1 << 39))
+    with pytest.raises(OSError, match="requested and") as exc:
+        with atomic.atomic_path(target):
+            raise OSError("11520 requested and 2016 written")
+    assert not isinstance(exc.value, atomic.DiskFullError)  # plenty of space: not a full disk
