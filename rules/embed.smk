@@ -20,7 +20,7 @@ rule embed:
         "logs/embed/{dataset}/chunk_{chunk}.log",
     benchmark:
         "benchmarks/embed/{dataset}/chunk_{chunk}.tsv"
-    retries: 2
+    retries: rule_resources("embed", None)["retries"]
     conda:
         "../envs/embed.yaml"
     threads: job_threads("embed")

@@ -38,6 +38,7 @@ if RETRIEVAL is not None:
             f"logs/embed_queries/{RETRIEVAL}.log",
         benchmark:
             f"benchmarks/embed_queries/{RETRIEVAL}.tsv"
+        retries: rule_resources("embed_queries", None)["retries"]
         threads: job_threads("embed_queries")
         resources:
             **job_resources("embed_queries"),

@@ -27,7 +27,7 @@ rule summarise:
         "logs/summarise/{dataset}/chunk_{chunk}.log",
     benchmark:
         "benchmarks/summarise/{dataset}/chunk_{chunk}.tsv"
-    retries: 2
+    retries: rule_resources("summarise", None)["retries"]
     conda:
         "../envs/embed.yaml"
     threads: job_threads("summarise", SUMMARISE_USES_GPU)

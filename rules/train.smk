@@ -109,7 +109,7 @@ rule train:
         "logs/train/{dataset}.log",
     benchmark:
         "benchmarks/train/{dataset}.tsv"
-    retries: 2
+    retries: rule_resources("train", None)["retries"]
     conda:
         "../envs/train.yaml"
     threads: job_threads("train", jobs=one_job)

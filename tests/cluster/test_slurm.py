@@ -143,22 +143,24 @@ def test_failed_slurm_job_is_reported_and_the_run_ends(slurm_cluster, workflow_d
 
 
 def test_failed_embed_job_is_resubmitted_not_retried_in_place(slurm_cluster, corpus_file, tmp_path, sm):
-    """The rule's `retries: 2` on SLURM: the controller submits the job 3 times (mem_mb
-    growing per attempt) and the Snakemake inside each SLURM job does not retry in place,
-    which would make it 3 x 3 attempts on the first allocation."""
+    """A rule's retries on SLURM (`resources.embed.retries`, 1 here to keep it short):
+    the controller submits the job twice (mem_mb growing per attempt) and the Snakemake
+    inside each SLURM job does not retry in place (one_retry_layer), which would make it
+    2 x 2 attempts on the first allocation."""
     import yaml
 
     config = sm.real_config(tmp_path / "config.yaml", str(corpus_file))
     cfg = yaml.safe_load(config.read_text())
     cfg["n_chunks"] = 1
+    cfg["resources"]["embed"]["retries"] = 1
     cfg.setdefault("embedding", {})["model"] = str(tmp_path / "no-such-model")  # fails when the job loads it
     config.write_text(yaml.safe_dump(cfg))
     run = sm.run_real(tmp_path, config, *slurm_profile_args(sm), timeout_s=420)
     assert not run.timed_out and run.returncode != 0, sm.describe(run)
     embeds = re.findall(r"submitted with SLURM jobid (\d+) \(log: (\S*/slurm_logs/rule_embed/\S+\.log)\)", run.output)
-    assert len(embeds) == 3, sm.describe(run)
+    assert len(embeds) == 2, sm.describe(run)
     memory = [re.search(r"MinMemoryNode=(\d+)M", scontrol_job(job_id)).group(1) for job_id, _ in embeds]
-    assert memory == ["1000", "1500", "2000"], memory  # embedding.mem_mb + 500 per attempt
+    assert memory == ["1000", "1500"], memory  # resources.embed.mem_mb + 500 per attempt
     for _, log in embeds:
         text = (tmp_path / log).read_text()  # an absolute `log` replaces tmp_path
         assert "no-such-model" in text, text[-3000:]

@@ -7,9 +7,10 @@ from it (a partial file kept as finished).
     pytest tests/faults                   this module alone, at make test's size
 
 Sizes: SHARDFLOW_FAULT_SEEDS (comma-separated seeds, default "1"); each seed plans one
-fault per rule, a seeded SHARDFLOW_FAULT_CONTROLLER_SHARE of them (default 0.1, at least
-one; `make test-faults`: 0.5) of the `controller` kind, the others `job`: `job` kills the job and everything it started (Snakemake sees a failed job, retries rules
-with `retries`, and the rerun finishes the rest); `controller` kills Snakemake itself with
+fault per rule, a seeded SHARDFLOW_FAULT_CONTROLLER_SHARE of them (default 0.05: one;
+`make test-faults`: 0.5) of the `controller` kind, the others `job`: `job` kills the job
+and everything it started (Snakemake sees a failed job, retries rules with `retries`, and
+the rerun finishes the rest); `controller` kills Snakemake itself with
 its jobs (a lost machine): the rerun meets the stale lock, whose message must say how to
 clear it (`--unlock`), and `--rerun-incomplete` (set in every profile) redoes what was cut.
 SHARDFLOW_FAULT_REPORT=<path> writes the per-rule table as JSON.
@@ -27,7 +28,7 @@ from tests.support import faults as F
 pytestmark = pytest.mark.workflow
 
 SEEDS = [int(s) for s in os.environ.get("SHARDFLOW_FAULT_SEEDS", "1").split(",") if s.strip()]
-CONTROLLER_SHARE = float(os.environ.get("SHARDFLOW_FAULT_CONTROLLER_SHARE", "0.1"))
+CONTROLLER_SHARE = float(os.environ.get("SHARDFLOW_FAULT_CONTROLLER_SHARE", "0.05"))
 # Every rule the configured workflow runs (all three tasks plus retrieval).
 RULES = [
     "split", "embed", "merge", "verify", "report", "provenance", "landing",
