@@ -28,7 +28,7 @@ help:
 $(VENV)/.installed: requirements/lock.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet --no-compile -r requirements/lock.txt
+	$(BIN)/pip install --quiet -r requirements/lock.txt
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
