@@ -32,6 +32,7 @@ VOLATILE_FILES = ("provenance.json", "summary.json", "throughput.png", "timeline
 TIMING_KEYS = {
     "seconds", "start_unix", "end_unix", "start_time", "end_time", "items_per_s", "tokens_per_s",
     "tokens_per_second", "wall_seconds", "train_seconds_total", "mfu",
+    "resumed_from_step",  # how the run went: a train job killed after its last checkpoint resumes there
 }
 # Per-chunk stats also name the work folder's files.
 VOLATILE_KEYS = TIMING_KEYS | {"input", "chunk"}
