@@ -14,6 +14,7 @@ CUDA_VISIBLE_DEVICES after CUDA initialises has no effect.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,4 +51,8 @@ def start_gpu_job(smk: Any, name: str, params: Any) -> GpuJob:
     gpus = int(smk.resources.get("gpu", 1))
     log = configure_logging(smk.log[0], name, params)
     device, visible = pin_job_gpus(dict(smk.params.gpu_jobs), gpus, job=f"{name} {smk.input[0]}", logger=log)
-    return GpuJob(device=device, gpus=gpus, visible_devices=visible, threads=int(smk.threads), log=log)
+    threads = int(smk.threads)
+    # The tokenizers library encodes batches on a thread pool as wide as the machine
+    # unless told otherwise: the job's CPU share instead (read when the pool starts).
+    os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
+    return GpuJob(device=device, gpus=gpus, visible_devices=visible, threads=threads, log=log)

@@ -45,3 +45,13 @@ def test_a_job_with_n_gpus_pins_n_devices(tmp_path, clean_pin):
     lines = (tmp_path / "job.log").read_text().splitlines()
     assert lines[0].split(" INFO ")[1].startswith("train: params=")
     assert any(" INFO train: CUDA_VISIBLE_DEVICES=1,2 (gpu_pinning=slots)" in line for line in lines)
+
+
+def test_tokenizer_threads_follow_the_jobs_cpu_share_unless_set(tmp_path, clean_pin, monkeypatch):
+    monkeypatch.setenv("RAYON_NUM_THREADS", "placeholder")  # so that monkeypatch restores the original
+    monkeypatch.delenv("RAYON_NUM_THREADS")
+    start_gpu_job(fake_smk(tmp_path, gpu=0, threads=5), "embed", {"x": 1})
+    assert os.environ["RAYON_NUM_THREADS"] == "5"
+    monkeypatch.setenv("RAYON_NUM_THREADS", "2")  # the user's own setting stands
+    start_gpu_job(fake_smk(tmp_path, gpu=0, threads=5), "embed", {"x": 1})
+    assert os.environ["RAYON_NUM_THREADS"] == "2"
