@@ -6,10 +6,11 @@ the CPU, so a CPU run's bytes do not change:
 
 - length buckets: `auto` = on with `compile` only (their point is few shapes to
   compile); `off`; or a list of widths.
-- packing: `auto` = on only where a variable-length attention kernel exists for the
-  model (CUDA: flash-attn's varlen through transformers for decoders, else PyTorch's
-  flex attention with a document mask); `on` also packs on the CPU, through SDPA with
-  a block-diagonal mask (as fast as padding at best: the reference path for tests).
+- packing: `auto` = off: measured on an H100, packing did not beat length-sorted
+  padded batches (see AUTO_PACKING_OFF). `on` packs with the best kernel there is (CUDA:
+  flash-attn's varlen through transformers for decoders, else PyTorch's flex attention
+  with a per-text BlockMask; the CPU: SDPA with a block-diagonal mask, the reference
+  path for tests).
 - kernels: `auto` = the `liger-kernel` package's fused RMSNorm / RoPE / SwiGLU when it
   is installed, the device is CUDA and the model family is one it patches; `off`;
   `liger` = the same, but a missing piece is logged as a warning.
@@ -82,6 +83,21 @@ def resolve_buckets(option, compile_: bool, max_length: int) -> tuple[int, ...]:
     return tuple(widths)
 
 
+def repeated_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's repeated layers: the longest ModuleList whose children are all of
+    one class (BERT's encoder.layer, a decoder's layers); [] if none.
+
+    `compile` compiles one of these at a time ("regional" compilation): every layer runs
+    the same code with its own weights as inputs, so one graph per shape serves all of
+    them, and compiling takes about one layer's time instead of the whole stack's."""
+    best: list[torch.nn.Module] = []
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) >= 2 and len(module) > len(best):
+            if len({type(child) for child in module}) == 1:
+                best = list(module)
+    return best
+
+
 # --------------------------------------------------------------------------- packing
 
 
@@ -100,17 +116,24 @@ def flex_available() -> bool:
     return _has("triton")
 
 
+# Measured on an H100 (benchmarks/gpu_issue13.sh, 2026-11-26): length-sorted padded
+# batches leave 2-5 % padding, packing with flex attention gained nothing on the
+# Qwen3-0.6B shape (1,035 vs 1,027 texts/s) and cost MiniLM a 20,000-text chunk
+# (4.7 s padded, 8.3 s packed, flex compiling its kernel per job).
+AUTO_PACKING_OFF = "packing: auto is off (no gain measured over length-sorted padded batches); packing: on packs"
+
+
 def resolve_packing(option: str, device: torch.device, mtype: str, attn_requested: str | None) -> Choice:
     """How (or whether) batches are packed: "off", "sdpa" (dense block-diagonal mask),
     "flash_attention_2" (varlen through position ids, decoders) or "flex_attention"."""
     if option == "off":
         return Choice("off", "embedding.packing is off")
+    if option == "auto":
+        return Choice("off", AUTO_PACKING_OFF)
     family = mtype in PACKABLE_ENCODERS or mtype in PACKABLE_DECODERS
     if not family:
         reason = f"model type {mtype!r} is not among the packable families"
-        if option == "on":
-            reason += " (packing: on ignored)"
-        return Choice("off", reason)
+        return Choice("off", reason + " (packing: on ignored)")
     if attn_requested not in (None, "sdpa"):
         return Choice("off", f"the model asks for attn_implementation={attn_requested!r}")
     if device.type == "cuda":
@@ -118,12 +141,8 @@ def resolve_packing(option: str, device: torch.device, mtype: str, attn_requeste
             return Choice("flash_attention_2", "CUDA, flash-attn installed: varlen kernels keyed by position ids")
         if flex_available():
             return Choice("flex_attention", "CUDA: flex attention with a per-text block mask")
-        if option == "on":
-            return Choice("sdpa", "packing: on without a varlen kernel: SDPA with a dense block-diagonal mask")
-        return Choice("off", "no variable-length attention kernel on this CUDA install")
-    if option == "on":
-        return Choice("sdpa", f"packing: on, {device.type}: SDPA with a block-diagonal mask")
-    return Choice("off", f"no variable-length attention kernel on {device.type}")
+        return Choice("sdpa", "packing: on without a varlen kernel: SDPA with a dense block-diagonal mask")
+    return Choice("sdpa", f"packing: on, {device.type}: SDPA with a block-diagonal mask")
 
 
 def segment_ids(lengths: torch.Tensor, total: int) -> torch.Tensor:
@@ -143,17 +162,65 @@ def dense_packed_mask(seg: torch.Tensor, causal: bool) -> torch.Tensor:
     return mask[None, None]
 
 
-def flex_packed_mask(seg: torch.Tensor, causal: bool):
-    from torch.nn.attention.flex_attention import create_block_mask
+FLEX_BLOCK = 128  # flex attention's default block size (queries and keys)
 
-    seg = seg.contiguous()
 
-    def same_text(b, h, q, kv):
-        ok = seg[q] == seg[kv]
-        return ok & (kv <= q) if causal else ok
+class _SameText:
+    """flex attention's mask_mod for a packed row: query q may see key kv when both
+    belong to the same text (and kv <= q for a decoder). One class, so that every
+    batch's mask_mod has the same code and only the captured tensor changes."""
+
+    def __init__(self, seg: torch.Tensor, causal: bool):
+        self.seg, self.causal = seg, causal
+
+    def __call__(self, b, h, q, kv):
+        ok = self.seg[q] == self.seg[kv]
+        return ok & (kv <= q) if self.causal else ok
+
+
+def flex_packed_mask(seg: torch.Tensor, causal: bool, block: int = FLEX_BLOCK):
+    """flex attention's BlockMask for a packed row, built from the segment boundaries
+    in O((T / block)^2): `create_block_mask` would evaluate the mask on all T x T pairs
+    (gigabytes for a 32k-token pack, every batch).
+
+    Texts are packed in order, so segment ids never decrease, except the filler run
+    (-1) at the end; it is renumbered past the last text, where it still only sees
+    itself. A block pair is empty when the two blocks' id ranges do not overlap (or,
+    for a decoder, when the key block lies after the query block), full when both
+    blocks hold one and the same text (and, for a decoder, the key block lies
+    strictly before), else partial: only partial blocks evaluate the mask_mod."""
+    from torch.nn.attention.flex_attention import BlockMask
 
     n = seg.numel()
-    return create_block_mask(same_text, B=None, H=None, Q_LEN=n, KV_LEN=n, device=seg.device)
+    nb = max(1, -(-n // block))
+    last = int(seg.max()) + 1 if n else 0
+    ids = torch.where(seg < 0, torch.full_like(seg, last), seg)
+    # Pad to whole blocks with one more id: those keys are past the row's end, which
+    # flex attention masks anyway; the padded ids keep the mask_mod's indexing in range.
+    ids = torch.cat([ids, ids.new_full((nb * block - n,), last + 1)]).contiguous()
+    blocks = ids.view(nb, block)
+    lo, hi = blocks[:, 0], blocks[:, -1]
+    overlap = (lo[:, None] <= hi[None, :]) & (lo[None, :] <= hi[:, None])  # [q block, kv block]
+    single = lo == hi
+    full = single[:, None] & single[None, :] & (lo[:, None] == lo[None, :])
+    if causal:
+        order = torch.arange(nb, device=seg.device)
+        overlap = overlap & (order[None, :] <= order[:, None])
+        full = full & (order[None, :] < order[:, None])
+    partial = overlap & ~full
+
+    def as_indices(m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        count = m.sum(-1, dtype=torch.int32)
+        # Stable sort puts the chosen blocks first, in ascending order.
+        idx = torch.argsort((~m).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+        return count[None, None].contiguous(), idx[None, None].contiguous()
+
+    kv_num, kv_idx = as_indices(partial)
+    full_num, full_idx = as_indices(full)
+    kwargs = {"BLOCK_SIZE": block, "mask_mod": _SameText(ids, causal)}
+    if "seq_lengths" in inspect.signature(BlockMask.from_kv_blocks).parameters:
+        kwargs["seq_lengths"] = (n, n)
+    return BlockMask.from_kv_blocks(kv_num, kv_idx, full_num, full_idx, **kwargs)
 
 
 def repad(hidden: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -197,7 +264,18 @@ def resolve_kernels(option: str, device: torch.device, mtype: str) -> Choice:
 
 def apply_kernels(model, mtype: str, logger: logging.Logger) -> Choice:
     """Patch a loaded model with liger-kernel (inference pieces only: no loss kernels).
-    A failure falls back to the unpatched model, logged; returns what happened."""
+    A failure falls back to the unpatched model, logged; returns what happened.
+
+    Only this model is patched. liger-kernel also rewrites the transformers modelling
+    module for the whole process (its RMSNorm and MLP classes, its RoPE function), so
+    that any model loaded later (sentence-transformers' reference in a check or a
+    benchmark, an encoder with `kernels: off`) would run fused too: the module is put
+    back as it was, and the functions it swapped are bound into this model's own
+    forwards instead (see `_rebind_functions`)."""
+    name = type(model).__module__
+    modeling = sys.modules.get(name) if name.startswith("transformers.models.") else None
+    before = dict(vars(modeling)) if modeling is not None else {}
+    changed: dict[str, object] = {}
     try:
         mp = importlib.import_module("liger_kernel.transformers.monkey_patch")
         fn = getattr(mp, "MODEL_TYPE_TO_APPLY_LIGER_FN", {}).get(mtype) or getattr(
@@ -217,4 +295,46 @@ def apply_kernels(model, mtype: str, logger: logging.Logger) -> Choice:
     except Exception as exc:  # noqa: BLE001 - an optional speed-up never stops a run
         logger.warning("fused kernels: liger-kernel failed on %s (%s: %s); running unfused", mtype, type(exc).__name__, exc)
         return Choice("off", f"liger-kernel failed: {type(exc).__name__}: {exc}")
-    return Choice("liger", f"liger-kernel {liger_version()} applied to {mtype}")
+    finally:
+        if modeling is not None:
+            changed = _restore_module(modeling, before)
+    functions = {k: v for k, v in changed.items() if inspect.isfunction(v)}
+    rebound = _rebind_functions(model, modeling, functions) if functions else 0
+    detail = f"; {', '.join(sorted(functions))} bound into {rebound} forwards" if functions else ""
+    return Choice("liger", f"liger-kernel {liger_version()} applied to {mtype}{detail}")
+
+
+def _restore_module(module, before: dict) -> dict[str, object]:
+    """Put a module's namespace back as `before`; return what had been changed."""
+    now = vars(module)
+    changed = {k: v for k, v in now.items() if k in before and before[k] is not v}
+    added = [k for k in now if k not in before]
+    for k in changed:
+        setattr(module, k, before[k])
+    for k in added:
+        changed[k] = now[k]
+        delattr(module, k)
+    return changed
+
+
+def _rebind_functions(model: torch.nn.Module, modeling, functions: dict[str, object]) -> int:
+    """Give each submodule whose forward (defined in `modeling`) calls one of `functions`
+    by its global name a forward of its own that sees the replacement: the same code,
+    with the module's globals plus the replacements. Returns how many were bound."""
+    import types
+
+    count = 0
+    for sub in model.modules():
+        inner = inspect.unwrap(type(sub).forward)  # past decorators, to the code itself
+        if not inspect.isfunction(inner) or inner.__globals__ is not vars(modeling):
+            continue
+        names = functions.keys() & set(inner.__code__.co_names)
+        if not names:
+            continue
+        scope = dict(inner.__globals__)
+        scope.update({k: functions[k] for k in names})
+        forward = types.FunctionType(inner.__code__, scope, inner.__name__, inner.__defaults__, inner.__closure__)
+        forward.__kwdefaults__ = inner.__kwdefaults__
+        sub.forward = types.MethodType(forward, sub)
+        count += 1
+    return count
