@@ -23,6 +23,8 @@ and the minimum cosine against st@32:
 - fused     kernels: liger (fused RMSNorm/RoPE/MLP; falls back where unavailable, shown)
 - compiled  compile: true with length buckets (each bucket shape compiled once, in warm-up)
 - packed    packing: on (unpadded rows; varlen attention on CUDA, block mask on CPU)
+- fused_packed  fused + packed (no compile)
+- compiled_packed  compiled + packed (no fused kernels: inductor fuses what it can)
 - all       fused + compiled + packed
 
 `--profile` prints the top kernels (CUDA) or operators (CPU) by time for one encode of
@@ -133,6 +135,8 @@ CONFIGS = {
     "fused": {"kernels": "liger"},
     "compiled": {"compile": True},
     "packed": {"packing": "on"},
+    "fused_packed": {"kernels": "liger", "packing": "on"},
+    "compiled_packed": {"compile": True, "packing": "on"},
     "all": {"kernels": "liger", "compile": True, "packing": "on"},
 }
 
@@ -148,8 +152,12 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
     from shardflow.embed import load_encoder
 
     names = list(CONFIGS) if args.configs == "all" else [c for c in args.configs.split(",") if c]
+    # liger-kernel patches transformers' modelling module for the whole process (its RoPE
+    # function, say), so a configuration without fused kernels that ran after one with
+    # them would measure them: those without run first.
+    names.sort(key=lambda c: CONFIGS[c].get("kernels") == "liger")
     tokens = sum(lengths)
-    rows = []
+    rows, hosts = [], []
     for name in names:
         opts = {"packing": "off", "kernels": "off", **CONFIGS[name]}
         if args.length_buckets and opts.get("compile"):
@@ -172,6 +180,10 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
         if not encoder.kernels.on and opts["kernels"] != "off":
             what += f" ({encoder.kernels.reason})"
         rows.append((name, len(texts) / med, tokens / med, tflops, warm, cos.min(), 100 * st.as_dict()["padding_fraction"], what))
+        hosts.append(
+            f"# host side, {name} (last encode, {st.seconds:.2f} s): tokenize {st.tokenize_seconds:.2f} s, collate+pin "
+            f"{st.collate_seconds:.2f} s (helper threads), device loop waited for batches {st.host_wait_seconds:.2f} s"
+        )
         encoder = None
         gc.collect()
         if on_cuda:
@@ -183,6 +195,7 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
     for name, tps, toks, tflops, warm, cmin, pad, what in rows:
         pct = f"{100 * tflops / peak:5.1f}%" if (on_cuda and peak) else "  n/a"
         print(f"{name:<9} {tps:>9.1f} {toks:>10.0f} {tflops:>8.3f} {pct:>6} {warm:>9.1f} {cmin:>10.6f} {pad:>5.1f}  {what}")
+    print("\n".join(hosts))
 
 
 def profile(encoder, texts, on_cuda: bool, top: int) -> None:
