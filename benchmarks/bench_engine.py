@@ -152,10 +152,6 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
     from shardflow.embed import load_encoder
 
     names = list(CONFIGS) if args.configs == "all" else [c for c in args.configs.split(",") if c]
-    # liger-kernel patches transformers' modelling module for the whole process (its RoPE
-    # function, say), so a configuration without fused kernels that ran after one with
-    # them would measure them: those without run first.
-    names.sort(key=lambda c: CONFIGS[c].get("kernels") == "liger")
     tokens = sum(lengths)
     rows, hosts = [], []
     for name in names:
