@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import random
 import statistics
@@ -236,10 +237,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="one engine/st@32 round (for the reference), no st sweep: time goes to the configurations",
     )
+    ap.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING"), help="the engine's log, on stderr")
     ap.add_argument("--profile", action="store_true", help="print the top kernels/operators of one encode")
     ap.add_argument("--profile-config", default="eager", choices=list(CONFIGS))
     ap.add_argument("--profile-top", type=int, default=20)
     args = ap.parse_args(argv)
+    # INFO: the engine's decisions and each compiled shape's time, on stderr (tables: stdout).
+    logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     warnings.filterwarnings("ignore")
     import numpy as np

@@ -58,7 +58,7 @@ print("torch", torch.__version__, "transformers", transformers.__version__, "sen
 print("liger-kernel:", "installed" if u.find_spec("liger_kernel") else "not installed (fused rows fall back)")
 print("flash-attn:", "installed" if u.find_spec("flash_attn") else "not installed (packing uses flex attention)")
 PY
-B=benchmarks/bench_engine.py
+B="benchmarks/bench_engine.py --log-level INFO"  # the engine's log (decisions, compile times) in $OUT/<stage>.err
 
 want() { [[ " ${STAGES:-A B C D} " == *" $1 "* ]]; }  # STAGES="A B": a subset
 

@@ -120,7 +120,7 @@ def flex_available() -> bool:
 # batches leave 2-5 % padding, packing with flex attention gained nothing on the
 # Qwen3-0.6B shape (1,035 vs 1,027 texts/s) and cost MiniLM a 20,000-text chunk
 # (4.7 s padded, 8.3 s packed, flex compiling its kernel per job).
-AUTO_PACKING_OFF = "packing: auto is off (no gain measured over length-sorted padded batches); packing: on packs"
+AUTO_PACKING_OFF = "auto = off: no gain measured over length-sorted padded batches; packing: on packs"
 
 
 def resolve_packing(option: str, device: torch.device, mtype: str, attn_requested: str | None) -> Choice:

@@ -445,7 +445,9 @@ class Encoder:
         emb = self._forward(ids, mask, lengths)
         self._sync()
         self.seen_shapes.add(shape)
-        stats.warmup_seconds += time.perf_counter() - t0
+        secs = time.perf_counter() - t0
+        self.logger.info("compiled shape %s in %.1f s (first batch of that shape)", "x".join(map(str, shape)), secs)
+        stats.warmup_seconds += secs
         stats.warmup_shapes += 1
         stats.warmup_items += len(batch.rows)
         stats.warmup_tokens += int(batch.lengths.sum())
