@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import os
 import queue
 import threading
 import time
@@ -309,6 +310,12 @@ class Encoder:
             self.packed_buckets = tuple(range(step, max(self.token_budget, limit) + step, step))
             self.buckets = ()
         if params.compile:
+            if params.compile_cache:
+                # Read by inductor when it first compiles: jobs sharing this folder reuse the
+                # kernels an earlier job compiled (atomic writes; safe for concurrent jobs).
+                cache = Path(params.compile_cache).expanduser().resolve()
+                cache.mkdir(parents=True, exist_ok=True)
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
             mode = None if params.compile_mode in ("auto", "default") else params.compile_mode
             static = bool(self.buckets or self.packed_buckets)
             blocks = accel.repeated_blocks(self.model)
@@ -330,6 +337,8 @@ class Encoder:
                 self.model = torch.compile(self.model, dynamic=not static, mode=mode)
                 scope = "whole model"
             self.compiled = f"{mode or 'default'}, {'static bucket shapes' if static else 'dynamic shapes'}, {scope}"
+            if params.compile_cache:
+                self.compiled += f", cache {os.environ['TORCHINDUCTOR_CACHE_DIR']}"
         self.logger.info(
             "compile: %s; length buckets: %s%s",
             self.compiled,

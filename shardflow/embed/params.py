@@ -44,6 +44,9 @@ class EmbedParams:
     length_buckets: "auto" (with `compile` only), "off", or padded widths to round
         batches up to (see `accel.resolve_buckets`).
     compile_mode: torch.compile mode; "auto" = its default mode.
+    compile_cache: folder for torch's compile cache (TORCHINDUCTOR_CACHE_DIR), so that
+        jobs after the first skip most of the compiling; None: torch's own (per machine,
+        in /tmp). Not part of the output identity.
     packing: "auto" | "off" | "on": texts of a batch back to back, unpadded.
     kernels: "auto" | "off" | "liger": fused kernels from liger-kernel.
 
@@ -68,6 +71,7 @@ class EmbedParams:
     compile_mode: str = "auto"
     packing: str = "auto"
     kernels: str = "auto"
+    compile_cache: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.length_buckets, str):  # a list from YAML: a hashable tuple
@@ -120,7 +124,7 @@ def output_identity(params: EmbedParams, spec: ModelSpec | None = None) -> dict[
         {
             k: v
             for k, v in asdict(params).items()
-            if k not in ("model", "device", "dtype", "prompt", "prompt_name", "threads", *_ACCEL_FIELDS)
+            if k not in ("model", "device", "dtype", "prompt", "prompt_name", "threads", "compile_cache", *_ACCEL_FIELDS)
         }
     )
     identity.update(accel_identity(params, spec, device))

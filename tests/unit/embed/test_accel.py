@@ -473,13 +473,18 @@ def _cxx_compiler() -> str | None:
 
 
 @pytest.mark.skipif(_cxx_compiler() is None, reason="inductor needs a C++ compiler on the CPU; none found")
-def test_inductor_compile_on_cpu_with_warmup_stats(tiny, texts):
-    """A real torch.compile (inductor) of the tiny BERT: one bucket, compiled once, timed apart."""
+def test_inductor_compile_on_cpu_with_warmup_stats(tiny, texts, tmp_path, monkeypatch):
+    """A real torch.compile (inductor) of the tiny BERT: one bucket, compiled once, timed
+    apart, its kernels written to the configured compile cache."""
     torch._dynamo.reset()
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "placeholder")  # restored after the test
     want = load_encoder(params(tiny["bert_mean"])).encode(texts)
-    enc = load_encoder(params(tiny["bert_mean"], compile=True, length_buckets=[48], token_budget=48 * 8))
-    assert enc.buckets == (48,)
+    cache = tmp_path / "compile-cache"
+    enc = load_encoder(params(tiny["bert_mean"], compile=True, length_buckets=[48], token_budget=48 * 8, compile_cache=str(cache)))
+    assert enc.buckets == (48,) and enc.compiled.endswith(f"cache {cache}")
+    assert output_identity(enc.params) == output_identity(params(tiny["bert_mean"], compile=True, length_buckets=[48], token_budget=48 * 8))
     got = enc.encode(texts)
+    assert any(p.is_file() for p in cache.rglob("*"))
     assert cosines(got, want).min() > 0.999
     s = enc.last_stats.as_dict()
     assert s["warmup_shapes"] == 1 and s["warmup_seconds"] > 0 and s["steady_seconds"] < s["seconds"]
