@@ -26,9 +26,11 @@ import inspect
 import json
 import logging
 import sys
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from shardflow.core.batching import default_length_buckets
@@ -90,10 +92,13 @@ def repeated_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
     `compile` compiles one of these at a time ("regional" compilation): every layer runs
     the same code with its own weights as inputs, so one graph per shape serves all of
     them, and compiling takes about one layer's time instead of the whole stack's."""
+    layers = getattr(getattr(model, "config", None), "num_hidden_layers", None)
     best: list[torch.nn.Module] = []
     for module in model.modules():
-        if isinstance(module, torch.nn.ModuleList) and len(module) >= 2 and len(module) > len(best):
-            if len({type(child) for child in module}) == 1:
+        if isinstance(module, torch.nn.ModuleList) and len(module) >= 2 and len({type(c) for c in module}) == 1:
+            if len(module) == layers:  # the layer stack itself (not, say, a longer list of experts)
+                return list(module)
+            if len(module) > len(best):
                 best = list(module)
     return best
 
@@ -109,11 +114,13 @@ def _has(module: str) -> bool:
 
 
 def flex_available() -> bool:
+    """flex attention with BlockMask.from_kv_blocks(seq_lengths=...) (torch >= 2.6:
+    packed rows are not whole blocks), and triton to compile it."""
     try:
-        from torch.nn.attention.flex_attention import create_block_mask  # noqa: F401
+        from torch.nn.attention.flex_attention import BlockMask
     except ImportError:
         return False
-    return _has("triton")
+    return "seq_lengths" in inspect.signature(BlockMask.from_kv_blocks).parameters and _has("triton")
 
 
 # Measured on an H100 (benchmarks/gpu_issue13.sh, 2026-11-26): length-sorted padded
@@ -145,11 +152,12 @@ def resolve_packing(option: str, device: torch.device, mtype: str, attn_requeste
     return Choice("sdpa", f"packing: on, {device.type}: SDPA with a block-diagonal mask")
 
 
-def segment_ids(lengths: torch.Tensor, total: int) -> torch.Tensor:
-    """[total] int: the text each packed token belongs to (tokens past sum(lengths): -1)."""
-    seg = torch.repeat_interleave(torch.arange(len(lengths), device=lengths.device), lengths)
-    if seg.numel() < total:
-        seg = torch.cat([seg, seg.new_full((total - seg.numel(),), -1)])
+def segment_ids(lengths: np.ndarray, total: int) -> np.ndarray:
+    """[total] int64, on the host: the text each packed token belongs to (tokens past
+    sum(lengths), the filler run: -1)."""
+    seg = np.full(total, -1, dtype=np.int64)
+    real = int(lengths.sum())
+    seg[:real] = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
     return seg
 
 
@@ -178,60 +186,66 @@ class _SameText:
         return ok & (kv <= q) if self.causal else ok
 
 
-def flex_packed_mask(seg: torch.Tensor, causal: bool, block: int = FLEX_BLOCK):
-    """flex attention's BlockMask for a packed row, built from the segment boundaries
-    in O((T / block)^2): `create_block_mask` would evaluate the mask on all T x T pairs
-    (gigabytes for a 32k-token pack, every batch).
+def flex_packed_mask(lengths: np.ndarray, total: int, causal: bool, device: torch.device, block: int = FLEX_BLOCK):
+    """flex attention's BlockMask for a packed row of `total` tokens holding texts of
+    `lengths` (then filler), built on the host from the text boundaries in
+    O((T / block)^2) and copied without waiting for the device: `create_block_mask`
+    would evaluate the mask on all T x T pairs (gigabytes for a 32k-token pack).
 
-    Texts are packed in order, so segment ids never decrease, except the filler run
-    (-1) at the end; it is renumbered past the last text, where it still only sees
-    itself. A block pair is empty when the two blocks' id ranges do not overlap (or,
-    for a decoder, when the key block lies after the query block), full when both
-    blocks hold one and the same text (and, for a decoder, the key block lies
-    strictly before), else partial: only partial blocks evaluate the mask_mod."""
+    Every token gets an id that never decreases along the row: its text's index; for
+    the filler run, one id per block (filler attends only filler of its own block, so
+    a pack padded up to its bucket costs one block per filler block, not filler^2);
+    past the row's end, one more id (flex attention masks those keys anyway; they keep
+    the mask_mod's indexing in range). A block pair is empty when the two blocks' id
+    ranges do not overlap (or, for a decoder, when the key block lies after the query
+    block), full when both blocks hold one and the same id (and, for a decoder, the key
+    block lies strictly before), else partial: only partial blocks evaluate the mask_mod."""
     from torch.nn.attention.flex_attention import BlockMask
 
-    n = seg.numel()
-    nb = max(1, -(-n // block))
-    last = int(seg.max()) + 1 if n else 0
-    ids = torch.where(seg < 0, torch.full_like(seg, last), seg)
-    # Pad to whole blocks with one more id: those keys are past the row's end, which
-    # flex attention masks anyway; the padded ids keep the mask_mod's indexing in range.
-    ids = torch.cat([ids, ids.new_full((nb * block - n,), last + 1)]).contiguous()
-    blocks = ids.view(nb, block)
+    n_texts, real = len(lengths), int(lengths.sum())
+    nb = max(1, -(-total // block))
+    ids = np.empty(nb * block, dtype=np.int64)
+    ids[:real] = np.repeat(np.arange(n_texts, dtype=np.int64), lengths)
+    ids[real:total] = n_texts + np.arange(real, total, dtype=np.int64) // block
+    ids[total:] = (ids[total - 1] + 1) if total else 0
+    blocks = ids.reshape(nb, block)
     lo, hi = blocks[:, 0], blocks[:, -1]
     overlap = (lo[:, None] <= hi[None, :]) & (lo[None, :] <= hi[:, None])  # [q block, kv block]
     single = lo == hi
     full = single[:, None] & single[None, :] & (lo[:, None] == lo[None, :])
     if causal:
-        order = torch.arange(nb, device=seg.device)
-        overlap = overlap & (order[None, :] <= order[:, None])
-        full = full & (order[None, :] < order[:, None])
+        order = np.arange(nb)
+        overlap &= order[None, :] <= order[:, None]
+        full &= order[None, :] < order[:, None]
     partial = overlap & ~full
 
-    def as_indices(m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        count = m.sum(-1, dtype=torch.int32)
-        # Stable sort puts the chosen blocks first, in ascending order.
-        idx = torch.argsort((~m).to(torch.int8), dim=-1, stable=True).to(torch.int32)
-        return count[None, None].contiguous(), idx[None, None].contiguous()
+    def as_indices(m: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        count = m.sum(-1).astype(np.int32)
+        idx = np.argsort(~m, axis=-1, kind="stable").astype(np.int32)  # chosen blocks first, ascending
+        return (
+            torch.from_numpy(count[None, None]).to(device, non_blocking=True),
+            torch.from_numpy(np.ascontiguousarray(idx[None, None])).to(device, non_blocking=True),
+        )
 
     kv_num, kv_idx = as_indices(partial)
     full_num, full_idx = as_indices(full)
-    kwargs = {"BLOCK_SIZE": block, "mask_mod": _SameText(ids, causal)}
-    if "seq_lengths" in inspect.signature(BlockMask.from_kv_blocks).parameters:
-        kwargs["seq_lengths"] = (n, n)
-    return BlockMask.from_kv_blocks(kv_num, kv_idx, full_num, full_idx, **kwargs)
+    mask_mod = _SameText(torch.from_numpy(ids).to(device, non_blocking=True), causal)
+    return BlockMask.from_kv_blocks(
+        kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(total, total)
+    )
 
 
-def repad(hidden: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def repad(hidden: torch.Tensor, lengths: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
     """Packed states [1, T, D] -> right-padded [n, max_len, D] and its mask [n, max_len],
-    so pooling runs exactly as on a padded batch."""
-    n, width = len(lengths), int(lengths.max())
-    cols = torch.arange(width, device=lengths.device)
-    keep = cols[None, :] < lengths[:, None]
-    out = hidden.new_zeros((n, width, hidden.shape[-1]))
-    out[keep] = hidden[0, : int(lengths.sum())]
-    return out, keep.to(torch.int64)
+    so pooling runs exactly as on a padded batch. Positions come from the host's
+    lengths: nothing waits for the device."""
+    n, width, real = len(lengths), int(lengths.max()), int(lengths.sum())
+    keep = np.arange(width)[None, :] < lengths[:, None]
+    rows = torch.from_numpy(np.flatnonzero(keep)).to(hidden.device, non_blocking=True)  # packed order
+    out = hidden.new_zeros((n * width, hidden.shape[-1]))
+    out.index_copy_(0, rows, hidden[0, :real])
+    mask = torch.from_numpy(keep.astype(np.int64)).to(hidden.device, non_blocking=True)
+    return out.view(n, width, hidden.shape[-1]), mask
 
 
 # --------------------------------------------------------------------------- fused kernels
@@ -293,13 +307,16 @@ def apply_kernels(model, mtype: str, logger: logging.Logger) -> Choice:
         accepted = inspect.signature(fn).parameters
         fn(**{k: v for k, v in wanted.items() if k in accepted})
     except Exception as exc:  # noqa: BLE001 - an optional speed-up never stops a run
-        logger.warning("fused kernels: liger-kernel failed on %s (%s: %s); running unfused", mtype, type(exc).__name__, exc)
+        # liger patches module by module: some of this model's may be fused already.
+        logger.warning("fused kernels: liger-kernel failed on %s (%s: %s); running unfused (parts may be fused)", mtype, type(exc).__name__, exc)
         return Choice("off", f"liger-kernel failed: {type(exc).__name__}: {exc}")
     finally:
         if modeling is not None:
             changed = _restore_module(modeling, before)
     functions = {k: v for k, v in changed.items() if inspect.isfunction(v)}
     rebound = _rebind_functions(model, modeling, functions) if functions else 0
+    if functions and not rebound:
+        logger.warning("fused kernels: no forward of %s calls %s by name; those run unfused", mtype, sorted(functions))
     detail = f"; {', '.join(sorted(functions))} bound into {rebound} forwards" if functions else ""
     return Choice("liger", f"liger-kernel {liger_version()} applied to {mtype}{detail}")
 
@@ -320,21 +337,71 @@ def _restore_module(module, before: dict) -> dict[str, object]:
 def _rebind_functions(model: torch.nn.Module, modeling, functions: dict[str, object]) -> int:
     """Give each submodule whose forward (defined in `modeling`) calls one of `functions`
     by its global name a forward of its own that sees the replacement: the same code,
-    with the module's globals plus the replacements. Returns how many were bound."""
-    import types
-
+    with the module's globals plus the replacements, inside the same decorators (each
+    rebuilt around the new function). Returns how many were bound."""
     count = 0
     for sub in model.modules():
-        inner = inspect.unwrap(type(sub).forward)  # past decorators, to the code itself
+        if "forward" in vars(sub):  # already given its own forward (by liger itself, say)
+            continue
+        chain = _wrapper_chain(type(sub).forward)
+        inner = chain[-1]
         if not inspect.isfunction(inner) or inner.__globals__ is not vars(modeling):
             continue
-        names = functions.keys() & set(inner.__code__.co_names)
+        names = functions.keys() & _global_names(inner.__code__)
         if not names:
             continue
         scope = dict(inner.__globals__)
         scope.update({k: functions[k] for k in names})
-        forward = types.FunctionType(inner.__code__, scope, inner.__name__, inner.__defaults__, inner.__closure__)
-        forward.__kwdefaults__ = inner.__kwdefaults__
+        forward = _rewrap(chain, _copy_function(inner, scope))
+        if forward is None:
+            continue  # a decorator that does not keep the function in a closure: left unfused
         sub.forward = types.MethodType(forward, sub)
         count += 1
     return count
+
+
+def _wrapper_chain(fn) -> list:
+    """[outermost, ..., the undecorated function], following `__wrapped__`."""
+    chain = [fn]
+    while hasattr(chain[-1], "__wrapped__") and len(chain) < 32:
+        chain.append(chain[-1].__wrapped__)
+    return chain
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    """Global names a function's code (and code nested in it) may look up."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def _copy_function(fn, scope: dict | None = None, closure: tuple | None = None):
+    new = types.FunctionType(
+        fn.__code__,
+        fn.__globals__ if scope is None else scope,
+        fn.__name__,
+        fn.__defaults__,
+        fn.__closure__ if closure is None else closure,
+    )
+    new.__kwdefaults__ = fn.__kwdefaults__
+    new.__dict__.update(fn.__dict__)
+    new.__qualname__ = fn.__qualname__
+    return new
+
+
+def _rewrap(chain: list, inner):
+    """Rebuild the decorators of `chain` (outermost first) around `inner`: each wrapper
+    copied with the closure cell that held the next function now holding its new copy.
+    None if a wrapper does not keep the next function in a closure cell."""
+    new = inner
+    for wrapper, wrapped in zip(reversed(chain[:-1]), reversed(chain[1:])):
+        cells = wrapper.__closure__ or ()
+        if not inspect.isfunction(wrapper) or not any(c.cell_contents is wrapped for c in cells):
+            return None
+        closure = tuple(types.CellType(new) if c.cell_contents is wrapped else c for c in cells)
+        copy = _copy_function(wrapper, closure=closure)
+        copy.__wrapped__ = new
+        new = copy
+    return new

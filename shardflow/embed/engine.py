@@ -309,13 +309,14 @@ class Encoder:
             step = max(64, self.token_budget // 4)
             self.packed_buckets = tuple(range(step, max(self.token_budget, limit) + step, step))
             self.buckets = ()
+        if params.compile_cache:
+            # Read by inductor when it first compiles (the model with `compile`, flex
+            # attention's kernel with packing): jobs sharing this folder reuse the kernels
+            # an earlier job compiled (atomic writes; safe for concurrent jobs).
+            cache = Path(params.compile_cache).expanduser().resolve()
+            cache.mkdir(parents=True, exist_ok=True)
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
         if params.compile:
-            if params.compile_cache:
-                # Read by inductor when it first compiles: jobs sharing this folder reuse the
-                # kernels an earlier job compiled (atomic writes; safe for concurrent jobs).
-                cache = Path(params.compile_cache).expanduser().resolve()
-                cache.mkdir(parents=True, exist_ok=True)
-                os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
             mode = None if params.compile_mode in ("auto", "default") else params.compile_mode
             static = bool(self.buckets or self.packed_buckets)
             blocks = accel.repeated_blocks(self.model)
@@ -365,16 +366,26 @@ class Encoder:
 
     def _tokenize_backend(self, backend, texts: Sequence[str]) -> list[list[int]]:
         """The `tokenizers` library directly: the same ids as `_tokenize_hf`, without
-        transformers building a Python dict per text around them (on a MiniLM chunk of
-        20,000 texts, 2 cores: 4.8 s instead of 8.2 s). Batch encoding runs on the
+        transformers building a Python dict per text around them (MiniLM, 20,000 texts,
+        2 cores: 4.8 s instead of 6.8 s, benchmarks/bench_tokenize.py). Batch encoding runs on the
         job's threads (RAYON_NUM_THREADS, set by start_gpu_job)."""
-        if self.truncate:
-            backend.enable_truncation(
-                self.max_length, stride=0, strategy="longest_first", direction=self.tokenizer.truncation_side
-            )
-        else:
-            backend.no_truncation()
-        backend.no_padding()
+        # The state transformers sets on every call, set here too (only when it differs:
+        # setting it borrows the backend mutably).
+        want = (
+            {"max_length": self.max_length, "stride": 0, "strategy": "longest_first", "direction": self.tokenizer.truncation_side}
+            if self.truncate
+            else None
+        )
+        if backend.truncation != want:
+            if want is None:
+                backend.no_truncation()
+            else:
+                backend.enable_truncation(**want)
+        if backend.padding is not None:
+            backend.no_padding()
+        split = bool(getattr(self.tokenizer, "split_special_tokens", False))
+        if hasattr(backend, "encode_special_tokens") and backend.encode_special_tokens != split:
+            backend.encode_special_tokens = split
         encode = getattr(backend, "encode_batch_fast", backend.encode_batch)  # _fast: no character offsets
         return [e.ids for e in encode(list(texts), add_special_tokens=True)]
 
@@ -385,8 +396,16 @@ class Encoder:
         backend = getattr(self.tokenizer, "backend_tokenizer", None)
         if backend is None or not getattr(self.tokenizer, "is_fast", False):
             return None
+        for cls in type(self.tokenizer).__mro__:  # a class that adds its own encoding steps: not bypassed
+            if cls.__module__.startswith("transformers.tokenization_utils"):
+                break
+            if any(m in vars(cls) for m in ("__call__", "_encode_plus", "_batch_encode_plus", "encode_plus", "batch_encode_plus")):
+                self.logger.info("tokenize: through transformers (%s has its own encoding steps)", cls.__name__)
+                return None
         word = "Zürich naïve 東京 co-operate, "
-        probe = [" leading", "plain text.", word * 3, (word * (self.max_length // 4 + 8)) if self.truncate else word * 64]
+        special = " ".join(str(t) for t in self.tokenizer.all_special_tokens[:4])
+        probe = [" leading", "plain text.", word * 3, f"{special} inside {special}."]
+        probe.append((word * (self.max_length // 4 + 8)) if self.truncate else word * 64)
         probe += [(self.prompt or "") + t for t in probe]
         try:
             same = self._tokenize_backend(backend, probe) == self._tokenize_hf(probe)
@@ -431,15 +450,17 @@ class Encoder:
             out = self.model(input_ids=input_ids, attention_mask=attention_mask)
             hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
             return self.head(pool(hidden, attention_mask, self.spec.pooling, self.prompt_length))
-        lengths_t = torch.from_numpy(lengths).to(self.device)
+        # Masks and positions from the host's lengths: nothing here waits for the device.
+        total = input_ids.shape[1]
         kwargs: dict[str, Any] = {"input_ids": input_ids, "position_ids": attention_mask}
-        if self.packing.value != "flash_attention_2":  # flash varlen finds texts from the position ids
-            seg = accel.segment_ids(lengths_t, input_ids.shape[1])
-            build = accel.flex_packed_mask if self.packing.value == "flex_attention" else accel.dense_packed_mask
-            kwargs["attention_mask"] = build(seg, self.causal)
+        if self.packing.value == "flex_attention":
+            kwargs["attention_mask"] = accel.flex_packed_mask(lengths, total, self.causal, self.device)
+        elif self.packing.value != "flash_attention_2":  # flash varlen finds texts from the position ids
+            seg = torch.from_numpy(accel.segment_ids(lengths, total)).to(self.device, non_blocking=True)
+            kwargs["attention_mask"] = accel.dense_packed_mask(seg, self.causal)
         out = self.model(**kwargs)
         hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
-        hidden, mask = accel.repad(hidden, lengths_t)
+        hidden, mask = accel.repad(hidden, lengths)
         return self.head(pool(hidden, mask, self.spec.pooling, self.prompt_length))
 
     def _timed_forward(self, batch: Batch, ids: torch.Tensor, mask: torch.Tensor, stats: EncodeStats) -> torch.Tensor:

@@ -156,7 +156,7 @@ def test_pack_and_split_packed():
 
 
 def test_dense_packed_mask_is_block_diagonal():
-    seg = accel.segment_ids(torch.tensor([2, 1]), 4)
+    seg = torch.from_numpy(accel.segment_ids(np.array([2, 1]), 4))
     assert seg.tolist() == [0, 0, 1, -1]
     bi = accel.dense_packed_mask(seg, causal=False)[0, 0].int().tolist()
     assert bi == [[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
@@ -242,23 +242,34 @@ def _flex():
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_flex_block_mask_from_boundaries_equals_create_block_mask(causal):
-    """The BlockMask built from segment boundaries has the same blocks (empty, partial,
-    full) as the one create_block_mask finds by evaluating every query/key pair."""
+    """The BlockMask built from text boundaries has the same blocks (empty, partial,
+    full) as the one create_block_mask finds by evaluating every query/key pair of the
+    intended mask: same text (and key <= query for a decoder); filler sees only filler
+    of its own 128-token block. Edge cases: one text, all filler, exact blocks, T < 128."""
     flex = _flex()
     rng = np.random.default_rng(3)
+    cases = [(np.array([300]), 300), (np.array([1]), 1), (np.array([128, 128]), 256), (np.array([50]), 50)]
+    cases += [(np.array([], dtype=np.int64), 300), (np.array([100]), 100 + 1000)]
     for _ in range(12):
         lengths = rng.integers(1, 300, size=rng.integers(1, 12))
-        total = int(lengths.sum()) + int(rng.integers(0, 200))  # and a filler run
-        seg = accel.segment_ids(torch.from_numpy(lengths), total)
+        cases.append((lengths, int(lengths.sum()) + int(rng.integers(0, 600))))
+    for lengths, total in cases:
+        seg = torch.from_numpy(accel.segment_ids(lengths, total))
 
-        def same_text(b, h, q, kv, seg=seg):
-            ok = seg[q] == seg[kv]
+        def intended(b, h, q, kv, seg=seg):
+            text = (seg[q] == seg[kv]) & (seg[q] >= 0)
+            filler = (seg[q] < 0) & (seg[kv] < 0) & (q // 128 == kv // 128)
+            ok = text | filler
             return ok & (kv <= q) if causal else ok
 
-        want = flex.create_block_mask(same_text, None, None, total, total, device="cpu")
-        got = accel.flex_packed_mask(seg, causal)
-        assert torch.equal(got.to_dense(), want.to_dense())
-        assert torch.equal(got.full_kv_num_blocks, want.full_kv_num_blocks)
+        want = flex.create_block_mask(intended, None, None, total, total, device="cpu")
+        got = accel.flex_packed_mask(lengths, total, causal, torch.device("cpu"))
+        assert torch.equal(got.to_dense(), want.to_dense()), (lengths, total)
+        assert torch.equal(got.full_kv_num_blocks, want.full_kv_num_blocks), (lengths, total)
+    # A pack padded up to its bucket: the filler costs one block per filler block.
+    got = accel.flex_packed_mask(np.full(300, 64), 24576, causal, torch.device("cpu"))
+    filler_blocks = 24576 // 128 - 300 * 64 // 128
+    assert int(got.kv_num_blocks.sum() + got.full_kv_num_blocks.sum()) <= 3 * 150 + filler_blocks
 
 
 def test_flex_packed_decoder_matches_padded_without_recompiles(tiny, texts, monkeypatch):
@@ -421,6 +432,8 @@ def test_apply_kernels_patches_this_model_only(tiny, monkeypatch):
     assert choice.value == "liger" and "apply_rotary_pos_emb bound into 2 forwards" in choice.reason
     assert modeling.apply_rotary_pos_emb is original_rope and modeling.Qwen3RMSNorm is original_norm
     assert not hasattr(modeling, "LIGER_MARKER")
+    attention = model.layers[0].self_attn  # its decorators (transformers' kwarg deprecation) kept
+    assert hasattr(type(attention).forward, "__wrapped__") == hasattr(attention.forward.__func__, "__wrapped__")
     with torch.inference_mode():
         got = model(input_ids=ids).last_hidden_state
         assert len(calls) == 2  # one per layer: the model sees the swapped function
