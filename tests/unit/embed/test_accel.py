@@ -336,6 +336,10 @@ def test_tokenize_through_the_backend_gives_transformers_ids(tiny, texts, monkey
         assert enc.backend is not None
         assert enc.tokenize(texts) == [enc._tokenize_hf([(enc.prompt or "") + t])[0] for t in texts]
         assert max(map(len, enc.tokenize(texts))) == 24
+    special = f"a {enc.tokenizer.all_special_tokens[0]} b"
+    for split in (True, False):  # transformers' per-call state, followed by the backend path
+        enc.tokenizer.split_special_tokens = split
+        assert enc.tokenize([special]) == enc._tokenize_hf([(enc.prompt or "") + special])
     from shardflow.embed.engine import Encoder
 
     monkeypatch.setattr(Encoder, "_tokenize_backend", lambda self, backend, batch: [[0] for _ in batch])
@@ -441,6 +445,20 @@ def test_apply_kernels_patches_this_model_only(tiny, monkeypatch):
         other(input_ids=ids)
     assert len(calls) == 2 and type(other.norm) is original_norm  # a later model: untouched
     torch.testing.assert_close(got, want)
+
+
+def test_repeated_blocks_are_the_layer_stack_not_a_longer_list_inside_it():
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.experts = torch.nn.ModuleList(torch.nn.Linear(2, 2) for _ in range(4))
+
+    model = torch.nn.Module()
+    model.config = types.SimpleNamespace(num_hidden_layers=2)
+    model.layers = torch.nn.ModuleList(Layer() for _ in range(2))
+    assert accel.repeated_blocks(model) == list(model.layers)
+    del model.config  # without the config: the longest list of one class
+    assert len(accel.repeated_blocks(model)) == 4
 
 
 # --------------------------------------------------------------------------- compile
