@@ -13,7 +13,7 @@
 #   B  the same texts: compiled_packed (regional compile + packing), then all (+ fused)
 #   C  MiniLM-shape, demo 3,000 texts: eager / packed / compiled
 #   D  MiniLM-shape, a 20,000-text chunk end to end as a job runs it (load and compile
-#      included): padded, packing auto, compile; with where the host's time goes
+#      included): padded, packed, compile; with where the host's time goes
 # Targets: Qwen3 >= 45% of peak and >= 3x st@best; MiniLM >= 2x 1.67M tokens/s (demo) and
 # 0.86M (synthetic); D: compiled (warm-up + steady) faster than eager.
 #
@@ -69,7 +69,7 @@ want B && stage B_qwen_compiled 110 python3 $B --model $QWEN --texts synthetic -
 want C && stage C_minilm_demo 50 python3 $B --model $MINILM --texts demo --n $ND --configs-only $EXTRA \
   --configs eager,packed,compiled --config-rounds 3
 # D: one encode per setting as a job runs it (load, compile and warm-up inside the time), on
-# a 20,000-text chunk: padded, packed (auto), compiled; with where the host's time goes.
+# a 20,000-text chunk: padded, packed, compiled; with where the host's time goes.
 want D && stage D_minilm_e2e 60 env MINILM="$MINILM" NS="$NS" SMOKE="${SMOKE:-}" python3 - <<'PY'
 import os, sys, time, torch
 sys.path.insert(0, "benchmarks")
@@ -77,7 +77,7 @@ from bench_engine import synthetic_texts
 from shardflow.embed import EmbedParams, load_encoder
 texts = synthetic_texts(int(os.environ["NS"]), 0)
 device = "cpu" if os.environ["SMOKE"] else "auto"
-for label, opts in (("padded", {"packing": "off"}), ("packing auto", {}), ("compile", {"compile": True, "packing": "off"})):
+for label, opts in (("padded", {"packing": "off"}), ("packed", {"packing": "on"}), ("compile", {"compile": True, "packing": "off"})):
     t0 = time.perf_counter()
     enc = load_encoder(EmbedParams(model=os.environ["MINILM"], device=device, **opts))
     enc.encode(texts)
