@@ -126,7 +126,9 @@ def flex_available() -> bool:
 # Measured on an H100 (benchmarks/gpu_issue13.sh, 2026-11-26): length-sorted padded
 # batches leave 2-5 % padding, packing with flex attention gained nothing on the
 # Qwen3-0.6B shape (1,035 vs 1,027 texts/s) and cost MiniLM a 20,000-text chunk
-# (4.7 s padded, 8.3 s packed, flex compiling its kernel per job).
+# (4.7 s padded, 8.3 s packed, flex compiling its kernel per job). That flex path still
+# spent most blocks of a bucket-padded pack on filler and synced per batch (both fixed
+# since): to be measured again before `auto` turns packing on anywhere.
 AUTO_PACKING_OFF = "auto = off: no gain measured over length-sorted padded batches; packing: on packs"
 
 
