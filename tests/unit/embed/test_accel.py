@@ -40,21 +40,6 @@ from shardflow.embed.params import output_identity
 from tests.support import tiny_models
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("tiny_models_accel")
-    return {
-        "bert_mean": tiny_models.build_bert_mean(root),
-        "bert_cls": tiny_models.build_bert_cls(root),
-        "qwen_last": tiny_models.build_qwen_last(root),
-    }
-
-
-@pytest.fixture(scope="module")
-def texts() -> list[str]:
-    return tiny_models.sample_texts(40)
-
-
 def params(model: Path, **kw) -> EmbedParams:
     kw.setdefault("device", "cpu")
     return EmbedParams(model=str(model), **kw)

@@ -47,21 +47,6 @@ REPO = Path(__file__).resolve().parents[3]
 # --------------------------------------------------------------------------- fixtures and helpers
 
 
-@pytest.fixture(scope="session")
-def tiny(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("tiny_models")
-    return {
-        "bert_mean": tiny_models.build_bert_mean(root),
-        "bert_cls": tiny_models.build_bert_cls(root),
-        "qwen_last": tiny_models.build_qwen_last(root),
-    }
-
-
-@pytest.fixture(scope="session")
-def texts() -> list[str]:
-    return tiny_models.sample_texts(40)
-
-
 def st_encode(path: Path, texts: list[str], **kwargs) -> np.ndarray:
     from sentence_transformers import SentenceTransformer
 
