@@ -86,8 +86,9 @@ def resolve_buckets(option, compile_: bool, max_length: int) -> tuple[int, ...]:
 
 
 def repeated_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The model's repeated layers: the longest ModuleList whose children are all of
-    one class (BERT's encoder.layer, a decoder's layers); [] if none.
+    """The model's repeated layers: the ModuleList of one class with as many children
+    as the config's num_hidden_layers (BERT's encoder.layer, a decoder's layers), else
+    the longest such list; [] if none.
 
     `compile` compiles one of these at a time ("regional" compilation): every layer runs
     the same code with its own weights as inputs, so one graph per shape serves all of
