@@ -178,7 +178,8 @@ FLEX_BLOCK = 128  # flex attention's default block size (queries and keys)
 
 class _SameText:
     """flex attention's mask_mod for a packed row: query q may see key kv when both
-    belong to the same text (and kv <= q for a decoder). One class, so that every
+    carry the same id (one text, or one block of filler; and kv <= q for a decoder).
+    One class, so that every
     batch's mask_mod has the same code and only the captured tensor changes."""
 
     def __init__(self, seg: torch.Tensor, causal: bool):
@@ -205,11 +206,11 @@ def flex_packed_mask(lengths: np.ndarray, total: int, causal: bool, device: torc
     block lies strictly before), else partial: only partial blocks evaluate the mask_mod."""
     from torch.nn.attention.flex_attention import BlockMask
 
-    n_texts, real = len(lengths), int(lengths.sum())
+    real = int(lengths.sum())
     nb = max(1, -(-total // block))
     ids = np.empty(nb * block, dtype=np.int64)
-    ids[:real] = np.repeat(np.arange(n_texts, dtype=np.int64), lengths)
-    ids[real:total] = n_texts + np.arange(real, total, dtype=np.int64) // block
+    ids[:total] = segment_ids(lengths, total)
+    ids[real:total] = len(lengths) + np.arange(real, total, dtype=np.int64) // block  # filler: an id per block
     ids[total:] = (ids[total - 1] + 1) if total else 0
     blocks = ids.reshape(nb, block)
     lo, hi = blocks[:, 0], blocks[:, -1]
