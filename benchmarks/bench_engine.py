@@ -179,7 +179,8 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
         rows.append((name, len(texts) / med, tokens / med, tflops, warm, cos.min(), 100 * st.as_dict()["padding_fraction"], what))
         hosts.append(
             f"# host side, {name} (last encode, {st.seconds:.2f} s): tokenize {st.tokenize_seconds:.2f} s, collate+pin "
-            f"{st.collate_seconds:.2f} s (helper threads), device loop waited for batches {st.host_wait_seconds:.2f} s"
+            f"{st.collate_seconds:.2f} s (helper threads), device loop waited for batches {st.host_wait_seconds:.2f} s "
+            f"({st.first_batch_seconds:.2f} s of it for the first)"
         )
         encoder = None
         gc.collect()
@@ -370,6 +371,12 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"# engine vs st@32 cosine: min {cos.min():.7f}; engine padding "
         f"{100 * encoder.last_stats.as_dict()['padding_fraction']:.1f}%, batches {encoder.last_stats.batches}"
+    )
+    st = encoder.last_stats
+    print(
+        f"# engine host side (last encode, {st.seconds:.2f} s): tokenize {st.tokenize_seconds:.2f} s, collate+pin "
+        f"{st.collate_seconds:.2f} s, device loop waited {st.host_wait_seconds:.2f} s "
+        f"({st.first_batch_seconds:.2f} s of it for the first batch)"
     )
 
     if args.configs is None:

@@ -89,7 +89,7 @@ for label, opts in (("padded", {"packing": "off"}), ("packed", {"packing": "on"}
           f"encode {s['seconds']:.2f} s = {s['tokens_per_s']:.0f} tokens/s, warm-up {s['warmup_seconds']:.1f} s over "
           f"{s['warmup_shapes']} shapes, steady {s['steady_tokens_per_s']:.0f} tokens/s; host: tokenize "
           f"{s['tokenize_seconds']:.2f} s, collate+pin {s['collate_seconds']:.2f} s, device loop waited "
-          f"{s['host_wait_seconds']:.2f} s", flush=True)
+          f"{s['host_wait_seconds']:.2f} s ({s['first_batch_seconds']:.2f} s for the first batch)", flush=True)
 PY
 # Aq: the configurations alone (one reference round), for a second session on the same card.
 want Aq && stage Aq_qwen 60 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \

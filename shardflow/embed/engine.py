@@ -5,10 +5,14 @@ The output matches `SentenceTransformer(path).encode(texts)` for the modules in
 but the batching is built for throughput:
 
 1. Texts are processed in windows of `window` texts. Each window is tokenized
-   once, without padding, in a background thread while the previous window runs.
+   once, without padding, in a background thread while the previous one runs.
 2. Within a window, texts are sorted by token count and cut into batches by a
    token budget (rows x longest row), not by a fixed count: little padding, and
-   roughly constant memory per batch whatever the text lengths.
+   roughly constant memory per batch whatever the text lengths. A window is
+   tokenized and sorted in two groups, its longest texts by characters (an eighth
+   of its characters) and the rest (`sort_groups`): the device starts on the
+   longest texts while the rest is tokenized, instead of waiting for the whole
+   first window, and the two groups are length bands, so padding stays as low.
 3. A second background thread collates batches ahead with numpy (and pins them
    on CUDA, for non-blocking copies), through a bounded queue: the model does not
    wait for Python.
@@ -33,8 +37,9 @@ import os
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -83,6 +88,8 @@ __all__ = ["EmbedParams", "EncodeStats", "Encoder", "TextTooLargeError", "embed_
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY_S = 5.0
+# A window's lead group: its longest texts, 1/LEAD_FRACTION of its characters (see `sort_groups`).
+LEAD_FRACTION = 8
 # Encoder-decoder checkpoints whose encoder alone embeds (as sentence-transformers loads them).
 _ENCODER_ONLY = {"t5": "T5EncoderModel", "mt5": "MT5EncoderModel", "umt5": "UMT5EncoderModel"}
 _cpu_fallback_warned = False
@@ -121,6 +128,7 @@ class EncodeStats(EngineCounters):
     tokenize_seconds: float = 0.0
     collate_seconds: float = 0.0
     host_wait_seconds: float = 0.0
+    first_batch_seconds: float = 0.0  # of host_wait_seconds: the wait for the first batch
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -565,7 +573,8 @@ class Encoder:
         stop: threading.Event,
         stats: EncodeStats,
     ) -> None:
-        """Tokenize window w+1 (in a helper thread) while collating window w's batches into `out`."""
+        """Collate each group's batches (see `sort_groups`) into `out`, while a helper
+        thread tokenizes the next two groups."""
 
         def tokenize(chunk: Sequence[str]) -> list[list[int]]:
             t0 = time.perf_counter()
@@ -583,14 +592,21 @@ class Encoder:
             return False
 
         pin = self.device.type == "cuda"
+        starts = {w: a for w, a, _ in windows}
+        groups = sort_groups(texts, windows)
+
+        def submit(pool_, group):
+            w, idx, _ = group
+            a = starts[w]
+            return pool_.submit(tokenize, [texts[a + i] for i in idx])
+
         try:
             with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shardflow-tokenize") as pool_:
-                pending = [pool_.submit(tokenize, texts[a:b]) for _, a, b in windows[:1]]
-                for i, (w, a, b) in enumerate(windows):
-                    ids = pending.pop().result()
-                    if i + 1 < len(windows):
-                        _, na, nb = windows[i + 1]
-                        pending.append(pool_.submit(tokenize, texts[na:nb]))
+                ahead = deque(submit(pool_, g) for g in groups[:2])
+                for i, (w, idx, window_done) in enumerate(groups):
+                    ids = ahead.popleft().result()
+                    if i + 2 < len(groups):
+                        ahead.append(submit(pool_, groups[i + 2]))
                     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
                     order = length_order(lengths)
                     batches = self._batches(ids, lengths[order], order)
@@ -599,6 +615,7 @@ class Encoder:
                         batch = next(batches, None)
                         if batch is None:
                             break
+                        batch = replace(batch, rows=idx[batch.rows])  # rows index the window
                         t_ids = torch.from_numpy(batch.input_ids)
                         t_mask = torch.from_numpy(batch.attention_mask)
                         if pin:
@@ -606,7 +623,7 @@ class Encoder:
                         stats.collate_seconds += time.perf_counter() - t0
                         if not put(_Ready(w, batch, t_ids, t_mask)):
                             return
-                    if not put(_WindowEnd(w)):
+                    if window_done and not put(_WindowEnd(w)):
                         return
             put(_DONE)
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which re-raises it
@@ -718,6 +735,8 @@ class Encoder:
                     if isinstance(item, _Failed):
                         raise item.error
                     if isinstance(item, _Ready):
+                        if not stats.first_batch_seconds:
+                            stats.first_batch_seconds = time.perf_counter() - t0
                         a, _ = bounds[item.window]
                         pending.setdefault(item.window, []).extend(self._run(item, a, stats))
                         done += len(item.batch.rows)
@@ -748,6 +767,32 @@ class Encoder:
             stop.set()
             producer.join()
         return done
+
+
+def sort_groups(texts: Sequence[str], windows: Sequence[tuple[int, int, int]]) -> list[tuple[int, np.ndarray, bool]]:
+    """The groups each window is tokenized, sorted and batched in: (window, indices of
+    its texts in the window, last group of the window).
+
+    Two groups per window of 2+ texts: its longest texts by characters, up to
+    1/LEAD_FRACTION of its characters (at least one text), then the rest. The
+    device runs the first while a helper thread tokenizes the second, so a job does
+    not wait for a whole window's tokenization before its first batch. Characters
+    follow tokens closely enough that the groups are bands of token length: batches
+    cut from each are padded about as little as from the whole window sorted at once
+    (Qwen3-shape synthetic texts, budget 32,768: 6.7 % against 7.2 %).
+    Every window is cut the same way, whichever of them a resumed run has left, so
+    batching stays a pure function of (window texts, params)."""
+    groups = []
+    for w, a, b in windows:
+        chars = np.fromiter((len(texts[i]) for i in range(a, b)), dtype=np.int64, count=b - a)
+        order = np.argsort(-chars, kind="stable")
+        lead = int(np.searchsorted(np.cumsum(chars[order]), chars.sum() / LEAD_FRACTION)) + 1
+        if lead >= b - a:
+            groups.append((w, np.arange(b - a), True))
+            continue
+        groups.append((w, np.sort(order[:lead]), False))
+        groups.append((w, np.sort(order[lead:]), True))
+    return groups
 
 
 class _PackedView:

@@ -39,7 +39,7 @@ class EmbedParams:
     max_length: truncate here instead of the model's max_seq_length.
     prompt / prompt_name: as in `SentenceTransformer.encode`; neither means the
         model's default prompt, if it has one.
-    window: texts per resume part (and per sort).
+    window: texts per resume part (tokenized and sorted in two groups: engine.sort_groups).
     threads: torch intra-op threads (None: leave torch's setting).
     length_buckets: "auto" (with `compile` only), "off", or padded widths to round
         batches up to (see `accel.resolve_buckets`).

@@ -274,10 +274,56 @@ def test_token_budget_bounds_every_forward(tiny, texts):
     assert seen and all(r <= 4 and (r * w <= 120 or r == 1) for r, w in seen)
     assert sum(r for r, _ in seen) == len(texts)
     widths = [w for _, w in seen]
-    assert widths == sorted(widths, reverse=True)  # one window, longest first
+    assert widths == sorted(widths, reverse=True)  # one window: two length bands, longest first
     stats = enc.last_stats.as_dict()
     assert stats["padded_tokens"] == sum(r * w for r, w in seen)
     assert stats["real_tokens"] == sum(len(t) for t in enc.tokenize(texts))
+
+
+def test_sort_groups_are_character_bands_of_each_window():
+    from shardflow.embed.engine import LEAD_FRACTION, sort_groups
+
+    rng = np.random.default_rng(0)
+    texts = ["x" * int(n) for n in rng.integers(1, 400, size=300)] + ["same"] * 40 + ["only one"]
+    windows = [(0, 0, 128), (1, 128, 340), (2, 340, 341)]
+    groups = sort_groups(texts, windows)
+    for w, a, b in windows:
+        mine = [(idx, last) for gw, idx, last in groups if gw == w]
+        assert [last for _, last in mine] == [False] * (len(mine) - 1) + [True]
+        got = np.concatenate([idx for idx, _ in mine])
+        assert sorted(got.tolist()) == list(range(b - a))  # every text once, window-relative
+        assert all((np.diff(idx) > 0).all() for idx, _ in mine)  # input order within a group
+        chars = np.array([len(t) for t in texts[a:b]])
+        if b - a == 1:
+            assert len(mine) == 1
+            continue
+        lead, rest = mine[0][0], mine[1][0]
+        assert chars[lead].min() >= chars[rest].max()  # the longest texts lead
+        assert chars[lead].sum() >= chars.sum() / LEAD_FRACTION  # an eighth of the characters...
+        assert chars[lead].sum() - chars[lead].min() < chars.sum() / LEAD_FRACTION  # ...and no more
+    # A resumed run that has only window 1 left cuts it the same way.
+    again = sort_groups(texts, windows[1:2])
+    assert [(w, i.tolist(), last) for w, i, last in again] == [(w, i.tolist(), last) for w, i, last in groups if w == 1]
+
+
+def test_device_starts_on_the_lead_group(tiny, texts, monkeypatch):
+    """The first batch needs only the lead group tokenized; the output does not depend on the cut."""
+    from shardflow.embed import engine
+
+    many = texts * 4
+    enc = load_encoder(params(tiny["bert_mean"], token_budget=200))
+    tokenized = []
+    real = enc.tokenize
+    monkeypatch.setattr(enc, "tokenize", lambda chunk: tokenized.append(len(chunk)) or real(chunk))
+    got = enc.encode(many)
+    assert len(tokenized) == 2 and tokenized[0] < len(many) / 4 and sum(tokenized) == len(many)
+    assert 0 < enc.last_stats.first_batch_seconds <= enc.last_stats.host_wait_seconds
+    whole_windows = lambda _texts, windows: [(w, np.arange(b - a), True) for w, a, b in windows]  # noqa: E731
+    monkeypatch.setattr(engine, "sort_groups", whole_windows)  # as before: the whole window first
+    tokenized.clear()
+    whole = enc.encode(many)
+    assert tokenized == [len(many)]
+    np.testing.assert_allclose(got, whole, atol=2e-6)
 
 
 # --------------------------------------------------------------------------- out-of-memory back-off
