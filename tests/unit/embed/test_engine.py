@@ -27,6 +27,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 sentence_transformers = pytest.importorskip("sentence_transformers")
 
+from shardflow.core.batching import collate, length_order, plan_batches, split_batch
 from shardflow.corpus.chunks import ChunkRecord, write_record
 from shardflow.embed import (
     EmbedParams,
@@ -37,7 +38,6 @@ from shardflow.embed import (
     load_model_spec,
     resume_key,
 )
-from shardflow.core.batching import collate, length_order, plan_batches, split_batch
 from shardflow.embed.stconfig import output_dim
 from tests.support import tiny_models
 
@@ -318,8 +318,11 @@ def test_device_starts_on_the_lead_group(tiny, texts, monkeypatch):
     got = enc.encode(many)
     assert len(tokenized) == 2 and tokenized[0] < len(many) / 4 and sum(tokenized) == len(many)
     assert 0 < enc.last_stats.first_batch_seconds <= enc.last_stats.host_wait_seconds
-    whole_windows = lambda _texts, windows: [(w, np.arange(b - a), True) for w, a, b in windows]  # noqa: E731
-    monkeypatch.setattr(engine, "sort_groups", whole_windows)  # as before: the whole window first
+
+    def whole_windows(_texts, windows):  # as before: the whole window first
+        return [(w, np.arange(b - a), True) for w, a, b in windows]
+
+    monkeypatch.setattr(engine, "sort_groups", whole_windows)
     tokenized.clear()
     whole = enc.encode(many)
     assert tokenized == [len(many)]
