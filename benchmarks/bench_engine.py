@@ -21,7 +21,9 @@ and the minimum cosine against st@32:
 
 - eager     packing off, kernels off, no compile (the plain padded path)
 - fused     kernels: liger (fused RMSNorm/RoPE/MLP; falls back where unavailable, shown)
-- compiled  compile: true with length buckets (each bucket shape compiled once, in warm-up)
+- compiled  compile: true (dynamic shapes: batches keep their width, a few graphs serve all)
+- compiled_buckets  compile with length_buckets: on (one graph per bucket width, in warm-up)
+- compiled_graphs  compile_mode: reduce-overhead (CUDA graphs of the bucket shapes)
 - packed    packing: on (unpadded rows; varlen attention on CUDA, block mask on CPU)
 - fused_packed  fused + packed (no compile)
 - compiled_packed  compiled + packed (no fused kernels: inductor fuses what it can)
@@ -135,6 +137,8 @@ CONFIGS = {
     "eager": {},
     "fused": {"kernels": "liger"},
     "compiled": {"compile": True},
+    "compiled_buckets": {"compile": True, "length_buckets": "on"},
+    "compiled_graphs": {"compile": True, "compile_mode": "reduce-overhead"},
     "packed": {"packing": "on"},
     "fused_packed": {"kernels": "liger", "packing": "on"},
     "compiled_packed": {"compile": True, "packing": "on"},
@@ -155,11 +159,21 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
     names = list(CONFIGS) if args.configs == "all" else [c for c in args.configs.split(",") if c]
     tokens = sum(lengths)
     rows, hosts = [], []
+    header = (
+        f"{'config':<9} {'texts/s':>9} {'tokens/s':>10} {'TFLOP/s':>8} {'%peak':>6} {'warm-up s':>9} "
+        f"{'cos vs st':>10} {'pad%':>5}  what ran"
+    )
+
+    def line(name, tps, toks, tflops, warm, cmin, pad, what):
+        pct = f"{100 * tflops / peak:5.1f}%" if (on_cuda and peak) else "  n/a"
+        return f"{name:<9} {tps:>9.1f} {toks:>10.0f} {tflops:>8.3f} {pct:>6} {warm:>9.1f} {cmin:>10.6f} {pad:>5.1f}  {what}"
+
     for name in names:
         opts = {"packing": "off", "kernels": "off", **CONFIGS[name]}
-        if args.length_buckets and opts.get("compile"):
+        if args.length_buckets and opts.get("compile") and "length_buckets" not in opts:
             opts["length_buckets"] = [int(b) for b in args.length_buckets.split(",")]
         params = dataclasses.replace(base_params, **opts)
+        torch._dynamo.reset()  # dynamo keys graphs by code, not model: no config reuses another's
         encoder = load_encoder(params)
         warm, _ = timed(encoder.warmup)  # compiles each bucket shape (0 without compile)
         probe_s, _ = timed(lambda enc=encoder: enc.encode(texts[: max(32, len(texts) // 8)]))
@@ -177,6 +191,7 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
         if not encoder.kernels.on and opts["kernels"] != "off":
             what += f" ({encoder.kernels.reason})"
         rows.append((name, len(texts) / med, tokens / med, tflops, warm, cos.min(), 100 * st.as_dict()["padding_fraction"], what))
+        print(f"# done: {line(*rows[-1])}", flush=True)  # kept if a later configuration runs out of time
         hosts.append(
             f"# host side, {name} (last encode, {st.seconds:.2f} s): tokenize {st.tokenize_seconds:.2f} s, collate+pin "
             f"{st.collate_seconds:.2f} s (helper threads), device loop waited for batches {st.host_wait_seconds:.2f} s "
@@ -186,13 +201,9 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
         gc.collect()
         if on_cuda:
             torch.cuda.empty_cache()
-    print(
-        f"{'config':<9} {'texts/s':>9} {'tokens/s':>10} {'TFLOP/s':>8} {'%peak':>6} {'warm-up s':>9} "
-        f"{'cos vs st':>10} {'pad%':>5}  what ran"
-    )
-    for name, tps, toks, tflops, warm, cmin, pad, what in rows:
-        pct = f"{100 * tflops / peak:5.1f}%" if (on_cuda and peak) else "  n/a"
-        print(f"{name:<9} {tps:>9.1f} {toks:>10.0f} {tflops:>8.3f} {pct:>6} {warm:>9.1f} {cmin:>10.6f} {pad:>5.1f}  {what}")
+    print(header)
+    for row in rows:
+        print(line(*row))
     print("\n".join(hosts))
 
 

@@ -5,7 +5,9 @@ Cheap: torch is imported, CUDA is only queried.
 
 from __future__ import annotations
 
+import os
 import platform
+from pathlib import Path
 
 import torch
 
@@ -73,3 +75,16 @@ def runtime(device_setting: str, dtype_setting: str, threads: int | None) -> tup
         f"device {device} ({name}) dtype {dtype_name(dtype)} threads {torch.get_num_threads()}"
     )
     return device, dtype, described
+
+
+def use_compile_cache(folder: str | Path | None) -> Path | None:
+    """Point torch's compile cache (TORCHINDUCTOR_CACHE_DIR) at `folder`, created if
+    missing, before the first compile of this process; None leaves torch's own (per
+    machine, in /tmp). Jobs sharing the folder reuse each other's compiled kernels
+    (inductor writes its entries atomically: safe for concurrent jobs)."""
+    if folder is None:
+        return None
+    cache = Path(folder).expanduser().resolve()
+    cache.mkdir(parents=True, exist_ok=True)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
+    return cache

@@ -4,8 +4,11 @@ buckets (for torch.compile), packed batches (no padding) and fused kernels.
 Each option is `auto` by default and each `auto` resolves to today's plain path on
 the CPU, so a CPU run's bytes do not change:
 
-- length buckets: `auto` = on with `compile` only (their point is few shapes to
-  compile); `off`; or a list of widths.
+- length buckets: `auto` = on with a compile mode that replays CUDA graphs only
+  (`reduce-overhead`, `max-autotune`: a graph per shape needs few shapes); otherwise
+  `compile` traces dynamic shapes, so batches keep their own width (buckets computed
+  11-35 % more tokens than length-sorted batches: benchmarks/bench_bucket_padding.py);
+  `on` = the default widths whatever the mode; `off`; or a list of widths.
 - packing: `auto` = off: measured on an H100, packing did not beat length-sorted
   padded batches (see AUTO_PACKING_OFF). `on` packs with the best kernel there is (CUDA:
   flash-attn's varlen through transformers for decoders, else PyTorch's flex attention
@@ -73,11 +76,17 @@ def model_type(transformer_folder: str | Path) -> str:
 # --------------------------------------------------------------------------- buckets
 
 
-def resolve_buckets(option, compile_: bool, max_length: int) -> tuple[int, ...]:
-    """The padded widths of a run; () means none (each batch as wide as its longest row)."""
-    if option == "off" or (option == "auto" and not compile_):
+# torch.compile modes that capture CUDA graphs: one per input shape, so they want few shapes.
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
+def resolve_buckets(option, compile_: bool, max_length: int, compile_mode: str = "auto") -> tuple[int, ...]:
+    """The padded widths of a run; () means none (each batch as wide as its longest row).
+    `auto`: the default widths for a compile mode with CUDA graphs (see CUDA_GRAPH_MODES)
+    only; `on`: the default widths always."""
+    if option == "off" or (option == "auto" and not (compile_ and compile_mode in CUDA_GRAPH_MODES)):
         return ()
-    if option == "auto":
+    if option in ("auto", "on"):
         return default_length_buckets(max_length)
     widths = sorted({min(int(b), max_length) for b in option})
     if widths[-1] < max_length:

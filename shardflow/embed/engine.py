@@ -60,7 +60,7 @@ from shardflow.core.batching import (
     split_batch,
 )
 from shardflow.core.columns import write_ids_parquet
-from shardflow.core.devices import dtype_name, runtime
+from shardflow.core.devices import dtype_name, runtime, use_compile_cache
 from shardflow.core.hashing import digest, texts_fingerprint
 from shardflow.core.jobs import EngineCounters
 from shardflow.core.models import load_for_inference
@@ -109,8 +109,9 @@ class EncodeStats(EngineCounters):
     items_embedded: int = 0  # texts computed by this call (the rest came from resume parts)
     real_tokens: int = 0
     padded_tokens: int = 0
-    # First forward of each new batch shape (torch.compile compiles there), timed apart
-    # from the steady state: seconds includes it, steady_seconds does not.
+    # Forwards in which torch.compile built a graph (the first batch of a shape no graph
+    # covered yet), timed apart from the steady state: seconds includes them,
+    # steady_seconds does not.
     warmup_seconds: float = 0.0
     warmup_shapes: int = 0
     warmup_items: int = 0
@@ -309,7 +310,7 @@ class Encoder:
         self.packing, self.kernels = packing, kernels
         self.causal = mtype in accel.PACKABLE_DECODERS
         limit = self.max_length if self.truncate else 8192
-        self.buckets = accel.resolve_buckets(params.length_buckets, params.compile, limit)
+        self.buckets = accel.resolve_buckets(params.length_buckets, params.compile, limit, params.compile_mode)
         if packing.on and (self.buckets or packing.value == "flex_attention"):
             # A packed row's length is its token total: bucket that, in quarters of the budget.
             # Always for flex attention: transformers compiles its kernel, and a BlockMask's
@@ -317,13 +318,9 @@ class Encoder:
             step = max(64, self.token_budget // 4)
             self.packed_buckets = tuple(range(step, max(self.token_budget, limit) + step, step))
             self.buckets = ()
-        if params.compile_cache:
-            # Read by inductor when it first compiles (the model with `compile`, flex
-            # attention's kernel with packing): jobs sharing this folder reuse the kernels
-            # an earlier job compiled (atomic writes; safe for concurrent jobs).
-            cache = Path(params.compile_cache).expanduser().resolve()
-            cache.mkdir(parents=True, exist_ok=True)
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
+        # Read by inductor when it first compiles: the model with `compile`, flex
+        # attention's kernel with packing.
+        use_compile_cache(params.compile_cache)
         if params.compile:
             mode = None if params.compile_mode in ("auto", "default") else params.compile_mode
             static = bool(self.buckets or self.packed_buckets)
@@ -472,18 +469,23 @@ class Encoder:
         return self.head(pool(hidden, mask, self.spec.pooling, self.prompt_length))
 
     def _timed_forward(self, batch: Batch, ids: torch.Tensor, mask: torch.Tensor, stats: EncodeStats) -> torch.Tensor:
-        """`_forward`, with the first batch of each new shape timed as warm-up (compile)."""
+        """`_forward`; with `compile`, the first batch of each new shape is timed, and
+        counted as warm-up when it compiled a graph (with dynamic shapes most new
+        shapes reuse one)."""
         shape = tuple(ids.shape)
         lengths = batch.lengths if batch.packed else None
         if shape in self.seen_shapes or not self.params.compile:
             self.seen_shapes.add(shape)
             return self._forward(ids, mask, lengths)
         self._sync()
+        graphs = _graphs_compiled()
         t0 = time.perf_counter()
         emb = self._forward(ids, mask, lengths)
         self._sync()
         self.seen_shapes.add(shape)
         secs = time.perf_counter() - t0
+        if graphs is not None and _graphs_compiled() == graphs:
+            return emb  # a shape the compiled graphs already cover
         self.logger.info("compiled shape %s in %.1f s (first batch of that shape)", "x".join(map(str, shape)), secs)
         stats.warmup_seconds += secs
         stats.warmup_shapes += 1
@@ -496,7 +498,8 @@ class Encoder:
             torch.cuda.synchronize(self.device)
 
     def warmup(self, widths: Sequence[int] | None = None) -> float:
-        """Run (compile) each bucket shape once on filler input; return the seconds.
+        """Run (compile) each bucket shape once on filler input; return the seconds
+        (0 without buckets: dynamic shapes compile on the first batches).
         `encode` does this lazily for the shapes it meets; a benchmark calls it first."""
         if not self.params.compile:
             return 0.0
@@ -767,6 +770,15 @@ class Encoder:
             stop.set()
             producer.join()
         return done
+
+
+def _graphs_compiled() -> int | None:
+    """Graphs torch.compile has built in this process (None where torch does not say)."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return None
+    return int(counters["stats"]["unique_graphs"])
 
 
 def sort_groups(texts: Sequence[str], windows: Sequence[tuple[int, int, int]]) -> list[tuple[int, np.ndarray, bool]]:

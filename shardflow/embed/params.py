@@ -41,8 +41,8 @@ class EmbedParams:
         model's default prompt, if it has one.
     window: texts per resume part (tokenized and sorted in two groups: engine.sort_groups).
     threads: torch intra-op threads (None: leave torch's setting).
-    length_buckets: "auto" (with `compile` only), "off", or padded widths to round
-        batches up to (see `accel.resolve_buckets`).
+    length_buckets: "auto" (with a CUDA-graph compile mode only), "on" (the default
+        widths), "off", or padded widths to round batches up to (see `accel.resolve_buckets`).
     compile_mode: torch.compile mode; "auto" = its default mode.
     compile_cache: folder for torch's compile cache (TORCHINDUCTOR_CACHE_DIR), so that
         jobs after the first skip most of the compiling; None: torch's own (per machine,
@@ -77,9 +77,9 @@ class EmbedParams:
         if not isinstance(self.length_buckets, str):  # a list from YAML: a hashable tuple
             object.__setattr__(self, "length_buckets", tuple(int(b) for b in self.length_buckets))
             if not self.length_buckets or min(self.length_buckets) < 1:
-                raise ValueError("length_buckets: a non-empty list of widths >= 1, auto or off")
-        elif self.length_buckets not in ("auto", "off"):
-            raise ValueError(f"length_buckets {self.length_buckets!r}: expected auto, off or a list of widths")
+                raise ValueError("length_buckets: a non-empty list of widths >= 1, auto, on or off")
+        elif self.length_buckets not in ("auto", "on", "off"):
+            raise ValueError(f"length_buckets {self.length_buckets!r}: expected auto, on, off or a list of widths")
         for name, allowed in (("compile_mode", COMPILE_MODES), ("packing", PACKING), ("kernels", KERNELS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} {getattr(self, name)!r}: expected one of {allowed}")
@@ -147,7 +147,7 @@ def accel_identity(params: EmbedParams, spec: ModelSpec, device: torch.device) -
         out["packing"] = packing.value
     # Buckets apply to padded batches only; their widths depend on max_length (known
     # once the tokenizer loads), so the option as given stands for them.
-    elif accel.resolve_buckets(params.length_buckets, params.compile, 1 << 30):
+    elif accel.resolve_buckets(params.length_buckets, params.compile, 1 << 30, params.compile_mode):
         out["length_buckets"] = params.length_buckets
     kernels = accel.resolve_kernels(params.kernels, device, mtype)
     if kernels.on:

@@ -50,6 +50,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from shardflow.core.atomic import atomic_open, atomic_path, write_json
+from shardflow.core.devices import use_compile_cache
 from shardflow.train.model import GPT, GPTConfig
 from shardflow.train.shards import open_shard
 
@@ -58,8 +59,9 @@ CHECKPOINT_VERSION = 1
 CHECKPOINT_NAME = "checkpoint.pt"
 # Keys that may change between a checkpoint and its resumption without changing the
 # steps already taken: extending max_iters continues the same curve (lr_decay_iters is
-# compared resolved, so a schedule that hangs on max_iters still counts as changed).
-RESUMABLE_KEYS = ("max_iters", "checkpoint_interval")
+# compared resolved, so a schedule that hangs on max_iters still counts as changed);
+# where torch keeps its compiled kernels changes no number.
+RESUMABLE_KEYS = ("max_iters", "checkpoint_interval", "compile_cache")
 # Dense bf16 tensor-core peaks (TFLOP/s), by substring of the CUDA device name; first match wins.
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100 SXM": 989.0, "H100 80GB HBM3": 989.0, "H100": 756.0,
                     "A100": 312.0, "L40S": 362.0, "L4": 121.0, "A10": 125.0, "V100": 125.0, "T4": 65.0}
@@ -97,6 +99,7 @@ class TrainParams:
     seed: int = 1337
     dtype: str = "auto"  # auto (bf16 on CUDA if supported, else fp32) | float32 | bfloat16
     compile: bool = False  # torch.compile, CUDA only
+    compile_cache: str | None = None  # torch's compile cache folder, shared by jobs (None: torch's own)
     device: str = "auto"  # auto | cpu | cuda
 
     def __post_init__(self):
@@ -394,6 +397,7 @@ def train(
 
     model = raw
     if p.compile and rt.device.type == "cuda":
+        use_compile_cache(p.compile_cache)
         model = torch.compile(model)
     eval_model = model
     if rt.world > 1:

@@ -449,12 +449,27 @@ def test_repeated_blocks_are_the_layer_stack_not_a_longer_list_inside_it():
 # --------------------------------------------------------------------------- compile
 
 
-def test_compiled_run_sees_at_most_one_graph_per_bucket(tiny, texts, monkeypatch):
-    """Dynamo traces the model once per bucket shape, and never again after that."""
-    compiled_shapes = []
+def test_auto_buckets_only_for_cuda_graph_modes(tiny):
+    """`length_buckets: auto` buckets only for compile modes that capture CUDA graphs;
+    other compiles trace dynamic shapes, and the identity says which batches ran."""
+    assert accel.resolve_buckets("auto", False, 64) == ()
+    assert accel.resolve_buckets("auto", True, 64) == ()
+    assert accel.resolve_buckets("auto", True, 64, "max-autotune-no-cudagraphs") == ()
+    for mode in ("reduce-overhead", "max-autotune"):
+        assert accel.resolve_buckets("auto", True, 64, mode) == default_length_buckets(64)
+    assert accel.resolve_buckets([16], True, 64) == (16, 64)  # a list applies whatever the mode
+    assert accel.resolve_buckets("off", True, 64, "reduce-overhead") == ()
+    assert "length_buckets" not in output_identity(params(tiny["bert_mean"], compile=True))  # plain batches
+    graphs = output_identity(params(tiny["bert_mean"], compile=True, compile_mode="reduce-overhead"))
+    assert graphs["length_buckets"] == "auto" and graphs["compile_mode"] == "reduce-overhead"
+
+
+def counting_compile(monkeypatch) -> list:
+    """torch.compile with a backend that records each graph it is given and runs it eagerly."""
+    graphs = []
 
     def counting_backend(gm, example_inputs):
-        compiled_shapes.append(tuple(tuple(t.shape) for t in example_inputs if isinstance(t, torch.Tensor)))
+        graphs.append(tuple(tuple(t.shape) for t in example_inputs if isinstance(t, torch.Tensor)))
         return gm.forward
 
     real_compile = torch.compile
@@ -466,6 +481,30 @@ def test_compiled_run_sees_at_most_one_graph_per_bucket(tiny, texts, monkeypatch
 
     monkeypatch.setattr(torch, "compile", compile_with_counter)
     torch._dynamo.reset()
+    return graphs
+
+
+def test_dynamic_shape_compile_traces_few_graphs_for_many_shapes(tiny, texts, monkeypatch):
+    """`compile` without buckets: batches keep their own widths, a few graphs serve them
+    all, and only the forwards that built one count as warm-up."""
+    graphs = counting_compile(monkeypatch)
+    enc = load_encoder(params(tiny["qwen_last"], compile=True, token_budget=128))
+    assert enc.buckets == () and enc.compiled.startswith("default, dynamic shapes")
+    plain = load_encoder(params(tiny["qwen_last"], token_budget=128))
+    want = plain.encode(texts)
+    assert_close(enc.encode(texts), want)
+    s = enc.last_stats
+    assert len(enc.seen_shapes) >= 4 and 1 <= len(graphs) < len(enc.seen_shapes)
+    assert s.warmup_shapes == len(graphs) and s.warmup_seconds > 0 and s.length_buckets is None
+    assert s.padded_tokens == plain.last_stats.padded_tokens  # the plain path's batches: no bucket padding
+    enc.encode(list(reversed(texts)))
+    assert enc.last_stats.warmup_shapes == 0 and len(graphs) == s.warmup_shapes  # no new graph
+    torch._dynamo.reset()
+
+
+def test_compiled_run_sees_at_most_one_graph_per_bucket(tiny, texts, monkeypatch):
+    """Dynamo traces the model once per bucket shape, and never again after that."""
+    compiled_shapes = counting_compile(monkeypatch)
     enc = load_encoder(params(tiny["qwen_last"], compile=True, length_buckets=[16, 32], token_budget=256))
     assert enc.buckets == (16, 32, 64)  # the max length (64) closes the list
     want = load_encoder(params(tiny["qwen_last"])).encode(texts)

@@ -180,9 +180,9 @@ def test_train_writes_outputs_and_extends_max_iters(shards, tmp_path):
     model = load_model(out, "last")
     assert torch.equal(model.transformer.wte.weight, load_file(out / "last.safetensors")["transformer.wte.weight"])
 
-    # Raising max_iters continues the same run from its last checkpoint.
-    more = train(shards, out, TrainParams(**base, max_iters=8), resume_dir=resume,
-                 keep_resume=True, sample_tokens=5)
+    # Raising max_iters (and moving the compile cache) continues the same run from its last checkpoint.
+    more = train(shards, out, TrainParams(**base, max_iters=8, compile_cache=str(tmp_path / "cache")),
+                 resume_dir=resume, keep_resume=True, sample_tokens=5)
     assert more["resumed_from_step"] == 6 and more["steps"] == 8
     assert pd.read_parquet(out / "losses.parquet")["step"].tolist() == list(range(1, 9))
 
