@@ -159,6 +159,7 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
     """One table row per configuration: warm-up apart, then the median of `rounds` encodes."""
     import dataclasses
     import gc
+    import tempfile
 
     import numpy as np
     import torch
@@ -181,8 +182,10 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
         opts = {"packing": "off", "kernels": "off", **CONFIGS[name]}
         if args.length_buckets and opts.get("compile") and "length_buckets" not in opts:
             opts["length_buckets"] = [int(b) for b in args.length_buckets.split(",")]
+        if opts.get("compile"):  # an empty compile cache: warm-up is what a first job pays
+            opts["compile_cache"] = tempfile.mkdtemp(prefix="bench-engine-inductor-")
         params = dataclasses.replace(base_params, **opts)
-        torch._dynamo.reset()  # dynamo keys graphs by code, not model: no config reuses another's
+        torch._dynamo.reset()  # dynamo keys graphs by code, not model: no config reuses another's graphs
         encoder = load_encoder(params)
         warm, _ = timed(encoder.warmup)  # compiles each bucket shape (0 without compile)
         probe_s, _ = timed(lambda enc=encoder: enc.encode(texts[: max(32, len(texts) // 8)]))

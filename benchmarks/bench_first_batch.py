@@ -60,7 +60,9 @@ def main(argv: list[str] | None = None) -> None:
                 out[name] = enc.encode(texts)
             finally:
                 engine.sort_groups = saved
-            runs[name].append(enc.last_stats.as_dict())
+            runs[name].append(s := enc.last_stats.as_dict())
+            print(f"# round {r + 1}, {name}: first batch after {s['first_batch_seconds']:.3f} s, "
+                  f"encode {s['seconds']:.2f} s", flush=True)
     med = {k: {f: statistics.median(s[f] for s in v) for f in ("first_batch_seconds", "seconds", "tokenize_seconds", "padding_fraction")}
            for k, v in runs.items()}
     for k, m in med.items():

@@ -9,8 +9,8 @@ but the batching is built for throughput:
 2. Within a window, texts are sorted by token count and cut into batches by a
    token budget (rows x longest row), not by a fixed count: little padding, and
    roughly constant memory per batch whatever the text lengths. A window is
-   tokenized and sorted in two groups, its longest texts by characters (an eighth
-   of its characters) and the rest (`sort_groups`): the device starts on the
+   tokenized and sorted in two groups, its longest texts by characters (taken
+   until they hold an eighth of its characters) and the rest (`sort_groups`): the device starts on the
    longest texts while the rest is tokenized, instead of waiting for the whole
    first window, and the two groups are length bands, so padding stays as low.
 3. A second background thread collates batches ahead with numpy (and pins them
@@ -129,7 +129,7 @@ class EncodeStats(EngineCounters):
     tokenize_seconds: float = 0.0
     collate_seconds: float = 0.0
     host_wait_seconds: float = 0.0
-    first_batch_seconds: float = 0.0  # of host_wait_seconds: the wait for the first batch
+    first_batch_seconds: float = 0.0  # of host_wait_seconds: the waits before the first batch
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -596,7 +596,6 @@ class Encoder:
 
         pin = self.device.type == "cuda"
         starts = {w: a for w, a, _ in windows}
-        groups = sort_groups(texts, windows)
 
         def submit(pool_, group):
             w, idx, _ = group
@@ -604,6 +603,7 @@ class Encoder:
             return pool_.submit(tokenize, [texts[a + i] for i in idx])
 
         try:
+            groups = sort_groups(texts, windows)
             with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shardflow-tokenize") as pool_:
                 ahead = deque(submit(pool_, g) for g in groups[:2])
                 for i, (w, idx, window_done) in enumerate(groups):
@@ -738,8 +738,8 @@ class Encoder:
                     if isinstance(item, _Failed):
                         raise item.error
                     if isinstance(item, _Ready):
-                        if not stats.first_batch_seconds:
-                            stats.first_batch_seconds = time.perf_counter() - t0
+                        if not stats.batches:
+                            stats.first_batch_seconds = stats.host_wait_seconds
                         a, _ = bounds[item.window]
                         pending.setdefault(item.window, []).extend(self._run(item, a, stats))
                         done += len(item.batch.rows)
@@ -785,8 +785,9 @@ def sort_groups(texts: Sequence[str], windows: Sequence[tuple[int, int, int]]) -
     """The groups each window is tokenized, sorted and batched in: (window, indices of
     its texts in the window, last group of the window).
 
-    Two groups per window of 2+ texts: its longest texts by characters, up to
-    1/LEAD_FRACTION of its characters (at least one text), then the rest. The
+    Two groups per window of 2+ texts: its longest texts by characters, taken until
+    they hold 1/LEAD_FRACTION of its characters (the text that crosses it included),
+    then the rest (a window whose lead would be all of it stays one group). The
     device runs the first while a helper thread tokenizes the second, so a job does
     not wait for a whole window's tokenization before its first batch. Characters
     follow tokens closely enough that the groups are bands of token length: batches

@@ -74,6 +74,11 @@ class EmbedParams:
     compile_cache: str | None = None
 
     def __post_init__(self) -> None:
+        for name in ("length_buckets", "packing"):  # YAML 1.1 reads an unquoted on/off as a boolean
+            if isinstance(getattr(self, name), bool):
+                object.__setattr__(self, name, "on" if getattr(self, name) else "off")
+        if self.kernels is False:
+            object.__setattr__(self, "kernels", "off")
         if not isinstance(self.length_buckets, str):  # a list from YAML: a hashable tuple
             object.__setattr__(self, "length_buckets", tuple(int(b) for b in self.length_buckets))
             if not self.length_buckets or min(self.length_buckets) < 1:
@@ -129,6 +134,10 @@ def output_identity(params: EmbedParams, spec: ModelSpec | None = None) -> dict[
     )
     identity.update(accel_identity(params, spec, device))
     identity["token_budget"] = resolve_token_budget(params, device)
+    from shardflow.embed.engine import LEAD_FRACTION  # here: engine imports this module
+
+    # How a window is cut into sort groups decides the batches (engine.sort_groups).
+    identity["sort_groups"] = f"longest 1/{LEAD_FRACTION} of characters, then the rest"
     if device.type == "cpu":  # CPU kernels split work by thread count, which can move the last bits
         identity["threads"] = params.threads or torch.get_num_threads()
     return identity
@@ -145,9 +154,9 @@ def accel_identity(params: EmbedParams, spec: ModelSpec, device: torch.device) -
     packing = accel.resolve_packing(params.packing, device, mtype, attn)
     if packing.on:
         out["packing"] = packing.value
-    # Buckets apply to padded batches only; their widths depend on max_length (known
-    # once the tokenizer loads), so the option as given stands for them.
-    elif accel.resolve_buckets(params.length_buckets, params.compile, 1 << 30, params.compile_mode):
+    # Widths depend on max_length (known once the tokenizer loads), so the option as
+    # given stands for them; with packing, buckets pad the packed rows.
+    if accel.resolve_buckets(params.length_buckets, params.compile, 1 << 30, params.compile_mode):
         out["length_buckets"] = params.length_buckets
     kernels = accel.resolve_kernels(params.kernels, device, mtype)
     if kernels.on:

@@ -30,8 +30,9 @@ def _parse_value(field: dataclasses.Field, text: str):
     hint = typing.get_type_hints(TrainParams)[field.name]
     if field.name == "eval_windows":
         return text if text == "all" else int(text)
-    if field.name == "lr_decay_iters":
-        return None if text.lower() in ("none", "null") else int(text)
+    optional = [t for t in typing.get_args(hint) if t is not type(None)]
+    if type(None) in typing.get_args(hint) and len(optional) == 1:  # `int | None`, `str | None`
+        return None if text.lower() in ("none", "null") else optional[0](text)
     if hint is bool:
         if text.lower() not in ("true", "false", "1", "0"):
             raise argparse.ArgumentTypeError(f"--{field.name}: expected true or false, got {text!r}")

@@ -8,7 +8,8 @@ from shardflow.core.devices import use_compile_cache
 
 
 def test_compile_cache_folder_is_made_and_exported(tmp_path, monkeypatch):
-    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "placeholder")  # so that monkeypatch restores it
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
     assert use_compile_cache(None) is None
     assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ  # null: torch's own cache, untouched
     monkeypatch.chdir(tmp_path)

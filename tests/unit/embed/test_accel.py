@@ -61,10 +61,11 @@ def assert_close(got: np.ndarray, want: np.ndarray) -> None:
 def test_defaults_keep_the_plain_path_bytes_and_identity(tiny, texts):
     enc = load_encoder(params(tiny["bert_mean"]))
     assert enc.buckets == () and not enc.packing.on and not enc.kernels.on and enc.compiled == "off"
-    # The identity (resume keys) has exactly the keys it had before these options existed.
+    # The identity (resume keys) has exactly the keys it had before these options existed,
+    # plus how windows are cut into sort groups (which changed the batches).
     assert set(enc.identity) == {
         "format", "model", "device", "dtype", "prompt", "torch", "transformers", "output_dtype",
-        "token_budget", "max_batch_size", "max_length", "compile", "window", "seed", "threads",
+        "token_budget", "max_batch_size", "max_length", "compile", "window", "seed", "threads", "sort_groups",
     }  # fmt: skip
     plain = load_encoder(params(tiny["bert_mean"], packing="off", kernels="off", length_buckets="off"))
     assert plain.identity == enc.identity
@@ -458,7 +459,13 @@ def test_auto_buckets_only_for_cuda_graph_modes(tiny):
     for mode in ("reduce-overhead", "max-autotune"):
         assert accel.resolve_buckets("auto", True, 64, mode) == default_length_buckets(64)
     assert accel.resolve_buckets([16], True, 64) == (16, 64)  # a list applies whatever the mode
+    assert accel.resolve_buckets("on", False, 64) == default_length_buckets(64)  # on: with or without compile
     assert accel.resolve_buckets("off", True, 64, "reduce-overhead") == ()
+    assert output_identity(params(tiny["bert_mean"], length_buckets="on"))["length_buckets"] == "on"
+    packed = output_identity(params(tiny["bert_mean"], packing="on", length_buckets="on"))
+    assert packed["packing"] and packed["length_buckets"] == "on"  # buckets pad packed rows too
+    yaml_on = params(tiny["bert_mean"], length_buckets=True, packing=False, kernels=False)  # YAML 1.1 on/off
+    assert (yaml_on.length_buckets, yaml_on.packing, yaml_on.kernels) == ("on", "off", "off")
     assert "length_buckets" not in output_identity(params(tiny["bert_mean"], compile=True))  # plain batches
     graphs = output_identity(params(tiny["bert_mean"], compile=True, compile_mode="reduce-overhead"))
     assert graphs["length_buckets"] == "auto" and graphs["compile_mode"] == "reduce-overhead"

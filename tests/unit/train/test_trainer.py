@@ -256,3 +256,15 @@ def test_two_processes_match_one_with_the_same_global_batch(shards, reference_ru
     pd.testing.assert_series_equal(ours["tokens_seen"], ref["tokens_seen"])
     for column in ("train_loss", "val_loss", "lr"):
         np.testing.assert_allclose(ours[column], ref[column], rtol=REL_TOL, atol=0, err_msg=column)
+
+
+def test_every_train_param_parses_from_its_flag():
+    """Each TrainParams field is a flag; optional ones take none/null."""
+    from shardflow.train.__main__ import parse_args
+
+    args = parse_args(["--data", "d", "--out", "o", "--compile-cache", "/tmp/cc", "--lr-decay-iters", "none",
+                       "--batch-size", "3", "--compile", "true", "--eval-windows", "all"])
+    assert (args.compile_cache, args.lr_decay_iters, args.batch_size, args.compile, args.eval_windows) == (
+        "/tmp/cc", None, 3, True, "all")
+    assert parse_args(["--data", "d", "--out", "o", "--compile-cache", "null"]).compile_cache is None
+    assert parse_args(["--data", "d", "--out", "o", "--lr-decay-iters", "40"]).lr_decay_iters == 40
