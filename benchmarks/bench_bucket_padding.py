@@ -8,9 +8,11 @@ CUDA token budget, summing the tokens each configuration would compute.
 Baseline: length-sorted batches each as wide as their longest row (eager, and compile
 with dynamic shapes). Against it: `length_buckets` (compile's static shapes: widths
 rounded up to a bucket, the last batch of a window filled with filler rows) and packing
-(packed lengths rounded up to quarters of the budget, as with flex attention). Prints
-padding per configuration and `buckets/sorted computed-token ratio: <x>` (above 1: the
-buckets make the device compute that much more per real token).
+(packed lengths rounded up to quarters of the budget, as with flex attention). Also the sorted batches
+with each window tokenized and sorted whole, as before `engine.sort_groups` cut windows
+in two bands. Prints padding per configuration, `buckets/sorted computed-token ratio:
+<x>` (above 1: the buckets make the device compute that much more per real token) and
+`bands/whole-window computed-token ratio: <x>`.
 """
 
 from __future__ import annotations
@@ -83,15 +85,24 @@ def main(argv: list[str] | None = None) -> None:
         n = args.n or (3000 if kind == "demo" else 20000)
         texts = demo_texts(None, n, 0) if kind == "demo" else synthetic_texts(n, 0)
         got = {name: computed_tokens(enc, texts) for name, enc in encoders.items()}
+        from bench_first_batch import whole_windows
+        from shardflow.embed import engine
+
+        engine.sort_groups, bands = whole_windows, engine.sort_groups
+        try:
+            got["whole window"] = computed_tokens(encoders["sorted"], texts)
+        finally:
+            engine.sort_groups = bands
         real = got["sorted"][0]
         limit = encoders["sorted"].max_length
         for name, (r, padded, shapes) in got.items():
             assert r == real, (name, r, real)
-            print(f"{kind:<9} {name:<8} computes {padded:>10,} tokens for {real:,} real: padding "
+            print(f"{kind:<9} {name:<12} computes {padded:>10,} tokens for {real:,} real: padding "
                   f"{100 * (1 - real / padded):5.1f} %, {shapes} batch shapes  ({n} texts, max length {limit}, "
                   f"budget {args.token_budget}, window {args.window})")
         print(f"{kind} buckets/sorted computed-token ratio: {got['buckets'][1] / got['sorted'][1]:.3f}")
         print(f"{kind} packed/sorted computed-token ratio: {got['packed'][1] / got['sorted'][1]:.3f}")
+        print(f"{kind} bands/whole-window computed-token ratio: {got['sorted'][1] / got['whole window'][1]:.4f}")
 
 
 if __name__ == "__main__":
