@@ -471,7 +471,7 @@ class Encoder:
     def _timed_forward(self, batch: Batch, ids: torch.Tensor, mask: torch.Tensor, stats: EncodeStats) -> torch.Tensor:
         """`_forward`; with `compile`, the first batch of each new shape is timed, and
         counted as warm-up when it compiled a graph (with dynamic shapes most new
-        shapes reuse one)."""
+        shapes reuse one) or, in a CUDA-graph mode, recorded one."""
         shape = tuple(ids.shape)
         lengths = batch.lengths if batch.packed else None
         if shape in self.seen_shapes or not self.params.compile:
@@ -484,8 +484,8 @@ class Encoder:
         self._sync()
         self.seen_shapes.add(shape)
         secs = time.perf_counter() - t0
-        if graphs is not None and _graphs_compiled() == graphs:
-            return emb  # a shape the compiled graphs already cover
+        if graphs is not None and _graphs_compiled() == graphs and self.params.compile_mode not in accel.CUDA_GRAPH_MODES:
+            return emb  # a shape the compiled graphs already cover (CUDA graph modes record one per shape)
         self.logger.info("compiled shape %s in %.1f s (first batch of that shape)", "x".join(map(str, shape)), secs)
         stats.warmup_seconds += secs
         stats.warmup_shapes += 1

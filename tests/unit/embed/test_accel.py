@@ -506,6 +506,12 @@ def test_dynamic_shape_compile_traces_few_graphs_for_many_shapes(tiny, texts, mo
     assert s.padded_tokens == plain.last_stats.padded_tokens  # the plain path's batches: no bucket padding
     enc.encode(list(reversed(texts)))
     assert enc.last_stats.warmup_shapes == 0 and len(graphs) == s.warmup_shapes  # no new graph
+    # A CUDA-graph mode records a graph per new shape: each first batch of a shape is warm-up.
+    torch._dynamo.reset()
+    graphed = load_encoder(params(tiny["qwen_last"], compile=True, compile_mode="reduce-overhead",
+                                  length_buckets="off", token_budget=128))
+    graphed.encode(texts)
+    assert graphed.last_stats.warmup_shapes == len(graphed.seen_shapes)
     torch._dynamo.reset()
 
 
