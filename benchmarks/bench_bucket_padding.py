@@ -9,7 +9,7 @@ Baseline: length-sorted batches each as wide as their longest row (eager, and co
 with dynamic shapes). Against it: `length_buckets` (compile's static shapes: widths
 rounded up to a bucket, the last batch of a window filled with filler rows) and packing
 (packed lengths rounded up to quarters of the budget, as with flex attention). Also the sorted batches
-with each window tokenized and sorted whole, as before `engine.sort_groups` cut windows
+with each window tokenized and sorted whole, as before `core.batching.sort_groups` cut windows
 in two bands. Prints padding per configuration, `buckets/sorted computed-token ratio:
 <x>` (above 1: the buckets make the device compute that much more per real token) and
 `bands/whole-window computed-token ratio: <x>`.
@@ -18,7 +18,6 @@ in two bands. Prints padding per configuration, `buckets/sorted computed-token r
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import queue
 import sys
 import threading
@@ -58,26 +57,18 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     from bench_engine import demo_texts, model_or_bundled, synthetic_texts
+    from bench_first_batch import sorting
 
-    from shardflow.embed import EmbedParams, load_encoder
+    from shardflow.embed import EmbedParams, accel, load_encoder, load_model_spec
 
     model = model_or_bundled(args.model)
-    from shardflow.core.batching import default_length_buckets
-    from shardflow.embed import accel
-
-    folder = load_encoder(EmbedParams(model=str(model), device="cpu")).spec.folder
-    mtype = accel.model_type(folder)
+    mtype = accel.model_type(load_model_spec(model).transformer_folder)
 
     def encoder_for(name: str):
-        opts = {"packing": "off", "kernels": "off"}
-        if name == "buckets":
-            opts["length_buckets"] = "auto"  # resolved below, as compile resolves it
-        enc = load_encoder(EmbedParams(model=str(model), device="cpu", token_budget=args.token_budget,
-                                       window=args.window, **opts))
-        if name == "buckets":
-            enc.params = dataclasses.replace(enc.params, length_buckets=list(default_length_buckets(enc.max_length)))
-        packing = accel.Choice("flex_attention", "as on CUDA") if name == "packed" else accel.Choice("off", "")
-        enc.setup_accel(mtype, packing, accel.Choice("off", ""))
+        enc = load_encoder(EmbedParams(model=model, device="cpu", token_budget=args.token_budget, window=args.window,
+                                       packing="off", kernels="off", length_buckets="on" if name == "buckets" else "off"))
+        if name == "packed":  # packed rows as flex attention pads them on CUDA (no kernel runs here)
+            enc.setup_accel(mtype, accel.Choice("flex_attention", "as on CUDA"), accel.Choice("off", ""))
         return enc
 
     encoders = {name: encoder_for(name) for name in ("sorted", "buckets", "packed")}
@@ -85,14 +76,8 @@ def main(argv: list[str] | None = None) -> None:
         n = args.n or (3000 if kind == "demo" else 20000)
         texts = demo_texts(None, n, 0) if kind == "demo" else synthetic_texts(n, 0)
         got = {name: computed_tokens(enc, texts) for name, enc in encoders.items()}
-        from bench_first_batch import whole_windows
-        from shardflow.embed import engine
-
-        engine.sort_groups, bands = whole_windows, engine.sort_groups
-        try:
+        with sorting():  # the baseline: each window sorted whole
             got["whole window"] = computed_tokens(encoders["sorted"], texts)
-        finally:
-            engine.sort_groups = bands
         real = got["sorted"][0]
         limit = encoders["sorted"].max_length
         for name, (r, padded, shapes) in got.items():

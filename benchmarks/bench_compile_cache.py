@@ -32,10 +32,27 @@ print(json.dumps({k: s[k] for k in ("seconds", "warmup_seconds", "warmup_shapes"
 """
 
 
-def run_job(job: dict) -> dict:
-    """One embedding job in a fresh process (its own torch, dynamo and compile state):
-    `job` has model, device, n (synthetic texts), cache, threads and optionally params
-    (EmbedParams fields; default compile: true). Returns the encode's stats."""
+def job_parser(doc: str, n: int) -> argparse.ArgumentParser:
+    """The command line of a benchmark made of `run_job` jobs."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=None, help="model folder (default: the bundled MiniLM)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--n", type=int, default=n, help="synthetic texts per job")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads on the CPU")
+    return ap
+
+
+def run_job(args: argparse.Namespace, cache: str, params: dict | None = None) -> dict:
+    """One embedding job of `args.n` synthetic texts (the `job_parser` arguments) in a
+    fresh process (its own torch, dynamo and compile state), with its compile cache in
+    `cache` and `params` as EmbedParams fields (default compile: true). Returns the
+    encode's stats."""
+    from bench_engine import model_or_bundled
+
+    job = {"model": model_or_bundled(args.model), "device": args.device, "n": args.n, "cache": cache,
+           "threads": args.threads if args.device == "cpu" else None}
+    if params is not None:
+        job["params"] = params
     root = Path(__file__).resolve().parent.parent
     out = subprocess.run(
         [sys.executable, "-c", JOB, json.dumps(job)], cwd=root, check=True, capture_output=True, text=True
@@ -44,21 +61,11 @@ def run_job(job: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default=None, help="model folder (default: the bundled MiniLM)")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--n", type=int, default=600, help="synthetic texts per job")
-    ap.add_argument("--threads", type=int, default=2, help="torch threads on the CPU")
-    args = ap.parse_args(argv)
-    from bench_engine import model_or_bundled
-
-    model = model_or_bundled(args.model)
+    args = job_parser(__doc__, n=600).parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="compile-cache-") as cache:
-        job = {"model": str(model), "device": args.device, "n": args.n, "cache": cache,
-               "threads": args.threads if args.device == "cpu" else None}
         runs = []
         for label in ("cold (empty cache)", "warm (the cold run's cache)"):
-            stats = run_job(job)
+            stats = run_job(args, cache)
             runs.append(stats)
             print(
                 f"{label:<28} encode {stats['seconds']:6.1f} s, compile (warm-up) {stats['warmup_seconds']:6.1f} s "

@@ -13,7 +13,6 @@ forwards that compiled, steady tokens/s and padding, then
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -28,22 +27,13 @@ VARIANTS = {
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default=None, help="model folder (default: the bundled MiniLM)")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--n", type=int, default=1500, help="synthetic texts per job")
-    ap.add_argument("--threads", type=int, default=2, help="torch threads on the CPU")
-    args = ap.parse_args(argv)
+    from bench_compile_cache import job_parser, run_job
 
-    from bench_compile_cache import run_job
-    from bench_engine import model_or_bundled
-
-    model = model_or_bundled(args.model)
+    args = job_parser(__doc__, n=1500).parse_args(argv)
     runs = {}
     for name, params in VARIANTS.items():
         with tempfile.TemporaryDirectory(prefix="compile-cache-") as cache:
-            runs[name] = s = run_job({"model": str(model), "device": args.device, "n": args.n, "cache": cache,
-                                      "threads": args.threads if args.device == "cpu" else None, "params": params})
+            runs[name] = s = run_job(args, cache, params)
         print(f"{name:<8} encode {s['seconds']:7.2f} s, compiling forwards {s['warmup_seconds']:6.2f} s over "
               f"{s['warmup_shapes']} graphs, steady {s['steady_tokens_per_s']:8.0f} tokens/s, padding "
               f"{100 * s['padding_fraction']:4.1f} %  ({args.n} texts, {args.device})", flush=True)

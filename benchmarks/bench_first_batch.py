@@ -1,6 +1,6 @@
 """How long the device waits before its first batch, and what the whole encode takes:
 windows tokenized and sorted in two character bands (what the engine does,
-`engine.sort_groups`) against the baseline of the whole window tokenized and sorted
+`core.batching.sort_groups`) against the baseline of the whole window tokenized and sorted
 first. Same encoder, same texts, interleaved rounds, medians.
 
     python benchmarks/bench_first_batch.py                                 # bundled MiniLM, CPU
@@ -15,6 +15,7 @@ the encode ratio there says little; on a GPU host it is the one to read.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 from pathlib import Path
@@ -29,6 +30,18 @@ def whole_windows(_texts, windows):
     return [(w, np.arange(b - a), True) for w, a, b in windows]
 
 
+@contextlib.contextmanager
+def sorting(groups=whole_windows):
+    """The engine cutting windows with `groups` (default: the baseline) inside the block."""
+    from shardflow.embed import engine
+
+    saved, engine.sort_groups = engine.sort_groups, groups
+    try:
+        yield
+    finally:
+        engine.sort_groups = saved
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="model folder (default: the bundled MiniLM)")
@@ -41,7 +54,8 @@ def main(argv: list[str] | None = None) -> None:
 
     from bench_engine import model_or_bundled, synthetic_texts
 
-    from shardflow.embed import EmbedParams, engine, load_encoder
+    from shardflow.core.batching import sort_groups
+    from shardflow.embed import EmbedParams, load_encoder
 
     model = model_or_bundled(args.model)
     texts = synthetic_texts(args.n, 0)
@@ -50,16 +64,13 @@ def main(argv: list[str] | None = None) -> None:
                     threads=args.threads if args.device == "cpu" else None)
     )
     enc.encode(texts[:256])  # the device's start-up paid before either variant
-    variants = {"whole window": whole_windows, "bands": engine.sort_groups}
+    variants = {"whole window": whole_windows, "bands": sort_groups}
     runs: dict[str, list[dict]] = {k: [] for k in variants}
     out = {}
     for r in range(args.rounds):
         for name in variants if r % 2 == 0 else reversed(list(variants)):
-            engine.sort_groups, saved = variants[name], engine.sort_groups
-            try:
+            with sorting(variants[name]):
                 out[name] = enc.encode(texts)
-            finally:
-                engine.sort_groups = saved
             runs[name].append(s := enc.last_stats.as_dict())
             print(f"# round {r + 1}, {name}: first batch after {s['first_batch_seconds']:.3f} s, "
                   f"encode {s['seconds']:.2f} s", flush=True)

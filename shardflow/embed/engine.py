@@ -10,7 +10,7 @@ but the batching is built for throughput:
    token budget (rows x longest row), not by a fixed count: little padding, and
    roughly constant memory per batch whatever the text lengths. A window is
    tokenized and sorted in two groups, its longest texts by characters (taken
-   until they hold an eighth of its characters) and the rest (`sort_groups`): the device starts on the
+   until they hold an eighth of its characters) and the rest (`core.batching.sort_groups`): the device starts on the
    longest texts while the rest is tokenized, instead of waiting for the whole
    first window, and the two groups are length bands, so padding stays as low.
 3. A second background thread collates batches ahead with numpy (and pins them
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import os
 import queue
 import threading
 import time
@@ -57,6 +56,7 @@ from shardflow.core.batching import (
     plan_batches,
     plan_bucketed_batches,
     plan_packed_batches,
+    sort_groups,
     split_batch,
 )
 from shardflow.core.columns import write_ids_parquet
@@ -88,8 +88,6 @@ __all__ = ["EmbedParams", "EncodeStats", "Encoder", "TextTooLargeError", "embed_
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY_S = 5.0
-# A window's lead group: its longest texts, 1/LEAD_FRACTION of its characters (see `sort_groups`).
-LEAD_FRACTION = 8
 # Encoder-decoder checkpoints whose encoder alone embeds (as sentence-transformers loads them).
 _ENCODER_ONLY = {"t5": "T5EncoderModel", "mt5": "MT5EncoderModel", "umt5": "UMT5EncoderModel"}
 _cpu_fallback_warned = False
@@ -320,7 +318,7 @@ class Encoder:
             self.buckets = ()
         # Read by inductor when it first compiles: the model with `compile`, flex
         # attention's kernel with packing.
-        use_compile_cache(params.compile_cache)
+        cache = use_compile_cache(params.compile_cache)
         if params.compile:
             mode = None if params.compile_mode in ("auto", "default") else params.compile_mode
             static = bool(self.buckets or self.packed_buckets)
@@ -343,8 +341,8 @@ class Encoder:
                 self.model = torch.compile(self.model, dynamic=not static, mode=mode)
                 scope = "whole model"
             self.compiled = f"{mode or 'default'}, {'static bucket shapes' if static else 'dynamic shapes'}, {scope}"
-            if params.compile_cache:
-                self.compiled += f", cache {os.environ['TORCHINDUCTOR_CACHE_DIR']}"
+            if cache is not None:
+                self.compiled += f", cache {cache}"
         self.logger.info(
             "compile: %s; length buckets: %s%s",
             self.compiled,
@@ -779,33 +777,6 @@ def _graphs_compiled() -> int | None:
     except ImportError:
         return None
     return int(counters["stats"]["unique_graphs"])
-
-
-def sort_groups(texts: Sequence[str], windows: Sequence[tuple[int, int, int]]) -> list[tuple[int, np.ndarray, bool]]:
-    """The groups each window is tokenized, sorted and batched in: (window, indices of
-    its texts in the window, last group of the window).
-
-    Two groups per window of 2+ texts: its longest texts by characters, taken until
-    they hold 1/LEAD_FRACTION of its characters (the text that crosses it included),
-    then the rest (a window whose lead would be all of it stays one group). The
-    device runs the first while a helper thread tokenizes the second, so a job does
-    not wait for a whole window's tokenization before its first batch. Characters
-    follow tokens closely enough that the groups are bands of token length: batches
-    cut from each are padded about as little as from the whole window sorted at once
-    (0.993-1.016x the tokens, benchmarks/bench_bucket_padding.py).
-    Every window is cut the same way, whichever of them a resumed run has left, so
-    batching stays a pure function of (window texts, params)."""
-    groups = []
-    for w, a, b in windows:
-        chars = np.fromiter((len(texts[i]) for i in range(a, b)), dtype=np.int64, count=b - a)
-        order = np.argsort(-chars, kind="stable")
-        lead = int(np.searchsorted(np.cumsum(chars[order]), chars.sum() / LEAD_FRACTION)) + 1
-        if lead >= b - a:
-            groups.append((w, np.arange(b - a), True))
-            continue
-        groups.append((w, np.sort(order[:lead]), False))
-        groups.append((w, np.sort(order[lead:]), True))
-    return groups
 
 
 class _PackedView:

@@ -13,7 +13,14 @@ from typing import Any
 import torch
 
 from shardflow.core import parts
-from shardflow.core.devices import DTYPES, check_device, dtype_name, resolve_device, resolve_dtype
+from shardflow.core.batching import LEAD_FRACTION
+from shardflow.core.devices import (
+    DTYPES,
+    check_device,
+    dtype_name,
+    resolve_device,
+    resolve_dtype,
+)
 from shardflow.core.hashing import model_identity
 from shardflow.embed.stconfig import ModelSpec, load_model_spec
 
@@ -39,7 +46,7 @@ class EmbedParams:
     max_length: truncate here instead of the model's max_seq_length.
     prompt / prompt_name: as in `SentenceTransformer.encode`; neither means the
         model's default prompt, if it has one.
-    window: texts per resume part (tokenized and sorted in two groups: engine.sort_groups).
+    window: texts per resume part (tokenized and sorted in two groups: core.batching.sort_groups).
     threads: torch intra-op threads (None: leave torch's setting).
     length_buckets: "auto" (with a CUDA-graph compile mode only), "on" (the default
         widths), "off", or padded widths to round batches up to (see `accel.resolve_buckets`).
@@ -134,9 +141,7 @@ def output_identity(params: EmbedParams, spec: ModelSpec | None = None) -> dict[
     )
     identity.update(accel_identity(params, spec, device))
     identity["token_budget"] = resolve_token_budget(params, device)
-    from shardflow.embed.engine import LEAD_FRACTION  # here: engine imports this module
-
-    # How a window is cut into sort groups decides the batches (engine.sort_groups).
+    # How a window is cut into sort groups decides the batches (core.batching.sort_groups).
     identity["sort_groups"] = f"longest 1/{LEAD_FRACTION} of characters, then the rest"
     if device.type == "cpu":  # CPU kernels split work by thread count, which can move the last bits
         identity["threads"] = params.threads or torch.get_num_threads()

@@ -281,7 +281,7 @@ def test_token_budget_bounds_every_forward(tiny, texts):
 
 
 def test_sort_groups_are_character_bands_of_each_window():
-    from shardflow.embed.engine import LEAD_FRACTION, sort_groups
+    from shardflow.core.batching import LEAD_FRACTION, sort_groups
 
     rng = np.random.default_rng(0)
     texts = ["x" * int(n) for n in rng.integers(1, 400, size=300)] + ["same"] * 40 + ["only one"]
