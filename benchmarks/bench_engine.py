@@ -19,8 +19,11 @@ Then, per engine configuration (issue 13; `--configs`), a table of texts/s, toke
 TFLOP/s and % of the GPU's dense bf16 peak (n/a on CPU), the warm-up (compile) seconds
 and the minimum cosine against st@32:
 
-- eager     packing off, kernels off, no compile (the plain padded path)
+- eager     packing off, kernels off, no compile (the plain padded path; a causal decoder
+            on CUDA runs it without its padding mask: embedding.padding_mask auto)
 - fused     kernels: liger (fused RMSNorm/RoPE/MLP; falls back where unavailable, shown)
+- fused_masked  fused with padding_mask: on (the padding mask always passed: what
+            `fused` ran before the mask was skipped)
 - compiled  compile: true (dynamic shapes: batches keep their width, a few graphs serve all)
 - compiled_buckets  compile with length_buckets: on (one graph per bucket width, in warm-up)
 - compiled_graphs  compile_mode: reduce-overhead (CUDA graphs of the bucket shapes)
@@ -145,6 +148,7 @@ def model_flops(model, lengths, num_layers: int, hidden: int) -> float:
 CONFIGS = {
     "eager": {},
     "fused": {"kernels": "liger"},
+    "fused_masked": {"kernels": "liger", "padding_mask": "on"},
     "compiled": {"compile": True},
     "compiled_buckets": {"compile": True, "length_buckets": "on"},
     "compiled_graphs": {"compile": True, "compile_mode": "reduce-overhead"},
@@ -170,13 +174,13 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
     tokens = sum(lengths)
     rows, hosts = [], []
     header = (
-        f"{'config':<9} {'texts/s':>9} {'tokens/s':>10} {'TFLOP/s':>8} {'%peak':>6} {'warm-up s':>9} "
+        f"{'config':<16} {'texts/s':>9} {'tokens/s':>10} {'TFLOP/s':>8} {'%peak':>6} {'warm-up s':>9} "
         f"{'cos vs st':>10} {'pad%':>5}  what ran"
     )
 
     def line(name, tps, toks, tflops, warm, cmin, pad, what):
         pct = f"{100 * tflops / peak:5.1f}%" if (on_cuda and peak) else "  n/a"
-        return f"{name:<9} {tps:>9.1f} {toks:>10.0f} {tflops:>8.3f} {pct:>6} {warm:>9.1f} {cmin:>10.6f} {pad:>5.1f}  {what}"
+        return f"{name:<16} {tps:>9.1f} {toks:>10.0f} {tflops:>8.3f} {pct:>6} {warm:>9.1f} {cmin:>10.6f} {pad:>5.1f}  {what}"
 
     for name in names:
         opts = {"packing": "off", "kernels": "off", **CONFIGS[name]}
@@ -199,7 +203,7 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
         cos = (out * reference).sum(1) / (np.linalg.norm(out, axis=1) * np.linalg.norm(reference, axis=1) + 1e-30)
         tflops = flops_of(encoder) / med / 1e12
         st = encoder.last_stats
-        what = f"kernels {st.kernels}, packing {st.packing}, compile {st.compile}"
+        what = f"kernels {st.kernels}, packing {st.packing}, padding mask {st.padding_mask}, compile {st.compile}"
         if not encoder.kernels.on and opts["kernels"] != "off":
             what += f" ({encoder.kernels.reason})"
         rows.append((name, len(texts) / med, tokens / med, tflops, warm, cos.min(), 100 * st.as_dict()["padding_fraction"], what))

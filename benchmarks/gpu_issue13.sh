@@ -10,7 +10,8 @@
 # Stages, each under its own timeout so one slow compile cannot eat the rest (set-up
 # about 55 s: wheels, random-weight models; on the H100, A needed more than 150 s):
 #   A  Qwen3-0.6B-shape, synthetic 4,000 texts, bf16: engine vs st@32/64/128 (3 rounds),
-#      then eager / packed / fused / fused_packed, and a profile of fused
+#      then eager / fused_masked (padding mask passed) / fused (the mask skipped, causal) /
+#      fused_packed, and a profile of fused
 #   B  the same texts: compiled (regional compile, dynamic shapes: the default), compiled_packed
 #      (+ packing), all (+ fused), compiled_buckets (bucket widths, the old default); rows
 #      print as each finishes
@@ -74,7 +75,7 @@ B="benchmarks/bench_engine.py --log-level INFO"  # the engine's log (decisions, 
 want() { [[ " ${STAGES:-A B C D E G} " == *" $1 "* ]]; }  # STAGES="A B": a subset
 
 want A && stage A_qwen 185 python3 $B --model $QWEN --texts synthetic --n $NQ --rounds 3 --no-naive --st-sweep 32,64,128 $EXTRA \
-  --configs eager,packed,fused,fused_packed --config-rounds 2 --profile --profile-config fused --profile-top 15
+  --configs eager,fused_masked,fused,fused_packed --config-rounds 2 --profile --profile-config fused --profile-top 15
 want B && stage B_qwen_compiled 140 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
   --configs compiled,compiled_packed,all,compiled_buckets --config-rounds 2
 want C && stage C_minilm_demo 50 python3 $B --model $MINILM --texts demo --n $ND --configs-only $EXTRA \

@@ -17,6 +17,9 @@ the CPU, so a CPU run's bytes do not change:
 - kernels: `auto` = the `liger-kernel` package's fused RMSNorm / RoPE / SwiGLU when it
   is installed, the device is CUDA and the model family is one it patches; `off`;
   `liger` = the same, but a missing piece is logged as a warning.
+- padding mask: `auto` = a causal decoder's padded batches run on CUDA without their
+  padding mask, padded on the right (no real token attends a pad), so SDPA can run its
+  flash kernel; `off` = the same on any device; `on` = the mask always.
 
 Every decision comes with its reason, for the log and the job's stats.
 """
@@ -66,11 +69,16 @@ class Choice:
         return self.value != "off"
 
 
-def model_type(transformer_folder: str | Path) -> str:
-    """`model_type` from config.json (cheap: no weights)."""
+def model_config(transformer_folder: str | Path) -> dict:
+    """config.json (its text model's part, for a multimodal one); cheap: no weights."""
     cfg = json.loads((Path(transformer_folder) / "config.json").read_text(encoding="utf-8"))
     text = cfg.get("text_config") or {}
-    return str(text.get("model_type") or cfg.get("model_type") or "")
+    return {**cfg, **text} if text.get("model_type") else cfg
+
+
+def model_type(transformer_folder: str | Path) -> str:
+    """`model_type` from config.json (cheap: no weights)."""
+    return str(model_config(transformer_folder).get("model_type") or "")
 
 
 # --------------------------------------------------------------------------- buckets
@@ -259,6 +267,58 @@ def repad(hidden: torch.Tensor, lengths: np.ndarray) -> tuple[torch.Tensor, torc
     out.index_copy_(0, rows, hidden[0, :real])
     mask = torch.from_numpy(keep.astype(np.int64)).to(hidden.device, non_blocking=True)
     return out.view(n, width, hidden.shape[-1]), mask
+
+
+# --------------------------------------------------------------------------- the padding mask
+
+
+def causal_config(mtype: str, cfg: dict) -> bool:
+    """Whether config.json describes a decoder whose every token attends only to the
+    tokens before it (a family in PACKABLE_DECODERS, not turned bidirectional)."""
+    return (
+        mtype in PACKABLE_DECODERS
+        and not cfg.get("use_bidirectional_attention", False)
+        and cfg.get("is_causal", True) is not False
+    )
+
+
+def resolve_padding_mask(
+    option: str, device: torch.device, mtype: str, cfg: dict, attn_requested: str | None, packing: Choice
+) -> Choice:
+    """Whether a padded batch runs without its padding mask ("skip") or passes it ("off").
+
+    In a causal decoder no token attends to a later one, so with the padding after each
+    text (right padding) no real token ever sees a pad: the mask changes nothing a
+    pooled embedding reads. Without it, transformers hands SDPA `is_causal=True` and no
+    mask, so SDPA may pick its flash kernel and run grouped-query attention without
+    copying keys and values per head (with a mask: the memory-efficient kernel, after a
+    copy). `auto` skips it on CUDA with SDPA; `off` skips it wherever the model is
+    causal (the CPU too); `on` always passes it."""
+    if option == "on":
+        return Choice("off", "embedding.padding_mask is on: every padded batch passes its mask")
+    if packing.on:
+        return Choice("off", "packed batches have no padding")
+    if not causal_config(mtype, cfg):
+        reason = f"model type {mtype!r} is not a causal decoder: its padding must be masked"
+        return Choice("off", reason + (" (padding_mask: off ignored)" if option == "off" else ""))
+    if option == "auto" and device.type != "cuda":
+        return Choice("off", f"auto = skipped on CUDA only ({device.type}: the plain path)")
+    if option == "auto" and attn_requested not in (None, "sdpa"):
+        return Choice("off", f"auto: the model asks for attn_implementation={attn_requested!r}")
+    return Choice(
+        "skip", "causal decoder: right padding, no real token attends a pad; SDPA runs is_causal without a mask"
+    )
+
+
+def confirm_causal(model: torch.nn.Module, choice: Choice) -> Choice:
+    """`choice`, if every attention module of the loaded model says it is causal; else
+    the mask is passed after all (a config that does not tell its attention apart)."""
+    if not choice.on:
+        return choice
+    flags = [m.is_causal for m in model.modules() if type(m).__name__.endswith("Attention") and hasattr(m, "is_causal")]
+    if flags and all(flags):
+        return choice
+    return Choice("off", "the loaded model's attention modules are not all causal: padding masked")
 
 
 # --------------------------------------------------------------------------- fused kernels

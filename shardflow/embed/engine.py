@@ -121,6 +121,8 @@ class EncodeStats(EngineCounters):
     packing_reason: str = ""
     kernels: str = "off"
     kernels_reason: str = ""
+    padding_mask: str = "passed"
+    padding_mask_reason: str = ""
     # Where the host's time goes (the device waits on the host when it cannot keep up):
     # tokenizing (a helper thread, the next window while this one runs), collating and
     # pinning batches (the producer thread), and the device loop waiting for a batch.
@@ -214,8 +216,10 @@ def load_encoder(
     spec = load_model_spec(params.model)
     for note in spec.notes:
         logger.warning("model %s: %s", params.model, note)
-    mtype = accel.model_type(spec.transformer_folder)
-    packing = accel.resolve_packing(params.packing, device, mtype, dict(spec.model_kwargs).get("attn_implementation"))
+    cfg = accel.model_config(spec.transformer_folder)
+    mtype = str(cfg.get("model_type") or "")
+    attn_requested = dict(spec.model_kwargs).get("attn_implementation")
+    packing = accel.resolve_packing(params.packing, device, mtype, attn_requested)
     kernels = accel.resolve_kernels(params.kernels, device, mtype)
     logger.info("packing: %s (%s)", packing.value, packing.reason)
     attn = packing.value if packing.value in ("flash_attention_2", "flex_attention") else None
@@ -229,6 +233,11 @@ def load_encoder(
         model, config = _load_model(spec, dtype, device, logger)
     if kernels.on:
         kernels = accel.apply_kernels(model, mtype, logger)
+    padding = accel.resolve_padding_mask(params.padding_mask, device, mtype, cfg, attn_requested, packing)
+    padding = accel.confirm_causal(model, padding)
+    (logger.warning if params.padding_mask == "off" and not padding.on else logger.info)(
+        "padding mask: %s (%s)", "skipped" if padding.on else "passed", padding.reason
+    )
     (logger.warning if params.kernels == "liger" and not kernels.on else logger.info)(
         "fused kernels: %s (%s)", kernels.value, kernels.reason
     )
@@ -238,7 +247,7 @@ def load_encoder(
     tokenizer = _load_tokenizer(spec, max_positions)
     head = build_head(spec.head).to(device)
     encoder = Encoder(params, spec, tokenizer, model, head, device, dtype, output_dim(spec), logger, before_forward)
-    encoder.setup_accel(mtype, packing, kernels)
+    encoder.setup_accel(mtype, packing, kernels, padding)
     return encoder
 
 
@@ -296,16 +305,24 @@ class Encoder:
         self.last_stats = EncodeStats()
         self.packing = accel.Choice("off", "not set up")
         self.kernels = accel.Choice("off", "not set up")
+        self.padding_mask = accel.Choice("off", "not set up")
         self.causal = False
         self.buckets: tuple[int, ...] = ()
         self.packed_buckets: tuple[int, ...] = ()
         self.compiled = "off"
         self.seen_shapes: set[tuple[int, ...]] = set()  # batch shapes run so far (each compiled once)
 
-    def setup_accel(self, mtype: str, packing: accel.Choice, kernels: accel.Choice) -> None:
-        """Apply the resolved speed-ups: buckets, packing, compile (see `accel`)."""
+    def setup_accel(
+        self, mtype: str, packing: accel.Choice, kernels: accel.Choice, padding_mask: accel.Choice | None = None
+    ) -> None:
+        """Apply the resolved speed-ups: buckets, packing, compile, the padding mask (see `accel`)."""
         params = self.params
         self.packing, self.kernels = packing, kernels
+        self.padding_mask = padding_mask or accel.Choice("off", "not resolved")
+        if self.padding_mask.on:
+            self.left_pad = False  # pads after each text, where a causal model's real tokens never look
+        else:
+            self.identity.pop("padding_mask", None)  # resolved from config.json; the loaded model said otherwise
         self.causal = mtype in accel.PACKABLE_DECODERS
         limit = self.max_length if self.truncate else 8192
         self.buckets = accel.resolve_buckets(params.length_buckets, params.compile, limit, params.compile_mode)
@@ -450,7 +467,7 @@ class Encoder:
         if self.params.compile and self.params.compile_mode == "reduce-overhead":
             torch.compiler.cudagraph_mark_step_begin()
         if lengths is None:
-            out = self.model(input_ids=input_ids, attention_mask=attention_mask)
+            out = self.model(input_ids=input_ids, attention_mask=None if self.padding_mask.on else attention_mask)
             hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
             return self.head(pool(hidden, attention_mask, self.spec.pooling, self.prompt_length))
         # Masks and positions from the host's lengths: nothing here waits for the device.
@@ -658,6 +675,8 @@ class Encoder:
             packing_reason=self.packing.reason,
             kernels=self.kernels.value,
             kernels_reason=self.kernels.reason,
+            padding_mask="skipped" if self.padding_mask.on else "passed",
+            padding_mask_reason=self.padding_mask.reason,
         )
         t0 = time.perf_counter()
         n, win = len(texts), self.params.window

@@ -28,12 +28,15 @@ OUTPUT_DTYPES = ("float32", "float16")
 COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 PACKING = ("auto", "off", "on")
 KERNELS = ("auto", "off", "liger")
+PADDING_MASK = ("auto", "on", "off")
 # Added after outputs existed: in the identity only when they resolve to something on.
-_ACCEL_FIELDS = ("length_buckets", "compile_mode", "packing", "kernels")
+_ACCEL_FIELDS = ("length_buckets", "compile_mode", "packing", "kernels", "padding_mask")
 # Default token budgets. On CPU, throughput per token is flat from ~512 to ~2048
 # padded tokens per batch and drops beyond (cache misses), while smaller batches
 # pad less: 1024 measured best for MiniLM on 2 cores. GPUs want large batches.
 AUTO_TOKEN_BUDGET = {"cpu": 1024, "cuda": 32768}
+# In the identity when a causal decoder runs without its padding mask (right-padded).
+PADDING_MASK_SKIPPED = "skipped: causal, right padding"
 
 
 @dataclass(frozen=True)
@@ -56,8 +59,10 @@ class EmbedParams:
         in /tmp). Not part of the output identity.
     packing: "auto" | "off" | "on": texts of a batch back to back, unpadded.
     kernels: "auto" | "off" | "liger": fused kernels from liger-kernel.
+    padding_mask: "auto" | "on" | "off": whether a causal decoder's padded batches
+        pass their padding mask ("auto": not on CUDA; see `accel.resolve_padding_mask`).
 
-    The last four at "auto" keep the plain path on the CPU, and leave the output
+    The accelerations at "auto" keep the plain path on the CPU, and leave the output
     identity (hence resume keys) as it was unless they resolve to something on.
     """
 
@@ -78,10 +83,11 @@ class EmbedParams:
     compile_mode: str = "auto"
     packing: str = "auto"
     kernels: str = "auto"
+    padding_mask: str = "auto"
     compile_cache: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("length_buckets", "packing"):  # YAML 1.1 reads an unquoted on/off as a boolean
+        for name in ("length_buckets", "packing", "padding_mask"):  # YAML 1.1 reads an unquoted on/off as a boolean
             if isinstance(getattr(self, name), bool):
                 object.__setattr__(self, name, "on" if getattr(self, name) else "off")
         if self.kernels is False:
@@ -92,7 +98,13 @@ class EmbedParams:
                 raise ValueError("length_buckets: a non-empty list of widths >= 1, auto, on or off")
         elif self.length_buckets not in ("auto", "on", "off"):
             raise ValueError(f"length_buckets {self.length_buckets!r}: expected auto, on, off or a list of widths")
-        for name, allowed in (("compile_mode", COMPILE_MODES), ("packing", PACKING), ("kernels", KERNELS)):
+        choices = (
+            ("compile_mode", COMPILE_MODES),
+            ("packing", PACKING),
+            ("kernels", KERNELS),
+            ("padding_mask", PADDING_MASK),
+        )
+        for name, allowed in choices:
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} {getattr(self, name)!r}: expected one of {allowed}")
         check_device(self.device)
@@ -154,7 +166,8 @@ def accel_identity(params: EmbedParams, spec: ModelSpec, device: torch.device) -
     from shardflow.embed import accel
 
     out: dict[str, Any] = {}
-    mtype = accel.model_type(spec.transformer_folder)
+    cfg = accel.model_config(spec.transformer_folder)
+    mtype = str(cfg.get("model_type") or "")
     attn = dict(spec.model_kwargs).get("attn_implementation")
     packing = accel.resolve_packing(params.packing, device, mtype, attn)
     if packing.on:
@@ -166,6 +179,8 @@ def accel_identity(params: EmbedParams, spec: ModelSpec, device: torch.device) -
     kernels = accel.resolve_kernels(params.kernels, device, mtype)
     if kernels.on:
         out["kernels"] = f"liger-kernel {accel.liger_version()}"
+    if accel.resolve_padding_mask(params.padding_mask, device, mtype, cfg, attn, packing).on:
+        out["padding_mask"] = PADDING_MASK_SKIPPED
     if params.compile and params.compile_mode not in ("auto", "default"):
         out["compile_mode"] = params.compile_mode
     return out

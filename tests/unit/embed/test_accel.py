@@ -87,7 +87,89 @@ def test_bad_option_values():
         EmbedParams(model="x", length_buckets=[0, 16])
     with pytest.raises(ValueError, match="length_buckets"):
         EmbedParams(model="x", length_buckets="some")
+    with pytest.raises(ValueError, match="padding_mask"):
+        EmbedParams(model="x", padding_mask="skip")
+    assert EmbedParams(model="x", padding_mask=False).padding_mask == "off"  # an unquoted off in YAML
     assert EmbedParams(model="x", length_buckets=[32, 16]).length_buckets == (32, 16)  # a list from YAML
+
+
+# --------------------------------------------------------------------------- the padding mask
+
+
+def _forward_masks(enc) -> list:
+    """The attention_mask each forward of `enc`'s model receives (recorded by a hook)."""
+    seen: list = []
+    enc.model.register_forward_pre_hook(lambda m, a, kw: seen.append(kw.get("attention_mask")), with_kwargs=True)
+    return seen
+
+
+@pytest.mark.parametrize("pooling", ["lasttoken", "mean"])
+def test_causal_decoder_without_padding_mask_matches_masked(tiny, texts, tmp_path, pooling):
+    """A causal decoder's batches, padded on the right, give the masked path's
+    embeddings without a mask; the tokenizer pads on the left, and left padding without
+    a mask would not (so this test sees a wrong side or a dropped mask)."""
+    import json
+
+    model = tmp_path / pooling
+    shutil.copytree(tiny["qwen_last"], model)
+    cfg = json.loads((model / "1_Pooling" / "config.json").read_text())
+    cfg.update(pooling_mode=pooling)
+    (model / "1_Pooling" / "config.json").write_text(json.dumps(cfg))
+    want = load_encoder(params(model, token_budget=256)).encode(texts)
+    enc = load_encoder(params(model, token_budget=256, padding_mask="off"))
+    assert enc.spec.pooling == (pooling,) and enc.padding_mask.on
+    assert enc.tokenizer.padding_side == "left" and not enc.left_pad
+    masks = _forward_masks(enc)
+    got = enc.encode(texts)
+    s = enc.last_stats
+    assert s.padded_tokens > s.real_tokens and s.batches > 1  # batches did hold padding
+    assert masks and all(m is None for m in masks) and s.padding_mask == "skipped"
+    assert_close(got, want)
+    assert enc.identity["padding_mask"] == "skipped: causal, right padding"
+    assert output_identity(params(model, token_budget=256)) != enc.identity
+    enc.left_pad = True  # the premise: pads before the text, unmasked, are attended
+    assert cosines(enc.encode(texts), want).min() < 0.99
+
+
+def test_padding_mask_kept_for_encoders_and_on_cpu_by_default(tiny, texts, caplog):
+    default = load_encoder(params(tiny["qwen_last"]))
+    masks = _forward_masks(default)
+    default.encode(texts[:8])
+    assert not default.padding_mask.on and "CUDA only" in default.padding_mask.reason
+    assert masks and all(m is not None for m in masks) and "padding_mask" not in default.identity
+    with caplog.at_level(logging.INFO):
+        bert = load_encoder(params(tiny["bert_mean"], padding_mask="off"))  # asked for, cannot: a warning
+    assert not bert.padding_mask.on and "not a causal decoder" in bert.padding_mask.reason
+    assert any("padding mask: passed" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
+    np.testing.assert_array_equal(bert.encode(texts), load_encoder(params(tiny["bert_mean"])).encode(texts))
+
+
+def test_padding_mask_resolution():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    off = accel.Choice("off", "packing off")
+    flex = accel.Choice("flex_attention", "packed")
+
+    def resolve(option, device=cuda, mtype="qwen3", cfg=None, attn=None, packing=off):
+        return accel.resolve_padding_mask(option, device, mtype, cfg or {}, attn, packing).on
+
+    assert resolve("auto") and resolve("off", cpu) and resolve("auto", attn="sdpa")
+    assert not resolve("auto", cpu)  # the CPU keeps the plain path's bytes
+    assert not resolve("on") and not resolve("auto", packing=flex)
+    assert not resolve("auto", attn="eager") and resolve("off", attn="eager")  # still correct, no flash kernel
+    assert not resolve("off", mtype="bert") and not resolve("off", mtype="t5")
+    assert not resolve("off", cfg={"use_bidirectional_attention": True})
+    assert not resolve("off", cfg={"is_causal": False})
+
+
+def test_confirm_causal_reads_the_loaded_attention(tiny):
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(tiny["qwen_last"])
+    skip = accel.Choice("skip", "from config.json")
+    assert accel.confirm_causal(model, skip) == skip
+    model.layers[1].self_attn.is_causal = False
+    assert not accel.confirm_causal(model, skip).on
+    assert not accel.confirm_causal(torch.nn.Linear(2, 2), skip).on  # no attention to read: masked
 
 
 # --------------------------------------------------------------------------- batching helpers
