@@ -6,6 +6,8 @@ but the batching is built for throughput:
 
 1. Texts are processed in windows of `window` texts. Each window is tokenized
    once, without padding, in a background thread while the previous one runs.
+   A long text is tokenized from the head that truncation keeps, where that gives
+   the whole text's ids (`embed.prefix`).
 2. Within a window, texts are sorted by token count and cut into batches by a
    token budget (rows x longest row), not by a fixed count: little padding, and
    roughly constant memory per batch whatever the text lengths. A window is
@@ -76,6 +78,7 @@ from shardflow.embed.params import (
     resume_key,
 )
 from shardflow.embed.pooling import build_head, pool
+from shardflow.embed.prefix import PrefixTokenizer, premise_fails
 from shardflow.embed.stconfig import (
     ModelSpec,
     UnsupportedModelError,
@@ -130,6 +133,10 @@ class EncodeStats(EngineCounters):
     collate_seconds: float = 0.0
     host_wait_seconds: float = 0.0
     first_batch_seconds: float = 0.0  # of host_wait_seconds: the waits before the first batch
+    # Long texts tokenized from the head truncation keeps (embed.prefix), and those of
+    # them tokenized whole after all (the head fell short of the limit).
+    tokenized_heads: int = 0
+    tokenized_heads_retried: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -295,6 +302,7 @@ class Encoder:
         self.max_length = params.max_length or tokenizer.model_max_length
         self.truncate = self.max_length < 1_000_000  # "no limit" tokenizers report ~1e30
         self.backend = self._fast_backend()
+        self.prefix = self._prefix_tokenizer()
         self.left_pad = tokenizer.padding_side == "left"
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.prompt_length = self._prompt_length() if (self.prompt and not spec.include_prompt) else 0
@@ -374,6 +382,8 @@ class Encoder:
     # ---- tokenization -------------------------------------------------------------
 
     def _tokenize_raw(self, texts: Sequence[str]) -> list[list[int]]:
+        if self.prefix is not None:
+            return self.prefix(texts)
         if self.backend is not None:
             return self._tokenize_backend(self.backend, texts)
         return self._tokenize_hf(texts)
@@ -436,6 +446,18 @@ class Encoder:
             self.logger.info("tokenize: through transformers (the tokenizers backend gave other ids on a probe)")
             return None
         return backend
+
+    def _prefix_tokenizer(self) -> PrefixTokenizer | None:
+        """Long texts tokenized from the head that truncation keeps (see `embed.prefix`),
+        where this tokenizer gives the same ids that way; else None (logged)."""
+        if self.backend is None or not self.truncate:
+            return None
+        why = "it truncates from the left" if self.tokenizer.truncation_side != "right" else None
+        why = why or premise_fails(self.backend, self.prompt or "")
+        if why:
+            self.logger.info("tokenize: whole texts (%s)", why)
+            return None
+        return PrefixTokenizer(lambda texts: self._tokenize_backend(self.backend, texts), self.max_length)
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids as sentence-transformers makes them: prompt + text, truncated, no padding.
@@ -712,8 +734,12 @@ class Encoder:
                 )
 
         done = n - sum(b - a for _, a, b in todo)
+        heads = (self.prefix.cut, self.prefix.retried) if self.prefix else (0, 0)
         if todo:
             done = self._encode_windows(texts, todo, result, store, stats, done, progress)
+        if self.prefix is not None:
+            stats.tokenized_heads = self.prefix.cut - heads[0]
+            stats.tokenized_heads_retried = self.prefix.retried - heads[1]
         stats.seconds = time.perf_counter() - t0
         stats.end_unix = time.time()
         self.last_stats = stats

