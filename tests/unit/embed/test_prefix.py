@@ -15,7 +15,12 @@ pytest.importorskip("torch")
 tokenizers = pytest.importorskip("tokenizers")
 
 from shardflow.embed import EmbedParams, load_encoder
-from shardflow.embed.prefix import PROBE_PIECES, PrefixTokenizer, prefix_end, premise_fails
+from shardflow.embed.prefix import (
+    PROBE_PIECES,
+    PrefixTokenizer,
+    prefix_end,
+    premise_fails,
+)
 from tests.support import tiny_models
 
 
