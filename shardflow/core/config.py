@@ -85,11 +85,40 @@ def moved_keys(config: dict) -> list[str]:
     return lines
 
 
+def _branches(schema: dict) -> list[dict]:
+    return [schema] + [b for key in ("oneOf", "anyOf") for b in schema.get(key, [])]
+
+
+def _takes_boolean(schema: dict) -> bool:
+    for branch in _branches(schema):
+        types = branch.get("type", [])
+        if "boolean" in ([types] if isinstance(types, str) else types):
+            return True
+        if any(isinstance(v, bool) for v in branch.get("enum", [])):
+            return True
+    return False
+
+
+def yaml11_switches(config: dict, schema: dict) -> None:
+    """YAML 1.1 (PyYAML, Snakemake's loader) reads an unquoted on/off as True/False.
+    Where a key's schema offers the word ("on"/"off") and takes no boolean, the boolean
+    becomes that word, in place: `pinning: off` means "off", not an error."""
+    for name, sub in schema.get("properties", {}).items():
+        value = config.get(name)
+        if isinstance(value, dict):
+            yaml11_switches(value, sub)
+        elif isinstance(value, bool) and not _takes_boolean(sub):
+            word = "on" if value else "off"
+            if any(word in branch.get("enum", []) for branch in _branches(sub)):
+                config[name] = word
+
+
 def validate_config(config: dict, schema: dict) -> dict:
     """Fill defaults into `config` in place; raise ConfigError listing every problem."""
     moved = moved_keys(config)
     if moved:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(moved))
+    yaml11_switches(config, schema)
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     if errors:

@@ -394,3 +394,16 @@ def test_config_out_of_range_names_the_key(config, section, key, value, message)
 def test_config_n_chunks_in_range_is_accepted(config, value):
     config["n_chunks"] = value
     assert validate_config(config, load_schema(REPO / "config" / "config.schema.yaml"))["n_chunks"] == value
+
+
+@pytest.mark.parametrize(("text", "want"), [("off", "off"), ("'off'", "off"), ("slots", "slots")])
+def test_config_unquoted_off_reads_as_the_word(config, text, want):
+    """YAML 1.1 reads an unquoted off as False: a key offering "off" takes it as the word;
+    a boolean where the word is not offered is still an error naming the key."""
+    import yaml
+
+    config["gpu_jobs"] = yaml.safe_load(f"pinning: {text}")
+    assert validate_config(config, load_schema(REPO / "config" / "config.schema.yaml"))["gpu_jobs"]["pinning"] == want
+    config["gpu_jobs"] = yaml.safe_load("pinning: on")  # no "on" among auto, slots, off
+    with pytest.raises(ConfigError, match="config key 'gpu_jobs.pinning': True is not of type 'string'"):
+        validate_config(config, load_schema(REPO / "config" / "config.schema.yaml"))
