@@ -399,6 +399,10 @@ class Encoder:
         transformers building a Python dict per text around them (MiniLM, 20,000 texts,
         2 cores: 4.8 s instead of 6.8 s, benchmarks/bench_tokenize.py). Batch encoding runs on the
         job's threads (RAYON_NUM_THREADS, set by start_gpu_job)."""
+        return [e.ids for e in self._backend_encodings(backend, texts)]
+
+    def _backend_encodings(self, backend, texts: Sequence[str]) -> list:
+        """`tokenizers` Encodings of `texts`, with the state transformers would set."""
         # The state transformers sets on every call, set here too (only when it differs:
         # setting it borrows the backend mutably).
         want = (
@@ -417,7 +421,7 @@ class Encoder:
         if hasattr(backend, "encode_special_tokens") and backend.encode_special_tokens != split:
             backend.encode_special_tokens = split
         encode = getattr(backend, "encode_batch_fast", backend.encode_batch)  # _fast: no character offsets
-        return [e.ids for e in encode(list(texts), add_special_tokens=True)]
+        return encode(list(texts), add_special_tokens=True)
 
     def _fast_backend(self):
         """The fast tokenizer's `tokenizers` backend, if it gives the same ids as
@@ -457,7 +461,11 @@ class Encoder:
         if why:
             self.logger.info("tokenize: whole texts (%s)", why)
             return None
-        return PrefixTokenizer(lambda texts: self._tokenize_backend(self.backend, texts), self.max_length)
+        return PrefixTokenizer(
+            lambda texts: self._backend_encodings(self.backend, texts),
+            self.max_length,
+            self.backend.num_special_tokens_to_add(False),
+        )
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids as sentence-transformers makes them: prompt + text, truncated, no padding.

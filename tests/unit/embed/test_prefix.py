@@ -16,6 +16,7 @@ tokenizers = pytest.importorskip("tokenizers")
 
 from shardflow.embed import EmbedParams, load_encoder
 from shardflow.embed.prefix import (
+    MARGIN,
     PROBE_PIECES,
     PrefixTokenizer,
     prefix_end,
@@ -51,10 +52,32 @@ def test_heads_give_the_whole_texts_ids(tiny, name):
     whole = enc._tokenize_backend(enc.backend, texts)
     assert max(len(t) for t in texts) > 20 * enc.max_length  # long enough to be cut
     for factor, retried in ((6.0, False), (0.05, True)):  # heads of a word or two: all too short
-        prefix = PrefixTokenizer(enc.prefix.encode, enc.max_length, factor=factor)
+        prefix = PrefixTokenizer(enc.prefix.encode, enc.max_length, enc.prefix.n_special, factor=factor)
         assert prefix(texts) == whole
         assert prefix.cut > 0 and (prefix.retried == prefix.cut if retried else prefix.retried == 0)
-        assert prefix.factor > factor if retried else prefix.factor < factor  # adapts, either way
+        assert prefix.factor == (factor * 1.5 if retried else factor)  # cuts further in after falling short
+
+
+def test_a_head_kept_only_with_margin_past_the_limit():
+    """A head counts only when truncation cut MARGIN tokens or more from it: the tokens
+    a cut could change (its last word) are then not among the kept ones."""
+
+    class Enc:
+        def __init__(self, ids, overflowing=()):
+            self.ids, self.overflowing = ids, list(overflowing)
+
+    def encode(texts):
+        out = []
+        for t in texts:
+            if t.endswith("end"):  # a whole text
+                out.append(Enc(["whole"]))
+            else:  # a head; with 2 special tokens, 40 or 31 tokens cut off
+                out.append(Enc(["head"], [Enc([0] * (2 + (40 if t.startswith("alpha") else MARGIN - 1)))]))
+        return out
+
+    prefix = PrefixTokenizer(encode, max_length=10, n_special=2)
+    assert prefix(["alpha " * 100 + "end", "beta " * 100 + "end", "short end"]) == [["head"], ["whole"], ["whole"]]
+    assert (prefix.cut, prefix.retried) == (2, 1)
 
 
 def test_encode_with_heads_is_byte_identical(tiny):
@@ -62,7 +85,7 @@ def test_encode_with_heads_is_byte_identical(tiny):
     enc = load_encoder(EmbedParams(model=str(tiny["bert_mean"]), device="cpu"))
     got = enc.encode(texts)
     s = enc.last_stats
-    assert s.tokenized_heads > 0 and s.tokenized_heads_retried == 0
+    assert s.tokenized_heads > s.tokenized_heads_retried
     plain = load_encoder(EmbedParams(model=str(tiny["bert_mean"]), device="cpu"))
     plain.prefix = None
     np.testing.assert_array_equal(got, plain.encode(texts))
