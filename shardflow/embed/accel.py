@@ -311,10 +311,16 @@ def resolve_padding_mask(
 
 
 def confirm_causal(model: torch.nn.Module, choice: Choice) -> Choice:
-    """`choice`, if every attention module of the loaded model says it is causal; else
-    the mask is passed after all (a config that does not tell its attention apart)."""
+    """`choice`, if the loaded model is causal: its config as loaded (config.json plus
+    any `config_kwargs` of the model's sentence-transformers config; transformers'
+    mask builders read `is_causal` there) and every attention module say so. Else the
+    mask is passed after all."""
     if not choice.on:
         return choice
+    config = getattr(model, "config", None)
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if config is not None and not causal_config(str(getattr(config, "model_type", "") or ""), vars(config)):
+        return Choice("off", "the loaded model's config makes attention bidirectional: padding masked")
     flags = [m.is_causal for m in model.modules() if type(m).__name__.endswith("Attention") and hasattr(m, "is_causal")]
     if flags and all(flags):
         return choice

@@ -84,10 +84,15 @@ class PrefixTokenizer:
         return ids
 
     def _spare(self, encoding) -> bool:
-        """Whether a head's truncation cut MARGIN tokens or more (its first overflow
-        piece holds the tokens after the kept ones, with the special tokens again)."""
-        rest = encoding.overflowing
-        return bool(rest) and len(rest[0].ids) - self.n_special >= MARGIN
+        """Whether a head's truncation cut MARGIN tokens or more: the overflow pieces
+        hold the tokens after the kept ones (at most max_length - n_special each, with
+        the special tokens again; the engine truncates with stride 0)."""
+        cut = 0
+        for piece in encoding.overflowing:
+            cut += len(piece.ids) - self.n_special
+            if cut >= MARGIN:
+                return True
+        return False
 
 
 PROBE_PIECES = (

@@ -167,6 +167,9 @@ def test_confirm_causal_reads_the_loaded_attention(tiny):
     model = AutoModel.from_pretrained(tiny["qwen_last"])
     skip = accel.Choice("skip", "from config.json")
     assert accel.confirm_causal(model, skip) == skip
+    model.config.is_causal = False  # as config_kwargs can set it: transformers' mask builders read it
+    assert not accel.confirm_causal(model, skip).on
+    model.config.is_causal = True
     model.layers[1].self_attn.is_causal = False
     assert not accel.confirm_causal(model, skip).on
     assert not accel.confirm_causal(torch.nn.Linear(2, 2), skip).on  # no attention to read: masked

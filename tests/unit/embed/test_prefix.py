@@ -80,6 +80,15 @@ def test_a_head_kept_only_with_margin_past_the_limit():
     assert (prefix.cut, prefix.retried) == (2, 1)
 
 
+def test_heads_kept_when_the_limit_is_below_the_margin(tiny):
+    """With max_length 16 each overflow piece holds at most 14 tokens: the margin is
+    counted over all pieces, so heads still count (and the ids stay the whole texts')."""
+    enc = load_encoder(EmbedParams(model=str(tiny["bert_mean"]), device="cpu", max_length=16))
+    texts = long_texts()
+    assert enc.prefix(texts) == enc._tokenize_backend(enc.backend, texts)
+    assert enc.prefix.cut > 0 and enc.prefix.retried == 0
+
+
 def test_encode_with_heads_is_byte_identical(tiny):
     texts = long_texts()
     enc = load_encoder(EmbedParams(model=str(tiny["bert_mean"]), device="cpu"))
