@@ -11,15 +11,14 @@
 # about 55 s: wheels, random-weight models; on the H100, A needed more than 150 s):
 #   A  Qwen3-0.6B-shape, synthetic 4,000 texts, bf16: engine vs st@32/64/128 (3 rounds),
 #      then eager / fused_masked (padding mask passed) / fused (the mask skipped, causal) /
-#      fused_packed, and a profile of fused
+#      fused_packed (the profile of fused: stage Aq)
 #   B  the same texts: compiled (regional compile, dynamic shapes: the default), compiled_packed
 #      (+ packing), all (+ fused), compiled_buckets (bucket widths, the old default); rows
 #      print as each finishes
 #   C  MiniLM-shape, demo 3,000 texts: eager / compiled / compiled_graphs (CUDA graphs) / packed
-#   D  MiniLM-shape, a 20,000-text chunk end to end as a job runs it (load and compile
-#      included), after one untimed encode (CUDA's start-up): padded, padded with a 0.5 ms
-#      GIL switch interval (the host-bound loop), packed, compile (dynamic shapes); with
-#      where the host's time goes
+#   D  MiniLM-shape, a 20,000-text chunk: a job's first encode in a fresh process against
+#      a second encode in the same process (benchmarks/bench_job_encode.py): default, cuDNN
+#      attention off, bucket widths; with where the host's time goes
 #   G  compile with dynamic shapes against bucket widths (the old default) and eager, each
 #      a 20,000-text MiniLM job in its own process with an empty compile cache
 #      (benchmarks/bench_compile_shapes.py): within one process later compiles are cheaper
@@ -76,45 +75,20 @@ B="benchmarks/bench_engine.py --log-level INFO"  # the engine's log (decisions, 
 want() { [[ " ${STAGES:-A B C D E G} " == *" $1 "* ]]; }  # STAGES="A B": a subset
 
 want A && stage A_qwen 185 python3 $B --model $QWEN --texts synthetic --n $NQ --rounds 3 --no-naive --st-sweep 32,64,128 $EXTRA \
-  --configs eager,fused_masked,fused,fused_packed --config-rounds 2 --profile --profile-config fused --profile-top 15
+  --configs eager,fused_masked,fused,fused_packed --config-rounds 2
 want B && stage B_qwen_compiled 140 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
   --configs compiled,compiled_packed,all,compiled_buckets --config-rounds 2
-want C && stage C_minilm_demo 50 python3 $B --model $MINILM --texts demo --n $ND --configs-only $EXTRA \
+want C && stage C_minilm_demo 55 python3 $B --model $MINILM --texts demo --n $ND --configs-only $EXTRA \
   --configs eager,compiled,compiled_graphs,packed --config-rounds 3
-# D: one encode per setting as a job runs it (load, compile and warm-up inside the time), on
-# a 20,000-text chunk: padded, packed, compiled; with where the host's time goes.
-want D && stage D_minilm_e2e 70 env MINILM="$MINILM" NS="$NS" SMOKE="${SMOKE:-}" python3 - <<'PY'
-import os, sys, tempfile, time, torch
-sys.path.insert(0, "benchmarks")
-from bench_engine import synthetic_texts
-from shardflow.embed import EmbedParams, load_encoder
-texts = synthetic_texts(int(os.environ["NS"]), 0)
-device = "cpu" if os.environ["SMOKE"] else "auto"
-load_encoder(EmbedParams(model=os.environ["MINILM"], device=device)).encode(texts[:512])  # CUDA's start-up, untimed
-rows = [("padded", {"packing": "off"}), ("padded, GIL switch 0.5 ms", {"packing": "off"}),
-        ("packed", {"packing": "on"}), ("compile", {"compile": True, "packing": "off"})]
-for label, opts in rows:
-    # The GIL row: the device loop releases the GIL at every op and waits up to the switch
-    # interval (5 ms) for it while the helper threads run Python (tokens to lists, collation).
-    sys.setswitchinterval(0.0005 if "GIL" in label else 0.005)
-    torch._dynamo.reset()  # no graph of an earlier setting is reused, and an empty compile
-    t0 = time.perf_counter()  # cache (below): each compile row pays its compile as a first job does
-    enc = load_encoder(EmbedParams(model=os.environ["MINILM"], device=device, compile_cache=tempfile.mkdtemp(), **opts))
-    enc.encode(texts)
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    s = enc.last_stats.as_dict()
-    print(f"{label} ({s['packing']}, compile {s['compile']}): {time.perf_counter() - t0:.1f} s end to end (load included), "
-          f"encode {s['seconds']:.2f} s = {s['tokens_per_s']:.0f} tokens/s, warm-up {s['warmup_seconds']:.1f} s over "
-          f"{s['warmup_shapes']} compiles, steady {s['steady_tokens_per_s']:.0f} tokens/s, padding {100 * s['padding_fraction']:.1f} %; host: tokenize "
-          f"{s['tokenize_seconds']:.2f} s ({s['tokenized_heads']} texts from their heads), collate+pin {s['collate_seconds']:.2f} s, device loop waited "
-          f"{s['host_wait_seconds']:.2f} s ({s['first_batch_seconds']:.2f} s for the first batch)", flush=True)
-PY
-want E && stage E_first_batch_qwen 35 python3 benchmarks/bench_first_batch.py --model $QWEN --device $DEV \
+# D: what a job's one encode pays that a warm process does not (stop 19 on the H100: 2.38 s
+# for the first encode of the 20,000 texts, about 1.0 s for later ones): per variant a
+# fresh process, its first encode then a second; default, cuDNN attention off, bucket widths.
+want D && stage D_job_encode 60 python3 benchmarks/bench_job_encode.py --model $MINILM --device $DEV --n $NS
+want E && stage E_first_batch_qwen 30 python3 benchmarks/bench_first_batch.py --model $QWEN --device $DEV \
   --n $NQ --rounds 2
-want G && stage G_compile_shapes 60 python3 benchmarks/bench_compile_shapes.py --model $MINILM --device $DEV --n $NS
+want G && stage G_compile_shapes 80 python3 benchmarks/bench_compile_shapes.py --model $MINILM --device $DEV --n $NS
 want F && stage F_compile_cache 45 python3 benchmarks/bench_compile_cache.py --model $MINILM --device $DEV --n $NS
-# Aq: the configurations alone (one reference round), for a second session on the same card.
-want Aq && stage Aq_qwen 60 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
-  --configs packed --config-rounds 2 --profile --profile-config fused --profile-top 15
+# Aq (only when named): the top kernels of one `fused` encode (stop 19: about 55 s on the H100).
+want Aq && stage Aq_qwen 75 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
+  --configs fused --config-rounds 1 --profile --profile-config fused --profile-top 15
 echo "## done in $(( $(date +%s) - START )) s; outputs in $OUT"

@@ -1,0 +1,54 @@
+"""What a job's one encode pays that a warm process does not: in a fresh process per
+variant, one embedding job's encode of `--n` synthetic texts, then the same texts
+again by a new encoder in the same process (the baseline: everything a process sets up
+once is set up). On an H100 the MiniLM shape took 2.38 s for the first encode of
+20,000 texts and about 1.0 s for later ones (docs/gpu.md); the variants test suspects:
+
+- default       the engine as a job runs it
+- cudnn_off     SDPA's cuDNN attention kernel turned off (it builds a plan per new shape)
+- buckets       length_buckets: on (a few padded widths: few distinct shapes)
+
+    python benchmarks/bench_job_encode.py                              # bundled MiniLM, CPU, 1,500 texts
+    python benchmarks/bench_job_encode.py --model <folder> --device cuda --n 20000
+
+Prints per variant both encodes and where the host's time went, then
+`first/warm encode time ratio (default): <x>`.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
+
+VARIANTS = {
+    "default": ({}, True),
+    "cudnn_off": ({}, False),
+    "buckets": ({"length_buckets": "on"}, True),
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    from bench_compile_cache import job_parser, run_job
+
+    args = job_parser(__doc__, n=1500).parse_args(argv)
+    ratios = {}
+    for name, (params, cudnn) in VARIANTS.items():
+        with tempfile.TemporaryDirectory(prefix="job-encode-") as cache:
+            s = run_job(args, cache, params, again=True, cudnn_sdp=cudnn)
+        ratios[name] = s["seconds"] / s["again_seconds"]
+        for label, k in (("first", ""), ("warm", "again_")):
+            print(f"{name:<10} {label:<5} encode {s[k + 'seconds']:6.2f} s = {s[k + 'tokens_per_s']:9.0f} tokens/s, "
+                  f"padding {100 * s[k + 'padding_fraction']:4.1f} %; tokenize {s[k + 'tokenize_seconds']:5.2f} s, "
+                  f"collate+pin {s[k + 'collate_seconds']:5.2f} s, device loop waited {s[k + 'host_wait_seconds']:5.2f} s"
+                  f"  ({args.n} texts, {args.device})", flush=True)
+    for name, r in ratios.items():
+        if name != "default":
+            print(f"first/warm encode time ratio ({name}): {r:.3f}")
+    print(f"first/warm encode time ratio (default): {ratios['default']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
