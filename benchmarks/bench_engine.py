@@ -29,6 +29,7 @@ and the minimum cosine against st@32:
 - compiled_graphs  compile_mode: reduce-overhead (CUDA graphs of the bucket shapes)
 - packed    packing: on (unpadded rows; varlen attention on CUDA, block mask on CPU)
 - fused_packed  fused + packed (no compile)
+- fused_compiled  fused + compiled (liger's kernels inside the compiled layers)
 - compiled_packed  compiled + packed (no fused kernels: inductor fuses what it can)
 - all       fused + compiled + packed
 
@@ -154,6 +155,7 @@ CONFIGS = {
     "compiled_graphs": {"compile": True, "compile_mode": "reduce-overhead"},
     "packed": {"packing": "on"},
     "fused_packed": {"kernels": "liger", "packing": "on"},
+    "fused_compiled": {"kernels": "liger", "compile": True},
     "compiled_packed": {"compile": True, "packing": "on"},
     "all": {"kernels": "liger", "compile": True, "packing": "on"},
 }

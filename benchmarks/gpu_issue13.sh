@@ -12,8 +12,9 @@
 #   A  Qwen3-0.6B-shape, synthetic 4,000 texts, bf16: engine vs st@32/64/128 (3 rounds),
 #      then eager / fused_masked (padding mask passed) / fused (the mask skipped, causal) /
 #      fused_packed (the profile of fused: stage Aq)
-#   B  the same texts: compiled (regional compile, dynamic shapes: the default), compiled_packed
-#      (+ packing), all (+ fused), compiled_buckets (bucket widths, the old default); rows
+#   B  the same texts, padded, mask skipped: compiled (regional compile, dynamic shapes:
+#      inductor fuses norms, RoPE and SwiGLU itself), compiled_graphs (CUDA graphs of bucket
+#      shapes: few launches, the host limit of `fused`), fused_compiled (liger inside); rows
 #      print as each finishes
 #   C  MiniLM-shape, demo 3,000 texts: eager / compiled / compiled_graphs (CUDA graphs) / packed
 #   D  MiniLM-shape, a 20,000-text chunk: a job's first encode in a fresh process against
@@ -77,7 +78,7 @@ want() { [[ " ${STAGES:-A B C D E G} " == *" $1 "* ]]; }  # STAGES="A B": a subs
 want A && stage A_qwen 185 python3 $B --model $QWEN --texts synthetic --n $NQ --rounds 3 --no-naive --st-sweep 32,64,128 $EXTRA \
   --configs eager,fused_masked,fused,fused_packed --config-rounds 2
 want B && stage B_qwen_compiled 140 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
-  --configs compiled,compiled_packed,all,compiled_buckets --config-rounds 2
+  --configs compiled,compiled_graphs,fused_compiled --config-rounds 2
 want C && stage C_minilm_demo 55 python3 $B --model $MINILM --texts demo --n $ND --configs-only $EXTRA \
   --configs eager,compiled,compiled_graphs,packed --config-rounds 3
 # D: what a job's one encode pays that a warm process does not (stop 19 on the H100: 2.38 s
