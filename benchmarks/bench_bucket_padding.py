@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     from shardflow.embed import EmbedParams, accel, load_encoder, load_model_spec
 
     model = model_or_bundled(args.model)
-    mtype = accel.model_type(load_model_spec(model).transformer_folder)
+    mtype = accel.model_type(accel.model_config(load_model_spec(model).transformer_folder))
 
     def encoder_for(name: str):
         enc = load_encoder(EmbedParams(model=model, device="cpu", token_budget=args.token_budget, window=args.window,

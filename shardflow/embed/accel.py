@@ -76,9 +76,9 @@ def model_config(transformer_folder: str | Path) -> dict:
     return {**cfg, **text} if text.get("model_type") else cfg
 
 
-def model_type(transformer_folder: str | Path) -> str:
-    """`model_type` from config.json (cheap: no weights)."""
-    return str(model_config(transformer_folder).get("model_type") or "")
+def model_type(config: dict) -> str:
+    """`model_type` of a config (as `model_config` reads it, or a loaded config's vars)."""
+    return str(config.get("model_type") or "")
 
 
 # --------------------------------------------------------------------------- buckets
@@ -320,7 +320,7 @@ def confirm_causal(model: torch.nn.Module, choice: Choice) -> Choice:
         return choice
     config = getattr(model, "config", None)
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    if config is not None and not causal_config(str(getattr(config, "model_type", "") or ""), vars(config)):
+    if config is not None and not causal_config(model_type(vars(config)), vars(config)):
         return Choice("off", "the loaded model's config makes attention bidirectional: padding masked")
     flags = [m.is_causal for m in model.modules() if type(m).__name__.endswith("Attention") and hasattr(m, "is_causal")]
     if flags and all(flags):

@@ -224,7 +224,7 @@ def load_encoder(
     for note in spec.notes:
         logger.warning("model %s: %s", params.model, note)
     cfg = accel.model_config(spec.transformer_folder)
-    mtype = str(cfg.get("model_type") or "")
+    mtype = accel.model_type(cfg)
     attn_requested = dict(spec.model_kwargs).get("attn_implementation")
     packing = accel.resolve_packing(params.packing, device, mtype, attn_requested)
     kernels = accel.resolve_kernels(params.kernels, device, mtype)

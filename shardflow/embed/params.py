@@ -167,7 +167,7 @@ def accel_identity(params: EmbedParams, spec: ModelSpec, device: torch.device) -
 
     out: dict[str, Any] = {}
     cfg = accel.model_config(spec.transformer_folder)
-    mtype = str(cfg.get("model_type") or "")
+    mtype = accel.model_type(cfg)
     attn = dict(spec.model_kwargs).get("attn_implementation")
     packing = accel.resolve_packing(params.packing, device, mtype, attn)
     if packing.on:
