@@ -85,31 +85,19 @@ def moved_keys(config: dict) -> list[str]:
     return lines
 
 
-def _branches(schema: dict) -> list[dict]:
-    return [schema] + [b for key in ("oneOf", "anyOf") for b in schema.get(key, [])]
-
-
-def _takes_boolean(schema: dict) -> bool:
-    for branch in _branches(schema):
-        types = branch.get("type", [])
-        if "boolean" in ([types] if isinstance(types, str) else types):
-            return True
-        if any(isinstance(v, bool) for v in branch.get("enum", [])):
-            return True
-    return False
-
-
 def yaml11_switches(config: dict, schema: dict) -> None:
     """YAML 1.1 (PyYAML, Snakemake's loader) reads an unquoted on/off as True/False.
-    Where a key's schema offers the word ("on"/"off") and takes no boolean, the boolean
-    becomes that word, in place: `pinning: off` means "off", not an error."""
+    Where a key's schema offers the word ("on"/"off"; in its enum or a oneOf/anyOf
+    branch's), the boolean becomes that word, in place: `pinning: off` means "off",
+    not an error. The schema lists words only; this is the one place they are read."""
     for name, sub in schema.get("properties", {}).items():
         value = config.get(name)
         if isinstance(value, dict):
             yaml11_switches(value, sub)
-        elif isinstance(value, bool) and not _takes_boolean(sub):
+        elif isinstance(value, bool):
             word = "on" if value else "off"
-            if any(word in branch.get("enum", []) for branch in _branches(sub)):
+            branches = [sub, *sub.get("oneOf", []), *sub.get("anyOf", [])]
+            if any(word in branch.get("enum", []) for branch in branches):
                 config[name] = word
 
 

@@ -87,7 +87,10 @@ class EmbedParams:
     compile_cache: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("length_buckets", "packing", "padding_mask"):  # YAML 1.1 reads an unquoted on/off as a boolean
+        # An unquoted on/off (YAML 1.1) is a boolean: the workflow's config is read as the
+        # word at validation (core.config.yaml11_switches), a sweep's point values reach a
+        # job as written, and Python callers may pass True/False.
+        for name in ("length_buckets", "packing", "padding_mask"):
             if isinstance(getattr(self, name), bool):
                 object.__setattr__(self, name, "on" if getattr(self, name) else "off")
         if self.kernels is False:

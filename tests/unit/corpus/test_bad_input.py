@@ -407,3 +407,15 @@ def test_config_unquoted_off_reads_as_the_word(config, text, want):
     config["gpu_jobs"] = yaml.safe_load("pinning: on")  # no "on" among auto, slots, off
     with pytest.raises(ConfigError, match="config key 'gpu_jobs.pinning': True is not of type 'string'"):
         validate_config(config, load_schema(REPO / "config" / "config.schema.yaml"))
+
+
+def test_config_unquoted_on_off_reads_as_the_word_for_every_switch(config):
+    """The embedding switches (one in a oneOf) take the word from the same pass."""
+    import yaml
+
+    config["embedding"].update(yaml.safe_load("{packing: on, padding_mask: off, kernels: off, length_buckets: on}"))
+    got = validate_config(config, load_schema(REPO / "config" / "config.schema.yaml"))["embedding"]
+    assert (got["packing"], got["padding_mask"], got["kernels"], got["length_buckets"]) == ("on", "off", "off", "on")
+    config["embedding"]["kernels"] = True  # "on" is not a kernels value: still an error naming the key
+    with pytest.raises(ConfigError, match="config key 'embedding.kernels'"):
+        validate_config(config, load_schema(REPO / "config" / "config.schema.yaml"))
