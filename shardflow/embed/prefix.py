@@ -50,8 +50,9 @@ class PrefixTokenizer:
 
     The cut lies `factor * (max_length + MARGIN)` characters in; when more than
     RETRY_SHARE of a call's heads fall short, the factor grows by half for the calls
-    after (texts of long words), which changes only the work done, never the ids. Counters: `cut` texts tokenized from a head,
-    `retried` of them tokenized whole after all. Calls come from one thread."""
+    after (texts of long words), which changes only the work done, never the ids.
+    Counters: `cut` texts tokenized from a head, `retried` of them tokenized whole
+    after all. Calls come from one thread."""
 
     def __init__(
         self, encode: Callable[[list[str]], list], max_length: int, n_special: int, factor: float = START_FACTOR
