@@ -22,6 +22,8 @@ and the minimum cosine against st@32:
 - eager     packing off, kernels off, no compile (the plain padded path; a causal decoder
             on CUDA runs it without its padding mask: embedding.padding_mask auto)
 - fused     kernels: liger (fused RMSNorm/RoPE/MLP; falls back where unavailable, shown)
+- fused_tnorm  fused with rms_norm: torch (torch's own fused RMSNorm op instead of liger's
+            Triton kernel: one C++ dispatch a call, less host time)
 - fused_masked  fused with padding_mask: on (the padding mask always passed: what
             `fused` ran before the mask was skipped)
 - compiled  compile: true (dynamic shapes: batches keep their width, a few graphs serve all)
@@ -32,6 +34,10 @@ and the minimum cosine against st@32:
 - fused_compiled  fused + compiled (liger's kernels inside the compiled layers)
 - compiled_packed  compiled + packed (no fused kernels: inductor fuses what it can)
 - all       fused + compiled + packed
+
+A name may end in `@<tokens>` or `@<tokens>/<rows>`: that configuration with `token_budget`
+<tokens> (and `max_batch_size` <rows>): `fused@65536/1024` runs half the batches of the
+CUDA default (32,768 tokens, 512 rows), so half the launches per token.
 
 `--profile` prints the top kernels (CUDA) or operators (CPU) by time for one encode of
 `--profile-config`.
@@ -149,6 +155,7 @@ def model_flops(model, lengths, num_layers: int, hidden: int) -> float:
 CONFIGS = {
     "eager": {},
     "fused": {"kernels": "liger"},
+    "fused_tnorm": {"kernels": "liger", "rms_norm": "torch"},
     "fused_masked": {"kernels": "liger", "padding_mask": "on"},
     "compiled": {"compile": True},
     "compiled_buckets": {"compile": True, "length_buckets": "on"},
@@ -159,6 +166,23 @@ CONFIGS = {
     "compiled_packed": {"compile": True, "packing": "on"},
     "all": {"kernels": "liger", "compile": True, "packing": "on"},
 }
+
+
+def config_options(name: str) -> dict:
+    """The engine options of a configuration name: CONFIGS[base], with `@<tokens>[/<rows>]`
+    a token budget (and most rows per batch)."""
+    base, _, size = name.partition("@")
+    tokens, _, rows = size.partition("/")
+    if base not in CONFIGS or not all(v.isdigit() and int(v) > 0 for v in (tokens, rows) if v) or (rows and not tokens):
+        raise SystemExit(
+            f"unknown configuration {name!r}: expected one of {', '.join(CONFIGS)}, optionally @<tokens> or @<tokens>/<rows>"
+        )
+    opts = {"packing": "off", "kernels": "off", **CONFIGS[base]}
+    if tokens:
+        opts["token_budget"] = int(tokens)
+    if rows:
+        opts["max_batch_size"] = int(rows)
+    return opts
 
 
 def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, timed, flops_of) -> None:
@@ -173,19 +197,20 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
     from shardflow.embed import load_encoder
 
     names = list(CONFIGS) if args.configs == "all" else [c for c in args.configs.split(",") if c]
+    options = {name: config_options(name) for name in names}  # a bad name fails before any model loads
     tokens = sum(lengths)
     rows, hosts = [], []
     header = (
-        f"{'config':<16} {'texts/s':>9} {'tokens/s':>10} {'TFLOP/s':>8} {'%peak':>6} {'warm-up s':>9} "
+        f"{'config':<24} {'texts/s':>9} {'tokens/s':>10} {'TFLOP/s':>8} {'%peak':>6} {'warm-up s':>9} "
         f"{'cos vs st':>10} {'pad%':>5}  what ran"
     )
 
     def line(name, tps, toks, tflops, warm, cmin, pad, what):
         pct = f"{100 * tflops / peak:5.1f}%" if (on_cuda and peak) else "  n/a"
-        return f"{name:<16} {tps:>9.1f} {toks:>10.0f} {tflops:>8.3f} {pct:>6} {warm:>9.1f} {cmin:>10.6f} {pad:>5.1f}  {what}"
+        return f"{name:<24} {tps:>9.1f} {toks:>10.0f} {tflops:>8.3f} {pct:>6} {warm:>9.1f} {cmin:>10.6f} {pad:>5.1f}  {what}"
 
     for name in names:
-        opts = {"packing": "off", "kernels": "off", **CONFIGS[name]}
+        opts = dict(options[name])
         if args.length_buckets and opts.get("compile") and "length_buckets" not in opts:
             opts["length_buckets"] = [int(b) for b in args.length_buckets.split(",")]
         if opts.get("compile"):  # an empty compile cache: warm-up is what a first job pays
@@ -205,7 +230,12 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
         cos = (out * reference).sum(1) / (np.linalg.norm(out, axis=1) * np.linalg.norm(reference, axis=1) + 1e-30)
         tflops = flops_of(encoder) / med / 1e12
         st = encoder.last_stats
-        what = f"kernels {st.kernels}, packing {st.packing}, padding mask {st.padding_mask}, compile {st.compile}"
+        what = (
+            f"kernels {st.kernels}{' (RMSNorm: torch)' if 'RMSNorm: torch' in st.kernels_reason else ''}, packing "
+            f"{st.packing}, padding mask {st.padding_mask}, compile {st.compile}, budget {encoder.token_budget} tokens / "
+            f"{encoder.params.max_batch_size} rows, "
+            f"{st.batches} batches"
+        )
         if not encoder.kernels.on and opts["kernels"] != "off":
             what += f" ({encoder.kernels.reason})"
         rows.append((name, len(texts) / med, tokens / med, tflops, warm, cos.min(), 100 * st.as_dict()["padding_fraction"], what))
@@ -269,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING"), help="the engine's log, on stderr")
     ap.add_argument("--profile", action="store_true", help="print the top kernels/operators of one encode")
-    ap.add_argument("--profile-config", default="eager", choices=list(CONFIGS))
+    ap.add_argument("--profile-config", default="eager", help="a configuration name (as in --configs)")
     ap.add_argument("--profile-top", type=int, default=20)
     args = ap.parse_args(argv)
     # INFO: the engine's decisions and each compiled shape's time, on stderr (tables: stdout).
@@ -421,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
 
         from shardflow.embed import load_encoder as load
 
-        opts = {"packing": "off", "kernels": "off", **CONFIGS[args.profile_config]}
+        opts = config_options(args.profile_config)
         prof_encoder = load(dataclasses.replace(params, **opts))
         prof_encoder.warmup()
         prof_encoder.encode(texts[: max(32, len(texts) // 8)])

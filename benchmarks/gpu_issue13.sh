@@ -8,15 +8,18 @@
 #   bash benchmarks/gpu_issue13.sh            # on the GPU host, from the repository root
 #
 # Stages, each under its own timeout so one slow compile cannot eat the rest (set-up
-# about 55 s: wheels, random-weight models; on the H100, A needed more than 150 s):
+# about 55 s: wheels, random-weight models; on the H100, A needed more than 150 s).
+# By default A B C D; the others run when named (STAGES="A0 E G"):
 #   A  Qwen3-0.6B-shape, synthetic 4,000 texts, bf16: engine vs st@32/64/128 (3 rounds),
-#      then eager / fused_masked (padding mask passed) / fused (the mask skipped, causal) /
-#      fused_packed (the profile of fused: stage Aq)
-#   B  the same texts, padded, mask skipped: compiled (regional compile, dynamic shapes:
-#      inductor fuses norms, RoPE and SwiGLU itself), compiled_graphs (CUDA graphs of bucket
-#      shapes: few launches, the host limit of `fused`), fused_compiled (liger inside); rows
-#      print as each finishes
-#   C  MiniLM-shape, demo 3,000 texts: eager / compiled / compiled_graphs (CUDA graphs) / packed
+#      then fused with liger's RMSNorm and with torch's (fused_tnorm), each at the default
+#      token budget (32,768 tokens, 512 rows) and at 2x and 4x (fewer launches per token:
+#      stop 19's profile found the host launching kernels the whole encode). A0 (when
+#      named): eager / fused_masked (padding mask passed) / fused_packed, stop 19's rows
+#   B  the same texts, padded, mask skipped: compiled_graphs (CUDA graphs of bucket shapes:
+#      few launches, the host limit of `fused`); rows print as each finishes. B2 (when
+#      named): compiled (dynamic shapes) and fused_compiled (liger inside)
+#   C  MiniLM-shape, demo 3,000 texts: eager at the default budget, at 2x and at 4x
+#      (C2, when named: compiled / compiled_graphs / packed)
 #   D  MiniLM-shape, a 20,000-text chunk: a job's first encode in a fresh process against
 #      a second encode in the same process (benchmarks/bench_job_encode.py): default, cuDNN
 #      attention off, bucket widths; with where the host's time goes
@@ -25,7 +28,7 @@
 #      (benchmarks/bench_compile_shapes.py): within one process later compiles are cheaper
 #   E  the first batch: windows in two character bands (the engine) against the whole
 #      window tokenized first (benchmarks/bench_first_batch.py), Qwen3 4,000 texts
-#   F  (only when named: STAGES="... F") compile cache: MiniLM 20,000 texts with compile, a
+#   F  compile cache: MiniLM 20,000 texts with compile, a
 #      cold job then a warm one, each its own process (benchmarks/bench_compile_cache.py)
 # Targets: Qwen3 >= 45% of peak and >= 3x st@best; MiniLM >= 2x 1.67M tokens/s (demo) and
 # 0.86M (synthetic); D/F: compiled (warm-up + steady) faster than eager.
@@ -35,7 +38,7 @@
 set -uo pipefail
 START=$(date +%s)
 OUT=${OUT:-/tmp/issue13}
-TOTAL=${TOTAL:-595}
+TOTAL=${TOTAL:-470}
 mkdir -p "$OUT"
 left() { echo $((TOTAL - ($(date +%s) - START))); }
 stage() {  # stage NAME SECONDS CMD...: run CMD with at most SECONDS (or what is left)
@@ -73,14 +76,21 @@ print("flash-attn:", "installed" if u.find_spec("flash_attn") else "not installe
 PY
 B="benchmarks/bench_engine.py --log-level INFO"  # the engine's log (decisions, compile times) in $OUT/<stage>.err
 
-want() { [[ " ${STAGES:-A B C D E G} " == *" $1 "* ]]; }  # STAGES="A B": a subset
+want() { [[ " ${STAGES:-A B C D} " == *" $1 "* ]]; }  # STAGES="A B": a subset
 
-want A && stage A_qwen 185 python3 $B --model $QWEN --texts synthetic --n $NQ --rounds 3 --no-naive --st-sweep 32,64,128 $EXTRA \
-  --configs eager,fused_masked,fused,fused_packed --config-rounds 2
-want B && stage B_qwen_compiled 140 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
-  --configs compiled,compiled_graphs,fused_compiled --config-rounds 2
-want C && stage C_minilm_demo 55 python3 $B --model $MINILM --texts demo --n $ND --configs-only $EXTRA \
-  --configs eager,compiled,compiled_graphs,packed --config-rounds 3
+want A && stage A_qwen 200 python3 $B --model $QWEN --texts synthetic --n $NQ --rounds 3 --no-naive --st-sweep 32,64,128 $EXTRA \
+  --configs fused,fused_tnorm,fused@65536/1024,fused_tnorm@65536/1024,fused@131072/2048,fused_tnorm@131072/2048 \
+  --config-rounds 2
+want A0 && stage A0_qwen 120 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
+  --configs eager,fused_masked,fused_packed --config-rounds 2
+want B && stage B_qwen_graphs 110 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
+  --configs compiled_graphs --config-rounds 2
+want B2 && stage B2_qwen_compiled 140 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
+  --configs compiled,fused_compiled --config-rounds 2
+want C && stage C_minilm_demo 40 python3 $B --model $MINILM --texts demo --n $ND --configs-only $EXTRA \
+  --configs eager,eager@65536/1024,eager@131072/2048 --config-rounds 3
+want C2 && stage C2_minilm_demo 55 python3 $B --model $MINILM --texts demo --n $ND --configs-only $EXTRA \
+  --configs compiled,compiled_graphs,packed --config-rounds 3
 # D: what a job's one encode pays that a warm process does not (stop 19 on the H100: 2.38 s
 # for the first encode of the 20,000 texts, about 1.0 s for later ones): per variant a
 # fresh process, its first encode then a second; default, cuDNN attention off, bucket widths.
