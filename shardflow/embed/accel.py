@@ -16,9 +16,7 @@ the CPU, so a CPU run's bytes do not change:
   path for tests).
 - kernels: `auto` = the `liger-kernel` package's fused RMSNorm / RoPE / SwiGLU when it
   is installed, the device is CUDA and the model family is one it patches; `off`;
-  `liger` = the same, but a missing piece is logged as a warning. With them, `rms_norm`
-  picks the RMSNorm kernel: liger's (Triton, launched from Python) or torch's own fused
-  op (one C++ dispatch; Qwen2/3, Llama, Mistral).
+  `liger` = the same, but a missing piece is logged as a warning.
 - padding mask: `auto` = a causal decoder's padded batches run on CUDA without their
   padding mask, padded on the right (no real token attends a pad), so SDPA can run its
   flash kernel; `off` = the same on any device; `on` = the mask always.
@@ -53,11 +51,6 @@ LIGER_FAMILIES = {
     "gemma2": "gemma2",
     "gemma3_text": "gemma3_text",
 }
-# Families whose RMSNorm is weight x normalised (Gemma's is (1 + weight) x normalised):
-# torch's own rms_norm computes theirs.
-TORCH_NORM_FAMILIES = {"qwen3", "qwen2", "llama", "mistral"}
-# rms_norm: auto -> this, with kernels on.
-AUTO_RMS_NORM = "liger"
 # Families whose transformers implementation takes position ids and a 4-D attention
 # mask (or flex attention's BlockMask) as given, so a packed row attends within texts.
 PACKABLE_ENCODERS = {"bert", "roberta", "xlm-roberta", "camembert", "electra"}
@@ -363,42 +356,8 @@ def resolve_kernels(option: str, device: torch.device, mtype: str) -> Choice:
     return Choice("liger", f"liger-kernel {ver}: fused RMSNorm, RoPE and MLP for {mtype}")
 
 
-def resolve_rms_norm(option: str, mtype: str) -> Choice:
-    """Which RMSNorm kernel runs with fused kernels on: "liger" or "torch" (torch's own
-    `rms_norm`, for the families whose norm it computes)."""
-    want = AUTO_RMS_NORM if option == "auto" else option
-    if want == "torch" and mtype not in TORCH_NORM_FAMILIES:
-        return Choice("liger", f"torch's rms_norm does not compute {mtype}'s norm")
-    return Choice(want, f"embedding.rms_norm is {option}")
-
-
-def use_torch_rms_norm(model: torch.nn.Module) -> int:
-    """Give each RMSNorm module of the weight x normalised kind (a `weight` and a
-    `variance_epsilon`, as in Qwen2/3, Llama, Mistral) a forward through torch's own
-    `rms_norm`: on CUDA one fused kernel behind one C++ dispatch, where liger's launches
-    its Triton kernel from Python and transformers' own runs six. Returns how many."""
-    count = 0
-    for sub in model.modules():
-        weight = getattr(sub, "weight", None)
-        if (
-            type(sub).__name__.endswith("RMSNorm")
-            and isinstance(weight, torch.Tensor)
-            and weight.dim() == 1
-            and hasattr(sub, "variance_epsilon")
-            and "forward" not in vars(sub)
-        ):
-            sub.forward = types.MethodType(_torch_rms_norm_forward, sub)
-            count += 1
-    return count
-
-
-def _torch_rms_norm_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.rms_norm(hidden_states, self.weight.shape, self.weight, self.variance_epsilon)
-
-
-def apply_kernels(model, mtype: str, logger: logging.Logger, rms_norm: str = "liger") -> Choice:
-    """Patch a loaded model with liger-kernel (inference pieces only: no loss kernels),
-    its RMSNorm modules with liger's kernel or (`rms_norm="torch"`) torch's own op.
+def apply_kernels(model, mtype: str, logger: logging.Logger) -> Choice:
+    """Patch a loaded model with liger-kernel (inference pieces only: no loss kernels).
     A failure falls back to the unpatched model, logged; returns what happened.
 
     Only this model is patched. liger-kernel also rewrites the transformers modelling
@@ -418,7 +377,7 @@ def apply_kernels(model, mtype: str, logger: logging.Logger, rms_norm: str = "li
         )
         wanted = {
             "rope": True,
-            "rms_norm": rms_norm == "liger",
+            "rms_norm": True,
             "swiglu": True,
             "geglu": True,
             "cross_entropy": False,
@@ -439,8 +398,6 @@ def apply_kernels(model, mtype: str, logger: logging.Logger, rms_norm: str = "li
     if functions and not rebound:
         logger.warning("fused kernels: no forward of %s calls %s by name; those run unfused", mtype, sorted(functions))
     detail = f"; {', '.join(sorted(functions))} bound into {rebound} forwards" if functions else ""
-    if rms_norm == "torch":
-        detail += f"; RMSNorm: torch's rms_norm in {use_torch_rms_norm(model)} modules"
     return Choice("liger", f"liger-kernel {liger_version()} applied to {mtype}{detail}")
 
 

@@ -239,10 +239,7 @@ def load_encoder(
         logger.warning("packing: off (%s)", packing.reason)
         model, config = _load_model(spec, dtype, device, logger)
     if kernels.on:
-        norm = accel.resolve_rms_norm(params.rms_norm, mtype)
-        if params.rms_norm == "torch" and norm.value != "torch":
-            logger.warning("rms_norm: %s (%s)", norm.value, norm.reason)
-        kernels = accel.apply_kernels(model, mtype, logger, norm.value)
+        kernels = accel.apply_kernels(model, mtype, logger)
     padding = accel.resolve_padding_mask(params.padding_mask, device, mtype, cfg, attn_requested, packing)
     padding = accel.confirm_causal(model, padding)
     (logger.warning if params.padding_mask == "off" and not padding.on else logger.info)(

@@ -28,10 +28,9 @@ OUTPUT_DTYPES = ("float32", "float16")
 COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 PACKING = ("auto", "off", "on")
 KERNELS = ("auto", "off", "liger")
-RMS_NORMS = ("auto", "liger", "torch")
 PADDING_MASK = ("auto", "on", "off")
 # Added after outputs existed: in the identity only when they resolve to something on.
-_ACCEL_FIELDS = ("length_buckets", "compile_mode", "packing", "kernels", "rms_norm", "padding_mask")
+_ACCEL_FIELDS = ("length_buckets", "compile_mode", "packing", "kernels", "padding_mask")
 # Default token budgets. On CPU, throughput per token is flat from ~512 to ~2048
 # padded tokens per batch and drops beyond (cache misses), while smaller batches
 # pad less: 1024 measured best for MiniLM on 2 cores. GPUs want large batches.
@@ -60,8 +59,6 @@ class EmbedParams:
         in /tmp). Not part of the output identity.
     packing: "auto" | "off" | "on": texts of a batch back to back, unpadded.
     kernels: "auto" | "off" | "liger": fused kernels from liger-kernel.
-    rms_norm: "auto" | "liger" | "torch": with kernels on, the RMSNorm kernel (liger's
-        Triton kernel, or torch's own fused op: see `accel.resolve_rms_norm`).
     padding_mask: "auto" | "on" | "off": whether a causal decoder's padded batches
         pass their padding mask ("auto": not on CUDA; see `accel.resolve_padding_mask`).
 
@@ -86,7 +83,6 @@ class EmbedParams:
     compile_mode: str = "auto"
     packing: str = "auto"
     kernels: str = "auto"
-    rms_norm: str = "auto"
     padding_mask: str = "auto"
     compile_cache: str | None = None
 
@@ -109,7 +105,6 @@ class EmbedParams:
             ("compile_mode", COMPILE_MODES),
             ("packing", PACKING),
             ("kernels", KERNELS),
-            ("rms_norm", RMS_NORMS),
             ("padding_mask", PADDING_MASK),
         )
         for name, allowed in choices:
@@ -187,8 +182,6 @@ def accel_identity(params: EmbedParams, spec: ModelSpec, device: torch.device) -
     kernels = accel.resolve_kernels(params.kernels, device, mtype)
     if kernels.on:
         out["kernels"] = f"liger-kernel {accel.liger_version()}"
-        if accel.resolve_rms_norm(params.rms_norm, mtype).value == "torch":
-            out["kernels"] += "; RMSNorm: torch's rms_norm"
     if accel.resolve_padding_mask(params.padding_mask, device, mtype, cfg, attn, packing).on:
         out["padding_mask"] = PADDING_MASK_SKIPPED
     if params.compile and params.compile_mode not in ("auto", "default"):

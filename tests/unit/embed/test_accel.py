@@ -89,8 +89,6 @@ def test_bad_option_values():
         EmbedParams(model="x", length_buckets="some")
     with pytest.raises(ValueError, match="padding_mask"):
         EmbedParams(model="x", padding_mask="skip")
-    with pytest.raises(ValueError, match="rms_norm"):
-        EmbedParams(model="x", rms_norm="apex")
     assert EmbedParams(model="x", padding_mask=False).padding_mask == "off"  # an unquoted off in YAML
     assert EmbedParams(model="x", length_buckets=[32, 16]).length_buckets == (32, 16)  # a list from YAML
 
@@ -518,51 +516,6 @@ def test_apply_kernels_patches_this_model_only(tiny, monkeypatch):
         other(input_ids=ids)
     assert len(calls) == 2 and type(other.norm) is original_norm  # a later model: untouched
     torch.testing.assert_close(got, want)
-
-
-def _fake_liger(monkeypatch, apply_qwen3) -> None:
-    fake = types.ModuleType("liger_kernel.transformers.monkey_patch")
-    fake.MODEL_TYPE_TO_APPLY_LIGER_FN = {"qwen3": apply_qwen3}
-    monkeypatch.setitem(sys.modules, "liger_kernel", types.ModuleType("liger_kernel"))
-    monkeypatch.setitem(sys.modules, "liger_kernel.transformers", types.ModuleType("liger_kernel.transformers"))
-    monkeypatch.setitem(sys.modules, "liger_kernel.transformers.monkey_patch", fake)
-
-
-def test_torch_rms_norm_replaces_every_norm_and_matches_the_models_own(tiny, monkeypatch):
-    """rms_norm: torch -> liger leaves the norms alone and each RMSNorm (the layers', the
-    attention's q/k norms, the final one) runs through torch's rms_norm, to float rounding."""
-    from transformers import AutoModel
-
-    asked = []
-    _fake_liger(monkeypatch, lambda rope=True, rms_norm=True, swiglu=True, model=None, **_: asked.append(rms_norm))
-    model = AutoModel.from_pretrained(tiny["qwen_last"]).eval()
-    ids = torch.tensor([[5, 6, 7, 8, 9], [3, 4, 5, 6, 7]])
-    with torch.inference_mode():
-        want = model(input_ids=ids).last_hidden_state
-    calls = []
-    real = torch.nn.functional.rms_norm
-    monkeypatch.setattr(torch.nn.functional, "rms_norm", lambda *a, **k: calls.append(1) or real(*a, **k))
-    choice = accel.apply_kernels(model, "qwen3", logging.getLogger("test.kernels"), rms_norm="torch")
-    norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
-    layers = model.config.num_hidden_layers
-    assert asked == [False] and len(norms) == 4 * layers + 1  # input, post-attention, q, k; final
-    assert f"RMSNorm: torch's rms_norm in {len(norms)} modules" in choice.reason
-    with torch.inference_mode():
-        got = model(input_ids=ids).last_hidden_state
-    assert len(calls) == len(norms)
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
-
-
-def test_rms_norm_resolution_and_identity(tiny, monkeypatch):
-    assert accel.resolve_rms_norm("auto", "qwen3").value == accel.AUTO_RMS_NORM
-    assert accel.resolve_rms_norm("torch", "llama").value == "torch"
-    gemma = accel.resolve_rms_norm("torch", "gemma")  # (1 + weight) x normalised: liger's
-    assert gemma.value == "liger" and "gemma" in gemma.reason
-    monkeypatch.setattr(accel, "resolve_kernels", lambda *a: accel.Choice("liger", "test"))
-    monkeypatch.setattr(accel, "liger_version", lambda: "9.9")
-    liger = output_identity(params(tiny["qwen_last"], rms_norm="liger"))["kernels"]
-    assert liger == "liger-kernel 9.9"  # as before the option existed
-    assert output_identity(params(tiny["qwen_last"], rms_norm="torch"))["kernels"] == "liger-kernel 9.9; RMSNorm: torch's rms_norm"
 
 
 def test_repeated_blocks_are_the_layer_stack_not_a_longer_list_inside_it():
