@@ -19,13 +19,11 @@ import tempfile
 from pathlib import Path
 
 JOB = """
-import json, sys, torch
+import json, sys
 sys.path[:0] = ["", "benchmarks"]  # this checkout's shardflow, not an installed copy
 from bench_engine import synthetic_texts
 from shardflow.embed import EmbedParams, load_encoder
 args = json.loads(sys.argv[1])
-if not args["cudnn_sdp"]:
-    torch.backends.cuda.enable_cudnn_sdp(False)
 texts = synthetic_texts(args["n"], 0)
 keys = ("seconds", "warmup_seconds", "warmup_shapes", "steady_tokens_per_s", "padding_fraction", "tokens_per_s",
         "tokenize_seconds", "collate_seconds", "host_wait_seconds")
@@ -51,17 +49,17 @@ def job_parser(doc: str, n: int) -> argparse.ArgumentParser:
 
 
 def run_job(
-    args: argparse.Namespace, cache: str, params: dict | None = None, again: bool = False, cudnn_sdp: bool = True
+    args: argparse.Namespace, cache: str, params: dict | None = None, again: bool = False
 ) -> dict:
     """One embedding job of `args.n` synthetic texts (the `job_parser` arguments) in a
     fresh process (its own torch, dynamo and compile state), with its compile cache in
     `cache` and `params` as EmbedParams fields (default compile: true). Returns the
     encode's stats; with `again`, also a second encode by a new encoder in the same
-    process (keys prefixed `again_`). `cudnn_sdp=False` turns off SDPA's cuDNN kernel."""
+    process (keys prefixed `again_`)."""
     from bench_engine import model_or_bundled
 
     job = {"model": model_or_bundled(args.model), "device": args.device, "n": args.n, "cache": cache,
-           "threads": args.threads if args.device == "cpu" else None, "again": again, "cudnn_sdp": cudnn_sdp}
+           "threads": args.threads if args.device == "cpu" else None, "again": again}
     if params is not None:
         job["params"] = params
     root = Path(__file__).resolve().parent.parent

@@ -22,8 +22,9 @@ and the minimum cosine against st@32:
 - eager     packing off, kernels off, no compile (the plain padded path; a causal decoder
             on CUDA runs it without its padding mask: embedding.padding_mask auto)
 - fused     kernels: liger (fused RMSNorm/RoPE/MLP; falls back where unavailable, shown)
-- fused_tnorm  fused with rms_norm: torch (torch's own fused RMSNorm op instead of liger's
-            Triton kernel: one C++ dispatch a call, less host time)
+- fused_nocudnn  fused with cudnn_attention: off (SDPA without cuDNN's kernel)
+- eager_cudnn  eager with cudnn_attention: on (SDPA's own choice: what an encoder ran before
+            cuDNN's kernel was turned off where batches pass a mask)
 - fused_masked  fused with padding_mask: on (the padding mask always passed: what
             `fused` ran before the mask was skipped)
 - compiled  compile: true (dynamic shapes: batches keep their width, a few graphs serve all)
@@ -155,8 +156,9 @@ def model_flops(model, lengths, num_layers: int, hidden: int) -> float:
 CONFIGS = {
     "eager": {},
     "fused": {"kernels": "liger"},
-    "fused_tnorm": {"kernels": "liger", "rms_norm": "torch"},
     "fused_masked": {"kernels": "liger", "padding_mask": "on"},
+    "fused_nocudnn": {"kernels": "liger", "cudnn_attention": "off"},
+    "eager_cudnn": {"cudnn_attention": "on"},
     "compiled": {"compile": True},
     "compiled_buckets": {"compile": True, "length_buckets": "on"},
     "compiled_graphs": {"compile": True, "compile_mode": "reduce-overhead"},
@@ -231,7 +233,7 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
         tflops = flops_of(encoder) / med / 1e12
         st = encoder.last_stats
         what = (
-            f"kernels {st.kernels}{' (RMSNorm: torch)' if 'RMSNorm: torch' in st.kernels_reason else ''}, packing "
+            f"kernels {st.kernels}, cuDNN attention {st.cudnn_attention}, packing "
             f"{st.packing}, padding mask {st.padding_mask}, compile {st.compile}, budget {encoder.token_budget} tokens / "
             f"{encoder.params.max_batch_size} rows, "
             f"{st.batches} batches"

@@ -11,18 +11,19 @@
 # about 55 s: wheels, random-weight models; on the H100, A needed more than 150 s).
 # By default A B C D; the others run when named (STAGES="A0 E G"):
 #   A  Qwen3-0.6B-shape, synthetic 4,000 texts, bf16: engine vs st@32/64/128 (3 rounds),
-#      then fused with liger's RMSNorm and with torch's (fused_tnorm), each at the default
-#      token budget (32,768 tokens, 512 rows) and at 2x and 4x (fewer launches per token:
-#      stop 19's profile found the host launching kernels the whole encode). A0 (when
-#      named): eager / fused_masked (padding mask passed) / fused_packed, stop 19's rows
+#      then fused, fused without cuDNN attention, and fused at 2x the default token budget
+#      (65,536 tokens, 1,024 rows). A1 (when named): the same configurations without the
+#      sentence-transformers rounds. A0 (when named): eager / fused_masked (padding mask
+#      passed) / fused_packed, stop 19's rows
 #   B  the same texts, padded, mask skipped: compiled_graphs (CUDA graphs of bucket shapes:
 #      few launches, the host limit of `fused`); rows print as each finishes. B2 (when
 #      named): compiled (dynamic shapes) and fused_compiled (liger inside)
-#   C  MiniLM-shape, demo 3,000 texts: eager at the default budget, at 2x and at 4x
-#      (C2, when named: compiled / compiled_graphs / packed)
+#   C  MiniLM-shape, demo 3,000 texts: eager (cuDNN attention off: auto), eager_cudnn (on),
+#      eager at 2x the budget (C2, when named: compiled / compiled_graphs / packed)
 #   D  MiniLM-shape, a 20,000-text chunk: a job's first encode in a fresh process against
-#      a second encode in the same process (benchmarks/bench_job_encode.py): default, cuDNN
-#      attention off, bucket widths; with where the host's time goes
+#      a second encode in the same process (benchmarks/bench_job_encode.py): default,
+#      cuDNN attention on and off, bucket widths; with where the host's time goes.
+#      Dq: the same for the Qwen3 shape, 4,000 texts, default against cuDNN attention off
 #   G  compile with dynamic shapes against bucket widths (the old default) and eager, each
 #      a 20,000-text MiniLM job in its own process with an empty compile cache
 #      (benchmarks/bench_compile_shapes.py): within one process later compiles are cheaper
@@ -78,9 +79,10 @@ B="benchmarks/bench_engine.py --log-level INFO"  # the engine's log (decisions, 
 
 want() { [[ " ${STAGES:-A B C D} " == *" $1 "* ]]; }  # STAGES="A B": a subset
 
+AQ=fused,fused_nocudnn,fused@65536/1024
 want A && stage A_qwen 200 python3 $B --model $QWEN --texts synthetic --n $NQ --rounds 3 --no-naive --st-sweep 32,64,128 $EXTRA \
-  --configs fused,fused_tnorm,fused@65536/1024,fused_tnorm@65536/1024,fused@131072/2048,fused_tnorm@131072/2048 \
-  --config-rounds 2
+  --configs $AQ --config-rounds 2
+want A1 && stage A1_qwen 90 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA --configs $AQ --config-rounds 2
 want A0 && stage A0_qwen 120 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
   --configs eager,fused_masked,fused_packed --config-rounds 2
 want B && stage B_qwen_graphs 110 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
@@ -88,13 +90,15 @@ want B && stage B_qwen_graphs 110 python3 $B --model $QWEN --texts synthetic --n
 want B2 && stage B2_qwen_compiled 140 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
   --configs compiled,fused_compiled --config-rounds 2
 want C && stage C_minilm_demo 40 python3 $B --model $MINILM --texts demo --n $ND --configs-only $EXTRA \
-  --configs eager,eager@65536/1024,eager@131072/2048 --config-rounds 3
+  --configs eager,eager_cudnn,eager@65536/1024 --config-rounds 3
 want C2 && stage C2_minilm_demo 55 python3 $B --model $MINILM --texts demo --n $ND --configs-only $EXTRA \
   --configs compiled,compiled_graphs,packed --config-rounds 3
-# D: what a job's one encode pays that a warm process does not (stop 19 on the H100: 2.38 s
-# for the first encode of the 20,000 texts, about 1.0 s for later ones): per variant a
-# fresh process, its first encode then a second; default, cuDNN attention off, bucket widths.
-want D && stage D_job_encode 60 python3 benchmarks/bench_job_encode.py --model $MINILM --device $DEV --n $NS
+# D: what a job's one encode pays that a warm process does not (on the H100, with cuDNN
+# attention: 2.65 s for the first encode of the 20,000 texts, 1.11 s for the second; without
+# it 1.57 s): per variant a fresh process, its first encode then a second.
+want D && stage D_job_encode 75 python3 benchmarks/bench_job_encode.py --model $MINILM --device $DEV --n $NS
+want Dq && stage Dq_job_encode_qwen 70 python3 benchmarks/bench_job_encode.py --model $QWEN --device $DEV --n $NQ \
+  --variants default,cudnn_off
 want E && stage E_first_batch_qwen 30 python3 benchmarks/bench_first_batch.py --model $QWEN --device $DEV \
   --n $NQ --rounds 2
 want G && stage G_compile_shapes 80 python3 benchmarks/bench_compile_shapes.py --model $MINILM --device $DEV --n $NS

@@ -34,6 +34,7 @@ An out-of-memory back-off also changes batch shapes, hence the last bits.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import queue
 import threading
@@ -126,6 +127,8 @@ class EncodeStats(EngineCounters):
     kernels_reason: str = ""
     padding_mask: str = "passed"
     padding_mask_reason: str = ""
+    cudnn_attention: str = "on"
+    cudnn_attention_reason: str = ""
     # Where the host's time goes (the device waits on the host when it cannot keep up):
     # tokenizing (a helper thread, the next window while this one runs), collating and
     # pinning batches (the producer thread), and the device loop waiting for a batch.
@@ -314,6 +317,7 @@ class Encoder:
         self.packing = accel.Choice("off", "not set up")
         self.kernels = accel.Choice("off", "not set up")
         self.padding_mask = accel.Choice("off", "not set up")
+        self.cudnn_attention = accel.Choice("on", "not set up")
         self.causal = False
         self.buckets: tuple[int, ...] = ()
         self.packed_buckets: tuple[int, ...] = ()
@@ -331,6 +335,12 @@ class Encoder:
             self.left_pad = False  # pads after each text, where a causal model's real tokens never look
         else:
             self.identity.pop("padding_mask", None)  # resolved from config.json; the loaded model said otherwise
+        self.cudnn_attention = accel.resolve_cudnn_attention(params.cudnn_attention, self.device, self.padding_mask)
+        if self.device.type == "cuda" and not self.cudnn_attention.on:
+            self.identity["cudnn_attention"] = "off"
+        else:
+            self.identity.pop("cudnn_attention", None)
+        self.logger.info("cuDNN attention: %s (%s)", self.cudnn_attention.value, self.cudnn_attention.reason)
         self.causal = mtype in accel.PACKABLE_DECODERS
         limit = self.max_length if self.truncate else 8192
         self.buckets = accel.resolve_buckets(params.length_buckets, params.compile, limit, params.compile_mode)
@@ -492,6 +502,10 @@ class Encoder:
         if self.device.type != "cpu":
             input_ids = input_ids.to(self.device, non_blocking=True)
             attention_mask = attention_mask.to(self.device, non_blocking=True)
+        with accel.sdpa_without_cudnn() if not self.cudnn_attention.on else contextlib.nullcontext():
+            return self._run_model(input_ids, attention_mask, lengths)
+
+    def _run_model(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, lengths: np.ndarray | None) -> torch.Tensor:
         if self.before_forward is not None:
             self.before_forward(input_ids)
         if self.params.compile and self.params.compile_mode == "reduce-overhead":
@@ -707,6 +721,8 @@ class Encoder:
             kernels_reason=self.kernels.reason,
             padding_mask="skipped" if self.padding_mask.on else "passed",
             padding_mask_reason=self.padding_mask.reason,
+            cudnn_attention=self.cudnn_attention.value,
+            cudnn_attention_reason=self.cudnn_attention.reason,
         )
         t0 = time.perf_counter()
         n, win = len(texts), self.params.window

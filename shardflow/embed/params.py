@@ -29,8 +29,9 @@ COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-auto
 PACKING = ("auto", "off", "on")
 KERNELS = ("auto", "off", "liger")
 PADDING_MASK = ("auto", "on", "off")
+CUDNN_ATTENTION = ("auto", "on", "off")
 # Added after outputs existed: in the identity only when they resolve to something on.
-_ACCEL_FIELDS = ("length_buckets", "compile_mode", "packing", "kernels", "padding_mask")
+_ACCEL_FIELDS = ("length_buckets", "compile_mode", "packing", "kernels", "padding_mask", "cudnn_attention")
 # Default token budgets. On CPU, throughput per token is flat from ~512 to ~2048
 # padded tokens per batch and drops beyond (cache misses), while smaller batches
 # pad less: 1024 measured best for MiniLM on 2 cores. GPUs want large batches.
@@ -61,6 +62,8 @@ class EmbedParams:
     kernels: "auto" | "off" | "liger": fused kernels from liger-kernel.
     padding_mask: "auto" | "on" | "off": whether a causal decoder's padded batches
         pass their padding mask ("auto": not on CUDA; see `accel.resolve_padding_mask`).
+    cudnn_attention: "auto" | "on" | "off": whether SDPA may run cuDNN's attention kernel
+        ("auto": not where CUDA batches pass a mask; see `accel.resolve_cudnn_attention`).
 
     The accelerations at "auto" keep the plain path on the CPU, and leave the output
     identity (hence resume keys) as it was unless they resolve to something on.
@@ -84,13 +87,14 @@ class EmbedParams:
     packing: str = "auto"
     kernels: str = "auto"
     padding_mask: str = "auto"
+    cudnn_attention: str = "auto"
     compile_cache: str | None = None
 
     def __post_init__(self) -> None:
         # An unquoted on/off (YAML 1.1) is a boolean: the workflow's config is read as the
         # word at validation (core.config.yaml11_switches), a sweep's point values reach a
         # job as written, and Python callers may pass True/False.
-        for name in ("length_buckets", "packing", "padding_mask"):
+        for name in ("length_buckets", "packing", "padding_mask", "cudnn_attention"):
             if isinstance(getattr(self, name), bool):
                 object.__setattr__(self, name, "on" if getattr(self, name) else "off")
         if self.kernels is False:
@@ -106,6 +110,7 @@ class EmbedParams:
             ("packing", PACKING),
             ("kernels", KERNELS),
             ("padding_mask", PADDING_MASK),
+            ("cudnn_attention", CUDNN_ATTENTION),
         )
         for name, allowed in choices:
             if getattr(self, name) not in allowed:
@@ -182,8 +187,11 @@ def accel_identity(params: EmbedParams, spec: ModelSpec, device: torch.device) -
     kernels = accel.resolve_kernels(params.kernels, device, mtype)
     if kernels.on:
         out["kernels"] = f"liger-kernel {accel.liger_version()}"
-    if accel.resolve_padding_mask(params.padding_mask, device, mtype, cfg, attn, packing).on:
+    padding = accel.resolve_padding_mask(params.padding_mask, device, mtype, cfg, attn, packing)
+    if padding.on:
         out["padding_mask"] = PADDING_MASK_SKIPPED
+    if device.type == "cuda" and not accel.resolve_cudnn_attention(params.cudnn_attention, device, padding).on:
+        out["cudnn_attention"] = "off"
     if params.compile and params.compile_mode not in ("auto", "default"):
         out["compile_mode"] = params.compile_mode
     return out

@@ -89,6 +89,9 @@ def test_bad_option_values():
         EmbedParams(model="x", length_buckets="some")
     with pytest.raises(ValueError, match="padding_mask"):
         EmbedParams(model="x", padding_mask="skip")
+    with pytest.raises(ValueError, match="cudnn_attention"):
+        EmbedParams(model="x", cudnn_attention="cudnn")
+    assert EmbedParams(model="x", cudnn_attention=False).cudnn_attention == "off"  # an unquoted off in YAML
     assert EmbedParams(model="x", padding_mask=False).padding_mask == "off"  # an unquoted off in YAML
     assert EmbedParams(model="x", length_buckets=[32, 16]).length_buckets == (32, 16)  # a list from YAML
 
@@ -418,6 +421,44 @@ def test_tokenize_through_the_backend_gives_transformers_ids(tiny, texts, monkey
         enc = load_encoder(params(tiny["bert_mean"]))
     assert enc.backend is None and any("other ids on a probe" in r.getMessage() for r in caplog.records)
     assert enc.tokenize(texts[:3]) == enc._tokenize_hf(texts[:3])
+
+
+# --------------------------------------------------------------------------- cuDNN attention
+
+
+def test_cudnn_attention_resolution():
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    skipped, passed = accel.Choice("skip", "causal"), accel.Choice("off", "encoder")
+    assert accel.resolve_cudnn_attention("auto", cuda, passed).value == "off"  # a plan per shape: measured slower
+    assert accel.resolve_cudnn_attention("auto", cuda, skipped).value == "on"  # cuDNN's flash kernel, no mask
+    assert accel.resolve_cudnn_attention("auto", cpu, passed).value == "on"  # nothing to turn off
+    assert accel.resolve_cudnn_attention("on", cuda, passed).value == "on"
+    assert accel.resolve_cudnn_attention("off", cuda, skipped).value == "off"
+
+
+def test_cudnn_attention_off_runs_each_forward_without_cudnn_and_restores_it(tiny, texts, monkeypatch):
+    """Off: every forward runs inside SDPA's backend selection without cuDNN, restored
+    after; on the CPU (no cuDNN kernel) the bytes and the identity stay the plain path's."""
+    seen = []
+    plain = load_encoder(params(tiny["bert_mean"]))
+    assert plain.cudnn_attention.on  # auto on the CPU
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    enc = load_encoder(
+        params(tiny["bert_mean"], cudnn_attention="off"),
+        before_forward=lambda ids: seen.append(torch.backends.cuda.cudnn_sdp_enabled()),
+    )
+    got = enc.encode(texts)
+    assert seen and not any(seen) and torch.backends.cuda.cudnn_sdp_enabled() == before
+    np.testing.assert_array_equal(got, plain.encode(texts))
+    assert enc.identity == plain.identity  # no cuDNN kernel on the CPU: the same bytes
+    stats = enc.last_stats.as_dict()
+    assert stats["cudnn_attention"] == "off" and "is off" in stats["cudnn_attention_reason"]
+    assert plain.last_stats.as_dict()["cudnn_attention"] == "on"
+    # On CUDA the resolved decision is in the identity (other kernels, other last bits).
+    cuda = torch.device("cuda")
+    monkeypatch.setattr("shardflow.embed.params.resolve_device", lambda d: cuda)
+    assert output_identity(params(tiny["bert_mean"]))["cudnn_attention"] == "off"  # auto: an encoder's mask
+    assert "cudnn_attention" not in output_identity(params(tiny["bert_mean"], cudnn_attention="on"))
 
 
 # --------------------------------------------------------------------------- fused kernels
