@@ -345,11 +345,12 @@ def resolve_cudnn_attention(option: str, device: torch.device, padding_mask: Cho
 
     cuDNN builds an execution plan for each new shape it sees, and length-sorted batches
     bring a new width almost every batch. Measured on an H100 (docs/gpu.md), a MiniLM job
-    of 20,000 texts: its one encode took 2.65 s with cuDNN, 1.57 s without; a second
-    encode in the same process (the plans built) 1.11 s against 1.06 s. `auto`: off on
-    CUDA where the batches pass a padding mask (encoders), on where a causal decoder
-    runs without one (there SDPA's cuDNN flash kernel carries the Qwen3 shape's 40.8 %
-    of peak); `off`: off on any device (only CUDA has the kernel); `on`: SDPA's choice."""
+    of 20,000 texts: its one encode took 2.82 s with cuDNN, 1.45 s without; a second
+    encode in the same process (the plans built) about as long either way. `auto`: off
+    on CUDA where the batches pass a padding mask (encoders), on where a causal decoder
+    runs without one (there cuDNN's flash kernel is faster once planned: the Qwen3 shape
+    at 39.3 % of peak against 36.1 %); `off`: off on any device (only CUDA has the
+    kernel); `on`: SDPA's choice."""
     if option == "on":
         return Choice("on", "embedding.cudnn_attention is on: SDPA picks its kernel")
     if option == "off":
