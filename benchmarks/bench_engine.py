@@ -25,6 +25,8 @@ and the minimum cosine against st@32:
 - fused_nocudnn  fused with cudnn_attention: off (SDPA without cuDNN's kernel)
 - eager_cudnn  eager with cudnn_attention: on (SDPA's own choice: what an encoder ran before
             cuDNN's kernel was turned off where batches pass a mask)
+- eager_bias  eager with attention_bias: on (an encoder's mask passed ready-made, 4-D: no
+            device sync in transformers' mask builder)
 - fused_masked  fused with padding_mask: on (the padding mask always passed: what
             `fused` ran before the mask was skipped)
 - compiled  compile: true (dynamic shapes: batches keep their width, a few graphs serve all)
@@ -159,6 +161,7 @@ CONFIGS = {
     "fused_masked": {"kernels": "liger", "padding_mask": "on"},
     "fused_nocudnn": {"kernels": "liger", "cudnn_attention": "off"},
     "eager_cudnn": {"cudnn_attention": "on"},
+    "eager_bias": {"attention_bias": "on"},
     "compiled": {"compile": True},
     "compiled_buckets": {"compile": True, "length_buckets": "on"},
     "compiled_graphs": {"compile": True, "compile_mode": "reduce-overhead"},
@@ -233,7 +236,7 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
         tflops = flops_of(encoder) / med / 1e12
         st = encoder.last_stats
         what = (
-            f"kernels {st.kernels}, cuDNN attention {st.cudnn_attention}, packing "
+            f"kernels {st.kernels}, cuDNN attention {st.cudnn_attention}, attention bias {st.attention_bias}, packing "
             f"{st.packing}, padding mask {st.padding_mask}, compile {st.compile}, budget {encoder.token_budget} tokens / "
             f"{encoder.params.max_batch_size} rows, "
             f"{st.batches} batches"

@@ -9,7 +9,7 @@
 #
 # Stages, each under its own timeout so one slow compile cannot eat the rest (set-up
 # about 55 s: wheels, random-weight models; on the H100, A needed more than 150 s).
-# By default A B C D; the others run when named (STAGES="A0 E G"):
+# By default A C D Dq; the others run when named (STAGES="B E G"):
 #   A  Qwen3-0.6B-shape, synthetic 4,000 texts, bf16: engine vs st@32/64/128 (3 rounds),
 #      then fused, fused without cuDNN attention, and fused at 2x the default token budget
 #      (65,536 tokens, 1,024 rows). A1 (when named): the same configurations without the
@@ -18,11 +18,13 @@
 #   B  the same texts, padded, mask skipped: compiled_graphs (CUDA graphs of bucket shapes:
 #      few launches, the host limit of `fused`); rows print as each finishes. B2 (when
 #      named): compiled (dynamic shapes) and fused_compiled (liger inside)
-#   C  MiniLM-shape, demo 3,000 texts: eager (cuDNN attention off: auto), eager_cudnn (on),
-#      eager at 2x the budget (C2, when named: compiled / compiled_graphs / packed)
+#   C  MiniLM-shape, demo 3,000 texts: eager (cuDNN attention off: auto), eager_bias (the
+#      mask passed 4-D: no sync per forward), eager_cudnn (cuDNN on)
+#      (C2, when named: compiled / compiled_graphs / packed)
 #   D  MiniLM-shape, a 20,000-text chunk: a job's first encode in a fresh process against
 #      a second encode in the same process (benchmarks/bench_job_encode.py): default,
-#      cuDNN attention on and off, bucket widths; with where the host's time goes.
+#      cuDNN attention on and off, the mask passed 4-D, bucket widths; with where the
+#      host's time goes.
 #      Dq: the same for the Qwen3 shape, 4,000 texts, default against cuDNN attention off
 #   G  compile with dynamic shapes against bucket widths (the old default) and eager, each
 #      a 20,000-text MiniLM job in its own process with an empty compile cache
@@ -77,7 +79,7 @@ print("flash-attn:", "installed" if u.find_spec("flash_attn") else "not installe
 PY
 B="benchmarks/bench_engine.py --log-level INFO"  # the engine's log (decisions, compile times) in $OUT/<stage>.err
 
-want() { [[ " ${STAGES:-A B C D} " == *" $1 "* ]]; }  # STAGES="A B": a subset
+want() { [[ " ${STAGES:-A C D Dq} " == *" $1 "* ]]; }  # STAGES="A B": a subset
 
 AQ=fused,fused_nocudnn,fused@65536/1024
 want A && stage A_qwen 200 python3 $B --model $QWEN --texts synthetic --n $NQ --rounds 3 --no-naive --st-sweep 32,64,128 $EXTRA \
@@ -90,13 +92,14 @@ want B && stage B_qwen_graphs 110 python3 $B --model $QWEN --texts synthetic --n
 want B2 && stage B2_qwen_compiled 140 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
   --configs compiled,fused_compiled --config-rounds 2
 want C && stage C_minilm_demo 40 python3 $B --model $MINILM --texts demo --n $ND --configs-only $EXTRA \
-  --configs eager,eager_cudnn,eager@65536/1024 --config-rounds 3
+  --configs eager,eager_bias,eager_cudnn --config-rounds 3
 want C2 && stage C2_minilm_demo 55 python3 $B --model $MINILM --texts demo --n $ND --configs-only $EXTRA \
   --configs compiled,compiled_graphs,packed --config-rounds 3
 # D: what a job's one encode pays that a warm process does not (on the H100, with cuDNN
 # attention: 2.65 s for the first encode of the 20,000 texts, 1.11 s for the second; without
 # it 1.57 s): per variant a fresh process, its first encode then a second.
-want D && stage D_job_encode 75 python3 benchmarks/bench_job_encode.py --model $MINILM --device $DEV --n $NS
+want D && stage D_job_encode 100 python3 benchmarks/bench_job_encode.py --model $MINILM --device $DEV --n $NS \
+  --variants default,bias,cudnn_on,buckets
 want Dq && stage Dq_job_encode_qwen 70 python3 benchmarks/bench_job_encode.py --model $QWEN --device $DEV --n $NQ \
   --variants default,cudnn_off
 want E && stage E_first_batch_qwen 30 python3 benchmarks/bench_first_batch.py --model $QWEN --device $DEV \

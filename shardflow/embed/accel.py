@@ -20,6 +20,8 @@ the CPU, so a CPU run's bytes do not change:
 - padding mask: `auto` = a causal decoder's padded batches run on CUDA without their
   padding mask, padded on the right (no real token attends a pad), so SDPA can run its
   flash kernel; `off` = the same on any device; `on` = the mask always.
+- attention bias: `on` = an encoder's padded batches pass their mask ready-made, 4-D,
+  so transformers does not read it back to the host (a sync per forward); `auto` = off.
 - cuDNN attention: `auto` = SDPA runs without cuDNN's kernel on CUDA where batches pass
   a padding mask (a plan per new shape costs more than the kernel gains); `on`; `off`.
 
@@ -328,6 +330,50 @@ def confirm_causal(model: torch.nn.Module, choice: Choice) -> Choice:
     if flags and all(flags):
         return choice
     return Choice("off", "the loaded model's attention modules are not all causal: padding masked")
+
+
+# --------------------------------------------------------------------------- the mask as a 4-D tensor
+
+
+def resolve_attention_bias(
+    option: str, mtype: str, attn_requested: str | None, padding_mask: Choice, packing: Choice
+) -> Choice:
+    """Whether a padded batch's mask reaches the model ready-made, [rows, 1, 1, width]
+    bool ("on"), instead of as the [rows, width] mask transformers expands itself.
+
+    For a 2-D mask, transformers' mask builder first asks whether any token is padding
+    (`padding_mask.all()` in `masking_utils`) so it may drop the mask: on CUDA that reads
+    a value back from the device, a sync per forward that stops the host from queueing
+    the next batch while the device runs this one. A 4-D mask is taken as given. Only
+    for the families known to take one (the BERT family: `PACKABLE_ENCODERS`, whose
+    packed batches pass 4-D masks too) with SDPA attention. `auto` = off until measured
+    on a GPU; `on`; `off`."""
+    if option != "on":
+        return Choice("off", "embedding.attention_bias is off" if option == "off" else "auto = off: not yet measured on a GPU")
+    if packing.on:
+        return Choice("off", "packed batches pass masks of their own")
+    if padding_mask.on:
+        return Choice("off", "no padding mask is passed (causal decoder, right padding)")
+    if mtype not in PACKABLE_ENCODERS:
+        return Choice("off", f"model type {mtype!r} is not known to take a 4-D mask as given")
+    if attn_requested not in (None, "sdpa"):
+        return Choice("off", f"the model asks for attn_implementation={attn_requested!r} (a 4-D bool mask needs SDPA)")
+    return Choice("on", "embedding.attention_bias is on: [rows, 1, 1, width] bool mask, taken as given")
+
+
+def confirm_sdpa(model: torch.nn.Module, choice: Choice) -> Choice:
+    """`choice`, if the loaded model's attention is SDPA (an eager attention would add a
+    bool mask to its scores); else off."""
+    impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if not choice.on or impl == "sdpa":
+        return choice
+    return Choice("off", f"the loaded model's attention is {impl!r}, not SDPA: its 2-D mask is passed")
+
+
+def attention_bias(mask: torch.Tensor) -> torch.Tensor:
+    """[rows, width] 0/1 padding mask -> [rows, 1, 1, width] bool, True where a key is a
+    real token (SDPA broadcasts it over heads and queries)."""
+    return mask[:, None, None, :].bool()
 
 
 # --------------------------------------------------------------------------- cuDNN attention

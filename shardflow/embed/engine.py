@@ -73,6 +73,7 @@ from shardflow.core.parts import PartStore, resume_folder
 from shardflow.corpus.chunks import read_chunk
 from shardflow.embed import accel
 from shardflow.embed.params import (
+    ATTENTION_BIAS_ON,
     EmbedParams,
     output_identity,
     resolve_token_budget,
@@ -129,6 +130,8 @@ class EncodeStats(EngineCounters):
     padding_mask_reason: str = ""
     cudnn_attention: str = "on"
     cudnn_attention_reason: str = ""
+    attention_bias: str = "off"
+    attention_bias_reason: str = ""
     # Where the host's time goes (the device waits on the host when it cannot keep up):
     # tokenizing (a helper thread, the next window while this one runs), collating and
     # pinning batches (the producer thread), and the device loop waiting for a batch.
@@ -251,13 +254,18 @@ def load_encoder(
     (logger.warning if params.kernels == "liger" and not kernels.on else logger.info)(
         "fused kernels: %s (%s)", kernels.value, kernels.reason
     )
+    bias = accel.resolve_attention_bias(params.attention_bias, mtype, attn_requested, padding, packing)
+    bias = accel.confirm_sdpa(model, bias)
+    (logger.warning if params.attention_bias == "on" and not bias.on else logger.info)(
+        "attention bias: %s (%s)", bias.value, bias.reason
+    )
     max_positions = getattr(
         config.get_text_config() if hasattr(config, "get_text_config") else config, "max_position_embeddings", None
     )
     tokenizer = _load_tokenizer(spec, max_positions)
     head = build_head(spec.head).to(device)
     encoder = Encoder(params, spec, tokenizer, model, head, device, dtype, output_dim(spec), logger, before_forward)
-    encoder.setup_accel(mtype, packing, kernels, padding)
+    encoder.setup_accel(mtype, packing, kernels, padding, bias)
     return encoder
 
 
@@ -318,6 +326,7 @@ class Encoder:
         self.kernels = accel.Choice("off", "not set up")
         self.padding_mask = accel.Choice("off", "not set up")
         self.cudnn_attention = accel.Choice("on", "not set up")
+        self.attention_bias = accel.Choice("off", "not set up")
         self.causal = False
         self.buckets: tuple[int, ...] = ()
         self.packed_buckets: tuple[int, ...] = ()
@@ -325,7 +334,12 @@ class Encoder:
         self.seen_shapes: set[tuple[int, ...]] = set()  # batch shapes run so far (each compiled once)
 
     def setup_accel(
-        self, mtype: str, packing: accel.Choice, kernels: accel.Choice, padding_mask: accel.Choice | None = None
+        self,
+        mtype: str,
+        packing: accel.Choice,
+        kernels: accel.Choice,
+        padding_mask: accel.Choice | None = None,
+        attention_bias: accel.Choice | None = None,
     ) -> None:
         """Apply the resolved speed-ups: buckets, packing, compile, the padding mask (see `accel`)."""
         params = self.params
@@ -341,6 +355,11 @@ class Encoder:
         else:
             self.identity.pop("cudnn_attention", None)
         self.logger.info("cuDNN attention: %s (%s)", self.cudnn_attention.value, self.cudnn_attention.reason)
+        self.attention_bias = attention_bias or accel.Choice("off", "not resolved")
+        if self.attention_bias.on:
+            self.identity["attention_bias"] = ATTENTION_BIAS_ON
+        else:
+            self.identity.pop("attention_bias", None)  # resolved from the options; the loaded model said otherwise
         self.causal = mtype in accel.PACKABLE_DECODERS
         limit = self.max_length if self.truncate else 8192
         self.buckets = accel.resolve_buckets(params.length_buckets, params.compile, limit, params.compile_mode)
@@ -511,7 +530,11 @@ class Encoder:
         if self.params.compile and self.params.compile_mode == "reduce-overhead":
             torch.compiler.cudagraph_mark_step_begin()
         if lengths is None:
-            out = self.model(input_ids=input_ids, attention_mask=None if self.padding_mask.on else attention_mask)
+            if self.padding_mask.on:
+                mask = None
+            else:
+                mask = accel.attention_bias(attention_mask) if self.attention_bias.on else attention_mask
+            out = self.model(input_ids=input_ids, attention_mask=mask)
             hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
             return self.head(pool(hidden, attention_mask, self.spec.pooling, self.prompt_length))
         # Masks and positions from the host's lengths: nothing here waits for the device.
@@ -723,6 +746,8 @@ class Encoder:
             padding_mask_reason=self.padding_mask.reason,
             cudnn_attention=self.cudnn_attention.value,
             cudnn_attention_reason=self.cudnn_attention.reason,
+            attention_bias=self.attention_bias.value,
+            attention_bias_reason=self.attention_bias.reason,
         )
         t0 = time.perf_counter()
         n, win = len(texts), self.params.window

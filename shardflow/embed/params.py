@@ -30,14 +30,17 @@ PACKING = ("auto", "off", "on")
 KERNELS = ("auto", "off", "liger")
 PADDING_MASK = ("auto", "on", "off")
 CUDNN_ATTENTION = ("auto", "on", "off")
+ATTENTION_BIAS = ("auto", "on", "off")
 # Added after outputs existed: in the identity only when they resolve to something on.
-_ACCEL_FIELDS = ("length_buckets", "compile_mode", "packing", "kernels", "padding_mask", "cudnn_attention")
+_ACCEL_FIELDS = ("length_buckets", "compile_mode", "packing", "kernels", "padding_mask", "cudnn_attention", "attention_bias")
 # Default token budgets. On CPU, throughput per token is flat from ~512 to ~2048
 # padded tokens per batch and drops beyond (cache misses), while smaller batches
 # pad less: 1024 measured best for MiniLM on 2 cores. GPUs want large batches.
 AUTO_TOKEN_BUDGET = {"cpu": 1024, "cuda": 32768}
 # In the identity when a causal decoder runs without its padding mask (right-padded).
 PADDING_MASK_SKIPPED = "skipped: causal, right padding"
+# In the identity when an encoder's padding mask is passed ready-made, 4-D.
+ATTENTION_BIAS_ON = "[rows, 1, 1, width] bool mask"
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ class EmbedParams:
         pass their padding mask ("auto": not on CUDA; see `accel.resolve_padding_mask`).
     cudnn_attention: "auto" | "on" | "off": whether SDPA may run cuDNN's attention kernel
         ("auto": not where CUDA batches pass a mask; see `accel.resolve_cudnn_attention`).
+    attention_bias: "auto" | "on" | "off": an encoder's padding mask passed ready-made
+        as a 4-D tensor (no device sync in transformers; see `accel.resolve_attention_bias`).
 
     The accelerations at "auto" keep the plain path on the CPU, and leave the output
     identity (hence resume keys) as it was unless they resolve to something on.
@@ -88,13 +93,14 @@ class EmbedParams:
     kernels: str = "auto"
     padding_mask: str = "auto"
     cudnn_attention: str = "auto"
+    attention_bias: str = "auto"
     compile_cache: str | None = None
 
     def __post_init__(self) -> None:
         # An unquoted on/off (YAML 1.1) is a boolean: the workflow's config is read as the
         # word at validation (core.config.yaml11_switches), a sweep's point values reach a
         # job as written, and Python callers may pass True/False.
-        for name in ("length_buckets", "packing", "padding_mask", "cudnn_attention"):
+        for name in ("length_buckets", "packing", "padding_mask", "cudnn_attention", "attention_bias"):
             if isinstance(getattr(self, name), bool):
                 object.__setattr__(self, name, "on" if getattr(self, name) else "off")
         if self.kernels is False:
@@ -111,6 +117,7 @@ class EmbedParams:
             ("kernels", KERNELS),
             ("padding_mask", PADDING_MASK),
             ("cudnn_attention", CUDNN_ATTENTION),
+            ("attention_bias", ATTENTION_BIAS),
         )
         for name, allowed in choices:
             if getattr(self, name) not in allowed:
@@ -192,6 +199,8 @@ def accel_identity(params: EmbedParams, spec: ModelSpec, device: torch.device) -
         out["padding_mask"] = PADDING_MASK_SKIPPED
     if device.type == "cuda" and not accel.resolve_cudnn_attention(params.cudnn_attention, device, padding).on:
         out["cudnn_attention"] = "off"
+    if accel.resolve_attention_bias(params.attention_bias, mtype, attn, padding, packing).on:
+        out["attention_bias"] = ATTENTION_BIAS_ON
     if params.compile and params.compile_mode not in ("auto", "default"):
         out["compile_mode"] = params.compile_mode
     return out

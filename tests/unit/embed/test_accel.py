@@ -89,6 +89,8 @@ def test_bad_option_values():
         EmbedParams(model="x", length_buckets="some")
     with pytest.raises(ValueError, match="padding_mask"):
         EmbedParams(model="x", padding_mask="skip")
+    with pytest.raises(ValueError, match="attention_bias"):
+        EmbedParams(model="x", attention_bias="4d")
     with pytest.raises(ValueError, match="cudnn_attention"):
         EmbedParams(model="x", cudnn_attention="cudnn")
     assert EmbedParams(model="x", cudnn_attention=False).cudnn_attention == "off"  # an unquoted off in YAML
@@ -421,6 +423,47 @@ def test_tokenize_through_the_backend_gives_transformers_ids(tiny, texts, monkey
         enc = load_encoder(params(tiny["bert_mean"]))
     assert enc.backend is None and any("other ids on a probe" in r.getMessage() for r in caplog.records)
     assert enc.tokenize(texts[:3]) == enc._tokenize_hf(texts[:3])
+
+
+# --------------------------------------------------------------------------- the mask, 4-D
+
+
+def test_attention_bias_resolution():
+    off, skipped = accel.Choice("off", "-"), accel.Choice("skip", "causal")
+    packed = accel.Choice("sdpa", "packed")
+    assert accel.resolve_attention_bias("on", "bert", None, off, off).value == "on"
+    assert accel.resolve_attention_bias("auto", "bert", None, off, off).value == "off"  # not yet measured on a GPU
+    assert accel.resolve_attention_bias("off", "bert", None, off, off).value == "off"
+    assert "packed" in accel.resolve_attention_bias("on", "bert", None, off, packed).reason
+    assert "no padding mask" in accel.resolve_attention_bias("on", "qwen3", None, skipped, off).reason
+    assert "4-D" in accel.resolve_attention_bias("on", "t5", None, off, off).reason  # not known to take one
+    assert "eager" in accel.resolve_attention_bias("on", "bert", "eager", off, off).reason
+    loaded_eager = types.SimpleNamespace(config=types.SimpleNamespace(_attn_implementation="eager"))
+    assert not accel.confirm_sdpa(loaded_eager, accel.Choice("on", "asked")).on
+
+
+def test_attention_bias_skips_transformers_mask_builder_same_bytes(tiny, texts, monkeypatch):
+    """on: the mask reaches the model 4-D, so transformers' builder (which on CUDA reads
+    back whether the batch has padding: a sync per forward) never runs; same bytes."""
+    from transformers import masking_utils
+
+    asked = []
+    real = masking_utils._ignore_bidirectional_mask_sdpa
+    monkeypatch.setattr(
+        masking_utils, "_ignore_bidirectional_mask_sdpa", lambda *a, **k: asked.append(1) or real(*a, **k)
+    )
+    for name in ("bert_mean", "bert_cls"):
+        plain = load_encoder(params(tiny[name]))
+        want = plain.encode(texts)
+        assert asked  # the 2-D mask goes through the builder
+        asked.clear()
+        enc = load_encoder(params(tiny[name], attention_bias="on"))
+        got = enc.encode(texts)
+        assert not asked and enc.last_stats.batches > 1
+        np.testing.assert_array_equal(got, want)
+        assert enc.identity["attention_bias"] == "[rows, 1, 1, width] bool mask"
+        assert {k: v for k, v in enc.identity.items() if k != "attention_bias"} == plain.identity
+        assert enc.last_stats.as_dict()["attention_bias"] == "on"
 
 
 # --------------------------------------------------------------------------- cuDNN attention
