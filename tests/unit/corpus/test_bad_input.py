@@ -413,9 +413,14 @@ def test_config_unquoted_on_off_reads_as_the_word_for_every_switch(config):
     """The embedding switches (one in a oneOf) take the word from the same pass."""
     import yaml
 
-    config["embedding"].update(yaml.safe_load("{packing: on, padding_mask: off, kernels: off, length_buckets: on}"))
+    config["embedding"].update(
+        yaml.safe_load(
+            "{packing: on, padding_mask: off, kernels: off, length_buckets: on, cudnn_attention: off, attention_bias: on}"
+        )
+    )
     got = validate_config(config, load_schema(REPO / "config" / "config.schema.yaml"))["embedding"]
     assert (got["packing"], got["padding_mask"], got["kernels"], got["length_buckets"]) == ("on", "off", "off", "on")
+    assert (got["cudnn_attention"], got["attention_bias"]) == ("off", "on")
     config["embedding"]["kernels"] = True  # "on" is not a kernels value: still an error naming the key
     with pytest.raises(ConfigError, match="config key 'embedding.kernels'"):
         validate_config(config, load_schema(REPO / "config" / "config.schema.yaml"))
