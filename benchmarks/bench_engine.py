@@ -248,7 +248,8 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
         hosts.append(
             f"# host side, {name} (last encode, {st.seconds:.2f} s): tokenize {st.tokenize_seconds:.2f} s, collate+pin "
             f"{st.collate_seconds:.2f} s (helper threads), device loop waited for batches {st.host_wait_seconds:.2f} s "
-            f"({st.first_batch_seconds:.2f} s of it for the first)"
+            f"({st.first_batch_seconds:.2f} s of it for the first), launched forwards {st.launch_seconds:.2f} s, "
+            f"gathered windows (waits for the device) {st.gather_seconds:.2f} s"
         )
         encoder = None
         gc.collect()
@@ -437,7 +438,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"# engine host side (last encode, {st.seconds:.2f} s): tokenize {st.tokenize_seconds:.2f} s, collate+pin "
         f"{st.collate_seconds:.2f} s, device loop waited {st.host_wait_seconds:.2f} s "
-        f"({st.first_batch_seconds:.2f} s of it for the first batch)"
+        f"({st.first_batch_seconds:.2f} s of it for the first batch), launched forwards {st.launch_seconds:.2f} s, "
+        f"gathered windows (waits for the device) {st.gather_seconds:.2f} s"
     )
 
     if args.configs is None:

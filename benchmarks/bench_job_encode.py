@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> None:
         for label, k in (("first", ""), ("warm", "again_")):
             print(f"{name:<10} {label:<5} encode {s[k + 'seconds']:6.2f} s = {s[k + 'tokens_per_s']:9.0f} tokens/s, "
                   f"padding {100 * s[k + 'padding_fraction']:4.1f} %; tokenize {s[k + 'tokenize_seconds']:5.2f} s, "
-                  f"collate+pin {s[k + 'collate_seconds']:5.2f} s, device loop waited {s[k + 'host_wait_seconds']:5.2f} s"
+                  f"collate+pin {s[k + 'collate_seconds']:5.2f} s, device loop waited {s[k + 'host_wait_seconds']:5.2f} s, "
+                  f"launched {s[k + 'launch_seconds']:5.2f} s, gathered {s[k + 'gather_seconds']:5.2f} s"
                   f"  ({args.n} texts, {args.device})", flush=True)
     for name, r in ratios.items():
         if name != "default":

@@ -139,6 +139,12 @@ class EncodeStats(EngineCounters):
     collate_seconds: float = 0.0
     host_wait_seconds: float = 0.0
     first_batch_seconds: float = 0.0  # of host_wait_seconds: the waits before the first batch
+    # The rest of the device loop: queueing each batch's forward (on CUDA the host only
+    # launches kernels; large when launching is what limits) and gathering each window's
+    # embeddings (on CUDA this waits for the device to finish what was queued: large
+    # when the device is what limits).
+    launch_seconds: float = 0.0
+    gather_seconds: float = 0.0
     # Long texts tokenized from the head truncation keeps (embed.prefix), and those of
     # them tokenized whole after all (the head fell short of the limit).
     tokenized_heads: int = 0
@@ -833,7 +839,9 @@ class Encoder:
                         if not stats.batches:
                             stats.first_batch_seconds = stats.host_wait_seconds
                         a, _ = bounds[item.window]
+                        launched = time.perf_counter()
                         pending.setdefault(item.window, []).extend(self._run(item, a, stats))
+                        stats.launch_seconds += time.perf_counter() - launched
                         done += len(item.batch.rows)
                         stats.items_embedded += len(item.batch.rows)
                         if progress is not None:
@@ -852,7 +860,9 @@ class Encoder:
                     a, b = bounds[item.window]
                     pieces = pending.pop(item.window, [])
                     rows = np.concatenate([r for r, _ in pieces])
+                    gathered = time.perf_counter()
                     emb = torch.cat([e for _, e in pieces]).float().cpu().numpy()
+                    stats.gather_seconds += time.perf_counter() - gathered
                     block = np.empty((b - a, self.dim), dtype=self.output_dtype)
                     block[rows] = emb.astype(self.output_dtype, copy=False)
                     result[a:b] = block

@@ -317,7 +317,10 @@ def test_device_starts_on_the_lead_group(tiny, texts, monkeypatch):
     monkeypatch.setattr(enc, "tokenize", lambda chunk: tokenized.append(len(chunk)) or real(chunk))
     got = enc.encode(many)
     assert len(tokenized) == 2 and tokenized[0] < len(many) / 4 and sum(tokenized) == len(many)
-    assert 0 < enc.last_stats.first_batch_seconds <= enc.last_stats.host_wait_seconds
+    st = enc.last_stats
+    assert 0 < st.first_batch_seconds <= st.host_wait_seconds
+    assert st.launch_seconds > 0 and st.gather_seconds > 0  # the device loop's own time, apart
+    assert st.host_wait_seconds + st.launch_seconds + st.gather_seconds <= st.seconds
 
     def whole_windows(_texts, windows):  # as before: the whole window first
         return [(w, np.arange(b - a), True) for w, a, b in windows]
