@@ -176,9 +176,14 @@ CONFIGS = {
 def config_options(name: str) -> dict:
     """The engine options of a configuration name: CONFIGS[base], with `@<tokens>[/<rows>]`
     a token budget (and most rows per batch)."""
-    base, _, size = name.partition("@")
-    tokens, _, rows = size.partition("/")
-    if base not in CONFIGS or not all(v.isdigit() and int(v) > 0 for v in (tokens, rows) if v) or (rows and not tokens):
+    base, at, size = name.partition("@")
+    tokens, slash, rows = size.partition("/")
+
+    def count(v: str) -> bool:
+        return v.isdigit() and int(v) > 0
+
+    sizes_ok = not at or (count(tokens) and (not slash or count(rows)))
+    if base not in CONFIGS or not sizes_ok:
         raise SystemExit(
             f"unknown configuration {name!r}: expected one of {', '.join(CONFIGS)}, optionally @<tokens> or @<tokens>/<rows>"
         )
@@ -308,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile-config", default="eager", help="a configuration name (as in --configs)")
     ap.add_argument("--profile-top", type=int, default=20)
     args = ap.parse_args(argv)
+    config_options(args.profile_config)  # a bad name fails now, not after the benchmark
     # INFO: the engine's decisions and each compiled shape's time, on stderr (tables: stdout).
     logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 

@@ -30,6 +30,7 @@ Every decision comes with its reason, for the log and the job's stats.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -378,15 +379,21 @@ def attention_bias(mask: torch.Tensor) -> torch.Tensor:
 
 # --------------------------------------------------------------------------- cuDNN attention
 
-# SDPA's backends other than cuDNN's (its kernel builds a plan per new batch shape).
+@contextlib.contextmanager
 def sdpa_without_cudnn():
-    """A context in which SDPA may pick any backend but cuDNN's."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    """A context in which SDPA may not pick cuDNN's kernel; its other backends stay as
+    set. The switch is process-wide: one encoder's forwards at a time (the device loop)."""
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
 
-    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
-
-def resolve_cudnn_attention(option: str, device: torch.device, padding_mask: Choice) -> Choice:
+def resolve_cudnn_attention(
+    option: str, device: torch.device, padding_mask: Choice, packing: Choice, attn_requested: str | None
+) -> Choice:
     """Whether SDPA may run cuDNN's attention kernel ("on") or not ("off").
 
     cuDNN builds an execution plan for each new shape it sees, and length-sorted batches
@@ -403,6 +410,8 @@ def resolve_cudnn_attention(option: str, device: torch.device, padding_mask: Cho
         return Choice("off", "embedding.cudnn_attention is off")
     if device.type != "cuda":
         return Choice("on", f"auto: cuDNN attention is CUDA's ({device.type}: nothing to turn off)")
+    if packing.value in ("flash_attention_2", "flex_attention") or attn_requested not in (None, "sdpa"):
+        return Choice("on", "auto: attention does not run through SDPA here (packed or another implementation)")
     if padding_mask.on:
         return Choice("on", "auto: batches without a padding mask (causal decoder): SDPA picks its kernel")
     return Choice("off", "auto: padded batches with their mask: cuDNN would build a plan per new batch shape")

@@ -36,6 +36,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
+import os
 import queue
 import threading
 import time
@@ -87,6 +88,11 @@ from shardflow.embed.stconfig import (
     load_model_spec,
     output_dim,
 )
+
+# Inside the compile cache: graphs traced with SDPA's cuDNN kernel turned off.
+NO_CUDNN_CACHE = "sdpa-without-cudnn"
+# The process's own compile cache setting, before any encoder changed it.
+_TORCH_CACHE_DIR = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
 
 __all__ = ["EmbedParams", "EncodeStats", "Encoder", "TextTooLargeError", "embed_chunk", "load_encoder", "resume_key"]
 
@@ -140,9 +146,10 @@ class EncodeStats(EngineCounters):
     host_wait_seconds: float = 0.0
     first_batch_seconds: float = 0.0  # of host_wait_seconds: the waits before the first batch
     # The rest of the device loop: queueing each batch's forward (on CUDA the host only
-    # launches kernels; large when launching is what limits) and gathering each window's
-    # embeddings (on CUDA this waits for the device to finish what was queued: large
-    # when the device is what limits).
+    # launches kernels; large when launching is what limits; it also holds compiling,
+    # warmup_seconds, and out-of-memory retries) and gathering each window's embeddings
+    # (on CUDA this waits for the device to finish what was queued: large when the
+    # device is what limits).
     launch_seconds: float = 0.0
     gather_seconds: float = 0.0
     # Long texts tokenized from the head truncation keeps (embed.prefix), and those of
@@ -355,7 +362,13 @@ class Encoder:
             self.left_pad = False  # pads after each text, where a causal model's real tokens never look
         else:
             self.identity.pop("padding_mask", None)  # resolved from config.json; the loaded model said otherwise
-        self.cudnn_attention = accel.resolve_cudnn_attention(params.cudnn_attention, self.device, self.padding_mask)
+        self.cudnn_attention = accel.resolve_cudnn_attention(
+            params.cudnn_attention,
+            self.device,
+            self.padding_mask,
+            packing,
+            dict(self.spec.model_kwargs).get("attn_implementation"),
+        )
         if self.device.type == "cuda" and not self.cudnn_attention.on:
             self.identity["cudnn_attention"] = "off"
         else:
@@ -378,7 +391,7 @@ class Encoder:
             self.buckets = ()
         # Read by inductor when it first compiles: the model with `compile`, flex
         # attention's kernel with packing.
-        cache = use_compile_cache(params.compile_cache)
+        cache = use_compile_cache(self._compile_cache_folder())
         if params.compile:
             mode = None if params.compile_mode in ("auto", "default") else params.compile_mode
             static = bool(self.buckets or self.packed_buckets)
@@ -529,6 +542,26 @@ class Encoder:
             attention_mask = attention_mask.to(self.device, non_blocking=True)
         with accel.sdpa_without_cudnn() if not self.cudnn_attention.on else contextlib.nullcontext():
             return self._run_model(input_ids, attention_mask, lengths)
+
+    def _compile_cache_folder(self) -> str | Path | None:
+        """`compile_cache`; with `compile` and cuDNN attention off, a folder of its own
+        inside it (or inside torch's own): SDPA's kernel is chosen when a graph is traced,
+        and neither dynamo's guards nor the cache's keys see that choice, so graphs traced
+        with cuDNN (an earlier job, the other setting) would be reused as they are."""
+        given = self.params.compile_cache
+        if not self.params.compile:
+            return given  # flex attention's kernel (packing) compiles without SDPA
+        if given is not None:
+            return given if self.cudnn_attention.on else Path(given) / NO_CUDNN_CACHE
+        # torch's own folder, as the process had it before an encoder pointed elsewhere
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        torch_own = Path(_TORCH_CACHE_DIR or default_cache_dir())
+        if not self.cudnn_attention.on:
+            return torch_own / NO_CUDNN_CACHE
+        if os.environ.get("TORCHINDUCTOR_CACHE_DIR", "").endswith(NO_CUDNN_CACHE):  # an earlier encoder's
+            return torch_own
+        return None
 
     def _run_model(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, lengths: np.ndarray | None) -> torch.Tensor:
         if self.before_forward is not None:

@@ -197,7 +197,7 @@ def accel_identity(params: EmbedParams, spec: ModelSpec, device: torch.device) -
     padding = accel.resolve_padding_mask(params.padding_mask, device, mtype, cfg, attn, packing)
     if padding.on:
         out["padding_mask"] = PADDING_MASK_SKIPPED
-    if device.type == "cuda" and not accel.resolve_cudnn_attention(params.cudnn_attention, device, padding).on:
+    if device.type == "cuda" and not accel.resolve_cudnn_attention(params.cudnn_attention, device, padding, packing, attn).on:
         out["cudnn_attention"] = "off"
     if accel.resolve_attention_bias(params.attention_bias, mtype, attn, padding, packing).on:
         out["attention_bias"] = ATTENTION_BIAS_ON

@@ -472,11 +472,48 @@ def test_attention_bias_skips_transformers_mask_builder_same_bytes(tiny, texts, 
 def test_cudnn_attention_resolution():
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     skipped, passed = accel.Choice("skip", "causal"), accel.Choice("off", "encoder")
-    assert accel.resolve_cudnn_attention("auto", cuda, passed).value == "off"  # a plan per shape: measured slower
-    assert accel.resolve_cudnn_attention("auto", cuda, skipped).value == "on"  # cuDNN's flash kernel, no mask
-    assert accel.resolve_cudnn_attention("auto", cpu, passed).value == "on"  # nothing to turn off
-    assert accel.resolve_cudnn_attention("on", cuda, passed).value == "on"
-    assert accel.resolve_cudnn_attention("off", cuda, skipped).value == "off"
+    unpacked, flex = accel.Choice("off", "-"), accel.Choice("flex_attention", "packed")
+
+    def resolve(option, device=cuda, padding=passed, packing=unpacked, attn=None):
+        return accel.resolve_cudnn_attention(option, device, padding, packing, attn).value
+
+    assert resolve("auto") == "off"  # a plan per shape: measured slower
+    assert resolve("auto", padding=skipped) == "on"  # cuDNN's flash kernel, no mask
+    assert resolve("auto", device=cpu) == "on"  # nothing to turn off
+    assert resolve("auto", packing=flex) == "on" and resolve("auto", attn="eager") == "on"  # not SDPA: no rerun
+    assert resolve("on") == "on"
+    assert resolve("off", padding=skipped) == "off"
+
+
+def test_cudnn_off_switches_only_cudnn_and_restores_it():
+    b = torch.backends.cuda
+    before = (b.flash_sdp_enabled(), b.mem_efficient_sdp_enabled(), b.math_sdp_enabled(), b.cudnn_sdp_enabled())
+    b.enable_math_sdp(False)  # a setting of the caller's: kept inside the context
+    try:
+        with accel.sdpa_without_cudnn():
+            assert not b.cudnn_sdp_enabled() and not b.math_sdp_enabled()
+        assert b.cudnn_sdp_enabled() == before[3] and not b.math_sdp_enabled()
+    finally:
+        b.enable_math_sdp(before[2])
+
+
+def test_compile_without_cudnn_has_a_compile_cache_of_its_own(tiny, tmp_path, monkeypatch):
+    """SDPA's kernel is fixed when a graph is traced and no cache key sees it: graphs
+    traced without cuDNN go to a folder of their own."""
+    from shardflow.embed import engine
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "torch-own"))  # restored after the test
+    monkeypatch.setattr(engine, "_TORCH_CACHE_DIR", str(tmp_path / "torch-own"))  # as read at import
+    cache = tmp_path / "shared"
+    enc = load_encoder(params(tiny["bert_mean"], compile=True, cudnn_attention="off", compile_cache=str(cache)))
+    assert enc.compiled.endswith(f"cache {cache / engine.NO_CUDNN_CACHE}")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(cache / engine.NO_CUDNN_CACHE)
+    load_encoder(params(tiny["bert_mean"], compile=True, cudnn_attention="off"))  # torch's own, a folder inside
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "torch-own" / engine.NO_CUDNN_CACHE)
+    load_encoder(params(tiny["bert_mean"], compile=True))  # cuDNN allowed: torch's own again
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "torch-own")
+    on = load_encoder(params(tiny["bert_mean"], compile=True, compile_cache=str(cache)))  # as given
+    assert on.compiled.endswith(f"cache {cache}")
 
 
 def test_cudnn_attention_off_runs_each_forward_without_cudnn_and_restores_it(tiny, texts, monkeypatch):
