@@ -77,14 +77,28 @@ def runtime(device_setting: str, dtype_setting: str, threads: int | None) -> tup
     return device, dtype, described
 
 
-def use_compile_cache(folder: str | Path | None) -> Path | None:
+# The process's own compile cache setting, before a job pointed torch elsewhere.
+_PROCESS_CACHE_DIR = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+
+
+def use_compile_cache(folder: str | Path | None, subfolder: str | None = None) -> Path | None:
     """Point torch's compile cache (TORCHINDUCTOR_CACHE_DIR) at `folder`, created if
-    missing, before the first compile of this process; None leaves torch's own (per
-    machine, in /tmp). Jobs sharing the folder reuse each other's compiled kernels
+    missing, before the first compile of this process. None: torch's own (the process's
+    setting, else per machine in /tmp), put back if an earlier call pointed elsewhere.
+    `subfolder`: a folder of its own inside either, for compiled code that must not mix
+    with the rest. Jobs sharing the folder reuse each other's compiled kernels
     (inductor writes its entries atomically: safe for concurrent jobs)."""
-    if folder is None:
+    if folder is None and subfolder is None:
+        if _PROCESS_CACHE_DIR is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = _PROCESS_CACHE_DIR
         return None
-    cache = Path(folder).expanduser().resolve()
+    if folder is None:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        folder = _PROCESS_CACHE_DIR or default_cache_dir()
+    cache = Path(folder).expanduser().resolve() / (subfolder or "")
     cache.mkdir(parents=True, exist_ok=True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
     return cache

@@ -335,6 +335,10 @@ def confirm_causal(model: torch.nn.Module, choice: Choice) -> Choice:
 
 # --------------------------------------------------------------------------- the mask as a 4-D tensor
 
+# Padding mask passed, SDPA's own kernel choice, the 2-D mask: the attention decisions
+# (see params.resolve_attention) of an encoder whose options were not resolved.
+PLAIN_ATTENTION = (Choice("off", "not resolved"), Choice("on", "not resolved"), Choice("off", "not resolved"))
+
 
 def resolve_attention_bias(
     option: str, mtype: str, attn_requested: str | None, padding_mask: Choice, packing: Choice

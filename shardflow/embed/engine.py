@@ -36,7 +36,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
-import os
 import queue
 import threading
 import time
@@ -74,9 +73,11 @@ from shardflow.core.parts import PartStore, resume_folder
 from shardflow.corpus.chunks import read_chunk
 from shardflow.embed import accel
 from shardflow.embed.params import (
-    ATTENTION_BIAS_ON,
+    ATTENTION_KEYS,
     EmbedParams,
+    attention_identity,
     output_identity,
+    resolve_attention,
     resolve_token_budget,
     resume_key,
 )
@@ -91,8 +92,6 @@ from shardflow.embed.stconfig import (
 
 # Inside the compile cache: graphs traced with SDPA's cuDNN kernel turned off.
 NO_CUDNN_CACHE = "sdpa-without-cudnn"
-# The process's own compile cache setting, before any encoder changed it.
-_TORCH_CACHE_DIR = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
 
 __all__ = ["EmbedParams", "EncodeStats", "Encoder", "TextTooLargeError", "embed_chunk", "load_encoder", "resume_key"]
 
@@ -259,18 +258,17 @@ def load_encoder(
         model, config = _load_model(spec, dtype, device, logger)
     if kernels.on:
         kernels = accel.apply_kernels(model, mtype, logger)
-    padding = accel.resolve_padding_mask(params.padding_mask, device, mtype, cfg, attn_requested, packing)
-    padding = accel.confirm_causal(model, padding)
+    attention = resolve_attention(params, device, mtype, cfg, attn_requested, packing, model)
+    padding, cudnn, bias = attention
     (logger.warning if params.padding_mask == "off" and not padding.on else logger.info)(
         "padding mask: %s (%s)", "skipped" if padding.on else "passed", padding.reason
     )
-    (logger.warning if params.kernels == "liger" and not kernels.on else logger.info)(
-        "fused kernels: %s (%s)", kernels.value, kernels.reason
-    )
-    bias = accel.resolve_attention_bias(params.attention_bias, mtype, attn_requested, padding, packing)
-    bias = accel.confirm_sdpa(model, bias)
+    logger.info("cuDNN attention: %s (%s)", cudnn.value, cudnn.reason)
     (logger.warning if params.attention_bias == "on" and not bias.on else logger.info)(
         "attention bias: %s (%s)", bias.value, bias.reason
+    )
+    (logger.warning if params.kernels == "liger" and not kernels.on else logger.info)(
+        "fused kernels: %s (%s)", kernels.value, kernels.reason
     )
     max_positions = getattr(
         config.get_text_config() if hasattr(config, "get_text_config") else config, "max_position_embeddings", None
@@ -278,7 +276,7 @@ def load_encoder(
     tokenizer = _load_tokenizer(spec, max_positions)
     head = build_head(spec.head).to(device)
     encoder = Encoder(params, spec, tokenizer, model, head, device, dtype, output_dim(spec), logger, before_forward)
-    encoder.setup_accel(mtype, packing, kernels, padding, bias)
+    encoder.setup_accel(mtype, packing, kernels, attention)
     return encoder
 
 
@@ -337,9 +335,7 @@ class Encoder:
         self.last_stats = EncodeStats()
         self.packing = accel.Choice("off", "not set up")
         self.kernels = accel.Choice("off", "not set up")
-        self.padding_mask = accel.Choice("off", "not set up")
-        self.cudnn_attention = accel.Choice("on", "not set up")
-        self.attention_bias = accel.Choice("off", "not set up")
+        self.padding_mask, self.cudnn_attention, self.attention_bias = accel.PLAIN_ATTENTION
         self.causal = False
         self.buckets: tuple[int, ...] = ()
         self.packed_buckets: tuple[int, ...] = ()
@@ -351,34 +347,20 @@ class Encoder:
         mtype: str,
         packing: accel.Choice,
         kernels: accel.Choice,
-        padding_mask: accel.Choice | None = None,
-        attention_bias: accel.Choice | None = None,
+        attention: tuple[accel.Choice, accel.Choice, accel.Choice] | None = None,
     ) -> None:
-        """Apply the resolved speed-ups: buckets, packing, compile, the padding mask (see `accel`)."""
+        """Apply the resolved speed-ups: buckets, packing, compile, and `attention` (from
+        `resolve_attention`; None: the plain path's mask, SDPA's own kernel choice)."""
         params = self.params
         self.packing, self.kernels = packing, kernels
-        self.padding_mask = padding_mask or accel.Choice("off", "not resolved")
+        attention = attention or accel.PLAIN_ATTENTION
+        self.padding_mask, self.cudnn_attention, self.attention_bias = attention
         if self.padding_mask.on:
             self.left_pad = False  # pads after each text, where a causal model's real tokens never look
-        else:
-            self.identity.pop("padding_mask", None)  # resolved from config.json; the loaded model said otherwise
-        self.cudnn_attention = accel.resolve_cudnn_attention(
-            params.cudnn_attention,
-            self.device,
-            self.padding_mask,
-            packing,
-            dict(self.spec.model_kwargs).get("attn_implementation"),
-        )
-        if self.device.type == "cuda" and not self.cudnn_attention.on:
-            self.identity["cudnn_attention"] = "off"
-        else:
-            self.identity.pop("cudnn_attention", None)
-        self.logger.info("cuDNN attention: %s (%s)", self.cudnn_attention.value, self.cudnn_attention.reason)
-        self.attention_bias = attention_bias or accel.Choice("off", "not resolved")
-        if self.attention_bias.on:
-            self.identity["attention_bias"] = ATTENTION_BIAS_ON
-        else:
-            self.identity.pop("attention_bias", None)  # resolved from the options; the loaded model said otherwise
+        # As the loaded model confirmed them (the identity was resolved from config.json).
+        for key in ATTENTION_KEYS:
+            self.identity.pop(key, None)
+        self.identity.update(attention_identity(self.device, *attention))
         self.causal = mtype in accel.PACKABLE_DECODERS
         limit = self.max_length if self.truncate else 8192
         self.buckets = accel.resolve_buckets(params.length_buckets, params.compile, limit, params.compile_mode)
@@ -390,8 +372,11 @@ class Encoder:
             self.packed_buckets = tuple(range(step, max(self.token_budget, limit) + step, step))
             self.buckets = ()
         # Read by inductor when it first compiles: the model with `compile`, flex
-        # attention's kernel with packing.
-        cache = use_compile_cache(self._compile_cache_folder())
+        # attention's kernel with packing. SDPA's kernel is chosen when a graph is
+        # traced, and neither dynamo's guards nor the cache's keys see that choice:
+        # graphs traced without cuDNN keep to a folder of their own.
+        without_cudnn = params.compile and not self.cudnn_attention.on
+        cache = use_compile_cache(params.compile_cache, NO_CUDNN_CACHE if without_cudnn else None)
         if params.compile:
             mode = None if params.compile_mode in ("auto", "default") else params.compile_mode
             static = bool(self.buckets or self.packed_buckets)
@@ -542,26 +527,6 @@ class Encoder:
             attention_mask = attention_mask.to(self.device, non_blocking=True)
         with accel.sdpa_without_cudnn() if not self.cudnn_attention.on else contextlib.nullcontext():
             return self._run_model(input_ids, attention_mask, lengths)
-
-    def _compile_cache_folder(self) -> str | Path | None:
-        """`compile_cache`; with `compile` and cuDNN attention off, a folder of its own
-        inside it (or inside torch's own): SDPA's kernel is chosen when a graph is traced,
-        and neither dynamo's guards nor the cache's keys see that choice, so graphs traced
-        with cuDNN (an earlier job, the other setting) would be reused as they are."""
-        given = self.params.compile_cache
-        if not self.params.compile:
-            return given  # flex attention's kernel (packing) compiles without SDPA
-        if given is not None:
-            return given if self.cudnn_attention.on else Path(given) / NO_CUDNN_CACHE
-        # torch's own folder, as the process had it before an encoder pointed elsewhere
-        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
-        torch_own = Path(_TORCH_CACHE_DIR or default_cache_dir())
-        if not self.cudnn_attention.on:
-            return torch_own / NO_CUDNN_CACHE
-        if os.environ.get("TORCHINDUCTOR_CACHE_DIR", "").endswith(NO_CUDNN_CACHE):  # an earlier encoder's
-            return torch_own
-        return None
 
     def _run_model(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, lengths: np.ndarray | None) -> torch.Tensor:
         if self.before_forward is not None:

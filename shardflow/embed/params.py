@@ -28,9 +28,7 @@ OUTPUT_DTYPES = ("float32", "float16")
 COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 PACKING = ("auto", "off", "on")
 KERNELS = ("auto", "off", "liger")
-PADDING_MASK = ("auto", "on", "off")
-CUDNN_ATTENTION = ("auto", "on", "off")
-ATTENTION_BIAS = ("auto", "on", "off")
+SWITCH = ("auto", "on", "off")  # padding_mask, cudnn_attention, attention_bias
 # Added after outputs existed: in the identity only when they resolve to something on.
 _ACCEL_FIELDS = ("length_buckets", "compile_mode", "packing", "kernels", "padding_mask", "cudnn_attention", "attention_bias")
 # Default token budgets. On CPU, throughput per token is flat from ~512 to ~2048
@@ -41,6 +39,8 @@ AUTO_TOKEN_BUDGET = {"cpu": 1024, "cuda": 32768}
 PADDING_MASK_SKIPPED = "skipped: causal, right padding"
 # In the identity when an encoder's padding mask is passed ready-made, 4-D.
 ATTENTION_BIAS_ON = "[rows, 1, 1, width] bool mask"
+# The identity keys of the attention decisions (see `attention_identity`).
+ATTENTION_KEYS = ("padding_mask", "cudnn_attention", "attention_bias")
 
 
 @dataclass(frozen=True)
@@ -115,9 +115,9 @@ class EmbedParams:
             ("compile_mode", COMPILE_MODES),
             ("packing", PACKING),
             ("kernels", KERNELS),
-            ("padding_mask", PADDING_MASK),
-            ("cudnn_attention", CUDNN_ATTENTION),
-            ("attention_bias", ATTENTION_BIAS),
+            ("padding_mask", SWITCH),
+            ("cudnn_attention", SWITCH),
+            ("attention_bias", SWITCH),
         )
         for name, allowed in choices:
             if getattr(self, name) not in allowed:
@@ -194,15 +194,46 @@ def accel_identity(params: EmbedParams, spec: ModelSpec, device: torch.device) -
     kernels = accel.resolve_kernels(params.kernels, device, mtype)
     if kernels.on:
         out["kernels"] = f"liger-kernel {accel.liger_version()}"
-    padding = accel.resolve_padding_mask(params.padding_mask, device, mtype, cfg, attn, packing)
-    if padding.on:
-        out["padding_mask"] = PADDING_MASK_SKIPPED
-    if device.type == "cuda" and not accel.resolve_cudnn_attention(params.cudnn_attention, device, padding, packing, attn).on:
-        out["cudnn_attention"] = "off"
-    if accel.resolve_attention_bias(params.attention_bias, mtype, attn, padding, packing).on:
-        out["attention_bias"] = ATTENTION_BIAS_ON
+    out.update(attention_identity(device, *resolve_attention(params, device, mtype, cfg, attn, packing)))
     if params.compile and params.compile_mode not in ("auto", "default"):
         out["compile_mode"] = params.compile_mode
+    return out
+
+
+def resolve_attention(
+    params: EmbedParams,
+    device: torch.device,
+    mtype: str,
+    cfg: dict,
+    attn_requested: str | None,
+    packing: Any,
+    model: torch.nn.Module | None = None,
+) -> tuple[Any, Any, Any]:
+    """The attention decisions, each resting on the one before: the padding mask, cuDNN's
+    kernel, the mask passed 4-D (`accel.Choice`s). From config.json alone, or, given the
+    loaded `model`, as it confirms them."""
+    from shardflow.embed import accel
+
+    padding = accel.resolve_padding_mask(params.padding_mask, device, mtype, cfg, attn_requested, packing)
+    if model is not None:
+        padding = accel.confirm_causal(model, padding)
+    cudnn = accel.resolve_cudnn_attention(params.cudnn_attention, device, padding, packing, attn_requested)
+    bias = accel.resolve_attention_bias(params.attention_bias, mtype, attn_requested, padding, packing)
+    if model is not None:
+        bias = accel.confirm_sdpa(model, bias)
+    return padding, cudnn, bias
+
+
+def attention_identity(device: torch.device, padding: Any, cudnn: Any, bias: Any) -> dict[str, str]:
+    """The identity entries of `resolve_attention`'s decisions (keys ATTENTION_KEYS):
+    only those that change the output from the plain path's."""
+    out = {}
+    if padding.on:
+        out["padding_mask"] = PADDING_MASK_SKIPPED
+    if device.type == "cuda" and not cudnn.on:  # the CPU has no cuDNN kernel to turn off
+        out["cudnn_attention"] = "off"
+    if bias.on:
+        out["attention_bias"] = ATTENTION_BIAS_ON
     return out
 
 

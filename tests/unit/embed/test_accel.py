@@ -500,10 +500,11 @@ def test_cudnn_off_switches_only_cudnn_and_restores_it():
 def test_compile_without_cudnn_has_a_compile_cache_of_its_own(tiny, tmp_path, monkeypatch):
     """SDPA's kernel is fixed when a graph is traced and no cache key sees it: graphs
     traced without cuDNN go to a folder of their own."""
+    from shardflow.core import devices
     from shardflow.embed import engine
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "torch-own"))  # restored after the test
-    monkeypatch.setattr(engine, "_TORCH_CACHE_DIR", str(tmp_path / "torch-own"))  # as read at import
+    monkeypatch.setattr(devices, "_PROCESS_CACHE_DIR", str(tmp_path / "torch-own"))  # as read at import
     cache = tmp_path / "shared"
     enc = load_encoder(params(tiny["bert_mean"], compile=True, cudnn_attention="off", compile_cache=str(cache)))
     assert enc.compiled.endswith(f"cache {cache / engine.NO_CUDNN_CACHE}")
