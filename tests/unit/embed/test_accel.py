@@ -462,6 +462,7 @@ def test_attention_bias_skips_transformers_mask_builder_same_bytes(tiny, texts, 
         assert not asked and enc.last_stats.batches > 1
         np.testing.assert_array_equal(got, want)
         assert enc.identity["attention_bias"] == "[rows, 1, 1, width] bool mask"
+        assert output_identity(enc.params) == enc.identity  # before loading, as the engine has it
         assert {k: v for k, v in enc.identity.items() if k != "attention_bias"} == plain.identity
         assert enc.last_stats.as_dict()["attention_bias"] == "on"
 
