@@ -22,6 +22,9 @@ and the minimum cosine against st@32:
 - eager     packing off, kernels off, no compile (the plain padded path; a causal decoder
             on CUDA runs it without its padding mask: embedding.padding_mask auto)
 - fused     kernels: liger (fused RMSNorm/RoPE/MLP; falls back where unavailable, shown)
+- fused_builder  fused, with transformers' mask builder run in every forward (a causal
+            decoder's per-layer masks not given as None: what `fused` ran before stop 21;
+            on CUDA the builder's `.all()` on the position ids is a sync per forward)
 - fused_nocudnn  fused with cudnn_attention: off (SDPA without cuDNN's kernel)
 - eager_cudnn  eager with cudnn_attention: on (SDPA's own choice: what an encoder ran before
             cuDNN's kernel was turned off where batches pass a mask)
@@ -155,10 +158,12 @@ def model_flops(model, lengths, num_layers: int, hidden: int) -> float:
     return 2.0 * params * tokens + 4.0 * num_layers * hidden * sum(l * l for l in lengths)
 
 
+MASK_BUILDER = "_mask_builder"  # not an engine option: the encoder's per-layer masks dropped after loading
 CONFIGS = {
     "eager": {},
     "fused": {"kernels": "liger"},
     "fused_masked": {"kernels": "liger", "padding_mask": "on"},
+    "fused_builder": {"kernels": "liger", MASK_BUILDER: True},
     "fused_nocudnn": {"kernels": "liger", "cudnn_attention": "off"},
     "eager_cudnn": {"cudnn_attention": "on"},
     "eager_bias": {"attention_bias": "on"},
@@ -195,16 +200,28 @@ def config_options(name: str) -> dict:
     return opts
 
 
+def load_configured(base_params, opts: dict):
+    """The encoder of a configuration's options (`config_options`)."""
+    import dataclasses
+
+    from shardflow.embed import load_encoder
+
+    opts = dict(opts)
+    builder = opts.pop(MASK_BUILDER, False)
+    encoder = load_encoder(dataclasses.replace(base_params, **opts))
+    if builder:
+        encoder.no_mask = None  # transformers builds the (empty) mask in each forward
+    return encoder
+
+
 def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, timed, flops_of) -> None:
     """One table row per configuration: warm-up apart, then the median of `rounds` encodes."""
-    import dataclasses
     import gc
     import tempfile
 
     import numpy as np
     import torch
 
-    from shardflow.embed import load_encoder
 
     names = list(CONFIGS) if args.configs == "all" else [c for c in args.configs.split(",") if c]
     options = {name: config_options(name) for name in names}  # a bad name fails before any model loads
@@ -225,9 +242,9 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
             opts["length_buckets"] = [int(b) for b in args.length_buckets.split(",")]
         if opts.get("compile"):  # an empty compile cache: warm-up is what a first job pays
             opts["compile_cache"] = tempfile.mkdtemp(prefix="bench-engine-inductor-")
-        params = dataclasses.replace(base_params, **opts)
+        builder = opts.get(MASK_BUILDER, False)
         torch._dynamo.reset()  # dynamo keys graphs by code, not model: no config reuses another's graphs
-        encoder = load_encoder(params)
+        encoder = load_configured(base_params, opts)
         warm, _ = timed(encoder.warmup)  # compiles each bucket shape (0 without compile)
         probe_s, _ = timed(lambda enc=encoder: enc.encode(texts[: max(32, len(texts) // 8)]))
         warm += probe_s
@@ -242,7 +259,7 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
         st = encoder.last_stats
         what = (
             f"kernels {st.kernels}, cuDNN attention {st.cudnn_attention}, attention bias {st.attention_bias}, packing "
-            f"{st.packing}, padding mask {st.padding_mask}, compile {st.compile}, budget {encoder.token_budget} tokens / "
+            f"{st.packing}, padding mask {st.padding_mask}{' (mask builder run)' if builder and st.padding_mask == 'skipped' else ''}, compile {st.compile}, budget {encoder.token_budget} tokens / "
             f"{encoder.params.max_batch_size} rows, "
             f"{st.batches} batches"
         )
@@ -460,12 +477,7 @@ def main(argv: list[str] | None = None) -> int:
 
         run_configs(args, params, texts, lengths, reference, on_cuda, peak, timed, flops_of)
     if args.profile:
-        import dataclasses
-
-        from shardflow.embed import load_encoder as load
-
-        opts = config_options(args.profile_config)
-        prof_encoder = load(dataclasses.replace(params, **opts))
+        prof_encoder = load_configured(params, config_options(args.profile_config))
         prof_encoder.warmup()
         prof_encoder.encode(texts[: max(32, len(texts) // 8)])
         profile(prof_encoder, texts, on_cuda, args.profile_top)

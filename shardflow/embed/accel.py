@@ -19,7 +19,9 @@ the CPU, so a CPU run's bytes do not change:
   `liger` = the same, but a missing piece is logged as a warning.
 - padding mask: `auto` = a causal decoder's padded batches run on CUDA without their
   padding mask, padded on the right (no real token attends a pad), so SDPA can run its
-  flash kernel; `off` = the same on any device; `on` = the mask always.
+  flash kernel; `off` = the same on any device; `on` = the mask always. Where the
+  model takes masks per layer type, a skipped mask is given as None per type, so
+  transformers' mask builder (a sync per forward on CUDA) does not run.
 - attention bias: `on` = an encoder's padded batches pass their mask ready-made, 4-D,
   so transformers does not read it back to the host (a sync per forward); `auto` = off.
 - cuDNN attention: `auto` = SDPA runs without cuDNN's kernel on CUDA where batches pass
@@ -331,6 +333,41 @@ def confirm_causal(model: torch.nn.Module, choice: Choice) -> Choice:
     if flags and all(flags):
         return choice
     return Choice("off", "the loaded model's attention modules are not all causal: padding masked")
+
+
+def unmasked_layers(model: torch.nn.Module) -> tuple[dict[str, None] | None, str]:
+    """What a causal decoder's padded batch passes as `attention_mask` when its padding
+    mask is skipped, and why.
+
+    Given None, transformers' mask builder still runs: it checks the position ids for
+    texts packed into one row, with a `.all()` in an `if` (`masking_utils`, 5.24), and on
+    CUDA that waits for the device to finish all queued work, a sync at the start of
+    every forward. It then returns None, and every layer runs SDPA with `is_causal`.
+    Models that take their masks per layer type (Qwen3, Qwen2, Gemma2/3 in 5.24) accept
+    `{layer type: None}` as already built: the layers get the same None, and no builder
+    runs. Only where every layer attends in full (a sliding-window layer's mask is not
+    None), and confirmed on the loaded model: a probe batch gives the same output bytes
+    both ways. Else None, as before."""
+    config = getattr(model, "config", None)
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    types_ = getattr(config, "layer_types", None)
+    if not types_:
+        return None, "the model's config has no per-layer attention types: transformers builds its (empty) mask"
+    if set(types_) != {"full_attention"}:
+        return None, f"layers of types {sorted(set(types_))}: their masks are built by transformers"
+    masks = {"full_attention": None}
+    param = next(model.parameters())
+    vocab = int(getattr(config, "vocab_size", 2) or 2)
+    ids = (torch.arange(2 * 7, device=param.device).reshape(2, 7) * 7 + 1) % vocab
+    try:
+        with torch.inference_mode():
+            built = model(input_ids=ids, attention_mask=None)[0]
+            given = model(input_ids=ids, attention_mask=masks)[0]
+    except Exception as exc:  # noqa: BLE001 - a model that does not take them: the builder runs
+        return None, f"the model did not take per-layer masks ({type(exc).__name__}: {exc})"
+    if not torch.equal(built, given):
+        return None, "per-layer masks gave other output bytes on a probe: transformers builds the mask"
+    return masks, "per-layer masks given as None (no mask builder: no device sync per forward)"
 
 
 # --------------------------------------------------------------------------- the mask as a 4-D tensor

@@ -128,7 +128,8 @@ def test_causal_decoder_without_padding_mask_matches_masked(tiny, texts, tmp_pat
     got = enc.encode(texts)
     s = enc.last_stats
     assert s.padded_tokens > s.real_tokens and s.batches > 1  # batches did hold padding
-    assert masks and all(m is None for m in masks) and s.padding_mask == "skipped"
+    assert masks and all(m == {"full_attention": None} for m in masks) and s.padding_mask == "skipped"
+    assert "per-layer masks given as None" in s.padding_mask_reason  # no mask builder runs
     assert_close(got, want)
     assert enc.identity["padding_mask"] == "skipped: causal, right padding"
     assert output_identity(params(model, token_budget=256)) != enc.identity
@@ -147,6 +148,74 @@ def test_padding_mask_kept_for_encoders_and_on_cpu_by_default(tiny, texts, caplo
     assert not bert.padding_mask.on and "not a causal decoder" in bert.padding_mask.reason
     assert any("padding mask: passed" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
     np.testing.assert_array_equal(bert.encode(texts), load_encoder(params(tiny["bert_mean"])).encode(texts))
+
+
+# Tensor methods that, on a CUDA tensor, wait for the device (read a value back).
+_SYNCING = ("__bool__", "item", "tolist", "cpu", "numpy", "__int__", "__float__", "__index__", "nonzero", "any", "all")
+
+
+def _syncs(monkeypatch) -> list[str]:
+    """Where the main thread calls a syncing Tensor method from now on: 'file:function'
+    of the nearest frame in shardflow or transformers (recorded on the CPU, where the
+    calls are cheap; on CUDA each one stops the host until the device catches up)."""
+    import threading
+    import traceback
+
+    seen: list[str] = []
+    main = threading.main_thread()
+    for name in _SYNCING:
+        real = getattr(torch.Tensor, name)
+
+        def patched(self, *a, _real=real, **k):
+            if threading.current_thread() is main:
+                frames = [f for f in traceback.extract_stack()[:-1] if "shardflow" in f.filename or "transformers" in f.filename]
+                if frames:
+                    seen.append(f"{Path(frames[-1].filename).name}:{frames[-1].name}")
+            return _real(self, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, name, patched)
+    return seen
+
+
+def test_device_loop_syncs_only_at_window_ends(tiny, texts, monkeypatch):
+    """On CUDA the host queues forwards ahead of the device unless something reads a
+    value back. A causal decoder without its padding mask (per-layer masks given as
+    None: transformers' builder would check the position ids with `.all()`) and an
+    encoder with its mask 4-D read back nothing per batch: only each window's gather.
+    The plain paths' 2-D masks do (a sync per forward), which shows the check sees them."""
+    cases = {
+        "qwen_last": ({"padding_mask": "off"}, {}),
+        "bert_mean": ({"attention_bias": "on"}, {}),
+    }
+    for name, (fast, plain) in cases.items():
+        for kw, per_batch in ((fast, False), (plain, True)):
+            enc = load_encoder(params(tiny[name], token_budget=256, window=16, **kw))
+            seen = _syncs(monkeypatch)
+            enc.encode(texts)
+            s = enc.last_stats
+            monkeypatch.undo()
+            assert s.batches > s.parts > 1
+            at_gather = [w for w in seen if w == "engine.py:_encode_windows"]
+            assert len(at_gather) == 2 * s.parts  # .cpu().numpy() of each window
+            others = [w for w in seen if w != "engine.py:_encode_windows"]
+            assert (len(others) >= s.batches) if per_batch else not others, (name, kw, sorted(set(others)))
+
+
+def test_per_layer_masks_only_where_the_model_takes_them():
+    from transformers import MistralConfig, MistralModel, Qwen3Config, Qwen3Model
+
+    kw = {"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
+          "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8}
+    masks, why = accel.unmasked_layers(Qwen3Model(Qwen3Config(**kw)).eval())
+    assert masks == {"full_attention": None} and "no device sync" in why
+    sliding = Qwen3Model(Qwen3Config(**kw, use_sliding_window=True, sliding_window=4, max_window_layers=1)).eval()
+    masks, why = accel.unmasked_layers(sliding)  # a sliding window's mask is not None
+    assert masks is None and "sliding_attention" in why
+    mistral = MistralModel(MistralConfig(**kw)).eval()
+    assert accel.unmasked_layers(mistral)[0] is None  # no per-layer types in its config
+    mistral.config.layer_types = ["full_attention"] * 2  # but its forward builds one mask from a tensor
+    masks, why = accel.unmasked_layers(mistral)
+    assert masks is None and "did not take per-layer masks" in why
 
 
 def test_padding_mask_resolution():
