@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests.helpers import job_counts
+from tests.helpers import assert_no_secrets, job_counts
 from tests.support.k8s_apiserver_standin import KubernetesApiServerStandin
 
 pytestmark = pytest.mark.cluster
@@ -164,6 +164,13 @@ def test_eks_profile_runs_the_real_workflow_through_the_standin_and_matches_a_lo
     # The secret holds the keys (base64, as Kubernetes stores them).
     decoded = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
     assert decoded["snakemake_storage_s3_secret_key"] == s3.secret_key
+    # ... and no pod wrote them: not in its log (what `kubectl logs` shows anyone who may
+    # read the namespace's logs), nor in its files. (This run's own terminal does show
+    # them: the test passes them as --storage-s3-* flags, docs/reliability.md.)
+    scanned = assert_no_secrets(
+        api.root / "pods", secrets={"s3 access key": s3.access_key, "s3 secret key": s3.secret_key}
+    )
+    assert sum(p.name == "container.log" for p in scanned) == len(api.job_specs)
 
     # Clean-up: every Job deleted after it finished, the secret at the end, nothing left running.
     assert deleted_jobs(api) == {spec["metadata"]["name"] for spec in api.job_specs}
