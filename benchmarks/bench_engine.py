@@ -222,7 +222,6 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
     import numpy as np
     import torch
 
-
     names = list(CONFIGS) if args.configs == "all" else [c for c in args.configs.split(",") if c]
     options = {name: config_options(name) for name in names}  # a bad name fails before any model loads
     tokens = sum(lengths)
@@ -242,7 +241,6 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
             opts["length_buckets"] = [int(b) for b in args.length_buckets.split(",")]
         if opts.get("compile"):  # an empty compile cache: warm-up is what a first job pays
             opts["compile_cache"] = tempfile.mkdtemp(prefix="bench-engine-inductor-")
-        builder = opts.get(MASK_BUILDER, False)
         torch._dynamo.reset()  # dynamo keys graphs by code, not model: no config reuses another's graphs
         encoder = load_configured(base_params, opts)
         warm, _ = timed(encoder.warmup)  # compiles each bucket shape (0 without compile)
@@ -257,9 +255,12 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
         cos = (out * reference).sum(1) / (np.linalg.norm(out, axis=1) * np.linalg.norm(reference, axis=1) + 1e-30)
         tflops = flops_of(encoder) / med / 1e12
         st = encoder.last_stats
+        masks = ""
+        if st.padding_mask == "skipped":  # transformers' builder runs unless per-layer masks are given
+            masks = " (per-layer masks given)" if encoder.no_mask is not None else " (mask builder run)"
         what = (
             f"kernels {st.kernels}, cuDNN attention {st.cudnn_attention}, attention bias {st.attention_bias}, packing "
-            f"{st.packing}, padding mask {st.padding_mask}{' (mask builder run)' if builder and st.padding_mask == 'skipped' else ''}, compile {st.compile}, budget {encoder.token_budget} tokens / "
+            f"{st.packing}, padding mask {st.padding_mask}{masks}, compile {st.compile}, budget {encoder.token_budget} tokens / "
             f"{encoder.params.max_batch_size} rows, "
             f"{st.batches} batches"
         )

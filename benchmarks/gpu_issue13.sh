@@ -11,8 +11,9 @@
 # about 55 s: wheels, random-weight models; on the H100, A needed more than 150 s).
 # By default A C D Dq; the others run when named (STAGES="B E G"):
 #   A  Qwen3-0.6B-shape, synthetic 4,000 texts, bf16: engine vs st@32/64/128 (3 rounds),
-#      then fused, fused_builder (transformers' mask builder run each forward: a sync per
-#      forward, as before stop 21) and fused without cuDNN attention. A1 (when named): the same configurations without the
+#      then fused, fused_builder (transformers' mask builder run in each forward, as before
+#      stop 21: a sync per forward) and fused without cuDNN attention, 3 rounds each (2x
+#      the token budget, measured slower at stop 20, is no longer a default row). A1 (when named): the same configurations without the
 #      sentence-transformers rounds. A0 (when named): eager / fused_masked (padding mask
 #      passed) / fused_packed, stop 19's rows
 #   B  the same texts, padded, mask skipped: compiled_graphs (CUDA graphs of bucket shapes:
@@ -83,8 +84,8 @@ want() { [[ " ${STAGES:-A C D Dq} " == *" $1 "* ]]; }  # STAGES="A B": a subset
 
 AQ=fused,fused_builder,fused_nocudnn
 want A && stage A_qwen 200 python3 $B --model $QWEN --texts synthetic --n $NQ --rounds 3 --no-naive --st-sweep 32,64,128 $EXTRA \
-  --configs $AQ --config-rounds 2
-want A1 && stage A1_qwen 90 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA --configs $AQ --config-rounds 2
+  --configs $AQ --config-rounds 3
+want A1 && stage A1_qwen 100 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA --configs $AQ --config-rounds 3
 want A0 && stage A0_qwen 120 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
   --configs eager,fused_masked,fused_packed --config-rounds 2
 want B && stage B_qwen_graphs 110 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \

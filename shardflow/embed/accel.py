@@ -343,11 +343,11 @@ def unmasked_layers(model: torch.nn.Module) -> tuple[dict[str, None] | None, str
     texts packed into one row, with a `.all()` in an `if` (`masking_utils`, 5.24), and on
     CUDA that waits for the device to finish all queued work, a sync at the start of
     every forward. It then returns None, and every layer runs SDPA with `is_causal`.
-    Models that take their masks per layer type (Qwen3, Qwen2, Gemma2/3 in 5.24) accept
+    Models that take their masks per layer type (Qwen3 and Qwen2 in 5.24) accept
     `{layer type: None}` as already built: the layers get the same None, and no builder
     runs. Only where every layer attends in full (a sliding-window layer's mask is not
-    None), and confirmed on the loaded model: a probe batch gives the same output bytes
-    both ways. Else None, as before."""
+    None: Gemma2/3 keep the builder), and confirmed on the loaded model: a probe batch
+    gives the same output bytes both ways. Else None, as before."""
     config = getattr(model, "config", None)
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
     types_ = getattr(config, "layer_types", None)
@@ -359,12 +359,14 @@ def unmasked_layers(model: torch.nn.Module) -> tuple[dict[str, None] | None, str
     param = next(model.parameters())
     vocab = int(getattr(config, "vocab_size", 2) or 2)
     ids = (torch.arange(2 * 7, device=param.device).reshape(2, 7) * 7 + 1) % vocab
-    try:
-        with torch.inference_mode():
-            built = model(input_ids=ids, attention_mask=None)[0]
+    with torch.inference_mode():
+        built = model(input_ids=ids, attention_mask=None)[0]  # a failure here is the model's own
+        try:
             given = model(input_ids=ids, attention_mask=masks)[0]
-    except Exception as exc:  # noqa: BLE001 - a model that does not take them: the builder runs
-        return None, f"the model did not take per-layer masks ({type(exc).__name__}: {exc})"
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a model that does not take them: the builder runs
+            return None, f"the model did not take per-layer masks ({type(exc).__name__}: {exc})"
     if not torch.equal(built, given):
         return None, "per-layer masks gave other output bytes on a probe: transformers builds the mask"
     return masks, "per-layer masks given as None (no mask builder: no device sync per forward)"

@@ -155,12 +155,18 @@ _SYNCING = ("__bool__", "item", "tolist", "cpu", "numpy", "__int__", "__float__"
 
 
 def _syncs(monkeypatch) -> list[str]:
-    """Where the main thread calls a syncing Tensor method from now on: 'file:function'
-    of the nearest frame in shardflow or transformers (recorded on the CPU, where the
-    calls are cheap; on CUDA each one stops the host until the device catches up)."""
+    """Where the main thread calls a syncing Tensor method while `monkeypatch` holds:
+    'file:function' of the nearest frame in the shardflow or transformers package
+    (recorded on the CPU, where the calls are cheap; on CUDA each one stops the host until
+    the device catches up)."""
     import threading
     import traceback
 
+    import transformers
+
+    import shardflow
+
+    packages = tuple(str(Path(m.__file__).parent) + os.sep for m in (shardflow, transformers))
     seen: list[str] = []
     main = threading.main_thread()
     for name in _SYNCING:
@@ -168,7 +174,7 @@ def _syncs(monkeypatch) -> list[str]:
 
         def patched(self, *a, _real=real, **k):
             if threading.current_thread() is main:
-                frames = [f for f in traceback.extract_stack()[:-1] if "shardflow" in f.filename or "transformers" in f.filename]
+                frames = [f for f in traceback.extract_stack()[:-1] if f.filename.startswith(packages)]
                 if frames:
                     seen.append(f"{Path(frames[-1].filename).name}:{frames[-1].name}")
             return _real(self, *a, **k)
@@ -190,10 +196,10 @@ def test_device_loop_syncs_only_at_window_ends(tiny, texts, monkeypatch):
     for name, (fast, plain) in cases.items():
         for kw, per_batch in ((fast, False), (plain, True)):
             enc = load_encoder(params(tiny[name], token_budget=256, window=16, **kw))
-            seen = _syncs(monkeypatch)
-            enc.encode(texts)
+            with monkeypatch.context() as patch:
+                seen = _syncs(patch)
+                enc.encode(texts)
             s = enc.last_stats
-            monkeypatch.undo()
             assert s.batches > s.parts > 1
             at_gather = [w for w in seen if w == "engine.py:_encode_windows"]
             assert len(at_gather) == 2 * s.parts  # .cpu().numpy() of each window
