@@ -4,6 +4,7 @@ place the corpus is read from (`input.path: s3://...`)."""
 
 import logging
 import re
+import threading
 import time
 
 import pytest
@@ -180,12 +181,32 @@ def test_s3_server_killed_and_restarted_mid_run_is_ridden_out_with_the_eks_profi
     run = sm.start(tmp_path, *args, timeout_s=240)
     run.wait_until(lambda: list(scripts.glob("*.split.py")), "the split job to start")
     s3server.kill(s3)
+    down = time.time()
+    # When the job writes its last output (locally, before Snakemake uploads it; the local
+    # copy's mtime is later set to the object's), seen from a thread.
+    ended: list[float] = []
+    storage = tmp_path / ".snakemake" / "storage"
+
+    def watch():
+        while not ended and time.time() < down + 120:
+            if any(storage.rglob(f"*/{manifest}")):
+                ended.append(time.time())
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     time.sleep(OUTAGE_S)
     s3server.restart(s3)  # same endpoint and keys: `s3` stays valid
+    back = time.time()  # the bucket takes writes again
     first = run.finish()
-    print(f"S3 down {OUTAGE_S} s + restart mid-run, {retries} retries: exit {first.returncode} after {first.seconds:.1f} s")
+    watcher.join()
+    print(f"S3 down {back - down:.1f} s mid-run, job's output written {ended[0] - down:.1f} s in, {retries} retries: "
+          f"exit {first.returncode} after {first.seconds:.1f} s")
 
     assert not first.timed_out, sm.describe(first)
+    # The job ended while the server was down, so its upload met the outage (the
+    # retries rode it out); a job that outlasted the outage would prove nothing.
+    assert down < ended[0] < back, (down, ended, back)
     assert first.returncode == 0, sm.describe(first)
     assert not STORAGE_FAILURE.search(first.output), sm.describe(first)
     objects = s3.objects(f"{s3_prefix}/")
