@@ -144,6 +144,8 @@ def test_eks_profile_runs_the_real_workflow_through_the_standin_and_matches_a_lo
         # ... so no credential appears anywhere in the Job spec.
         text = json.dumps(spec)
         assert s3.secret_key not in text and s3.access_key not in text
+        # The profile's S3 retries reach the Snakemake inside each pod (its uploads too).
+        assert re.search(r"--storage-s3-retries '?12\b", container["args"][-1]), container["args"][-1]
 
         resources = container["resources"]
         assert resources["requests"]["cpu"] == "950m"  # threads 1 x 0.95
