@@ -259,14 +259,6 @@ def load_encoder(
     if kernels.on:
         kernels = accel.apply_kernels(model, mtype, logger)
     attention = resolve_attention(params, device, mtype, cfg, attn_requested, packing, model)
-    padding, cudnn, bias = attention
-    (logger.warning if params.padding_mask == "off" and not padding.on else logger.info)(
-        "padding mask: %s (%s)", "skipped" if padding.on else "passed", padding.reason
-    )
-    logger.info("cuDNN attention: %s (%s)", cudnn.value, cudnn.reason)
-    (logger.warning if params.attention_bias == "on" and not bias.on else logger.info)(
-        "attention bias: %s (%s)", bias.value, bias.reason
-    )
     (logger.warning if params.kernels == "liger" and not kernels.on else logger.info)(
         "fused kernels: %s (%s)", kernels.value, kernels.reason
     )
@@ -277,6 +269,14 @@ def load_encoder(
     head = build_head(spec.head).to(device)
     encoder = Encoder(params, spec, tokenizer, model, head, device, dtype, output_dim(spec), logger, before_forward)
     encoder.setup_accel(mtype, packing, kernels, attention)
+    padding, cudnn, bias = encoder.padding_mask, encoder.cudnn_attention, encoder.attention_bias  # as applied
+    (logger.warning if params.padding_mask == "off" and not padding.on else logger.info)(
+        "padding mask: %s (%s)", "skipped" if padding.on else "passed", padding.reason
+    )
+    logger.info("cuDNN attention: %s (%s)", cudnn.value, cudnn.reason)
+    (logger.warning if params.attention_bias == "on" and not bias.on else logger.info)(
+        "attention bias: %s (%s)", bias.value, bias.reason
+    )
     return encoder
 
 
@@ -360,7 +360,6 @@ class Encoder:
             self.left_pad = False  # pads after each text, where a causal model's real tokens never look
             self.no_mask, why = accel.unmasked_layers(self.model)  # before compile: the probe runs eager
             self.padding_mask = accel.Choice(self.padding_mask.value, f"{self.padding_mask.reason}; {why}")
-            self.logger.info("padding mask skipped: %s", why)
         # As the loaded model confirmed them (the identity was resolved from config.json).
         for key in ATTENTION_KEYS:
             self.identity.pop(key, None)
