@@ -13,8 +13,8 @@
 #   A  Qwen3-0.6B-shape, synthetic 4,000 texts, bf16: engine vs st@32/64/128 (3 rounds),
 #      then fused, fused_builder (transformers' mask builder run in each forward, as before
 #      stop 21: a sync per forward) and fused without cuDNN attention, 3 rounds each (2x
-#      the token budget, measured slower at stop 20, is no longer a default row). A1 (when named): the same configurations without the
-#      sentence-transformers rounds. A0 (when named): eager / fused_masked (padding mask
+#      the token budget, measured slower at stop 20, is no longer a default row).
+#      A1 (when named): the same configurations without the sentence-transformers rounds. A0 (when named): eager / fused_masked (padding mask
 #      passed) / fused_packed, stop 19's rows
 #   B  the same texts, padded, mask skipped: compiled_graphs (CUDA graphs of bucket shapes:
 #      few launches, the host limit of `fused`); rows print as each finishes. B2 (when

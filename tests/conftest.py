@@ -31,15 +31,8 @@ LONGEST_FIRST = (
 
 
 def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    root = Path(str(config.rootpath))
-
-    def key(item) -> int:
-        path = Path(str(item.path))
-        rel = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
-        return rank.get(rel, len(rank))
-
-    items.sort(key=key)  # stable: within a file, and among the rest, the collected order stays
+    rank = {REPO / name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path, len(rank)))  # stable: within a file, and among the rest, the collected order stays
 
 
 @pytest.fixture(scope="session")

@@ -136,9 +136,9 @@ def test_storage_plugin_deletes_a_bucket_when_it_removes_the_last_object(s3, tmp
 
 # ---- faults -------------------------------------------------------------------------------
 
+OUTAGE_S = 2  # the server stays down this long before its restart (which takes ~3 s more)
 # What Snakemake prints when a storage call fails for good (snakemake-interface-storage-plugins:
 # managed_exists / store / retrieve), naming the object.
-OUTAGE_S = 2  # the server stays down this long before its restart (which takes ~3 s more)
 STORAGE_FAILURE = re.compile(
     r"Failed to (?:check existence of|store output in storage|retrieve storage object from) s3://\S+"
 )
@@ -162,10 +162,9 @@ def test_s3_server_killed_and_restarted_mid_run_is_ridden_out_with_the_eks_profi
     (standard mode: full jitter, 50 ms doubling for connection errors and 5xx) spans about
     a second, so the first storage call in the outage -- the upload of the job's outputs
     -- failed for good and the run stopped ("Failed to store output in storage s3://...",
-    observed with Snakemake 9.27; a rerun then completed). The eks profile sets
-    `storage-s3-retries: 12`: on average 43 s of backoff, under 10 s once in about
-    4,000 calls. With that, the run completes on its own, the bucket holds the reference's
-    bytes, and a rerun has nothing to do.
+    observed with Snakemake 9.27; a rerun then completed). With the eks profile's
+    `storage-s3-retries` (its comment gives the backoff it buys), the run completes on
+    its own, the bucket holds the reference's bytes, and a rerun has nothing to do.
 
     The target is the split (the real workflow's first job; its chunks are compared with
     the local reference run): a fault in a later job works the same way."""

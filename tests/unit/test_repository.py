@@ -4,11 +4,11 @@ clone for good)."""
 
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers import REPO
+
 LIMIT = 2 * 1024 * 1024
 
 
