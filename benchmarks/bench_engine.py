@@ -23,8 +23,8 @@ and the minimum cosine against st@32:
             on CUDA runs it without its padding mask: embedding.padding_mask auto)
 - fused     kernels: liger (fused RMSNorm/RoPE/MLP; falls back where unavailable, shown)
 - fused_builder  fused, with transformers' mask builder run in every forward (a causal
-            decoder's per-layer masks not given as None: what `fused` ran before stop 21;
-            on CUDA the builder's `.all()` on the position ids is a sync per forward)
+            decoder's attention back to plain SDPA after loading: what `fused` ran before
+            stop 21; on CUDA the builder's `.all()` on the position ids is a sync per forward)
 - fused_nocudnn  fused with cudnn_attention: off (SDPA without cuDNN's kernel)
 - eager_cudnn  eager with cudnn_attention: on (SDPA's own choice: what an encoder ran before
             cuDNN's kernel was turned off where batches pass a mask)
@@ -158,7 +158,7 @@ def model_flops(model, lengths, num_layers: int, hidden: int) -> float:
     return 2.0 * params * tokens + 4.0 * num_layers * hidden * sum(l * l for l in lengths)
 
 
-MASK_BUILDER = "_mask_builder"  # not an engine option: the encoder's per-layer masks dropped after loading
+MASK_BUILDER = "_mask_builder"  # not an engine option: the model's attention set back to SDPA after loading
 CONFIGS = {
     "eager": {},
     "fused": {"kernels": "liger"},
@@ -210,7 +210,7 @@ def load_configured(base_params, opts: dict):
     builder = opts.pop(MASK_BUILDER, False)
     encoder = load_encoder(dataclasses.replace(base_params, **opts))
     if builder:
-        encoder.no_mask = None  # transformers builds the (empty) mask in each forward
+        encoder.model.set_attn_implementation("sdpa")  # transformers builds the (empty) mask in each forward
     return encoder
 
 
@@ -221,6 +221,8 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
 
     import numpy as np
     import torch
+
+    from shardflow.embed import accel
 
     names = list(CONFIGS) if args.configs == "all" else [c for c in args.configs.split(",") if c]
     options = {name: config_options(name) for name in names}  # a bad name fails before any model loads
@@ -256,8 +258,9 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
         tflops = flops_of(encoder) / med / 1e12
         st = encoder.last_stats
         masks = ""
-        if st.padding_mask == "skipped":  # transformers' builder runs unless per-layer masks are given
-            masks = " (per-layer masks given)" if encoder.no_mask is not None else " (mask builder run)"
+        if st.padding_mask == "skipped":  # transformers' builder runs unless the attention has no mask function
+            unmasked = encoder.model.config._attn_implementation == accel.UNMASKED_SDPA
+            masks = " (no mask builder)" if unmasked else " (mask builder run)"
         what = (
             f"kernels {st.kernels}, cuDNN attention {st.cudnn_attention}, attention bias {st.attention_bias}, packing "
             f"{st.packing}, padding mask {st.padding_mask}{masks}, compile {st.compile}, budget {encoder.token_budget} tokens / "

@@ -19,9 +19,9 @@ the CPU, so a CPU run's bytes do not change:
   `liger` = the same, but a missing piece is logged as a warning.
 - padding mask: `auto` = a causal decoder's padded batches run on CUDA without their
   padding mask, padded on the right (no real token attends a pad), so SDPA can run its
-  flash kernel; `off` = the same on any device; `on` = the mask always. Where the
-  model takes masks per layer type, a skipped mask is given as None per type, so
-  transformers' mask builder (a sync per forward on CUDA) does not run.
+  flash kernel; `off` = the same on any device; `on` = the mask always. Where no layer
+  would get a mask anyway, the model's SDPA runs under a name transformers builds no
+  mask for, so its mask builder (a sync per forward on CUDA) does not run.
 - attention bias: `on` = an encoder's padded batches pass their mask ready-made, 4-D,
   so transformers does not read it back to the host (a sync per forward); `auto` = off.
 - cuDNN attention: `auto` = SDPA runs without cuDNN's kernel on CUDA where batches pass
@@ -335,41 +335,60 @@ def confirm_causal(model: torch.nn.Module, choice: Choice) -> Choice:
     return Choice("off", "the loaded model's attention modules are not all causal: padding masked")
 
 
-def unmasked_layers(model: torch.nn.Module) -> tuple[dict[str, None] | None, str]:
-    """What a causal decoder's padded batch passes as `attention_mask` when its padding
-    mask is skipped, and why.
+# transformers' own SDPA function, registered under a name of ours (AttentionInterface):
+# a name without a mask function, for which transformers builds no mask.
+UNMASKED_SDPA = "shardflow_sdpa_unmasked"
+
+
+def unmasked_attention(model: torch.nn.Module, max_width: int | None) -> tuple[bool, str]:
+    """Switch a causal decoder whose padding mask is skipped to attention that builds no
+    mask, where that changes no output byte; whether it did, and why.
 
     Given None, transformers' mask builder still runs: it checks the position ids for
     texts packed into one row, with a `.all()` in an `if` (`masking_utils`, 5.24), and on
     CUDA that waits for the device to finish all queued work, a sync at the start of
     every forward. It then returns None, and every layer runs SDPA with `is_causal`.
-    Models that take their masks per layer type (Qwen3 and Qwen2 in 5.24) accept
-    `{layer type: None}` as already built: the layers get the same None, and no builder
-    runs. Only where every layer attends in full (a sliding-window layer's mask is not
-    None: Gemma2/3 keep the builder), and confirmed on the loaded model: a probe batch
-    gives the same output bytes both ways. Else None, as before."""
+    For an attention implementation that has no mask function registered, transformers
+    skips the builder and passes None (its route for attention that needs no mask). So
+    the model runs transformers' SDPA function under a name of ours (`UNMASKED_SDPA`):
+    the same kernels, given the same None, with no builder. Only where every layer's
+    mask would be None anyway: SDPA loaded, every layer attending in full or through a
+    sliding window at least as wide as a batch can be (`max_width`; None: no limit), and
+    confirmed on the loaded model: a probe batch gives the same output bytes both ways.
+    Else the model is left as loaded."""
     config = getattr(model, "config", None)
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    types_ = getattr(config, "layer_types", None)
-    if not types_:
-        return None, "the model's config has no per-layer attention types: transformers builds its (empty) mask"
-    if set(types_) != {"full_attention"}:
-        return None, f"layers of types {sorted(set(types_))}: their masks are built by transformers"
-    masks = {"full_attention": None}
+    impl = getattr(config, "_attn_implementation", None)
+    if impl != "sdpa":
+        return False, f"attention is {impl!r}, not SDPA: transformers builds its mask"
+    window = getattr(config, "sliding_window", None)
+    types_ = set(getattr(config, "layer_types", None) or ["sliding_attention" if window else "full_attention"])
+    if types_ - {"full_attention", "sliding_attention"}:
+        return False, f"layers of types {sorted(types_)}: transformers builds their masks"
+    if "sliding_attention" in types_ and (max_width is None or not window or window < max_width):
+        width = "texts are not truncated" if max_width is None else f"batches up to {max_width} tokens"
+        return False, f"sliding-window layers (window {window}; {width}): transformers builds their masks"
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    AttentionInterface.register(UNMASKED_SDPA, sdpa_attention_forward)
     param = next(model.parameters())
     vocab = int(getattr(config, "vocab_size", 2) or 2)
     ids = (torch.arange(2 * 7, device=param.device).reshape(2, 7) * 7 + 1) % vocab
     with torch.inference_mode():
         built = model(input_ids=ids, attention_mask=None)[0]  # a failure here is the model's own
         try:
-            given = model(input_ids=ids, attention_mask=masks)[0]
+            model.set_attn_implementation(UNMASKED_SDPA)
+            given = model(input_ids=ids, attention_mask=None)[0]
         except torch.OutOfMemoryError:
             raise
-        except Exception as exc:  # noqa: BLE001 - a model that does not take them: the builder runs
-            return None, f"the model did not take per-layer masks ({type(exc).__name__}: {exc})"
+        except Exception as exc:  # noqa: BLE001 - a model that does not take it: the builder runs
+            model.set_attn_implementation("sdpa")
+            return False, f"the model did not take attention without a mask builder ({type(exc).__name__}: {exc})"
     if not torch.equal(built, given):
-        return None, "per-layer masks gave other output bytes on a probe: transformers builds the mask"
-    return masks, "per-layer masks given as None (no mask builder: no device sync per forward)"
+        model.set_attn_implementation("sdpa")
+        return False, "attention without a mask builder gave other output bytes on a probe: transformers builds the mask"
+    return True, f"SDPA without a mask builder ({UNMASKED_SDPA!r}: no device sync per forward)"
 
 
 # --------------------------------------------------------------------------- the mask as a 4-D tensor

@@ -336,7 +336,6 @@ class Encoder:
         self.packing = accel.Choice("off", "not set up")
         self.kernels = accel.Choice("off", "not set up")
         self.padding_mask, self.cudnn_attention, self.attention_bias = accel.PLAIN_ATTENTION
-        self.no_mask: dict[str, None] | None = None  # attention_mask of a batch whose padding mask is skipped
         self.causal = False
         self.buckets: tuple[int, ...] = ()
         self.packed_buckets: tuple[int, ...] = ()
@@ -358,7 +357,8 @@ class Encoder:
         self.padding_mask, self.cudnn_attention, self.attention_bias = attention
         if self.padding_mask.on:
             self.left_pad = False  # pads after each text, where a causal model's real tokens never look
-            self.no_mask, why = accel.unmasked_layers(self.model)  # before compile: the probe runs eager
+            # Before compile: the probe runs eager.
+            _, why = accel.unmasked_attention(self.model, self.max_length if self.truncate else None)
             self.padding_mask = accel.Choice(self.padding_mask.value, f"{self.padding_mask.reason}; {why}")
         # As the loaded model confirmed them (the identity was resolved from config.json).
         for key in ATTENTION_KEYS:
@@ -538,7 +538,7 @@ class Encoder:
             torch.compiler.cudagraph_mark_step_begin()
         if lengths is None:
             if self.padding_mask.on:
-                mask = self.no_mask
+                mask = None
             else:
                 mask = accel.attention_bias(attention_mask) if self.attention_bias.on else attention_mask
             out = self.model(input_ids=input_ids, attention_mask=mask)

@@ -128,8 +128,9 @@ def test_causal_decoder_without_padding_mask_matches_masked(tiny, texts, tmp_pat
     got = enc.encode(texts)
     s = enc.last_stats
     assert s.padded_tokens > s.real_tokens and s.batches > 1  # batches did hold padding
-    assert masks and all(m == {"full_attention": None} for m in masks) and s.padding_mask == "skipped"
-    assert "per-layer masks given as None" in s.padding_mask_reason  # no mask builder runs
+    assert masks and all(m is None for m in masks) and s.padding_mask == "skipped"
+    assert enc.model.config._attn_implementation == accel.UNMASKED_SDPA  # no mask builder runs
+    assert "SDPA without a mask builder" in s.padding_mask_reason
     assert_close(got, want)
     assert enc.identity["padding_mask"] == "skipped: causal, right padding"
     assert output_identity(params(model, token_budget=256)) != enc.identity
@@ -185,8 +186,8 @@ def _syncs(monkeypatch) -> list[str]:
 
 def test_device_loop_syncs_only_at_window_ends(tiny, texts, monkeypatch):
     """On CUDA the host queues forwards ahead of the device unless something reads a
-    value back. A causal decoder without its padding mask (per-layer masks given as
-    None: transformers' builder would check the position ids with `.all()`) and an
+    value back. A causal decoder without its padding mask (its SDPA run without a mask
+    builder: transformers' would check the position ids with `.all()`) and an
     encoder with its mask 4-D read back nothing per batch: only each window's gather.
     The plain paths' 2-D masks do (a sync per forward), which shows the check sees them."""
     fast_paths = {"qwen_last": {"padding_mask": "off"}, "bert_mean": {"attention_bias": "on"}}
@@ -204,21 +205,54 @@ def test_device_loop_syncs_only_at_window_ends(tiny, texts, monkeypatch):
             assert (len(others) >= s.batches) if per_batch else not others, (name, kw, sorted(set(others)))
 
 
-def test_per_layer_masks_only_where_the_model_takes_them():
-    from transformers import MistralConfig, MistralModel, Qwen3Config, Qwen3Model
+_DECODER = {"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8, "use_cache": False}
 
-    kw = {"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
-          "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8}
-    masks, why = accel.unmasked_layers(Qwen3Model(Qwen3Config(**kw)).eval())
-    assert masks == {"full_attention": None} and "no device sync" in why
-    sliding = Qwen3Model(Qwen3Config(**kw, use_sliding_window=True, sliding_window=4, max_window_layers=1)).eval()
-    masks, why = accel.unmasked_layers(sliding)  # a sliding window's mask is not None
-    assert masks is None and "sliding_attention" in why
-    mistral = MistralModel(MistralConfig(**kw)).eval()
-    assert accel.unmasked_layers(mistral)[0] is None  # no per-layer types in its config
-    mistral.config.layer_types = ["full_attention"] * 2  # but its forward builds one mask from a tensor
-    masks, why = accel.unmasked_layers(mistral)
-    assert masks is None and "did not take per-layer masks" in why
+
+@pytest.mark.parametrize(
+    ("family", "extra", "max_width", "unmasked"),
+    [
+        ("Qwen3", {}, 512, True),
+        ("Qwen2", {}, 512, True),
+        ("Llama", {}, 512, True),
+        ("Gemma", {}, 512, True),
+        ("Mistral", {"sliding_window": None}, 512, True),
+        ("Mistral", {"sliding_window": 512}, 512, True),  # no batch is wider than the window
+        ("Mistral", {"sliding_window": 511}, 512, False),  # a 512-token batch would see the window
+        ("Mistral", {"sliding_window": 4096}, None, False),  # untruncated texts: no width is safe
+        ("Qwen3", {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1}, 512, False),
+    ],
+)
+def test_unmasked_attention_only_where_no_layer_gets_a_mask(family, extra, max_width, unmasked, monkeypatch):
+    """A causal decoder run without its padding mask: where every layer's mask is None
+    anyway, the same SDPA runs under a name transformers builds no mask for, giving the
+    same bytes with no read-back in transformers' code (the builder's `.all()`: a device
+    sync per forward on CUDA). A sliding window narrower than a batch keeps the builder."""
+    import transformers
+
+    config = getattr(transformers, f"{family}Config")(**_DECODER, **extra)
+    model = getattr(transformers, f"{family}Model")(config).eval()
+    ids = torch.randint(1, 64, (3, 40), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        want = model(input_ids=ids).last_hidden_state
+    done, why = accel.unmasked_attention(model, max_width)
+    assert done is unmasked, why
+    assert model.config._attn_implementation == (accel.UNMASKED_SDPA if unmasked else "sdpa")
+    with monkeypatch.context() as patch, torch.inference_mode():
+        seen = _syncs(patch)
+        got = model(input_ids=ids).last_hidden_state
+    assert torch.equal(got, want)
+    assert (not seen) if unmasked else any(s.startswith("masking_utils.py") for s in seen), seen
+    if not unmasked:
+        assert "sliding-window layers" in why
+
+
+def test_unmasked_attention_keeps_other_implementations():
+    from transformers import LlamaConfig, LlamaModel
+
+    model = LlamaModel._from_config(LlamaConfig(**_DECODER), attn_implementation="eager").eval()
+    done, why = accel.unmasked_attention(model, 512)  # eager gets its causal mask from the builder
+    assert not done and "'eager', not SDPA" in why and model.config._attn_implementation == "eager"
 
 
 def test_padding_mask_resolution():
@@ -646,7 +680,7 @@ def test_apply_kernels_calls_liger_and_falls_back(monkeypatch, caplog):
     calls = []
 
     def apply_qwen3(rope=True, cross_entropy=False, fused_linear_cross_entropy=True, rms_norm=True, swiglu=True, model=None):
-        calls.append(dict(rope=rope, ce=cross_entropy, flce=fused_linear_cross_entropy, rms=rms_norm, swiglu=swiglu, model=model))
+        calls.append({"rope": rope, "ce": cross_entropy, "flce": fused_linear_cross_entropy, "rms": rms_norm, "swiglu": swiglu, "model": model})
 
     def apply_llama(**kwargs):
         raise RuntimeError("incompatible transformers")
@@ -659,7 +693,7 @@ def test_apply_kernels_calls_liger_and_falls_back(monkeypatch, caplog):
     model = object()
     log = logging.getLogger("test.kernels")
     assert accel.apply_kernels(model, "qwen3", log).value == "liger"
-    assert calls == [dict(rope=True, ce=False, flce=False, rms=True, swiglu=True, model=model)]  # no loss kernels
+    assert calls == [{"rope": True, "ce": False, "flce": False, "rms": True, "swiglu": True, "model": model}]  # no loss kernels
     with caplog.at_level(logging.WARNING):
         choice = accel.apply_kernels(model, "llama", log)
     assert choice.value == "off" and "incompatible transformers" in choice.reason
