@@ -147,8 +147,27 @@ def runs_on_cpu():
 
 
 def gpu_job_settings():
-    """What every GPU script needs besides its stage's parameters (shardflow.core.gpujob)."""
+    """What every GPU script needs besides its stage's parameters (shardflow.core.gpujob):
+    where it runs. Pass it `untracked`."""
     return {k: config["gpu_jobs"][k] for k in ("device", "pinning", "devices")}
+
+
+def untracked(value):
+    """A params entry the job gets but Snakemake does not record: `value`, or
+    `value(wildcards)` when it is a function.
+
+    Snakemake records each job's params and reruns a finished job whose params changed
+    (rerun trigger `params`, on by default). A params function that takes `resources`
+    counts as derived from the job's resources, and is not recorded (Snakemake 9:
+    `Rule._is_deriving_function`), as resources are not. Where and how a job runs goes
+    this way (the `gpu_jobs` section, resume folders): moving jobs to other GPUs or their
+    resume state to another folder reruns nothing. What a job computes (its stage's
+    section) is recorded, so a changed value reruns exactly the jobs it affects."""
+
+    def param(wildcards, resources):
+        return value(wildcards) if callable(value) else value
+
+    return param
 
 
 # With S3 as the default storage (the eks profile: pods share no volume) and no

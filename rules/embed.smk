@@ -28,7 +28,7 @@ rule embed:
         **job_resources("embed"),
     params:
         embedding=stage_params("embedding"),
-        gpu_jobs=gpu_job_settings(),
-        resume_root=job_resume_root,
+        gpu_jobs=untracked(gpu_job_settings()),
+        resume_root=untracked(job_resume_root),
     script:
         "../scripts/embed.py"

@@ -48,8 +48,8 @@ if RETRIEVAL is not None:
                 prompt=config["retrieval"]["query_prompt"],
                 prompt_name=config["retrieval"]["query_prompt_name"],
             ),
-            gpu_jobs=gpu_job_settings(),
-            resume_root=resume_root(RETRIEVAL),
+            gpu_jobs=untracked(gpu_job_settings()),
+            resume_root=untracked(resume_root(RETRIEVAL)),
 
     rule retrieval_evaluate:
         input:
@@ -82,7 +82,7 @@ if RETRIEVAL is not None:
         resources:
             **job_resources("retrieval_evaluate"),
         params:
-            gpu_jobs=gpu_job_settings(),
+            gpu_jobs=untracked(gpu_job_settings()),
             top_k=config["retrieval"]["top_k"],
             block_size=config["retrieval"]["block_size"],
             backend=config["retrieval"]["backend"],

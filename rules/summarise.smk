@@ -35,8 +35,8 @@ rule summarise:
         **job_resources("summarise", SUMMARISE_USES_GPU),
     params:
         summarise=summarise_params,
-        gpu_jobs=gpu_job_settings(),
-        resume_root=job_resume_root,
+        gpu_jobs=untracked(gpu_job_settings()),
+        resume_root=untracked(job_resume_root),
     script:
         "../scripts/summarise.py"
 

@@ -38,8 +38,8 @@ if sweeps_of_stage("retrieval"):
             f"{SWEEP_BENCH}/embed_{{chunk}}.tsv"
         params:
             embedding=stage_params("embedding"),
-            gpu_jobs=gpu_job_settings(),
-            resume_root=sweep_resume_root,
+            gpu_jobs=untracked(gpu_job_settings()),
+            resume_root=untracked(sweep_resume_root),
 
     use rule merge as sweep_merge with:
         input:
@@ -83,8 +83,8 @@ if sweeps_of_stage("retrieval"):
             f"{SWEEP_BENCH}/embed_queries.tsv"
         params:
             embedding=sweep_query_embedding,
-            gpu_jobs=gpu_job_settings(),
-            resume_root=sweep_resume_root,
+            gpu_jobs=untracked(gpu_job_settings()),
+            resume_root=untracked(sweep_resume_root),
 
     use rule retrieval_evaluate as sweep_retrieval_evaluate with:
         input:
@@ -104,7 +104,7 @@ if sweeps_of_stage("retrieval"):
         benchmark:
             f"{SWEEP_BENCH}/retrieval_evaluate.tsv"
         params:
-            gpu_jobs=gpu_job_settings(),
+            gpu_jobs=untracked(gpu_job_settings()),
             top_k=stage_value("retrieval", "top_k"),
             block_size=stage_value("retrieval", "block_size"),
             backend=stage_value("retrieval", "backend"),
@@ -125,8 +125,8 @@ if sweeps_of_stage("summarise"):
             f"{SWEEP_BENCH}/summarise_{{chunk}}.tsv"
         params:
             summarise=summarise_params,
-            gpu_jobs=gpu_job_settings(),
-            resume_root=sweep_resume_root,
+            gpu_jobs=untracked(gpu_job_settings()),
+            resume_root=untracked(sweep_resume_root),
 
     use rule merge_summaries as sweep_merge_summaries with:
         input:
@@ -183,9 +183,9 @@ if sweeps_of_stage("train"):
         params:
             train=train_params,
             sample_tokens=stage_value("train", "sample_tokens"),
-            gpu_jobs=train_gpu_settings,
+            gpu_jobs=untracked(train_gpu_settings),
             out=f"{SWEEP_JOB}/train",
-            resume=sweep_train_resume,
+            resume=untracked(sweep_train_resume),
             tokenizer=f"results/{DATASET}/tokenizer",
 
 

@@ -118,9 +118,9 @@ rule train:
     params:
         train=train_params,
         sample_tokens=config["train"]["sample_tokens"],
-        gpu_jobs=train_gpu_settings,
+        gpu_jobs=untracked(train_gpu_settings),
         out=train_folder,
-        resume=train_resume,
+        resume=untracked(train_resume),
         tokenizer=tokenizer_folder,
     shell:
         "python -m shardflow.train.launch --gpus {resources.gpu} --gpu-jobs {params.gpu_jobs:q}"

@@ -6,9 +6,10 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from shardflow.core.models import bundled_model_path
-from tests.helpers import assert_no_secrets, sha256, snakemake, write_config
+from tests.helpers import assert_no_secrets, job_counts, sha256, snakemake, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -88,6 +89,27 @@ def test_second_run_has_nothing_to_do(run):
     workdir, cfg, _, _ = run
     out = snakemake(workdir, "-n", "--configfile", str(cfg)).stdout
     assert "Nothing to be done" in out
+
+
+def _variant(cfg, name, **sections):
+    """The module's config with some sections' keys changed, as a file beside it."""
+    data = yaml.safe_load(cfg.read_text())
+    for section, values in sections.items():
+        data[section] = {**data.get(section, {}), **values}
+    return write_config(cfg.with_name(f"{name}.yaml"), **data)
+
+
+def test_where_jobs_run_reruns_no_embed_job_and_what_they_compute_reruns_each(run):
+    """Snakemake reruns a finished job whose recorded params changed. Other GPUs, another
+    pinning mode or another resume folder (`gpu_jobs`: params not recorded) leave every
+    embed job done; only the provenance record, which holds the whole config, is
+    rewritten. A changed embedding setting reruns each embed job, for that reason."""
+    workdir, cfg, _, _ = run
+    moved = {"devices": "0,1", "pinning": "slots", "resume_dir": str(workdir / "elsewhere")}
+    out = snakemake(workdir, "-n", "--configfile", str(_variant(cfg, "moved", gpu_jobs=moved))).stdout
+    assert set(job_counts(out)) <= {"provenance", "landing", "all", "total"}, out
+    out = snakemake(workdir, "-n", "--configfile", str(_variant(cfg, "changed", embedding={"window": 8}))).stdout
+    assert job_counts(out)["embed"] == 3 and out.count("reason: Params have changed") == 3, out
 
 
 def test_same_inputs_give_identical_outputs(run, tmp_path, demo_texts):
