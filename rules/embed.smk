@@ -28,6 +28,7 @@ rule embed:
         **job_resources("embed"),
     params:
         embedding=stage_params("embedding"),
+        compile_cache=untracked(stage_value("embedding", "compile_cache")),
         gpu_jobs=untracked(gpu_job_settings()),
         resume_root=untracked(job_resume_root),
     script:

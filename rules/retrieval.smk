@@ -48,6 +48,7 @@ if RETRIEVAL is not None:
                 prompt=config["retrieval"]["query_prompt"],
                 prompt_name=config["retrieval"]["query_prompt_name"],
             ),
+            compile_cache=untracked(stage_value("embedding", "compile_cache")),
             gpu_jobs=untracked(gpu_job_settings()),
             resume_root=untracked(resume_root(RETRIEVAL)),
 

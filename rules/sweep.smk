@@ -38,6 +38,7 @@ if sweeps_of_stage("retrieval"):
             f"{SWEEP_BENCH}/embed_{{chunk}}.tsv"
         params:
             embedding=stage_params("embedding"),
+            compile_cache=untracked(stage_value("embedding", "compile_cache")),
             gpu_jobs=untracked(gpu_job_settings()),
             resume_root=untracked(sweep_resume_root),
 
@@ -83,6 +84,7 @@ if sweeps_of_stage("retrieval"):
             f"{SWEEP_BENCH}/embed_queries.tsv"
         params:
             embedding=sweep_query_embedding,
+            compile_cache=untracked(stage_value("embedding", "compile_cache")),
             gpu_jobs=untracked(gpu_job_settings()),
             resume_root=untracked(sweep_resume_root),
 
@@ -182,6 +184,7 @@ if sweeps_of_stage("train"):
         threads: job_threads("train", jobs=sweep_jobs_at_once)
         params:
             train=train_params,
+            compile_cache=untracked(stage_value("train", "compile_cache")),
             sample_tokens=stage_value("train", "sample_tokens"),
             gpu_jobs=untracked(train_gpu_settings),
             out=f"{SWEEP_JOB}/train",

@@ -117,6 +117,7 @@ rule train:
         **train_resources(),
     params:
         train=train_params,
+        compile_cache=untracked(stage_value("train", "compile_cache")),
         sample_tokens=config["train"]["sample_tokens"],
         gpu_jobs=untracked(train_gpu_settings),
         out=train_folder,
@@ -127,4 +128,5 @@ rule train:
         " --threads {threads} --job 'train {params.out}'"
         " -- --data {input.shards} --out {params.out} --resume-dir {params.resume}"
         " --tokenizer {params.tokenizer} --params {params.train:q}"
+        " --compile-cache {params.compile_cache:q}"
         " --sample-tokens {params.sample_tokens} > {log} 2>&1"

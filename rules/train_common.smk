@@ -71,12 +71,9 @@ def gather_params(wildcards):
 
 def train_params(wildcards):
     """TrainParams as JSON for the command line (train.gpus and sample_tokens are the launcher's)."""
-    train = stage_section("train", wildcards)  # a sweep job's point and seed applied
+    # A sweep job's point and seed applied; compile_cache goes untracked.
+    train = recorded(stage_section("train", wildcards))
     p = {k: v for k, v in train.items() if k not in ("gpus", "sample_tokens")}
-    if p.get("compile_cache") is None:
-        # Only when set: Snakemake records params and reruns a job whose params changed,
-        # so a key new to every finished train job would retrain them all.
-        p.pop("compile_cache", None)
     return json.dumps(p, sort_keys=True)
 
 

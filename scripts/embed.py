@@ -3,7 +3,7 @@
 from shardflow.core.gpujob import start_gpu_job
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
-cfg = dict(smk.params.embedding)
+cfg = dict(smk.params.embedding, compile_cache=smk.params.compile_cache)  # the cache folder: not recorded
 chunk = int(smk.wildcards.chunk) if "chunk" in smk.wildcards.keys() else None
 job = start_gpu_job(smk, "embed", {"embedding": cfg, "input": smk.input[0]})
 
