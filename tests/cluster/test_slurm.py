@@ -142,20 +142,23 @@ def test_failed_slurm_job_is_reported_and_the_run_ends(slurm_cluster, workflow_d
     assert not (workflow_dir / "merged" / "summary.json").exists()
 
 
-def test_failed_embed_job_is_resubmitted_not_retried_in_place(slurm_cluster, corpus_file, tmp_path, sm):
+def test_failed_embed_job_is_resubmitted_not_retried_in_place(slurm_cluster, corpus_file, real_local, tmp_path, sm):
     """A rule's retries on SLURM (`resources.embed.retries`, 1 here to keep it short):
     the controller submits the job twice (mem_mb growing per attempt) and the Snakemake
     inside each SLURM job does not retry in place (one_retry_layer), which would make it
-    2 x 2 attempts on the first allocation."""
+    2 x 2 attempts on the first allocation. The run starts from the reference run's split
+    (as the cancel test below) and asks for one chunk's embeddings."""
     import yaml
 
+    chunks = f"results/{sm.DATASET}/chunks"
+    shutil.copytree(real_local.workdir / chunks, tmp_path / chunks, copy_function=shutil.copy2)
     config = sm.real_config(tmp_path / "config.yaml", str(corpus_file))
     cfg = yaml.safe_load(config.read_text())
-    cfg["n_chunks"] = 1
     cfg["resources"]["embed"]["retries"] = 1
     cfg.setdefault("embedding", {})["model"] = str(tmp_path / "no-such-model")  # fails when the job loads it
     config.write_text(yaml.safe_dump(cfg))
-    run = sm.run_real(tmp_path, config, *slurm_profile_args(sm), timeout_s=420)
+    target = f"results/{sm.DATASET}/embed/embed_0.npy"
+    run = sm.run(tmp_path, *sm.real_args(tmp_path, config, target), *slurm_profile_args(sm), timeout_s=420)
     assert not run.timed_out and run.returncode != 0, sm.describe(run)
     embeds = re.findall(r"submitted with SLURM jobid (\d+) \(log: (\S*/slurm_logs/rule_embed/\S+\.log)\)", run.output)
     assert len(embeds) == 2, sm.describe(run)
