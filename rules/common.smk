@@ -147,9 +147,17 @@ def runs_on_cpu():
 
 
 def gpu_job_settings():
-    """What every GPU script needs besides its stage's parameters (shardflow.core.gpujob):
-    where it runs. Pass it `untracked`."""
+    """What every GPU script needs besides its stage's parameters (shardflow.core.gpujob).
+    Pass it `untracked`, with `device=gpu_device()` beside it: which GPUs a job gets
+    changes none of its outputs; the device does."""
     return {k: config["gpu_jobs"][k] for k in ("device", "pinning", "devices")}
+
+
+def gpu_device():
+    """gpu_jobs.device, as a recorded param of each GPU rule (the scripts read it from
+    gpu_jobs): it decides the dtype under `auto` and the kernels, so changing it reruns
+    the GPU jobs, as it did when the whole section was recorded."""
+    return config["gpu_jobs"]["device"]
 
 
 def untracked(value):

@@ -30,6 +30,7 @@ rule embed:
         embedding=stage_params("embedding"),
         compile_cache=untracked(stage_value("embedding", "compile_cache")),
         gpu_jobs=untracked(gpu_job_settings()),
+        device=gpu_device(),
         resume_root=untracked(job_resume_root),
     script:
         "../scripts/embed.py"

@@ -50,6 +50,7 @@ if RETRIEVAL is not None:
             ),
             compile_cache=untracked(stage_value("embedding", "compile_cache")),
             gpu_jobs=untracked(gpu_job_settings()),
+            device=gpu_device(),
             resume_root=untracked(resume_root(RETRIEVAL)),
 
     rule retrieval_evaluate:
@@ -84,6 +85,7 @@ if RETRIEVAL is not None:
             **job_resources("retrieval_evaluate"),
         params:
             gpu_jobs=untracked(gpu_job_settings()),
+            device=gpu_device(),
             top_k=config["retrieval"]["top_k"],
             block_size=config["retrieval"]["block_size"],
             backend=config["retrieval"]["backend"],

@@ -36,6 +36,7 @@ rule summarise:
     params:
         summarise=summarise_params,
         gpu_jobs=untracked(gpu_job_settings()),
+        device=gpu_device(),
         resume_root=untracked(job_resume_root),
     script:
         "../scripts/summarise.py"

@@ -40,6 +40,7 @@ if sweeps_of_stage("retrieval"):
             embedding=stage_params("embedding"),
             compile_cache=untracked(stage_value("embedding", "compile_cache")),
             gpu_jobs=untracked(gpu_job_settings()),
+            device=gpu_device(),
             resume_root=untracked(sweep_resume_root),
 
     use rule merge as sweep_merge with:
@@ -86,6 +87,7 @@ if sweeps_of_stage("retrieval"):
             embedding=sweep_query_embedding,
             compile_cache=untracked(stage_value("embedding", "compile_cache")),
             gpu_jobs=untracked(gpu_job_settings()),
+            device=gpu_device(),
             resume_root=untracked(sweep_resume_root),
 
     use rule retrieval_evaluate as sweep_retrieval_evaluate with:
@@ -107,6 +109,7 @@ if sweeps_of_stage("retrieval"):
             f"{SWEEP_BENCH}/retrieval_evaluate.tsv"
         params:
             gpu_jobs=untracked(gpu_job_settings()),
+            device=gpu_device(),
             top_k=stage_value("retrieval", "top_k"),
             block_size=stage_value("retrieval", "block_size"),
             backend=stage_value("retrieval", "backend"),
@@ -128,6 +131,7 @@ if sweeps_of_stage("summarise"):
         params:
             summarise=summarise_params,
             gpu_jobs=untracked(gpu_job_settings()),
+            device=gpu_device(),
             resume_root=untracked(sweep_resume_root),
 
     use rule merge_summaries as sweep_merge_summaries with:
@@ -187,6 +191,7 @@ if sweeps_of_stage("train"):
             compile_cache=untracked(stage_value("train", "compile_cache")),
             sample_tokens=stage_value("train", "sample_tokens"),
             gpu_jobs=untracked(train_gpu_settings),
+            device=gpu_device(),
             out=f"{SWEEP_JOB}/train",
             resume=untracked(sweep_train_resume),
             tokenizer=f"results/{DATASET}/tokenizer",

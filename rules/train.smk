@@ -120,6 +120,7 @@ rule train:
         compile_cache=untracked(stage_value("train", "compile_cache")),
         sample_tokens=config["train"]["sample_tokens"],
         gpu_jobs=untracked(train_gpu_settings),
+        device=gpu_device(),
         out=train_folder,
         resume=untracked(train_resume),
         tokenizer=tokenizer_folder,

@@ -361,32 +361,38 @@ def unmasked_attention(model: torch.nn.Module, max_width: int | None) -> tuple[b
     impl = getattr(config, "_attn_implementation", None)
     if impl != "sdpa":
         return False, f"attention is {impl!r}, not SDPA: transformers builds its mask"
-    window = getattr(config, "sliding_window", None)
-    types_ = set(getattr(config, "layer_types", None) or ["sliding_attention" if window else "full_attention"])
+    types_ = set(getattr(config, "layer_types", None) or ["full_attention"])
     if types_ - {"full_attention", "sliding_attention"}:
         return False, f"layers of types {sorted(types_)}: transformers builds their masks"
-    if "sliding_attention" in types_ and (max_width is None or not window or window < max_width):
+    # Some families (Mistral) take the window from `sliding_window` alone, whatever
+    # `layer_types` says; those that have one unused set it to None (Qwen2, Qwen3).
+    window = getattr(config, "sliding_window", None)
+    if (window or "sliding_attention" in types_) and (max_width is None or not window or window < max_width):
         width = "texts are not truncated" if max_width is None else f"batches up to {max_width} tokens"
-        return False, f"sliding-window layers (window {window}; {width}): transformers builds their masks"
+        return False, f"a sliding window (of {window} tokens; {width}): transformers builds its masks"
     from transformers import AttentionInterface
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     AttentionInterface.register(UNMASKED_SDPA, sdpa_attention_forward)
+    before = model.config._attn_implementation
     param = next(model.parameters())
     vocab = int(getattr(config, "vocab_size", 2) or 2)
     ids = (torch.arange(2 * 7, device=param.device).reshape(2, 7) * 7 + 1) % vocab
     with torch.inference_mode():
         built = model(input_ids=ids, attention_mask=None)[0]  # a failure here is the model's own
         try:
-            model.set_attn_implementation(UNMASKED_SDPA)
+            model.set_attn_implementation(UNMASKED_SDPA)  # some models only log that they cannot
+            if config._attn_implementation != UNMASKED_SDPA:
+                model.set_attn_implementation(before)
+                return False, "the model did not switch its attention implementation: transformers builds the mask"
             given = model(input_ids=ids, attention_mask=None)[0]
         except torch.OutOfMemoryError:
             raise
         except Exception as exc:  # noqa: BLE001 - a model that does not take it: the builder runs
-            model.set_attn_implementation("sdpa")
+            model.set_attn_implementation(before)
             return False, f"the model did not take attention without a mask builder ({type(exc).__name__}: {exc})"
     if not torch.equal(built, given):
-        model.set_attn_implementation("sdpa")
+        model.set_attn_implementation(before)
         return False, "attention without a mask builder gave other output bytes on a probe: transformers builds the mask"
     return True, f"SDPA without a mask builder ({UNMASKED_SDPA!r}: no device sync per forward)"
 

@@ -103,15 +103,16 @@ def test_where_jobs_run_reruns_no_embed_job_and_what_they_compute_reruns_each(ru
     """Snakemake reruns a finished job whose recorded params changed. Other GPUs, another
     pinning mode, another resume folder (`gpu_jobs`) or a compile cache (params not
     recorded) leave every embed job done; only the provenance record, which holds the
-    whole config, is rewritten. A changed embedding setting reruns each embed job, for
-    that reason."""
+    whole config, is rewritten. A changed embedding setting or device (it decides dtype
+    and kernels) reruns each embed job, for that reason."""
     workdir, cfg, _, _ = run
     moved = {"devices": "0,1", "pinning": "slots", "resume_dir": str(workdir / "elsewhere")}
     cache = {"compile_cache": str(workdir / "inductor")}
     out = snakemake(workdir, "-n", "--configfile", str(_variant(cfg, "moved", gpu_jobs=moved, embedding=cache))).stdout
     assert set(job_counts(out)) <= {"provenance", "landing", "all", "total"}, out
-    out = snakemake(workdir, "-n", "--configfile", str(_variant(cfg, "changed", embedding={"window": 8}))).stdout
-    assert job_counts(out)["embed"] == 3 and out.count("reason: Params have changed") == 3, out
+    for name, change in (("window", {"embedding": {"window": 8}}), ("device", {"gpu_jobs": {"device": "cpu"}})):
+        out = snakemake(workdir, "-n", "--configfile", str(_variant(cfg, name, **change))).stdout
+        assert job_counts(out)["embed"] == 3 and out.count("reason: Params have changed") == 3, (name, out)
 
 
 def test_same_inputs_give_identical_outputs(run, tmp_path, demo_texts):

@@ -381,6 +381,8 @@ def test_corpus_of_only_rejects_names_the_first(tmp_path):
         ("summarise", "token_budget", 0, "config key 'summarise.token_budget': 0 is less than the minimum of 1"),
         ("shards", "tokens_per_shard", -1, "config key 'shards.tokens_per_shard': -1 is less than the minimum of 1"),
         ("input", "max_record_mb", 0, "config key 'input.max_record_mb': 0 is less than or equal to the minimum of 0"),
+        ("embedding", "compile_cache", "", "config key 'embedding.compile_cache': '' should be non-empty"),
+        ("train", "compile_cache", "", "config key 'train.compile_cache': '' should be non-empty"),
     ],
 )
 def test_config_out_of_range_names_the_key(config, section, key, value, message):

@@ -220,6 +220,8 @@ _DECODER = {"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_h
         ("Mistral", {"sliding_window": 512}, 512, True),  # no batch is wider than the window
         ("Mistral", {"sliding_window": 511}, 512, False),  # a 512-token batch would see the window
         ("Mistral", {"sliding_window": 4096}, None, False),  # untruncated texts: no width is safe
+        # Mistral reads its window from sliding_window alone, whatever layer_types says.
+        ("Mistral", {"sliding_window": 8, "layer_types": ["full_attention"] * 2}, 512, False),
         ("Qwen3", {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1}, 512, False),
     ],
 )
@@ -244,15 +246,19 @@ def test_unmasked_attention_only_where_no_layer_gets_a_mask(family, extra, max_w
     assert torch.equal(got, want)
     assert (not seen) if unmasked else any(s.startswith("masking_utils.py") for s in seen), seen
     if not unmasked:
-        assert "sliding-window layers" in why
+        assert "a sliding window" in why
 
 
-def test_unmasked_attention_keeps_other_implementations():
+def test_unmasked_attention_keeps_other_implementations(monkeypatch):
     from transformers import LlamaConfig, LlamaModel
 
     model = LlamaModel._from_config(LlamaConfig(**_DECODER), attn_implementation="eager").eval()
     done, why = accel.unmasked_attention(model, 512)  # eager gets its causal mask from the builder
     assert not done and "'eager', not SDPA" in why and model.config._attn_implementation == "eager"
+    model = LlamaModel(LlamaConfig(**_DECODER)).eval()
+    monkeypatch.setattr(type(model), "_can_set_attn_implementation", classmethod(lambda cls: False))
+    done, why = accel.unmasked_attention(model, 512)  # transformers only logs that it cannot switch
+    assert not done and "did not switch" in why and model.config._attn_implementation == "sdpa"
 
 
 def test_padding_mask_resolution():
