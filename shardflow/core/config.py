@@ -47,6 +47,11 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if error.validator == "oneOf":
         options = "; ".join(_schema_words(s) for s in error.validator_value)
         return f"config key '{path}': {error.instance!r} is not allowed (expected {options})"
+    types = error.schema.get("type")
+    if error.validator == "pattern" and isinstance(types, list) and "integer" in types:
+        # An integer or a word (n_chunks: 4 or "auto"): the word's pattern alone misleads.
+        words = " or ".join(repr(w) for w in error.validator_value.strip("^$()").split("|"))
+        return f"config key '{path}': {error.instance!r} is neither an integer nor {words}"
     return f"config key '{path}': {error.message}"
 
 
@@ -101,12 +106,69 @@ def yaml11_switches(config: dict, schema: dict) -> None:
                 config[name] = word
 
 
+_NULL_WORDS = ("null", "Null", "NULL", "~")
+_BOOL_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
+
+
+def _scalars(text: str) -> list:
+    """What YAML would have made of `text`, most specific first: None, a boolean, an
+    integer, a float (only those that parse)."""
+    out: list = []
+    if text in _NULL_WORDS:
+        out.append(None)
+    if text.lower() in _BOOL_WORDS:
+        out.append(_BOOL_WORDS[text.lower()])
+    for parse in (int, float):
+        try:
+            out.append(parse(text))
+        except ValueError:
+            pass
+    return out
+
+
+def _typed(value) -> list:
+    """Candidates for a string (or a list of strings) that failed validation."""
+    if isinstance(value, str):
+        return _scalars(value)
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        items = [_scalars(v) for v in value]
+        return [[c[0] for c in items]] if all(items) else []
+    return []
+
+
+def command_line_strings(config: dict, schema: dict) -> None:
+    """Snakemake reads a value nested in `--config` (`train={max_iters: 10}`) with YAML's
+    BaseLoader, which leaves every scalar a string ('10'). Where such a string fails its
+    key's schema and what YAML would have made of it passes (10, true, null, 0.5, a list
+    of integers), that value replaces it, in place. A string the schema accepts stays a
+    string; one that fits neither way is left for the validator to report."""
+    validator = jsonschema.Draft202012Validator(schema)
+    for _ in range(8):  # a fix can uncover an error below it: a few passes at most
+        fixed = False
+        for error in validator.iter_errors(config):
+            path = list(error.absolute_path)
+            if not path:
+                continue
+            check = validator.evolve(schema=error.schema)
+            for candidate in _typed(error.instance):
+                if check.is_valid(candidate):
+                    parent = config
+                    for key in path[:-1]:
+                        parent = parent[key]
+                    parent[path[-1]] = candidate
+                    fixed = True
+                    break
+        if not fixed:
+            return
+
+
 def validate_config(config: dict, schema: dict) -> dict:
     """Fill defaults into `config` in place; raise ConfigError listing every problem."""
     moved = moved_keys(config)
     if moved:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(moved))
     yaml11_switches(config, schema)
+    command_line_strings(config, schema)
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     if errors:

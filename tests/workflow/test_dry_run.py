@@ -17,6 +17,16 @@ def test_dry_run_lists_every_chunk_job_before_any_data_exists(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+def test_nested_command_line_values_read_as_yaml_would(tmp_path):
+    """Snakemake reads values nested in --config as strings ('3', '8', ['32', '64']): the
+    config check reads them as a config file would, so the documented form works."""
+    out = snakemake(
+        tmp_path, "-n", "--config", "n_chunks=3", "embedding={window: 8, length_buckets: [32, 64], compile: false}",
+        "resources={embed: {mem_mb: 9000}}",
+    ).stdout
+    assert job_counts(out)["embed"] == 3 and "mem_mb=9000" in out, out[-3000:]
+
+
 def test_dag_and_rulegraph_show_every_chunk(tmp_path):
     dag = snakemake(tmp_path, "--dag", "--config", "n_chunks=5").stdout
     assert dag.count("embed\\nchunk: ") == 5 or dag.count("label = \"embed") == 5
