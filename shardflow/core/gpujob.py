@@ -38,11 +38,14 @@ def pin_job_gpus(settings: dict, gpus: int, job: str, logger: logging.Logger | N
     means a CPU job: device "cpu" and no slot taken. Also the start of
     `python -m shardflow.train.launch`, a shell rule's job.
     """
+    log = logger or logging.getLogger(__name__)
     device, pinning = settings["device"], settings["pinning"]
     if gpus == 0:  # scheduled as a CPU job: run as one, take no GPU slot
+        if device == "auto":  # the engine's own warning sees "cpu" from here on
+            log.warning("no GPU for this job (gpu_jobs.device auto, scheduled with gpu=0): on the CPU, slow for large corpora")
         device, pinning = "cpu", "off"
     visible = pin_gpu(settings["devices"], mode=pinning, job=job, count=max(gpus, 1))
-    (logger or logging.getLogger(__name__)).info("CUDA_VISIBLE_DEVICES=%s (gpu_pinning=%s)", visible, pinning)
+    log.info("CUDA_VISIBLE_DEVICES=%s (gpu_pinning=%s)", visible, pinning)
     return device, visible
 
 

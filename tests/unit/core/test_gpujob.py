@@ -34,7 +34,15 @@ def test_a_job_scheduled_without_a_gpu_runs_on_the_cpu_and_takes_no_slot(tmp_pat
     job = start_gpu_job(fake_smk(tmp_path, gpu=0), "embed", {"x": 1})
     assert (job.device, job.gpus, job.threads) == ("cpu", 0, 3)
     assert not (tmp_path / "locks").exists()
-    assert "gpu_pinning=off" in (tmp_path / "job.log").read_text()
+    log = (tmp_path / "job.log").read_text()
+    assert "gpu_pinning=off" in log
+    # device auto: one warning in the job's log (the engine sees "cpu" from here on)
+    assert log.count(" WARNING ") == 1 and "on the CPU, slow for large corpora" in log
+    chosen = fake_smk(tmp_path, gpu=0)
+    chosen.params.gpu_jobs["device"] = "cpu"
+    chosen.log = [str(tmp_path / "chosen.log")]
+    start_gpu_job(chosen, "embed", {"x": 1})
+    assert " WARNING " not in (tmp_path / "chosen.log").read_text()  # the CPU was asked for
 
 
 def test_a_job_with_n_gpus_pins_n_devices(tmp_path, clean_pin):
