@@ -46,13 +46,20 @@ SKIP_BYTES = 1 << 20
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 
 
-class BadRecordError(ValueError):
-    """A corpus record that cannot be used, located by file and line."""
+def malformed_json(exc: json.JSONDecodeError) -> str:
+    """A bad JSON line's reason, with its column (json's own message may end in " at":
+    "Invalid control character at")."""
+    return f"malformed JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})"
 
-    def __init__(self, source: str, line: int | None, reason: str):
+
+class BadRecordError(ValueError):
+    """A corpus record that cannot be used, located by file and line. `skippable`: one
+    record that `on_bad_record="skip"` would have set aside (not a whole unreadable file)."""
+
+    def __init__(self, source: str, line: int | None, reason: str, skippable: bool = False):
         where = f"{source}:{line}" if line is not None else source
         super().__init__(f"{where}: {reason}")
-        self.source, self.line, self.reason = source, line, reason
+        self.source, self.line, self.reason, self.skippable = source, line, reason, skippable
 
 
 @dataclass(frozen=True)
@@ -253,7 +260,7 @@ class _Reader:
 
     def bad(self, line: int | None, reason: str, raw: bytes | str) -> Rejected:
         if self.opts.on_bad_record == "error":
-            raise BadRecordError(self.path, line, reason)
+            raise BadRecordError(self.path, line, reason, skippable=True)
         return Rejected(self.path, line, reason, _raw(raw))
 
     def too_large(self, line: int | None, size: int, head: bytes | str) -> Rejected:
@@ -319,7 +326,7 @@ class _JsonlReader(_Reader):
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    yield self.bad(lineno, f"malformed JSON ({exc.msg} at column {exc.colno})", raw)
+                    yield self.bad(lineno, malformed_json(exc), raw)
                     continue
                 if not isinstance(obj, dict):
                     yield self.bad(lineno, f"JSON value is {type(obj).__name__}, not an object", raw)

@@ -122,7 +122,7 @@ def _duplicates(paths: list[str], opts: ReaderOptions, params: SplitParams, m: _
             continue
         reason = f"duplicate id {item.id!r} (first at {first[item.id]})"
         if opts.on_bad_record == "error":
-            raise BadRecordError(item.source, item.line, reason)
+            raise BadRecordError(item.source, item.line, reason, skippable=True)
         found[(item.source, item.line)] = reason
         w = _weight(item, params.by)
         m.records -= 1

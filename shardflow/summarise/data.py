@@ -23,7 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardflow.core.files import open_binary
-from shardflow.corpus.readers import DEFAULT_MAX_RECORD_BYTES, BadRecordError, LongLine, Rejected, iter_lines
+from shardflow.corpus.readers import (
+    DEFAULT_MAX_RECORD_BYTES,
+    BadRecordError,
+    LongLine,
+    Rejected,
+    iter_lines,
+    malformed_json,
+)
 
 __all__ = [
     "BadRecordError",
@@ -162,7 +169,7 @@ def _objects(path: str) -> Iterator[tuple[int, bytes, Any]]:
                 yield line, raw, _Bad(f"invalid UTF-8 at byte {exc.start}")
                 continue
             except json.JSONDecodeError as exc:
-                yield line, raw, _Bad(f"malformed JSON ({exc.msg} at column {exc.colno})")
+                yield line, raw, _Bad(malformed_json(exc))
                 continue
             if not isinstance(obj, dict):
                 obj = _Bad(f"JSON value is {type(obj).__name__}, not an object")

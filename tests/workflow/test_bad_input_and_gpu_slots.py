@@ -25,6 +25,7 @@ def test_bad_record_stops_the_run_naming_file_and_line(tmp_path, demo_texts):
     assert proc.returncode != 0
     log = (tmp_path / "logs/split/bad.log").read_text()
     assert f"{corpus}:6: malformed JSON" in log
+    assert "input.on_bad_record: skip sets such records aside in rejects.jsonl" in log  # what to do about it
 
 
 def test_skipped_bad_record_is_counted_not_lost(tmp_path, demo_texts):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
 
 import pyarrow as pa
@@ -18,6 +19,7 @@ from shardflow.corpus.readers import (
     detect_format,
     expand_inputs,
     iter_records,
+    malformed_json,
     open_reader,
 )
 
@@ -227,6 +229,13 @@ def corpus_with_bad_second_line(tmp_path, bad: bytes):
     path = tmp_path / "c.jsonl"
     path.write_bytes(GOOD + bad + b'{"id": "ok3", "text": "also fine"}\n')
     return path
+
+
+def test_malformed_json_reason_reads_once():
+    """json's message for a raw control character ends in " at": no "at at column"."""
+    with pytest.raises(json.JSONDecodeError) as err:
+        json.loads('{"text": "a\tb"}')
+    assert malformed_json(err.value) == "malformed JSON (Invalid control character at column 12)"
 
 
 @pytest.mark.parametrize("case", BAD_LINES)
