@@ -83,6 +83,8 @@ def test_html_report_builds(run):
     assert "Embedding: e2e" in landing and "verification passed" in landing
     for row in ("records in", "records out", "wall time", "throughput", "GPU-hours and cost"):
         assert row in landing and row in html, row
+    # The wall time is the encoding's; the jobs' own time (model loading) is said apart.
+    assert "encoding (3 chunk jobs, " in landing and "of job time in all, model loading included" in landing
 
 
 def test_second_run_has_nothing_to_do(run):
