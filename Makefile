@@ -170,9 +170,16 @@ SWEEP_NAMES = $(sort $(basename $(notdir $(wildcard config/sweeps/*.yaml))))
 SWEEP_DATA_cnndm-lead-k = input={path: "$(CNNDM)"}
 SWEEP_DATA_shakespeare-lr-layers = input={path: "$(TINYSHAKESPEARE)"}
 SWEEP_DATA_arguana-max-length = retrieval={path: "$(ARGUANA)"}
+# The variable naming each shipped sweep's data, for a clear message when it is missing.
+SWEEP_VAR_cnndm-lead-k = CNNDM
+SWEEP_VAR_shakespeare-lr-layers = TINYSHAKESPEARE
+SWEEP_VAR_arguana-max-length = ARGUANA
 sweep: setup
 	@case " $(SWEEP_NAMES) " in *" $(NAME) "*) ;; *) \
 	  echo "usage: make sweep NAME=<$$(echo $(SWEEP_NAMES) | tr ' ' '|')> [CORES=N]" >&2; exit 2;; esac; \
+	  $(if $(SWEEP_VAR_$(NAME)),if [ ! -e "$($(SWEEP_VAR_$(NAME)))" ]; then \
+	    echo "make sweep NAME=$(NAME): no data at $($(SWEEP_VAR_$(NAME))); give it: make sweep NAME=$(NAME) $(SWEEP_VAR_$(NAME))=<path>" >&2; \
+	    exit 2; fi;) \
 	  cfg="config/sweeps/$(NAME).yaml"; \
 	  table=$$($(BIN)/python -m shardflow.cli sweep-table "$$cfg") && \
 	  $(SNAKEMAKE) "$$table" --profile profiles/local --cores $(CORES) --configfile "$$cfg" \

@@ -144,3 +144,20 @@ def test_no_fake_credential_in_any_file_of_the_run(run):
     """The sweep's runs saw fake credentials (offline_env): no file they wrote holds one."""
     files = assert_no_secrets(run)
     assert any(f.name == "best.json" for f in files) and any(f.suffix == ".log" for f in files)
+
+
+def test_make_sweep_without_its_data_names_the_variable_to_set(tmp_path):
+    """A shipped sweep whose data is missing (a clone without ../shared) stops before any
+    job with the variable that gives it, not a traceback from the parse."""
+    import subprocess
+
+    from tests.helpers import REPO, offline_env
+
+    missing = tmp_path / "dev.jsonl"
+    proc = subprocess.run(
+        ["make", "--no-print-directory", "sweep", "NAME=cnndm-lead-k", f"CNNDM={missing}"],
+        cwd=REPO, env=offline_env(), capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert proc.returncode != 0
+    assert f"no data at {missing}; give it: make sweep NAME=cnndm-lead-k CNNDM=<path>" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
