@@ -79,13 +79,13 @@ def main(argv=None) -> dict:
     else:
         logging.basicConfig(level=logging.WARNING)
         logger = logging.getLogger("shardflow.train")
-    decode = None
+    tokenizer = None
     if args.tokenizer:
         from shardflow.train.tokenizer import load_tokenizer
 
-        decode = load_tokenizer(args.tokenizer).decode
+        tokenizer = load_tokenizer(args.tokenizer)
     try:
-        return train(args.data, args.out, params, logger, resume_dir=args.resume_dir, decode=decode,
+        return train(args.data, args.out, params, logger, resume_dir=args.resume_dir, tokenizer=tokenizer,
                      keep_resume=args.keep_resume, sample_tokens=args.sample_tokens)
     finally:
         if world > 1:

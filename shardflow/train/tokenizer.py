@@ -85,6 +85,29 @@ class Tokenizer(abc.ABC):
     def vocab_bytes(self) -> bytes:
         """The vocabulary file's bytes, exactly as `save` writes them."""
 
+    @abc.abstractmethod
+    def hf_tokenizer(self):
+        """This vocabulary as a `tokenizers.Tokenizer` that encodes a text to the same
+        ids as `encode` (no special-token template, no truncation or padding) and decodes
+        them back: what `save_for_transformers` writes."""
+
+    def save_for_transformers(self, folder: str | os.PathLike, max_length: int) -> None:
+        """tokenizer.json and tokenizer_config.json in `folder`, so that transformers'
+        `AutoTokenizer.from_pretrained(folder)` encodes as this tokenizer does (with
+        `add_special_tokens=False`, as the shards were made) and decodes the ids back;
+        end-of-text is its eos and bos token, as in the exported model's config."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        with atomic_open(folder / HF_FILE, "w", encoding="utf-8") as fh:
+            fh.write(self.hf_tokenizer().to_str())
+        write_json(folder / "tokenizer_config.json", {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "eos_token": self.eot_token,
+            "bos_token": self.eot_token,
+            "model_max_length": max_length,
+            "clean_up_tokenization_spaces": False,
+        })
+
     def identity(self) -> dict:
         return {
             "kind": self.kind,
@@ -163,6 +186,21 @@ class CharTokenizer(Tokenizer):
         obj = {"format": CHAR_FORMAT, "chars": "".join(self.chars), "eot_token": self.eot_token}
         return (json.dumps(obj, ensure_ascii=True, sort_keys=True) + "\n").encode("ascii")
 
+    def hf_tokenizer(self):
+        """Every character its own word (a regex split that keeps each one), looked up in
+        a word-level vocabulary of the characters; decoded by joining the pieces. A
+        character outside the vocabulary is an error there too (no unknown token)."""
+        from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+        from tokenizers import Tokenizer as HFTk
+
+        vocab = {c: i for i, c in enumerate(self.chars)}
+        vocab[self.eot_token] = self.eot_id
+        tk = HFTk(models.WordLevel(vocab, unk_token=None))
+        tk.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+        tk.decoder = decoders.Fuse()
+        tk.add_special_tokens([AddedToken(self.eot_token, special=True, normalized=False)])
+        return tk
+
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> CharTokenizer:
         obj = json.loads(Path(path).read_text(encoding="ascii"))
@@ -203,6 +241,15 @@ class HFTokenizer(Tokenizer):
 
     def vocab_bytes(self) -> bytes:
         return self._raw
+
+    def hf_tokenizer(self):
+        """The same file without what a pretrained one may carry for its own model: a
+        special-token template ([CLS] ... [SEP]), truncation, padding."""
+        from tokenizers import Tokenizer as HFTk
+
+        obj = json.loads(self._raw)
+        obj.update(post_processor=None, truncation=None, padding=None)
+        return HFTk.from_str(json.dumps(obj))
 
 
 def train_bpe(texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> HFTokenizer:

@@ -1,7 +1,7 @@
 """Train the GPT of `model.py` from token shards; resumable, data-parallel, reproducible.
 
     params = TrainParams(n_layer=4, n_head=4, n_embd=128, block_size=64, batch_size=12)
-    metrics = train("results/x/shards", "results/x/train/model", params, logger, decode=tok.decode)
+    metrics = train("results/x/shards", "results/x/train/model", params, logger, tokenizer=tok)
 
 Data. Shards are memory-mapped; a training window is `block_size + 1` consecutive
 tokens at a random offset of a random train shard (shards drawn in proportion to
@@ -358,13 +358,18 @@ def train(
     decode: Callable[[list[int]], str] | None = None,
     sample_tokens: int = 500,
     keep_resume: bool = False,
+    tokenizer=None,
 ) -> dict:
     """Train (or continue training) and write the outputs; returns metrics (on every rank).
 
     resume_dir: where checkpoints live; default `<out_dir>/../<out_dir name>.resume`,
     outside the output folder. It is removed after the outputs are written unless
     keep_resume, so a finished job rerun with new parameters starts afresh.
+    tokenizer: the shards' (shardflow.train.tokenizer): it decodes the sample (unless
+    `decode` is given) and goes into the Hugging Face folder with the weights.
     """
+    if decode is None and tokenizer is not None:
+        decode = tokenizer.decode
     logger = logger or log
     p = params
     out_dir = Path(out_dir)
@@ -505,7 +510,7 @@ def train(
         "world_size": rt.world,
     }
     if rt.is_main:
-        write_outputs(out_dir, resume_dir, raw, p, cfg, shards, history, metrics, decode, sample_tokens, rt)
+        write_outputs(out_dir, resume_dir, raw, p, cfg, shards, history, metrics, decode, sample_tokens, rt, tokenizer)
         if not keep_resume:
             shutil.rmtree(resume_dir, ignore_errors=True)
     if rt.world > 1:
@@ -525,7 +530,7 @@ def mfu(tokens_per_sec: float | None, flops_per_token: int, rt: Runtime) -> floa
     return tokens_per_sec * flops_per_token / (peak * 1e12 * rt.world)
 
 
-def write_outputs(out_dir, resume_dir, raw, p, cfg, shards, history, metrics, decode, sample_tokens, rt):
+def write_outputs(out_dir, resume_dir, raw, p, cfg, shards, history, metrics, decode, sample_tokens, rt, tokenizer=None):
     import pandas as pd
 
     from shardflow.train.hf_export import export_gpt2
@@ -540,7 +545,7 @@ def write_outputs(out_dir, resume_dir, raw, p, cfg, shards, history, metrics, de
     write_json(out_dir / "config.json", {
         "model": cfg.to_dict(), "train": dataclasses.asdict(p), "vocab_size": shards.vocab_size,
         "eot_id": shards.eot_id, "data": str(shards.meta_path), "world_size": rt.world,
-        "hf": "hf/ holds the best weights as a Hugging Face GPT-2 folder",
+        "hf": "hf/ holds the best weights as a Hugging Face GPT-2 folder (and the tokenizer, when given)",
     })
     frame = pd.DataFrame(history, columns=["step", "train_loss", "val_loss", "lr", "tokens_seen", "seconds"])
     with atomic_path(out_dir / "losses.parquet") as tmp:
@@ -551,6 +556,8 @@ def write_outputs(out_dir, resume_dir, raw, p, cfg, shards, history, metrics, de
     # The sample and the Hugging Face folder come from the best weights.
     best_model = load_model(out_dir, "best").to(rt.device)
     export_gpt2(best_model, out_dir / "hf", eot_id=shards.eot_id)
+    if tokenizer is not None:  # AutoTokenizer.from_pretrained(hf) then encodes as the shards did
+        tokenizer.save_for_transformers(out_dir / "hf", cfg.block_size)
     start = shards.eot_id if shards.eot_id is not None else 0
     generator = torch.Generator(device=rt.device).manual_seed(p.seed)
     idx = torch.tensor([[start]], device=rt.device)

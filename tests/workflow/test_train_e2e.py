@@ -78,6 +78,8 @@ def test_train_outputs_landing_and_hf_folder(run):
     assert (out / "loss.png").read_bytes()[:4] == b"\x89PNG" and len((out / "sample.txt").read_text()) > 0
     hf = json.loads((out / "hf/config.json").read_text())  # loading it is hf_export's unit test
     assert hf["n_layer"] == 2 and hf["n_embd"] == 32 and (out / "hf/model.safetensors").exists()
+    tok = json.loads((out / "hf/tokenizer_config.json").read_text())  # the shards' tokenizer beside it
+    assert tok["eos_token"] == "<|endoftext|>" and (out / "hf/tokenizer.json").exists()
     landing = (work / "results/report.rst").read_text()
     assert "Training: tr" in landing and "best val loss" in landing and "3 tokenize jobs" in landing
     assert f"{m['best_val_loss']:.4f}" in landing

@@ -73,6 +73,26 @@ def test_minilm_from_the_bundled_folder(tmp_path):
     assert load_pretrained(f"{folder}/tokenizer.json").eot_id == 102
 
 
+@pytest.mark.parametrize("kind", ["char", "bpe", "pretrained"])
+def test_transformers_loads_the_saved_tokenizer_and_encodes_as_ours(tmp_path, kind):
+    """What the train job writes beside the exported weights: AutoTokenizer encodes a text
+    to our ids (no [CLS]/[SEP] template for a pretrained one), decodes them to our
+    decoding, and has end-of-text as eos."""
+    from transformers import AutoTokenizer
+
+    tok = {"char": lambda: CharTokenizer.train(TEXTS), "bpe": lambda: train_bpe(TEXTS, 300, 1),
+           "pretrained": lambda: load_pretrained("default")}[kind]()
+    tok.save_for_transformers(tmp_path, 64)
+    auto = AutoTokenizer.from_pretrained(tmp_path, local_files_only=True)
+    for text in TEXTS[:2] + ["\n\n  " + TEXTS[1]]:
+        ids = auto(text, add_special_tokens=False)["input_ids"]
+        assert ids == tok.encode(text), text
+        assert auto.decode(ids) == tok.decode(ids)
+    assert auto.eos_token_id == auto.bos_token_id == tok.eot_id and auto.model_max_length == 64
+    if kind == "char":
+        assert auto.decode(tok.encode(TEXTS[1])) == TEXTS[1]  # exact: every character its own token
+
+
 def test_missing_tokenizer_path(tmp_path):
     with pytest.raises(FileNotFoundError, match="expected 'char', 'bpe', a tokenizer.json"):
         load_pretrained(tmp_path / "nope")
