@@ -50,18 +50,16 @@ guaranteed to be served first.
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
 import logging
 import os
 import re
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
+
+from shardflow.core import locks
 
 log = logging.getLogger(__name__)
 
@@ -163,45 +161,16 @@ class _Slot:
         self.device, self.path, self.fd = device, path, fd
 
     def release(self) -> None:
-        # Truncate so a stale holder is not reported, then close (which unlocks).
-        # Never unlink: another process may already have the file open, waiting,
-        # and would then lock an inode nobody else can see.
-        with contextlib.suppress(OSError):
-            os.ftruncate(self.fd, 0)
-        os.close(self.fd)
+        locks.release(self.fd)
 
 
 def _try_lock(path: Path, device: str, job: str | None) -> _Slot | None:
-    # os.open makes the fd non-inheritable, so programs this job execs do not
-    # hold the slot after it ends. (Forked children without exec do, which is
-    # right: they may still be using the GPU.)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o664)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    info = {
-        "device": device,
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "job": job if job is not None else " ".join(sys.argv),
-        "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
-    return _Slot(device, path, fd)
+    fd = locks.try_lock(path, device=device, job=job)
+    return None if fd is None else _Slot(device, path, fd)
 
 
 def _holders(lock_dir: Path, pool: list[str]) -> str:
-    lines = []
-    for device in pool:
-        try:
-            info = lock_path(lock_dir, device).read_text().strip() or "(no holder info)"
-        except OSError:
-            info = "(no lock file)"
-        lines.append(f"  gpu {device}: {info}")
-    return "\n".join(lines)
+    return "\n".join(f"  gpu {device}: {locks.holder(lock_path(lock_dir, device))}" for device in pool)
 
 
 def _take_slots(

@@ -49,6 +49,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
+from shardflow.core import locks
 from shardflow.core.atomic import atomic_open, atomic_path, write_json
 from shardflow.core.devices import use_compile_cache
 from shardflow.train.model import GPT, GPTConfig
@@ -348,6 +349,32 @@ def load_model(out_dir: str | os.PathLike, which: str = "best") -> GPT:
     return model.eval()
 
 
+RESUME_LOCK = "train.lock"
+
+
+@contextlib.contextmanager
+def holding_resume(resume_dir: Path):
+    """Rank 0 holds `resume_dir`'s lock while it trains: a second process on the same
+    checkpoints (the train job of an earlier run, left running when its Snakemake was
+    killed without its jobs, then a rerun) stops at once, naming the holder, instead of
+    training beside it into the same files. Other ranks follow rank 0."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        yield
+        return
+    resume_dir.mkdir(parents=True, exist_ok=True)
+    path = resume_dir / RESUME_LOCK
+    fd = locks.try_lock(path, resume_dir=str(resume_dir))
+    if fd is None:
+        raise RuntimeError(
+            f"another training process is using {resume_dir} ({locks.holder(path)}): an earlier run's train "
+            "job still running (its Snakemake killed without its jobs?); stop it or let it finish, then run again"
+        )
+    try:
+        yield
+    finally:
+        locks.release(fd)
+
+
 def train(
     shard_dir_or_metadata: str | os.PathLike,
     out_dir: str | os.PathLike,
@@ -363,17 +390,25 @@ def train(
     """Train (or continue training) and write the outputs; returns metrics (on every rank).
 
     resume_dir: where checkpoints live; default `<out_dir>/../<out_dir name>.resume`,
-    outside the output folder. It is removed after the outputs are written unless
-    keep_resume, so a finished job rerun with new parameters starts afresh.
+    outside the output folder, held by one process at a time (`holding_resume`). It is
+    removed after the outputs are written unless keep_resume, so a finished job rerun
+    with new parameters starts afresh.
     tokenizer: the shards' (shardflow.train.tokenizer): it decodes the sample (unless
     `decode` is given) and goes into the Hugging Face folder with the weights.
     """
+    out_dir = Path(out_dir)
+    resume_dir = Path(resume_dir) if resume_dir else out_dir.parent / f"{out_dir.name}.resume"
+    with holding_resume(resume_dir):
+        return _train(shard_dir_or_metadata, out_dir, params, logger, resume_dir, decode, sample_tokens,
+                      keep_resume, tokenizer)
+
+
+def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, resume_dir: Path, decode,
+           sample_tokens: int, keep_resume: bool, tokenizer) -> dict:
     if decode is None and tokenizer is not None:
         decode = tokenizer.decode
     logger = logger or log
     p = params
-    out_dir = Path(out_dir)
-    resume_dir = Path(resume_dir) if resume_dir else out_dir.parent / f"{out_dir.name}.resume"
     rt = resolve_runtime(p)
     shards = load_shards(shard_dir_or_metadata)
     cfg = p.model_config(shards.vocab_size)

@@ -196,6 +196,33 @@ def test_train_writes_outputs_and_extends_max_iters(shards, tmp_path):
     assert not resume.exists()
 
 
+def test_a_second_process_on_the_same_checkpoints_stops_naming_the_first(shards, tmp_path):
+    """An earlier run's train job still running (its Snakemake killed alone) holds the
+    resume folder: a rerun's trainer stops at once, naming it, rather than training into
+    the same files beside it; once the holder is gone, training runs."""
+    import subprocess
+    import sys
+
+    resume = tmp_path / "resume"
+    resume.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", ("import sys, time; from shardflow.core import locks; "
+                                 "assert locks.try_lock(sys.argv[1], job='train earlier') is not None; "
+                                 "print('held', flush=True); time.sleep(60)"), str(resume / "train.lock")],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RuntimeError, match=rf"another training process is using {resume} .*train earlier"):
+            train(shards, tmp_path / "model", TrainParams(**TINY, max_iters=2), resume_dir=resume)
+        assert not (tmp_path / "model").exists() and list(resume.iterdir()) == [resume / "train.lock"]
+    finally:
+        holder.kill()
+        holder.wait()
+    metrics = train(shards, tmp_path / "model", TrainParams(**TINY, max_iters=2), resume_dir=resume, sample_tokens=2)
+    assert metrics["steps"] == 2 and not resume.exists()
+
+
 def test_unreadable_or_foreign_checkpoint_is_refused(shards, tmp_path):
     params = TrainParams(**TINY, max_iters=2)
     resume = tmp_path / "resume"
