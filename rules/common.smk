@@ -44,7 +44,8 @@ def validate(cfg):
     return validate_config(cfg, SCHEMA)
 
 
-validate(config)
+# --config values (nested ones arrive as strings) are read as YAML would read them.
+validate_config(config, SCHEMA, workflow.config_settings.config)
 
 
 def s3_settings():

@@ -7,6 +7,7 @@ typo needs one line: which key, what is wrong, what is allowed.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 import jsonschema
 import yaml
@@ -136,18 +137,30 @@ def _typed(value) -> list:
     return []
 
 
-def command_line_strings(config: dict, schema: dict) -> None:
+def _given(command_line, path: list):
+    """The value at `path` in the --config mapping, or None."""
+    node = command_line
+    for key in path:
+        if not isinstance(node, Mapping) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def command_line_strings(config: dict, schema: dict, command_line: Mapping) -> None:
     """Snakemake reads a value nested in `--config` (`train={max_iters: 10}`) with YAML's
-    BaseLoader, which leaves every scalar a string ('10'). Where such a string fails its
-    key's schema and what YAML would have made of it passes (10, true, null, 0.5, a list
-    of integers), that value replaces it, in place. A string the schema accepts stays a
-    string; one that fits neither way is left for the validator to report."""
+    BaseLoader, which leaves every scalar a string ('10'). Where such a string (one given
+    in `command_line`, Snakemake's --config mapping) fails its key's schema and what YAML
+    would have made of it passes (10, true, null, 0.5, a list of integers), that value
+    replaces it, in place. A string the schema accepts stays a string; one that fits
+    neither way is left for the validator to report; config files are read with YAML's
+    types already, so a quoted "4" there stays an error."""
     validator = jsonschema.Draft202012Validator(schema)
     for _ in range(8):  # a fix can uncover an error below it: a few passes at most
         fixed = False
         for error in validator.iter_errors(config):
             path = list(error.absolute_path)
-            if not path:
+            if not path or _given(command_line, path) != error.instance:
                 continue
             check = validator.evolve(schema=error.schema)
             for candidate in _typed(error.instance):
@@ -162,13 +175,15 @@ def command_line_strings(config: dict, schema: dict) -> None:
             return
 
 
-def validate_config(config: dict, schema: dict) -> dict:
-    """Fill defaults into `config` in place; raise ConfigError listing every problem."""
+def validate_config(config: dict, schema: dict, command_line: Mapping | None = None) -> dict:
+    """Fill defaults into `config` in place; raise ConfigError listing every problem.
+    `command_line`: Snakemake's --config mapping (see command_line_strings)."""
     moved = moved_keys(config)
     if moved:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(moved))
     yaml11_switches(config, schema)
-    command_line_strings(config, schema)
+    if command_line:
+        command_line_strings(config, schema, command_line)
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     if errors:

@@ -395,18 +395,24 @@ def test_config_out_of_range_names_the_key(config, section, key, value, message)
 def test_config_strings_from_the_command_line_read_as_yaml_would(config):
     """Snakemake leaves values nested in --config as strings: each one the schema rejects
     as a string but takes as YAML's value (integer, float, boolean, null, a list of
-    integers) becomes that value; strings the schema takes, or that fit neither way, stay."""
-    config["n_chunks"] = "4"
-    config["train"].update(max_iters="10", lr="1e-3", compile="true", lr_decay_iters="null")
-    config["embedding"].update(length_buckets=["32", "64"], compile_cache="null", window="8")
-    got = validate_config(config, load_schema(REPO / "config" / "config.schema.yaml"))
+    integers) becomes that value; strings the schema takes, or that fit neither way, stay,
+    and so does a string a config file gave (YAML typed it already: a quoted "4" is one)."""
+    given = {"n_chunks": "4", "train": {"max_iters": "10", "lr": "1e-3", "compile": "true", "lr_decay_iters": "null"},
+             "embedding": {"length_buckets": ["32", "64"], "compile_cache": "null", "window": "8"}}
+    for section, values in given.items():
+        config[section] = {**config[section], **values} if isinstance(values, dict) else values
+    schema = load_schema(REPO / "config" / "config.schema.yaml")
+    got = validate_config(config, schema, given)
     assert got["n_chunks"] == 4 and got["embedding"]["length_buckets"] == [32, 64] and got["embedding"]["window"] == 8
     assert (got["train"]["max_iters"], got["train"]["lr"], got["train"]["compile"]) == (10, 0.001, True)
     assert got["train"]["lr_decay_iters"] is None
     assert got["embedding"]["compile_cache"] == "null"  # a string is a folder name here
     config["embedding"]["window"] = "eight"
     with pytest.raises(ConfigError, match="config key 'embedding.window': 'eight' is not of type 'integer'"):
-        validate_config(config, load_schema(REPO / "config" / "config.schema.yaml"))
+        validate_config(config, schema, {"embedding": {"window": "eight"}})
+    config["embedding"]["window"] = "8"  # from a file, not the command line
+    with pytest.raises(ConfigError, match="config key 'embedding.window': '8' is not of type 'integer'"):
+        validate_config(config, schema)
 
 
 @pytest.mark.parametrize("value", [1, 7, "auto"])
