@@ -169,9 +169,10 @@ def untracked(value):
     (rerun trigger `params`, on by default). A params function that takes `resources`
     counts as derived from the job's resources, and is not recorded (Snakemake 9:
     `Rule._is_deriving_function`), as resources are not. Where and how a job runs goes
-    this way (the `gpu_jobs` section, resume folders): moving jobs to other GPUs or their
-    resume state to another folder reruns nothing. What a job computes (its stage's
-    section) is recorded, so a changed value reruns exactly the jobs it affects."""
+    this way (GPU pinning, resume folders, compile caches): moving jobs to other GPUs or
+    their state to another folder reruns nothing. What a job computes (its stage's
+    section, the device) is recorded, so a changed value reruns exactly the jobs it
+    affects."""
 
     def param(wildcards, resources):
         return value(wildcards) if callable(value) else value
