@@ -383,18 +383,17 @@ def unmasked_attention(model: torch.nn.Module, max_width: int | None) -> tuple[b
         try:
             model.set_attn_implementation(UNMASKED_SDPA)  # some models only log that they cannot
             if config._attn_implementation != UNMASKED_SDPA:
-                model.set_attn_implementation(before)
-                return False, "the model did not switch its attention implementation: transformers builds the mask"
-            given = model(input_ids=ids, attention_mask=None)[0]
+                why = "the model did not switch its attention implementation"
+            elif torch.equal(built, model(input_ids=ids, attention_mask=None)[0]):
+                return True, f"SDPA without a mask builder ({UNMASKED_SDPA!r}: no device sync per forward)"
+            else:
+                why = "attention without a mask builder gave other output bytes on a probe"
         except torch.OutOfMemoryError:
             raise
         except Exception as exc:  # noqa: BLE001 - a model that does not take it: the builder runs
-            model.set_attn_implementation(before)
-            return False, f"the model did not take attention without a mask builder ({type(exc).__name__}: {exc})"
-    if not torch.equal(built, given):
-        model.set_attn_implementation(before)
-        return False, "attention without a mask builder gave other output bytes on a probe: transformers builds the mask"
-    return True, f"SDPA without a mask builder ({UNMASKED_SDPA!r}: no device sync per forward)"
+            why = f"the model did not take attention without a mask builder ({type(exc).__name__}: {exc})"
+    model.set_attn_implementation(before)
+    return False, f"{why}: transformers builds the mask"
 
 
 # --------------------------------------------------------------------------- the mask as a 4-D tensor

@@ -538,9 +538,11 @@ class Encoder:
             torch.compiler.cudagraph_mark_step_begin()
         if lengths is None:
             if self.padding_mask.on:
-                mask = None
+                mask = None  # no padding mask: SDPA runs is_causal (see accel.unmasked_attention)
+            elif self.attention_bias.on:
+                mask = accel.attention_bias(attention_mask)
             else:
-                mask = accel.attention_bias(attention_mask) if self.attention_bias.on else attention_mask
+                mask = attention_mask
             out = self.model(input_ids=input_ids, attention_mask=mask)
             hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
             return self.head(pool(hidden, attention_mask, self.spec.pooling, self.prompt_length))
