@@ -107,34 +107,32 @@ def yaml11_switches(config: dict, schema: dict) -> None:
                 config[name] = word
 
 
-_NULL_WORDS = ("null", "Null", "NULL", "~")
-_BOOL_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
+_NOT_READ = object()
 
 
-def _scalars(text: str) -> list:
-    """What YAML would have made of `text`, most specific first: None, a boolean, an
-    integer, a float (only those that parse)."""
-    out: list = []
-    if text in _NULL_WORDS:
-        out.append(None)
-    if text.lower() in _BOOL_WORDS:
-        out.append(_BOOL_WORDS[text.lower()])
-    for parse in (int, float):
-        try:
-            out.append(parse(text))
-        except ValueError:
-            pass
-    return out
-
-
-def _typed(value) -> list:
-    """Candidates for a string (or a list of strings) that failed validation."""
+def _yaml_value(text: str):
+    """What a config file would hold for `text`: YAML's value (PyYAML, Snakemake's loader),
+    or a float where YAML 1.1 leaves one such as '1e-3' a string; _NOT_READ if unreadable."""
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return _NOT_READ
     if isinstance(value, str):
-        return _scalars(value)
+        try:
+            return float(value)
+        except ValueError:
+            return _NOT_READ
+    return value
+
+
+def _yaml_typed(value):
+    """A string, or a list of strings, as a config file would hold it (else _NOT_READ)."""
+    if isinstance(value, str):
+        return _yaml_value(value)
     if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        items = [_scalars(v) for v in value]
-        return [[c[0] for c in items]] if all(items) else []
-    return []
+        items = [_yaml_value(v) for v in value]
+        return _NOT_READ if _NOT_READ in items else items
+    return _NOT_READ
 
 
 def _given(command_line, path: list):
@@ -156,23 +154,13 @@ def command_line_strings(config: dict, schema: dict, command_line: Mapping) -> N
     neither way is left for the validator to report; config files are read with YAML's
     types already, so a quoted "4" there stays an error."""
     validator = jsonschema.Draft202012Validator(schema)
-    for _ in range(8):  # a fix can uncover an error below it: a few passes at most
-        fixed = False
-        for error in validator.iter_errors(config):
-            path = list(error.absolute_path)
-            if not path or _given(command_line, path) != error.instance:
-                continue
-            check = validator.evolve(schema=error.schema)
-            for candidate in _typed(error.instance):
-                if check.is_valid(candidate):
-                    parent = config
-                    for key in path[:-1]:
-                        parent = parent[key]
-                    parent[path[-1]] = candidate
-                    fixed = True
-                    break
-        if not fixed:
-            return
+    for error in list(validator.iter_errors(config)):
+        path = list(error.absolute_path)
+        if not path or _given(command_line, path) != error.instance:
+            continue
+        value = _yaml_typed(error.instance)
+        if value is not _NOT_READ and validator.evolve(schema=error.schema).is_valid(value):
+            _given(config, path[:-1])[path[-1]] = value
 
 
 def validate_config(config: dict, schema: dict, command_line: Mapping | None = None) -> dict:
