@@ -9,6 +9,7 @@ lives in the package.
 """
 
 import functools
+import json
 import os
 import re
 import sys
@@ -147,18 +148,15 @@ def runs_on_cpu():
     return device == "auto" and local_main_process() and not local_gpus()
 
 
-def gpu_job_settings():
-    """What every GPU script needs besides its stage's parameters (shardflow.core.gpujob).
-    Pass it `untracked`, with `device=gpu_device()` beside it: which GPUs a job gets
-    changes none of its outputs; the device does."""
-    return {k: config["gpu_jobs"][k] for k in ("device", "pinning", "devices")}
-
-
-def gpu_device():
-    """gpu_jobs.device, as a recorded param of each GPU rule (the scripts read it from
-    gpu_jobs): it decides the dtype under `auto` and the kernels, so changing it reruns
-    the GPU jobs, as it did when the whole section was recorded."""
-    return config["gpu_jobs"]["device"]
+def gpu_job_params(as_json=False):
+    """The params of every GPU job besides its stage's, given as `**gpu_job_params()`:
+    - `gpu_jobs` (device, pinning, devices: what shardflow.core.gpujob reads; JSON for a
+      shell rule), untracked: which GPUs a job gets changes none of its outputs;
+    - `device`, recorded: it decides the dtype under `auto` and the kernels, so changing
+      it reruns the GPU jobs."""
+    settings = {k: config["gpu_jobs"][k] for k in ("device", "pinning", "devices")}
+    value = json.dumps(settings, sort_keys=True) if as_json else settings
+    return {"gpu_jobs": untracked(value), "device": settings["device"]}
 
 
 def untracked(value):

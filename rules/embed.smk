@@ -27,10 +27,9 @@ rule embed:
     resources:
         **job_resources("embed"),
     params:
+        **gpu_job_params(),
         embedding=stage_params("embedding"),
         compile_cache=untracked(stage_value("embedding", "compile_cache")),
-        gpu_jobs=untracked(gpu_job_settings()),
-        device=gpu_device(),
         resume_root=untracked(job_resume_root),
     script:
         "../scripts/embed.py"

@@ -43,14 +43,13 @@ if RETRIEVAL is not None:
         resources:
             **job_resources("embed_queries"),
         params:
+            **gpu_job_params(),
             embedding=stage_params(
                 "embedding",
                 prompt=config["retrieval"]["query_prompt"],
                 prompt_name=config["retrieval"]["query_prompt_name"],
             ),
             compile_cache=untracked(stage_value("embedding", "compile_cache")),
-            gpu_jobs=untracked(gpu_job_settings()),
-            device=gpu_device(),
             resume_root=untracked(resume_root(RETRIEVAL)),
 
     rule retrieval_evaluate:
@@ -84,8 +83,7 @@ if RETRIEVAL is not None:
         resources:
             **job_resources("retrieval_evaluate"),
         params:
-            gpu_jobs=untracked(gpu_job_settings()),
-            device=gpu_device(),
+            **gpu_job_params(),
             top_k=config["retrieval"]["top_k"],
             block_size=config["retrieval"]["block_size"],
             backend=config["retrieval"]["backend"],

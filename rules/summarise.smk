@@ -34,9 +34,8 @@ rule summarise:
     resources:
         **job_resources("summarise", SUMMARISE_USES_GPU),
     params:
+        **gpu_job_params(),
         summarise=summarise_params,
-        gpu_jobs=untracked(gpu_job_settings()),
-        device=gpu_device(),
         resume_root=untracked(job_resume_root),
     script:
         "../scripts/summarise.py"

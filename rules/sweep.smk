@@ -37,10 +37,9 @@ if sweeps_of_stage("retrieval"):
         benchmark:
             f"{SWEEP_BENCH}/embed_{{chunk}}.tsv"
         params:
+            **gpu_job_params(),
             embedding=stage_params("embedding"),
             compile_cache=untracked(stage_value("embedding", "compile_cache")),
-            gpu_jobs=untracked(gpu_job_settings()),
-            device=gpu_device(),
             resume_root=untracked(sweep_resume_root),
 
     use rule merge as sweep_merge with:
@@ -84,10 +83,9 @@ if sweeps_of_stage("retrieval"):
         benchmark:
             f"{SWEEP_BENCH}/embed_queries.tsv"
         params:
+            **gpu_job_params(),
             embedding=sweep_query_embedding,
             compile_cache=untracked(stage_value("embedding", "compile_cache")),
-            gpu_jobs=untracked(gpu_job_settings()),
-            device=gpu_device(),
             resume_root=untracked(sweep_resume_root),
 
     use rule retrieval_evaluate as sweep_retrieval_evaluate with:
@@ -108,8 +106,7 @@ if sweeps_of_stage("retrieval"):
         benchmark:
             f"{SWEEP_BENCH}/retrieval_evaluate.tsv"
         params:
-            gpu_jobs=untracked(gpu_job_settings()),
-            device=gpu_device(),
+            **gpu_job_params(),
             top_k=stage_value("retrieval", "top_k"),
             block_size=stage_value("retrieval", "block_size"),
             backend=stage_value("retrieval", "backend"),
@@ -129,9 +126,8 @@ if sweeps_of_stage("summarise"):
         benchmark:
             f"{SWEEP_BENCH}/summarise_{{chunk}}.tsv"
         params:
+            **gpu_job_params(),
             summarise=summarise_params,
-            gpu_jobs=untracked(gpu_job_settings()),
-            device=gpu_device(),
             resume_root=untracked(sweep_resume_root),
 
     use rule merge_summaries as sweep_merge_summaries with:
@@ -187,11 +183,10 @@ if sweeps_of_stage("train"):
             f"{SWEEP_BENCH}/train.tsv"
         threads: job_threads("train", jobs=sweep_jobs_at_once)
         params:
+            **gpu_job_params(as_json=True),
             train=train_params,
             compile_cache=untracked(stage_value("train", "compile_cache")),
             sample_tokens=stage_value("train", "sample_tokens"),
-            gpu_jobs=untracked(train_gpu_settings),
-            device=gpu_device(),
             out=f"{SWEEP_JOB}/train",
             resume=untracked(sweep_train_resume),
             tokenizer=f"results/{DATASET}/tokenizer",

@@ -116,11 +116,10 @@ rule train:
     resources:
         **train_resources(),
     params:
+        **gpu_job_params(as_json=True),
         train=train_params,
         compile_cache=untracked(stage_value("train", "compile_cache")),
         sample_tokens=config["train"]["sample_tokens"],
-        gpu_jobs=untracked(train_gpu_settings),
-        device=gpu_device(),
         out=train_folder,
         resume=untracked(train_resume),
         tokenizer=tokenizer_folder,

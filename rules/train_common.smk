@@ -77,10 +77,6 @@ def train_params(wildcards):
     return json.dumps(p, sort_keys=True)
 
 
-def train_gpu_settings(wildcards):
-    return json.dumps(gpu_job_settings(), sort_keys=True)
-
-
 def train_resources():
     """resources.train, with gpu = train.gpus (0 when the job runs on the CPU)."""
 
