@@ -224,6 +224,14 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
 
     from shardflow.embed import accel
 
+    def allocator_counts() -> dict[str, int] | None:
+        """The caching allocator's device calls so far (a new segment is a cudaMalloc; a
+        retry frees the cache after a failed one, with a device sync)."""
+        if not on_cuda:
+            return None
+        stats = torch.cuda.memory_stats()
+        return {k: int(stats.get(k, 0)) for k in ("num_device_alloc", "num_device_free", "num_alloc_retries")}
+
     names = list(CONFIGS) if args.configs == "all" else [c for c in args.configs.split(",") if c]
     options = {name: config_options(name) for name in names}  # a bad name fails before any model loads
     tokens = sum(lengths)
@@ -249,9 +257,11 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
         probe_s, _ = timed(lambda enc=encoder: enc.encode(texts[: max(32, len(texts) // 8)]))
         warm += probe_s
         secs, out = [], None
+        before = allocator_counts()
         for _ in range(args.config_rounds):
             t, out = timed(lambda enc=encoder: enc.encode(texts))
             secs.append(t)
+        after = allocator_counts()
         med = sorted(secs)[len(secs) // 2]
         out = np.asarray(out, dtype=np.float32)
         cos = (out * reference).sum(1) / (np.linalg.norm(out, axis=1) * np.linalg.norm(reference, axis=1) + 1e-30)
@@ -277,6 +287,13 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
             f"({st.first_batch_seconds:.2f} s of it for the first), launched forwards {st.launch_seconds:.2f} s, "
             f"gathered windows (waits for the device) {st.gather_seconds:.2f} s"
         )
+        if before is not None:
+            d = {k: after[k] - before[k] for k in after}
+            hosts.append(
+                f"# allocator, {name} ({args.config_rounds} timed encodes): {d['num_device_alloc']} cudaMalloc, "
+                f"{d['num_device_free']} cudaFree, {d['num_alloc_retries']} retries (cache flushes, each a device "
+                f"sync); PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF', '(unset)')}"
+            )
         encoder = None
         gc.collect()
         if on_cuda:
@@ -287,17 +304,70 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
     print("\n".join(hosts))
 
 
+def gpu_busy(events) -> str:
+    """How much of the span from the first kernel to the last the GPU ran one (the union
+    of kernel intervals), and the idle time in gaps of 20 us or more: host-bound work
+    shows as many such gaps."""
+    from torch.autograd import DeviceType
+
+    spans = sorted(
+        (e.time_range.start, e.time_range.end) for e in events if e.device_type == DeviceType.CUDA and e.time_range.end > e.time_range.start
+    )
+    if not spans:
+        return "no kernel events recorded"
+    busy, gaps, idle_in_gaps = 0.0, 0, 0.0
+    cur_s, cur_e = spans[0]
+    for s, e in spans[1:]:
+        if s > cur_e:
+            busy += cur_e - cur_s
+            if s - cur_e >= 20:
+                gaps += 1
+                idle_in_gaps += s - cur_e
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    busy += cur_e - cur_s
+    span = cur_e - spans[0][0]
+    return (
+        f"kernels ran {busy / 1e6:.3f} s of the {span / 1e6:.3f} s from the first to the last ({100 * busy / span:.1f} %); "
+        f"{gaps} idle gaps of 20 us or more, {idle_in_gaps / 1e6:.3f} s in all"
+    )
+
+
+def runtime_call(name: str) -> bool:
+    """A CUDA runtime (`cudaMalloc`, `cudaStreamSynchronize`, ...) or driver (`cuLaunchKernelEx`) call."""
+    return name.startswith("cuda") or (name.startswith("cu") and name[2:3].isupper())
+
+
 def profile(encoder, texts, on_cuda: bool, top: int) -> None:
-    """Top kernels (CUDA time) or operators (CPU time) of one encode."""
+    """Top kernels (CUDA time) or operators (CPU time) of one encode; on CUDA also the
+    operators by host time, the runtime calls that can stall the host, and how busy the
+    GPU was."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
+    t0 = time.perf_counter()
     with torch_profile(activities=acts) as prof:
         encoder.encode(texts)
+    wall = time.perf_counter() - t0
+    averages = prof.key_averages()
     key = "self_cuda_time_total" if on_cuda else "self_cpu_time_total"
-    print(f"# profile of one encode ({len(texts)} texts), top {top} by {key}:")
-    print(prof.key_averages().table(sort_by=key, row_limit=top, max_name_column_width=60))
+    print(f"# profile of one encode ({len(texts)} texts, {wall:.2f} s under the profiler), top {top} by {key}:")
+    print(averages.table(sort_by=key, row_limit=top, max_name_column_width=60))
+    if not on_cuda:
+        return
+    print(f"# the same encode, top {top} by self_cpu_time_total (the host's side):")
+    print(averages.table(sort_by="self_cpu_time_total", row_limit=top, max_name_column_width=60))
+    calls = sorted((a for a in averages if runtime_call(a.key)), key=lambda a: -a.self_cpu_time_total)
+    print(
+        "# runtime calls by host time (where a host-bound loop stalls: allocations, syncs, launches): "
+        + (", ".join(f"{a.key} x{a.count} {a.self_cpu_time_total / 1e3:.1f} ms" for a in calls[:12]) or "none recorded")
+    )
+    try:
+        print(f"# GPU busy: {gpu_busy(prof.events())}")
+    except Exception as exc:  # noqa: BLE001 - a profiler API change must not lose the tables above
+        print(f"# GPU busy: n/a ({type(exc).__name__}: {exc})")
 
 
 def main(argv: list[str] | None = None) -> int:

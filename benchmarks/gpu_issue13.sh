@@ -9,7 +9,7 @@
 #
 # Stages, each under its own timeout so one slow compile cannot eat the rest (set-up
 # about 55 s: wheels, random-weight models; on the H100, A needed more than 150 s).
-# By default A C D Dq; the others run when named (STAGES="B E G"):
+# By default A C D Dq; the others run when named (STAGES="B E G H"):
 #   A  Qwen3-0.6B-shape, synthetic 4,000 texts, bf16: engine vs st@32/64/128 (3 rounds),
 #      then fused, fused_builder (transformers' mask builder run in each forward, as before
 #      stop 21: a sync per forward) and fused without cuDNN attention, 3 rounds each (2x
@@ -107,6 +107,16 @@ want E && stage E_first_batch_qwen 30 python3 benchmarks/bench_first_batch.py --
   --n $NQ --rounds 2
 want G && stage G_compile_shapes 80 python3 benchmarks/bench_compile_shapes.py --model $MINILM --device $DEV --n $NS
 want F && stage F_compile_cache 45 python3 benchmarks/bench_compile_cache.py --model $MINILM --device $DEV --n $NS
+# H (only when named): is the caching allocator part of the host-bound gap? (H200, stop 23:
+# the GPU ran kernels 2.43 s of a 2.89 s encode, and rounds of the same encode differed by 12 %.)
+# The same configurations in two processes, default allocator and expandable segments (no
+# cudaMalloc per new batch shape), with the allocator's device calls per row; then the
+# profile of `fused` with the host's side (runtime calls, GPU busy share).
+HC=fused,fused@32768/2048,fused@65536/1024
+want H && PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True stage H_expandable 90 python3 $B --model $QWEN --texts synthetic \
+  --n $NQ --configs-only $EXTRA --configs $HC --config-rounds 3
+want H && stage H_default 150 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
+  --configs $HC --config-rounds 3 --profile --profile-config fused --profile-top 20
 # Aq (only when named): the top kernels of one `fused` encode (stop 19: about 55 s on the H100).
 want Aq && stage Aq_qwen 75 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
   --configs fused --config-rounds 1 --profile --profile-config fused --profile-top 15
