@@ -218,7 +218,7 @@ def resolve_attention(
     if model is not None:
         padding = accel.confirm_causal(model, padding)
     cudnn = accel.resolve_cudnn_attention(params.cudnn_attention, device, padding, packing, attn_requested)
-    bias = accel.resolve_attention_bias(params.attention_bias, mtype, attn_requested, padding, packing)
+    bias = accel.resolve_attention_bias(params.attention_bias, device, mtype, attn_requested, padding, packing)
     if model is not None:
         bias = accel.confirm_sdpa(model, bias)
     return padding, cudnn, bias

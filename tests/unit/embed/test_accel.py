@@ -543,13 +543,17 @@ def test_tokenize_through_the_backend_gives_transformers_ids(tiny, texts, monkey
 def test_attention_bias_resolution():
     off, skipped = accel.Choice("off", "-"), accel.Choice("skip", "causal")
     packed = accel.Choice("sdpa", "packed")
-    assert accel.resolve_attention_bias("on", "bert", None, off, off).value == "on"
-    assert accel.resolve_attention_bias("auto", "bert", None, off, off).value == "off"  # not yet measured on a GPU
-    assert accel.resolve_attention_bias("off", "bert", None, off, off).value == "off"
-    assert "packed" in accel.resolve_attention_bias("on", "bert", None, off, packed).reason
-    assert "no padding mask" in accel.resolve_attention_bias("on", "qwen3", None, skipped, off).reason
-    assert "4-D" in accel.resolve_attention_bias("on", "t5", None, off, off).reason  # not known to take one
-    assert "eager" in accel.resolve_attention_bias("on", "bert", "eager", off, off).reason
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")  # only compared, never used: no GPU needed
+    assert accel.resolve_attention_bias("on", cpu, "bert", None, off, off).value == "on"
+    assert accel.resolve_attention_bias("auto", cuda, "bert", None, off, off).value == "on"  # measured faster (H200)
+    auto_cpu = accel.resolve_attention_bias("auto", cpu, "bert", None, off, off)
+    assert auto_cpu.value == "off" and "CUDA only" in auto_cpu.reason  # a CPU run keeps the plain path's bytes
+    assert accel.resolve_attention_bias("off", cuda, "bert", None, off, off).value == "off"
+    for option in ("on", "auto"):  # auto on CUDA refuses what `on` refuses
+        assert "packed" in accel.resolve_attention_bias(option, cuda, "bert", None, off, packed).reason
+        assert "no padding mask" in accel.resolve_attention_bias(option, cuda, "qwen3", None, skipped, off).reason
+        assert "4-D" in accel.resolve_attention_bias(option, cuda, "t5", None, off, off).reason  # not known to take one
+        assert "eager" in accel.resolve_attention_bias(option, cuda, "bert", "eager", off, off).reason
     loaded_eager = types.SimpleNamespace(config=types.SimpleNamespace(_attn_implementation="eager"))
     assert not accel.confirm_sdpa(loaded_eager, accel.Choice("on", "asked")).on
 
