@@ -9,7 +9,7 @@
 #
 # Stages, each under its own timeout so one slow compile cannot eat the rest (set-up
 # about 55 s: wheels, random-weight models; on the H100, A needed more than 150 s).
-# By default A C D Dq; the others run when named (STAGES="B E G H"):
+# By default A C D E2; the others run when named (STAGES="B Dq E G H"):
 #   A  Qwen3-0.6B-shape, synthetic 4,000 texts, bf16: engine vs st@32/64/128 (3 rounds after
 #      an untimed one; about 155 s on the H200 without it, at stop 23),
 #      then fused, fused_builder (transformers' mask builder run in each forward, as before
@@ -32,7 +32,8 @@
 #      a 20,000-text MiniLM job in its own process with an empty compile cache
 #      (benchmarks/bench_compile_shapes.py): within one process later compiles are cheaper
 #   E  the first batch: windows in two character bands (the engine) against the whole
-#      window tokenized first (benchmarks/bench_first_batch.py), Qwen3 4,000 texts
+#      window tokenized first and against eight bands (benchmarks/bench_first_batch.py),
+#      Qwen3 4,000 texts; E2 the same for MiniLM on the demo set (3,000 texts)
 #   F  compile cache: MiniLM 20,000 texts with compile, a
 #      cold job then a warm one, each its own process (benchmarks/bench_compile_cache.py)
 # Targets: Qwen3 >= 45% of peak and >= 3x st@best; MiniLM >= 2x 1.67M tokens/s (demo) and
@@ -81,7 +82,7 @@ print("flash-attn:", "installed" if u.find_spec("flash_attn") else "not installe
 PY
 B="benchmarks/bench_engine.py --log-level INFO"  # the engine's log (decisions, compile times) in $OUT/<stage>.err
 
-want() { [[ " ${STAGES:-A C D Dq} " == *" $1 "* ]]; }  # STAGES="A B": a subset
+want() { [[ " ${STAGES:-A C D E2} " == *" $1 "* ]]; }  # STAGES="A B": a subset
 
 AQ=fused,fused_builder,fused_nocudnn
 want A && stage A_qwen 240 python3 $B --model $QWEN --texts synthetic --n $NQ --rounds 3 --no-naive --st-sweep 32,64,128 $EXTRA \
@@ -106,6 +107,10 @@ want Dq && stage Dq_job_encode_qwen 70 python3 benchmarks/bench_job_encode.py --
   --variants default,cudnn_off
 want E && stage E_first_batch_qwen 30 python3 benchmarks/bench_first_batch.py --model $QWEN --device $DEV \
   --n $NQ --rounds 2
+# E2: the same for MiniLM on the demo set, where the device waits for the tokenizer (H200, stop 23:
+# 0.07 s of a 0.13-0.16 s encode): the engine's two bands against eight (`--bands 8`).
+want E2 && stage E2_first_batch_minilm 45 python3 benchmarks/bench_first_batch.py --model $MINILM --device $DEV \
+  --texts demo --n $ND --rounds 3 --bands 8
 want G && stage G_compile_shapes 80 python3 benchmarks/bench_compile_shapes.py --model $MINILM --device $DEV --n $NS
 want F && stage F_compile_cache 45 python3 benchmarks/bench_compile_cache.py --model $MINILM --device $DEV --n $NS
 # H (only when named): is the caching allocator part of the host-bound gap? (H200, stop 23:

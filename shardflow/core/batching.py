@@ -258,28 +258,46 @@ def split_packed(batch: Batch, max_rows: int) -> list[Batch]:
 LEAD_FRACTION = 8
 
 
-def sort_groups(texts: Sequence[str], windows: Sequence[tuple[int, int, int]]) -> list[tuple[int, np.ndarray, bool]]:
+def sort_groups(
+    texts: Sequence[str], windows: Sequence[tuple[int, int, int]], bands: int = 2
+) -> list[tuple[int, np.ndarray, bool]]:
     """The groups each window is tokenized, sorted and batched in: (window, indices of
     its texts in the window, last group of the window).
 
-    Two groups per window of 2+ texts: its longest texts by characters, taken until
-    they hold 1/LEAD_FRACTION of its characters (the text that crosses it included),
-    then the rest (a window whose lead would be all of it stays one group). The
-    device runs the first while a helper thread tokenizes the second, so a job does
+    By default two groups per window of 2+ texts: its longest texts by characters, taken
+    until they hold 1/LEAD_FRACTION of its characters (the text that crosses it
+    included), then the rest (a window whose lead would be all of it stays one group).
+    The device runs the first while a helper thread tokenizes the second, so a job does
     not wait for a whole window's tokenization before its first batch. Characters
     follow tokens closely enough that the groups are bands of token length: batches
     cut from each are padded about as little as from the whole window sorted at once
     (0.993-1.016x the tokens, benchmarks/bench_bucket_padding.py).
+
+    `bands` > 2 cuts the rest, longest first, into bands - 1 groups of about equal
+    characters (each cut after the text that crosses it; empty groups dropped), so
+    that the device can start on each as it is tokenized instead of waiting for the
+    whole rest (benchmarks/bench_first_batch.py --bands compares them).
+
     Every window is cut the same way, whichever of them a resumed run has left, so
     batching stays a pure function of (window texts, params)."""
+    if bands < 2:
+        raise ValueError(f"bands must be at least 2, not {bands}")
     groups = []
     for w, a, b in windows:
         chars = np.fromiter((len(texts[i]) for i in range(a, b)), dtype=np.int64, count=b - a)
         order = np.argsort(-chars, kind="stable")
-        lead = int(np.searchsorted(np.cumsum(chars[order]), chars.sum() / LEAD_FRACTION)) + 1
+        running = np.cumsum(chars[order])
+        lead = int(np.searchsorted(running, chars.sum() / LEAD_FRACTION)) + 1
         if lead >= b - a:
             groups.append((w, np.arange(b - a), True))
             continue
-        groups.append((w, np.sort(order[:lead]), False))
-        groups.append((w, np.sort(order[lead:]), True))
+        cuts = [0, lead]
+        rest = running[-1] - running[lead - 1]
+        for k in range(1, bands - 1):  # after the text that crosses k/(bands-1) of the rest's characters
+            cut = int(np.searchsorted(running, running[lead - 1] + rest * k / (bands - 1))) + 1
+            if cuts[-1] < cut < b - a:
+                cuts.append(cut)
+        cuts.append(b - a)
+        for s, e in zip(cuts, cuts[1:]):
+            groups.append((w, np.sort(order[s:e]), e == b - a))
     return groups

@@ -280,13 +280,19 @@ def test_token_budget_bounds_every_forward(tiny, texts):
     assert stats["real_tokens"] == sum(len(t) for t in enc.tokenize(texts))
 
 
-def test_sort_groups_are_character_bands_of_each_window():
+@pytest.mark.parametrize("bands", [2, 3, 8])
+def test_sort_groups_are_character_bands_of_each_window(bands):
     from shardflow.core.batching import LEAD_FRACTION, sort_groups
 
     rng = np.random.default_rng(0)
     texts = ["x" * int(n) for n in rng.integers(1, 400, size=300)] + ["same"] * 40 + ["only one"]
     windows = [(0, 0, 128), (1, 128, 340), (2, 340, 341)]
-    groups = sort_groups(texts, windows)
+    groups = sort_groups(texts, windows, bands)
+
+    def plain(gs):
+        return [(w, idx.tolist(), last) for w, idx, last in gs]
+
+    assert bands != 2 or plain(groups) == plain(sort_groups(texts, windows))  # 2: the default
     for w, a, b in windows:
         mine = [(idx, last) for gw, idx, last in groups if gw == w]
         assert [last for _, last in mine] == [False] * (len(mine) - 1) + [True]
@@ -297,13 +303,22 @@ def test_sort_groups_are_character_bands_of_each_window():
         if b - a == 1:
             assert len(mine) == 1
             continue
-        lead, rest = mine[0][0], mine[1][0]
-        assert chars[lead].min() >= chars[rest].max()  # the longest texts lead
+        assert 2 <= len(mine) <= bands
+        for (longer, _), (shorter, _) in zip(mine, mine[1:]):
+            assert chars[longer].min() >= chars[shorter].max()  # bands of length, the longest first
+        lead = mine[0][0]
         assert chars[lead].sum() >= chars.sum() / LEAD_FRACTION  # an eighth of the characters...
         assert chars[lead].sum() - chars[lead].min() < chars.sum() / LEAD_FRACTION  # ...and no more
+        rest = chars.sum() - chars[lead].sum()
+        held = np.cumsum([chars[idx].sum() for idx, _ in mine[1:]])
+        for k, (upto, (idx, _)) in enumerate(zip(held[:-1], mine[1:]), start=1):  # each cut: after the crossing text
+            assert upto >= rest * k / (bands - 1) > upto - chars[idx].min()
     # A resumed run that has only window 1 left cuts it the same way.
-    again = sort_groups(texts, windows[1:2])
-    assert [(w, i.tolist(), last) for w, i, last in again] == [(w, i.tolist(), last) for w, i, last in groups if w == 1]
+    again = sort_groups(texts, windows[1:2], bands)
+    assert plain(again) == [g for g in plain(groups) if g[0] == 1]
+    if bands == 2:
+        with pytest.raises(ValueError, match="at least 2"):
+            sort_groups(texts, windows, 1)
 
 
 def test_device_starts_on_the_lead_group(tiny, texts, monkeypatch):
