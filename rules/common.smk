@@ -18,6 +18,7 @@ from snakemake.exceptions import WorkflowError
 
 from shardflow.core import gpu_slots, s3
 from shardflow.core.config import load_schema, validate_config
+from shardflow.core.hashing import config_sha256
 from shardflow.retrieval.pipeline import RetrievalSpec
 from shardflow.sweep import POINT_ID_REGEX, SEED_REGEX, parse_sweeps
 from shardflow.sweep.report import output_files as sweep_output_files

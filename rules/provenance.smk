@@ -23,7 +23,10 @@ rule provenance:
     conda:
         "../envs/embed.yaml"
     params:
-        config=config,
+        # Snakemake records the config's hash: any change rewrites this record, and the
+        # rerun reason names two hashes instead of printing the whole config twice.
+        config_sha256=config_sha256(config),
+        config=untracked(config),
         model=config["embedding"]["model"],
         repo=workflow.basedir,
     script:
