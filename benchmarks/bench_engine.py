@@ -27,10 +27,14 @@ and the minimum cosine against st@32:
             decoder's attention back to plain SDPA after loading: what `fused` ran before
             stop 21; on CUDA the builder's `.all()` on the position ids is a sync per forward)
 - fused_nocudnn  fused with cudnn_attention: off (SDPA without cuDNN's kernel)
+- fused_torchnorm_qk  fused, with a decoder's per-head q_norm/k_norm through torch's own
+            fused rms_norm op instead of liger's (one C++ dispatch a call, against liger's
+            Python wrapper and Triton launch); fused_torchnorm_layers: the other norms so
 - eager_cudnn  eager with cudnn_attention: on (SDPA's own choice: what an encoder ran before
             cuDNN's kernel was turned off where batches pass a mask)
 - eager_bias  eager with attention_bias: on (an encoder's mask passed ready-made, 4-D: no
-            device sync in transformers' mask builder)
+            device sync in transformers' mask builder; what `eager` runs on CUDA since stop 23)
+- eager_nobias  eager with attention_bias: off (the 2-D mask, the CUDA default before)
 - fused_masked  fused with padding_mask: on (the padding mask always passed: what
             `fused` ran before the mask was skipped)
 - compiled  compile: true (dynamic shapes: batches keep their width, a few graphs serve all)
@@ -160,14 +164,22 @@ def model_flops(model, lengths, num_layers: int, hidden: int) -> float:
 
 
 MASK_BUILDER = "_mask_builder"  # not an engine option: the model's attention set back to SDPA after loading
+# Not an engine option either: which RMSNorm modules run torch's own fused rms_norm op (one
+# C++ dispatch a call) after loading, "qk" (a decoder's per-head q_norm/k_norm) or "layers"
+# (the others). Stop 20 put all of them on torch's op: 36.1 % of peak against liger's 39.0 %
+# (H100). Stop 23's profile (H200) found liger's RMSNorm wrapper 36 % of the host's time.
+TORCH_NORM = "_torch_rms_norm"
 CONFIGS = {
     "eager": {},
     "fused": {"kernels": "liger"},
     "fused_masked": {"kernels": "liger", "padding_mask": "on"},
     "fused_builder": {"kernels": "liger", MASK_BUILDER: True},
     "fused_nocudnn": {"kernels": "liger", "cudnn_attention": "off"},
+    "fused_torchnorm_qk": {"kernels": "liger", TORCH_NORM: "qk"},
+    "fused_torchnorm_layers": {"kernels": "liger", TORCH_NORM: "layers"},
     "eager_cudnn": {"cudnn_attention": "on"},
     "eager_bias": {"attention_bias": "on"},
+    "eager_nobias": {"attention_bias": "off"},
     "compiled": {"compile": True},
     "compiled_buckets": {"compile": True, "length_buckets": "on"},
     "compiled_graphs": {"compile": True, "compile_mode": "reduce-overhead"},
@@ -201,6 +213,36 @@ def config_options(name: str) -> dict:
     return opts
 
 
+def torch_rms_norm(model, which: str) -> int:
+    """Give the model's RMSNorm modules of one kind ("qk": the per-head q_norm and k_norm
+    of a Qwen3-style attention; "layers": every other) a forward through torch's own fused
+    `rms_norm` op. Only norms of the weight x normalised kind (not Gemma's 1 + weight).
+    Returns how many."""
+    import types
+
+    import torch
+
+    def forward(self, hidden_states):
+        return torch.nn.functional.rms_norm(hidden_states, self.weight.shape, self.weight, self.variance_epsilon)
+
+    count = 0
+    for name, sub in model.named_modules():
+        weight = getattr(sub, "weight", None)
+        is_qk = name.rsplit(".", 1)[-1] in ("q_norm", "k_norm")
+        if (
+            type(sub).__name__.endswith("RMSNorm")
+            and "Gemma" not in type(sub).__name__
+            and getattr(sub, "offset", 0.0) == 0.0
+            and isinstance(weight, torch.Tensor)
+            and weight.dim() == 1
+            and hasattr(sub, "variance_epsilon")
+            and is_qk == (which == "qk")
+        ):
+            sub.forward = types.MethodType(forward, sub)
+            count += 1
+    return count
+
+
 def load_configured(base_params, opts: dict):
     """The encoder of a configuration's options (`config_options`)."""
     import dataclasses
@@ -209,9 +251,13 @@ def load_configured(base_params, opts: dict):
 
     opts = dict(opts)
     builder = opts.pop(MASK_BUILDER, False)
+    norms = opts.pop(TORCH_NORM, None)
     encoder = load_encoder(dataclasses.replace(base_params, **opts))
     if builder:
         encoder.model.set_attn_implementation("sdpa")  # transformers builds the (empty) mask in each forward
+    encoder.bench_note = ""
+    if norms:
+        encoder.bench_note = f", torch's rms_norm in {torch_rms_norm(encoder.model, norms)} {norms} norms"
     return encoder
 
 
@@ -276,7 +322,7 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
             f"kernels {st.kernels}, cuDNN attention {st.cudnn_attention}, attention bias {st.attention_bias}, packing "
             f"{st.packing}, padding mask {st.padding_mask}{masks}, compile {st.compile}, budget {encoder.token_budget} tokens / "
             f"{encoder.params.max_batch_size} rows, "
-            f"{st.batches} batches"
+            f"{st.batches} batches{encoder.bench_note}"
         )
         if not encoder.kernels.on and opts["kernels"] != "off":
             what += f" ({encoder.kernels.reason})"

@@ -8,7 +8,9 @@ which builds a plan per new batch shape (docs/gpu.md). The variants:
 - default       the engine as a job runs it (embedding.cudnn_attention: auto)
 - cudnn_on      cudnn_attention: on (SDPA's own choice: cuDNN's kernel where it can)
 - cudnn_off     cudnn_attention: off
-- bias          attention_bias: on (an encoder's mask passed 4-D: no sync per forward)
+- bias          attention_bias: on (an encoder's mask passed 4-D: no sync per forward; the
+                CUDA default since stop 23)
+- nobias        attention_bias: off (the 2-D mask: transformers' builder, a sync per forward)
 - buckets       length_buckets: on (a few padded widths: few distinct shapes)
 
     python benchmarks/bench_job_encode.py                              # bundled MiniLM, CPU, 1,500 texts
@@ -31,6 +33,7 @@ VARIANTS = {
     "cudnn_on": {"cudnn_attention": "on"},
     "cudnn_off": {"cudnn_attention": "off"},
     "bias": {"attention_bias": "on"},
+    "nobias": {"attention_bias": "off"},
     "buckets": {"length_buckets": "on"},
 }
 

@@ -11,22 +11,24 @@
 # about 55 s: wheels, random-weight models; on the H100, A needed more than 150 s).
 # By default A C D E2; the others run when named (STAGES="B Dq E G H"):
 #   A  Qwen3-0.6B-shape, synthetic 4,000 texts, bf16: engine vs st@32/64/128 (3 rounds after
-#      an untimed one; about 155 s on the H200 without it, at stop 23),
-#      then fused, fused_builder (transformers' mask builder run in each forward, as before
-#      stop 21: a sync per forward) and fused without cuDNN attention, 3 rounds each (2x
-#      the token budget, measured slower at stop 20, is no longer a default row).
+#      an untimed one; about 155 s on the H200 without it, at stop 23), then fused and the
+#      host-time lever stop 23's profile points at: liger's RMSNorm wrapper (36 % of the
+#      host's time) swapped for torch's one-dispatch op in the q/k norms or in the others
+#      (fused_torchnorm_qk / _layers), 3 rounds each. (fused_builder 40.7 % and
+#      fused_nocudnn 38.8 % against fused 41.2 %: measured at stop 23, no longer default rows.)
 #      A1 (when named): the same configurations without the sentence-transformers rounds. A0 (when named): eager / fused_masked (padding mask
 #      passed) / fused_packed, stop 19's rows
 #   B  the same texts, padded, mask skipped: compiled_graphs (CUDA graphs of bucket shapes:
 #      few launches, the host limit of `fused`); rows print as each finishes. B2 (when
 #      named): compiled (dynamic shapes) and fused_compiled (liger inside)
-#   C  MiniLM-shape, demo 3,000 texts: eager (cuDNN attention off: auto), eager_bias (the
-#      mask passed 4-D: no sync per forward), eager_cudnn (cuDNN on)
+#   C  MiniLM-shape, demo 3,000 texts: eager (the CUDA defaults: cuDNN attention off, the
+#      mask passed 4-D) against eager_nobias (the 2-D mask: a sync per forward); stop 23
+#      measured eager_bias 1.07x and eager_cudnn 0.99x of the 2-D default
 #      (C2, when named: compiled / compiled_graphs / packed)
 #   D  MiniLM-shape, a 20,000-text chunk: a job's first encode in a fresh process against
-#      a second encode in the same process (benchmarks/bench_job_encode.py): default,
-#      cuDNN attention on and off, the mask passed 4-D, bucket widths; with where the
-#      host's time goes.
+#      a second encode in the same process (benchmarks/bench_job_encode.py): default (the
+#      mask passed 4-D since stop 23), the 2-D mask, bucket widths; with where the host's
+#      time goes.
 #      Dq: the same for the Qwen3 shape, 4,000 texts, default against cuDNN attention off
 #   G  compile with dynamic shapes against bucket widths (the old default) and eager, each
 #      a 20,000-text MiniLM job in its own process with an empty compile cache
@@ -84,7 +86,7 @@ B="benchmarks/bench_engine.py --log-level INFO"  # the engine's log (decisions, 
 
 want() { [[ " ${STAGES:-A C D E2} " == *" $1 "* ]]; }  # STAGES="A B": a subset
 
-AQ=fused,fused_builder,fused_nocudnn
+AQ=fused,fused_torchnorm_qk,fused_torchnorm_layers
 want A && stage A_qwen 240 python3 $B --model $QWEN --texts synthetic --n $NQ --rounds 3 --no-naive --st-sweep 32,64,128 $EXTRA \
   --configs $AQ --config-rounds 3
 want A1 && stage A1_qwen 100 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA --configs $AQ --config-rounds 3
@@ -95,14 +97,14 @@ want B && stage B_qwen_graphs 110 python3 $B --model $QWEN --texts synthetic --n
 want B2 && stage B2_qwen_compiled 140 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
   --configs compiled,fused_compiled --config-rounds 2
 want C && stage C_minilm_demo 40 python3 $B --model $MINILM --texts demo --n $ND --configs-only $EXTRA \
-  --configs eager,eager_bias,eager_cudnn --config-rounds 3
+  --configs eager,eager_nobias --config-rounds 3
 want C2 && stage C2_minilm_demo 55 python3 $B --model $MINILM --texts demo --n $ND --configs-only $EXTRA \
   --configs compiled,compiled_graphs,packed --config-rounds 3
 # D: what a job's one encode pays that a warm process does not (on the H100, with cuDNN
 # attention: 2.65 s for the first encode of the 20,000 texts, 1.11 s for the second; without
 # it 1.57 s): per variant a fresh process, its first encode then a second.
 want D && stage D_job_encode 100 python3 benchmarks/bench_job_encode.py --model $MINILM --device $DEV --n $NS \
-  --variants default,bias,cudnn_on,buckets
+  --variants default,nobias,buckets
 want Dq && stage Dq_job_encode_qwen 70 python3 benchmarks/bench_job_encode.py --model $QWEN --device $DEV --n $NQ \
   --variants default,cudnn_off
 want E && stage E_first_batch_qwen 30 python3 benchmarks/bench_first_batch.py --model $QWEN --device $DEV \
