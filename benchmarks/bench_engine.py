@@ -282,7 +282,7 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
     names = list(CONFIGS) if args.configs == "all" else [c for c in args.configs.split(",") if c]
     options = {name: config_options(name) for name in names}  # a bad name fails before any model loads
     tokens = sum(lengths)
-    rows, hosts = [], []
+    rows = []
     header = (
         f"{'config':<24} {'texts/s':>9} {'tokens/s':>10} {'TFLOP/s':>8} {'%peak':>6} {'warm-up s':>9} "
         f"{'cos vs st':>10} {'pad%':>5}  what ran"
@@ -328,19 +328,21 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
             what += f" ({encoder.kernels.reason})"
         rows.append((name, len(texts) / med, tokens / med, tflops, warm, cos.min(), 100 * st.as_dict()["padding_fraction"], what))
         print(f"# done: {line(*rows[-1])}", flush=True)  # kept if a later configuration runs out of time
-        hosts.append(
+        hosts = [
             f"# host side, {name} (last encode, {st.seconds:.2f} s): tokenize {st.tokenize_seconds:.2f} s, collate+pin "
             f"{st.collate_seconds:.2f} s (helper threads), device loop waited for batches {st.host_wait_seconds:.2f} s "
             f"({st.first_batch_seconds:.2f} s of it for the first), launched forwards {st.launch_seconds:.2f} s, "
             f"gathered windows (waits for the device) {st.gather_seconds:.2f} s"
-        )
+        ]
         if before is not None:
             d = {k: after[k] - before[k] for k in after}
             hosts.append(
-                f"# allocator, {name} ({args.config_rounds} timed encodes): {d['num_device_alloc']} cudaMalloc, "
-                f"{d['num_device_free']} cudaFree, {d['num_alloc_retries']} retries (cache flushes, each a device "
-                f"sync); PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF', '(unset)')}"
+                f"# allocator, {name} ({args.config_rounds} timed encodes): {d['num_device_alloc']} device allocations "
+                f"(cudaMalloc, or segment maps with expandable segments), {d['num_device_free']} frees, "
+                f"{d['num_alloc_retries']} retries (cache flushes, each a device sync); "
+                f"PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF', '(unset)')}"
             )
+        print("\n".join(hosts), flush=True)  # as each configuration finishes: a later timeout keeps them
         encoder = None
         gc.collect()
         if on_cuda:
@@ -348,7 +350,6 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
     print(header)
     for row in rows:
         print(line(*row))
-    print("\n".join(hosts))
 
 
 def gpu_busy(events) -> str:

@@ -95,10 +95,14 @@ def main(argv: list[str] | None = None) -> None:
         np.linalg.norm(out[more], axis=1) * np.linalg.norm(out["bands"], axis=1) + 1e-30)
     print(f"# cosine {more} vs bands: min {cos.min():.7f}")
     b, w, m = med["bands"], med["whole window"], med[more]
-    print(f"{more}/bands first-batch wait ratio: {m['first_batch_seconds'] / b['first_batch_seconds']:.3f}")
-    print(f"{more}/bands encode time ratio: {m['seconds'] / b['seconds']:.3f}")
-    print(f"bands/whole-window first-batch wait ratio: {b['first_batch_seconds'] / w['first_batch_seconds']:.3f}")
-    print(f"bands/whole-window encode time ratio: {b['seconds'] / w['seconds']:.3f}")
+
+    def ratio(x: float, y: float) -> str:
+        return f"{x / y:.3f}" if y > 0 else "n/a (a wait below the clock's resolution)"
+
+    print(f"{more}/bands first-batch wait ratio: {ratio(m['first_batch_seconds'], b['first_batch_seconds'])}")
+    print(f"{more}/bands encode time ratio: {ratio(m['seconds'], b['seconds'])}")
+    print(f"bands/whole-window first-batch wait ratio: {ratio(b['first_batch_seconds'], w['first_batch_seconds'])}")
+    print(f"bands/whole-window encode time ratio: {ratio(b['seconds'], w['seconds'])}")
 
 
 if __name__ == "__main__":

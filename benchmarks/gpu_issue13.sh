@@ -121,7 +121,7 @@ want F && stage F_compile_cache 45 python3 benchmarks/bench_compile_cache.py --m
 # cudaMalloc per new batch shape), with the allocator's device calls per row; then the
 # profile of `fused` with the host's side (runtime calls, GPU busy share).
 HC=fused,fused@32768/2048,fused@65536/1024
-want H && PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True stage H_expandable 90 python3 $B --model $QWEN --texts synthetic \
+want H && PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True stage H_expandable 150 python3 $B --model $QWEN --texts synthetic \
   --n $NQ --configs-only $EXTRA --configs $HC --config-rounds 3
 want H && stage H_default 150 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
   --configs $HC --config-rounds 3 --profile --profile-config fused --profile-top 20

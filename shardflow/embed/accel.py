@@ -414,10 +414,11 @@ def resolve_attention_bias(
     a value back from the device, a sync per forward that stops the host from queueing
     the next batch while the device runs this one. A 4-D mask is taken as given. Only
     for the families known to take one (the BERT family: `PACKABLE_ENCODERS`, whose
-    packed batches pass 4-D masks too) with SDPA attention. `auto`: on CUDA (on an H200,
-    stop 23: MiniLM's demo set 1.07x the tokens/s, a 20,000-text job's encode 0.94x the
-    time); off on the CPU, which has no device to wait for (it keeps the plain path's
-    bytes); `on`; `off`."""
+    packed batches pass 4-D masks too) with SDPA attention. `auto`: on CUDA, provisionally
+    (an H200 at stop 23, single samples: MiniLM's demo set 1.07x the tokens/s and a
+    20,000-text job's encode 0.94x the time, but a second encode in one process 1.25x; see
+    docs/gpu.md); off on the CPU, which has no device to wait for (it keeps the plain
+    path's bytes); `on`; `off`."""
     if option == "off":
         return Choice("off", "embedding.attention_bias is off")
     if option == "auto" and device.type != "cuda":
