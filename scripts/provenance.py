@@ -1,9 +1,8 @@
 """Rule provenance: git, config hash, versions, hardware, checksums, timings -> provenance.json."""
 
-import json
-
 from shardflow.core import jobs
 from shardflow.core.atomic import write_json
+from shardflow.core.files import read_json
 from shardflow.core.hashing import sha256_file
 from shardflow.core.models import resolve_model
 from shardflow.core.runlog import configure_logging
@@ -11,7 +10,7 @@ from shardflow.workflow.provenance import build_manifest
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 log = configure_logging(smk.log[0], "provenance", {"model": smk.params.model, "repo": smk.params.repo})
-split = json.load(open(smk.input.manifest))
+split = read_json(smk.input.manifest)
 inputs = {**split["source_sha256"], **{c["path"]: c["sha256"] for c in split["chunks"]}}
 inputs.update({p: sha256_file(p) for p in smk.input.raw})  # the BEIR files retrieval_prepare read
 timings = {k: v for table in smk.input.jobs for k, v in jobs.timings(jobs.read_job_table(table)).items()}

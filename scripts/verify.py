@@ -1,15 +1,14 @@
 """Rule verify: merged embeddings vs the manifest and the model -> verification.json."""
 
-import json
-
 from shardflow.core.atomic import write_json
-from shardflow.embed.stconfig import load_model_spec, output_dim
+from shardflow.core.files import read_json
 from shardflow.core.models import resolve_model
 from shardflow.core.runlog import configure_logging
+from shardflow.embed.stconfig import load_model_spec, output_dim
 from shardflow.embed.verify import VerificationError, VerifyParams, failure_message, verify_embeddings
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
-manifest = json.load(open(smk.input.manifest))
+manifest = read_json(smk.input.manifest)
 spec = load_model_spec(resolve_model(smk.params.model))
 params = VerifyParams(
     expected_records=manifest["total_records"],

@@ -1,15 +1,14 @@
 """Rule verify_reproduction: this run vs the experiment file; fail with a table when off."""
 
-import json
-
 from shardflow.core.atomic import write_json
-from shardflow.workflow.reproduce import ReproductionError, check_reproduction, failed, render_table
+from shardflow.core.files import read_json
 from shardflow.core.runlog import configure_logging
+from shardflow.workflow.reproduce import ReproductionError, check_reproduction, failed, render_table
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 log = configure_logging(smk.log[0], "verify_reproduction", {"name": smk.params.name})
-provenance = json.load(open(smk.input.provenance))
-metrics = json.load(open(smk.input.metrics))
+provenance = read_json(smk.input.provenance)
+metrics = read_json(smk.input.metrics)
 rows = check_reproduction(dict(smk.params.expect), provenance, metrics, smk.params.strict_packages)
 table = render_table(rows)
 log.info("reproduction %s:\n%s", smk.params.name, table)

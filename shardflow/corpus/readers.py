@@ -30,7 +30,7 @@ import zlib
 from dataclasses import dataclass
 from typing import IO, Iterable, Iterator
 
-from shardflow.core.files import open_binary
+from shardflow.core.files import malformed_json, open_binary
 
 FORMATS = ("jsonl", "parquet", "csv", "tsv", "text")
 
@@ -44,12 +44,6 @@ SKIP_BYTES = 1 << 20
 # The csv module refuses fields over 128 KiB by default; a corpus document may be
 # far longer. (Process-wide setting; 2**31 - 1 fits a C long everywhere.)
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
-
-
-def malformed_json(exc: json.JSONDecodeError) -> str:
-    """A bad JSON line's reason, with its column (json's own message may end in " at":
-    "Invalid control character at")."""
-    return f"malformed JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})"
 
 
 class BadRecordError(ValueError):

@@ -16,6 +16,7 @@ import numpy as np
 
 from shardflow.core.atomic import write_json
 from shardflow.core.figures import plot_throughput, plot_timeline, pyplot, save_figure
+from shardflow.core.files import read_json
 from shardflow.core.jobs import job_costs, read_job_table
 
 log = logging.getLogger(__name__)
@@ -28,11 +29,6 @@ class ReportParams:
     gpu_hour_price: float = 2.5
     currency: str = "USD"
     seed: int = 0
-
-
-def _load_json(path: str):
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
 
 
 def plot_norms(verification: dict, path: str) -> None:
@@ -124,8 +120,8 @@ def build_report(
     jobs = read_job_table(jobs_path)
     stats = [j["stats"] for j in jobs]
     benches = [j["benchmark"] for j in jobs]
-    manifest = _load_json(manifest_path)
-    verification = _load_json(verification_path)
+    manifest = read_json(manifest_path)
+    verification = read_json(verification_path)
     plot_throughput(stats, outputs["throughput"])
     plot_timeline(stats, benches, outputs["timeline"])
     plot_norms(verification, outputs["norms"])

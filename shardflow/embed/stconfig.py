@@ -21,11 +21,12 @@ only (`local_files_only=True`): nothing is ever downloaded from here.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from shardflow.core.files import read_json
 
 POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 # Legacy boolean keys of the pooling config, in sentence-transformers' concatenation order.
@@ -153,11 +154,6 @@ def resolve_model_folder(name_or_path: str | os.PathLike) -> Path:
         ) from exc
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
-
-
 def _module_kind(entry: dict[str, Any]) -> str:
     # "sentence_transformers.models.Pooling" and
     # "sentence_transformers.sentence_transformer.modules.pooling.Pooling" are the same module.
@@ -182,7 +178,7 @@ def _pooling_modes(cfg: dict[str, Any]) -> tuple[str, ...]:
 def _transformer_config(folder: Path) -> dict[str, Any]:
     for name in _ST_CONFIG_NAMES:
         if (folder / name).is_file():
-            return _read_json(folder / name)
+            return read_json(folder / name)
     return {}
 
 
@@ -223,7 +219,7 @@ def _kwargs(cfg: dict[str, Any], new: str, old: str) -> tuple[tuple[str, Any], .
 
 
 def _dense(folder: Path) -> DenseSpec:
-    cfg = _read_json(folder / "config.json")
+    cfg = read_json(folder / "config.json")
     for key in ("module_input_name", "module_output_name"):
         if cfg.get(key, "sentence_embedding") != "sentence_embedding":
             raise UnsupportedModelError(f"{folder}: Dense on {cfg[key]!r} is not supported")
@@ -241,7 +237,7 @@ def _dense(folder: Path) -> DenseSpec:
 
 
 def _normalize(folder: Path) -> NormalizeSpec:
-    cfg = _read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
+    cfg = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
     for key in ("module_input_name", "module_output_name"):
         if cfg.get(key, "sentence_embedding") != "sentence_embedding":
             raise UnsupportedModelError(f"{folder}: Normalize on {cfg[key]!r} is not supported")
@@ -252,7 +248,7 @@ def load_model_spec(name_or_path: str | os.PathLike) -> ModelSpec:
     """Describe the model at `name_or_path` (folder or cached hub name)."""
     folder = resolve_model_folder(name_or_path)
     st_cfg_path = folder / "config_sentence_transformers.json"
-    st_cfg = _read_json(st_cfg_path) if st_cfg_path.is_file() else {}
+    st_cfg = read_json(st_cfg_path) if st_cfg_path.is_file() else {}
     prompts = tuple(sorted((str(k), v if v is not None else "") for k, v in (st_cfg.get("prompts") or {}).items()))
     default_prompt_name = st_cfg.get("default_prompt_name")
 
@@ -270,7 +266,7 @@ def load_model_spec(name_or_path: str | os.PathLike) -> ModelSpec:
             notes=("no modules.json: mean pooling, no normalisation (as sentence-transformers does)",),
         )
 
-    modules = sorted(_read_json(folder / "modules.json"), key=lambda m: m.get("idx", 0))
+    modules = sorted(read_json(folder / "modules.json"), key=lambda m: m.get("idx", 0))
     kinds = [_module_kind(m) for m in modules]
     if len(kinds) < 2 or kinds[0] != "Transformer" or kinds[1] != "Pooling":
         raise UnsupportedModelError(
@@ -279,7 +275,7 @@ def load_model_spec(name_or_path: str | os.PathLike) -> ModelSpec:
     transformer_folder = folder / modules[0].get("path", "")
     tcfg = _transformer_config(transformer_folder)
     notes = _check_transformer_config(tcfg, transformer_folder)
-    pool_cfg = _read_json(folder / modules[1]["path"] / "config.json")
+    pool_cfg = read_json(folder / modules[1]["path"] / "config.json")
 
     head: list[DenseSpec | NormalizeSpec] = []
     for entry, kind in zip(modules[2:], kinds[2:]):
@@ -315,7 +311,7 @@ def load_model_spec(name_or_path: str | os.PathLike) -> ModelSpec:
 def output_dim(spec: ModelSpec) -> int:
     """Width of the sentence embedding: the transformer's hidden size times the pooling
     modes, or the last Dense layer's out_features. Reads config.json only (no weights)."""
-    cfg = _read_json(spec.transformer_folder / "config.json")
+    cfg = read_json(spec.transformer_folder / "config.json")
     text_cfg = cfg.get("text_config") or cfg
     hidden = text_cfg.get("hidden_size") or text_cfg.get("d_model")
     if hidden is None:

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from shardflow.core.atomic import atomic_path, write_json
 from shardflow.core.columns import read_ids
+from shardflow.core.files import read_json
 from shardflow.retrieval import data as rdata
 from shardflow.retrieval.metrics import evaluate
 
@@ -178,7 +179,7 @@ def plot_per_query(per_query_path: str, metrics_path: str, out_png: str) -> None
     import matplotlib.pyplot as plt
 
     ndcg = pq.read_table(per_query_path, columns=["ndcg_at_10"]).column(0).to_numpy()
-    metrics = json.load(open(metrics_path))
+    metrics = read_json(metrics_path)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.5), gridspec_kw={"width_ratios": [3, 2]})
     ax1.hist(ndcg, bins=20, range=(0, 1), color="#3b75af")
     ax1.set_xlabel("nDCG@10 per query")

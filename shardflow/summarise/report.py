@@ -15,6 +15,7 @@ import numpy as np
 
 from shardflow.core.atomic import write_json
 from shardflow.core.figures import plot_throughput, plot_timeline, pyplot, save_figure
+from shardflow.core.files import read_json
 from shardflow.core.jobs import job_costs, read_job_table
 from shardflow.summarise.records import iter_summaries
 
@@ -70,8 +71,7 @@ def plot_lengths(summaries_path: str, path: str) -> None:
 def build_report(jobs_path: str, manifest_path: str, summaries_path: str, outputs: dict, params: SummaryReportParams) -> dict:
     jobs = read_job_table(jobs_path)
     stats, benches = [j["stats"] for j in jobs], [j["benchmark"] for j in jobs]
-    with open(manifest_path, encoding="utf-8") as fh:
-        manifest = json.load(fh)
+    manifest = read_json(manifest_path)
     plot_throughput(stats, outputs["throughput"], stage="Summarisation")
     plot_timeline(stats, benches, outputs["timeline"], job="summarise")
     plot_lengths(summaries_path, outputs["lengths"])

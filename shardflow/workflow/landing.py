@@ -18,12 +18,12 @@ rule's input; `render` lays every section out the same way.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
 
 from shardflow.core.atomic import atomic_open
+from shardflow.core.files import read_json
 from shardflow.core.jobs import read_job_table
 from shardflow.embed.report import ReportParams, run_summary
 
@@ -32,11 +32,6 @@ from shardflow.embed.report import ReportParams, run_summary
 class Section:
     title: str
     rows: list[tuple[str, str]]
-
-
-def _json(path: str | os.PathLike) -> dict:
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
 
 
 def _duration(seconds: float) -> str:
@@ -50,7 +45,7 @@ def _duration(seconds: float) -> str:
 
 def embedding_section(dataset: str, files: dict, report: ReportParams) -> Section:
     """files: manifest, jobs, verification."""
-    manifest, verification = _json(files["manifest"]), _json(files["verification"])
+    manifest, verification = read_json(files["manifest"]), read_json(files["verification"])
     jobs = read_job_table(files["jobs"])
     s = run_summary([j["stats"] for j in jobs], [j["benchmark"] for j in jobs], manifest, verification, report)
     rows = [
@@ -71,7 +66,7 @@ def embedding_section(dataset: str, files: dict, report: ReportParams) -> Sectio
 
 def retrieval_section(dataset: str, files: dict) -> Section:
     """files: metrics."""
-    m = _json(files["metrics"])
+    m = read_json(files["metrics"])
     rows = [(key.replace("_at_", "@"), f"{m[key]:.5f}") for key in ("ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10", "map_at_10")]
     rows.append(("evaluated", f"{m['n_queries']:,} queries against {m['n_documents']:,} documents (exact top-{m['top_k']})"))
     return Section(f"Retrieval evaluation: {dataset}", rows)
@@ -79,10 +74,10 @@ def retrieval_section(dataset: str, files: dict) -> Section:
 
 def summarisation_section(dataset: str, files: dict) -> Section:
     """files: manifest, and summary (the stage's report) and/or metrics (ROUGE)."""
-    manifest = _json(files["manifest"])
+    manifest = read_json(files["manifest"])
     rows = []
     if "summary" in files:
-        s = _json(files["summary"])
+        s = read_json(files["summary"])
         rows += [
             ("records in", f"{manifest['total_records']:,} read, {manifest.get('rejected_records', 0):,} rejected"),
             ("summaries out", f"{s['records']:,}, {s['truncated_inputs']:,} inputs truncated to the model's limit"),
@@ -94,7 +89,7 @@ def summarisation_section(dataset: str, files: dict) -> Section:
             ("GPU-hours and cost", f"{s['gpu_hours']:.4f} GPU-h, {s['estimated_cost']:.2f} {s['currency']}"),
         ]
     if "metrics" in files:
-        m = _json(files["metrics"])
+        m = read_json(files["metrics"])
         for system, scores in m["systems"].items():
             cells = ", ".join(
                 f"{metric} {v['mean']:.2f} [{v['ci_low']:.2f}, {v['ci_high']:.2f}]" for metric, v in scores.items()
@@ -106,7 +101,7 @@ def summarisation_section(dataset: str, files: dict) -> Section:
 
 def sweep_section(name: str, files: dict) -> Section:
     """files: best (best.json), points (points.json) of a sweep's collection."""
-    best, points = _json(files["best"]), _json(files["points"])
+    best, points = read_json(files["best"]), read_json(files["points"])
     params = ", ".join(f"{k}={v}" for k, v in best["params"].items()) or "(base)"
     spread = f" ± {best['std']:.4g}" if best.get("std") is not None else ""
     rows = [
@@ -172,7 +167,7 @@ def write_landing(path: str | os.PathLike, sections: list[Section]) -> None:
 
 def training_section(dataset: str, files: dict, report: ReportParams | None = None) -> Section:
     """files: metadata (shards), jobs (tokenize jobs), metrics (train); report: the GPU-hour price."""
-    meta, m = _json(files["metadata"]), _json(files["metrics"])
+    meta, m = read_json(files["metadata"]), read_json(files["metrics"])
     jobs = read_job_table(files["jobs"])
     t, tok = meta["totals"], meta["tokenizer"]
     if t["documents"] is None:  # a position split: one text, no documents

@@ -1,0 +1,36 @@
+"""shardflow.core.files: gzip by magic bytes; JSON files whose errors name file and line."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from shardflow.core.files import open_binary, read_json
+from shardflow.embed.stconfig import load_model_spec
+
+
+def test_open_binary_gunzips_by_magic_not_name(tmp_path):
+    plain, packed = tmp_path / "a.gz", tmp_path / "b.tsv"  # names that lie
+    plain.write_bytes(b"x\ty\n")
+    packed.write_bytes(gzip.compress(b"x\ty\n"))
+    for path in (plain, packed):
+        with open_binary(path) as fh:
+            assert fh.read() == b"x\ty\n"
+
+
+def test_read_json_names_file_line_and_column(tmp_path):
+    good = tmp_path / "good.json"
+    good.write_text('{"a": [1, 2], "b": "é"}', encoding="utf-8")
+    assert read_json(good) == {"a": [1, 2], "b": "é"}
+    bad = tmp_path / "bad.json"
+    bad.write_text('{\n  "a": 1,\n  "b": \n}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"bad\.json:4: malformed JSON \(Expecting value at column 1\)"):
+        read_json(bad)
+
+
+def test_a_model_folder_with_a_broken_config_names_the_file(tmp_path):
+    """A user's model folder: json's own error would name neither file nor line."""
+    (tmp_path / "modules.json").write_text('[\n  {"idx": 0, "type": "x"},\n]\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"modules\.json:3: malformed JSON"):
+        load_model_spec(str(tmp_path))
