@@ -49,7 +49,10 @@ def merge_embeddings(
         shape, dtype = _header(p)
         if len(shape) != 2:
             raise ValueError(f"{p}: expected a 2-D matrix, found shape {shape}")
-        n_ids = pq.ParquetFile(ip).metadata.num_rows
+        ids_file = pq.ParquetFile(ip)
+        if "id" not in ids_file.schema_arrow.names:
+            raise ValueError(f"{ip}: no 'id' column (columns: {', '.join(ids_file.schema_arrow.names) or 'none'})")
+        n_ids = ids_file.metadata.num_rows
         if n_ids != shape[0]:
             raise ValueError(f"{p} has {shape[0]} rows but {ip} has {n_ids} ids")
         shapes.append(shape)

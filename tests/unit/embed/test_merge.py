@@ -101,12 +101,23 @@ def test_unequal_file_lists_raise(tmp_path):
         merge_embeddings(["a.npy", "b.npy"], ["a.parquet"], tmp_path / "e.npy", tmp_path / "i.parquet")
 
 
-def test_failure_while_writing_leaves_no_output(tmp_path):
-    # An ids file without an "id" column passes the row check but fails mid-write.
+def test_ids_without_an_id_column_are_refused_by_name(tmp_path):
+    # The right number of rows, no "id" column: refused before anything is written.
     npy, _ = write_chunk(tmp_path, 0, *chunk(0, 2))
     bad_ids = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"name": ["a", "b"]}), bad_ids)
     out = tmp_path / "out"
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError, match=r"bad\.parquet: no 'id' column \(columns: name\)"):
+        merge_embeddings([npy], [str(bad_ids)], out / "embeddings.npy", out / "ids.parquet")
+    assert not out.exists()
+
+
+def test_failure_while_writing_leaves_no_output(tmp_path):
+    # Ids that pass the checks but cannot be cast to strings: the merge fails mid-write.
+    npy, _ = write_chunk(tmp_path, 0, *chunk(0, 2))
+    bad_ids = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"id": [[1], [2]]}), bad_ids)
+    out = tmp_path / "out"
+    with pytest.raises(pa.ArrowNotImplementedError):
         merge_embeddings([npy], [str(bad_ids)], out / "embeddings.npy", out / "ids.parquet")
     assert list(out.iterdir()) == []

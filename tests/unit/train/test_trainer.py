@@ -173,6 +173,8 @@ def test_train_writes_outputs_and_extends_max_iters(shards, tmp_path):
     assert frame["tokens_seen"].iloc[-1] == 6 * 4 * 16
     assert frame["val_loss"].notna().tolist() == [False] * 5 + [True]
     saved = json.loads((out / "metrics.json").read_text())
+    assert json.loads(json.dumps(metrics)) == saved  # what train() returns is what it wrote
+    assert metrics["steps"] == 6 and metrics["resumed_from_step"] == 0  # a fresh run
     assert saved["best_val_loss"] == pytest.approx(frame["val_loss"].iloc[-1])
     assert saved["mfu"] is None and saved["tokens_per_second"] > 0 and saved["world_size"] == 1
     assert math.isfinite(saved["final_val_loss"])
