@@ -359,7 +359,9 @@ def gpu_busy(events) -> str:
     from torch.autograd import DeviceType
 
     spans = sorted(
-        (e.time_range.start, e.time_range.end) for e in events if e.device_type == DeviceType.CUDA and e.time_range.end > e.time_range.start
+        (e.time_range.start, e.time_range.end)
+        for e in events
+        if e.device_type == DeviceType.CUDA and e.time_range.end > e.time_range.start
     )
     if not spans:
         return "no kernel events recorded"
