@@ -32,6 +32,15 @@ MARGIN = 32  # tokens a head must hold past the limit
 START_FACTOR = 6.0
 MAX_FACTOR = 64.0
 RETRY_SHARE = 0.02  # more heads than this fell short: cut further in (x1.5) from then on
+# After a call without that many short heads, the factor comes down to the most characters
+# a token any head has needed so far, times this: a corpus of denser text cuts its heads
+# shorter. The bundled MiniLM (benchmarks/bench_tokenize.py, heads/heads@6): on the
+# synthetic set, at most 4.78 characters a token, 5.46 learned, 0.950 the time; on codes
+# and numbers (--texts dense), 1.53, 2.0 learned, 0.378 the time. Never below MIN_FACTOR.
+# The price: prose after a dense stretch falls short once, and that call tokenizes its
+# long texts whole (then the factor is back up to what they need).
+SAFETY = 1.15
+MIN_FACTOR = 2.0
 
 
 def prefix_end(text: str, limit: int) -> int | None:
@@ -48,11 +57,13 @@ class PrefixTokenizer:
     """`encode` (a list of texts -> `tokenizers` Encodings, truncated to `max_length`
     with `n_special` special tokens) run on the heads of long texts.
 
-    The cut lies `factor * (max_length + MARGIN)` characters in; when more than
-    RETRY_SHARE of a call's heads fall short, the factor grows by half for the calls
-    after (texts of long words), which changes only the work done, never the ids.
-    Counters: `cut` texts tokenized from a head, `retried` of them tokenized whole
-    after all. Calls come from one thread."""
+    The cut lies `factor * (max_length + MARGIN)` characters in. When more than
+    RETRY_SHARE of a call's heads fall short (texts of long words), the factor grows for
+    the calls after: by half, or to SAFETY times the most characters a token any head
+    has held (`chars_per_token`, the short ones included) if that is more. Otherwise it
+    comes down to that, if that is less. Either changes only the work done, never the
+    ids. Counters: `cut` texts tokenized from a
+    head, `retried` of them tokenized whole after all. Calls come from one thread."""
 
     def __init__(
         self, encode: Callable[[list[str]], list], max_length: int, n_special: int, factor: float = START_FACTOR
@@ -63,6 +74,7 @@ class PrefixTokenizer:
         self.factor = factor
         self.cut = 0
         self.retried = 0
+        self.chars_per_token = 0.0  # the most characters a token of any head so far
 
     def __call__(self, texts: Sequence[str]) -> list[list[int]]:
         limit = int(self.factor * (self.max_length + MARGIN))
@@ -74,26 +86,31 @@ class PrefixTokenizer:
                 heads.append(i)
         encodings = self.encode(work)
         ids = [e.ids for e in encodings]
-        short = [i for i in heads if not self._spare(encodings[i])]
+        short = []
+        for i in heads:
+            kept, cut = self._tokens(encodings[i])
+            self.chars_per_token = max(self.chars_per_token, len(work[i]) / max(1, kept + cut))
+            if cut < MARGIN:
+                short.append(i)
         if short:
             for i, whole in zip(short, self.encode([texts[i] for i in short]), strict=True):
                 ids[i] = whole.ids
         self.cut += len(heads)
         self.retried += len(short)
-        if len(short) > RETRY_SHARE * len(heads):
-            self.factor = min(MAX_FACTOR, self.factor * 1.5)
+        if len(short) > RETRY_SHARE * len(heads):  # at least half again, and what the short heads needed
+            self.factor = min(MAX_FACTOR, max(self.factor * 1.5, SAFETY * self.chars_per_token))
+        elif heads:
+            self.factor = min(self.factor, max(MIN_FACTOR, SAFETY * self.chars_per_token))
         return ids
 
-    def _spare(self, encoding) -> bool:
-        """Whether a head's truncation cut MARGIN tokens or more: the overflow pieces
-        hold the tokens after the kept ones (at most max_length - n_special each, with
-        the special tokens again; the engine truncates with stride 0)."""
-        cut = 0
-        for piece in encoding.overflowing:
-            cut += len(piece.ids) - self.n_special
-            if cut >= MARGIN:
-                return True
-        return False
+    def _tokens(self, encoding) -> tuple[int, int]:
+        """A head's text tokens: kept by truncation, and cut (the overflow pieces hold
+        the tokens after the kept ones, at most max_length - n_special each, with the
+        special tokens again; the engine truncates with stride 0). The head counts when
+        MARGIN tokens or more were cut: its last word, which the cut could change, is
+        then not kept."""
+        cut = sum(len(piece.ids) - self.n_special for piece in encoding.overflowing)
+        return len(encoding.ids) - self.n_special, cut
 
 
 PROBE_PIECES = (

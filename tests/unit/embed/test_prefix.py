@@ -18,6 +18,7 @@ from shardflow.embed import EmbedParams, load_encoder
 from shardflow.embed.prefix import (
     MARGIN,
     PROBE_PIECES,
+    SAFETY,
     PrefixTokenizer,
     prefix_end,
     premise_fails,
@@ -55,8 +56,51 @@ def test_heads_give_the_whole_texts_ids(tiny, name):
         prefix = PrefixTokenizer(enc.prefix.encode, enc.max_length, enc.prefix.n_special, factor=factor)
         assert prefix(texts) == whole
         assert prefix.cut > 0 and (prefix.retried == prefix.cut if retried else prefix.retried == 0)
-        assert prefix.factor == (factor * 1.5 if retried else factor)  # cuts further in after falling short
+        if retried:  # cuts further in after falling short: at least by half, and to what the heads needed
+            assert prefix.factor >= factor * 1.5 and prefix.factor >= SAFETY * prefix.chars_per_token
+        else:  # down to what these heads needed, with room to spare
+            assert 0 < prefix.chars_per_token and prefix.factor == pytest.approx(SAFETY * prefix.chars_per_token)
+            assert prefix.factor < factor
+            again = prefix.cut
+            assert prefix(texts) == whole and prefix.retried == 0 and prefix.cut >= 2 * again  # shorter heads hold
 
+
+def test_the_learned_factor_only_comes_down_and_grows_back_on_short_heads():
+    """A call whose heads were all long enough brings the factor down to what they
+    needed; heads of denser text (fewer characters a token) never bring it up; a call
+    with short heads grows it by half at least, and at once to what its heads needed
+    (a corpus of dense text, then prose, pays one call of whole texts, not several)."""
+
+    class Enc:
+        def __init__(self, ids, overflowing=()):
+            self.ids, self.overflowing = ids, list(overflowing)
+
+    chars_per_token = {"a": 10, "b": 2.5}  # by a text's first letter
+
+    def encode(texts):
+        out = []
+        for t in texts:
+            if t.endswith("end"):  # a whole text
+                out.append(Enc(["whole"]))
+            else:  # max_length 12 with 2 special tokens: 10 kept, the rest in one overflow piece
+                n = int(len(t) / chars_per_token[t[0]])
+                out.append(Enc(["head"] * 12, [Enc([0] * (n - 10 + 2))]))
+        return out
+
+    def text(letter):
+        return ("aaaaaaaaa " if letter == "a" else "bbbbbbbbb ") * 400 + "end"
+
+    prefix = PrefixTokenizer(encode, max_length=12, n_special=2, factor=20.0)
+    assert prefix([text("a")]) == [["head"] * 12] and prefix.retried == 0
+    assert prefix.chars_per_token == pytest.approx(10, rel=0.02)
+    assert prefix.factor == pytest.approx(SAFETY * 10, rel=0.02)  # came down from 20
+    learned = prefix.factor
+    prefix([text("b")])  # denser text: 2.5 characters a token
+    assert prefix.factor == learned and prefix.retried == 0
+    prefix.factor = 0.5  # heads of a word or two: short of the margin, tokenized whole
+    assert prefix([text("a")]) == [["whole"]] and prefix.retried == 1
+    assert prefix.factor == pytest.approx(max(0.75, SAFETY * prefix.chars_per_token))  # back up in one step
+    assert prefix.factor >= learned
 
 def test_a_head_kept_only_with_margin_past_the_limit():
     """A head counts only when truncation cut MARGIN tokens or more from it: the tokens
