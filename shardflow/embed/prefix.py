@@ -20,6 +20,7 @@ load).
 from __future__ import annotations
 
 import re
+import statistics
 from collections.abc import Callable, Sequence
 
 # A space with a letter on each side (letters of any script; not digits or "_").
@@ -35,10 +36,11 @@ RETRY_SHARE = 0.02  # more heads than this fell short: cut further in (x1.5) fro
 # After a call without that many short heads, the factor comes down to the most characters
 # a token any head has needed so far, times this: a corpus of denser text cuts its heads
 # shorter. The bundled MiniLM (benchmarks/bench_tokenize.py, heads/heads@6): on the
-# synthetic set, at most 4.78 characters a token, 5.46 learned, 0.950 the time; on codes
-# and numbers (--texts dense), 1.53, 2.0 learned, 0.378 the time. Never below MIN_FACTOR.
+# synthetic set, at most 4.78 characters a token, 5.46 learned, 0.946 the time; on codes
+# and numbers (--texts dense), 1.53, 2.0 learned, 0.383 the time. Never below MIN_FACTOR.
 # The price: prose after a dense stretch falls short once, and that call tokenizes its
-# long texts whole (then the factor is back up to what they need).
+# long texts whole (then the factor is back up to what the median short head needed: one
+# head of mostly whitespace cannot push it up).
 SAFETY = 1.15
 MIN_FACTOR = 2.0
 
@@ -59,11 +61,12 @@ class PrefixTokenizer:
 
     The cut lies `factor * (max_length + MARGIN)` characters in. When more than
     RETRY_SHARE of a call's heads fall short (texts of long words), the factor grows for
-    the calls after: by half, or to SAFETY times the most characters a token any head
-    has held (`chars_per_token`, the short ones included) if that is more. Otherwise it
-    comes down to that, if that is less. Either changes only the work done, never the
-    ids. Counters: `cut` texts tokenized from a
-    head, `retried` of them tokenized whole after all. Calls come from one thread."""
+    the calls after: by half, or to SAFETY times the characters a token of the median
+    short head if that is more. Otherwise it comes down to SAFETY times the most
+    characters a token any head has held so far (`chars_per_token`), if that is less:
+    an outlier can only keep it up, never raise it. Either changes only the work done,
+    never the ids. Counters: `cut` texts tokenized from a head, `retried` of them
+    tokenized whole after all. Calls come from one thread."""
 
     def __init__(
         self, encode: Callable[[list[str]], list], max_length: int, n_special: int, factor: float = START_FACTOR
@@ -86,19 +89,21 @@ class PrefixTokenizer:
                 heads.append(i)
         encodings = self.encode(work)
         ids = [e.ids for e in encodings]
-        short = []
+        short, short_density = [], []
         for i in heads:
             kept, cut = self._tokens(encodings[i])
-            self.chars_per_token = max(self.chars_per_token, len(work[i]) / max(1, kept + cut))
+            density = len(work[i]) / max(1, kept + cut)  # characters a token
+            self.chars_per_token = max(self.chars_per_token, density)
             if cut < MARGIN:
                 short.append(i)
+                short_density.append(density)
         if short:
             for i, whole in zip(short, self.encode([texts[i] for i in short]), strict=True):
                 ids[i] = whole.ids
         self.cut += len(heads)
         self.retried += len(short)
-        if len(short) > RETRY_SHARE * len(heads):  # at least half again, and what the short heads needed
-            self.factor = min(MAX_FACTOR, max(self.factor * 1.5, SAFETY * self.chars_per_token))
+        if len(short) > RETRY_SHARE * len(heads):  # half again at least; what the median short head needed
+            self.factor = min(MAX_FACTOR, max(self.factor * 1.5, SAFETY * statistics.median(short_density)))
         elif heads:
             self.factor = min(self.factor, max(MIN_FACTOR, SAFETY * self.chars_per_token))
         return ids
