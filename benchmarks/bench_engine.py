@@ -29,7 +29,8 @@ and the minimum cosine against st@32:
 - fused_nocudnn  fused with cudnn_attention: off (SDPA without cuDNN's kernel)
 - fused_torchnorm_qk  fused, with a decoder's per-head q_norm/k_norm through torch's own
             fused rms_norm op instead of liger's (one C++ dispatch a call, against liger's
-            Python wrapper and Triton launch); fused_torchnorm_layers: the other norms so
+            Python wrapper and Triton launch)
+- fused_torchnorm_layers  the same for every other RMSNorm (the layers' and the final one)
 - eager_cudnn  eager with cudnn_attention: on (SDPA's own choice: what an encoder ran before
             cuDNN's kernel was turned off where batches pass a mask)
 - eager_bias  eager with attention_bias: on (an encoder's mask passed ready-made, 4-D: no
@@ -153,6 +154,13 @@ def naive_loop(model, tokenizer, encoder, texts: list[str], batch_size: int = 32
             emb = encoder.head(pool(hidden, enc["attention_mask"], encoder.spec.pooling, encoder.prompt_length))
             out.append(emb.float().cpu().numpy())
     return np.concatenate(out)
+
+
+def row_cosines(a, b):
+    """Cosine of each row of `a` with the same row of `b` (2-D arrays)."""
+    import numpy as np
+
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1) + 1e-30)
 
 
 def model_flops(model, lengths, num_layers: int, hidden: int) -> float:
@@ -311,7 +319,7 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
         after = allocator_counts()
         med = sorted(secs)[len(secs) // 2]
         out = np.asarray(out, dtype=np.float32)
-        cos = (out * reference).sum(1) / (np.linalg.norm(out, axis=1) * np.linalg.norm(reference, axis=1) + 1e-30)
+        cos = row_cosines(out, reference)
         tflops = flops_of(encoder) / med / 1e12
         st = encoder.last_stats
         masks = ""
@@ -572,9 +580,7 @@ def main(argv: list[str] | None = None) -> int:
         ratios.append(round_rate["engine"] / round_rate["st@32"])
         print(f"# round {r + 1}: " + ", ".join(f"{k} {v:.1f}/s" for k, v in round_rate.items()), flush=True)
 
-    cos = (engine_out * reference).sum(1) / (
-        np.linalg.norm(engine_out, axis=1) * np.linalg.norm(reference, axis=1) + 1e-30
-    )
+    cos = row_cosines(engine_out, reference)
     cfg = encoder.model.config
     flops = model_flops(encoder.model, lengths, getattr(cfg, "num_hidden_layers", 0), getattr(cfg, "hidden_size", 0))
     peak = None

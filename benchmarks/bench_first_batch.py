@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=2, help="torch threads on the CPU")
     args = ap.parse_args(argv)
 
-    from bench_engine import demo_texts, model_or_bundled, synthetic_texts
+    from bench_engine import demo_texts, model_or_bundled, row_cosines, synthetic_texts
 
     from shardflow.core.batching import sort_groups
     from shardflow.embed import EmbedParams, load_encoder
@@ -88,12 +88,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{k:<13} first batch after {m['first_batch_seconds']:6.3f} s, encode {m['seconds']:7.2f} s, "
               f"tokenize {m['tokenize_seconds']:5.2f} s, padding {100 * m['padding_fraction']:4.1f} %  "
               f"({args.n} texts, window {args.window}, {args.device})")
-    cos = (out["bands"] * out["whole window"]).sum(1) / (
-        np.linalg.norm(out["bands"], axis=1) * np.linalg.norm(out["whole window"], axis=1) + 1e-30)
-    print(f"# cosine bands vs whole window: min {cos.min():.7f}")
-    cos = (out[more] * out["bands"]).sum(1) / (
-        np.linalg.norm(out[more], axis=1) * np.linalg.norm(out["bands"], axis=1) + 1e-30)
-    print(f"# cosine {more} vs bands: min {cos.min():.7f}")
+    print(f"# cosine bands vs whole window: min {row_cosines(out['bands'], out['whole window']).min():.7f}")
+    print(f"# cosine {more} vs bands: min {row_cosines(out[more], out['bands']).min():.7f}")
     b, w, m = med["bands"], med["whole window"], med[more]
 
     def ratio(x: float, y: float) -> str:
