@@ -1,4 +1,5 @@
-"""shardflow.core.files: gzip by magic bytes; JSON files whose errors name file and line."""
+"""shardflow.core.files: gzip by magic bytes; JSON files whose errors name file and line
+(a model folder's broken JSON: tests/unit/embed/test_engine.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import gzip
 import pytest
 
 from shardflow.core.files import open_binary, read_json
-from shardflow.embed.stconfig import load_model_spec
 
 
 def test_open_binary_gunzips_by_magic_not_name(tmp_path):
@@ -27,10 +27,3 @@ def test_read_json_names_file_line_and_column(tmp_path):
     bad.write_text('{\n  "a": 1,\n  "b": \n}\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"bad\.json:4: malformed JSON \(Expecting value at column 1\)"):
         read_json(bad)
-
-
-def test_a_model_folder_with_a_broken_config_names_the_file(tmp_path):
-    """A user's model folder: json's own error would name neither file nor line."""
-    (tmp_path / "modules.json").write_text('[\n  {"idx": 0, "type": "x"},\n]\n', encoding="utf-8")
-    with pytest.raises(ValueError, match=r"modules\.json:3: malformed JSON"):
-        load_model_spec(str(tmp_path))

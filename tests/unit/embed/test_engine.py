@@ -530,6 +530,13 @@ def test_output_dtype_float16(tiny, texts):
     np.testing.assert_allclose(f16.astype(np.float32), f32, atol=1e-3)
 
 
+def test_a_model_folder_with_broken_json_names_the_file(tmp_path):
+    """A user's model folder: json's own error would name neither file nor line."""
+    (tmp_path / "modules.json").write_text('[\n  {"idx": 0, "type": "x"},\n]\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"modules\.json:3: malformed JSON"):
+        load_model_spec(str(tmp_path))
+
+
 def test_unsupported_modules_are_named(tiny, tmp_path):
     modules = json.loads((tiny["bert_mean"] / "modules.json").read_text())
     lstm = modules[:2] + [
