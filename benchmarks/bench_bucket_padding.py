@@ -7,7 +7,8 @@ CUDA token budget, summing the tokens each configuration would compute.
 
 Baseline: length-sorted batches each as wide as their longest row (eager, and compile
 with dynamic shapes). Against it: `length_buckets` (compile's static shapes: widths
-rounded up to a bucket, the last batch of a window filled with filler rows) and packing
+rounded up to a bucket, the last batch of a window filled with filler rows), the fine
+widths of `cuda_graphs` (`graph_length_buckets`; a group's part batch at its own shape) and packing
 (packed lengths rounded up to quarters of the budget, as with flex attention). Also the sorted batches
 with each window tokenized and sorted whole, as before `core.batching.sort_groups` cut windows
 in two bands. Prints padding per configuration, `buckets/sorted computed-token ratio:
@@ -59,19 +60,25 @@ def main(argv: list[str] | None = None) -> None:
     from bench_engine import demo_texts, model_or_bundled, synthetic_texts
     from bench_first_batch import sorting
 
+    from shardflow.core.batching import graph_length_buckets
     from shardflow.embed import EmbedParams, accel, load_encoder, load_model_spec
+    from shardflow.embed.graphs import ShapeGraphs
 
     model = model_or_bundled(args.model)
     mtype = accel.model_type(accel.model_config(load_model_spec(model).transformer_folder))
 
     def encoder_for(name: str):
+        buckets = {"buckets": "on", "graph widths": "on"}.get(name, "off")
         enc = load_encoder(EmbedParams(model=model, device="cpu", token_budget=args.token_budget, window=args.window,
-                                       packing="off", kernels="off", length_buckets="on" if name == "buckets" else "off"))
+                                       packing="off", kernels="off", length_buckets=buckets))
         if name == "packed":  # packed rows as flex attention pads them on CUDA (no kernel runs here)
             enc.setup_accel(mtype, accel.Choice("flex_attention", "as on CUDA"), accel.Choice("off", ""))
+        if name == "graph widths":  # cuda_graphs: on, as on CUDA (no forward runs here, so no graph either)
+            enc.buckets = graph_length_buckets(enc.max_length)
+            enc.graphs = ShapeGraphs(enc._graph_forward, None, enc.logger)
         return enc
 
-    encoders = {name: encoder_for(name) for name in ("sorted", "buckets", "packed")}
+    encoders = {name: encoder_for(name) for name in ("sorted", "buckets", "graph widths", "packed")}
     for kind in args.texts.split(","):
         n = args.n or (3000 if kind == "demo" else 20000)
         texts = demo_texts(None, n, 0) if kind == "demo" else synthetic_texts(n, 0)
@@ -86,6 +93,7 @@ def main(argv: list[str] | None = None) -> None:
                   f"{100 * (1 - real / padded):5.1f} %, {shapes} batch shapes  ({n} texts, max length {limit}, "
                   f"budget {args.token_budget}, window {args.window})")
         print(f"{kind} buckets/sorted computed-token ratio: {got['buckets'][1] / got['sorted'][1]:.3f}")
+        print(f"{kind} graph-widths/sorted computed-token ratio: {got['graph widths'][1] / got['sorted'][1]:.3f}")
         print(f"{kind} packed/sorted computed-token ratio: {got['packed'][1] / got['sorted'][1]:.3f}")
         print(f"{kind} bands/whole-window computed-token ratio: {got['sorted'][1] / got['whole window'][1]:.4f}")
 

@@ -26,7 +26,8 @@ from shardflow.embed import EmbedParams, load_encoder
 args = json.loads(sys.argv[1])
 texts = synthetic_texts(args["n"], 0)
 keys = ("seconds", "warmup_seconds", "warmup_shapes", "steady_tokens_per_s", "padding_fraction", "tokens_per_s",
-        "tokenize_seconds", "collate_seconds", "host_wait_seconds", "launch_seconds", "gather_seconds")
+        "tokenize_seconds", "collate_seconds", "host_wait_seconds", "launch_seconds", "gather_seconds", "batches",
+        "cuda_graphs", "cuda_graphs_reason", "graphs_captured", "graph_replays", "graph_capture_seconds")
 out = {}
 for encode in range(1 + args["again"]):  # again: a second encoder in the same, now warm, process
     enc = load_encoder(EmbedParams(model=args["model"], device=args["device"], compile_cache=args["cache"],

@@ -31,6 +31,9 @@ and the minimum cosine against st@32:
             fused rms_norm op instead of liger's (one C++ dispatch a call, against liger's
             Python wrapper and Triton launch)
 - fused_torchnorm_layers  the same for every other RMSNorm (the layers' and the final one)
+- fused_graphs  fused with cuda_graphs: on (each full batch of a fine bucket width replays a
+            CUDA graph of its shape: one launch a forward; see shardflow.embed.graphs)
+- eager_graphs  eager with cuda_graphs: on
 - eager_cudnn  eager with cudnn_attention: on (SDPA's own choice: what an encoder ran before
             cuDNN's kernel was turned off where batches pass a mask)
 - eager_bias  eager with attention_bias: on (an encoder's mask passed ready-made, 4-D: no
@@ -185,6 +188,8 @@ CONFIGS = {
     "fused_nocudnn": {"kernels": "liger", "cudnn_attention": "off"},
     "fused_torchnorm_qk": {"kernels": "liger", TORCH_NORM: "qk"},
     "fused_torchnorm_layers": {"kernels": "liger", TORCH_NORM: "layers"},
+    "fused_graphs": {"kernels": "liger", "cuda_graphs": "on"},
+    "eager_graphs": {"cuda_graphs": "on"},
     "eager_cudnn": {"cudnn_attention": "on"},
     "eager_bias": {"attention_bias": "on"},
     "eager_nobias": {"attention_bias": "off"},
@@ -334,6 +339,8 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
         )
         if not encoder.kernels.on and opts["kernels"] != "off":
             what += f" ({encoder.kernels.reason})"
+        if opts.get("cuda_graphs") == "on":
+            what += f", CUDA graphs {st.cuda_graphs}: {st.graph_replays} of {st.batches} batches replayed"
         rows.append((name, len(texts) / med, tokens / med, tflops, warm, cos.min(), 100 * st.as_dict()["padding_fraction"], what))
         print(f"# done: {line(*rows[-1])}", flush=True)  # kept if a later configuration runs out of time
         hosts = [
@@ -342,6 +349,17 @@ def run_configs(args, base_params, texts, lengths, reference, on_cuda, peak, tim
             f"({st.first_batch_seconds:.2f} s of it for the first), launched forwards {st.launch_seconds:.2f} s, "
             f"gathered windows (waits for the device) {st.gather_seconds:.2f} s"
         ]
+        if encoder.graphs is not None or opts.get("cuda_graphs") == "on":
+            g = encoder.graphs
+            hosts.append(
+                f"# CUDA graphs, {name}: {encoder.cuda_graphs.value} ({encoder.cuda_graphs.reason})"
+                + (
+                    f"; {len(g.graphs)} shapes captured in {g.capture_seconds:.2f} s over all encodes, "
+                    f"{g.replays} replays{'; off: ' + g.off_reason if g.off_reason else ''}"
+                    if g is not None
+                    else ""
+                )
+            )
         if before is not None:
             d = {k: after[k] - before[k] for k in after}
             hosts.append(

@@ -12,6 +12,8 @@ which builds a plan per new batch shape (docs/gpu.md). The variants:
                 CUDA default since stop 23)
 - nobias        attention_bias: off (the 2-D mask: transformers' builder, a sync per forward)
 - buckets       length_buckets: on (a few padded widths: few distinct shapes)
+- graphs        cuda_graphs: on (full batches replay a CUDA graph of their shape, captured
+                after its first batch: what a job pays for the captures, and gains)
 
     python benchmarks/bench_job_encode.py                              # bundled MiniLM, CPU, 1,500 texts
     python benchmarks/bench_job_encode.py --model <folder> --device cuda --n 20000
@@ -35,6 +37,7 @@ VARIANTS = {
     "bias": {"attention_bias": "on"},
     "nobias": {"attention_bias": "off"},
     "buckets": {"length_buckets": "on"},
+    "graphs": {"cuda_graphs": "on"},
 }
 
 
@@ -59,6 +62,10 @@ def main(argv: list[str] | None = None) -> None:
                   f"collate+pin {s[k + 'collate_seconds']:5.2f} s, device loop waited {s[k + 'host_wait_seconds']:5.2f} s, "
                   f"launched {s[k + 'launch_seconds']:5.2f} s, gathered {s[k + 'gather_seconds']:5.2f} s"
                   f"  ({args.n} texts, {args.device})", flush=True)
+            if s[k + "cuda_graphs"] == "on" or VARIANTS[name].get("cuda_graphs") == "on":
+                print(f"{name:<10} {label:<5} CUDA graphs {s[k + 'cuda_graphs']}: {s[k + 'graph_replays']} of "
+                      f"{s[k + 'batches']} batches replayed, {s[k + 'graphs_captured']} shapes captured in "
+                      f"{s[k + 'graph_capture_seconds']:.2f} s ({s[k + 'cuda_graphs_reason']})", flush=True)
     for name, r in ratios.items():
         if name != "default":
             print(f"first/warm encode time ratio ({name}): {r:.3f}; its first encode against default's: "

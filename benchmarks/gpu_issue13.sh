@@ -12,9 +12,11 @@
 # By default A C D E2; the others run when named (STAGES="B Dq E G H"):
 #   A  Qwen3-0.6B-shape, synthetic 4,000 texts, bf16: engine vs st@32/64/128 (3 rounds after
 #      an untimed one; about 155 s on the H200 without it, at stop 23), then fused and the
-#      host-time lever stop 23's profile points at: liger's RMSNorm wrapper (36 % of the
-#      host's time) swapped for torch's one-dispatch op in the q/k norms or in the others
-#      (fused_torchnorm_qk / _layers), 3 rounds each. (fused_builder 40.7 % and
+#      levers for the host time stop 23's profile points at (the GPU idle ~12 % of an
+#      encode while the host queued kernels): fused_graphs (embedding.cuda_graphs: a CUDA
+#      graph replayed per full batch, one launch a forward), and liger's RMSNorm wrapper
+#      (36 % of the host's time) swapped for torch's one-dispatch op in the q/k norms or in
+#      the others (fused_torchnorm_qk / _layers), 3 rounds each. (fused_builder 40.7 % and
 #      fused_nocudnn 38.8 % against fused 41.2 %: measured at stop 23, no longer default rows.)
 #      A1 (when named): the same configurations without the sentence-transformers rounds. A0 (when named): eager / fused_masked (padding mask
 #      passed) / fused_packed, stop 19's rows
@@ -22,13 +24,13 @@
 #      few launches, the host limit of `fused`); rows print as each finishes. B2 (when
 #      named): compiled (dynamic shapes) and fused_compiled (liger inside)
 #   C  MiniLM-shape, demo 3,000 texts: eager (the CUDA defaults: cuDNN attention off, the
-#      mask passed 4-D) against eager_nobias (the 2-D mask: a sync per forward); stop 23
+#      mask passed 4-D) against eager_graphs (CUDA graphs) and eager_nobias (the 2-D mask: a sync per forward); stop 23
 #      measured eager_bias 1.07x and eager_cudnn 0.99x of the 2-D default
 #      (C2, when named: compiled / compiled_graphs / packed)
 #   D  MiniLM-shape, a 20,000-text chunk: a job's first encode in a fresh process against
 #      a second encode in the same process (benchmarks/bench_job_encode.py): default (the
-#      mask passed 4-D since stop 23), the 2-D mask, bucket widths; with where the host's
-#      time goes.
+#      mask passed 4-D since stop 23), CUDA graphs (captures paid by the job), the 2-D
+#      mask; with where the host's time goes.
 #      Dq: the same for the Qwen3 shape, 4,000 texts, default against cuDNN attention off
 #   G  compile with dynamic shapes against bucket widths (the old default) and eager, each
 #      a 20,000-text MiniLM job in its own process with an empty compile cache
@@ -46,7 +48,7 @@
 set -uo pipefail
 START=$(date +%s)
 OUT=${OUT:-/tmp/issue13}
-TOTAL=${TOTAL:-520}
+TOTAL=${TOTAL:-550}
 mkdir -p "$OUT"
 left() { echo $((TOTAL - ($(date +%s) - START))); }
 stage() {  # stage NAME SECONDS CMD...: run CMD with at most SECONDS (or what is left)
@@ -86,8 +88,8 @@ B="benchmarks/bench_engine.py --log-level INFO"  # the engine's log (decisions, 
 
 want() { [[ " ${STAGES:-A C D E2} " == *" $1 "* ]]; }  # STAGES="A B": a subset
 
-AQ=fused,fused_torchnorm_qk,fused_torchnorm_layers
-want A && stage A_qwen 240 python3 $B --model $QWEN --texts synthetic --n $NQ --rounds 3 --no-naive --st-sweep 32,64,128 $EXTRA \
+AQ=fused,fused_graphs,fused_torchnorm_qk,fused_torchnorm_layers
+want A && stage A_qwen 270 python3 $B --model $QWEN --texts synthetic --n $NQ --rounds 3 --no-naive --st-sweep 32,64,128 $EXTRA \
   --configs $AQ --config-rounds 3
 want A1 && stage A1_qwen 100 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA --configs $AQ --config-rounds 3
 want A0 && stage A0_qwen 120 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
@@ -96,15 +98,15 @@ want B && stage B_qwen_graphs 110 python3 $B --model $QWEN --texts synthetic --n
   --configs compiled_graphs --config-rounds 2
 want B2 && stage B2_qwen_compiled 140 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
   --configs compiled,fused_compiled --config-rounds 2
-want C && stage C_minilm_demo 40 python3 $B --model $MINILM --texts demo --n $ND --configs-only $EXTRA \
-  --configs eager,eager_nobias --config-rounds 3
+want C && stage C_minilm_demo 50 python3 $B --model $MINILM --texts demo --n $ND --configs-only $EXTRA \
+  --configs eager,eager_graphs,eager_nobias --config-rounds 3
 want C2 && stage C2_minilm_demo 55 python3 $B --model $MINILM --texts demo --n $ND --configs-only $EXTRA \
   --configs compiled,compiled_graphs,packed --config-rounds 3
 # D: what a job's one encode pays that a warm process does not (on the H100, with cuDNN
 # attention: 2.65 s for the first encode of the 20,000 texts, 1.11 s for the second; without
 # it 1.57 s): per variant a fresh process, its first encode then a second.
 want D && stage D_job_encode 100 python3 benchmarks/bench_job_encode.py --model $MINILM --device $DEV --n $NS \
-  --variants default,nobias,buckets
+  --variants default,graphs,nobias
 want Dq && stage Dq_job_encode_qwen 70 python3 benchmarks/bench_job_encode.py --model $QWEN --device $DEV --n $NQ \
   --variants default,cudnn_off
 want E && stage E_first_batch_qwen 30 python3 benchmarks/bench_first_batch.py --model $QWEN --device $DEV \

@@ -17,7 +17,7 @@ import sys
 from snakemake.exceptions import WorkflowError
 
 from shardflow.core import gpu_slots, s3
-from shardflow.core.config import load_schema, validate_config
+from shardflow.core.config import load_schema, recorded, validate_config
 from shardflow.core.hashing import config_sha256
 from shardflow.retrieval.pipeline import RetrievalSpec
 from shardflow.sweep import POINT_ID_REGEX, SEED_REGEX, parse_sweeps
@@ -301,23 +301,13 @@ def stage_section(section, wildcards):
     return config[section]
 
 
-# Keys of a stage's section that say how its jobs run, not what they compute: left out
-# of the section's recorded params; the rules that use one pass it `untracked`.
-UNTRACKED_KEYS = ("compile_cache",)
-
-
-def recorded(values):
-    """A stage's section without its UNTRACKED_KEYS."""
-    return {k: v for k, v in values.items() if k not in UNTRACKED_KEYS}
-
-
 def stage_params(section, **overrides):
-    """Params function: config[section] (plus overrides) for one job, less its
-    UNTRACKED_KEYS. Params reach the scripts only this way, so a changed value reruns
-    exactly the jobs it affects."""
+    """Params function: config[section] (plus overrides) for one job, as recorded
+    (core.config.recorded: less its untracked keys). Params reach the scripts only this
+    way, so a changed value reruns exactly the jobs it affects."""
 
     def params(wildcards):
-        return {**recorded(stage_section(section, wildcards)), **overrides}
+        return {**recorded(section, stage_section(section, wildcards)), **overrides}
 
     return params
 
@@ -351,7 +341,7 @@ def sweep_query_embedding(wildcards):
     """The embedding settings of a retrieval sweep job's queries: its query prompt too."""
     retrieval = stage_section("retrieval", wildcards)
     return {
-        **recorded(stage_section("embedding", wildcards)),
+        **recorded("embedding", stage_section("embedding", wildcards)),
         "prompt": retrieval["query_prompt"],
         "prompt_name": retrieval["query_prompt_name"],
     }

@@ -72,7 +72,7 @@ def gather_params(wildcards):
 def train_params(wildcards):
     """TrainParams as JSON for the command line (train.gpus and sample_tokens are the launcher's)."""
     # A sweep job's point and seed applied; compile_cache goes untracked.
-    train = recorded(stage_section("train", wildcards))
+    train = recorded("train", stage_section("train", wildcards))
     p = {k: v for k, v in train.items() if k not in ("gpus", "sample_tokens")}
     return json.dumps(p, sort_keys=True)
 

@@ -17,6 +17,28 @@ class ConfigError(ValueError):
     pass
 
 
+# Keys of a stage's section that say how its jobs run, not what they compute: left out
+# of the section's recorded params (Snakemake reruns a finished job whose recorded
+# params changed); the rules that use one pass it `untracked`.
+UNTRACKED_KEYS = ("compile_cache",)
+# Keys added to a section after outputs existed, each with the value at which jobs
+# compute what they computed before the key was there: left out of the recorded params
+# while they hold it, so that an upgrade reruns no finished job. The job's parameter
+# object must default to the same value (tested).
+NEUTRAL_ADDED_KEYS = {("embedding", "cuda_graphs"): "auto"}
+_ABSENT = object()
+
+
+def recorded(section: str, values: Mapping) -> dict:
+    """config[section] (`values`) as its jobs' params record it: without UNTRACKED_KEYS,
+    and without the NEUTRAL_ADDED_KEYS that hold their neutral value."""
+    return {
+        k: v
+        for k, v in values.items()
+        if k not in UNTRACKED_KEYS and NEUTRAL_ADDED_KEYS.get((section, k), _ABSENT) != v
+    }
+
+
 def _with_defaults(validator_class):
     validate_properties = validator_class.VALIDATORS["properties"]
 

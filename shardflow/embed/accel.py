@@ -23,7 +23,11 @@ the CPU, so a CPU run's bytes do not change:
   would get a mask anyway, the model's SDPA runs under a name transformers builds no
   mask for, so its mask builder (a sync per forward on CUDA) does not run.
 - attention bias: `on` = an encoder's padded batches pass their mask ready-made, 4-D,
-  so transformers does not read it back to the host (a sync per forward); `auto` = off.
+  so transformers does not read it back to the host (a sync per forward); `auto` = on
+  for CUDA (provisionally), off on the CPU.
+- CUDA graphs: `on` = each full padded batch replays a CUDA graph of its shape, with
+  fine bucket widths so that shapes repeat (shardflow.embed.graphs); `auto` = off until
+  measured on a GPU.
 - cuDNN attention: `auto` = SDPA runs without cuDNN's kernel on CUDA where batches pass
   a padding mask (a plan per new shape costs more than the kernel gains); `on`; `off`.
 
@@ -46,7 +50,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from shardflow.core.batching import default_length_buckets
+from shardflow.core.batching import default_length_buckets, graph_length_buckets
 
 # Families with fused-kernel patches in liger-kernel (model_type -> apply function suffix).
 LIGER_FAMILIES = {
@@ -95,10 +99,15 @@ def model_type(config: dict) -> str:
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 
-def resolve_buckets(option, compile_: bool, max_length: int, compile_mode: str = "auto") -> tuple[int, ...]:
+def resolve_buckets(
+    option, compile_: bool, max_length: int, compile_mode: str = "auto", graphs: bool = False
+) -> tuple[int, ...]:
     """The padded widths of a run; () means none (each batch as wide as its longest row).
-    `auto`: the default widths for a compile mode with CUDA graphs (see CUDA_GRAPH_MODES)
-    only; `on`: the default widths always."""
+    `auto`: with `graphs` (embedding.cuda_graphs on), the fine widths of
+    `graph_length_buckets`; else the default widths for a compile mode with CUDA graphs
+    (see CUDA_GRAPH_MODES) only. `on`: the default widths always."""
+    if option == "auto" and graphs:
+        return graph_length_buckets(max_length)
     if option == "off" or (option == "auto" and not (compile_ and compile_mode in CUDA_GRAPH_MODES)):
         return ()
     if option in ("auto", "on"):
@@ -126,6 +135,23 @@ def repeated_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
             if len(module) > len(best):
                 best = list(module)
     return best
+
+
+def resolve_cuda_graphs(option: str, device: torch.device, compile_: bool, packing: Choice) -> Choice:
+    """Whether full padded batches replay a CUDA graph of their shape ("on"; see
+    shardflow.embed.graphs). `auto` = off: not yet measured on a GPU (the lever for
+    the host-side gaps of the Qwen3 shape's profile, docs/gpu.md); `on`; `off`."""
+    if option == "off":
+        return Choice("off", "embedding.cuda_graphs is off")
+    if option == "auto":
+        return Choice("off", "auto = off until measured on a GPU (docs/gpu.md); on replays a graph per batch shape")
+    if device.type != "cuda":
+        return Choice("off", f"CUDA graphs need a CUDA device (device is {device.type})")
+    if compile_:
+        return Choice("off", "compile is on: its compile_mode reduce-overhead captures graphs of its own")
+    if packing.on:
+        return Choice("off", "packed batches: each has its own text boundaries, a shape no graph repeats")
+    return Choice("on", "embedding.cuda_graphs is on: one graph per full batch shape, captured after its first batch")
 
 
 # --------------------------------------------------------------------------- packing

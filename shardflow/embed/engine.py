@@ -20,6 +20,8 @@ but the batching is built for throughput:
    wait for Python.
 4. On CUDA, out-of-memory splits the batch and halves the budget for the rest of
    the run; a text that does not fit even alone fails with its index and length.
+   With `cuda_graphs`, each full batch of a bucket shape replays a CUDA graph of the
+   forward after the shape's first batch (`embed.graphs`).
 5. With a resume folder, each finished window is written there atomically and a
    restarted run skips it. Batching is a pure function of (window texts, params),
    so a resumed run writes the same bytes as an uninterrupted one.
@@ -51,6 +53,7 @@ import torch
 
 from shardflow.core.batching import (
     Batch,
+    bucket_rows,
     bucket_width,
     collate,
     collate_to,
@@ -72,6 +75,7 @@ from shardflow.core.oom import OomBackoff, TooLargeError
 from shardflow.core.parts import PartStore, resume_folder
 from shardflow.corpus.chunks import read_chunk
 from shardflow.embed import accel
+from shardflow.embed.graphs import CudaBackend, ShapeGraphs
 from shardflow.embed.params import (
     ATTENTION_KEYS,
     EmbedParams,
@@ -137,6 +141,13 @@ class EncodeStats(EngineCounters):
     cudnn_attention_reason: str = ""
     attention_bias: str = "off"
     attention_bias_reason: str = ""
+    cuda_graphs: str = "off"
+    cuda_graphs_reason: str = ""
+    # With cuda_graphs: shapes captured by this call, batches replayed, the host's
+    # seconds spent capturing (and checking the first captures; see embed.graphs).
+    graphs_captured: int = 0
+    graph_replays: int = 0
+    graph_capture_seconds: float = 0.0
     # Where the host's time goes (the device waits on the host when it cannot keep up):
     # tokenizing (a helper thread, the next window while this one runs), collating and
     # pinning batches (the producer thread), and the device loop waiting for a batch.
@@ -258,6 +269,7 @@ def load_encoder(
         model, config = _load_model(spec, dtype, device, logger)
     if kernels.on:
         kernels = accel.apply_kernels(model, mtype, logger)
+    cuda_graphs = accel.resolve_cuda_graphs(params.cuda_graphs, device, params.compile, packing)
     attention = resolve_attention(params, device, mtype, cfg, attn_requested, packing, model)
     (logger.warning if params.kernels == "liger" and not kernels.on else logger.info)(
         "fused kernels: %s (%s)", kernels.value, kernels.reason
@@ -268,7 +280,7 @@ def load_encoder(
     tokenizer = _load_tokenizer(spec, max_positions)
     head = build_head(spec.head).to(device)
     encoder = Encoder(params, spec, tokenizer, model, head, device, dtype, output_dim(spec), logger, before_forward)
-    encoder.setup_accel(mtype, packing, kernels, attention)
+    encoder.setup_accel(mtype, packing, kernels, attention, cuda_graphs)
     padding, cudnn, bias = encoder.padding_mask, encoder.cudnn_attention, encoder.attention_bias  # as applied
     (logger.warning if params.padding_mask == "off" and not padding.on else logger.info)(
         "padding mask: %s (%s)", "skipped" if padding.on else "passed", padding.reason
@@ -276,6 +288,10 @@ def load_encoder(
     logger.info("cuDNN attention: %s (%s)", cudnn.value, cudnn.reason)
     (logger.warning if params.attention_bias == "on" and not bias.on else logger.info)(
         "attention bias: %s (%s)", bias.value, bias.reason
+    )
+    graphs = encoder.cuda_graphs
+    (logger.warning if params.cuda_graphs == "on" and not graphs.on else logger.info)(
+        "CUDA graphs: %s (%s)", graphs.value, graphs.reason
     )
     return encoder
 
@@ -336,6 +352,8 @@ class Encoder:
         self.packing = accel.Choice("off", "not set up")
         self.kernels = accel.Choice("off", "not set up")
         self.padding_mask, self.cudnn_attention, self.attention_bias = accel.PLAIN_ATTENTION
+        self.cuda_graphs = accel.Choice("off", "not set up")
+        self.graphs: ShapeGraphs | None = None
         self.causal = False
         self.buckets: tuple[int, ...] = ()
         self.packed_buckets: tuple[int, ...] = ()
@@ -348,9 +366,11 @@ class Encoder:
         packing: accel.Choice,
         kernels: accel.Choice,
         attention: tuple[accel.Choice, accel.Choice, accel.Choice] | None = None,
+        cuda_graphs: accel.Choice | None = None,
     ) -> None:
-        """Apply the resolved speed-ups: buckets, packing, compile, and `attention` (from
-        `resolve_attention`; None: the plain path's mask, SDPA's own kernel choice)."""
+        """Apply the resolved speed-ups: buckets, packing, compile, CUDA graphs, and
+        `attention` (from `resolve_attention`; None: the plain path's mask, SDPA's own
+        kernel choice)."""
         params = self.params
         self.packing, self.kernels = packing, kernels
         attention = attention or accel.PLAIN_ATTENTION
@@ -366,7 +386,13 @@ class Encoder:
         self.identity.update(attention_identity(self.device, *attention))
         self.causal = mtype in accel.PACKABLE_DECODERS
         limit = self.max_length if self.truncate else 8192
-        self.buckets = accel.resolve_buckets(params.length_buckets, params.compile, limit, params.compile_mode)
+        graphs = cuda_graphs or accel.Choice("off", "not set up")
+        self.buckets = accel.resolve_buckets(params.length_buckets, params.compile, limit, params.compile_mode, graphs.on)
+        if graphs.on and not self.buckets:
+            graphs = accel.Choice("off", "length_buckets is off: batch shapes would not repeat")
+        self.cuda_graphs = graphs
+        if graphs.on:
+            self.graphs = ShapeGraphs(self._graph_forward, CudaBackend(self.device), self.logger)
         if packing.on and (self.buckets or packing.value == "flex_attention"):
             # A packed row's length is its token total: bucket that, in quarters of the budget.
             # Always for flex attention: transformers compiles its kernel, and a BlockMask's
@@ -522,18 +548,36 @@ class Encoder:
 
     # ---- forward --------------------------------------------------------------------
 
-    def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, lengths: np.ndarray | None = None) -> torch.Tensor:
+    def _forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, lengths: np.ndarray | None = None, graph: bool = False
+    ) -> torch.Tensor:
         """Embeddings of a padded batch, or of a packed one (`lengths` given: then
-        `attention_mask` holds the position ids)."""
-        if self.device.type != "cpu":
+        `attention_mask` holds the position ids). `graph`: a full batch of a bucket shape
+        (see embed.graphs), replayed from its shape's CUDA graph, or run and then captured."""
+        graphs = self.graphs if graph and lengths is None else None
+        replay = graphs is not None and graphs.ready(tuple(input_ids.shape))
+        if not replay and self.device.type != "cpu":
             input_ids = input_ids.to(self.device, non_blocking=True)
             attention_mask = attention_mask.to(self.device, non_blocking=True)
-        with accel.sdpa_without_cudnn() if not self.cudnn_attention.on else contextlib.nullcontext():
-            return self._run_model(input_ids, attention_mask, lengths)
+        with self._attention_scope():
+            if self.before_forward is not None:
+                self.before_forward(input_ids)
+            if replay:
+                return graphs.replay(input_ids, attention_mask)
+            emb = self._run_model(input_ids, attention_mask, lengths)
+        if graphs is not None:
+            graphs.capture(input_ids, attention_mask, emb)
+        return emb
+
+    def _attention_scope(self):
+        return accel.sdpa_without_cudnn() if not self.cudnn_attention.on else contextlib.nullcontext()
+
+    def _graph_forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """A padded batch's forward on device tensors: what a CUDA graph records."""
+        with self._attention_scope():
+            return self._run_model(input_ids, attention_mask, None)
 
     def _run_model(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, lengths: np.ndarray | None) -> torch.Tensor:
-        if self.before_forward is not None:
-            self.before_forward(input_ids)
         if self.params.compile and self.params.compile_mode == "reduce-overhead":
             torch.compiler.cudagraph_mark_step_begin()
         if lengths is None:
@@ -567,7 +611,7 @@ class Encoder:
         lengths = batch.lengths if batch.packed else None
         if shape in self.seen_shapes or not self.params.compile:
             self.seen_shapes.add(shape)
-            return self._forward(ids, mask, lengths)
+            return self._forward(ids, mask, lengths, graph=self._graph_shape(batch, shape))
         self._sync()
         graphs = _graphs_compiled()
         t0 = time.perf_counter()
@@ -583,6 +627,16 @@ class Encoder:
         stats.warmup_items += len(batch.rows)
         stats.warmup_tokens += int(batch.lengths.sum())
         return emb
+
+    def _graph_shape(self, batch: Batch, shape: tuple[int, ...]) -> bool:
+        """Whether a batch may replay (or record) a CUDA graph: a full padded batch of a
+        bucket width, no filler rows. Part batches and out-of-memory splits run eagerly,
+        so the graphs are one per width (at the current token budget)."""
+        if self.graphs is None or not self.graphs.active or batch.packed:
+            return False
+        rows, width = shape
+        full = bucket_rows(width, self.token_budget, self.params.max_batch_size)
+        return width in self.buckets and rows == full == len(batch.rows)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -635,6 +689,8 @@ class Encoder:
         finally:
             stats.oom_backoffs += self.backoff.backoffs - before
             tensors.clear()
+            if self.graphs is not None and self.backoff.backoffs > before:
+                self.graphs.drop()  # shapes of the old budget; their memory may be what ran out
         return [(batch.rows, emb) for batch, emb in done]
 
     # ---- the producer ------------------------------------------------------------
@@ -654,7 +710,11 @@ class Encoder:
                 yield self._bucket_packed(pack(ids, order[s:e]))
         elif self.buckets:
             for s, e, width, rows in plan_bucketed_batches(sorted_lengths, self.buckets, budget, max_rows):
-                yield collate_to(ids, order[s:e], self.pad_id, self.left_pad, width, rows)
+                if self.graphs is not None and e - s < rows:
+                    # A group's last, part batch: no graph replays it, so no filler rows.
+                    yield collate(ids, order[s:e], self.pad_id, self.left_pad)
+                else:
+                    yield collate_to(ids, order[s:e], self.pad_id, self.left_pad, width, rows)
         else:
             for s, e in plan_batches(sorted_lengths, budget, max_rows):
                 yield collate(ids, order[s:e], self.pad_id, self.left_pad)
@@ -757,7 +817,11 @@ class Encoder:
             cudnn_attention_reason=self.cudnn_attention.reason,
             attention_bias=self.attention_bias.value,
             attention_bias_reason=self.attention_bias.reason,
+            cuda_graphs=self.cuda_graphs.value,
+            cuda_graphs_reason=self.cuda_graphs.reason,
         )
+        graphs = self.graphs
+        before = (graphs.captured, graphs.replays, graphs.capture_seconds) if graphs is not None else None
         t0 = time.perf_counter()
         n, win = len(texts), self.params.window
         windows = [(w, a, min(a + win, n)) for w, a in enumerate(range(0, n, win))]
@@ -795,6 +859,12 @@ class Encoder:
         heads = (self.prefix.cut, self.prefix.retried) if self.prefix else (0, 0)
         if todo:
             done = self._encode_windows(texts, todo, result, store, stats, done, progress)
+        if graphs is not None:
+            stats.graphs_captured = graphs.captured - before[0]
+            stats.graph_replays = graphs.replays - before[1]
+            stats.graph_capture_seconds = graphs.capture_seconds - before[2]
+            if graphs.off_reason:
+                stats.cuda_graphs, stats.cuda_graphs_reason = "off", graphs.off_reason
         if self.prefix is not None:
             stats.tokenized_heads = self.prefix.cut - heads[0]
             stats.tokenized_heads_retried = self.prefix.retried - heads[1]
@@ -815,6 +885,15 @@ class Encoder:
             stats.batches,
             stats.oom_backoffs,
         )
+        if graphs is not None:
+            self.logger.info(
+                "CUDA graphs: %d batches replayed, %d shapes captured in %.2f s (%d graphs in all)%s",
+                stats.graph_replays,
+                stats.graphs_captured,
+                stats.graph_capture_seconds,
+                len(graphs.graphs),
+                f"; off: {graphs.off_reason}" if graphs.off_reason else "",
+            )
         return result
 
     def _encode_windows(self, texts, todo, result, store, stats, done, progress) -> int:

@@ -28,9 +28,11 @@ OUTPUT_DTYPES = ("float32", "float16")
 COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 PACKING = ("auto", "off", "on")
 KERNELS = ("auto", "off", "liger")
-SWITCH = ("auto", "on", "off")  # padding_mask, cudnn_attention, attention_bias
+SWITCH = ("auto", "on", "off")  # padding_mask, cudnn_attention, attention_bias, cuda_graphs
 # Added after outputs existed: in the identity only when they resolve to something on.
-_ACCEL_FIELDS = ("length_buckets", "compile_mode", "packing", "kernels", "padding_mask", "cudnn_attention", "attention_bias")
+_ACCEL_FIELDS = (
+    "length_buckets", "compile_mode", "packing", "kernels", "padding_mask", "cudnn_attention", "attention_bias", "cuda_graphs"
+)
 # Default token budgets. On CPU, throughput per token is flat from ~512 to ~2048
 # padded tokens per batch and drops beyond (cache misses), while smaller batches
 # pad less: 1024 measured best for MiniLM on 2 cores. GPUs want large batches.
@@ -69,6 +71,8 @@ class EmbedParams:
         ("auto": not where CUDA batches pass a mask; see `accel.resolve_cudnn_attention`).
     attention_bias: "auto" | "on" | "off": an encoder's padding mask passed ready-made
         as a 4-D tensor (no device sync in transformers; see `accel.resolve_attention_bias`).
+    cuda_graphs: "auto" | "on" | "off": full padded batches replay a CUDA graph of their
+        shape (see `shardflow.embed.graphs`; "auto" = off until measured on a GPU).
 
     The accelerations at "auto" keep the plain path on the CPU, and leave the output
     identity (hence resume keys) as it was unless they resolve to something on.
@@ -94,13 +98,14 @@ class EmbedParams:
     padding_mask: str = "auto"
     cudnn_attention: str = "auto"
     attention_bias: str = "auto"
+    cuda_graphs: str = "auto"
     compile_cache: str | None = None
 
     def __post_init__(self) -> None:
         # An unquoted on/off (YAML 1.1) is a boolean: the workflow's config is read as the
         # word at validation (core.config.yaml11_switches), a sweep's point values reach a
         # job as written, and Python callers may pass True/False.
-        for name in ("length_buckets", "packing", "padding_mask", "cudnn_attention", "attention_bias"):
+        for name in ("length_buckets", "packing", "padding_mask", "cudnn_attention", "attention_bias", "cuda_graphs"):
             if isinstance(getattr(self, name), bool):
                 object.__setattr__(self, name, "on" if getattr(self, name) else "off")
         if self.kernels is False:
@@ -118,6 +123,7 @@ class EmbedParams:
             ("padding_mask", SWITCH),
             ("cudnn_attention", SWITCH),
             ("attention_bias", SWITCH),
+            ("cuda_graphs", SWITCH),
         )
         for name, allowed in choices:
             if getattr(self, name) not in allowed:
@@ -187,9 +193,13 @@ def accel_identity(params: EmbedParams, spec: ModelSpec, device: torch.device) -
     packing = accel.resolve_packing(params.packing, device, mtype, attn)
     if packing.on:
         out["packing"] = packing.value
+    graphs = accel.resolve_cuda_graphs(params.cuda_graphs, device, params.compile, packing)
+    if graphs.on:
+        out["cuda_graphs"] = "on"
     # Widths depend on max_length (known once the tokenizer loads), so the option as
-    # given stands for them; with packing, buckets pad the packed rows.
-    if accel.resolve_buckets(params.length_buckets, params.compile, 1 << 30, params.compile_mode):
+    # given stands for them (with cuda_graphs, "auto" is graph_length_buckets); with
+    # packing, buckets pad the packed rows.
+    if accel.resolve_buckets(params.length_buckets, params.compile, 1 << 30, params.compile_mode, graphs.on):
         out["length_buckets"] = params.length_buckets
     kernels = accel.resolve_kernels(params.kernels, device, mtype)
     if kernels.on:

@@ -116,7 +116,12 @@ def test_where_jobs_run_reruns_no_embed_job_and_what_they_compute_reruns_each(ru
     # names two hashes (it printed the whole config twice, about 5 KB, before).
     (reason,) = [line for line in out.splitlines() if "Params have changed" in line]
     assert len(reason) < 300 and "gpu_jobs" not in reason, reason
-    for name, change in (("window", {"embedding": {"window": 8}}), ("device", {"gpu_jobs": {"device": "cpu"}})):
+    changes = (
+        ("window", {"embedding": {"window": 8}}),
+        ("device", {"gpu_jobs": {"device": "cpu"}}),
+        ("graphs", {"embedding": {"cuda_graphs": "on"}}),  # recorded away from its neutral `auto`
+    )
+    for name, change in changes:
         out = snakemake(workdir, "-n", "--configfile", str(_variant(cfg, name, **change))).stdout
         assert job_counts(out)["embed"] == 3 and out.count("reason: Params have changed") == 3, (name, out)
 
