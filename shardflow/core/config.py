@@ -169,20 +169,38 @@ def _given(command_line, path: list):
 
 def command_line_strings(config: dict, schema: dict, command_line: Mapping) -> None:
     """Snakemake reads a value nested in `--config` (`train={max_iters: 10}`) with YAML's
-    BaseLoader, which leaves every scalar a string ('10'). Where such a string (one given
-    in `command_line`, Snakemake's --config mapping) fails its key's schema and what YAML
-    would have made of it passes (10, true, null, 0.5, a list of integers), that value
-    replaces it, in place. A string the schema accepts stays a string; one that fits
-    neither way is left for the validator to report; config files are read with YAML's
-    types already, so a quoted "4" there stays an error."""
+    BaseLoader, which leaves every scalar a string ('10', 'null'). Each such string (one
+    given in `command_line`, Snakemake's --config mapping, and still in `config`) becomes
+    what YAML makes of it in a config file (10, true, null, 0.5, a list of integers), in
+    place, unless its key's schema takes the string and not that value (a prompt given as
+    123 stays the text "123"). Where neither fits, YAML's value stays, so the error reads
+    as it would for a config file ("-5 is less than the minimum of 1"). Config files are
+    read with YAML's types already, so a quoted "4" there stays an error."""
     validator = jsonschema.Draft202012Validator(schema)
-    for error in list(validator.iter_errors(config)):
-        path = list(error.absolute_path)
-        if not path or _given(command_line, path) != error.instance:
+    for path, text in _leaves(command_line):
+        value = _yaml_typed(text)
+        parent = _given(config, path[:-1])
+        if value is _NOT_READ or not isinstance(parent, dict) or parent.get(path[-1]) != text:
             continue
-        value = _yaml_typed(error.instance)
-        if value is not _NOT_READ and validator.evolve(schema=error.schema).is_valid(value):
-            _given(config, path[:-1])[path[-1]] = value
+        parent[path[-1]] = value
+        if _fails_at(validator, config, path):
+            parent[path[-1]] = text
+            if _fails_at(validator, config, path):
+                parent[path[-1]] = value
+
+
+def _leaves(node: Mapping, path: tuple = ()):
+    """(path, value) of every string, or list, under a --config mapping."""
+    for key, value in node.items():
+        if isinstance(value, Mapping):
+            yield from _leaves(value, (*path, key))
+        elif isinstance(value, (str, list)):
+            yield [*path, key], value
+
+
+def _fails_at(validator, config: dict, path: list) -> bool:
+    """Whether the schema rejects the value at `path` (or inside it)."""
+    return any(list(e.absolute_path)[: len(path)] == path for e in validator.iter_errors(config))
 
 
 def validate_config(config: dict, schema: dict, command_line: Mapping | None = None) -> dict:

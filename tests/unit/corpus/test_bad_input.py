@@ -393,23 +393,30 @@ def test_config_out_of_range_names_the_key(config, section, key, value, message)
 
 
 def test_config_strings_from_the_command_line_read_as_yaml_would(config):
-    """Snakemake leaves values nested in --config as strings: each one the schema rejects
-    as a string but takes as YAML's value (integer, float, boolean, null, a list of
-    integers) becomes that value; strings the schema takes, or that fit neither way, stay,
-    and so does a string a config file gave (YAML typed it already: a quoted "4" is one)."""
+    """Snakemake leaves values nested in --config as strings: each becomes YAML's value
+    (integer, float, boolean, null, a list of integers), as a config file would hold it,
+    unless the schema takes the string and not that value (a prompt of digits stays
+    text). A string a config file gave stays (YAML typed it already: a quoted "4" is one)."""
     given = {"n_chunks": "4", "train": {"max_iters": "10", "lr": "1e-3", "compile": "true", "lr_decay_iters": "null"},
-             "embedding": {"length_buckets": ["32", "64"], "compile_cache": "null", "window": "8"}}
+             "embedding": {"length_buckets": ["32", "64"], "compile_cache": "null", "window": "8", "prompt": "null"},
+             "input": {"id_field": "null"}, "retrieval": {"query_prompt": "123"}}
     for section, values in given.items():
         config[section] = {**config[section], **values} if isinstance(values, dict) else values
     schema = load_schema(REPO / "config" / "config.schema.yaml")
     got = validate_config(config, schema, given)
     assert got["n_chunks"] == 4 and got["embedding"]["length_buckets"] == [32, 64] and got["embedding"]["window"] == 8
     assert (got["train"]["max_iters"], got["train"]["lr"], got["train"]["compile"]) == (10, 0.001, True)
-    assert got["train"]["lr_decay_iters"] is None
-    assert got["embedding"]["compile_cache"] == "null"  # a string is a folder name here
+    # null is null where a key also takes text: no prompt "null", no id field or folder named "null"
+    assert got["train"]["lr_decay_iters"] is None and got["embedding"]["compile_cache"] is None
+    assert got["embedding"]["prompt"] is None and got["input"]["id_field"] is None
+    assert got["retrieval"]["query_prompt"] == "123"  # text, where YAML's 123 does not fit
     config["embedding"]["window"] = "eight"
     with pytest.raises(ConfigError, match="config key 'embedding.window': 'eight' is not of type 'integer'"):
         validate_config(config, schema, {"embedding": {"window": "eight"}})
+    # Out of range: the error a config file's value gets, not a type error about a string.
+    config["embedding"]["window"] = "0"
+    with pytest.raises(ConfigError, match="config key 'embedding.window': 0 is less than the minimum of 1"):
+        validate_config(config, schema, {"embedding": {"window": "0"}})
     config["embedding"]["window"] = "8"  # from a file, not the command line
     with pytest.raises(ConfigError, match="config key 'embedding.window': '8' is not of type 'integer'"):
         validate_config(config, schema)
