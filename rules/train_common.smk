@@ -4,6 +4,17 @@ contributes to `all`, provenance and the landing page (shardflow.workflow.tasks.
 """
 
 import json
+import os
+import sys
+
+# train is a shell rule: its `python` must be the interpreter running this workflow, as
+# for the script rules, also when Snakemake was started from a virtualenv that is not
+# activated (`.venv/bin/snakemake`). Jobs inherit this PATH; with a conda deployment the
+# job's environment goes in front of it. (The command's text stays as it was: a changed
+# command reruns finished train jobs.)
+_PYTHON_DIR = os.path.dirname(sys.executable)
+if os.path.exists(os.path.join(_PYTHON_DIR, "python")) and os.environ.get("PATH", "").split(os.pathsep)[0] != _PYTHON_DIR:
+    os.environ["PATH"] = _PYTHON_DIR + os.pathsep + os.environ.get("PATH", "")
 
 TOKENIZER_META = "shardflow_tokenizer.json"
 TRAINING = [ds for ds in DATASETS.values() if "training" in ds.tasks]
@@ -70,10 +81,16 @@ def gather_params(wildcards):
 
 
 def train_params(wildcards):
-    """TrainParams as JSON for the command line (train.gpus and sample_tokens are the launcher's)."""
+    """TrainParams as JSON for the command line (sample_tokens is the launcher's). It
+    holds train.gpus where that is not 1, for the record only (the launcher's --gpus
+    decides): the global batch is batch_size x grad_accum x gpus, so another count is
+    another run. At 1 it is left out, as before it was recorded, so that no finished job
+    reruns on upgrade."""
     # A sweep job's point and seed applied; compile_cache goes untracked.
     train = recorded("train", stage_section("train", wildcards))
     p = {k: v for k, v in train.items() if k not in ("gpus", "sample_tokens")}
+    if train["gpus"] != 1:
+        p["gpus"] = train["gpus"]
     return json.dumps(p, sort_keys=True)
 
 

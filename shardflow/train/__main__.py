@@ -61,6 +61,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     values = json.loads(args.params)
+    # The workflow records train.gpus there (another count is another run); how many
+    # processes run is torchrun's business, not a TrainParams field.
+    values.pop("gpus", None)
     values.update({f.name: getattr(args, f.name) for f in dataclasses.fields(TrainParams) if hasattr(args, f.name)})
     params = TrainParams(**values)  # an unknown key is a TypeError that names it
     if args.threads:

@@ -4,7 +4,9 @@ under Snakemake, whose retry continues from its checkpoint to the same losses, b
 bit (CPU, fp32); dry runs; bad input as one clear line in the rule log."""
 
 import json
+import os
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -46,10 +48,20 @@ def corpus(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, corpus):
-    """The uninterrupted run everything is checked against."""
+    """The uninterrupted run everything is checked against. It is started as a user
+    starts `.venv/bin/snakemake` without activating the venv, with another `python`
+    first on PATH, one that fails: the train rule's shell command must still run the
+    workflow's own interpreter."""
     work = tmp_path_factory.mktemp("train-run")
     cfg = _config(work / "c.yaml", corpus)
-    snakemake(work, *TARGETS, "--cores", "2", "--configfile", str(cfg))
+    other = work / "other-python"
+    other.mkdir()
+    (other / "python").write_text("#!/bin/sh\necho 'not the workflow python' >&2\nexit 97\n")
+    (other / "python").chmod(0o755)
+    env = offline_env()
+    path = [p for p in env["PATH"].split(os.pathsep) if Path(p).resolve() != Path(SNAKEMAKE).parent.resolve()]
+    env["PATH"] = os.pathsep.join([str(other), *path])
+    snakemake(work, *TARGETS, "--cores", "2", "--configfile", str(cfg), env=env)
     return work, cfg
 
 
@@ -106,6 +118,16 @@ def test_sigkilled_train_job_resumes_to_the_same_losses_bitwise(run, corpus, tmp
     pd.testing.assert_frame_equal(got[cols], want[cols], check_exact=True)
     for name in ("last.safetensors", "best.safetensors"):
         assert sha256(work / f"results/{DS}/train/{name}") == sha256(ref / f"results/{DS}/train/{name}"), name
+
+
+def test_another_gpu_count_reruns_train_and_the_default_count_is_not_recorded(run):
+    """train.gpus decides the global batch: another count reruns the train job. At its
+    default 1 it is left out of the recorded params, as before it was recorded: the
+    finished run stays finished (no rerun on upgrade)."""
+    work, cfg = run
+    assert "Nothing to be done" in snakemake(work, *TARGETS, "-n", "--configfile", str(cfg)).stdout
+    out = snakemake(work, *TARGETS, "-n", "--configfile", str(cfg), "--config", "train={gpus: 2}").stdout
+    assert job_counts(out).get("train") == 1 and "Params have changed" in out, out
 
 
 def test_checkpoint_of_another_configuration_is_one_clear_error(run, corpus, tmp_path):
