@@ -51,10 +51,20 @@ def sample_rows(npy_path: str, n: int) -> tuple[np.ndarray, np.ndarray]:
     return idx, np.asarray(emb[idx], dtype=np.float32)
 
 
+# UMAP starts from a spectral layout of n_components + 1 eigenvectors, which needs more
+# points than that: fewer are mapped by PCA (the map's title says which ran).
+UMAP_MIN_POINTS = 4
+
+
+def map_method(method: str, n_points: int) -> str:
+    """The projection that runs for `report.map` on n points."""
+    return "pca" if method == "umap" and n_points < UMAP_MIN_POINTS else method
+
+
 def project_2d(x: np.ndarray, method: str, seed: int) -> np.ndarray:
     if len(x) < 3:
         return np.zeros((len(x), 2), dtype=np.float32)
-    if method == "umap":
+    if map_method(method, len(x)) == "umap":
         try:
             import umap
         except ImportError as exc:
@@ -74,7 +84,9 @@ def plot_map(npy_path: str, path: str, params: ReportParams) -> int:
     xy = project_2d(x, params.map_method, params.seed)
     fig, ax = plt.subplots(figsize=(5.5, 5))
     ax.scatter(xy[:, 0], xy[:, 1], s=float(np.clip(2000 / max(len(idx), 1), 2, 16)), c=idx, cmap="viridis", alpha=0.7, linewidths=0)
-    ax.set_title(f"{params.map_method.upper()} map of {len(idx)} embeddings (colour: row)")
+    ran = map_method(params.map_method, len(idx))
+    note = f" ({params.map_method.upper()} needs {UMAP_MIN_POINTS})" if ran != params.map_method else ""
+    ax.set_title(f"{ran.upper()} map of {len(idx)} embeddings{note} (colour: row)")
     ax.set_xticks([])
     ax.set_yticks([])
     save_figure(fig, path)

@@ -117,6 +117,13 @@ def test_fewer_than_three_rows_map_to_the_origin(rows):
     assert xy.shape == (rows, 2) and not xy.any()
 
 
+def test_umap_on_three_points_maps_them_by_pca():
+    # UMAP's spectral start fails below four points (scipy: k >= N); umap-learn is not
+    # even imported for them.
+    x = np.array([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [0.0, 2.0, 0.0]], dtype=np.float32)
+    np.testing.assert_array_equal(project_2d(x, "umap", 0), project_2d(x, "pca", 0))
+
+
 def test_umap_without_umap_learn_says_so(monkeypatch):
     import builtins
 
