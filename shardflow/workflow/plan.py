@@ -262,3 +262,14 @@ def train_gpus(cfg: dict) -> int:
             "train.gpus GPUs (one process each); set train.gpus and leave resources.train.gpu out"
         )
     return gpus
+
+
+def summarise_model(cfg: dict) -> None:
+    """Stop at parse time where summarise.method abstractive has no model: otherwise
+    every summarise job of the run would start, fail and be retried."""
+    sm = cfg["summarise"]
+    if sm["method"] == "abstractive" and not sm["model"]:
+        raise ValueError(
+            "summarise.method is abstractive but summarise.model is null: set it to a local model folder "
+            "(seq2seq: BART, PEGASUS, T5; or a decoder-only model), or use method lead or extractive"
+        )

@@ -68,6 +68,12 @@ def test_misspelt_key_stops_the_run_naming_it(tmp_path):
     assert "unknown config key 'token_budjet' in 'embedding'" in proc.stdout + proc.stderr
 
 
+def test_abstractive_summaries_without_a_model_stop_the_dry_run(tmp_path):
+    proc = snakemake(tmp_path, "-n", "--config", "tasks=[summarisation]", "summarise={method: abstractive}", check=False)
+    assert proc.returncode != 0
+    assert "summarise.method is abstractive but summarise.model is null" in proc.stdout + proc.stderr
+
+
 def test_mistyped_value_stops_the_run_naming_it(tmp_path):
     proc = snakemake(tmp_path, "-n", "--config", "n_chunks=many", check=False)
     assert proc.returncode != 0

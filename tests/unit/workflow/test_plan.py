@@ -250,3 +250,11 @@ def test_auto_threads_without_a_core_count_is_the_gpu_default():
 def test_integer_threads_are_used_as_given():
     assert plan.job_threads(3, local_cpu=True, cores=64, jobs=64) == 3
     assert plan.job_threads(3, local_cpu=False, cores=None, jobs=1) == 3
+
+
+def test_abstractive_summaries_without_a_model_stop_at_parse_time():
+    cfg = {"summarise": {"method": "abstractive", "model": None}}
+    with pytest.raises(ValueError, match="summarise.method is abstractive but summarise.model is null"):
+        plan.summarise_model(cfg)
+    plan.summarise_model({"summarise": {"method": "abstractive", "model": "models/bart"}})
+    plan.summarise_model({"summarise": {"method": "lead", "model": None}})
