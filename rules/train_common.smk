@@ -4,17 +4,11 @@ contributes to `all`, provenance and the landing page (shardflow.workflow.tasks.
 """
 
 import json
-import os
-import sys
 
 # train is a shell rule: its `python` must be the interpreter running this workflow, as
-# for the script rules, also when Snakemake was started from a virtualenv that is not
-# activated (`.venv/bin/snakemake`). Jobs inherit this PATH; with a conda deployment the
-# job's environment goes in front of it. (The command's text stays as it was: a changed
-# command reruns finished train jobs.)
-_PYTHON_DIR = os.path.dirname(sys.executable)
-if os.path.exists(os.path.join(_PYTHON_DIR, "python")) and os.environ.get("PATH", "").split(os.pathsep)[0] != _PYTHON_DIR:
-    os.environ["PATH"] = _PYTHON_DIR + os.pathsep + os.environ.get("PATH", "")
+# for the script rules (shardflow.workflow.site.python_first_on_path). The command's
+# text stays as it was: a changed command reruns finished train jobs.
+site.python_first_on_path()
 
 TOKENIZER_META = "shardflow_tokenizer.json"
 TRAINING = [ds for ds in DATASETS.values() if "training" in ds.tasks]

@@ -57,3 +57,18 @@ def unexpanded_message(found: Mapping[str, list[str]]) -> str:
     names = list(dict.fromkeys(n for ns in found.values() for n in ns))
     where = "; ".join(f"{key} uses ${', $'.join(ns)}" for key, ns in found.items())
     return f"unset environment variable{'s' if len(names) > 1 else ''} {', '.join(names)} in the profile ({where})"
+
+
+def python_first_on_path(environ: dict | None = None, executable: str = sys.executable) -> bool:
+    """Put the folder of the interpreter running the workflow first on PATH (where it has
+    a `python`), so that a shell rule's `python` is that interpreter, as a script rule's
+    is: a user may start `.venv/bin/snakemake` without activating the venv. Jobs inherit
+    PATH; with a conda deployment the job's environment goes in front of it. Returns
+    whether PATH changed."""
+    env = os.environ if environ is None else environ
+    folder = os.path.dirname(executable)
+    path = env.get("PATH", "")
+    if not os.path.exists(os.path.join(folder, "python")) or path.split(os.pathsep)[0] == folder:
+        return False
+    env["PATH"] = folder + (os.pathsep + path if path else "")
+    return True

@@ -1,5 +1,6 @@
 import pytest
 
+from shardflow.workflow import site
 from shardflow.workflow.site import missing, site_env, unexpanded, unexpanded_message
 
 
@@ -30,3 +31,17 @@ def test_unexpanded_finds_literal_variables_whose_value_is_unset():
         "(default-storage-prefix uses $BUCKET; default-resources slurm_account uses $ACCOUNT)"
     )
     assert unexpanded({"x": "a$ literal dollar"}, environ={}) == {}
+
+
+def test_the_workflows_python_goes_first_on_path_where_it_has_one(tmp_path):
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").touch()
+    env = {"PATH": "/usr/bin:/bin"}
+    assert site.python_first_on_path(env, str(venv / "python3.11"))
+    assert env["PATH"] == f"{venv}:/usr/bin:/bin"
+    assert not site.python_first_on_path(env, str(venv / "python3.11"))  # already first: once
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    env = {"PATH": "/usr/bin"}
+    assert not site.python_first_on_path(env, str(bare / "python3")) and env["PATH"] == "/usr/bin"
