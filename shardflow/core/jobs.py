@@ -68,21 +68,34 @@ def read_job_table(path: str | os.PathLike) -> list[dict]:
         return json.load(fh)["jobs"]
 
 
+def busy_seconds(intervals: list[tuple[float, float]]) -> float:
+    """Seconds during which at least one of the (start, end) intervals ran: overlaps
+    counted once, gaps between them not at all."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
 def job_costs(stats: list[dict], benches: list[dict], gpu_hour_price: float) -> dict:
     """Wall time, job time, GPU-hours and cost of a stage's chunk jobs.
 
-    A job's time is Snakemake's benchmark `s` (the whole job, model loading
+    The wall time is the time during which at least one job was at work (from each
+    job's own start_time to end_time): a gap in which none was, such as while another
+    stage's jobs ran on the same cores, does not count, so a stage's throughput is its
+    own. A job's time is Snakemake's benchmark `s` (the whole job, model loading
     included), else its own `seconds`; GPU-hours count the jobs that ran on CUDA.
     """
     if len(benches) != len(stats):
         # zip() would silently drop the unmatched jobs from the time and cost sums.
         raise ValueError(f"{len(stats)} per-chunk stats but {len(benches)} benchmark records")
-    start = min(s["start_time"] for s in stats)
-    end = max(s["end_time"] for s in stats)
+    busy = busy_seconds([(s["start_time"], s["end_time"]) for s in stats])
     job_seconds = [b.get("s", s["seconds"]) for s, b in zip(stats, benches)]
     gpu_hours = sum(t for s, t in zip(stats, job_seconds) if str(s.get("device", "")).startswith("cuda")) / 3600
     return {
-        "wall_time_s": max(end - start, 1e-9),
+        "wall_time_s": max(busy, 1e-9),
         "job_seconds": sum(job_seconds),
         "gpu_hours": gpu_hours,
         "device_hours": sum(job_seconds) / 3600,

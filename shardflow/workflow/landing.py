@@ -52,7 +52,8 @@ def embedding_section(dataset: str, files: dict, report: ReportParams) -> Sectio
         ("records in", f"{manifest['total_records']:,} read, {manifest.get('rejected_records', 0):,} rejected"),
         ("records out", f"{verification['rows']:,} x {verification['dim']} ({verification['dtype']}), "
          f"verification {'passed' if verification['ok'] else 'FAILED'}"),
-        # Encoding: first text in to last embedding out, over all jobs; the jobs' own
+        # Encoding: the time during which at least one job was encoding (core.jobs.job_costs:
+        # gaps with none, such as another stage's turn, do not count); the jobs' own
         # times (Snakemake's benchmarks) add model loading and start-up.
         ("wall time", f"{_duration(s['embed_wall_time_s'])} encoding ({s['chunks']} chunk jobs, "
          f"{_duration(s['embed_job_seconds'])} of job time in all, model loading included)"),

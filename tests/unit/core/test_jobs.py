@@ -50,3 +50,11 @@ def test_job_table_pairs_stats_with_benchmarks_in_chunk_order(tmp_path):
     assert timings(rows)[benches[2]] == {"s": 7.0, "max_rss": 100.0, "cpu_time": 4.0}
     with pytest.raises(ValueError, match="3 stats files but 2 benchmark files"):
         write_job_table(tmp_path / "bad.json", stats, benches[:2])
+
+
+def test_busy_seconds_count_overlaps_once_and_gaps_not_at_all():
+    from shardflow.core.jobs import busy_seconds
+
+    assert busy_seconds([]) == 0.0
+    assert busy_seconds([(0.0, 10.0), (5.0, 12.0), (20.0, 25.0), (21.0, 22.0)]) == 17.0
+    assert busy_seconds([(3.0, 4.0), (0.0, 1.0)]) == 2.0

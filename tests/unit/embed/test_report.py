@@ -41,6 +41,10 @@ def test_summary_totals_and_rates():
     assert s["embed_job_seconds"] == 30.0  # benchmark seconds, summed
     assert (s["items_per_s"], s["tokens_per_s"]) == (20.0, 200.0)
     assert (s["verification_ok"], s["dim"], s["dtype"]) == (True, 8, "float32")
+    # A gap in which no job encoded (another stage's jobs ran) is not the stage's time.
+    apart = [stat(0, 100, 1000.0, 1010.0), stat(1, 300, 1050.0, 1060.0)]
+    s = run_summary(apart, [{"s": 12.0}, {"s": 12.0}], {}, VERIFICATION, ReportParams())
+    assert s["embed_wall_time_s"] == 20.0 and s["items_per_s"] == 20.0
 
 
 def test_summary_costs_only_gpu_jobs():
