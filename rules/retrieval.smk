@@ -1,31 +1,66 @@
 """Retrieval evaluation (only when retrieval.path is set).
 
-Needs: a BEIR folder (or MS MARCO TSVs). Converts it (retrieval_prepare), runs
-its corpus through the same split -> embed_<i> -> merge -> verify pipeline as
-data set <retrieval.name> (split_<name> comes from rules/split.smk), embeds the queries with the query prompt, searches
-exactly and scores like MTEB. Writes results/<name>/retrieval/metrics.json
+Needs: a BEIR folder (or MS MARCO TSVs). Converts it, one job per kind of file, so
+that an edit reruns only what reads it: retrieval_prepare (the corpus),
+retrieval_queries (the judged queries), retrieval_qrels. Runs its corpus through the
+same split -> embed_<i> -> merge -> verify pipeline as data set <retrieval.name>
+(split_<name> comes from rules/split.smk), embeds the queries with the query prompt,
+searches exactly and scores like MTEB. Writes results/<name>/retrieval/metrics.json
 (ndcg_at_10, recall_at_10, recall_at_100, mrr_at_10, map_at_10), per-query
 scores, the top-k run and a report figure.
 """
 
 if RETRIEVAL is not None:
     RETRIEVAL_SPEC = RetrievalSpec.from_config(config)
+    RETRIEVAL_CORPUS_FILE, RETRIEVAL_QUERIES_FILE, RETRIEVAL_QRELS_FILE = (
+        RETRIEVAL_SPEC.source_files()
+    )
 
     rule retrieval_prepare:
         input:
-            RETRIEVAL_SPEC.source_files(),
+            corpus=RETRIEVAL_CORPUS_FILE,
         output:
             corpus=plan.retrieval_corpus(RETRIEVAL),
-            queries=f"results/{RETRIEVAL}/retrieval/queries.jsonl",
-            qrels=f"results/{RETRIEVAL}/retrieval/qrels.json",
         log:
             f"logs/retrieval_prepare/{RETRIEVAL}.log",
         conda:
             "../envs/core.yaml"
         params:
-            spec=RETRIEVAL_SPEC.__dict__,
+            format=config["retrieval"]["format"],
         script:
             "../scripts/retrieval_prepare.py"
+
+    # Only judged queries are embedded, so the queries depend on the qrels through the
+    # set of judged ids alone: `judged` records it (read at parse time), and ancient()
+    # keeps the qrels file's time from rerunning this job and embed_queries when a
+    # judgement is added or regraded (retrieval_qrels and retrieval_evaluate rerun).
+    rule retrieval_queries:
+        input:
+            queries=RETRIEVAL_QUERIES_FILE,
+            qrels=ancient(RETRIEVAL_QRELS_FILE),
+        output:
+            queries=f"results/{RETRIEVAL}/retrieval/queries.jsonl",
+        log:
+            f"logs/retrieval_queries/{RETRIEVAL}.log",
+        conda:
+            "../envs/core.yaml"
+        params:
+            format=config["retrieval"]["format"],
+            judged=RETRIEVAL_SPEC.judged_queries(),
+        script:
+            "../scripts/retrieval_queries.py"
+
+    rule retrieval_qrels:
+        input:
+            qrels=RETRIEVAL_QRELS_FILE,
+        output:
+            qrels=f"results/{RETRIEVAL}/retrieval/qrels.json",
+        log:
+            f"logs/retrieval_qrels/{RETRIEVAL}.log",
+        conda:
+            "../envs/core.yaml"
+        script:
+            "../scripts/retrieval_qrels.py"
 
     use rule embed as embed_queries with:
         input:

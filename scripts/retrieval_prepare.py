@@ -1,10 +1,9 @@
-"""Rule retrieval_prepare: BEIR / MS MARCO -> corpus.jsonl, queries.jsonl, qrels.json."""
+"""Rule retrieval_prepare: a BEIR corpus / MS MARCO collection -> corpus.jsonl (chunk format)."""
 
-from shardflow.retrieval.pipeline import RetrievalSpec, prepare
 from shardflow.core.runlog import configure_logging
+from shardflow.retrieval.pipeline import prepare_corpus
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
-spec = RetrievalSpec(**smk.params.spec)
-log = configure_logging(smk.log[0], "retrieval_prepare", spec)
-stats = prepare(spec, smk.output.corpus, smk.output.queries, smk.output.qrels)
-log.info("prepared: %s", stats)
+log = configure_logging(smk.log[0], "retrieval_prepare", {"format": smk.params.format, "corpus": smk.input.corpus})
+n_docs = prepare_corpus(smk.params.format, smk.input.corpus, smk.output.corpus)
+log.info("prepared: %d documents", n_docs)

@@ -1,8 +1,10 @@
 """The retrieval evaluation as workflow steps.
 
 prepare   BEIR / MS MARCO files -> corpus.jsonl + queries.jsonl (shardflow chunk
-          format) + qrels.json; the corpus then goes through the ordinary
-          split -> embed_<i> -> merge pipeline as data set <name>.
+          format) + qrels.json, one job each (prepare_corpus, prepare_queries,
+          prepare_qrels), so an edited qrels or queries file reruns only what reads
+          it; the corpus then goes through the ordinary split -> embed_<i> -> merge
+          pipeline as data set <name>.
 evaluate  merged corpus embeddings + query embeddings -> exact top-k -> MTEB
           metrics (metrics.json), per-query scores, the run itself.
 """
@@ -21,6 +23,7 @@ import pyarrow.parquet as pq
 from shardflow.core.atomic import atomic_path, write_json
 from shardflow.core.columns import read_ids
 from shardflow.core.files import read_json
+from shardflow.core.hashing import digest, sha256_file
 from shardflow.retrieval import data as rdata
 from shardflow.retrieval.metrics import evaluate
 
@@ -65,20 +68,39 @@ class RetrievalSpec:
                 raise FileNotFoundError(f"retrieval data file {str(f)!r} does not exist")
         return [str(f) for f in files]
 
+    def judged_queries(self) -> str:
+        """What of the qrels the prepared queries depend on: the ids of the judged queries.
 
-def prepare(spec: RetrievalSpec, corpus_out: str, queries_out: str, qrels_out: str) -> dict:
-    """Convert the benchmark into shardflow corpus/query files and normalised qrels."""
-    corpus_file, queries_file, qrels_file = spec.source_files()
-    if spec.format == "beir":
-        docs = rdata.iter_beir_corpus(corpus_file)
-        queries = rdata.iter_beir_queries(queries_file)
-        qrels = rdata.load_beir_qrels(spec.path, spec.split)
-    else:
-        docs = rdata.iter_msmarco_collection(corpus_file)
-        queries = rdata.iter_msmarco_queries(queries_file)
-        qrels = rdata.load_qrels(qrels_file)
+        Only judged queries are embedded (MTEB), so queries.jsonl depends on the qrels
+        through this set alone. Rule retrieval_queries records it as a param (read at
+        parse time, about 1 s per 500,000 qrels lines) and takes the qrels file as
+        ancient input: a new judgement or a changed grade of a judged query reruns
+        retrieval_qrels and retrieval_evaluate only, a newly judged or dropped query
+        the query side too. Qrels that cannot be read give the file's checksum instead,
+        so the jobs run and report the bad line.
+        """
+        qrels_file = self.source_files()[2]
+        try:
+            qids = sorted(rdata.load_qrels(qrels_file))
+        except (ValueError, OSError, EOFError):
+            return f"unreadable qrels, file sha256 {sha256_file(qrels_file)}"
+        return f"{len(qids)} judged queries, ids sha256 {digest(qids)}"
+
+
+def prepare_corpus(fmt: str, corpus_file: str, corpus_out: str) -> int:
+    """The benchmark's documents as a shardflow corpus (chunk format); returns their count."""
+    docs = rdata.iter_beir_corpus(corpus_file) if fmt == "beir" else rdata.iter_msmarco_collection(corpus_file)
     n_docs = rdata.write_corpus_jsonl(docs, corpus_out)
-    # Only queries that have qrels are evaluated (MTEB); the others are not embedded.
+    log.info("prepared %s: %d documents", corpus_file, n_docs)
+    return n_docs
+
+
+def prepare_queries(fmt: str, queries_file: str, qrels_file: str, queries_out: str) -> dict:
+    """The judged queries in file order (chunk format): only queries that have qrels are
+    evaluated (MTEB), so the others are not embedded. A judged query without text is
+    an error."""
+    queries = rdata.iter_beir_queries(queries_file) if fmt == "beir" else rdata.iter_msmarco_queries(queries_file)
+    qrels = rdata.load_qrels(qrels_file)
     found: set[str] = set()
 
     def judged():
@@ -88,13 +110,20 @@ def prepare(spec: RetrievalSpec, corpus_out: str, queries_out: str, qrels_out: s
                 yield qid, text
 
     n_queries = rdata.write_corpus_jsonl(judged(), queries_out)
-    write_json(qrels_out, qrels)
     missing = sorted(set(qrels) - found)
     if missing:
         raise ValueError(f"{len(missing)} qrels queries have no text in {queries_file}, e.g. {missing[:5]}")
-    stats = {"documents": n_docs, "queries": n_queries, "qrels_queries": len(qrels)}
-    log.info("prepared %s: %s", spec.path, stats)
+    stats = {"queries": n_queries, "qrels_queries": len(qrels)}
+    log.info("prepared %s: %s", queries_file, stats)
     return stats
+
+
+def prepare_qrels(qrels_file: str, qrels_out: str) -> int:
+    """The qrels as `{query id: {doc id: relevance}}` JSON; returns the judged query count."""
+    qrels = rdata.load_qrels(qrels_file)
+    write_json(qrels_out, qrels)
+    log.info("prepared %s: %d judged queries", qrels_file, len(qrels))
+    return len(qrels)
 
 
 @dataclass(frozen=True)

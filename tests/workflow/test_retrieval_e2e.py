@@ -2,6 +2,7 @@
 reproduction check failing loudly when an expected value changes."""
 
 import json
+import os
 
 import pytest
 
@@ -60,6 +61,7 @@ def test_dry_run_shows_the_retrieval_dag_before_data(tmp_path, beir):
     cfg = _config(tmp_path, beir, _expected_ndcg())
     counts = job_counts(snakemake(tmp_path, "results/tiny/reproduction.json", "-n", "--configfile", str(cfg)).stdout)
     assert counts["embed"] == 2 and counts["embed_queries"] == 1 and counts["retrieval_evaluate"] == 1
+    assert counts["retrieval_prepare"] == counts["retrieval_queries"] == counts["retrieval_qrels"] == 1
 
 
 def test_metrics_through_the_workflow_and_reproduction_check(tmp_path, beir):
@@ -74,6 +76,27 @@ def test_metrics_through_the_workflow_and_reproduction_check(tmp_path, beir):
     assert (tmp_path / "results/tiny/retrieval/per_query_ndcg.png").stat().st_size > 1000
     repro = json.loads((tmp_path / "results/tiny/reproduction.json").read_text())
     assert repro["ok"]
+
+    # An edited qrels or queries file reruns only what reads it: a new judgement of a
+    # judged query leaves the corpus side (split, embed) and the queries alone; a newly
+    # judged query or a changed query adds the query side. The module's BEIR folder is
+    # restored, bytes and times, after each.
+    evaluation = {"retrieval_evaluate", "provenance", "verify_reproduction"}  # provenance hashes the files
+    query_side = {"retrieval_queries", "embed_queries"}
+    for name, line, reruns in [
+        ("qrels/test.tsv", "q1\td3\t1\n", {"retrieval_qrels", *evaluation}),
+        ("qrels/test.tsv", "q-unjudged\td1\t1\n", {"retrieval_qrels", *query_side, *evaluation}),
+        ("queries.jsonl", '{"_id": "q-new", "text": "unjudged"}\n', {*query_side, *evaluation}),
+    ]:
+        path = beir / name
+        text, times = path.read_bytes(), os.stat(path)
+        try:
+            path.write_bytes(text + line.encode())
+            dry = snakemake(tmp_path, "results/tiny/reproduction.json", "-n", "--configfile", str(cfg))
+        finally:
+            path.write_bytes(text)
+            os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns))
+        assert set(job_counts(dry.stdout)) - {"total"} == reruns, f"{name} + {line!r}\n{dry.stdout[-3000:]}"
 
     # Change the expectation: the check reruns (params changed) and fails with a table.
     bad = _config(tmp_path, beir, 0.5)

@@ -1,0 +1,58 @@
+"""The retrieval prepare steps, one per kind of file, and the judged-query key that
+decides when the prepared queries are out of date."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shardflow.corpus.chunks import read_chunk
+from shardflow.retrieval.data import RetrievalDataError
+from shardflow.retrieval.pipeline import RetrievalSpec, prepare_corpus, prepare_qrels, prepare_queries
+
+
+def _beir(folder: Path, qrels: str) -> RetrievalSpec:
+    (folder / "qrels").mkdir(parents=True)
+    docs = [{"_id": "d0", "title": "T", "text": "zero"}, {"_id": "d1", "title": "", "text": " one "}]
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    queries = [{"_id": "q1", "text": "first "}, {"_id": "q0", "text": "second"}, {"_id": "q9", "text": "unjudged"}]
+    (folder / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + qrels)
+    return RetrievalSpec(path=str(folder))
+
+
+def test_prepare_steps_write_corpus_judged_queries_and_qrels(tmp_path):
+    spec = _beir(tmp_path / "beir", "q0\td0\t1\nq1\td1\t2\nq1\td0\t0\n")
+    corpus, queries, qrels = spec.source_files()
+    assert prepare_corpus("beir", corpus, str(tmp_path / "corpus.jsonl")) == 2
+    assert read_chunk(tmp_path / "corpus.jsonl") == (["d0", "d1"], ["T zero", "one"])
+    stats = prepare_queries("beir", queries, qrels, str(tmp_path / "queries.jsonl"))
+    assert stats == {"queries": 2, "qrels_queries": 2}
+    assert read_chunk(tmp_path / "queries.jsonl") == (["q1", "q0"], ["first ", "second"])
+    assert prepare_qrels(qrels, str(tmp_path / "qrels.json")) == 2
+    assert json.loads((tmp_path / "qrels.json").read_text()) == {"q0": {"d0": 1}, "q1": {"d1": 2, "d0": 0}}
+
+
+def test_a_judged_query_without_text_is_an_error(tmp_path):
+    spec = _beir(tmp_path / "beir", "q0\td0\t1\nq7\td0\t1\n")
+    _, queries, qrels = spec.source_files()
+    with pytest.raises(ValueError, match=r"1 qrels queries have no text in .*queries.jsonl, e.g. \['q7'\]"):
+        prepare_queries("beir", queries, qrels, str(tmp_path / "queries.jsonl"))
+
+
+def test_judged_queries_key_follows_the_set_of_judged_ids_only(tmp_path):
+    spec = _beir(tmp_path / "beir", "q0\td0\t1\nq1\td1\t1\n")
+    qrels = Path(spec.source_files()[2])
+    key = spec.judged_queries()
+    assert key.startswith("2 judged queries, ids sha256 ")
+    qrels.write_text("query-id\tcorpus-id\tscore\nq1\td0\t2\nq1\td1\t0\nq0\td1\t1\n")  # regraded, reordered
+    assert spec.judged_queries() == key
+    qrels.write_text(qrels.read_text() + "q9\td0\t1\n")  # a newly judged query
+    assert spec.judged_queries().startswith("3 judged queries") and spec.judged_queries() != key
+    # Unreadable qrels: the file's checksum, so the jobs run and report the line.
+    qrels.write_text("query-id\tcorpus-id\tscore\nq0\td0\tmany\n")
+    assert spec.judged_queries().startswith("unreadable qrels, file sha256 ")
+    with pytest.raises(RetrievalDataError, match=r"test.tsv:2: relevance 'many' is not an integer"):
+        prepare_qrels(str(qrels), str(tmp_path / "qrels.json"))
