@@ -337,23 +337,97 @@ def sweep_train_resume(wildcards):
     return os.path.join(sweep_resume_root(wildcards, parts=False), "train")
 
 
-def sweep_query_embedding(wildcards):
-    """The embedding settings of a retrieval sweep job's queries: its query prompt too."""
-    retrieval = stage_section("retrieval", wildcards)
-    return {
-        **recorded("embedding", stage_section("embedding", wildcards)),
-        "prompt": retrieval["query_prompt"],
-        "prompt_name": retrieval["query_prompt_name"],
-    }
-
-
 def sweep_jobs_at_once(wildcards):
     """A sweep's jobs share the cores as chunk jobs do: small models train side by side."""
     return len(SWEEPS_BY_FOLDER[wildcards.sweep].jobs())
 
 
+# Retrieval sweeps: corpus and query embeddings are named by their settings, not by the
+# point (shardflow.sweep.shared), so jobs with equal settings read one set, and a set
+# with the main run's settings is the main run's files.
+@functools.cache
+def sweep_embeddings():
+    """Which corpus and query embeddings each retrieval sweep job reads."""
+    from shardflow.sweep.shared import plan
+
+    return plan(
+        sweeps_of_stage("retrieval"),
+        config,
+        dataset=RETRIEVAL,
+        n_chunks=DATASETS[RETRIEVAL].n_chunks,
+        device=config["gpu_jobs"]["device"],
+    )
+
+
+def shared_embeddings(root, kind, key):
+    """The folder of one set the sweeps compute, under results, logs or benchmarks."""
+    return f"{root}/sweeps/_embeddings/{RETRIEVAL}/{kind}/{key}"
+
+
+def shared_embedding_value(kind, name):
+    """Params function of a shared set's rules: `params` (the embed jobs' recorded
+    `embedding`), `compile_cache` or `model` of the set the job's {settings} names."""
+
+    def value(wildcards):
+        found = sweep_embeddings().computed(kind, wildcards.settings)
+        if name == "params":
+            return dict(found.params)
+        return found.compile_cache if name == "compile_cache" else found.params[name]
+
+    return value
+
+
+def shared_resume_root(kind):
+    def root(wildcards):
+        where = f"_embeddings/{RETRIEVAL}/{kind}/{wildcards.settings}"
+        return resume_path(f"results/sweeps/.resume/{where}", where)
+
+    return root
+
+
+def sweep_embedding_files(folder, point, seed):
+    """The embeddings one retrieval sweep job reads ({docs, doc_ids, verification,
+    queries, query_ids}), and the stats and benchmarks of the jobs that made them (the
+    chunks' and the queries' stats, paired in order with the first benchmarks)."""
+    corpus, queries = sweep_embeddings().of_job(folder, point, seed)
+    n = range(DATASETS[RETRIEVAL].n_chunks)
+    if corpus.main:  # rules embed, merge, verify of the data set
+        c = f"results/{RETRIEVAL}"
+        chunk_bench = [f"benchmarks/embed/{RETRIEVAL}/chunk_{i}.tsv" for i in n]
+        merge_bench = f"benchmarks/merge/{RETRIEVAL}.tsv"
+    else:  # sweep_embed, sweep_merge, sweep_verify
+        c = shared_embeddings("results", "corpus", corpus.key)
+        cb = shared_embeddings("benchmarks", "corpus", corpus.key)
+        chunk_bench = [f"{cb}/embed_{i}.tsv" for i in n]
+        merge_bench = f"{cb}/merge.tsv"
+    if queries.main:  # rule embed_queries
+        q = f"results/{RETRIEVAL}/retrieval"
+        query_bench = f"benchmarks/embed_queries/{RETRIEVAL}.tsv"
+    else:  # sweep_embed_queries
+        q = shared_embeddings("results", "queries", queries.key)
+        query_bench = f"{shared_embeddings('benchmarks', 'queries', queries.key)}/embed_queries.tsv"
+    files = {
+        "docs": f"{c}/embeddings.npy",
+        "doc_ids": f"{c}/ids.parquet",
+        "verification": f"{c}/verification.json",
+        "queries": f"{q}/queries.npy",
+        "query_ids": f"{q}/queries.ids.parquet",
+    }
+    stats = [f"{c}/embed/embed_{i}.stats.json" for i in n] + [f"{q}/queries.stats.json"]
+    return files, stats, chunk_bench + [query_bench, merge_bench]
+
+
+def sweep_retrieval_inputs(wildcards):
+    """Input function of sweep_retrieval_evaluate: the job's embeddings and the qrels."""
+    files, _, _ = sweep_embedding_files(
+        wildcards.sweep, wildcards.point, int(wildcards.seed)
+    )
+    return {**files, "qrels": f"results/{RETRIEVAL}/retrieval/qrels.json"}
+
+
 # Per stage: a sweep job's metrics record, and the stats and benchmarks of its jobs
-# (stats first, paired in order with the first benchmarks: GPU-hours).
+# (stats first, paired in order with the first benchmarks: GPU-hours). A retrieval
+# job's count the embeddings it reads, shared or the main run's.
 def sweep_job_files(spec, point, seed):
     job = f"results/sweeps/{spec.folder}/{point}/seed={seed}"
     bench = f"benchmarks/sweeps/{spec.folder}/{point}/seed={seed}"
@@ -371,14 +445,11 @@ def sweep_job_files(spec, point, seed):
             "benchmarks": [f"{bench}/summarise_{i}.tsv" for i in n]
             + [f"{bench}/merge_summaries.tsv", f"{bench}/evaluate_summaries.tsv"],
         }
-    n = range(DATASETS[RETRIEVAL].n_chunks)
+    _, stats, benchmarks = sweep_embedding_files(spec.folder, point, seed)
     return {
         "metrics": f"{job}/metrics.json",
-        "stats": [f"{job}/embed/embed_{i}.stats.json" for i in n]
-        + [f"{job}/queries.stats.json"],
-        "benchmarks": [f"{bench}/embed_{i}.tsv" for i in n]
-        + [f"{bench}/embed_queries.tsv", f"{bench}/merge.tsv"]
-        + [f"{bench}/retrieval_evaluate.tsv"],
+        "stats": stats,
+        "benchmarks": benchmarks + [f"{bench}/retrieval_evaluate.tsv"],
     }
 
 
@@ -390,11 +461,13 @@ def sweep_jobs(name):
 
 
 def sweep_inputs(name):
-    """Input function of collect_sweep_<name>: every job's metrics, stats, benchmarks."""
+    """Input function of collect_sweep_<name>: the sweep's spec.json (rule sweep_spec)
+    and every job's metrics, stats, benchmarks."""
 
     def inputs(wildcards):
         jobs = sweep_jobs(name)
         return {
+            "spec": f"{sweep_folder(name)}/spec.json",
             "metrics": [j["metrics"] for j in jobs],
             "stats": [f for j in jobs for f in j["stats"]],
             "benchmarks": [f for j in jobs for f in j["benchmarks"]],
@@ -409,6 +482,21 @@ def sweep_job_shapes(name):
         (j["point"], j["seed"], len(j["stats"]), len(j["benchmarks"]))
         for j in sweep_jobs(name)
     ]
+
+
+def sweep_spec_record(wildcards):
+    """sweep_spec's params: what decides the sweep's tables, in builtins."""
+    return SWEEPS_BY_FOLDER[wildcards.sweep].tables_record()
+
+
+def write_sweep_spec(path, record, log):
+    from shardflow.core.atomic import write_json
+
+    write_json(path, record)
+    with open(log, "w", encoding="utf-8") as fh:
+        fh.write(
+            f"sweep {record['name']}: {len(record['points'])} points, metrics {record['metrics']}\n"
+        )
 
 
 def sweep_folder(name):

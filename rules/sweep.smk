@@ -3,14 +3,21 @@
 Needs: the stage's shared inputs (the retrieval corpus chunks and queries; the main
 data set's chunks for summarisation; its token shards for training). Writes, per
 job, results/sweeps/<sweep>/<point>/seed=<n>/ (the stage's outputs, its metrics
-JSON), and per sweep results/sweeps/<sweep>/: runs and summary tables (Parquet, CSV),
-table.md and table.tex, best.json, points.json and plots/ (collect_sweep_<name>).
+JSON), and per sweep results/sweeps/<sweep>/: spec.json (sweep_spec: what decides the
+tables), runs and summary tables (Parquet, CSV), table.md and table.tex, best.json,
+points.json and plots/ (collect_sweep_<name>). Retrieval jobs read corpus and query
+embeddings named by their settings, not by the point (shardflow/sweep/shared.py):
+one set per distinct settings under results/sweeps/_embeddings/<data set>/, or the
+main run's own where the settings are the main run's.
 
 A job's parameters come from the stage's getters (stage_params, rule_resources),
 which overlay the job's point and seed when its wildcards name a sweep: a job reruns
 when its own values change, never for a key it does not depend on, and a new grid
 value or seed adds only its jobs and the collection (shardflow/sweep/__init__.py).
 """
+
+from shardflow.sweep.metrics import check_metrics
+from shardflow.sweep.shared import KEY_REGEX as SETTINGS_KEY_REGEX
 
 SWEEP_JOB = "results/sweeps/{sweep}/{point}/seed={seed}"
 SWEEP_LOG = "logs/sweeps/{sweep}/{point}/seed={seed}"
@@ -21,81 +28,94 @@ wildcard_constraints:
     sweep=SWEEP_FOLDERS,
     point=POINT_ID_REGEX,
     seed=SEED_REGEX,
+    settings=SETTINGS_KEY_REGEX,
+
+
+# A metric its stage's jobs do not write stops the parse, not the collection after
+# every job has run (shardflow.sweep.metrics).
+check_metrics(SWEEPS.values())
 
 
 if sweeps_of_stage("retrieval"):
+    # Embeddings are named by their settings (shardflow.sweep.shared): one set per
+    # distinct embedding section, data set and device, shared by every job that reads
+    # it; a job whose settings are the main run's reads results/<dataset>/ instead.
+    CORPUS = shared_embeddings("results", "corpus", "{settings}")
+    QUERIES = shared_embeddings("results", "queries", "{settings}")
 
     use rule embed as sweep_embed with:
         input:
             f"results/{RETRIEVAL}/chunks/chunk_{{chunk}}.jsonl",
         output:
-            npy=f"{SWEEP_JOB}/embed/embed_{{chunk}}.npy",
-            ids=f"{SWEEP_JOB}/embed/embed_{{chunk}}.ids.parquet",
-            stats=f"{SWEEP_JOB}/embed/embed_{{chunk}}.stats.json",
+            npy=f"{CORPUS}/embed/embed_{{chunk}}.npy",
+            ids=f"{CORPUS}/embed/embed_{{chunk}}.ids.parquet",
+            stats=f"{CORPUS}/embed/embed_{{chunk}}.stats.json",
         log:
-            f"{SWEEP_LOG}/embed_{{chunk}}.log",
+            shared_embeddings("logs", "corpus", "{settings}/embed_{chunk}.log"),
         benchmark:
-            f"{SWEEP_BENCH}/embed_{{chunk}}.tsv"
+            shared_embeddings("benchmarks", "corpus", "{settings}/embed_{chunk}.tsv")
         params:
             **gpu_job_params(),
-            embedding=stage_params("embedding"),
-            compile_cache=untracked(stage_value("embedding", "compile_cache")),
-            resume_root=untracked(sweep_resume_root),
+            embedding=shared_embedding_value("corpus", "params"),
+            compile_cache=untracked(shared_embedding_value("corpus", "compile_cache")),
+            resume_root=untracked(shared_resume_root("corpus")),
 
     use rule merge as sweep_merge with:
         input:
-            npy=per_chunk(f"{SWEEP_JOB}/embed/embed_{{chunk}}.npy", RETRIEVAL),
-            ids=per_chunk(f"{SWEEP_JOB}/embed/embed_{{chunk}}.ids.parquet", RETRIEVAL),
-            stats=per_chunk(f"{SWEEP_JOB}/embed/embed_{{chunk}}.stats.json", RETRIEVAL),
-            benchmarks=per_chunk(f"{SWEEP_BENCH}/embed_{{chunk}}.tsv", RETRIEVAL),
+            npy=per_chunk(f"{CORPUS}/embed/embed_{{chunk}}.npy", RETRIEVAL),
+            ids=per_chunk(f"{CORPUS}/embed/embed_{{chunk}}.ids.parquet", RETRIEVAL),
+            stats=per_chunk(f"{CORPUS}/embed/embed_{{chunk}}.stats.json", RETRIEVAL),
+            benchmarks=per_chunk(
+                shared_embeddings(
+                    "benchmarks", "corpus", "{settings}/embed_{chunk}.tsv"
+                ),
+                RETRIEVAL,
+            ),
         output:
-            npy=f"{SWEEP_JOB}/embeddings.npy",
-            ids=f"{SWEEP_JOB}/ids.parquet",
-            jobs=f"{SWEEP_JOB}/embed/jobs.json",
+            npy=f"{CORPUS}/embeddings.npy",
+            ids=f"{CORPUS}/ids.parquet",
+            jobs=f"{CORPUS}/embed/jobs.json",
         log:
-            f"{SWEEP_LOG}/merge.log",
+            shared_embeddings("logs", "corpus", "{settings}/merge.log"),
         benchmark:
-            f"{SWEEP_BENCH}/merge.tsv"
+            shared_embeddings("benchmarks", "corpus", "{settings}/merge.tsv")
 
     use rule verify as sweep_verify with:
         input:
-            npy=f"{SWEEP_JOB}/embeddings.npy",
-            ids=f"{SWEEP_JOB}/ids.parquet",
+            npy=f"{CORPUS}/embeddings.npy",
+            ids=f"{CORPUS}/ids.parquet",
             manifest=f"results/{RETRIEVAL}/chunks/manifest.json",
         output:
-            f"{SWEEP_JOB}/verification.json",
+            f"{CORPUS}/verification.json",
         log:
-            f"{SWEEP_LOG}/verify.log",
+            shared_embeddings("logs", "corpus", "{settings}/verify.log"),
         params:
-            model=stage_value("embedding", "model"),
+            model=shared_embedding_value("corpus", "model"),
             norm_tolerance=config["verify"]["norm_tolerance"],
-            failed_json=f"{SWEEP_LOG}/verify.failed.json",
+            failed_json=shared_embeddings(
+                "logs", "corpus", "{settings}/verify.failed.json"
+            ),
 
     use rule embed_queries as sweep_embed_queries with:
         input:
             f"results/{RETRIEVAL}/retrieval/queries.jsonl",
         output:
-            npy=f"{SWEEP_JOB}/queries.npy",
-            ids=f"{SWEEP_JOB}/queries.ids.parquet",
-            stats=f"{SWEEP_JOB}/queries.stats.json",
+            npy=f"{QUERIES}/queries.npy",
+            ids=f"{QUERIES}/queries.ids.parquet",
+            stats=f"{QUERIES}/queries.stats.json",
         log:
-            f"{SWEEP_LOG}/embed_queries.log",
+            shared_embeddings("logs", "queries", "{settings}/embed_queries.log"),
         benchmark:
-            f"{SWEEP_BENCH}/embed_queries.tsv"
+            shared_embeddings("benchmarks", "queries", "{settings}/embed_queries.tsv")
         params:
             **gpu_job_params(),
-            embedding=sweep_query_embedding,
-            compile_cache=untracked(stage_value("embedding", "compile_cache")),
-            resume_root=untracked(sweep_resume_root),
+            embedding=shared_embedding_value("queries", "params"),
+            compile_cache=untracked(shared_embedding_value("queries", "compile_cache")),
+            resume_root=untracked(shared_resume_root("queries")),
 
     use rule retrieval_evaluate as sweep_retrieval_evaluate with:
         input:
-            docs=f"{SWEEP_JOB}/embeddings.npy",
-            doc_ids=f"{SWEEP_JOB}/ids.parquet",
-            verification=f"{SWEEP_JOB}/verification.json",
-            queries=f"{SWEEP_JOB}/queries.npy",
-            query_ids=f"{SWEEP_JOB}/queries.ids.parquet",
-            qrels=f"results/{RETRIEVAL}/retrieval/qrels.json",
+            unpack(sweep_retrieval_inputs),
         output:
             metrics=f"{SWEEP_JOB}/metrics.json",
             per_query=f"{SWEEP_JOB}/per_query.parquet",
@@ -192,6 +212,25 @@ if sweeps_of_stage("train"):
             tokenizer=f"results/{DATASET}/tokenizer",
 
 
+if SWEEPS:
+
+    # What decides a sweep's tables (metrics, goals, best, points, seeds), recorded as
+    # this job's params and written to spec.json, the collection's input: a change
+    # rewrites it, and the newer file reruns the collection, and only it. (A recorded
+    # param of the collection alone would not do: a new metric adds plot outputs, and
+    # Snakemake compares params only where every output has its record.)
+    rule sweep_spec:
+        output:
+            "results/sweeps/{sweep}/spec.json",
+        log:
+            "logs/sweeps/{sweep}/spec.log",
+        localrule: True
+        params:
+            spec=sweep_spec_record,
+        run:
+            write_sweep_spec(output[0], params.spec, log[0])
+
+
 for spec in SWEEPS.values():
 
     rule:
@@ -206,7 +245,9 @@ for spec in SWEEPS.values():
         conda:
             "../envs/report.yaml"
         params:
-            spec=spec,
+            # The spec object reaches the script unrecorded (Snakemake records builtins
+            # only); spec.json, an input, stands for it in the rerun triggers.
+            spec=untracked(spec),
             jobs=sweep_job_shapes(spec.name),
         script:
             "../scripts/collect_sweep.py"

@@ -2,6 +2,8 @@
 
 spec     the `sweeps:` config section parsed and checked at parse time (SweepSpec)
 paths    point ids: readable, stable, path-safe folder names that decode back
+metrics  the metric names each stage's jobs write: a misspelt one fails the parse
+shared   retrieval embeddings named by their settings: equal settings, one set
 table    the runs table (one row per point and seed) and its summary over seeds
 plots    each metric against each parameter; heatmaps for pairs; best point marked
 export   the summary as Markdown and LaTeX (booktabs), best values in bold
@@ -15,8 +17,10 @@ How a workflow uses it (the rules are thin):
   - the job rule's `params:` carries `spec.job_config(point, seed)` (only its stage's
     sections), so a job reruns when its own values change and for nothing else;
   - the collecting rule takes every job's outputs as input (a new grid value or seed
-    adds jobs and reruns only them and the collection), builds `table.run_result(...)`
-    per job and calls `report.write_report`, whose files `report.output_files` lists.
+    adds jobs and reruns only them and the collection), and `spec.tables_record()`
+    through a recorded param (Snakemake records builtins only, not a SweepSpec), builds
+    `table.run_result(...)` per job and calls `report.write_report`, whose files
+    `report.output_files` lists.
 """
 
 from shardflow.sweep.paths import (

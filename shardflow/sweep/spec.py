@@ -115,6 +115,20 @@ class SweepSpec:
         except KeyError:
             raise SweepError(f"sweep '{self.name}' has no point {pid!r} ({len(self.ids)} points)") from None
 
+    def tables_record(self) -> dict[str, Any]:
+        """What decides the sweep's tables, exports, plots and best point, in builtins only.
+
+        Rule sweep_spec records this as its params and writes it to spec.json, an input
+        of the collection: Snakemake records a param only where it is a builtin
+        (`_serialize_param_builtin`; a SweepSpec is skipped), so a changed metric, goal,
+        `best`, point or seed reruns the collection. Lists keep the tables' order.
+        """
+        return {
+            "name": self.name, "stage": self.stage, "base": self.base, "params": list(self.params),
+            "points": [[pid, dict(p)] for pid, p in zip(self.ids, self.points)], "seeds": list(self.seeds),
+            "metrics": [[m, self.goals[m]] for m in self.metrics], "best": self.best,
+        }
+
     def jobs(self) -> list[tuple[str, int]]:
         """Every (point id, seed), points in order, seeds within each."""
         return [(pid, seed) for pid in self.ids for seed in self.seeds]

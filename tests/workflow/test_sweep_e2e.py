@@ -1,7 +1,9 @@
 """Sweeps end to end: a 2 x 2 grid of tiny training runs with 2 seeds (8 jobs) on a few
 KB of text, collected into the runs and summary tables, plots, Markdown and LaTeX and
-best.json; one grid value more runs only its 4 jobs and the collection; a key no job
-reads reruns nothing; and a bad sweep stops the dry run with a line naming the problem."""
+best.json; a changed metric or `best` reruns only the collection; one grid value more
+runs only its 4 jobs and the collection; a key no job reads reruns nothing; a bad sweep
+(a misspelt metric included) stops the dry run with a line naming the problem; and
+retrieval sweeps embed once per distinct embedding settings (a dry run's DAG)."""
 
 import json
 
@@ -10,7 +12,7 @@ import pytest
 import yaml
 
 from shardflow.corpus.demo import DemoParams, build_demo_corpus
-from tests.helpers import assert_no_secrets, job_counts, snakemake
+from tests.helpers import assert_no_secrets, job_counts, snakemake, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -96,10 +98,36 @@ def test_best_point_plots_and_exports(run):
     assert json.loads((job / "config.json").read_text())["model"]["n_layer"] == 2
 
 
+def test_training_metric_names_are_the_ones_checked_at_parse_time(run):
+    """shardflow.sweep.metrics.TRAIN is written out from the trainer's record: pinned here."""
+    from shardflow.sweep.metrics import TRAIN
+
+    def leaves(record, prefix=""):
+        for key, value in record.items():
+            if isinstance(value, dict):
+                yield from leaves(value, f"{prefix}{key}.")
+            elif value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+                yield f"{prefix}{key}"
+
+    record = json.loads((run / "results/sweeps/lr-layers/lr=0.001__n_layer=1/seed=0/train/metrics.json").read_text())
+    assert set(leaves(record)) == set(TRAIN)
+
+
+def test_a_changed_metric_or_best_reruns_only_the_collection(run, text):
+    """Before test_a_new_grid_value_runs_only_its_jobs, which moves the run on."""
+    cfg = _config(run / "metrics.yaml", text, {"train.lr": LRS, "train.n_layer": LAYERS})
+    sweep = yaml.safe_load(cfg.read_text())
+    sweep["sweeps"]["lr-layers"].update(metrics={"final_train_loss": "min", "best_val_loss": "min",
+                                                 "tokens_per_second": "max"}, best="best_val_loss")
+    cfg.write_text(yaml.safe_dump(sweep, sort_keys=False))
+    dry = snakemake(run, TARGET, "-n", "--configfile", str(cfg))
+    assert job_counts(dry.stdout) == {"sweep_spec": 1, COLLECT: 1, "total": 2}
+
+
 def test_a_new_grid_value_runs_only_its_jobs(run, text):
     cfg = _config(run / "more.yaml", text, {"train.lr": LRS, "train.n_layer": LAYERS + [3]})
     dry = snakemake(run, TARGET, "-n", "--configfile", str(cfg))
-    assert job_counts(dry.stdout) == {"sweep_train": 4, COLLECT: 1, "total": 5}
+    assert job_counts(dry.stdout) == {"sweep_train": 4, "sweep_spec": 1, COLLECT: 1, "total": 6}
     snakemake(run, TARGET, "--cores", "2", "--configfile", str(cfg))
     runs = pd.read_parquet(run / f"{TABLES}/runs.parquet")
     assert len(runs) == 12 and (runs["train.n_layer"] == 3).sum() == 4
@@ -116,6 +144,8 @@ BAD = {
     "unknown key": ({"grid": {"train.lrr": [0.1]}}, "unknown parameter 'train.lrr'"),
     "empty grid": ({"grid": {}}, "empty grid"),
     "wrong type": ({"grid": {"train.n_layer": ["two"]}}, "train.n_layer = 'two' is not valid"),
+    "misspelt metric": ({"grid": {"train.lr": [0.1]}, "metrics": {"best_val_los": "min"}},
+                        "sweep 'bad': metric 'best_val_los' is not one a train job writes; did you mean 'best_val_loss'?"),
     "same folder": ({"grid": {"train.lr": [0.1]}, "folder": "lr-layers"},
                     "sweeps 'lr-layers' and 'bad' write to the same folder 'lr-layers'"),
     "stage without rules": ({"stage": "embed", "grid": {"embedding.max_length": [64]},
@@ -138,6 +168,44 @@ def test_a_bad_sweep_is_a_parse_time_error_naming_it(tmp_path, case):
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and message in out, out[-3000:]
     assert "sweep 'bad'" in out or "sweeps 'lr-layers' and 'bad'" in out
+
+
+@pytest.mark.dryrun
+def test_retrieval_sweeps_embed_once_per_distinct_embedding_settings(tmp_path):
+    """Points that vary only the search read the main run's embeddings; an embedding key
+    gets one set per value and seed (embedding.seed), shared across sweeps; the query
+    prompt changes only the query set. Every job is in the DAG before any data exists."""
+    import re
+
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "text": f"doc {i}"}) + "\n" for i in range(4)))
+    (beir / "queries.jsonl").write_text(json.dumps({"_id": "q0", "text": "doc 0"}) + "\n")
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td0\t1\n")
+    metrics = {"ndcg_at_10": "max"}
+    sweeps = {
+        "search": {"stage": "retrieval", "grid": {"retrieval.top_k": [100, 200], "retrieval.drop_identical_ids": [True, False]},
+                   "seeds": [0], "metrics": metrics},
+        "maxlen": {"stage": "retrieval", "grid": {"embedding.max_length": [64, 128]}, "seeds": [0, 1], "metrics": metrics},
+        "prompt": {"stage": "retrieval", "points": [{"embedding.max_length": 64, "retrieval.query_prompt": "q: "}],
+                   "seeds": [0], "metrics": metrics},
+    }
+    cfg = write_config(tmp_path / "c.yaml", retrieval={"path": str(beir), "name": "tiny", "n_chunks": 2}, sweeps=sweeps)
+    targets = [f"results/sweeps/{name}/summary.parquet" for name in sweeps]
+    dag = snakemake(tmp_path, *targets, "--configfile", str(cfg), "--dag").stdout
+    nodes = dict(re.findall(r'^\s*(\d+)\[label = "([^"]+)"', dag, re.MULTILINE))
+    rule = {n: label.split("\\n")[0] for n, label in nodes.items()}
+    counts = {r: list(rule.values()).count(r) for r in set(rule.values())}
+    assert {r: n for r, n in counts.items() if "embed" in r or r in ("merge", "verify", "sweep_merge", "sweep_verify")} == {
+        "embed": 2, "embed_queries": 1, "merge": 1, "verify": 1,  # the main run's, read by search
+        "sweep_embed": 2 * 4, "sweep_merge": 4, "sweep_verify": 4,  # max_length 64, 128 x seeds 0, 1
+        "sweep_embed_queries": 4 + 1,  # and the prompt point's queries (its corpus is maxlen's)
+    }
+    assert counts["sweep_retrieval_evaluate"] == 4 + 4 + 1
+    edges = re.findall(r"^\s*(\d+) -> (\d+)", dag, re.MULTILINE)
+    search = {b for _, b in edges if "sweep: search" in nodes[b]}
+    assert len(search) == 4
+    assert {rule[a] for a, b in edges if b in search} == {"merge", "verify", "embed_queries", "retrieval_qrels"}
 
 
 def test_no_fake_credential_in_any_file_of_the_run(run):

@@ -187,3 +187,23 @@ def test_the_shipped_config_and_schema(config):
     assert [len(s.ids) for s in specs.values()] == [4, 2, 2, 2]
     with pytest.raises(SweepError, match="train.n_layer = '4' is not valid: config key 'train.n_layer': '4' is not of type 'integer'"):
         parse_sweeps({"t": sweep(grid={"train.n_layer": ["4"]})}, config, check)
+
+
+def test_tables_record_is_builtins_and_follows_what_the_tables_show(spec):
+    """Rule sweep_spec records it (Snakemake records builtin params only): a change in the
+    metrics, a goal, `best`, the points or the seeds changes it; the description does not."""
+    import json
+
+    record = spec.tables_record()
+    assert json.loads(json.dumps(record)) == record
+    assert record["metrics"] == [["best_val_loss", "min"]] and record["seeds"] == [0, 1]
+    assert record["points"][0] == ["lr=0.001__n_layer=2", {"train.lr": 0.001, "train.n_layer": 2}]
+
+    def changed(**overrides):
+        return parse({"lr-depth": sweep(**overrides)})["lr-depth"].tables_record() != record
+
+    assert changed(metrics={"best_val_loss": "min", "final_train_loss": "min"})
+    assert changed(metrics={"best_val_loss": "max"})
+    assert changed(metrics={"final_train_loss": "min", "best_val_loss": "min"}, best="best_val_loss")
+    assert changed(seeds=[0, 1, 2]) and changed(grid={"train.lr": [0.001], "train.n_layer": [2, 4]})
+    assert not changed(description="notes") and not changed()

@@ -1,0 +1,97 @@
+"""The metrics each stage's sweep job writes, so that a sweep's `metrics:` is checked
+when the workflow parses, not by the collection after every job has run.
+
+A name is a numeric key of the job's metrics JSON, nested keys joined with "." (as
+table.flatten_metrics reads them). No stage keeps a list of its keys that this layer
+may import (shardflow.sweep imports only core and corpus), and training has none at
+all: its record is a dict literal at the end of shardflow.train.trainer.train. So the
+lists are written out here, from the writers:
+
+- train: shardflow.train.trainer.train's `metrics` (mfu and tokens_per_second may be
+  null: a run without them cannot be tabulated by them, but the name is right);
+- retrieval: shardflow.retrieval.pipeline.search_and_score: HEADLINE, its counts, and
+  `all.<measure>_at_<k>` for shardflow.retrieval.metrics METRICS x MTEB_K_VALUES;
+- summarise: shardflow.summarise.evaluate._metrics and evaluate_summaries: the
+  headline ROUGE_TYPES (one system: the method), `systems.<method>.<rouge>.<stat>`,
+  the bootstrap settings and the counts.
+
+tests/unit/sweep/test_metrics.py runs the retrieval and ROUGE writers on tiny inputs
+and tests/workflow/test_sweep_e2e.py reads real training records: a writer that adds,
+renames or drops a key fails them.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from shardflow.sweep.spec import SweepError, SweepSpec
+
+TRAIN = (
+    "best_val_loss", "best_step", "final_val_loss", "final_train_loss", "steps", "resumed_from_step",
+    "tokens_per_step", "tokens_per_second", "wall_seconds", "train_seconds_total", "flops_per_token", "mfu",
+    "n_params", "world_size",
+)
+RETRIEVAL_HEADLINE = ("ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10", "map_at_10")
+RETRIEVAL_COUNTS = ("n_queries", "n_queries_not_in_run", "n_documents", "top_k")
+RETRIEVAL_MEASURES = ("ndcg", "map", "recall", "precision", "mrr")
+RETRIEVAL_KS = (1, 3, 5, 10, 20, 100, 1000)
+ROUGE = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+ROUGE_STATS = ("mean", "ci_low", "ci_high", "n")
+SUMMARY_COUNTS = (
+    "n_documents", "documents_without_reference", "rejected_references", "summary_tokens_mean",
+    "compression_ratio_mean", "bootstrap.resamples", "bootstrap.seed", "bootstrap.level",
+)
+
+
+def stage_metrics(stage: str, config: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """Every name a `stage` job's metrics can hold under `config` (the sweep's base);
+    None for a stage without workflow rules (nothing to check against)."""
+    if stage == "train":
+        return TRAIN
+    if stage == "retrieval":
+        scores = tuple(f"all.{m}_at_{k}" for m in RETRIEVAL_MEASURES for k in RETRIEVAL_KS)
+        return RETRIEVAL_HEADLINE + RETRIEVAL_COUNTS + scores
+    if stage == "summarise":
+        system = config["summarise"]["method"]
+        per_system = tuple(f"systems.{system}.{r}.{s}" for r in ROUGE for s in ROUGE_STATS)
+        return ROUGE + SUMMARY_COUNTS + per_system
+    return None
+
+
+def describe(names: Iterable[str]) -> str:
+    """The names, nested ones summarised per first component ("all.* (35 names)")."""
+    names = list(names)
+    top = [n for n in names if "." not in n]
+    nested: dict[str, list[str]] = {}
+    for name in names:
+        if "." in name:
+            nested.setdefault(name.split(".", 1)[0], []).append(name)
+    groups = [f"{prefix}.* ({len(sub)} names, e.g. {sub[0]})" for prefix, sub in nested.items()]
+    return ", ".join(top + groups)
+
+
+def unknown_metrics(spec: SweepSpec) -> list[str]:
+    """One line per metric of `spec` that its stage's jobs do not write."""
+    known = stage_metrics(spec.stage, spec.base_config)
+    if known is None:
+        return []
+    problems = []
+    for metric in spec.metrics:
+        if metric in known:
+            continue
+        close = difflib.get_close_matches(metric, known, n=1, cutoff=0.6)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        problems.append(
+            f"sweep '{spec.name}': metric '{metric}' is not one a {spec.stage} job writes{hint} "
+            f"(its metrics: {describe(known)})"
+        )
+    return problems
+
+
+def check_metrics(specs: Iterable[SweepSpec]) -> None:
+    """SweepError listing every metric no job of its sweep's stage writes."""
+    problems = [line for spec in specs for line in unknown_metrics(spec)]
+    if problems:
+        raise SweepError("invalid sweeps:\n  - " + "\n  - ".join(problems))

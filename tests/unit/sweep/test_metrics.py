@@ -1,0 +1,83 @@
+"""A sweep's metrics are checked against what its stage's jobs write, at parse time; the
+lists of shardflow.sweep.metrics are pinned here to the writers themselves (training's
+to real runs in tests/workflow/test_sweep_e2e.py)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from shardflow.core.columns import write_ids_parquet
+from shardflow.sweep.metrics import check_metrics, stage_metrics, unknown_metrics
+from shardflow.sweep.spec import SweepError
+
+from .conftest import parse, sweep
+
+
+def leaf_names(record: dict, prefix: str = "") -> set[str]:
+    """Every key a metrics record holds a number (or null) at, nested keys joined by '.'."""
+    names = set()
+    for key, value in record.items():
+        if isinstance(value, dict):
+            names |= leaf_names(value, f"{prefix}{key}.")
+        elif value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+            names.add(f"{prefix}{key}")
+    return names
+
+
+def test_a_misspelt_metric_names_the_sweep_the_metric_and_the_closest_name():
+    specs = parse({
+        "ok": sweep(metrics={"best_val_loss": "min", "tokens_per_second": "max"}),
+        "r": sweep(stage="retrieval", grid={"retrieval.top_k": [100]}, metrics={"ndcg@10": "max", "all.ndcg_at_100": "max"}),
+        "s": sweep(stage="summarise", grid={"summarise.k": [1]}, metrics={"rouge1": "max", "systems.lead.rougeL.mean": "max",
+                                                                      "rougeLSum": "max"}),
+        "e": sweep(stage="embed", grid={"embedding.max_length": [64]}, metrics={"items_per_s": "max"}),
+    })
+    assert unknown_metrics(specs["ok"]) == [] and unknown_metrics(specs["e"]) == []  # embed: no rules, no list
+    with pytest.raises(SweepError) as err:
+        check_metrics(specs.values())
+    lines = str(err.value).splitlines()
+    assert lines[0] == "invalid sweeps:" and len(lines) == 3
+    assert lines[1].startswith("  - sweep 'r': metric 'ndcg@10' is not one a retrieval job writes; did you mean 'ndcg_at_10'?")
+    assert "all.* (35 names, e.g. all.ndcg_at_1)" in lines[1]
+    assert lines[2].startswith("  - sweep 's': metric 'rougeLSum' is not one a summarise job writes; did you mean 'rougeLsum'?")
+
+
+def test_summarise_names_follow_the_method():
+    assert "systems.extractive.rouge2.ci_low" in stage_metrics("summarise", {"summarise": {"method": "extractive"}})
+    assert "systems.lead.rouge2.ci_low" not in stage_metrics("summarise", {"summarise": {"method": "extractive"}})
+
+
+def test_retrieval_names_are_what_search_and_score_writes(tmp_path):
+    from shardflow.retrieval.pipeline import EvaluateParams, search_and_score
+
+    docs = np.eye(4, dtype=np.float32)
+    np.save(tmp_path / "d.npy", docs)
+    np.save(tmp_path / "q.npy", docs[:2])
+    write_ids_parquet(tmp_path / "d.parquet", ["d0", "d1", "d2", "d3"])
+    write_ids_parquet(tmp_path / "q.parquet", ["q0", "q1"])
+    (tmp_path / "qrels.json").write_text(json.dumps({"q0": {"d0": 1}, "q1": {"d1": 1}}))
+    out = {n: str(tmp_path / n) for n in ("m.json", "p.parquet", "r.parquet")}
+    search_and_score(str(tmp_path / "d.npy"), str(tmp_path / "d.parquet"), str(tmp_path / "q.npy"),
+                     str(tmp_path / "q.parquet"), str(tmp_path / "qrels.json"), EvaluateParams(top_k=4, device="cpu"),
+                     out["m.json"], out["p.parquet"], out["r.parquet"])
+    record = json.loads((tmp_path / "m.json").read_text())
+    assert leaf_names(record) == set(stage_metrics("retrieval", {}))
+
+
+def test_summarise_names_are_what_the_rouge_evaluation_writes(tmp_path):
+    from shardflow.summarise.evaluate import evaluate_summaries
+    from shardflow.summarise.params import ScoreParams
+    from shardflow.summarise.records import write_summaries
+
+    src = tmp_path / "src.jsonl"
+    src.write_text(json.dumps({"id": "a", "highlights": "The council approved the budget."}) + "\n")
+    summaries = tmp_path / "s.jsonl"
+    write_summaries(summaries, ["a"], [{"summary": "The council met.", "input_tokens": 9, "output_tokens": 3,
+                                        "truncated": False}])
+    out = {k: str(tmp_path / n) for k, n in (("metrics", "m.json"), ("per_document", "p.parquet"), ("figure", "f.png"))}
+    evaluate_summaries(str(summaries), [str(src)], ScoreParams(resamples=10), out, system="lead")
+    record = json.loads((tmp_path / "m.json").read_text())
+    assert leaf_names(record) == set(stage_metrics("summarise", {"summarise": {"method": "lead"}}))
