@@ -32,7 +32,7 @@ CONTROLLER_SHARE = float(os.environ.get("SHARDFLOW_FAULT_CONTROLLER_SHARE", "0.0
 # Every rule the configured workflow runs (all three tasks plus retrieval).
 RULES = [
     "split", "embed", "merge", "verify", "report", "provenance", "landing",
-    "retrieval_prepare", "embed_queries", "retrieval_evaluate",
+    "retrieval_prepare", "retrieval_queries", "retrieval_qrels", "embed_queries", "retrieval_evaluate",
     "summarise", "merge_summaries", "evaluate_summaries", "summarise_report",
     "train_tokenizer", "tokenize", "gather_shards", "train",
 ]
