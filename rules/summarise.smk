@@ -140,6 +140,8 @@ else:
         input:
             summaries="results/{dataset}/summaries.jsonl",
             sources=split_inputs(DATASETS[DATASET]),
+            # A reference is read from the line the split kept, never from one it rejected.
+            split_rejects="results/{dataset}/chunks/rejects.jsonl",
         output:
             metrics=report(
                 "results/{dataset}/summarise/metrics.json",

@@ -88,15 +88,21 @@ def load_documents(
 
 
 def load_references(
-    path: str, *, id_field: str = "id", reference_field: str = "highlights", on_bad_record: str = "error"
+    path: str,
+    *,
+    id_field: str = "id",
+    reference_field: str = "highlights",
+    on_bad_record: str = "error",
+    passed_over: frozenset[int] = frozenset(),
 ) -> Loaded:
     """(id, reference) pairs as Documents with an empty article: what evaluation joins
-    generated summaries with."""
+    generated summaries with. `passed_over`: lines not read at all, the lines the split
+    rejected (so that an id's reference comes from the line whose text was summarised)."""
 
     def make(obj: dict, line: int) -> Document:
         return Document(_id(obj, id_field), "", _text(obj, reference_field), line)
 
-    return _load(path, make, on_bad_record)
+    return _load(path, make, on_bad_record, passed_over)
 
 
 def load_summaries(
@@ -132,11 +138,13 @@ def load_summaries(
     return _load(path, make, on_bad_record)
 
 
-def _load(path: str, make, on_bad_record: str) -> Loaded:
+def _load(path: str, make, on_bad_record: str, passed_over: frozenset[int] = frozenset()) -> Loaded:
     if on_bad_record not in ("error", "skip"):
         raise ValueError(f"on_bad_record {on_bad_record!r}: expected 'error' or 'skip'")
     records, rejects, seen = [], [], {}
     for line, raw, obj in _objects(path):
+        if line in passed_over:
+            continue
         try:
             if isinstance(obj, _Bad):
                 raise obj

@@ -11,7 +11,9 @@ nothing is dropped silently.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +27,8 @@ from shardflow.summarise.records import iter_summaries
 from shardflow.summarise.rouge import ROUGE_TYPES, score_jsonl, score_records, system_means, write_parquet
 
 log = logging.getLogger(__name__)
+# References set aside are counted in metrics.json and named in the job's log, the first this many.
+MAX_LOGGED_REJECTS = 20
 
 
 class MissingReferenceError(ValueError):
@@ -72,21 +76,48 @@ def plot_rouge(scores, path: str) -> None:
     save_figure(fig, path)
 
 
+def split_rejected_lines(rejects_path: str | None) -> dict[str, frozenset[int]]:
+    """{source: lines} the split set aside (its rejects.jsonl): those records were never
+    summarised, so their lines hold no reference to score against."""
+    lines: dict[str, set[int]] = {}
+    if rejects_path:
+        with open(rejects_path, encoding="utf-8") as fh:
+            for row in map(json.loads, filter(str.strip, fh)):
+                if row.get("line") is not None:
+                    lines.setdefault(os.path.realpath(row["source"]), set()).add(int(row["line"]))
+    return {source: frozenset(found) for source, found in lines.items()}
+
+
 def evaluate_summaries(
     summaries_path: str,
     sources: list[str],
     params: ScoreParams,
     outputs: dict,
     system: str = "summary",
+    split_rejects: str | None = None,
 ) -> Scored:
-    """Score the workflow's merged summaries; write outputs: metrics, per_document, figure."""
+    """Score the workflow's merged summaries; write outputs: metrics, per_document, figure.
+
+    `split_rejects`: the split's rejects.jsonl. Each summarised id was read from one line,
+    the first the split accepted; its reference is read from that same line, never from
+    a line the split rejected (an earlier line with that id but an empty text, or a later
+    duplicate holding another article's reference)."""
     references, rejects = {}, []
+    rejected = split_rejected_lines(split_rejects)
     for path in sources:
         loaded = load_references(
-            path, id_field=params.id_field, reference_field=params.reference_field, on_bad_record=params.on_bad_record
+            path,
+            id_field=params.id_field,
+            reference_field=params.reference_field,
+            on_bad_record=params.on_bad_record,
+            passed_over=rejected.get(os.path.realpath(path), frozenset()),
         )
         references.update({d.id: d.reference for d in loaded.records})
         rejects += loaded.rejects
+    for r in rejects[:MAX_LOGGED_REJECTS]:
+        log.warning("reference set aside: %s:%s: %s", r.source, r.line, r.reason)
+    if len(rejects) > MAX_LOGGED_REJECTS:
+        log.warning("... and %d more references set aside", len(rejects) - MAX_LOGGED_REJECTS)
     records, missing = [], []
     lengths = []
     for rec in iter_summaries(summaries_path):

@@ -2,6 +2,7 @@
 (resumable), the checked merge, ROUGE evaluation joined by id, the report numbers."""
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -121,6 +122,36 @@ def test_evaluation_joins_references_by_id_and_names_what_is_missing(tmp_path):
     assert m["systems"]["lead"]["rouge1"]["n"] == 2
     assert m["rouge1"] > 50  # doc a is a perfect match
     assert m["compression_ratio_mean"] == pytest.approx(0.5)
+
+
+def test_a_reference_comes_from_the_line_the_split_kept(tmp_path, caplog):
+    """Duplicate ids, skipped: the split keeps d1's line 2 (line 1's text is empty) and
+    d2's line 3 (line 4 repeats the id). Each reference is read from the kept line: d1's
+    own, and none for d2 (line 3 has none), not line 4's, another article's."""
+    src = tmp_path / "src.jsonl"
+    rows = [
+        {"id": "d1", "article": "", "highlights": "The striker scored twice."},
+        {"id": "d1", "article": "A cat slept.", "highlights": "A cat slept all day."},
+        {"id": "d2", "article": "Markets fell."},
+        {"id": "d2", "article": "Other news.", "highlights": "Markets fell sharply on Monday."},
+    ]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    split_rejects = tmp_path / "rejects.jsonl"
+    split_rejects.write_text(
+        json.dumps({"source": str(src), "line": 1, "reason": "empty text", "raw": ""}) + "\n"
+        + json.dumps({"source": str(src), "line": 4, "reason": "duplicate id 'd2'", "raw": ""}) + "\n"
+    )
+    summaries = tmp_path / "s.jsonl"
+    rec = {"input_tokens": 3, "output_tokens": 3, "truncated": False}
+    write_summaries(summaries, ["d1", "d2"], [dict(rec, summary="A cat slept."), dict(rec, summary="Markets fell.")])
+    outputs = {k: str(tmp_path / n) for k, n in (("metrics", "m.json"), ("per_document", "p.parquet"), ("figure", "f.png"))}
+    with caplog.at_level(logging.WARNING):
+        scored = evaluate_summaries(str(summaries), [str(src)], ScoreParams(on_bad_record="skip"), outputs,
+                                    system="lead", split_rejects=str(split_rejects))
+    m = scored.metrics
+    assert m["n_documents"] == 1 and m["documents_without_reference"] == 1 and m["rejected_references"] == 1
+    assert m["rouge1"] > 50  # d1 against its own reference, not the football one
+    assert any("src.jsonl:3: missing field 'highlights'" in r.getMessage() for r in caplog.records)
 
 
 def test_report_numbers_from_the_job_table():
