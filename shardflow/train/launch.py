@@ -37,6 +37,25 @@ def processes(device: str, gpus: int) -> int:
     return 1 if device == "cpu" else max(gpus, 1)
 
 
+def check_gpu_count(device: str, gpus: int, rest: list[str]) -> None:
+    """A GPU job must get the GPUs train.gpus asks for: the global batch is batch_size x
+    grad_accum x processes, so with fewer it would train another run than the one its
+    params record. Snakemake caps a job's gpu resource at what the profile or host
+    offers, silently. (The workflow records train.gpus in `--params` where it is not 1.)
+    A CPU job (gpu=0, or gpu_jobs.device cpu) trains in one process, as documented."""
+    if device == "cpu":
+        return
+    wanted = 1
+    if "--params" in rest[:-1]:
+        wanted = int(json.loads(rest[rest.index("--params") + 1]).get("gpus", 1))
+    if max(gpus, 1) != wanted:
+        raise SystemExit(
+            f"train.gpus is {wanted} but this job was given {gpus} GPU(s) (the profile's or the host's gpu limit "
+            f"caps the job's request): with {max(gpus, 1)} process(es) the global batch would differ from the "
+            f"recorded run. Set train.gpus to {max(gpus, 1)}, or give the job {wanted} GPUs"
+        )
+
+
 def trainer_args(rest: list[str], device: str, nproc: int, threads: int | None) -> list[str]:
     """The trainer's arguments: the caller's, then the device and per-process threads
     this launcher decided (later flags win in argparse)."""
@@ -88,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(None, "shardflow.train.launch",
                       {"gpus": args.gpus, "gpu_jobs": settings, "threads": args.threads, "trainer": rest})
     device, _visible = pin_job_gpus(settings, args.gpus, job=args.job)
+    check_gpu_count(device, args.gpus, rest)
     nproc = processes(device, args.gpus)
     targs = trainer_args(rest, device, nproc, args.threads)
     if nproc == 1:
