@@ -33,3 +33,18 @@ def test_summarisation_files_follow_the_method(config, method, reference, target
 def test_an_unknown_task_is_named(config):
     with pytest.raises(ValueError, match=r"unknown tasks \['traning'\]"):
         task_files(("embedding", "traning"), "d", config, "d")
+
+
+def test_reproduction_data_checks_match_by_name_or_by_a_byte_identical_copy():
+    from shardflow.workflow.reproduce import check_reproduction
+
+    sha = "86c4e6aa9db7c042" + "0" * 48
+    expect = {"data_sha256": {"input.txt": sha}}
+    (row,) = check_reproduction(expect, {"inputs": {"/data/input.txt": sha}}, None)
+    assert (row.item, row.status) == ("data input.txt", "ok")
+    (row,) = check_reproduction(expect, {"inputs": {"/data/shakespeare.txt": sha}}, None)  # another name, same bytes
+    assert row.status == "ok" and row.item == "data input.txt (as /data/shakespeare.txt)"
+    (row,) = check_reproduction(expect, {"inputs": {"/data/input.txt": "f" * 64}}, None)
+    assert row.status == "FAIL" and row.got == "f" * 16
+    (row,) = check_reproduction(expect, {"inputs": {"/data/other.txt": "f" * 64}}, None)
+    assert (row.got, row.status) == ("missing", "FAIL")
