@@ -615,6 +615,11 @@ def provenance_inputs(wildcards):
     }
 
 
+def provenance_models(wildcards):
+    """The models the data set's jobs ran, by role (shardflow.workflow.tasks.models)."""
+    return tasks.models(DATASETS[wildcards.dataset].tasks, config)
+
+
 # The report's first screen, written by rule landing once the stages have run.
 LANDING = "results/report.rst"
 

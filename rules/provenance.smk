@@ -1,8 +1,9 @@
 """provenance and verify_reproduction.
 
 provenance: per data set, results/<dataset>/provenance.json — git commit and
-dirty flag, config hash, package versions, Python, CUDA and GPU model, model
-weights hash, input and output checksums, job timings. Flagged for the report.
+dirty flag, config hash, package versions, Python, CUDA and GPU model, the hash of
+each model the data set's jobs ran (shardflow.workflow.tasks.models), input and
+output checksums, job timings. Flagged for the report.
 verify_reproduction (when the config has a `reproduce:` section, i.e. an
 experiment file from config/reproduce/): compares the run with the pinned
 expectations and fails with a table of expected vs got.
@@ -27,7 +28,7 @@ rule provenance:
         # rerun reason names two hashes instead of printing the whole config twice.
         config_sha256=config_sha256(config),
         config=untracked(config),
-        model=config["embedding"]["model"],
+        models=provenance_models,
         repo=workflow.basedir,
     script:
         "../scripts/provenance.py"

@@ -9,7 +9,7 @@ from shardflow.core.runlog import configure_logging
 from shardflow.workflow.provenance import build_manifest
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
-log = configure_logging(smk.log[0], "provenance", {"model": smk.params.model, "repo": smk.params.repo})
+log = configure_logging(smk.log[0], "provenance", {"models": smk.params.models, "repo": smk.params.repo})
 split = read_json(smk.input.manifest)
 inputs = {**split["source_sha256"], **{c["path"]: c["sha256"] for c in split["chunks"]}}
 inputs.update({p: sha256_file(p) for p in smk.input.raw})  # the BEIR files retrieval_prepare read
@@ -21,7 +21,7 @@ manifest = build_manifest(
     input_sha256=inputs,
     outputs=list(smk.input.outputs),
     timings=timings,
-    model_path=resolve_model(smk.params.model),
+    model_paths={role: resolve_model(name) for role, name in smk.params.models.items()},
 )
 write_json(smk.output[0], manifest)
 log.info("git %s, config %s, model %s", manifest["git"], manifest["config_sha256"][:12], manifest["model"])

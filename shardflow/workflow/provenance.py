@@ -49,10 +49,14 @@ def build_manifest(
     input_sha256: dict[str, str],
     outputs: list[str],
     timings: dict[str, dict],
-    model_path: str | None,
+    model_paths: dict[str, str],
 ) -> dict:
     """`input_sha256` and `timings` come from records the stages already wrote (the
-    split manifest, the job table); outputs are hashed here."""
+    split manifest, the job table); outputs are hashed here. `model_paths`: the models
+    the data set's jobs ran, by role (tasks.models); `model` is the first of them (the
+    embedding model where the data set is embedded), which reproduce.expect.model_sha256
+    is checked against, null where none ran (training, lead summaries)."""
+    models = {role: model_sha256(path) for role, path in model_paths.items()}
     return {
         "format": "shardflow.provenance/1",
         "created_unix": time.time(),
@@ -63,7 +67,8 @@ def build_manifest(
         "platform": platform.platform(),
         "packages": package_versions(),
         "accelerator": accelerator_info(),
-        "model": model_sha256(model_path) if model_path else None,
+        "model": next(iter(models.values()), None),
+        "models": models,
         "inputs": dict(input_sha256),
         "outputs": {p: sha256_file(p) for p in outputs},
         "timings": timings,

@@ -101,3 +101,20 @@ def task_files(tasks: tuple[str, ...], ds: str, cfg: dict, main: str) -> list[Ta
     if unknown:
         raise ValueError(f"data set {ds!r}: unknown tasks {unknown}; known: {sorted(TASKS)}")
     return [TASKS[t](ds, cfg, main) for t in tasks]
+
+
+def models(tasks: tuple[str, ...], cfg: dict) -> dict[str, str]:
+    """The models a data set's jobs ran, by role, for provenance to hash: the embedding
+    model (tasks embedding, retrieval), summarisation's generator (method abstractive)
+    or sentence encoder (extractive). Lead and stored summaries run none, and training
+    trains its own (its weights are among the outputs)."""
+    out = {}
+    if "embedding" in tasks or "retrieval" in tasks:
+        out["embedding"] = cfg["embedding"]["model"]
+    if "summarisation" in tasks:
+        sm = cfg["summarise"]
+        if sm["method"] == "abstractive" and sm["model"]:
+            out["summarise"] = sm["model"]
+        elif sm["method"] == "extractive":
+            out["summarise_encoder"] = sm["encoder"]
+    return out

@@ -69,6 +69,7 @@ def test_report_outputs_and_summary(run):
         assert (workdir / f"results/e2e/report/{fig}.png").stat().st_size > 1000
     provenance = json.loads((workdir / "results/e2e/provenance.json").read_text())
     assert provenance["outputs"]["results/e2e/embeddings.npy"] == sha256(workdir / "results/e2e/embeddings.npy")
+    assert provenance["models"] == {"embedding": provenance["model"]} and provenance["model"]["sha256"]
     log = (workdir / "logs/embed/e2e/chunk_0.log").read_text()
     assert "params=" in log.splitlines()[0] and "torch" in log.splitlines()[0]
 

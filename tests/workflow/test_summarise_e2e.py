@@ -48,6 +48,14 @@ def run(tmp_path_factory, articles):
     return {"work": work, "model": model, "proc": proc, "results": work / "results" / "news"}
 
 
+def test_provenance_hashes_the_summarisation_model(run):
+    from shardflow.core.hashing import model_sha256
+
+    prov = json.loads((run["results"] / "provenance.json").read_text())
+    want = model_sha256(str(run["model"]))
+    assert prov["models"] == {"summarise": want} and prov["model"] == want and want["sha256"]
+
+
 def _rows(path):
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 

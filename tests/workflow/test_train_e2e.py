@@ -88,6 +88,9 @@ def test_train_outputs_landing_and_hf_folder(run):
     losses = pd.read_parquet(out / "losses.parquet")
     assert len(losses) == 200 and losses["val_loss"].notna().sum() == 4
     assert (out / "loss.png").read_bytes()[:4] == b"\x89PNG" and len((out / "sample.txt").read_text()) > 0
+    prov = json.loads((work / f"results/{DS}/provenance.json").read_text())
+    assert prov["model"] is None and prov["models"] == {}  # it trains its own: the weights are outputs
+    assert prov["outputs"][f"results/{DS}/train/best.safetensors"] == sha256(out / "best.safetensors")
     hf = json.loads((out / "hf/config.json").read_text())  # loading it is hf_export's unit test
     assert hf["n_layer"] == 2 and hf["n_embd"] == 32 and (out / "hf/model.safetensors").exists()
     tok = json.loads((out / "hf/tokenizer_config.json").read_text())  # the shards' tokenizer beside it

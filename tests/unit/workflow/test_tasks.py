@@ -48,3 +48,17 @@ def test_reproduction_data_checks_match_by_name_or_by_a_byte_identical_copy():
     assert row.status == "FAIL" and row.got == "f" * 16
     (row,) = check_reproduction(expect, {"inputs": {"/data/other.txt": "f" * 64}}, None)
     assert (row.got, row.status) == ("missing", "FAIL")
+
+
+def test_provenance_hashes_the_models_each_task_ran():
+    from shardflow.workflow.tasks import models
+
+    cfg = {"embedding": {"model": "default"}, "summarise": {"method": "abstractive", "model": "m/bart", "encoder": "enc"}}
+    assert models(("embedding",), cfg) == {"embedding": "default"}
+    assert models(("embedding", "retrieval"), cfg) == {"embedding": "default"}
+    assert models(("summarisation",), cfg) == {"summarise": "m/bart"}
+    assert models(("embedding", "summarisation"), cfg) == {"embedding": "default", "summarise": "m/bart"}
+    cfg["summarise"]["method"] = "extractive"
+    assert models(("summarisation",), cfg) == {"summarise_encoder": "enc"}
+    cfg["summarise"]["method"] = "lead"
+    assert models(("summarisation", "training"), cfg) == {} and models(("training",), cfg) == {}
