@@ -13,8 +13,9 @@ A killed summarise job resumes from its last finished part (gpu_jobs.resume_dir)
 """
 
 SUMMARISE = config["summarise"]
-if any("summarisation" in ds.tasks for ds in DATASETS.values()):
-    plan.summarise_model(config)
+for ds in DATASETS.values():
+    if "summarisation" in ds.tasks:
+        plan.summarise_model(config, ds.sources)
 # lead needs no GPU; stored runs no summarise job at all.
 SUMMARISE_USES_GPU = SUMMARISE["method"] in ("extractive", "abstractive")
 

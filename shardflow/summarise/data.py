@@ -73,7 +73,7 @@ class _Bad(Exception):
 def load_documents(
     path: str,
     *,
-    id_field: str = "id",
+    id_field: str | None = "id",
     article_field: str = "article",
     reference_field: str | None = "highlights",
     on_bad_record: str = "error",
@@ -82,7 +82,7 @@ def load_documents(
 
     def make(obj: dict, line: int) -> Document:
         ref = _text(obj, reference_field) if reference_field else None
-        return Document(_id(obj, id_field), _text(obj, article_field), ref, line)
+        return Document(_id(obj, id_field, path, line), _text(obj, article_field), ref, line)
 
     return _load(path, make, on_bad_record)
 
@@ -90,7 +90,7 @@ def load_documents(
 def load_references(
     path: str,
     *,
-    id_field: str = "id",
+    id_field: str | None = "id",
     reference_field: str = "highlights",
     on_bad_record: str = "error",
     passed_over: frozenset[int] = frozenset(),
@@ -100,7 +100,7 @@ def load_references(
     rejected (so that an id's reference comes from the line whose text was summarised)."""
 
     def make(obj: dict, line: int) -> Document:
-        return Document(_id(obj, id_field), "", _text(obj, reference_field), line)
+        return Document(_id(obj, id_field, path, line), "", _text(obj, reference_field), line)
 
     return _load(path, make, on_bad_record, passed_over)
 
@@ -109,7 +109,7 @@ def load_summaries(
     path: str,
     summaries: str,
     *,
-    id_field: str = "id",
+    id_field: str | None = "id",
     reference_field: str = "highlights",
     on_bad_record: str = "error",
 ) -> Loaded:
@@ -133,7 +133,7 @@ def load_summaries(
             systems = names
         else:
             texts = {summaries.rsplit(".", 1)[-1]: _text(obj, summaries)}
-        return SummaryRecord(_id(obj, id_field), _text(obj, reference_field), texts, line)
+        return SummaryRecord(_id(obj, id_field, path, line), _text(obj, reference_field), texts, line)
 
     return _load(path, make, on_bad_record)
 
@@ -205,7 +205,11 @@ def _text(obj: dict, dotted: str) -> str:
     return value
 
 
-def _id(obj: dict, field: str) -> str:
+def _id(obj: dict, field: str | None, path: str, line: int) -> str:
+    """A record's id: its `field`, or with no id field (input.id_field: null) its source
+    position, `<path>:<line>`, as the split names it (shardflow.corpus.readers)."""
+    if field is None:
+        return f"{path}:{line}"
     value = _get(obj, field)
     if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
         raise _Bad(f"id field {field!r} is {value!r}, not a non-empty string or integer")

@@ -59,7 +59,7 @@ class ScoreParams:
     resamples: int = 1000
     seed: int = 0
     level: float = 0.95
-    id_field: str = "id"
+    id_field: str | None = "id"  # None: ids are source positions, <path>:<line>
     reference_field: str = "highlights"
     on_bad_record: str = "error"  # error | skip
 

@@ -264,12 +264,29 @@ def train_gpus(cfg: dict) -> int:
     return gpus
 
 
-def summarise_model(cfg: dict) -> None:
-    """Stop at parse time where summarise.method abstractive has no model: otherwise
-    every summarise job of the run would start, fail and be retried."""
+def summarise_model(cfg: dict, sources: tuple[str, ...] = ()) -> None:
+    """Stop at parse time on summarisation settings that cannot work, instead of letting
+    every summarise job start, fail and be retried, or the evaluation fail after them:
+    method abstractive without a model, sampling without a seed, references or stored
+    summaries read from `sources` (the data set's files) that are not JSONL."""
     sm = cfg["summarise"]
     if sm["method"] == "abstractive" and not sm["model"]:
         raise ValueError(
             "summarise.method is abstractive but summarise.model is null: set it to a local model folder "
             "(seq2seq: BART, PEGASUS, T5; or a decoder-only model), or use method lead or extractive"
         )
+    if sm["method"] == "abstractive" and sm["generation"].get("do_sample") and sm["seed"] is None:
+        raise ValueError(
+            "summarise.generation.do_sample is true but summarise.seed is null: set a seed, so that a rerun "
+            "or a resumed job gives the same summaries"
+        )
+    if sm["reference_field"] or sm["method"] == "stored":
+        opts = ReaderOptions(format=cfg["input"]["format"])
+        other = [(p, detect_format(p, opts)) for p in sources if detect_format(p, opts) != "jsonl"]
+        if other:
+            path, fmt = other[0]
+            why = "summarise.reference_field" if sm["reference_field"] else "summarise.method stored"
+            raise ValueError(
+                f"{why} reads the input as JSONL(.gz), but {path} is {fmt} (input.format): "
+                "convert it to JSON Lines, or set summarise.reference_field: null"
+            )

@@ -166,3 +166,18 @@ def test_report_numbers_from_the_job_table():
     assert s["compression_ratio"] == pytest.approx(0.1)
     assert s["gpu_hours"] == pytest.approx(1.5) and s["estimated_cost"] == pytest.approx(3.0)
     assert s["items_per_s"] == pytest.approx(15 / 20)
+
+
+def test_without_an_id_field_references_join_by_source_position(tmp_path):
+    """input.id_field: null: the split names records <path>:<line>; the references too."""
+    src = tmp_path / "src.jsonl"
+    src.write_text(json.dumps({"article": "x", "highlights": "The council approved the budget."}) + "\n\n"
+                   + json.dumps({"article": "y", "highlights": "Rivers rose and roads closed."}) + "\n")
+    summaries = tmp_path / "s.jsonl"
+    rec = {"input_tokens": 10, "output_tokens": 5, "truncated": False}
+    write_summaries(summaries, [f"{src}:1", f"{src}:3"], [
+        dict(rec, summary="The council approved the budget."), dict(rec, summary="Rivers rose and roads closed."),
+    ])
+    outputs = {k: str(tmp_path / n) for k, n in (("metrics", "m.json"), ("per_document", "p.parquet"), ("figure", "f.png"))}
+    m = evaluate_summaries(str(summaries), [str(src)], ScoreParams(id_field=None), outputs).metrics
+    assert m["n_documents"] == 2 and m["documents_without_reference"] == 0 and m["rouge1"] == pytest.approx(100)

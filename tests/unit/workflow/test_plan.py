@@ -252,9 +252,21 @@ def test_integer_threads_are_used_as_given():
     assert plan.job_threads(3, local_cpu=False, cores=None, jobs=1) == 3
 
 
-def test_abstractive_summaries_without_a_model_stop_at_parse_time():
-    cfg = {"summarise": {"method": "abstractive", "model": None}}
+def test_summarisation_settings_that_cannot_work_stop_at_parse_time():
+    def cfg(fmt="auto", **sm):
+        base = {"method": "abstractive", "model": "models/bart", "generation": {}, "seed": None, "reference_field": None}
+        return {"summarise": {**base, **sm}, "input": {"format": fmt}}
+
     with pytest.raises(ValueError, match="summarise.method is abstractive but summarise.model is null"):
-        plan.summarise_model(cfg)
-    plan.summarise_model({"summarise": {"method": "abstractive", "model": "models/bart"}})
-    plan.summarise_model({"summarise": {"method": "lead", "model": None}})
+        plan.summarise_model(cfg(model=None))
+    plan.summarise_model(cfg())
+    plan.summarise_model(cfg(method="lead", model=None))
+    with pytest.raises(ValueError, match="do_sample is true but summarise.seed is null"):
+        plan.summarise_model(cfg(generation={"do_sample": True}))
+    plan.summarise_model(cfg(generation={"do_sample": True}, seed=3))
+    with pytest.raises(ValueError, match=r"summarise.reference_field reads the input as JSONL\(.gz\), but a.csv is csv"):
+        plan.summarise_model(cfg(method="lead", reference_field="highlights"), ("a.jsonl.gz", "a.csv"))
+    with pytest.raises(ValueError, match="summarise.method stored reads the input as JSONL"):
+        plan.summarise_model(cfg("csv", method="stored"), ("a.jsonl",))
+    plan.summarise_model(cfg(method="lead"), ("a.csv",))  # no references: any format
+    plan.summarise_model(cfg(method="lead", reference_field="highlights"), ("a.jsonl", "b.json.gz"))
