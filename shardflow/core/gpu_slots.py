@@ -24,14 +24,20 @@ Where the scheduler already pins devices we stand aside (mode `auto`):
   allocated GPUs to this job (with `--gpus`/`--gres`) and exports them.
 * `KUBERNETES_SERVICE_HOST`: the kubelet injects it into every pod. A pod sees
   only the GPUs the device plugin gave it, so there is nothing to share.
-* `CUDA_VISIBLE_DEVICES` already set, by anyone: respect it. Note that a user
-  who exports `CUDA_VISIBLE_DEVICES=0,1` before starting Snakemake thereby
-  makes every job see both GPUs; use mode `slots` to share such a list out.
+* `CUDA_VISIBLE_DEVICES` set by a shardflow job that pinned itself (a process it
+  started: `SHARDFLOW_GPU_PINNED` holds the same list).
+
+A `CUDA_VISIBLE_DEVICES` that anyone else set, e.g. a user who exports
+`CUDA_VISIBLE_DEVICES=4,5` before starting Snakemake on a shared workstation, is the
+pool: each job takes a slot of that list, as in mode `slots` (standing aside would
+leave every job on the first of them), and a local profile runs as many GPU jobs at
+once as it lists.
 
 Modes: `auto` (the above), `off` (never touch anything), `slots` (always take
 a slot; the pool is then the explicit list, else `SHARDFLOW_GPUS`, else an
 already-set `CUDA_VISIBLE_DEVICES` -- e.g. a Snakemake run inside one
-multi-GPU SLURM allocation -- else what `nvidia-smi` lists).
+multi-GPU SLURM allocation -- else what `nvidia-smi` lists; `auto` takes its pool
+the same way).
 
 Environment:
 
@@ -64,6 +70,10 @@ from shardflow.core import locks
 log = logging.getLogger(__name__)
 
 MODES = ("auto", "off", "slots")
+# Set beside CUDA_VISIBLE_DEVICES when a job pins itself: what it started stands aside.
+PINNED_VAR = "SHARDFLOW_GPU_PINNED"
+# scheduler_pinning's name for a CUDA_VISIBLE_DEVICES nobody above set: a pool to share out.
+PRESET = "CUDA_VISIBLE_DEVICES"
 
 DevicesArg = str | Sequence[int | str] | None
 
@@ -80,7 +90,7 @@ def scheduler_pinning(environ: Mapping[str, str] | None = None) -> str | None:
     if "KUBERNETES_SERVICE_HOST" in env:
         return "kubernetes"
     if "CUDA_VISIBLE_DEVICES" in env:
-        return "CUDA_VISIBLE_DEVICES"
+        return "shardflow" if env.get(PINNED_VAR) == env["CUDA_VISIBLE_DEVICES"] else PRESET
     return None
 
 
@@ -129,7 +139,7 @@ def resolve_devices(
     pool = parse_devices(devices)
     if pool is None:
         pool = parse_devices(env.get("SHARDFLOW_GPUS"))
-    if pool is None and mode == "slots" and "CUDA_VISIBLE_DEVICES" in env:
+    if pool is None and "CUDA_VISIBLE_DEVICES" in env and (mode == "slots" or scheduler_pinning(env) == PRESET):
         # nvidia-smi ignores CUDA_VISIBLE_DEVICES and would offer GPUs outside it.
         pool = parse_devices(env["CUDA_VISIBLE_DEVICES"])
     if pool is None:
@@ -226,7 +236,7 @@ def _acquire(
         return current, []
     if mode == "auto":
         pinned_by = scheduler_pinning()
-        if pinned_by is not None:
+        if pinned_by is not None and pinned_by != PRESET:
             log.info(
                 "GPUs already pinned by %s (CUDA_VISIBLE_DEVICES=%s); " "not taking a slot",
                 pinned_by,
@@ -240,7 +250,7 @@ def _acquire(
     lock_dir = Path(lock_dir) if lock_dir is not None else default_lock_dir()
     slots = _take_slots(pool, count, lock_dir, timeout, poll_interval, job)
     visible = ",".join(slot.device for slot in slots)
-    os.environ["CUDA_VISIBLE_DEVICES"] = visible
+    os.environ["CUDA_VISIBLE_DEVICES"] = os.environ[PINNED_VAR] = visible
     log.info(
         "took GPU slot%s %s of %s (lock dir %s); CUDA_VISIBLE_DEVICES=%s",
         "s" if count > 1 else "",
@@ -271,7 +281,7 @@ def acquire_gpu(
     `job` is written into the lock file for whoever debugs a stuck slot.
     On exit the slot is freed and `CUDA_VISIBLE_DEVICES` restored.
     """
-    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    before = {name: os.environ.get(name) for name in ("CUDA_VISIBLE_DEVICES", PINNED_VAR)}
     visible, slots = _acquire(devices, mode, lock_dir, timeout, poll_interval, job, count)
     try:
         yield visible
@@ -279,10 +289,11 @@ def acquire_gpu(
         if slots:
             for slot in slots:
                 slot.release()
-            if before is None:
-                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-            else:
-                os.environ["CUDA_VISIBLE_DEVICES"] = before
+            for name, value in before.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 _pinned: list[_Slot] | None = None

@@ -141,7 +141,7 @@ def test_timeout_names_the_holders(tmp_path):
 @pytest.mark.parametrize(
     "env, expected",
     [
-        ({"CUDA_VISIBLE_DEVICES": "3"}, "3"),
+        ({"CUDA_VISIBLE_DEVICES": "3", "SHARDFLOW_GPU_PINNED": "3"}, "3"),  # a pinned job's child process
         ({"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "1"}, None),
         ({"SLURM_JOB_ID": "42", "CUDA_VISIBLE_DEVICES": "0,1"}, "0,1"),
         ({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, None),
@@ -157,6 +157,23 @@ def test_stands_aside_when_the_scheduler_pins(tmp_path, monkeypatch, env, expect
     assert not (tmp_path / "locks").exists()
     assert gpu_slots.pin_gpu("0,1,2", lock_dir=tmp_path / "locks") == expected
     assert not (tmp_path / "locks").exists()
+
+
+def test_a_preset_device_list_is_shared_out_one_device_a_job(tmp_path, monkeypatch):
+    """A user's CUDA_VISIBLE_DEVICES=4,5 on a shared workstation: each job takes its own
+    of those two (standing aside left every job on GPU 4, and the local profile ran as
+    many at once as nvidia-smi listed), and what a pinned job starts stands aside."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    monkeypatch.setattr(gpu_slots, "detect_devices", lambda: [str(i) for i in range(8)])
+    assert gpu_slots.concurrent_gpu_jobs() == 2
+    with acquire_gpu(lock_dir=tmp_path) as first:
+        assert first == "4" and os.environ["SHARDFLOW_GPU_PINNED"] == "4"
+        assert gpu_slots.scheduler_pinning() == "shardflow"  # a child process of this job stands aside
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")  # another job, started with the user's list
+        monkeypatch.delenv("SHARDFLOW_GPU_PINNED")
+        with acquire_gpu(lock_dir=tmp_path) as second:
+            assert second == "5"
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "4,5" and "SHARDFLOW_GPU_PINNED" not in os.environ
 
 
 def test_slurm_without_gpus_still_takes_a_slot(tmp_path, monkeypatch):
