@@ -82,8 +82,10 @@ def summarisation_section(dataset: str, files: dict) -> Section:
         rows += [
             ("records in", f"{manifest['total_records']:,} read, {manifest.get('rejected_records', 0):,} rejected"),
             ("summaries out", f"{s['records']:,}, {s['truncated_inputs']:,} inputs truncated to the model's limit"),
+            # Totals over all documents (a model's tokens, inputs as truncated; words for lead and
+            # extractive); metrics.json's compression_ratio_mean is the mean of per-document ratios.
             ("lengths", f"{s['input_tokens']:,} input and {s['summary_tokens']:,} summary tokens "
-             f"(compression {s['compression_ratio']:.3f})"),
+             f"(compression {s['compression_ratio']:.3f}: all summaries over all inputs)"),
             ("wall time", f"{_duration(s['summarise_wall_time_s'])} summarising ({s['chunks']} chunk jobs, "
              "model loading not included)"),
             ("throughput", f"{s['items_per_s']:,.2f} documents/s while summarising on {', '.join(s['devices'])}"),
