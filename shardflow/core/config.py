@@ -24,7 +24,8 @@ UNTRACKED_KEYS = ("compile_cache",)
 # Keys added to a section after outputs existed, each with the value at which jobs
 # compute what they computed before the key was there: left out of the recorded params
 # while they hold it, so that an upgrade reruns no finished job. The job's parameter
-# object must default to the same value (tested).
+# object must default to the same value (tested). A key whose neutral value comes to
+# mean something else (cuda_graphs' auto turned on) leaves this table in that change.
 NEUTRAL_ADDED_KEYS = {("embedding", "cuda_graphs"): "auto"}
 _ABSENT = object()
 

@@ -38,11 +38,20 @@ class TooLargeError(RuntimeError):
 class OomBackoff:
     """Runs batches, halving them (and the budget) when the device runs out of memory."""
 
-    def __init__(self, token_budget: int, device: torch.device, logger: logging.Logger | None = None):
+    def __init__(
+        self,
+        token_budget: int,
+        device: torch.device,
+        logger: logging.Logger | None = None,
+        on_oom: Callable[[], None] | None = None,
+    ):
         self.token_budget = token_budget
         self.device = device
         self.logger = logger or logging.getLogger(__name__)
         self.backoffs = 0
+        # Called on out-of-memory before the cache is emptied and the halves run: what
+        # the caller holds that empty_cache cannot free (the engine's CUDA graphs).
+        self.on_oom = on_oom
 
     def run(
         self,
@@ -73,6 +82,8 @@ class OomBackoff:
             failed = True  # handled outside the except block, so the frames holding activations are freed
         if not failed:
             return [(batch, out)]
+        if self.on_oom is not None:
+            self.on_oom()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         self.backoffs += 1

@@ -393,6 +393,9 @@ class Encoder:
         self.cuda_graphs = graphs
         if graphs.on:
             self.graphs = ShapeGraphs(self._graph_forward, CudaBackend(self.device), self.logger)
+            # Out of memory: the graphs' pool goes before the halves run (their shapes are
+            # the old budget's; empty_cache cannot free a pool that live graphs hold).
+            self.backoff.on_oom = self.graphs.drop
         if packing.on and (self.buckets or packing.value == "flex_attention"):
             # A packed row's length is its token total: bucket that, in quarters of the budget.
             # Always for flex attention: transformers compiles its kernel, and a BlockMask's
@@ -689,8 +692,6 @@ class Encoder:
         finally:
             stats.oom_backoffs += self.backoff.backoffs - before
             tensors.clear()
-            if self.graphs is not None and self.backoff.backoffs > before:
-                self.graphs.drop()  # shapes of the old budget; their memory may be what ran out
         return [(batch.rows, emb) for batch, emb in done]
 
     # ---- the producer ------------------------------------------------------------

@@ -10,13 +10,14 @@ How, per shape [rows, width] of a full batch (bucket widths make shapes repeat):
    kernel builds on first use at that shape: Triton specialisations, cuDNN plans);
 2. right after, the forward is captured (recorded, not run) on a side stream into a
    memory pool all the graphs share, the eager batch's device tensors kept as the
-   graph's static inputs. Capturing costs host time only, while the device still runs
-   step 1's kernels;
+   graph's static inputs. A capture costs host time, while the device still runs step
+   1's kernels; the job's first capture also runs one eager forward on the side stream
+   (its set-up), and the checked ones below a replay and a sync;
 3. later batches of that shape copy their tokens into the static inputs and replay.
    The output buffer is the graph's own and is overwritten by the next replay: a
    replay returns a copy.
 
-The first VERIFY_SHAPES captures are checked: the graph replays step 1's batch and its
+The first VERIFY_SHAPES captures (and again the first after a drop) are checked: the graph replays step 1's batch and its
 embeddings must match the eager ones (cosine >= VERIFY_COSINE per row); a model that
 keeps tensors between forwards (which a replay would not refresh) fails here. A failed
 capture or check turns graphs off for the rest of the job, with the reason logged and
@@ -58,27 +59,29 @@ class CudaBackend:
     def capture(self, fn: Forward, ids: torch.Tensor, mask: torch.Tensor) -> tuple[Any, torch.Tensor]:
         main = torch.cuda.current_stream(self.device)
         self.stream.wait_stream(main)
-        with torch.cuda.stream(self.stream):
-            if not self.warm:
-                # Once per job, an eager forward on the capture stream: what a library
-                # sets up per stream on first use (cuBLAS workspaces) is set up outside
-                # the capture.
-                fn(ids, mask)
-                self.warm = True
-            graph = torch.cuda.CUDAGraph()
-            # thread_local: the producer thread pins host memory meanwhile, which the
-            # default ("global") mode would count as an error in the capture.
-            graph.capture_begin(pool=self.pool, capture_error_mode="thread_local")
-            try:
-                out = fn(ids, mask)
-            except BaseException:
+        try:
+            with torch.cuda.stream(self.stream):
+                if not self.warm:
+                    # Once per job, an eager forward on the capture stream: what a library
+                    # sets up per stream on first use (cuBLAS workspaces) is set up outside
+                    # the capture.
+                    fn(ids, mask)
+                    self.warm = True
+                graph = torch.cuda.CUDAGraph()
+                # thread_local: the producer thread pins host memory meanwhile, which the
+                # default ("global") mode would count as an error in the capture.
+                graph.capture_begin(pool=self.pool, capture_error_mode="thread_local")
                 try:
-                    graph.capture_end()
-                except RuntimeError:
-                    pass  # the capture was already invalidated; the first error is the one to report
-                raise
-            graph.capture_end()
-        main.wait_stream(self.stream)
+                    out = fn(ids, mask)
+                except BaseException:
+                    try:
+                        graph.capture_end()
+                    except RuntimeError:
+                        pass  # the capture was already invalidated; the first error is the one to report
+                    raise
+                graph.capture_end()
+        finally:
+            main.wait_stream(self.stream)
         return graph, out
 
     def replay(self, graph: Any) -> None:
@@ -114,6 +117,7 @@ class ShapeGraphs:
         self.logger = logger
         self.graphs: dict[tuple[int, ...], _Graph] = {}
         self.off_reason = ""  # set when a capture or a check failed: no graphs after
+        self.checks_left = VERIFY_SHAPES  # captures still to check (again after a drop)
         self.captured = 0
         self.replays = 0
         self.capture_seconds = 0.0
@@ -145,9 +149,10 @@ class ShapeGraphs:
         t0 = time.perf_counter()
         try:
             graph, out = self.backend.capture(self.fn, ids, mask)
-            if self.captured < VERIFY_SHAPES:
+            if self.checks_left > 0:
+                self.checks_left -= 1
                 self.backend.replay(graph)
-                cos = torch.nn.functional.cosine_similarity(out.float(), eager_out.float(), dim=-1).min().item()
+                cos = _row_agreement(out, eager_out)
                 if not cos >= VERIFY_COSINE:
                     self._turn_off(f"the graph of shape {_shape(shape)} replayed its batch to cosine {cos:.6f} of the eager output")
                     return
@@ -167,11 +172,21 @@ class ShapeGraphs:
             self.backend.release()
             self.graphs.clear()
             self.backend.free()
+            self.checks_left = VERIFY_SHAPES  # a new pool: check its first captures again
 
     def _turn_off(self, reason: str) -> None:
         self.off_reason = reason
         self.drop()
         self.logger.warning("CUDA graphs: off for the rest of the job (%s); batches run eagerly", reason)
+
+
+def _row_agreement(got: torch.Tensor, want: torch.Tensor) -> float:
+    """The lowest cosine between matching rows; a row that is zero in both (a text of
+    nothing but an excluded prompt) agrees."""
+    got, want = got.float(), want.float()
+    cos = torch.nn.functional.cosine_similarity(got, want, dim=-1)
+    both_zero = (got.abs().amax(dim=-1) == 0) & (want.abs().amax(dim=-1) == 0)
+    return torch.where(both_zero, torch.ones_like(cos), cos).min().item()
 
 
 def _shape(shape: tuple[int, ...]) -> str:

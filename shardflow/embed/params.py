@@ -194,8 +194,8 @@ def accel_identity(params: EmbedParams, spec: ModelSpec, device: torch.device) -
     if packing.on:
         out["packing"] = packing.value
     graphs = accel.resolve_cuda_graphs(params.cuda_graphs, device, params.compile, packing)
-    if graphs.on:
-        out["cuda_graphs"] = "on"
+    if graphs.on and accel.resolve_buckets(params.length_buckets, params.compile, 1 << 30, params.compile_mode, True):
+        out["cuda_graphs"] = "on"  # (without bucket widths the encoder turns graphs off: Encoder.setup_accel)
     # Widths depend on max_length (known once the tokenizer loads), so the option as
     # given stands for them (with cuda_graphs, "auto" is graph_length_buckets); with
     # packing, buckets pad the packed rows.

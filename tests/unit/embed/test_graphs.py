@@ -126,9 +126,11 @@ def test_out_of_memory_drops_the_graphs_of_the_old_budget(tiny, texts, graphs_on
     want = enc.encode(texts)
     before = set(enc.graphs.graphs)
     full = max(before, key=lambda shape: shape[0] * shape[1])
-    raised = []
+    raised, graphs_at_retry = [], []
 
     def oom_once(ids):
+        if raised and not graphs_at_retry:
+            graphs_at_retry.append(len(enc.graphs.graphs))  # the first half's forward
         if tuple(ids.shape) == full and not raised:
             raised.append(1)
             raise torch.OutOfMemoryError("CUDA out of memory (test)")
@@ -136,6 +138,7 @@ def test_out_of_memory_drops_the_graphs_of_the_old_budget(tiny, texts, graphs_on
     enc.before_forward = oom_once
     got = enc.encode(texts)
     assert raised and enc.last_stats.oom_backoffs == 1 and enc.token_budget == 64
+    assert graphs_at_retry == [0]  # dropped before the halves ran, not after
     # Graphs captured after the back-off are of the halved budget's shapes only.
     assert enc.graphs.graphs and not set(enc.graphs.graphs) & before
     assert all(rows == bucket_rows(width, 64, 512) for rows, width in enc.graphs.graphs)
@@ -156,6 +159,7 @@ def test_graphs_need_repeating_shapes(tiny, graphs_on, caplog):
     with caplog.at_level(logging.INFO):
         enc = load_encoder(_params(tiny["bert_mean"], cuda_graphs="on", length_buckets="off"))
     assert not enc.cuda_graphs.on and enc.graphs is None and "length_buckets is off" in enc.cuda_graphs.reason
+    assert "cuda_graphs" not in enc.identity  # an eager run's identity
     assert any(r.levelno == logging.WARNING and "CUDA graphs: off" in r.getMessage() for r in caplog.records)
     given = load_encoder(_params(tiny["bert_mean"], cuda_graphs="on", length_buckets=[24]))
     assert given.cuda_graphs.on and given.buckets == (24, given.max_length)  # a list: as given
@@ -173,6 +177,13 @@ def test_a_replay_returns_a_copy_not_the_graphs_buffer():
     b = g.replay(torch.tensor([[1, 1], [1, 1]]), mask)
     assert a.tolist() == [[5.0, 6.0], [7.0, 8.0]] and b.tolist() == [[1.0, 1.0], [1.0, 1.0]]
     assert g.replays == 2 and g.captured == 1
+
+
+def test_rows_zero_in_both_agree_and_the_lowest_row_decides():
+    a = torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 1.0]])
+    assert graphs._row_agreement(a, a.clone()) == 1.0  # the zero row (an excluded prompt only) agrees
+    b = torch.tensor([[1.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
+    assert graphs._row_agreement(b, a) == 0.0
 
 
 def test_graphs_stop_at_the_cap(monkeypatch):
