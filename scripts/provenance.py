@@ -12,7 +12,7 @@ smk = snakemake  # noqa: F821 - injected by Snakemake
 log = configure_logging(smk.log[0], "provenance", {"models": smk.params.models, "repo": smk.params.repo})
 split = read_json(smk.input.manifest)
 inputs = {**split["source_sha256"], **{c["path"]: c["sha256"] for c in split["chunks"]}}
-inputs.update({p: sha256_file(p) for p in smk.input.raw})  # the BEIR files retrieval_prepare read
+inputs.update({p: sha256_file(p) for p in smk.input.raw})  # the retrieval data set's files (BEIR, MS MARCO)
 timings = {k: v for table in smk.input.jobs for k, v in jobs.timings(jobs.read_job_table(table)).items()}
 timings.update({p: {k: jobs.read_benchmark(p).get(k) for k in jobs.TIMING_KEYS} for p in smk.input.benchmarks})
 manifest = build_manifest(

@@ -24,6 +24,8 @@ Where the scheduler already pins devices we stand aside (mode `auto`):
   allocated GPUs to this job (with `--gpus`/`--gres`) and exports them.
 * `KUBERNETES_SERVICE_HOST`: the kubelet injects it into every pod. A pod sees
   only the GPUs the device plugin gave it, so there is nothing to share.
+* `CUDA_VISIBLE_DEVICES` together with PBS_JOBID, LSB_JOBID, FLUX_JOB_ID or
+  _CONDOR_JOB_AD: another batch scheduler allocated and exported them.
 * `CUDA_VISIBLE_DEVICES` set by a shardflow job that pinned itself (a process it
   started: `SHARDFLOW_GPU_PINNED` holds the same list).
 
@@ -31,7 +33,8 @@ A `CUDA_VISIBLE_DEVICES` that anyone else set, e.g. a user who exports
 `CUDA_VISIBLE_DEVICES=4,5` before starting Snakemake on a shared workstation, is the
 pool: each job takes a slot of that list, as in mode `slots` (standing aside would
 leave every job on the first of them), and a local profile runs as many GPU jobs at
-once as it lists.
+once as it lists. With a pool listed as well (`gpu_jobs.devices`, `SHARDFLOW_GPUS`),
+only the devices in both are used.
 
 Modes: `auto` (the above), `off` (never touch anything), `slots` (always take
 a slot; the pool is then the explicit list, else `SHARDFLOW_GPUS`, else an
@@ -74,6 +77,9 @@ MODES = ("auto", "off", "slots")
 PINNED_VAR = "SHARDFLOW_GPU_PINNED"
 # scheduler_pinning's name for a CUDA_VISIBLE_DEVICES nobody above set: a pool to share out.
 PRESET = "CUDA_VISIBLE_DEVICES"
+# Batch schedulers besides SLURM that allocate a job's GPUs and export them (PBS, LSF,
+# Flux, HTCondor): the variable each sets in a job, and its name.
+OTHER_SCHEDULERS = (("PBS_JOBID", "pbs"), ("LSB_JOBID", "lsf"), ("FLUX_JOB_ID", "flux"), ("_CONDOR_JOB_AD", "htcondor"))
 
 DevicesArg = str | Sequence[int | str] | None
 
@@ -90,6 +96,9 @@ def scheduler_pinning(environ: Mapping[str, str] | None = None) -> str | None:
     if "KUBERNETES_SERVICE_HOST" in env:
         return "kubernetes"
     if "CUDA_VISIBLE_DEVICES" in env:
+        for var, name in OTHER_SCHEDULERS:  # they export the job's devices too
+            if var in env:
+                return name
         return "shardflow" if env.get(PINNED_VAR) == env["CUDA_VISIBLE_DEVICES"] else PRESET
     return None
 
@@ -139,9 +148,19 @@ def resolve_devices(
     pool = parse_devices(devices)
     if pool is None:
         pool = parse_devices(env.get("SHARDFLOW_GPUS"))
-    if pool is None and "CUDA_VISIBLE_DEVICES" in env and (mode == "slots" or scheduler_pinning(env) == PRESET):
+    preset = parse_devices(env["CUDA_VISIBLE_DEVICES"]) if "CUDA_VISIBLE_DEVICES" in env else None
+    if preset is not None and pool is not None and mode == "auto" and scheduler_pinning(env) == PRESET:
+        # Both a listed pool and an exported CUDA_VISIBLE_DEVICES: only devices in both.
+        both = [d for d in pool if d in preset]
+        if not both:
+            raise ValueError(
+                f"the GPU pool {','.join(pool)} (gpu_jobs.devices or SHARDFLOW_GPUS) has no device in the exported "
+                f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}: unset one, or list the same devices"
+            )
+        pool = both
+    if pool is None and preset is not None and (mode == "slots" or scheduler_pinning(env) == PRESET):
         # nvidia-smi ignores CUDA_VISIBLE_DEVICES and would offer GPUs outside it.
-        pool = parse_devices(env["CUDA_VISIBLE_DEVICES"])
+        pool = preset
     if pool is None:
         pool = detect_devices()
     return pool

@@ -145,6 +145,8 @@ def test_timeout_names_the_holders(tmp_path):
         ({"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "1"}, None),
         ({"SLURM_JOB_ID": "42", "CUDA_VISIBLE_DEVICES": "0,1"}, "0,1"),
         ({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, None),
+        ({"PBS_JOBID": "7.server", "CUDA_VISIBLE_DEVICES": "0"}, "0"),
+        ({"LSB_JOBID": "9", "CUDA_VISIBLE_DEVICES": "0,1"}, "0,1"),
         ({"KUBERNETES_SERVICE_HOST": "10.0.0.1", "CUDA_VISIBLE_DEVICES": "0"}, "0"),
     ],
 )
@@ -174,6 +176,15 @@ def test_a_preset_device_list_is_shared_out_one_device_a_job(tmp_path, monkeypat
         with acquire_gpu(lock_dir=tmp_path) as second:
             assert second == "5"
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "4,5" and "SHARDFLOW_GPU_PINNED" not in os.environ
+
+
+def test_a_listed_pool_keeps_to_the_exported_devices(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    monkeypatch.setenv("SHARDFLOW_GPUS", "0,1,2,3,4")
+    assert gpu_slots.resolve_devices() == ["4"] and gpu_slots.concurrent_gpu_jobs() == 1
+    with pytest.raises(ValueError, match=r"the GPU pool 0,1 .* has no device in the exported CUDA_VISIBLE_DEVICES=4,5"):
+        gpu_slots.resolve_devices("0,1")
+    assert gpu_slots.resolve_devices("0,1", mode="slots") == ["0", "1"]  # slots: the list as given
 
 
 def test_slurm_without_gpus_still_takes_a_slot(tmp_path, monkeypatch):
