@@ -89,10 +89,24 @@ def train_params(wildcards):
 
 
 def train_resources():
-    """resources.train, with gpu = train.gpus (0 when the job runs on the CPU)."""
+    """resources.train, with gpu = train.gpus (0 when the job runs on the CPU). More
+    than the run's `gpu` resource offers (the local profile's GPUs, --resources gpu=N)
+    stops the run before any job starts: Snakemake would scale the request down
+    silently, and the launcher would refuse the job only once it held its GPUs
+    (shardflow.train.launch)."""
 
     def gpu(wildcards):
-        return 0 if runs_on_cpu() else stage_section("train", wildcards)["gpus"]
+        if runs_on_cpu():
+            return 0
+        gpus = stage_section("train", wildcards)["gpus"]
+        offered = workflow.global_resources.get("gpu")
+        offered = getattr(offered, "value", offered)  # a Resource in Snakemake 9
+        if workflow.is_main_process and isinstance(offered, int) and gpus > offered:
+            raise WorkflowError(
+                f"train.gpus is {gpus} but this run offers gpu={offered} (the local profile's GPUs, or "
+                f"--resources gpu=N): lower train.gpus, or run where {gpus} GPUs are free"
+            )
+        return gpus
 
     return {**job_resources("train"), "gpu": gpu}
 

@@ -197,6 +197,9 @@ def test_dry_run_lists_every_tokenize_job_and_train_before_any_data(tmp_path):
     counts = job_counts(out)
     assert "tokenize" not in counts and counts["gather_shards"] == counts["train"] == 1
     assert "gpu=2" in out and "--gpus 2" in out  # the job requests train.gpus GPUs (a dry run plans GPUs)
+    # A run offering fewer (Snakemake would scale the request down silently) stops first.
+    proc = snakemake(tmp_path, "-n", "--configfile", str(cfg), "--resources", "gpu=1", check=False)
+    assert proc.returncode != 0 and "train.gpus is 2 but this run offers gpu=1" in proc.stdout + proc.stderr
 
     # ... which needs one plain-text file: the demo corpus (JSON lines) is refused at parse time.
     proc = snakemake(tmp_path, "-n", "--config", "tasks=[training]", "shards={split: position}", check=False)
