@@ -127,18 +127,6 @@ def test_where_jobs_run_reruns_no_embed_job_and_what_they_compute_reruns_each(ru
         assert job_counts(out)["embed"] == 3 and out.count("reason: Params have changed") == 3, (name, out)
 
 
-def test_same_inputs_give_identical_outputs(run, tmp_path, demo_texts):
-    """Determinism: a fresh run elsewhere gives byte-identical chunks and embeddings (fp32, CPU)."""
-    workdir, _, _, _ = run
-    corpus, _ = demo_texts
-    cfg = _config(tmp_path, corpus)
-    snakemake(tmp_path, "results/e2e/ids.parquet", "--cores", "2", "--configfile", str(cfg))
-    for rel in ["results/e2e/embeddings.npy", "results/e2e/ids.parquet"] + [
-        f"results/e2e/chunks/chunk_{i}.jsonl" for i in range(3)
-    ]:
-        assert sha256(tmp_path / rel) == sha256(workdir / rel), rel
-
-
 def test_no_fake_credential_in_any_file_of_the_run_or_its_html_report(run):
     """offline_env put fake AWS, Hugging Face, GitHub and Snakemake-storage credentials in
     the environment of every run of this module: none is in any file they wrote
