@@ -282,7 +282,8 @@ def summarise_model(cfg: dict, sources: tuple[str, ...] = ()) -> None:
         )
     if sm["reference_field"] or sm["method"] == "stored":
         opts = ReaderOptions(format=cfg["input"]["format"])
-        other = [(p, detect_format(p, opts)) for p in sources if detect_format(p, opts) != "jsonl"]
+        formats = [(p, detect_format(p, opts)) for p in sources]
+        other = [(p, fmt) for p, fmt in formats if fmt != "jsonl"]
         if other:
             path, fmt = other[0]
             why = "summarise.reference_field" if sm["reference_field"] else "summarise.method stored"
