@@ -124,50 +124,50 @@ def test_split_on_slurm_reads_an_s3_corpus_with_credentials_from_the_environment
     assert s3.secret_key not in run.output
 
 
-def test_failed_slurm_job_is_reported_and_the_run_ends(slurm_cluster, workflow_dir, sm):
-    # One chunk fails (retries off to keep this short: with `retries: 2` a permanently
-    # failing job makes 6 attempts, 3 sbatch submissions with in-job retries).
-    # squeue must report FAILED, the other chunks finish (keep-going from profiles/slurm),
-    # and the run ends with an error instead of waiting forever on a lost job.
-    run = sm.run(
-        workflow_dir, *slurm_profile_args(sm), "--config", "fail_chunk=b", "embed_retries=0", timeout_s=180
-    )
-    assert not run.timed_out, sm.describe(run)
-    assert run.returncode != 0, sm.describe(run)
-    assert re.search(r"SLURM-job '\d+' failed, SLURM status is: 'FAILED'", run.output), sm.describe(run)
-    assert "configured to fail (fail_chunk)" in run.output, sm.describe(run)  # show-failed-logs
-    assert (workflow_dir / "embeddings" / "a.json").exists()
-    assert (workflow_dir / "embeddings" / "c.json").exists()
-    assert not (workflow_dir / "embeddings" / "b.json").exists()
-    assert not (workflow_dir / "merged" / "summary.json").exists()
+def test_failed_embed_job_is_resubmitted_not_retried_in_place_and_the_run_ends(
+    slurm_cluster, corpus_file, real_local, tmp_path, sm
+):
+    """One chunk fails on SLURM; the run reports it, finishes the rest and ends.
 
+    - squeue reports the job FAILED and the controller says so; the job's own log is
+      printed (show-failed-logs);
+    - a rule's retries (`resources.embed.retries`, 1 here to keep it short) resubmit the
+      job, mem_mb growing per attempt, and the Snakemake inside each SLURM job does not
+      retry in place (one_retry_layer), which would make it 2 x 2 attempts;
+    - the other chunk finishes (keep-going, profiles/slurm) with the local run's bytes,
+      and the run ends with an error instead of waiting on a lost job.
 
-def test_failed_embed_job_is_resubmitted_not_retried_in_place(slurm_cluster, corpus_file, real_local, tmp_path, sm):
-    """A rule's retries on SLURM (`resources.embed.retries`, 1 here to keep it short):
-    the controller submits the job twice (mem_mb growing per attempt) and the Snakemake
-    inside each SLURM job does not retry in place (one_retry_layer), which would make it
-    2 x 2 attempts on the first allocation. The run starts from the reference run's split
-    (as the cancel test below) and asks for one chunk's embeddings."""
+    The run starts from the reference run's split (as the cancel test below), chunk 0
+    made unreadable, and asks for two chunks' embeddings."""
     import yaml
 
-    chunks = f"results/{sm.DATASET}/chunks"
+    ds = sm.DATASET
+    chunks = f"results/{ds}/chunks"
     shutil.copytree(real_local.workdir / chunks, tmp_path / chunks, copy_function=shutil.copy2)
+    (tmp_path / chunks / "chunk_0.jsonl").write_text("not json\n")  # newer than the split: no rerun
     config = sm.real_config(tmp_path / "config.yaml", str(corpus_file))
     cfg = yaml.safe_load(config.read_text())
     cfg["resources"]["embed"]["retries"] = 1
-    cfg.setdefault("embedding", {})["model"] = str(tmp_path / "no-such-model")  # fails when the job loads it
     config.write_text(yaml.safe_dump(cfg))
-    target = f"results/{sm.DATASET}/embed/embed_0.npy"
-    run = sm.run(tmp_path, *sm.real_args(tmp_path, config, target), *slurm_profile_args(sm), timeout_s=420)
+    good = [f"results/{ds}/embed/embed_1.npy", f"results/{ds}/embed/embed_1.ids.parquet"]
+    run = sm.run(tmp_path, *sm.real_args(tmp_path, config, f"results/{ds}/embed/embed_0.npy", *good),
+                 *slurm_profile_args(sm), timeout_s=420)
     assert not run.timed_out and run.returncode != 0, sm.describe(run)
-    embeds = re.findall(r"submitted with SLURM jobid (\d+) \(log: (\S*/slurm_logs/rule_embed/\S+\.log)\)", run.output)
-    assert len(embeds) == 2, sm.describe(run)
-    memory = [re.search(r"MinMemoryNode=(\d+)M", scontrol_job(job_id)).group(1) for job_id, _ in embeds]
+    assert re.search(r"SLURM-job '\d+' failed, SLURM status is: 'FAILED'", run.output), sm.describe(run)
+    assert f"{chunks}/chunk_0.jsonl:1: not a shardflow chunk record" in run.output, sm.describe(run)  # its log
+    jobs = re.findall(r"submitted with SLURM jobid (\d+) \(log: (\S*/slurm_logs/rule_embed/(\S+)/\d+\.log)\)",
+                      run.output)
+    failed = [(job_id, log) for job_id, log, wildcards in jobs if wildcards == f"{ds}_0"]
+    assert len(failed) == 2 and len(jobs) == 3, sm.describe(run)
+    memory = [re.search(r"MinMemoryNode=(\d+)M", scontrol_job(job_id)).group(1) for job_id, _ in failed]
     assert memory == ["1000", "1500"], memory  # resources.embed.mem_mb + 500 per attempt
-    for _, log in embeds:
+    for _, log in failed:
         text = (tmp_path / log).read_text()  # an absolute `log` replaces tmp_path
-        assert "no-such-model" in text, text[-3000:]
+        assert "not a shardflow chunk record" in text, text[-3000:]
         assert "Trying to restart job" not in text, text[-3000:]
+    for rel in good:
+        assert (tmp_path / rel).read_bytes() == (real_local.workdir / rel).read_bytes(), rel
+    assert not (tmp_path / f"results/{ds}/embed/embed_0.npy").exists()
 
 
 # ---- faults -------------------------------------------------------------------------------

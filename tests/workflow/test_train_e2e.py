@@ -34,9 +34,9 @@ TRAIN = dict(n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=8, max_it
 TARGETS = (f"results/{DS}/train/metrics.json", f"results/{DS}/provenance.json", "results/report.rst")
 
 
-def _config(path, corpus, **train):
+def _config(path, corpus, resources=None, **train):
     return write_config(path, dataset=DS, tasks=["training"], n_chunks=3, input={"path": str(corpus)},
-                        shards={"tokens_per_shard": 10000}, train={**TRAIN, **train})
+                        shards={"tokens_per_shard": 10000}, train={**TRAIN, **train}, **({"resources": resources} if resources else {}))
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +144,8 @@ def test_checkpoint_of_another_configuration_is_one_clear_error(run, corpus, tmp
     train(work / f"results/{DS}/shards", tmp_path / "scratch",
           TrainParams(**{k: v for k, v in TRAIN.items() if k != "sample_tokens"} | {"max_iters": 1, "lr_decay_iters": 200}, device="cpu"),
           resume_dir=resume, keep_resume=True, sample_tokens=1)
-    wider = _config(tmp_path / "wider.yaml", corpus, n_embd=64)
+    # No retries: the refusal is the same every attempt (3 by default, each importing torch).
+    wider = _config(tmp_path / "wider.yaml", corpus, resources={"train": {"retries": 0}}, n_embd=64)
     proc = snakemake(work, TARGETS[0], "--cores", "2", "--configfile", str(wider), check=False)
     assert proc.returncode != 0
     log = (work / f"logs/train/{DS}.log").read_text()
