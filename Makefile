@@ -75,9 +75,15 @@ fmt: setup
 # SLURM tests share one cluster. (pytest-xdist 3.8's `loadgroup` does not group under
 # pytest 9: it renames node ids through an attribute pytest 9 no longer reads, so every
 # test was its own group and module fixtures ran once per worker.)
-XDIST ?= -n 2 --dist loadfile
+# Files go to workers in the order given (--no-loadscope-reorder; xdist would otherwise
+# hand out the files with the most tests first, which leaves the long workflow and
+# cluster files for last and one worker busy alone at the end): the slow folders first,
+# the many short unit files last to fill the gaps. tests/unit/test_repository.py checks
+# that every folder of tests is listed.
+XDIST ?= -n 2 --dist loadfile --no-loadscope-reorder
+TEST_FOLDERS := tests/cluster tests/faults tests/workflow tests/unit
 test: setup
-	$(BIN)/python -m pytest -rA --durations=25 $(XDIST) tests
+	$(BIN)/python -m pytest -rA --durations=25 $(XDIST) $(TEST_FOLDERS)
 
 # The fault matrix at a larger size: five seeds, half of the faults kill Snakemake itself;
 # the per-rule table goes to fault-report.json (tests/faults/test_fault_matrix.py).

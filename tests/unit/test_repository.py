@@ -20,3 +20,16 @@ def test_no_tracked_file_over_2_mb():
     assert paths, "git ls-files listed nothing"
     big = {str(p.relative_to(REPO)): p.stat().st_size for p in paths if p.is_file() and p.stat().st_size > LIMIT}
     assert not big, f"tracked files over 2 MB: {big}"
+
+
+def test_make_test_runs_every_folder_of_tests():
+    """`make test` names its folders (slow ones first, for the two workers' balance): a
+    new folder of tests must be added there, or its tests would never run in CI."""
+    import re
+
+    line = next(x for x in (REPO / "Makefile").read_text().splitlines() if x.startswith("TEST_FOLDERS :="))
+    listed = set(line.split(":=", 1)[1].split())
+    holding = {f"tests/{p.relative_to(REPO / 'tests').parts[0]}" for p in (REPO / "tests").rglob("test_*.py")}
+    assert holding <= listed, f"folders of tests missing from TEST_FOLDERS in the Makefile: {sorted(holding - listed)}"
+    assert not list((REPO / "tests").glob("test_*.py")), "tests at the top of tests/ would not run: put them in a folder"
+    assert re.search(r"^test: setup\n\t.*\$\(TEST_FOLDERS\)$", (REPO / "Makefile").read_text(), flags=re.M)
