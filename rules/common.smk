@@ -22,6 +22,7 @@ from shardflow.core.hashing import config_sha256
 from shardflow.retrieval.pipeline import RetrievalSpec
 from shardflow.sweep import POINT_ID_REGEX, SEED_REGEX, parse_sweeps
 from shardflow.sweep.report import output_files as sweep_output_files
+from shardflow.sweep.shared import SHARED_FOLDER
 from shardflow.workflow import plan, site, tasks
 
 # A profile value whose $VARIABLE was unset stays literal and fails much later (an
@@ -361,7 +362,7 @@ def sweep_embeddings():
 
 def shared_embeddings(root, kind, key):
     """The folder of one set the sweeps compute, under results, logs or benchmarks."""
-    return f"{root}/sweeps/_embeddings/{RETRIEVAL}/{kind}/{key}"
+    return f"{root}/sweeps/{SHARED_FOLDER}/{RETRIEVAL}/{kind}/{key}"
 
 
 def shared_embedding_value(kind, name):
@@ -379,7 +380,7 @@ def shared_embedding_value(kind, name):
 
 def shared_resume_root(kind):
     def root(wildcards):
-        where = f"_embeddings/{RETRIEVAL}/{kind}/{wildcards.settings}"
+        where = f"{SHARED_FOLDER}/{RETRIEVAL}/{kind}/{wildcards.settings}"
         return resume_path(f"results/sweeps/.resume/{where}", where)
 
     return root
@@ -631,7 +632,11 @@ def landing_sections():
     for name in SWEEPS:
         files = sweep_output_files(SWEEPS[name], sweep_folder(name))
         sections.append(
-            ("sweep", name, {"best": files["best"], "points": files["points"]})
+            (
+                "sweep",
+                name,
+                {k: files[k] for k in ("best", "points", "cost")},
+            )
         )
     return sections
 

@@ -5,7 +5,7 @@ data set's chunks for summarisation; its token shards for training). Writes, per
 job, results/sweeps/<sweep>/<point>/seed=<n>/ (the stage's outputs, its metrics
 JSON), and per sweep results/sweeps/<sweep>/: spec.json (sweep_spec: what decides the
 tables), runs and summary tables (Parquet, CSV), table.md and table.tex, best.json,
-points.json and plots/ (collect_sweep_<name>). Retrieval jobs read corpus and query
+points.json, cost.json and plots/ (collect_sweep_<name>). Retrieval jobs read corpus and query
 embeddings named by their settings, not by the point (shardflow/sweep/shared.py):
 one set per distinct settings under results/sweeps/_embeddings/<data set>/, or the
 main run's own where the settings are the main run's.

@@ -5,6 +5,7 @@
     table.md / table.tex           the summary as a paper's table (export)
     best.json                      the best point: id, parameters, mean, std
     points.json                    every point of the spec, in order: its id and parameters
+    cost.json                      what the sweep cost, each job once, by origin (cost.sweep_cost)
     plots/<figure>.png             plots.plot_files(spec)
 
 `output_files(spec, folder)` lists them, a pure function of the spec, so the collecting
@@ -18,6 +19,7 @@ import os
 from collections.abc import Iterable
 
 from shardflow.core.atomic import write_json
+from shardflow.sweep.cost import JobCost, sweep_cost
 from shardflow.sweep.export import write_exports
 from shardflow.sweep.plots import plot_files, plot_sweep
 from shardflow.sweep.spec import SweepSpec
@@ -32,6 +34,7 @@ TABLE_FILES = {
     "latex": "table.tex",
     "best": "best.json",
     "points": "points.json",
+    "cost": "cost.json",
 }
 
 
@@ -49,9 +52,16 @@ def points_record(spec: SweepSpec) -> dict:
     }
 
 
-def write_report(spec: SweepSpec, results: Iterable[RunResult], folder: str, decimals: int = 3) -> dict[str, str]:
-    """Tables, exports, best point, points table and figures of one sweep; their paths."""
+def write_report(spec: SweepSpec, results: Iterable[RunResult], folder: str, decimals: int = 3,
+                 job_costs: Iterable[Iterable[JobCost]] | None = None) -> dict[str, str]:
+    """Tables, exports, best point, points table, cost and figures of one sweep; their
+    paths. `job_costs`: per result, the jobs it read (their benchmark files), for
+    cost.json; without it each result counts as one job of the sweep's own."""
     files = output_files(spec, folder)
+    results = list(results)
+    if job_costs is None:
+        job_costs = [[JobCost(f"benchmarks/sweeps/{spec.folder}/{r.point}/seed={r.seed}", r.wall_time_s, r.gpu_hours)]
+                     for r in results]
     runs = collect(spec, results)
     summary = summarise(spec, runs)
     write_table(runs, files["runs_parquet"], files["runs_csv"])
@@ -65,5 +75,6 @@ def write_report(spec: SweepSpec, results: Iterable[RunResult], folder: str, dec
         "std": None if math.isnan(std) else std, "n_seeds": int(top["n_seeds"]),
     })
     write_json(files["points"], points_record(spec))
+    write_json(files["cost"], {"sweep": spec.name, **sweep_cost(job_costs, spec.folder)})
     plot_sweep(spec, summary, os.path.join(folder, "plots"))
     return files

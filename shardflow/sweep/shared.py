@@ -34,6 +34,9 @@ from typing import Any
 from shardflow.core.config import recorded
 from shardflow.sweep.spec import SweepSpec
 
+# The folder of the shared sets under results/sweeps, logs/sweeps and benchmarks/sweeps
+# (a sweep's own folder starts with a letter or digit, so none can take this name).
+SHARED_FOLDER = "_embeddings"
 KEY_LENGTH = 16
 KEY_REGEX = f"[0-9a-f]{{{KEY_LENGTH}}}"
 KINDS = ("corpus", "queries")

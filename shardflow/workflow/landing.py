@@ -103,16 +103,25 @@ def summarisation_section(dataset: str, files: dict) -> Section:
 
 
 def sweep_section(name: str, files: dict) -> Section:
-    """files: best (best.json), points (points.json) of a sweep's collection."""
-    best, points = read_json(files["best"]), read_json(files["points"])
+    """files: best (best.json), points (points.json) and cost (cost.json) of a sweep's collection."""
+    best, points, cost = read_json(files["best"]), read_json(files["points"]), read_json(files["cost"])
     params = ", ".join(f"{k}={v}" for k, v in best["params"].items()) or "(base)"
     spread = f" ± {best['std']:.4g}" if best.get("std") is not None else ""
     rows = [
         ("stage", f"{points['stage']}: {len(points['points'])} points x {len(points['seeds'])} seeds"),
         ("varied", ", ".join(points["params"]) or "seeds only"),
         (f"best {best['metric']} ({best['goal']})", f"{best['mean']:.4g}{spread} at {params}"),
+        ("cost", _sweep_cost(cost)),
     ]
     return Section(f"Sweep: {name}", rows)
+
+
+def _sweep_cost(cost: dict) -> str:
+    """'3 jobs, 0.012 GPU-hours, 42 s of job time (1 job of the main run's, read, not rerun)'."""
+    text = f"{cost['jobs']} jobs, {cost['gpu_hours']:.3g} GPU-hours, {cost['wall_time_s']:,.0f} s of job time"
+    read = [(cost["by_origin"][k]["jobs"], what) for k, what in (("main_run", "the main run's"), ("shared", "shared"))]
+    read = [f"{n} {what}" for n, what in read if n]
+    return f"{text} (each once; read: {', '.join(read)})" if read else text
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

@@ -18,8 +18,11 @@ def test_write_report_writes_every_declared_file(spec, tmp_path):
     files = write_report(spec, runs, folder)
     assert files == output_files(spec, folder)
     assert all(os.path.isfile(p) for p in files.values())
-    assert sorted(os.listdir(folder)) == ["best.json", "plots", "points.json", "runs.csv", "runs.parquet",
+    assert sorted(os.listdir(folder)) == ["best.json", "cost.json", "plots", "points.json", "runs.csv", "runs.parquet",
                                           "summary.csv", "summary.parquet", "table.md", "table.tex"]
+    cost = json.loads(Path(files["cost"]).read_text())
+    assert cost["jobs"] == len(runs) and cost["by_origin"]["sweep"]["jobs"] == len(runs)
+    assert cost["gpu_hours"] == round(len(runs) * 60.0 / 3600, 6)
     best = json.loads(Path(files["best"]).read_text())
     assert best["point"] == "lr=0.0003__n_layer=4" and best["params"] == {"train.lr": 0.0003, "train.n_layer": 4}
     assert best["mean"] == 3.0 - 6.5 / 2 + 0.0 and best["n_seeds"] == 2 and best["goal"] == "min"

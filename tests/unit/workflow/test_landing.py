@@ -35,6 +35,14 @@ def test_sweep_section_names_the_best_point(tmp_path):
     (tmp_path / "points.json").write_text(json.dumps(
         {"stage": "summarise", "params": ["summarise.k"], "seeds": [0], "points": [{"id": f"k={k}"} for k in (1, 2, 3)]}
     ))
-    rows = dict(sweep_section("lead-k", {"best": tmp_path / "best.json", "points": tmp_path / "points.json"}).rows)
+    from shardflow.sweep.cost import JobCost, sweep_cost
+
+    main = JobCost("benchmarks/embed/d/embed_0.tsv", 3600.0, 1.0)
+    own = [JobCost(f"benchmarks/sweeps/lead-k/k={k}/seed=0/evaluate.tsv", 10.0) for k in (1, 2, 3)]
+    (tmp_path / "cost.json").write_text(json.dumps(sweep_cost([[main, job] for job in own], "lead-k")))
+    files = {name: tmp_path / f"{name}.json" for name in ("best", "points", "cost")}
+    rows = dict(sweep_section("lead-k", files).rows)
     assert rows["stage"] == "summarise: 3 points x 1 seeds"
     assert rows["best rouge1 (max)"] == "40.39 at summarise.k=3"
+    # The main run's embed job, read by every point, counts once.
+    assert rows["cost"] == "4 jobs, 1 GPU-hours, 3,630 s of job time (each once; read: 1 the main run's)"

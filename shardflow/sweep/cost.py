@@ -1,0 +1,125 @@
+"""What a sweep cost, each job counted once.
+
+A run's `wall_time_s` and `gpu_hours` (the runs table) count every job whose output it
+read, so that points stay comparable; but points can share jobs (a retrieval sweep's
+points read one embedding set when their embedding settings agree, or the main run's),
+and summing the table over points counts those more than once. `sweep_cost` counts
+each job once, by its benchmark file, and says where the jobs came from:
+
+    sweep     the sweep's own jobs (benchmarks/sweeps/<folder>/...)
+    shared    embeddings shared between sweeps (benchmarks/sweeps/_embeddings/...)
+    main_run  outputs of the main run that the sweep read (any other benchmark)
+
+    cost = sweep_cost([[JobCost("benchmarks/sweeps/s/p1/seed=0/train.tsv", 12.0, 0.0033)], ...], "s")
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shardflow.core.jobs import read_benchmark
+from shardflow.sweep.shared import SHARED_FOLDER
+
+SHARED_PREFIX = f"benchmarks/sweeps/{SHARED_FOLDER}/"
+ORIGINS = ("sweep", "shared", "main_run")
+
+
+@dataclass(frozen=True)
+class JobCost:
+    """One job a run read: its benchmark file, its seconds and its GPU-hours."""
+
+    benchmark: str
+    seconds: float
+    gpu_hours: float = 0.0
+
+
+def origin(benchmark: str, folder: str) -> str:
+    """'sweep', 'shared' or 'main_run' for a job's benchmark path: relative to the
+    workdir, or where a storage plugin keeps its local copy (.snakemake/storage/s3/
+    <bucket>/<prefix>/benchmarks/...)."""
+    path = "/" + benchmark.replace("\\", "/")
+    if f"/benchmarks/sweeps/{folder}/" in path:
+        return "sweep"
+    if f"/{SHARED_PREFIX}" in path:
+        return "shared"
+    return "main_run"
+
+
+def _total(jobs: Iterable[JobCost]) -> dict:
+    jobs = list(jobs)
+    seconds = sum(j.seconds for j in jobs if not math.isnan(j.seconds))
+    return {"jobs": len(jobs), "wall_time_s": round(seconds, 3), "gpu_hours": round(sum(j.gpu_hours for j in jobs), 6)}
+
+
+def sweep_cost(runs: Iterable[Iterable[JobCost]], folder: str) -> dict:
+    """The sweep's total over its distinct jobs, by origin, next to the sum over runs.
+
+    A benchmark file read by several runs must carry the same figures in each (it is one
+    file); a disagreement is a bug in the caller and raises ValueError."""
+    seen: dict[str, JobCost] = {}
+    per_run_gpu_hours = 0.0
+    per_run_seconds = 0.0
+    for jobs in runs:
+        for job in jobs:
+            per_run_gpu_hours += job.gpu_hours
+            per_run_seconds += 0.0 if math.isnan(job.seconds) else job.seconds
+            known = seen.setdefault(job.benchmark, job)
+            if known != job and not (math.isnan(known.seconds) and math.isnan(job.seconds)):
+                raise ValueError(f"{job.benchmark}: read twice with different figures ({known} != {job})")
+    by_origin = {name: _total(j for j in seen.values() if origin(j.benchmark, folder) == name) for name in ORIGINS}
+    return {
+        **_total(seen.values()),
+        "by_origin": by_origin,
+        # What summing the runs table gives: shared jobs once per run that read them.
+        "summed_over_runs": {"wall_time_s": round(per_run_seconds, 3), "gpu_hours": round(per_run_gpu_hours, 6)},
+    }
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One sweep job's metrics and the jobs whose outputs it read (its own included)."""
+
+    point: str
+    seed: int
+    metrics: dict[str, Any]
+    costs: tuple[JobCost, ...]
+
+    @property
+    def wall_time_s(self) -> float:
+        return sum(c.seconds for c in self.costs)
+
+    @property
+    def gpu_hours(self) -> float:
+        return sum(c.gpu_hours for c in self.costs)
+
+
+def read_job_records(shapes: Sequence[tuple[str, int, int, int]], metrics: Sequence[str], stats: Sequence[str],
+                     benchmarks: Sequence[str]) -> list[JobRecord]:
+    """The collecting rule's inputs, read back per job.
+
+    `shapes`: per job (point, seed, number of stats files, number of benchmarks), in the
+    order of the inputs (rules/common.smk, sweep_job_files): each job's metrics record,
+    its stats files, then its benchmarks, the first of which pair with the stats files.
+    GPU-hours: a job whose own stats say it ran on CUDA, its seconds x the GPUs it held."""
+    stats_files, bench_files = iter(stats), iter(benchmarks)
+    records = []
+    for (point, seed, n_stats, n_bench), metrics_path in zip(shapes, metrics, strict=True):
+        with open(metrics_path, encoding="utf-8") as fh:
+            record = json.load(fh)
+        costs = []
+        for i in range(n_bench):
+            path = str(next(bench_files))
+            seconds = float(read_benchmark(path).get("s", 0.0))
+            gpu_hours = 0.0
+            if i < n_stats:
+                with open(next(stats_files), encoding="utf-8") as fh:
+                    job_stats = json.load(fh)
+                if str(job_stats.get("device", "")).startswith("cuda"):
+                    gpu_hours = seconds * int(job_stats.get("gpus", job_stats.get("world_size", 1))) / 3600
+            costs.append(JobCost(path, seconds, gpu_hours))
+        records.append(JobRecord(point, int(seed), record, tuple(costs)))
+    return records

@@ -1,0 +1,80 @@
+import math
+
+import pytest
+
+from shardflow.sweep.cost import JobCost, origin, sweep_cost
+
+
+def test_origin_of_each_kind_of_benchmark():
+    assert origin("benchmarks/sweeps/ret/p=1/seed=0/retrieval_evaluate.tsv", "ret") == "sweep"
+    assert origin("./benchmarks/sweeps/ret/x.tsv", "ret") == "sweep"
+    assert origin("benchmarks/sweeps/_embeddings/arguana/corpus/k1/embed_0.tsv", "ret") == "shared"
+    assert origin("benchmarks/embed/arguana/embed_0.tsv", "ret") == "main_run"
+    # The local copy a storage plugin made (EKS profile: default storage on S3).
+    s3 = ".snakemake/storage/s3/bucket/runs/a"
+    assert origin(f"{s3}/benchmarks/sweeps/ret/p=1/seed=0/retrieval_evaluate.tsv", "ret") == "sweep"
+    assert origin(f"{s3}/benchmarks/sweeps/_embeddings/arguana/queries/k/embed_queries.tsv", "ret") == "shared"
+    assert origin(f"{s3}/benchmarks/embed/arguana/embed_0.tsv", "ret") == "main_run"
+    # Another sweep's folder that merely starts with this one's name is not this sweep's.
+    assert origin("benchmarks/sweeps/ret2/p/seed=0/x.tsv", "ret") == "main_run"
+
+
+def test_shared_jobs_count_once_and_by_origin():
+    main = JobCost("benchmarks/embed/d/embed_0.tsv", 100.0, 0.1)
+    shared = JobCost("benchmarks/sweeps/_embeddings/d/corpus/k/embed_0.tsv", 50.0, 0.05)
+    runs = [
+        [main, JobCost("benchmarks/sweeps/s/a/seed=0/retrieval_evaluate.tsv", 2.0)],
+        [main, JobCost("benchmarks/sweeps/s/b/seed=0/retrieval_evaluate.tsv", 3.0)],
+        [shared, JobCost("benchmarks/sweeps/s/c/seed=0/retrieval_evaluate.tsv", 4.0)],
+        [shared, JobCost("benchmarks/sweeps/s/d/seed=0/retrieval_evaluate.tsv", 1.0)],
+    ]
+    cost = sweep_cost(runs, "s")
+    assert cost["jobs"] == 6
+    assert cost["wall_time_s"] == pytest.approx(160.0)
+    assert cost["gpu_hours"] == pytest.approx(0.15)
+    assert cost["by_origin"]["sweep"] == {"jobs": 4, "wall_time_s": 10.0, "gpu_hours": 0.0}
+    assert cost["by_origin"]["shared"] == {"jobs": 1, "wall_time_s": 50.0, "gpu_hours": 0.05}
+    assert cost["by_origin"]["main_run"] == {"jobs": 1, "wall_time_s": 100.0, "gpu_hours": 0.1}
+    # The runs table summed over points counts the main run's and the shared set twice.
+    assert cost["summed_over_runs"]["wall_time_s"] == pytest.approx(310.0)
+    assert cost["summed_over_runs"]["gpu_hours"] == pytest.approx(0.3)
+
+
+def test_a_benchmark_read_with_two_different_figures_is_refused():
+    a = JobCost("benchmarks/embed/d/embed_0.tsv", 1.0)
+    with pytest.raises(ValueError, match="embed_0.tsv: read twice with different figures"):
+        sweep_cost([[a], [JobCost(a.benchmark, 2.0)]], "s")
+
+
+def test_missing_seconds_are_not_summed():
+    cost = sweep_cost([[JobCost("benchmarks/sweeps/s/a.tsv", math.nan)], [JobCost("benchmarks/sweeps/s/a.tsv", math.nan)]], "s")
+    assert cost["jobs"] == 1 and cost["wall_time_s"] == 0.0
+
+
+def test_read_job_records_pairs_stats_with_the_first_benchmarks(tmp_path):
+    """Two retrieval points reading one shared corpus embedding on CUDA (2 GPUs held),
+    each with an evaluation job of its own; the shared files are listed for each."""
+    import json
+
+    from shardflow.sweep.cost import read_job_records
+
+    def write(name, text):
+        path = tmp_path / name
+        path.write_text(text)
+        return str(path)
+
+    bench = "s\th:m:s\tmax_rss\n{}\t0:00:01\t1.0\n"
+    shared_stats = write("embed_0.stats.json", json.dumps({"device": "cuda:0", "gpus": 2}))
+    shared_bench = write("embed_0.tsv", bench.format(1800.0))
+    metrics = [write(f"m{i}.json", json.dumps({"ndcg_at_10": 0.5 + i})) for i in range(2)]
+    evaluate = [write(f"e{i}.tsv", bench.format(10.0 + i)) for i in range(2)]
+    records = read_job_records(
+        [("a", 0, 1, 2), ("b", 0, 1, 2)], metrics, [shared_stats, shared_stats],
+        [shared_bench, evaluate[0], shared_bench, evaluate[1]],
+    )
+    assert [(r.point, r.seed, r.metrics["ndcg_at_10"]) for r in records] == [("a", 0, 0.5), ("b", 0, 1.5)]
+    assert records[0].gpu_hours == pytest.approx(1.0) and records[1].wall_time_s == pytest.approx(1811.0)
+    assert records[0].costs[1].gpu_hours == 0.0  # no stats paired: not counted as GPU time
+    cost = sweep_cost([r.costs for r in records], "s")
+    assert cost["jobs"] == 3 and cost["gpu_hours"] == pytest.approx(1.0)
+    assert cost["summed_over_runs"]["gpu_hours"] == pytest.approx(2.0)
