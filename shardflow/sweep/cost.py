@@ -51,8 +51,9 @@ def origin(benchmark: str, folder: str) -> str:
 
 def _total(jobs: Iterable[JobCost]) -> dict:
     jobs = list(jobs)
-    seconds = sum(j.seconds for j in jobs if not math.isnan(j.seconds))
-    return {"jobs": len(jobs), "wall_time_s": round(seconds, 3), "gpu_hours": round(sum(j.gpu_hours for j in jobs), 6)}
+    seconds = sum((j.seconds for j in jobs if not math.isnan(j.seconds)), 0.0)
+    gpu_hours = sum((j.gpu_hours for j in jobs), 0.0)
+    return {"jobs": len(jobs), "wall_time_s": round(seconds, 3), "gpu_hours": round(gpu_hours, 6)}
 
 
 def sweep_cost(runs: Iterable[Iterable[JobCost]], folder: str) -> dict:

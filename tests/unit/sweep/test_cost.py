@@ -35,6 +35,9 @@ def test_shared_jobs_count_once_and_by_origin():
     assert cost["by_origin"]["sweep"] == {"jobs": 4, "wall_time_s": 10.0, "gpu_hours": 0.0}
     assert cost["by_origin"]["shared"] == {"jobs": 1, "wall_time_s": 50.0, "gpu_hours": 0.05}
     assert cost["by_origin"]["main_run"] == {"jobs": 1, "wall_time_s": 100.0, "gpu_hours": 0.1}
+    # An origin without jobs writes floats all the same (a typed column when tabulated).
+    empty = sweep_cost(runs[2:], "s")["by_origin"]["main_run"]
+    assert empty == {"jobs": 0, "wall_time_s": 0.0, "gpu_hours": 0.0} and isinstance(empty["gpu_hours"], float)
     # The runs table summed over points counts the main run's and the shared set twice.
     assert cost["summed_over_runs"]["wall_time_s"] == pytest.approx(310.0)
     assert cost["summed_over_runs"]["gpu_hours"] == pytest.approx(0.3)
