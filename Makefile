@@ -110,15 +110,16 @@ bench: setup
 	$(BIN)/python benchmarks/bench_engine.py --texts demo --threads 2
 
 # Evaluate any BEIR folder: make evaluate-beir DATA=<folder> [MODEL=<name or path>] [NAME=<name>]
+#   [CHUNKS=N|auto] (corpus chunks, embed jobs; default: the config's retrieval.n_chunks)
 # Hits whose doc id equals the query id are dropped, as MTEB does (DROP_IDENTICAL_IDS=false to keep them).
 DROP_IDENTICAL_IDS ?= true
 MODEL ?= default
 evaluate-beir: setup
-	@test -n "$(DATA)" || { echo "usage: make evaluate-beir DATA=<BEIR folder> [MODEL=<name or path>] [NAME=<name>]" >&2; exit 2; }
+	@test -n "$(DATA)" || { echo "usage: make evaluate-beir DATA=<BEIR folder> [MODEL=<name or path>] [NAME=<name>] [CHUNKS=<n|auto>]" >&2; exit 2; }
 	@name="$${NAME:-$$(basename "$$(cd "$(DATA)" && pwd)" | tr -c 'A-Za-z0-9_.\n-' '_')}"; \
 	  cfg=".snakemake/shardflow/evaluate-beir-$$name.yaml"; mkdir -p "$$(dirname "$$cfg")"; \
 	  $(BIN)/python -m shardflow.cli beir-config --data "$(DATA)" --name "$$name" --model "$(MODEL)" \
-	    --drop-identical-ids "$(DROP_IDENTICAL_IDS)" --out "$$cfg" >&2 && \
+	    --drop-identical-ids "$(DROP_IDENTICAL_IDS)" --chunks "$(CHUNKS)" --out "$$cfg" >&2 && \
 	  $(SNAKEMAKE) "results/$$name/retrieval/metrics.json" --profile profiles/local --cores $(CORES) --configfile "$$cfg" >&2 && \
 	  echo "results/$$name/retrieval/metrics.json"
 
@@ -132,7 +133,7 @@ evaluate-beir: setup
 METHOD ?= lead
 REFERENCE_FORMAT ?= prose
 SPLITTER ?= punctuation
-CHUNKS ?= auto
+evaluate-summaries: CHUNKS ?= auto
 evaluate-summaries: setup
 	@test -n "$(DATA)" || { echo "usage: make evaluate-summaries DATA=<jsonl[.gz]> [METHOD=lead|extractive|abstractive|stored] [MODEL=<folder>] ..." >&2; exit 2; }
 	@name="$${NAME:-$$(basename "$(DATA)" | sed 's/\.gz$$//; s/\.jsonl$$//' | tr -c 'A-Za-z0-9_.\n-' '_')-$(METHOD)}"; \

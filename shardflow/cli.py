@@ -20,6 +20,13 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
+def _chunks(text: str) -> str:
+    """CHUNKS=: empty (the config's count), `auto`, or a positive integer."""
+    if text in ("", "auto") or (text.isdigit() and int(text) > 0):
+        return text
+    raise argparse.ArgumentTypeError(f"expected a positive integer or auto, got {text!r}")
+
+
 def beir_config(args: argparse.Namespace) -> int:
     """Write a config overlay that evaluates one BEIR folder."""
     folder = os.path.abspath(args.data)
@@ -36,6 +43,8 @@ def beir_config(args: argparse.Namespace) -> int:
         },
         "embedding": {"model": args.model},
     }
+    if args.chunks:  # empty: the config's retrieval.n_chunks
+        overlay["retrieval"]["n_chunks"] = args.chunks if args.chunks == "auto" else int(args.chunks)
     with atomic_open(args.out, "w", encoding="utf-8") as fh:
         yaml.safe_dump(overlay, fh, sort_keys=False)
     print(f"evaluate-beir: config overlay {args.out}", file=sys.stderr)
@@ -106,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="default")
     p.add_argument("--split", default="test")
     p.add_argument("--drop-identical-ids", type=_bool, default=True)
+    p.add_argument("--chunks", default="", type=_chunks)
     p.add_argument("--out", required=True)
     p.set_defaults(func=beir_config)
     p = sub.add_parser("summaries-config", help="config overlay for make evaluate-summaries")

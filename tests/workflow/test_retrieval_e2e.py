@@ -113,7 +113,8 @@ def test_metrics_through_the_workflow_and_reproduction_check(tmp_path, beir):
 
 
 def test_make_evaluate_beir_prints_the_metrics_path_last(beir):
-    """The documented one-command evaluation of any BEIR folder."""
+    """The documented one-command evaluation of any BEIR folder (one corpus chunk: the
+    pipeline with its chunks is the test above's)."""
     import shutil
     import subprocess
 
@@ -122,7 +123,7 @@ def test_make_evaluate_beir_prints_the_metrics_path_last(beir):
     name = "pytest_evaluate_beir"
     try:
         proc = subprocess.run(
-            ["make", "--no-print-directory", "evaluate-beir", f"DATA={beir}", f"NAME={name}", "CORES=2"],
+            ["make", "--no-print-directory", "evaluate-beir", f"DATA={beir}", f"NAME={name}", "CORES=2", "CHUNKS=1"],
             cwd=REPO,
             env=offline_env(),
             capture_output=True,
@@ -134,6 +135,7 @@ def test_make_evaluate_beir_prints_the_metrics_path_last(beir):
         assert last == f"results/{name}/retrieval/metrics.json"
         metrics = json.loads((REPO / last).read_text())
         assert metrics["n_queries"] == 6 and metrics["mrr_at_10"] == pytest.approx(1.0)
+        assert sorted(p.name for p in (REPO / f"results/{name}/embed").glob("*.npy")) == ["embed_0.npy"]
     finally:  # the target writes into the repo's results/, logs/, benchmarks/
         for path in [REPO / "results" / name, *REPO.glob(f"logs/*/{name}*"), *REPO.glob(f"benchmarks/*/{name}*")]:
             if path.is_dir():

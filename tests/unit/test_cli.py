@@ -1,0 +1,29 @@
+"""shardflow.cli: the config overlays behind make evaluate-beir / evaluate-summaries."""
+
+import pytest
+import yaml
+
+from shardflow.cli import main
+
+
+def test_beir_overlay_keeps_the_configs_chunk_count_unless_given(tmp_path):
+    out = tmp_path / "o.yaml"
+    assert main(["beir-config", "--data", str(tmp_path), "--name", "x", "--out", str(out)]) == 0
+    overlay = yaml.safe_load(out.read_text())
+    assert "n_chunks" not in overlay["retrieval"] and overlay["retrieval"]["path"] == str(tmp_path)
+    for given, written in (("3", 3), ("auto", "auto")):
+        assert main(["beir-config", "--data", str(tmp_path), "--name", "x", "--chunks", given, "--out", str(out)]) == 0
+        assert yaml.safe_load(out.read_text())["retrieval"]["n_chunks"] == written
+
+
+@pytest.mark.parametrize("bad", ["0", "-2", "many"])
+def test_beir_overlay_refuses_a_chunk_count_naming_it(tmp_path, capsys, bad):
+    with pytest.raises(SystemExit):
+        main(["beir-config", "--data", str(tmp_path), "--name", "x", "--chunks", bad, "--out", str(tmp_path / "o.yaml")])
+    assert f"expected a positive integer or auto, got {bad!r}" in capsys.readouterr().err
+    assert not (tmp_path / "o.yaml").exists()
+
+
+def test_beir_overlay_of_a_missing_folder_names_it(tmp_path, capsys):
+    assert main(["beir-config", "--data", str(tmp_path / "nope"), "--name", "x", "--out", str(tmp_path / "o.yaml")]) == 2
+    assert f"evaluate-beir: DATA={str(tmp_path / 'nope')!r} is not a folder" in capsys.readouterr().err
