@@ -45,14 +45,14 @@ def test_skipped_bad_record_is_counted_not_lost(tmp_path, demo_texts):
 
 
 def test_concurrent_embed_jobs_never_share_a_device(tmp_path, demo_texts):
-    """Fake device list of 2, 6 chunks, up to 2 embed jobs at once: each job pins itself
+    """Fake device list of 2, 4 chunks, up to 2 embed jobs at once: each job pins itself
     to a free device (lock-file slot); jobs that overlap in time never share one."""
     corpus = tmp_path / "c.jsonl"
-    corpus.write_text("".join(json.dumps({"id": r["id"], "text": r["text"]}) + "\n" for r in demo_texts[1][:36]))
+    corpus.write_text("".join(json.dumps({"id": r["id"], "text": r["text"]}) + "\n" for r in demo_texts[1][:24]))
     cfg = write_config(
         tmp_path / "c.yaml",
         dataset="gpus",
-        n_chunks=6,
+        n_chunks=4,
         input={"path": str(corpus)},
         gpu_jobs={"pinning": "slots", "devices": "0,1"},
         resources={"embed": {"threads": 1}},
@@ -63,7 +63,7 @@ def test_concurrent_embed_jobs_never_share_a_device(tmp_path, demo_texts):
         tmp_path, "results/gpus/ids.parquet", "--cores", "2", "--resources", "gpu=2", "--configfile", str(cfg), env=env
     )
     spans = []
-    for i in range(6):
+    for i in range(4):
         log = (tmp_path / f"logs/embed/gpus/chunk_{i}.log").read_text()
         # The slot is held from this log line (pinning) until the process exits.
         m = re.search(r"^(\S+ \S+) INFO embed: CUDA_VISIBLE_DEVICES=(\S+)", log, re.M)
@@ -72,8 +72,8 @@ def test_concurrent_embed_jobs_never_share_a_device(tmp_path, demo_texts):
         spans.append((m.group(2), pinned, stats["end_time"]))
     assert {d for d, _, _ in spans} == {"0", "1"}
     overlaps = 0
-    for a in range(6):
-        for b in range(a + 1, 6):
+    for a in range(4):
+        for b in range(a + 1, 4):
             (da, sa, ea), (db, sb, eb) = spans[a], spans[b]
             if sa < eb and sb < ea:  # overlapping in time
                 overlaps += 1
