@@ -41,14 +41,18 @@ def sha256_folder(folder: str | os.PathLike, suffixes: tuple[str, ...] | None = 
     return h.hexdigest()
 
 
-def digest(obj: Any) -> str:
-    """sha256 of an object's canonical JSON (sorted keys)."""
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+def digest(obj: Any, compact: bool = False) -> str:
+    """sha256 of an object's canonical JSON: sorted keys, values JSON cannot hold as
+    their str(); `compact` without spaces after ',' and ':'. Both spellings are kept:
+    each is recorded somewhere (resume keys and ids hash the spaced one, provenance's
+    config_sha256 the compact one), and a changed hash would rerun finished work."""
+    separators = (",", ":") if compact else (", ", ": ")
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=separators, default=str).encode()).hexdigest()
 
 
 def config_sha256(config: dict) -> str:
-    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    """The hash provenance records for a run's whole config."""
+    return digest(config, compact=True)
 
 
 def texts_fingerprint(texts: list[str]) -> str:

@@ -1,0 +1,24 @@
+"""The hashes that are recorded (resume keys, ids, provenance) must never change: a
+changed spelling would rerun, or fail to resume, every finished job."""
+
+from shardflow.core.hashing import config_sha256, digest, texts_fingerprint
+
+RECORD = {"model": "m", "max_length": None, "window": 4096, "prompt": "é"}
+
+
+def test_recorded_hashes_are_pinned():
+    # Values from the implementation before digest and config_sha256 shared one
+    # (json.dumps with sorted keys; config_sha256 without spaces).
+    assert digest(RECORD) == "0e1c54578f17e6f4ee2bbcf69d562f15910c5f42ed6da50da70ef83284311c5e"
+    assert config_sha256(RECORD) == "1bd399c29aae60fb47acad5d269a55d761c992aa27ad7837785d906e5c2d5dbe"
+
+
+def test_key_order_and_unjsonable_values():
+    from pathlib import Path
+
+    assert digest({"a": 1, "b": 2}) == digest({"b": 2, "a": 1})
+    assert digest({"p": Path("/x")}) == digest({"p": "/x"})  # str() of what JSON cannot hold
+
+
+def test_texts_fingerprint_keeps_boundaries():
+    assert texts_fingerprint(["ab", "c"]) != texts_fingerprint(["a", "bc"])
