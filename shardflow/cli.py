@@ -77,7 +77,7 @@ def summaries_config(args: argparse.Namespace) -> int:
     overlay = {
         "dataset": args.name,
         "tasks": ["summarisation"],
-        "n_chunks": args.chunks if args.chunks == "auto" else int(args.chunks),
+        "n_chunks": int(args.chunks) if args.chunks not in ("", "auto") else "auto",
         "input": {"path": path, "format": "jsonl", "id_field": args.id, "text_field": args.article},
         "summarise": summarise,
     }
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reference", default="highlights")
     p.add_argument("--reference-format", default="prose", choices=["prose", "tokenised"])
     p.add_argument("--splitter", default="punctuation", choices=["punctuation", "prose"])
-    p.add_argument("--chunks", default="auto")
+    p.add_argument("--chunks", default="auto", type=_chunks)  # empty: auto
     p.add_argument("--out", required=True)
     p.set_defaults(func=summaries_config)
     p = sub.add_parser("sweep-table", help="the summary table of a sweep config file (make sweep)")

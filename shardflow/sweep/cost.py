@@ -8,7 +8,13 @@ each job once, by its benchmark file, and says where the jobs came from:
 
     sweep     the sweep's own jobs (benchmarks/sweeps/<folder>/...)
     shared    embeddings shared between sweeps (benchmarks/sweeps/_embeddings/...)
-    main_run  outputs of the main run that the sweep read (any other benchmark)
+    main_run  jobs of the main run whose outputs the sweep read and is charged for (any
+              other benchmark: a retrieval sweep's embed, merge and embed_queries jobs
+              when its embedding settings are the main run's)
+
+A run is charged its own jobs and, for retrieval, the embedding jobs it reads; the
+inputs every point shares as they are (split chunks, token shards, the tokenizer) are
+charged to none.
 
     cost = sweep_cost([[JobCost("benchmarks/sweeps/s/p1/seed=0/train.tsv", 12.0, 0.0033)], ...], "s")
 """
@@ -52,7 +58,7 @@ def origin(benchmark: str, folder: str) -> str:
 def _total(jobs: Iterable[JobCost]) -> dict:
     jobs = list(jobs)
     seconds = sum((j.seconds for j in jobs if not math.isnan(j.seconds)), 0.0)
-    gpu_hours = sum((j.gpu_hours for j in jobs), 0.0)
+    gpu_hours = sum((j.gpu_hours for j in jobs if not math.isnan(j.gpu_hours)), 0.0)
     return {"jobs": len(jobs), "wall_time_s": round(seconds, 3), "gpu_hours": round(gpu_hours, 6)}
 
 
@@ -66,7 +72,7 @@ def sweep_cost(runs: Iterable[Iterable[JobCost]], folder: str) -> dict:
     per_run_seconds = 0.0
     for jobs in runs:
         for job in jobs:
-            per_run_gpu_hours += job.gpu_hours
+            per_run_gpu_hours += 0.0 if math.isnan(job.gpu_hours) else job.gpu_hours
             per_run_seconds += 0.0 if math.isnan(job.seconds) else job.seconds
             known = seen.setdefault(job.benchmark, job)
             if known != job and not (math.isnan(known.seconds) and math.isnan(job.seconds)):

@@ -117,11 +117,18 @@ def sweep_section(name: str, files: dict) -> Section:
 
 
 def _sweep_cost(cost: dict) -> str:
-    """'3 jobs, 0.012 GPU-hours, 42 s of job time (1 job of the main run's, read, not rerun)'."""
-    text = f"{cost['jobs']} jobs, {cost['gpu_hours']:.3g} GPU-hours, {cost['wall_time_s']:,.0f} s of job time"
-    read = [(cost["by_origin"][k]["jobs"], what) for k, what in (("main_run", "the main run's"), ("shared", "shared"))]
-    read = [f"{n} {what}" for n, what in read if n]
-    return f"{text} (each once; read: {', '.join(read)})" if read else text
+    """'10 jobs, 0.42 GPU-hours, 1,512 s of job time (each once; of them read: 3 of the
+    main run's, 3 shared)'."""
+
+    def jobs(n: int) -> str:
+        return f"{n:,} job{'' if n == 1 else 's'}"
+
+    hours = cost["gpu_hours"]
+    text = (f"{jobs(cost['jobs'])}, {hours:,.0f}" if hours >= 100 else f"{jobs(cost['jobs'])}, {hours:.3g}")
+    text += f" GPU-hours, {cost['wall_time_s']:,.0f} s of job time"
+    read = [(cost["by_origin"][k]["jobs"], what) for k, what in (("main_run", "of the main run's"), ("shared", "shared"))]
+    read = [f"{n:,} {what}" for n, what in read if n]
+    return f"{text} (each once; of them read: {', '.join(read)})" if read else text
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

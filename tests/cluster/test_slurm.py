@@ -1,8 +1,8 @@
 """The SLURM path: `--executor slurm` on a real one-node cluster (.ci/slurm.sh:
 slurmctld + slurmd, 4 fake GPUs, no accounting), with the site profile
 profiles/slurm and the CI overlay profiles/ci-slurm. The real workflow for results
-(compared bit for bit with the local run), the tiny stand-in workflow for a chunk
-that fails."""
+(compared bit for bit with the local run, to the merged embeddings), a chunk that
+fails and one that is cancelled."""
 
 import os
 import re
@@ -133,8 +133,9 @@ def test_failed_embed_job_is_resubmitted_not_retried_in_place_and_the_run_ends(
     - a rule's retries (`resources.embed.retries`, 1 here to keep it short) resubmit the
       job, mem_mb growing per attempt, and the Snakemake inside each SLURM job does not
       retry in place (one_retry_layer), which would make it 2 x 2 attempts;
-    - the other chunk finishes (keep-going, profiles/slurm) with the local run's bytes,
-      and the run ends with an error instead of waiting on a lost job.
+    - the other chunk, submitted beside it, finishes with the local run's bytes, and the
+      run ends with an error instead of waiting on a lost job. (profiles/slurm's
+      keep-going is not what this shows: Snakemake lets running jobs finish without it.)
 
     The run starts from the reference run's split (as the cancel test below), chunk 0
     made unreadable, and asks for two chunks' embeddings."""

@@ -27,3 +27,16 @@ def test_beir_overlay_refuses_a_chunk_count_naming_it(tmp_path, capsys, bad):
 def test_beir_overlay_of_a_missing_folder_names_it(tmp_path, capsys):
     assert main(["beir-config", "--data", str(tmp_path / "nope"), "--name", "x", "--out", str(tmp_path / "o.yaml")]) == 2
     assert f"evaluate-beir: DATA={str(tmp_path / 'nope')!r} is not a folder" in capsys.readouterr().err
+
+
+def test_summaries_overlay_chunks_empty_means_auto_and_bad_is_refused(tmp_path, capsys):
+    data = tmp_path / "a.jsonl"
+    data.write_text('{"id": "1", "article": "x", "highlights": "y"}\n')
+    out = tmp_path / "o.yaml"
+    for given, written in (("", "auto"), ("auto", "auto"), ("2", 2)):
+        assert main(["summaries-config", "--data", str(data), "--name", "n", "--chunks", given, "--out", str(out)]) == 0
+        assert yaml.safe_load(out.read_text())["n_chunks"] == written
+    with pytest.raises(SystemExit):
+        main(["summaries-config", "--data", str(data), "--name", "n", "--chunks", "two", "--out", str(out)])
+    assert "expected a positive integer or auto, got 'two'" in capsys.readouterr().err
+

@@ -74,7 +74,8 @@ def test_runs_and_summary_tables(run):
     assert len(pd.read_csv(run / f"{TABLES}/runs.csv")) == 8
     # The two seeds are different runs: their losses differ.
     assert (summary["best_val_loss_std"] > 0).any()
-    # Eight train jobs of the sweep's own, each counted once (none read the main run's).
+    # Eight train jobs of the sweep's own, each counted once (the main run's shards they
+    # read are charged to no run).
     cost = json.loads((run / f"{TABLES}/cost.json").read_text())
     assert cost["jobs"] == cost["by_origin"]["sweep"]["jobs"] == 8 and cost["by_origin"]["main_run"]["jobs"] == 0
     assert cost["wall_time_s"] == pytest.approx(runs["wall_time_s"].sum(), abs=0.01) and cost["gpu_hours"] == 0.0

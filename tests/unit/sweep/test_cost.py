@@ -52,6 +52,9 @@ def test_a_benchmark_read_with_two_different_figures_is_refused():
 def test_missing_seconds_are_not_summed():
     cost = sweep_cost([[JobCost("benchmarks/sweeps/s/a.tsv", math.nan)], [JobCost("benchmarks/sweeps/s/a.tsv", math.nan)]], "s")
     assert cost["jobs"] == 1 and cost["wall_time_s"] == 0.0
+    # NaN never reaches cost.json (it is not JSON): missing figures count as nothing.
+    cost = sweep_cost([[JobCost("benchmarks/sweeps/s/b.tsv", math.nan, math.nan)]], "s")
+    assert cost["gpu_hours"] == 0.0 and cost["summed_over_runs"]["gpu_hours"] == 0.0
 
 
 def test_read_job_records_pairs_stats_with_the_first_benchmarks(tmp_path):

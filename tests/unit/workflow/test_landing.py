@@ -45,4 +45,9 @@ def test_sweep_section_names_the_best_point(tmp_path):
     assert rows["stage"] == "summarise: 3 points x 1 seeds"
     assert rows["best rouge1 (max)"] == "40.39 at summarise.k=3"
     # The main run's embed job, read by every point, counts once.
-    assert rows["cost"] == "4 jobs, 1 GPU-hours, 3,630 s of job time (each once; read: 1 the main run's)"
+    assert rows["cost"] == "4 jobs, 1 GPU-hours, 3,630 s of job time (each once; of them read: 1 of the main run's)"
+    from shardflow.workflow.landing import _sweep_cost
+
+    big = {"jobs": 1, "gpu_hours": 1234.5, "wall_time_s": 10.0,
+           "by_origin": {"main_run": {"jobs": 0}, "shared": {"jobs": 1}}}
+    assert _sweep_cost(big) == "1 job, 1,234 GPU-hours, 10 s of job time (each once; of them read: 1 shared)"
