@@ -55,10 +55,15 @@ def origin(benchmark: str, folder: str) -> str:
     return "main_run"
 
 
+def _figure(value: float) -> float:
+    """A job's seconds or GPU-hours for a sum: a missing (NaN) figure counts as nothing."""
+    return 0.0 if math.isnan(value) else value
+
+
 def _total(jobs: Iterable[JobCost]) -> dict:
     jobs = list(jobs)
-    seconds = sum((j.seconds for j in jobs if not math.isnan(j.seconds)), 0.0)
-    gpu_hours = sum((j.gpu_hours for j in jobs if not math.isnan(j.gpu_hours)), 0.0)
+    seconds = sum((_figure(j.seconds) for j in jobs), 0.0)
+    gpu_hours = sum((_figure(j.gpu_hours) for j in jobs), 0.0)
     return {"jobs": len(jobs), "wall_time_s": round(seconds, 3), "gpu_hours": round(gpu_hours, 6)}
 
 
@@ -68,21 +73,19 @@ def sweep_cost(runs: Iterable[Iterable[JobCost]], folder: str) -> dict:
     A benchmark file read by several runs must carry the same figures in each (it is one
     file); a disagreement is a bug in the caller and raises ValueError."""
     seen: dict[str, JobCost] = {}
-    per_run_gpu_hours = 0.0
-    per_run_seconds = 0.0
+    read: list[JobCost] = []
     for jobs in runs:
         for job in jobs:
-            per_run_gpu_hours += 0.0 if math.isnan(job.gpu_hours) else job.gpu_hours
-            per_run_seconds += 0.0 if math.isnan(job.seconds) else job.seconds
+            read.append(job)
             known = seen.setdefault(job.benchmark, job)
-            if known != job and not (math.isnan(known.seconds) and math.isnan(job.seconds)):
+            if (_figure(known.seconds), _figure(known.gpu_hours)) != (_figure(job.seconds), _figure(job.gpu_hours)):
                 raise ValueError(f"{job.benchmark}: read twice with different figures ({known} != {job})")
     by_origin = {name: _total(j for j in seen.values() if origin(j.benchmark, folder) == name) for name in ORIGINS}
+    summed = _total(read)  # what summing the runs table gives: shared jobs once per run that read them
     return {
         **_total(seen.values()),
         "by_origin": by_origin,
-        # What summing the runs table gives: shared jobs once per run that read them.
-        "summed_over_runs": {"wall_time_s": round(per_run_seconds, 3), "gpu_hours": round(per_run_gpu_hours, 6)},
+        "summed_over_runs": {"wall_time_s": summed["wall_time_s"], "gpu_hours": summed["gpu_hours"]},
     }
 
 
