@@ -1,5 +1,6 @@
-"""A small synthetic BEIR set through the real retrieval workflow, and the
-reproduction check failing loudly when an expected value changes."""
+"""A small synthetic BEIR set through the real retrieval workflow, the reproduction
+check failing loudly when an expected value changes, MS MARCO files, make
+evaluate-beir, and retrieval sweeps run for real (shared embeddings, their cost)."""
 
 import json
 import os
@@ -195,3 +196,39 @@ def test_msmarco_files_through_the_workflow(tmp_path, beir):
     assert metrics["mrr_at_10"] == pytest.approx(1.0)
     files = assert_no_secrets(tmp_path)  # fake credentials in its environment, none in its files
     assert any(f.name == "metrics.json" for f in files)
+
+
+def test_retrieval_sweeps_read_shared_embeddings_and_count_each_job_once(tmp_path, beir):
+    """Two retrieval sweeps run for real with the main run: `topk` varies only what the
+    search reads, so both its points read the main run's embeddings; `len` truncates the
+    documents, so its point embeds a set of its own under sweeps/_embeddings. Each
+    sweep's cost.json counts every job it read once, by where it came from."""
+    import pandas as pd
+
+    sweeps = {
+        "topk": {"stage": "retrieval", "grid": {"retrieval.top_k": [100, 200]}, "seeds": [0],
+                 "metrics": {"ndcg_at_10": "max"}},
+        "len": {"stage": "retrieval", "grid": {"embedding.max_length": [16]}, "seeds": [0],
+                "metrics": {"ndcg_at_10": "max"}},
+    }
+    cfg = write_config(
+        tmp_path / "config.yaml",
+        retrieval={"path": str(beir), "name": "tiny", "n_chunks": 1, "top_k": 100},
+        resources={"embed": {"threads": 2}, "embed_queries": {"threads": 2}},
+        sweeps=sweeps,
+    )
+    targets = ["results/tiny/retrieval/metrics.json", *(f"results/sweeps/{s}/summary.parquet" for s in sweeps)]
+    snakemake(tmp_path, *targets, "--cores", "2", "--configfile", str(cfg))
+
+    main = json.loads((tmp_path / "results/tiny/retrieval/metrics.json").read_text())
+    topk = pd.read_parquet(tmp_path / "results/sweeps/topk/summary.parquet")
+    assert topk["ndcg_at_10_mean"].tolist() == pytest.approx([main["ndcg_at_10"]] * 2, abs=1e-12)
+    shared = sorted(p.parent.name for p in (tmp_path / "results/sweeps/_embeddings/tiny").glob("*/*/"))
+    assert shared == ["corpus", "queries"], shared  # one set of each, for max_length 16
+
+    cost = json.loads((tmp_path / "results/sweeps/topk/cost.json").read_text())
+    # The main run's embed, merge and embed_queries once; the two points' evaluations.
+    assert (cost["by_origin"]["main_run"]["jobs"], cost["by_origin"]["sweep"]["jobs"], cost["jobs"]) == (3, 2, 5)
+    assert cost["summed_over_runs"]["wall_time_s"] > cost["wall_time_s"]  # the runs table counts them twice
+    cost = json.loads((tmp_path / "results/sweeps/len/cost.json").read_text())
+    assert (cost["by_origin"]["shared"]["jobs"], cost["by_origin"]["sweep"]["jobs"], cost["by_origin"]["main_run"]["jobs"]) == (3, 1, 0)
