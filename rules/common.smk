@@ -28,12 +28,18 @@ from shardflow.workflow import plan, site, tasks
 # A profile value whose $VARIABLE was unset stays literal and fails much later (an
 # S3 exception group, an sbatch error): stop here with one line naming it.
 _DEFAULTS = workflow.resource_settings.default_resources or {}
+_SET = workflow.resource_settings.overwrite_resources or {}
 _UNEXPANDED = site.unexpanded(
     {
         "default-storage-prefix": workflow.storage_settings.default_storage_prefix,
         **{
             f"default-resources {n}": getattr(_DEFAULTS[n], "raw", None)
             for n in _DEFAULTS
+        },
+        **{
+            f"set-resources {rule}:{n}": getattr(value, "raw", value)
+            for rule, values in _SET.items()
+            for n, value in values.items()
         },
     }
 )

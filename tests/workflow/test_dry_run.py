@@ -130,12 +130,14 @@ def test_an_unexpanded_variable_in_any_profile_stops_the_run_naming_it(tmp_path)
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "config.yaml").write_text(
         'default-resources:\n  slurm_partition: "$SHARDFLOW_TEST_PARTITION"\n  mem_mb: 1000\n'
+        'set-resources:\n  embed: {slurm_partition: "${SHARDFLOW_TEST_GPU_PARTITION}", mem_mb: 2000}\n'
     )
     proc = snakemake(tmp_path, "-n", "--profile", str(tmp_path / "site"), check=False)
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines()[-1] == (
-        "unset environment variable SHARDFLOW_TEST_PARTITION in the profile "
-        "(default-resources slurm_partition uses $SHARDFLOW_TEST_PARTITION)"
+        "unset environment variables SHARDFLOW_TEST_PARTITION, SHARDFLOW_TEST_GPU_PARTITION in the profile "
+        "(default-resources slurm_partition uses $SHARDFLOW_TEST_PARTITION; "
+        "set-resources embed:slurm_partition uses $SHARDFLOW_TEST_GPU_PARTITION)"
     ), proc.stderr
 
 
