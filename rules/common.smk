@@ -261,13 +261,19 @@ def job_threads(rule, uses_gpu=True, jobs=chunk_jobs):
 
 
 def job_resources(rule, uses_gpu=True):
-    """`resources:` of a GPU rule: gpu (none when the job runs on the CPU, so CPU jobs
-    are not queued behind the local profile's `gpu` pool, or when the configured
-    method needs no GPU), mem_mb growing with each attempt, runtime."""
+    """`resources:` of a GPU rule: gpu, mem_mb growing with each attempt, runtime.
+
+    A job that runs on the CPU (device cpu, a local host without GPUs, or a method that
+    needs no GPU) has no `gpu` resource at all (None drops it): it is not queued behind
+    the local profile's `gpu` pool, and executors that key on the resource being there
+    give it nothing of a GPU job's: a `gpu` of 0 still gets the EKS pod the GPU
+    toleration and an nvidia.com/gpu request of 0 (kubernetes plugin 0.5.1), and
+    `--gpus=<model>:0` on SLURM when a gpu_model is set. The job reads a missing `gpu`
+    as 0 (shardflow.core.gpujob)."""
 
     def gpu(wildcards):
         if runs_on_cpu() or not uses_gpu:
-            return 0
+            return None
         return rule_resources(rule, wildcards)["gpu"]
 
     def mem_mb(wildcards, attempt):

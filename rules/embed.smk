@@ -1,5 +1,5 @@
 """embed_<i>: one chunk through the embedding model, one GPU per job (or, on a
-local host without GPUs, a share of the cores: gpu=0, `resources.embed.threads: auto`).
+local host without GPUs, a share of the cores: no gpu resource, `resources.embed.threads: auto`).
 
 Needs: results/<dataset>/chunks/chunk_<i>.jsonl. Writes the chunk's embeddings
 (.npy), ids (.ids.parquet, row k = row k) and run statistics (.stats.json).

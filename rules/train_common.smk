@@ -89,7 +89,8 @@ def train_params(wildcards):
 
 
 def train_resources():
-    """resources.train, with gpu = train.gpus (0 when the job runs on the CPU). More
+    """resources.train, with gpu = train.gpus (0 when the job runs on the CPU: the shell
+    command passes it to the launcher, so it stays, unlike the other GPU rules'). More
     than the run's `gpu` resource offers (the local profile's GPUs, --resources gpu=N)
     stops the run before any job starts: Snakemake would scale the request down
     silently, and the launcher would refuse the job only once it held its GPUs

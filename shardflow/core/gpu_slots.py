@@ -344,7 +344,7 @@ def concurrent_gpu_jobs(environ: Mapping[str, str] | None = None) -> int:
     """How many GPU jobs a local profile lets run at once: one per GPU in the pool.
 
     Read by profiles/local (YTE) when Snakemake loads it. A host without GPUs
-    gets 1, which CPU jobs never wait for: there the GPU rules request gpu=0 and
+    gets 1, which CPU jobs never wait for: there the GPU rules request no GPU and
     share the cores instead (rules/common.smk, `embedding.threads: auto`).
     """
     return max(1, len(resolve_devices(environ=environ)))

@@ -3,8 +3,8 @@
     job = start_gpu_job(snakemake, "embed", params)   # before importing torch
     ... EmbedParams(device=job.device, threads=job.threads, ...)
 
-A job the workflow scheduled with `gpu=0` (a CPU run: `gpu_jobs.device: cpu`, or a
-local host without GPUs) runs on the CPU and takes no GPU slot, whatever CUDA a
+A job the workflow scheduled without a GPU (no `gpu` resource, or `gpu=0`: a CPU run,
+`gpu_jobs.device: cpu` or a local host without GPUs) runs on the CPU and takes no GPU slot, whatever CUDA a
 container shows. A job with `gpu=N` takes N devices through the lock-file slots
 (`shardflow.core.gpu_slots`) on a local multi-GPU host, or keeps what SLURM or
 Kubernetes gave it. The slots are taken before torch is imported: setting
@@ -42,7 +42,7 @@ def pin_job_gpus(settings: dict, gpus: int, job: str, logger: logging.Logger | N
     device, pinning = settings["device"], settings["pinning"]
     if gpus == 0:  # scheduled as a CPU job: run as one, take no GPU slot
         if device == "auto":  # the engine's own warning sees "cpu" from here on
-            log.warning("no GPU for this job (gpu_jobs.device auto, scheduled with gpu=0): on the CPU, slow for large corpora")
+            log.warning("no GPU for this job (gpu_jobs.device auto, scheduled without a GPU): on the CPU, slow for large corpora")
         device, pinning = "cpu", "off"
     visible = pin_gpu(settings["devices"], mode=pinning, job=job, count=max(gpus, 1))
     log.info("CUDA_VISIBLE_DEVICES=%s (gpu_pinning=%s)", visible, pinning)
@@ -51,7 +51,7 @@ def pin_job_gpus(settings: dict, gpus: int, job: str, logger: logging.Logger | N
 
 def start_gpu_job(smk: Any, name: str, params: Any) -> GpuJob:
     """Log `params` (first line of the rule log), then pin the job's GPUs."""
-    gpus = int(smk.resources.get("gpu", 1))
+    gpus = int(smk.resources.get("gpu", 0))  # none: a CPU job (rules/common.smk, job_resources)
     log = configure_logging(smk.log[0], name, params)
     device, visible = pin_job_gpus(dict(smk.params.gpu_jobs), gpus, job=f"{name} {smk.input[0]}", logger=log)
     threads = int(smk.threads)

@@ -22,15 +22,21 @@ def _threads(block: str) -> int:
 
 
 @pytest.mark.dryrun
-@pytest.mark.parametrize(("device", "gpu"), [("cpu", 0), ("auto", 1)])
+@pytest.mark.parametrize(("device", "gpu"), [("cpu", None), ("auto", 1)])
 def test_a_dry_run_shows_the_cluster_view_and_never_a_gpu_for_a_cpu_job(tmp_path, device, gpu):
-    # A dry run shows what a cluster executor gets: 2 threads; one GPU unless device: cpu.
+    # A dry run shows what a cluster executor gets: 2 threads; one GPU unless device:
+    # cpu, and then no gpu resource at all (a gpu of 0 still gets an EKS pod the GPU
+    # toleration: rules/common.smk, job_resources).
     cfg = write_config(tmp_path / "c.yaml", n_chunks=4, gpu_jobs={"device": device})
     jobs = _embed_jobs(snakemake(tmp_path, "-n", "--cores", "8", "--configfile", str(cfg)).stdout)
     assert len(jobs) == 4
     for block in jobs:
         assert _threads(block) == 2, block
-        assert re.search(rf"resources: .*\bgpu={gpu}\b", block), block
+        resources = re.search(r"resources: (.*)", block).group(1)
+        if gpu is None:
+            assert not re.search(r"\bgpu=", resources), block
+        else:
+            assert re.search(rf"\bgpu={gpu}\b", resources), block
 
 
 @pytest.mark.dryrun

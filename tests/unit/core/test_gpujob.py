@@ -43,6 +43,12 @@ def test_a_job_scheduled_without_a_gpu_runs_on_the_cpu_and_takes_no_slot(tmp_pat
     chosen.log = [str(tmp_path / "chosen.log")]
     start_gpu_job(chosen, "embed", {"x": 1})
     assert " WARNING " not in (tmp_path / "chosen.log").read_text()  # the CPU was asked for
+    # The workflow gives a CPU job no gpu resource at all (rules/common.smk): the same.
+    absent = fake_smk(tmp_path, gpu=0)
+    absent.resources = {}
+    absent.log = [str(tmp_path / "absent.log")]
+    job = start_gpu_job(absent, "embed", {"x": 1})
+    assert (job.device, job.gpus) == ("cpu", 0) and not (tmp_path / "locks").exists()
 
 
 def test_a_job_with_n_gpus_pins_n_devices(tmp_path, clean_pin):
