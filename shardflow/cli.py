@@ -20,10 +20,12 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def _chunks(text: str) -> str:
-    """CHUNKS=: empty (the config's count), `auto`, or a positive integer."""
-    if text in ("", "auto") or (text.isdigit() and int(text) > 0):
+def _chunks(text: str) -> str | int:
+    """CHUNKS=: empty (left to the caller), `auto`, or a positive integer (as an int)."""
+    if text in ("", "auto"):
         return text
+    if text.isdigit() and int(text) > 0:
+        return int(text)
     raise argparse.ArgumentTypeError(f"expected a positive integer or auto, got {text!r}")
 
 
@@ -43,8 +45,8 @@ def beir_config(args: argparse.Namespace) -> int:
         },
         "embedding": {"model": args.model},
     }
-    if args.chunks:  # empty: the config's retrieval.n_chunks
-        overlay["retrieval"]["n_chunks"] = args.chunks if args.chunks == "auto" else int(args.chunks)
+    if args.chunks != "":  # empty: the config's retrieval.n_chunks
+        overlay["retrieval"]["n_chunks"] = args.chunks
     with atomic_open(args.out, "w", encoding="utf-8") as fh:
         yaml.safe_dump(overlay, fh, sort_keys=False)
     print(f"evaluate-beir: config overlay {args.out}", file=sys.stderr)
@@ -77,7 +79,7 @@ def summaries_config(args: argparse.Namespace) -> int:
     overlay = {
         "dataset": args.name,
         "tasks": ["summarisation"],
-        "n_chunks": int(args.chunks) if args.chunks not in ("", "auto") else "auto",
+        "n_chunks": args.chunks or "auto",
         "input": {"path": path, "format": "jsonl", "id_field": args.id, "text_field": args.article},
         "summarise": summarise,
     }
