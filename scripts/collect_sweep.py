@@ -19,5 +19,5 @@ results = [
     for j in jobs
 ]
 folder = os.path.dirname(smk.output.runs_parquet)
-files = write_report(spec, results, folder, job_costs=[j.costs for j in jobs])
+files = write_report(spec, results, [j.costs for j in jobs], folder)
 log.info("sweep %s: %d jobs -> %s", spec.name, len(results), folder)

@@ -52,16 +52,12 @@ def points_record(spec: SweepSpec) -> dict:
     }
 
 
-def write_report(spec: SweepSpec, results: Iterable[RunResult], folder: str, decimals: int = 3,
-                 job_costs: Iterable[Iterable[JobCost]] | None = None) -> dict[str, str]:
+def write_report(spec: SweepSpec, results: Iterable[RunResult], job_costs: Iterable[Iterable[JobCost]], folder: str,
+                 decimals: int = 3) -> dict[str, str]:
     """Tables, exports, best point, points table, cost and figures of one sweep; their
     paths. `job_costs`: per result, the jobs it read (their benchmark files), for
-    cost.json; without it each result counts as one job of the sweep's own."""
+    cost.json."""
     files = output_files(spec, folder)
-    results = list(results)
-    if job_costs is None:
-        job_costs = [[JobCost(f"benchmarks/sweeps/{spec.folder}/{r.point}/seed={r.seed}", r.wall_time_s, r.gpu_hours)]
-                     for r in results]
     runs = collect(spec, results)
     summary = summarise(spec, runs)
     write_table(runs, files["runs_parquet"], files["runs_csv"])

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from shardflow.sweep.bench import expand_and_name
+from shardflow.sweep.cost import JobCost
 from shardflow.sweep.report import output_files, write_report
 from shardflow.sweep.table import run_result
 
@@ -15,7 +16,9 @@ def test_write_report_writes_every_declared_file(spec, tmp_path):
     folder = str(tmp_path / "lr-depth")
     runs = [run_result(pid, seed, {"best_val_loss": 3.0 - i * 0.5}, {"s": 60.0}, gpus=1)
             for i, (pid, seed) in enumerate(spec.jobs())]
-    files = write_report(spec, runs, folder)
+    costs = [[JobCost(f"benchmarks/sweeps/{spec.folder}/{r.point}/seed={r.seed}/train.tsv", r.wall_time_s, r.gpu_hours)]
+             for r in runs]
+    files = write_report(spec, runs, costs, folder)
     assert files == output_files(spec, folder)
     assert all(os.path.isfile(p) for p in files.values())
     assert sorted(os.listdir(folder)) == ["best.json", "cost.json", "plots", "points.json", "runs.csv", "runs.parquet",
