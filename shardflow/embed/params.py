@@ -102,9 +102,9 @@ class EmbedParams:
     compile_cache: str | None = None
 
     def __post_init__(self) -> None:
-        # An unquoted on/off (YAML 1.1) is a boolean: the workflow's config is read as the
-        # word at validation (core.config.yaml11_switches), a sweep's point values reach a
-        # job as written, and Python callers may pass True/False.
+        # An unquoted on/off (YAML 1.1) is a boolean: the workflow's config and a sweep's
+        # point values are read as the word at validation (core.config.yaml11_switches);
+        # Python callers may still pass True/False.
         for name in ("length_buckets", "packing", "padding_mask", "cudnn_attention", "attention_bias", "cuda_graphs"):
             if isinstance(getattr(self, name), bool):
                 object.__setattr__(self, name, "on" if getattr(self, name) else "off")

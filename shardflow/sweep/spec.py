@@ -246,7 +246,7 @@ class _Checker:
 
     def __init__(self, name: str, stage: Stage, base: dict, schema_validate: Callable[[dict], Any]):
         self.name, self.stage, self.base, self.validate = name, stage, base, schema_validate
-        self.checked: set[tuple[str, str]] = set()
+        self.checked: dict[tuple[str, str], Any] = {}  # (key, value text) -> the value as validated
 
     def fail(self, message: str) -> SweepError:
         return SweepError(f"sweep '{self.name}': {message}")
@@ -278,21 +278,28 @@ class _Checker:
         return like
 
     def value(self, key: str, value: Any, like: Any) -> Any:
+        """`value` as the config would hold it (canonical_value, then the validator's
+        reading), after checking it once per distinct value."""
         value = canonical_value(value, like)
         try:
             text = format_value(value)
         except (TypeError, ValueError) as exc:
             raise self.fail(f"{key} = {value!r}: {exc}") from None
         if (key, text) not in self.checked:
-            self.checked.add((key, text))
-            self.config({key: value}, f"{key} = {value!r}")
-        return value
+            self.checked[(key, text)] = self.config({key: value}, f"{key} = {value!r}")[key]
+        return self.checked[(key, text)]
 
-    def config(self, point: Mapping[str, Any], what: str) -> None:
+    def config(self, point: Mapping[str, Any], what: str) -> dict[str, Any]:
+        """Validate the base config with `point` applied; return the point's values as the
+        validated config holds them: the validator converts in place, so an unquoted YAML
+        on/off arrives as the word where the key's schema offers it
+        (core.config.yaml11_switches), exactly as in the config itself."""
+        candidate = apply_point(self.base, point)
         try:
-            self.validate(apply_point(self.base, point))
+            self.validate(candidate)
         except Exception as exc:  # noqa: BLE001 -- the workflow's validator: whatever it raises, name the point
             raise self.fail(f"{what} is not valid: {_problem(exc)}") from None
+        return {key: lookup(candidate, key) for key in point}
 
 
 def parse_sweep(
@@ -398,8 +405,7 @@ def _points(check: _Checker, sweep: Mapping) -> tuple[list[str], list[dict]]:
             pid = point_id(point, id_keys(params))
         except (TypeError, ValueError) as exc:
             raise check.fail(f"point {i + 1}: {exc}") from None
-        check.config(point, f"point {i + 1} ({pid})")
-        points.append(point)
+        points.append(check.config(point, f"point {i + 1} ({pid})"))
     return params, points
 
 

@@ -189,6 +189,31 @@ def test_the_shipped_config_and_schema(config):
         parse_sweeps({"t": sweep(grid={"train.n_layer": ["4"]})}, config, check)
 
 
+def test_unquoted_on_off_in_sweep_values_are_the_words_the_config_reads(config):
+    """YAML 1.1 reads an unquoted on/off as a boolean; the config validator reads it as the
+    word where the schema offers one, and so do sweep values: one point per word, the point
+    id and the jobs' params say `on`, and `[on, "on"]` is a duplicate."""
+    schema = load_schema(__import__("tests.conftest").conftest.REPO / "config" / "config.schema.yaml")
+    config = validate_config(config, schema)
+    check = lambda cfg: validate_config(cfg, schema)
+    metrics = {"ndcg_at_10": "max"}
+    grid = yaml.safe_load("{embedding.packing: [on, off]}")
+    assert grid["embedding.packing"] == [True, False]
+    spec = parse_sweeps({"r": sweep(stage="retrieval", grid=grid, metrics=metrics)}, config, check)["r"]
+    assert spec.points == ({"embedding.packing": "on"}, {"embedding.packing": "off"})
+    assert spec.ids == ("packing=on", "packing=off")
+    assert spec.job_config("packing=off", 0, ("embedding",))["embedding"]["packing"] == "off"
+    points = yaml.safe_load("[{embedding.packing: on, embedding.cuda_graphs: off}]")
+    spec = parse_sweeps({"p": sweep(stage="retrieval", grid=None, points=points, metrics=metrics)}, config, check)["p"]
+    assert spec.points == ({"embedding.packing": "on", "embedding.cuda_graphs": "off"},)
+    with pytest.raises(SweepError, match=r"lists on twice \(True and 'on'\)"):
+        parse_sweeps({"r": sweep(stage="retrieval", grid={"embedding.packing": [True, "on"]}, metrics=metrics)},
+                     config, check)
+    # where the schema offers no word, a boolean stays a boolean, and an error
+    with pytest.raises(SweepError, match="embedding.model = True is not valid"):
+        parse_sweeps({"r": sweep(stage="retrieval", grid={"embedding.model": [True]}, metrics=metrics)}, config, check)
+
+
 def test_tables_record_is_builtins_and_follows_what_the_tables_show(spec):
     """Rule sweep_spec records it (Snakemake records builtin params only): a change in the
     metrics, a goal, `best`, the points or the seeds changes it; the description does not."""
