@@ -21,6 +21,7 @@ help:
 	@echo "make test-fast  unit tests and dry runs only (the edit loop, about 3 minutes)"
 	@echo "make test-faults  the fault matrix with five seeds (every rule SIGKILLed, reruns compared)"
 	@echo "make dag    write dag.svg (graphviz) of the configured workflow"
+	@echo "make lint   snakemake --lint, snakefmt --check and ruff check (make fmt fixes what it can)"
 	@echo "make bench  CPU engine benchmark against sentence-transformers"
 	@echo "make sweep NAME=<name>  a parameter sweep of config/sweeps/ (prints its table's path last)"
 
@@ -65,9 +66,11 @@ rulegraph: setup
 lint: setup
 	$(SNAKEMAKE) --lint
 	$(BIN)/snakefmt --check Snakefile rules/
+	$(BIN)/ruff check .
 
 fmt: setup
 	$(BIN)/snakefmt Snakefile rules/
+	$(BIN)/ruff check --fix .
 
 # Two pytest workers (pytest-xdist): workflow and cluster tests spend much of their
 # time waiting on subprocesses and schedulers. `--dist loadfile` keeps each test file on

@@ -171,7 +171,7 @@ def model_flops(model, lengths, num_layers: int, hidden: int) -> float:
     emb = sum(p.numel() for n, p in model.named_parameters() if "embed" in n)
     params = sum(p.numel() for p in model.parameters()) - emb
     tokens = sum(lengths)
-    return 2.0 * params * tokens + 4.0 * num_layers * hidden * sum(l * l for l in lengths)
+    return 2.0 * params * tokens + 4.0 * num_layers * hidden * sum(n * n for n in lengths)
 
 
 MASK_BUILDER = "_mask_builder"  # not an engine option: the model's attention set back to SDPA after loading

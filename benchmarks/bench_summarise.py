@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             t = time.perf_counter()
             plain = plain_loop(model, tok, texts, args.plain_batch_size, gen.input_limit, **settings)
             rates["plain"].append(len(texts) / (time.perf_counter() - t))
-            same = sum(a["summary"] == b for a, b in zip(records, plain))
+            same = sum(a["summary"] == b for a, b in zip(records, plain, strict=True))
             print(f"# round {r + 1}: engine {rates['engine'][-1]:.2f}/s, plain {rates['plain'][-1]:.2f}/s", flush=True)
         stats = gen.last_stats.as_dict()
         print(
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                 else f"plain generate, batches of {args.plain_batch_size}"
             )
             print(f"{label:<32} {statistics.median(rates[name]):7.2f} texts/s")
-        ratio = statistics.median(e / p for e, p in zip(rates["engine"], rates["plain"]))
+        ratio = statistics.median(e / p for e, p in zip(rates["engine"], rates["plain"], strict=True))
         print(f"engine/plain throughput ratio: {ratio:.2f}")
     return 0
 

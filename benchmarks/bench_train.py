@@ -118,7 +118,7 @@ def main() -> None:
             ours.append(metrics["tokens_per_second"])
             plain.append(plain_loop(train_part, vocab, p, args.iters))
             print(f"round {r}: shardflow {ours[-1]:,.0f} tokens/s, plain {plain[-1]:,.0f} tokens/s")
-        ratio = statistics.median(o / q for o, q in zip(ours, plain))
+        ratio = statistics.median(o / q for o, q in zip(ours, plain, strict=True))
         print(f"median: shardflow {statistics.median(ours):,.0f} tokens/s, plain {statistics.median(plain):,.0f} tokens/s")
         print(f"shardflow/plain tokens/s ratio: {ratio:.3f}")
 

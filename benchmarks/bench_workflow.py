@@ -80,9 +80,9 @@ def engine_alone(corpus: Path, threads: int, workdir: Path) -> float:
 def engine_in_process(corpus: Path, threads: int) -> float:
     """A second baseline, kinder to the engine: this process, torch and transformers
     already imported (after round 1), no output written."""
+    from shardflow.core.models import resolve_model
     from shardflow.corpus.chunks import read_chunk
     from shardflow.embed.engine import EmbedParams, load_encoder
-    from shardflow.core.models import resolve_model
 
     start = time.perf_counter()
     _, texts = read_chunk(corpus)
@@ -144,7 +144,7 @@ def peak_rss_mb(what: str, args: dict) -> float:
 
 def baseline_rss_mb(what: str) -> float:
     """RSS of the same subprocess doing only its imports (the floor under both sizes)."""
-    code = "import sys; sys.path.insert(0, %r); " % str(REPO)
+    code = f"import sys; sys.path.insert(0, {str(REPO)!r}); "
     code += "import shardflow.corpus.split, shardflow.corpus.readers" if what == "split" else "import shardflow.embed.merge"
     code += '; print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")))'
     return int(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout) / 1024
@@ -218,9 +218,9 @@ def main() -> None:
                 print(f"round {r + 1}: engine alone {engine_s[-1]:.1f} s{warm}, workflow {flow_s[-1]:.1f} s")
             print(f"workflow: {args.docs} docs, {args.chunks} chunks, {args.threads} cores (engine alone: {args.threads} threads)")
             if warm_s:
-                warm_ratio = statistics.median(f / e for f, e in zip(flow_s, warm_s))
+                warm_ratio = statistics.median(f / e for f, e in zip(flow_s, warm_s, strict=True))
                 print(f"workflow/engine-in-this-process (imports already done) wall-time ratio: {warm_ratio:.3f}")
-            ratios = [f / e for f, e in zip(flow_s, engine_s)]
+            ratios = [f / e for f, e in zip(flow_s, engine_s, strict=True)]
             print(f"workflow/engine wall-time ratio: {statistics.median(ratios):.3f}")
 
 

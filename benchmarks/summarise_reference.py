@@ -82,7 +82,7 @@ def _score_summaries(docs, summaries: list[list[str]], system: str):
     from shardflow.summarise.data import SummaryRecord
 
     # Candidates are lists of sentences already; only the reference needs splitting.
-    records = [SummaryRecord(d.id, d.reference, {system: s}, d.line) for d, s in zip(docs, summaries)]
+    records = [SummaryRecord(d.id, d.reference, {system: s}, d.line) for d, s in zip(docs, summaries, strict=True)]
     return score_records(records, ScoreParams(reference_format="tokenised"))
 
 
@@ -121,7 +121,7 @@ def main() -> int:
     print(" " * 37 + "target R-1 40.1-40.4, R-2 17.4-17.6, R-Lsum 36.3-36.6")
     prose = [lead_k(d.article, 3, "prose") for d in docs]
     print(_row("Lead-3 (prose splitter)", _score_summaries(docs, prose, "prose"))[0])
-    differ = sum(a != b for a, b in zip(lead, prose))
+    differ = sum(a != b for a, b in zip(lead, prose, strict=True))
     print(" " * 37 + f"{differ} articles get a different Lead-3 from the two splitters")
 
     if not args.skip_extractive:

@@ -1,7 +1,7 @@
 """Rule build_demo_corpus: stdlib docstrings -> resources/demo/corpus.jsonl."""
 
-from shardflow.corpus.demo import DemoParams, build_demo_corpus
 from shardflow.core.runlog import configure_logging
+from shardflow.corpus.demo import DemoParams, build_demo_corpus
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 params = DemoParams(max_docs=smk.params.max_docs, min_words=smk.params.min_words)

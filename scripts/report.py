@@ -1,7 +1,7 @@
 """Rule report: per-chunk stats, benchmarks, verification -> figures + summary.json."""
 
-from shardflow.embed.report import ReportParams, build_report
 from shardflow.core.runlog import configure_logging
+from shardflow.embed.report import ReportParams, build_report
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 params = ReportParams(

@@ -1,7 +1,7 @@
 """Rule split: corpus files -> N chunk files + manifest + rejects."""
 
-from shardflow.corpus.readers import BadRecordError, ReaderOptions
 from shardflow.core.runlog import configure_logging
+from shardflow.corpus.readers import BadRecordError, ReaderOptions
 from shardflow.corpus.split import SplitParams, split_corpus
 
 smk = snakemake  # noqa: F821 - injected by Snakemake

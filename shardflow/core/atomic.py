@@ -12,8 +12,9 @@ import glob
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 
 class DiskFullError(OSError):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, pairwise
 
 import numpy as np
 
@@ -318,6 +318,6 @@ def sort_groups(
             if cuts[-1] < cut < b - a:
                 cuts.append(cut)
         cuts.append(b - a)
-        for s, e in zip(cuts, cuts[1:]):
+        for s, e in pairwise(cuts):
             groups.append((w, np.sort(order[s:e]), e == b - a))
     return groups

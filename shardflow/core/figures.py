@@ -35,9 +35,9 @@ def plot_throughput(stats: list[dict], path: str, stage: str = "Embedding") -> N
 
 def plot_timeline(stats: list[dict], benches: list[dict], path: str, job: str = "embed") -> None:
     plt = pyplot()
-    t0 = min(s["end_time"] - b.get("s", s["seconds"]) for s, b in zip(stats, benches))
+    t0 = min(s["end_time"] - b.get("s", s["seconds"]) for s, b in zip(stats, benches, strict=True))
     fig, ax = plt.subplots(figsize=(8, max(2.5, 0.3 * len(stats) + 1)))
-    for s, b in zip(stats, benches):
+    for s, b in zip(stats, benches, strict=True):
         # Start from the job's own clock; length from Snakemake's benchmark (whole job).
         duration = b.get("s", s["seconds"])  # the whole job, model loading included
         ax.barh(str(s["chunk"]), duration, left=s["end_time"] - duration - t0, color="#e8833a")

@@ -65,8 +65,8 @@ import re
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 
 from shardflow.core import locks
 

@@ -55,7 +55,7 @@ def write_job_table(path: str | os.PathLike, stats_paths: list[str], bench_paths
     if len(stats_paths) != len(bench_paths):
         raise ValueError(f"{len(stats_paths)} stats files but {len(bench_paths)} benchmark files")
     rows = []
-    for stats_path, bench_path in zip(stats_paths, bench_paths):
+    for stats_path, bench_path in zip(stats_paths, bench_paths, strict=True):
         with open(stats_path, encoding="utf-8") as fh:
             stats = json.load(fh)
         rows.append({"stats": stats, "benchmark": read_benchmark(bench_path), "benchmark_path": str(bench_path)})
@@ -92,8 +92,8 @@ def job_costs(stats: list[dict], benches: list[dict], gpu_hour_price: float) -> 
         # zip() would silently drop the unmatched jobs from the time and cost sums.
         raise ValueError(f"{len(stats)} per-chunk stats but {len(benches)} benchmark records")
     busy = busy_seconds([(s["start_time"], s["end_time"]) for s in stats])
-    job_seconds = [b.get("s", s["seconds"]) for s, b in zip(stats, benches)]
-    gpu_hours = sum(t for s, t in zip(stats, job_seconds) if str(s.get("device", "")).startswith("cuda")) / 3600
+    job_seconds = [b.get("s", s["seconds"]) for s, b in zip(stats, benches, strict=True)]
+    gpu_hours = sum(t for s, t in zip(stats, job_seconds, strict=True) if str(s.get("device", "")).startswith("cuda")) / 3600
     return {
         "wall_time_s": max(busy, 1e-9),
         "job_seconds": sum(job_seconds),

@@ -9,7 +9,7 @@ through a fixed buffer instead: peak memory is one block, whatever the size.
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -81,7 +81,7 @@ class NpyWriter:
         if self.rows_written != self.shape[0]:
             raise ValueError(f"{self.path}: {self.rows_written} rows written of {self.shape[0]} declared")
 
-    def __enter__(self) -> "NpyWriter":
+    def __enter__(self) -> NpyWriter:
         return self
 
     def __exit__(self, exc_type, *_) -> None:

@@ -27,8 +27,9 @@ import json
 import os
 import sys
 import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, Iterable, Iterator
+from typing import IO
 
 from shardflow.core.files import malformed_json, open_binary
 
@@ -404,7 +405,7 @@ class _DelimitedReader(_Reader):
                 if len(row) != len(header):
                     yield self.bad(line, f"{len(row)} fields where the header has {len(header)}", raw)
                     continue
-                yield self.make(dict(zip(header, row)), line, raw)
+                yield self.make(dict(zip(header, row, strict=True)), line, raw)
 
 
 def _string_column(t, integers: bool) -> bool:

@@ -30,14 +30,14 @@ import json
 import logging
 import os
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
-from shardflow.core.hashing import sha256_file
 from shardflow.core.atomic import atomic_open, write_json
+from shardflow.core.hashing import sha256_file
 from shardflow.corpus.chunks import ChunkRecord, dump_record
 from shardflow.corpus.readers import BadRecordError, ReaderOptions, Record, Rejected, iter_records
 

@@ -664,7 +664,7 @@ def _rewrap(chain: list, inner):
     copied with the closure cell that held the next function now holding its new copy.
     None if a wrapper does not keep the next function in a closure cell."""
     new = inner
-    for wrapper, wrapped in zip(reversed(chain[:-1]), reversed(chain[1:])):
+    for wrapper, wrapped in zip(reversed(chain[:-1]), reversed(chain[1:]), strict=True):
         cells = wrapper.__closure__ or ()
         if not inspect.isfunction(wrapper) or not any(c.cell_contents is wrapped for c in cells):
             return None

@@ -45,7 +45,7 @@ def merge_embeddings(
     if not npy_paths:
         raise ValueError("no chunk to merge")
     shapes, dtypes = [], []
-    for p, ip in zip(npy_paths, id_paths):
+    for p, ip in zip(npy_paths, id_paths, strict=True):
         shape, dtype = _header(p)
         if len(shape) != 2:
             raise ValueError(f"{p}: expected a 2-D matrix, found shape {shape}")
@@ -69,7 +69,7 @@ def merge_embeddings(
 
     with atomic_path(out_npy) as tmp_npy, atomic_path(out_ids) as tmp_ids:
         with NpyWriter(tmp_npy, dtype, (total, dim)) as out, pq.ParquetWriter(tmp_ids, ID_SCHEMA) as writer:
-            for p, ip, shape in zip(npy_paths, id_paths, shapes):
+            for p, ip, shape in zip(npy_paths, id_paths, shapes, strict=True):
                 if shape[0]:
                     for block in iter_row_blocks(p, params.block_rows):
                         out.write(block)

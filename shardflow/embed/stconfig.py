@@ -278,7 +278,7 @@ def load_model_spec(name_or_path: str | os.PathLike) -> ModelSpec:
     pool_cfg = read_json(folder / modules[1]["path"] / "config.json")
 
     head: list[DenseSpec | NormalizeSpec] = []
-    for entry, kind in zip(modules[2:], kinds[2:]):
+    for entry, kind in zip(modules[2:], kinds[2:], strict=True):
         sub = folder / entry.get("path", "")
         if kind == "Dense":
             head.append(_dense(sub))

@@ -66,7 +66,7 @@ def verify_embeddings(npy_path: str, ids_path: str, params: VerifyParams) -> dic
     all_norms = []  # 4 bytes a row: kept for a histogram over the actual range
     block_rows = params.block_rows or rows_per_block(max(dim, 1), dtype)
     blocks = iter_row_blocks(npy_path, block_rows) if rows > 0 else ()
-    for start, block in zip(range(0, max(rows, 0), block_rows), blocks):
+    for start, block in zip(range(0, max(rows, 0), block_rows), blocks, strict=True):
         block = block.astype(np.float32, copy=False)
         finite = np.isfinite(block).all(axis=1)
         if not finite.all():

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
-from shardflow.core.files import open_binary
 from shardflow.core.atomic import atomic_open
+from shardflow.core.files import open_binary
 from shardflow.corpus.chunks import ChunkRecord, dump_record
 from shardflow.corpus.readers import DEFAULT_MAX_RECORD_BYTES, BadRecordError, LongLine, iter_lines
 

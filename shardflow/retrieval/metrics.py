@@ -44,8 +44,8 @@ values here are unrounded.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 MTEB_K_VALUES = (1, 3, 5, 10, 20, 100, 1000)
 METRICS = ("ndcg", "map", "recall", "precision", "mrr")

@@ -42,7 +42,7 @@ class RetrievalSpec:
     msmarco_qrels: str = "qrels.dev.small.tsv"
 
     @classmethod
-    def from_config(cls, cfg: dict) -> "RetrievalSpec":
+    def from_config(cls, cfg: dict) -> RetrievalSpec:
         r = cfg["retrieval"]
         return cls(
             path=r["path"],

@@ -28,8 +28,8 @@ from __future__ import annotations
 import math
 import os
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -132,9 +132,9 @@ def to_run(
     if len(query_ids) != hits.indices.shape[0]:
         raise ValueError(f"{len(query_ids)} query ids for {hits.indices.shape[0]} result rows")
     run: dict[str, dict[str, float]] = {}
-    for qid, rows, scores in zip(query_ids, hits.indices.tolist(), hits.scores.tolist()):
+    for qid, rows, scores in zip(query_ids, hits.indices.tolist(), hits.scores.tolist(), strict=True):
         ranked: dict[str, float] = {}
-        for row, score in zip(rows, scores):
+        for row, score in zip(rows, scores, strict=True):
             if row >= 0:
                 ranked[doc_ids[row]] = score
         run[qid] = ranked

@@ -67,7 +67,7 @@ def plot_rouge(scores, path: str) -> None:
     plt = pyplot()
     fig, axes = plt.subplots(1, len(ROUGE_TYPES), figsize=(3.2 * len(ROUGE_TYPES), 3.4), sharey=True)
     systems = list(dict.fromkeys(scores["system"]))
-    for ax, metric in zip(axes, ROUGE_TYPES):
+    for ax, metric in zip(axes, ROUGE_TYPES, strict=True):
         data = [scores.loc[scores["system"] == s, metric].to_numpy() for s in systems]
         ax.boxplot(data, tick_labels=systems, showmeans=True)
         ax.set_title(metric)

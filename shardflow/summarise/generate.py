@@ -56,14 +56,13 @@ import numpy as np
 import torch
 
 from shardflow.core.batching import Batch, collate, length_order, plan_batches, split_batch
-from shardflow.core.jobs import EngineCounters
+from shardflow.core.devices import dtype_name, runtime
 from shardflow.core.hashing import digest, model_identity, texts_fingerprint
+from shardflow.core.jobs import EngineCounters
+from shardflow.core.models import load_for_inference
 from shardflow.core.oom import OomBackoff, TooLargeError
 from shardflow.core.parts import FORMAT_VERSION, PartStore, resume_folder, resume_key
 from shardflow.corpus.chunks import read_chunk
-from shardflow.summarise.records import write_summaries
-from shardflow.core.devices import dtype_name, runtime
-from shardflow.core.models import load_for_inference
 from shardflow.summarise.generate_params import (
     DEFAULT_PROMPT,
     PLAIN_TEMPLATE,
@@ -75,6 +74,7 @@ from shardflow.summarise.generate_params import (
     params_from_dict,
     resolve_token_budget,
 )
+from shardflow.summarise.records import write_summaries
 
 __all__ = [
     "GenerateParams",
@@ -357,7 +357,7 @@ class Generator:
         long = np.flatnonzero(truncated)
         if len(long):
             cut = self.tokenizer([inputs[i] for i in long], truncation=True, max_length=limit)["input_ids"]
-            for i, x in zip(long, cut):
+            for i, x in zip(long, cut, strict=True):
                 ids[i] = x
         return ids, truncated
 
@@ -381,7 +381,7 @@ class Generator:
             is_eos = torch.isin(new, self.eos_ids)
             has = is_eos.any(dim=1)
             ends[has] = is_eos[has].int().argmax(dim=1) + 1
-        return [row[:end] for row, end in zip(new.tolist(), ends.tolist())]
+        return [row[:end] for row, end in zip(new.tolist(), ends.tolist(), strict=True)]
 
     def _batches(self, ids: list[list[int]]) -> list[np.ndarray]:
         """Row groups, longest first, each within the token budget and of one batch key."""
@@ -418,7 +418,7 @@ class Generator:
                     noun="text",
                 )
                 for piece, out in pieces:
-                    for r, tokens in zip(piece.rows.tolist(), out):
+                    for r, tokens in zip(piece.rows.tolist(), out, strict=True):
                         result[r] = tokens
                     stats.batches += 1
                     stats.input_tokens += int(piece.lengths.sum())
@@ -435,7 +435,7 @@ class Generator:
         summaries = self.tokenizer.batch_decode(new, skip_special_tokens=True)
         return [
             {"summary": s.strip(), "input_tokens": len(x), "output_tokens": len(n), "truncated": bool(t)}
-            for s, x, n, t in zip(summaries, ids, new, truncated)
+            for s, x, n, t in zip(summaries, ids, new, truncated, strict=True)
         ]
 
     def summarise(self, texts: Sequence[str], resume_dir: str | Path | None = None) -> list[dict]:

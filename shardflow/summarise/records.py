@@ -30,7 +30,7 @@ def write_summaries(path: str | os.PathLike, ids: Sequence[str], records: Sequen
     if len(ids) != len(records):
         raise ValueError(f"{len(ids)} ids but {len(records)} summaries")
     with atomic_open(path, "w", encoding="utf-8") as fh:
-        for id_, rec in zip(ids, records):
+        for id_, rec in zip(ids, records, strict=True):
             fh.write(json.dumps({"id": id_, **{k: rec[k] for k in RECORD_FIELDS}}, ensure_ascii=False) + "\n")
 
 

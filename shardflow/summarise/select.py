@@ -65,7 +65,7 @@ def select_chunk(
                     "output_tokens": sum(_words(x) for x in s),
                     "truncated": False,
                 }
-                for text, s in zip(window, sentences)
+                for text, s in zip(window, sentences, strict=True)
             ]
             store.save_records(part, done)
         else:

@@ -56,7 +56,10 @@ def _cells(spec: SweepSpec, summary: pd.DataFrame, decimals: int):
 
 def to_markdown(spec: SweepSpec, summary: pd.DataFrame, decimals: int = 3) -> str:
     """A GitHub-flavoured Markdown table of the summary."""
-    esc = lambda text: text.replace("|", r"\|")
+
+    def esc(text: str) -> str:
+        return text.replace("|", r"\|")
+
     header = [esc(spec.names[p]) for p in spec.params]
     header += [esc(f"{m} {'↑' if spec.goals[m] == 'max' else '↓'}") for m in spec.metrics]
     rule = [":--"] * len(spec.params) + ["--:"] * len(spec.metrics)

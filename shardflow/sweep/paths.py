@@ -124,7 +124,7 @@ def id_keys(params: Iterable[str]) -> dict[str, str]:
     """{dotted key: the name it has in ids and tables}: its last component where unique."""
     params = list(params)
     last = [p.rsplit(".", 1)[-1] for p in params]
-    return {p: (s if last.count(s) == 1 else p) for p, s in zip(params, last)}
+    return {p: (s if last.count(s) == 1 else p) for p, s in zip(params, last, strict=True)}
 
 
 def point_id(point: Mapping[str, Any], keys: Mapping[str, str] | None = None) -> str:

@@ -48,7 +48,7 @@ def output_files(spec: SweepSpec, folder: str) -> dict[str, str]:
 def points_record(spec: SweepSpec) -> dict:
     return {
         "sweep": spec.name, "stage": spec.stage, "base": spec.base, "params": list(spec.params),
-        "seeds": list(spec.seeds), "points": [{"id": pid, "params": dict(p)} for pid, p in zip(spec.ids, spec.points)],
+        "seeds": list(spec.seeds), "points": [{"id": pid, "params": dict(p)} for pid, p in zip(spec.ids, spec.points, strict=True)],
     }
 
 

@@ -98,7 +98,7 @@ class SweepSpec:
 
     @cached_property
     def by_id(self) -> dict[str, Mapping[str, Any]]:
-        return dict(zip(self.ids, self.points))
+        return dict(zip(self.ids, self.points, strict=True))
 
     @cached_property
     def names(self) -> dict[str, str]:
@@ -125,7 +125,7 @@ class SweepSpec:
         """
         return {
             "name": self.name, "stage": self.stage, "base": self.base, "params": list(self.params),
-            "points": [[pid, dict(p)] for pid, p in zip(self.ids, self.points)], "seeds": list(self.seeds),
+            "points": [[pid, dict(p)] for pid, p in zip(self.ids, self.points, strict=True)], "seeds": list(self.seeds),
             "metrics": [[m, self.goals[m]] for m in self.metrics], "best": self.best,
         }
 
@@ -232,7 +232,7 @@ def load_yaml(path: str) -> Any:
 def expand_grid(grid: Mapping[str, list]) -> list[dict[str, Any]]:
     """Every combination, in the order written: the last key varies fastest."""
     keys = list(grid)
-    return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(grid[k] for k in keys))]
 
 
 def _problem(exc: Exception) -> str:

@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import save_file
 
 from shardflow.core.atomic import atomic_path, write_json
-from shardflow.train.model import LAYER_NORM_EPS, GPT
+from shardflow.train.model import GPT, LAYER_NORM_EPS
 
 CONV1D_SUFFIXES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 

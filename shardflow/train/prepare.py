@@ -240,7 +240,7 @@ def _encode(tokenizer: Tokenizer, texts: Sequence[str], names: Sequence[str], wh
     try:
         return tokenizer.encode_batch(texts)
     except Exception:
-        for text, name in zip(texts, names):
+        for text, name in zip(texts, names, strict=True):
             try:
                 tokenizer.encode_batch([text])
             except Exception as exc:
@@ -330,7 +330,7 @@ def tokenize_chunk(
             arrays = _encode(tokenizer, [r.text for r in kept], [repr(r.id) for r in kept], str(chunk_path))
             counts["unk_tokens"] += _unk_count(tokenizer, arrays)
             parts = []
-            for rec, digest, ids in zip(kept, hashes, arrays):
+            for rec, digest, ids in zip(kept, hashes, arrays, strict=True):
                 if (rec.group is not None) != groups:
                     raise ValueError(
                         f"{chunk_path}: document {rec.id!r} {'has no' if groups else 'has a'} group, unlike the chunk's first"

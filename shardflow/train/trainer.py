@@ -39,9 +39,9 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -189,7 +189,7 @@ class WindowSampler:
         shard = torch.multinomial(self.starts, n, replacement=True, generator=self.generator)
         u = torch.rand(n, generator=self.generator, dtype=torch.float64)
         offset = (u * self.starts[shard]).long()
-        return list(zip(shard.tolist(), offset.tolist()))
+        return list(zip(shard.tolist(), offset.tolist(), strict=True))
 
 
 def read_windows(shards: list[np.ndarray], windows: list[tuple[int, int]], length: int, device) -> tuple:

@@ -16,6 +16,7 @@ import time
 from shardflow.core.hashing import config_sha256, model_sha256, sha256_file
 from shardflow.core.runlog import package_versions
 
+
 def git_state(repo: str | os.PathLike) -> dict:
     def git(*args: str) -> str | None:
         try:

@@ -67,12 +67,12 @@ def check_reproduction(expect: dict, provenance: dict, metrics: dict | None, str
 
 def render_table(rows: list[Row]) -> str:
     header = Row("item", "expected", "got", "tolerance", "status")
-    cols = list(zip(*[(r.item, r.expected, r.got, r.tolerance, r.status) for r in [header, *rows]]))
+    cols = list(zip(*[(r.item, r.expected, r.got, r.tolerance, r.status) for r in [header, *rows]], strict=True))
     widths = [max(len(c) for c in col) for col in cols]
     lines = []
     for i, r in enumerate([header, *rows]):
         cells = (r.item, r.expected, r.got, r.tolerance, r.status)
-        lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip())
+        lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)

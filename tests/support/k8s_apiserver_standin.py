@@ -588,7 +588,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if self.headers.get("Authorization") != f"Bearer {api.token}":
                 raise ApiError(401, "Unauthorized", "Unauthorized")
-            for m, pattern, op in _ROUTES:
+            for m, pattern, op in _ROUTES:  # noqa: B007 -- `op` is the route found, used after the loop
                 match = pattern.match(url.path)
                 if m == method and match:
                     break

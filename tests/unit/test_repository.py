@@ -1,13 +1,13 @@
 """What the repository itself may hold: no file over 2 MB is tracked (data belongs in
 ../shared or is generated; a wheel or model committed by accident would weigh on every
-clone for good)."""
+clone for good); every folder of tests runs; the Python passes ruff."""
 
 import shutil
 import subprocess
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import BIN, REPO
 
 LIMIT = 2 * 1024 * 1024
 
@@ -33,3 +33,13 @@ def test_make_test_runs_every_folder_of_tests():
     assert holding <= listed, f"folders of tests missing from TEST_FOLDERS in the Makefile: {sorted(holding - listed)}"
     assert not list((REPO / "tests").glob("test_*.py")), "tests at the top of tests/ would not run: put them in a folder"
     assert re.search(r"^test: setup\n\t.*\$\(TEST_FOLDERS\)$", (REPO / "Makefile").read_text(), flags=re.M)
+
+
+def test_ruff_check_is_clean():
+    """pyproject.toml's [tool.ruff] rules over every Python file: among them bugbear's
+    zip(strict=...), so two sequences that must pair up never get cut short silently."""
+    ruff = BIN / "ruff"
+    if not ruff.exists():
+        pytest.fail(f"{ruff} is missing: it is pinned in requirements/lock.txt (make setup installs it)")
+    proc = subprocess.run([str(ruff), "check", "--no-cache", "."], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -306,7 +306,7 @@ def test_default_buckets_and_bucketed_plan():
     sorted_lengths = lengths[length_order(lengths)]
     assert spans[0][0] == 0 and spans[-1][1] == len(lengths)
     shapes = set()
-    for (s, e, width, rows), nxt in zip(spans, spans[1:] + [(len(lengths),)]):
+    for (s, e, width, rows), nxt in zip(spans, spans[1:] + [(len(lengths),)], strict=True):
         assert e == nxt[0] and e - s <= rows and sorted_lengths[s] <= width and width in buckets
         assert rows * width <= 4096 or rows == 1
         shapes.add((rows, width))

@@ -304,14 +304,14 @@ def test_sort_groups_are_character_bands_of_each_window(bands):
             assert len(mine) == 1
             continue
         assert 2 <= len(mine) <= bands
-        for (longer, _), (shorter, _) in zip(mine, mine[1:]):
+        for (longer, _), (shorter, _) in itertools.pairwise(mine):
             assert chars[longer].min() >= chars[shorter].max()  # bands of length, the longest first
         lead = mine[0][0]
         assert chars[lead].sum() >= chars.sum() / LEAD_FRACTION  # an eighth of the characters...
         assert chars[lead].sum() - chars[lead].min() < chars.sum() / LEAD_FRACTION  # ...and no more
         rest = chars.sum() - chars[lead].sum()
         held = np.cumsum([chars[idx].sum() for idx, _ in mine[1:]])
-        for k, (upto, (idx, _)) in enumerate(zip(held[:-1], mine[1:]), start=1):  # each cut: after the crossing text
+        for k, (upto, (idx, _)) in enumerate(zip(held[:-1], mine[1:-1], strict=True), start=1):  # each cut: after the crossing text
             assert upto >= rest * k / (bands - 1) > upto - chars[idx].min()
     # A resumed run that has only window 1 left cuts it the same way.
     again = sort_groups(texts, windows[1:2], bands)

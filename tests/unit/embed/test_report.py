@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardflow.embed import report
 from shardflow.core.jobs import write_job_table
+from shardflow.embed import report
 from shardflow.embed.report import ReportParams, build_report, project_2d, run_summary
 
 BENCH_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"

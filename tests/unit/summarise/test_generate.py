@@ -156,7 +156,7 @@ def test_matches_generate_alone(tiny, texts, name, overrides):
     records = gen.summarise(texts)
     inputs = [reference_inputs(gen, t) for t in texts]
     ids, truncated = gen.encode(texts)
-    for i, (enc, x) in enumerate(zip(inputs, ids)):
+    for i, (enc, x) in enumerate(zip(inputs, ids, strict=True)):
         if not (gen.decoder_only and truncated[i]):  # the chat template cannot truncate the text alone
             assert enc["input_ids"][0].tolist() == x, f"text {i}: input ids differ"
     want = solo_from_ids(gen, ids, **overrides)
@@ -255,7 +255,7 @@ def test_prefix_and_prompt(tiny, texts):
     chat = load_generator(params(tiny["gpt2"], prompt="Be brief."))
     ids, _ = chat.encode(texts[:3])
     tok = chat.tokenizer
-    for text, x in zip(texts[:3], ids):
+    for text, x in zip(texts[:3], ids, strict=True):
         message = [{"role": "user", "content": f"Be brief.\n\n{text}"}]
         assert x == tok.apply_chat_template(message, add_generation_prompt=True, tokenize=True)["input_ids"]
     plain = load_generator(params(tiny["gpt2_plain"]))

@@ -75,7 +75,7 @@ def test_score_records_means_and_parquet(tmp_path):
     ]
     scores = score_records(records)
     assert list(scores.columns) == ["id", "system", "rouge1", "rouge2", "rougeL", "rougeLsum"]
-    assert list(zip(scores["id"], scores["system"])) == [("d1", "a"), ("d1", "b"), ("d2", "a"), ("d2", "b")]
+    assert list(zip(scores["id"], scores["system"], strict=True)) == [("d1", "a"), ("d1", "b"), ("d2", "a"), ("d2", "b")]
     means = system_means(scores, ScoreParams(resamples=200, seed=3)).set_index(["system", "metric"])
     assert means.loc[("a", "rouge1"), "mean"] == pytest.approx((100 + 80) / 2)  # d2: P 1, R 2/3 -> F1 0.8
     assert means.loc[("b", "rouge1"), "mean"] == pytest.approx(50.0)

@@ -32,7 +32,7 @@ def test_field_dotted_path_and_all_systems(tmp_path, write_jsonl):
     assert list(dotted["system"]) == ["x", "x"]
     assert dotted["rouge1"].iloc[0] == pytest.approx(100 * 2 * 1 * (2 / 3) / (1 + 2 / 3))
     both = score_jsonl(path, "system_summaries.*").scores
-    assert list(zip(both["id"], both["system"])) == [("d1", "x"), ("d1", "y"), ("d2", "x"), ("d2", "y")]
+    assert list(zip(both["id"], both["system"], strict=True)) == [("d1", "x"), ("d1", "y"), ("d2", "x"), ("d2", "y")]
     assert (both[both["system"] == "y"]["rouge1"] == 0.0).all()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 
 import pytest
 import yaml
@@ -175,7 +176,7 @@ def test_the_shipped_config_and_schema(config):
     """The stages' sections and seed keys exist in the real config, and its schema judges values."""
     schema = load_schema(__import__("tests.conftest").conftest.REPO / "config" / "config.schema.yaml")
     config = validate_config(config, schema)
-    check = lambda cfg: validate_config(cfg, schema)
+    check = functools.partial(validate_config, schema=schema)
     sweeps = {
         "t": sweep(),
         "r": sweep(stage="retrieval", grid={"embedding.max_length": [128, 256], "retrieval.top_k": [100]},
@@ -195,7 +196,7 @@ def test_unquoted_on_off_in_sweep_values_are_the_words_the_config_reads(config):
     id and the jobs' params say `on`, and `[on, "on"]` is a duplicate."""
     schema = load_schema(__import__("tests.conftest").conftest.REPO / "config" / "config.schema.yaml")
     config = validate_config(config, schema)
-    check = lambda cfg: validate_config(cfg, schema)
+    check = functools.partial(validate_config, schema=schema)
     metrics = {"ndcg_at_10": "max"}
     grid = yaml.safe_load("{embedding.packing: [on, off]}")
     assert grid["embedding.packing"] == [True, False]

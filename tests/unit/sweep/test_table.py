@@ -35,7 +35,7 @@ def test_runs_table_has_a_row_per_point_and_seed_in_order(spec):
     runs = collect(spec, results(spec))
     assert list(runs.columns) == ["sweep", "point", "train.lr", "train.n_layer", "seed", "best_val_loss", "steps",
                                   "wall_time_s", "gpu_hours"]
-    assert list(zip(runs["point"], runs["seed"])) == spec.jobs()
+    assert list(zip(runs["point"], runs["seed"], strict=True)) == spec.jobs()
     assert str(runs["train.lr"].dtype) == "float64" and str(runs["train.n_layer"].dtype) == "Int64"
     row = runs.iloc[3]  # lr=0.001, n_layer=4, seed 1
     assert (row["train.lr"], row["train.n_layer"], row["seed"]) == (0.001, 4, 1)

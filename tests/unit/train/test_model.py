@@ -96,7 +96,7 @@ def test_hf_export_loads_offline_with_equal_logits(tmp_path, monkeypatch, bias):
 
     model = tiny(bias=bias)
     with torch.no_grad():  # non-zero biases and gains, so a misplaced one would show
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.dim() == 1:
                 p.add_(torch.randn_like(p) * 0.1)
     export_gpt2(model, tmp_path / "hf", eot_id=49)

@@ -77,7 +77,7 @@ def test_tokenize_chunk_writes_tokens_then_eot_per_document(tmp_path):
     tokens = open_shard(tmp_path / "t.bin").tokens
     lines = list(iter_docs(tmp_path / "t.bin"))
     assert [d["id"] for d in lines] == [d[0] for d in docs]
-    for (doc_id, text), d in zip(docs, lines):
+    for (doc_id, text), d in zip(docs, lines, strict=True):
         span = tokens[d["offset"] : d["offset"] + d["tokens"]]
         assert tok.decode(span[:-1]) == text and span[-1] == tok.eot_id
         assert d["split"] == assign_split(doc_id, 0.3)

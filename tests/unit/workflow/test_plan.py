@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from shardflow.workflow import plan
 from shardflow.corpus.readers import ReaderOptions
+from shardflow.workflow import plan
 
 
 @pytest.fixture(autouse=True)
