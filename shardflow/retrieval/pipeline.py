@@ -24,11 +24,13 @@ from shardflow.core.atomic import atomic_path, write_json
 from shardflow.core.columns import read_ids
 from shardflow.core.files import read_json
 from shardflow.core.hashing import digest, sha256_file
+from shardflow.core.parsecache import cached
 from shardflow.retrieval import data as rdata
 from shardflow.retrieval.metrics import evaluate
 
 log = logging.getLogger(__name__)
 
+JUDGED_CACHE = "judged-queries"  # core.parsecache.cache_file(JUDGED_CACHE)
 HEADLINE = ("ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10", "map_at_10")
 
 
@@ -72,19 +74,24 @@ class RetrievalSpec:
         """What of the qrels the prepared queries depend on: the ids of the judged queries.
 
         Only judged queries are embedded (MTEB), so queries.jsonl depends on the qrels
-        through this set alone. Rule retrieval_queries records it as a param (read at
-        parse time, about 1 s per 500,000 qrels lines) and takes the qrels file as
-        ancient input: a new judgement or a changed grade of a judged query reruns
-        retrieval_qrels and retrieval_evaluate only, a newly judged or dropped query
-        the query side too. Qrels that cannot be read give the file's checksum instead,
-        so the jobs run and report the bad line.
+        through this set alone. Rule retrieval_queries records it as a param and takes
+        the qrels file as ancient input: a new judgement or a changed grade of a judged
+        query reruns retrieval_qrels and retrieval_evaluate only, a newly judged or
+        dropped query the query side too. Qrels that cannot be read give the file's
+        checksum instead, so the jobs run and report the bad line. Read at parse time
+        (about 1 s per 500,000 qrels lines), it is kept between parses
+        (core.parsecache), so cluster jobs' re-parses do not read the qrels again.
         """
         qrels_file = self.source_files()[2]
-        try:
+
+        def judged() -> str:
             qids = sorted(rdata.load_qrels(qrels_file))
-        except (ValueError, OSError, EOFError):
+            return f"{len(qids)} judged queries, ids sha256 {digest(qids)}"
+
+        try:
+            return cached(JUDGED_CACHE, [qrels_file], None, judged)
+        except (ValueError, OSError, EOFError):  # not kept: the next parse reads the file again
             return f"unreadable qrels, file sha256 {sha256_file(qrels_file)}"
-        return f"{len(qids)} judged queries, ids sha256 {digest(qids)}"
 
 
 def prepare_corpus(fmt: str, corpus_file: str, corpus_out: str) -> int:

@@ -18,19 +18,18 @@ The chunk-count rule for `n_chunks: auto`
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
+from shardflow.core.parsecache import cached
 from shardflow.core.s3 import has_magic
 from shardflow.corpus.readers import ReaderOptions, count_records_cheap, detect_format, expand_inputs
 from shardflow.retrieval.pipeline import RetrievalSpec
 
 DEMO_CORPUS = "resources/demo/corpus.jsonl"
-COUNT_CACHE = ".snakemake/shardflow/record-counts.json"
+COUNT_CACHE = "record-counts"  # core.parsecache.cache_file(COUNT_CACHE)
 
 
 def reader_options(cfg: dict) -> ReaderOptions:
@@ -74,22 +73,8 @@ def corpus_inputs(cfg: dict, list_s3: Callable[[str], list[str]] | None = None) 
 
 
 def count_records(paths: list[str], opts: ReaderOptions) -> int:
-    """Cheap count, cached by (path, size, mtime) so re-parses do not re-read."""
-    key = json.dumps(
-        [[p, os.stat(p).st_size, os.stat(p).st_mtime_ns] for p in paths] + [opts.format, opts.text_mode]
-    )
-    cache_file = Path(COUNT_CACHE)
-    try:
-        cache = json.loads(cache_file.read_text())
-    except (OSError, ValueError):
-        cache = {}
-    if key not in cache:
-        cache[key] = count_records_cheap(paths, opts)
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_file.with_name(cache_file.name + f".tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(cache))
-        os.replace(tmp, cache_file)
-    return cache[key]
+    """Cheap count, kept between parses (core.parsecache) so re-parses do not re-read."""
+    return cached(COUNT_CACHE, paths, [opts.format, opts.text_mode], lambda: count_records_cheap(paths, opts))
 
 
 def plan_n_chunks(cfg: dict, list_s3: Callable[[str], list[str]] | None = None) -> int:

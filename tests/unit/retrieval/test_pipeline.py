@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from shardflow.corpus.chunks import read_chunk
+from shardflow.retrieval import data as rdata
 from shardflow.retrieval.data import RetrievalDataError
 from shardflow.retrieval.pipeline import RetrievalSpec, prepare_corpus, prepare_qrels, prepare_queries
 
@@ -42,7 +43,8 @@ def test_a_judged_query_without_text_is_an_error(tmp_path):
         prepare_queries("beir", queries, qrels, str(tmp_path / "queries.jsonl"))
 
 
-def test_judged_queries_key_follows_the_set_of_judged_ids_only(tmp_path):
+def test_judged_queries_key_follows_the_set_of_judged_ids_only(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the parse cache lives under the working directory
     spec = _beir(tmp_path / "beir", "q0\td0\t1\nq1\td1\t1\n")
     qrels = Path(spec.source_files()[2])
     key = spec.judged_queries()
@@ -56,3 +58,18 @@ def test_judged_queries_key_follows_the_set_of_judged_ids_only(tmp_path):
     assert spec.judged_queries().startswith("unreadable qrels, file sha256 ")
     with pytest.raises(RetrievalDataError, match=r"test.tsv:2: relevance 'many' is not an integer"):
         prepare_qrels(str(qrels), str(tmp_path / "qrels.json"))
+
+
+def test_judged_queries_are_read_once_per_version_of_the_qrels(tmp_path, monkeypatch):
+    """Every parse (every cluster job's too) asks for the key: the qrels are read again only
+    when the file changes."""
+    monkeypatch.chdir(tmp_path)
+    spec = _beir(tmp_path / "beir", "q0\td0\t1\nq1\td1\t1\n")
+    key = spec.judged_queries()
+    real = rdata.load_qrels
+    monkeypatch.setattr(rdata, "load_qrels", lambda *_: pytest.fail("qrels read again for an unchanged file"))
+    assert spec.judged_queries() == key
+    qrels = Path(spec.source_files()[2])
+    qrels.write_text(qrels.read_text() + "q2\td0\t1\n")
+    monkeypatch.setattr(rdata, "load_qrels", real)
+    assert spec.judged_queries().startswith("3 judged queries")

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from shardflow.core.parsecache import cache_file
 from shardflow.corpus.readers import ReaderOptions
 from shardflow.workflow import plan
 
@@ -92,7 +93,7 @@ def test_count_is_cached_under_the_working_directory(config, tmp_path, monkeypat
     path = write_records(tmp_path / "c.jsonl", 45)
     cfg = auto(config, path, items_per_chunk=10)
     assert plan.plan_n_chunks(cfg) == 5
-    assert (tmp_path / plan.COUNT_CACHE).is_file()
+    assert (tmp_path / cache_file(plan.COUNT_CACHE)).is_file()
 
     def no_recount(*_):
         raise AssertionError("counted again despite the cache")
@@ -110,7 +111,7 @@ def test_count_cache_notices_a_changed_file(config, tmp_path):
 
 
 def test_corrupt_count_cache_is_rebuilt(config, tmp_path):
-    cache = tmp_path / plan.COUNT_CACHE
+    cache = tmp_path / cache_file(plan.COUNT_CACHE)
     cache.parent.mkdir(parents=True)
     cache.write_text("{not json")
     path = write_records(tmp_path / "c.jsonl", 45)

@@ -1,0 +1,76 @@
+"""core.parsecache: a value derived from input files is computed once per version of
+those files, across parses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shardflow.core.parsecache import cache_file, cached
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the cache lives under the working directory
+
+
+def _counter():
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return len(calls)
+
+    return compute, calls
+
+
+def test_computed_once_for_unchanged_files(tmp_path):
+    data = tmp_path / "data.txt"
+    data.write_text("abc\n")
+    compute, calls = _counter()
+    assert cached("n", [str(data)], "x", compute) == 1
+    assert cached("n", [str(data)], "x", compute) == 1
+    assert len(calls) == 1 and cache_file("n").is_file()
+
+
+def test_a_changed_file_or_extra_or_kind_computes_again(tmp_path):
+    data = tmp_path / "data.txt"
+    data.write_text("abc\n")
+    compute, calls = _counter()
+    cached("n", [str(data)], "x", compute)
+    data.write_text("abcd\n")  # another size
+    assert cached("n", [str(data)], "x", compute) == 2
+    assert cached("n", [str(data)], "y", compute) == 3  # another `extra`
+    assert cached("other", [str(data)], "x", compute) == 4  # another kind, another file
+    assert cached("n", [str(data)], "x", compute) == 2 and len(calls) == 4
+
+
+def test_a_failing_compute_keeps_nothing(tmp_path):
+    data = tmp_path / "data.txt"
+    data.write_text("abc\n")
+
+    def broken():
+        raise ValueError("bad line 3")
+
+    with pytest.raises(ValueError, match="bad line 3"):
+        cached("n", [str(data)], None, broken)
+    compute, _ = _counter()
+    assert cached("n", [str(data)], None, compute) == 1
+
+
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]", ""])
+def test_a_corrupt_cache_file_is_rebuilt(tmp_path, content):
+    data = tmp_path / "data.txt"
+    data.write_text("abc\n")
+    cache_file("n").parent.mkdir(parents=True)
+    cache_file("n").write_text(content)
+    compute, _ = _counter()
+    assert cached("n", [str(data)], None, compute) == 1
+    assert len(json.loads(cache_file("n").read_text())) == 1
+    assert not list(cache_file("n").parent.glob("*.tmp-*"))
+
+
+def test_a_missing_input_is_an_error_naming_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match="gone.txt"):
+        cached("n", [str(tmp_path / "gone.txt")], None, lambda: 1)
