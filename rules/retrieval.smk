@@ -123,5 +123,6 @@ if RETRIEVAL is not None:
             block_size=config["retrieval"]["block_size"],
             backend=config["retrieval"]["backend"],
             drop_identical_ids=config["retrieval"]["drop_identical_ids"],
+            model=config["embedding"]["model"],
         script:
             "../scripts/retrieval_evaluate.py"

@@ -131,6 +131,7 @@ if sweeps_of_stage("retrieval"):
             block_size=stage_value("retrieval", "block_size"),
             backend=stage_value("retrieval", "backend"),
             drop_identical_ids=stage_value("retrieval", "drop_identical_ids"),
+            model=stage_value("embedding", "model"),
 
 
 if sweeps_of_stage("summarise"):

@@ -8,6 +8,8 @@ job = start_gpu_job(smk, "retrieval_evaluate", {"top_k": p.top_k, "block_size": 
 
 import torch  # noqa: E402 - after pinning (start_gpu_job)
 
+from shardflow.core.models import resolve_model  # noqa: E402
+from shardflow.embed.stconfig import load_model_spec  # noqa: E402
 from shardflow.retrieval.pipeline import EvaluateParams, plot_per_query, search_and_score  # noqa: E402
 
 torch.set_num_threads(job.threads)
@@ -16,6 +18,7 @@ params = EvaluateParams(
     block_size=p.block_size,
     backend=p.backend,
     drop_identical_ids=p.drop_identical_ids,
+    similarity=load_model_spec(resolve_model(p.model)).similarity,
     # A CPU job searches on the CPU even if CUDA is there; else the device this job pinned.
     device="cpu" if job.device == "cpu" else None,
 )

@@ -29,6 +29,8 @@ from typing import Any
 from shardflow.core.files import read_json
 
 POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+# sentence-transformers' SimilarityFunction values (similarity_fn_name)
+SIMILARITIES = ("cosine", "dot", "euclidean", "manhattan")
 # Legacy boolean keys of the pooling config, in sentence-transformers' concatenation order.
 _LEGACY_POOLING_KEYS = {
     "pooling_mode_cls_token": "cls",
@@ -111,6 +113,9 @@ class ModelSpec:
     config_kwargs: tuple[tuple[str, Any], ...] = ()
     has_st_config: bool = True
     notes: tuple[str, ...] = field(default=())
+    # How two embeddings compare (config_sentence_transformers.json similarity_fn_name;
+    # sentence-transformers' default, cosine, when absent): retrieval scores with it.
+    similarity: str = "cosine"
 
     @property
     def normalize(self) -> bool:
@@ -251,6 +256,11 @@ def load_model_spec(name_or_path: str | os.PathLike) -> ModelSpec:
     st_cfg = read_json(st_cfg_path) if st_cfg_path.is_file() else {}
     prompts = tuple(sorted((str(k), v if v is not None else "") for k, v in (st_cfg.get("prompts") or {}).items()))
     default_prompt_name = st_cfg.get("default_prompt_name")
+    similarity = st_cfg.get("similarity_fn_name") or "cosine"
+    if similarity not in SIMILARITIES:
+        raise UnsupportedModelError(
+            f"{st_cfg_path}: similarity_fn_name {similarity!r} is not one of sentence-transformers' {SIMILARITIES}"
+        )
 
     if not (folder / "modules.json").is_file():
         tcfg = _transformer_config(folder)
@@ -263,6 +273,7 @@ def load_model_spec(name_or_path: str | os.PathLike) -> ModelSpec:
             prompts=prompts,
             default_prompt_name=default_prompt_name,
             has_st_config=False,
+            similarity=similarity,
             notes=("no modules.json: mean pooling, no normalisation (as sentence-transformers does)",),
         )
 
@@ -305,6 +316,7 @@ def load_model_spec(name_or_path: str | os.PathLike) -> ModelSpec:
         tokenizer_kwargs=_kwargs(tcfg, "processor_kwargs", "tokenizer_args"),
         config_kwargs=_kwargs(tcfg, "config_kwargs", "config_args"),
         notes=notes,
+        similarity=similarity,
     )
 
 

@@ -30,6 +30,7 @@ from shardflow.retrieval.metrics import evaluate
 
 log = logging.getLogger(__name__)
 
+SEARCH_SIMILARITIES = ("cosine", "dot")
 JUDGED_CACHE = "judged-queries"  # core.parsecache.cache_file(JUDGED_CACHE)
 HEADLINE = ("ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10", "map_at_10")
 
@@ -140,6 +141,17 @@ class EvaluateParams:
     backend: str = "torch"
     drop_identical_ids: bool = False
     device: str | None = None  # None: CUDA when available, else CPU
+    # The model's similarity (embed.stconfig.ModelSpec.similarity), as MTEB scores with
+    # model.similarity: cosine normalises queries and documents as they are searched
+    # (a model without a Normalize module included), dot takes the inner product as is.
+    similarity: str = "cosine"
+
+    def __post_init__(self) -> None:
+        if self.similarity not in SEARCH_SIMILARITIES:
+            raise ValueError(
+                f"the model's similarity_fn_name is {self.similarity!r}: retrieval evaluation searches by "
+                f"{' or '.join(SEARCH_SIMILARITIES)} (exact inner-product search)"
+            )
 
 
 def search_and_score(
@@ -171,6 +183,7 @@ def search_and_score(
         doc_ids=doc_ids,
         drop_identical_ids=params.drop_identical_ids,
         device=params.device,
+        normalize=params.similarity == "cosine",
     )
     run = to_run(hits, query_ids, doc_ids)
     scores = evaluate(qrels, run, ignore_identical_ids=params.drop_identical_ids)
@@ -183,6 +196,7 @@ def search_and_score(
             "n_documents": len(doc_ids),
             "top_k": k,
             "drop_identical_ids": params.drop_identical_ids,
+            "similarity": params.similarity,
         }
     )
     write_json(metrics_out, metrics)

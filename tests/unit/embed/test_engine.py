@@ -537,6 +537,18 @@ def test_a_model_folder_with_broken_json_names_the_file(tmp_path):
         load_model_spec(str(tmp_path))
 
 
+def test_spec_similarity_is_the_models_similarity_fn_name_cosine_by_default(tiny, tmp_path):
+    """Retrieval scores with it (as MTEB scores with model.similarity)."""
+    assert load_model_spec(tiny["bert_mean"]).similarity == "cosine"  # no similarity_fn_name
+    for name, found in (("dot", "dot"), (None, "cosine"), ("euclidean", "euclidean")):
+        model = copy_model(tiny["bert_mean"], tmp_path / str(name))
+        (model / "config_sentence_transformers.json").write_text(json.dumps({"similarity_fn_name": name}))
+        assert load_model_spec(model).similarity == found
+    (model / "config_sentence_transformers.json").write_text(json.dumps({"similarity_fn_name": "dot_product"}))
+    with pytest.raises(UnsupportedModelError, match=r"config_sentence_transformers.json: similarity_fn_name 'dot_product'"):
+        load_model_spec(model)
+
+
 def test_unsupported_modules_are_named(tiny, tmp_path):
     modules = json.loads((tiny["bert_mean"] / "modules.json").read_text())
     lstm = modules[:2] + [

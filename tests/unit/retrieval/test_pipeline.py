@@ -6,12 +6,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
+from shardflow.core.columns import write_ids_parquet
 from shardflow.corpus.chunks import read_chunk
 from shardflow.retrieval import data as rdata
 from shardflow.retrieval.data import RetrievalDataError
-from shardflow.retrieval.pipeline import RetrievalSpec, prepare_corpus, prepare_qrels, prepare_queries
+from shardflow.retrieval.pipeline import (
+    EvaluateParams,
+    RetrievalSpec,
+    prepare_corpus,
+    prepare_qrels,
+    prepare_queries,
+    search_and_score,
+)
 
 
 def _beir(folder: Path, qrels: str) -> RetrievalSpec:
@@ -73,3 +83,31 @@ def test_judged_queries_are_read_once_per_version_of_the_qrels(tmp_path, monkeyp
     qrels.write_text(qrels.read_text() + "q2\td0\t1\n")
     monkeypatch.setattr(rdata, "load_qrels", real)
     assert spec.judged_queries().startswith("3 judged queries")
+
+
+def _search(tmp_path, docs, queries, similarity):
+    """search_and_score over `docs` and `queries` (rows d0.., q0..); q0 judges d0 relevant."""
+    np.save(tmp_path / "d.npy", np.asarray(docs, dtype=np.float32))
+    np.save(tmp_path / "q.npy", np.asarray(queries, dtype=np.float32))
+    write_ids_parquet(tmp_path / "d.parquet", [f"d{i}" for i in range(len(docs))])
+    write_ids_parquet(tmp_path / "q.parquet", [f"q{i}" for i in range(len(queries))])
+    (tmp_path / "qrels.json").write_text(json.dumps({"q0": {"d0": 1}}))
+    out = [str(tmp_path / n) for n in ("m.json", "p.parquet", "r.parquet")]
+    params = EvaluateParams(top_k=2, device="cpu", similarity=similarity)
+    search_and_score(*(str(tmp_path / n) for n in ("d.npy", "d.parquet", "q.npy", "q.parquet", "qrels.json")),
+                     params, *out)
+    return json.loads(Path(out[0]).read_text()), pq.read_table(out[2]).to_pylist()
+
+
+def test_search_scores_with_the_models_similarity(tmp_path):
+    """Embeddings of a model without a Normalize module keep their norms: cosine (the
+    default, as in MTEB) normalises as it searches, dot does not; metrics.json says which."""
+    docs, queries = [[1.0, 0.0], [3.0, 3.0]], [[1.0, 0.2]]  # d1 is longer, d0 points the query's way
+    metrics, run = _search(tmp_path, docs, queries, "cosine")
+    assert [r["doc_id"] for r in run] == ["d0", "d1"] and metrics["ndcg_at_10"] == 1.0
+    assert metrics["similarity"] == "cosine" and run[0]["score"] == pytest.approx(1 / np.hypot(1.0, 0.2))
+    metrics, run = _search(tmp_path, docs, queries, "dot")
+    assert [r["doc_id"] for r in run] == ["d1", "d0"] and metrics["similarity"] == "dot"
+    assert run[0]["score"] == pytest.approx(3.6)
+    with pytest.raises(ValueError, match="similarity_fn_name is 'euclidean': retrieval evaluation searches by cosine or dot"):
+        EvaluateParams(similarity="euclidean")
