@@ -113,16 +113,19 @@ bench: setup
 	$(BIN)/python benchmarks/bench_engine.py --texts demo --threads 2
 
 # Evaluate any BEIR folder: make evaluate-beir DATA=<folder> [MODEL=<name or path>] [NAME=<name>]
+#   [SPLIT=test|dev|train] (qrels/<split>.tsv; default test)
 #   [CHUNKS=N|auto] (corpus chunks, embed jobs; default: the config's retrieval.n_chunks)
+# Another split of the same folder writes to the same results/<name>/: give NAME= to keep both.
 # Hits whose doc id equals the query id are dropped, as MTEB does (DROP_IDENTICAL_IDS=false to keep them).
 DROP_IDENTICAL_IDS ?= true
 MODEL ?= default
+evaluate-beir: SPLIT ?= test
 evaluate-beir: setup
-	@test -n "$(DATA)" || { echo "usage: make evaluate-beir DATA=<BEIR folder> [MODEL=<name or path>] [NAME=<name>] [CHUNKS=<n|auto>]" >&2; exit 2; }
+	@test -n "$(DATA)" || { echo "usage: make evaluate-beir DATA=<BEIR folder> [MODEL=<name or path>] [NAME=<name>] [SPLIT=<test|dev|train>] [CHUNKS=<n|auto>]" >&2; exit 2; }
 	@name="$${NAME:-$$(basename "$$(cd "$(DATA)" && pwd)" | tr -c 'A-Za-z0-9_.\n-' '_')}"; \
 	  cfg=".snakemake/shardflow/evaluate-beir-$$name.yaml"; mkdir -p "$$(dirname "$$cfg")"; \
 	  $(BIN)/python -m shardflow.cli beir-config --data "$(DATA)" --name "$$name" --model "$(MODEL)" \
-	    --drop-identical-ids "$(DROP_IDENTICAL_IDS)" --chunks "$(CHUNKS)" --out "$$cfg" >&2 && \
+	    --split "$(SPLIT)" --drop-identical-ids "$(DROP_IDENTICAL_IDS)" --chunks "$(CHUNKS)" --out "$$cfg" >&2 && \
 	  $(SNAKEMAKE) "results/$$name/retrieval/metrics.json" --profile profiles/local --cores $(CORES) --configfile "$$cfg" >&2 && \
 	  echo "results/$$name/retrieval/metrics.json"
 

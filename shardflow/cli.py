@@ -29,11 +29,24 @@ def _chunks(text: str) -> str | int:
     raise argparse.ArgumentTypeError(f"expected a positive integer or auto, got {text!r}")
 
 
+def _split(text: str) -> str:
+    """SPLIT=: a qrels file name without its .tsv (BEIR: test, dev, train)."""
+    if not text or "/" in text or text.endswith(".tsv"):
+        raise argparse.ArgumentTypeError(f"expected a split name such as test or dev, got {text!r}")
+    return text
+
+
 def beir_config(args: argparse.Namespace) -> int:
     """Write a config overlay that evaluates one BEIR folder."""
     folder = os.path.abspath(args.data)
     if not os.path.isdir(folder):
         print(f"evaluate-beir: DATA={args.data!r} is not a folder", file=sys.stderr)
+        return 2
+    qrels = os.path.join(folder, "qrels")
+    if os.path.isdir(qrels) and not os.path.isfile(os.path.join(qrels, f"{args.split}.tsv")):
+        found = sorted(n.removesuffix(".tsv") for n in os.listdir(qrels) if n.endswith(".tsv"))
+        print(f"evaluate-beir: {qrels}/{args.split}.tsv does not exist (SPLIT={args.split}); "
+              f"this folder's splits: {', '.join(found) or 'none'}", file=sys.stderr)
         return 2
     overlay = {
         "retrieval": {
@@ -115,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", required=True)
     p.add_argument("--name", required=True)
     p.add_argument("--model", default="default")
-    p.add_argument("--split", default="test")
+    p.add_argument("--split", default="test", type=_split, help="qrels/<split>.tsv (BEIR: test, dev, train)")
     p.add_argument("--drop-identical-ids", type=_bool, default=True)
     p.add_argument("--chunks", default="", type=_chunks)
     p.add_argument("--out", required=True)

@@ -29,6 +29,23 @@ def test_beir_overlay_of_a_missing_folder_names_it(tmp_path, capsys):
     assert f"evaluate-beir: DATA={str(tmp_path / 'nope')!r} is not a folder" in capsys.readouterr().err
 
 
+def test_beir_overlay_split_names_the_splits_the_folder_has(tmp_path, capsys):
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\n")
+    (tmp_path / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n")
+    out = tmp_path / "o.yaml"
+    assert main(["beir-config", "--data", str(tmp_path), "--name", "x", "--out", str(out)]) == 2
+    assert f"{tmp_path}/qrels/test.tsv does not exist (SPLIT=test); this folder's splits: dev, train" in (
+        capsys.readouterr().err
+    )
+    assert main(["beir-config", "--data", str(tmp_path), "--name", "x", "--split", "dev", "--out", str(out)]) == 0
+    assert yaml.safe_load(out.read_text())["retrieval"]["split"] == "dev"
+    for bad in ("", "dev.tsv", "a/b"):
+        with pytest.raises(SystemExit):
+            main(["beir-config", "--data", str(tmp_path), "--name", "x", "--split", bad, "--out", str(out)])
+        assert "expected a split name such as test or dev" in capsys.readouterr().err
+
+
 def test_summaries_overlay_chunks_empty_means_auto_and_bad_is_refused(tmp_path, capsys):
     data = tmp_path / "a.jsonl"
     data.write_text('{"id": "1", "article": "x", "highlights": "y"}\n')

@@ -113,18 +113,22 @@ def test_metrics_through_the_workflow_and_reproduction_check(tmp_path, beir):
     assert any(f.name == "metrics.json" for f in files) and any(f.suffix == ".log" for f in files)
 
 
-def test_make_evaluate_beir_prints_the_metrics_path_last(beir):
+def test_make_evaluate_beir_prints_the_metrics_path_last(beir, tmp_path):
     """The documented one-command evaluation of any BEIR folder (one corpus chunk: the
-    pipeline with its chunks is the test above's)."""
+    pipeline with its chunks is the test above's), here of its dev split (SPLIT=dev: a
+    folder with qrels/dev.tsv only)."""
     import shutil
     import subprocess
 
     from tests.helpers import REPO, offline_env
 
+    data = shutil.copytree(beir, tmp_path / "dev-only")
+    (data / "qrels" / "test.tsv").rename(data / "qrels" / "dev.tsv")
     name = "pytest_evaluate_beir"
     try:
         proc = subprocess.run(
-            ["make", "--no-print-directory", "evaluate-beir", f"DATA={beir}", f"NAME={name}", "CORES=2", "CHUNKS=1"],
+            ["make", "--no-print-directory", "evaluate-beir", f"DATA={data}", f"NAME={name}", "CORES=2", "CHUNKS=1",
+             "SPLIT=dev"],
             cwd=REPO,
             env=offline_env(),
             capture_output=True,
