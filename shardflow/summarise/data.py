@@ -4,8 +4,8 @@ from JSONL or gzipped JSONL.
 Each line is one JSON object. Blank lines carry no record and are passed over,
 as in `shardflow.corpus.readers`. Anything else that cannot be used (invalid
 UTF-8, malformed JSON, a value that is not an object, a missing, non-string or
-empty field, a duplicate id, a dict of summaries whose systems differ from the
-first record's) raises `BadRecordError` naming the file and line; with
+empty field, a duplicate id, a dict of summaries whose systems differ from those
+most records have) raises `BadRecordError` naming the file and line; with
 `on_bad_record="skip"` it becomes a `Rejected` in the returned rejects list
 instead, so nothing is dropped silently.
 
@@ -18,6 +18,7 @@ Summaries are named by a field spec:
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -116,26 +117,45 @@ def load_summaries(
     """Stored summaries named by `summaries` (see the module docstring) and their references."""
     if not summaries or summaries.startswith(".") or ".." in summaries:
         raise ValueError(f"summaries field spec {summaries!r}: expected 'field', 'a.b' or 'a.*'")
-    systems: list[str] | None = None  # for "a.*": the first good record's keys
+    parent = summaries[:-2] if summaries.endswith(".*") else None
+    systems, n_with = _usual_systems(path, parent) if parent is not None else ((), 0)
 
     def make(obj: dict, line: int) -> SummaryRecord:
-        nonlocal systems
-        if summaries.endswith(".*"):
-            parent = summaries[:-2]
+        if parent is not None:
             value = _get(obj, parent)
             if not isinstance(value, dict) or not value:
                 raise _Bad(f"field {parent!r} is {type(value).__name__}, not a non-empty object of summaries")
-            names = sorted(value)
-            if systems is not None and names != systems:
+            names = tuple(sorted(value))
+            if names != systems:
                 missing, extra = sorted(set(systems) - set(names)), sorted(set(names) - set(systems))
-                raise _Bad(f"systems in {parent!r} differ from the first record's: missing {missing}, extra {extra}")
+                raise _Bad(
+                    f"systems in {parent!r} differ from the {n_with} records' that share one set "
+                    f"{list(systems)}: missing {missing}, extra {extra}"
+                )
             texts = {name: _text(obj, f"{parent}.{name}") for name in names}
-            systems = names
         else:
             texts = {summaries.rsplit(".", 1)[-1]: _text(obj, summaries)}
         return SummaryRecord(_id(obj, id_field, path, line), _text(obj, reference_field), texts, line)
 
     return _load(path, make, on_bad_record)
+
+
+def _usual_systems(path: str, parent: str) -> tuple[tuple[str, ...], int]:
+    """For "a.*": the set of systems most records of `path` hold (the first such set
+    on a tie) and how many hold it. Decided over the whole file, so one record with a
+    system missing is the record reported, wherever it stands."""
+    counts: Counter[tuple[str, ...]] = Counter()
+    for _, _, obj in _objects(path):
+        if isinstance(obj, dict):
+            try:
+                value = _get(obj, parent)
+            except _Bad:
+                continue
+            if isinstance(value, dict) and value:
+                counts[tuple(sorted(value))] += 1
+    if not counts:
+        return (), 0
+    return counts.most_common(1)[0]
 
 
 def _load(path: str, make, on_bad_record: str, passed_over: frozenset[int] = frozenset()) -> Loaded:

@@ -41,6 +41,15 @@ class Scored:
     rejects: list
 
 
+def log_rejects(rejects: list, what: str) -> None:
+    """Name each record set aside (source, line, reason) in the job's log, the first
+    MAX_LOGGED_REJECTS; metrics.json counts them all."""
+    for r in rejects[:MAX_LOGGED_REJECTS]:
+        log.warning("%s set aside: %s:%s: %s", what, r.source, r.line, r.reason)
+    if len(rejects) > MAX_LOGGED_REJECTS:
+        log.warning("... and %d more %ss set aside", len(rejects) - MAX_LOGGED_REJECTS, what)
+
+
 def _metrics(scores, params: ScoreParams, extra: dict) -> dict:
     means = system_means(scores, params)
     systems: dict = {}
@@ -114,10 +123,7 @@ def evaluate_summaries(
         )
         references.update({d.id: d.reference for d in loaded.records})
         rejects += loaded.rejects
-    for r in rejects[:MAX_LOGGED_REJECTS]:
-        log.warning("reference set aside: %s:%s: %s", r.source, r.line, r.reason)
-    if len(rejects) > MAX_LOGGED_REJECTS:
-        log.warning("... and %d more references set aside", len(rejects) - MAX_LOGGED_REJECTS)
+    log_rejects(rejects, "reference")
     records, missing = [], []
     lengths = []
     for rec in iter_summaries(summaries_path):
@@ -158,6 +164,7 @@ def score_stored(sources: list[str], stored_field: str, params: ScoreParams, out
     scored = [score_jsonl(path, stored_field, params) for path in sources]
     scores = pd.concat([s.scores for s in scored], ignore_index=True)
     rejects = [r for s in scored for r in s.rejects]
+    log_rejects(rejects, "record")
     if scores.empty:
         raise ValueError(f"no record with summaries {stored_field!r} and references in {', '.join(sources)}")
     metrics = _metrics(scores, params, {"stored_field": stored_field, "rejected_records": len(rejects)})

@@ -79,6 +79,19 @@ def test_systems_must_agree_across_records(tmp_path, write_jsonl):
     assert [r.line for r in res.rejects] == [2, 3] and set(res.scores["id"]) == {"d1"}
 
 
+def test_the_systems_are_those_most_records_hold_so_a_bad_first_record_is_the_one_named(tmp_path, write_jsonl):
+    """A first record missing a system used to set the expected systems: the good records
+    after it were the ones rejected, and the system vanished from the results."""
+    recs = [_rec(1, system_summaries={"x": "a"}), *(_rec(i) for i in range(2, 6))]
+    path = str(write_jsonl(tmp_path / "s.jsonl", recs))
+    with pytest.raises(BadRecordError, match=r"s.jsonl:1: systems in 'system_summaries' differ from the 4 records' "
+                                              r"that share one set \['x', 'y'\]: missing \['y'\], extra \[\]"):
+        score_jsonl(path, "system_summaries.*")
+    res = score_jsonl(path, "system_summaries.*", ScoreParams(on_bad_record="skip"))
+    assert [r.line for r in res.rejects] == [1]
+    assert set(res.scores["id"]) == {"d2", "d3", "d4", "d5"} and set(res.scores["system"]) == {"x", "y"}
+
+
 def test_gzip_invalid_utf8_is_named(tmp_path):
     path = tmp_path / "bad.jsonl.gz"
     with gzip.open(path, "wb") as fh:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from shardflow.core.parts import PartStore
-from shardflow.summarise.evaluate import MissingReferenceError, evaluate_summaries
+from shardflow.summarise.evaluate import MissingReferenceError, evaluate_summaries, score_stored
 from shardflow.summarise.merge import SummariesCheckError, merge_summaries
 from shardflow.summarise.params import ScoreParams, SummariseParams
 from shardflow.summarise.records import SummariesError, iter_summaries, write_summaries
@@ -122,6 +122,17 @@ def test_evaluation_joins_references_by_id_and_names_what_is_missing(tmp_path):
     assert m["systems"]["lead"]["rouge1"]["n"] == 2
     assert m["rouge1"] > 50  # doc a is a perfect match
     assert m["compression_ratio_mean"] == pytest.approx(0.5)
+
+
+def test_stored_scoring_names_each_record_it_sets_aside_in_the_log(tmp_path, caplog):
+    src = tmp_path / "src.jsonl"
+    good = {"id": "a", "article": "x", "highlights": "The council approved the budget.", "summary": "The council met."}
+    src.write_text(json.dumps(good) + "\n" + json.dumps(dict(good, id="b", summary="")) + "\n")
+    outputs = {k: str(tmp_path / n) for k, n in (("metrics", "m.json"), ("per_document", "p.parquet"), ("figure", "f.png"))}
+    with caplog.at_level(logging.WARNING):
+        scored = score_stored([str(src)], "summary", ScoreParams(on_bad_record="skip"), outputs)
+    assert scored.metrics["rejected_records"] == 1 and scored.metrics["n_documents"] == 1
+    assert f"record set aside: {src}:2: empty text in field 'summary'" in caplog.text
 
 
 def test_a_reference_comes_from_the_line_the_split_kept(tmp_path, caplog):
