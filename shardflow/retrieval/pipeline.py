@@ -98,7 +98,7 @@ class RetrievalSpec:
 def prepare_corpus(fmt: str, corpus_file: str, corpus_out: str) -> int:
     """The benchmark's documents as a shardflow corpus (chunk format); returns their count."""
     docs = rdata.iter_beir_corpus(corpus_file) if fmt == "beir" else rdata.iter_msmarco_collection(corpus_file)
-    n_docs = rdata.write_corpus_jsonl(docs, corpus_out)
+    n_docs = rdata.write_corpus_jsonl(docs, corpus_out, check_unique=False)  # the readers check, naming lines
     log.info("prepared %s: %d documents", corpus_file, n_docs)
     return n_docs
 
@@ -117,7 +117,7 @@ def prepare_queries(fmt: str, queries_file: str, qrels_file: str, queries_out: s
                 found.add(qid)
                 yield qid, text
 
-    n_queries = rdata.write_corpus_jsonl(judged(), queries_out)
+    n_queries = rdata.write_corpus_jsonl(judged(), queries_out, check_unique=False)
     missing = sorted(set(qrels) - found)
     if missing:
         raise ValueError(f"{len(missing)} qrels queries have no text in {queries_file}, e.g. {missing[:5]}")

@@ -100,6 +100,7 @@ def test_gzip_is_detected_by_content_not_name(tmp_path):
         ('{"_id": "b", "text": 5}', "'text' is not a string"),
         ('{"_id": "b", "title": 1, "text": "t"}', "'title' is not a string"),
         ('["_id", "b"]', "expected a JSON object"),
+        ('{"_id": "a", "text": "again"}', "duplicate document id 'a' \\(an earlier line has it\\)"),
     ],
 )
 def test_corpus_errors_name_file_and_line(tmp_path, line, reason):
@@ -110,6 +111,17 @@ def test_corpus_errors_name_file_and_line(tmp_path, line, reason):
         list(iter_beir_corpus(tmp_path))
     assert str(err.value).startswith(f"{path}:2: ")
     assert err.value.line == 2
+
+
+def test_repeated_ids_name_the_users_file_and_line(tmp_path):
+    """Not the prepared copy under results/: the BEIR or MS MARCO file the user gave;
+    an integer id and its string are one id."""
+    (tmp_path / "queries.jsonl").write_text(jsonl({"_id": 5, "text": "x"}) + jsonl({"_id": "5", "text": "y"}))
+    with pytest.raises(RetrievalDataError, match=r"queries.jsonl:2: duplicate query id '5'"):
+        list(iter_beir_queries(tmp_path))
+    coll = write(tmp_path / "collection.tsv", "0\tfirst\n1\tsecond\n0\tthird\n")
+    with pytest.raises(RetrievalDataError, match=r"collection.tsv:3: duplicate passage id '0'"):
+        list(iter_msmarco_collection(coll))
 
 
 def test_invalid_utf8_names_its_line(tmp_path):
@@ -169,6 +181,21 @@ def test_qrels_errors_name_file_and_line(tmp_path, text, reason):
         load_qrels(path)
     assert str(err.value).startswith(f"{path}:")
     assert err.value.line == text.count("\n")
+
+
+def test_a_first_row_with_a_fractional_grade_is_an_error_not_a_header(tmp_path):
+    """It used to be taken for a header and dropped: q1 vanished from the evaluation."""
+    path = write(tmp_path / "qrels.tsv", "q1 d1 1.5\nq2 d1 1\n")
+    with pytest.raises(RetrievalDataError, match=r"qrels.tsv:1: relevance '1.5' is not an integer"):
+        load_qrels(path)
+
+
+def test_a_pair_judged_again_keeps_the_last_grade_with_a_warning(tmp_path, caplog):
+    path = write(tmp_path / "qrels.tsv", "q1\td1\t1\nq1\td2\t1\nq1\td1\t0\nq1\td2\t1\n")
+    with caplog.at_level("WARNING"):
+        assert load_qrels(path) == {"q1": {"d1": 0, "d2": 1}}
+    assert "1 (query, document) pairs are judged again with another grade" in caplog.text
+    assert "first: line 3, 'q1', 'd1'" in caplog.text
 
 
 def test_write_corpus_jsonl_round_trips(tmp_path, beir):
