@@ -22,3 +22,27 @@ def test_neutral_added_keys_are_left_out_of_the_recorded_params_at_their_neutral
 def test_untracked_keys_are_never_recorded():
     assert recorded("embedding", {"compile_cache": "/c", "window": 8}) == {"window": 8}
     assert recorded("train", {"compile_cache": None, "lr": 0.1}) == {"lr": 0.1}
+
+
+def test_every_schema_property_holds_schema_keywords_only():
+    """An unquoted comma in a flow-style description (`{..., description: a, b.}`) makes YAML
+    end the description there and read ` b.` as another key: the description is cut short
+    and a stray key sits in the schema, unnoticed by jsonschema."""
+    keywords = {
+        "type", "description", "default", "enum", "const", "minimum", "maximum", "exclusiveMinimum",
+        "exclusiveMaximum", "minLength", "maxLength", "pattern", "items", "minItems", "maxItems", "uniqueItems",
+        "properties", "additionalProperties", "required", "oneOf", "anyOf", "allOf", "not", "propertyNames", "$ref",
+        "$defs",
+    }
+    schema = load_schema(REPO / "config" / "config.schema.yaml")
+    stray = []
+
+    def walk(node: dict, path: str) -> None:
+        for name, sub in (node.get("properties") or {}).items():
+            stray.extend(f"{path}{name}: {key!r}" for key in sub if key not in keywords)
+            walk(sub, f"{path}{name}.")
+        for branch in (*node.get("oneOf", []), *node.get("anyOf", [])):
+            walk(branch, path)
+
+    walk(schema, "")
+    assert not stray, stray
