@@ -53,6 +53,7 @@ from shardflow.core import locks
 from shardflow.core.atomic import atomic_open, atomic_path, write_json
 from shardflow.core.devices import use_compile_cache
 from shardflow.train.model import GPT, GPTConfig
+from shardflow.train.params import TrainParams
 from shardflow.train.shards import open_shard
 
 CHECKPOINT_FORMAT = "shardflow.train.checkpoint"
@@ -68,59 +69,6 @@ PEAK_BF16_TFLOPS = {"H200": 989.0, "H100 SXM": 989.0, "H100 80GB HBM3": 989.0, "
                     "A100": 312.0, "L40S": 362.0, "L4": 121.0, "A10": 125.0, "V100": 125.0, "T4": 65.0}
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TrainParams:
-    # model (vocab_size comes from the shards' metadata)
-    n_layer: int = 4
-    n_head: int = 4
-    n_embd: int = 128
-    dropout: float = 0.0
-    bias: bool = True
-    # batch: batch_size windows of block_size tokens per micro-batch, grad_accum micro-batches per step and rank
-    batch_size: int = 12
-    block_size: int = 64
-    grad_accum: int = 1
-    # optimiser: AdamW, linear warmup then cosine decay to min_lr at lr_decay_iters
-    max_iters: int = 2000
-    lr: float = 1e-3
-    min_lr: float = 1e-4
-    warmup_iters: int = 100
-    lr_decay_iters: int | None = None  # None: max_iters
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.99
-    grad_clip: float = 1.0  # max global gradient norm; 0 disables
-    # evaluation and checkpoints
-    eval_interval: int = 250
-    eval_windows: int | str = 200  # fixed val windows, or "all": the whole val split
-    checkpoint_interval: int = 250
-    # execution
-    seed: int = 1337
-    dtype: str = "auto"  # auto (bf16 on CUDA if supported, else fp32) | float32 | bfloat16
-    compile: bool = False  # torch.compile, CUDA only
-    compile_cache: str | None = None  # torch's compile cache folder, shared by jobs (None: torch's own)
-    device: str = "auto"  # auto | cpu | cuda
-
-    def __post_init__(self):
-        if self.eval_windows != "all" and not (isinstance(self.eval_windows, int) and self.eval_windows > 0):
-            raise ValueError(f"eval_windows must be a positive int or 'all', got {self.eval_windows!r}")
-        if self.dtype not in ("auto", "float32", "bfloat16"):
-            raise ValueError(f"dtype must be auto, float32 or bfloat16, got {self.dtype!r}")
-        for key in ("batch_size", "block_size", "grad_accum", "max_iters", "eval_interval", "checkpoint_interval"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
-        if self.warmup_iters < 0 or self.min_lr > self.lr:
-            raise ValueError("need warmup_iters >= 0 and min_lr <= lr")
-
-    @property
-    def decay_iters(self) -> int:
-        return self.max_iters if self.lr_decay_iters is None else self.lr_decay_iters
-
-    def model_config(self, vocab_size: int) -> GPTConfig:
-        return GPTConfig(vocab_size=vocab_size, block_size=self.block_size, n_layer=self.n_layer,
-                         n_head=self.n_head, n_embd=self.n_embd, dropout=self.dropout, bias=self.bias)
 
 
 class CheckpointError(RuntimeError):

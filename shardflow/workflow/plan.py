@@ -249,6 +249,34 @@ def train_gpus(cfg: dict) -> int:
     return gpus
 
 
+def train_settings(train: dict, where: str = "train") -> None:
+    """Stop at parse time on training settings the trainer would refuse (n_embd not a
+    multiple of n_head, min_lr above lr, ...), instead of after the data preparation,
+    with the train job retried. `train`: a config `train` section (a sweep job's, with
+    its point applied); `where` names it in the message."""
+    from shardflow.train.params import TrainParams  # no torch
+
+    values = {k: v for k, v in train.items() if k not in ("gpus", "sample_tokens")}
+    try:
+        TrainParams(**values)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def shards_settings(cfg: dict) -> None:
+    """Stop at parse time on shard settings that cannot give a training run: no
+    validation split, or a tokenizer name mistyped (a path is checked by its job)."""
+    sh = cfg["shards"]
+    if sh["val_fraction"] <= 0:
+        raise ValueError(
+            "shards.val_fraction is 0: training evaluates on the validation split (best weights, val loss); "
+            "set it above 0, e.g. 0.1"
+        )
+    name = sh["tokenizer"]
+    if name not in ("char", "bpe", "default") and name.lower() in ("char", "bpe", "default"):
+        raise ValueError(f"shards.tokenizer {name!r}: did you mean {name.lower()!r}? (names are lower case)")
+
+
 def summarise_model(cfg: dict, sources: tuple[str, ...] = ()) -> None:
     """Stop at parse time on summarisation settings that cannot work, instead of letting
     every summarise job start, fail and be retried, or the evaluation fail after them:

@@ -202,6 +202,10 @@ def test_dry_run_lists_every_tokenize_job_and_train_before_any_data(tmp_path):
     proc = snakemake(tmp_path, "-n", "--configfile", str(cfg), "--resources", "gpu=1", check=False)
     assert proc.returncode != 0 and "train.gpus is 2 but this run offers gpu=1" in proc.stdout + proc.stderr
 
+    # Settings the trainer would refuse stop the parse too, with the sweeps' points.
+    proc = snakemake(tmp_path, "-n", "--config", "tasks=[training]", "train={n_embd: 30, n_head: 4}", check=False)
+    assert proc.returncode != 0 and "train: n_embd (30) must be a multiple of n_head (4)" in proc.stdout + proc.stderr
+
     # ... which needs one plain-text file: the demo corpus (JSON lines) is refused at parse time.
     proc = snakemake(tmp_path, "-n", "--config", "tasks=[training]", "shards={split: position}", check=False)
     assert proc.returncode != 0

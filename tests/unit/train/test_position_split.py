@@ -59,3 +59,27 @@ def test_train_gpus_follow_train_section():
     cfg["resources"]["train"]["gpu"] = 2
     with pytest.raises(ValueError, match="resources.train.gpu is 2 but train.gpus is 4"):
         plan.train_gpus(cfg)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"n_embd": 30, "n_head": 4}, r"train: n_embd \(30\) must be a multiple of n_head \(4\)"),
+    ({"min_lr": 0.01, "lr": 0.001}, r"train: min_lr \(0.01\) must be <= lr \(0.001\)"),
+    ({"warmup_iters": -1}, "train: warmup_iters must be >= 0, got -1"),
+    ({"eval_windows": "some"}, "train: eval_windows must be a positive int or 'all'"),
+])
+def test_training_settings_the_trainer_refuses_stop_the_parse(config, change, message):
+    """Checked when the workflow is parsed, not in the train job after the data preparation."""
+    plan.train_settings(config["train"])  # the shipped section passes
+    with pytest.raises(ValueError, match=message):
+        plan.train_settings({**config["train"], **change})
+    with pytest.raises(ValueError, match=r"sweep 's', point n_head=3: n_embd"):
+        plan.train_settings({**config["train"], "n_head": 3}, "sweep 's', point n_head=3")
+
+
+def test_shard_settings_without_a_validation_split_or_with_a_misspelt_tokenizer_stop_the_parse(config):
+    plan.shards_settings(config)
+    with pytest.raises(ValueError, match="shards.val_fraction is 0: training evaluates on the validation split"):
+        plan.shards_settings({**config, "shards": {**config["shards"], "val_fraction": 0.0}})
+    with pytest.raises(ValueError, match=r"shards.tokenizer 'BPE': did you mean 'bpe'\?"):
+        plan.shards_settings({**config, "shards": {**config["shards"], "tokenizer": "BPE"}})
+    plan.shards_settings({**config, "shards": {**config["shards"], "tokenizer": "/models/gpt2"}})  # a path: its job checks
