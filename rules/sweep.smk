@@ -173,6 +173,7 @@ if sweeps_of_stage("summarise"):
         input:
             summaries=f"{SWEEP_JOB}/summaries.jsonl",
             sources=split_inputs(DATASETS[DATASET]),
+            split_rejects=f"results/{DATASET}/chunks/rejects.jsonl",
         output:
             metrics=f"{SWEEP_JOB}/metrics.json",
             per_document=f"{SWEEP_JOB}/per_document.parquet",

@@ -102,6 +102,54 @@ def test_snakemake_lint_is_clean():
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
+def _named_inputs() -> tuple[dict, dict]:
+    """From the rules files (snakefmt's layout): each rule's named `input:` keys (None when
+    its input is positional or unpacked), and each `use rule BASE as NAME with:`'s base."""
+    import re
+
+    keys, bases = {}, {}
+    for path in sorted((REPO / "rules").glob("*.smk")):
+        lines = path.read_text().splitlines()
+
+        def depth(k, lines=lines):
+            return len(lines[k]) - len(lines[k].lstrip())
+
+        for i, line in enumerate(lines):
+            m = re.match(r"^(\s*)(?:rule (\w+):|use rule (\w+) as (\w+) with:)\s*$", line)
+            if not m:
+                continue
+            indent, name = len(m.group(1)), m.group(2) or m.group(4)
+            if m.group(3):
+                bases[name] = m.group(3)
+            j = i + 1
+            while j < len(lines) and (not lines[j].strip() or depth(j) > indent):
+                if lines[j] == " " * (indent + 4) + "input:":
+                    named, other, k = set(), False, j + 1
+                    while k < len(lines) and (not lines[k].strip() or depth(k) > indent + 4):
+                        text = lines[k].strip()
+                        if text and depth(k) == indent + 8:
+                            found = re.match(r"(\w+)=", text)
+                            if found:
+                                named.add(found.group(1))
+                            elif text[0] not in "#)]}":
+                                other = True
+                        k += 1
+                    keys[name] = None if other else named
+                j += 1
+    return keys, bases
+
+
+def test_a_rule_used_with_new_inputs_keeps_every_named_input_of_its_base():
+    """`use rule X as Y with: input:` replaces X's whole input block: an input added to X
+    later (evaluate_summaries' split rejects) was missing from Y, and every summarise
+    sweep failed in its evaluation job."""
+    keys, bases = _named_inputs()
+    assert {"sweep_evaluate_summaries", "sweep_merge", "sweep_train"} <= set(bases)
+    for derived, base in bases.items():
+        if keys.get(derived) is not None and keys.get(base) is not None:
+            assert keys[derived] == keys[base], f"rule {derived}: inputs {keys[derived]} differ from {base}'s {keys[base]}"
+
+
 def test_snakefmt_check_is_clean():
     proc = subprocess.run(
         [str(BIN / "snakefmt"), "--check", "Snakefile", "rules/"], cwd=REPO, capture_output=True, text=True

@@ -1,6 +1,7 @@
 """Summarisation through the real workflow: one run with a tiny random BART on a small
-article file with references (and one bad line, skipped and counted), shared by the
-tests below; plus dry runs of each method's job graph."""
+article file with references (and one bad line, skipped and counted), and a summarise
+sweep of one point in the same run, shared by the tests below; plus dry runs of each
+method's job graph."""
 
 import json
 import re
@@ -43,6 +44,9 @@ def run(tmp_path_factory, articles):
         input={"path": str(articles), "text_field": "article", "on_bad_record": "skip"},
         summarise={"method": "abstractive", "model": str(model), "reference_field": "highlights", "window": 3},
         resources={"summarise": {"threads": 1}},
+        # The model's own num_beams (2): the point's jobs are the main run's, computed again.
+        sweeps={"beams": {"stage": "summarise", "grid": {"summarise.generation.num_beams": [2]}, "seeds": [0],
+                          "metrics": {"rouge1": "max"}}},
     )
     proc = snakemake(work, "--cores", "2", "--configfile", str(cfg))
     return {"work": work, "model": model, "proc": proc, "results": work / "results" / "news"}
@@ -86,6 +90,20 @@ def test_rouge_counts_the_document_without_reference(run):
     per_doc = pd.read_parquet(run["results"] / "summarise" / "per_document.parquet")
     assert len(per_doc) == N_GOOD and "no-reference" not in set(per_doc["id"])
     assert (run["results"] / "summarise" / "rouge.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_summarise_sweep_scores_its_points_as_the_main_run(run):
+    """A summarise sweep's jobs, through sweep_evaluate_summaries (the rule that reads the
+    split's rejects, like evaluate_summaries): the point equal to the main settings gives
+    the main run's metrics."""
+    main = json.loads((run["results"] / "summarise" / "metrics.json").read_text())
+    folder = run["work"] / "results" / "sweeps" / "beams"
+    point = json.loads((folder / "num_beams=2" / "seed=0" / "metrics.json").read_text())
+    assert point["n_documents"] == main["n_documents"] == N_GOOD
+    assert point["documents_without_reference"] == 1
+    assert point["systems"] == main["systems"]
+    summary = pd.read_parquet(folder / "summary.parquet")
+    assert list(summary["rouge1_mean"]) == [main["rouge1"]]
 
 
 def test_job_table_report_and_landing(run):
