@@ -5,6 +5,8 @@ contributes to `all`, provenance and the landing page (shardflow.workflow.tasks.
 
 import json
 
+from snakemake.logging import logger
+
 # train is a shell rule: its `python` must be the interpreter running this workflow, as
 # for the script rules (shardflow.workflow.site.python_first_on_path). The command's
 # text stays as it was: a changed command reruns finished train jobs.
@@ -97,13 +99,24 @@ def train_params(wildcards):
     return json.dumps(p, sort_keys=True)
 
 
+_WARNED = set()
+
+
+def warn_once(message):
+    """A warning printed once per run, however many jobs evaluate it."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        logger.warning(message)
+
+
 def train_resources():
     """resources.train, with gpu = train.gpus (0 when the job runs on the CPU: the shell
     command passes it to the launcher, so it stays, unlike the other GPU rules'). More
     than the run's `gpu` resource offers (the local profile's GPUs, --resources gpu=N)
     stops the run before any job starts: Snakemake would scale the request down
     silently, and the launcher would refuse the job only once it held its GPUs
-    (shardflow.train.launch)."""
+    (shardflow.train.launch). A dry run on a host without GPUs only warns: it cannot
+    know the executor, and the local run it previews puts the job on the CPU."""
 
     def gpu(wildcards):
         if runs_on_cpu():
@@ -112,10 +125,17 @@ def train_resources():
         offered = workflow.global_resources.get("gpu")
         offered = getattr(offered, "value", offered)  # a Resource in Snakemake 9
         if workflow.is_main_process and isinstance(offered, int) and gpus > offered:
-            raise WorkflowError(
+            message = (
                 f"train.gpus is {gpus} but this run offers gpu={offered} (the local profile's GPUs, or "
                 f"--resources gpu=N): lower train.gpus, or run where {gpus} GPUs are free"
             )
+            if workflow.dryrun and not local_gpus():
+                warn_once(
+                    f"{message}. (Dry run on a host without GPUs: a local run trains on the CPU, "
+                    "one process; a cluster run stops here.)"
+                )
+            else:
+                raise WorkflowError(message)
         return gpus
 
     return {**job_resources("train"), "gpu": gpu}

@@ -198,9 +198,15 @@ def test_dry_run_lists_every_tokenize_job_and_train_before_any_data(tmp_path):
     counts = job_counts(out)
     assert "tokenize" not in counts and counts["gather_shards"] == counts["train"] == 1
     assert "gpu=2" in out and "--gpus 2" in out  # the job requests train.gpus GPUs (a dry run plans GPUs)
-    # A run offering fewer (Snakemake would scale the request down silently) stops first.
-    proc = snakemake(tmp_path, "-n", "--configfile", str(cfg), "--resources", "gpu=1", check=False)
+    # A run offering fewer (Snakemake would scale the request down silently) stops first:
+    # here on a host with GPUs (SHARDFLOW_GPUS names them) ...
+    proc = snakemake(tmp_path, "-n", "--configfile", str(cfg), "--resources", "gpu=1", check=False,
+                     env=offline_env(SHARDFLOW_GPUS="0"))
     assert proc.returncode != 0 and "train.gpus is 2 but this run offers gpu=1" in proc.stdout + proc.stderr
+    # ... while a dry run on a host without GPUs only warns: the local run it previews trains on the CPU.
+    proc = snakemake(tmp_path, "-n", "--configfile", str(cfg), "--resources", "gpu=1", env=offline_env(SHARDFLOW_GPUS=""))
+    assert "train.gpus is 2 but this run offers gpu=1" in proc.stdout + proc.stderr
+    assert "Dry run on a host without GPUs: a local run trains on the CPU" in proc.stdout + proc.stderr
 
     # Settings the trainer would refuse stop the parse too, with the sweeps' points.
     proc = snakemake(tmp_path, "-n", "--config", "tasks=[training]", "train={n_embd: 30, n_head: 4}", check=False)
