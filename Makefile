@@ -55,12 +55,14 @@ run: setup
 report: setup
 	$(SNAKEMAKE) --profile profiles/local --report report.html
 
+# pipefail: a Snakemake error (a bad config) fails the target instead of writing an
+# empty SVG; the SVG is replaced only when both steps succeed.
 dag: setup
-	$(SNAKEMAKE) --dag | dot -Tsvg > dag.svg
+	set -o pipefail; $(SNAKEMAKE) --dag | dot -Tsvg > dag.svg.tmp && mv dag.svg.tmp dag.svg || { rm -f dag.svg.tmp; exit 1; }
 	@echo "wrote dag.svg"
 
 rulegraph: setup
-	$(SNAKEMAKE) --rulegraph | dot -Tsvg > rulegraph.svg
+	set -o pipefail; $(SNAKEMAKE) --rulegraph | dot -Tsvg > rulegraph.svg.tmp && mv rulegraph.svg.tmp rulegraph.svg || { rm -f rulegraph.svg.tmp; exit 1; }
 	@echo "wrote rulegraph.svg"
 
 lint: setup
