@@ -18,6 +18,7 @@ The chunk-count rule for `n_chunks: auto`
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Callable
@@ -267,14 +268,23 @@ def shards_settings(cfg: dict) -> None:
     """Stop at parse time on shard settings that cannot give a training run: no
     validation split, or a tokenizer name mistyped (a path is checked by its job)."""
     sh = cfg["shards"]
+    if sh["tokens_per_shard"] is not None and sh["shard_mb"] is not None:
+        raise ValueError("shards.tokens_per_shard and shards.shard_mb are both set: give one (the other null)")
     if sh["val_fraction"] <= 0:
         raise ValueError(
             "shards.val_fraction is 0: training evaluates on the validation split (best weights, val loss); "
             "set it above 0, e.g. 0.1"
         )
     name = sh["tokenizer"]
-    if name not in ("char", "bpe", "default") and name.lower() in ("char", "bpe", "default"):
+    names = ("char", "bpe", "default")
+    if name not in names and name.lower() in names:
         raise ValueError(f"shards.tokenizer {name!r}: did you mean {name.lower()!r}? (names are lower case)")
+    if name not in names and "/" not in name and not name.endswith(".json") and not os.path.exists(name):
+        # A bare word that is no file here: a misspelt name, not a path (paths have a folder
+        # or end in .json; one that exists only in a cluster image is still accepted).
+        raise ValueError(
+            f"shards.tokenizer {name!r} is neither char, bpe, default, nor a tokenizer.json or model folder"
+        )
 
 
 def summarise_model(cfg: dict, sources: tuple[str, ...] = ()) -> None:
@@ -283,6 +293,12 @@ def summarise_model(cfg: dict, sources: tuple[str, ...] = ()) -> None:
     method abstractive without a model, sampling without a seed, references or stored
     summaries read from `sources` (the data set's files) that are not JSONL."""
     sm = cfg["summarise"]
+    if sm["method"] == "stored" and not (sm["stored_field"] and sm["reference_field"]):
+        missing = [f"summarise.{k}" for k in ("stored_field", "reference_field") if not sm[k]]
+        raise ValueError(
+            f"summarise.method is stored but {' and '.join(missing)} is null: stored scores the summaries in "
+            "stored_field ('summary', 'a.b' or 'a.*') against the references in reference_field"
+        )
     if sm["method"] == "abstractive" and not sm["model"]:
         raise ValueError(
             "summarise.method is abstractive but summarise.model is null: set it to a local model folder "
@@ -293,14 +309,60 @@ def summarise_model(cfg: dict, sources: tuple[str, ...] = ()) -> None:
             "summarise.generation.do_sample is true but summarise.seed is null: set a seed, so that a rerun "
             "or a resumed job gives the same summaries"
         )
-    if sm["reference_field"] or sm["method"] == "stored":
+    if sm["reference_field"]:  # method stored included (it needs one, above)
         opts = ReaderOptions(format=cfg["input"]["format"])
         formats = [(p, detect_format(p, opts)) for p in sources]
         other = [(p, fmt) for p, fmt in formats if fmt != "jsonl"]
         if other:
             path, fmt = other[0]
-            why = "summarise.reference_field" if sm["reference_field"] else "summarise.method stored"
             raise ValueError(
-                f"{why} reads the input as JSONL(.gz), but {path} is {fmt} (input.format): "
+                f"summarise.reference_field reads the input as JSONL(.gz), but {path} is {fmt} (input.format): "
                 "convert it to JSON Lines, or set summarise.reference_field: null"
             )
+        fields = {"summarise.reference_field": sm["reference_field"]}
+        if sm["method"] == "stored":
+            fields["summarise.stored_field"] = sm["stored_field"].removesuffix(".*")
+        for path in sources:
+            if path.startswith("s3://") or not os.path.isfile(path):
+                continue
+            first, seen = _sample_fields(path, fields.values())
+            for key, field in fields.items():
+                if first is not None and not seen[field]:
+                    raise ValueError(
+                        f"{key} {field!r}: none of the first {FIELD_SAMPLE} records of {path} has it "
+                        f"(the first record's fields: {', '.join(map(str, first))})"
+                    )
+
+
+FIELD_SAMPLE = 100  # records read at parse time to find a misspelt field name
+
+
+def _sample_fields(path: str, fields) -> tuple[list | None, dict[str, bool]]:
+    """The first record's keys (None: no readable record) and, per dotted field, whether one
+    of the first FIELD_SAMPLE JSON objects of `path` has it. Bad lines are passed over:
+    the jobs that read the file name them."""
+    from shardflow.core.files import open_binary
+    from shardflow.corpus.readers import DEFAULT_MAX_RECORD_BYTES, LongLine, iter_lines
+
+    seen = dict.fromkeys(fields, False)
+    first, count = None, 0
+    with open_binary(path) as fh:
+        for _, raw in iter_lines(fh, path, DEFAULT_MAX_RECORD_BYTES):
+            if isinstance(raw, LongLine) or not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                continue
+            if not isinstance(obj, dict):
+                continue
+            first = list(obj) if first is None else first
+            for field in seen:
+                node = obj
+                for part in field.split("."):
+                    node = node.get(part) if isinstance(node, dict) else None
+                seen[field] = seen[field] or node is not None
+            count += 1
+            if count >= FIELD_SAMPLE or all(seen.values()):
+                break
+    return first, seen

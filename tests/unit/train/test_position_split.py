@@ -83,3 +83,7 @@ def test_shard_settings_without_a_validation_split_or_with_a_misspelt_tokenizer_
     with pytest.raises(ValueError, match=r"shards.tokenizer 'BPE': did you mean 'bpe'\?"):
         plan.shards_settings({**config, "shards": {**config["shards"], "tokenizer": "BPE"}})
     plan.shards_settings({**config, "shards": {**config["shards"], "tokenizer": "/models/gpt2"}})  # a path: its job checks
+    with pytest.raises(ValueError, match="shards.tokenizer 'chr' is neither char, bpe, default, nor a tokenizer.json"):
+        plan.shards_settings({**config, "shards": {**config["shards"], "tokenizer": "chr"}})
+    with pytest.raises(ValueError, match="shards.tokens_per_shard and shards.shard_mb are both set"):
+        plan.shards_settings({**config, "shards": {**config["shards"], "tokens_per_shard": 100, "shard_mb": 1}})

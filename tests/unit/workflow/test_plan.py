@@ -255,7 +255,8 @@ def test_integer_threads_are_used_as_given():
 
 def test_summarisation_settings_that_cannot_work_stop_at_parse_time():
     def cfg(fmt="auto", **sm):
-        base = {"method": "abstractive", "model": "models/bart", "generation": {}, "seed": None, "reference_field": None}
+        base = {"method": "abstractive", "model": "models/bart", "generation": {}, "seed": None, "reference_field": None,
+                "stored_field": None}
         return {"summarise": {**base, **sm}, "input": {"format": fmt}}
 
     with pytest.raises(ValueError, match="summarise.method is abstractive but summarise.model is null"):
@@ -267,7 +268,35 @@ def test_summarisation_settings_that_cannot_work_stop_at_parse_time():
     plan.summarise_model(cfg(generation={"do_sample": True}, seed=3))
     with pytest.raises(ValueError, match=r"summarise.reference_field reads the input as JSONL\(.gz\), but a.csv is csv"):
         plan.summarise_model(cfg(method="lead", reference_field="highlights"), ("a.jsonl.gz", "a.csv"))
-    with pytest.raises(ValueError, match="summarise.method stored reads the input as JSONL"):
-        plan.summarise_model(cfg("csv", method="stored"), ("a.jsonl",))
+    with pytest.raises(ValueError, match="summarise.reference_field reads the input as JSONL"):
+        plan.summarise_model(cfg("csv", method="stored", stored_field="s", reference_field="r"), ("a.jsonl",))
+    with pytest.raises(ValueError, match="method is stored but summarise.stored_field and summarise.reference_field is null"):
+        plan.summarise_model(cfg(method="stored"))
+    with pytest.raises(ValueError, match="method is stored but summarise.reference_field is null"):
+        plan.summarise_model(cfg(method="stored", stored_field="s"))
     plan.summarise_model(cfg(method="lead"), ("a.csv",))  # no references: any format
+
+
+def test_a_misspelt_reference_or_stored_field_stops_the_parse(tmp_path):
+    """Not the evaluation, after every summarise job ran: a field none of the first
+    records has is named with the fields the first record has."""
+    import json
+
+    path = tmp_path / "a.jsonl"
+    records = [{"id": "1", "article": "a"}] + [{"id": str(i), "article": "b", "highlights": "h",
+                                                 "sys": {"x": "s"}} for i in range(2, 5)]
+    path.write_text("not json\n" + "".join(json.dumps(r) + "\n" for r in records))
+
+    def cfg(**sm):
+        base = {"method": "lead", "model": None, "generation": {}, "seed": None, "reference_field": "highlights",
+                "stored_field": None}
+        return {"summarise": {**base, **sm}, "input": {"format": "auto"}}
+
+    plan.summarise_model(cfg(), (str(path),))  # line 2 lacks it, line 3 has it; a bad line is the jobs' to name
+    with pytest.raises(ValueError, match=r"summarise.reference_field 'hilights': none of the first 100 records of "
+                                         r".*a.jsonl has it \(the first record's fields: id, article\)"):
+        plan.summarise_model(cfg(reference_field="hilights"), (str(path),))
+    plan.summarise_model(cfg(method="stored", stored_field="sys.*"), (str(path),))
+    with pytest.raises(ValueError, match="summarise.stored_field 'system'"):
+        plan.summarise_model(cfg(method="stored", stored_field="system.*"), (str(path),))
     plan.summarise_model(cfg(method="lead", reference_field="highlights"), ("a.jsonl", "b.json.gz"))
