@@ -30,6 +30,7 @@ from shardflow.sweep.spec import SweepError, SweepSpec
 
 TRAIN = (
     "best_val_loss", "best_step", "final_val_loss", "final_train_loss", "steps", "resumed_from_step",
+    "train_tokens", "unsampled_train_tokens",
     "tokens_per_step", "tokens_per_second", "wall_seconds", "train_seconds_total", "flops_per_token", "mfu",
     "n_params", "world_size",
 )

@@ -121,15 +121,23 @@ class WindowSampler:
 
     A shard is chosen with probability proportional to its number of window starts
     (its size less one window), then a start uniformly within it; so every start in
-    the split is equally likely. The generator state is part of the checkpoint.
+    the split is equally likely. Windows stay within a shard: a shard of block_size
+    tokens or fewer is never read (`unsampled_tokens` counts its tokens; the trainer
+    warns). The generator state is part of the checkpoint.
     """
 
-    def __init__(self, shards: list[np.ndarray], block_size: int, seed: int):
+    def __init__(self, shards: list[np.ndarray], block_size: int, seed: int, split: str = "train"):
         self.shards = shards
         self.block_size = block_size
         self.starts = torch.tensor([max(len(s) - block_size, 0) for s in shards], dtype=torch.float64)
+        self.unsampled_tokens = sum(len(s) for s in shards if len(s) <= block_size)
         if not self.starts.sum() > 0:
-            raise ValueError(f"no train shard holds a window of block_size + 1 = {block_size + 1} tokens")
+            hint = " (or eval_windows: all, which reads every val token)" if split == "val" else ""
+            raise ValueError(
+                f"no {split} shard holds a window of block_size + 1 = {block_size + 1} tokens "
+                f"(largest: {max((len(s) for s in shards), default=0)}): lower train.block_size, or give the "
+                f"{split} split more text{hint}"
+            )
         self.generator = torch.Generator().manual_seed(seed)
 
     def draw(self, n: int) -> list[tuple[int, int]]:
@@ -161,7 +169,7 @@ def val_windows(shards: list[np.ndarray], block_size: int, count: int | str, see
             for o in range(0, len(tokens) - 1, block_size):
                 out.append((s, o, min(block_size, len(tokens) - 1 - o)))
         return out
-    sampler = WindowSampler(shards, block_size, seed)  # a generator of its own: the set never changes
+    sampler = WindowSampler(shards, block_size, seed, "val")  # a generator of its own: the set never changes
     return [(s, o, block_size) for s, o in sampler.draw(count)]
 
 
@@ -371,6 +379,13 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
     optimizer = make_optimizer(raw, p, rt)
     sampler = WindowSampler(shards.train, p.block_size, p.seed)
     fixed_val = val_windows(shards.val, p.block_size, p.eval_windows, p.seed + 1)
+    train_tokens = sum(len(s) for s in shards.train)
+    if sampler.unsampled_tokens:
+        logger.warning(
+            "%d of %d train tokens (%.1f %%) sit in shards of block_size = %d tokens or fewer and are never "
+            "trained on (windows stay within a shard): raise shards.tokens_per_shard or lower train.block_size",
+            sampler.unsampled_tokens, train_tokens, 100 * sampler.unsampled_tokens / train_tokens, p.block_size,
+        )
 
     step, history, best, prior_seconds = 0, [], {"val_loss": math.inf, "step": None}, 0.0
     ckpt_path = resume_dir / CHECKPOINT_NAME
@@ -481,6 +496,8 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
         "final_train_loss": history[-1]["train_loss"] if history else None,
         "steps": step,
         "resumed_from_step": resumed_from,
+        "train_tokens": train_tokens,
+        "unsampled_train_tokens": sampler.unsampled_tokens,  # in shards too short for one window
         "tokens_per_step": tokens_per_step,
         "tokens_per_second": tokens_per_sec,  # global, training steps only (no eval/checkpoint), this process
         "wall_seconds": time.perf_counter() - t_start,

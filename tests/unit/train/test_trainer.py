@@ -142,6 +142,14 @@ def test_sampler_is_proportional_in_bounds_and_resumable():
     again.generator.set_state(state)
     assert again.draw(50) == ahead
     assert WindowSampler(shards, 16, seed=3).draw(4000) == draws  # the seed fixes the sequence
+    assert sampler.unsampled_tokens == 10  # the short shard's tokens: never drawn, counted (the trainer warns)
+
+
+def test_a_split_too_short_for_one_window_is_named():
+    with pytest.raises(ValueError, match=r"no train shard holds a window of block_size \+ 1 = 17 tokens \(largest: 10\)"):
+        WindowSampler([np.arange(10)], block_size=16, seed=0)
+    with pytest.raises(ValueError, match=r"no val shard .* \(or eval_windows: all, which reads every val token\)"):
+        val_windows([np.arange(10)], block_size=16, count=5, seed=0)
 
 
 def test_val_windows_all_predict_every_token_once():
@@ -175,6 +183,7 @@ def test_train_writes_outputs_and_extends_max_iters(shards, tmp_path):
     saved = json.loads((out / "metrics.json").read_text())
     assert json.loads(json.dumps(metrics)) == saved  # what train() returns is what it wrote
     assert metrics["steps"] == 6 and metrics["resumed_from_step"] == 0  # a fresh run
+    assert metrics["train_tokens"] > 0 and metrics["unsampled_train_tokens"] == 0
     assert saved["best_val_loss"] == pytest.approx(frame["val_loss"].iloc[-1])
     assert saved["mfu"] is None and saved["tokens_per_second"] > 0 and saved["world_size"] == 1
     assert math.isfinite(saved["final_val_loss"])
