@@ -15,6 +15,10 @@ one process per GPU, data parallel). The slots stay held by this process while
 torchrun runs; its workers inherit CUDA_VISIBLE_DEVICES, and torchrun is killed if
 this process dies.
 
+The launcher also notes which Snakemake runs the job (shardflow.core.controller) for
+the trainer, which stops without outputs, its checkpoint kept, if that process goes
+(a SIGKILLed controller would otherwise leave a train job publishing unrecorded outputs).
+
 Logging goes to stderr, which the rule sends to its log, torchrun's ranks included.
 """
 
@@ -23,9 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import subprocess
 import sys
 
+from shardflow.core import controller
 from shardflow.core.gpujob import pin_job_gpus
 from shardflow.core.runlog import configure_logging
 
@@ -42,12 +48,16 @@ def check_gpu_count(device: str, gpus: int, rest: list[str]) -> None:
     grad_accum x processes, so with fewer it would train another run than the one its
     params record. Snakemake caps a job's gpu resource at what the profile or host
     offers, silently. (The workflow records train.gpus in `--params` where it is not 1.)
-    A CPU job (gpu=0, or gpu_jobs.device cpu) trains in one process, as documented."""
-    if device == "cpu":
-        return
+    A CPU job (gpu=0, or gpu_jobs.device cpu) trains in one process, as documented,
+    with a warning when train.gpus asked for more."""
     wanted = 1
     if "--params" in rest[:-1]:
         wanted = int(json.loads(rest[rest.index("--params") + 1]).get("gpus", 1))
+    if device == "cpu":
+        if wanted > 1:
+            log.warning("train.gpus is %d but this job runs on the CPU: one process, so the global batch is "
+                        "batch_size x grad_accum, not x %d", wanted, wanted)
+        return
     if max(gpus, 1) != wanted:
         raise SystemExit(
             f"train.gpus is {wanted} but this job was given {gpus} GPU(s) (the profile's or the host's gpu limit "
@@ -110,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     check_gpu_count(device, args.gpus, rest)
     nproc = processes(device, args.gpus)
     targs = trainer_args(rest, device, nproc, args.threads)
+    found = controller.find()
+    if found is not None:
+        os.environ[controller.ENV] = found.to_env()  # the trainer's processes inherit it
+    log.info("controller: %s", f"Snakemake pid {found.pid}" if found else "none found (no check for orphaning)")
     if nproc == 1:
         from shardflow.train.__main__ import main as train_main
 

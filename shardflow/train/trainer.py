@@ -51,6 +51,8 @@ from safetensors.torch import load_file, save_file
 
 from shardflow.core import locks
 from shardflow.core.atomic import atomic_open, atomic_path, write_json
+from shardflow.core.controller import ENV as CONTROLLER_ENV
+from shardflow.core.controller import Controller
 from shardflow.core.devices import use_compile_cache
 from shardflow.train.model import GPT, GPTConfig
 from shardflow.train.params import TrainParams
@@ -69,6 +71,20 @@ PEAK_BF16_TFLOPS = {"H200": 989.0, "H100 SXM": 989.0, "H100 80GB HBM3": 989.0, "
                     "A100": 312.0, "L40S": 362.0, "L4": 121.0, "A10": 125.0, "V100": 125.0, "T4": 65.0}
 
 log = logging.getLogger(__name__)
+
+
+class OrphanedJobError(RuntimeError):
+    """The Snakemake that started this job is gone: outputs written now would not be
+    recorded (shardflow.core.controller). The checkpoint is kept for the rerun."""
+
+
+def _orphaned(controller: Controller | None, rt) -> bool:
+    """Whether the Snakemake running this job has gone (rank 0 looks; every rank learns)."""
+    gone = controller is not None and rt.is_main and not controller.alive()
+    if rt.world > 1:
+        flag = torch.tensor(1.0 if gone else 0.0, device=rt.device)
+        gone = bool(rt.all_reduce_(flag).item() > 0)
+    return gone
 
 
 class CheckpointError(RuntimeError):
@@ -389,6 +405,15 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
 
     step, history, best, prior_seconds = 0, [], {"val_loss": math.inf, "step": None}, 0.0
     ckpt_path = resume_dir / CHECKPOINT_NAME
+    controller = Controller.from_env(os.environ.get(CONTROLLER_ENV))
+
+    def stop_if_orphaned(when: str) -> None:
+        if _orphaned(controller, rt):
+            message = (f"the Snakemake that started this job (pid {controller.pid}) is gone, {when}: outputs "
+                       f"written now would not be recorded; stopping with the checkpoint at step {step} kept in "
+                       f"{resume_dir} (a rerun resumes from it)")
+            logger.critical(message)
+            raise OrphanedJobError(message)
     if ckpt_path.exists():
         ckpt = load_checkpoint(ckpt_path, key)
         raw.load_state_dict(ckpt["model"])
@@ -482,6 +507,7 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
             rt.sync()
             t0 = time.perf_counter()
             checkpoint()
+            stop_if_orphaned("found at a checkpoint")
             overhead += time.perf_counter() - t0
     flush()
     rt.sync()
@@ -509,6 +535,7 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
         "dtype": str(rt.dtype).removeprefix("torch."),
         "world_size": rt.world,
     }
+    stop_if_orphaned("found before writing the outputs")
     if rt.is_main:
         write_outputs(out_dir, resume_dir, raw, p, cfg, shards, history, metrics, decode, sample_tokens, rt, tokenizer)
         if not keep_resume:

@@ -34,12 +34,14 @@ def test_arguments_after_the_separator_go_to_the_trainer():
         launch.parse_args(["--gpu-jobs", "{}"])  # --gpus is required
 
 
-def test_a_gpu_job_given_fewer_gpus_than_train_gpus_stops_naming_both():
+def test_a_gpu_job_given_fewer_gpus_than_train_gpus_stops_naming_both(caplog):
     rest = ["--data", "d", "--params", '{"gpus": 4, "n_layer": 2}']
     with pytest.raises(SystemExit, match=r"train.gpus is 4 but this job was given 2 GPU\(s\)"):
         launch.check_gpu_count("cuda:0", 2, rest)
     launch.check_gpu_count("cuda:0", 4, rest)
-    launch.check_gpu_count("cpu", 0, rest)  # a CPU job trains in one process, as documented
+    with caplog.at_level("WARNING"):
+        launch.check_gpu_count("cpu", 0, rest)  # a CPU job trains in one process, as documented, and says so
+    assert "train.gpus is 4 but this job runs on the CPU: one process" in caplog.text
     launch.check_gpu_count("cuda:0", 1, ["--params", '{"n_layer": 2}'])  # 1: not recorded
     with pytest.raises(SystemExit, match="train.gpus is 1 but this job was given 2"):
         launch.check_gpu_count("cuda:0", 2, ["--params", "{}"])

@@ -29,6 +29,7 @@ from shardflow.core.hashing import sha256_file
 from shardflow.train.shards import write_shard
 from shardflow.train.trainer import (
     CheckpointError,
+    OrphanedJobError,
     TrainParams,
     WindowSampler,
     load_model,
@@ -205,6 +206,24 @@ def test_train_writes_outputs_and_extends_max_iters(shards, tmp_path):
     # Finished without keep_resume: the resume folder goes, so a rerun starts afresh.
     train(shards, out, TrainParams(**base, max_iters=8), resume_dir=resume, sample_tokens=5)
     assert not resume.exists()
+
+
+def test_a_job_whose_snakemake_is_gone_keeps_its_checkpoint_and_writes_no_outputs(shards, tmp_path, monkeypatch):
+    """An orphan (its controller SIGKILLed) must not publish outputs that no Snakemake
+    records: it stops at its next checkpoint, and the rerun resumes from it."""
+    import subprocess
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid that no longer runs; a start time no process has
+    monkeypatch.setenv("SHARDFLOW_CONTROLLER", f"{gone.pid}:1")
+    out, resume = tmp_path / "model", tmp_path / "resume"
+    params = TrainParams(**dict(TINY, max_iters=20))
+    with pytest.raises(OrphanedJobError, match=rf"pid {gone.pid}\) is gone, found at a checkpoint: .* step 10 kept"):
+        train(shards, out, params, resume_dir=resume)
+    assert (resume / "checkpoint.pt").is_file() and not (out / "metrics.json").exists()
+    monkeypatch.delenv("SHARDFLOW_CONTROLLER")
+    metrics = train(shards, out, params, resume_dir=resume)
+    assert metrics["resumed_from_step"] == 10 and (out / "metrics.json").is_file()
 
 
 def test_a_second_process_on_the_same_checkpoints_stops_naming_the_first(shards, tmp_path):

@@ -1,0 +1,79 @@
+"""The Snakemake process that runs this job, and whether it is still there.
+
+A job's outputs count only if the Snakemake that started it records them. When the
+local controller is SIGKILLed, its running jobs are orphaned and carry on: a train job
+would finish hours later and write its declared outputs with no record of the params
+they were made with, and the next run, with other params, takes them as up to date.
+So a long job notes which Snakemake runs it (`find`, from the launcher) and, before it
+publishes (and at each checkpoint), checks that this process is still the same one
+(pid and start time); if not, it keeps its resume state and stops without outputs, and
+the rerun resumes.
+
+The controller is the nearest ancestor process running Snakemake: the main process
+locally, the job-mode Snakemake inside a SLURM job or Kubernetes pod (which lives as
+long as the job). Linux only (/proc); elsewhere `find` returns None and nothing is
+checked.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+ENV = "SHARDFLOW_CONTROLLER"
+
+
+def _stat(pid: int) -> tuple[int, str] | None:
+    """(parent pid, start time in clock ticks) of `pid`, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ...
+    return int(fields[1]), fields[19]
+
+
+def _runs_snakemake(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            args = [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
+    except OSError:
+        return False
+    if any(os.path.basename(a) == "snakemake" for a in args[:2]):
+        return True
+    return "-m" in args[:-1] and args[args.index("-m") + 1] == "snakemake"
+
+
+@dataclass(frozen=True)
+class Controller:
+    pid: int
+    start: str
+
+    def alive(self) -> bool:
+        found = _stat(self.pid)
+        return found is not None and found[1] == self.start
+
+    def to_env(self) -> str:
+        return f"{self.pid}:{self.start}"
+
+    @classmethod
+    def from_env(cls, text: str | None) -> Controller | None:
+        if not text:
+            return None
+        pid, _, start = text.partition(":")
+        return cls(int(pid), start)
+
+
+def find(pid: int | None = None) -> Controller | None:
+    """The nearest ancestor of `pid` (default: this process) that runs Snakemake."""
+    current = _stat(os.getpid() if pid is None else pid)
+    while current is not None and current[0] > 1:
+        parent = current[0]
+        found = _stat(parent)
+        if found is None:
+            return None
+        if _runs_snakemake(parent):
+            return Controller(parent, found[1])
+        current = found
+    return None

@@ -1,0 +1,44 @@
+"""core.controller: a job finds the Snakemake that runs it, and sees when it is gone."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from shardflow.core import controller
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc (Linux)")
+
+
+def test_the_nearest_snakemake_ancestor_is_found(tmp_path):
+    """A process tree as Snakemake makes it: `.../bin/snakemake` -> bash -> the job."""
+    probe = tmp_path / "probe.txt"
+    job = f"from shardflow.core import controller; open({str(probe)!r}, 'w').write(str(controller.find().pid))"
+    fake = tmp_path / "bin" / "snakemake"
+    fake.parent.mkdir()
+    fake.write_text(
+        "import os, subprocess, sys\n"
+        f"open({str(tmp_path / 'own.txt')!r}, 'w').write(str(os.getpid()))\n"
+        f"subprocess.run(['bash', '-c', {f'{sys.executable} -c {chr(34)}{job}{chr(34)}; true'!r}], check=True)\n"
+    )
+    proc = subprocess.run([sys.executable, str(fake)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert probe.read_text() == (tmp_path / "own.txt").read_text()
+
+
+def test_a_controller_is_alive_until_it_exits_and_survives_the_environment():
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        start = controller._stat(sleeper.pid)[1]
+        found = controller.Controller(sleeper.pid, start)
+        assert found.alive()
+        assert controller.Controller.from_env(found.to_env()) == found
+        assert not controller.Controller(sleeper.pid, start + "0").alive()  # the pid, reused by another process
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert not found.alive()
+    assert controller.Controller.from_env("") is None and controller.find(os.getpid()) is None  # pytest: none
