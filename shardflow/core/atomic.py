@@ -1,7 +1,9 @@
 """Atomic file writes: write `<path>.tmp-<pid>`, fsync, then `os.replace`.
 
 A reader (or Snakemake after a crash) sees either no file or the whole file,
-never a half-written one.
+never a half-written one. A published file has the mode a plain `open()` would give
+it (0666 less the umask), whatever its writer chose: safetensors creates 0600 files,
+which teammates on a shared filesystem could not read.
 """
 
 from __future__ import annotations
@@ -44,6 +46,21 @@ def _out_of_space(exc: OSError, path: Path) -> bool:
     return False
 
 
+def _file_mode() -> int:
+    """0666 less this process's umask (read from /proc where it can be: setting the umask
+    to read it would race with other threads)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def _tmp_path(path: Path) -> Path:
     return path.with_name(f"{path.name}.tmp-{os.getpid()}")
 
@@ -82,6 +99,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
+        os.chmod(tmp, _file_mode())
         os.replace(tmp, path)
         _remove_stale_tmp(path)
     except OSError as exc:

@@ -74,3 +74,21 @@ def test_a_short_write_on_a_full_filesystem_is_a_full_disk(tmp_path, monkeypatch
         with atomic.atomic_path(target):
             raise OSError("11520 requested and 2016 written")
     assert not isinstance(exc.value, atomic.DiskFullError)  # plenty of space: not a full disk
+
+
+def test_a_published_file_has_the_umask_mode_whatever_its_writer_chose(tmp_path):
+    """safetensors creates its files 0600: trained weights on a shared filesystem were
+    unreadable by the rest of a team."""
+    import stat
+
+    from shardflow.core.atomic import atomic_path
+
+    old = os.umask(0o027)
+    try:
+        with atomic_path(tmp_path / "w.bin") as tmp:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o600)
+            os.write(fd, b"x")
+            os.close(fd)
+        assert stat.S_IMODE((tmp_path / "w.bin").stat().st_mode) == 0o640
+    finally:
+        os.umask(old)
