@@ -290,6 +290,9 @@ def load_checkpoint(path: Path, key: dict) -> dict:
     differing = sorted(k for k in set(old) | set(key) if old.get(k) != key.get(k))
     if differing:
         detail = "; ".join(f"{k}: checkpoint {_short(old.get(k))} != now {_short(key.get(k))}" for k in differing)
+        if "lr_decay_iters" in differing:
+            detail += (f" (lr_decay_iters null follows max_iters: to raise max_iters and continue, set "
+                       f"lr_decay_iters: {_short(old.get('lr_decay_iters'))})")
         raise CheckpointError(f"checkpoint {path} was written with other parameters ({', '.join(differing)}): "
                               f"{detail}. Restore them, or delete the resume folder {path.parent} to start over")
     return ckpt
