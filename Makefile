@@ -151,6 +151,7 @@ evaluate-summaries: setup
 	    --reference "$${REFERENCE:-highlights}" --reference-format "$(REFERENCE_FORMAT)" --splitter "$(SPLITTER)" \
 	    --chunks "$(CHUNKS)" --out "$$cfg" >&2 && \
 	  $(SNAKEMAKE) "results/$$name/summarise/metrics.json" --profile profiles/local --cores $(CORES) --configfile "$$cfg" >&2 && \
+	  $(BIN)/python -m shardflow.cli warnings "results/$$name/summarise/metrics.json" && \
 	  echo "results/$$name/summarise/metrics.json"
 
 # Opt-in: reproduce MTEB's published ArguAna nDCG@10 (0.50167 +- 0.001) with the real

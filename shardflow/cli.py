@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -102,6 +103,15 @@ def summaries_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def print_warnings(args: argparse.Namespace) -> int:
+    """Print a metrics file's `warnings` to stderr (make evaluate-summaries: the run's
+    job logs are not shown when the jobs succeed)."""
+    with open(args.metrics, encoding="utf-8") as fh:
+        for warning in json.load(fh).get("warnings", []):
+            print(f"warning: {warning}", file=sys.stderr)
+    return 0
+
+
 def sweep_table(args: argparse.Namespace) -> int:
     """Print the summary table a sweep config file's sweep writes (make sweep's target)."""
     try:
@@ -147,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunks", default="auto", type=_chunks)  # empty: auto
     p.add_argument("--out", required=True)
     p.set_defaults(func=summaries_config)
+    p = sub.add_parser("warnings", help="print the warnings of a metrics JSON (make evaluate-summaries)")
+    p.add_argument("metrics")
+    p.set_defaults(func=print_warnings)
     p = sub.add_parser("sweep-table", help="the summary table of a sweep config file (make sweep)")
     p.add_argument("config")
     p.add_argument("--name", default="")

@@ -24,7 +24,14 @@ from shardflow.core.figures import pyplot, save_figure
 from shardflow.summarise.data import SummaryRecord, load_references
 from shardflow.summarise.params import ScoreParams
 from shardflow.summarise.records import iter_summaries
-from shardflow.summarise.rouge import ROUGE_TYPES, score_jsonl, score_records, system_means, write_parquet
+from shardflow.summarise.rouge import (
+    ROUGE_TYPES,
+    format_warnings,
+    score_jsonl,
+    score_records,
+    system_means,
+    write_parquet,
+)
 
 log = logging.getLogger(__name__)
 # References set aside are counted in metrics.json and named in the job's log, the first this many.
@@ -51,6 +58,8 @@ def log_rejects(rejects: list, what: str) -> None:
 
 
 def _metrics(scores, params: ScoreParams, extra: dict) -> dict:
+    for warning in extra.get("warnings", ()):
+        log.warning("%s", warning)
     means = system_means(scores, params)
     systems: dict = {}
     for row in means.itertuples(index=False):
@@ -150,6 +159,7 @@ def evaluate_summaries(
             "rejected_references": len(rejects),
             "summary_tokens_mean": float(outp.mean()),
             "compression_ratio_mean": float(np.mean(outp / np.maximum(inp, 1))),
+            "warnings": list(format_warnings(records, params)),
         },
     )
     write_parquet(scores, outputs["per_document"])
@@ -167,7 +177,9 @@ def score_stored(sources: list[str], stored_field: str, params: ScoreParams, out
     log_rejects(rejects, "record")
     if scores.empty:
         raise ValueError(f"no record with summaries {stored_field!r} and references in {', '.join(sources)}")
-    metrics = _metrics(scores, params, {"stored_field": stored_field, "rejected_records": len(rejects)})
+    warnings = list(dict.fromkeys(w for s in scored for w in s.warnings))
+    metrics = _metrics(scores, params, {"stored_field": stored_field, "rejected_records": len(rejects),
+                                        "warnings": warnings})
     write_parquet(scores, outputs["per_document"])
     write_json(outputs["metrics"], metrics)
     plot_rouge(scores, outputs["figure"])

@@ -93,6 +93,28 @@ def score_records(records: Iterable[SummaryRecord], params: ScoreParams = DEFAUL
 class ScoredFile:
     scores: pd.DataFrame  # per (document, system), as `score_records`
     rejects: list[Rejected]  # empty unless params.on_bad_record == "skip"
+    warnings: tuple[str, ...] = ()  # format_warnings
+
+
+def format_warnings(records: Sequence[SummaryRecord], params: ScoreParams) -> tuple[str, ...]:
+    """A warning per kind of text (references, stored summaries) read as prose although
+    most of it is tokenised (CNN/DailyMail's " . " between sentences): the prose splitter
+    then finds one sentence in each, and ROUGE-Lsum comes out several points low."""
+    kinds = [("references", "reference_format", [r.reference for r in records])]
+    if params.summary_format == "prose":
+        kinds.append(("summaries", "summary_format", [t for r in records for t in r.summaries.values()]))
+    out = []
+    for what, key, texts in kinds:
+        if getattr(params, key) != "prose" or not texts:
+            continue
+        looks = sum(len(split_tokenised(t)) > len(split_sentences(t)) for t in texts)
+        if looks > len(texts) / 2:
+            out.append(
+                f"{looks} of {len(texts)} {what} look tokenised (sentences end in a standalone ' . ') but are "
+                f"split as prose: ROUGE-Lsum sees fewer sentences than there are; if the data is tokenised "
+                f"(CNN/DailyMail), set summarise.reference_format: tokenised (REFERENCE_FORMAT=tokenised)"
+            )
+    return tuple(out)
 
 
 def score_jsonl(path: str, summaries: str, params: ScoreParams = DEFAULT_PARAMS) -> ScoredFile:
@@ -108,7 +130,7 @@ def score_jsonl(path: str, summaries: str, params: ScoreParams = DEFAULT_PARAMS)
         reference_field=params.reference_field,
         on_bad_record=params.on_bad_record,
     )
-    return ScoredFile(score_records(loaded.records, params), loaded.rejects)
+    return ScoredFile(score_records(loaded.records, params), loaded.rejects, format_warnings(loaded.records, params))
 
 
 def bootstrap_ci(

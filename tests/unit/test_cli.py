@@ -57,3 +57,14 @@ def test_summaries_overlay_chunks_empty_means_auto_and_bad_is_refused(tmp_path, 
         main(["summaries-config", "--data", str(data), "--name", "n", "--chunks", "two", "--out", str(out)])
     assert "expected a positive integer or auto, got 'two'" in capsys.readouterr().err
 
+
+
+def test_warnings_of_a_metrics_file_go_to_stderr(tmp_path, capsys):
+    import json
+
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"rouge1": 40.0, "warnings": ["100 of 100 summaries look tokenised"]}))
+    assert main(["warnings", str(path)]) == 0
+    assert capsys.readouterr().err == "warning: 100 of 100 summaries look tokenised\n"
+    path.write_text(json.dumps({"rouge1": 40.0}))  # none: nothing printed
+    assert main(["warnings", str(path)]) == 0 and capsys.readouterr().err == ""

@@ -131,3 +131,16 @@ def test_truncated_gzip_stops_and_an_oversized_record_is_a_counted_reject(tmp_pa
     assert reject.line == 2 and reject.reason.startswith("record too large: 2,0") and len(reject.raw) <= 1100
     with pytest.raises(BadRecordError, match=rf"{path}:2: record too large"):
         load_documents(str(path))
+
+
+def test_tokenised_text_scored_as_prose_is_warned_about(tmp_path, write_jsonl):
+    """CNN/DailyMail's tokenised summaries split as prose are one sentence each: R-Lsum
+    comes out low. The warning says which format to set; none when it is set."""
+    recs = [_rec(i, highlights="the cat sat . it was happy .", summary="the cat sat . the dog ran .") for i in range(4)]
+    path = str(write_jsonl(tmp_path / "t.jsonl", recs))
+    references, summaries = score_jsonl(path, "summary", ScoreParams()).warnings  # prose, the default
+    assert references.startswith("4 of 4 references look tokenised") and "reference_format: tokenised" in references
+    assert summaries.startswith("4 of 4 summaries look tokenised")
+    assert score_jsonl(path, "summary", ScoreParams(reference_format="tokenised", summary_format="tokenised")).warnings == ()
+    prose = [_rec(i, highlights="The cat sat. It was happy.", summary="The cat sat. The dog ran.") for i in range(4)]
+    assert score_jsonl(str(write_jsonl(tmp_path / "p.jsonl", prose)), "summary").warnings == ()
