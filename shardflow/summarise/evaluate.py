@@ -155,6 +155,9 @@ def evaluate_summaries(
         params,
         {
             "reference_field": params.reference_field,
+            # input records the split set aside (its rejects.jsonl): never summarised,
+            # so in none of the counts below
+            "split_rejected_records": sum(len(lines) for lines in rejected.values()),
             "documents_without_reference": len(missing),
             "rejected_references": len(rejects),
             "summary_tokens_mean": float(outp.mean()),

@@ -41,7 +41,7 @@ RETRIEVAL_KS = (1, 3, 5, 10, 20, 100, 1000)
 ROUGE = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 ROUGE_STATS = ("mean", "ci_low", "ci_high", "n")
 SUMMARY_COUNTS = (
-    "n_documents", "documents_without_reference", "rejected_references", "summary_tokens_mean",
+    "n_documents", "documents_without_reference", "split_rejected_records", "rejected_references", "summary_tokens_mean",
     "compression_ratio_mean", "bootstrap.resamples", "bootstrap.seed", "bootstrap.level",
 )
 

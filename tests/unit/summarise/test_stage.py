@@ -161,6 +161,7 @@ def test_a_reference_comes_from_the_line_the_split_kept(tmp_path, caplog):
                                     system="lead", split_rejects=str(split_rejects))
     m = scored.metrics
     assert m["n_documents"] == 1 and m["documents_without_reference"] == 1 and m["rejected_references"] == 1
+    assert m["split_rejected_records"] == 2  # lines 1 and 4: in metrics.json, not only in the split's rejects
     assert m["rouge1"] > 50  # d1 against its own reference, not the football one
     assert any("src.jsonl:3: missing field 'highlights'" in r.getMessage() for r in caplog.records)
 
