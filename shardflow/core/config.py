@@ -7,6 +7,7 @@ typo needs one line: which key, what is wrong, what is allowed.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 
 import jsonschema
@@ -130,6 +131,41 @@ def yaml11_switches(config: dict, schema: dict) -> None:
                 config[name] = word
 
 
+# YAML 1.1 (PyYAML, Snakemake's loader) reads a float in exponent notation without a
+# dot (`3e-4`, `1e6`) as a string.
+YAML11_FLOAT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+")
+
+
+def _types(sub: Mapping) -> set[str]:
+    """The JSON types a key's schema takes, its oneOf/anyOf branches included."""
+    out: set[str] = set()
+    for branch in (sub, *sub.get("oneOf", []), *sub.get("anyOf", [])):
+        kind = branch.get("type")
+        out |= {kind} if isinstance(kind, str) else set(kind or ())
+        if any(isinstance(v, str) for v in branch.get("enum", [])) or isinstance(branch.get("const"), str):
+            out.add("string")
+    return out
+
+
+def yaml11_floats(config: dict, schema: dict) -> None:
+    """YAML 1.1 leaves `lr: 3e-4` a string. Where a key's schema takes a number and no
+    string, such a string becomes the number, in place (an integer key's `5e3` becomes
+    5000), so a config file means what it says."""
+    for name, sub in schema.get("properties", {}).items():
+        value = config.get(name)
+        if isinstance(value, dict):
+            yaml11_floats(value, sub)
+        elif isinstance(value, str) and YAML11_FLOAT.fullmatch(value.strip()):
+            types = _types(sub)
+            if "string" in types:
+                continue
+            number = float(value)
+            if "number" in types:
+                config[name] = number
+            elif "integer" in types and number.is_integer():
+                config[name] = int(number)
+
+
 _NOT_READ = object()
 
 
@@ -211,6 +247,7 @@ def validate_config(config: dict, schema: dict, command_line: Mapping | None = N
     if moved:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(moved))
     yaml11_switches(config, schema)
+    yaml11_floats(config, schema)
     if command_line:
         command_line_strings(config, schema, command_line)
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)

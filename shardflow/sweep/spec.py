@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from shardflow.core.config import YAML11_FLOAT
 from shardflow.sweep.paths import (
     KEY_REGEX,
     case_collisions,
@@ -77,7 +78,6 @@ STAGES = {
 SWEEP_KEYS = ("stage", "base", "grid", "points", "seeds", "metrics", "best", "folder", "description")
 NAME_REGEX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # YAML 1.1 (PyYAML) reads 1e-3 as a string: it wants a dot (1.0e-3) to see a float.
-_YAML11_FLOAT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,7 @@ def canonical_value(value: Any, like: Any) -> Any:
     value = plain(value)
     if isinstance(like, bool) or not isinstance(like, (int, float)) or isinstance(value, bool):
         return value
-    if isinstance(value, str) and _YAML11_FLOAT.fullmatch(value.strip()):
+    if isinstance(value, str) and YAML11_FLOAT.fullmatch(value.strip()):
         value = float(value)
     if isinstance(like, float) and isinstance(value, int):
         return float(value)

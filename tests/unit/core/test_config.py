@@ -46,3 +46,30 @@ def test_every_schema_property_holds_schema_keywords_only():
 
     walk(schema, "")
     assert not stray, stray
+
+
+def test_a_float_in_exponent_notation_means_a_number_in_a_config_file(shipped_config):
+    """PyYAML (YAML 1.1) reads `lr: 3e-4` as the string '3e-4': a number key takes it as
+    the number, an integer key a whole one; a key that takes strings keeps the string."""
+    import copy
+
+    import yaml
+
+    from shardflow.core.config import ConfigError, validate_config
+
+    schema = load_schema(REPO / "config" / "config.schema.yaml")
+    config = copy.deepcopy(shipped_config)
+    overlay = yaml.safe_load("train: {lr: 3e-4, max_iters: 5e3}\ndataset: 1e3\n")
+    assert overlay["train"]["lr"] == "3e-4" and overlay["dataset"] == "1e3"
+    config["train"].update(overlay["train"])
+    config["dataset"] = overlay["dataset"]
+    validate_config(config, schema)
+    assert config["train"]["lr"] == 0.0003 and config["train"]["max_iters"] == 5000
+    assert type(config["train"]["max_iters"]) is int and config["dataset"] == "1e3"
+    config["train"]["max_iters"] = "2.55e1"  # not whole: stays a string, and the error names it
+    try:
+        validate_config(config, schema)
+    except ConfigError as exc:
+        assert "config key 'train.max_iters': '2.55e1' is not of type 'integer'" in str(exc)
+    else:
+        raise AssertionError("a fractional max_iters was accepted")
