@@ -46,6 +46,14 @@ def reader_options(cfg: dict) -> ReaderOptions:
     )
 
 
+def _local_inputs(pattern) -> list[str]:
+    """expand_inputs, its error naming the config key."""
+    try:
+        return expand_inputs(pattern)
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"input.path: {exc}") from None
+
+
 def corpus_inputs(cfg: dict, list_s3: Callable[[str], list[str]] | None = None) -> list[str]:
     """Files the split rule reads: the user's corpus, or the demo corpus to build.
 
@@ -58,11 +66,11 @@ def corpus_inputs(cfg: dict, list_s3: Callable[[str], list[str]] | None = None) 
         return [DEMO_CORPUS]
     patterns = [path] if isinstance(path, str) else list(path)
     if not any(p.startswith("s3://") for p in patterns):
-        return expand_inputs(path)
+        return _local_inputs(path)
     found: list[str] = []
     for pattern in patterns:
         if not pattern.startswith("s3://"):
-            matches = expand_inputs(pattern)
+            matches = _local_inputs(pattern)
         elif has_magic(pattern):
             if list_s3 is None:
                 raise ValueError(f"input.path {pattern!r}: an s3:// glob needs the run's S3 settings to list it")

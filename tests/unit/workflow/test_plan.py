@@ -188,6 +188,15 @@ def test_corpus_inputs_lists_s3_globs_and_mixes_them_with_local_files(config, tm
         plan.corpus_inputs(config)
 
 
+def test_a_missing_local_input_names_the_config_key(config, tmp_path):
+    config["input"]["path"] = str(tmp_path / "absent.jsonl")
+    with pytest.raises(FileNotFoundError, match=r"^input.path: input file '.*absent.jsonl' does not exist"):
+        plan.corpus_inputs(config)
+    config["input"]["path"] = ["s3://bucket/a.jsonl", str(tmp_path / "none-*.jsonl")]
+    with pytest.raises(FileNotFoundError, match=r"^input.path: input pattern '.*none-\*.jsonl' matches no file"):
+        plan.corpus_inputs(config)
+
+
 def test_corpus_inputs_expands_globs(config, tmp_path):
     for name in ("b.jsonl", "a.jsonl"):
         (tmp_path / name).write_text("")
