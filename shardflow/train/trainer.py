@@ -308,6 +308,35 @@ def weights(model: GPT) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
 
 
+def best_file(resume_dir: Path, step: int | None) -> Path:
+    """The best weights found at `step`, in the resume folder. Named by step: a newer best
+    found after the last checkpoint lives beside the one the checkpoint records, so a run
+    killed in between resumes with the weights that match its checkpoint's best."""
+    return resume_dir / f"best-{step}.safetensors"
+
+
+def keep_best_of_checkpoint(resume_dir: Path, step: int | None, logger=None) -> None:
+    """Remove best-weights files of other steps than the checkpoint's best: older ones, and a
+    lost attempt's newer ones (found after the checkpoint the run resumed from). A folder
+    from before best files were named by step holds `best.safetensors`: it becomes the
+    checkpoint's (the best that version kept)."""
+    keep = best_file(resume_dir, step)
+    legacy = resume_dir / "best.safetensors"
+    if legacy.exists():
+        if step is not None and not keep.exists():
+            os.replace(legacy, keep)
+        else:
+            legacy.unlink()
+    for path in resume_dir.glob("best-*.safetensors"):
+        if path == keep:
+            continue
+        found = path.name.removeprefix("best-").removesuffix(".safetensors")
+        if logger is not None and step is not None and found.isdigit() and int(found) > step:
+            logger.info("removing %s: a best found after the checkpoint's (step %s) by an attempt that was lost",
+                        path.name, step)
+        path.unlink(missing_ok=True)
+
+
 def save_weights(model: GPT, path: Path) -> None:
     with atomic_path(path) as tmp:
         save_file(weights(model), str(tmp), metadata={"format": "pt"})
@@ -424,6 +453,8 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
         sampler.generator.set_state(ckpt["sampler_generator"])
         step, history, best, prior_seconds = ckpt["step"], ckpt["history"], ckpt["best"], ckpt["seconds"]
         logger.info("resumed from %s at step %d", ckpt_path, step)
+        if rt.is_main:
+            keep_best_of_checkpoint(resume_dir, best["step"], logger)
     resumed_from = step
 
     model = raw
@@ -458,6 +489,7 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
                      "seconds": prior_seconds + time.perf_counter() - t_start}
             with atomic_path(ckpt_path) as tmp:
                 torch.save(state, tmp)
+            keep_best_of_checkpoint(resume_dir, best["step"], logger)
 
     t_start = time.perf_counter()
     t_timed, overhead, timed_tokens = None, 0.0, 0
@@ -503,7 +535,7 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
             if val < best["val_loss"]:
                 best = {"val_loss": val, "step": step}
                 if rt.is_main:
-                    save_weights(raw, resume_dir / "best.safetensors")
+                    save_weights(raw, best_file(resume_dir, step))
             logger.info("step %d: train %.4f val %.4f lr %.2e", step, history[-1]["train_loss"], val, lr)
             overhead += time.perf_counter() - t0
         if step % p.checkpoint_interval == 0 or step == p.max_iters:
@@ -567,7 +599,7 @@ def write_outputs(out_dir, resume_dir, raw, p, cfg, shards, history, metrics, de
 
     out_dir.mkdir(parents=True, exist_ok=True)
     save_weights(raw, out_dir / "last.safetensors")
-    best_path = resume_dir / "best.safetensors"
+    best_path = best_file(resume_dir, metrics["best_step"])
     if not best_path.exists():  # no finite validation loss was ever seen
         save_weights(raw, best_path)
     with atomic_path(out_dir / "best.safetensors") as tmp:

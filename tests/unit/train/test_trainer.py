@@ -226,6 +226,25 @@ def test_a_job_whose_snakemake_is_gone_keeps_its_checkpoint_and_writes_no_output
     assert metrics["resumed_from_step"] == 10 and (out / "metrics.json").is_file()
 
 
+def test_the_published_best_weights_are_the_checkpoints_best_not_a_lost_attempts(shards, tmp_path):
+    """Best weights are kept per step: one found after the last checkpoint by an attempt
+    that was then killed (its file outlives it) is not what the resumed run publishes,
+    nor are a pre-upgrade folder's best.safetensors and the recorded best_step apart."""
+    out, resume = tmp_path / "model", tmp_path / "resume"
+    base = dict(TINY, eval_interval=5, checkpoint_interval=10, lr_decay_iters=20)
+    train(shards, out, TrainParams(**base, max_iters=10), resume_dir=resume, keep_resume=True)
+    kept = sorted(p.name for p in resume.glob("best*.safetensors"))
+    best_step = json.loads((out / "metrics.json").read_text())["best_step"]
+    assert kept == [f"best-{best_step}.safetensors"]  # older bests removed at the checkpoint
+    lost = resume / "best-15.safetensors"  # a later attempt's best, never checkpointed
+    lost.write_bytes(b"not these weights")
+    metrics = train(shards, out, TrainParams(**base, max_iters=12), resume_dir=resume, keep_resume=True)
+    assert not lost.exists() and metrics["resumed_from_step"] == 10
+    (published,) = resume.glob("best-*.safetensors")
+    assert published.name == f"best-{metrics['best_step']}.safetensors"
+    assert (out / "best.safetensors").read_bytes() == published.read_bytes()
+
+
 def test_a_second_process_on_the_same_checkpoints_stops_naming_the_first(shards, tmp_path):
     """An earlier run's train job still running (its Snakemake killed alone) holds the
     resume folder: a rerun's trainer stops at once, naming it, rather than training into
