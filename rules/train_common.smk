@@ -18,6 +18,9 @@ POSITION_SPLIT = config["shards"]["split"] == "position"
 if TRAINING:  # contradictions stop the run at parse time, naming the keys
     plan.train_gpus(config)
     plan.train_settings(config["train"])
+    if POSITION_SPLIT:
+        for ds in TRAINING:
+            plan.position_source(ds)
 if TRAINING or sweeps_of_stage("train"):
     plan.shards_settings(config)
 for _spec in sweeps_of_stage("train"):  # each point's train section, as its jobs get it
@@ -26,9 +29,6 @@ for _spec in sweeps_of_stage("train"):  # each point's train section, as its job
             _spec.job_config(_point, _spec.seeds[0], ("train",))["train"],
             f"sweep '{_spec.name}', point {_point}",
         )
-    if POSITION_SPLIT:
-        for ds in TRAINING:
-            plan.position_source(ds)
 
 
 def tokenizer_inputs(wildcards):
