@@ -326,9 +326,11 @@ def parse_sweep(
     base_path = sweep.get("base")
     base = {k: v for k, v in config.items() if k != "sweeps"}
     if base_path is not None:
-        base = _load_base(name, str(base_path), base, load_file, root)
+        # Validated in place (a copy of its own): the validator reads YAML 1.1's `1e-5` and
+        # on/off as the config does, and the jobs get the values it read.
+        base = copy.deepcopy(_load_base(name, str(base_path), base, load_file, root))
         try:
-            schema_validate(copy.deepcopy(base))
+            schema_validate(base)
         except Exception as exc:  # noqa: BLE001 -- as in _Checker.config
             raise SweepError(f"sweep '{name}': base '{base_path}' is not a valid config: {_problem(exc)}") from None
     check = _Checker(name, stage, base, schema_validate)

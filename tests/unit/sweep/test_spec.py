@@ -124,11 +124,12 @@ def test_no_sweeps():
 
 
 def test_base_file_is_merged_over_the_config(tmp_path):
-    (tmp_path / "exp.yaml").write_text("train: {n_layer: 8}\nsweeps: {ignored: 1}\n")
+    (tmp_path / "exp.yaml").write_text("train: {n_layer: 8, dropout: 1e-1}\nsweeps: {ignored: 1}\n")
     (tmp_path / "typo.yaml").write_text("train: {n_layers: 8}\n")
     spec = parse({"s": sweep(grid=None, points=[{"train.lr": 0.01}], base="exp.yaml")}, root=tmp_path)["s"]
     assert spec.base == "exp.yaml" and spec.points == ({"train.lr": 0.01},)
     assert spec.job_config(spec.ids[0], 5)["train"]["n_layer"] == 8
+    assert spec.job_config(spec.ids[0], 5)["train"]["dropout"] == 0.1  # YAML 1.1's '1e-1', read as the config reads it
     with pytest.raises(SweepError, match="sweep 's': base 'typo.yaml' is not a valid config: unknown config key 'n_layers'"):
         parse({"s": sweep(base="typo.yaml")}, root=tmp_path)
     with pytest.raises(SweepError, match="sweep 's': base file 'nope.yaml' not found"):
