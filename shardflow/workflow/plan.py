@@ -330,16 +330,25 @@ def summarise_model(cfg: dict, sources: tuple[str, ...] = ()) -> None:
         fields = {"summarise.reference_field": sm["reference_field"]}
         if sm["method"] == "stored":
             fields["summarise.stored_field"] = sm["stored_field"].removesuffix(".*")
+        # With on_bad_record: error a document without the field stops the evaluation, so a
+        # file whose first records all lack it cannot work; with skip such documents are
+        # counted, and only a field that no sampled record of any file has is an error.
+        per_file = cfg["input"]["on_bad_record"] == "error"
+        sampled = []
         for path in sources:
             if path.startswith("s3://") or not os.path.isfile(path):
                 continue
             first, seen = _sample_fields(path, fields.values())
-            for key, field in fields.items():
-                if first is not None and not seen[field]:
-                    raise ValueError(
-                        f"{key} {field!r}: none of the first {FIELD_SAMPLE} records of {path} has it "
-                        f"(the first record's fields: {', '.join(map(str, first))})"
-                    )
+            if first is not None:
+                sampled.append((path, first, seen))
+        for key, field in fields.items():
+            lacking = [(path, first) for path, first, seen in sampled if not seen[field]]
+            if lacking and (per_file or len(lacking) == len(sampled)):
+                path, first = lacking[0]
+                raise ValueError(
+                    f"{key} {field!r}: none of the first {FIELD_SAMPLE} records of {path} has it "
+                    f"(the first record's fields: {', '.join(map(str, first))})"
+                )
 
 
 FIELD_SAMPLE = 100  # records read at parse time to find a misspelt field name

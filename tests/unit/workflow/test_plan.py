@@ -296,10 +296,10 @@ def test_a_misspelt_reference_or_stored_field_stops_the_parse(tmp_path):
                                                  "sys": {"x": "s"}} for i in range(2, 5)]
     path.write_text("not json\n" + "".join(json.dumps(r) + "\n" for r in records))
 
-    def cfg(**sm):
+    def cfg(on_bad_record="error", **sm):
         base = {"method": "lead", "model": None, "generation": {}, "seed": None, "reference_field": "highlights",
                 "stored_field": None}
-        return {"summarise": {**base, **sm}, "input": {"format": "auto"}}
+        return {"summarise": {**base, **sm}, "input": {"format": "auto", "on_bad_record": on_bad_record}}
 
     plan.summarise_model(cfg(), (str(path),))  # line 2 lacks it, line 3 has it; a bad line is the jobs' to name
     with pytest.raises(ValueError, match=r"summarise.reference_field 'hilights': none of the first 100 records of "
@@ -308,4 +308,13 @@ def test_a_misspelt_reference_or_stored_field_stops_the_parse(tmp_path):
     plan.summarise_model(cfg(method="stored", stored_field="sys.*"), (str(path),))
     with pytest.raises(ValueError, match="summarise.stored_field 'system'"):
         plan.summarise_model(cfg(method="stored", stored_field="system.*"), (str(path),))
+    # A file without references beside one with them: an error when each document needs
+    # one, counted documents without one under skip; a field no file has stops either way.
+    unlabelled = tmp_path / "u.jsonl"
+    unlabelled.write_text(json.dumps({"id": "u1", "article": "x"}) + "\n")
+    with pytest.raises(ValueError, match="none of the first 100 records of .*u.jsonl"):
+        plan.summarise_model(cfg(), (str(path), str(unlabelled)))
+    plan.summarise_model(cfg("skip"), (str(path), str(unlabelled)))
+    with pytest.raises(ValueError, match="summarise.reference_field 'hilights'"):
+        plan.summarise_model(cfg("skip", reference_field="hilights"), (str(path), str(unlabelled)))
     plan.summarise_model(cfg(method="lead", reference_field="highlights"), ("a.jsonl", "b.json.gz"))
