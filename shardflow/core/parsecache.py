@@ -8,11 +8,14 @@ lines. `cached(name, paths, extra, compute)` stores each value in
 `.snakemake/shardflow/<name>.json` under the working directory, keyed by the files'
 paths, sizes and modification times and by `extra`: a changed file is read again.
 Concurrent parses may each compute a value; the file is replaced atomically, and a
-lost entry is computed at the next parse.
+lost entry is computed at the next parse. Keeping is best effort: where the file cannot
+be written (a read-only working directory, a full disk), the value is computed anew at
+each parse, never replaced by an error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable, Iterable
@@ -42,8 +45,12 @@ def cached(name: str, paths: Iterable[str], extra: Any, compute: Callable[[], An
         cache = {}
     if key not in cache:
         cache[key] = compute()
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(cache))
-        os.replace(tmp, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(cache))
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
     return cache[key]

@@ -74,3 +74,14 @@ def test_a_corrupt_cache_file_is_rebuilt(tmp_path, content):
 def test_a_missing_input_is_an_error_naming_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="gone.txt"):
         cached("n", [str(tmp_path / "gone.txt")], None, lambda: 1)
+
+
+def test_a_cache_that_cannot_be_written_still_gives_the_value(tmp_path):
+    """Best effort: a read-only or full working directory costs a recomputation per parse,
+    never an error (an error would change what the caller records)."""
+    data = tmp_path / "data.txt"
+    data.write_text("abc\n")
+    (tmp_path / ".snakemake").write_text("a file where the cache folder would go")
+    compute, calls = _counter()
+    assert cached("n", [str(data)], None, compute) == 1
+    assert cached("n", [str(data)], None, compute) == 2 and len(calls) == 2
