@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from pathlib import Path
 
 from shardflow.core.atomic import atomic_open
@@ -124,10 +124,12 @@ class _UniqueIds:
     line. Keeps every id of the file in memory (a set: an MS MARCO collection's 8.8M
     ids take about 0.7 GB)."""
 
-    def __init__(self, path: str | os.PathLike, kind: str):
-        self.path, self.kind, self.seen = path, kind, set()
+    def __init__(self, path: str | os.PathLike, kind: str, only: Container[str] | None = None):
+        self.path, self.kind, self.seen, self.only = path, kind, set(), only
 
     def __call__(self, key: str, lineno: int) -> str:
+        if self.only is not None and key not in self.only:
+            return key
         if key in self.seen:
             raise RetrievalDataError(self.path, lineno, f"duplicate {self.kind} id {key!r} (an earlier line has it)")
         self.seen.add(key)
@@ -148,11 +150,14 @@ def iter_beir_corpus(path_or_folder: str | os.PathLike) -> Iterator[tuple[str, s
         yield doc_id, doc_text(title, text)
 
 
-def iter_beir_queries(path_or_folder: str | os.PathLike) -> Iterator[tuple[str, str]]:
+def iter_beir_queries(
+    path_or_folder: str | os.PathLike, judged: Container[str] | None = None
+) -> Iterator[tuple[str, str]]:
     """Yield (query id, query text) from a BEIR queries file or folder, in file order;
-    a repeated id is an error naming its line."""
+    a repeated id is an error naming its line (with `judged`, only a repeated judged id:
+    the others are not evaluated, and BEIR's loader keeps the last)."""
     path = _resolve(path_or_folder, "queries")
-    unique = _UniqueIds(path, "query")
+    unique = _UniqueIds(path, "query", judged)
     for lineno, obj in _iter_jsonl_objects(path):
         yield unique(str(_field(path, lineno, obj, "_id")), lineno), _text_field(path, lineno, obj, "text")
 
@@ -168,13 +173,16 @@ def load_beir_qrels(folder: str | os.PathLike, split: str = "test") -> Qrels:
 # --- MS MARCO -----------------------------------------------------------------
 
 
-def iter_tsv_pairs(path: str | os.PathLike, kind: str = "record") -> Iterator[tuple[str, str]]:
+def iter_tsv_pairs(
+    path: str | os.PathLike, kind: str = "record", only: Container[str] | None = None
+) -> Iterator[tuple[str, str]]:
     """Yield (id, text) from a two-column `id<TAB>text` file (MS MARCO collection or queries).
 
     The text is everything after the first tab, kept as written; a line with no
-    tab, an empty id or a repeated id (`kind` names it in the message) is an error.
+    tab, an empty id or a repeated id (`kind` names it in the message; with `only`, a
+    repeated id of those) is an error.
     """
-    unique = _UniqueIds(path, kind)
+    unique = _UniqueIds(path, kind, only)
     for lineno, line in _iter_lines(path):
         key, sep, text = line.partition("\t")
         if not sep or not key.strip():
@@ -188,9 +196,10 @@ def iter_msmarco_collection(path: str | os.PathLike) -> Iterator[tuple[str, str]
         yield pid, text.strip()
 
 
-def iter_msmarco_queries(path: str | os.PathLike) -> Iterator[tuple[str, str]]:
-    """Yield (query id, query text) from an MS MARCO `queries.*.tsv[.gz]`."""
-    return iter_tsv_pairs(path, "query")
+def iter_msmarco_queries(path: str | os.PathLike, judged: Container[str] | None = None) -> Iterator[tuple[str, str]]:
+    """Yield (query id, query text) from an MS MARCO `queries.*.tsv[.gz]` (`judged`: as
+    iter_beir_queries)."""
+    return iter_tsv_pairs(path, "query", judged)
 
 
 # --- qrels --------------------------------------------------------------------

@@ -107,8 +107,9 @@ def prepare_queries(fmt: str, queries_file: str, qrels_file: str, queries_out: s
     """The judged queries in file order (chunk format): only queries that have qrels are
     evaluated (MTEB), so the others are not embedded. A judged query without text is
     an error."""
-    queries = rdata.iter_beir_queries(queries_file) if fmt == "beir" else rdata.iter_msmarco_queries(queries_file)
     qrels = rdata.load_qrels(qrels_file)
+    read = rdata.iter_beir_queries if fmt == "beir" else rdata.iter_msmarco_queries
+    queries = read(queries_file, judged=qrels)  # a repeated judged id is an error; others are not embedded
     found: set[str] = set()
 
     def judged():

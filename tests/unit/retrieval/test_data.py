@@ -119,6 +119,9 @@ def test_repeated_ids_name_the_users_file_and_line(tmp_path):
     (tmp_path / "queries.jsonl").write_text(jsonl({"_id": 5, "text": "x"}) + jsonl({"_id": "5", "text": "y"}))
     with pytest.raises(RetrievalDataError, match=r"queries.jsonl:2: duplicate query id '5'"):
         list(iter_beir_queries(tmp_path))
+    with pytest.raises(RetrievalDataError, match=r"queries.jsonl:2: duplicate query id '5'"):
+        list(iter_beir_queries(tmp_path, judged={"5"}))
+    assert len(list(iter_beir_queries(tmp_path, judged={"7"}))) == 2  # not judged: not evaluated, as before
     coll = write(tmp_path / "collection.tsv", "0\tfirst\n1\tsecond\n0\tthird\n")
     with pytest.raises(RetrievalDataError, match=r"collection.tsv:3: duplicate passage id '0'"):
         list(iter_msmarco_collection(coll))
