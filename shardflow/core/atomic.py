@@ -1,9 +1,9 @@
 """Atomic file writes: write `<path>.tmp-<pid>`, fsync, then `os.replace`.
 
 A reader (or Snakemake after a crash) sees either no file or the whole file,
-never a half-written one. A published file has the mode a plain `open()` would give
-it (0666 less the umask), whatever its writer chose: safetensors creates 0600 files,
-which teammates on a shared filesystem could not read.
+never a half-written one. A published file has the mode a plain `open()` gives a new
+file there (the umask, or the folder's default ACL), whatever its writer chose:
+safetensors creates 0600 files, which teammates on a shared filesystem could not read.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import glob
 import json
 import os
 import shutil
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -44,21 +45,6 @@ def _out_of_space(exc: OSError, path: Path) -> bool:
         except OSError:
             return False
     return False
-
-
-def _file_mode() -> int:
-    """0666 less this process's umask (read from /proc where it can be: setting the umask
-    to read it would race with other threads)."""
-    try:
-        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return 0o666 & ~int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return 0o666 & ~mask
 
 
 def _tmp_path(path: Path) -> Path:
@@ -96,10 +82,15 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_path(path)
     try:
+        # Created here as open() creates files, to learn the mode this folder gives them.
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666))
+        mode = stat.S_IMODE(os.stat(tmp).st_mode)
         yield tmp
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
-        os.chmod(tmp, _file_mode())
+        if stat.S_IMODE(os.stat(tmp).st_mode) != mode:  # the writer made a file of its own
+            with contextlib.suppress(OSError):  # a filesystem without chmod keeps the writer's
+                os.chmod(tmp, mode)
         os.replace(tmp, path)
         _remove_stale_tmp(path)
     except OSError as exc:
