@@ -156,15 +156,17 @@ def runs_on_cpu():
     return device == "auto" and local_main_process() and not local_gpus()
 
 
-def gpu_job_params(as_json=False):
+def gpu_job_params(as_json=False, device_decides=True):
     """The params of every GPU job besides its stage's, given as `**gpu_job_params()`:
     - `gpu_jobs` (device, pinning, devices: what shardflow.core.gpujob reads; JSON for a
       shell rule), untracked: which GPUs a job gets changes none of its outputs;
     - `device`, recorded: it decides the dtype under `auto` and the kernels, so changing
-      it reruns the GPU jobs."""
+      it reruns the GPU jobs; untracked for a job whose output it does not decide
+      (`device_decides=False`: summarise with method lead, which runs on the CPU)."""
     settings = {k: config["gpu_jobs"][k] for k in ("device", "pinning", "devices")}
     value = json.dumps(settings, sort_keys=True) if as_json else settings
-    return {"gpu_jobs": untracked(value), "device": settings["device"]}
+    device = settings["device"] if device_decides else untracked(settings["device"])
+    return {"gpu_jobs": untracked(value), "device": device}
 
 
 def untracked(value):

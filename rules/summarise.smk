@@ -37,7 +37,7 @@ rule summarise:
     resources:
         **job_resources("summarise", SUMMARISE_USES_GPU),
     params:
-        **gpu_job_params(),
+        **gpu_job_params(device_decides=SUMMARISE_USES_GPU),
         summarise=summarise_params,
         resume_root=untracked(job_resume_root),
     script:

@@ -147,7 +147,7 @@ if sweeps_of_stage("summarise"):
         benchmark:
             f"{SWEEP_BENCH}/summarise_{{chunk}}.tsv"
         params:
-            **gpu_job_params(),
+            **gpu_job_params(device_decides=SUMMARISE_USES_GPU),
             summarise=summarise_params,
             resume_root=untracked(sweep_resume_root),
 
