@@ -333,6 +333,7 @@ def parse_sweep(
             schema_validate(base)
         except Exception as exc:  # noqa: BLE001 -- as in _Checker.config
             raise SweepError(f"sweep '{name}': base '{base_path}' is not a valid config: {_problem(exc)}") from None
+        _check_base_keys(name, str(base_path), stage, base, {k: v for k, v in config.items() if k != "sweeps"})
     check = _Checker(name, stage, base, schema_validate)
 
     folder = sweep.get("folder", name)
@@ -357,6 +358,35 @@ def parse_sweep(
         points=tuple(points), ids=tuple(ids), seeds=seeds, metrics=metrics, goals=goals, best=best,
         description=str(sweep.get("description") or ""), base_config=base,
     )
+
+
+def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, Mapping) and node:
+        return {k: v for key, sub in node.items() for k, v in _leaves(sub, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): node}
+
+
+def _check_base_keys(name: str, path: str, stage: Stage, base: Mapping, config: Mapping) -> None:
+    """A base file may change only what the sweep's jobs take from it: the stage's sections,
+    less the keys every job shares with the main run (the data set, the method, how it is
+    scored; the rules read those from the config). Any other change would be silently
+    ignored, and the tables labelled with settings the jobs did not use."""
+    mine, main = _leaves(base), _leaves(config)
+    ignored = sorted(
+        k for k in set(mine) | set(main)
+        if mine.get(k, _MISSING) != main.get(k, _MISSING)
+        and (k.split(".")[0] not in stage.sections or any(k == s or k.startswith(s + ".") for s in stage.shared))
+    )
+    if ignored:
+        shown = ", ".join(ignored[:5]) + (f" (and {len(ignored) - 5} more)" if len(ignored) > 5 else "")
+        raise SweepError(
+            f"sweep '{name}': base '{path}' sets {shown}, which a {stage.name} sweep's jobs do not take from "
+            f"a base file (they share it with the main run, or do not read it): set it in the config itself, "
+            f"or run the sweep with a config of its own"
+        )
+
+
+_MISSING = object()
 
 
 def _load_base(name: str, path: str, config: dict, load_file: Callable, root) -> dict:

@@ -136,6 +136,22 @@ def test_base_file_is_merged_over_the_config(tmp_path):
         parse({"s": sweep(base="nope.yaml")}, root=tmp_path)
 
 
+def test_a_base_file_may_change_only_what_the_jobs_take_from_it(tmp_path):
+    """Keys the jobs share with the main run (how a summarise sweep is scored) or do not
+    read (another section) were silently ignored, and the table labelled with them."""
+    (tmp_path / "scoring.yaml").write_text("summarise: {method: extractive, k: 2}\n")
+    summarise = sweep(stage="summarise", grid={"summarise.k": [1, 2]}, metrics={"rouge1": "max"})
+    with pytest.raises(SweepError, match=r"sweep 's': base 'scoring.yaml' sets summarise.method, which a summarise "
+                                         r"sweep's jobs do not take from a base file"):
+        parse({"s": {**summarise, "base": "scoring.yaml"}}, root=tmp_path)
+    (tmp_path / "other.yaml").write_text("train: {n_layer: 8}\nreport: {map: umap}\n")
+    with pytest.raises(SweepError, match="base 'other.yaml' sets report.map"):
+        parse({"s": sweep(base="other.yaml")}, root=tmp_path)
+    (tmp_path / "k.yaml").write_text("summarise: {k: 2}\n")  # a key the jobs read: the points' start
+    spec = parse({"s": {**summarise, "base": "k.yaml", "grid": None, "points": [{}]}}, root=tmp_path)["s"]
+    assert spec.job_config("base", 0)["summarise"]["k"] == 2
+
+
 def test_a_job_gets_its_stage_sections_with_its_point_and_seed(spec):
     job = spec.job_config("lr=0.0003__n_layer=2", 7)
     assert job == {"train": {**CONFIG["train"], "lr": 0.0003, "n_layer": 2, "seed": 7}}
