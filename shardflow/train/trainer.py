@@ -620,12 +620,19 @@ def write_outputs(out_dir, resume_dir, raw, p, cfg, shards, history, metrics, de
     export_gpt2(best_model, out_dir / "hf", eot_id=shards.eot_id)
     if tokenizer is not None:  # AutoTokenizer.from_pretrained(hf) then encodes as the shards did
         tokenizer.save_for_transformers(out_dir / "hf", cfg.block_size)
-    start = shards.eot_id if shards.eot_id is not None else 0
-    generator = torch.Generator(device=rt.device).manual_seed(p.seed)
-    idx = torch.tensor([[start]], device=rt.device)
-    with rt.autocast():
-        ids = best_model.generate(idx, sample_tokens, temperature=1.0, top_k=200, generator=generator)[0, 1:].tolist()
-    text = decode(ids) if decode else " ".join(map(str, ids))
+    if not all(bool(torch.isfinite(t).all()) for t in best_model.state_dict().values()):
+        # Diverged (a sweep's too-high learning rate): the run's losses and metrics stand as
+        # written, but no text can be sampled from weights that are not finite.
+        log.warning("the best weights are not finite (training diverged): no sample text")
+        text = "(no sample: the weights are not finite; training diverged, see losses.parquet)"
+    else:
+        start = shards.eot_id if shards.eot_id is not None else 0
+        generator = torch.Generator(device=rt.device).manual_seed(p.seed)
+        idx = torch.tensor([[start]], device=rt.device)
+        with rt.autocast():
+            out = best_model.generate(idx, sample_tokens, temperature=1.0, top_k=200, generator=generator)
+        ids = out[0, 1:].tolist()
+        text = decode(ids) if decode else " ".join(map(str, ids))
     with atomic_open(out_dir / "sample.txt", "w", encoding="utf-8") as fh:
         fh.write(text + "\n")
 

@@ -248,6 +248,18 @@ def test_the_published_best_weights_are_the_checkpoints_best_not_a_lost_attempts
     assert (out / "best.safetensors").read_bytes() == published.read_bytes()
 
 
+def test_a_diverged_run_writes_its_outputs_without_a_sample(shards, tmp_path):
+    """A sweep point with a learning rate far too high diverges: its metrics and losses are
+    written (non-finite, for the sweep's table to show), and sampling text from weights
+    that are not finite no longer fails the job (and with it the whole sweep)."""
+    out = tmp_path / "model"
+    params = TrainParams(**dict(TINY, max_iters=6, eval_interval=3, lr=1e30, grad_clip=0.0, warmup_iters=0))
+    metrics = train(shards, out, params, resume_dir=tmp_path / "resume", sample_tokens=10)
+    assert not math.isfinite(metrics["final_val_loss"])
+    assert (out / "sample.txt").read_text().startswith("(no sample: the weights are not finite")
+    assert (out / "metrics.json").is_file() and (out / "hf" / "model.safetensors").is_file()
+
+
 def test_a_second_process_on_the_same_checkpoints_stops_naming_the_first(shards, tmp_path):
     """An earlier run's train job still running (its Snakemake killed alone) holds the
     resume folder: a rerun's trainer stops at once, naming it, rather than training into
