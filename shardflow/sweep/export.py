@@ -71,7 +71,7 @@ def to_markdown(spec: SweepSpec, summary: pd.DataFrame, decimals: int = 3) -> st
             texts.append(f"**{text}**" if bold else text)
         lines.append("| " + " | ".join(texts) + " |")
     seeds = len(spec.seeds)
-    note = f"mean ± std over {seeds} seeds" if seeds > 1 else "one seed"
+    note = f"mean ± sample std (n − 1) over {seeds} seeds" if seeds > 1 else "one seed"
     return "\n".join(lines) + f"\n\n{spec.name} ({spec.stage}): {note}; best in bold.\n"
 
 
@@ -80,7 +80,7 @@ def to_latex(spec: SweepSpec, summary: pd.DataFrame, decimals: int = 3, caption:
     """A booktabs `table` of the summary (needs \\usepackage{booktabs})."""
     seeds = len(spec.seeds)
     caption = caption if caption is not None else (
-        f"{latex_escape(spec.name)}: " + (f"mean $\\pm$ std over {seeds} seeds" if seeds > 1 else "one seed")
+        f"{latex_escape(spec.name)}: " + (f"mean $\\pm$ sample std ($n-1$) over {seeds} seeds" if seeds > 1 else "one seed")
         + "; best in bold."
     )
     header = [latex_escape(spec.names[p]) for p in spec.params]

@@ -96,7 +96,8 @@ def plot_metric(spec: SweepSpec, summary: pd.DataFrame, metric: str, param: str,
         ax.set_xticks(range(len(xs)), [_label(v) for v in xs], rotation=30 if len(xs) > 4 else 0)
     ax.set_xlabel(spec.names[param])
     ax.set_ylabel(f"{metric} ({'higher' if spec.goals[metric] == 'max' else 'lower'} is better)")
-    ax.set_title(f"{spec.name}: {metric} (mean ± std over {len(spec.seeds)} seed{'s' if len(spec.seeds) > 1 else ''})")
+    seeds = len(spec.seeds)
+    ax.set_title(f"{spec.name}: {metric} " + (f"(mean ± sample std over {seeds} seeds)" if seeds > 1 else "(one seed)"))
     if len(lines) <= 12:
         ax.legend(fontsize="small")
     save_figure(fig, str(path))

@@ -119,15 +119,18 @@ def metric_columns(runs: pd.DataFrame, params: Iterable[str]) -> list[str]:
 
 
 def aggregate(runs: pd.DataFrame, params: Iterable[str], metrics: Iterable[str] | None = None) -> pd.DataFrame:
-    """Per point (in first-seen order): parameters, n_seeds, mean and std of each metric."""
+    """Per point (in first-seen order): parameters, n_seeds, mean and sample std (n - 1) of
+    each metric. A point with a seed that has no value (a diverged run's NaN loss, a null)
+    has no mean: NaN, never the mean of its other seeds, so it cannot look better than it
+    is nor be the best point."""
     params = list(params)
     metrics = list(metrics) if metrics is not None else metric_columns(runs, params)
     groups = runs.groupby("point", sort=False)
     out = groups[["sweep", *params]].first() if "sweep" in runs else groups[params].first()
     out["n_seeds"] = groups["seed"].nunique()
     for m in metrics:
-        out[f"{m}_mean"] = groups[m].mean()
-        out[f"{m}_std"] = groups[m].std(ddof=1)
+        out[f"{m}_mean"] = groups[m].agg(lambda s: s.mean(skipna=False))
+        out[f"{m}_std"] = groups[m].agg(lambda s: s.std(ddof=1, skipna=False))
     if "wall_time_s" in runs:
         out["wall_time_s_mean"] = groups["wall_time_s"].mean()
     if "gpu_hours" in runs:

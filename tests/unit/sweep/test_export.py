@@ -18,12 +18,12 @@ MARKDOWN = """\
 | 0.001 | 1.100 ± 0.141 | 0.600 ± 0.141 |
 | 0.0003 | **0.900 ± 0.000** | **0.700 ± 0.141** |
 
-tiny (train): mean ± std over 2 seeds; best in bold.
+tiny (train): mean ± sample std (n − 1) over 2 seeds; best in bold.
 """
 
 LATEX = r"""\begin{table}[t]
 \centering
-\caption{tiny: mean $\pm$ std over 2 seeds; best in bold.}
+\caption{tiny: mean $\pm$ sample std ($n-1$) over 2 seeds; best in bold.}
 \label{tab:sweep-tiny}
 \begin{tabular}{lrr}
 \toprule

@@ -107,3 +107,18 @@ def test_metric_records_are_flattened_to_numbers():
     record = {"ndcg_at_10": 0.5, "per_k": {"recall": {"10": 0.7}}, "name": "x", "ok": True, "n": 3}
     assert flatten_metrics(record) == {"ndcg_at_10": 0.5, "per_k.recall.10": 0.7, "n": 3.0}
     assert math.isnan(run_result("p", 0, {}).wall_time_s) and run_result("p", 0, {}, gpus=1).gpu_hours == 0.0
+
+
+def test_a_seed_without_a_value_leaves_its_point_without_a_mean():
+    """A diverged seed (NaN loss) used to drop out of the mean: the point showed the other
+    seed's loss, bold, as the best. Now it has no mean, and another point is best."""
+    import numpy as np
+
+    from shardflow.sweep.table import aggregate, best
+
+    runs = pd.DataFrame({"point": ["a", "a", "b", "b"], "seed": [0, 1, 0, 1], "lr": [1.0, 1.0, 2.0, 2.0],
+                         "loss": [np.nan, 1.5, 2.0, 2.2]})
+    summary = aggregate(runs, ["lr"], ["loss"])
+    assert summary["n_seeds"].tolist() == [2, 2] and np.isnan(summary.at[0, "loss_mean"])
+    assert summary.at[1, "loss_mean"] == pytest.approx(2.1) and summary.at[1, "loss_std"] == pytest.approx(0.1414, abs=1e-4)
+    assert best(summary, "loss", maximize=False)["point"] == "b"
