@@ -20,6 +20,7 @@ from shardflow.core import gpu_slots, s3
 from shardflow.core.config import load_schema, recorded, validate_config
 from shardflow.core.hashing import config_sha256
 from shardflow.retrieval.pipeline import RetrievalSpec
+from shardflow.summarise.params import METHOD_KEYS, ignored_by
 from shardflow.sweep import POINT_ID_REGEX, SEED_REGEX, parse_sweeps
 from shardflow.sweep.report import output_files as sweep_output_files
 from shardflow.sweep.shared import SHARED_FOLDER
@@ -95,6 +96,13 @@ for _spec in SWEEPS.values():
     if SWEEP_NEEDS[_spec.stage] and not SWEEP_NEEDS[_spec.stage][0]:
         raise ValueError(
             f"sweep {_spec.name!r} (stage {_spec.stage}) needs {SWEEP_NEEDS[_spec.stage][1]}"
+        )
+    _method = config["summarise"]["method"]
+    _ignored = ignored_by(_method, _spec.params) if _spec.stage == "summarise" else []
+    if _ignored:
+        raise ValueError(
+            f"sweep {_spec.name!r}: summarise.method {_method} does not read {', '.join(_ignored)}: every "
+            f"point would be the same run (it reads: {', '.join(METHOD_KEYS[_method])})"
         )
 SWEEP_FOLDERS = "|".join(re.escape(f) for f in SWEEPS_BY_FOLDER) or "(?!)"
 
@@ -545,25 +553,19 @@ def sweep_rule_name(name):
     return f"collect_sweep_{safe}"
 
 
-# The summarise keys each method reads: a job's params hold only those, so changing a
-# key the method ignores (mmr_lambda for lead) reruns nothing.
-SUMMARISE_KEYS = {
-    "lead": ("method", "k", "splitter", "window"),
-    "extractive": ("method", "k", "splitter", "window", "mmr_lambda", "encoder"),
-    "abstractive": (
-        "method",
-        "model",
-        "dtype",
-        "token_budget",
-        "max_batch_size",
-        "max_input_length",
-        "prefix",
-        "prompt",
-        "generation",
-        "seed",
-        "window",
-    ),
-}
+_RULE_NAMES = {}
+for _spec in SWEEPS.values():  # `a-b` and `a_b` would both be collect_sweep_a_b
+    _other = _RULE_NAMES.setdefault(sweep_rule_name(_spec.name), _spec.name)
+    if _other != _spec.name:
+        raise ValueError(
+            f"sweeps {_other!r} and {_spec.name!r} would share the rule {sweep_rule_name(_spec.name)}: "
+            "rename one (names differing only in '-' and '_' cannot both be used)"
+        )
+
+
+# The summarise keys each method reads (shardflow.summarise.params.METHOD_KEYS): a job's
+# params hold only those, so changing a key the method ignores reruns nothing.
+SUMMARISE_KEYS = METHOD_KEYS
 
 
 def summarise_params(wildcards):

@@ -10,6 +10,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 METHODS = ("lead", "extractive")
+# The `summarise` keys each workflow method reads: a summarise job's params hold only
+# these, so changing a key its method ignores (mmr_lambda for lead) reruns nothing, and a
+# sweep over such a key would run the same job at every point (`ignored_by`).
+METHOD_KEYS = {
+    "lead": ("method", "k", "splitter", "window"),
+    "extractive": ("method", "k", "splitter", "window", "mmr_lambda", "encoder"),
+    "abstractive": (
+        "method", "model", "dtype", "token_budget", "max_batch_size", "max_input_length", "prefix", "prompt",
+        "generation", "seed", "window",
+    ),
+}
+
+
+def ignored_by(method: str, dotted_keys) -> list[str]:
+    """The `summarise.<key>` (or deeper) names among `dotted_keys` that `method` does not read
+    (none for `stored`, which runs no summarise job: its sweeps are refused elsewhere)."""
+    reads = METHOD_KEYS.get(method)
+    if reads is None:
+        return []
+    return [k for k in dotted_keys if k.startswith("summarise.") and k.split(".")[1] not in reads]
 SPLITTER_NAMES = ("punctuation", "prose")
 SENTENCE_FORMATS = ("prose", "tokenised")
 

@@ -193,3 +193,11 @@ def test_without_an_id_field_references_join_by_source_position(tmp_path):
     outputs = {k: str(tmp_path / n) for k, n in (("metrics", "m.json"), ("per_document", "p.parquet"), ("figure", "f.png"))}
     m = evaluate_summaries(str(summaries), [str(src)], ScoreParams(id_field=None), outputs).metrics
     assert m["n_documents"] == 2 and m["documents_without_reference"] == 0 and m["rouge1"] == pytest.approx(100)
+
+
+def test_a_sweep_over_a_key_the_method_ignores_is_named():
+    from shardflow.summarise.params import ignored_by
+
+    assert ignored_by("lead", ["summarise.mmr_lambda", "summarise.k"]) == ["summarise.mmr_lambda"]
+    assert ignored_by("abstractive", ["summarise.generation.num_beams", "summarise.k"]) == ["summarise.k"]
+    assert ignored_by("extractive", ["summarise.mmr_lambda", "summarise.encoder"]) == []
