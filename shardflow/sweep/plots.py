@@ -141,9 +141,16 @@ def plot_heatmap(spec: SweepSpec, summary: pd.DataFrame, metric: str, x: str, y:
 
 
 def plot_sweep(spec: SweepSpec, summary: pd.DataFrame, folder: str | os.PathLike) -> list[str]:
-    """Every figure of plot_files(spec), written into `folder`; their paths."""
+    """Every figure of plot_files(spec), written into `folder`; their paths. Figures of an
+    earlier collection that the spec no longer makes (a metric or parameter dropped) are
+    removed, so the folder holds this table's figures only."""
+    files = plot_files(spec)
+    if os.path.isdir(folder):
+        for stale in sorted(set(os.listdir(folder)) - set(files)):
+            if stale.endswith(".png"):
+                os.remove(os.path.join(folder, stale))
     paths = []
-    for name, (kind, metric, params) in plot_files(spec).items():
+    for name, (kind, metric, params) in files.items():
         path = os.path.join(folder, name)
         if kind == "line":
             plot_metric(spec, summary, metric, params[0], path)

@@ -35,6 +35,13 @@ def test_figures_are_written(tmp_path):
     for path in paths:
         with open(path, "rb") as fh:
             assert fh.read(8) == PNG
+    # Collected again with another metric: the old metric's figures go, other files stay.
+    (tmp_path / "plots" / "notes.txt").write_text("mine")
+    other = parse({"s": sweep(grid={"train.lr": [0.1, 0.01, 0.001], "train.n_layer": [2, 4],
+                                    "train.dtype": ["auto", "float32"]},
+                              metrics={"best_val_loss": "min"})})["s"]
+    plot_sweep(other, summary_of(other), tmp_path / "plots")
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == sorted([*plot_files(other), "notes.txt"])
 
 
 def test_string_and_null_values_plot_as_categories(tmp_path):
