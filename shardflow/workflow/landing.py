@@ -4,7 +4,7 @@ Snakemake's report opens on its global description (the `report:` statement). Th
 `landing` rule writes it from the small records every stage already keeps, one
 section per stage and data set:
 
-- embedding: records in (read / rejected), rows out and whether verification
+- embedding: records in (read: kept / rejected), rows out and whether verification
   passed, wall time, throughput, GPU-hours and estimated cost;
 - retrieval evaluation: the headline metrics and query / document counts;
 - summarisation: records in and out, truncated inputs, lengths and compression,
@@ -43,13 +43,19 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.2f} h"
 
 
+def records_in(manifest: dict) -> str:
+    """'38 read: 30 kept, 8 rejected' from a split manifest (its total_records are the kept)."""
+    kept, rejected = manifest["total_records"], manifest.get("rejected_records", 0)
+    return f"{kept + rejected:,} read: {kept:,} kept, {rejected:,} rejected"
+
+
 def embedding_section(dataset: str, files: dict, report: ReportParams) -> Section:
     """files: manifest, jobs, verification."""
     manifest, verification = read_json(files["manifest"]), read_json(files["verification"])
     jobs = read_job_table(files["jobs"])
     s = run_summary([j["stats"] for j in jobs], [j["benchmark"] for j in jobs], manifest, verification, report)
     rows = [
-        ("records in", f"{manifest['total_records']:,} read, {manifest.get('rejected_records', 0):,} rejected"),
+        ("records in", records_in(manifest)),
         ("records out", f"{verification['rows']:,} x {verification['dim']} ({verification['dtype']}), "
          f"verification {'passed' if verification['ok'] else 'FAILED'}"),
         # Encoding: the time during which at least one job was encoding (core.jobs.job_costs:
@@ -80,7 +86,7 @@ def summarisation_section(dataset: str, files: dict) -> Section:
     if "summary" in files:
         s = read_json(files["summary"])
         rows += [
-            ("records in", f"{manifest['total_records']:,} read, {manifest.get('rejected_records', 0):,} rejected"),
+            ("records in", records_in(manifest)),
             ("summaries out", f"{s['records']:,}, {s['truncated_inputs']:,} inputs truncated to the model's limit"),
             # Totals over all documents (a model's tokens, inputs as truncated; words for lead and
             # extractive); metrics.json's compression_ratio_mean is the mean of per-document ratios.

@@ -4,7 +4,7 @@ import json
 
 from docutils.core import publish_parts
 
-from shardflow.workflow.landing import Section, render, retrieval_section, summarisation_section
+from shardflow.workflow.landing import Section, records_in, render, retrieval_section, summarisation_section
 
 
 def test_render_is_valid_rst_and_escapes_values():
@@ -24,6 +24,13 @@ def test_retrieval_and_summarisation_sections(tmp_path):
     (tmp_path / "r.json").write_text(json.dumps(rouge))
     section = summarisation_section("news", {"manifest": tmp_path / "manifest.json", "metrics": tmp_path / "r.json"})
     assert dict(section.rows)["ROUGE lead"] == "rouge1 40.00 [38.00, 42.00]"
+
+
+def test_records_in_counts_what_was_read_kept_and_rejected():
+    """A manifest's total_records are the records kept: 30 kept and 8 rejected were 38 read
+    (the landing page said "30 read, 8 rejected")."""
+    assert records_in({"total_records": 30, "rejected_records": 8}) == "38 read: 30 kept, 8 rejected"
+    assert records_in({"total_records": 3000}) == "3,000 read: 3,000 kept, 0 rejected"
 
 
 def test_sweep_section_names_the_best_point(tmp_path):
