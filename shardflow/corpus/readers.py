@@ -284,7 +284,7 @@ class _Reader:
                     f"missing id field {o.id_field!r} (set input.id_field: null to use source positions)",
                     raw,
                 )
-            if isinstance(value, (dict, list, float)):
+            if isinstance(value, (dict, list, float, bool)):
                 return self.bad(line, f"id field {o.id_field!r} is {type(value).__name__}, not a string or integer", raw)
             rid = str(value)
             if not _encodable(rid):

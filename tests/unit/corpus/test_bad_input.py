@@ -456,3 +456,13 @@ def test_config_unquoted_on_off_reads_as_the_word_for_every_switch(config):
     config["embedding"]["kernels"] = True  # "on" is not a kernels value: still an error naming the key
     with pytest.raises(ConfigError, match="config key 'embedding.kernels'"):
         validate_config(config, load_schema(REPO / "config" / "config.schema.yaml"))
+
+
+def test_a_boolean_or_float_id_is_a_bad_record_not_the_text_true(tmp_path):
+    """Ids are strings or integers: JSON true became the id "True"."""
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"id": true, "text": "x"}\n{"id": 2.5, "text": "y"}\n{"id": 3, "text": "z"}\n')
+    items = read(path, on_bad_record="skip")
+    assert kinds(items) == ["Rejected", "Rejected", "Record"]
+    assert "id field 'id' is bool, not a string or integer" in items[0].reason
+    assert "is float" in items[1].reason and items[2].id == "3"
