@@ -36,5 +36,9 @@ else:
     stats = select_chunk(smk.input[0], smk.output.summaries, params, smk.params.resume_root, job.log, encoder=encoder)
 # The report reads these names (as for embed jobs).
 stats.update(chunk=int(smk.wildcards.chunk), input=smk.input[0], start_time=stats["start_unix"], end_time=stats["end_unix"])
+from shardflow.workflow.provenance import made_with  # noqa: E402
+
+model = {"abstractive": cfg.get("model"), "extractive": cfg.get("encoder")}.get(method)
+stats["made_with"] = made_with(resolve_model(model) if model else None, job.device, job.threads)
 write_json(smk.output.stats, stats)
 job.log.info("done: %s", stats)

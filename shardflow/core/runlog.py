@@ -15,7 +15,10 @@ import socket
 import sys
 from importlib import metadata
 
-PACKAGES = ("shardflow", "numpy", "torch", "transformers", "tokenizers", "sentence-transformers", "pyarrow", "snakemake")
+# The optional kernel and search packages too: where installed, they are used by default
+# (liger-kernel's fused kernels, flash-attn's varlen attention, faiss) and move output bits.
+PACKAGES = ("shardflow", "numpy", "torch", "transformers", "tokenizers", "sentence-transformers", "pyarrow", "snakemake",
+            "liger-kernel", "flash-attn", "faiss-cpu", "faiss-gpu")
 
 
 def package_versions(names=PACKAGES) -> dict:

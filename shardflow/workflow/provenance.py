@@ -3,6 +3,13 @@
 A manifest records the git commit (and whether the tree was dirty), a hash of
 the resolved config, package versions, Python, CUDA and GPU model, checksums
 of inputs and outputs, and per-job timings from Snakemake's benchmark files.
+
+The provenance job runs after the others, and again whenever the config changes (a
+report setting included): what it finds then (the checkout, the packages, the model
+folder) may no longer be what made the outputs. So each GPU job records what it ran
+with when it writes its outputs (`made_with`, in its stats), and the manifest takes
+the model hash from there, lists what the jobs ran with (`jobs_made_with`), and warns
+where that differs from what is there now.
 """
 
 from __future__ import annotations
@@ -12,9 +19,14 @@ import platform
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-from shardflow.core.hashing import config_sha256, model_sha256, sha256_file
+from shardflow.core.hashing import MODEL_SUFFIXES, config_sha256, model_sha256, sha256_file
+from shardflow.core.parsecache import cached
 from shardflow.core.runlog import package_versions
+
+# This checkout (the package is installed from it in editable mode).
+REPO = Path(__file__).resolve().parents[2]
 
 
 def git_state(repo: str | os.PathLike) -> dict:
@@ -30,6 +42,54 @@ def git_state(repo: str | os.PathLike) -> dict:
     commit = git("rev-parse", "HEAD")
     status = git("status", "--porcelain", "--untracked-files=no")
     return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def model_sha256_kept(model_path: str) -> dict:
+    """model_sha256, computed once per version of the model's files (path, size, mtime):
+    every job records it, and hashing a large model in each would cost seconds to minutes."""
+    folder = Path(model_path)
+    if not folder.is_dir():
+        return model_sha256(model_path)
+    files = sorted(str(p) for p in folder.rglob("*") if p.is_file() and p.name.endswith(MODEL_SUFFIXES))
+    return cached("model-sha256", files, str(folder), lambda: model_sha256(model_path))
+
+
+def made_with(model_path: str | None, device: str, threads: int | None) -> dict:
+    """What a job ran with, as it writes its outputs: the checkout, the packages, the
+    model's hash, the device (and GPU name) and threads."""
+    gpu = None
+    if device.startswith("cuda"):
+        import torch
+
+        gpu = torch.cuda.get_device_name(torch.device(device) if ":" in device else None)
+    return {
+        "git": git_state(REPO),
+        "packages": package_versions(),
+        "model": model_sha256_kept(model_path) if model_path else None,
+        "device": device,
+        "gpu": gpu,
+        "threads": threads,
+    }
+
+
+def summarise_made_with(records: list[dict]) -> dict:
+    """The distinct values the jobs recorded (one each where they agree)."""
+    def distinct(get) -> list:
+        out = []
+        for r in records:
+            value = get(r)
+            if value not in out:
+                out.append(value)
+        return out
+
+    return {
+        "jobs": len(records),
+        "git": distinct(lambda r: r["git"]),
+        "packages": distinct(lambda r: r["packages"]),
+        "models": distinct(lambda r: r["model"]),
+        "devices": distinct(lambda r: [r["device"], r["gpu"]]),
+        "threads": distinct(lambda r: r["threads"]),
+    }
 
 
 def accelerator_info() -> dict:
@@ -51,17 +111,37 @@ def build_manifest(
     outputs: list[str],
     timings: dict[str, dict],
     model_paths: dict[str, str],
+    jobs_made_with: list[dict] | None = None,
 ) -> dict:
     """`input_sha256` and `timings` come from records the stages already wrote (the
     split manifest, the job table); outputs are hashed here. `model_paths`: the models
     the data set's jobs ran, by role (tasks.models); `model` is the first of them (the
     embedding model where the data set is embedded), which reproduce.expect.model_sha256
-    is checked against, null where none ran (training, lead summaries)."""
+    is checked against, null where none ran (training, lead summaries).
+    `jobs_made_with`: the `made_with` records of the data set's GPU jobs (jobs from before
+    they were recorded have none): the model hash the jobs ran is taken from there."""
     models = {role: model_sha256(path) for role, path in model_paths.items()}
+    git = git_state(repo)
+    warnings = []
+    made = summarise_made_with(jobs_made_with) if jobs_made_with else None
+    if made is not None:
+        ran = [m for m in made["models"] if m]
+        first = next(iter(models), None)
+        if first is not None and len(ran) == 1 and ran[0].get("path") == models[first].get("path"):
+            if ran[0] != models[first]:
+                warnings.append(f"the {first} model at {ran[0]['path']} changed since its jobs ran: they used sha256 "
+                                f"{ran[0]['sha256']}, it is now {models[first]['sha256']} (the jobs' is recorded)")
+            models[first] = ran[0]
+        if len(made["git"]) > 1 or made["git"][0] != git:
+            warnings.append(f"the jobs ran at git {made['git']}, this record is written at {git}")
+        if len(made["models"]) > 1:
+            warnings.append(f"the jobs ran with {len(made['models'])} different model versions: {made['models']}")
     return {
         "format": "shardflow.provenance/1",
         "created_unix": time.time(),
-        "git": git_state(repo),
+        "git": git,
+        "jobs_made_with": made,
+        "warnings": warnings,
         "config_sha256": config_sha256(config),
         "config": config,
         "python": sys.version.split()[0],
