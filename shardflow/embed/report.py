@@ -96,16 +96,20 @@ def plot_map(npy_path: str, path: str, params: ReportParams) -> int:
 def run_summary(stats: list[dict], benches: list[dict], manifest: dict, verification: dict, params: ReportParams) -> dict:
     costs = job_costs(stats, benches, params.gpu_hour_price)
     records = sum(s["items"] for s in stats)
+    # A job resumed from an earlier attempt's parts computed only the rest: its time, and so
+    # the rates, cover what it computed (the earlier attempt's time and tokens are not known).
+    computed = sum(s.get("items_embedded", s["items"]) for s in stats)
     tokens = sum(s["tokens"] for s in stats)
     wall, job_seconds, gpu_hours = costs["wall_time_s"], costs["job_seconds"], costs["gpu_hours"]
     return {
         "records": records,
+        "records_resumed": records - computed,
         "rejected_records": manifest.get("rejected_records", 0),
         "chunks": len(stats),
-        "tokens": tokens,
+        "tokens": tokens,  # of the records computed by the jobs' final attempts
         "embed_wall_time_s": round(wall, 3),
         "embed_job_seconds": round(job_seconds, 3),
-        "items_per_s": round(records / wall, 3),
+        "items_per_s": round(computed / wall, 3),
         "tokens_per_s": round(tokens / wall, 3),
         "devices": costs["devices"],
         "gpu_hours": round(gpu_hours, 6),

@@ -64,7 +64,9 @@ def embedding_section(dataset: str, files: dict, report: ReportParams) -> Sectio
         ("wall time", f"{_duration(s['embed_wall_time_s'])} encoding ({s['chunks']} chunk jobs, "
          f"{_duration(s['embed_job_seconds'])} of job time in all, model loading included)"),
         ("throughput", f"{s['items_per_s']:,.1f} records/s, {s['tokens_per_s']:,.0f} tokens/s while encoding "
-         f"on {', '.join(s['devices'])}"),
+         f"on {', '.join(s['devices'])}" + (
+             f" ({s['records_resumed']:,} records came from resumed parts of killed attempts, whose time, "
+             "tokens and cost are not counted)" if s.get("records_resumed") else "")),
         ("GPU-hours and cost", f"{s['gpu_hours']:.4f} GPU-h, {s['estimated_cost']:.2f} {s['currency']} "
          f"({s['estimated_cost_per_million_records']:.2f} per million records)"),
     ]

@@ -47,6 +47,15 @@ def test_summary_totals_and_rates():
     assert s["embed_wall_time_s"] == 20.0 and s["items_per_s"] == 20.0
 
 
+def test_a_resumed_job_rates_what_it_computed():
+    """A job resumed from a killed attempt's parts wrote 300 rows but computed 100 of them in
+    its 10 s: its rate is 10 records/s, not 30, and the resumed rows are counted apart."""
+    resumed = dict(stat(0, 300, 1000.0, 1010.0), items_embedded=100, tokens=1000)
+    s = run_summary([resumed], [{"s": 12.0}], {}, VERIFICATION, ReportParams())
+    assert s["records"] == 300 and s["records_resumed"] == 200
+    assert (s["items_per_s"], s["tokens_per_s"]) == (10.0, 100.0)
+
+
 def test_summary_costs_only_gpu_jobs():
     stats = [stat(0, 100, 0.0, 10.0, "cuda:0"), stat(1, 100, 0.0, 10.0, "cpu"), stat(2, 100, 0.0, 10.0, "cuda:1")]
     benches = [{"s": 1800.0}, {"s": 3600.0}, {"s": 1800.0}]
