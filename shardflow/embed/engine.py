@@ -121,6 +121,9 @@ class EncodeStats(EngineCounters):
     items_embedded: int = 0  # texts computed by this call (the rest came from resume parts)
     real_tokens: int = 0
     padded_tokens: int = 0
+    # Texts whose tokens (prompt and special tokens included) reached max_length: cut there
+    # (or exactly that long); the model saw only their head.
+    at_max_length: int = 0
     # Forwards in which torch.compile built a graph (the first batch of a shape no graph
     # covered yet), timed apart from the steady state: seconds includes them,
     # steady_seconds does not.
@@ -763,6 +766,8 @@ class Encoder:
                     if i + 2 < len(groups):
                         ahead.append(submit(pool_, groups[i + 2]))
                     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+                    if self.truncate:
+                        stats.at_max_length += int((lengths >= self.max_length).sum())
                     order = length_order(lengths)
                     batches = self._batches(ids, lengths[order], order)
                     while True:

@@ -107,6 +107,7 @@ def run_summary(stats: list[dict], benches: list[dict], manifest: dict, verifica
         "rejected_records": manifest.get("rejected_records", 0),
         "chunks": len(stats),
         "tokens": tokens,  # of the records computed by the jobs' final attempts
+        "texts_at_max_length": sum(s.get("at_max_length", 0) for s in stats),  # truncated, likewise
         "embed_wall_time_s": round(wall, 3),
         "embed_job_seconds": round(job_seconds, 3),
         "items_per_s": round(computed / wall, 3),

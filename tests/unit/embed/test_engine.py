@@ -170,12 +170,15 @@ def test_old_style_sentence_bert_config(tiny, texts, tmp_path):
 
 def test_max_length_override(tiny, texts):
     enc = load_encoder(params(tiny["bert_mean"], max_length=8))
-    assert max(len(ids) for ids in enc.tokenize(texts)) == 8
+    lengths = [len(ids) for ids in enc.tokenize(texts)]
+    assert max(lengths) == 8
     from sentence_transformers import SentenceTransformer
 
     st = SentenceTransformer(str(tiny["bert_mean"]), device="cpu")
     st.max_seq_length = 8
     assert_rows_match(enc.encode(texts), st.encode(texts))
+    # The texts cut at max_length are counted (the report and landing page say how many).
+    assert enc.last_stats.at_max_length == sum(n == 8 for n in lengths) > 0
 
 
 def test_plain_hf_folder_falls_back_to_mean_pooling(tiny, texts):

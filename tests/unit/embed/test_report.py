@@ -50,9 +50,9 @@ def test_summary_totals_and_rates():
 def test_a_resumed_job_rates_what_it_computed():
     """A job resumed from a killed attempt's parts wrote 300 rows but computed 100 of them in
     its 10 s: its rate is 10 records/s, not 30, and the resumed rows are counted apart."""
-    resumed = dict(stat(0, 300, 1000.0, 1010.0), items_embedded=100, tokens=1000)
+    resumed = dict(stat(0, 300, 1000.0, 1010.0), items_embedded=100, tokens=1000, at_max_length=3)
     s = run_summary([resumed], [{"s": 12.0}], {}, VERIFICATION, ReportParams())
-    assert s["records"] == 300 and s["records_resumed"] == 200
+    assert s["records"] == 300 and s["records_resumed"] == 200 and s["texts_at_max_length"] == 3
     assert (s["items_per_s"], s["tokens_per_s"]) == (10.0, 100.0)
 
 
