@@ -22,6 +22,7 @@ from shardflow.core.hashing import config_sha256
 from shardflow.retrieval.pipeline import RetrievalSpec
 from shardflow.summarise.params import METHOD_KEYS, ignored_by
 from shardflow.sweep import POINT_ID_REGEX, SEED_REGEX, parse_sweeps
+from shardflow.sweep.spec import collection_rule
 from shardflow.sweep.report import output_files as sweep_output_files
 from shardflow.sweep.shared import SHARED_FOLDER
 from shardflow.workflow import plan, site, tasks
@@ -549,18 +550,7 @@ def sweep_outputs(name):
 
 
 def sweep_rule_name(name):
-    safe = re.sub(r"\W", "_", name)
-    return f"collect_sweep_{safe}"
-
-
-_RULE_NAMES = {}
-for _spec in SWEEPS.values():  # `a-b` and `a_b` would both be collect_sweep_a_b
-    _other = _RULE_NAMES.setdefault(sweep_rule_name(_spec.name), _spec.name)
-    if _other != _spec.name:
-        raise ValueError(
-            f"sweeps {_other!r} and {_spec.name!r} would share the rule {sweep_rule_name(_spec.name)}: "
-            "rename one (names differing only in '-' and '_' cannot both be used)"
-        )
+    return collection_rule(name)
 
 
 # The summarise keys each method reads (shardflow.summarise.params.METHOD_KEYS): a job's

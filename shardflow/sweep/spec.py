@@ -470,6 +470,11 @@ def _metrics(check: _Checker, metrics: Any, best: Any) -> tuple[tuple[str, ...],
     return tuple(metrics), dict(metrics), best
 
 
+def collection_rule(name: str) -> str:
+    """The rule that collects sweep `name`'s tables (a rule name holds no '-' or '.')."""
+    return "collect_sweep_" + re.sub(r"\W", "_", name)
+
+
 def parse_sweeps(
     sweeps: Mapping[str, Any] | None,
     config: Mapping[str, Any],
@@ -494,10 +499,15 @@ def parse_sweeps(
         except SweepError as exc:
             problems.append(str(exc))
     folders: dict[str, str] = {}
+    rules: dict[str, str] = {}
     for spec in specs.values():
         other = folders.setdefault(spec.folder.casefold(), spec.name)
         if other != spec.name:
             problems.append(f"sweeps '{other}' and '{spec.name}' write to the same folder '{spec.folder}'")
+        other = rules.setdefault(collection_rule(spec.name), spec.name)
+        if other != spec.name:
+            problems.append(f"sweeps '{other}' and '{spec.name}' would share the rule {collection_rule(spec.name)}: "
+                            "rename one (names that differ only in '-', '.' and '_' cannot both be used)")
     if problems:
         raise SweepError("invalid sweeps:\n  - " + "\n  - ".join(problems))
     return specs

@@ -111,6 +111,11 @@ def test_two_sweeps_writing_to_one_folder():
         parse({"lr": sweep(), "LR": sweep()})  # one folder on macOS and Windows
 
 
+def test_two_sweep_names_that_make_one_rule_are_named():
+    with pytest.raises(SweepError, match="sweeps 'a-b' and 'a_b' would share the rule collect_sweep_a_b"):
+        parse({"a-b": sweep(folder="x"), "a_b": sweep(folder="y")})
+
+
 def test_every_problem_is_reported_at_once():
     with pytest.raises(SweepError) as err:
         parse({"a": sweep(grid={"train.lrr": [1.0]}), "ok": sweep(), "b": sweep(seeds=[])})
