@@ -17,6 +17,6 @@ stats = embed_chunk(smk.input[0], smk.output.npy, smk.output.ids, params, smk.pa
 # The report reads these names; the engine's own names are kept alongside.
 stats.update(chunk=chunk, input=smk.input[0], tokens=stats["real_tokens"])
 stats.update(start_time=stats["start_unix"], end_time=stats["end_unix"])
-stats["made_with"] = made_with(params.model, job.device, job.threads)  # for provenance: what made these rows
+stats["made_with"] = made_with("embedding", params.model, stats.get("device", job.device), job.threads)  # provenance
 write_json(smk.output.stats, stats)
 job.log.info("done: %s", stats)

@@ -38,7 +38,9 @@ else:
 stats.update(chunk=int(smk.wildcards.chunk), input=smk.input[0], start_time=stats["start_unix"], end_time=stats["end_unix"])
 from shardflow.workflow.provenance import made_with  # noqa: E402
 
-model = {"abstractive": cfg.get("model"), "extractive": cfg.get("encoder")}.get(method)
-stats["made_with"] = made_with(resolve_model(model) if model else None, job.device, job.threads)
+role, model = {"abstractive": ("summarise", cfg.get("model")), "extractive": ("summarise_encoder", cfg.get("encoder"))}.get(
+    method, ("summarise", None)
+)  # the roles of shardflow.workflow.tasks.models
+stats["made_with"] = made_with(role, resolve_model(model) if model else None, stats.get("device", job.device), job.threads)
 write_json(smk.output.stats, stats)
 job.log.info("done: %s", stats)

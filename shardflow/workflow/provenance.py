@@ -54,17 +54,19 @@ def model_sha256_kept(model_path: str) -> dict:
     return cached("model-sha256", files, str(folder), lambda: model_sha256(model_path))
 
 
-def made_with(model_path: str | None, device: str, threads: int | None) -> dict:
-    """What a job ran with, as it writes its outputs: the checkout, the packages, the
-    model's hash, the device (and GPU name) and threads."""
+def made_with(role: str, model_path: str | None, device: str, threads: int | None) -> dict:
+    """What a job ran with, as it writes its outputs: the checkout, the packages, the hash
+    of its model (`role`: as tasks.models names it, e.g. embedding, summarise), the device
+    it ran on (and the GPU's name) and threads."""
     gpu = None
     if device.startswith("cuda"):
         import torch
 
-        gpu = torch.cuda.get_device_name(torch.device(device) if ":" in device else None)
+        gpu = torch.cuda.get_device_name(torch.device(device) if ":" in device else torch.cuda.current_device())
     return {
         "git": git_state(REPO),
         "packages": package_versions(),
+        "role": role,
         "model": model_sha256_kept(model_path) if model_path else None,
         "device": device,
         "gpu": gpu,
@@ -82,11 +84,15 @@ def summarise_made_with(records: list[dict]) -> dict:
                 out.append(value)
         return out
 
+    models: dict[str, list] = {}
+    for r in records:
+        if r["model"] is not None and r["model"] not in models.setdefault(r["role"], []):
+            models[r["role"]].append(r["model"])
     return {
         "jobs": len(records),
         "git": distinct(lambda r: r["git"]),
         "packages": distinct(lambda r: r["packages"]),
-        "models": distinct(lambda r: r["model"]),
+        "models": models,  # by role: one each where the jobs agree
         "devices": distinct(lambda r: [r["device"], r["gpu"]]),
         "threads": distinct(lambda r: r["threads"]),
     }
@@ -125,17 +131,17 @@ def build_manifest(
     warnings = []
     made = summarise_made_with(jobs_made_with) if jobs_made_with else None
     if made is not None:
-        ran = [m for m in made["models"] if m]
-        first = next(iter(models), None)
-        if first is not None and len(ran) == 1 and ran[0].get("path") == models[first].get("path"):
-            if ran[0] != models[first]:
-                warnings.append(f"the {first} model at {ran[0]['path']} changed since its jobs ran: they used sha256 "
-                                f"{ran[0]['sha256']}, it is now {models[first]['sha256']} (the jobs' is recorded)")
-            models[first] = ran[0]
+        for role, ran in made["models"].items():
+            if len(ran) > 1:
+                warnings.append(f"the {role} jobs ran with {len(ran)} different model versions: {ran}")
+            elif role in models and ran[0].get("path") == models[role].get("path"):
+                if ran[0] != models[role]:
+                    warnings.append(f"the {role} model at {ran[0]['path']} changed since its jobs ran: they used "
+                                    f"sha256 {ran[0]['sha256']}, it is now {models[role]['sha256']} (the jobs' is "
+                                    "recorded)")
+                models[role] = ran[0]
         if len(made["git"]) > 1 or made["git"][0] != git:
             warnings.append(f"the jobs ran at git {made['git']}, this record is written at {git}")
-        if len(made["models"]) > 1:
-            warnings.append(f"the jobs ran with {len(made['models'])} different model versions: {made['models']}")
     return {
         "format": "shardflow.provenance/1",
         "created_unix": time.time(),

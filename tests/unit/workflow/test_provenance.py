@@ -9,6 +9,7 @@ from shardflow.workflow import provenance
 
 
 def _model(tmp_path, weights: bytes):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     folder = tmp_path / "model"
     folder.mkdir(exist_ok=True)
     (folder / "config.json").write_text(json.dumps({"hidden_size": 4}))
@@ -19,10 +20,10 @@ def _model(tmp_path, weights: bytes):
 def test_jobs_record_what_they_ran_with(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the kept model hash lives under the working directory
     model = _model(tmp_path, b"weights")
-    made = provenance.made_with(model, "cpu", 2)
+    made = provenance.made_with("embedding", model, "cpu", 2)
     assert made["model"] == provenance.model_sha256(model) and made["device"] == "cpu" and made["threads"] == 2
     assert made["gpu"] is None and "torch" in made["packages"] and "commit" in made["git"]
-    assert provenance.made_with(None, "cpu", None)["model"] is None
+    assert provenance.made_with("summarise", None, "cpu", None)["model"] is None
 
 
 def test_the_manifest_keeps_the_jobs_model_and_warns_where_things_changed(tmp_path, monkeypatch):
@@ -30,16 +31,21 @@ def test_the_manifest_keeps_the_jobs_model_and_warns_where_things_changed(tmp_pa
     hash the jobs ran (what made the outputs), and a warning; so does a new commit."""
     monkeypatch.chdir(tmp_path)
     model = _model(tmp_path, b"weights")
-    ran = provenance.made_with(model, "cpu", 2)
+    ran = provenance.made_with("embedding", model, "cpu", 2)
+    other_role = _model(tmp_path / "s", b"summariser")
+    summarised = provenance.made_with("summarise", other_role, "cpu", 2)  # another role: no conflict
     (tmp_path / "model" / "model.safetensors").write_bytes(b"tuned!!")  # same size, other bytes
     ran_elsewhere = dict(ran, git={"commit": "0" * 40, "dirty": False})
-    manifest = provenance.build_manifest(str(tmp_path), {"a": 1}, {}, [], {}, {"embedding": model},
-                                         jobs_made_with=[ran, ran_elsewhere])
+    manifest = provenance.build_manifest(str(tmp_path), {"a": 1}, {}, [], {},
+                                         {"embedding": model, "summarise": other_role},
+                                         jobs_made_with=[ran, ran_elsewhere, summarised])
     assert manifest["model"] == ran["model"] != provenance.model_sha256(model)
-    assert manifest["jobs_made_with"]["jobs"] == 2 and len(manifest["jobs_made_with"]["git"]) == 2
-    warnings = "\n".join(manifest["warnings"])
-    assert "the embedding model at" in warnings and "changed since its jobs ran" in warnings
-    assert "the jobs ran at git" in warnings
+    assert manifest["models"]["summarise"] == summarised["model"]
+    assert manifest["jobs_made_with"]["jobs"] == 3 and len(manifest["jobs_made_with"]["git"]) == 2
+    warnings = manifest["warnings"]
+    assert len(warnings) == 2, warnings
+    assert "the embedding model at" in warnings[0] and "changed since its jobs ran" in warnings[0]
+    assert "the jobs ran at git" in warnings[1]
     # Jobs from before they recorded anything: the model as it is now, no claims.
     old = provenance.build_manifest(str(tmp_path), {"a": 1}, {}, [], {}, {"embedding": model})
     assert old["model"] == provenance.model_sha256(model) and old["jobs_made_with"] is None and old["warnings"] == []
