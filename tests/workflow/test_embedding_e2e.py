@@ -72,7 +72,7 @@ def test_report_outputs_and_summary(run):
     assert provenance["models"] == {"embedding": provenance["model"]} and provenance["model"]["sha256"]
     # What the embed jobs ran with, recorded as they wrote their rows: one checkout, one model.
     made = provenance["jobs_made_with"]
-    assert made["jobs"] == 3 and made["models"] == [provenance["model"]] and len(made["git"]) == 1
+    assert made["jobs"] == 3 and made["models"] == {"embedding": [provenance["model"]]} and len(made["git"]) == 1
     assert made["devices"] == [["cpu", None]] and provenance["warnings"] == []
     log = (workdir / "logs/embed/e2e/chunk_0.log").read_text()
     assert "params=" in log.splitlines()[0] and "torch" in log.splitlines()[0]
