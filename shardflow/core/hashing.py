@@ -79,7 +79,22 @@ def model_identity(folder: str | os.PathLike) -> list[list[Any]]:
 
 
 def model_sha256(model_path: str) -> dict:
-    """Hash of a local model folder's weights, tokenizer and configs (None for hub names)."""
-    if not os.path.isdir(model_path):
-        return {"path": model_path, "sha256": None, "note": "not a local folder"}
-    return {"path": model_path, "sha256": sha256_folder(model_path, MODEL_SUFFIXES)}
+    """Hash of a local model folder's weights, tokenizer and configs. A hub name is looked
+    up in the local Hugging Face cache (never downloaded): its snapshot is hashed and its
+    revision recorded; a name not in the cache gets no hash."""
+    if os.path.isdir(model_path):
+        return {"path": model_path, "sha256": sha256_folder(model_path, MODEL_SUFFIXES)}
+    snapshot = _hub_snapshot(model_path)
+    if snapshot is None:
+        return {"path": model_path, "sha256": None, "note": "not a local folder, nor in the Hugging Face cache"}
+    return {"path": model_path, "sha256": sha256_folder(snapshot, MODEL_SUFFIXES), "revision": Path(snapshot).name}
+
+
+def _hub_snapshot(name: str) -> str | None:
+    """The cached snapshot folder a hub name resolves to offline, or None."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(name, local_files_only=True)
+    except Exception:  # noqa: BLE001 -- not a repo id, not cached, no huggingface_hub: no snapshot
+        return None

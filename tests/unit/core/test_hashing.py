@@ -22,3 +22,22 @@ def test_key_order_and_unjsonable_values():
 
 def test_texts_fingerprint_keeps_boundaries():
     assert texts_fingerprint(["ab", "c"]) != texts_fingerprint(["a", "bc"])
+
+
+def test_a_hub_name_is_hashed_from_its_cached_snapshot_with_its_revision(tmp_path, monkeypatch):
+    """Offline: the local Hugging Face cache resolves the name (refs/main -> a snapshot);
+    nothing is downloaded, and a name not in the cache gets no hash."""
+    from shardflow.core.hashing import model_sha256, sha256_folder
+
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))  # read at import: set where it is read
+    repo = tmp_path / "models--acme--minilm"
+    snapshot = repo / "snapshots" / ("a" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text('{"hidden_size": 4}')
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("a" * 40)
+    found = model_sha256("acme/minilm")
+    assert found == {"path": "acme/minilm", "sha256": sha256_folder(snapshot, (".json",)), "revision": "a" * 40}
+    assert model_sha256("acme/absent")["sha256"] is None
