@@ -50,7 +50,10 @@ def stage_metrics(stage: str, config: Mapping[str, Any]) -> tuple[str, ...] | No
     """Every name a `stage` job's metrics can hold under `config` (the sweep's base);
     None for a stage without workflow rules (nothing to check against)."""
     if stage == "train":
-        return TRAIN
+        # mfu is null where the device is the CPU (no GPU peak to compare with): a sweep
+        # ranked by it would fail in its collection, after every job ran.
+        on_cpu = config.get("gpu_jobs", {}).get("device") == "cpu"
+        return tuple(m for m in TRAIN if not (on_cpu and m == "mfu"))
     if stage == "retrieval":
         scores = tuple(f"all.{m}_at_{k}" for m in RETRIEVAL_MEASURES for k in RETRIEVAL_KS)
         return RETRIEVAL_HEADLINE + RETRIEVAL_COUNTS + scores

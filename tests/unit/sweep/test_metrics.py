@@ -45,6 +45,13 @@ def test_a_misspelt_metric_names_the_sweep_the_metric_and_the_closest_name():
     assert lines[2].startswith("  - sweep 's': metric 'rougeLSum' is not one a summarise job writes; did you mean 'rougeLsum'?")
 
 
+def test_mfu_is_no_train_metric_on_the_cpu():
+    """Null where no GPU peak applies: ranking by it failed in the collection, after the jobs."""
+    assert "mfu" in stage_metrics("train", {"gpu_jobs": {"device": "auto"}})
+    assert "mfu" not in stage_metrics("train", {"gpu_jobs": {"device": "cpu"}})
+    assert "best_val_loss" in stage_metrics("train", {})
+
+
 def test_summarise_names_follow_the_method():
     assert "systems.extractive.rouge2.ci_low" in stage_metrics("summarise", {"summarise": {"method": "extractive"}})
     assert "systems.lead.rouge2.ci_low" not in stage_metrics("summarise", {"summarise": {"method": "extractive"}})
