@@ -27,9 +27,9 @@ def test_texts_fingerprint_keeps_boundaries():
 def test_a_hub_name_is_hashed_from_its_cached_snapshot_with_its_revision(tmp_path, monkeypatch):
     """Offline: the local Hugging Face cache resolves the name (refs/main -> a snapshot);
     nothing is downloaded, and a name not in the cache gets no hash."""
-    from shardflow.core.hashing import model_sha256, sha256_folder
-
     from huggingface_hub import constants
+
+    from shardflow.core.hashing import model_sha256, sha256_folder
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))  # read at import: set where it is read
     repo = tmp_path / "models--acme--minilm"
