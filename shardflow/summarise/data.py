@@ -145,7 +145,7 @@ def _usual_systems(path: str, parent: str) -> tuple[tuple[str, ...], int]:
     on a tie) and how many hold it. Decided over the whole file, so one record with a
     system missing is the record reported, wherever it stands."""
     counts: Counter[tuple[str, ...]] = Counter()
-    for _, _, obj in _objects(path):
+    for _, _, obj in json_objects(path):
         if isinstance(obj, dict):
             try:
                 value = _get(obj, parent)
@@ -162,7 +162,7 @@ def _load(path: str, make, on_bad_record: str, passed_over: frozenset[int] = fro
     if on_bad_record not in ("error", "skip"):
         raise ValueError(f"on_bad_record {on_bad_record!r}: expected 'error' or 'skip'")
     records, rejects, seen = [], [], {}
-    for line, raw, obj in _objects(path):
+    for line, raw, obj in json_objects(path):
         if line in passed_over:
             continue
         try:
@@ -181,8 +181,9 @@ def _load(path: str, make, on_bad_record: str, passed_over: frozenset[int] = fro
     return Loaded(records, rejects)
 
 
-def _objects(path: str) -> Iterator[tuple[int, bytes, Any]]:
-    """(line number, raw bytes, parsed object or _Bad) for each non-blank line."""
+def json_objects(path: str) -> Iterator[tuple[int, bytes, Any]]:
+    """(line number, raw bytes, parsed object or _Bad) for each non-blank line: the one
+    reader of these files (the workflow's parse-time field check reads them with it too)."""
     with open_binary(path) as fh:
         # Bounded lines; a truncated gzip stream stops the load at its line (BadRecordError).
         for line, raw in iter_lines(fh, path, DEFAULT_MAX_RECORD_BYTES):

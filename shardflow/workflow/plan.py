@@ -18,7 +18,6 @@ The chunk-count rule for `n_chunks: auto`
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable
@@ -357,21 +356,15 @@ FIELD_SAMPLE = 100  # records read at parse time to find a misspelt field name
 def _sample_fields(path: str, fields) -> tuple[list | None, dict[str, bool]]:
     """The first record's keys (None: no readable record) and, per dotted field, whether one
     of the first FIELD_SAMPLE JSON objects of `path` has it. Bad lines are passed over:
-    the jobs that read the file name them."""
-    from shardflow.core.files import open_binary
-    from shardflow.corpus.readers import DEFAULT_MAX_RECORD_BYTES, LongLine, iter_lines
+    the jobs that read the file name them. Kept between parses (core.parsecache), as every
+    cluster job parses the workflow again."""
+    from shardflow.summarise.data import json_objects
 
-    seen = dict.fromkeys(fields, False)
-    first, count = None, 0
-    with open_binary(path) as fh:
-        for _, raw in iter_lines(fh, path, DEFAULT_MAX_RECORD_BYTES):
-            if isinstance(raw, LongLine) or not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw)
-            except ValueError:
-                continue
-            if not isinstance(obj, dict):
+    def sample() -> list:
+        seen = dict.fromkeys(fields, False)
+        first, count = None, 0
+        for _, _, obj in json_objects(path):
+            if not isinstance(obj, dict):  # a bad line (summarise.data's _Bad) or not an object
                 continue
             first = list(obj) if first is None else first
             for field in seen:
@@ -382,4 +375,7 @@ def _sample_fields(path: str, fields) -> tuple[list | None, dict[str, bool]]:
             count += 1
             if count >= FIELD_SAMPLE or all(seen.values()):
                 break
+        return [first, seen]
+
+    first, seen = cached("summary-fields", [path], sorted(set(fields)), sample)
     return first, seen

@@ -286,11 +286,12 @@ def test_summarisation_settings_that_cannot_work_stop_at_parse_time():
     plan.summarise_model(cfg(method="lead"), ("a.csv",))  # no references: any format
 
 
-def test_a_misspelt_reference_or_stored_field_stops_the_parse(tmp_path):
+def test_a_misspelt_reference_or_stored_field_stops_the_parse(tmp_path, monkeypatch):
     """Not the evaluation, after every summarise job ran: a field none of the first
     records has is named with the fields the first record has."""
     import json
 
+    monkeypatch.chdir(tmp_path)  # the parse cache lives under the working directory
     path = tmp_path / "a.jsonl"
     records = [{"id": "1", "article": "a"}] + [{"id": str(i), "article": "b", "highlights": "h",
                                                  "sys": {"x": "s"}} for i in range(2, 5)]
@@ -302,6 +303,8 @@ def test_a_misspelt_reference_or_stored_field_stops_the_parse(tmp_path):
         return {"summarise": {**base, **sm}, "input": {"format": "auto", "on_bad_record": on_bad_record}}
 
     plan.summarise_model(cfg(), (str(path),))  # line 2 lacks it, line 3 has it; a bad line is the jobs' to name
+    kept = json.loads((tmp_path / ".snakemake/shardflow/summary-fields.json").read_text())
+    assert len(kept) == 1  # read once per version of the file: every cluster job's parse reuses it
     with pytest.raises(ValueError, match=r"summarise.reference_field 'hilights': none of the first 100 records of "
                                          r".*a.jsonl has it \(the first record's fields: id, article\)"):
         plan.summarise_model(cfg(reference_field="hilights"), (str(path),))
