@@ -126,8 +126,7 @@ def yaml11_switches(config: dict, schema: dict) -> None:
             yaml11_switches(value, sub)
         elif isinstance(value, bool):
             word = "on" if value else "off"
-            branches = [sub, *sub.get("oneOf", []), *sub.get("anyOf", [])]
-            if any(word in branch.get("enum", []) for branch in branches):
+            if any(word in branch.get("enum", []) for branch in _branches(sub)):
                 config[name] = word
 
 
@@ -136,10 +135,15 @@ def yaml11_switches(config: dict, schema: dict) -> None:
 YAML11_FLOAT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+")
 
 
+def _branches(sub: Mapping) -> list[Mapping]:
+    """A key's schema and its oneOf/anyOf branches: the alternatives a value may match."""
+    return [sub, *sub.get("oneOf", []), *sub.get("anyOf", [])]
+
+
 def _types(sub: Mapping) -> set[str]:
     """The JSON types a key's schema takes, its oneOf/anyOf branches included."""
     out: set[str] = set()
-    for branch in (sub, *sub.get("oneOf", []), *sub.get("anyOf", [])):
+    for branch in _branches(sub):
         kind = branch.get("type")
         out |= {kind} if isinstance(kind, str) else set(kind or ())
         if any(isinstance(v, str) for v in branch.get("enum", [])) or isinstance(branch.get("const"), str):

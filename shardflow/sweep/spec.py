@@ -360,18 +360,13 @@ def parse_sweep(
     )
 
 
-def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, Mapping) and node:
-        return {k: v for key, sub in node.items() for k, v in _leaves(sub, f"{prefix}{key}.").items()}
-    return {prefix.rstrip("."): node}
-
-
 def _check_base_keys(name: str, path: str, stage: Stage, base: Mapping, config: Mapping) -> None:
     """A base file may change only what the sweep's jobs take from it: the stage's sections,
     less the keys every job shares with the main run (the data set, the method, how it is
     scored; the rules read those from the config). Any other change would be silently
     ignored, and the tables labelled with settings the jobs did not use."""
-    mine, main = _leaves(base), _leaves(config)
+    mine = {k: lookup(base, k) for k in _leaf_keys(base)}
+    main = {k: lookup(config, k) for k in _leaf_keys(config)}
     ignored = sorted(
         k for k in set(mine) | set(main)
         if mine.get(k, _MISSING) != main.get(k, _MISSING)
