@@ -549,18 +549,11 @@ def sweep_outputs(name):
     }
 
 
-def sweep_rule_name(name):
-    return collection_rule(name)
-
-
-# The summarise keys each method reads (shardflow.summarise.params.METHOD_KEYS): a job's
-# params hold only those, so changing a key the method ignores reruns nothing.
-SUMMARISE_KEYS = METHOD_KEYS
-
-
 def summarise_params(wildcards):
+    """The summarise keys the job's method reads (shardflow.summarise.params.METHOD_KEYS):
+    changing a key the method ignores reruns nothing."""
     sm = stage_section("summarise", wildcards)
-    return {k: sm[k] for k in SUMMARISE_KEYS[sm["method"]]}
+    return {k: sm[k] for k in METHOD_KEYS[sm["method"]]}
 
 
 def summary_score_params():

@@ -237,7 +237,7 @@ for spec in SWEEPS.values():
 
     rule:
         name:
-            sweep_rule_name(spec.name)
+            collection_rule(spec.name)
         input:
             unpack(sweep_inputs(spec.name)),
         output:
