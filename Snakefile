@@ -26,8 +26,10 @@ include: "rules/sweep.smk"
 include: "rules/provenance.smk"
 
 
-# Inside a SLURM job, retries belong to the controller alone (rules/common.smk).
+# Inside a SLURM job, retries belong to the controller alone; wildcard constraints hold
+# in S3 too (rules/common.smk).
 one_retry_layer()
+constraints_in_storage()
 
 
 # The first screen of `snakemake --report`: the run's headline numbers per stage.

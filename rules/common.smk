@@ -15,6 +15,7 @@ import re
 import sys
 
 from snakemake.exceptions import WorkflowError
+from snakemake.io import IOFile, update_wildcard_constraints
 
 from shardflow.core import gpu_slots, s3
 from shardflow.core.config import load_schema, recorded, validate_config
@@ -303,6 +304,37 @@ def job_resources(rule, uses_gpu=True):
 # the attempts on the first allocation. In a Kubernetes pod the in-place retry stays:
 # it is the guard against the plugin's abort (profiles/README.md).
 IN_SLURM_JOB = workflow.remote_exec and "SLURM_JOB_ID" in os.environ
+
+
+def constraints_in_storage():
+    """Make the wildcard constraints hold for outputs in default storage (the eks profile:
+    S3). Snakemake 9.27 with snakemake-storage-plugin-s3 0.3.6 matches a requested file
+    against the output's local path, which the storage object derives from its query
+    before any constraint is applied, and never again (also not in
+    Rule.update_wildcard_constraints). Unconstrained, `results/{dataset}/report/summary.json`
+    (report) also matches summarise_report's `results/tr/summarise/report/summary.json`,
+    with dataset `tr/summarise`, and the run stops as ambiguous. Here each such output
+    gets a storage object made from the constrained query, as Snakemake makes one per job
+    (IOFile.apply_wildcards). The Snakefile calls this once, after the last rule; outputs
+    not in storage are left as they are."""
+    for r in workflow.rules:
+        for i, item in enumerate(r.output):
+            if not item.is_storage:
+                continue
+            old = item.storage_object
+            query = update_wildcard_constraints(
+                old.query, r.wildcard_constraints, workflow.wildcard_constraints
+            )
+            fresh = type(old)(
+                query=query,
+                provider=old.provider,
+                keep_local=old.keep_local,
+                retrieve=old.retrieve,
+            )
+            constrained = IOFile(fresh.local_path(), rule=r)
+            constrained.clone_flags(item, skip_storage_object=True)
+            constrained.flags["storage_object"] = fresh
+            r.output[i] = constrained
 
 
 def one_retry_layer():
