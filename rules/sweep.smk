@@ -188,8 +188,8 @@ if sweeps_of_stage("train"):
 
     use rule train as sweep_train with:
         input:
-            shards=f"results/{DATASET}/shards/metadata.json",
-            tokenizer=f"results/{DATASET}/tokenizer/{TOKENIZER_META}",
+            **tokenizer_files(DATASET),
+            shards=f"results/{DATASET}/shards",
         output:
             best=f"{SWEEP_JOB}/train/best.safetensors",
             last=f"{SWEEP_JOB}/train/last.safetensors",
@@ -209,9 +209,9 @@ if sweeps_of_stage("train"):
             train=train_params,
             compile_cache=untracked(stage_value("train", "compile_cache")),
             sample_tokens=stage_value("train", "sample_tokens"),
-            out=f"{SWEEP_JOB}/train",
+            out=output_folder,
             resume=untracked(sweep_train_resume),
-            tokenizer=f"results/{DATASET}/tokenizer",
+            tokenizer=tokenizer_folder,
 
 
 if SWEEPS:

@@ -6,13 +6,12 @@ Needs: results/<dataset>/chunks/chunk_<i>.jsonl; with `shards.split: position`, 
 data set's one text file instead, read directly (nanoGPT's character split: the
 chunks' records drop newlines, so the exact text exists only in the file).
 Writes:
-- results/<dataset>/tokenizer/: the vocabulary and shardflow_tokenizer.json (the
-  declared output), built from every chunk (char, bpe) or copied (a path, default);
+- results/<dataset>/tokenizer/: the vocabulary file and shardflow_tokenizer.json,
+  built from every chunk (char, bpe) or copied (a path, default);
 - results/<dataset>/tokenize/chunk_<i>.bin, .bin.docs.jsonl, .stats.json: one job
   per chunk (none for a position split);
-- results/<dataset>/shards/metadata.json (declared) with train_*.bin, val_*.bin and
-  the tokenizer files beside it (undeclared: how many shards depends on the data;
-  readers list them from metadata.json, and gather removes unlisted ones), and
+- results/<dataset>/shards/ (a directory output: how many shards depends on the
+  data): metadata.json, train_*.bin, val_*.bin and the tokenizer files; and
   tokenize/jobs.json, the tokenize jobs' stats and benchmarks in one table;
 - results/<dataset>/train/: best and last weights, config.json, losses.parquet,
   metrics.json, loss.png and sample.txt (both in the report), hf/ (GPT-2 folder).
@@ -20,6 +19,8 @@ train is a shell rule, `python -m shardflow.train.launch`: train.gpus processes 
 torchrun on one node, or one process (on the CPU when the job got gpu=0). It writes a
 checkpoint every train.checkpoint_interval steps to the undeclared <resume root>/train/,
 so the retry of a killed job continues from the last one.
+Every file a job reads is a declared input and every file it writes a declared output
+(or resume state): with S3 as the default storage (eks profile) a job gets nothing else.
 """
 
 
@@ -31,6 +32,7 @@ rule train_tokenizer:
         tokenizer_inputs,
     output:
         meta=f"results/{{dataset}}/tokenizer/{TOKENIZER_META}",
+        vocabulary=f"results/{{dataset}}/tokenizer/{TOKENIZER_VOCABULARY}",
     log:
         "logs/train_tokenizer/{dataset}.log",
     benchmark:
@@ -46,8 +48,7 @@ rule train_tokenizer:
 
 rule tokenize:
     input:
-        chunk="results/{dataset}/chunks/chunk_{chunk}.jsonl",
-        tokenizer=f"results/{{dataset}}/tokenizer/{TOKENIZER_META}",
+        unpack(tokenize_inputs),
     output:
         tokens="results/{dataset}/tokenize/chunk_{chunk}.bin",
         docs="results/{dataset}/tokenize/chunk_{chunk}.bin.docs.jsonl",
@@ -68,7 +69,7 @@ rule gather_shards:
     input:
         unpack(gather_inputs),
     output:
-        metadata="results/{dataset}/shards/metadata.json",
+        shards=directory("results/{dataset}/shards"),
         jobs="results/{dataset}/tokenize/jobs.json",
     log:
         "logs/gather_shards/{dataset}.log",
@@ -84,8 +85,7 @@ rule gather_shards:
 
 rule train:
     input:
-        shards="results/{dataset}/shards/metadata.json",
-        tokenizer=f"results/{{dataset}}/tokenizer/{TOKENIZER_META}",
+        unpack(train_inputs),
     output:
         best="results/{dataset}/train/best.safetensors",
         last="results/{dataset}/train/last.safetensors",
@@ -120,7 +120,7 @@ rule train:
         train=train_params,
         compile_cache=untracked(stage_value("train", "compile_cache")),
         sample_tokens=config["train"]["sample_tokens"],
-        out=train_folder,
+        out=output_folder,
         resume=untracked(train_resume),
         tokenizer=tokenizer_folder,
     shell:

@@ -7,12 +7,17 @@ import json
 
 from snakemake.logging import logger
 
+from shardflow.train.tokenizer import META_FILE, vocabulary_file
+
 # train is a shell rule: its `python` must be the interpreter running this workflow, as
 # for the script rules (shardflow.workflow.site.python_first_on_path). The command's
 # text stays as it was: a changed command reruns finished train jobs.
 site.python_first_on_path()
 
-TOKENIZER_META = "shardflow_tokenizer.json"
+# A saved tokenizer is these two files, both declared (jobs that share no filesystem,
+# S3 storage, get only declared files).
+TOKENIZER_META = META_FILE
+TOKENIZER_VOCABULARY = vocabulary_file(config["shards"]["tokenizer"])
 TRAINING = [ds for ds in DATASETS.values() if "training" in ds.tasks]
 POSITION_SPLIT = config["shards"]["split"] == "position"
 if TRAINING:  # contradictions stop the run at parse time, naming the keys
@@ -40,20 +45,41 @@ def tokenizer_inputs(wildcards):
     return per_chunk("results/{dataset}/chunks/chunk_{chunk}.jsonl")(wildcards)
 
 
+def tokenizer_files(ds):
+    """The saved tokenizer's two files, as the named inputs `tokenizer` (the meta file,
+    whose folder the scripts read) and `vocabulary`."""
+    return {
+        "tokenizer": f"results/{ds}/tokenizer/{TOKENIZER_META}",
+        "vocabulary": f"results/{ds}/tokenizer/{TOKENIZER_VOCABULARY}",
+    }
+
+
+def tokenize_inputs(wildcards):
+    return {
+        "chunk": f"results/{wildcards.dataset}/chunks/chunk_{wildcards.chunk}.jsonl",
+        **tokenizer_files(wildcards.dataset),
+    }
+
+
 def gather_inputs(wildcards):
     ds = wildcards.dataset
-    inputs = {"tokenizer": f"results/{ds}/tokenizer/{TOKENIZER_META}"}
+    inputs = tokenizer_files(ds)
     if POSITION_SPLIT:
         return {
             **inputs,
             "text": plan.position_source(DATASETS[ds]),
             "tokens": [],
+            "docs": [],
             "stats": [],
             "benchmarks": [],
         }
     return {
         **inputs,
         "tokens": per_chunk("results/{dataset}/tokenize/chunk_{chunk}.bin")(wildcards),
+        # read beside each .bin (not named by the script, but declared: see above)
+        "docs": per_chunk("results/{dataset}/tokenize/chunk_{chunk}.bin.docs.jsonl")(
+            wildcards
+        ),
         "stats": per_chunk("results/{dataset}/tokenize/chunk_{chunk}.stats.json")(
             wildcards
         ),
@@ -146,13 +172,24 @@ def one_job(wildcards):
     return 1
 
 
-def train_folder(wildcards):
-    return f"results/{wildcards.dataset}/train"
+def train_inputs(wildcards):
+    """The shard folder and the tokenizer (its sample is decoded, and hf/ gets a copy)."""
+    return {
+        "shards": f"results/{wildcards.dataset}/shards",
+        **tokenizer_files(wildcards.dataset),
+    }
+
+
+def output_folder(wildcards, output):
+    """The train job's output folder, where its declared outputs are: in S3 storage,
+    their local copies (`results/<dataset>/train` on a shared filesystem)."""
+    return os.path.dirname(output.metrics)
 
 
 def train_resume(wildcards):
     return os.path.join(resume_root(wildcards.dataset, parts=False), "train")
 
 
-def tokenizer_folder(wildcards):
-    return f"results/{wildcards.dataset}/tokenizer"
+def tokenizer_folder(wildcards, input):
+    """The folder of the tokenizer's files where this job finds them (see output_folder)."""
+    return os.path.dirname(input.tokenizer)

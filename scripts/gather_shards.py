@@ -1,5 +1,6 @@
 """Rule gather_shards: tokenized chunks (or, for a position split, the one text file) ->
-train/val shards + metadata.json beside them; per-chunk job records -> tokenize/jobs.json."""
+the shard folder (train/val shards, metadata.json, the tokenizer's files); per-chunk job records ->
+tokenize/jobs.json."""
 
 from pathlib import Path
 
@@ -18,7 +19,7 @@ else:
     params = ShardParams(tokens_per_shard=p["tokens_per_shard"], shard_mb=p["shard_mb"], dedup=p["dedup"],
                          dtype=p["dtype"], group_field=p["group_field"])
 log = configure_logging(smk.log[0], "gather_shards", {"split": split, "shards": params})
-out_dir = Path(smk.output.metadata).parent
+out_dir = Path(smk.output.shards)
 tokenizer_dir = Path(smk.input.tokenizer).parent
 if split == "position":
     meta = prepare_text_file(smk.input.text, load_tokenizer(tokenizer_dir), out_dir, params, tokenizer_dir)

@@ -52,6 +52,13 @@ EOT_CONFIG_KEYS = ("eos_token", "sep_token")
 EOT_CANDIDATES = (EOT_TOKEN, "</s>", "<eos>", "[SEP]")
 
 
+def vocabulary_file(kind: str) -> str:
+    """The vocabulary file a saved folder of tokenizer `kind` (char, bpe, or a pretrained
+    spec) holds beside META_FILE: the workflow declares both, so that they reach jobs
+    that share no filesystem (S3 storage)."""
+    return CHAR_FILE if kind == "char" else HF_FILE
+
+
 class UnknownCharacterError(ValueError):
     """A character the char vocabulary does not hold."""
 
@@ -350,6 +357,6 @@ def copy_saved(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     """Copy a saved tokenizer folder's two files (beside shards), atomically each."""
     src, dst = Path(src), Path(dst)
     meta = json.loads((src / META_FILE).read_text(encoding="utf-8"))
-    for name in (CHAR_FILE if meta["kind"] == "char" else HF_FILE, META_FILE):
+    for name in (vocabulary_file(meta["kind"]), META_FILE):
         with atomic_path(dst / name) as tmp:
             shutil.copyfile(src / name, tmp)

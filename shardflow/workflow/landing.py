@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from shardflow.core.atomic import atomic_open
 from shardflow.core.files import read_json
@@ -195,8 +196,8 @@ def write_landing(path: str | os.PathLike, sections: list[Section]) -> None:
 
 
 def training_section(dataset: str, files: dict, report: ReportParams | None = None) -> Section:
-    """files: metadata (shards), jobs (tokenize jobs), metrics (train); report: the GPU-hour price."""
-    meta, m = read_json(files["metadata"]), read_json(files["metrics"])
+    """files: shards (the shard folder), jobs (tokenize jobs), metrics (train); report: the GPU-hour price."""
+    meta, m = read_json(Path(files["shards"]) / "metadata.json"), read_json(files["metrics"])
     jobs = read_job_table(files["jobs"])
     t, tok = meta["totals"], meta["tokenizer"]
     if t["documents"] is None:  # a position split: one text, no documents

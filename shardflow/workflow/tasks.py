@@ -78,7 +78,7 @@ def summarisation(ds: str, cfg: dict, main: str) -> TaskFiles:
 def training(ds: str, cfg: dict, main: str) -> TaskFiles:
     r = f"results/{ds}"
     landing = {
-        "metadata": f"{r}/shards/metadata.json",
+        "shards": f"{r}/shards",
         "jobs": f"{r}/tokenize/jobs.json",
         "metrics": f"{r}/train/metrics.json",
         "benchmark": f"benchmarks/train/{ds}.tsv",
@@ -86,7 +86,7 @@ def training(ds: str, cfg: dict, main: str) -> TaskFiles:
     weights = ("best.safetensors", "last.safetensors", "losses.parquet", "metrics.json")
     return TaskFiles(
         targets=[f"{r}/train/{f}" for f in ("metrics.json", "loss.png", "sample.txt")],
-        outputs=[f"{r}/shards/metadata.json"] + [f"{r}/train/{f}" for f in weights],
+        outputs=[f"{r}/shards"] + [f"{r}/train/{f}" for f in weights],
         jobs=[f"{r}/tokenize/jobs.json"],
         benchmarks=[f"benchmarks/{stage}/{ds}.tsv" for stage in ("train_tokenizer", "gather_shards", "train")],
         landing=[("training", ds, landing)],

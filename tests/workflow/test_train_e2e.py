@@ -158,7 +158,7 @@ def test_bad_input_is_one_clear_line_in_the_rule_log(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     cfg = write_config(tmp_path / "e.yaml", dataset=DS, tasks=["training"], n_chunks=1, input={"path": str(empty)})
-    proc = snakemake(tmp_path, f"results/{DS}/shards/metadata.json", "--cores", "2", "--configfile", str(cfg),
+    proc = snakemake(tmp_path, f"results/{DS}/shards", "--cores", "2", "--configfile", str(cfg),
                      check=False)
     assert proc.returncode != 0
     log = (tmp_path / f"logs/split/{DS}.log").read_text()

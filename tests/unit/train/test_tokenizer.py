@@ -15,6 +15,7 @@ from shardflow.train.tokenizer import (
     load_pretrained,
     load_tokenizer,
     train_bpe,
+    vocabulary_file,
 )
 
 TEXTS = ["First Citizen:\nBefore we proceed any further, hear me speak.", "All:\nSpeak, speak. Ünïcödé 🎉 ok"] * 20
@@ -96,3 +97,14 @@ def test_transformers_loads_the_saved_tokenizer_and_encodes_as_ours(tmp_path, ki
 def test_missing_tokenizer_path(tmp_path):
     with pytest.raises(FileNotFoundError, match="expected 'char', 'bpe', a tokenizer.json"):
         load_pretrained(tmp_path / "nope")
+
+
+def test_a_saved_folder_is_the_two_files_the_workflow_declares(tmp_path):
+    """rules/train.smk declares the meta file and vocabulary_file(kind) as the
+    tokenizer's outputs (a job with no shared filesystem gets only declared files): each
+    kind's save writes exactly those two."""
+    for kind, tok in [("char", CharTokenizer.train(TEXTS)), ("bpe", train_bpe(iter(TEXTS), 300, 1)),
+                      ("default", load_pretrained("default"))]:
+        folder = tmp_path / kind
+        tok.save(folder)
+        assert sorted(p.name for p in folder.iterdir()) == sorted([vocabulary_file(kind), "shardflow_tokenizer.json"])
