@@ -21,6 +21,11 @@ builders = {
     "training": lambda ds, files: training_section(ds, files, report),
     "sweep": sweep_section,
 }
-sections = [builders[stage](ds, files) for stage, ds, files in smk.params.sections]
+# Each file as this job has it (the named input: in S3 storage, its local copy); the
+# params only say which file is which, and are what Snakemake records.
+sections = [
+    builders[stage](ds, {name: smk.input[f"{stage}_{ds}_{name}"] for name in files})
+    for stage, ds, files in smk.params.sections
+]
 write_landing(smk.output[0], sections)
 log.info("wrote %s: %s", smk.output[0], ", ".join(s.title for s in sections))
