@@ -214,6 +214,12 @@ S3_PARTS_PREFIX = (
 # records in .snakemake/metadata).
 if S3_PARTS_PREFIX:
     s3.export_settings(s3_settings())
+# The jobs' records name files they got through storage as the workflow does
+# (shardflow.core.s3.logical_path); set here, it reaches each job, in a pod too.
+if workflow.storage_settings.default_storage_provider:
+    os.environ[s3.PREFIX_VARIABLE] = (
+        workflow.storage_settings.default_storage_prefix or ""
+    )
 
 
 def resume_path(local, under_base, parts=True):

@@ -6,6 +6,7 @@ from shardflow.core.files import read_json
 from shardflow.core.hashing import sha256_file
 from shardflow.core.models import resolve_model
 from shardflow.core.runlog import configure_logging
+from shardflow.core.s3 import logical_path
 from shardflow.workflow.provenance import build_manifest
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
@@ -25,6 +26,7 @@ manifest = build_manifest(
     timings=timings,
     model_paths={role: resolve_model(name) for role, name in smk.params.models.items()},
     jobs_made_with=made,
+    name=logical_path,
 )
 for warning in manifest["warnings"]:
     log.warning("%s", warning)

@@ -8,6 +8,7 @@ job = start_gpu_job(smk, "summarise", {"summarise": cfg, "input": smk.input[0]})
 
 from shardflow.core.atomic import write_json  # noqa: E402 - after pinning (start_gpu_job)
 from shardflow.core.models import resolve_model  # noqa: E402
+from shardflow.core.s3 import logical_path  # noqa: E402
 
 method = cfg["method"]
 if method == "abstractive":
@@ -35,7 +36,7 @@ else:
         encoder = load_encoder(EmbedParams(model=resolve_model(cfg["encoder"]), device=job.device, threads=job.threads), job.log)
     stats = select_chunk(smk.input[0], smk.output.summaries, params, smk.params.resume_root, job.log, encoder=encoder)
 # The report reads these names (as for embed jobs).
-stats.update(chunk=int(smk.wildcards.chunk), input=smk.input[0], start_time=stats["start_unix"], end_time=stats["end_unix"])
+stats.update(chunk=int(smk.wildcards.chunk), input=logical_path(smk.input[0]), start_time=stats["start_unix"], end_time=stats["end_unix"])
 from shardflow.workflow.provenance import made_with  # noqa: E402
 
 role, model = {"abstractive": ("summarise", cfg.get("model")), "extractive": ("summarise_encoder", cfg.get("encoder"))}.get(

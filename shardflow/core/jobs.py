@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 
 from shardflow.core.atomic import write_json
+from shardflow.core.s3 import logical_path
 
 TIMING_KEYS = ("s", "max_rss", "cpu_time")
 
@@ -58,7 +59,7 @@ def write_job_table(path: str | os.PathLike, stats_paths: list[str], bench_paths
     for stats_path, bench_path in zip(stats_paths, bench_paths, strict=True):
         with open(stats_path, encoding="utf-8") as fh:
             stats = json.load(fh)
-        rows.append({"stats": stats, "benchmark": read_benchmark(bench_path), "benchmark_path": str(bench_path)})
+        rows.append({"stats": stats, "benchmark": read_benchmark(bench_path), "benchmark_path": logical_path(bench_path)})
     write_json(path, {"format": "shardflow.jobs/1", "jobs": rows})
     return rows
 

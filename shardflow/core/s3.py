@@ -1,6 +1,7 @@
 """S3 for the few things Snakemake storage does not cover: listing a glob of input
-objects at parse time, and keeping a job's resume parts in the run's bucket when no
-shared volume outlives the job (EKS pods).
+objects at parse time, keeping a job's resume parts in the run's bucket when no
+shared volume outlives the job (EKS pods), and naming a stored file in records as the
+workflow does (`logical_path`).
 
 Settings mirror snakemake-storage-plugin-s3's (endpoint_url, region, access_key,
 secret_key, token), taken from the workflow's `--storage-s3-*` values or, inside a
@@ -11,12 +12,18 @@ falls back to boto3's own chain (AWS_PROFILE, AWS_ENDPOINT_URL, IRSA, ...).
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 SETTING_NAMES = ("endpoint_url", "region", "access_key", "secret_key", "token")
+# Where a job finds its storage inputs and outputs: <provider>/<bucket>/<key> below it.
+LOCAL_STORAGE = ".snakemake/storage/"
+# The run's --default-storage-prefix, which the workflow exports at parse time (in the
+# controller and in each job's Snakemake) for the jobs' records (logical_path).
+PREFIX_VARIABLE = "SHARDFLOW_STORAGE_PREFIX"
 _MAGIC = re.compile(r"[*?[]")
 
 
@@ -84,6 +91,31 @@ def client(settings: Mapping[str, Any] | None = None):
 
 
 # ------------------------------------------------------------------------- globs
+
+
+def logical_path(path: str | os.PathLike, default_prefix: str | None = None) -> str:
+    """A file as the workflow names it. A job sees each file in Snakemake storage as a
+    local copy, `.snakemake/storage/<provider>/<bucket>/<key>`: under the run's default
+    storage prefix (`--default-storage-prefix`, the eks profile's bucket and folder;
+    default: $SHARDFLOW_STORAGE_PREFIX) that is the workflow's own path
+    (`results/x/provenance.json`), elsewhere the object's URL (`s3://corpora/c.jsonl`).
+    Any other path is returned as given. The jobs' records (manifests, stats, shard
+    metadata, provenance) name files this way, so that an S3 run's records are a local
+    run's bytes."""
+    text = os.fspath(path)
+    if default_prefix is None:
+        default_prefix = os.environ.get(PREFIX_VARIABLE)
+    head, marker, rest = text.partition(LOCAL_STORAGE)
+    if not marker or (head and not head.endswith("/")):
+        return text
+    provider, _, key = rest.partition("/")
+    url = f"{provider}://{key}"
+    if default_prefix:
+        scheme, _, stem = default_prefix.partition("://")
+        root = f"{scheme}://{posixpath.normpath(stem)}/"
+        if url.startswith(root):
+            return url[len(root):]
+    return url
 
 
 def has_magic(url: str) -> bool:

@@ -38,6 +38,7 @@ import numpy as np
 
 from shardflow.core.atomic import atomic_open, write_json
 from shardflow.core.hashing import sha256_file
+from shardflow.core.s3 import logical_path
 from shardflow.corpus.chunks import ChunkRecord, dump_record
 from shardflow.corpus.readers import BadRecordError, ReaderOptions, Record, Rejected, iter_records
 
@@ -255,18 +256,18 @@ def split_corpus(
         "n_chunks": n,
         "by": params.by,
         "group_by": opts.group_field,
-        "sources": paths,
+        "sources": [logical_path(p) for p in paths],
         # Provenance reads these instead of hashing the inputs again.
-        "source_sha256": {p: sha256_file(p) for p in paths},
+        "source_sha256": {logical_path(p): sha256_file(p) for p in paths},
         "total_records": m.records,
         "rejected_records": m.rejected,
-        "rejects_path": str(rejects_path),
+        "rejects_path": logical_path(rejects_path),
         "rate_items_per_s": params.rate_items_per_s,
         "estimated_seconds_total": round(m.records / params.rate_items_per_s, 3),
         "chunks": [
             {
                 "chunk": i,
-                "path": str(finals[i]),
+                "path": logical_path(finals[i]),
                 "items": items[i],
                 "bytes": nbytes[i],
                 "sha256": digests[i].hexdigest(),

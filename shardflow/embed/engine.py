@@ -73,6 +73,7 @@ from shardflow.core.models import load_for_inference
 from shardflow.core.npyio import write_npy
 from shardflow.core.oom import OomBackoff, TooLargeError
 from shardflow.core.parts import PartStore, resume_folder
+from shardflow.core.s3 import logical_path
 from shardflow.corpus.chunks import read_chunk
 from shardflow.embed import accel
 from shardflow.embed.graphs import CudaBackend, ShapeGraphs
@@ -1034,6 +1035,6 @@ def embed_chunk(
         dtype=dtype_name(encoder.dtype),
         dim=encoder.dim,
         output_dtype=params.output_dtype,
-        chunk=str(chunk_path),
+        chunk=logical_path(chunk_path),
     )
     return stats

@@ -62,6 +62,7 @@ from shardflow.core.jobs import EngineCounters
 from shardflow.core.models import load_for_inference
 from shardflow.core.oom import OomBackoff, TooLargeError
 from shardflow.core.parts import FORMAT_VERSION, PartStore, resume_folder, resume_key
+from shardflow.core.s3 import logical_path
 from shardflow.corpus.chunks import read_chunk
 from shardflow.summarise.generate_params import (
     DEFAULT_PROMPT,
@@ -534,5 +535,5 @@ def summarise_chunk(
     write_summaries(out_path, ids, records)
     PartStore(folder, {}).remove()
     stats = generator.last_stats.as_dict()
-    stats.update(device=str(generator.device), dtype=dtype_name(generator.dtype), chunk=str(chunk_path))
+    stats.update(device=str(generator.device), dtype=dtype_name(generator.dtype), chunk=logical_path(chunk_path))
     return stats

@@ -58,6 +58,7 @@ import numpy as np
 
 from shardflow.core.atomic import atomic_open, write_json
 from shardflow.core.hashing import sha256_file
+from shardflow.core.s3 import logical_path
 from shardflow.corpus.chunks import iter_chunk
 from shardflow.train.shards import (
     FORMATS,
@@ -355,7 +356,7 @@ def tokenize_chunk(
         counts["tokens"] = offset
         summary = {
             "format": TOKENIZED_FORMAT,
-            "chunk": str(chunk_path),
+            "chunk": logical_path(chunk_path),
             "chunk_sha256": sha256_file(chunk_path),
             "tokenizer": tokenizer.identity(),
             "dtype": dtype,
@@ -605,7 +606,7 @@ def gather_shards(
             {
                 "chunk": s["chunk"],
                 "sha256": s["chunk_sha256"],
-                "tokenized": p,
+                "tokenized": logical_path(p),
                 "documents": s["documents"],
                 "tokens": s["tokens"],
             }
@@ -728,7 +729,7 @@ def prepare_text_file(
         "group_field": None,
         "grouped": False,
         "unk_tokens": unk,
-        "sources": [{"chunk": str(path), "sha256": sha256_file(path), "tokens": n}],
+        "sources": [{"chunk": logical_path(path), "sha256": sha256_file(path), "tokens": n}],
     }
     _publish(out_dir, metadata, tokenizer_folder)
     log.info("%s: %d tokens, %d train / %d val", path, n, n_train, n - n_train)

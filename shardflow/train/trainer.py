@@ -54,6 +54,7 @@ from shardflow.core.atomic import atomic_open, atomic_path, write_json
 from shardflow.core.controller import ENV as CONTROLLER_ENV
 from shardflow.core.controller import Controller
 from shardflow.core.devices import use_compile_cache
+from shardflow.core.s3 import logical_path
 from shardflow.train.model import GPT, GPTConfig
 from shardflow.train.params import TrainParams
 from shardflow.train.shards import open_shard
@@ -606,7 +607,7 @@ def write_outputs(out_dir, resume_dir, raw, p, cfg, shards, history, metrics, de
         shutil.copyfile(best_path, tmp)
     write_json(out_dir / "config.json", {
         "model": cfg.to_dict(), "train": dataclasses.asdict(p), "vocab_size": shards.vocab_size,
-        "eot_id": shards.eot_id, "data": str(shards.meta_path), "world_size": rt.world,
+        "eot_id": shards.eot_id, "data": logical_path(shards.meta_path), "world_size": rt.world,
         "hf": "hf/ holds the best weights as a Hugging Face GPT-2 folder (and the tokenizer, when given)",
     })
     frame = pd.DataFrame(history, columns=["step", "train_loss", "val_loss", "lr", "tokens_seen", "seconds"])

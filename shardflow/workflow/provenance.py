@@ -110,6 +110,20 @@ def accelerator_info() -> dict:
     return info
 
 
+def output_sha256(paths: list[str]) -> dict[str, str]:
+    """sha256 of each output file; a folder output (the shard folder) by each file in it,
+    by relative path (not Snakemake's `.snakemake_timestamp` marker)."""
+    hashes = {}
+    for path in paths:
+        if os.path.isdir(path):
+            for file in sorted(p for p in Path(path).rglob("*") if p.is_file()):
+                if file.name != ".snakemake_timestamp":
+                    hashes[f"{path}/{file.relative_to(path).as_posix()}"] = sha256_file(file)
+        else:
+            hashes[path] = sha256_file(path)
+    return hashes
+
+
 def build_manifest(
     repo: str,
     config: dict,
@@ -118,15 +132,23 @@ def build_manifest(
     timings: dict[str, dict],
     model_paths: dict[str, str],
     jobs_made_with: list[dict] | None = None,
+    name=None,
 ) -> dict:
     """`input_sha256` and `timings` come from records the stages already wrote (the
-    split manifest, the job table); outputs are hashed here. `model_paths`: the models
+    split manifest, the job table); outputs are hashed here (output_sha256). `name`: how
+    the record names a file the job got (default: as given; the workflow passes
+    shardflow.core.s3.logical_path, so an S3 run names files like a local one). `model_paths`: the models
     the data set's jobs ran, by role (tasks.models); `model` is the first of them (the
     embedding model where the data set is embedded), which reproduce.expect.model_sha256
     is checked against, null where none ran (training, lead summaries).
     `jobs_made_with`: the `made_with` records of the data set's GPU jobs (jobs from before
     they were recorded have none): the model hash the jobs ran is taken from there."""
     models = {role: model_sha256(path) for role, path in model_paths.items()}
+    name = name or str
+
+    def named(mapping: dict) -> dict:
+        return {name(path): value for path, value in mapping.items()}
+
     git = git_state(repo)
     warnings = []
     made = summarise_made_with(jobs_made_with) if jobs_made_with else None
@@ -156,7 +178,7 @@ def build_manifest(
         "accelerator": accelerator_info(),
         "model": next(iter(models.values()), None),
         "models": models,
-        "inputs": dict(input_sha256),
-        "outputs": {p: sha256_file(p) for p in outputs},
-        "timings": timings,
+        "inputs": named(input_sha256),
+        "outputs": named(output_sha256(outputs)),
+        "timings": named(timings),
     }

@@ -2,7 +2,15 @@
 
 import pytest
 
-from shardflow.core.s3 import S3Url, export_settings, glob_regex, has_magic, settings_from_env
+from shardflow.core.s3 import (
+    PREFIX_VARIABLE,
+    S3Url,
+    export_settings,
+    glob_regex,
+    has_magic,
+    logical_path,
+    settings_from_env,
+)
 
 
 @pytest.mark.parametrize(
@@ -32,3 +40,32 @@ def test_urls_and_settings():
     export_settings({"endpoint_url": "http://other", "secret_key": "s", "token": None}, env)
     assert env == {"SNAKEMAKE_STORAGE_S3_ENDPOINT_URL": "http://set", "SNAKEMAKE_STORAGE_S3_SECRET_KEY": "s"}
     assert settings_from_env(env) == {"endpoint_url": "http://set", "secret_key": "s"}
+
+
+@pytest.mark.parametrize(
+    "path, prefix, name",
+    [
+        # under the run's default storage prefix: the workflow's own path
+        (".snakemake/storage/s3/b/runs/x/results/d/a.json", "s3://b/runs/x", "results/d/a.json"),
+        (".snakemake/storage/s3/b/runs/x/results/d/a.json", "s3://b/runs/x/", "results/d/a.json"),
+        (".snakemake/storage/s3/b/runs/x/results/d/a.json", "s3://b/runs//x", "results/d/a.json"),
+        ("/work/.snakemake/storage/s3/b/runs/x/logs/a.log", "s3://b/runs/x", "logs/a.log"),
+        # elsewhere in storage (a corpus read from another folder): the object's URL
+        (".snakemake/storage/s3/b/corpora/c.jsonl", "s3://b/runs/x", "s3://b/corpora/c.jsonl"),
+        (".snakemake/storage/s3/b/runs/xy/a.json", "s3://b/runs/x", "s3://b/runs/xy/a.json"),
+        (".snakemake/storage/s3/b/corpora/c.jsonl", "", "s3://b/corpora/c.jsonl"),
+        # not a storage copy: as given
+        ("results/d/a.json", "s3://b/runs/x", "results/d/a.json"),
+        ("my.snakemake/storage/s3/b/a.json", "s3://b", "my.snakemake/storage/s3/b/a.json"),
+    ],
+)
+def test_records_name_a_stored_file_as_the_workflow_does(path, prefix, name):
+    assert logical_path(path, prefix) == name
+
+
+def test_the_default_prefix_is_the_one_the_workflow_exported(monkeypatch):
+    path = ".snakemake/storage/s3/b/runs/x/results/d/a.json"
+    monkeypatch.delenv(PREFIX_VARIABLE, raising=False)
+    assert logical_path(path) == "s3://b/runs/x/results/d/a.json"
+    monkeypatch.setenv(PREFIX_VARIABLE, "s3://b/runs/x")
+    assert logical_path(path) == "results/d/a.json"

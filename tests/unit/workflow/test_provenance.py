@@ -49,3 +49,24 @@ def test_the_manifest_keeps_the_jobs_model_and_warns_where_things_changed(tmp_pa
     # Jobs from before they recorded anything: the model as it is now, no claims.
     old = provenance.build_manifest(str(tmp_path), {"a": 1}, {}, [], {}, {"embedding": model})
     assert old["model"] == provenance.model_sha256(model) and old["jobs_made_with"] is None and old["warnings"] == []
+
+
+def test_a_folder_output_is_recorded_file_by_file_under_the_names_given(tmp_path, monkeypatch):
+    """The shard folder (a directory() output): each file by its path in the folder, not
+    Snakemake's timestamp marker; `name` maps the paths a job sees (an S3 run's local
+    copies) to the names the record keeps."""
+    monkeypatch.chdir(tmp_path)
+    shards = tmp_path / "copy" / "shards"
+    (shards / "sub").mkdir(parents=True)
+    (shards / "metadata.json").write_text("{}")
+    (shards / "sub" / "train_000000.bin").write_bytes(b"tokens")
+    (shards / ".snakemake_timestamp").write_text("")
+    single = tmp_path / "copy" / "metrics.json"
+    single.write_text("{}")
+    hashes = provenance.output_sha256([str(shards), str(single)])
+    assert list(hashes) == [f"{shards}/metadata.json", f"{shards}/sub/train_000000.bin", str(single)]
+    assert hashes[f"{shards}/sub/train_000000.bin"] == provenance.sha256_file(shards / "sub" / "train_000000.bin")
+    manifest = provenance.build_manifest(str(tmp_path), {}, {f"{tmp_path}/copy/c.jsonl": "x"}, [str(single)],
+                                         {str(single): {"s": 1.0}}, {}, name=lambda p: p.replace(f"{tmp_path}/copy/", ""))
+    assert manifest["outputs"] == {"metrics.json": hashes[str(single)]}
+    assert manifest["inputs"] == {"c.jsonl": "x"} and manifest["timings"] == {"metrics.json": {"s": 1.0}}
