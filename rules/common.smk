@@ -214,6 +214,7 @@ S3_PARTS_PREFIX = (
 # records in .snakemake/metadata).
 if S3_PARTS_PREFIX:
     s3.export_settings(s3_settings())
+    s3.fresh_folder_checks()  # folder outputs that a pod uploaded are seen
 # The jobs' records name files they got through storage as the workflow does
 # (shardflow.core.s3.logical_path); set here, it reaches each job, in a pod too.
 if workflow.storage_settings.default_storage_provider:

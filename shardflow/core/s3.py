@@ -118,6 +118,33 @@ def logical_path(path: str | os.PathLike, default_prefix: str | None = None) -> 
     return url
 
 
+def fresh_folder_checks() -> None:
+    """Make snakemake-storage-plugin-s3 (0.3.6) look again whether a folder exists.
+
+    Its storage object remembers the first answer to "is this a folder?" (any key below
+    it?). Snakemake asks before a job runs, when a folder output (directory()) does not
+    exist yet; when a pod then uploads the folder, the run's Snakemake still takes it for
+    missing ("Waiting at most 5 seconds for missing files: ... (missing in storage)")
+    and the run fails, though every file is in the bucket. (A local job stores the folder
+    through the same object, which corrects the answer.) Here a remembered "no" is
+    forgotten whenever existence is asked again: one more listing per check of a missing
+    object, none for an object that exists. The workflow calls this when S3 is its default
+    storage; calling it again changes nothing."""
+    from snakemake_storage_plugin_s3 import StorageObject
+
+    if getattr(StorageObject.exists, "asks_again", False):
+        return
+    remembered = StorageObject.exists
+
+    def exists(self) -> bool:
+        if getattr(self, "_is_dir", None) is False:
+            self._is_dir = None
+        return remembered(self)
+
+    exists.asks_again = True
+    StorageObject.exists = exists
+
+
 def has_magic(url: str) -> bool:
     return bool(_MAGIC.search(S3Url.parse(url).key))
 
