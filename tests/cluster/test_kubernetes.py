@@ -16,6 +16,7 @@ import subprocess
 import time
 
 import pytest
+import yaml
 
 from tests.helpers import assert_no_secrets, job_counts
 from tests.support.k8s_apiserver_standin import KubernetesApiServerStandin
@@ -183,6 +184,69 @@ def test_eks_profile_runs_the_real_workflow_through_the_standin_and_matches_a_lo
     # Each pod's `pip install --target ... snakemake-storage-plugin-s3` met the shim.
     calls = (api.root / "pip-calls.log").read_text().splitlines()
     assert len(calls) == len(api.job_specs) and all("snakemake-storage-plugin-s3" in c for c in calls)
+
+
+# Every task of one data set and a training sweep, tiny: what `snakemake --profile eks`
+# runs by default beyond the embedding path above.
+EVERY_TASK_TRAIN = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "batch_size": 4, "max_iters": 10,
+                    "eval_interval": 10, "eval_windows": 8, "checkpoint_interval": 10, "warmup_iters": 2,
+                    "lr_decay_iters": 10, "sample_tokens": 8, "dtype": "float32"}
+# Outputs that hold wall-clock times (per step, per second): never the same bytes twice.
+TIMED = {"losses.parquet", "metrics.json"}
+
+
+def every_task_config(path, corpus: str):
+    config = {
+        "dataset": "every", "tasks": ["embedding", "summarisation", "training"], "n_chunks": 2,
+        "input": {"path": corpus}, "resources": {"embed": {"threads": 1}},
+        "shards": {"tokens_per_shard": 4000}, "train": EVERY_TASK_TRAIN,
+        "sweeps": {"lr": {"stage": "train", "grid": {"train.lr": [1.0e-3, 3.0e-3]}, "seeds": [0],
+                          "metrics": {"best_val_loss": "min"}}},
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def test_every_task_and_a_sweep_run_on_eks_and_record_what_a_local_run_records(
+    api, s3, s3_prefix, s3_corpus, corpus_file, tmp_path, sm
+):
+    """The default target (all: embedding and its report, lead summaries, shards and a
+    GPT, a sweep's tables, the landing page, provenance) through the eks profile, each
+    job in a pod of its own, and the same config run locally. A pod gets only the files
+    its job declares. Before this test, that run stopped: two rules ambiguous in
+    storage (a wildcard constraint lost), the tokenizer's vocabulary, the shard
+    sidecars and the shard files undeclared, the train job writing beside its outputs,
+    landing reading the files by their names instead of their copies, provenance unable
+    to hash a folder, a folder uploaded by a pod taken for missing. Provenance must name
+    the same outputs with the same bytes as the local run's, and no record may name a
+    file by its local copy."""
+    checkout = sm.checkout(tmp_path / "checkout")
+    config = every_task_config(checkout / "every.yaml", s3_corpus)
+    run = run_eks(api, s3, s3_prefix, checkout, sm, "--configfile", config.name, timeout_s=400)
+    assert run.returncode == 0, sm.describe(run)
+    local = tmp_path / "local"
+    local.mkdir()
+    reference = sm.run(local, "-s", str(sm.REPO / "Snakefile"), "--cores", "2",
+                       "--configfile", str(every_task_config(local / "every.yaml", str(corpus_file))), timeout_s=300)
+    assert reference.returncode == 0, sm.describe(reference)
+
+    objects = s3.objects(f"{s3_prefix}/")
+    got = json.loads(objects[f"{s3_prefix}/results/every/provenance.json"])
+    want = json.loads((local / "results/every/provenance.json").read_text())
+    assert [k for k in got["outputs"] if k.startswith("results/every/shards/train_")]  # the folder, file by file
+    assert got["outputs"].keys() == want["outputs"].keys() and got["timings"].keys() == want["timings"].keys()
+    untimed = [k for k in want["outputs"] if k.rsplit("/", 1)[1] not in TIMED]
+    assert {k: got["outputs"][k] for k in untimed} == {k: want["outputs"][k] for k in untimed}
+    corpus_sha256 = want["inputs"].pop(str(corpus_file))
+    assert got["inputs"] == {**want["inputs"], s3_corpus: corpus_sha256}  # the corpus by its URL
+    named_by_copy = [key for key, body in objects.items() if "/results/" in key
+                     and key.endswith((".json", ".jsonl", ".rst")) and b".snakemake/storage" in body]
+    assert named_by_copy == []  # shardflow.core.s3.logical_path
+    landing = objects[f"{s3_prefix}/results/report.rst"].decode()
+    assert all(f"{title}: every" in landing for title in ("Embedding", "Summarisation", "Training"))
+    for point in ("lr=0.001", "lr=0.003"):
+        assert f"{s3_prefix}/results/sweeps/lr/{point}/seed=0/train/hf/model.safetensors" in objects
+    assert api.running_jobs() == [] and api.unhandled == []
 
 
 def test_eks_dry_run_as_typed_from_the_repo_root_needs_only_environment_variables(s3, sm):
