@@ -75,9 +75,24 @@ def list_s3(pattern):
     return s3.expand(pattern, s3.client(s3_settings()))
 
 
+@functools.cache
+def list_s3_folder(url):
+    """An s3:// folder (retrieval.path) -> its objects and their ETags, listed once per
+    parse with the run's S3 settings."""
+    return s3.list_folder(url, s3.client(s3_settings()))
+
+
+def stored(path):
+    """A source the rules read: an s3:// object goes through Snakemake storage."""
+    return storage(path) if path.startswith("s3://") else path
+
+
 DATASETS = plan.datasets(config, list_s3)
 DATASET = config["dataset"]
 RETRIEVAL = plan.retrieval_name(config)
+RETRIEVAL_SPEC = (
+    RetrievalSpec.from_config(config, list_s3_folder) if RETRIEVAL is not None else None
+)
 # Every configured sweep, each point checked against the schema (shardflow.sweep).
 SWEEPS = parse_sweeps(config["sweeps"], config, validate, root=workflow.basedir)
 SWEEPS_BY_FOLDER = {spec.folder: spec for spec in SWEEPS.values()}
@@ -120,7 +135,7 @@ wildcard_constraints:
 def split_inputs(ds):
     """The files a data set's split reads. s3:// objects go through Snakemake
     storage, which downloads each one before the job; the script reads that copy."""
-    return [storage(f) if f.startswith("s3://") else f for f in ds.sources]
+    return [stored(f) for f in ds.sources]
 
 
 def chunk_list(dataset, pattern):
@@ -644,7 +659,7 @@ def provenance_inputs(wildcards):
     ds = wildcards.dataset
     raw = []  # inputs no rule writes, hashed by provenance itself
     if ds == RETRIEVAL:
-        raw = RetrievalSpec.from_config(config).source_files()
+        raw = [stored(f) for f in RETRIEVAL_SPEC.source_files()]
     return {
         "manifest": f"results/{ds}/chunks/manifest.json",
         "jobs": task_files(ds, "jobs"),

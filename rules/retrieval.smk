@@ -1,6 +1,6 @@
 """Retrieval evaluation (only when retrieval.path is set).
 
-Needs: a BEIR folder (or MS MARCO TSVs). Converts it, one job per kind of file, so
+Needs: a BEIR folder (or MS MARCO TSVs), local or in S3 (`retrieval.path: s3://...`). Converts it, one job per kind of file, so
 that an edit reruns only what reads it: retrieval_prepare (the corpus),
 retrieval_queries (the judged queries), retrieval_qrels. Runs its corpus through the
 same split -> embed_<i> -> merge -> verify pipeline as data set <retrieval.name>
@@ -11,9 +11,9 @@ scores, the top-k run and a report figure.
 """
 
 if RETRIEVAL is not None:
-    RETRIEVAL_SPEC = RetrievalSpec.from_config(config)
+    # local files, or s3:// objects fetched through Snakemake storage
     RETRIEVAL_CORPUS_FILE, RETRIEVAL_QUERIES_FILE, RETRIEVAL_QRELS_FILE = (
-        RETRIEVAL_SPEC.source_files()
+        stored(f) for f in RETRIEVAL_SPEC.source_files()
     )
 
     rule retrieval_prepare:

@@ -191,6 +191,21 @@ def list_keys(s3, bucket: str, prefix: str) -> list[str]:
     return keys
 
 
+def list_folder(url: str, s3) -> dict[str, str]:
+    """Every object below an s3:// folder: its URL -> its ETag (which changes with its
+    bytes). An unreadable listing is an OSError naming the folder."""
+    folder = S3Url.parse(url.rstrip("/") + "/")
+    found: dict[str, str] = {}
+    try:
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=folder.bucket, Prefix=folder.key):
+            for obj in page.get("Contents", ()):
+                if not obj["Key"].endswith("/"):
+                    found[f"s3://{folder.bucket}/{obj['Key']}"] = obj.get("ETag", "").strip('"')
+    except Exception as exc:  # botocore's errors: name the folder the user wrote
+        raise OSError(f"cannot list {url}: {exc}") from exc
+    return found
+
+
 def expand(url: str, s3) -> list[str]:
     """An s3:// URL or glob -> the matching object URLs, sorted (one listing per call).
     A plain URL is returned as is (Snakemake storage checks it exists)."""

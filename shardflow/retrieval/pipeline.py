@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -43,9 +44,11 @@ class RetrievalSpec:
     msmarco_collection: str = "collection.tsv"
     msmarco_queries: str = "queries.dev.small.tsv"
     msmarco_qrels: str = "qrels.dev.small.tsv"
+    # An s3:// path's objects (URL -> ETag): core.s3.list_folder with the run's settings.
+    list_folder: Callable[[str], dict[str, str]] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def from_config(cls, cfg: dict) -> RetrievalSpec:
+    def from_config(cls, cfg: dict, list_folder: Callable[[str], dict[str, str]] | None = None) -> RetrievalSpec:
         r = cfg["retrieval"]
         return cls(
             path=r["path"],
@@ -54,22 +57,51 @@ class RetrievalSpec:
             msmarco_collection=r["msmarco_collection"],
             msmarco_queries=r["msmarco_queries"],
             msmarco_qrels=r["msmarco_qrels"],
+            list_folder=list_folder,
         )
 
-    def source_files(self) -> list[str]:
-        """The input files, checked to exist (named in the error when not)."""
-        folder = Path(self.path)
-        if not folder.is_dir():
-            raise FileNotFoundError(f"retrieval.path {self.path!r} is not a folder")
+    @property
+    def in_s3(self) -> bool:
+        return str(self.path).startswith("s3://")
+
+    def _names(self) -> list[tuple[str, ...]]:
+        """Each input file's candidate names inside the folder, in order: corpus, queries, qrels."""
         if self.format == "beir":
-            files = [rdata.beir_file(folder, "corpus"), rdata.beir_file(folder, "queries")]
-            files.append(folder / "qrels" / f"{self.split}.tsv")
+            return [("corpus.jsonl", "corpus.jsonl.gz"), ("queries.jsonl", "queries.jsonl.gz"),
+                    (f"qrels/{self.split}.tsv",)]
+        return [(self.msmarco_collection,), (self.msmarco_queries,), (self.msmarco_qrels,)]
+
+    def _stored(self) -> dict[str, str]:
+        if self.list_folder is None:
+            raise ValueError(f"retrieval.path {self.path!r} is in S3, but no S3 listing was given")
+        found = self.list_folder(self.path)
+        if not found:
+            raise FileNotFoundError(f"retrieval.path {self.path!r}: no object below it")
+        return found
+
+    def source_files(self) -> list[str]:
+        """The input files, checked to exist (named in the error when not): local paths,
+        or s3:// URLs when the folder is in S3 (the rules fetch them through Snakemake
+        storage)."""
+        if self.in_s3:
+            found, folder = self._stored(), self.path.rstrip("/")
+
+            def exists(name: str) -> str | None:
+                return f"{folder}/{name}" if f"{folder}/{name}" in found else None
         else:
-            files = [folder / self.msmarco_collection, folder / self.msmarco_queries, folder / self.msmarco_qrels]
-        for f in files:
-            if not Path(f).is_file():
-                raise FileNotFoundError(f"retrieval data file {str(f)!r} does not exist")
-        return [str(f) for f in files]
+            if not Path(self.path).is_dir():
+                raise FileNotFoundError(f"retrieval.path {self.path!r} is not a folder")
+
+            def exists(name: str) -> str | None:
+                return str(Path(self.path) / name) if (Path(self.path) / name).is_file() else None
+
+        files = []
+        for names in self._names():
+            found_file = next((f for f in map(exists, names) if f is not None), None)
+            if found_file is None:
+                raise FileNotFoundError(f"retrieval.path {self.path!r}: no {' or '.join(names)} in it")
+            files.append(found_file)
+        return files
 
     def judged_queries(self) -> str:
         """What of the qrels the prepared queries depend on: the ids of the judged queries.
@@ -84,6 +116,10 @@ class RetrievalSpec:
         (core.parsecache), so cluster jobs' re-parses do not read the qrels again.
         """
         qrels_file = self.source_files()[2]
+        if self.in_s3:
+            # Not read at parse time (every pod parses): the object's version stands for
+            # it, so any change of the qrels object reruns the query side too.
+            return f"qrels object {qrels_file}, etag {self._stored()[qrels_file]}"
 
         def judged() -> str:
             qids = sorted(rdata.load_qrels(qrels_file))

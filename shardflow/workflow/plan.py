@@ -183,6 +183,10 @@ def plan_retrieval_chunks(cfg: dict) -> int:
     n = cfg["retrieval"]["n_chunks"]
     if n != "auto":
         return int(n)
+    if RetrievalSpec.from_config(cfg).in_s3:
+        raise ValueError(
+            f"retrieval.n_chunks: auto cannot count a corpus in S3 ({cfg['retrieval']['path']}): set retrieval.n_chunks"
+        )
     corpus = RetrievalSpec.from_config(cfg).source_files()[0]
     fmt = "jsonl" if cfg["retrieval"]["format"] == "beir" else "text"
     records = count_records([corpus], ReaderOptions(format=fmt))

@@ -111,3 +111,30 @@ def test_search_scores_with_the_models_similarity(tmp_path):
     assert run[0]["score"] == pytest.approx(3.6)
     with pytest.raises(ValueError, match="similarity_fn_name is 'euclidean': retrieval evaluation searches by cosine or dot"):
         EvaluateParams(similarity="euclidean")
+
+
+def test_a_folder_in_s3_is_listed_once_its_files_named_by_url_and_its_qrels_by_version():
+    """retrieval.path: s3://...: the files are picked from the folder's listing (plain
+    before .gz, as locally) and go to the rules as URLs; the judged-queries key is the
+    qrels object's ETag (not read at parse time), so it changes with the object."""
+    listing = {"s3://b/beir/corpus.jsonl.gz": "e1", "s3://b/beir/queries.jsonl": "e2",
+               "s3://b/beir/qrels/test.tsv": "e3", "s3://b/beir/qrels/dev.tsv": "e4"}
+    asked = []
+
+    def list_folder(url):
+        asked.append(url)
+        return dict(listing)
+
+    spec = RetrievalSpec(path="s3://b/beir/", list_folder=list_folder)
+    assert spec.source_files() == ["s3://b/beir/corpus.jsonl.gz", "s3://b/beir/queries.jsonl",
+                                   "s3://b/beir/qrels/test.tsv"]
+    assert spec.judged_queries() == "qrels object s3://b/beir/qrels/test.tsv, etag e3"
+    listing["s3://b/beir/qrels/test.tsv"] = "e5"
+    assert spec.judged_queries().endswith("etag e5") and asked[0] == "s3://b/beir/"
+    del listing["s3://b/beir/queries.jsonl"]
+    with pytest.raises(FileNotFoundError, match=r"retrieval.path 's3://b/beir/': no queries.jsonl or queries.jsonl.gz in it"):
+        spec.source_files()
+    with pytest.raises(FileNotFoundError, match=r"no object below it"):
+        RetrievalSpec(path="s3://b/none", list_folder=lambda url: {}).source_files()
+    with pytest.raises(FileNotFoundError, match=r"retrieval.path '.*' is not a folder"):
+        RetrievalSpec(path="/nonexistent/beir").source_files()

@@ -236,6 +236,9 @@ def test_retrieval_auto_chunks_follow_the_same_rule(tmp_path):
     assert plan_retrieval_chunks(cfg) == 8  # ceil(45/10) = 5, rounded up to a multiple of 4
     cfg["chunking"]["items_per_chunk"] = 1000
     assert plan_retrieval_chunks(cfg) == round_to_gpus(1, 4, 45) == 4  # never fewer than min(gpus, records)
+    cfg["retrieval"]["path"] = "s3://bucket/beir"  # not counted at parse time: stop, naming the key
+    with pytest.raises(ValueError, match=r"retrieval.n_chunks: auto cannot count a corpus in S3 \(s3://bucket/beir\)"):
+        plan_retrieval_chunks(cfg)
 
 
 @pytest.mark.parametrize(
