@@ -231,11 +231,16 @@ if S3_PARTS_PREFIX:
     s3.export_settings(s3_settings())
     s3.fresh_folder_checks()  # folder outputs that a pod uploaded are seen
 # The jobs' records name files they got through storage as the workflow does
-# (shardflow.core.s3.logical_path); set here, it reaches each job, in a pod too.
+# (shardflow.core.s3.logical_path); set here, it reaches each job, in a pod too. Not
+# inherited from elsewhere: without default storage, nothing is renamed but copies of
+# s3:// inputs.
+os.environ[s3.LOCAL_VARIABLE] = str(workflow.storage_settings.local_storage_prefix)
 if workflow.storage_settings.default_storage_provider:
     os.environ[s3.PREFIX_VARIABLE] = (
         workflow.storage_settings.default_storage_prefix or ""
     )
+else:
+    os.environ.pop(s3.PREFIX_VARIABLE, None)
 
 
 def resume_path(local, under_base, parts=True):
@@ -357,6 +362,10 @@ def constraints_in_storage():
             constrained.clone_flags(item, skip_storage_object=True)
             constrained.flags["storage_object"] = fresh
             r.output[i] = constrained
+        for name, (start, end) in list(
+            r.output._get_names()
+        ):  # names refer to the new items
+            r.output._set_name(name, start, end)
 
 
 def one_retry_layer():

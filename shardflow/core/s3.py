@@ -19,11 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 
 SETTING_NAMES = ("endpoint_url", "region", "access_key", "secret_key", "token")
-# Where a job finds its storage inputs and outputs: <provider>/<bucket>/<key> below it.
-LOCAL_STORAGE = ".snakemake/storage/"
-# The run's --default-storage-prefix, which the workflow exports at parse time (in the
-# controller and in each job's Snakemake) for the jobs' records (logical_path).
+# Where a job finds its storage inputs and outputs: <provider>/<bucket>/<key> below it
+# (Snakemake's --local-storage-prefix, default .snakemake/storage).
+LOCAL_STORAGE = ".snakemake/storage"
+# The run's --default-storage-prefix and the process's local storage prefix, which the
+# workflow exports at parse time (in the controller and in each job's Snakemake) for
+# the jobs' records (logical_path).
 PREFIX_VARIABLE = "SHARDFLOW_STORAGE_PREFIX"
+LOCAL_VARIABLE = "SHARDFLOW_LOCAL_STORAGE"
 _MAGIC = re.compile(r"[*?[]")
 
 
@@ -93,20 +96,23 @@ def client(settings: Mapping[str, Any] | None = None):
 # ------------------------------------------------------------------------- globs
 
 
-def logical_path(path: str | os.PathLike, default_prefix: str | None = None) -> str:
+def logical_path(path: str | os.PathLike, default_prefix: str | None = None, local_root: str | None = None) -> str:
     """A file as the workflow names it. A job sees each file in Snakemake storage as a
-    local copy, `.snakemake/storage/<provider>/<bucket>/<key>`: under the run's default
-    storage prefix (`--default-storage-prefix`, the eks profile's bucket and folder;
-    default: $SHARDFLOW_STORAGE_PREFIX) that is the workflow's own path
+    local copy, `<local_root>/<provider>/<bucket>/<key>` (local_root: Snakemake's local
+    storage prefix, default $SHARDFLOW_LOCAL_STORAGE, else .snakemake/storage): under the
+    run's default storage prefix (`--default-storage-prefix`, the eks profile's bucket
+    and folder; default $SHARDFLOW_STORAGE_PREFIX) that is the workflow's own path
     (`results/x/provenance.json`), elsewhere the object's URL (`s3://corpora/c.jsonl`).
-    Any other path is returned as given. The jobs' records (manifests, stats, shard
-    metadata, provenance) name files this way, so that an S3 run's records are a local
-    run's bytes."""
+    Any other path is returned as given. The jobs' records (manifests, stats, record
+    ids from positions, shard metadata, provenance) name files this way, so that an S3
+    run's records are a local run's bytes."""
     text = os.fspath(path)
     if default_prefix is None:
         default_prefix = os.environ.get(PREFIX_VARIABLE)
-    head, marker, rest = text.partition(LOCAL_STORAGE)
-    if not marker or (head and not head.endswith("/")):
+    if local_root is None:
+        local_root = os.environ.get(LOCAL_VARIABLE) or LOCAL_STORAGE
+    head, marker, rest = text.partition(local_root.rstrip("/") + "/")
+    if not marker or (head and not head.endswith("/")) or not rest:
         return text
     provider, _, key = rest.partition("/")
     url = f"{provider}://{key}"

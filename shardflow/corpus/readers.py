@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from shardflow.core.files import malformed_json, open_binary
+from shardflow.core.s3 import logical_path
 
 FORMATS = ("jsonl", "parquet", "csv", "tsv", "text")
 
@@ -252,11 +253,14 @@ class _Reader:
 
     def __init__(self, path: str, opts: ReaderOptions):
         self.path, self.opts = path, opts
+        # How records and rejects name the file (ids from positions included): in S3
+        # storage its URL, not its local copy (core.s3.logical_path); read from self.path.
+        self.name = logical_path(path)
 
     def bad(self, line: int | None, reason: str, raw: bytes | str) -> Rejected:
         if self.opts.on_bad_record == "error":
             raise BadRecordError(self.path, line, reason, skippable=True)
-        return Rejected(self.path, line, reason, _raw(raw))
+        return Rejected(self.name, line, reason, _raw(raw))
 
     def too_large(self, line: int | None, size: int, head: bytes | str) -> Rejected:
         limit = self.opts.max_record_bytes
@@ -275,7 +279,7 @@ class _Reader:
         if not _encodable(text):
             return self.bad(line, f"text field {o.text_field!r} holds an unpaired surrogate (not valid Unicode)", raw)
         if o.id_field is None:
-            rid = f"{self.path}:{line}"
+            rid = f"{self.name}:{line}"
         else:
             value = obj.get(o.id_field)
             if value is None or (isinstance(value, str) and not value):
@@ -297,7 +301,7 @@ class _Reader:
             group = str(g)
             if not _encodable(group):
                 return self.bad(line, f"group field {o.group_field!r} holds an unpaired surrogate", raw)
-        return Record(rid, text, group, self.path, line)
+        return Record(rid, text, group, self.name, line)
 
 
 class _JsonlReader(_Reader):
@@ -484,7 +488,7 @@ class _TextLinesReader(_Reader):
                 if not text.strip():
                     yield self.bad(lineno, "empty line (empty text)", raw)
                     continue
-                yield Record(f"{self.path}:{lineno}", text, None, self.path, lineno)
+                yield Record(f"{self.name}:{lineno}", text, None, self.name, lineno)
 
 
 class _TextFileReader(_Reader):
@@ -508,7 +512,7 @@ class _TextFileReader(_Reader):
         if not text.strip():
             yield self.bad(None, "empty file (empty text)", "")
             return
-        yield Record(self.path, text, None, self.path, 1)
+        yield Record(self.name, text, None, self.name, 1)
 
 
 def open_reader(path: str, opts: ReaderOptions) -> Iterable[Record | Rejected]:

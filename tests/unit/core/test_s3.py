@@ -3,6 +3,7 @@
 import pytest
 
 from shardflow.core.s3 import (
+    LOCAL_VARIABLE,
     PREFIX_VARIABLE,
     S3Url,
     export_settings,
@@ -59,13 +60,26 @@ def test_urls_and_settings():
         ("my.snakemake/storage/s3/b/a.json", "s3://b", "my.snakemake/storage/s3/b/a.json"),
     ],
 )
-def test_records_name_a_stored_file_as_the_workflow_does(path, prefix, name):
+def test_records_name_a_stored_file_as_the_workflow_does(path, prefix, name, monkeypatch):
+    monkeypatch.delenv(LOCAL_VARIABLE, raising=False)
     assert logical_path(path, prefix) == name
 
 
 def test_the_default_prefix_is_the_one_the_workflow_exported(monkeypatch):
     path = ".snakemake/storage/s3/b/runs/x/results/d/a.json"
     monkeypatch.delenv(PREFIX_VARIABLE, raising=False)
+    monkeypatch.delenv(LOCAL_VARIABLE, raising=False)
     assert logical_path(path) == "s3://b/runs/x/results/d/a.json"
     monkeypatch.setenv(PREFIX_VARIABLE, "s3://b/runs/x")
     assert logical_path(path) == "results/d/a.json"
+
+
+def test_a_local_storage_prefix_of_its_own_is_followed(monkeypatch):
+    """Snakemake's --local-storage-prefix moves the local copies; the workflow exports
+    the one its process uses ($SHARDFLOW_LOCAL_STORAGE)."""
+    path = "/scratch/sm/s3/b/runs/x/results/d/a.json"
+    assert logical_path(path, "s3://b/runs/x", "/scratch/sm") == "results/d/a.json"
+    assert logical_path(path, "s3://b/runs/x", "/scratch/sm/") == "results/d/a.json"
+    monkeypatch.setenv(LOCAL_VARIABLE, "/scratch/sm")
+    assert logical_path(path, "s3://b/runs/x") == "results/d/a.json"
+    assert logical_path(".snakemake/storage/s3/b/runs/x/a", "s3://b/runs/x") == ".snakemake/storage/s3/b/runs/x/a"

@@ -392,3 +392,19 @@ def test_iter_records_reads_files_in_given_order(tmp_path, write_jsonl):
     b = write_jsonl(tmp_path / "b.jsonl", [{"id": "b1", "text": "y"}])
     items = list(iter_records([str(b), str(a)], ReaderOptions()))
     assert [(r.id, os.path.basename(r.source)) for r in items] == [("b1", "b.jsonl"), ("a1", "a.jsonl")]
+
+
+def test_positions_of_a_stored_copy_name_the_object(tmp_path, monkeypatch):
+    """A job reads an S3 object from Snakemake's local copy; ids from positions, sources
+    and rejects name the object's URL (core.s3.logical_path), as every pod of a run does."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SHARDFLOW_LOCAL_STORAGE", raising=False)
+    monkeypatch.delenv("SHARDFLOW_STORAGE_PREFIX", raising=False)
+    copy = tmp_path / ".snakemake/storage/s3/bucket/corpora/c.txt"
+    copy.parent.mkdir(parents=True)
+    copy.write_text("one\n\ntwo\n")
+    items = list(iter_records([".snakemake/storage/s3/bucket/corpora/c.txt"], ReaderOptions(format="text", id_field=None,
+                                                                                             on_bad_record="skip")))
+    assert [(i.id, i.source) for i in items if isinstance(i, Record)] == [
+        ("s3://bucket/corpora/c.txt:1", "s3://bucket/corpora/c.txt"), ("s3://bucket/corpora/c.txt:3", "s3://bucket/corpora/c.txt")]
+    assert [(i.source, i.line) for i in items if isinstance(i, Rejected)] == [("s3://bucket/corpora/c.txt", 2)]
