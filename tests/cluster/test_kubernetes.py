@@ -102,35 +102,19 @@ def delete_jobs(api, names: list[str]) -> None:
                 raise
 
 
-def test_eks_profile_runs_the_real_workflow_through_the_standin_and_matches_a_local_run(
-    api, s3, s3_prefix, s3_corpus, real_local, tmp_path, sm
-):
-    """The repo's workflow, started from a checkout of it (the sources are uploaded to
-    the bucket and unpacked in each pod), corpus and results in S3. Every Job spec the
-    plugin sends is checked against what EKS needs."""
-    checkout = sm.checkout(tmp_path / "checkout")
-    config = sm.real_config(checkout / "cluster.yaml", s3_corpus)
-    run = run_eks(
-        api, s3, s3_prefix, checkout, sm,
-        sm.TARGET, "--configfile", config.name,
-        timeout_s=300,
-    )
-    assert run.returncode == 0, sm.describe(run)
-
-    objects = s3.objects(f"{s3_prefix}/")
-    sm.check_bucket_outputs(objects, s3_prefix, real_local.hashes)
-    # The uploaded sources were removed at the end; the sentinel kept the bucket.
-    assert not [k for k in objects if "snakemake-workflow-sources" in k]
-
-    ds = sm.DATASET
-    by_target = specs_by_target(api)
-    embeds = [f"embed:dataset={ds},chunk={i}" for i in range(sm.N_CHUNKS)]
-    assert sorted(by_target) == sorted([f"split_{ds}:", f"merge:dataset={ds}", f"verify:dataset={ds}", *embeds])
-    assert all(len(specs) == 1 for specs in by_target.values())
+def check_job_specs(api, s3, gpu_rules: set[str], memory: dict[str, str]) -> None:
+    """Every Job spec the plugin sent, against what EKS needs: image, service account, no
+    restarts, storage settings only as references into the run's secret (no credential
+    in any spec, pod log or pod file), the profile's S3 retries, a GPU request (= limit,
+    with the GPU toleration) exactly for the jobs of `gpu_rules`, memory request = limit
+    (`memory`: rule -> the value expected); and the clean-up: each
+    Job deleted once finished, the secret at the end, the pip shim met by every pod."""
     (secret,) = api.secrets_received
     secret_name = secret["metadata"]["name"]
-
-    for target, (spec,) in by_target.items():
+    for target, specs in specs_by_target(api).items():
+        rule = target.split(":")[0]
+        assert len(specs) == 1, target
+        spec = specs[0]
         pod = spec["spec"]["template"]["spec"]
         (container,) = pod["containers"]
         assert container["image"] == IMAGE
@@ -149,19 +133,17 @@ def test_eks_profile_runs_the_real_workflow_through_the_standin_and_matches_a_lo
         assert re.search(r"--storage-s3-retries '?12\b", container["args"][-1]), container["args"][-1]
 
         resources = container["resources"]
-        assert resources["requests"]["cpu"] == "950m"  # threads 1 x 0.95
-        if target in embeds:
-            # gpu from the workflow config (resources.embed.gpu); gpu_manufacturer and
+        assert resources["requests"]["memory"] == resources["limits"]["memory"], target  # scale: 0
+        assert resources["requests"]["memory"] == memory.get(rule, resources["requests"]["memory"]), target
+        if rule in gpu_rules:
+            # gpu from the workflow config (resources.<rule>.gpu); gpu_manufacturer and
             # scale: 0 from profiles/eks default-resources, which names no rule.
-            assert resources["requests"]["nvidia.com/gpu"] == "1"
-            assert resources["limits"]["nvidia.com/gpu"] == "1"
+            assert resources["requests"]["nvidia.com/gpu"] == resources["limits"]["nvidia.com/gpu"] == "1", target
             assert GPU_TOLERATION in pod["tolerations"]
             assert not pod.get("nodeSelector")  # GPU nodes are found by the request + taint
-            assert resources["requests"]["memory"] == resources["limits"]["memory"] == "1000M"  # resources.embed.mem_mb
         else:
-            assert "nvidia.com/gpu" not in resources["requests"]
+            assert "nvidia.com/gpu" not in resources["requests"], target
             assert not pod.get("tolerations") and not pod.get("nodeSelector")
-            assert resources["requests"]["memory"] == resources["limits"]["memory"] == "4000M"  # default-resources
             assert resources["requests"]["ephemeral-storage"] == "10000M"  # default-resources disk_mb
 
     # The secret holds the keys (base64, as Kubernetes stores them).
@@ -195,10 +177,24 @@ EVERY_TASK_TRAIN = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "
 TIMED = {"losses.parquet", "metrics.json"}
 
 
-def every_task_config(path, corpus: str):
+def beir_folder(folder, corpus_file):
+    """A tiny BEIR folder from the cluster corpus: its documents, and 3 queries that
+    repeat a document's text (each judged against that document)."""
+    docs = [json.loads(line) for line in corpus_file.read_text().splitlines()]
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": d["id"], "text": d["text"]}) + "\n" for d in docs))
+    (folder / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": f"q{i}", "text": docs[i]["text"]}) + "\n" for i in range(3)))
+    (folder / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\t{docs[i]['id']}\t1\n" for i in range(3)))
+    return folder
+
+
+def every_task_config(path, corpus: str, beir: str):
     config = {
-        "dataset": "every", "tasks": ["embedding", "summarisation", "training"], "n_chunks": 2,
-        "input": {"path": corpus}, "resources": {"embed": {"threads": 1}},
+        "dataset": "every", "tasks": ["embedding", "summarisation", "training"], "n_chunks": 1,
+        "input": {"path": corpus}, "retrieval": {"path": beir, "name": "beir", "n_chunks": 1},
+        "resources": {"embed": {"threads": 1, "mem_mb": 1000}, "embed_queries": {"threads": 1}},
         "shards": {"tokens_per_shard": 4000}, "train": EVERY_TASK_TRAIN,
         "sweeps": {"lr": {"stage": "train", "grid": {"train.lr": [1.0e-3, 3.0e-3]}, "seeds": [0],
                           "metrics": {"best_val_loss": "min"}}},
@@ -211,7 +207,8 @@ def test_every_task_and_a_sweep_run_on_eks_and_record_what_a_local_run_records(
     api, s3, s3_prefix, s3_corpus, corpus_file, tmp_path, sm
 ):
     """The default target (all: embedding and its report, lead summaries, shards and a
-    GPT, a sweep's tables, the landing page, provenance) through the eks profile, each
+    GPT, retrieval evaluation of a BEIR folder in the bucket, a sweep's tables, the
+    landing page, provenance) through the eks profile, each
     job in a pod of its own, and the same config run locally. A pod gets only the files
     its job declares. Before this test, that run stopped: two rules ambiguous in
     storage (a wildcard constraint lost), the tokenizer's vocabulary, the shard
@@ -220,33 +217,51 @@ def test_every_task_and_a_sweep_run_on_eks_and_record_what_a_local_run_records(
     to hash a folder, a folder uploaded by a pod taken for missing. Provenance must name
     the same outputs with the same bytes as the local run's, and no record may name a
     file by its local copy."""
+    beir = beir_folder(tmp_path / "beir", corpus_file)
+    for file in sorted(p for p in beir.rglob("*") if p.is_file()):
+        s3.client().put_object(Bucket=s3.bucket, Key=f"corpora/beir/{file.relative_to(beir)}", Body=file.read_bytes())
     checkout = sm.checkout(tmp_path / "checkout")
-    config = every_task_config(checkout / "every.yaml", s3_corpus)
+    config = every_task_config(checkout / "every.yaml", s3_corpus, f"s3://{s3.bucket}/corpora/beir")
     run = run_eks(api, s3, s3_prefix, checkout, sm, "--configfile", config.name, timeout_s=400)
     assert run.returncode == 0, sm.describe(run)
     local = tmp_path / "local"
     local.mkdir()
-    reference = sm.run(local, "-s", str(sm.REPO / "Snakefile"), "--cores", "2",
-                       "--configfile", str(every_task_config(local / "every.yaml", str(corpus_file))), timeout_s=300)
+    reference = sm.run(local, "-s", str(sm.REPO / "Snakefile"), "--cores", "2", "--configfile",
+                       str(every_task_config(local / "every.yaml", str(corpus_file), str(beir))), timeout_s=300)
     assert reference.returncode == 0, sm.describe(reference)
 
     objects = s3.objects(f"{s3_prefix}/")
-    got = json.loads(objects[f"{s3_prefix}/results/every/provenance.json"])
-    want = json.loads((local / "results/every/provenance.json").read_text())
-    assert [k for k in got["outputs"] if k.startswith("results/every/shards/train_")]  # the folder, file by file
-    assert got["outputs"].keys() == want["outputs"].keys() and got["timings"].keys() == want["timings"].keys()
-    untimed = [k for k in want["outputs"] if k.rsplit("/", 1)[1] not in TIMED]
-    assert {k: got["outputs"][k] for k in untimed} == {k: want["outputs"][k] for k in untimed}
-    corpus_sha256 = want["inputs"].pop(str(corpus_file))
-    assert got["inputs"] == {**want["inputs"], s3_corpus: corpus_sha256}  # the corpus by its URL
+    for ds in ("every", "beir"):
+        got = json.loads(objects[f"{s3_prefix}/results/{ds}/provenance.json"])
+        want = json.loads((local / f"results/{ds}/provenance.json").read_text())
+        assert got["outputs"].keys() == want["outputs"].keys() and got["timings"].keys() == want["timings"].keys()
+        untimed = [k for k in want["outputs"] if k.rsplit("/", 1)[1] not in TIMED]
+        assert {k: got["outputs"][k] for k in untimed} == {k: want["outputs"][k] for k in untimed}
+        # the sources by their URLs, the same bytes
+        local_names = {str(corpus_file): s3_corpus} | {
+            str(p): f"s3://{s3.bucket}/corpora/beir/{p.relative_to(beir)}" for p in beir.rglob("*") if p.is_file()}
+        assert got["inputs"] == {local_names.get(k, k): v for k, v in want["inputs"].items()}
+    every = json.loads(objects[f"{s3_prefix}/results/every/provenance.json"])
+    assert [k for k in every["outputs"] if k.startswith("results/every/shards/train_")]  # the folder, file by file
+    metrics = json.loads(objects[f"{s3_prefix}/results/beir/retrieval/metrics.json"])
+    assert metrics == json.loads((local / "results/beir/retrieval/metrics.json").read_text())
     named_by_copy = [key for key, body in objects.items() if "/results/" in key
                      and key.endswith((".json", ".jsonl", ".rst")) and b".snakemake/storage" in body]
     assert named_by_copy == []  # shardflow.core.s3.logical_path
     landing = objects[f"{s3_prefix}/results/report.rst"].decode()
     assert all(f"{title}: every" in landing for title in ("Embedding", "Summarisation", "Training"))
+    assert "Retrieval evaluation: beir" in landing
     for point in ("lr=0.001", "lr=0.003"):
         assert f"{s3_prefix}/results/sweeps/lr/{point}/seed=0/train/hf/model.safetensors" in objects
-    assert api.running_jobs() == [] and api.unhandled == []
+    # The uploaded sources were removed at the end; the sentinel kept the bucket.
+    assert not [k for k in objects if "snakemake-workflow-sources" in k]
+
+    rules = {target.split(":")[0] for target in specs_by_target(api)}
+    assert {"split_every", "split_beir", "embed", "embed_queries", "summarise", "train_tokenizer", "tokenize",
+            "gather_shards", "train", "sweep_train", "retrieval_evaluate", "landing", "provenance"} <= rules, rules
+    check_job_specs(api, s3, gpu_rules={"embed", "embed_queries", "train", "sweep_train", "retrieval_evaluate"}, memory={"embed": "1000M"})
+    embed = specs_by_target(api)["embed:dataset=every,chunk=0"][0]
+    assert embed["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "950m"  # 1 x 0.95
 
 
 def test_eks_dry_run_as_typed_from_the_repo_root_needs_only_environment_variables(s3, sm):
