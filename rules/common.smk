@@ -362,9 +362,8 @@ def constraints_in_storage():
             constrained.clone_flags(item, skip_storage_object=True)
             constrained.flags["storage_object"] = fresh
             r.output[i] = constrained
-        for name, (start, end) in list(
-            r.output._get_names()
-        ):  # names refer to the new items
+        # output.<name> refers to the new items too
+        for name, (start, end) in list(r.output._get_names()):
             r.output._set_name(name, start, end)
 
 

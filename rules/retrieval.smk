@@ -1,7 +1,8 @@
 """Retrieval evaluation (only when retrieval.path is set).
 
-Needs: a BEIR folder (or MS MARCO TSVs), local or in S3 (`retrieval.path: s3://...`). Converts it, one job per kind of file, so
-that an edit reruns only what reads it: retrieval_prepare (the corpus),
+Needs: a BEIR folder (or MS MARCO TSVs), local or in S3 (`retrieval.path: s3://...`).
+Converts it, one job per kind of file, so that an edit reruns only what reads it:
+retrieval_prepare (the corpus),
 retrieval_queries (the judged queries), retrieval_qrels. Runs its corpus through the
 same split -> embed_<i> -> merge -> verify pipeline as data set <retrieval.name>
 (split_<name> comes from rules/split.smk), embeds the queries with the query prompt,

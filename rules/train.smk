@@ -21,6 +21,8 @@ checkpoint every train.checkpoint_interval steps to the undeclared <resume root>
 so the retry of a killed job continues from the last one.
 Every file a job reads is a declared input and every file it writes a declared output
 (or resume state): with S3 as the default storage (eks profile) a job gets nothing else.
+A pretrained tokenizer given by path is read by path, like a model (on EKS: from the
+image or a volume).
 """
 
 
