@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -190,26 +190,28 @@ def glob_regex(pattern: str) -> re.Pattern:
     return re.compile("".join(out) + r"\Z")
 
 
-def list_keys(s3, bucket: str, prefix: str) -> list[str]:
-    keys: list[str] = []
+def list_objects(s3, bucket: str, prefix: str) -> Iterator[dict]:
+    """The listing entries (Key, ETag, Size, ...) of every object under `prefix`."""
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        keys.extend(obj["Key"] for obj in page.get("Contents", ()))
-    return keys
+        yield from page.get("Contents", ())
+
+
+def list_keys(s3, bucket: str, prefix: str) -> list[str]:
+    return [obj["Key"] for obj in list_objects(s3, bucket, prefix)]
 
 
 def list_folder(url: str, s3) -> dict[str, str]:
     """Every object below an s3:// folder: its URL -> its ETag (which changes with its
     bytes). An unreadable listing is an OSError naming the folder."""
     folder = S3Url.parse(url.rstrip("/") + "/")
-    found: dict[str, str] = {}
     try:
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=folder.bucket, Prefix=folder.key):
-            for obj in page.get("Contents", ()):
-                if not obj["Key"].endswith("/"):
-                    found[f"s3://{folder.bucket}/{obj['Key']}"] = obj.get("ETag", "").strip('"')
+        return {
+            f"s3://{folder.bucket}/{obj['Key']}": obj.get("ETag", "").strip('"')
+            for obj in list_objects(s3, folder.bucket, folder.key)
+            if not obj["Key"].endswith("/")
+        }
     except Exception as exc:  # botocore's errors: name the folder the user wrote
         raise OSError(f"cannot list {url}: {exc}") from exc
-    return found
 
 
 def expand(url: str, s3) -> list[str]:
