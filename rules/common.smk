@@ -532,10 +532,15 @@ def sweep_job_files(spec, point, seed):
             + [f"{bench}/merge_summaries.tsv", f"{bench}/evaluate_summaries.tsv"],
         }
     _, stats, benchmarks = sweep_embedding_files(spec.folder, point, seed)
+    # The evaluation's metrics record its device: paired with its benchmark, right after
+    # the embedding jobs' pairs (the merge's benchmark has no stats).
+    paired = len(stats)
     return {
         "metrics": f"{job}/metrics.json",
-        "stats": stats,
-        "benchmarks": benchmarks + [f"{bench}/retrieval_evaluate.tsv"],
+        "stats": stats + [f"{job}/metrics.json"],
+        "benchmarks": benchmarks[:paired]
+        + [f"{bench}/retrieval_evaluate.tsv"]
+        + benchmarks[paired:],
     }
 
 

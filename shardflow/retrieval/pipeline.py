@@ -202,8 +202,11 @@ def search_and_score(
     per_query_out: str,
     run_out: str,
 ) -> dict:
-    from shardflow.retrieval.search import exact_search, to_run
+    from shardflow.retrieval.search import default_device, exact_search, to_run
 
+    # Where the scores are computed, recorded for the job's cost (shardflow.sweep.cost:
+    # GPU-hours count the jobs that ran on CUDA); faiss scores on the CPU.
+    device = "cpu" if params.backend == "faiss" else (params.device or default_device())
     doc_ids = read_ids(doc_ids_path)
     query_ids = read_ids(query_ids_path)
     queries = np.load(query_npy)
@@ -219,7 +222,7 @@ def search_and_score(
         query_ids=query_ids,
         doc_ids=doc_ids,
         drop_identical_ids=params.drop_identical_ids,
-        device=params.device,
+        device=device,
         normalize=params.similarity == "cosine",
     )
     run = to_run(hits, query_ids, doc_ids)
@@ -234,6 +237,7 @@ def search_and_score(
             "top_k": k,
             "drop_identical_ids": params.drop_identical_ids,
             "similarity": params.similarity,
+            "device": device,
         }
     )
     write_json(metrics_out, metrics)

@@ -106,6 +106,7 @@ def test_search_scores_with_the_models_similarity(tmp_path):
     metrics, run = _search(tmp_path, docs, queries, "cosine")
     assert [r["doc_id"] for r in run] == ["d0", "d1"] and metrics["ndcg_at_10"] == 1.0
     assert metrics["similarity"] == "cosine" and run[0]["score"] == pytest.approx(1 / np.hypot(1.0, 0.2))
+    assert metrics["device"] == "cpu"  # where it scored: a sweep's cost counts CUDA jobs' GPU-hours
     metrics, run = _search(tmp_path, docs, queries, "dot")
     assert [r["doc_id"] for r in run] == ["d1", "d0"] and metrics["similarity"] == "dot"
     assert run[0]["score"] == pytest.approx(3.6)
