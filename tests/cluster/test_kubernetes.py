@@ -168,8 +168,9 @@ def check_job_specs(api, s3, gpu_rules: set[str], memory: dict[str, str]) -> Non
     assert len(calls) == len(api.job_specs) and all("snakemake-storage-plugin-s3" in c for c in calls)
 
 
-# Every task of one data set and a training sweep, tiny: what `snakemake --profile eks`
-# runs by default beyond the embedding path above.
+# Summarisation and training of one data set, a retrieval evaluation (whose corpus goes
+# through split, embed, merge and verify) and a training sweep, tiny: what `snakemake
+# --profile eks` runs by default for every task.
 EVERY_TASK_TRAIN = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "batch_size": 4, "max_iters": 10,
                     "eval_interval": 10, "eval_windows": 8, "checkpoint_interval": 10, "warmup_iters": 2,
                     "lr_decay_iters": 10, "sample_tokens": 8, "dtype": "float32"}
@@ -192,7 +193,7 @@ def beir_folder(folder, corpus_file):
 
 def every_task_config(path, corpus: str, beir: str):
     config = {
-        "dataset": "every", "tasks": ["embedding", "summarisation", "training"], "n_chunks": 1,
+        "dataset": "every", "tasks": ["summarisation", "training"], "n_chunks": 1,
         "input": {"path": corpus}, "retrieval": {"path": beir, "name": "beir", "n_chunks": 1},
         "resources": {"embed": {"threads": 1, "mem_mb": 1000}, "embed_queries": {"threads": 1}},
         "shards": {"tokens_per_shard": 4000}, "train": EVERY_TASK_TRAIN,
@@ -206,9 +207,9 @@ def every_task_config(path, corpus: str, beir: str):
 def test_every_task_and_a_sweep_run_on_eks_and_record_what_a_local_run_records(
     api, s3, s3_prefix, s3_corpus, corpus_file, tmp_path, sm
 ):
-    """The default target (all: embedding and its report, lead summaries, shards and a
-    GPT, retrieval evaluation of a BEIR folder in the bucket, a sweep's tables, the
-    landing page, provenance) through the eks profile, each
+    """The default target (all: lead summaries, shards and a GPT, retrieval evaluation of
+    a BEIR folder in the bucket with its corpus embedded, a sweep's tables, the landing
+    page, provenance) through the eks profile, each
     job in a pod of its own, and the same config run locally. A pod gets only the files
     its job declares. Before this test, that run stopped: two rules ambiguous in
     storage (a wildcard constraint lost), the tokenizer's vocabulary, the shard
@@ -249,7 +250,7 @@ def test_every_task_and_a_sweep_run_on_eks_and_record_what_a_local_run_records(
                      and key.endswith((".json", ".jsonl", ".rst")) and b".snakemake/storage" in body]
     assert named_by_copy == []  # shardflow.core.s3.logical_path
     landing = objects[f"{s3_prefix}/results/report.rst"].decode()
-    assert all(f"{title}: every" in landing for title in ("Embedding", "Summarisation", "Training"))
+    assert all(f"{title}: every" in landing for title in ("Summarisation", "Training"))
     assert "Retrieval evaluation: beir" in landing
     for point in ("lr=0.001", "lr=0.003"):
         assert f"{s3_prefix}/results/sweeps/lr/{point}/seed=0/train/hf/model.safetensors" in objects
@@ -260,7 +261,7 @@ def test_every_task_and_a_sweep_run_on_eks_and_record_what_a_local_run_records(
     assert {"split_every", "split_beir", "embed", "embed_queries", "summarise", "train_tokenizer", "tokenize",
             "gather_shards", "train", "sweep_train", "retrieval_evaluate", "landing", "provenance"} <= rules, rules
     check_job_specs(api, s3, gpu_rules={"embed", "embed_queries", "train", "sweep_train", "retrieval_evaluate"}, memory={"embed": "1000M"})
-    embed = specs_by_target(api)["embed:dataset=every,chunk=0"][0]
+    embed = specs_by_target(api)["embed:dataset=beir,chunk=0"][0]
     assert embed["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "950m"  # 1 x 0.95
 
 
