@@ -210,11 +210,11 @@ def every_task_config(path, corpus: str, beir: str):
 def test_every_task_and_a_sweep_run_on_eks_and_record_what_a_local_run_records(
     api, s3, s3_prefix, s3_corpus, corpus_file, tmp_path, sm
 ):
-    """The default target (all: lead summaries, shards and a GPT, retrieval evaluation of
-    a BEIR folder in the bucket with its corpus embedded, a sweep's tables, the landing
-    page, provenance) through the eks profile, each
-    job in a pod of its own, and the same config run locally. A pod gets only the files
-    its job declares. Before this test, that run stopped: two rules ambiguous in
+    """The default target (all: lead summaries scored with ROUGE, shards and a GPT, the
+    retrieval evaluation of a BEIR folder in the bucket with its corpus embedded, a
+    sweep's table, the landing page, provenance) through the eks profile, each job in a
+    pod of its own, and the same config run locally. A pod gets only the files its job
+    declares. Before this test, that run stopped: two rules ambiguous in
     storage (a wildcard constraint lost), the tokenizer's vocabulary, the shard
     sidecars and the shard files undeclared, the train job writing beside its outputs,
     landing reading the files by their names instead of their copies, provenance unable
@@ -262,9 +262,10 @@ def test_every_task_and_a_sweep_run_on_eks_and_record_what_a_local_run_records(
 
     rules = {target.split(":")[0] for target in specs_by_target(api)}
     assert {"split_every", "split_beir", "embed", "embed_queries", "summarise", "evaluate_summaries",
-            "train_tokenizer", "tokenize",
-            "gather_shards", "train", "sweep_train", "retrieval_evaluate", "landing", "provenance"} <= rules, rules
-    check_job_specs(api, s3, gpu_rules={"embed", "embed_queries", "train", "sweep_train", "retrieval_evaluate"}, memory={"embed": "1000M"})
+            "train_tokenizer", "tokenize", "gather_shards", "train", "sweep_train", "retrieval_evaluate",
+            "landing", "provenance"} <= rules, rules
+    gpu_rules = {"embed", "embed_queries", "train", "sweep_train", "retrieval_evaluate"}
+    check_job_specs(api, s3, gpu_rules=gpu_rules, memory={"embed": "1000M"})
     embed = specs_by_target(api)["embed:dataset=beir,chunk=0"][0]
     assert embed["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "950m"  # 1 x 0.95
 
