@@ -33,8 +33,7 @@ rule train_tokenizer:
     input:
         tokenizer_inputs,
     output:
-        meta=f"results/{{dataset}}/tokenizer/{TOKENIZER_META}",
-        vocabulary=f"results/{{dataset}}/tokenizer/{TOKENIZER_VOCABULARY}",
+        **tokenizer_files("{dataset}"),
     log:
         "logs/train_tokenizer/{dataset}.log",
     benchmark:

@@ -14,9 +14,8 @@ from shardflow.train.tokenizer import META_FILE, vocabulary_file
 # text stays as it was: a changed command reruns finished train jobs.
 site.python_first_on_path()
 
-# A saved tokenizer is these two files, both declared (jobs that share no filesystem,
-# S3 storage, get only declared files).
-TOKENIZER_META = META_FILE
+# A saved tokenizer is two files, both declared (tokenizer_files): jobs that share no
+# filesystem (S3 storage) get only declared files.
 TOKENIZER_VOCABULARY = vocabulary_file(config["shards"]["tokenizer"])
 TRAINING = [ds for ds in DATASETS.values() if "training" in ds.tasks]
 POSITION_SPLIT = config["shards"]["split"] == "position"
@@ -46,10 +45,11 @@ def tokenizer_inputs(wildcards):
 
 
 def tokenizer_files(ds):
-    """The saved tokenizer's two files, as the named inputs `tokenizer` (the meta file,
-    whose folder the scripts read) and `vocabulary`."""
+    """The saved tokenizer's two files, named `tokenizer` (the meta file, whose folder
+    the scripts read) and `vocabulary`: train_tokenizer's outputs (ds "{dataset}") and
+    its consumers' inputs."""
     return {
-        "tokenizer": f"results/{ds}/tokenizer/{TOKENIZER_META}",
+        "tokenizer": f"results/{ds}/tokenizer/{META_FILE}",
         "vocabulary": f"results/{ds}/tokenizer/{TOKENIZER_VOCABULARY}",
     }
 

@@ -10,7 +10,7 @@ smk = snakemake  # noqa: F821 - injected by Snakemake
 params = TokenizerParams(**smk.params.tokenizer)
 log = configure_logging(smk.log[0], "train_tokenizer", {"tokenizer": params, "dtype": smk.params.dtype,
                                                         "inputs": list(smk.input)})
-ident = train_tokenizer(list(smk.input), params, Path(smk.output.meta).parent)
+ident = train_tokenizer(list(smk.input), params, Path(smk.output.tokenizer).parent)
 # The shard dtype must hold every id: refused here, once, rather than in every tokenize job.
 dtype = choose_dtype(ident["vocab_size"], smk.params.dtype)
 log.info("tokenizer %s, vocab_size %d, end-of-text id %d, tokens as %s",

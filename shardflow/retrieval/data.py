@@ -76,12 +76,17 @@ def doc_text(title: str | None, text: str) -> str:
 # --- BEIR ---------------------------------------------------------------------
 
 
+def beir_names(name: str) -> tuple[str, str]:
+    """A BEIR file's names in a folder, in the order they are looked for: plain, then gzip."""
+    return f"{name}.jsonl", f"{name}.jsonl.gz"
+
+
 def beir_file(folder: str | os.PathLike, name: str) -> Path:
     """`<folder>/<name>.jsonl`, or its `.gz` twin; error if neither exists."""
     folder = Path(folder)
-    for candidate in (folder / f"{name}.jsonl", folder / f"{name}.jsonl.gz"):
-        if candidate.is_file():
-            return candidate
+    for candidate in beir_names(name):
+        if (folder / candidate).is_file():
+            return folder / candidate
     raise FileNotFoundError(f"{folder}: no {name}.jsonl or {name}.jsonl.gz")
 
 

@@ -67,8 +67,7 @@ class RetrievalSpec:
     def _names(self) -> list[tuple[str, ...]]:
         """Each input file's candidate names inside the folder, in order: corpus, queries, qrels."""
         if self.format == "beir":
-            return [("corpus.jsonl", "corpus.jsonl.gz"), ("queries.jsonl", "queries.jsonl.gz"),
-                    (f"qrels/{self.split}.tsv",)]
+            return [rdata.beir_names("corpus"), rdata.beir_names("queries"), (f"qrels/{self.split}.tsv",)]
         return [(self.msmarco_collection,), (self.msmarco_queries,), (self.msmarco_qrels,)]
 
     def _stored(self) -> dict[str, str]:
