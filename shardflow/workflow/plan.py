@@ -20,13 +20,20 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from shardflow.core.models import unavailable as model_unavailable
 from shardflow.core.parsecache import cached
 from shardflow.core.s3 import has_magic
 from shardflow.corpus.readers import ReaderOptions, count_records_cheap, detect_format, expand_inputs
 from shardflow.retrieval.pipeline import RetrievalSpec
+from shardflow.train.tokenizer import pretrained_unavailable
+from shardflow.workflow.tasks import models as task_models
+
+if TYPE_CHECKING:  # the sweep package imports pandas: parse-time code here does not
+    from shardflow.sweep.spec import SweepSpec
 
 DEMO_CORPUS = "resources/demo/corpus.jsonl"
 COUNT_CACHE = "record-counts"  # core.parsecache.cache_file(COUNT_CACHE)
@@ -277,7 +284,8 @@ def train_settings(train: dict, where: str = "train") -> None:
 
 def shards_settings(cfg: dict) -> None:
     """Stop at parse time on shard settings that cannot give a training run: no
-    validation split, or a tokenizer name mistyped (a path is checked by its job)."""
+    validation split, or a tokenizer name mistyped (a path is looked for by
+    unavailable_models where the jobs share this filesystem, else by its job)."""
     sh = cfg["shards"]
     if sh["tokens_per_shard"] is not None and sh["shard_mb"] is not None:
         raise ValueError("shards.tokens_per_shard and shards.shard_mb are both set: give one (the other null)")
@@ -352,6 +360,46 @@ def summarise_model(cfg: dict, sources: tuple[str, ...] = ()) -> None:
                     f"{key} {field!r}: none of the first {FIELD_SAMPLE} records of {path} has it "
                     f"(the first record's fields: {', '.join(map(str, first))})"
                 )
+
+
+# The config key of each model role (shardflow.workflow.tasks.models), and the tasks a
+# sweep's jobs run models for (training sweeps train their own).
+MODEL_KEYS = {"embedding": "embedding.model", "summarise": "summarise.model", "summarise_encoder": "summarise.encoder"}
+SWEEP_TASKS = {"retrieval": ("retrieval",), "summarise": ("summarisation",)}
+
+
+def loaded_models(cfg: dict, tasks: Iterable[str]) -> dict[str, str]:
+    """Config key -> value of every model and pretrained tokenizer the jobs of `tasks` load."""
+    tasks = tuple(tasks)
+    out = {MODEL_KEYS[role]: name for role, name in task_models(tasks, cfg).items()}
+    if "training" in tasks and cfg["shards"]["tokenizer"] not in ("char", "bpe"):
+        out["shards.tokenizer"] = cfg["shards"]["tokenizer"]
+    return out
+
+
+def unavailable_models(cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[SweepSpec] = ()) -> list[str]:
+    """One line, naming its key (and sweep point), for each model or pretrained tokenizer
+    that a job of this run would load and this machine cannot: a mistyped folder, a hub
+    name not in the local cache. Asked where the jobs see this machine's files (local,
+    SLURM): without it, every GPU job would wait for its GPU, fail and be resubmitted."""
+    places = [("", cfg, {t for ds in data_sets for t in ds.tasks})]
+    for spec in sweeps:
+        for point in spec.ids:
+            job = {**cfg, **spec.job_config(point, spec.seeds[0])}
+            places.append((f" (sweep '{spec.name}', point {point})", job, SWEEP_TASKS.get(spec.stage, ())))
+    seen, lines = set(), []
+    for where, job, tasks in places:
+        for key, name in loaded_models(job, tasks).items():
+            if (key, name) in seen:
+                continue
+            seen.add((key, name))
+            if key == "shards.tokenizer":
+                why = pretrained_unavailable(name)
+            else:
+                why = model_unavailable(name, hub=key != "summarise.model")
+            if why:
+                lines.append(f"{key} {name!r}{where}: {why}")
+    return lines
 
 
 FIELD_SAMPLE = 100  # records read at parse time to find a misspelt field name

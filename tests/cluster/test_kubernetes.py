@@ -11,6 +11,7 @@ run in strict mode too, since that is what EKS will do."""
 
 import base64
 import json
+import os
 import re
 import subprocess
 import time
@@ -276,6 +277,7 @@ def test_eks_dry_run_as_typed_from_the_repo_root_needs_only_environment_variable
     (0.3.6) hands boto3 endpoint_url=None and no keys when none are configured, so the
     standard AWS variables point it at any S3 server; the profile's site values come from
     SHARDFLOW_*. No cluster, no kubeconfig, no --storage-s3-* flags (profiles/README.md)."""
+    assert not os.path.exists("/models/in-the-image")
     assert (sm.REPO / "eks").resolve() == (sm.REPO / "profiles" / "eks").resolve()
     prefix = "tests/eks-dry-run"
     env = sm.env(
@@ -284,7 +286,9 @@ def test_eks_dry_run_as_typed_from_the_repo_root_needs_only_environment_variable
         SHARDFLOW_S3_PREFIX=prefix,
         SHARDFLOW_IMAGE=IMAGE,
     )
-    cmd = ["timeout", "-k", "10", "120", "snakemake", "--profile", "eks", "-n"]
+    # A model folder that only the image holds is not looked for on the controller.
+    cmd = ["timeout", "-k", "10", "120", "snakemake", "--profile", "eks", "-n",
+           "--config", "embedding={model: /models/in-the-image}"]
     proc = subprocess.run(cmd, cwd=sm.REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, check=False)
     assert proc.returncode == 0, proc.stdout[-6000:]

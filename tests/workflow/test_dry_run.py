@@ -74,6 +74,27 @@ def test_abstractive_summaries_without_a_model_stop_the_dry_run(tmp_path):
     assert "summarise.method is abstractive but summarise.model is null" in proc.stdout + proc.stderr
 
 
+def test_models_this_machine_lacks_stop_the_dry_run_all_at_once_naming_their_keys(tmp_path):
+    """A mistyped model folder, a sweep point's, and a sweep that lacks what its stage
+    needs: one parse error names them all, instead of GPU jobs that queue, fail and are
+    resubmitted, one problem per attempt."""
+    cfg = write_config(
+        tmp_path / "models.yaml",
+        tasks=["embedding", "summarisation"],
+        embedding={"model": str(tmp_path / "no-such-encoder")},
+        summarise={"method": "extractive", "encoder": "default"},
+        sweeps={"enc": {"stage": "summarise", "grid": {"summarise.encoder": ["default", "~/no-such-encoder"]},
+                        "seeds": [0], "metrics": {"rouge1": "max"}}},
+    )
+    proc = snakemake(tmp_path, "-n", "--configfile", str(cfg), check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "sweep 'enc' (stage summarise) needs summarise.reference_field" in out, out[-3000:]
+    assert f"embedding.model '{tmp_path}/no-such-encoder': no such folder; the jobs that load it would fail" in out
+    assert "summarise.encoder '~/no-such-encoder' (sweep 'enc', point encoder=_7e_2fno-such-encoder): no such folder" in out
+    assert "summarise.encoder 'default'" not in out  # the bundled one is there
+
+
 def test_mistyped_value_stops_the_run_naming_it(tmp_path):
     proc = snakemake(tmp_path, "-n", "--config", "n_chunks=many", check=False)
     assert proc.returncode != 0

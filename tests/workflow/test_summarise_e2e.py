@@ -123,11 +123,14 @@ def test_job_table_report_and_landing(run):
 @pytest.mark.dryrun
 @pytest.mark.parametrize(("method", "gpu"), [("lead", None), ("abstractive", 1)])
 def test_dry_run_lists_every_summarise_job_with_its_resources(tmp_path, method, gpu):
+    model = tmp_path / "model"  # what the parse-time check looks for; the dry run loads nothing
+    model.mkdir()
+    (model / "config.json").write_text("{}")
     cfg = write_config(
         tmp_path / "c.yaml",
         tasks=["embedding", "summarisation"],
         n_chunks=6,
-        summarise={"method": method, "model": str(tmp_path)},
+        summarise={"method": method, "model": str(model)},
     )
     out = snakemake(tmp_path, "-n", "--cores", "8", "--configfile", str(cfg)).stdout
     counts = job_counts(out)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from shardflow.train.tokenizer import (
     UnknownCharacterError,
     load_pretrained,
     load_tokenizer,
+    pretrained_unavailable,
     train_bpe,
     vocabulary_file,
 )
@@ -97,6 +99,20 @@ def test_transformers_loads_the_saved_tokenizer_and_encodes_as_ours(tmp_path, ki
 def test_missing_tokenizer_path(tmp_path):
     with pytest.raises(FileNotFoundError, match="expected 'char', 'bpe', a tokenizer.json"):
         load_pretrained(tmp_path / "nope")
+
+
+def test_what_parse_time_finds_missing_is_what_loading_refuses(tmp_path):
+    """pretrained_unavailable (the workflow's parse-time check) and load_pretrained agree."""
+    (tmp_path / "empty").mkdir()
+    load_pretrained("default").save_for_transformers(tmp_path / "model", 64)
+    for spec in ("default", tmp_path / "model", tmp_path / "model" / "tokenizer.json"):
+        assert pretrained_unavailable(str(spec)) is None
+        load_pretrained(spec)
+    for spec in (tmp_path / "empty", tmp_path / "empty" / "tokenizer.json", tmp_path / "nope.json"):
+        why = pretrained_unavailable(str(spec))
+        assert why.startswith(f"no {spec if spec.suffix else spec / 'tokenizer.json'} ")
+        with pytest.raises(FileNotFoundError, match=re.escape(why)):
+            load_pretrained(spec)
 
 
 def test_a_saved_folder_is_the_two_files_the_workflow_declares(tmp_path):

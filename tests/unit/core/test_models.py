@@ -1,0 +1,55 @@
+"""shardflow.core.models.unavailable: what the workflow's parse-time check says of each
+kind of configured model name, and that it never downloads."""
+
+import json
+
+import pytest
+
+from shardflow.core.models import resolve_model, unavailable
+from shardflow.embed.stconfig import resolve_model_folder
+
+
+def test_the_bundled_model_and_a_model_folder_are_there(tmp_path):
+    assert unavailable("default") is None
+    assert unavailable(resolve_model("default")) is None  # a sentence-transformers folder
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "config.json").write_text("{}")
+    assert unavailable(str(tmp_path / "plain")) is None
+    assert unavailable(str(tmp_path / "plain"), hub=False) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "hub", "why"),
+    [
+        ("{tmp}/empty", True, "the folder holds no config.json or modules.json: not a model folder"),
+        ("{tmp}/empty/weights.bin", True, "a file: give the model folder"),
+        ("{tmp}/typo", True, "no such folder"),
+        ("./models/typo", True, "no such folder"),
+        ("~/models/typo", True, "no such folder"),
+        ("a/b/c", True, "no such folder"),  # no hub name has two slashes
+        ("models/bart", False, "no such folder (hub names are refused: nothing downloads)"),
+    ],
+)
+def test_what_is_not_a_model_folder_is_named(tmp_path, name, hub, why):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "weights.bin").write_bytes(b"")
+    assert unavailable(name.format(tmp=tmp_path), hub=hub) == why
+
+
+def test_a_hub_name_is_looked_up_in_the_local_cache_only(tmp_path, monkeypatch):
+    """A name found in the cache is there, as the embed job's loader finds it; one that
+    is not is named with the cache it was looked for in, and nothing is fetched."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    snapshot = tmp_path / "models--shardflow-test--tiny" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    (tmp_path / "models--shardflow-test--tiny" / "refs").mkdir()
+    (tmp_path / "models--shardflow-test--tiny" / "refs" / "main").write_text("0" * 40)
+
+    assert unavailable("shardflow-test/tiny") is None
+    assert resolve_model_folder("shardflow-test/tiny") == snapshot
+    why = unavailable("shardflow-test/absent")
+    assert why == f"neither a folder nor in the local Hugging Face cache {tmp_path} (nothing downloads)"
+    assert not (tmp_path / "models--shardflow-test--absent").exists()
