@@ -16,8 +16,9 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 from snakemake.io import IOFile, update_wildcard_constraints
+from snakemake.logging import logger
 
-from shardflow.core import gpu_slots, s3
+from shardflow.core import gpu_slots, parsecache, s3
 from shardflow.core.config import load_schema, recorded, validate_config
 from shardflow.core.hashing import config_sha256
 from shardflow.retrieval.pipeline import RetrievalSpec
@@ -731,9 +732,21 @@ def landing_inputs(wildcards):
 
 def landing_text():
     """The global report description: the run's landing page once it exists (the
-    report is made after the run, in its working directory), else a placeholder."""
+    report is made after the run, in its working directory; with S3 as default
+    storage, a copy fetched from the bucket), else a placeholder. Snakemake reads it
+    when it makes the report, after the parse, so the copy is fetched at every parse
+    of the controller: one small GET, given up on at once (the run's own S3 checks
+    then say what is wrong)."""
     if os.path.exists(LANDING):
         return os.path.abspath(LANDING)
+    if S3_PARTS_PREFIX and workflow.is_main_process:
+        copy = os.path.join(parsecache.FOLDER, "landing.rst")
+        try:
+            client = s3.client(s3_settings(), attempts=1, connect_timeout=5)
+            if s3.fetch(f"{S3_PARTS_PREFIX}/{LANDING}", copy, client):
+                return os.path.abspath(copy)
+        except Exception as exc:
+            logger.debug(f"landing page not fetched from the bucket: {exc}")
     return "rules/captions/landing_pending.rst"
 
 

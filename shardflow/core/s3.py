@@ -11,6 +11,7 @@ falls back to boto3's own chain (AWS_PROFILE, AWS_ENDPOINT_URL, IRSA, ...).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import re
@@ -68,12 +69,13 @@ def export_settings(settings: Mapping[str, Any], environ: dict | None = None) ->
             env.setdefault(f"SNAKEMAKE_STORAGE_S3_{name.upper()}", str(value))
 
 
-def client(settings: Mapping[str, Any] | None = None):
+def client(settings: Mapping[str, Any] | None = None, *, attempts: int = 8, connect_timeout: float = 60):
     """A boto3 S3 client with the storage plugin's settings (None: from the environment).
 
     Checksums only when required (as the storage plugin sets them): S3-compatible
     servers other than AWS store boto3's default trailing checksums in the object.
-    Retries in standard mode ride out a storage server restart of a few seconds."""
+    Retries in standard mode ride out a storage server restart of a few seconds; a
+    caller for whom the object is optional asks for one attempt and a short timeout."""
     import boto3
     from botocore.config import Config
 
@@ -86,11 +88,33 @@ def client(settings: Mapping[str, Any] | None = None):
         aws_secret_access_key=s.get("secret_key"),
         aws_session_token=s.get("token"),
         config=Config(
-            retries={"max_attempts": 8, "mode": "standard"},
+            retries={"max_attempts": attempts, "mode": "standard"},
+            connect_timeout=connect_timeout,
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         ),
     )
+
+
+def fetch(url: str, dest: str | os.PathLike, s3) -> bool:
+    """Copy the object `url` to `dest` (written atomically); False, and `dest` removed,
+    when there is no such object. Other errors (access, network) are raised."""
+    from botocore.exceptions import ClientError
+
+    from shardflow.core.atomic import atomic_write_bytes
+
+    u = S3Url.parse(url)
+    try:
+        body = s3.get_object(Bucket=u.bucket, Key=u.key)["Body"].read()
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") not in ("NoSuchKey", "404"):
+            raise
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(dest)
+        return False
+    os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
+    atomic_write_bytes(dest, body)
+    return True
 
 
 # ------------------------------------------------------------------------- globs

@@ -221,7 +221,8 @@ def test_every_task_and_a_sweep_run_on_eks_and_record_what_a_local_run_records(
     landing reading the files by their names instead of their copies, provenance unable
     to hash a folder, a folder uploaded by a pod taken for missing. Provenance must name
     the same outputs with the same bytes as the local run's, and no record may name a
-    file by its local copy."""
+    file by its local copy. The report made with the profile opens on the landing page,
+    fetched from the bucket."""
     beir = beir_folder(tmp_path / "beir", corpus_file)
     for file in sorted(p for p in beir.rglob("*") if p.is_file()):
         s3.client().put_object(Bucket=s3.bucket, Key=f"corpora/beir/{file.relative_to(beir)}", Body=file.read_bytes())
@@ -260,6 +261,13 @@ def test_every_task_and_a_sweep_run_on_eks_and_record_what_a_local_run_records(
     assert f"{s3_prefix}/results/sweeps/lr/summary.parquet" in objects
     # The uploaded sources were removed at the end; the sentinel kept the bucket.
     assert not [k for k in objects if "snakemake-workflow-sources" in k]
+
+    # The report's first page is the landing page, fetched from the bucket at parse time.
+    assert not (checkout / "results").exists()
+    made = run_eks(api, s3, s3_prefix, checkout, sm, "--configfile", config.name, "--report", "report.html")
+    assert made.returncode == 0, sm.describe(made)
+    html = (checkout / "report.html").read_text()
+    assert "Retrieval evaluation: beir" in html and "Training: every" in html, html[-3000:]
 
     rules = {target.split(":")[0] for target in specs_by_target(api)}
     assert {"split_every", "split_beir", "embed", "embed_queries", "summarise", "evaluate_summaries",

@@ -47,6 +47,21 @@ def test_s3_glob_lists_like_a_local_glob(s3, s3_prefix, storage_env):
         s3mod.expand(f"{base}/a/*.parquet", s3mod.client())
 
 
+def test_fetch_copies_an_object_says_when_there_is_none_and_raises_on_the_rest(s3, s3_prefix, tmp_path):
+    """core.s3.fetch, as the report's landing page is fetched at parse time."""
+    s3.client().put_object(Bucket=s3.bucket, Key=f"{s3_prefix}/results/report.rst", Body=b"shardflow run\n")
+    dest = tmp_path / "cache" / "landing.rst"
+    url = f"s3://{s3.bucket}/{s3_prefix}/results/report.rst"
+    settings = {"endpoint_url": s3.endpoint_url, "access_key": s3.access_key, "secret_key": s3.secret_key,
+                "region": s3.region}
+    quick = s3mod.client(settings, attempts=1, connect_timeout=5)
+    assert s3mod.fetch(url, dest, quick) and dest.read_bytes() == b"shardflow run\n"
+    assert not s3mod.fetch(url + ".missing", dest, quick) and not dest.exists()  # no stale copy left
+    denied = s3mod.client({**settings, "secret_key": "wrong"}, attempts=1, connect_timeout=5)
+    with pytest.raises(Exception, match="SignatureDoesNotMatch|AccessDenied|InvalidAccessKeyId"):
+        s3mod.fetch(url, dest, denied)
+
+
 def test_parts_in_s3_resume_and_are_removed(s3, s3_prefix, storage_env):
     url = f"s3://{s3.bucket}/{s3_prefix}/resume/job"
     store = PartStore(url, {"n_texts": 4}).open()
