@@ -24,7 +24,7 @@ from shardflow.core.hashing import config_sha256
 from shardflow.retrieval.pipeline import RetrievalSpec
 from shardflow.summarise.params import METHOD_KEYS, ignored_by
 from shardflow.sweep import POINT_ID_REGEX, SEED_REGEX, parse_sweeps
-from shardflow.sweep.spec import collection_rule
+from shardflow.sweep.spec import collection_rule, seeds_without_effect
 from shardflow.sweep.report import output_files as sweep_output_files
 from shardflow.sweep.shared import SHARED_FOLDER
 from shardflow.workflow import plan, site, tasks
@@ -115,6 +115,12 @@ for _spec in SWEEPS.values():
     elif SWEEP_NEEDS[_spec.stage] and not SWEEP_NEEDS[_spec.stage][0]:
         _PROBLEMS.append(
             f"sweep {_spec.name!r} (stage {_spec.stage}) needs {SWEEP_NEEDS[_spec.stage][1]}"
+        )
+    _why = seeds_without_effect(_spec) if workflow.is_main_process else None
+    if _why:
+        logger.warning(
+            f"sweep {_spec.name!r}: {_why}, so its {len(_spec.seeds)} seeds run each point "
+            f"{len(_spec.seeds)} times for the same numbers; `seeds: [{_spec.seeds[0]}]` runs it once"
         )
     _method = config["summarise"]["method"]
     _ignored = ignored_by(_method, _spec.params) if _spec.stage == "summarise" else []

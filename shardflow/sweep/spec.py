@@ -148,6 +148,27 @@ class SweepSpec:
         return _sorted_keys(apply_point(config, {**self.point(pid), **seed_set}, copy_config=False))
 
 
+def seeds_without_effect(spec: SweepSpec) -> str | None:
+    """Why `spec`'s seeds cannot change its results, or None: then each seed after the
+    first repeats its point's computation (GPU time) for the same numbers and a zero
+    std. Retrieval: inference reads no randomness (embedding.seed seeds only weights a
+    model folder lacks). Summarise: lead and extractive read no seed, and abstractive
+    generation without sampling (`do_sample: false` at every point) is deterministic;
+    with `do_sample: null` the model's own generation config may sample."""
+    if len(spec.seeds) < 2:
+        return None
+    if spec.stage == "retrieval":
+        return "retrieval scores do not depend on embedding.seed (inference draws nothing at random)"
+    if spec.stage == "summarise":
+        method = spec.base_config["summarise"]["method"]
+        if method != "abstractive":
+            return f"summarise.method {method} reads no seed"
+        sampling = [spec.job_config(p, spec.seeds[0])["summarise"]["generation"].get("do_sample") for p in spec.ids]
+        if all(value is False for value in sampling):
+            return "generation does not sample (summarise.generation.do_sample: false)"
+    return None
+
+
 def _sorted_keys(node: Any) -> Any:
     if isinstance(node, Mapping):
         return {k: _sorted_keys(node[k]) for k in sorted(node)}

@@ -255,3 +255,28 @@ def test_tables_record_is_builtins_and_follows_what_the_tables_show(spec):
     assert changed(metrics={"final_train_loss": "min", "best_val_loss": "min"}, best="best_val_loss")
     assert changed(seeds=[0, 1, 2]) and changed(grid={"train.lr": [0.001], "train.n_layer": [2, 4]})
     assert not changed(description="notes") and not changed()
+
+
+def test_seeds_that_cannot_change_a_result_are_named():
+    """seeds_without_effect: the workflow warns at parse time that each seed after the
+    first would repeat its point for the same numbers."""
+    import dataclasses
+
+    from shardflow.sweep.spec import seeds_without_effect
+
+    train = parse({"s": sweep()})["s"]
+    assert seeds_without_effect(train) is None  # the seed draws the weights and batches
+    retrieval = parse({"s": sweep(stage="retrieval", grid={"retrieval.top_k": [10, 100]})})["s"]
+    assert seeds_without_effect(retrieval).startswith("retrieval scores do not depend on embedding.seed")
+    assert seeds_without_effect(dataclasses.replace(retrieval, seeds=(0,))) is None  # one seed: nothing repeats
+    lead = parse({"s": sweep(stage="summarise", grid={"summarise.k": [1, 2]})})["s"]
+    assert seeds_without_effect(lead) == "summarise.method lead reads no seed"
+
+    def abstractive(do_sample):
+        base = copy.deepcopy(lead.base_config)
+        base["summarise"].update(method="abstractive", generation={"do_sample": do_sample})
+        return dataclasses.replace(lead, base_config=base)
+
+    assert seeds_without_effect(abstractive(False)) == "generation does not sample (summarise.generation.do_sample: false)"
+    assert seeds_without_effect(abstractive(True)) is None
+    assert seeds_without_effect(abstractive(None)) is None  # the model's generation config may sample
