@@ -67,6 +67,9 @@ class ReaderOptions:
     text_mode: str = "lines"  # plain text: "lines" (one doc a line) or "files"
     on_bad_record: str = "error"  # error | skip
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES  # input.max_record_mb
+    # A record whose text field is empty (or white space) is kept as it is, not a bad
+    # record: the retrieval corpus, whose empty documents MTEB embeds and ranks too.
+    keep_empty_text: bool = False
 
     def __post_init__(self) -> None:
         if self.format != "auto" and self.format not in FORMATS:
@@ -274,7 +277,7 @@ class _Reader:
             return self.bad(line, f"missing text field {o.text_field!r}", raw)
         if not isinstance(text, str):
             return self.bad(line, f"text field {o.text_field!r} is {type(text).__name__}, not a string", raw)
-        if not text.strip():
+        if not text.strip() and not o.keep_empty_text:
             return self.bad(line, f"empty text in field {o.text_field!r}", raw)
         if not _encodable(text):
             return self.bad(line, f"text field {o.text_field!r} holds an unpaired surrogate (not valid Unicode)", raw)

@@ -767,6 +767,13 @@ class Encoder:
                     if i + 2 < len(groups):
                         ahead.append(submit(pool_, groups[i + 2]))
                     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+                    if not lengths.all():  # only an empty text can give none
+                        first = starts[w] + int(idx[int(np.argmin(lengths))])
+                        raise ValueError(
+                            f"text {first} of this job (0-based) is empty and this tokenizer adds no special "
+                            "token to it: there is no token to pool (set a prompt, or use a model whose "
+                            "tokenizer adds one, as BERT's [CLS]/[SEP] or Qwen3's end-of-text)"
+                        )
                     if self.truncate:
                         stats.at_max_length += int((lengths >= self.max_length).sum())
                     order = length_order(lengths)

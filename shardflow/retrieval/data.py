@@ -13,8 +13,9 @@ MS MARCO: collection `pid<TAB>passage`, queries `qid<TAB>query`, qrels in TREC
 form `qid 0 pid rel` (or three columns, with or without a header).
 
 A document's text is `(title + " " + text).strip()`, which is just
-`text.strip()` when the title is empty: the string MTEB embeds. Queries are
-kept exactly as given, as MTEB does.
+`text.strip()` when the title is empty: the string MTEB embeds, the empty string
+included (the retrieval corpus's split keeps empty texts). Queries are kept
+exactly as given, as MTEB does.
 """
 
 from __future__ import annotations

@@ -39,6 +39,14 @@ DEMO_CORPUS = "resources/demo/corpus.jsonl"
 COUNT_CACHE = "record-counts"  # core.parsecache.cache_file(COUNT_CACHE)
 
 
+def reader_params(cfg: dict) -> dict:
+    """The reader settings of the main corpus's split (its recorded `reader` params):
+    ReaderOptions' fields from the config. keep_empty_text is left out (it is false): a
+    field added to ReaderOptions would otherwise rerun every finished split."""
+    opts = reader_options(cfg).__dict__
+    return {k: v for k, v in opts.items() if k != "keep_empty_text"}
+
+
 def reader_options(cfg: dict) -> ReaderOptions:
     inp = cfg["input"]
     return ReaderOptions(
@@ -151,8 +159,10 @@ def job_threads(setting: int | str, *, local_cpu: bool, cores: int | None, jobs:
 
 
 # Reader settings for files this workflow wrote itself in the chunk format
-# (the retrieval corpus): {"id": ..., "text": ...} JSON lines.
-CHUNK_READER = {"format": "jsonl", "id_field": "id", "text_field": "text", "group_field": None, "on_bad_record": "error"}
+# (the retrieval corpus): {"id": ..., "text": ...} JSON lines. The retrieval corpus's
+# empty documents are embedded and searched, as MTEB does (FiQA has some).
+CHUNK_READER = {"format": "jsonl", "id_field": "id", "text_field": "text", "group_field": None, "on_bad_record": "error",
+                "keep_empty_text": True}
 
 
 @dataclass(frozen=True)
@@ -210,7 +220,7 @@ def datasets(cfg: dict, list_s3: Callable[[str], list[str]] | None = None) -> di
         tasks=tuple(cfg["tasks"]),
         n_chunks=plan_n_chunks(cfg, list_s3),
         sources=tuple(corpus_inputs(cfg, list_s3)),
-        reader=dict(reader_options(cfg).__dict__),
+        reader=reader_params(cfg),
         by=cfg["chunking"]["by"],
         rate_items_per_s=rate,
     )
@@ -225,7 +235,7 @@ def datasets(cfg: dict, list_s3: Callable[[str], list[str]] | None = None) -> di
             tasks=("embedding", "retrieval"),
             n_chunks=plan_retrieval_chunks(cfg),
             sources=(retrieval_corpus(name),),
-            reader={**reader_options(cfg).__dict__, **CHUNK_READER},
+            reader={**reader_params(cfg), **CHUNK_READER},
             by="records",
             rate_items_per_s=rate,
         )

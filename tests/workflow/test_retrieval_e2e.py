@@ -15,8 +15,9 @@ pytestmark = pytest.mark.workflow
 
 @pytest.fixture(scope="module")
 def beir(tmp_path_factory, demo_texts):
-    """40 docs with titles; 6 queries that repeat a doc's text exactly (so each finds its
-    doc first), one of them also judged against a doc missing from the corpus."""
+    """40 docs, half with titles, and an empty one (title and text, as FiQA has); 6
+    queries that repeat a doc's text exactly (so each finds its doc first), one of them
+    also judged against a doc missing from the corpus."""
     _, records = demo_texts
     folder = tmp_path_factory.mktemp("beir") / "tiny"
     (folder / "qrels").mkdir(parents=True)
@@ -25,6 +26,7 @@ def beir(tmp_path_factory, demo_texts):
         for i, r in enumerate(docs):
             title = r["id"] if i % 2 else ""
             fh.write(json.dumps({"_id": f"d{i}", "title": title, "text": r["text"]}) + "\n")
+        fh.write(json.dumps({"_id": "d-empty", "title": "", "text": ""}) + "\n")
     with open(folder / "queries.jsonl", "w") as fh:
         for q in range(6):
             i = 2 * q  # even docs have no title: the query text equals the document text
@@ -74,6 +76,7 @@ def test_metrics_through_the_workflow_and_reproduction_check(tmp_path, beir):
     assert metrics["recall_at_10"] == pytest.approx((5 + 0.5) / 6, abs=1e-9)
     assert metrics["mrr_at_10"] == pytest.approx(1.0)
     assert metrics["n_queries"] == 6
+    assert metrics["n_documents"] == 41  # the empty one embedded and searched, as MTEB does
     assert (tmp_path / "results/tiny/retrieval/per_query_ndcg.png").stat().st_size > 1000
     repro = json.loads((tmp_path / "results/tiny/reproduction.json").read_text())
     assert repro["ok"]

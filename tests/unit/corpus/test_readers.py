@@ -231,6 +231,15 @@ def corpus_with_bad_second_line(tmp_path, bad: bytes):
     return path
 
 
+def test_an_empty_text_is_kept_where_asked_as_it_is(tmp_path):
+    """keep_empty_text: the retrieval corpus's empty documents are records, unchanged."""
+    path = corpus_with_bad_second_line(tmp_path, BAD_LINES["empty text"][0])
+    items = read(path, keep_empty_text=True)
+    assert [(r.id, r.text) for r in items] == [("ok1", "fine"), ("x", "  "), ("ok3", "also fine")]
+    with pytest.raises(BadRecordError, match="empty text"):  # kept only where asked
+        read(path)
+
+
 def test_malformed_json_reason_reads_once():
     """json's message for a raw control character ends in " at": no "at at column"."""
     with pytest.raises(json.JSONDecodeError) as err:

@@ -641,6 +641,27 @@ def test_empty_input(tiny, tmp_path):
         enc.encode(["a", 3])
 
 
+@pytest.mark.parametrize("name", ["bert_mean", "qwen_last"])
+def test_an_empty_text_embeds_as_sentence_transformers_embeds_it(tiny, texts, name):
+    """A retrieval corpus keeps its empty documents, as MTEB does (FiQA has some): the
+    tokenizer's special tokens ([CLS] [SEP], or Qwen3's end-of-text) are what is pooled."""
+    batch = ["", texts[0], "", texts[1]]
+    assert_rows_match(load_encoder(params(tiny[name], packing="off")).encode(batch), st_encode(tiny[name], batch))
+
+
+def test_an_empty_text_without_any_token_is_an_error_naming_it(tiny, tmp_path):
+    """A tokenizer that adds no special token leaves an empty text with nothing to pool:
+    the job stops, naming the text, instead of pooling padding."""
+    model = copy_model(tiny["qwen_last"], tmp_path / "no_eos")
+    tokenizer = json.loads((model / "tokenizer.json").read_text())
+    tokenizer["post_processor"] = None
+    (model / "tokenizer.json").write_text(json.dumps(tokenizer))
+    enc = load_encoder(params(model, prompt_name="document"))  # the model's empty prompt
+    assert enc.encode(["a"]).shape == (1, 32)
+    with pytest.raises(ValueError, match=r"text 2 of this job \(0-based\) is empty and this tokenizer adds no special"):
+        enc.encode(["a", "b", "", "c"])
+
+
 def test_falls_back_when_sdpa_is_unsupported(tiny, texts, monkeypatch, caplog):
     from transformers import AutoModel
 

@@ -216,6 +216,20 @@ def test_reader_options_of_shipped_config_are_the_defaults(config):
     assert plan.reader_options(config) == ReaderOptions()
 
 
+def test_only_the_retrieval_corpus_keeps_empty_texts_and_the_main_reader_record_is_as_before(config, tmp_path):
+    """The main corpus's recorded `reader` params are the dict they always were (a new
+    key there would rerun every finished split); the retrieval corpus's keep its empty
+    documents, as MTEB embeds them."""
+    main = {"format": "auto", "id_field": "id", "text_field": "text", "group_field": None, "text_mode": "lines",
+            "on_bad_record": "error", "max_record_bytes": 64 * 2**20}
+    assert plan.reader_params(config) == main
+    config["retrieval"].update(path=str(tmp_path), name="beir", n_chunks=1)
+    sets = plan.datasets(config)
+    assert sets[config["dataset"]].reader == main
+    assert sets["beir"].reader == {**main, **plan.CHUNK_READER} and sets["beir"].reader["keep_empty_text"] is True
+    assert ReaderOptions(**sets["beir"].reader).keep_empty_text  # what scripts/split.py builds
+
+
 def test_retrieval_auto_chunks_follow_the_same_rule(tmp_path):
     import json as _json
 
