@@ -63,6 +63,8 @@ def _iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
                 except UnicodeDecodeError as exc:
                     raise RetrievalDataError(path, lineno, f"invalid UTF-8 ({exc.reason})") from exc
                 line = line.rstrip("\r\n")
+                if lineno == 1:  # a byte-order mark is no part of the first id or object
+                    line = line.removeprefix("\ufeff")
                 if line.strip():
                     yield lineno, line
         except BadRecordError as exc:
@@ -119,6 +121,21 @@ def _text_field(path: Path, lineno: int, obj: dict, key: str) -> str:
     return value
 
 
+def _id_field(path: Path, lineno: int, obj: dict) -> str:
+    """A BEIR `_id`: a string or an integer, as text. Qrels name ids as text, so a float
+    (1.0, as pandas writes an integer column with a gap), a boolean or a list would match
+    no judgement and score as a miss; an empty id names nothing."""
+    value = _field(path, lineno, obj, "_id")
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise RetrievalDataError(
+            path, lineno, f"field '_id' is {type(value).__name__} ({value!r}), not a string or integer"
+        )
+    key = str(value)
+    if not key.strip():
+        raise RetrievalDataError(path, lineno, "field '_id' is empty")
+    return key
+
+
 def _resolve(path_or_folder: str | os.PathLike, name: str) -> Path:
     path = Path(path_or_folder)
     return beir_file(path, name) if path.is_dir() else path
@@ -148,7 +165,7 @@ def iter_beir_corpus(path_or_folder: str | os.PathLike) -> Iterator[tuple[str, s
     path = _resolve(path_or_folder, "corpus")
     unique = _UniqueIds(path, "document")
     for lineno, obj in _iter_jsonl_objects(path):
-        doc_id = unique(str(_field(path, lineno, obj, "_id")), lineno)
+        doc_id = unique(_id_field(path, lineno, obj), lineno)
         text = _text_field(path, lineno, obj, "text")
         title = obj.get("title")
         if title is not None and not isinstance(title, str):
@@ -165,7 +182,7 @@ def iter_beir_queries(
     path = _resolve(path_or_folder, "queries")
     unique = _UniqueIds(path, "query", judged)
     for lineno, obj in _iter_jsonl_objects(path):
-        yield unique(str(_field(path, lineno, obj, "_id")), lineno), _text_field(path, lineno, obj, "text")
+        yield unique(_id_field(path, lineno, obj), lineno), _text_field(path, lineno, obj, "text")
 
 
 def load_beir_qrels(folder: str | os.PathLike, split: str = "test") -> Qrels:
@@ -261,10 +278,10 @@ def load_qrels(path: str | os.PathLike) -> Qrels:
                     path, lineno, f"qrels need 3 or 4 columns, found {len(cols)}"
                 )
             n_columns = len(cols)
-            if not _is_number(cols[-1]):
+            if cols[-1] and not _is_number(cols[-1]):
                 # Only the first line may be a header (`query-id corpus-id score`):
-                # data rows end in a number (one that is not an integer is an error
-                # below, not a header).
+                # data rows end in a number (one that is not an integer, or none, is an
+                # error below, not a header).
                 continue
         if len(cols) != n_columns:
             raise RetrievalDataError(
@@ -282,6 +299,8 @@ def load_qrels(path: str | os.PathLike) -> Qrels:
         if judged.get(docid, rel) != rel:
             regraded.append((lineno, qid, docid))
         judged[docid] = rel
+    if not qrels:
+        raise RetrievalDataError(path, 1, "no judgement in the file: nothing to evaluate")
     if regraded:
         line, qid, docid = regraded[0]
         log.warning("%s: %d (query, document) pairs are judged again with another grade; the last grade counts, "

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -153,7 +153,18 @@ def prepare_queries(fmt: str, queries_file: str, qrels_file: str, queries_out: s
                 found.add(qid)
                 yield qid, text
 
-    n_queries = rdata.write_corpus_jsonl(judged(), queries_out, check_unique=False)
+    empty: list[str] = []
+
+    def judged_with_text():
+        for qid, text in judged():
+            if not text.strip():
+                empty.append(qid)
+            yield qid, text
+
+    n_queries = rdata.write_corpus_jsonl(judged_with_text(), queries_out, check_unique=False)
+    if empty:
+        log.warning("%s: %d judged queries have empty text (embedded as they are, as MTEB does): %s",
+                    queries_file, len(empty), ", ".join(map(repr, empty[:5])))
     missing = sorted(set(qrels) - found)
     if missing:
         raise ValueError(f"{len(missing)} qrels queries have no text in {queries_file}, e.g. {missing[:5]}")
@@ -188,6 +199,15 @@ class EvaluateParams:
                 f"the model's similarity_fn_name is {self.similarity!r}: retrieval evaluation searches by "
                 f"{' or '.join(SEARCH_SIMILARITIES)} (exact inner-product search)"
             )
+
+
+def judged_documents_not_in(qrels: dict[str, dict[str, int]], doc_ids: Iterable[str]) -> list[str]:
+    """The judged document ids (any grade) that `doc_ids` lacks, sorted; one pass over
+    the corpus ids, holding only the judged ones."""
+    judged = {doc for judgements in qrels.values() for doc in judgements}
+    for doc in doc_ids:
+        judged.discard(doc)
+    return sorted(judged)
 
 
 def search_and_score(
@@ -225,6 +245,11 @@ def search_and_score(
         normalize=params.similarity == "cosine",
     )
     run = to_run(hits, query_ids, doc_ids)
+    unknown = judged_documents_not_in(qrels, doc_ids)
+    if unknown:
+        log.warning("%s: %d judged documents are not in the corpus, e.g. %s: no run can retrieve them, so they "
+                    "count as misses (as in MTEB); a mistyped id, or ids written as 1.0 for 1, does the same",
+                    qrels_path, len(unknown), ", ".join(map(repr, unknown[:5])))
     scores = evaluate(qrels, run, ignore_identical_ids=params.drop_identical_ids)
     metrics = {key: scores.scores[key] for key in HEADLINE}
     metrics.update(
@@ -233,6 +258,7 @@ def search_and_score(
             "n_queries": scores.n_queries,
             "n_queries_not_in_run": scores.n_queries_not_in_run,
             "n_documents": len(doc_ids),
+            "judged_documents_not_in_corpus": len(unknown),
             "top_k": k,
             "drop_identical_ids": params.drop_identical_ids,
             "similarity": params.similarity,

@@ -77,6 +77,7 @@ def test_metrics_through_the_workflow_and_reproduction_check(tmp_path, beir):
     assert metrics["mrr_at_10"] == pytest.approx(1.0)
     assert metrics["n_queries"] == 6
     assert metrics["n_documents"] == 41  # the empty one embedded and searched, as MTEB does
+    assert metrics["judged_documents_not_in_corpus"] == 1  # q5's missing-doc
     assert (tmp_path / "results/tiny/retrieval/per_query_ndcg.png").stat().st_size > 1000
     repro = json.loads((tmp_path / "results/tiny/reproduction.json").read_text())
     assert repro["ok"]

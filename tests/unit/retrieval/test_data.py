@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -191,6 +192,52 @@ def test_a_first_row_with_a_fractional_grade_is_an_error_not_a_header(tmp_path):
     path = write(tmp_path / "qrels.tsv", "q1 d1 1.5\nq2 d1 1\n")
     with pytest.raises(RetrievalDataError, match=r"qrels.tsv:1: relevance '1.5' is not an integer"):
         load_qrels(path)
+
+
+@pytest.mark.parametrize(
+    "text, line, reason",
+    [
+        ("q1\td1\t\nq2\td4\t1\n", 1, "relevance '' is not an integer"),  # no grade: no header either
+        ("", 1, "no judgement in the file"),
+        ("query-id\tcorpus-id\tscore\n", 1, "no judgement in the file"),
+    ],
+)
+def test_a_first_row_without_a_grade_and_qrels_without_judgements_are_errors(tmp_path, text, line, reason):
+    """The row without a grade used to be taken for a header (its query vanished); qrels
+    with no judgement ran the whole corpus side before the evaluation found nothing."""
+    path = write(tmp_path / "qrels.tsv", text)
+    with pytest.raises(RetrievalDataError, match=reason) as err:
+        load_qrels(path)
+    assert err.value.line == line and str(err.value).startswith(f"{path}:{line}:")
+
+
+def test_a_byte_order_mark_is_no_part_of_the_first_id(tmp_path):
+    """An MS MARCO collection's first passage id read as '\ufeff0' matched no judgement."""
+    bom = "\ufeff"
+    collection = write(tmp_path / "collection.tsv", f"{bom}0\tCats purr\n1\tDogs bark\n")
+    assert [pid for pid, _ in iter_msmarco_collection(collection)] == ["0", "1"]
+    assert load_qrels(write(tmp_path / "qrels.tsv", f"{bom}q1\t0\td1\t1\n")) == {"q1": {"d1": 1}}
+    corpus = write(tmp_path / "corpus.jsonl", bom + jsonl({"_id": "d1", "text": "a"}))
+    assert list(iter_beir_corpus(corpus)) == [("d1", "a")]
+
+
+@pytest.mark.parametrize(
+    "value, reason",
+    [
+        (1.0, "field '_id' is float (1.0), not a string or integer"),
+        (True, "field '_id' is bool (True), not a string or integer"),
+        ([1], "field '_id' is list ([1]), not a string or integer"),
+        ("", "field '_id' is empty"),
+        (" ", "field '_id' is empty"),
+    ],
+)
+def test_a_beir_id_qrels_could_never_name_is_an_error_naming_the_line(tmp_path, value, reason):
+    """A float id (pandas writes 1.0 for 1 in a column with a gap) became '1.0', which no
+    qrels row names: every judgement of it scored as a miss, silently."""
+    for name, read in (("corpus", iter_beir_corpus), ("queries", iter_beir_queries)):
+        path = write(tmp_path / f"{name}.jsonl", jsonl({"_id": "ok", "text": "a"}, {"_id": value, "text": "b"}))
+        with pytest.raises(RetrievalDataError, match=re.escape(f"{path}:2: {reason}")):
+            list(read(path))
 
 
 def test_a_pair_judged_again_keeps_the_last_grade_with_a_warning(tmp_path, caplog):

@@ -53,6 +53,17 @@ def test_a_judged_query_without_text_is_an_error(tmp_path):
         prepare_queries("beir", queries, qrels, str(tmp_path / "queries.jsonl"))
 
 
+def test_a_judged_query_with_empty_text_is_embedded_with_a_warning(tmp_path, caplog):
+    """As MTEB, the query is kept as given; the log names it."""
+    spec = _beir(tmp_path / "beir", "q0\td0\t1\nq1\td1\t1\n")
+    _, queries, qrels = spec.source_files()
+    Path(queries).write_text(json.dumps({"_id": "q1", "text": " "}) + "\n" + json.dumps({"_id": "q0", "text": "x"}) + "\n")
+    with caplog.at_level("WARNING"):
+        assert prepare_queries("beir", queries, qrels, str(tmp_path / "queries.jsonl"))["queries"] == 2
+    assert "1 judged queries have empty text (embedded as they are, as MTEB does): 'q1'" in caplog.text
+    assert read_chunk(tmp_path / "queries.jsonl") == (["q1", "q0"], [" ", "x"])
+
+
 def test_judged_queries_key_follows_the_set_of_judged_ids_only(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the parse cache lives under the working directory
     spec = _beir(tmp_path / "beir", "q0\td0\t1\nq1\td1\t1\n")
@@ -85,13 +96,13 @@ def test_judged_queries_are_read_once_per_version_of_the_qrels(tmp_path, monkeyp
     assert spec.judged_queries().startswith("3 judged queries")
 
 
-def _search(tmp_path, docs, queries, similarity):
+def _search(tmp_path, docs, queries, similarity, qrels=None):
     """search_and_score over `docs` and `queries` (rows d0.., q0..); q0 judges d0 relevant."""
     np.save(tmp_path / "d.npy", np.asarray(docs, dtype=np.float32))
     np.save(tmp_path / "q.npy", np.asarray(queries, dtype=np.float32))
     write_ids_parquet(tmp_path / "d.parquet", [f"d{i}" for i in range(len(docs))])
     write_ids_parquet(tmp_path / "q.parquet", [f"q{i}" for i in range(len(queries))])
-    (tmp_path / "qrels.json").write_text(json.dumps({"q0": {"d0": 1}}))
+    (tmp_path / "qrels.json").write_text(json.dumps(qrels or {"q0": {"d0": 1}}))
     out = [str(tmp_path / n) for n in ("m.json", "p.parquet", "r.parquet")]
     params = EvaluateParams(top_k=2, device="cpu", similarity=similarity)
     search_and_score(*(str(tmp_path / n) for n in ("d.npy", "d.parquet", "q.npy", "q.parquet", "qrels.json")),
@@ -139,3 +150,16 @@ def test_a_folder_in_s3_is_listed_once_its_files_named_by_url_and_its_qrels_by_v
         RetrievalSpec(path="s3://b/none", list_folder=lambda url: {}).source_files()
     with pytest.raises(FileNotFoundError, match=r"retrieval.path '.*' is not a folder"):
         RetrievalSpec(path="/nonexistent/beir").source_files()
+
+
+def test_judged_documents_the_corpus_lacks_are_counted_and_named(tmp_path, caplog):
+    """They score as misses, as in MTEB; metrics.json counts them and the log names some,
+    so a mistyped qrels id (or 1.0 written for 1) no longer passes as a poor model."""
+    qrels = {"q0": {"d0": 1, "1.0": 1, "gone": 0}}
+    with caplog.at_level("WARNING"):
+        metrics, _ = _search(tmp_path, [[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0]], "cosine", qrels)
+    assert metrics["judged_documents_not_in_corpus"] == 2
+    assert "2 judged documents are not in the corpus, e.g. '1.0', 'gone'" in caplog.text
+    assert metrics["recall_at_10"] == pytest.approx(0.5)  # the missing relevant one is a miss
+    metrics, _ = _search(tmp_path, [[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0]], "cosine")
+    assert metrics["judged_documents_not_in_corpus"] == 0
