@@ -118,7 +118,17 @@ def _text_field(path: Path, lineno: int, obj: dict, key: str) -> str:
     value = _field(path, lineno, obj, key)
     if not isinstance(value, str):
         raise RetrievalDataError(path, lineno, f"field {key!r} is not a string")
+    _check_unicode(path, lineno, key, value)
     return value
+
+
+def _check_unicode(path: Path, lineno: int, key: str, value: str) -> None:
+    """JSON can escape half a surrogate pair (`\\ud800`), which no UTF-8 file can hold:
+    named here, at the user's line, not later in the prepared copy."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RetrievalDataError(path, lineno, f"field {key!r} holds an unpaired surrogate (not valid Unicode)") from None
 
 
 def _id_field(path: Path, lineno: int, obj: dict) -> str:
@@ -133,6 +143,7 @@ def _id_field(path: Path, lineno: int, obj: dict) -> str:
     key = str(value)
     if not key.strip():
         raise RetrievalDataError(path, lineno, "field '_id' is empty")
+    _check_unicode(path, lineno, "_id", key)
     return key
 
 

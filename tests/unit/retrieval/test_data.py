@@ -211,6 +211,12 @@ def test_a_first_row_without_a_grade_and_qrels_without_judgements_are_errors(tmp
     assert err.value.line == line and str(err.value).startswith(f"{path}:{line}:")
 
 
+def test_an_unpaired_surrogate_in_a_text_names_the_users_line(tmp_path):
+    path = write(tmp_path / "corpus.jsonl", jsonl({"_id": "a", "text": "ok"}) + '{"_id": "b", "text": "x \\udc80"}\n')
+    with pytest.raises(RetrievalDataError, match=re.escape(f"{path}:2: field 'text' holds an unpaired surrogate")):
+        list(iter_beir_corpus(path))
+
+
 def test_a_byte_order_mark_is_no_part_of_the_first_id(tmp_path):
     """An MS MARCO collection's first passage id read as '\ufeff0' matched no judgement."""
     bom = "\ufeff"
@@ -229,6 +235,7 @@ def test_a_byte_order_mark_is_no_part_of_the_first_id(tmp_path):
         ([1], "field '_id' is list ([1]), not a string or integer"),
         ("", "field '_id' is empty"),
         (" ", "field '_id' is empty"),
+        ("\ud800", "field '_id' holds an unpaired surrogate"),
     ],
 )
 def test_a_beir_id_qrels_could_never_name_is_an_error_naming_the_line(tmp_path, value, reason):
