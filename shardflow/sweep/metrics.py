@@ -35,7 +35,7 @@ TRAIN = (
     "n_params", "world_size",
 )
 RETRIEVAL_HEADLINE = ("ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10", "map_at_10")
-RETRIEVAL_COUNTS = ("n_queries", "n_queries_not_in_run", "n_documents", "top_k")
+RETRIEVAL_COUNTS = ("n_queries", "n_queries_not_in_run", "n_documents", "judged_documents_not_in_corpus", "top_k")
 RETRIEVAL_MEASURES = ("ndcg", "map", "recall", "precision", "mrr")
 RETRIEVAL_KS = (1, 3, 5, 10, 20, 100, 1000)
 ROUGE = ("rouge1", "rouge2", "rougeL", "rougeLsum")
