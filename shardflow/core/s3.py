@@ -69,13 +69,17 @@ def export_settings(settings: Mapping[str, Any], environ: dict | None = None) ->
             env.setdefault(f"SNAKEMAKE_STORAGE_S3_{name.upper()}", str(value))
 
 
-def client(settings: Mapping[str, Any] | None = None, *, attempts: int = 8, connect_timeout: float = 60):
+def client(
+    settings: Mapping[str, Any] | None = None, *, attempts: int = 9, connect_timeout: float = 60,
+    read_timeout: float = 60,
+):
     """A boto3 S3 client with the storage plugin's settings (None: from the environment).
 
     Checksums only when required (as the storage plugin sets them): S3-compatible
     servers other than AWS store boto3's default trailing checksums in the object.
-    Retries in standard mode ride out a storage server restart of a few seconds; a
-    caller for whom the object is optional asks for one attempt and a short timeout."""
+    `attempts` counts every try of a request, the first included; nine in standard
+    mode ride out a storage server restart of a few seconds. A caller for whom the
+    object is optional asks for one attempt and short timeouts."""
     import boto3
     from botocore.config import Config
 
@@ -88,8 +92,9 @@ def client(settings: Mapping[str, Any] | None = None, *, attempts: int = 8, conn
         aws_secret_access_key=s.get("secret_key"),
         aws_session_token=s.get("token"),
         config=Config(
-            retries={"max_attempts": attempts, "mode": "standard"},
+            retries={"total_max_attempts": attempts, "mode": "standard"},
             connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         ),

@@ -158,7 +158,7 @@ def seeds_without_effect(spec: SweepSpec) -> str | None:
     if len(spec.seeds) < 2:
         return None
     if spec.stage == "retrieval":
-        return "retrieval scores do not depend on embedding.seed (inference draws nothing at random)"
+        return "retrieval scores do not depend on embedding.seed (it seeds only weights a model folder lacks)"
     if spec.stage == "summarise":
         method = spec.base_config["summarise"]["method"]
         if method != "abstractive":

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,15 +170,19 @@ def _escape(text: str) -> str:
     return text
 
 
+_HEADER = [
+    "shardflow run",
+    "=============",
+    "",
+    "What to check first, per stage that ran. Figures, per-chunk timings and provenance",
+    "are in the categories below; results/<dataset>/ holds the files.",
+    "",
+]
+_RULE = re.compile(r"(=+) (={60})")
+
+
 def render(sections: list[Section]) -> str:
-    lines = [
-        "shardflow run",
-        "=============",
-        "",
-        "What to check first, per stage that ran. Figures, per-chunk timings and provenance",
-        "are in the categories below; results/<dataset>/ holds the files.",
-        "",
-    ]
+    lines = list(_HEADER)
     for section in sections:
         title = _escape(section.title)
         lines += [title, "-" * len(title), ""]
@@ -188,6 +193,93 @@ def render(sections: list[Section]) -> str:
         lines += [f"{k.ljust(width)} {v}" for k, v in rows]
         lines += [rule, ""]
     return "\n".join(lines)
+
+
+def _is_escaped(text: str) -> bool:
+    """Whether `text` could be what _escape wrote: literal text for Jinja2 and docutils."""
+    if _CONTROL.search(text) or (text and not (text[0].isalnum() or text[0] == "\\")):
+        return False
+    i = 0
+    while i < len(text):
+        ch, after = text[i], text[i + 1 : i + 2]
+        if ch == "\\":
+            if not after:
+                return False
+            i += 2
+            continue
+        if ch in "*`|_" or (ch == ":" and after and not after.isspace()) or (ch == "{" and after in ("{", "%", "#")):
+            return False
+        i += 1
+    return True
+
+
+def page_problem(text: str) -> str | None:
+    """Why `text` is not a page `render` could have written, or None.
+
+    `snakemake --report` renders its first page with Jinja2 (not sandboxed: `{{ ... }}`
+    runs Python) and docutils (`.. include::` copies a local file into the report). A
+    page this workflow wrote holds only escaped values; a page read from elsewhere (a
+    bucket that pods write to, a results/ folder) is used only if it has that form too.
+    """
+    lines = text.split("\n")
+    if lines[: len(_HEADER)] != _HEADER:
+        return "it does not start as the landing page does"
+    i = len(_HEADER)
+    while i < len(lines) and not (lines[i] == "" and i == len(lines) - 1):
+        title, underline, blank, rule = (lines[i : i + 4] + ["", "", "", ""])[:4]
+        found = _RULE.fullmatch(rule)
+        if not (_is_escaped(title) and underline == "-" * len(title) and title and blank == "" and found):
+            return f"line {i + 1} is not a section's title and table"
+        width, j = len(found.group(1)), i + 4
+        while j < len(lines) and lines[j] != rule:
+            row = lines[j]
+            key, gap, value = row[:width].rstrip(), row[width : width + 1], row[width + 1 :]
+            if not (key and _is_escaped(key) and gap in ("", " ") and _is_escaped(value)):
+                return f"line {j + 1} is not a row of escaped values"
+            j += 1
+        if j + 1 >= len(lines) or lines[j + 1] != "":
+            return f"the table of line {i + 1} does not end as the landing page's do"
+        i = j + 2
+    return None
+
+
+def first_page(
+    page: str,
+    placeholder: str,
+    warn: Callable[[str], None],
+    *,
+    storage_prefix: str | None = None,
+    fetch: bool = False,
+    s3_settings: dict | None = None,
+    cache: str = ".snakemake/shardflow/landing.rst",
+) -> str:
+    """The report's first page: `page` (the landing page the workflow writes), if it is
+    there and in the form landing writes it (page_problem: the report renders it with
+    Jinja2 and docutils, where other markup could run code or copy in a local file),
+    else `placeholder`, with a warning naming why.
+
+    With S3 as default storage (`storage_prefix`) the run's page is in the bucket, and a
+    local one belongs to another run: with `fetch` (a report is being made) it is copied
+    to `cache`, in one try with short timeouts.
+    """
+    if storage_prefix:
+        url, page = f"{storage_prefix.rstrip('/')}/{page}", None
+        if fetch:
+            from shardflow.core import s3
+
+            try:
+                client = s3.client(s3_settings, attempts=1, connect_timeout=5, read_timeout=10)
+                page = cache if s3.fetch(url, cache, client) else None
+            except Exception as exc:  # noqa: BLE001 - the report is still made, with the placeholder
+                warn(f"the report's first page is a placeholder: {url} not fetched ({exc})")
+    if page is None or not os.path.exists(page):
+        return placeholder
+    with open(page, encoding="utf-8", errors="replace") as fh:
+        problem = page_problem(fh.read())
+    if problem:
+        warn(f"the report's first page is a placeholder: {page} is not a page rule landing wrote ({problem})")
+        return placeholder
+    return os.path.abspath(page)
 
 
 def write_landing(path: str | os.PathLike, sections: list[Section]) -> None:

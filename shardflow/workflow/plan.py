@@ -292,6 +292,15 @@ def train_settings(train: dict, where: str = "train") -> None:
         raise ValueError(f"{where}: {exc}") from None
 
 
+TOKENIZER_NAMES = ("char", "bpe", "default")
+
+
+def tokenizer_is_path(name: str) -> bool:
+    """Whether shards.tokenizer names a file or folder: a path has a folder or ends in
+    .json, or exists here; a bare word is a name (a misspelt one is shards_settings')."""
+    return name not in TOKENIZER_NAMES and ("/" in name or name.endswith(".json") or os.path.exists(name))
+
+
 def shards_settings(cfg: dict) -> None:
     """Stop at parse time on shard settings that cannot give a training run: no
     validation split, or a tokenizer name mistyped (a path is looked for by
@@ -305,12 +314,11 @@ def shards_settings(cfg: dict) -> None:
             "set it above 0, e.g. 0.1"
         )
     name = sh["tokenizer"]
-    names = ("char", "bpe", "default")
-    if name not in names and name.lower() in names:
+    if name not in TOKENIZER_NAMES and name.lower() in TOKENIZER_NAMES:
         raise ValueError(f"shards.tokenizer {name!r}: did you mean {name.lower()!r}? (names are lower case)")
-    if name not in names and "/" not in name and not name.endswith(".json") and not os.path.exists(name):
-        # A bare word that is no file here: a misspelt name, not a path (paths have a folder
-        # or end in .json; one that exists only in a cluster image is still accepted).
+    if name not in TOKENIZER_NAMES and not tokenizer_is_path(name):
+        # A bare word that is no file here: a misspelt name, not a path (one that exists
+        # only in a cluster image is still accepted).
         raise ValueError(
             f"shards.tokenizer {name!r} is neither char, bpe, default, nor a tokenizer.json or model folder"
         )
@@ -382,9 +390,10 @@ def loaded_models(cfg: dict, tasks: Iterable[str]) -> dict[str, str]:
     """Config key -> value of every model and pretrained tokenizer the jobs of `tasks` load."""
     tasks = tuple(tasks)
     out = {MODEL_KEYS[role]: name for role, name in task_models(tasks, cfg).items()}
-    if "training" in tasks and cfg["shards"]["tokenizer"] not in ("char", "bpe"):
+    if "training" in tasks and tokenizer_is_path(cfg["shards"]["tokenizer"]):
         out["shards.tokenizer"] = cfg["shards"]["tokenizer"]
     return out
+
 
 
 def unavailable_models(cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[SweepSpec] = ()) -> list[str]:
@@ -405,8 +414,10 @@ def unavailable_models(cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable
             seen.add((key, name))
             if key == "shards.tokenizer":
                 why = pretrained_unavailable(name)
+            elif key == "summarise.model":  # a transformers folder (AutoConfig), never a hub name
+                why = model_unavailable(name, hub=False, marks=("config.json",))
             else:
-                why = model_unavailable(name, hub=key != "summarise.model")
+                why = model_unavailable(name)
             if why:
                 lines.append(f"{key} {name!r}{where}: {why}")
     return lines

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 _VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 
@@ -72,3 +72,32 @@ def python_first_on_path(environ: dict | None = None, executable: str = sys.exec
         return False
     env["PATH"] = folder + (os.pathsep + path if path else "")
     return True
+
+
+# Command-line modes in which Snakemake runs no job: they print the graph or lists, keep
+# its books (--unlock, --touch, --cleanup-metadata) or read finished outputs (--report).
+# Parse-time checks of what the jobs will load are skipped there: a model moved after a
+# finished run must not block `--unlock` or `--report`.
+NO_JOB_FLAGS = frozenset({
+    "--unlock", "--touch", "-t", "--report", "--lint", "--list-rules", "--list", "-l", "--list-target-rules",
+    "--lt", "--summary", "-S", "--detailed-summary", "-D", "--list-changes", "--lc", "--dag", "--rulegraph",
+    "--filegraph", "--d3dag", "--cleanup-metadata", "--cm", "--cleanup-shadow", "--delete-all-output",
+    "--delete-temp-output", "--containerize", "--export-cwl", "--archive", "--generate-unit-tests",
+    "--print-compilation", "--list-conda-envs", "--conda-cleanup-envs", "--conda-create-envs-only",
+})
+
+
+def command_flags(argv: Sequence[str] | None = None) -> set[str]:
+    """The options on Snakemake's command line (`--name`, `--name=value` as `--name`)."""
+    args = sys.argv[1:] if argv is None else argv[1:]
+    return {a.split("=", 1)[0] for a in args if a.startswith("-")}
+
+
+def runs_no_jobs(argv: Sequence[str] | None = None) -> bool:
+    """Whether this Snakemake was started in a mode that runs no job (NO_JOB_FLAGS)."""
+    return bool(command_flags(argv) & NO_JOB_FLAGS)
+
+
+def makes_report(argv: Sequence[str] | None = None) -> bool:
+    """Whether this Snakemake was started to make the report (`--report`)."""
+    return "--report" in command_flags(argv)

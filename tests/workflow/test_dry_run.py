@@ -93,6 +93,9 @@ def test_models_this_machine_lacks_stop_the_dry_run_all_at_once_naming_their_key
     assert f"embedding.model '{tmp_path}/no-such-encoder': no such folder; the jobs that load it would fail" in out
     assert "summarise.encoder '~/no-such-encoder' (sweep 'enc', point encoder=_7e_2fno-such-encoder): no such folder" in out
     assert "summarise.encoder 'default'" not in out  # the bundled one is there
+    # Models only the nodes have (a node-local disk): the check can be turned off.
+    env = {**offline_env(), "SHARDFLOW_SKIP_MODEL_CHECK": "1"}
+    snakemake(tmp_path, "-n", "--config", f"embedding={{model: {tmp_path}/no-such-encoder}}", env=env)
 
 
 def test_mistyped_value_stops_the_run_naming_it(tmp_path):

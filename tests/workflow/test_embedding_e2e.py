@@ -2,6 +2,7 @@
 embed, merge, verify, report; compared row by row with SentenceTransformer.encode."""
 
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -90,6 +91,20 @@ def test_html_report_builds(run):
         assert row in landing and row in html, row
     # The wall time is the encoding's; the jobs' own time (model loading) is said apart.
     assert "encoding (3 chunk jobs, " in landing and "of job time in all, model loading included" in landing
+
+    # A first page with markup the landing rule never writes is not rendered (Jinja2 would
+    # run it, docutils would copy a local file in): the placeholder, with a warning.
+    page = workdir / "results/report.rst"
+    text, times = page.read_bytes(), os.stat(page)
+    try:
+        page.write_bytes(text + b"\n.. include:: /etc/hostname\n\n{{ 1234567 * 89 }}\n")
+        made = snakemake(workdir, "--configfile", str(cfg), "--report", "tampered.html")
+    finally:
+        page.write_bytes(text)
+        os.utime(page, ns=(times.st_atime_ns, times.st_mtime_ns))
+    assert "results/report.rst is not a page rule landing wrote" in made.stderr
+    html = (workdir / "tampered.html").read_text(errors="replace")
+    assert "has not finished yet" in html and "109876463" not in html and "Embedding: e2e" not in html
 
 
 def test_second_run_has_nothing_to_do(run):

@@ -1,5 +1,5 @@
 """shardflow.core.models.unavailable: what the workflow's parse-time check says of each
-kind of configured model name, and that it never downloads."""
+kind of configured model name."""
 
 import json
 
@@ -16,6 +16,13 @@ def test_the_bundled_model_and_a_model_folder_are_there(tmp_path):
     (tmp_path / "plain" / "config.json").write_text("{}")
     assert unavailable(str(tmp_path / "plain")) is None
     assert unavailable(str(tmp_path / "plain"), hub=False) is None
+    # A transformers-only loader (summarise.model: AutoConfig) needs config.json.
+    (tmp_path / "st_only").mkdir()
+    (tmp_path / "st_only" / "modules.json").write_text("[]")
+    assert unavailable(str(tmp_path / "st_only")) is None
+    assert unavailable(str(tmp_path / "st_only"), hub=False, marks=("config.json",)) == (
+        "the folder holds no config.json: not a model folder"
+    )
 
 
 @pytest.mark.parametrize(
@@ -38,7 +45,7 @@ def test_what_is_not_a_model_folder_is_named(tmp_path, name, hub, why):
 
 def test_a_hub_name_is_looked_up_in_the_local_cache_only(tmp_path, monkeypatch):
     """A name found in the cache is there, as the embed job's loader finds it; one that
-    is not is named with the cache it was looked for in, and nothing is fetched."""
+    is not is named with the cache it was looked for in."""
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
@@ -52,4 +59,3 @@ def test_a_hub_name_is_looked_up_in_the_local_cache_only(tmp_path, monkeypatch):
     assert resolve_model_folder("shardflow-test/tiny") == snapshot
     why = unavailable("shardflow-test/absent")
     assert why == f"neither a folder nor in the local Hugging Face cache {tmp_path} (nothing downloads)"
-    assert not (tmp_path / "models--shardflow-test--absent").exists()

@@ -5,12 +5,13 @@ the report has a type the report displays as text or image, never as HTML."""
 
 import re
 
+import pytest
 from docutils.core import publish_parts
 from jinja2 import Environment
 from snakemake.report.common import mime_from_file
 
 from shardflow.sweep.report import TABLE_FILES
-from shardflow.workflow.landing import Section, render
+from shardflow.workflow.landing import Section, first_page, page_problem, render
 from tests.conftest import REPO
 
 SCRIPT = "<script>alert(1)</script>"
@@ -82,3 +83,55 @@ def test_the_report_shows_no_file_as_html():
     assert len(files) > 15 and any(f.endswith("sample.txt") for f in files)
     mimes = {path: mime_from_file(path)[0] for path in files}
     assert set(mimes.values()) <= {"image/png", "application/json", "text/plain", "text/csv"}, mimes
+
+
+HOSTILE_VALUES = [
+    f"a\n\n.. raw:: html\n\n   {SCRIPT}\n", ".. include:: /etc/passwd", "{{ 7 * 7 }} {% if true %}{% endif %}",
+    "javascript:alert(1)", "`x <javascript:alert(1)>`_", "\\", "*", ":", "{", "x\\",
+]
+
+
+def test_every_page_render_writes_is_accepted_as_a_landing_page():
+    """page_problem accepts what render writes, hostile values escaped included: the
+    report's first page when it comes from a bucket or a results/ folder."""
+    sections = [Section("Embedding: e2e", [("records in", "90 read, 0 rejected"), ("stage", "train: 9 points")]),
+                Section(f"Sweep: {SCRIPT}", [(v, v) for v in HOSTILE_VALUES] + [("empty", "")])]
+    assert page_problem(render(sections)) is None
+    assert page_problem(render([])) is None
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "\n.. include:: /etc/passwd\n",  # a directive after the last table
+        "\n{{ cycler.__init__.__globals__.os.popen('id').read() }}\n",  # Jinja2 runs Python
+        "Sweep: x\n--------\n\n=== " + "=" * 60 + "\nkey {{ 7 * 7 }}\n=== " + "=" * 60 + "\n",  # in a cell
+        "Sweep: x\n--------\n\n=== " + "=" * 60 + "\nkey `l <javascript:alert(1)>`_\n=== " + "=" * 60 + "\n",
+        "Sweep: x\n--------\n\n.. raw:: html\n\n",  # a directive in place of a table
+    ],
+)
+def test_a_page_with_markup_landing_never_writes_is_refused(attack):
+    page = render([Section("Embedding: e", [("records in", "9 read")])]) + attack
+    assert page_problem(page) is not None
+    assert page_problem("shardflow run\n=============\n\n.. include:: /etc/passwd\n") is not None
+
+
+def test_first_page_is_the_landing_page_only_in_its_own_form_and_never_another_runs(tmp_path, monkeypatch):
+    """first_page: the local page when it is what landing writes; with S3 storage the
+    bucket's (a local page is another run's); a placeholder, with a warning, otherwise."""
+    monkeypatch.chdir(tmp_path)
+    warned = []
+    page = tmp_path / "report.rst"
+    page.write_text(render([Section("Embedding: e", [("records in", "9 read")])]))
+    assert first_page("report.rst", "pending.rst", warned.append) == str(page)
+    assert first_page("missing.rst", "pending.rst", warned.append) == "pending.rst" and warned == []
+    # With S3 storage a local page is not this run's; without --report nothing is fetched.
+    assert first_page("report.rst", "pending.rst", warned.append, storage_prefix="s3://b/run") == "pending.rst"
+    # A bucket that cannot be reached: one quick try, a warning, the placeholder.
+    settings = {"endpoint_url": "http://127.0.0.1:9", "access_key": "k", "secret_key": "s", "region": "us-east-1"}
+    assert first_page("report.rst", "pending.rst", warned.append, storage_prefix="s3://b/run", fetch=True,
+                      s3_settings=settings, cache=str(tmp_path / "c.rst")) == "pending.rst"
+    assert len(warned) == 1 and "s3://b/run/report.rst not fetched" in warned[0]
+    page.write_text(page.read_text() + "\n.. include:: /etc/hostname\n")
+    assert first_page("report.rst", "pending.rst", warned.append) == "pending.rst"
+    assert "report.rst is not a page rule landing wrote" in warned[1]

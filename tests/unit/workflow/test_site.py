@@ -45,3 +45,21 @@ def test_the_workflows_python_goes_first_on_path_where_it_has_one(tmp_path):
     bare.mkdir()
     env = {"PATH": "/usr/bin"}
     assert not site.python_first_on_path(env, str(bare / "python3")) and env["PATH"] == "/usr/bin"
+
+
+@pytest.mark.parametrize(
+    ("argv", "no_jobs", "report"),
+    [
+        (["snakemake", "-n", "--cores", "2"], False, False),
+        (["snakemake", "--profile", "eks", "--report", "r.html"], True, True),
+        (["snakemake", "--report=r.html"], True, True),
+        (["snakemake", "--unlock"], True, False),
+        (["snakemake", "-t", "--configfile", "c.yaml"], True, False),
+        (["snakemake", "--dag"], True, False),
+        (["snakemake", "results/report.rst"], False, False),  # a target is no flag
+    ],
+)
+def test_modes_that_run_no_job_are_told_from_the_command_line(argv, no_jobs, report):
+    """The parse-time model check is skipped where no job runs; the landing page is
+    fetched from the bucket only for a report."""
+    assert site.runs_no_jobs(argv) is no_jobs and site.makes_report(argv) is report
