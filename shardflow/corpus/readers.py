@@ -27,6 +27,7 @@ import json
 import os
 import sys
 import zlib
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO
@@ -215,15 +216,16 @@ def _skip_rest(fh: IO[bytes], start: bytes) -> LongLine:
     return LongLine(start[:PREVIEW_BYTES], size - piece.endswith(b"\n"), quotes)
 
 
-def iter_lines(fh: IO[bytes], path: str, max_bytes: int) -> Iterator[tuple[int, bytes | LongLine]]:
+def iter_lines(fh: IO[bytes], path: str, max_bytes: int, start: int = 1) -> Iterator[tuple[int, bytes | LongLine]]:
     """(line number, line) for each line of `fh`, the newline kept, holding at most
-    `max_bytes` of any line: a longer one comes back as a `LongLine`.
+    `max_bytes` of any line: a longer one comes back as a `LongLine`. `start`: the
+    number of the line `fh` is at.
 
     A truncated or corrupt gzip stream (or a failing read) is a `BadRecordError` at the
     line it stopped on: the records after it are lost and cannot be counted, so no
     `on_bad_record` setting passes it.
     """
-    lineno = 0
+    lineno = start - 1
     while True:
         lineno += 1
         try:
@@ -339,24 +341,47 @@ class _JsonlReader(_Reader):
 class _DelimitedReader(_Reader):
     """CSV/TSV with a header row. A record's line is the physical line its row starts on
     (a quoted field may span lines). Parsing is strict: an unclosed quote is a bad
-    record, not a field that silently swallows the rows after it."""
+    record, not a field that silently swallows the rows after it. The parser finds the
+    quote unclosed only lines later (at a quote that cannot end a field, or at the end
+    of the file); skipping, the row's first line is the reject and the lines after it
+    are parsed again as rows."""
 
     def __init__(self, path: str, opts: ReaderOptions, delimiter: str):
         super().__init__(path, opts)
         self.delimiter = delimiter
 
     def _lines(self, fh: IO[bytes], row: dict) -> Iterator[str]:
-        # `row` follows the row being parsed: its raw lines (for rejects), its size and its
-        # first problem (line, reason). Once the row is over the size limit, the parser is
-        # fed a stand-in for each further line instead: a newline, after a quote when the
-        # line holds an odd number of them, so the parser stays in step with the quoting
-        # (inside or outside a quoted field) and buffers nothing more.
+        # `row` follows the row being parsed: its raw lines (for rejects), its size, its
+        # first problem (line, reason), its first line (number, stream offset of its
+        # end, size) and its last line number; its lines, kept whole while it is within
+        # the limit, are parsed again should the row turn out malformed. Lines come from
+        # `row["replay"]` first, then from `row["source"]`, whose offset is `row["offset"]`.
+        # Once the row is over the size limit, the parser is fed a stand-in for each
+        # further line instead: a newline, after a quote when the line holds an odd
+        # number of them, so the parser stays in step with the quoting (inside or
+        # outside a quoted field) and buffers nothing more.
         limit = self.opts.max_record_bytes
-        for lineno, raw in iter_lines(fh, self.path, limit):
-            long = isinstance(raw, LongLine)
+        replay = row["replay"]
+        while True:
+            if replay:
+                lineno, raw, end = replay.popleft()
+                long = False  # lines kept whole only
+                size = len(raw) - raw.endswith(b"\n")
+            else:
+                item = next(row["source"], None)
+                if item is None:
+                    return
+                lineno, raw = item
+                long = isinstance(raw, LongLine)
+                size = raw.size if long else len(raw) - raw.endswith(b"\n")
+                # Where the line ends in the (uncompressed) stream, its newline counted.
+                end = row["offset"] = row["offset"] + (size + 1 if long else len(raw))
+            if row["first"] is None:
+                row["first"] = (lineno, end, size)
+            row["last"] = lineno
             within = row["size"] <= limit
             # The row's bytes: its lines and the newlines between them.
-            row["size"] += (raw.size if long else len(raw) - raw.endswith(b"\n")) + bool(row["raw"])
+            row["size"] += size + bool(row["raw"])
             if row["size"] > limit:
                 if within:
                     row["raw"].append((raw.head if long else raw)[:PREVIEW_BYTES])
@@ -373,46 +398,76 @@ class _DelimitedReader(_Reader):
                 row["bad"] = row["bad"] or (lineno, f"invalid UTF-8 at byte {exc.start}")
                 yield raw.decode("utf-8", errors="replace")
 
+    def _malformed(self, fh: IO[bytes], row: dict, kind: str, exc: csv.Error) -> Rejected:
+        """The reject of a row the parser found malformed: its first line alone (an error,
+        not skipping). The lines after that one are queued to be parsed again: from the
+        row's kept lines, or, for a row over the size limit (which kept only a preview),
+        from the file read again after the first line."""
+        line, end, first_size = row["first"]
+        limit = self.opts.max_record_bytes
+        first = row["raw"][0]
+        if first_size > limit:
+            reject = self.too_large(line, first_size, first[:PREVIEW_BYTES])
+        else:
+            where = f" on line {row['last']}" if row["last"] != line else ""
+            reject = self.bad(line, f"malformed {kind} ({exc}{where})", first)
+        if row["size"] <= limit:
+            # All the row's lines are whole in row["raw"], numbered on from its first.
+            again = []
+            for lineno, raw in enumerate(row["raw"][1:], line + 1):
+                end += len(raw)
+                again.append((lineno, raw, end))
+            row["replay"].extendleft(reversed(again))
+        else:
+            fh.seek(end)
+            row.update(offset=end)
+            row["replay"].clear()
+            row["source"] = iter_lines(fh, self.path, limit, start=line + 1)
+        return reject
+
     def __iter__(self) -> Iterator[Record | Rejected]:
         kind = "TSV" if self.delimiter == "\t" else "CSV"
         limit = self.opts.max_record_bytes
-        row_state: dict = {"raw": [], "size": 0, "bad": None}
         with open_binary(self.path) as fh:
-            reader = csv.reader(self._lines(fh, row_state), delimiter=self.delimiter, strict=True)
+            row: dict = {"source": iter_lines(fh, self.path, limit), "offset": 0, "replay": deque()}
+            row.update(raw=[], size=0, bad=None, first=None, last=None)
+            reader = csv.reader(self._lines(fh, row), delimiter=self.delimiter, strict=True)
             try:
                 header = next(reader)
             except StopIteration:
                 return
             except csv.Error as exc:
                 raise BadRecordError(self.path, 1, f"malformed {kind} header ({exc})") from exc
-            if row_state["size"] > limit:
+            if row["size"] > limit:
                 raise BadRecordError(self.path, 1, f"header row over input.max_record_mb ({_mib(limit)})")
-            if row_state["bad"]:
-                raise BadRecordError(self.path, 1, f"header: {row_state['bad'][1]}")
+            if row["bad"]:
+                raise BadRecordError(self.path, 1, f"header: {row['bad'][1]}")
             while True:
-                line = reader.line_num + 1
-                row_state.update(raw=[], size=0, bad=None)
+                row.update(raw=[], size=0, bad=None, first=None, last=None)
                 try:
-                    row = next(reader)
+                    fields = next(reader)
                 except StopIteration:
                     return
                 except csv.Error as exc:
-                    # The reader resets at the next line, so skipping can go on.
-                    yield self.bad(line, f"malformed {kind} ({exc})", b"".join(row_state["raw"]))
+                    yield self._malformed(fh, row, kind, exc)
+                    # A fresh parser for the lines queued again (the old one may be left
+                    # inside a quoted field, and its line source at the end of the file).
+                    reader = csv.reader(self._lines(fh, row), delimiter=self.delimiter, strict=True)
                     continue
-                raw = b"".join(row_state["raw"])
-                if row_state["size"] > limit:
-                    yield self.too_large(line, row_state["size"], raw[:PREVIEW_BYTES])
+                line = row["first"][0]
+                raw = b"".join(row["raw"])
+                if row["size"] > limit:
+                    yield self.too_large(line, row["size"], raw[:PREVIEW_BYTES])
                     continue
-                if row_state["bad"]:
-                    yield self.bad(*row_state["bad"], raw)
+                if row["bad"]:
+                    yield self.bad(*row["bad"], raw)
                     continue
-                if not row:
+                if not fields:
                     continue
-                if len(row) != len(header):
-                    yield self.bad(line, f"{len(row)} fields where the header has {len(header)}", raw)
+                if len(fields) != len(header):
+                    yield self.bad(line, f"{len(fields)} fields where the header has {len(header)}", raw)
                     continue
-                yield self.make(dict(zip(header, row, strict=True)), line, raw)
+                yield self.make(dict(zip(header, fields, strict=True)), line, raw)
 
 
 def _string_column(t, integers: bool) -> bool:

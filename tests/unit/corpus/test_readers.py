@@ -297,6 +297,49 @@ def test_csv_unclosed_quote_does_not_swallow_later_rows(tmp_path):
         read(path)
 
 
+
+def positions(items) -> list[tuple[str, int, str]]:
+    return [(type(r).__name__, r.line, r.text if isinstance(r, Record) else r.raw) for r in items]
+
+
+# An unclosed quote in row 1: the strict parser notices at row 4's quote ("fine"), or at
+# the end of the file; a quoted newline after it (row 2) is text again once row 1 is out.
+UNCLOSED = {
+    "at a later quote": (
+        '1,"unclosed text\n2,next row\n3,third\n4,"fine"\n5,more\n',
+        5,
+        [(3, "next row"), (4, "third"), (5, "fine"), (6, "more")],
+    ),
+    "at the end": ('1,"unclosed text\n2,next row\n3,third\n', 4, [(3, "next row"), (4, "third")]),
+    "before a quoted newline": ('1,"unclosed text\n2,"two\nlines"\n3,third\n', 3, [(3, "two\nlines"), (5, "third")]),
+}
+
+
+@pytest.mark.parametrize("sep", [",", "\t"], ids=["csv", "tsv"])
+@pytest.mark.parametrize("case", UNCLOSED)
+def test_csv_unclosed_quote_skipped_is_its_line_alone_and_the_rows_after_it_are_read(tmp_path, sep, case):
+    body, error_line, records = UNCLOSED[case]
+    path = tmp_path / ("c.csv" if sep == "," else "c.tsv")
+    path.write_text(("id,text\n" + body).replace(",", sep))
+    items = read(path, on_bad_record="skip")
+    assert positions(items) == [("Rejected", 2, f'1{sep}"unclosed text')] + [("Record", *r) for r in records]
+    assert f"on line {error_line}" in items[0].reason
+    with pytest.raises(BadRecordError, match=rf"c\.[ct]sv:2: malformed [CT]SV \(.* on line {error_line}\)"):
+        read(path)
+
+
+def test_csv_unclosed_quote_over_the_size_limit_reads_the_rows_after_it_again(tmp_path):
+    """The quote swallows more than max_record_bytes, so the row keeps only a preview of
+    its lines: the rows after its first line are read again from the (gzip) file."""
+    rows = "".join(f"{i},row {i} {'y' * 30}\n" for i in range(2, 8))
+    path = tmp_path / "c.csv.gz"
+    path.write_bytes(gzip.compress(f'id,text\n1,"unclosed {"x" * 50}\n{rows}'.encode()))
+    items = read(path, on_bad_record="skip", max_record_bytes=100)
+    assert positions(items) == [("Rejected", 2, f'1,"unclosed {"x" * 50}')] + [
+        ("Record", i + 1, f"row {i} {'y' * 30}") for i in range(2, 8)
+    ]
+    assert "unexpected end of data on line 8" in items[0].reason
+
 def test_csv_field_over_128_kib_is_read(tmp_path):
     long_text = "word " * 40_000  # 200 KB, over the csv module's default field limit
     path = tmp_path / "c.csv"
