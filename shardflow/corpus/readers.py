@@ -107,18 +107,26 @@ def expand_inputs(pattern: str | os.PathLike | Iterable[str]) -> list[str]:
     """Resolve a path, a glob, or a list of either into a de-duplicated file list.
 
     Each glob expands in sorted order; a list keeps the order it was given in. A
-    file named twice (by overlapping globs, or as `./x` and `x`) is read once.
+    file named twice (by overlapping globs, or as `./x` and `x`) is read once. A glob
+    passes over the folders it matches; a path named as it is must be a regular file
+    (a folder named so is an error, not read as nothing).
     """
     patterns = [str(pattern)] if isinstance(pattern, (str, os.PathLike)) else [str(p) for p in pattern]
     found: list[str] = []
     seen: set[str] = set()
     for pat in patterns:
-        matches = sorted(glob.glob(pat, recursive=True)) if glob.has_magic(pat) else [pat]
+        is_glob = glob.has_magic(pat)
+        matches = sorted(glob.glob(pat, recursive=True)) if is_glob else [pat]
         if not matches:
             raise FileNotFoundError(f"input pattern {pat!r} matches no file")
         for m in matches:
             if not os.path.exists(m):
                 raise FileNotFoundError(f"input file {m!r} does not exist")
+            if not is_glob and not os.path.isfile(m):
+                if os.path.isdir(m):
+                    example = os.path.join(m, "*.jsonl")
+                    raise FileNotFoundError(f"input path {m!r} is a folder; name its files or a glob such as {example!r}")
+                raise FileNotFoundError(f"input path {m!r} is not a regular file")
             m = os.path.normpath(m)
             if os.path.isfile(m) and m not in seen:
                 seen.add(m)

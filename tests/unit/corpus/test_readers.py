@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -173,6 +174,17 @@ def test_input_of_only_directories_raises(tmp_path):
     with pytest.raises(FileNotFoundError, match="names no regular file"):
         expand_inputs(str(tmp_path / "*.jsonl"))
 
+
+
+@pytest.mark.parametrize("alone", [True, False], ids=["alone", "in a list"])
+def test_a_folder_named_as_a_path_is_an_error_naming_it(tmp_path, alone):
+    (tmp_path / "good.jsonl").write_text("")
+    (tmp_path / "more").mkdir()
+    (tmp_path / "more" / "b.jsonl").write_text("")
+    folder = str(tmp_path / "more")
+    message = f"input path '{folder}' is a folder; name its files or a glob such as '{folder}/*.jsonl'"
+    with pytest.raises(FileNotFoundError, match=re.escape(message)):
+        expand_inputs(folder if alone else [str(tmp_path / "good.jsonl"), folder])
 
 @pytest.mark.parametrize(
     "name, fmt",
