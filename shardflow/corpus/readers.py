@@ -261,6 +261,17 @@ def _read_whole(fh: IO[bytes], path: str, max_bytes: int) -> bytes | LongLine:
     return LongLine(data[:PREVIEW_BYTES], size, 0)
 
 
+def _repeated_column(names: list[str], read: list[str]) -> str | None:
+    """Why a file whose columns are `names` cannot be read, when a column it is read for
+    (`read`) is there more than once: which one holds the field would be a guess. A
+    repeated column that is not read is no matter."""
+    for name in read:
+        at = [i + 1 for i, n in enumerate(names) if n == name]
+        if len(at) > 1:
+            return f"column {name!r} is repeated (columns {', '.join(map(str, at))}): which one to read is ambiguous"
+    return None
+
+
 class _Reader:
     """Shared validation; one subclass per format yields Record | Rejected."""
 
@@ -269,6 +280,11 @@ class _Reader:
         # How records and rejects name the file (ids from positions included): in S3
         # storage its URL, not its local copy (core.s3.logical_path); read from self.path.
         self.name = logical_path(path)
+
+    def fields(self) -> list[str]:
+        """The fields read from each record."""
+        o = self.opts
+        return [f for f in (o.id_field, o.text_field, o.group_field) if f is not None]
 
     def bad(self, line: int | None, reason: str, raw: bytes | str) -> Rejected:
         if self.opts.on_bad_record == "error":
@@ -450,6 +466,9 @@ class _DelimitedReader(_Reader):
                 raise BadRecordError(self.path, 1, f"header row over input.max_record_mb ({_mib(limit)})")
             if row["bad"]:
                 raise BadRecordError(self.path, 1, f"header: {row['bad'][1]}")
+            repeated = _repeated_column(header, self.fields())
+            if repeated:
+                raise BadRecordError(self.path, 1, f"header: {repeated}")
             while True:
                 row.update(raw=[], size=0, bad=None, first=None, last=None)
                 try:

@@ -352,6 +352,21 @@ def test_csv_unclosed_quote_over_the_size_limit_reads_the_rows_after_it_again(tm
     ]
     assert "unexpected end of data on line 8" in items[0].reason
 
+
+@pytest.mark.parametrize("mode", ["error", "skip"])
+def test_csv_header_repeating_a_column_read_is_an_error_naming_it(tmp_path, mode):
+    path = tmp_path / "c.csv"
+    path.write_text("id,text,text\n1,first,second\n")
+    message = "c.csv:1: header: column 'text' is repeated (columns 2, 3): which one to read is ambiguous"
+    with pytest.raises(BadRecordError, match=re.escape(message)):
+        read(path, on_bad_record=mode)
+
+
+def test_csv_header_repeating_a_column_not_read_is_no_matter(tmp_path):
+    path = tmp_path / "c.csv"
+    path.write_text("id,note,text,note\n1,a,first,b\n")
+    assert ids_texts(read(path)) == [("1", "first")]
+
 def test_csv_field_over_128_kib_is_read(tmp_path):
     long_text = "word " * 40_000  # 200 KB, over the csv module's default field limit
     path = tmp_path / "c.csv"
