@@ -521,10 +521,13 @@ class _ParquetReader(_Reader):
             raise BadRecordError(self.path, None, f"not a readable Parquet file ({exc})") from exc
         schema = pf.schema_arrow
         names = set(schema.names)
-        wanted = [f for f in (o.id_field, o.text_field, o.group_field) if f is not None]
+        wanted = self.fields()
         missing = [f for f in wanted if f not in names]
         if missing:
             raise BadRecordError(self.path, None, f"no column {missing[0]!r} (columns: {sorted(names)})")
+        repeated = _repeated_column(schema.names, wanted)
+        if repeated:
+            raise BadRecordError(self.path, None, repeated)
         # A column of the wrong type makes every row bad: one error for the file.
         if not _string_column(schema.field(o.text_field).type, integers=False):
             text_type = schema.field(o.text_field).type

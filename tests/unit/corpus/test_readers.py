@@ -393,6 +393,23 @@ def test_parquet_missing_column_names_it(tmp_path):
         read(path)
 
 
+
+@pytest.mark.parametrize("mode", ["error", "skip"])
+def test_parquet_repeating_a_column_read_is_an_error_naming_it(tmp_path, mode):
+    path = tmp_path / "c.parquet"
+    columns = [pa.array(["1"]), pa.array(["first"]), pa.array(["x"]), pa.array(["second"])]
+    pq.write_table(pa.Table.from_arrays(columns, names=["id", "text", "note", "text"]), path)
+    message = f"{path}: column 'text' is repeated (columns 2, 4): which one to read is ambiguous"
+    with pytest.raises(BadRecordError, match=re.escape(message)):
+        read(path, on_bad_record=mode)
+
+
+def test_parquet_repeating_a_column_not_read_is_no_matter(tmp_path):
+    path = tmp_path / "c.parquet"
+    columns = [pa.array(["1"]), pa.array(["a"]), pa.array(["first"]), pa.array(["b"])]
+    pq.write_table(pa.Table.from_arrays(columns, names=["id", "note", "text", "note"]), path)
+    assert ids_texts(read(path)) == [("1", "first")]
+
 def test_parquet_null_and_non_string_text_are_rejected(tmp_path):
     path = tmp_path / "c.parquet"
     pq.write_table(pa.table({"id": ["1", "2", "3"], "text": ["ok", None, ""]}), path)
