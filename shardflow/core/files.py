@@ -22,17 +22,28 @@ def open_binary(path: str | os.PathLike) -> IO[bytes]:
     return gzip.open(path, "rb") if magic == GZIP_MAGIC else open(path, "rb")
 
 
-def malformed_json(exc: json.JSONDecodeError) -> str:
-    """A bad JSON text's reason, with its column (json's own message may end in " at":
-    "Invalid control character at")."""
-    return f"malformed JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})"
+def _cut_short(exc: json.JSONDecodeError) -> bool:
+    """Whether the text ends (white space aside) where json found it bad: a value cut
+    short. json then places the error after the text's final newline, if it has one, at
+    column 1 of a line that holds nothing."""
+    return bool(exc.doc.strip()) and not exc.doc[exc.pos :].strip()
+
+
+def malformed_json(exc: json.JSONDecodeError, unit: str = "line") -> str:
+    """A bad JSON text's reason, with its column, or "at the end of the line" (`unit`) for
+    a text cut short (json's own message may end in " at": "Invalid control character
+    at")."""
+    where = f"the end of the {unit}" if _cut_short(exc) else f"column {exc.colno}"
+    return f"malformed JSON ({exc.msg.removesuffix(' at')} at {where})"
 
 
 def read_json(path: str | os.PathLike) -> Any:
     """A JSON file's content (UTF-8); invalid JSON raises ValueError naming the file and
-    line (json's own error names neither)."""
+    line (json's own error names neither): for a file cut short, its last line that is not
+    blank."""
     with open(path, encoding="utf-8") as fh:
         try:
             return json.load(fh)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{os.fspath(path)}:{exc.lineno}: {malformed_json(exc)}") from None
+            line = exc.doc.count("\n", 0, len(exc.doc.rstrip())) + 1 if _cut_short(exc) else exc.lineno
+            raise ValueError(f"{os.fspath(path)}:{line}: {malformed_json(exc, 'file')}") from None

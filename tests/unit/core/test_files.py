@@ -27,3 +27,10 @@ def test_read_json_names_file_line_and_column(tmp_path):
     bad.write_text('{\n  "a": 1,\n  "b": \n}\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"bad\.json:4: malformed JSON \(Expecting value at column 1\)"):
         read_json(bad)
+
+
+def test_read_json_of_a_file_cut_short_names_its_last_line_and_end(tmp_path):
+    cut = tmp_path / "cut.json"
+    cut.write_text('{\n  "a": 1,\n  "b": 2\n\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"cut\.json:3: malformed JSON \(Expecting ',' delimiter at the end of the file\)"):
+        read_json(cut)

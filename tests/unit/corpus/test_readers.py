@@ -259,6 +259,14 @@ def test_malformed_json_reason_reads_once():
     assert malformed_json(err.value) == "malformed JSON (Invalid control character at column 12)"
 
 
+
+def test_json_line_cut_short_is_malformed_at_its_end_not_at_column_1(tmp_path):
+    """json reads the line's newline too and places the error after it (line 2, column 1)."""
+    path = corpus_with_bad_second_line(tmp_path, b'{"id": "b", "text": "broken"\n')
+    message = f"{path}:2: malformed JSON (Expecting ',' delimiter at the end of the line)"
+    with pytest.raises(BadRecordError, match=re.escape(message)):
+        read(path)
+
 @pytest.mark.parametrize("case", BAD_LINES)
 def test_bad_record_error_names_file_and_line(tmp_path, case):
     bad, reason = BAD_LINES[case]
