@@ -124,7 +124,9 @@ class PartStore:
         raw = self._files.read(self.name(index, ".jsonl"))
         if raw is None:
             return None
-        records = [json.loads(line) for line in raw.decode("utf-8").splitlines()]
+        # One record a "\n"-ended line: not splitlines(), which also breaks at U+2028, NEL
+        # and the like, left unescaped inside a JSON string (a summary may hold them).
+        records = [json.loads(line) for line in raw.decode("utf-8").split("\n")[:-1]]
         return records if len(records) == count else None
 
     def save_records(self, index: int, records: list[dict]) -> None:
