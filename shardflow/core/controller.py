@@ -4,10 +4,10 @@ A job's outputs count only if the Snakemake that started it records them. When t
 local controller is SIGKILLed, its running jobs are orphaned and carry on: a train job
 would finish hours later and write its declared outputs with no record of the params
 they were made with, and the next run, with other params, takes them as up to date.
-So a long job notes which Snakemake runs it (`find`, from the launcher) and, before it
-publishes (and at each checkpoint), checks that this process is still the same one
-(pid and start time); if not, it keeps its resume state and stops without outputs, and
-the rerun resumes.
+So a long job notes which Snakemake runs it (`find`: the train launcher, the embed and
+summarise jobs as they start) and, before it publishes (and at each checkpoint), checks
+that this process is still the same one (pid and start time); if not, it keeps its
+resume state and stops without outputs (`OrphanedJobError`), and the rerun resumes.
 
 The controller is the nearest ancestor process running Snakemake: the main process
 locally, the job-mode Snakemake inside a SLURM job or Kubernetes pod (which lives as
@@ -77,3 +77,18 @@ def find(pid: int | None = None) -> Controller | None:
             return Controller(parent, found[1])
         current = found
     return None
+
+
+class OrphanedJobError(RuntimeError):
+    """The Snakemake that started this job is gone: outputs written now would not be
+    recorded. The job's resume state is kept for the rerun."""
+
+
+def stop_if_gone(controller: Controller | None, kept: str) -> None:
+    """Raise OrphanedJobError when `controller` (from `find`, at the job's start) is gone;
+    `kept` says what the rerun resumes from. Nothing is checked without one."""
+    if controller is not None and not controller.alive():
+        raise OrphanedJobError(
+            f"the Snakemake that started this job (pid {controller.pid}) is gone: outputs written now would not "
+            f"be recorded, so none are written; {kept} (a rerun resumes from it)"
+        )

@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from shardflow.core import controller
 from shardflow.core.batching import (
     Batch,
     bucket_rows,
@@ -1024,6 +1025,7 @@ def embed_chunk(
     once both outputs are written. `encoder` reuses an already loaded model.
     """
     logger = logger or log
+    running = controller.find()  # the Snakemake that records this job's outputs
     encoder = encoder or load_encoder(params, logger)
     if encoder.params != params:
         raise ValueError("encoder was loaded with different params")
@@ -1033,6 +1035,7 @@ def embed_chunk(
         emb = encoder.encode(texts, resume_dir=folder)
     except TextTooLargeError as exc:
         raise TextTooLargeError(f"{chunk_path}: id {ids[exc.row]!r}: {exc}", exc.row, exc.n_tokens) from exc
+    controller.stop_if_gone(running, f"the finished parts are kept in {folder}")
     write_npy(out_npy, emb)
     write_ids_parquet(out_ids_parquet, ids)
     PartStore(folder, {}).remove()  # outputs are safe: the parts are no longer needed

@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from shardflow.core import controller
 from shardflow.core.batching import Batch, collate, length_order, plan_batches, split_batch
 from shardflow.core.devices import dtype_name, runtime
 from shardflow.core.hashing import digest, model_identity, texts_fingerprint
@@ -523,6 +524,7 @@ def summarise_chunk(
     once the output is written. `generator` reuses an already loaded model.
     """
     logger = logger or log
+    running = controller.find()  # the Snakemake that records this job's outputs
     generator = generator or load_generator(params, logger)
     if generator.params != params:
         raise ValueError("generator was loaded with different params")
@@ -532,6 +534,7 @@ def summarise_chunk(
         records = generator.summarise(texts, resume_dir=folder)
     except TooLargeError as exc:
         raise TooLargeError(f"{chunk_path}: id {ids[exc.row]!r}: {exc}", exc.row, exc.n_tokens) from exc
+    controller.stop_if_gone(running, f"the finished parts are kept in {folder}")
     write_summaries(out_path, ids, records)
     PartStore(folder, {}).remove()
     stats = generator.last_stats.as_dict()

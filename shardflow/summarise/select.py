@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shardflow.core import controller
 from shardflow.core.hashing import digest, texts_fingerprint
 from shardflow.core.parts import FORMAT_VERSION, PartStore, resume_folder, resume_key
 from shardflow.corpus.chunks import read_chunk
@@ -40,6 +41,7 @@ def select_chunk(
 ) -> dict[str, Any]:
     """Summarise one chunk file with `lead` or `extractive` into a summaries file."""
     logger = logger or log
+    running = controller.find()  # the Snakemake that records this job's outputs
     start_unix, t0 = time.time(), time.perf_counter()
     ids, texts = read_chunk(chunk_path)
     identity = {
@@ -72,6 +74,7 @@ def select_chunk(
             resumed += 1
         records.extend(done)
         logger.info("summarised %d/%d documents", len(records), len(texts))
+    controller.stop_if_gone(running, f"the finished parts are kept in {folder}")
     write_summaries(out_path, ids, records)
     store.remove()
     seconds = time.perf_counter() - t0

@@ -52,7 +52,7 @@ from safetensors.torch import load_file, save_file
 from shardflow.core import locks
 from shardflow.core.atomic import atomic_open, atomic_path, write_json
 from shardflow.core.controller import ENV as CONTROLLER_ENV
-from shardflow.core.controller import Controller
+from shardflow.core.controller import Controller, OrphanedJobError
 from shardflow.core.devices import use_compile_cache
 from shardflow.core.s3 import logical_path
 from shardflow.train.model import GPT, GPTConfig
@@ -72,11 +72,6 @@ PEAK_BF16_TFLOPS = {"H200": 989.0, "H100 SXM": 989.0, "H100 80GB HBM3": 989.0, "
                     "A100": 312.0, "L40S": 362.0, "L4": 121.0, "A10": 125.0, "V100": 125.0, "T4": 65.0}
 
 log = logging.getLogger(__name__)
-
-
-class OrphanedJobError(RuntimeError):
-    """The Snakemake that started this job is gone: outputs written now would not be
-    recorded (shardflow.core.controller). The checkpoint is kept for the rerun."""
 
 
 def _orphaned(controller: Controller | None, rt) -> bool:

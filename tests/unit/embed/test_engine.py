@@ -476,6 +476,26 @@ print(json.dumps(stats))
 """
 
 
+def test_a_job_whose_snakemake_is_gone_writes_no_output_and_its_rerun_resumes(tiny, texts, tmp_path, monkeypatch):
+    """The Snakemake that started the job was SIGKILLed, the job carried on (orphaned): it
+    keeps its finished parts and writes nothing that no Snakemake would record; the rerun
+    resumes from the parts and writes what an uninterrupted job writes."""
+    from shardflow.core import controller
+
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", texts)
+    p = params(tiny["bert_mean"], window=10)
+    out, ids = tmp_path / "e.npy", tmp_path / "ids.parquet"
+    monkeypatch.setattr(controller, "find", lambda: controller.Controller(os.getpid(), "another start"))
+    with pytest.raises(controller.OrphanedJobError, match=r"is gone: .* the finished parts are kept in"):
+        embed_chunk(chunk, out, ids, p, tmp_path / "resume")
+    assert not out.exists() and not ids.exists()
+    monkeypatch.setattr(controller, "find", lambda: None)  # no Snakemake above: nothing checked
+    stats = embed_chunk(chunk, out, ids, p, tmp_path / "resume")
+    assert stats["resumed_parts"] == 4
+    embed_chunk(chunk, tmp_path / "fresh.npy", tmp_path / "fresh.parquet", p, tmp_path / "other")
+    assert out.read_bytes() == (tmp_path / "fresh.npy").read_bytes()
+
+
 def test_sigkill_then_resume_is_byte_identical(tmp_path, keep_threads):
     """A real process is killed mid-chunk; the restart finishes it with the same bytes."""
     model = tiny_models.build_bert_mean(tmp_path / "models", hidden=64, layers=4, max_seq_length=128)

@@ -40,6 +40,24 @@ def test_lead_chunk_job_writes_records_in_order(tmp_path):
     assert not (tmp_path / "resume").exists() or not any((tmp_path / "resume").iterdir())
 
 
+def test_a_chunk_job_whose_snakemake_is_gone_writes_nothing_and_its_rerun_resumes(tmp_path, monkeypatch):
+    """As embed: an orphaned job keeps its parts and writes no summaries no Snakemake
+    would record (shardflow.core.controller); the rerun resumes from the parts."""
+    import os
+
+    from shardflow.core import controller
+
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", ARTICLES)
+    out = tmp_path / "out.jsonl"
+    monkeypatch.setattr(controller, "find", lambda: controller.Controller(os.getpid(), "another start"))
+    with pytest.raises(controller.OrphanedJobError, match="the finished parts are kept in"):
+        select_chunk(chunk, out, SummariseParams(k=2, window=2), tmp_path / "resume")
+    assert not out.exists()
+    monkeypatch.setattr(controller, "find", lambda: None)
+    assert select_chunk(chunk, out, SummariseParams(k=2, window=2), tmp_path / "resume")["resumed_parts"] == 2
+    assert [r["id"] for r in iter_summaries(out)] == ["doc-0", "doc-1", "doc-2"]
+
+
 class CountingEncoder:
     """A fake sentence encoder: one-hot by sentence length, counting the sentences it embeds."""
 
