@@ -27,6 +27,10 @@ for ds in DATASETS.values():
             f"logs/split/{ds.name}.log",
         benchmark:
             f"benchmarks/split/{ds.name}.tsv"
+        # Not tried again: what stops a split is nearly always its input (a bad record,
+        # a missing file), which a retry reads again, after another wait in a cluster's
+        # queue, to fail the same way; the profiles' `retries` would resubmit it twice.
+        retries: 0
         conda:
             "../envs/core.yaml"
         params:

@@ -221,15 +221,20 @@ def test_inside_a_slurm_job_no_rule_retries_in_place(tmp_path):
     (tmp_path / "Snakefile").write_text(
         f'include: "{REPO / "Snakefile"}"\n'
         'print("RETRIES", sorted((r.name, r._restart_times) for r in workflow.rules if r._restart_times))\n'
+        'print("SPLIT", sorted((r.name, r._restart_times) for r in workflow.rules if r.name.startswith("split_")))\n'
     )
     cfg = write_config(tmp_path / "c.yaml", tasks=["embedding", "summarisation", "training"])
 
-    def retries(*args, **env):
+    def retries(*args, what="RETRIES", **env):
         cmd = [SNAKEMAKE, "-s", str(tmp_path / "Snakefile"), "-d", str(tmp_path), "-n", "--configfile", str(cfg), *args]
         proc = subprocess.run(cmd, cwd=tmp_path, env=offline_env(**env), capture_output=True, text=True, timeout=300)
-        line = next((x for x in proc.stdout.splitlines() if x.startswith("RETRIES")), None)
-        assert line, proc.stdout[-2000:] + proc.stderr[-3000:]
-        return line
+        lines = {x.split(" ", 1)[0]: x for x in proc.stdout.splitlines() if x.startswith(("RETRIES", "SPLIT"))}
+        assert what in lines or (what == "both" and len(lines) == 2), proc.stdout[-2000:] + proc.stderr[-3000:]
+        return lines if what == "both" else lines[what]
 
-    assert retries() == "RETRIES [('embed', 2), ('summarise', 2), ('train', 2)]"
+    got = retries("--retries", "2", what="both")  # the slurm profile's `retries: 2`
+    assert got["RETRIES"] == "RETRIES [('embed', 2), ('summarise', 2), ('train', 2)]"
+    # A split that failed would fail again the same way (its input): never resubmitted
+    # (a rule's own 0, unlike None, is not replaced by --retries).
+    assert got["SPLIT"] == "SPLIT [('split_demo', 0)]"
     assert retries("--mode", "remote", SLURM_JOB_ID="12345") == "RETRIES []"
