@@ -189,11 +189,11 @@ def split_corpus(
     m = _measure(paths, opts, params)
     duplicates = _duplicates(paths, opts, params, m)
     log.info(
-        "pass 1: %d records, %d rejected (%d duplicate ids), %d text bytes",
+        "pass 1: %d records, %d rejected (%d duplicate ids)%s",
         m.records,
         m.rejected,
         len(duplicates),
-        m.bytes,
+        f", {m.bytes} text bytes" if params.by == "size" else "",  # measured only to split by size
     )
     if m.records == 0:
         if m.first_reject is None:
