@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 DEFAULT_MODEL = "default"
 
@@ -63,14 +64,26 @@ def unavailable(name: str, *, hub: bool = True, marks: tuple[str, ...] = MODEL_F
     if not hub or name.startswith(("/", "~", ".")) or name.count("/") > 1:
         return "no such folder" + ("" if hub else " (hub names are refused: nothing downloads)")
     try:
-        from huggingface_hub import snapshot_download
-
-        snapshot_download(name, local_files_only=True)
-    except Exception:  # LocalEntryNotFoundError, HFValidationError, ...
+        hub_snapshot(name)
+    except FileNotFoundError:
         from huggingface_hub.constants import HF_HUB_CACHE
 
         return f"neither a folder nor in the local Hugging Face cache {HF_HUB_CACHE} (nothing downloads)"
     return None
+
+
+def hub_snapshot(name: str) -> Path:
+    """The folder of hub model `name` in the local Hugging Face cache; never downloaded.
+    FileNotFoundError when it is not there (or `name` is no valid hub name)."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(name, local_files_only=True))
+    except Exception as exc:  # LocalEntryNotFoundError, HFValidationError, ...
+        raise FileNotFoundError(
+            f"model {name!r} is neither a local folder nor in the local Hugging Face cache "
+            f"(this engine never downloads): {exc}"
+        ) from exc
 
 
 def load_for_inference(cls, folder: str, *, dtype, device, logger: logging.Logger, attn_implementation: str = "sdpa", **kwargs):

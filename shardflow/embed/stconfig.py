@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from shardflow.core.files import read_json
+from shardflow.core.models import hub_snapshot
 
 POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 # sentence-transformers' SimilarityFunction values (similarity_fn_name)
@@ -148,15 +149,7 @@ def resolve_model_folder(name_or_path: str | os.PathLike) -> Path:
         return path.resolve()
     if path.exists():
         raise FileNotFoundError(f"model {str(name_or_path)!r} is a file; give the model folder")
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(str(name_or_path), local_files_only=True))
-    except Exception as exc:  # LocalEntryNotFoundError, HFValidationError, ...
-        raise FileNotFoundError(
-            f"model {str(name_or_path)!r} is neither a local folder nor in the local Hugging Face cache "
-            f"(this engine never downloads): {exc}"
-        ) from exc
+    return hub_snapshot(str(name_or_path))
 
 
 def _module_kind(entry: dict[str, Any]) -> str:

@@ -313,11 +313,8 @@ def _pretrained_eot(folder: Path | None, tk) -> str:
 def _pretrained_file(spec: str | os.PathLike) -> tuple[Path, Path, str | None]:
     """(folder, tokenizer.json, why it cannot be read or None) for a pretrained `spec`."""
     if str(spec) == "default":
-        from shardflow.core.models import resolve_model, unavailable
+        from shardflow.core.models import resolve_model
 
-        missing = unavailable("default")
-        if missing:
-            return Path(), Path(), missing
         spec = resolve_model("default")
     path = Path(os.path.expanduser(str(spec)))
     if path.is_dir():
