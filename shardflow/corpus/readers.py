@@ -164,7 +164,7 @@ def _decode(raw: bytes, lineno: int) -> str:
     return raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
 
 
-def _encodable(value: str) -> bool:
+def encodable(value: str) -> bool:
     # JSON escapes can smuggle in unpaired surrogates ("\\ud800"): valid JSON, but
     # not text that can be written back out as UTF-8.
     try:
@@ -305,7 +305,7 @@ class _Reader:
             return self.bad(line, f"text field {o.text_field!r} is {type(text).__name__}, not a string", raw)
         if not text.strip() and not o.keep_empty_text:
             return self.bad(line, f"empty text in field {o.text_field!r}", raw)
-        if not _encodable(text):
+        if not encodable(text):
             return self.bad(line, f"text field {o.text_field!r} holds an unpaired surrogate (not valid Unicode)", raw)
         if o.id_field is None:
             rid = f"{self.name}:{line}"
@@ -320,7 +320,7 @@ class _Reader:
             if isinstance(value, (dict, list, float, bool)):
                 return self.bad(line, f"id field {o.id_field!r} is {type(value).__name__}, not a string or integer", raw)
             rid = str(value)
-            if not _encodable(rid):
+            if not encodable(rid):
                 return self.bad(line, f"id field {o.id_field!r} holds an unpaired surrogate (not valid Unicode)", raw)
         group = None
         if o.group_field is not None:
@@ -328,7 +328,7 @@ class _Reader:
             if g is None:
                 return self.bad(line, f"missing group field {o.group_field!r}", raw)
             group = str(g)
-            if not _encodable(group):
+            if not encodable(group):
                 return self.bad(line, f"group field {o.group_field!r} holds an unpaired surrogate", raw)
         return Record(rid, text, group, self.name, line)
 

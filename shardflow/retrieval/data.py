@@ -29,7 +29,7 @@ from pathlib import Path
 from shardflow.core.atomic import atomic_open
 from shardflow.core.files import open_binary
 from shardflow.corpus.chunks import ChunkRecord, dump_record
-from shardflow.corpus.readers import DEFAULT_MAX_RECORD_BYTES, BadRecordError, LongLine, iter_lines
+from shardflow.corpus.readers import DEFAULT_MAX_RECORD_BYTES, BadRecordError, LongLine, encodable, iter_lines
 
 log = logging.getLogger(__name__)
 
@@ -125,10 +125,8 @@ def _text_field(path: Path, lineno: int, obj: dict, key: str) -> str:
 def _check_unicode(path: Path, lineno: int, key: str, value: str) -> None:
     """JSON can escape half a surrogate pair (`\\ud800`), which no UTF-8 file can hold:
     named here, at the user's line, not later in the prepared copy."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise RetrievalDataError(path, lineno, f"field {key!r} holds an unpaired surrogate (not valid Unicode)") from None
+    if not encodable(value):
+        raise RetrievalDataError(path, lineno, f"field {key!r} holds an unpaired surrogate (not valid Unicode)")
 
 
 def _id_field(path: Path, lineno: int, obj: dict) -> str:

@@ -146,22 +146,17 @@ def prepare_queries(fmt: str, queries_file: str, qrels_file: str, queries_out: s
     read = rdata.iter_beir_queries if fmt == "beir" else rdata.iter_msmarco_queries
     queries = read(queries_file, judged=qrels)  # a repeated judged id is an error; others are not embedded
     found: set[str] = set()
+    empty: list[str] = []
 
     def judged():
         for qid, text in queries:
             if qid in qrels:
                 found.add(qid)
+                if not text.strip():
+                    empty.append(qid)
                 yield qid, text
 
-    empty: list[str] = []
-
-    def judged_with_text():
-        for qid, text in judged():
-            if not text.strip():
-                empty.append(qid)
-            yield qid, text
-
-    n_queries = rdata.write_corpus_jsonl(judged_with_text(), queries_out, check_unique=False)
+    n_queries = rdata.write_corpus_jsonl(judged(), queries_out, check_unique=False)
     if empty:
         log.warning("%s: %d judged queries have empty text (embedded as they are, as MTEB does): %s",
                     queries_file, len(empty), ", ".join(map(repr, empty[:5])))
