@@ -26,6 +26,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from shardflow.core import controller
 from shardflow.core.parts import resume_key
 from shardflow.corpus.chunks import ChunkRecord, write_record
 from shardflow.summarise.generate import (
@@ -36,6 +37,7 @@ from shardflow.summarise.generate import (
     summarise_chunk,
 )
 from shardflow.summarise.generate_params import base_generation_config
+from shardflow.summarise.records import iter_summaries
 from tests.support import tiny_generators, tiny_models
 
 # --------------------------------------------------------------------------- fixtures and helpers
@@ -380,6 +382,23 @@ def test_resume_reuses_finished_parts(tiny, texts, tmp_path):
     other = load_generator(params(tiny["bart"], window=6, num_beams=1))
     with pytest.raises(ValueError, match="belongs to another job"):
         other.summarise(texts, resume_dir=folder)
+
+
+def test_an_orphaned_summarise_chunk_writes_nothing_and_its_rerun_resumes(tiny, texts, tmp_path, monkeypatch):
+    """The abstractive chunk job checks its Snakemake before writing, as select_chunk
+    and embed do (shardflow.core.controller): an orphan keeps its parts, writes nothing."""
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", texts)
+    p = params(tiny["t5"], window=8, max_input_length=64)
+    gen = load_generator(p)
+    out = tmp_path / "summaries.jsonl"
+    monkeypatch.setattr(controller, "find", lambda: controller.Controller(os.getpid(), "another start"))
+    with pytest.raises(controller.OrphanedJobError, match="the finished parts are kept in"):
+        summarise_chunk(chunk, out, p, tmp_path / "resume", generator=gen)
+    assert not out.exists()
+    monkeypatch.setattr(controller, "find", lambda: None)
+    stats = summarise_chunk(chunk, out, p, tmp_path / "resume", generator=gen)
+    assert stats["items_generated"] == 0 and stats["resumed_parts"] > 0
+    assert [r["id"] for r in iter_summaries(out)] == [f"doc-{i:05d}" for i in range(len(texts))]
 
 
 def test_summarise_chunk_writes_jsonl_in_order(tiny, texts, tmp_path):
