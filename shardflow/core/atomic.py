@@ -1,7 +1,12 @@
-"""Atomic file writes: write `<path>.tmp-<pid>`, fsync, then `os.replace`.
+"""Atomic file writes: write a temporary next to the file, fsync, `os.replace`, fsync
+the folder.
 
 A reader (or Snakemake after a crash) sees either no file or the whole file,
-never a half-written one. A published file has the mode a plain `open()` gives a new
+never a half-written one. The temporary is `<path>.tmp-<host>-<pid>-<random>`: unique
+even where two hosts (or containers whose pids start alike) write the same path on a
+shared filesystem, as an orphaned job and its rerun can. Temporaries of writers killed
+mid-write are removed by the next successful write of the path: this host's once their
+process is gone, another host's once untouched for a day. A published file has the mode a plain `open()` gives a new
 file there (the umask, or the folder's default ACL), whatever its writer chose:
 safetensors creates 0600 files, which teammates on a shared filesystem could not read.
 """
@@ -13,8 +18,12 @@ import errno
 import glob
 import json
 import os
+import re
+import secrets
 import shutil
+import socket
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -47,19 +56,46 @@ def _out_of_space(exc: OSError, path: Path) -> bool:
     return False
 
 
-def _tmp_path(path: Path) -> Path:
-    return path.with_name(f"{path.name}.tmp-{os.getpid()}")
+# Another host's temporary untouched this long belongs to a writer that died (no
+# writer here pauses a day between writes).
+OTHER_HOST_STALE_S = 24 * 3600
 
 
-def _remove_stale_tmp(path: Path) -> None:
-    """Temporary files of earlier writers of `path` killed mid-write (SIGKILL skips their
-    clean-up): removed once this write is in place, unless their process still runs."""
-    for tmp in path.parent.glob(f"{glob.escape(path.name)}.tmp-*"):
-        pid = tmp.name.rsplit("-", 1)[1]
-        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
-            continue
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())[:64] or "host"
+
+
+def tmp_path(path: str | os.PathLike) -> Path:
+    """A temporary name next to `path` that no other writer, on any host, uses."""
+    path = Path(path)
+    return path.with_name(f"{path.name}.tmp-{_host()}-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def _stale(tmp: Path, suffix: str) -> bool:
+    """Whether the temporary `tmp` (named `<path>.tmp-<suffix>`) is a dead writer's."""
+    if suffix.isdigit():  # `<pid>`: written before temporaries named their host
+        return int(suffix) != os.getpid() and not _alive(int(suffix))
+    parts = suffix.rsplit("-", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return False  # not one of ours
+    host, pid = parts[0], int(parts[1])
+    if host == _host():
+        return pid != os.getpid() and not _alive(pid)
+    try:
+        return time.time() - tmp.stat().st_mtime > OTHER_HOST_STALE_S
+    except FileNotFoundError:
+        return False
+
+
+def remove_stale_tmp(path: str | os.PathLike) -> None:
+    """Remove the temporaries of earlier writers of `path` killed mid-write (SIGKILL
+    skips their clean-up); a writer still running keeps its own."""
+    path = Path(path)
+    prefix = f"{path.name}.tmp-"
+    for tmp in path.parent.glob(f"{glob.escape(prefix)}*"):
+        if _stale(tmp, tmp.name[len(prefix) :]):
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
 
 
 def _alive(pid: int) -> bool:
@@ -72,6 +108,33 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def fsync_folder(folder: str | os.PathLike) -> None:
+    """Make a rename or removal in `folder` durable (a no-op where the filesystem
+    cannot sync a folder)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def publish(tmp: str | os.PathLike, path: str | os.PathLike, *, synced: bool = False) -> None:
+    """Move the finished temporary `tmp` (from `tmp_path(path)`) into place: fsync it
+    (unless the writer did: `synced`), rename, fsync the folder, clear dead writers'
+    temporaries of `path`."""
+    if not synced:
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_folder(Path(path).parent)
+    remove_stale_tmp(path)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path next to `path`; move it into place on success.
@@ -80,10 +143,10 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_path(path)
+    tmp = tmp_path(path)
     try:
         # Created here as open() creates files, to learn the mode this folder gives them.
-        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666))
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
         mode = stat.S_IMODE(os.stat(tmp).st_mode)
         yield tmp
         with open(tmp, "rb+") as fh:
@@ -91,8 +154,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         if stat.S_IMODE(os.stat(tmp).st_mode) != mode:  # the writer made a file of its own
             with contextlib.suppress(OSError):  # a filesystem without chmod keeps the writer's
                 os.chmod(tmp, mode)
-        os.replace(tmp, path)
-        _remove_stale_tmp(path)
+        publish(tmp, path, synced=True)
     except OSError as exc:
         if not _out_of_space(exc, path):
             raise

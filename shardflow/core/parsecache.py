@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from shardflow.core.atomic import tmp_path
+
 FOLDER = ".snakemake/shardflow"
 
 
@@ -45,7 +47,7 @@ def cached(name: str, paths: Iterable[str], extra: Any, compute: Callable[[], An
         cache = {}
     if key not in cache:
         cache[key] = compute()
-        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+        tmp = tmp_path(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp.write_text(json.dumps(cache))

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shardflow.core.atomic import atomic_open, write_json
+from shardflow.core.atomic import atomic_open, publish, tmp_path, write_json
 from shardflow.core.hashing import sha256_file
 from shardflow.core.s3 import logical_path
 from shardflow.corpus.chunks import ChunkRecord, dump_record
@@ -206,7 +206,7 @@ def split_corpus(
     placed = assign_groups(m.groups, n) if m.groups is not None else None
 
     finals = [Path(p) for p in chunk_paths]
-    tmps = [p.with_name(p.name + f".tmp-{os.getpid()}") for p in finals]
+    tmps = [tmp_path(p) for p in finals]
     for p in finals:
         p.parent.mkdir(parents=True, exist_ok=True)
     items, nbytes = [0] * n, [0] * n
@@ -244,7 +244,7 @@ def split_corpus(
         for i in range(n):
             if i not in writers.started:  # an empty chunk is still a chunk
                 open(tmps[i], "w").close()
-            os.replace(tmps[i], finals[i])
+            publish(tmps[i], finals[i])
     finally:
         writers.close()
         for t in tmps:

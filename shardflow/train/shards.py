@@ -13,7 +13,7 @@ Layout (karpathy/llm.c `dev/data/data_common.py`, `write_datafile`):
 
 The token count is an int32, so one shard holds fewer than 2**31 tokens.
 
-`ShardWriter` streams tokens to `<path>.tmp-<pid>`, fills in the token count at
+`ShardWriter` streams tokens to a temporary next to `<path>` (`core.atomic.tmp_path`), fills in the token count at
 close, fsyncs and `os.replace`s the file into place: a reader sees a whole shard
 or none. `open_shard` checks magic, version, dtype and the exact file size before
 handing out a memory map (np.memmap at offset 1024), so a truncated or mislabelled
@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from shardflow.core.atomic import publish, tmp_path
 
 HEADER_INTS = 256
 HEADER_BYTES = HEADER_INTS * 4
@@ -78,7 +80,7 @@ class ShardWriter:
         self._max_id = np.iinfo(self._np).max
         self.n_tokens = 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = self.path.with_name(f"{self.path.name}.tmp-{os.getpid()}")
+        self._tmp = tmp_path(self.path)
         self._fh = open(self._tmp, "wb")
         self._fh.write(header_bytes(dtype, 0))  # count filled in at close
 
@@ -108,7 +110,7 @@ class ShardWriter:
         os.fsync(fh.fileno())
         fh.close()
         self._fh = None
-        os.replace(self._tmp, self.path)
+        publish(self._tmp, self.path, synced=True)
         return self.n_tokens
 
     def abort(self) -> None:

@@ -27,6 +27,32 @@ def test_a_killed_writer_leaves_no_file_and_its_temporary_is_cleared_by_the_next
     assert not stale.exists() and running.exists()
 
 
+def test_temporaries_are_unique_across_hosts_and_only_dead_writers_ones_are_cleared(tmp_path, monkeypatch):
+    """Two hosts (or containers whose pids start alike) may write one path on a shared
+    filesystem: each temporary names its host, pid and a random token, and the next
+    write clears this host's dead writers' temporaries and other hosts' day-old ones."""
+    import time
+
+    from shardflow.core import atomic
+
+    target = tmp_path / "part.npy"
+    a, b = atomic.tmp_path(target), atomic.tmp_path(target)
+    assert a != b and a.name.startswith(f"part.npy.tmp-{atomic._host()}-{os.getpid()}-")
+    here_dead = tmp_path / f"part.npy.tmp-{atomic._host()}-{2**22 + 1}-0a0a0a0a"  # above pid_max: no such process
+    here_running = tmp_path / f"part.npy.tmp-{atomic._host()}-{os.getppid()}-0b0b0b0b"
+    other_recent = tmp_path / "part.npy.tmp-node-17.cluster-5-0c0c0c0c"  # its pid means nothing here
+    other_old = tmp_path / "part.npy.tmp-node-18-5-0d0d0d0d"
+    not_ours = tmp_path / "part.npy.tmp-notes"
+    for p in (here_dead, here_running, other_recent, other_old, not_ours):
+        p.write_bytes(b"x")
+    day_ago = time.time() - atomic.OTHER_HOST_STALE_S - 60
+    os.utime(other_old, (day_ago, day_ago))
+    atomic_write_bytes(target, b"whole")
+    assert target.read_bytes() == b"whole"
+    left = sorted(p.name for p in tmp_path.glob("part.npy.tmp-*"))
+    assert left == sorted(p.name for p in (here_running, other_recent, not_ours))
+
+
 def test_an_error_inside_the_block_publishes_nothing(tmp_path):
     target = tmp_path / "out.txt"
     try:

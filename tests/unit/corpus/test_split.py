@@ -58,9 +58,23 @@ def test_writes_exactly_n_chunk_files(tmp_path, corpus):
     )
 
 
-def test_leaves_no_temporary_files(tmp_path, corpus):
-    run_split(tmp_path / "out", [corpus], 5)
-    assert not [p.name for p in (tmp_path / "out").iterdir() if ".tmp" in p.name]
+def test_leaves_no_temporary_files_and_clears_a_killed_splits(tmp_path, corpus, monkeypatch):
+    """A split SIGKILLed while writing chunks leaves their temporaries; the rerun clears
+    them (shardflow.core.atomic), and each chunk is fsynced before it is renamed."""
+    from shardflow.core import atomic
+
+    out = tmp_path / "out"
+    out.mkdir()
+    dead = [out / f"chunk_{i}.jsonl.tmp-{atomic._host()}-{2**22 + 1}-0a0a0a0a" for i in range(5)]
+    legacy = out / f"chunk_0.jsonl.tmp-{2**22 + 1}"  # named before temporaries named their host
+    for p in (*dead, legacy):
+        p.write_text("half a chunk")
+    synced = []
+    fsync = os.fsync
+    monkeypatch.setattr(atomic.os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), fsync(fd)))
+    run_split(out, [corpus], 5)
+    assert not [p.name for p in out.iterdir() if ".tmp" in p.name]
+    assert all(any(s.startswith(str(out / f"chunk_{i}.jsonl.tmp-")) for s in synced) for i in range(5))
 
 
 def test_two_splits_are_byte_identical(tmp_path, corpus):

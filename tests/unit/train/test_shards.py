@@ -91,6 +91,8 @@ def test_mislabelled_files_are_refused(tmp_path):
 
 def test_writer_is_atomic_and_discards_on_error(tmp_path):
     path = tmp_path / "a.bin"
+    killed = tmp_path / f"a.bin.tmp-{2**22 + 1}"  # a writer SIGKILLed mid-shard: cleared at publishing
+    killed.write_bytes(b"half")
     w = ShardWriter(path, "uint16")
     w.write([1, 2, 3])
     assert not path.exists()  # only the tmp file exists until close
