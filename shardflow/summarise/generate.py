@@ -304,6 +304,7 @@ class Generator:
             "input_limit": self.input_limit,
             "token_budget": self.token_budget,
             "max_batch_size": self.params.max_batch_size,
+            "window": self.params.window,  # the parts' bounds, and sampling seeds by window
             "seed": self.params.seed,
             "torch": torch.__version__,
             "transformers": transformers.__version__,

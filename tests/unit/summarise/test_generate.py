@@ -382,6 +382,11 @@ def test_resume_reuses_finished_parts(tiny, texts, tmp_path):
     other = load_generator(params(tiny["bart"], window=6, num_beams=1))
     with pytest.raises(ValueError, match="belongs to another job"):
         other.summarise(texts, resume_dir=folder)
+    # Another window resumes from a folder of its own, not from this one (whose parts it
+    # could not use: the job would stop on every retry until the folder was removed).
+    chunk = write_chunk(tmp_path / "c.jsonl", texts)
+    regrouped = load_generator(params(tiny["bart"], window=4))
+    assert resume_key(chunk, regrouped.identity) != resume_key(chunk, gen.identity)
 
 
 def test_an_orphaned_summarise_chunk_writes_nothing_and_its_rerun_resumes(tiny, texts, tmp_path, monkeypatch):
