@@ -1,8 +1,8 @@
 """Content hashes: files, folders, text lists, model folders, JSON-able objects.
 
 Two identities of a model folder serve two purposes:
-- `model_identity`: cheap (small files by content, large ones by name and size),
-  for resume keys that are computed at the start of every job;
+- `model_identity`: cheap (small files by content, large ones by name, size and
+  modification time), for resume keys that are computed at the start of every job;
 - `model_sha256`: every weight, tokenizer and config byte, for provenance and
   reproduction checks that must notice a changed weight file.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 BLOCK = 1 << 22
-# model_identity: files above this size (weights) enter by name and size only.
+# model_identity: files above this size (weights) enter by name, size and mtime only.
 HASH_CONTENT_BELOW = 4 << 20
 # model_sha256: the files that decide a model's output.
 MODEL_SUFFIXES = (".safetensors", ".bin", ".json", ".txt", ".model")
@@ -66,15 +66,21 @@ def texts_fingerprint(texts: list[str]) -> str:
 
 
 def model_identity(folder: str | os.PathLike) -> list[list[Any]]:
-    """Cheap identity of a model folder: small files by content, large ones by name and size."""
+    """Cheap identity of a model folder: small files by content, large ones (weights) by
+    name, size and modification time. Weights re-saved in place (a fine-tune of the same
+    shape: same names, same sizes) get a new identity, so a killed job's parts made with
+    the old ones are not resumed; a copied folder (new mtimes) only loses those parts."""
     folder = Path(folder)
     entries: list[list[Any]] = []
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         rel = path.relative_to(folder).as_posix()
         if rel.startswith(".") or "/." in rel or rel.endswith(".md"):
             continue  # .git, .cache, READMEs: no effect on the output
-        size = path.stat().st_size
-        entries.append([rel, size, sha256_file(path) if size < HASH_CONTENT_BELOW else None])
+        st = path.stat()
+        if st.st_size < HASH_CONTENT_BELOW:
+            entries.append([rel, st.st_size, sha256_file(path)])
+        else:
+            entries.append([rel, st.st_size, None, st.st_mtime_ns])
     return entries
 
 

@@ -41,3 +41,23 @@ def test_a_hub_name_is_hashed_from_its_cached_snapshot_with_its_revision(tmp_pat
     found = model_sha256("acme/minilm")
     assert found == {"path": "acme/minilm", "sha256": sha256_folder(snapshot, (".json",)), "revision": "a" * 40}
     assert model_sha256("acme/absent")["sha256"] is None
+
+
+def test_weights_re_saved_in_place_change_the_model_identity(tmp_path):
+    """Resume keys hold `model_identity`: weights of the same names and sizes saved over
+    the old ones (a fine-tune of the same shape) must not resume the old model's parts."""
+    import os
+
+    from shardflow.core.hashing import HASH_CONTENT_BELOW, model_identity
+
+    weights, config = tmp_path / "model.safetensors", tmp_path / "config.json"
+    config.write_text('{"hidden_size": 8}')
+    weights.write_bytes(b"\1" * HASH_CONTENT_BELOW)
+    before = model_identity(tmp_path)
+    assert model_identity(tmp_path) == before
+    weights.write_bytes(b"\2" * HASH_CONTENT_BELOW)
+    st = weights.stat()
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # coarse clocks: a distinct mtime
+    assert model_identity(tmp_path) != before
+    config.write_text('{"hidden_size": 9}')  # small files by content
+    assert model_identity(tmp_path)[0][2] != before[0][2]
