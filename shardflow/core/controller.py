@@ -21,6 +21,8 @@ import os
 from dataclasses import dataclass
 
 ENV = "SHARDFLOW_CONTROLLER"
+# The train launcher, for the ranks it starts through torchrun (`bind_to_launcher`).
+LAUNCHER_ENV = "SHARDFLOW_LAUNCHER"
 
 
 def _stat(pid: int) -> tuple[int, str] | None:
@@ -65,6 +67,12 @@ class Controller:
         return cls(int(pid), start)
 
 
+def this_process() -> Controller | None:
+    """This process, as a Controller its children can check (None off Linux)."""
+    found = _stat(os.getpid())
+    return None if found is None else Controller(os.getpid(), found[1])
+
+
 def find(pid: int | None = None) -> Controller | None:
     """The nearest ancestor of `pid` (default: this process) that runs Snakemake."""
     current = _stat(os.getpid() if pid is None else pid)
@@ -91,4 +99,35 @@ def stop_if_gone(controller: Controller | None, kept: str) -> None:
         raise OrphanedJobError(
             f"the Snakemake that started this job (pid {controller.pid}) is gone: outputs written now would not "
             f"be recorded, so none are written; {kept} (a rerun resumes from it)"
+        )
+
+
+def die_with_parent() -> None:
+    """Linux: this process gets SIGKILL when its parent dies (PR_SET_PDEATHSIG); for a
+    `preexec_fn`, or called by the child itself. Elsewhere nothing happens."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def bind_to_launcher() -> None:
+    """In a process the train launcher started through torchrun (a rank): die with
+    torchrun, and stop now if the launcher is already gone.
+
+    torchrun starts its ranks in sessions of their own, so a SIGKILL of the launcher
+    (which takes torchrun with it) left them training on GPUs whose slots the launcher
+    had freed, rank 0 holding the checkpoint lock the retry needs. Nothing is done
+    outside such a process (no LAUNCHER_ENV)."""
+    launcher = Controller.from_env(os.environ.get(LAUNCHER_ENV))
+    if launcher is None:
+        return
+    parent = os.getppid()
+    die_with_parent()
+    if os.getppid() != parent or not launcher.alive():  # gone before the line above took effect
+        raise OrphanedJobError(
+            f"the train launcher (pid {launcher.pid}) that started this rank is gone: stopping before training"
         )

@@ -22,6 +22,7 @@ import typing
 import torch
 import torch.distributed as dist
 
+from shardflow.core import controller
 from shardflow.core.runlog import configure_logging
 from shardflow.train.trainer import TrainParams, train
 
@@ -71,6 +72,7 @@ def main(argv=None) -> dict:
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:
+        controller.bind_to_launcher()  # a rank dies with torchrun, which dies with the launcher
         cuda = params.device != "cpu" and torch.cuda.is_available()
         if cuda:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))

@@ -12,8 +12,8 @@ Then one process trains in this one (so a SIGKILL of the job kills the trainer
 itself, and Snakemake's retry resumes from its last checkpoint), and N > 1 processes
 run as `torchrun --standalone --nproc_per_node N -m shardflow.train ...` (one node,
 one process per GPU, data parallel). The slots stay held by this process while
-torchrun runs; its workers inherit CUDA_VISIBLE_DEVICES, and torchrun is killed if
-this process dies.
+torchrun runs; its workers inherit CUDA_VISIBLE_DEVICES, and torchrun and its workers
+are killed if this process dies (`run_ranks`).
 
 The launcher also notes which Snakemake runs the job (shardflow.core.controller) for
 the trainer, which stops without outputs, its checkpoint kept, if that process goes
@@ -86,15 +86,15 @@ def torchrun_command(nproc: int, args: list[str]) -> list[str]:
             "-m", "shardflow.train", *args]
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Linux: torchrun gets SIGKILL when the launcher dies (a SIGKILLed job leaves nothing running)."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+def run_ranks(cmd: list[str]) -> int:
+    """Run torchrun (`cmd`) and return its status. torchrun gets SIGKILL when this
+    process dies, and its ranks when torchrun does (each binds itself:
+    controller.bind_to_launcher), so a SIGKILLed job leaves nothing running."""
+    me = controller.this_process()
+    env = dict(os.environ)
+    if me is not None:
+        env[controller.LAUNCHER_ENV] = me.to_env()
+    return subprocess.run(cmd, preexec_fn=controller.die_with_parent, env=env).returncode
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cmd = torchrun_command(nproc, targs)
     log.info("running %d processes: %s", nproc, " ".join(cmd))
-    rc = subprocess.run(cmd, preexec_fn=_die_with_parent).returncode
+    rc = run_ranks(cmd)
     if rc != 0:
         log.critical("failed: torchrun exited with status %d (the ranks' errors are above)", rc)
     return rc
