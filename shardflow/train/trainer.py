@@ -444,6 +444,12 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
             raise OrphanedJobError(message)
     if ckpt_path.exists():
         ckpt = load_checkpoint(ckpt_path, key)
+        if ckpt["step"] > p.max_iters:  # continued, it would publish a longer run labelled with this max_iters
+            raise CheckpointError(
+                f"checkpoint {ckpt_path} is at step {ckpt['step']}, past train.max_iters {p.max_iters}: a run of "
+                f"{p.max_iters} steps cannot continue from it. Raise train.max_iters to {ckpt['step']} or more, or "
+                f"delete the resume folder {resume_dir} to train {p.max_iters} steps from scratch"
+            )
         raw.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         sampler.generator.set_state(ckpt["sampler_generator"])

@@ -203,6 +203,11 @@ def test_train_writes_outputs_and_extends_max_iters(shards, tmp_path):
         train(shards, out, TrainParams(**base, max_iters=8, lr=2e-3, weight_decay=0.0),
               resume_dir=resume)
 
+    # Fewer steps than the checkpoint took: refused (continued, it published the 8-step
+    # model labelled max_iters 6).
+    with pytest.raises(CheckpointError, match=r"at step 8, past train.max_iters 6: .* delete the resume folder"):
+        train(shards, out, TrainParams(**base, max_iters=6), resume_dir=resume)
+
     # Finished without keep_resume: the resume folder goes, so a rerun starts afresh.
     train(shards, out, TrainParams(**base, max_iters=8), resume_dir=resume, sample_tokens=5)
     assert not resume.exists()
