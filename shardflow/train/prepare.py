@@ -613,6 +613,7 @@ def gather_shards(
             for p, s in summaries
         ],
     }
+    _check_splits(metadata["totals"], metadata["split"]["val_fraction"])
     _publish(out_dir, metadata, tokenizer_folder)
     log.info(
         "gathered %d train / %d val tokens into %d shards (%d cross-chunk duplicates dropped)",
@@ -622,6 +623,21 @@ def gather_shards(
         cross_dups,
     )
     return metadata
+
+
+def _check_splits(totals: dict, val_fraction: float) -> None:
+    """Stop here, not in the train job (after its retries), when a split asked for cannot
+    train or evaluate: it needs a token to predict, so 2 tokens at least. (val_fraction 0
+    asks for no val split: shards for training elsewhere.)"""
+    for split in ("train", "val") if val_fraction > 0 else ("train",):
+        n, docs = totals[split]["tokens"], totals[split]["documents"]
+        if n < 2:
+            held = f"{n} tokens" + ("" if docs is None else f" ({docs} documents)")
+            hint = f"raise shards.val_fraction ({val_fraction}), or " if split == "val" else ""
+            raise ValueError(
+                f"the {split} split holds {held} of {totals['tokens']}: training needs a token to predict in "
+                f"each split; {hint}give the corpus more text"
+            )
 
 
 def _metadata_head(ident: dict, dtype: str, target: int, shards: list[dict]) -> dict:
@@ -731,6 +747,7 @@ def prepare_text_file(
         "unk_tokens": unk,
         "sources": [{"chunk": logical_path(path), "sha256": sha256_file(path), "tokens": n}],
     }
+    _check_splits(metadata["totals"], params.val_fraction)
     _publish(out_dir, metadata, tokenizer_folder)
     log.info("%s: %d tokens, %d train / %d val", path, n, n_train, n - n_train)
     return metadata

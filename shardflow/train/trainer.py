@@ -54,6 +54,7 @@ from shardflow.core.atomic import atomic_open, atomic_path, write_json
 from shardflow.core.controller import ENV as CONTROLLER_ENV
 from shardflow.core.controller import Controller, OrphanedJobError
 from shardflow.core.devices import use_compile_cache
+from shardflow.core.hashing import sha256_file
 from shardflow.core.s3 import logical_path
 from shardflow.train.model import GPT, GPTConfig
 from shardflow.train.params import TrainParams
@@ -117,9 +118,18 @@ def load_shards(shard_dir_or_metadata: str | os.PathLike) -> ShardSet:
     split = {"train": [], "val": []}
     fingerprint = []
     for entry in meta["shards"]:
-        tokens = open_shard(meta_path.parent / entry["file"], meta.get("dtype")).tokens  # checked memmap
+        path = meta_path.parent / entry["file"]
+        tokens = open_shard(path, meta.get("dtype")).tokens  # checked memmap
         if len(tokens) != entry["tokens"]:
-            raise ValueError(f"{entry['file']}: {len(tokens)} tokens, metadata.json says {entry['tokens']}")
+            raise ValueError(f"{path}: {len(tokens)} tokens, {meta_path.name} says {entry['tokens']}")
+        # A shard changed in place keeps its size (and the folder's mtime: Snakemake plans no
+        # rerun); its bytes are checked against the hash written with it.
+        if entry.get("sha256") and (got := sha256_file(path)) != entry["sha256"]:
+            raise ValueError(
+                f"{path}: sha256 {got[:16]}..., {meta_path.name} recorded {entry['sha256'][:16]}... when it was "
+                f"written: the shard changed since (corrupted, or edited); make the shards again "
+                f"(snakemake -R gather_shards, or delete {meta_path.parent})"
+            )
         split[entry["split"]].append(tokens)
         fingerprint.append([entry["file"], entry["split"], entry["tokens"], entry.get("sha256")])
     for name, shards in split.items():
@@ -180,6 +190,11 @@ def val_windows(shards: list[np.ndarray], block_size: int, count: int | str, see
         for s, tokens in enumerate(shards):
             for o in range(0, len(tokens) - 1, block_size):
                 out.append((s, o, min(block_size, len(tokens) - 1 - o)))
+        if not out:  # a val loss of 0/0: NaN, and the "best" weights the last ones
+            raise ValueError(
+                f"the val split ({sum(len(s) for s in shards)} tokens in {len(shards)} shards) has no token to "
+                "predict (a shard needs 2 tokens or more): raise shards.val_fraction, or give the corpus more text"
+            )
         return out
     sampler = WindowSampler(shards, block_size, seed, "val")  # a generator of its own: the set never changes
     return [(s, o, block_size) for s, o in sampler.draw(count)]

@@ -12,7 +12,7 @@ from shardflow.train.tokenizer import load_tokenizer
 from shardflow.workflow import plan
 
 
-@pytest.mark.parametrize("n", [1234, 1115, 1000, 7])
+@pytest.mark.parametrize("n", [1234, 1115, 1000, 17])
 def test_position_split_matches_nanogpt_counts_and_text(tmp_path, n):
     rng = np.random.default_rng(n)
     lines = ["".join(rng.choice(list("abc DEF,.'"), size=rng.integers(0, 30))) for _ in range(400)]

@@ -230,6 +230,20 @@ def test_empty_corpus_is_an_error(tmp_path):
         prepare_text_file(tmp_path / "e.txt", CharTokenizer.train(["a"]), tmp_path / "out", TextFileParams())
 
 
+def test_a_split_without_a_token_to_predict_stops_the_gathering(tmp_path):
+    """Found here, not by the train job after its retries (3 documents, val_fraction 0.1:
+    no document draws val)."""
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", [(f"d{i}", words(i)) for i in range(3)])
+    tok = CharTokenizer.train(words(i) for i in range(3))
+    with pytest.raises(ValueError, match=r"the val split holds 0 tokens \(0 documents\) of \d+: .* raise shards.val_fraction \(0.1\)"):
+        run(tmp_path, [chunk], tok, TokenizeParams(val_fraction=0.1))
+    assert not (tmp_path / "shards" / "metadata.json").exists()
+    run(tmp_path, [chunk], tok, TokenizeParams(val_fraction=0.0))  # no val split asked for: shards to train elsewhere
+    (tmp_path / "t.txt").write_text("abcdefghij")  # a position split: 9 train tokens, 1 val
+    with pytest.raises(ValueError, match=r"the val split holds 1 tokens of 10"):
+        prepare_text_file(tmp_path / "t.txt", CharTokenizer.train(["abcdefghij"]), tmp_path / "p", TextFileParams())
+
+
 def test_large_vocab_needs_uint32(tmp_path):
     tok = CharTokenizer(chr(0x10000 + i) for i in range(70000))  # vocab 70001 > 65536
     chunk = write_chunk(tmp_path / "chunk_0.jsonl", [("d", chr(0x10000 + 69999) + chr(0x10000))])

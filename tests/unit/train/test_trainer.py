@@ -33,6 +33,7 @@ from shardflow.train.trainer import (
     TrainParams,
     WindowSampler,
     load_model,
+    load_shards,
     lr_at,
     train,
     val_windows,
@@ -162,6 +163,23 @@ def test_val_windows_all_predict_every_token_once():
         assert predicted == list(range(1, len(tokens)))
     fixed = val_windows(shards, block_size=16, count=5, seed=0)
     assert fixed == val_windows(shards, block_size=16, count=5, seed=0) and len(fixed) == 5
+    with pytest.raises(ValueError, match=r"the val split \(1 tokens in 1 shards\) has no token to predict"):
+        val_windows([np.arange(1)], block_size=16, count="all", seed=0)  # its loss was NaN, the job a success
+
+
+def test_a_shard_changed_since_it_was_written_is_named(shards, tmp_path):
+    """A shard edited in place keeps its size, and Snakemake plans no rerun: its hash in
+    metadata.json catches it before a step is taken on the wrong tokens."""
+    import shutil
+
+    copy = tmp_path / "shards"
+    shutil.copytree(shards, copy)
+    tokens = np.memmap(copy / "shard_1.bin", dtype=np.uint16, mode="r+", offset=1024)
+    tokens[:] = 5
+    tokens.flush()
+    del tokens
+    with pytest.raises(ValueError, match=r"shard_1.bin: sha256 .* metadata.json recorded .* changed since"):
+        load_shards(copy)
 
 
 # ---------------------------------------------------------------- in-process runs
