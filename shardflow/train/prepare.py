@@ -130,7 +130,12 @@ def _target_tokens(tokens_per_shard: int | None, shard_mb: float | None, dtype: 
     else:
         target = DEFAULT_TOKENS_PER_SHARD if tokens_per_shard is None else tokens_per_shard
     if not 1 <= target <= MAX_TOKENS:
-        raise ValueError(f"shard size {target} tokens: must be between 1 and {MAX_TOKENS} (the int32 header)")
+        given = (
+            f"shards.shard_mb {shard_mb} leaves {target} {dtype} tokens beside the {HEADER_BYTES:,}-byte header"
+            if shard_mb is not None
+            else f"shards.tokens_per_shard {target}"
+        )
+        raise ValueError(f"{given}: a shard holds between 1 and {MAX_TOKENS} tokens (the int32 header counts them)")
     return target
 
 

@@ -287,6 +287,17 @@ def write_landing(path: str | os.PathLike, sections: list[Section]) -> None:
         fh.write(render(sections))
 
 
+
+def _shards_line(meta: dict) -> str:
+    """How many shards, of what size: a document (or group) longer than the target gets a
+    shard of its own, so the target is not a bound."""
+    target, sizes = meta["tokens_per_shard"], [s["tokens"] for s in meta["shards"]]
+    text = f"{len(sizes):,} of up to {target:,} {meta['dtype']} tokens"
+    over = [n for n in sizes if n > target]
+    if over:
+        text += f" ({len(over):,} hold one longer document or group alone, the largest {max(over):,} tokens)"
+    return text
+
 def training_section(dataset: str, files: dict, report: ReportParams | None = None) -> Section:
     """files: shards (the shard folder), jobs (tokenize jobs), metrics (train); report: the GPU-hour price."""
     meta, m = read_json(Path(files["shards"]) / "metadata.json"), read_json(files["metrics"])
@@ -303,7 +314,7 @@ def training_section(dataset: str, files: dict, report: ReportParams | None = No
     rows = [
         ("documents in", docs),
         ("tokens in", f"{t['tokens']:,} ({t['train']['tokens']:,} train / {t['val']['tokens']:,} val)"),
-        ("shards", f"{len(meta['shards'])} of at most {meta['tokens_per_shard']:,} {meta['dtype']} tokens{tokenize}"),
+        ("shards", _shards_line(meta) + tokenize),
         ("tokenizer", f"{tok['kind']}, vocabulary {tok['vocab_size']:,}, end-of-text id {tok['eot_id']}"),
         ("steps", f"{m['steps']:,} steps of {m['tokens_per_step']:,} tokens, {m['n_params']:,} parameters"
          + (f" (resumed from step {m['resumed_from_step']:,})" if m["resumed_from_step"] else "")),

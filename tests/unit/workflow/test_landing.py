@@ -58,3 +58,13 @@ def test_sweep_section_names_the_best_point(tmp_path):
     big = {"jobs": 1, "gpu_hours": 1234.5, "wall_time_s": 10.0,
            "by_origin": {"main_run": {"jobs": 0}, "shared": {"jobs": 1}}}
     assert _sweep_cost(big) == "1 job, 1,234 GPU-hours, 10 s of job time (each once; of them read: 1 shared)"
+
+
+def test_the_shards_line_says_which_shards_hold_a_longer_document_alone():
+    """A document longer than tokens_per_shard gets a shard of its own: 'at most' was false."""
+    from shardflow.workflow.landing import _shards_line
+
+    meta = {"tokens_per_shard": 30, "dtype": "uint16", "shards": [{"tokens": 30}, {"tokens": 299}, {"tokens": 12}]}
+    assert _shards_line(meta) == "3 of up to 30 uint16 tokens (1 hold one longer document or group alone, the largest 299 tokens)"
+    meta["shards"].pop(1)
+    assert _shards_line(meta) == "2 of up to 30 uint16 tokens"
