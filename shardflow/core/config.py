@@ -154,11 +154,16 @@ def _types(sub: Mapping) -> set[str]:
 def yaml11_floats(config: dict, schema: dict) -> None:
     """YAML 1.1 leaves `lr: 3e-4` a string. Where a key's schema takes a number and no
     string, such a string becomes the number, in place (an integer key's `5e3` becomes
-    5000), so a config file means what it says."""
+    5000), so a config file means what it says. An integer key's whole float (`128.0`,
+    `5.0e+3`: the schema's "integer" takes them) becomes the int the code expects."""
     for name, sub in schema.get("properties", {}).items():
         value = config.get(name)
         if isinstance(value, dict):
             yaml11_floats(value, sub)
+        elif isinstance(value, float) and value.is_integer():
+            types = _types(sub)
+            if "integer" in types and "number" not in types:
+                config[name] = int(value)
         elif isinstance(value, str) and YAML11_FLOAT.fullmatch(value.strip()):
             types = _types(sub)
             if "string" in types:

@@ -191,6 +191,15 @@ def canonical_value(value: Any, like: Any) -> Any:
     return value
 
 
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two sweep values are one setting: 1 and 1.0 are (a key whose base value is
+    null keeps either as given), true and 1 are not."""
+    a, b = plain(a), plain(b)
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    return type(a) is type(b) and a == b or (isinstance(a, (int, float)) and isinstance(b, (int, float)) and a == b)
+
+
 def lookup(config: Mapping[str, Any], key: str) -> Any:
     """The value at dotted `key`; SweepError naming what exists where it is missing."""
     node: Any = config
@@ -364,6 +373,11 @@ def parse_sweep(
     params, points = _points(check, sweep)
     keys = id_keys(params)
     ids = [point_id(p, keys) for p in points]
+    for i, point in enumerate(points):
+        for j in range(i):
+            if all(same_value(points[j][k], point[k]) for k in params):
+                pid = ids[i] if ids[i] == ids[j] else f"{ids[j]} and {ids[i]}"
+                raise check.fail(f"points {j + 1} and {i + 1} are the same point ({pid})")
     first: dict[str, int] = {}
     for i, pid in enumerate(ids):
         if pid in first:
@@ -432,11 +446,12 @@ def _points(check: _Checker, sweep: Mapping) -> tuple[list[str], list[dict]]:
             if not vals:
                 raise check.fail(f"grid parameter '{key}' has no values")
             canon = [check.value(key, v, like) for v in vals]
-            texts = [format_value(v) for v in canon]
-            for i, text in enumerate(texts):
-                if text in texts[:i]:
-                    first = vals[texts.index(text)]
-                    raise check.fail(f"grid parameter '{key}' lists {text} twice ({first!r} and {vals[i]!r})")
+            for i, v in enumerate(canon):
+                for j in range(i):
+                    if same_value(canon[j], v):
+                        raise check.fail(
+                            f"grid parameter '{key}' lists {format_value(v)} twice ({vals[j]!r} and {vals[i]!r})"
+                        )
             values[key] = canon
         return list(values), expand_grid(values)
 

@@ -73,3 +73,10 @@ def test_a_float_in_exponent_notation_means_a_number_in_a_config_file(shipped_co
         assert "config key 'train.max_iters': '2.55e1' is not of type 'integer'" in str(exc)
     else:
         raise AssertionError("a fractional max_iters was accepted")
+    # A whole float for an integer key ("integer" in JSON Schema takes 128.0) becomes the
+    # int the code expects (128.0 reached the embed engine, which failed on it); a number
+    # key keeps what it was given.
+    config["train"]["max_iters"], config["embedding"]["max_length"], config["train"]["lr"] = 5.0e3, 128.0, 1
+    validate_config(config, schema)
+    assert type(config["train"]["max_iters"]) is int and type(config["embedding"]["max_length"]) is int
+    assert type(config["train"]["lr"]) is int
