@@ -282,6 +282,12 @@ def load_encoder(
     max_positions = getattr(
         config.get_text_config() if hasattr(config, "get_text_config") else config, "max_position_embeddings", None
     )
+    if params.max_length and max_positions not in (None, -1) and params.max_length > max_positions:
+        # The model would fail on the first long text, with a tensor-size error naming no key.
+        raise ValueError(
+            f"embedding.max_length {params.max_length} is more than the {max_positions} positions of the model "
+            f"{spec.folder}: lower it, or leave it null for the model's own limit"
+        )
     tokenizer = _load_tokenizer(spec, max_positions)
     head = build_head(spec.head).to(device)
     encoder = Encoder(params, spec, tokenizer, model, head, device, dtype, output_dim(spec), logger, before_forward)

@@ -223,6 +223,13 @@ class Generator:
 
     def _input_limit(self) -> int | None:
         """Most input tokens per text; None: no limit."""
+        given = self.params.max_input_length
+        if given and self.max_positions and given > self.max_positions:
+            # The model would fail on the first long text, with an index error naming no key.
+            raise ValueError(
+                f"summarise.max_input_length {given} is more than the {self.max_positions} positions of the model "
+                f"{self.folder}: lower it, or leave it null for the model's own limit"
+            )
         limits = []
         if self.tokenizer.model_max_length < NO_LIMIT:
             limits.append(int(self.tokenizer.model_max_length))

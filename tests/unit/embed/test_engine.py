@@ -179,6 +179,10 @@ def test_max_length_override(tiny, texts):
     assert_rows_match(enc.encode(texts), st.encode(texts))
     # The texts cut at max_length are counted (the report and landing page say how many).
     assert enc.last_stats.at_max_length == sum(n == 8 for n in lengths) > 0
+    # More than the model's positions: named (the model failed on the first long text).
+    positions = enc.model.config.max_position_embeddings
+    with pytest.raises(ValueError, match=rf"embedding.max_length {positions + 1} is more than the {positions} positions"):
+        load_encoder(params(tiny["bert_mean"], max_length=positions + 1))
 
 
 def test_plain_hf_folder_falls_back_to_mean_pooling(tiny, texts):

@@ -319,6 +319,10 @@ def test_params_validation(tiny, tmp_path):
     with pytest.raises(ValueError, match="samples"):
         load_generator(params(sampling))
     assert load_generator(params(sampling, do_sample=False)).effective.do_sample is False
+    # More input than the model has positions: named, not an index error inside the model.
+    positions = load_generator(params(tiny["bart"])).max_positions
+    with pytest.raises(ValueError, match=rf"summarise.max_input_length {positions + 1} is more than the {positions} positions"):
+        load_generator(params(tiny["bart"], max_input_length=positions + 1))
 
 
 def test_seeded_sampling_is_reproducible(tiny, texts, tmp_path):
