@@ -125,7 +125,13 @@ for _spec in SWEEPS.values():
         )
     _method = config["summarise"]["method"]
     _ignored = ignored_by(_method, _spec.params) if _spec.stage == "summarise" else []
-    if _ignored:
+    if _spec.stage == "summarise" and _method == "stored":
+        _PROBLEMS.append(
+            f"sweep {_spec.name!r}: summarise.method is stored, which scores the summaries the "
+            "corpus holds and runs no summarise job: there is nothing to sweep (a summarise sweep "
+            "needs method lead, extractive or abstractive)"
+        )
+    elif _ignored:
         _PROBLEMS.append(
             f"sweep {_spec.name!r}: summarise.method {_method} does not read {', '.join(_ignored)}: every "
             f"point would be the same run (it reads: {', '.join(METHOD_KEYS[_method])})"

@@ -74,6 +74,20 @@ def test_abstractive_summaries_without_a_model_stop_the_dry_run(tmp_path):
     assert "summarise.method is abstractive but summarise.model is null" in proc.stdout + proc.stderr
 
 
+def test_a_summarise_sweep_over_stored_summaries_stops_the_dry_run_naming_it(tmp_path):
+    """Method stored runs no summarise job (it was a bare KeyError: 'evaluate_summaries')."""
+    cfg = write_config(
+        tmp_path / "stored.yaml",
+        tasks=["summarisation"],
+        summarise={"method": "stored", "stored_field": "summary", "reference_field": "reference"},
+        sweeps={"ks": {"stage": "summarise", "grid": {"summarise.k": [1, 2]}, "seeds": [0],
+                       "metrics": {"rouge1": "max"}}},
+    )
+    proc = snakemake(tmp_path, "-n", "--configfile", str(cfg), check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "sweep 'ks': summarise.method is stored, which scores the summaries" in out, out[-3000:]
+
+
 def test_models_this_machine_lacks_stop_the_dry_run_all_at_once_naming_their_keys(tmp_path):
     """A mistyped model folder, a sweep point's, and a sweep that lacks what its stage
     needs: one parse error names them all, instead of GPU jobs that queue, fail and are
