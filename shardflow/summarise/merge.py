@@ -1,4 +1,7 @@
-"""merge_summaries: the chunks' summaries files into one, in corpus order, checked.
+"""merge_summaries: the chunks' summaries files into one, in chunk order, checked.
+
+Chunk order is corpus order, except with `chunking.group_by` (whole groups are placed
+on chunks largest first; each keeps its records' corpus order).
 
 Like embedding's merge + verify in one streaming pass: every record has its
 fields, ids are unique across the corpus, and the count equals the records the
