@@ -21,6 +21,8 @@ from shardflow.sweep.spec import SweepSpec
 _LATEX_SPECIAL = {
     "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
     "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+    # OT1, LaTeX's default font encoding, prints these as other glyphs (| as a dash).
+    "|": r"\textbar{}", "<": r"\textless{}", ">": r"\textgreater{}",
 }
 
 
@@ -28,7 +30,8 @@ def latex_escape(text: str) -> str:
     return "".join(_LATEX_SPECIAL.get(c, c) for c in text)
 
 
-def _label(value: Any) -> str:
+def value_label(value: Any) -> str:
+    """A parameter value as tables show it: a string as written, null, true, 1e-05."""
     return value if isinstance(value, str) else format_value(value)
 
 
@@ -50,7 +53,7 @@ def _cells(spec: SweepSpec, summary: pd.DataFrame, decimals: int):
                 continue
             bold = round(mean, decimals) == bold_means[m]
             cells.append((f"{mean:.{decimals}f}", None if math.isnan(std) else f"{std:.{decimals}f}", bold))
-        rows.append(([_label(point[p]) for p in spec.params], cells))
+        rows.append(([value_label(point[p]) for p in spec.params], cells))
     return rows
 
 

@@ -28,6 +28,7 @@ from shardflow.core.atomic import atomic_open
 from shardflow.core.files import read_json
 from shardflow.core.jobs import read_job_table
 from shardflow.embed.report import ReportParams, run_summary
+from shardflow.sweep.export import value_label
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def summarisation_section(dataset: str, files: dict) -> Section:
 def sweep_section(name: str, files: dict) -> Section:
     """files: best (best.json), points (points.json) and cost (cost.json) of a sweep's collection."""
     best, points, cost = read_json(files["best"]), read_json(files["points"]), read_json(files["cost"])
-    params = ", ".join(f"{k}={v}" for k, v in best["params"].items()) or "(base)"
+    params = ", ".join(f"{k}={value_label(v)}" for k, v in best["params"].items()) or "(base)"
     spread = f" ± {best['std']:.4g}" if best.get("std") is not None else ""
     rows = [
         ("stage", f"{points['stage']}: {len(points['points'])} points x {len(points['seeds'])} seeds"),

@@ -66,6 +66,7 @@ def test_one_seed_shows_the_mean_alone_and_ties_are_all_bold():
 def test_latex_special_characters_are_escaped():
     assert latex_escape(r"a_b & 50% $x$ #1 {y} ~z ^w \v") == \
         r"a\_b \& 50\% \$x\$ \#1 \{y\} \textasciitilde{}z \textasciicircum{}w \textbackslash{}v"
+    assert latex_escape("a|b <c>") == r"a\textbar{}b \textless{}c\textgreater{}"  # OT1 printed | as a dash
 
 
 def test_markdown_escapes_pipes():

@@ -51,6 +51,10 @@ def test_sweep_section_names_the_best_point(tmp_path):
     rows = dict(sweep_section("lead-k", files).rows)
     assert rows["stage"] == "summarise: 3 points x 1 seeds"
     assert rows["best rouge1 (max)"] == "40.39 at summarise.k=3"
+    best = json.loads((tmp_path / "best.json").read_text())
+    best["params"] = {"summarise.k": 3, "summarise.generation.num_beams": None}
+    (tmp_path / "best.json").write_text(json.dumps(best))
+    assert dict(sweep_section("lead-k", files).rows)["best rouge1 (max)"].endswith("num_beams=null")  # as the table says
     # The main run's embed job, read by every point, counts once.
     assert rows["cost"] == "4 jobs, 1 GPU-hours, 3,630 s of job time (each once; of them read: 1 of the main run's)"
     from shardflow.workflow.landing import _sweep_cost
