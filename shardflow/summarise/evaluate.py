@@ -162,7 +162,7 @@ def evaluate_summaries(
             "rejected_references": len(rejects),
             "summary_tokens_mean": float(outp.mean()),
             "compression_ratio_mean": float(np.mean(outp / np.maximum(inp, 1))),
-            "warnings": list(format_warnings(records, params)),
+            "warnings": list(format_warnings(records, params, own_summaries=True)),
         },
     )
     write_parquet(scores, outputs["per_document"])

@@ -96,10 +96,15 @@ class ScoredFile:
     warnings: tuple[str, ...] = ()  # format_warnings
 
 
-def format_warnings(records: Sequence[SummaryRecord], params: ScoreParams) -> tuple[str, ...]:
+def format_warnings(
+    records: Sequence[SummaryRecord], params: ScoreParams, own_summaries: bool = False
+) -> tuple[str, ...]:
     """A warning per kind of text (references, stored summaries) read as prose although
     most of it is tokenised (CNN/DailyMail's " . " between sentences): the prose splitter
-    then finds one sentence in each, and ROUGE-Lsum comes out several points low."""
+    then finds one sentence in each, and ROUGE-Lsum comes out several points low.
+    `own_summaries`: the summaries are the workflow's (lead, extractive, abstractive), cut
+    from the articles: tokenised ones mean tokenised articles, which no setting of the
+    scoring changes."""
     kinds = [("references", "reference_format", [r.reference for r in records])]
     if params.summary_format == "prose":
         kinds.append(("summaries", "summary_format", [t for r in records for t in r.summaries.values()]))
@@ -108,7 +113,14 @@ def format_warnings(records: Sequence[SummaryRecord], params: ScoreParams) -> tu
         if getattr(params, key) != "prose" or not texts:
             continue
         looks = sum(len(split_tokenised(t)) > len(split_sentences(t)) for t in texts)
-        if looks > len(texts) / 2:
+        if looks > len(texts) / 2 and what == "summaries" and own_summaries:
+            out.append(
+                f"{looks} of {len(texts)} summaries look tokenised (sentences end in a standalone ' . '): the "
+                "articles are tokenised text. ROUGE-Lsum splits these summaries as prose, and lead or extractive "
+                "may have found few sentence ends in the articles (summary_tokens_mean near the articles' length "
+                "says so); summarise prose articles for comparable numbers"
+            )
+        elif looks > len(texts) / 2:
             out.append(
                 f"{looks} of {len(texts)} {what} look tokenised (sentences end in a standalone ' . ') but are "
                 f"split as prose: ROUGE-Lsum sees fewer sentences than there are; if the data is tokenised "

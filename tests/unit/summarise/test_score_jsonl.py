@@ -144,3 +144,12 @@ def test_tokenised_text_scored_as_prose_is_warned_about(tmp_path, write_jsonl):
     assert score_jsonl(path, "summary", ScoreParams(reference_format="tokenised", summary_format="tokenised")).warnings == ()
     prose = [_rec(i, highlights="The cat sat. It was happy.", summary="The cat sat. The dog ran.") for i in range(4)]
     assert score_jsonl(str(write_jsonl(tmp_path / "p.jsonl", prose)), "summary").warnings == ()
+    # The workflow's own summaries, cut from tokenised articles: no scoring setting helps,
+    # so the warning names the articles (it said to set reference_format, already set).
+    from shardflow.summarise.data import SummaryRecord
+    from shardflow.summarise.rouge import format_warnings
+
+    own = [SummaryRecord(str(i), "the cat sat . it was happy .", {"lead": "the cat sat . the dog ran ."}, 0) for i in range(4)]
+    (warning,) = format_warnings(own, ScoreParams(reference_format="tokenised"), own_summaries=True)
+    assert warning.startswith("4 of 4 summaries look tokenised") and "the articles are tokenised text" in warning
+    assert "reference_format" not in warning
