@@ -26,6 +26,7 @@ Protocol:
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -43,6 +44,8 @@ ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 BOOTSTRAP_RESAMPLES = 1000
 DEFAULT_PARAMS = ScoreParams()
 _SPLITTERS = {"prose": split_sentences, "tokenised": split_tokenised}
+# What rouge-score's tokenizer keeps of a lower-cased text (see the protocol above).
+_ROUGE_CHARS = re.compile(r"[a-z0-9]")
 
 
 @functools.lru_cache(maxsize=1)
@@ -126,7 +129,17 @@ def format_warnings(
                 f"split as prose: ROUGE-Lsum sees fewer sentences than there are; if the data is tokenised "
                 f"(CNN/DailyMail), set summarise.reference_format: tokenised (REFERENCE_FORMAT=tokenised)"
             )
+    unread = sum(not _ROUGE_CHARS.search(" ".join(_flat(r.reference)).lower()) for r in records)
+    if unread:
+        out.append(
+            f"{unread} of {len(records)} references hold no letter a-z or digit, all rouge-score reads (other "
+            "scripts, such as Cyrillic or CJK, are dropped): their documents score 0 and count in the means"
+        )
     return tuple(out)
+
+
+def _flat(text: str | Sequence[str]) -> list[str]:
+    return [text] if isinstance(text, str) else list(text)
 
 
 def score_jsonl(path: str, summaries: str, params: ScoreParams = DEFAULT_PARAMS) -> ScoredFile:

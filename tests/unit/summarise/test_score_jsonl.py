@@ -153,3 +153,7 @@ def test_tokenised_text_scored_as_prose_is_warned_about(tmp_path, write_jsonl):
     (warning,) = format_warnings(own, ScoreParams(reference_format="tokenised"), own_summaries=True)
     assert warning.startswith("4 of 4 summaries look tokenised") and "the articles are tokenised text" in warning
     assert "reference_format" not in warning
+    # Text rouge-score cannot read scores 0, identical summary or not: counted, not silent.
+    cyrillic = [SummaryRecord("ru", "Зоя пошла домой.", {"lead": "Зоя пошла домой."}, 0), own[0]]
+    (warning,) = format_warnings(cyrillic, ScoreParams())
+    assert warning.startswith("1 of 2 references hold no letter a-z or digit")
