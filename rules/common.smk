@@ -105,6 +105,10 @@ SWEEP_NEEDS = {
         "summarise.reference_field (its ROUGE references)",
     ),
 }
+for _ds in DATASETS.values():
+    _why = plan.path_dependent_split(config, _ds) if workflow.is_main_process else None
+    if _why:
+        logger.warning(f"data set {_ds.name!r}: {_why}")
 _PROBLEMS = []  # stop once, naming every one
 MODEL_CHECK_OFF = "SHARDFLOW_SKIP_MODEL_CHECK"
 for _spec in SWEEPS.values():

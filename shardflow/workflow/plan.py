@@ -60,6 +60,31 @@ def reader_options(cfg: dict) -> ReaderOptions:
     )
 
 
+def path_dependent_split(cfg: dict, ds: DataSet) -> str | None:
+    """Why the train/val split of `ds` would change with the path its input is found at,
+    or None. The hash split keys on the record id (or group); ids the reader makes from
+    positions (`<path>:<line>`: text, or input.id_field null; the path: one document per
+    file) hold the input path as given, so an absolute path splits the same corpus
+    differently on another machine or in another folder."""
+    if "training" not in ds.tasks or cfg["shards"]["split"] != "hash" or ds.reader["group_field"]:
+        return None
+    absolute = [s for s in ds.sources if os.path.isabs(s)]
+    if not absolute:
+        return None
+    try:
+        positional = ds.reader["id_field"] is None or any(detect_format(s, ReaderOptions(**ds.reader)) == "text" for s in absolute)
+    except ValueError:
+        return None  # a format the split names itself
+    if not positional:
+        return None
+    return (
+        f"the train/val split hashes record ids, and those of {absolute[0]} are made from its path "
+        "('<path>:<line>'): the same corpus under another path (another machine, a moved folder) gets another "
+        "val split and other losses. Give input.path relative to the working directory, give the records ids "
+        "(input.id_field), or group them (chunking.group_by)"
+    )
+
+
 def _local_inputs(pattern) -> list[str]:
     """expand_inputs, its error naming the config key."""
     try:

@@ -338,3 +338,25 @@ def test_a_misspelt_reference_or_stored_field_stops_the_parse(tmp_path, monkeypa
     with pytest.raises(ValueError, match="summarise.reference_field 'hilights'"):
         plan.summarise_model(cfg("skip", reference_field="hilights"), (str(path), str(unlabelled)))
     plan.summarise_model(cfg(method="lead", reference_field="highlights"), ("a.jsonl", "b.json.gz"))
+
+
+def test_a_hash_split_over_ids_made_from_an_absolute_path_is_warned_about():
+    """Positional ids ('<path>:<line>') hold the path as given: the same text under
+    another absolute path split into another val set, silently."""
+    from shardflow.workflow.plan import DataSet, path_dependent_split
+
+    reader = {"format": "auto", "id_field": "id", "text_field": "text", "group_field": None,
+              "text_mode": "lines", "on_bad_record": "error"}
+
+    def ds(source, tasks=("training",), **changes):
+        return DataSet(name="d", role="main", tasks=tasks, n_chunks=1, sources=(source,),
+                       reader={**reader, **changes}, by="records", rate_items_per_s=1.0)
+
+    cfg = {"shards": {"split": "hash"}}
+    assert "made from its path" in path_dependent_split(cfg, ds("/data/corpus.txt"))
+    assert "made from its path" in path_dependent_split(cfg, ds("/data/corpus.jsonl", id_field=None))
+    assert path_dependent_split(cfg, ds("data/corpus.txt")) is None  # relative: the same wherever the folder is
+    assert path_dependent_split(cfg, ds("/data/corpus.jsonl")) is None  # the records' own ids
+    assert path_dependent_split(cfg, ds("/data/corpus.txt", group_field="doc")) is None
+    assert path_dependent_split(cfg, ds("/data/corpus.txt", tasks=("embedding",))) is None
+    assert path_dependent_split({"shards": {"split": "position"}}, ds("/data/corpus.txt")) is None
