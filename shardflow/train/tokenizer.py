@@ -15,6 +15,12 @@
   model lower-cases and maps unseen words to `[UNK]`, so decode is not an exact
   inverse there; `prepare` counts the `[UNK]` tokens it writes.
 
+A document is text: an end-of-text (or other special) token written in it, such as a
+literal "<|endoftext|>" or "[SEP]", is encoded as the characters it is made of, as
+llm.c and nanoGPT do (tiktoken's `encode_ordinary`); only `prepare` puts end-of-text
+ids, one after each document. The exported tokenizer does the same
+(`split_special_tokens`).
+
 Common interface: `encode(text) -> list[int]`, `encode_batch(texts) -> list of
 numpy arrays` (the fast path `prepare` uses), `decode(ids) -> str`, `vocab_size`,
 `eot_id`, `identity()`, `save(folder)`; `load_tokenizer(folder)` reads any saved
@@ -113,6 +119,8 @@ class Tokenizer(abc.ABC):
             "bos_token": self.eot_token,
             "model_max_length": max_length,
             "clean_up_tokenization_spaces": False,
+            # A special token written in a text is text, as in the shards (module docstring).
+            "split_special_tokens": True,
         })
 
     def identity(self) -> dict:
@@ -237,6 +245,7 @@ class HFTokenizer(Tokenizer):
         self.vocab_size = tk.get_vocab_size(with_added_tokens=True)
         unk = json.loads(self._raw).get("model", {}).get("unk_token")
         self.unk_id = tk.token_to_id(unk) if unk else None  # WordPiece's [UNK]; byte-level BPE has none
+        tk.encode_special_tokens = True  # a literal "<|endoftext|>" in a document is text (module docstring)
 
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
         # add_special_tokens=False: no [CLS]/[SEP] template; prepare adds end-of-text itself.

@@ -124,3 +124,20 @@ def test_a_saved_folder_is_the_two_files_the_workflow_declares(tmp_path):
         folder = tmp_path / kind
         tok.save(folder)
         assert sorted(p.name for p in folder.iterdir()) == sorted([vocabulary_file(kind), "shardflow_tokenizer.json"])
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe", "pretrained"])
+def test_a_special_token_written_in_a_document_is_text_in_the_shards_and_the_export(tmp_path, kind):
+    """Only prepare puts end-of-text ids, one after each document: a literal
+    '<|endoftext|>' (bpe) or '[SEP]' (MiniLM) in a text cut it in two, and the exported
+    char tokenizer read it as end-of-text where the shards held its characters."""
+    from transformers import AutoTokenizer
+
+    text = "before <|endoftext|> after [SEP] end"
+    tok = {"char": lambda: CharTokenizer.train([*TEXTS, text]), "bpe": lambda: train_bpe([*TEXTS, text], 300, 1),
+           "pretrained": lambda: load_pretrained("default")}[kind]()
+    ids = tok.encode(text)
+    assert tok.eot_id not in ids
+    tok.save_for_transformers(tmp_path, 64)
+    auto = AutoTokenizer.from_pretrained(tmp_path, local_files_only=True)
+    assert auto(text, add_special_tokens=False)["input_ids"] == ids
