@@ -24,6 +24,7 @@ from shardflow.core.hashing import config_sha256
 from shardflow.retrieval.pipeline import RetrievalSpec
 from shardflow.summarise.params import METHOD_KEYS, ignored_by
 from shardflow.sweep import POINT_ID_REGEX, SEED_REGEX, parse_sweeps
+from shardflow.sweep.metrics import unknown_metrics
 from shardflow.sweep.spec import collection_rule, seeds_without_effect
 from shardflow.sweep.report import output_files as sweep_output_files
 from shardflow.sweep.shared import SHARED_FOLDER
@@ -94,8 +95,12 @@ RETRIEVAL = plan.retrieval_name(config)
 RETRIEVAL_SPEC = (
     RetrievalSpec.from_config(config, list_s3_folder) if RETRIEVAL is not None else None
 )
-# Every configured sweep, each point checked against the schema (shardflow.sweep).
-SWEEPS = parse_sweeps(config["sweeps"], config, validate, root=workflow.basedir)
+# Every configured sweep, each point checked against the schema (shardflow.sweep); what
+# is wrong with any of them stops the parse below, in one error with the checks after.
+_PROBLEMS = []  # stop once, naming every one
+SWEEPS = parse_sweeps(
+    config["sweeps"], config, validate, root=workflow.basedir, problems=_PROBLEMS
+)
 SWEEPS_BY_FOLDER = {spec.folder: spec for spec in SWEEPS.values()}
 SWEEP_NEEDS = {
     "train": None,
@@ -109,9 +114,10 @@ for _ds in DATASETS.values():
     _why = plan.path_dependent_split(config, _ds) if workflow.is_main_process else None
     if _why:
         logger.warning(f"data set {_ds.name!r}: {_why}")
-_PROBLEMS = []  # stop once, naming every one
 MODEL_CHECK_OFF = "SHARDFLOW_SKIP_MODEL_CHECK"
 for _spec in SWEEPS.values():
+    # A metric its stage's jobs do not write: here, not at the collection after every job.
+    _PROBLEMS += unknown_metrics(_spec)
     if _spec.stage not in SWEEP_NEEDS:
         _PROBLEMS.append(
             f"sweep {_spec.name!r}: stage {_spec.stage!r} has no sweep rules; "

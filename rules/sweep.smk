@@ -16,7 +16,6 @@ when its own values change, never for a key it does not depend on, and a new gri
 value or seed adds only its jobs and the collection (shardflow/sweep/__init__.py).
 """
 
-from shardflow.sweep.metrics import check_metrics
 from shardflow.sweep.shared import KEY_REGEX as SETTINGS_KEY_REGEX
 
 SWEEP_JOB = "results/sweeps/{sweep}/{point}/seed={seed}"
@@ -29,11 +28,6 @@ wildcard_constraints:
     point=POINT_ID_REGEX,
     seed=SEED_REGEX,
     settings=SETTINGS_KEY_REGEX,
-
-
-# A metric its stage's jobs do not write stops the parse, not the collection after
-# every job has run (shardflow.sweep.metrics).
-check_metrics(SWEEPS.values())
 
 
 if sweeps_of_stage("retrieval"):

@@ -512,16 +512,23 @@ def parse_sweeps(
     schema_validate: Callable[[dict], Any],
     load_file: Callable[[str], Any] = load_yaml,
     root: str | os.PathLike = ".",
+    problems: list[str] | None = None,
 ) -> dict[str, SweepSpec]:
     """Every sweep of the `sweeps:` section; one SweepError listing every problem.
 
     `config` is the validated workflow config; `schema_validate(config)` raises on an
     invalid one (the workflow passes its own validator); base files are read with
-    `load_file`, relative to `root` (the workflow's folder).
+    `load_file`, relative to `root` (the workflow's folder). With a `problems` list, the
+    problems are appended to it instead and the sweeps without one returned, so that the
+    caller can report them with its own checks', all at once.
     """
+    collect = problems
     if not sweeps:
         return {}
     if not isinstance(sweeps, Mapping):
+        if collect is not None:
+            collect.append("`sweeps:` must map sweep names to their settings")
+            return {}
         raise SweepError("invalid sweeps:\n  - `sweeps:` must map sweep names to their settings")
     specs, problems = {}, []
     for name, sweep in sweeps.items():
@@ -539,6 +546,9 @@ def parse_sweeps(
         if other != spec.name:
             problems.append(f"sweeps '{other}' and '{spec.name}' would share the rule {collection_rule(spec.name)}: "
                             "rename one (names that differ only in '-', '.' and '_' cannot both be used)")
+    if collect is not None:
+        collect += problems
+        return specs
     if problems:
         raise SweepError("invalid sweeps:\n  - " + "\n  - ".join(problems))
     return specs

@@ -88,6 +88,29 @@ def test_a_summarise_sweep_over_stored_summaries_stops_the_dry_run_naming_it(tmp
     assert proc.returncode != 0 and "sweep 'ks': summarise.method is stored, which scores the summaries" in out, out[-3000:]
 
 
+def test_every_sweep_problem_stops_the_dry_run_in_one_error(tmp_path):
+    """A bad key, a key the method ignores and an unknown metric, in three sweeps: one
+    error names them all (they came one a run, each after the last was fixed)."""
+    def sweep(grid, metric="rouge1"):
+        return {"stage": "summarise", "grid": grid, "seeds": [0], "metrics": {metric: "max"}}
+
+    cfg = write_config(
+        tmp_path / "sweeps.yaml",
+        tasks=["summarisation"],
+        summarise={"method": "lead", "reference_field": "reference"},
+        sweeps={"ok": sweep({"summarise.k": [1, 2]}), "ignored": sweep({"summarise.mmr_lambda": [0.5, 0.7]}),
+                "unknown": sweep({"summarise.kk": [1]}), "metric": sweep({"summarise.k": [3]}, "rouge9")},
+    )
+    proc = snakemake(tmp_path, "-n", "--configfile", str(cfg), check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    for line in ("sweep 'unknown': unknown parameter 'summarise.kk'",
+                 "sweep 'ignored': summarise.method lead does not read summarise.mmr_lambda",
+                 "sweep 'metric': metric 'rouge9' is not one a summarise job writes"):
+        assert line in out, out[-3000:]
+    assert "sweep 'ok'" not in out
+
+
 def test_models_this_machine_lacks_stop_the_dry_run_all_at_once_naming_their_keys(tmp_path):
     """A mistyped model folder, a sweep point's, and a sweep that lacks what its stage
     needs: one parse error names them all, instead of GPU jobs that queue, fail and are
