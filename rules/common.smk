@@ -22,7 +22,7 @@ from shardflow.core import gpu_slots, parsecache, s3
 from shardflow.core.config import load_schema, recorded, validate_config
 from shardflow.core.hashing import config_sha256
 from shardflow.retrieval.pipeline import RetrievalSpec
-from shardflow.summarise.params import METHOD_KEYS, ignored_by
+from shardflow.summarise.params import METHOD_KEYS, ignored_by, without_effect
 from shardflow.sweep import POINT_ID_REGEX, SEED_REGEX, parse_sweeps
 from shardflow.sweep.metrics import unknown_metrics
 from shardflow.sweep.spec import collection_rule, seeds_without_effect
@@ -135,6 +135,9 @@ for _spec in SWEEPS.values():
         )
     _method = config["summarise"]["method"]
     _ignored = ignored_by(_method, _spec.params) if _spec.stage == "summarise" else []
+    _neutral = (
+        without_effect(_method, _spec.params) if _spec.stage == "summarise" else []
+    )
     if _spec.stage == "summarise" and _method == "stored":
         _PROBLEMS.append(
             f"sweep {_spec.name!r}: summarise.method is stored, which scores the summaries the "
@@ -145,6 +148,12 @@ for _spec in SWEEPS.values():
         _PROBLEMS.append(
             f"sweep {_spec.name!r}: summarise.method {_method} does not read {', '.join(_ignored)}: every "
             f"point would be the same run (it reads: {', '.join(METHOD_KEYS[_method])})"
+        )
+    elif _neutral:
+        _PROBLEMS.append(
+            f"sweep {_spec.name!r}: {', '.join(_neutral)} only sizes the resumable parts of "
+            f"summarise.method {_method}, whose summaries each depend on their document alone: "
+            "every point would be the same run"
         )
 # The models the jobs load, looked for now where the jobs see this machine's files
 # (local, SLURM); with default storage (EKS) they live in the image, not here. Not in

@@ -23,6 +23,18 @@ METHOD_KEYS = {
 }
 
 
+# Keys a method reads that decide no summary: `window` only sizes its resumable parts
+# (each lead or extractive summary depends on its document alone), so a sweep over it
+# would run the same summaries at every point. (Abstractive sampling seeds each window.)
+NO_EFFECT_KEYS = {"lead": ("window",), "extractive": ("window",)}
+
+
+def without_effect(method: str, dotted_keys) -> list[str]:
+    """The `summarise.<key>` names among `dotted_keys` that `method` reads but that change
+    none of its summaries (NO_EFFECT_KEYS)."""
+    return [k for k in dotted_keys if k.startswith("summarise.") and k.split(".")[1] in NO_EFFECT_KEYS.get(method, ())]
+
+
 def ignored_by(method: str, dotted_keys) -> list[str]:
     """The `summarise.<key>` (or deeper) names among `dotted_keys` that `method` does not read
     (none for `stored`, which runs no summarise job: its sweeps are refused elsewhere)."""

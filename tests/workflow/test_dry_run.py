@@ -99,14 +99,16 @@ def test_every_sweep_problem_stops_the_dry_run_in_one_error(tmp_path):
         tasks=["summarisation"],
         summarise={"method": "lead", "reference_field": "reference"},
         sweeps={"ok": sweep({"summarise.k": [1, 2]}), "ignored": sweep({"summarise.mmr_lambda": [0.5, 0.7]}),
-                "unknown": sweep({"summarise.kk": [1]}), "metric": sweep({"summarise.k": [3]}, "rouge9")},
+                "unknown": sweep({"summarise.kk": [1]}), "metric": sweep({"summarise.k": [3]}, "rouge9"),
+                "window": sweep({"summarise.window": [1, 2]})},
     )
     proc = snakemake(tmp_path, "-n", "--configfile", str(cfg), check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     for line in ("sweep 'unknown': unknown parameter 'summarise.kk'",
                  "sweep 'ignored': summarise.method lead does not read summarise.mmr_lambda",
-                 "sweep 'metric': metric 'rouge9' is not one a summarise job writes"):
+                 "sweep 'metric': metric 'rouge9' is not one a summarise job writes",
+                 "sweep 'window': summarise.window only sizes the resumable parts of summarise.method lead"):
         assert line in out, out[-3000:]
     assert "sweep 'ok'" not in out
 
