@@ -6,9 +6,11 @@ typo needs one line: which key, what is wrong, what is allowed.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Mapping
+from typing import Any
 
 import jsonschema
 import yaml
@@ -154,16 +156,11 @@ def _types(sub: Mapping) -> set[str]:
 def yaml11_floats(config: dict, schema: dict) -> None:
     """YAML 1.1 leaves `lr: 3e-4` a string. Where a key's schema takes a number and no
     string, such a string becomes the number, in place (an integer key's `5e3` becomes
-    5000), so a config file means what it says. An integer key's whole float (`128.0`,
-    `5.0e+3`: the schema's "integer" takes them) becomes the int the code expects."""
+    5000), so a config file means what it says."""
     for name, sub in schema.get("properties", {}).items():
         value = config.get(name)
         if isinstance(value, dict):
             yaml11_floats(value, sub)
-        elif isinstance(value, float) and value.is_integer():
-            types = _types(sub)
-            if "integer" in types and "number" not in types:
-                config[name] = int(value)
         elif isinstance(value, str) and YAML11_FLOAT.fullmatch(value.strip()):
             types = _types(sub)
             if "string" in types:
@@ -265,3 +262,15 @@ def validate_config(config: dict, schema: dict, command_line: Mapping | None = N
         lines = [_describe(e) for e in errors]
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(dict.fromkeys(lines)))
     return config
+
+
+def whole_floats_as_ints(params: Any) -> None:
+    """In a frozen params dataclass, a whole float in a field typed int (`128.0`,
+    `5.0e+3`: JSON Schema's "integer" takes them) becomes that int, in place: the code
+    slices and counts with them. Done where params are built, not in the config, so the
+    values Snakemake records (and sweep point ids) stay as written."""
+    for f in dataclasses.fields(params):
+        value = getattr(params, f.name)
+        kinds = set(re.findall(r"\w+", f.type if isinstance(f.type, str) else str(f.type)))
+        if isinstance(value, float) and value.is_integer() and "int" in kinds and "float" not in kinds:
+            object.__setattr__(params, f.name, int(value))

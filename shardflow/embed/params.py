@@ -14,6 +14,7 @@ import torch
 
 from shardflow.core import parts
 from shardflow.core.batching import LEAD_FRACTION
+from shardflow.core.config import whole_floats_as_ints
 from shardflow.core.devices import (
     DTYPES,
     check_device,
@@ -102,6 +103,7 @@ class EmbedParams:
     compile_cache: str | None = None
 
     def __post_init__(self) -> None:
+        whole_floats_as_ints(self)  # max_length 128.0 (a sweep value): the engine counts with it
         # An unquoted on/off (YAML 1.1) is a boolean: the workflow's config and a sweep's
         # point values are read as the word at validation (core.config.yaml11_switches);
         # Python callers may still pass True/False.

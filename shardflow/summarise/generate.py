@@ -224,8 +224,9 @@ class Generator:
     def _input_limit(self) -> int | None:
         """Most input tokens per text; None: no limit."""
         given = self.params.max_input_length
-        if given and self.max_positions and given > self.max_positions:
-            # The model would fail on the first long text, with an index error naming no key.
+        if given and self.max_positions and given > self.max_positions and not self.decoder_only:
+            # An encoder would fail on the first long text, with an index error naming no
+            # key (a decoder-only model's input is cut to the room its positions leave, below).
             raise ValueError(
                 f"summarise.max_input_length {given} is more than the {self.max_positions} positions of the model "
                 f"{self.folder}: lower it, or leave it null for the model's own limit"

@@ -17,6 +17,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from shardflow.core.config import whole_floats_as_ints
+
 # Decoder-only models get this instruction unless `prompt` is set.
 DEFAULT_PROMPT = "Summarise the following text in a few sentences."
 # Without a chat template, a decoder-only model sees "<prompt>\n\n<text>\n\nSummary:".
@@ -93,6 +95,7 @@ class GenerateParams:
     def __post_init__(self) -> None:
         from shardflow.core.devices import DTYPES, check_device
 
+        whole_floats_as_ints(self)  # max_input_length 512.0 (a sweep value)
         check_device(self.device)
         if self.dtype != "auto" and self.dtype not in DTYPES:
             raise ValueError(f"dtype {self.dtype!r}: expected auto or one of {sorted(DTYPES)}")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shardflow.core.config import whole_floats_as_ints
+
 METHODS = ("lead", "extractive")
 # The `summarise` keys each workflow method reads: a summarise job's params hold only
 # these, so changing a key its method ignores (mmr_lambda for lead) reruns nothing, and a
@@ -64,6 +66,7 @@ class SummariseParams:
     window: int = 1024
 
     def __post_init__(self) -> None:
+        whole_floats_as_ints(self)  # k 2.0 cuts sentences[:k]
         if self.method not in METHODS:
             raise ValueError(f"method {self.method!r}: expected one of {METHODS}")
         if self.k < 1:

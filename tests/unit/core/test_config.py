@@ -73,10 +73,20 @@ def test_a_float_in_exponent_notation_means_a_number_in_a_config_file(shipped_co
         assert "config key 'train.max_iters': '2.55e1' is not of type 'integer'" in str(exc)
     else:
         raise AssertionError("a fractional max_iters was accepted")
-    # A whole float for an integer key ("integer" in JSON Schema takes 128.0) becomes the
-    # int the code expects (128.0 reached the embed engine, which failed on it); a number
-    # key keeps what it was given.
-    config["train"]["max_iters"], config["embedding"]["max_length"], config["train"]["lr"] = 5.0e3, 128.0, 1
-    validate_config(config, schema)
-    assert type(config["train"]["max_iters"]) is int and type(config["embedding"]["max_length"]) is int
-    assert type(config["train"]["lr"]) is int
+
+
+
+def test_a_whole_float_for_an_int_field_becomes_the_int_where_params_are_built():
+    """JSON Schema's "integer" takes 128.0, and the jobs failed on it (the embed engine
+    counts with max_length, lead slices sentences[:k]); the config keeps it as written, so
+    recorded params and sweep point ids do not change."""
+    from shardflow.embed.params import EmbedParams
+    from shardflow.summarise.generate_params import GenerateParams
+    from shardflow.summarise.params import SummariseParams
+
+    embed = EmbedParams(model="default", max_length=128.0, token_budget=4096.0)
+    assert (type(embed.max_length), type(embed.token_budget)) == (int, int) and embed.max_length == 128
+    assert type(SummariseParams(k=2.0).k) is int
+    assert type(GenerateParams(model="m", max_input_length=512.0).max_input_length) is int
+    assert SummariseParams(mmr_lambda=1.0).mmr_lambda == 1.0  # a float field keeps its float
+    assert type(SummariseParams(mmr_lambda=1.0).mmr_lambda) is float

@@ -323,6 +323,9 @@ def test_params_validation(tiny, tmp_path):
     positions = load_generator(params(tiny["bart"])).max_positions
     with pytest.raises(ValueError, match=rf"summarise.max_input_length {positions + 1} is more than the {positions} positions"):
         load_generator(params(tiny["bart"], max_input_length=positions + 1))
+    # A decoder-only model's input is cut to the room its positions leave (as before).
+    gpt2 = load_generator(params(tiny["gpt2"], max_input_length=10_000))
+    assert gpt2.input_limit < gpt2.max_positions
 
 
 def test_seeded_sampling_is_reproducible(tiny, texts, tmp_path):

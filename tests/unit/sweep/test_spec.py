@@ -282,15 +282,16 @@ def test_seeds_that_cannot_change_a_result_are_named():
     assert seeds_without_effect(abstractive(None)) is None  # the model's generation config may sample
 
 
-def test_a_key_whose_base_is_null_takes_one_point_per_value_and_ints_for_an_integer_key():
-    """With no base value to go by, 100 and 100.0 were two points (each run), and 128.0 for
-    an integer key passed to the job, which failed on it."""
+def test_a_key_whose_base_is_null_takes_one_point_per_value():
+    """With no base value to go by, 100 and 100.0 were two points (each run). A value is
+    kept as written (its point id and recorded params do not change); the job's params
+    take a whole float for an int (core.config.whole_floats_as_ints)."""
     spec = parse({"s": sweep(grid={"train.lr_decay_iters": [100.0, 200]})})["s"]
     assert [p["train.lr_decay_iters"] for p in spec.points] == [100, 200]
-    assert type(spec.points[0]["train.lr_decay_iters"]) is int and spec.ids[0] == "lr_decay_iters=100"
-    with pytest.raises(SweepError, match=r"grid parameter 'train.lr_decay_iters' lists 100 twice \(100 and 100.0\)"):
+    assert spec.ids[0] == "lr_decay_iters=100.0"
+    with pytest.raises(SweepError, match=r"grid parameter 'train.lr_decay_iters' lists 100.0 twice \(100 and 100.0\)"):
         parse({"s": sweep(grid={"train.lr_decay_iters": [100, 100.0]})})
-    with pytest.raises(SweepError, match=r"points 1 and 2 are the same point \(lr_decay_iters=100\)"):
+    with pytest.raises(SweepError, match=r"points 1 and 2 are the same point \(lr_decay_iters=100 and lr_decay_iters=100.0\)"):
         parse({"s": sweep(grid=None, points=[{"train.lr_decay_iters": 100}, {"train.lr_decay_iters": 100.0}])})
 
 
