@@ -98,6 +98,28 @@ def remove_stale_tmp(path: str | os.PathLike) -> None:
                 tmp.unlink()
 
 
+def publish_all(pairs: list[tuple[Path, Path]]) -> None:
+    """`publish` for many files of one folder (a split's chunks): each fsynced and
+    renamed, then the folder fsynced and listed once for dead writers' temporaries (once
+    a file, a split of n chunks listed its folder n times)."""
+    for tmp, path in pairs:
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    names = {Path(path).name for _, path in pairs}
+    for folder in {Path(path).parent for _, path in pairs}:
+        fsync_folder(folder)
+        for entry in os.scandir(folder):
+            at = entry.name.find(".tmp-")
+            while at > 0:  # the name up to some ".tmp-" is one of ours (a host may hold ".tmp-" too)
+                if entry.name[:at] in names:
+                    if _stale(Path(entry.path), entry.name[at + 5 :]):
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(entry.path)
+                    break
+                at = entry.name.find(".tmp-", at + 1)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shardflow.core.atomic import atomic_open, publish, tmp_path, write_json
+from shardflow.core.atomic import atomic_open, publish_all, tmp_path, write_json
 from shardflow.core.hashing import sha256_file
 from shardflow.core.s3 import logical_path
 from shardflow.corpus.chunks import ChunkRecord, dump_record
@@ -244,7 +244,7 @@ def split_corpus(
         for i in range(n):
             if i not in writers.started:  # an empty chunk is still a chunk
                 open(tmps[i], "w").close()
-            publish(tmps[i], finals[i])
+        publish_all(list(zip(tmps, finals, strict=True)))
     finally:
         writers.close()
         for t in tmps:

@@ -110,7 +110,9 @@ class ShardSet:
     fingerprint: list  # (file, split, tokens, sha256) of every shard: resume checks the data is the same
 
 
-def load_shards(shard_dir_or_metadata: str | os.PathLike) -> ShardSet:
+def load_shards(shard_dir_or_metadata: str | os.PathLike, verify: bool = True) -> ShardSet:
+    """The shards metadata.json lists, as checked memmaps; `verify`: their bytes against
+    the sha256 recorded with them (every byte read: one rank of a job does it)."""
     meta_path = Path(shard_dir_or_metadata)
     if meta_path.is_dir():
         meta_path = meta_path / "metadata.json"
@@ -124,7 +126,7 @@ def load_shards(shard_dir_or_metadata: str | os.PathLike) -> ShardSet:
             raise ValueError(f"{path}: {len(tokens)} tokens, {meta_path.name} says {entry['tokens']}")
         # A shard changed in place keeps its size (and the folder's mtime: Snakemake plans no
         # rerun); its bytes are checked against the hash written with it.
-        if entry.get("sha256") and (got := sha256_file(path)) != entry["sha256"]:
+        if verify and entry.get("sha256") and (got := sha256_file(path)) != entry["sha256"]:
             raise ValueError(
                 f"{path}: sha256 {got[:16]}..., {meta_path.name} recorded {entry['sha256'][:16]}... when it was "
                 f"written: the shard changed since (corrupted, or edited); make the shards again "
@@ -425,7 +427,7 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
     logger = logger or log
     p = params
     rt = resolve_runtime(p)
-    shards = load_shards(shard_dir_or_metadata)
+    shards = load_shards(shard_dir_or_metadata, verify=rt.is_main)  # a failing rank 0 stops the group
     cfg = p.model_config(shards.vocab_size)
     key = resume_key(p, cfg, rt, shards)
     if rt.device.type == "cuda":
