@@ -19,13 +19,18 @@ from snakemake.io import IOFile, update_wildcard_constraints
 from snakemake.logging import logger
 
 from shardflow.core import gpu_slots, parsecache, s3
-from shardflow.core.config import load_schema, recorded, validate_config
+from shardflow.core.config import (
+    canonical_order,
+    load_schema,
+    recorded,
+    validate_config,
+)
 from shardflow.core.hashing import config_sha256
 from shardflow.retrieval.pipeline import RetrievalSpec
 from shardflow.summarise.params import METHOD_KEYS, ignored_by, without_effect
 from shardflow.sweep import POINT_ID_REGEX, SEED_REGEX, parse_sweeps
 from shardflow.sweep.metrics import unknown_metrics
-from shardflow.sweep.spec import collection_rule, seeds_without_effect
+from shardflow.sweep.spec import collection_rule, load_yaml, seeds_without_effect
 from shardflow.sweep.report import output_files as sweep_output_files
 from shardflow.sweep.shared import SHARED_FOLDER
 from shardflow.workflow import landing, plan, site, tasks
@@ -52,14 +57,20 @@ if _UNEXPANDED:
     sys.exit(site.unexpanded_message(_UNEXPANDED))
 
 SCHEMA = load_schema(workflow.source_path("../config/config.schema.yaml"))
+# The shipped config, as written: its key order is the order jobs record their sections
+# in (core.config.canonical_order).
+SHIPPED_CONFIG = load_yaml(workflow.source_path("../config/config.yaml"))
 
 
 def validate(cfg):
-    return validate_config(cfg, SCHEMA)
+    validate_config(cfg, SCHEMA)
+    canonical_order(cfg, SHIPPED_CONFIG, SCHEMA)
+    return cfg
 
 
 # --config values (nested ones arrive as strings) are read as YAML would read them.
 validate_config(config, SCHEMA, workflow.config_settings.config)
+canonical_order(config, SHIPPED_CONFIG, SCHEMA)
 
 
 def s3_settings():

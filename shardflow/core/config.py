@@ -43,6 +43,28 @@ def recorded(section: str, values: Mapping) -> dict:
     }
 
 
+def canonical_order(config: dict, reference: Mapping | None, schema: Mapping) -> None:
+    """Put the keys of every section the schema lists in one order, in place: the shipped
+    config's (`reference`), then the schema's. Jobs record their section as a dict, and
+    Snakemake compares params by repr, so the same values in another key order (a default
+    written out, `--config 'embedding={seed: 0}'`, keys written in another order) reran
+    every job that reads them. A run on the shipped config keeps the order it had: its
+    keys come in that order, and the defaults are filled in the schema's."""
+    props: dict = {}
+    for branch in _branches(schema):
+        props.update(branch.get("properties") or {})
+    if not props:
+        return  # a map of the user's (sweeps, resources.<rule> settings): their order stands
+    reference = reference if isinstance(reference, Mapping) else {}
+    rank = {k: i for i, k in enumerate([*reference, *(k for k in props if k not in reference)])}
+    items = sorted(config.items(), key=lambda kv: rank.get(kv[0], len(rank)))  # stable: unknown keys keep theirs
+    config.clear()
+    config.update(items)
+    for key, value in config.items():
+        if isinstance(value, dict) and key in props:
+            canonical_order(value, reference.get(key), props[key])
+
+
 def _with_defaults(validator_class):
     validate_properties = validator_class.VALIDATORS["properties"]
 

@@ -90,3 +90,26 @@ def test_a_whole_float_for_an_int_field_becomes_the_int_where_params_are_built()
     assert type(GenerateParams(model="m", max_input_length=512.0).max_input_length) is int
     assert SummariseParams(mmr_lambda=1.0).mmr_lambda == 1.0  # a float field keeps its float
     assert type(SummariseParams(mmr_lambda=1.0).mmr_lambda) is float
+
+
+def test_sections_are_put_in_the_shipped_configs_key_order_then_the_schemas():
+    """Jobs record their section as a dict, compared by repr: one order for the same
+    values, whatever order they were written in. Maps of the user's keep theirs."""
+    from shardflow.core.config import canonical_order
+
+    schema = {"properties": {
+        "embedding": {"type": "object", "properties": {"model": {}, "dtype": {}, "seed": {}, "max_length": {}}},
+        "sweeps": {"type": "object", "additionalProperties": {"type": "object"}},
+    }}
+    shipped = {"embedding": {"model": "default", "dtype": "auto"}}
+    config = {"sweeps": {"b": {}, "a": {}},
+              "embedding": {"seed": 0, "max_length": None, "dtype": "auto", "model": "default"}}
+    canonical_order(config, shipped, schema)
+    assert list(config) == ["embedding", "sweeps"]
+    assert list(config["embedding"]) == ["model", "dtype", "seed", "max_length"]  # shipped, then the schema's
+    assert list(config["sweeps"]) == ["b", "a"]
+    # A config in the order a run of the shipped one has (its keys, then the defaults the
+    # validator fills in the schema's order) keeps it: such runs rerun nothing.
+    default_run = {"embedding": {"model": "m", "dtype": "auto", "seed": 0, "max_length": None}}
+    canonical_order(default_run, shipped, schema)
+    assert list(default_run["embedding"]) == ["model", "dtype", "seed", "max_length"]
