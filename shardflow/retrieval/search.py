@@ -11,7 +11,11 @@ Ranking order is score descending, then document row ascending. That order is
 exact, not "whatever topk returned": `torch.topk` picks arbitrarily among equal
 scores at the k-th place, so rows where a tie straddles the cut are redone by
 hand (see `_block_topk`). Blocked search therefore returns exactly what sorting
-the full score matrix would, for every block size.
+the block's scores would. The scores themselves come from matrix products whose
+kernels depend on the block's shape (a last, partial block; another block size;
+the faiss backend), so one (query, document) score can differ in its last float32
+bit between block sizes: documents that tie exactly (duplicates) can then order
+differently. The same settings give the same ranking, run after run.
 
 Scores are dot products. For cosine similarity the vectors must be unit length
 (sentence-transformers models with a Normalize layer already are); pass
