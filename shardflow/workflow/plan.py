@@ -349,6 +349,20 @@ def shards_settings(cfg: dict) -> None:
         )
 
 
+def prompt_conflicts(cfg: dict) -> list[str]:
+    """One line per pair of prompt keys set together (a literal prompt and a named one):
+    the embed jobs refuse both, each after queueing for a GPU and being retried."""
+    pairs = [("embedding", "prompt", "prompt_name")]
+    if cfg["retrieval"]["path"]:
+        pairs.append(("retrieval", "query_prompt", "query_prompt_name"))
+    return [
+        f"{section}.{literal} and {section}.{named} are both set: give one (a literal prompt, or the name of one "
+        "in the model's config)"
+        for section, literal, named in pairs
+        if cfg[section][literal] is not None and cfg[section][named] is not None
+    ]
+
+
 def summarise_model(cfg: dict, sources: tuple[str, ...] = ()) -> None:
     """Stop at parse time on summarisation settings that cannot work, instead of letting
     every summarise job start, fail and be retried, or the evaluation fail after them:

@@ -360,3 +360,19 @@ def test_a_hash_split_over_ids_made_from_an_absolute_path_is_warned_about():
     assert path_dependent_split(cfg, ds("/data/corpus.txt", group_field="doc")) is None
     assert path_dependent_split(cfg, ds("/data/corpus.txt", tasks=("embedding",))) is None
     assert path_dependent_split({"shards": {"split": "position"}}, ds("/data/corpus.txt")) is None
+
+
+def test_a_literal_and_a_named_prompt_set_together_are_named_at_parse_time():
+    """The embed jobs refused them only once they had run (after their retries)."""
+    from shardflow.workflow.plan import prompt_conflicts
+
+    cfg = {"embedding": {"prompt": "d: ", "prompt_name": None},
+           "retrieval": {"path": "data/arguana", "query_prompt": "q: ", "query_prompt_name": "query"}}
+    assert prompt_conflicts(cfg) == [
+        "retrieval.query_prompt and retrieval.query_prompt_name are both set: give one (a literal prompt, or the "
+        "name of one in the model's config)"
+    ]
+    cfg["embedding"]["prompt_name"] = "document"
+    assert [line.split(" and ")[0] for line in prompt_conflicts(cfg)] == ["embedding.prompt", "retrieval.query_prompt"]
+    cfg["retrieval"]["path"] = None  # no retrieval: its keys are not read
+    assert len(prompt_conflicts(cfg)) == 1
