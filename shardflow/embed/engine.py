@@ -124,7 +124,7 @@ class EncodeStats(EngineCounters):
     real_tokens: int = 0
     padded_tokens: int = 0
     # Texts whose tokens (prompt and special tokens included) reached max_length: cut there
-    # (or exactly that long); the model saw only their head.
+    # (or exactly that long, and whole: the count cannot tell those apart).
     at_max_length: int = 0
     # Forwards in which torch.compile built a graph (the first batch of a shape no graph
     # covered yet), timed apart from the steady state: seconds includes them,

@@ -61,8 +61,8 @@ def embedding_section(dataset: str, files: dict, report: ReportParams) -> Sectio
         ("records in", records_in(manifest)),
         ("records out", f"{verification['rows']:,} x {verification['dim']} ({verification['dtype']}), "
          f"verification {'passed' if verification['ok'] else 'FAILED'}"
-         + (f"; {s['texts_at_max_length']:,} texts reached the model's max length (truncated: only their head "
-            "was embedded)" if s.get("texts_at_max_length") else "")),
+         + (f"; {s['texts_at_max_length']:,} texts reached the model's max length (those longer were cut: only "
+            "their head was embedded)" if s.get("texts_at_max_length") else "")),
         # Encoding: the time during which at least one job was encoding (core.jobs.job_costs:
         # gaps with none, such as another stage's turn, do not count); the jobs' own
         # times (Snakemake's benchmarks) add model loading and start-up.
