@@ -7,8 +7,10 @@ name, found in the local Hugging Face cache (never downloaded).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import struct
 from pathlib import Path
 
 DEFAULT_MODEL = "default"
@@ -57,18 +59,54 @@ def unavailable(name: str, *, hub: bool = True, marks: tuple[str, ...] = MODEL_F
     if os.path.isdir(path):
         if not any(os.path.isfile(os.path.join(path, f)) for f in marks):
             return f"the folder holds no {' or '.join(marks)}: not a model folder"
-        return None
+        return weights_problem(path)
     if os.path.exists(path):
         return "a file: give the model folder"
     # A hub name is `org/name` or `name`; anything else can only be a path.
     if not hub or name.startswith(("/", "~", ".")) or name.count("/") > 1:
         return "no such folder" + ("" if hub else " (hub names are refused: nothing downloads)")
     try:
-        hub_snapshot(name)
+        snapshot = hub_snapshot(name)
     except FileNotFoundError:
         from huggingface_hub.constants import HF_HUB_CACHE
 
         return f"neither a folder nor in the local Hugging Face cache {HF_HUB_CACHE} (nothing downloads)"
+    return weights_problem(snapshot)
+
+
+LFS_POINTER = b"version https://git-lfs"
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+
+
+def weights_problem(folder: str | os.PathLike) -> str | None:
+    """Why a model folder's weight files cannot load, read from their first bytes, or
+    None: a Git LFS pointer in place of the weights (a clone without `git lfs pull`), a
+    safetensors file cut short (a copy or download that stopped). The loaders fail on
+    them only inside the jobs, each retried, with an error naming no folder."""
+    folder = Path(folder)
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES)):
+        rel = path.relative_to(folder).as_posix()
+        if rel.startswith(".") or "/." in rel:
+            continue  # .git, .cache
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            if head.startswith(LFS_POINTER[:8]) and (head + fh.read(len(LFS_POINTER) - 8)) == LFS_POINTER:
+                return f"{rel} is a Git LFS pointer, not the weights (run `git lfs pull` in {folder})"
+            if not path.name.endswith(".safetensors"):
+                continue
+            if len(head) < 8:
+                return f"{rel} is cut short: {size} bytes, not a safetensors file"
+            (n,) = struct.unpack("<Q", head)
+            if 8 + n > size:
+                return f"{rel} is cut short: its header alone is {8 + n:,} bytes, the file {size:,}"
+            try:
+                header = json.loads(fh.read(n))
+                end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+            except (ValueError, TypeError, KeyError, IndexError):
+                return f"{rel} is not a safetensors file (its header does not read)"
+            if 8 + n + end > size:
+                return f"{rel} is cut short: {size:,} of its {8 + n + end:,} bytes"
     return None
 
 

@@ -59,3 +59,28 @@ def test_a_hub_name_is_looked_up_in_the_local_cache_only(tmp_path, monkeypatch):
     assert resolve_model_folder("shardflow-test/tiny") == snapshot
     why = unavailable("shardflow-test/absent")
     assert why == f"neither a folder nor in the local Hugging Face cache {tmp_path} (nothing downloads)"
+
+
+def test_weights_cut_short_or_left_as_lfs_pointers_are_found_before_any_job(tmp_path):
+    """A clone without `git lfs pull`, or a copy that stopped: the folder looked like a
+    model, and every embed job failed on it (and was resubmitted) with a header error
+    naming no folder."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from shardflow.core.models import unavailable
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    save_file({"w": np.ones((64, 64), dtype=np.float32)}, str(folder / "model.safetensors"))
+    assert unavailable(str(folder)) is None
+    whole = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(whole[:-100])
+    assert unavailable(str(folder)) == f"model.safetensors is cut short: {len(whole) - 100:,} of its {len(whole):,} bytes"
+    (folder / "model.safetensors").write_bytes(whole[:20])
+    assert "model.safetensors is cut short: its header alone is" in unavailable(str(folder))
+    (folder / "model.safetensors").write_bytes(
+        b"version https://git-lfs.github.com/spec/v1\noid sha256:0123\nsize 90000000\n"
+    )
+    assert unavailable(str(folder)) == f"model.safetensors is a Git LFS pointer, not the weights (run `git lfs pull` in {folder})"
