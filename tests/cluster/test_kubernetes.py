@@ -286,7 +286,9 @@ def test_eks_dry_run_as_typed_from_the_repo_root_needs_only_environment_variable
     standard AWS variables point it at any S3 server; the profile's site values come from
     SHARDFLOW_*. No cluster, no kubeconfig, no --storage-s3-* flags (profiles/README.md)."""
     assert not os.path.exists("/models/in-the-image")
-    assert (sm.REPO / "eks").resolve() == (sm.REPO / "profiles" / "eks").resolve()
+    assert (sm.REPO / "eks").resolve() == (sm.REPO / "profiles" / "eks").resolve(), (
+        "./eks does not link to profiles/eks: `make setup` makes the link (`make test` runs it first)"
+    )
     prefix = "tests/eks-dry-run"
     env = sm.env(
         **s3.aws_env(),
