@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import glob
 import json
 import os
 import re
@@ -91,11 +90,20 @@ def remove_stale_tmp(path: str | os.PathLike) -> None:
     """Remove the temporaries of earlier writers of `path` killed mid-write (SIGKILL
     skips their clean-up); a writer still running keeps its own."""
     path = Path(path)
-    prefix = f"{path.name}.tmp-"
-    for tmp in path.parent.glob(f"{glob.escape(prefix)}*"):
-        if _stale(tmp, tmp.name[len(prefix) :]):
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
+    _remove_stale_in(path.parent, {path.name})
+
+
+def _remove_stale_in(folder: Path, names: set[str]) -> None:
+    """remove_stale_tmp for every file of `folder` named in `names`, listing it once."""
+    for entry in os.scandir(folder):
+        at = entry.name.find(".tmp-")
+        while at > 0:  # the name up to some ".tmp-" is one of ours (a host may hold ".tmp-" too)
+            if entry.name[:at] in names:
+                if _stale(Path(entry.path), entry.name[at + 5 :]):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+                break
+            at = entry.name.find(".tmp-", at + 1)
 
 
 def publish_all(pairs: list[tuple[Path, Path]]) -> None:
@@ -106,18 +114,9 @@ def publish_all(pairs: list[tuple[Path, Path]]) -> None:
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    names = {Path(path).name for _, path in pairs}
     for folder in {Path(path).parent for _, path in pairs}:
         fsync_folder(folder)
-        for entry in os.scandir(folder):
-            at = entry.name.find(".tmp-")
-            while at > 0:  # the name up to some ".tmp-" is one of ours (a host may hold ".tmp-" too)
-                if entry.name[:at] in names:
-                    if _stale(Path(entry.path), entry.name[at + 5 :]):
-                        with contextlib.suppress(FileNotFoundError):
-                            os.unlink(entry.path)
-                    break
-                at = entry.name.find(".tmp-", at + 1)
+        _remove_stale_in(folder, {Path(path).name for _, path in pairs if Path(path).parent == folder})
 
 
 def _alive(pid: int) -> bool:
