@@ -6,9 +6,10 @@ never a half-written one. The temporary is `<path>.tmp-<host>-<pid>-<random>`: u
 even where two hosts (or containers whose pids start alike) write the same path on a
 shared filesystem, as an orphaned job and its rerun can. Temporaries of writers killed
 mid-write are removed by the next successful write of the path: this host's once their
-process is gone, another host's once untouched for a day. A published file has the mode a plain `open()` gives a new
-file there (the umask, or the folder's default ACL), whatever its writer chose:
-safetensors creates 0600 files, which teammates on a shared filesystem could not read.
+process is gone, another host's once untouched for a day. A published file has the
+mode a plain `open()` gives a new file there (the umask, or the folder's default ACL),
+whatever its writer chose: safetensors creates 0600 files, which teammates on a shared
+filesystem could not read.
 """
 
 from __future__ import annotations
@@ -86,15 +87,10 @@ def _stale(tmp: Path, suffix: str) -> bool:
         return False
 
 
-def remove_stale_tmp(path: str | os.PathLike) -> None:
-    """Remove the temporaries of earlier writers of `path` killed mid-write (SIGKILL
-    skips their clean-up); a writer still running keeps its own."""
-    path = Path(path)
-    _remove_stale_in(path.parent, {path.name})
-
-
 def _remove_stale_in(folder: Path, names: set[str]) -> None:
-    """remove_stale_tmp for every file of `folder` named in `names`, listing it once."""
+    """Remove the temporaries that writers of the files `names` in `folder` left when
+    killed mid-write (SIGKILL skips their clean-up), listing the folder once; a writer
+    still running keeps its own."""
     for entry in os.scandir(folder):
         at = entry.name.find(".tmp-")
         while at > 0:  # the name up to some ".tmp-" is one of ours (a host may hold ".tmp-" too)
@@ -106,17 +102,24 @@ def _remove_stale_in(folder: Path, names: set[str]) -> None:
             at = entry.name.find(".tmp-", at + 1)
 
 
-def publish_all(pairs: list[tuple[Path, Path]]) -> None:
-    """`publish` for many files of one folder (a split's chunks): each fsynced and
-    renamed, then the folder fsynced and listed once for dead writers' temporaries (once
-    a file, a split of n chunks listed its folder n times)."""
+def publish_all(pairs: list[tuple[Path, Path]], *, synced: bool = False) -> None:
+    """Move finished temporaries (from `tmp_path(path)`) into place: each fsynced
+    (unless its writer did: `synced`) and renamed, then each folder fsynced and listed
+    once for dead writers' temporaries (a split of n chunks would list its folder n
+    times, a file at a time)."""
     for tmp, path in pairs:
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
+        if not synced:
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     for folder in {Path(path).parent for _, path in pairs}:
         fsync_folder(folder)
         _remove_stale_in(folder, {Path(path).name for _, path in pairs if Path(path).parent == folder})
+
+
+def publish(tmp: str | os.PathLike, path: str | os.PathLike, *, synced: bool = False) -> None:
+    """`publish_all` for one file."""
+    publish_all([(Path(tmp), Path(path))], synced=synced)
 
 
 def _alive(pid: int) -> bool:
@@ -142,18 +145,6 @@ def fsync_folder(folder: str | os.PathLike) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def publish(tmp: str | os.PathLike, path: str | os.PathLike, *, synced: bool = False) -> None:
-    """Move the finished temporary `tmp` (from `tmp_path(path)`) into place: fsync it
-    (unless the writer did: `synced`), rename, fsync the folder, clear dead writers'
-    temporaries of `path`."""
-    if not synced:
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fsync_folder(Path(path).parent)
-    remove_stale_tmp(path)
 
 
 @contextlib.contextmanager
