@@ -26,7 +26,7 @@ import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from shardflow.sweep.spec import SweepError, SweepSpec
+from shardflow.sweep.spec import SweepSpec
 
 TRAIN = (
     "best_val_loss", "best_step", "final_val_loss", "final_train_loss", "steps", "resumed_from_step",
@@ -92,10 +92,3 @@ def unknown_metrics(spec: SweepSpec) -> list[str]:
             f"(its metrics: {describe(known)})"
         )
     return problems
-
-
-def check_metrics(specs: Iterable[SweepSpec]) -> None:
-    """SweepError listing every metric no job of its sweep's stage writes."""
-    problems = [line for spec in specs for line in unknown_metrics(spec)]
-    if problems:
-        raise SweepError("invalid sweeps:\n  - " + "\n  - ".join(problems))

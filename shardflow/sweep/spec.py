@@ -191,13 +191,17 @@ def canonical_value(value: Any, like: Any) -> Any:
     return value
 
 
+def value_key(value: Any) -> tuple:
+    """A sweep value as one setting: 1 and 1.0 are one (a key whose base value is null
+    keeps either as given), true and 1 are not, nor 1 and "1"."""
+    value = plain(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return ("number", float(value))
+    return (type(value).__name__, value)
+
+
 def same_value(a: Any, b: Any) -> bool:
-    """Whether two sweep values are one setting: 1 and 1.0 are (a key whose base value is
-    null keeps either as given), true and 1 are not."""
-    a, b = plain(a), plain(b)
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a is b
-    return type(a) is type(b) and a == b or (isinstance(a, (int, float)) and isinstance(b, (int, float)) and a == b)
+    return value_key(a) == value_key(b)
 
 
 def lookup(config: Mapping[str, Any], key: str) -> Any:
@@ -373,16 +377,12 @@ def parse_sweep(
     params, points = _points(check, sweep)
     keys = id_keys(params)
     ids = [point_id(p, keys) for p in points]
+    first: dict[tuple, int] = {}  # equal ids are equal values, so this finds both
     for i, point in enumerate(points):
-        for j in range(i):
-            if all(same_value(points[j][k], point[k]) for k in params):
-                pid = ids[i] if ids[i] == ids[j] else f"{ids[j]} and {ids[i]}"
-                raise check.fail(f"points {j + 1} and {i + 1} are the same point ({pid})")
-    first: dict[str, int] = {}
-    for i, pid in enumerate(ids):
-        if pid in first:
-            raise check.fail(f"points {first[pid] + 1} and {i + 1} are the same point ({pid})")
-        first[pid] = i
+        j = first.setdefault(tuple(value_key(point[k]) for k in params), i)
+        if j != i:
+            pid = ids[i] if ids[i] == ids[j] else f"{ids[j]} and {ids[i]}"
+            raise check.fail(f"points {j + 1} and {i + 1} are the same point ({pid})")
     for a, b in case_collisions(ids):
         raise check.fail(f"points {a} and {b} differ only in letter case: one folder on macOS and Windows")
 
@@ -446,12 +446,11 @@ def _points(check: _Checker, sweep: Mapping) -> tuple[list[str], list[dict]]:
             if not vals:
                 raise check.fail(f"grid parameter '{key}' has no values")
             canon = [check.value(key, v, like) for v in vals]
+            seen: dict[tuple, int] = {}
             for i, v in enumerate(canon):
-                for j in range(i):
-                    if same_value(canon[j], v):
-                        raise check.fail(
-                            f"grid parameter '{key}' lists {format_value(v)} twice ({vals[j]!r} and {vals[i]!r})"
-                        )
+                j = seen.setdefault(value_key(v), i)
+                if j != i:
+                    raise check.fail(f"grid parameter '{key}' lists {format_value(v)} twice ({vals[j]!r} and {vals[i]!r})")
             values[key] = canon
         return list(values), expand_grid(values)
 
@@ -522,33 +521,30 @@ def parse_sweeps(
     problems are appended to it instead and the sweeps without one returned, so that the
     caller can report them with its own checks', all at once.
     """
-    collect = problems
     if not sweeps:
         return {}
+    found: list[str] = []
+    specs: dict[str, SweepSpec] = {}
     if not isinstance(sweeps, Mapping):
-        if collect is not None:
-            collect.append("`sweeps:` must map sweep names to their settings")
-            return {}
-        raise SweepError("invalid sweeps:\n  - `sweeps:` must map sweep names to their settings")
-    specs, problems = {}, []
+        found.append("`sweeps:` must map sweep names to their settings")
+        sweeps = {}
     for name, sweep in sweeps.items():
         try:
             specs[name] = parse_sweep(name, sweep, config, schema_validate, load_file, root)
         except SweepError as exc:
-            problems.append(str(exc))
+            found.append(str(exc))
     folders: dict[str, str] = {}
     rules: dict[str, str] = {}
     for spec in specs.values():
         other = folders.setdefault(spec.folder.casefold(), spec.name)
         if other != spec.name:
-            problems.append(f"sweeps '{other}' and '{spec.name}' write to the same folder '{spec.folder}'")
+            found.append(f"sweeps '{other}' and '{spec.name}' write to the same folder '{spec.folder}'")
         other = rules.setdefault(collection_rule(spec.name), spec.name)
         if other != spec.name:
-            problems.append(f"sweeps '{other}' and '{spec.name}' would share the rule {collection_rule(spec.name)}: "
-                            "rename one (names that differ only in '-', '.' and '_' cannot both be used)")
-    if collect is not None:
-        collect += problems
-        return specs
-    if problems:
-        raise SweepError("invalid sweeps:\n  - " + "\n  - ".join(problems))
+            found.append(f"sweeps '{other}' and '{spec.name}' would share the rule {collection_rule(spec.name)}: "
+                         "rename one (names that differ only in '-', '.' and '_' cannot both be used)")
+    if problems is not None:
+        problems += found
+    elif found:
+        raise SweepError("invalid sweeps:\n  - " + "\n  - ".join(found))
     return specs
