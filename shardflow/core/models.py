@@ -90,11 +90,12 @@ def weights_problem(folder: str | os.PathLike) -> str | None:
             continue  # .git, .cache
         size = path.stat().st_size
         with open(path, "rb") as fh:
-            head = fh.read(8)
-            if head.startswith(LFS_POINTER[:8]) and (head + fh.read(len(LFS_POINTER) - 8)) == LFS_POINTER:
+            if fh.read(len(LFS_POINTER)) == LFS_POINTER:
                 return f"{rel} is a Git LFS pointer, not the weights (run `git lfs pull` in {folder})"
             if not path.name.endswith(".safetensors"):
                 continue
+            fh.seek(0)
+            head = fh.read(8)
             if len(head) < 8:
                 return f"{rel} is cut short: {size} bytes, not a safetensors file"
             (n,) = struct.unpack("<Q", head)

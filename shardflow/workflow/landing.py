@@ -288,7 +288,6 @@ def write_landing(path: str | os.PathLike, sections: list[Section]) -> None:
         fh.write(render(sections))
 
 
-
 def _shards_line(meta: dict) -> str:
     """How many shards, of what size: a document (or group) longer than the target gets a
     shard of its own, so the target is not a bound."""
@@ -298,6 +297,7 @@ def _shards_line(meta: dict) -> str:
     if over:
         text += f" ({len(over):,} hold one longer document or group alone, the largest {max(over):,} tokens)"
     return text
+
 
 def training_section(dataset: str, files: dict, report: ReportParams | None = None) -> Section:
     """files: shards (the shard folder), jobs (tokenize jobs), metrics (train); report: the GPU-hour price."""
