@@ -200,10 +200,6 @@ def value_key(value: Any) -> tuple:
     return (type(value).__name__, value)
 
 
-def same_value(a: Any, b: Any) -> bool:
-    return value_key(a) == value_key(b)
-
-
 def lookup(config: Mapping[str, Any], key: str) -> Any:
     """The value at dotted `key`; SweepError naming what exists where it is missing."""
     node: Any = config
