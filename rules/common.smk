@@ -475,6 +475,14 @@ def sweeps_of_stage(stage):
     return [spec for spec in SWEEPS.values() if spec.stage == stage]
 
 
+def stage_sweep_job(stage):
+    """A `stage` sweep job's folder for its rules' outputs: {sweep} matches that stage's
+    sweeps only. The stages' jobs write the same names (metrics.json), so sweeps of two
+    stages in one config would otherwise be ambiguous."""
+    folders = "|".join(re.escape(s.folder) for s in sweeps_of_stage(stage)) or "(?!)"
+    return f"results/sweeps/{{sweep,{folders}}}/{{point}}/seed={{seed}}"
+
+
 def sweep_resume_root(wildcards, parts=True):
     job = f"{wildcards.sweep}/{wildcards.point}/seed={wildcards.seed}"
     return resume_path(f"results/sweeps/.resume/{job}", job, parts)

@@ -31,6 +31,7 @@ wildcard_constraints:
 
 
 if sweeps_of_stage("retrieval"):
+    JOB = stage_sweep_job("retrieval")
     # Embeddings are named by their settings (shardflow.sweep.shared): one set per
     # distinct embedding section, data set and device, shared by every job that reads
     # it; a job whose settings are the main run's reads results/<dataset>/ instead.
@@ -111,10 +112,10 @@ if sweeps_of_stage("retrieval"):
         input:
             unpack(sweep_retrieval_inputs),
         output:
-            metrics=f"{SWEEP_JOB}/metrics.json",
-            per_query=f"{SWEEP_JOB}/per_query.parquet",
-            run=f"{SWEEP_JOB}/run.parquet",
-            figure=f"{SWEEP_JOB}/per_query_ndcg.png",
+            metrics=f"{JOB}/metrics.json",
+            per_query=f"{JOB}/per_query.parquet",
+            run=f"{JOB}/run.parquet",
+            figure=f"{JOB}/per_query_ndcg.png",
         log:
             f"{SWEEP_LOG}/retrieval_evaluate.log",
         benchmark:
@@ -129,13 +130,14 @@ if sweeps_of_stage("retrieval"):
 
 
 if sweeps_of_stage("summarise"):
+    JOB = stage_sweep_job("summarise")
 
     use rule summarise as sweep_summarise with:
         input:
             f"results/{DATASET}/chunks/chunk_{{chunk}}.jsonl",
         output:
-            summaries=f"{SWEEP_JOB}/summarise/summaries_{{chunk}}.jsonl",
-            stats=f"{SWEEP_JOB}/summarise/summaries_{{chunk}}.stats.json",
+            summaries=f"{JOB}/summarise/summaries_{{chunk}}.jsonl",
+            stats=f"{JOB}/summarise/summaries_{{chunk}}.stats.json",
         log:
             f"{SWEEP_LOG}/summarise_{{chunk}}.log",
         benchmark:
@@ -156,8 +158,8 @@ if sweeps_of_stage("summarise"):
             benchmarks=per_chunk(f"{SWEEP_BENCH}/summarise_{{chunk}}.tsv", DATASET),
             manifest=f"results/{DATASET}/chunks/manifest.json",
         output:
-            summaries=f"{SWEEP_JOB}/summaries.jsonl",
-            jobs=f"{SWEEP_JOB}/summarise/jobs.json",
+            summaries=f"{JOB}/summaries.jsonl",
+            jobs=f"{JOB}/summarise/jobs.json",
         log:
             f"{SWEEP_LOG}/merge_summaries.log",
         benchmark:
@@ -169,9 +171,9 @@ if sweeps_of_stage("summarise"):
             sources=split_inputs(DATASETS[DATASET]),
             split_rejects=f"results/{DATASET}/chunks/rejects.jsonl",
         output:
-            metrics=f"{SWEEP_JOB}/metrics.json",
-            per_document=f"{SWEEP_JOB}/per_document.parquet",
-            figure=f"{SWEEP_JOB}/rouge.png",
+            metrics=f"{JOB}/metrics.json",
+            per_document=f"{JOB}/per_document.parquet",
+            figure=f"{JOB}/rouge.png",
         log:
             f"{SWEEP_LOG}/evaluate_summaries.log",
         benchmark:
@@ -179,20 +181,21 @@ if sweeps_of_stage("summarise"):
 
 
 if sweeps_of_stage("train"):
+    JOB = stage_sweep_job("train")
 
     use rule train as sweep_train with:
         input:
             **tokenizer_files(DATASET),
             shards=f"results/{DATASET}/shards",
         output:
-            best=f"{SWEEP_JOB}/train/best.safetensors",
-            last=f"{SWEEP_JOB}/train/last.safetensors",
-            config=f"{SWEEP_JOB}/train/config.json",
-            losses=f"{SWEEP_JOB}/train/losses.parquet",
-            metrics=f"{SWEEP_JOB}/train/metrics.json",
-            plot=f"{SWEEP_JOB}/train/loss.png",
-            sample=f"{SWEEP_JOB}/train/sample.txt",
-            hf=directory(f"{SWEEP_JOB}/train/hf"),
+            best=f"{JOB}/train/best.safetensors",
+            last=f"{JOB}/train/last.safetensors",
+            config=f"{JOB}/train/config.json",
+            losses=f"{JOB}/train/losses.parquet",
+            metrics=f"{JOB}/train/metrics.json",
+            plot=f"{JOB}/train/loss.png",
+            sample=f"{JOB}/train/sample.txt",
+            hf=directory(f"{JOB}/train/hf"),
         log:
             f"{SWEEP_LOG}/train.log",
         benchmark:

@@ -175,6 +175,15 @@ def test_a_bad_sweep_is_a_parse_time_error_naming_it(tmp_path, case):
     assert "sweep 'bad'" in out or "sweeps 'lr-layers' and 'bad'" in out
 
 
+def _tiny_beir(folder):
+    """A four-document BEIR folder with one query."""
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "text": f"doc {i}"}) + "\n" for i in range(4)))
+    (folder / "queries.jsonl").write_text(json.dumps({"_id": "q0", "text": "doc 0"}) + "\n")
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td0\t1\n")
+    return folder
+
+
 @pytest.mark.dryrun
 def test_retrieval_sweeps_embed_once_per_distinct_embedding_settings(tmp_path):
     """Points that vary only the search read the main run's embeddings; an embedding key
@@ -182,11 +191,7 @@ def test_retrieval_sweeps_embed_once_per_distinct_embedding_settings(tmp_path):
     prompt changes only the query set. Every job is in the DAG before any data exists."""
     import re
 
-    beir = tmp_path / "beir"
-    (beir / "qrels").mkdir(parents=True)
-    (beir / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "text": f"doc {i}"}) + "\n" for i in range(4)))
-    (beir / "queries.jsonl").write_text(json.dumps({"_id": "q0", "text": "doc 0"}) + "\n")
-    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td0\t1\n")
+    beir = _tiny_beir(tmp_path / "beir")
     metrics = {"ndcg_at_10": "max"}
     sweeps = {
         "search": {"stage": "retrieval", "grid": {"retrieval.top_k": [100, 200], "retrieval.drop_identical_ids": [True, False]},
@@ -211,6 +216,33 @@ def test_retrieval_sweeps_embed_once_per_distinct_embedding_settings(tmp_path):
     search = {b for _, b in edges if "sweep: search" in nodes[b]}
     assert len(search) == 4
     assert {rule[a] for a, b in edges if b in search} == {"merge", "verify", "embed_queries", "retrieval_qrels"}
+
+
+@pytest.mark.dryrun
+def test_sweeps_of_every_stage_in_one_config(tmp_path):
+    """Each stage's jobs write metrics.json under their sweep's folder: with sweeps of
+    several stages configured, each file has one rule that makes it (before, the DAG
+    stopped as ambiguous: sweep_retrieval_evaluate and sweep_evaluate_summaries)."""
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"id": f"a{i}", "text": f"Doc {i} starts. It ends.", "summary": "Doc."}) + "\n"
+                            for i in range(6)))
+    sweeps = {
+        "tr": {"stage": "train", "grid": {"train.lr": [1.0e-3, 2.0e-3]}, "seeds": [0],
+               "metrics": {"best_val_loss": "min"}},
+        "re": {"stage": "retrieval", "grid": {"retrieval.top_k": [100, 200]}, "seeds": [0],
+               "metrics": {"ndcg_at_10": "max"}},
+        "su": {"stage": "summarise", "grid": {"summarise.k": [1, 2]}, "seeds": [0], "metrics": {"rouge1": "max"}},
+    }
+    cfg = write_config(
+        tmp_path / "c.yaml", input={"path": str(docs)}, n_chunks=2, tasks=["embedding", "training"],
+        shards={"tokenizer": "char"}, summarise={"method": "lead", "reference_field": "summary"},
+        retrieval={"path": str(_tiny_beir(tmp_path / "beir")), "name": "tiny", "n_chunks": 2}, sweeps=sweeps,
+    )
+    counts = job_counts(snakemake(tmp_path, "--configfile", str(cfg), "-n").stdout)
+    assert {r: counts.get(r) for r in ("sweep_train", "sweep_retrieval_evaluate", "sweep_evaluate_summaries")} == {
+        "sweep_train": 2, "sweep_retrieval_evaluate": 2, "sweep_evaluate_summaries": 2,
+    }
+    assert all(counts[f"collect_sweep_{name}"] == 1 for name in sweeps)
 
 
 def test_no_fake_credential_in_any_file_of_the_run(run):
