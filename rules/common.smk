@@ -29,7 +29,7 @@ from shardflow.core.hashing import config_sha256
 from shardflow.retrieval.pipeline import RetrievalSpec
 from shardflow.summarise.params import METHOD_KEYS, ignored_by, without_effect
 from shardflow.sweep import POINT_ID_REGEX, SEED_REGEX, parse_sweeps
-from shardflow.sweep.metrics import unknown_metrics
+from shardflow.sweep.metrics import incomparable_points, unknown_metrics
 from shardflow.sweep.spec import collection_rule, load_yaml, seeds_without_effect
 from shardflow.sweep.report import output_files as sweep_output_files
 from shardflow.sweep.shared import SHARED_FOLDER
@@ -115,6 +115,7 @@ SWEEPS = parse_sweeps(
 SWEEPS_BY_FOLDER = {spec.folder: spec for spec in SWEEPS.values()}
 SWEEP_NEEDS = {
     "train": None,
+    "embed": None,
     "retrieval": (RETRIEVAL is not None, "retrieval.path (the data set it evaluates)"),
     "summarise": (
         bool(config["summarise"]["reference_field"]),
@@ -129,12 +130,8 @@ MODEL_CHECK_OFF = "SHARDFLOW_SKIP_MODEL_CHECK"
 for _spec in SWEEPS.values():
     # A metric its stage's jobs do not write: here, not at the collection after every job.
     _PROBLEMS += unknown_metrics(_spec)
-    if _spec.stage not in SWEEP_NEEDS:
-        _PROBLEMS.append(
-            f"sweep {_spec.name!r}: stage {_spec.stage!r} has no sweep rules; "
-            f"choose one of {', '.join(SWEEP_NEEDS)}"
-        )
-    elif SWEEP_NEEDS[_spec.stage] and not SWEEP_NEEDS[_spec.stage][0]:
+    _PROBLEMS += incomparable_points(_spec, config["embedding"]["model"])
+    if SWEEP_NEEDS[_spec.stage] and not SWEEP_NEEDS[_spec.stage][0]:
         _PROBLEMS.append(
             f"sweep {_spec.name!r} (stage {_spec.stage}) needs {SWEEP_NEEDS[_spec.stage][1]}"
         )
@@ -600,6 +597,14 @@ def sweep_job_files(spec, point, seed):
             "benchmarks": [f"{bench}/summarise_{i}.tsv" for i in n]
             + [f"{bench}/merge_summaries.tsv", f"{bench}/evaluate_summaries.tsv"],
         }
+    if spec.stage == "embed":
+        n = range(DATASETS[DATASET].n_chunks)
+        return {
+            "metrics": f"{job}/metrics.json",
+            "stats": [f"{job}/embed/embed_{i}.stats.json" for i in n],
+            "benchmarks": [f"{bench}/embed_{i}.tsv" for i in n]
+            + [f"{bench}/merge.tsv", f"{bench}/embed_metrics.tsv"],
+        }
     _, stats, benchmarks = sweep_embedding_files(spec.folder, point, seed)
     # The evaluation's metrics record its device: paired with its benchmark, right after
     # the embedding jobs' pairs (the merge's benchmark has no stats).
@@ -611,6 +616,32 @@ def sweep_job_files(spec, point, seed):
         + [f"{bench}/retrieval_evaluate.tsv"]
         + benchmarks[paired:],
     }
+
+
+def embed_reference(folder, point):
+    """Whether an embed sweep point's vectors compare with the main run's: it loads the
+    same model (another model's vectors live in another space)."""
+    spec = SWEEPS_BY_FOLDER[folder]
+    model = spec.job_config(point, spec.seeds[0])["embedding"]["model"]
+    return model == config["embedding"]["model"]
+
+
+def sweep_embed_metrics_inputs(wildcards):
+    """Input function of sweep_embed_metrics: the job's merged vectors, verification
+    and job table, and the main run's vectors where they compare (embed_reference)."""
+    job = f"results/sweeps/{wildcards.sweep}/{wildcards.point}/seed={wildcards.seed}"
+    files = {
+        "npy": f"{job}/embeddings.npy",
+        "ids": f"{job}/ids.parquet",
+        "verification": f"{job}/verification.json",
+        "jobs": f"{job}/embed/jobs.json",
+    }
+    if embed_reference(wildcards.sweep, wildcards.point):
+        files.update(
+            ref_npy=f"results/{DATASET}/embeddings.npy",
+            ref_ids=f"results/{DATASET}/ids.parquet",
+        )
+    return files
 
 
 def sweep_jobs(name):

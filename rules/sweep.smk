@@ -1,14 +1,18 @@
 """sweeps: every point x seed of each configured sweep runs as ordinary jobs of its stage.
 
 Needs: the stage's shared inputs (the retrieval corpus chunks and queries; the main
-data set's chunks for summarisation; its token shards for training). Writes, per
+data set's chunks for summarisation and embed sweeps, and for embed sweeps the main
+run's embeddings, which each job's vectors are compared with; its token shards for
+training). Writes, per
 job, results/sweeps/<sweep>/<point>/seed=<n>/ (the stage's outputs, its metrics
 JSON), and per sweep results/sweeps/<sweep>/: spec.json (sweep_spec: what decides the
 tables), runs and summary tables (Parquet, CSV), table.md and table.tex, best.json,
 points.json, cost.json and plots/ (collect_sweep_<name>). Retrieval jobs read corpus and query
 embeddings named by their settings, not by the point (shardflow/sweep/shared.py):
 one set per distinct settings under results/sweeps/_embeddings/<data set>/, or the
-main run's own where the settings are the main run's.
+main run's own where the settings are the main run's. Each stage's job outputs sit
+under stage_sweep_job(<stage>): its {sweep} matches that stage's sweeps only, as every
+stage's jobs write a metrics.json.
 
 A job's parameters come from the stage's getters (stage_params, rule_resources),
 which overlay the job's point and seed when its wildcards name a sweep: a job reruns
@@ -178,6 +182,74 @@ if sweeps_of_stage("summarise"):
             f"{SWEEP_LOG}/evaluate_summaries.log",
         benchmark:
             f"{SWEEP_BENCH}/evaluate_summaries.tsv"
+
+
+if sweeps_of_stage("embed"):
+    # Every point and seed embeds the main data set's chunks itself (a seed is a
+    # repeat of the measurement); its vectors are compared with the main run's.
+    JOB = stage_sweep_job("embed")
+
+    use rule embed as sweep_embed_chunk with:
+        input:
+            f"results/{DATASET}/chunks/chunk_{{chunk}}.jsonl",
+        output:
+            npy=f"{JOB}/embed/embed_{{chunk}}.npy",
+            ids=f"{JOB}/embed/embed_{{chunk}}.ids.parquet",
+            stats=f"{JOB}/embed/embed_{{chunk}}.stats.json",
+        log:
+            f"{SWEEP_LOG}/embed_{{chunk}}.log",
+        benchmark:
+            f"{SWEEP_BENCH}/embed_{{chunk}}.tsv"
+        params:
+            **gpu_job_params(),
+            embedding=stage_params("embedding"),
+            compile_cache=untracked(stage_value("embedding", "compile_cache")),
+            resume_root=untracked(sweep_resume_root),
+
+    use rule merge as sweep_embed_merge with:
+        input:
+            npy=per_chunk(f"{SWEEP_JOB}/embed/embed_{{chunk}}.npy", DATASET),
+            ids=per_chunk(f"{SWEEP_JOB}/embed/embed_{{chunk}}.ids.parquet", DATASET),
+            stats=per_chunk(f"{SWEEP_JOB}/embed/embed_{{chunk}}.stats.json", DATASET),
+            benchmarks=per_chunk(f"{SWEEP_BENCH}/embed_{{chunk}}.tsv", DATASET),
+        output:
+            npy=f"{JOB}/embeddings.npy",
+            ids=f"{JOB}/ids.parquet",
+            jobs=f"{JOB}/embed/jobs.json",
+        log:
+            f"{SWEEP_LOG}/merge.log",
+        benchmark:
+            f"{SWEEP_BENCH}/merge.tsv"
+
+    use rule verify as sweep_embed_verify with:
+        input:
+            npy=f"{SWEEP_JOB}/embeddings.npy",
+            ids=f"{SWEEP_JOB}/ids.parquet",
+            manifest=f"results/{DATASET}/chunks/manifest.json",
+        output:
+            f"{JOB}/verification.json",
+        log:
+            f"{SWEEP_LOG}/verify.log",
+        params:
+            model=stage_value("embedding", "model"),
+            norm_tolerance=config["verify"]["norm_tolerance"],
+            failed_json=f"{SWEEP_LOG}/verify.failed.json",
+
+    rule sweep_embed_metrics:
+        input:
+            unpack(sweep_embed_metrics_inputs),
+        output:
+            f"{JOB}/metrics.json",
+        log:
+            f"{SWEEP_LOG}/embed_metrics.log",
+        benchmark:
+            f"{SWEEP_BENCH}/embed_metrics.tsv"
+        conda:
+            "../envs/core.yaml"
+        params:
+            gpu_hour_price=config["report"]["gpu_hour_price"],
+        script:
+            "../scripts/embed_metrics.py"
 
 
 if sweeps_of_stage("train"):

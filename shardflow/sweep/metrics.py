@@ -13,9 +13,12 @@ lists are written out here, from the writers:
   `all.<measure>_at_<k>` for shardflow.retrieval.metrics METRICS x MTEB_K_VALUES;
 - summarise: shardflow.summarise.evaluate._metrics and evaluate_summaries: the
   headline ROUGE_TYPES (one system: the method), `systems.<method>.<rouge>.<stat>`,
-  the bootstrap settings and the counts.
+  the bootstrap settings and the counts;
+- embed: shardflow.embed.measure.run_metrics: speed and cost, and `agreement.<name>`
+  (cosine with the main run's vectors) where the point loads the main run's model.
 
 tests/unit/sweep/test_metrics.py runs the retrieval and ROUGE writers on tiny inputs
+(tests/unit/embed/test_measure.py the embed one)
 and tests/workflow/test_sweep_e2e.py reads real training records: a writer that adds,
 renames or drops a key fails them.
 """
@@ -44,6 +47,13 @@ SUMMARY_COUNTS = (
     "n_documents", "documents_without_reference", "split_rejected_records", "rejected_references", "summary_tokens_mean",
     "compression_ratio_mean", "bootstrap.resamples", "bootstrap.seed", "bootstrap.level",
 )
+EMBED = (
+    "records", "records_resumed", "tokens", "chunks", "items_per_s", "tokens_per_s", "steady_items_per_s",
+    "steady_tokens_per_s", "job_items_per_s", "encode_seconds", "warmup_seconds", "job_seconds", "wall_seconds",
+    "padding_fraction", "max_rss_mb", "gpu_hours", "estimated_cost", "estimated_cost_per_million_records", "dim",
+    "gpu_hour_price",
+)
+EMBED_AGREEMENT = ("agreement.cosine_min", "agreement.cosine_mean", "agreement.cosine_p1", "agreement.rows")
 
 
 def stage_metrics(stage: str, config: Mapping[str, Any]) -> tuple[str, ...] | None:
@@ -61,6 +71,8 @@ def stage_metrics(stage: str, config: Mapping[str, Any]) -> tuple[str, ...] | No
         system = config["summarise"]["method"]
         per_system = tuple(f"systems.{system}.{r}.{s}" for r in ROUGE for s in ROUGE_STATS)
         return ROUGE + SUMMARY_COUNTS + per_system
+    if stage == "embed":
+        return EMBED + EMBED_AGREEMENT
     return None
 
 
@@ -82,13 +94,32 @@ def unknown_metrics(spec: SweepSpec) -> list[str]:
     if known is None:
         return []
     problems = []
+    article = "an" if spec.stage[0] in "aeiou" else "a"
     for metric in spec.metrics:
         if metric in known:
             continue
         close = difflib.get_close_matches(metric, known, n=1, cutoff=0.6)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         problems.append(
-            f"sweep '{spec.name}': metric '{metric}' is not one a {spec.stage} job writes{hint} "
+            f"sweep '{spec.name}': metric '{metric}' is not one {article} {spec.stage} job writes{hint} "
             f"(its metrics: {describe(known)})"
         )
     return problems
+
+
+def incomparable_points(spec: SweepSpec, main_model: str) -> list[str]:
+    """One line where an embed sweep shows an agreement metric but a point loads another
+    model than the main run (`main_model`): its vectors compare with nothing, and the
+    collection would find the metric missing after every job ran."""
+    shown = [m for m in spec.metrics if m.startswith("agreement.")]
+    if spec.stage != "embed" or not shown:
+        return []
+    other = [pid for pid in spec.ids if spec.job_config(pid, spec.seeds[0])["embedding"]["model"] != main_model]
+    if not other:
+        return []
+    return [
+        f"sweep '{spec.name}': {', '.join(shown)} compares each point's vectors with the main run's "
+        f"(embedding.model {main_model!r}), but {'points' if len(other) > 1 else 'point'} {', '.join(other)} "
+        f"{'load' if len(other) > 1 else 'loads'} another model; drop the agreement metrics, or sweep one model "
+        "at a time"
+    ]

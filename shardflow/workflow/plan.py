@@ -422,7 +422,7 @@ def summarise_model(cfg: dict, sources: tuple[str, ...] = ()) -> None:
 # The config key of each model role (shardflow.workflow.tasks.models), and the tasks a
 # sweep's jobs run models for (training sweeps train their own).
 MODEL_KEYS = {"embedding": "embedding.model", "summarise": "summarise.model", "summarise_encoder": "summarise.encoder"}
-SWEEP_TASKS = {"retrieval": ("retrieval",), "summarise": ("summarisation",)}
+SWEEP_TASKS = {"retrieval": ("retrieval",), "summarise": ("summarisation",), "embed": ("embedding",)}
 
 
 def loaded_models(cfg: dict, tasks: Iterable[str]) -> dict[str, str]:

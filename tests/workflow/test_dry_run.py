@@ -123,7 +123,9 @@ def test_models_this_machine_lacks_stop_the_dry_run_all_at_once_naming_their_key
         embedding={"model": str(tmp_path / "no-such-encoder")},
         summarise={"method": "extractive", "encoder": "default"},
         sweeps={"enc": {"stage": "summarise", "grid": {"summarise.encoder": ["default", "~/no-such-encoder"]},
-                        "seeds": [0], "metrics": {"rouge1": "max"}}},
+                        "seeds": [0], "metrics": {"rouge1": "max"}},
+                "emb": {"stage": "embed", "grid": {"embedding.model": ["~/no-such-embedder"]}, "seeds": [0],
+                        "metrics": {"items_per_s": "max"}}},
     )
     proc = snakemake(tmp_path, "-n", "--configfile", str(cfg), check=False)
     out = proc.stdout + proc.stderr
@@ -131,6 +133,7 @@ def test_models_this_machine_lacks_stop_the_dry_run_all_at_once_naming_their_key
     assert "sweep 'enc' (stage summarise) needs summarise.reference_field" in out, out[-3000:]
     assert f"embedding.model '{tmp_path}/no-such-encoder': no such folder; the jobs that load it would fail" in out
     assert "summarise.encoder '~/no-such-encoder' (sweep 'enc', point encoder=_7e_2fno-such-encoder): no such folder" in out
+    assert "embedding.model '~/no-such-embedder' (sweep 'emb', point model=_7e_2fno-such-embedder): no such folder" in out
     assert "summarise.encoder 'default'" not in out  # the bundled one is there
     # Models only the nodes have (a node-local disk): the check can be turned off.
     env = {**offline_env(), "SHARDFLOW_SKIP_MODEL_CHECK": "1"}

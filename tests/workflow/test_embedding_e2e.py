@@ -1,5 +1,6 @@
 """The real workflow end to end on a small corpus, as a subprocess: split into 3 chunks,
-embed, merge, verify, report; compared row by row with SentenceTransformer.encode."""
+embed, merge, verify, report; compared row by row with SentenceTransformer.encode. The
+run holds an embed sweep of one point (another token budget), measured against it."""
 
 import json
 import os
@@ -24,6 +25,8 @@ def _config(workdir, corpus, **extra):
         embedding={"window": 16, "token_budget": 2048},
         resources={"embed": {"threads": 2}},
         report={"map_points": 50},
+        sweeps={"budget": {"stage": "embed", "grid": {"embedding.token_budget": [512]}, "seeds": [0],
+                           "metrics": {"items_per_s": "max", "agreement.cosine_min": "max"}}},
         **extra,
     )
 
@@ -151,7 +154,31 @@ def test_where_jobs_run_reruns_no_embed_job_and_what_they_compute_reruns_each(ru
     )
     for name, change in changes:
         out = snakemake(workdir, "-n", "--configfile", str(_variant(cfg, name, **change))).stdout
-        assert job_counts(out)["embed"] == 3 and out.count("reason: Params have changed") == 3, (name, out)
+        counts = job_counts(out)  # the sweep's point inherits the change: its jobs rerun too
+        assert counts["embed"] == counts["sweep_embed_chunk"] == 3, (name, out)
+        assert out.count("reason: Params have changed") == 6, (name, out)
+
+
+def test_an_embed_sweep_measures_speed_and_agreement_with_the_main_run(run):
+    """The point embeds every chunk again with its own settings (a budget of 512 tokens:
+    smaller batches than the main run's 2048), and its metrics hold its speed and the
+    cosine of each of its rows with the main run's: the same vectors to float rounding."""
+    workdir, _, records, _ = run
+    job = workdir / "results/sweeps/budget/token_budget=512/seed=0"
+    metrics = json.loads((job / "metrics.json").read_text())
+    main = json.loads((workdir / "results/e2e/report/summary.json").read_text())
+    assert (metrics["records"], metrics["chunks"], metrics["tokens"]) == (len(records), 3, main["tokens"])
+    assert metrics["agreement"]["rows"] == len(records) and metrics["agreement"]["cosine_min"] > 0.9999
+    assert metrics["agreement"]["reference"] == "results/e2e/embeddings.npy"
+    assert metrics["items_per_s"] > 0 and metrics["job_seconds"] > metrics["encode_seconds"] > 0
+
+    def batches(folder):
+        return sum(json.loads(p.read_text())["batches"] for p in folder.glob("embed_*.stats.json"))
+
+    assert batches(job / "embed") > batches(workdir / "results/e2e/embed")
+    runs = pd.read_parquet(workdir / "results/sweeps/budget/runs.parquet")
+    assert runs["items_per_s"].tolist() == [metrics["items_per_s"]]
+    assert "Sweep: budget" in (workdir / "results/report.rst").read_text()
 
 
 def test_no_fake_credential_in_any_file_of_the_run_or_its_html_report(run):

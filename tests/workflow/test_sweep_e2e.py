@@ -153,9 +153,8 @@ BAD = {
                         "sweep 'bad': metric 'best_val_los' is not one a train job writes; did you mean 'best_val_loss'?"),
     "same folder": ({"grid": {"train.lr": [0.1]}, "folder": "lr-layers"},
                     "sweeps 'lr-layers' and 'bad' write to the same folder 'lr-layers'"),
-    "stage without rules": ({"stage": "embed", "grid": {"embedding.max_length": [64]},
-                             "metrics": {"items_per_s": "max"}},
-                            "sweep 'bad': stage 'embed' has no sweep rules"),
+    "unknown stage": ({"stage": "embedding", "grid": {"embedding.max_length": [64]}},
+                      "sweep 'bad': stage 'embedding' is not one of train, retrieval, summarise, embed"),
     "stage without its data": ({"stage": "retrieval", "grid": {"embedding.max_length": [64]},
                                 "metrics": {"ndcg_at_10": "max"}},
                                "sweep 'bad' (stage retrieval) needs retrieval.path"),
@@ -232,6 +231,8 @@ def test_sweeps_of_every_stage_in_one_config(tmp_path):
         "re": {"stage": "retrieval", "grid": {"retrieval.top_k": [100, 200]}, "seeds": [0],
                "metrics": {"ndcg_at_10": "max"}},
         "su": {"stage": "summarise", "grid": {"summarise.k": [1, 2]}, "seeds": [0], "metrics": {"rouge1": "max"}},
+        "em": {"stage": "embed", "grid": {"embedding.token_budget": [512, 1024]}, "seeds": [0],
+               "metrics": {"items_per_s": "max", "agreement.cosine_min": "max"}},
     }
     cfg = write_config(
         tmp_path / "c.yaml", input={"path": str(docs)}, n_chunks=2, tasks=["embedding", "training"],
@@ -239,9 +240,9 @@ def test_sweeps_of_every_stage_in_one_config(tmp_path):
         retrieval={"path": str(_tiny_beir(tmp_path / "beir")), "name": "tiny", "n_chunks": 2}, sweeps=sweeps,
     )
     counts = job_counts(snakemake(tmp_path, "--configfile", str(cfg), "-n").stdout)
-    assert {r: counts.get(r) for r in ("sweep_train", "sweep_retrieval_evaluate", "sweep_evaluate_summaries")} == {
-        "sweep_train": 2, "sweep_retrieval_evaluate": 2, "sweep_evaluate_summaries": 2,
-    }
+    stages = ("sweep_train", "sweep_retrieval_evaluate", "sweep_evaluate_summaries", "sweep_embed_metrics")
+    assert {r: counts.get(r) for r in stages} == dict.fromkeys(stages, 2)
+    assert counts["sweep_embed_chunk"] == 2 * 2  # points x chunks
     assert all(counts[f"collect_sweep_{name}"] == 1 for name in sweeps)
 
 

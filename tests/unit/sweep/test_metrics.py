@@ -9,7 +9,7 @@ import json
 import numpy as np
 
 from shardflow.core.columns import write_ids_parquet
-from shardflow.sweep.metrics import stage_metrics, unknown_metrics
+from shardflow.sweep.metrics import incomparable_points, stage_metrics, unknown_metrics
 
 from .conftest import parse, sweep
 
@@ -31,15 +31,35 @@ def test_a_misspelt_metric_names_the_sweep_the_metric_and_the_closest_name():
         "r": sweep(stage="retrieval", grid={"retrieval.top_k": [100]}, metrics={"ndcg@10": "max", "all.ndcg_at_100": "max"}),
         "s": sweep(stage="summarise", grid={"summarise.k": [1]}, metrics={"rouge1": "max", "systems.lead.rougeL.mean": "max",
                                                                       "rougeLSum": "max"}),
-        "e": sweep(stage="embed", grid={"embedding.max_length": [64]}, metrics={"items_per_s": "max"}),
+        "e": sweep(stage="embed", grid={"embedding.max_length": [64]},
+                   metrics={"items_per_s": "max", "agreement.cosine_minimum": "max"}),
     })
-    assert unknown_metrics(specs["ok"]) == [] and unknown_metrics(specs["e"]) == []  # embed: no rules, no list
+    assert unknown_metrics(specs["ok"]) == []
     # What the parse reports (rules/common.smk), one line a metric, every sweep's at once.
     lines = [line for spec in specs.values() for line in unknown_metrics(spec)]
-    assert len(lines) == 2
+    assert len(lines) == 3
     assert lines[0].startswith("sweep 'r': metric 'ndcg@10' is not one a retrieval job writes; did you mean 'ndcg_at_10'?")
     assert "all.* (35 names, e.g. all.ndcg_at_1)" in lines[0]
     assert lines[1].startswith("sweep 's': metric 'rougeLSum' is not one a summarise job writes; did you mean 'rougeLsum'?")
+    assert lines[2].startswith(
+        "sweep 'e': metric 'agreement.cosine_minimum' is not one an embed job writes; did you mean 'agreement.cosine_min'?"
+    )
+
+
+def test_agreement_needs_every_point_to_load_the_main_runs_model():
+    """An embed point with another model has no agreement (its vectors live in another
+    space): a sweep showing it stops the parse, naming the points, not the collection."""
+    specs = parse({
+        "models": sweep(stage="embed", grid={"embedding.model": ["default", "/models/e5"]},
+                        metrics={"items_per_s": "max", "agreement.cosine_min": "max"}),
+        "speed": sweep(stage="embed", grid={"embedding.model": ["default", "/models/e5"]}, metrics={"items_per_s": "max"}),
+        "same": sweep(stage="embed", grid={"embedding.max_length": [64]}, metrics={"agreement.cosine_mean": "max"}),
+    })
+    (line,) = incomparable_points(specs["models"], "default")
+    assert line.startswith("sweep 'models': agreement.cosine_min compares each point's vectors with the main run's")
+    assert "(embedding.model 'default'), but point model=_2fmodels_2fe5 loads another model" in line
+    assert incomparable_points(specs["speed"], "default") == [] and incomparable_points(specs["same"], "default") == []
+    assert incomparable_points(specs["same"], "/models/e5") != []  # the main run loads another model
 
 
 def test_mfu_is_no_train_metric_on_the_cpu():

@@ -1,0 +1,131 @@
+"""What one embedding run measured, for an embed sweep's table: its speed per device,
+what it cost, and how far its vectors are from a reference run's.
+
+A sweep over embedding settings (token budget, dtype, kernels, packing, compile, ...)
+picks the fastest settings whose vectors stay faithful, so each job reports both:
+
+- speed from its chunk jobs' own records (merge's job table): records and tokens per
+  second while encoding, summed over the jobs' encode seconds, so a job's rate does not
+  depend on how many jobs ran beside it; the same with compile warm-up left out
+  (`steady_*`); and per second of the whole job, model loading included (`job_*`);
+- cost: GPU-hours and an estimate at `report.gpu_hour_price`, as the embedding report;
+- agreement: the cosine, row by row, between the run's vectors and the reference's
+  (the main run's embeddings of the same data set), streamed in row blocks.
+
+    metrics = run_metrics("jobs.json", "verification.json", ("ref.npy", "ref.ids.parquet"),
+                          "embeddings.npy", "ids.parquet", gpu_hour_price=2.5)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from shardflow.core.files import read_json
+from shardflow.core.jobs import job_costs, read_job_table
+from shardflow.core.npyio import iter_row_blocks, read_header
+
+
+def _ids(path: str | os.PathLike) -> np.ndarray:
+    return pq.read_table(path, columns=["id"]).column("id").to_numpy(zero_copy_only=False)
+
+
+def _blocks(path: str | os.PathLike, rows: int) -> Iterator[np.ndarray]:
+    for block in iter_row_blocks(path, rows):
+        yield block.astype(np.float32, copy=False)
+
+
+def agreement(npy: str | os.PathLike, ids: str | os.PathLike, ref_npy: str | os.PathLike,
+              ref_ids: str | os.PathLike, block_rows: int = 16384) -> dict:
+    """Cosine per row between two embedding sets of the same records in the same order:
+    its minimum, mean and 1st percentile, and the rows compared. A pair of zero vectors
+    counts as 1, one zero vector against a non-zero one as 0. Raises ValueError naming
+    the files where the records or widths differ."""
+    mine, theirs = _ids(ids), _ids(ref_ids)
+    if len(mine) != len(theirs) or not np.array_equal(mine, theirs):
+        at = next((i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b), min(len(mine), len(theirs)))
+        raise ValueError(
+            f"{ids} and {ref_ids} do not hold the same records in the same order "
+            f"({len(mine)} and {len(theirs)} ids; first difference at row {at})"
+        )
+    (n, dim), (_, ref_dim) = read_header(npy)[0], read_header(ref_npy)[0]
+    if dim != ref_dim:
+        raise ValueError(f"{npy} has {dim} dimensions but the reference {ref_npy} has {ref_dim}: another model?")
+    cosines = np.empty(n, dtype=np.float64)
+    at = 0
+    for a, b in zip(_blocks(npy, block_rows), _blocks(ref_npy, block_rows), strict=True):
+        na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
+        dot = np.einsum("ij,ij->i", a.astype(np.float64), b.astype(np.float64))
+        both = na * nb
+        cos = np.where(both > 0, dot / np.where(both > 0, both, 1.0), np.where((na == 0) & (nb == 0), 1.0, 0.0))
+        cosines[at:at + len(cos)] = np.clip(cos, -1.0, 1.0)
+        at += len(cos)
+    if n == 0:
+        return {"cosine_min": None, "cosine_mean": None, "cosine_p1": None, "rows": 0}
+    return {
+        "cosine_min": float(cosines.min()),
+        "cosine_mean": float(cosines.mean()),
+        "cosine_p1": float(np.percentile(cosines, 1)),
+        "rows": int(n),
+    }
+
+
+def _rate(count: float, seconds: float) -> float | None:
+    return count / seconds if seconds > 0 else None
+
+
+def run_metrics(jobs_path: str | os.PathLike, verification_path: str | os.PathLike,
+                reference: tuple[str, str] | None, npy: str | os.PathLike, ids: str | os.PathLike,
+                gpu_hour_price: float) -> dict:
+    """The metrics record of one embedding run (see the module docstring); `reference`
+    is the reference run's (embeddings.npy, ids.parquet), or None where none compares
+    (another model): then `agreement` is null and `agreement_reason` says why."""
+    jobs = read_job_table(jobs_path)
+    stats = [j["stats"] for j in jobs]
+    benches = [j["benchmark"] for j in jobs]
+    costs = job_costs(stats, benches, gpu_hour_price)
+    records = sum(s["items"] for s in stats)
+    # A job resumed from an earlier attempt's parts computed only the rest, in its seconds.
+    computed = sum(s.get("items_embedded", s["items"]) for s in stats)
+    tokens = sum(s["real_tokens"] for s in stats)
+    padded = sum(s["padded_tokens"] for s in stats)
+    encode = sum(s["seconds"] for s in stats)
+    warmup = sum(s.get("warmup_seconds", 0.0) for s in stats)
+    steady_items = computed - sum(s.get("warmup_items", 0) for s in stats)
+    steady_tokens = tokens - sum(s.get("warmup_tokens", 0) for s in stats)
+    rss = [b["max_rss"] for b in benches if isinstance(b.get("max_rss"), float) and not math.isnan(b["max_rss"])]
+    verification = read_json(verification_path)
+    out = {
+        "records": records,
+        "records_resumed": records - computed,
+        "tokens": tokens,
+        "chunks": len(stats),
+        "items_per_s": _rate(computed, encode),
+        "tokens_per_s": _rate(tokens, encode),
+        "steady_items_per_s": _rate(steady_items, encode - warmup),
+        "steady_tokens_per_s": _rate(steady_tokens, encode - warmup),
+        "job_items_per_s": _rate(computed, costs["job_seconds"]),
+        "encode_seconds": encode,
+        "warmup_seconds": warmup,
+        "job_seconds": costs["job_seconds"],
+        "wall_seconds": costs["wall_time_s"],
+        "padding_fraction": 1 - tokens / padded if padded else 0.0,
+        "max_rss_mb": max(rss) if rss else None,
+        "gpu_hours": costs["gpu_hours"],
+        "estimated_cost": costs["estimated_cost"],
+        "estimated_cost_per_million_records": costs["estimated_cost"] / max(records, 1) * 1e6,
+        "dim": verification["dim"],
+        "dtype": verification["dtype"],
+        "devices": costs["devices"],
+        "gpu_hour_price": gpu_hour_price,
+    }
+    if reference is None:
+        out["agreement"] = None
+        out["agreement_reason"] = "no reference: this point loads another model than the main run"
+    else:
+        out["agreement"] = {**agreement(npy, ids, *reference), "reference": os.fspath(reference[0])}
+    return out

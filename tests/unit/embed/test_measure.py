@@ -1,0 +1,103 @@
+"""measure: an embed sweep job's speed, cost and agreement with the main run, from the
+records the jobs write (stats, benchmarks, verification) and the two runs' vectors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardflow.core.columns import write_ids_parquet
+from shardflow.core.jobs import write_job_table
+from shardflow.embed.measure import agreement, run_metrics
+from shardflow.sweep.metrics import EMBED, EMBED_AGREEMENT, stage_metrics
+
+BENCH = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n{s}\t0:00:01\t{rss}\t1\t1\t1\t0\t0\t0\t1\n"
+
+
+def _vectors(folder: Path, name: str, x: np.ndarray, ids: list[str]) -> tuple[Path, Path]:
+    np.save(folder / f"{name}.npy", x)
+    write_ids_parquet(folder / f"{name}.ids.parquet", ids)
+    return folder / f"{name}.npy", folder / f"{name}.ids.parquet"
+
+
+def _stat(items, embedded, seconds, start, warmup=0.0, warmup_items=0, device="cuda:0") -> dict:
+    return {"items": items, "items_embedded": embedded, "real_tokens": items * 10, "padded_tokens": items * 12,
+            "seconds": seconds, "warmup_seconds": warmup, "warmup_items": warmup_items, "warmup_tokens": warmup_items * 10,
+            "start_time": start, "end_time": start + seconds, "device": device}
+
+
+def _job_table(folder: Path, stats: list[dict], job_seconds: list[float], rss: list[float]) -> Path:
+    paths, benches = [], []
+    for i, (s, t, r) in enumerate(zip(stats, job_seconds, rss, strict=True)):
+        (folder / f"s{i}.json").write_text(json.dumps(s))
+        (folder / f"b{i}.tsv").write_text(BENCH.format(s=t, rss=r))
+        paths.append(str(folder / f"s{i}.json"))
+        benches.append(str(folder / f"b{i}.tsv"))
+    write_job_table(folder / "jobs.json", paths, benches)
+    return folder / "jobs.json"
+
+
+def test_agreement_is_the_cosine_per_row_streamed_in_blocks(tmp_path):
+    rng = np.random.default_rng(0)
+    ref = rng.normal(size=(50, 8)).astype(np.float32)
+    mine = (ref + rng.normal(scale=0.05, size=ref.shape)).astype(np.float16)  # output_dtype float16
+    mine[3] = 0
+    ref[4] = 0
+    mine[4] = 0  # both zero: the same vector
+    ids = [f"d{i}" for i in range(50)]
+    got = agreement(*_vectors(tmp_path, "mine", mine, ids), *_vectors(tmp_path, "ref", ref, ids), block_rows=7)
+    a, b = mine.astype(np.float64), ref.astype(np.float64)
+    cos = (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-300)
+    cos[3], cos[4] = 0.0, 1.0
+    assert got["rows"] == 50 and got["cosine_min"] == 0.0
+    assert got["cosine_mean"] == pytest.approx(cos.mean(), abs=1e-6)
+    assert got["cosine_p1"] == pytest.approx(np.percentile(cos, 1), abs=1e-6)
+
+
+def test_other_records_or_another_width_is_an_error_naming_the_files(tmp_path):
+    x = np.ones((3, 4), dtype=np.float32)
+    mine = _vectors(tmp_path, "mine", x, ["a", "b", "c"])
+    with pytest.raises(ValueError, match=r"ref\.ids\.parquet do not hold the same records.*first difference at row 1"):
+        agreement(*mine, *_vectors(tmp_path, "ref", x, ["a", "x", "c"]))
+    with pytest.raises(ValueError, match="3 and 2 ids; first difference at row 2"):
+        agreement(*mine, *_vectors(tmp_path, "short", x[:2], ["a", "b"]))
+    with pytest.raises(ValueError, match=r"mine\.npy has 4 dimensions but the reference .*wide\.npy has 6"):
+        agreement(*mine, *_vectors(tmp_path, "wide", np.ones((3, 6), dtype=np.float32), ["a", "b", "c"]))
+
+
+def test_rates_are_per_encode_second_and_count_what_the_jobs_computed(tmp_path):
+    """Two chunk jobs side by side: the rate is per device (summed encode seconds), not
+    per wall second; a resumed job's earlier rows count as records, not in the rates."""
+    stats = [_stat(100, 100, 10.0, 1000.0, warmup=2.0, warmup_items=20), _stat(300, 200, 10.0, 1000.0)]
+    jobs = _job_table(tmp_path, stats, [15.0, 13.0], [500.0, 700.0])
+    (tmp_path / "v.json").write_text(json.dumps({"ok": True, "dim": 8, "dtype": "float16"}))
+    ids = [f"d{i}" for i in range(4)]
+    x = np.eye(4, 8, dtype=np.float32)
+    vectors = _vectors(tmp_path, "mine", x, ids)
+    m = run_metrics(jobs, tmp_path / "v.json", _vectors(tmp_path, "ref", x, ids), *vectors, gpu_hour_price=3.0)
+    assert (m["records"], m["records_resumed"], m["tokens"], m["chunks"]) == (400, 100, 4000, 2)
+    assert m["items_per_s"] == pytest.approx(300 / 20) and m["tokens_per_s"] == pytest.approx(4000 / 20)
+    assert m["steady_items_per_s"] == pytest.approx(280 / 18) and m["job_items_per_s"] == pytest.approx(300 / 28)
+    assert m["wall_seconds"] == pytest.approx(10.0) and m["padding_fraction"] == pytest.approx(1 - 10 / 12)
+    assert m["max_rss_mb"] == 700.0 and m["gpu_hours"] == pytest.approx(28 / 3600)
+    assert m["estimated_cost"] == pytest.approx(28 / 3600 * 3.0) and m["dtype"] == "float16"
+    assert m["agreement"]["cosine_min"] == 1.0 and m["agreement"]["reference"].endswith("ref.npy")
+
+    other = run_metrics(jobs, tmp_path / "v.json", None, *vectors, gpu_hour_price=3.0)
+    assert other["agreement"] is None and "another model" in other["agreement_reason"]
+
+
+def test_the_names_a_sweep_may_rank_by_are_the_ones_written(tmp_path):
+    """shardflow.sweep.metrics lists the embed names (that layer may not import this one),
+    checked at parse time: pinned here to the writer."""
+    from tests.unit.sweep.test_metrics import leaf_names
+
+    jobs = _job_table(tmp_path, [_stat(4, 4, 1.0, 0.0)], [2.0], [100.0])
+    (tmp_path / "v.json").write_text(json.dumps({"ok": True, "dim": 8, "dtype": "float32"}))
+    ids = ["a", "b", "c", "d"]
+    x = np.eye(4, 8, dtype=np.float32)
+    m = run_metrics(jobs, tmp_path / "v.json", _vectors(tmp_path, "ref", x, ids), *_vectors(tmp_path, "m", x, ids), 2.5)
+    assert leaf_names(m) == set(EMBED + EMBED_AGREEMENT) == set(stage_metrics("embed", {}))
