@@ -15,6 +15,7 @@ import contextlib
 import os
 import posixpath
 import re
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -295,7 +296,49 @@ class ObjectFolder:
         self.s3.put_object(Bucket=self.url.bucket, Key=self._key(name), Body=data)
 
     def remove(self) -> None:
-        keys = list_keys(self.s3, self.url.bucket, self.url.key.rstrip("/") + "/")
-        for start in range(0, len(keys), 1000):
-            batch = [{"Key": k} for k in keys[start : start + 1000]]
-            self.s3.delete_objects(Bucket=self.url.bucket, Delete={"Objects": batch, "Quiet": True})
+        """Delete every object of the folder. Keys the server would not delete stop the
+        job, once every key was tried: an OSError names each with its error code."""
+        prefix = self.url.key.rstrip("/") + "/"
+        keys = list_keys(self.s3, self.url.bucket, prefix)
+        left = delete_keys(self.s3, self.url.bucket, keys)
+        if left:
+            raise OSError(
+                f"cannot remove s3://{self.url.bucket}/{prefix}: {len(left)} of {len(keys)} objects "
+                f"not deleted ({_by_code(left)})"
+            )
+
+
+# DeleteObjects answers 200 with an Errors list for the keys it did not delete (each
+# key is authorised on its own). These codes are the server's passing trouble, worth
+# asking again (AWS lists them as retryable); any other (AccessDenied, ...) stays.
+TRANSIENT_DELETE_ERRORS = frozenset({"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout"})
+
+
+def delete_keys(s3, bucket: str, keys: list[str], *, attempts: int = 4, pause_s: float = 1.0) -> dict[str, str]:
+    """Delete `keys` (1,000 a request, the most DeleteObjects takes); return the keys
+    not deleted -> their error code. A key whose error is transient is asked again,
+    `attempts` times in all, with pauses doubling from `pause_s`."""
+    todo, left = list(keys), {}
+    for attempt in range(1, attempts + 1):
+        errors = {}
+        for start in range(0, len(todo), 1000):
+            batch = [{"Key": k} for k in todo[start : start + 1000]]
+            answer = s3.delete_objects(Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
+            errors.update({e["Key"]: e.get("Code", "unknown error") for e in answer.get("Errors", ())})
+        todo = [k for k, code in errors.items() if code in TRANSIENT_DELETE_ERRORS and attempt < attempts]
+        left.update({k: code for k, code in errors.items() if k not in todo})
+        if not todo:
+            return left
+        time.sleep(pause_s * 2 ** (attempt - 1))
+    return left
+
+
+def _by_code(failed: Mapping[str, str], shown: int = 10) -> str:
+    """'AccessDenied: a, b; InternalError: c' (at most `shown` keys a code, then a count)."""
+    codes: dict[str, list[str]] = {}
+    for key, code in sorted(failed.items()):
+        codes.setdefault(code, []).append(key)
+    return "; ".join(
+        f"{code}: {', '.join(keys[:shown])}" + (f" and {len(keys) - shown} more" if len(keys) > shown else "")
+        for code, keys in sorted(codes.items())
+    )

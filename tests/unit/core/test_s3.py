@@ -1,10 +1,13 @@
 """shardflow.core.s3 without a server (the server tests: tests/cluster/test_s3_globs_and_resume.py)."""
 
+import time
+
 import pytest
 
 from shardflow.core.s3 import (
     LOCAL_VARIABLE,
     PREFIX_VARIABLE,
+    ObjectFolder,
     S3Url,
     export_settings,
     glob_regex,
@@ -83,3 +86,78 @@ def test_a_local_storage_prefix_of_its_own_is_followed(monkeypatch):
     monkeypatch.setenv(LOCAL_VARIABLE, "/scratch/sm")
     assert logical_path(path, "s3://b/runs/x") == "results/d/a.json"
     assert logical_path(".snakemake/storage/s3/b/runs/x/a", "s3://b/runs/x") == ".snakemake/storage/s3/b/runs/x/a"
+
+
+# ------------------------------------------------ removing a folder: per-key errors
+# SeaweedFS (the test server) answers a DeleteObjects without version ids or ETags,
+# as ObjectFolder sends it, with no per-key error short of a failing filer; AWS does
+# (AccessDenied where a key is outside the role's grant). So a stubbed client here:
+# botocore's Stubber checks each request and answer against the S3 API model.
+
+
+@pytest.fixture
+def stubbed():
+    import boto3
+    from botocore.stub import Stubber
+
+    s3 = boto3.client("s3", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s")
+    with Stubber(s3) as stub:
+        yield s3, stub
+        stub.assert_no_pending_responses()
+
+
+def _listed(stub, keys):
+    stub.add_response("list_objects_v2", {"Contents": [{"Key": k} for k in keys], "IsTruncated": False},
+                      {"Bucket": "b", "Prefix": "run/.resume/job/"})
+
+
+def _deleted(stub, keys, errors=()):
+    answer = {"Errors": [{"Key": k, "Code": code, "Message": "..."} for k, code in errors]} if errors else {}
+    stub.add_response("delete_objects", answer,
+                      {"Bucket": "b", "Delete": {"Objects": [{"Key": k} for k in keys], "Quiet": True}})
+
+
+def test_keys_the_server_would_not_delete_stop_the_removal_naming_them(stubbed):
+    """DeleteObjects answers 200 with an Errors list: every batch is still tried (1,000
+    keys a request), then an OSError names each key left and its code."""
+    s3, stub = stubbed
+    keys = [f"run/.resume/job/part-{i:06d}.npy" for i in range(1001)]
+    _listed(stub, keys)
+    _deleted(stub, keys[:1000], errors=[(keys[3], "AccessDenied"), (keys[7], "AccessDenied")])
+    _deleted(stub, keys[1000:])  # tried though the first batch failed
+    with pytest.raises(OSError) as raised:
+        ObjectFolder("s3://b/run/.resume/job", s3).remove()
+    assert str(raised.value) == (
+        "cannot remove s3://b/run/.resume/job/: 2 of 1001 objects not deleted "
+        "(AccessDenied: run/.resume/job/part-000003.npy, run/.resume/job/part-000007.npy)"
+    )
+
+
+def test_a_key_the_server_could_not_delete_for_now_is_asked_again(stubbed, monkeypatch):
+    """InternalError, SlowDown, ...: asked again after a pause, then named if it stays;
+    AccessDenied is not asked again."""
+    pauses = []
+    monkeypatch.setattr(time, "sleep", pauses.append)
+    s3, stub = stubbed
+    keys = ["run/.resume/job/manifest.json", "run/.resume/job/part-000000.npy", "run/.resume/job/part-000001.npy"]
+    _listed(stub, keys)
+    _deleted(stub, keys, errors=[(keys[0], "SlowDown"), (keys[1], "AccessDenied"), (keys[2], "InternalError")])
+    _deleted(stub, [keys[0], keys[2]], errors=[(keys[2], "InternalError")])
+    _deleted(stub, [keys[2]])
+    with pytest.raises(OSError, match=r"1 of 3 objects not deleted \(AccessDenied: run/.resume/job/part-000000.npy\)"):
+        ObjectFolder("s3://b/run/.resume/job", s3).remove()
+    assert pauses == [1.0, 2.0]
+
+    _listed(stub, keys[2:])
+    for _ in range(4):
+        _deleted(stub, keys[2:], errors=[(keys[2], "InternalError")])
+    with pytest.raises(OSError, match=r"\(InternalError: run/.resume/job/part-000001.npy\)"):
+        ObjectFolder("s3://b/run/.resume/job", s3).remove()
+    assert pauses == [1.0, 2.0, 1.0, 2.0, 4.0]
+
+
+def test_a_folder_whose_keys_all_go_is_removed_silently(stubbed):
+    s3, stub = stubbed
+    _listed(stub, ["run/.resume/job/manifest.json"])
+    _deleted(stub, ["run/.resume/job/manifest.json"])
+    ObjectFolder("s3://b/run/.resume/job", s3).remove()
