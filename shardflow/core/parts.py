@@ -10,7 +10,11 @@ everything that decides the output (see `resume_key`), holding
 
 Every file is written atomically, so a part that exists is complete. The manifest
 double-checks the folder belongs to this job, for callers that pass their own
-folder. The job removes the folder once its final outputs are written.
+folder. The job removes the folder once its final outputs are written, and with it
+the folders above that this leaves empty, up to the top of the resume tree
+(`remove_folder`): `results/<dataset>/.resume` goes with the data set's last job. Other
+jobs of the data set may be creating their folders in it at that moment: they make
+them with `make_folder`, which makes a parent removed under it again.
 
 The folder is a local path, or an s3:// URL when no shared volume outlives the job
 (EKS pods without one: the parts then live under the run's storage prefix and a
@@ -48,6 +52,52 @@ def resume_folder(root: str | Path, key: str) -> str:
     return os.path.join(root, key)
 
 
+# How often make_folder tries: each further try needs another job to have emptied and
+# removed a parent in the instant between two of its mkdirs.
+MKDIR_ATTEMPTS = 20
+
+
+def make_folder(folder: str | Path) -> None:
+    """`mkdir -p folder`, made again where another job removed an empty parent of it
+    meanwhile (`remove_folder`: mkdir of the parent, the other job's rmdir of it, then
+    mkdir of the child fails with FileNotFoundError)."""
+    for attempt in range(1, MKDIR_ATTEMPTS + 1):
+        try:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            return
+        except FileNotFoundError:
+            if attempt == MKDIR_ATTEMPTS:
+                raise
+
+
+def resume_tree_top(root: str | Path) -> Path:
+    """The highest folder of the resume tree that `root` (a job's resume root) is in:
+    the `.resume` folder it lies in (results/<dataset>/.resume,
+    results/sweeps/.resume/<sweep>/<point>/seed=N), else `root` itself (a data set's
+    or a sweep job's folder in gpu_jobs.resume_dir: the folders above are the user's)."""
+    root = Path(os.path.abspath(root))
+    return next((p for p in (root, *root.parents) if p.name == ".resume"), root)
+
+
+def remove_folder(folder: str | Path, top: str | Path | None = None) -> None:
+    """Remove `folder` and what it holds; then each folder above it that is left empty,
+    up to and including `top` (None: none; see `resume_tree_top`). Removal stops at
+    the first folder not empty: another job's parts are in it, or are about to be
+    (`make_folder` makes it again if it goes between that job's mkdirs)."""
+    folder = Path(os.path.abspath(folder))
+    shutil.rmtree(folder, ignore_errors=True)
+    if top is None:
+        return
+    top = Path(os.path.abspath(top))
+    for parent in folder.parents:
+        if parent != top and top not in parent.parents:
+            return  # above the resume tree
+        try:
+            os.rmdir(parent)
+        except OSError:  # not empty, or gone
+            return
+
+
 class _LocalFolder:
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
@@ -62,11 +112,11 @@ class _LocalFolder:
             return None
 
     def write(self, name: str, data: bytes) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
+        make_folder(self.folder)
         atomic_write_bytes(self.folder / name, data)
 
-    def remove(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
+    def remove(self, root: str | Path | None = None) -> None:
+        remove_folder(self.folder, None if root is None else resume_tree_top(root))
 
 
 def _backend(folder: str | Path):
@@ -133,5 +183,11 @@ class PartStore:
         text = "".join(json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n" for rec in records)
         self._files.write(self.name(index, ".jsonl"), text.encode("utf-8"))
 
-    def remove(self) -> None:
-        self._files.remove()
+    def remove(self, root: str | Path | None = None) -> None:
+        """Remove the parts. `root`: the resume root the folder is named under
+        (`resume_folder`); the local folders this leaves empty go too, up to the top of
+        the resume tree (`remove_folder`). S3 has no folders: its keys go."""
+        if isinstance(self._files, _LocalFolder):
+            self._files.remove(root)
+        else:
+            self._files.remove()

@@ -1044,7 +1044,7 @@ def embed_chunk(
     controller.stop_if_gone(running, f"the finished parts are kept in {folder}")
     write_npy(out_npy, emb)
     write_ids_parquet(out_ids_parquet, ids)
-    PartStore(folder, {}).remove()  # outputs are safe: the parts are no longer needed
+    PartStore(folder, {}).remove(resume_root)  # outputs are safe: the parts are no longer needed
     stats = encoder.last_stats.as_dict()
     stats.update(
         device=str(encoder.device),

@@ -545,7 +545,7 @@ def summarise_chunk(
         raise TooLargeError(f"{chunk_path}: id {ids[exc.row]!r}: {exc}", exc.row, exc.n_tokens) from exc
     controller.stop_if_gone(running, f"the finished parts are kept in {folder}")
     write_summaries(out_path, ids, records)
-    PartStore(folder, {}).remove()
+    PartStore(folder, {}).remove(resume_root)
     stats = generator.last_stats.as_dict()
     stats.update(device=str(generator.device), dtype=dtype_name(generator.dtype), chunk=logical_path(chunk_path))
     return stats

@@ -76,7 +76,7 @@ def select_chunk(
         logger.info("summarised %d/%d documents", len(records), len(texts))
     controller.stop_if_gone(running, f"the finished parts are kept in {folder}")
     write_summaries(out_path, ids, records)
-    store.remove()
+    store.remove(resume_root)
     seconds = time.perf_counter() - t0
     return {
         "items": len(texts),

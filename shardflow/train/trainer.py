@@ -55,6 +55,7 @@ from shardflow.core.controller import ENV as CONTROLLER_ENV
 from shardflow.core.controller import Controller, OrphanedJobError
 from shardflow.core.devices import use_compile_cache
 from shardflow.core.hashing import sha256_file
+from shardflow.core.parts import make_folder, remove_folder, resume_tree_top
 from shardflow.core.s3 import logical_path
 from shardflow.train.model import GPT, GPTConfig
 from shardflow.train.params import TrainParams
@@ -378,7 +379,7 @@ def holding_resume(resume_dir: Path):
     if int(os.environ.get("RANK", "0")) != 0:
         yield
         return
-    resume_dir.mkdir(parents=True, exist_ok=True)
+    make_folder(resume_dir)  # other jobs of the data set may remove an emptied .resume meanwhile
     path = resume_dir / RESUME_LOCK
     fd = locks.try_lock(path, resume_dir=str(resume_dir))
     if fd is None:
@@ -409,7 +410,8 @@ def train(
     resume_dir: where checkpoints live; default `<out_dir>/../<out_dir name>.resume`,
     outside the output folder, held by one process at a time (`holding_resume`). It is
     removed after the outputs are written unless keep_resume, so a finished job rerun
-    with new parameters starts afresh.
+    with new parameters starts afresh; so are the folders above it that this leaves
+    empty, up to the `.resume` folder it lies in (`core.parts.remove_folder`).
     tokenizer: the shards' (shardflow.train.tokenizer): it decodes the sample (unless
     `decode` is given) and goes into the Hugging Face folder with the weights.
     """
@@ -593,7 +595,7 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
     if rt.is_main:
         write_outputs(out_dir, resume_dir, raw, p, cfg, shards, history, metrics, decode, sample_tokens, rt, tokenizer)
         if not keep_resume:
-            shutil.rmtree(resume_dir, ignore_errors=True)
+            remove_folder(resume_dir, resume_tree_top(resume_dir))
     if rt.world > 1:
         dist.barrier()
     logger.info("done: %s", json.dumps(metrics))

@@ -1,10 +1,14 @@
-"""shardflow.core.parts: records parts read back as they were saved."""
+"""shardflow.core.parts: records parts read back as they were saved; removed parts take
+the folders they leave empty with them, beside other jobs creating theirs."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
-from shardflow.core.parts import PartStore
+from shardflow.core.parts import PartStore, resume_folder, resume_tree_top
 
 
 # JSON escapes the C0 controls ("\x1c" is "\\u001c"), not these.
@@ -23,3 +27,62 @@ def test_an_empty_records_part_loads_as_no_record(tmp_path):
     store = PartStore(tmp_path / "parts", {"job": "t"}).open()
     store.save_records(0, [])
     assert store.load_records(0, 0) == []
+
+
+# ------------------------------------------------------- removing, beside other jobs
+
+
+def _parts(root, key):
+    store = PartStore(resume_folder(root, key), {"job": key}).open()
+    store.save_records(0, [{"id": key}])
+    return store
+
+
+@pytest.mark.parametrize("layout", ["results/ds/.resume", "results/sweeps/.resume/s/k=1/seed=0", "volume/ds"],
+                         ids=["data set", "sweep point", "resume_dir"])
+def test_the_last_job_to_remove_its_parts_takes_the_emptied_folders_up_to_the_resume_tree_top(tmp_path, layout):
+    """A job removes its parts folder and the folders above it left empty: the `.resume`
+    folder its root lies in goes with the last job of the data set (or sweep); above
+    it, and above a root in gpu_jobs.resume_dir (`volume`), nothing goes."""
+    root = tmp_path / layout
+    first, second = _parts(root, "a" * 24), _parts(root, "b" * 24)
+    first.remove(root)
+    assert not Path(first.folder).exists() and Path(second.folder).is_dir()  # another job's: kept
+    second.remove(root)
+    top = resume_tree_top(root)
+    assert not top.exists() and top.parent.is_dir()
+    assert top == (root if layout == "volume/ds" else tmp_path / layout.split("/.resume")[0] / ".resume")
+
+
+def test_a_sweep_point_removes_its_own_folders_and_not_its_sweeps(tmp_path):
+    top = tmp_path / "results/sweeps/.resume"
+    mine, other = top / "s/k=1/seed=0", top / "s/k=2/seed=0"
+    _parts(mine, "a" * 24).remove(mine)
+    _parts(other, "b" * 24)
+    assert not (top / "s/k=1").exists() and (top / "s/k=2/seed=0").is_dir()
+
+
+def test_parts_in_a_folder_of_the_callers_own_leave_the_folders_above(tmp_path):
+    store = _parts(tmp_path / ".resume", "a" * 24)
+    store.remove()  # no resume root: only the parts folder goes
+    assert not Path(store.folder).exists() and (tmp_path / ".resume").is_dir()
+
+
+def test_a_resume_folder_removed_between_a_jobs_mkdirs_is_made_again(tmp_path, monkeypatch):
+    """The race of a job removing the emptied `.resume` with another job creating its
+    parts folder in it: mkdir .resume, the other job's rmdir .resume, mkdir .resume/<key>
+    (FileNotFoundError). The creating job makes the parent again and goes on."""
+    root = tmp_path / "results/ds/.resume"
+    real_mkdir = os.mkdir
+    raced = []
+
+    def mkdir(path, *args, **kwargs):
+        path = Path(path)
+        if path.parent == root and root.is_dir() and not raced:  # the other job's removal lands here
+            raced.append(path)
+            os.rmdir(root)
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    store = _parts(root, "a" * 24)
+    assert raced and store.load_records(0, 1) == [{"id": "a" * 24}]

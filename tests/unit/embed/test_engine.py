@@ -435,6 +435,7 @@ def test_embed_chunk_outputs_and_cleanup(tiny, texts, tmp_path):
     assert ids.column_names == ["id"] and ids.column("id").to_pylist() == [f"doc-{i:05d}" for i in range(len(texts))]
     assert str(ids.schema.field("id").type) == "string"
     assert not (tmp_path / "resume" / resume_key(chunk, p)).exists()  # removed after the outputs exist
+    assert not (tmp_path / "resume").exists()  # with the resume root it left empty
     for key in (
         "items",
         "real_tokens",

@@ -424,6 +424,7 @@ def test_summarise_chunk_writes_jsonl_in_order(tiny, texts, tmp_path):
     assert all(list(r) == ["id", "summary", "input_tokens", "output_tokens", "truncated"] for r in rows)
     assert [{k: v for k, v in r.items() if k != "id"} for r in rows] == gen.summarise(texts)
     assert not (tmp_path / "resume" / resume_key(chunk, gen.identity)).exists()
+    assert not (tmp_path / "resume").exists()  # the root the parts left empty goes too
     assert not list(out.parent.glob("*.tmp-*"))
     for key in (
         "items",

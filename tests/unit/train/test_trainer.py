@@ -32,6 +32,7 @@ from shardflow.train.trainer import (
     OrphanedJobError,
     TrainParams,
     WindowSampler,
+    holding_resume,
     load_model,
     load_shards,
     lr_at,
@@ -186,7 +187,7 @@ def test_a_shard_changed_since_it_was_written_is_named(shards, tmp_path):
 
 
 def test_train_writes_outputs_and_extends_max_iters(shards, tmp_path):
-    out, resume = tmp_path / "model", tmp_path / "resume"
+    out, resume = tmp_path / "model", tmp_path / "results/ds/.resume/train"  # as the train rule gives it
     base = dict(TINY, eval_windows="all", lr_decay_iters=8)  # a schedule that does not hang on max_iters
     params = TrainParams(**base, max_iters=6)
     metrics = train(shards, out, params, resume_dir=resume, decode=lambda ids: "|".join(map(str, ids)),
@@ -226,9 +227,10 @@ def test_train_writes_outputs_and_extends_max_iters(shards, tmp_path):
     with pytest.raises(CheckpointError, match=r"at step 8, past train.max_iters 6: .* delete the resume folder"):
         train(shards, out, TrainParams(**base, max_iters=6), resume_dir=resume)
 
-    # Finished without keep_resume: the resume folder goes, so a rerun starts afresh.
+    # Finished without keep_resume: the resume folder goes, so a rerun starts afresh, and
+    # with it the data set's .resume it left empty (core.parts.remove_folder).
     train(shards, out, TrainParams(**base, max_iters=8), resume_dir=resume, sample_tokens=5)
-    assert not resume.exists()
+    assert not resume.parent.exists() and (tmp_path / "results/ds").is_dir()
 
 
 def test_a_job_whose_snakemake_is_gone_keeps_its_checkpoint_and_writes_no_outputs(shards, tmp_path, monkeypatch):
@@ -308,6 +310,25 @@ def test_a_second_process_on_the_same_checkpoints_stops_naming_the_first(shards,
         holder.wait()
     metrics = train(shards, tmp_path / "model", TrainParams(**TINY, max_iters=2), resume_dir=resume, sample_tokens=2)
     assert metrics["steps"] == 2 and not resume.exists()
+
+
+def test_the_resume_folder_is_made_though_another_job_removes_its_emptied_parent(tmp_path, monkeypatch):
+    """An embed job of the data set removing results/<ds>/.resume, left empty by its
+    parts, between the trainer's mkdir of .resume and of .resume/train: the trainer
+    makes .resume again and holds its folder (core.parts.make_folder)."""
+    resume = tmp_path / "results/ds/.resume/train"
+    real_mkdir, raced = os.mkdir, []
+
+    def mkdir(path, *args, **kwargs):
+        if Path(path) == resume and resume.parent.is_dir() and not raced:  # the embed job's rmdir lands here
+            raced.append(path)
+            os.rmdir(resume.parent)
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    monkeypatch.delenv("RANK", raising=False)
+    with holding_resume(resume):
+        assert raced and (resume / "train.lock").is_file()
 
 
 def test_unreadable_or_foreign_checkpoint_is_refused(shards, tmp_path):
