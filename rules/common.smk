@@ -340,7 +340,7 @@ def job_threads(rule, uses_gpu=True, jobs=chunk_jobs):
     """`threads:` of a GPU rule: `auto` shares this host's cores among the rule's
     `jobs(wildcards)` jobs that can run at once, only where this Snakemake runs the CPU
     jobs itself (shardflow.workflow.plan.job_threads). `uses_gpu=False`: the
-    configured method needs no GPU (e.g. Lead-k)."""
+    configured method needs no GPU (Lead-k): `auto` is 1, as for a CPU rule."""
 
     def threads(wildcards):
         try:
@@ -349,12 +349,21 @@ def job_threads(rule, uses_gpu=True, jobs=chunk_jobs):
             cores = None
         return plan.job_threads(
             rule_resources(rule, wildcards)["threads"],
-            local_cpu=(runs_on_cpu() or not uses_gpu) and local_main_process(),
+            local_cpu=runs_on_cpu() and local_main_process(),
             cores=cores,
             jobs=jobs(wildcards),
+            uses_gpu=uses_gpu,
         )
 
     return threads
+
+
+def user_sets(*path):
+    """Whether the run's own config (--configfile, --config) sets this key, rather than
+    config/config.yaml or the schema's default."""
+    from shardflow.core.config import user_sets as sets
+
+    return sets(workflow.config_settings.overwrite_config, path)
 
 
 def job_resources(rule, uses_gpu=True):
@@ -366,7 +375,12 @@ def job_resources(rule, uses_gpu=True):
     give it nothing of a GPU job's: a `gpu` of 0 still gets the EKS pod the GPU
     toleration and an nvidia.com/gpu request of 0 (kubernetes plugin 0.5.1), and
     `--gpus=<model>:0` on SLURM when a gpu_model is set. The job reads a missing `gpu`
-    as 0 (shardflow.core.gpujob)."""
+    as 0 (shardflow.core.gpujob).
+
+    `uses_gpu=False` (a method that needs no GPU, Lead-k): the job asks for what a CPU
+    rule asks for, the profile's default-resources mem_mb and runtime (the sizes in
+    config/config.yaml are the model methods'), unless the run's own config sets
+    resources.<rule>.mem_mb (or mem_mb_per_attempt) or runtime."""
 
     def gpu(wildcards):
         if runs_on_cpu() or not uses_gpu:
@@ -380,7 +394,16 @@ def job_resources(rule, uses_gpu=True):
     def runtime(wildcards):
         return rule_resources(rule, wildcards)["runtime"]
 
-    return {"gpu": gpu, "mem_mb": mem_mb, "runtime": runtime}
+    if uses_gpu:
+        return {"gpu": gpu, "mem_mb": mem_mb, "runtime": runtime}
+    memory = user_sets("resources", rule, "mem_mb") or user_sets(
+        "resources", rule, "mem_mb_per_attempt"
+    )
+    return {
+        "gpu": gpu,
+        **({"mem_mb": mem_mb} if memory else {}),
+        **({"runtime": runtime} if user_sets("resources", rule, "runtime") else {}),
+    }
 
 
 # Inside a job that SLURM runs for the slurm executor, the controller resubmits a

@@ -16,7 +16,8 @@ SUMMARISE = config["summarise"]
 for ds in DATASETS.values():
     if "summarisation" in ds.tasks:
         plan.summarise_model(config, ds.sources)
-# lead needs no GPU; stored runs no summarise job at all.
+# lead needs no GPU; stored runs no summarise job at all. A lead job asks for what a
+# CPU rule asks for (rules/common.smk, job_resources).
 SUMMARISE_USES_GPU = SUMMARISE["method"] in ("extractive", "abstractive")
 
 

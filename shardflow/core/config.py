@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jsonschema
@@ -230,6 +230,18 @@ def _given(command_line, path: list):
             return None
         node = node[key]
     return node
+
+
+def user_sets(layer: Mapping, path: Sequence[str]) -> bool:
+    """Whether `layer`, the run's own config (Snakemake's overwrite_config: the
+    --configfile files, a profile's `config:` and --config, merged), holds the key at
+    `path`: a value the user chose, not config/config.yaml's or the schema's default."""
+    node = layer
+    for key in path:
+        if not isinstance(node, Mapping) or key not in node:
+            return False
+        node = node[key]
+    return True
 
 
 def command_line_strings(config: dict, schema: dict, command_line: Mapping) -> None:

@@ -167,17 +167,20 @@ def round_to_gpus(n: int, gpus: int, records: int | None = None) -> int:
 GPU_JOB_THREADS = 2
 
 
-def job_threads(setting: int | str, *, local_cpu: bool, cores: int | None, jobs: int) -> int:
-    """CPU threads per embed job for `embedding.threads`.
+def job_threads(setting: int | str, *, local_cpu: bool, cores: int | None, jobs: int, uses_gpu: bool = True) -> int:
+    """CPU threads per job of a GPU rule for `resources.<rule>.threads`.
 
-    An integer is used as given. `auto`: when Snakemake runs the jobs on this host
-    on the CPU (`local_cpu`), the host's `cores` are shared by the embed jobs that
-    can run at once, min(jobs, cores) of them, so several chunks are in flight and
-    one job's start-up (imports, model load) overlaps another's compute; otherwise
-    GPU_JOB_THREADS.
+    An integer is used as given. `auto`: 1 for a method that needs no GPU
+    (`uses_gpu=False`: Lead-k, one Python thread), as for a CPU rule; else, when
+    Snakemake runs the jobs on this host on the CPU (`local_cpu`), the host's `cores`
+    are shared by the jobs that can run at once, min(jobs, cores) of them, so several
+    chunks are in flight and one job's start-up (imports, model load) overlaps
+    another's compute; otherwise GPU_JOB_THREADS.
     """
     if setting != "auto":
         return int(setting)
+    if not uses_gpu:
+        return 1
     if not local_cpu or not cores:
         return GPU_JOB_THREADS
     return max(1, cores // max(1, min(jobs, cores)))

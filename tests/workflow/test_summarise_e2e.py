@@ -9,7 +9,7 @@ import re
 import pandas as pd
 import pytest
 
-from tests.helpers import assert_no_secrets, job_counts, snakemake, write_config
+from tests.helpers import REPO, assert_no_secrets, job_counts, snakemake, write_config
 from tests.support import tiny_generators
 
 pytestmark = pytest.mark.workflow
@@ -121,8 +121,8 @@ def test_job_table_report_and_landing(run):
 
 
 @pytest.mark.dryrun
-@pytest.mark.parametrize(("method", "gpu"), [("lead", None), ("abstractive", 1)])
-def test_dry_run_lists_every_summarise_job_with_its_resources(tmp_path, method, gpu):
+def test_dry_run_lists_every_summarise_job_with_its_resources(tmp_path):
+    # Lead's resources: test_lead_jobs_ask_slurm_for_what_a_cpu_rule_asks_for_unless_the_run_says_otherwise.
     model = tmp_path / "model"  # what the parse-time check looks for; the dry run loads nothing
     model.mkdir()
     (model / "config.json").write_text("{}")
@@ -130,7 +130,7 @@ def test_dry_run_lists_every_summarise_job_with_its_resources(tmp_path, method, 
         tmp_path / "c.yaml",
         tasks=["embedding", "summarisation"],
         n_chunks=6,
-        summarise={"method": method, "model": str(model)},
+        summarise={"method": "abstractive", "model": str(model)},
     )
     out = snakemake(tmp_path, "-n", "--cores", "8", "--configfile", str(cfg)).stdout
     counts = job_counts(out)
@@ -138,10 +138,33 @@ def test_dry_run_lists_every_summarise_job_with_its_resources(tmp_path, method, 
     assert counts["merge_summaries"] == counts["summarise_report"] == 1
     blocks = [b for b in re.split(r"\n(?=rule |localrule )", out) if b.startswith("rule summarise:")]
     resources = [re.search(r"resources: (.*)", b).group(1) for b in blocks]
-    if gpu is None:  # lead runs on the CPU: no gpu resource at all (rules/common.smk, job_resources)
-        assert not any(re.search(r"\bgpu=", r) for r in resources), resources[0]
-    else:
-        assert all(re.search(rf"\bgpu={gpu}\b", r) for r in resources), resources[0]
+    assert all(re.search(r"\bgpu=1\b", r) and "mem_mb=6000" in r for r in resources), resources[0]
+
+
+def _jobs_of(dry_run_output: str, rule: str) -> list[tuple[str, str]]:
+    """(threads line or "", resources line) of each job of `rule` in a dry run."""
+    blocks = [b for b in re.split(r"\n(?=rule |localrule )", dry_run_output) if b.startswith(f"rule {rule}:")]
+    return [(" ".join(re.findall(r"^\s+threads: .*$", b, re.MULTILINE)), re.search(r"resources: (.*)", b).group(1))
+            for b in blocks]
+
+
+@pytest.mark.dryrun
+def test_lead_jobs_ask_slurm_for_what_a_cpu_rule_asks_for_unless_the_run_says_otherwise(tmp_path):
+    """Lead runs on one CPU thread: on the slurm profile its jobs ask for what merge_summaries
+    does (the profile's default-resources, one thread, no gpu), not the model methods' sizes
+    in config/config.yaml; what the run's own config or profile sets still holds."""
+    cfg = write_config(tmp_path / "c.yaml", tasks=["summarisation"], n_chunks=2, summarise={"method": "lead"})
+    slurm = ("-n", "--cores", "8", "--profile", str(REPO / "profiles/slurm"), "--configfile", str(cfg))
+    out = snakemake(tmp_path, *slurm).stdout
+    lead, cpu_rule = _jobs_of(out, "summarise"), _jobs_of(out, "merge_summaries")
+    assert len(lead) == 2 and lead == cpu_rule * 2, (lead, cpu_rule)
+    assert "mem_mb=4000" in cpu_rule[0][1] and not re.search(r"\bgpu=", cpu_rule[0][1]), cpu_rule
+
+    proc = snakemake(tmp_path, *slurm, "--config", "resources={summarise: {mem_mb: 9000, runtime: 30, threads: 3}}",
+                     "--set-resources", "summarise:slurm_partition=cpu")
+    for threads, resources in _jobs_of(proc.stdout, "summarise"):
+        assert threads.strip() == "threads: 3" and "mem_mb=9000" in resources and "runtime=30" in resources, resources
+        assert "slurm_partition=cpu" in resources and not re.search(r"\bgpu=", resources), resources
 
 
 def test_no_fake_credential_in_any_file_of_the_run(run):

@@ -3,7 +3,7 @@ whose recorded params changed."""
 
 from __future__ import annotations
 
-from shardflow.core.config import NEUTRAL_ADDED_KEYS, load_schema, recorded
+from shardflow.core.config import NEUTRAL_ADDED_KEYS, load_schema, recorded, user_sets
 from tests.helpers import REPO
 
 
@@ -113,3 +113,13 @@ def test_sections_are_put_in_the_shipped_configs_key_order_then_the_schemas():
     default_run = {"embedding": {"model": "m", "dtype": "auto", "seed": 0, "max_length": None}}
     canonical_order(default_run, shipped, schema)
     assert list(default_run["embedding"]) == ["model", "dtype", "seed", "max_length"]
+
+
+def test_user_sets_a_key_only_where_the_runs_own_config_holds_it():
+    # Snakemake's overwrite_config: --configfile files and --config (nested values as strings).
+    given = {"resources": {"summarise": {"mem_mb": "9000"}}, "summarise": {"method": "lead"}}
+    assert user_sets(given, ("resources", "summarise", "mem_mb"))
+    assert not user_sets(given, ("resources", "summarise", "runtime"))
+    assert not user_sets(given, ("resources", "embed", "mem_mb"))
+    assert not user_sets(given, ("summarise", "method", "x"))  # a value, not a section
+    assert not user_sets({}, ("resources",))

@@ -277,6 +277,13 @@ def test_auto_threads_without_a_core_count_is_the_gpu_default():
 def test_integer_threads_are_used_as_given():
     assert plan.job_threads(3, local_cpu=True, cores=64, jobs=64) == 3
     assert plan.job_threads(3, local_cpu=False, cores=None, jobs=1) == 3
+    assert plan.job_threads(3, local_cpu=False, cores=None, jobs=1, uses_gpu=False) == 3
+
+
+@pytest.mark.parametrize(("local_cpu", "cores"), [(True, 8), (False, None), (False, 8)])
+def test_auto_threads_of_a_method_without_a_gpu_is_one_as_for_a_cpu_rule(local_cpu, cores):
+    # Lead-k runs one Python thread: there is no GPU to feed and nothing to share cores with.
+    assert plan.job_threads("auto", local_cpu=local_cpu, cores=cores, jobs=4, uses_gpu=False) == 1
 
 
 def test_summarisation_settings_that_cannot_work_stop_at_parse_time():
