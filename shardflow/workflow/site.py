@@ -59,6 +59,19 @@ def unexpanded_message(found: Mapping[str, list[str]]) -> str:
     return f"unset environment variable{'s' if len(names) > 1 else ''} {', '.join(names)} in the profile ({where})"
 
 
+def gpu_requests(set_resources: Mapping[str, Mapping[str, object]], rules: Sequence[str]) -> list[str]:
+    """`rule:name=value` for each set-resources value of `rules` that gets a job a GPU
+    whatever its `gpu` resource says: a `gpu_model` (the SLURM plugin 2.8 gives a job with
+    a gpu_model and no gpu one GPU, `--gpus=<model>:1`) or a `gres` naming gpu."""
+    found = []
+    for rule in rules:
+        for name, value in (set_resources.get(rule) or {}).items():
+            value = getattr(value, "raw", value)  # Snakemake's Resource, or the value
+            if (name == "gpu_model" and value) or (name == "gres" and "gpu" in str(value).lower()):
+                found.append(f"{rule}:{name}={value}")
+    return found
+
+
 def python_first_on_path(environ: dict | None = None, executable: str = sys.executable) -> bool:
     """Put the folder of the interpreter running the workflow first on PATH (where it has
     a `python`), so that a shell rule's `python` is that interpreter, as a script rule's

@@ -161,10 +161,12 @@ def test_lead_jobs_ask_slurm_for_what_a_cpu_rule_asks_for_unless_the_run_says_ot
     assert "mem_mb=4000" in cpu_rule[0][1] and not re.search(r"\bgpu=", cpu_rule[0][1]), cpu_rule
 
     proc = snakemake(tmp_path, *slurm, "--config", "resources={summarise: {mem_mb: 9000, runtime: 30, threads: 3}}",
-                     "--set-resources", "summarise:slurm_partition=cpu")
+                     "--set-resources", "summarise:slurm_partition=cpu", "summarise:gpu_model=a100")
     for threads, resources in _jobs_of(proc.stdout, "summarise"):
         assert threads.strip() == "threads: 3" and "mem_mb=9000" in resources and "runtime=30" in resources, resources
-        assert "slurm_partition=cpu" in resources and not re.search(r"\bgpu=", resources), resources
+        assert "slurm_partition=cpu" in resources and "gpu_model=a100" in resources and not re.search(r"\bgpu=", resources), resources
+    # The SLURM plugin asks for a GPU for a job with a gpu_model: the parse says so.
+    assert "set-resources summarise:gpu_model=a100 gets each lead summarise job a GPU it does not use" in proc.stdout + proc.stderr
 
 
 def test_no_fake_credential_in_any_file_of_the_run(run):

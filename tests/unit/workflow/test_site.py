@@ -33,6 +33,23 @@ def test_unexpanded_finds_literal_variables_whose_value_is_unset():
     assert unexpanded({"x": "a$ literal dollar"}, environ={}) == {}
 
 
+def test_gpu_requests_names_set_resources_that_get_a_job_a_gpu_whatever_its_gpu_says():
+    class Resource:  # Snakemake's parsed form keeps the value as given in `raw`
+        def __init__(self, raw):
+            self.raw = raw
+
+    given = {
+        "summarise": {"gpu_model": Resource("a100"), "slurm_partition": "gpu", "mem_mb": 2000},
+        "sweep_summarise": {"gres": "gpu:1"},
+        "merge_summaries": {"gpu_model": "a100"},
+        "embed": {"gres": "tmp:10G"},
+    }
+    assert site.gpu_requests(given, ("summarise", "sweep_summarise", "embed", "train")) == [
+        "summarise:gpu_model=a100",
+        "sweep_summarise:gres=gpu:1",
+    ]
+
+
 def test_the_workflows_python_goes_first_on_path_where_it_has_one(tmp_path):
     venv = tmp_path / "venv" / "bin"
     venv.mkdir(parents=True)
