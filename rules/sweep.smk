@@ -277,6 +277,7 @@ if sweeps_of_stage("train"):
             **gpu_job_params(as_json=True),
             train=train_params,
             compile_cache=untracked(stage_value("train", "compile_cache")),
+            checkpoint_interval=untracked(stage_value("train", "checkpoint_interval")),
             sample_tokens=stage_value("train", "sample_tokens"),
             out=output_folder,
             resume=untracked(sweep_train_resume),

@@ -120,6 +120,7 @@ rule train:
         **gpu_job_params(as_json=True),
         train=train_params,
         compile_cache=untracked(stage_value("train", "compile_cache")),
+        checkpoint_interval=untracked(stage_value("train", "checkpoint_interval")),
         sample_tokens=config["train"]["sample_tokens"],
         out=output_folder,
         resume=untracked(train_resume),
@@ -130,4 +131,5 @@ rule train:
         " -- --data {input.shards} --out {params.out} --resume-dir {params.resume}"
         " --tokenizer {params.tokenizer} --params {params.train:q}"
         " --compile-cache {params.compile_cache:q}"
+        " --checkpoint-interval {params.checkpoint_interval}"
         " --sample-tokens {params.sample_tokens} > {log} 2>&1"

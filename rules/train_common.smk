@@ -117,7 +117,8 @@ def train_params(wildcards):
     decides): the global batch is batch_size x grad_accum x gpus, so another count is
     another run. At 1 it is left out, as before it was recorded, so that no finished job
     reruns on upgrade."""
-    # A sweep job's point and seed applied; compile_cache goes untracked.
+    # A sweep job's point and seed applied; compile_cache and checkpoint_interval go
+    # untracked (core.config.UNTRACKED_KEYS).
     train = recorded("train", stage_section("train", wildcards))
     p = {k: v for k, v in train.items() if k not in ("gpus", "sample_tokens")}
     if train["gpus"] != 1:

@@ -22,8 +22,10 @@ class ConfigError(ValueError):
 
 # Keys of a stage's section that say how its jobs run, not what they compute: left out
 # of the section's recorded params (Snakemake reruns a finished job whose recorded
-# params changed); the rules that use one pass it `untracked`.
-UNTRACKED_KEYS = ("compile_cache",)
+# params changed); the rules that use one pass it `untracked`. checkpoint_interval:
+# a resumed training run continues to the same losses as an uninterrupted one, from a
+# checkpoint of any interval (shardflow.train.trainer.RESUMABLE_KEYS).
+UNTRACKED_KEYS = ("compile_cache", "checkpoint_interval")
 # Keys added to a section after outputs existed, each with the value at which jobs
 # compute what they computed before the key was there: left out of the recorded params
 # while they hold it, so that an upgrade reruns no finished job. The job's parameter

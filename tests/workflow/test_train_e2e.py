@@ -133,6 +133,17 @@ def test_another_gpu_count_reruns_train_and_the_default_count_is_not_recorded(ru
     assert job_counts(out).get("train") == 1 and "Params have changed" in out, out
 
 
+def test_keys_that_change_no_output_rerun_no_finished_job(run):
+    """How often the run checkpoints changes none of its outputs (a resumed run continues
+    to the same losses): not recorded, so changing it reruns no training. The job still
+    gets it (config.json records what the trainer was given)."""
+    work, cfg = run
+    config = json.loads((work / f"results/{DS}/train/config.json").read_text())
+    assert config["train"]["checkpoint_interval"] == TRAIN["checkpoint_interval"]
+    out = snakemake(work, *TARGETS, "-n", "--configfile", str(cfg), "--config", "train={checkpoint_interval: 7}").stdout
+    assert set(job_counts(out)) <= {"provenance", "landing", "all", "total"}, out
+
+
 def test_checkpoint_of_another_configuration_is_one_clear_error(run, corpus, tmp_path):
     """A checkpoint left by a killed run, then the model changed: refused, naming the key."""
     from shardflow.train.trainer import TrainParams, train

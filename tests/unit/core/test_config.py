@@ -22,6 +22,8 @@ def test_neutral_added_keys_are_left_out_of_the_recorded_params_at_their_neutral
 def test_untracked_keys_are_never_recorded():
     assert recorded("embedding", {"compile_cache": "/c", "window": 8}) == {"window": 8}
     assert recorded("train", {"compile_cache": None, "lr": 0.1}) == {"lr": 0.1}
+    # A resumed run continues to the same losses from a checkpoint of any interval.
+    assert recorded("train", {"checkpoint_interval": 7, "lr": 0.1}) == {"lr": 0.1}
 
 
 def test_every_schema_property_holds_schema_keywords_only():
