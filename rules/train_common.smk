@@ -7,6 +7,7 @@ import json
 
 from snakemake.logging import logger
 
+from shardflow.train.params import job_params
 from shardflow.train.tokenizer import META_FILE, vocabulary_file
 
 # train is a shell rule: its `python` must be the interpreter running this workflow, as
@@ -112,18 +113,10 @@ def gather_params(wildcards):
 
 
 def train_params(wildcards):
-    """TrainParams as JSON for the command line (sample_tokens is the launcher's). It
-    holds train.gpus where that is not 1, for the record only (the launcher's --gpus
-    decides): the global batch is batch_size x grad_accum x gpus, so another count is
-    another run. At 1 it is left out, as before it was recorded, so that no finished job
-    reruns on upgrade."""
-    # A sweep job's point and seed applied; compile_cache and checkpoint_interval go
-    # untracked (core.config.UNTRACKED_KEYS).
-    train = recorded("train", stage_section("train", wildcards))
-    p = {k: v for k, v in train.items() if k not in ("gpus", "sample_tokens")}
-    if train["gpus"] != 1:
-        p["gpus"] = train["gpus"]
-    return json.dumps(p, sort_keys=True)
+    """TrainParams as JSON for the command line, as recorded (job_params: no untracked
+    keys nor sample_tokens, gpus where it is not 1, compile false on the CPU)."""
+    train = stage_section("train", wildcards)  # a sweep job's point and seed applied
+    return json.dumps(job_params(train, config["gpu_jobs"]["device"]), sort_keys=True)
 
 
 _WARNED = set()

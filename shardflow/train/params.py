@@ -8,7 +8,10 @@ failing the train job after the data preparation (shardflow.workflow.plan.train_
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from shardflow.core.config import recorded
 
 
 @dataclass(frozen=True)
@@ -68,3 +71,22 @@ class TrainParams:
 
         return GPTConfig(vocab_size=vocab_size, block_size=self.block_size, n_layer=self.n_layer,
                          n_head=self.n_head, n_embd=self.n_embd, dropout=self.dropout, bias=self.bias)
+
+
+def job_params(train: Mapping, device: str) -> dict:
+    """The train job's params: the `train` section (`train`, a sweep job's point and seed
+    applied) as Snakemake records it and the trainer gets it (`--params`), under
+    `gpu_jobs.device` (`device`). Left out: core.config's untracked keys (passed on their
+    own) and sample_tokens (a param of its own); gpus where it is 1 (the launcher's --gpus
+    decides; it is there for the record, since the global batch is batch_size x
+    grad_accum x gpus, and at 1 it is left out, as before it was recorded, so that no
+    finished job reran on upgrade). compile is false where the device is `cpu`: the
+    trainer compiles on CUDA only, so there the key changes no output, and recorded as
+    given it reran finished training. Under `auto` the record cannot tell a CPU job from
+    a GPU one (a dry run or a cluster run counts as a GPU run), so it stays as given."""
+    p = {k: v for k, v in recorded("train", train).items() if k not in ("gpus", "sample_tokens")}
+    if train["gpus"] != 1:
+        p["gpus"] = train["gpus"]
+    if device == "cpu":
+        p["compile"] = False
+    return p

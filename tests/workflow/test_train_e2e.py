@@ -192,11 +192,13 @@ def test_bad_input_is_one_clear_line_in_the_rule_log(tmp_path):
 
 @pytest.mark.dryrun
 def test_dry_run_lists_every_tokenize_job_and_train_before_any_data(tmp_path):
-    out = snakemake(tmp_path, "-n", "--config", "tasks=[training]", "n_chunks=5").stdout
+    out = snakemake(tmp_path, "-n", "-p", "--config", "tasks=[training]", "n_chunks=5", "gpu_jobs={device: cpu}",
+                    "train={compile: true}").stdout
     counts = job_counts(out)
     assert counts["tokenize"] == 5
     assert counts["train_tokenizer"] == counts["gather_shards"] == counts["train"] == 1
     assert "embed" not in counts
+    assert '"compile": false' in out  # the CPU job records (and gets) compile as it runs: off
     assert not (tmp_path / "results").exists()
 
     # A position split reads the one text file itself: no tokenize jobs.
