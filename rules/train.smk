@@ -41,7 +41,7 @@ rule train_tokenizer:
     conda:
         "../envs/train.yaml"
     params:
-        tokenizer=shards_params("vocab_size", "min_frequency", kind="tokenizer"),
+        tokenizer=train_tokenizer_params,
         dtype=config["shards"]["dtype"],
     script:
         "../scripts/train_tokenizer.py"

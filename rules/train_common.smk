@@ -8,6 +8,7 @@ import json
 from snakemake.logging import logger
 
 from shardflow.train.params import job_params
+from shardflow.train.prepare import tokenizer_params
 from shardflow.train.tokenizer import META_FILE, vocabulary_file
 
 # train is a shell rule: its `python` must be the interpreter running this workflow, as
@@ -55,6 +56,12 @@ def tokenizer_files(ds):
     }
 
 
+def train_tokenizer_params(wildcards):
+    """train_tokenizer's params: vocab_size and min_frequency as bpe reads them, at their
+    defaults for another tokenizer, where they change nothing (tokenizer_params)."""
+    return tokenizer_params(config["shards"])
+
+
 def tokenize_inputs(wildcards):
     return {
         "chunk": f"results/{wildcards.dataset}/chunks/chunk_{wildcards.chunk}.jsonl",
@@ -90,16 +97,12 @@ def gather_inputs(wildcards):
     }
 
 
-def shards_params(*keys, **renamed):
-    """Params function: the named `shards` keys (and `renamed` package field -> config
-    key), so a changed key reruns only the jobs that use it."""
+def shards_params(*keys):
+    """Params function: the named `shards` keys, so a changed key reruns only the jobs
+    that use it."""
 
     def params(wildcards):
-        s = config["shards"]
-        return {
-            **{k: s[k] for k in keys},
-            **{field: s[key] for field, key in renamed.items()},
-        }
+        return {k: config["shards"][k] for k in keys}
 
     return params
 

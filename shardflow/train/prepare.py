@@ -49,8 +49,8 @@ import logging
 import math
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields
 from fractions import Fraction
 from pathlib import Path
 
@@ -104,6 +104,21 @@ class TokenizerParams:
             raise ValueError("tokenizer kind is empty: expected char, bpe, or a tokenizer path")
         if self.kind == "bpe" and self.vocab_size < 257:
             raise ValueError(f"bpe vocab_size {self.vocab_size} must be at least 257")
+
+
+BPE_ONLY_KEYS = ("vocab_size", "min_frequency")
+
+
+def tokenizer_params(shards: Mapping) -> dict:
+    """The train_tokenizer job's params from the `shards` section: the keys only bpe reads
+    (BPE_ONLY_KEYS), then `kind`. For any other kind (char, a pretrained one) those keys
+    change no byte of the tokenizer, so they hold TokenizerParams' defaults, whatever the
+    config says: given as written, a changed one reran the tokenizer and every job after
+    it. Defaults, not nothing: a record made before, at the shipped values (the
+    defaults), stays the same, so that no finished job reruns on upgrade."""
+    kind = shards["tokenizer"]
+    defaults = {f.name: f.default for f in fields(TokenizerParams)}
+    return {**{k: shards[k] if kind == "bpe" else defaults[k] for k in BPE_ONLY_KEYS}, "kind": kind}
 
 
 @dataclass(frozen=True)

@@ -136,11 +136,13 @@ def test_another_gpu_count_reruns_train_and_the_default_count_is_not_recorded(ru
 def test_keys_that_change_no_output_rerun_no_finished_job(run):
     """How often the run checkpoints changes none of its outputs (a resumed run continues
     to the same losses): not recorded, so changing it reruns no training. The job still
-    gets it (config.json records what the trainer was given)."""
+    gets it (config.json records what the trainer was given). Nor do the keys only bpe
+    reads rerun a char tokenizer, and the shards and training after it."""
     work, cfg = run
     config = json.loads((work / f"results/{DS}/train/config.json").read_text())
     assert config["train"]["checkpoint_interval"] == TRAIN["checkpoint_interval"]
-    out = snakemake(work, *TARGETS, "-n", "--configfile", str(cfg), "--config", "train={checkpoint_interval: 7}").stdout
+    changes = ("train={checkpoint_interval: 7}", "shards={tokens_per_shard: 10000, vocab_size: 300, min_frequency: 5}")
+    out = snakemake(work, *TARGETS, "-n", "--configfile", str(cfg), "--config", *changes).stdout
     assert set(job_counts(out)) <= {"provenance", "landing", "all", "total"}, out
 
 

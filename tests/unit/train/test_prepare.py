@@ -276,3 +276,21 @@ def test_shard_mb_sets_the_target(tmp_path):
     assert meta["tokens_per_shard"] == (1048 - 1024) // 2  # 0.001 MiB = 1048 bytes, header included
     with pytest.raises(ValueError, match="not both"):
         ShardParams(tokens_per_shard=10, shard_mb=1.0)
+
+
+def test_keys_only_bpe_reads_hold_their_defaults_in_another_tokenizers_params():
+    """vocab_size and min_frequency change no byte of a char or pretrained tokenizer: at
+    their defaults there, whatever the config says, a change reruns nothing. The schema
+    fills in the same defaults, and the record keeps its order (Snakemake compares params
+    by repr), so a run made before, at the shipped values, is not rerun by the upgrade."""
+    from shardflow.core.config import load_schema
+    from shardflow.train.prepare import BPE_ONLY_KEYS, tokenizer_params
+    from tests.helpers import REPO
+
+    shards = {"tokenizer": "char", "vocab_size": 300, "min_frequency": 5}
+    assert repr(tokenizer_params(shards)) == "{'vocab_size': 8192, 'min_frequency': 2, 'kind': 'char'}"
+    assert tokenizer_params({**shards, "tokenizer": "default"})["vocab_size"] == 8192
+    assert tokenizer_params({**shards, "tokenizer": "bpe"}) == {"vocab_size": 300, "min_frequency": 5, "kind": "bpe"}
+    schema = load_schema(REPO / "config" / "config.schema.yaml")["properties"]["shards"]["properties"]
+    assert {k: schema[k]["default"] for k in BPE_ONLY_KEYS} == {k: getattr(TokenizerParams(), k) for k in BPE_ONLY_KEYS}
+    TokenizerParams(**tokenizer_params(shards))
