@@ -8,7 +8,8 @@ all: its record is a dict literal at the end of shardflow.train.trainer.train. S
 lists are written out here, from the writers:
 
 - train: shardflow.train.trainer.train's `metrics` (mfu and tokens_per_second may be
-  null: a run without them cannot be tabulated by them, but the name is right);
+  null, as may a diverged run's losses: the run has no value there, table.flatten_metrics,
+  but the name is right);
 - retrieval: shardflow.retrieval.pipeline.search_and_score: HEADLINE, its counts, and
   `all.<measure>_at_<k>` for shardflow.retrieval.metrics METRICS x MTEB_K_VALUES;
 - summarise: shardflow.summarise.evaluate._metrics and evaluate_summaries: the

@@ -38,13 +38,17 @@ class RunResult:
 
 
 def flatten_metrics(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
-    """Numeric leaves of a (nested) metrics record, nested keys joined with '.'."""
+    """Numeric leaves of a (nested) metrics record, nested keys joined with '.'. A null
+    is a metric without a value (a diverged run's loss, mfu on the CPU): NaN, as its
+    point has no mean then; a name the record does not hold at all is not there."""
     out: dict[str, float] = {}
     for key, value in metrics.items():
         name = f"{prefix}{key}"
         value = plain(value)
         if isinstance(value, Mapping):
             out.update(flatten_metrics(value, f"{name}."))
+        elif value is None:
+            out[name] = math.nan
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             out[name] = float(value)
     return out
@@ -142,7 +146,10 @@ def best(summary: pd.DataFrame, metric: str, maximize: bool) -> pd.Series:
     """The summary row with the best mean of `metric` (the first such on a tie; NaN never wins)."""
     means = summary[f"{metric}_mean"]
     if means.isna().all():
-        raise SweepError(f"no point has a value for metric {metric!r}")
+        raise SweepError(
+            f"no point has a value for metric {metric!r}: each has a run that wrote it as null or NaN (a diverged "
+            "run's loss; a figure its device does not give, such as mfu on the CPU), so none can be ranked by it"
+        )
     return summary.loc[means.idxmax() if maximize else means.idxmin()]
 
 

@@ -26,7 +26,8 @@ one (bitwise on CPU in fp32). A checkpoint from different parameters is refused 
 the differing keys named; an unreadable one is refused, never silently ignored.
 
 Outputs (rank 0): best.safetensors, last.safetensors, config.json, losses.parquet,
-metrics.json, sample.txt, loss.png, and hf/ (GPT-2 folder of the best weights).
+metrics.json (strict JSON: a diverged run's losses are null, `strict_json`), sample.txt,
+loss.png, and hf/ (GPT-2 folder of the best weights).
 """
 
 from __future__ import annotations
@@ -591,6 +592,7 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
         "dtype": str(rt.dtype).removeprefix("torch."),
         "world_size": rt.world,
     }
+    metrics = strict_json(metrics)
     stop_if_orphaned("found before writing the outputs")
     if rt.is_main:
         write_outputs(out_dir, resume_dir, raw, p, cfg, shards, history, metrics, decode, sample_tokens, rt, tokenizer)
@@ -600,6 +602,19 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
         dist.barrier()
     logger.info("done: %s", json.dumps(metrics))
     return metrics
+
+
+LOSSES = ("best_val_loss", "final_val_loss", "final_train_loss")
+
+
+def strict_json(metrics: dict) -> dict:
+    """`metrics` as strict JSON: a number that is not finite becomes null, and `diverged`
+    says whether a loss was one (a diverged run's NaN; a best_val_loss of inf: no finite
+    validation loss was ever seen). Python's json writes NaN and Infinity, which jq,
+    JavaScript and other strict parsers refuse; the sweep tables read null as no value."""
+    diverged = any(isinstance(metrics[k], float) and not math.isfinite(metrics[k]) for k in LOSSES)
+    finite = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in metrics.items()}
+    return {**finite, "diverged": diverged}
 
 
 def mfu(tokens_per_sec: float | None, flops_per_token: int, rt: Runtime) -> float | None:

@@ -299,6 +299,15 @@ def _shards_line(meta: dict) -> str:
     return text
 
 
+def _val_loss_line(m: dict) -> str:
+    """The best and the last weights' validation loss; a diverged run's are null (strict
+    JSON: metrics.json holds no NaN or Infinity)."""
+    if m["best_val_loss"] is None:
+        return "none: no validation loss was finite (training diverged; see losses.parquet)"
+    last = "not finite (training diverged)" if m["final_val_loss"] is None else f"{m['final_val_loss']:.4f}"
+    return f"{m['best_val_loss']:.4f} at step {m['best_step']} (last weights {last} on the whole val split)"
+
+
 def training_section(dataset: str, files: dict, report: ReportParams | None = None) -> Section:
     """files: shards (the shard folder), jobs (tokenize jobs), metrics (train); report: the GPU-hour price."""
     meta, m = read_json(Path(files["shards"]) / "metadata.json"), read_json(files["metrics"])
@@ -319,8 +328,7 @@ def training_section(dataset: str, files: dict, report: ReportParams | None = No
         ("tokenizer", f"{tok['kind']}, vocabulary {tok['vocab_size']:,}, end-of-text id {tok['eot_id']}"),
         ("steps", f"{m['steps']:,} steps of {m['tokens_per_step']:,} tokens, {m['n_params']:,} parameters"
          + (f" (resumed from step {m['resumed_from_step']:,})" if m["resumed_from_step"] else "")),
-        ("best val loss", f"{m['best_val_loss']:.4f} at step {m['best_step']} "
-         f"(last weights {m['final_val_loss']:.4f} on the whole val split)"),
+        ("best val loss", _val_loss_line(m)),
         ("wall time", f"{_duration(m['train_seconds_total'])} of training, {_duration(m['wall_seconds'])} this run"),
     ]
     speed = f"{m['tokens_per_second']:,.0f} tokens/s" if m["tokens_per_second"] else "not measured"

@@ -109,6 +109,22 @@ def test_metric_records_are_flattened_to_numbers():
     assert math.isnan(run_result("p", 0, {}).wall_time_s) and run_result("p", 0, {}, gpus=1).gpu_hours == 0.0
 
 
+def test_a_null_metric_is_a_run_without_a_value_and_a_sweep_ranked_by_it_alone_is_refused(spec):
+    """A diverged run writes its losses as null (metrics.json is strict JSON), as a CPU run
+    writes mfu: the run is tabulated without a value (its point without a mean), where a
+    null made the whole collection fail as a metric the run does not write. A sweep
+    ranked by a metric no point has stops with one line saying why."""
+    flat = flatten_metrics({"best_val_loss": None, "diverged": True, "steps": 6})
+    assert sorted(flat) == ["best_val_loss", "steps"] and math.isnan(flat["best_val_loss"])
+    point, seed = spec.jobs()[0]
+    one_diverged = results(spec, lambda p, s: None if (p, s) == (spec.by_id[point], seed) else 1.0 + s)
+    summary = summarise(spec, collect(spec, one_diverged))
+    assert math.isnan(summary.at[0, "best_val_loss_mean"]) and not summary.at[0, "best"] and summary["best"].any()
+    with pytest.raises(SweepError, match="no point has a value for metric 'best_val_loss': each has a run that wrote "
+                                         "it as null or NaN"):
+        summarise(spec, collect(spec, results(spec, lambda p, s: None)))
+
+
 def test_a_seed_without_a_value_leaves_its_point_without_a_mean():
     """A diverged seed (NaN loss) used to drop out of the mean: the point showed the other
     seed's loss, bold, as the best. Now it has no mean, and another point is best."""

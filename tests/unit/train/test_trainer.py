@@ -206,7 +206,7 @@ def test_train_writes_outputs_and_extends_max_iters(shards, tmp_path):
     assert metrics["train_tokens"] > 0 and metrics["unsampled_train_tokens"] == 0
     assert saved["best_val_loss"] == pytest.approx(frame["val_loss"].iloc[-1])
     assert saved["mfu"] is None and saved["tokens_per_second"] > 0 and saved["world_size"] == 1
-    assert math.isfinite(saved["final_val_loss"])
+    assert math.isfinite(saved["final_val_loss"]) and saved["diverged"] is False
     assert len((out / "sample.txt").read_text().strip().split("|")) == 20
     model = load_model(out, "last")
     assert torch.equal(model.transformer.wte.weight, load_file(out / "last.safetensors")["transformer.wte.weight"])
@@ -275,14 +275,22 @@ def test_the_published_best_weights_are_the_checkpoints_best_not_a_lost_attempts
 
 def test_a_diverged_run_writes_its_outputs_without_a_sample(shards, tmp_path):
     """A sweep point with a learning rate far too high diverges: its metrics and losses are
-    written (non-finite, for the sweep's table to show), and sampling text from weights
-    that are not finite no longer fails the job (and with it the whole sweep)."""
+    written (for the sweep's table to show), and sampling text from weights that are not
+    finite no longer fails the job (and with it the whole sweep). metrics.json is strict
+    JSON: its losses that are not finite are null (it held NaN and Infinity, which jq and
+    JavaScript refuse), and `diverged` says so."""
     out = tmp_path / "model"
     params = TrainParams(**dict(TINY, max_iters=6, eval_interval=3, lr=1e30, grad_clip=0.0, warmup_iters=0))
     metrics = train(shards, out, params, resume_dir=tmp_path / "resume", sample_tokens=10)
-    assert not math.isfinite(metrics["final_val_loss"])
+    assert metrics["final_val_loss"] is None and metrics["diverged"] is True
+    assert not pd.read_parquet(out / "losses.parquet")["train_loss"].map(math.isfinite).all()  # kept as it was
+
+    def refuse(constant):
+        raise ValueError(f"not strict JSON: {constant}")
+
+    assert json.loads((out / "metrics.json").read_text(), parse_constant=refuse) == metrics
     assert (out / "sample.txt").read_text().startswith("(no sample: the weights are not finite")
-    assert (out / "metrics.json").is_file() and (out / "hf" / "model.safetensors").is_file()
+    assert (out / "hf" / "model.safetensors").is_file()
 
 
 def test_a_second_process_on_the_same_checkpoints_stops_naming_the_first(shards, tmp_path):

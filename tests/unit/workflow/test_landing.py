@@ -26,6 +26,27 @@ def test_retrieval_and_summarisation_sections(tmp_path):
     assert dict(section.rows)["ROUGE lead"] == "rouge1 40.00 [38.00, 42.00]"
 
 
+def test_training_section_of_a_diverged_run(tmp_path):
+    """A diverged run's losses are null in metrics.json (strict JSON): the page says so."""
+    from shardflow.workflow.landing import training_section
+
+    meta = {"totals": {"documents": None, "tokens": 100, "train": {"tokens": 90}, "val": {"tokens": 10}},
+            "split": {"val_fraction": 0.1}, "tokenizer": {"kind": "char", "vocab_size": 65, "eot_id": 64},
+            "tokens_per_shard": 100, "dtype": "uint16", "shards": [{"tokens": 90}, {"tokens": 10}]}
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "shards" / "metadata.json").write_text(json.dumps(meta))
+    (tmp_path / "jobs.json").write_text(json.dumps({"jobs": []}))
+    metrics = {"steps": 6, "tokens_per_step": 64, "n_params": 1000, "resumed_from_step": 0, "best_val_loss": 4.1,
+               "best_step": 3, "final_val_loss": None, "final_train_loss": None, "diverged": True,
+               "train_seconds_total": 1.0, "wall_seconds": 2.0, "tokens_per_second": 100.0, "mfu": None,
+               "device": "cpu", "world_size": 1, "dtype": "float32"}
+    files = {"shards": tmp_path / "shards", "jobs": tmp_path / "jobs.json", "metrics": tmp_path / "m.json"}
+    for best, want in ((4.1, "4.1000 at step 3 (last weights not finite (training diverged) on the whole val split)"),
+                       (None, "none: no validation loss was finite (training diverged; see losses.parquet)")):
+        files["metrics"].write_text(json.dumps({**metrics, "best_val_loss": best}, allow_nan=False))
+        assert dict(training_section("tr", files).rows)["best val loss"] == want
+
+
 def test_records_in_counts_what_was_read_kept_and_rejected():
     """A manifest's total_records are the records kept: 30 kept and 8 rejected were 38 read
     (the landing page said "30 read, 8 rejected")."""
