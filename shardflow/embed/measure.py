@@ -23,15 +23,47 @@ import os
 from collections.abc import Iterator
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardflow.core.files import read_json
 from shardflow.core.jobs import job_costs, read_job_table
 from shardflow.core.npyio import iter_row_blocks, read_header
+from shardflow.core.s3 import logical_path
 
 
-def _ids(path: str | os.PathLike) -> np.ndarray:
-    return pq.read_table(path, columns=["id"]).column("id").to_numpy(zero_copy_only=False)
+def _id_blocks(path: str | os.PathLike, rows: int) -> Iterator[pa.Array]:
+    """The id column in blocks of exactly `rows` (the last one shorter), whatever the
+    file's row groups: two files' blocks line up row for row. Arrow arrays, never
+    Python strings: a few MB at a time, not the column (about 120 bytes an id as
+    Python objects, several GB for tens of millions of rows)."""
+    pending: list[pa.Array] = []
+    have = 0
+    for batch in pq.ParquetFile(path).iter_batches(columns=["id"], batch_size=rows):
+        pending.append(batch.column(0))
+        have += len(batch)
+        while have >= rows:
+            joined = pa.concat_arrays(pending)
+            yield joined.slice(0, rows)
+            pending, have = [joined.slice(rows)], have - rows
+    if have:
+        yield pa.concat_arrays(pending)
+
+
+def _first_id_difference(ids: str | os.PathLike, ref_ids: str | os.PathLike, rows: int) -> tuple[int, int, int | None]:
+    """(ids in `ids`, ids in `ref_ids`, the first row where they differ or None)."""
+    n, ref_n = pq.ParquetFile(ids).metadata.num_rows, pq.ParquetFile(ref_ids).metadata.num_rows
+    at = 0
+    for a, b in zip(_id_blocks(ids, rows), _id_blocks(ref_ids, rows), strict=False):
+        if not a.equals(b):
+            # equal lengths (the blocks line up) except for the shorter file's last one
+            k = min(len(a), len(b))
+            differ = pc.not_equal(a.slice(0, k), b.slice(0, k)).to_numpy(zero_copy_only=False)
+            hits = np.flatnonzero(differ)
+            return n, ref_n, at + (int(hits[0]) if len(hits) else k)
+        at += len(a)
+    return n, ref_n, (None if n == ref_n else min(n, ref_n))
 
 
 def _blocks(path: str | os.PathLike, rows: int) -> Iterator[np.ndarray]:
@@ -45,12 +77,11 @@ def agreement(npy: str | os.PathLike, ids: str | os.PathLike, ref_npy: str | os.
     its minimum, mean and 1st percentile, and the rows compared. A pair of zero vectors
     counts as 1, one zero vector against a non-zero one as 0. Raises ValueError naming
     the files where the records or widths differ."""
-    mine, theirs = _ids(ids), _ids(ref_ids)
-    if len(mine) != len(theirs) or not np.array_equal(mine, theirs):
-        at = next((i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b), min(len(mine), len(theirs)))
+    n_mine, n_theirs, at = _first_id_difference(ids, ref_ids, block_rows)
+    if at is not None:
         raise ValueError(
             f"{ids} and {ref_ids} do not hold the same records in the same order "
-            f"({len(mine)} and {len(theirs)} ids; first difference at row {at})"
+            f"({n_mine} and {n_theirs} ids; first difference at row {at})"
         )
     (n, dim), (_, ref_dim) = read_header(npy)[0], read_header(ref_npy)[0]
     if dim != ref_dim:
@@ -127,5 +158,5 @@ def run_metrics(jobs_path: str | os.PathLike, verification_path: str | os.PathLi
         out["agreement"] = None
         out["agreement_reason"] = "no reference: this point loads another model than the main run"
     else:
-        out["agreement"] = {**agreement(npy, ids, *reference), "reference": os.fspath(reference[0])}
+        out["agreement"] = {**agreement(npy, ids, *reference), "reference": logical_path(reference[0])}
     return out

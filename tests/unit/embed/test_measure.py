@@ -4,6 +4,7 @@ records the jobs write (stats, benchmarks, verification) and the two runs' vecto
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -101,3 +102,45 @@ def test_the_names_a_sweep_may_rank_by_are_the_ones_written(tmp_path):
     x = np.eye(4, 8, dtype=np.float32)
     m = run_metrics(jobs, tmp_path / "v.json", _vectors(tmp_path, "ref", x, ids), *_vectors(tmp_path, "m", x, ids), 2.5)
     assert leaf_names(m) == set(EMBED + EMBED_AGREEMENT) == set(stage_metrics("embed", {}))
+
+
+def test_ids_are_compared_in_blocks_whatever_the_files_row_groups(tmp_path):
+    """The ids are streamed (Arrow blocks, not a Python object per id: several GB at tens
+    of millions of rows): files written in other row groups still line up row for row,
+    and a difference past the first block is found at its row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ids = [f"d{i}" for i in range(50)]
+    x = np.ones((50, 4), dtype=np.float32)
+    np.save(tmp_path / "mine.npy", x)
+    np.save(tmp_path / "ref.npy", x)
+    pq.write_table(pa.table({"id": pa.array(ids, pa.string())}), tmp_path / "mine.ids.parquet", row_group_size=7)
+    pq.write_table(pa.table({"id": pa.array(ids, pa.string())}), tmp_path / "ref.ids.parquet", row_group_size=11)
+    mine, ref = (tmp_path / "mine.npy", tmp_path / "mine.ids.parquet"), (tmp_path / "ref.npy", tmp_path / "ref.ids.parquet")
+    assert agreement(*mine, *ref, block_rows=5)["rows"] == 50
+    other = ids[:33] + ["x"] + ids[34:]
+    pq.write_table(pa.table({"id": pa.array(other, pa.string())}), tmp_path / "ref.ids.parquet", row_group_size=11)
+    with pytest.raises(ValueError, match=r"\(50 and 50 ids; first difference at row 33\)"):
+        agreement(*mine, *ref, block_rows=5)
+    pq.write_table(pa.table({"id": pa.array(ids + ["d50"], pa.string())}), tmp_path / "ref.ids.parquet", row_group_size=11)
+    with pytest.raises(ValueError, match=r"\(50 and 51 ids; first difference at row 50\)"):
+        agreement(*mine, *ref, block_rows=5)
+
+
+def test_the_reference_is_named_as_the_workflow_names_it(tmp_path, monkeypatch):
+    """On default storage (the eks profile) a job reads the main run's vectors from
+    Snakemake's local copy: the record names results/<data set>/embeddings.npy, as the
+    jobs' other records do, not the copy's path with the bucket in it."""
+    monkeypatch.setenv("SHARDFLOW_STORAGE_PREFIX", "s3://bucket/runs/x")
+    monkeypatch.chdir(tmp_path)
+    copy = tmp_path / ".snakemake/storage/s3/bucket/runs/x/results/demo"
+    copy.mkdir(parents=True)
+    jobs = _job_table(tmp_path, [_stat(4, 4, 1.0, 0.0)], [2.0], [100.0])
+    (tmp_path / "v.json").write_text(json.dumps({"ok": True, "dim": 8, "dtype": "float32"}))
+    ids = ["a", "b", "c", "d"]
+    x = np.eye(4, 8, dtype=np.float32)
+    ref = _vectors(copy, "embeddings", x, ids)
+    rel = tuple(os.path.relpath(p, tmp_path) for p in ref)
+    m = run_metrics(jobs, tmp_path / "v.json", rel, *_vectors(tmp_path, "m", x, ids), 2.5)
+    assert m["agreement"]["reference"] == "results/demo/embeddings.npy"
