@@ -29,7 +29,7 @@ from shardflow.core.hashing import config_sha256
 from shardflow.retrieval.pipeline import RetrievalSpec
 from shardflow.summarise.params import METHOD_KEYS, ignored_by, without_effect
 from shardflow.sweep import POINT_ID_REGEX, SEED_REGEX, parse_sweeps
-from shardflow.sweep.metrics import incomparable_points, unknown_metrics
+from shardflow.sweep.metrics import incomparable_points, loads_model, unknown_metrics
 from shardflow.sweep.spec import collection_rule, load_yaml, seeds_without_effect
 from shardflow.sweep.report import output_files as sweep_output_files
 from shardflow.sweep.shared import SHARED_FOLDER
@@ -643,10 +643,10 @@ def sweep_job_files(spec, point, seed):
 
 def embed_reference(folder, point):
     """Whether an embed sweep point's vectors compare with the main run's: it loads the
-    same model (another model's vectors live in another space)."""
+    same model, however spelt ("default" or the bundled folder; another model's vectors
+    live in another space)."""
     spec = SWEEPS_BY_FOLDER[folder]
-    model = spec.job_config(point, spec.seeds[0])["embedding"]["model"]
-    return model == config["embedding"]["model"]
+    return loads_model(spec, point, config["embedding"]["model"])
 
 
 def sweep_embed_metrics_inputs(wildcards):

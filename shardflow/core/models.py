@@ -38,6 +38,29 @@ def resolve_model(name: str) -> str:
     return name
 
 
+def model_identity(name: str) -> str:
+    """What an `embedding.model` value loads, for telling whether two values name one
+    model: "default" is the bundled folder (where this environment holds it), a folder
+    its real path (a trailing slash, `~`, `./`, a relative path or a link all name the
+    same one), a path that is no folder here normalised; a hub name is itself."""
+    if name == DEFAULT_MODEL:
+        try:
+            name = bundled_model_path()
+        except RuntimeError:  # the jobs' environment holds it, not this one
+            return name
+    path = os.path.expanduser(name)
+    if os.path.isdir(path):
+        return os.path.realpath(path)
+    if name.startswith(("/", "~", ".")) or name.count("/") > 1:
+        return os.path.normpath(os.path.abspath(path))
+    return name
+
+
+def same_model(a: str, b: str) -> bool:
+    """Whether two `embedding.model` values load the same model (model_identity)."""
+    return a == b or model_identity(a) == model_identity(b)
+
+
 # What marks a folder as a model: transformers' config, or a sentence-transformers
 # model's module list (its transformer may sit in a subfolder).
 MODEL_FOLDER_FILES = ("config.json", "modules.json")

@@ -30,6 +30,7 @@ import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from shardflow.core.models import same_model
 from shardflow.sweep.spec import SweepSpec
 
 TRAIN = (
@@ -108,6 +109,12 @@ def unknown_metrics(spec: SweepSpec) -> list[str]:
     return problems
 
 
+def loads_model(spec: SweepSpec, point: str, model: str) -> bool:
+    """Whether an embed sweep's point loads `model` (the main run's): the same value, or
+    another spelling of it ("default" and the bundled folder, a trailing slash, ...)."""
+    return same_model(spec.job_config(point, spec.seeds[0])["embedding"]["model"], model)
+
+
 def incomparable_points(spec: SweepSpec, main_model: str) -> list[str]:
     """One line where an embed sweep shows an agreement metric but a point loads another
     model than the main run (`main_model`): its vectors compare with nothing, and the
@@ -115,7 +122,7 @@ def incomparable_points(spec: SweepSpec, main_model: str) -> list[str]:
     shown = [m for m in spec.metrics if m.startswith("agreement.")]
     if spec.stage != "embed" or not shown:
         return []
-    other = [pid for pid in spec.ids if spec.job_config(pid, spec.seeds[0])["embedding"]["model"] != main_model]
+    other = [pid for pid in spec.ids if not loads_model(spec, pid, main_model)]
     if not other:
         return []
     return [

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from shardflow.core.models import resolve_model, unavailable
+from shardflow.core.models import bundled_model_path, resolve_model, same_model, unavailable
 from shardflow.embed.stconfig import resolve_model_folder
 
 
@@ -84,3 +84,20 @@ def test_weights_cut_short_or_left_as_lfs_pointers_are_found_before_any_job(tmp_
         b"version https://git-lfs.github.com/spec/v1\noid sha256:0123\nsize 90000000\n"
     )
     assert unavailable(str(folder)) == f"model.safetensors is a Git LFS pointer, not the weights (run `git lfs pull` in {folder})"
+
+
+def test_two_spellings_of_one_model_are_the_same_model(tmp_path, monkeypatch):
+    """An embed sweep compares a point's vectors with the main run's only where both load
+    one model (rules/common.smk embed_reference): "default" and the bundled folder, a
+    folder with a trailing slash, through `~`, relative or through a link are that model."""
+    bundled = bundled_model_path()
+    assert same_model("default", bundled) and same_model(bundled + "/", "default")
+    folder = tmp_path / "models" / "e5"
+    folder.mkdir(parents=True)
+    (tmp_path / "link").symlink_to(folder)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for spelling in (f"{folder}/", "models/e5", "./models/e5/", "~/models/e5", str(tmp_path / "link")):
+        assert same_model(spelling, str(folder)), spelling
+    assert same_model("/only/on/the/nodes/", "/only/on/the/nodes")  # a folder the image holds
+    assert not same_model("default", str(folder)) and not same_model("org/e5", "org/e5-large")

@@ -62,6 +62,18 @@ def test_agreement_needs_every_point_to_load_the_main_runs_model():
     assert incomparable_points(specs["same"], "/models/e5") != []  # the main run loads another model
 
 
+def test_another_spelling_of_the_main_runs_model_has_an_agreement():
+    """"default" and the bundled model's folder (or a folder with and without its trailing
+    slash) are one model: no parse error, and the point's job reads the main run's vectors."""
+    from shardflow.core.models import bundled_model_path
+
+    bundled = bundled_model_path()
+    specs = parse({"spelt": sweep(stage="embed", grid={"embedding.model": [bundled, bundled + "/"]},
+                                  metrics={"agreement.cosine_min": "max"})})
+    assert incomparable_points(specs["spelt"], "default") == []
+    assert incomparable_points(specs["spelt"], bundled + "/") == []
+
+
 def test_mfu_is_no_train_metric_on_the_cpu():
     """Null where no GPU peak applies: ranking by it failed in the collection, after the jobs."""
     assert "mfu" in stage_metrics("train", {"gpu_jobs": {"device": "auto"}})
