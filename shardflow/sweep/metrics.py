@@ -32,6 +32,7 @@ from typing import Any
 
 from shardflow.core.models import same_model
 from shardflow.sweep.spec import SweepSpec
+from shardflow.sweep.table import RUN_COLUMNS
 
 TRAIN = (
     "best_val_loss", "best_step", "final_val_loss", "final_train_loss", "steps", "resumed_from_step",
@@ -91,13 +92,24 @@ def describe(names: Iterable[str]) -> str:
 
 
 def unknown_metrics(spec: SweepSpec) -> list[str]:
-    """One line per metric of `spec` that its stage's jobs do not write."""
+    """One line per metric of `spec` that its stage's jobs do not write, or that is one of
+    the runs table's own columns (table.RUN_COLUMNS)."""
     known = stage_metrics(spec.stage, spec.base_config)
     if known is None:
         return []
     problems = []
     article = "an" if spec.stage[0] in "aeiou" else "a"
     for metric in spec.metrics:
+        if metric in RUN_COLUMNS:
+            # an embed job writes gpu_hours, but the runs table holds the collection's own
+            # column of that name: table.collect would stop after every job ran
+            problems.append(
+                f"sweep '{spec.name}': metric '{metric}' is a column the collection writes for every run "
+                f"({', '.join(RUN_COLUMNS)}), not one a sweep can rank by; "
+                + ("estimated_cost ranks by the same GPU-hours" if spec.stage == "embed" and metric == "gpu_hours"
+                   else "choose another metric")
+            )
+            continue
         if metric in known:
             continue
         close = difflib.get_close_matches(metric, known, n=1, cutoff=0.6)

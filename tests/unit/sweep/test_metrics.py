@@ -46,6 +46,16 @@ def test_a_misspelt_metric_names_the_sweep_the_metric_and_the_closest_name():
     )
 
 
+def test_a_metric_named_as_a_column_of_the_runs_table_stops_the_parse():
+    """An embed job writes gpu_hours, but the runs table has its own gpu_hours column (the
+    collection's): ranking by it stopped the collection after every job had run."""
+    specs = parse({"e": sweep(stage="embed", grid={"embedding.max_length": [64]},
+                              metrics={"items_per_s": "max", "gpu_hours": "min"})})
+    (line,) = unknown_metrics(specs["e"])
+    assert line.startswith("sweep 'e': metric 'gpu_hours' is a column the collection writes for every run")
+    assert line.endswith("estimated_cost ranks by the same GPU-hours")
+
+
 def test_agreement_needs_every_point_to_load_the_main_runs_model():
     """An embed point with another model has no agreement (its vectors live in another
     space): a sweep showing it stops the parse, naming the points, not the collection."""
