@@ -85,6 +85,9 @@ def test_rates_are_per_encode_second_and_count_what_the_jobs_computed(tmp_path):
     assert m["wall_seconds"] == pytest.approx(10.0) and m["padding_fraction"] == pytest.approx(1 - 10 / 12)
     assert m["max_rss_mb"] == 700.0 and m["gpu_hours"] == pytest.approx(28 / 3600)
     assert m["estimated_cost"] == pytest.approx(28 / 3600 * 3.0) and m["dtype"] == "float16"
+    # per record computed (300), not per record in the output (400): the resumed 100 rows'
+    # GPU time was an earlier attempt's
+    assert m["estimated_cost_per_million_records"] == pytest.approx(28 / 3600 * 3.0 / 300 * 1e6)
     assert m["agreement"]["cosine_min"] == 1.0 and m["agreement"]["reference"].endswith("ref.npy")
 
     other = run_metrics(jobs, tmp_path / "v.json", None, *vectors, gpu_hour_price=3.0)
