@@ -145,6 +145,9 @@ def run_metrics(jobs_path: str | os.PathLike, verification_path: str | os.PathLi
         "job_seconds": costs["job_seconds"],
         "wall_seconds": costs["wall_time_s"],
         "padding_fraction": 1 - tokens / padded if padded else 0.0,
+        # batches split after running out of device memory (the budget lowered for the rest
+        # of the job): a point with any did not run at its settings throughout
+        "oom_backoffs": sum(s.get("oom_backoffs", 0) for s in stats),
         "max_rss_mb": max(rss) if rss else None,
         "gpu_hours": costs["gpu_hours"],
         "estimated_cost": costs["estimated_cost"],

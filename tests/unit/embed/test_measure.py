@@ -27,7 +27,7 @@ def _vectors(folder: Path, name: str, x: np.ndarray, ids: list[str]) -> tuple[Pa
 def _stat(items, embedded, seconds, start, warmup=0.0, warmup_items=0, device="cuda:0") -> dict:
     return {"items": items, "items_embedded": embedded, "real_tokens": items * 10, "padded_tokens": items * 12,
             "seconds": seconds, "warmup_seconds": warmup, "warmup_items": warmup_items, "warmup_tokens": warmup_items * 10,
-            "start_time": start, "end_time": start + seconds, "device": device}
+            "start_time": start, "end_time": start + seconds, "device": device, "oom_backoffs": 1}
 
 
 def _job_table(folder: Path, stats: list[dict], job_seconds: list[float], rss: list[float]) -> Path:
@@ -84,6 +84,7 @@ def test_rates_are_per_encode_second_and_count_what_the_jobs_computed(tmp_path):
     assert m["steady_items_per_s"] == pytest.approx(280 / 18) and m["job_items_per_s"] == pytest.approx(300 / 28)
     assert m["wall_seconds"] == pytest.approx(10.0) and m["padding_fraction"] == pytest.approx(1 - 10 / 12)
     assert m["max_rss_mb"] == 700.0 and m["gpu_hours"] == pytest.approx(28 / 3600)
+    assert m["oom_backoffs"] == 2  # the budget was lowered in both jobs: not the point's settings throughout
     assert m["estimated_cost"] == pytest.approx(28 / 3600 * 3.0) and m["dtype"] == "float16"
     # per record computed (300), not per record in the output (400): the resumed 100 rows'
     # GPU time was an earlier attempt's
