@@ -512,6 +512,13 @@ def sweep_train_resume(wildcards):
     return os.path.join(sweep_resume_root(wildcards, parts=False), "train")
 
 
+def one_job_at_a_time(wildcards):
+    """An embed sweep's chunk jobs measure speed: on this host's CPU, `threads: auto`
+    gives each every core, so they run one at a time and each rate is the machine's,
+    not a share of it (a GPU job holds its own GPU either way)."""
+    return 1
+
+
 def sweep_jobs_at_once(wildcards):
     """A sweep's jobs share the cores as chunk jobs do: small models train side by side."""
     return len(SWEEPS_BY_FOLDER[wildcards.sweep].jobs())

@@ -200,6 +200,7 @@ if sweeps_of_stage("embed"):
             f"{SWEEP_LOG}/embed_{{chunk}}.log",
         benchmark:
             f"{SWEEP_BENCH}/embed_{{chunk}}.tsv"
+        threads: job_threads("embed", jobs=one_job_at_a_time)
         params:
             **gpu_job_params(),
             embedding=stage_params("embedding"),

@@ -23,7 +23,6 @@ def _config(workdir, corpus, **extra):
         n_chunks=3,
         input={"path": str(corpus)},
         embedding={"window": 16, "token_budget": 2048},
-        resources={"embed": {"threads": 2}},
         report={"map_points": 50},
         sweeps={"budget": {"stage": "embed", "grid": {"embedding.token_budget": [512]}, "seeds": [0],
                            "metrics": {"items_per_s": "max", "agreement.cosine_min": "max"}}},
@@ -176,6 +175,13 @@ def test_an_embed_sweep_measures_speed_and_agreement_with_the_main_run(run):
         return sum(json.loads(p.read_text())["batches"] for p in folder.glob("embed_*.stats.json"))
 
     assert batches(job / "embed") > batches(workdir / "results/e2e/embed")
+
+    # threads: auto on this CPU (--cores 2): the main run's 3 chunk jobs share the cores,
+    # the sweep's, which measure speed, take both, one job at a time.
+    def threads(folder):
+        return {json.loads(p.read_text())["made_with"]["threads"] for p in folder.glob("embed_*.stats.json")}
+
+    assert threads(workdir / "results/e2e/embed") == {1} and threads(job / "embed") == {2}
     runs = pd.read_parquet(workdir / "results/sweeps/budget/runs.parquet")
     assert runs["items_per_s"].tolist() == [metrics["items_per_s"]]
     assert "Sweep: budget" in (workdir / "results/report.rst").read_text()
