@@ -179,6 +179,18 @@ if (
     ]
 if _PROBLEMS:
     raise ValueError("\n".join(_PROBLEMS))
+# A GPU rule's job that runs on the CPU has no `gpu` (train's is 0), yet a gpu_model or
+# a gres naming gpu that a profile's set-resources gives its rule still reaches sbatch
+# as a GPU request (shardflow.workflow.site.gpu_requests): named here, for the GPU
+# rules of this run whose jobs run on the CPU.
+if workflow.is_main_process:
+    _ON_CPU = plan.gpu_rules_on_cpu(config, DATASETS.values(), SWEEPS.values())
+    for _rule, _request, _sbatch in site.gpu_requests(_SET, _ON_CPU, plan.GPU_ON_CPU):
+        logger.warning(
+            f"set-resources {_request}: the SLURM plugin asks sbatch for {_sbatch} for each {_rule} "
+            f"job, which runs on the CPU ({_ON_CPU[_rule]}) and uses no GPU; leave it out of the "
+            "profile for this run (profiles/README.md, slurm)"
+        )
 SWEEP_FOLDERS = "|".join(re.escape(f) for f in SWEEPS_BY_FOLDER) or "(?!)"
 
 
@@ -374,8 +386,11 @@ def job_resources(rule, uses_gpu=True):
     the local profile's `gpu` pool, and executors that key on the resource being there
     give it nothing of a GPU job's: a `gpu` of 0 still gets the EKS pod the GPU
     toleration and an nvidia.com/gpu request of 0 (kubernetes plugin 0.5.1), and
-    `--gpus=<model>:0` on SLURM when a gpu_model is set. The job reads a missing `gpu`
-    as 0 (shardflow.core.gpujob).
+    `--gpus=<model>:0` on SLURM when a gpu_model is set. Except what a profile's
+    set-resources gives the rule: there a gpu_model still gets the job one GPU on SLURM
+    (slurm plugin 2.8 counts a missing `gpu` as 1: `--gpus=<model>:1`), as does a gres
+    naming gpu; the parse names each such value (plan.gpu_rules_on_cpu,
+    site.gpu_requests). The job reads a missing `gpu` as 0 (shardflow.core.gpujob).
 
     `uses_gpu=False` (a method that needs no GPU, Lead-k): the job asks for what a CPU
     rule asks for, the profile's default-resources mem_mb and runtime (the sizes in

@@ -17,20 +17,9 @@ for ds in DATASETS.values():
     if "summarisation" in ds.tasks:
         plan.summarise_model(config, ds.sources)
 # lead needs no GPU; stored runs no summarise job at all. A lead job asks for what a
-# CPU rule asks for (rules/common.smk, job_resources), unless a profile's set-resources
-# gets it a GPU whatever the method.
+# CPU rule asks for (rules/common.smk, job_resources; a GPU that a profile's
+# set-resources would get it is named at parse time there).
 SUMMARISE_USES_GPU = SUMMARISE["method"] in ("extractive", "abstractive")
-_RUNS_LEAD = SUMMARISE["method"] == "lead" and (
-    any("summarisation" in ds.tasks for ds in DATASETS.values())
-    or sweeps_of_stage("summarise")
-)
-if _RUNS_LEAD and workflow.is_main_process:
-    for _request in site.gpu_requests(_SET, ("summarise", "sweep_summarise")):
-        logger.warning(
-            f"set-resources {_request} gets each lead summarise job a GPU it does not use "
-            "(the SLURM plugin requests one whatever the job's gpu); leave it out of the "
-            "profile for a run with summarise.method lead"
-        )
 
 
 rule summarise:

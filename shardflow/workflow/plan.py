@@ -465,6 +465,53 @@ def unavailable_models(cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable
     return lines
 
 
+# The rules whose jobs ask for GPUs (rules/common.smk job_resources), by the task that
+# runs them on a data set and by the sweep stage whose rules (rules/sweep.smk) are made
+# from them; a profile's set-resources names each on its own.
+GPU_RULES = {
+    "embedding": ("embed",),
+    "retrieval": ("embed_queries", "retrieval_evaluate"),
+    "summarisation": ("summarise",),
+    "training": ("train",),
+}
+SWEEP_GPU_RULES = {
+    "retrieval": ("sweep_embed", "sweep_embed_queries", "sweep_retrieval_evaluate"),
+    "summarise": ("sweep_summarise",),
+    "embed": ("sweep_embed_chunk",),
+    "train": ("sweep_train",),
+}
+# The `gpu` of a GPU rule's job on the CPU where it has one: train's is 0 (its shell
+# command hands the count to the launcher); the others have none.
+GPU_ON_CPU = {"train": 0, "sweep_train": 0}
+
+
+def gpu_rules_on_cpu(cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[SweepSpec] = ()) -> dict[str, str]:
+    """{rule: why} for each GPU rule with jobs in this run whose jobs run on the CPU
+    whatever the executor: every one under `gpu_jobs.device: cpu`, and the summarise
+    rules under `summarise.method: lead` (`stored` has no summarise jobs). Under `auto`
+    the jobs run on the CPU only with the local executor on a host without GPUs, where
+    no scheduler reads a profile's GPU settings. An embed sweep's points compare their
+    vectors with the main run's (rules/common.smk embed_reference): embed runs too."""
+    sweeps = list(sweeps)
+    tasks = {t for ds in data_sets for t in ds.tasks}
+    model = cfg["embedding"]["model"]
+    if any(spec.job_config(p, spec.seeds[0])["embedding"]["model"] == model
+           for spec in sweeps if spec.stage == "embed" for p in spec.ids):
+        tasks.add("embedding")
+    stages = {spec.stage for spec in sweeps}
+    rules = [r for task, rs in GPU_RULES.items() if task in tasks for r in rs]
+    rules += [r for stage, rs in SWEEP_GPU_RULES.items() if stage in stages for r in rs]
+    method, device = cfg["summarise"]["method"], cfg["gpu_jobs"]["device"]
+    out = {}
+    for rule in rules:
+        summarise = rule in ("summarise", "sweep_summarise")
+        if summarise and method == "lead":
+            out[rule] = "summarise.method lead"
+        elif device == "cpu" and not (summarise and method == "stored"):
+            out[rule] = "gpu_jobs.device cpu"
+    return out
+
+
 FIELD_SAMPLE = 100  # records read at parse time to find a misspelt field name
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 _VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 
@@ -59,16 +59,23 @@ def unexpanded_message(found: Mapping[str, list[str]]) -> str:
     return f"unset environment variable{'s' if len(names) > 1 else ''} {', '.join(names)} in the profile ({where})"
 
 
-def gpu_requests(set_resources: Mapping[str, Mapping[str, object]], rules: Sequence[str]) -> list[str]:
-    """`rule:name=value` for each set-resources value of `rules` that gets a job a GPU
-    whatever its `gpu` resource says: a `gpu_model` (the SLURM plugin 2.8 gives a job with
-    a gpu_model and no gpu one GPU, `--gpus=<model>:1`) or a `gres` naming gpu."""
+def gpu_requests(
+    set_resources: Mapping[str, Mapping[str, object]], rules: Iterable[str], gpu: Mapping[str, int] | None = None
+) -> list[tuple[str, str, str]]:
+    """(rule, `rule:name=value`, what sbatch gets) for each set-resources value of `rules`
+    that asks SLURM for a GPU whatever the job's `gpu` resource (`gpu[rule]`; none if
+    absent), as snakemake-executor-plugin-slurm 2.8 builds the request
+    (utils.set_gres_string): a `gres` naming gpu passes as `--gres=<gres>`, and a
+    `gpu_model` as `--gpus=<model>:<gpu>`, where a job without `gpu` counts 1."""
+    gpu = gpu or {}
     found = []
     for rule in rules:
         for name, value in (set_resources.get(rule) or {}).items():
             value = getattr(value, "raw", value)  # Snakemake's Resource, or the value
-            if (name == "gpu_model" and value) or (name == "gres" and "gpu" in str(value).lower()):
-                found.append(f"{rule}:{name}={value}")
+            if name == "gpu_model" and value:
+                found.append((rule, f"{rule}:{name}={value}", f"--gpus={value}:{gpu.get(rule, 1)}"))
+            elif name == "gres" and "gpu" in str(value).lower():
+                found.append((rule, f"{rule}:{name}={value}", f"--gres={value}"))
     return found
 
 

@@ -166,7 +166,8 @@ def test_lead_jobs_ask_slurm_for_what_a_cpu_rule_asks_for_unless_the_run_says_ot
         assert threads.strip() == "threads: 3" and "mem_mb=9000" in resources and "runtime=30" in resources, resources
         assert "slurm_partition=cpu" in resources and "gpu_model=a100" in resources and not re.search(r"\bgpu=", resources), resources
     # The SLURM plugin asks for a GPU for a job with a gpu_model: the parse says so.
-    assert "set-resources summarise:gpu_model=a100 gets each lead summarise job a GPU it does not use" in proc.stdout + proc.stderr
+    assert ("set-resources summarise:gpu_model=a100: the SLURM plugin asks sbatch for --gpus=a100:1 for each summarise "
+            "job, which runs on the CPU (summarise.method lead)") in proc.stdout + proc.stderr
 
 
 def test_no_fake_credential_in_any_file_of_the_run(run):

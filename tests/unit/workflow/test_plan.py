@@ -383,3 +383,38 @@ def test_a_literal_and_a_named_prompt_set_together_are_named_at_parse_time():
     assert [line.split(" and ")[0] for line in prompt_conflicts(cfg)] == ["embedding.prompt", "retrieval.query_prompt"]
     cfg["retrieval"]["path"] = None  # no retrieval: its keys are not read
     assert len(prompt_conflicts(cfg)) == 1
+
+
+def test_the_gpu_rules_whose_jobs_run_on_the_cpu_are_those_of_the_run_on_the_cpu_whatever_the_executor():
+    """The rules whose set-resources the workflow checks for a GPU request: every GPU rule
+    of the run (and its sweep variants) under gpu_jobs.device cpu, the summarise rules
+    under method lead whatever the device; none of a task or sweep the run lacks."""
+    from types import SimpleNamespace
+
+    def cfg(device="auto", method="lead"):
+        return {"gpu_jobs": {"device": device}, "summarise": {"method": method}, "embedding": {"model": "m"}}
+
+    def sets(*tasks):
+        return [SimpleNamespace(tasks=t) for t in tasks]
+
+    def sweep(stage, *models):
+        config = {pid: {"embedding": {"model": m}} for pid, m in zip("ab", models or ("m",), strict=False)}
+        return SimpleNamespace(stage=stage, ids=tuple(config), seeds=(0,), job_config=lambda p, s: config[p])
+
+    main, retrieval = ("embedding", "summarisation", "training"), ("embedding", "retrieval")
+    lead = "summarise.method lead"
+    assert plan.gpu_rules_on_cpu(cfg(), sets(main, retrieval), [sweep("summarise")]) == {
+        "summarise": lead, "sweep_summarise": lead}
+    assert plan.gpu_rules_on_cpu(cfg("cuda", "abstractive"), sets(main), [sweep("summarise")]) == {}
+    assert plan.gpu_rules_on_cpu(cfg("cpu", "stored"), sets(("summarisation",))) == {}
+    on_cpu = plan.gpu_rules_on_cpu(cfg("cpu", "extractive"), sets(main, retrieval),
+                                   [sweep("retrieval"), sweep("train"), sweep("embed")])
+    assert on_cpu == dict.fromkeys(
+        ["embed", "embed_queries", "retrieval_evaluate", "summarise", "train", "sweep_embed", "sweep_embed_queries",
+         "sweep_retrieval_evaluate", "sweep_embed_chunk", "sweep_train"], "gpu_jobs.device cpu")
+    assert plan.gpu_rules_on_cpu(cfg("cpu"), sets(("training",))) == {"train": "gpu_jobs.device cpu"}
+    # An embed sweep compares its vectors with the main run's, made by embed, where a
+    # point loads the main run's model.
+    assert list(plan.gpu_rules_on_cpu(cfg("cpu"), sets(()), [sweep("embed", "other", "m")])) == [
+        "embed", "sweep_embed_chunk"]
+    assert list(plan.gpu_rules_on_cpu(cfg("cpu"), sets(()), [sweep("embed", "other")])) == ["sweep_embed_chunk"]

@@ -1,3 +1,5 @@
+from types import SimpleNamespace
+
 import pytest
 
 from shardflow.workflow import site
@@ -33,7 +35,13 @@ def test_unexpanded_finds_literal_variables_whose_value_is_unset():
     assert unexpanded({"x": "a$ literal dollar"}, environ={}) == {}
 
 
-def test_gpu_requests_names_set_resources_that_get_a_job_a_gpu_whatever_its_gpu_says():
+def test_gpu_requests_name_what_the_slurm_plugin_asks_sbatch_for_whatever_the_jobs_gpu_says():
+    """A gpu_model, or a gres naming gpu, asks sbatch for a GPU for a job without a `gpu`
+    resource (a GPU rule's job on the CPU); train's jobs there have gpu 0. What
+    gpu_requests says sbatch gets is checked against the installed plugin's own
+    (snakemake-executor-plugin-slurm 2.8, utils.set_gres_string)."""
+    utils = pytest.importorskip("snakemake_executor_plugin_slurm.utils")
+
     class Resource:  # Snakemake's parsed form keeps the value as given in `raw`
         def __init__(self, raw):
             self.raw = raw
@@ -42,12 +50,27 @@ def test_gpu_requests_names_set_resources_that_get_a_job_a_gpu_whatever_its_gpu_
         "summarise": {"gpu_model": Resource("a100"), "slurm_partition": "gpu", "mem_mb": 2000},
         "sweep_summarise": {"gres": "gpu:1"},
         "merge_summaries": {"gpu_model": "a100"},
-        "embed": {"gres": "tmp:10G"},
+        "embed": {"gres": "tmp:10G", "slurm_partition": "gpu"},
+        "train": {"gpu_model": "h100", "slurm_extra": "'--exclude=node17'"},
     }
-    assert site.gpu_requests(given, ("summarise", "sweep_summarise", "embed", "train")) == [
-        "summarise:gpu_model=a100",
-        "sweep_summarise:gres=gpu:1",
+    rules = ("summarise", "sweep_summarise", "embed", "train", "sweep_train")
+    found = site.gpu_requests(given, rules, {"train": 0})
+    assert found == [
+        ("summarise", "summarise:gpu_model=a100", "--gpus=a100:1"),
+        ("sweep_summarise", "sweep_summarise:gres=gpu:1", "--gres=gpu:1"),
+        ("train", "train:gpu_model=h100", "--gpus=h100:0"),
     ]
+
+    class Resources(dict):  # a job's resources, as the plugin reads them
+        __getattr__ = dict.__getitem__
+
+    def sbatch(rule):
+        values = {name: getattr(v, "raw", v) for name, v in given[rule].items()}
+        job = SimpleNamespace(resources=Resources(values, **({"gpu": 0} if rule == "train" else {})))
+        return utils.set_gres_string(job).strip()
+
+    assert [sbatch(rule) for rule, _, _ in found] == [option for _, _, option in found]
+    assert "gpu" not in sbatch("embed")  # a partition, or another gres, asks for no GPU
 
 
 def test_the_workflows_python_goes_first_on_path_where_it_has_one(tmp_path):
