@@ -418,3 +418,26 @@ def test_the_gpu_rules_whose_jobs_run_on_the_cpu_are_those_of_the_run_on_the_cpu
     assert list(plan.gpu_rules_on_cpu(cfg("cpu"), sets(()), [sweep("embed", "other", "m")])) == [
         "embed", "sweep_embed_chunk"]
     assert list(plan.gpu_rules_on_cpu(cfg("cpu"), sets(()), [sweep("embed", "other")])) == ["sweep_embed_chunk"]
+
+
+def test_the_slurm_profile_gives_the_gpu_partition_to_gpu_rules_only_and_names_every_one():
+    """The default partition is every job's that names none, most of them CPU jobs: the
+    slurm profile's advice puts the GPU partition in set-resources, per GPU rule and
+    sweep variant (set-resources matches exact names; a sweep rule not listed took the
+    default partition), and its example, uncommented, parses and lists GPU rules only."""
+    import re
+
+    import yaml
+
+    from tests.helpers import REPO
+
+    text = (REPO / "profiles" / "slurm" / "config.yaml").read_text()
+    readme = (REPO / "profiles" / "README.md").read_text()
+    rules = [r for rs in [*plan.GPU_RULES.values(), *plan.SWEEP_GPU_RULES.values()] for r in rs]
+    for rule in rules:
+        assert re.search(rf"\b{rule}\b", text) and f"`{rule}`" in readme, rule
+    example = text.split("# set-resources:", 1)[1]
+    example = yaml.safe_load("set-resources:" + re.sub(r"(?m)^# ?", "", example))["set-resources"]
+    assert example and set(example) <= set(rules) and all(v["slurm_partition"] for v in example.values())
+    default = yaml.safe_load(text)["default-resources"]
+    assert "slurm_partition" not in default and "gpu_model" not in default
