@@ -25,7 +25,8 @@ def _vectors(folder: Path, name: str, x: np.ndarray, ids: list[str]) -> tuple[Pa
 
 
 def _stat(items, embedded, seconds, start, warmup=0.0, warmup_items=0, device="cuda:0") -> dict:
-    return {"items": items, "items_embedded": embedded, "real_tokens": items * 10, "padded_tokens": items * 12,
+    # As the engine counts them: tokens of the records this job computed (resumed parts' not).
+    return {"items": items, "items_embedded": embedded, "real_tokens": embedded * 10, "padded_tokens": embedded * 12,
             "seconds": seconds, "warmup_seconds": warmup, "warmup_items": warmup_items, "warmup_tokens": warmup_items * 10,
             "start_time": start, "end_time": start + seconds, "device": device, "oom_backoffs": 1}
 
@@ -79,8 +80,8 @@ def test_rates_are_per_encode_second_and_count_what_the_jobs_computed(tmp_path):
     x = np.eye(4, 8, dtype=np.float32)
     vectors = _vectors(tmp_path, "mine", x, ids)
     m = run_metrics(jobs, tmp_path / "v.json", _vectors(tmp_path, "ref", x, ids), *vectors, gpu_hour_price=3.0)
-    assert (m["records"], m["records_resumed"], m["tokens"], m["chunks"]) == (400, 100, 4000, 2)
-    assert m["items_per_s"] == pytest.approx(300 / 20) and m["tokens_per_s"] == pytest.approx(4000 / 20)
+    assert (m["records"], m["records_resumed"], m["tokens"], m["chunks"]) == (400, 100, 3000, 2)
+    assert m["items_per_s"] == pytest.approx(300 / 20) and m["tokens_per_s"] == pytest.approx(3000 / 20)
     assert m["steady_items_per_s"] == pytest.approx(280 / 18) and m["job_items_per_s"] == pytest.approx(300 / 28)
     assert m["wall_seconds"] == pytest.approx(10.0) and m["padding_fraction"] == pytest.approx(1 - 10 / 12)
     assert m["max_rss_mb"] == 700.0 and m["gpu_hours"] == pytest.approx(28 / 3600)
