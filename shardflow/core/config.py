@@ -224,12 +224,13 @@ def _yaml_typed(value):
     return _NOT_READ
 
 
-def _given(command_line, path: list):
-    """The value at `path` in the --config mapping, or None."""
-    node = command_line
+def _given(mapping, path: Sequence[str], missing: Any = None):
+    """The value at `path` in a nested mapping (the --config one, a config layer), or
+    `missing` where it has none."""
+    node = mapping
     for key in path:
         if not isinstance(node, Mapping) or key not in node:
-            return None
+            return missing
         node = node[key]
     return node
 
@@ -238,12 +239,7 @@ def user_sets(layer: Mapping, path: Sequence[str]) -> bool:
     """Whether `layer`, the run's own config (Snakemake's overwrite_config: the
     --configfile files, a profile's `config:` and --config, merged), holds the key at
     `path`: a value the user chose, not config/config.yaml's or the schema's default."""
-    node = layer
-    for key in path:
-        if not isinstance(node, Mapping) or key not in node:
-            return False
-        node = node[key]
-    return True
+    return _given(layer, path, _ABSENT) is not _ABSENT
 
 
 def command_line_strings(config: dict, schema: dict, command_line: Mapping) -> None:
