@@ -7,6 +7,7 @@ typo needs one line: which key, what is wrong, what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -290,10 +291,25 @@ def validate_config(config: dict, schema: dict, command_line: Mapping | None = N
         command_line_strings(config, schema, command_line)
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
-    if errors:
-        lines = [_describe(e) for e in errors]
+    lines = [_describe(e) for e in errors] + non_finite_numbers(config)
+    if lines:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(dict.fromkeys(lines)))
     return config
+
+
+def non_finite_numbers(node: Any, path: str = "") -> list[str]:
+    """One line per `.nan`, `.inf` or `-.inf` in the config (sweep values included). The
+    schema's bounds let them through (NaN compares false with every bound), but every
+    value is recorded in strict JSON (provenance.json, a sweep's spec.json and
+    points.json, a train job's config.json), which has no NaN or Infinity."""
+    if isinstance(node, Mapping):
+        return [line for k, v in node.items() for line in non_finite_numbers(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(node, list):
+        return [line for i, v in enumerate(node) for line in non_finite_numbers(v, f"{path}[{i}]")]
+    if isinstance(node, float) and not math.isfinite(node):
+        return [f"config key '{path}': {node} is not a finite number (the records the workflow writes are strict "
+                "JSON, which has no NaN or Infinity)"]
+    return []
 
 
 def whole_floats_as_ints(params: Any) -> None:

@@ -125,3 +125,32 @@ def test_user_sets_a_key_only_where_the_runs_own_config_holds_it():
     assert not user_sets(given, ("resources", "embed", "mem_mb"))
     assert not user_sets(given, ("summarise", "method", "x"))  # a value, not a section
     assert not user_sets({}, ("resources",))
+
+
+def test_a_number_that_is_not_finite_stops_the_parse_naming_its_key(shipped_config):
+    """The schema's bounds let .nan and .inf through (NaN compares false with every bound),
+    and a sweep's grid is not typed at all; every value is recorded in strict JSON
+    (provenance.json, spec.json, points.json), which has no NaN or Infinity."""
+    import copy
+
+    import pytest
+    import yaml
+
+    from shardflow.core.config import ConfigError, validate_config
+
+    schema = load_schema(REPO / "config" / "config.schema.yaml")
+    config = copy.deepcopy(shipped_config)
+    overlay = yaml.safe_load("train: {grad_clip: .inf}\nreport: {gpu_hour_price: .nan}\n"
+                             "sweeps: {s: {stage: train, grid: {train.lr: [1.0e-3, -.inf]}}}\n")
+    for section in ("train", "report"):
+        config[section].update(overlay[section])
+    config["sweeps"] = overlay["sweeps"]
+    with pytest.raises(ConfigError) as exc:
+        validate_config(config, schema)
+    lines = str(exc.value).splitlines()[1:]
+    assert sorted(line.split(":")[0] for line in lines) == [
+        "  - config key 'report.gpu_hour_price'", "  - config key 'sweeps.s.grid.train.lr[1]'",
+        "  - config key 'train.grad_clip'",
+    ]
+    assert "config key 'train.grad_clip': inf is not a finite number" in str(exc.value)
+    assert "config key 'report.gpu_hour_price': nan is not a finite number" in str(exc.value)
