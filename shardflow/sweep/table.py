@@ -40,7 +40,10 @@ class RunResult:
 def flatten_metrics(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
     """Numeric leaves of a (nested) metrics record, nested keys joined with '.'. A null
     is a metric without a value (a diverged run's loss, mfu on the CPU): NaN, as its
-    point has no mean then; a name the record does not hold at all is not there."""
+    point has no mean then; a name the record does not hold at all is not there. A NaN
+    or an infinity reads as a null: a training record from before metrics.json was strict
+    JSON holds one for a diverged run's loss (null now), and an infinite best_val_loss in
+    every seed would otherwise be the best mean, which best.json cannot hold."""
     out: dict[str, float] = {}
     for key, value in metrics.items():
         name = f"{prefix}{key}"
@@ -50,7 +53,7 @@ def flatten_metrics(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, f
         elif value is None:
             out[name] = math.nan
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[name] = float(value)
+            out[name] = float(value) if math.isfinite(value) else math.nan
     return out
 
 
@@ -147,7 +150,7 @@ def best(summary: pd.DataFrame, metric: str, maximize: bool) -> pd.Series:
     means = summary[f"{metric}_mean"]
     if means.isna().all():
         raise SweepError(
-            f"no point has a value for metric {metric!r}: each has a run that wrote it as null or NaN (a diverged "
+            f"no point has a value for metric {metric!r}: each has a run that wrote it as null, NaN or Infinity (a diverged "
             "run's loss; a figure its device does not give, such as mfu on the CPU), so none can be ranked by it"
         )
     return summary.loc[means.idxmax() if maximize else means.idxmin()]

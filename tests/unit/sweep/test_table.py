@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -121,8 +122,19 @@ def test_a_null_metric_is_a_run_without_a_value_and_a_sweep_ranked_by_it_alone_i
     summary = summarise(spec, collect(spec, one_diverged))
     assert math.isnan(summary.at[0, "best_val_loss_mean"]) and not summary.at[0, "best"] and summary["best"].any()
     with pytest.raises(SweepError, match="no point has a value for metric 'best_val_loss': each has a run that wrote "
-                                         "it as null or NaN"):
+                                         "it as null, NaN or Infinity"):
         summarise(spec, collect(spec, results(spec, lambda p, s: None)))
+
+
+def test_a_record_from_before_strict_json_reads_nan_and_infinity_as_no_value(spec):
+    """A training record written before metrics.json was strict JSON holds a diverged
+    run's loss as NaN or Infinity: read as the null it is now. An infinite loss in every
+    seed was the best mean, and best.json held Infinity."""
+    old = json.loads('{"best_val_loss": Infinity, "final_val_loss": NaN, "steps": 6}')
+    flat = flatten_metrics(old)
+    assert math.isnan(flat["best_val_loss"]) and math.isnan(flat["final_val_loss"]) and flat["steps"] == 6.0
+    with pytest.raises(SweepError, match="no point has a value for metric 'best_val_loss'"):
+        summarise(spec, collect(spec, results(spec, lambda p, s: math.inf)))
 
 
 def test_a_seed_without_a_value_leaves_its_point_without_a_mean():
