@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import re
 import secrets
@@ -190,10 +191,43 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Write `obj` as indented, key-sorted JSON, atomically."""
-    with atomic_open(path, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, indent=2, sort_keys=True, default=_json_default)
-        fh.write("\n")
+    """Write `obj` as indented, key-sorted, strict JSON, atomically.
+
+    A number that is not finite is refused (ValueError naming the file and the key),
+    and nothing is written: Python's json would write NaN or Infinity, which jq,
+    JavaScript and other strict parsers refuse. A writer whose value can be undefined
+    writes null."""
+    try:
+        with atomic_open(path, "w", encoding="utf-8") as fh:
+            json.dump(obj, fh, indent=2, sort_keys=True, default=_json_default, allow_nan=False)
+            fh.write("\n")
+    except ValueError as exc:
+        where = _non_finite_at(obj)
+        if where is None:  # another ValueError (a circular reference)
+            raise
+        key, value = where
+        raise ValueError(f"{path}: {key or 'the value'} is {value!r}, which strict JSON cannot hold (null "
+                         "stands for a number that is not defined); nothing was written") from exc
+
+
+def _non_finite_at(obj: Any, key: str = "") -> tuple[str, float] | None:
+    """The key path (`a.b[2].c`) and value of the first number in `obj` that is not finite."""
+    if isinstance(obj, dict):
+        for k, v in sorted(obj.items(), key=lambda kv: str(kv[0])):
+            found = _non_finite_at(v, f"{key}.{k}" if key else str(k))
+            if found:
+                return found
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            found = _non_finite_at(v, f"{key}[{i}]")
+            if found:
+                return found
+    elif hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
+        with contextlib.suppress(ValueError, TypeError):  # a numpy array of several values: not JSON anyway
+            return _non_finite_at(obj.item(), key)
+    elif isinstance(obj, float) and not math.isfinite(obj):
+        return key, obj
+    return None
 
 
 def _json_default(obj: Any) -> Any:

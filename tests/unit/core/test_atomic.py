@@ -3,7 +3,10 @@ import signal
 import subprocess
 import sys
 
-from shardflow.core.atomic import atomic_open, atomic_write_bytes
+import numpy as np
+import pytest
+
+from shardflow.core.atomic import atomic_open, atomic_write_bytes, write_json
 
 
 def test_a_killed_writer_leaves_no_file_and_its_temporary_is_cleared_by_the_next_write(tmp_path):
@@ -119,3 +122,14 @@ def test_a_published_file_has_the_umask_mode_whatever_its_writer_chose(tmp_path)
         assert stat.S_IMODE((tmp_path / "w.bin").stat().st_mode) == 0o640
     finally:
         os.umask(old)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), np.float32("-inf")])
+def test_write_json_refuses_a_number_that_is_not_finite_naming_the_file_and_the_key(tmp_path, value):
+    # json.dump would write NaN or Infinity, which strict parsers (jq, JavaScript) refuse.
+    path = tmp_path / "metrics.json"
+    with pytest.raises(ValueError, match=r"metrics\.json: systems\.lead\[1\]\.mean is .*strict JSON"):
+        write_json(path, {"n": 1, "systems": {"lead": [{"mean": 0.5}, {"mean": value}]}})
+    assert os.listdir(tmp_path) == []
+    write_json(path, {"mean": None, "n": np.int64(2)})
+    assert path.read_text() == '{\n  "mean": null,\n  "n": 2\n}\n'
