@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from shardflow.core.files import read_json
 from shardflow.core.jobs import job_costs, read_job_table
-from shardflow.core.npyio import iter_row_blocks, read_header
+from shardflow.core.npyio import iter_row_blocks, read_header, rows_per_block
 from shardflow.core.s3 import logical_path
 
 
@@ -66,9 +66,16 @@ def _first_id_difference(ids: str | os.PathLike, ref_ids: str | os.PathLike, row
     return n, ref_n, (None if n == ref_n else min(n, ref_n))
 
 
+# Each of the two sets is read this much at a time (in float64), whatever its width.
+VECTOR_BLOCK_BYTES = 32 << 20
+
+
 def _blocks(path: str | os.PathLike, rows: int) -> Iterator[np.ndarray]:
+    """Row blocks in float64: norms and dot products in one precision. A float32 norm
+    is off by about 1e-7 relative, which a cosine of two equal vectors then shows as
+    0.9999998, and overflows for components near float32's largest."""
     for block in iter_row_blocks(path, rows):
-        yield block.astype(np.float32, copy=False)
+        yield block.astype(np.float64)
 
 
 def agreement(npy: str | os.PathLike, ids: str | os.PathLike, ref_npy: str | os.PathLike,
@@ -88,9 +95,10 @@ def agreement(npy: str | os.PathLike, ids: str | os.PathLike, ref_npy: str | os.
         raise ValueError(f"{npy} has {dim} dimensions but the reference {ref_npy} has {ref_dim}: another model?")
     cosines = np.empty(n, dtype=np.float64)
     at = 0
-    for a, b in zip(_blocks(npy, block_rows), _blocks(ref_npy, block_rows), strict=True):
+    rows = min(block_rows, rows_per_block(dim, np.dtype(np.float64), VECTOR_BLOCK_BYTES))
+    for a, b in zip(_blocks(npy, rows), _blocks(ref_npy, rows), strict=True):
         na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
-        dot = np.einsum("ij,ij->i", a.astype(np.float64), b.astype(np.float64))
+        dot = np.einsum("ij,ij->i", a, b)
         both = na * nb
         cos = np.where(both > 0, dot / np.where(both > 0, both, 1.0), np.where((na == 0) & (nb == 0), 1.0, 0.0))
         cosines[at:at + len(cos)] = np.clip(cos, -1.0, 1.0)

@@ -59,6 +59,18 @@ def test_agreement_is_the_cosine_per_row_streamed_in_blocks(tmp_path):
     assert got["cosine_p1"] == pytest.approx(np.percentile(cos, 1), abs=1e-6)
 
 
+def test_a_set_against_itself_agrees_to_float64_rounding(tmp_path):
+    """Norms and dot products in one precision: float32 norms put 1.5e-7 into a cosine
+    of two equal vectors (every point of a sweep showed 0.99999985), and overflowed for
+    components near float32's largest (a cosine of 0)."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(300, 384)).astype(np.float32)
+    x[7] = 3.0e38
+    ids = [f"d{i}" for i in range(300)]
+    got = agreement(*_vectors(tmp_path, "a", x, ids), *_vectors(tmp_path, "b", x.copy(), ids))
+    assert 1 - got["cosine_min"] < 1e-12 and got["cosine_mean"] == pytest.approx(1.0, abs=1e-12)
+
+
 def test_other_records_or_another_width_is_an_error_naming_the_files(tmp_path):
     x = np.ones((3, 4), dtype=np.float32)
     mine = _vectors(tmp_path, "mine", x, ["a", "b", "c"])
