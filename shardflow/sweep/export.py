@@ -35,12 +35,30 @@ def value_label(value: Any) -> str:
     return value if isinstance(value, str) else format_value(value)
 
 
+# The most decimals a metric's column gets to tell its points apart.
+MOST_DECIMALS = 6
+
+
+def metric_decimals(means: pd.Series, decimals: int, most: int = MOST_DECIMALS) -> int:
+    """`decimals`, or more (up to `most`) where the points' means differ but every one
+    would read the same, a column that tells nothing: cosines of 0.99962 and 0.99996 are
+    both 1.000 at 3 decimals. A column where some means differ keeps `decimals` (two of
+    them reading the same are a tie there, both bold)."""
+    values = {float(v) for v in means.dropna()}
+    d = decimals
+    while d < most and len(values) > 1 and len({round(v, d) for v in values}) == 1:
+        d += 1
+    return d
+
+
 def _cells(spec: SweepSpec, summary: pd.DataFrame, decimals: int):
-    """Rows of (parameter labels, [(mean text, std text or None, bold)])."""
+    """Rows of (parameter labels, [(mean text, std text or None, bold)]); each metric's
+    column with its own decimals (metric_decimals)."""
     by_point = summary.set_index("point")
-    bold_means = {}
+    bold_means, places = {}, {}
     for m in spec.metrics:
-        means = by_point[f"{m}_mean"].dropna().round(decimals)
+        places[m] = metric_decimals(by_point[f"{m}_mean"], decimals)
+        means = by_point[f"{m}_mean"].dropna().round(places[m])
         bold_means[m] = (means.max() if spec.goals[m] == "max" else means.min()) if len(means) else None
     rows = []
     for pid in spec.ids:
@@ -51,8 +69,9 @@ def _cells(spec: SweepSpec, summary: pd.DataFrame, decimals: int):
             if math.isnan(mean):
                 cells.append(("–", None, False))
                 continue
-            bold = round(mean, decimals) == bold_means[m]
-            cells.append((f"{mean:.{decimals}f}", None if math.isnan(std) else f"{std:.{decimals}f}", bold))
+            d = places[m]
+            bold = round(mean, d) == bold_means[m]
+            cells.append((f"{mean:.{d}f}", None if math.isnan(std) else f"{std:.{d}f}", bold))
         rows.append(([value_label(point[p]) for p in spec.params], cells))
     return rows
 

@@ -58,9 +58,22 @@ def test_one_seed_shows_the_mean_alone_and_ties_are_all_bold():
     lines = to_markdown(spec, summary, decimals=1).splitlines()
     assert lines[2:4] == ["| 0.001 | 1.0 | 0.5 |", "| 0.0003 | **0.9** | **0.8** |"]
     assert lines[-1] == "tiny (train): one seed; best in bold."
-    summary.loc[0, "best_val_loss_mean"] = 0.94  # rounds to the best 0.9: a reader sees a tie
+    summary.loc[0, "best_val_loss_mean"] = 0.9  # the same mean: a tie, both bold
     assert to_markdown(spec, summary, decimals=1).splitlines()[2] == "| 0.001 | **0.9** | 0.5 |"
     assert "0.001 & $\\mathbf{0.9}$ & $0.5$ \\\\" in to_latex(spec, summary, decimals=1, caption="c", label="t")
+
+
+def test_a_column_whose_means_all_read_the_same_gets_the_decimals_that_tell_them_apart():
+    """Cosines with the main run's vectors: 1.000 for every point at 3 decimals told a
+    reader nothing; the column gets decimals until its means differ (at most 6)."""
+    spec, summary = tiny(seeds=(0,))
+    summary["best_val_loss_mean"] = [0.9, 0.8]  # already differ: stays at 1 decimal
+    summary["acc_mean"] = [0.99962, 0.99996]
+    lines = to_markdown(spec, summary, decimals=1).splitlines()
+    assert lines[2:4] == ["| 0.001 | 0.9 | 0.9996 |", "| 0.0003 | **0.8** | **1.0000** |"]
+    summary["acc_mean"] = [1.0 - 1e-9, 1.0]  # beyond 6 decimals: a tie
+    assert to_markdown(spec, summary, decimals=1).splitlines()[2:4] == [
+        "| 0.001 | 0.9 | **1.000000** |", "| 0.0003 | **0.8** | **1.000000** |"]
 
 
 def test_latex_special_characters_are_escaped():
