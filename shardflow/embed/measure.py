@@ -28,9 +28,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardflow.core.files import read_json
-from shardflow.core.jobs import job_costs, read_job_table
+from shardflow.core.jobs import read_job_table
 from shardflow.core.npyio import iter_row_blocks, read_header, rows_per_block
 from shardflow.core.s3 import logical_path
+from shardflow.embed.report import chunk_totals
 
 
 def _id_blocks(path: str | os.PathLike, rows: int) -> Iterator[pa.Array]:
@@ -126,11 +127,8 @@ def run_metrics(jobs_path: str | os.PathLike, verification_path: str | os.PathLi
     jobs = read_job_table(jobs_path)
     stats = [j["stats"] for j in jobs]
     benches = [j["benchmark"] for j in jobs]
-    costs = job_costs(stats, benches, gpu_hour_price)
-    records = sum(s["items"] for s in stats)
-    # A job resumed from an earlier attempt's parts computed only the rest, in its seconds.
-    computed = sum(s.get("items_embedded", s["items"]) for s in stats)
-    tokens = sum(s["real_tokens"] for s in stats)
+    totals = chunk_totals(stats, benches, gpu_hour_price)  # resumed rows: in records, not computed
+    costs, records, computed, tokens = totals["costs"], totals["records"], totals["computed"], totals["tokens"]
     padded = sum(s["padded_tokens"] for s in stats)
     encode = sum(s["seconds"] for s in stats)
     warmup = sum(s.get("warmup_seconds", 0.0) for s in stats)
@@ -159,9 +157,7 @@ def run_metrics(jobs_path: str | os.PathLike, verification_path: str | os.PathLi
         "max_rss_mb": max(rss) if rss else None,
         "gpu_hours": costs["gpu_hours"],
         "estimated_cost": costs["estimated_cost"],
-        # over the records the jobs' seconds computed: a resumed job's earlier rows cost an
-        # attempt whose GPU time is not known, and would make the point look cheaper
-        "estimated_cost_per_million_records": costs["estimated_cost"] / max(computed, 1) * 1e6,
+        "estimated_cost_per_million_records": totals["cost_per_million"],
         "dim": verification["dim"],
         "dtype": verification["dtype"],
         "devices": costs["devices"],

@@ -93,14 +93,31 @@ def plot_map(npy_path: str, path: str, params: ReportParams) -> int:
     return len(idx)
 
 
-def run_summary(stats: list[dict], benches: list[dict], manifest: dict, verification: dict, params: ReportParams) -> dict:
-    costs = job_costs(stats, benches, params.gpu_hour_price)
-    records = sum(s["items"] for s in stats)
-    # A job resumed from an earlier attempt's parts computed only the rest: its time, and so
-    # the rates, cover what it computed (the earlier attempt's time and tokens are not known).
+def chunk_totals(stats: list[dict], benches: list[dict], gpu_hour_price: float) -> dict:
+    """What a run's chunk jobs did and cost (the report's summary and an embed sweep job's
+    metrics): `records` out, `computed` by the jobs' final attempts, `tokens` of those,
+    `costs` (core.jobs.job_costs) and `cost_per_million`, the cost per million records
+    computed (None where none was).
+
+    A job resumed from an earlier attempt's parts computed only the rest: its time, and so
+    the rates and the cost per record, cover what it computed (the earlier attempt's time
+    and tokens are not known; counting its rows would make the run look cheaper)."""
+    costs = job_costs(stats, benches, gpu_hour_price)
     computed = sum(s.get("items_embedded", s["items"]) for s in stats)
-    tokens = sum(s["tokens"] for s in stats)
+    return {
+        "records": sum(s["items"] for s in stats),
+        "computed": computed,
+        "tokens": sum(s["tokens"] for s in stats),
+        "costs": costs,
+        "cost_per_million": costs["estimated_cost"] / computed * 1e6 if computed else None,
+    }
+
+
+def run_summary(stats: list[dict], benches: list[dict], manifest: dict, verification: dict, params: ReportParams) -> dict:
+    totals = chunk_totals(stats, benches, params.gpu_hour_price)
+    costs, records, computed, tokens = totals["costs"], totals["records"], totals["computed"], totals["tokens"]
     wall, job_seconds, gpu_hours = costs["wall_time_s"], costs["job_seconds"], costs["gpu_hours"]
+    per_million = totals["cost_per_million"]
     return {
         "records": records,
         "records_resumed": records - computed,
@@ -119,7 +136,7 @@ def run_summary(stats: list[dict], benches: list[dict], manifest: dict, verifica
         "currency": params.currency,
         # GPU-hours are embed jobs that ran on CUDA; a CPU-only run costs 0 here.
         "estimated_cost": round(gpu_hours * params.gpu_hour_price, 6),
-        "estimated_cost_per_million_records": round(gpu_hours * params.gpu_hour_price / max(records, 1) * 1e6, 6),
+        "estimated_cost_per_million_records": None if per_million is None else round(per_million, 6),
         "verification_ok": verification["ok"],
         "dim": verification["dim"],
         "dtype": verification["dtype"],

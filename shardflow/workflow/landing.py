@@ -72,8 +72,10 @@ def embedding_section(dataset: str, files: dict, report: ReportParams) -> Sectio
          f"on {', '.join(s['devices'])}" + (
              f" ({s['records_resumed']:,} records came from resumed parts of killed attempts, whose time, "
              "tokens and cost are not counted)" if s.get("records_resumed") else "")),
-        ("GPU-hours and cost", f"{s['gpu_hours']:.4f} GPU-h, {s['estimated_cost']:.2f} {s['currency']} "
-         f"({s['estimated_cost_per_million_records']:.2f} per million records)"),
+        ("GPU-hours and cost", f"{s['gpu_hours']:.4f} GPU-h, {s['estimated_cost']:.2f} {s['currency']} " + (
+            "(every record came from resumed parts: no cost per record)"
+            if s["estimated_cost_per_million_records"] is None
+            else f"({s['estimated_cost_per_million_records']:.2f} per million records computed)")),
     ]
     return Section(f"Embedding: {dataset}", rows)
 

@@ -26,7 +26,8 @@ def _vectors(folder: Path, name: str, x: np.ndarray, ids: list[str]) -> tuple[Pa
 
 def _stat(items, embedded, seconds, start, warmup=0.0, warmup_items=0, device="cuda:0") -> dict:
     # As the engine counts them: tokens of the records this job computed (resumed parts' not).
-    return {"items": items, "items_embedded": embedded, "real_tokens": embedded * 10, "padded_tokens": embedded * 12,
+    return {"items": items, "items_embedded": embedded, "tokens": embedded * 10, "real_tokens": embedded * 10,
+            "padded_tokens": embedded * 12,
             "seconds": seconds, "warmup_seconds": warmup, "warmup_items": warmup_items, "warmup_tokens": warmup_items * 10,
             "start_time": start, "end_time": start + seconds, "device": device, "oom_backoffs": 1}
 

@@ -219,3 +219,15 @@ def test_build_report_writes_every_output(fake_run):
     assert sorted(p.name for p in report_dir.iterdir()) == sorted(
         ["throughput.png", "timeline.png", "norms.png", "map.png", "summary.json"]
     )
+
+
+def test_cost_per_record_counts_the_records_the_jobs_computed():
+    """A job resumed from an earlier attempt's parts computed only the rest, in the time
+    its benchmark records: counting the earlier rows made the run look cheaper per record
+    (the embed sweep's metrics and this summary share chunk_totals)."""
+    resumed = {**stat(0, 400, 0.0, 3600.0), "items_embedded": 100}
+    s = run_summary([resumed], [{"s": 3600.0}], {}, VERIFICATION, ReportParams(gpu_hour_price=2.0))
+    assert (s["records"], s["records_resumed"]) == (400, 300)
+    assert s["estimated_cost_per_million_records"] == pytest.approx(2.0 / 100 * 1e6)
+    nothing = run_summary([{**resumed, "items_embedded": 0}], [{"s": 3600.0}], {}, VERIFICATION, ReportParams())
+    assert nothing["estimated_cost_per_million_records"] is None

@@ -93,3 +93,22 @@ def test_the_shards_line_says_which_shards_hold_a_longer_document_alone():
     assert _shards_line(meta) == "3 of up to 30 uint16 tokens (1 hold one longer document or group alone, the largest 299 tokens)"
     meta["shards"].pop(1)
     assert _shards_line(meta) == "2 of up to 30 uint16 tokens"
+
+
+def test_embedding_section_where_every_record_came_from_resumed_parts(tmp_path):
+    """The cost per record counts the records the jobs computed: none here (every chunk's
+    job found all its parts), so the page says so instead of failing on a null."""
+    from shardflow.core.jobs import write_job_table
+    from shardflow.embed.report import ReportParams
+    from shardflow.workflow.landing import embedding_section
+
+    stats = {"chunk": 0, "items": 30, "items_embedded": 0, "tokens": 0, "seconds": 0.5, "start_time": 10.0,
+             "end_time": 10.5, "device": "cuda:0"}
+    (tmp_path / "s.json").write_text(json.dumps(stats))
+    (tmp_path / "b.tsv").write_text("s\tmax_rss\n2.0\t100\n")
+    write_job_table(tmp_path / "jobs.json", [str(tmp_path / "s.json")], [str(tmp_path / "b.tsv")])
+    (tmp_path / "manifest.json").write_text(json.dumps({"total_records": 30, "rejected_records": 0}))
+    (tmp_path / "v.json").write_text(json.dumps({"ok": True, "rows": 30, "dim": 8, "dtype": "float32"}))
+    files = {"manifest": tmp_path / "manifest.json", "jobs": tmp_path / "jobs.json", "verification": tmp_path / "v.json"}
+    rows = dict(embedding_section("demo", files, ReportParams()).rows)
+    assert rows["GPU-hours and cost"].endswith("(every record came from resumed parts: no cost per record)")
