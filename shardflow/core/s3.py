@@ -12,6 +12,7 @@ falls back to boto3's own chain (AWS_PROFILE, AWS_ENDPOINT_URL, IRSA, ...).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import posixpath
 import re
@@ -19,6 +20,8 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 SETTING_NAMES = ("endpoint_url", "region", "access_key", "secret_key", "token")
 # Where a job finds its storage inputs and outputs: <provider>/<bucket>/<key> below it
@@ -295,17 +298,21 @@ class ObjectFolder:
     def write(self, name: str, data: bytes) -> None:
         self.s3.put_object(Bucket=self.url.bucket, Key=self._key(name), Body=data)
 
-    def remove(self) -> None:
-        """Delete every object of the folder. Keys the server would not delete stop the
-        job, once every key was tried: an OSError names each with its error code."""
+    def remove(self) -> str | None:
+        """Delete every object of the folder; return None, or (and log as a warning) a line
+        naming each key the server would not delete with its error code, once every key
+        was tried. It does not fail the job: its outputs are written by then, and parts
+        left behind only cost storage (a folder is named by everything that decides its
+        parts, so no other job reads them as its own)."""
         prefix = self.url.key.rstrip("/") + "/"
         keys = list_keys(self.s3, self.url.bucket, prefix)
         left = delete_keys(self.s3, self.url.bucket, keys)
-        if left:
-            raise OSError(
-                f"cannot remove s3://{self.url.bucket}/{prefix}: {len(left)} of {len(keys)} objects "
-                f"not deleted ({_by_code(left)})"
-            )
+        if not left:
+            return None
+        line = (f"cannot remove s3://{self.url.bucket}/{prefix}: {len(left)} of {len(keys)} objects "
+                f"not deleted ({_by_code(left)}); they stay in the bucket")
+        log.warning(line)
+        return line
 
 
 # DeleteObjects answers 200 with an Errors list for the keys it did not delete (each
