@@ -25,7 +25,7 @@ import shutil
 import socket
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -202,7 +202,7 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
             json.dump(obj, fh, indent=2, sort_keys=True, default=_json_default, allow_nan=False)
             fh.write("\n")
     except ValueError as exc:
-        where = _non_finite_at(obj)
+        where = next(non_finite_paths(obj), None)
         if where is None:  # another ValueError (a circular reference)
             raise
         key, value = where
@@ -210,24 +210,20 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
                          "stands for a number that is not defined); nothing was written") from exc
 
 
-def _non_finite_at(obj: Any, key: str = "") -> tuple[str, float] | None:
-    """The key path (`a.b[2].c`) and value of the first number in `obj` that is not finite."""
-    if isinstance(obj, dict):
+def non_finite_paths(obj: Any, key: str = "") -> Iterator[tuple[str, float]]:
+    """(key path `a.b[2].c`, value) of each number in `obj` that is not finite, mappings
+    in key order; numpy scalars included."""
+    if isinstance(obj, Mapping):
         for k, v in sorted(obj.items(), key=lambda kv: str(kv[0])):
-            found = _non_finite_at(v, f"{key}.{k}" if key else str(k))
-            if found:
-                return found
+            yield from non_finite_paths(v, f"{key}.{k}" if key else str(k))
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
-            found = _non_finite_at(v, f"{key}[{i}]")
-            if found:
-                return found
+            yield from non_finite_paths(v, f"{key}[{i}]")
     elif hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
         with contextlib.suppress(ValueError, TypeError):  # a numpy array of several values: not JSON anyway
-            return _non_finite_at(obj.item(), key)
+            yield from non_finite_paths(obj.item(), key)
     elif isinstance(obj, float) and not math.isfinite(obj):
-        return key, obj
-    return None
+        yield key, obj
 
 
 def _json_default(obj: Any) -> Any:

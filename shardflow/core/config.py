@@ -7,7 +7,6 @@ typo needs one line: which key, what is wrong, what is allowed.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -15,6 +14,8 @@ from typing import Any
 
 import jsonschema
 import yaml
+
+from shardflow.core.atomic import non_finite_paths
 
 
 class ConfigError(ValueError):
@@ -297,19 +298,16 @@ def validate_config(config: dict, schema: dict, command_line: Mapping | None = N
     return config
 
 
-def non_finite_numbers(node: Any, path: str = "") -> list[str]:
+def non_finite_numbers(config: Any) -> list[str]:
     """One line per `.nan`, `.inf` or `-.inf` in the config (sweep values included). The
     schema's bounds let them through (NaN compares false with every bound), but every
     value is recorded in strict JSON (provenance.json, a sweep's spec.json and
     points.json, a train job's config.json), which has no NaN or Infinity."""
-    if isinstance(node, Mapping):
-        return [line for k, v in node.items() for line in non_finite_numbers(v, f"{path}.{k}" if path else str(k))]
-    if isinstance(node, list):
-        return [line for i, v in enumerate(node) for line in non_finite_numbers(v, f"{path}[{i}]")]
-    if isinstance(node, float) and not math.isfinite(node):
-        return [f"config key '{path}': {node} is not a finite number (the records the workflow writes are strict "
-                "JSON, which has no NaN or Infinity)"]
-    return []
+    return [
+        f"config key '{path}': {value} is not a finite number (the records the workflow writes are strict "
+        "JSON, which has no NaN or Infinity)"
+        for path, value in non_finite_paths(config)
+    ]
 
 
 def whole_floats_as_ints(params: Any) -> None:
