@@ -29,6 +29,7 @@ from shardflow.core.parsecache import cached
 from shardflow.core.s3 import has_magic
 from shardflow.corpus.readers import ReaderOptions, count_records_cheap, detect_format, expand_inputs
 from shardflow.retrieval.pipeline import RetrievalSpec
+from shardflow.sweep.metrics import loads_model
 from shardflow.train.tokenizer import pretrained_unavailable
 from shardflow.workflow.tasks import models as task_models
 
@@ -495,8 +496,7 @@ def gpu_rules_on_cpu(cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[S
     sweeps = list(sweeps)
     tasks = {t for ds in data_sets for t in ds.tasks}
     model = cfg["embedding"]["model"]
-    if any(spec.job_config(p, spec.seeds[0])["embedding"]["model"] == model
-           for spec in sweeps if spec.stage == "embed" for p in spec.ids):
+    if any(loads_model(spec, p, model) for spec in sweeps if spec.stage == "embed" for p in spec.ids):
         tasks.add("embedding")
     stages = {spec.stage for spec in sweeps}
     rules = [r for task, rs in GPU_RULES.items() if task in tasks for r in rs]

@@ -418,6 +418,12 @@ def test_the_gpu_rules_whose_jobs_run_on_the_cpu_are_those_of_the_run_on_the_cpu
     assert list(plan.gpu_rules_on_cpu(cfg("cpu"), sets(()), [sweep("embed", "other", "m")])) == [
         "embed", "sweep_embed_chunk"]
     assert list(plan.gpu_rules_on_cpu(cfg("cpu"), sets(()), [sweep("embed", "other")])) == ["sweep_embed_chunk"]
+    # One model spelt two ways (core.models.same_model) is the main run's: embed runs.
+    bundled = {**cfg("cpu"), "embedding": {"model": "default"}}
+    from shardflow.core.models import bundled_model_path
+
+    assert list(plan.gpu_rules_on_cpu(bundled, sets(()), [sweep("embed", f"{bundled_model_path()}/")])) == [
+        "embed", "sweep_embed_chunk"]
 
 
 def test_the_slurm_profile_gives_the_gpu_partition_to_gpu_rules_only_and_names_every_one():
