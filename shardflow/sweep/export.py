@@ -43,12 +43,13 @@ def metric_decimals(means: pd.Series, decimals: int, most: int = MOST_DECIMALS) 
     """`decimals`, or more (up to `most`) where the points' means differ but every one
     would read the same, a column that tells nothing: cosines of 0.99962 and 0.99996 are
     both 1.000 at 3 decimals. A column where some means differ keeps `decimals` (two of
-    them reading the same are a tie there, both bold)."""
+    them reading the same are a tie there, both bold), as does one whose means differ
+    only beyond `most` decimals (a tie)."""
     values = {float(v) for v in means.dropna()}
-    d = decimals
-    while d < most and len(values) > 1 and len({round(v, d) for v in values}) == 1:
-        d += 1
-    return d
+    for d in range(decimals, max(decimals, most) + 1):
+        if len({round(v, d) for v in values}) > 1:
+            return d
+    return decimals
 
 
 def _cells(spec: SweepSpec, summary: pd.DataFrame, decimals: int):

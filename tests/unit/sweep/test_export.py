@@ -71,9 +71,20 @@ def test_a_column_whose_means_all_read_the_same_gets_the_decimals_that_tell_them
     summary["acc_mean"] = [0.99962, 0.99996]
     lines = to_markdown(spec, summary, decimals=1).splitlines()
     assert lines[2:4] == ["| 0.001 | 0.9 | 0.9996 |", "| 0.0003 | **0.8** | **1.0000** |"]
-    summary["acc_mean"] = [1.0 - 1e-9, 1.0]  # beyond 6 decimals: a tie
+    summary["acc_mean"] = [1.0 - 1e-9, 1.0]  # beyond 6 decimals: a tie at the table's decimals
     assert to_markdown(spec, summary, decimals=1).splitlines()[2:4] == [
-        "| 0.001 | 0.9 | **1.000000** |", "| 0.0003 | **0.8** | **1.000000** |"]
+        "| 0.001 | 0.9 | **1.0** |", "| 0.0003 | **0.8** | **1.0** |"]
+
+
+def test_means_that_read_the_same_where_others_differ_are_a_tie():
+    """Only a column where every mean reads the same gets more decimals: 0.94 and 0.9
+    beside 0.5 read 0.9 at 1 decimal, a tie, both bold."""
+    spec = parse({"t": sweep(grid={"train.lr": [0.001, 0.0003, 0.0001]}, seeds=[0],
+                             metrics={"best_val_loss": "max"})})["t"]
+    means = dict(zip(spec.ids, (0.94, 0.9, 0.5), strict=True))
+    runs = collect(spec, [RunResult(pid, s, {"best_val_loss": means[pid]}) for pid, s in spec.jobs()])
+    lines = to_markdown(spec, summarise(spec, runs), decimals=1).splitlines()
+    assert lines[2:5] == ["| 0.001 | **0.9** |", "| 0.0003 | **0.9** |", "| 0.0001 | 0.5 |"]
 
 
 def test_latex_special_characters_are_escaped():
