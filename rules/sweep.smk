@@ -35,7 +35,7 @@ wildcard_constraints:
 
 
 if sweeps_of_stage("retrieval"):
-    JOB = stage_sweep_job("retrieval")
+    RETRIEVAL_JOB = stage_sweep_job("retrieval")
     # Embeddings are named by their settings (shardflow.sweep.shared): one set per
     # distinct embedding section, data set and device, shared by every job that reads
     # it; a job whose settings are the main run's reads results/<dataset>/ instead.
@@ -116,10 +116,10 @@ if sweeps_of_stage("retrieval"):
         input:
             unpack(sweep_retrieval_inputs),
         output:
-            metrics=f"{JOB}/metrics.json",
-            per_query=f"{JOB}/per_query.parquet",
-            run=f"{JOB}/run.parquet",
-            figure=f"{JOB}/per_query_ndcg.png",
+            metrics=f"{RETRIEVAL_JOB}/metrics.json",
+            per_query=f"{RETRIEVAL_JOB}/per_query.parquet",
+            run=f"{RETRIEVAL_JOB}/run.parquet",
+            figure=f"{RETRIEVAL_JOB}/per_query_ndcg.png",
         log:
             f"{SWEEP_LOG}/retrieval_evaluate.log",
         benchmark:
@@ -134,14 +134,14 @@ if sweeps_of_stage("retrieval"):
 
 
 if sweeps_of_stage("summarise"):
-    JOB = stage_sweep_job("summarise")
+    SUMMARISE_JOB = stage_sweep_job("summarise")
 
     use rule summarise as sweep_summarise with:
         input:
             f"results/{DATASET}/chunks/chunk_{{chunk}}.jsonl",
         output:
-            summaries=f"{JOB}/summarise/summaries_{{chunk}}.jsonl",
-            stats=f"{JOB}/summarise/summaries_{{chunk}}.stats.json",
+            summaries=f"{SUMMARISE_JOB}/summarise/summaries_{{chunk}}.jsonl",
+            stats=f"{SUMMARISE_JOB}/summarise/summaries_{{chunk}}.stats.json",
         log:
             f"{SWEEP_LOG}/summarise_{{chunk}}.log",
         benchmark:
@@ -162,8 +162,8 @@ if sweeps_of_stage("summarise"):
             benchmarks=per_chunk(f"{SWEEP_BENCH}/summarise_{{chunk}}.tsv", DATASET),
             manifest=f"results/{DATASET}/chunks/manifest.json",
         output:
-            summaries=f"{JOB}/summaries.jsonl",
-            jobs=f"{JOB}/summarise/jobs.json",
+            summaries=f"{SUMMARISE_JOB}/summaries.jsonl",
+            jobs=f"{SUMMARISE_JOB}/summarise/jobs.json",
         log:
             f"{SWEEP_LOG}/merge_summaries.log",
         benchmark:
@@ -175,9 +175,9 @@ if sweeps_of_stage("summarise"):
             sources=split_inputs(DATASETS[DATASET]),
             split_rejects=f"results/{DATASET}/chunks/rejects.jsonl",
         output:
-            metrics=f"{JOB}/metrics.json",
-            per_document=f"{JOB}/per_document.parquet",
-            figure=f"{JOB}/rouge.png",
+            metrics=f"{SUMMARISE_JOB}/metrics.json",
+            per_document=f"{SUMMARISE_JOB}/per_document.parquet",
+            figure=f"{SUMMARISE_JOB}/rouge.png",
         log:
             f"{SWEEP_LOG}/evaluate_summaries.log",
         benchmark:
@@ -187,15 +187,15 @@ if sweeps_of_stage("summarise"):
 if sweeps_of_stage("embed"):
     # Every point and seed embeds the main data set's chunks itself (a seed is a
     # repeat of the measurement); its vectors are compared with the main run's.
-    JOB = stage_sweep_job("embed")
+    EMBED_JOB = stage_sweep_job("embed")
 
     use rule embed as sweep_embed_chunk with:
         input:
             f"results/{DATASET}/chunks/chunk_{{chunk}}.jsonl",
         output:
-            npy=f"{JOB}/embed/embed_{{chunk}}.npy",
-            ids=f"{JOB}/embed/embed_{{chunk}}.ids.parquet",
-            stats=f"{JOB}/embed/embed_{{chunk}}.stats.json",
+            npy=f"{EMBED_JOB}/embed/embed_{{chunk}}.npy",
+            ids=f"{EMBED_JOB}/embed/embed_{{chunk}}.ids.parquet",
+            stats=f"{EMBED_JOB}/embed/embed_{{chunk}}.stats.json",
         log:
             f"{SWEEP_LOG}/embed_{{chunk}}.log",
         benchmark:
@@ -214,9 +214,9 @@ if sweeps_of_stage("embed"):
             stats=per_chunk(f"{SWEEP_JOB}/embed/embed_{{chunk}}.stats.json", DATASET),
             benchmarks=per_chunk(f"{SWEEP_BENCH}/embed_{{chunk}}.tsv", DATASET),
         output:
-            npy=f"{JOB}/embeddings.npy",
-            ids=f"{JOB}/ids.parquet",
-            jobs=f"{JOB}/embed/jobs.json",
+            npy=f"{EMBED_JOB}/embeddings.npy",
+            ids=f"{EMBED_JOB}/ids.parquet",
+            jobs=f"{EMBED_JOB}/embed/jobs.json",
         log:
             f"{SWEEP_LOG}/merge.log",
         benchmark:
@@ -228,7 +228,7 @@ if sweeps_of_stage("embed"):
             ids=f"{SWEEP_JOB}/ids.parquet",
             manifest=f"results/{DATASET}/chunks/manifest.json",
         output:
-            f"{JOB}/verification.json",
+            f"{EMBED_JOB}/verification.json",
         log:
             f"{SWEEP_LOG}/verify.log",
         params:
@@ -240,7 +240,7 @@ if sweeps_of_stage("embed"):
         input:
             unpack(sweep_embed_metrics_inputs),
         output:
-            f"{JOB}/metrics.json",
+            f"{EMBED_JOB}/metrics.json",
         log:
             f"{SWEEP_LOG}/embed_metrics.log",
         benchmark:
@@ -254,21 +254,21 @@ if sweeps_of_stage("embed"):
 
 
 if sweeps_of_stage("train"):
-    JOB = stage_sweep_job("train")
+    TRAIN_JOB = stage_sweep_job("train")
 
     use rule train as sweep_train with:
         input:
             **tokenizer_files(DATASET),
             shards=f"results/{DATASET}/shards",
         output:
-            best=f"{JOB}/train/best.safetensors",
-            last=f"{JOB}/train/last.safetensors",
-            config=f"{JOB}/train/config.json",
-            losses=f"{JOB}/train/losses.parquet",
-            metrics=f"{JOB}/train/metrics.json",
-            plot=f"{JOB}/train/loss.png",
-            sample=f"{JOB}/train/sample.txt",
-            hf=directory(f"{JOB}/train/hf"),
+            best=f"{TRAIN_JOB}/train/best.safetensors",
+            last=f"{TRAIN_JOB}/train/last.safetensors",
+            config=f"{TRAIN_JOB}/train/config.json",
+            losses=f"{TRAIN_JOB}/train/losses.parquet",
+            metrics=f"{TRAIN_JOB}/train/metrics.json",
+            plot=f"{TRAIN_JOB}/train/loss.png",
+            sample=f"{TRAIN_JOB}/train/sample.txt",
+            hf=directory(f"{TRAIN_JOB}/train/hf"),
         log:
             f"{SWEEP_LOG}/train.log",
         benchmark:

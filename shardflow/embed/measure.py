@@ -12,8 +12,8 @@ picks the fastest settings whose vectors stay faithful, so each job reports both
 - agreement: the cosine, row by row, between the run's vectors and the reference's
   (the main run's embeddings of the same data set), streamed in row blocks.
 
-    metrics = run_metrics("jobs.json", "verification.json", ("ref.npy", "ref.ids.parquet"),
-                          "embeddings.npy", "ids.parquet", gpu_hour_price=2.5)
+    metrics = run_metrics("jobs.json", "verification.json", "embeddings.npy", "ids.parquet",
+                          reference=("ref.npy", "ref.ids.parquet"), params=MeasureParams(gpu_hour_price=2.5))
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -118,12 +119,18 @@ def _rate(count: float, seconds: float) -> float | None:
     return count / seconds if seconds > 0 else None
 
 
-def run_metrics(jobs_path: str | os.PathLike, verification_path: str | os.PathLike,
-                reference: tuple[str, str] | None, npy: str | os.PathLike, ids: str | os.PathLike,
-                gpu_hour_price: float) -> dict:
-    """The metrics record of one embedding run (see the module docstring); `reference`
-    is the reference run's (embeddings.npy, ids.parquet), or None where none compares
-    (another model): then `agreement` is null and `agreement_reason` says why."""
+@dataclass(frozen=True)
+class MeasureParams:
+    gpu_hour_price: float = 2.5  # report.gpu_hour_price: what a GPU-hour costs
+
+
+def run_metrics(jobs_path: str | os.PathLike, verification_path: str | os.PathLike, npy: str | os.PathLike,
+                ids: str | os.PathLike, *, reference: tuple[str, str] | None, params: MeasureParams) -> dict:
+    """The metrics record of one embedding run (see the module docstring): its job table,
+    verification, vectors and ids; `reference` is the reference run's (embeddings.npy,
+    ids.parquet), or None where none compares (another model): then `agreement` is null
+    and `agreement_reason` says why."""
+    gpu_hour_price = params.gpu_hour_price
     jobs = read_job_table(jobs_path)
     stats = [j["stats"] for j in jobs]
     benches = [j["benchmark"] for j in jobs]

@@ -12,7 +12,7 @@ import pytest
 
 from shardflow.core.columns import write_ids_parquet
 from shardflow.core.jobs import write_job_table
-from shardflow.embed.measure import agreement, run_metrics
+from shardflow.embed.measure import MeasureParams, agreement, run_metrics
 from shardflow.sweep.metrics import EMBED, EMBED_AGREEMENT, stage_metrics
 
 BENCH = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n{s}\t0:00:01\t{rss}\t1\t1\t1\t0\t0\t0\t1\n"
@@ -92,7 +92,8 @@ def test_rates_are_per_encode_second_and_count_what_the_jobs_computed(tmp_path):
     ids = [f"d{i}" for i in range(4)]
     x = np.eye(4, 8, dtype=np.float32)
     vectors = _vectors(tmp_path, "mine", x, ids)
-    m = run_metrics(jobs, tmp_path / "v.json", _vectors(tmp_path, "ref", x, ids), *vectors, gpu_hour_price=3.0)
+    m = run_metrics(jobs, tmp_path / "v.json", *vectors, reference=_vectors(tmp_path, "ref", x, ids),
+                    params=MeasureParams(gpu_hour_price=3.0))
     assert (m["records"], m["records_resumed"], m["tokens"], m["chunks"]) == (400, 100, 3000, 2)
     assert m["items_per_s"] == pytest.approx(300 / 20) and m["tokens_per_s"] == pytest.approx(3000 / 20)
     assert m["steady_items_per_s"] == pytest.approx(280 / 18) and m["job_items_per_s"] == pytest.approx(300 / 28)
@@ -105,7 +106,7 @@ def test_rates_are_per_encode_second_and_count_what_the_jobs_computed(tmp_path):
     assert m["estimated_cost_per_million_records"] == pytest.approx(28 / 3600 * 3.0 / 300 * 1e6)
     assert m["agreement"]["cosine_min"] == 1.0 and m["agreement"]["reference"].endswith("ref.npy")
 
-    other = run_metrics(jobs, tmp_path / "v.json", None, *vectors, gpu_hour_price=3.0)
+    other = run_metrics(jobs, tmp_path / "v.json", *vectors, reference=None, params=MeasureParams(gpu_hour_price=3.0))
     assert other["agreement"] is None and "another model" in other["agreement_reason"]
 
 
@@ -118,7 +119,8 @@ def test_the_names_a_sweep_may_rank_by_are_the_ones_written(tmp_path):
     (tmp_path / "v.json").write_text(json.dumps({"ok": True, "dim": 8, "dtype": "float32"}))
     ids = ["a", "b", "c", "d"]
     x = np.eye(4, 8, dtype=np.float32)
-    m = run_metrics(jobs, tmp_path / "v.json", _vectors(tmp_path, "ref", x, ids), *_vectors(tmp_path, "m", x, ids), 2.5)
+    m = run_metrics(jobs, tmp_path / "v.json", *_vectors(tmp_path, "m", x, ids),
+                    reference=_vectors(tmp_path, "ref", x, ids), params=MeasureParams())
     assert leaf_names(m) == set(EMBED + EMBED_AGREEMENT) == set(stage_metrics("embed", {}))
 
 
@@ -160,5 +162,5 @@ def test_the_reference_is_named_as_the_workflow_names_it(tmp_path, monkeypatch):
     x = np.eye(4, 8, dtype=np.float32)
     ref = _vectors(copy, "embeddings", x, ids)
     rel = tuple(os.path.relpath(p, tmp_path) for p in ref)
-    m = run_metrics(jobs, tmp_path / "v.json", rel, *_vectors(tmp_path, "m", x, ids), 2.5)
+    m = run_metrics(jobs, tmp_path / "v.json", *_vectors(tmp_path, "m", x, ids), reference=rel, params=MeasureParams())
     assert m["agreement"]["reference"] == "results/demo/embeddings.npy"
