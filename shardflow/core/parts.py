@@ -7,14 +7,26 @@ everything that decides the output (see `resume_key`), holding
     manifest.json        what the parts belong to (sizes, fingerprints)
     part-000000.npy      an array part (embeddings of texts [0, window), ...)
     part-000001.jsonl    or a records part (one JSON object a line: summaries, ...)
+    attempt-<host>-<pid>-<start ns>.json
+                         one per attempt of the job (its start, the time of its last
+                         saved part, the parts it saved, its device): written when it
+                         opens the folder, again after each part it saves
 
 Every file is written atomically, so a part that exists is complete. The manifest
 double-checks the folder belongs to this job, for callers that pass their own
-folder. The job removes the folder once its final outputs are written, and with it
+folder (the manifest alone: attempt records never make a folder look like another
+job's). The job removes the folder once its final outputs are written, and with it
 the folders above that this leaves empty, up to the top of the resume tree
 (`remove_folder`): `results/<dataset>/.resume` goes with the data set's last job. Other
 jobs of the data set may be creating their folders in it at that moment: they make
 them with `make_folder`, which makes a parent removed under it again.
+
+A job killed mid-way (a preempted spot pod, a SLURM timeout) leaves its attempt record
+behind; the attempt that finishes reads the earlier ones (`attempt_totals`) into its
+stats, so that the cost counts the device time the killed attempts spent. That time
+is a lower bound: a record starts when its attempt opens the folder (model loading
+before it is not known) and ends at its last saved part (work lost after it is not
+known either). Folders from before attempt records hold none: nothing is counted.
 
 The folder is a local path, or an s3:// URL when no shared volume outlives the job
 (EKS pods without one: the parts then live under the run's storage prefix and a
@@ -23,10 +35,14 @@ rerun pod finds them there; `shardflow.core.s3.ObjectFolder`).
 
 from __future__ import annotations
 
+import glob
 import io
 import json
 import os
+import re
 import shutil
+import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +51,7 @@ import numpy as np
 from shardflow.core.atomic import atomic_write_bytes
 from shardflow.core.hashing import digest, sha256_file
 
+ATTEMPT_PREFIX = "attempt-"
 # Bumped when the part layout changes: old folders then never match a new key.
 FORMAT_VERSION = 1
 
@@ -115,6 +132,10 @@ class _LocalFolder:
         make_folder(self.folder)
         atomic_write_bytes(self.folder / name, data)
 
+    def names(self, prefix: str) -> list[str]:
+        """The names of the folder's files that start with `prefix` (no temporaries)."""
+        return sorted(p.name for p in self.folder.glob(glob.escape(prefix) + "*") if ".tmp-" not in p.name)
+
     def remove(self, root: str | Path | None = None) -> None:
         remove_folder(self.folder, None if root is None else resume_tree_top(root))
 
@@ -127,13 +148,39 @@ def _backend(folder: str | Path):
     return _LocalFolder(folder)
 
 
-class PartStore:
-    """The parts of one job. `open()` creates the folder or checks it is this job's."""
+def attempt_name(host: str, pid: int, start_ns: int) -> str:
+    """The record file of one attempt: unique per host, process and start."""
+    return f"{ATTEMPT_PREFIX}{re.sub(r'[^A-Za-z0-9._-]', '_', host)}-{pid}-{start_ns}.json"
 
-    def __init__(self, folder: str | Path, manifest: dict[str, Any]):
+
+def attempt_totals(records: list[dict]) -> dict[str, Any]:
+    """What a job's stats say of its earlier attempts' records: how many
+    (`earlier_attempts`), the seconds each spent from opening the folder to its last
+    saved part, summed (`earlier_attempt_seconds`: a lower bound, see the module
+    docstring; 0 for one that saved none) and by device (`earlier_attempt_devices`)."""
+    devices: dict[str, float] = {}
+    for rec in records:
+        seconds = max(0.0, (rec.get("last_part_unix") or rec["start_unix"]) - rec["start_unix"])
+        device = str(rec.get("device"))
+        devices[device] = devices.get(device, 0.0) + seconds
+    return {
+        "earlier_attempts": len(records),
+        "earlier_attempt_seconds": sum(devices.values()),
+        "earlier_attempt_devices": dict(sorted(devices.items())),
+    }
+
+
+class PartStore:
+    """The parts of one job. `open()` creates the folder or checks it is this job's, and
+    starts this attempt's record; `device` is what the attempt runs on ("cuda:0", "cpu")."""
+
+    def __init__(self, folder: str | Path, manifest: dict[str, Any], device: str | None = None):
         self.folder = str(folder)
         self.manifest = manifest
+        self.device = device
         self._files = _backend(folder)
+        self._attempt: dict[str, Any] | None = None  # this attempt's record, once open
+        self._attempt_name = ""
 
     def open(self) -> PartStore:
         raw = self._files.read("manifest.json")
@@ -148,7 +195,33 @@ class PartStore:
                 )
         else:
             self._files.write("manifest.json", (json.dumps(expected, indent=2, sort_keys=True) + "\n").encode())
+        start_ns = time.time_ns()
+        host, pid = socket.gethostname(), os.getpid()
+        self._attempt_name = attempt_name(host, pid, start_ns)
+        self._attempt = {"host": host, "pid": pid, "start_unix": start_ns / 1e9, "last_part_unix": None,
+                         "parts_saved": 0, "device": self.device}
+        self._write_attempt()
         return self
+
+    def _write_attempt(self) -> None:
+        self._files.write(self._attempt_name, (json.dumps(self._attempt, sort_keys=True) + "\n").encode())
+
+    def _saved_part(self) -> None:
+        if self._attempt is not None:
+            self._attempt["last_part_unix"] = time.time()
+            self._attempt["parts_saved"] += 1
+            self._write_attempt()
+
+    def earlier_attempts(self) -> list[dict]:
+        """The records of the other attempts at this job, oldest first (this one's left
+        out; none in a folder from before attempt records)."""
+        names = [n for n in self._files.names(ATTEMPT_PREFIX) if n != self._attempt_name]
+        records = [json.loads(raw) for raw in map(self._files.read, names) if raw is not None]
+        return sorted(records, key=lambda r: r["start_unix"])
+
+    def attempt_totals(self) -> dict[str, Any]:
+        """`attempt_totals` of the earlier attempts: the keys a finished job's stats carry."""
+        return attempt_totals(self.earlier_attempts())
 
     @staticmethod
     def name(index: int, suffix: str) -> str:
@@ -168,6 +241,7 @@ class PartStore:
         buf = io.BytesIO()
         np.save(buf, arr, allow_pickle=False)
         self._files.write(self.name(index, ".npy"), buf.getvalue())
+        self._saved_part()
 
     def load_records(self, index: int, count: int) -> list[dict] | None:
         """A finished records part, or None if absent or not `count` records."""
@@ -182,6 +256,7 @@ class PartStore:
     def save_records(self, index: int, records: list[dict]) -> None:
         text = "".join(json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n" for rec in records)
         self._files.write(self.name(index, ".jsonl"), text.encode("utf-8"))
+        self._saved_part()
 
     def remove(self, root: str | Path | None = None) -> None:
         """Remove the parts. `root`: the resume root the folder is named under

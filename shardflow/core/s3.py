@@ -298,6 +298,11 @@ class ObjectFolder:
     def write(self, name: str, data: bytes) -> None:
         self.s3.put_object(Bucket=self.url.bucket, Key=self._key(name), Body=data)
 
+    def names(self, prefix: str) -> list[str]:
+        """The names (after the folder's prefix) of its objects that start with `prefix`."""
+        folder = self.url.key.rstrip("/") + "/"
+        return sorted(k[len(folder):] for k in list_keys(self.s3, self.url.bucket, folder + prefix))
+
     def remove(self) -> str | None:
         """Delete every object of the folder; return None, or (and log as a warning) a line
         naming each key the server would not delete with its error code, once every key

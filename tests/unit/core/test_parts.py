@@ -3,12 +3,14 @@ the folders they leave empty with them, beside other jobs creating theirs."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from shardflow.core.parts import PartStore, resume_folder, resume_tree_top
+from shardflow.core.parts import PartStore, attempt_totals, resume_folder, resume_tree_top
 
 
 # JSON escapes the C0 controls ("\x1c" is "\\u001c"), not these.
@@ -86,3 +88,49 @@ def test_a_resume_folder_removed_between_a_jobs_mkdirs_is_made_again(tmp_path, m
     monkeypatch.setattr(os, "mkdir", mkdir)
     store = _parts(root, "a" * 24)
     assert raced and store.load_records(0, 1) == [{"id": "a" * 24}]
+
+
+# ------------------------------------------------------------------ attempt records
+
+
+def test_each_attempt_records_its_start_and_last_part_and_reads_the_earlier_ones(tmp_path):
+    """An attempt writes its record when it opens the folder and again after each part
+    it saves; the next attempt reads every record but its own."""
+    folder = tmp_path / "parts"
+    first = PartStore(folder, {"job": "t"}, device="cuda:0").open()
+    (record,) = list(folder.glob("attempt-*.json"))
+    opened = json.loads(record.read_text())
+    assert opened["parts_saved"] == 0 and opened["last_part_unix"] is None and opened["device"] == "cuda:0"
+    assert opened["pid"] == os.getpid()
+    first.save_records(0, [{"id": "a"}])
+    first.save_array(1, np.zeros(3, dtype=np.float32))
+    saved = json.loads(record.read_text())
+    assert saved["parts_saved"] == 2 and saved["start_unix"] == opened["start_unix"] < saved["last_part_unix"]
+    assert first.earlier_attempts() == []  # its own record is not an earlier attempt
+
+    second = PartStore(folder, {"job": "t"}, device="cpu").open()  # the manifest check passes
+    assert second.load_records(0, 1) == [{"id": "a"}]
+    assert second.earlier_attempts() == [saved]
+    totals = second.attempt_totals()
+    seconds = saved["last_part_unix"] - saved["start_unix"]
+    assert totals == {"earlier_attempts": 1, "earlier_attempt_seconds": seconds,
+                      "earlier_attempt_devices": {"cuda:0": seconds}}
+
+
+def test_an_attempt_that_saved_no_part_counts_no_time():
+    records = [{"start_unix": 10.0, "last_part_unix": None, "device": "cuda:0"},
+               {"start_unix": 20.0, "last_part_unix": 25.5, "device": "cuda:0"},
+               {"start_unix": 30.0, "last_part_unix": 31.0, "device": "cpu"}]
+    assert attempt_totals(records) == {"earlier_attempts": 3, "earlier_attempt_seconds": 6.5,
+                                       "earlier_attempt_devices": {"cpu": 1.0, "cuda:0": 5.5}}
+
+
+def test_a_folder_from_before_attempt_records_resumes_with_no_earlier_attempt(tmp_path):
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    (folder / "manifest.json").write_text(json.dumps({"job": "t"}, indent=2, sort_keys=True) + "\n")
+    (folder / "part-000000.jsonl").write_text('{"id": "a"}\n')
+    store = PartStore(folder, {"job": "t"}).open()
+    assert store.load_records(0, 1) == [{"id": "a"}]
+    assert store.attempt_totals() == {"earlier_attempts": 0, "earlier_attempt_seconds": 0,
+                                      "earlier_attempt_devices": {}}

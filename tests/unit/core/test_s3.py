@@ -162,3 +162,12 @@ def test_a_folder_whose_keys_all_go_is_removed_silently(stubbed):
     _listed(stub, ["run/.resume/job/manifest.json"])
     _deleted(stub, ["run/.resume/job/manifest.json"])
     assert ObjectFolder("s3://b/run/.resume/job", s3).remove() is None
+
+
+def test_a_folder_lists_the_names_below_it_that_start_with_a_prefix(stubbed):
+    """A resume folder's attempt records (core.parts): one listing under the prefix."""
+    s3, stub = stubbed
+    stub.add_response("list_objects_v2", {"Contents": [{"Key": "run/.resume/job/attempt-h-1-2.json"}],
+                                          "IsTruncated": False},
+                      {"Bucket": "b", "Prefix": "run/.resume/job/attempt-"})
+    assert ObjectFolder("s3://b/run/.resume/job", s3).names("attempt-") == ["attempt-h-1-2.json"]
