@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shardflow.core.atomic import write_json
 from shardflow.core.s3 import logical_path
@@ -31,6 +31,12 @@ class EngineCounters:
     seconds: float = 0.0
     start_unix: float = 0.0
     end_unix: float = 0.0
+    # Killed attempts at this job before the one that finished it, from their records in
+    # the resume folder (core.parts.attempt_totals): how many, the seconds from each one's
+    # start to its last saved part (a lower bound), and those seconds by device.
+    earlier_attempts: int = 0
+    earlier_attempt_seconds: float = 0.0
+    earlier_attempt_devices: dict[str, float] = field(default_factory=dict)
 
     def per_second(self, count: float) -> float:
         return count / max(self.seconds, 1e-9)

@@ -862,6 +862,7 @@ class Encoder:
                     "texts_sha256": texts_fingerprint(texts),
                     "identity": digest(self.identity),
                 },
+                device=str(self.device),
             ).open()
             todo = []
             for w, a, b in windows:
@@ -886,6 +887,9 @@ class Encoder:
             stats.graph_capture_seconds = graphs.capture_seconds - before[2]
             if graphs.off_reason:
                 stats.cuda_graphs, stats.cuda_graphs_reason = "off", graphs.off_reason
+        if store is not None:  # the killed attempts before this one (their records stay until the folder goes)
+            for key, value in store.attempt_totals().items():
+                setattr(stats, key, value)
         if self.prefix is not None:
             stats.tokenized_heads = self.prefix.cut - heads[0]
             stats.tokenized_heads_retried = self.prefix.retried - heads[1]

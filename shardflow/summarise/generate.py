@@ -474,7 +474,7 @@ class Generator:
                 "texts_sha256": texts_fingerprint(texts),
                 "identity": digest(self.identity),
             }
-            store = PartStore(resume_dir, manifest).open()
+            store = PartStore(resume_dir, manifest, device=str(self.device)).open()
         records: list[dict] = []
         for w, a, b in windows:
             part = store.load_records(w, b - a) if store is not None else None
@@ -492,6 +492,9 @@ class Generator:
                 self.logger.info("summarised %d/%d texts, %.2f texts/s", b, n, stats.items_generated / (now - t0))
         if stats.resumed_parts:
             self.logger.info("resumed %d of %d parts from %s", stats.resumed_parts, len(windows), resume_dir)
+        if store is not None:  # the killed attempts before this one (their records stay until the folder goes)
+            for key, value in store.attempt_totals().items():
+                setattr(stats, key, value)
         stats.truncated = sum(r["truncated"] for r in records)
         stats.seconds = time.perf_counter() - t0
         stats.end_unix = time.time()

@@ -51,8 +51,9 @@ def select_chunk(
         "encoder": getattr(encoder, "identity", None),
     }
     folder = resume_folder(resume_root, resume_key(chunk_path, identity))
-    store = PartStore(folder, {"n_texts": len(texts), "texts_sha256": texts_fingerprint(texts), "identity": digest(identity)})
-    store.open()
+    device = str(getattr(encoder, "device", "cpu"))
+    manifest = {"n_texts": len(texts), "texts_sha256": texts_fingerprint(texts), "identity": digest(identity)}
+    store = PartStore(folder, manifest, device=device).open()
     records: list[dict] = []
     resumed = 0
     for part, a in enumerate(range(0, len(texts), params.window)):
@@ -76,6 +77,7 @@ def select_chunk(
         logger.info("summarised %d/%d documents", len(records), len(texts))
     controller.stop_if_gone(running, f"the finished parts are kept in {folder}")
     write_summaries(out_path, ids, records)
+    earlier = store.attempt_totals()  # the killed attempts before this one, read before their records go
     store.remove(resume_root)
     seconds = time.perf_counter() - t0
     return {
@@ -88,6 +90,7 @@ def select_chunk(
         "items_per_s": len(texts) / max(seconds, 1e-9),
         "start_unix": start_unix,
         "end_unix": time.time(),
-        "device": str(getattr(encoder, "device", "cpu")),
+        "device": device,
         "method": params.method,
+        **earlier,
     }

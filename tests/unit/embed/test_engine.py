@@ -501,6 +501,32 @@ def test_a_job_whose_snakemake_is_gone_writes_no_output_and_its_rerun_resumes(ti
     assert out.read_bytes() == (tmp_path / "fresh.npy").read_bytes()
 
 
+def test_a_rerun_counts_the_killed_attempts_time_in_its_stats(tiny, texts, tmp_path):
+    """The first attempt dies after two of four parts (a preempted pod); the rerun
+    resumes them and its stats count that attempt: its device, and the seconds from its
+    start to its last saved part (a lower bound of what it ran)."""
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", texts)
+    seen, killing = [], [True]
+
+    def preempt(ids):
+        if killing[0] and sum(seen) >= 20:
+            raise RuntimeError("preempted")
+        seen.append(len(ids))
+
+    enc = load_encoder(params(tiny["bert_mean"], window=10), before_forward=preempt)
+    out, ids = tmp_path / "e.npy", tmp_path / "ids.parquet"
+    with pytest.raises(RuntimeError, match="preempted"):
+        embed_chunk(chunk, out, ids, enc.params, tmp_path / "resume", encoder=enc)
+    (record,) = (tmp_path / "resume" / resume_key(chunk, enc.params)).glob("attempt-*.json")
+    assert json.loads(record.read_text())["parts_saved"] == 2
+    killing[0] = False
+    stats = embed_chunk(chunk, out, ids, enc.params, tmp_path / "resume", encoder=enc)
+    assert stats["resumed_parts"] == 2 and stats["earlier_attempts"] == 1
+    assert stats["earlier_attempt_seconds"] > 0
+    assert stats["earlier_attempt_devices"] == {"cpu": stats["earlier_attempt_seconds"]}
+    assert not (tmp_path / "resume").exists()  # the records went with the parts
+
+
 def test_sigkill_then_resume_is_byte_identical(tmp_path, keep_threads):
     """A real process is killed mid-chunk; the restart finishes it with the same bytes."""
     model = tiny_models.build_bert_mean(tmp_path / "models", hidden=64, layers=4, max_seq_length=128)

@@ -410,6 +410,8 @@ def test_an_orphaned_summarise_chunk_writes_nothing_and_its_rerun_resumes(tiny, 
     monkeypatch.setattr(controller, "find", lambda: None)
     stats = summarise_chunk(chunk, out, p, tmp_path / "resume", generator=gen)
     assert stats["items_generated"] == 0 and stats["resumed_parts"] > 0
+    assert stats["earlier_attempts"] == 1 and stats["earlier_attempt_seconds"] > 0  # the orphan's generating time
+    assert list(stats["earlier_attempt_devices"]) == ["cpu"]
     assert [r["id"] for r in iter_summaries(out)] == [f"doc-{i:05d}" for i in range(len(texts))]
 
 

@@ -54,7 +54,9 @@ def test_a_chunk_job_whose_snakemake_is_gone_writes_nothing_and_its_rerun_resume
         select_chunk(chunk, out, SummariseParams(k=2, window=2), tmp_path / "resume")
     assert not out.exists()
     monkeypatch.setattr(controller, "find", lambda: None)
-    assert select_chunk(chunk, out, SummariseParams(k=2, window=2), tmp_path / "resume")["resumed_parts"] == 2
+    stats = select_chunk(chunk, out, SummariseParams(k=2, window=2), tmp_path / "resume")
+    assert stats["resumed_parts"] == 2 and stats["earlier_attempts"] == 1  # the orphaned attempt, from its record
+    assert list(stats["earlier_attempt_devices"]) == ["cpu"] and stats["earlier_attempt_seconds"] >= 0
     assert [r["id"] for r in iter_summaries(out)] == ["doc-0", "doc-1", "doc-2"]
 
 
