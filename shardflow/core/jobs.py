@@ -94,20 +94,35 @@ def job_costs(stats: list[dict], benches: list[dict], gpu_hour_price: float) -> 
     stage's jobs ran on the same cores, does not count, so a stage's throughput is its
     own. A job's time is Snakemake's benchmark `s` (the whole job, model loading
     included), else its own `seconds`; GPU-hours count the jobs that ran on CUDA.
+
+    GPU-hours, device-hours and the cost also count the killed attempts before each
+    job's last (`earlier_attempt_devices` in its stats, core.parts.attempt_totals; the
+    CUDA ones in GPU-hours): a preempted spot pod's time is paid for. Their seconds are
+    a lower bound (from each one's start to its last saved part) and are not in the
+    wall time or `job_seconds`, which stay the last attempts' (the rates' time);
+    `earlier_attempts`, `earlier_attempt_seconds` and `earlier_attempt_gpu_hours` say
+    how much was counted. Stats from before attempt records have none: nothing added.
     """
     if len(benches) != len(stats):
         # zip() would silently drop the unmatched jobs from the time and cost sums.
         raise ValueError(f"{len(stats)} per-chunk stats but {len(benches)} benchmark records")
     busy = busy_seconds([(s["start_time"], s["end_time"]) for s in stats])
     job_seconds = [b.get("s", s["seconds"]) for s, b in zip(stats, benches, strict=True)]
-    gpu_hours = sum(t for s, t in zip(stats, job_seconds, strict=True) if str(s.get("device", "")).startswith("cuda")) / 3600
+    final_gpu = sum(t for s, t in zip(stats, job_seconds, strict=True) if str(s.get("device", "")).startswith("cuda"))
+    earlier = [(str(device), t) for s in stats for device, t in (s.get("earlier_attempt_devices") or {}).items()]
+    earlier_seconds = sum(t for _, t in earlier)
+    earlier_gpu = sum(t for device, t in earlier if device.startswith("cuda"))
+    gpu_hours = (final_gpu + earlier_gpu) / 3600
     return {
         "wall_time_s": max(busy, 1e-9),
         "job_seconds": sum(job_seconds),
         "gpu_hours": gpu_hours,
-        "device_hours": sum(job_seconds) / 3600,
+        "device_hours": (sum(job_seconds) + earlier_seconds) / 3600,
         "estimated_cost": gpu_hours * gpu_hour_price,
         "devices": sorted({str(s.get("device")) for s in stats}),
+        "earlier_attempts": sum(s.get("earlier_attempts", 0) for s in stats),
+        "earlier_attempt_seconds": earlier_seconds,
+        "earlier_attempt_gpu_hours": earlier_gpu / 3600,
     }
 
 

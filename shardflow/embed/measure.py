@@ -162,7 +162,9 @@ def run_metrics(jobs_path: str | os.PathLike, verification_path: str | os.PathLi
         # of the job): a point with any did not run at its settings throughout
         "oom_backoffs": sum(s.get("oom_backoffs", 0) for s in stats),
         "max_rss_mb": max(rss) if rss else None,
-        "gpu_hours": costs["gpu_hours"],
+        "gpu_hours": costs["gpu_hours"],  # killed attempts' CUDA time included (core.jobs.job_costs)
+        "earlier_attempts": costs["earlier_attempts"],
+        "earlier_attempt_seconds": costs["earlier_attempt_seconds"],
         "estimated_cost": costs["estimated_cost"],
         "estimated_cost_per_million_records": totals["cost_per_million"],
         "dim": verification["dim"],

@@ -97,19 +97,23 @@ def chunk_totals(stats: list[dict], benches: list[dict], gpu_hour_price: float) 
     """What a run's chunk jobs did and cost (the report's summary and an embed sweep job's
     metrics): `records` out, `computed` by the jobs' final attempts, `tokens` of those,
     `costs` (core.jobs.job_costs) and `cost_per_million`, the cost per million records
-    computed (None where none was).
+    whose computing was paid for (None where none was).
 
     A job resumed from an earlier attempt's parts computed only the rest: its time, and so
-    the rates and the cost per record, cover what it computed (the earlier attempt's time
-    and tokens are not known; counting its rows would make the run look cheaper)."""
+    the rates, cover what it computed (the earlier attempt's tokens are not known). The
+    cost counts the killed attempts' time where their records in the resume folder say
+    it (core.parts; a lower bound), and then their rows are in the cost per record; a
+    job resumed from attempts without records (from before them) counts only its own
+    rows (counting the others would make the run look cheaper)."""
     costs = job_costs(stats, benches, gpu_hour_price)
     computed = sum(s.get("items_embedded", s["items"]) for s in stats)
+    paid = sum(s["items"] if s.get("earlier_attempts") else s.get("items_embedded", s["items"]) for s in stats)
     return {
         "records": sum(s["items"] for s in stats),
         "computed": computed,
         "tokens": sum(s["tokens"] for s in stats),
         "costs": costs,
-        "cost_per_million": costs["estimated_cost"] / computed * 1e6 if computed else None,
+        "cost_per_million": costs["estimated_cost"] / paid * 1e6 if paid else None,
     }
 
 
@@ -134,9 +138,13 @@ def run_summary(stats: list[dict], benches: list[dict], manifest: dict, verifica
         "device_hours": round(costs["device_hours"], 6),
         "gpu_hour_price": params.gpu_hour_price,
         "currency": params.currency,
-        # GPU-hours are embed jobs that ran on CUDA; a CPU-only run costs 0 here.
+        # GPU-hours are embed jobs that ran on CUDA (killed attempts included); a CPU-only run costs 0 here.
         "estimated_cost": round(gpu_hours * params.gpu_hour_price, 6),
         "estimated_cost_per_million_records": None if per_million is None else round(per_million, 6),
+        # Killed attempts before the jobs' last, counted in the GPU-hours and cost (core.jobs.job_costs).
+        "earlier_attempts": costs["earlier_attempts"],
+        "earlier_attempt_seconds": round(costs["earlier_attempt_seconds"], 3),
+        "earlier_attempt_gpu_hours": round(costs["earlier_attempt_gpu_hours"], 6),
         "verification_ok": verification["ok"],
         "dim": verification["dim"],
         "dtype": verification["dtype"],

@@ -48,6 +48,10 @@ def run_summary(stats: list[dict], benches: list[dict], manifest: dict, params: 
         "gpu_hours": round(costs["gpu_hours"], 6),
         "estimated_cost": round(costs["estimated_cost"], 6),
         "currency": params.currency,
+        # Killed attempts before the jobs' last, counted in the GPU-hours and cost (core.jobs.job_costs).
+        "earlier_attempts": costs["earlier_attempts"],
+        "earlier_attempt_seconds": round(costs["earlier_attempt_seconds"], 3),
+        "earlier_attempt_gpu_hours": round(costs["earlier_attempt_gpu_hours"], 6),
     }
 
 

@@ -53,7 +53,8 @@ SUMMARY_COUNTS = (
 EMBED = (
     "records", "records_resumed", "tokens", "chunks", "items_per_s", "tokens_per_s", "steady_items_per_s",
     "steady_tokens_per_s", "job_items_per_s", "encode_seconds", "warmup_seconds", "job_seconds", "wall_seconds",
-    "padding_fraction", "oom_backoffs", "max_rss_mb", "gpu_hours", "estimated_cost", "estimated_cost_per_million_records", "dim",
+    "padding_fraction", "oom_backoffs", "max_rss_mb", "gpu_hours", "earlier_attempts", "earlier_attempt_seconds",
+    "estimated_cost", "estimated_cost_per_million_records", "dim",
     "gpu_hour_price",
 )
 EMBED_AGREEMENT = ("agreement.cosine_min", "agreement.cosine_mean", "agreement.cosine_p1", "agreement.rows")

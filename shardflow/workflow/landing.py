@@ -70,14 +70,26 @@ def embedding_section(dataset: str, files: dict, report: ReportParams) -> Sectio
          f"{_duration(s['embed_job_seconds'])} of job time in all, model loading included)"),
         ("throughput", f"{s['items_per_s']:,.1f} records/s, {s['tokens_per_s']:,.0f} tokens/s while encoding "
          f"on {', '.join(s['devices'])}" + (
-             f" ({s['records_resumed']:,} records came from resumed parts of killed attempts, whose time, "
-             "tokens and cost are not counted)" if s.get("records_resumed") else "")),
+             f" ({s['records_resumed']:,} records came from resumed parts of killed attempts, whose time and "
+             "tokens these rates do not count)" if s.get("records_resumed") else "")),
         ("GPU-hours and cost", f"{s['gpu_hours']:.4f} GPU-h, {s['estimated_cost']:.2f} {s['currency']} " + (
             "(every record came from resumed parts: no cost per record)"
             if s["estimated_cost_per_million_records"] is None
-            else f"({s['estimated_cost_per_million_records']:.2f} per million records computed)")),
+            else f"({s['estimated_cost_per_million_records']:.2f} per million records computed)")
+         + _killed_attempts(s, resumed=s.get("records_resumed", 0))),
     ]
     return Section(f"Embedding: {dataset}", rows)
+
+
+def _killed_attempts(s: dict, resumed: int = 0) -> str:
+    """What the GPU-hours and cost count of the jobs' killed attempts (core.jobs.job_costs)."""
+    if s.get("earlier_attempts"):
+        return (f"; {_duration(s['earlier_attempt_seconds'])} of {s['earlier_attempts']} killed attempts counted "
+                f"({s['earlier_attempt_gpu_hours']:.4f} GPU-h; a lower bound: from each one's start to its "
+                "last saved part)")
+    if resumed:
+        return "; the killed attempts left no records (from before attempt records): their cost is not counted"
+    return ""
 
 
 def retrieval_section(dataset: str, files: dict) -> Section:
@@ -104,7 +116,8 @@ def summarisation_section(dataset: str, files: dict) -> Section:
             ("wall time", f"{_duration(s['summarise_wall_time_s'])} summarising ({s['chunks']} chunk jobs, "
              "model loading not included)"),
             ("throughput", f"{s['items_per_s']:,.2f} documents/s while summarising on {', '.join(s['devices'])}"),
-            ("GPU-hours and cost", f"{s['gpu_hours']:.4f} GPU-h, {s['estimated_cost']:.2f} {s['currency']}"),
+            ("GPU-hours and cost", f"{s['gpu_hours']:.4f} GPU-h, {s['estimated_cost']:.2f} {s['currency']}"
+             + _killed_attempts(s)),
         ]
     if "metrics" in files:
         m = read_json(files["metrics"])

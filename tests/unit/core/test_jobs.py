@@ -58,3 +58,21 @@ def test_busy_seconds_count_overlaps_once_and_gaps_not_at_all():
     assert busy_seconds([]) == 0.0
     assert busy_seconds([(0.0, 10.0), (5.0, 12.0), (20.0, 25.0), (21.0, 22.0)]) == 17.0
     assert busy_seconds([(3.0, 4.0), (0.0, 1.0)]) == 2.0
+
+
+def test_job_costs_count_the_killed_attempts_that_ran_on_cuda():
+    """A job's earlier attempts (a preempted pod, from the resume folder's attempt
+    records) add their CUDA seconds to the GPU-hours and the cost; the wall time and
+    job seconds stay the last attempts'. Stats without them add nothing."""
+    from shardflow.core.jobs import job_costs
+
+    base = {"start_time": 0.0, "end_time": 1800.0, "seconds": 1800.0, "device": "cuda:0"}
+    rerun = {**base, "earlier_attempts": 2, "earlier_attempt_seconds": 2700.0,
+             "earlier_attempt_devices": {"cpu": 900.0, "cuda:0": 1800.0}}
+    costs = job_costs([rerun, base], [{"s": 1800.0}, {"s": 1800.0}], gpu_hour_price=2.0)
+    assert costs["gpu_hours"] == pytest.approx(1.5) and costs["estimated_cost"] == pytest.approx(3.0)
+    assert costs["device_hours"] == pytest.approx(1.75) and costs["job_seconds"] == 3600.0
+    assert (costs["earlier_attempts"], costs["earlier_attempt_seconds"]) == (2, 2700.0)
+    assert costs["earlier_attempt_gpu_hours"] == pytest.approx(0.5)
+    old = job_costs([base], [{"s": 1800.0}], gpu_hour_price=2.0)
+    assert old["gpu_hours"] == 0.5 and old["earlier_attempts"] == 0 and old["earlier_attempt_seconds"] == 0
