@@ -22,6 +22,20 @@ def test_no_tracked_file_over_2_mb():
     assert not big, f"tracked files over 2 MB: {big}"
 
 
+def test_no_tracked_symlink_points_outside_the_repository():
+    """A link committed by accident (`.venv` -> a venv on one machine, which `.venv/` in
+    .gitignore does not match, being no folder) makes every clone use, or trip over,
+    that machine's files: `make setup` then sees a venv that is not the clone's."""
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout: nothing is tracked (CI runs from a clone)")
+    listed = subprocess.run(["git", "ls-files", "-s", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    links = [line.split("\t", 1)[1] for line in listed.decode().split("\0") if line.startswith("120000 ")]
+    outside = [p for p in links if not (REPO / p).resolve().is_relative_to(REPO.resolve())]
+    assert not outside, f"tracked links that leave the repository: {outside}"
+    ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", ".venv"], cwd=REPO, check=False)
+    assert ignored.returncode == 0, ".gitignore must ignore .venv whether it is a folder or a link"
+
+
 def test_make_test_runs_every_folder_of_tests():
     """`make test` names its folders (slow ones first, for the two workers' balance): a
     new folder of tests must be added there, or its tests would never run in CI."""
