@@ -95,22 +95,27 @@ def test_the_shards_line_says_which_shards_hold_a_longer_document_alone():
     assert _shards_line(meta) == "2 of up to 30 uint16 tokens"
 
 
-def test_embedding_section_where_every_record_came_from_resumed_parts(tmp_path):
-    """The cost per record counts the records the jobs computed: none here (every chunk's
-    job found all its parts), so the page says so instead of failing on a null."""
+def _embedding_rows(folder, stats: dict, job_seconds: float, gpu_hour_price: float = 2.5) -> dict:
+    """The embedding section's rows for one chunk job with these stats and benchmark seconds."""
     from shardflow.core.jobs import write_job_table
     from shardflow.embed.report import ReportParams
     from shardflow.workflow.landing import embedding_section
 
+    (folder / "s.json").write_text(json.dumps(stats))
+    (folder / "b.tsv").write_text(f"s\tmax_rss\n{job_seconds}\t100\n")
+    write_job_table(folder / "jobs.json", [str(folder / "s.json")], [str(folder / "b.tsv")])
+    (folder / "manifest.json").write_text(json.dumps({"total_records": 30, "rejected_records": 0}))
+    (folder / "v.json").write_text(json.dumps({"ok": True, "rows": 30, "dim": 8, "dtype": "float32"}))
+    files = {"manifest": folder / "manifest.json", "jobs": folder / "jobs.json", "verification": folder / "v.json"}
+    return dict(embedding_section("demo", files, ReportParams(gpu_hour_price=gpu_hour_price)).rows)
+
+
+def test_embedding_section_where_every_record_came_from_resumed_parts(tmp_path):
+    """The cost per record counts the records the jobs computed: none here (every chunk's
+    job found all its parts), so the page says so instead of failing on a null."""
     stats = {"chunk": 0, "items": 30, "items_embedded": 0, "tokens": 0, "seconds": 0.5, "start_time": 10.0,
              "end_time": 10.5, "device": "cuda:0"}
-    (tmp_path / "s.json").write_text(json.dumps(stats))
-    (tmp_path / "b.tsv").write_text("s\tmax_rss\n2.0\t100\n")
-    write_job_table(tmp_path / "jobs.json", [str(tmp_path / "s.json")], [str(tmp_path / "b.tsv")])
-    (tmp_path / "manifest.json").write_text(json.dumps({"total_records": 30, "rejected_records": 0}))
-    (tmp_path / "v.json").write_text(json.dumps({"ok": True, "rows": 30, "dim": 8, "dtype": "float32"}))
-    files = {"manifest": tmp_path / "manifest.json", "jobs": tmp_path / "jobs.json", "verification": tmp_path / "v.json"}
-    rows = dict(embedding_section("demo", files, ReportParams()).rows)
+    rows = _embedding_rows(tmp_path, stats, 2.0)
     assert rows["GPU-hours and cost"].endswith("(every record came from resumed parts: no cost per record); the "
                                                "killed attempts left no records (from before attempt records): "
                                                "their cost is not counted")
@@ -119,20 +124,10 @@ def test_embedding_section_where_every_record_came_from_resumed_parts(tmp_path):
 def test_embedding_section_says_how_much_of_killed_attempts_it_counted(tmp_path):
     """A job rerun after a preempted attempt: the attempt's CUDA time (from its record in
     the resume folder) is in the GPU-hours and cost, and the page says how much."""
-    from shardflow.core.jobs import write_job_table
-    from shardflow.embed.report import ReportParams
-    from shardflow.workflow.landing import embedding_section
-
     stats = {"chunk": 0, "items": 30, "items_embedded": 10, "tokens": 100, "seconds": 0.5, "start_time": 10.0,
              "end_time": 10.5, "device": "cuda:0", "earlier_attempts": 1, "earlier_attempt_seconds": 1800.0,
              "earlier_attempt_devices": {"cuda:0": 1800.0}}
-    (tmp_path / "s.json").write_text(json.dumps(stats))
-    (tmp_path / "b.tsv").write_text("s\tmax_rss\n1800.0\t100\n")
-    write_job_table(tmp_path / "jobs.json", [str(tmp_path / "s.json")], [str(tmp_path / "b.tsv")])
-    (tmp_path / "manifest.json").write_text(json.dumps({"total_records": 30, "rejected_records": 0}))
-    (tmp_path / "v.json").write_text(json.dumps({"ok": True, "rows": 30, "dim": 8, "dtype": "float32"}))
-    files = {"manifest": tmp_path / "manifest.json", "jobs": tmp_path / "jobs.json", "verification": tmp_path / "v.json"}
-    rows = dict(embedding_section("demo", files, ReportParams(gpu_hour_price=2.0)).rows)
+    rows = _embedding_rows(tmp_path, stats, 1800.0, gpu_hour_price=2.0)
     assert rows["GPU-hours and cost"].startswith("1.0000 GPU-h, 2.00 USD (66666.67 per million records computed)")
     assert rows["GPU-hours and cost"].endswith("; 30.0 min of 1 killed attempts counted (0.5000 GPU-h; a lower bound: "
                                                "from each one's start to its last saved part)")
