@@ -73,7 +73,8 @@ class EmbedParams:
     attention_bias: "auto" | "on" | "off": an encoder's padding mask passed ready-made
         as a 4-D tensor (no device sync in transformers; see `accel.resolve_attention_bias`).
     cuda_graphs: "auto" | "on" | "off": full padded batches replay a CUDA graph of their
-        shape (see `shardflow.embed.graphs`; "auto" = off until measured on a GPU).
+        shape (see `shardflow.embed.graphs`; "auto": on for the BERT family on CUDA, see
+        `accel.resolve_cuda_graphs`).
 
     The accelerations at "auto" keep the plain path on the CPU, and leave the output
     identity (hence resume keys) as it was unless they resolve to something on.
@@ -195,7 +196,7 @@ def accel_identity(params: EmbedParams, spec: ModelSpec, device: torch.device) -
     packing = accel.resolve_packing(params.packing, device, mtype, attn)
     if packing.on:
         out["packing"] = packing.value
-    graphs = accel.resolve_cuda_graphs(params.cuda_graphs, device, params.compile, packing)
+    graphs = accel.resolve_cuda_graphs(params.cuda_graphs, device, params.compile, packing, mtype)
     if graphs.on and accel.resolve_buckets(params.length_buckets, params.compile, 1 << 30, params.compile_mode, True):
         out["cuda_graphs"] = "on"  # (without bucket widths the encoder turns graphs off: Encoder.setup_accel)
     # Widths depend on max_length (known once the tokenizer loads), so the option as

@@ -199,14 +199,22 @@ def test_graphs_stop_at_the_cap(monkeypatch):
 
 
 def test_cuda_graphs_resolution():
-    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")  # only compared, never used: no GPU needed
     off, packed = accel.Choice("off", ""), accel.Choice("flex_attention", "")
-    assert accel.resolve_cuda_graphs("on", cuda, False, off).on
-    assert "measured" in accel.resolve_cuda_graphs("auto", cuda, False, off).reason
-    assert not accel.resolve_cuda_graphs("off", cuda, False, off).on
-    assert "CUDA device" in accel.resolve_cuda_graphs("on", cpu, False, off).reason
-    assert "compile" in accel.resolve_cuda_graphs("on", cuda, True, off).reason
-    assert "packed" in accel.resolve_cuda_graphs("on", cuda, False, packed).reason
+    assert accel.resolve_cuda_graphs("on", cuda, False, off, "qwen3").on
+    assert not accel.resolve_cuda_graphs("off", cuda, False, off, "bert").on
+    for option in ("on", "auto"):  # auto refuses what `on` refuses
+        assert "CUDA device" in accel.resolve_cuda_graphs(option, cpu, False, off, "bert").reason
+        assert "compile" in accel.resolve_cuda_graphs(option, cuda, True, off, "bert").reason
+        assert "packed" in accel.resolve_cuda_graphs(option, cuda, False, packed, "bert").reason
+    # auto: on for the BERT family on CUDA (measured faster, H200), off for other model
+    # types (the Qwen3 shape with liger kernels: no gain).
+    for mtype in ("bert", "xlm-roberta"):
+        auto = accel.resolve_cuda_graphs("auto", cuda, False, off, mtype)
+        assert auto.on and auto.reason.startswith("auto = on")
+    for mtype in ("qwen3", "t5", ""):
+        auto = accel.resolve_cuda_graphs("auto", cuda, False, off, mtype)
+        assert not auto.on and "BERT family only" in auto.reason
     # Fine widths with graphs, the compile widths without.
     assert accel.resolve_buckets("auto", False, 1024, graphs=True) == graph_length_buckets(1024)
     assert accel.resolve_buckets("auto", False, 1024) == ()
@@ -231,3 +239,16 @@ def test_the_neutral_value_of_cuda_graphs_is_the_jobs_default():
     for (section, key), value in NEUTRAL_ADDED_KEYS.items():
         if section == "embedding":
             assert getattr(EmbedParams(model="x"), key) == value
+
+
+def test_auto_graphs_are_in_a_cuda_encoders_identity_and_not_on_the_cpu(tiny, monkeypatch):
+    # auto leaves a CPU run's resume identity as it was; on CUDA a BERT-family model's
+    # identity says graphs ran (other padded widths, other last bits), a decoder's does not.
+    from shardflow.embed.params import output_identity
+
+    assert "cuda_graphs" not in output_identity(_params(tiny["bert_mean"]))
+    monkeypatch.setattr("shardflow.embed.params.resolve_device", lambda d: torch.device("cuda"))
+    identity = output_identity(_params(tiny["bert_mean"]))
+    assert identity["cuda_graphs"] == "on" and identity["length_buckets"] == "auto"
+    assert "cuda_graphs" not in output_identity(_params(tiny["bert_mean"], cuda_graphs="off"))
+    assert "cuda_graphs" not in output_identity(_params(tiny["qwen_last"]))
