@@ -4,7 +4,9 @@
 #
 #   echo /.gpu/ >> .git/info/exclude; mkdir -p .gpu/whl; cp -r ../shared/gpu-kit .gpu/kit
 #   (wheels of the pinned transformers / sentence-transformers / tokenizers in .gpu/whl,
-#    and of liger-kernel for the "fused" rows; flash-attn, if wanted, for flash varlen)
+#    and of liger-kernel for the "fused" rows; flash-attn, if wanted, for flash varlen; and
+#    jsonschema, jsonschema-specifications, referencing, rpds-py (cp312), which shardflow
+#    imports and the GPU image lacks: stop 31's first call stopped on that, in 67 s)
 #   bash benchmarks/gpu_issue13.sh            # on the GPU host, from the repository root
 #
 # Stages, each under its own timeout so one slow compile cannot eat the rest (set-up
@@ -83,6 +85,14 @@ import importlib.util as u, os, torch, transformers, sentence_transformers as s
 print("torch", torch.__version__, "transformers", transformers.__version__, "sentence-transformers", s.__version__, "cpus", os.cpu_count())
 print("liger-kernel:", "installed" if u.find_spec("liger_kernel") else "not installed (fused rows fall back)")
 print("flash-attn:", "installed" if u.find_spec("flash_attn") else "not installed (packing uses flex attention)")
+PY
+# Every stage imports shardflow's engine: check that it imports before any stage runs.
+python3 - <<'PY' || { echo "## stopped: a module the benchmarks import is missing (carry its wheel in .gpu/whl)"; exit 2; }
+import sys
+sys.path[:0] = ["benchmarks"]
+import bench_engine, bench_job_encode, bench_first_batch  # noqa: F401
+from shardflow.embed import EmbedParams, load_encoder  # noqa: F401
+from shardflow.embed import params  # noqa: F401  (shardflow.core.config: jsonschema)
 PY
 B="benchmarks/bench_engine.py --log-level INFO"  # the engine's log (decisions, compile times) in $OUT/<stage>.err
 
