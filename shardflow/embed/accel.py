@@ -145,11 +145,15 @@ def repeated_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
 GRAPH_AUTO_FAMILIES = PACKABLE_ENCODERS
 
 
-def resolve_cuda_graphs(option: str, device: torch.device, compile_: bool, packing: Choice, mtype: str) -> Choice:
+def resolve_cuda_graphs(
+    option: str, device: torch.device, compile_: bool, packing: Choice, mtype: str, bias: Choice
+) -> Choice:
     """Whether full padded batches replay a CUDA graph of their shape ("on"; see
     shardflow.embed.graphs). `auto`: on for the model types of GRAPH_AUTO_FAMILIES (model
-    type `mtype`), off for others; `on`; `off`. Either way only on CUDA, without compile
-    and without packing."""
+    type `mtype`) whose mask goes in 4-D (`bias`, the resolved attention_bias: the 2-D
+    mask's builder reads from the device in every forward, which a graph cannot hold;
+    graphs were measured with the 4-D mask only), off for others; `on`; `off`. Either way
+    only on CUDA, without compile and without packing."""
     if option == "off":
         return Choice("off", "embedding.cuda_graphs is off")
     if option == "auto" and mtype not in GRAPH_AUTO_FAMILIES:
@@ -164,6 +168,12 @@ def resolve_cuda_graphs(option: str, device: torch.device, compile_: bool, packi
         return Choice("off", "compile is on: its compile_mode reduce-overhead captures graphs of its own")
     if packing.on:
         return Choice("off", "packed batches: each has its own text boundaries, a shape no graph repeats")
+    if option == "auto" and not bias.on:
+        return Choice(
+            "off",
+            f"auto: the mask goes in 2-D (attention_bias off: {bias.reason}), whose builder "
+            "reads from the device in every forward; on replays a graph per batch shape",
+        )
     if option == "auto":
         return Choice(
             "on",

@@ -274,8 +274,8 @@ def load_encoder(
         model, config = _load_model(spec, dtype, device, logger)
     if kernels.on:
         kernels = accel.apply_kernels(model, mtype, logger)
-    cuda_graphs = accel.resolve_cuda_graphs(params.cuda_graphs, device, params.compile, packing, mtype)
     attention = resolve_attention(params, device, mtype, cfg, attn_requested, packing, model)
+    cuda_graphs = accel.resolve_cuda_graphs(params.cuda_graphs, device, params.compile, packing, mtype, attention[2])
     (logger.warning if params.kernels == "liger" and not kernels.on else logger.info)(
         "fused kernels: %s (%s)", kernels.value, kernels.reason
     )

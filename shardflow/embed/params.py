@@ -196,7 +196,8 @@ def accel_identity(params: EmbedParams, spec: ModelSpec, device: torch.device) -
     packing = accel.resolve_packing(params.packing, device, mtype, attn)
     if packing.on:
         out["packing"] = packing.value
-    graphs = accel.resolve_cuda_graphs(params.cuda_graphs, device, params.compile, packing, mtype)
+    attention = resolve_attention(params, device, mtype, cfg, attn, packing)
+    graphs = accel.resolve_cuda_graphs(params.cuda_graphs, device, params.compile, packing, mtype, attention[2])
     if graphs.on and accel.resolve_buckets(params.length_buckets, params.compile, 1 << 30, params.compile_mode, True):
         out["cuda_graphs"] = "on"  # (without bucket widths the encoder turns graphs off: Encoder.setup_accel)
     # Widths depend on max_length (known once the tokenizer loads), so the option as
@@ -207,7 +208,7 @@ def accel_identity(params: EmbedParams, spec: ModelSpec, device: torch.device) -
     kernels = accel.resolve_kernels(params.kernels, device, mtype)
     if kernels.on:
         out["kernels"] = f"liger-kernel {accel.liger_version()}"
-    out.update(attention_identity(device, *resolve_attention(params, device, mtype, cfg, attn, packing)))
+    out.update(attention_identity(device, *attention))
     if params.compile and params.compile_mode not in ("auto", "default"):
         out["compile_mode"] = params.compile_mode
     return out

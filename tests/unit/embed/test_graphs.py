@@ -201,19 +201,23 @@ def test_graphs_stop_at_the_cap(monkeypatch):
 def test_cuda_graphs_resolution():
     cuda, cpu = torch.device("cuda"), torch.device("cpu")  # only compared, never used: no GPU needed
     off, packed = accel.Choice("off", ""), accel.Choice("flex_attention", "")
-    assert accel.resolve_cuda_graphs("on", cuda, False, off, "qwen3").on
-    assert not accel.resolve_cuda_graphs("off", cuda, False, off, "bert").on
+    bias = accel.Choice("on", "4-D")
+    assert accel.resolve_cuda_graphs("on", cuda, False, off, "qwen3", off).on
+    assert not accel.resolve_cuda_graphs("off", cuda, False, off, "bert", bias).on
     for option in ("on", "auto"):  # auto refuses what `on` refuses
-        assert "CUDA device" in accel.resolve_cuda_graphs(option, cpu, False, off, "bert").reason
-        assert "compile" in accel.resolve_cuda_graphs(option, cuda, True, off, "bert").reason
-        assert "packed" in accel.resolve_cuda_graphs(option, cuda, False, packed, "bert").reason
-    # auto: on for the BERT family on CUDA (measured faster, H200), off for other model
-    # types (the Qwen3 shape with liger kernels: no gain).
+        assert "CUDA device" in accel.resolve_cuda_graphs(option, cpu, False, off, "bert", bias).reason
+        assert "compile" in accel.resolve_cuda_graphs(option, cuda, True, off, "bert", bias).reason
+        assert "packed" in accel.resolve_cuda_graphs(option, cuda, False, packed, "bert", bias).reason
+    # auto: on for the BERT family on CUDA with its mask 4-D (measured faster, H200), off
+    # for other model types (the Qwen3 shape with liger kernels: no gain) and with the
+    # 2-D mask (its builder syncs in every forward; never measured with graphs).
     for mtype in ("bert", "xlm-roberta"):
-        auto = accel.resolve_cuda_graphs("auto", cuda, False, off, mtype)
+        auto = accel.resolve_cuda_graphs("auto", cuda, False, off, mtype, bias)
         assert auto.on and auto.reason.startswith("auto = on")
+        assert "2-D" in accel.resolve_cuda_graphs("auto", cuda, False, off, mtype, off).reason
+    assert accel.resolve_cuda_graphs("on", cuda, False, off, "bert", off).on  # asked for: tried
     for mtype in ("qwen3", "t5", ""):
-        auto = accel.resolve_cuda_graphs("auto", cuda, False, off, mtype)
+        auto = accel.resolve_cuda_graphs("auto", cuda, False, off, mtype, bias)
         assert not auto.on and "BERT family only" in auto.reason
     # Fine widths with graphs, the compile widths without.
     assert accel.resolve_buckets("auto", False, 1024, graphs=True) == graph_length_buckets(1024)
@@ -251,4 +255,5 @@ def test_auto_graphs_are_in_a_cuda_encoders_identity_and_not_on_the_cpu(tiny, mo
     identity = output_identity(_params(tiny["bert_mean"]))
     assert identity["cuda_graphs"] == "on" and identity["length_buckets"] == "auto"
     assert "cuda_graphs" not in output_identity(_params(tiny["bert_mean"], cuda_graphs="off"))
+    assert "cuda_graphs" not in output_identity(_params(tiny["bert_mean"], attention_bias="off"))
     assert "cuda_graphs" not in output_identity(_params(tiny["qwen_last"]))
