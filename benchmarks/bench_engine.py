@@ -21,7 +21,8 @@ TFLOP/s and % of the GPU's dense bf16 peak (n/a on CPU), the warm-up (compile) s
 and the minimum cosine against st@32:
 
 - eager     packing off, kernels off, no compile (the plain padded path; a causal decoder
-            on CUDA runs it without its padding mask: embedding.padding_mask auto)
+            on CUDA runs it without its padding mask: embedding.padding_mask auto; a BERT-
+            family model on CUDA replays CUDA graphs: embedding.cuda_graphs auto, stop 31)
 - fused     kernels: liger (fused RMSNorm/RoPE/MLP; falls back where unavailable, shown)
 - fused_builder  fused, with transformers' mask builder run in every forward (a causal
             decoder's attention back to plain SDPA after loading: what `fused` ran before
@@ -33,7 +34,9 @@ and the minimum cosine against st@32:
 - fused_torchnorm_layers  the same for every other RMSNorm (the layers' and the final one)
 - fused_graphs  fused with cuda_graphs: on (each full batch of a fine bucket width replays a
             CUDA graph of its shape: one launch a forward; see shardflow.embed.graphs)
-- eager_graphs  eager with cuda_graphs: on
+- eager_graphs  eager with cuda_graphs: on (for the BERT family, what `eager` runs on CUDA
+            since stop 31)
+- eager_nographs  eager with cuda_graphs: off (the CUDA default before stop 31)
 - eager_cudnn  eager with cudnn_attention: on (SDPA's own choice: what an encoder ran before
             cuDNN's kernel was turned off where batches pass a mask)
 - eager_bias  eager with attention_bias: on (an encoder's mask passed ready-made, 4-D: no
@@ -60,7 +63,8 @@ CUDA default (32,768 tokens, 512 rows), so half the launches per token.
     python benchmarks/bench_engine.py --texts synthetic --n 64 --rounds 3 --configs all
 
 The last line is exactly `engine/sentence-transformers throughput ratio: <x>`
-(median over rounds of engine texts/s divided by st@32 texts/s).
+(median over rounds of engine texts/s divided by st@32 texts/s; `n/a` with
+`--configs-only`, whose one cold encode of each is the cosine reference, untimed).
 """
 
 from __future__ import annotations
@@ -190,6 +194,7 @@ CONFIGS = {
     "fused_torchnorm_layers": {"kernels": "liger", TORCH_NORM: "layers"},
     "fused_graphs": {"kernels": "liger", "cuda_graphs": "on"},
     "eager_graphs": {"cuda_graphs": "on"},
+    "eager_nographs": {"cuda_graphs": "off"},
     "eager_cudnn": {"cudnn_attention": "on"},
     "eager_bias": {"attention_bias": "on"},
     "eager_nobias": {"attention_bias": "off"},
@@ -561,10 +566,14 @@ def main(argv: list[str] | None = None) -> int:
             secs, _ = timed(lambda bs=bs: st.encode(probe, batch_size=bs))
             sweep[bs] = max(sweep.get(bs, 0.0), len(probe) / secs)
     best_bs = max(sweep, key=sweep.get)
-    rates_txt = ", ".join(f"{b}: {v:.1f}" for b, v in sweep.items())
-    print(f"# st sweep on {len(probe)} texts (texts/s): {rates_txt} -> best {best_bs}", flush=True)
-    if best_bs == 32:
-        print("# st@best is st@32 (its default batch size won the sweep)", flush=True)
+    if args.configs_only:
+        print("# --configs-only: one engine and one st@32 encode, untimed against each other: they give the "
+              "configurations' cosine reference, not a speed comparison", flush=True)
+    else:
+        rates_txt = ", ".join(f"{b}: {v:.1f}" for b, v in sweep.items())
+        print(f"# st sweep on {len(probe)} texts (texts/s): {rates_txt} -> best {best_bs}", flush=True)
+        if best_bs == 32:
+            print("# st@best is st@32 (its default batch size won the sweep)", flush=True)
 
     methods = {
         "engine": lambda: encoder.encode(texts),
@@ -596,7 +605,8 @@ def main(argv: list[str] | None = None) -> int:
             elif name == "engine":
                 engine_out = np.asarray(out, dtype=np.float32)
         ratios.append(round_rate["engine"] / round_rate["st@32"])
-        print(f"# round {r + 1}: " + ", ".join(f"{k} {v:.1f}/s" for k, v in round_rate.items()), flush=True)
+        if not args.configs_only:
+            print(f"# round {r + 1}: " + ", ".join(f"{k} {v:.1f}/s" for k, v in round_rate.items()), flush=True)
 
     cos = row_cosines(engine_out, reference)
     cfg = encoder.model.config
@@ -605,9 +615,11 @@ def main(argv: list[str] | None = None) -> int:
     if on_cuda:
         name = torch.cuda.get_device_name(device)
         peak = next((v for k, v in PEAK_TFLOPS.items() if k in name), None)
-    print(f"{'method':<10} {'texts/s':>9} {'tokens/s':>10} {'vs st@32':>9}" + ("  TFLOP/s  %peak" if on_cuda else ""))
+    # --configs-only: one cold encode each (no warm-up round), so no rates to compare.
+    if not args.configs_only:
+        print(f"{'method':<10} {'texts/s':>9} {'tokens/s':>10} {'vs st@32':>9}" + ("  TFLOP/s  %peak" if on_cuda else ""))
     st_med = statistics.median(rates["st@32"])
-    for name, vals in rates.items():
+    for name, vals in {} if args.configs_only else rates.items():
         med = statistics.median(vals)
         line = f"{name:<10} {med:>9.1f} {med * real_tokens / len(texts):>10.0f} {med / st_med:>8.2f}x"
         if on_cuda:
@@ -642,7 +654,10 @@ def main(argv: list[str] | None = None) -> int:
         prof_encoder.warmup()
         prof_encoder.encode(texts[: max(32, len(texts) // 8)])
         profile(prof_encoder, texts, on_cuda, args.profile_top)
-    print(f"engine/sentence-transformers throughput ratio: {statistics.median(ratios):.3f}")
+    if args.configs_only:  # the configurations' table above is the result
+        print("engine/sentence-transformers throughput ratio: n/a (--configs-only: not compared)")
+    else:
+        print(f"engine/sentence-transformers throughput ratio: {statistics.median(ratios):.3f}")
     return 0
 
 

@@ -13,7 +13,9 @@ which builds a plan per new batch shape (docs/gpu.md). The variants:
 - nobias        attention_bias: off (the 2-D mask: transformers' builder, a sync per forward)
 - buckets       length_buckets: on (a few padded widths: few distinct shapes)
 - graphs        cuda_graphs: on (full batches replay a CUDA graph of their shape, captured
-                after its first batch: what a job pays for the captures, and gains)
+                after its first batch: what a job pays for the captures, and gains; for
+                the BERT family the CUDA default since stop 31)
+- nographs      cuda_graphs: off (the CUDA default before stop 31)
 
     python benchmarks/bench_job_encode.py                              # bundled MiniLM, CPU, 1,500 texts
     python benchmarks/bench_job_encode.py --model <folder> --device cuda --n 20000
@@ -38,6 +40,7 @@ VARIANTS = {
     "nobias": {"attention_bias": "off"},
     "buckets": {"length_buckets": "on"},
     "graphs": {"cuda_graphs": "on"},
+    "nographs": {"cuda_graphs": "off"},
 }
 
 

@@ -109,14 +109,14 @@ want B && stage B_qwen_graphs 110 python3 $B --model $QWEN --texts synthetic --n
 want B2 && stage B2_qwen_compiled 140 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
   --configs compiled,fused_compiled --config-rounds 2
 want C && stage C_minilm_demo 50 python3 $B --model $MINILM --texts demo --n $ND --configs-only $EXTRA \
-  --configs eager,eager_graphs,eager_nobias --config-rounds 3
+  --configs eager,eager_nographs,eager_nobias --config-rounds 3
 want C2 && stage C2_minilm_demo 55 python3 $B --model $MINILM --texts demo --n $ND --configs-only $EXTRA \
   --configs compiled,compiled_graphs,packed --config-rounds 3
 # D: what a job's one encode pays that a warm process does not (on the H100, with cuDNN
 # attention: 2.65 s for the first encode of the 20,000 texts, 1.11 s for the second; without
 # it 1.57 s): per variant a fresh process, its first encode then a second.
 want D && stage D_job_encode 100 python3 benchmarks/bench_job_encode.py --model $MINILM --device $DEV --n $NS \
-  --variants default,graphs,nobias
+  --variants default,nographs,nobias
 want Dq && stage Dq_job_encode_qwen 70 python3 benchmarks/bench_job_encode.py --model $QWEN --device $DEV --n $NQ \
   --variants default,cudnn_off
 want E && stage E_first_batch_qwen 30 python3 benchmarks/bench_first_batch.py --model $QWEN --device $DEV \
