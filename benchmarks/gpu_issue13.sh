@@ -26,13 +26,14 @@
 #      few launches, the host limit of `fused`); rows print as each finishes. B2 (when
 #      named): compiled (dynamic shapes) and fused_compiled (liger inside)
 #   C  MiniLM-shape, demo 3,000 texts: eager (the CUDA defaults: cuDNN attention off, the
-#      mask passed 4-D) against eager_graphs (CUDA graphs) and eager_nobias (the 2-D mask: a sync per forward); stop 23
-#      measured eager_bias 1.07x and eager_cudnn 0.99x of the 2-D default
+#      mask passed 4-D, CUDA graphs since stop 31) against eager_nographs and eager_nobias (the
+#      2-D mask: a sync per forward, so no graphs at auto); stop 31 measured graphs 1.29x,
+#      stop 23 eager_bias 1.07x and eager_cudnn 0.99x of the 2-D default
 #      (C2, when named: compiled / compiled_graphs / packed)
 #   D  MiniLM-shape, a 20,000-text chunk: a job's first encode in a fresh process against
 #      a second encode in the same process (benchmarks/bench_job_encode.py): default (the
-#      mask passed 4-D since stop 23), CUDA graphs (captures paid by the job), the 2-D
-#      mask; with where the host's time goes.
+#      mask passed 4-D since stop 23; CUDA graphs since stop 31, their captures paid by the
+#      job), graphs off, the 2-D mask; with where the host's time goes.
 #      Dq: the same for the Qwen3 shape, 4,000 texts, default against cuDNN attention off
 #   G  compile with dynamic shapes against bucket widths (the old default) and eager, each
 #      a 20,000-text MiniLM job in its own process with an empty compile cache
