@@ -4,6 +4,11 @@ Count equals the records the split read, dimension equals the model's, every
 value is finite, norms are 1 within tolerance when the model normalises, ids
 are unique. The result is a JSON-able dict; `VerificationError` carries a
 message listing every failed check.
+
+Norms are computed in float64: a finite float32 vector of huge values (about 3e38)
+has a norm past float32's largest, which float32 arithmetic makes inf (and the
+histogram's range with it). In float64 it is a finite number, judged like any other:
+outside the tolerance when the model normalises, as the norms check's first_row says.
 """
 
 from __future__ import annotations
@@ -63,18 +68,18 @@ def verify_embeddings(npy_path: str, ids_path: str, params: VerifyParams) -> dic
     non_finite = 0
     first_bad = None
     norms_min, norms_max, bad_norm_rows, first_bad_norm = np.inf, -np.inf, 0, None
-    all_norms = []  # 4 bytes a row: kept for a histogram over the actual range
+    all_norms = []  # 8 bytes a row: kept for a histogram over the actual range
     block_rows = params.block_rows or rows_per_block(max(dim, 1), dtype)
     blocks = iter_row_blocks(npy_path, block_rows) if rows > 0 else ()
     for start, block in zip(range(0, max(rows, 0), block_rows), blocks, strict=True):
-        block = block.astype(np.float32, copy=False)
+        block = block.astype(np.float64)  # see the module docstring: float32 squares overflow
         finite = np.isfinite(block).all(axis=1)
         if not finite.all():
             non_finite += int((~finite).sum())
             first_bad = first_bad if first_bad is not None else start + int(np.argmin(finite))
         norms = np.linalg.norm(np.where(np.isfinite(block), block, 0.0), axis=1)
         norms_min, norms_max = min(norms_min, float(norms.min())), max(norms_max, float(norms.max()))
-        all_norms.append(norms.astype(np.float32))
+        all_norms.append(norms)
         if params.normalized:
             off = np.abs(norms - 1.0) > params.norm_tolerance
             if off.any():
@@ -98,7 +103,7 @@ def verify_embeddings(npy_path: str, ids_path: str, params: VerifyParams) -> dic
         "dtype": str(dtype),
         "norm_min": None if rows <= 0 else norms_min,
         "norm_max": None if rows <= 0 else norms_max,
-        "norm_histogram": _histogram(np.concatenate(all_norms) if all_norms else np.zeros(0, np.float32)),
+        "norm_histogram": _histogram(np.concatenate(all_norms) if all_norms else np.zeros(0)),
         "checks": checks,
     }
     return result

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from shardflow.core.atomic import write_json
 from shardflow.embed.verify import VerifyParams, failure_message, verify_embeddings
 
 ROWS, DIM = 50, 8
@@ -110,6 +111,36 @@ def test_norms_report_rows_outside_the_tolerance(tmp_path):
     emb[45] *= 1.02
     check = verify(tmp_path, emb, block_rows=16)["checks"]["norms"]
     assert (check["rows_outside"], check["first_row"]) == (2, 12)
+
+
+# Finite in float32 (whose largest is about 3.4e38), but not its square, nor the norm of
+# a row of them (about 8.5e38 in DIM=8): verify computes norms in float64.
+HUGE = 3e38
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # no overflow on the way either
+def test_a_huge_finite_row_fails_the_norms_check_naming_its_row(tmp_path):
+    """Such a row crashed verify (float32 norm inf, then an infinite histogram range);
+    it is a long row like any other: the norms check names it, and the failed result
+    is strict JSON (what the rule writes to failed.json)."""
+    emb = unit_rows()
+    emb[17] = HUGE
+    result = verify(tmp_path, emb, block_rows=10)
+    assert failed(result) == {"norms"}
+    check = result["checks"]["norms"]
+    assert (check["rows_outside"], check["first_row"]) == (1, 17)
+    assert result["norm_max"] == pytest.approx(HUGE * np.sqrt(DIM), rel=1e-6)
+    assert sum(result["norm_histogram"]["counts"]) == ROWS
+    assert "  - norms: tolerance=0.001, rows_outside=1, first_row=17" in failure_message(result, "e.npy")
+    write_json(tmp_path / "failed.json", result)
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_a_huge_finite_row_of_an_unnormalised_model_passes_with_its_norm(tmp_path):
+    emb = unit_rows()
+    emb[17] = HUGE
+    result = verify(tmp_path, emb, normalized=False)
+    assert result["ok"] and result["norm_max"] == pytest.approx(HUGE * np.sqrt(DIM), rel=1e-6)
 
 
 def test_norms_are_not_checked_for_unnormalised_models(tmp_path):
