@@ -19,7 +19,10 @@ job's). The job removes the folder once its final outputs are written, and with 
 the folders above that this leaves empty, up to the top of the resume tree
 (`remove_folder`): `results/<dataset>/.resume` goes with the data set's last job. Other
 jobs of the data set may be creating their folders in it at that moment: they make
-them with `make_folder`, which makes a parent removed under it again.
+them with `make_folder`, which makes a parent removed under it again. A path the job
+cannot remove is a warning in its log naming the path and the error, as one the
+bucket will not delete is (`ObjectFolder.remove`); the job goes on, its outputs
+written. A path already gone is no failure: another job removed it.
 
 A job killed mid-way (a preempted spot pod, a SLURM timeout) leaves its attempt record
 behind; the attempt that finishes reads the earlier ones (`attempt_totals`) into its
@@ -35,13 +38,16 @@ rerun pod finds them there; `shardflow.core.s3.ObjectFolder`).
 
 from __future__ import annotations
 
+import errno
 import glob
 import io
 import json
+import logging
 import os
 import re
 import shutil
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -50,6 +56,8 @@ import numpy as np
 
 from shardflow.core.atomic import atomic_write_bytes
 from shardflow.core.hashing import digest, sha256_file
+
+log = logging.getLogger(__name__)
 
 ATTEMPT_PREFIX = "attempt-"
 # Bumped when the part layout changes: old folders then never match a new key.
@@ -96,23 +104,68 @@ def resume_tree_top(root: str | Path) -> Path:
     return next((p for p in (root, *root.parents) if p.name == ".resume"), root)
 
 
-def remove_folder(folder: str | Path, top: str | Path | None = None) -> None:
+# What rmdir says of a folder that is not empty (POSIX allows either).
+_NOT_EMPTY = frozenset({errno.ENOTEMPTY, errno.EEXIST})
+
+
+def _rmtree(folder: Path) -> list[tuple[str, OSError]]:
+    """`shutil.rmtree(folder)`, every path in it tried; return those it could not remove,
+    each with its error. A path already gone is none (another job removed it), and a
+    folder left not empty by a path below it that failed is not named again."""
+    failed: list[tuple[str, OSError]] = []
+
+    def onexc(function, path, exc: OSError) -> None:
+        if isinstance(exc, FileNotFoundError):
+            return
+        if exc.errno in _NOT_EMPTY and any(Path(path) in Path(below).parents for below, _ in failed):
+            return
+        failed.append((str(path), exc))
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(folder, onexc=onexc)
+    else:  # onerror passes sys.exc_info() (deprecated from 3.12, for onexc)
+        shutil.rmtree(folder, onerror=lambda function, path, info: onexc(function, path, info[1]))
+    return failed
+
+
+def _error(exc: OSError) -> str:
+    """`EACCES: Permission denied`: the code, as a bucket's refusal names its own."""
+    if exc.errno is None or not exc.strerror:
+        return str(exc)
+    return f"{errno.errorcode.get(exc.errno, exc.errno)}: {exc.strerror}"
+
+
+def remove_folder(folder: str | Path, top: str | Path | None = None) -> str | None:
     """Remove `folder` and what it holds; then each folder above it that is left empty,
     up to and including `top` (None: none; see `resume_tree_top`). Removal stops at
     the first folder not empty: another job's parts are in it, or are about to be
-    (`make_folder` makes it again if it goes between that job's mkdirs)."""
+    (`make_folder` makes it again if it goes between that job's mkdirs).
+
+    Return None, or (and log as a warning) a line naming each path that could not be
+    removed with its error, once every path was tried. It does not fail the job: its
+    outputs are written by then, and parts left behind only cost disk (a folder is
+    named by everything that decides its parts, so no other job reads them as its own)."""
     folder = Path(os.path.abspath(folder))
-    shutil.rmtree(folder, ignore_errors=True)
-    if top is None:
-        return
-    top = Path(os.path.abspath(top))
-    for parent in folder.parents:
-        if parent != top and top not in parent.parents:
-            return  # above the resume tree
-        try:
-            os.rmdir(parent)
-        except OSError:  # not empty, or gone
-            return
+    failed = _rmtree(folder)
+    if top is not None and not failed:  # a folder that failed is still there: none above is empty
+        top = Path(os.path.abspath(top))
+        for parent in folder.parents:
+            if parent != top and top not in parent.parents:
+                break  # above the resume tree
+            try:
+                os.rmdir(parent)
+            except FileNotFoundError:  # another job removed it, and goes on above
+                break
+            except OSError as exc:
+                if exc.errno not in _NOT_EMPTY:  # not empty: another job's parts are in it
+                    failed.append((str(parent), exc))
+                break
+    if not failed:
+        return None
+    named = ", ".join(f"{path} ({_error(exc)})" for path, exc in failed)
+    line = f"cannot remove {folder}, left on disk: {named}"
+    log.warning(line)
+    return line
 
 
 class _LocalFolder:
@@ -136,8 +189,8 @@ class _LocalFolder:
         """The names of the folder's files that start with `prefix` (no temporaries)."""
         return sorted(p.name for p in self.folder.glob(glob.escape(prefix) + "*") if ".tmp-" not in p.name)
 
-    def remove(self, root: str | Path | None = None) -> None:
-        remove_folder(self.folder, None if root is None else resume_tree_top(root))
+    def remove(self, root: str | Path | None = None) -> str | None:
+        return remove_folder(self.folder, None if root is None else resume_tree_top(root))
 
 
 def _backend(folder: str | Path):
@@ -258,11 +311,11 @@ class PartStore:
         self._files.write(self.name(index, ".jsonl"), text.encode("utf-8"))
         self._saved_part()
 
-    def remove(self, root: str | Path | None = None) -> None:
+    def remove(self, root: str | Path | None = None) -> str | None:
         """Remove the parts. `root`: the resume root the folder is named under
         (`resume_folder`); the local folders this leaves empty go too, up to the top of
-        the resume tree (`remove_folder`). S3 has no folders: its keys go."""
+        the resume tree (`remove_folder`). S3 has no folders: its keys go. Return None,
+        or the warning naming what could not be removed (logged; the job goes on)."""
         if isinstance(self._files, _LocalFolder):
-            self._files.remove(root)
-        else:
-            self._files.remove()
+            return self._files.remove(root)
+        return self._files.remove()

@@ -3,6 +3,7 @@ the folders they leave empty with them, beside other jobs creating theirs."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -68,6 +69,68 @@ def test_parts_in_a_folder_of_the_callers_own_leave_the_folders_above(tmp_path):
     store = _parts(tmp_path / ".resume", "a" * 24)
     store.remove()  # no resume root: only the parts folder goes
     assert not Path(store.folder).exists() and (tmp_path / ".resume").is_dir()
+
+
+# A path the job cannot remove: CI runs as root, whom a read-only folder does not stop,
+# so the failing call is monkeypatched (os.unlink and os.rmdir, which shutil.rmtree and
+# remove_folder call through the os module).
+
+
+def _failing(monkeypatch, name: str, fails, exc: OSError):
+    """os.<name> raising `exc` for the paths `fails(path)` picks (rmtree passes an entry
+    name with dir_fd, remove_folder a whole path)."""
+    real = getattr(os, name)
+
+    def call(path, *args, **kwargs):
+        if fails(Path(path)):
+            raise exc
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, name, call)
+
+
+def test_a_part_that_cannot_be_removed_is_named_in_a_warning_and_the_job_goes_on(tmp_path, monkeypatch, caplog):
+    """Every other path is still removed; the warning names the one left and its error
+    (not the folder it keeps from going empty); the folders above stay; nothing raises."""
+    root = tmp_path / "results/ds/.resume"
+    store = _parts(root, "a" * 24)
+    store.save_records(1, [{"id": "b"}])
+    denied = PermissionError(errno.EACCES, "Permission denied")
+    _failing(monkeypatch, "unlink", lambda p: p.name == "part-000000.jsonl", denied)
+    with caplog.at_level("WARNING", logger="shardflow.core.parts"):
+        line = store.remove(root)
+    left = Path(store.folder) / "part-000000.jsonl"
+    assert line == f"cannot remove {store.folder}, left on disk: {left} (EACCES: Permission denied)"
+    assert caplog.messages == [line]
+    assert sorted(p.name for p in Path(store.folder).iterdir()) == [left.name] and root.is_dir()
+
+
+def test_an_emptied_folder_above_that_cannot_be_removed_is_named_in_a_warning(tmp_path, monkeypatch, caplog):
+    """Not empty (another job's parts) is the normal stop; any other error is named."""
+    root = tmp_path / "results/ds/.resume"
+    store = _parts(root, "a" * 24)
+    _failing(monkeypatch, "rmdir", lambda p: p == root, OSError(errno.EBUSY, "Device or resource busy"))
+    with caplog.at_level("WARNING", logger="shardflow.core.parts"):
+        line = store.remove(root)
+    assert line == f"cannot remove {store.folder}, left on disk: {root} (EBUSY: Device or resource busy)"
+    assert caplog.messages == [line] and not Path(store.folder).exists()
+
+
+def test_a_folder_or_part_another_job_removed_first_is_no_warning(tmp_path, monkeypatch, caplog):
+    root = tmp_path / "results/ds/.resume"
+    gone, store = _parts(root, "a" * 24), _parts(root, "b" * 24)
+    gone.remove(root)
+    real_unlink = os.unlink
+
+    def unlink(path, *args, **kwargs):  # the other job's unlink lands first
+        real_unlink(path, *args, **kwargs)
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory")
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    with caplog.at_level("WARNING", logger="shardflow.core.parts"):
+        assert gone.remove(root) is None  # the whole folder
+        assert store.remove(root) is None  # its files, one by one
+    assert caplog.messages == [] and not root.exists()
 
 
 def test_a_resume_folder_removed_between_a_jobs_mkdirs_is_made_again(tmp_path, monkeypatch):
