@@ -86,6 +86,28 @@ def busy_seconds(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
+def earlier_attempt_costs(stats: list[dict]) -> dict:
+    """What the jobs' stats say of the killed attempts before each one's last
+    (`earlier_attempts`, `earlier_attempt_devices`: core.parts.attempt_totals): how many
+    (`earlier_attempts`), their seconds (`earlier_attempt_seconds`, a lower bound: from
+    each one's start to its last saved part), those on CUDA in GPU-hours
+    (`earlier_attempt_gpu_hours`) and the seconds by device (`earlier_attempt_devices`).
+    Stats from before attempt records have none: all zero.
+
+    The one count of them: `job_costs` (a stage's reports) and the sweep's cost.json
+    (shardflow.sweep.cost, per job) both add these to their GPU-hours."""
+    devices: dict[str, float] = {}
+    for s in stats:
+        for device, seconds in (s.get("earlier_attempt_devices") or {}).items():
+            devices[str(device)] = devices.get(str(device), 0.0) + seconds
+    return {
+        "earlier_attempts": sum(s.get("earlier_attempts", 0) for s in stats),
+        "earlier_attempt_seconds": sum(devices.values()),
+        "earlier_attempt_gpu_hours": sum(t for device, t in devices.items() if device.startswith("cuda")) / 3600,
+        "earlier_attempt_devices": dict(sorted(devices.items())),
+    }
+
+
 def job_costs(stats: list[dict], benches: list[dict], gpu_hour_price: float) -> dict:
     """Wall time, job time, GPU-hours and cost of a stage's chunk jobs.
 
@@ -100,8 +122,8 @@ def job_costs(stats: list[dict], benches: list[dict], gpu_hour_price: float) -> 
     CUDA ones in GPU-hours): a preempted spot pod's time is paid for. Their seconds are
     a lower bound (from each one's start to its last saved part) and are not in the
     wall time or `job_seconds`, which stay the last attempts' (the rates' time);
-    `earlier_attempts`, `earlier_attempt_seconds` and `earlier_attempt_gpu_hours` say
-    how much was counted. Stats from before attempt records have none: nothing added.
+    `earlier_attempt_costs`' keys say how much was counted. Stats from before attempt
+    records have none: nothing added.
     """
     if len(benches) != len(stats):
         # zip() would silently drop the unmatched jobs from the time and cost sums.
@@ -109,20 +131,16 @@ def job_costs(stats: list[dict], benches: list[dict], gpu_hour_price: float) -> 
     busy = busy_seconds([(s["start_time"], s["end_time"]) for s in stats])
     job_seconds = [b.get("s", s["seconds"]) for s, b in zip(stats, benches, strict=True)]
     final_gpu = sum(t for s, t in zip(stats, job_seconds, strict=True) if str(s.get("device", "")).startswith("cuda"))
-    earlier = [(str(device), t) for s in stats for device, t in (s.get("earlier_attempt_devices") or {}).items()]
-    earlier_seconds = sum(t for _, t in earlier)
-    earlier_gpu = sum(t for device, t in earlier if device.startswith("cuda"))
-    gpu_hours = (final_gpu + earlier_gpu) / 3600
+    earlier = earlier_attempt_costs(stats)
+    gpu_hours = final_gpu / 3600 + earlier["earlier_attempt_gpu_hours"]
     return {
         "wall_time_s": max(busy, 1e-9),
         "job_seconds": sum(job_seconds),
         "gpu_hours": gpu_hours,
-        "device_hours": (sum(job_seconds) + earlier_seconds) / 3600,
+        "device_hours": (sum(job_seconds) + earlier["earlier_attempt_seconds"]) / 3600,
         "estimated_cost": gpu_hours * gpu_hour_price,
         "devices": sorted({str(s.get("device")) for s in stats}),
-        "earlier_attempts": sum(s.get("earlier_attempts", 0) for s in stats),
-        "earlier_attempt_seconds": earlier_seconds,
-        "earlier_attempt_gpu_hours": earlier_gpu / 3600,
+        **earlier,
     }
 
 

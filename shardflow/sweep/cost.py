@@ -16,6 +16,12 @@ A run is charged its own jobs and, for retrieval, the embedding jobs it reads; t
 inputs every point shares as they are (split chunks, token shards, the tokenizer) are
 charged to none.
 
+A job's GPU-hours count the killed attempts before its last, as a stage's report counts
+them (core.jobs.earlier_attempt_costs: CUDA seconds from their records in the parts
+folder, a lower bound); `earlier_attempts`, `earlier_attempt_seconds` and
+`earlier_attempt_gpu_hours` say how much of the total that was. Their seconds are not in
+`wall_time_s`, which stays the benchmarks' (the last attempts').
+
     cost = sweep_cost([[JobCost("benchmarks/sweeps/s/p1/seed=0/train.tsv", 12.0, 0.0033)], ...], "s")
 """
 
@@ -27,20 +33,29 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardflow.core.jobs import read_benchmark
+from shardflow.core.jobs import earlier_attempt_costs, read_benchmark
 from shardflow.sweep.shared import SHARED_FOLDER
 
 SHARED_PREFIX = f"benchmarks/sweeps/{SHARED_FOLDER}/"
 ORIGINS = ("sweep", "shared", "main_run")
+FIGURES = ("seconds", "gpu_hours", "earlier_attempts", "earlier_attempt_seconds", "earlier_attempt_gpu_hours")
 
 
 @dataclass(frozen=True)
 class JobCost:
-    """One job a run read: its benchmark file, its seconds and its GPU-hours."""
+    """One job a run read: its benchmark file, its seconds and its GPU-hours, the killed
+    attempts before its last included (how many, their seconds and GPU-hours)."""
 
     benchmark: str
     seconds: float
     gpu_hours: float = 0.0
+    earlier_attempts: int = 0
+    earlier_attempt_seconds: float = 0.0
+    earlier_attempt_gpu_hours: float = 0.0
+
+    def figures(self) -> tuple[float, ...]:
+        """What it adds to a total, in FIGURES' order (a missing, NaN, figure counts as nothing)."""
+        return tuple(_figure(getattr(self, name)) for name in FIGURES)
 
 
 def origin(benchmark: str, folder: str) -> str:
@@ -62,9 +77,17 @@ def _figure(value: float) -> float:
 
 def _total(jobs: Iterable[JobCost]) -> dict:
     jobs = list(jobs)
-    seconds = sum((_figure(j.seconds) for j in jobs), 0.0)
-    gpu_hours = sum((_figure(j.gpu_hours) for j in jobs), 0.0)
-    return {"jobs": len(jobs), "wall_time_s": round(seconds, 3), "gpu_hours": round(gpu_hours, 6)}
+
+    def summed(name: str) -> float:
+        return sum((_figure(getattr(j, name)) for j in jobs), 0.0)
+
+    return {
+        "jobs": len(jobs), "wall_time_s": round(summed("seconds"), 3), "gpu_hours": round(summed("gpu_hours"), 6),
+        # Of those GPU-hours, the killed attempts' (core.jobs.earlier_attempt_costs).
+        "earlier_attempts": int(summed("earlier_attempts")),
+        "earlier_attempt_seconds": round(summed("earlier_attempt_seconds"), 3),
+        "earlier_attempt_gpu_hours": round(summed("earlier_attempt_gpu_hours"), 6),
+    }
 
 
 def sweep_cost(runs: Iterable[Iterable[JobCost]], folder: str) -> dict:
@@ -78,7 +101,7 @@ def sweep_cost(runs: Iterable[Iterable[JobCost]], folder: str) -> dict:
         for job in jobs:
             read.append(job)
             known = seen.setdefault(job.benchmark, job)
-            if (_figure(known.seconds), _figure(known.gpu_hours)) != (_figure(job.seconds), _figure(job.gpu_hours)):
+            if known.figures() != job.figures():
                 raise ValueError(f"{job.benchmark}: read twice with different figures ({known} != {job})")
     by_origin = {name: _total(j for j in seen.values() if origin(j.benchmark, folder) == name) for name in ORIGINS}
     summed = _total(read)  # what summing the runs table gives: shared jobs once per run that read them
@@ -114,7 +137,9 @@ def read_job_records(shapes: Sequence[tuple[str, int, int, int]], metrics: Seque
     `shapes`: per job (point, seed, number of stats files, number of benchmarks), in the
     order of the inputs (rules/common.smk, sweep_job_files): each job's metrics record,
     its stats files, then its benchmarks, the first of which pair with the stats files.
-    GPU-hours: a job whose own stats say it ran on CUDA, its seconds x the GPUs it held."""
+    GPU-hours: a job whose own stats say it ran on CUDA, its seconds x the GPUs it held,
+    and the CUDA seconds of the killed attempts its stats record, as a stage's report
+    counts them (core.jobs.earlier_attempt_costs)."""
     stats_files, bench_files = iter(stats), iter(benchmarks)
     records = []
     for (point, seed, n_stats, n_bench), metrics_path in zip(shapes, metrics, strict=True):
@@ -124,12 +149,16 @@ def read_job_records(shapes: Sequence[tuple[str, int, int, int]], metrics: Seque
         for i in range(n_bench):
             path = str(next(bench_files))
             seconds = float(read_benchmark(path).get("s", 0.0))
-            gpu_hours = 0.0
+            job_stats: dict = {}  # none paired: no GPU time known
             if i < n_stats:
                 with open(next(stats_files), encoding="utf-8") as fh:
                     job_stats = json.load(fh)
-                if str(job_stats.get("device", "")).startswith("cuda"):
-                    gpu_hours = seconds * int(job_stats.get("gpus", job_stats.get("world_size", 1))) / 3600
-            costs.append(JobCost(path, seconds, gpu_hours))
+            gpu_hours = 0.0
+            if str(job_stats.get("device", "")).startswith("cuda"):
+                gpu_hours = seconds * int(job_stats.get("gpus", job_stats.get("world_size", 1))) / 3600
+            earlier = earlier_attempt_costs([job_stats])
+            costs.append(JobCost(path, seconds, gpu_hours + earlier["earlier_attempt_gpu_hours"],
+                                 earlier["earlier_attempts"], earlier["earlier_attempt_seconds"],
+                                 earlier["earlier_attempt_gpu_hours"]))
         records.append(JobRecord(point, int(seed), record, tuple(costs)))
     return records

@@ -146,7 +146,8 @@ def sweep_section(name: str, files: dict) -> Section:
 
 def _sweep_cost(cost: dict) -> str:
     """'10 jobs, 0.42 GPU-hours, 1,512 s of job time (each once; of them read: 3 of the
-    main run's, 3 shared)'."""
+    main run's, 3 shared)', and what the GPU-hours count of killed attempts, as a
+    stage's line says it."""
 
     def jobs(n: int) -> str:
         return f"{n:,} job{'' if n == 1 else 's'}"
@@ -156,7 +157,8 @@ def _sweep_cost(cost: dict) -> str:
     text += f" GPU-hours, {cost['wall_time_s']:,.0f} s of job time"
     read = [(cost["by_origin"][k]["jobs"], what) for k, what in (("main_run", "of the main run's"), ("shared", "shared"))]
     read = [f"{n:,} {what}" for n, what in read if n]
-    return f"{text} (each once; of them read: {', '.join(read)})" if read else text
+    text = f"{text} (each once; of them read: {', '.join(read)})" if read else text
+    return text + _killed_attempts(cost)  # a cost.json from before attempt records has no such keys: none said
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

@@ -32,12 +32,13 @@ def test_shared_jobs_count_once_and_by_origin():
     assert cost["jobs"] == 6
     assert cost["wall_time_s"] == pytest.approx(160.0)
     assert cost["gpu_hours"] == pytest.approx(0.15)
-    assert cost["by_origin"]["sweep"] == {"jobs": 4, "wall_time_s": 10.0, "gpu_hours": 0.0}
-    assert cost["by_origin"]["shared"] == {"jobs": 1, "wall_time_s": 50.0, "gpu_hours": 0.05}
-    assert cost["by_origin"]["main_run"] == {"jobs": 1, "wall_time_s": 100.0, "gpu_hours": 0.1}
+    none = {"earlier_attempts": 0, "earlier_attempt_seconds": 0.0, "earlier_attempt_gpu_hours": 0.0}
+    assert cost["by_origin"]["sweep"] == {"jobs": 4, "wall_time_s": 10.0, "gpu_hours": 0.0, **none}
+    assert cost["by_origin"]["shared"] == {"jobs": 1, "wall_time_s": 50.0, "gpu_hours": 0.05, **none}
+    assert cost["by_origin"]["main_run"] == {"jobs": 1, "wall_time_s": 100.0, "gpu_hours": 0.1, **none}
     # An origin without jobs writes floats all the same (a typed column when tabulated).
     empty = sweep_cost(runs[2:], "s")["by_origin"]["main_run"]
-    assert empty == {"jobs": 0, "wall_time_s": 0.0, "gpu_hours": 0.0} and isinstance(empty["gpu_hours"], float)
+    assert empty == {"jobs": 0, "wall_time_s": 0.0, "gpu_hours": 0.0, **none} and isinstance(empty["gpu_hours"], float)
     # The runs table summed over points counts the main run's and the shared set twice.
     assert cost["summed_over_runs"]["wall_time_s"] == pytest.approx(310.0)
     assert cost["summed_over_runs"]["gpu_hours"] == pytest.approx(0.3)
@@ -84,3 +85,35 @@ def test_read_job_records_pairs_stats_with_the_first_benchmarks(tmp_path):
     cost = sweep_cost([r.costs for r in records], "s")
     assert cost["jobs"] == 3 and cost["gpu_hours"] == pytest.approx(1.0)
     assert cost["summed_over_runs"]["gpu_hours"] == pytest.approx(2.0)
+
+
+def test_killed_attempts_count_as_a_stage_report_counts_them(tmp_path):
+    """A sweep embed job rerun after a preempted attempt on another GPU: cost.json's
+    GPU-hours add the attempt's CUDA seconds, as the stage's report does (one helper,
+    core.jobs.earlier_attempt_costs), and say which part they were; the seconds stay
+    the benchmarks'. A CPU attempt adds seconds but no GPU-hours."""
+    import json
+
+    from shardflow.core.jobs import job_costs
+    from shardflow.sweep.cost import read_job_records
+
+    def write(name, text):
+        path = tmp_path / name
+        path.write_text(text)
+        return str(path)
+
+    stats = {"start_time": 0.0, "end_time": 1800.0, "seconds": 1800.0, "device": "cuda:0", "earlier_attempts": 2,
+             "earlier_attempt_seconds": 2700.0, "earlier_attempt_devices": {"cpu": 900.0, "cuda:1": 1800.0}}
+    bench = "s\th:m:s\tmax_rss\n{}\t0:00:01\t1.0\n"
+    records = read_job_records(
+        [("a", 0, 1, 2)], [write("m.json", json.dumps({"x": 1}))], [write("embed_0.stats.json", json.dumps(stats))],
+        [write("embed_0.tsv", bench.format(1800.0)), write("merge.tsv", bench.format(5.0))],
+    )
+    assert records[0].gpu_hours == pytest.approx(1.0)  # 0.5 h of its own, 0.5 h of the killed CUDA attempt
+    assert records[0].costs[0].gpu_hours == pytest.approx(job_costs([stats], [{"s": 1800.0}], 1.0)["gpu_hours"])
+    cost = sweep_cost([records[0].costs], "s")
+    assert (cost["gpu_hours"], cost["wall_time_s"]) == (pytest.approx(1.0), 1805.0)
+    assert (cost["earlier_attempts"], cost["earlier_attempt_seconds"]) == (2, 2700.0)
+    assert cost["earlier_attempt_gpu_hours"] == pytest.approx(0.5)
+    assert cost["by_origin"]["main_run"]["earlier_attempt_gpu_hours"] == pytest.approx(0.5)  # tmp_path: not the sweep's
+    assert cost["summed_over_runs"]["gpu_hours"] == pytest.approx(1.0)
