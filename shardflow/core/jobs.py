@@ -139,7 +139,8 @@ def job_costs(stats: list[dict], benches: list[dict], gpu_hour_price: float) -> 
         "gpu_hours": gpu_hours,
         "device_hours": (sum(job_seconds) + earlier["earlier_attempt_seconds"]) / 3600,
         "estimated_cost": gpu_hours * gpu_hour_price,
-        "devices": sorted({str(s.get("device")) for s in stats}),
+        # Every device the counted time ran on: the last attempts' and the killed ones'.
+        "devices": sorted({str(s.get("device")) for s in stats} | set(earlier["earlier_attempt_devices"])),
         **earlier,
     }
 

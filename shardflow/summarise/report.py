@@ -52,6 +52,7 @@ def run_summary(stats: list[dict], benches: list[dict], manifest: dict, params: 
         "earlier_attempts": costs["earlier_attempts"],
         "earlier_attempt_seconds": round(costs["earlier_attempt_seconds"], 3),
         "earlier_attempt_gpu_hours": round(costs["earlier_attempt_gpu_hours"], 6),
+        "earlier_attempt_devices": {d: round(t, 3) for d, t in costs["earlier_attempt_devices"].items()},
     }
 
 

@@ -84,8 +84,11 @@ def embedding_section(dataset: str, files: dict, report: ReportParams) -> Sectio
 def _killed_attempts(s: dict, resumed: int = 0) -> str:
     """What the GPU-hours and cost count of the jobs' killed attempts (core.jobs.job_costs)."""
     if s.get("earlier_attempts"):
+        # By device where the file says (a stage's summary since it does; not a sweep's cost.json).
+        devices = (s.get("earlier_attempt_devices") or {}).items()
+        on = "on " + ", ".join(f"{device} for {_duration(t)}" for device, t in devices) + "; " if devices else ""
         return (f"; {_duration(s['earlier_attempt_seconds'])} of {s['earlier_attempts']} killed attempts counted "
-                f"({s['earlier_attempt_gpu_hours']:.4f} GPU-h; a lower bound: from each one's start to its "
+                f"({on}{s['earlier_attempt_gpu_hours']:.4f} GPU-h; a lower bound: from each one's start to its "
                 "last saved part)")
     if resumed:
         return "; the killed attempts left no records (from before attempt records): their cost is not counted"

@@ -76,3 +76,17 @@ def test_job_costs_count_the_killed_attempts_that_ran_on_cuda():
     assert costs["earlier_attempt_gpu_hours"] == pytest.approx(0.5)
     old = job_costs([base], [{"s": 1800.0}], gpu_hour_price=2.0)
     assert old["gpu_hours"] == 0.5 and old["earlier_attempts"] == 0 and old["earlier_attempt_seconds"] == 0
+
+
+def test_job_costs_devices_name_the_killed_attempts_devices_too():
+    """A job killed on cuda:1 (and once on the CPU) and finished on cuda:0: its time on
+    each is counted, so each device is listed; the seconds by device sum over the jobs."""
+    from shardflow.core.jobs import job_costs
+
+    base = {"start_time": 0.0, "end_time": 10.0, "seconds": 10.0, "device": "cuda:0"}
+    killed = {**base, "earlier_attempts": 2, "earlier_attempt_devices": {"cpu": 5.0, "cuda:1": 20.0}}
+    again = {**base, "earlier_attempts": 1, "earlier_attempt_devices": {"cuda:1": 10.0}}
+    costs = job_costs([killed, again, base], [{"s": 10.0}] * 3, gpu_hour_price=1.0)
+    assert costs["devices"] == ["cpu", "cuda:0", "cuda:1"]
+    assert costs["earlier_attempt_devices"] == {"cpu": 5.0, "cuda:1": 30.0}
+    assert job_costs([base], [{"s": 10.0}], gpu_hour_price=1.0)["devices"] == ["cuda:0"]

@@ -198,6 +198,12 @@ def test_report_numbers_from_the_job_table():
     assert s["compression_ratio"] == pytest.approx(0.1)
     assert s["gpu_hours"] == pytest.approx(1.5) and s["estimated_cost"] == pytest.approx(3.0)
     assert s["items_per_s"] == pytest.approx(15 / 20)
+    # A killed attempt on another GPU before the first job's last: summary.json lists its
+    # device and its seconds by device, next to the GPU-hours it adds.
+    stats[0] |= {"earlier_attempts": 1, "earlier_attempt_seconds": 900.0, "earlier_attempt_devices": {"cuda:1": 900.0}}
+    s = run_summary(stats, [{"s": 3600.0}, {"s": 1800.0}], {}, SummaryReportParams(gpu_hour_price=2.0))
+    assert s["devices"] == ["cuda:0", "cuda:1"] and s["earlier_attempt_devices"] == {"cuda:1": 900.0}
+    assert s["gpu_hours"] == pytest.approx(1.75)
 
 
 def test_without_an_id_field_references_join_by_source_position(tmp_path):

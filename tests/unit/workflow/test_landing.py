@@ -130,8 +130,11 @@ def test_embedding_section_says_how_much_of_killed_attempts_it_counted(tmp_path)
     the resume folder) is in the GPU-hours and cost, and the page says how much."""
     stats = {"chunk": 0, "items": 30, "items_embedded": 10, "tokens": 100, "seconds": 0.5, "start_time": 10.0,
              "end_time": 10.5, "device": "cuda:0", "earlier_attempts": 1, "earlier_attempt_seconds": 1800.0,
-             "earlier_attempt_devices": {"cuda:0": 1800.0}}
+             "earlier_attempt_devices": {"cuda:1": 1800.0}}
     rows = _embedding_rows(tmp_path, stats, 1800.0, gpu_hour_price=2.0)
     assert rows["GPU-hours and cost"].startswith("1.0000 GPU-h, 2.00 USD (66666.67 per million records computed)")
-    assert rows["GPU-hours and cost"].endswith("; 30.0 min of 1 killed attempts counted (0.5000 GPU-h; a lower bound: "
-                                               "from each one's start to its last saved part)")
+    assert rows["GPU-hours and cost"].endswith("; 30.0 min of 1 killed attempts counted (on cuda:1 for 30.0 min; "
+                                               "0.5000 GPU-h; a lower bound: from each one's start to its last "
+                                               "saved part)")
+    # The killed attempt ran on another GPU: it is among the devices too.
+    assert "while encoding on cuda:0, cuda:1 (20 records came from resumed parts" in rows["throughput"]
