@@ -139,8 +139,9 @@ def job_costs(stats: list[dict], benches: list[dict], gpu_hour_price: float) -> 
         "gpu_hours": gpu_hours,
         "device_hours": (sum(job_seconds) + earlier["earlier_attempt_seconds"]) / 3600,
         "estimated_cost": gpu_hours * gpu_hour_price,
-        # Every device the counted time ran on: the last attempts' and the killed ones'.
-        "devices": sorted({str(s.get("device")) for s in stats} | set(earlier["earlier_attempt_devices"])),
+        # The devices the rates ran on (the last attempts'); the killed attempts' are in
+        # earlier_attempt_devices, with their seconds.
+        "devices": sorted({str(s.get("device")) for s in stats}),
         **earlier,
     }
 

@@ -78,15 +78,16 @@ def test_job_costs_count_the_killed_attempts_that_ran_on_cuda():
     assert old["gpu_hours"] == 0.5 and old["earlier_attempts"] == 0 and old["earlier_attempt_seconds"] == 0
 
 
-def test_job_costs_devices_name_the_killed_attempts_devices_too():
-    """A job killed on cuda:1 (and once on the CPU) and finished on cuda:0: its time on
-    each is counted, so each device is listed; the seconds by device sum over the jobs."""
+def test_job_costs_name_the_killed_attempts_devices_apart_from_the_rates_devices():
+    """A job killed on cuda:1 (and once on the CPU) and finished on cuda:0: the seconds
+    on each killed attempt's device sum over the jobs; `devices` stays the devices the
+    rates ran on (the landing page's throughput line names them)."""
     from shardflow.core.jobs import job_costs
 
     base = {"start_time": 0.0, "end_time": 10.0, "seconds": 10.0, "device": "cuda:0"}
     killed = {**base, "earlier_attempts": 2, "earlier_attempt_devices": {"cpu": 5.0, "cuda:1": 20.0}}
     again = {**base, "earlier_attempts": 1, "earlier_attempt_devices": {"cuda:1": 10.0}}
     costs = job_costs([killed, again, base], [{"s": 10.0}] * 3, gpu_hour_price=1.0)
-    assert costs["devices"] == ["cpu", "cuda:0", "cuda:1"]
+    assert costs["devices"] == ["cuda:0"]
     assert costs["earlier_attempt_devices"] == {"cpu": 5.0, "cuda:1": 30.0}
     assert job_costs([base], [{"s": 10.0}], gpu_hour_price=1.0)["devices"] == ["cuda:0"]

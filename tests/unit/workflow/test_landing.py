@@ -136,5 +136,6 @@ def test_embedding_section_says_how_much_of_killed_attempts_it_counted(tmp_path)
     assert rows["GPU-hours and cost"].endswith("; 30.0 min of 1 killed attempts counted (on cuda:1 for 30.0 min; "
                                                "0.5000 GPU-h; a lower bound: from each one's start to its last "
                                                "saved part)")
-    # The killed attempt ran on another GPU: it is among the devices too.
-    assert "while encoding on cuda:0, cuda:1 (20 records came from resumed parts" in rows["throughput"]
+    # The killed attempt ran on another GPU: the GPU-hours line names it; the rates are
+    # the last attempt's, on its device alone.
+    assert "while encoding on cuda:0 (20 records came from resumed parts" in rows["throughput"]
