@@ -160,12 +160,13 @@ evaluate-summaries: setup
 
 # Opt-in: reproduce MTEB's published ArguAna nDCG@10 (0.50167 +- 0.001) with the real
 # workflow; fails with a table of expected vs got. Needs ../shared/data/arguana (or ARGUANA=).
+# Writes results/arguana-minilm/ (fp32), not evaluate-beir's results/arguana/ (dtype auto).
 ARGUANA ?= ../shared/data/arguana
 reproduce-arguana: setup
 	@start=$$(date +%s); \
-	  $(SNAKEMAKE) results/arguana/reproduction.json --profile profiles/local --cores $(CORES) \
+	  $(SNAKEMAKE) results/arguana-minilm/reproduction.json --profile profiles/local --cores $(CORES) \
 	    --configfile config/reproduce/arguana-minilm.yaml --config 'retrieval={path: "$(ARGUANA)"}' && \
-	  echo "reproduce-arguana: passed in $$(( $$(date +%s) - start )) s; metrics: results/arguana/retrieval/metrics.json"
+	  echo "reproduce-arguana: passed in $$(( $$(date +%s) - start )) s; metrics: results/arguana-minilm/retrieval/metrics.json"
 
 # Opt-in: reproduce nanoGPT's Shakespeare-char CPU run (best validation loss <= 1.93) with
 # the real workflow; fails with a table of expected vs got. The last line printed is the
