@@ -179,18 +179,15 @@ if (
     ]
 if _PROBLEMS:
     raise ValueError("\n".join(_PROBLEMS))
-# A GPU rule's job that runs on the CPU has no `gpu` (train's is 0), yet a gpu_model or
-# a gres naming gpu that a profile's set-resources gives its rule still reaches sbatch
-# as a GPU request (shardflow.workflow.site.gpu_requests): named here, for the GPU
-# rules of this run whose jobs run on the CPU.
+# A GPU rule's job that runs on the CPU has no `gpu` (train's is 0), yet a gpu_model, a
+# gres naming gpu or a `gpu` (also `gpus`, `nvidia_gpu` for the SLURM job step) that a
+# profile's set-resources gives its rule still gets it a GPU from the executor
+# (shardflow.workflow.site.gpu_asks): named here, for the GPU rules of this run whose
+# jobs run on the CPU.
 if workflow.is_main_process:
     _ON_CPU = plan.gpu_rules_on_cpu(config, DATASETS.values(), SWEEPS.values())
-    for _rule, _request, _sbatch in site.gpu_requests(_SET, _ON_CPU, plan.GPU_ON_CPU):
-        logger.warning(
-            f"set-resources {_request}: the SLURM plugin asks sbatch for {_sbatch} for each {_rule} "
-            f"job, which runs on the CPU ({_ON_CPU[_rule]}) and uses no GPU; leave it out of the "
-            "profile for this run (profiles/README.md, slurm)"
-        )
+    for _line in site.gpu_request_warnings(_SET, _ON_CPU, plan.GPU_ON_CPU):
+        logger.warning(_line)
 SWEEP_FOLDERS = "|".join(re.escape(f) for f in SWEEPS_BY_FOLDER) or "(?!)"
 
 
@@ -389,8 +386,11 @@ def job_resources(rule, uses_gpu=True):
     `--gpus=<model>:0` on SLURM when a gpu_model is set. Except what a profile's
     set-resources gives the rule: there a gpu_model still gets the job one GPU on SLURM
     (slurm plugin 2.8 counts a missing `gpu` as 1: `--gpus=<model>:1`), as does a gres
-    naming gpu; the parse names each such value (plan.gpu_rules_on_cpu,
-    site.gpu_requests). The job reads a missing `gpu` as 0 (shardflow.core.gpujob).
+    naming gpu or a `gpu` above 0 (on EKS too), and a `gpus` or `nvidia_gpu` above 0 asks
+    the SLURM job step's srun for GPUs; the parse names each such value
+    (plan.gpu_rules_on_cpu, site.gpu_asks). The job reads a missing `gpu` as 0
+    (shardflow.core.gpujob); with gpu_jobs.device cpu it runs on the CPU whatever its
+    `gpu`.
 
     `uses_gpu=False` (a method that needs no GPU, Lead-k): the job asks for what a CPU
     rule asks for, the profile's default-resources mem_mb and runtime (the sizes in

@@ -59,24 +59,70 @@ def unexpanded_message(found: Mapping[str, list[str]]) -> str:
     return f"unset environment variable{'s' if len(names) > 1 else ''} {', '.join(names)} in the profile ({where})"
 
 
+# What the installed executor plugins make of the resources that can get a job a GPU:
+# the SLURM plugin's sbatch (snakemake-executor-plugin-slurm 2.8, utils.set_gres_string:
+# a `gres` naming gpu, a `gpu_model`, a `gpu`), its job step's srun inside the allocation
+# (snakemake-executor-plugin-slurm-jobstep 0.6.1, get_gpu_setting: the first of `gpus`,
+# `gpu`, `nvidia_gpu` that the job has) and the Kubernetes plugin's pod (0.5.1: `gpu`
+# alone, an nvidia.com/gpu request with the GPU toleration; it ignores the others).
+_STEP_GPUS = ("gpus", "gpu", "nvidia_gpu")
+
+
+def _count(value) -> int | None:
+    """A GPU count given as an integer; None for an expression evaluated per job."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def gpu_asks(resources: Mapping[str, object]) -> dict[str, str]:
+    """{name: what the plugins ask for} for each resource among `resources` (a job's, as
+    plain values) that gets the job a GPU, as the plugins read them (above).
+    A `gpu` of 0, and a count the job step reads after another one, ask for nothing."""
+    asks = {}
+    gres, model, gpu = resources.get("gres"), resources.get("gpu_model"), resources.get("gpu")
+    if gres and "gpu" in str(gres).lower():
+        asks["gres"] = f"the SLURM plugin asks sbatch for --gres={gres}"
+    if model:  # a job without `gpu` counts 1
+        asks["gpu_model"] = f"the SLURM plugin asks sbatch for --gpus={model}:{1 if gpu is None else gpu}"
+    count = _count(gpu)
+    if count:
+        asks["gpu"] = (
+            f"the SLURM plugin asks sbatch for --gpus={f'{model}:' if model else ''}{count} "
+            f"and the Kubernetes plugin requests {count} GPU{'s' if count > 1 else ''} for its pod"
+        )
+    step = next((name for name in _STEP_GPUS if resources.get(name) is not None), None)
+    count = _count(resources.get(step))
+    if step in ("gpus", "nvidia_gpu") and count:
+        asks[step] = f"the SLURM plugin's job step runs it with srun --gpus={count} (sbatch gets no GPU from {step})"
+    return asks
+
+
 def gpu_requests(
     set_resources: Mapping[str, Mapping[str, object]], rules: Iterable[str], gpu: Mapping[str, int] | None = None
-) -> list[tuple[str, str, str]]:
-    """(rule, `rule:name=value`, what sbatch gets) for each set-resources value of `rules`
-    that asks SLURM for a GPU whatever the job's `gpu` resource (`gpu[rule]`; none if
-    absent), as snakemake-executor-plugin-slurm 2.8 builds the request
-    (utils.set_gres_string): a `gres` naming gpu passes as `--gres=<gres>`, and a
-    `gpu_model` as `--gpus=<model>:<gpu>`, where a job without `gpu` counts 1."""
+) -> list[tuple[str, str, object, str]]:
+    """(rule, name, value, what the plugins ask for) for each set-resources value of
+    `rules` that gets their jobs a GPU (gpu_asks), whatever the job's own `gpu` resource
+    (`gpu[rule]`; none if absent) would give them."""
     gpu = gpu or {}
     found = []
     for rule in rules:
-        for name, value in (set_resources.get(rule) or {}).items():
-            value = getattr(value, "raw", value)  # Snakemake's Resource, or the value
-            if name == "gpu_model" and value:
-                found.append((rule, f"{rule}:{name}={value}", f"--gpus={value}:{gpu.get(rule, 1)}"))
-            elif name == "gres" and "gpu" in str(value).lower():
-                found.append((rule, f"{rule}:{name}={value}", f"--gres={value}"))
+        given = {name: getattr(v, "raw", v) for name, v in (set_resources.get(rule) or {}).items()}
+        asks = gpu_asks({**({"gpu": gpu[rule]} if rule in gpu else {}), **given})
+        found += [(rule, name, value, asks[name]) for name, value in given.items() if name in asks]
     return found
+
+
+def gpu_request_warnings(
+    set_resources: Mapping[str, Mapping[str, object]], on_cpu: Mapping[str, str], gpu: Mapping[str, int] | None = None
+) -> list[str]:
+    """One line per set-resources value that gets a GPU for the jobs of a GPU rule in
+    `on_cpu` ({rule: why its jobs run on the CPU in this run}), which use none: it names
+    the rule, the value, what the executor plugins make of it and what to change."""
+    return [
+        f"set-resources {rule}:{name}={value}: {asks} for each {rule} job, which runs on the CPU "
+        f"({on_cpu[rule]}) and uses no GPU; leave it out of the profile for this run "
+        f"(profiles/README.md, {'slurm, eks' if name == 'gpu' else 'slurm'})"
+        for rule, name, value, asks in gpu_requests(set_resources, on_cpu, gpu)
+    ]
 
 
 def python_first_on_path(environ: dict | None = None, executable: str = sys.executable) -> bool:

@@ -1,3 +1,4 @@
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -35,42 +36,96 @@ def test_unexpanded_finds_literal_variables_whose_value_is_unset():
     assert unexpanded({"x": "a$ literal dollar"}, environ={}) == {}
 
 
-def test_gpu_requests_name_what_the_slurm_plugin_asks_sbatch_for_whatever_the_jobs_gpu_says():
-    """A gpu_model, or a gres naming gpu, asks sbatch for a GPU for a job without a `gpu`
-    resource (a GPU rule's job on the CPU); train's jobs there have gpu 0. What
-    gpu_requests says sbatch gets is checked against the installed plugin's own
-    (snakemake-executor-plugin-slurm 2.8, utils.set_gres_string)."""
-    utils = pytest.importorskip("snakemake_executor_plugin_slurm.utils")
+class _Resource:  # Snakemake's parsed form keeps the value as given in `raw`
+    def __init__(self, raw):
+        self.raw = raw
 
-    class Resource:  # Snakemake's parsed form keeps the value as given in `raw`
-        def __init__(self, raw):
-            self.raw = raw
+
+class _Resources(dict):  # a job's resources, as the plugins read them
+    __getattr__ = dict.__getitem__
+
+
+def test_gpu_requests_name_what_the_executor_plugins_ask_for_whatever_the_jobs_gpu_says():
+    """A gpu_model, a gres naming gpu or a `gpu` above 0 asks sbatch for a GPU for a job
+    without a `gpu` resource (a GPU rule's job on the CPU; train's there have gpu 0); a
+    `gpus` or `nvidia_gpu` asks the job step's srun, where the job has no count read
+    before it. What gpu_requests says sbatch and srun get is checked against the
+    installed plugins' own (snakemake-executor-plugin-slurm 2.8, utils.set_gres_string;
+    -slurm-jobstep 0.6.1, get_gpu_setting)."""
+    utils = pytest.importorskip("snakemake_executor_plugin_slurm.utils")
+    jobstep = pytest.importorskip("snakemake_executor_plugin_slurm_jobstep")
 
     given = {
-        "summarise": {"gpu_model": Resource("a100"), "slurm_partition": "gpu", "mem_mb": 2000},
+        "summarise": {"gpu_model": _Resource("a100"), "slurm_partition": "gpu", "mem_mb": 2000},
         "sweep_summarise": {"gres": "gpu:1"},
-        "merge_summaries": {"gpu_model": "a100"},
+        "merge_summaries": {"gpu_model": "a100"},  # not among the rules asked about
         "embed": {"gres": "tmp:10G", "slurm_partition": "gpu"},
         "train": {"gpu_model": "h100", "slurm_extra": "'--exclude=node17'"},
+        "embed_queries": {"gpu": _Resource(2)},
+        "retrieval_evaluate": {"gpus": 1},
+        "sweep_embed": {"nvidia_gpu": 1},
+        "sweep_train": {"nvidia_gpu": 2},  # the job step reads the job's gpu 0 first
+        "sweep_embed_chunk": {"gpu": 0, "gpus": 0},
+        "sweep_embed_queries": {"gpu_model": "a100", "gpu": 2},
     }
-    rules = ("summarise", "sweep_summarise", "embed", "train", "sweep_train")
-    found = site.gpu_requests(given, rules, {"train": 0})
+    gpu = {"train": 0, "sweep_train": 0}
+    rules = [rule for rule in given if rule != "merge_summaries"]
+    found = site.gpu_requests(given, rules, gpu)
+    both = "the SLURM plugin asks sbatch for --gpus={} and the Kubernetes plugin requests 2 GPUs for its pod"
+    step = "the SLURM plugin's job step runs it with srun --gpus=1 (sbatch gets no GPU from {})"
     assert found == [
-        ("summarise", "summarise:gpu_model=a100", "--gpus=a100:1"),
-        ("sweep_summarise", "sweep_summarise:gres=gpu:1", "--gres=gpu:1"),
-        ("train", "train:gpu_model=h100", "--gpus=h100:0"),
+        ("summarise", "gpu_model", "a100", "the SLURM plugin asks sbatch for --gpus=a100:1"),
+        ("sweep_summarise", "gres", "gpu:1", "the SLURM plugin asks sbatch for --gres=gpu:1"),
+        ("train", "gpu_model", "h100", "the SLURM plugin asks sbatch for --gpus=h100:0"),
+        ("embed_queries", "gpu", 2, both.format(2)),
+        ("retrieval_evaluate", "gpus", 1, step.format("gpus")),
+        ("sweep_embed", "nvidia_gpu", 1, step.format("nvidia_gpu")),
+        ("sweep_embed_queries", "gpu_model", "a100", "the SLURM plugin asks sbatch for --gpus=a100:2"),
+        ("sweep_embed_queries", "gpu", 2, both.format("a100:2")),
     ]
 
-    class Resources(dict):  # a job's resources, as the plugin reads them
-        __getattr__ = dict.__getitem__
-
-    def sbatch(rule):
+    def job(rule):
         values = {name: getattr(v, "raw", v) for name, v in given[rule].items()}
-        job = SimpleNamespace(resources=Resources(values, **({"gpu": 0} if rule == "train" else {})))
-        return utils.set_gres_string(job).strip()
+        return SimpleNamespace(resources=_Resources({**({"gpu": gpu[rule]} if rule in gpu else {}), **values}))
 
-    assert [sbatch(rule) for rule, _, _ in found] == [option for _, _, option in found]
-    assert "gpu" not in sbatch("embed")  # a partition, or another gres, asks for no GPU
+    for rule in rules:
+        asks = " ".join(a for r, _, _, a in found if r == rule)
+        sbatch = [option for option in utils.set_gres_string(job(rule)).split() if "gpu" in option]
+        srun = jobstep.get_gpu_setting(job(rule))
+        assert set(re.findall(r"sbatch for (\S+)", asks)) == set(sbatch), rule
+        assert re.findall(r"srun (--gpus=\d+)", asks) == ([srun] if srun and not sbatch else []), rule
+    assert "--gres=tmp:10G" in utils.set_gres_string(job("embed"))  # another gres asks for no GPU
+    assert not utils.set_gres_string(job("sweep_train")) and not jobstep.get_gpu_setting(job("sweep_train"))
+
+
+def test_the_kubernetes_plugin_asks_for_gpus_by_the_gpu_resource_alone():
+    """gpu_asks has the Kubernetes plugin (0.5.1) turn `gpu` alone into a GPU request for
+    the pod: its job submission reads no other GPU count (nor gpu_model or gres)."""
+    kubernetes = pytest.importorskip("snakemake_executor_plugin_kubernetes")
+    import inspect
+
+    source = inspect.getsource(kubernetes.Executor.run_job)
+    assert '"gpu" in resources_dict' in source and "nvidia.com/gpu" in source
+    for name in ("gpus", "nvidia_gpu", "gpu_model", "gres"):
+        assert f'"{name}"' not in source and f"'{name}'" not in source, name
+
+
+def test_gpu_request_warnings_name_the_rule_the_value_and_what_to_change():
+    on_cpu = {"embed": "gpu_jobs.device cpu", "train": "gpu_jobs.device cpu", "summarise": "summarise.method lead"}
+    given = {
+        "embed": {"gpu": _Resource(1), "machine_type": "g5.xlarge"},
+        "train": {"gpu": 0},
+        "summarise": {"gpus": 1},
+        "merge": {"gpu": 1},
+    }
+    assert site.gpu_request_warnings(given, on_cpu, {"train": 0}) == [
+        "set-resources embed:gpu=1: the SLURM plugin asks sbatch for --gpus=1 and the Kubernetes plugin requests "
+        "1 GPU for its pod for each embed job, which runs on the CPU (gpu_jobs.device cpu) and uses no GPU; leave it "
+        "out of the profile for this run (profiles/README.md, slurm, eks)",
+        "set-resources summarise:gpus=1: the SLURM plugin's job step runs it with srun --gpus=1 (sbatch gets no GPU "
+        "from gpus) for each summarise job, which runs on the CPU (summarise.method lead) and uses no GPU; leave it "
+        "out of the profile for this run (profiles/README.md, slurm)",
+    ]
 
 
 def test_the_workflows_python_goes_first_on_path_where_it_has_one(tmp_path):
