@@ -27,9 +27,10 @@ include: "rules/provenance.smk"
 
 
 # Inside a SLURM job, retries belong to the controller alone; wildcard constraints hold
-# in S3 too (rules/common.smk).
+# in S3 too; a profile's GPU for jobs that use none is named (rules/common.smk).
 one_retry_layer()
 constraints_in_storage()
+name_gpu_requests()
 
 
 # The first screen of `snakemake --report`: the run's headline numbers per stage.

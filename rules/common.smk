@@ -179,15 +179,6 @@ if (
     ]
 if _PROBLEMS:
     raise ValueError("\n".join(_PROBLEMS))
-# A GPU rule's job that runs on the CPU has no `gpu` (train's is 0), yet a gpu_model, a
-# gres naming gpu or a `gpu` (also `gpus`, `nvidia_gpu` for the SLURM job step) that a
-# profile's set-resources gives its rule still gets it a GPU from the executor
-# (shardflow.workflow.site.gpu_asks): named here, for the GPU rules of this run whose
-# jobs run on the CPU.
-if workflow.is_main_process:
-    _ON_CPU = plan.gpu_rules_on_cpu(config, DATASETS.values(), SWEEPS.values())
-    for _line in site.gpu_request_warnings(_SET, _ON_CPU, plan.GPU_ON_CPU):
-        logger.warning(_line)
 SWEEP_FOLDERS = "|".join(re.escape(f) for f in SWEEPS_BY_FOLDER) or "(?!)"
 
 
@@ -388,7 +379,7 @@ def job_resources(rule, uses_gpu=True):
     (slurm plugin 2.8 counts a missing `gpu` as 1: `--gpus=<model>:1`), as does a gres
     naming gpu or a `gpu` above 0 (on EKS too), and a `gpus` or `nvidia_gpu` above 0 asks
     the SLURM job step's srun for GPUs; the parse names each such value
-    (plan.gpu_rules_on_cpu, site.gpu_asks). The job reads a missing `gpu` as 0
+    (name_gpu_requests). The job reads a missing `gpu` as 0
     (shardflow.core.gpujob); with gpu_jobs.device cpu it runs on the CPU whatever its
     `gpu`.
 
@@ -461,6 +452,21 @@ def constraints_in_storage():
         # output.<name> refers to the new items too
         for name, (start, end) in list(r.output._get_names()):
             r.output._set_name(name, start, end)
+
+
+def name_gpu_requests():
+    """Warn, naming rule and value, where a profile's set-resources gets a GPU for jobs
+    that use none: a gpu_model, a gres naming gpu or a `gpu` (also `gpus`, `nvidia_gpu`
+    for the SLURM job step) still gets the job one from the executor
+    (shardflow.workflow.site.gpu_asks). Asked of the GPU rules of this run whose jobs run
+    on the CPU (their `gpu` is none; train's is 0) and of every rule that is no GPU rule.
+    The Snakefile calls it after the last rule, when all the run's rules are defined."""
+    if not workflow.is_main_process:
+        return
+    on_cpu = plan.gpu_rules_on_cpu(config, DATASETS.values(), SWEEPS.values())
+    cpu_rules = plan.cpu_rules(r.name for r in workflow.rules)
+    for line in site.gpu_request_warnings(_SET, on_cpu, plan.GPU_ON_CPU, cpu_rules):
+        logger.warning(line)
 
 
 def one_retry_layer():

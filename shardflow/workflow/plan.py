@@ -481,9 +481,16 @@ SWEEP_GPU_RULES = {
     "embed": ("sweep_embed_chunk",),
     "train": ("sweep_train",),
 }
+GPU_RULE_NAMES = frozenset(r for rs in (*GPU_RULES.values(), *SWEEP_GPU_RULES.values()) for r in rs)
 # The `gpu` of a GPU rule's job on the CPU where it has one: train's is 0 (its shell
 # command hands the count to the launcher); the others have none.
 GPU_ON_CPU = {"train": 0, "sweep_train": 0}
+
+
+def cpu_rules(names: Iterable[str]) -> list[str]:
+    """The rules among `names` (the workflow's) that are no GPU rule: their jobs have no
+    `gpu` resource and never use a GPU, whatever the config says."""
+    return [name for name in names if name not in GPU_RULE_NAMES]
 
 
 def gpu_rules_on_cpu(cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[SweepSpec] = ()) -> dict[str, str]:

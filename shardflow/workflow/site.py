@@ -112,17 +112,27 @@ def gpu_requests(
 
 
 def gpu_request_warnings(
-    set_resources: Mapping[str, Mapping[str, object]], on_cpu: Mapping[str, str], gpu: Mapping[str, int] | None = None
+    set_resources: Mapping[str, Mapping[str, object]],
+    on_cpu: Mapping[str, str],
+    gpu: Mapping[str, int] | None = None,
+    cpu_rules: Iterable[str] = (),
 ) -> list[str]:
-    """One line per set-resources value that gets a GPU for the jobs of a GPU rule in
-    `on_cpu` ({rule: why its jobs run on the CPU in this run}), which use none: it names
+    """One line per set-resources value that gets a GPU for jobs that use none: those of
+    the GPU rules in `on_cpu` ({rule: why its jobs run on the CPU in this run}) and of
+    `cpu_rules`, the workflow's rules that are no GPU rule (plan.cpu_rules). Each names
     the rule, the value, what the executor plugins make of it and what to change."""
-    return [
-        f"set-resources {rule}:{name}={value}: {asks} for each {rule} job, which runs on the CPU "
-        f"({on_cpu[rule]}) and uses no GPU; leave it out of the profile for this run "
-        f"(profiles/README.md, {'slurm, eks' if name == 'gpu' else 'slurm'})"
-        for rule, name, value, asks in gpu_requests(set_resources, on_cpu, gpu)
-    ]
+    rules = {**on_cpu, **{rule: None for rule in cpu_rules if rule not in on_cpu}}
+    lines = []
+    for rule, name, value, asks in gpu_requests(set_resources, rules, gpu):
+        if rules[rule] is None:
+            why, change = "not a GPU rule", "take it out of the profile"
+        else:
+            why, change = rules[rule], "leave it out of the profile for this run"
+        lines.append(
+            f"set-resources {rule}:{name}={value}: {asks} for each {rule} job, which runs on the CPU ({why}) "
+            f"and uses no GPU; {change} (profiles/README.md, {'slurm, eks' if name == 'gpu' else 'slurm'})"
+        )
+    return lines
 
 
 def python_first_on_path(environ: dict | None = None, executable: str = sys.executable) -> bool:

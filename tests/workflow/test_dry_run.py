@@ -255,11 +255,12 @@ def test_an_unexpanded_variable_in_any_profile_stops_the_run_naming_it(tmp_path)
     ), proc.stderr
 
 
-def test_a_profiles_gpu_for_gpu_rules_that_run_on_the_cpu_is_named_at_parse_time(tmp_path):
+def test_a_profiles_gpu_for_jobs_that_run_on_the_cpu_is_named_at_parse_time(tmp_path):
     """With gpu_jobs.device cpu the GPU rules' jobs have no gpu (train's is 0), yet a
     gpu_model that set-resources gives their rule reaches sbatch as a GPU request (the
     slurm plugin's; tests/unit/workflow/test_site.py): the parse names each, for the GPU
-    rules of the run only (no retrieval, no sweep here; merge is a CPU rule)."""
+    rules of the run only (no retrieval, no sweep here), then for the CPU rules (merge),
+    whose jobs never use a GPU."""
     cfg = write_config(tmp_path / "c.yaml", tasks=["embedding", "training"], n_chunks=2, gpu_jobs={"device": "cpu"})
     proc = snakemake(tmp_path, "-n", "--profile", str(REPO / "profiles/slurm"), "--configfile", str(cfg),
                      "--set-resources", "embed:gpu_model=a100", "embed:slurm_partition=gpu", "train:gpu_model=a100",
@@ -270,6 +271,9 @@ def test_a_profiles_gpu_for_gpu_rules_that_run_on_the_cpu_is_named_at_parse_time
         "which runs on the CPU (gpu_jobs.device cpu) and uses no GPU; leave it out of the profile for this run "
         "(profiles/README.md, slurm)"
         for rule, n in (("embed", 1), ("train", 0))
+    ] + [
+        "set-resources merge:gpu_model=a100: the SLURM plugin asks sbatch for --gpus=a100:1 for each merge job, "
+        "which runs on the CPU (not a GPU rule) and uses no GPU; take it out of the profile (profiles/README.md, slurm)"
     ], proc.stdout + proc.stderr
 
 

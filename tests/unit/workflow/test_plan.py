@@ -426,6 +426,15 @@ def test_the_gpu_rules_whose_jobs_run_on_the_cpu_are_those_of_the_run_on_the_cpu
         "embed", "sweep_embed_chunk"]
 
 
+def test_the_cpu_rules_are_the_workflows_rules_that_are_no_gpu_rule():
+    """The rules whose set-resources are checked for a GPU whatever the run: every rule of
+    the workflow but the GPU rules and their sweep variants (by exact name)."""
+    names = ["split_news", "embed", "merge", "embed_queries", "sweep_embed", "sweep_merge", "sweep_embed_chunk",
+             "sweep_embed_metrics", "train_tokenizer", "train", "sweep_train", "summarise", "merge_summaries"]
+    assert plan.cpu_rules(names) == ["split_news", "merge", "sweep_merge", "sweep_embed_metrics", "train_tokenizer",
+                                     "merge_summaries"]
+
+
 def test_the_slurm_profile_gives_the_gpu_partition_to_gpu_rules_only_and_names_every_one():
     """The default partition is every job's that names none, most of them CPU jobs: the
     slurm profile's advice puts the GPU partition in set-resources, per GPU rule and

@@ -128,6 +128,32 @@ def test_gpu_request_warnings_name_the_rule_the_value_and_what_to_change():
     ]
 
 
+def test_gpu_request_warnings_name_a_gpu_given_to_a_rule_that_is_no_gpu_rule():
+    """A CPU rule's jobs never use a GPU, whatever the run: a gpu_model, gres or gpu that
+    set-resources gives one is named as for a GPU rule on the CPU, after those."""
+    given = {
+        "merge": {"gpu_model": "a100", "slurm_partition": "gpu"},
+        "split_news": {"gres": "gpu:1"},
+        "verify": {"gpu": 1},
+        "report": {"slurm_partition": "gpu", "gpu": 0},  # a partition: no GPU asked for
+        "embed": {"gpu_model": "a100"},
+        "sweep_embed_chunk": {"gpu_model": "a100"},  # a GPU rule whose jobs get their GPU
+    }
+    lines = site.gpu_request_warnings(
+        given, {"embed": "gpu_jobs.device cpu"}, cpu_rules=["split_news", "merge", "verify", "report"]
+    )
+    assert [line.removeprefix("set-resources ").split(" for each")[0] for line in lines] == [
+        "embed:gpu_model=a100: the SLURM plugin asks sbatch for --gpus=a100:1",
+        "split_news:gres=gpu:1: the SLURM plugin asks sbatch for --gres=gpu:1",
+        "merge:gpu_model=a100: the SLURM plugin asks sbatch for --gpus=a100:1",
+        "verify:gpu=1: the SLURM plugin asks sbatch for --gpus=1 and the Kubernetes plugin requests 1 GPU for its pod",
+    ]
+    assert lines[2].endswith(
+        "for each merge job, which runs on the CPU (not a GPU rule) and uses no GPU; take it out of the profile "
+        "(profiles/README.md, slurm)"
+    )
+
+
 def test_the_workflows_python_goes_first_on_path_where_it_has_one(tmp_path):
     venv = tmp_path / "venv" / "bin"
     venv.mkdir(parents=True)
