@@ -460,7 +460,12 @@ def name_gpu_requests():
     for the SLURM job step) still gets the job one from the executor
     (shardflow.workflow.site.gpu_asks). Asked of the GPU rules of this run whose jobs run
     on the CPU (their `gpu` is none; train's is 0) and of every rule that is no GPU rule.
-    The Snakefile calls it after the last rule, when all the run's rules are defined."""
+    The Snakefile calls it after the last rule, when all the run's rules are defined.
+    Not checked: a slurm_partition or an EKS machine_type, as nothing the parse reads says
+    which partitions or instance types have GPUs. The SLURM plugin's partition file, whose
+    max_gpu would, comes with the executor settings after the parse; the variable
+    SNAKEMAKE_SLURM_PARTITIONS may name one, but a --slurm-partition-config that the parse
+    cannot see (a profile key) overrides it."""
     if not workflow.is_main_process:
         return
     on_cpu = plan.gpu_rules_on_cpu(config, DATASETS.values(), SWEEPS.values())
