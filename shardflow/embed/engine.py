@@ -80,12 +80,14 @@ from shardflow.embed import accel
 from shardflow.embed.graphs import CudaBackend, ShapeGraphs
 from shardflow.embed.params import (
     ATTENTION_KEYS,
+    SPEEDUP_KEYS,
     EmbedParams,
     attention_identity,
     output_identity,
     resolve_attention,
     resolve_token_budget,
     resume_key,
+    speedup_identity,
 )
 from shardflow.embed.pooling import build_head, pool
 from shardflow.embed.prefix import PrefixTokenizer, premise_fails
@@ -402,6 +404,11 @@ class Encoder:
         if graphs.on and not self.buckets:
             graphs = accel.Choice("off", "length_buckets is off: batch shapes would not repeat")
         self.cuda_graphs = graphs
+        # As applied: packing that fell back, liger that failed to patch, graphs that
+        # auto turns off for a mask the loaded model takes 2-D (as the attention keys above).
+        for key in SPEEDUP_KEYS:
+            self.identity.pop(key, None)
+        self.identity.update(speedup_identity(params, packing, graphs, kernels))
         if graphs.on:
             self.graphs = ShapeGraphs(self._graph_forward, CudaBackend(self.device), self.logger)
             # Out of memory: the graphs' pool goes before the halves run (their shapes are

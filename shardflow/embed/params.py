@@ -44,6 +44,7 @@ PADDING_MASK_SKIPPED = "skipped: causal, right padding"
 ATTENTION_BIAS_ON = "[rows, 1, 1, width] bool mask"
 # The identity keys of the attention decisions (see `attention_identity`).
 ATTENTION_KEYS = ("padding_mask", "cudnn_attention", "attention_bias")
+SPEEDUP_KEYS = ("packing", "cuda_graphs", "length_buckets", "kernels")  # speedup_identity's
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,8 @@ class EmbedParams:
     attention_bias: "auto" | "on" | "off": an encoder's padding mask passed ready-made
         as a 4-D tensor (no device sync in transformers; see `accel.resolve_attention_bias`).
     cuda_graphs: "auto" | "on" | "off": full padded batches replay a CUDA graph of their
-        shape (see `shardflow.embed.graphs`; "auto": on for the BERT family on CUDA, see
-        `accel.resolve_cuda_graphs`).
+        shape (see `shardflow.embed.graphs`; "auto": on for the BERT family on CUDA with
+        its mask 4-D, see `accel.resolve_cuda_graphs`).
 
     The accelerations at "auto" keep the plain path on the CPU, and leave the output
     identity (hence resume keys) as it was unless they resolve to something on.
@@ -194,20 +195,10 @@ def accel_identity(params: EmbedParams, spec: ModelSpec, device: torch.device) -
     mtype = accel.model_type(cfg)
     attn = dict(spec.model_kwargs).get("attn_implementation")
     packing = accel.resolve_packing(params.packing, device, mtype, attn)
-    if packing.on:
-        out["packing"] = packing.value
     attention = resolve_attention(params, device, mtype, cfg, attn, packing)
     graphs = accel.resolve_cuda_graphs(params.cuda_graphs, device, params.compile, packing, mtype, attention[2])
-    if graphs.on and accel.resolve_buckets(params.length_buckets, params.compile, 1 << 30, params.compile_mode, True):
-        out["cuda_graphs"] = "on"  # (without bucket widths the encoder turns graphs off: Encoder.setup_accel)
-    # Widths depend on max_length (known once the tokenizer loads), so the option as
-    # given stands for them (with cuda_graphs, "auto" is graph_length_buckets); with
-    # packing, buckets pad the packed rows.
-    if accel.resolve_buckets(params.length_buckets, params.compile, 1 << 30, params.compile_mode, graphs.on):
-        out["length_buckets"] = params.length_buckets
     kernels = accel.resolve_kernels(params.kernels, device, mtype)
-    if kernels.on:
-        out["kernels"] = f"liger-kernel {accel.liger_version()}"
+    out.update(speedup_identity(params, packing, graphs, kernels))
     out.update(attention_identity(device, *attention))
     if params.compile and params.compile_mode not in ("auto", "default"):
         out["compile_mode"] = params.compile_mode
@@ -236,6 +227,30 @@ def resolve_attention(
     if model is not None:
         bias = accel.confirm_sdpa(model, bias)
     return padding, cudnn, bias
+
+
+def speedup_identity(params: EmbedParams, packing: Any, graphs: Any, kernels: Any) -> dict[str, str]:
+    """The identity entries (keys SPEEDUP_KEYS) of the packing, CUDA-graph and fused-kernel
+    decisions (`accel.Choice`s) and of the bucket widths they imply: only those that
+    change the output from the plain path's. From config.json's decisions before loading
+    (`accel_identity`), and again from the loaded model's (`Encoder.setup_accel`: a
+    packing kernel that failed to load, liger that failed to patch, a mask the loaded
+    model takes 2-D and so no graphs at auto)."""
+    from shardflow.embed import accel
+
+    out = {}
+    if packing.on:
+        out["packing"] = packing.value
+    if graphs.on and accel.resolve_buckets(params.length_buckets, params.compile, 1 << 30, params.compile_mode, True):
+        out["cuda_graphs"] = "on"  # (without bucket widths the encoder turns graphs off: Encoder.setup_accel)
+    # Widths depend on max_length (known once the tokenizer loads), so the option as
+    # given stands for them (with cuda_graphs, "auto" is graph_length_buckets); with
+    # packing, buckets pad the packed rows.
+    if accel.resolve_buckets(params.length_buckets, params.compile, 1 << 30, params.compile_mode, graphs.on):
+        out["length_buckets"] = params.length_buckets
+    if kernels.on:
+        out["kernels"] = f"liger-kernel {accel.liger_version()}"
+    return out
 
 
 def attention_identity(device: torch.device, padding: Any, cudnn: Any, bias: Any) -> dict[str, str]:

@@ -257,3 +257,16 @@ def test_auto_graphs_are_in_a_cuda_encoders_identity_and_not_on_the_cpu(tiny, mo
     assert "cuda_graphs" not in output_identity(_params(tiny["bert_mean"], cuda_graphs="off"))
     assert "cuda_graphs" not in output_identity(_params(tiny["bert_mean"], attention_bias="off"))
     assert "cuda_graphs" not in output_identity(_params(tiny["qwen_last"]))
+
+
+def test_the_loaded_encoders_identity_says_what_it_applied(tiny, monkeypatch):
+    # Before loading, the identity comes from config.json's decisions; the loaded model
+    # may decide otherwise (a mask it takes 2-D: no graphs at auto; a packing kernel that
+    # fails to load). Here the identity is resolved as for CUDA, where auto promises a
+    # BERT model graphs, and the model runs on the CPU: the encoder records no graphs.
+    from shardflow.embed.params import output_identity
+
+    monkeypatch.setattr("shardflow.embed.params.resolve_device", lambda d: torch.device("cuda"))
+    assert output_identity(_params(tiny["bert_mean"]))["cuda_graphs"] == "on"
+    enc = load_encoder(_params(tiny["bert_mean"]))
+    assert not enc.cuda_graphs.on and not {"cuda_graphs", "length_buckets"} & set(enc.identity)
