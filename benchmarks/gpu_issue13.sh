@@ -43,7 +43,7 @@
 #      Qwen3 4,000 texts; E2 the same for MiniLM on the demo set (3,000 texts)
 #   F  compile cache: MiniLM 20,000 texts with compile, a
 #      cold job then a warm one, each its own process (benchmarks/bench_compile_cache.py;
-#      at stop 31 the cold job alone used up 45 s, so the stage has 100 s)
+#      at stop 31 its 45 s ended during the warm job, so the stage has 100 s)
 # Targets: Qwen3 >= 45% of peak and >= 3x st@best; MiniLM >= 2x 1.67M tokens/s (demo) and
 # 0.86M (synthetic); D/F: compiled (warm-up + steady) faster than eager.
 #

@@ -26,8 +26,9 @@ the CPU, so a CPU run's bytes do not change:
   so transformers does not read it back to the host (a sync per forward); `auto` = on
   for CUDA (provisionally), off on the CPU.
 - CUDA graphs: `on` = each full padded batch replays a CUDA graph of its shape, with
-  fine bucket widths so that shapes repeat (shardflow.embed.graphs); `auto` = off until
-  measured on a GPU.
+  fine bucket widths so that shapes repeat (shardflow.embed.graphs); `auto` = on for the
+  BERT family on CUDA when its mask goes 4-D (measured on the MiniLM-L6 shape), off for
+  others.
 - cuDNN attention: `auto` = SDPA runs without cuDNN's kernel on CUDA where batches pass
   a padding mask (a plan per new shape costs more than the kernel gains); `on`; `off`.
 
@@ -138,7 +139,8 @@ def repeated_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 # Where `cuda_graphs: auto` turns graphs on (CUDA only): the BERT family, whose small
-# forwards leave the GPU waiting on the host's kernel launches. On an H200 (stop 31,
+# forwards leave the GPU waiting on the host's kernel launches (measured on the MiniLM-L6
+# shape only; a large, GPU-bound encoder may lose what the Qwen3 shape did). On an H200 (stop 31,
 # docs/gpu.md) the MiniLM shape ran 1.29x the texts/s on the demo set with graphs, and a
 # 20,000-text job's encode took 0.83x the time; the Qwen3-0.6B shape with liger kernels
 # (GPU-bound) ran at 44.3-44.7 % of peak with them against 44.6-44.9 % without.
