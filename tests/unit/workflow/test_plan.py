@@ -456,3 +456,21 @@ def test_the_slurm_profile_gives_the_gpu_partition_to_gpu_rules_only_and_names_e
     assert example and set(example) <= set(rules) and all(v["slurm_partition"] for v in example.values())
     default = yaml.safe_load(text)["default-resources"]
     assert "slurm_partition" not in default and "gpu_model" not in default
+
+
+def test_the_gpu_rule_table_names_every_rule_that_takes_gpu_resources():
+    """plan.GPU_RULE_NAMES decides which rules a profile's GPU is warned of on
+    (`name_gpu_requests`: a rule not in it is told it is no GPU rule): it must be the
+    rules whose resources come from `job_resources`, and those made from them by
+    `use rule ... as ...`."""
+    import re
+
+    from tests.helpers import REPO
+
+    text = "\n".join(p.read_text() for p in sorted((REPO / "rules").glob("*.smk")))
+    gpu = set(re.findall(r'job_resources\(\s*"(\w+)"', text))
+    assert {"embed", "train"} <= gpu
+    derived = re.findall(r"^\s*use rule (\w+) as (\w+)", text, re.M)
+    while new := {b for a, b in derived if a in gpu} - gpu:
+        gpu |= new
+    assert gpu == set(plan.GPU_RULE_NAMES)

@@ -77,6 +77,10 @@ def arguana_runs(shipped_config, tmp_path) -> dict[str, dict]:
 
 
 def test_runs_in_one_results_folder_record_the_same_settings(arguana_runs):
+    # The sweep shares the reproduction's folder (its split chunks, queries and qrels):
+    # one pair, at least, is compared.
+    names = {target: plan.retrieval_name(cfg) for target, cfg in arguana_runs.items()}
+    assert names["sweep NAME=arguana-max-length"] == names["reproduce-arguana"]
     for (a, cfg_a), (b, cfg_b) in itertools.combinations(arguana_runs.items(), 2):
         if plan.retrieval_name(cfg_a) != plan.retrieval_name(cfg_b):
             continue
