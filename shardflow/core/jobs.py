@@ -108,8 +108,9 @@ def earlier_attempt_costs(stats: list[dict]) -> dict:
     }
 
 
-def job_costs(stats: list[dict], benches: list[dict], gpu_hour_price: float) -> dict:
-    """Wall time, job time, GPU-hours and cost of a stage's chunk jobs.
+def job_costs(stats: list[dict], benches: list[dict]) -> dict:
+    """Wall time, job time and GPU-hours of a stage's chunk jobs (`priced` says what
+    they cost).
 
     The wall time is the time during which at least one job was at work (from each
     job's own start_time to end_time): a gap in which none was, such as while another
@@ -117,11 +118,11 @@ def job_costs(stats: list[dict], benches: list[dict], gpu_hour_price: float) -> 
     own. A job's time is Snakemake's benchmark `s` (the whole job, model loading
     included), else its own `seconds`; GPU-hours count the jobs that ran on CUDA.
 
-    GPU-hours, device-hours and the cost also count the killed attempts before each
-    job's last (`earlier_attempt_devices` in its stats, core.parts.attempt_totals; the
-    CUDA ones in GPU-hours): a preempted spot pod's time is paid for. Their seconds are
-    a lower bound (from each one's start to its last saved part) and are not in the
-    wall time or `job_seconds`, which stay the last attempts' (the rates' time);
+    GPU-hours and device-hours also count the killed attempts before each job's last
+    (`earlier_attempt_devices` in its stats, core.parts.attempt_totals; the CUDA ones in
+    GPU-hours): a preempted spot pod's time is paid for. Their seconds are a lower bound
+    (from each one's start to its last saved part) and are not in the wall time or
+    `job_seconds`, which stay the last attempts' (the rates' time);
     `earlier_attempt_costs`' keys say how much was counted. Stats from before attempt
     records have none: nothing added.
     """
@@ -138,11 +139,25 @@ def job_costs(stats: list[dict], benches: list[dict], gpu_hour_price: float) -> 
         "job_seconds": sum(job_seconds),
         "gpu_hours": gpu_hours,
         "device_hours": (sum(job_seconds) + earlier["earlier_attempt_seconds"]) / 3600,
-        "estimated_cost": gpu_hours * gpu_hour_price,
         # The devices the rates ran on (the last attempts'); the killed attempts' are in
         # earlier_attempt_devices, with their seconds.
         "devices": sorted({str(s.get("device")) for s in stats}),
         **earlier,
+    }
+
+
+def priced(gpu_hours: float, gpu_hour_price: float, records_paid: int | None = None) -> dict:
+    """What `gpu_hours` cost at `gpu_hour_price` (`estimated_cost`), and per million of the
+    `records_paid` whose computing that paid for (`estimated_cost_per_million_records`;
+    None where none was, or none is given).
+
+    The one pricing of GPU-hours: the stages' reports price job_costs' GPU-hours with it,
+    and an embed sweep's collection the GPU-hours each job recorded (shardflow.sweep.cost.
+    with_cost), so that a changed price reruns the collection, not the jobs."""
+    cost = gpu_hours * gpu_hour_price
+    return {
+        "estimated_cost": cost,
+        "estimated_cost_per_million_records": cost / records_paid * 1e6 if records_paid else None,
     }
 
 

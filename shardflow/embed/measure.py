@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardflow.core.files import read_json
-from shardflow.core.jobs import read_job_table
+from shardflow.core.jobs import priced, read_job_table
 from shardflow.core.npyio import iter_row_blocks, read_header, rows_per_block
 from shardflow.core.s3 import logical_path
 from shardflow.embed.report import chunk_totals
@@ -134,8 +134,9 @@ def run_metrics(jobs_path: str | os.PathLike, verification_path: str | os.PathLi
     jobs = read_job_table(jobs_path)
     stats = [j["stats"] for j in jobs]
     benches = [j["benchmark"] for j in jobs]
-    totals = chunk_totals(stats, benches, gpu_hour_price)  # resumed rows: in records, not computed
+    totals = chunk_totals(stats, benches)  # resumed rows: in records, not computed
     costs, records, computed, tokens = totals["costs"], totals["records"], totals["computed"], totals["tokens"]
+    price = priced(costs["gpu_hours"], gpu_hour_price, totals["paid"])
     padded = sum(s["padded_tokens"] for s in stats)
     encode = sum(s["seconds"] for s in stats)
     warmup = sum(s.get("warmup_seconds", 0.0) for s in stats)
@@ -165,8 +166,8 @@ def run_metrics(jobs_path: str | os.PathLike, verification_path: str | os.PathLi
         "gpu_hours": costs["gpu_hours"],  # killed attempts' CUDA time included (core.jobs.job_costs)
         "earlier_attempts": costs["earlier_attempts"],
         "earlier_attempt_seconds": costs["earlier_attempt_seconds"],
-        "estimated_cost": costs["estimated_cost"],
-        "estimated_cost_per_million_records": totals["cost_per_million"],
+        "estimated_cost": price["estimated_cost"],
+        "estimated_cost_per_million_records": price["estimated_cost_per_million_records"],
         "dim": verification["dim"],
         "dtype": verification["dtype"],
         "devices": costs["devices"],

@@ -17,7 +17,7 @@ import numpy as np
 from shardflow.core.atomic import write_json
 from shardflow.core.figures import plot_throughput, plot_timeline, pyplot, save_figure
 from shardflow.core.files import read_json
-from shardflow.core.jobs import job_costs, read_job_table
+from shardflow.core.jobs import job_costs, priced, read_job_table
 
 log = logging.getLogger(__name__)
 
@@ -93,11 +93,11 @@ def plot_map(npy_path: str, path: str, params: ReportParams) -> int:
     return len(idx)
 
 
-def chunk_totals(stats: list[dict], benches: list[dict], gpu_hour_price: float) -> dict:
-    """What a run's chunk jobs did and cost (the report's summary and an embed sweep job's
+def chunk_totals(stats: list[dict], benches: list[dict]) -> dict:
+    """What a run's chunk jobs did (the report's summary and an embed sweep job's
     metrics): `records` out, `computed` by the jobs' final attempts, `tokens` of those,
-    `costs` (core.jobs.job_costs) and `cost_per_million`, the cost per million records
-    whose computing was paid for (None where none was).
+    `costs` (core.jobs.job_costs) and `paid`, the records whose computing was paid for,
+    over which core.jobs.priced gives the cost per million records.
 
     A job resumed from an earlier attempt's parts computed only the rest: its time, and so
     the rates, cover what it computed (the earlier attempt's tokens are not known). The
@@ -105,23 +105,21 @@ def chunk_totals(stats: list[dict], benches: list[dict], gpu_hour_price: float) 
     it (core.parts; a lower bound), and then their rows are in the cost per record; a
     job resumed from attempts without records (from before them) counts only its own
     rows (counting the others would make the run look cheaper)."""
-    costs = job_costs(stats, benches, gpu_hour_price)
-    computed = sum(s.get("items_embedded", s["items"]) for s in stats)
-    paid = sum(s["items"] if s.get("earlier_attempts") else s.get("items_embedded", s["items"]) for s in stats)
     return {
         "records": sum(s["items"] for s in stats),
-        "computed": computed,
+        "computed": sum(s.get("items_embedded", s["items"]) for s in stats),
+        "paid": sum(s["items"] if s.get("earlier_attempts") else s.get("items_embedded", s["items"]) for s in stats),
         "tokens": sum(s["tokens"] for s in stats),
-        "costs": costs,
-        "cost_per_million": costs["estimated_cost"] / paid * 1e6 if paid else None,
+        "costs": job_costs(stats, benches),
     }
 
 
 def run_summary(stats: list[dict], benches: list[dict], manifest: dict, verification: dict, params: ReportParams) -> dict:
-    totals = chunk_totals(stats, benches, params.gpu_hour_price)
+    totals = chunk_totals(stats, benches)
     costs, records, computed, tokens = totals["costs"], totals["records"], totals["computed"], totals["tokens"]
     wall, job_seconds, gpu_hours = costs["wall_time_s"], costs["job_seconds"], costs["gpu_hours"]
-    per_million = totals["cost_per_million"]
+    price = priced(gpu_hours, params.gpu_hour_price, totals["paid"])
+    per_million = price["estimated_cost_per_million_records"]
     return {
         "records": records,
         "records_resumed": records - computed,
@@ -139,7 +137,7 @@ def run_summary(stats: list[dict], benches: list[dict], manifest: dict, verifica
         "gpu_hour_price": params.gpu_hour_price,
         "currency": params.currency,
         # GPU-hours are embed jobs that ran on CUDA (killed attempts included); a CPU-only run costs 0 here.
-        "estimated_cost": round(gpu_hours * params.gpu_hour_price, 6),
+        "estimated_cost": round(price["estimated_cost"], 6),
         "estimated_cost_per_million_records": None if per_million is None else round(per_million, 6),
         # Killed attempts before the jobs' last, counted in the GPU-hours and cost (core.jobs.job_costs).
         "earlier_attempts": costs["earlier_attempts"],

@@ -16,7 +16,7 @@ import numpy as np
 from shardflow.core.atomic import write_json
 from shardflow.core.figures import plot_throughput, plot_timeline, pyplot, save_figure
 from shardflow.core.files import read_json
-from shardflow.core.jobs import job_costs, read_job_table
+from shardflow.core.jobs import job_costs, priced, read_job_table
 from shardflow.summarise.records import iter_summaries
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ class SummaryReportParams:
 
 
 def run_summary(stats: list[dict], benches: list[dict], manifest: dict, params: SummaryReportParams) -> dict:
-    costs = job_costs(stats, benches, params.gpu_hour_price)
+    costs = job_costs(stats, benches)
     records = sum(s["items"] for s in stats)
     inp = sum(s["input_tokens"] for s in stats)
     out = sum(s["output_tokens"] for s in stats)
@@ -46,7 +46,7 @@ def run_summary(stats: list[dict], benches: list[dict], manifest: dict, params: 
         "items_per_s": round(records / costs["wall_time_s"], 3),
         "devices": costs["devices"],
         "gpu_hours": round(costs["gpu_hours"], 6),
-        "estimated_cost": round(costs["estimated_cost"], 6),
+        "estimated_cost": round(priced(costs["gpu_hours"], params.gpu_hour_price)["estimated_cost"], 6),
         "currency": params.currency,
         # Killed attempts before the jobs' last, counted in the GPU-hours and cost (core.jobs.job_costs).
         "earlier_attempts": costs["earlier_attempts"],

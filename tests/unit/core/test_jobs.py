@@ -64,17 +64,17 @@ def test_job_costs_count_the_killed_attempts_that_ran_on_cuda():
     """A job's earlier attempts (a preempted pod, from the resume folder's attempt
     records) add their CUDA seconds to the GPU-hours and the cost; the wall time and
     job seconds stay the last attempts'. Stats without them add nothing."""
-    from shardflow.core.jobs import job_costs
+    from shardflow.core.jobs import job_costs, priced
 
     base = {"start_time": 0.0, "end_time": 1800.0, "seconds": 1800.0, "device": "cuda:0"}
     rerun = {**base, "earlier_attempts": 2, "earlier_attempt_seconds": 2700.0,
              "earlier_attempt_devices": {"cpu": 900.0, "cuda:0": 1800.0}}
-    costs = job_costs([rerun, base], [{"s": 1800.0}, {"s": 1800.0}], gpu_hour_price=2.0)
-    assert costs["gpu_hours"] == pytest.approx(1.5) and costs["estimated_cost"] == pytest.approx(3.0)
+    costs = job_costs([rerun, base], [{"s": 1800.0}, {"s": 1800.0}])
+    assert costs["gpu_hours"] == pytest.approx(1.5) and priced(costs["gpu_hours"], 2.0)["estimated_cost"] == pytest.approx(3.0)
     assert costs["device_hours"] == pytest.approx(1.75) and costs["job_seconds"] == 3600.0
     assert (costs["earlier_attempts"], costs["earlier_attempt_seconds"]) == (2, 2700.0)
     assert costs["earlier_attempt_gpu_hours"] == pytest.approx(0.5)
-    old = job_costs([base], [{"s": 1800.0}], gpu_hour_price=2.0)
+    old = job_costs([base], [{"s": 1800.0}])
     assert old["gpu_hours"] == 0.5 and old["earlier_attempts"] == 0 and old["earlier_attempt_seconds"] == 0
 
 
@@ -87,7 +87,7 @@ def test_job_costs_name_the_killed_attempts_devices_apart_from_the_rates_devices
     base = {"start_time": 0.0, "end_time": 10.0, "seconds": 10.0, "device": "cuda:0"}
     killed = {**base, "earlier_attempts": 2, "earlier_attempt_devices": {"cpu": 5.0, "cuda:1": 20.0}}
     again = {**base, "earlier_attempts": 1, "earlier_attempt_devices": {"cuda:1": 10.0}}
-    costs = job_costs([killed, again, base], [{"s": 10.0}] * 3, gpu_hour_price=1.0)
+    costs = job_costs([killed, again, base], [{"s": 10.0}] * 3)
     assert costs["devices"] == ["cuda:0"]
     assert costs["earlier_attempt_devices"] == {"cpu": 5.0, "cuda:1": 30.0}
-    assert job_costs([base], [{"s": 10.0}], gpu_hour_price=1.0)["devices"] == ["cuda:0"]
+    assert job_costs([base], [{"s": 10.0}])["devices"] == ["cuda:0"]

@@ -110,7 +110,7 @@ def test_killed_attempts_count_as_a_stage_report_counts_them(tmp_path):
         [write("embed_0.tsv", bench.format(1800.0)), write("merge.tsv", bench.format(5.0))],
     )
     assert records[0].gpu_hours == pytest.approx(1.0)  # 0.5 h of its own, 0.5 h of the killed CUDA attempt
-    assert records[0].costs[0].gpu_hours == pytest.approx(job_costs([stats], [{"s": 1800.0}], 1.0)["gpu_hours"])
+    assert records[0].costs[0].gpu_hours == pytest.approx(job_costs([stats], [{"s": 1800.0}])["gpu_hours"])
     cost = sweep_cost([records[0].costs], "s")
     assert (cost["gpu_hours"], cost["wall_time_s"]) == (pytest.approx(1.0), 1805.0)
     assert (cost["earlier_attempts"], cost["earlier_attempt_seconds"]) == (2, 2700.0)
