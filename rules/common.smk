@@ -29,6 +29,7 @@ from shardflow.core.hashing import config_sha256
 from shardflow.retrieval.pipeline import RetrievalSpec
 from shardflow.summarise.params import METHOD_KEYS, ignored_by, without_effect
 from shardflow.sweep import POINT_ID_REGEX, SEED_REGEX, parse_sweeps
+from shardflow.sweep.cost import PRICED_STAGES
 from shardflow.sweep.metrics import incomparable_points, loads_model, unknown_metrics
 from shardflow.sweep.spec import collection_rule, load_yaml, seeds_without_effect
 from shardflow.sweep.report import output_files as sweep_output_files
@@ -729,6 +730,16 @@ def sweep_job_shapes(name):
         (j["point"], j["seed"], len(j["stats"]), len(j["benchmarks"]))
         for j in sweep_jobs(name)
     ]
+
+
+def sweep_price(name):
+    """collect_sweep_<name>'s price: `report.gpu_hour_price` where the stage's jobs leave
+    their cost to the collection (an embed sweep's, shardflow.sweep.cost.PRICED_STAGES),
+    so a changed price reruns the collection and not the jobs; none for other stages,
+    whose collections it leaves alone."""
+    if SWEEPS[name].stage not in PRICED_STAGES:
+        return {}
+    return {"gpu_hour_price": config["report"]["gpu_hour_price"]}
 
 
 def sweep_spec_record(wildcards):

@@ -10,10 +10,13 @@ from shardflow.sweep.table import run_result
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 spec = smk.params.spec
-log = configure_logging(smk.log[0], "collect_sweep", {"sweep": spec.name, "jobs": len(smk.params.jobs)})
+# An embed sweep's price (shardflow.sweep.cost.PRICED_STAGES): its jobs record GPU-hours, priced here.
+price = smk.params.get("gpu_hour_price")
+log = configure_logging(smk.log[0], "collect_sweep", {"sweep": spec.name, "jobs": len(smk.params.jobs),
+                                                      "gpu_hour_price": price})
 # Every job's metrics, and the jobs whose outputs it read: its own, and shared
 # embeddings or the main run's, which cost.json counts once.
-jobs = read_job_records(smk.params.jobs, smk.input.metrics, smk.input.stats, smk.input.benchmarks)
+jobs = read_job_records(smk.params.jobs, smk.input.metrics, smk.input.stats, smk.input.benchmarks, gpu_hour_price=price)
 results = [
     dataclasses.replace(run_result(j.point, j.seed, j.metrics, wall_time_s=j.wall_time_s), gpu_hours=j.gpu_hours)
     for j in jobs

@@ -8,12 +8,16 @@ picks the fastest settings whose vectors stay faithful, so each job reports both
   second while encoding, summed over the jobs' encode seconds, so a job's rate does not
   depend on how many jobs ran beside it; the same with compile warm-up left out
   (`steady_*`); and per second of the whole job, model loading included (`job_*`);
-- cost: GPU-hours and an estimate at `report.gpu_hour_price`, as the embedding report;
+- what it cost: GPU-hours, as the embedding report counts them, and `records_paid`, the
+  records whose computing they paid for. No price: the sweep's collection prices them
+  (shardflow.sweep.cost.with_cost, core.jobs.priced), so that a changed
+  `report.gpu_hour_price` reruns the collection, not this job, which reads two sets of
+  vectors;
 - agreement: the cosine, row by row, between the run's vectors and the reference's
   (the main run's embeddings of the same data set), streamed in row blocks.
 
     metrics = run_metrics("jobs.json", "verification.json", "embeddings.npy", "ids.parquet",
-                          reference=("ref.npy", "ref.ids.parquet"), params=MeasureParams(gpu_hour_price=2.5))
+                          reference=("ref.npy", "ref.ids.parquet"))
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -29,7 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardflow.core.files import read_json
-from shardflow.core.jobs import priced, read_job_table
+from shardflow.core.jobs import read_job_table
 from shardflow.core.npyio import iter_row_blocks, read_header, rows_per_block
 from shardflow.core.s3 import logical_path
 from shardflow.embed.report import chunk_totals
@@ -119,24 +122,17 @@ def _rate(count: float, seconds: float) -> float | None:
     return count / seconds if seconds > 0 else None
 
 
-@dataclass(frozen=True)
-class MeasureParams:
-    gpu_hour_price: float = 2.5  # report.gpu_hour_price: what a GPU-hour costs
-
-
 def run_metrics(jobs_path: str | os.PathLike, verification_path: str | os.PathLike, npy: str | os.PathLike,
-                ids: str | os.PathLike, *, reference: tuple[str, str] | None, params: MeasureParams) -> dict:
+                ids: str | os.PathLike, *, reference: tuple[str, str] | None) -> dict:
     """The metrics record of one embedding run (see the module docstring): its job table,
     verification, vectors and ids; `reference` is the reference run's (embeddings.npy,
     ids.parquet), or None where none compares (another model): then `agreement` is null
     and `agreement_reason` says why."""
-    gpu_hour_price = params.gpu_hour_price
     jobs = read_job_table(jobs_path)
     stats = [j["stats"] for j in jobs]
     benches = [j["benchmark"] for j in jobs]
     totals = chunk_totals(stats, benches)  # resumed rows: in records, not computed
     costs, records, computed, tokens = totals["costs"], totals["records"], totals["computed"], totals["tokens"]
-    price = priced(costs["gpu_hours"], gpu_hour_price, totals["paid"])
     padded = sum(s["padded_tokens"] for s in stats)
     encode = sum(s["seconds"] for s in stats)
     warmup = sum(s.get("warmup_seconds", 0.0) for s in stats)
@@ -166,12 +162,12 @@ def run_metrics(jobs_path: str | os.PathLike, verification_path: str | os.PathLi
         "gpu_hours": costs["gpu_hours"],  # killed attempts' CUDA time included (core.jobs.job_costs)
         "earlier_attempts": costs["earlier_attempts"],
         "earlier_attempt_seconds": costs["earlier_attempt_seconds"],
-        "estimated_cost": price["estimated_cost"],
-        "estimated_cost_per_million_records": price["estimated_cost_per_million_records"],
+        # what the cost per record divides by: a resumed job's earlier rows where their
+        # attempts' time is in the GPU-hours (embed.report.chunk_totals)
+        "records_paid": totals["paid"],
         "dim": verification["dim"],
         "dtype": verification["dtype"],
         "devices": costs["devices"],
-        "gpu_hour_price": gpu_hour_price,
     }
     if reference is None:
         out["agreement"] = None

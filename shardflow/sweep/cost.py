@@ -22,6 +22,11 @@ folder, a lower bound); `earlier_attempts`, `earlier_attempt_seconds` and
 `earlier_attempt_gpu_hours` say how much of the total that was. Their seconds are not in
 `wall_time_s`, which stays the benchmarks' (the last attempts').
 
+An embed job records its GPU-hours and the records they paid for, but no price: the
+collection prices them (`with_cost`, at `report.gpu_hour_price`, a param of the
+collections of PRICED_STAGES' sweeps only), so that a changed price reruns the
+collection, in seconds, and not the jobs, each of which reads two sets of vectors.
+
     cost = sweep_cost([[JobCost("benchmarks/sweeps/s/p1/seed=0/train.tsv", 12.0, 0.0033)], ...], "s")
 """
 
@@ -29,16 +34,21 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardflow.core.jobs import earlier_attempt_costs, read_benchmark
+from shardflow.core.jobs import earlier_attempt_costs, priced, read_benchmark
 from shardflow.sweep.shared import SHARED_FOLDER
 
 SHARED_PREFIX = f"benchmarks/sweeps/{SHARED_FOLDER}/"
 ORIGINS = ("sweep", "shared", "main_run")
 FIGURES = ("seconds", "gpu_hours", "earlier_attempts", "earlier_attempt_seconds", "earlier_attempt_gpu_hours")
+# The stages whose jobs' records leave their cost to the collection, and the metrics
+# with_cost adds to each of their records (names a sweep may rank by, as the jobs wrote
+# them before: shardflow.sweep.metrics).
+PRICED_STAGES = ("embed",)
+COST_METRICS = ("estimated_cost", "estimated_cost_per_million_records", "gpu_hour_price")
 
 
 @dataclass(frozen=True)
@@ -130,8 +140,21 @@ class JobRecord:
         return sum(c.gpu_hours for c in self.costs)
 
 
+def with_cost(metrics: Mapping[str, Any], gpu_hour_price: float) -> dict[str, Any]:
+    """An embed job's metrics record with its cost at `gpu_hour_price` (COST_METRICS),
+    priced as the embedding report prices a run (core.jobs.priced) from the `gpu_hours`
+    and `records_paid` the job recorded: the numbers the job wrote itself before.
+    Raises KeyError where the record has neither (written before the jobs left the cost
+    to the collection)."""
+    return {
+        **metrics,
+        **priced(metrics["gpu_hours"], gpu_hour_price, metrics["records_paid"]),
+        "gpu_hour_price": gpu_hour_price,
+    }
+
+
 def read_job_records(shapes: Sequence[tuple[str, int, int, int]], metrics: Sequence[str], stats: Sequence[str],
-                     benchmarks: Sequence[str]) -> list[JobRecord]:
+                     benchmarks: Sequence[str], gpu_hour_price: float | None = None) -> list[JobRecord]:
     """The collecting rule's inputs, read back per job.
 
     `shapes`: per job (point, seed, number of stats files, number of benchmarks), in the
@@ -139,12 +162,22 @@ def read_job_records(shapes: Sequence[tuple[str, int, int, int]], metrics: Seque
     its stats files, then its benchmarks, the first of which pair with the stats files.
     GPU-hours: a job whose own stats say it ran on CUDA, its seconds x the GPUs it held,
     and the CUDA seconds of the killed attempts its stats record, as a stage's report
-    counts them (core.jobs.earlier_attempt_costs)."""
+    counts them (core.jobs.earlier_attempt_costs). With `gpu_hour_price` (a sweep of
+    PRICED_STAGES) each metrics record gets its cost (with_cost); a record without what
+    that needs raises ValueError naming its file."""
     stats_files, bench_files = iter(stats), iter(benchmarks)
     records = []
     for (point, seed, n_stats, n_bench), metrics_path in zip(shapes, metrics, strict=True):
         with open(metrics_path, encoding="utf-8") as fh:
             record = json.load(fh)
+        if gpu_hour_price is not None:
+            try:
+                record = with_cost(record, gpu_hour_price)
+            except KeyError as exc:
+                raise ValueError(
+                    f"{metrics_path} has no {exc}: written before the embed sweep's collection priced its jobs; "
+                    "snakemake --forcerun sweep_embed_metrics writes it again"
+                ) from exc
         costs = []
         for i in range(n_bench):
             path = str(next(bench_files))

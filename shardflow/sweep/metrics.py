@@ -15,11 +15,12 @@ lists are written out here, from the writers:
 - summarise: shardflow.summarise.evaluate._metrics and evaluate_summaries: the
   headline ROUGE_TYPES (one system: the method), `systems.<method>.<rouge>.<stat>`,
   the bootstrap settings and the counts;
-- embed: shardflow.embed.measure.run_metrics: speed and cost, and `agreement.<name>`
-  (cosine with the main run's vectors) where the point loads the main run's model.
+- embed: shardflow.embed.measure.run_metrics: speed, GPU-hours, and `agreement.<name>`
+  (cosine with the main run's vectors) where the point loads the main run's model; and
+  the cost the collection adds to each record (cost.COST_METRICS, cost.with_cost).
 
 tests/unit/sweep/test_metrics.py runs the retrieval and ROUGE writers on tiny inputs
-(tests/unit/embed/test_measure.py the embed one)
+(tests/unit/embed/test_measure.py the embed one, priced as the collection prices it)
 and tests/workflow/test_sweep_e2e.py reads real training records: a writer that adds,
 renames or drops a key fails them.
 """
@@ -31,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from shardflow.core.models import same_model
+from shardflow.sweep.cost import COST_METRICS
 from shardflow.sweep.spec import SweepSpec
 from shardflow.sweep.table import RUN_COLUMNS
 
@@ -54,8 +56,7 @@ EMBED = (
     "records", "records_resumed", "tokens", "chunks", "items_per_s", "tokens_per_s", "steady_items_per_s",
     "steady_tokens_per_s", "job_items_per_s", "encode_seconds", "warmup_seconds", "job_seconds", "wall_seconds",
     "padding_fraction", "oom_backoffs", "max_rss_mb", "gpu_hours", "earlier_attempts", "earlier_attempt_seconds",
-    "estimated_cost", "estimated_cost_per_million_records", "dim",
-    "gpu_hour_price",
+    "records_paid", "dim",
 )
 EMBED_AGREEMENT = ("agreement.cosine_min", "agreement.cosine_mean", "agreement.cosine_p1", "agreement.rows")
 
@@ -76,7 +77,7 @@ def stage_metrics(stage: str, config: Mapping[str, Any]) -> tuple[str, ...] | No
         per_system = tuple(f"systems.{system}.{r}.{s}" for r in ROUGE for s in ROUGE_STATS)
         return ROUGE + SUMMARY_COUNTS + per_system
     if stage == "embed":
-        return EMBED + EMBED_AGREEMENT
+        return EMBED + COST_METRICS + EMBED_AGREEMENT
     return None
 
 

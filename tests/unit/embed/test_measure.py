@@ -1,5 +1,6 @@
-"""measure: an embed sweep job's speed, cost and agreement with the main run, from the
-records the jobs write (stats, benchmarks, verification) and the two runs' vectors."""
+"""measure: an embed sweep job's speed, GPU-hours and agreement with the main run, from the
+records the jobs write (stats, benchmarks, verification) and the two runs' vectors; the
+cost the sweep's collection prices from them."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pytest
 
 from shardflow.core.columns import write_ids_parquet
 from shardflow.core.jobs import write_job_table
-from shardflow.embed.measure import MeasureParams, agreement, run_metrics
+from shardflow.embed.measure import agreement, run_metrics
+from shardflow.sweep.cost import COST_METRICS, read_job_records, with_cost
 from shardflow.sweep.metrics import EMBED, EMBED_AGREEMENT, stage_metrics
 
 BENCH = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n{s}\t0:00:01\t{rss}\t1\t1\t1\t0\t0\t0\t1\n"
@@ -92,21 +94,20 @@ def test_rates_are_per_encode_second_and_count_what_the_jobs_computed(tmp_path):
     ids = [f"d{i}" for i in range(4)]
     x = np.eye(4, 8, dtype=np.float32)
     vectors = _vectors(tmp_path, "mine", x, ids)
-    m = run_metrics(jobs, tmp_path / "v.json", *vectors, reference=_vectors(tmp_path, "ref", x, ids),
-                    params=MeasureParams(gpu_hour_price=3.0))
+    m = run_metrics(jobs, tmp_path / "v.json", *vectors, reference=_vectors(tmp_path, "ref", x, ids))
     assert (m["records"], m["records_resumed"], m["tokens"], m["chunks"]) == (400, 100, 3000, 2)
     assert m["items_per_s"] == pytest.approx(300 / 20) and m["tokens_per_s"] == pytest.approx(3000 / 20)
     assert m["steady_items_per_s"] == pytest.approx(280 / 18) and m["job_items_per_s"] == pytest.approx(300 / 28)
     assert m["wall_seconds"] == pytest.approx(10.0) and m["padding_fraction"] == pytest.approx(1 - 10 / 12)
     assert m["max_rss_mb"] == 700.0 and m["gpu_hours"] == pytest.approx(28 / 3600)
     assert m["oom_backoffs"] == 2  # the budget was lowered in both jobs: not the point's settings throughout
-    assert m["estimated_cost"] == pytest.approx(28 / 3600 * 3.0) and m["dtype"] == "float16"
-    # per record computed (300), not per record in the output (400): the resumed 100 rows'
-    # GPU time was an earlier attempt's
-    assert m["estimated_cost_per_million_records"] == pytest.approx(28 / 3600 * 3.0 / 300 * 1e6)
+    assert m["dtype"] == "float16"
+    # paid for: the records computed (300), not those in the output (400): the resumed 100
+    # rows' GPU time was an earlier attempt's, not in the GPU-hours
+    assert m["records_paid"] == 300
     assert m["agreement"]["cosine_min"] == 1.0 and m["agreement"]["reference"].endswith("ref.npy")
 
-    other = run_metrics(jobs, tmp_path / "v.json", *vectors, reference=None, params=MeasureParams(gpu_hour_price=3.0))
+    other = run_metrics(jobs, tmp_path / "v.json", *vectors, reference=None)
     assert other["agreement"] is None and "another model" in other["agreement_reason"]
 
 
@@ -120,8 +121,41 @@ def test_the_names_a_sweep_may_rank_by_are_the_ones_written(tmp_path):
     ids = ["a", "b", "c", "d"]
     x = np.eye(4, 8, dtype=np.float32)
     m = run_metrics(jobs, tmp_path / "v.json", *_vectors(tmp_path, "m", x, ids),
-                    reference=_vectors(tmp_path, "ref", x, ids), params=MeasureParams())
-    assert leaf_names(m) == set(EMBED + EMBED_AGREEMENT) == set(stage_metrics("embed", {}))
+                    reference=_vectors(tmp_path, "ref", x, ids))
+    assert leaf_names(m) == set(EMBED + EMBED_AGREEMENT)
+    # the collection adds the cost: the names a sweep ranks by are the priced record's
+    assert leaf_names(with_cost(m, 2.5)) == set(EMBED + COST_METRICS + EMBED_AGREEMENT) == set(stage_metrics("embed", {}))
+
+
+def test_the_collection_prices_a_job_as_the_job_priced_itself_before(tmp_path):
+    """The job records GPU-hours and the records they paid for, not their price; the
+    sweep's collection prices them (read_job_records, from metrics.json as written) to
+    the numbers the job wrote itself before (shardflow.embed.measure until 2026-11-27:
+    job_costs' GPU-hours x the price, over the paid-for records), bit for bit. Here a job
+    resumed twice: once from attempts with records (its earlier rows paid for and their
+    CUDA time in the GPU-hours), once from attempts without (only its own rows), and a
+    CPU job, which costs nothing."""
+    killed = {**_stat(300, 200, 10.0, 1000.0), "earlier_attempts": 1, "earlier_attempt_devices": {"cuda:1": 900.0}}
+    old_parts = _stat(300, 100, 10.0, 1000.0)
+    stats = [killed, old_parts, _stat(50, 50, 5.0, 1000.0, device="cpu")]
+    jobs = _job_table(tmp_path, stats, [15.0, 13.0, 7.0], [500.0, 700.0, 300.0])
+    (tmp_path / "v.json").write_text(json.dumps({"ok": True, "dim": 8, "dtype": "float32"}))
+    ids = [f"d{i}" for i in range(4)]
+    x = np.eye(4, 8, dtype=np.float32)
+    m = run_metrics(jobs, tmp_path / "v.json", *_vectors(tmp_path, "mine", x, ids), reference=None)
+    assert not set(COST_METRICS) & set(m)  # no price in the job's record: a changed price reruns no job
+    (tmp_path / "metrics.json").write_text(json.dumps(m))
+    bench = str(tmp_path / "b0.tsv")
+    (record,) = read_job_records([("p", 0, 0, 1)], [str(tmp_path / "metrics.json")], [], [bench], gpu_hour_price=3.0)
+    gpu_hours = (15.0 + 13.0) / 3600 + 900.0 / 3600  # the CUDA jobs' benchmarks and the killed CUDA attempt
+    assert m["gpu_hours"] == pytest.approx(gpu_hours) and m["records_paid"] == 300 + 100 + 50
+    cost = m["gpu_hours"] * 3.0
+    assert record.metrics["estimated_cost"] == cost
+    assert record.metrics["estimated_cost_per_million_records"] == cost / 450 * 1e6
+    assert record.metrics["gpu_hour_price"] == 3.0
+    assert record.metrics["estimated_cost_per_million_records"] == pytest.approx(gpu_hours * 3.0 / 450 * 1e6)
+    # Nothing paid for (every row resumed from attempts without records): no cost per record.
+    assert with_cost({**m, "records_paid": 0}, 3.0)["estimated_cost_per_million_records"] is None
 
 
 def test_ids_are_compared_in_blocks_whatever_the_files_row_groups(tmp_path):
@@ -162,5 +196,5 @@ def test_the_reference_is_named_as_the_workflow_names_it(tmp_path, monkeypatch):
     x = np.eye(4, 8, dtype=np.float32)
     ref = _vectors(copy, "embeddings", x, ids)
     rel = tuple(os.path.relpath(p, tmp_path) for p in ref)
-    m = run_metrics(jobs, tmp_path / "v.json", *_vectors(tmp_path, "m", x, ids), reference=rel, params=MeasureParams())
+    m = run_metrics(jobs, tmp_path / "v.json", *_vectors(tmp_path, "m", x, ids), reference=rel)
     assert m["agreement"]["reference"] == "results/demo/embeddings.npy"

@@ -117,3 +117,61 @@ def test_killed_attempts_count_as_a_stage_report_counts_them(tmp_path):
     assert cost["earlier_attempt_gpu_hours"] == pytest.approx(0.5)
     assert cost["by_origin"]["main_run"]["earlier_attempt_gpu_hours"] == pytest.approx(0.5)  # tmp_path: not the sweep's
     assert cost["summed_over_runs"]["gpu_hours"] == pytest.approx(1.0)
+
+
+def test_an_embed_sweep_ranks_by_the_cost_its_collection_prices(tmp_path):
+    """An embed job records GPU-hours and the records they paid for; the collection prices
+    them at report.gpu_hour_price (a param of its own: a changed price reruns it, not the
+    jobs), and the tables hold the cost columns the jobs wrote before, ranked and averaged
+    over seeds as any metric: the cheaper point per record is the best one."""
+    import json
+
+    import pandas as pd
+
+    from shardflow.sweep.cost import read_job_records
+    from shardflow.sweep.report import write_report
+    from shardflow.sweep.table import run_result
+
+    from .conftest import parse, sweep
+
+    spec = parse({"speed": sweep(stage="embed", grid={"embedding.max_length": [64, 128]}, seeds=[0, 1],
+                                 metrics={"estimated_cost_per_million_records": "min", "estimated_cost": "min"})})["speed"]
+    bench = tmp_path / "b.tsv"
+    bench.write_text("s\th:m:s\tmax_rss\n1.0\t0:00:01\t1.0\n")
+    gpu_hours = {("max_length=64", 0): 0.5, ("max_length=64", 1): 0.7, ("max_length=128", 0): 0.9,
+                 ("max_length=128", 1): 1.1}
+    paths = []
+    for (point, seed), hours in gpu_hours.items():
+        path = tmp_path / f"{point}-{seed}.json"
+        path.write_text(json.dumps({"gpu_hours": hours, "records_paid": 1000, "items_per_s": 1.0}))
+        paths.append(str(path))
+    assert list(gpu_hours) == spec.jobs()
+    jobs = read_job_records([(p, s, 0, 1) for p, s in spec.jobs()], paths, [], [str(bench)] * 4, gpu_hour_price=2.0)
+    results = [run_result(j.point, j.seed, j.metrics, wall_time_s=j.wall_time_s) for j in jobs]
+    files = write_report(spec, results, [j.costs for j in jobs], str(tmp_path / "speed"))
+    runs = pd.read_parquet(files["runs_parquet"])
+    assert runs["estimated_cost"].tolist() == [h * 2.0 for h in gpu_hours.values()]
+    assert runs["estimated_cost_per_million_records"].tolist() == [h * 2.0 / 1000 * 1e6 for h in gpu_hours.values()]
+    assert set(runs["gpu_hour_price"]) == {2.0}
+    summary = pd.read_parquet(files["summary_parquet"]).set_index("point")
+    assert summary.loc["max_length=64", "estimated_cost_per_million_records_mean"] == pytest.approx(1200.0)
+    with open(files["best"], encoding="utf-8") as fh:
+        assert json.load(fh)["point"] == "max_length=64"
+    # No price (another stage's collection): the records as the jobs wrote them.
+    (plain,) = read_job_records([("max_length=64", 0, 0, 1)], paths[:1], [], [str(bench)])
+    assert plain.metrics == {"gpu_hours": 0.5, "records_paid": 1000, "items_per_s": 1.0}
+
+
+def test_an_embed_record_from_before_the_collection_priced_it_is_named(tmp_path):
+    """A metrics.json written when the job priced itself has no records_paid: the
+    collection stops naming the file and the job to rerun, not with a bare KeyError."""
+    import json
+
+    from shardflow.sweep.cost import read_job_records
+
+    old = tmp_path / "metrics.json"
+    old.write_text(json.dumps({"gpu_hours": 0.5, "estimated_cost": 1.25, "gpu_hour_price": 2.5}))
+    bench = tmp_path / "b.tsv"
+    bench.write_text("s\th:m:s\tmax_rss\n1.0\t0:00:01\t1.0\n")
+    with pytest.raises(ValueError, match=r"metrics\.json has no 'records_paid'.*--forcerun sweep_embed_metrics"):
+        read_job_records([("p", 0, 0, 1)], [str(old)], [], [str(bench)], gpu_hour_price=2.5)
