@@ -123,3 +123,13 @@ def job_counts(dry_run_output: str) -> dict[str, int]:
             break
         counts[parts[0]] = int(parts[1])
     return counts
+
+
+def params_changed(dry_run_output: str) -> set[str]:
+    """The rules a dry run's Reasons summary lists as 'params have changed since last
+    execution' (those whose recorded params a config change touched)."""
+    lines = dry_run_output.splitlines()
+    for i, line in enumerate(lines[:-1]):
+        if line.strip() == "params have changed since last execution:":
+            return {rule.strip() for rule in lines[i + 1].split(",")}
+    return set()

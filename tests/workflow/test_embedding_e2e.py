@@ -184,6 +184,11 @@ def test_an_embed_sweep_measures_speed_and_agreement_with_the_main_run(run):
     assert threads(workdir / "results/e2e/embed") == {1} and threads(job / "embed") == {2}
     runs = pd.read_parquet(workdir / "results/sweeps/budget/runs.parquet")
     assert runs["items_per_s"].tolist() == [metrics["items_per_s"]]
+    # The job records GPU-hours (none on the CPU) and the records they paid for; the
+    # collection prices them at report.gpu_hour_price (its default here).
+    assert "estimated_cost" not in metrics and metrics["records_paid"] == len(records)
+    assert (runs["estimated_cost"].tolist(), runs["gpu_hour_price"].tolist()) == ([0.0], [2.5])
+    assert runs["estimated_cost_per_million_records"].tolist() == [0.0]
     assert "Sweep: budget" in (workdir / "results/report.rst").read_text()
 
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from shardflow.corpus.demo import DemoParams, build_demo_corpus
-from tests.helpers import assert_no_secrets, job_counts, snakemake, write_config
+from tests.helpers import assert_no_secrets, job_counts, params_changed, snakemake, write_config
 
 pytestmark = pytest.mark.workflow
 
@@ -217,11 +217,8 @@ def test_retrieval_sweeps_embed_once_per_distinct_embedding_settings(tmp_path):
     assert {rule[a] for a, b in edges if b in search} == {"merge", "verify", "embed_queries", "retrieval_qrels"}
 
 
-@pytest.mark.dryrun
-def test_sweeps_of_every_stage_in_one_config(tmp_path):
-    """Each stage's jobs write metrics.json under their sweep's folder: with sweeps of
-    several stages configured, each file has one rule that makes it (before, the DAG
-    stopped as ambiguous: sweep_retrieval_evaluate and sweep_evaluate_summaries)."""
+def _every_stage(tmp_path, embed_metrics):
+    """A config with a sweep of each stage (tr, re, su, em) over two points, one seed."""
     docs = tmp_path / "docs.jsonl"
     docs.write_text("".join(json.dumps({"id": f"a{i}", "text": f"Doc {i} starts. It ends.", "summary": "Doc."}) + "\n"
                             for i in range(6)))
@@ -232,18 +229,43 @@ def test_sweeps_of_every_stage_in_one_config(tmp_path):
                "metrics": {"ndcg_at_10": "max"}},
         "su": {"stage": "summarise", "grid": {"summarise.k": [1, 2]}, "seeds": [0], "metrics": {"rouge1": "max"}},
         "em": {"stage": "embed", "grid": {"embedding.token_budget": [512, 1024]}, "seeds": [0],
-               "metrics": {"items_per_s": "max", "agreement.cosine_min": "max"}},
+               "metrics": embed_metrics},
     }
-    cfg = write_config(
+    return write_config(
         tmp_path / "c.yaml", input={"path": str(docs)}, n_chunks=2, tasks=["embedding", "training"],
         shards={"tokenizer": "char"}, summarise={"method": "lead", "reference_field": "summary"},
         retrieval={"path": str(_tiny_beir(tmp_path / "beir")), "name": "tiny", "n_chunks": 2}, sweeps=sweeps,
     )
+
+
+@pytest.mark.dryrun
+def test_sweeps_of_every_stage_in_one_config(tmp_path):
+    """Each stage's jobs write metrics.json under their sweep's folder: with sweeps of
+    several stages configured, each file has one rule that makes it (before, the DAG
+    stopped as ambiguous: sweep_retrieval_evaluate and sweep_evaluate_summaries)."""
+    cfg = _every_stage(tmp_path, {"items_per_s": "max", "agreement.cosine_min": "max"})
+    sweeps = ("tr", "re", "su", "em")
     counts = job_counts(snakemake(tmp_path, "--configfile", str(cfg), "-n").stdout)
     stages = ("sweep_train", "sweep_retrieval_evaluate", "sweep_evaluate_summaries", "sweep_embed_metrics")
     assert {r: counts.get(r) for r in stages} == dict.fromkeys(stages, 2)
     assert counts["sweep_embed_chunk"] == 2 * 2  # points x chunks
     assert all(counts[f"collect_sweep_{name}"] == 1 for name in sweeps)
+
+
+@pytest.mark.dryrun
+def test_a_changed_price_reruns_the_embed_sweeps_collection_and_no_sweep_job(tmp_path):
+    """report.gpu_hour_price is accounting: an embed job records its GPU-hours, and its
+    sweep's collection prices them (before, each sweep_embed_metrics job reran for a new
+    price, reading the point's and the main run's vectors again). `--touch` records every
+    job's params without running one (no output needs to exist); a dry run with another
+    price then lists the rules whose recorded params it changed: the embed sweep's
+    collection (a ranked cost metric included), no sweep job, no other collection."""
+    cfg = _every_stage(tmp_path, {"items_per_s": "max", "estimated_cost_per_million_records": "min"})
+    snakemake(tmp_path, "--touch", "--cores", "1", "--configfile", str(cfg))
+    dry = snakemake(tmp_path, "-n", "--configfile", str(cfg), "--config", "report={gpu_hour_price: 9.0}").stdout
+    changed = params_changed(dry)
+    assert "collect_sweep_em" in changed, dry[-3000:]
+    assert not {r for r in changed if r.startswith("sweep_") or r.startswith("collect_sweep_")} - {"collect_sweep_em"}
 
 
 def test_no_fake_credential_in_any_file_of_the_run(run):
