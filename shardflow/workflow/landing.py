@@ -26,7 +26,7 @@ from pathlib import Path
 
 from shardflow.core.atomic import atomic_open
 from shardflow.core.files import read_json
-from shardflow.core.jobs import read_job_table
+from shardflow.core.jobs import priced, read_job_table
 from shardflow.embed.report import ReportParams, run_summary
 from shardflow.sweep.export import value_label
 
@@ -360,6 +360,6 @@ def training_section(dataset: str, files: dict, report: ReportParams | None = No
         gpu_hours = m["train_seconds_total"] * m["world_size"] / 3600
         cost = ""
         if report is not None:
-            cost = f", {gpu_hours * report.gpu_hour_price:.2f} {report.currency}"
+            cost = f", {priced(gpu_hours, report.gpu_hour_price)['estimated_cost']:.2f} {report.currency}"
         rows.append(("GPU-hours and cost", f"{gpu_hours:.4f} GPU-h{cost}"))
     return Section(f"Training: {dataset}", rows)
