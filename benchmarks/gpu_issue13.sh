@@ -11,7 +11,8 @@
 #
 # Stages, each under its own timeout so one slow compile cannot eat the rest (set-up
 # about 55 s: wheels, random-weight models; on the H100, A needed more than 150 s).
-# By default A C D E2; the others run when named (STAGES="B Dq E G H"):
+# By default A C D F Aq (at stop 31 on the H200: set-up 48 s, A 146 s, C 30 s, D 45 s; F and
+# Aq at most 100 and 110 s); the others run when named (STAGES="B Dq E E2 G H"):
 #   A  Qwen3-0.6B-shape, synthetic 4,000 texts, bf16: engine vs st@32/64/128 (3 rounds after
 #      an untimed one; about 155 s on the H200 without it, at stop 23), then fused and the
 #      levers for the host time stop 23's profile points at (the GPU idle ~12 % of an
@@ -98,7 +99,7 @@ from shardflow.embed import params  # noqa: F401  (shardflow.core.config: jsonsc
 PY
 B="benchmarks/bench_engine.py --log-level INFO"  # the engine's log (decisions, compile times) in $OUT/<stage>.err
 
-want() { [[ " ${STAGES:-A C D E2} " == *" $1 "* ]]; }  # STAGES="A B": a subset
+want() { [[ " ${STAGES:-A C D F Aq} " == *" $1 "* ]]; }  # STAGES="A B": a subset
 
 AQ=fused,fused_graphs,fused_torchnorm_qk,fused_torchnorm_layers
 want A && stage A_qwen 270 python3 $B --model $QWEN --texts synthetic --n $NQ --rounds 3 --no-naive --st-sweep 32,64,128 $EXTRA \
