@@ -163,7 +163,7 @@ def remove_folder(folder: str | Path, top: str | Path | None = None) -> str | No
     if not failed:
         return None
     named = ", ".join(f"{path} ({_error(exc)})" for path, exc in failed)
-    line = f"cannot remove {folder}, left on disk: {named}"
+    line = f"removing {folder} left on disk: {named}"  # the folder itself, or an emptied one above it
     log.warning(line)
     return line
 

@@ -100,7 +100,7 @@ def test_a_part_that_cannot_be_removed_is_named_in_a_warning_and_the_job_goes_on
     with caplog.at_level("WARNING", logger="shardflow.core.parts"):
         line = store.remove(root)
     left = Path(store.folder) / "part-000000.jsonl"
-    assert line == f"cannot remove {store.folder}, left on disk: {left} (EACCES: Permission denied)"
+    assert line == f"removing {store.folder} left on disk: {left} (EACCES: Permission denied)"
     assert caplog.messages == [line]
     assert sorted(p.name for p in Path(store.folder).iterdir()) == [left.name] and root.is_dir()
 
@@ -112,7 +112,8 @@ def test_an_emptied_folder_above_that_cannot_be_removed_is_named_in_a_warning(tm
     _failing(monkeypatch, "rmdir", lambda p: p == root, OSError(errno.EBUSY, "Device or resource busy"))
     with caplog.at_level("WARNING", logger="shardflow.core.parts"):
         line = store.remove(root)
-    assert line == f"cannot remove {store.folder}, left on disk: {root} (EBUSY: Device or resource busy)"
+    # The job's own folder went; the line names the one above it that stayed.
+    assert line == f"removing {store.folder} left on disk: {root} (EBUSY: Device or resource busy)"
     assert caplog.messages == [line] and not Path(store.folder).exists()
 
 
