@@ -86,24 +86,46 @@ def busy_seconds(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
+def gpus_held(stats: dict) -> int:
+    """The GPUs one job held, from its stats: `gpus`, else `world_size` (a training run's
+    processes, one per GPU), else 1 (the embed and summarise chunk jobs, one GPU each)."""
+    return int(stats.get("gpus", stats.get("world_size", 1)))
+
+
+def _on_cuda(device: object) -> bool:
+    return str(device).startswith("cuda")
+
+
+def last_attempt_gpu_hours(stats: dict, seconds: float) -> float:
+    """The GPU-hours of a job's last attempt: its `seconds` x the GPUs it held
+    (`gpus_held`) where its stats say it ran on CUDA, else none. Its killed attempts'
+    are `earlier_attempt_costs`' `earlier_attempt_gpu_hours`, counted per GPU alike."""
+    return seconds * gpus_held(stats) / 3600 if _on_cuda(stats.get("device", "")) else 0.0
+
+
 def earlier_attempt_costs(stats: list[dict]) -> dict:
     """What the jobs' stats say of the killed attempts before each one's last
     (`earlier_attempts`, `earlier_attempt_devices`: core.parts.attempt_totals): how many
     (`earlier_attempts`), their seconds (`earlier_attempt_seconds`, a lower bound: from
     each one's start to its last saved part), those on CUDA in GPU-hours
-    (`earlier_attempt_gpu_hours`) and the seconds by device (`earlier_attempt_devices`).
-    Stats from before attempt records have none: all zero.
+    (`earlier_attempt_gpu_hours`: x the GPUs the job held, `gpus_held`, as its last
+    attempt's are: a killed attempt of a two-GPU job held both) and the seconds by device
+    (`earlier_attempt_devices`, wall seconds, not per GPU). Stats from before attempt
+    records have none: all zero.
 
     The one count of them: `job_costs` (a stage's reports) and the sweep's cost.json
     (shardflow.sweep.cost, per job) both add these to their GPU-hours."""
     devices: dict[str, float] = {}
+    gpu_seconds = 0.0
     for s in stats:
         for device, seconds in (s.get("earlier_attempt_devices") or {}).items():
             devices[str(device)] = devices.get(str(device), 0.0) + seconds
+            if _on_cuda(device):
+                gpu_seconds += seconds * gpus_held(s)
     return {
         "earlier_attempts": sum(s.get("earlier_attempts", 0) for s in stats),
         "earlier_attempt_seconds": sum(devices.values()),
-        "earlier_attempt_gpu_hours": sum(t for device, t in devices.items() if device.startswith("cuda")) / 3600,
+        "earlier_attempt_gpu_hours": gpu_seconds / 3600,
         "earlier_attempt_devices": dict(sorted(devices.items())),
     }
 
@@ -116,7 +138,8 @@ def job_costs(stats: list[dict], benches: list[dict]) -> dict:
     job's own start_time to end_time): a gap in which none was, such as while another
     stage's jobs ran on the same cores, does not count, so a stage's throughput is its
     own. A job's time is Snakemake's benchmark `s` (the whole job, model loading
-    included), else its own `seconds`; GPU-hours count the jobs that ran on CUDA.
+    included), else its own `seconds`; GPU-hours count the jobs that ran on CUDA, each
+    x the GPUs it held (`last_attempt_gpu_hours`).
 
     GPU-hours and device-hours also count the killed attempts before each job's last
     (`earlier_attempt_devices` in its stats, core.parts.attempt_totals; the CUDA ones in
@@ -131,9 +154,9 @@ def job_costs(stats: list[dict], benches: list[dict]) -> dict:
         raise ValueError(f"{len(stats)} per-chunk stats but {len(benches)} benchmark records")
     busy = busy_seconds([(s["start_time"], s["end_time"]) for s in stats])
     job_seconds = [b.get("s", s["seconds"]) for s, b in zip(stats, benches, strict=True)]
-    final_gpu = sum(t for s, t in zip(stats, job_seconds, strict=True) if str(s.get("device", "")).startswith("cuda"))
+    final_gpu_hours = sum(last_attempt_gpu_hours(s, t) for s, t in zip(stats, job_seconds, strict=True))
     earlier = earlier_attempt_costs(stats)
-    gpu_hours = final_gpu / 3600 + earlier["earlier_attempt_gpu_hours"]
+    gpu_hours = final_gpu_hours + earlier["earlier_attempt_gpu_hours"]
     return {
         "wall_time_s": max(busy, 1e-9),
         "job_seconds": sum(job_seconds),

@@ -18,7 +18,7 @@ charged to none.
 
 A job's GPU-hours count the killed attempts before its last, as a stage's report counts
 them (core.jobs.earlier_attempt_costs: CUDA seconds from their records in the parts
-folder, a lower bound); `earlier_attempts`, `earlier_attempt_seconds` and
+folder, a lower bound, x the GPUs the job held, as its last attempt's seconds are); `earlier_attempts`, `earlier_attempt_seconds` and
 `earlier_attempt_gpu_hours` say how much of the total that was. Their seconds are not in
 `wall_time_s`, which stays the benchmarks' (the last attempts').
 
@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardflow.core.jobs import earlier_attempt_costs, priced, read_benchmark
+from shardflow.core.jobs import earlier_attempt_costs, last_attempt_gpu_hours, priced, read_benchmark
 from shardflow.sweep.shared import SHARED_FOLDER
 
 SHARED_PREFIX = f"benchmarks/sweeps/{SHARED_FOLDER}/"
@@ -160,9 +160,10 @@ def read_job_records(shapes: Sequence[tuple[str, int, int, int]], metrics: Seque
     `shapes`: per job (point, seed, number of stats files, number of benchmarks), in the
     order of the inputs (rules/common.smk, sweep_job_files): each job's metrics record,
     its stats files, then its benchmarks, the first of which pair with the stats files.
-    GPU-hours: a job whose own stats say it ran on CUDA, its seconds x the GPUs it held,
-    and the CUDA seconds of the killed attempts its stats record, as a stage's report
-    counts them (core.jobs.earlier_attempt_costs). With `gpu_hour_price` (a sweep of
+    GPU-hours: a job whose own stats say it ran on CUDA, its seconds x the GPUs it held
+    (core.jobs.last_attempt_gpu_hours), and the CUDA seconds of the killed attempts its
+    stats record, x those GPUs too, as a stage's report counts them
+    (core.jobs.earlier_attempt_costs). With `gpu_hour_price` (a sweep of
     PRICED_STAGES) each metrics record gets its cost (with_cost); a record without what
     that needs raises ValueError naming its file."""
     stats_files, bench_files = iter(stats), iter(benchmarks)
@@ -186,9 +187,7 @@ def read_job_records(shapes: Sequence[tuple[str, int, int, int]], metrics: Seque
             if i < n_stats:
                 with open(next(stats_files), encoding="utf-8") as fh:
                     job_stats = json.load(fh)
-            gpu_hours = 0.0
-            if str(job_stats.get("device", "")).startswith("cuda"):
-                gpu_hours = seconds * int(job_stats.get("gpus", job_stats.get("world_size", 1))) / 3600
+            gpu_hours = last_attempt_gpu_hours(job_stats, seconds)
             earlier = earlier_attempt_costs([job_stats])
             costs.append(JobCost(path, seconds, gpu_hours + earlier["earlier_attempt_gpu_hours"],
                                  earlier["earlier_attempts"], earlier["earlier_attempt_seconds"],

@@ -91,3 +91,23 @@ def test_job_costs_name_the_killed_attempts_devices_apart_from_the_rates_devices
     assert costs["devices"] == ["cuda:0"]
     assert costs["earlier_attempt_devices"] == {"cpu": 5.0, "cuda:1": 30.0}
     assert job_costs([base], [{"s": 10.0}])["devices"] == ["cuda:0"]
+
+
+def test_a_multi_gpu_jobs_killed_attempts_count_per_gpu():
+    """A two-GPU job (a training run's world_size, or gpus) killed once after 30 min on
+    CUDA and finished in 30 min: both attempts held both GPUs, so each counts 2 x 0.5
+    GPU-h; the killed attempt's seconds by device stay wall seconds. A one-GPU job's
+    stats (no gpus, no world_size) count as before."""
+    from shardflow.core.jobs import earlier_attempt_costs, gpus_held, job_costs, last_attempt_gpu_hours
+
+    two = {"start_time": 0.0, "end_time": 1800.0, "seconds": 1800.0, "device": "cuda:0", "world_size": 2,
+           "earlier_attempts": 1, "earlier_attempt_devices": {"cuda:0": 1800.0}}
+    assert gpus_held(two) == 2 and gpus_held({"gpus": 4, "world_size": 2}) == 4 and gpus_held({}) == 1
+    assert last_attempt_gpu_hours(two, 1800.0) == pytest.approx(1.0)
+    assert last_attempt_gpu_hours({**two, "device": "cpu"}, 1800.0) == 0.0
+    earlier = earlier_attempt_costs([two])
+    assert earlier["earlier_attempt_gpu_hours"] == pytest.approx(1.0)
+    assert (earlier["earlier_attempt_seconds"], earlier["earlier_attempt_devices"]) == (1800.0, {"cuda:0": 1800.0})
+    assert job_costs([two], [{"s": 1800.0}])["gpu_hours"] == pytest.approx(2.0)
+    one = {k: v for k, v in two.items() if k != "world_size"}
+    assert job_costs([one], [{"s": 1800.0}])["gpu_hours"] == pytest.approx(1.0)

@@ -175,3 +175,24 @@ def test_an_embed_record_from_before_the_collection_priced_it_is_named(tmp_path)
     bench.write_text("s\th:m:s\tmax_rss\n1.0\t0:00:01\t1.0\n")
     with pytest.raises(ValueError, match=r"metrics\.json has no 'records_paid'.*--forcerun sweep_embed_metrics"):
         read_job_records([("p", 0, 0, 1)], [str(old)], [], [str(bench)], gpu_hour_price=2.5)
+
+
+def test_a_multi_gpu_jobs_killed_attempts_count_per_gpu_in_the_sweeps_cost(tmp_path):
+    """A training sweep job on 2 GPUs (world_size 2), killed once after 30 min on CUDA and
+    finished in 30 min: its GPU-hours are 2 x 0.5 for each attempt, in the run's row and
+    in cost.json, and earlier_attempt_gpu_hours says 1.0 of them were the killed one's."""
+    import json
+
+    from shardflow.sweep.cost import read_job_records
+
+    metrics = {"best_val_loss": 1.0, "device": "cuda:0", "world_size": 2, "earlier_attempts": 1,
+               "earlier_attempt_devices": {"cuda:0": 1800.0}}
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps(metrics))
+    bench = tmp_path / "train.tsv"
+    bench.write_text("s\th:m:s\tmax_rss\n1800.0\t0:30:00\t1.0\n")
+    (record,) = read_job_records([("a", 0, 1, 1)], [str(path)], [str(path)], [str(bench)])
+    assert record.gpu_hours == pytest.approx(2.0)
+    cost = sweep_cost([record.costs], "s")
+    assert (cost["gpu_hours"], cost["earlier_attempt_gpu_hours"]) == (pytest.approx(2.0), pytest.approx(1.0))
+    assert cost["earlier_attempt_seconds"] == 1800.0
