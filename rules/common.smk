@@ -733,13 +733,17 @@ def sweep_job_shapes(name):
 
 
 def sweep_price(name):
-    """collect_sweep_<name>'s price: `report.gpu_hour_price` where the stage's jobs leave
-    their cost to the collection (an embed sweep's, shardflow.sweep.cost.PRICED_STAGES),
-    so a changed price reruns the collection and not the jobs; none for other stages,
-    whose collections it leaves alone."""
+    """collect_sweep_<name>'s price: `report.gpu_hour_price` and the `report.currency`
+    its tables name, where the stage's jobs leave their cost to the collection (an embed
+    sweep's, shardflow.sweep.cost.PRICED_STAGES), so a changed price or currency reruns
+    the collection and not the jobs; none for other stages, whose collections show no
+    money and are left alone."""
     if SWEEPS[name].stage not in PRICED_STAGES:
         return {}
-    return {"gpu_hour_price": config["report"]["gpu_hour_price"]}
+    return {
+        "gpu_hour_price": config["report"]["gpu_hour_price"],
+        "currency": config["report"]["currency"],
+    }
 
 
 def sweep_spec_record(wildcards):

@@ -8,11 +8,12 @@ job, results/sweeps/<sweep>/<point>/seed=<n>/ (the stage's outputs, its metrics
 JSON), and per sweep results/sweeps/<sweep>/: spec.json (sweep_spec: what decides the
 tables), runs and summary tables (Parquet, CSV), table.md and table.tex, best.json,
 points.json, cost.json and plots/ (collect_sweep_<name>; an embed job's metrics hold
-its GPU-hours, which the collection prices at report.gpu_hour_price, so a changed price
-reruns only the collection). Retrieval jobs read corpus and query
-embeddings named by their settings, not by the point (shardflow/sweep/shared.py):
-one set per distinct settings under results/sweeps/_embeddings/<data set>/, or the
-main run's own where the settings are the main run's. Each stage's job outputs sit
+its GPU-hours, which the collection prices at report.gpu_hour_price and names in
+report.currency, so a changed price or currency reruns only the collection).
+Retrieval jobs read corpus and query embeddings named by their settings, not by the
+point (shardflow/sweep/shared.py): one set per distinct settings under
+results/sweeps/_embeddings/<data set>/, or the main run's own where the settings are
+the main run's. Each stage's job outputs sit
 under stage_sweep_job(<stage>): its {sweep} matches that stage's sweeps only, as every
 stage's jobs write a metrics.json.
 
@@ -318,8 +319,9 @@ for spec in SWEEPS.values():
         conda:
             "../envs/report.yaml"
         params:
-            # An embed sweep's report.gpu_hour_price: its jobs record GPU-hours, priced
-            # here, so a changed price reruns this collection and not the jobs.
+            # An embed sweep's report.gpu_hour_price and currency: its jobs record
+            # GPU-hours, priced here, so a changed price or currency reruns this
+            # collection and not the jobs.
             **sweep_price(spec.name),
             # The spec object reaches the script unrecorded (Snakemake records builtins
             # only); spec.json, an input, stands for it in the rerun triggers.

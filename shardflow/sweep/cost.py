@@ -23,9 +23,12 @@ folder, a lower bound, x the GPUs the job held, as its last attempt's seconds ar
 `wall_time_s`, which stays the benchmarks' (the last attempts').
 
 An embed job records its GPU-hours and the records they paid for, but no price: the
-collection prices them (`with_cost`, at `report.gpu_hour_price`, a param of the
-collections of PRICED_STAGES' sweeps only), so that a changed price reruns the
-collection, in seconds, and not the jobs, each of which reads two sets of vectors.
+collection prices them (`with_cost`, at `report.gpu_hour_price` in `report.currency`,
+its `Price`: params of the collections of PRICED_STAGES' sweeps only), so that a changed
+price or currency reruns the collection, in seconds, and not the jobs, each of which
+reads two sets of vectors. Every figure in money it writes says its currency: the
+tables' `currency` column and the cost metrics' headers and axes (`money_label`), and
+`best.json` and `cost.json` (which then prices the sweep's GPU-hours too).
 
     cost = sweep_cost([[JobCost("benchmarks/sweeps/s/p1/seed=0/train.tsv", 12.0, 0.0033)], ...], "s")
 """
@@ -49,6 +52,29 @@ FIGURES = ("seconds", "gpu_hours", "earlier_attempts", "earlier_attempt_seconds"
 # them before: shardflow.sweep.metrics).
 PRICED_STAGES = ("embed",)
 COST_METRICS = ("estimated_cost", "estimated_cost_per_million_records", "gpu_hour_price")
+
+
+@dataclass(frozen=True)
+class Price:
+    """What a priced sweep's collection (PRICED_STAGES) prices GPU-hours at:
+    `report.gpu_hour_price`, in `report.currency` (both its params, rules/common.smk
+    sweep_price)."""
+
+    gpu_hour_price: float
+    currency: str
+
+
+def metric_currency(metric: str, currency: str | None) -> str | None:
+    """The currency a sweep's `metric` is in: `currency` for a cost metric (COST_METRICS,
+    the ones the collection prices), else None."""
+    return currency if metric in COST_METRICS else None
+
+
+def money_label(metric: str, currency: str | None) -> str:
+    """`metric` as a table's header or a figure's axis names it: a cost metric with its
+    currency ("estimated_cost (EUR)"), any other as it is."""
+    unit = metric_currency(metric, currency)
+    return f"{metric} ({unit})" if unit else metric
 
 
 @dataclass(frozen=True)
@@ -100,8 +126,10 @@ def _total(jobs: Iterable[JobCost]) -> dict:
     }
 
 
-def sweep_cost(runs: Iterable[Iterable[JobCost]], folder: str) -> dict:
-    """The sweep's total over its distinct jobs, by origin, next to the sum over runs.
+def sweep_cost(runs: Iterable[Iterable[JobCost]], folder: str, price: Price | None = None) -> dict:
+    """The sweep's total over its distinct jobs, by origin, next to the sum over runs;
+    with a `price` (a sweep of PRICED_STAGES), also what those GPU-hours cost
+    (`estimated_cost`, core.jobs.priced), at which `gpu_hour_price`, in which `currency`.
 
     A benchmark file read by several runs must carry the same figures in each (it is one
     file); a disagreement is a bug in the caller and raises ValueError."""
@@ -115,8 +143,14 @@ def sweep_cost(runs: Iterable[Iterable[JobCost]], folder: str) -> dict:
                 raise ValueError(f"{job.benchmark}: read twice with different figures ({known} != {job})")
     by_origin = {name: _total(j for j in seen.values() if origin(j.benchmark, folder) == name) for name in ORIGINS}
     summed = _total(read)  # what summing the runs table gives: shared jobs once per run that read them
+    total = _total(seen.values())
+    money = {}
+    if price is not None:
+        cost = priced(total["gpu_hours"], price.gpu_hour_price)["estimated_cost"]
+        money = {"estimated_cost": round(cost, 6), "gpu_hour_price": price.gpu_hour_price, "currency": price.currency}
     return {
-        **_total(seen.values()),
+        **total,
+        **money,
         "by_origin": by_origin,
         "summed_over_runs": {"wall_time_s": summed["wall_time_s"], "gpu_hours": summed["gpu_hours"]},
     }
@@ -154,7 +188,7 @@ def with_cost(metrics: Mapping[str, Any], gpu_hour_price: float) -> dict[str, An
 
 
 def read_job_records(shapes: Sequence[tuple[str, int, int, int]], metrics: Sequence[str], stats: Sequence[str],
-                     benchmarks: Sequence[str], gpu_hour_price: float | None = None) -> list[JobRecord]:
+                     benchmarks: Sequence[str], price: Price | None = None) -> list[JobRecord]:
     """The collecting rule's inputs, read back per job.
 
     `shapes`: per job (point, seed, number of stats files, number of benchmarks), in the
@@ -163,17 +197,17 @@ def read_job_records(shapes: Sequence[tuple[str, int, int, int]], metrics: Seque
     GPU-hours: a job whose own stats say it ran on CUDA, its seconds x the GPUs it held
     (core.jobs.last_attempt_gpu_hours), and the CUDA seconds of the killed attempts its
     stats record, x those GPUs too, as a stage's report counts them
-    (core.jobs.earlier_attempt_costs). With `gpu_hour_price` (a sweep of
-    PRICED_STAGES) each metrics record gets its cost (with_cost); a record without what
-    that needs raises ValueError naming its file."""
+    (core.jobs.earlier_attempt_costs). With a `price` (a sweep of PRICED_STAGES) each
+    metrics record gets its cost (with_cost); a record without what that needs raises
+    ValueError naming its file."""
     stats_files, bench_files = iter(stats), iter(benchmarks)
     records = []
     for (point, seed, n_stats, n_bench), metrics_path in zip(shapes, metrics, strict=True):
         with open(metrics_path, encoding="utf-8") as fh:
             record = json.load(fh)
-        if gpu_hour_price is not None:
+        if price is not None:
             try:
-                record = with_cost(record, gpu_hour_price)
+                record = with_cost(record, price.gpu_hour_price)
             except KeyError as exc:
                 raise ValueError(
                     f"{metrics_path} has no {exc}: written before the embed sweep's collection priced its jobs; "

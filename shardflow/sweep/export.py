@@ -4,6 +4,7 @@ Parameters first (short names), then each metric of spec.metrics as "mean ± std
 seeds with a fixed number of decimals (just the mean with one seed), an arrow saying
 which way is better, and the best value of each metric in bold: every row whose
 rounded mean equals the best rounded mean, since that is what a reader can compare.
+A priced sweep's cost metrics say their currency in the header (cost.money_label).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from shardflow.core.atomic import atomic_open
+from shardflow.sweep.cost import money_label
 from shardflow.sweep.paths import format_value
 from shardflow.sweep.spec import SweepSpec
 
@@ -77,14 +79,14 @@ def _cells(spec: SweepSpec, summary: pd.DataFrame, decimals: int):
     return rows
 
 
-def to_markdown(spec: SweepSpec, summary: pd.DataFrame, decimals: int = 3) -> str:
-    """A GitHub-flavoured Markdown table of the summary."""
+def to_markdown(spec: SweepSpec, summary: pd.DataFrame, decimals: int = 3, currency: str | None = None) -> str:
+    """A GitHub-flavoured Markdown table of the summary; `currency`: a priced sweep's."""
 
     def esc(text: str) -> str:
         return text.replace("|", r"\|")
 
     header = [esc(spec.names[p]) for p in spec.params]
-    header += [esc(f"{m} {'↑' if spec.goals[m] == 'max' else '↓'}") for m in spec.metrics]
+    header += [esc(f"{money_label(m, currency)} {'↑' if spec.goals[m] == 'max' else '↓'}") for m in spec.metrics]
     rule = [":--"] * len(spec.params) + ["--:"] * len(spec.metrics)
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
     for labels, cells in _cells(spec, summary, decimals):
@@ -99,8 +101,9 @@ def to_markdown(spec: SweepSpec, summary: pd.DataFrame, decimals: int = 3) -> st
 
 
 def to_latex(spec: SweepSpec, summary: pd.DataFrame, decimals: int = 3, caption: str | None = None,
-             label: str | None = None) -> str:
-    """A booktabs `table` of the summary (needs \\usepackage{booktabs})."""
+             label: str | None = None, currency: str | None = None) -> str:
+    """A booktabs `table` of the summary (needs \\usepackage{booktabs}); `currency`: a
+    priced sweep's."""
     seeds = len(spec.seeds)
     caption = caption if caption is not None else (
         f"{latex_escape(spec.name)}: " + (f"mean $\\pm$ sample std ($n-1$) over {seeds} seeds" if seeds > 1 else "one seed")
@@ -108,7 +111,7 @@ def to_latex(spec: SweepSpec, summary: pd.DataFrame, decimals: int = 3, caption:
     )
     header = [latex_escape(spec.names[p]) for p in spec.params]
     arrows = {"max": r"$\uparrow$", "min": r"$\downarrow$"}
-    header += [f"{latex_escape(m)} {arrows[spec.goals[m]]}" for m in spec.metrics]
+    header += [f"{latex_escape(money_label(m, currency))} {arrows[spec.goals[m]]}" for m in spec.metrics]
     lines = [
         r"\begin{table}[t]",
         r"\centering",
@@ -130,9 +133,9 @@ def to_latex(spec: SweepSpec, summary: pd.DataFrame, decimals: int = 3, caption:
 
 
 def write_exports(spec: SweepSpec, summary: pd.DataFrame, markdown_path: str | os.PathLike,
-                  latex_path: str | os.PathLike, decimals: int = 3) -> None:
+                  latex_path: str | os.PathLike, decimals: int = 3, currency: str | None = None) -> None:
     """Both tables, each written atomically."""
     with atomic_open(markdown_path, "w", encoding="utf-8") as fh:
-        fh.write(to_markdown(spec, summary, decimals))
+        fh.write(to_markdown(spec, summary, decimals, currency=currency))
     with atomic_open(latex_path, "w", encoding="utf-8") as fh:
-        fh.write(to_latex(spec, summary, decimals))
+        fh.write(to_latex(spec, summary, decimals, currency=currency))

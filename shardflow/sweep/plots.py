@@ -3,7 +3,8 @@
 Which files a sweep gets is a pure function of its spec (`plot_files`), so a rule can
 declare them at parse time: for every metric of spec.metrics, one line plot per
 parameter with at least two values, and one heatmap per pair of such parameters.
-The best point (spec.best) is starred or outlined in each.
+The best point (spec.best) is starred or outlined in each. A priced sweep's cost
+metrics say their currency on the axis (cost.money_label).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from shardflow.core.figures import pyplot, save_figure
+from shardflow.sweep.cost import metric_currency, money_label
 from shardflow.sweep.paths import format_value
 from shardflow.sweep.spec import SweepSpec
 from shardflow.sweep.table import best
@@ -70,8 +72,10 @@ def _rows(spec: SweepSpec, summary: pd.DataFrame, metric: str) -> list[tuple[dic
     return out
 
 
-def plot_metric(spec: SweepSpec, summary: pd.DataFrame, metric: str, param: str, path: str | os.PathLike) -> None:
-    """Mean of `metric` against `param`, std error bars, one line per combination of the others."""
+def plot_metric(spec: SweepSpec, summary: pd.DataFrame, metric: str, param: str, path: str | os.PathLike,
+                currency: str | None = None) -> None:
+    """Mean of `metric` against `param`, std error bars, one line per combination of the
+    others; `currency`: a priced sweep's."""
     plt = pyplot()
     xs = _axis_values(spec, param)
     numeric = all(_is_number(v) for v in xs)
@@ -95,7 +99,9 @@ def plot_metric(spec: SweepSpec, summary: pd.DataFrame, metric: str, param: str,
     if not numeric:
         ax.set_xticks(range(len(xs)), [_label(v) for v in xs], rotation=30 if len(xs) > 4 else 0)
     ax.set_xlabel(spec.names[param])
-    ax.set_ylabel(f"{metric} ({'higher' if spec.goals[metric] == 'max' else 'lower'} is better)")
+    unit = metric_currency(metric, currency)
+    ax.set_ylabel(f"{metric} ({f'{unit}; ' if unit else ''}{'higher' if spec.goals[metric] == 'max' else 'lower'} "
+                  "is better)")
     seeds = len(spec.seeds)
     ax.set_title(f"{spec.name}: {metric} " + (f"(mean ± sample std over {seeds} seeds)" if seeds > 1 else "(one seed)"))
     if len(lines) <= 12:
@@ -103,8 +109,10 @@ def plot_metric(spec: SweepSpec, summary: pd.DataFrame, metric: str, param: str,
     save_figure(fig, str(path))
 
 
-def plot_heatmap(spec: SweepSpec, summary: pd.DataFrame, metric: str, x: str, y: str, path: str | os.PathLike) -> None:
-    """Mean of `metric` over two parameters (best over any others); the best cell outlined."""
+def plot_heatmap(spec: SweepSpec, summary: pd.DataFrame, metric: str, x: str, y: str, path: str | os.PathLike,
+                 currency: str | None = None) -> None:
+    """Mean of `metric` over two parameters (best over any others); the best cell
+    outlined; `currency`: a priced sweep's."""
     import numpy as np
 
     plt = pyplot()
@@ -120,7 +128,7 @@ def plot_heatmap(spec: SweepSpec, summary: pd.DataFrame, metric: str, x: str, y:
             grid[r, c] = mean
     fig, ax = plt.subplots(figsize=(1.1 * len(xs) + 2.5, 0.6 * len(ys) + 2))
     image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis" if maximize else "viridis_r", aspect="auto")
-    fig.colorbar(image, ax=ax, label=metric)
+    fig.colorbar(image, ax=ax, label=money_label(metric, currency))
     for r in range(len(ys)):
         for c in range(len(xs)):
             if not math.isnan(grid[r, c]):
@@ -140,10 +148,11 @@ def plot_heatmap(spec: SweepSpec, summary: pd.DataFrame, metric: str, x: str, y:
     save_figure(fig, str(path))
 
 
-def plot_sweep(spec: SweepSpec, summary: pd.DataFrame, folder: str | os.PathLike) -> list[str]:
+def plot_sweep(spec: SweepSpec, summary: pd.DataFrame, folder: str | os.PathLike,
+               currency: str | None = None) -> list[str]:
     """Every figure of plot_files(spec), written into `folder`; their paths. Figures of an
     earlier collection that the spec no longer makes (a metric or parameter dropped) are
-    removed, so the folder holds this table's figures only."""
+    removed, so the folder holds this table's figures only. `currency`: a priced sweep's."""
     files = plot_files(spec)
     if os.path.isdir(folder):
         for stale in sorted(set(os.listdir(folder)) - set(files)):
@@ -153,8 +162,8 @@ def plot_sweep(spec: SweepSpec, summary: pd.DataFrame, folder: str | os.PathLike
     for name, (kind, metric, params) in files.items():
         path = os.path.join(folder, name)
         if kind == "line":
-            plot_metric(spec, summary, metric, params[0], path)
+            plot_metric(spec, summary, metric, params[0], path, currency)
         else:
-            plot_heatmap(spec, summary, metric, params[0], params[1], path)
+            plot_heatmap(spec, summary, metric, params[0], params[1], path, currency)
         paths.append(path)
     return paths

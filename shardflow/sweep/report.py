@@ -8,6 +8,11 @@
     cost.json                      what the sweep cost, each job once, by origin (cost.sweep_cost)
     plots/<figure>.png             plots.plot_files(spec)
 
+A priced sweep's (cost.Price: an embed sweep's) figures in money say their currency:
+the tables' `currency` column, the cost metrics' headers and axes, best.json's
+`currency` where its metric is one, and cost.json's `estimated_cost`, `gpu_hour_price`
+and `currency`.
+
 `output_files(spec, folder)` lists them, a pure function of the spec, so the collecting
 rule can declare every file at parse time.
 """
@@ -19,7 +24,7 @@ import os
 from collections.abc import Iterable
 
 from shardflow.core.atomic import write_json
-from shardflow.sweep.cost import JobCost, sweep_cost
+from shardflow.sweep.cost import JobCost, Price, metric_currency, sweep_cost
 from shardflow.sweep.export import write_exports
 from shardflow.sweep.plots import plot_files, plot_sweep
 from shardflow.sweep.spec import SweepSpec
@@ -53,24 +58,28 @@ def points_record(spec: SweepSpec) -> dict:
 
 
 def write_report(spec: SweepSpec, results: Iterable[RunResult], job_costs: Iterable[Iterable[JobCost]], folder: str,
-                 decimals: int = 3) -> dict[str, str]:
+                 decimals: int = 3, price: Price | None = None) -> dict[str, str]:
     """Tables, exports, best point, points table, cost and figures of one sweep; their
     paths. `job_costs`: per result, the jobs it read (their benchmark files), for
-    cost.json."""
+    cost.json; `price`: what the collection priced the results at (a sweep of
+    cost.PRICED_STAGES), whose currency every figure in money names."""
+    currency = price.currency if price is not None else None
     files = output_files(spec, folder)
-    runs = collect(spec, results)
+    runs = collect(spec, results, currency)
     summary = summarise(spec, runs)
     write_table(runs, files["runs_parquet"], files["runs_csv"])
     write_table(summary, files["summary_parquet"], files["summary_csv"])
-    write_exports(spec, summary, files["markdown"], files["latex"], decimals)
+    write_exports(spec, summary, files["markdown"], files["latex"], decimals, currency)
     top = best(summary, spec.best, spec.maximize)
     std = float(top[f"{spec.best}_std"])
+    unit = metric_currency(spec.best, currency)
     write_json(files["best"], {
         "sweep": spec.name, "metric": spec.best, "goal": spec.goals[spec.best], "point": top["point"],
         "params": spec.point(top["point"]), "mean": float(top[f"{spec.best}_mean"]),
         "std": None if math.isnan(std) else std, "n_seeds": int(top["n_seeds"]),
+        **({"currency": unit} if unit else {}),
     })
     write_json(files["points"], points_record(spec))
-    write_json(files["cost"], {"sweep": spec.name, **sweep_cost(job_costs, spec.folder)})
-    plot_sweep(spec, summary, os.path.join(folder, "plots"))
+    write_json(files["cost"], {"sweep": spec.name, **sweep_cost(job_costs, spec.folder, price)})
+    plot_sweep(spec, summary, os.path.join(folder, "plots"), currency)
     return files

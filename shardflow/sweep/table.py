@@ -1,10 +1,13 @@
 """A sweep's results as tables: one row per run (point and seed), and per point over seeds.
 
 runs     sweep, point, each varied parameter (its own typed column, named by its dotted
-         key), seed, every numeric metric the runs wrote, wall_time_s, gpu_hours
+         key), seed, every numeric metric the runs wrote, wall_time_s, gpu_hours, and
+         where the collection priced them (an embed sweep: cost.Price) `currency`, the
+         currency of its cost metrics (cost.COST_METRICS)
 summary  per point: each parameter, n_seeds, <metric>_mean and <metric>_std (sample
          std, ddof=1: NaN with one seed) for every metric, wall_time_s_mean,
-         gpu_hours_total, and `best` (True on the best point of spec.best)
+         gpu_hours_total, `currency` as in runs, and `best` (True on the best point of
+         spec.best)
 
 Both are written as Parquet and CSV, atomically.
 """
@@ -24,6 +27,8 @@ from shardflow.sweep.paths import format_value, plain
 from shardflow.sweep.spec import SweepError, SweepSpec
 
 RUN_COLUMNS = ("sweep", "point", "seed", "wall_time_s", "gpu_hours")
+# The currency of a priced sweep's cost metrics: a column of its tables, no metric.
+CURRENCY = "currency"
 
 
 @dataclass(frozen=True)
@@ -81,8 +86,9 @@ def _typed(values: list[Any]) -> pd.Series:
     return pd.Series([None if v is None else format_value(v) for v in values], dtype="string")
 
 
-def collect(spec: SweepSpec, results: Iterable[RunResult]) -> pd.DataFrame:
-    """The runs table: one row per (point, seed) of the spec, in the spec's order.
+def collect(spec: SweepSpec, results: Iterable[RunResult], currency: str | None = None) -> pd.DataFrame:
+    """The runs table: one row per (point, seed) of the spec, in the spec's order; with a
+    `currency` (a priced sweep's: its cost metrics are in it), a CURRENCY column.
 
     Every job must be there once, and every metric of spec.metrics in every row.
     """
@@ -97,7 +103,7 @@ def collect(spec: SweepSpec, results: Iterable[RunResult]) -> pd.DataFrame:
     if missing:
         raise SweepError(f"sweep '{spec.name}': no result for {len(missing)} run(s): {', '.join(missing[:5])}")
     runs = [by_job[job] for job in spec.jobs()]
-    reserved = set(RUN_COLUMNS) | set(spec.params)
+    reserved = set(RUN_COLUMNS) | {CURRENCY} | set(spec.params)
     for r in runs:
         absent = [m for m in spec.metrics if m not in r.metrics]
         if absent:
@@ -116,12 +122,14 @@ def collect(spec: SweepSpec, results: Iterable[RunResult]) -> pd.DataFrame:
         columns[m] = pd.Series([r.metrics.get(m, math.nan) for r in runs], dtype="float64")
     columns["wall_time_s"] = pd.Series([r.wall_time_s for r in runs], dtype="float64")
     columns["gpu_hours"] = pd.Series([r.gpu_hours for r in runs], dtype="float64")
+    if currency is not None:
+        columns[CURRENCY] = pd.Series([currency] * len(runs), dtype="string")
     return pd.DataFrame(columns)
 
 
 def metric_columns(runs: pd.DataFrame, params: Iterable[str]) -> list[str]:
     """The runs table's metric columns, in order."""
-    skip = set(RUN_COLUMNS) | set(params)
+    skip = set(RUN_COLUMNS) | {CURRENCY} | set(params)
     return [c for c in runs.columns if c not in skip]
 
 
@@ -142,6 +150,8 @@ def aggregate(runs: pd.DataFrame, params: Iterable[str], metrics: Iterable[str] 
         out["wall_time_s_mean"] = groups["wall_time_s"].mean()
     if "gpu_hours" in runs:
         out["gpu_hours_total"] = groups["gpu_hours"].sum()
+    if CURRENCY in runs:
+        out[CURRENCY] = groups[CURRENCY].first()  # one for the sweep
     return out.reset_index()
 
 

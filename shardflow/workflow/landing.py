@@ -138,6 +138,7 @@ def sweep_section(name: str, files: dict) -> Section:
     best, points, cost = read_json(files["best"]), read_json(files["points"]), read_json(files["cost"])
     params = ", ".join(f"{k}={value_label(v)}" for k, v in best["params"].items()) or "(base)"
     spread = f" ± {best['std']:.4g}" if best.get("std") is not None else ""
+    spread += f" {best['currency']}" if best.get("currency") else ""  # a cost metric of a priced sweep
     rows = [
         ("stage", f"{points['stage']}: {len(points['points'])} points x {len(points['seeds'])} seeds"),
         ("varied", ", ".join(points["params"]) or "seeds only"),
@@ -150,14 +151,20 @@ def sweep_section(name: str, files: dict) -> Section:
 def _sweep_cost(cost: dict) -> str:
     """'10 jobs, 0.42 GPU-hours, 1,512 s of job time (each once; of them read: 3 of the
     main run's, 3 shared)', and what the GPU-hours count of killed attempts, as a
-    stage's line says it."""
+    stage's line says it. A priced sweep's (an embed sweep's cost.json holds its price)
+    says what they cost, in its currency: '0.42 GPU-hours (1.05 USD at 2.5 USD per
+    GPU-hour)'."""
 
     def jobs(n: int) -> str:
         return f"{n:,} job{'' if n == 1 else 's'}"
 
     hours = cost["gpu_hours"]
     text = (f"{jobs(cost['jobs'])}, {hours:,.0f}" if hours >= 100 else f"{jobs(cost['jobs'])}, {hours:.3g}")
-    text += f" GPU-hours, {cost['wall_time_s']:,.0f} s of job time"
+    text += " GPU-hours"
+    if "estimated_cost" in cost:
+        currency = cost["currency"]
+        text += f" ({cost['estimated_cost']:.2f} {currency} at {cost['gpu_hour_price']:g} {currency} per GPU-hour)"
+    text += f", {cost['wall_time_s']:,.0f} s of job time"
     read = [(cost["by_origin"][k]["jobs"], what) for k, what in (("main_run", "of the main run's"), ("shared", "shared"))]
     read = [f"{n:,} {what}" for n, what in read if n]
     text = f"{text} (each once; of them read: {', '.join(read)})" if read else text

@@ -259,13 +259,16 @@ def test_a_changed_price_reruns_the_embed_sweeps_collection_and_no_sweep_job(tmp
     price, reading the point's and the main run's vectors again). `--touch` records every
     job's params without running one (no output needs to exist); a dry run with another
     price then lists the rules whose recorded params it changed: the embed sweep's
-    collection (a ranked cost metric included), no sweep job, no other collection."""
+    collection (a ranked cost metric included), no sweep job, no other collection. So
+    does another report.currency, which the embed sweep's tables name and no other
+    sweep's show."""
     cfg = _every_stage(tmp_path, {"items_per_s": "max", "estimated_cost_per_million_records": "min"})
     snakemake(tmp_path, "--touch", "--cores", "1", "--configfile", str(cfg))
-    dry = snakemake(tmp_path, "-n", "--configfile", str(cfg), "--config", "report={gpu_hour_price: 9.0}").stdout
-    changed = params_changed(dry)
-    assert "collect_sweep_em" in changed, dry[-3000:]
-    assert not {r for r in changed if r.startswith("sweep_") or r.startswith("collect_sweep_")} - {"collect_sweep_em"}
+    for report in ("report={gpu_hour_price: 9.0}", "report={currency: EUR}"):
+        dry = snakemake(tmp_path, "-n", "--configfile", str(cfg), "--config", report).stdout
+        changed = params_changed(dry)
+        assert "collect_sweep_em" in changed, dry[-3000:]
+        assert not {r for r in changed if r.startswith("sweep_") or r.startswith("collect_sweep_")} - {"collect_sweep_em"}
 
 
 def test_no_fake_credential_in_any_file_of_the_run(run):

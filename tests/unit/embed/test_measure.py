@@ -14,7 +14,7 @@ import pytest
 from shardflow.core.columns import write_ids_parquet
 from shardflow.core.jobs import write_job_table
 from shardflow.embed.measure import agreement, run_metrics
-from shardflow.sweep.cost import COST_METRICS, read_job_records, with_cost
+from shardflow.sweep.cost import COST_METRICS, Price, read_job_records, with_cost
 from shardflow.sweep.metrics import EMBED, EMBED_AGREEMENT, stage_metrics
 
 BENCH = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n{s}\t0:00:01\t{rss}\t1\t1\t1\t0\t0\t0\t1\n"
@@ -146,7 +146,7 @@ def test_the_collection_prices_a_job_as_the_job_priced_itself_before(tmp_path):
     assert not set(COST_METRICS) & set(m)  # no price in the job's record: a changed price reruns no job
     (tmp_path / "metrics.json").write_text(json.dumps(m))
     bench = str(tmp_path / "b0.tsv")
-    (record,) = read_job_records([("p", 0, 0, 1)], [str(tmp_path / "metrics.json")], [], [bench], gpu_hour_price=3.0)
+    (record,) = read_job_records([("p", 0, 0, 1)], [str(tmp_path / "metrics.json")], [], [bench], price=Price(3.0, "USD"))
     gpu_hours = (15.0 + 13.0) / 3600 + 900.0 / 3600  # the CUDA jobs' benchmarks and the killed CUDA attempt
     assert m["gpu_hours"] == pytest.approx(gpu_hours) and m["records_paid"] == 300 + 100 + 50
     cost = m["gpu_hours"] * 3.0

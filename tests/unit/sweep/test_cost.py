@@ -123,12 +123,15 @@ def test_an_embed_sweep_ranks_by_the_cost_its_collection_prices(tmp_path):
     """An embed job records GPU-hours and the records they paid for; the collection prices
     them at report.gpu_hour_price (a param of its own: a changed price reruns it, not the
     jobs), and the tables hold the cost columns the jobs wrote before, ranked and averaged
-    over seeds as any metric: the cheaper point per record is the best one."""
+    over seeds as any metric: the cheaper point per record is the best one. Every figure
+    in money says its currency (report.currency, also the collection's param): the
+    tables' currency column, the paper tables' headers, best.json and cost.json, which
+    prices the sweep's GPU-hours."""
     import json
 
     import pandas as pd
 
-    from shardflow.sweep.cost import read_job_records
+    from shardflow.sweep.cost import Price, read_job_records
     from shardflow.sweep.report import write_report
     from shardflow.sweep.table import run_result
 
@@ -146,17 +149,35 @@ def test_an_embed_sweep_ranks_by_the_cost_its_collection_prices(tmp_path):
         path.write_text(json.dumps({"gpu_hours": hours, "records_paid": 1000, "items_per_s": 1.0}))
         paths.append(str(path))
     assert list(gpu_hours) == spec.jobs()
-    jobs = read_job_records([(p, s, 0, 1) for p, s in spec.jobs()], paths, [], [str(bench)] * 4, gpu_hour_price=2.0)
-    results = [run_result(j.point, j.seed, j.metrics, wall_time_s=j.wall_time_s) for j in jobs]
-    files = write_report(spec, results, [j.costs for j in jobs], str(tmp_path / "speed"))
+    price = Price(2.0, "EUR")
+    stats = tmp_path / "embed_0.stats.json"  # each job's one chunk job, on one GPU for its benchmark's 1 s
+    stats.write_text(json.dumps({"device": "cuda:0"}))
+    jobs = read_job_records([(p, s, 1, 1) for p, s in spec.jobs()], paths, [str(stats)] * 4, [str(bench)] * 4,
+                            price=price)
+    results = [run_result(j.point, j.seed, j.metrics, wall_time_s=j.wall_time_s, gpus=1) for j in jobs]
+    files = write_report(spec, results, [j.costs for j in jobs], str(tmp_path / "speed"), price=price)
     runs = pd.read_parquet(files["runs_parquet"])
     assert runs["estimated_cost"].tolist() == [h * 2.0 for h in gpu_hours.values()]
     assert runs["estimated_cost_per_million_records"].tolist() == [h * 2.0 / 1000 * 1e6 for h in gpu_hours.values()]
     assert set(runs["gpu_hour_price"]) == {2.0}
     summary = pd.read_parquet(files["summary_parquet"]).set_index("point")
     assert summary.loc["max_length=64", "estimated_cost_per_million_records_mean"] == pytest.approx(1200.0)
+    assert set(runs["currency"]) == {"EUR"} and set(summary["currency"]) == {"EUR"}
+    assert pd.read_csv(files["runs_csv"])["currency"].tolist() == ["EUR"] * 4
     with open(files["best"], encoding="utf-8") as fh:
-        assert json.load(fh)["point"] == "max_length=64"
+        assert json.load(fh) | {"params": None} == {
+            "sweep": "speed", "metric": "estimated_cost_per_million_records", "goal": "min", "point": "max_length=64",
+            "params": None, "mean": pytest.approx(1200.0), "std": pytest.approx(282.842712), "n_seeds": 2,
+            "currency": "EUR",
+        }
+    with open(files["markdown"], encoding="utf-8") as fh:
+        assert fh.readline() == "| max_length | estimated_cost_per_million_records (EUR) ↓ | estimated_cost (EUR) ↓ |\n"
+    with open(files["latex"], encoding="utf-8") as fh:
+        assert r"estimated\_cost\_per\_million\_records (EUR) $\downarrow$ & estimated\_cost (EUR)" in fh.read()
+    with open(files["cost"], encoding="utf-8") as fh:
+        cost = json.load(fh)
+    assert cost["gpu_hours"] == round(1 / 3600, 6)  # one benchmark file, read by the four jobs: counted once
+    assert (cost["estimated_cost"], cost["gpu_hour_price"], cost["currency"]) == (pytest.approx(round(1 / 3600, 6) * 2.0), 2.0, "EUR")
     # No price (another stage's collection): the records as the jobs wrote them.
     (plain,) = read_job_records([("max_length=64", 0, 0, 1)], paths[:1], [], [str(bench)])
     assert plain.metrics == {"gpu_hours": 0.5, "records_paid": 1000, "items_per_s": 1.0}
@@ -167,14 +188,14 @@ def test_an_embed_record_from_before_the_collection_priced_it_is_named(tmp_path)
     collection stops naming the file and the job to rerun, not with a bare KeyError."""
     import json
 
-    from shardflow.sweep.cost import read_job_records
+    from shardflow.sweep.cost import Price, read_job_records
 
     old = tmp_path / "metrics.json"
     old.write_text(json.dumps({"gpu_hours": 0.5, "estimated_cost": 1.25, "gpu_hour_price": 2.5}))
     bench = tmp_path / "b.tsv"
     bench.write_text("s\th:m:s\tmax_rss\n1.0\t0:00:01\t1.0\n")
     with pytest.raises(ValueError, match=r"metrics\.json has no 'records_paid'.*--forcerun sweep_embed_metrics"):
-        read_job_records([("p", 0, 0, 1)], [str(old)], [], [str(bench)], gpu_hour_price=2.5)
+        read_job_records([("p", 0, 0, 1)], [str(old)], [], [str(bench)], price=Price(2.5, "USD"))
 
 
 def test_a_multi_gpu_jobs_killed_attempts_count_per_gpu_in_the_sweeps_cost(tmp_path):

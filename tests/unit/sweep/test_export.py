@@ -106,3 +106,19 @@ def test_exports_are_written(tmp_path):
     spec, summary = tiny()
     write_exports(spec, summary, tmp_path / "t.md", tmp_path / "t.tex")
     assert (tmp_path / "t.md").read_text() == MARKDOWN and (tmp_path / "t.tex").read_text() == LATEX
+
+
+def test_a_priced_sweeps_cost_columns_name_their_currency():
+    """An embed sweep's collection prices its runs (report.gpu_hour_price, in
+    report.currency): the cost metrics' headers say the currency, the other metrics'
+    headers stay as they are; no currency, no change."""
+    spec = parse({"speed": sweep(stage="embed", grid={"embedding.max_length": [64, 128]}, seeds=[0],
+                                 metrics={"estimated_cost": "min", "items_per_s": "max"})})["speed"]
+    runs = collect(spec, [RunResult(p, s, {"estimated_cost": 1.0 + i, "items_per_s": 10.0})
+                          for i, (p, s) in enumerate(spec.jobs())], currency="EUR")
+    summary = summarise(spec, runs)
+    assert to_markdown(spec, summary, currency="EUR").splitlines()[0] == (
+        "| max_length | estimated_cost (EUR) ↓ | items_per_s ↑ |")
+    assert r"max\_length & estimated\_cost (EUR) $\downarrow$ & items\_per\_s $\uparrow$ \\" in to_latex(
+        spec, summary, currency="EUR").splitlines()
+    assert to_markdown(spec, summary).splitlines()[0] == "| max_length | estimated_cost ↓ | items_per_s ↑ |"

@@ -52,3 +52,21 @@ def test_string_and_null_values_plot_as_categories(tmp_path):
     plot_metric(spec, summary, "best_val_loss", "embedding.max_length", tmp_path / "line.png")
     plot_heatmap(spec, summary, "best_val_loss", "embedding.model", "embedding.max_length", tmp_path / "heat.png")
     assert (tmp_path / "line.png").read_bytes()[:8] == PNG == (tmp_path / "heat.png").read_bytes()[:8]
+
+
+def test_a_priced_sweeps_cost_axes_name_their_currency(tmp_path, monkeypatch):
+    """The figures of an embed sweep's cost metric say its currency (report.currency) on
+    the axis that shows money: the line plot's y axis, the heatmap's colour bar."""
+    import shardflow.sweep.plots as plots
+
+    figures = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig))
+    spec = parse({"speed": sweep(stage="embed", grid={"embedding.max_length": [64, 128], "embedding.model": ["a", "b"]},
+                                 seeds=[0], metrics={"estimated_cost": "min", "items_per_s": "max"})})["speed"]
+    runs = collect(spec, [RunResult(p, s, {"estimated_cost": 1.0 + i, "items_per_s": 2.0 + i})
+                          for i, (p, s) in enumerate(spec.jobs())], currency="EUR")
+    plot_sweep(spec, summarise(spec, runs), tmp_path / "plots", currency="EUR")
+    labels = [ax.get_ylabel() for fig in figures for ax in fig.axes]
+    assert "estimated_cost (EUR; lower is better)" in labels and "items_per_s (higher is better)" in labels
+    assert "estimated_cost (EUR)" in labels  # the heatmap's colour bar
+    assert not any("EUR" in label for label in labels if label.startswith("items_per_s"))

@@ -26,7 +26,13 @@ def test_write_report_writes_every_declared_file(spec, tmp_path):
     cost = json.loads(Path(files["cost"]).read_text())
     assert cost["jobs"] == len(runs) and cost["by_origin"]["sweep"]["jobs"] == len(runs)
     assert cost["gpu_hours"] == round(len(runs) * 60.0 / 3600, 6)
+    # A sweep its collection does not price (no cost.Price: not an embed sweep) shows no money, so no currency.
+    assert not {"estimated_cost", "gpu_hour_price", "currency"} & set(cost)
+    import pandas as pd
+
+    assert "currency" not in pd.read_parquet(files["runs_parquet"]) and "currency" not in pd.read_csv(files["summary_csv"])
     best = json.loads(Path(files["best"]).read_text())
+    assert "currency" not in best
     assert best["point"] == "lr=0.0003__n_layer=4" and best["params"] == {"train.lr": 0.0003, "train.n_layer": 4}
     assert best["mean"] == 3.0 - 6.5 / 2 + 0.0 and best["n_seeds"] == 2 and best["goal"] == "min"
     points = json.loads(Path(files["points"]).read_text())

@@ -150,3 +150,19 @@ def test_a_seed_without_a_value_leaves_its_point_without_a_mean():
     assert summary["n_seeds"].tolist() == [2, 2] and np.isnan(summary.at[0, "loss_mean"])
     assert summary.at[1, "loss_mean"] == pytest.approx(2.1) and summary.at[1, "loss_std"] == pytest.approx(0.1414, abs=1e-4)
     assert best(summary, "loss", maximize=False)["point"] == "b"
+
+
+def test_a_priced_sweeps_tables_carry_its_currency_as_a_column_not_a_metric():
+    """The currency of an embed sweep's cost metrics (report.currency): one string column
+    in runs and summary, never averaged as a metric; a sweep without it has no column."""
+    from shardflow.sweep.table import metric_columns
+
+    spec = parse({"speed": sweep(stage="embed", grid={"embedding.max_length": [64, 128]},
+                                 metrics={"estimated_cost": "min"})})["speed"]
+    results = [RunResult(p, s, {"estimated_cost": 1.0 + s}, 1.0) for p, s in spec.jobs()]
+    runs = collect(spec, results, currency="EUR")
+    assert runs["currency"].tolist() == ["EUR"] * 4 and metric_columns(runs, spec.params) == ["estimated_cost"]
+    summary = summarise(spec, runs)
+    assert summary["currency"].tolist() == ["EUR", "EUR"]
+    assert summary["estimated_cost_mean"].tolist() == [1.5, 1.5]
+    assert "currency" not in collect(spec, results) and "currency" not in summarise(spec, collect(spec, results))

@@ -89,6 +89,29 @@ def test_sweep_section_names_the_best_point(tmp_path):
                                         "bound: from each one's start to its last saved part)")
 
 
+def test_a_priced_sweeps_lines_say_their_currency(tmp_path):
+    """An embed sweep's collection prices it (report.gpu_hour_price, in report.currency):
+    the first page's best line and cost line name the currency of what is money, as a
+    stage's cost line does; a best metric that is no money has none."""
+    from shardflow.sweep.cost import JobCost, Price, sweep_cost
+    from shardflow.workflow.landing import sweep_section
+
+    (tmp_path / "best.json").write_text(json.dumps(
+        {"metric": "estimated_cost", "goal": "min", "mean": 0.5, "std": 0.25, "params": {"embedding.max_length": 64},
+         "point": "max_length=64", "currency": "EUR"}
+    ))
+    (tmp_path / "points.json").write_text(json.dumps(
+        {"stage": "embed", "params": ["embedding.max_length"], "seeds": [0, 1],
+         "points": [{"id": "max_length=64"}, {"id": "max_length=128"}]}
+    ))
+    own = [JobCost(f"benchmarks/sweeps/speed/{p}/seed=0/embed_0.tsv", 1800.0, 0.5) for p in ("a", "b")]
+    (tmp_path / "cost.json").write_text(json.dumps(sweep_cost([own], "speed", Price(2.0, "EUR"))))
+    files = {name: tmp_path / f"{name}.json" for name in ("best", "points", "cost")}
+    rows = dict(sweep_section("speed", files).rows)
+    assert rows["best estimated_cost (min)"] == "0.5 ± 0.25 EUR at embedding.max_length=64"
+    assert rows["cost"] == "2 jobs, 1 GPU-hours (2.00 EUR at 2 EUR per GPU-hour), 3,600 s of job time"
+
+
 def test_the_shards_line_says_which_shards_hold_a_longer_document_alone():
     """A document longer than tokens_per_shard gets a shard of its own: 'at most' was false."""
     from shardflow.workflow.landing import _shards_line
