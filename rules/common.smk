@@ -368,7 +368,8 @@ def user_sets(*path):
 
 
 def job_resources(rule, uses_gpu=True):
-    """`resources:` of a GPU rule: gpu, mem_mb growing with each attempt, runtime.
+    """`resources:` of a GPU rule: gpu, mem_mb growing with each attempt, runtime, and
+    the attempt itself (job_attempt).
 
     A job that runs on the CPU (device cpu, a local host without GPUs, or a method that
     needs no GPU) has no `gpu` resource at all (None drops it): it is not queued behind
@@ -402,15 +403,30 @@ def job_resources(rule, uses_gpu=True):
         return rule_resources(rule, wildcards)["runtime"]
 
     if uses_gpu:
-        return {"gpu": gpu, "mem_mb": mem_mb, "runtime": runtime}
+        return {
+            "gpu": gpu,
+            "mem_mb": mem_mb,
+            "runtime": runtime,
+            "attempt": job_attempt,
+        }
     memory = user_sets("resources", rule, "mem_mb") or user_sets(
         "resources", rule, "mem_mb_per_attempt"
     )
     return {
         "gpu": gpu,
+        "attempt": job_attempt,
         **({"mem_mb": mem_mb} if memory else {}),
         **({"runtime": runtime} if user_sets("resources", rule, "runtime") else {}),
     }
+
+
+def job_attempt(wildcards, attempt):
+    """The `attempt` resource of a GPU rule: which attempt at the job this is (1, then 2
+    on a retry, ...), for the job itself (shardflow.core.failures: a retry that would
+    repeat an input or config error stops at once). A script's Snakemake object has no
+    attempt of its own; no executor or scheduler reads this resource, and a resource
+    reruns nothing."""
+    return attempt
 
 
 # Inside a job that SLURM runs for the slurm executor, the controller resubmits a

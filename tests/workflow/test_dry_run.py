@@ -25,6 +25,8 @@ def test_nested_command_line_values_read_as_yaml_would(tmp_path):
         "resources={embed: {mem_mb: 9000}}",
     ).stdout
     assert job_counts(out)["embed"] == 3 and "mem_mb=9000" in out, out[-3000:]
+    # The attempt reaches a GPU job as a resource (job_attempt), for shardflow.core.failures.
+    assert "runtime=120, attempt=1, mem_mb=9000" in out, out[-3000:]
 
 
 def test_dag_and_rulegraph_show_every_chunk(tmp_path):
