@@ -1,4 +1,5 @@
-"""The start of every GPU rule's script: logging, the CPU switch, device pinning.
+"""The start of every GPU rule's script: logging, no repeat of a deterministic failure,
+the CPU switch, device pinning.
 
     job = start_gpu_job(snakemake, "embed", params)   # before importing torch
     ... EmbedParams(device=job.device, threads=job.threads, ...)
@@ -18,6 +19,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from shardflow.core.failures import guard_retries
 from shardflow.core.gpu_slots import pin_gpu
 from shardflow.core.runlog import configure_logging
 
@@ -50,9 +52,11 @@ def pin_job_gpus(settings: dict, gpus: int, job: str, logger: logging.Logger | N
 
 
 def start_gpu_job(smk: Any, name: str, params: Any) -> GpuJob:
-    """Log `params` (first line of the rule log), then pin the job's GPUs."""
+    """Log `params` (first line of the rule log), stop a retry that would repeat the last
+    attempt's input or config error (shardflow.core.failures), then pin the job's GPUs."""
     gpus = int(smk.resources.get("gpu", 0))  # none: a CPU job (rules/common.smk, job_resources)
     log = configure_logging(smk.log[0], name, params)
+    guard_retries(smk, log)  # before a GPU slot is taken or a model loads
     device, visible = pin_job_gpus(dict(smk.params.gpu_jobs), gpus, job=f"{name} {smk.input[0]}", logger=log)
     threads = int(smk.threads)
     # The tokenizers library encodes batches on a thread pool as wide as the machine

@@ -1,0 +1,228 @@
+"""A retry does not repeat a deterministic failure (shardflow.core.failures, through
+start_gpu_job): the classification, the record a failed attempt leaves beside its log,
+and the retry that stops at once on it."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import types
+
+import pytest
+import torch
+
+from shardflow.core import gpu_slots
+from shardflow.core.atomic import DiskFullError
+from shardflow.core.config import ConfigError
+from shardflow.core.failures import RepeatedFailureError, deterministic, record_path
+from shardflow.core.gpujob import start_gpu_job
+from shardflow.core.oom import TooLargeError
+from shardflow.corpus.readers import BadRecordError
+from shardflow.embed.stconfig import UnsupportedModelError
+
+
+def raised(
+    exc: BaseException, cause: BaseException | None = None, context: BaseException | None = None, suppress: bool = False
+) -> BaseException:
+    """`exc` as a `raise exc from cause` (or raised while handling `context`) leaves it."""
+    exc.__cause__, exc.__context__, exc.__suppress_context__ = cause, context, suppress or cause is not None
+    return exc
+
+
+class ValueAndOSError(ValueError, OSError):
+    pass
+
+
+CLASSIFIED = [
+    # deterministic: a rerun on the same inputs and params fails the same way
+    (ValueError("chunk_0.jsonl:3: not a shardflow chunk record"), True),
+    (UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"), True),
+    (json.JSONDecodeError("Expecting value", "{", 1), True),
+    (TypeError("EmbedParams.__init__() got an unexpected keyword argument 'windw'"), True),
+    (KeyError("text"), True),
+    (IndexError("list index out of range"), True),
+    (BadRecordError("chunk_0.jsonl", 3, "empty text"), True),
+    (ConfigError("embedding.window: -1 is less than the minimum of 1"), True),
+    (UnsupportedModelError("pooling 'weightedmean' is not supported"), True),
+    (raised(ValueError("bad header"), context=OSError("EIO"), suppress=True), True),  # raise ... from None
+    (raised(BadRecordError("c.jsonl", 2, "malformed"), cause=json.JSONDecodeError("x", "{", 1)), True),
+    # retried: a retry (more memory, another GPU, the fault gone) can cure it
+    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), False),
+    (MemoryError(), False),
+    (TooLargeError("one row does not fit, even alone", row=4, n_tokens=8192), False),
+    (RuntimeError("CUDA error: an illegal memory access was encountered"), False),
+    (RuntimeError("NCCL error: unhandled system error"), False),
+    (OSError(5, "Input/output error"), False),
+    (FileNotFoundError(2, "No such file or directory"), False),
+    (TimeoutError("GPU slot"), False),
+    (DiskFullError(__import__("pathlib").Path("/tmp/x.npy"), OSError(28, "No space left on device")), False),
+    (KeyboardInterrupt(), False),
+    (SystemExit(1), False),
+    (ValueAndOSError("both"), False),  # transient wins
+    (raised(BadRecordError("c.jsonl", 2, "read error (EIO)"), cause=OSError(5, "EIO")), False),  # maybe a disk
+    (raised(ValueError("x"), context=torch.OutOfMemoryError("oom")), False),  # raised while handling an OOM
+    (AssertionError("unexpected"), False),  # neither list: retried, as before
+    (ZeroDivisionError(), False),
+    (RepeatedFailureError("earlier attempt"), False),
+]
+
+
+@pytest.mark.parametrize(
+    "exc, expected", CLASSIFIED, ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else ""
+)
+def test_which_errors_a_retry_would_repeat(exc, expected):
+    assert deterministic(exc) is expected
+
+
+def fake_smk(tmp_path, attempt, text="x\n"):
+    """A GPU script's `snakemake` as start_gpu_job reads it (as tests/unit/core/test_gpujob.py)."""
+    chunk = tmp_path / "chunk_0.jsonl"
+    if not chunk.exists():
+        chunk.write_text(text)
+    return types.SimpleNamespace(
+        rule="embed",
+        params=types.SimpleNamespace(
+            gpu_jobs={"device": "cpu", "pinning": "slots", "devices": "0"}, embedding={"w": 1}
+        ),
+        resources={"attempt": attempt},
+        log=[str(tmp_path / "logs" / "chunk_0.log")],
+        input=[str(chunk)],
+        threads=1,
+    )
+
+
+@pytest.fixture
+def hooks(monkeypatch, tmp_path):
+    """sys.excepthook and pinning as they were after the test."""
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    monkeypatch.setattr(gpu_slots, "_pinned", None)
+    monkeypatch.setenv("SHARDFLOW_GPU_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    yield
+    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+
+
+def fail(exc: BaseException) -> None:
+    """End the script with `exc`, as the interpreter does with an uncaught exception."""
+    sys.excepthook(type(exc), exc, None)
+
+
+def test_a_failed_attempt_records_its_error_and_the_retry_stops_at_once(tmp_path, hooks):
+    smk = fake_smk(tmp_path, attempt=1)
+    start_gpu_job(smk, "embed", {"w": 1})
+    fail(ValueError(f"{smk.input[0]}:1: not a shardflow chunk record"))
+    record = json.loads(record_path(smk.log[0]).read_text())
+    assert (record["attempt"], record["error"], record["job"]) == (1, "ValueError", f"rule embed (log {smk.log[0]})")
+    assert record["message"] == f"{smk.input[0]}:1: not a shardflow chunk record"
+    st = os.stat(smk.input[0])
+    assert record["signature"]["inputs"] == [[smk.input[0], st.st_size, st.st_mtime_ns]]
+    log = open(smk.log[0]).read()
+    assert "failed: ValueError" in log and "a retry of this job (attempt 2 on) stops at once" in log
+
+    retry = fake_smk(tmp_path, attempt=2)
+    with pytest.raises(RepeatedFailureError) as err:
+        start_gpu_job(retry, "embed", {"w": 1})
+    message = str(err.value)
+    assert message.startswith(
+        f"rule embed (log {smk.log[0]}): attempt 1 failed with ValueError: {smk.input[0]}:1: "
+        "not a shardflow chunk record -- attempt 2 would read the same inputs"
+    )
+    assert "an input or config error, which a retry only reads again: fix it and rerun" in message
+    assert not (tmp_path / "locks").exists() and "CUDA_VISIBLE_DEVICES" not in os.environ  # before pinning
+    assert record_path(smk.log[0]).exists()  # attempt 3 stops too
+
+
+@pytest.mark.parametrize("change", ["mtime", "size", "params"])
+def test_a_retry_after_the_input_or_params_changed_runs(tmp_path, hooks, change):
+    smk = fake_smk(tmp_path, attempt=1)
+    start_gpu_job(smk, "embed", {"w": 1})
+    fail(BadRecordError(smk.input[0], 1, "empty text"))
+    assert record_path(smk.log[0]).exists()
+    retry = fake_smk(tmp_path, attempt=2)
+    if change == "mtime":  # same bytes, rewritten while the retry queued
+        st = os.stat(retry.input[0])
+        os.utime(retry.input[0], ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+    elif change == "size":
+        with open(retry.input[0], "a") as fh:
+            fh.write("y\n")
+    else:  # a SLURM resubmission parses the config again
+        retry.params.embedding = {"w": 2}
+    job = start_gpu_job(retry, "embed", {"w": 1})
+    assert job.device == "cpu"
+    assert not record_path(smk.log[0]).exists()  # the old record is gone
+    assert "its inputs or params changed since attempt 1's BadRecordError: running" in open(smk.log[0]).read()
+
+
+def test_attempt_1_removes_a_record_left_by_an_earlier_run(tmp_path, hooks):
+    smk = fake_smk(tmp_path, attempt=2)
+    start_gpu_job(smk, "embed", {"w": 1})
+    fail(KeyError("text"))
+    assert record_path(smk.log[0]).exists()
+    start_gpu_job(fake_smk(tmp_path, attempt=1), "embed", {"w": 1})  # a new run: the input may have been fixed
+    assert not record_path(smk.log[0]).exists()
+    start_gpu_job(fake_smk(tmp_path, attempt=2), "embed", {"w": 1})  # so its retry runs too
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        OSError(5, "Input/output error"),
+        torch.OutOfMemoryError("CUDA out of memory"),
+        MemoryError(),
+        RuntimeError("CUDA error: unspecified launch failure"),
+    ],
+)
+def test_a_transient_failure_is_retried_as_before(tmp_path, hooks, exc):
+    smk = fake_smk(tmp_path, attempt=1)
+    start_gpu_job(smk, "embed", {"w": 1})
+    fail(exc)
+    assert not record_path(smk.log[0]).exists()
+    start_gpu_job(fake_smk(tmp_path, attempt=2), "embed", {"w": 1})
+
+
+def test_a_job_without_the_attempt_resource_records_nothing(tmp_path, hooks):
+    smk = fake_smk(tmp_path, attempt=1)
+    del smk.resources["attempt"]
+    start_gpu_job(smk, "embed", {"w": 1})
+    fail(ValueError("bad"))
+    assert not record_path(smk.log[0]).exists()
+
+
+SCRIPT = """
+import sys, types
+snakemake = types.SimpleNamespace(  # as Snakemake's preamble unpickles it
+    rule="embed", params=types.SimpleNamespace(gpu_jobs={"device": "cpu", "pinning": "off", "devices": "0"}),
+    resources={"attempt": int(sys.argv[1])}, log=[sys.argv[2]], input=[sys.argv[3]], threads=1,
+)
+from shardflow.core.gpujob import start_gpu_job
+job = start_gpu_job(snakemake, "embed", {})
+open(sys.argv[2] + ".body", "a").write(sys.argv[1] + "\\n")  # the model would load here
+raise ValueError(sys.argv[3] + ":1: empty text")
+"""
+
+
+def test_a_script_ending_on_an_error_records_it_and_its_retry_stops_before_the_body(tmp_path):
+    """The excepthook path end to end: a script run as Snakemake runs one (python file)."""
+    script = tmp_path / "tmp_embed.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    log, chunk = tmp_path / "chunk_0.log", tmp_path / "chunk_0.jsonl"
+    chunk.write_text("{}\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+    def attempt(n):
+        return subprocess.run(
+            [sys.executable, str(script), str(n), str(log), str(chunk)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    first = attempt(1)
+    assert first.returncode == 1 and f"ValueError: {chunk}:1: empty text" in first.stderr, first.stderr
+    assert json.loads(record_path(log).read_text())["error"] == "ValueError"
+    second = attempt(2)
+    assert second.returncode == 1 and "RepeatedFailureError" in second.stderr, second.stderr
+    assert "attempt 1 failed with ValueError" in log.read_text()  # this attempt's log says why
+    assert (tmp_path / "chunk_0.log.body").read_text() == "1\n"  # attempt 2 never reached the body
