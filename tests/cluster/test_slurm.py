@@ -133,6 +133,8 @@ def test_failed_embed_job_is_resubmitted_not_retried_in_place_and_the_run_ends(
     - a rule's retries (`resources.embed.retries`, 1 here to keep it short) resubmit the
       job, mem_mb growing per attempt, and the Snakemake inside each SLURM job does not
       retry in place (one_retry_layer), which would make it 2 x 2 attempts;
+    - the resubmitted attempt stops at once on the first one's input error, before it
+      loads the model (shardflow.core.failures);
     - the other chunk, submitted beside it, finishes with the local run's bytes, and the
       run ends with an error instead of waiting on a lost job. (profiles/slurm's
       keep-going is not what this shows: Snakemake lets running jobs finish without it.)
@@ -161,10 +163,16 @@ def test_failed_embed_job_is_resubmitted_not_retried_in_place_and_the_run_ends(
     assert len(failed) == 2 and len(jobs) == 3, sm.describe(run)
     memory = [re.search(r"MinMemoryNode=(\d+)M", scontrol_job(job_id)).group(1) for job_id, _ in failed]
     assert memory == ["1000", "1500"], memory  # resources.embed.mem_mb + 500 per attempt
-    for _, log in failed:
-        text = (tmp_path / log).read_text()  # an absolute `log` replaces tmp_path
+    texts = [(tmp_path / log).read_text() for _, log in failed]  # an absolute `log` replaces tmp_path
+    for text in texts:
         assert "not a shardflow chunk record" in text, text[-3000:]
         assert "Trying to restart job" not in text, text[-3000:]
+    # The resubmitted attempt finds the first one's record of its input error on the
+    # shared filesystem and stops before pinning a GPU or loading the model
+    # (shardflow.core.failures); the first attempt ran the job.
+    assert "RepeatedFailureError" not in texts[0], texts[0][-3000:]
+    assert "attempt 1 failed with ValueError" in texts[1], texts[1][-3000:]
+    assert "attempt 2 would read the same inputs with the same params" in texts[1], texts[1][-3000:]
     for rel in good:
         assert (tmp_path / rel).read_bytes() == (real_local.workdir / rel).read_bytes(), rel
     assert not (tmp_path / f"results/{ds}/embed/embed_0.npy").exists()
