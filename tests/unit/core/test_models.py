@@ -2,6 +2,7 @@
 kind of configured model name."""
 
 import json
+import re
 
 import pytest
 
@@ -101,3 +102,18 @@ def test_two_spellings_of_one_model_are_the_same_model(tmp_path, monkeypatch):
         assert same_model(spelling, str(folder)), spelling
     assert same_model("/only/on/the/nodes/", "/only/on/the/nodes")  # a folder the image holds
     assert not same_model("default", str(folder)) and not same_model("org/e5", "org/e5-large")
+
+
+def test_a_job_whose_model_folder_has_gone_stops_naming_it(tmp_path):
+    """resolve_model, which every job that loads a model goes through: a path that is no
+    folder (moved since the run that made the outputs; the parse only warns where those
+    all exist) stops the job naming the model and the keys, instead of a loader's error
+    about hub repository ids. A hub name is left to its loader."""
+    gone = str(tmp_path / "moved")
+    for name in (gone, "~/no-such-model", "./models/typo", "a/b/c"):
+        gone_message = rf"model '{re.escape(name)}': no such folder \(moved or deleted\?\)"
+        with pytest.raises(FileNotFoundError, match=gone_message + r".*\(embedding.model, summarise.model"):
+            resolve_model(name)
+    assert resolve_model("org/name") == "org/name"
+    (tmp_path / "moved").mkdir()
+    assert resolve_model(gone) == gone

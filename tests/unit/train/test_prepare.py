@@ -294,3 +294,10 @@ def test_keys_only_bpe_reads_hold_their_defaults_in_another_tokenizers_params():
     schema = load_schema(REPO / "config" / "config.schema.yaml")["properties"]["shards"]["properties"]
     assert {k: schema[k]["default"] for k in BPE_ONLY_KEYS} == {k: getattr(TokenizerParams(), k) for k in BPE_ONLY_KEYS}
     TokenizerParams(**tokenizer_params(shards))
+
+
+def test_a_pretrained_tokenizer_that_has_gone_stops_train_tokenizer_naming_its_key(tmp_path):
+    """The parse only warns about a missing shards.tokenizer where the tokenizer folder
+    exists (rules/common.smk check_models); a train_tokenizer job that reruns names it."""
+    with pytest.raises(FileNotFoundError, match=r"^shards.tokenizer: tokenizer '.*moved/tokenizer.json': no "):
+        train_tokenizer([], TokenizerParams(kind=str(tmp_path / "moved" / "tokenizer.json")), tmp_path / "tk")
