@@ -27,10 +27,12 @@ include: "rules/provenance.smk"
 
 
 # Inside a SLURM job, retries belong to the controller alone; wildcard constraints hold
-# in S3 too; a profile's GPU for jobs that use none is named (rules/common.smk).
+# in S3 too; a profile's GPU for jobs that use none is named; a model this machine lacks
+# stops the run where a job that loads it has work to do (rules/common.smk).
 one_retry_layer()
 constraints_in_storage()
 name_gpu_requests()
+check_models()
 
 
 # The first screen of `snakemake --report`: the run's headline numbers per stage.

@@ -15,7 +15,7 @@ import re
 import sys
 
 from snakemake.exceptions import WorkflowError
-from snakemake.io import IOFile, update_wildcard_constraints
+from snakemake.io import IOFile, apply_wildcards, update_wildcard_constraints
 from snakemake.logging import logger
 
 from shardflow.core import gpu_slots, parsecache, s3
@@ -167,19 +167,19 @@ for _spec in SWEEPS.values():
 # The models the jobs load, looked for now where the jobs see this machine's files
 # (local, SLURM); with default storage (EKS) they live in the image, not here. Not in
 # modes that run no job (--unlock, --report, ...), nor with SHARDFLOW_SKIP_MODEL_CHECK=1
-# (models that only the nodes have).
+# (models that only the nodes have). One missing stops the run once the rules are
+# defined (check_models), unless every output of the jobs that load it exists; with
+# other problems, here, named with them.
+MISSING_MODELS = []
 if (
     workflow.is_main_process
     and not workflow.storage_settings.default_storage_provider
     and not site.runs_no_jobs()
     and os.environ.get(MODEL_CHECK_OFF, "") in ("", "0")
 ):
-    _PROBLEMS += [
-        f"{line}; the jobs that load it would fail"
-        for line in plan.unavailable_models(config, DATASETS.values(), SWEEPS.values())
-    ]
+    MISSING_MODELS = plan.unavailable_models(config, DATASETS.values(), SWEEPS.values())
 if _PROBLEMS:
-    raise ValueError("\n".join(_PROBLEMS))
+    raise ValueError("\n".join(_PROBLEMS + plan.model_verdicts(MISSING_MODELS)[0]))
 SWEEP_FOLDERS = "|".join(re.escape(f) for f in SWEEPS_BY_FOLDER) or "(?!)"
 
 
@@ -489,6 +489,32 @@ def name_gpu_requests():
     cpu_rules = plan.cpu_rules(r.name for r in workflow.rules)
     for line in site.gpu_request_warnings(_SET, on_cpu, plan.GPU_ON_CPU, cpu_rules):
         logger.warning(line)
+
+
+def check_models():
+    """Stop on a model this machine lacks (MISSING_MODELS) while a job that loads it has
+    work to do; warn instead where every output of those jobs exists: a finished run
+    whose model has since moved still dry-runs, and runs targets that need no model
+    (shardflow.workflow.plan.model_verdicts). The jobs are plan.model_jobs, their files
+    the rules' own output patterns, so the Snakefile calls this after the last rule. In
+    the main process only, where MISSING_MODELS is looked for: remote jobs re-parse."""
+    if not MISSING_MODELS:
+        return
+    shared = sweep_embeddings() if sweeps_of_stage("retrieval") else None
+    jobs = plan.model_jobs(config, DATASETS.values(), SWEEPS.values(), shared)
+
+    def outputs(key, name):
+        return [
+            apply_wildcards(pattern, wildcards)
+            for rule, wildcards in jobs[(key, name)]
+            for pattern in workflow.get_rule(rule).output
+        ]
+
+    errors, warnings = plan.model_verdicts(MISSING_MODELS, outputs, os.path.exists)
+    for line in warnings:
+        logger.warning(line)
+    if errors:
+        raise ValueError("\n".join(errors))
 
 
 def one_retry_layer():

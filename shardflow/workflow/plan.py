@@ -424,9 +424,15 @@ def summarise_model(cfg: dict, sources: tuple[str, ...] = ()) -> None:
 
 
 # The config key of each model role (shardflow.workflow.tasks.models), and the tasks a
-# sweep's jobs run models for (training sweeps train their own).
+# sweep's jobs run models for: a training sweep trains its own, from the main data set's
+# tokenizer (train_tokenizer: a pretrained one is read from shards.tokenizer).
 MODEL_KEYS = {"embedding": "embedding.model", "summarise": "summarise.model", "summarise_encoder": "summarise.encoder"}
-SWEEP_TASKS = {"retrieval": ("retrieval",), "summarise": ("summarisation",), "embed": ("embedding",)}
+SWEEP_TASKS = {
+    "retrieval": ("retrieval",),
+    "summarise": ("summarisation",),
+    "embed": ("embedding",),
+    "train": ("training",),
+}
 
 
 def loaded_models(cfg: dict, tasks: Iterable[str]) -> dict[str, str]:
@@ -438,19 +444,38 @@ def loaded_models(cfg: dict, tasks: Iterable[str]) -> dict[str, str]:
     return out
 
 
+@dataclass(frozen=True)
+class MissingModel:
+    """A model or pretrained tokenizer that a job of this run would load and this machine
+    cannot: its config key, value, which sweep point names it ("" for the run's own
+    config) and why it cannot be loaded."""
 
-def unavailable_models(cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[SweepSpec] = ()) -> list[str]:
-    """One line, naming its key (and sweep point), for each model or pretrained tokenizer
-    that a job of this run would load and this machine cannot: a mistyped folder, a hub
-    name not in the local cache. Asked where the jobs see this machine's files (local,
-    SLURM): without it, every GPU job would wait for its GPU, fail and be resubmitted."""
-    places = [("", cfg, {t for ds in data_sets for t in ds.tasks})]
+    key: str
+    name: str
+    where: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.key} {self.name!r}{self.where}: {self.why}"
+
+
+def _model_places(cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[SweepSpec]):
+    """(where, config, tasks) of the run's own jobs, then of each sweep point's."""
+    yield "", cfg, {t for ds in data_sets for t in ds.tasks}
     for spec in sweeps:
         for point in spec.ids:
             job = {**cfg, **spec.job_config(point, spec.seeds[0])}
-            places.append((f" (sweep '{spec.name}', point {point})", job, SWEEP_TASKS.get(spec.stage, ())))
-    seen, lines = set(), []
-    for where, job, tasks in places:
+            yield f" (sweep '{spec.name}', point {point})", job, SWEEP_TASKS.get(spec.stage, ())
+
+
+def unavailable_models(cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[SweepSpec] = ()) -> list[MissingModel]:
+    """Each model or pretrained tokenizer that a job of this run would load and this
+    machine cannot (a mistyped folder, a hub name not in the local cache), once per key
+    and value, named by the first place that loads it. Asked where the jobs see this
+    machine's files (local, SLURM): without it, every GPU job would wait for its GPU,
+    fail and be resubmitted. Whether that stops the run: model_verdicts."""
+    seen, missing = set(), []
+    for where, job, tasks in _model_places(cfg, data_sets, sweeps):
         for key, name in loaded_models(job, tasks).items():
             if (key, name) in seen:
                 continue
@@ -462,8 +487,115 @@ def unavailable_models(cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable
             else:
                 why = model_unavailable(name)
             if why:
-                lines.append(f"{key} {name!r}{where}: {why}")
-    return lines
+                missing.append(MissingModel(key, name, where, why))
+    return missing
+
+
+Job = tuple[str, dict]  # (rule, wildcards): one job, as the rule's output patterns name it
+
+
+def _data_set_model_jobs(key: str, ds: DataSet) -> list[Job]:
+    """The jobs of data set `ds` that load the model of `key` (rules/embed.smk, verify.smk,
+    retrieval.smk, summarise.smk, train.smk; provenance hashes the models of
+    tasks.models, not the tokenizer)."""
+    one = {"dataset": ds.name}
+    chunks = [{"dataset": ds.name, "chunk": i} for i in range(ds.n_chunks)]
+    jobs: list[Job] = []
+    if key == "embedding.model":
+        jobs += [("embed", c) for c in chunks] + [("verify", one)]
+        if "retrieval" in ds.tasks:  # their outputs name the data set: no wildcard
+            jobs += [("embed_queries", {}), ("retrieval_evaluate", {})]
+    elif key in ("summarise.model", "summarise.encoder"):
+        jobs += [("summarise", c) for c in chunks]
+    elif key == "shards.tokenizer":
+        jobs.append(("train_tokenizer", one))
+    if key in MODEL_KEYS.values():
+        jobs.append(("provenance", one))
+    return jobs
+
+
+def _sweep_model_jobs(cfg: dict, spec: SweepSpec, point: str, seed: int, sets: list[DataSet], embeddings) -> list[Job]:
+    """The jobs of one sweep job (point, seed) that load its stage's model, and the main
+    run's jobs whose outputs it reads (rules/sweep.smk): a retrieval job's embeddings (the
+    main run's or a shared set, `embeddings`: shardflow.sweep.shared.plan), an embed job's
+    reference (the main run's vectors, where the point loads that model), a training
+    job's tokenizer (train_tokenizer of the main data set)."""
+    main = next(ds for ds in sets if ds.role == "main")
+    job = {"sweep": spec.folder, "point": point, "seed": seed}
+    if spec.stage == "retrieval":
+        ds = next(ds for ds in sets if ds.role == "retrieval")
+        corpus, queries = embeddings.of_job(spec.folder, point, seed)
+        if corpus.main:
+            out = [j for j in _data_set_model_jobs("embedding.model", ds) if j[0] in ("embed", "verify")]
+        else:
+            out = [("sweep_embed", {"settings": corpus.key, "chunk": i}) for i in range(ds.n_chunks)]
+            out.append(("sweep_verify", {"settings": corpus.key}))
+        out.append(("embed_queries", {}) if queries.main else ("sweep_embed_queries", {"settings": queries.key}))
+        return [*out, ("sweep_retrieval_evaluate", job)]
+    if spec.stage == "summarise":
+        return [("sweep_summarise", {**job, "chunk": i}) for i in range(main.n_chunks)]
+    if spec.stage == "embed":
+        out = [("sweep_embed_chunk", {**job, "chunk": i}) for i in range(main.n_chunks)]
+        out.append(("sweep_embed_verify", job))
+        if loads_model(spec, point, cfg["embedding"]["model"]):
+            out += [j for j in _data_set_model_jobs("embedding.model", main) if j[0] in ("embed", "verify")]
+        return out
+    return [("train_tokenizer", {"dataset": main.name})]
+
+
+def model_jobs(
+    cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[SweepSpec] = (), embeddings=None
+) -> dict[tuple[str, str], list[Job]]:
+    """(config key, value) -> every job of this run that loads that model (or reads the
+    pretrained tokenizer), each as (rule, wildcards), for the models loaded_models names:
+    the data sets' jobs, each sweep job's (`embeddings`: the retrieval sweeps' shared sets,
+    shardflow.sweep.shared.plan). The graph is known at parse time, so these are all of
+    them; the rules' output patterns name their files (rules/common.smk check_models)."""
+    sets = list(data_sets)
+    out: dict[tuple[str, str], list[Job]] = {}
+
+    def add(key: str, name: str, jobs: list[Job]) -> None:
+        found = out.setdefault((key, name), [])
+        found += [j for j in jobs if j not in found]
+
+    for ds in sets:
+        for key, name in loaded_models(cfg, ds.tasks).items():
+            add(key, name, _data_set_model_jobs(key, ds))
+    for spec in sweeps:
+        for point, seed in spec.jobs():
+            job = {**cfg, **spec.job_config(point, seed)}
+            for key, name in loaded_models(job, SWEEP_TASKS.get(spec.stage, ())).items():
+                add(key, name, _sweep_model_jobs(cfg, spec, point, seed, sets, embeddings))
+    return out
+
+
+def model_verdicts(
+    missing: Iterable[MissingModel],
+    outputs: Callable[[str, str], Iterable[str]] | None = None,
+    exists: Callable[[str], bool] = os.path.exists,
+) -> tuple[list[str], list[str]]:
+    """(errors, warnings) for the models this machine lacks (unavailable_models), given
+    `outputs(key, name)`: the declared outputs of every job that loads it (None: not
+    known, so each one stops the run). A model stops the run while any of those outputs
+    is missing: a job that loads it has work to do. Where they all exist (a finished run
+    whose model has since moved), a warning: Snakemake still reruns a job whose input
+    changed or is remade (a deleted chunk, say) or whose params or code changed, and that
+    job then fails naming the model (shardflow.core.models.resolve_model); the parse
+    cannot foresee that."""
+    errors, warnings = [], []
+    for m in missing:
+        paths = list(outputs(m.key, m.name)) if outputs else []
+        absent = next((p for p in paths if not exists(p)), None)
+        if absent is None and paths:
+            warnings.append(
+                f"{m}; all {len(paths)} outputs of the jobs that load it exist, so none of them needs it unless "
+                "it must rerun (an input changed or remade, its params or code changed): such a job fails naming "
+                "it. Put it back, or set the key to its new place"
+            )
+        else:
+            absent = f" ({absent} is not there yet)" if absent else ""
+            errors.append(f"{m}; the jobs that load it would fail{absent}")
+    return errors, warnings
 
 
 # The rules whose jobs ask for GPUs (rules/common.smk job_resources), by the task that

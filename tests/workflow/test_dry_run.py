@@ -118,7 +118,8 @@ def test_every_sweep_problem_stops_the_dry_run_in_one_error(tmp_path):
 def test_models_this_machine_lacks_stop_the_dry_run_all_at_once_naming_their_keys(tmp_path):
     """A mistyped model folder, a sweep point's, and a sweep that lacks what its stage
     needs: one parse error names them all, instead of GPU jobs that queue, fail and are
-    resubmitted, one problem per attempt."""
+    resubmitted, one problem per attempt. A model whose jobs' outputs all exist is only
+    warned of."""
     cfg = write_config(
         tmp_path / "models.yaml",
         tasks=["embedding", "summarisation"],
@@ -140,6 +141,27 @@ def test_models_this_machine_lacks_stop_the_dry_run_all_at_once_naming_their_key
     # Models only the nodes have (a node-local disk): the check can be turned off.
     env = {**offline_env(), "SHARDFLOW_SKIP_MODEL_CHECK": "1"}
     snakemake(tmp_path, "-n", "--config", f"embedding={{model: {tmp_path}/no-such-encoder}}", env=env)
+    # A finished run whose model has since moved: every output of the jobs that load it
+    # exists, so a warning; a model whose jobs have work to do still stops the run.
+    loaded = ["embed/embed_0.npy", "embed/embed_0.ids.parquet", "embed/embed_0.stats.json", "verification.json"]
+    for name in [*loaded, "provenance.json"]:
+        (tmp_path / "results" / "demo" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "results" / "demo" / name).touch()
+    moved = f"embedding={{model: {tmp_path}/no-such-encoder}}"
+    encoder = "summarise={method: extractive, encoder: ~/no-such-encoder}"
+    config = ["n_chunks=1", "tasks=[embedding, summarisation]", moved, encoder]
+    proc = snakemake(tmp_path, "-n", "--config", *config, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert (
+        f"embedding.model '{tmp_path}/no-such-encoder': no such folder; all 5 outputs of the jobs that load it "
+        "exist, so none of them needs it unless it must rerun"
+    ) in out, out[-3000:]
+    assert (
+        "summarise.encoder '~/no-such-encoder': no such folder; the jobs that load it would fail "
+        "(results/demo/summarise/summaries_0.jsonl is not there yet)"
+    ) in out
+    assert "embedding.model" not in out[out.index("ValueError") :]  # the error names the encoder alone
 
 
 def test_mistyped_value_stops_the_run_naming_it(tmp_path):

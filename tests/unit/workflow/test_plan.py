@@ -474,3 +474,139 @@ def test_the_gpu_rule_table_names_every_rule_that_takes_gpu_resources():
     while new := {b for a, b in derived if a in gpu} - gpu:
         gpu |= new
     assert gpu == set(plan.GPU_RULE_NAMES)
+
+
+
+def _model_run(config):
+    """A run that loads every kind of model: the main corpus embedded, summarised with an
+    encoder and trained on with a pretrained tokenizer, a retrieval data set, and a sweep
+    of each stage (parsed as the workflow parses them)."""
+    from shardflow.sweep import parse_sweeps
+    from shardflow.sweep.shared import plan as shared_plan
+
+    config.update(n_chunks=2, tasks=["embedding", "summarisation", "training"])
+    config["embedding"]["model"] = "/m/emb"
+    config["summarise"].update(method="extractive", encoder="/m/enc", reference_field="highlights")
+    config["shards"]["tokenizer"] = "/m/tok/tokenizer.json"
+    config["retrieval"].update(path="/data/beir", name="tiny", n_chunks=1)
+    sweep = {"seeds": [0]}
+    specs = parse_sweeps(
+        {
+            "r": {
+                **sweep,
+                "stage": "retrieval",
+                "grid": {"embedding.max_length": [64, None]},
+                "metrics": {"ndcg_at_10": "max"},
+            },
+            "e": {
+                "stage": "embed",
+                "grid": {"embedding.model": ["/m/emb", "/m/other"]},
+                "seeds": [0, 1],
+                "metrics": {"items_per_s": "max"},
+            },
+            "s": {
+                **sweep,
+                "stage": "summarise",
+                "grid": {"summarise.encoder": ["/m/enc2"]},
+                "metrics": {"rouge1": "max"},
+            },
+            "t": {**sweep, "stage": "train", "grid": {"train.lr": [0.001]}, "metrics": {"best_val_loss": "min"}},
+        },
+        config,
+        lambda c: None,
+    )
+    sets = plan.datasets(config)
+    shared = shared_plan([specs["r"]], config, dataset="tiny", n_chunks=1, device=config["gpu_jobs"]["device"])
+    return sets, specs, shared
+
+
+def test_the_jobs_that_load_each_model_are_known_at_parse_time(config):
+    """plan.model_jobs: per config key and value, every job of the run that loads the model
+    (the rules' output patterns then name their files): a data set's chunk jobs, verify
+    and provenance; the retrieval queries and evaluation; a sweep job's own jobs and the
+    main run's whose outputs it reads (the embeddings its settings share, the reference
+    an embed point compares with, the tokenizer a training sweep trains on)."""
+    sets, specs, shared = _model_run(config)
+    jobs = plan.model_jobs(config, sets.values(), specs.values(), shared)
+
+    def rules(key, name):
+        return [(rule, tuple(w.values())) for rule, w in jobs[(key, name)]]
+
+    r = specs["r"]
+    corpus, queries = shared.of_job(r.folder, r.ids[0], 0)  # max_length 64: its own set
+    assert all(s.main for s in shared.of_job(r.folder, r.ids[1], 0))  # null, as the main run: its set
+    assert rules("embedding.model", "/m/emb") == [
+        ("embed", ("demo", 0)),
+        ("embed", ("demo", 1)),
+        ("verify", ("demo",)),
+        ("provenance", ("demo",)),
+        ("embed", ("tiny", 0)),
+        ("verify", ("tiny",)),
+        ("embed_queries", ()),
+        ("retrieval_evaluate", ()),
+        ("provenance", ("tiny",)),
+        # the retrieval sweep: the point that embeds its own set, then the one that reads the main run's
+        ("sweep_embed", (corpus.key, 0)),
+        ("sweep_verify", (corpus.key,)),
+        ("sweep_embed_queries", (queries.key,)),
+        *[("sweep_retrieval_evaluate", ("r", p, 0)) for p in r.ids],
+        # the embed sweep's point that loads the main run's model (which it compares with)
+        *[
+            (rule, ("e", "model=_2fm_2femb", s, *c))
+            for s in (0, 1)
+            for rule, c in [("sweep_embed_chunk", (0,)), ("sweep_embed_chunk", (1,)), ("sweep_embed_verify", ())]
+        ],
+    ]
+    assert rules("embedding.model", "/m/other") == [
+        (rule, ("e", "model=_2fm_2fother", s, *c))
+        for s in (0, 1)
+        for rule, c in [("sweep_embed_chunk", (0,)), ("sweep_embed_chunk", (1,)), ("sweep_embed_verify", ())]
+    ]
+    assert rules("summarise.encoder", "/m/enc") == [
+        ("summarise", ("demo", 0)),
+        ("summarise", ("demo", 1)),
+        ("provenance", ("demo",)),
+    ]
+    assert rules("summarise.encoder", "/m/enc2") == [
+        ("sweep_summarise", ("s", "encoder=_2fm_2fenc2", 0, i)) for i in (0, 1)
+    ]
+    assert rules("shards.tokenizer", "/m/tok/tokenizer.json") == [("train_tokenizer", ("demo",))]
+    # A run without the training task still makes the tokenizer a training sweep reads.
+    config["tasks"] = ["embedding"]
+    sets = plan.datasets(config)
+    jobs = plan.model_jobs(config, sets.values(), [specs["t"]])
+    assert jobs[("shards.tokenizer", "/m/tok/tokenizer.json")] == [("train_tokenizer", {"dataset": "demo"})]
+    assert [str(m) for m in plan.unavailable_models(config, sets.values(), [specs["t"]])] == [
+        "embedding.model '/m/emb': no such folder",
+        "shards.tokenizer '/m/tok/tokenizer.json' (sweep 't', point lr=0.001): no /m/tok/tokenizer.json "
+        "(expected 'char', 'bpe', a tokenizer.json, or a model folder holding a tokenizer.json)",
+    ]
+
+
+def test_a_missing_model_stops_the_run_only_while_a_job_that_loads_it_has_work_to_do():
+    """plan.model_verdicts: a model this machine lacks stops the run, naming a missing
+    output of its jobs; where all of them exist (a finished run whose model moved), a
+    warning says so and what still reruns a job. Without known outputs it stops."""
+    moved = plan.MissingModel("embedding.model", "/m/emb", "", "no such folder")
+    point = plan.MissingModel("summarise.encoder", "/m/enc", " (sweep 's', point encoder=x)", "no such folder")
+    files = {("embedding.model", "/m/emb"): ["a.npy", "b.npy"], ("summarise.encoder", "/m/enc"): ["a.npy", "c.jsonl"]}
+
+    def exists(path):
+        return path != "c.jsonl"
+
+    errors, warnings = plan.model_verdicts([moved, point], lambda key, name: files[(key, name)], exists)
+    assert errors == [
+        "summarise.encoder '/m/enc' (sweep 's', point encoder=x): no such folder; the jobs that load "
+        "it would fail (c.jsonl is not there yet)"
+    ]
+    assert warnings == [
+        "embedding.model '/m/emb': no such folder; all 2 outputs of the jobs that load it exist, so none of them "
+        "needs it unless it must rerun (an input changed or remade, its params or code changed): such a job fails "
+        "naming it. Put it back, or set the key to its new place"
+    ]
+    assert plan.model_verdicts([moved]) == (
+        ["embedding.model '/m/emb': no such folder; the jobs that load it would fail"],
+        [],
+    )
+    assert plan.model_verdicts([moved], lambda key, name: [], exists)[0] == plan.model_verdicts([moved])[0]
+    assert plan.model_verdicts([], lambda key, name: 1 / 0, exists) == ([], [])
