@@ -189,6 +189,20 @@ def test_a_job_without_the_attempt_resource_records_nothing(tmp_path, hooks):
     assert not record_path(smk.log[0]).exists()
 
 
+def test_params_without_a_signature_run_the_job_unguarded(tmp_path, hooks):
+    """Params that JSON cannot put in order (keys of mixed types) give no signature: the
+    job runs as before, and says so, instead of failing on its guard."""
+    from snakemake.iocontainers import Params  # what a script's snakemake.params is
+
+    smk = fake_smk(tmp_path, attempt=2)
+    smk.params = Params(fromdict={"gpu_jobs": vars(smk.params)["gpu_jobs"], "embedding": {1: "a", "b": 2}})
+    job = start_gpu_job(smk, "embed", {"w": 1})
+    assert job.device == "cpu"
+    fail(ValueError("bad"))
+    assert not record_path(smk.log[0]).exists()
+    assert "no failure record for this attempt (its params give no signature" in open(smk.log[0]).read()
+
+
 SCRIPT = """
 import sys, types
 snakemake = types.SimpleNamespace(  # as Snakemake's preamble unpickles it
