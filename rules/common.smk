@@ -376,14 +376,14 @@ def job_resources(rule, uses_gpu=True):
     the local profile's `gpu` pool, and executors that key on the resource being there
     give it nothing of a GPU job's: a `gpu` of 0 still gets the EKS pod the GPU
     toleration and an nvidia.com/gpu request of 0 (kubernetes plugin 0.5.1), and
-    `--gpus=<model>:0` on SLURM when a gpu_model is set. Except what a profile's
-    set-resources gives the rule: there a gpu_model still gets the job one GPU on SLURM
-    (slurm plugin 2.8 counts a missing `gpu` as 1: `--gpus=<model>:1`), as does a gres
-    naming gpu or a `gpu` above 0 (on EKS too), and a `gpus` or `nvidia_gpu` above 0 asks
-    the SLURM job step's srun for GPUs; the parse names each such value
-    (name_gpu_requests). The job reads a missing `gpu` as 0
-    (shardflow.core.gpujob); with gpu_jobs.device cpu it runs on the CPU whatever its
-    `gpu`.
+    `--gpus=<model>:0` on SLURM when a gpu_model is set. Except what a profile gives the
+    rule: in set-resources (or default-resources) a gpu_model still gets the job one GPU
+    on SLURM (slurm plugin 2.8 counts a missing `gpu` as 1: `--gpus=<model>:1`), as does
+    a gres naming gpu or a `gpu` above 0 (on EKS too), a `gpus` or `nvidia_gpu` above 0
+    asks the SLURM job step's srun for GPUs, and a set-resources `gpu` of 0 brings the
+    EKS toleration back; the parse names each such value (name_gpu_requests). The job
+    reads a missing `gpu` as 0 (shardflow.core.gpujob); with gpu_jobs.device cpu it runs
+    on the CPU whatever its `gpu`.
 
     `uses_gpu=False` (a method that needs no GPU, Lead-k): the job asks for what a CPU
     rule asks for, the profile's default-resources mem_mb and runtime (the sizes in
@@ -472,12 +472,16 @@ def constraints_in_storage():
 
 
 def name_gpu_requests():
-    """Warn, naming rule and value, where a profile's set-resources gets a GPU for jobs
-    that use none: a gpu_model, a gres naming gpu or a `gpu` (also `gpus`, `nvidia_gpu`
-    for the SLURM job step) still gets the job one from the executor
-    (shardflow.workflow.site.gpu_asks). Asked of the GPU rules of this run whose jobs run
-    on the CPU (their `gpu` is none; train's is 0) and of every rule that is no GPU rule.
-    The Snakefile calls it after the last rule, when all the run's rules are defined.
+    """Warn, naming rule, key and value, where a profile's set-resources or
+    default-resources gets a GPU, or a GPU node, for jobs that use none: a gpu_model, a
+    gres naming gpu or a `gpu` (also `gpus`, `nvidia_gpu` for the SLURM job step) still
+    gets the job one from the executor, and a `gpu` of 0 with a gpu_manufacturer the EKS
+    pod's GPU toleration (shardflow.workflow.site.gpu_asks), train's own 0 on the CPU
+    included (plan.GPU_ON_CPU). Asked of the GPU rules of this run whose jobs run on the
+    CPU (their `gpu` is none; train's is 0), of every rule that is no GPU rule and, for a
+    set-resources `gpu` of 0, of the other GPU rules; a value the parse cannot evaluate
+    (it reads the job's attempt, ...) is named as not checked (site.known_value). The
+    Snakefile calls it after the last rule, when all the run's rules are defined.
     Not checked: a slurm_partition or an EKS machine_type, as nothing the parse reads says
     which partitions or instance types have GPUs. The SLURM plugin's partition file, whose
     max_gpu would, comes with the executor settings after the parse; the variable
@@ -486,8 +490,12 @@ def name_gpu_requests():
     if not workflow.is_main_process:
         return
     on_cpu = plan.gpu_rules_on_cpu(config, DATASETS.values(), SWEEPS.values())
-    cpu_rules = plan.cpu_rules(r.name for r in workflow.rules)
-    for line in site.gpu_request_warnings(_SET, on_cpu, plan.GPU_ON_CPU, cpu_rules):
+    rules = [r.name for r in workflow.rules]
+    cpu_rules = plan.cpu_rules(rules)
+    gpu_rules = [r for r in rules if r not in cpu_rules]
+    for line in site.gpu_request_warnings(
+        _SET, on_cpu, cpu_rules, gpu_rules, _DEFAULTS, gpu=plan.GPU_ON_CPU
+    ):
         logger.warning(line)
 
 

@@ -6,11 +6,13 @@ invalid bucket name "$SHARDFLOW_S3_BUCKET") and an unset image only in the kubel
 `site_env` reads a profile's required variables in one go and stops with one line
 naming every unset one; `unexpanded` finds literal `$NAME`s left in settings that
 came from any profile (the workflow checks its storage prefix and default
-resources with it at parse time).
+resources with it at parse time). `gpu_request_warnings` names the profile values that
+get a GPU, or a GPU node, for jobs that use none, as the executor plugins read them.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import sys
@@ -64,19 +66,64 @@ def unexpanded_message(found: Mapping[str, list[str]]) -> str:
 # a `gres` naming gpu, a `gpu_model`, a `gpu`), its job step's srun inside the allocation
 # (snakemake-executor-plugin-slurm-jobstep 0.6.1, get_gpu_setting: the first of `gpus`,
 # `gpu`, `nvidia_gpu` that the job has) and the Kubernetes plugin's pod (0.5.1: `gpu`
-# alone, an nvidia.com/gpu request with the GPU toleration; it ignores the others).
+# alone; it ignores the others). That plugin keys on `gpu` being there: at any value, 0
+# included, the pod gets the toleration of the job's `gpu_manufacturer` (nvidia or amd:
+# nvidia.com/gpu=present:NoSchedule) and a request of that many GPUs, and a job with a
+# `gpu` but no manufacturer is refused at submission. Only that plugin reads
+# `gpu_manufacturer`; the executor itself is not known while the Snakefile is parsed
+# (Snakemake hands it to the workflow afterwards), so a `gpu` of 0 is named where the
+# job has a manufacturer (without one, Kubernetes refuses the job: no silent toleration).
 _STEP_GPUS = ("gpus", "gpu", "nvidia_gpu")
+GPU_KEYS = ("gres", "gpu_model", "gpu", "gpus", "nvidia_gpu", "gpu_manufacturer")  # what gpu_asks reads
+
+# The names that hold the job's values where Snakemake evaluates a profile's resource
+# expression (snakemake.resources.Resource.cli_evaluator, Snakemake 9.27).
+_JOB_NAMES = frozenset({"wildcards", "input", "attempt", "threads"})
+
+
+def known_value(resource, rule: str | None = None) -> tuple[object, bool]:
+    """(value, True) for a profile's resource value as every job of `rule` gets it, where
+    the parse can know it; (None, False) where it cannot.
+
+    Snakemake keeps a profile's resource value as a `Resource`: an integer as it is, any
+    other text as an expression, evaluated per job with `$VARIABLES` expanded, where text
+    that is no expression (`a100`, `gpu:1`) stays text. A YTE `?expression` in a profile
+    is evaluated when the profile is read, so the parse gets its result. Here an
+    expression that reads none of the job's values (_JOB_NAMES) is evaluated as Snakemake
+    will evaluate it; one that does (`1 if attempt > 1 else 0`), one that fails and a
+    function (the Python API's) are not known. A plain value (no `Resource`) is as given."""
+    if not hasattr(resource, "is_evaluable"):
+        return resource, True
+    if not resource.is_evaluable():
+        return resource.value, True
+    if not isinstance(resource.raw, str):  # a function
+        return None, False
+    text = os.path.expanduser(os.path.expandvars(resource.raw))
+    try:
+        names = {node.id for node in ast.walk(ast.parse(text, mode="eval")) if isinstance(node, ast.Name)}
+    except SyntaxError:
+        names = set()  # Snakemake takes it as text
+    if names & _JOB_NAMES:
+        return None, False
+    try:
+        value = resource.evaluate(None, input=(), attempt=1, threads=1, rulename=rule, async_run=None)
+    except Exception:
+        return None, False
+    if value.is_evaluable() or not isinstance(value.value, (int, str)):
+        return None, False
+    return value.value, True
 
 
 def _count(value) -> int | None:
-    """A GPU count given as an integer; None for an expression evaluated per job."""
+    """A GPU count: an integer (the SLURM job step refuses any other)."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def gpu_asks(resources: Mapping[str, object]) -> dict[str, str]:
     """{name: what the plugins ask for} for each resource among `resources` (a job's, as
-    plain values) that gets the job a GPU, as the plugins read them (above).
-    A `gpu` of 0, and a count the job step reads after another one, ask for nothing."""
+    plain values) that gets the job a GPU, or a GPU node, as the plugins read them
+    (above). A `gpu` of 0 asks for nothing but the Kubernetes toleration, where the job
+    has a gpu_manufacturer; a count the job step reads after another one, for nothing."""
     asks = {}
     gres, model, gpu = resources.get("gres"), resources.get("gpu_model"), resources.get("gpu")
     if gres and "gpu" in str(gres).lower():
@@ -84,10 +131,16 @@ def gpu_asks(resources: Mapping[str, object]) -> dict[str, str]:
     if model:  # a job without `gpu` counts 1
         asks["gpu_model"] = f"the SLURM plugin asks sbatch for --gpus={model}:{1 if gpu is None else gpu}"
     count = _count(gpu)
+    manufacturer = str(resources.get("gpu_manufacturer") or "").lower()
     if count:
         asks["gpu"] = (
             f"the SLURM plugin asks sbatch for --gpus={f'{model}:' if model else ''}{count} "
             f"and the Kubernetes plugin requests {count} GPU{'s' if count > 1 else ''} for its pod"
+        )
+    elif count == 0 and manufacturer in ("nvidia", "amd"):
+        asks["gpu"] = (
+            f"the Kubernetes plugin gives its pod the {manufacturer}.com/gpu toleration (a GPU node may take it) "
+            "and a request of 0 GPUs"
         )
     step = next((name for name in _STEP_GPUS if resources.get(name) is not None), None)
     count = _count(resources.get(step))
@@ -96,43 +149,138 @@ def gpu_asks(resources: Mapping[str, object]) -> dict[str, str]:
     return asks
 
 
-def gpu_requests(
-    set_resources: Mapping[str, Mapping[str, object]], rules: Iterable[str], gpu: Mapping[str, int] | None = None
-) -> list[tuple[str, str, object, str]]:
-    """(rule, name, value, what the plugins ask for) for each set-resources value of
-    `rules` that gets their jobs a GPU (gpu_asks), whatever the job's own `gpu` resource
-    (`gpu[rule]`; none if absent) would give them."""
-    gpu = gpu or {}
-    found = []
-    for rule in rules:
-        given = {name: getattr(v, "raw", v) for name, v in (set_resources.get(rule) or {}).items()}
-        asks = gpu_asks({**({"gpu": gpu[rule]} if rule in gpu else {}), **given})
-        found += [(rule, name, value, asks[name]) for name, value in given.items() if name in asks]
-    return found
-
-
 def gpu_request_warnings(
     set_resources: Mapping[str, Mapping[str, object]],
     on_cpu: Mapping[str, str],
-    gpu: Mapping[str, int] | None = None,
     cpu_rules: Iterable[str] = (),
+    gpu_rules: Iterable[str] = (),
+    default_resources: Mapping[str, object] | None = None,
+    gpu: Mapping[str, int] | None = None,
 ) -> list[str]:
-    """One line per set-resources value that gets a GPU for jobs that use none: those of
-    the GPU rules in `on_cpu` ({rule: why its jobs run on the CPU in this run}) and of
-    `cpu_rules`, the workflow's rules that are no GPU rule (plan.cpu_rules). Each names
-    the rule, the value, what the executor plugins make of it and what to change."""
-    rules = {**on_cpu, **{rule: None for rule in cpu_rules if rule not in on_cpu}}
-    lines = []
-    for rule, name, value, asks in gpu_requests(set_resources, rules, gpu):
-        if rules[rule] is None:
-            why, change = "not a GPU rule", "take it out of the profile"
-        else:
-            why, change = rules[rule], "leave it out of the profile for this run"
+    """One line per profile value that gets a GPU, or a GPU node, for jobs that use none,
+    naming the rule (or rules), key and value, what the executor plugins make of it and
+    what to change; and one per value the parse cannot know (known_value), as not checked.
+
+    Checked: every set-resources value of the GPU rules in `on_cpu` ({rule: why its jobs
+    run on the CPU in this run}) and of `cpu_rules` (plan.cpu_rules); a set-resources
+    `gpu` of 0 given to one of `gpu_rules` (the other GPU rules), which makes its jobs CPU
+    jobs; and each default-resources value, for the jobs of those rules it reaches: those
+    without the key in set-resources, and for `gpu` the CPU rules alone (a GPU rule sets
+    its own, none where its jobs run on the CPU). `gpu` ({rule: count}, plan.GPU_ON_CPU)
+    is the `gpu` a GPU rule's jobs keep on the CPU, train's 0 (its shell command hands the
+    count to the launcher): with a gpu_manufacturer from the profile, that 0 gets their
+    pods the Kubernetes toleration, named unless the rule's pods are pinned to an
+    instance type (a machine_type, which the parse cannot tell from a GPU type)."""
+    cpu_rules = [rule for rule in cpu_rules if rule not in on_cpu]
+    gpu_rules = [rule for rule in gpu_rules if rule not in on_cpu and rule not in cpu_rules]
+    why = {
+        **{rule: (reason, "leave it out of the profile for this run") for rule, reason in on_cpu.items()},
+        **dict.fromkeys(cpu_rules, ("not a GPU rule", "take it out of the profile")),
+        **dict.fromkeys(gpu_rules, ("its gpu is 0", "take it out (gpu_jobs.device cpu runs the GPU rules on the CPU)")),
+    }
+    own_gpu = {rule: count for rule, count in (gpu or {}).items() if rule in on_cpu}
+    defaults = {n: (v, known_value(v)) for n, v in (default_resources or {}).items() if n in GPU_KEYS}
+    lines, from_defaults, unknown_defaults = [], {}, {}
+    for rule in why:
+        keys = ("gpu", "gpu_manufacturer") if rule in gpu_rules else GPU_KEYS
+        given = {n: v for n, v in (set_resources.get(rule) or {}).items() if n in keys}
+        if rule in gpu_rules and "gpu" not in given:
+            continue  # its jobs get the GPUs resources.<rule>.gpu gives them
+        values = {n: known_value(v, rule) for n, v in given.items()}
+        # a default reaches the jobs where set-resources does not give the key; a GPU
+        # rule sets its own gpu (none on the CPU)
+        inherited = {
+            n: d for n, d in defaults.items() if n in keys and n not in given and (n != "gpu" or rule in cpu_rules)
+        }
+        job = {n: v for n, (_, (v, ok)) in inherited.items() if ok} | {n: v for n, (v, ok) in values.items() if ok}
+        if "gpu" in given and not values["gpu"][1]:
+            job["gpu"] = "<gpu>"  # there all the same: a gpu_model asks for that many, the job step reads no other
+        # the gpu the rule keeps on the CPU (train's 0), or a set-resources gpu equal to it,
+        # which leaving out would not change
+        own = {"gpu": own_gpu[rule]} if rule in own_gpu and job.get("gpu", own_gpu[rule]) == own_gpu[rule] else {}
+        job |= own
+        asks = gpu_asks(job)
+        if rule in gpu_rules:
+            asks = {n: ask for n, ask in asks.items() if n == "gpu" and _count(job["gpu"]) == 0}
+        pinned = "machine_type" in (set_resources.get(rule) or {}) or "machine_type" in (default_resources or {})
+        if own and pinned:
+            asks.pop("gpu", None)  # on the instance type it names, toleration or not
+        for name, ask in asks.items():
+            if name in own:  # the rule's own gpu of 0, with a gpu_manufacturer
+                lines.append(
+                    _own_gpu_line(rule, on_cpu[rule], ask, job["gpu_manufacturer"], "gpu_manufacturer" in given)
+                )
+            elif name in inherited:  # one line per default, its asks in the order of the rules
+                from_defaults.setdefault((name, job[name]), {}).setdefault(ask, []).append(rule)
+            else:
+                reason, change = why[rule]
+                lines.append(
+                    f"set-resources {rule}:{name}={job[name]}: {ask} for each {rule} job, which runs on the CPU "
+                    f"({reason}) and uses no GPU; {change} (profiles/README.md, {_sites(name, ask)})"
+                )
+        # a gpu_manufacturer matters only to a job whose gpu is 0
+        relevant = [
+            n
+            for n in (*values, *inherited)
+            if n != "gpu_manufacturer" or (_count(job.get("gpu")) == 0 and not (own and pinned))
+        ]
+        for name in relevant:
+            if name in values and not values[name][1]:
+                lines.append(_not_checked(f"set-resources {rule}:{name}={_shown(given[name])}", f"{rule} jobs"))
+            elif name in inherited and not inherited[name][1][1]:
+                unknown_defaults.setdefault(name, []).append(rule)
+    for (name, value), asks in from_defaults.items():
+        rules = [rule for names in asks.values() for rule in names]
         lines.append(
-            f"set-resources {rule}:{name}={value}: {asks} for each {rule} job, which runs on the CPU ({why}) "
-            f"and uses no GPU; {change} (profiles/README.md, {'slurm, eks' if name == 'gpu' else 'slurm'})"
+            f"default-resources {name}={value}: "
+            + "; ".join(f"{ask} for each job of {_rule_list(names, on_cpu)}" for ask, names in asks.items())
+            + f", which use{'s' if len(rules) == 1 else ''} no GPU; take it out of default-resources: a GPU rule's "
+            f"jobs get their GPUs from resources.<rule>.gpu"
+            + ("" if name == "gpu" else f", a {name} goes to each GPU rule in set-resources")
+            + f" (profiles/README.md, {_sites(name, ' '.join(asks))})"
+        )
+    for name, rules in unknown_defaults.items():
+        lines.append(
+            _not_checked(
+                f"default-resources {name}={_shown(defaults[name][0])}", f"the jobs of {_rule_list(rules, on_cpu)}"
+            )
         )
     return lines
+
+
+def _own_gpu_line(rule: str, reason: str, ask: str, manufacturer: object, in_set_resources: bool) -> str:
+    """The line for a gpu_manufacturer that the `gpu` of 0 a rule keeps on the CPU
+    (train's) turns into the Kubernetes GPU toleration."""
+    where = f"set-resources {rule}:" if in_set_resources else "default-resources "
+    return (
+        f"{where}gpu_manufacturer={manufacturer}: {ask} for each {rule} job, which runs on the CPU ({reason}) "
+        f"and uses no GPU but keeps gpu=0, the count its shell command hands the launcher; pin {rule}'s pods to a "
+        f"CPU instance type for this run, set-resources {rule}:machine_type=<type> (leaving out gpu_manufacturer "
+        "does not help: the plugin refuses a job with a gpu and none) (profiles/README.md, eks)"
+    )
+
+
+def _not_checked(where: str, jobs: str) -> str:
+    return (
+        f"{where}: not checked: the parse cannot evaluate it (it reads the job's wildcards, input, attempt or "
+        f"threads, is a function, or failed), so whether it gets {jobs} a GPU, or a GPU node, that they do not use "
+        "is not known; give a plain value to have it checked (profiles/README.md)"
+    )
+
+
+def _rule_list(rules: Sequence[str], on_cpu: Mapping[str, str]) -> str:
+    return ", ".join(f"{rule} ({on_cpu[rule]})" if rule in on_cpu else rule for rule in rules)
+
+
+def _sites(name: str, ask: str) -> str:
+    return "eks" if "toleration" in ask else "slurm, eks" if name == "gpu" else "slurm"
+
+
+def _shown(resource) -> object:
+    """A resource value as the profile gave it (a function has no text)."""
+    if hasattr(resource, "is_evaluable"):
+        return "<function>" if resource.raw is None else resource.raw
+    return resource
 
 
 def python_first_on_path(environ: dict | None = None, executable: str = sys.executable) -> bool:
@@ -154,13 +302,43 @@ def python_first_on_path(environ: dict | None = None, executable: str = sys.exec
 # its books (--unlock, --touch, --cleanup-metadata) or read finished outputs (--report).
 # Parse-time checks of what the jobs will load are skipped there: a model moved after a
 # finished run must not block `--unlock` or `--report`.
-NO_JOB_FLAGS = frozenset({
-    "--unlock", "--touch", "-t", "--report", "--lint", "--list-rules", "--list", "-l", "--list-target-rules",
-    "--lt", "--summary", "-S", "--detailed-summary", "-D", "--list-changes", "--lc", "--dag", "--rulegraph",
-    "--filegraph", "--d3dag", "--cleanup-metadata", "--cm", "--cleanup-shadow", "--delete-all-output",
-    "--delete-temp-output", "--containerize", "--export-cwl", "--archive", "--generate-unit-tests",
-    "--print-compilation", "--list-conda-envs", "--conda-cleanup-envs", "--conda-create-envs-only",
-})
+NO_JOB_FLAGS = frozenset(
+    {
+        "--unlock",
+        "--touch",
+        "-t",
+        "--report",
+        "--lint",
+        "--list-rules",
+        "--list",
+        "-l",
+        "--list-target-rules",
+        "--lt",
+        "--summary",
+        "-S",
+        "--detailed-summary",
+        "-D",
+        "--list-changes",
+        "--lc",
+        "--dag",
+        "--rulegraph",
+        "--filegraph",
+        "--d3dag",
+        "--cleanup-metadata",
+        "--cm",
+        "--cleanup-shadow",
+        "--delete-all-output",
+        "--delete-temp-output",
+        "--containerize",
+        "--export-cwl",
+        "--archive",
+        "--generate-unit-tests",
+        "--print-compilation",
+        "--list-conda-envs",
+        "--conda-cleanup-envs",
+        "--conda-create-envs-only",
+    }
+)
 
 
 def command_flags(argv: Sequence[str] | None = None) -> set[str]:

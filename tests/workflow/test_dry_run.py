@@ -1,5 +1,6 @@
 """The whole graph is known at parse time: dry runs, DAG, lint, formatting."""
 
+import re
 import subprocess
 
 import pytest
@@ -284,12 +285,16 @@ def test_a_profiles_gpu_for_jobs_that_run_on_the_cpu_is_named_at_parse_time(tmp_
     gpu_model that set-resources gives their rule reaches sbatch as a GPU request (the
     slurm plugin's; tests/unit/workflow/test_site.py): the parse names each, for the GPU
     rules of the run only (no retrieval, no sweep here), then for the CPU rules (merge),
-    whose jobs never use a GPU."""
+    whose jobs never use a GPU; then a default-resources gpu, with the CPU rules it
+    reaches, and a default-resources gpu_manufacturer, which with train's gpu of 0 gets
+    its pods the Kubernetes GPU toleration."""
     cfg = write_config(tmp_path / "c.yaml", tasks=["embedding", "training"], n_chunks=2, gpu_jobs={"device": "cpu"})
     proc = snakemake(tmp_path, "-n", "--profile", str(REPO / "profiles/slurm"), "--configfile", str(cfg),
                      "--set-resources", "embed:gpu_model=a100", "embed:slurm_partition=gpu", "train:gpu_model=a100",
-                     "embed_queries:gpu_model=a100", "sweep_train:gres=gpu:1", "merge:gpu_model=a100")
-    named = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("set-resources")]
+                     "embed_queries:gpu_model=a100", "sweep_train:gres=gpu:1", "merge:gpu_model=a100",
+                     "--default-resources", "mem_mb=1000", "gpu=1", "gpu_manufacturer=nvidia")
+    lines = (proc.stdout + proc.stderr).splitlines()
+    named = [line for line in lines if line.startswith("set-resources")]
     assert named == [
         f"set-resources {rule}:gpu_model=a100: the SLURM plugin asks sbatch for --gpus=a100:{n} for each {rule} job, "
         "which runs on the CPU (gpu_jobs.device cpu) and uses no GPU; leave it out of the profile for this run "
@@ -299,6 +304,20 @@ def test_a_profiles_gpu_for_jobs_that_run_on_the_cpu_is_named_at_parse_time(tmp_
         "set-resources merge:gpu_model=a100: the SLURM plugin asks sbatch for --gpus=a100:1 for each merge job, "
         "which runs on the CPU (not a GPU rule) and uses no GPU; take it out of the profile (profiles/README.md, slurm)"
     ], proc.stdout + proc.stderr
+    default = [line for line in lines if line.startswith("default-resources")]
+    assert len(default) == 2, default
+    assert default[0].startswith(
+        "default-resources gpu_manufacturer=nvidia: the Kubernetes plugin gives its pod the nvidia.com/gpu toleration "
+        "(a GPU node may take it) and a request of 0 GPUs for each train job, which runs on the CPU "
+        "(gpu_jobs.device cpu) and uses no GPU but keeps gpu=0"
+    ), default
+    assert default[1].startswith(
+        "default-resources gpu=1: the SLURM plugin asks sbatch for --gpus=1 and the Kubernetes plugin requests 1 GPU "
+        "for its pod for each job of "
+    ), default
+    reached = re.search(r"for each job of (.*?)(;|, which use)", default[1]).group(1).split(", ")
+    # merge is named with the other ask (its set-resources gpu_model makes it --gpus=a100:1)
+    assert "split_demo" in reached and "gather_shards" in reached and not {"embed", "train", "merge"} & set(reached)
 
 
 def test_inside_a_slurm_job_no_rule_retries_in_place(tmp_path):

@@ -2,6 +2,7 @@ import re
 from types import SimpleNamespace
 
 import pytest
+from snakemake.resources import Resources
 
 from shardflow.workflow import site
 from shardflow.workflow.site import missing, site_env, unexpanded, unexpanded_message
@@ -36,92 +37,184 @@ def test_unexpanded_finds_literal_variables_whose_value_is_unset():
     assert unexpanded({"x": "a$ literal dollar"}, environ={}) == {}
 
 
-class _Resource:  # Snakemake's parsed form keeps the value as given in `raw`
-    def __init__(self, raw):
-        self.raw = raw
-
-
 class _Resources(dict):  # a job's resources, as the plugins read them
     __getattr__ = dict.__getitem__
 
 
-def test_gpu_requests_name_what_the_executor_plugins_ask_for_whatever_the_jobs_gpu_says():
+def _resources(*assignments):
+    """set-resources (or default-resources) values as the parse gets them from a profile:
+    Snakemake's own parse of `name=value` (cli.parse_set_resources)."""
+    return Resources.parse(list(assignments), allow_expressions=True)
+
+
+def test_known_value_evaluates_what_every_job_gets_and_nothing_that_depends_on_the_job(monkeypatch):
+    """A profile's integers stay integers; other text is an expression Snakemake evaluates
+    per job, or text where it is none (a100, gpu:1): the parse knows what every job gets
+    unless the expression reads the job's attempt, input, wildcards or threads, fails, or
+    is a function (the Python API's). A YTE `?expression` reaches the parse evaluated."""
+    monkeypatch.setenv("SHARDFLOW_TEST_GPUS", "3")
+    given = _resources(
+        "gpu=2",
+        "gpu_model=a100",
+        "gres=gpu:1",
+        "nvidia_gpu='gpu:2'",
+        "gpus=1 + 1",
+        "g1=$SHARDFLOW_TEST_GPUS",
+        "g2=1 if attempt > 1 else 0",
+        "g3=input.size_mb // 1000",
+        "g4=len(wildcards)",
+        "g5=threads",
+        "g6=1 // 0",
+    )
+    values = {name: site.known_value(resource, "embed") for name, resource in given.items()}
+    assert values == {
+        "gpu": (2, True),
+        "gpu_model": ("a100", True),
+        "gres": ("gpu:1", True),
+        "nvidia_gpu": ("gpu:2", True),
+        "gpus": (2, True),
+        "g1": (3, True),
+        "g2": (None, False),
+        "g3": (None, False),
+        "g4": (None, False),
+        "g5": (None, False),
+        "g6": (None, False),
+    }
+    function = Resources.from_mapping({"gpu": lambda wildcards: 1})["gpu"]
+    assert site.known_value(function) == (None, False)
+    assert site.known_value(0) == (0, True)  # a plain value
+
+
+def test_gpu_asks_say_what_the_slurm_plugins_ask_for():
     """A gpu_model, a gres naming gpu or a `gpu` above 0 asks sbatch for a GPU for a job
-    without a `gpu` resource (a GPU rule's job on the CPU; train's there have gpu 0); a
-    `gpus` or `nvidia_gpu` asks the job step's srun, where the job has no count read
-    before it. What gpu_requests says sbatch and srun get is checked against the
-    installed plugins' own (snakemake-executor-plugin-slurm 2.8, utils.set_gres_string;
-    -slurm-jobstep 0.6.1, get_gpu_setting)."""
+    without a `gpu` resource (a GPU rule's job on the CPU; train's there has a gpu of 0,
+    which a gpu_model asks for as <model>:0); a `gpus` or `nvidia_gpu` asks the job
+    step's srun, where the job has no count read before it; a `gpu` of 0 asks SLURM for
+    nothing. What gpu_asks says sbatch and srun get is checked
+    against the installed plugins' own (snakemake-executor-plugin-slurm 2.8,
+    utils.set_gres_string; -slurm-jobstep 0.6.1, get_gpu_setting)."""
     utils = pytest.importorskip("snakemake_executor_plugin_slurm.utils")
     jobstep = pytest.importorskip("snakemake_executor_plugin_slurm_jobstep")
 
-    given = {
-        "summarise": {"gpu_model": _Resource("a100"), "slurm_partition": "gpu", "mem_mb": 2000},
-        "sweep_summarise": {"gres": "gpu:1"},
-        "merge_summaries": {"gpu_model": "a100"},  # not among the rules asked about
-        "embed": {"gres": "tmp:10G", "slurm_partition": "gpu"},
-        "train": {"gpu_model": "h100", "slurm_extra": "'--exclude=node17'"},
-        "embed_queries": {"gpu": _Resource(2)},
-        "retrieval_evaluate": {"gpus": 1},
-        "sweep_embed": {"nvidia_gpu": 1},
-        "sweep_train": {"nvidia_gpu": 2},  # the job step reads the job's gpu 0 first
-        "sweep_embed_chunk": {"gpu": 0, "gpus": 0},
-        "sweep_embed_queries": {"gpu_model": "a100", "gpu": 2},
+    jobs = {
+        "a": {"gpu_model": "a100", "slurm_partition": "gpu", "mem_mb": 2000},
+        "b": {"gres": "gpu:1"},
+        "c": {"gres": "tmp:10G", "slurm_partition": "gpu"},
+        "d": {"gpu_model": "h100", "gpu": 0},
+        "e": {"gpu": 2},
+        "f": {"gpus": 1},
+        "g": {"nvidia_gpu": 1},
+        "h": {"nvidia_gpu": 2, "gpu": 0},  # the job step reads the gpu of 0 first
+        "i": {"gpu": 0, "gpus": 0},
+        "j": {"gpu_model": "a100", "gpu": 2},
+        "k": {"gpu": 0, "gpu_manufacturer": "nvidia"},  # the Kubernetes toleration alone
     }
-    gpu = {"train": 0, "sweep_train": 0}
-    rules = [rule for rule in given if rule != "merge_summaries"]
-    found = site.gpu_requests(given, rules, gpu)
     both = "the SLURM plugin asks sbatch for --gpus={} and the Kubernetes plugin requests 2 GPUs for its pod"
     step = "the SLURM plugin's job step runs it with srun --gpus=1 (sbatch gets no GPU from {})"
-    assert found == [
-        ("summarise", "gpu_model", "a100", "the SLURM plugin asks sbatch for --gpus=a100:1"),
-        ("sweep_summarise", "gres", "gpu:1", "the SLURM plugin asks sbatch for --gres=gpu:1"),
-        ("train", "gpu_model", "h100", "the SLURM plugin asks sbatch for --gpus=h100:0"),
-        ("embed_queries", "gpu", 2, both.format(2)),
-        ("retrieval_evaluate", "gpus", 1, step.format("gpus")),
-        ("sweep_embed", "nvidia_gpu", 1, step.format("nvidia_gpu")),
-        ("sweep_embed_queries", "gpu_model", "a100", "the SLURM plugin asks sbatch for --gpus=a100:2"),
-        ("sweep_embed_queries", "gpu", 2, both.format("a100:2")),
-    ]
+    asks = {job: site.gpu_asks(resources) for job, resources in jobs.items()}
+    assert asks == {
+        "a": {"gpu_model": "the SLURM plugin asks sbatch for --gpus=a100:1"},
+        "b": {"gres": "the SLURM plugin asks sbatch for --gres=gpu:1"},
+        "c": {},
+        "d": {"gpu_model": "the SLURM plugin asks sbatch for --gpus=h100:0"},
+        "e": {"gpu": both.format(2)},
+        "f": {"gpus": step.format("gpus")},
+        "g": {"nvidia_gpu": step.format("nvidia_gpu")},
+        "h": {},
+        "i": {},
+        "j": {"gpu_model": "the SLURM plugin asks sbatch for --gpus=a100:2", "gpu": both.format("a100:2")},
+        "k": {
+            "gpu": "the Kubernetes plugin gives its pod the nvidia.com/gpu toleration (a GPU node may take it) and a "
+            "request of 0 GPUs"
+        },
+    }
+    for name, resources in jobs.items():
+        job = SimpleNamespace(resources=_Resources(resources))
+        said = " ".join(asks[name].values())
+        sbatch = [option for option in utils.set_gres_string(job).split() if "gpu" in option]
+        srun = jobstep.get_gpu_setting(job)
+        assert set(re.findall(r"sbatch for (\S+)", said)) == set(sbatch), name
+        assert re.findall(r"srun (--gpus=\d+)", said) == ([srun] if srun and not sbatch else []), name
+    assert "--gres=tmp:10G" in utils.set_gres_string(SimpleNamespace(resources=_Resources(jobs["c"])))
 
-    def job(rule):
-        values = {name: getattr(v, "raw", v) for name, v in given[rule].items()}
-        return SimpleNamespace(resources=_Resources({**({"gpu": gpu[rule]} if rule in gpu else {}), **values}))
 
-    for rule in rules:
-        asks = " ".join(a for r, _, _, a in found if r == rule)
-        sbatch = [option for option in utils.set_gres_string(job(rule)).split() if "gpu" in option]
-        srun = jobstep.get_gpu_setting(job(rule))
-        assert set(re.findall(r"sbatch for (\S+)", asks)) == set(sbatch), rule
-        assert re.findall(r"srun (--gpus=\d+)", asks) == ([srun] if srun and not sbatch else []), rule
-    assert "--gres=tmp:10G" in utils.set_gres_string(job("embed"))  # another gres asks for no GPU
-    assert not utils.set_gres_string(job("sweep_train")) and not jobstep.get_gpu_setting(job("sweep_train"))
+def _kubernetes_pod(resources: dict):
+    """The pod spec the Kubernetes plugin (0.5.1) submits for a job with `resources`, from
+    its own run_job with the API call caught, or the error it raises instead."""
+    import logging
 
-
-def test_the_kubernetes_plugin_asks_for_gpus_by_the_gpu_resource_alone():
-    """gpu_asks has the Kubernetes plugin (0.5.1) turn `gpu` alone into a GPU request for
-    the pod: its job submission reads no other GPU count (nor gpu_model or gres)."""
     kubernetes = pytest.importorskip("snakemake_executor_plugin_kubernetes")
-    import inspect
+    submitted = []
+    executor = kubernetes.Executor.__new__(kubernetes.Executor)
+    executor.__dict__.update(
+        format_job_exec=lambda job: "true",
+        run_namespace="test",
+        container_image="image",
+        persistent_volumes=[],
+        workflow=SimpleNamespace(deployment_settings=SimpleNamespace(deployment_method=[])),
+        k8s_service_account_name=None,
+        secret_envvars={},
+        k8s_cpu_scalar=0.95,
+        privileged=False,
+        logger=logging.getLogger("test_site"),
+        namespace="shardflow",
+        batchapi=SimpleNamespace(create_namespaced_job=lambda namespace, body: submitted.append(body)),
+        _kubernetes_retry=lambda call: call(),
+        report_job_submission=lambda info: None,
+    )
+    job = SimpleNamespace(resources=resources, jobid=1, attempt=1, is_containerized=False)
+    try:
+        executor.run_job(job)
+    except Exception as err:  # noqa: BLE001 - the plugin's refusal is the answer
+        return err
+    return submitted[0].spec.template.spec
 
-    source = inspect.getsource(kubernetes.Executor.run_job)
-    assert '"gpu" in resources_dict' in source and "nvidia.com/gpu" in source
-    for name in ("gpus", "nvidia_gpu", "gpu_model", "gres"):
-        assert f'"{name}"' not in source and f"'{name}'" not in source, name
+
+@pytest.mark.parametrize(
+    ("resources", "asks_for"),
+    [
+        ({"gpu": 0, "gpu_manufacturer": "nvidia", "scale": 0}, "toleration"),
+        ({"gpu": 2, "gpu_manufacturer": "nvidia", "scale": 0}, "requests 2 GPUs"),
+        ({"gpu_manufacturer": "nvidia", "gpu_model": "a100", "gres": "gpu:1", "gpus": 1, "nvidia_gpu": 1}, None),
+        ({"gpu": 0}, "refused"),
+    ],
+)
+def test_gpu_asks_say_what_the_kubernetes_plugin_gives_the_pod(resources, asks_for):
+    """The Kubernetes plugin (0.5.1) reads `gpu` alone and keys on it being there: a
+    `gpu` of 0 still gets the pod the GPU toleration and a request of 0 GPUs, which lets
+    a CPU job onto a GPU node; without a gpu_manufacturer it refuses the job (no
+    toleration to go unnoticed). Run through the plugin's own run_job."""
+    pod = _kubernetes_pod(resources)
+    asks = site.gpu_asks(resources).get("gpu", "")
+    if asks_for == "refused":
+        assert "no manufacturer set" in str(pod) and not asks
+        return
+    container = pod.containers[0].resources
+    tolerated = [t.key for t in pod.tolerations or []] == ["nvidia.com/gpu"]
+    assert tolerated == (asks_for is not None) and (asks_for or "") in asks and bool(asks) == tolerated
+    if tolerated:
+        count = str(resources["gpu"])
+        assert container.requests["nvidia.com/gpu"] == container.limits["nvidia.com/gpu"] == count
+    else:
+        assert not any("gpu" in key for key in container.requests)
 
 
 def test_gpu_request_warnings_name_the_rule_the_value_and_what_to_change():
     on_cpu = {"embed": "gpu_jobs.device cpu", "train": "gpu_jobs.device cpu", "summarise": "summarise.method lead"}
     given = {
-        "embed": {"gpu": _Resource(1), "machine_type": "g5.xlarge"},
-        "train": {"gpu": 0},
+        "embed": _resources("gpu=1", "machine_type=g5.xlarge"),
+        "train": {"gpu_model": "a100"},
         "summarise": {"gpus": 1},
         "merge": {"gpu": 1},
     }
-    assert site.gpu_request_warnings(given, on_cpu, {"train": 0}) == [
+    assert site.gpu_request_warnings(given, on_cpu, gpu={"train": 0}) == [
         "set-resources embed:gpu=1: the SLURM plugin asks sbatch for --gpus=1 and the Kubernetes plugin requests "
         "1 GPU for its pod for each embed job, which runs on the CPU (gpu_jobs.device cpu) and uses no GPU; leave it "
         "out of the profile for this run (profiles/README.md, slurm, eks)",
+        # train on the CPU keeps gpu=0 (its launcher's count), so sbatch gets a100:0
+        "set-resources train:gpu_model=a100: the SLURM plugin asks sbatch for --gpus=a100:0 for each train job, "
+        "which runs on the CPU (gpu_jobs.device cpu) and uses no GPU; leave it out of the profile for this run "
+        "(profiles/README.md, slurm)",
         "set-resources summarise:gpus=1: the SLURM plugin's job step runs it with srun --gpus=1 (sbatch gets no GPU "
         "from gpus) for each summarise job, which runs on the CPU (summarise.method lead) and uses no GPU; leave it "
         "out of the profile for this run (profiles/README.md, slurm)",
@@ -135,12 +228,15 @@ def test_gpu_request_warnings_name_a_gpu_given_to_a_rule_that_is_no_gpu_rule():
         "merge": {"gpu_model": "a100", "slurm_partition": "gpu"},
         "split_news": {"gres": "gpu:1"},
         "verify": {"gpu": 1},
-        "report": {"slurm_partition": "gpu", "gpu": 0},  # a partition: no GPU asked for
+        "report": {"slurm_partition": "gpu", "gpu": 0},  # a partition, a gpu of 0: no GPU asked for
         "embed": {"gpu_model": "a100"},
         "sweep_embed_chunk": {"gpu_model": "a100"},  # a GPU rule whose jobs get their GPU
     }
     lines = site.gpu_request_warnings(
-        given, {"embed": "gpu_jobs.device cpu"}, cpu_rules=["split_news", "merge", "verify", "report"]
+        given,
+        {"embed": "gpu_jobs.device cpu"},
+        cpu_rules=["split_news", "merge", "verify", "report"],
+        gpu_rules=["embed", "sweep_embed_chunk"],
     )
     assert [line.removeprefix("set-resources ").split(" for each")[0] for line in lines] == [
         "embed:gpu_model=a100: the SLURM plugin asks sbatch for --gpus=a100:1",
@@ -152,6 +248,153 @@ def test_gpu_request_warnings_name_a_gpu_given_to_a_rule_that_is_no_gpu_rule():
         "for each merge job, which runs on the CPU (not a GPU rule) and uses no GPU; take it out of the profile "
         "(profiles/README.md, slurm)"
     )
+
+
+def test_a_gpu_of_0_is_named_where_the_kubernetes_plugin_gives_the_pod_the_gpu_toleration():
+    """A set-resources `gpu` of 0 gets an EKS pod the GPU toleration (the executor is not
+    known at parse time; a gpu_manufacturer, which only that plugin reads and which it
+    requires of a job with a gpu, is): named for every rule, a GPU rule that would run on
+    a GPU included (gpu 0 makes its jobs CPU jobs); without a manufacturer, or elsewhere
+    than in a `gpu`, a 0 asks for nothing."""
+    defaults = _resources("gpu_manufacturer=nvidia", "scale=0", "mem_mb=4000")
+    given = {
+        "train": _resources("gpu=0"),  # train.gpus is at least 1: gpu 0 is the profile's
+        "embed": _resources("gpu=0", "gpu_manufacturer=amd"),
+        "summarise": _resources("gpu=0"),  # on the CPU
+        "merge": _resources("gpu=0"),
+        "verify": _resources("gpu=0", "gpu_manufacturer=intel"),  # the plugin refuses the job: loud
+        "embed_queries": _resources("gpu=2"),  # its GPUs
+    }
+    lines = site.gpu_request_warnings(
+        given,
+        {"summarise": "summarise.method lead"},
+        cpu_rules=["merge", "verify"],
+        gpu_rules=["train", "embed", "summarise", "embed_queries"],
+        default_resources=defaults,
+    )
+    tolerates = (
+        "the Kubernetes plugin gives its pod the {}.com/gpu toleration (a GPU node may take it) and a request of 0 GPUs"
+    )
+    assert lines == [
+        f"set-resources summarise:gpu=0: {tolerates.format('nvidia')} for each summarise job, which runs on the CPU "
+        "(summarise.method lead) and uses no GPU; leave it out of the profile for this run (profiles/README.md, eks)",
+        f"set-resources merge:gpu=0: {tolerates.format('nvidia')} for each merge job, which runs on the CPU (not a "
+        "GPU rule) and uses no GPU; take it out of the profile (profiles/README.md, eks)",
+        f"set-resources train:gpu=0: {tolerates.format('nvidia')} for each train job, which runs on the CPU (its gpu "
+        "is 0) and uses no GPU; take it out (gpu_jobs.device cpu runs the GPU rules on the CPU) "
+        "(profiles/README.md, eks)",
+        f"set-resources embed:gpu=0: {tolerates.format('amd')} for each embed job, which runs on the CPU (its gpu "
+        "is 0) and uses no GPU; take it out (gpu_jobs.device cpu runs the GPU rules on the CPU) "
+        "(profiles/README.md, eks)",
+    ]
+    assert site.gpu_request_warnings(given, {}, ["merge"], ["train"]) == []  # no manufacturer: the plugin refuses
+
+
+def test_trains_own_gpu_of_0_on_the_cpu_is_named_where_the_profile_gives_a_gpu_manufacturer():
+    """train's jobs on the CPU keep gpu=0 (plan.GPU_ON_CPU: its shell command hands the
+    count to the launcher), so a gpu_manufacturer, the eks profile's default-resources
+    one included, gets their pods the Kubernetes GPU toleration: named for each such
+    rule, with where the manufacturer comes from and the remedy (a machine_type pins the
+    pods to an instance type, and then nothing is named). A set-resources gpu=0 equals
+    the rule's own: named the same way, as leaving it out would change nothing."""
+    on_cpu = {rule: "gpu_jobs.device cpu" for rule in ("train", "sweep_train", "embed")}
+    defaults = _resources("gpu_manufacturer=nvidia", "scale=0", "mem_mb=4000")
+    own = {"train": 0, "sweep_train": 0}
+    tolerates = (
+        "the Kubernetes plugin gives its pod the {}.com/gpu toleration (a GPU node may take it) and a request of 0 GPUs"
+    )
+
+    def line(where, rule, manufacturer="nvidia"):
+        return (
+            f"{where}gpu_manufacturer={manufacturer}: {tolerates.format(manufacturer)} for each {rule} job, which "
+            "runs on the CPU (gpu_jobs.device cpu) and uses no GPU but keeps gpu=0, the count its shell command hands "
+            f"the launcher; pin {rule}'s pods to a CPU instance type for this run, "
+            f"set-resources {rule}:machine_type=<type> (leaving out gpu_manufacturer does not help: the plugin refuses "
+            "a job with a gpu and none) (profiles/README.md, eks)"
+        )
+
+    # the eks profile's defaults: both train rules, embed (no gpu on the CPU) not
+    assert site.gpu_request_warnings({}, on_cpu, default_resources=defaults, gpu=own) == [
+        line("default-resources ", "train"),
+        line("default-resources ", "sweep_train"),
+    ]
+    given = {"train": _resources("gpu=0"), "sweep_train": _resources("gpu_manufacturer=amd")}
+    assert site.gpu_request_warnings(given, on_cpu, gpu=own) == [
+        line("set-resources sweep_train:", "sweep_train", "amd")
+    ]
+    assert site.gpu_request_warnings(given, on_cpu, default_resources=defaults, gpu=own) == [
+        line("default-resources ", "train"),
+        line("set-resources sweep_train:", "sweep_train", "amd"),
+    ]
+    pinned = {"train": _resources("machine_type=m5.xlarge"), "sweep_train": _resources("machine_type=m5.xlarge")}
+    assert site.gpu_request_warnings(pinned, on_cpu, default_resources=defaults, gpu=own) == []
+    # on GPUs (not on the CPU) train's gpu is train.gpus: nothing to name
+    assert site.gpu_request_warnings({}, {"embed": "gpu_jobs.device cpu"}, default_resources=defaults, gpu=own) == []
+    # what the line says is what the plugin does with train's gpu=0 (0.5.1's run_job)
+    pod = _kubernetes_pod({"gpu": 0, "gpu_manufacturer": "nvidia", "scale": 0, "machine_type": "m5.xlarge"})
+    assert [t.key for t in pod.tolerations] == ["nvidia.com/gpu"]
+    assert pod.node_selector == {"node.kubernetes.io/instance-type": "m5.xlarge"}
+    assert "no manufacturer set" in str(_kubernetes_pod({"gpu": 0}))
+
+
+def test_default_resources_that_get_jobs_a_gpu_are_named_with_the_rules_they_reach():
+    """A GPU value in default-resources reaches every job whose rule does not set the key:
+    `gpu` the CPU rules only (a GPU rule sets its own: none on the CPU, so also not there),
+    the others every rule, the GPU rules on the CPU included; a rule whose set-resources
+    sets the key is not reached. One line per key, naming the rules for each ask."""
+    defaults = _resources("gpu=1", "gpu_model=a100", "gres=tmp:1G", "mem_mb=4000", "slurm_partition=cpu")
+    given = {"verify": _resources("gpu_model=h100"), "report": _resources("gpu=2")}
+    lines = site.gpu_request_warnings(
+        given,
+        {"summarise": "summarise.method lead"},
+        cpu_rules=["merge", "verify", "report"],
+        gpu_rules=["embed", "summarise"],
+        default_resources=defaults,
+    )
+    assert lines == [
+        "set-resources verify:gpu_model=h100: the SLURM plugin asks sbatch for --gpus=h100:1 for each verify job, "
+        "which runs on the CPU (not a GPU rule) and uses no GPU; take it out of the profile (profiles/README.md, slurm)",
+        "set-resources report:gpu=2: the SLURM plugin asks sbatch for --gpus=a100:2 and the Kubernetes plugin "
+        "requests 2 GPUs for its pod for each report job, which runs on the CPU (not a GPU rule) and uses no GPU; "
+        "take it out of the profile (profiles/README.md, slurm, eks)",
+        "default-resources gpu_model=a100: the SLURM plugin asks sbatch for --gpus=a100:1 for each job of summarise "
+        "(summarise.method lead), merge; the SLURM plugin asks sbatch for --gpus=a100:2 for each job of report, "
+        "which use no GPU; take it out of default-resources: a GPU rule's jobs get their GPUs from "
+        "resources.<rule>.gpu, a gpu_model goes to each GPU rule in set-resources (profiles/README.md, slurm)",
+        "default-resources gpu=1: the SLURM plugin asks sbatch for --gpus=a100:1 and the Kubernetes plugin requests "
+        "1 GPU for its pod for each job of merge; the SLURM plugin asks sbatch for --gpus=h100:1 and the Kubernetes "
+        "plugin requests 1 GPU for its pod for each job of verify, which use no GPU; take it out of "
+        "default-resources: a GPU rule's jobs get their GPUs from resources.<rule>.gpu (profiles/README.md, slurm, eks)",
+    ]
+
+
+def test_a_value_the_parse_cannot_evaluate_is_named_once_as_not_checked():
+    """An expression that reads the job's values, or a function, is named once, as not
+    checked, where it would be checked: for each rule whose jobs use no GPU, for a GPU
+    rule's `gpu` (it could be 0), for a default-resources value with the rules it reaches.
+    An unknown `gpu` stands in the others' asks as `<gpu>`: sbatch gets --gpus=a100:<gpu>,
+    and the job step reads it before nvidia_gpu."""
+    given = {
+        "merge": _resources("gpu=1 if attempt > 1 else 0", "gpu_model=a100", "nvidia_gpu=1"),
+        "train": _resources("gpu=max(0, attempt - 1)"),
+        "embed": _resources("gpu_model=input.size_mb"),  # a GPU rule's model: not asked of
+        "verify": Resources.from_mapping({"gres": lambda wildcards: "gpu:1"}),
+    }
+    defaults = _resources("nvidia_gpu=threads", "gpu_manufacturer=nvidia")
+    lines = site.gpu_request_warnings(given, {}, ["merge", "verify"], ["train", "embed"], defaults)
+    reason = (
+        "not checked: the parse cannot evaluate it (it reads the job's wildcards, input, attempt or threads, is a "
+        "function, or failed), so whether it gets {} a GPU, or a GPU node, that they do not use is not known; give a "
+        "plain value to have it checked (profiles/README.md)"
+    )
+    assert lines == [
+        "set-resources merge:gpu_model=a100: the SLURM plugin asks sbatch for --gpus=a100:<gpu> for each merge job, "
+        "which runs on the CPU (not a GPU rule) and uses no GPU; take it out of the profile (profiles/README.md, slurm)",
+        "set-resources merge:gpu=1 if attempt > 1 else 0: " + reason.format("merge jobs"),
+        "set-resources verify:gres=<function>: " + reason.format("verify jobs"),
+        "set-resources train:gpu=max(0, attempt - 1): " + reason.format("train jobs"),
+        "default-resources nvidia_gpu=threads: " + reason.format("the jobs of verify"),  # merge sets its own
+    ]
 
 
 def test_the_workflows_python_goes_first_on_path_where_it_has_one(tmp_path):
