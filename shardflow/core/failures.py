@@ -24,6 +24,23 @@ chained in front of the rule log's (`runlog`): Snakemake runs a `script:` as
 `python .snakemake/scripts/tmpXXX.<name>.py`, so an uncaught exception ends the process
 through that hook, and no script needs a `try`.
 
+The train rule, a `shell:` rule whose command text must not change (a changed command
+reruns every finished train job), guards itself in `python -m shardflow.train.launch`
+with the same `Guard`: the attempt comes in the untracked `gpu_jobs` JSON, and the
+record lies beside the job's resume folder (`<resume>.failure.json`), which every
+attempt shares. Two differences, both from running outside a script:
+
+- Snakemake evaluates a job's params once per run: a retry in place (locally, in a
+  Kubernetes pod) keeps the first attempt's params, so the JSON says attempt 1 on every
+  such retry, and only a job-mode Snakemake started per attempt (a SLURM resubmission,
+  `--attempt N`) sees the true one. So the record also names the Snakemake process that
+  ran the attempt (`run`: shardflow.core.controller, pid and start time), and a record of
+  the same process is of an earlier attempt of this run, whatever the JSON says.
+- The ranks torchrun starts fail in processes of their own: each writes how it ended
+  (`reporting_rank_error`) to the folder the launcher names in SHARDFLOW_RANK_ERRORS,
+  and the launcher records a failure only where those reports show a deterministic
+  error that no other failure could have caused (`rank_failure`).
+
 Where a retry sees the record: locally, in place; on SLURM the retry is a resubmission in
 the same working directory on the shared filesystem; on EKS the pod's own Snakemake
 retries in place, in the pod where the record was written (a fresh pod is a new run:
@@ -32,11 +49,14 @@ attempt 1).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sys
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +77,9 @@ DETERMINISTIC = (ValueError, TypeError, LookupError)
 TRANSIENT = (MemoryError, OSError, RuntimeError)
 # An error message kept in the record (the full one is in the attempt's log).
 MESSAGE_CHARS = 2000
+# The folder where each rank torchrun starts for the train launcher writes how it ended
+# (rank<RANK>.json): set by the launcher for its ranks only.
+RANK_REPORTS_ENV = "SHARDFLOW_RANK_ERRORS"
 
 
 class RepeatedFailureError(Exception):
@@ -82,16 +105,28 @@ def deterministic(exc: BaseException) -> bool:
     return isinstance(exc, DETERMINISTIC)
 
 
-def signature(inputs: Iterable[str], params: Any) -> dict:
-    """What a rerun would read: each input's path, size and mtime_ns (None where it is
-    missing), and the sha256 of the params."""
-    files = []
+def _files(inputs: Iterable[str]) -> Iterator[str]:
+    """Each input, a folder (a `directory()` input: the train job's shards) as the files
+    under it, in order."""
     for path in inputs:
+        if os.path.isdir(path):
+            for root, dirs, names in os.walk(path):
+                dirs.sort()
+                yield from (os.path.join(root, name) for name in sorted(names))
+        else:
+            yield str(path)
+
+
+def signature(inputs: Iterable[str], params: Any) -> dict:
+    """What a rerun would read: each input file's path, size and mtime_ns (None where it
+    is missing; a folder: every file under it), and the sha256 of the params."""
+    files = []
+    for path in _files(inputs):
         try:
             st = os.stat(path)
-            files.append([str(path), st.st_size, st.st_mtime_ns])
+            files.append([path, st.st_size, st.st_mtime_ns])
         except OSError:
-            files.append([str(path), None, None])
+            files.append([path, None, None])
     return {"inputs": files, "params": digest(params)}
 
 
@@ -119,12 +154,16 @@ def _remove(path: Path, log: logging.Logger) -> None:
         log.warning("cannot remove the failure record %s (%s): remove it, or a retry may stop on it", path, exc)
 
 
-def check_earlier(path: Path, attempt: int, sig: dict, job: str, log: logging.Logger) -> None:
+def check_earlier(path: Path, attempt: int, sig: dict, job: str, log: logging.Logger, run: str | None = None) -> None:
     """Raise RepeatedFailureError where attempt > 1 and the record at `path` holds a
-    deterministic failure of this job with signature `sig`; otherwise remove the record."""
+    deterministic failure of this job with signature `sig`; otherwise remove the record.
+    `run`: the Snakemake process running this attempt; a record it wrote is of an
+    earlier attempt, whatever `attempt` says (a retry in place keeps attempt 1's params)."""
     record = _read(path)
     if record is None:
         return
+    if run is not None and record.get("run") == run and isinstance(record.get("attempt"), int):
+        attempt = max(attempt, record["attempt"] + 1)
     if attempt > 1 and record.get("signature") == sig:
         raise RepeatedFailureError(
             f"{job}: attempt {record.get('attempt')} failed with {record.get('error')}: {record.get('message')} -- "
@@ -140,17 +179,66 @@ def check_earlier(path: Path, attempt: int, sig: dict, job: str, log: logging.Lo
     _remove(path, log)
 
 
-def write_record(path: Path, exc: BaseException, attempt: int, sig: dict, job: str) -> None:
-    write_json(
-        path,
-        {
-            "job": job,
-            "attempt": attempt,
-            "error": type(exc).__name__,
-            "message": str(exc)[:MESSAGE_CHARS],
-            "signature": sig,
-        },
-    )
+def write_record(
+    path: Path, error: str, message: str, attempt: int, sig: dict, job: str, run: str | None = None
+) -> None:
+    record = {"job": job, "attempt": attempt, "error": error, "message": message[:MESSAGE_CHARS], "signature": sig}
+    write_json(path, {**record, "run": run} if run is not None else record)
+
+
+@dataclass(frozen=True)
+class Guard:
+    """One attempt of one job as its failure record knows it (`start_guard`)."""
+
+    path: Path  # the record
+    attempt: int
+    sig: dict
+    job: str
+    run: str | None = None  # the Snakemake process running the attempt, where known
+
+    def record(self, error: str, message: str, log: logging.Logger) -> bool:
+        """Record a deterministic failure of this attempt (error class name, message);
+        False where the record cannot be written."""
+        try:
+            write_record(self.path, error, message, self.attempt, self.sig, self.job, self.run)
+            return True
+        except Exception as err:  # never hide the job's own error behind the record's
+            log.warning("could not record the failure in %s: %s", self.path, err)
+            return False
+
+    def record_exception(self, exc: BaseException, log: logging.Logger) -> bool:
+        """Record `exc` where a rerun on the same inputs and params repeats it."""
+        return deterministic(exc) and self.record(type(exc).__name__, str(exc), log)
+
+    def say_recorded(self, error: str, log: logging.Logger) -> None:
+        log.error(
+            "%s is an error a rerun on the same inputs and params repeats: recorded in %s, so a retry of this "
+            "job (attempt %d on) stops at once instead of loading the model to fail the same way",
+            error,
+            self.path,
+            self.attempt + 1,
+        )
+
+
+def start_guard(
+    path: Path,
+    attempt: int,
+    inputs: Iterable[str],
+    params: Any,
+    job: str,
+    log: logging.Logger,
+    run: str | None = None,
+) -> Guard | None:
+    """The start of an attempt: stop it (RepeatedFailureError) where it repeats a
+    recorded deterministic failure, else the Guard that records its own. None (and a
+    warning) where the params give no signature: the job runs unguarded."""
+    try:
+        sig = signature(inputs, params)
+    except Exception as exc:  # noqa: BLE001 - params JSON cannot order (mixed key types): run unguarded
+        log.warning("%s: no failure record for this attempt (its params give no signature: %s)", job, exc)
+        return None
+    check_earlier(path, attempt, sig, job, log, run=run)
+    return Guard(path, attempt, sig, job, run)
 
 
 def guard_retries(smk: Any, log: logging.Logger) -> None:
@@ -160,33 +248,81 @@ def guard_retries(smk: Any, log: logging.Logger) -> None:
     attempt = smk.resources.get("attempt")
     if attempt is None or not smk.log:
         return
-    attempt = int(attempt)
     job = f"rule {smk.rule} (log {smk.log[0]})"
-    path = record_path(smk.log[0])
-    try:
-        sig = signature(smk.input, smk.params)
-    except Exception as exc:  # noqa: BLE001 - params JSON cannot order (mixed key types): run unguarded
-        log.warning("%s: no failure record for this attempt (its params give no signature: %s)", job, exc)
+    guard = start_guard(record_path(smk.log[0]), int(attempt), smk.input, smk.params, job, log)
+    if guard is None:
         return
-    check_earlier(path, attempt, sig, job, log)
     previous = sys.excepthook
 
     def hook(exc_type, exc, tb):
-        recorded = False
-        if deterministic(exc):
-            try:
-                write_record(path, exc, attempt, sig, job)
-                recorded = True
-            except Exception as err:  # never hide the job's own error behind the record's
-                log.warning("could not record the failure in %s: %s", path, err)
+        recorded = guard.record_exception(exc, log)
         previous(exc_type, exc, tb)
         if recorded:
-            log.error(
-                "%s is an error a rerun on the same inputs and params repeats: recorded in %s, so a retry of this "
-                "job (attempt %d on) stops at once instead of loading the model to fail the same way",
-                type(exc).__name__,
-                path,
-                attempt + 1,
-            )
+            guard.say_recorded(type(exc).__name__, log)
 
     sys.excepthook = hook
+
+
+# ------------------------------------------------------- ranks under torchrun
+
+
+def in_collective(exc: BaseException) -> bool:
+    """Whether `exc` came from torch.distributed (a DistError, or raised in one of its
+    calls or in DistributedDataParallel): what a rank sees when its group breaks, another
+    rank having failed (gloo: a RuntimeError 'Connection closed by peer'; NCCL errors)."""
+    if any(c.__module__.startswith("torch.distributed") for c in type(exc).__mro__):
+        return True
+    tb = exc.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
+        if "/torch/distributed/" in name or "/torch/nn/parallel/" in name:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+@contextlib.contextmanager
+def reporting_rank_error() -> Iterator[None]:
+    """Around a rank's work: an exception that ends it is written, before it propagates,
+    to `<SHARDFLOW_RANK_ERRORS>/rank<RANK>.json` (class, message, `deterministic`,
+    `in_collective`, time). Nothing outside a rank the train launcher started."""
+    folder = os.environ.get(RANK_REPORTS_ENV)
+    try:
+        yield
+    except BaseException as exc:
+        if folder:
+            rank = os.environ.get("RANK", "0")
+            report = {
+                "rank": rank,
+                "error": type(exc).__name__,
+                "message": str(exc)[:MESSAGE_CHARS],
+                "deterministic": deterministic(exc),
+                "collective": in_collective(exc),
+                "time": time.time(),
+            }
+            with contextlib.suppress(Exception):  # never hide the rank's own error
+                write_json(Path(folder) / f"rank{rank}.json", report)
+        raise
+
+
+def rank_reports(folder: str | os.PathLike) -> list[dict]:
+    """The reports the ranks left in `folder` (an unreadable one as {}: unknown)."""
+    return [_read(path) or {} for path in sorted(Path(folder).glob("rank*.json"))]
+
+
+def rank_failure(reports: list[dict]) -> dict | None:
+    """The report to record after torchrun failed, or None: retry as before.
+
+    A rank that reports an error in a collective was failed by its group (another rank
+    stopped), a rank with no report was stopped by torchrun after the first failure or
+    killed (a signal, the out-of-memory killer): neither is a cause. A failure is
+    recorded only where some rank reported an error outside the collectives, every
+    such error is deterministic, and the first report in time is one of them (a
+    collective that broke first is a network or device fault). No report at all: unknown."""
+    causes = [r for r in reports if not r.get("collective")]
+    if not causes or not all(r.get("deterministic") is True for r in causes):
+        return None
+    if not all(isinstance(r.get("time"), (int, float)) for r in reports):
+        return None
+    first = min(reports, key=lambda r: r["time"])
+    return first if not first.get("collective") else None

@@ -3,6 +3,7 @@ start_gpu_job): the classification, the record a failed attempt leaves beside it
 and the retry that stops at once on it."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -15,11 +16,24 @@ import torch
 from shardflow.core import gpu_slots
 from shardflow.core.atomic import DiskFullError
 from shardflow.core.config import ConfigError
-from shardflow.core.failures import RepeatedFailureError, deterministic, record_path
+from shardflow.core.failures import (
+    RANK_REPORTS_ENV,
+    RepeatedFailureError,
+    check_earlier,
+    deterministic,
+    in_collective,
+    rank_failure,
+    rank_reports,
+    record_path,
+    reporting_rank_error,
+    signature,
+    write_record,
+)
 from shardflow.core.gpujob import start_gpu_job
 from shardflow.core.oom import TooLargeError
 from shardflow.corpus.readers import BadRecordError
 from shardflow.embed.stconfig import UnsupportedModelError
+from shardflow.train.shards import ShardFormatError
 
 
 def raised(
@@ -240,3 +254,104 @@ def test_a_script_ending_on_an_error_records_it_and_its_retry_stops_before_the_b
     assert second.returncode == 1 and "RepeatedFailureError" in second.stderr, second.stderr
     assert "attempt 1 failed with ValueError" in log.read_text()  # this attempt's log says why
     assert (tmp_path / "chunk_0.log.body").read_text() == "1\n"  # attempt 2 never reached the body
+
+
+# ------------------------------------------------- jobs that are not scripts (train)
+
+
+def test_a_folder_input_is_signed_by_every_file_under_it(tmp_path):
+    """The train job's input is a folder (its shards): a shard rewritten while the retry
+    queued changes the signature, as a changed file input does."""
+    shards = tmp_path / "shards"
+    (shards / "sub").mkdir(parents=True)
+    (shards / "metadata.json").write_text("{}")
+    (shards / "sub" / "train_0.bin").write_bytes(b"\0" * 8)
+    sig = signature([str(shards)], ["--params", "{}"])
+    assert [row[0] for row in sig["inputs"]] == [str(shards / "metadata.json"), str(shards / "sub" / "train_0.bin")]
+    (shards / "sub" / "train_0.bin").write_bytes(b"\0" * 9)
+    assert signature([str(shards)], ["--params", "{}"]) != sig
+
+
+def test_a_retry_in_place_is_known_by_its_snakemake_process(tmp_path):
+    """Snakemake evaluates a job's params once per run: a retry in place still says
+    attempt 1 in them. A record written under the same Snakemake process is of an
+    earlier attempt of this run; one of another process is of an earlier run."""
+    log = logging.getLogger("test")
+    path, sig = tmp_path / "train.failure.json", {"inputs": [], "params": "x"}
+    write_record(path, "ShardFormatError", "shard_0.bin: bad magic", 1, sig, "train out", run="41:900")
+    with pytest.raises(RepeatedFailureError, match=r"^train out: attempt 1 failed with ShardFormatError: shard_0"):
+        check_earlier(path, 1, sig, "train out", log, run="41:900")
+    assert path.exists()
+    check_earlier(path, 1, sig, "train out", log, run="52:100")  # a new run (another Snakemake)
+    assert not path.exists()
+    write_record(path, "ShardFormatError", "bad magic", 2, sig, "train out")  # a SLURM resubmission's: no run
+    with pytest.raises(RepeatedFailureError):
+        check_earlier(path, 3, sig, "train out", log, run="63:200")  # its attempt comes in the params
+
+
+def distributed_error() -> BaseException:
+    """An error raised inside torch.distributed (a collective without a group), as caught."""
+    import torch.distributed as dist
+
+    try:
+        dist.all_reduce(torch.ones(1))
+    except Exception as exc:  # noqa: BLE001 - whatever torch raises for it
+        return exc
+    raise AssertionError("all_reduce without a process group raised nothing")
+
+
+def test_errors_from_torch_distributed_are_the_groups_not_a_cause():
+    assert in_collective(distributed_error())  # a ValueError from inside torch.distributed, by its frames
+    assert in_collective(torch.distributed.DistNetworkError("Connection reset by peer"))  # by its class
+    assert not in_collective(ValueError("shard_0.bin: bad magic"))
+
+
+def report(rank, error, deterministic, collective=False, at=0.0):
+    return {
+        "rank": str(rank),
+        "error": error,
+        "message": "m",
+        "deterministic": deterministic,
+        "collective": collective,
+        "time": at,
+    }
+
+
+@pytest.mark.parametrize(
+    "reports, recorded",
+    [
+        # rank 0 read a bad shard; rank 1 lost its peer (gloo) or was stopped by torchrun (no report)
+        ([report(0, "ShardFormatError", True), report(1, "RuntimeError", False, collective=True, at=1)], "0"),
+        ([report(0, "ShardFormatError", True)], "0"),
+        ([report(1, "ValueError", True, at=2), report(0, "ValueError", True, at=1)], "0"),  # both read it
+        ([report(0, "ValueError", True), report(1, "OutOfMemoryError", False, at=1)], None),  # an OOM too: retry
+        (
+            [report(0, "RuntimeError", False, collective=True), report(1, "ValueError", True, at=1)],
+            None,
+        ),  # group broke first
+        ([report(0, "DistBackendError", False, collective=True)], None),  # NCCL alone
+        ([report(0, "SystemExit", False)], None),
+        ([report(0, "ValueError", True), {}], None),  # an unreadable report: unknown
+        ([], None),  # every rank killed (a signal, the OOM killer)
+    ],
+)
+def test_ranks_failure_is_recorded_only_where_a_deterministic_error_caused_it(reports, recorded):
+    found = rank_failure(reports)
+    assert (found and found["rank"]) == recorded
+
+
+def test_a_rank_reports_the_error_that_ends_it_where_the_launcher_said(tmp_path, monkeypatch):
+    with pytest.raises(ValueError), reporting_rank_error():  # outside a launcher's rank: nothing written
+        raise ValueError("bad")
+    monkeypatch.setenv(RANK_REPORTS_ENV, str(tmp_path))
+    monkeypatch.setenv("RANK", "3")
+    with pytest.raises(ShardFormatError), reporting_rank_error():
+        raise ShardFormatError("shard_0.bin: not an llm.c shard")
+    (got,) = rank_reports(tmp_path)
+    assert {k: got[k] for k in ("rank", "error", "message", "deterministic", "collective")} == {
+        "rank": "3",
+        "error": "ShardFormatError",
+        "message": "shard_0.bin: not an llm.c shard",
+        "deterministic": True,
+        "collective": False,
+    }
