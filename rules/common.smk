@@ -243,14 +243,27 @@ def runs_on_cpu():
 def gpu_job_params(as_json=False, device_decides=True):
     """The params of every GPU job besides its stage's, given as `**gpu_job_params()`:
     - `gpu_jobs` (device, pinning, devices: what shardflow.core.gpujob reads; JSON for a
-      shell rule), untracked: which GPUs a job gets changes none of its outputs;
+      shell rule, with the job's `attempt` resource added: the train launcher's guard
+      against repeating an input error, shardflow.core.failures), untracked: which GPUs
+      a job gets changes none of its outputs;
     - `device`, recorded: it decides the dtype under `auto` and the kernels, so changing
       it reruns the GPU jobs; untracked for a job whose output it does not decide
       (`device_decides=False`: summarise with method lead, which runs on the CPU)."""
     settings = {k: config["gpu_jobs"][k] for k in ("device", "pinning", "devices")}
-    value = json.dumps(settings, sort_keys=True) if as_json else settings
     device = settings["device"] if device_decides else untracked(settings["device"])
-    return {"gpu_jobs": untracked(value), "device": device}
+    if not as_json:
+        return {"gpu_jobs": untracked(settings), "device": device}
+
+    def gpu_jobs(wildcards, resources):
+        # A function of `resources`, so unrecorded, as `untracked`. Snakemake evaluates
+        # params once per run: a retry in place still reads attempt 1 here (the launcher
+        # knows it by the Snakemake process instead); a SLURM resubmission's own
+        # Snakemake (--attempt N) reads N.
+        return json.dumps(
+            {**settings, "attempt": resources.get("attempt")}, sort_keys=True
+        )
+
+    return {"gpu_jobs": gpu_jobs, "device": device}
 
 
 def untracked(value):

@@ -7,7 +7,9 @@
 Every TrainParams field is a flag (`--batch-size 12`, `--compile true`,
 `--eval-windows all`); `--params` takes a JSON object of them first, flags override.
 Under torchrun (WORLD_SIZE > 1) the processes form one data-parallel group: nccl on
-CUDA, gloo on CPU. Only rank 0 logs to the file and writes outputs.
+CUDA, gloo on CPU. Only rank 0 logs to the file and writes outputs. A rank the train
+launcher started writes the error that ends it where the launcher reads it
+(shardflow.core.failures.reporting_rank_error: a retry then repeats no input error).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import typing
 import torch
 import torch.distributed as dist
 
-from shardflow.core import controller
+from shardflow.core import controller, failures
 from shardflow.core.runlog import configure_logging
 from shardflow.train.trainer import TrainParams, train
 
@@ -98,4 +100,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    with failures.reporting_rank_error():  # a rank the train launcher started says how it ended
+        main()

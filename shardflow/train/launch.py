@@ -19,6 +19,16 @@ The launcher also notes which Snakemake runs the job (shardflow.core.controller)
 the trainer, which stops without outputs, its checkpoint kept, if that process goes
 (a SIGKILLed controller would otherwise leave a train job publishing unrecorded outputs).
 
+A retry does not repeat an input or config error (shardflow.core.failures, as the
+script rules): before it pins GPUs, an attempt > 1 that finds `<resume dir>.failure.json`
+with the same trainer arguments and the same files under `--data` and `--tokenizer`
+stops at once, naming the earlier attempt's error. An attempt records its failure
+there where it ended on a deterministic error: in this process for one process (CPU,
+one GPU: the trainer runs here), or, under torchrun, where the ranks' reports show one
+(`failures.rank_failure`). The attempt comes in `--gpu-jobs` (`attempt`, from the rule's
+untracked `gpu_jobs` param: the command's text stays as it was); without it, or without
+`--resume-dir`, nothing is checked or recorded.
+
 Logging goes to stderr, which the rule sends to its log, torchrun's ranks included.
 """
 
@@ -28,10 +38,12 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
-from shardflow.core import controller
+from shardflow.core import controller, failures
 from shardflow.core.gpujob import pin_job_gpus
 from shardflow.core.runlog import configure_logging
 
@@ -41,6 +53,35 @@ log = logging.getLogger("shardflow.train.launch")
 def processes(device: str, gpus: int) -> int:
     """Training processes: one per GPU the job got; one on the CPU."""
     return 1 if device == "cpu" else max(gpus, 1)
+
+
+def option(rest: list[str], flag: str) -> str | None:
+    """The value the trainer reads for `flag` in its arguments `rest` (the last one given,
+    as argparse takes it), or None."""
+    value = None
+    for i, arg in enumerate(rest):
+        if arg == flag and i + 1 < len(rest):
+            value = rest[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg[len(flag) + 1 :]
+    return value
+
+
+def retry_guard(settings: dict, rest: list[str], job: str, run: str | None) -> failures.Guard | None:
+    """Stop this attempt where it repeats a deterministic failure its job's earlier
+    attempt recorded (failures.RepeatedFailureError), else the guard that records its
+    own: beside the resume folder (which every attempt shares; Snakemake deletes only
+    declared outputs), signed with the trainer's arguments and the files under its
+    `--data` and `--tokenizer`. None without `attempt` in the gpu_jobs settings or a
+    `--resume-dir` (a run by hand)."""
+    attempt, resume = settings.get("attempt"), option(rest, "--resume-dir")
+    if attempt is None or not resume:
+        return None
+    data = option(rest, "--data")
+    inputs = [p for p in (data, option(rest, "--tokenizer")) if p]
+    if data and os.path.isfile(data):  # metadata.json: the shards lie beside it
+        inputs[0] = os.path.dirname(data) or "."
+    return failures.start_guard(failures.record_path(resume.rstrip("/")), int(attempt), inputs, rest, job, log, run)
 
 
 def check_gpu_count(device: str, gpus: int, rest: list[str]) -> None:
@@ -86,15 +127,35 @@ def torchrun_command(nproc: int, args: list[str]) -> list[str]:
             "-m", "shardflow.train", *args]
 
 
-def run_ranks(cmd: list[str]) -> int:
+def run_ranks(cmd: list[str], reports: str | None = None) -> int:
     """Run torchrun (`cmd`) and return its status. torchrun gets SIGKILL when this
     process dies, and its ranks when torchrun does (each binds itself:
-    controller.bind_to_launcher), so a SIGKILLed job leaves nothing running."""
+    controller.bind_to_launcher), so a SIGKILLed job leaves nothing running. `reports`:
+    the folder where each rank writes the error that ended it (failures.RANK_REPORTS_ENV)."""
     me = controller.this_process()
     env = dict(os.environ)
     if me is not None:
         env[controller.LAUNCHER_ENV] = me.to_env()
+    if reports is not None:
+        env[failures.RANK_REPORTS_ENV] = reports
     return subprocess.run(cmd, preexec_fn=controller.die_with_parent, env=env).returncode
+
+
+def record_ranks(guard: failures.Guard, reports: str) -> None:
+    """After torchrun failed: record the ranks' failure where it is deterministic
+    (failures.rank_failure), and say why a retry runs where it is not."""
+    found = failures.rank_reports(reports)
+    cause = failures.rank_failure(found)
+    if cause is None:
+        ended = ", ".join(f"rank {r.get('rank', '?')}: {r.get('error', 'unreadable report')}" for r in found)
+        log.info(
+            "a retry runs: the ranks' failure was not an input or config error alone (%s)",
+            ended or "no rank reported an error: killed, or stopped by torchrun",
+        )
+        return
+    message = f"rank {cause.get('rank')}: {cause.get('message', '')}"
+    if guard.record(cause["error"], message, log):
+        guard.say_recorded(cause["error"], log)
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -116,24 +177,37 @@ def main(argv: list[str] | None = None) -> int:
     settings = json.loads(args.gpu_jobs)
     configure_logging(None, "shardflow.train.launch",
                       {"gpus": args.gpus, "gpu_jobs": settings, "threads": args.threads, "trainer": rest})
+    found = controller.find()
+    guard = retry_guard(settings, rest, args.job, found.to_env() if found else None)  # before GPUs are pinned
     device, _visible = pin_job_gpus(settings, args.gpus, job=args.job)
     check_gpu_count(device, args.gpus, rest)
     nproc = processes(device, args.gpus)
     targs = trainer_args(rest, device, nproc, args.threads)
-    found = controller.find()
     if found is not None:
         os.environ[controller.ENV] = found.to_env()  # the trainer's processes inherit it
     log.info("controller: %s", f"Snakemake pid {found.pid}" if found else "none found (no check for orphaning)")
-    if nproc == 1:
+    if nproc == 1:  # CPU or one GPU: the trainer runs in this process, its error is ours
         from shardflow.train.__main__ import main as train_main
 
-        train_main(targs)
+        try:
+            train_main(targs)
+        except BaseException as exc:
+            if guard is not None and guard.record_exception(exc, log):
+                guard.say_recorded(type(exc).__name__, log)
+            raise
         return 0
     cmd = torchrun_command(nproc, targs)
     log.info("running %d processes: %s", nproc, " ".join(cmd))
-    rc = run_ranks(cmd)
-    if rc != 0:
-        log.critical("failed: torchrun exited with status %d (the ranks' errors are above)", rc)
+    reports = tempfile.mkdtemp(prefix="shardflow-ranks-") if guard is not None else None
+    try:
+        rc = run_ranks(cmd, reports)
+        if rc != 0:
+            log.critical("failed: torchrun exited with status %d (the ranks' errors are above)", rc)
+            if guard is not None:
+                record_ranks(guard, reports)
+    finally:
+        if reports is not None:
+            shutil.rmtree(reports, ignore_errors=True)
     return rc
 
 

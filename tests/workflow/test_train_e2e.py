@@ -201,6 +201,9 @@ def test_dry_run_lists_every_tokenize_job_and_train_before_any_data(tmp_path):
     assert counts["train_tokenizer"] == counts["gather_shards"] == counts["train"] == 1
     assert "embed" not in counts
     assert '"compile": false' in out  # the CPU job records (and gets) compile as it runs: off
+    # The launcher learns the attempt from the untracked gpu_jobs JSON (its guard against
+    # repeating an input error: shardflow.core.failures), the command's text unchanged.
+    assert """--gpu-jobs '{"attempt": 1, "device": "cpu",""" in out
     assert not (tmp_path / "results").exists()
 
     # A position split reads the one text file itself: no tokenize jobs.

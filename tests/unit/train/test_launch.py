@@ -1,11 +1,17 @@
 """The train rule's launcher: where it runs, how many processes, what the trainer gets."""
 
 import contextlib
+import json
+import os
 import sys
+import time
 
 import pytest
+import torch
 
+from shardflow.core.failures import RepeatedFailureError
 from shardflow.train import launch
+from shardflow.train.shards import ShardFormatError
 
 
 def test_a_cpu_job_runs_one_process_on_the_cpu_whatever_gpus_says():
@@ -121,3 +127,181 @@ def test_a_rank_whose_launcher_is_already_gone_stops_before_training(monkeypatch
         controller.bind_to_launcher()
     monkeypatch.setenv(controller.LAUNCHER_ENV, controller.this_process().to_env())
     controller.bind_to_launcher()  # alive: nothing happens (its parent is this test's runner)
+
+
+# ------------------------------------------------- a retry repeats no input error
+
+
+def launcher_argv(tmp_path, attempt, device="cpu", gpus=0, data=None):
+    """The train rule's command as Snakemake formats it (rules/train.smk)."""
+    settings = {"device": device, "pinning": "off", "devices": None, "attempt": attempt}
+    shards = data or tmp_path / "shards"
+    if data is None and not shards.exists():
+        shards.mkdir()
+        (shards / "metadata.json").write_text("{}")
+    params = json.dumps({"n_layer": 1, **({"gpus": gpus} if gpus > 1 else {})})
+    return [
+        "--gpus",
+        str(gpus),
+        "--gpu-jobs",
+        json.dumps(settings),
+        "--threads",
+        "1",
+        "--job",
+        "train out",
+        "--",
+        "--data",
+        str(shards),
+        "--out",
+        str(tmp_path / "out"),
+        "--resume-dir",
+        str(tmp_path / ".resume" / "train"),
+        "--params",
+        params,
+    ]
+
+
+@pytest.fixture
+def launcher(monkeypatch, tmp_path):
+    """launch.main in this process: its excepthook and logging put back, no Snakemake."""
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    monkeypatch.setattr(launch.controller, "find", lambda: None)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    return tmp_path / ".resume" / "train.failure.json"
+
+
+def bad_shard(*args, **kwargs):
+    raise ShardFormatError("shards/train_0.bin: not an llm.c shard (magic 0)")
+
+
+def test_one_process_records_its_input_error_and_the_retry_stops_before_pinning(tmp_path, launcher, monkeypatch):
+    import shardflow.train.__main__ as trainer_main
+
+    monkeypatch.setattr(trainer_main, "main", bad_shard)
+    with pytest.raises(ShardFormatError):
+        launch.main(launcher_argv(tmp_path, attempt=1))
+    record = json.loads(launcher.read_text())  # beside the resume folder every attempt shares
+    assert (record["job"], record["attempt"], record["error"]) == ("train out", 1, "ShardFormatError")
+
+    monkeypatch.setattr(trainer_main, "main", lambda args: pytest.fail("the retry trained"))
+    monkeypatch.setattr(launch, "pin_job_gpus", lambda *a, **k: pytest.fail("the retry pinned GPUs"))
+    with pytest.raises(RepeatedFailureError, match=r"^train out: attempt 1 failed with ShardFormatError: shards/"):
+        launch.main(launcher_argv(tmp_path, attempt=2))
+
+
+def test_a_retry_in_place_stops_though_its_params_say_attempt_1(tmp_path, launcher, monkeypatch):
+    """Locally and in a pod, Snakemake retries with the params of attempt 1: the record
+    of the same Snakemake process says it is a retry. Another process is a new run."""
+    import shardflow.train.__main__ as trainer_main
+
+    snakemake = launch.controller.Controller(4242, "77")
+    monkeypatch.setattr(launch.controller, "find", lambda: snakemake)
+    monkeypatch.setattr(trainer_main, "main", bad_shard)
+    with pytest.raises(ShardFormatError):
+        launch.main(launcher_argv(tmp_path, attempt=1))
+    with pytest.raises(RepeatedFailureError):
+        launch.main(launcher_argv(tmp_path, attempt=1))
+    monkeypatch.setattr(launch.controller, "find", lambda: launch.controller.Controller(4343, "78"))
+    monkeypatch.setattr(trainer_main, "main", lambda args: {})
+    assert launch.main(launcher_argv(tmp_path, attempt=1)) == 0  # a new run tries again
+    assert not launcher.exists()
+
+
+def test_a_transient_error_or_a_run_by_hand_records_nothing(tmp_path, launcher, monkeypatch):
+    import shardflow.train.__main__ as trainer_main
+
+    def oom(args):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(trainer_main, "main", oom)
+    with pytest.raises(torch.OutOfMemoryError):
+        launch.main(launcher_argv(tmp_path, attempt=1))
+    assert not launcher.exists()
+    monkeypatch.setattr(trainer_main, "main", bad_shard)
+    argv = launcher_argv(tmp_path, attempt=None)  # no attempt: not started by the workflow
+    with pytest.raises(ShardFormatError):
+        launch.main(argv)
+    assert not launcher.exists()
+
+
+def fake_torchrun(*ranks):
+    """run_ranks standing in for torchrun: each rank (None: killed, no report) ends in
+    the error given, reported as shardflow.train's __main__ reports it."""
+
+    def run(cmd, reports=None):
+        for rank, exc in enumerate(ranks):
+            if exc is not None:
+                os.environ.update({launch.failures.RANK_REPORTS_ENV: reports, "RANK": str(rank)})
+                try:
+                    with launch.failures.reporting_rank_error():
+                        raise exc
+                except BaseException:  # noqa: BLE001 - the rank ended on it
+                    pass
+                time.sleep(0.01)
+        return 1
+
+    return run
+
+
+@pytest.mark.parametrize(
+    "ranks, recorded",
+    [
+        ((ShardFormatError("train_0.bin: bad magic"), None), True),  # rank 1 stopped by torchrun
+        ((ShardFormatError("train_0.bin: bad magic"), ShardFormatError("train_0.bin: bad magic")), True),
+        ((None, torch.OutOfMemoryError("CUDA out of memory")), False),
+        ((ShardFormatError("train_0.bin: bad magic"), torch.OutOfMemoryError("CUDA out of memory")), False),
+        ((None, None), False),  # killed: a signal, the OOM killer
+    ],
+)
+def test_ranks_under_torchrun_record_only_a_deterministic_failure(tmp_path, launcher, monkeypatch, ranks, recorded):
+    monkeypatch.setattr(launch, "pin_job_gpus", lambda settings, gpus, job: ("cuda", "0,1"))
+    monkeypatch.setattr(launch, "run_ranks", fake_torchrun(*ranks))
+    monkeypatch.setenv(launch.failures.RANK_REPORTS_ENV, "")  # so the fake ranks' values go at teardown
+    monkeypatch.setenv("RANK", "")
+    assert launch.main(launcher_argv(tmp_path, attempt=1, device="cuda", gpus=2)) == 1
+    assert launcher.exists() is recorded
+    if recorded:
+        assert json.loads(launcher.read_text())["message"] == "rank 0: train_0.bin: bad magic"
+        with pytest.raises(RepeatedFailureError, match="attempt 1 failed with ShardFormatError: rank 0: train_0"):
+            launch.main(launcher_argv(tmp_path, attempt=2, device="cuda", gpus=2))
+
+
+def test_a_rank_reports_the_error_that_ends_it(tmp_path, monkeypatch):
+    """`python -m shardflow.train` as torchrun runs it, in this process: a bad --params
+    ends it with a JSONDecodeError, written where the launcher named."""
+    import runpy
+
+    monkeypatch.setenv(launch.failures.RANK_REPORTS_ENV, str(tmp_path))
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.delitem(sys.modules, "shardflow.train.__main__", raising=False)  # runpy runs it afresh
+    monkeypatch.setattr(sys, "argv", ["shardflow.train", "--data", "d", "--out", "o", "--params", "{n_layer"])
+    with pytest.raises(json.JSONDecodeError):
+        runpy.run_module("shardflow.train", run_name="__main__")
+    (report,) = launch.failures.rank_reports(tmp_path)
+    assert (report["rank"], report["error"], report["deterministic"]) == ("1", "JSONDecodeError", True)
+
+
+def test_the_real_launcher_on_a_changed_shard_stops_its_retry_before_training(tmp_path):
+    """`python -m shardflow.train.launch` twice, as two attempts of the rule's command: a
+    shard changed since it was written (one process, on the CPU) is recorded, and the
+    second attempt stops at once, naming it, without importing the trainer."""
+    import subprocess
+
+    from tests.unit.train.test_trainer import write_tiny_shards
+
+    shards = write_tiny_shards(tmp_path / "shards")
+    with open(shards / "shard_1.bin", "r+b") as fh:
+        fh.seek(1024)
+        fh.write(b"\5\0")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+
+    def attempt(n):
+        cmd = [sys.executable, "-m", "shardflow.train.launch", *launcher_argv(tmp_path, n, data=shards)]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+
+    first = attempt(1)
+    assert first.returncode == 1 and "ValueError" in first.stderr, first.stderr[-3000:]
+    second = attempt(2)
+    assert second.returncode == 1, second.stderr[-3000:]
+    assert "RepeatedFailureError: train out: attempt 1 failed with ValueError" in second.stderr
+    assert "shard_1.bin: sha256" in second.stderr and "shardflow.train:" not in second.stderr  # no trainer log
