@@ -251,6 +251,20 @@ def test_invalid_split_params_raise(params):
         SplitParams(**params)
 
 
+def test_split_params_default_to_the_schemas_defaults():
+    """A run passes chunking's values, which the schema's defaults fill; SplitParams'
+    own defaults, for callers outside a run, are the same (rate_items_per_s was 50 items/s
+    against the schema's and the README's 40)."""
+    from shardflow.core.config import load_schema
+    from tests.conftest import REPO
+
+    chunking = load_schema(REPO / "config" / "config.schema.yaml")["properties"]["chunking"]["properties"]
+    params = SplitParams(n_chunks=1)
+    assert {k: getattr(params, k) for k in ("by", "rate_items_per_s")} == {
+        k: chunking[k]["default"] for k in ("by", "rate_items_per_s")
+    }
+
+
 # --- the manifest ------------------------------------------------------------------------
 
 
