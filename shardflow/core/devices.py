@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from shardflow.core.jobs import PEAK_GPU_KEYS
+
 DEVICES = ("auto", "cpu", "cuda")  # plus "cuda:N"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -102,3 +104,41 @@ def use_compile_cache(folder: str | Path | None, subfolder: str | None = None) -
     cache.mkdir(parents=True, exist_ok=True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
     return cache
+
+
+_MIB = 1 << 20
+
+
+def _cuda_device(device: str | torch.device) -> torch.device | None:
+    """The CUDA device a job's `device` (a setting, auto included, or a resolved one)
+    names, or None where it runs on the CPU."""
+    if str(device) == "auto":
+        return resolve_device("auto") if torch.cuda.is_available() else None
+    device = torch.device(device)
+    return resolve_device(str(device)) if device.type == "cuda" else None
+
+
+def reset_peak_memory(device: str | torch.device) -> None:
+    """Count peak GPU memory on `device` from now on: a job calls it at its start, so its
+    peak is its own, not an earlier job's in the same process. Nothing on the CPU."""
+    cuda = _cuda_device(device)
+    if cuda is not None:
+        torch.cuda.reset_peak_memory_stats(cuda)
+
+
+def peak_memory(device: str | torch.device) -> dict[str, float | None]:
+    """The peak GPU memory on `device` since reset_peak_memory, in MiB to 0.1:
+    `peak_gpu_mem_mib`, the most its tensors held at once (torch.cuda.max_memory_allocated),
+    and `peak_gpu_mem_reserved_mib`, the most torch's caching allocator held from the card
+    (max_memory_reserved: what a smaller GPU must have, fragmentation included). Neither
+    counts the CUDA context (a few hundred MiB per process) or memory allocated outside
+    torch. Both None on the CPU: not on a GPU, which 0 would misstate. The device is the
+    job's own as the process sees it: a job pinned by CUDA_VISIBLE_DEVICES sees its GPU
+    as cuda:0, and that is the one measured."""
+    cuda = _cuda_device(device)
+    if cuda is None:
+        return dict.fromkeys(PEAK_GPU_KEYS)
+    return {
+        "peak_gpu_mem_mib": round(torch.cuda.max_memory_allocated(cuda) / _MIB, 1),
+        "peak_gpu_mem_reserved_mib": round(torch.cuda.max_memory_reserved(cuda) / _MIB, 1),
+    }

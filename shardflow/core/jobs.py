@@ -17,6 +17,8 @@ from shardflow.core.atomic import write_json
 from shardflow.core.s3 import logical_path
 
 TIMING_KEYS = ("s", "max_rss", "cpu_time")
+# A GPU job's peak GPU memory in its stats, MiB (core.devices.peak_memory; null on the CPU).
+PEAK_GPU_KEYS = ("peak_gpu_mem_mib", "peak_gpu_mem_reserved_mib")
 
 
 @dataclass
@@ -166,6 +168,29 @@ def job_costs(stats: list[dict], benches: list[dict]) -> dict:
         # earlier_attempt_devices, with their seconds.
         "devices": sorted({str(s.get("device")) for s in stats}),
         **earlier,
+    }
+
+
+def peak_gpu_memory(stats: list[dict]) -> dict:
+    """The largest peak GPU memory of a stage's jobs, from their stats (each job's own
+    peak, core.devices.peak_memory): `peak_gpu_mem_mib` and `peak_gpu_mem_reserved_mib`,
+    each the max over the jobs, in MiB; `peak_gpu_mem_chunk`, the chunk of the job with
+    the largest allocated peak (its place in the table where its stats name none); and
+    `peak_gpu_mem_unrecorded`, the jobs on CUDA whose stats hold no peak (written before
+    jobs recorded one), which the max leaves out. The peaks are None where no job has
+    one: every job ran on the CPU (a null peak: not on a GPU), or none recorded it."""
+    recorded = [(i, s) for i, s in enumerate(stats) if s.get("peak_gpu_mem_mib") is not None]
+    unrecorded = sum(1 for s in stats if "peak_gpu_mem_mib" not in s and _on_cuda(s.get("device", "")))
+    if not recorded:
+        return {"peak_gpu_mem_mib": None, "peak_gpu_mem_reserved_mib": None, "peak_gpu_mem_chunk": None,
+                "peak_gpu_mem_unrecorded": unrecorded}
+    i, top = max(recorded, key=lambda r: r[1]["peak_gpu_mem_mib"])
+    reserved = [s["peak_gpu_mem_reserved_mib"] for _, s in recorded if s.get("peak_gpu_mem_reserved_mib") is not None]
+    return {
+        "peak_gpu_mem_mib": top["peak_gpu_mem_mib"],
+        "peak_gpu_mem_reserved_mib": max(reserved) if reserved else None,
+        "peak_gpu_mem_chunk": top.get("chunk", i),
+        "peak_gpu_mem_unrecorded": unrecorded,
     }
 
 

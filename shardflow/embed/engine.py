@@ -67,7 +67,7 @@ from shardflow.core.batching import (
     split_batch,
 )
 from shardflow.core.columns import write_ids_parquet
-from shardflow.core.devices import dtype_name, runtime, use_compile_cache
+from shardflow.core.devices import dtype_name, peak_memory, reset_peak_memory, runtime, use_compile_cache
 from shardflow.core.hashing import digest, texts_fingerprint
 from shardflow.core.jobs import EngineCounters
 from shardflow.core.models import load_for_inference
@@ -1036,13 +1036,16 @@ def embed_chunk(
     *,
     encoder: Encoder | None = None,
 ) -> dict[str, Any]:
-    """Embed one chunk file into `out_npy` (+ ids parquet), resumably; return run statistics.
+    """Embed one chunk file into `out_npy` (+ ids parquet), resumably; return run statistics
+    (the encoder's EncodeStats, and the job's peak GPU memory from its start, model loading
+    included: core.devices.peak_memory, null on the CPU).
 
     Resume state lives in `<resume_root>/<resume_key(chunk, params)>` and is removed
     once both outputs are written. `encoder` reuses an already loaded model.
     """
     logger = logger or log
     running = controller.find()  # the Snakemake that records this job's outputs
+    reset_peak_memory(encoder.device if encoder is not None else params.device)  # the job's peak: loading included
     encoder = encoder or load_encoder(params, logger)
     if encoder.params != params:
         raise ValueError("encoder was loaded with different params")
@@ -1063,5 +1066,6 @@ def embed_chunk(
         dim=encoder.dim,
         output_dtype=params.output_dtype,
         chunk=logical_path(chunk_path),
+        **peak_memory(encoder.device),  # null on the CPU
     )
     return stats

@@ -8,6 +8,7 @@ picks the fastest settings whose vectors stay faithful, so each job reports both
   second while encoding, summed over the jobs' encode seconds, so a job's rate does not
   depend on how many jobs ran beside it; the same with compile warm-up left out
   (`steady_*`); and per second of the whole job, model loading included (`job_*`);
+- what it needs: the largest chunk job's peak GPU memory (allocated and reserved, MiB);
 - what it cost: GPU-hours, as the embedding report counts them, and `records_paid`, the
   records whose computing they paid for. No price: the sweep's collection prices them
   (shardflow.sweep.cost.with_cost, core.jobs.priced), so that a changed
@@ -32,7 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardflow.core.files import read_json
-from shardflow.core.jobs import read_job_table
+from shardflow.core.jobs import PEAK_GPU_KEYS, peak_gpu_memory, read_job_table
 from shardflow.core.npyio import iter_row_blocks, read_header, rows_per_block
 from shardflow.core.s3 import logical_path
 from shardflow.embed.report import chunk_totals
@@ -159,6 +160,8 @@ def run_metrics(jobs_path: str | os.PathLike, verification_path: str | os.PathLi
         # of the job): a point with any did not run at its settings throughout
         "oom_backoffs": sum(s.get("oom_backoffs", 0) for s in stats),
         "max_rss_mb": max(rss) if rss else None,
+        # the largest chunk job's peak GPU memory, MiB (null on the CPU: core.jobs.peak_gpu_memory)
+        **{k: v for k, v in peak_gpu_memory(stats).items() if k in PEAK_GPU_KEYS},
         "gpu_hours": costs["gpu_hours"],  # killed attempts' CUDA time included (core.jobs.job_costs)
         "earlier_attempts": costs["earlier_attempts"],
         "earlier_attempt_seconds": costs["earlier_attempt_seconds"],

@@ -17,7 +17,7 @@ import numpy as np
 from shardflow.core.atomic import write_json
 from shardflow.core.figures import plot_throughput, plot_timeline, pyplot, save_figure
 from shardflow.core.files import read_json
-from shardflow.core.jobs import job_costs, priced, read_job_table
+from shardflow.core.jobs import job_costs, peak_gpu_memory, priced, read_job_table
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +144,8 @@ def run_summary(stats: list[dict], benches: list[dict], manifest: dict, verifica
         "earlier_attempt_seconds": round(costs["earlier_attempt_seconds"], 3),
         "earlier_attempt_gpu_hours": round(costs["earlier_attempt_gpu_hours"], 6),
         "earlier_attempt_devices": {d: round(t, 3) for d, t in costs["earlier_attempt_devices"].items()},
+        # The largest job's peak GPU memory and its chunk (core.jobs.peak_gpu_memory; null on the CPU).
+        **peak_gpu_memory(stats),
         "verification_ok": verification["ok"],
         "dim": verification["dim"],
         "dtype": verification["dtype"],

@@ -57,7 +57,7 @@ import torch
 
 from shardflow.core import controller
 from shardflow.core.batching import Batch, collate, length_order, plan_batches, split_batch
-from shardflow.core.devices import dtype_name, runtime
+from shardflow.core.devices import dtype_name, peak_memory, reset_peak_memory, runtime
 from shardflow.core.hashing import digest, model_identity, texts_fingerprint
 from shardflow.core.jobs import EngineCounters
 from shardflow.core.models import load_for_inference
@@ -530,13 +530,15 @@ def summarise_chunk(
     generator: Generator | None = None,
 ) -> dict[str, Any]:
     """Summarise one chunk file into JSONL (id, summary, input_tokens, output_tokens,
-    truncated; in chunk order), resumably; return run statistics.
+    truncated; in chunk order), resumably; return run statistics (the job's peak GPU
+    memory among them, model loading included: core.devices.peak_memory, null on the CPU).
 
     Resume state lives in `<resume_root>/<resume_key(chunk, identity)>` and is removed
     once the output is written. `generator` reuses an already loaded model.
     """
     logger = logger or log
     running = controller.find()  # the Snakemake that records this job's outputs
+    reset_peak_memory(generator.device if generator is not None else params.device)  # the job's peak: loading included
     generator = generator or load_generator(params, logger)
     if generator.params != params:
         raise ValueError("generator was loaded with different params")
@@ -551,4 +553,5 @@ def summarise_chunk(
     PartStore(folder, {}).remove(resume_root)
     stats = generator.last_stats.as_dict()
     stats.update(device=str(generator.device), dtype=dtype_name(generator.dtype), chunk=logical_path(chunk_path))
+    stats.update(peak_memory(generator.device))  # null on the CPU
     return stats

@@ -2,7 +2,8 @@
 
 From the job table merge_summaries wrote (per-chunk stats and Snakemake
 benchmarks), the split manifest and the merged summaries: records, rejects, input
-and summary lengths, compression, wall time, throughput, GPU-hours and cost.
+and summary lengths, compression, wall time, throughput, GPU-hours and cost, and the
+largest job's peak GPU memory.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 from shardflow.core.atomic import write_json
 from shardflow.core.figures import plot_throughput, plot_timeline, pyplot, save_figure
 from shardflow.core.files import read_json
-from shardflow.core.jobs import job_costs, priced, read_job_table
+from shardflow.core.jobs import job_costs, peak_gpu_memory, priced, read_job_table
 from shardflow.summarise.records import iter_summaries
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,8 @@ def run_summary(stats: list[dict], benches: list[dict], manifest: dict, params: 
         "earlier_attempt_seconds": round(costs["earlier_attempt_seconds"], 3),
         "earlier_attempt_gpu_hours": round(costs["earlier_attempt_gpu_hours"], 6),
         "earlier_attempt_devices": {d: round(t, 3) for d, t in costs["earlier_attempt_devices"].items()},
+        # The largest job's peak GPU memory and its chunk (core.jobs.peak_gpu_memory; null on the CPU).
+        **peak_gpu_memory(stats),
     }
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from shardflow.core import controller
+from shardflow.core.devices import peak_memory, reset_peak_memory
 from shardflow.core.hashing import digest, texts_fingerprint
 from shardflow.core.parts import FORMAT_VERSION, PartStore, resume_folder, resume_key
 from shardflow.corpus.chunks import read_chunk
@@ -39,9 +40,13 @@ def select_chunk(
     *,
     encoder: Any = None,
 ) -> dict[str, Any]:
-    """Summarise one chunk file with `lead` or `extractive` into a summaries file."""
+    """Summarise one chunk file with `lead` or `extractive` into a summaries file; return
+    run statistics (with `extractive` on a GPU, the peak GPU memory from this call on,
+    the loaded encoder's weights included: core.devices.peak_memory, null on the CPU)."""
     logger = logger or log
     running = controller.find()  # the Snakemake that records this job's outputs
+    device = str(getattr(encoder, "device", "cpu"))
+    reset_peak_memory(device)
     start_unix, t0 = time.time(), time.perf_counter()
     ids, texts = read_chunk(chunk_path)
     identity = {
@@ -51,7 +56,6 @@ def select_chunk(
         "encoder": getattr(encoder, "identity", None),
     }
     folder = resume_folder(resume_root, resume_key(chunk_path, identity))
-    device = str(getattr(encoder, "device", "cpu"))
     manifest = {"n_texts": len(texts), "texts_sha256": texts_fingerprint(texts), "identity": digest(identity)}
     store = PartStore(folder, manifest, device=device).open()
     records: list[dict] = []
@@ -92,5 +96,6 @@ def select_chunk(
         "end_unix": time.time(),
         "device": device,
         "method": params.method,
+        **peak_memory(device),
         **earlier,
     }

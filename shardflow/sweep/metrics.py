@@ -8,14 +8,15 @@ all: its record is a dict literal at the end of shardflow.train.trainer.train. S
 lists are written out here, from the writers:
 
 - train: shardflow.train.trainer.train's `metrics` (mfu and tokens_per_second may be
-  null, as may a diverged run's losses: the run has no value there, table.flatten_metrics,
-  but the name is right);
+  null, as may a diverged run's losses and, on the CPU, the peak GPU memory: the run has
+  no value there, table.flatten_metrics, but the name is right);
 - retrieval: shardflow.retrieval.pipeline.search_and_score: HEADLINE, its counts, and
   `all.<measure>_at_<k>` for shardflow.retrieval.metrics METRICS x MTEB_K_VALUES;
 - summarise: shardflow.summarise.evaluate._metrics and evaluate_summaries: the
   headline ROUGE_TYPES (one system: the method), `systems.<method>.<rouge>.<stat>`,
   the bootstrap settings and the counts;
-- embed: shardflow.embed.measure.run_metrics: speed, GPU-hours, and `agreement.<name>`
+- embed: shardflow.embed.measure.run_metrics: speed, GPU-hours, the largest chunk
+  job's peak GPU memory, and `agreement.<name>`
   (cosine with the main run's vectors) where the point loads the main run's model; and
   the cost the collection adds to each record (cost.COST_METRICS, cost.with_cost).
 
@@ -40,7 +41,7 @@ TRAIN = (
     "best_val_loss", "best_step", "final_val_loss", "final_train_loss", "steps", "resumed_from_step",
     "train_tokens", "unsampled_train_tokens",
     "tokens_per_step", "tokens_per_second", "wall_seconds", "train_seconds_total", "flops_per_token", "mfu",
-    "n_params", "world_size",
+    "n_params", "world_size", "peak_gpu_mem_mib", "peak_gpu_mem_reserved_mib",
 )
 RETRIEVAL_HEADLINE = ("ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10", "map_at_10")
 RETRIEVAL_COUNTS = ("n_queries", "n_queries_not_in_run", "n_documents", "judged_documents_not_in_corpus", "top_k")
@@ -56,19 +57,22 @@ EMBED = (
     "records", "records_resumed", "tokens", "chunks", "items_per_s", "tokens_per_s", "steady_items_per_s",
     "steady_tokens_per_s", "job_items_per_s", "encode_seconds", "warmup_seconds", "job_seconds", "wall_seconds",
     "padding_fraction", "oom_backoffs", "max_rss_mb", "gpu_hours", "earlier_attempts", "earlier_attempt_seconds",
-    "records_paid", "dim",
+    "records_paid", "dim", "peak_gpu_mem_mib", "peak_gpu_mem_reserved_mib",
 )
 EMBED_AGREEMENT = ("agreement.cosine_min", "agreement.cosine_mean", "agreement.cosine_p1", "agreement.rows")
+# Null where the jobs run on the CPU: a sweep ranked by one would fail in its collection,
+# after every job ran (core.devices.peak_memory: the job's, the largest rank's or chunk job's).
+GPU_ONLY = ("mfu", "peak_gpu_mem_mib", "peak_gpu_mem_reserved_mib")
 
 
 def stage_metrics(stage: str, config: Mapping[str, Any]) -> tuple[str, ...] | None:
     """Every name a `stage` job's metrics can hold under `config` (the sweep's base);
     None for a stage without workflow rules (nothing to check against)."""
+    # mfu (no GPU peak to compare with) and the peak GPU memory are null where the
+    # device is the CPU: GPU_ONLY.
+    on_cpu = config.get("gpu_jobs", {}).get("device") == "cpu"
     if stage == "train":
-        # mfu is null where the device is the CPU (no GPU peak to compare with): a sweep
-        # ranked by it would fail in its collection, after every job ran.
-        on_cpu = config.get("gpu_jobs", {}).get("device") == "cpu"
-        return tuple(m for m in TRAIN if not (on_cpu and m == "mfu"))
+        return tuple(m for m in TRAIN if not (on_cpu and m in GPU_ONLY))
     if stage == "retrieval":
         scores = tuple(f"all.{m}_at_{k}" for m in RETRIEVAL_MEASURES for k in RETRIEVAL_KS)
         return RETRIEVAL_HEADLINE + RETRIEVAL_COUNTS + scores
@@ -77,7 +81,7 @@ def stage_metrics(stage: str, config: Mapping[str, Any]) -> tuple[str, ...] | No
         per_system = tuple(f"systems.{system}.{r}.{s}" for r in ROUGE for s in ROUGE_STATS)
         return ROUGE + SUMMARY_COUNTS + per_system
     if stage == "embed":
-        return EMBED + COST_METRICS + EMBED_AGREEMENT
+        return tuple(m for m in EMBED if not (on_cpu and m in GPU_ONLY)) + COST_METRICS + EMBED_AGREEMENT
     return None
 
 

@@ -54,7 +54,7 @@ from shardflow.core import locks
 from shardflow.core.atomic import atomic_open, atomic_path, write_json
 from shardflow.core.controller import ENV as CONTROLLER_ENV
 from shardflow.core.controller import Controller, OrphanedJobError
-from shardflow.core.devices import use_compile_cache
+from shardflow.core.devices import PEAK_GPU_KEYS, peak_memory, reset_peak_memory, use_compile_cache
 from shardflow.core.hashing import sha256_file
 from shardflow.core.parts import make_folder, remove_folder, resume_tree_top
 from shardflow.core.s3 import logical_path
@@ -435,6 +435,7 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
     key = resume_key(p, cfg, rt, shards)
     if rt.device.type == "cuda":
         torch.cuda.set_device(rt.device)
+        reset_peak_memory(rt.device)  # this run's peak (metrics.json), from before the model is built
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 
@@ -572,6 +573,7 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
     tokens_per_sec = timed_tokens / train_seconds if timed_tokens and train_seconds > 0 else None
 
     final_val = evaluate(eval_model, shards.val, val_windows(shards.val, p.block_size, "all", 0), p.batch_size, rt)
+    peaks = peak_memory_over_ranks(rt)
     metrics = {
         "best_val_loss": best["val_loss"],
         "best_step": best["step"],
@@ -591,6 +593,7 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
         "device": str(rt.device),
         "dtype": str(rt.dtype).removeprefix("torch."),
         "world_size": rt.world,
+        **peaks,  # the largest rank's peak GPU memory, each rank's by rank; null on the CPU
     }
     metrics = strict_json(metrics)
     stop_if_orphaned("found before writing the outputs")
@@ -605,6 +608,25 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
 
 
 LOSSES = ("best_val_loss", "final_val_loss", "final_train_loss")
+
+
+def peak_memory_over_ranks(rt: Runtime) -> dict:
+    """This run's peak GPU memory (core.devices.peak_memory, MiB, since `_train` reset it):
+    under torchrun each rank has its own GPU and its own peak, so `peak_gpu_mem_mib` and
+    `peak_gpu_mem_reserved_mib` are the largest over the ranks (what each GPU must hold)
+    and `peak_gpu_mem_mib_by_rank` lists every rank's allocated peak (rank 0 alone
+    checkpoints and saves the weights). Null on the CPU (a list of nulls, one per rank: a list
+    either way, never a metric a sweep could name). Every rank calls it (a collective)."""
+    mine = peak_memory(rt.device)
+    if mine["peak_gpu_mem_mib"] is None:
+        return {**mine, "peak_gpu_mem_mib_by_rank": [None] * rt.world}
+    table = torch.zeros((rt.world, len(PEAK_GPU_KEYS)), dtype=torch.float64, device=rt.device)
+    table[rt.rank] = torch.tensor([mine[k] for k in PEAK_GPU_KEYS], dtype=torch.float64)
+    rows = rt.all_reduce_(table).tolist()  # each rank fills its own row: the sum holds every rank's
+    return {
+        **{k: max(row[j] for row in rows) for j, k in enumerate(PEAK_GPU_KEYS)},
+        "peak_gpu_mem_mib_by_rank": [row[0] for row in rows],
+    }
 
 
 def strict_json(metrics: dict) -> dict:

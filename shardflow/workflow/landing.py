@@ -5,12 +5,17 @@ Snakemake's report opens on its global description (the `report:` statement). Th
 section per stage and data set:
 
 - embedding: records in (read: kept / rejected), rows out and whether verification
-  passed, wall time, throughput, GPU-hours and estimated cost;
+  passed, wall time, throughput, GPU-hours and estimated cost, peak GPU memory;
 - retrieval evaluation: the headline metrics and query / document counts;
 - summarisation: records in and out, truncated inputs, lengths and compression,
-  wall time, throughput, GPU-hours and cost, and ROUGE with intervals when scored;
+  wall time, throughput, GPU-hours and cost, peak GPU memory, and ROUGE with
+  intervals when scored;
 - training: documents and tokens in (train / val), shards, tokenizer, steps, best
-  validation loss, wall time, tokens/s (MFU on CUDA), GPU-hours and cost on CUDA.
+  validation loss, wall time, tokens/s (MFU on CUDA), GPU-hours and cost on CUDA,
+  peak GPU memory.
+
+Peak GPU memory is the largest job's (or rank's) own peak: what a GPU must hold to
+run it (core.devices.peak_memory), "not on a GPU" where the jobs ran on the CPU.
 
 A new capability adds a `<stage>_section` function here and its files to the
 rule's input; `render` lays every section out the same way.
@@ -77,8 +82,30 @@ def embedding_section(dataset: str, files: dict, report: ReportParams) -> Sectio
             if s["estimated_cost_per_million_records"] is None
             else f"({s['estimated_cost_per_million_records']:.2f} per million records computed)")
          + _killed_attempts(s, resumed=s.get("records_resumed", 0))),
+        ("peak GPU memory", _stage_peak_memory(s)),
     ]
     return Section(f"Embedding: {dataset}", rows)
+
+
+def _peaks(allocated: float, reserved: float | None) -> str:
+    text = f"{allocated:,.0f} MiB allocated"
+    return text + (f", {reserved:,.0f} MiB reserved" if reserved is not None else "")
+
+
+def _stage_peak_memory(s: dict) -> str:
+    """The largest peak GPU memory of a stage's chunk jobs and the chunk whose job had it
+    (core.jobs.peak_gpu_memory, in a stage's summary)."""
+    if not any(str(d).startswith("cuda") for d in s["devices"]):
+        return "not on a GPU"
+    unrecorded = s.get("peak_gpu_mem_unrecorded", 0)
+    if s.get("peak_gpu_mem_mib") is None:
+        return "not recorded (the jobs ran before shardflow recorded it)"
+    text = _peaks(s["peak_gpu_mem_mib"], s.get("peak_gpu_mem_reserved_mib"))
+    text += (f" by the job of chunk {s['peak_gpu_mem_chunk']}, the largest of the {s['chunks']} jobs' peaks"
+             if s["chunks"] > 1 else f" by its one job (chunk {s['peak_gpu_mem_chunk']})")
+    if unrecorded:
+        text += f"; {unrecorded} of the jobs ran before shardflow recorded it and are not counted"
+    return text
 
 
 def _killed_attempts(s: dict, resumed: int = 0) -> str:
@@ -121,6 +148,7 @@ def summarisation_section(dataset: str, files: dict) -> Section:
             ("throughput", f"{s['items_per_s']:,.2f} documents/s while summarising on {', '.join(s['devices'])}"),
             ("GPU-hours and cost", f"{s['gpu_hours']:.4f} GPU-h, {s['estimated_cost']:.2f} {s['currency']}"
              + _killed_attempts(s)),
+            ("peak GPU memory", _stage_peak_memory(s)),
         ]
     if "metrics" in files:
         m = read_json(files["metrics"])
@@ -369,4 +397,20 @@ def training_section(dataset: str, files: dict, report: ReportParams | None = No
         if report is not None:
             cost = f", {priced(gpu_hours, report.gpu_hour_price)['estimated_cost']:.2f} {report.currency}"
         rows.append(("GPU-hours and cost", f"{gpu_hours:.4f} GPU-h{cost}"))
+    rows.append(("peak GPU memory", _training_peak_memory(m)))
     return Section(f"Training: {dataset}", rows)
+
+
+def _training_peak_memory(m: dict) -> str:
+    """The training run's peak GPU memory (metrics.json: trainer.peak_memory_over_ranks),
+    under torchrun the largest rank's, with every rank's."""
+    if not m["device"].startswith("cuda"):
+        return "not on a GPU"
+    if m.get("peak_gpu_mem_mib") is None:
+        return "not recorded (the run finished before shardflow recorded it)"
+    text = _peaks(m["peak_gpu_mem_mib"], m.get("peak_gpu_mem_reserved_mib"))
+    by_rank = m.get("peak_gpu_mem_mib_by_rank") or []
+    if len(by_rank) > 1:
+        text += (f" on the busiest GPU: the largest of the {len(by_rank)} ranks' peaks (allocated by rank: "
+                 + ", ".join(f"{v:,.0f}" for v in by_rank) + " MiB)")
+    return text

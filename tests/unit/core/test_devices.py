@@ -1,4 +1,4 @@
-"""shardflow.core.devices: the compile cache every GPU job points torch at."""
+"""shardflow.core.devices: the compile cache every GPU job points torch at; a job's peak GPU memory."""
 
 from __future__ import annotations
 
@@ -24,3 +24,52 @@ def test_compile_cache_folder_is_made_and_exported(tmp_path, monkeypatch):
     assert use_compile_cache(None, "kept-apart") == tmp_path / "own" / "kept-apart"
     use_compile_cache(None)
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "own")
+
+
+class FakeCuda:
+    """torch.cuda as a job on one pinned GPU sees it (CUDA_VISIBLE_DEVICES: its GPU is
+    cuda:0); no GPU on the machine the tests run on, so the calls are recorded instead."""
+
+    def __init__(self, allocated: int, reserved: int):
+        self.allocated, self.reserved, self.calls = allocated, reserved, []
+
+    def install(self, monkeypatch) -> None:
+        import torch
+
+        for name in ("reset_peak_memory_stats", "max_memory_allocated", "max_memory_reserved"):
+            monkeypatch.setattr(torch.cuda, name, getattr(self, name))
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+    def reset_peak_memory_stats(self, device):
+        self.calls.append(("reset", str(device)))
+
+    def max_memory_allocated(self, device):
+        self.calls.append(("allocated", str(device)))
+        return self.allocated
+
+    def max_memory_reserved(self, device):
+        self.calls.append(("reserved", str(device)))
+        return self.reserved
+
+
+def test_peak_memory_is_null_on_the_cpu_and_resets_nothing(monkeypatch):
+    fake = FakeCuda(1, 1)
+    fake.install(monkeypatch)  # a GPU is there, but the job runs on the CPU
+    for device in ("cpu", devices.torch.device("cpu")):
+        devices.reset_peak_memory(device)
+        assert devices.peak_memory(device) == {"peak_gpu_mem_mib": None, "peak_gpu_mem_reserved_mib": None}
+    assert fake.calls == []
+
+
+def test_peak_memory_reads_the_jobs_own_gpu_in_mib(monkeypatch):
+    fake = FakeCuda(allocated=3 * 2**30 + 2**19, reserved=4 * 2**30)
+    fake.install(monkeypatch)
+    devices.reset_peak_memory("auto")  # the setting, before the job resolved it: the current GPU
+    assert devices.peak_memory(devices.torch.device("cuda", 0)) == {
+        "peak_gpu_mem_mib": 3072.5,
+        "peak_gpu_mem_reserved_mib": 4096.0,
+    }
+    devices.peak_memory("cuda")  # the setting "cuda": the current GPU too
+    assert fake.calls == [("reset", "cuda:0")] + [("allocated", "cuda:0"), ("reserved", "cuda:0")] * 2

@@ -111,3 +111,20 @@ def test_a_multi_gpu_jobs_killed_attempts_count_per_gpu():
     assert job_costs([two], [{"s": 1800.0}])["gpu_hours"] == pytest.approx(2.0)
     one = {k: v for k, v in two.items() if k != "world_size"}
     assert job_costs([one], [{"s": 1800.0}])["gpu_hours"] == pytest.approx(1.0)
+
+
+def test_a_stages_peak_gpu_memory_is_its_largest_jobs_with_its_chunk():
+    from shardflow.core.jobs import peak_gpu_memory
+
+    gpu = [{"chunk": i, "device": "cuda:0", "peak_gpu_mem_mib": a, "peak_gpu_mem_reserved_mib": r}
+           for i, (a, r) in enumerate([(900.0, 1500.0), (1200.5, 1400.0), (800.0, 1000.0)])]
+    assert peak_gpu_memory(gpu) == {"peak_gpu_mem_mib": 1200.5, "peak_gpu_mem_reserved_mib": 1500.0,
+                                    "peak_gpu_mem_chunk": 1, "peak_gpu_mem_unrecorded": 0}
+    # On the CPU the jobs' peaks are null: none for the stage either, not 0.
+    cpu = [{"chunk": 0, "device": "cpu", "peak_gpu_mem_mib": None, "peak_gpu_mem_reserved_mib": None}]
+    assert peak_gpu_memory(cpu)["peak_gpu_mem_mib"] is None and peak_gpu_memory(cpu)["peak_gpu_mem_unrecorded"] == 0
+    # A CUDA job whose stats predate the record is counted apart, not taken as no memory.
+    old = {"chunk": 3, "device": "cuda:1"}
+    assert peak_gpu_memory([old])["peak_gpu_mem_mib"] is None
+    got = peak_gpu_memory([*gpu, old])
+    assert (got["peak_gpu_mem_mib"], got["peak_gpu_mem_unrecorded"]) == (1200.5, 1)

@@ -453,7 +453,32 @@ def test_embed_chunk_outputs_and_cleanup(tiny, texts, tmp_path):
     ):
         assert key in stats, key
     assert stats["items"] == len(texts) and stats["device"] == "cpu" and stats["dtype"] == "float32"
+    # On the CPU the job has no peak GPU memory: null, not 0 (core.devices.peak_memory).
+    assert stats["peak_gpu_mem_mib"] is None and stats["peak_gpu_mem_reserved_mib"] is None
     assert not list((tmp_path / "out").glob("*.tmp-*"))
+
+
+def test_embed_chunk_records_the_peak_gpu_memory_of_the_jobs_device(tiny, texts, tmp_path, monkeypatch):
+    """A GPU job's peak, counted from before the model loads (or, with a loaded encoder,
+    before the chunk is read) and read after the last batch, on the device the encoder
+    ran on. No GPU here: the two core.devices calls are replaced and what they are asked
+    recorded (tests/unit/core/test_devices.py reads torch.cuda itself)."""
+    from shardflow.embed import engine
+
+    events = []
+    monkeypatch.setattr(engine, "reset_peak_memory", lambda device: events.append(("reset", str(device))))
+    monkeypatch.setattr(
+        engine,
+        "peak_memory",
+        lambda device: events.append(("peak", str(device)))
+        or {"peak_gpu_mem_mib": 1536.5, "peak_gpu_mem_reserved_mib": 2048.0},
+    )
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", texts[:4])
+    enc = load_encoder(params(tiny["bert_mean"]), before_forward=lambda ids: events.append("forward"))
+    stats = embed_chunk(chunk, tmp_path / "e.npy", tmp_path / "ids.parquet", enc.params, tmp_path / "r", encoder=enc)
+    assert (stats["peak_gpu_mem_mib"], stats["peak_gpu_mem_reserved_mib"]) == (1536.5, 2048.0)
+    assert events[0] == ("reset", str(enc.device)) and events[-1] == ("peak", str(enc.device))
+    assert "forward" in events[1:-1]
 
 
 def test_resume_key_tracks_what_changes_output(tiny, texts, tmp_path):

@@ -101,6 +101,7 @@ def test_rates_are_per_encode_second_and_count_what_the_jobs_computed(tmp_path):
     assert m["wall_seconds"] == pytest.approx(10.0) and m["padding_fraction"] == pytest.approx(1 - 10 / 12)
     assert m["max_rss_mb"] == 700.0 and m["gpu_hours"] == pytest.approx(28 / 3600)
     assert m["oom_backoffs"] == 2  # the budget was lowered in both jobs: not the point's settings throughout
+    assert (m["peak_gpu_mem_mib"], m["peak_gpu_mem_reserved_mib"]) == (None, None)  # stats without peaks
     assert m["dtype"] == "float16"
     # paid for: the records computed (300), not those in the output (400): the resumed 100
     # rows' GPU time was an earlier attempt's, not in the GPU-hours
@@ -109,6 +110,17 @@ def test_rates_are_per_encode_second_and_count_what_the_jobs_computed(tmp_path):
 
     other = run_metrics(jobs, tmp_path / "v.json", *vectors, reference=None)
     assert other["agreement"] is None and "another model" in other["agreement_reason"]
+
+
+def test_a_runs_peak_gpu_memory_is_its_largest_chunk_jobs(tmp_path):
+    stats = [{**_stat(4, 4, 1.0, 0.0), "peak_gpu_mem_mib": a, "peak_gpu_mem_reserved_mib": r}
+             for a, r in ((1000.0, 1800.0), (1500.0, 1600.0))]
+    jobs = _job_table(tmp_path, stats, [2.0, 2.0], [100.0, 100.0])
+    (tmp_path / "v.json").write_text(json.dumps({"ok": True, "dim": 8, "dtype": "float32"}))
+    x = np.eye(8, 8, dtype=np.float32)
+    m = run_metrics(jobs, tmp_path / "v.json", *_vectors(tmp_path, "m", x, [f"d{i}" for i in range(8)]), reference=None)
+    assert (m["peak_gpu_mem_mib"], m["peak_gpu_mem_reserved_mib"]) == (1500.0, 1800.0)
+    assert "peak_gpu_mem_chunk" not in m  # a chunk number is no metric
 
 
 def test_the_names_a_sweep_may_rank_by_are_the_ones_written(tmp_path):

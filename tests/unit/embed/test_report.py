@@ -69,8 +69,18 @@ def test_summary_costs_only_gpu_jobs():
 
 
 def test_cpu_only_run_costs_nothing():
-    s = run_summary([stat(0, 10, 0.0, 5.0, "cpu")], [{"s": 5.0}], {}, VERIFICATION, ReportParams())
+    cpu = {**stat(0, 10, 0.0, 5.0, "cpu"), "peak_gpu_mem_mib": None, "peak_gpu_mem_reserved_mib": None}
+    s = run_summary([cpu], [{"s": 5.0}], {}, VERIFICATION, ReportParams())
     assert (s["gpu_hours"], s["estimated_cost"]) == (0.0, 0.0)
+    assert (s["peak_gpu_mem_mib"], s["peak_gpu_mem_reserved_mib"]) == (None, None)  # not on a GPU: null, not 0
+
+
+def test_summary_holds_the_largest_jobs_peak_gpu_memory_and_its_chunk():
+    peaks = [(0, 2100.0, 2600.0), (1, 2300.0, 2400.0)]
+    stats = [{**stat(c, 10, 0.0, 5.0), "peak_gpu_mem_mib": a, "peak_gpu_mem_reserved_mib": r} for c, a, r in peaks]
+    s = run_summary(stats, [{"s": 5.0}, {"s": 5.0}], {}, VERIFICATION, ReportParams())
+    assert (s["peak_gpu_mem_mib"], s["peak_gpu_mem_reserved_mib"], s["peak_gpu_mem_chunk"]) == (2300.0, 2600.0, 1)
+    assert s["peak_gpu_mem_unrecorded"] == 0
 
 
 def test_summary_falls_back_to_job_seconds_without_a_benchmark_time():

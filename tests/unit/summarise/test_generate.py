@@ -444,3 +444,26 @@ def test_summarise_chunk_writes_jsonl_in_order(tiny, texts, tmp_path):
     assert stats["items"] == len(texts) and stats["truncated"] == sum(r["truncated"] for r in rows) > 0
     assert (stats["device"], stats["dtype"]) == ("cpu", "float32")
     assert np.isclose(stats["items_per_s"], len(texts) / stats["seconds"])
+    # On the CPU the job has no peak GPU memory: null, not 0 (core.devices.peak_memory).
+    assert stats["peak_gpu_mem_mib"] is None and stats["peak_gpu_mem_reserved_mib"] is None
+
+
+def test_summarise_chunk_records_the_peak_gpu_memory_of_the_generators_device(tiny, texts, tmp_path, monkeypatch):
+    """Counted from the job's start, read after the last batch, on the generator's device.
+    No GPU here: the core.devices calls are replaced and what they are asked recorded."""
+    from shardflow.summarise import generate
+
+    events = []
+    monkeypatch.setattr(generate, "reset_peak_memory", lambda device: events.append(("reset", str(device))))
+    monkeypatch.setattr(
+        generate,
+        "peak_memory",
+        lambda device: events.append(("peak", str(device)))
+        or {"peak_gpu_mem_mib": 700.0, "peak_gpu_mem_reserved_mib": 900.0},
+    )
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", texts[:2])
+    gen = load_generator(params(tiny["t5"], max_input_length=64), before_generate=lambda ids: events.append("generate"))
+    stats = summarise_chunk(chunk, tmp_path / "s.jsonl", gen.params, tmp_path / "resume", generator=gen)
+    assert (stats["peak_gpu_mem_mib"], stats["peak_gpu_mem_reserved_mib"]) == (700.0, 900.0)
+    assert events[0] == ("reset", str(gen.device)) and events[-1] == ("peak", str(gen.device))
+    assert "generate" in events[1:-1]

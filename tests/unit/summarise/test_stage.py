@@ -37,6 +37,7 @@ def test_lead_chunk_job_writes_records_in_order(tmp_path):
     assert rows[2]["summary"] == "One sentence only."
     assert rows[0]["input_tokens"] == len(ARTICLES[0].split()) and rows[0]["output_tokens"] == 9
     assert stats["items"] == 3 and stats["resumed_parts"] == 0 and stats["method"] == "lead"
+    assert stats["peak_gpu_mem_mib"] is None and stats["peak_gpu_mem_reserved_mib"] is None  # not on a GPU
     assert not (tmp_path / "resume").exists()  # the parts, and the resume root they left empty
 
 
@@ -100,6 +101,25 @@ def test_extractive_job_resumes_from_finished_parts(tmp_path):
     assert stats["resumed_parts"] == 1
     assert out.read_bytes() == ref_out.read_bytes()
     assert enc.calls == sum(len(a.split(". ")) for a in texts[2:] if len(a.split(". ")) > 2)  # docs > k sentences only
+
+
+def test_an_extractive_job_records_the_peak_gpu_memory_of_its_encoders_device(tmp_path, monkeypatch):
+    """Counted from the call on (the loaded encoder's weights are on the GPU by then) on the
+    encoder's device. No GPU here: the core.devices calls are replaced and recorded."""
+    from shardflow.summarise import select
+
+    class GpuEncoder(CountingEncoder):
+        device = "cuda:0"
+
+    events = []
+    monkeypatch.setattr(select, "reset_peak_memory", lambda device: events.append(("reset", device)))
+    monkeypatch.setattr(select, "peak_memory", lambda device: events.append(("peak", device))
+                        or {"peak_gpu_mem_mib": 300.0, "peak_gpu_mem_reserved_mib": 512.0})
+    params = SummariseParams(method="extractive", k=2, window=2)
+    stats = select_chunk(write_chunk(tmp_path / "c.jsonl", ARTICLES), tmp_path / "o.jsonl", params, tmp_path / "r",
+                         encoder=GpuEncoder())
+    assert events == [("reset", "cuda:0"), ("peak", "cuda:0")] and stats["device"] == "cuda:0"
+    assert (stats["peak_gpu_mem_mib"], stats["peak_gpu_mem_reserved_mib"]) == (300.0, 512.0)
 
 
 def test_merge_checks_count_and_ids(tmp_path):
@@ -204,6 +224,13 @@ def test_report_numbers_from_the_job_table():
     s = run_summary(stats, [{"s": 3600.0}, {"s": 1800.0}], {}, SummaryReportParams(gpu_hour_price=2.0))
     assert s["devices"] == ["cuda:0"] and s["earlier_attempt_devices"] == {"cuda:1": 900.0}
     assert s["gpu_hours"] == pytest.approx(1.75)
+    # Stats from before jobs recorded peak GPU memory: none, and both CUDA jobs counted as unrecorded.
+    assert (s["peak_gpu_mem_mib"], s["peak_gpu_mem_unrecorded"]) == (None, 2)
+    # The largest job's peak, and its chunk.
+    for i, (allocated, reserved) in enumerate([(500.0, 800.0), (650.0, 700.0)]):
+        stats[i] |= {"chunk": i, "peak_gpu_mem_mib": allocated, "peak_gpu_mem_reserved_mib": reserved}
+    s = run_summary(stats, [{"s": 3600.0}, {"s": 1800.0}], {}, SummaryReportParams())
+    assert (s["peak_gpu_mem_mib"], s["peak_gpu_mem_reserved_mib"], s["peak_gpu_mem_chunk"]) == (650.0, 800.0, 1)
 
 
 def test_without_an_id_field_references_join_by_source_position(tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from shardflow.core.columns import write_ids_parquet
 from shardflow.sweep.metrics import incomparable_points, stage_metrics, unknown_metrics
@@ -89,6 +90,16 @@ def test_mfu_is_no_train_metric_on_the_cpu():
     assert "mfu" in stage_metrics("train", {"gpu_jobs": {"device": "auto"}})
     assert "mfu" not in stage_metrics("train", {"gpu_jobs": {"device": "cpu"}})
     assert "best_val_loss" in stage_metrics("train", {})
+
+
+@pytest.mark.parametrize("stage", ["train", "embed"])
+def test_peak_gpu_memory_is_a_metric_of_gpu_jobs_only(stage):
+    """A train or embed sweep may tabulate or rank by the jobs' peak GPU memory; on the CPU
+    it is null in every record, so naming it stops the parse (unknown_metrics reads these
+    names), as mfu does."""
+    for name in ("peak_gpu_mem_mib", "peak_gpu_mem_reserved_mib"):
+        assert name in stage_metrics(stage, {"gpu_jobs": {"device": "auto"}})
+        assert name not in stage_metrics(stage, {"gpu_jobs": {"device": "cpu"}})
 
 
 def test_summarise_names_follow_the_method():

@@ -36,6 +36,7 @@ from shardflow.train.trainer import (
     load_model,
     load_shards,
     lr_at,
+    peak_memory_over_ranks,
     train,
     val_windows,
 )
@@ -206,6 +207,9 @@ def test_train_writes_outputs_and_extends_max_iters(shards, tmp_path):
     assert metrics["train_tokens"] > 0 and metrics["unsampled_train_tokens"] == 0
     assert saved["best_val_loss"] == pytest.approx(frame["val_loss"].iloc[-1])
     assert saved["mfu"] is None and saved["tokens_per_second"] > 0 and saved["world_size"] == 1
+    # On the CPU: no peak GPU memory, null (not 0), for the one rank too.
+    assert (saved["peak_gpu_mem_mib"], saved["peak_gpu_mem_reserved_mib"]) == (None, None)
+    assert saved["peak_gpu_mem_mib_by_rank"] == [None]
     assert math.isfinite(saved["final_val_loss"]) and saved["diverged"] is False
     assert len((out / "sample.txt").read_text().strip().split("|")) == 20
     model = load_model(out, "last")
@@ -231,6 +235,28 @@ def test_train_writes_outputs_and_extends_max_iters(shards, tmp_path):
     # with it the data set's .resume it left empty (core.parts.remove_folder).
     train(shards, out, TrainParams(**base, max_iters=8), resume_dir=resume, sample_tokens=5)
     assert not resume.parent.exists() and (tmp_path / "results/ds").is_dir()
+
+
+def test_peak_gpu_memory_is_the_largest_ranks_with_every_ranks(monkeypatch):
+    """Under torchrun each rank reads its own GPU's peak; metrics.json holds the largest
+    over the ranks and each rank's. No GPU (nor second process) here: rank 1 of two,
+    its peak faked, and rank 0's row added as the all-reduce would add it."""
+    from shardflow.train import trainer
+
+    class TwoRanks(trainer.Runtime):
+        def all_reduce_(self, t, op=None):
+            t[0] += torch.tensor([900.0, 1100.0], dtype=t.dtype)  # rank 0's peaks
+            return t
+
+    asked = []
+    monkeypatch.setattr(trainer, "peak_memory", lambda device: asked.append(device)
+                        or {"peak_gpu_mem_mib": 700.0, "peak_gpu_mem_reserved_mib": 1200.0})
+    rt = TwoRanks(torch.device("cpu"), torch.float32, rank=1, world=2)
+    assert peak_memory_over_ranks(rt) == {"peak_gpu_mem_mib": 900.0, "peak_gpu_mem_reserved_mib": 1200.0,
+                                          "peak_gpu_mem_mib_by_rank": [900.0, 700.0]}
+    assert asked == [rt.device]  # the rank's own device (cuda:LOCAL_RANK under torchrun)
+    monkeypatch.undo()
+    assert peak_memory_over_ranks(rt)["peak_gpu_mem_mib_by_rank"] == [None, None]  # on the CPU: no collective
 
 
 def test_a_job_whose_snakemake_is_gone_keeps_its_checkpoint_and_writes_no_outputs(shards, tmp_path, monkeypatch):

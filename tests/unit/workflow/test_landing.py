@@ -162,3 +162,60 @@ def test_embedding_section_says_how_much_of_killed_attempts_it_counted(tmp_path)
     # The killed attempt ran on another GPU: the GPU-hours line names it; the rates are
     # the last attempt's, on its device alone.
     assert "while encoding on cuda:0 (20 records came from resumed parts" in rows["throughput"]
+
+
+def test_each_stages_page_says_its_peak_gpu_memory_or_not_on_a_gpu(tmp_path):
+    """The largest job's peak GPU memory and its chunk, for picking a GPU and a batch size;
+    a CPU run says so instead of 0; jobs from before peaks were recorded say that."""
+    base = {"chunk": 2, "items": 30, "items_embedded": 30, "tokens": 300, "seconds": 0.5, "start_time": 10.0,
+            "end_time": 10.5}
+    gpu = {**base, "device": "cuda:0", "peak_gpu_mem_mib": 1536.4, "peak_gpu_mem_reserved_mib": 2048.0}
+    assert _embedding_rows(tmp_path, gpu, 2.0)["peak GPU memory"] == (
+        "1,536 MiB allocated, 2,048 MiB reserved by its one job (chunk 2)")
+    cpu = {**base, "device": "cpu", "peak_gpu_mem_mib": None, "peak_gpu_mem_reserved_mib": None}
+    assert _embedding_rows(tmp_path, cpu, 2.0)["peak GPU memory"] == "not on a GPU"
+    assert _embedding_rows(tmp_path, {**base, "device": "cuda:0"}, 2.0)["peak GPU memory"] == (
+        "not recorded (the jobs ran before shardflow recorded it)")
+
+    (tmp_path / "manifest.json").write_text(json.dumps({"total_records": 15}))
+    summary = {"records": 15, "truncated_inputs": 0, "input_tokens": 10, "summary_tokens": 5,
+               "compression_ratio": 0.5, "summarise_wall_time_s": 1.0, "chunks": 3, "items_per_s": 15.0,
+               "devices": ["cuda:0"], "gpu_hours": 0.1, "estimated_cost": 0.25, "currency": "USD",
+               "peak_gpu_mem_mib": 900.0, "peak_gpu_mem_reserved_mib": 1000.0, "peak_gpu_mem_chunk": 0,
+               "peak_gpu_mem_unrecorded": 2}
+    files = {"manifest": tmp_path / "manifest.json", "summary": tmp_path / "s.json"}
+    for changes, want in (
+        ({}, "900 MiB allocated, 1,000 MiB reserved by the job of chunk 0, the largest of the 3 jobs' peaks; 2 of "
+             "the jobs ran before shardflow recorded it and are not counted"),
+        ({"devices": ["cpu"], "peak_gpu_mem_mib": None, "peak_gpu_mem_reserved_mib": None}, "not on a GPU"),
+    ):
+        files["summary"].write_text(json.dumps({**summary, **changes}))
+        assert dict(summarisation_section("news", files).rows)["peak GPU memory"] == want
+
+
+def test_the_training_page_says_the_largest_ranks_peak_gpu_memory(tmp_path):
+    from shardflow.workflow.landing import training_section
+
+    meta = {"totals": {"documents": None, "tokens": 100, "train": {"tokens": 90}, "val": {"tokens": 10}},
+            "split": {"val_fraction": 0.1}, "tokenizer": {"kind": "char", "vocab_size": 65, "eot_id": 64},
+            "tokens_per_shard": 100, "dtype": "uint16", "shards": [{"tokens": 90}, {"tokens": 10}]}
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "shards" / "metadata.json").write_text(json.dumps(meta))
+    (tmp_path / "jobs.json").write_text(json.dumps({"jobs": []}))
+    metrics = {"steps": 6, "tokens_per_step": 64, "n_params": 1000, "resumed_from_step": 0, "best_val_loss": 4.1,
+               "best_step": 3, "final_val_loss": 4.0, "train_seconds_total": 1.0, "wall_seconds": 2.0,
+               "tokens_per_second": 100.0, "mfu": 0.2, "device": "cuda:0", "world_size": 2, "dtype": "bfloat16",
+               "peak_gpu_mem_mib": 5120.0, "peak_gpu_mem_reserved_mib": 6000.0,
+               "peak_gpu_mem_mib_by_rank": [5120.0, 4900.5]}
+    files = {"shards": tmp_path / "shards", "jobs": tmp_path / "jobs.json", "metrics": tmp_path / "m.json"}
+    cases = (
+        ({}, "5,120 MiB allocated, 6,000 MiB reserved on the busiest GPU: the largest of the 2 ranks' peaks "
+             "(allocated by rank: 5,120, 4,900 MiB)"),
+        ({"world_size": 1, "peak_gpu_mem_mib_by_rank": [5120.0]}, "5,120 MiB allocated, 6,000 MiB reserved"),
+        ({"device": "cpu", "mfu": None, "peak_gpu_mem_mib": None, "peak_gpu_mem_reserved_mib": None,
+          "peak_gpu_mem_mib_by_rank": [None, None]}, "not on a GPU"),
+        ({"peak_gpu_mem_mib": None}, "not recorded (the run finished before shardflow recorded it)"),
+    )
+    for changes, want in cases:
+        files["metrics"].write_text(json.dumps({**metrics, **changes}))
+        assert dict(training_section("tr", files).rows)["peak GPU memory"] == want
