@@ -118,7 +118,15 @@ class SummariseStats(EngineCounters):
 
 
 def _model_folder(name: str) -> Path:
+    """The summarise model's folder. One that is not there is a FileNotFoundError (an
+    OSError: a retry runs, as on a node whose local disk lacks what another node has,
+    shardflow.core.failures); a file in its place is a ValueError (a config error)."""
     folder = Path(os.path.expanduser(name))
+    if not folder.exists():
+        raise FileNotFoundError(
+            f"summarise model {name!r}: no such folder (moved or deleted?). Set summarise.model (or a sweep's "
+            "grid value of it) to where it is now, or put it back"
+        )
     if not folder.is_dir():
         raise ValueError(f"summarise model {name!r} is not a local model folder")
     return folder.resolve()

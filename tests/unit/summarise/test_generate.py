@@ -467,3 +467,20 @@ def test_summarise_chunk_records_the_peak_gpu_memory_of_the_generators_device(ti
     assert (stats["peak_gpu_mem_mib"], stats["peak_gpu_mem_reserved_mib"]) == (700.0, 900.0)
     assert events[0] == ("reset", str(gen.device)) and events[-1] == ("peak", str(gen.device))
     assert "generate" in events[1:-1]
+
+
+def test_a_summarise_model_that_is_not_there_is_a_missing_file_not_a_config_error(tmp_path):
+    """A folder that has gone (or that this node's local disk lacks) is an OSError, which
+    a retry may cure on another node (shardflow.core.failures does not record it); a file
+    where the folder should be is a config error."""
+    from shardflow.core.failures import deterministic
+    from shardflow.summarise.generate import _model_folder
+
+    with pytest.raises(FileNotFoundError, match=r"summarise model 'models/flan': no such folder") as gone:
+        _model_folder("models/flan")
+    assert not deterministic(gone.value)
+    (tmp_path / "weights.bin").write_bytes(b"")
+    with pytest.raises(ValueError, match="is not a local model folder") as a_file:
+        _model_folder(str(tmp_path / "weights.bin"))
+    assert deterministic(a_file.value)
+    assert _model_folder(str(tmp_path)) == tmp_path.resolve()
