@@ -13,13 +13,14 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # Shell rules (train) run `python`: the venv's, without activating it.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help setup run report dag rulegraph test test-fast test-faults test-unit test-workflow test-cluster lint fmt bench clean evaluate-beir evaluate-summaries reproduce-arguana reproduce-shakespeare sweep
+.PHONY: help setup run report estimate dag rulegraph test test-fast test-faults test-unit test-workflow test-cluster lint fmt bench clean evaluate-beir evaluate-summaries reproduce-arguana reproduce-shakespeare sweep
 
 help:
 	@echo "make run    install into .venv and run the embedding workflow on the demo corpus"
 	@echo "make test   the whole test suite (unit, workflow, SLURM / S3 / Kubernetes stand-in)"
 	@echo "make test-fast  unit tests and dry runs only (the edit loop, about 3 minutes)"
 	@echo "make test-faults  the fault matrix with five seeds (every rule SIGKILLed, reruns compared)"
+	@echo "make estimate  GPU-hours, cost, wall time and disk of the configured run, before it runs (CONFIG=, GPUS=)"
 	@echo "make dag    write dag.svg (graphviz) of the configured workflow"
 	@echo "make lint   snakemake --lint, snakefmt --check and ruff check (make fmt fixes what it can)"
 	@echo "make bench  CPU engine benchmark against sentence-transformers"
@@ -57,6 +58,14 @@ run: setup
 report: setup
 	$(SNAKEMAKE) --profile profiles/local --cores $(CORES)
 	$(SNAKEMAKE) --profile profiles/local --report report.html
+
+# What the configured run would take, before any GPU is rented: per data set and GPU
+# stage its jobs, records, rate (measured by an earlier run here, else assumed, and
+# said so), GPU-hours, cost, wall time and disk (shardflow.workflow.estimate). Runs no
+# job. CONFIG=my.yaml (or "a.yaml b.yaml", merged in order); GPUS=N for the wall time
+# (default: this host's GPUs, as the local profile counts them).
+estimate: setup
+	$(BIN)/python -m shardflow.cli estimate $(if $(CONFIG),--configfile $(CONFIG)) $(if $(GPUS),--gpus $(GPUS))
 
 # pipefail: a Snakemake error (a bad config) fails the target instead of writing an
 # empty SVG; the SVG is replaced only when both steps succeed.

@@ -46,8 +46,11 @@ def beir_config(args: argparse.Namespace) -> int:
     qrels = os.path.join(folder, "qrels")
     if os.path.isdir(qrels) and not os.path.isfile(os.path.join(qrels, f"{args.split}.tsv")):
         found = sorted(n.removesuffix(".tsv") for n in os.listdir(qrels) if n.endswith(".tsv"))
-        print(f"evaluate-beir: {qrels}/{args.split}.tsv does not exist (SPLIT={args.split}); "
-              f"this folder's splits: {', '.join(found) or 'none'}", file=sys.stderr)
+        print(
+            f"evaluate-beir: {qrels}/{args.split}.tsv does not exist (SPLIT={args.split}); "
+            f"this folder's splits: {', '.join(found) or 'none'}",
+            file=sys.stderr,
+        )
         return 2
     overlay = {
         "retrieval": {
@@ -131,6 +134,36 @@ def sweep_table(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+
+
+def estimate(args: argparse.Namespace) -> int:
+    """Print what the configured run would take: GPU-hours, cost, wall time, disk (make estimate)."""
+    from shardflow.core.gpu_slots import concurrent_gpu_jobs
+    from shardflow.workflow import estimate as est
+
+    if args.gpus is None:
+        gpus = concurrent_gpu_jobs()
+        source = "as the local profile runs them at once: concurrent_gpu_jobs(), the GPUs nvidia-smi or $SHARDFLOW_GPUS list, 1 without; --gpus N for a cluster"
+    else:
+        gpus, source = args.gpus, "--gpus"
+    try:
+        cfg = est.load_config(args.configfile)
+        result = est.estimate(cfg, gpus, source, args.records)
+    except (ValueError, OSError) as exc:  # a config, input or model error: its message names the key or file
+        print(f"estimate: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(est.as_json(result), sys.stdout, indent=2)
+        print()
+    else:
+        print(est.table(result))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m shardflow.cli")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -164,6 +197,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("config")
     p.add_argument("--name", default="")
     p.set_defaults(func=sweep_table)
+    p = sub.add_parser("estimate", help="GPU-hours, cost, wall time and disk of the configured run (make estimate)")
+    p.add_argument(
+        "--configfile", nargs="+", action="extend", default=[], help="merged over config/config.yaml in order"
+    )
+    p.add_argument("--gpus", type=_positive, default=None, help="GPUs for the wall time (default: this host's)")
+    p.add_argument("--records", type=_positive, default=None, help="the main data set's records (else counted)")
+    p.add_argument("--json", action="store_true", help="the estimate as JSON")
+    p.set_defaults(func=estimate)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -1,0 +1,962 @@
+"""What a run will cost, before any GPU is rented (`python -m shardflow.cli estimate`,
+`make estimate`).
+
+For each data set and GPU stage the configured run would execute: its jobs, records
+(tokens for training), the rate used and where it came from, GPU-hours, their cost
+(core.jobs.priced at report.gpu_hour_price), the wall time on N GPUs and the disk its
+outputs take. The config is read as the workflow reads it (config/config.yaml, then
+each --configfile, validated by the schema), and the data sets, chunk counts, sweeps
+and the rules that run on the CPU come from the parse-time functions the rules use
+(workflow.plan, sweep.parse_sweeps): nothing is derived a second time. It runs no job
+and downloads nothing; it reads, and keeps a record count where the parse keeps it
+(core.parsecache).
+
+Rates, in order of trust:
+1. measured by an earlier run in this working directory: the chunk jobs' stats of the
+   stage (results/<ds>/embed, results/<ds>/summarise; this data set first, then the
+   others), a sweep job of the stage whose swept values equal this config's, a training
+   run of the same model shape (results/**/train). A run of another model (another
+   summarise.method) is passed over, and so is one on another kind of device: a CPU
+   rate is no estimate for a GPU run, nor a GPU rate for a CPU run.
+2. assumed: `chunking.rate_items_per_s`, labelled so (ASSUMED). Training has no
+   assumed rate (records per second say nothing of tokens per step): not estimated.
+A measured rate holds for that run's settings and GPU (named with it): another token
+budget, dtype or GPU model runs at another speed. GPU rules count as GPU jobs unless
+they run on the CPU whatever the host (plan.gpu_rules_on_cpu: gpu_jobs.device cpu,
+summarise.method lead), as a dry run shows them.
+
+Wall time: each stage's jobs longest first onto the GPU free first, the stages one
+after another (embed and summarise of one data set share the GPUs when they run at
+once, so the sum is what they take together).
+
+Records: the split's manifest.json where the split ran on these inputs; else counted
+(newline counts, Parquet metadata: plan.count_records), or, for line-format inputs
+above SAMPLE_ABOVE bytes, sampled and extrapolated by file size, and said so.
+"""
+
+from __future__ import annotations
+
+import copy
+import glob
+import gzip
+import heapq
+import math
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shardflow.core.config import canonical_order, load_schema, validate_config
+from shardflow.core.files import GZIP_MAGIC, read_json
+from shardflow.core.jobs import priced, read_benchmark, read_job_table
+from shardflow.core.models import same_model
+from shardflow.core.s3 import logical_path
+from shardflow.corpus.readers import ReaderOptions, detect_format
+from shardflow.sweep import parse_sweeps
+from shardflow.sweep.spec import load_yaml, merge
+from shardflow.workflow import plan
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = "results"
+ASSUMED = "assumed, not measured: run a small sample or an embed sweep to measure"
+# Line-format inputs above this many bytes are sampled, not counted line by line (a
+# newline count reads every byte: minutes for a corpus of 100 M documents).
+SAMPLE_ABOVE = 2 * 2**30
+SAMPLE_BYTES = 8 * 2**20  # read from the start of each sampled file
+SAMPLE_FILES = 8
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+# What a training run's speed depends on, besides the device: the model's shape
+# (train/config.json "model") and the batch (its "train").
+TRAIN_SHAPE = ("n_layer", "n_head", "n_embd", "block_size", "bias")
+TRAIN_BATCH = ("batch_size", "grad_accum", "dtype", "compile")
+NOTES_SHOWN = 8  # per row in the table (--json has them all)
+
+
+class EstimateError(ValueError):
+    pass
+
+
+# --------------------------------------------------------------------- config
+
+
+def load_config(configfiles: Iterable[str] = ()) -> dict:
+    """config/config.yaml with each of `configfiles` merged over it in order (as
+    Snakemake's --configfile), defaults filled and validated by the schema."""
+    shipped = load_yaml(str(REPO / "config" / "config.yaml"))
+    cfg = copy.deepcopy(shipped)
+    for path in configfiles:
+        try:
+            overlay = load_yaml(path)
+        except OSError as exc:
+            raise EstimateError(f"--configfile {path}: {exc.strerror or exc}") from None
+        if overlay is None:
+            continue
+        if not isinstance(overlay, dict):
+            raise EstimateError(f"--configfile {path}: not a mapping of config keys")
+        cfg = merge(cfg, overlay)
+    schema = load_schema(REPO / "config" / "config.schema.yaml")
+    validate_config(cfg, schema)
+    canonical_order(cfg, shipped, schema)
+    return cfg
+
+
+def _sweeps(cfg: dict) -> dict:
+    if not cfg["sweeps"]:
+        return {}
+    schema = load_schema(REPO / "config" / "config.schema.yaml")
+    return parse_sweeps(cfg["sweeps"], cfg, lambda c: validate_config(c, schema), root=REPO)
+
+
+# -------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class Count:
+    """A data set's records, where the figure came from, the records of each chunk
+    (from a manifest; else spread evenly) and the bytes its chunks take."""
+
+    records: int
+    source: str
+    per_chunk: tuple[int, ...] = ()
+    chunk_bytes: int | None = None
+    chunk_bytes_source: str = ""
+
+
+def split_manifest(ds: plan.DataSet) -> tuple[dict | None, str]:
+    """The split's manifest of `ds` where it was written for these inputs and this
+    chunk count, else None and why it is not used ("" where there is none)."""
+    path = f"{RESULTS}/{ds.name}/chunks/manifest.json"
+    if not os.path.isfile(path):
+        return None, ""
+    try:
+        manifest = read_json(path)
+        chunks, total = manifest["chunks"], int(manifest["total_records"])
+    except (ValueError, KeyError, TypeError) as exc:
+        return None, f"{path} is not readable ({exc}): not used"
+    if manifest.get("n_chunks") != ds.n_chunks or len(chunks) != ds.n_chunks:
+        return None, f"{path} has {manifest.get('n_chunks')} chunks, this config makes {ds.n_chunks}: not used"
+    recorded = [os.path.normpath(p) for p in manifest.get("sources", [])]
+    if recorded != [os.path.normpath(logical_path(p)) for p in ds.sources]:
+        return None, f"{path} was split from other input files: not used"
+    written = os.path.getmtime(path)
+    newer = [p for p in ds.sources if os.path.isfile(p) and os.path.getmtime(p) > written]
+    if newer:
+        return None, f"{newer[0]} changed after {path} was written: not used"
+    return {**manifest, "total_records": total}, ""
+
+
+def _sample(path: str) -> tuple[int, int, int]:
+    """(newlines, file bytes read, text bytes) of the first SAMPLE_BYTES of text of
+    `path` (gunzipped by its magic bytes)."""
+    try:
+        with open(path, "rb") as raw:
+            packed = raw.read(2) == GZIP_MAGIC
+            raw.seek(0)
+            reader = gzip.GzipFile(fileobj=raw) if packed else raw
+            data = reader.read(SAMPLE_BYTES)
+            at_end = not reader.read(1)
+            consumed = os.path.getsize(path) if at_end else raw.tell()
+    except (OSError, EOFError) as exc:
+        raise EstimateError(f"{path}: not readable ({exc})") from None
+    lines = data.count(b"\n") + (at_end and data[-1:] not in (b"", b"\n"))
+    return lines, consumed, len(data)
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError
+
+
+def count_local(paths: list[str], opts: ReaderOptions, exact: bool) -> tuple[int, str, float]:
+    """(records, how they were found, text bytes per file byte) of local corpus files:
+    counted (plan.count_records), or, for line formats above SAMPLE_ABOVE bytes and not
+    `exact`, sampled from up to SAMPLE_FILES files and extrapolated by file size."""
+    for p in paths:
+        if not os.path.isfile(p):
+            raise EstimateError(f"input file {p!r} does not exist")
+    formats = {p: detect_format(p, opts) for p in paths}
+    cheap = [p for p in paths if formats[p] == "parquet" or (formats[p] == "text" and opts.text_mode == "files")]
+    lines = [p for p in paths if p not in cheap]
+    size = sum(os.path.getsize(p) for p in lines)
+    counted = plan.count_records(cheap, opts) if cheap else 0
+    step = max(1, math.ceil(len(lines) / SAMPLE_FILES))
+    picked = lines[::step]
+    samples = [_sample(p) for p in picked]
+    ratio = sum(s[2] for s in samples) / max(1, sum(s[1] for s in samples)) if samples else 1.0  # text per file byte
+    if exact or size <= SAMPLE_ABOVE:
+        return counted + (plan.count_records(lines, opts) if lines else 0), f"counted in {len(paths)} file(s)", ratio
+    per_byte = sum(s[0] for s in samples) / max(1, sum(s[1] for s in samples))
+    how = (
+        f"sampled: the first {_size(SAMPLE_BYTES)} of text of {len(picked)} of {len(lines)} files, "
+        f"extrapolated by file size ({_size(size)}); --records N or chunking.expected_records gives the figure"
+    )
+    return counted + round(per_byte * size), how, ratio
+
+
+def count_records(cfg: dict, ds: plan.DataSet, given: int | None = None) -> Count:
+    """The records of data set `ds` (see the module docstring); `given`: --records (the
+    main data set's)."""
+    if given is not None:
+        return Count(given, "--records")
+    manifest, why = split_manifest(ds)
+    if manifest is not None:
+        path = f"{RESULTS}/{ds.name}/chunks/manifest.json"
+        return Count(
+            manifest["total_records"],
+            f"the split's {path}",
+            tuple(int(c["items"]) for c in manifest["chunks"]),
+            sum(int(c["bytes"]) for c in manifest["chunks"]),
+            f"the chunks in {path}",
+        )
+    stale = f" ({why})" if why else ""
+    if ds.role == "retrieval":
+        from shardflow.retrieval.pipeline import RetrievalSpec
+
+        spec = RetrievalSpec.from_config(cfg)
+        if spec.in_s3:
+            raise EstimateError(
+                f"retrieval.path {spec.path} is in S3 and the estimate downloads nothing: "
+                "run the split first (its manifest holds the count)"
+            )
+        corpus = spec.source_files()[0]
+        fmt = "jsonl" if cfg["retrieval"]["format"] == "beir" else "text"
+        exact = cfg["retrieval"]["n_chunks"] == "auto"  # counted at parse time already (kept)
+        records, how, ratio = count_local([corpus], ReaderOptions(format=fmt), exact=exact)
+        return Count(
+            records,
+            f"{how}: {corpus}{stale}",
+            chunk_bytes=round(os.path.getsize(corpus) * ratio),
+            chunk_bytes_source=f"about the size of {corpus}'s text",
+        )
+    if cfg["input"]["path"] is None and not os.path.isfile(plan.DEMO_CORPUS):
+        return Count(
+            cfg["demo"]["max_docs"],
+            f"demo.max_docs: at most (the demo corpus is built by the run){stale}",
+            chunk_bytes_source="not estimated: the demo corpus is not built yet",
+        )
+    expected = cfg["chunking"]["expected_records"]
+    if expected is not None:
+        return Count(expected, f"chunking.expected_records{stale}")
+    remote = [p for p in ds.sources if p.startswith("s3://")]
+    if remote:
+        raise EstimateError(
+            f"input {remote[0]} is in S3 and the estimate downloads nothing: "
+            "pass --records N or set chunking.expected_records"
+        )
+    sources = list(ds.sources)
+    # n_chunks auto by records counted every file at parse time already (kept): no sample
+    counted = cfg["n_chunks"] == "auto" and cfg["chunking"]["by"] == "records"
+    records, how, ratio = count_local(sources, plan.reader_options(cfg), exact=counted)
+    text = sum(os.path.getsize(p) for p in sources) * ratio
+    return Count(records, how + stale, chunk_bytes=round(text), chunk_bytes_source="about the input's text")
+
+
+def even_chunks(records: int, n: int) -> tuple[int, ...]:
+    return tuple(records // n + (i < records % n) for i in range(n))
+
+
+# ---------------------------------------------------------------------- rates
+
+
+@dataclass(frozen=True)
+class Rate:
+    """Work units (records; tokens for training) per second of one job (of one GPU,
+    for training), where the figure came from, whether it was measured, on which
+    device, and the seconds a job takes beyond it (model loading: an earlier run's
+    benchmark time less its own encode time)."""
+
+    per_s: float
+    source: str
+    measured: bool
+    device: str = ""
+    overhead_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Run:
+    """An earlier run of a stage: where (its folder), and its chunk jobs' stats and
+    Snakemake benchmarks (aligned; {} where none); `problem`: why its records could not
+    be read (then it has none)."""
+
+    where: str
+    stats: list[dict]
+    benches: list[dict]
+    problem: str = ""
+
+
+def load_run(folder: str, stats_glob: str, bench: Callable[[dict], str] | None = None) -> Run | None:
+    """A stage folder's jobs: its job table (jobs.json, written by the stage's merge),
+    else the stats files there now (`bench(stats)`: the job's benchmark file)."""
+    table = os.path.join(folder, "jobs.json")
+    paths = sorted(glob.glob(os.path.join(glob.escape(folder), stats_glob)))
+    if not os.path.isfile(table) and not paths:
+        return None
+    try:
+        if os.path.isfile(table):
+            rows = read_job_table(table)
+            return Run(folder, [r["stats"] for r in rows], [r.get("benchmark") or {} for r in rows])
+        stats = [read_json(p) for p in paths]
+        benches = []
+        for s in stats:
+            path = bench(s) if bench else None
+            benches.append(read_benchmark(path) if path and os.path.isfile(path) else {})
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return Run(folder, [], [], f"is not readable ({exc})")
+    return Run(folder, stats, benches)
+
+
+def _kind(device: object) -> str:
+    return "cuda" if str(device).startswith("cuda") else str(device)
+
+
+def _devices(stats: list[dict]) -> str:
+    names = []
+    for s in stats:
+        gpu = (s.get("made_with") or {}).get("gpu")
+        name = f"{s.get('device')} ({gpu})" if gpu else str(s.get("device"))
+        if name not in names:
+            names.append(name)
+    return ", ".join(names)
+
+
+def run_rate(run: Run) -> tuple[float, float | None] | None:
+    """(records per second of a job's compute, mean seconds per job beyond it: None
+    without benchmarks)."""
+    done = sum(s.get("items_embedded", s.get("items", 0)) for s in run.stats)
+    seconds = sum(s.get("seconds", 0.0) for s in run.stats)
+    if done <= 0 or seconds <= 0:
+        return None
+    extra = [
+        b["s"] - s["seconds"] for s, b in zip(run.stats, run.benches, strict=True) if isinstance(b.get("s"), float)
+    ]
+    return done / seconds, (max(0.0, sum(extra) / len(extra)) if extra else None)
+
+
+def _recorded_model(stats: dict) -> str | None:
+    model = (stats.get("made_with") or {}).get("model")
+    return model.get("path") if isinstance(model, dict) else None
+
+
+def other_model(stats: list[dict], name: str, key: str) -> str | None:
+    """Why jobs with these stats ran another model than `name` (config key `key`), or None."""
+    recorded = {_recorded_model(s) for s in stats}
+    if None in recorded:
+        return "its jobs did not record their model"
+    other = next((m for m in recorded if not same_model(m, name)), None)
+    return f"ran model {other}, not {key} {name}" if other else None
+
+
+def _listed(items: list[str], most: int = 3) -> str:
+    more = f" and {len(items) - most} more" if len(items) > most else ""
+    return "; ".join(items[:most]) + more
+
+
+def _jobs(n: int) -> str:
+    return f"{n} job{'s' if n != 1 else ''}"
+
+
+def find_rate(runs: Iterable[tuple[Run, str | None]], on_gpu: bool, notes: list[str]) -> tuple[Rate, Run] | None:
+    """The first of `runs` (each with why it does not fit, or None) measured on the
+    device kind the run will use; what was passed over, and why, goes into `notes`."""
+    want = "cuda" if on_gpu else "cpu"
+    unfit, elsewhere, found = [], [], None
+    for run, why in runs:
+        if why:
+            unfit.append(f"{run.where} {why}")
+            continue
+        measured = run_rate(run)
+        if measured is None:
+            continue
+        per_s, overhead = measured
+        if {_kind(s.get("device")) for s in run.stats} != {want}:
+            elsewhere.append(f"{run.where} {per_s:.3g} records/s on {_devices(run.stats)}")
+            continue
+        loading = "not measured (no benchmarks)" if overhead is None else f"{overhead:.0f} s a job"
+        source = f"measured by {run.where} ({_jobs(len(run.stats))}; model loading {loading})"
+        found = Rate(per_s, source, True, _devices(run.stats), overhead or 0.0), run
+        break
+    if elsewhere:
+        notes.append(
+            f"passed over, measured on another kind of device (a {'CPU' if on_gpu else 'GPU'} rate is no "
+            f"estimate for a {'GPU' if on_gpu else 'CPU'} run): {_listed(elsewhere)}"
+        )
+    if unfit and not found:
+        notes.append(f"passed over: {_listed(unfit)}")
+    return found
+
+
+def assumed_rate(cfg: dict, what: str = "") -> Rate:
+    rate = cfg["chunking"]["rate_items_per_s"]
+    return Rate(rate, f"{ASSUMED} (chunking.rate_items_per_s: {rate:g} records/s per GPU{what})", False)
+
+
+def _point_matches(params: dict, cfg: dict) -> bool:
+    for key, value in params.items():
+        node = cfg
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return False
+            node = node[part]
+        if node != value:
+            return False
+    return True
+
+
+def sweep_job_folders(stage: str, cfg: dict) -> Iterator[tuple[str, str]]:
+    """(job folder, label) of every finished-or-started sweep job of `stage` under
+    results/sweeps whose swept values all equal `cfg`'s (its spec.json)."""
+    for spec_path in sorted(glob.glob(f"{RESULTS}/sweeps/*/spec.json")):
+        try:
+            spec = read_json(spec_path)
+        except ValueError:
+            continue
+        if spec.get("stage") != stage:
+            continue
+        root = os.path.dirname(spec_path)
+        for pid, params in spec.get("points", []):
+            if _point_matches(params, cfg):
+                for job in sorted(glob.glob(f"{glob.escape(root)}/{glob.escape(pid)}/seed=*")):
+                    yield job, f"sweep {spec.get('name')!r} point {pid}"
+
+
+def _stage_folders(stage: str, dataset: str) -> list[str]:
+    """results/<dataset>/<stage>, then the other data sets' (the sweeps' folder aside)."""
+    own = f"{RESULTS}/{dataset}/{stage}"
+    others = [
+        f for f in sorted(glob.glob(f"{RESULTS}/*/{stage}")) if f != own and not f.startswith(f"{RESULTS}/sweeps/")
+    ]
+    return [own, *others]
+
+
+def embed_runs(cfg: dict, dataset: str, first: Iterable[str] = ()) -> Iterator[tuple[Run, str | None]]:
+    model = cfg["embedding"]["model"]
+    folders = [
+        *first,
+        *_stage_folders("embed", dataset),
+        *(f"{job}/embed" for job, _ in sweep_job_folders("embed", cfg)),
+    ]
+    for folder in dict.fromkeys(folders):
+        run = load_run(folder, "embed_*.stats.json", lambda s, f=folder: _chunk_bench("embed", f, s))
+        if run:
+            yield run, run.problem or other_model(run.stats, model, "embedding.model")
+
+
+def summarise_runs(cfg: dict, dataset: str, first: Iterable[str] = ()) -> Iterator[tuple[Run, str | None]]:
+    sm = cfg["summarise"]
+    model = {"abstractive": ("summarise.model", sm["model"]), "extractive": ("summarise.encoder", sm["encoder"])}
+    folders = [
+        *first,
+        *_stage_folders("summarise", dataset),
+        *(f"{j}/summarise" for j, _ in sweep_job_folders("summarise", cfg)),
+    ]
+    for folder in dict.fromkeys(folders):
+        run = load_run(folder, "summaries_*.stats.json", lambda s, f=folder: _chunk_bench("summarise", f, s))
+        if not run:
+            continue
+        if run.problem:
+            yield run, run.problem
+            continue
+        methods = {s.get("method") for s in run.stats}
+        if methods != {sm["method"]}:
+            yield run, f"ran summarise.method {', '.join(map(str, methods))}, not {sm['method']}"
+        elif sm["method"] in model:
+            yield run, other_model(run.stats, model[sm["method"]][1] or "", model[sm["method"]][0])
+        else:
+            yield run, None
+
+
+def _chunk_bench(stage: str, folder: str, stats: dict) -> str | None:
+    """The benchmark of a data set's chunk job (benchmarks/<stage>/<ds>/chunk_<i>.tsv)."""
+    parts = folder.split("/")
+    if len(parts) == 3 and parts[0] == RESULTS and "chunk" in stats:
+        return f"benchmarks/{stage}/{parts[1]}/chunk_{stats['chunk']}.tsv"
+    return None
+
+
+# ----------------------------------------------------------------------- rows
+
+
+@dataclass
+class Row:
+    """One stage of one data set (or one sweep): its jobs, their work, the rate, what
+    each job would take (None: not estimated), the GPUs a job holds (0: on the CPU) and
+    the disk its outputs take (None: not estimated); `finish` fills in the rest."""
+
+    dataset: str
+    stage: str
+    jobs: int
+    work: int | None = None
+    unit: str = "records"
+    rate: Rate | None = None
+    gpus: int = 1
+    seconds: list[float] | None = None
+    disk: int | None = None
+    disk_source: str = ""
+    notes: list[str] = field(default_factory=list)
+    gpu_hours: float | None = None
+    cost: float | None = None
+    wall_s: float | None = None
+
+
+def makespan(seconds: list[float], gpus_per_job: int, n_gpus: int) -> float | None:
+    """Wall seconds of `seconds` jobs on `n_gpus` GPUs, longest first onto the GPUs
+    free first; None where one job needs more GPUs than there are."""
+    slots = n_gpus // max(1, gpus_per_job)
+    if slots < 1:
+        return None
+    ends = [0.0] * max(1, min(slots, len(seconds)))
+    for s in sorted(seconds, reverse=True):
+        heapq.heappush(ends, heapq.heappop(ends) + s)
+    return max(ends)
+
+
+def finish(row: Row, n_gpus: int, price: float) -> Row:
+    if row.seconds is None:
+        return row
+    if row.gpus == 0:
+        row.gpu_hours, row.cost = 0.0, 0.0
+        row.notes.append("runs on the CPU: no GPU-hours (wall time depends on the cores: not estimated)")
+        return row
+    row.gpu_hours = sum(row.seconds) * row.gpus / 3600
+    row.cost = priced(row.gpu_hours, price, row.work)["estimated_cost"]
+    row.wall_s = makespan(row.seconds, row.gpus, n_gpus)
+    if row.wall_s is None:
+        row.notes.append(f"a job holds {row.gpus} GPUs, more than the {n_gpus} given: no wall time")
+    elif row.jobs * row.gpus < n_gpus:
+        row.notes.append(
+            f"{_jobs(row.jobs)} for {n_gpus} GPUs: some GPUs idle (more chunks: n_chunks, or auto with chunking.gpus)"
+        )
+    return row
+
+
+def embed_dim(cfg: dict, run: Run | None) -> tuple[int | None, str]:
+    """The embedding width: the measuring run's, else the model's config.json."""
+    if run and run.stats and "dim" in run.stats[0]:
+        return int(run.stats[0]["dim"]), f"dim {run.stats[0]['dim']} (as {run.where})"
+    from shardflow.core.models import resolve_model
+    from shardflow.embed.stconfig import load_model_spec, output_dim
+
+    try:
+        dim = output_dim(load_model_spec(resolve_model(cfg["embedding"]["model"])))
+        return dim, f"dim {dim} (the model's config.json)"
+    except (OSError, ValueError) as exc:
+        return None, f"disk not estimated: the model's width is not known here ({exc})"
+
+
+def chunk_job_row(name: str, stage: str, per_chunk: tuple[int, ...], rate: Rate, gpus: int) -> Row:
+    seconds = [n / rate.per_s + rate.overhead_s for n in per_chunk]
+    return Row(name, stage, len(per_chunk), sum(per_chunk), rate=rate, gpus=gpus, seconds=seconds)
+
+
+def embed_row(cfg: dict, name: str, per_chunk: tuple[int, ...], on_gpu: bool, first: Iterable[str] = ()) -> Row:
+    """The embed jobs of data set `name` (a sweep's: `first`, its own job folder)."""
+    notes: list[str] = []
+    found = find_rate(embed_runs(cfg, name, first), on_gpu, notes)
+    rate, run = found if found else (assumed_rate(cfg), None)
+    row = chunk_job_row(name, "embed", per_chunk, rate, 1 if on_gpu else 0)
+    dim, how = embed_dim(cfg, run)
+    if dim:
+        width = DTYPE_BYTES[cfg["embedding"]["output_dtype"]]
+        row.disk = 2 * row.work * dim * width  # the chunks' .npy files and the merged embeddings.npy
+        row.disk_source = (
+            f"records x {how} x {width} bytes ({cfg['embedding']['output_dtype']}), chunk files and merged copy"
+        )
+    else:
+        row.disk_source = how
+    row.notes += notes
+    return row
+
+
+def summarise_row(cfg: dict, name: str, per_chunk: tuple[int, ...], on_gpu: bool, first: Iterable[str] = ()) -> Row:
+    """The summarise jobs of data set `name` (a sweep's: `first`, its own job folder)."""
+    notes: list[str] = []
+    found = find_rate(summarise_runs(cfg, name, first), on_gpu, notes)
+    slow = (
+        "; set for embedding: generating summaries is usually far slower"
+        if cfg["summarise"]["method"] == "abstractive"
+        else ""
+    )
+    rate, run = found if found else (assumed_rate(cfg, slow), None)
+    row = chunk_job_row(name, "summarise", per_chunk, rate, 1 if on_gpu else 0)
+    row.notes += notes
+    if run:
+        files = [f"{run.where}/summaries_{s.get('chunk')}.jsonl" for s in run.stats]
+        written = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
+        items = sum(s.get("items", 0) for s in run.stats)
+        if written and items:
+            row.disk = round(2 * row.work * written / items)  # the chunks' files and the merged summaries.jsonl
+            row.disk_source = f"bytes per summary as in {run.where}, chunk files and merged copy"
+    if row.disk is None:
+        row.disk_source = "not estimated: no earlier summaries of this method here"
+    return row
+
+
+def train_runs(cfg: dict, dataset: str, first: Iterable[str] = ()) -> Iterator[str]:
+    folders = [*first, *_stage_folders("train", dataset), *sorted(glob.glob(f"{RESULTS}/sweeps/*/*/seed=*/train"))]
+    yield from (
+        f for f in dict.fromkeys(folders) if os.path.isfile(f"{f}/metrics.json") and os.path.isfile(f"{f}/config.json")
+    )
+
+
+def recorded_value(recorded: dict, key: str):
+    """A TRAIN_SHAPE or TRAIN_BATCH value of a training run's config.json."""
+    return recorded["model" if key in TRAIN_SHAPE else "train"].get(key)
+
+
+def _folder_bytes(folder: str) -> int:
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
+
+
+def train_row(cfg: dict, name: str, on_gpu: bool, first: Iterable[str] = ()) -> Row:
+    """The train job of data set `name` (a sweep's: `first`, its own job folder): its
+    tokens are train.max_iters steps of the global batch."""
+    tr = cfg["train"]
+    gpus = plan.train_gpus(cfg) if on_gpu else 1
+    tokens = tr["max_iters"] * tr["batch_size"] * tr["block_size"] * tr["grad_accum"] * gpus
+    row = Row(name, "train", 1, tokens, unit="tokens", gpus=gpus if on_gpu else 0)
+    want, kind = ("cuda", "GPU") if on_gpu else ("cpu", "CPU")
+    unfit = []
+    for folder in train_runs(cfg, name, first):
+        try:
+            metrics, recorded = read_json(f"{folder}/metrics.json"), read_json(f"{folder}/config.json")
+            other = [k for k in TRAIN_SHAPE if recorded["model"].get(k) != tr[k]]
+            other += [k for k in TRAIN_BATCH if recorded["train"].get(k) != tr[k]]
+            done = (metrics["steps"] - (metrics.get("resumed_from_step") or 0)) * metrics["tokens_per_step"]
+            world, device = int(metrics.get("world_size") or 1), str(metrics["device"])
+            seconds = float(metrics["wall_seconds"])
+        except (ValueError, KeyError, TypeError) as exc:
+            unfit.append(f"{folder} is not readable ({exc})")
+            continue
+        if other:
+            unfit.append(
+                f"{folder} trained another shape ({', '.join(f'{k} {recorded_value(recorded, k)}' for k in other)})"
+            )
+            continue
+        if done <= 0 or seconds <= 0:
+            continue
+        per_gpu = done / seconds / world
+        if _kind(device) != want:
+            row.notes.append(
+                f"passed over: {folder} measured {per_gpu:.3g} tokens/s on {device}, no estimate for a {kind} run"
+            )
+            continue
+        scaled = f"; scaled linearly from {world} to {gpus} GPUs" if world != gpus else ""
+        row.rate = Rate(per_gpu, f"measured by {folder} (whole job, evaluations included{scaled})", True, device)
+        row.seconds = [tokens / (per_gpu * gpus)]
+        row.disk = _folder_bytes(folder)
+        row.disk_source = f"as {folder} (weights, losses, hf/)"
+        break
+    if row.rate is None:
+        if unfit:
+            row.notes.append(f"passed over: {_listed(unfit)}")
+        row.notes.append(
+            f"not estimated: no earlier training run of this shape on a {kind} here ("
+            + ", ".join(f"{k} {tr[k]}" for k in (*TRAIN_SHAPE, *TRAIN_BATCH))
+            + "); run it once with a small train.max_iters to measure"
+        )
+        row.disk_source = "not estimated"
+    return row
+
+
+# ------------------------------------------------------------------------ run
+
+
+@dataclass
+class Estimate:
+    rows: list[Row]
+    n_gpus: int
+    gpus_source: str
+    price: float
+    currency: str
+    records: dict[str, Count] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def gpu_hours(self) -> float:
+        return sum(r.gpu_hours or 0.0 for r in self.rows)
+
+    @property
+    def cost(self) -> float:
+        return priced(self.gpu_hours, self.price)["estimated_cost"]
+
+    @property
+    def disk(self) -> int:
+        return sum(r.disk or 0 for r in self.rows)
+
+    @property
+    def wall_s(self) -> float:
+        """The stages one after another on the GPUs (embed and summarise of one data
+        set share them when they run at once, so their sum is what they take)."""
+        return sum(r.wall_s or 0.0 for r in self.rows)
+
+    def missing(self) -> list[str]:
+        """The GPU stages without an estimate (a stage on the CPU costs no GPU-hours)."""
+        return [f"{r.stage} {r.dataset}" for r in self.rows if r.seconds is None and r.gpus]
+
+    def assumed(self) -> list[str]:
+        return [f"{r.stage} {r.dataset}" for r in self.rows if r.rate is not None and not r.rate.measured and r.gpus]
+
+
+def _sweep_rows(cfg: dict, sweeps: dict, per_chunk: tuple[int, ...], on_cpu: dict) -> list[Row]:
+    """One row per sweep: its jobs (points x seeds, each over the main data set's
+    chunks), each estimated as the stage's own row with the job's config."""
+    rows = []
+    for spec in sweeps.values():
+        jobs = spec.jobs()
+        label = f"sweep {spec.name}"
+        if spec.stage == "retrieval":
+            rows.append(
+                Row(
+                    label,
+                    "retrieval",
+                    len(jobs),
+                    notes=[
+                        "not estimated: a retrieval sweep embeds once per distinct embedding settings "
+                        "(shardflow.sweep.shared); snakemake -n lists those jobs"
+                    ],
+                )
+            )
+            continue
+        parts = []
+        for pid, seed in jobs:
+            job_cfg = {**cfg, **spec.job_config(pid, seed)}
+            own = [f"{RESULTS}/sweeps/{spec.folder}/{pid}/seed={seed}/{spec.stage}"]
+            if spec.stage == "embed":
+                parts.append(embed_row(job_cfg, label, per_chunk, "sweep_embed_chunk" not in on_cpu, first=own))
+            elif spec.stage == "summarise":
+                parts.append(summarise_row(job_cfg, label, per_chunk, "sweep_summarise" not in on_cpu, first=own))
+            else:
+                parts.append(train_row(job_cfg, label, "sweep_train" not in on_cpu, first=own))
+        row = Row(
+            label,
+            spec.stage,
+            sum(p.jobs for p in parts),
+            sum(p.work or 0 for p in parts),
+            unit=parts[0].unit,
+            gpus=parts[0].gpus,
+        )
+        rates = {p.rate for p in parts if p.rate}
+        row.rate = next(iter(rates)) if len(rates) == 1 else None
+        measured = sum(1 for p in parts if p.rate and p.rate.measured)
+        rest = "assumed" if spec.stage != "train" else "not estimated"
+        row.notes.append(
+            f"{len(jobs)} sweep jobs (points x seeds): {measured} with a measured rate, {len(jobs) - measured} {rest}"
+        )
+        if len(rates) > 1:
+            low, high = min(r.per_s for r in rates), max(r.per_s for r in rates)
+            where = sorted({r.source.split(" (")[0] for r in rates})
+            row.notes.append(f"rates per job from {low:.3g} to {high:.3g}/s: {_listed(where)}")
+        row.notes += list(dict.fromkeys(n for p in parts for n in p.notes))
+        if all(p.seconds is not None for p in parts):
+            row.seconds = [s for p in parts for s in p.seconds]
+        if all(p.disk is not None for p in parts):
+            row.disk, row.disk_source = sum(p.disk for p in parts), parts[0].disk_source + ", per job"
+        else:
+            row.disk_source = "not estimated"
+        rows.append(row)
+    return rows
+
+
+def _queries(cfg: dict, name: str) -> tuple[int | None, str]:
+    prepared = f"{RESULTS}/{name}/retrieval/queries.jsonl"
+    if os.path.isfile(prepared):
+        return plan.count_records([prepared], ReaderOptions(format="jsonl")), f"counted in {prepared}"
+    from shardflow.retrieval.data import load_qrels
+    from shardflow.retrieval.pipeline import RetrievalSpec
+
+    spec = RetrievalSpec.from_config(cfg)
+    if spec.in_s3:
+        return None, "not counted: the qrels are in S3"
+    qrels = spec.source_files()[2]
+    return len(load_qrels(qrels)), f"the judged queries of {qrels}"
+
+
+def estimate(cfg: dict, n_gpus: int, gpus_source: str, records: int | None = None) -> Estimate:
+    """The estimate of the run `cfg` (validated) on `n_gpus` GPUs; `records`: the main
+    data set's record count, given (--records)."""
+    data_sets = plan.datasets(cfg)
+    sweeps = _sweeps(cfg)
+    on_cpu = plan.gpu_rules_on_cpu(cfg, data_sets.values(), sweeps.values())
+    price, currency = cfg["report"]["gpu_hour_price"], cfg["report"]["currency"]
+    out = Estimate([], n_gpus, gpus_source, price, currency)
+    main = next(ds for ds in data_sets.values() if ds.role == "main")
+    embed_for_sweep = any(
+        spec.stage == "embed"
+        and any(
+            same_model(spec.job_config(p, spec.seeds[0])["embedding"]["model"], cfg["embedding"]["model"])
+            for p in spec.ids
+        )
+        for spec in sweeps.values()
+    )
+    per_chunk_of = {}
+    for ds in data_sets.values():
+        count = count_records(cfg, ds, records if ds.role == "main" else None)
+        out.records[ds.name] = count
+        per_chunk = count.per_chunk or even_chunks(count.records, ds.n_chunks)
+        per_chunk_of[ds.name] = per_chunk
+        split = Row(
+            ds.name,
+            "split",
+            1,
+            count.records,
+            gpus=0,
+            disk=count.chunk_bytes,
+            disk_source=count.chunk_bytes_source or "not estimated",
+        )
+        split.notes.append(f"records: {count.source}")
+        if not count.per_chunk and ds.n_chunks > 1 and (ds.by == "size" or cfg["chunking"]["group_by"]):
+            split.notes.append("records per chunk taken as even (chunking.by size or group_by makes them uneven)")
+        out.rows.append(split)
+        if "embedding" in ds.tasks or (ds.role == "main" and embed_for_sweep):
+            out.rows.append(embed_row(cfg, ds.name, per_chunk, "embed" not in on_cpu))
+        if "retrieval" in ds.tasks:
+            embed = out.rows[-1]
+            queries, how = _queries(cfg, ds.name)
+            row = Row(
+                ds.name,
+                "embed_queries",
+                1,
+                queries,
+                unit="queries",
+                rate=embed.rate,
+                gpus=0 if "embed_queries" in on_cpu else 1,
+            )
+            row.notes.append(f"queries: {how}; at the corpus's rate (queries are shorter: an upper bound)")
+            if queries is not None and embed.rate:
+                row.seconds = [queries / embed.rate.per_s + embed.rate.overhead_s]
+            if queries is not None and embed.disk and embed.work:
+                row.disk = round(embed.disk / (2 * embed.work) * queries)  # one copy
+                row.disk_source = "queries x the corpus's bytes per vector"
+            out.rows.append(row)
+            out.rows.append(
+                Row(
+                    ds.name,
+                    "retrieval_evaluate",
+                    1,
+                    gpus=0 if "retrieval_evaluate" in on_cpu else 1,
+                    notes=["not estimated: no rate for the exact search (one job; queries x documents x dim)"],
+                )
+            )
+        if "summarisation" in ds.tasks and cfg["summarise"]["method"] != "stored":
+            out.rows.append(summarise_row(cfg, ds.name, per_chunk, "summarise" not in on_cpu))
+        if "training" in ds.tasks:
+            row = train_row(cfg, ds.name, "train" not in on_cpu)
+            shards = f"{RESULTS}/{ds.name}/shards"
+            if os.path.isdir(shards) and row.disk is not None:
+                row.disk += _folder_bytes(shards)
+                row.disk_source += f", and the shards as in {shards}"
+            out.rows.append(row)
+    out.rows += _sweep_rows(cfg, sweeps, per_chunk_of[main.name], on_cpu)
+    for row in out.rows:
+        finish(row, n_gpus, price)
+    if on_cpu:
+        out.notes.append("on the CPU: " + ", ".join(f"{rule} ({why})" for rule, why in on_cpu.items()))
+    return out
+
+
+# --------------------------------------------------------------------- output
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for limit, unit, div in ((120, "s", 1), (7200, "min", 60), (172800, "h", 3600)):
+        if seconds < limit:
+            return f"{seconds / div:.0f} {unit}" if unit == "s" else f"{seconds / div:.1f} {unit}"
+    return f"{seconds / 86400:.1f} days"
+
+
+def _number(n: int | None) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
+def total_line(est: Estimate) -> str:
+    gpus = f"{est.n_gpus} GPU{'s' if est.n_gpus != 1 else ''}"
+    wall = f"about {duration(est.wall_s)} on {gpus}"
+    if not any(r.gpus for r in est.rows):
+        wall = "every job runs on the CPU (wall time not estimated)"
+    line = f"{est.gpu_hours:.3g} GPU-h, {est.cost:.2f} {est.currency}, {wall}"
+    if est.assumed():
+        line += f" (assumed rates: {', '.join(est.assumed())})"
+    if est.missing():
+        line += f"; not estimated: {', '.join(est.missing())}"
+    return line
+
+
+def table(est: Estimate) -> str:
+    head = ("data set", "stage", "jobs", "work", "rate/s", "GPU-h", "cost", "wall", "disk")
+    body = []
+    for r in est.rows:
+        rate = "-" if r.rate is None else f"{r.rate.per_s:.3g}{'' if r.rate.measured else ' (assumed)'}"
+        gpu_h = "-" if r.gpu_hours is None else ("0 (CPU)" if r.gpus == 0 else f"{r.gpu_hours:.3g}")
+        cost = "-" if r.cost is None else f"{r.cost:.2f}"
+        work = "-" if r.work is None else f"{_number(r.work)} {r.unit}"
+        disk = "-" if r.disk is None else _size(r.disk)
+        body.append((r.dataset, r.stage, str(r.jobs), work, rate, gpu_h, cost, duration(r.wall_s), disk))
+    widths = [max(len(row[i]) for row in (head, *body)) for i in range(len(head))]
+    lines = [
+        f"GPUs: {est.n_gpus} ({est.gpus_source}); price: {est.price:g} {est.currency} per GPU-hour "
+        "(report.gpu_hour_price, report.currency)",
+        "",
+        "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip(),
+    ]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in body]
+    lines += ["", "Where the numbers come from:"]
+    for r in est.rows:
+        said = [f"rate: {r.rate.source}" + (f", on {r.rate.device}" if r.rate.device else "")] if r.rate else []
+        said += [f"disk: {r.disk_source}"] if r.disk_source else []
+        shown = said + r.notes
+        if len(shown) > NOTES_SHOWN:
+            shown = shown[: NOTES_SHOWN - 1] + [f"... {len(shown) - NOTES_SHOWN + 1} more notes (--json)"]
+        lines += [f"  {r.stage} {r.dataset}: {text}" for text in shown]
+    lines += [f"  {n}" for n in est.notes]
+    lines.append("  wall: each stage's jobs longest first on the GPUs, the stages one after another")
+    unknown = [f"{r.stage} {r.dataset}" for r in est.rows if r.disk is None]
+    lines.append(f"  disk: {_size(est.disk)} in all" + (f" (not estimated: {', '.join(unknown)})" if unknown else ""))
+    lines += ["", total_line(est)]
+    return "\n".join(lines)
+
+
+JSON_KEYS = (
+    "dataset",
+    "stage",
+    "jobs",
+    "work",
+    "unit",
+    "gpus",
+    "gpu_hours",
+    "cost",
+    "wall_s",
+    "disk",
+    "disk_source",
+    "notes",
+)
+
+
+def as_json(est: Estimate) -> dict:
+    def row(r: Row) -> dict:
+        out = {k: getattr(r, k) for k in JSON_KEYS}
+        out["rate"] = None if r.rate is None else {**r.rate.__dict__}
+        out["job_seconds"] = None if r.seconds is None else sum(r.seconds)
+        return out
+
+    return {
+        "format": "shardflow.estimate/1",
+        "gpus": est.n_gpus,
+        "gpus_source": est.gpus_source,
+        "gpu_hour_price": est.price,
+        "currency": est.currency,
+        "records": {name: c.__dict__ for name, c in est.records.items()},
+        "rows": [row(r) for r in est.rows],
+        "gpu_hours": est.gpu_hours,
+        "cost": est.cost,
+        "wall_s": est.wall_s,
+        "disk": est.disk,
+        "not_estimated": est.missing(),
+        "assumed": est.assumed(),
+        "notes": est.notes,
+        "total": total_line(est),
+    }

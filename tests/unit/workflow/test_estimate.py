@@ -1,0 +1,297 @@
+"""estimate: what a run will cost before it runs (python -m shardflow.cli estimate).
+
+Each test works in its own folder: a tiny corpus, the results an earlier run would
+have left, and a config overlay merged over config/config.yaml as the CLI merges it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from shardflow.cli import main
+from shardflow.core.models import resolve_model
+from shardflow.workflow import estimate as est
+from tests.helpers import REPO
+
+MODEL = resolve_model("default")
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # results/, the corpus and the parse cache are the run's folder's
+
+
+def corpus(n: int = 100, name: str = "corpus.jsonl") -> str:
+    with open(name, "w") as fh:
+        fh.writelines(json.dumps({"id": i, "text": f"document number {i}"}) + "\n" for i in range(n))
+    return name
+
+
+def config(tmp_path, **overlay) -> dict:
+    base = {"dataset": "ds", "n_chunks": 2, "input": {"path": "corpus.jsonl"}}
+    for key, value in overlay.items():
+        base[key] = {**base.get(key, {}), **value} if isinstance(value, dict) else value
+    path = tmp_path / "overlay.yaml"
+    path.write_text(yaml.safe_dump(base))
+    return est.load_config([str(path)])
+
+
+def embed_stats(
+    folder: str, device: str, items: int = 1000, seconds: float = 10.0, model: str = MODEL, chunks: int = 2
+) -> None:
+    os.makedirs(folder, exist_ok=True)
+    for i in range(chunks):
+        stats = {
+            "chunk": i,
+            "items": items // chunks,
+            "seconds": seconds / chunks,
+            "device": device,
+            "dim": 384,
+            "made_with": {"model": {"path": model, "sha256": "x"}, "device": device, "gpu": None},
+        }
+        with open(f"{folder}/embed_{i}.stats.json", "w") as fh:
+            json.dump(stats, fh)
+
+
+def row(result: est.Estimate, stage: str, dataset: str = "ds") -> est.Row:
+    return next(r for r in result.rows if r.stage == stage and r.dataset == dataset)
+
+
+def run(cfg: dict, gpus: int = 1, records=None) -> est.Estimate:
+    return est.estimate(cfg, gpus, "--gpus", records)
+
+
+# ---------------------------------------------------------------------- rates
+
+
+def test_a_measured_gpu_rate_is_preferred_to_the_assumed_one(tmp_path):
+    corpus()
+    cfg = config(tmp_path)
+    assumed = row(run(cfg), "embed")
+    assert not assumed.rate.measured and assumed.rate.per_s == 40 and est.ASSUMED in assumed.rate.source
+    embed_stats("results/ds/embed", "cuda:0")
+    measured = row(run(cfg), "embed")
+    assert measured.rate.measured and measured.rate.per_s == pytest.approx(100.0)
+    assert "results/ds/embed" in measured.rate.source and measured.rate.device == "cuda:0"
+    assert measured.seconds == pytest.approx([0.5, 0.5])  # 50 records a chunk at 100/s
+    assert measured.gpu_hours == pytest.approx(1 / 3600)
+
+
+def test_a_measured_rate_adds_the_jobs_model_loading_from_their_benchmarks(tmp_path):
+    corpus()
+    cfg = config(tmp_path)
+    embed_stats("results/ds/embed", "cuda")
+    os.makedirs("benchmarks/embed/ds")
+    for i in range(2):
+        with open(f"benchmarks/embed/ds/chunk_{i}.tsv", "w") as fh:
+            fh.write("s\th:m:s\tmax_rss\n9.0\t0:00:09\t100\n")  # 5 s encoding + 4 s loading
+    embed = row(run(cfg), "embed")
+    assert embed.rate.overhead_s == pytest.approx(4.0) and embed.seconds == pytest.approx([4.5, 4.5])
+
+
+def test_a_cpu_measured_rate_is_no_estimate_for_a_gpu_run(tmp_path):
+    corpus()
+    cfg = config(tmp_path)
+    embed_stats("results/ds/embed", "cpu")
+    embed = row(run(cfg), "embed")
+    assert not embed.rate.measured and embed.rate.per_s == 40
+    assert any(
+        "a CPU rate is no estimate for a GPU run" in n and "results/ds/embed 100 records/s on cpu" in n
+        for n in embed.notes
+    )
+    on_cpu = row(run(config(tmp_path, gpu_jobs={"device": "cpu"})), "embed")
+    assert on_cpu.rate.measured and on_cpu.gpus == 0 and on_cpu.gpu_hours == 0 and on_cpu.wall_s is None
+
+
+def test_a_run_of_another_model_is_passed_over_and_another_data_sets_used(tmp_path):
+    corpus()
+    cfg = config(tmp_path)
+    embed_stats("results/ds/embed", "cuda", model="/models/other")
+    embed_stats("results/zz/embed", "cuda", items=3000)
+    embed = row(run(cfg), "embed")
+    assert embed.rate.measured and embed.rate.per_s == pytest.approx(300.0) and "results/zz/embed" in embed.rate.source
+    os.rename("results/zz", "results/zz_gone")
+    embed_stats("results/zz_gone/embed", "cuda", model="/models/other")
+    embed = row(run(cfg), "embed")
+    assert not embed.rate.measured
+    assert any("results/ds/embed ran model /models/other, not embedding.model default" in n for n in embed.notes)
+
+
+def test_an_embed_sweep_job_with_this_configs_values_measures_the_rate(tmp_path):
+    corpus()
+    cfg = config(tmp_path, embedding={"token_budget": 2048})
+    spec = {
+        "name": "tb",
+        "stage": "embed",
+        "points": [
+            ["token_budget=512", {"embedding.token_budget": 512}],
+            ["token_budget=2048", {"embedding.token_budget": 2048}],
+        ],
+    }
+    os.makedirs("results/sweeps/tb")
+    with open("results/sweeps/tb/spec.json", "w") as fh:
+        json.dump(spec, fh)
+    embed_stats("results/sweeps/tb/token_budget=512/seed=0/embed", "cuda", items=9000)
+    embed_stats("results/sweeps/tb/token_budget=2048/seed=0/embed", "cuda", items=2000)
+    embed = row(run(cfg), "embed")
+    assert embed.rate.per_s == pytest.approx(200.0)
+    assert "results/sweeps/tb/token_budget=2048/seed=0/embed" in embed.rate.source
+
+
+def test_summarise_rates_are_only_those_of_the_same_method(tmp_path):
+    corpus()
+    cfg = config(tmp_path, tasks=["summarisation"], summarise={"method": "abstractive", "model": "/models/bart"})
+    os.makedirs("results/ds/summarise")
+    with open("results/ds/summarise/summaries_0.stats.json", "w") as fh:
+        json.dump({"chunk": 0, "items": 100, "seconds": 1.0, "device": "cpu", "method": "lead"}, fh)
+    summarise = row(run(cfg), "summarise")
+    assert not summarise.rate.measured and "generating summaries is usually far slower" in summarise.rate.source
+    assert any("ran summarise.method lead, not abstractive" in n for n in summarise.notes)
+    lead = row(run(config(tmp_path, tasks=["summarisation"])), "summarise")
+    assert lead.rate.measured and lead.gpus == 0 and lead.gpu_hours == 0  # lead runs on the CPU
+
+
+def train_run(folder: str, device: str, n_layer: int = 4) -> None:
+    os.makedirs(folder)
+    model = {"n_layer": n_layer, "n_head": 4, "n_embd": 128, "block_size": 64, "bias": True}
+    train = {"batch_size": 12, "grad_accum": 1, "dtype": "auto", "compile": False}
+    with open(f"{folder}/config.json", "w") as fh:
+        json.dump({"model": model, "train": train}, fh)
+    with open(f"{folder}/metrics.json", "w") as fh:  # 100 steps of 768 tokens in 10 s: 7680 tokens/s
+        json.dump(
+            {
+                "steps": 100,
+                "resumed_from_step": 0,
+                "tokens_per_step": 768,
+                "wall_seconds": 10.0,
+                "world_size": 1,
+                "device": device,
+            },
+            fh,
+        )
+
+
+def test_training_is_estimated_from_a_run_of_its_shape_only(tmp_path):
+    corpus()
+    cfg = config(tmp_path, tasks=["training"], train={"max_iters": 1000, "gpus": 2})
+    train_run("results/ds/train", "cuda", n_layer=6)
+    train = row(run(cfg, gpus=2), "train")
+    assert train.seconds is None and train.rate is None and "train ds" in run(cfg, gpus=2).missing()
+    train_run("results/other/train", "cuda")
+    train = row(run(cfg, gpus=2), "train")
+    assert train.work == 1000 * 12 * 64 * 2 and train.gpus == 2
+    assert train.rate.measured and "scaled linearly from 1 to 2 GPUs" in train.rate.source
+    assert train.seconds == pytest.approx([1000 * 768 * 2 / (7680 * 2)])
+    assert train.gpu_hours == pytest.approx(2 * 100 / 3600)
+    assert row(run(cfg, gpus=1), "train").wall_s is None  # two GPUs a job, one given
+
+
+# -------------------------------------------------------------------- records
+
+
+def write_manifest(items: list[int], sources: list[str], n_chunks: int | None = None) -> None:
+    os.makedirs("results/ds/chunks", exist_ok=True)
+    chunks = [{"chunk": i, "items": n, "bytes": 10 * n} for i, n in enumerate(items)]
+    with open("results/ds/chunks/manifest.json", "w") as fh:
+        json.dump(
+            {"n_chunks": n_chunks or len(items), "chunks": chunks, "total_records": sum(items), "sources": sources}, fh
+        )
+
+
+def test_records_come_from_the_splits_manifest_else_are_counted(tmp_path):
+    corpus(100)
+    cfg = config(tmp_path)
+    counted = run(cfg).records["ds"]
+    assert counted.records == 100 and counted.source.startswith("counted") and not counted.per_chunk
+    write_manifest([70, 20], ["corpus.jsonl"])  # after the corpus: the split ran on it
+    split = run(cfg).records["ds"]
+    assert (split.records, split.per_chunk, split.chunk_bytes) == (90, (70, 20), 900)
+    assert "results/ds/chunks/manifest.json" in split.source
+    os.utime("corpus.jsonl", (1e10, 1e10))  # the corpus changed since
+    stale = run(cfg).records["ds"]
+    assert stale.records == 100 and "corpus.jsonl changed after results/ds/chunks/manifest.json" in stale.source
+    write_manifest([50, 50, 0], ["corpus.jsonl"])
+    assert "has 3 chunks, this config makes 2: not used" in run(cfg).records["ds"].source
+    assert run(cfg, records=5000).records["ds"].records == 5000
+
+
+def test_a_large_input_is_sampled_and_says_so(tmp_path, monkeypatch):
+    corpus(2000)
+    monkeypatch.setattr(est, "SAMPLE_ABOVE", 1000)
+    monkeypatch.setattr(est, "SAMPLE_BYTES", 4000)
+    count = run(config(tmp_path)).records["ds"]
+    assert count.source.startswith("sampled: the first") and "--records N" in count.source
+    assert count.records == pytest.approx(2000, rel=0.15)
+
+
+@pytest.mark.parametrize("path", ["missing.jsonl", "bad.jsonl.gz"])
+def test_a_bad_corpus_path_is_an_error_naming_the_file(tmp_path, capsys, path):
+    with open("bad.jsonl.gz", "wb") as fh:
+        fh.write(b"\x1f\x8b not gzip at all")
+    (tmp_path / "o.yaml").write_text(yaml.safe_dump({"input": {"path": path}}))
+    assert main(["estimate", "--configfile", str(tmp_path / "o.yaml"), "--gpus", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("estimate: ") and path in err
+
+
+# ----------------------------------------------------------------------- cost
+
+
+def test_the_cost_is_priced_by_core_jobs_priced(tmp_path, monkeypatch):
+    corpus()
+    cfg = config(tmp_path, report={"gpu_hour_price": 3.0, "currency": "EUR"})
+    embed_stats("results/ds/embed", "cuda")
+    calls = []
+
+    def spy(gpu_hours, price, records=None):
+        calls.append((gpu_hours, price))
+        return {"estimated_cost": 42.0, "estimated_cost_per_million_records": None}
+
+    monkeypatch.setattr(est, "priced", spy)
+    result = run(cfg)
+    assert row(result, "embed").cost == 42.0 and (pytest.approx(1 / 3600), 3.0) in calls
+    assert est.total_line(result).startswith("0.000278 GPU-h, 42.00 EUR, about 1 s on 1 GPU")  # two 0.5 s jobs
+
+
+def test_wall_time_puts_the_longest_jobs_first_on_the_free_gpus():
+    assert est.makespan([3, 2, 4, 3], 1, 2) == 6  # 4 then 2 on one GPU, 3 and 3 on the other
+    assert est.makespan([10], 2, 4) == 10
+    assert est.makespan([10], 2, 1) is None
+
+
+# ------------------------------------------------------------------------ CLI
+
+
+def test_the_cli_prints_a_table_and_a_one_line_total_or_json(tmp_path, capsys, monkeypatch):
+    corpus()
+    (tmp_path / "o.yaml").write_text(yaml.safe_dump({"dataset": "ds", "input": {"path": "corpus.jsonl"}}))
+    monkeypatch.setenv("SHARDFLOW_GPUS", "0,1,2")
+    assert main(["estimate", "--configfile", str(tmp_path / "o.yaml")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("GPUs: 3 (as the local profile runs them at once: concurrent_gpu_jobs()")
+    assert out[-1].startswith("0.000694 GPU-h, 0.00 USD, about 1 s on 3 GPUs (assumed rates: embed ds)")
+    assert any(line.split()[:3] == ["ds", "embed", "4"] for line in out)
+    proc = subprocess.run(
+        [sys.executable, "-m", "shardflow.cli", "estimate", "--configfile", "o.yaml", "--gpus", "2", "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["gpus"] == 2 and data["records"]["ds"]["records"] == 100 and data["assumed"] == ["embed ds"]
+    assert [r["stage"] for r in data["rows"]] == ["split", "embed"]
+    assert data["total"].endswith("(assumed rates: embed ds)")
+
+
+def test_fewer_jobs_than_gpus_says_the_gpus_idle(tmp_path):
+    corpus()
+    embed = row(run(config(tmp_path), gpus=8, records=10**8), "embed")
+    assert embed.wall_s == pytest.approx(10**8 / 2 / 40)  # two chunks: two GPUs at work
+    assert any("2 jobs for 8 GPUs: some GPUs idle" in n for n in embed.notes)
