@@ -145,14 +145,18 @@ def estimate(args: argparse.Namespace) -> int:
     from shardflow.core.gpu_slots import concurrent_gpu_jobs
     from shardflow.workflow import estimate as est
 
-    if args.gpus is None:
-        gpus = concurrent_gpu_jobs()
-        source = "as the local profile runs them at once: concurrent_gpu_jobs(), the GPUs nvidia-smi or $SHARDFLOW_GPUS list, 1 without; --gpus N for a cluster"
-    else:
-        gpus, source = args.gpus, "--gpus"
     try:
         cfg = est.load_config(args.configfile)
-        result = est.estimate(cfg, gpus, source, args.records)
+        local_cpu = False
+        if args.gpus is None:
+            gpus = concurrent_gpu_jobs()
+            source = "as the local profile runs them at once: concurrent_gpu_jobs(), the GPUs nvidia-smi or $SHARDFLOW_GPUS list, 1 without; --gpus N for a cluster"
+            # As the local executor does (rules/common.smk runs_on_cpu): under `auto`, a
+            # host without GPUs runs the GPU rules on the CPU.
+            local_cpu = cfg["gpu_jobs"]["device"] == "auto" and not est.host_gpus(cfg)
+        else:
+            gpus, source = args.gpus, "--gpus"
+        result = est.estimate(cfg, gpus, source, args.records, local_cpu=local_cpu)
     except (ValueError, OSError) as exc:  # a config, input or model error: its message names the key or file
         print(f"estimate: {exc}", file=sys.stderr)
         return 2

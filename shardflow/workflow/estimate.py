@@ -774,12 +774,31 @@ def _queries(cfg: dict, name: str) -> tuple[int | None, str]:
     return len(load_qrels(qrels)), f"the judged queries of {qrels}"
 
 
-def estimate(cfg: dict, n_gpus: int, gpus_source: str, records: int | None = None) -> Estimate:
+LOCAL_CPU = "gpu_jobs.device auto on this host, which has no GPU: a local run runs it on the CPU (--gpus N: a GPU run)"
+
+
+def host_gpus(cfg: dict) -> list[str]:
+    """This host's GPUs for the GPU jobs, as the local executor finds them
+    (rules/common.smk local_gpus)."""
+    from shardflow.core.gpu_slots import resolve_devices
+
+    return resolve_devices(cfg["gpu_jobs"]["devices"], mode=cfg["gpu_jobs"]["pinning"])
+
+
+def estimate(
+    cfg: dict, n_gpus: int, gpus_source: str, records: int | None = None, local_cpu: bool = False
+) -> Estimate:
     """The estimate of the run `cfg` (validated) on `n_gpus` GPUs; `records`: the main
-    data set's record count, given (--records)."""
+    data set's record count, given (--records). `local_cpu`: the run is a local one on a
+    host without GPUs under `gpu_jobs.device: auto`, whose GPU rules run on the CPU
+    (rules/common.smk runs_on_cpu), so their rates are the CPU's."""
     data_sets = plan.datasets(cfg)
     sweeps = _sweeps(cfg)
     on_cpu = plan.gpu_rules_on_cpu(cfg, data_sets.values(), sweeps.values())
+    if local_cpu:
+        as_cpu = {**cfg, "gpu_jobs": {**cfg["gpu_jobs"], "device": "cpu"}}
+        for rule in plan.gpu_rules_on_cpu(as_cpu, data_sets.values(), sweeps.values()):
+            on_cpu.setdefault(rule, LOCAL_CPU)
     price, currency = cfg["report"]["gpu_hour_price"], cfg["report"]["currency"]
     out = Estimate([], n_gpus, gpus_source, price, currency)
     main = next(ds for ds in data_sets.values() if ds.role == "main")

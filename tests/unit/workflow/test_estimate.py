@@ -295,3 +295,23 @@ def test_fewer_jobs_than_gpus_says_the_gpus_idle(tmp_path):
     embed = row(run(config(tmp_path), gpus=8, records=10**8), "embed")
     assert embed.wall_s == pytest.approx(10**8 / 2 / 40)  # two chunks: two GPUs at work
     assert any("2 jobs for 8 GPUs: some GPUs idle" in n for n in embed.notes)
+
+
+def test_on_a_host_without_gpus_the_local_run_is_estimated_on_the_cpu(tmp_path, capsys, monkeypatch):
+    """Under `gpu_jobs.device: auto` the local executor runs the GPU rules on the CPU of a
+    host without GPUs (rules/common.smk runs_on_cpu): without --gpus the estimate is that
+    run's, at the CPU's measured rate and no GPU-hours; --gpus N estimates a GPU run."""
+    corpus()
+    (tmp_path / "o.yaml").write_text(yaml.safe_dump({"dataset": "ds", "input": {"path": "corpus.jsonl"}}))
+    embed_stats("results/ds/embed", "cpu")
+    monkeypatch.delenv("SHARDFLOW_GPUS", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU for the jobs
+    assert main(["estimate", "--configfile", str(tmp_path / "o.yaml"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    embed = next(r for r in data["rows"] if r["stage"] == "embed")
+    assert embed["gpus"] == 0 and embed["gpu_hours"] == 0 and data["assumed"] == []
+    assert any(est.LOCAL_CPU in note for note in data["notes"])
+    assert main(["estimate", "--configfile", str(tmp_path / "o.yaml"), "--gpus", "2", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    embed = next(r for r in data["rows"] if r["stage"] == "embed")
+    assert embed["gpus"] == 1 and embed["gpu_hours"] > 0 and data["assumed"] == ["embed ds"]
