@@ -30,6 +30,14 @@ def sha256_file(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
+def file_version(path: str | os.PathLike) -> list[Any]:
+    """[path, size, mtime_ns]: a file's version as the cheap checks see it (the parse
+    cache's keys, a failure record's inputs); a rewrite changes it without reading a
+    byte. OSError where the file cannot be stat'ed."""
+    st = os.stat(path)
+    return [str(path), st.st_size, st.st_mtime_ns]
+
+
 def sha256_folder(folder: str | os.PathLike, suffixes: tuple[str, ...] | None = None) -> str:
     """One hash over the relative names and contents of the files in a folder, sorted."""
     folder = Path(folder)

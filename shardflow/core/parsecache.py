@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from shardflow.core.atomic import tmp_path
+from shardflow.core.hashing import file_version
 
 FOLDER = ".snakemake/shardflow"
 
@@ -35,9 +36,7 @@ def cache_file(name: str) -> Path:
 def cached(name: str, paths: Iterable[str], extra: Any, compute: Callable[[], Any]) -> Any:
     """compute(), or the value it gave for the same files (path, size, mtime) and `extra`
     (JSON: what else the value depends on). The value must be JSON too."""
-    key = json.dumps(
-        [[str(p), (s := os.stat(p)).st_size, s.st_mtime_ns] for p in paths] + [extra], sort_keys=True
-    )
+    key = json.dumps([file_version(p) for p in paths] + [extra], sort_keys=True)
     path = cache_file(name)
     try:
         cache = json.loads(path.read_text())

@@ -85,3 +85,16 @@ def test_a_cache_that_cannot_be_written_still_gives_the_value(tmp_path):
     compute, calls = _counter()
     assert cached("n", [str(data)], None, compute) == 1
     assert cached("n", [str(data)], None, compute) == 2 and len(calls) == 2
+
+
+def test_the_keys_are_the_files_versions_as_kept_before(tmp_path):
+    """Keys are hashing.file_version rows (path, size, mtime_ns, shared with the failure
+    records) then `extra`, spelt as they always were: caches kept by an earlier version
+    stay valid."""
+    data = tmp_path / "data.txt"
+    data.write_text("abc\n")
+    st = data.stat()
+    key = json.dumps([[str(data), st.st_size, st.st_mtime_ns], "x"], sort_keys=True)
+    cache_file("n").parent.mkdir(parents=True)
+    cache_file("n").write_text(json.dumps({key: 41}))
+    assert cached("n", [str(data)], "x", lambda: pytest.fail("computed again")) == 41
