@@ -91,13 +91,16 @@ def check_gpu_count(device: str, gpus: int, rest: list[str]) -> None:
     offers, silently. (The workflow records train.gpus in `--params` where it is not 1.)
     A CPU job (gpu=0, or gpu_jobs.device cpu) trains in one process, as documented,
     with a warning when train.gpus asked for more."""
-    wanted = 1
-    if "--params" in rest[:-1]:
-        wanted = int(json.loads(rest[rest.index("--params") + 1]).get("gpus", 1))
+    given = option(rest, "--params")  # the trainer's value: the last one, `--params=...` too
+    wanted = int(json.loads(given).get("gpus", 1)) if given is not None else 1
     if device == "cpu":
         if wanted > 1:
-            log.warning("train.gpus is %d but this job runs on the CPU: one process, so the global batch is "
-                        "batch_size x grad_accum, not x %d", wanted, wanted)
+            log.warning(
+                "train.gpus is %d but this job runs on the CPU: one process, so the global batch is "
+                "batch_size x grad_accum, not x %d",
+                wanted,
+                wanted,
+            )
         return
     if max(gpus, 1) != wanted:
         raise SystemExit(
@@ -123,8 +126,16 @@ def trainer_args(rest: list[str], device: str, nproc: int, threads: int | None) 
 
 
 def torchrun_command(nproc: int, args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-            "-m", "shardflow.train", *args]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "shardflow.train",
+        *args,
+    ]
 
 
 def run_ranks(cmd: list[str], reports: str | None = None) -> int:
@@ -175,8 +186,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     args, rest = parse_args(sys.argv[1:] if argv is None else argv)
     settings = json.loads(args.gpu_jobs)
-    configure_logging(None, "shardflow.train.launch",
-                      {"gpus": args.gpus, "gpu_jobs": settings, "threads": args.threads, "trainer": rest})
+    configure_logging(
+        None,
+        "shardflow.train.launch",
+        {"gpus": args.gpus, "gpu_jobs": settings, "threads": args.threads, "trainer": rest},
+    )
     found = controller.find()
     guard = retry_guard(settings, rest, args.job, found.to_env() if found else None)  # before GPUs are pinned
     device, _visible = pin_job_gpus(settings, args.gpus, job=args.job)

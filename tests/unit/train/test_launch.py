@@ -54,6 +54,14 @@ def test_a_gpu_job_given_fewer_gpus_than_train_gpus_stops_naming_both(caplog):
         launch.check_gpu_count("cuda:0", 2, ["--params", "{}"])
 
 
+def test_the_gpu_count_is_read_from_the_params_the_trainer_reads():
+    """argparse takes the last --params, in either spelling; so does the count check."""
+    launch.check_gpu_count("cuda:0", 2, ["--params", '{"gpus": 4}', "--params", '{"gpus": 2}'])
+    launch.check_gpu_count("cuda:0", 2, ['--params={"gpus": 2}'])
+    with pytest.raises(SystemExit, match="train.gpus is 4 but this job was given 2"):
+        launch.check_gpu_count("cuda:0", 2, ["--params", '{"gpus": 2}', '--params={"gpus": 4}'])
+
+
 def _gone(pid: int) -> bool:
     """No such process, or a zombie nobody reaped (PID 1 in a container may not)."""
     try:
