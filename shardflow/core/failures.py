@@ -8,21 +8,36 @@ cannot retry by error (snakemake issue #2441). So the job itself, from `start_gp
 
 - an attempt that fails with an error a rerun on the same inputs and params repeats
   (`deterministic`) leaves `<log>.failure.json` beside the job's log: the rule, the
-  attempt, the error's type and message, and the signature of the job's inputs (path,
-  size, mtime_ns) and params (sha256);
+  attempt, the error's type and message, and the signature of the job: its inputs
+  (path, size, mtime_ns), its params (sha256) and the shardflow package's code (sha256
+  of its .py files, `code_identity`);
 - attempt > 1 finding such a record with the current signature stops at once, before
   GPUs are pinned or a model loads, with `RepeatedFailureError` naming the earlier
   attempt and its error; a record whose signature differs (an input fixed while the
-  retry queued) is removed and the attempt runs;
-- attempt 1 removes any record: every Snakemake run starts at attempt 1, so a rerun after
-  a fix (of the input, the config or the code) runs the job again.
+  retry queued, a changed config, a fixed or upgraded package) is removed and the
+  attempt runs;
+- attempt 1 removes any record: a new Snakemake run starts at attempt 1, so a rerun
+  after a fix runs the job again. Where attempt 1 never reached the job's start (a SLURM
+  job preempted or its node lost before the script ran), attempt 2 of the new run still
+  finds the old run's record: it stops only where the inputs, params and package code
+  are all the same, that is, where the fix lay elsewhere (a script under scripts/, a
+  model folder, an installed library): remove the record, or rerun.
+
+The signature names no run: under the SLURM executor each job's name is the run's
+uuid, but the slurm-jobstep executor (0.6.1) drops SLURM_JOB_NAME, with every SLURM_
+variable but the allocation's ids, from the environment of the `srun` that runs the
+job's Snakemake (srun sets it only for a new allocation), so a job cannot read it
+without asking SLURM (`scontrol`); other executors have no run id at all.
 
 The attempt reaches a script as the resource `attempt` (rules/common.smk,
 `job_resources`): the Snakemake object of a `script:` has no attempt of its own. A job
 without it records and checks nothing. The record is written by a `sys.excepthook`
-chained in front of the rule log's (`runlog`): Snakemake runs a `script:` as
-`python .snakemake/scripts/tmpXXX.<name>.py`, so an uncaught exception ends the process
-through that hook, and no script needs a `try`.
+chained in front of the rule log's (`runlog`; `Guard.record_uncaught`): Snakemake runs a
+`script:` as `python .snakemake/scripts/tmpXXX.<name>.py`, so an uncaught exception ends
+the process through that hook, and no script needs a `try`. The hook goes in once the
+job's GPUs are pinned: pinning's errors (a pool smaller than the job's GPUs, a listed
+pool outside CUDA_VISIBLE_DEVICES) are the host's state, never recorded; the train
+launcher likewise records only what the trainer raised.
 
 The train rule, a `shell:` rule whose command text must not change (a changed command
 reruns every finished train job), guards itself in `python -m shardflow.train.launch`
@@ -35,21 +50,31 @@ attempt shares. Two differences, both from running outside a script:
   such retry, and only a job-mode Snakemake started per attempt (a SLURM resubmission,
   `--attempt N`) sees the true one. So the record also names the Snakemake process that
   ran the attempt (`run`: shardflow.core.controller, pid and start time), and a record of
-  the same process is of an earlier attempt of this run, whatever the JSON says.
+  the same process is of an earlier attempt of this run, whatever the JSON says: this
+  attempt is the one after it, and its own record and messages say so.
 - The ranks torchrun starts fail in processes of their own: each writes how it ended
   (`reporting_rank_error`) to the folder the launcher names in SHARDFLOW_RANK_ERRORS,
   and the launcher records a failure only where those reports show a deterministic
   error that no other failure could have caused (`rank_failure`).
 
-Where a retry sees the record: locally, in place; on SLURM the retry is a resubmission in
-the same working directory on the shared filesystem; on EKS the pod's own Snakemake
-retries in place, in the pod where the record was written (a fresh pod is a new run:
-attempt 1).
+Where a retry sees the record, which decides whether it stops:
+- locally, the in-place retry: same working directory;
+- on SLURM, the resubmission (`--attempt N`): same working directory, on the shared
+  filesystem;
+- on Kubernetes (the eks profile), the pod's own in-place retry (a rule's `retries:`),
+  in the pod that wrote it. A job the controller resubmits after its pod failed (the
+  profile's `retries: 2`, where the plugin resubmits: `--attempt N` in a new pod) does
+  not see a script's `<log>.failure.json`, which stayed on the failed pod's disk: it
+  runs again. The train job's record sits beside its resume folder: on a volume every
+  pod mounts (`gpu_jobs.resume_dir`) the new pod sees it, and its params (evaluated in
+  that pod, with `--attempt N`) say the true attempt, so it stops; on the pod's own
+  disk it does not.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -61,7 +86,7 @@ from pathlib import Path
 from typing import Any
 
 from shardflow.core.atomic import write_json
-from shardflow.core.hashing import digest
+from shardflow.core.hashing import digest, file_version, sha256_folder
 
 # Errors a rerun on the same inputs and params repeats: ValueError (UnicodeDecodeError,
 # json.JSONDecodeError and the readers' BadRecordError among them), TypeError, LookupError
@@ -73,7 +98,11 @@ DETERMINISTIC = (ValueError, TypeError, LookupError)
 # RuntimeError covers torch's OutOfMemoryError and CUDA and NCCL errors, and the
 # package's TooLargeError / TextTooLargeError (one text does not fit in the device memory
 # free at that moment: another process on a shared GPU, or a retry placed on a larger
-# GPU, changes that). OSError covers DiskFullError, GpuSlotTimeout and S3 failures.
+# GPU, changes that). OSError covers DiskFullError, GpuSlotTimeout and ShardReadError.
+# Errors in neither list are retried too: botocore's ClientError (an S3 refusal,
+# throttling, a 5xx) and most BotoCoreErrors (EndpointConnectionError) derive from
+# Exception alone, its connection and read timeouts from OSError (through requests);
+# botocore's InvalidRegionError and UnknownEndpointError are ValueErrors, config errors.
 TRANSIENT = (MemoryError, OSError, RuntimeError)
 # An error message kept in the record (the full one is in the attempt's log).
 MESSAGE_CHARS = 2000
@@ -117,17 +146,26 @@ def _files(inputs: Iterable[str]) -> Iterator[str]:
             yield str(path)
 
 
+@functools.cache
+def code_identity() -> str:
+    """sha256 of the shardflow package's .py files (names and contents) as installed
+    where this process imports it: a fixed or upgraded package signs its jobs
+    differently, so a record written by other code never stops a retry. Computed once
+    per process (about 3 ms for the package's 90 files)."""
+    return sha256_folder(Path(__file__).resolve().parent.parent, (".py",))
+
+
 def signature(inputs: Iterable[str], params: Any) -> dict:
-    """What a rerun would read: each input file's path, size and mtime_ns (None where it
-    is missing; a folder: every file under it), and the sha256 of the params."""
+    """What a rerun would read and run: each input file's path, size and mtime_ns (None
+    where it is missing; a folder: every file under it), the sha256 of the params, and
+    the package's code (`code_identity`)."""
     files = []
     for path in _files(inputs):
         try:
-            st = os.stat(path)
-            files.append([path, st.st_size, st.st_mtime_ns])
+            files.append(file_version(path))
         except OSError:
-            files.append([path, None, None])
-    return {"inputs": files, "params": digest(params)}
+            files.append([str(path), None, None])
+    return {"inputs": files, "params": digest(params), "code": code_identity()}
 
 
 def record_path(log: str | os.PathLike) -> Path:
@@ -154,29 +192,32 @@ def _remove(path: Path, log: logging.Logger) -> None:
         log.warning("cannot remove the failure record %s (%s): remove it, or a retry may stop on it", path, exc)
 
 
-def check_earlier(path: Path, attempt: int, sig: dict, job: str, log: logging.Logger, run: str | None = None) -> None:
+def check_earlier(path: Path, attempt: int, sig: dict, job: str, log: logging.Logger, run: str | None = None) -> int:
     """Raise RepeatedFailureError where attempt > 1 and the record at `path` holds a
     deterministic failure of this job with signature `sig`; otherwise remove the record.
     `run`: the Snakemake process running this attempt; a record it wrote is of an
-    earlier attempt, whatever `attempt` says (a retry in place keeps attempt 1's params)."""
+    earlier attempt, whatever `attempt` says (a retry in place keeps attempt 1's params).
+    Returns the attempt this is: `attempt`, or the one after such a record's."""
     record = _read(path)
     if record is None:
-        return
+        return attempt
     if run is not None and record.get("run") == run and isinstance(record.get("attempt"), int):
         attempt = max(attempt, record["attempt"] + 1)
     if attempt > 1 and record.get("signature") == sig:
         raise RepeatedFailureError(
             f"{job}: attempt {record.get('attempt')} failed with {record.get('error')}: {record.get('message')} -- "
-            f"attempt {attempt} would read the same inputs with the same params and fail the same way. That is an "
-            f"input or config error, which a retry only reads again: fix it and rerun (a new run starts at "
-            f"attempt 1 and removes {path})"
+            f"attempt {attempt} would read the same inputs with the same params and the same shardflow code and "
+            f"fail the same way. That is an input or config error, which a retry only reads again: fix it and "
+            f"rerun (a changed input, config or shardflow package runs the job again; after a fix elsewhere, a "
+            f"script, a model folder or an installed library, remove {path})"
         )
     if record:
-        why = "a new run" if attempt == 1 else "its inputs or params changed since"
+        why = "a new run" if attempt == 1 else "its inputs, params or code changed since"
         log.info(
             "%s: %s attempt %s's %s: running (removed %s)", job, why, record.get("attempt"), record.get("error"), path
         )
     _remove(path, log)
+    return attempt
 
 
 def write_record(
@@ -212,12 +253,29 @@ class Guard:
 
     def say_recorded(self, error: str, log: logging.Logger) -> None:
         log.error(
-            "%s is an error a rerun on the same inputs and params repeats: recorded in %s, so a retry of this "
-            "job (attempt %d on) stops at once instead of loading the model to fail the same way",
+            "%s is an error a rerun on the same inputs and params repeats: recorded in %s, so a retry of this job "
+            "(attempt %d on) that finds it there stops at once instead of loading the model to fail the same way: "
+            "a retry in place, or a resubmission sharing this filesystem (SLURM); a resubmission to a new "
+            "Kubernetes pod sees it only on a volume every pod mounts, and otherwise runs again",
             error,
             self.path,
             self.attempt + 1,
         )
+
+    def record_uncaught(self, log: logging.Logger) -> None:
+        """From now on, record an exception that ends this process (a script's: Snakemake
+        runs it as a file, so it ends through `sys.excepthook`, chained in front of the
+        rule log's). Install it only once the job's host is set up (its GPUs pinned):
+        what fails before that (a pool smaller than the job's GPUs) is the host's state."""
+        previous = sys.excepthook
+
+        def hook(exc_type, exc, tb):
+            recorded = self.record_exception(exc, log)
+            previous(exc_type, exc, tb)
+            if recorded:
+                self.say_recorded(type(exc).__name__, log)
+
+        sys.excepthook = hook
 
 
 def start_guard(
@@ -237,30 +295,20 @@ def start_guard(
     except Exception as exc:  # noqa: BLE001 - params JSON cannot order (mixed key types): run unguarded
         log.warning("%s: no failure record for this attempt (its params give no signature: %s)", job, exc)
         return None
-    check_earlier(path, attempt, sig, job, log, run=run)
+    attempt = check_earlier(path, attempt, sig, job, log, run=run)
     return Guard(path, attempt, sig, job, run)
 
 
-def guard_retries(smk: Any, log: logging.Logger) -> None:
+def guard_retries(smk: Any, log: logging.Logger) -> Guard | None:
     """The start of a Snakemake job (`smk`: a script's `snakemake`): stop an attempt that
-    repeats a recorded deterministic failure, then record this attempt's, should it end on
-    one. Nothing without the `attempt` resource or a log."""
+    repeats a recorded deterministic failure; else the Guard whose `record_uncaught`
+    records this attempt's, should it end on one. None without the `attempt` resource or
+    a log."""
     attempt = smk.resources.get("attempt")
     if attempt is None or not smk.log:
-        return
+        return None
     job = f"rule {smk.rule} (log {smk.log[0]})"
-    guard = start_guard(record_path(smk.log[0]), int(attempt), smk.input, smk.params, job, log)
-    if guard is None:
-        return
-    previous = sys.excepthook
-
-    def hook(exc_type, exc, tb):
-        recorded = guard.record_exception(exc, log)
-        previous(exc_type, exc, tb)
-        if recorded:
-            guard.say_recorded(type(exc).__name__, log)
-
-    sys.excepthook = hook
+    return start_guard(record_path(smk.log[0]), int(attempt), smk.input, smk.params, job, log)
 
 
 # ------------------------------------------------------- ranks under torchrun

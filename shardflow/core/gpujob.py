@@ -44,7 +44,9 @@ def pin_job_gpus(settings: dict, gpus: int, job: str, logger: logging.Logger | N
     device, pinning = settings["device"], settings["pinning"]
     if gpus == 0:  # scheduled as a CPU job: run as one, take no GPU slot
         if device == "auto":  # the engine's own warning sees "cpu" from here on
-            log.warning("no GPU for this job (gpu_jobs.device auto, scheduled without a GPU): on the CPU, slow for large corpora")
+            log.warning(
+                "no GPU for this job (gpu_jobs.device auto, scheduled without a GPU): on the CPU, slow for large corpora"
+            )
         device, pinning = "cpu", "off"
     visible = pin_gpu(settings["devices"], mode=pinning, job=job, count=max(gpus, 1))
     log.info("CUDA_VISIBLE_DEVICES=%s (gpu_pinning=%s)", visible, pinning)
@@ -53,11 +55,14 @@ def pin_job_gpus(settings: dict, gpus: int, job: str, logger: logging.Logger | N
 
 def start_gpu_job(smk: Any, name: str, params: Any) -> GpuJob:
     """Log `params` (first line of the rule log), stop a retry that would repeat the last
-    attempt's input or config error (shardflow.core.failures), then pin the job's GPUs."""
+    attempt's input or config error (shardflow.core.failures), pin the job's GPUs, then
+    record such an error should the job end on one."""
     gpus = int(smk.resources.get("gpu", 0))  # none: a CPU job (rules/common.smk, job_resources)
     log = configure_logging(smk.log[0], name, params)
-    guard_retries(smk, log)  # before a GPU slot is taken or a model loads
+    guard = guard_retries(smk, log)  # before a GPU slot is taken or a model loads
     device, visible = pin_job_gpus(dict(smk.params.gpu_jobs), gpus, job=f"{name} {smk.input[0]}", logger=log)
+    if guard is not None:  # after pinning: its ValueErrors (a pool smaller than the job) are the host's state
+        guard.record_uncaught(log)
     threads = int(smk.threads)
     # The tokenizers library encodes batches on a thread pool as wide as the machine
     # unless told otherwise: the job's CPU share instead (read when the pool starts).

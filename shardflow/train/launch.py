@@ -21,13 +21,14 @@ the trainer, which stops without outputs, its checkpoint kept, if that process g
 
 A retry does not repeat an input or config error (shardflow.core.failures, as the
 script rules): before it pins GPUs, an attempt > 1 that finds `<resume dir>.failure.json`
-with the same trainer arguments and the same files under `--data` and `--tokenizer`
-stops at once, naming the earlier attempt's error. An attempt records its failure
-there where it ended on a deterministic error: in this process for one process (CPU,
-one GPU: the trainer runs here), or, under torchrun, where the ranks' reports show one
-(`failures.rank_failure`). The attempt comes in `--gpu-jobs` (`attempt`, from the rule's
+with the same trainer arguments, the same files under `--data` and `--tokenizer` and
+the same shardflow code stops at once, naming the earlier attempt's error. An attempt
+records its failure there where it ended on a deterministic error: in this process for
+one process (CPU, one GPU: the trainer runs here), or, under torchrun, where the ranks'
+reports show one (`failures.rank_failure`). The attempt comes in `--gpu-jobs` (`attempt`, from the rule's
 untracked `gpu_jobs` param: the command's text stays as it was); without it, or without
-`--resume-dir`, nothing is checked or recorded.
+`--resume-dir`, nothing is checked or recorded; without a folder for the ranks' reports,
+the ranks run unguarded. Pinning's errors are the host's state: never recorded.
 
 Logging goes to stderr, which the rule sends to its log, torchrun's ranks included.
 """
@@ -152,6 +153,17 @@ def run_ranks(cmd: list[str], reports: str | None = None) -> int:
     return subprocess.run(cmd, preexec_fn=controller.die_with_parent, env=env).returncode
 
 
+def rank_reports_folder() -> str | None:
+    """A fresh folder for the ranks' reports (failures.RANK_REPORTS_ENV), or None where
+    none can be made (a full or read-only temporary folder): the ranks then run
+    unguarded, as a job without a signature does, never failing on the guard."""
+    try:
+        return tempfile.mkdtemp(prefix="shardflow-ranks-")
+    except OSError as exc:
+        log.warning("no failure record for this attempt (no folder for the ranks' reports: %s)", exc)
+        return None
+
+
 def record_ranks(guard: failures.Guard, reports: str) -> None:
     """After torchrun failed: record the ranks' failure where it is deterministic
     (failures.rank_failure), and say why a retry runs where it is not."""
@@ -200,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     if found is not None:
         os.environ[controller.ENV] = found.to_env()  # the trainer's processes inherit it
     log.info("controller: %s", f"Snakemake pid {found.pid}" if found else "none found (no check for orphaning)")
+    # Only the trainer's errors are recorded, after the GPUs are pinned (as start_gpu_job
+    # records only after pinning): a pool smaller than the job is the host's state.
     if nproc == 1:  # CPU or one GPU: the trainer runs in this process, its error is ours
         from shardflow.train.__main__ import main as train_main
 
@@ -212,12 +226,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cmd = torchrun_command(nproc, targs)
     log.info("running %d processes: %s", nproc, " ".join(cmd))
-    reports = tempfile.mkdtemp(prefix="shardflow-ranks-") if guard is not None else None
+    reports = rank_reports_folder() if guard is not None else None
     try:
         rc = run_ranks(cmd, reports)
         if rc != 0:
             log.critical("failed: torchrun exited with status %d (the ranks' errors are above)", rc)
-            if guard is not None:
+            if guard is not None and reports is not None:
                 record_ranks(guard, reports)
     finally:
         if reports is not None:

@@ -45,6 +45,12 @@ class ShardFormatError(ValueError):
     """A file that is not a well-formed token shard; the message names the file."""
 
 
+class ShardReadError(OSError):
+    """A checked shard that returned fewer bytes than it holds: an I/O fault or a file
+    changed while open, which a retry may not meet (an OSError: retried,
+    shardflow.core.failures), not a format error."""
+
+
 def choose_dtype(vocab_size: int, requested: str = "auto") -> str:
     """uint16 when every id fits (vocab_size <= 65536), else uint32; an explicit dtype must fit."""
     if requested == "auto":
@@ -211,7 +217,9 @@ class Shard:
         want = (stop - start) * item
         data = os.pread(self._fd, want, HEADER_BYTES + start * item)
         if len(data) != want:
-            raise ShardFormatError(f"{self.path}: short read at token {start} (file changed while open?)")
+            raise ShardReadError(
+                f"{self.path}: short read at token {start}: {len(data)} of {want} bytes (file changed while open?)"
+            )
         return np.frombuffer(data, dtype=self._np)
 
     def close(self) -> None:

@@ -13,13 +13,14 @@ import types
 import pytest
 import torch
 
-from shardflow.core import gpu_slots
+from shardflow.core import failures, gpu_slots
 from shardflow.core.atomic import DiskFullError
 from shardflow.core.config import ConfigError
 from shardflow.core.failures import (
     RANK_REPORTS_ENV,
     RepeatedFailureError,
     check_earlier,
+    code_identity,
     deterministic,
     in_collective,
     rank_failure,
@@ -27,9 +28,11 @@ from shardflow.core.failures import (
     record_path,
     reporting_rank_error,
     signature,
+    start_guard,
     write_record,
 )
 from shardflow.core.gpujob import start_gpu_job
+from shardflow.core.hashing import file_version, sha256_folder
 from shardflow.core.oom import TooLargeError
 from shardflow.corpus.readers import BadRecordError
 from shardflow.embed.stconfig import UnsupportedModelError
@@ -80,6 +83,15 @@ CLASSIFIED = [
     (ZeroDivisionError(), False),
     (RepeatedFailureError("earlier attempt"), False),
 ]
+try:  # S3 errors derive from neither list (an S3 refusal, throttling, a 5xx): retried
+    from botocore.exceptions import ClientError, EndpointConnectionError
+
+    CLASSIFIED += [
+        (ClientError({"Error": {"Code": "SlowDown", "Message": "Reduce your request rate"}}, "PutObject"), False),
+        (EndpointConnectionError(endpoint_url="http://s3:8333"), False),
+    ]
+except ImportError:  # no botocore here: nothing of it to classify
+    pass
 
 
 @pytest.mark.parametrize(
@@ -132,7 +144,8 @@ def test_a_failed_attempt_records_its_error_and_the_retry_stops_at_once(tmp_path
     st = os.stat(smk.input[0])
     assert record["signature"]["inputs"] == [[smk.input[0], st.st_size, st.st_mtime_ns]]
     log = open(smk.log[0]).read()
-    assert "failed: ValueError" in log and "a retry of this job (attempt 2 on) stops at once" in log
+    assert "failed: ValueError" in log and "a retry of this job (attempt 2 on) that finds it there stops" in log
+    assert "a resubmission to a new Kubernetes pod sees it only on a volume every pod mounts" in log
 
     retry = fake_smk(tmp_path, attempt=2)
     with pytest.raises(RepeatedFailureError) as err:
@@ -165,7 +178,46 @@ def test_a_retry_after_the_input_or_params_changed_runs(tmp_path, hooks, change)
     job = start_gpu_job(retry, "embed", {"w": 1})
     assert job.device == "cpu"
     assert not record_path(smk.log[0]).exists()  # the old record is gone
-    assert "its inputs or params changed since attempt 1's BadRecordError: running" in open(smk.log[0]).read()
+    assert "its inputs, params or code changed since attempt 1's BadRecordError: running" in open(smk.log[0]).read()
+
+
+def test_a_record_of_other_shardflow_code_never_stops_a_retry(tmp_path, hooks, monkeypatch):
+    """Run 1 fails on a bug in the package (a KeyError); the code is fixed; run 2's
+    attempt 1 dies before its script starts (a preempted SLURM job), so attempt 2 is
+    the first to find run 1's record, with the same inputs and params: it runs."""
+    smk = fake_smk(tmp_path, attempt=1)
+    start_gpu_job(smk, "embed", {"w": 1})
+    fail(KeyError("text"))
+    assert json.loads(record_path(smk.log[0]).read_text())["signature"]["code"] == code_identity()
+    monkeypatch.setattr(failures, "code_identity", lambda: "the fixed package")
+    job = start_gpu_job(fake_smk(tmp_path, attempt=2), "embed", {"w": 1})
+    assert job.device == "cpu" and not record_path(smk.log[0]).exists()
+
+
+def test_the_code_identity_is_the_packages_py_files_hashed_once_per_process(monkeypatch):
+    package = os.path.dirname(os.path.dirname(os.path.abspath(failures.__file__)))
+    assert code_identity() == sha256_folder(package, (".py",))
+    monkeypatch.setattr(failures, "sha256_folder", lambda *a: pytest.fail("hashed the package again"))
+    assert code_identity() == code_identity()
+
+
+def test_a_signature_holds_each_inputs_file_version(tmp_path):
+    """One (path, size, mtime_ns) for the failure records and the parse cache."""
+    (tmp_path / "a.jsonl").write_text("x\n")
+    sig = signature([str(tmp_path / "a.jsonl"), str(tmp_path / "gone.jsonl")], {})
+    assert sig["inputs"] == [file_version(tmp_path / "a.jsonl"), [str(tmp_path / "gone.jsonl"), None, None]]
+
+
+def test_a_pinning_error_is_the_hosts_state_and_is_not_recorded(tmp_path, hooks):
+    """A job asking for more GPUs than the host's pool fails in pinning with a
+    ValueError: the host's state, which a retry elsewhere (another node) may not meet."""
+    smk = fake_smk(tmp_path, attempt=1)
+    smk.resources["gpu"] = 2
+    smk.params.gpu_jobs = {"device": "auto", "pinning": "slots", "devices": "0"}
+    with pytest.raises(ValueError, match="a job asks for 2 GPUs but the pool has 1") as err:
+        start_gpu_job(smk, "embed", {"w": 1})
+    fail(err.value)  # how the script ends
+    assert not record_path(smk.log[0]).exists()
 
 
 def test_attempt_1_removes_a_record_left_by_an_earlier_run(tmp_path, hooks):
@@ -287,6 +339,26 @@ def test_a_retry_in_place_is_known_by_its_snakemake_process(tmp_path):
     write_record(path, "ShardFormatError", "bad magic", 2, sig, "train out")  # a SLURM resubmission's: no run
     with pytest.raises(RepeatedFailureError):
         check_earlier(path, 3, sig, "train out", log, run="63:200")  # its attempt comes in the params
+
+
+def test_a_retry_in_place_records_and_names_its_true_attempt(tmp_path, caplog):
+    """Attempt 2 in place (its params still say 1) runs after an input changed, and fails
+    again: its record says attempt 2, and attempt 3 (params: 1) stops naming both."""
+    log = logging.getLogger("test")
+    path, data = tmp_path / "train.failure.json", tmp_path / "shard_0.bin"
+    data.write_bytes(b"\0" * 8)
+    first = start_guard(path, 1, [str(data)], ["--params", "{}"], "train out", log, run="41:900")
+    first.record("ShardFormatError", "shard_0.bin: bad magic", log)
+    data.write_bytes(b"\0" * 9)  # rewritten while the retry waited
+    second = start_guard(path, 1, [str(data)], ["--params", "{}"], "train out", log, run="41:900")
+    assert second.attempt == 2
+    second.record("ShardFormatError", "shard_0.bin: truncated", log)
+    assert json.loads(path.read_text())["attempt"] == 2
+    with caplog.at_level(logging.ERROR):
+        second.say_recorded("ShardFormatError", log)
+    assert "(attempt 3 on)" in caplog.text
+    with pytest.raises(RepeatedFailureError, match=r"^train out: attempt 2 failed with .* -- attempt 3 would read"):
+        start_guard(path, 1, [str(data)], ["--params", "{}"], "train out", log, run="41:900")
 
 
 def distributed_error() -> BaseException:

@@ -274,6 +274,26 @@ def test_ranks_under_torchrun_record_only_a_deterministic_failure(tmp_path, laun
             launch.main(launcher_argv(tmp_path, attempt=2, device="cuda", gpus=2))
 
 
+def test_no_folder_for_the_ranks_reports_runs_them_unguarded(tmp_path, launcher, monkeypatch, capfd):
+    """A full or read-only temporary folder must not fail the job at its guard."""
+
+    def no_space(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    got = {}
+
+    def torchrun(cmd, reports=None):
+        got["reports"] = reports
+        return 0
+
+    monkeypatch.setattr(launch, "pin_job_gpus", lambda settings, gpus, job: ("cuda", "0,1"))
+    monkeypatch.setattr(launch.tempfile, "mkdtemp", no_space)
+    monkeypatch.setattr(launch, "run_ranks", torchrun)
+    assert launch.main(launcher_argv(tmp_path, attempt=1, device="cuda", gpus=2)) == 0
+    assert got == {"reports": None}
+    assert "no failure record for this attempt (no folder for the ranks' reports" in capfd.readouterr().err
+
+
 def test_a_rank_reports_the_error_that_ends_it(tmp_path, monkeypatch):
     """`python -m shardflow.train` as torchrun runs it, in this process: a bad --params
     ends it with a JSONDecodeError, written where the launcher named."""

@@ -10,6 +10,7 @@ import pytest
 from shardflow.train.shards import (
     HEADER_BYTES,
     ShardFormatError,
+    ShardReadError,
     ShardWriter,
     choose_dtype,
     open_shard,
@@ -69,6 +70,23 @@ def test_truncated_and_padded_files_are_refused(tmp_path):
     path.write_bytes(data[:500])
     with pytest.raises(ShardFormatError, match="shorter than the 1024-byte shard header"):
         read_header(path)
+
+
+def test_a_short_read_is_an_io_fault_not_a_format_error(tmp_path):
+    """A shard checked at open that then returns fewer bytes (cut while open, a failing
+    disk) raises an OSError, which a retry is allowed to try (shardflow.core.failures)."""
+    from shardflow.core.failures import deterministic
+
+    path = tmp_path / "s.bin"
+    write_shard(path, range(10), "uint16")
+    shard = open_shard(path)
+    with open(path, "r+b") as fh:
+        fh.truncate(HEADER_BYTES + 4)
+    with pytest.raises(ShardReadError, match=r"s\.bin: short read at token 1: 2 of 8 bytes") as err:
+        shard.read(1, 5)
+    assert isinstance(err.value, OSError) and not isinstance(err.value, ValueError)
+    assert not deterministic(err.value)
+    shard.close()
 
 
 def test_mislabelled_files_are_refused(tmp_path):
