@@ -312,7 +312,7 @@ def test_params_validation(tiny, tmp_path):
     assert params_from_dict({"model": "m", "num_beams": 2}).overrides() == {"num_beams": 2}
     with pytest.raises(ValueError, match="early_stopping"):
         GenerateParams(model="m", early_stopping="sometimes")
-    with pytest.raises(ValueError, match="not a local model folder"):
+    with pytest.raises(FileNotFoundError, match="no such folder"):
         load_generator(params(tmp_path / "missing"))
     # Sampling switched on by the model's own config is refused too, until seeded.
     sampling = with_generation_config(tiny["t5"], tmp_path / "t5", do_sample=True, top_k=5)
