@@ -175,6 +175,11 @@ def launcher(monkeypatch, tmp_path):
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)
     monkeypatch.setattr(launch.controller, "find", lambda: None)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    # launch.main hands the Snakemake it found to the trainer through the environment: a
+    # test's fake one must not reach the trainers of later tests in this process.
+    # (setenv first: monkeypatch undoes a delenv only of a variable that was there.)
+    monkeypatch.setenv(launch.controller.ENV, "")
+    monkeypatch.delenv(launch.controller.ENV)
     return tmp_path / ".resume" / "train.failure.json"
 
 
