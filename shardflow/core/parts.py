@@ -9,8 +9,10 @@ everything that decides the output (see `resume_key`), holding
     part-000001.jsonl    or a records part (one JSON object a line: summaries, ...)
     attempt-<host>-<pid>-<start ns>.json
                          one per attempt of the job (its start, the time of its last
-                         saved part, the parts it saved, its device): written when it
-                         opens the folder, again after each part it saves
+                         saved part, the parts it saved and their records, its device,
+                         and the job it works for: its output's logical path, where
+                         given): written when it opens the folder, again after each
+                         part it saves
 
 Every file is written atomically, so a part that exists is complete. The manifest
 double-checks the folder belongs to this job, for callers that pass their own
@@ -30,6 +32,10 @@ stats, so that the cost counts the device time the killed attempts spent. That t
 is a lower bound: a record starts when its attempt opens the folder (model loading
 before it is not known) and ends at its last saved part (work lost after it is not
 known either). Folders from before attempt records hold none: nothing is counted.
+The records name their job (`job`) and count the records of the parts they saved
+(`items_saved`), so that `make status` (shardflow.workflow.status) tells which chunk a
+folder belongs to, and how far it got, from these small files alone: a folder's name
+is a hash of the chunk's bytes and the model, which status cannot recompute cheaply.
 
 The folder is a local path, or an s3:// URL when no shared volume outlives the job
 (EKS pods without one: the parts then live under the run's storage prefix and a
@@ -225,12 +231,15 @@ def attempt_totals(records: list[dict]) -> dict[str, Any]:
 
 class PartStore:
     """The parts of one job. `open()` creates the folder or checks it is this job's, and
-    starts this attempt's record; `device` is what the attempt runs on ("cuda:0", "cpu")."""
+    starts this attempt's record; `device` is what the attempt runs on ("cuda:0", "cpu"),
+    `job` what the parts are for (the job's output, as core.s3.logical_path names it),
+    both written into the attempt's record."""
 
-    def __init__(self, folder: str | Path, manifest: dict[str, Any], device: str | None = None):
+    def __init__(self, folder: str | Path, manifest: dict[str, Any], device: str | None = None, job: str | None = None):
         self.folder = str(folder)
         self.manifest = manifest
         self.device = device
+        self.job = job
         self._files = _backend(folder)
         self._attempt: dict[str, Any] | None = None  # this attempt's record, once open
         self._attempt_name = ""
@@ -252,17 +261,18 @@ class PartStore:
         host, pid = socket.gethostname(), os.getpid()
         self._attempt_name = attempt_name(host, pid, start_ns)
         self._attempt = {"host": host, "pid": pid, "start_unix": start_ns / 1e9, "last_part_unix": None,
-                         "parts_saved": 0, "device": self.device}
+                         "parts_saved": 0, "items_saved": 0, "device": self.device, "job": self.job}
         self._write_attempt()
         return self
 
     def _write_attempt(self) -> None:
         self._files.write(self._attempt_name, (json.dumps(self._attempt, sort_keys=True) + "\n").encode())
 
-    def _saved_part(self) -> None:
+    def _saved_part(self, items: int) -> None:
         if self._attempt is not None:
             self._attempt["last_part_unix"] = time.time()
             self._attempt["parts_saved"] += 1
+            self._attempt["items_saved"] += items
             self._write_attempt()
 
     def earlier_attempts(self) -> list[dict]:
@@ -294,7 +304,7 @@ class PartStore:
         buf = io.BytesIO()
         np.save(buf, arr, allow_pickle=False)
         self._files.write(self.name(index, ".npy"), buf.getvalue())
-        self._saved_part()
+        self._saved_part(len(arr))
 
     def load_records(self, index: int, count: int) -> list[dict] | None:
         """A finished records part, or None if absent or not `count` records."""
@@ -309,7 +319,7 @@ class PartStore:
     def save_records(self, index: int, records: list[dict]) -> None:
         text = "".join(json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n" for rec in records)
         self._files.write(self.name(index, ".jsonl"), text.encode("utf-8"))
-        self._saved_part()
+        self._saved_part(len(records))
 
     def remove(self, root: str | Path | None = None) -> str | None:
         """Remove the parts. `root`: the resume root the folder is named under

@@ -818,12 +818,14 @@ class Encoder:
         texts: Sequence[str],
         resume_dir: str | Path | None = None,
         progress: Callable[[int, int], None] | None = None,
+        job: str | None = None,
     ) -> np.ndarray:
         """Embed `texts` -> array [len(texts), dim] of `output_dtype`, in input order.
 
         With `resume_dir`, finished windows are saved there and reused by a later call
         with the same texts and params (the folder is left in place: the caller removes
-        it once the final output is safely written; `embed_chunk` does).
+        it once the final output is safely written; `embed_chunk` does); `job`, the
+        output they are for, goes into the folder's attempt records (core.parts).
         `progress(done, total)` is called after every batch.
         """
         texts = list(texts)
@@ -870,6 +872,7 @@ class Encoder:
                     "identity": digest(self.identity),
                 },
                 device=str(self.device),
+                job=job,
             ).open()
             todo = []
             for w, a, b in windows:
@@ -1052,7 +1055,7 @@ def embed_chunk(
     ids, texts = read_chunk(chunk_path)
     folder = resume_folder(resume_root, resume_key(chunk_path, params, encoder.identity))
     try:
-        emb = encoder.encode(texts, resume_dir=folder)
+        emb = encoder.encode(texts, resume_dir=folder, job=logical_path(out_npy))
     except TextTooLargeError as exc:
         raise TextTooLargeError(f"{chunk_path}: id {ids[exc.row]!r}: {exc}", exc.row, exc.n_tokens) from exc
     controller.stop_if_gone(running, f"the finished parts are kept in {folder}")

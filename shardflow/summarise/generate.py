@@ -457,13 +457,16 @@ class Generator:
             for s, x, n, t in zip(summaries, ids, new, truncated, strict=True)
         ]
 
-    def summarise(self, texts: Sequence[str], resume_dir: str | Path | None = None) -> list[dict]:
+    def summarise(
+        self, texts: Sequence[str], resume_dir: str | Path | None = None, job: str | None = None
+    ) -> list[dict]:
         """Summarise `texts` -> one record per text, in input order:
         {"summary": str, "input_tokens": int, "output_tokens": int, "truncated": bool}.
 
         With `resume_dir`, each finished window of `window` texts is saved there and
         reused by a later call with the same texts and settings (the caller removes
-        the folder once its output is safely written; `summarise_chunk` does).
+        the folder once its output is safely written; `summarise_chunk` does); `job`,
+        the output they are for, goes into the folder's attempt records (core.parts).
         """
         texts = list(texts)
         for i, t in enumerate(texts):
@@ -482,7 +485,7 @@ class Generator:
                 "texts_sha256": texts_fingerprint(texts),
                 "identity": digest(self.identity),
             }
-            store = PartStore(resume_dir, manifest, device=str(self.device)).open()
+            store = PartStore(resume_dir, manifest, device=str(self.device), job=job).open()
         records: list[dict] = []
         for w, a, b in windows:
             part = store.load_records(w, b - a) if store is not None else None
@@ -553,7 +556,7 @@ def summarise_chunk(
     ids, texts = read_chunk(chunk_path)
     folder = resume_folder(resume_root, resume_key(chunk_path, generator.identity))
     try:
-        records = generator.summarise(texts, resume_dir=folder)
+        records = generator.summarise(texts, resume_dir=folder, job=logical_path(out_path))
     except TooLargeError as exc:
         raise TooLargeError(f"{chunk_path}: id {ids[exc.row]!r}: {exc}", exc.row, exc.n_tokens) from exc
     controller.stop_if_gone(running, f"the finished parts are kept in {folder}")

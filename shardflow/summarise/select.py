@@ -19,6 +19,7 @@ from shardflow.core import controller
 from shardflow.core.devices import peak_memory, reset_peak_memory
 from shardflow.core.hashing import digest, texts_fingerprint
 from shardflow.core.parts import FORMAT_VERSION, PartStore, resume_folder, resume_key
+from shardflow.core.s3 import logical_path
 from shardflow.corpus.chunks import read_chunk
 from shardflow.summarise.params import SummariseParams
 from shardflow.summarise.pipeline import summarise_texts
@@ -57,7 +58,7 @@ def select_chunk(
     }
     folder = resume_folder(resume_root, resume_key(chunk_path, identity))
     manifest = {"n_texts": len(texts), "texts_sha256": texts_fingerprint(texts), "identity": digest(identity)}
-    store = PartStore(folder, manifest, device=device).open()
+    store = PartStore(folder, manifest, device=device, job=logical_path(out_path)).open()
     records: list[dict] = []
     resumed = 0
     for part, a in enumerate(range(0, len(texts), params.window)):

@@ -161,15 +161,17 @@ def test_each_attempt_records_its_start_and_last_part_and_reads_the_earlier_ones
     """An attempt writes its record when it opens the folder and again after each part
     it saves; the next attempt reads every record but its own."""
     folder = tmp_path / "parts"
-    first = PartStore(folder, {"job": "t"}, device="cuda:0").open()
+    first = PartStore(folder, {"job": "t"}, device="cuda:0", job="results/d/embed/embed_0.npy").open()
     (record,) = list(folder.glob("attempt-*.json"))
     opened = json.loads(record.read_text())
     assert opened["parts_saved"] == 0 and opened["last_part_unix"] is None and opened["device"] == "cuda:0"
-    assert opened["pid"] == os.getpid()
+    assert opened["pid"] == os.getpid() and opened["items_saved"] == 0
+    assert opened["job"] == "results/d/embed/embed_0.npy"  # which job the folder is for (make status)
     first.save_records(0, [{"id": "a"}])
     first.save_array(1, np.zeros(3, dtype=np.float32))
     saved = json.loads(record.read_text())
     assert saved["parts_saved"] == 2 and saved["start_unix"] == opened["start_unix"] < saved["last_part_unix"]
+    assert saved["items_saved"] == 1 + 3  # the records of its parts
     assert first.earlier_attempts() == []  # its own record is not an earlier attempt
 
     second = PartStore(folder, {"job": "t"}, device="cpu").open()  # the manifest check passes

@@ -543,7 +543,9 @@ def test_a_rerun_counts_the_killed_attempts_time_in_its_stats(tiny, texts, tmp_p
     with pytest.raises(RuntimeError, match="preempted"):
         embed_chunk(chunk, out, ids, enc.params, tmp_path / "resume", encoder=enc)
     (record,) = (tmp_path / "resume" / resume_key(chunk, enc.params)).glob("attempt-*.json")
-    assert json.loads(record.read_text())["parts_saved"] == 2
+    killed = json.loads(record.read_text())
+    assert killed["parts_saved"] == 2 and killed["items_saved"] == 20
+    assert killed["job"] == str(out)  # the output it works for, as logical_path names it (make status)
     killing[0] = False
     stats = embed_chunk(chunk, out, ids, enc.params, tmp_path / "resume", encoder=enc)
     assert stats["resumed_parts"] == 2 and stats["earlier_attempts"] == 1

@@ -407,6 +407,8 @@ def test_an_orphaned_summarise_chunk_writes_nothing_and_its_rerun_resumes(tiny, 
     with pytest.raises(controller.OrphanedJobError, match="the finished parts are kept in"):
         summarise_chunk(chunk, out, p, tmp_path / "resume", generator=gen)
     assert not out.exists()
+    (record,) = (tmp_path / "resume").glob("*/attempt-*.json")  # which job, how far (make status)
+    assert {k: json.loads(record.read_text())[k] for k in ("job", "items_saved")} == {"job": str(out), "items_saved": len(texts)}
     monkeypatch.setattr(controller, "find", lambda: None)
     stats = summarise_chunk(chunk, out, p, tmp_path / "resume", generator=gen)
     assert stats["items_generated"] == 0 and stats["resumed_parts"] > 0

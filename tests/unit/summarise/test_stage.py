@@ -54,6 +54,10 @@ def test_a_chunk_job_whose_snakemake_is_gone_writes_nothing_and_its_rerun_resume
     with pytest.raises(controller.OrphanedJobError, match="the finished parts are kept in"):
         select_chunk(chunk, out, SummariseParams(k=2, window=2), tmp_path / "resume")
     assert not out.exists()
+    import json
+
+    (record,) = (tmp_path / "resume").glob("*/attempt-*.json")  # which job, how far (make status)
+    assert {k: json.loads(record.read_text())[k] for k in ("job", "items_saved")} == {"job": str(out), "items_saved": 3}
     monkeypatch.setattr(controller, "find", lambda: None)
     stats = select_chunk(chunk, out, SummariseParams(k=2, window=2), tmp_path / "resume")
     assert stats["resumed_parts"] == 2 and stats["earlier_attempts"] == 1  # the orphaned attempt, from its record
