@@ -31,6 +31,7 @@ from shardflow.summarise.params import METHOD_KEYS, ignored_by, without_effect
 from shardflow.sweep import POINT_ID_REGEX, SEED_REGEX, parse_sweeps
 from shardflow.sweep.cost import PRICED_STAGES
 from shardflow.sweep.metrics import incomparable_points, loads_model, unknown_metrics
+from shardflow.sweep.paths import job_metrics
 from shardflow.sweep.spec import collection_rule, load_yaml, seeds_without_effect
 from shardflow.sweep.report import output_files as sweep_output_files
 from shardflow.sweep.shared import SHARED_FOLDER
@@ -316,20 +317,16 @@ else:
 
 
 def resume_path(local, under_base, parts=True):
-    """Where undeclared resume state lives (Snakemake deletes declared outputs of
-    failed jobs): `under_base` in gpu_jobs.resume_dir if set; else `local` (relative
-    to the workdir), for parts under the S3 storage prefix when that is the default."""
-    base = config["gpu_jobs"]["resume_dir"]
-    if base:
-        return os.path.join(base, under_base)
-    if parts and S3_PARTS_PREFIX:
-        return f"{S3_PARTS_PREFIX}/{local}"
-    return local
+    """Where undeclared resume state lives (plan.resume_path), for parts under the S3
+    storage prefix when that is the default (`parts=False`: a local path)."""
+    prefix = S3_PARTS_PREFIX if parts else None
+    return plan.resume_path(config["gpu_jobs"]["resume_dir"], local, under_base, prefix)
 
 
 def resume_root(dataset, parts=True):
     """A data set's resume parts (embed, summarise; `parts=False`: a local path)."""
-    return resume_path(f"results/{dataset}/.resume", dataset, parts)
+    prefix = S3_PARTS_PREFIX if parts else None
+    return plan.resume_root(config["gpu_jobs"]["resume_dir"], dataset, prefix)
 
 
 def job_resume_root(wildcards):
@@ -703,16 +700,17 @@ def sweep_retrieval_inputs(wildcards):
 def sweep_job_files(spec, point, seed):
     job = f"results/sweeps/{spec.folder}/{point}/seed={seed}"
     bench = f"benchmarks/sweeps/{spec.folder}/{point}/seed={seed}"
+    metrics = job_metrics(spec.stage, spec.folder, point, seed)
     if spec.stage == "train":
         return {
-            "metrics": f"{job}/train/metrics.json",
-            "stats": [f"{job}/train/metrics.json"],
+            "metrics": metrics,
+            "stats": [metrics],
             "benchmarks": [f"{bench}/train.tsv"],
         }
     if spec.stage == "summarise":
         n = range(DATASETS[DATASET].n_chunks)
         return {
-            "metrics": f"{job}/metrics.json",
+            "metrics": metrics,
             "stats": [f"{job}/summarise/summaries_{i}.stats.json" for i in n],
             "benchmarks": [f"{bench}/summarise_{i}.tsv" for i in n]
             + [f"{bench}/merge_summaries.tsv", f"{bench}/evaluate_summaries.tsv"],
@@ -720,7 +718,7 @@ def sweep_job_files(spec, point, seed):
     if spec.stage == "embed":
         n = range(DATASETS[DATASET].n_chunks)
         return {
-            "metrics": f"{job}/metrics.json",
+            "metrics": metrics,
             "stats": [f"{job}/embed/embed_{i}.stats.json" for i in n],
             "benchmarks": [f"{bench}/embed_{i}.tsv" for i in n]
             + [f"{bench}/merge.tsv", f"{bench}/embed_metrics.tsv"],
@@ -730,8 +728,8 @@ def sweep_job_files(spec, point, seed):
     # the embedding jobs' pairs (the merge's benchmark has no stats).
     paired = len(stats)
     return {
-        "metrics": f"{job}/metrics.json",
-        "stats": stats + [f"{job}/metrics.json"],
+        "metrics": metrics,
+        "stats": stats + [metrics],
         "benchmarks": benchmarks[:paired]
         + [f"{bench}/retrieval_evaluate.tsv"]
         + benchmarks[paired:],

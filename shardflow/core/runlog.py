@@ -40,13 +40,18 @@ def host_info() -> dict:
     }
 
 
+# How the line that ends a failed job's log starts, after its time, level and logger
+# name: `failed: <error type>: <message>` (make status reads it: shardflow.workflow.status).
+FAILED = "failed: "
+
+
 def _log_uncaught(logger: logging.Logger) -> None:
     """Put a script's fatal traceback into its rule log too, not only on stderr."""
     previous = sys.excepthook
 
     def hook(exc_type, exc, tb):
         if not issubclass(exc_type, KeyboardInterrupt):
-            logger.critical("failed: %s: %s", exc_type.__name__, exc, exc_info=(exc_type, exc, tb))
+            logger.critical(FAILED + "%s: %s", exc_type.__name__, exc, exc_info=(exc_type, exc, tb))
             for handler in logger.handlers + logging.getLogger().handlers:
                 handler.flush()
             return  # the handlers (stderr included) have printed it

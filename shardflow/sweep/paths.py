@@ -176,6 +176,16 @@ def job_dir(folder: str, pid: str, seed: int) -> str:
     return f"{folder}/{pid}/seed={seed}"
 
 
+SWEEPS_ROOT = "results/sweeps"
+
+
+def job_metrics(stage: str, folder: str, pid: str, seed: int) -> str:
+    """The metrics JSON of one sweep job (rules/sweep.smk: its last job's output, which
+    the collection reads): a training job's is its train rule's, in train/."""
+    job = f"{SWEEPS_ROOT}/{job_dir(folder, pid, seed)}"
+    return f"{job}/train/metrics.json" if stage == "train" else f"{job}/metrics.json"
+
+
 def case_collisions(names: Iterable[str]) -> list[tuple[str, str]]:
     """Pairs of names that differ only in letter case (one folder on macOS and Windows)."""
     seen: dict[str, str] = {}

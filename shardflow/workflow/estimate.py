@@ -100,7 +100,8 @@ def load_config(configfiles: Iterable[str] = ()) -> dict:
     return cfg
 
 
-def _sweeps(cfg: dict) -> dict:
+def sweeps(cfg: dict) -> dict:
+    """The run's sweeps by name, parsed as the rules parse them (sweep.parse_sweeps)."""
     if not cfg["sweeps"]:
         return {}
     schema = load_schema(REPO / "config" / "config.schema.yaml")
@@ -610,12 +611,18 @@ def _folder_bytes(folder: str) -> int:
     return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
 
 
+def train_tokens(cfg: dict, gpus: int) -> int:
+    """The tokens of a training run on `gpus` GPUs: train.max_iters steps of the global batch."""
+    tr = cfg["train"]
+    return tr["max_iters"] * tr["batch_size"] * tr["block_size"] * tr["grad_accum"] * gpus
+
+
 def train_row(cfg: dict, name: str, on_gpu: bool, first: Iterable[str] = ()) -> Row:
     """The train job of data set `name` (a sweep's: `first`, its own job folder): its
     tokens are train.max_iters steps of the global batch."""
     tr = cfg["train"]
     gpus = plan.train_gpus(cfg) if on_gpu else 1
-    tokens = tr["max_iters"] * tr["batch_size"] * tr["block_size"] * tr["grad_accum"] * gpus
+    tokens = train_tokens(cfg, gpus)
     row = Row(name, "train", 1, tokens, unit="tokens", gpus=gpus if on_gpu else 0)
     want, kind = ("cuda", "GPU") if on_gpu else ("cpu", "CPU")
     unfit = []
@@ -785,31 +792,48 @@ def host_gpus(cfg: dict) -> list[str]:
     return resolve_devices(cfg["gpu_jobs"]["devices"], mode=cfg["gpu_jobs"]["pinning"])
 
 
-def estimate(
-    cfg: dict, n_gpus: int, gpus_source: str, records: int | None = None, local_cpu: bool = False
-) -> Estimate:
-    """The estimate of the run `cfg` (validated) on `n_gpus` GPUs; `records`: the main
-    data set's record count, given (--records). `local_cpu`: the run is a local one on a
-    host without GPUs under `gpu_jobs.device: auto`, whose GPU rules run on the CPU
-    (rules/common.smk runs_on_cpu), so their rates are the CPU's."""
-    data_sets = plan.datasets(cfg)
-    sweeps = _sweeps(cfg)
-    on_cpu = plan.gpu_rules_on_cpu(cfg, data_sets.values(), sweeps.values())
+def rules_on_cpu(cfg: dict, data_sets: Iterable[plan.DataSet], sweep_specs: Iterable, local_cpu: bool) -> dict:
+    """{rule: why} of the GPU rules whose jobs run on the CPU (plan.gpu_rules_on_cpu); with
+    `local_cpu` (a local run on a host without GPUs under `gpu_jobs.device: auto`, see
+    `estimate`), every GPU rule's."""
+    data_sets, sweep_specs = list(data_sets), list(sweep_specs)
+    on_cpu = plan.gpu_rules_on_cpu(cfg, data_sets, sweep_specs)
     if local_cpu:
         as_cpu = {**cfg, "gpu_jobs": {**cfg["gpu_jobs"], "device": "cpu"}}
-        for rule in plan.gpu_rules_on_cpu(as_cpu, data_sets.values(), sweeps.values()):
+        for rule in plan.gpu_rules_on_cpu(as_cpu, data_sets, sweep_specs):
             on_cpu.setdefault(rule, LOCAL_CPU)
-    price, currency = cfg["report"]["gpu_hour_price"], cfg["report"]["currency"]
-    out = Estimate([], n_gpus, gpus_source, price, currency)
-    main = next(ds for ds in data_sets.values() if ds.role == "main")
-    embed_for_sweep = any(
+    return on_cpu
+
+
+def gpu_stages(cfg: dict, ds: plan.DataSet, sweep_specs: Iterable) -> list[str]:
+    """The GPU stages of the rules' own (embed, summarise, train) that run on data set `ds`:
+    its tasks', and embed on the main data set where an embed sweep compares its points'
+    vectors with the main run's (a point that loads the run's model)."""
+    embed_for_sweep = ds.role == "main" and any(
         spec.stage == "embed"
         and any(
             same_model(spec.job_config(p, spec.seeds[0])["embedding"]["model"], cfg["embedding"]["model"])
             for p in spec.ids
         )
-        for spec in sweeps.values()
+        for spec in sweep_specs
     )
+    out = ["embed"] if "embedding" in ds.tasks or embed_for_sweep else []
+    if "summarisation" in ds.tasks and cfg["summarise"]["method"] != "stored":
+        out.append("summarise")
+    return out + (["train"] if "training" in ds.tasks else [])
+
+
+def estimate(cfg: dict, n_gpus: int, gpus_source: str, records: int | None = None, local_cpu: bool = False) -> Estimate:
+    """The estimate of the run `cfg` (validated) on `n_gpus` GPUs; `records`: the main
+    data set's record count, given (--records). `local_cpu`: the run is a local one on a
+    host without GPUs under `gpu_jobs.device: auto`, whose GPU rules run on the CPU
+    (rules/common.smk runs_on_cpu), so their rates are the CPU's."""
+    data_sets = plan.datasets(cfg)
+    specs = sweeps(cfg)
+    on_cpu = rules_on_cpu(cfg, data_sets.values(), specs.values(), local_cpu)
+    price, currency = cfg["report"]["gpu_hour_price"], cfg["report"]["currency"]
+    out = Estimate([], n_gpus, gpus_source, price, currency)
+    main = next(ds for ds in data_sets.values() if ds.role == "main")
     per_chunk_of = {}
     for ds in data_sets.values():
         count = count_records(cfg, ds, records if ds.role == "main" else None)
@@ -829,7 +853,8 @@ def estimate(
         if not count.per_chunk and ds.n_chunks > 1 and (ds.by == "size" or cfg["chunking"]["group_by"]):
             split.notes.append("records per chunk taken as even (chunking.by size or group_by makes them uneven)")
         out.rows.append(split)
-        if "embedding" in ds.tasks or (ds.role == "main" and embed_for_sweep):
+        stages = gpu_stages(cfg, ds, specs.values())
+        if "embed" in stages:
             out.rows.append(embed_row(cfg, ds.name, per_chunk, "embed" not in on_cpu))
         if "retrieval" in ds.tasks:
             embed = out.rows[-1]
@@ -859,16 +884,16 @@ def estimate(
                     notes=["not estimated: no rate for the exact search (one job; queries x documents x dim)"],
                 )
             )
-        if "summarisation" in ds.tasks and cfg["summarise"]["method"] != "stored":
+        if "summarise" in stages:
             out.rows.append(summarise_row(cfg, ds.name, per_chunk, "summarise" not in on_cpu))
-        if "training" in ds.tasks:
+        if "train" in stages:
             row = train_row(cfg, ds.name, "train" not in on_cpu)
             shards = f"{RESULTS}/{ds.name}/shards"
             if os.path.isdir(shards) and row.disk is not None:
                 row.disk += _folder_bytes(shards)
                 row.disk_source += f", and the shards as in {shards}"
             out.rows.append(row)
-    out.rows += _sweep_rows(cfg, sweeps, per_chunk_of[main.name], on_cpu)
+    out.rows += _sweep_rows(cfg, specs, per_chunk_of[main.name], on_cpu)
     for row in out.rows:
         finish(row, n_gpus, price)
     if on_cpu:

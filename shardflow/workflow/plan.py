@@ -187,6 +187,24 @@ def job_threads(setting: int | str, *, local_cpu: bool, cores: int | None, jobs:
     return max(1, cores // max(1, min(jobs, cores)))
 
 
+def resume_path(resume_dir: str | None, local: str, under_base: str, s3_prefix: str | None = None) -> str:
+    """Where undeclared resume state lives (Snakemake deletes declared outputs of failed
+    jobs): `under_base` in `resume_dir` (gpu_jobs.resume_dir) if set; else `local`
+    (relative to the workdir), under `s3_prefix` where given: the S3 default storage's,
+    for parts (core.parts reads and writes them there; rules/common.smk passes it)."""
+    if resume_dir:
+        return os.path.join(resume_dir, under_base)
+    if s3_prefix:
+        return f"{s3_prefix}/{local}"
+    return local
+
+
+def resume_root(resume_dir: str | None, dataset: str, s3_prefix: str | None = None) -> str:
+    """A data set's resume root: its embed and summarise parts (resume_path), and, on a
+    local path, its training checkpoints under train/."""
+    return resume_path(resume_dir, f"results/{dataset}/.resume", dataset, s3_prefix)
+
+
 # Reader settings for files this workflow wrote itself in the chunk format
 # (the retrieval corpus): {"id": ..., "text": ...} JSON lines. The retrieval corpus's
 # empty documents are embedded and searched, as MTEB does (FiQA has some).
@@ -494,19 +512,24 @@ def unavailable_models(cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable
 Job = tuple[str, dict]  # (rule, wildcards): one job, as the rule's output patterns name it
 
 
+def chunk_jobs(rule: str, ds: DataSet) -> list[Job]:
+    """The jobs of a per-chunk rule (embed, summarise, tokenize) on data set `ds`: one
+    per chunk, in chunk order."""
+    return [(rule, {"dataset": ds.name, "chunk": i}) for i in range(ds.n_chunks)]
+
+
 def _data_set_model_jobs(key: str, ds: DataSet) -> list[Job]:
     """The jobs of data set `ds` that load the model of `key` (rules/embed.smk, verify.smk,
     retrieval.smk, summarise.smk, train.smk; provenance hashes the models of
     tasks.models, not the tokenizer)."""
     one = {"dataset": ds.name}
-    chunks = [{"dataset": ds.name, "chunk": i} for i in range(ds.n_chunks)]
     jobs: list[Job] = []
     if key == "embedding.model":
-        jobs += [("embed", c) for c in chunks] + [("verify", one)]
+        jobs += [*chunk_jobs("embed", ds), ("verify", one)]
         if "retrieval" in ds.tasks:  # their outputs name the data set: no wildcard
             jobs += [("embed_queries", {}), ("retrieval_evaluate", {})]
     elif key in ("summarise.model", "summarise.encoder"):
-        jobs += [("summarise", c) for c in chunks]
+        jobs += chunk_jobs("summarise", ds)
     elif key == "shards.tokenizer":
         jobs.append(("train_tokenizer", one))
     if key in MODEL_KEYS.values():

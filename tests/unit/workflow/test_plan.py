@@ -610,3 +610,16 @@ def test_a_missing_model_stops_the_run_only_while_a_job_that_loads_it_has_work_t
     )
     assert plan.model_verdicts([moved], lambda key, name: [], exists)[0] == plan.model_verdicts([moved])[0]
     assert plan.model_verdicts([], lambda key, name: 1 / 0, exists) == ([], [])
+
+
+def test_resume_state_goes_to_gpu_jobs_resume_dir_else_the_s3_prefix_else_under_results():
+    """rules/common.smk resume_path / resume_root and make status find it here alike."""
+    assert plan.resume_root("/scratch/resume", "ds", "s3://b/p") == "/scratch/resume/ds"
+    assert plan.resume_root(None, "ds", "s3://b/p") == "s3://b/p/results/ds/.resume"  # parts on eks
+    assert plan.resume_root(None, "ds") == "results/ds/.resume"
+    assert plan.resume_path("/scratch", "results/sweeps/.resume/s/p/seed=0", "s/p/seed=0") == "/scratch/s/p/seed=0"
+
+
+def test_a_chunk_rule_has_one_job_per_chunk():
+    ds = plan.DataSet("ds", "main", ("embedding",), 3, ("c.jsonl",), {}, "records", 40.0)
+    assert plan.chunk_jobs("embed", ds) == [("embed", {"dataset": "ds", "chunk": i}) for i in range(3)]
