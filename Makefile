@@ -13,7 +13,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # Shell rules (train) run `python`: the venv's, without activating it.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help setup run report estimate dag rulegraph test test-fast test-faults test-unit test-workflow test-cluster lint fmt bench clean evaluate-beir evaluate-summaries reproduce-arguana reproduce-shakespeare sweep
+.PHONY: help setup run report estimate status dag rulegraph test test-fast test-faults test-unit test-workflow test-cluster lint fmt bench clean evaluate-beir evaluate-summaries reproduce-arguana reproduce-shakespeare sweep
 
 help:
 	@echo "make run    install into .venv and run the embedding workflow on the demo corpus"
@@ -21,6 +21,7 @@ help:
 	@echo "make test-fast  unit tests and dry runs only (the edit loop, about 3 minutes)"
 	@echo "make test-faults  the fault matrix with five seeds (every rule SIGKILLed, reruns compared)"
 	@echo "make estimate  GPU-hours, cost, wall time and disk of the configured run, before it runs (CONFIG=, GPUS=)"
+	@echo "make status  where a running or stopped run stands: jobs, records, time left, cost so far, failures (CONFIG=, GPUS=)"
 	@echo "make dag    write dag.svg (graphviz) of the configured workflow"
 	@echo "make lint   snakemake --lint, snakefmt --check and ruff check (make fmt fixes what it can)"
 	@echo "make bench  CPU engine benchmark against sentence-transformers"
@@ -66,6 +67,13 @@ report: setup
 # (default: this host's GPUs, as the local profile counts them).
 estimate: setup
 	$(BIN)/python -m shardflow.cli estimate $(if $(CONFIG),--configfile $(CONFIG)) $(if $(GPUS),--gpus $(GPUS))
+
+# Where the configured run stands, from the files here (shardflow.workflow.status): per
+# data set and GPU stage, jobs done / running / stalled / failed / waiting, records, rate,
+# time left, GPU-hours and cost so far, each failed job's error and log. Read-only and
+# cheap: `watch make status`. CONFIG= as the run's --configfile; GPUS=N for the time left.
+status: setup
+	$(BIN)/python -m shardflow.cli status $(if $(CONFIG),--configfile $(CONFIG)) $(if $(GPUS),--gpus $(GPUS))
 
 # pipefail: a Snakemake error (a bad config) fails the target instead of writing an
 # empty SVG; the SVG is replaced only when both steps succeed.

@@ -140,22 +140,27 @@ def _positive(text: str) -> int:
     raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
 
 
+def _gpus(args: argparse.Namespace, cfg: dict) -> tuple[int, str, bool]:
+    """(GPUs, where that figure came from, whether the GPU rules run on this host's CPU)
+    for `make estimate` and `make status`: --gpus, else as the local profile runs them."""
+    from shardflow.core.gpu_slots import concurrent_gpu_jobs
+    from shardflow.workflow import estimate as est
+
+    if args.gpus is not None:
+        return args.gpus, "--gpus", False
+    source = "as the local profile runs them at once: concurrent_gpu_jobs(), the GPUs nvidia-smi or $SHARDFLOW_GPUS list, 1 without; --gpus N for a cluster"
+    # As the local executor does (rules/common.smk runs_on_cpu): under `auto`, a host
+    # without GPUs runs the GPU rules on the CPU.
+    return concurrent_gpu_jobs(), source, cfg["gpu_jobs"]["device"] == "auto" and not est.host_gpus(cfg)
+
+
 def estimate(args: argparse.Namespace) -> int:
     """Print what the configured run would take: GPU-hours, cost, wall time, disk (make estimate)."""
-    from shardflow.core.gpu_slots import concurrent_gpu_jobs
     from shardflow.workflow import estimate as est
 
     try:
         cfg = est.load_config(args.configfile)
-        local_cpu = False
-        if args.gpus is None:
-            gpus = concurrent_gpu_jobs()
-            source = "as the local profile runs them at once: concurrent_gpu_jobs(), the GPUs nvidia-smi or $SHARDFLOW_GPUS list, 1 without; --gpus N for a cluster"
-            # As the local executor does (rules/common.smk runs_on_cpu): under `auto`, a
-            # host without GPUs runs the GPU rules on the CPU.
-            local_cpu = cfg["gpu_jobs"]["device"] == "auto" and not est.host_gpus(cfg)
-        else:
-            gpus, source = args.gpus, "--gpus"
+        gpus, source, local_cpu = _gpus(args, cfg)
         result = est.estimate(cfg, gpus, source, args.records, local_cpu=local_cpu)
     except (ValueError, OSError) as exc:  # a config, input or model error: its message names the key or file
         print(f"estimate: {exc}", file=sys.stderr)
@@ -165,6 +170,27 @@ def estimate(args: argparse.Namespace) -> int:
         print()
     else:
         print(est.table(result))
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    """Print where the configured run stands: jobs, records, rate, time left, GPU-hours and
+    cost so far, failed jobs with their error (make status)."""
+    from shardflow.workflow import estimate as est
+    from shardflow.workflow import status as st
+
+    try:
+        cfg = est.load_config(args.configfile)
+        gpus, source, local_cpu = _gpus(args, cfg)
+        result = st.status(cfg, gpus, source, local_cpu=local_cpu)
+    except (ValueError, OSError) as exc:  # a config or rules-file error: its message names the key or file
+        print(f"status: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(st.as_json(result), sys.stdout, indent=2)
+        print()
+    else:
+        print(st.table(result))
     return 0
 
 
@@ -209,6 +235,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--records", type=_positive, default=None, help="the main data set's records (else counted)")
     p.add_argument("--json", action="store_true", help="the estimate as JSON")
     p.set_defaults(func=estimate)
+    p = sub.add_parser("status", help="where the configured run stands: jobs, records, time left, cost (make status)")
+    p.add_argument(
+        "--configfile", nargs="+", action="extend", default=[], help="merged over config/config.yaml in order"
+    )
+    p.add_argument("--gpus", type=_positive, default=None, help="GPUs for the time left (default: this host's)")
+    p.add_argument("--json", action="store_true", help="the status as JSON")
+    p.set_defaults(func=status)
     args = parser.parse_args(argv)
     return args.func(args)
 

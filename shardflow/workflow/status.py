@@ -1,0 +1,783 @@
+"""Where a run stands (`python -m shardflow.cli status`, `make status`): per data set and
+GPU stage, its jobs done, running, stalled, failed and waiting out of those the run
+plans, the records done, the rate, the time left, and the GPU-hours and cost so far.
+
+The companion of `make estimate` (shardflow.workflow.estimate), and planned as it is:
+the config read as the workflow reads it, the data sets, chunk counts, sweeps and the
+rules that run on the CPU from the parse-time functions the rules use (workflow.plan),
+each job as (rule, wildcards) (plan.chunk_jobs), and its files from the rule's own
+output, log and benchmark patterns as rules/*.smk declare them (`rule_files`). It runs
+no job, reads no output, downloads nothing: it stats the jobs' files and reads small
+ones (a finished job's stats JSON, the resume folders' attempt records, the last 64 KiB
+of a log without output), so `watch make status` on thousands of chunks is cheap.
+
+A job is
+- done: every output of its rule exists;
+- failed: its last attempt left an error: `<log>.failure.json` (shardflow.core.failures:
+  an input or config error, which a retry stops on), else its log ends on the line
+  `failed: <error>` (core.runlog; any error, the out-of-memory ones included);
+- running: it has resume parts (core.parts: each attempt's record names the job's output
+  and counts the records of the parts it saved) or a log, and no output. Whether its
+  process is alive cannot be known from here (it may run on another host), so one whose
+  newest part (or log line, before its first part) is older than STALE_INTERVALS typical
+  part intervals is reported as stalled instead: "no progress for <t>";
+- waiting: none of that (not started, or its log removed).
+
+The rate is one job's: records per second over the finished jobs' stats and the running
+jobs' parts (their records over the time from the attempt's start to its last part). The
+time left: every job not done, each its records left at that rate (plus the model loading
+the finished jobs' benchmarks measured, for a job not yet started), longest first on the
+run's concurrency (estimate.makespan): the GPUs as `make estimate` counts them, or --gpus
+N; a stage on the CPU at the number of its jobs running now. GPU-hours so far: the
+finished jobs' (core.jobs: their last attempt and the killed ones before it), and the
+attempts of the jobs not done up to their last part (a lower bound), priced with
+core.jobs.priced.
+
+The retrieval task's one-job stages (embed_queries, retrieval_evaluate) are not listed;
+its corpus's embed jobs are, as a data set of their own.
+
+Status reads local files only. A run whose files are elsewhere (S3 as the default
+storage, the eks profile: outputs, logs and parts under the storage prefix) is not seen
+from here, and it says so rather than report an empty run.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import os
+import re
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shardflow.core.failures import record_path
+from shardflow.core.files import read_json
+from shardflow.core.jobs import earlier_attempt_costs, last_attempt_gpu_hours, priced, read_benchmark
+from shardflow.core.parts import ATTEMPT_PREFIX, PartStore, attempt_totals
+from shardflow.core.runlog import FAILED
+from shardflow.sweep.paths import job_dir, job_metrics
+from shardflow.workflow import estimate, plan
+
+REPO = estimate.REPO
+RULES = REPO / "rules"
+# A running job whose newest part is older than this many typical part intervals (the
+# median over the finished jobs' and the running attempts') is reported as stalled.
+STALE_INTERVALS = 3
+LOG_TAIL = 64 * 1024  # bytes read from the end of a log without output, for its error
+SHOWN = 8  # jobs listed per stage and state in the table (--json has them all)
+DONE, RUNNING, STALLED, FAILED_STATE, WAITING = "done", "running", "stalled", "failed", "waiting"
+STATES = (DONE, RUNNING, STALLED, FAILED_STATE, WAITING)
+# The rule of each GPU stage, and its output that holds the job's record (stats, metrics).
+STAGE_RULES = {"embed": ("embed", "stats"), "summarise": ("summarise", "stats"), "train": ("train", "metrics")}
+
+
+class StatusError(ValueError):
+    pass
+
+
+# ------------------------------------------------------------------ rule files
+
+
+@dataclass(frozen=True)
+class RuleFiles:
+    """A rule's output (by name; a positional one by its index), log and benchmark
+    patterns, as its rules file declares them."""
+
+    rule: str
+    where: str
+    outputs: dict[str, str]
+    log: str | None
+    benchmark: str | None
+
+    def of(self, wildcards: dict) -> tuple[dict[str, str], str | None, str | None]:
+        """The files of one job: outputs by name, log, benchmark."""
+        outputs = {name: expand(p, wildcards) for name, p in self.outputs.items()}
+        return outputs, self.log and expand(self.log, wildcards), self.benchmark and expand(self.benchmark, wildcards)
+
+
+_RULE = re.compile(r"^rule (\w+):\s*$")
+_DIRECTIVE = re.compile(r"^    (\w+):(.*)$")
+_WILDCARD = re.compile(r"\{(\w+)(?:,[^{}]*)?\}")
+# Snakemake's flags around a file pattern: the pattern is their first argument.
+_FLAGS = {"report", "directory", "temp", "protected", "touch", "ensure"}
+
+
+def expand(pattern: str, wildcards: dict) -> str:
+    """`pattern` with its wildcards set (a `{name,regex}` constraint dropped)."""
+    try:
+        return _WILDCARD.sub(lambda m: str(wildcards[m.group(1)]), pattern)
+    except KeyError as exc:
+        raise StatusError(f"pattern {pattern!r} has wildcard {exc}, which the job does not set") from None
+
+
+def _pattern(node: ast.expr) -> str | None:
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FLAGS and node.args:
+        node = node.args[0]
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _directive(path: Path, lineno: int, rule: str, name: str, text: str) -> dict[str, str]:
+    """A file directive's body (Python call arguments, as Snakemake reads it)."""
+    try:
+        call = ast.parse(f"f(\n{text}\n)", mode="eval").body
+    except SyntaxError as exc:
+        raise StatusError(f"{path}:{lineno}: rule {rule}'s {name}: not readable ({exc.msg})") from None
+    found = {str(i): a for i, a in enumerate(call.args)} | {k.arg: k.value for k in call.keywords if k.arg}
+    out = {}
+    for key, node in found.items():
+        value = _pattern(node)
+        if value is None:
+            raise StatusError(
+                f"{path}:{lineno}: rule {rule}'s {name} {key!r} is no plain pattern: status reads the patterns as written"
+            )
+        out[key] = value
+    return out
+
+
+@functools.cache
+def rule_files(rule: str, rules_dir: str = str(RULES)) -> RuleFiles:
+    """The output, log and benchmark patterns of `rule` (a `rule <name>:` of
+    rules/*.smk), read from its directives: the rules are the truth of where each job's
+    files are, and this reads a few small files instead of parsing the workflow."""
+    for path in sorted(Path(rules_dir).glob("*.smk")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        start = next((i for i, line in enumerate(lines) if (m := _RULE.match(line)) and m.group(1) == rule), None)
+        if start is None:
+            continue
+        body: dict[str, tuple[int, list[str]]] = {}
+        current = None
+        for i in range(start + 1, len(lines)):
+            line = lines[i]
+            if line.strip() and not line.startswith("    "):
+                break  # the rule's block ends
+            directive = _DIRECTIVE.match(line)
+            if directive:
+                current = directive.group(1)
+                body[current] = (i + 1, [directive.group(2)])
+            elif current is not None:
+                body[current][1].append(line)
+        files = {
+            name: _directive(path, body[name][0], rule, name, "\n".join(body[name][1]))
+            for name in ("output", "log", "benchmark")
+            if name in body
+        }
+        logs, benches = list(files.get("log", {}).values()), list(files.get("benchmark", {}).values())
+        where = os.path.relpath(path, REPO) if path.is_relative_to(REPO) else str(path)
+        return RuleFiles(
+            rule,
+            f"{where}:{start + 1}",
+            files.get("output", {}),
+            logs[0] if logs else None,
+            benches[0] if benches else None,
+        )
+    raise StatusError(f"rule {rule}: no `rule {rule}:` in {rules_dir}/*.smk")
+
+
+@functools.cache
+def smk_constant(name: str, file: str = "sweep.smk", rules_dir: str = str(RULES)) -> str:
+    """A string constant a rules file sets at its top (`SWEEP_LOG = "..."`)."""
+    path = Path(rules_dir) / file
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith(f"{name} = "):
+            return ast.literal_eval(line.split(" = ", 1)[1])
+    raise StatusError(f"{path}: sets no {name}")
+
+
+# ------------------------------------------------------------------------ jobs
+
+
+@dataclass
+class Job:
+    """One job of a stage, and what its files say of it."""
+
+    name: str  # "chunk 3"; "" for a stage of one job
+    outputs: dict[str, str]
+    log: str | None
+    benchmark: str | None
+    records: int | None = None  # planned: the chunk's records (the split's manifest)
+    state: str = WAITING
+    records_done: int = 0
+    stats: dict | None = None  # a finished job's record (its stats or metrics output)
+    bench: dict = field(default_factory=dict)
+    attempts: list[dict] = field(default_factory=list)  # its resume folder's attempt records
+    folder: str = ""  # its resume folder
+    last_activity: float | None = None  # unix time of its newest part, else of its log
+    error: str = ""
+    error_file: str = ""
+
+
+def log_error(path: str) -> str | None:
+    """The error a failed attempt's log ends on: the first line of core.runlog's
+    `failed: <type>: <message>`, or None."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - LOG_TAIL))
+            tail = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    for line in reversed(tail.splitlines()):
+        level = line.find(" CRITICAL ")
+        at = line.find(": " + FAILED, level)
+        if level >= 0 and at >= 0:
+            return line[at + 2 + len(FAILED) :].strip()
+    return None
+
+
+def failure_record(path: Path) -> tuple[str, str] | None:
+    """(error, file) of a failure record (core.failures), the message's first line."""
+    if not path.is_file():
+        return None
+    try:
+        record = read_json(path)
+        message = str(record.get("message", "")).strip().splitlines()
+        error = str(record.get("error", "error"))
+        return (f"{error}: {message[0]}" if message else error), str(path)
+    except (OSError, ValueError, AttributeError):
+        return "unreadable failure record", str(path)
+
+
+def scan_resume(root: str) -> tuple[dict[str, tuple[str, list[dict]]], list[str]]:
+    """The resume folders under `root` (local): {job (its output's logical path, as the
+    attempt records name it): (folder, its attempt records, oldest first)}, the newest
+    folder of a job where there are several (another config's); and the folders whose
+    records name no job (written before the records named it)."""
+    if root.startswith("s3://") or not os.path.isdir(root):
+        return {}, []
+    found: dict[str, tuple[str, list[dict]]] = {}
+    anonymous = []
+    for entry in sorted(os.scandir(root), key=lambda e: e.name):
+        if not entry.is_dir():
+            continue
+        try:
+            records = PartStore(entry.path, {}).earlier_attempts()
+        except (OSError, ValueError, KeyError):
+            anonymous.append(entry.path)
+            continue
+        jobs = [r["job"] for r in records if r.get("job")]
+        if not jobs:
+            if records or any(n.startswith(ATTEMPT_PREFIX) for n in os.listdir(entry.path)):
+                anonymous.append(entry.path)
+            continue
+        seen = found.get(jobs[-1])
+        if seen is None or records[-1]["start_unix"] > seen[1][-1]["start_unix"]:
+            found[jobs[-1]] = (entry.path, records)
+    return found, anonymous
+
+
+def _newest_part(attempts: list[dict]) -> float | None:
+    times = [a.get("last_part_unix") or a.get("start_unix") for a in attempts]
+    return max((t for t in times if t), default=None)
+
+
+def _mtime(path: str | None) -> float | None:
+    try:
+        return os.path.getmtime(path) if path else None
+    except OSError:
+        return None
+
+
+def classify(job: Job, resume: dict[str, tuple[str, list[dict]]], record_file: Path | None) -> Job:
+    """Set `job`'s state from its files (see the module docstring)."""
+    if job.outputs and all(os.path.exists(p) for p in job.outputs.values()):
+        job.state = DONE
+        return job
+    failed = failure_record(record_file) if record_file else None
+    if failed is None and job.log and os.path.isfile(job.log):
+        error = log_error(job.log)
+        failed = (error, job.log) if error else None
+    folder = next((resume[p] for p in job.outputs.values() if p in resume), None)
+    if folder:
+        job.folder, job.attempts = folder
+        job.records_done = sum(int(a.get("items_saved") or 0) for a in job.attempts)
+        if job.records is None:  # no split manifest here: the parts' own count
+            try:
+                job.records = read_json(os.path.join(job.folder, "manifest.json")).get("n_texts")
+            except (OSError, ValueError, AttributeError):
+                pass
+    if failed:
+        job.state, (job.error, job.error_file) = FAILED_STATE, failed
+    elif folder or (job.log and os.path.isfile(job.log)):
+        job.state = RUNNING
+        times = [t for t in (_newest_part(job.attempts), _mtime(job.log)) if t]
+        job.last_activity = max(times) if times else None
+    return job
+
+
+# ---------------------------------------------------------------------- stages
+
+
+@dataclass
+class Stage:
+    """One GPU stage of one data set, or one sweep (`sweep`: jobs counted only)."""
+
+    dataset: str
+    stage: str
+    jobs: list[Job]
+    gpus: int  # per job; 0: on the CPU
+    unit: str = "records"
+    sweep: bool = False
+    rate: float | None = None  # records per second of one job
+    rate_source: str = ""
+    overhead_s: float = 0.0
+    part_interval: float | None = None
+    slots: int | None = None  # jobs at once for the time left
+    left_s: float | None = None
+    gpu_hours: float = 0.0
+    cost: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def count(self, state: str) -> int:
+        return sum(1 for j in self.jobs if j.state == state)
+
+    @property
+    def label(self) -> str:
+        return f"{self.stage} {self.dataset}"
+
+    @property
+    def records_total(self) -> int | None:
+        known = [j.records for j in self.jobs]
+        return None if None in known or self.sweep else sum(known)
+
+    @property
+    def records_done(self) -> int:
+        return sum(j.records_done for j in self.jobs)
+
+
+def _stats(job: Job, record: str) -> None:
+    """A finished job's record (stats, metrics) and benchmark; its records."""
+    try:
+        job.stats = read_json(job.outputs[record])
+        job.bench = read_benchmark(job.benchmark) if job.benchmark and os.path.isfile(job.benchmark) else {}
+    except (OSError, ValueError, KeyError) as exc:
+        job.stats, job.error = None, f"its {record} is not readable ({exc})"
+        return
+    s = job.stats
+    if "tokens_per_step" in s:  # a training run: tokens
+        job.records = job.records_done = int(s.get("steps", 0)) * int(s["tokens_per_step"])
+    else:
+        job.records_done = int(s.get("items", job.records or 0))
+        job.records = job.records if job.records is not None else job.records_done
+
+
+def _part_seconds(attempt: dict) -> float:
+    return max(0.0, (attempt.get("last_part_unix") or attempt["start_unix"]) - attempt["start_unix"])
+
+
+def measure(stage: Stage) -> None:
+    """The stage's rate per job, model loading per job and typical part interval, from
+    the finished jobs' stats and benchmarks and the running jobs' parts."""
+    done = [j for j in stage.jobs if j.state == DONE and j.stats and "tokens_per_step" not in j.stats]
+    parted = [a for j in stage.jobs if j.state != DONE for a in j.attempts if a.get("parts_saved")]
+    # The attempts' records and seconds read as a job's stats (estimate.run_rate).
+    run = estimate.Run(
+        "",
+        [j.stats for j in done] + [{"items": a.get("items_saved", 0), "seconds": _part_seconds(a)} for a in parted],
+        [j.bench for j in done] + [{} for _ in parted],
+    )
+    measured = estimate.run_rate(run)
+    if measured:
+        stage.rate, overhead = measured
+        stage.overhead_s = overhead or 0.0
+        stage.rate_source = (
+            f"{stage.rate:.3g} {stage.unit}/s per job, over {len(done)} finished job(s)' stats and "
+            f"{len(parted)} running attempt(s)' parts"
+        )
+    intervals = [s["seconds"] / s["parts"] for j in done if (s := j.stats).get("parts") and s.get("seconds")]
+    intervals += [_part_seconds(a) / a["parts_saved"] for a in parted]
+    stage.part_interval = statistics.median(intervals) if intervals else None
+
+
+def mark_stalled(stage: Stage, now: float) -> None:
+    """A running job with no part (or, before its first, no log line) for STALE_INTERVALS
+    typical part intervals (plus a job's model loading, before its first part) is stalled."""
+    if stage.part_interval is None:
+        return
+    for job in stage.jobs:
+        if job.state != RUNNING or job.last_activity is None:
+            continue
+        limit = STALE_INTERVALS * stage.part_interval + (0.0 if job.records_done else stage.overhead_s)
+        if now - job.last_activity > limit:
+            job.state = STALLED
+
+
+def time_left(
+    left: list[tuple[float, bool]], rate: float, overhead_s: float, gpus_per_job: int, slots: int
+) -> float | None:
+    """Wall seconds to finish jobs with `left` (records left, started) at `rate` records
+    per second each, a job not started also loading its model (`overhead_s`), on `slots`
+    jobs at once (estimate.makespan: longest first onto the slot free first)."""
+    if not left:
+        return 0.0
+    seconds = [n / rate + (0.0 if started else overhead_s) for n, started in left]
+    return estimate.makespan(seconds, gpus_per_job, slots * gpus_per_job)
+
+
+def finish(stage: Stage, n_gpus: int, price: float, now: float) -> Stage:
+    """The stage's rate, stalled jobs, time left on `n_gpus` GPUs, GPU-hours and cost so far."""
+    measure(stage)
+    mark_stalled(stage, now)
+    rest = [j for j in stage.jobs if j.state != DONE]
+    if stage.gpus:
+        stage.slots = max(1, n_gpus // stage.gpus)
+    else:  # on the CPU: as many at once as run now
+        stage.slots = max(1, stage.count(RUNNING))
+    unknown = [j for j in rest if j.records is None]
+    if stage.rate and not unknown and stage.stage != "train":
+        left = [(max(0, j.records - j.records_done), bool(j.attempts)) for j in rest]
+        stage.left_s = time_left(left, stage.rate, stage.overhead_s, max(1, stage.gpus), stage.slots)
+    elif unknown and stage.stage != "train":
+        stage.notes.append(
+            f"time left not estimated: the records of {len(unknown)} job(s) are not known here "
+            "(no split manifest for these inputs yet)"
+        )
+    # GPU-hours: the finished jobs' last attempts and the killed ones before them; the
+    # attempts of the jobs not done, to their last part.
+    done = [j for j in stage.jobs if j.state == DONE and j.stats]
+    hours = sum(
+        last_attempt_gpu_hours(j.stats, float(j.bench.get("s", j.stats.get("seconds", j.stats.get("wall_seconds", 0)))))
+        for j in done
+    )
+    attempts = [
+        {"earlier_attempt_devices": attempt_totals(j.attempts)["earlier_attempt_devices"], "gpus": max(1, stage.gpus)}
+        for j in rest
+        if j.attempts
+    ]
+    stage.gpu_hours = (
+        hours
+        + earlier_attempt_costs([j.stats for j in done])["earlier_attempt_gpu_hours"]
+        + earlier_attempt_costs(attempts)["earlier_attempt_gpu_hours"]
+    )
+    stage.cost = priced(stage.gpu_hours, price)["estimated_cost"]
+    return stage
+
+
+def chunk_stage(ds: plan.DataSet, stage: str, gpus: int, resume: dict, split: dict | None) -> Stage:
+    """The jobs of a per-chunk stage (embed, summarise) of data set `ds`."""
+    rule, record = STAGE_RULES[stage]
+    files = rule_files(rule)
+    per_chunk = [int(c["items"]) for c in split["chunks"]] if split else None
+    jobs = []
+    for _, wildcards in plan.chunk_jobs(rule, ds):
+        outputs, log, bench = files.of(wildcards)
+        job = Job(
+            f"chunk {wildcards['chunk']}", outputs, log, bench, per_chunk[wildcards["chunk"]] if per_chunk else None
+        )
+        classify(job, resume, record_path(log) if log else None)
+        if job.state == DONE:
+            _stats(job, record)
+        jobs.append(job)
+    return Stage(ds.name, stage, jobs, gpus)
+
+
+def train_stage(cfg: dict, ds: plan.DataSet, gpus: int, gpus_per_run: int) -> Stage:
+    """The train job of data set `ds`; its failure record lies beside its resume folder
+    (rules/train_common.smk train_resume: train/ under the data set's local resume root)."""
+    rule, record = STAGE_RULES["train"]
+    outputs, log, bench = rule_files(rule).of({"dataset": ds.name})
+    job = Job("", outputs, log, bench, estimate.train_tokens(cfg, gpus_per_run))
+    resume = os.path.join(plan.resume_root(cfg["gpu_jobs"]["resume_dir"], ds.name), "train")
+    classify(job, {}, record_path(resume))
+    if job.state == DONE:
+        _stats(job, record)
+    out = Stage(ds.name, "train", [job], gpus, unit="tokens")
+    out.notes.append("time left not estimated for training: its log says how far it got")
+    return out
+
+
+def sweep_stage(spec) -> Stage:
+    """A sweep's jobs (points x seeds), counted: done where its metrics JSON exists,
+    failed where its log folder holds a failure record, running where it holds a log."""
+    jobs = []
+    for pid, seed in spec.jobs():
+        logs = expand(smk_constant("SWEEP_LOG"), {"sweep": spec.folder, "point": pid, "seed": seed})
+        job = Job(
+            job_dir(spec.folder, pid, seed), {"metrics": job_metrics(spec.stage, spec.folder, pid, seed)}, logs, None
+        )
+        if os.path.exists(job.outputs["metrics"]):
+            job.state = DONE
+        elif os.path.isdir(logs):
+            job.state = RUNNING
+            for name in sorted(os.listdir(logs)):
+                failed = failure_record(Path(logs, name)) if name.endswith(".failure.json") else None
+                if failed:
+                    job.state, (job.error, job.error_file) = FAILED_STATE, failed
+                    break
+        jobs.append(job)
+    return Stage(spec.name, f"sweep ({spec.stage})", jobs, 0, sweep=True)
+
+
+# ------------------------------------------------------------------------ run
+
+
+@dataclass
+class Status:
+    stages: list[Stage]
+    n_gpus: int
+    gpus_source: str
+    price: float
+    currency: str
+    time: float
+    notes: list[str] = field(default_factory=list)
+
+
+def s3_notes(cfg: dict, data_sets: list[plan.DataSet], seen_anything: bool) -> list[str]:
+    """What to say where the run's files may be in S3, which status does not read."""
+    remote = [p for ds in data_sets for p in ds.sources if p.startswith("s3://")]
+    bucket = os.environ.get("SHARDFLOW_S3_BUCKET")
+    where = f"s3://{bucket}/{os.environ.get('SHARDFLOW_S3_PREFIX', '')}".rstrip("/") if bucket else ""
+    if not (remote or where or not seen_anything):
+        return []
+    why = []
+    if remote:
+        why.append(f"the input is in S3 ({remote[0]})")
+    if where:
+        why.append(f"SHARDFLOW_S3_BUCKET is set (the eks profile's storage: {where})")
+    if not seen_anything:
+        why.append("no output, log or resume folder of this run is here")
+    return [
+        f"status reads local files only ({'; '.join(why)}): a run with S3 as its default storage (profiles/eks) "
+        "keeps its outputs, logs and resume parts under the storage prefix, which status does not list, so it "
+        "cannot see that run from here. Watch the controller's terminal (Snakemake's 'k of M steps done') and "
+        "the cluster's jobs (kubectl get jobs,pods), or run status where the run's working directory is "
+        "(a local or SLURM run)"
+    ]
+
+
+def status(cfg: dict, n_gpus: int, gpus_source: str, local_cpu: bool = False, now: float | None = None) -> Status:
+    """Where the run of `cfg` (validated) stands, from the files in the working directory;
+    `n_gpus`: the concurrency of the time left; `local_cpu`: as for estimate.estimate."""
+    now = time.time() if now is None else now
+    # An s3:// glob is not listed (that needs the run's S3 settings): taken as written.
+    data_sets = list(plan.datasets(cfg, list_s3=lambda pattern: [pattern]).values())
+    specs = estimate.sweeps(cfg)
+    on_cpu = estimate.rules_on_cpu(cfg, data_sets, specs.values(), local_cpu)
+    out = Status([], n_gpus, gpus_source, cfg["report"]["gpu_hour_price"], cfg["report"]["currency"], now)
+    seen = False
+    for ds in data_sets:
+        stages = estimate.gpu_stages(cfg, ds, specs.values())
+        if not stages:
+            continue
+        root = plan.resume_root(cfg["gpu_jobs"]["resume_dir"], ds.name)
+        if root.startswith("s3://"):
+            out.notes.append(f"the resume parts in {root} are not read (status reads local files only)")
+        resume, anonymous = scan_resume(root)
+        seen = seen or bool(resume or anonymous)
+        split, why = estimate.split_manifest(ds)
+        if split is None and why:
+            out.notes.append(why)
+        for name in stages:
+            gpus = 0 if STAGE_RULES[name][0] in on_cpu else 1
+            if name == "train":
+                per_run = plan.train_gpus(cfg) if gpus else 1
+                stage = train_stage(cfg, ds, per_run if gpus else 0, per_run)
+            else:
+                stage = chunk_stage(ds, name, gpus, resume, split)
+            out.stages.append(finish(stage, n_gpus, out.price, now))
+            seen = seen or any(j.state != WAITING for j in stage.jobs)
+        if anonymous:
+            out.notes.append(
+                f"{len(anonymous)} resume folder(s) under {root} name no job (written before attempt records named "
+                "it): their parts are not counted"
+            )
+    for spec in specs.values():
+        stage = sweep_stage(spec)
+        seen = seen or any(j.state != WAITING for j in stage.jobs)
+        out.stages.append(stage)
+    out.notes += s3_notes(cfg, data_sets, seen)
+    return out
+
+
+# --------------------------------------------------------------------- output
+
+
+def compact(n: float | None) -> str:
+    """1,234; 12.3k; 8.1M."""
+    if n is None:
+        return "?"
+    if abs(n) < 10_000:
+        return f"{n:,.0f}"
+    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= div:
+            return f"{n / div:.1f}{unit}"
+    raise AssertionError
+
+
+def _ago(seconds: float) -> str:
+    return estimate.duration(max(0.0, seconds))
+
+
+def stage_rate(stage: Stage) -> float | None:
+    """The stage's records per second with its jobs at once (for the jobs left)."""
+    if not stage.rate or not stage.slots:
+        return None
+    busy = min(stage.slots, max(1, sum(1 for j in stage.jobs if j.state != DONE)))
+    return stage.rate * busy
+
+
+def stage_line(stage: Stage, currency: str) -> str:
+    total = len(stage.jobs)
+    line = f"{stage.label}: {stage.count(DONE)}/{total} jobs"
+    if stage.sweep:
+        return line + (f"; {stage.count(FAILED_STATE)} failed" if stage.count(FAILED_STATE) else "")
+    line += f", {compact(stage.records_done)}/{compact(stage.records_total)} {stage.unit}"
+    rate = stage_rate(stage)
+    if rate and stage.count(DONE) < total:
+        line += f", {compact(rate)} {stage.unit}/s"
+    if stage.count(DONE) == total:
+        line += ", finished"
+    elif stage.left_s is not None:
+        line += f", about {estimate.duration(stage.left_s)} left"
+    line += f"; {stage.gpu_hours:.3g} GPU-h, {stage.cost:.2f} {currency} so far"
+    bad = [f"{stage.count(s)} {s}" for s in (STALLED, FAILED_STATE) if stage.count(s)]
+    return line + (f"; {', '.join(bad)}" if bad else "")
+
+
+def total_line(st: Status) -> str:
+    if not st.stages:
+        return "no GPU stage in this run"
+    return " | ".join(stage_line(s, st.currency) for s in st.stages)
+
+
+def _job_line(stage: Stage, job: Job, now: float) -> str:
+    who = f"{stage.label}{' ' + job.name if job.name else ''}"
+    if job.state == FAILED_STATE:
+        if job.error_file == job.log:
+            return f"{who}: failed: {job.error} (log {job.log})"
+        return (
+            f"{who}: failed: {job.error} (log {job.log}; {job.error_file}: an input or config error, fix it and rerun)"
+        )
+    parts = (
+        f"{compact(job.records_done)}/{compact(job.records)} {stage.unit} in parts ({job.folder})" if job.folder else ""
+    )
+    since = _ago(now - job.last_activity) if job.last_activity else "?"
+    if job.state == STALLED:
+        typical = f"a part every {estimate.duration(stage.part_interval)} is typical" if stage.part_interval else ""
+        return (
+            f"{who}: no progress for {since} ({typical}); {parts or 'no part yet'}. Its process may be gone (killed, "
+            "preempted, its node lost); a rerun resumes from its parts" + (f"; log {job.log}" if job.log else "")
+        )
+    if job.folder and job.attempts and job.records_done:
+        return f"{who}: running, {parts}, last part {since} ago"
+    return f"{who}: running, no part yet, log {job.log} written {since} ago"
+
+
+def table(st: Status) -> str:
+    head = (
+        "data set",
+        "stage",
+        "jobs",
+        "done",
+        "running",
+        "stalled",
+        "failed",
+        "waiting",
+        "work",
+        "rate/s",
+        "left",
+        "GPU-h",
+        "cost",
+    )
+    body = []
+    for s in st.stages:
+        work = "-" if s.sweep else f"{compact(s.records_done)}/{compact(s.records_total)} {s.unit}"
+        rate = stage_rate(s)
+        finished = s.count(DONE) == len(s.jobs)
+        left = "-" if s.sweep else ("done" if finished else ("?" if s.left_s is None else estimate.duration(s.left_s)))
+        counts = [str(s.count(state)) for state in STATES]
+        gpu_h = "-" if s.sweep else ("0 (CPU)" if s.gpus == 0 and not s.gpu_hours else f"{s.gpu_hours:.3g}")
+        body.append(
+            (
+                s.dataset,
+                s.stage,
+                str(len(s.jobs)),
+                *counts,
+                work,
+                "-" if rate is None or finished else compact(rate),
+                left,
+                gpu_h,
+                "-" if s.sweep else f"{s.cost:.2f}",
+            )
+        )
+    widths = [max(len(row[i]) for row in (head, *body)) for i in range(len(head))]
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.time))
+    lines = [
+        f"status at {stamp}, from the files here (outputs, logs, resume folders); runs no job",
+        f"concurrency for the time left: {st.n_gpus} GPU(s) ({st.gpus_source}); a stage on the CPU: its jobs "
+        f"running now; price: {st.price:g} {st.currency} per GPU-hour (report.gpu_hour_price)",
+        "",
+        "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip(),
+    ]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in body]
+    details = []
+    for s in st.stages:
+        if s.rate_source:
+            details.append(f"{s.label}: rate {s.rate_source}")
+        if s.left_s and s.slots:
+            rest = len(s.jobs) - s.count(DONE)
+            details.append(
+                f"{s.label}: time left: its {rest} job(s) not done (failed and stalled ones too: a rerun runs "
+                f"them), longest first, {s.slots} at once"
+            )
+        details += [f"{s.label}: {n}" for n in s.notes]
+        for state in (FAILED_STATE, STALLED, RUNNING):
+            jobs = [j for j in s.jobs if j.state == state]
+            details += [_job_line(s, j, st.time) for j in jobs[:SHOWN]]
+            if len(jobs) > SHOWN:
+                details.append(f"{s.label}: ... {len(jobs) - SHOWN} more {state} (--json lists them)")
+    details += st.notes
+    if details:
+        lines += ["", *[f"  {d}" for d in details]]
+    lines += ["", total_line(st)]
+    return "\n".join(lines)
+
+
+def as_json(st: Status) -> dict:
+    def job(j: Job) -> dict:
+        return {
+            "name": j.name,
+            "state": j.state,
+            "output": next(iter(j.outputs.values()), None),
+            "log": j.log,
+            "records": j.records,
+            "records_done": j.records_done,
+            "last_activity": j.last_activity,
+            "resume_folder": j.folder or None,
+            "error": j.error or None,
+            "error_file": j.error_file or None,
+        }
+
+    def stage(s: Stage) -> dict:
+        return {
+            "dataset": s.dataset,
+            "stage": s.stage,
+            "jobs": len(s.jobs),
+            **{state: s.count(state) for state in STATES},
+            "unit": s.unit,
+            "records_done": None if s.sweep else s.records_done,
+            "records_total": s.records_total,
+            "rate_per_job": s.rate,
+            "rate": stage_rate(s),
+            "jobs_at_once": s.slots,
+            "left_s": s.left_s,
+            "gpus_per_job": s.gpus,
+            "gpu_hours": None if s.sweep else s.gpu_hours,
+            "cost": None if s.sweep else s.cost,
+            "part_interval_s": s.part_interval,
+            "notes": s.notes,
+            "summary": stage_line(s, st.currency),
+            "not_done": [job(j) for j in s.jobs if j.state not in (DONE, WAITING)],
+        }
+
+    return {
+        "format": "shardflow.status/1",
+        "time": st.time,
+        "gpus": st.n_gpus,
+        "gpus_source": st.gpus_source,
+        "gpu_hour_price": st.price,
+        "currency": st.currency,
+        "stages": [stage(s) for s in st.stages],
+        "notes": st.notes,
+        "total": total_line(st),
+    }

@@ -1,0 +1,283 @@
+"""status: where a run stands (python -m shardflow.cli status).
+
+Each test works in its own folder, holding what a run leaves there, made by hand with
+the package's own writers: outputs and stats as the embed rule names them, resume
+parts and attempt records through core.parts.PartStore (on a clock of the test's), a
+failure record through core.failures, a log as core.runlog ends a failed one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from shardflow.cli import main
+from shardflow.core import parts
+from shardflow.core.atomic import write_json
+from shardflow.core.failures import record_path, write_record
+from shardflow.core.runlog import FAILED
+from shardflow.core.s3 import logical_path
+from shardflow.workflow import estimate as est
+from shardflow.workflow import status as st
+
+CHUNKS = 6
+ITEMS = 100  # records a chunk
+WINDOW = 25  # records a part
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture
+def now() -> float:
+    """The time of the run's files: the test's start (the CLI reads the real clock)."""
+    return time.time()
+
+
+class Clock:
+    def __init__(self, t: float):
+        self.t = t
+
+    def time(self) -> float:
+        return self.t
+
+    def time_ns(self) -> int:
+        return int(self.t * 1e9)
+
+
+def config(tmp_path, **overlay) -> dict:
+    with open("corpus.jsonl", "w") as fh:
+        fh.writelines(json.dumps({"id": i, "text": f"doc {i}"}) + "\n" for i in range(CHUNKS * ITEMS))
+    base = {"dataset": "ds", "n_chunks": CHUNKS, "input": {"path": "corpus.jsonl"}, "report": {"gpu_hour_price": 3600}}
+    path = tmp_path / "overlay.yaml"
+    path.write_text(yaml.safe_dump({**base, **overlay}))
+    return est.load_config([str(path)])
+
+
+def split_manifest() -> None:
+    """The split's manifest (after the corpus: it is newer)."""
+    chunks = [{"items": ITEMS, "bytes": 1000} for _ in range(CHUNKS)]
+    write_json(
+        "results/ds/chunks/manifest.json",
+        {
+            "n_chunks": CHUNKS,
+            "chunks": chunks,
+            "total_records": CHUNKS * ITEMS,
+            "sources": [logical_path("corpus.jsonl")],
+        },
+    )
+
+
+def job_files(chunk: int) -> tuple[dict, str, str]:
+    return st.rule_files("embed").of({"dataset": "ds", "chunk": chunk})
+
+
+def finished(chunk: int) -> None:
+    """A finished embed job: its outputs, stats (100 records in 10 s, 4 parts; a killed
+    attempt's 6 s before it) and benchmark (12 s: 2 s of model loading)."""
+    outputs, log, bench = job_files(chunk)
+    for path in outputs.values():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        Path(path).write_bytes(b"x")
+    stats = {
+        "chunk": chunk,
+        "items": ITEMS,
+        "items_embedded": ITEMS,
+        "seconds": 10.0,
+        "parts": 4,
+        "device": "cuda:0",
+        "earlier_attempts": 1,
+        "earlier_attempt_devices": {"cuda:0": 6.0},
+    }
+    write_json(outputs["stats"], stats)
+    os.makedirs(os.path.dirname(bench), exist_ok=True)
+    Path(bench).write_text("s\th:m:s\tmax_rss\n12.0\t0:00:12\t100\n")
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    Path(log).write_text("... INFO embed: done\n")
+
+
+def in_progress(chunk: int, start: float, n_parts: int, monkeypatch, log: bool = True) -> str:
+    """A running attempt that saved `n_parts` parts of WINDOW records, one each 2.5 s from
+    `start`, as the engine saves them (PartStore, labelled with the job's output)."""
+    outputs, log_path, _ = job_files(chunk)
+    clock = Clock(start)
+    folder = parts.resume_folder("results/ds/.resume", f"key{chunk}")
+    manifest = {"n_texts": ITEMS, "window": WINDOW, "dim": 4, "output_dtype": "float32"}
+    with monkeypatch.context() as m:
+        m.setattr(parts, "time", clock)
+        store = parts.PartStore(folder, manifest, device="cuda:0", job=logical_path(outputs["npy"])).open()
+        for w in range(n_parts):
+            clock.t += 2.5
+            store.save_array(w, np.zeros((WINDOW, 4), dtype=np.float32))
+    if log:
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(log_path).write_text("... INFO embed: params=...\n")
+        os.utime(log_path, (start, start))
+    return folder
+
+
+def failed_on_input(chunk: int) -> None:
+    """An attempt that failed on a bad record: its failure record beside its log."""
+    _, log, _ = job_files(chunk)
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    Path(log).write_text("... CRITICAL embed: failed: ValueError: bad record\n")
+    write_record(record_path(log), "ValueError", "corpus.jsonl line 3: bad record\nmore", 1, {}, "rule embed")
+
+
+def failed_out_of_memory(chunk: int) -> None:
+    """An attempt whose log ends on core.runlog's line (no record: a retry may cure it)."""
+    _, log, _ = job_files(chunk)
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    Path(log).write_text(
+        "2026-01-01 00:00:00,000 INFO embed: params={}\n"
+        f"2026-01-01 00:00:09,000 CRITICAL embed: {FAILED}OutOfMemoryError: CUDA out of memory\n"
+        "Traceback (most recent call last):\n  ...\n"
+    )
+
+
+def a_run(tmp_path, monkeypatch, now: float) -> dict:
+    """Six chunks: 0 done, 1 running (2 parts, the last 1 s ago), 2 failed on its input,
+    3 stalled (1 part, 10 min ago), 4 failed out of memory, 5 waiting."""
+    cfg = config(tmp_path)
+    split_manifest()
+    finished(0)
+    in_progress(1, now - 6.0, 2, monkeypatch)
+    failed_on_input(2)
+    in_progress(3, now - 602.5, 1, monkeypatch)
+    failed_out_of_memory(4)
+    return cfg
+
+
+def embed(result: st.Status) -> st.Stage:
+    return next(s for s in result.stages if s.stage == "embed")
+
+
+def test_a_run_with_finished_running_stalled_failed_and_waiting_chunks(tmp_path, monkeypatch, now):
+    cfg = a_run(tmp_path, monkeypatch, now)
+    stage = embed(st.status(cfg, 2, "--gpus", now=now))
+    assert [j.state for j in stage.jobs] == ["done", "running", "failed", "stalled", "failed", "waiting"]
+    # Records: the finished job's stats, the running jobs' parts.
+    assert stage.records_total == 600 and stage.records_done == 100 + 50 + 25
+    # One job's rate: (100 + 50 + 25) records in (10 + 5 + 2.5) s; a part every 2.5 s.
+    assert stage.rate == pytest.approx(10.0) and stage.overhead_s == pytest.approx(2.0)
+    assert stage.part_interval == pytest.approx(2.5)
+    # Left: 5 s (chunk 1), 7.5 s (3), 12 s each for 2, 4, 5 (not started: 10 s + loading),
+    # longest first on 2 GPUs: [12, 12], 12 -> 24, 7.5 -> 19.5, 5 -> 24.5.
+    assert stage.slots == 2 and stage.left_s == pytest.approx(24.5)
+    # GPU-hours: the finished job's 12 s and its killed attempt's 6 s, the attempts of
+    # chunks 1 and 3 to their last part (5 s, 2.5 s); at 3600 a GPU-hour, cost = seconds.
+    assert stage.gpu_hours == pytest.approx(25.5 / 3600) and stage.cost == pytest.approx(25.5)
+    failed = {j.name: (j.error, j.error_file) for j in stage.jobs if j.state == "failed"}
+    assert failed == {
+        "chunk 2": ("ValueError: corpus.jsonl line 3: bad record", "logs/embed/ds/chunk_2.log.failure.json"),
+        "chunk 4": ("OutOfMemoryError: CUDA out of memory", "logs/embed/ds/chunk_4.log"),
+    }
+
+
+def test_a_stalled_chunk_says_how_long_it_made_no_progress(tmp_path, monkeypatch, now):
+    cfg = a_run(tmp_path, monkeypatch, now)
+    text = st.table(st.status(cfg, 2, "--gpus", now=now))
+    stalled = next(line for line in text.splitlines() if "embed ds chunk 3:" in line)
+    assert "no progress for 10.0 min" in stalled and "a part every 2 s is typical" in stalled
+    assert "25/100 records in parts (results/ds/.resume/key3)" in stalled
+    running = next(line for line in text.splitlines() if "embed ds chunk 1:" in line)
+    assert "running, 50/100 records in parts" in running and "last part 1 s ago" in running
+    # Before its first part a job also loads its model: its log is its sign of life.
+    _, log, _ = job_files(5)
+    Path(log).write_text("... INFO embed: params=...\n")
+    os.utime(log, (now - 9.0, now - 9.0))  # under 3 x 2.5 s + 2 s of loading
+    assert embed(st.status(cfg, 2, "--gpus", now=now)).jobs[5].state == "running"
+    os.utime(log, (now - 10.0, now - 10.0))
+    assert embed(st.status(cfg, 2, "--gpus", now=now)).jobs[5].state == "stalled"
+
+
+def test_time_left_runs_the_jobs_left_longest_first_on_the_slots():
+    left = [(100, False), (50, True), (30, True)]  # (records left, started) at 10/s, 2 s loading
+    assert st.time_left(left, 10.0, 2.0, 1, 1) == pytest.approx(12 + 5 + 3)
+    assert st.time_left(left, 10.0, 2.0, 1, 2) == pytest.approx(12)  # [12], [5, 3]
+    assert st.time_left(left, 10.0, 2.0, 2, 1) == pytest.approx(20)  # two-GPU jobs, one slot
+    assert st.time_left([], 10.0, 2.0, 1, 4) == 0.0
+
+
+def test_the_cli_prints_the_table_and_the_total_line_last(tmp_path, monkeypatch, capsys, now):
+    a_run(tmp_path, monkeypatch, now)
+    assert main(["status", "--configfile", str(tmp_path / "overlay.yaml"), "--gpus", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("data set"))
+    assert lines[head].split()[3:11] == ["jobs", "done", "running", "stalled", "failed", "waiting", "work", "rate/s"]
+    assert lines[head + 1].split()[:8] == ["ds", "embed", "6", "1", "1", "1", "2", "1"]
+    assert "concurrency for the time left: 2 GPU(s) (--gpus)" in "\n".join(lines)
+    failed = next(line for line in lines if "embed ds chunk 2:" in line)
+    assert "failed: ValueError: corpus.jsonl line 3: bad record (log logs/embed/ds/chunk_2.log; " in failed
+    assert "logs/embed/ds/chunk_2.log.failure.json: an input or config error" in failed
+    assert "  embed ds chunk 4: failed: OutOfMemoryError: CUDA out of memory (log logs/embed/ds/chunk_4.log)" in lines
+    assert lines[-1].startswith("embed ds: 1/6 jobs, 175/600 records, 20 records/s, about ")
+    assert lines[-1].endswith(" left; 0.00708 GPU-h, 25.50 USD so far; 1 stalled, 2 failed")
+
+
+def test_json_holds_each_stage_and_the_jobs_not_done(tmp_path, monkeypatch, capsys, now):
+    a_run(tmp_path, monkeypatch, now)
+    assert main(["status", "--configfile", str(tmp_path / "overlay.yaml"), "--gpus", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (stage,) = out["stages"]
+    assert out["format"] == "shardflow.status/1" and out["gpus"] == 2 and out["total"] == stage["summary"]
+    assert {k: stage[k] for k in ("jobs", "done", "failed", "waiting", "records_done", "records_total")} == {
+        "jobs": 6,
+        "done": 1,
+        "failed": 2,
+        "waiting": 1,
+        "records_done": 175,
+        "records_total": 600,
+    }
+    assert stage["rate_per_job"] == pytest.approx(10.0) and stage["cost"] == pytest.approx(25.5)
+    assert [j["name"] for j in stage["not_done"]] == ["chunk 1", "chunk 2", "chunk 3", "chunk 4"]
+    assert stage["not_done"][0]["resume_folder"] == "results/ds/.resume/key1"
+
+
+def test_nothing_here_says_status_reads_local_files_only(tmp_path, capsys):
+    config(tmp_path)
+    assert main(["status", "--configfile", str(tmp_path / "overlay.yaml"), "--gpus", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "status reads local files only (no output, log or resume folder of this run is here)" in out
+    assert "kubectl" in out and out.splitlines()[-1] == "embed ds: 0/6 jobs, 0/? records; 0 GPU-h, 0.00 USD so far"
+
+
+def test_a_sweep_is_counted_by_its_jobs_metrics_and_failure_records(tmp_path, now):
+    sweep = {
+        "tb": {
+            "stage": "embed",
+            "grid": {"embedding.token_budget": [512, 1024]},
+            "seeds": [0],
+            "metrics": {"items_per_s": "max"},
+        }
+    }
+    cfg = config(tmp_path, sweeps=sweep)
+    spec = est.sweeps(cfg)["tb"]
+    (a, _), (b, _) = spec.jobs()
+    write_json(f"results/sweeps/tb/{a}/seed=0/metrics.json", {})
+    log = Path(f"logs/sweeps/tb/{b}/seed=0/embed_0.log")
+    log.parent.mkdir(parents=True)
+    write_record(record_path(log), "ValueError", "bad", 1, {}, "rule sweep_embed_chunk")
+    stage = next(s for s in st.status(cfg, 1, "--gpus", now=now).stages if s.sweep)
+    assert [j.state for j in stage.jobs] == ["done", "failed"] and stage.jobs[1].error == "ValueError: bad"
+    assert st.stage_line(stage, "USD") == "sweep (embed) tb: 1/2 jobs; 1 failed"
+
+
+def test_rule_files_are_the_rules_own_patterns(tmp_path):
+    files = st.rule_files("embed")
+    assert files.outputs["stats"] == "results/{dataset}/embed/embed_{chunk}.stats.json"
+    assert files.log == "logs/embed/{dataset}/chunk_{chunk}.log" and files.where.startswith("rules/embed.smk:")
+    assert st.rule_files("train").outputs["hf"] == "results/{dataset}/train/hf"  # directory(...)
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "x.smk").write_text('rule x:\n    output:\n        f"results/{NAME}/x",\n    shell:\n        "true"\n')
+    with pytest.raises(st.StatusError, match=r"x.smk:2: rule x's output '0' is no plain pattern"):
+        st.rule_files("x", str(rules))
