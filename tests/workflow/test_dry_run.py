@@ -16,6 +16,22 @@ def test_dry_run_lists_every_chunk_job_before_any_data_exists(tmp_path):
     assert counts["embed"] == 16
     assert counts["split_demo"] == counts["merge"] == counts["verify"] == counts["report"] == 1
     assert not (tmp_path / "results").exists()
+    # `make status` reads each job's files from the rules' patterns as written
+    # (shardflow.workflow.status.rule_files): the same files Snakemake plans.
+    from shardflow.workflow.status import rule_files
+
+    planned = {}
+    for block in re.findall(r"^rule embed:\n((?:    .*\n)+)", out, flags=re.M):
+        fields = dict(re.findall(r"^    (\w+): (.*)$", block, flags=re.M))
+        wildcards = dict(w.split("=") for w in fields["wildcards"].split(", "))
+        planned[wildcards["chunk"]] = (fields["output"].split(", "), fields["log"], fields["benchmark"])
+        outputs, log, benchmark = rule_files("embed").of(wildcards)
+        assert (sorted(outputs.values()), log, benchmark) == (
+            sorted(fields["output"].split(", ")),
+            fields["log"],
+            fields["benchmark"],
+        ), block
+    assert len(planned) == 16
 
 
 def test_nested_command_line_values_read_as_yaml_would(tmp_path):
