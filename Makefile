@@ -20,7 +20,7 @@ help:
 	@echo "make test   the whole test suite (unit, workflow, SLURM / S3 / Kubernetes stand-in)"
 	@echo "make test-fast  unit tests and dry runs only (the edit loop, about 3 minutes)"
 	@echo "make test-faults  the fault matrix with five seeds (every rule SIGKILLed, reruns compared)"
-	@echo "make estimate  GPU-hours, cost, wall time and disk of the configured run, before it runs (CONFIG=, GPUS=)"
+	@echo "make estimate  GPU-hours, cost, wall time and disk of the configured run, before it runs (CONFIG=, GPUS=, GPU_PEAK_TFLOPS=, MFU=)"
 	@echo "make status  where a running or stopped run stands: jobs, records, time left, cost so far, failures (CONFIG=, GPUS=)"
 	@echo "make dag    write dag.svg (graphviz) of the configured workflow"
 	@echo "make lint   snakemake --lint, snakefmt --check and ruff check (make fmt fixes what it can)"
@@ -64,9 +64,12 @@ report: setup
 # stage its jobs, records, rate (measured by an earlier run here, else assumed, and
 # said so), GPU-hours, cost, wall time and disk (shardflow.workflow.estimate). Runs no
 # job. CONFIG=my.yaml (or "a.yaml b.yaml", merged in order); GPUS=N for the wall time
-# (default: this host's GPUs, as the local profile counts them).
+# (default: this host's GPUs, as the local profile counts them); GPU_PEAK_TFLOPS=X and
+# MFU=F: the GPU assumed for training without a measured run (its dense bf16 peak, the
+# share of it used; defaults named in the output).
 estimate: setup
-	$(BIN)/python -m shardflow.cli estimate $(if $(CONFIG),--configfile $(CONFIG)) $(if $(GPUS),--gpus $(GPUS))
+	$(BIN)/python -m shardflow.cli estimate $(if $(CONFIG),--configfile $(CONFIG)) $(if $(GPUS),--gpus $(GPUS)) \
+		$(if $(GPU_PEAK_TFLOPS),--gpu-peak-tflops $(GPU_PEAK_TFLOPS)) $(if $(MFU),--mfu $(MFU))
 
 # Where the configured run stands, from the files here (shardflow.workflow.status): per
 # data set and GPU stage, jobs done / running / stalled / failed / waiting, records, rate,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -140,6 +141,23 @@ def _positive(text: str) -> int:
     raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if value > 0 and math.isfinite(value):
+        return value
+    raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+
+
+def _fraction(text: str) -> float:
+    value = _positive_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction of the peak, above 0 and at most 1, got {text!r}")
+    return value
+
+
 def _gpus(args: argparse.Namespace, cfg: dict) -> tuple[int, str, bool]:
     """(GPUs, where that figure came from, whether the GPU rules run on this host's CPU)
     for `make estimate` and `make status`: --gpus, else as the local profile runs them."""
@@ -161,7 +179,8 @@ def estimate(args: argparse.Namespace) -> int:
     try:
         cfg = est.load_config(args.configfile)
         gpus, source, local_cpu = _gpus(args, cfg)
-        result = est.estimate(cfg, gpus, source, args.records, local_cpu=local_cpu)
+        gpu = est.GpuAssumption(args.gpu_peak_tflops, args.mfu)
+        result = est.estimate(cfg, gpus, source, args.records, local_cpu=local_cpu, gpu=gpu)
     except (ValueError, OSError) as exc:  # a config, input or model error: its message names the key or file
         print(f"estimate: {exc}", file=sys.stderr)
         return 2
@@ -233,6 +252,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--gpus", type=_positive, default=None, help="GPUs for the wall time (default: this host's)")
     p.add_argument("--records", type=_positive, default=None, help="the main data set's records (else counted)")
+    p.add_argument(
+        "--gpu-peak-tflops",
+        type=_positive_float,
+        default=None,
+        help="training without a measured run: the GPU's dense bf16 peak, TFLOP/s (default: named in the output)",
+    )
+    p.add_argument(
+        "--mfu",
+        type=_fraction,
+        default=None,
+        help="training without a measured run: the share of that peak it uses, its MFU (default: named in the output)",
+    )
     p.add_argument("--json", action="store_true", help="the estimate as JSON")
     p.set_defaults(func=estimate)
     p = sub.add_parser("status", help="where the configured run stands: jobs, records, time left, cost (make status)")

@@ -15,11 +15,19 @@ Rates, in order of trust:
 1. measured by an earlier run in this working directory: the chunk jobs' stats of the
    stage (results/<ds>/embed, results/<ds>/summarise; this data set first, then the
    others), a sweep job of the stage whose swept values equal this config's, a training
-   run of the same model shape (results/**/train). A run of another model (another
-   summarise.method) is passed over, and so is one on another kind of device: a CPU
-   rate is no estimate for a GPU run, nor a GPU rate for a CPU run.
-2. assumed: `chunking.rate_items_per_s`, labelled so (ASSUMED). Training has no
-   assumed rate (records per second say nothing of tokens per step): not estimated.
+   run of the same model shape (results/**/train), a finished retrieval_evaluate (its
+   benchmark, metrics.json and the queries' embed stats: multiply-adds per second of the
+   whole job). A run of another model (another summarise.method) is passed over, and so
+   is one on another kind of device: a CPU rate is no estimate for a GPU run, nor a GPU
+   rate for a CPU run.
+2. assumed, labelled so ("assumed, not measured: ..."): `chunking.rate_items_per_s`
+   (ASSUMED) for embed and summarise; for training on GPUs, the trainer's own FLOPs per
+   token (shardflow.train.model.GPT.flops_per_token) at an assumed share (ASSUMED_MFU,
+   --mfu) of a GPU's dense bf16 peak (PEAK_GPU's in the trainer's MFU table,
+   --gpu-peak-tflops), see `assumed_training`; for retrieval_evaluate's exact search,
+   queries x documents x dim multiply-adds at SEARCH_MACS_PER_S plus reading the
+   document matrix at SEARCH_READ_BYTES_PER_S. Training on the CPU has no assumed rate
+   (a CPU's throughput varies too much): not estimated.
 A measured rate holds for that run's settings and GPU (named with it): another token
 budget, dtype or GPU model runs at another speed. GPU rules count as GPU jobs unless
 they run on the CPU whatever the host (plan.gpu_rules_on_cpu: gpu_jobs.device cpu,
@@ -70,6 +78,33 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 TRAIN_SHAPE = ("n_layer", "n_head", "n_embd", "block_size", "bias")
 TRAIN_BATCH = ("batch_size", "grad_accum", "dtype", "compile")
 NOTES_SHOWN = 8  # per row in the table (--json has them all)
+
+# Training without a measured run of its shape (`assumed_training`): the trainer's FLOPs
+# per token at ASSUMED_MFU of a GPU's dense bf16 peak. The default peak is PEAK_GPU's in
+# the table the trainer reports its MFU against (shardflow.train.trainer.PEAK_BF16_TFLOPS);
+# --gpu-peak-tflops gives another GPU's.
+ASSUMED_TRAIN = "assumed, not measured: run it once with a small train.max_iters to measure"
+PEAK_GPU = "H100 SXM"
+# Model FLOP utilisation: large training runs reach 0.2 to 0.46 of peak (the PaLM paper,
+# Chowdhery et al. 2022, table 3: GPT-3 0.21, Gopher 0.33, Megatron-Turing NLG 0.30,
+# PaLM 0.46), so 0.3 is a middling figure for a well-fed model; a small one (under
+# SMALL_MODEL parameters, such as the shipped config's) spends its steps launching
+# kernels and reaches far less, so its time is a lower bound (said so).
+ASSUMED_MFU = 0.3
+SMALL_MODEL = 10**8
+# A char vocabulary is the corpus's distinct characters, known only once train_tokenizer
+# has run (results/<ds>/tokenizer): until then this many (it weighs little in the FLOPs).
+CHAR_VOCAB = 256
+# retrieval_evaluate without a measured run: the exact search (shardflow.retrieval.search,
+# torch on the job's GPU, float32) multiplies blocks of retrieval.block_size documents by
+# 1,024 queries and keeps each block's top retrieval.top_k with torch.topk and two sorts,
+# which take longer than the products: 1e12 multiply-adds per second is an order of
+# magnitude, a few per cent of an H100's float32 peak (about 3e13), not a measurement.
+# The document matrix (embeddings.npy) is read once, at SEARCH_READ_BYTES_PER_S (a
+# network or cold local disk; a file in the page cache reads faster).
+ASSUMED_SEARCH = "assumed, not measured: a finished retrieval_evaluate here measures it (its benchmark)"
+SEARCH_MACS_PER_S = 1e12
+SEARCH_READ_BYTES_PER_S = 1e9
 
 
 class EstimateError(ValueError):
@@ -389,6 +424,32 @@ def find_rate(runs: Iterable[tuple[Run, str | None]], on_gpu: bool, notes: list[
     return found
 
 
+@dataclass(frozen=True)
+class GpuAssumption:
+    """What a GPU is assumed to do for training without a measured run: its dense bf16
+    peak in TFLOP/s (--gpu-peak-tflops) and the share of it a run uses (--mfu); None:
+    the defaults, PEAK_GPU's peak and ASSUMED_MFU."""
+
+    peak_tflops: float | None = None
+    mfu: float | None = None
+
+    def peak(self) -> tuple[float, str]:
+        """(TFLOP/s, where the figure came from)."""
+        if self.peak_tflops is not None:
+            return self.peak_tflops, "--gpu-peak-tflops"
+        from shardflow.train.trainer import PEAK_BF16_TFLOPS  # the trainer's MFU reference
+
+        return PEAK_BF16_TFLOPS[PEAK_GPU], (
+            f"an {PEAK_GPU}'s in the trainer's MFU table (shardflow.train.trainer.PEAK_BF16_TFLOPS); "
+            "--gpu-peak-tflops X for another GPU"
+        )
+
+    def utilisation(self) -> tuple[float, str]:
+        if self.mfu is not None:
+            return self.mfu, "--mfu"
+        return ASSUMED_MFU, "large training runs reach 0.21 to 0.46 (the PaLM paper, table 3); --mfu X for another"
+
+
 def assumed_rate(cfg: dict, what: str = "") -> Rate:
     rate = cfg["chunking"]["rate_items_per_s"]
     return Rate(rate, f"{ASSUMED} (chunking.rate_items_per_s: {rate:g} records/s per GPU{what})", False)
@@ -500,6 +561,7 @@ class Row:
     gpu_hours: float | None = None
     cost: float | None = None
     wall_s: float | None = None
+    assumed_jobs: int = 0  # a sweep's jobs at an assumed rate (its rate is None where they differ)
 
 
 def makespan(seconds: list[float], gpus_per_job: int, n_gpus: int) -> float | None:
@@ -617,9 +679,110 @@ def train_tokens(cfg: dict, gpus: int) -> int:
     return tr["max_iters"] * tr["batch_size"] * tr["block_size"] * tr["grad_accum"] * gpus
 
 
-def train_row(cfg: dict, name: str, on_gpu: bool, first: Iterable[str] = ()) -> Row:
-    """The train job of data set `name` (a sweep's: `first`, its own job folder): its
-    tokens are train.max_iters steps of the global batch."""
+def train_vocab(cfg: dict, dataset: str) -> tuple[int | None, str]:
+    """(the vocabulary size the model of data set `dataset` gets, where it came from;
+    None and why where it cannot be known here): shards.vocab_size for bpe, the char
+    tokenizer results/<ds>/tokenizer holds (else CHAR_VOCAB), a pretrained one's file."""
+    from shardflow.train.tokenizer import META_FILE, load_pretrained, pretrained_unavailable
+
+    sh = cfg["shards"]
+    if sh["tokenizer"] == "bpe":
+        return sh["vocab_size"], "shards.vocab_size, bpe: at most"
+    if sh["tokenizer"] == "char":
+        meta = f"{RESULTS}/{dataset}/tokenizer/{META_FILE}"
+        try:
+            ident = read_json(meta)["identity"]
+            if ident["kind"] == "char":
+                return int(ident["vocab_size"]), f"as {meta}"
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        return CHAR_VOCAB, "char: the corpus's characters, unknown until train_tokenizer runs"
+    missing = pretrained_unavailable(sh["tokenizer"])
+    if missing:
+        return None, f"shards.tokenizer {sh['tokenizer']}: {missing}"
+    try:
+        return load_pretrained(sh["tokenizer"]).vocab_size, f"shards.tokenizer {sh['tokenizer']}"
+    except (OSError, ValueError) as exc:
+        return None, f"shards.tokenizer {sh['tokenizer']} is not readable ({exc})"
+
+
+def train_flops_per_token(cfg: dict, vocab: int) -> tuple[int, int]:
+    """(training FLOPs per token, parameters) of the model `cfg` trains, counted by the
+    trainer's own shardflow.train.model.GPT.flops_per_token (as it reports its MFU), the
+    model built on torch's meta device: shapes only, no memory."""
+    import torch
+
+    from shardflow.train.model import GPT, GPTConfig
+
+    with torch.device("meta"):
+        model = GPT(GPTConfig(vocab_size=vocab, **{k: cfg["train"][k] for k in TRAIN_SHAPE}))
+    return model.flops_per_token(cfg["train"]["block_size"]), model.num_params()
+
+
+def evaluations(train: dict) -> int:
+    """The periodic evaluations of a run: every train.eval_interval steps and at the last."""
+    return train["max_iters"] // train["eval_interval"] + bool(train["max_iters"] % train["eval_interval"])
+
+
+def assumed_training(row: Row, cfg: dict, dataset: str, gpu: GpuAssumption) -> str | None:
+    """Fill `row` (a GPU train job without a measured run) from FLOPs: its tokens at the
+    trainer's FLOPs per token, at `gpu`'s peak x MFU per GPU, the GPUs scaled linearly,
+    plus the periodic evaluations (forward only: a third of a training token's FLOPs).
+    Returns why it cannot, or None."""
+    tr = cfg["train"]
+    vocab, vocab_source = train_vocab(cfg, dataset)
+    if vocab is None:
+        return vocab_source
+    flops, params = train_flops_per_token(cfg, vocab)
+    (peak, peak_source), (mfu, mfu_source) = gpu.peak(), gpu.utilisation()
+    per_gpu = peak * 1e12 * mfu / flops
+    row.rate = Rate(
+        per_gpu,
+        f"{ASSUMED_TRAIN} ({flops:,} FLOPs per token by shardflow.train.model.GPT.flops_per_token, "
+        f"at MFU {mfu:g} of a {peak:g} TFLOP/s dense bf16 peak)",
+        False,
+    )
+    if params < SMALL_MODEL:
+        row.notes.append(
+            f"{params / 1e6:.3g} M parameters: a model this small keeps a GPU far below MFU {mfu:g} "
+            "(its steps go to launching kernels): the time is a lower bound"
+        )
+    if tr["dtype"] == "float32":
+        row.notes.append("train.dtype float32 multiplies in TF32, about half the bf16 peak: the time is a lower bound")
+    row.notes.append(f"peak: {peak_source}; MFU: {mfu_source}; vocabulary {vocab:,} ({vocab_source})")
+    seconds = row.work / (per_gpu * row.gpus)
+    if row.gpus > 1:
+        row.notes.append(f"scaled linearly to {row.gpus} GPUs (data parallel; gradient exchange not counted)")
+    if tr["eval_windows"] == "all":
+        row.notes.append(
+            "evaluations over the whole val split (train.eval_windows all) not included: "
+            "its size is known once the shards exist"
+        )
+    else:
+        n = evaluations(tr)
+        extra = n * tr["eval_windows"] * tr["block_size"] * (flops / 3) / (peak * 1e12 * mfu * row.gpus)
+        seconds += extra
+        row.notes.append(
+            f"{duration(extra)} of periodic evaluations included ({n} x train.eval_windows "
+            f"{tr['eval_windows']} windows, forward only: a third of a training token's FLOPs); the final "
+            "evaluation over the whole val split, checkpoints and start-up not"
+        )
+    row.seconds = [seconds]
+    return None
+
+
+def train_row(
+    cfg: dict,
+    name: str,
+    on_gpu: bool,
+    first: Iterable[str] = (),
+    gpu: GpuAssumption | None = None,
+    dataset: str | None = None,
+) -> Row:
+    """The train job of data set `name` (a sweep's: `first`, its own job folder, and
+    `dataset`, whose shards it trains on): its tokens are train.max_iters steps of the
+    global batch. Without a measured run of its shape, a GPU job is assumed from FLOPs
+    (`assumed_training`, at `gpu`: None, the defaults)."""
     tr = cfg["train"]
     gpus = plan.train_gpus(cfg) if on_gpu else 1
     tokens = train_tokens(cfg, gpus)
@@ -659,12 +822,17 @@ def train_row(cfg: dict, name: str, on_gpu: bool, first: Iterable[str] = ()) -> 
     if row.rate is None:
         if unfit:
             row.notes.append(f"passed over: {_listed(unfit)}")
-        row.notes.append(
-            f"not estimated: no earlier training run of this shape on a {kind} here ("
-            + ", ".join(f"{k} {tr[k]}" for k in (*TRAIN_SHAPE, *TRAIN_BATCH))
-            + "); run it once with a small train.max_iters to measure"
-        )
-        row.disk_source = "not estimated"
+        shape = ", ".join(f"{k} {tr[k]}" for k in (*TRAIN_SHAPE, *TRAIN_BATCH))
+        why = assumed_training(row, cfg, dataset or name, gpu or GpuAssumption()) if on_gpu else None
+        if row.rate is not None:
+            row.notes.insert(0, f"no earlier training run of this shape on a GPU here ({shape})")
+        else:
+            row.notes.append(
+                f"not estimated: no earlier training run of this shape on a {kind} here ({shape}); "
+                + (f"no FLOPs: {why}; " if why else "")
+                + "run it once with a small train.max_iters to measure"
+            )
+        row.disk_source = "not estimated: no earlier run of this shape"
     return row
 
 
@@ -704,12 +872,19 @@ class Estimate:
         return [f"{r.stage} {r.dataset}" for r in self.rows if r.seconds is None and r.gpus]
 
     def assumed(self) -> list[str]:
-        return [f"{r.stage} {r.dataset}" for r in self.rows if r.rate is not None and not r.rate.measured and r.gpus]
+        return [
+            f"{r.stage} {r.dataset}"
+            for r in self.rows
+            if r.gpus and ((r.rate is not None and not r.rate.measured) or r.assumed_jobs)
+        ]
 
 
-def _sweep_rows(cfg: dict, sweeps: dict, per_chunk: tuple[int, ...], on_cpu: dict) -> list[Row]:
-    """One row per sweep: its jobs (points x seeds, each over the main data set's
-    chunks), each estimated as the stage's own row with the job's config."""
+def _sweep_rows(
+    cfg: dict, sweeps: dict, per_chunk: tuple[int, ...], on_cpu: dict, main: str, gpu: GpuAssumption | None
+) -> list[Row]:
+    """One row per sweep: its jobs (points x seeds, each over the chunks, or the shards,
+    of the main data set `main`), each estimated as the stage's own row with the job's
+    config."""
     rows = []
     for spec in sweeps.values():
         jobs = spec.jobs()
@@ -736,7 +911,7 @@ def _sweep_rows(cfg: dict, sweeps: dict, per_chunk: tuple[int, ...], on_cpu: dic
             elif spec.stage == "summarise":
                 parts.append(summarise_row(job_cfg, label, per_chunk, "sweep_summarise" not in on_cpu, first=own))
             else:
-                parts.append(train_row(job_cfg, label, "sweep_train" not in on_cpu, first=own))
+                parts.append(train_row(job_cfg, label, "sweep_train" not in on_cpu, own, gpu, dataset=main))
         row = Row(
             label,
             spec.stage,
@@ -748,9 +923,12 @@ def _sweep_rows(cfg: dict, sweeps: dict, per_chunk: tuple[int, ...], on_cpu: dic
         rates = {p.rate for p in parts if p.rate}
         row.rate = next(iter(rates)) if len(rates) == 1 else None
         measured = sum(1 for p in parts if p.rate and p.rate.measured)
-        rest = "assumed" if spec.stage != "train" else "not estimated"
+        assumed = sum(1 for p in parts if p.rate and not p.rate.measured)
+        missing = len(parts) - measured - assumed
+        row.assumed_jobs = assumed
         row.notes.append(
-            f"{len(jobs)} sweep jobs (points x seeds): {measured} with a measured rate, {len(jobs) - measured} {rest}"
+            f"{len(jobs)} sweep jobs (points x seeds): {measured} with a measured rate, {assumed} assumed"
+            + (f", {missing} not estimated" if missing else "")
         )
         if len(rates) > 1:
             low, high = min(r.per_s for r in rates), max(r.per_s for r in rates)
@@ -779,6 +957,77 @@ def _queries(cfg: dict, name: str) -> tuple[int | None, str]:
         return None, "not counted: the qrels are in S3"
     qrels = spec.source_files()[2]
     return len(load_qrels(qrels)), f"the judged queries of {qrels}"
+
+
+def search_runs(dataset: str) -> Iterator[tuple[str, dict, dict, int]]:
+    """(folder, metrics, benchmark, dim) of each finished retrieval_evaluate here, this
+    data set's first: results/<ds>/retrieval/metrics.json, the job's benchmark
+    (benchmarks/retrieval_evaluate/<ds>.tsv) and the width of its query vectors
+    (retrieval/queries.stats.json); one without them all is passed over."""
+    for folder in _stage_folders("retrieval", dataset):
+        ds = folder.split("/")[1]
+        files = (f"{folder}/metrics.json", f"benchmarks/retrieval_evaluate/{ds}.tsv", f"{folder}/queries.stats.json")
+        if not all(os.path.isfile(f) for f in files):
+            continue
+        try:
+            metrics, bench = read_json(files[0]), read_benchmark(files[1])
+            yield folder, metrics, bench, int(read_json(files[2])["dim"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+
+
+def search_row(cfg: dict, name: str, queries: int | None, documents: int, gpus: int) -> Row:
+    """retrieval_evaluate of data set `name` (one job holding `gpus`): its exact search is
+    queries x documents x dim multiply-adds (shardflow.retrieval.search), at the rate a
+    finished retrieval_evaluate here measured (the whole job's seconds), else at
+    SEARCH_MACS_PER_S plus reading the document matrix (ASSUMED_SEARCH)."""
+    row = Row(name, "retrieval_evaluate", 1, unit="multiply-adds", gpus=gpus)
+    dim, how = embed_dim(cfg, None)
+    if queries is None or dim is None:
+        row.notes.append(f"not estimated: {'the queries are not counted' if queries is None else how}")
+        return row
+    row.work = queries * documents * dim
+    row.notes.append(f"exact search: {queries:,} queries x {documents:,} documents x {how}")
+    faiss = cfg["retrieval"]["backend"] == "faiss"  # scores on the CPU, whatever the job holds
+    want = "cpu" if faiss or not gpus else "cuda"
+    elsewhere = []
+    for folder, metrics, bench, run_dim in search_runs(name):
+        done = int(metrics.get("n_queries") or 0) * int(metrics.get("n_documents") or 0) * run_dim
+        if done <= 0 or not isinstance(bench.get("s"), float) or bench["s"] <= 0:
+            continue
+        per_s = done / bench["s"]
+        if _kind(metrics.get("device")) != want:
+            elsewhere.append(f"{folder} {per_s:.3g}/s on {metrics.get('device')}")
+            continue
+        row.rate = Rate(
+            per_s,
+            f"measured by {folder} (the whole job's benchmark: {metrics['n_queries']:,} queries x "
+            f"{metrics['n_documents']:,} documents x dim {run_dim}, top_k {metrics.get('top_k')}; loading and "
+            "scoring included, so a small run's rate is low)",
+            True,
+            str(metrics.get("device")),
+        )
+        break
+    if elsewhere:
+        row.notes.append(f"passed over, measured on another kind of device: {_listed(elsewhere)}")
+    if row.rate is None and want == "cuda":
+        width = DTYPE_BYTES[cfg["embedding"]["output_dtype"]]
+        read_s = documents * dim * width / SEARCH_READ_BYTES_PER_S
+        row.rate = Rate(
+            SEARCH_MACS_PER_S,
+            f"{ASSUMED_SEARCH} ({SEARCH_MACS_PER_S:.0e} multiply-adds/s on a GPU, top-k selection included, "
+            f"plus {duration(read_s)} reading the {_size(documents * dim * width)} document matrix at "
+            f"{SEARCH_READ_BYTES_PER_S / 1e9:g} GB/s)",
+            False,
+            overhead_s=read_s,
+        )
+    if row.rate is None:
+        where = "retrieval.backend faiss searches on the CPU" if faiss else "the search runs on the CPU"
+        held = "; the job holds its GPU meanwhile" if gpus else ""
+        row.notes.append(f"not estimated: {where}, whose rate no earlier retrieval_evaluate here measured{held}")
+        return row
+    row.seconds = [row.work / row.rate.per_s + row.rate.overhead_s]
+    return row
 
 
 LOCAL_CPU = "gpu_jobs.device auto on this host, which has no GPU: a local run runs it on the CPU (--gpus N: a GPU run)"
@@ -823,11 +1072,19 @@ def gpu_stages(cfg: dict, ds: plan.DataSet, sweep_specs: Iterable) -> list[str]:
     return out + (["train"] if "training" in ds.tasks else [])
 
 
-def estimate(cfg: dict, n_gpus: int, gpus_source: str, records: int | None = None, local_cpu: bool = False) -> Estimate:
+def estimate(
+    cfg: dict,
+    n_gpus: int,
+    gpus_source: str,
+    records: int | None = None,
+    local_cpu: bool = False,
+    gpu: GpuAssumption | None = None,
+) -> Estimate:
     """The estimate of the run `cfg` (validated) on `n_gpus` GPUs; `records`: the main
     data set's record count, given (--records). `local_cpu`: the run is a local one on a
     host without GPUs under `gpu_jobs.device: auto`, whose GPU rules run on the CPU
-    (rules/common.smk runs_on_cpu), so their rates are the CPU's."""
+    (rules/common.smk runs_on_cpu), so their rates are the CPU's. `gpu`: the GPU assumed
+    for training without a measured run (--gpu-peak-tflops, --mfu; None: the defaults)."""
     data_sets = plan.datasets(cfg)
     specs = sweeps(cfg)
     on_cpu = rules_on_cpu(cfg, data_sets.values(), specs.values(), local_cpu)
@@ -875,25 +1132,18 @@ def estimate(cfg: dict, n_gpus: int, gpus_source: str, records: int | None = Non
                 row.disk = round(embed.disk / (2 * embed.work) * queries)  # one copy
                 row.disk_source = "queries x the corpus's bytes per vector"
             out.rows.append(row)
-            out.rows.append(
-                Row(
-                    ds.name,
-                    "retrieval_evaluate",
-                    1,
-                    gpus=0 if "retrieval_evaluate" in on_cpu else 1,
-                    notes=["not estimated: no rate for the exact search (one job; queries x documents x dim)"],
-                )
-            )
+            gpus = 0 if "retrieval_evaluate" in on_cpu else 1
+            out.rows.append(search_row(cfg, ds.name, queries, out.records[ds.name].records, gpus))
         if "summarise" in stages:
             out.rows.append(summarise_row(cfg, ds.name, per_chunk, "summarise" not in on_cpu))
         if "train" in stages:
-            row = train_row(cfg, ds.name, "train" not in on_cpu)
+            row = train_row(cfg, ds.name, "train" not in on_cpu, gpu=gpu)
             shards = f"{RESULTS}/{ds.name}/shards"
             if os.path.isdir(shards) and row.disk is not None:
                 row.disk += _folder_bytes(shards)
                 row.disk_source += f", and the shards as in {shards}"
             out.rows.append(row)
-    out.rows += _sweep_rows(cfg, specs, per_chunk_of[main.name], on_cpu)
+    out.rows += _sweep_rows(cfg, specs, per_chunk_of[main.name], on_cpu, main.name, gpu)
     for row in out.rows:
         finish(row, n_gpus, price)
     if on_cpu:

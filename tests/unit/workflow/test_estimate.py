@@ -177,12 +177,13 @@ def train_run(folder: str, device: str, n_layer: int = 4) -> None:
         )
 
 
-def test_training_is_estimated_from_a_run_of_its_shape_only(tmp_path):
+def test_training_is_measured_by_a_run_of_its_shape_only(tmp_path):
     corpus()
     cfg = config(tmp_path, tasks=["training"], train={"max_iters": 1000, "gpus": 2})
     train_run("results/ds/train", "cuda", n_layer=6)
     train = row(run(cfg, gpus=2), "train")
-    assert train.seconds is None and train.rate is None and "train ds" in run(cfg, gpus=2).missing()
+    assert not train.rate.measured and est.ASSUMED_TRAIN in train.rate.source  # from FLOPs, below
+    assert any("results/ds/train trained another shape (n_layer 6)" in n for n in train.notes)
     train_run("results/other/train", "cuda")
     train = row(run(cfg, gpus=2), "train")
     assert train.work == 1000 * 12 * 64 * 2 and train.gpus == 2
@@ -190,6 +191,126 @@ def test_training_is_estimated_from_a_run_of_its_shape_only(tmp_path):
     assert train.seconds == pytest.approx([1000 * 768 * 2 / (7680 * 2)])
     assert train.gpu_hours == pytest.approx(2 * 100 / 3600)
     assert row(run(cfg, gpus=1), "train").wall_s is None  # two GPUs a job, one given
+
+
+def flops_per_token(vocab: int, n_layer: int = 4, n_head: int = 4, n_embd: int = 128, block_size: int = 64) -> int:
+    """The trainer's own count (shardflow.train.model.GPT.flops_per_token), of a real model."""
+    from shardflow.train.model import GPT, GPTConfig
+
+    model = GPT(GPTConfig(vocab_size=vocab, block_size=block_size, n_layer=n_layer, n_head=n_head, n_embd=n_embd))
+    return model.flops_per_token(block_size)
+
+
+def test_training_without_a_run_of_its_shape_is_assumed_from_the_trainers_flops(tmp_path, capsys):
+    """tokens x FLOPs per token / (GPUs x peak x MFU), the periodic evaluations at a third of
+    the FLOPs on top; listed among the assumed rates; --gpu-peak-tflops and --mfu change it."""
+    from shardflow.train.trainer import PEAK_BF16_TFLOPS
+
+    corpus()
+    train = {"max_iters": 1000, "gpus": 2, "eval_interval": 300, "eval_windows": 50}
+    cfg = config(tmp_path, tasks=["training"], train=train)
+    result = run(cfg, gpus=2)
+    got = row(result, "train")
+    tokens, flops = 1000 * 12 * 64 * 2, flops_per_token(vocab=256)  # char: the vocabulary taken as 256
+    speed = 2 * PEAK_BF16_TFLOPS["H100 SXM"] * 1e12 * 0.3
+    evals = 4 * 50 * 64 * flops / 3  # at steps 300, 600, 900 and 1000
+    assert got.work == tokens and got.seconds == pytest.approx([(tokens * flops + evals) / speed])
+    assert got.gpu_hours == pytest.approx(2 * got.seconds[0] / 3600) and got.wall_s == pytest.approx(got.seconds[0])
+    assert not got.rate.measured and got.rate.source.startswith(est.ASSUMED_TRAIN)
+    assert any("the time is a lower bound" in n for n in got.notes)  # 0.8 M parameters
+    assert result.assumed() == ["train ds"] and result.missing() == []
+    assert "(assumed rates: train ds)" in est.total_line(result)
+
+    slower = row(est.estimate(cfg, 2, "--gpus", gpu=est.GpuAssumption(312.0, 0.5)), "train")
+    assert slower.seconds == pytest.approx([(tokens * flops + evals) / (2 * 312e12 * 0.5)])
+    overlay = str(tmp_path / "overlay.yaml")  # the config's, as the CLI reads it
+    assert main(f"estimate --configfile {overlay} --gpus 2 --gpu-peak-tflops 312 --mfu 0.5 --json".split()) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert next(r for r in data["rows"] if r["stage"] == "train")["job_seconds"] == pytest.approx(slower.seconds[0])
+    assert data["assumed"] == ["train ds"] and "--gpu-peak-tflops" in json.dumps(data["rows"])
+    with pytest.raises(SystemExit):
+        main(["estimate", "--configfile", overlay, "--mfu", "1.5"])
+    assert "expected a fraction of the peak" in capsys.readouterr().err
+
+
+def test_training_on_the_cpu_or_with_an_unknown_vocabulary_is_not_assumed(tmp_path):
+    corpus()
+    on_cpu = row(run(config(tmp_path, tasks=["training"], gpu_jobs={"device": "cpu"})), "train")
+    assert on_cpu.rate is None and on_cpu.gpus == 0 and any(n.startswith("not estimated") for n in on_cpu.notes)
+    cfg = config(tmp_path, tasks=["training"], shards={"tokenizer": "models/gone/tokenizer.json"})
+    gone = run(cfg)
+    assert row(gone, "train").rate is None and gone.missing() == ["train ds"]
+    assert any("no FLOPs: shards.tokenizer models/gone/tokenizer.json" in n for n in row(gone, "train").notes)
+
+
+def test_a_bpe_vocabulary_is_shards_vocab_size_and_a_char_one_the_tokenizers_once_built(tmp_path):
+    corpus()
+    bpe = row(run(config(tmp_path, tasks=["training"], shards={"tokenizer": "bpe", "vocab_size": 1000})), "train")
+    assert bpe.seconds[0] > row(run(config(tmp_path, tasks=["training"])), "train").seconds[0]
+    os.makedirs("results/ds/tokenizer")
+    with open("results/ds/tokenizer/shardflow_tokenizer.json", "w") as fh:
+        json.dump({"kind": "char", "identity": {"kind": "char", "vocab_size": 1000}}, fh)
+    char = row(run(config(tmp_path, tasks=["training"])), "train")
+    assert char.seconds == pytest.approx(bpe.seconds)
+    assert any("vocabulary 1,000 (as results/ds/tokenizer/shardflow_tokenizer.json)" in n for n in char.notes)
+
+
+def test_a_training_sweep_is_assumed_per_job_and_listed_as_assumed(tmp_path):
+    corpus()
+    sweep = {"stage": "train", "seeds": [0], "metrics": {"best_val_loss": "min"}, "grid": {"train.n_layer": [2, 4]}}
+    result = run(config(tmp_path, tasks=["training"], sweeps={"depth": sweep}))
+    got = row(result, "train", "sweep depth")
+    assert got.assumed_jobs == 2 and got.rate is None and len(got.seconds) == 2
+    assert got.seconds[0] < got.seconds[1]  # two layers train faster than four
+    assert "train sweep depth" in result.assumed() and result.missing() == []
+
+
+def beir(queries: int = 3, documents: int = 45) -> None:
+    os.makedirs("beir/qrels")
+    with open("beir/corpus.jsonl", "w") as fh:
+        fh.writelines(json.dumps({"_id": f"d{i}", "text": f"doc {i}"}) + "\n" for i in range(documents))
+    with open("beir/queries.jsonl", "w") as fh:
+        fh.writelines(json.dumps({"_id": f"q{i}", "text": f"q {i}"}) + "\n" for i in range(queries))
+    with open("beir/qrels/test.tsv", "w") as fh:
+        fh.write("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(queries)))
+
+
+def search_run(device: str, seconds: float, dataset: str = "beir") -> None:
+    os.makedirs(f"results/{dataset}/retrieval")
+    metrics = {"n_queries": 10, "n_documents": 1000, "device": device, "top_k": 1000}
+    with open(f"results/{dataset}/retrieval/metrics.json", "w") as fh:
+        json.dump(metrics, fh)
+    with open(f"results/{dataset}/retrieval/queries.stats.json", "w") as fh:
+        json.dump({"dim": 384}, fh)
+    os.makedirs("benchmarks/retrieval_evaluate", exist_ok=True)
+    with open(f"benchmarks/retrieval_evaluate/{dataset}.tsv", "w") as fh:
+        fh.write(f"s\th:m:s\n{seconds}\t0:00:0{seconds:.0f}\n")
+
+
+def test_the_retrieval_search_is_queries_x_documents_x_dim_at_an_assumed_or_measured_rate(tmp_path):
+    corpus()
+    beir()
+    cfg = config(tmp_path, retrieval={"path": "beir", "n_chunks": 1})
+    result = run(cfg)
+    search = row(result, "retrieval_evaluate", "beir")
+    assert search.work == 3 * 45 * 384 and search.unit == "multiply-adds"  # the model's width
+    reading = 45 * 384 * 4 / est.SEARCH_READ_BYTES_PER_S  # float32 embeddings.npy
+    assert search.seconds == pytest.approx([3 * 45 * 384 / est.SEARCH_MACS_PER_S + reading])
+    assert not search.rate.measured and search.rate.source.startswith(est.ASSUMED_SEARCH)
+    assert "retrieval_evaluate beir" in result.assumed() and "retrieval_evaluate beir" not in result.missing()
+    faiss_cfg = config(tmp_path, retrieval={"path": "beir", "n_chunks": 1, "backend": "faiss"})
+    unmeasured = run(faiss_cfg)  # faiss scores on the CPU: the GPU's assumed rate is not its
+    assert row(unmeasured, "retrieval_evaluate", "beir").rate is None
+    assert "retrieval_evaluate beir" in unmeasured.missing()
+    search_run("cpu", 4.0)  # this data set's, measured on the CPU: no rate for a GPU job
+    search_run("cuda", 2.0, "old")
+    search = row(run(cfg), "retrieval_evaluate", "beir")
+    assert search.rate.measured and search.rate.per_s == pytest.approx(10 * 1000 * 384 / 2.0)
+    assert search.seconds == pytest.approx([3 * 45 * 384 / search.rate.per_s])
+    assert "results/old/retrieval" in search.rate.source
+    assert any("passed over, measured on another kind of device: results/beir/retrieval" in n for n in search.notes)
+    faiss = row(run(faiss_cfg), "retrieval_evaluate", "beir")
+    assert faiss.rate.measured and faiss.rate.per_s == pytest.approx(10 * 1000 * 384 / 4.0)  # the CPU-scored run
 
 
 # -------------------------------------------------------------------- records
