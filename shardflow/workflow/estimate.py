@@ -588,11 +588,16 @@ def finish(row: Row, n_gpus: int, price: float) -> Row:
     row.wall_s = makespan(row.seconds, row.gpus, n_gpus)
     if row.wall_s is None:
         row.notes.append(f"a job holds {row.gpus} GPUs, more than the {n_gpus} given: no wall time")
-    elif row.jobs * row.gpus < n_gpus:
+    elif row.jobs * row.gpus < n_gpus and row.stage in CHUNK_STAGES:
         row.notes.append(
             f"{_jobs(row.jobs)} for {n_gpus} GPUs: some GPUs idle (more chunks: n_chunks, or auto with chunking.gpus)"
         )
     return row
+
+
+# The stages with a job per chunk: more chunks would keep more GPUs busy (a stage of one
+# job, as the query embedding or the search, has no such remedy).
+CHUNK_STAGES = ("embed", "summarise")
 
 
 def embed_dim(cfg: dict, run: Run | None) -> tuple[int | None, str]:

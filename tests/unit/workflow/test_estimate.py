@@ -298,6 +298,10 @@ def test_the_retrieval_search_is_queries_x_documents_x_dim_at_an_assumed_or_meas
     assert search.seconds == pytest.approx([3 * 45 * 384 / est.SEARCH_MACS_PER_S + reading])
     assert not search.rate.measured and search.rate.source.startswith(est.ASSUMED_SEARCH)
     assert "retrieval_evaluate beir" in result.assumed() and "retrieval_evaluate beir" not in result.missing()
+    # One job on 8 GPUs: no advice to cut more chunks, which only the chunk stages have.
+    wide = run(cfg, gpus=8)
+    assert not any("some GPUs idle" in n for n in row(wide, "retrieval_evaluate", "beir").notes)
+    assert any("some GPUs idle" in n for n in row(wide, "embed", "beir").notes)
     faiss_cfg = config(tmp_path, retrieval={"path": "beir", "n_chunks": 1, "backend": "faiss"})
     unmeasured = run(faiss_cfg)  # faiss scores on the CPU: the GPU's assumed rate is not its
     assert row(unmeasured, "retrieval_evaluate", "beir").rate is None
