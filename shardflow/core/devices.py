@@ -58,6 +58,15 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def device_memory(device: torch.device) -> tuple[str, int | None]:
+    """The name and total memory (MiB) of a resolved device: a CUDA device's
+    (`torch.cuda.get_device_properties`), or ("cpu", None)."""
+    if device.type != "cuda":
+        return "cpu", None
+    props = torch.cuda.get_device_properties(device)
+    return props.name, props.total_memory >> 20
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 

@@ -57,6 +57,21 @@ attempt shares. Two differences, both from running outside a script:
   and the launcher records a failure only where those reports show a deterministic
   error that no other failure could have caused (`rank_failure`).
 
+A train attempt that runs out of GPU memory in a training step (torch.OutOfMemoryError,
+in the launcher's one process or in any rank) leaves a record too, of kind
+`out_of_memory` (`mark_out_of_memory`: the trainer marks the error with the micro-batch
+that did not fit, the GPU's name and memory, and the settings that decide a step's
+memory; a rank's report carries them). It is no stop: the next attempt runs, and its
+launcher passes the record to the trainer, which on the same GPU type with the same
+settings trains with a smaller micro-batch and more micro-steps, the same global batch
+(shardflow.train.trainer; an out-of-memory error without the mark, raised outside the
+training steps, is retried as before). It also stays for later runs (attempt 1 keeps
+it): a run on that GPU type starts from the micro-batch that fitted instead of spending
+an attempt to learn it again; on another GPU type, or with another model, precision or
+process count, the configured micro-batch runs. A deterministic failure after it keeps
+it inside its own record (`earlier_out_of_memory`), put back when that record is
+removed. Deleting the record starts again from the configured micro-batch.
+
 Where a retry sees the record, which decides whether it stops:
 - locally, the in-place retry: same working directory;
 - on SLURM, the resubmission (`--attempt N`): same working directory, on the shared
@@ -68,7 +83,8 @@ Where a retry sees the record, which decides whether it stops:
   runs again. The train job's record sits beside its resume folder: on a volume every
   pod mounts (`gpu_jobs.resume_dir`) the new pod sees it, and its params (evaluated in
   that pod, with `--attempt N`) say the true attempt, so it stops; on the pod's own
-  disk it does not.
+  disk it does not. The same holds for an out-of-memory record: where it is not seen,
+  the attempt starts from the configured micro-batch.
 """
 
 from __future__ import annotations
@@ -77,6 +93,7 @@ import contextlib
 import functools
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -109,6 +126,11 @@ MESSAGE_CHARS = 2000
 # The folder where each rank torchrun starts for the train launcher writes how it ended
 # (rank<RANK>.json): set by the launcher for its ranks only.
 RANK_REPORTS_ENV = "SHARDFLOW_RANK_ERRORS"
+# A record's `kind` where its attempt ran out of GPU memory with a micro-batch the next
+# attempt can make smaller: not a stop, but what the trainer learned (see the docstring).
+OUT_OF_MEMORY = "out_of_memory"
+# The attribute of an exception that carries its out-of-memory details (`mark_out_of_memory`).
+_DETAILS = "shardflow_out_of_memory"
 
 
 class RepeatedFailureError(Exception):
@@ -192,17 +214,69 @@ def _remove(path: Path, log: logging.Logger) -> None:
         log.warning("cannot remove the failure record %s (%s): remove it, or a retry may stop on it", path, exc)
 
 
+def mark_out_of_memory(exc: BaseException, details: dict) -> BaseException:
+    """`exc` (an out-of-memory error), carrying `details`: the micro-batch that did not fit
+    (`micro_batch`), the one the next attempt takes (`next_micro_batch`, None at 1) and its
+    `next_grad_accum`, the configured `batch_size` and `grad_accum`, the GPU (`device`,
+    its name; `gpu_memory_mib`) and `settings` (what else decides the memory a
+    micro-batch takes: the trainer's). Its record (`Guard.record_exception`, or a rank's
+    report) is then an out-of-memory one."""
+    setattr(exc, _DETAILS, details)
+    return exc
+
+
+def out_of_memory_details(exc: BaseException) -> dict | None:
+    """The details `mark_out_of_memory` gave `exc`, or None."""
+    details = getattr(exc, _DETAILS, None)
+    return details if isinstance(details, dict) else None
+
+
+def out_of_memory_next(details: dict, recorded: str) -> str:
+    """What an out-of-memory record means for the next attempt, in words; `recorded`
+    says where it was recorded ("recorded in <path>, so")."""
+    d = details
+    gpu = d.get("device", "?") + (f", {d['gpu_memory_mib']:,} MiB" if d.get("gpu_memory_mib") else "")
+    head = f"out of memory at micro-batch {d.get('micro_batch')} ({gpu})"
+    if d.get("next_micro_batch") is None:
+        return (
+            f"{head}: the model does not fit even at micro-batch 1; {recorded} the next attempt on that GPU type "
+            "tries micro-batch 1 again (a GPU shared with another process may have room then)"
+        )
+    return (
+        f"{head}: {recorded} the next attempt on that GPU type (a retry, and later runs) trains with micro-batch "
+        f"{d['next_micro_batch']} x grad_accum {d.get('next_grad_accum')} (config {d.get('batch_size')} x "
+        f"{d.get('grad_accum')}): the same windows per step, so the same global batch"
+    )
+
+
+def out_of_memory_record(record: dict | None) -> dict | None:
+    """The out-of-memory record `record` is or keeps (a later deterministic failure's
+    record keeps the one before it: `earlier_out_of_memory`), or None."""
+    if not isinstance(record, dict):
+        return None
+    if record.get("kind") == OUT_OF_MEMORY:
+        return record if isinstance(record.get(OUT_OF_MEMORY), dict) else None
+    return out_of_memory_record(record.get("earlier_out_of_memory"))
+
+
 def check_earlier(path: Path, attempt: int, sig: dict, job: str, log: logging.Logger, run: str | None = None) -> int:
     """Raise RepeatedFailureError where attempt > 1 and the record at `path` holds a
     deterministic failure of this job with signature `sig`; otherwise remove the record.
     `run`: the Snakemake process running this attempt; a record it wrote is of an
     earlier attempt, whatever `attempt` says (a retry in place keeps attempt 1's params).
-    Returns the attempt this is: `attempt`, or the one after such a record's."""
+    Returns the attempt this is: `attempt`, or the one after such a record's.
+
+    An out-of-memory record (kind `out_of_memory`) never stops an attempt and stays, for
+    later runs too: it says which micro-batch did not fit on which GPU type, which the
+    trainer reads (`Guard.out_of_memory`). A removed deterministic record that kept one
+    puts it back."""
     record = _read(path)
     if record is None:
         return attempt
     if run is not None and record.get("run") == run and isinstance(record.get("attempt"), int):
         attempt = max(attempt, record["attempt"] + 1)
+    if record.get("kind") == OUT_OF_MEMORY:
+        return attempt
     if attempt > 1 and record.get("signature") == sig:
         raise RepeatedFailureError(
             f"{job}: attempt {record.get('attempt')} failed with {record.get('error')}: {record.get('message')} -- "
@@ -216,15 +290,39 @@ def check_earlier(path: Path, attempt: int, sig: dict, job: str, log: logging.Lo
         log.info(
             "%s: %s attempt %s's %s: running (removed %s)", job, why, record.get("attempt"), record.get("error"), path
         )
-    _remove(path, log)
+    kept = out_of_memory_record(record)
+    if kept is None:
+        _remove(path, log)
+    else:
+        try:
+            write_json(path, kept)
+        except Exception as exc:  # noqa: BLE001 - the record stays as it was: the guard below does not stop on it
+            log.warning("cannot rewrite the failure record %s (%s): remove it, or a retry may stop on it", path, exc)
     return attempt
 
 
 def write_record(
-    path: Path, error: str, message: str, attempt: int, sig: dict, job: str, run: str | None = None
+    path: Path,
+    error: str,
+    message: str,
+    attempt: int,
+    sig: dict,
+    job: str,
+    run: str | None = None,
+    out_of_memory: dict | None = None,
+    earlier: dict | None = None,
 ) -> None:
+    """Write the record of a failed attempt: with `out_of_memory` (its details, from
+    `mark_out_of_memory`), an out-of-memory record; else a deterministic failure's,
+    keeping `earlier`, the out-of-memory record it replaces (check_earlier restores it)."""
     record = {"job": job, "attempt": attempt, "error": error, "message": message[:MESSAGE_CHARS], "signature": sig}
-    write_json(path, {**record, "run": run} if run is not None else record)
+    if run is not None:
+        record["run"] = run
+    if out_of_memory is not None:
+        record.update(kind=OUT_OF_MEMORY, out_of_memory=out_of_memory)
+    elif earlier is not None:
+        record["earlier_out_of_memory"] = earlier
+    write_json(path, record)
 
 
 @dataclass(frozen=True)
@@ -236,22 +334,34 @@ class Guard:
     sig: dict
     job: str
     run: str | None = None  # the Snakemake process running the attempt, where known
+    # The out-of-memory record an earlier attempt or run left (out_of_memory_record): its
+    # `out_of_memory` details say which micro-batch did not fit on which GPU type.
+    out_of_memory: dict | None = None
 
-    def record(self, error: str, message: str, log: logging.Logger) -> bool:
-        """Record a deterministic failure of this attempt (error class name, message);
-        False where the record cannot be written."""
+    def record(self, error: str, message: str, log: logging.Logger, out_of_memory: dict | None = None) -> bool:
+        """Record a deterministic failure of this attempt (error class name, message), or
+        with `out_of_memory` an out-of-memory one; False where the record cannot be written."""
         try:
-            write_record(self.path, error, message, self.attempt, self.sig, self.job, self.run)
+            write_record(
+                self.path, error, message, self.attempt, self.sig, self.job, self.run, out_of_memory, self.out_of_memory
+            )
             return True
         except Exception as err:  # never hide the job's own error behind the record's
             log.warning("could not record the failure in %s: %s", self.path, err)
             return False
 
     def record_exception(self, exc: BaseException, log: logging.Logger) -> bool:
-        """Record `exc` where a rerun on the same inputs and params repeats it."""
-        return deterministic(exc) and self.record(type(exc).__name__, str(exc), log)
+        """Record `exc` where a rerun on the same inputs and params repeats it, or where it
+        ran out of memory with a micro-batch a retry can make smaller (`mark_out_of_memory`)."""
+        if deterministic(exc):
+            return self.record(type(exc).__name__, str(exc), log)
+        details = out_of_memory_details(exc)
+        return details is not None and self.record(type(exc).__name__, str(exc), log, details)
 
-    def say_recorded(self, error: str, log: logging.Logger) -> None:
+    def say_recorded(self, error: str, log: logging.Logger, out_of_memory: dict | None = None) -> None:
+        if out_of_memory is not None:
+            log.error("%s", out_of_memory_next(out_of_memory, f"recorded in {self.path}, so"))
+            return
         log.error(
             "%s is an error a rerun on the same inputs and params repeats: recorded in %s, so a retry of this job "
             "(attempt %d on) that finds it there stops at once instead of loading the model to fail the same way: "
@@ -273,7 +383,7 @@ class Guard:
             recorded = self.record_exception(exc, log)
             previous(exc_type, exc, tb)
             if recorded:
-                self.say_recorded(type(exc).__name__, log)
+                self.say_recorded(type(exc).__name__, log, out_of_memory_details(exc))
 
         sys.excepthook = hook
 
@@ -296,7 +406,7 @@ def start_guard(
         log.warning("%s: no failure record for this attempt (its params give no signature: %s)", job, exc)
         return None
     attempt = check_earlier(path, attempt, sig, job, log, run=run)
-    return Guard(path, attempt, sig, job, run)
+    return Guard(path, attempt, sig, job, run, out_of_memory_record(_read(path)))
 
 
 def guard_retries(smk: Any, log: logging.Logger) -> Guard | None:
@@ -348,6 +458,8 @@ def reporting_rank_error() -> Iterator[None]:
                 "collective": in_collective(exc),
                 "time": time.time(),
             }
+            if (details := out_of_memory_details(exc)) is not None:
+                report[OUT_OF_MEMORY] = details
             with contextlib.suppress(Exception):  # never hide the rank's own error
                 write_json(Path(folder) / f"rank{rank}.json", report)
         raise
@@ -374,3 +486,15 @@ def rank_failure(reports: list[dict]) -> dict | None:
         return None
     first = min(reports, key=lambda r: r["time"])
     return first if not first.get("collective") else None
+
+
+def rank_out_of_memory(reports: list[dict]) -> dict | None:
+    """The first report in time of a rank that ran out of memory with a micro-batch a
+    retry can make smaller (its `out_of_memory` details), or None. Any rank's counts, a
+    collective's too (an out-of-memory in DistributedDataParallel's forward is raised
+    in torch.distributed's frames): the next attempt takes a smaller micro-batch on every
+    rank. Checked after `rank_failure`: a deterministic cause is recorded as such."""
+    found = [r for r in reports if isinstance(r.get(OUT_OF_MEMORY), dict)]
+    return min(
+        found, key=lambda r: r.get("time") if isinstance(r.get("time"), (int, float)) else math.inf, default=None
+    )

@@ -1,4 +1,4 @@
-"""Out-of-memory back-off for batched GPU work (embedding, generation).
+"""Out-of-memory back-off for batched GPU work (embedding, generation; training between attempts).
 
 A batch that does not fit is split in halves and the token budget halved for the
 rest of the run; a single row that does not fit even alone raises `TooLargeError`
@@ -11,6 +11,12 @@ of the output can too (documented by each caller).
 
 `forward(batch)` does the work; `split(batch, rows)` cuts a batch into pieces of
 at most `rows` rows (`shardflow.core.batching.split_batch` for collated batches).
+
+Training cannot split a step in flight (under torchrun every rank would have to agree),
+so it backs off between attempts instead: the attempt that ran out of memory records
+its micro-batch (shardflow.core.failures, kind `out_of_memory`), and the next one trains
+with `smaller_micro_batch` windows per forward pass and proportionally more of them
+(shardflow.train.trainer).
 """
 
 from __future__ import annotations
@@ -102,3 +108,13 @@ class OomBackoff:
         )
         half = (n + 1) // 2
         return [r for piece in split(batch, half) for r in self._attempt(piece, forward, split, row_offset, noun)]
+
+
+def smaller_micro_batch(batch_size: int, failed: int) -> int | None:
+    """The micro-batch to try after one of `failed` windows ran out of memory: the largest
+    divisor of `batch_size` (the configured micro-batch) at most half of `failed`, so that
+    each configured micro-batch is cut into equal pieces and a step trains on the same
+    windows (32 -> 16 -> 8 ...; 12 -> 6 -> 3 -> 1); None where `failed` is 1 already."""
+    if failed <= 1:
+        return None
+    return max(d for d in range(1, min(batch_size, failed // 2) + 1) if batch_size % d == 0)

@@ -14,7 +14,8 @@ of a log without output), so `watch make status` on thousands of chunks is cheap
 A job is
 - done: every output of its rule exists;
 - failed: its last attempt left an error: `<log>.failure.json` (shardflow.core.failures:
-  an input or config error, which a retry stops on), else its log ends on the line
+  an input or config error, which a retry stops on; a train job's out-of-memory record
+  is none: its retry runs with a smaller micro-batch), else its log ends on the line
   `failed: <error>` (core.runlog; any error, the out-of-memory ones included);
 - running: it has resume parts (core.parts: each attempt's record names the job's output
   and counts the records of the parts it saved) or a log, and no output. Whether its
@@ -52,7 +53,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shardflow.core.failures import record_path
+from shardflow.core.failures import OUT_OF_MEMORY, record_path
 from shardflow.core.files import read_json
 from shardflow.core.jobs import earlier_attempt_costs, last_attempt_gpu_hours, priced, read_benchmark
 from shardflow.core.parts import ATTEMPT_PREFIX, PartStore, attempt_totals
@@ -226,11 +227,14 @@ def log_error(path: str) -> str | None:
 
 
 def failure_record(path: Path) -> tuple[str, str] | None:
-    """(error, file) of a failure record (core.failures), the message's first line."""
+    """(error, file) of a failure record (core.failures), the message's first line; None
+    for an out-of-memory record (a train job's smaller micro-batch: its retry runs)."""
     if not path.is_file():
         return None
     try:
         record = read_json(path)
+        if record.get("kind") == OUT_OF_MEMORY:
+            return None
         message = str(record.get("message", "")).strip().splitlines()
         error = str(record.get("error", "error"))
         return (f"{error}: {message[0]}" if message else error), str(path)

@@ -427,3 +427,50 @@ def test_a_rank_reports_the_error_that_ends_it_where_the_launcher_said(tmp_path,
         "deterministic": True,
         "collective": False,
     }
+
+
+# ------------------------------------------------ out of memory: a smaller micro-batch
+
+
+def test_an_out_of_memory_record_stops_no_retry_and_stays_for_later_runs(tmp_path):
+    """The record of an attempt that ran out of memory says which micro-batch did not fit
+    on which GPU: a retry with the same signature runs (with a smaller one), and so does
+    a new run, which finds it still there. A deterministic failure after it keeps it,
+    and a new run that clears that failure puts it back."""
+    log = logging.getLogger("test")
+    path, sig = tmp_path / "train.failure.json", signature([], "x")  # what start_guard signs (no inputs, params "x")
+    details = {"micro_batch": 32, "next_micro_batch": 16, "device": "Tesla T4", "settings": "s"}
+    guard = failures.Guard(path, 1, sig, "train out", run="41:900")
+    exc = failures.mark_out_of_memory(torch.OutOfMemoryError("CUDA out of memory"), details)
+    assert guard.record_exception(exc, log)
+    assert not guard.record_exception(torch.OutOfMemoryError("CUDA out of memory"), log)  # not marked: as before
+    record = json.loads(path.read_text())
+    assert (record["kind"], record["out_of_memory"], record["attempt"]) == ("out_of_memory", details, 1)
+
+    retry = start_guard(path, 2, [], "x", "train out", log, run="41:900")
+    assert retry.attempt == 2 and retry.out_of_memory["out_of_memory"] == details
+    later = start_guard(path, 1, [], "x", "train out", log, run="52:100")  # a new run
+    assert later.out_of_memory == record and path.exists()
+
+    assert later.record("ShardFormatError", "shard_0.bin: bad magic", log)
+    assert json.loads(path.read_text())["earlier_out_of_memory"] == record
+    with pytest.raises(RepeatedFailureError):
+        start_guard(path, 2, [], "x", "train out", log, run="52:100")
+    fixed = start_guard(path, 1, [], "x", "train out", log, run="63:200")  # the input fixed: a new run
+    assert fixed.out_of_memory == record and json.loads(path.read_text()) == record
+
+
+def test_a_rank_out_of_memory_is_reported_with_its_micro_batch(tmp_path, monkeypatch):
+    monkeypatch.setenv(RANK_REPORTS_ENV, str(tmp_path))
+    for rank, exc in (
+        (1, failures.mark_out_of_memory(torch.OutOfMemoryError("oom"), {"micro_batch": 8})),
+        (0, RuntimeError("Connection closed by peer")),
+    ):
+        monkeypatch.setenv("RANK", str(rank))
+        with pytest.raises(type(exc)), reporting_rank_error():
+            raise exc
+    reports = rank_reports(tmp_path)
+    assert rank_failure(reports) is None
+    oom = failures.rank_out_of_memory(reports)
+    assert (oom["rank"], oom["out_of_memory"]) == ("1", {"micro_batch": 8})
+    assert failures.rank_out_of_memory([r for r in reports if r["rank"] == "0"]) is None

@@ -281,3 +281,12 @@ def test_rule_files_are_the_rules_own_patterns(tmp_path):
     (rules / "x.smk").write_text('rule x:\n    output:\n        f"results/{NAME}/x",\n    shell:\n        "true"\n')
     with pytest.raises(st.StatusError, match=r"x.smk:2: rule x's output '0' is no plain pattern"):
         st.rule_files("x", str(rules))
+
+
+def test_an_out_of_memory_record_is_no_failure(tmp_path):
+    """A train job's out-of-memory record stays (for a smaller micro-batch) while its retry runs."""
+    path = tmp_path / "train.failure.json"
+    write_record(path, "OutOfMemoryError", "CUDA out of memory", 1, {}, "train out", out_of_memory={"micro_batch": 4})
+    assert st.failure_record(path) is None
+    write_record(path, "ValueError", "bad\nmore", 2, {}, "train out", earlier=json.loads(path.read_text()))
+    assert st.failure_record(path) == ("ValueError: bad", str(path))
