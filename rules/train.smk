@@ -20,7 +20,9 @@ torchrun on one node, or one process (on the CPU when the job got gpu=0). It wri
 checkpoint every train.checkpoint_interval steps to the undeclared <resume root>/train/,
 so the retry of a killed job continues from the last one; an input or config error is
 recorded beside it (train.failure.json), and the retry stops at once (the attempt comes
-in the untracked gpu_jobs JSON: shardflow.core.failures).
+in the untracked gpu_jobs JSON: shardflow.core.failures); an attempt out of GPU memory
+is recorded there too, and the next one trains with a smaller micro-batch, the same
+global batch (shardflow.train.trainer; the command and params stay as they were).
 Every file a job reads is a declared input and every file it writes a declared output
 (or resume state): with S3 as the default storage (eks profile) a job gets nothing else.
 A pretrained tokenizer given by path is read by path, like a model (on EKS: from the

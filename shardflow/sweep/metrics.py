@@ -40,7 +40,8 @@ from shardflow.sweep.table import RUN_COLUMNS
 TRAIN = (
     "best_val_loss", "best_step", "final_val_loss", "final_train_loss", "steps", "resumed_from_step",
     "train_tokens", "unsampled_train_tokens",
-    "tokens_per_step", "tokens_per_second", "wall_seconds", "train_seconds_total", "flops_per_token", "mfu",
+    "tokens_per_step", "micro_batch", "grad_accum", "config_micro_batch", "config_grad_accum",
+    "tokens_per_second", "wall_seconds", "train_seconds_total", "flops_per_token", "mfu",
     "n_params", "world_size", "peak_gpu_mem_mib", "peak_gpu_mem_reserved_mib",
 )
 RETRIEVAL_HEADLINE = ("ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10", "map_at_10")

@@ -9,7 +9,8 @@ Every TrainParams field is a flag (`--batch-size 12`, `--compile true`,
 Under torchrun (WORLD_SIZE > 1) the processes form one data-parallel group: nccl on
 CUDA, gloo on CPU. Only rank 0 logs to the file and writes outputs. A rank the train
 launcher started writes the error that ends it where the launcher reads it
-(shardflow.core.failures.reporting_rank_error: a retry then repeats no input error).
+(shardflow.core.failures.reporting_rank_error: a retry then repeats no input error, and
+one after running out of memory takes a smaller micro-batch, given by `--out-of-memory`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--keep-resume", action="store_true", help="keep the checkpoint folder after finishing")
     ap.add_argument("--sample-tokens", type=int, default=500, help="tokens of the generated sample")
     ap.add_argument("--params", default="{}", help="JSON object of TrainParams fields")
+    ap.add_argument("--out-of-memory", type=json.loads, help="JSON: the out-of-memory details an earlier attempt "
+                    "recorded (the train launcher passes them): on that GPU type, a smaller micro-batch")
     for f in dataclasses.fields(TrainParams):
         ap.add_argument("--" + f.name.replace("_", "-"), dest=f.name, metavar=f.name.upper(),
                         type=lambda text, f=f: _parse_value(f, text), default=argparse.SUPPRESS,
@@ -93,7 +96,7 @@ def main(argv=None) -> dict:
         tokenizer = load_tokenizer(args.tokenizer)
     try:
         return train(args.data, args.out, params, logger, resume_dir=args.resume_dir, tokenizer=tokenizer,
-                     keep_resume=args.keep_resume, sample_tokens=args.sample_tokens)
+                     keep_resume=args.keep_resume, sample_tokens=args.sample_tokens, out_of_memory=args.out_of_memory)
     finally:
         if world > 1:
             dist.destroy_process_group()

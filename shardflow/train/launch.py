@@ -30,6 +30,12 @@ untracked `gpu_jobs` param: the command's text stays as it was); without it, or 
 `--resume-dir`, nothing is checked or recorded; without a folder for the ranks' reports,
 the ranks run unguarded. Pinning's errors are the host's state: never recorded.
 
+An attempt that runs out of GPU memory in a training step (one process, or any rank)
+records that too, with its micro-batch and GPU (kind `out_of_memory`, which stops no
+retry and stays for later runs); the next attempt passes it to the trainer
+(`--out-of-memory`), which on that GPU type trains with a smaller micro-batch and more
+micro-steps: the same global batch (shardflow.train.trainer).
+
 Logging goes to stderr, which the rule sends to its log, torchrun's ranks included.
 """
 
@@ -111,10 +117,15 @@ def check_gpu_count(device: str, gpus: int, rest: list[str]) -> None:
         )
 
 
-def trainer_args(rest: list[str], device: str, nproc: int, threads: int | None) -> list[str]:
+def trainer_args(
+    rest: list[str], device: str, nproc: int, threads: int | None, out_of_memory: dict | None = None
+) -> list[str]:
     """The trainer's arguments: the caller's, then the device and per-process threads
-    this launcher decided (later flags win in argparse)."""
+    this launcher decided (later flags win in argparse), and the out-of-memory details an
+    earlier attempt recorded (the trainer picks its micro-batch from them)."""
     args = list(rest)
+    if out_of_memory is not None:
+        args += ["--out-of-memory", json.dumps(out_of_memory, sort_keys=True)]
     if device == "cpu":
         args += ["--device", "cpu"]
     elif nproc > 1 or not device.startswith("cuda"):
@@ -169,6 +180,14 @@ def record_ranks(guard: failures.Guard, reports: str) -> None:
     (failures.rank_failure), and say why a retry runs where it is not."""
     found = failures.rank_reports(reports)
     cause = failures.rank_failure(found)
+    oom = failures.rank_out_of_memory(found) if cause is None else None
+    if oom is not None:
+        details = oom[failures.OUT_OF_MEMORY]
+        if guard.record(
+            oom.get("error", "OutOfMemoryError"), f"rank {oom.get('rank')}: {oom.get('message', '')}", log, details
+        ):
+            guard.say_recorded(oom.get("error", "OutOfMemoryError"), log, details)
+        return
     if cause is None:
         ended = ", ".join(f"rank {r.get('rank', '?')}: {r.get('error', 'unreadable report')}" for r in found)
         log.info(
@@ -208,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     device, _visible = pin_job_gpus(settings, args.gpus, job=args.job)
     check_gpu_count(device, args.gpus, rest)
     nproc = processes(device, args.gpus)
-    targs = trainer_args(rest, device, nproc, args.threads)
+    learned = guard.out_of_memory if guard is not None else None
+    targs = trainer_args(rest, device, nproc, args.threads, learned[failures.OUT_OF_MEMORY] if learned else None)
     if found is not None:
         os.environ[controller.ENV] = found.to_env()  # the trainer's processes inherit it
     log.info("controller: %s", f"Snakemake pid {found.pid}" if found else "none found (no check for orphaning)")
@@ -221,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             train_main(targs)
         except BaseException as exc:
             if guard is not None and guard.record_exception(exc, log):
-                guard.say_recorded(type(exc).__name__, log)
+                guard.say_recorded(type(exc).__name__, log, failures.out_of_memory_details(exc))
             raise
         return 0
     cmd = torchrun_command(nproc, targs)

@@ -73,6 +73,15 @@ class TrainParams:
                          n_head=self.n_head, n_embd=self.n_embd, dropout=self.dropout, bias=self.bias)
 
 
+def batch_note(micro_batch: int, grad_accum: int, config_micro_batch: int) -> str:
+    """How a run's batch differs from its config (the trainer's log, the report): the
+    micro-batch it trained with after running out of memory, and its grad_accum."""
+    return (
+        f"micro-batch {micro_batch} (config {config_micro_batch}) x grad_accum {grad_accum} after out-of-memory: "
+        f"the same global batch; numbers not bitwise those of micro-batch {config_micro_batch}"
+    )
+
+
 def job_params(train: Mapping, device: str) -> dict:
     """The train job's params: the `train` section (`train`, a sweep job's point and seed
     applied) as Snakemake records it and the trainer gets it (`--params`), under

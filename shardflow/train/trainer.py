@@ -17,6 +17,17 @@ same update as two processes with grad_accum A (up to the order of float sums).
 Each micro-batch loss is divided by grad_accum and DDP averages over ranks, so the
 gradient is the mean over the global batch either way.
 
+Out of memory. A step that runs out of GPU memory ends the attempt, the error marked
+with its micro-batch and GPU (core.failures.mark_out_of_memory; the train launcher
+records it beside the resume folder). The next attempt on the same GPU type, given that
+record (`out_of_memory`), cuts each configured micro-batch into equal pieces
+(core.oom.smaller_micro_batch: 32 -> 16 -> ... -> 1) and accumulates over all of them:
+each step trains on the same windows in more micro-steps, so the global batch and the
+data order stay as configured, and a checkpoint (whose key holds the configured
+batch_size and grad_accum) resumes across the change. The numbers match within float
+rounding, not bitwise (sums in another order; dropout masks drawn in other shapes). At
+micro-batch 1 the attempt ends with ModelDoesNotFitError, naming the GPU's memory.
+
 Resume. Every `checkpoint_interval` steps, rank 0 writes `checkpoint.pt` (model,
 optimizer, the sampler's generator state, step, loss history) atomically into the
 resume folder, which sits beside the output folder because Snakemake deletes a failed
@@ -54,12 +65,14 @@ from shardflow.core import locks
 from shardflow.core.atomic import atomic_open, atomic_path, write_json
 from shardflow.core.controller import ENV as CONTROLLER_ENV
 from shardflow.core.controller import Controller, OrphanedJobError
-from shardflow.core.devices import PEAK_GPU_KEYS, peak_memory, reset_peak_memory, use_compile_cache
-from shardflow.core.hashing import sha256_file
+from shardflow.core.devices import PEAK_GPU_KEYS, device_memory, peak_memory, reset_peak_memory, use_compile_cache
+from shardflow.core.failures import mark_out_of_memory
+from shardflow.core.hashing import digest, sha256_file
+from shardflow.core.oom import OOM_ERRORS, smaller_micro_batch
 from shardflow.core.parts import make_folder, remove_folder, resume_tree_top
 from shardflow.core.s3 import logical_path
 from shardflow.train.model import GPT, GPTConfig
-from shardflow.train.params import TrainParams
+from shardflow.train.params import TrainParams, batch_note
 from shardflow.train.shards import open_shard
 
 CHECKPOINT_FORMAT = "shardflow.train.checkpoint"
@@ -88,6 +101,11 @@ def _orphaned(controller: Controller | None, rt) -> bool:
 
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be resumed from (unreadable, foreign, or other parameters)."""
+
+
+class ModelDoesNotFitError(RuntimeError):
+    """A training step runs out of device memory even at micro-batch 1. A RuntimeError,
+    retried (core.failures): a GPU another process shared, or a larger one, may hold it."""
 
 
 def lr_at(step: int, p: TrainParams) -> float:
@@ -272,6 +290,50 @@ def evaluate(model, shards, windows, batch_size: int, rt: Runtime) -> float:
     return (totals[0] / totals[1]).item()
 
 
+def memory_settings(cfg: GPTConfig, p: TrainParams, rt: Runtime) -> str:
+    """What, besides the micro-batch and the GPU type, decides the memory a training step
+    takes (the model with its vocabulary, the precision, compilation, the processes): an
+    out-of-memory record of other settings does not apply to this run (digest)."""
+    return digest({"model": cfg.to_dict(), "dtype": str(rt.dtype), "compile": p.compile and rt.device.type == "cuda",
+                   "world_size": rt.world})
+
+
+def micro_batch_for(p: TrainParams, out_of_memory: dict | None, device: str, settings: str) -> tuple[int, dict | None]:
+    """The micro-batch this attempt trains with, and the out-of-memory details that chose
+    it (None: train.batch_size, as configured). `out_of_memory`: the details an earlier
+    attempt or run recorded (core.failures: the micro-batch that did not fit, the GPU's
+    name, `settings`); on the same GPU type with the same settings the micro-batch is
+    core.oom.smaller_micro_batch of the one that did not fit (1 again after 1), else the
+    configured one (another GPU type may hold it)."""
+    d = out_of_memory or {}
+    failed = d.get("micro_batch")
+    if d.get("device") != device or d.get("settings") != settings or not isinstance(failed, int) or failed < 1:
+        return p.batch_size, None
+    micro = smaller_micro_batch(p.batch_size, failed) or 1
+    return micro, (d if micro < p.batch_size else None)
+
+
+def out_of_memory_error(exc: BaseException, p: TrainParams, micro: int, rt: Runtime, settings: str) -> BaseException:
+    """The error a step that ran out of memory at micro-batch `micro` ends the attempt
+    with, marked with what the next attempt needs (core.failures.mark_out_of_memory): `exc`
+    itself, or at micro-batch 1 a ModelDoesNotFitError naming the GPU and its memory."""
+    name, mib = device_memory(rt.device)
+    smaller = smaller_micro_batch(p.batch_size, micro)
+    details = {"micro_batch": micro, "next_micro_batch": smaller,
+               "next_grad_accum": None if smaller is None else p.grad_accum * (p.batch_size // smaller),
+               "batch_size": p.batch_size, "grad_accum": p.grad_accum, "device": name, "gpu_memory_mib": mib,
+               "settings": settings}
+    if smaller is None:
+        memory = f"{rt.device} ({name}, {mib:,} MiB)" if mib is not None else str(rt.device)
+        exc = ModelDoesNotFitError(
+            f"the model does not fit in the memory of {memory} even at micro-batch 1 (train.batch_size "
+            f"{p.batch_size} x grad_accum {p.grad_accum} run as {p.batch_size * p.grad_accum} micro-steps of one "
+            f"window of {p.block_size} tokens; {type(exc).__name__}: {str(exc)[:300]}): lower train.block_size, "
+            "n_embd or n_layer, or give the job a GPU with more memory"
+        )
+    return mark_out_of_memory(exc, details)
+
+
 def make_optimizer(model: GPT, p: TrainParams, rt: Runtime) -> torch.optim.AdamW:
     # Decay matrices and embeddings only; biases and LayerNorm gains stay free (as GPT-2/nanoGPT).
     params = [q for q in model.parameters() if q.requires_grad]
@@ -405,6 +467,7 @@ def train(
     sample_tokens: int = 500,
     keep_resume: bool = False,
     tokenizer=None,
+    out_of_memory: dict | None = None,
 ) -> dict:
     """Train (or continue training) and write the outputs; returns metrics (on every rank).
 
@@ -415,16 +478,19 @@ def train(
     empty, up to the `.resume` folder it lies in (`core.parts.remove_folder`).
     tokenizer: the shards' (shardflow.train.tokenizer): it decodes the sample (unless
     `decode` is given) and goes into the Hugging Face folder with the weights.
+    out_of_memory: what an earlier attempt that ran out of memory recorded (the train
+    launcher passes it, core.failures): on that GPU type, the micro-batch is made smaller
+    and the steps take the same windows in more micro-steps (`micro_batch_for`).
     """
     out_dir = Path(out_dir)
     resume_dir = Path(resume_dir) if resume_dir else out_dir.parent / f"{out_dir.name}.resume"
     with holding_resume(resume_dir):
         return _train(shard_dir_or_metadata, out_dir, params, logger, resume_dir, decode, sample_tokens,
-                      keep_resume, tokenizer)
+                      keep_resume, tokenizer, out_of_memory)
 
 
 def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, resume_dir: Path, decode,
-           sample_tokens: int, keep_resume: bool, tokenizer) -> dict:
+           sample_tokens: int, keep_resume: bool, tokenizer, out_of_memory: dict | None) -> dict:
     if decode is None and tokenizer is not None:
         decode = tokenizer.decode
     logger = logger or log
@@ -432,7 +498,11 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
     rt = resolve_runtime(p)
     shards = load_shards(shard_dir_or_metadata, verify=rt.is_main)  # a failing rank 0 stops the group
     cfg = p.model_config(shards.vocab_size)
-    key = resume_key(p, cfg, rt, shards)
+    key = resume_key(p, cfg, rt, shards)  # the configured batch: a smaller micro-batch resumes the same run
+    settings = memory_settings(cfg, p, rt)
+    micro, after_oom = micro_batch_for(p, out_of_memory, device_memory(rt.device)[0], settings)
+    pieces = p.batch_size // micro  # each configured micro-batch is cut into `pieces` of `micro` windows
+    grad_accum = p.grad_accum * pieces  # micro-steps per optimizer step and process
     if rt.device.type == "cuda":
         torch.cuda.set_device(rt.device)
         reset_peak_memory(rt.device)  # this run's peak (metrics.json), from before the model is built
@@ -475,7 +545,9 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
         optimizer.load_state_dict(ckpt["optimizer"])
         sampler.generator.set_state(ckpt["sampler_generator"])
         step, history, best, prior_seconds = ckpt["step"], ckpt["history"], ckpt["best"], ckpt["seconds"]
-        logger.info("resumed from %s at step %d", ckpt_path, step)
+        written_at = ckpt.get("micro_batch", p.batch_size)  # older checkpoints: the configured one
+        logger.info("resumed from %s at step %d%s", ckpt_path, step,
+                    f" (written at micro-batch {written_at}, now {micro})" if written_at != micro else "")
         if rt.is_main:
             keep_best_of_checkpoint(resume_dir, best["step"], logger)
     resumed_from = step
@@ -489,13 +561,24 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
         device_ids = [rt.device.index] if rt.device.type == "cuda" else None
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
 
-    micro_per_step = p.grad_accum * rt.world
+    micro_per_step = p.grad_accum * rt.world  # configured micro-batches per step, over the ranks
     tokens_per_step = p.batch_size * p.block_size * micro_per_step
     flops_per_token = raw.flops_per_token(p.block_size)
-    logger.info("model: %s, %.2fM parameters, %s on %s x%d, %d tokens per step",
-                cfg, raw.num_params() / 1e6, rt.dtype, rt.device, rt.world, tokens_per_step)
+    logger.info("model: %s, %.2fM parameters, %s on %s x%d, %d tokens per step: micro-batch %d x grad_accum %d "
+                "x %d process(es) x block_size %d", cfg, raw.num_params() / 1e6, rt.dtype, rt.device, rt.world,
+                tokens_per_step, micro, grad_accum, rt.world, p.block_size)
+    if after_oom is not None:
+        logger.warning("%s (an earlier attempt ran out of memory at micro-batch %s on %s)",
+                       batch_note(micro, grad_accum, p.batch_size), after_oom.get("micro_batch"), after_oom.get("device"))
 
     pending: list[tuple] = []  # steps whose train loss still sits on the device
+
+    def my_micro_batches(windows: list) -> list:
+        """This rank's micro-batches of a step's global list of windows: configured
+        micro-batches r, r + W, r + 2W, ... (rank r of W), each cut into `pieces` of
+        `micro` windows, so a smaller micro-batch trains each step on the same windows."""
+        mine = [windows[m * p.batch_size : (m + 1) * p.batch_size] for m in range(rt.rank, micro_per_step, rt.world)]
+        return [batch[j * micro : (j + 1) * micro] for batch in mine for j in range(pieces)]
 
     def flush():
         for s, loss, lr, seconds in pending:
@@ -509,7 +592,7 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
             state = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "key": key, "step": step,
                      "model": raw.state_dict(), "optimizer": optimizer.state_dict(),
                      "sampler_generator": sampler.generator.get_state(), "history": history, "best": best,
-                     "seconds": prior_seconds + time.perf_counter() - t_start}
+                     "seconds": prior_seconds + time.perf_counter() - t_start, "micro_batch": micro}
             with atomic_path(ckpt_path) as tmp:
                 torch.save(state, tmp)
             keep_best_of_checkpoint(resume_dir, best["step"], logger)
@@ -517,62 +600,66 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
     t_start = time.perf_counter()
     t_timed, overhead, timed_tokens = None, 0.0, 0
     model.train()
-    while step < p.max_iters:
-        lr = lr_at(step, p)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        # Dropout masks depend only on (seed, rank, step): nothing to restore on resume.
-        torch.manual_seed(p.seed + 1_000_003 * (rt.rank + 1) + step)
-        windows = sampler.draw(p.batch_size * micro_per_step)
-        loss_sum = torch.zeros((), device=rt.device)
-        for k in range(p.grad_accum):
-            m = k * rt.world + rt.rank  # this rank's k-th micro-batch in the global list
-            x, y = read_windows(shards.train, windows[m * p.batch_size : (m + 1) * p.batch_size], p.block_size, rt.device)
-            last = k == p.grad_accum - 1
-            no_sync = model.no_sync() if rt.world > 1 and not last else contextlib.nullcontext()
-            with no_sync:
-                with rt.autocast():
-                    _, loss = model(x, y)
-                (loss / p.grad_accum).backward()
-            loss_sum += loss.detach()
-        if p.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(raw.parameters(), p.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        step += 1
-        train_loss = rt.all_reduce_(loss_sum / p.grad_accum) / rt.world
-        pending.append((step, train_loss, lr, prior_seconds + time.perf_counter() - t_start))
+    try:  # a step that runs out of memory ends the attempt, telling the next one its micro-batch
+        while step < p.max_iters:
+            lr = lr_at(step, p)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            # Dropout masks depend only on (seed, rank, step): nothing to restore on resume.
+            torch.manual_seed(p.seed + 1_000_003 * (rt.rank + 1) + step)
+            loss_sum = torch.zeros((), device=rt.device)
+            for i, batch in enumerate(my_micro_batches(sampler.draw(p.batch_size * micro_per_step))):
+                x, y = read_windows(shards.train, batch, p.block_size, rt.device)
+                last = i == grad_accum - 1
+                no_sync = model.no_sync() if rt.world > 1 and not last else contextlib.nullcontext()
+                with no_sync:
+                    with rt.autocast():
+                        _, loss = model(x, y)
+                    (loss / grad_accum).backward()
+                loss_sum += loss.detach()
+            if p.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(raw.parameters(), p.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            train_loss = rt.all_reduce_(loss_sum / grad_accum) / rt.world
+            pending.append((step, train_loss, lr, prior_seconds + time.perf_counter() - t_start))
 
-        if t_timed is None:  # the first step warms up (allocator, compile): not timed
-            rt.sync()
-            t_timed = time.perf_counter()
-        else:
-            timed_tokens += tokens_per_step
+            if t_timed is None:  # the first step warms up (allocator, compile): not timed
+                rt.sync()
+                t_timed = time.perf_counter()
+            else:
+                timed_tokens += tokens_per_step
 
-        if step % p.eval_interval == 0 or step == p.max_iters:
-            rt.sync()
-            t0 = time.perf_counter()
-            val = evaluate(eval_model, shards.val, fixed_val, p.batch_size, rt)
-            flush()
-            history[-1]["val_loss"] = val
-            if val < best["val_loss"]:
-                best = {"val_loss": val, "step": step}
-                if rt.is_main:
-                    save_weights(raw, best_file(resume_dir, step))
-            logger.info("step %d: train %.4f val %.4f lr %.2e", step, history[-1]["train_loss"], val, lr)
-            overhead += time.perf_counter() - t0
-        if step % p.checkpoint_interval == 0 or step == p.max_iters:
-            rt.sync()
-            t0 = time.perf_counter()
-            checkpoint()
-            stop_if_orphaned("found at a checkpoint")
-            overhead += time.perf_counter() - t0
-    flush()
-    rt.sync()
-    train_seconds = (time.perf_counter() - t_timed - overhead) if t_timed is not None else 0.0
-    tokens_per_sec = timed_tokens / train_seconds if timed_tokens and train_seconds > 0 else None
+            if step % p.eval_interval == 0 or step == p.max_iters:
+                rt.sync()
+                t0 = time.perf_counter()
+                val = evaluate(eval_model, shards.val, fixed_val, micro, rt)
+                flush()
+                history[-1]["val_loss"] = val
+                if val < best["val_loss"]:
+                    best = {"val_loss": val, "step": step}
+                    if rt.is_main:
+                        save_weights(raw, best_file(resume_dir, step))
+                logger.info("step %d: train %.4f val %.4f lr %.2e", step, history[-1]["train_loss"], val, lr)
+                overhead += time.perf_counter() - t0
+            if step % p.checkpoint_interval == 0 or step == p.max_iters:
+                rt.sync()
+                t0 = time.perf_counter()
+                checkpoint()
+                stop_if_orphaned("found at a checkpoint")
+                overhead += time.perf_counter() - t0
+        flush()
+        rt.sync()
+        train_seconds = (time.perf_counter() - t_timed - overhead) if t_timed is not None else 0.0
+        tokens_per_sec = timed_tokens / train_seconds if timed_tokens and train_seconds > 0 else None
 
-    final_val = evaluate(eval_model, shards.val, val_windows(shards.val, p.block_size, "all", 0), p.batch_size, rt)
+        final_val = evaluate(eval_model, shards.val, val_windows(shards.val, p.block_size, "all", 0), micro, rt)
+    except OOM_ERRORS as exc:
+        error = out_of_memory_error(exc, p, micro, rt, settings)
+        if error is exc:
+            raise
+        raise error from exc
     peaks = peak_memory_over_ranks(rt)
     metrics = {
         "best_val_loss": best["val_loss"],
@@ -584,6 +671,11 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
         "train_tokens": train_tokens,
         "unsampled_train_tokens": sampler.unsampled_tokens,  # in shards too short for one window
         "tokens_per_step": tokens_per_step,
+        # what ran: micro-batch x grad_accum (per process); smaller than configured after out-of-memory
+        "micro_batch": micro,
+        "grad_accum": grad_accum,
+        "config_micro_batch": p.batch_size,
+        "config_grad_accum": p.grad_accum,
         "tokens_per_second": tokens_per_sec,  # global, training steps only (no eval/checkpoint), this process
         "wall_seconds": time.perf_counter() - t_start,
         "train_seconds_total": history[-1]["seconds"] if history else 0.0,

@@ -12,7 +12,8 @@ section per stage and data set:
   intervals when scored;
 - training: documents and tokens in (train / val), shards, tokenizer, steps, best
   validation loss, wall time, tokens/s (MFU on CUDA), GPU-hours and cost on CUDA,
-  peak GPU memory.
+  peak GPU memory; the micro-batch where it was not the config's (after running out
+  of memory: the same global batch, in more micro-steps).
 
 Peak GPU memory is the largest job's (or rank's) own peak: what a GPU must hold to
 run it (core.devices.peak_memory), "not on a GPU" where the jobs ran on the CPU.
@@ -34,6 +35,7 @@ from shardflow.core.files import read_json
 from shardflow.core.jobs import priced, read_job_table
 from shardflow.embed.report import ReportParams, run_summary
 from shardflow.sweep.export import value_label
+from shardflow.train.params import batch_note
 
 
 @dataclass(frozen=True)
@@ -383,6 +385,7 @@ def training_section(dataset: str, files: dict, report: ReportParams | None = No
         ("tokenizer", f"{tok['kind']}, vocabulary {tok['vocab_size']:,}, end-of-text id {tok['eot_id']}"),
         ("steps", f"{m['steps']:,} steps of {m['tokens_per_step']:,} tokens, {m['n_params']:,} parameters"
          + (f" (resumed from step {m['resumed_from_step']:,})" if m["resumed_from_step"] else "")),
+        *_batch_rows(m),
         ("best val loss", _val_loss_line(m)),
         ("wall time", f"{_duration(m['train_seconds_total'])} of training, {_duration(m['wall_seconds'])} this run"),
     ]
@@ -399,6 +402,15 @@ def training_section(dataset: str, files: dict, report: ReportParams | None = No
         rows.append(("GPU-hours and cost", f"{gpu_hours:.4f} GPU-h{cost}"))
     rows.append(("peak GPU memory", _training_peak_memory(m)))
     return Section(f"Training: {dataset}", rows)
+
+
+def _batch_rows(m: dict) -> list[tuple[str, str]]:
+    """A row where the run trained with another micro-batch than its config's (after
+    running out of memory: shardflow.train.trainer); none where it did not, or where its
+    metrics.json predates the record."""
+    if m.get("micro_batch") is None or m["micro_batch"] == m.get("config_micro_batch"):
+        return []
+    return [("micro-batch", batch_note(m["micro_batch"], m["grad_accum"], m["config_micro_batch"]))]
 
 
 def _training_peak_memory(m: dict) -> str:

@@ -140,14 +140,14 @@ def test_a_rank_whose_launcher_is_already_gone_stops_before_training(monkeypatch
 # ------------------------------------------------- a retry repeats no input error
 
 
-def launcher_argv(tmp_path, attempt, device="cpu", gpus=0, data=None):
+def launcher_argv(tmp_path, attempt, device="cpu", gpus=0, data=None, train=None):
     """The train rule's command as Snakemake formats it (rules/train.smk)."""
     settings = {"device": device, "pinning": "off", "devices": None, "attempt": attempt}
     shards = data or tmp_path / "shards"
     if data is None and not shards.exists():
         shards.mkdir()
         (shards / "metadata.json").write_text("{}")
-    params = json.dumps({"n_layer": 1, **({"gpus": gpus} if gpus > 1 else {})})
+    params = json.dumps({**(train or {"n_layer": 1}), **({"gpus": gpus} if gpus > 1 else {})})
     return [
         "--gpus",
         str(gpus),
@@ -235,6 +235,57 @@ def test_a_transient_error_or_a_run_by_hand_records_nothing(tmp_path, launcher, 
     with pytest.raises(ShardFormatError):
         launch.main(argv)
     assert not launcher.exists()
+
+
+def test_an_attempt_out_of_memory_records_its_micro_batch_and_the_retry_halves_it(tmp_path, launcher, monkeypatch):
+    """One process (the trainer in the launcher), as a local retry in place runs it (its
+    params still say attempt 1; the same Snakemake): the attempt that ran out of memory
+    at micro-batch 4 records it beside the resume folder, and the retry trains with 2 x
+    grad_accum 2, the same tokens per step; the record stays for later runs."""
+    from tests.unit.train.test_trainer import TINY, fits_in, write_tiny_shards
+
+    shards = write_tiny_shards(tmp_path / "shards")
+    me = launch.controller.Controller(os.getpid(), launch.controller._stat(os.getpid())[1])  # alive: no orphan
+    monkeypatch.setattr(launch.controller, "find", lambda: me)
+    fits_in({"windows": 2}, monkeypatch)
+    argv = [*launcher_argv(tmp_path, 1, data=shards, train=dict(TINY, max_iters=2)), "--sample-tokens", "2"]
+    with pytest.raises(torch.OutOfMemoryError):
+        launch.main(argv)
+    record = json.loads(launcher.read_text())
+    assert (record["kind"], record["attempt"], record["error"]) == ("out_of_memory", 1, "OutOfMemoryError")
+    assert {k: record["out_of_memory"][k] for k in ("micro_batch", "next_micro_batch", "device")} == {
+        "micro_batch": 4,
+        "next_micro_batch": 2,
+        "device": "cpu",
+    }
+
+    assert launch.main(argv) == 0
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert (metrics["micro_batch"], metrics["grad_accum"], metrics["tokens_per_step"]) == (2, 2, 4 * 16)
+    assert json.loads(launcher.read_text()) == record
+
+
+def test_a_rank_out_of_memory_is_recorded_and_the_next_attempt_tells_the_ranks(tmp_path, launcher, monkeypatch):
+    from shardflow.core.failures import mark_out_of_memory
+
+    details = {"micro_batch": 8, "next_micro_batch": 4, "next_grad_accum": 2, "device": "NVIDIA H100", "settings": "s"}
+    oom = mark_out_of_memory(torch.OutOfMemoryError("CUDA out of memory"), details)
+    monkeypatch.setattr(launch, "pin_job_gpus", lambda settings, gpus, job: ("cuda", "0,1"))
+    monkeypatch.setattr(launch, "run_ranks", fake_torchrun(RuntimeError("Connection closed by peer"), oom))
+    monkeypatch.setenv(launch.failures.RANK_REPORTS_ENV, "")
+    monkeypatch.setenv("RANK", "")
+    assert launch.main(launcher_argv(tmp_path, attempt=1, device="cuda", gpus=2)) == 1
+    record = json.loads(launcher.read_text())
+    assert (record["kind"], record["message"], record["out_of_memory"]) == (
+        "out_of_memory",
+        "rank 1: CUDA out of memory",
+        details,
+    )
+
+    got = {}
+    monkeypatch.setattr(launch, "run_ranks", lambda cmd, reports=None: got.setdefault("cmd", cmd) and 0)
+    assert launch.main(launcher_argv(tmp_path, attempt=2, device="cuda", gpus=2)) == 0  # no RepeatedFailureError
+    assert json.loads(launch.option(got["cmd"], "--out-of-memory")) == details
 
 
 def fake_torchrun(*ranks):

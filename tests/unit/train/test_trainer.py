@@ -29,6 +29,7 @@ from shardflow.core.hashing import sha256_file
 from shardflow.train.shards import write_shard
 from shardflow.train.trainer import (
     CheckpointError,
+    ModelDoesNotFitError,
     OrphanedJobError,
     TrainParams,
     WindowSampler,
@@ -36,6 +37,7 @@ from shardflow.train.trainer import (
     load_model,
     load_shards,
     lr_at,
+    micro_batch_for,
     peak_memory_over_ranks,
     train,
     val_windows,
@@ -377,6 +379,85 @@ def test_unreadable_or_foreign_checkpoint_is_refused(shards, tmp_path):
     torch.save({"model": {}, "step": 3}, checkpoint)
     with pytest.raises(CheckpointError, match="not a shardflow training checkpoint"):
         train(shards, tmp_path / "b", params, resume_dir=resume)
+
+
+# ---------------------------------------------------------------- out of memory: a smaller micro-batch
+
+
+def fits_in(limit: dict, monkeypatch) -> None:
+    """GPT.forward runs out of memory on more than limit["windows"] windows at once, from
+    the limit["after"]-th training forward pass on (from the start without it)."""
+    from shardflow.train.model import GPT
+
+    real = GPT.forward
+
+    def forward(self, idx, *args, **kwargs):
+        if self.training and limit.get("after", 0) > 0:
+            limit["after"] -= 1
+        if limit.get("after", 0) == 0 and idx.size(0) > limit["windows"]:
+            raise torch.OutOfMemoryError(f"CUDA out of memory (a batch of {idx.size(0)} windows)")
+        return real(self, idx, *args, **kwargs)
+
+    monkeypatch.setattr(GPT, "forward", forward)
+
+
+def test_out_of_memory_resumes_with_half_the_micro_batch_and_the_same_steps(shards, tmp_path, monkeypatch):
+    """An attempt that runs out of memory at step 5 says which micro-batch did not fit; the
+    next, told so, resumes from the step-4 checkpoint with micro-batch 2 x grad_accum 2
+    instead of 4 x 1: the same windows per step, so the loss curve of an undisturbed run
+    (within float rounding: sums in another order). A checkpoint of another configured
+    batch is still refused."""
+    from shardflow.core.failures import out_of_memory_details
+
+    base = dict(TINY, max_iters=8, eval_interval=4, checkpoint_interval=4)
+    reference = tmp_path / "reference"
+    train(shards, reference, TrainParams(**base), resume_dir=tmp_path / "ref.resume", sample_tokens=2)
+
+    out, resume = tmp_path / "model", tmp_path / "resume"
+    fits_in({"windows": 2, "after": 5}, monkeypatch)  # steps 1-4 fit, step 5 does not
+    with pytest.raises(torch.OutOfMemoryError) as failed:
+        train(shards, out, TrainParams(**base), resume_dir=resume)
+    details = out_of_memory_details(failed.value)
+    assert {k: details[k] for k in ("micro_batch", "next_micro_batch", "next_grad_accum", "device")} == {
+        "micro_batch": 4, "next_micro_batch": 2, "next_grad_accum": 2, "device": "cpu"}
+    assert torch.load(resume / "checkpoint.pt", weights_only=True)["step"] == 4
+
+    metrics = train(shards, out, TrainParams(**base), resume_dir=resume, out_of_memory=details, sample_tokens=2,
+                    keep_resume=True)
+    assert metrics["resumed_from_step"] == 4
+    assert [metrics[k] for k in ("micro_batch", "grad_accum", "config_micro_batch", "config_grad_accum")] == [2, 2, 4, 1]
+    assert metrics["tokens_per_step"] == json.loads((reference / "metrics.json").read_text())["tokens_per_step"]
+    ours, ref = curve(out), curve(reference)
+    pd.testing.assert_series_equal(ours["tokens_seen"], ref["tokens_seen"])
+    for column in ("train_loss", "val_loss"):
+        np.testing.assert_allclose(ours[column], ref[column], rtol=1e-5, err_msg=column)
+
+    with pytest.raises(CheckpointError, match=r"\(batch_size, grad_accum\)"):  # configured otherwise: another run
+        train(shards, out, TrainParams(**dict(base, batch_size=2, grad_accum=2)), resume_dir=resume)
+
+
+def test_out_of_memory_at_micro_batch_1_says_the_model_does_not_fit(shards, tmp_path, monkeypatch):
+    from shardflow.core.failures import out_of_memory_details
+
+    params = TrainParams(**dict(TINY, batch_size=2, max_iters=1))
+    fits_in({"windows": 0}, monkeypatch)
+    with pytest.raises(torch.OutOfMemoryError) as failed:
+        train(shards, tmp_path / "a", params, resume_dir=tmp_path / "r")
+    with pytest.raises(ModelDoesNotFitError, match=r"does not fit in the memory of cpu even at micro-batch 1 "
+                       r"\(train.batch_size 2 x grad_accum 1 run as 2 micro-steps") as again:
+        train(shards, tmp_path / "a", params, resume_dir=tmp_path / "r", out_of_memory=out_of_memory_details(failed.value))
+    assert out_of_memory_details(again.value)["next_micro_batch"] is None  # recorded: micro-batch 1 again
+
+
+def test_an_out_of_memory_record_of_another_gpu_or_model_keeps_the_configured_micro_batch():
+    p = TrainParams(batch_size=12)
+    t4 = {"micro_batch": 12, "device": "Tesla T4", "settings": "s"}
+    assert micro_batch_for(p, t4, "Tesla T4", "s") == (6, t4)
+    assert micro_batch_for(p, dict(t4, micro_batch=6), "Tesla T4", "s")[0] == 3
+    assert micro_batch_for(p, dict(t4, micro_batch=1), "Tesla T4", "s")[0] == 1  # 1 again: a shared GPU may free up
+    assert micro_batch_for(p, t4, "NVIDIA A100-SXM4-80GB", "s") == (12, None)
+    assert micro_batch_for(p, t4, "Tesla T4", "another model") == (12, None)
+    assert micro_batch_for(p, None, "Tesla T4", "s") == (12, None)
 
 
 # ---------------------------------------------------------------- real processes

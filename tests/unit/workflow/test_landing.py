@@ -219,3 +219,12 @@ def test_the_training_page_says_the_largest_ranks_peak_gpu_memory(tmp_path):
     for changes, want in cases:
         files["metrics"].write_text(json.dumps({**metrics, **changes}))
         assert dict(training_section("tr", files).rows)["peak GPU memory"] == want
+    # A run that trained with a smaller micro-batch after running out of memory says so.
+    files["metrics"].write_text(json.dumps({**metrics, "micro_batch": 8, "grad_accum": 16, "config_micro_batch": 32,
+                                            "config_grad_accum": 4}))
+    assert dict(training_section("tr", files).rows)["micro-batch"] == (
+        "micro-batch 8 (config 32) x grad_accum 16 after out-of-memory: the same global batch; numbers not "
+        "bitwise those of micro-batch 32")
+    files["metrics"].write_text(json.dumps({**metrics, "micro_batch": 32, "grad_accum": 4, "config_micro_batch": 32,
+                                            "config_grad_accum": 4}))
+    assert "micro-batch" not in dict(training_section("tr", files).rows)
