@@ -304,10 +304,13 @@ def micro_batch_for(p: TrainParams, out_of_memory: dict | None, device: str, set
     attempt or run recorded (core.failures: the micro-batch that did not fit, the GPU's
     name, `settings`); on the same GPU type with the same settings the micro-batch is
     core.oom.smaller_micro_batch of the one that did not fit (1 again after 1), else the
-    configured one (another GPU type may hold it)."""
+    configured one (another GPU type may hold it; so may a batch_size lowered below the
+    micro-batch that did not fit: it is tried as configured)."""
     d = out_of_memory or {}
     failed = d.get("micro_batch")
     if d.get("device") != device or d.get("settings") != settings or not isinstance(failed, int) or failed < 1:
+        return p.batch_size, None
+    if failed > p.batch_size:  # a batch_size lowered since: nothing says it does not fit
         return p.batch_size, None
     micro = smaller_micro_batch(p.batch_size, failed) or 1
     return micro, (d if micro < p.batch_size else None)

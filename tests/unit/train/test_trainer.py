@@ -458,6 +458,10 @@ def test_an_out_of_memory_record_of_another_gpu_or_model_keeps_the_configured_mi
     assert micro_batch_for(p, t4, "NVIDIA A100-SXM4-80GB", "s") == (12, None)
     assert micro_batch_for(p, t4, "Tesla T4", "another model") == (12, None)
     assert micro_batch_for(p, None, "Tesla T4", "s") == (12, None)
+    # A batch_size lowered below the micro-batch that did not fit is tried as configured:
+    # the record says nothing of it (it would have been cut to 6).
+    assert micro_batch_for(p, dict(t4, micro_batch=16), "Tesla T4", "s") == (12, None)
+    assert micro_batch_for(TrainParams(batch_size=24), dict(t4, micro_batch=16), "Tesla T4", "s") == (8, t4 | {"micro_batch": 16})
 
 
 # ---------------------------------------------------------------- real processes
