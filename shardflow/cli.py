@@ -160,7 +160,9 @@ def _fraction(text: str) -> float:
 
 def _gpus(args: argparse.Namespace, cfg: dict) -> tuple[int, str, bool]:
     """(GPUs, where that figure came from, whether the GPU rules run on this host's CPU)
-    for `make estimate` and `make status`: --gpus, else as the local profile runs them."""
+    for `make estimate` and `make status`: --gpus, else as the local profile runs them.
+    Status uses the first two only: the run it watches may be on other hosts (a SLURM
+    login node has no GPU), so it takes the device from the jobs' records instead."""
     from shardflow.core.gpu_slots import concurrent_gpu_jobs
     from shardflow.workflow import estimate as est
 
@@ -200,8 +202,8 @@ def status(args: argparse.Namespace) -> int:
 
     try:
         cfg = est.load_config(args.configfile)
-        gpus, source, local_cpu = _gpus(args, cfg)
-        result = st.status(cfg, gpus, source, local_cpu=local_cpu)
+        gpus, source, _ = _gpus(args, cfg)
+        result = st.status(cfg, gpus, source)
     except (ValueError, OSError) as exc:  # a config or rules-file error: its message names the key or file
         print(f"status: {exc}", file=sys.stderr)
         return 2

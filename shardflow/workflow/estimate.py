@@ -58,7 +58,6 @@ from shardflow.core.config import canonical_order, load_schema, validate_config
 from shardflow.core.files import GZIP_MAGIC, read_json
 from shardflow.core.jobs import priced, read_benchmark, read_job_table
 from shardflow.core.models import same_model
-from shardflow.core.s3 import logical_path
 from shardflow.corpus.readers import ReaderOptions, detect_format
 from shardflow.sweep import parse_sweeps
 from shardflow.sweep.spec import load_yaml, merge
@@ -171,8 +170,7 @@ def split_manifest(ds: plan.DataSet) -> tuple[dict | None, str]:
         return None, f"{path} is not readable ({exc}): not used"
     if manifest.get("n_chunks") != ds.n_chunks or len(chunks) != ds.n_chunks:
         return None, f"{path} has {manifest.get('n_chunks')} chunks, this config makes {ds.n_chunks}: not used"
-    recorded = [os.path.normpath(p) for p in manifest.get("sources", [])]
-    if recorded != [os.path.normpath(logical_path(p)) for p in ds.sources]:
+    if not plan.matches_sources(list(manifest.get("sources", [])), ds.sources):
         return None, f"{path} was split from other input files: not used"
     written = os.path.getmtime(path)
     newer = [p for p in ds.sources if os.path.isfile(p) and os.path.getmtime(p) > written]
@@ -344,7 +342,8 @@ def load_run(folder: str, stats_glob: str, bench: Callable[[dict], str] | None =
     return Run(folder, stats, benches)
 
 
-def _kind(device: object) -> str:
+def device_kind(device: object) -> str:
+    """The kind of a device: cuda for any CUDA one (cuda:1), else its name (cpu)."""
     return "cuda" if str(device).startswith("cuda") else str(device)
 
 
@@ -407,7 +406,7 @@ def find_rate(runs: Iterable[tuple[Run, str | None]], on_gpu: bool, notes: list[
         if measured is None:
             continue
         per_s, overhead = measured
-        if {_kind(s.get("device")) for s in run.stats} != {want}:
+        if {device_kind(s.get("device")) for s in run.stats} != {want}:
             elsewhere.append(f"{run.where} {per_s:.3g} records/s on {_devices(run.stats)}")
             continue
         loading = "not measured (no benchmarks)" if overhead is None else f"{overhead:.0f} s a job"
@@ -813,7 +812,7 @@ def train_row(
         if done <= 0 or seconds <= 0:
             continue
         per_gpu = done / seconds / world
-        if _kind(device) != want:
+        if device_kind(device) != want:
             row.notes.append(
                 f"passed over: {folder} measured {per_gpu:.3g} tokens/s on {device}, no estimate for a {kind} run"
             )
@@ -1001,7 +1000,7 @@ def search_row(cfg: dict, name: str, queries: int | None, documents: int, gpus: 
         if done <= 0 or not isinstance(bench.get("s"), float) or bench["s"] <= 0:
             continue
         per_s = done / bench["s"]
-        if _kind(metrics.get("device")) != want:
+        if device_kind(metrics.get("device")) != want:
             elsewhere.append(f"{folder} {per_s:.3g}/s on {metrics.get('device')}")
             continue
         row.rate = Rate(
@@ -1090,7 +1089,9 @@ def estimate(
     host without GPUs under `gpu_jobs.device: auto`, whose GPU rules run on the CPU
     (rules/common.smk runs_on_cpu), so their rates are the CPU's. `gpu`: the GPU assumed
     for training without a measured run (--gpu-peak-tflops, --mfu; None: the defaults)."""
-    data_sets = plan.datasets(cfg)
+    # An s3:// glob is not listed (no S3 settings here, nothing downloaded): a count
+    # given (--records, chunking.expected_records) or the split's manifest says more.
+    data_sets = plan.datasets(cfg, list_s3=plan.unlisted)
     specs = sweeps(cfg)
     on_cpu = rules_on_cpu(cfg, data_sets.values(), specs.values(), local_cpu)
     price, currency = cfg["report"]["gpu_hour_price"], cfg["report"]["currency"]

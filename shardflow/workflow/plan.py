@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from shardflow.core.models import unavailable as model_unavailable
 from shardflow.core.parsecache import cached
-from shardflow.core.s3 import has_magic
+from shardflow.core.s3 import S3Url, glob_regex, has_magic, logical_path
 from shardflow.corpus.readers import ReaderOptions, count_records_cheap, detect_format, expand_inputs
 from shardflow.retrieval.pipeline import RetrievalSpec
 from shardflow.sweep.metrics import loads_model
@@ -119,6 +119,36 @@ def corpus_inputs(cfg: dict, list_s3: Callable[[str], list[str]] | None = None) 
             matches = [pattern]
         found.extend(m for m in matches if m not in found)
     return found
+
+
+def unlisted(pattern: str) -> list[str]:
+    """An s3:// glob taken as written, for `corpus_inputs`' `list_s3` where listing the
+    bucket is not wanted (make status, make estimate: they download nothing and have no
+    S3 settings): the glob stands for its objects (`matches_sources` compares a split's
+    recorded sources with it)."""
+    return [pattern]
+
+
+def matches_sources(recorded: list[str], sources: Iterable[str]) -> bool:
+    """Whether the files a split recorded (its manifest's `sources`, logical paths) are
+    the data set's `sources`: the same list, where an s3:// glob taken as written
+    (`unlisted`) stands for the run of objects it matches (core.s3.expand's matching, in
+    its sorted order). Objects added under the glob since the split cannot be seen
+    without listing the bucket; the rules ask that it not change during a run."""
+    at = 0
+    for source in sources:
+        if source.startswith("s3://") and has_magic(source):
+            glob = S3Url.parse(source)
+            regex = glob_regex(glob.key)
+            while at < len(recorded) and recorded[at].startswith(f"s3://{glob.bucket}/"):
+                if not regex.match(S3Url.parse(recorded[at]).key):
+                    break
+                at += 1
+        else:
+            if at >= len(recorded) or os.path.normpath(recorded[at]) != os.path.normpath(logical_path(source)):
+                return False
+            at += 1
+    return at == len(recorded)
 
 
 def count_records(paths: list[str], opts: ReaderOptions) -> int:

@@ -29,13 +29,19 @@ jobs' parts (their records over the time from the attempt's start to its last pa
 time left: every job not done, each its records left at that rate (plus the model loading
 the finished jobs' benchmarks measured, for a job not yet started), longest first on the
 run's concurrency (estimate.makespan): the GPUs as `make estimate` counts them, or --gpus
-N; a stage on the CPU at the number of its jobs running now. GPU-hours so far: the
+N; a stage on the CPU at the number of its jobs running now. A stage is on the CPU where
+the config puts it there (plan.gpu_rules_on_cpu) or its jobs' own records (stats,
+attempt records) say they ran there: never from this host's GPUs, for status may run
+where the jobs do not (a SLURM login node). GPU-hours so far: the
 finished jobs' (core.jobs: their last attempt and the killed ones before it), and the
 attempts of the jobs not done up to their last part (a lower bound), priced with
 core.jobs.priced.
 
 The retrieval task's one-job stages (embed_queries, retrieval_evaluate) are not listed;
 its corpus's embed jobs are, as a data set of their own.
+
+An s3:// glob input is not listed (plan.unlisted: no S3 settings here): the split's
+manifest counts where the objects it recorded are the glob's (plan.matches_sources).
 
 Status reads local files only. A run whose files are elsewhere (S3 as the default
 storage, the eks profile: outputs, logs and parts under the storage prefix) is not seen
@@ -549,14 +555,27 @@ def s3_notes(cfg: dict, data_sets: list[plan.DataSet], seen_anything: bool) -> l
     ]
 
 
-def status(cfg: dict, n_gpus: int, gpus_source: str, local_cpu: bool = False, now: float | None = None) -> Status:
+def ran_on_cpu(stage: Stage) -> bool:
+    """Whether the stage's jobs ran on the CPU, as their own records say: the finished
+    jobs' stats and the attempts' records (core.parts) name their device. Status may run
+    on another host than the jobs (a SLURM login node without GPUs), so this host's GPUs
+    say nothing of theirs; no record yet: not on the CPU (gpu_jobs.device decides)."""
+    devices = [j.stats.get("device") for j in stage.jobs if j.stats] + [
+        a.get("device") for j in stage.jobs for a in j.attempts
+    ]
+    kinds = {estimate.device_kind(d) for d in devices if d}
+    return kinds == {"cpu"}
+
+
+def status(cfg: dict, n_gpus: int, gpus_source: str, now: float | None = None) -> Status:
     """Where the run of `cfg` (validated) stands, from the files in the working directory;
-    `n_gpus`: the concurrency of the time left; `local_cpu`: as for estimate.estimate."""
+    `n_gpus`: the concurrency of the time left. A GPU rule is on the CPU where the config
+    puts it there (plan.gpu_rules_on_cpu: gpu_jobs.device cpu, ...) or where its jobs'
+    records say they ran there (`ran_on_cpu`), never from this host's GPUs."""
     now = time.time() if now is None else now
-    # An s3:// glob is not listed (that needs the run's S3 settings): taken as written.
-    data_sets = list(plan.datasets(cfg, list_s3=lambda pattern: [pattern]).values())
+    data_sets = list(plan.datasets(cfg, list_s3=plan.unlisted).values())
     specs = estimate.sweeps(cfg)
-    on_cpu = estimate.rules_on_cpu(cfg, data_sets, specs.values(), local_cpu)
+    on_cpu = estimate.rules_on_cpu(cfg, data_sets, specs.values(), local_cpu=False)
     out = Status([], n_gpus, gpus_source, cfg["report"]["gpu_hour_price"], cfg["report"]["currency"], now)
     seen = False
     for ds in data_sets:
@@ -578,6 +597,9 @@ def status(cfg: dict, n_gpus: int, gpus_source: str, local_cpu: bool = False, no
                 stage = train_stage(cfg, ds, per_run if gpus else 0, per_run)
             else:
                 stage = chunk_stage(ds, name, gpus, resume, split)
+            if stage.gpus and ran_on_cpu(stage):
+                stage.gpus = 0
+                stage.notes.append("on the CPU: its jobs' records say they ran there")
             out.stages.append(finish(stage, n_gpus, out.price, now))
             seen = seen or any(j.state != WAITING for j in stage.jobs)
         if anonymous:

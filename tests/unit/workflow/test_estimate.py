@@ -440,3 +440,35 @@ def test_on_a_host_without_gpus_the_local_run_is_estimated_on_the_cpu(tmp_path, 
     data = json.loads(capsys.readouterr().out)
     embed = next(r for r in data["rows"] if r["stage"] == "embed")
     assert embed["gpus"] == 1 and embed["gpu_hours"] > 0 and data["assumed"] == ["embed ds"]
+
+
+def test_an_s3_glob_input_needs_no_listing_with_a_count_given_or_a_split(tmp_path, monkeypatch):
+    """The estimate lists no bucket: --records, chunking.expected_records or the split's
+    manifest (its recorded objects matched by the glob) give the count."""
+    from shardflow.core import s3
+
+    monkeypatch.setattr(s3, "expand", lambda *a: pytest.fail("the estimate listed the bucket"))
+    glob = "s3://corpora/news/*.jsonl"
+    cfg = config(tmp_path, input={"path": glob})
+    with pytest.raises(est.EstimateError, match="pass --records N or set chunking.expected_records"):
+        run(cfg)
+    assert run(cfg, records=5000).records["ds"].records == 5000
+    assert run(config(tmp_path, input={"path": glob}, chunking={"expected_records": 700})).records["ds"].records == 700
+    write_manifest([70, 20], ["s3://corpora/news/a.jsonl", "s3://corpora/news/b.jsonl"])
+    split = run(cfg).records["ds"]
+    assert (split.records, split.per_chunk) == (90, (70, 20))
+    write_manifest([70, 20], ["s3://corpora/news/a.jsonl", "s3://corpora/other/b.jsonl"])
+    with pytest.raises(est.EstimateError, match="pass --records N"):
+        run(cfg)
+
+
+def test_split_sources_match_an_unlisted_glob_by_its_objects():
+    from shardflow.workflow import plan
+
+    a, b = "s3://c/news/a.jsonl", "s3://c/news/b.jsonl"
+    assert plan.matches_sources([a, b], ["s3://c/news/*.jsonl"])
+    assert plan.matches_sources(["x.jsonl", a], ["x.jsonl", "s3://c/news/*.jsonl"])
+    assert not plan.matches_sources([a, "s3://c/old/b.jsonl"], ["s3://c/news/*.jsonl"])
+    assert not plan.matches_sources([a, "s3://d/news/b.jsonl"], ["s3://c/news/*.jsonl"])
+    assert not plan.matches_sources([a], ["s3://c/news/*.jsonl", "y.jsonl"])
+    assert not plan.matches_sources(["y.jsonl"], ["x.jsonl"])

@@ -290,3 +290,49 @@ def test_an_out_of_memory_record_is_no_failure(tmp_path):
     assert st.failure_record(path) is None
     write_record(path, "ValueError", "bad\nmore", 2, {}, "train out", earlier=json.loads(path.read_text()))
     assert st.failure_record(path) == ("ValueError: bad", str(path))
+
+
+def test_status_on_a_host_without_gpus_takes_the_device_from_the_jobs_records(tmp_path, monkeypatch, capsys, now):
+    """A SLURM login node has no GPU: the run's jobs are elsewhere, so this host's GPUs
+    decide nothing; the jobs' stats and attempt records name their device."""
+    from shardflow.core import gpu_slots
+
+    a_run(tmp_path, monkeypatch, now)
+    monkeypatch.setattr(est, "host_gpus", lambda cfg: [])
+    monkeypatch.setattr(gpu_slots, "concurrent_gpu_jobs", lambda *a, **k: 1)
+    assert main(["status", "--configfile", str(tmp_path / "overlay.yaml"), "--json"]) == 0
+    (stage,) = json.loads(capsys.readouterr().out)["stages"]
+    assert stage["gpus_per_job"] == 1 and stage["gpu_hours"] == pytest.approx(25.5 / 3600)
+    # Jobs whose records say cpu ran on the CPU: as many at once as run now.
+    cfg = config(tmp_path)
+    finished(0)
+    stats_path = job_files(0)[0]["stats"]
+    write_json(stats_path, {**json.loads(Path(stats_path).read_text()), "device": "cpu"})
+    for folder in Path("results/ds/.resume").iterdir():
+        for record in folder.glob("attempt-*.json"):
+            record.write_text(json.dumps({**json.loads(record.read_text()), "device": "cpu"}))
+    stage = embed(st.status(cfg, 4, "--gpus", now=now))
+    assert stage.gpus == 0 and stage.slots == 1 and "on the CPU: its jobs' records say they ran there" in stage.notes
+
+
+def test_a_train_stage_on_a_host_without_gpus_counts_the_configured_gpus(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(est, "host_gpus", lambda cfg: [])
+    cfg = config(tmp_path, tasks=["training"], train={"gpus": 2})
+    assert main(["status", "--configfile", str(tmp_path / "overlay.yaml"), "--json"]) == 0
+    (train,) = [s for s in json.loads(capsys.readouterr().out)["stages"] if s["stage"] == "train"]
+    assert train["gpus_per_job"] == 2 and train["records_total"] == est.train_tokens(cfg, 2)
+
+
+def test_an_s3_glob_input_uses_the_split_manifest_of_its_objects(tmp_path, monkeypatch, now):
+    from shardflow.core import s3
+
+    monkeypatch.setattr(s3, "expand", lambda *a: pytest.fail("status listed the bucket"))
+    cfg = config(tmp_path, input={"path": "s3://corpora/news/*.jsonl"})
+    split_manifest()
+    manifest = json.loads(Path("results/ds/chunks/manifest.json").read_text())
+    objects = ["s3://corpora/news/a.jsonl", "s3://corpora/news/b.jsonl"]
+    write_json("results/ds/chunks/manifest.json", {**manifest, "sources": objects})
+    finished(0)
+    result = st.status(cfg, 2, "--gpus", now=now)
+    assert embed(result).records_total == 600 and embed(result).left_s is not None
+    assert not any("other input files" in n for n in result.notes)
