@@ -590,13 +590,21 @@ def stage_sweep_job(stage):
     return f"results/sweeps/{{sweep,{folders}}}/{{point}}/seed={{seed}}"
 
 
+def sweep_job(wildcards):
+    return f"{wildcards.sweep}/{wildcards.point}/seed={wildcards.seed}"
+
+
 def sweep_resume_root(wildcards, parts=True):
-    job = f"{wildcards.sweep}/{wildcards.point}/seed={wildcards.seed}"
-    return resume_path(f"results/sweeps/.resume/{job}", job, parts)
+    prefix = S3_PARTS_PREFIX if parts else None
+    return plan.sweep_resume_root(
+        config["gpu_jobs"]["resume_dir"], sweep_job(wildcards), prefix
+    )
 
 
 def sweep_train_resume(wildcards):
-    return os.path.join(sweep_resume_root(wildcards, parts=False), "train")
+    return plan.sweep_train_resume(
+        config["gpu_jobs"]["resume_dir"], sweep_job(wildcards)
+    )
 
 
 def one_job_at_a_time(wildcards):

@@ -184,7 +184,7 @@ def output_folder(wildcards, output):
 
 
 def train_resume(wildcards):
-    return os.path.join(resume_root(wildcards.dataset, parts=False), "train")
+    return plan.train_resume(config["gpu_jobs"]["resume_dir"], wildcards.dataset)
 
 
 def tokenizer_folder(wildcards, input):

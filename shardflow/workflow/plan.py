@@ -235,6 +235,24 @@ def resume_root(resume_dir: str | None, dataset: str, s3_prefix: str | None = No
     return resume_path(resume_dir, f"results/{dataset}/.resume", dataset, s3_prefix)
 
 
+def train_resume(resume_dir: str | None, dataset: str) -> str:
+    """A data set's train job's local resume folder (its checkpoints; its failure record
+    train.failure.json beside it): train/ under its resume root (rules/train_common.smk
+    train_resume, make status)."""
+    return os.path.join(resume_root(resume_dir, dataset), "train")
+
+
+def sweep_resume_root(resume_dir: str | None, job: str, s3_prefix: str | None = None) -> str:
+    """A sweep job's resume root (`job`: <sweep folder>/<point>/seed=<n>, sweep.paths.
+    job_dir), as `resume_root` is a data set's (rules/common.smk sweep_resume_root)."""
+    return resume_path(resume_dir, f"results/sweeps/.resume/{job}", job, s3_prefix)
+
+
+def sweep_train_resume(resume_dir: str | None, job: str) -> str:
+    """A sweep's train job's local resume folder, as `train_resume` is a data set's."""
+    return os.path.join(sweep_resume_root(resume_dir, job), "train")
+
+
 # Reader settings for files this workflow wrote itself in the chunk format
 # (the retrieval corpus): {"id": ..., "text": ...} JSON lines. The retrieval corpus's
 # empty documents are embedded and searched, as MTEB does (FiQA has some).

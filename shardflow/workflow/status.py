@@ -24,6 +24,11 @@ A job is
   part intervals is reported as stalled instead: "no progress for <t>";
 - waiting: none of that (not started, or its log removed).
 
+A train job keeps checkpoints, not parts: while it runs, status says how far it got is
+in its log, does not check it for stalling, and shows its GPU-hours as "-" (its metrics
+count them when it ends). A train sweep job's failure record is beside its resume folder
+(plan.sweep_train_resume), as the main train job's is (plan.train_resume).
+
 The rate is one job's: records per second over the finished jobs' stats and the running
 jobs' parts (their records over the time from the attempt's start to its last part). The
 time left: every job not done, each its records left at that rate (plus the model loading
@@ -334,8 +339,8 @@ class Stage:
     part_interval: float | None = None
     slots: int | None = None  # jobs at once for the time left
     left_s: float | None = None
-    gpu_hours: float = 0.0
-    cost: float = 0.0
+    gpu_hours: float | None = 0.0  # None: not known (a training run while it runs)
+    cost: float | None = 0.0
     notes: list[str] = field(default_factory=list)
 
     def count(self, state: str) -> int:
@@ -460,6 +465,10 @@ def finish(stage: Stage, n_gpus: int, price: float, now: float) -> Stage:
         + earlier_attempt_costs(attempts)["earlier_attempt_gpu_hours"]
     )
     stage.cost = priced(stage.gpu_hours, price)["estimated_cost"]
+    if stage.unit == "tokens" and stage.count(RUNNING):
+        # A training run keeps checkpoints, not parts with attempt records: its GPU time
+        # is known from its metrics once it ends, not while it runs.
+        stage.gpu_hours = stage.cost = None
     return stage
 
 
@@ -487,8 +496,7 @@ def train_stage(cfg: dict, ds: plan.DataSet, gpus: int, gpus_per_run: int) -> St
     rule, record = STAGE_RULES["train"]
     outputs, log, bench = rule_files(rule).of({"dataset": ds.name})
     job = Job("", outputs, log, bench, estimate.train_tokens(cfg, gpus_per_run))
-    resume = os.path.join(plan.resume_root(cfg["gpu_jobs"]["resume_dir"], ds.name), "train")
-    classify(job, {}, record_path(resume))
+    classify(job, {}, record_path(plan.train_resume(cfg["gpu_jobs"]["resume_dir"], ds.name)))
     if job.state == DONE:
         _stats(job, record)
     out = Stage(ds.name, "train", [job], gpus, unit="tokens")
@@ -496,24 +504,28 @@ def train_stage(cfg: dict, ds: plan.DataSet, gpus: int, gpus_per_run: int) -> St
     return out
 
 
-def sweep_stage(spec) -> Stage:
+def sweep_stage(spec, resume_dir: str | None) -> Stage:
     """A sweep's jobs (points x seeds), counted: done where its metrics JSON exists,
-    failed where its log folder holds a failure record, running where it holds a log."""
+    failed where its log folder holds a failure record, or, for a train sweep, where its
+    train job's resume folder does (train.failure.json: plan.sweep_train_resume, as
+    rules/common.smk passes it), running where its log folder holds a log."""
     jobs = []
     for pid, seed in spec.jobs():
         logs = expand(smk_constant("SWEEP_LOG"), {"sweep": spec.folder, "point": pid, "seed": seed})
-        job = Job(
-            job_dir(spec.folder, pid, seed), {"metrics": job_metrics(spec.stage, spec.folder, pid, seed)}, logs, None
-        )
+        name = job_dir(spec.folder, pid, seed)
+        job = Job(name, {"metrics": job_metrics(spec.stage, spec.folder, pid, seed)}, logs, None)
+        listed = sorted(os.listdir(logs)) if os.path.isdir(logs) else []
+        records = [Path(logs, n) for n in listed if n.endswith(".failure.json")]
+        if spec.stage == "train":
+            records.append(record_path(plan.sweep_train_resume(resume_dir, name)))
         if os.path.exists(job.outputs["metrics"]):
             job.state = DONE
-        elif os.path.isdir(logs):
-            job.state = RUNNING
-            for name in sorted(os.listdir(logs)):
-                failed = failure_record(Path(logs, name)) if name.endswith(".failure.json") else None
-                if failed:
-                    job.state, (job.error, job.error_file) = FAILED_STATE, failed
-                    break
+        else:
+            failed = next(filter(None, map(failure_record, records)), None)
+            if failed:
+                job.state, (job.error, job.error_file) = FAILED_STATE, failed
+            elif os.path.isdir(logs):
+                job.state = RUNNING
         jobs.append(job)
     return Stage(spec.name, f"sweep ({spec.stage})", jobs, 0, sweep=True)
 
@@ -608,7 +620,7 @@ def status(cfg: dict, n_gpus: int, gpus_source: str, now: float | None = None) -
                 "it): their parts are not counted"
             )
     for spec in specs.values():
-        stage = sweep_stage(spec)
+        stage = sweep_stage(spec, cfg["gpu_jobs"]["resume_dir"])
         seen = seen or any(j.state != WAITING for j in stage.jobs)
         out.stages.append(stage)
     out.notes += s3_notes(cfg, data_sets, seen)
@@ -655,7 +667,10 @@ def stage_line(stage: Stage, currency: str) -> str:
         line += ", finished"
     elif stage.left_s is not None:
         line += f", about {estimate.duration(stage.left_s)} left"
-    line += f"; {stage.gpu_hours:.3g} GPU-h, {stage.cost:.2f} {currency} so far"
+    if stage.gpu_hours is None:
+        line += "; GPU-h and cost not known while it trains"
+    else:
+        line += f"; {stage.gpu_hours:.3g} GPU-h, {stage.cost:.2f} {currency} so far"
     bad = [f"{stage.count(s)} {s}" for s in (STALLED, FAILED_STATE) if stage.count(s)]
     return line + (f"; {', '.join(bad)}" if bad else "")
 
@@ -683,6 +698,11 @@ def _job_line(stage: Stage, job: Job, now: float) -> str:
         return (
             f"{who}: no progress for {since} ({typical}); {parts or 'no part yet'}. Its process may be gone (killed, "
             "preempted, its node lost); a rerun resumes from its parts" + (f"; log {job.log}" if job.log else "")
+        )
+    if stage.unit == "tokens":
+        return (
+            f"{who}: running; training keeps checkpoints, not parts, so how far it got is in its log "
+            f"{job.log} (written {since} ago), and a stopped run cannot be told from a running one here"
         )
     if job.folder and job.attempts and job.records_done:
         return f"{who}: running, {parts}, last part {since} ago"
@@ -712,7 +732,10 @@ def table(st: Status) -> str:
         finished = s.count(DONE) == len(s.jobs)
         left = "-" if s.sweep else ("done" if finished else ("?" if s.left_s is None else estimate.duration(s.left_s)))
         counts = [str(s.count(state)) for state in STATES]
-        gpu_h = "-" if s.sweep else ("0 (CPU)" if s.gpus == 0 and not s.gpu_hours else f"{s.gpu_hours:.3g}")
+        if s.sweep or s.gpu_hours is None:
+            gpu_h = "-"
+        else:
+            gpu_h = "0 (CPU)" if s.gpus == 0 and not s.gpu_hours else f"{s.gpu_hours:.3g}"
         body.append(
             (
                 s.dataset,
@@ -723,7 +746,7 @@ def table(st: Status) -> str:
                 "-" if rate is None or finished else compact(rate),
                 left,
                 gpu_h,
-                "-" if s.sweep else f"{s.cost:.2f}",
+                "-" if s.sweep or s.cost is None else f"{s.cost:.2f}",
             )
         )
     widths = [max(len(row[i]) for row in (head, *body)) for i in range(len(head))]

@@ -336,3 +336,42 @@ def test_an_s3_glob_input_uses_the_split_manifest_of_its_objects(tmp_path, monke
     result = st.status(cfg, 2, "--gpus", now=now)
     assert embed(result).records_total == 600 and embed(result).left_s is not None
     assert not any("other input files" in n for n in result.notes)
+
+
+def test_a_train_sweep_job_fails_on_the_record_its_resume_folder_holds(tmp_path, now):
+    """sweep_train writes its failure record beside its resume folder (rules/common.smk
+    sweep_train_resume), not in its log folder; an out-of-memory record is none."""
+    from shardflow.workflow import plan
+
+    sweep = {
+        "lr": {"stage": "train", "grid": {"train.lr": [1e-3, 2e-3]}, "seeds": [0], "metrics": {"best_val_loss": "min"}}
+    }
+    cfg = config(tmp_path, tasks=["training"], sweeps=sweep)
+    spec = est.sweeps(cfg)["lr"]
+    (a, _), (b, _) = spec.jobs()
+    for point in (a, b):
+        Path(f"logs/sweeps/lr/{point}/seed=0").mkdir(parents=True)
+        Path(f"logs/sweeps/lr/{point}/seed=0/train.log").write_text("... INFO train: step 10\n")
+    record = record_path(plan.sweep_train_resume(None, f"lr/{b}/seed=0"))
+    assert str(record) == f"results/sweeps/.resume/lr/{b}/seed=0/train.failure.json"
+    write_record(record, "OutOfMemoryError", "CUDA out of memory", 1, {}, "train", out_of_memory={"micro_batch": 4})
+    stage = next(s for s in st.status(cfg, 1, "--gpus", now=now).stages if s.sweep)
+    assert [j.state for j in stage.jobs] == ["running", "running"]
+    write_record(record, "ValueError", "bad", 2, {}, "train", earlier=json.loads(record.read_text()))
+    stage = next(s for s in st.status(cfg, 1, "--gpus", now=now).stages if s.sweep)
+    assert [j.state for j in stage.jobs] == ["running", "failed"] and stage.jobs[1].error == "ValueError: bad"
+
+
+def test_a_running_train_job_says_it_has_no_parts_and_no_gpu_hours_yet(tmp_path, now):
+    cfg = config(tmp_path, tasks=["training"])
+    outputs, log, _ = st.rule_files("train").of({"dataset": "ds"})
+    Path(log).parent.mkdir(parents=True)
+    Path(log).write_text("... INFO train: step 10\n")
+    result = st.status(cfg, 1, "--gpus", now=now)
+    (train,) = [s for s in result.stages if s.stage == "train"]
+    assert train.jobs[0].state == "running" and train.gpu_hours is None and train.cost is None
+    text = st.table(result)
+    assert "train ds: running; training keeps checkpoints, not parts, so how far it got is in its log" in text
+    assert "train ds: 0/1 jobs" in text.splitlines()[-1] and "GPU-h and cost not known while it trains" in text
+    row = next(line for line in text.splitlines() if line.startswith("ds") and " train " in line)
+    assert row.split()[-2:] == ["-", "-"]
