@@ -20,8 +20,8 @@ help:
 	@echo "make test   the whole test suite (unit, workflow, SLURM / S3 / Kubernetes stand-in)"
 	@echo "make test-fast  unit tests and dry runs only (the edit loop, about 3 minutes)"
 	@echo "make test-faults  the fault matrix with five seeds (every rule SIGKILLed, reruns compared)"
-	@echo "make estimate  GPU-hours, cost, wall time and disk of the configured run, before it runs (CONFIG=, GPUS=, GPU_PEAK_TFLOPS=, MFU=)"
-	@echo "make status  where a running or stopped run stands: jobs, records, time left, cost so far, failures (CONFIG=, GPUS=)"
+	@echo "make estimate  GPU-hours, cost, wall time and disk of the configured run, before it runs (CONFIG=, GPUS=, GPU_PEAK_TFLOPS=, MFU=; installs .venv only if missing)"
+	@echo "make status  where a running or stopped run stands: jobs, records, time left, cost so far, failures (CONFIG=, GPUS=; installs .venv only if missing)"
 	@echo "make dag    write dag.svg (graphviz) of the configured workflow"
 	@echo "make lint   snakemake --lint, snakefmt --check and ruff check (make fmt fixes what it can)"
 	@echo "make bench  CPU engine benchmark against sentence-transformers"
@@ -67,7 +67,11 @@ report: setup
 # (default: this host's GPUs, as the local profile counts them); GPU_PEAK_TFLOPS=X and
 # MFU=F: the GPU assumed for training without a measured run (its dense bf16 peak, the
 # share of it used; defaults named in the output).
-estimate: setup
+# estimate and status need the venv only: installed where there is none, never updated
+# (no pip under running jobs when lock.txt or pyproject.toml changed, no graphviz check on
+# each `watch make status`); `make setup` updates it.
+INSTALLED_IF_MISSING := $(if $(wildcard $(VENV)/.installed),,$(VENV)/.installed)
+estimate: $(INSTALLED_IF_MISSING)
 	$(BIN)/python -m shardflow.cli estimate $(if $(CONFIG),--configfile $(CONFIG)) $(if $(GPUS),--gpus $(GPUS)) \
 		$(if $(GPU_PEAK_TFLOPS),--gpu-peak-tflops $(GPU_PEAK_TFLOPS)) $(if $(MFU),--mfu $(MFU))
 
@@ -75,7 +79,7 @@ estimate: setup
 # data set and GPU stage, jobs done / running / stalled / failed / waiting, records, rate,
 # time left, GPU-hours and cost so far, each failed job's error and log. Read-only and
 # cheap: `watch make status`. CONFIG= as the run's --configfile; GPUS=N for the time left.
-status: setup
+status: $(INSTALLED_IF_MISSING)
 	$(BIN)/python -m shardflow.cli status $(if $(CONFIG),--configfile $(CONFIG)) $(if $(GPUS),--gpus $(GPUS))
 
 # pipefail: a Snakemake error (a bad config) fails the target instead of writing an

@@ -2,6 +2,7 @@
 ../shared or is generated; a wheel or model committed by accident would weigh on every
 clone for good); every folder of tests runs; the Python passes ruff."""
 
+import os
 import shutil
 import subprocess
 
@@ -57,3 +58,25 @@ def test_ruff_check_is_clean():
         pytest.fail(f"{ruff} is missing: it is pinned in requirements/lock.txt (make setup installs it)")
     proc = subprocess.run([str(ruff), "check", "--no-cache", "."], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+@pytest.mark.parametrize("target", ["status", "estimate"])
+def test_status_and_estimate_install_the_venv_where_missing_and_never_update_it(tmp_path, target):
+    """`watch make status` beside running jobs must not pip-reinstall the venv under them
+    (lock.txt or pyproject.toml newer than it) nor check for graphviz; a fresh checkout
+    still gets its venv."""
+    shutil.copy(REPO / "Makefile", tmp_path / "Makefile")
+    (tmp_path / "requirements").mkdir()
+
+    def dry_run() -> str:
+        return subprocess.run(["make", "-n", target], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+
+    (tmp_path / "requirements/lock.txt").write_text("")
+    (tmp_path / "pyproject.toml").write_text("")
+    assert "pip install" in dry_run()  # no venv yet: installed
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv/.installed").write_text("")
+    os.utime(tmp_path / ".venv/.installed", (1, 1))  # older than the lock file
+    out = dry_run()
+    assert "pip" not in out and "dot" not in out and f"shardflow.cli {target}" in out
