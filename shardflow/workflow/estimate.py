@@ -166,6 +166,8 @@ def split_manifest(ds: plan.DataSet) -> tuple[dict | None, str]:
     try:
         manifest = read_json(path)
         chunks, total = manifest["chunks"], int(manifest["total_records"])
+        for chunk in chunks:  # every chunk's records, a number (status and the count read them)
+            int(chunk["items"])
     except (ValueError, KeyError, TypeError) as exc:
         return None, f"{path} is not readable ({exc}): not used"
     if manifest.get("n_chunks") != ds.n_chunks or len(chunks) != ds.n_chunks:

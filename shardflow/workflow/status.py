@@ -24,6 +24,10 @@ A job is
   part intervals is reported as stalled instead: "no progress for <t>";
 - waiting: none of that (not started, or its log removed).
 
+A file status cannot read (a stats file that is no JSON object or holds a non-number
+where a number belongs, a split manifest whose chunks are not records, an attempt
+record that is no object) is named in a note, and status goes on without it.
+
 A train job keeps checkpoints, not parts: while it runs, status says how far it got is
 in its log, does not check it for stalling, and shows its GPU-hours as "-" (its metrics
 count them when it ends). A train sweep job's failure record is beside its resume folder
@@ -253,22 +257,26 @@ def failure_record(path: Path) -> tuple[str, str] | None:
         return "unreadable failure record", str(path)
 
 
-def scan_resume(root: str) -> tuple[dict[str, tuple[str, list[dict]]], list[str]]:
+def scan_resume(root: str) -> tuple[dict[str, tuple[str, list[dict]]], list[str], list[str]]:
     """The resume folders under `root` (local): {job (its output's logical path, as the
     attempt records name it): (folder, its attempt records, oldest first)}, the newest
-    folder of a job where there are several (another config's); and the folders whose
-    records name no job (written before the records named it)."""
+    folder of a job where there are several (another config's); the folders whose
+    records name no job (written before the records named it); and those whose attempt
+    records are not readable, each with why."""
     if root.startswith("s3://") or not os.path.isdir(root):
-        return {}, []
+        return {}, [], []
     found: dict[str, tuple[str, list[dict]]] = {}
-    anonymous = []
+    anonymous: list[str] = []
+    unreadable: list[str] = []
     for entry in sorted(os.scandir(root), key=lambda e: e.name):
         if not entry.is_dir():
             continue
         try:
             records = PartStore(entry.path, {}).earlier_attempts()
-        except (OSError, ValueError, KeyError):
-            anonymous.append(entry.path)
+            if not all(isinstance(r, dict) and isinstance(r.get("start_unix"), (int, float)) for r in records):
+                raise ValueError("an attempt record is no JSON object with its start_unix")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            unreadable.append(f"{entry.path} ({exc})")
             continue
         jobs = [r["job"] for r in records if r.get("job")]
         if not jobs:
@@ -278,7 +286,7 @@ def scan_resume(root: str) -> tuple[dict[str, tuple[str, list[dict]]], list[str]
         seen = found.get(jobs[-1])
         if seen is None or records[-1]["start_unix"] > seen[1][-1]["start_unix"]:
             found[jobs[-1]] = (entry.path, records)
-    return found, anonymous
+    return found, anonymous, unreadable
 
 
 def _newest_part(attempts: list[dict]) -> float | None:
@@ -308,7 +316,8 @@ def classify(job: Job, resume: dict[str, tuple[str, list[dict]]], record_file: P
         job.records_done = sum(int(a.get("items_saved") or 0) for a in job.attempts)
         if job.records is None:  # no split manifest here: the parts' own count
             try:
-                job.records = read_json(os.path.join(job.folder, "manifest.json")).get("n_texts")
+                n_texts = read_json(os.path.join(job.folder, "manifest.json")).get("n_texts")
+                job.records = n_texts if isinstance(n_texts, int) and not isinstance(n_texts, bool) else None
             except (OSError, ValueError, AttributeError):
                 pass
     if failed:
@@ -360,20 +369,35 @@ class Stage:
         return sum(j.records_done for j in self.jobs)
 
 
-def _stats(job: Job, record: str) -> None:
-    """A finished job's record (stats, metrics) and benchmark; its records."""
+# The numbers status reads from a finished job's stats (or a train job's metrics).
+NUMERIC_STATS = ("items", "items_embedded", "seconds", "wall_seconds", "parts", "steps", "tokens_per_step")
+
+
+def _stats(job: Job, record: str) -> str | None:
+    """A finished job's record (stats, metrics) and benchmark; its records. None, or
+    what makes them unreadable, naming the file (status goes on: the job stays done)."""
+    path = job.outputs[record]
     try:
-        job.stats = read_json(job.outputs[record])
+        s = read_json(path)
+        if not isinstance(s, dict):
+            raise ValueError(f"holds a {type(s).__name__}, not a JSON object")
+        for key in NUMERIC_STATS:
+            if key in s and (isinstance(s[key], bool) or not isinstance(s[key], (int, float))):
+                raise ValueError(f"{key} is {s[key]!r}, not a number")
+        devices = s.get("earlier_attempt_devices") or {}
+        if not isinstance(devices, dict) or not all(isinstance(t, (int, float)) for t in devices.values()):
+            raise ValueError(f"earlier_attempt_devices is {devices!r}, not seconds by device")
         job.bench = read_benchmark(job.benchmark) if job.benchmark and os.path.isfile(job.benchmark) else {}
     except (OSError, ValueError, KeyError) as exc:
-        job.stats, job.error = None, f"its {record} is not readable ({exc})"
-        return
-    s = job.stats
+        job.stats, job.error = None, f"{path} is not readable ({exc}): its job is counted done, its {record} not"
+        return job.error
+    job.stats = s
     if "tokens_per_step" in s:  # a training run: tokens
         job.records = job.records_done = int(s.get("steps", 0)) * int(s["tokens_per_step"])
     else:
         job.records_done = int(s.get("items", job.records or 0))
         job.records = job.records if job.records is not None else job.records_done
+    return None
 
 
 def _part_seconds(attempt: dict) -> float:
@@ -477,17 +501,17 @@ def chunk_stage(ds: plan.DataSet, stage: str, gpus: int, resume: dict, split: di
     rule, record = STAGE_RULES[stage]
     files = rule_files(rule)
     per_chunk = [int(c["items"]) for c in split["chunks"]] if split else None
-    jobs = []
+    jobs, notes = [], []
     for _, wildcards in plan.chunk_jobs(rule, ds):
         outputs, log, bench = files.of(wildcards)
         job = Job(
             f"chunk {wildcards['chunk']}", outputs, log, bench, per_chunk[wildcards["chunk"]] if per_chunk else None
         )
         classify(job, resume, record_path(log) if log else None)
-        if job.state == DONE:
-            _stats(job, record)
+        if job.state == DONE and (error := _stats(job, record)):
+            notes.append(error)
         jobs.append(job)
-    return Stage(ds.name, stage, jobs, gpus)
+    return Stage(ds.name, stage, jobs, gpus, notes=notes)
 
 
 def train_stage(cfg: dict, ds: plan.DataSet, gpus: int, gpus_per_run: int) -> Stage:
@@ -497,9 +521,8 @@ def train_stage(cfg: dict, ds: plan.DataSet, gpus: int, gpus_per_run: int) -> St
     outputs, log, bench = rule_files(rule).of({"dataset": ds.name})
     job = Job("", outputs, log, bench, estimate.train_tokens(cfg, gpus_per_run))
     classify(job, {}, record_path(plan.train_resume(cfg["gpu_jobs"]["resume_dir"], ds.name)))
-    if job.state == DONE:
-        _stats(job, record)
-    out = Stage(ds.name, "train", [job], gpus, unit="tokens")
+    error = _stats(job, record) if job.state == DONE else None
+    out = Stage(ds.name, "train", [job], gpus, unit="tokens", notes=[error] if error else [])
     out.notes.append("time left not estimated for training: its log says how far it got")
     return out
 
@@ -597,8 +620,9 @@ def status(cfg: dict, n_gpus: int, gpus_source: str, now: float | None = None) -
         root = plan.resume_root(cfg["gpu_jobs"]["resume_dir"], ds.name)
         if root.startswith("s3://"):
             out.notes.append(f"the resume parts in {root} are not read (status reads local files only)")
-        resume, anonymous = scan_resume(root)
-        seen = seen or bool(resume or anonymous)
+        resume, anonymous, unreadable = scan_resume(root)
+        out.notes += [f"resume folder {u} not readable: its parts are not counted" for u in unreadable]
+        seen = seen or bool(resume or anonymous or unreadable)
         split, why = estimate.split_manifest(ds)
         if split is None and why:
             out.notes.append(why)

@@ -375,3 +375,30 @@ def test_a_running_train_job_says_it_has_no_parts_and_no_gpu_hours_yet(tmp_path,
     assert "train ds: 0/1 jobs" in text.splitlines()[-1] and "GPU-h and cost not known while it trains" in text
     row = next(line for line in text.splitlines() if line.startswith("ds") and " train " in line)
     assert row.split()[-2:] == ["-", "-"]
+
+
+@pytest.mark.parametrize(
+    "stats, why",
+    [([], "holds a list, not a JSON object"), ({"items": "a"}, "items is 'a', not a number"), ("{", "")],
+)
+def test_an_unreadable_stats_file_is_named_and_status_goes_on(tmp_path, monkeypatch, now, stats, why):
+    cfg = a_run(tmp_path, monkeypatch, now)
+    path = job_files(0)[0]["stats"]
+    Path(path).write_text(stats if isinstance(stats, str) else json.dumps(stats))
+    stage = embed(st.status(cfg, 2, "--gpus", now=now))
+    assert stage.jobs[0].state == "done" and stage.jobs[0].stats is None
+    (note,) = [n for n in stage.notes if path in n]
+    assert note.startswith(f"{path} is not readable (") and why in note and "its job is counted done" in note
+
+
+def test_an_unreadable_split_manifest_or_attempt_record_is_named_and_status_goes_on(tmp_path, monkeypatch, now):
+    cfg = a_run(tmp_path, monkeypatch, now)
+    manifest = json.loads(Path("results/ds/chunks/manifest.json").read_text())
+    write_json("results/ds/chunks/manifest.json", {**manifest, "chunks": ["a"] * CHUNKS})
+    record = next(Path("results/ds/.resume/key1").glob("attempt-*.json"))
+    record.write_text("[]")
+    result = st.status(cfg, 2, "--gpus", now=now)
+    assert any(n.startswith("results/ds/chunks/manifest.json is not readable") for n in result.notes)
+    assert any(n.startswith("resume folder results/ds/.resume/key1 (") for n in result.notes)
+    assert embed(result).records_total is None  # the records of the chunks are not known
+    assert main(["status", "--configfile", str(tmp_path / "overlay.yaml"), "--gpus", "2"]) == 0
