@@ -436,7 +436,10 @@ def mark_stalled(stage: Stage, now: float) -> None:
     for job in stage.jobs:
         if job.state != RUNNING or job.last_activity is None:
             continue
-        limit = STALE_INTERVALS * stage.part_interval + (0.0 if job.records_done else stage.overhead_s)
+        # Loading its model: the current attempt (the newest record) has saved no part yet;
+        # records_done also counts earlier attempts' parts, which a retry loads past.
+        loading = not job.attempts or not job.attempts[-1].get("parts_saved")
+        limit = STALE_INTERVALS * stage.part_interval + (stage.overhead_s if loading else 0.0)
         if now - job.last_activity > limit:
             job.state = STALLED
 

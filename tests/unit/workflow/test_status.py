@@ -402,3 +402,19 @@ def test_an_unreadable_split_manifest_or_attempt_record_is_named_and_status_goes
     assert any(n.startswith("resume folder results/ds/.resume/key1 (") for n in result.notes)
     assert embed(result).records_total is None  # the records of the chunks are not known
     assert main(["status", "--configfile", str(tmp_path / "overlay.yaml"), "--gpus", "2"]) == 0
+
+
+def test_a_retry_loading_its_model_after_earlier_parts_is_not_stalled(tmp_path, monkeypatch, now):
+    """records_done counts the killed attempt's parts; the retry's own attempt has none
+    yet, so it gets the model loading's allowance as a first attempt does."""
+    cfg = a_run(tmp_path, monkeypatch, now)
+    folder = "results/ds/.resume/key3"  # chunk 3: one part, 10 min ago
+    outputs, log, _ = job_files(3)
+    with monkeypatch.context() as m:
+        m.setattr(parts, "time", Clock(now - 9.0))  # the retry opened the folder 9 s ago
+        parts.PartStore(
+            folder, json.loads(Path(folder, "manifest.json").read_text()), "cuda:0", logical_path(outputs["npy"])
+        ).open()
+    os.utime(log, (now - 9.0, now - 9.0))
+    stage = embed(st.status(cfg, 2, "--gpus", now=now))
+    assert stage.jobs[3].records_done == 25 and stage.jobs[3].state == "running"  # under 3 x 2.5 s + 2 s
