@@ -401,7 +401,9 @@ def _stats(job: Job, record: str) -> str | None:
 
 
 def _part_seconds(attempt: dict) -> float:
-    return max(0.0, (attempt.get("last_part_unix") or attempt["start_unix"]) - attempt["start_unix"])
+    """An attempt's seconds from opening its folder to its last saved part (the one count:
+    core.parts.attempt_totals)."""
+    return attempt_totals([attempt])["earlier_attempt_seconds"]
 
 
 def measure(stage: Stage) -> None:
