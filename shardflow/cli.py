@@ -174,45 +174,47 @@ def _gpus(args: argparse.Namespace, cfg: dict) -> tuple[int, str, bool]:
     return concurrent_gpu_jobs(), source, cfg["gpu_jobs"]["device"] == "auto" and not est.host_gpus(cfg)
 
 
+def _print(name: str, args: argparse.Namespace, compute, as_json, table) -> int:
+    """Run `compute(cfg)` on the config of `args` and print its result: `table(result)`,
+    or `as_json(result)` with --json; a config, input or model error (its message names
+    the key or file) is one line on stderr and exit status 2."""
+    from shardflow.workflow import estimate as est
+
+    try:
+        result = compute(est.load_config(args.configfile))
+    except (ValueError, OSError) as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(as_json(result), sys.stdout, indent=2)
+        print()
+    else:
+        print(table(result))
+    return 0
+
+
 def estimate(args: argparse.Namespace) -> int:
     """Print what the configured run would take: GPU-hours, cost, wall time, disk (make estimate)."""
     from shardflow.workflow import estimate as est
 
-    try:
-        cfg = est.load_config(args.configfile)
+    def compute(cfg: dict):
         gpus, source, local_cpu = _gpus(args, cfg)
         gpu = est.GpuAssumption(args.gpu_peak_tflops, args.mfu)
-        result = est.estimate(cfg, gpus, source, args.records, local_cpu=local_cpu, gpu=gpu)
-    except (ValueError, OSError) as exc:  # a config, input or model error: its message names the key or file
-        print(f"estimate: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        json.dump(est.as_json(result), sys.stdout, indent=2)
-        print()
-    else:
-        print(est.table(result))
-    return 0
+        return est.estimate(cfg, gpus, source, args.records, local_cpu=local_cpu, gpu=gpu)
+
+    return _print("estimate", args, compute, est.as_json, est.table)
 
 
 def status(args: argparse.Namespace) -> int:
     """Print where the configured run stands: jobs, records, rate, time left, GPU-hours and
     cost so far, failed jobs with their error (make status)."""
-    from shardflow.workflow import estimate as est
     from shardflow.workflow import status as st
 
-    try:
-        cfg = est.load_config(args.configfile)
+    def compute(cfg: dict):
         gpus, source, _ = _gpus(args, cfg)
-        result = st.status(cfg, gpus, source)
-    except (ValueError, OSError) as exc:  # a config or rules-file error: its message names the key or file
-        print(f"status: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        json.dump(st.as_json(result), sys.stdout, indent=2)
-        print()
-    else:
-        print(st.table(result))
-    return 0
+        return st.status(cfg, gpus, source)
+
+    return _print("status", args, compute, st.as_json, st.table)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -464,15 +464,9 @@ def test_embed_chunk_records_the_peak_gpu_memory_of_the_jobs_device(tiny, texts,
     ran on. No GPU here: the two core.devices calls are replaced and what they are asked
     recorded (tests/unit/core/test_devices.py reads torch.cuda itself)."""
     from shardflow.embed import engine
+    from tests.support.peak_memory import record_peak_memory_calls
 
-    events = []
-    monkeypatch.setattr(engine, "reset_peak_memory", lambda device: events.append(("reset", str(device))))
-    monkeypatch.setattr(
-        engine,
-        "peak_memory",
-        lambda device: events.append(("peak", str(device)))
-        or {"peak_gpu_mem_mib": 1536.5, "peak_gpu_mem_reserved_mib": 2048.0},
-    )
+    events = record_peak_memory_calls(monkeypatch, engine, 1536.5, 2048.0)
     chunk = write_chunk(tmp_path / "chunk_0.jsonl", texts[:4])
     enc = load_encoder(params(tiny["bert_mean"]), before_forward=lambda ids: events.append("forward"))
     stats = embed_chunk(chunk, tmp_path / "e.npy", tmp_path / "ids.parquet", enc.params, tmp_path / "r", encoder=enc)

@@ -454,15 +454,9 @@ def test_summarise_chunk_records_the_peak_gpu_memory_of_the_generators_device(ti
     """Counted from the job's start, read after the last batch, on the generator's device.
     No GPU here: the core.devices calls are replaced and what they are asked recorded."""
     from shardflow.summarise import generate
+    from tests.support.peak_memory import record_peak_memory_calls
 
-    events = []
-    monkeypatch.setattr(generate, "reset_peak_memory", lambda device: events.append(("reset", str(device))))
-    monkeypatch.setattr(
-        generate,
-        "peak_memory",
-        lambda device: events.append(("peak", str(device)))
-        or {"peak_gpu_mem_mib": 700.0, "peak_gpu_mem_reserved_mib": 900.0},
-    )
+    events = record_peak_memory_calls(monkeypatch, generate, 700.0, 900.0)
     chunk = write_chunk(tmp_path / "chunk_0.jsonl", texts[:2])
     gen = load_generator(params(tiny["t5"], max_input_length=64), before_generate=lambda ids: events.append("generate"))
     stats = summarise_chunk(chunk, tmp_path / "s.jsonl", gen.params, tmp_path / "resume", generator=gen)
