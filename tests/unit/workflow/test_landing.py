@@ -26,16 +26,21 @@ def test_retrieval_and_summarisation_sections(tmp_path):
     assert dict(section.rows)["ROUGE lead"] == "rouge1 40.00 [38.00, 42.00]"
 
 
-def test_training_section_of_a_diverged_run(tmp_path):
-    """A diverged run's losses are null in metrics.json (strict JSON): the page says so."""
-    from shardflow.workflow.landing import training_section
-
+def training_files(tmp_path):
+    """A training run's shards metadata and job table, as the training section reads them."""
     meta = {"totals": {"documents": None, "tokens": 100, "train": {"tokens": 90}, "val": {"tokens": 10}},
             "split": {"val_fraction": 0.1}, "tokenizer": {"kind": "char", "vocab_size": 65, "eot_id": 64},
             "tokens_per_shard": 100, "dtype": "uint16", "shards": [{"tokens": 90}, {"tokens": 10}]}
     (tmp_path / "shards").mkdir()
     (tmp_path / "shards" / "metadata.json").write_text(json.dumps(meta))
     (tmp_path / "jobs.json").write_text(json.dumps({"jobs": []}))
+
+
+def test_training_section_of_a_diverged_run(tmp_path):
+    """A diverged run's losses are null in metrics.json (strict JSON): the page says so."""
+    from shardflow.workflow.landing import training_section
+
+    training_files(tmp_path)
     metrics = {"steps": 6, "tokens_per_step": 64, "n_params": 1000, "resumed_from_step": 0, "best_val_loss": 4.1,
                "best_step": 3, "final_val_loss": None, "final_train_loss": None, "diverged": True,
                "train_seconds_total": 1.0, "wall_seconds": 2.0, "tokens_per_second": 100.0, "mfu": None,
@@ -196,12 +201,7 @@ def test_each_stages_page_says_its_peak_gpu_memory_or_not_on_a_gpu(tmp_path):
 def test_the_training_page_says_the_largest_ranks_peak_gpu_memory(tmp_path):
     from shardflow.workflow.landing import training_section
 
-    meta = {"totals": {"documents": None, "tokens": 100, "train": {"tokens": 90}, "val": {"tokens": 10}},
-            "split": {"val_fraction": 0.1}, "tokenizer": {"kind": "char", "vocab_size": 65, "eot_id": 64},
-            "tokens_per_shard": 100, "dtype": "uint16", "shards": [{"tokens": 90}, {"tokens": 10}]}
-    (tmp_path / "shards").mkdir()
-    (tmp_path / "shards" / "metadata.json").write_text(json.dumps(meta))
-    (tmp_path / "jobs.json").write_text(json.dumps({"jobs": []}))
+    training_files(tmp_path)
     metrics = {"steps": 6, "tokens_per_step": 64, "n_params": 1000, "resumed_from_step": 0, "best_val_loss": 4.1,
                "best_step": 3, "final_val_loss": 4.0, "train_seconds_total": 1.0, "wall_seconds": 2.0,
                "tokens_per_second": 100.0, "mfu": 0.2, "device": "cuda:0", "world_size": 2, "dtype": "bfloat16",
