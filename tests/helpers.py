@@ -125,6 +125,27 @@ def job_counts(dry_run_output: str) -> dict[str, int]:
     return counts
 
 
+def assert_status_reads_the_planned_files(dry_run_output: str, rule: str) -> int:
+    """`make status` reads each job's files from the rules' patterns as written
+    (shardflow.workflow.status.rule_files): assert they are the output, log and benchmark
+    files a dry run plans for every job of `rule`; return how many jobs it compared."""
+    import re
+
+    from shardflow.workflow.status import rule_files
+
+    blocks = re.findall(rf"^rule {rule}:\n((?:    .*\n)+)", dry_run_output, flags=re.M)
+    for block in blocks:
+        fields = dict(re.findall(r"^    (\w+): (.*)$", block, flags=re.M))
+        wildcards = dict(w.split("=", 1) for w in fields["wildcards"].split(", ")) if "wildcards" in fields else {}
+        outputs, log, benchmark = rule_files(rule).of(wildcards)
+        assert (sorted(outputs.values()), log, benchmark) == (
+            sorted(fields["output"].split(", ")),
+            fields.get("log"),
+            fields.get("benchmark"),
+        ), block
+    return len(blocks)
+
+
 def params_changed(dry_run_output: str) -> set[str]:
     """The rules a dry run's Reasons summary lists as 'params have changed since last
     execution' (those whose recorded params a config change touched)."""

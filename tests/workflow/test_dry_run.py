@@ -5,7 +5,16 @@ import subprocess
 
 import pytest
 
-from tests.helpers import BIN, REPO, SNAKEMAKE, job_counts, offline_env, snakemake, write_config
+from tests.helpers import (
+    BIN,
+    REPO,
+    SNAKEMAKE,
+    assert_status_reads_the_planned_files,
+    job_counts,
+    offline_env,
+    snakemake,
+    write_config,
+)
 
 pytestmark = [pytest.mark.workflow, pytest.mark.dryrun]
 
@@ -16,22 +25,7 @@ def test_dry_run_lists_every_chunk_job_before_any_data_exists(tmp_path):
     assert counts["embed"] == 16
     assert counts["split_demo"] == counts["merge"] == counts["verify"] == counts["report"] == 1
     assert not (tmp_path / "results").exists()
-    # `make status` reads each job's files from the rules' patterns as written
-    # (shardflow.workflow.status.rule_files): the same files Snakemake plans.
-    from shardflow.workflow.status import rule_files
-
-    planned = {}
-    for block in re.findall(r"^rule embed:\n((?:    .*\n)+)", out, flags=re.M):
-        fields = dict(re.findall(r"^    (\w+): (.*)$", block, flags=re.M))
-        wildcards = dict(w.split("=") for w in fields["wildcards"].split(", "))
-        planned[wildcards["chunk"]] = (fields["output"].split(", "), fields["log"], fields["benchmark"])
-        outputs, log, benchmark = rule_files("embed").of(wildcards)
-        assert (sorted(outputs.values()), log, benchmark) == (
-            sorted(fields["output"].split(", ")),
-            fields["log"],
-            fields["benchmark"],
-        ), block
-    assert len(planned) == 16
+    assert assert_status_reads_the_planned_files(out, "embed") == 16  # make status's view of the jobs
 
 
 def test_nested_command_line_values_read_as_yaml_would(tmp_path):

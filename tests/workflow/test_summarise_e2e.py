@@ -9,7 +9,14 @@ import re
 import pandas as pd
 import pytest
 
-from tests.helpers import REPO, assert_no_secrets, job_counts, snakemake, write_config
+from tests.helpers import (
+    REPO,
+    assert_no_secrets,
+    assert_status_reads_the_planned_files,
+    job_counts,
+    snakemake,
+    write_config,
+)
 from tests.support import tiny_generators
 
 pytestmark = pytest.mark.workflow
@@ -136,6 +143,7 @@ def test_dry_run_lists_every_summarise_job_with_its_resources(tmp_path):
     counts = job_counts(out)
     assert counts["summarise"] == 6 and counts["embed"] == 6 and counts["split_demo"] == 1
     assert counts["merge_summaries"] == counts["summarise_report"] == 1
+    assert assert_status_reads_the_planned_files(out, "summarise") == 6  # make status's view of the jobs
     blocks = [b for b in re.split(r"\n(?=rule |localrule )", out) if b.startswith("rule summarise:")]
     resources = [re.search(r"resources: (.*)", b).group(1) for b in blocks]
     assert all(re.search(r"\bgpu=1\b", r) and "mem_mb=6000" in r for r in resources), resources[0]

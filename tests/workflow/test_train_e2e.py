@@ -16,6 +16,7 @@ from tests.helpers import (
     REPO,
     SNAKEMAKE,
     assert_no_secrets,
+    assert_status_reads_the_planned_files,
     job_counts,
     offline_env,
     sha256,
@@ -204,6 +205,7 @@ def test_dry_run_lists_every_tokenize_job_and_train_before_any_data(tmp_path):
     # The launcher learns the attempt from the untracked gpu_jobs JSON (its guard against
     # repeating an input error: shardflow.core.failures), the command's text unchanged.
     assert """--gpu-jobs '{"attempt": 1, "device": "cpu",""" in out
+    assert assert_status_reads_the_planned_files(out, "train") == 1  # make status's view of the job
     assert not (tmp_path / "results").exists()
 
     # A position split reads the one text file itself: no tokenize jobs.
