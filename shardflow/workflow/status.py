@@ -348,6 +348,8 @@ class Stage:
     part_interval: float | None = None
     slots: int | None = None  # jobs at once for the time left
     left_s: float | None = None
+    left_gpu_hours: float | None = None  # to finish the jobs not done, at the rate (None: not estimated)
+    left_cost: float | None = None
     gpu_hours: float | None = 0.0  # None: not known (a training run while it runs)
     cost: float | None = 0.0
     notes: list[str] = field(default_factory=list)
@@ -446,16 +448,21 @@ def mark_stalled(stage: Stage, now: float) -> None:
             job.state = STALLED
 
 
+def seconds_left(left: list[tuple[float, bool]], rate: float, overhead_s: float) -> list[float]:
+    """Each job's seconds to finish, for jobs with `left` (records left, started) at `rate`
+    records per second, a job not started also loading its model (`overhead_s`)."""
+    return [n / rate + (0.0 if started else overhead_s) for n, started in left]
+
+
 def time_left(
     left: list[tuple[float, bool]], rate: float, overhead_s: float, gpus_per_job: int, slots: int
 ) -> float | None:
     """Wall seconds to finish jobs with `left` (records left, started) at `rate` records
-    per second each, a job not started also loading its model (`overhead_s`), on `slots`
-    jobs at once (estimate.makespan: longest first onto the slot free first)."""
+    per second each (`seconds_left`), on `slots` jobs at once (estimate.makespan: longest
+    first onto the slot free first)."""
     if not left:
         return 0.0
-    seconds = [n / rate + (0.0 if started else overhead_s) for n, started in left]
-    return estimate.makespan(seconds, gpus_per_job, slots * gpus_per_job)
+    return estimate.makespan(seconds_left(left, rate, overhead_s), gpus_per_job, slots * gpus_per_job)
 
 
 def finish(stage: Stage, n_gpus: int, price: float, now: float) -> Stage:
@@ -471,6 +478,11 @@ def finish(stage: Stage, n_gpus: int, price: float, now: float) -> Stage:
     if stage.rate and not unknown and stage.stage != "train":
         left = [(max(0, j.records - j.records_done), bool(j.attempts)) for j in rest]
         stage.left_s = time_left(left, stage.rate, stage.overhead_s, max(1, stage.gpus), stage.slots)
+        if stage.gpus:  # on the CPU: no GPU-hours to come
+            stage.left_gpu_hours = sum(seconds_left(left, stage.rate, stage.overhead_s)) * stage.gpus / 3600
+        else:
+            stage.left_gpu_hours = 0.0
+        stage.left_cost = priced(stage.left_gpu_hours, price)["estimated_cost"]
     elif unknown and stage.stage != "train":
         stage.notes.append(
             f"time left not estimated: the records of {len(unknown)} job(s) are not known here "
@@ -700,6 +712,8 @@ def stage_line(stage: Stage, currency: str) -> str:
         line += "; GPU-h and cost not known while it trains"
     else:
         line += f"; {stage.gpu_hours:.3g} GPU-h, {stage.cost:.2f} {currency} so far"
+    if stage.left_gpu_hours and stage.count(DONE) < total:
+        line += f", about {stage.left_gpu_hours:.3g} GPU-h, {stage.left_cost:.2f} {currency} to finish"
     bad = [f"{stage.count(s)} {s}" for s in (STALLED, FAILED_STATE) if stage.count(s)]
     return line + (f"; {', '.join(bad)}" if bad else "")
 
@@ -839,6 +853,8 @@ def as_json(st: Status) -> dict:
             "rate": stage_rate(s),
             "jobs_at_once": s.slots,
             "left_s": s.left_s,
+            "left_gpu_hours": None if s.sweep else s.left_gpu_hours,
+            "left_cost": None if s.sweep else s.left_cost,
             "gpus_per_job": s.gpus,
             "gpu_hours": None if s.sweep else s.gpu_hours,
             "cost": None if s.sweep else s.cost,

@@ -175,6 +175,9 @@ def test_a_run_with_finished_running_stalled_failed_and_waiting_chunks(tmp_path,
     # GPU-hours: the finished job's 12 s and its killed attempt's 6 s, the attempts of
     # chunks 1 and 3 to their last part (5 s, 2.5 s); at 3600 a GPU-hour, cost = seconds.
     assert stage.gpu_hours == pytest.approx(25.5 / 3600) and stage.cost == pytest.approx(25.5)
+    # To finish: the jobs' seconds left, 5 + 7.5 + 3 x 12, on one GPU each.
+    assert stage.left_gpu_hours == pytest.approx(48.5 / 3600) and stage.left_cost == pytest.approx(48.5)
+    assert "25.50 USD so far, about 0.0135 GPU-h, 48.50 USD to finish" in st.stage_line(stage, "USD")
     failed = {j.name: (j.error, j.error_file) for j in stage.jobs if j.state == "failed"}
     assert failed == {
         "chunk 2": ("ValueError: corpus.jsonl line 3: bad record", "logs/embed/ds/chunk_2.log.failure.json"),
@@ -220,7 +223,7 @@ def test_the_cli_prints_the_table_and_the_total_line_last(tmp_path, monkeypatch,
     assert "logs/embed/ds/chunk_2.log.failure.json: an input or config error" in failed
     assert "  embed ds chunk 4: failed: OutOfMemoryError: CUDA out of memory (log logs/embed/ds/chunk_4.log)" in lines
     assert lines[-1].startswith("embed ds: 1/6 jobs, 175/600 records, 20 records/s, about ")
-    assert lines[-1].endswith(" left; 0.00708 GPU-h, 25.50 USD so far; 1 stalled, 2 failed")
+    assert lines[-1].endswith(" left; 0.00708 GPU-h, 25.50 USD so far, about 0.0135 GPU-h, 48.50 USD to finish; 1 stalled, 2 failed")
 
 
 def test_json_holds_each_stage_and_the_jobs_not_done(tmp_path, monkeypatch, capsys, now):
@@ -238,6 +241,7 @@ def test_json_holds_each_stage_and_the_jobs_not_done(tmp_path, monkeypatch, caps
         "records_total": 600,
     }
     assert stage["rate_per_job"] == pytest.approx(10.0) and stage["cost"] == pytest.approx(25.5)
+    assert stage["left_gpu_hours"] == pytest.approx(48.5 / 3600) and stage["left_cost"] == pytest.approx(48.5)
     assert [j["name"] for j in stage["not_done"]] == ["chunk 1", "chunk 2", "chunk 3", "chunk 4"]
     assert stage["not_done"][0]["resume_folder"] == "results/ds/.resume/key1"
 
