@@ -33,7 +33,7 @@ The attempt reaches a script as the resource `attempt` (rules/common.smk,
 `job_resources`): the Snakemake object of a `script:` has no attempt of its own. A job
 without it records and checks nothing. The record is written by a `sys.excepthook`
 chained in front of the rule log's (`runlog`; `Guard.record_uncaught`): Snakemake runs a
-`script:` as `python .snakemake/scripts/tmpXXX.<name>.py`, so an uncaught exception ends
+`script:` as `python .snakemake/scripts/tmp<random>.<name>.py`, so an uncaught exception ends
 the process through that hook, and no script needs a `try`. The hook goes in once the
 job's GPUs are pinned: pinning's errors (a pool smaller than the job's GPUs, a listed
 pool outside CUDA_VISIBLE_DEVICES) are the host's state, never recorded; the train

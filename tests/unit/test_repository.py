@@ -60,7 +60,6 @@ def test_ruff_check_is_clean():
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
-@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 @pytest.mark.parametrize("target", ["status", "estimate"])
 def test_status_and_estimate_install_the_venv_where_missing_and_never_update_it(tmp_path, target):
     """`watch make status` beside running jobs must not pip-reinstall the venv under them
