@@ -214,6 +214,15 @@ def per_chunk(pattern, dataset=None):
     return inputs
 
 
+def chunk_vectors(path):
+    """An embed rule's per-chunk .npy output: `path`, or temp(path) under
+    `embedding.keep_chunk_vectors: false`, so that Snakemake deletes it once every job
+    reading it (merge) has run. An output flag is no rerun trigger: toggling the key
+    reruns nothing; a later rerun of merge, the file gone, reruns the embed jobs.
+    make status reads the rule's pattern through this call (status._FLAGS)."""
+    return path if config["embedding"]["keep_chunk_vectors"] else temp(path)
+
+
 # ------------------------------------------------------------------ GPU jobs
 
 

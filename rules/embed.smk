@@ -13,7 +13,7 @@ rule embed:
     input:
         "results/{dataset}/chunks/chunk_{chunk}.jsonl",
     output:
-        npy="results/{dataset}/embed/embed_{chunk}.npy",
+        npy=chunk_vectors("results/{dataset}/embed/embed_{chunk}.npy"),
         ids="results/{dataset}/embed/embed_{chunk}.ids.parquet",
         stats="results/{dataset}/embed/embed_{chunk}.stats.json",
     log:

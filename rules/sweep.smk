@@ -49,7 +49,7 @@ if sweeps_of_stage("retrieval"):
         input:
             f"results/{RETRIEVAL}/chunks/chunk_{{chunk}}.jsonl",
         output:
-            npy=f"{CORPUS}/embed/embed_{{chunk}}.npy",
+            npy=chunk_vectors(f"{CORPUS}/embed/embed_{{chunk}}.npy"),
             ids=f"{CORPUS}/embed/embed_{{chunk}}.ids.parquet",
             stats=f"{CORPUS}/embed/embed_{{chunk}}.stats.json",
         log:
@@ -196,7 +196,7 @@ if sweeps_of_stage("embed"):
         input:
             f"results/{DATASET}/chunks/chunk_{{chunk}}.jsonl",
         output:
-            npy=f"{EMBED_JOB}/embed/embed_{{chunk}}.npy",
+            npy=chunk_vectors(f"{EMBED_JOB}/embed/embed_{{chunk}}.npy"),
             ids=f"{EMBED_JOB}/embed/embed_{{chunk}}.ids.parquet",
             stats=f"{EMBED_JOB}/embed/embed_{{chunk}}.stats.json",
         log:

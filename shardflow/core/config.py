@@ -26,8 +26,10 @@ class ConfigError(ValueError):
 # of the section's recorded params (Snakemake reruns a finished job whose recorded
 # params changed); the rules that use one pass it `untracked`. checkpoint_interval:
 # a resumed training run continues to the same losses as an uninterrupted one, from a
-# checkpoint of any interval (shardflow.train.trainer.RESUMABLE_KEYS).
-UNTRACKED_KEYS = ("compile_cache", "checkpoint_interval")
+# checkpoint of any interval (shardflow.train.trainer.RESUMABLE_KEYS). keep_chunk_vectors
+# reaches no job at all: it flags the embed rules' per-chunk .npy output temp() at parse
+# time (rules/common.smk, chunk_vectors), and an output flag is no rerun trigger.
+UNTRACKED_KEYS = ("compile_cache", "checkpoint_interval", "keep_chunk_vectors")
 # Keys added to a section after outputs existed, each with the value at which jobs
 # compute what they computed before the key was there: left out of the recorded params
 # while they hold it, so that an upgrade reruns no finished job. The job's parameter

@@ -116,8 +116,9 @@ class RuleFiles:
 _RULE = re.compile(r"^rule (\w+):\s*$")
 _DIRECTIVE = re.compile(r"^    (\w+):(.*)$")
 _WILDCARD = re.compile(r"\{(\w+)(?:,[^{}]*)?\}")
-# Snakemake's flags around a file pattern: the pattern is their first argument.
-_FLAGS = {"report", "directory", "temp", "protected", "touch", "ensure"}
+# Snakemake's flags around a file pattern: the pattern is their first argument; and
+# rules/common.smk's chunk_vectors, which flags it temp() or not by config.
+_FLAGS = {"report", "directory", "temp", "protected", "touch", "ensure", "chunk_vectors"}
 
 
 def expand(pattern: str, wildcards: dict) -> str:

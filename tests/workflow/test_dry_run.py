@@ -26,16 +26,21 @@ def test_dry_run_lists_every_chunk_job_before_any_data_exists(tmp_path):
     assert counts["split_demo"] == counts["merge"] == counts["verify"] == counts["report"] == 1
     assert not (tmp_path / "results").exists()
     assert assert_status_reads_the_planned_files(out, "embed") == 16  # make status's view of the jobs
+    assert "Would remove temporary output" not in out  # embedding.keep_chunk_vectors: true
 
 
 def test_nested_command_line_values_read_as_yaml_would(tmp_path):
     """Snakemake reads values nested in --config as strings ('3', '8', ['32', '64']): the
     config check reads them as a config file would, so the documented form works."""
     out = snakemake(
-        tmp_path, "-n", "--config", "n_chunks=3", "embedding={window: 8, length_buckets: [32, 64], compile: false}",
+        tmp_path, "-n", "--config", "n_chunks=3",
+        "embedding={window: 8, length_buckets: [32, 64], compile: false, keep_chunk_vectors: false}",
         "resources={embed: {mem_mb: 9000}}",
     ).stdout
     assert job_counts(out)["embed"] == 3 and "mem_mb=9000" in out, out[-3000:]
+    # keep_chunk_vectors: false flags only the chunks' vectors temp(): merge's inputs.
+    removed = re.findall(r"^Would remove temporary output (\S+)$", out, re.M)
+    assert sorted(removed) == [f"results/demo/embed/embed_{i}.npy" for i in range(3)], out[-3000:]
     # The attempt reaches a GPU job as a resource (job_attempt), for shardflow.core.failures.
     assert "runtime=120, attempt=1, mem_mb=9000" in out, out[-3000:]
 

@@ -24,6 +24,8 @@ def test_untracked_keys_are_never_recorded():
     assert recorded("train", {"compile_cache": None, "lr": 0.1}) == {"lr": 0.1}
     # A resumed run continues to the same losses from a checkpoint of any interval.
     assert recorded("train", {"checkpoint_interval": 7, "lr": 0.1}) == {"lr": 0.1}
+    # An output flag (temp) at parse time, no job's input: toggling it reruns nothing.
+    assert recorded("embedding", {"keep_chunk_vectors": False, "window": 8}) == {"window": 8}
 
 
 def test_every_schema_property_holds_schema_keywords_only():
