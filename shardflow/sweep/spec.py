@@ -75,6 +75,11 @@ STAGES = {
     "embed": Stage("embed", ("embedding",), "embedding.seed", "items_per_s: max"),
 }
 
+# Keys the rules read from the main config for every job of the run, a sweep's included
+# (rules/common.smk chunk_vectors): a point's value would be ignored, its tables labelled
+# with a setting its jobs did not have.
+RUN_WIDE = ("embedding.keep_chunk_vectors",)
+
 SWEEP_KEYS = ("stage", "base", "grid", "points", "seeds", "metrics", "best", "folder", "description")
 NAME_REGEX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # YAML 1.1 (PyYAML) reads 1e-3 as a string: it wants a dot (1.0e-3) to see a float.
@@ -301,6 +306,11 @@ class _Checker:
                 f"parameter '{key}' is shared by every job of a {self.stage.name} sweep (the data set, the "
                 f"method and how it is scored); run one sweep per value"
             )
+        if key in RUN_WIDE:
+            raise self.fail(
+                f"parameter '{key}' applies to every job of the run, a sweep's included, from the config "
+                "itself: set it there"
+            )
         if isinstance(like, Mapping):
             raise self.fail(f"parameter '{key}' is a section; sweep one of its keys ({', '.join(map(str, like))})")
         if isinstance(like, list):
@@ -401,7 +411,11 @@ def _check_base_keys(name: str, path: str, stage: Stage, base: Mapping, config: 
     ignored = sorted(
         k for k in set(mine) | set(main)
         if mine.get(k, _MISSING) != main.get(k, _MISSING)
-        and (k.split(".")[0] not in stage.sections or any(k == s or k.startswith(s + ".") for s in stage.shared))
+        and (
+            k.split(".")[0] not in stage.sections
+            or k in RUN_WIDE
+            or any(k == s or k.startswith(s + ".") for s in stage.shared)
+        )
     )
     if ignored:
         shown = ", ".join(ignored[:5]) + (f" (and {len(ignored) - 5} more)" if len(ignored) > 5 else "")

@@ -35,7 +35,10 @@ SCHEMA = {
             seed={"type": "integer", "minimum": 0},
         ),
         "embedding": _section(
-            model={"type": "string"}, max_length={"type": ["integer", "null"], "minimum": 1}, seed={"type": "integer"}
+            model={"type": "string"},
+            max_length={"type": ["integer", "null"], "minimum": 1},
+            seed={"type": "integer"},
+            keep_chunk_vectors={"type": "boolean"},
         ),
         "retrieval": _section(top_k={"type": "integer", "minimum": 1}, path={"type": ["string", "null"]}),
         "summarise": _section(k={"type": "integer"}, seed={"type": ["integer", "null"]}, method={"type": "string"}),

@@ -157,6 +157,19 @@ def test_a_base_file_may_change_only_what_the_jobs_take_from_it(tmp_path):
     assert spec.job_config("base", 0)["summarise"]["k"] == 2
 
 
+def test_a_key_the_rules_apply_to_every_job_is_neither_swept_nor_set_by_a_base_file(tmp_path):
+    """embedding.keep_chunk_vectors decides the chunk files of every embed job, a sweep's
+    included, from the config itself (rules/common.smk chunk_vectors): a point's value or
+    a base file's would be ignored, the tables labelled with it."""
+    config = {**CONFIG, "embedding": {**CONFIG["embedding"], "keep_chunk_vectors": True}}
+    embed = sweep(stage="embed", grid={"embedding.keep_chunk_vectors": [True, False]}, metrics={"items_per_s": "max"})
+    with pytest.raises(SweepError, match=r"parameter 'embedding.keep_chunk_vectors' applies to every job of the run"):
+        parse({"e": embed}, config=config)
+    (tmp_path / "keep.yaml").write_text("embedding: {keep_chunk_vectors: false}\n")
+    with pytest.raises(SweepError, match=r"base 'keep.yaml' sets embedding.keep_chunk_vectors, which an? embed sweep"):
+        parse({"e": {**embed, "grid": {"embedding.max_length": [64]}, "base": "keep.yaml"}}, config=config, root=tmp_path)
+
+
 def test_a_job_gets_its_stage_sections_with_its_point_and_seed(spec):
     job = spec.job_config("lr=0.0003__n_layer=2", 7)
     assert job == {"train": {**CONFIG["train"], "lr": 0.0003, "n_layer": 2, "seed": 7}}
