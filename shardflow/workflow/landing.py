@@ -32,7 +32,7 @@ from pathlib import Path
 
 from shardflow.core.atomic import atomic_open
 from shardflow.core.files import read_json
-from shardflow.core.jobs import priced, read_job_table
+from shardflow.core.jobs import last_attempt_gpu_hours, priced, read_job_table
 from shardflow.embed.report import ReportParams, run_summary
 from shardflow.sweep.export import value_label
 from shardflow.train.params import batch_note
@@ -395,7 +395,7 @@ def training_section(dataset: str, files: dict, report: ReportParams | None = No
         speed += f", MFU {100 * m['mfu']:.1f}%"
     rows.append(("throughput", speed))
     if m["device"].startswith("cuda"):
-        gpu_hours = m["train_seconds_total"] * m["world_size"] / 3600
+        gpu_hours = last_attempt_gpu_hours(m, m["train_seconds_total"])  # x world_size: one GPU a rank
         cost = ""
         if report is not None:
             cost = f", {priced(gpu_hours, report.gpu_hour_price)['estimated_cost']:.2f} {report.currency}"

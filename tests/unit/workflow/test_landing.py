@@ -219,6 +219,9 @@ def test_the_training_page_says_the_largest_ranks_peak_gpu_memory(tmp_path):
     for changes, want in cases:
         files["metrics"].write_text(json.dumps({**metrics, **changes}))
         assert dict(training_section("tr", files).rows)["peak GPU memory"] == want
+    # GPU-hours: 1 s of training on each of the 2 ranks' GPUs (core.jobs.last_attempt_gpu_hours).
+    files["metrics"].write_text(json.dumps(metrics))
+    assert dict(training_section("tr", files).rows)["GPU-hours and cost"] == f"{2 / 3600:.4f} GPU-h"
     # A run that trained with a smaller micro-batch after running out of memory says so.
     files["metrics"].write_text(json.dumps({**metrics, "micro_batch": 8, "grad_accum": 16, "config_micro_batch": 32,
                                             "config_grad_accum": 4}))
