@@ -10,9 +10,17 @@ rule wrote; s3:// objects are fetched through Snakemake storage). Writes:
 results/<dataset>/chunks/chunk_<i>.jsonl, manifest.json (per chunk: items,
 bytes, sha256, estimated time; sha256 of every source) and rejects.jsonl (bad
 records, when skipped).
+
+chunking.by: source (shardflow.corpus.by_source): one split_source job per source
+instead, job i writing chunk_<i>.jsonl from source i alone, with its part manifest,
+rejects and record keys under chunks/sources/; split_<dataset> then collects them (ids
+unique and groups whole across sources) into manifest.json and rejects.jsonl. A source
+added to the corpus adds a chunk: the finished ones, and the jobs that read them, stay.
 """
 
 for ds in DATASETS.values():
+    if ds.by == "source":
+        continue  # below
 
     rule:
         name:
@@ -40,3 +48,63 @@ for ds in DATASETS.values():
             reader=ds.reader,
         script:
             "../scripts/split.py"
+
+
+BY_SOURCE = {name: ds for name, ds in DATASETS.items() if ds.by == "source"}
+SOURCE_PARTS = "results/{dataset}/chunks/sources/chunk_{chunk}"
+SOURCE_INPUTS = {
+    name: [stored(f) for f in ds.sources] for name, ds in BY_SOURCE.items()
+}
+
+for ds in BY_SOURCE.values():
+
+    rule:
+        name:
+            f"split_{ds.name}"
+        input:
+            parts=chunk_list(ds.name, f"{SOURCE_PARTS}.json"),
+            rejects=chunk_list(ds.name, f"{SOURCE_PARTS}.rejects.jsonl"),
+            record_keys=chunk_list(ds.name, f"{SOURCE_PARTS}.keys.parquet"),
+        output:
+            manifest=f"results/{ds.name}/chunks/manifest.json",
+            rejects=f"results/{ds.name}/chunks/rejects.jsonl",
+        log:
+            f"logs/split/{ds.name}.log",
+        benchmark:
+            f"benchmarks/split/{ds.name}.tsv"
+        retries: 0
+        conda:
+            "../envs/core.yaml"
+        params:
+            rate_items_per_s=ds.rate_items_per_s,
+            reader=ds.reader,
+        script:
+            "../scripts/collect_sources.py"
+
+
+if BY_SOURCE:
+
+    rule split_source:
+        input:
+            lambda wildcards: SOURCE_INPUTS[wildcards.dataset][int(wildcards.chunk)],
+        output:
+            chunk="results/{dataset}/chunks/chunk_{chunk}.jsonl",
+            part=f"{SOURCE_PARTS}.json",
+            rejects=f"{SOURCE_PARTS}.rejects.jsonl",
+            record_keys=f"{SOURCE_PARTS}.keys.parquet",
+        log:
+            "logs/split/{dataset}/chunk_{chunk}.log",
+        benchmark:
+            "benchmarks/split/{dataset}/chunk_{chunk}.tsv"
+        wildcard_constraints:
+            dataset="|".join(re.escape(name) for name in BY_SOURCE),
+        retries: 0  # as split_<dataset>: its input would fail the same way
+        conda:
+            "../envs/core.yaml"
+        params:
+            rate_items_per_s=lambda wildcards: DATASETS[
+                wildcards.dataset
+            ].rate_items_per_s,
+            reader=lambda wildcards: DATASETS[wildcards.dataset].reader,
+        script:
+            "../scripts/split_source.py"

@@ -30,7 +30,7 @@ import json
 import logging
 import os
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -183,8 +183,16 @@ def split_corpus(
     chunk_paths: list[str | os.PathLike],
     manifest_path: str | os.PathLike,
     rejects_path: str | os.PathLike,
+    *,
+    allow_empty: bool = False,
+    on_record: Callable[[Record, int], None] | None = None,
 ) -> dict:
-    """Write `len(chunk_paths)` == n_chunks chunks, a manifest and a rejects file."""
+    """Write `len(chunk_paths)` == n_chunks chunks, a manifest and a rejects file.
+
+    allow_empty: no usable record writes empty chunks instead of stopping (one source
+    of many, corpus.by_source, whose collector stops when the whole corpus has none).
+    on_record(record, chunk): called for each record written, in order.
+    """
     paths = list(paths)
     n = params.n_chunks
     if len(chunk_paths) != n:
@@ -198,7 +206,7 @@ def split_corpus(
         len(duplicates),
         f", {m.bytes} text bytes" if params.by == "size" else "",  # measured only to split by size
     )
-    if m.records == 0:
+    if m.records == 0 and not allow_empty:
         if m.first_reject is None:
             raise ValueError(f"no usable record in {paths}: the input holds no records (empty)")
         r = m.first_reject
@@ -239,6 +247,8 @@ def split_corpus(
                 items[i] += 1
                 nbytes[i] += len(line)
                 digests[i].update(line)
+                if on_record is not None:
+                    on_record(item, i)
             if k != m.records or rejected != m.rejected:
                 raise RuntimeError(
                     f"input changed between passes: {k}/{rejected} records/rejects vs {m.records}/{m.rejected}"

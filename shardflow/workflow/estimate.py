@@ -1108,15 +1108,15 @@ def estimate(
         split = Row(
             ds.name,
             "split",
-            1,
+            ds.n_chunks + 1 if ds.by == "source" else 1,  # a job per source and the collector
             count.records,
             gpus=0,
             disk=count.chunk_bytes,
             disk_source=count.chunk_bytes_source or "not estimated",
         )
         split.notes.append(f"records: {count.source}")
-        if not count.per_chunk and ds.n_chunks > 1 and (ds.by == "size" or cfg["chunking"]["group_by"]):
-            split.notes.append("records per chunk taken as even (chunking.by size or group_by makes them uneven)")
+        if not count.per_chunk and ds.n_chunks > 1 and (ds.by in ("size", "source") or cfg["chunking"]["group_by"]):
+            split.notes.append(f"records per chunk taken as even (chunking.by {ds.by} or group_by makes them uneven)")
         out.rows.append(split)
         stages = gpu_stages(cfg, ds, specs.values())
         if "embed" in stages:

@@ -158,9 +158,17 @@ def count_records(paths: list[str], opts: ReaderOptions) -> int:
 
 def plan_n_chunks(cfg: dict, list_s3: Callable[[str], list[str]] | None = None) -> int:
     n = cfg["n_chunks"]
+    ch = cfg["chunking"]
+    if ch["by"] == "source":  # one chunk per source (corpus.by_source)
+        sources = len(corpus_inputs(cfg, list_s3))
+        if n not in ("auto", sources):
+            raise ValueError(
+                f"n_chunks is {n}, but chunking.by: source makes one chunk per source and input.path names "
+                f"{sources}: set n_chunks: auto"
+            )
+        return sources
     if n != "auto":
         return int(n)
-    ch = cfg["chunking"]
     inputs = corpus_inputs(cfg, list_s3)
     remote = any(p.startswith("s3://") for p in inputs)
     if ch["by"] == "size":

@@ -97,6 +97,23 @@ def test_auto_chunking_of_an_s3_corpus_needs_expected_records(s3, s3_corpus, tmp
     assert not (tmp_path / "results").exists()
 
 
+def test_by_source_plans_one_split_job_per_object_of_an_s3_glob(s3, s3_prefix, tmp_path, sm):
+    """chunking.by: source over an s3:// glob: the objects listed at parse time are the
+    chunks, each split_source job fetching its one object through storage."""
+    keys = [f"{s3_prefix}/parts/part-{i}.jsonl" for i in (1, 2, 3)]
+    for i, key in enumerate(keys):
+        s3.client().put_object(Bucket=s3.bucket, Key=key, Body=f'{{"id": "{i}", "text": "doc {i}"}}\n'.encode())
+    config = sm.real_config(tmp_path / "config.yaml", f"s3://{s3.bucket}/{s3_prefix}/parts/*.jsonl")
+    cfg = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({**cfg, "n_chunks": "auto", "chunking": {"by": "source"}}))
+    planned = sm.run_real(tmp_path, config, *s3.storage_args(), "--dry-run", timeout_s=120)
+    assert planned.returncode == 0, sm.describe(planned)
+    counts = job_counts(planned.output)
+    assert counts["split_source"] == counts["embed"] == 3 and counts[f"split_{sm.DATASET}"] == 1, counts
+    for key in keys:
+        assert f"input: s3://{s3.bucket}/{key} (retrieve from storage)" in planned.output, sm.describe(planned)
+
+
 def test_storage_plugin_deletes_a_bucket_when_it_removes_the_last_object(s3, tmp_path):
     """snakemake-storage-plugin-s3 0.3.6 `remove()` deletes the bucket when it is empty
     afterwards. Snakemake removes objects (temp() outputs, outputs of failed jobs, the

@@ -346,6 +346,17 @@ def test_records_come_from_the_splits_manifest_else_are_counted(tmp_path):
     assert run(cfg, records=5000).records["ds"].records == 5000
 
 
+def test_by_source_counts_a_split_job_per_source_and_the_collector(tmp_path):
+    corpus(30, "part-1.jsonl")
+    corpus(10, "part-2.jsonl")
+    cfg = config(tmp_path, n_chunks="auto", input={"path": "part-*.jsonl"}, chunking={"by": "source"})
+    result = run(cfg)
+    split = row(result, "split")
+    assert (split.jobs, split.work) == (3, 40)
+    assert "records per chunk taken as even (chunking.by source or group_by makes them uneven)" in split.notes
+    assert row(result, "embed").jobs == 2
+
+
 def test_a_large_input_is_sampled_and_says_so(tmp_path, monkeypatch):
     corpus(2000)
     monkeypatch.setattr(est, "SAMPLE_ABOVE", 1000)

@@ -46,6 +46,23 @@ def test_integer_n_chunks_is_used_as_given(config, n):
     assert plan.plan_n_chunks(config) == n
 
 
+# --- by source --------------------------------------------------------------------------
+
+
+def test_by_source_makes_one_chunk_per_source_whatever_the_sizes(config, tmp_path):
+    for name, n in (("a", 45), ("b", 1), ("c", 0)):
+        write_records(tmp_path / f"{name}.jsonl", n)
+    cfg = auto(config, str(tmp_path / "*.jsonl"), by="source", items_per_chunk=10, gpus=4)
+    assert plan.plan_n_chunks(cfg) == 3  # no count, no rounding to the GPUs
+    cfg["n_chunks"] = 3
+    assert plan.plan_n_chunks(cfg) == 3
+    cfg["n_chunks"] = 4  # e.g. the shipped default, left as it was
+    with pytest.raises(ValueError, match="n_chunks is 4, but chunking.by: source makes one chunk per source and "
+                                         "input.path names 3: set n_chunks: auto"):
+        plan.plan_n_chunks(cfg)
+    assert plan.plan_n_chunks(auto(config, None, by="source")) == 1  # the demo corpus: one file
+
+
 # --- auto by records ---------------------------------------------------------------------
 
 
