@@ -514,11 +514,32 @@ def finish(stage: Stage, n_gpus: int, price: float, now: float) -> Stage:
     return stage
 
 
+def source_parts(ds: plan.DataSet) -> list[int | None]:
+    """chunking.by: source: each chunk's records from the part manifest its split_source
+    job wrote, where that job split this source (its name, and not changed since), so
+    that a chunk's count is known once its own split ran, before the collector's
+    manifest (which waits for every source's); None for the others."""
+    counts: list[int | None] = []
+    for i, source in enumerate(ds.sources):
+        path = f"{estimate.RESULTS}/{ds.name}/chunks/sources/chunk_{i}.json"
+        try:
+            part = read_json(path)
+            fresh = part["sources"] == [source] and not (
+                os.path.isfile(source) and os.path.getmtime(source) > os.path.getmtime(path)
+            )
+            counts.append(int(part["total_records"]) if fresh else None)
+        except (OSError, ValueError, KeyError, TypeError):
+            counts.append(None)
+    return counts
+
+
 def chunk_stage(ds: plan.DataSet, stage: str, gpus: int, resume: dict, split: dict | None) -> Stage:
     """The jobs of a per-chunk stage (embed, summarise) of data set `ds`."""
     rule, record = STAGE_RULES[stage]
     files = rule_files(rule)
     per_chunk = [int(c["items"]) for c in split["chunks"]] if split else None
+    if per_chunk is None and ds.by == "source":
+        per_chunk = source_parts(ds)
     jobs, notes = [], []
     for _, wildcards in plan.chunk_jobs(rule, ds):
         outputs, log, bench = files.of(wildcards)

@@ -61,6 +61,10 @@ def test_by_source_makes_one_chunk_per_source_whatever_the_sizes(config, tmp_pat
                                          "input.path names 3: set n_chunks: auto"):
         plan.plan_n_chunks(cfg)
     assert plan.plan_n_chunks(auto(config, None, by="source")) == 1  # the demo corpus: one file
+    glob = auto(config, "s3://b/parts/*.jsonl", by="source")  # make status, make estimate: not listed
+    with pytest.raises(ValueError, match=r"a chunk of each object of s3://b/parts/\*.jsonl, which is not listed here"):
+        plan.plan_n_chunks(glob, plan.unlisted)
+    assert plan.plan_n_chunks(glob, lambda pattern: ["s3://b/parts/1.jsonl", "s3://b/parts/2.jsonl"]) == 2
 
 
 # --- auto by records ---------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -223,7 +224,9 @@ def test_the_cli_prints_the_table_and_the_total_line_last(tmp_path, monkeypatch,
     assert "logs/embed/ds/chunk_2.log.failure.json: an input or config error" in failed
     assert "  embed ds chunk 4: failed: OutOfMemoryError: CUDA out of memory (log logs/embed/ds/chunk_4.log)" in lines
     assert lines[-1].startswith("embed ds: 1/6 jobs, 175/600 records, 20 records/s, about ")
-    assert lines[-1].endswith(" left; 0.00708 GPU-h, 25.50 USD so far, about 0.0135 GPU-h, 48.50 USD to finish; 1 stalled, 2 failed")
+    assert lines[-1].endswith(
+        " left; 0.00708 GPU-h, 25.50 USD so far, about 0.0135 GPU-h, 48.50 USD to finish; 1 stalled, 2 failed"
+    )
 
 
 def test_json_holds_each_stage_and_the_jobs_not_done(tmp_path, monkeypatch, capsys, now):
@@ -422,3 +425,32 @@ def test_a_retry_loading_its_model_after_earlier_parts_is_not_stalled(tmp_path, 
     os.utime(log, (now - 9.0, now - 9.0))
     stage = embed(st.status(cfg, 2, "--gpus", now=now))
     assert stage.jobs[3].records_done == 25 and stage.jobs[3].state == "running"  # under 3 x 2.5 s + 2 s
+
+
+def test_by_source_counts_each_chunk_whose_own_split_ran_before_the_collector(tmp_path, now):
+    """chunking.by: source: a chunk's records are known from its split_source job's part
+    manifest (the package's own writer), before the data set's manifest, which waits for
+    every source; a part older than its source, or of another source, is not used."""
+    from shardflow.corpus.by_source import split_source
+    from shardflow.corpus.readers import ReaderOptions
+
+    for name, n in (("a", 3), ("b", 5), ("c", 2)):
+        Path(f"part-{name}.jsonl").write_text(
+            "".join(json.dumps({"id": f"{name}{i}", "text": "t"}) + "\n" for i in range(n))
+        )
+    cfg = config(tmp_path, n_chunks="auto", input={"path": "part-*.jsonl"}, chunking={"by": "source"})
+    parts_dir = Path("results/ds/chunks/sources")
+    for i, name in ((0, "a"), (2, "c")):
+        split_source(
+            f"part-{name}.jsonl",
+            ReaderOptions(),
+            40.0,
+            f"results/ds/chunks/chunk_{i}.jsonl",
+            parts_dir / f"chunk_{i}.json",
+            parts_dir / f"chunk_{i}.rejects.jsonl",
+            parts_dir / f"chunk_{i}.keys.parquet",
+        )
+    assert [j.records for j in embed(st.status(cfg, 1, "--gpus", now=now)).jobs] == [3, None, 2]
+    os.utime("part-c.jsonl", (now + 60, now + 60))  # changed after its split
+    shutil.copy(parts_dir / "chunk_0.json", parts_dir / "chunk_1.json")  # a's part where b's belongs
+    assert [j.records for j in embed(st.status(cfg, 1, "--gpus", now=now)).jobs] == [3, None, None]
