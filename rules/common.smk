@@ -198,6 +198,26 @@ def split_inputs(ds):
     return [stored(f) for f in ds.sources]
 
 
+# chunking.by: source (rules/split.smk): the data sets split per source, and each one's
+# sources as the split_source jobs read them.
+BY_SOURCE = {name: ds for name, ds in DATASETS.items() if ds.by == "source"}
+SOURCE_PARTS = "results/{dataset}/chunks/sources/chunk_{chunk}"
+SOURCE_INPUTS = {
+    name: [stored(f) for f in ds.sources] for name, ds in BY_SOURCE.items()
+}
+
+
+def source_input(wildcards):
+    """The one source of a split_source job's chunk."""
+    sources = SOURCE_INPUTS[wildcards.dataset]
+    if int(wildcards.chunk) >= len(sources):
+        raise WorkflowError(
+            f"chunk {wildcards.chunk} of data set {wildcards.dataset!r}: chunking.by: source "
+            f"makes {len(sources)} chunks, one per source (0 to {len(sources) - 1})"
+        )
+    return sources[int(wildcards.chunk)]
+
+
 def chunk_list(dataset, pattern):
     return expand(pattern, dataset=dataset, chunk=range(DATASETS[dataset].n_chunks))
 

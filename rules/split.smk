@@ -50,12 +50,6 @@ for ds in DATASETS.values():
             "../scripts/split.py"
 
 
-BY_SOURCE = {name: ds for name, ds in DATASETS.items() if ds.by == "source"}
-SOURCE_PARTS = "results/{dataset}/chunks/sources/chunk_{chunk}"
-SOURCE_INPUTS = {
-    name: [stored(f) for f in ds.sources] for name, ds in BY_SOURCE.items()
-}
-
 for ds in BY_SOURCE.values():
 
     rule:
@@ -72,6 +66,9 @@ for ds in BY_SOURCE.values():
             f"logs/split/{ds.name}.log",
         benchmark:
             f"benchmarks/split/{ds.name}.tsv"
+        # The check across sources runs before chunk jobs that are ready too (the chunk
+        # jobs do not wait for it, which would rerun every one of them after it failed).
+        priority: 1
         retries: 0
         conda:
             "../envs/core.yaml"
@@ -86,7 +83,7 @@ if BY_SOURCE:
 
     rule split_source:
         input:
-            lambda wildcards: SOURCE_INPUTS[wildcards.dataset][int(wildcards.chunk)],
+            source_input,
         output:
             chunk="results/{dataset}/chunks/chunk_{chunk}.jsonl",
             part=f"{SOURCE_PARTS}.json",
@@ -98,6 +95,7 @@ if BY_SOURCE:
             "benchmarks/split/{dataset}/chunk_{chunk}.tsv"
         wildcard_constraints:
             dataset="|".join(re.escape(name) for name in BY_SOURCE),
+        priority: 1  # the sources first, as the collector
         retries: 0  # as split_<dataset>: its input would fail the same way
         conda:
             "../envs/core.yaml"

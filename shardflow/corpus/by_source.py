@@ -22,11 +22,14 @@ one would mean rewriting its chunk, so the error names both places to fix.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import shutil
+from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -38,7 +41,55 @@ from shardflow.corpus.split import SplitParams, split_corpus
 
 log = logging.getLogger(__name__)
 
-KEYS_SCHEMA = pa.schema([("id", pa.string()), ("group", pa.string()), ("line", pa.int64())])
+# A record's keys: its id and group, their stable 64-bit hashes (the collector compares
+# hashes, 8 bytes a record, and reads the strings only where two hashes are equal), and
+# its line in the source (for the error).
+KEYS_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("group", pa.string()),
+        ("line", pa.int64()),
+        ("id_hash", pa.uint64()),
+        ("group_hash", pa.uint64()),
+    ]
+)
+KEYS_BATCH = 65536  # records a row group: what split_source holds of them at once
+
+
+def stable_hash(value: str | None) -> int:
+    """A 64-bit hash that is the same in every process (Python's `hash` of a str is not)."""
+    if value is None:
+        return 0
+    return int.from_bytes(hashlib.blake2b(value.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+class _KeysWriter:
+    """The keys of a source's records into a Parquet file, a row group at a time."""
+
+    def __init__(self, path: Path):
+        self.writer = pq.ParquetWriter(path, KEYS_SCHEMA)
+        self.rows: dict[str, list] = {name: [] for name in KEYS_SCHEMA.names}
+
+    def add(self, record: Record, _chunk: int) -> None:
+        for name, value in (
+            ("id", record.id),
+            ("group", record.group),
+            ("line", record.line),
+            ("id_hash", stable_hash(record.id)),
+            ("group_hash", stable_hash(record.group)),
+        ):
+            self.rows[name].append(value)
+        if len(self.rows["id"]) >= KEYS_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        self.writer.write_table(pa.table(self.rows, schema=KEYS_SCHEMA))
+        self.rows = {name: [] for name in KEYS_SCHEMA.names}
+
+    def close(self) -> None:
+        if self.rows["id"]:
+            self.flush()
+        self.writer.close()
 
 
 def split_source(
@@ -54,70 +105,85 @@ def split_source(
     this source alone), its rejects and the keys of its records, in chunk order. A
     source without a usable record gives an empty chunk (the collector stops if the
     whole corpus has none)."""
-    ids: list[str] = []
-    groups: list[str | None] = []
-    lines: list[int] = []
-
-    def keep(record: Record, _chunk: int) -> None:
-        ids.append(record.id)
-        groups.append(record.group)
-        lines.append(record.line)
-
     params = SplitParams(n_chunks=1, by="records", rate_items_per_s=rate_items_per_s)
-    manifest = split_corpus(
-        [source], opts, params, [chunk_path], part_path, rejects_path, allow_empty=True, on_record=keep
-    )
-    if not ids:
-        log.warning("%s: no usable record: its chunk is empty", logical_path(source))
-    table = pa.table({"id": ids, "group": groups, "line": lines}, schema=KEYS_SCHEMA)
     with atomic_path(keys_path) as tmp:
-        pq.write_table(table, tmp)
+        keys = _KeysWriter(tmp)
+        try:
+            manifest = split_corpus(
+                [source], opts, params, [chunk_path], part_path, rejects_path, allow_empty=True, on_record=keys.add
+            )
+        finally:
+            keys.close()
+    if not manifest["total_records"]:
+        log.warning("%s: no usable record: its chunk is empty", logical_path(source))
     return manifest
 
 
-def _places(keys: pa.Table, sources: list[str], value: str, column: str) -> list[str]:
-    """`<source>:<line>` of each record whose `column` is `value`, in corpus order."""
-    hit = keys.filter(pc.equal(keys[column], value))
-    return [f"{sources[c]}:{line}" for c, line in zip(hit["chunk"].to_pylist(), hit["line"].to_pylist(), strict=True)]
+def _repeated(hashes: np.ndarray, chunks: np.ndarray, *, across_chunks: bool) -> set[int]:
+    """Hashes held by more than one record, or (`across_chunks`) by records of more than
+    one chunk: candidates, to be compared as strings (two values may share a hash)."""
+    if across_chunks:  # each (hash, chunk) pair once
+        pairs = np.unique(np.stack([hashes, chunks.astype(np.uint64)], axis=1), axis=0)
+        hashes = pairs[:, 0]
+    ordered = np.sort(hashes)
+    return set(ordered[1:][ordered[1:] == ordered[:-1]].tolist())
 
 
-def _repeated(keys: pa.Table, column: str) -> list[str]:
-    """Values of `column` held by more than one record (ids) or chunk (groups), sorted."""
-    counted = keys.group_by(column).aggregate([("chunk", "count_distinct" if column == "group" else "count")])
-    counts = counted.column(1)
-    return sorted(counted.filter(pc.greater(counts, 1))[column].to_pylist())
+def _holders(keys_paths: list, column: str, suspects: set[int]) -> dict[str, list[tuple[int, int]]]:
+    """{value: [(chunk, line), ...]} in corpus order, for the records whose `column`
+    hashes to one of `suspects`; one source's keys in memory at a time."""
+    found: dict[str, list[tuple[int, int]]] = {}
+    wanted = pa.array(sorted(suspects), pa.uint64())
+    for chunk, path in enumerate(keys_paths):
+        t = pq.read_table(path, columns=[column, "line", f"{column}_hash"])
+        t = t.filter(pc.is_in(t[f"{column}_hash"], value_set=wanted))
+        for value, line in zip(t[column].to_pylist(), t["line"].to_pylist(), strict=True):
+            found.setdefault(value, []).append((chunk, line))
+    return found
 
 
 def check_keys(keys_paths: list[str | os.PathLike], sources: list[str], opts: ReaderOptions) -> None:
     """Stop on an id in two sources (when ids come from a field) or a group in two
-    chunks, naming the places; ids repeated within one source were handled by its split."""
+    chunks, naming the places; ids repeated within one source were handled by its split.
+    Memory: 12 bytes a record (a hash and a chunk number), and one source's keys where
+    two hashes are equal."""
     if opts.id_field is None and opts.group_field is None:
         return  # ids from positions are unique, and there are no groups
-    tables = []
+    columns = (["id_hash"] if opts.id_field is not None else []) + (["group_hash"] if opts.group_field else [])
+    hashes: dict[str, list[np.ndarray]] = {c: [] for c in columns}
+    chunks = []
     for i, path in enumerate(keys_paths):
-        t = pq.read_table(path, columns=["id", "group", "line"])
-        tables.append(t.append_column("chunk", pa.array([i] * t.num_rows, pa.int64())))
-    keys = pa.concat_tables(tables) if tables else KEYS_SCHEMA.empty_table()
+        t = pq.read_table(path, columns=columns)
+        for c in columns:
+            hashes[c].append(t[c].to_numpy())
+        chunks.append(np.full(t.num_rows, i, dtype=np.int32))
+    chunk_of = np.concatenate(chunks) if chunks else np.empty(0, np.int32)
     hint = (
         "chunking.by: source splits each source on its own, so the records are in finished chunks and "
         "cannot be set aside (input.on_bad_record: skip applies within a source)"
     )
     if opts.id_field is not None:
-        repeated = _repeated(keys, "id")
+        suspects = _repeated(np.concatenate(hashes["id_hash"]), chunk_of, across_chunks=False)
+        repeated = {v: at for v, at in _holders(keys_paths, "id", suspects).items() if len(at) > 1} if suspects else {}
         if repeated:
-            first, *later = _places(keys, sources, repeated[0], "id")
+            value = min(repeated)
+            (first_chunk, first_line), (chunk, line), *_ = repeated[value]
             more = f"; {len(repeated) - 1} more id(s) repeat across sources" if len(repeated) > 1 else ""
-            source, line = later[0].rsplit(":", 1)
             raise BadRecordError(
-                source, int(line), f"duplicate id {repeated[0]!r} (first at {first}){more}: {hint}; remove one"
+                sources[chunk],
+                line,
+                f"duplicate id {value!r} (first at {sources[first_chunk]}:{first_line}){more}: {hint}; remove one",
             )
     if opts.group_field is not None:
-        split = _repeated(keys, "group")
+        suspects = _repeated(np.concatenate(hashes["group_hash"]), chunk_of, across_chunks=True)
+        held = _holders(keys_paths, "group", suspects) if suspects else {}
+        split = {v: sorted({c for c, _ in at}) for v, at in held.items() if len({c for c, _ in at}) > 1}
         if split:
-            where = sorted({p.rsplit(":", 1)[0] for p in _places(keys, sources, split[0], "group")}, key=sources.index)
+            value = min(split)
+            where = ", ".join(sources[c] for c in split[value])
             more = f"; {len(split) - 1} more group(s) span sources" if len(split) > 1 else ""
             raise ValueError(
-                f"chunking.group_by={opts.group_field!r}: group {split[0]!r} has records in {', '.join(where)}{more}, "
+                f"chunking.group_by={opts.group_field!r}: group {value!r} has records in {where}{more}, "
                 "but chunking.by: source makes each source one chunk: put each group's records in one source file"
             )
 

@@ -53,6 +53,14 @@ def test_a_source_added_to_the_corpus_runs_only_its_chunk_and_matches_a_fresh_ru
     finished = {p.name: p.stat().st_mtime_ns for p in (run / "results/grow/summarise").glob("summaries_*.jsonl")}
     assert sorted(finished) == ["summaries_0.jsonl", "summaries_1.jsonl"]
 
+    # An id that part-1 holds too stops the run at the collector (the chunk jobs do not
+    # wait for it); mending the file then reruns its chunk alone, whatever ran.
+    (run / "data/part-3.jsonl").write_text(json.dumps({"id": "part-1-0", "text": texts[6]}) + "\n")
+    failed = snakemake(run, "--cores", "2", "--configfile", str(cfg), check=False)
+    assert failed.returncode != 0
+    log = (run / "logs/split/grow.log").read_text()
+    assert "data/part-3.jsonl:1: duplicate id 'part-1-0' (first at data/part-1.jsonl:1)" in log
+
     _part(run / "data/part-3.jsonl", texts[6:])
     counts, chunks = _planned(run, cfg)
     assert counts == AFTER_A_SOURCE and chunks == ["2"], counts

@@ -107,3 +107,42 @@ def test_an_empty_source_is_an_empty_chunk_and_a_corpus_without_records_an_error
         split_all(tmp_path / "out2", [empty, bad], ReaderOptions(on_bad_record="skip"))
     with pytest.raises(ValueError, match=r"the input holds no records \(empty\)"):
         split_all(tmp_path / "out3", [empty], ReaderOptions())
+
+
+def test_ids_or_groups_that_share_a_hash_are_compared_as_text(tmp_path, monkeypatch):
+    """The collector compares 64-bit hashes and reads the strings only where two are
+    equal: with every hash equal, different ids and groups are still no repeat."""
+    from shardflow.corpus import by_source
+
+    monkeypatch.setattr(by_source, "stable_hash", lambda value: 7)
+    a = write_jsonl(tmp_path / "a.jsonl", [{"id": "1", "text": "x", "doc": "g1"}])
+    b = write_jsonl(
+        tmp_path / "b.jsonl", [{"id": "2", "text": "y", "doc": "g2"}, {"id": "3", "text": "z", "doc": "g2"}]
+    )
+    assert split_all(tmp_path / "out", [a, b], ReaderOptions(group_field="doc"))["total_records"] == 3
+    c = write_jsonl(tmp_path / "c.jsonl", [{"id": "2", "text": "again", "doc": "g3"}])
+    with pytest.raises(BadRecordError, match=rf"{c}:1: duplicate id '2' \(first at {b}:1\)"):
+        split_all(tmp_path / "out2", [a, b, c], ReaderOptions(group_field="doc"))
+
+
+def test_keys_are_written_a_row_group_at_a_time(tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    from shardflow.corpus import by_source
+
+    monkeypatch.setattr(by_source, "KEYS_BATCH", 2)
+    src = write_jsonl(tmp_path / "a.jsonl", [{"id": str(i), "text": "t"} for i in range(5)])
+    split_source(
+        str(src),
+        ReaderOptions(),
+        40.0,
+        tmp_path / "c.jsonl",
+        tmp_path / "p.json",
+        tmp_path / "r.jsonl",
+        tmp_path / "k.parquet",
+    )
+    keys = pq.ParquetFile(tmp_path / "k.parquet")
+    assert keys.metadata.num_row_groups == 3
+    table = keys.read()
+    assert table["id"].to_pylist() == ["0", "1", "2", "3", "4"] and table["line"].to_pylist() == [1, 2, 3, 4, 5]
+    assert table["id_hash"].to_pylist() == [by_source.stable_hash(str(i)) for i in range(5)]
