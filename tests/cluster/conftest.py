@@ -89,9 +89,12 @@ class Run:
         return self.returncode in (124, 137)
 
 
-def run_snakemake(workdir: Path, *args: str, timeout_s: int = 180, env: dict | None = None) -> Run:
-    """`snakemake ARGS` in workdir under `timeout -k 10 timeout_s`."""
-    cmd = ["timeout", "-k", "10", str(timeout_s), str(BIN / "snakemake"), *args]
+def run_snakemake(
+    workdir: Path, *args: str, timeout_s: int = 180, env: dict | None = None, snakemake: list[str] | None = None
+) -> Run:
+    """`snakemake ARGS` in workdir under `timeout -k 10 timeout_s`; `snakemake`: the
+    command to run instead of the venv's snakemake (tests/support/slurm_polls.py)."""
+    cmd = ["timeout", "-k", "10", str(timeout_s), *(snakemake or [str(BIN / "snakemake")]), *args]
     start = time.monotonic()
     proc = subprocess.run(
         cmd, cwd=workdir, env=env or clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -104,8 +107,10 @@ class Background:
     """`snakemake ARGS` running in the background, for the fault tests: they act on a
     service or a job while the run goes on, then collect the run like run_snakemake's."""
 
-    def __init__(self, workdir: Path, args: tuple[str, ...], timeout_s: int, env: dict | None):
-        cmd = ["timeout", "-k", "10", str(timeout_s), str(BIN / "snakemake"), *args]
+    def __init__(
+        self, workdir: Path, args: tuple[str, ...], timeout_s: int, env: dict | None, snakemake: list[str] | None
+    ):
+        cmd = ["timeout", "-k", "10", str(timeout_s), *(snakemake or [str(BIN / "snakemake")]), *args]
         self._start = time.monotonic()
         self._proc = subprocess.Popen(
             cmd, cwd=workdir, env=env or clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -144,9 +149,11 @@ class Background:
         return Run(returncode, self.output, time.monotonic() - self._start)
 
 
-def start_snakemake(workdir: Path, *args: str, timeout_s: int = 180, env: dict | None = None) -> Background:
+def start_snakemake(
+    workdir: Path, *args: str, timeout_s: int = 180, env: dict | None = None, snakemake: list[str] | None = None
+) -> Background:
     """run_snakemake, in the background."""
-    return Background(workdir, args, timeout_s, env)
+    return Background(workdir, args, timeout_s, env, snakemake)
 
 
 def describe(run: Run, tail: int = 6000) -> str:

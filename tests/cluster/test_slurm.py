@@ -9,11 +9,17 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.cluster
+
+
+# The controller: Snakemake with the plugin's status polls at most 2 s apart instead of
+# 1, 11, 21 s ... (the jobs are short; see tests/support/slurm_polls.py).
+CONTROLLER = [sys.executable, str(Path(__file__).resolve().parents[1] / "support" / "slurm_polls.py")]
 
 
 def slurm_profile_args(sm) -> list[str]:
@@ -59,10 +65,11 @@ def test_real_workflow_on_slurm_matches_the_local_run_bit_for_bit(
 ):
     """The repo's Snakefile through sbatch: one SLURM job per Snakemake job, each embed
     job with one (fake) GPU, on the shared filesystem (here: the local disk). To the
-    merged embeddings: verify is one more CPU job like merge (and 10-20 s of status
+    merged embeddings: verify is one more CPU job like merge (its start-up and status
     polls)."""
     config = sm.real_config(tmp_path / "config.yaml", str(corpus_file))
-    run = sm.run(tmp_path, *sm.real_args(tmp_path, config, *sm.MERGED), *slurm_profile_args(sm), timeout_s=300)
+    run = sm.run(tmp_path, *sm.real_args(tmp_path, config, *sm.MERGED), *slurm_profile_args(sm), timeout_s=300,
+                 snakemake=CONTROLLER)
     assert run.returncode == 0, sm.describe(run)
     # Both profiles were read, the overlay on top (its partition reached the jobs).
     assert "profiles/slurm and workflow specific profile" in run.output, sm.describe(run)
@@ -102,7 +109,7 @@ def test_split_on_slurm_reads_an_s3_corpus_with_credentials_from_the_environment
     manifest = f"results/{sm.DATASET}/chunks/manifest.json"
     run = sm.run(
         tmp_path, "-s", str(sm.REPO / "Snakefile"), "-d", str(tmp_path), manifest, "--configfile", str(config),
-        *slurm_profile_args(sm), timeout_s=180, env=sm.env(**s3.aws_env()),
+        *slurm_profile_args(sm), timeout_s=180, env=sm.env(**s3.aws_env()), snakemake=CONTROLLER,
     )
     assert run.returncode == 0, sm.describe(run)
     assert f"Retrieving from storage: {s3_corpus}" in run.output, sm.describe(run)
@@ -153,7 +160,7 @@ def test_failed_embed_job_is_resubmitted_not_retried_in_place_and_the_run_ends(
     config.write_text(yaml.safe_dump(cfg))
     good = [f"results/{ds}/embed/embed_1.npy", f"results/{ds}/embed/embed_1.ids.parquet"]
     run = sm.run(tmp_path, *sm.real_args(tmp_path, config, f"results/{ds}/embed/embed_0.npy", *good),
-                 *slurm_profile_args(sm), timeout_s=420)
+                 *slurm_profile_args(sm), timeout_s=420, snakemake=CONTROLLER)
     assert not run.timed_out and run.returncode != 0, sm.describe(run)
     assert re.search(r"SLURM-job '\d+' failed, SLURM status is: 'FAILED'", run.output), sm.describe(run)
     assert f"{chunks}/chunk_0.jsonl:1: not a shardflow chunk record" in run.output, sm.describe(run)  # its log
@@ -206,7 +213,8 @@ def test_cancelled_embed_job_is_resubmitted_and_the_run_completes_bit_for_bit(
     outputs = [f"results/{ds}/embed/embed_{chunk}.npy", f"results/{ds}/embed/embed_{chunk}.ids.parquet"]
     job_log = tmp_path / f"logs/embed/{ds}/chunk_{chunk}.log"
 
-    run = sm.start(tmp_path, *sm.real_args(tmp_path, config, *outputs), *slurm_profile_args(sm), timeout_s=300)
+    run = sm.start(tmp_path, *sm.real_args(tmp_path, config, *outputs), *slurm_profile_args(sm), timeout_s=300,
+                   snakemake=CONTROLLER)
 
     def running_embed_job():
         found = submitted_jobs(run.output).get(f"embed/{ds}_{chunk}")
