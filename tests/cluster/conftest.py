@@ -104,8 +104,9 @@ def run_snakemake(
 
 
 class Background:
-    """`snakemake ARGS` running in the background, for the fault tests: they act on a
-    service or a job while the run goes on, then collect the run like run_snakemake's."""
+    """`snakemake ARGS` running in the background, for the fault tests (they act on a
+    service or a job while the run goes on) and for a local reference run made beside a
+    cluster run; collected like run_snakemake's run."""
 
     def __init__(
         self, workdir: Path, args: tuple[str, ...], timeout_s: int, env: dict | None, snakemake: list[str] | None

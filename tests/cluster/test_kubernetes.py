@@ -228,12 +228,15 @@ def test_every_task_and_a_sweep_run_on_eks_and_record_what_a_local_run_records(
         s3.client().put_object(Bucket=s3.bucket, Key=f"corpora/beir/{file.relative_to(beir)}", Body=file.read_bytes())
     checkout = sm.checkout(tmp_path / "checkout")
     config = every_task_config(checkout / "every.yaml", s3_corpus, f"s3://{s3.bucket}/corpora/beir")
-    run = run_eks(api, s3, s3_prefix, checkout, sm, "--configfile", config.name, timeout_s=400)
-    assert run.returncode == 0, sm.describe(run)
+    # The local run of the same config goes on beside the EKS run (they share no file):
+    # the EKS run, mostly pods starting and waiting on one another, leaves room for it.
     local = tmp_path / "local"
     local.mkdir()
-    reference = sm.run(local, "-s", str(sm.REPO / "Snakefile"), "--cores", "2", "--configfile",
-                       str(every_task_config(local / "every.yaml", str(corpus_file), str(beir))), timeout_s=300)
+    local_run = sm.start(local, "-s", str(sm.REPO / "Snakefile"), "--cores", "2", "--configfile",
+                         str(every_task_config(local / "every.yaml", str(corpus_file), str(beir))), timeout_s=400)
+    run = run_eks(api, s3, s3_prefix, checkout, sm, "--configfile", config.name, timeout_s=400)
+    reference = local_run.finish()
+    assert run.returncode == 0, sm.describe(run)
     assert reference.returncode == 0, sm.describe(reference)
 
     objects = s3.objects(f"{s3_prefix}/")
