@@ -99,11 +99,11 @@ def test_glob_corpus_and_a_killed_embed_job_resuming_from_parts_in_s3(
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         return path
 
+    # The local run over the same records goes on beside the S3 run (one core each).
     ref = tmp_path / "ref"
     ref.mkdir()
-    local = sm.run(ref, "-s", str(sm.REPO / "Snakefile"), "-d", str(ref), *TARGETS,
-                   "--configfile", str(config(ref / "c.yaml", str(corpus_file))), "--cores", "1", timeout_s=300)
-    assert local.returncode == 0, sm.describe(local)
+    local_run = sm.start(ref, "-s", str(sm.REPO / "Snakefile"), "-d", str(ref), *TARGETS,
+                         "--configfile", str(config(ref / "c.yaml", str(corpus_file))), "--cores", "1", timeout_s=300)
 
     run = tmp_path / "run"
     run.mkdir()
@@ -118,10 +118,14 @@ def test_glob_corpus_and_a_killed_embed_job_resuming_from_parts_in_s3(
         ("ENDPOINT_URL", s3.endpoint_url), ("ACCESS_KEY", s3.access_key),
         ("SECRET_KEY", s3.secret_key), ("REGION", s3.region))})
     parts = f"{s3_prefix}/results/{DS}/.resume/"
-    out, returncode = kill_job_when(
-        cmd, run, env, "embed", lambda: sum(k.endswith(".npy") for k in s3.objects(parts)) >= 2,
-        what="second part in the bucket",
-    )
+    try:
+        out, returncode = kill_job_when(
+            cmd, run, env, "embed", lambda: sum(k.endswith(".npy") for k in s3.objects(parts)) >= 2,
+            what="second part in the bucket",
+        )
+    finally:
+        local = local_run.finish()
+    assert local.returncode == 0, sm.describe(local)
     assert returncode == 0, out[-4000:]
     assert "Error in rule embed" in out, out[-4000:]  # the first attempt died, the retry finished
 
