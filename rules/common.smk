@@ -18,7 +18,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.io import IOFile, apply_wildcards, update_wildcard_constraints
 from snakemake.logging import logger
 
-from shardflow.core import gpu_slots, parsecache, s3
+from shardflow.core import gpu_slots, kube, parsecache, s3
 from shardflow.core.config import (
     canonical_order,
     load_schema,
@@ -332,6 +332,12 @@ S3_PARTS_PREFIX = (
 if S3_PARTS_PREFIX:
     s3.export_settings(s3_settings())
     s3.fresh_folder_checks()  # folder outputs that a pod uploaded are seen
+# A failed pod is reported as a failed job, retried and run around (keep-going), not
+# the end of the run: the Kubernetes plugin's read of its log is made readable
+# (shardflow.core.kube). The plugin is imported before the parse in every run, so this
+# costs nothing where another executor runs the jobs, and changes nothing there.
+if workflow.is_main_process:
+    kube.failed_pod_logs_readable()
 # The jobs' records name files they got through storage as the workflow does
 # (shardflow.core.s3.logical_path); set here, it reaches each job, in a pod too. Not
 # inherited from elsewhere: without default storage, nothing is renamed but copies of

@@ -78,7 +78,7 @@ Where a retry sees the record, which decides whether it stops:
   filesystem;
 - on Kubernetes (the eks profile), the pod's own in-place retry (a rule's `retries:`),
   in the pod that wrote it. A job the controller resubmits after its pod failed (the
-  profile's `retries: 2`, where the plugin resubmits: `--attempt N` in a new pod) does
+  profile's `retries: 2`: `--attempt N` in a new pod, shardflow.core.kube) does
   not see a script's `<log>.failure.json`, which stayed on the failed pod's disk: it
   runs again. The train job's record sits beside its resume folder: on a volume every
   pod mounts (`gpu_jobs.resume_dir`) the new pod sees it, and its params (evaluated in

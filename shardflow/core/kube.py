@@ -1,0 +1,46 @@
+"""What the run's Snakemake needs from the Kubernetes client, with
+snakemake-executor-plugin-kubernetes 0.5.1 as the executor (profiles/eks).
+
+When a job's pod fails, the plugin reads the failed container's log with
+`previous=true` before it reports the job as failed. That asks for the container
+instance before the last restart; with `restartPolicy: Never` (the plugin's) a container
+never restarts, so a real API server answers 400, `previous terminated container
+"snakemake" in pod ... not found`, the plugin raises, and Snakemake stops the whole run:
+no retry of the job, no keep-going, and the Jobs still running left in the namespace.
+`failed_pod_logs_readable()` makes such a read fall back to the log of the container as
+it is, the one that failed, so that the plugin reports the failure as its authors meant:
+the job is retried (the profile's `retries`, in a new pod, with the memory of the next
+attempt) and the other jobs run on.
+"""
+
+from __future__ import annotations
+
+import functools
+
+
+def failed_pod_logs_readable() -> bool:
+    """Patch `kubernetes.client.CoreV1Api.read_namespaced_pod_log` in this process: a
+    read with previous=True that the API server refuses with 400 is made again without
+    it. Any other answer, and every other read, is unchanged. False where the Kubernetes
+    client is not installed (nothing to patch); calling it again changes nothing."""
+    try:
+        from kubernetes.client import CoreV1Api
+        from kubernetes.client.rest import ApiException
+    except ImportError:
+        return False
+    read = CoreV1Api.read_namespaced_pod_log
+    if getattr(read, "falls_back_to_current", False):
+        return True
+
+    @functools.wraps(read)
+    def read_log(self, name, namespace, **kwargs):
+        try:
+            return read(self, name, namespace, **kwargs)
+        except ApiException as exc:
+            if exc.status != 400 or not kwargs.get("previous"):
+                raise
+            return read(self, name, namespace, **{**kwargs, "previous": False})
+
+    read_log.falls_back_to_current = True
+    CoreV1Api.read_namespaced_pod_log = read_log
+    return True
