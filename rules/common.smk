@@ -478,7 +478,8 @@ def job_attempt(wildcards, attempt):
 # failed job itself (`retries`, with mem_mb growing per attempt); a rule's own
 # `retries:` would also make the Snakemake inside the job retry in place, multiplying
 # the attempts on the first allocation. In a Kubernetes pod the in-place retry stays:
-# it is the guard against the plugin's abort (profiles/README.md).
+# it is quick (no new pod, the record of an input error seen), while the controller's
+# resubmission (shardflow.core.kube) brings a new node and more memory.
 IN_SLURM_JOB = workflow.remote_exec and "SLURM_JOB_ID" in os.environ
 
 

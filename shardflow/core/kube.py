@@ -9,8 +9,9 @@ never restarts, so a real API server answers 400, `previous terminated container
 no retry of the job, no keep-going, and the Jobs still running left in the namespace.
 `failed_pod_logs_readable()` makes such a read fall back to the log of the container as
 it is, the one that failed, so that the plugin reports the failure as its authors meant:
-the job is retried (the profile's `retries`, in a new pod, with the memory of the next
-attempt) and the other jobs run on.
+the job is resubmitted in a new pod (the rule's `retries:`, `resources.<rule>.retries`;
+the profile's `retries` for a rule without), with the memory of the next attempt, and
+the other jobs run on.
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ import functools
 
 
 def failed_pod_logs_readable() -> bool:
-    """Patch `kubernetes.client.CoreV1Api.read_namespaced_pod_log` in this process: a
-    read with previous=True that the API server refuses with 400 is made again without
-    it. Any other answer, and every other read, is unchanged. False where the Kubernetes
+    """Patch `kubernetes.client.CoreV1Api.read_namespaced_pod_log` in this process. A read
+    with previous=True that the API server refuses (400, as above; or 404 and the like,
+    a pod gone with its node) is made again without it; where that fails too, the read
+    returns a line saying why instead of raising, so that the plugin still reports the
+    job as failed rather than stopping the run. A 401 is raised as before (the plugin
+    then logs in again), and every other read is unchanged. False where the Kubernetes
     client is not installed (nothing to patch); calling it again changes nothing."""
     try:
         from kubernetes.client import CoreV1Api
@@ -34,12 +38,22 @@ def failed_pod_logs_readable() -> bool:
 
     @functools.wraps(read)
     def read_log(self, name, namespace, **kwargs):
+        if not kwargs.get("previous"):
+            return read(self, name, namespace, **kwargs)
         try:
             return read(self, name, namespace, **kwargs)
-        except ApiException as exc:
-            if exc.status != 400 or not kwargs.get("previous"):
+        except ApiException as refused:
+            if refused.status == 401:
                 raise
-            return read(self, name, namespace, **{**kwargs, "previous": False})
+            try:
+                return read(self, name, namespace, **{**kwargs, "previous": False})
+            except ApiException as exc:
+                if exc.status == 401:
+                    raise
+                return (
+                    f"(shardflow: the log of pod {name} could not be read: {refused.status} {refused.reason} "
+                    f"with previous=true, {exc.status} {exc.reason} without)"
+                )
 
     read_log.falls_back_to_current = True
     CoreV1Api.read_namespaced_pod_log = read_log
