@@ -294,6 +294,20 @@ def even_chunks(records: int, n: int) -> tuple[int, ...]:
     return tuple(records // n + (i < records % n) for i in range(n))
 
 
+def chunks_by_size(records: int, sources: tuple[str, ...]) -> tuple[int, ...] | None:
+    """chunking.by: source: `records` shared among the sources (one chunk each) in
+    proportion to their file sizes, summing to `records`; None unless every source is a
+    local file (an S3 object's size is not listed here)."""
+    if not all(os.path.isfile(s) for s in sources):
+        return None
+    sizes = [os.path.getsize(s) for s in sources]
+    total = sum(sizes)
+    if not total:
+        return even_chunks(records, len(sources))
+    cumulative = [round(records * sum(sizes[: i + 1]) / total) for i in range(len(sizes))]
+    return tuple(b - a for a, b in zip([0, *cumulative[:-1]], cumulative, strict=True))
+
+
 # ---------------------------------------------------------------------- rates
 
 
@@ -1103,7 +1117,8 @@ def estimate(
     for ds in data_sets.values():
         count = count_records(cfg, ds, records if ds.role == "main" else None)
         out.records[ds.name] = count
-        per_chunk = count.per_chunk or even_chunks(count.records, ds.n_chunks)
+        by_size = chunks_by_size(count.records, ds.sources) if ds.by == "source" and not count.per_chunk else None
+        per_chunk = count.per_chunk or by_size or even_chunks(count.records, ds.n_chunks)
         per_chunk_of[ds.name] = per_chunk
         split = Row(
             ds.name,
@@ -1115,7 +1130,9 @@ def estimate(
             disk_source=count.chunk_bytes_source or "not estimated",
         )
         split.notes.append(f"records: {count.source}")
-        if not count.per_chunk and ds.n_chunks > 1 and (ds.by in ("size", "source") or cfg["chunking"]["group_by"]):
+        if by_size and ds.n_chunks > 1:
+            split.notes.append("records per chunk in proportion to each source's file size (chunking.by source)")
+        elif not count.per_chunk and ds.n_chunks > 1 and (ds.by in ("size", "source") or cfg["chunking"]["group_by"]):
             split.notes.append(f"records per chunk taken as even (chunking.by {ds.by} or group_by makes them uneven)")
         out.rows.append(split)
         stages = gpu_stages(cfg, ds, specs.values())

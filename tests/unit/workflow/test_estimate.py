@@ -353,8 +353,11 @@ def test_by_source_counts_a_split_job_per_source_and_the_collector(tmp_path):
     result = run(cfg)
     split = row(result, "split")
     assert (split.jobs, split.work) == (3, 40)
-    assert "records per chunk taken as even (chunking.by source or group_by makes them uneven)" in split.notes
+    assert "records per chunk in proportion to each source's file size (chunking.by source)" in split.notes
     assert row(result, "embed").jobs == 2
+    assert est.chunks_by_size(40, ("part-1.jsonl", "part-2.jsonl")) == (30, 10)  # the files' sizes, 3:1 here
+    assert sum(est.chunks_by_size(7, ("part-1.jsonl", "part-2.jsonl", "part-1.jsonl"))) == 7
+    assert est.chunks_by_size(40, ("part-1.jsonl", "s3://b/x.jsonl")) is None
 
 
 def test_a_large_input_is_sampled_and_says_so(tmp_path, monkeypatch):
