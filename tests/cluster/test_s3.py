@@ -2,6 +2,7 @@
 jobs: as Snakemake's default storage (what the `eks` profile relies on), and as the
 place the corpus is read from (`input.path: s3://...`)."""
 
+import json
 import logging
 import re
 import shutil
@@ -112,6 +113,50 @@ def test_by_source_plans_one_split_job_per_object_of_an_s3_glob(s3, s3_prefix, t
     assert counts["split_source"] == counts["embed"] == 3 and counts[f"split_{sm.DATASET}"] == 1, counts
     for key in keys:
         assert f"input: s3://{s3.bucket}/{key} (retrieve from storage)" in planned.output, sm.describe(planned)
+
+
+def test_by_source_in_the_bucket_runs_only_a_new_objects_chunk(s3, s3_prefix, tmp_path, sm):
+    """chunking.by: source with S3 as the default storage (the eks profile's, jobs local
+    here) and the corpus parts in the bucket: an object added under the glob adds a
+    chunk, and only its split and summarise jobs and the merge run; the finished chunks'
+    summaries in the bucket are not written again, and the merged ones are in corpus
+    order."""
+    sentences = "It has a first sentence. Then a second one. A third comes last. And a fourth."
+
+    def put(i: int, n: int) -> None:
+        body = "".join(json.dumps({"id": f"p{i}-{j}", "text": f"Part {i} doc {j}. {sentences}"}) + "\n" for j in range(n))
+        s3.client().put_object(Bucket=s3.bucket, Key=f"{s3_prefix}/parts/part-{i}.jsonl", Body=body.encode())
+
+    put(1, 3)
+    put(2, 2)
+    config = tmp_path / "grow.yaml"
+    config.write_text(yaml.safe_dump({
+        "dataset": "grow", "n_chunks": "auto", "tasks": ["summarisation"], "summarise": {"method": "lead"},
+        "chunking": {"by": "source"}, "input": {"path": f"s3://{s3.bucket}/{s3_prefix}/parts/*.jsonl"},
+    }))
+    run_prefix = f"{s3_prefix}/run"
+    args = ["-s", str(sm.REPO / "Snakefile"), "-d", str(tmp_path), "results/grow/summaries.jsonl",
+            "--configfile", str(config), "--cores", "2", *s3.snakemake_args(run_prefix)]
+    first = sm.run(tmp_path, *args, timeout_s=300)
+    assert first.returncode == 0, sm.describe(first)
+
+    def modified() -> dict[str, object]:
+        listing = s3.client().list_objects_v2(Bucket=s3.bucket, Prefix=f"{run_prefix}/results/grow/summarise/")
+        return {o["Key"].rsplit("/", 1)[1]: o["LastModified"] for o in listing["Contents"]}
+
+    finished = {k: v for k, v in modified().items() if k.startswith("summaries_")}
+    assert sorted(finished) == [f"summaries_{i}.{ext}" for i in (0, 1) for ext in ("jsonl", "stats.json")]
+    put(3, 2)
+    planned = sm.run(tmp_path, *args, "--dry-run", timeout_s=120)
+    assert planned.returncode == 0, sm.describe(planned)
+    counts = job_counts(planned.output)
+    assert counts == {"split_source": 1, "split_grow": 1, "summarise": 1, "merge_summaries": 1, "total": 4}, counts
+    again = sm.run(tmp_path, *args, timeout_s=300)
+    assert again.returncode == 0, sm.describe(again)
+    assert {k: v for k, v in modified().items() if k in finished} == finished
+    merged = s3.objects(f"{run_prefix}/results/grow/summaries.jsonl")[f"{run_prefix}/results/grow/summaries.jsonl"]
+    assert [json.loads(line)["id"] for line in merged.decode().splitlines()] == [
+        "p1-0", "p1-1", "p1-2", "p2-0", "p2-1", "p3-0", "p3-1"]
 
 
 def test_storage_plugin_deletes_a_bucket_when_it_removes_the_last_object(s3, tmp_path):
