@@ -14,6 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+# chunking.by: source (corpus.by_source): where split_source writes chunk i's part
+# manifest (.json), rejects (.rejects.jsonl) and record keys (.keys.parquet); the rules'
+# outputs, and what make status reads.
+SOURCE_PART = "results/{dataset}/chunks/sources/chunk_{chunk}"
+
 
 @dataclass(frozen=True)
 class ChunkRecord:

@@ -160,13 +160,14 @@ def plan_n_chunks(cfg: dict, list_s3: Callable[[str], list[str]] | None = None) 
     n = cfg["n_chunks"]
     ch = cfg["chunking"]
     if ch["by"] == "source":  # one chunk per source (corpus.by_source)
-        globs = [p for p in corpus_inputs(cfg, list_s3) if p.startswith("s3://") and has_magic(p)]
+        inputs = corpus_inputs(cfg, list_s3)
+        globs = [p for p in inputs if p.startswith("s3://") and has_magic(p)]
         if globs:  # taken as written (`unlisted`): its objects, the chunks, are not known here
             raise ValueError(
                 f"chunking.by: source makes a chunk of each object of {globs[0]}, which is not listed here "
                 "(no S3 settings): `snakemake -n` with the run's profile lists them"
             )
-        sources = len(corpus_inputs(cfg, list_s3))
+        sources = len(inputs)
         if n not in ("auto", sources):
             raise ValueError(
                 f"n_chunks is {n}, but chunking.by: source makes one chunk per source and input.path names "

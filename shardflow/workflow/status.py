@@ -73,6 +73,7 @@ from shardflow.core.files import read_json
 from shardflow.core.jobs import earlier_attempt_costs, last_attempt_gpu_hours, priced, read_benchmark
 from shardflow.core.parts import ATTEMPT_PREFIX, PartStore, attempt_totals
 from shardflow.core.runlog import FAILED
+from shardflow.corpus.chunks import SOURCE_PART
 from shardflow.sweep.paths import job_dir, job_metrics
 from shardflow.workflow import estimate, plan
 
@@ -521,7 +522,7 @@ def source_parts(ds: plan.DataSet) -> list[int | None]:
     manifest (which waits for every source's); None for the others."""
     counts: list[int | None] = []
     for i, source in enumerate(ds.sources):
-        path = f"{estimate.RESULTS}/{ds.name}/chunks/sources/chunk_{i}.json"
+        path = SOURCE_PART.format(dataset=ds.name, chunk=i) + ".json"
         try:
             part = read_json(path)
             fresh = part["sources"] == [source] and not (
@@ -533,13 +534,18 @@ def source_parts(ds: plan.DataSet) -> list[int | None]:
     return counts
 
 
-def chunk_stage(ds: plan.DataSet, stage: str, gpus: int, resume: dict, split: dict | None) -> Stage:
-    """The jobs of a per-chunk stage (embed, summarise) of data set `ds`."""
+def chunk_records(ds: plan.DataSet, split: dict | None) -> list[int | None] | None:
+    """Each chunk's records: the split's manifest, else (by source) the sources' parts."""
+    if split:
+        return [int(c["items"]) for c in split["chunks"]]
+    return source_parts(ds) if ds.by == "source" else None
+
+
+def chunk_stage(ds: plan.DataSet, stage: str, gpus: int, resume: dict, per_chunk: list[int | None] | None) -> Stage:
+    """The jobs of a per-chunk stage (embed, summarise) of data set `ds`; `per_chunk`:
+    chunk_records."""
     rule, record = STAGE_RULES[stage]
     files = rule_files(rule)
-    per_chunk = [int(c["items"]) for c in split["chunks"]] if split else None
-    if per_chunk is None and ds.by == "source":
-        per_chunk = source_parts(ds)
     jobs, notes = [], []
     for _, wildcards in plan.chunk_jobs(rule, ds):
         outputs, log, bench = files.of(wildcards)
@@ -665,13 +671,14 @@ def status(cfg: dict, n_gpus: int, gpus_source: str, now: float | None = None) -
         split, why = estimate.split_manifest(ds)
         if split is None and why:
             out.notes.append(why)
+        per_chunk = chunk_records(ds, split)
         for name in stages:
             gpus = 0 if STAGE_RULES[name][0] in on_cpu else 1
             if name == "train":
                 per_run = plan.train_gpus(cfg) if gpus else 1
                 stage = train_stage(cfg, ds, per_run if gpus else 0, per_run)
             else:
-                stage = chunk_stage(ds, name, gpus, resume, split)
+                stage = chunk_stage(ds, name, gpus, resume, per_chunk)
             if stage.gpus and ran_on_cpu(stage):
                 stage.gpus = 0
                 stage.notes.append("on the CPU: its jobs' records say they ran there")
