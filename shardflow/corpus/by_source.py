@@ -23,7 +23,6 @@ one would mean rewriting its chunk, so the error names both places to fix.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import shutil
@@ -35,9 +34,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardflow.core.atomic import atomic_open, atomic_path, write_json
+from shardflow.core.files import read_json
 from shardflow.core.s3 import logical_path
 from shardflow.corpus.readers import BadRecordError, ReaderOptions, Record
-from shardflow.corpus.split import SplitParams, split_corpus
+from shardflow.corpus.split import MANIFEST_FORMAT, SplitParams, split_corpus
 
 log = logging.getLogger(__name__)
 
@@ -199,9 +199,9 @@ def collect_sources(
 ) -> dict:
     """The data set's manifest.json and rejects.jsonl from the parts of its sources,
     chunk i being source i; see the module docstring for what is checked first."""
-    parts = [json.loads(open(p, encoding="utf-8").read()) for p in part_paths]
+    parts = [read_json(p) for p in part_paths]
     for path, part in zip(part_paths, parts, strict=True):
-        if part.get("format") != "shardflow.chunks/1" or part.get("n_chunks") != 1 or len(part["sources"]) != 1:
+        if part.get("format") != MANIFEST_FORMAT or part.get("n_chunks") != 1 or len(part["sources"]) != 1:
             raise ValueError(f"{path}: not a one-source split manifest (rule split_source writes them)")
     sources = [part["sources"][0] for part in parts]
     total = sum(part["total_records"] for part in parts)
@@ -224,7 +224,7 @@ def collect_sources(
         (entry,) = part["chunks"]
         chunks.append({**entry, "chunk": i, "source": sources[i]})
     manifest = {
-        "format": "shardflow.chunks/1",
+        "format": MANIFEST_FORMAT,
         "n_chunks": len(parts),
         "by": "source",
         "group_by": opts.group_field,

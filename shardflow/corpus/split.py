@@ -45,6 +45,9 @@ from shardflow.corpus.readers import BadRecordError, ReaderOptions, Record, Reje
 log = logging.getLogger(__name__)
 
 
+MANIFEST_FORMAT = "shardflow.chunks/1"  # a split's manifest.json (corpus.by_source's too)
+
+
 @dataclass(frozen=True)
 class SplitParams:
     n_chunks: int
@@ -265,7 +268,7 @@ def split_corpus(
                 t.unlink()
 
     manifest = {
-        "format": "shardflow.chunks/1",
+        "format": MANIFEST_FORMAT,
         "n_chunks": n,
         "by": params.by,
         "group_by": opts.group_field,
