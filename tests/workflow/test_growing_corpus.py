@@ -27,9 +27,10 @@ def _part(path, texts):
     path.write_text("".join(json.dumps({"id": f"{path.stem}-{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
 
 
-def _planned(workdir, cfg) -> tuple[dict, list[str]]:
-    """The dry run's job counts and the chunks of its summarise jobs."""
-    out = snakemake(workdir, "-n", "--cores", "2", "--configfile", str(cfg)).stdout
+def _planned(workdir, cfg, *flags: str) -> tuple[dict, list[str]]:
+    """The job counts of a run (a dry run with "-n") and the chunks of its chunk jobs."""
+    proc = snakemake(workdir, *flags, "--cores", "2", "--configfile", str(cfg))
+    out = proc.stdout + proc.stderr
     chunks = [line.split("chunk=")[1] for line in out.splitlines() if "wildcards: dataset=grow, chunk=" in line]
     return job_counts(out), sorted(set(chunks))
 
@@ -62,9 +63,8 @@ def test_a_source_added_to_the_corpus_runs_only_its_chunk_and_matches_a_fresh_ru
     assert "data/part-3.jsonl:1: duplicate id 'part-1-0' (first at data/part-1.jsonl:1)" in log
 
     _part(run / "data/part-3.jsonl", texts[6:])
-    counts, chunks = _planned(run, cfg)
+    counts, chunks = _planned(run, cfg)  # the run itself lists its jobs
     assert counts == AFTER_A_SOURCE and chunks == ["2"], counts
-    snakemake(run, "--cores", "2", "--configfile", str(cfg))
     assert {n: (run / "results/grow/summarise" / n).stat().st_mtime_ns for n in finished} == finished
     manifest = json.loads((run / "results/grow/chunks/manifest.json").read_text())
     assert [(c["source"], c["items"]) for c in manifest["chunks"]] == [
@@ -76,7 +76,7 @@ def test_a_source_added_to_the_corpus_runs_only_its_chunk_and_matches_a_fresh_ru
     assert summaries == [f"part-{p}-{i}" for p, n in ((1, 4), (2, 2), (3, 3)) for i in range(n)]
 
     _part(run / "data/part-1.jsonl", texts[:3])  # a changed source: its chunk again, no other
-    counts, chunks = _planned(run, cfg)
+    counts, chunks = _planned(run, cfg, "-n")
     assert counts == AFTER_A_SOURCE and chunks == ["0"], counts
 
     fresh = tmp_path / "fresh"
