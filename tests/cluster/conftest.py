@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -222,23 +223,46 @@ class RealRun:
     hashes: dict[str, str]  # MERGED + CHUNKS
 
 
+def once_per_session(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """A folder `build` fills once per test session, whichever pytest-xdist worker asks
+    first (the workers share the session's base folder; a file lock orders them): the
+    cluster test files go to both workers, and the local reference run took 30 s on each."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder = root / name
+    with FileLock(str(root / f"{name}.lock")):
+        if not (folder / ".built").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            (folder / ".built").touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def corpus_file(tmp_path_factory) -> Path:
     """30 real documents (stdlib docstrings) as JSONL."""
     from shardflow.corpus.demo import DemoParams, build_demo_corpus
 
-    path = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
-    build_demo_corpus(str(path), DemoParams(max_docs=CORPUS_DOCS))
+    def build(folder: Path) -> None:
+        build_demo_corpus(str(folder / "corpus.jsonl"), DemoParams(max_docs=CORPUS_DOCS))
+
+    path = once_per_session(tmp_path_factory, "corpus", build) / "corpus.jsonl"
     assert len(path.read_text().splitlines()) == CORPUS_DOCS
     return path
 
 
 @pytest.fixture(scope="session")
 def real_local(tmp_path_factory, corpus_file) -> RealRun:
-    """The real workflow run locally: the reference for every cluster path."""
-    wd = tmp_path_factory.mktemp("real-local")
-    run = run_real(wd, write_real_config(wd / "config.yaml", str(corpus_file)), "--cores", "2", timeout_s=300)
-    assert run.returncode == 0, describe(run)
+    """The real workflow run locally: the reference for every cluster path (read only)."""
+
+    def build(wd: Path) -> None:
+        run = run_real(wd, write_real_config(wd / "config.yaml", str(corpus_file)), "--cores", "2", timeout_s=300)
+        assert run.returncode == 0, describe(run)
+
+    wd = once_per_session(tmp_path_factory, "real-local", build)
     return RealRun(wd, hashes(wd, MERGED + CHUNKS))
 
 
