@@ -26,7 +26,7 @@ from shardflow.core.config import (
     validate_config,
 )
 from shardflow.core.hashing import config_sha256
-from shardflow.corpus import chunks
+from shardflow.corpus.chunks import SOURCE_PART as SOURCE_PARTS
 from shardflow.retrieval.pipeline import RetrievalSpec
 from shardflow.summarise.params import METHOD_KEYS, ignored_by, without_effect
 from shardflow.sweep import POINT_ID_REGEX, SEED_REGEX, parse_sweeps
@@ -202,7 +202,6 @@ def split_inputs(ds):
 # chunking.by: source (rules/split.smk): the data sets split per source, and each one's
 # sources as the split_source jobs read them.
 BY_SOURCE = {name: ds for name, ds in DATASETS.items() if ds.by == "source"}
-SOURCE_PARTS = chunks.SOURCE_PART
 SOURCE_INPUTS = {
     name: [stored(f) for f in ds.sources] for name, ds in BY_SOURCE.items()
 }

@@ -38,12 +38,10 @@ def failed_pod_logs_readable() -> bool:
 
     @functools.wraps(read)
     def read_log(self, name, namespace, **kwargs):
-        if not kwargs.get("previous"):
-            return read(self, name, namespace, **kwargs)
         try:
             return read(self, name, namespace, **kwargs)
         except ApiException as refused:
-            if refused.status == 401:
+            if refused.status == 401 or not kwargs.get("previous"):
                 raise
             try:
                 return read(self, name, namespace, **{**kwargs, "previous": False})
