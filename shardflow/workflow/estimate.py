@@ -48,6 +48,7 @@ import copy
 import glob
 import gzip
 import heapq
+import itertools
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -304,7 +305,7 @@ def chunks_by_size(records: int, sources: tuple[str, ...]) -> tuple[int, ...] | 
     total = sum(sizes)
     if not total:
         return even_chunks(records, len(sources))
-    cumulative = [round(records * sum(sizes[: i + 1]) / total) for i in range(len(sizes))]
+    cumulative = [round(records * upto / total) for upto in itertools.accumulate(sizes)]
     return tuple(b - a for a, b in zip([0, *cumulative[:-1]], cumulative, strict=True))
 
 
