@@ -80,6 +80,13 @@ class PrefixTokenizer:
         self.chars_per_token = 0.0  # the most characters a token of any head so far
 
     def __call__(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self.encodings(texts)]
+
+    def encodings(self, texts: Sequence[str]) -> list:
+        """The Encodings of `texts` (a head's, or the whole text's where the head fell
+        short): what `__call__` takes the ids of. Turning ids into Python lists holds
+        the interpreter's lock; a caller on another thread can leave that to its
+        consumer and start the next call sooner (the engine's tokenizer thread does)."""
         limit = int(self.factor * (self.max_length + MARGIN))
         work, heads = list(texts), []
         for i, text in enumerate(texts):
@@ -87,8 +94,7 @@ class PrefixTokenizer:
             if end is not None:
                 work[i] = text[:end]
                 heads.append(i)
-        encodings = self.encode(work)
-        ids = [e.ids for e in encodings]
+        encodings = list(self.encode(work))
         short, short_density = [], []
         for i in heads:
             kept, cut = self._tokens(encodings[i])
@@ -99,14 +105,14 @@ class PrefixTokenizer:
                 short_density.append(density)
         if short:
             for i, whole in zip(short, self.encode([texts[i] for i in short]), strict=True):
-                ids[i] = whole.ids
+                encodings[i] = whole
         self.cut += len(heads)
         self.retried += len(short)
         if len(short) > RETRY_SHARE * len(heads):  # half again at least; what the median short head needed
             self.factor = min(MAX_FACTOR, max(self.factor * 1.5, SAFETY * statistics.median(short_density)))
         elif heads:
             self.factor = min(self.factor, max(MIN_FACTOR, SAFETY * self.chars_per_token))
-        return ids
+        return encodings
 
     def _tokens(self, encoding) -> tuple[int, int]:
         """A head's text tokens: kept by truncation, and cut (the overflow pieces hold

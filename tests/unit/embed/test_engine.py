@@ -335,8 +335,8 @@ def test_device_starts_on_the_lead_group(tiny, texts, monkeypatch):
     many = texts * 4
     enc = load_encoder(params(tiny["bert_mean"], token_budget=200))
     tokenized = []
-    real = enc.tokenize
-    monkeypatch.setattr(enc, "tokenize", lambda chunk: tokenized.append(len(chunk)) or real(chunk))
+    real = enc._tokenize_prompted  # what the tokenizer thread calls for a group
+    monkeypatch.setattr(enc, "_tokenize_prompted", lambda chunk: tokenized.append(len(chunk)) or real(chunk))
     got = enc.encode(many)
     assert len(tokenized) == 2 and tokenized[0] < len(many) / 4 and sum(tokenized) == len(many)
     st = enc.last_stats
@@ -352,6 +352,37 @@ def test_device_starts_on_the_lead_group(tiny, texts, monkeypatch):
     whole = enc.encode(many)
     assert tokenized == [len(many)]
     np.testing.assert_allclose(got, whole, atol=2e-6)
+
+
+def test_the_tokenizer_thread_leaves_the_ids_lists_to_the_collate_thread(tiny, texts, monkeypatch):
+    """Making Python lists of a group's ids holds the interpreter's lock: the tokenizer
+    thread hands over Encodings, so that its next call into `tokenizers` (which lets the
+    lock go) overlaps the collate thread's lists. The old placement gives the same vectors."""
+    import threading
+
+    from shardflow.embed import engine
+
+    many = texts * 4
+    enc = load_encoder(params(tiny["bert_mean"], token_budget=200))
+    assert enc.backend is not None  # the `tokenizers` path, where there are Encodings to hand over
+    listed = []  # (thread, items that were not lists yet)
+    real = engine._ids
+    monkeypatch.setattr(
+        engine,
+        "_ids",
+        lambda items: listed.append((threading.current_thread().name, sum(not isinstance(x, list) for x in items)))
+        or real(items),
+    )
+    got = enc.encode(many)
+    assert {name for name, _ in listed} == {"shardflow-collate"}
+    assert sum(n for _, n in listed) == len(many)  # every text's Encoding made into a list there
+    assert enc.last_stats.tokenize_seconds > 0
+
+    listed.clear()
+    enc.ids_on_collate_thread = False  # as before: the tokenizer thread makes the lists
+    np.testing.assert_array_equal(enc.encode(many), got)
+    assert {name.split("_")[0] for name, n in listed if n} == {"shardflow-tokenize"}
+    assert all(type(ids) is list for ids in enc.tokenize(many[:5]))  # the public call still gives lists
 
 
 # --------------------------------------------------------------------------- out-of-memory back-off
