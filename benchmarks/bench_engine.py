@@ -42,6 +42,9 @@ and the minimum cosine against st@32:
 - eager_bias  eager with attention_bias: on (an encoder's mask passed ready-made, 4-D: no
             device sync in transformers' mask builder; what `eager` runs on CUDA since stop 23)
 - eager_nobias  eager with attention_bias: off (the 2-D mask, the CUDA default before)
+- eager_idshelper, fused_idshelper  eager / fused with each group's ids made into lists on
+            the tokenizer thread, as before 2026-11-28 (the engine now does it on the
+            collate thread, so the tokenizer's next call runs meanwhile)
 - fused_masked  fused with padding_mask: on (the padding mask always passed: what
             `fused` ran before the mask was skipped)
 - compiled  compile: true (dynamic shapes: batches keep their width, a few graphs serve all)
@@ -184,6 +187,9 @@ MASK_BUILDER = "_mask_builder"  # not an engine option: the model's attention se
 # (the others). Stop 20 put all of them on torch's op: 36.1 % of peak against liger's 39.0 %
 # (H100). Stop 23's profile (H200) found liger's RMSNorm wrapper 36 % of the host's time.
 TORCH_NORM = "_torch_rms_norm"
+# Nor this: the tokenizer thread makes each group's ids lists itself, as the engine did
+# before 2026-11-28 (`Encoder.ids_on_collate_thread` False).
+IDS_HELPER = "_ids_helper"
 CONFIGS = {
     "eager": {},
     "fused": {"kernels": "liger"},
@@ -198,6 +204,8 @@ CONFIGS = {
     "eager_cudnn": {"cudnn_attention": "on"},
     "eager_bias": {"attention_bias": "on"},
     "eager_nobias": {"attention_bias": "off"},
+    "eager_idshelper": {IDS_HELPER: True},
+    "fused_idshelper": {"kernels": "liger", IDS_HELPER: True},
     "compiled": {"compile": True},
     "compiled_buckets": {"compile": True, "length_buckets": "on"},
     "compiled_graphs": {"compile": True, "compile_mode": "reduce-overhead"},
@@ -270,7 +278,10 @@ def load_configured(base_params, opts: dict):
     opts = dict(opts)
     builder = opts.pop(MASK_BUILDER, False)
     norms = opts.pop(TORCH_NORM, None)
+    ids_helper = opts.pop(IDS_HELPER, False)
     encoder = load_encoder(dataclasses.replace(base_params, **opts))
+    if ids_helper:
+        encoder.ids_on_collate_thread = False
     if builder:
         encoder.model.set_attn_implementation("sdpa")  # transformers builds the (empty) mask in each forward
     encoder.bench_note = ""

@@ -11,30 +11,30 @@
 #
 # Stages, each under its own timeout so one slow compile cannot eat the rest (set-up
 # about 55 s: wheels, random-weight models; on the H100, A needed more than 150 s).
-# By default A C D F Aq (at stop 31 on the H200: set-up 48 s, A 146 s, C 30 s, D 45 s; F and
-# Aq at most 100 and 110 s); the others run when named (STAGES="B Dq E E2 G H"):
+# By default A C D F Aq (at stop 31 on the H200: set-up 48 s, A 146 s with four configurations,
+# C 30 s, D 45 s with three variants once; now F and Aq at most 130 and 110 s); the others run when named (STAGES="B Dq E E2 G H"):
 #   A  Qwen3-0.6B-shape, synthetic 4,000 texts, bf16: engine vs st@32/64/128 (3 rounds after
-#      an untimed one; about 155 s on the H200 without it, at stop 23), then fused and the
-#      levers for the host time stop 23's profile points at (the GPU idle ~12 % of an
-#      encode while the host queued kernels): fused_graphs (embedding.cuda_graphs: a CUDA
-#      graph replayed per full batch, one launch a forward), and liger's RMSNorm wrapper
-#      (36 % of the host's time) swapped for torch's one-dispatch op in the q/k norms or in
-#      the others (fused_torchnorm_qk / _layers), 3 rounds each. (fused_builder 40.7 % and
-#      fused_nocudnn 38.8 % against fused 41.2 %: measured at stop 23, no longer default rows.)
+#      an untimed one), then `fused` (the CUDA defaults) against fused_idshelper (each
+#      group's ids made into lists on the tokenizer thread, as before stop 34), 3 rounds
+#      each. Measured before and no longer rows: fused_graphs and torch's RMSNorm
+#      (fused_torchnorm_qk / _layers) at stop 31, fused_builder and fused_nocudnn at stop 23.
 #      A1 (when named): the same configurations without the sentence-transformers rounds. A0 (when named): eager / fused_masked (padding mask
 #      passed) / fused_packed, stop 19's rows
 #   B  the same texts, padded, mask skipped: compiled_graphs (CUDA graphs of bucket shapes:
 #      few launches, the host limit of `fused`); rows print as each finishes. B2 (when
 #      named): compiled (dynamic shapes) and fused_compiled (liger inside)
 #   C  MiniLM-shape, demo 3,000 texts: eager (the CUDA defaults: cuDNN attention off, the
-#      mask passed 4-D, CUDA graphs since stop 31) against eager_nographs and eager_nobias (the
-#      2-D mask: a sync per forward, so no graphs at auto); stop 31 measured graphs 1.29x,
+#      mask passed 4-D, CUDA graphs since stop 31, ids made into lists on the collate thread
+#      since stop 34) against eager_idshelper (the lists on the tokenizer thread) and
+#      eager_nographs; stop 31 measured graphs 1.29x, eager_nobias (the 2-D mask) 1.09x,
 #      stop 23 eager_bias 1.07x and eager_cudnn 0.99x of the 2-D default
 #      (C2, when named: compiled / compiled_graphs / packed)
 #   D  MiniLM-shape, a 20,000-text chunk: a job's first encode in a fresh process against
 #      a second encode in the same process (benchmarks/bench_job_encode.py): default (the
 #      mask passed 4-D since stop 23; CUDA graphs since stop 31, their captures paid by the
-#      job), graphs off, the 2-D mask; with where the host's time goes.
+#      job; ids lists on the collate thread since stop 34) against ids_helper (the lists on
+#      the tokenizer thread), each twice, interleaved (--repeat 2: medians); with where the
+#      host's time goes. Stop 31 measured graphs off (0.83x the time with them) and the 2-D mask.
 #      Dq: the same for the Qwen3 shape, 4,000 texts, default against cuDNN attention off
 #   G  compile with dynamic shapes against bucket widths (the old default) and eager, each
 #      a 20,000-text MiniLM job in its own process with an empty compile cache
@@ -42,9 +42,9 @@
 #   E  the first batch: windows in two character bands (the engine) against the whole
 #      window tokenized first and against eight bands (benchmarks/bench_first_batch.py),
 #      Qwen3 4,000 texts; E2 the same for MiniLM on the demo set (3,000 texts)
-#   F  compile cache: MiniLM 20,000 texts with compile, a
-#      cold job then a warm one, each its own process (benchmarks/bench_compile_cache.py;
-#      at stop 31 its 45 s ended during the warm job, so the stage has 100 s)
+#   F  compile cache: MiniLM 20,000 texts with compile, a cold job, then a warm one, then
+#      an eager job (compile: false, the baseline), each its own process
+#      (benchmarks/bench_compile_cache.py; at stop 31 its 45 s ended during the warm job)
 # Targets: Qwen3 >= 45% of peak and >= 3x st@best; MiniLM >= 2x 1.67M tokens/s (demo) and
 # 0.86M (synthetic); D/F: compiled (warm-up + steady) faster than eager.
 #
@@ -101,7 +101,7 @@ B="benchmarks/bench_engine.py --log-level INFO"  # the engine's log (decisions, 
 
 want() { [[ " ${STAGES:-A C D F Aq} " == *" $1 "* ]]; }  # STAGES="A B": a subset
 
-AQ=fused,fused_graphs,fused_torchnorm_qk,fused_torchnorm_layers
+AQ=fused,fused_idshelper
 want A && stage A_qwen 270 python3 $B --model $QWEN --texts synthetic --n $NQ --rounds 3 --no-naive --st-sweep 32,64,128 $EXTRA \
   --configs $AQ --config-rounds 3
 want A1 && stage A1_qwen 100 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA --configs $AQ --config-rounds 3
@@ -112,14 +112,14 @@ want B && stage B_qwen_graphs 110 python3 $B --model $QWEN --texts synthetic --n
 want B2 && stage B2_qwen_compiled 140 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
   --configs compiled,fused_compiled --config-rounds 2
 want C && stage C_minilm_demo 50 python3 $B --model $MINILM --texts demo --n $ND --configs-only $EXTRA \
-  --configs eager,eager_nographs,eager_nobias --config-rounds 3
+  --configs eager,eager_idshelper,eager_nographs --config-rounds 3
 want C2 && stage C2_minilm_demo 55 python3 $B --model $MINILM --texts demo --n $ND --configs-only $EXTRA \
   --configs compiled,compiled_graphs,packed --config-rounds 3
 # D: what a job's one encode pays that a warm process does not (on the H100, with cuDNN
 # attention: 2.65 s for the first encode of the 20,000 texts, 1.11 s for the second; without
 # it 1.57 s): per variant a fresh process, its first encode then a second.
-want D && stage D_job_encode 100 python3 benchmarks/bench_job_encode.py --model $MINILM --device $DEV --n $NS \
-  --variants default,nographs,nobias
+want D && stage D_job_encode 120 python3 benchmarks/bench_job_encode.py --model $MINILM --device $DEV --n $NS \
+  --variants default,ids_helper --repeat 2
 want Dq && stage Dq_job_encode_qwen 70 python3 benchmarks/bench_job_encode.py --model $QWEN --device $DEV --n $NQ \
   --variants default,cudnn_off
 want E && stage E_first_batch_qwen 30 python3 benchmarks/bench_first_batch.py --model $QWEN --device $DEV \
@@ -129,7 +129,7 @@ want E && stage E_first_batch_qwen 30 python3 benchmarks/bench_first_batch.py --
 want E2 && stage E2_first_batch_minilm 45 python3 benchmarks/bench_first_batch.py --model $MINILM --device $DEV \
   --texts demo --n $ND --rounds 3 --bands 8
 want G && stage G_compile_shapes 80 python3 benchmarks/bench_compile_shapes.py --model $MINILM --device $DEV --n $NS
-want F && stage F_compile_cache 100 python3 benchmarks/bench_compile_cache.py --model $MINILM --device $DEV --n $NS
+want F && stage F_compile_cache 130 python3 benchmarks/bench_compile_cache.py --model $MINILM --device $DEV --n $NS
 # H (only when named): is the caching allocator part of the host-bound gap? (H200, stop 23:
 # the GPU ran kernels 2.43 s of a 2.89 s encode, and rounds of the same encode differed by 12 %.)
 # The same configurations in two processes, default allocator and expandable segments (no
