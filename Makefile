@@ -21,7 +21,7 @@ help:
 	@echo "make test-fast  unit tests and dry runs only (the edit loop, about 3 minutes)"
 	@echo "make test-faults  the fault matrix with five seeds (every rule SIGKILLed, reruns compared)"
 	@echo "make estimate  GPU-hours, cost, wall time and disk of the configured run, before it runs (CONFIG=, GPUS=, GPU_PEAK_TFLOPS=, MFU=; installs .venv only if missing)"
-	@echo "make status  where a running or stopped run stands: jobs, records, time left, cost so far, failures (CONFIG=, GPUS=; installs .venv only if missing)"
+	@echo "make status  where a running or stopped run stands: jobs, records, time left, cost so far, failures (CONFIG=, GPUS=, STORAGE=s3://... for an eks run; installs .venv only if missing)"
 	@echo "make dag    write dag.svg (graphviz) of the configured workflow"
 	@echo "make lint   snakemake --lint, snakefmt --check and ruff check (make fmt fixes what it can)"
 	@echo "make bench  CPU engine benchmark against sentence-transformers"
@@ -83,9 +83,11 @@ estimate: $(INSTALLED_IF_MISSING)
 # Where the configured run stands, from the files here (shardflow.workflow.status): per
 # data set and GPU stage, jobs done / running / stalled / failed / waiting, records, rate,
 # time left, GPU-hours and cost so far, each failed job's error and log. Read-only and
-# cheap: `watch make status`. CONFIG= as the run's --configfile; GPUS=N for the time left.
+# cheap: `watch make status`. CONFIG= as the run's --configfile; GPUS=N for the time left;
+# STORAGE=s3://<bucket>/<prefix> for a run with S3 as its default storage (the eks profile).
 status: $(INSTALLED_IF_MISSING)
-	$(BIN)/python -m shardflow.cli status $(if $(CONFIG),--configfile $(CONFIG)) $(if $(GPUS),--gpus $(GPUS))
+	$(BIN)/python -m shardflow.cli status $(if $(CONFIG),--configfile $(CONFIG)) $(if $(GPUS),--gpus $(GPUS)) \
+		$(if $(STORAGE),--storage-prefix $(STORAGE))
 
 # pipefail: a Snakemake error (a bad config) fails the target instead of writing an
 # empty SVG; the SVG is replaced only when both steps succeed.

@@ -151,6 +151,16 @@ def _positive_float(text: str) -> float:
     raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
 
 
+def _s3_prefix(text: str) -> str:
+    from shardflow.core.s3 import S3Url
+
+    try:
+        S3Url.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected s3://<bucket>/<prefix> ({exc})") from None
+    return text
+
+
 def _fraction(text: str) -> float:
     value = _positive_float(text)
     if value > 1:
@@ -212,7 +222,18 @@ def status(args: argparse.Namespace) -> int:
 
     def compute(cfg: dict):
         gpus, source, _ = _gpus(args, cfg)
-        return st.status(cfg, gpus, source)
+        if not args.storage_prefix:
+            return st.status(cfg, gpus, source)
+        from shardflow.workflow import mirror
+
+        folder = mirror.default_folder(args.storage_prefix)
+        copied = mirror.mirror(args.storage_prefix, folder)
+        here = os.getcwd()
+        os.chdir(folder)  # the run's relative paths, as its jobs wrote them below the prefix
+        try:
+            return st.status(cfg, gpus, source, storage=copied)
+        finally:
+            os.chdir(here)
 
     return _print("status", args, compute, st.as_json, st.table)
 
@@ -275,6 +296,13 @@ def main(argv: list[str] | None = None) -> int:
         "--configfile", nargs="+", action="extend", default=[], help="merged over config/config.yaml in order"
     )
     p.add_argument("--gpus", type=_positive, default=None, help="GPUs for the time left (default: this host's)")
+    p.add_argument(
+        "--storage-prefix",
+        type=_s3_prefix,
+        default=None,
+        help="a run with S3 as its default storage (the eks profile): its s3://bucket/prefix, read through a local "
+        "copy of what status needs (.snakemake/shardflow-status/)",
+    )
     p.add_argument("--json", action="store_true", help="the status as JSON")
     p.set_defaults(func=status)
     args = parser.parse_args(argv)

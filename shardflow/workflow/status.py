@@ -52,9 +52,12 @@ its corpus's embed jobs are, as a data set of their own.
 An s3:// glob input is not listed (plan.unlisted: no S3 settings here): the split's
 manifest counts where the objects it recorded are the glob's (plan.matches_sources).
 
-Status reads local files only. A run whose files are elsewhere (S3 as the default
-storage, the eks profile: outputs, logs and parts under the storage prefix) is not seen
-from here, and it says so rather than report an empty run.
+A run whose files are in S3 (the default storage of the eks profile: outputs, logs and
+parts under the storage prefix) is read with `--storage-prefix s3://<bucket>/<prefix>`
+(`make status STORAGE=...`): status then reads a local copy of what it needs of the
+objects (shardflow.workflow.mirror: small files whole, a log's tail, the others by
+size only), kept between calls. Without it, status reads the local files only, and where
+the run looks like one in S3 it says so rather than report an empty run.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ from shardflow.core.parts import ATTEMPT_PREFIX, PartStore, attempt_totals
 from shardflow.core.runlog import FAILED
 from shardflow.corpus.chunks import SOURCE_PART
 from shardflow.sweep.paths import job_dir, job_metrics
-from shardflow.workflow import estimate, plan
+from shardflow.workflow import estimate, mirror, plan
 
 REPO = estimate.REPO
 RULES = REPO / "rules"
@@ -613,7 +616,7 @@ class Status:
 
 
 def s3_notes(cfg: dict, data_sets: list[plan.DataSet], seen_anything: bool) -> list[str]:
-    """What to say where the run's files may be in S3, which status does not read."""
+    """What to say where the run's files may be in S3 and no --storage-prefix was given."""
     remote = [p for ds in data_sets for p in ds.sources if p.startswith("s3://")]
     bucket = os.environ.get("SHARDFLOW_S3_BUCKET")
     where = f"s3://{bucket}/{os.environ.get('SHARDFLOW_S3_PREFIX', '')}".rstrip("/") if bucket else ""
@@ -626,12 +629,12 @@ def s3_notes(cfg: dict, data_sets: list[plan.DataSet], seen_anything: bool) -> l
         why.append(f"SHARDFLOW_S3_BUCKET is set (the eks profile's storage: {where})")
     if not seen_anything:
         why.append("no output, log or resume folder of this run is here")
+    example = where or "s3://<bucket>/<prefix>"
     return [
-        f"status reads local files only ({'; '.join(why)}): a run with S3 as its default storage (profiles/eks) "
-        "keeps its outputs, logs and resume parts under the storage prefix, which status does not list, so it "
-        "cannot see that run from here. Watch the controller's terminal (Snakemake's 'k of M steps done') and "
-        "the cluster's jobs (kubectl get jobs,pods), or run status where the run's working directory is "
-        "(a local or SLURM run)"
+        f"status read local files only ({'; '.join(why)}): a run with S3 as its default storage (profiles/eks) "
+        "keeps its outputs, logs and resume parts under the storage prefix, which this status did not read. "
+        f"Give that prefix: `make status STORAGE={example}` (--storage-prefix; S3 settings as the run's: "
+        "SNAKEMAKE_STORAGE_S3_*, else boto3's own chain)"
     ]
 
 
@@ -647,11 +650,15 @@ def ran_on_cpu(stage: Stage) -> bool:
     return kinds == {"cpu"}
 
 
-def status(cfg: dict, n_gpus: int, gpus_source: str, now: float | None = None) -> Status:
+def status(
+    cfg: dict, n_gpus: int, gpus_source: str, now: float | None = None, storage: mirror.Mirrored | None = None
+) -> Status:
     """Where the run of `cfg` (validated) stands, from the files in the working directory;
     `n_gpus`: the concurrency of the time left. A GPU rule is on the CPU where the config
     puts it there (plan.gpu_rules_on_cpu: gpu_jobs.device cpu, ...) or where its jobs'
-    records say they ran there (`ran_on_cpu`), never from this host's GPUs."""
+    records say they ran there (`ran_on_cpu`), never from this host's GPUs.
+    `storage`: the working directory is the local copy of a run's storage prefix
+    (shardflow.workflow.mirror; `--storage-prefix`), which a note names."""
     now = time.time() if now is None else now
     data_sets = list(plan.datasets(cfg, list_s3=plan.unlisted).values())
     specs = estimate.sweeps(cfg)
@@ -664,7 +671,10 @@ def status(cfg: dict, n_gpus: int, gpus_source: str, now: float | None = None) -
             continue
         root = plan.resume_root(cfg["gpu_jobs"]["resume_dir"], ds.name)
         if root.startswith("s3://"):
-            out.notes.append(f"the resume parts in {root} are not read (status reads local files only)")
+            out.notes.append(
+                f"the resume parts in {root} are not read (status reads them on this host, or under the "
+                "--storage-prefix it is given)"
+            )
         resume, anonymous, unreadable = scan_resume(root)
         out.notes += [f"resume folder {u} not readable: its parts are not counted" for u in unreadable]
         seen = seen or bool(resume or anonymous or unreadable)
@@ -693,7 +703,10 @@ def status(cfg: dict, n_gpus: int, gpus_source: str, now: float | None = None) -
         stage = sweep_stage(spec, cfg["gpu_jobs"]["resume_dir"])
         seen = seen or any(j.state != WAITING for j in stage.jobs)
         out.stages.append(stage)
-    out.notes += s3_notes(cfg, data_sets, seen)
+    if storage is not None:
+        out.notes.append(storage.note() + "; the paths below are relative to that prefix")
+    else:
+        out.notes += s3_notes(cfg, data_sets, seen)
     return out
 
 

@@ -6,6 +6,8 @@ import json
 import logging
 import re
 import shutil
+import subprocess
+import sys
 import threading
 import time
 
@@ -47,6 +49,56 @@ def test_real_workflow_outputs_land_in_the_bucket_identical_to_a_local_run_and_a
     assert again.returncode == 0, sm.describe(again)
     assert "Nothing to be done" in again.output, sm.describe(again)
     assert last_modified() == before
+
+    # `make status STORAGE=...` sees the run in the bucket, through a local copy of what it reads.
+    check_status_from_the_bucket(s3, s3_prefix, config, tmp_path, sm)
+
+
+def check_status_from_the_bucket(s3, s3_prefix, config, workdir, sm):
+    storage = f"s3://{s3.bucket}/{s3_prefix}"
+    env = sm.env(
+        SNAKEMAKE_STORAGE_S3_ENDPOINT_URL=s3.endpoint_url,
+        SNAKEMAKE_STORAGE_S3_ACCESS_KEY=s3.access_key,
+        SNAKEMAKE_STORAGE_S3_SECRET_KEY=s3.secret_key,
+    )
+
+    def status(*extra):
+        cmd = [sys.executable, "-m", "shardflow.cli", "status", "--configfile", str(config), "--json", *extra]
+        proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        out = json.loads(proc.stdout)
+        embed = next(st for st in out["stages"] if st["stage"] == "embed")
+        return out, embed
+
+    out, embed = status()  # without the prefix: nothing here, and it says where to look
+    assert embed["done"] == 0 and any("make status STORAGE=s3://<bucket>/<prefix>" in n for n in out["notes"])
+
+    out, embed = status("--storage-prefix", storage)
+    assert (embed["done"], embed["jobs"], embed["records_done"]) == (sm.N_CHUNKS, sm.N_CHUNKS, sm.CORPUS_DOCS), out
+    assert embed["rate_per_job"] > 0 and embed["gpus_per_job"] == 0, embed  # the jobs' stats, read whole: on the CPU
+    note = next(n for n in out["notes"] if n.startswith(f"read from {storage}/"))
+    objects = s3.client().list_objects_v2(Bucket=s3.bucket, Prefix=f"{s3_prefix}/")["Contents"]
+    assert f": {len(objects)} objects, " in note, note
+    copy = workdir / ".snakemake" / "shardflow-status" / s3.bucket / s3_prefix
+    assert (copy / sm.MERGED[0]).read_bytes() == s3.objects(f"{s3_prefix}/{sm.MERGED[0]}")[f"{s3_prefix}/{sm.MERGED[0]}"]
+
+    # Unchanged objects are not fetched again; a gone one is gone here too; a long log is
+    # its tail; a large object (chunks, vectors, parts of a real corpus) is its size only.
+    out, _ = status("--storage-prefix", storage)
+    assert any(", 0 fetched now and 0 stood in for" in n for n in out["notes"]), out["notes"]
+    gone = f"results/{sm.DATASET}/embed/embed_1.npy"
+    assert (copy / gone).is_file()
+    s3.client().delete_object(Bucket=s3.bucket, Key=f"{s3_prefix}/{gone}")
+    log = b"".join(b"line %07d of a long log\n" % i for i in range(100_000))  # 2.4 MB
+    s3.client().put_object(Bucket=s3.bucket, Key=f"{s3_prefix}/logs/long.log", Body=log)
+    s3.client().put_object(Bucket=s3.bucket, Key=f"{s3_prefix}/results/big.npy", Body=b"v" * (3 << 20))
+    out, embed = status("--storage-prefix", storage)
+    assert embed["done"] == sm.N_CHUNKS - 1, embed  # the other: its log, no output (stalled, status says)
+    assert any(", 1 fetched now and 1 stood in for" in n and ", 1 gone" in n for n in out["notes"]), out["notes"]
+    assert not (copy / gone).exists()
+    assert (copy / "logs" / "long.log").read_bytes() == log[-64 * 1024 :]
+    big = (copy / "results" / "big.npy").stat()
+    assert big.st_size == 3 << 20 and big.st_blocks == 0  # sparse: no bytes on this disk
 
 
 @pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])

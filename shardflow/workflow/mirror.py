@@ -1,0 +1,164 @@
+"""What `make status` reads of a run whose files are in S3 (the eks profile: S3 as the
+default storage), copied into a local folder that status then reads as a working
+directory.
+
+Under default storage, Snakemake keeps each output, log and benchmark at its path below
+the storage prefix, and the embed and summarise jobs keep their resume parts there too
+(`results/<dataset>/.resume/`, core.parts). Status reads few of those bytes (module
+shardflow.workflow.status), so each object under the prefix becomes a file at its path
+below the prefix, with the object's LastModified as its mtime, holding
+
+- its bytes, where it is small (at most WHOLE_BYTES; a JSON file at most JSON_BYTES):
+  stats, failure records, attempt records, manifests, benchmarks, short logs;
+- its last LOG_TAIL bytes, for a longer log (`.log`): status reads no more of a log;
+- no bytes otherwise (outputs, chunks, parts): a sparse file of the object's size, for
+  status only checks that such a file exists, and how big and how old it is.
+
+The copy is kept between calls, with each object's ETag in INDEX: a later call fetches
+only the objects that are new or changed and removes the files of objects that are
+gone, so `watch make status` costs one listing of the prefix and what changed.
+
+A running job's log reaches the bucket when the job ends (Snakemake stores outputs and
+logs then), so from here a job shows as running only once it has saved a resume part.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from shardflow.core import s3 as s3lib
+from shardflow.core.atomic import atomic_write_bytes, write_json
+
+WHOLE_BYTES = 1 << 20
+JSON_BYTES = 64 << 20
+LOG_TAIL = 64 * 1024  # as status.LOG_TAIL reads
+INDEX = ".shardflow-mirror.json"  # {relative path: [etag, size, how]}, in the copy's folder
+FETCHERS = 16  # objects fetched at once
+WHOLE, TAIL, SIZED = "whole", "tail", "sized"
+
+
+@dataclass
+class Mirrored:
+    """What a call did: the storage prefix, the folder of its copy, objects listed, and
+    how many it fetched (whole or a log's tail), sized (no bytes), and removed."""
+
+    prefix: str
+    folder: Path
+    objects: int = 0
+    fetched: int = 0
+    sized: int = 0
+    removed: int = 0
+
+    def note(self) -> str:
+        return (
+            f"read from {self.prefix} through a local copy in {self.folder}: {self.objects} objects, {self.fetched} "
+            f"fetched now and {self.sized} stood in for by their size (outputs and parts, whose bytes status does not "
+            f"read), the rest unchanged since the last status{f', {self.removed} gone' if self.removed else ''}. A "
+            "running job's log reaches the bucket when the job ends: until then it shows as running from its resume "
+            "parts only"
+        )
+
+
+def how(path: str, size: int) -> str:
+    """What the copy of the object at `path` (relative to the prefix) holds: WHOLE, TAIL
+    (a log's last LOG_TAIL bytes) or SIZED (no bytes, the object's size)."""
+    if size <= WHOLE_BYTES or (path.endswith(".json") and size <= JSON_BYTES):
+        return WHOLE
+    if path.endswith(".log"):
+        return TAIL
+    return SIZED
+
+
+def default_folder(prefix: str, root: str | os.PathLike = ".snakemake") -> Path:
+    """Where the copy of `prefix` is kept: below `root`, by bucket and key."""
+    url = s3lib.S3Url.parse(prefix)
+    return Path(root) / "shardflow-status" / url.bucket / url.key.strip("/")
+
+
+def _relative(key: str, base: str) -> str | None:
+    """The object's path below the prefix; None for a key that cannot be a file here
+    (a folder marker, an absolute or upward path)."""
+    rel = key[len(base) :]
+    parts = rel.split("/")
+    if not rel or rel.endswith("/") or rel == INDEX or any(p in ("", ".", "..") for p in parts):
+        return None
+    return rel
+
+
+def mirror(prefix: str, folder: str | os.PathLike, client=None) -> Mirrored:
+    """Bring the copy of the objects under `prefix` (s3://bucket/key) in `folder` up to
+    date (see the module's docstring); `client`: a boto3 S3 client (default:
+    core.s3.client(), the storage plugin's settings from SNAKEMAKE_STORAGE_S3_*, else
+    boto3's own chain). A listing or fetch that fails is an OSError naming the prefix or
+    the object and the server's error."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    url = s3lib.S3Url.parse(prefix.rstrip("/"))
+    base = url.key.strip("/") + "/" if url.key.strip("/") else ""
+    where = f"s3://{url.bucket}/{base}"
+    s3 = client if client is not None else s3lib.client()
+    out = Mirrored(prefix=where, folder=Path(folder))
+    root = Path(folder)
+    root.mkdir(parents=True, exist_ok=True)
+    index_path = root / INDEX
+    try:
+        index = json.loads(index_path.read_text()) if index_path.is_file() else {}
+        index = index if isinstance(index, dict) else {}
+    except (OSError, ValueError):
+        index = {}  # a damaged index: every object fetched again
+    try:
+        listing = list(s3lib.list_objects(s3, url.bucket, base))
+    except (BotoCoreError, ClientError) as exc:
+        raise OSError(f"cannot list {where}: {exc}") from None
+
+    todo, now = [], {}
+    for obj in listing:
+        rel = _relative(obj["Key"], base)
+        if rel is None:
+            continue
+        out.objects += 1
+        size, etag = int(obj["Size"]), str(obj.get("ETag", ""))
+        mode = how(rel, size)
+        now[rel] = [etag, size, mode]
+        if index.get(rel) != now[rel] or not (root / rel).is_file():
+            todo.append((rel, obj, mode))
+
+    def copy(item) -> None:
+        rel, obj, mode = item
+        dest = root / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if mode == SIZED:
+            dest.unlink(missing_ok=True)
+            with open(dest, "wb") as fh:
+                fh.truncate(int(obj["Size"]))  # sparse: the size, no bytes on disk
+        else:
+            extra = {"Range": f"bytes=-{LOG_TAIL}"} if mode == TAIL else {}
+            try:
+                body = s3.get_object(Bucket=url.bucket, Key=obj["Key"], **extra)["Body"].read()
+            except (BotoCoreError, ClientError) as exc:
+                raise OSError(f"cannot read s3://{url.bucket}/{obj['Key']}: {exc}") from None
+            atomic_write_bytes(dest, body)
+        stamp = obj["LastModified"].timestamp()
+        os.utime(dest, (stamp, stamp))
+
+    with concurrent.futures.ThreadPoolExecutor(FETCHERS, thread_name_prefix="shardflow-mirror") as pool:
+        for item, _ in zip(todo, pool.map(copy, todo), strict=True):
+            if item[2] == SIZED:
+                out.sized += 1
+            else:
+                out.fetched += 1
+
+    for rel in sorted(set(index) - set(now)):  # objects gone since the last call
+        gone = root / rel
+        gone.unlink(missing_ok=True)
+        out.removed += 1
+        for parent in gone.parents:  # and the folders they leave empty (a finished job's resume folder)
+            if parent == root or not parent.is_relative_to(root) or any(parent.iterdir()):
+                break
+            parent.rmdir()
+    write_json(index_path, now)
+    return out
