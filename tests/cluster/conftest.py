@@ -255,15 +255,42 @@ def corpus_file(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def real_local(tmp_path_factory, corpus_file) -> RealRun:
-    """The real workflow run locally: the reference for every cluster path (read only)."""
+def real_local_started(tmp_path_factory, corpus_file) -> Callable[[], RealRun]:
+    """The local reference run (`real_local`), started in a background thread: returns a
+    function that waits for it and returns it (raising what the run raised). For a test
+    whose own run of the real workflow needs no reference until it ends (the SLURM run):
+    the reference is made while that run waits on the scheduler, not before it starts."""
 
     def build(wd: Path) -> None:
         run = run_real(wd, write_real_config(wd / "config.yaml", str(corpus_file)), "--cores", "2", timeout_s=300)
         assert run.returncode == 0, describe(run)
 
-    wd = once_per_session(tmp_path_factory, "real-local", build)
-    return RealRun(wd, hashes(wd, MERGED + CHUNKS))
+    result: dict[str, object] = {}
+
+    def make() -> None:
+        try:
+            wd = once_per_session(tmp_path_factory, "real-local", build)
+            result["run"] = RealRun(wd, hashes(wd, MERGED + CHUNKS))
+        except BaseException as e:  # noqa: BLE001 - re-raised in the test that waits for it
+            result["error"] = e
+
+    thread = threading.Thread(target=make, name="real-local", daemon=True)
+    thread.start()
+
+    def wait() -> RealRun:
+        thread.join()
+        if "error" in result:
+            raise result["error"]
+        return result["run"]
+
+    yield wait
+    thread.join()  # never left running past the session
+
+
+@pytest.fixture(scope="session")
+def real_local(real_local_started) -> RealRun:
+    """The real workflow run locally: the reference for every cluster path (read only)."""
+    return real_local_started()
 
 
 def check_bucket_outputs(objects: dict[str, bytes], prefix: str, reference: dict[str, str]) -> None:

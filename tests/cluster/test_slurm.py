@@ -61,19 +61,20 @@ def submitted_jobs(output: str) -> dict[str, str]:
 
 
 def test_real_workflow_on_slurm_matches_the_local_run_bit_for_bit(
-    slurm_cluster, corpus_file, real_local, tmp_path, sm
+    real_local_started, slurm_cluster, corpus_file, tmp_path, sm
 ):
     """The repo's Snakefile through sbatch: one SLURM job per Snakemake job, each embed
     job with one (fake) GPU, on the shared filesystem (here: the local disk). To the
     merged embeddings: verify is one more CPU job like merge (its start-up and status
-    polls)."""
+    polls). The local reference run goes on beside it (real_local_started: the first
+    test of the file, it would otherwise wait for the reference before submitting)."""
     config = sm.real_config(tmp_path / "config.yaml", str(corpus_file))
     run = sm.run(tmp_path, *sm.real_args(tmp_path, config, *sm.MERGED), *slurm_profile_args(sm), timeout_s=300,
                  snakemake=CONTROLLER)
     assert run.returncode == 0, sm.describe(run)
     # Both profiles were read, the overlay on top (its partition reached the jobs).
     assert "profiles/slurm and workflow specific profile" in run.output, sm.describe(run)
-    assert sm.hashes(tmp_path, sm.MERGED + sm.CHUNKS) == real_local.hashes
+    assert sm.hashes(tmp_path, sm.MERGED + sm.CHUNKS) == real_local_started().hashes
 
     ds = sm.DATASET
     jobs = submitted_jobs(run.output)
