@@ -89,26 +89,61 @@ class Watcher(threading.Thread):
         self.started: dict[int, tuple[str, float]] = {}  # job root pid -> (rule, start, unix time)
         self.durations: dict[str, float] = {}  # rule -> seconds its shortest job ran
         self._scripts: dict[str, str | None] = {}
+        # job root pid -> (rule, the processes from the root down to the one that named
+        # the rule), as the last poll found them
+        self._chains: dict[int, tuple[str, list[psutil.Process]]] = {}
         self._ended: set[int] = set()
         self.stop = threading.Event()
 
+    @staticmethod
+    def _chain_stands(chain: list[psutil.Process]) -> bool:
+        """Each process of `chain` still running (the same process: psutil compares its
+        start time; not a zombie, whose cmdline a listing could not read) and still the
+        child of the one before it."""
+        try:
+            return all(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in chain) and all(
+                child.ppid() == parent.pid for parent, child in zip(chain, chain[1:], strict=False)
+            )
+        except psutil.Error:
+            return False
+
     def _jobs(self) -> dict[int, tuple[str, float]]:
-        """{job root pid (the controller's child): (rule, start time)} of running jobs."""
+        """{job root pid (the controller's child): (rule, start time)} of running jobs.
+
+        A job whose process that named its rule is still below its root (the chain of
+        parents between them unbroken) is found again without listing the root's
+        descendants: each listing reads every process's /proc entry, and with two jobs
+        running that took most of the watcher's CPU time (polled every 20 ms, beside the
+        jobs themselves on a 2-core machine)."""
         found = {}
         try:
             controller = psutil.Process(self.proc.pid)
             roots = controller.children()
         except psutil.NoSuchProcess:
             return found
+        chains = {}
         for root in roots:
+            known = self._chains.get(root.pid)
+            if known and known[1][0] == root and self._chain_stands(known[1]):
+                found[root.pid] = (known[0], root.create_time())
+                chains[root.pid] = known
+                continue
             try:
+                below = {root.pid: root}
                 for proc in (root, *root.children(recursive=True)):
+                    below[proc.pid] = proc
                     rule = rule_of(proc.cmdline(), self._scripts)
                     if rule:
                         found[root.pid] = (rule, root.create_time())
+                        with contextlib.suppress(psutil.Error, KeyError):  # not kept: listed again next time
+                            chain = [proc]
+                            while chain[-1].pid != root.pid:
+                                chain.append(below[chain[-1].ppid()])
+                            chains[root.pid] = (rule, chain[::-1])
                         break
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
+        self._chains = chains
         return found
 
     @staticmethod
