@@ -5,12 +5,25 @@ from __future__ import annotations
 import copy
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Idle OpenMP threads (torch's intra-op pool) sleep until there is work instead of
+# spinning for it (libgomp's default spins a while after each parallel region). Set here,
+# before any test imports torch, it holds for the tests' own torch and for every job the
+# workflow and cluster tests run (their environments are copies of this one; pods of the
+# Kubernetes stand-in inherit nothing). It changes how a thread waits, not what any job
+# computes or the threads it uses; on the 2-core CI machine the two pytest workers' jobs
+# share the cores, and a spinning thread burns CPU the other worker's jobs are waiting
+# for (test_retrieval_e2e.py and test_embedding_e2e.py run side by side, twice each way:
+# 218 and 224 s of CPU with spinning, 197 and 202 s without). A value already in the
+# environment is kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # The longest test files (seconds on the 2-core CI machine, `pytest -n 2 --dist loadfile
 # --durations=0`, 2026-11-26: 252, 191, 133, 116, 87, 85, 71, 65), collected first.
