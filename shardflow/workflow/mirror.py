@@ -153,6 +153,8 @@ def mirror(prefix: str, folder: str | os.PathLike, client=None) -> Mirrored:
                 out.fetched += 1
 
     for rel in sorted(set(index) - set(now)):  # objects gone since the last call
+        if not isinstance(rel, str) or _relative(base + rel, base) is None:
+            continue  # a damaged index: never a path outside the copy
         gone = root / rel
         gone.unlink(missing_ok=True)
         out.removed += 1

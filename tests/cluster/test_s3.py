@@ -4,6 +4,7 @@ place the corpus is read from (`input.path: s3://...`)."""
 
 import json
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -92,7 +93,12 @@ def check_status_from_the_bucket(s3, s3_prefix, config, workdir, sm):
     log = b"".join(b"line %07d of a long log\n" % i for i in range(100_000))  # 2.4 MB
     s3.client().put_object(Bucket=s3.bucket, Key=f"{s3_prefix}/logs/long.log", Body=log)
     s3.client().put_object(Bucket=s3.bucket, Key=f"{s3_prefix}/results/big.npy", Body=b"v" * (3 << 20))
+    index = copy / ".shardflow-mirror.json"  # damaged: it names a file outside the copy, which stays
+    outside = workdir / ".snakemake" / "keep.txt"
+    outside.write_text("not the copy's")
+    index.write_text(json.dumps({**json.loads(index.read_text()), os.path.relpath(outside, copy): ["x", 1, "whole"]}))
     out, embed = status("--storage-prefix", storage)
+    assert outside.is_file()
     assert embed["done"] == sm.N_CHUNKS - 1, embed  # the other: its log, no output (stalled, status says)
     assert any(", 1 fetched now and 1 stood in for" in n and ", 1 gone" in n for n in out["notes"]), out["notes"]
     assert not (copy / gone).exists()
