@@ -127,7 +127,9 @@ def mirror(prefix: str, folder: str | os.PathLike, client=None) -> Mirrored:
         if index.get(rel) != now[rel] or not (root / rel).is_file():
             todo.append((rel, obj, mode))
 
-    def copy(item) -> None:
+    def copy(item) -> bool:
+        """Whether the object was copied: False where it is gone since the listing (a job
+        that ended meanwhile removed its resume folder)."""
         rel, obj, mode = item
         dest = root / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -139,15 +141,23 @@ def mirror(prefix: str, folder: str | os.PathLike, client=None) -> Mirrored:
             extra = {"Range": f"bytes=-{LOG_TAIL}"} if mode == TAIL else {}
             try:
                 body = s3.get_object(Bucket=url.bucket, Key=obj["Key"], **extra)["Body"].read()
-            except (BotoCoreError, ClientError) as exc:
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                    return False
+                raise OSError(f"cannot read s3://{url.bucket}/{obj['Key']}: {exc}") from None
+            except BotoCoreError as exc:
                 raise OSError(f"cannot read s3://{url.bucket}/{obj['Key']}: {exc}") from None
             atomic_write_bytes(dest, body)
         stamp = obj["LastModified"].timestamp()
         os.utime(dest, (stamp, stamp))
+        return True
 
     with concurrent.futures.ThreadPoolExecutor(FETCHERS, thread_name_prefix="shardflow-mirror") as pool:
-        for item, _ in zip(todo, pool.map(copy, todo), strict=True):
-            if item[2] == SIZED:
+        for item, copied in zip(todo, pool.map(copy, todo), strict=True):
+            if not copied:  # gone since the listing: as if not listed (its old copy removed below)
+                out.objects -= 1
+                del now[item[0]]
+            elif item[2] == SIZED:
                 out.sized += 1
             else:
                 out.fetched += 1

@@ -53,3 +53,54 @@ def test_a_storage_prefix_that_is_no_s3_url_is_refused_by_name(capsys):
         main(["status", "--storage-prefix", "/data/run"])
     assert stop.value.code == 2
     assert "expected s3://<bucket>/<prefix>" in capsys.readouterr().err
+
+
+class _Bucket:
+    """A stand-in S3 client: `objects` {key: bytes}; `vanish`: keys deleted between the
+    listing and their fetch (a job that ends meanwhile removes its resume folder)."""
+
+    def __init__(self, objects: dict[str, bytes], vanish=()):
+        self.objects, self.vanish = dict(objects), set(vanish)
+
+    def get_paginator(self, name):
+        assert name == "list_objects_v2"
+        bucket = self
+
+        class Pages:
+            def paginate(self, Bucket, Prefix):  # noqa: N803 (boto3's names)
+                import datetime
+                import hashlib
+
+                when = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+                listed = [
+                    {"Key": k, "Size": len(v), "ETag": hashlib.md5(v).hexdigest(), "LastModified": when}
+                    for k, v in sorted(bucket.objects.items())
+                    if k.startswith(Prefix)
+                ]
+                for key in bucket.vanish:
+                    bucket.objects.pop(key, None)
+                yield {"Contents": listed}
+
+        return Pages()
+
+    def get_object(self, Bucket, Key, **_):  # noqa: N803
+        from botocore.exceptions import ClientError
+
+        if Key not in self.objects:
+            raise ClientError({"Error": {"Code": "NoSuchKey", "Message": "gone"}}, "GetObject")
+        import io
+
+        return {"Body": io.BytesIO(self.objects[Key])}
+
+
+def test_an_object_gone_between_the_listing_and_its_fetch_is_gone_from_the_copy(tmp_path):
+    attempt = "runs/a/results/ds/.resume/f/attempt-1.json"
+    bucket = _Bucket({attempt: b"{}", "runs/a/logs/x.log": b"ok\n"})
+    first = mirror.mirror("s3://bkt/runs/a", tmp_path, client=bucket)
+    assert (first.objects, first.fetched) == (2, 2) and (tmp_path / "results/ds/.resume/f/attempt-1.json").is_file()
+    bucket.objects[attempt] = b'{"items_saved": 5}'  # changed, then gone before its fetch
+    bucket.vanish = {attempt}
+    second = mirror.mirror("s3://bkt/runs/a", tmp_path, client=bucket)  # raised OSError (NoSuchKey)
+    assert (second.objects, second.fetched, second.removed) == (1, 0, 1)
+    assert not (tmp_path / "results/ds/.resume").exists()
+    assert (tmp_path / "logs/x.log").read_bytes() == b"ok\n"
