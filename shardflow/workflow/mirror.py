@@ -38,6 +38,10 @@ JSON_BYTES = 64 << 20
 LOG_TAIL = 64 * 1024  # as status.LOG_TAIL reads
 INDEX = ".shardflow-mirror.json"  # {relative path: [etag, size, how]}, in the copy's folder
 FETCHERS = 16  # objects fetched at once
+# A call to the server: tries and seconds. Status is watched (`watch make status`): a
+# server that does not answer is an error within a minute, not the 9 tries of 60 s each
+# of core.s3.client's defaults (the jobs', which ride out a server restart).
+ATTEMPTS, CONNECT_TIMEOUT_S, READ_TIMEOUT_S = 3, 10, 15
 WHOLE, TAIL, SIZED = "whole", "tail", "sized"
 
 
@@ -92,15 +96,19 @@ def _relative(key: str, base: str) -> str | None:
 def mirror(prefix: str, folder: str | os.PathLike, client=None) -> Mirrored:
     """Bring the copy of the objects under `prefix` (s3://bucket/key) in `folder` up to
     date (see the module's docstring); `client`: a boto3 S3 client (default:
-    core.s3.client(), the storage plugin's settings from SNAKEMAKE_STORAGE_S3_*, else
-    boto3's own chain). A listing or fetch that fails is an OSError naming the prefix or
-    the object and the server's error."""
+    core.s3.client() with ATTEMPTS and the timeouts above, the storage plugin's
+    settings from SNAKEMAKE_STORAGE_S3_*, else boto3's own chain). A listing or fetch
+    that fails is an OSError naming the prefix or the object and the server's error."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     url = s3lib.S3Url.parse(prefix.rstrip("/"))
     base = url.key.strip("/") + "/" if url.key.strip("/") else ""
     where = f"s3://{url.bucket}/{base}"
-    s3 = client if client is not None else s3lib.client()
+    s3 = (
+        client
+        if client is not None
+        else s3lib.client(attempts=ATTEMPTS, connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S)
+    )
     out = Mirrored(prefix=where, folder=Path(folder))
     root = Path(folder)
     root.mkdir(parents=True, exist_ok=True)

@@ -104,3 +104,35 @@ def test_an_object_gone_between_the_listing_and_its_fetch_is_gone_from_the_copy(
     assert (second.objects, second.fetched, second.removed) == (1, 0, 1)
     assert not (tmp_path / "results/ds/.resume").exists()
     assert (tmp_path / "logs/x.log").read_bytes() == b"ok\n"
+
+
+def test_a_server_that_does_not_answer_is_an_error_naming_the_prefix_soon(tmp_path, monkeypatch):
+    """A listener that accepts and never answers: status fails after ATTEMPTS tries of
+    its timeouts (here 1 s), not after core.s3.client's 9 tries of 60 s (it hung)."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    monkeypatch.setenv("SNAKEMAKE_STORAGE_S3_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("SNAKEMAKE_STORAGE_S3_ACCESS_KEY", "k")
+    monkeypatch.setenv("SNAKEMAKE_STORAGE_S3_SECRET_KEY", "s")
+    monkeypatch.setattr(mirror, "ATTEMPTS", 1)
+    monkeypatch.setattr(mirror, "CONNECT_TIMEOUT_S", 1)
+    monkeypatch.setattr(mirror, "READ_TIMEOUT_S", 1)
+    raised = []
+
+    def call():
+        try:
+            mirror.mirror("s3://bkt/runs/a", tmp_path)
+        except OSError as exc:
+            raised.append(str(exc))
+
+    worker = threading.Thread(target=call, daemon=True)
+    try:
+        worker.start()
+        worker.join(15)
+        assert not worker.is_alive(), "mirror still waiting on a server that does not answer"
+    finally:
+        listener.close()
+    assert raised and raised[0].startswith("cannot list s3://bkt/runs/a/: "), raised
