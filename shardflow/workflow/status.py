@@ -703,7 +703,13 @@ def status(
         stage = sweep_stage(spec, cfg["gpu_jobs"]["resume_dir"])
         seen = seen or any(j.state != WAITING for j in stage.jobs)
         out.stages.append(stage)
-    if storage is not None:
+    if storage is not None and not storage.objects:
+        out.notes.append(
+            f"nothing under {storage.prefix}: no run has stored a file there yet, or that is not the run's "
+            "--default-storage-prefix (its SHARDFLOW_S3_BUCKET/SHARDFLOW_S3_PREFIX with the eks profile); every job "
+            "is shown as waiting"
+        )
+    elif storage is not None:
         out.notes.append(storage.note() + "; the paths below are relative to that prefix")
     else:
         out.notes += s3_notes(cfg, data_sets, seen)

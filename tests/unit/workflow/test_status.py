@@ -455,3 +455,15 @@ def test_by_source_counts_each_chunk_whose_own_split_ran_before_the_collector(tm
     os.utime("part-c.jsonl", (now + 60, now + 60))  # changed after its split
     shutil.copy(parts_dir / "chunk_0.json", parts_dir / "chunk_1.json")  # a's part where b's belongs
     assert [j.records for j in embed(st.status(cfg, 1, "--gpus", now=now)).jobs] == [3, None, None]
+
+
+def test_a_storage_prefix_with_nothing_under_it_says_so(tmp_path):
+    """A mistyped prefix is an empty copy: the note says nothing is there, not that 0
+    objects were read as if the run had not started."""
+    from shardflow.workflow.mirror import Mirrored
+
+    cfg = config(tmp_path)
+    empty = Mirrored(prefix="s3://bkt/runs/typo/", folder=tmp_path / "copy")
+    notes = st.status(cfg, 1, "--gpus", storage=empty).notes
+    assert any(n.startswith("nothing under s3://bkt/runs/typo/: ") for n in notes), notes
+    assert not any(n.startswith("read from ") for n in notes), notes
