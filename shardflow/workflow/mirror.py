@@ -8,11 +8,13 @@ the storage prefix, and the embed and summarise jobs keep their resume parts the
 shardflow.workflow.status), so each object under the prefix becomes a file at its path
 below the prefix, with the object's LastModified as its mtime, holding
 
-- its bytes, where it is small (at most WHOLE_BYTES; a JSON file at most JSON_BYTES):
-  stats, failure records, attempt records, manifests, benchmarks, short logs;
-- its last LOG_TAIL bytes, for a longer log (`.log`): status reads no more of a log;
-- no bytes otherwise (outputs, chunks, parts): a sparse file of the object's size, for
-  status only checks that such a file exists, and how big and how old it is.
+- its bytes, for the kinds of file status reads: JSON (stats, failure and attempt
+  records, manifests, metrics; at most JSON_BYTES), benchmarks (`.tsv`) and logs (`.log`)
+  of at most WHOLE_BYTES;
+- its last LOG_TAIL bytes, for a longer log: status reads no more of a log;
+- no bytes otherwise (outputs, chunks, parts, ids, whatever their size): a sparse file of
+  the object's size, for status only checks that such a file exists, and how big and how
+  old it is. A run of thousands of chunks costs a GET per record, not per output.
 
 The copy is kept between calls, with each object's ETag in INDEX: a later call fetches
 only the objects that are new or changed and removes the files of objects that are
@@ -70,10 +72,10 @@ class Mirrored:
 def how(path: str, size: int) -> str:
     """What the copy of the object at `path` (relative to the prefix) holds: WHOLE, TAIL
     (a log's last LOG_TAIL bytes) or SIZED (no bytes, the object's size)."""
-    if size <= WHOLE_BYTES or (path.endswith(".json") and size <= JSON_BYTES):
-        return WHOLE
     if path.endswith(".log"):
-        return TAIL
+        return WHOLE if size <= WHOLE_BYTES else TAIL
+    if (path.endswith(".json") and size <= JSON_BYTES) or (path.endswith(".tsv") and size <= WHOLE_BYTES):
+        return WHOLE
     return SIZED
 
 
@@ -104,11 +106,17 @@ def mirror(prefix: str, folder: str | os.PathLike, client=None) -> Mirrored:
     url = s3lib.S3Url.parse(prefix.rstrip("/"))
     base = url.key.strip("/") + "/" if url.key.strip("/") else ""
     where = f"s3://{url.bucket}/{base}"
-    s3 = (
-        client
-        if client is not None
-        else s3lib.client(attempts=ATTEMPTS, connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S)
-    )
+    try:
+        s3 = (
+            client
+            if client is not None
+            else s3lib.client(attempts=ATTEMPTS, connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S)
+        )
+    except ValueError as exc:  # botocore's "Invalid endpoint: ..."
+        raise OSError(
+            f"cannot read {where}: {exc} (the S3 settings: SNAKEMAKE_STORAGE_S3_ENDPOINT_URL and the others, or "
+            "AWS_ENDPOINT_URL and boto3's own chain)"
+        ) from None
     out = Mirrored(prefix=where, folder=Path(folder))
     root = Path(folder)
     root.mkdir(parents=True, exist_ok=True)

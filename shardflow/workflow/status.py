@@ -613,6 +613,7 @@ class Status:
     currency: str
     time: float
     notes: list[str] = field(default_factory=list)
+    source: str = "the files here"  # where status read the run: here, or a storage prefix
 
 
 def s3_notes(cfg: dict, data_sets: list[plan.DataSet], seen_anything: bool) -> list[str]:
@@ -670,7 +671,12 @@ def status(
         if not stages:
             continue
         root = plan.resume_root(cfg["gpu_jobs"]["resume_dir"], ds.name)
-        if root.startswith("s3://"):
+        if storage is not None and cfg["gpu_jobs"]["resume_dir"] and not root.startswith("s3://"):
+            out.notes.append(
+                f"the resume parts in {root} (gpu_jobs.resume_dir, a volume of the run's pods) are not under the "
+                "storage prefix: running jobs show from their logs only, which reach the bucket when they end"
+            )
+        elif root.startswith("s3://"):
             out.notes.append(
                 f"the resume parts in {root} are not read (status reads them on this host, or under the "
                 "--storage-prefix it is given)"
@@ -703,6 +709,8 @@ def status(
         stage = sweep_stage(spec, cfg["gpu_jobs"]["resume_dir"])
         seen = seen or any(j.state != WAITING for j in stage.jobs)
         out.stages.append(stage)
+    if storage is not None:
+        out.source = f"the files under {storage.prefix} (a local copy)"
     if storage is not None and not storage.objects:
         out.notes.append(
             f"nothing under {storage.prefix}: no run has stored a file there yet, or that is not the run's "
@@ -843,7 +851,7 @@ def table(st: Status) -> str:
     widths = [max(len(row[i]) for row in (head, *body)) for i in range(len(head))]
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.time))
     lines = [
-        f"status at {stamp}, from the files here (outputs, logs, resume folders); runs no job",
+        f"status at {stamp}, from {st.source} (outputs, logs, resume folders); runs no job",
         f"concurrency for the time left: {st.n_gpus} GPU(s) ({st.gpus_source}); a stage on the CPU: its jobs "
         f"running now; price: {st.price:g} {st.currency} per GPU-hour (report.gpu_hour_price)",
         "",

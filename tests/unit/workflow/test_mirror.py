@@ -22,7 +22,10 @@ from shardflow.workflow.mirror import SIZED, TAIL, WHOLE
         ("results/demo/embed/embed_3.npy", 5 << 20, SIZED),
         ("results/demo/chunks/chunk_3.jsonl", 5 << 20, SIZED),
         ("results/demo/huge.json", 100 << 20, SIZED),
-        ("results/demo/embed/embed_3.npy", 1 << 20, WHOLE),
+        ("results/demo/embed/embed_3.npy", 1_000, SIZED),  # an output, however small: status never reads it
+        ("results/demo/embed/embed_3.ids.parquet", 1_000, SIZED),
+        ("results/demo/chunks/chunk_3.jsonl", 1_000, SIZED),
+        ("benchmarks/embed/demo/chunk_3.tsv", 5 << 20, SIZED),
     ],
 )
 def test_what_the_copy_holds_of_an_object(path, size, want):
@@ -136,3 +139,9 @@ def test_a_server_that_does_not_answer_is_an_error_naming_the_prefix_soon(tmp_pa
     finally:
         listener.close()
     assert raised and raised[0].startswith("cannot list s3://bkt/runs/a/: "), raised
+
+
+def test_an_endpoint_that_is_no_url_is_an_error_naming_the_prefix_and_the_setting(tmp_path, monkeypatch):
+    monkeypatch.setenv("SNAKEMAKE_STORAGE_S3_ENDPOINT_URL", "127.0.0.1:9")  # no scheme
+    with pytest.raises(OSError, match=r"cannot read s3://bkt/runs/a/: Invalid endpoint: 127\.0\.0\.1:9 .*ENDPOINT_URL"):
+        mirror.mirror("s3://bkt/runs/a", tmp_path / "copy")

@@ -464,6 +464,18 @@ def test_a_storage_prefix_with_nothing_under_it_says_so(tmp_path):
 
     cfg = config(tmp_path)
     empty = Mirrored(prefix="s3://bkt/runs/typo/", folder=tmp_path / "copy")
-    notes = st.status(cfg, 1, "--gpus", storage=empty).notes
-    assert any(n.startswith("nothing under s3://bkt/runs/typo/: ") for n in notes), notes
-    assert not any(n.startswith("read from ") for n in notes), notes
+    got = st.status(cfg, 1, "--gpus", storage=empty)
+    assert any(n.startswith("nothing under s3://bkt/runs/typo/: ") for n in got.notes), got.notes
+    assert not any(n.startswith("read from ") for n in got.notes), got.notes
+    assert ", from the files under s3://bkt/runs/typo/ (a local copy) (outputs, " in st.table(got).splitlines()[0]
+
+
+def test_read_from_a_storage_prefix_a_resume_dir_on_a_volume_is_named_as_not_seen(tmp_path):
+    """With gpu_jobs.resume_dir on the pods' volume, the parts are not under the prefix:
+    status says so instead of showing running jobs as waiting without a word."""
+    from shardflow.workflow.mirror import Mirrored
+
+    copied = Mirrored(prefix="s3://bkt/runs/a/", folder=tmp_path / "copy", objects=5)
+    got = st.status(config(tmp_path, gpu_jobs={"resume_dir": "/resume"}), 1, "--gpus", storage=copied)
+    assert any(n.startswith("the resume parts in /resume/ds (gpu_jobs.resume_dir, ") for n in got.notes), got.notes
+    assert not any("resume parts in" in n for n in st.status(config(tmp_path), 1, "--gpus", storage=copied).notes)
