@@ -55,8 +55,8 @@ manifest counts where the objects it recorded are the glob's (plan.matches_sourc
 A run whose files are in S3 (the default storage of the eks profile: outputs, logs and
 parts under the storage prefix) is read with `--storage-prefix s3://<bucket>/<prefix>`
 (`make status STORAGE=...`): status then reads a local copy of what it needs of the
-objects (shardflow.workflow.mirror: small files whole, a log's tail, the others by
-size only), kept between calls. Without it, status reads the local files only, and where
+objects (shardflow.workflow.mirror: records, benchmarks and logs whole, a long log's
+tail, every other object by its size only), kept between calls. Without it, status reads the local files only, and where
 the run looks like one in S3 it says so rather than report an empty run.
 """
 
