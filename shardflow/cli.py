@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import sys
 
 import yaml
@@ -227,7 +228,13 @@ def status(args: argparse.Namespace) -> int:
         from shardflow.workflow import mirror
 
         folder = mirror.default_folder(args.storage_prefix)
-        copied = mirror.mirror(args.storage_prefix, folder)
+        fresh = not folder.exists()
+        try:
+            copied = mirror.mirror(args.storage_prefix, folder)
+        except BaseException:
+            if fresh:  # a first call that failed (a wrong bucket, no access) leaves no copy behind
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
         here = os.getcwd()
         os.chdir(folder)  # the run's relative paths, as its jobs wrote them below the prefix
         try:

@@ -16,7 +16,7 @@ below the prefix, with the object's LastModified as its mtime, holding
   the object's size, for status only checks that such a file exists, and how big and how
   old it is. A run of thousands of chunks costs a GET per record, not per output.
 
-The copy is kept between calls, with each object's ETag in INDEX: a later call fetches
+The copy is kept between calls (`default_folder`), with each object's ETag in INDEX: a later call fetches
 only the objects that are new or changed and removes the files of objects that are
 gone, so `watch make status` costs one listing of the prefix and what changed.
 
@@ -31,6 +31,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 from shardflow.core import s3 as s3lib
 from shardflow.core.atomic import atomic_write_bytes, write_json
@@ -80,9 +81,10 @@ def how(path: str, size: int) -> str:
 
 
 def default_folder(prefix: str, root: str | os.PathLike = ".snakemake") -> Path:
-    """Where the copy of `prefix` is kept: below `root`, by bucket and key."""
+    """Where the copy of `prefix` is kept: below `root`, one folder per prefix named by
+    its URL, quoted (the copy of a bucket's root never holds those of its prefixes)."""
     url = s3lib.S3Url.parse(prefix)
-    return Path(root) / "shardflow-status" / url.bucket / url.key.strip("/")
+    return Path(root) / "shardflow-status" / quote(f"s3://{url.bucket}/{url.key.strip('/')}".rstrip("/"), safe="")
 
 
 def _relative(key: str, base: str) -> str | None:

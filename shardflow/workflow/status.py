@@ -796,7 +796,8 @@ def _job_line(stage: Stage, job: Job, now: float) -> str:
         typical = f"a part every {estimate.duration(stage.part_interval)} is typical" if stage.part_interval else ""
         return (
             f"{who}: no progress for {since} ({typical}); {parts or 'no part yet'}. Its process may be gone (killed, "
-            "preempted, its node lost); a rerun resumes from its parts" + (f"; log {job.log}" if job.log else "")
+            "preempted, its node lost); a rerun resumes from its parts"
+            + (f"; log {job.log}" if job.log and os.path.isfile(job.log) else "")  # a killed pod's never reached S3
         )
     if stage.unit == "tokens":
         return (

@@ -15,6 +15,7 @@ import time
 import pytest
 import yaml
 
+from shardflow.workflow import mirror
 from tests.helpers import REPO, job_counts
 from tests.support import s3server
 
@@ -80,7 +81,7 @@ def check_status_from_the_bucket(s3, s3_prefix, config, workdir, sm):
     note = next(n for n in out["notes"] if n.startswith(f"read from {storage}/"))
     objects = s3.client().list_objects_v2(Bucket=s3.bucket, Prefix=f"{s3_prefix}/")["Contents"]
     assert f": {len(objects)} objects, " in note, note
-    copy = workdir / ".snakemake" / "shardflow-status" / s3.bucket / s3_prefix
+    copy = workdir / mirror.default_folder(storage)
     stats = f"results/{sm.DATASET}/embed/embed_0.stats.json"  # a record status reads: its bytes
     assert (copy / stats).read_bytes() == s3.objects(f"{s3_prefix}/{stats}")[f"{s3_prefix}/{stats}"]
     merged = (copy / sm.MERGED[0]).stat()  # an output: its size only (sparse: no bytes on this disk)

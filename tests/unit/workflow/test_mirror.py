@@ -47,8 +47,33 @@ def test_keys_that_cannot_be_a_file_of_the_copy_are_passed_over(key, want):
     assert mirror._relative(key, "runs/a/") == want
 
 
-def test_the_copy_is_kept_by_bucket_and_prefix():
-    assert mirror.default_folder("s3://bkt/runs/a/") == Path(".snakemake/shardflow-status/bkt/runs/a")
+def test_each_prefix_has_a_copy_of_its_own_that_no_other_copy_holds():
+    folder = mirror.default_folder
+    assert (
+        folder("s3://bkt/runs/a/")
+        == folder("s3://bkt/runs/a")
+        == Path(".snakemake/shardflow-status/s3%3A%2F%2Fbkt%2Fruns%2Fa")
+    )
+    assert folder("s3://bkt").parent == folder("s3://bkt/runs/a").parent  # the bucket's root: beside, not above
+
+
+def test_a_first_call_that_fails_leaves_no_copy_behind(tmp_path, monkeypatch, capsys):
+    import socket
+
+    with socket.socket() as closed:  # a port nothing listens on: connections refused
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SNAKEMAKE_STORAGE_S3_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("SNAKEMAKE_STORAGE_S3_ACCESS_KEY", "k")
+    monkeypatch.setenv("SNAKEMAKE_STORAGE_S3_SECRET_KEY", "s")
+    monkeypatch.setattr(mirror, "ATTEMPTS", 1)
+    config = tmp_path / "c.yaml"
+    config.write_text("input: {path: corpus.jsonl}\n")
+    (tmp_path / "corpus.jsonl").write_text('{"id": 1, "text": "a"}\n')
+    assert main(["status", "--configfile", str(config), "--storage-prefix", "s3://bkt/runs/a"]) == 2
+    assert "cannot list s3://bkt/runs/a/" in capsys.readouterr().err
+    assert not mirror.default_folder("s3://bkt/runs/a").exists()
 
 
 def test_a_storage_prefix_that_is_no_s3_url_is_refused_by_name(capsys):

@@ -192,6 +192,12 @@ def test_a_stalled_chunk_says_how_long_it_made_no_progress(tmp_path, monkeypatch
     stalled = next(line for line in text.splitlines() if "embed ds chunk 3:" in line)
     assert "no progress for 10.0 min" in stalled and "a part every 2 s is typical" in stalled
     assert "25/100 records in parts (results/ds/.resume/key3)" in stalled
+    _, log3, _ = job_files(3)
+    assert stalled.endswith(f"; log {log3}")
+    Path(log3).unlink()  # a killed pod's log never reaches the bucket: no log to name
+    text = st.table(st.status(cfg, 2, "--gpus", now=now))
+    stalled = next(line for line in text.splitlines() if "embed ds chunk 3:" in line)
+    assert "no progress for " in stalled and "; log " not in stalled
     running = next(line for line in text.splitlines() if "embed ds chunk 1:" in line)
     assert "running, 50/100 records in parts" in running and "last part 1 s ago" in running
     # Before its first part a job also loads its model: its log is its sign of life.
