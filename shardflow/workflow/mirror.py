@@ -27,6 +27,7 @@ logs then), so from here a job shows as running only once it has saved a resume 
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ JSON_BYTES = 64 << 20
 LOG_TAIL = 64 * 1024  # as status.LOG_TAIL reads
 INDEX = ".shardflow-mirror.json"  # {relative path: [etag, size, how]}, in the copy's folder
 FETCHERS = 16  # objects fetched at once
+NAME_MAX = 200  # the longest name of a copy's folder
 # A call to the server: tries and seconds. Status is watched (`watch make status`): a
 # server that does not answer is an error within a minute, not the 9 tries of 60 s each
 # of core.s3.client's defaults (the jobs', which ride out a server restart).
@@ -84,7 +86,10 @@ def default_folder(prefix: str, root: str | os.PathLike = ".snakemake") -> Path:
     """Where the copy of `prefix` is kept: below `root`, one folder per prefix named by
     its URL, quoted (the copy of a bucket's root never holds those of its prefixes)."""
     url = s3lib.S3Url.parse(prefix)
-    return Path(root) / "shardflow-status" / quote(f"s3://{url.bucket}/{url.key.strip('/')}".rstrip("/"), safe="")
+    name = quote(f"s3://{url.bucket}/{url.key.strip('/')}".rstrip("/"), safe="")
+    if len(name) > NAME_MAX:  # a file name holds 255 bytes: a long prefix keeps its head and a digest
+        name = f"{name[: NAME_MAX - 17]}-{hashlib.sha256(name.encode()).hexdigest()[:16]}"
+    return Path(root) / "shardflow-status" / name
 
 
 def _relative(key: str, base: str) -> str | None:

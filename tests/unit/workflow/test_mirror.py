@@ -55,6 +55,8 @@ def test_each_prefix_has_a_copy_of_its_own_that_no_other_copy_holds():
         == Path(".snakemake/shardflow-status/s3%3A%2F%2Fbkt%2Fruns%2Fa")
     )
     assert folder("s3://bkt").parent == folder("s3://bkt/runs/a").parent  # the bucket's root: beside, not above
+    long_a, long_b = folder("s3://bkt/" + "a/" * 150 + "x"), folder("s3://bkt/" + "a/" * 150 + "y")
+    assert len(long_a.name) == mirror.NAME_MAX and long_a != long_b  # a file name holds 255 bytes
 
 
 def test_a_first_call_that_fails_leaves_no_copy_behind(tmp_path, monkeypatch, capsys):
