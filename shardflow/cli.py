@@ -6,7 +6,6 @@ import argparse
 import json
 import math
 import os
-import shutil
 import sys
 
 import yaml
@@ -227,20 +226,8 @@ def status(args: argparse.Namespace) -> int:
             return st.status(cfg, gpus, source)
         from shardflow.workflow import mirror
 
-        folder = mirror.default_folder(args.storage_prefix)
-        fresh = not folder.exists()
-        try:
-            copied = mirror.mirror(args.storage_prefix, folder)
-        except BaseException:
-            if fresh:  # a first call that failed (a wrong bucket, no access) leaves no copy behind
-                shutil.rmtree(folder, ignore_errors=True)
-            raise
-        here = os.getcwd()
-        os.chdir(folder)  # the run's relative paths, as its jobs wrote them below the prefix
-        try:
+        with mirror.working_copy(args.storage_prefix) as copied:
             return st.status(cfg, gpus, source, storage=copied)
-        finally:
-            os.chdir(here)
 
     return _print("status", args, compute, st.as_json, st.table)
 

@@ -27,9 +27,12 @@ logs then), so from here a job shows as running only once it has saved a resume 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import hashlib
 import json
 import os
+import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -63,13 +66,42 @@ class Mirrored:
     removed: int = 0
 
     def note(self) -> str:
+        """What status says of the copy it read."""
+        if not self.objects:
+            return (
+                f"nothing under {self.prefix}: no run has stored a file there yet, or that is not the run's "
+                "--default-storage-prefix (its SHARDFLOW_S3_BUCKET/SHARDFLOW_S3_PREFIX with the eks profile); every "
+                "job is shown as waiting"
+            )
         return (
             f"read from {self.prefix} through a local copy in {self.folder}: {self.objects} objects, {self.fetched} "
             f"fetched now and {self.sized} stood in for by their size (outputs and parts, whose bytes status does not "
             f"read), the rest unchanged since the last status{f', {self.removed} gone' if self.removed else ''}. A "
             "running job's log reaches the bucket when the job ends: until then it shows as running from its resume "
-            "parts only"
+            "parts only; the paths below are relative to that prefix"
         )
+
+
+@contextlib.contextmanager
+def working_copy(prefix: str) -> Iterator[Mirrored]:
+    """The copy of `prefix` brought up to date (`mirror`, in `default_folder`), as the
+    working directory for the block: the run's relative paths, as its jobs wrote them
+    below the prefix. A first call that fails (a wrong bucket, no access) leaves no
+    copy behind."""
+    folder = default_folder(prefix)
+    fresh = not folder.exists()
+    try:
+        copied = mirror(prefix, folder)
+    except BaseException:
+        if fresh:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    here = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield copied
+    finally:
+        os.chdir(here)
 
 
 def how(path: str, size: int) -> str:

@@ -56,8 +56,9 @@ A run whose files are in S3 (the default storage of the eks profile: outputs, lo
 parts under the storage prefix) is read with `--storage-prefix s3://<bucket>/<prefix>`
 (`make status STORAGE=...`): status then reads a local copy of what it needs of the
 objects (shardflow.workflow.mirror: records, benchmarks and logs whole, a long log's
-tail, every other object by its size only), kept between calls. Without it, status reads the local files only, and where
-the run looks like one in S3 it says so rather than report an empty run.
+tail, every other object by its size only), kept between calls. Without it, status
+reads the local files only, and where the run looks like one in S3 it says so rather
+than report an empty run.
 """
 
 from __future__ import annotations
@@ -711,14 +712,7 @@ def status(
         out.stages.append(stage)
     if storage is not None:
         out.source = f"the files under {storage.prefix} (a local copy)"
-    if storage is not None and not storage.objects:
-        out.notes.append(
-            f"nothing under {storage.prefix}: no run has stored a file there yet, or that is not the run's "
-            "--default-storage-prefix (its SHARDFLOW_S3_BUCKET/SHARDFLOW_S3_PREFIX with the eks profile); every job "
-            "is shown as waiting"
-        )
-    elif storage is not None:
-        out.notes.append(storage.note() + "; the paths below are relative to that prefix")
+        out.notes.append(storage.note())
     else:
         out.notes += s3_notes(cfg, data_sets, seen)
     return out
