@@ -14,10 +14,12 @@
 # By default A C D F Aq (at stop 31 on the H200: set-up 48 s, A 146 s with four configurations,
 # C 30 s, D 45 s with three variants once; now F and Aq at most 130 and 110 s); the others run when named (STAGES="B Dq E E2 G H"):
 #   A  Qwen3-0.6B-shape, synthetic 4,000 texts, bf16: engine vs st@32/64/128 (3 rounds after
-#      an untimed one), then `fused` (the CUDA defaults) against fused_idshelper (each
-#      group's ids made into lists on the tokenizer thread, as before stop 34), 3 rounds
-#      each. Measured before and no longer rows: fused_graphs and torch's RMSNorm
-#      (fused_torchnorm_qk / _layers) at stop 31, fused_builder and fused_nocudnn at stop 23.
+#      an untimed one), then `fused` (the CUDA defaults) against fused_graphs (CUDA graphs:
+#      no host launches for the replayed batches; stop 31's faster host measured them
+#      0.2-0.3 points below `fused`, stop 34's slower one, which ran `fused` 0.92x as fast,
+#      did not run them), 3 rounds each. Measured before and no longer rows:
+#      fused_idshelper at stop 34, torch's RMSNorm (fused_torchnorm_qk / _layers) at stop 31,
+#      fused_builder and fused_nocudnn at stop 23.
 #      A1 (when named): the same configurations without the sentence-transformers rounds. A0 (when named): eager / fused_masked (padding mask
 #      passed) / fused_packed, stop 19's rows
 #   B  the same texts, padded, mask skipped: compiled_graphs (CUDA graphs of bucket shapes:
@@ -101,7 +103,7 @@ B="benchmarks/bench_engine.py --log-level INFO"  # the engine's log (decisions, 
 
 want() { [[ " ${STAGES:-A C D F Aq} " == *" $1 "* ]]; }  # STAGES="A B": a subset
 
-AQ=fused,fused_idshelper
+AQ=fused,fused_graphs
 want A && stage A_qwen 270 python3 $B --model $QWEN --texts synthetic --n $NQ --rounds 3 --no-naive --st-sweep 32,64,128 $EXTRA \
   --configs $AQ --config-rounds 3
 want A1 && stage A1_qwen 100 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA --configs $AQ --config-rounds 3
