@@ -61,8 +61,11 @@ def _cells(spec: SweepSpec, summary: pd.DataFrame, decimals: int):
     bold_means, places = {}, {}
     for m in spec.metrics:
         places[m] = metric_decimals(by_point[f"{m}_mean"], decimals)
-        means = by_point[f"{m}_mean"].dropna().round(places[m])
-        bold_means[m] = (means.max() if spec.goals[m] == "max" else means.min()) if len(means) else None
+        # Python's round, as the cells below and metric_decimals round, and as the text
+        # reads: numpy's (Series.round) scales by 10**d first and can round a half the
+        # other way (0.9705 -> 0.97, where the cell reads 0.971), bolding another row.
+        means = [round(float(v), places[m]) for v in by_point[f"{m}_mean"].dropna()]
+        bold_means[m] = (max(means) if spec.goals[m] == "max" else min(means)) if means else None
     rows = []
     for pid in spec.ids:
         point = spec.by_id[pid]
