@@ -9,6 +9,12 @@ most records have) raises `BadRecordError` naming the file and line; with
 `on_bad_record="skip"` it becomes a `Rejected` in the returned rejects list
 instead, so nothing is dropped silently.
 
+Stored summaries may come from several files (`load_summaries` with a list of paths):
+they are one input, as the split reads a corpus of several files. An id is unique
+across them (a later record with an id an earlier file holds is a duplicate, named
+with the first's file and line), and a dict of systems is compared with the set most
+records of all the files hold.
+
 Summaries are named by a field spec:
   "summary"                 a top-level field; the system is called "summary"
   "system_summaries.bart"   a dotted path into nested objects; system "bart"
@@ -17,9 +23,10 @@ Summaries are named by a field spec:
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,20 +114,22 @@ def load_references(
 
 
 def load_summaries(
-    path: str,
+    path: str | Sequence[str],
     summaries: str,
     *,
     id_field: str | None = "id",
     reference_field: str = "highlights",
     on_bad_record: str = "error",
 ) -> Loaded:
-    """Stored summaries named by `summaries` (see the module docstring) and their references."""
+    """Stored summaries named by `summaries` (see the module docstring) and their references,
+    from one file or several read as one input (`path` a list: see the module docstring)."""
+    paths = [path] if isinstance(path, str) else list(path)
     if not summaries or summaries.startswith(".") or ".." in summaries:
         raise ValueError(f"summaries field spec {summaries!r}: expected 'field', 'a.b' or 'a.*'")
     parent = summaries[:-2] if summaries.endswith(".*") else None
-    systems, n_with = _usual_systems(path, parent) if parent is not None else ((), 0)
+    systems, n_with = _usual_systems(paths, parent) if parent is not None else ((), 0)
 
-    def make(obj: dict, line: int) -> SummaryRecord:
+    def make(obj: dict, line: int, path: str) -> SummaryRecord:
         if parent is not None:
             value = _get(obj, parent)
             if not isinstance(value, dict) or not value:
@@ -137,15 +146,21 @@ def load_summaries(
             texts = {summaries.rsplit(".", 1)[-1]: _text(obj, summaries)}
         return SummaryRecord(_id(obj, id_field, path, line), _text(obj, reference_field), texts, line)
 
-    return _load(path, make, on_bad_record)
+    records, rejects, seen = [], [], {}
+    for one in paths:
+        loaded = _load(one, functools.partial(make, path=one), on_bad_record, seen=seen)
+        records += loaded.records
+        rejects += loaded.rejects
+    return Loaded(records, rejects)
 
 
-def _usual_systems(path: str, parent: str) -> tuple[tuple[str, ...], int]:
-    """For "a.*": the set of systems most records of `path` hold (the first such set
-    on a tie) and how many hold it. Decided over the whole file, so one record with a
-    system missing is the record reported, wherever it stands."""
+def _usual_systems(paths: Sequence[str], parent: str) -> tuple[tuple[str, ...], int]:
+    """For "a.*": the set of systems most records of `paths` hold (the first such set
+    on a tie) and how many hold it. Decided over every file, so one record with a
+    system missing is the record reported, wherever it stands, and every system is
+    scored on the same documents."""
     counts: Counter[tuple[str, ...]] = Counter()
-    for _, _, obj in json_objects(path):
+    for _, _, obj in (found for path in paths for found in json_objects(path)):
         if isinstance(obj, dict):
             try:
                 value = _get(obj, parent)
@@ -158,10 +173,15 @@ def _usual_systems(path: str, parent: str) -> tuple[tuple[str, ...], int]:
     return counts.most_common(1)[0]
 
 
-def _load(path: str, make, on_bad_record: str, passed_over: frozenset[int] = frozenset()) -> Loaded:
+def _load(
+    path: str, make, on_bad_record: str, passed_over: frozenset[int] = frozenset(), seen: dict | None = None
+) -> Loaded:
+    """`seen`: {id: (path, line)} of the records kept so far, shared by the files of one
+    input (load_summaries), so an id is unique across them."""
     if on_bad_record not in ("error", "skip"):
         raise ValueError(f"on_bad_record {on_bad_record!r}: expected 'error' or 'skip'")
-    records, rejects, seen = [], [], {}
+    records, rejects = [], []
+    seen = {} if seen is None else seen
     for line, raw, obj in json_objects(path):
         if line in passed_over:
             continue
@@ -170,13 +190,15 @@ def _load(path: str, make, on_bad_record: str, passed_over: frozenset[int] = fro
                 raise obj
             rec = make(obj, line)
             if rec.id in seen:
-                raise _Bad(f"duplicate id {rec.id!r} (first on line {seen[rec.id]})")
+                first, first_line = seen[rec.id]
+                where = f"on line {first_line}" if first == path else f"at {first}:{first_line}"
+                raise _Bad(f"duplicate id {rec.id!r} (first {where})")
         except _Bad as exc:
             if on_bad_record == "error":
                 raise BadRecordError(path, line, str(exc)) from None
             rejects.append(Rejected(path, line, str(exc), raw.decode("utf-8", errors="backslashreplace").rstrip("\r\n")))
             continue
-        seen[rec.id] = line
+        seen[rec.id] = (path, line)
         records.append(rec)
     return Loaded(records, rejects)
 

@@ -17,7 +17,6 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from shardflow.core.atomic import write_json
 from shardflow.core.figures import pyplot, save_figure
@@ -173,14 +172,16 @@ def evaluate_summaries(
 
 
 def score_stored(sources: list[str], stored_field: str, params: ScoreParams, outputs: dict) -> Scored:
-    """Method `stored`: score summaries already in the input (one or several systems)."""
-    scored = [score_jsonl(path, stored_field, params) for path in sources]
-    scores = pd.concat([s.scores for s in scored], ignore_index=True)
-    rejects = [r for s in scored for r in s.rejects]
+    """Method `stored`: score summaries already in the input (one or several systems).
+    The source files are one input: an id twice, in one file or two, is a duplicate
+    (counted once, never twice in the means), and every system is scored on the same
+    documents (summarise.data)."""
+    scored = score_jsonl(sources, stored_field, params)
+    scores, rejects = scored.scores, scored.rejects
     log_rejects(rejects, "record")
     if scores.empty:
         raise ValueError(f"no record with summaries {stored_field!r} and references in {', '.join(sources)}")
-    warnings = list(dict.fromkeys(w for s in scored for w in s.warnings))
+    warnings = list(scored.warnings)
     metrics = _metrics(scores, params, {"stored_field": stored_field, "rejected_records": len(rejects),
                                         "warnings": warnings})
     write_parquet(scores, outputs["per_document"])

@@ -142,8 +142,9 @@ def _flat(text: str | Sequence[str]) -> list[str]:
     return [text] if isinstance(text, str) else list(text)
 
 
-def score_jsonl(path: str, summaries: str, params: ScoreParams = DEFAULT_PARAMS) -> ScoredFile:
-    """Score stored summaries in a JSONL(.gz) file against its reference field.
+def score_jsonl(path: str | Sequence[str], summaries: str, params: ScoreParams = DEFAULT_PARAMS) -> ScoredFile:
+    """Score stored summaries in a JSONL(.gz) file, or several read as one input (ids
+    unique across them, one set of systems: `summarise.data`), against the reference field.
 
     `summaries` is a field spec: "summary", "system_summaries.bart" or
     "system_summaries.*" (every system at once); see `summarise.data`.

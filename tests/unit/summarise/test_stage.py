@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from shardflow.core.parts import PartStore
+from shardflow.corpus.readers import BadRecordError
 from shardflow.summarise.evaluate import MissingReferenceError, evaluate_summaries, score_stored
 from shardflow.summarise.merge import SummariesCheckError, merge_summaries
 from shardflow.summarise.params import ScoreParams, SummariseParams
@@ -177,6 +178,39 @@ def test_stored_scoring_names_each_record_it_sets_aside_in_the_log(tmp_path, cap
         scored = score_stored([str(src)], "summary", ScoreParams(on_bad_record="skip"), outputs)
     assert scored.metrics["rejected_records"] == 1 and scored.metrics["n_documents"] == 1
     assert f"record set aside: {src}:2: empty text in field 'summary'" in caplog.text
+
+
+def test_stored_files_are_one_input_an_id_in_two_is_a_duplicate(tmp_path):
+    """A corpus in several files (an overlapping re-export): doc a in both was scored
+    twice, n 3 beside n_documents 2, its score weighing double in the means. Now the
+    second is a duplicate naming the first's file and line, or, skipped, a reject."""
+    rec = {"id": "a", "article": "x", "highlights": "The council approved the budget.", "summary": "The council met."}
+    first, second = tmp_path / "part-0.jsonl", tmp_path / "part-1.jsonl"
+    first.write_text(json.dumps(rec) + "\n" + json.dumps(dict(rec, id="b", summary="Rivers rose.")) + "\n")
+    second.write_text(json.dumps(dict(rec, id="c")) + "\n" + json.dumps(rec) + "\n")
+    outputs = {k: str(tmp_path / n) for k, n in (("metrics", "m.json"), ("per_document", "p.parquet"), ("figure", "f.png"))}
+    sources = [str(first), str(second)]
+    with pytest.raises(BadRecordError, match=rf"part-1.jsonl:2: duplicate id 'a' \(first at {first}:1\)"):
+        score_stored(sources, "summary", ScoreParams(), outputs)
+    m = score_stored(sources, "summary", ScoreParams(on_bad_record="skip"), outputs).metrics
+    assert m["n_documents"] == 3 and m["systems"]["summary"]["rouge1"]["n"] == 3 and m["rejected_records"] == 1
+
+
+def test_stored_systems_are_the_set_most_records_of_all_files_hold(tmp_path):
+    """Each file's systems had been decided alone: a file with {bart, t5} beside one with
+    {bart, pegasus} scored pegasus and t5 on different documents, side by side in one
+    table. The set is decided over every file, and a record that differs from it is named."""
+    rec = {"id": "a", "highlights": "The council approved the budget.", "s": {"bart": "The council met.", "pegasus": "x y"}}
+    first, second = tmp_path / "part-0.jsonl", tmp_path / "part-1.jsonl"
+    first.write_text(json.dumps(rec) + "\n" + json.dumps(dict(rec, id="b")) + "\n")
+    second.write_text(json.dumps(dict(rec, id="c", s={"bart": "Rivers rose.", "t5": "Roads closed."})) + "\n")
+    outputs = {k: str(tmp_path / n) for k, n in (("metrics", "m.json"), ("per_document", "p.parquet"), ("figure", "f.png"))}
+    sources = [str(first), str(second)]
+    with pytest.raises(BadRecordError, match=r"part-1.jsonl:1: systems in 's' differ .* missing \['pegasus'\], extra \['t5'\]"):
+        score_stored(sources, "s.*", ScoreParams(), outputs)
+    m = score_stored(sources, "s.*", ScoreParams(on_bad_record="skip"), outputs).metrics
+    assert {name: s["rouge1"]["n"] for name, s in m["systems"].items()} == {"bart": 2, "pegasus": 2}
+    assert m["n_documents"] == 2 and m["rejected_records"] == 1
 
 
 def test_a_reference_comes_from_the_line_the_split_kept(tmp_path, caplog):
