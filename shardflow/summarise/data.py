@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardflow.core.files import open_binary
+from shardflow.core.s3 import logical_path
 from shardflow.corpus.readers import (
     DEFAULT_MAX_RECORD_BYTES,
     BadRecordError,
@@ -88,9 +89,11 @@ def load_documents(
 ) -> Loaded:
     """Documents to summarise (and, when `reference_field` is set, their references)."""
 
+    name = logical_path(path)
+
     def make(obj: dict, line: int) -> Document:
         ref = _text(obj, reference_field) if reference_field else None
-        return Document(_id(obj, id_field, path, line), _text(obj, article_field), ref, line)
+        return Document(_id(obj, id_field, name, line), _text(obj, article_field), ref, line)
 
     return _load(path, make, on_bad_record)
 
@@ -107,8 +110,10 @@ def load_references(
     generated summaries with. `passed_over`: lines not read at all, the lines the split
     rejected (so that an id's reference comes from the line whose text was summarised)."""
 
+    name = logical_path(path)
+
     def make(obj: dict, line: int) -> Document:
-        return Document(_id(obj, id_field, path, line), "", _text(obj, reference_field), line)
+        return Document(_id(obj, id_field, name, line), "", _text(obj, reference_field), line)
 
     return _load(path, make, on_bad_record, passed_over)
 
@@ -129,7 +134,7 @@ def load_summaries(
     parent = summaries[:-2] if summaries.endswith(".*") else None
     systems, n_with = _usual_systems(paths, parent) if parent is not None else ((), 0)
 
-    def make(obj: dict, line: int, path: str) -> SummaryRecord:
+    def make(obj: dict, line: int, name: str) -> SummaryRecord:
         if parent is not None:
             value = _get(obj, parent)
             if not isinstance(value, dict) or not value:
@@ -144,11 +149,11 @@ def load_summaries(
             texts = {name: _text(obj, f"{parent}.{name}") for name in names}
         else:
             texts = {summaries.rsplit(".", 1)[-1]: _text(obj, summaries)}
-        return SummaryRecord(_id(obj, id_field, path, line), _text(obj, reference_field), texts, line)
+        return SummaryRecord(_id(obj, id_field, name, line), _text(obj, reference_field), texts, line)
 
     records, rejects, seen = [], [], {}
     for one in paths:
-        loaded = _load(one, functools.partial(make, path=one), on_bad_record, seen=seen)
+        loaded = _load(one, functools.partial(make, name=logical_path(one)), on_bad_record, seen=seen)
         records += loaded.records
         rejects += loaded.rejects
     return Loaded(records, rejects)
@@ -248,11 +253,13 @@ def _text(obj: dict, dotted: str) -> str:
     return value
 
 
-def _id(obj: dict, field: str | None, path: str, line: int) -> str:
+def _id(obj: dict, field: str | None, name: str, line: int) -> str:
     """A record's id: its `field`, or with no id field (input.id_field: null) its source
-    position, `<path>:<line>`, as the split names it (shardflow.corpus.readers)."""
+    position, `<name>:<line>`, as the split names it (shardflow.corpus.readers): `name`
+    is the file as the workflow names it (core.s3.logical_path: in S3 storage the
+    object's URL or the workflow's path, never the local copy a job reads)."""
     if field is None:
-        return f"{path}:{line}"
+        return f"{name}:{line}"
     value = _get(obj, field)
     if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
         raise _Bad(f"id field {field!r} is {value!r}, not a non-empty string or integer")

@@ -20,6 +20,7 @@ import numpy as np
 
 from shardflow.core.atomic import write_json
 from shardflow.core.figures import pyplot, save_figure
+from shardflow.core.s3 import logical_path
 from shardflow.summarise.data import SummaryRecord, load_references
 from shardflow.summarise.params import ScoreParams
 from shardflow.summarise.records import iter_summaries
@@ -93,15 +94,23 @@ def plot_rouge(scores, path: str) -> None:
     save_figure(fig, path)
 
 
+def source_key(path: str) -> str:
+    """A source file as the split's rejects name it, to match them with: core.s3.logical_path
+    (in S3 storage the object's URL or the workflow's path, not the local copy this job
+    reads), a local path resolved."""
+    name = logical_path(path)
+    return name if "://" in name else os.path.realpath(name)
+
+
 def split_rejected_lines(rejects_path: str | None) -> dict[str, frozenset[int]]:
-    """{source: lines} the split set aside (its rejects.jsonl): those records were never
-    summarised, so their lines hold no reference to score against."""
+    """{source_key: lines} the split set aside (its rejects.jsonl): those records were
+    never summarised, so their lines hold no reference to score against."""
     lines: dict[str, set[int]] = {}
     if rejects_path:
         with open(rejects_path, encoding="utf-8") as fh:
             for row in map(json.loads, filter(str.strip, fh)):
                 if row.get("line") is not None:
-                    lines.setdefault(os.path.realpath(row["source"]), set()).add(int(row["line"]))
+                    lines.setdefault(source_key(row["source"]), set()).add(int(row["line"]))
     return {source: frozenset(found) for source, found in lines.items()}
 
 
@@ -127,7 +136,7 @@ def evaluate_summaries(
             id_field=params.id_field,
             reference_field=params.reference_field,
             on_bad_record=params.on_bad_record,
-            passed_over=rejected.get(os.path.realpath(path), frozenset()),
+            passed_over=rejected.get(source_key(path), frozenset()),
         )
         references.update({d.id: d.reference for d in loaded.records})
         rejects += loaded.rejects

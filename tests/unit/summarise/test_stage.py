@@ -206,7 +206,8 @@ def test_stored_systems_are_the_set_most_records_of_all_files_hold(tmp_path):
     second.write_text(json.dumps(dict(rec, id="c", s={"bart": "Rivers rose.", "t5": "Roads closed."})) + "\n")
     outputs = {k: str(tmp_path / n) for k, n in (("metrics", "m.json"), ("per_document", "p.parquet"), ("figure", "f.png"))}
     sources = [str(first), str(second)]
-    with pytest.raises(BadRecordError, match=r"part-1.jsonl:1: systems in 's' differ .* missing \['pegasus'\], extra \['t5'\]"):
+    differ = r"part-1.jsonl:1: systems in 's' differ .* missing \['pegasus'\], extra \['t5'\]"
+    with pytest.raises(BadRecordError, match=differ):
         score_stored(sources, "s.*", ScoreParams(), outputs)
     m = score_stored(sources, "s.*", ScoreParams(on_bad_record="skip"), outputs).metrics
     assert {name: s["rouge1"]["n"] for name, s in m["systems"].items()} == {"bart": 2, "pegasus": 2}
@@ -284,6 +285,40 @@ def test_without_an_id_field_references_join_by_source_position(tmp_path):
     outputs = {k: str(tmp_path / n) for k, n in (("metrics", "m.json"), ("per_document", "p.parquet"), ("figure", "f.png"))}
     m = evaluate_summaries(str(summaries), [str(src)], ScoreParams(id_field=None), outputs).metrics
     assert m["n_documents"] == 2 and m["documents_without_reference"] == 0 and m["rouge1"] == pytest.approx(100)
+
+
+def test_an_s3_runs_references_join_as_the_split_named_the_records(tmp_path, monkeypatch):
+    """With S3 as default storage a job reads each source from Snakemake's local copy,
+    while the split names records and rejects by the object's URL (core.s3.logical_path).
+    Ids from positions had been `<local copy>:<line>`: no summary found its reference.
+    And the split's rejects never matched the copy, so d1 was scored against the
+    football reference of the line the split had rejected."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SHARDFLOW_LOCAL_STORAGE", raising=False)
+    monkeypatch.delenv("SHARDFLOW_STORAGE_PREFIX", raising=False)
+    copy = tmp_path / ".snakemake/storage/s3/bucket/corpora/src.jsonl"
+    copy.parent.mkdir(parents=True)
+    url = "s3://bucket/corpora/src.jsonl"
+    rows = [
+        {"id": "d1", "article": "", "highlights": "The striker scored twice."},
+        {"id": "d1", "article": "A cat slept.", "highlights": "A cat slept all day."},
+    ]
+    copy.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    source = ".snakemake/storage/s3/bucket/corpora/src.jsonl"
+    summaries = tmp_path / "s.jsonl"
+    rec = {"input_tokens": 3, "output_tokens": 3, "truncated": False}
+    outputs = {k: str(tmp_path / n) for k, n in (("metrics", "m.json"), ("per_document", "p.parquet"), ("figure", "f.png"))}
+    # input.id_field: null: the split's ids are the object's positions
+    write_summaries(summaries, [f"{url}:2"], [dict(rec, summary="A cat slept.")])
+    m = evaluate_summaries(str(summaries), [source], ScoreParams(id_field=None), outputs, system="lead").metrics
+    assert m["n_documents"] == 1 and m["documents_without_reference"] == 0
+    # ids from a field: line 1 (empty text) is the split's reject, named by the URL
+    split_rejects = tmp_path / "rejects.jsonl"
+    split_rejects.write_text(json.dumps({"source": url, "line": 1, "reason": "empty text", "raw": ""}) + "\n")
+    write_summaries(summaries, ["d1"], [dict(rec, summary="A cat slept.")])
+    skip = ScoreParams(on_bad_record="skip")
+    scored = evaluate_summaries(str(summaries), [source], skip, outputs, split_rejects=str(split_rejects))
+    assert scored.metrics["rejected_references"] == 0 and scored.metrics["rouge1"] > 50  # d1 against its own reference
 
 
 def test_a_sweep_over_a_key_the_method_ignores_is_named():
