@@ -204,7 +204,7 @@ def docs_path(tokens_path: str | os.PathLike) -> Path:
     return p.with_name(p.name + ".docs.jsonl")
 
 
-def _text_pieces(path: str | os.PathLike, piece_chars: int = PIECE_CHARS) -> Iterator[tuple[int, str]]:
+def _text_pieces(path: str | os.PathLike, piece_chars: int | None = PIECE_CHARS) -> Iterator[tuple[int, str]]:
     """(first line number, text) pieces of a UTF-8 text file, streamed, exact (no newline changes).
 
     A piece ends at a newline between two lines that end and begin with a
@@ -212,7 +212,8 @@ def _text_pieces(path: str | os.PathLike, piece_chars: int = PIECE_CHARS) -> Ite
     tokens never span such a newline, so encoding piece by piece gives the same
     tokens as encoding the whole file. A file without such a boundary for 16
     pieces' length is cut at the next line end regardless (tokens may then
-    differ at that one point).
+    differ at that one point). `piece_chars` None: the whole file is one piece (a
+    tokenizer whose tokens may span any newline, `Tokenizer.splits_at_line_breaks`).
     """
     buf: list[str] = []
     size, start, prev = 0, 1, ""
@@ -222,7 +223,7 @@ def _text_pieces(path: str | os.PathLike, piece_chars: int = PIECE_CHARS) -> Ite
                 line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
             except UnicodeDecodeError as exc:
                 raise ValueError(f"{path}:{lineno}: invalid UTF-8 at byte {exc.start} of the line") from exc
-            if buf and size >= piece_chars:
+            if buf and piece_chars is not None and size >= piece_chars:
                 safe = len(prev) >= 2 and prev[-1] == "\n" and not prev[-2].isspace() and not line[:1].isspace()
                 if safe or size >= 16 * piece_chars:
                     yield start, "".join(buf)
@@ -726,10 +727,15 @@ def prepare_text_file(
     dtype = choose_dtype(tokenizer.vocab_size, params.dtype)
     target = _target_tokens(params.tokens_per_shard, params.shard_mb, dtype)
     scratch = out_dir / f".position-split-{os.getpid()}.bin"
+    # In pieces where they encode as the whole file does; else the file at once (a
+    # SentencePiece-style tokenizer prefixes each encoded piece and merges across lines).
+    piece_chars = PIECE_CHARS if tokenizer.splits_at_line_breaks else None
+    if piece_chars is None:
+        log.info("%s: encoded in one piece (the %s tokenizer's tokens may span line breaks)", path, tokenizer.kind)
     unk = 0
     try:
         with ShardWriter(scratch, dtype) as w:
-            for line, piece in _text_pieces(path):
+            for line, piece in _text_pieces(path, piece_chars):
                 try:
                     (ids,) = tokenizer.encode_batch([piece])
                 except Exception as exc:

@@ -84,6 +84,10 @@ class Tokenizer(abc.ABC):
     eot_id: int
     eot_token: str
     file: str  # name of the vocabulary file in a saved folder
+    # Whether a text cut after a newline between two lines that end and begin with a
+    # non-space character encodes, piece by piece, to the tokens of the whole text
+    # (prepare._text_pieces, the position split's streaming).
+    splits_at_line_breaks: bool = True
 
     def encode(self, text: str) -> list[int]:
         return self.encode_batch([text])[0].tolist()
@@ -246,6 +250,7 @@ class HFTokenizer(Tokenizer):
         unk = json.loads(self._raw).get("model", {}).get("unk_token")
         self.unk_id = tk.token_to_id(unk) if unk else None  # WordPiece's [UNK]; byte-level BPE has none
         tk.encode_special_tokens = True  # a literal "<|endoftext|>" in a document is text (module docstring)
+        self.splits_at_line_breaks = _splits_at_line_breaks(json.loads(self._raw))
 
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
         # add_special_tokens=False: no [CLS]/[SEP] template; prepare adds end-of-text itself.
@@ -266,6 +271,39 @@ class HFTokenizer(Tokenizer):
         obj = json.loads(self._raw)
         obj.update(post_processor=None, truncation=None, padding=None)
         return HFTk.from_str(json.dumps(obj))
+
+
+# Pre-tokenizers that end a word at every newline and add nothing at the start of a
+# text, and normalizers that map characters one by one: with only these, tokens never
+# span such a line break (see Tokenizer.splits_at_line_breaks). Not SentencePiece's
+# Metaspace (or a Prepend normalizer), which prefixes each encoded text with "▁" and
+# keeps words across newlines, nor ByteLevel with add_prefix_space.
+LINE_SAFE_PRE_TOKENIZERS = ("BertPreTokenizer", "Whitespace", "WhitespaceSplit")
+LINE_SAFE_NORMALIZERS = ("BertNormalizer", "Lowercase", "NFC", "NFD", "NFKC", "NFKD", "StripAccents")
+
+
+def _splits_at_line_breaks(obj: dict) -> bool:
+    """Whether a Hugging Face tokenizer.json (`obj`) encodes a text cut at a line break as
+    the whole text (byte-level BPE as GPT-2's, WordPiece as BERT's); unknown kinds: False."""
+
+    def parts(node: dict | None) -> list[dict]:
+        if node is None:
+            return []
+        if node.get("type") == "Sequence":
+            return [q for sub in node.get("pretokenizers", node.get("normalizers", [])) for q in parts(sub)]
+        return [node]
+
+    def pre_safe(node: dict) -> bool:
+        if node.get("type") == "ByteLevel":
+            return node.get("use_regex", True) and not node.get("add_prefix_space", True)
+        return node.get("type") in LINE_SAFE_PRE_TOKENIZERS
+
+    pre = parts(obj.get("pre_tokenizer"))
+    return (
+        bool(pre)
+        and all(pre_safe(q) for q in pre)
+        and all(q.get("type") in LINE_SAFE_NORMALIZERS for q in parts(obj.get("normalizer")))
+    )
 
 
 def train_bpe(texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> HFTokenizer:

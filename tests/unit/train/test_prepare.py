@@ -210,6 +210,32 @@ def test_text_pieces_encode_like_the_whole_file(tmp_path):
     assert streamed == tok.encode(text)
 
 
+def test_position_split_with_a_sentencepiece_style_tokenizer_encodes_like_the_whole_file(tmp_path):
+    """A Metaspace (SentencePiece-style) tokenizer prefixes each text it encodes with "▁" and
+    keeps a word across newlines: a file past one piece (1 MiB) got other tokens at each
+    cut than encoding the whole file gives. Such a tokenizer encodes the file at once."""
+    from tokenizers import Tokenizer as HFTk
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    from shardflow.train.tokenizer import HFTokenizer
+
+    lines = [" ".join(("the", "cat", "sat", "on", "a", "mat")[: 2 + i % 5]) + f" {i % 97}" for i in range(90_000)]
+    text = "\n".join(lines) + "\n"
+    assert len(text) > 1 << 20  # more than one piece
+    tk = HFTk(models.BPE(unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Metaspace()
+    tk.decoder = decoders.Metaspace()
+    tk.train_from_iterator(lines[:2000], trainers.BpeTrainer(vocab_size=300, special_tokens=["</s>", "<unk>"]))
+    tok = HFTokenizer(tk, "pretrained", "</s>")
+    path = tmp_path / "input.txt"
+    path.write_text(text, encoding="utf-8")
+    meta = prepare_text_file(path, tok, tmp_path / "out", TextFileParams(val_fraction=0.1))
+    tokens = np.concatenate([reference_tokens(tmp_path / "out" / s["file"]) for s in meta["shards"]])
+    assert tokens.tolist() == tok.encode(text)
+    assert not tok.splits_at_line_breaks
+    assert train_bpe(iter(lines[:200]), vocab_size=300).splits_at_line_breaks  # GPT-2's byte-level: in pieces
+
+
 def test_char_tokenizer_names_the_document_it_cannot_encode(tmp_path):
     chunk = write_chunk(tmp_path / "chunk_0.jsonl", [("ok", "abc"), ("bad-doc", "abZ")])
     with pytest.raises(ValueError, match=r"chunk_0.jsonl: document 'bad-doc' cannot be encoded .* character 'Z'"):
