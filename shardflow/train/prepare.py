@@ -88,6 +88,11 @@ SHARD_NAME = re.compile(r"^(train|val)_\d{6}\.bin$")
 # Plain-text pieces: cut near this many characters, at a line boundary that no
 # tokenizer here merges across (see `_text_pieces`); hard cut at 16x.
 PIECE_CHARS = 1 << 20
+# A tokenizer whose tokens may span line breaks encodes a position split's file in one
+# piece up to this size; a larger file would hold tens of GB in the tokenizer at once,
+# so it is still encoded in PIECE_CHARS pieces, with a warning that its tokens may
+# differ from the whole file's at each cut.
+ONE_PIECE_MAX_BYTES = 256 << 20
 
 
 # ---------------------------------------------------------------- parameters
@@ -730,7 +735,14 @@ def prepare_text_file(
     # In pieces where they encode as the whole file does; else the file at once (a
     # SentencePiece-style tokenizer prefixes each encoded piece and merges across lines).
     piece_chars = PIECE_CHARS if tokenizer.splits_at_line_breaks else None
-    if piece_chars is None:
+    if piece_chars is None and os.path.getsize(path) > ONE_PIECE_MAX_BYTES:
+        piece_chars = PIECE_CHARS
+        log.warning(
+            "%s: over %d MiB, encoded in pieces of about 1 MiB cut at line breaks; the %s tokenizer's tokens may "
+            "span line breaks, so they may differ from the whole file's at each cut (shards.split: documents has none)",
+            path, ONE_PIECE_MAX_BYTES >> 20, tokenizer.kind,
+        )  # fmt: skip
+    elif piece_chars is None:
         log.info("%s: encoded in one piece (the %s tokenizer's tokens may span line breaks)", path, tokenizer.kind)
     unk = 0
     try:

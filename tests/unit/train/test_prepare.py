@@ -210,10 +210,8 @@ def test_text_pieces_encode_like_the_whole_file(tmp_path):
     assert streamed == tok.encode(text)
 
 
-def test_position_split_with_a_sentencepiece_style_tokenizer_encodes_like_the_whole_file(tmp_path):
-    """A Metaspace (SentencePiece-style) tokenizer prefixes each text it encodes with "▁" and
-    keeps a word across newlines: a file past one piece (1 MiB) got other tokens at each
-    cut than encoding the whole file gives. Such a tokenizer encodes the file at once."""
+def _metaspace_file(tmp_path):
+    """A SentencePiece-style (Metaspace) BPE and a text file of more than one piece (1 MiB)."""
     from tokenizers import Tokenizer as HFTk
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
@@ -229,11 +227,35 @@ def test_position_split_with_a_sentencepiece_style_tokenizer_encodes_like_the_wh
     tok = HFTokenizer(tk, "pretrained", "</s>")
     path = tmp_path / "input.txt"
     path.write_text(text, encoding="utf-8")
+    return lines, text, tok, path
+
+
+def _position_split_tokens(tmp_path, path, tok) -> list[int]:
     meta = prepare_text_file(path, tok, tmp_path / "out", TextFileParams(val_fraction=0.1))
-    tokens = np.concatenate([reference_tokens(tmp_path / "out" / s["file"]) for s in meta["shards"]])
-    assert tokens.tolist() == tok.encode(text)
+    return np.concatenate([reference_tokens(tmp_path / "out" / s["file"]) for s in meta["shards"]]).tolist()
+
+
+def test_position_split_with_a_sentencepiece_style_tokenizer_encodes_like_the_whole_file(tmp_path):
+    """A Metaspace (SentencePiece-style) tokenizer prefixes each text it encodes with "▁" and
+    keeps a word across newlines: a file past one piece (1 MiB) got other tokens at each
+    cut than encoding the whole file gives. Such a tokenizer encodes the file at once."""
+    lines, text, tok, path = _metaspace_file(tmp_path)
+    assert _position_split_tokens(tmp_path, path, tok) == tok.encode(text)
     assert not tok.splits_at_line_breaks
     assert train_bpe(iter(lines[:200]), vocab_size=300).splits_at_line_breaks  # GPT-2's byte-level: in pieces
+
+
+def test_position_split_of_a_file_too_large_for_one_piece_goes_in_pieces_and_says_so(tmp_path, monkeypatch, caplog):
+    """Past ONE_PIECE_MAX_BYTES such a tokenizer still encodes in pieces (one piece of a
+    multi-GB file would hold it all in the tokenizer), with a warning naming the file."""
+    import shardflow.train.prepare as prepare
+
+    _, text, tok, path = _metaspace_file(tmp_path)
+    monkeypatch.setattr(prepare, "ONE_PIECE_MAX_BYTES", 1 << 19)
+    with caplog.at_level("WARNING", logger=prepare.log.name):
+        tokens = _position_split_tokens(tmp_path, path, tok)
+    assert tokens != tok.encode(text)  # other tokens at the cuts: the pieces were encoded apart
+    assert any(str(path) in r.getMessage() and "may differ" in r.getMessage() for r in caplog.records)
 
 
 def test_char_tokenizer_names_the_document_it_cannot_encode(tmp_path):
