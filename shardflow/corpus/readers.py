@@ -469,6 +469,12 @@ class _DelimitedReader(_Reader):
             repeated = _repeated_column(header, self.fields())
             if repeated:
                 raise BadRecordError(self.path, 1, f"header: {repeated}")
+            # A column the reader reads missing from the header makes every row bad: one
+            # error for the file, as a Parquet schema without it (skipping would set the
+            # whole file aside, row by row).
+            missing = [f for f in self.fields() if f not in header]
+            if missing:
+                raise BadRecordError(self.path, 1, f"header: no column {missing[0]!r} (columns: {header})")
             while True:
                 row.update(raw=[], size=0, bad=None, first=None, last=None)
                 try:

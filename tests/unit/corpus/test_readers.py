@@ -375,6 +375,25 @@ def test_csv_header_repeating_a_column_not_read_is_no_matter(tmp_path):
     path.write_text("id,note,text,note\n1,a,first,b\n")
     assert ids_texts(read(path)) == [("1", "first")]
 
+
+@pytest.mark.parametrize("mode", ["error", "skip"])
+@pytest.mark.parametrize(
+    ("header", "opts", "column"),
+    [("id,body", {}, "text"), ("key\ttext", {"format": "tsv"}, "id"), ("id,text", {"group_field": "topic"}, "topic")],
+)
+def test_csv_header_without_a_column_read_is_an_error_for_the_file(tmp_path, mode, header, opts, column):
+    # Every row would lack the field: under skip the whole file went to the rejects, row by
+    # row, while the files beside it were read (Parquet stops, naming the column).
+    path = tmp_path / "c.csv"
+    sep = "\t" if "\t" in header else ","
+    path.write_text(f"{header}\n1{sep}one\n2{sep}two\n")
+    columns = header.split(sep)
+    message = f"c.csv:1: header: no column {column!r} (columns: {columns})"
+    with pytest.raises(BadRecordError, match=re.escape(message)) as caught:
+        read(path, on_bad_record=mode, **opts)
+    assert not caught.value.skippable
+
+
 def test_csv_field_over_128_kib_is_read(tmp_path):
     long_text = "word " * 40_000  # 200 KB, over the csv module's default field limit
     path = tmp_path / "c.csv"
