@@ -76,7 +76,7 @@ from shardflow.core.oom import OomBackoff, TooLargeError
 from shardflow.core.parts import PartStore, resume_folder
 from shardflow.core.s3 import logical_path
 from shardflow.corpus.chunks import read_chunk
-from shardflow.embed import accel
+from shardflow.embed import accel, aot
 from shardflow.embed.graphs import CudaBackend, ShapeGraphs
 from shardflow.embed.params import (
     ATTENTION_KEYS,
@@ -376,6 +376,8 @@ class Encoder:
         self.buckets: tuple[int, ...] = ()
         self.packed_buckets: tuple[int, ...] = ()
         self.compiled = "off"
+        self.aot: aot.AotForward | None = None  # compile_mode aot, once its package is loaded and checked
+        self.aot_pending = False  # compile_mode aot, before the first padded batch
         self.seen_shapes: set[tuple[int, ...]] = set()  # batch shapes run so far (each compiled once)
 
     def setup_accel(
@@ -403,7 +405,7 @@ class Encoder:
             self.identity.pop(key, None)
         self.identity.update(attention_identity(self.device, *attention))
         self.causal = mtype in accel.PACKABLE_DECODERS
-        limit = self.max_length if self.truncate else 8192
+        limit = self.width_limit = self.max_length if self.truncate else 8192
         graphs = cuda_graphs or accel.Choice("off", "not set up")
         self.buckets = accel.resolve_buckets(params.length_buckets, params.compile, limit, params.compile_mode, graphs.on)
         if graphs.on and not self.buckets:
@@ -432,7 +434,14 @@ class Encoder:
         # graphs traced without cuDNN keep to a folder of their own.
         without_cudnn = params.compile and not self.cudnn_attention.on
         cache = use_compile_cache(params.compile_cache, NO_CUDNN_CACHE if without_cudnn else None)
-        if params.compile:
+        if params.compile and params.compile_mode == "aot":
+            if packing.on:
+                self.compiled = "off (compile_mode aot compiles the padded forward: packed batches run eagerly)"
+                self.logger.warning("compile: %s", self.compiled)
+            else:
+                self.aot_pending = True  # the first padded batch builds or loads the package (embed.aot)
+                self.compiled = "aot, dynamic shapes, whole model: the package loads on the first batch"
+        elif params.compile:
             mode = None if params.compile_mode in ("auto", "default") else params.compile_mode
             static = bool(self.buckets or self.packed_buckets)
             blocks = accel.repeated_blocks(self.model)
@@ -622,8 +631,13 @@ class Encoder:
                 mask = accel.attention_bias(attention_mask)
             else:
                 mask = attention_mask
-            out = self.model(input_ids=input_ids, attention_mask=mask)
-            hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+            if self.aot_pending:
+                return self._aot_start(input_ids, mask, attention_mask)
+            if self.aot is not None:
+                hidden = self.aot(input_ids, mask)
+            else:
+                out = self.model(input_ids=input_ids, attention_mask=mask)
+                hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
             return self.head(pool(hidden, attention_mask, self.spec.pooling, self.prompt_length))
         # Masks and positions from the host's lengths: nothing here waits for the device.
         total = input_ids.shape[1]
@@ -638,12 +652,57 @@ class Encoder:
         hidden, mask = accel.repad(hidden, lengths)
         return self.head(pool(hidden, mask, self.spec.pooling, self.prompt_length))
 
+    def _aot_start(self, input_ids: torch.Tensor, mask: torch.Tensor | None, attention_mask: torch.Tensor) -> torch.Tensor:
+        """compile_mode aot, the first padded batch: build or load the package (embed.aot),
+        run the batch both ways and keep the package only where every row agrees; the
+        batch's eager embeddings either way. A failure leaves the job eager, said why."""
+        out = self.model(input_ids=input_ids, attention_mask=mask)
+        hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+        want = self.head(pool(hidden, attention_mask, self.spec.pooling, self.prompt_length))
+        self.aot_pending = False  # (not before: a batch out of memory splits, and its first half starts here again)
+        rows, width = self.params.max_batch_size, self.width_limit
+        path = {
+            "mask": aot.mask_kind(mask),
+            "cudnn_attention": self.cudnn_attention.on,
+            "kernels": self.kernels.value,
+            "attn_implementation": getattr(self.model.config, "_attn_implementation", None),
+        }
+        try:
+            forward = aot.AotForward(self.model, self.device, self.dtype, (rows, width), path, self.logger)
+            how = forward.prepare(input_ids, mask)
+            got = self.head(pool(forward(input_ids, mask), attention_mask, self.spec.pooling, self.prompt_length))
+            agree = aot.rows_agree(got, want)
+            if agree < aot.CHECK_COSINE:
+                raise ValueError(f"its first batch's embeddings differ from the eager ones (cosine {agree:.6f} < {aot.CHECK_COSINE})")
+        except torch.OutOfMemoryError:
+            self.aot_pending = True  # the back-off splits the batch; its first half loads the package again
+            raise
+        except Exception as exc:  # noqa: BLE001 - an optional speed-up never stops a run
+            self.compiled = f"off (compile_mode aot failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+            self.logger.warning("compile: %s; running eagerly", self.compiled)
+            return want
+        self.aot = forward
+        self.compiled = f"aot, dynamic shapes (rows <= {rows}, width <= {width}), whole model, package {forward.package}: {how}"
+        self.logger.info("compile: %s; first batch's cosine to eager %.6f", self.compiled, agree)
+        return want
+
     def _timed_forward(self, batch: Batch, ids: torch.Tensor, mask: torch.Tensor, stats: EncodeStats) -> torch.Tensor:
         """`_forward`; with `compile`, the first batch of each new shape is timed, and
         counted as warm-up when it compiled a graph (with dynamic shapes most new
         shapes reuse one) or, in a CUDA-graph mode, recorded one."""
         shape = tuple(ids.shape)
         lengths = batch.lengths if batch.packed else None
+        if self.params.compile_mode == "aot" and self.params.compile:
+            # One warm-up: the first padded batch, which builds or loads the package.
+            first = self.aot_pending and lengths is None
+            if first:
+                self._sync()
+                t0 = time.perf_counter()
+            emb = self._forward(ids, mask, lengths)
+            if first:
+                self._sync()
+                self._count_warmup(stats, batch, time.perf_counter() - t0, "compile (aot): first batch")
+            return emb
         if shape in self.seen_shapes or not self.params.compile:
             self.seen_shapes.add(shape)
             return self._forward(ids, mask, lengths, graph=self._graph_shape(batch, shape))
@@ -656,12 +715,16 @@ class Encoder:
         secs = time.perf_counter() - t0
         if graphs is not None and _graphs_compiled() == graphs and self.params.compile_mode not in accel.CUDA_GRAPH_MODES:
             return emb  # a shape the compiled graphs already cover (CUDA graph modes record one per shape)
-        self.logger.info("compiled shape %s in %.1f s (first batch of that shape)", "x".join(map(str, shape)), secs)
+        self._count_warmup(stats, batch, secs, "compiled shape", "(first batch of that shape)")
+        return emb
+
+    def _count_warmup(self, stats: EncodeStats, batch: Batch, secs: float, what: str, note: str = "") -> None:
+        """A forward that compiled (or loaded compiled code): logged, and timed apart from the steady state."""
+        self.logger.info("%s %s in %.1f s%s", what, "x".join(map(str, batch.input_ids.shape)), secs, f" {note}" if note else "")
         stats.warmup_seconds += secs
         stats.warmup_shapes += 1
         stats.warmup_items += len(batch.rows)
         stats.warmup_tokens += int(batch.lengths.sum())
-        return emb
 
     def _graph_shape(self, batch: Batch, shape: tuple[int, ...]) -> bool:
         """Whether a batch may replay (or record) a CUDA graph: a full padded batch of a
@@ -929,6 +992,7 @@ class Encoder:
             stats.tokenized_heads_retried = self.prefix.retried - heads[1]
         stats.seconds = time.perf_counter() - t0
         stats.end_unix = time.time()
+        stats.compile = self.compiled  # as it ended (compile_mode aot: loaded, or off and why)
         self.last_stats = stats
         s = stats.as_dict()
         self.logger.info(

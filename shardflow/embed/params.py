@@ -26,7 +26,7 @@ from shardflow.core.hashing import model_identity
 from shardflow.embed.stconfig import ModelSpec, load_model_spec
 
 OUTPUT_DTYPES = ("float32", "float16")
-COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs", "aot")
 PACKING = ("auto", "off", "on")
 KERNELS = ("auto", "off", "liger")
 SWITCH = ("auto", "on", "off")  # padding_mask, cudnn_attention, attention_bias, cuda_graphs
@@ -61,7 +61,9 @@ class EmbedParams:
     threads: torch intra-op threads (None: leave torch's setting).
     length_buckets: "auto" (with a CUDA-graph compile mode only), "on" (the default
         widths), "off", or padded widths to round batches up to (see `accel.resolve_buckets`).
-    compile_mode: torch.compile mode; "auto" = its default mode.
+    compile_mode: torch.compile mode; "auto" = its default mode; "aot": the padded
+        forward exported and compiled ahead of time into a package that later jobs
+        load instead of compiling (see `shardflow.embed.aot`).
     compile_cache: folder for torch's compile cache (TORCHINDUCTOR_CACHE_DIR), so that
         jobs after the first skip most of the compiling; None: torch's own (per machine,
         in /tmp). Not part of the output identity.

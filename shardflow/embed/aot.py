@@ -1,0 +1,221 @@
+"""`compile_mode: aot`: the padded forward compiled ahead of time, once for many jobs.
+
+Why: `torch.compile` compiles in every job. On an H200 a 20,000-text MiniLM job spent
+8.9 s compiling with an empty compile cache and 4.5 s with a warm one (dynamo traces the
+model again in every process, then loads the cached kernels), against 1.2 s for the
+whole eager job (docs/gpu.md, stop 34). Here the model's padded forward is exported
+once (`torch.export`, batch rows and width dynamic) and compiled by AOTInductor into a
+package without the model's weights; a later job loads the package, hands it its own
+loaded weights (not copied: the package reads the model's tensors) and runs it. No
+tracing, no compiling: loading took milliseconds on the CPU.
+
+How:
+- The package is `<cache>/shardflow-aot/<key>.pt2`, `<cache>` being the compile cache
+  (`embedding.compile_cache`, else torch's, per machine). The key is a digest of what
+  decides the compiled code, never the weights: the model's class and config.json, the
+  dtype, the device kind (for CUDA its name and compute capability), the torch and
+  transformers versions, the attention path the engine resolved (the mask it passes,
+  SDPA's cuDNN kernel on or off, fused kernels), and the largest batch (rows, width).
+  Fine-tuned weights of one architecture share a package.
+- The first job to need a package builds it under a lock file beside it (core.locks: a
+  crashed builder leaves no stale lock); a job that finds the lock taken waits for the
+  package instead of building it too. The package is written to a temporary name and
+  renamed: no job ever loads half a package.
+- The first batch runs both ways, and each row's embedding must match the eager one
+  (cosine >= CHECK_COSINE); otherwise, or if exporting, compiling or loading fails, the
+  job runs eagerly, with the reason logged and in its stats (`compile`).
+- Padded batches only: packing keeps its eager path (the engine does not pair them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from shardflow.core import locks
+
+FOLDER = "shardflow-aot"
+# Bump when what a package holds or how it is called changes: older packages are then
+# never loaded (a new key), and stay in the cache until removed.
+PACKAGE_FORMAT = 1
+CHECK_COSINE = 0.9999  # as embed.graphs' check of a captured forward
+WAIT_LOG_SECONDS = 30.0  # how often a job waiting for another's build says so
+
+
+class _Padded(torch.nn.Module):
+    """What is exported: the model on a padded batch, to its last hidden state."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask)
+        return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+
+def mask_kind(mask: torch.Tensor | None) -> str:
+    """How the engine passes a padded batch's mask: none (a causal decoder, right-padded),
+    2-D [rows, width], or 4-D [rows, 1, 1, width] (attention_bias)."""
+    return "none" if mask is None else f"{mask.dim()}-D {str(mask.dtype).removeprefix('torch.')}"
+
+
+def package_key(
+    model: torch.nn.Module, device: torch.device, dtype: torch.dtype, limits: tuple[int, int], path: dict
+) -> str:
+    """The package's name: a digest of what decides the compiled code (module docstring).
+    `limits`: (most rows, widest batch); `path`: the engine's resolved attention path."""
+    import transformers
+
+    config = {k: v for k, v in model.config.to_dict().items() if k not in ("_name_or_path", "transformers_version")}
+    what: dict[str, Any] = {
+        "format": PACKAGE_FORMAT,
+        "model": f"{type(model).__module__}.{type(model).__qualname__}",
+        "config": config,
+        "dtype": str(dtype),
+        "device": device.type,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "limits": list(limits),
+        "path": path,
+    }
+    if device.type == "cuda":
+        what["gpu"] = [torch.cuda.get_device_name(device), list(torch.cuda.get_device_capability(device))]
+    blob = json.dumps(what, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:32]
+
+
+def package_folder() -> Path:
+    """Where packages lie: inside the compile cache this process uses (the engine points
+    TORCHINDUCTOR_CACHE_DIR at embedding.compile_cache first; core.devices.use_compile_cache)."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    return Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir()).resolve() / FOLDER
+
+
+class AotForward:
+    """The padded forward of one loaded model from an AOTInductor package; `prepare`
+    builds it (if no job has) and loads it; a call then runs a padded batch."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        device: torch.device,
+        dtype: torch.dtype,
+        limits: tuple[int, int],
+        path: dict,
+        logger: logging.Logger,
+    ):
+        self.module = _Padded(model)
+        self.device, self.dtype, self.limits, self.logger = device, dtype, limits, logger
+        self.key = package_key(model, device, dtype, limits, path)
+        self.package = package_folder() / f"{self.key}.pt2"
+        self.runner = None
+        self.how = ""  # after prepare: "loaded in <s> s" or "built in <s> s, loaded in <s> s"
+
+    def prepare(self, input_ids: torch.Tensor, mask: torch.Tensor | None) -> str:
+        """Load the package, building it first if it is missing; `input_ids` and `mask`
+        (a batch as the engine passes it) give the inputs' kinds. Returns `how`."""
+        self.package.parent.mkdir(parents=True, exist_ok=True)
+        built = ""
+        if not self.package.is_file():
+            built = self._build_once(input_ids, mask)
+        t0 = time.perf_counter()
+        self._load()
+        self.how = f"{built}loaded in {time.perf_counter() - t0:.2f} s"
+        return self.how
+
+    def _build_once(self, input_ids: torch.Tensor, mask: torch.Tensor | None) -> str:
+        lock = self.package.with_suffix(".lock")
+        waited_since = time.monotonic()
+        said = 0.0
+        while (fd := locks.try_lock(lock, package=str(self.package))) is None:
+            if time.monotonic() - said >= WAIT_LOG_SECONDS:
+                self.logger.info(
+                    "compile (aot): waiting for %s, which another job builds: %s", self.package.name, locks.holder(lock)
+                )
+                said = time.monotonic()
+            time.sleep(0.5)
+        try:
+            if self.package.is_file():  # built while this job waited
+                return f"waited {time.monotonic() - waited_since:.1f} s for another job's build, "
+            return self._build(input_ids, mask)
+        finally:
+            locks.release(fd)
+
+    def _build(self, input_ids: torch.Tensor, mask: torch.Tensor | None) -> str:
+        from torch._inductor import aoti_compile_and_package
+
+        rows, width = self.limits
+        t0 = time.perf_counter()
+        # Example inputs of 2 x 16 (sizes 0 and 1 would be specialised), within the limits.
+        w = max(2, min(16, width))
+        example_ids = input_ids.new_zeros((2, w))
+        dims = {
+            0: torch.export.Dim("rows", min=1, max=max(2, rows)),
+            1: torch.export.Dim("width", min=1, max=max(2, width)),
+        }
+        if mask is None:
+            args, shapes = (example_ids,), {"input_ids": dims, "attention_mask": None}
+        else:
+            example_mask = torch.ones((2,) + tuple(mask.shape[1:-1]) + (w,), dtype=mask.dtype, device=mask.device)
+            mask_dims = {0: dims[0], mask.dim() - 1: dims[1]}
+            args, shapes = (example_ids, example_mask), {"input_ids": dims, "attention_mask": mask_dims}
+        with torch.no_grad():
+            program = torch.export.export(self.module, args, dynamic_shapes=shapes)
+        exported = time.perf_counter() - t0
+        tmp = self.package.with_name(f"{self.key}.{os.getpid()}.tmp.pt2")
+        try:
+            aoti_compile_and_package(
+                program,
+                package_path=str(tmp),
+                # The weights stay out: `_load` hands the package the model's own.
+                inductor_configs={"aot_inductor.package_constants_in_so": False},
+            )
+            os.replace(tmp, self.package)
+        finally:
+            tmp.unlink(missing_ok=True)
+        total = time.perf_counter() - t0
+        self.logger.info("compile (aot): exported in %.1f s, built %s in %.1f s", exported, self.package, total)
+        return f"built in {total:.1f} s, "
+
+    def _load(self) -> None:
+        from torch._inductor import aoti_load_package
+
+        index = -1  # the current device
+        if self.device.type == "cuda" and self.device.index is not None:
+            index = self.device.index
+        runner = aoti_load_package(str(self.package), device_index=index)
+        named = dict(self.module.named_parameters(remove_duplicate=False))
+        named.update(self.module.named_buffers(remove_duplicate=False))
+        wanted = list(runner.get_constant_fqns())
+        missing = [name for name in wanted if name not in named]
+        if missing:
+            raise ValueError(f"the package {self.package} wants tensors this model does not have: {missing[:5]}")
+        runner.load_constants({name: named[name] for name in wanted}, check_full_update=True, user_managed=True)
+        self.runner = runner
+
+    def __call__(self, input_ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        # The compiled code takes its inputs' strides as exported (contiguous): a split
+        # batch's columns cut to its own width are a view with the old row stride.
+        input_ids = input_ids.contiguous()
+        mask = None if mask is None else mask.contiguous()
+        try:
+            return self.runner(input_ids) if mask is None else self.runner(input_ids, mask)
+        except RuntimeError as exc:
+            if "out of memory" in str(exc).lower():  # the engine's back-off splits the batch
+                raise torch.OutOfMemoryError(str(exc)) from exc
+            raise
+
+
+def rows_agree(got: torch.Tensor, want: torch.Tensor) -> float:
+    """The smallest per-row cosine between two batches of embeddings."""
+    cos = torch.nn.functional.cosine_similarity(got.float(), want.float(), dim=-1)
+    return float(cos.min()) if cos.numel() else 1.0

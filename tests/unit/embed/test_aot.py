@@ -1,0 +1,188 @@
+"""`compile_mode: aot` (shardflow.embed.aot) on the CPU, for real: the tiny BERT's padded
+forward exported and compiled by AOTInductor once (about 15 s on 2 cores), then loaded
+by later encoders as a job would. What it gains on a GPU is measured by
+benchmarks/bench_compile_cache.py (stage F of benchmarks/gpu_issue13.sh)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import threading
+import time
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+torch = pytest.importorskip("torch")
+
+from shardflow.core import locks
+from shardflow.embed import EmbedParams, aot, load_encoder
+from tests.support import tiny_models
+
+CACHE_VAR = "TORCHINDUCTOR_CACHE_DIR"  # the engine points it at embedding.compile_cache
+
+
+@pytest.fixture(autouse=True)
+def _torch_cache_setting_restored(monkeypatch):
+    """Encoders with a compile_cache set the process's TORCHINDUCTOR_CACHE_DIR: put it back."""
+    if CACHE_VAR in os.environ:
+        monkeypatch.setenv(CACHE_VAR, os.environ[CACHE_VAR])
+    else:
+        monkeypatch.delenv(CACHE_VAR, raising=False)
+
+
+def _params(model, cache, **kw) -> EmbedParams:
+    return EmbedParams(model=str(model), device="cpu", threads=2, compile_cache=str(cache), **kw)
+
+
+def _encode(params: EmbedParams, texts) -> tuple[np.ndarray, dict]:
+    enc = load_encoder(params)
+    out = enc.encode(texts)
+    return out, enc.last_stats.as_dict()
+
+
+@pytest.fixture(scope="module")
+def built(tiny, texts, tmp_path_factory):
+    """One package, built by a first encoder: (cache folder, its embeddings, its stats, eager's)."""
+    cache = tmp_path_factory.mktemp("aot_cache")
+    with pytest.MonkeyPatch.context() as mp:
+        if CACHE_VAR in os.environ:
+            mp.setenv(CACHE_VAR, os.environ[CACHE_VAR])
+        eager, _ = _encode(_params(tiny["bert_mean"], cache), texts)
+        first, stats = _encode(_params(tiny["bert_mean"], cache, compile=True, compile_mode="aot"), texts)
+    return cache, first, stats, eager
+
+
+def _packages(cache) -> list[str]:
+    return sorted(p.name for p in (cache / aot.FOLDER).glob("*.pt2"))
+
+
+def test_a_built_package_gives_eager_embeddings_and_the_next_job_loads_it(built, tiny, texts):
+    cache, first, stats, eager = built
+    assert stats["compile"].startswith("aot, dynamic shapes") and "built in" in stats["compile"], stats["compile"]
+    assert len(_packages(cache)) == 1 and not list((cache / aot.FOLDER).glob("*.tmp.pt2"))
+    assert stats["warmup_shapes"] == 1 and stats["warmup_seconds"] > 0  # the first batch: the build, timed apart
+    np.testing.assert_allclose(first, eager, atol=2e-6)
+    assert stats["batches"] > 2  # later batches of other shapes ran the package too (dynamic rows and width)
+
+    again, stats2 = _encode(_params(tiny["bert_mean"], cache, compile=True, compile_mode="aot"), texts)
+    assert "loaded in" in stats2["compile"] and "built" not in stats2["compile"], stats2["compile"]
+    assert len(_packages(cache)) == 1  # no second package
+    assert np.array_equal(again, first)  # the same compiled code on the same weights
+
+
+def test_the_package_runs_the_weights_of_the_model_that_loads_it(built, texts, tmp_path):
+    """The package holds no weights: another model of the same architecture (other seed)
+    shares it and gets its own eager embeddings."""
+    cache, *_ = built
+    other = tiny_models.build_bert_mean(tmp_path, seed=7)
+    eager, _ = _encode(_params(other, cache), texts)
+    got, stats = _encode(_params(other, cache, compile=True, compile_mode="aot"), texts)
+    assert "loaded in" in stats["compile"] and "built" not in stats["compile"], stats["compile"]
+    assert len(_packages(cache)) == 1
+    np.testing.assert_allclose(got, eager, atol=2e-6)
+    assert not np.allclose(got, built[1], atol=1e-3)  # other weights, other embeddings
+
+
+def test_the_key_follows_the_code_not_the_weights(tiny, tmp_path):
+    from transformers import AutoModel
+
+    a = AutoModel.from_pretrained(str(tiny["bert_mean"]))
+    b = AutoModel.from_pretrained(str(tiny_models.build_bert_mean(tmp_path, seed=3)))
+    cpu, path = torch.device("cpu"), {"mask": "2-D int64"}
+    key = aot.package_key(a, cpu, torch.float32, (512, 48), path)
+    assert aot.package_key(b, cpu, torch.float32, (512, 48), path) == key  # other weights
+    assert aot.package_key(a, cpu, torch.bfloat16, (512, 48), path) != key
+    assert aot.package_key(a, cpu, torch.float32, (256, 48), path) != key
+    assert aot.package_key(a, cpu, torch.float32, (512, 48), {"mask": "4-D bool"}) != key
+    b.config.num_attention_heads = 2 * a.config.num_attention_heads  # another architecture
+    assert aot.package_key(b, cpu, torch.float32, (512, 48), path) != key
+
+
+def test_a_failed_build_runs_the_job_eagerly_and_says_why(tiny, texts, tmp_path, monkeypatch, caplog):
+    def fail(self, input_ids, mask):
+        raise RuntimeError("no C++ compiler found")
+
+    monkeypatch.setattr(aot.AotForward, "_build", fail)
+    eager, _ = _encode(_params(tiny["bert_mean"], tmp_path), texts)
+    with caplog.at_level(logging.WARNING):
+        got, stats = _encode(_params(tiny["bert_mean"], tmp_path, compile=True, compile_mode="aot"), texts)
+    assert stats["compile"] == "off (compile_mode aot failed: RuntimeError: no C++ compiler found)"
+    assert np.array_equal(got, eager)
+    assert any("no C++ compiler found" in r.getMessage() and "eagerly" in r.getMessage() for r in caplog.records)
+
+
+def test_a_package_that_disagrees_with_eager_is_not_used(built, tiny, texts, monkeypatch):
+    """The first batch runs both ways: a package whose rows differ (a stale or broken
+    build) leaves the job eager."""
+    cache, _, _, eager = built
+    real = aot.AotForward.__call__
+    monkeypatch.setattr(aot.AotForward, "__call__", lambda self, ids, mask: real(self, ids, mask).flip(-1))
+    got, stats = _encode(_params(tiny["bert_mean"], cache, compile=True, compile_mode="aot"), texts)
+    assert stats["compile"].startswith("off (compile_mode aot failed: ValueError: its first batch's embeddings differ")
+    assert np.array_equal(got, eager)
+
+
+def test_a_job_waits_for_the_package_another_job_builds(built, tiny, texts, tmp_path, monkeypatch):
+    """The lock beside the package: a second job finding it taken waits and loads what the
+    first one built, instead of building it too."""
+    cache, first, *_ = built
+    monkeypatch.setattr(aot, "WAIT_LOG_SECONDS", 0.0)
+    (pkg,) = (cache / aot.FOLDER).glob("*.pt2")
+    mine = tmp_path / "cache"
+    (mine / aot.FOLDER).mkdir(parents=True)
+    fd = locks.try_lock(mine / aot.FOLDER / pkg.with_suffix(".lock").name, job="the building job")
+    builds = []
+    monkeypatch.setattr(aot.AotForward, "_build", lambda self, ids, mask: builds.append(1))
+
+    def finish_build():
+        time.sleep(1.0)
+        shutil.copy(pkg, mine / aot.FOLDER / pkg.name)
+        locks.release(fd)
+
+    builder = threading.Thread(target=finish_build)
+    builder.start()
+    got, stats = _encode(_params(tiny["bert_mean"], mine, compile=True, compile_mode="aot"), texts)
+    builder.join()
+    assert not builds
+    assert "for another job's build, loaded in" in stats["compile"], stats["compile"]
+    assert np.array_equal(got, first)
+
+
+def test_packing_keeps_its_eager_path(tiny, texts, tmp_path):
+    params = _params(tiny["bert_mean"], tmp_path, compile=True, compile_mode="aot", packing="on")
+    enc = load_encoder(params)
+    assert enc.packing.on  # on the CPU: SDPA with a block-diagonal mask
+    assert enc.compiled.startswith("off (compile_mode aot compiles the padded forward")
+    assert not (tmp_path / aot.FOLDER).exists()
+
+
+def test_the_option_is_checked(tiny):
+    with pytest.raises(ValueError, match="compile_mode"):
+        EmbedParams(model=str(tiny["bert_mean"]), compile_mode="ahead")
+    assert dataclasses.replace(EmbedParams(model="m"), compile_mode="aot").compile_mode == "aot"
+
+
+def test_a_first_batch_out_of_memory_splits_and_its_first_half_loads_the_package(built, tiny, texts, monkeypatch):
+    """Out of memory in the package's first batch is the back-off's to handle (the batch
+    splits), not a reason to run the job eagerly: the first half starts the package again.
+    The halves cut to their own width are strided views, which the compiled code (built on
+    contiguous inputs) misread before they were made contiguous."""
+    cache, first, *_ = built
+    real = aot.AotForward.__call__
+
+    def small_batches_only(self, ids, mask):
+        if ids.shape[0] > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (a stand-in)")
+        return real(self, ids, mask)
+
+    monkeypatch.setattr(aot.AotForward, "__call__", small_batches_only)
+    got, stats = _encode(_params(tiny["bert_mean"], cache, compile=True, compile_mode="aot"), texts)
+    assert stats["compile"].startswith("aot, dynamic shapes") and "loaded in" in stats["compile"], stats["compile"]
+    assert stats["oom_backoffs"] > 0
+    np.testing.assert_allclose(got, first, atol=2e-6)
