@@ -1,14 +1,18 @@
 """What `embedding.compile_cache` saves: the compile (warm-up) seconds of a job that
 finds the cache empty (the baseline), against the same job run again in a fresh process
-that finds the first one's kernels in the cache. Each run is its own process, as each
-workflow job is. A third job embeds the same texts with `compile: false`: issue 13 asks
-for a compiled job faster end to end than an eager one.
+that finds the first one's compiled code in the cache. Each run is its own process, as
+each workflow job is. Two ways to compile, each with a cache of its own: `jit`
+(torch.compile, the default compile_mode: every job traces the model again and loads the
+cached kernels) and `aot` (compile_mode: aot, shardflow.embed.aot: the first job builds a
+package, later jobs load it). A last job embeds the same texts with `compile: false`:
+issue 13 asks for a compiled job faster end to end than an eager one.
 
     python benchmarks/bench_compile_cache.py                   # bundled MiniLM, CPU, 600 texts
     python benchmarks/bench_compile_cache.py --model <folder> --device cuda --n 20000
+    python benchmarks/bench_compile_cache.py --modes aot        # one mode
 
-Prints the three runs, `warm compile job / eager job encode-time ratio: <x>` and, last,
-`warm/cold compile-time ratio: <x>`.
+Prints the runs, per mode `<mode>: warm compile job / eager job encode-time ratio: <x>`
+and the cold job's, and, last, per mode `<mode>: warm/cold compile-time ratio: <x>`.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from bench_engine import synthetic_texts
 from shardflow.embed import EmbedParams, load_encoder
 args = json.loads(sys.argv[1])
 texts = synthetic_texts(args["n"], 0)
-keys = ("seconds", "warmup_seconds", "warmup_shapes", "steady_tokens_per_s", "padding_fraction", "tokens_per_s",
+keys = ("seconds", "compile", "warmup_seconds", "warmup_shapes", "steady_tokens_per_s", "padding_fraction", "tokens_per_s",
         "tokenize_seconds", "collate_seconds", "host_wait_seconds", "launch_seconds", "gather_seconds", "batches",
         "cuda_graphs", "cuda_graphs_reason", "graphs_captured", "graph_replays", "graph_capture_seconds")
 out = {}
@@ -77,24 +81,42 @@ def run_job(
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = job_parser(__doc__, n=600).parse_args(argv)
+    ap = job_parser(__doc__, n=600)
+    ap.add_argument(
+        "--modes",
+        default="jit,aot",
+        help="compile modes to run cold and warm: jit (torch.compile), aot (compile_mode: aot)",
+    )
+    args = ap.parse_args(argv)
+    modes = [m for m in args.modes.split(",") if m]
+    if not modes or set(modes) - {"jit", "aot"}:
+        raise SystemExit(f"--modes {args.modes!r}: jit, aot or both")
+    runs: dict[str, dict] = {}
+    for mode in modes:
+        params = {"compile": True, "compile_mode": "aot"} if mode == "aot" else None
+        with tempfile.TemporaryDirectory(prefix="compile-cache-") as cache:  # each mode starts empty
+            for label in ("cold (empty cache)", "warm (the cold run's cache)"):
+                runs[f"{mode} {label}"] = run_job(args, cache, params)
+                report(f"{mode} {label}", runs[f"{mode} {label}"])
     with tempfile.TemporaryDirectory(prefix="compile-cache-") as cache:
-        runs = []
-        for label, params in (
-            ("cold (empty cache)", None),
-            ("warm (the cold run's cache)", None),
-            ("eager (compile: false)", {"compile": False}),
-        ):
-            stats = run_job(args, cache, params)
-            runs.append(stats)
-            print(
-                f"{label:<28} encode {stats['seconds']:6.2f} s, compile (warm-up) {stats['warmup_seconds']:6.2f} s "
-                f"over {stats['warmup_shapes']} graphs, steady {stats['steady_tokens_per_s']:.0f} tokens/s",
-                flush=True,
-            )
-    cold, warm, eager = runs
-    print(f"warm compile job / eager job encode-time ratio: {warm['seconds'] / eager['seconds']:.3f}")
-    print(f"warm/cold compile-time ratio: {warm['warmup_seconds'] / cold['warmup_seconds']:.3f}")
+        runs["eager"] = eager = run_job(args, cache, {"compile": False})
+        report("eager (compile: false)", eager)
+    for mode in modes:
+        cold, warm = runs[f"{mode} cold (empty cache)"], runs[f"{mode} warm (the cold run's cache)"]
+        print(f"{mode}: warm compile job / eager job encode-time ratio: {warm['seconds'] / eager['seconds']:.3f}")
+        print(f"{mode}: cold compile job / eager job encode-time ratio: {cold['seconds'] / eager['seconds']:.3f}")
+    for mode in modes:
+        cold, warm = runs[f"{mode} cold (empty cache)"], runs[f"{mode} warm (the cold run's cache)"]
+        print(f"{mode}: warm/cold compile-time ratio: {warm['warmup_seconds'] / max(cold['warmup_seconds'], 1e-9):.3f}")
+
+
+def report(label: str, stats: dict) -> None:
+    print(
+        f"{label:<34} encode {stats['seconds']:6.2f} s, compile (warm-up) {stats['warmup_seconds']:6.2f} s "
+        f"over {stats['warmup_shapes']} graphs, steady {stats['steady_tokens_per_s']:.0f} tokens/s"
+        + (f"; {stats['compile']}" if stats.get("compile", "off") != "off" else ""),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

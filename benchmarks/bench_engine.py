@@ -50,6 +50,8 @@ and the minimum cosine against st@32:
 - compiled  compile: true (dynamic shapes: batches keep their width, a few graphs serve all)
 - compiled_buckets  compile with length_buckets: on (one graph per bucket width, in warm-up)
 - compiled_graphs  compile_mode: reduce-overhead (CUDA graphs of the bucket shapes)
+- compiled_aot  compile_mode: aot (the padded forward from an AOTInductor package: built by
+            the warm-up round into torch's compile cache, or loaded from an earlier run)
 - packed    packing: on (unpadded rows; varlen attention on CUDA, block mask on CPU)
 - fused_packed  fused + packed (no compile)
 - fused_compiled  fused + compiled (liger's kernels inside the compiled layers)
@@ -209,6 +211,7 @@ CONFIGS = {
     "compiled": {"compile": True},
     "compiled_buckets": {"compile": True, "length_buckets": "on"},
     "compiled_graphs": {"compile": True, "compile_mode": "reduce-overhead"},
+    "compiled_aot": {"compile": True, "compile_mode": "aot"},
     "packed": {"packing": "on"},
     "fused_packed": {"kernels": "liger", "packing": "on"},
     "fused_compiled": {"kernels": "liger", "compile": True},
