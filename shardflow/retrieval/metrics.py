@@ -34,7 +34,11 @@ ArguAna's ids): MRR can differ from a published number on queries whose first
 relevant doc ties with another doc (exact duplicate documents), nothing else.
 
 For @k metrics to be tie-exact, search deeper than the largest k (MTEB
-searches 1000): trec_eval re-sorts only what the run holds.
+searches 1000): trec_eval re-sorts only what the run holds. A run shallower
+than k (retrieval.top_k 100 and recall@1000) scores its hits as pytrec_eval
+would score that run, which is not MTEB's @k (recall@1000 of a 100-deep run is
+its recall@100): `beyond_depth` names those metrics, and metrics.json lists
+them, so a reader can tell.
 
 Means are plain sums over queries (in run order) divided by the query count.
 MTEB then rounds nDCG/MAP/recall/P to 5 decimals for its results files; the
@@ -112,6 +116,17 @@ def evaluate(
     means = {name: sum(q[name] for q in per_query.values()) / n for name in names}
     not_in_run = sum(1 for qid in qrels if qid not in run)
     return RetrievalScores(means, per_query, n, without_qrels, not_in_run)
+
+
+def beyond_depth(depth: int, n_documents: int, k_values: Sequence[int] = MTEB_K_VALUES) -> list[str]:
+    """The metric names (`recall_at_1000`, ...) whose k is deeper than a ranking of
+    `depth` hits per query over `n_documents` documents: computed on those hits, they
+    are not the metric at k. None where the ranking holds every document (a corpus
+    smaller than k: a deeper search would find nothing more)."""
+    if depth >= n_documents:
+        return []
+    ks = sorted(set(int(k) for k in k_values))
+    return [f"{metric}_at_{k}" for metric in METRICS for k in ks if k > depth]
 
 
 def trec_order(ranking: Mapping[str, float]) -> list[str]:

@@ -27,7 +27,7 @@ from shardflow.core.files import read_json
 from shardflow.core.hashing import digest, sha256_file
 from shardflow.core.parsecache import cached
 from shardflow.retrieval import data as rdata
-from shardflow.retrieval.metrics import evaluate
+from shardflow.retrieval.metrics import beyond_depth, evaluate
 
 log = logging.getLogger(__name__)
 
@@ -205,6 +205,25 @@ def judged_documents_not_in(qrels: dict[str, dict[str, int]], doc_ids: Iterable[
     return sorted(judged)
 
 
+def shallow_metrics(depth: int, n_documents: int) -> list[str]:
+    """The keys of metrics.json (nested ones as a sweep names them: `all.recall_at_1000`)
+    computed on a ranking of `depth` hits that is shallower than their k
+    (metrics.beyond_depth). They keep their keys and values, as pytrec_eval would score
+    that run: sweeps and reports name them, and a null would leave a sweep ranked by one
+    with no value at all; listed (`beyond_ranking_depth`), no one need take them for the
+    metric at k."""
+    deeper = beyond_depth(depth, n_documents)
+    return [key for key in HEADLINE if key in deeper] + [f"all.{key}" for key in deeper]
+
+
+def beyond_ranking_depth(metrics: dict) -> list[str]:
+    """A metrics.json's `beyond_ranking_depth`; for one written before it was, the same
+    list from its `top_k` (the ranking's depth) and `n_documents`."""
+    if "beyond_ranking_depth" in metrics:
+        return list(metrics["beyond_ranking_depth"])
+    return shallow_metrics(metrics["top_k"], metrics["n_documents"])
+
+
 def search_and_score(
     doc_npy: str,
     doc_ids_path: str,
@@ -246,6 +265,19 @@ def search_and_score(
                     "count as misses (as in MTEB); a mistyped id, or ids written as 1.0 for 1, does the same",
                     qrels_path, len(unknown), ", ".join(map(repr, unknown[:5])))
     scores = evaluate(qrels, run, ignore_identical_ids=params.drop_identical_ids)
+    shallow = shallow_metrics(k, len(doc_ids))
+    if shallow:
+        deepest = max(int(name.rsplit("_at_", 1)[1]) for name in shallow)
+        log.warning(
+            "the ranking holds the top %d of %d documents per query (retrieval.top_k), so the metrics at a deeper k "
+            "are computed on those %d hits and are not the metric at k: %s (metrics.json lists them as "
+            "beyond_ranking_depth); retrieval.top_k %d gives them all",
+            k,
+            len(doc_ids),
+            k,
+            ", ".join(shallow),
+            deepest,
+        )
     metrics = {key: scores.scores[key] for key in HEADLINE}
     metrics.update(
         {
@@ -254,7 +286,8 @@ def search_and_score(
             "n_queries_not_in_run": scores.n_queries_not_in_run,
             "n_documents": len(doc_ids),
             "judged_documents_not_in_corpus": len(unknown),
-            "top_k": k,
+            "top_k": k,  # the ranking's depth: retrieval.top_k, or every document of a smaller corpus
+            "beyond_ranking_depth": shallow,
             "drop_identical_ids": params.drop_identical_ids,
             "similarity": params.similarity,
             "device": device,

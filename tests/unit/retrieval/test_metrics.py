@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from shardflow.retrieval.metrics import MTEB_K_VALUES, evaluate, trec_order
+from shardflow.retrieval.metrics import MTEB_K_VALUES, beyond_depth, evaluate, trec_order
 
 KS = (1, 3, 10, 100)
 
@@ -155,3 +155,17 @@ def test_matches_pytrec_eval_when_installed():
                     assert ours[q][f"{name}_at_{k}"] == pytest.approx(
                         ref[q][f"{trec}_{k}"], abs=1e-12
                     )
+
+
+def test_metrics_beyond_the_ranking_depth():
+    """A 100-deep ranking: every metric at 1000 is computed on 100 hits (recall@1000 is
+    its recall@100), so it is named; a ranking of the whole corpus names none."""
+    at_1000 = ["ndcg_at_1000", "map_at_1000", "recall_at_1000", "precision_at_1000", "mrr_at_1000"]
+    assert beyond_depth(100, 8_674) == at_1000
+    assert beyond_depth(1000, 8_674) == []
+    assert beyond_depth(100, 100) == [] and beyond_depth(300, 300) == []  # every document ranked
+    measures = ("ndcg", "map", "recall", "precision", "mrr")
+    assert beyond_depth(150, 300, (1000, 10, 200)) == [f"{m}_at_{k}" for m in measures for k in (200, 1000)]
+    # What it names: recall@1000 of a 2-deep run is its recall@2, not recall@1000.
+    run, qrels = {"a": 0.9, "b": 0.8}, {"a": 1, "c": 1}
+    assert one(qrels, run, (2, 1000))["recall_at_1000"] == one(qrels, run, (2, 1000))["recall_at_2"] == 0.5

@@ -96,7 +96,7 @@ def test_judged_queries_are_read_once_per_version_of_the_qrels(tmp_path, monkeyp
     assert spec.judged_queries().startswith("3 judged queries")
 
 
-def _search(tmp_path, docs, queries, similarity, qrels=None):
+def _search(tmp_path, docs, queries, similarity, qrels=None, top_k=2):
     """search_and_score over `docs` and `queries` (rows d0.., q0..); q0 judges d0 relevant."""
     np.save(tmp_path / "d.npy", np.asarray(docs, dtype=np.float32))
     np.save(tmp_path / "q.npy", np.asarray(queries, dtype=np.float32))
@@ -104,7 +104,7 @@ def _search(tmp_path, docs, queries, similarity, qrels=None):
     write_ids_parquet(tmp_path / "q.parquet", [f"q{i}" for i in range(len(queries))])
     (tmp_path / "qrels.json").write_text(json.dumps(qrels or {"q0": {"d0": 1}}))
     out = [str(tmp_path / n) for n in ("m.json", "p.parquet", "r.parquet")]
-    params = EvaluateParams(top_k=2, device="cpu", similarity=similarity)
+    params = EvaluateParams(top_k=top_k, device="cpu", similarity=similarity)
     search_and_score(*(str(tmp_path / n) for n in ("d.npy", "d.parquet", "q.npy", "q.parquet", "qrels.json")),
                      params, *out)
     return json.loads(Path(out[0]).read_text()), pq.read_table(out[2]).to_pylist()
@@ -163,3 +163,24 @@ def test_judged_documents_the_corpus_lacks_are_counted_and_named(tmp_path, caplo
     assert metrics["recall_at_10"] == pytest.approx(0.5)  # the missing relevant one is a miss
     metrics, _ = _search(tmp_path, [[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0]], "cosine")
     assert metrics["judged_documents_not_in_corpus"] == 0
+
+
+def test_metrics_at_a_k_deeper_than_the_ranking_are_listed_and_logged(tmp_path, caplog):
+    """retrieval.top_k below a metric's k (100 hits, recall@1000): the metric keeps its
+    key (sweeps and reports name it), but metrics.json lists it, as a sweep names it, and
+    the log says it is not the metric at k; a ranking of the whole corpus lists none."""
+    docs, queries = np.eye(4, dtype=np.float32), [[1.0, 0.0, 0.0, 0.0]]
+    with caplog.at_level("WARNING"):
+        metrics, run = _search(tmp_path, docs, queries, "cosine", top_k=2)
+    assert len(run) == 2 and metrics["top_k"] == 2 and metrics["n_documents"] == 4
+    beyond = metrics["beyond_ranking_depth"]
+    assert beyond[:5] == ["ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10", "map_at_10"]
+    assert "all.recall_at_1000" in beyond and "all.ndcg_at_3" in beyond
+    assert "all.recall_at_1" not in beyond and "all.precision_at_1" not in beyond
+    assert metrics["all"]["recall_at_1000"] == 1.0  # kept, not null: recall@2 here
+    assert "the ranking holds the top 2 of 4 documents per query" in caplog.text
+    assert "retrieval.top_k 1000 gives them all" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        metrics, _ = _search(tmp_path, docs, queries, "cosine", top_k=4)  # every document: nothing deeper to find
+    assert metrics["top_k"] == 4 and metrics["beyond_ranking_depth"] == [] and "ranking holds" not in caplog.text
