@@ -5,12 +5,16 @@ seeds with a fixed number of decimals (just the mean with one seed), an arrow sa
 which way is better, and the best value of each metric in bold: every row whose
 rounded mean equals the best rounded mean, since that is what a reader can compare.
 A priced sweep's cost metrics say their currency in the header (cost.money_label).
+A value some run of its point computed on a ranking shallower than the metric's k
+(table.beyond_depth: retrieval.top_k 100 and all.recall_at_1000) is marked † and
+footnoted: it is not the metric at k.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Collection
 from typing import Any
 
 import pandas as pd
@@ -54,9 +58,13 @@ def metric_decimals(means: pd.Series, decimals: int, most: int = MOST_DECIMALS) 
     return decimals
 
 
-def _cells(spec: SweepSpec, summary: pd.DataFrame, decimals: int):
-    """Rows of (parameter labels, [(mean text, std text or None, bold)]); each metric's
-    column with its own decimals (metric_decimals)."""
+DAGGER_NOTE = "computed on a ranking shallower than its k (retrieval.top_k): not the metric at k"
+
+
+def _cells(spec: SweepSpec, summary: pd.DataFrame, decimals: int, marked: Collection[tuple[str, str]] = ()):
+    """Rows of (parameter labels, [(mean text, std text or None, bold, beyond depth)]);
+    each metric's column with its own decimals (metric_decimals); `marked`: the (point,
+    metric) pairs some run of the point computed on a ranking shallower than its k."""
     by_point = summary.set_index("point")
     bold_means, places = {}, {}
     for m in spec.metrics:
@@ -73,17 +81,24 @@ def _cells(spec: SweepSpec, summary: pd.DataFrame, decimals: int):
         for m in spec.metrics:
             mean, std = float(by_point.at[pid, f"{m}_mean"]), float(by_point.at[pid, f"{m}_std"])
             if math.isnan(mean):
-                cells.append(("–", None, False))
+                cells.append(("–", None, False, False))
                 continue
             d = places[m]
             bold = round(mean, d) == bold_means[m]
-            cells.append((f"{mean:.{d}f}", None if math.isnan(std) else f"{std:.{d}f}", bold))
+            cells.append((f"{mean:.{d}f}", None if math.isnan(std) else f"{std:.{d}f}", bold, (pid, m) in marked))
         rows.append(([value_label(point[p]) for p in spec.params], cells))
     return rows
 
 
-def to_markdown(spec: SweepSpec, summary: pd.DataFrame, decimals: int = 3, currency: str | None = None) -> str:
-    """A GitHub-flavoured Markdown table of the summary; `currency`: a priced sweep's."""
+def to_markdown(
+    spec: SweepSpec,
+    summary: pd.DataFrame,
+    decimals: int = 3,
+    currency: str | None = None,
+    marked: Collection[tuple[str, str]] = (),
+) -> str:
+    """A GitHub-flavoured Markdown table of the summary; `currency`: a priced sweep's;
+    `marked`: (point, metric) cells computed beyond their ranking's depth (_cells)."""
 
     def esc(text: str) -> str:
         return text.replace("|", r"\|")
@@ -92,21 +107,30 @@ def to_markdown(spec: SweepSpec, summary: pd.DataFrame, decimals: int = 3, curre
     header += [esc(f"{money_label(m, currency)} {'↑' if spec.goals[m] == 'max' else '↓'}") for m in spec.metrics]
     rule = [":--"] * len(spec.params) + ["--:"] * len(spec.metrics)
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
-    for labels, cells in _cells(spec, summary, decimals):
+    rows = _cells(spec, summary, decimals, marked)
+    for labels, cells in rows:
         texts = [esc(t) for t in labels]
-        for mean, std, bold in cells:
+        for mean, std, bold, beyond in cells:
             text = mean if std is None else f"{mean} ± {std}"
-            texts.append(f"**{text}**" if bold else text)
+            texts.append((f"**{text}**" if bold else text) + ("†" if beyond else ""))
         lines.append("| " + " | ".join(texts) + " |")
     seeds = len(spec.seeds)
     note = f"mean ± sample std (n − 1) over {seeds} seeds" if seeds > 1 else "one seed"
-    return "\n".join(lines) + f"\n\n{spec.name} ({spec.stage}): {note}; best in bold.\n"
+    dagger = f" † {DAGGER_NOTE}." if any(cell[3] for _, cells in rows for cell in cells) else ""
+    return "\n".join(lines) + f"\n\n{spec.name} ({spec.stage}): {note}; best in bold.{dagger}\n"
 
 
-def to_latex(spec: SweepSpec, summary: pd.DataFrame, decimals: int = 3, caption: str | None = None,
-             label: str | None = None, currency: str | None = None) -> str:
+def to_latex(
+    spec: SweepSpec,
+    summary: pd.DataFrame,
+    decimals: int = 3,
+    caption: str | None = None,
+    label: str | None = None,
+    currency: str | None = None,
+    marked: Collection[tuple[str, str]] = (),
+) -> str:
     """A booktabs `table` of the summary (needs \\usepackage{booktabs}); `currency`: a
-    priced sweep's."""
+    priced sweep's; `marked`: as to_markdown's, footnoted below the table."""
     seeds = len(spec.seeds)
     caption = caption if caption is not None else (
         f"{latex_escape(spec.name)}: " + (f"mean $\\pm$ sample std ($n-1$) over {seeds} seeds" if seeds > 1 else "one seed")
@@ -125,20 +149,33 @@ def to_latex(spec: SweepSpec, summary: pd.DataFrame, decimals: int = 3, caption:
         " & ".join(header) + r" \\",
         r"\midrule",
     ]
-    for labels, cells in _cells(spec, summary, decimals):
+    rows = _cells(spec, summary, decimals, marked)
+    for labels, cells in rows:
         texts = [latex_escape(t) for t in labels]
-        for mean, std, bold in cells:
+        for mean, std, bold, beyond in cells:
             body = mean if std is None else f"{mean} \\pm {std}"
-            texts.append(f"$\\mathbf{{{body}}}$" if bold else f"${body}$" if mean != "–" else "--")
+            body = f"\\mathbf{{{body}}}" if bold else body
+            body += "^{\\dagger}" if beyond else ""
+            texts.append(f"${body}$" if mean != "–" else "--")
         lines.append(" & ".join(texts) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    if any(cell[3] for _, cells in rows for cell in cells):
+        lines.append(f"\\par\\smallskip{{\\footnotesize $^{{\\dagger}}$ {latex_escape(DAGGER_NOTE)}.}}")
+    lines.append(r"\end{table}")
     return "\n".join(lines) + "\n"
 
 
-def write_exports(spec: SweepSpec, summary: pd.DataFrame, markdown_path: str | os.PathLike,
-                  latex_path: str | os.PathLike, decimals: int = 3, currency: str | None = None) -> None:
+def write_exports(
+    spec: SweepSpec,
+    summary: pd.DataFrame,
+    markdown_path: str | os.PathLike,
+    latex_path: str | os.PathLike,
+    decimals: int = 3,
+    currency: str | None = None,
+    marked: Collection[tuple[str, str]] = (),
+) -> None:
     """Both tables, each written atomically."""
     with atomic_open(markdown_path, "w", encoding="utf-8") as fh:
-        fh.write(to_markdown(spec, summary, decimals, currency=currency))
+        fh.write(to_markdown(spec, summary, decimals, currency=currency, marked=marked))
     with atomic_open(latex_path, "w", encoding="utf-8") as fh:
-        fh.write(to_latex(spec, summary, decimals, currency=currency))
+        fh.write(to_latex(spec, summary, decimals, currency=currency, marked=marked))

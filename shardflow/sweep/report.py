@@ -65,11 +65,14 @@ def write_report(spec: SweepSpec, results: Iterable[RunResult], job_costs: Itera
     cost.PRICED_STAGES), whose currency every figure in money names."""
     currency = price.currency if price is not None else None
     files = output_files(spec, folder)
+    results = list(results)
     runs = collect(spec, results, currency)
     summary = summarise(spec, runs)
     write_table(runs, files["runs_parquet"], files["runs_csv"])
     write_table(summary, files["summary_parquet"], files["summary_csv"])
-    write_exports(spec, summary, files["markdown"], files["latex"], decimals, currency)
+    # Cells some run of the point computed on a ranking shallower than the metric's k.
+    marked = {(r.point, m) for r in results for m in r.beyond_depth if m in spec.goals}
+    write_exports(spec, summary, files["markdown"], files["latex"], decimals, currency, marked)
     top = best(summary, spec.best, spec.maximize)
     std = float(top[f"{spec.best}_std"])
     unit = metric_currency(spec.best, currency)
@@ -78,6 +81,8 @@ def write_report(spec: SweepSpec, results: Iterable[RunResult], job_costs: Itera
         "params": spec.point(top["point"]), "mean": float(top[f"{spec.best}_mean"]),
         "std": None if math.isnan(std) else std, "n_seeds": int(top["n_seeds"]),
         **({"currency": unit} if unit else {}),
+        # Where the best value was computed on a ranking shallower than its k (table.beyond_depth).
+        **({"beyond_ranking_depth": True} if (top["point"], spec.best) in marked else {}),
     })
     write_json(files["points"], points_record(spec))
     write_json(files["cost"], {"sweep": spec.name, **sweep_cost(job_costs, spec.folder, price)})

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,31 @@ class RunResult:
     metrics: Mapping[str, float] = field(default_factory=dict)
     wall_time_s: float = math.nan
     gpu_hours: float = 0.0
+    # Metrics computed on a ranking shallower than their k (beyond_depth): marked in the tables.
+    beyond_depth: frozenset[str] = frozenset()
+
+
+# A retrieval record's metrics at a k deeper than its ranking (retrieval.top_k 100 and
+# all.recall_at_1000): computed on the hits there are, not the metric at k. The record
+# lists them (shardflow.retrieval.pipeline.shallow_metrics); one written before it did
+# is read from its top_k (the ranking's depth) and n_documents, as they are listed.
+BEYOND_DEPTH = "beyond_ranking_depth"
+_AT_K = re.compile(r"_at_(\d+)$")
+
+
+def beyond_depth(metrics: Mapping[str, Any]) -> frozenset[str]:
+    """The names (as flatten_metrics gives them) a job's record computed on a ranking
+    shallower than their k; none for a record of another stage."""
+    if BEYOND_DEPTH in metrics:
+        return frozenset(metrics[BEYOND_DEPTH])
+    depth, documents = metrics.get("top_k"), metrics.get("n_documents")
+    if not isinstance(metrics.get("all"), Mapping) or not isinstance(depth, int) or not isinstance(documents, int):
+        return frozenset()
+    if depth >= documents:  # every document ranked: nothing deeper to find
+        return frozenset()
+    return frozenset(
+        name for name in flatten_metrics(metrics) if (at := _AT_K.search(name)) and int(at.group(1)) > depth
+    )
 
 
 def flatten_metrics(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
@@ -69,7 +95,7 @@ def run_result(point: str, seed: int, metrics: Mapping[str, Any], benchmark: Map
     if wall_time_s is None:
         wall_time_s = float(benchmark["s"]) if benchmark and "s" in benchmark else math.nan
     gpu_hours = wall_time_s * gpus / 3600 if gpus and not math.isnan(wall_time_s) else 0.0
-    return RunResult(point, int(seed), flatten_metrics(metrics), float(wall_time_s), gpu_hours)
+    return RunResult(point, int(seed), flatten_metrics(metrics), float(wall_time_s), gpu_hours, beyond_depth(metrics))
 
 
 def _typed(values: list[Any]) -> pd.Series:

@@ -43,3 +43,47 @@ def test_write_report_writes_every_declared_file(spec, tmp_path):
 def test_expand_and_name_names_every_point():
     out = expand_and_name(1000)
     assert out["points"] == out["jobs"] == 1000 and out["longest_id"] < 120
+
+
+def _retrieval_record(top_k: int, recall: float, listed: bool = True) -> dict:
+    """A retrieval job's metrics.json, as search_and_score writes it over 8,674 documents
+    (without beyond_ranking_depth where not `listed`: one written before it was)."""
+    at_1000 = [f"all.{m}_at_1000" for m in ("ndcg", "map", "recall", "precision", "mrr")]
+    scores = {"recall_at_100": recall, "recall_at_1000": recall}
+    record = {"ndcg_at_10": 0.5, "all": scores, "top_k": top_k, "n_documents": 8674, "n_queries": 3}
+    if listed:
+        record["beyond_ranking_depth"] = at_1000 if top_k < 1000 else []
+    return record
+
+
+def test_metrics_beyond_the_ranking_depth_are_marked_in_the_tables_and_best_json(tmp_path):
+    """retrieval.top_k 100 and all.recall_at_1000: the value is recall@100, not recall@1000;
+    the tables mark its cell † with a footnote, best.json says so where it is the best,
+    and a record from before beyond_ranking_depth is read from its top_k and n_documents."""
+    from .conftest import parse, sweep
+
+    metrics = {"all.recall_at_1000": "max", "ndcg_at_10": "max"}
+    spec = parse({"r": sweep(stage="retrieval", grid={"retrieval.top_k": [100, 1000]}, metrics=metrics)})["r"]
+    shallow, deep = spec.ids
+    for listed in (True, False):
+        folder = str(tmp_path / f"listed={listed}")
+        records = {shallow: _retrieval_record(100, 0.95, listed), deep: _retrieval_record(1000, 0.9, listed)}
+        runs = [run_result(pid, seed, records[pid], {"s": 1.0}) for pid, seed in spec.jobs()]
+        files = write_report(spec, runs, [[] for _ in runs], folder)
+        table = Path(files["markdown"]).read_text().splitlines()
+        assert table[2:4] == [
+            "| 100 | **0.950 ± 0.000**† | **0.500 ± 0.000** |",
+            "| 1000 | 0.900 ± 0.000 | **0.500 ± 0.000** |",
+        ]
+        note = "best in bold. † computed on a ranking shallower than its k (retrieval.top_k): not the metric at k."
+        assert table[-1].endswith(note)
+        latex = Path(files["latex"]).read_text()
+        assert "100 & $\\mathbf{0.950 \\pm 0.000}^{\\dagger}$ & $\\mathbf{0.500 \\pm 0.000}$ \\\\" in latex
+        assert "$^{\\dagger}$ computed on a ranking shallower than its k (retrieval.top\\_k)" in latex
+        best = json.loads(Path(files["best"]).read_text())
+        assert best["point"] == shallow and best["beyond_ranking_depth"] is True
+    # Every point ranked 1000 deep: nothing marked, no footnote.
+    runs = [run_result(pid, seed, _retrieval_record(1000, 0.9), {"s": 1.0}) for pid, seed in spec.jobs()]
+    files = write_report(spec, runs, [[] for _ in runs], str(tmp_path / "deep"))
+    assert "†" not in Path(files["markdown"]).read_text() and "dagger" not in Path(files["latex"]).read_text()
+    assert "beyond_ranking_depth" not in json.loads(Path(files["best"]).read_text())

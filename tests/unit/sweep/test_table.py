@@ -166,3 +166,17 @@ def test_a_priced_sweeps_tables_carry_its_currency_as_a_column_not_a_metric():
     assert summary["currency"].tolist() == ["EUR", "EUR"]
     assert summary["estimated_cost_mean"].tolist() == [1.5, 1.5]
     assert "currency" not in collect(spec, results) and "currency" not in summarise(spec, collect(spec, results))
+
+
+def test_beyond_depth_reads_the_list_or_a_retrieval_records_depth():
+    """The metrics a retrieval record computed on a ranking shallower than their k: the
+    list it holds, or, in one written before it held one, those its top_k is shallower
+    than; none where the ranking held every document, nor in another stage's record."""
+    from shardflow.sweep.table import beyond_depth
+
+    old = {"ndcg_at_10": 0.5, "all": {"ndcg_at_100": 0.5, "recall_at_1000": 0.9}, "top_k": 100, "n_documents": 500}
+    assert beyond_depth(old) == {"all.recall_at_1000"}
+    assert run_result("p", 0, old).beyond_depth == {"all.recall_at_1000"}
+    assert beyond_depth({**old, "beyond_ranking_depth": []}) == frozenset()
+    assert beyond_depth({**old, "n_documents": 100}) == frozenset()  # the whole corpus ranked
+    assert beyond_depth({"best_val_loss": 1.0, "steps": 10}) == frozenset()
