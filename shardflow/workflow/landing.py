@@ -126,9 +126,21 @@ def _killed_attempts(s: dict, resumed: int = 0) -> str:
 
 def retrieval_section(dataset: str, files: dict) -> Section:
     """files: metrics."""
+    from shardflow.retrieval.pipeline import beyond_ranking_depth
+
     m = read_json(files["metrics"])
-    rows = [(key.replace("_at_", "@"), f"{m[key]:.5f}") for key in ("ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10", "map_at_10")]
+    beyond = beyond_ranking_depth(m)  # computed on a ranking shallower than their k
+    headline = ("ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10", "map_at_10")
+    rows = [(key.replace("_at_", "@") + (" †" if key in beyond else ""), f"{m[key]:.5f}") for key in headline]
     rows.append(("evaluated", f"{m['n_queries']:,} queries against {m['n_documents']:,} documents (exact top-{m['top_k']})"))
+    if beyond:
+        deeper = sorted({int(name.rsplit("_at_", 1)[1]) for name in beyond})
+        note = (
+            f"{len(beyond)} metrics in metrics.json are at a k deeper than the top-{m['top_k']} ranking "
+            f"(k = {', '.join(map(str, deeper))}: {', '.join(beyond[:2])}, ...): computed on those hits, they are "
+            f"not the metric at k (metrics.json: beyond_ranking_depth; retrieval.top_k {deeper[-1]} gives them)"
+        )
+        rows.append(("† beyond the ranking", note))
     return Section(f"Retrieval evaluation: {dataset}", rows)
 
 
@@ -169,10 +181,13 @@ def sweep_section(name: str, files: dict) -> Section:
     params = ", ".join(f"{k}={value_label(v)}" for k, v in best["params"].items()) or "(base)"
     spread = f" ± {best['std']:.4g}" if best.get("std") is not None else ""
     spread += f" {best['currency']}" if best.get("currency") else ""  # a cost metric of a priced sweep
+    # A value computed on a ranking shallower than its k (a retrieval sweep's top_k 100 and an @1000).
+    shallow = "; computed on a ranking shallower than its k (retrieval.top_k): not the metric at k"
+    shallow = shallow if best.get("beyond_ranking_depth") else ""
     rows = [
         ("stage", f"{points['stage']}: {len(points['points'])} points x {len(points['seeds'])} seeds"),
         ("varied", ", ".join(points["params"]) or "seeds only"),
-        (f"best {best['metric']} ({best['goal']})", f"{best['mean']:.4g}{spread} at {params}"),
+        (f"best {best['metric']} ({best['goal']})", f"{best['mean']:.4g}{spread} at {params}{shallow}"),
         ("cost", _sweep_cost(cost)),
     ]
     return Section(f"Sweep: {name}", rows)

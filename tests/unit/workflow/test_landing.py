@@ -231,3 +231,33 @@ def test_the_training_page_says_the_largest_ranks_peak_gpu_memory(tmp_path):
     files["metrics"].write_text(json.dumps({**metrics, "micro_batch": 32, "grad_accum": 4, "config_micro_batch": 32,
                                             "config_grad_accum": 4}))
     assert "micro-batch" not in dict(training_section("tr", files).rows)
+
+
+def test_retrieval_metrics_beyond_the_ranking_depth_are_marked(tmp_path):
+    """retrieval.top_k 100 over a larger corpus: metrics.json's @1000 metrics come from the
+    100 hits; the section says so, from the record's list or, in a record written before
+    it held one, from its top_k and n_documents. A sweep's best value so computed says it."""
+    from shardflow.workflow.landing import sweep_section
+
+    metrics = {k: 0.5 for k in ("ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10", "map_at_10")}
+    metrics.update(n_queries=6, n_documents=8674, top_k=100)
+    for record in (metrics, {**metrics, "beyond_ranking_depth": [f"all.{m}_at_1000" for m in ("ndcg", "recall")]}):
+        (tmp_path / "m.json").write_text(json.dumps(record))
+        rows = dict(retrieval_section("arguana", {"metrics": tmp_path / "m.json"}).rows)
+        assert rows["recall@100"] == "0.50000"  # at the ranking's depth: the metric itself
+        beyond = rows["† beyond the ranking"]
+        assert "at a k deeper than the top-100 ranking (k = 1000: all.ndcg_at_1000, all." in beyond
+        assert beyond.endswith("(metrics.json: beyond_ranking_depth; retrieval.top_k 1000 gives them)")
+    (tmp_path / "m.json").write_text(json.dumps({**metrics, "top_k": 8674, "n_documents": 8674}))
+    assert "† beyond the ranking" not in dict(retrieval_section("a", {"metrics": tmp_path / "m.json"}).rows)
+    best = {"metric": "all.recall_at_1000", "goal": "max", "mean": 0.95, "std": None, "point": "top_k=100"}
+    best.update(params={"retrieval.top_k": 100}, beyond_ranking_depth=True)
+    points = {"stage": "retrieval", "params": ["retrieval.top_k"], "seeds": [0], "points": [{"id": "top_k=100"}]}
+    origins = {"main_run": {"jobs": 0}, "shared": {"jobs": 0}}
+    cost = {"jobs": 1, "gpu_hours": 0.0, "wall_time_s": 1.0, "by_origin": origins}
+    for name, record in (("best", best), ("points", points), ("cost", cost)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(record))
+    files = {name: tmp_path / f"{name}.json" for name in ("best", "points", "cost")}
+    assert dict(sweep_section("depth", files).rows)["best all.recall_at_1000 (max)"] == (
+        "0.95 at retrieval.top_k=100; computed on a ranking shallower than its k (retrieval.top_k): not the metric at k"
+    )
