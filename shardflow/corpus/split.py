@@ -179,6 +179,17 @@ class _ChunkWriters:
         self.open.clear()
 
 
+# A reader with keep_empty_text reads the chunk-format corpus this workflow wrote itself
+# (the retrieval corpus, workflow.plan.CHUNK_READER), always with on_bad_record: error:
+# its bad record's error names the prepared file, and the hint the split script gives
+# (input.on_bad_record: skip) cannot apply there.
+RETRIEVAL_HINT = (
+    "a document of the retrieval corpus, prepared from retrieval.path's corpus file in its order; "
+    "input.on_bad_record does not apply to it (every document is searched, as in MTEB): "
+    "raise input.max_record_mb, which this split reads too, for a longer document, or fix the corpus file"
+)
+
+
 def split_corpus(
     paths: Iterable[str],
     opts: ReaderOptions,
@@ -200,8 +211,14 @@ def split_corpus(
     n = params.n_chunks
     if len(chunk_paths) != n:
         raise ValueError(f"{len(chunk_paths)} chunk paths given for n_chunks={n}")
-    m = _measure(paths, opts, params)
-    duplicates = _duplicates(paths, opts, params, m)
+    try:  # pass 1 meets every bad record
+        m = _measure(paths, opts, params)
+        duplicates = _duplicates(paths, opts, params, m)
+    except BadRecordError as exc:
+        if not (opts.keep_empty_text and exc.skippable):
+            raise
+        # Not skippable: scripts/split.py would add the on_bad_record: skip hint.
+        raise BadRecordError(exc.source, exc.line, f"{exc.reason} ({RETRIEVAL_HINT})") from None
     log.info(
         "pass 1: %d records, %d rejected (%d duplicate ids)%s",
         m.records,

@@ -407,3 +407,26 @@ def test_write_json_unserialisable_leaves_nothing(tmp_path):
     with pytest.raises(TypeError):
         write_json(tmp_path / "x.json", {"x": object()})
     assert leftovers(tmp_path) == []
+
+
+def test_a_retrieval_corpus_bad_record_names_the_keys_that_apply_to_it(tmp_path, write_jsonl):
+    """The retrieval corpus (the chunk format this workflow wrote, read as
+    workflow.plan.CHUNK_READER reads it) takes input.max_record_mb from the main corpus,
+    but always on_bad_record: error: its bad record is no skippable one (scripts/split.py
+    would add 'input.on_bad_record: skip sets such records aside'), and the error says
+    what to change. The main corpus's is skippable as before."""
+    docs = [{"id": "d0", "text": "short"}, {"id": "d1", "text": "x" * 2000}]
+    path = write_jsonl(tmp_path / "in" / "corpus.jsonl", docs)
+    chunk_reader = dict(format="jsonl", on_bad_record="error", keep_empty_text=True, max_record_bytes=1024)
+    with pytest.raises(BadRecordError, match="record too large") as err:
+        run_split(tmp_path / "out", [path], 1, ReaderOptions(**chunk_reader))
+    assert not err.value.skippable and err.value.line == 2
+    assert "input.on_bad_record does not apply to it" in str(err.value)
+    assert "raise input.max_record_mb, which this split reads too" in str(err.value)
+    with pytest.raises(BadRecordError, match="record too large") as err:  # the main corpus: skippable, no such hint
+        run_split(tmp_path / "out2", [path], 1, ReaderOptions(format="jsonl", max_record_bytes=1024))
+    assert err.value.skippable and "does not apply" not in str(err.value)
+    dup = write_jsonl(tmp_path / "in" / "dup.jsonl", [{"id": "d0", "text": "a"}, {"id": "d0", "text": "b"}])
+    with pytest.raises(BadRecordError, match="input.on_bad_record does not apply") as err:  # a repeated id too
+        run_split(tmp_path / "out3", [dup], 1, ReaderOptions(**chunk_reader))
+    assert not err.value.skippable
