@@ -186,3 +186,20 @@ def test_a_first_batch_out_of_memory_splits_and_its_first_half_loads_the_package
     assert stats["compile"].startswith("aot, dynamic shapes") and "loaded in" in stats["compile"], stats["compile"]
     assert stats["oom_backoffs"] > 0
     np.testing.assert_allclose(got, first, atol=2e-6)
+
+
+def test_loading_a_package_makes_no_cpu_probe(built, monkeypatch):
+    """torch's own load reads the CPU's vector instructions by building and loading a test
+    library per instruction set, each in a child Python (1.1 s of every job's load on 2
+    cores); the package key holds the CPU's capability instead."""
+    import torch._inductor.cpu_vec_isa as isa
+
+    cache, *_ = built
+    (pkg,) = (cache / aot.FOLDER).glob("*.pt2")
+
+    def probe():
+        raise AssertionError("the CPU's vector instructions were probed")
+
+    monkeypatch.setattr(isa, "pick_vec_isa", probe)
+    runner = aot.load_package(pkg, -1)
+    assert runner.get_constant_fqns()
