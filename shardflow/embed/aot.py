@@ -166,7 +166,7 @@ class AotForward:
             1: torch.export.Dim("width", min=1, max=max(2, width)),
         }
         if mask is None:
-            args, shapes = (example_ids,), {"input_ids": dims, "attention_mask": None}
+            args, shapes = (example_ids,), {"input_ids": dims}
         else:
             example_mask = torch.ones((2,) + tuple(mask.shape[1:-1]) + (w,), dtype=mask.dtype, device=mask.device)
             mask_dims = {0: dims[0], mask.dim() - 1: dims[1]}

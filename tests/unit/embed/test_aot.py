@@ -203,3 +203,37 @@ def test_loading_a_package_makes_no_cpu_probe(built, monkeypatch):
     monkeypatch.setattr(isa, "pick_vec_isa", probe)
     runner = aot.load_package(pkg, -1)
     assert runner.get_constant_fqns()
+
+
+@pytest.mark.parametrize("mask", ["none", "4-D"])
+def test_the_export_takes_the_mask_as_the_engine_passes_it(tiny, tmp_path, monkeypatch, mask):
+    """The CUDA defaults: a causal decoder's batches pass no mask (padding_mask skipped),
+    an encoder's pass it 4-D (attention_bias). The export (here without the compile,
+    which the 2-D case above runs for real) takes what the engine passes, rows and width
+    dynamic."""
+    import torch._inductor as inductor
+    from transformers import AutoModel
+
+    programs = []
+
+    def keep(program, package_path, inductor_configs):
+        programs.append(program)
+        open(package_path, "wb").close()
+
+    monkeypatch.setattr(inductor, "aoti_compile_and_package", keep)
+    monkeypatch.setenv(CACHE_VAR, str(tmp_path))
+    model = AutoModel.from_pretrained(str(tiny["qwen_last" if mask == "none" else "bert_mean"])).eval()
+    ids = torch.ones((3, 7), dtype=torch.long)
+    passed = None if mask == "none" else torch.ones((3, 1, 1, 7), dtype=torch.bool)
+    forward = aot.AotForward(
+        model, torch.device("cpu"), torch.float32, (64, 32), {"mask": aot.mask_kind(passed)}, logging.getLogger("t")
+    )
+    forward.package.parent.mkdir(parents=True)
+    forward._build(ids, passed)
+    (program,) = programs
+    inputs = [s for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    assert len(inputs) == (1 if mask == "none" else 2)
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    ids_shape = placeholders[inputs[0].arg.name].meta["val"].shape
+    assert all(isinstance(d, torch.SymInt) for d in ids_shape)  # rows and width dynamic
+    assert forward.package.is_file()
