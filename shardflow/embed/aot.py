@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from shardflow.core import locks
+from shardflow.embed.pooling import last_hidden
 
 FOLDER = "shardflow-aot"
 # Bump when what a package holds or how it is called changes: older packages are then
@@ -58,8 +59,7 @@ class _Padded(torch.nn.Module):
         self.model = model
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask)
-        return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+        return last_hidden(self.model(input_ids=input_ids, attention_mask=attention_mask))
 
 
 def mask_kind(mask: torch.Tensor | None) -> str:

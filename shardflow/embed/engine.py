@@ -89,7 +89,7 @@ from shardflow.embed.params import (
     resume_key,
     speedup_identity,
 )
-from shardflow.embed.pooling import build_head, pool
+from shardflow.embed.pooling import build_head, last_hidden, pool
 from shardflow.embed.prefix import PrefixTokenizer, premise_fails
 from shardflow.embed.stconfig import (
     ModelSpec,
@@ -633,12 +633,8 @@ class Encoder:
                 mask = attention_mask
             if self.aot_pending:
                 return self._aot_start(input_ids, mask, attention_mask)
-            if self.aot is not None:
-                hidden = self.aot(input_ids, mask)
-            else:
-                out = self.model(input_ids=input_ids, attention_mask=mask)
-                hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
-            return self.head(pool(hidden, attention_mask, self.spec.pooling, self.prompt_length))
+            forward = self.aot or self._eager_padded
+            return self.head(pool(forward(input_ids, mask), attention_mask, self.spec.pooling, self.prompt_length))
         # Masks and positions from the host's lengths: nothing here waits for the device.
         total = input_ids.shape[1]
         kwargs: dict[str, Any] = {"input_ids": input_ids, "position_ids": attention_mask}
@@ -647,18 +643,18 @@ class Encoder:
         elif self.packing.value != "flash_attention_2":  # flash varlen finds texts from the position ids
             seg = torch.from_numpy(accel.segment_ids(lengths, total)).to(self.device, non_blocking=True)
             kwargs["attention_mask"] = accel.dense_packed_mask(seg, self.causal)
-        out = self.model(**kwargs)
-        hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
-        hidden, mask = accel.repad(hidden, lengths)
+        hidden, mask = accel.repad(last_hidden(self.model(**kwargs)), lengths)
         return self.head(pool(hidden, mask, self.spec.pooling, self.prompt_length))
+
+    def _eager_padded(self, input_ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """The model's last hidden state of a padded batch, `mask` as `_run_model` passes it."""
+        return last_hidden(self.model(input_ids=input_ids, attention_mask=mask))
 
     def _aot_start(self, input_ids: torch.Tensor, mask: torch.Tensor | None, attention_mask: torch.Tensor) -> torch.Tensor:
         """compile_mode aot, the first padded batch: build or load the package (embed.aot),
         run the batch both ways and keep the package only where every row agrees; the
         batch's eager embeddings either way. A failure leaves the job eager, said why."""
-        out = self.model(input_ids=input_ids, attention_mask=mask)
-        hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
-        want = self.head(pool(hidden, attention_mask, self.spec.pooling, self.prompt_length))
+        want = self.head(pool(self._eager_padded(input_ids, mask), attention_mask, self.spec.pooling, self.prompt_length))
         self.aot_pending = False  # (not before: a batch out of memory splits, and its first half starts here again)
         rows, width = self.params.max_batch_size, self.width_limit
         path = {

@@ -16,6 +16,11 @@ import torch.nn.functional as F
 from shardflow.embed.stconfig import DenseSpec, NormalizeSpec
 
 
+def last_hidden(out) -> torch.Tensor:
+    """A transformers model's last hidden state, from its output object or tuple."""
+    return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+
 def exclude_prompt(mask: torch.Tensor, prompt_length: int) -> torch.Tensor:
     """Mask out the first `prompt_length` real tokens of every row (include_prompt=False).
 
