@@ -11,9 +11,11 @@
 #
 # Stages, each under its own timeout so one slow compile cannot eat the rest (set-up
 # about 55 s: wheels, random-weight models; on the H100, A needed more than 150 s).
-# By default A C D F Aq (at stop 31 on the H200: set-up 48 s, A 146 s with four configurations,
-# C 30 s, D 45 s with three variants once; now F and Aq at most 220 and 110 s); the others run when named (STAGES="B Dq E E2 G H"):
-#   A  Qwen3-0.6B-shape, synthetic 4,000 texts, bf16: engine vs st@32/64/128 (3 rounds after
+# By default A C D F Aa (at stop 31 on the H200: set-up 48 s, A 146 s with four configurations
+# and three st batch sizes, now st@64 alone (the best at stops 23, 31 and 34); C 30 s, D 45 s
+# with three variants once; now F and Aa at most 220 and 200 s, times not known yet: each builds
+# an AOTInductor package); the others run when named (STAGES="Aq B Dq E E2 G H"):
+#   A  Qwen3-0.6B-shape, synthetic 4,000 texts, bf16: engine vs st@64 (3 rounds after
 #      an untimed one), then `fused` (the CUDA defaults) against fused_graphs (CUDA graphs:
 #      no host launches for the replayed batches; stop 31's faster host measured them
 #      0.2-0.3 points below `fused`, stop 34's slower one, which ran `fused` 0.92x as fast,
@@ -103,10 +105,10 @@ from shardflow.embed import params  # noqa: F401  (shardflow.core.config: jsonsc
 PY
 B="benchmarks/bench_engine.py --log-level INFO"  # the engine's log (decisions, compile times) in $OUT/<stage>.err
 
-want() { [[ " ${STAGES:-A C D F Aq} " == *" $1 "* ]]; }  # STAGES="A B": a subset
+want() { [[ " ${STAGES:-A C D F Aa} " == *" $1 "* ]]; }  # STAGES="A B": a subset
 
 AQ=fused,fused_graphs
-want A && stage A_qwen 270 python3 $B --model $QWEN --texts synthetic --n $NQ --rounds 3 --no-naive --st-sweep 32,64,128 $EXTRA \
+want A && stage A_qwen 230 python3 $B --model $QWEN --texts synthetic --n $NQ --rounds 3 --no-naive --st-sweep 64 $EXTRA \
   --configs $AQ --config-rounds 3
 want A1 && stage A1_qwen 100 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA --configs $AQ --config-rounds 3
 want A0 && stage A0_qwen 120 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
@@ -144,6 +146,12 @@ want H && PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True stage H_expandable 15
   --n $NQ --configs-only $EXTRA --configs $HC --config-rounds 3
 want H && stage H_default 150 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
   --configs $HC --config-rounds 3 --profile --profile-config fused --profile-top 20
+# Aa: the Qwen3 shape from an AOTInductor package (compile_mode: aot; stop 35): inductor's own
+# fused kernels, launched from the package's C++ (no Python per kernel: the host side that
+# liger's wrappers load), against `fused`; the package is built in the untimed warm-up round
+# (its time in Aa_qwen_aot.err: "built in"). Not measured on a GPU yet.
+want Aa && stage Aa_qwen_aot 200 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
+  --configs fused,compiled_aot --config-rounds 3
 # Aq (only when named): the top kernels of one `fused` encode, with the host side (stop 23 on the
 # H200: about 80 s with its st round; 75 s was too short).
 want Aq && stage Aq_qwen 110 python3 $B --model $QWEN --texts synthetic --n $NQ --configs-only $EXTRA \
