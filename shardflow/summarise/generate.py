@@ -40,6 +40,15 @@ flips a choice only on a near-tie. The tests check token-for-token equality in
 fp32 on CPU; bf16 on CUDA is more exposed to near-ties. Sampling (which needs a
 seed) draws from one random stream per window, so its output depends on the
 batching: reproducible for the same params, not equal to a solo run.
+
+Sampling's streams: torch is seeded before each window with a hash of (seed, the
+chunk's texts, the window's index) (`window_seed`), so that the streams of other
+seeds, other chunks and other windows are unrelated, while a rerun or a resumed
+window draws the same. (Seeding with seed + window index, as before, made seed 1's
+window 0 seed 0's window 1, and gave every chunk's first window one stream: a sweep
+over seeds got correlated samples.) The scheme is part of a sampled run's identity
+(`SAMPLING_STREAMS`), so parts drawn another way are never resumed; a greedy or beam
+run draws nothing, and its identity, parts and output are as they were.
 """
 
 from __future__ import annotations
@@ -95,6 +104,9 @@ PROGRESS_EVERY_S = 10.0
 NO_LIMIT = 1_000_000
 # transformers' default when neither max_length nor max_new_tokens is set: 20 new tokens.
 DEFAULT_NEW_TOKENS = 20
+# How a sampled run seeds its windows (`window_seed`), in its identity: a new scheme
+# gets a new name, so that no job resumes parts that another scheme drew.
+SAMPLING_STREAMS = "sha256(seed, texts, window)"
 
 
 @dataclass
@@ -112,6 +124,18 @@ class SummariseStats(EngineCounters):
         d["output_tokens_per_s"] = self.per_second(self.output_tokens)
         d["padding_fraction"] = 1 - self.input_tokens / self.padded_input_tokens if self.padded_input_tokens else 0.0
         return d
+
+
+def window_seed(seed: int, texts_sha256: str, window: int) -> int:
+    """The torch seed of one window's sampling: 64 bits of a sha256 over the run's seed,
+    the chunk (its texts' fingerprint, `texts_fingerprint`) and the window's index.
+
+    A hash, not a sum: seed + window index gave seed 1 the streams of seed 0 shifted by
+    one window, and every chunk the same stream for its first window. (Torch's CPU
+    generator keeps the low 32 bits of a seed, CUDA's all 64: two windows share a CPU
+    stream only by a chance collision of those bits, never by a pattern.)
+    """
+    return int(digest({"seed": seed, "texts_sha256": texts_sha256, "window": window})[:16], 16)
 
 
 # --------------------------------------------------------------------------- loading
@@ -325,6 +349,8 @@ class Generator:
             "torch": torch.__version__,
             "transformers": transformers.__version__,
         }
+        if self.effective.do_sample:  # only here: greedy and beam runs keep their keys (and parts)
+            identity["sampling_streams"] = SAMPLING_STREAMS
         if self.device.type == "cpu":  # CPU kernels split work by thread count, which can move the last bits
             identity["threads"] = self.params.threads or torch.get_num_threads()
         return identity
@@ -446,9 +472,11 @@ class Generator:
         stats.oom_backoffs += self.backoff.backoffs - backoffs
         return result  # type: ignore[return-value]
 
-    def _summarise_window(self, texts: list[str], index: int, start: int, stats: SummariseStats) -> list[dict]:
-        if self.effective.do_sample:
-            torch.manual_seed(self.params.seed + index)  # one stream per window: resumed windows draw the same
+    def _summarise_window(
+        self, texts: list[str], index: int, start: int, stats: SummariseStats, chunk_sha256: str
+    ) -> list[dict]:
+        if self.effective.do_sample:  # one stream per window: resumed windows draw the same
+            torch.manual_seed(window_seed(self.params.seed, chunk_sha256, index))
         ids, truncated = self.encode(texts)
         new = self.generate_ids(ids, row_offset=start, stats=stats)
         summaries = self.tokenizer.batch_decode(new, skip_special_tokens=True)
@@ -477,12 +505,13 @@ class Generator:
         n, win = len(texts), self.params.window
         windows = [(w, a, min(a + win, n)) for w, a in enumerate(range(0, n, win))]
         stats.parts = len(windows)
+        chunk_sha256 = texts_fingerprint(texts)  # the manifest's, and sampling's streams' (window_seed)
         store = None
         if resume_dir is not None:
             manifest = {
                 "n_texts": n,
                 "window": win,
-                "texts_sha256": texts_fingerprint(texts),
+                "texts_sha256": chunk_sha256,
                 "identity": digest(self.identity),
             }
             store = PartStore(resume_dir, manifest, device=str(self.device), job=job).open()
@@ -492,7 +521,7 @@ class Generator:
             if part is not None:
                 stats.resumed_parts += 1
             else:
-                part = self._summarise_window(texts[a:b], w, a, stats)
+                part = self._summarise_window(texts[a:b], w, a, stats, chunk_sha256)
                 stats.items_generated += b - a
                 if store is not None:
                     store.save_records(w, part)

@@ -67,7 +67,8 @@ class GenerateParams:
         a chat template gets PLAIN_TEMPLATE instead.
     num_beams ... do_sample: generation overrides (None: the model's setting).
     seed: required when sampling (do_sample here or in the model's config);
-        torch is seeded with seed + window index before every window.
+        torch is seeded before every window with a hash of (seed, the chunk's
+        texts, window index): `generate.window_seed`.
     window: texts per resumable part (and per length sort).
     threads: torch intra-op threads (None: leave torch's setting).
     """

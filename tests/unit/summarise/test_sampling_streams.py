@@ -1,0 +1,130 @@
+"""Sampling's random streams: one per (seed, chunk, window), unrelated to each other.
+
+Seeding each window with seed + window index made a sweep's seeds shifted copies of
+each other (seed 1's window 0 drew seed 0's window 1) and gave every chunk's first
+window one stream. These tests summarise the same texts in places where that seeding
+drew the same stream, with a tiny random GPT-2 (built offline, about a second).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from shardflow.core.hashing import texts_fingerprint
+from shardflow.core.parts import resume_key
+from shardflow.corpus.chunks import ChunkRecord, write_record
+from shardflow.summarise.generate import (
+    SAMPLING_STREAMS,
+    GenerateParams,
+    load_generator,
+    summarise_chunk,
+    window_seed,
+)
+from shardflow.summarise.records import iter_summaries
+from tests.support import tiny_generators, tiny_models
+
+WINDOW = 6
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory) -> Path:
+    return tiny_generators.build_gpt2(tmp_path_factory.mktemp("tiny_gpt2"))
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    return tiny_models.sample_texts(2 * WINDOW)
+
+
+def sampling(model: Path, **kw) -> GenerateParams:
+    return GenerateParams(model=str(model), device="cpu", do_sample=True, window=WINDOW, **kw)
+
+
+def summaries(records: list[dict]) -> list[str]:
+    return [r["summary"] for r in records]
+
+
+def write_chunk(path: Path, texts: list[str]) -> Path:
+    with open(path, "w", encoding="utf-8") as fh:
+        for i, text in enumerate(texts):
+            write_record(fh, ChunkRecord(f"doc-{i:05d}", text))
+    return path
+
+
+def test_window_seeds_differ_by_seed_chunk_and_window_and_are_pinned():
+    chunks = [texts_fingerprint(["one"]), texts_fingerprint(["two"])]
+    seeds = {(s, c, w): window_seed(s, c, w) for s in (0, 1, 2, -1) for c in chunks for w in range(4)}
+    assert all(0 <= v < 2**64 for v in seeds.values())
+    assert len(set(seeds.values())) == len(seeds)
+    # Torch's CPU generator keeps the low 32 bits of a seed: those differ too.
+    assert len({v & 0xFFFFFFFF for v in seeds.values()}) == len(seeds)
+    # Pinned: a rerun (another process, another host) draws what the first run drew.
+    assert window_seed(0, chunks[0], 0) == 12258039618018477873
+    assert window_seed(1, chunks[0], 0) == 6606326602320984681
+
+
+def test_another_seed_draws_no_shifted_copy_of_a_seeds_windows(gpt2, texts):
+    same_twice = texts[:WINDOW] * 2  # windows 0 and 1 hold the same texts
+    seed0 = load_generator(sampling(gpt2, seed=0)).summarise(same_twice)
+    seed1 = load_generator(sampling(gpt2, seed=1)).summarise(same_twice)
+    # With seed + window index, seed 1's window 0 drew seed 0's window 1, token for token.
+    assert summaries(seed1[:WINDOW]) != summaries(seed0[WINDOW:])
+    assert summaries(seed1[WINDOW:]) != summaries(seed0[WINDOW:])
+    assert summaries(seed0[:WINDOW]) != summaries(seed0[WINDOW:])
+
+
+def test_each_chunks_first_window_draws_its_own_stream_and_a_rerun_draws_the_same(gpt2, texts):
+    p = sampling(gpt2, seed=0)
+    gen = load_generator(p)
+    alone = gen.summarise(texts[:WINDOW])
+    longer = gen.summarise(texts)  # another chunk, opening with the same window of texts
+    assert summaries(alone) != summaries(longer[:WINDOW])
+    rerun = load_generator(p)
+    assert rerun.summarise(texts[:WINDOW]) == alone and rerun.summarise(texts) == longer
+
+
+def test_the_streams_key_a_sampled_run_and_leave_other_runs_keys_alone(gpt2, texts, tmp_path, monkeypatch):
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", texts)
+    root = tmp_path / "resume"
+    p = sampling(gpt2, seed=0)
+    gen = load_generator(p)
+    assert gen.identity["sampling_streams"] == SAMPLING_STREAMS
+    # A killed job's parts drawn by the old seeding (its key had no scheme) are not resumed.
+    old = load_generator(p)
+    old.identity = {k: v for k, v in gen.identity.items() if k != "sampling_streams"}
+    old_folder = root / resume_key(chunk, old.identity)
+    old.summarise(texts, resume_dir=old_folder)
+    part = old_folder / "part-000000.jsonl"
+    rows = [json.loads(line) | {"summary": "drawn the old way"} for line in part.read_text().splitlines()]
+    part.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "summaries.jsonl"
+    stats = summarise_chunk(chunk, out, p, root, generator=gen)
+    assert stats["resumed_parts"] == 0
+    assert [r["summary"] for r in iter_summaries(out)] == summaries(gen.summarise(texts))
+    assert part.exists()  # left to its own key, never mixed in
+    # Greedy and beam runs draw nothing: no seeding, and the identity (so the resume key) as it was.
+    monkeypatch.setattr(torch, "manual_seed", lambda seed: pytest.fail("a greedy run seeded torch"))
+    greedy = load_generator(GenerateParams(model=str(gpt2), device="cpu", do_sample=False, seed=0, window=WINDOW))
+    greedy.summarise(texts)
+    assert set(greedy.identity) == {
+        "format", "model", "device", "dtype", "generation", "prefix", "prompt", "chat_template",
+        "input_limit", "token_budget", "max_batch_size", "window", "seed", "torch", "transformers", "threads",
+    }  # fmt: skip
