@@ -12,7 +12,8 @@ ones (a finished job's stats JSON, the resume folders' attempt records, the last
 of a log without output), so `watch make status` on thousands of chunks is cheap.
 
 A job is
-- done: every output of its rule exists;
+- done: every output of its rule exists (a temp() one, chunk_vectors' .npy under
+  embedding.keep_chunk_vectors: false, may be gone once merge has read it);
 - failed: its last attempt left an error: `<log>.failure.json` (shardflow.core.failures:
   an input or config error, which a retry stops on; a train job's out-of-memory record
   is none: its retry runs with a smaller micro-batch), else its log ends on the line
@@ -69,6 +70,7 @@ import os
 import re
 import statistics
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,13 +106,15 @@ class StatusError(ValueError):
 @dataclass(frozen=True)
 class RuleFiles:
     """A rule's output (by name; a positional one by its index), log and benchmark
-    patterns, as its rules file declares them."""
+    patterns, as its rules file declares them; `temp`: the outputs flagged temp() or
+    chunk_vectors() (temp() under embedding.keep_chunk_vectors: false), by the flag."""
 
     rule: str
     where: str
     outputs: dict[str, str]
     log: str | None
     benchmark: str | None
+    temp: dict[str, str] = field(default_factory=dict)
 
     def of(self, wildcards: dict) -> tuple[dict[str, str], str | None, str | None]:
         """The files of one job: outputs by name, log, benchmark."""
@@ -124,6 +128,7 @@ _WILDCARD = re.compile(r"\{(\w+)(?:,[^{}]*)?\}")
 # Snakemake's flags around a file pattern: the pattern is their first argument; and
 # rules/common.smk's chunk_vectors, which flags it temp() or not by config.
 _FLAGS = {"report", "directory", "temp", "protected", "touch", "ensure", "chunk_vectors"}
+_TEMP_FLAGS = ("temp", "chunk_vectors")
 
 
 def expand(pattern: str, wildcards: dict) -> str:
@@ -134,28 +139,35 @@ def expand(pattern: str, wildcards: dict) -> str:
         raise StatusError(f"pattern {pattern!r} has wildcard {exc}, which the job does not set") from None
 
 
-def _pattern(node: ast.expr) -> str | None:
+def _pattern(node: ast.expr) -> tuple[str | None, list[str]]:
+    """The pattern of a file argument and the flags around it."""
+    flags = []
     while isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FLAGS and node.args:
+        flags.append(node.func.id)
         node = node.args[0]
-    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+    return (node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None), flags
 
 
-def _directive(path: Path, lineno: int, rule: str, name: str, text: str) -> dict[str, str]:
-    """A file directive's body (Python call arguments, as Snakemake reads it)."""
+def _directive(path: Path, lineno: int, rule: str, name: str, text: str) -> tuple[dict[str, str], dict[str, str]]:
+    """A file directive's body (Python call arguments, as Snakemake reads it): its
+    patterns, and the temp flag (`_TEMP_FLAGS`) of those that have one."""
     try:
         call = ast.parse(f"f(\n{text}\n)", mode="eval").body
     except SyntaxError as exc:
         raise StatusError(f"{path}:{lineno}: rule {rule}'s {name}: not readable ({exc.msg})") from None
     found = {str(i): a for i, a in enumerate(call.args)} | {k.arg: k.value for k in call.keywords if k.arg}
-    out = {}
+    out, temp = {}, {}
     for key, node in found.items():
-        value = _pattern(node)
+        value, flags = _pattern(node)
         if value is None:
             raise StatusError(
                 f"{path}:{lineno}: rule {rule}'s {name} {key!r} is no plain pattern: status reads the patterns as written"
             )
         out[key] = value
-    return out
+        flag = next((f for f in flags if f in _TEMP_FLAGS), None)
+        if flag:
+            temp[key] = flag
+    return out, temp
 
 
 @functools.cache
@@ -185,14 +197,16 @@ def rule_files(rule: str, rules_dir: str = str(RULES)) -> RuleFiles:
             for name in ("output", "log", "benchmark")
             if name in body
         }
-        logs, benches = list(files.get("log", {}).values()), list(files.get("benchmark", {}).values())
+        outputs, temp = files.get("output", ({}, {}))
+        logs, benches = list(files.get("log", ({}, {}))[0].values()), list(files.get("benchmark", ({}, {}))[0].values())
         where = os.path.relpath(path, REPO) if path.is_relative_to(REPO) else str(path)
         return RuleFiles(
             rule,
             f"{where}:{start + 1}",
-            files.get("output", {}),
+            outputs,
             logs[0] if logs else None,
             benches[0] if benches else None,
+            temp,
         )
     raise StatusError(f"rule {rule}: no `rule {rule}:` in {rules_dir}/*.smk")
 
@@ -307,9 +321,13 @@ def _mtime(path: str | None) -> float | None:
         return None
 
 
-def classify(job: Job, resume: dict[str, tuple[str, list[dict]]], record_file: Path | None) -> Job:
-    """Set `job`'s state from its files (see the module docstring)."""
-    if job.outputs and all(os.path.exists(p) for p in job.outputs.values()):
+def classify(
+    job: Job, resume: dict[str, tuple[str, list[dict]]], record_file: Path | None, deleted: Iterable[str] = ()
+) -> Job:
+    """Set `job`'s state from its files (see the module docstring); `deleted`: its outputs
+    that Snakemake has deleted as temp() once read (`deleted_temp`), not needed for done."""
+    kept = [p for name, p in job.outputs.items() if name not in deleted]
+    if kept and all(os.path.exists(p) for p in kept):
         job.state = DONE
         return job
     failed = failure_record(record_file) if record_file else None
@@ -545,9 +563,33 @@ def chunk_records(ds: plan.DataSet, split: dict | None) -> list[int | None] | No
     return source_parts(ds) if ds.by == "source" else None
 
 
-def chunk_stage(ds: plan.DataSet, stage: str, gpus: int, resume: dict, per_chunk: list[int | None] | None) -> Stage:
+# The rule whose job reads a stage rule's temp() outputs: Snakemake deletes them once it ran.
+TEMP_READERS = {"embed": "merge"}
+
+
+def deleted_temp(cfg: dict, rule: str, ds: plan.DataSet) -> frozenset[str]:
+    """The outputs of `rule`'s jobs on `ds` that Snakemake has deleted as temp(): those
+    flagged so (chunk_vectors' .npy under embedding.keep_chunk_vectors: false), once the
+    job that reads them (merge) has written its outputs. A job without them is done."""
+    files, reader = rule_files(rule), TEMP_READERS.get(rule)
+    keep = cfg["embedding"]["keep_chunk_vectors"]
+    temp = frozenset(name for name, flag in files.temp.items() if flag == "temp" or not keep)
+    if not temp or reader is None:
+        return frozenset()
+    outputs, _, _ = rule_files(reader).of({"dataset": ds.name})
+    return temp if all(os.path.exists(p) for p in outputs.values()) else frozenset()
+
+
+def chunk_stage(
+    ds: plan.DataSet,
+    stage: str,
+    gpus: int,
+    resume: dict,
+    per_chunk: list[int | None] | None,
+    deleted: frozenset[str] = frozenset(),
+) -> Stage:
     """The jobs of a per-chunk stage (embed, summarise) of data set `ds`; `per_chunk`:
-    chunk_records."""
+    chunk_records; `deleted`: deleted_temp."""
     rule, record = STAGE_RULES[stage]
     files = rule_files(rule)
     jobs, notes = [], []
@@ -556,7 +598,7 @@ def chunk_stage(ds: plan.DataSet, stage: str, gpus: int, resume: dict, per_chunk
         job = Job(
             f"chunk {wildcards['chunk']}", outputs, log, bench, per_chunk[wildcards["chunk"]] if per_chunk else None
         )
-        classify(job, resume, record_path(log) if log else None)
+        classify(job, resume, record_path(log) if log else None, deleted)
         if job.state == DONE and (error := _stats(job, record)):
             notes.append(error)
         jobs.append(job)
@@ -695,7 +737,8 @@ def status(
                 per_run = plan.train_gpus(cfg) if gpus else 1
                 stage = train_stage(cfg, ds, per_run if gpus else 0, per_run)
             else:
-                stage = chunk_stage(ds, name, gpus, resume, per_chunk)
+                deleted = deleted_temp(cfg, STAGE_RULES[name][0], ds)
+                stage = chunk_stage(ds, name, gpus, resume, per_chunk, deleted)
             if stage.gpus and ran_on_cpu(stage):
                 stage.gpus = 0
                 stage.notes.append("on the CPU: its jobs' records say they ran there")

@@ -297,6 +297,25 @@ def test_rule_files_are_the_rules_own_patterns(tmp_path):
         st.rule_files("x", str(rules))
 
 
+def test_a_chunk_whose_temp_vectors_merge_deleted_is_done(tmp_path, now):
+    """Under embedding.keep_chunk_vectors: false Snakemake deletes each embed_<i>.npy once
+    merge has read it: a finished run's chunks are done, not running (their logs), while
+    a chunk file gone before merge ran is a job to rerun, and kept chunk files must be there."""
+    cfg = config(tmp_path, embedding={"keep_chunk_vectors": False})
+    split_manifest()
+    for chunk in range(CHUNKS):
+        finished(chunk)
+        os.remove(job_files(chunk)[0]["npy"])
+    assert {j.state for j in embed(st.status(cfg, 2, "--gpus", now=now)).jobs} == {"running"}  # merge not run
+    for path in st.rule_files("merge").of({"dataset": "ds"})[0].values():
+        Path(path).write_bytes(b"x")
+    stage = embed(st.status(cfg, 2, "--gpus", now=now))
+    assert [j.state for j in stage.jobs] == ["done"] * CHUNKS and stage.records_done == CHUNKS * ITEMS
+    assert ", finished;" in st.stage_line(stage, "USD")
+    kept = config(tmp_path, embedding={"keep_chunk_vectors": True})
+    assert {j.state for j in embed(st.status(kept, 2, "--gpus", now=now)).jobs} == {"running"}
+
+
 def test_an_out_of_memory_record_is_no_failure(tmp_path):
     """A train job's out-of-memory record stays (for a smaller micro-batch) while its retry runs."""
     path = tmp_path / "train.failure.json"
