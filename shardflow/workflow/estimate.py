@@ -55,6 +55,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from shardflow.core.config import canonical_order, load_schema, validate_config
 from shardflow.core.files import GZIP_MAGIC, read_json
 from shardflow.core.jobs import priced, read_benchmark, read_job_table
@@ -124,6 +126,8 @@ def load_config(configfiles: Iterable[str] = ()) -> dict:
             overlay = load_yaml(path)
         except OSError as exc:
             raise EstimateError(f"--configfile {path}: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:  # its message names the line and column
+            raise EstimateError(f"--configfile {path}: not YAML: {' '.join(str(exc).split())}") from None
         if overlay is None:
             continue
         if not isinstance(overlay, dict):

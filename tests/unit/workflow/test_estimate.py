@@ -379,6 +379,14 @@ def test_a_bad_corpus_path_is_an_error_naming_the_file(tmp_path, capsys, path):
     assert err.startswith("estimate: ") and path in err
 
 
+@pytest.mark.parametrize("command", ["estimate", "status"])
+def test_a_configfile_that_is_not_yaml_is_an_error_naming_it(tmp_path, capsys, command):
+    (tmp_path / "o.yaml").write_text("dataset: [demo\n")
+    assert main([command, "--configfile", str(tmp_path / "o.yaml"), "--gpus", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{command}: --configfile {tmp_path / 'o.yaml'}: not YAML: ") and "line 2" in err
+
+
 # ----------------------------------------------------------------------- cost
 
 
