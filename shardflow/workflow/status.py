@@ -622,7 +622,8 @@ def sweep_stage(spec, resume_dir: str | None) -> Stage:
     """A sweep's jobs (points x seeds), counted: done where its metrics JSON exists,
     failed where its log folder holds a failure record, or, for a train sweep, where its
     train job's resume folder does (train.failure.json: plan.sweep_train_resume, as
-    rules/common.smk passes it), running where its log folder holds a log."""
+    rules/common.smk passes it), or a log there ends on core.runlog's failed line (an
+    out-of-memory error, as a chunk job's), running where its log folder holds a log."""
     jobs = []
     for pid, seed in spec.jobs():
         logs = expand(smk_constant("SWEEP_LOG"), {"sweep": spec.folder, "point": pid, "seed": seed})
@@ -636,6 +637,10 @@ def sweep_stage(spec, resume_dir: str | None) -> Stage:
             job.state = DONE
         else:
             failed = next(filter(None, map(failure_record, records)), None)
+            logged = (str(Path(logs, n)) for n in listed if n.endswith(".log"))
+            if failed is None and (ended := next(((e, p) for p in logged if (e := log_error(p))), None)):
+                failed = ended
+                job.log = ended[1]  # the job's log, named as a chunk job's is
             if failed:
                 job.state, (job.error, job.error_file) = FAILED_STATE, failed
             elif os.path.isdir(logs):

@@ -285,6 +285,26 @@ def test_a_sweep_is_counted_by_its_jobs_metrics_and_failure_records(tmp_path, no
     assert st.stage_line(stage, "USD") == "sweep (embed) tb: 1/2 jobs; 1 failed"
 
 
+def test_a_sweep_job_whose_log_ends_on_its_error_is_failed_not_running(tmp_path, now):
+    """A point's chunk job out of memory (no failure record: a retry may cure it) left its
+    log's failed line, as a chunk job of the run's own does: failed, not running forever."""
+    grid = {"embedding.token_budget": [512, 65536]}
+    sweep = {"tb": {"stage": "embed", "grid": grid, "seeds": [0], "metrics": {"items_per_s": "max"}}}
+    cfg = config(tmp_path, sweeps=sweep)
+    (a, _), (b, _) = est.sweeps(cfg)["tb"].jobs()
+    for point, last in ((a, "INFO embed: done"), (b, f"CRITICAL embed: {FAILED}OutOfMemoryError: CUDA out of memory")):
+        log = Path(f"logs/sweeps/tb/{point}/seed=0/embed_0.log")
+        log.parent.mkdir(parents=True)
+        log.write_text(f"2026-01-01 00:00:00,000 INFO embed: params={{}}\n2026-01-01 00:00:09,000 {last}\n")
+    stage = next(s for s in st.status(cfg, 1, "--gpus", now=now).stages if s.sweep)
+    assert [j.state for j in stage.jobs] == ["running", "failed"]
+    assert stage.jobs[1].error == "OutOfMemoryError: CUDA out of memory"
+    log = f"logs/sweeps/tb/{b}/seed=0/embed_0.log"
+    assert stage.jobs[1].error_file == log
+    line = st._job_line(stage, stage.jobs[1], now)
+    assert line == f"sweep (embed) tb tb/{b}/seed=0: failed: OutOfMemoryError: CUDA out of memory (log {log})"
+
+
 def test_rule_files_are_the_rules_own_patterns(tmp_path):
     files = st.rule_files("embed")
     assert files.outputs["stats"] == "results/{dataset}/embed/embed_{chunk}.stats.json"
