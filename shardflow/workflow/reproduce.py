@@ -39,7 +39,9 @@ def check_reproduction(expect: dict, provenance: dict, metrics: dict | None, str
     for name, spec in sorted((expect.get("metrics") or {}).items()):
         got = None if metrics is None else metrics.get(name)
         value, tol = float(spec["value"]), float(spec["tolerance"])
-        ok = got is not None and abs(float(got) - value) <= tol
+        # A value that is no number (a dict, a string, a boolean) fails its row, as a missing one does.
+        number = isinstance(got, (int, float)) and not isinstance(got, bool)
+        ok = number and abs(float(got) - value) <= tol
         rows.append(Row(f"metric {name}", _fmt(value), _fmt(got), f"±{tol:g}", "ok" if ok else "FAIL"))
     inputs = provenance.get("inputs", {})
     for path, digest in sorted((expect.get("data_sha256") or {}).items()):

@@ -50,6 +50,17 @@ def test_reproduction_data_checks_match_by_name_or_by_a_byte_identical_copy():
     assert (row.got, row.status) == ("missing", "FAIL")
 
 
+@pytest.mark.parametrize("got", [{"mean": 0.5}, "0.5", True, None, float("nan")])
+def test_a_reproduction_metric_that_is_no_number_fails_its_row(got):
+    """A metrics file whose value is not a number (a nested record, a string) is a FAIL
+    row of the check, not a TypeError that ends it before the other rows."""
+    from shardflow.workflow.reproduce import check_reproduction
+
+    expect = {"metrics": {"ndcg_at_10": {"value": 0.5, "tolerance": 0.001}, "recall_at_10": {"value": 0.9, "tolerance": 0.001}}}
+    rows = check_reproduction(expect, {}, {"ndcg_at_10": got, "recall_at_10": 0.9})
+    assert [(r.item, r.status) for r in rows] == [("metric ndcg_at_10", "FAIL"), ("metric recall_at_10", "ok")]
+
+
 def test_provenance_hashes_the_models_each_task_ran():
     from shardflow.workflow.tasks import models
 
