@@ -40,10 +40,16 @@ def malformed_json(exc: json.JSONDecodeError, unit: str = "line") -> str:
 def read_json(path: str | os.PathLike) -> Any:
     """A JSON file's content (UTF-8); invalid JSON raises ValueError naming the file and
     line (json's own error names neither): for a file cut short, its last line that is not
-    blank."""
+    blank. So do bytes that are not UTF-8 (a config saved in Latin-1 or UTF-16), with
+    their offset in the file."""
     with open(path, encoding="utf-8") as fh:
         try:
             return json.load(fh)
         except json.JSONDecodeError as exc:
             line = exc.doc.count("\n", 0, len(exc.doc.rstrip())) + 1 if _cut_short(exc) else exc.lineno
             raise ValueError(f"{os.fspath(path)}:{line}: {malformed_json(exc, 'file')}") from None
+        except UnicodeDecodeError as exc:  # json.load reads the whole file: exc.object is its bytes
+            line = exc.object.count(b"\n", 0, exc.start) + 1
+            raise ValueError(
+                f"{os.fspath(path)}:{line}: invalid UTF-8 at byte {exc.start} of the file ({exc.reason})"
+            ) from None

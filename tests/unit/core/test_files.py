@@ -34,3 +34,14 @@ def test_read_json_of_a_file_cut_short_names_its_last_line_and_end(tmp_path):
     cut.write_text('{\n  "a": 1,\n  "b": 2\n\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"cut\.json:3: malformed JSON \(Expecting ',' delimiter at the end of the file\)"):
         read_json(cut)
+
+
+def test_read_json_of_text_that_is_not_utf8_names_file_line_and_byte(tmp_path):
+    # A model's config saved in Latin-1 by an editor: the bytes of "é" are not UTF-8.
+    # The error was Python's bare UnicodeDecodeError, naming no file of the folder's five.
+    latin1 = tmp_path / "config_sentence_transformers.json"
+    head = '{\n  "a": "' + "x" * 20000 + '",\n  "prompts": {"query": "'
+    latin1.write_bytes((head + 'requête: "}\n}\n').encode("latin-1"))
+    at = len(head.encode()) + len("requ")
+    with pytest.raises(ValueError, match=rf"config_sentence_transformers\.json:3: invalid UTF-8 at byte {at} "):
+        read_json(latin1)
