@@ -17,11 +17,16 @@ from shardflow.core.atomic import atomic_open
 
 
 def read_header(path: str | os.PathLike) -> tuple[tuple[int, ...], np.dtype, bool, int]:
-    """(shape, dtype, fortran_order, data offset) of an .npy file, reading only its header."""
+    """(shape, dtype, fortran_order, data offset) of an .npy file, reading only its header.
+    A file that is not one (empty, cut in its header, a Git LFS pointer) is a ValueError
+    naming it: numpy's own error names no file."""
     with open(path, "rb") as fh:
-        version = np.lib.format.read_magic(fh)
-        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = read(fh)
+        try:
+            version = np.lib.format.read_magic(fh)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read(fh)
+        except ValueError as exc:
+            raise ValueError(f"{os.fspath(path)}: not a readable .npy file ({exc})") from None
         return shape, dtype, fortran, fh.tell()
 
 

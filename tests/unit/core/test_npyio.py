@@ -41,3 +41,19 @@ def test_truncated_file_is_an_error(tmp_path):
 def test_default_blocks_are_about_4_mib():
     assert rows_per_block(384, np.float32) == (4 << 20) // (384 * 4)
     assert rows_per_block(10**9, np.float32) == 1
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"version https://git-lfs.github.com/spec/v1\n", b"\x93NUMPY\x01\x00\x10"],
+    ids=["empty", "lfs-pointer", "cut-in-header"],
+)
+def test_a_file_that_is_no_npy_is_an_error_naming_it(tmp_path, content):
+    # numpy's own errors ("EOF: reading magic string, expected 8 bytes got 0") name no
+    # file: a merge of hundreds of chunks, or a sweep's reference, left the user guessing.
+    path = tmp_path / "embed_7.npy"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=r"embed_7\.npy: not a readable \.npy file \("):
+        read_header(path)
+    with pytest.raises(ValueError, match=r"embed_7\.npy: not a readable \.npy file \("):
+        list(iter_row_blocks(path))
