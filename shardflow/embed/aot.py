@@ -23,7 +23,9 @@ How:
   renamed: no job ever loads half a package.
 - The first batch runs both ways, and each row's embedding must match the eager one
   (cosine >= CHECK_COSINE); otherwise, or if exporting, compiling or loading fails, the
-  job runs eagerly, with the reason logged and in its stats (`compile`).
+  job runs eagerly, with the reason logged and in its stats (`compile`). A failed build
+  leaves `<key>.failed.json` beside the package, with its error: later jobs run eagerly
+  at once, naming it, instead of each failing the same build (remove it to try again).
 - Padded batches only: packing keeps its eager path (the engine does not pair them).
 """
 
@@ -41,6 +43,8 @@ from typing import Any
 import torch
 
 from shardflow.core import locks
+from shardflow.core.atomic import write_json
+from shardflow.core.files import read_json
 from shardflow.embed.pooling import last_hidden
 
 FOLDER = "shardflow-aot"
@@ -120,6 +124,9 @@ class AotForward:
         self.device, self.dtype, self.limits, self.logger = device, dtype, limits, logger
         self.key = package_key(model, device, dtype, limits, path)
         self.package = package_folder() / f"{self.key}.pt2"
+        # A build that failed says so here, for every later job: a model that cannot be
+        # exported (a decoder patched with liger's kernels, say) is not tried once a job.
+        self.failed = self.package.with_suffix(".failed.json")
         self.runner = None
         self.how = ""  # after prepare: "loaded in <s> s" or "built in <s> s, loaded in <s> s"
 
@@ -149,7 +156,19 @@ class AotForward:
         try:
             if self.package.is_file():  # built while this job waited
                 return f"waited {time.monotonic() - waited_since:.1f} s for another job's build, "
-            return self._build(input_ids, mask)
+            if self.failed.is_file():
+                earlier = read_json(self.failed)
+                raise RuntimeError(
+                    f"an earlier job's build of this package failed ({earlier.get('error', '?')}); "
+                    f"remove {self.failed} to try again"
+                )
+            try:
+                return self._build(input_ids, mask)
+            except Exception as exc:
+                if not isinstance(exc, torch.OutOfMemoryError):  # the batch's, not the build's
+                    error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                    write_json(self.failed, {"error": error, "unix": time.time(), "torch": torch.__version__})
+                raise
         finally:
             locks.release(fd)
 

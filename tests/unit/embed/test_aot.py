@@ -104,8 +104,13 @@ def test_the_key_follows_the_code_not_the_weights(tiny, tmp_path):
     assert aot.package_key(b, cpu, torch.float32, (512, 48), path) != key
 
 
-def test_a_failed_build_runs_the_job_eagerly_and_says_why(tiny, texts, tmp_path, monkeypatch, caplog):
+def test_a_failed_build_runs_the_job_eagerly_says_why_and_is_not_tried_again(
+    tiny, texts, tmp_path, monkeypatch, caplog
+):
+    builds = []
+
     def fail(self, input_ids, mask):
+        builds.append(1)
         raise RuntimeError("no C++ compiler found")
 
     monkeypatch.setattr(aot.AotForward, "_build", fail)
@@ -115,6 +120,12 @@ def test_a_failed_build_runs_the_job_eagerly_and_says_why(tiny, texts, tmp_path,
     assert stats["compile"] == "off (compile_mode aot failed: RuntimeError: no C++ compiler found)"
     assert np.array_equal(got, eager)
     assert any("no C++ compiler found" in r.getMessage() and "eagerly" in r.getMessage() for r in caplog.records)
+    # The next job reads the failure beside the package instead of failing the same build.
+    (failed,) = (tmp_path / aot.FOLDER).glob("*.failed.json")
+    again, stats = _encode(_params(tiny["bert_mean"], tmp_path, compile=True, compile_mode="aot"), texts)
+    assert len(builds) == 1 and np.array_equal(again, eager)
+    assert "an earlier job's build of this package failed (RuntimeError: no C++ compiler found)" in stats["compile"]
+    assert f"remove {failed} to try again" in stats["compile"]
 
 
 def test_a_package_that_disagrees_with_eager_is_not_used(built, tiny, texts, monkeypatch):
