@@ -43,16 +43,6 @@ from tests.support import tiny_generators, tiny_models
 # --------------------------------------------------------------------------- fixtures and helpers
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Tiny models gain nothing from a second thread, and on a busy machine two
-    # spinning threads are 10-40x slower than one.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("tiny_generators")

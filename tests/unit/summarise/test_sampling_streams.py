@@ -36,14 +36,6 @@ from tests.support import tiny_generators, tiny_models
 WINDOW = 6
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def gpt2(tmp_path_factory) -> Path:
     return tiny_generators.build_gpt2(tmp_path_factory.mktemp("tiny_gpt2"))
