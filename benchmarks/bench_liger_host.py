@@ -113,9 +113,13 @@ def main() -> None:
 
     from importlib.metadata import version
 
-    import liger_kernel.ops.rms_norm as ops
     import torch
-    from liger_kernel.transformers.rms_norm import LigerRMSNorm
+
+    try:
+        import liger_kernel.ops.rms_norm as ops
+        from liger_kernel.transformers.rms_norm import LigerRMSNorm
+    except ImportError as exc:
+        raise SystemExit(f"needs liger-kernel and triton importable ({exc}): see this script's docstring") from None
 
     torch.set_num_threads(1)
     row = ops._rms_norm_forward_kernel = Recorder(ops._rms_norm_forward_kernel.arg_names)

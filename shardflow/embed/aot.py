@@ -13,7 +13,8 @@ How:
 - The package is `<cache>/shardflow-aot/<key>.pt2`, `<cache>` being the compile cache
   (`embedding.compile_cache`, else torch's, per machine). The key is a digest of what
   decides the compiled code, never the weights: the model's class and config.json, the
-  dtype, the device kind (for CUDA its name and compute capability), the torch and
+  dtype, the device kind (a GPU's name and compute capability, the CPU's vector
+  instructions as ATen reads them), the torch and
   transformers versions, the attention path the engine resolved (the mask it passes,
   SDPA's cuDNN kernel on or off, fused kernels), and the largest batch (rows, width).
   Fine-tuned weights of one architecture share a package.
@@ -31,8 +32,6 @@ How:
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import platform
@@ -45,6 +44,7 @@ import torch
 from shardflow.core import locks
 from shardflow.core.atomic import write_json
 from shardflow.core.files import read_json
+from shardflow.core.hashing import digest
 from shardflow.embed.pooling import last_hidden
 
 FOLDER = "shardflow-aot"
@@ -95,8 +95,7 @@ def package_key(
         what["gpu"] = [torch.cuda.get_device_name(device), list(torch.cuda.get_device_capability(device))]
     else:  # the CPU's vector instructions, which its compiled code uses (ATen's reading: no probe)
         what["cpu"] = [platform.machine(), torch.backends.cpu.get_cpu_capability()]
-    blob = json.dumps(what, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:32]
+    return digest(what)[:32]
 
 
 def package_folder() -> Path:
@@ -121,26 +120,25 @@ class AotForward:
         logger: logging.Logger,
     ):
         self.module = _Padded(model)
-        self.device, self.dtype, self.limits, self.logger = device, dtype, limits, logger
+        self.device, self.limits, self.logger = device, limits, logger
         self.key = package_key(model, device, dtype, limits, path)
         self.package = package_folder() / f"{self.key}.pt2"
         # A build that failed says so here, for every later job: a model that cannot be
         # exported (a decoder patched with liger's kernels, say) is not tried once a job.
         self.failed = self.package.with_suffix(".failed.json")
         self.runner = None
-        self.how = ""  # after prepare: "loaded in <s> s" or "built in <s> s, loaded in <s> s"
 
     def prepare(self, input_ids: torch.Tensor, mask: torch.Tensor | None) -> str:
         """Load the package, building it first if it is missing; `input_ids` and `mask`
-        (a batch as the engine passes it) give the inputs' kinds. Returns `how`."""
+        (a batch as the engine passes it) give the inputs' kinds. Returns what it did:
+        "loaded in <s> s", after "built in <s> s, " or "waited <s> s for another job's build, "."""
         self.package.parent.mkdir(parents=True, exist_ok=True)
         built = ""
         if not self.package.is_file():
             built = self._build_once(input_ids, mask)
         t0 = time.perf_counter()
         self._load()
-        self.how = f"{built}loaded in {time.perf_counter() - t0:.2f} s"
-        return self.how
+        return f"{built}loaded in {time.perf_counter() - t0:.2f} s"
 
     def _build_once(self, input_ids: torch.Tensor, mask: torch.Tensor | None) -> str:
         lock = self.package.with_suffix(".lock")
@@ -166,8 +164,7 @@ class AotForward:
                 return self._build(input_ids, mask)
             except Exception as exc:
                 if not isinstance(exc, torch.OutOfMemoryError):  # the batch's, not the build's
-                    error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                    write_json(self.failed, {"error": error, "unix": time.time(), "torch": torch.__version__})
+                    write_json(self.failed, {"error": error_line(exc), "unix": time.time(), "torch": torch.__version__})
                 raise
         finally:
             locks.release(fd)
@@ -269,6 +266,12 @@ def load_package(path: Path, device_index: int):
         return aoti_load_package(str(path), device_index=device_index)
     finally:
         codecache.get_device_information = full
+
+
+def error_line(exc: BaseException) -> str:
+    """`<type>: <first line of the message>`: what a log line and the job's stats say."""
+    lines = str(exc).splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
 def rows_agree(got: torch.Tensor, want: torch.Tensor) -> float:

@@ -674,7 +674,7 @@ class Encoder:
             self.aot_pending = True  # the back-off splits the batch; its first half loads the package again
             raise
         except Exception as exc:  # noqa: BLE001 - an optional speed-up never stops a run
-            self.compiled = f"off (compile_mode aot failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+            self.compiled = f"off (compile_mode aot failed: {aot.error_line(exc)})"
             self.logger.warning("compile: %s; running eagerly", self.compiled)
             return want
         self.aot = forward
