@@ -40,9 +40,6 @@ LONGEST_FIRST = (
     "tests/workflow/test_embedding_e2e.py",
     "tests/workflow/test_sweep_e2e.py",
     "tests/workflow/test_train_e2e.py",
-    # A real AOTInductor build (compile_mode aot): 30-40 s, most of it CPU, in a worker
-    # whose inductor is cold; collected last, it could be the one file left running.
-    "tests/unit/embed/test_aot.py",
 )
 
 
