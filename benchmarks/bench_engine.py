@@ -51,7 +51,8 @@ and the minimum cosine against st@32:
 - compiled_buckets  compile with length_buckets: on (one graph per bucket width, in warm-up)
 - compiled_graphs  compile_mode: reduce-overhead (CUDA graphs of the bucket shapes)
 - compiled_aot  compile_mode: aot (the padded forward from an AOTInductor package: built by
-            the warm-up round into torch's compile cache, or loaded from an earlier run)
+            the warm-up round into torch's compile cache, or loaded from an earlier run;
+            inductor's kernels only: `kernels: auto` leaves liger's out under aot)
 - packed    packing: on (unpadded rows; varlen attention on CUDA, block mask on CPU)
 - fused_packed  fused + packed (no compile)
 - fused_compiled  fused + compiled (liger's kernels inside the compiled layers)

@@ -561,14 +561,27 @@ def liger_version() -> str | None:
         return "unknown"
 
 
-def resolve_kernels(option: str, device: torch.device, mtype: str) -> Choice:
-    """Whether liger-kernel's fused kernels are applied, and why (not)."""
+def compiles_ahead(params, packing: Choice) -> bool:
+    """Whether the padded forward runs from an AOTInductor package (`compile_mode: aot`;
+    packed batches keep their eager path)."""
+    return bool(params.compile) and params.compile_mode == "aot" and not packing.on
+
+
+def resolve_kernels(option: str, device: torch.device, mtype: str, aot: bool = False) -> Choice:
+    """Whether liger-kernel's fused kernels are applied, and why (not). `aot`: the padded
+    forward is compiled ahead of time (`compile_mode: aot`, padded batches), where `auto`
+    leaves them out: inductor fuses the norms, RoPE and MLP into kernels of its own, and
+    liger calls its Triton kernels in a way `torch.export` cannot trace (it traces without
+    dynamo, which sees a raw kernel launch only through torch's triton wrappers), so a
+    patched model's build fails and the job runs eagerly. `liger` still applies them."""
     if option == "off":
         return Choice("off", "embedding.kernels is off")
     if device.type != "cuda":
         return Choice("off", f"fused kernels need CUDA (device is {device.type})")
     if mtype not in LIGER_FAMILIES:
         return Choice("off", f"liger-kernel does not patch model type {mtype!r}")
+    if aot and option == "auto":
+        return Choice("off", "compile_mode aot: inductor fuses the norms, RoPE and MLP in the package itself")
     ver = liger_version()
     if ver is None:
         return Choice("off", "the optional package liger-kernel is not installed")

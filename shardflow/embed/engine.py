@@ -263,7 +263,7 @@ def load_encoder(
     mtype = accel.model_type(cfg)
     attn_requested = dict(spec.model_kwargs).get("attn_implementation")
     packing = accel.resolve_packing(params.packing, device, mtype, attn_requested)
-    kernels = accel.resolve_kernels(params.kernels, device, mtype)
+    kernels = accel.resolve_kernels(params.kernels, device, mtype, aot=accel.compiles_ahead(params, packing))
     logger.info("packing: %s (%s)", packing.value, packing.reason)
     attn = packing.value if packing.value in ("flash_attention_2", "flex_attention") else None
     try:

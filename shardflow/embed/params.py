@@ -199,7 +199,7 @@ def accel_identity(params: EmbedParams, spec: ModelSpec, device: torch.device) -
     packing = accel.resolve_packing(params.packing, device, mtype, attn)
     attention = resolve_attention(params, device, mtype, cfg, attn, packing)
     graphs = accel.resolve_cuda_graphs(params.cuda_graphs, device, params.compile, packing, mtype, attention[2])
-    kernels = accel.resolve_kernels(params.kernels, device, mtype)
+    kernels = accel.resolve_kernels(params.kernels, device, mtype, aot=accel.compiles_ahead(params, packing))
     out.update(speedup_identity(params, packing, graphs, kernels))
     out.update(attention_identity(device, *attention))
     if params.compile and params.compile_mode not in ("auto", "default"):

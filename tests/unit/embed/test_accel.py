@@ -684,6 +684,19 @@ def test_kernels_resolution(monkeypatch):
         "liger", "liger-kernel 9.9: fused RMSNorm, RoPE and MLP for qwen3"
     )
     assert accel.resolve_kernels("off", cuda, "qwen3").value == "off"
+    # An AOTInductor package: inductor fuses these itself, and export cannot trace liger's launches.
+    assert accel.resolve_kernels("auto", cuda, "qwen3", aot=True) == accel.Choice(
+        "off", "compile_mode aot: inductor fuses the norms, RoPE and MLP in the package itself"
+    )
+    assert accel.resolve_kernels("liger", cuda, "qwen3", aot=True).value == "liger"  # asked for: tried
+
+
+def test_compiles_ahead_only_for_padded_batches_of_compile_mode_aot():
+    off, on = accel.Choice("off", ""), accel.Choice("flex_attention", "")
+    assert accel.compiles_ahead(params("m", compile=True, compile_mode="aot"), off)
+    assert not accel.compiles_ahead(params("m", compile=True, compile_mode="aot"), on)  # packed: eager
+    assert not accel.compiles_ahead(params("m", compile=False, compile_mode="aot"), off)
+    assert not accel.compiles_ahead(params("m", compile=True, compile_mode="auto"), off)
 
 
 def test_apply_kernels_calls_liger_and_falls_back(monkeypatch, caplog):
