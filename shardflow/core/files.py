@@ -2,7 +2,9 @@
 
 So `corpus.jsonl.gz`, an MS MARCO `collection.tsv` that was gzipped without
 renaming, and a plain file all open the same way. JSON files are read by `read_json`,
-whose errors name the file, line and column.
+whose errors name the file, line and column; JSON-lines files the workflow writes (a
+tokenized chunk's sidecar, a summaries file) by `iter_json_lines`, whose errors name the
+file and line.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from collections.abc import Iterator
 from typing import IO, Any
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -53,3 +56,21 @@ def read_json(path: str | os.PathLike) -> Any:
             raise ValueError(
                 f"{os.fspath(path)}:{line}: invalid UTF-8 at byte {exc.start} of the file ({exc.reason})"
             ) from None
+
+
+def iter_json_lines(path: str | os.PathLike, error: type[ValueError] = ValueError) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each line of a JSON-lines file the workflow wrote. A line
+    that is not UTF-8, not JSON (cut short, overwritten) or not an object raises `error`
+    naming the file and line: json's and the codec's own errors name neither. A blank
+    line is bad too, since the workflow writes none."""
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                obj = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise error(f"{os.fspath(path)}:{lineno}: invalid UTF-8 at byte {exc.start} of the line") from None
+            except json.JSONDecodeError as exc:
+                raise error(f"{os.fspath(path)}:{lineno}: {malformed_json(exc)}") from None
+            if not isinstance(obj, dict):
+                raise error(f"{os.fspath(path)}:{lineno}: JSON value is {type(obj).__name__}, not an object")
+            yield lineno, obj

@@ -17,6 +17,7 @@ import os
 from collections.abc import Iterator, Sequence
 
 from shardflow.core.atomic import atomic_open
+from shardflow.core.files import iter_json_lines
 
 RECORD_FIELDS = ("summary", "input_tokens", "output_tokens", "truncated")
 
@@ -35,15 +36,11 @@ def write_summaries(path: str | os.PathLike, ids: Sequence[str], records: Sequen
 
 
 def iter_summaries(path: str | os.PathLike) -> Iterator[dict]:
-    """The records of a summaries file, checked field by field."""
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SummariesError(f"{path}:{lineno}: malformed JSON ({exc.msg})") from None
-            missing = [k for k in ("id", *RECORD_FIELDS) if k not in rec]
-            if missing:
-                raise SummariesError(f"{path}:{lineno}: missing {', '.join(missing)}")
-            yield rec
+    """The records of a summaries file, checked field by field; a line that is not UTF-8,
+    not JSON or not an object is an error naming the file and line too."""
+    for lineno, rec in iter_json_lines(path, SummariesError):
+        missing = [k for k in ("id", *RECORD_FIELDS) if k not in rec]
+        if missing:
+            raise SummariesError(f"{path}:{lineno}: missing {', '.join(missing)}")
+        yield rec
 

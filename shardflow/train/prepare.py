@@ -57,6 +57,7 @@ from pathlib import Path
 import numpy as np
 
 from shardflow.core.atomic import atomic_open, write_json
+from shardflow.core.files import iter_json_lines
 from shardflow.core.hashing import sha256_file
 from shardflow.core.s3 import logical_path
 from shardflow.corpus.chunks import iter_chunk
@@ -421,7 +422,7 @@ def read_summary(tokens_path: str | os.PathLike) -> dict:
         tail = data.rsplit(b"\n", 1)[-1]
     try:
         summary = json.loads(tail)["summary"]
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError) as exc:  # ValueError: not JSON, or not UTF-8
         raise ValueError(f"{side}: no summary line at the end (incomplete or not a tokenized-chunk sidecar)") from exc
     if summary.get("format") != TOKENIZED_FORMAT:
         raise ValueError(f"{side}: format {summary.get('format')!r}, expected {TOKENIZED_FORMAT!r}")
@@ -432,12 +433,11 @@ def read_summary(tokens_path: str | os.PathLike) -> dict:
 
 
 def iter_docs(tokens_path: str | os.PathLike) -> Iterator[dict]:
-    """The per-document lines of a tokenized chunk's sidecar, in order."""
-    with open(docs_path(tokens_path), encoding="utf-8") as fh:
-        for line in fh:
-            obj = json.loads(line)
-            if "summary" not in obj:
-                yield obj
+    """The per-document lines of a tokenized chunk's sidecar, in order; a damaged line is an
+    error naming the sidecar and the line."""
+    for _, obj in iter_json_lines(docs_path(tokens_path)):
+        if "summary" not in obj:
+            yield obj
 
 
 # ---------------------------------------------------------------- 3. gather

@@ -7,7 +7,7 @@ import gzip
 
 import pytest
 
-from shardflow.core.files import open_binary, read_json
+from shardflow.core.files import iter_json_lines, open_binary, read_json
 
 
 def test_open_binary_gunzips_by_magic_not_name(tmp_path):
@@ -45,3 +45,22 @@ def test_read_json_of_text_that_is_not_utf8_names_file_line_and_byte(tmp_path):
     at = len(head.encode()) + len("requ")
     with pytest.raises(ValueError, match=rf"config_sentence_transformers\.json:3: invalid UTF-8 at byte {at} "):
         read_json(latin1)
+
+
+@pytest.mark.parametrize(
+    "line, reason",
+    [
+        (b'{"id": "d2", "off', r"malformed JSON \(.* at the end of the line\)"),  # cut short
+        (b'{"id": "d\xe92"}', r"invalid UTF-8 at byte 9 of the line"),  # Latin-1
+        (b'["d2"]', r"JSON value is list, not an object"),
+        (b"", r"malformed JSON \(Expecting value at column 1\)"),  # a blank line
+    ],
+)
+def test_iter_json_lines_names_file_and_line_of_a_damaged_line(tmp_path, line, reason):
+    # json's and the codec's own errors name neither the file nor the line.
+    path = tmp_path / "t.bin.docs.jsonl"
+    path.write_bytes(b'{"id": "d1"}\n' + line + b'\n{"id": "d3"}\n')
+    lines = iter_json_lines(path)
+    assert next(lines) == (1, {"id": "d1"})
+    with pytest.raises(ValueError, match=rf"t\.bin\.docs\.jsonl:2: {reason}"):
+        next(lines)

@@ -144,6 +144,11 @@ def test_merge_checks_count_and_ids(tmp_path):
     b.write_text('{"id": "q", "summary": "s"}\n')
     with pytest.raises(SummariesError, match=r"b.jsonl:1: missing input_tokens, output_tokens, truncated"):
         merge_summaries([str(a), str(b)], tmp_path / "bad.jsonl", 3)
+    # not UTF-8, or not an object: a bare UnicodeDecodeError or TypeError named no file
+    for line, reason in ((b'{"id": "q\xe9"}', "invalid UTF-8 at byte 9 of the line"), (b"5", "JSON value is int")):
+        b.write_bytes(line + b"\n")
+        with pytest.raises(SummariesError, match=rf"b.jsonl:1: {reason}"):
+            merge_summaries([str(a), str(b)], tmp_path / "bad.jsonl", 3)
 
 
 def test_evaluation_joins_references_by_id_and_names_what_is_missing(tmp_path):

@@ -312,6 +312,35 @@ def test_truncated_tokenized_chunk_is_refused(tmp_path):
         gather_shards([tmp_path / "t.bin"], tmp_path / "shards", ShardParams())
 
 
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        (lambda line: line[:20], r":2: malformed JSON"),  # overwritten in place, cut short
+        (lambda line: line.replace(b'"d1"', b'"d\xe91"'), r":2: invalid UTF-8 at byte 8 of the line"),
+        (lambda line: b"[1]\n", r":2: JSON value is list, not an object"),
+    ],
+)
+def test_a_damaged_sidecar_line_names_the_sidecar_and_line(tmp_path, damage, reason):
+    # A bare JSONDecodeError, UnicodeDecodeError or TypeError named neither the sidecar
+    # nor its line; the summary line at the end is whole, so read_summary passes.
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", [("d0", "a"), ("d1", "ab"), ("d2", "abc")])
+    tokenize_chunk(chunk, CharTokenizer.train(["abc"]), tmp_path / "t.bin", TokenizeParams())
+    side = docs_path(tmp_path / "t.bin")
+    lines = side.read_bytes().splitlines(keepends=True)
+    side.write_bytes(b"".join([lines[0], damage(lines[1]), *lines[2:]]))
+    with pytest.raises(ValueError, match=r"t\.bin\.docs\.jsonl" + reason):
+        gather_shards([tmp_path / "t.bin"], tmp_path / "shards", ShardParams())
+
+
+def test_a_summary_line_that_is_not_utf8_names_the_sidecar(tmp_path):
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", [("d0", "a")])
+    tokenize_chunk(chunk, CharTokenizer.train(["a"]), tmp_path / "t.bin", TokenizeParams())
+    side = docs_path(tmp_path / "t.bin")
+    side.write_bytes(side.read_bytes().replace(b'"summary"', b'"summary\xe9"'))
+    with pytest.raises(ValueError, match=r"t\.bin\.docs\.jsonl: no summary line at the end"):
+        gather_shards([tmp_path / "t.bin"], tmp_path / "shards", ShardParams())
+
+
 def test_shard_mb_sets_the_target(tmp_path):
     chunk = write_chunk(tmp_path / "chunk_0.jsonl", [(f"d{i}", words(i)) for i in range(30)])
     _, meta = run(
