@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardflow.core.atomic import atomic_path
@@ -34,6 +35,14 @@ class MergeParams:
 def _header(path: str) -> tuple[tuple[int, ...], np.dtype]:
     shape, dtype, _, _ = read_header(path)
     return shape, dtype
+
+
+def _check_no_null_id(path: str, first_row: int, ids: pa.Array) -> None:
+    """A null id names no document, so its vector could never be joined back: stop naming
+    the file and row (the cast to the non-nullable id column names neither)."""
+    if ids.null_count:
+        k = first_row + pc.index(ids.is_null(), True).as_py()
+        raise ValueError(f"{path}: row {k} (counting from 0) has a null id")
 
 
 def merge_embeddings(
@@ -73,8 +82,10 @@ def merge_embeddings(
                 if shape[0]:
                     for block in iter_row_blocks(p, params.block_rows):
                         out.write(block)
-                ids = pq.ParquetFile(ip)
+                ids, row = pq.ParquetFile(ip), 0
                 for batch in ids.iter_batches(columns=["id"], batch_size=params.id_batch):
+                    _check_no_null_id(ip, row, batch.column(0))
                     writer.write_table(pa.Table.from_batches([batch]).cast(ID_SCHEMA), row_group_size=params.id_batch)
+                    row += batch.num_rows
     log.info("merged %d chunks: %d rows x %d (%s)", len(npy_paths), total, dim, dtype)
     return {"chunks": len(npy_paths), "rows": total, "dim": dim, "dtype": str(dtype)}

@@ -42,5 +42,7 @@ def iter_summaries(path: str | os.PathLike) -> Iterator[dict]:
         missing = [k for k in ("id", *RECORD_FIELDS) if k not in rec]
         if missing:
             raise SummariesError(f"{path}:{lineno}: missing {', '.join(missing)}")
+        if not isinstance(rec["id"], str):  # the split's ids are strings; a null one names no document
+            raise SummariesError(f"{path}:{lineno}: id is {json.dumps(rec['id'])}, not a string")
         yield rec
 

@@ -121,3 +121,12 @@ def test_failure_while_writing_leaves_no_output(tmp_path):
     with pytest.raises(pa.ArrowNotImplementedError):
         merge_embeddings([npy], [str(bad_ids)], out / "embeddings.npy", out / "ids.parquet")
     assert list(out.iterdir()) == []
+
+
+def test_a_null_id_names_its_file_and_row(tmp_path):
+    # Arrow's own error ("Casting field 'id' with null values to non-nullable") named neither.
+    ids = [f"c1-r{r}" for r in range(5)]
+    ids[3] = None
+    with pytest.raises(ValueError, match=r"embed_1\.ids\.parquet: row 3 \(counting from 0\) has a null id"):
+        merge(tmp_path, [chunk(0, 2), (chunk(1, 5)[0], ids)], id_batch=2)  # in the second batch of the file
+    assert list((tmp_path / "out").iterdir()) == []

@@ -151,6 +151,17 @@ def test_merge_checks_count_and_ids(tmp_path):
             merge_summaries([str(a), str(b)], tmp_path / "bad.jsonl", 3)
 
 
+def test_merge_names_the_file_and_line_of_a_null_id(tmp_path):
+    # The duplicate check hashed the id and raised a bare AttributeError, naming no file.
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    rec = {"summary": "s", "input_tokens": 3, "output_tokens": 1, "truncated": False}
+    write_summaries(a, ["x", "y"], [rec, rec])
+    b.write_text(json.dumps({"id": "q", **rec}) + "\n" + json.dumps({"id": None, **rec}) + "\n")
+    with pytest.raises(SummariesError, match=r"b.jsonl:2: id is null, not a string"):
+        merge_summaries([str(a), str(b)], tmp_path / "all.jsonl", 4)
+    assert not (tmp_path / "all.jsonl").exists()
+
+
 def test_evaluation_joins_references_by_id_and_names_what_is_missing(tmp_path):
     src = tmp_path / "src.jsonl"
     src.write_text(
