@@ -2,7 +2,7 @@
 
 Snakemake deletes the declared outputs of a failed job, so a job that wants to
 resume after SIGKILL keeps its progress elsewhere: a folder named by a hash of
-everything that decides the output (see `resume_key`), holding
+everything that decides the output and of the input's path (see `resume_key`), holding
 
     manifest.json        what the parts belong to (sizes, fingerprints)
     part-000000.npy      an array part (embeddings of texts [0, window), ...)
@@ -35,7 +35,8 @@ known either). Folders from before attempt records hold none: nothing is counted
 The records name their job (`job`) and count the records of the parts they saved
 (`items_saved`), so that `make status` (shardflow.workflow.status) tells which chunk a
 folder belongs to, and how far it got, from these small files alone: a folder's name
-is a hash of the chunk's bytes and the model, which status cannot recompute cheaply.
+is a hash of the chunk's bytes, its path and the model, which status cannot recompute
+cheaply.
 
 The folder is a local path, or an s3:// URL when no shared volume outlives the job
 (EKS pods without one: the parts then live under the run's storage prefix and a
@@ -62,6 +63,7 @@ import numpy as np
 
 from shardflow.core.atomic import atomic_write_bytes
 from shardflow.core.hashing import digest, sha256_file
+from shardflow.core.s3 import logical_path
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +73,14 @@ FORMAT_VERSION = 1
 
 
 def resume_key(input_path: str | Path, identity: dict[str, Any]) -> str:
-    """Folder name for one input's resume state: hash of its bytes + the output identity."""
-    return digest({"chunk": sha256_file(input_path), "identity": identity})[:24]
+    """Folder name for one input's resume state: a hash of its bytes, its path and the
+    output identity. The path keeps apart jobs whose inputs hold the same bytes (the empty
+    chunks of n_chunks over the records) under one resume root: sharing a folder, the
+    first to finish removed the parts the other had saved, and the other counted the
+    first's attempt as its own. It is the path as the workflow names it
+    (core.s3.logical_path), so that a retry, and an S3 run's job reading its local copy,
+    find the folder a local run's job would."""
+    return digest({"chunk": sha256_file(input_path), "path": logical_path(input_path), "identity": identity})[:24]
 
 
 def resume_folder(root: str | Path, key: str) -> str:

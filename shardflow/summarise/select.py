@@ -3,7 +3,7 @@
 The chunk is processed in windows of `params.window` documents; each finished
 window is saved as a records part (`core.parts`), so a killed job resumes where it
 stopped, as embed and abstractive jobs do. The part folder's name is a hash of the
-chunk's bytes and everything that decides the output (method, k, lambda,
+chunk's bytes and path and everything that decides the output (method, k, lambda,
 splitter, and for `extractive` the encoder's identity), so a changed setting never
 picks up stale parts.
 """

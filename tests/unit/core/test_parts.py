@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardflow.core.parts import PartStore, attempt_totals, resume_folder, resume_tree_top
+from shardflow.core.parts import PartStore, attempt_totals, resume_folder, resume_key, resume_tree_top
+from shardflow.core.s3 import LOCAL_VARIABLE, PREFIX_VARIABLE
 
 
 # JSON escapes the C0 controls ("\x1c" is "\\u001c"), not these.
@@ -200,3 +201,46 @@ def test_a_folder_from_before_attempt_records_resumes_with_no_earlier_attempt(tm
     assert store.load_records(0, 1) == [{"id": "a"}]
     assert store.attempt_totals() == {"earlier_attempts": 0, "earlier_attempt_seconds": 0,
                                       "earlier_attempt_devices": {}}
+
+
+# ------------------------------------------------------------------ the folder's name
+
+
+def test_two_jobs_of_identical_chunks_keep_their_parts_and_attempts_apart(tmp_path, monkeypatch):
+    """Chunks with the same bytes (the empty chunks of n_chunks over the records) under
+    one resume root: keyed by bytes and identity alone they shared a folder, so the first
+    job to finish removed the parts the other had saved (a kill of it then lost them) and
+    the other counted the first's attempt as its own earlier one."""
+    monkeypatch.chdir(tmp_path)
+    chunks = Path("results/ds/chunks")
+    chunks.mkdir(parents=True)
+    for i in (2, 3):
+        (chunks / f"chunk_{i}.jsonl").write_bytes(b"")
+    root, identity, manifest = Path("results/ds/.resume"), {"model": "m"}, {"n_texts": 0}
+
+    def store(i):
+        folder = resume_folder(root, resume_key(chunks / f"chunk_{i}.jsonl", identity))
+        return PartStore(folder, manifest, job=f"results/ds/embed/embed_{i}.npy").open()
+
+    first, second = store(2), store(3)
+    first.save_array(0, np.zeros(2, dtype=np.float32))
+    second.save_array(0, np.ones(2, dtype=np.float32))
+    assert second.attempt_totals()["earlier_attempts"] == 0
+    first.remove(root)  # the first job's outputs are written
+    retry = store(3)  # the second job, killed, runs again
+    assert retry.load_array(0, (2,), np.dtype(np.float32)).tolist() == [1.0, 1.0]
+    assert retry.attempt_totals()["earlier_attempts"] == 1
+
+
+def test_the_key_of_a_chunk_is_the_same_in_a_local_run_and_an_s3_run(tmp_path, monkeypatch):
+    """An S3 run's job reads its local copy of the chunk; the key names the chunk as the
+    workflow does (core.s3.logical_path), as a local run's job does."""
+    monkeypatch.chdir(tmp_path)
+    local = Path("results/ds/chunks/chunk_0.jsonl")
+    copy = Path(".snakemake/storage/s3/bucket/run/results/ds/chunks/chunk_0.jsonl")
+    for path in (local, copy):
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b'{"id":"a","text":"x"}\n')
+    monkeypatch.setenv(LOCAL_VARIABLE, ".snakemake/storage")
+    monkeypatch.setenv(PREFIX_VARIABLE, "s3://bucket/run")
+    assert resume_key(copy, {"model": "m"}) == resume_key(local, {"model": "m"})
