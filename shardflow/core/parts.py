@@ -74,12 +74,12 @@ FORMAT_VERSION = 1
 
 def resume_key(input_path: str | Path, identity: dict[str, Any]) -> str:
     """Folder name for one input's resume state: a hash of its bytes, its path and the
-    output identity. The path keeps apart jobs whose inputs hold the same bytes (the empty
-    chunks of n_chunks over the records) under one resume root: sharing a folder, the
-    first to finish removed the parts the other had saved, and the other counted the
-    first's attempt as its own. It is the path as the workflow names it
-    (core.s3.logical_path), so that a retry, and an S3 run's job reading its local copy,
-    find the folder a local run's job would."""
+    output identity. The path keeps apart jobs whose inputs hold the same bytes under one
+    resume root (the empty chunks of n_chunks over the records): sharing a folder, the
+    first to finish removed it under the other (its saved parts; a write of it in flight
+    then fails), and the other counted the first's attempt as its own. It is the path as
+    the workflow names it (core.s3.logical_path), so that a retry, and an S3 run's job
+    reading its local copy, find the folder a local run's job would."""
     return digest({"chunk": sha256_file(input_path), "path": logical_path(input_path), "identity": identity})[:24]
 
 

@@ -207,10 +207,11 @@ def test_a_folder_from_before_attempt_records_resumes_with_no_earlier_attempt(tm
 
 
 def test_two_jobs_of_identical_chunks_keep_their_parts_and_attempts_apart(tmp_path, monkeypatch):
-    """Chunks with the same bytes (the empty chunks of n_chunks over the records) under
-    one resume root: keyed by bytes and identity alone they shared a folder, so the first
-    job to finish removed the parts the other had saved (a kill of it then lost them) and
-    the other counted the first's attempt as its own earlier one."""
+    """Chunks with the same bytes under one resume root (the empty chunks of n_chunks over
+    the records; parts here, as two equal chunks of texts would save): keyed by bytes and
+    identity alone they shared a folder, so the first job to finish removed the parts the
+    other had saved (its retry then lost them) and the other counted the first's attempt
+    as its own earlier one."""
     monkeypatch.chdir(tmp_path)
     chunks = Path("results/ds/chunks")
     chunks.mkdir(parents=True)
