@@ -269,5 +269,6 @@ def attention_identity(device: torch.device, padding: Any, cudnn: Any, bias: Any
 
 
 def resume_key(chunk_path: str | Path, params: EmbedParams, identity: dict[str, Any] | None = None) -> str:
-    """Folder name for a chunk's resume state: hash of chunk bytes + model identity + params."""
+    """Folder name for a chunk's resume state: a hash of the chunk's bytes and path, the model
+    identity and the params (core.parts.resume_key)."""
     return parts.resume_key(chunk_path, identity if identity is not None else output_identity(params))
