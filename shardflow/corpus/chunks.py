@@ -42,11 +42,17 @@ def write_record(fh: IO[str], rec: ChunkRecord) -> int:
 
 
 def iter_chunk(path: str | os.PathLike) -> Iterator[ChunkRecord]:
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    # Bytes decoded line by line: a line that is not UTF-8 names its file and line too (a
+    # text-mode read raises the codec's error, naming neither, from the loop itself).
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
             try:
-                obj = json.loads(line)
+                obj = json.loads(raw.decode("utf-8"))
                 yield ChunkRecord(obj["id"], obj["text"], obj.get("group"))
+            except UnicodeDecodeError as exc:
+                raise ValueError(
+                    f"{path}:{lineno}: not a shardflow chunk record (invalid UTF-8 at byte {exc.start} of the line)"
+                ) from None
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
                 raise ValueError(f"{path}:{lineno}: not a shardflow chunk record ({exc})") from exc
 

@@ -354,6 +354,13 @@ def test_iter_chunk_error_names_file_and_line(tmp_path, line):
         read_chunk(path)
 
 
+def test_iter_chunk_line_not_utf8_names_file_and_line(tmp_path):
+    path = tmp_path / "chunk_0.jsonl"
+    path.write_bytes(b'{"id":"a","text":"ok"}\n{"id":"b","text":"caf\xe9"}\n')
+    with pytest.raises(ValueError, match=r"chunk_0\.jsonl:2: not a shardflow chunk record \(invalid UTF-8 at byte 21 of"):
+        read_chunk(path)
+
+
 # --- atomic writes -----------------------------------------------------------------------
 
 
