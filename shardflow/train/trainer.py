@@ -34,7 +34,10 @@ resume folder, which sits beside the output folder because Snakemake deletes a f
 job's outputs. A restarted job loads it and continues; dropout masks are seeded from
 (seed, rank, step), so the continued run is the same computation as an uninterrupted
 one (bitwise on CPU in fp32). A checkpoint from different parameters is refused with
-the differing keys named; an unreadable one is refused, never silently ignored.
+the differing keys named; an unreadable one is refused, never silently ignored. A
+refusal is a CheckpointError, a ValueError: a retry of the attempt would find the same
+checkpoint and refuse it again, so the train launcher records it and the retry stops at
+once (core.failures) instead of queueing for the GPUs to fail the same way.
 
 Outputs (rank 0): best.safetensors, last.safetensors, config.json, losses.parquet,
 metrics.json (strict JSON: a diverged run's losses are null, `strict_json`), sample.txt,
@@ -99,8 +102,11 @@ def _orphaned(controller: Controller | None, rt) -> bool:
     return gone
 
 
-class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be resumed from (unreadable, foreign, or other parameters)."""
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed from (unreadable, foreign, or other parameters).
+    A ValueError, which core.failures counts as deterministic: every retry reads the same
+    file and refuses it the same way, until the parameters are restored or the resume
+    folder is deleted and the job rerun (a new run, whose first attempt runs again)."""
 
 
 class ModelDoesNotFitError(RuntimeError):
@@ -359,9 +365,14 @@ def resume_key(p: TrainParams, model_cfg: GPTConfig, rt: Runtime, shards: ShardS
 def load_checkpoint(path: Path, key: dict) -> dict:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except OSError:  # the file could not be read (a disk or network file system error): a retry may read it
+        raise
     except Exception as exc:  # truncated zip, a pickle of foreign classes, not a torch file at all
+        # `from None`: torch reports a truncated file as a RuntimeError, which core.failures
+        # takes for a transient cause, but the bytes stay what they are and a retry would
+        # fail the same way. The message keeps torch's error.
         raise CheckpointError(f"cannot read checkpoint {path} ({type(exc).__name__}: {str(exc)[:200]}); "
-                              "delete it (or its folder) to start training from scratch") from exc
+                              "delete it (or its folder) to start training from scratch") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path} is not a shardflow training checkpoint; delete it to start from scratch")
     if ckpt.get("version") != CHECKPOINT_VERSION:

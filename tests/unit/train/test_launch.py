@@ -389,3 +389,31 @@ def test_the_real_launcher_on_a_changed_shard_stops_its_retry_before_training(tm
     assert second.returncode == 1, second.stderr[-3000:]
     assert "RepeatedFailureError: train out: attempt 1 failed with ValueError" in second.stderr
     assert "shard_1.bin: sha256" in second.stderr and "shardflow.train:" not in second.stderr  # no trainer log
+
+
+def test_a_checkpoint_of_other_parameters_is_recorded_and_the_retry_stops(tmp_path, launcher, monkeypatch):
+    """The trainer's refusal of the checkpoint it would resume from (here: written with
+    another learning rate) fails every attempt the same way: attempt 1 records it beside
+    the resume folder, and attempt 2 stops before pinning GPUs or loading the shards."""
+    from shardflow.train.trainer import TrainParams, train
+    from tests.unit.train.test_trainer import TINY, write_tiny_shards
+
+    shards = write_tiny_shards(tmp_path / "shards")
+    base = dict(TINY, max_iters=2, device="cpu")
+    train(
+        shards,
+        tmp_path / "earlier",
+        TrainParams(**base),
+        resume_dir=tmp_path / ".resume" / "train",
+        keep_resume=True,
+        sample_tokens=1,
+    )
+    argv = launcher_argv(tmp_path, attempt=1, data=shards, train=dict(base, lr=2e-3))
+    with pytest.raises(ValueError, match=r"was written with other parameters \(lr\)"):
+        launch.main(argv)
+    record = json.loads(launcher.read_text())
+    assert (record["attempt"], record["error"]) == (1, "CheckpointError")
+
+    monkeypatch.setattr(launch, "pin_job_gpus", lambda *a, **k: pytest.fail("the retry pinned GPUs"))
+    with pytest.raises(RepeatedFailureError, match=r"attempt 1 failed with CheckpointError: checkpoint .* \(lr\)"):
+        launch.main(launcher_argv(tmp_path, attempt=2, data=shards, train=dict(base, lr=2e-3)))

@@ -381,6 +381,50 @@ def test_unreadable_or_foreign_checkpoint_is_refused(shards, tmp_path):
         train(shards, tmp_path / "b", params, resume_dir=resume)
 
 
+def test_a_refused_checkpoint_is_an_error_a_retry_repeats_but_a_failed_read_is_retried(shards, tmp_path, monkeypatch):
+    """Each refusal fails every retry the same way (the same file under the same params):
+    core.failures must count it deterministic, so the train launcher records it and the
+    retry stops before queueing for GPUs again. torch reports a truncated file as a
+    RuntimeError, a transient cause there, so the refusal must not be chained to it. An
+    OSError while reading stays an OSError: a retry may read the file."""
+    from shardflow.core.failures import deterministic
+
+    base = dict(TINY, lr_decay_iters=100)  # a schedule that does not follow max_iters
+    params = TrainParams(**base, max_iters=2)
+    resume = tmp_path / "resume"
+    train(shards, tmp_path / "a", params, resume_dir=resume, keep_resume=True, sample_tokens=2)
+    checkpoint = resume / "checkpoint.pt"
+    good = checkpoint.read_bytes()
+
+    def refusal(run_params=params) -> BaseException:
+        with pytest.raises(CheckpointError) as refused:
+            train(shards, tmp_path / "b", run_params, resume_dir=resume)
+        return refused.value
+
+    other = refusal(TrainParams(**base, max_iters=2, lr=2e-3))
+    assert "other parameters (lr)" in str(other) and deterministic(other)
+    past = refusal(TrainParams(**base, max_iters=1))
+    assert "past train.max_iters 1" in str(past) and deterministic(past)
+    checkpoint.write_bytes(good[: len(good) // 2])
+    truncated = refusal()
+    assert "cannot read checkpoint" in str(truncated) and "RuntimeError" in str(truncated)
+    assert deterministic(truncated)
+    checkpoint.write_bytes(b"")
+    assert deterministic(refusal())
+    torch.save({"format": "shardflow.train.checkpoint", "version": 99}, checkpoint)
+    newer = refusal()
+    assert "checkpoint version 99" in str(newer) and deterministic(newer)
+
+    def unreadable(*args, **kwargs):
+        raise OSError(5, "Input/output error")
+
+    checkpoint.write_bytes(good)
+    monkeypatch.setattr(torch, "load", unreadable)
+    with pytest.raises(OSError, match="Input/output error") as failed:
+        train(shards, tmp_path / "b", params, resume_dir=resume)
+    assert not deterministic(failed.value)
+
+
 # ---------------------------------------------------------------- out of memory: a smaller micro-batch
 
 
