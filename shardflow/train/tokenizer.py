@@ -246,7 +246,7 @@ class HFTokenizer(Tokenizer):
         if eot is None:
             raise ValueError(f"end-of-text token {eot_token!r} is not in the tokenizer vocabulary")
         self.eot_token, self.eot_id = eot_token, eot
-        self.vocab_size = tk.get_vocab_size(with_added_tokens=True)
+        self.vocab_size = _id_space(tk)
         unk = json.loads(self._raw).get("model", {}).get("unk_token")
         self.unk_id = tk.token_to_id(unk) if unk else None  # WordPiece's [UNK]; byte-level BPE has none
         tk.encode_special_tokens = True  # a literal "<|endoftext|>" in a document is text (module docstring)
@@ -271,6 +271,18 @@ class HFTokenizer(Tokenizer):
         obj = json.loads(self._raw)
         obj.update(post_processor=None, truncation=None, padding=None)
         return HFTk.from_str(json.dumps(obj))
+
+
+def _id_space(tk) -> int:
+    """The number of ids a model of this tokenizer needs: its largest id + 1. The model's
+    embedding table and the shards' dtype are sized from it. `get_vocab_size` counts the
+    tokens instead, which is smaller where the ids have holes (ids left unused, special
+    tokens numbered after a gap): the embedding would lack rows for the highest ids, and
+    training would fail on them (an IndexError on the CPU, a device assert on CUDA).
+    Never below the count (tokens sharing an id), so a tokenizer without holes keeps the
+    size it always had."""
+    count = tk.get_vocab_size(with_added_tokens=True)
+    return max(count, max(tk.get_vocab(with_added_tokens=True).values(), default=-1) + 1)
 
 
 # Pre-tokenizers that end a word at every newline and add nothing at the start of a
@@ -406,9 +418,19 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
 
         raw = (path / HF_FILE).read_bytes()
         tok = HFTokenizer(HFTk.from_str(raw.decode("utf-8")), meta["kind"], meta["eot_token"], raw=raw)
-    recorded = meta.get("identity")
-    if recorded and recorded != tok.identity():
-        raise ValueError(f"{path}: the tokenizer files do not match the identity recorded in {META_FILE}")
+    recorded, now = meta.get("identity"), tok.identity()
+    if recorded and recorded != now:
+        # Named key by key: a folder saved before vocab_size counted the largest id
+        # (_id_space) differs only in vocab_size.
+        differing = "; ".join(
+            f"{k}: recorded {recorded.get(k)!r}, now {now.get(k)!r}"
+            for k in sorted(set(recorded) | set(now))
+            if recorded.get(k) != now.get(k)
+        )
+        raise ValueError(
+            f"{path}: the tokenizer files do not match the identity recorded in {META_FILE} ({differing}); "
+            "make the tokenizer again (snakemake -R train_tokenizer)"
+        )
     return tok
 
 

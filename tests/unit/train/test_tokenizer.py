@@ -76,6 +76,40 @@ def test_minilm_from_the_bundled_folder(tmp_path):
     assert load_pretrained(f"{folder}/tokenizer.json").eot_id == 102
 
 
+def test_a_vocabulary_with_holes_in_its_ids_is_sized_by_its_largest_id(tmp_path):
+    """A pretrained vocabulary whose ids are not contiguous (here 0, 1, 2 and [SEP] at 9):
+    vocab_size, from which the model's embedding table and the shard dtype are sized, is
+    the largest id + 1, not the number of tokens (4), so end-of-text and every encoded id
+    have a row; a model of the counted size fails on them with an IndexError."""
+    import torch
+    from tokenizers import Tokenizer as HFTk
+    from tokenizers import models, pre_tokenizers
+
+    from shardflow.train.model import GPT, GPTConfig
+
+    tk = HFTk(models.WordLevel({"a": 0, "b": 1, "[UNK]": 2, "[SEP]": 9}, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tk.save(str(tmp_path / "tokenizer.json"))
+    tok = load_pretrained(tmp_path)
+    assert (tok.eot_token, tok.eot_id) == ("[SEP]", 9)
+    ids = tok.encode("a b [SEP] c") + [tok.eot_id]
+    assert ids == [0, 1, 9, 2, 9]
+    assert tok.vocab_size == 10 and max(ids) < tok.vocab_size
+    ident = tok.save(tmp_path / "saved")
+    assert ident["vocab_size"] == 10 and load_tokenizer(tmp_path / "saved").vocab_size == 10
+    meta = tmp_path / "saved/shardflow_tokenizer.json"  # as saved when vocab_size was the count
+    meta.write_text(meta.read_text().replace('"vocab_size": 10', '"vocab_size": 4'))
+    with pytest.raises(ValueError, match=r"identity recorded .* \(vocab_size: recorded 4, now 10\); make the"):
+        load_tokenizer(tmp_path / "saved")
+    model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=8, n_layer=1, n_head=1, n_embd=8))
+    logits, _ = model(torch.tensor([ids]))
+    assert logits.shape[-1] == 10
+    # Contiguous ids keep the size they had: the count.
+    assert load_pretrained("default").vocab_size == 30522
+    bpe = train_bpe(iter(TEXTS), vocab_size=300, min_frequency=1)
+    assert bpe.vocab_size == bpe._tk.get_vocab_size(with_added_tokens=True) == 300
+
+
 @pytest.mark.parametrize("kind", ["char", "bpe", "pretrained"])
 def test_transformers_loads_the_saved_tokenizer_and_encodes_as_ours(tmp_path, kind):
     """What the train job writes beside the exported weights: AutoTokenizer encodes a text
