@@ -70,6 +70,7 @@ from shardflow.core.controller import ENV as CONTROLLER_ENV
 from shardflow.core.controller import Controller, OrphanedJobError
 from shardflow.core.devices import PEAK_GPU_KEYS, device_memory, peak_memory, reset_peak_memory, use_compile_cache
 from shardflow.core.failures import mark_out_of_memory
+from shardflow.core.files import read_json
 from shardflow.core.hashing import digest, sha256_file
 from shardflow.core.oom import OOM_ERRORS, smaller_micro_batch
 from shardflow.core.parts import make_folder, remove_folder, resume_tree_top
@@ -142,7 +143,7 @@ def load_shards(shard_dir_or_metadata: str | os.PathLike, verify: bool = True) -
     meta_path = Path(shard_dir_or_metadata)
     if meta_path.is_dir():
         meta_path = meta_path / "metadata.json"
-    meta = json.loads(meta_path.read_text())
+    meta = read_json(meta_path)  # a file cut short or not JSON: an error naming it and the line
     split = {"train": [], "val": []}
     fingerprint = []
     for entry in meta["shards"]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -183,6 +184,17 @@ def test_a_shard_changed_since_it_was_written_is_named(shards, tmp_path):
     tokens.flush()
     del tokens
     with pytest.raises(ValueError, match=r"shard_1.bin: sha256 .* metadata.json recorded .* changed since"):
+        load_shards(copy)
+
+
+def test_a_metadata_file_cut_short_is_named(shards, tmp_path):
+    import shutil
+
+    copy = tmp_path / "shards"
+    shutil.copytree(shards, copy)
+    meta = copy / "metadata.json"
+    meta.write_bytes(meta.read_bytes()[:40])
+    with pytest.raises(ValueError, match=rf"{re.escape(str(meta))}:\d+: "):
         load_shards(copy)
 
 
