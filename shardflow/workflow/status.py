@@ -1,6 +1,6 @@
 """Where a run stands (`python -m shardflow.cli status`, `make status`): per data set and
-GPU stage, its jobs done, running, stalled, failed and waiting out of those the run
-plans, the records done, the rate, the time left, and the GPU-hours and cost so far.
+GPU stage, its jobs done, running, stalled, failed, retrying and waiting out of those the
+run plans, the records done, the rate, the time left, and the GPU-hours and cost so far.
 
 The companion of `make estimate` (shardflow.workflow.estimate), and planned as it is:
 the config read as the workflow reads it, the data sets, chunk counts, sweeps and the
@@ -9,7 +9,8 @@ each job as (rule, wildcards) (plan.chunk_jobs), and its files from the rule's o
 output, log and benchmark patterns as rules/*.smk declare them (`rule_files`). It runs
 no job, reads no output, downloads nothing: it stats the jobs' files and reads small
 ones (a finished job's stats JSON, the resume folders' attempt records, the last 64 KiB
-of a log without output), so `watch make status` on thousands of chunks is cheap.
+of a log without output, the Snakemake logs of the runs since a failed job's log), so
+`watch make status` on thousands of chunks is cheap.
 
 A job is
 - done: every output of its rule exists (a temp() one, chunk_vectors' .npy under
@@ -18,6 +19,12 @@ A job is
   an input or config error, which a retry stops on; a train job's out-of-memory record
   is none: its retry runs with a smaller micro-batch), else its log ends on the line
   `failed: <error>` (core.runlog; any error, the out-of-memory ones included);
+- retrying: failed on its log's last line alone, where the Snakemake run that ran it
+  runs it again: its log (SNAKEMAKE_LOGS, `mark_retrying`) says "Trying to restart job"
+  after that failure, or names the next attempt started (on SLURM it may wait in the
+  queue), and the run has not ended. A job whose retries are spent (its error logged with
+  no restart after it) stays failed, and so does one with a failure record, whose retry
+  stops at once;
 - running: it has resume parts (core.parts: each attempt's record names the job's output
   and counts the records of the parts it saved) or a log, and no output. Whether its
   process is alive cannot be known from here (it may run on another host), so one whose
@@ -91,7 +98,8 @@ STALE_INTERVALS = 3
 LOG_TAIL = 64 * 1024  # bytes read from the end of a log without output, for its error
 SHOWN = 8  # jobs listed per stage and state in the table (--json has them all)
 DONE, RUNNING, STALLED, FAILED_STATE, WAITING = "done", "running", "stalled", "failed", "waiting"
-STATES = (DONE, RUNNING, STALLED, FAILED_STATE, WAITING)
+RETRYING = "retrying"  # its last attempt failed and Snakemake runs it again (`mark_retrying`)
+STATES = (DONE, RUNNING, STALLED, FAILED_STATE, RETRYING, WAITING)
 # The rule of each GPU stage, and its output that holds the job's record (stats, metrics).
 STAGE_RULES = {"embed": ("embed", "stats"), "summarise": ("summarise", "stats"), "train": ("train", "metrics")}
 
@@ -242,6 +250,8 @@ class Job:
     last_activity: float | None = None  # unix time of its newest part, else of its log
     error: str = ""
     error_file: str = ""
+    attempt: int | None = None  # retrying: the attempt that failed, where Snakemake's log names it
+    retry_log: str = ""  # retrying: the Snakemake log that says it runs the job again
 
 
 def log_error(path: str) -> str | None:
@@ -351,6 +361,174 @@ def classify(
         times = [t for t in (_newest_part(job.attempts), _mtime(job.log)) if t]
         job.last_activity = max(times) if times else None
     return job
+
+
+# ------------------------------------------------------------- retries
+
+
+# Snakemake's own log of each run (the main process's, where the run was started; a job's
+# Snakemake, in a SLURM job or a pod, writes none), and how it says what became of a job
+# (snakemake 9.27, logging.DefaultFormatter and scheduling.job_scheduler): a job started
+# ("[<asctime>]", then "rule <name>:" or "localrule <name>:", its log and jobid, and its
+# resources, which for a GPU rule hold `attempt`), an attempt failed ("Error in rule
+# <name>:", its jobid and log), the next attempt to come ("Trying to restart job <jobid>."),
+# and the run's end ("Complete log(s): ...").
+SNAKEMAKE_LOGS = ".snakemake/log"
+_SM_STAMP = re.compile(r"^\[(\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\]$")
+_SM_JOB = re.compile(r"^(?:local)?(?:rule|checkpoint) \w+:$")
+_SM_ERROR = re.compile(r"^Error in rule \w+:$")
+_SM_RESTART = re.compile(r"^Trying to restart job (\d+)\.$")
+_SM_ITEM = re.compile(r"^    ([\w-]+):(?: (.*))?$")
+_SM_ATTEMPT = re.compile(r"(?:^|, )attempt=(\d+)(?:,|$)")
+_SM_CHECK = " (check log file(s) for error details)"  # after an error's logs
+_SM_ANNOTATION = re.compile(r" \([^()]*\)$")  # after a file in storage: "(send to storage)"
+# A Snakemake log written this long before a job's log may still be the one that
+# reported that job's failure (the two files' clocks may differ: a shared filesystem).
+SM_LOG_SLACK_S = 60.0
+
+
+@dataclass
+class SnakemakeRun:
+    """What one Snakemake log says of each job, by the job's log path: its last event
+    (`start`, `error` or `restart`), the attempt that event was about (None: the rule
+    has no `attempt` resource) and when the job last started (unix time, or None);
+    `ended`: the run has ended, so no restart it announced will come."""
+
+    path: str
+    last: dict[str, tuple[str, int | None, float | None]] = field(default_factory=dict)
+    ended: bool = False
+
+
+def read_snakemake_log(path: str, prefix: str = "") -> SnakemakeRun:
+    """The events of one Snakemake log (see SNAKEMAKE_LOGS); `prefix`: a storage prefix
+    (s3://bucket/prefix) the job logs are named under, removed so that they are the
+    paths status knows them by."""
+    run = SnakemakeRun(path)
+    logs_of: dict[str, list[str]] = {}  # jobid: the job's logs
+    attempt_of: dict[str, int | None] = {}
+    started_at: dict[str, float | None] = {}
+    stamp: float | None = None
+    kind, items = "", {}
+
+    def job_logs(value: str) -> list[str]:
+        out = []
+        value = value.strip().removesuffix(_SM_CHECK)
+        for item in value.split(", "):
+            item = _SM_ANNOTATION.sub("", item.strip())
+            if prefix and item.startswith(prefix.rstrip("/") + "/"):
+                item = item[len(prefix.rstrip("/")) + 1 :]
+            out.append(item)
+        return out
+
+    def close() -> None:
+        jobid = items.get("jobid", "").strip()
+        if not kind or not jobid:
+            return
+        if kind == "start":
+            logs_of[jobid] = job_logs(items["log"]) if "log" in items else []
+            found = _SM_ATTEMPT.search(items.get("resources", ""))
+            attempt_of[jobid] = int(found.group(1)) if found else None
+            started_at[jobid] = stamp
+        for log in logs_of.get(jobid) or (job_logs(items["log"]) if "log" in items else []):
+            run.last[log] = (kind, attempt_of.get(jobid), started_at.get(jobid))
+
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                line = line.rstrip("\n")
+                if kind and (item := _SM_ITEM.match(line)):
+                    items.setdefault(item.group(1), item.group(2) or "")
+                    continue
+                if kind and line.startswith("     "):
+                    continue  # a deeper line of the block (a shell command)
+                close()
+                kind, items = "", {}
+                if found := _SM_STAMP.match(line):
+                    try:
+                        stamp = time.mktime(time.strptime(found.group(1), "%a %b %d %H:%M:%S %Y"))
+                    except ValueError:
+                        stamp = None
+                elif _SM_JOB.match(line):
+                    kind = "start"
+                elif _SM_ERROR.match(line):
+                    kind = "error"
+                elif found := _SM_RESTART.match(line):
+                    jobid = found.group(1)
+                    for log in logs_of.get(jobid, []):
+                        run.last[log] = ("restart", attempt_of.get(jobid), started_at.get(jobid))
+                elif line.startswith("Complete log(s): "):
+                    run.ended = True
+            close()
+    except OSError:
+        pass
+    return run
+
+
+class SnakemakeLogs:
+    """The Snakemake logs in `folder` (SNAKEMAKE_LOGS), newest first, each read once."""
+
+    def __init__(self, folder: str | os.PathLike = SNAKEMAKE_LOGS, prefix: str = ""):
+        self.prefix = prefix
+        try:
+            found = [(e.stat().st_mtime, e.path) for e in os.scandir(folder) if e.name.endswith(".snakemake.log")]
+        except OSError:
+            found = []
+        self.logs = sorted(found, reverse=True)
+        self._read: dict[str, SnakemakeRun] = {}
+
+    def latest(self, job_log: str) -> tuple[SnakemakeRun, tuple[str, int | None, float | None]] | None:
+        """The newest run whose log names `job_log` (a job's log), and its last event for
+        that job; only logs written since the job's log was (less SM_LOG_SLACK_S) are
+        read: an older run cannot have reported its last attempt."""
+        since = _mtime(job_log)
+        if since is None:
+            return None
+        for mtime, path in self.logs:
+            if mtime < since - SM_LOG_SLACK_S:
+                break
+            if path not in self._read:
+                self._read[path] = read_snakemake_log(path, self.prefix)
+            run = self._read[path]
+            if job_log in run.last:
+                return run, run.last[job_log]
+        return None
+
+
+def controller_logs() -> Path:
+    """The Snakemake logs of the runs started here (SNAKEMAKE_LOGS): Snakemake writes them
+    where the run was started, and a storage prefix's copy, status's working directory
+    then, lies below that folder's .snakemake/shardflow-status/ (mirror.default_folder)."""
+    for parent in Path.cwd().parents:
+        if parent.name == "shardflow-status" and parent.parent.name == ".snakemake":
+            return parent.parent / "log"
+    return Path(SNAKEMAKE_LOGS)
+
+
+def mark_retrying(stage: Stage, logs: SnakemakeLogs) -> None:
+    """A job failed on its log's last line alone (no failure record: no input or config
+    error, which a retry would stop on) is retrying where the Snakemake run that ran it
+    will run it again: the run's log says "Trying to restart job" after the failure, or
+    has started the next attempt (submitted: on SLURM it may wait in the queue, its log
+    still the failed attempt's until it runs), and has not ended. A job whose attempts
+    are all spent stays failed: Snakemake logged its error and no restart."""
+    for job in stage.jobs:
+        if job.state != FAILED_STATE or not job.log or job.error_file != job.log:
+            continue
+        found = logs.latest(job.log)
+        if found is None:
+            continue
+        run, (event, attempt, started) = found
+        if run.ended:
+            continue
+        if event == "restart":
+            job.attempt = attempt
+        elif event == "start" and started is not None and (_mtime(job.log) or 0.0) < started + 1.0:
+            # The job's log predates this attempt's start (asctime: whole seconds), so it
+            # is an earlier attempt's: this one has not run its script yet (queued).
+            job.attempt = attempt - 1 if attempt and attempt > 1 else None
+        else:
+            continue  # its error logged and no restart: its attempts are spent
+        job.state, job.retry_log = RETRYING, run.path
 
 
 # ---------------------------------------------------------------------- stages
@@ -713,6 +891,7 @@ def status(
     specs = estimate.sweeps(cfg)
     on_cpu = estimate.rules_on_cpu(cfg, data_sets, specs.values(), local_cpu=False)
     out = Status([], n_gpus, gpus_source, cfg["report"]["gpu_hour_price"], cfg["report"]["currency"], now)
+    retries = SnakemakeLogs(controller_logs(), storage.prefix if storage is not None else "")
     seen = False
     for ds in data_sets:
         stages = estimate.gpu_stages(cfg, ds, specs.values())
@@ -747,6 +926,7 @@ def status(
             if stage.gpus and ran_on_cpu(stage):
                 stage.gpus = 0
                 stage.notes.append("on the CPU: its jobs' records say they ran there")
+            mark_retrying(stage, retries)
             out.stages.append(finish(stage, n_gpus, out.price, now))
             seen = seen or any(j.state != WAITING for j in stage.jobs)
         if anonymous:
@@ -756,6 +936,7 @@ def status(
             )
     for spec in specs.values():
         stage = sweep_stage(spec, cfg["gpu_jobs"]["resume_dir"])
+        mark_retrying(stage, retries)
         seen = seen or any(j.state != WAITING for j in stage.jobs)
         out.stages.append(stage)
     if storage is not None:
@@ -796,8 +977,9 @@ def stage_rate(stage: Stage) -> float | None:
 def stage_line(stage: Stage, currency: str) -> str:
     total = len(stage.jobs)
     line = f"{stage.label}: {stage.count(DONE)}/{total} jobs"
+    bad = [f"{stage.count(s)} {s}" for s in (STALLED, FAILED_STATE, RETRYING) if stage.count(s)]
     if stage.sweep:
-        return line + (f"; {stage.count(FAILED_STATE)} failed" if stage.count(FAILED_STATE) else "")
+        return line + (f"; {', '.join(bad)}" if bad else "")
     line += f", {compact(stage.records_done)}/{compact(stage.records_total)} {stage.unit}"
     rate = stage_rate(stage)
     if rate and stage.count(DONE) < total:
@@ -812,7 +994,6 @@ def stage_line(stage: Stage, currency: str) -> str:
         line += f"; {stage.gpu_hours:.3g} GPU-h, {stage.cost:.2f} {currency} so far"
     if stage.left_gpu_hours and stage.count(DONE) < total:
         line += f", about {stage.left_gpu_hours:.3g} GPU-h, {stage.left_cost:.2f} {currency} to finish"
-    bad = [f"{stage.count(s)} {s}" for s in (STALLED, FAILED_STATE) if stage.count(s)]
     return line + (f"; {', '.join(bad)}" if bad else "")
 
 
@@ -829,6 +1010,13 @@ def _job_line(stage: Stage, job: Job, now: float) -> str:
             return f"{who}: failed: {job.error} (log {job.log})"
         return (
             f"{who}: failed: {job.error} (log {job.log}; {job.error_file}: an input or config error, fix it and rerun)"
+        )
+    if job.state == RETRYING:
+        which = f"attempt {job.attempt}" if job.attempt else "its last attempt"
+        again = f"attempt {job.attempt + 1}" if job.attempt else "it again"
+        return (
+            f"{who}: retrying: {which} failed: {job.error} (log {job.log}); Snakemake runs {again} "
+            f"({job.retry_log}; should that Snakemake have stopped, rerun)"
         )
     parts = (
         f"{compact(job.records_done)}/{compact(job.records)} {stage.unit} in parts ({job.folder})" if job.folder else ""
@@ -860,6 +1048,7 @@ def table(st: Status) -> str:
         "running",
         "stalled",
         "failed",
+        "retrying",
         "waiting",
         "work",
         "rate/s",
@@ -912,7 +1101,7 @@ def table(st: Status) -> str:
                 f"them), longest first, {s.slots} at once"
             )
         details += [f"{s.label}: {n}" for n in s.notes]
-        for state in (FAILED_STATE, STALLED, RUNNING):
+        for state in (FAILED_STATE, RETRYING, STALLED, RUNNING):
             jobs = [j for j in s.jobs if j.state == state]
             details += [_job_line(s, j, st.time) for j in jobs[:SHOWN]]
             if len(jobs) > SHOWN:
@@ -937,6 +1126,8 @@ def as_json(st: Status) -> dict:
             "resume_folder": j.folder or None,
             "error": j.error or None,
             "error_file": j.error_file or None,
+            "failed_attempt": j.attempt if j.state == RETRYING else None,
+            "retry_log": j.retry_log or None,
         }
 
     def stage(s: Stage) -> dict:

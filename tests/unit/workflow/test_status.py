@@ -222,8 +222,10 @@ def test_the_cli_prints_the_table_and_the_total_line_last(tmp_path, monkeypatch,
     assert main(["status", "--configfile", str(tmp_path / "overlay.yaml"), "--gpus", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("data set"))
-    assert lines[head].split()[3:11] == ["jobs", "done", "running", "stalled", "failed", "waiting", "work", "rate/s"]
-    assert lines[head + 1].split()[:8] == ["ds", "embed", "6", "1", "1", "1", "2", "1"]
+    assert lines[head].split()[3:12] == [
+        "jobs", "done", "running", "stalled", "failed", "retrying", "waiting", "work", "rate/s"
+    ]  # fmt: skip
+    assert lines[head + 1].split()[:9] == ["ds", "embed", "6", "1", "1", "1", "2", "0", "1"]
     assert "concurrency for the time left: 2 GPU(s) (--gpus)" in "\n".join(lines)
     failed = next(line for line in lines if "embed ds chunk 2:" in line)
     assert "failed: ValueError: corpus.jsonl line 3: bad record (log logs/embed/ds/chunk_2.log; " in failed
@@ -524,3 +526,169 @@ def test_read_from_a_storage_prefix_a_resume_dir_on_a_volume_is_named_as_not_see
     got = st.status(config(tmp_path, gpu_jobs={"resume_dir": "/resume"}), 1, "--gpus", storage=copied)
     assert any(n.startswith("the resume parts in /resume/ds (gpu_jobs.resume_dir, ") for n in got.notes), got.notes
     assert not any("resume parts in" in n for n in st.status(config(tmp_path), 1, "--gpus", storage=copied).notes)
+
+
+def snakemake_log(events: list[tuple], ended: bool = False, name: str = "2026-01-01T000000.000000") -> str:
+    """Snakemake's own log of a run (.snakemake/log), as snakemake 9.27 writes it: for each
+    event on an embed chunk (kind, chunk, attempt, unix time), the job's start ("start":
+    its block, resources with the `attempt` of job_resources), its error ("error") and
+    the scheduler's restart ("restart"); `ended`: the run's last lines."""
+    lines = ["Building DAG of jobs...", "Select jobs to execute...", "Execute 1 jobs..."]
+    for kind, chunk, attempt, at in events:
+        outputs, log, bench = job_files(chunk)
+        stamp = f"[{time.asctime(time.localtime(at))}]"
+        if kind == "start":
+            lines += [
+                stamp,
+                "rule embed:",
+                f"    input: results/ds/chunks/chunk_{chunk}.jsonl",
+                f"    output: {', '.join(outputs.values())}",
+                f"    log: {log}",
+                f"    jobid: {chunk + 10}",
+                f"    benchmark: {bench}",
+                f"    reason: Missing output files: {outputs['stats']}",
+                f"    wildcards: dataset=ds, chunk={chunk}",
+                "    threads: 4",
+                f"    resources: tmpdir=/tmp, gpu=1, mem_mb={1000 * attempt}, mem_mib=954, attempt={attempt}",
+            ]
+        elif kind == "error":
+            lines += [
+                stamp,
+                "Error in rule embed:",
+                f"    jobid: {chunk + 10}",
+                f"    input: results/ds/chunks/chunk_{chunk}.jsonl",
+                f"    output: {', '.join(outputs.values())}",
+                f"    log: {log} (check log file(s) for error details)",
+                "    conda-env: /work/.snakemake/conda/abc_",
+                "",
+            ]
+        else:
+            lines.append(f"Trying to restart job {chunk + 10}.")
+    if ended:
+        lines += [
+            "Exiting because a job execution failed. Look above for error messages",
+            f"Complete log(s): /work/.snakemake/log/{name}.snakemake.log",
+        ]
+    path = Path(f".snakemake/log/{name}.snakemake.log")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_a_failed_attempt_snakemake_restarts_is_retrying_and_one_with_no_retry_left_is_failed(
+    tmp_path, monkeypatch, capsys, now
+):
+    """Chunk 4's attempt ran out of memory (its log's failed line, no failure record):
+    while Snakemake's log says it restarts the job, or has started the next attempt that
+    has not yet written its log (queued on SLURM), it is retrying, not failed; once an
+    error is logged with no restart after it (its retries spent), or the run has ended,
+    it is failed. Chunk 2's input error (a failure record: its retry stops at once)
+    stays failed whatever Snakemake does."""
+    cfg = a_run(tmp_path, monkeypatch, now)
+    _, log4, _ = job_files(4)
+    first = [("start", 4, 1, now - 30), ("start", 2, 1, now - 30), ("error", 4, 1, now), ("restart", 4, 1, now)]
+    first += [("error", 2, 1, now), ("restart", 2, 1, now)]
+    sm_log = snakemake_log(first)
+
+    def states():
+        return [j.state for j in embed(st.status(cfg, 2, "--gpus", now=now)).jobs]
+
+    assert states() == ["done", "running", "failed", "stalled", "retrying", "waiting"]
+    stage = embed(st.status(cfg, 2, "--gpus", now=now))
+    retrying = stage.jobs[4]
+    assert (retrying.attempt, retrying.error, retrying.retry_log) == (1, "OutOfMemoryError: CUDA out of memory", sm_log)
+    assert st.stage_line(stage, "USD").endswith("; 1 stalled, 1 failed, 1 retrying")
+    assert st._job_line(stage, retrying, now) == (
+        f"embed ds chunk 4: retrying: attempt 1 failed: OutOfMemoryError: CUDA out of memory (log {log4}); "
+        f"Snakemake runs attempt 2 ({sm_log}; should that Snakemake have stopped, rerun)"
+    )
+    assert stage.left_s is not None and stage.count("retrying") == 1  # its time left is counted, as a failed job's
+
+    # Attempt 2 submitted, its log not yet written (in the queue): still retrying after attempt 1.
+    snakemake_log([*first, ("start", 4, 2, now + 5)])
+    assert states()[4] == "retrying" and embed(st.status(cfg, 2, "--gpus", now=now)).jobs[4].attempt == 1
+    # Attempt 3 failed and Snakemake restarts it no more: failed.
+    snakemake_log(
+        [
+            *first,
+            ("start", 4, 2, now + 5),
+            ("error", 4, 2, now + 9),
+            ("restart", 4, 2, now + 9),
+            ("start", 4, 3, now + 10),
+            ("error", 4, 3, now + 20),
+        ]
+    )
+    os.utime(log4, (now + 19, now + 19))
+    assert states()[4] == "failed"
+    # Attempt 3 started and its own log ends on its error, not yet reported: failed too.
+    snakemake_log(
+        [
+            *first,
+            ("start", 4, 2, now + 5),
+            ("error", 4, 2, now + 9),
+            ("restart", 4, 2, now + 9),
+            ("start", 4, 3, now + 10),
+        ]
+    )
+    assert states()[4] == "failed"
+    # A restart that an ended run announced never comes.
+    os.utime(log4, (now, now))
+    snakemake_log(first, ended=True)
+    assert states()[4] == "failed"
+
+    snakemake_log(first)
+    assert main(["status", "--configfile", str(tmp_path / "overlay.yaml"), "--gpus", "2", "--json"]) == 0
+    (out,) = json.loads(capsys.readouterr().out)["stages"]
+    assert (out["failed"], out["retrying"]) == (1, 1)
+    job4 = next(j for j in out["not_done"] if j["name"] == "chunk 4")
+    assert (job4["state"], job4["failed_attempt"], job4["retry_log"]) == ("retrying", 1, sm_log)
+
+
+def test_a_snakemake_log_from_before_the_jobs_failure_or_of_another_job_changes_nothing(tmp_path, monkeypatch, now):
+    cfg = a_run(tmp_path, monkeypatch, now)
+    old = snakemake_log([("start", 4, 1, now - 600), ("error", 4, 1, now - 590), ("restart", 4, 1, now - 590)])
+    os.utime(old, (now - 590, now - 590))  # a run that ended before chunk 4's log was written
+    snakemake_log([("start", 5, 1, now - 30), ("error", 5, 1, now), ("restart", 5, 1, now)], name="2026-01-02T0")
+    assert embed(st.status(cfg, 2, "--gpus", now=now)).jobs[4].state == "failed"
+
+
+def test_snakemakes_log_is_read_as_it_writes_it():
+    """The parser against a log Snakemake 9.27 wrote (a shell rule with `retries: 1`, an
+    `attempt` resource; cut to the events), storage paths named under their prefix."""
+    text = """\
+Select jobs to execute...
+Execute 1 jobs...
+[Sat Nov 28 11:05:07 2026]
+localrule emb:
+    output: out/2.txt
+    log: logs/emb/2.log
+    jobid: 2
+    reason: Missing output files: out/2.txt
+    wildcards: c=2
+    resources: tmpdir=/tmp, attempt=1
+RuleException:
+CalledProcessError in file "/tmp/h3smk/Snakefile", line 9:
+Command 'set -euo pipefail;  echo attempt 1 > logs/emb/2.log; exit 1' returned non-zero exit status 1.
+[Sat Nov 28 11:05:07 2026]
+Error in rule emb:
+    message: None
+    jobid: 2
+    output: out/2.txt
+    log: logs/emb/2.log (check log file(s) for error details)
+    shell:
+        echo attempt 1 > logs/emb/2.log; exit 1
+        (command exited with non-zero exit code)
+Trying to restart job 2.
+Select jobs to execute...
+[Sat Nov 28 11:05:08 2026]
+rule emb:
+    output: s3://bkt/run/out/1.txt (send to storage)
+    log: s3://bkt/run/logs/emb/1.log (send to storage)
+    jobid: 1
+    resources: tmpdir=/tmp, attempt=1
+"""
+    Path("smk.log").write_text(text)
+    run = st.read_snakemake_log("smk.log", prefix="s3://bkt/run/")
+    stamp = time.mktime(time.strptime("Sat Nov 28 11:05:07 2026", "%a %b %d %H:%M:%S %Y"))
+    assert run.last == {"logs/emb/2.log": ("restart", 1, stamp), "logs/emb/1.log": ("start", 1, stamp + 1)}
+    assert not run.ended
