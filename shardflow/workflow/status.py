@@ -41,6 +41,12 @@ in its log, does not check it for stalling, and shows its GPU-hours as "-" (its 
 count them when it ends). A train sweep job's failure record is beside its resume folder
 (plan.sweep_train_resume), as the main train job's is (plan.train_resume).
 
+A sweep job (point x seed) is counted as one: done, failed, running or waiting from its
+metrics JSON and its log folder. An embed or summarise sweep job runs the main data set's
+chunks as jobs of its own (rules/sweep.smk), found from their rule's patterns as a data
+set's are and judged the same way over the sweep's chunk jobs: the sweep job is stalled
+where one of them is (`judge_sweep_chunks`).
+
 The rate is one job's: records per second over the finished jobs' stats and the running
 jobs' parts (their records over the time from the attempt's start to its last part). The
 time left: every job not done, each its records left at that rate (plus the model loading
@@ -130,8 +136,13 @@ class RuleFiles:
         return outputs, self.log and expand(self.log, wildcards), self.benchmark and expand(self.benchmark, wildcards)
 
 
-_RULE = re.compile(r"^rule (\w+):\s*$")
-_DIRECTIVE = re.compile(r"^    (\w+):(.*)$")
+# A rule, at the top or inside an `if` block: `rule <name>:`, or `use rule <base> as
+# <name> with:` (the sweep rules), whose directives not given are its base rule's.
+_RULE = re.compile(r"^( *)(?:rule (\w+)|use rule (\w+) as (\w+) with):\s*$")
+# A name the rules files set to a string (`SWEEP_LOG = "..."`), which their f-string
+# patterns use; and one set to rules/common.smk's stage_sweep_job(<stage>), which is
+# SWEEP_JOB with its {sweep} constrained to that stage's sweeps.
+_NAME = re.compile(r"^ *([A-Z][A-Z0-9_]*) = (.+)$")
 _WILDCARD = re.compile(r"\{(\w+)(?:,[^{}]*)?\}")
 # Snakemake's flags around a file pattern: the pattern is their first argument; and
 # rules/common.smk's chunk_vectors, which flags it temp() or not by config.
@@ -147,16 +158,61 @@ def expand(pattern: str, wildcards: dict) -> str:
         raise StatusError(f"pattern {pattern!r} has wildcard {exc}, which the job does not set") from None
 
 
-def _pattern(node: ast.expr) -> tuple[str | None, list[str]]:
+@functools.cache
+def smk_names(rules_dir: str = str(RULES)) -> dict[str, str]:
+    """The names the rules files set to a string pattern (see `_NAME`)."""
+    names, sweep_jobs = {}, []
+    for path in sorted(Path(rules_dir).glob("*.smk")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not (m := _NAME.match(line)):
+                continue
+            if m.group(2).startswith("stage_sweep_job("):
+                sweep_jobs.append(m.group(1))
+                continue
+            try:
+                value = ast.literal_eval(m.group(2))
+            except (ValueError, SyntaxError):
+                continue
+            if isinstance(value, str):
+                names[m.group(1)] = value
+    return names | {name: names["SWEEP_JOB"] for name in sweep_jobs if "SWEEP_JOB" in names}
+
+
+def _string(node: ast.expr, names: dict[str, str]) -> str | None:
+    """A plain string, or an f-string of plain text and `names` (None: anything else)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if not isinstance(node, ast.JoinedStr):
+        return None
+    text = []
+    for part in node.values:
+        if isinstance(part, ast.Constant) and isinstance(part.value, str):
+            text.append(part.value)  # `{{chunk}}` is the text {chunk}: a wildcard
+        elif (
+            isinstance(part, ast.FormattedValue)
+            and isinstance(part.value, ast.Name)
+            and part.value.id in names
+            and part.conversion == -1
+            and part.format_spec is None
+        ):
+            text.append(names[part.value.id])
+        else:
+            return None
+    return "".join(text)
+
+
+def _pattern(node: ast.expr, names: dict[str, str]) -> tuple[str | None, list[str]]:
     """The pattern of a file argument and the flags around it."""
     flags = []
     while isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FLAGS and node.args:
         flags.append(node.func.id)
         node = node.args[0]
-    return (node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None), flags
+    return _string(node, names), flags
 
 
-def _directive(path: Path, lineno: int, rule: str, name: str, text: str) -> tuple[dict[str, str], dict[str, str]]:
+def _directive(
+    path: Path, lineno: int, rule: str, name: str, text: str, names: dict[str, str]
+) -> tuple[dict[str, str], dict[str, str]]:
     """A file directive's body (Python call arguments, as Snakemake reads it): its
     patterns, and the temp flag (`_TEMP_FLAGS`) of those that have one."""
     try:
@@ -166,7 +222,7 @@ def _directive(path: Path, lineno: int, rule: str, name: str, text: str) -> tupl
     found = {str(i): a for i, a in enumerate(call.args)} | {k.arg: k.value for k in call.keywords if k.arg}
     out, temp = {}, {}
     for key, node in found.items():
-        value, flags = _pattern(node)
+        value, flags = _pattern(node, names)
         if value is None:
             raise StatusError(
                 f"{path}:{lineno}: rule {rule}'s {name} {key!r} is no plain pattern: status reads the patterns as written"
@@ -181,30 +237,40 @@ def _directive(path: Path, lineno: int, rule: str, name: str, text: str) -> tupl
 @functools.cache
 def rule_files(rule: str, rules_dir: str = str(RULES)) -> RuleFiles:
     """The output, log and benchmark patterns of `rule` (a `rule <name>:` of
-    rules/*.smk), read from its directives: the rules are the truth of where each job's
-    files are, and this reads a few small files instead of parsing the workflow."""
+    rules/*.smk, or a `use rule <base> as <name> with:`, whose directives not given are
+    its base rule's), read from its directives: the rules are the truth of where each
+    job's files are, and this reads a few small files instead of parsing the workflow.
+    A pattern is a string, or an f-string of the names the rules files set (`smk_names`)."""
     for path in sorted(Path(rules_dir).glob("*.smk")):
         lines = path.read_text(encoding="utf-8").splitlines()
-        start = next((i for i, line in enumerate(lines) if (m := _RULE.match(line)) and m.group(1) == rule), None)
+        found = (
+            (i, m) for i, line in enumerate(lines) if (m := _RULE.match(line)) and rule in (m.group(2), m.group(4))
+        )
+        start, match = next(found, (None, None))
         if start is None:
             continue
+        indent, base = " " * (len(match.group(1)) + 4), match.group(3)
         body: dict[str, tuple[int, list[str]]] = {}
         current = None
         for i in range(start + 1, len(lines)):
             line = lines[i]
-            if line.strip() and not line.startswith("    "):
+            if line.strip() and not line.startswith(indent):
                 break  # the rule's block ends
-            directive = _DIRECTIVE.match(line)
+            directive = re.match(rf"^{indent}(\w+):(.*)$", line)
             if directive:
                 current = directive.group(1)
                 body[current] = (i + 1, [directive.group(2)])
             elif current is not None:
                 body[current][1].append(line)
+        names = smk_names(rules_dir)
         files = {
-            name: _directive(path, body[name][0], rule, name, "\n".join(body[name][1]))
+            name: _directive(path, body[name][0], rule, name, "\n".join(body[name][1]), names)
             for name in ("output", "log", "benchmark")
             if name in body
         }
+        inherited = rule_files(base, rules_dir) if base else None
+        if inherited and "output" not in files:
+            files["output"] = (inherited.outputs, inherited.temp)
         outputs, temp = files.get("output", ({}, {}))
         logs, benches = list(files.get("log", ({}, {}))[0].values()), list(files.get("benchmark", ({}, {}))[0].values())
         where = os.path.relpath(path, REPO) if path.is_relative_to(REPO) else str(path)
@@ -212,8 +278,8 @@ def rule_files(rule: str, rules_dir: str = str(RULES)) -> RuleFiles:
             rule,
             f"{where}:{start + 1}",
             outputs,
-            logs[0] if logs else None,
-            benches[0] if benches else None,
+            logs[0] if logs else (inherited.log if inherited and "log" not in files else None),
+            benches[0] if benches else (inherited.benchmark if inherited and "benchmark" not in files else None),
             temp,
         )
     raise StatusError(f"rule {rule}: no `rule {rule}:` in {rules_dir}/*.smk")
@@ -742,11 +808,12 @@ def chunk_records(ds: plan.DataSet, split: dict | None) -> list[int | None] | No
 
 
 # The rule whose job reads a stage rule's temp() outputs: Snakemake deletes them once it ran.
-TEMP_READERS = {"embed": "merge"}
+TEMP_READERS = {"embed": "merge", "sweep_embed_chunk": "sweep_embed_merge"}
 
 
-def deleted_temp(cfg: dict, rule: str, ds: plan.DataSet) -> frozenset[str]:
-    """The outputs of `rule`'s jobs on `ds` that Snakemake has deleted as temp(): those
+def deleted_temp(cfg: dict, rule: str, wildcards: dict) -> frozenset[str]:
+    """The outputs of `rule`'s jobs of a data set or sweep job (`wildcards`: its
+    dataset, or its sweep, point and seed) that Snakemake has deleted as temp(): those
     flagged so (chunk_vectors' .npy under embedding.keep_chunk_vectors: false), once the
     job that reads them (merge) has written its outputs. A job without them is done."""
     files, reader = rule_files(rule), TEMP_READERS.get(rule)
@@ -754,7 +821,7 @@ def deleted_temp(cfg: dict, rule: str, ds: plan.DataSet) -> frozenset[str]:
     temp = frozenset(name for name, flag in files.temp.items() if flag == "temp" or not keep)
     if not temp or reader is None:
         return frozenset()
-    outputs, _, _ = rule_files(reader).of({"dataset": ds.name})
+    outputs, _, _ = rule_files(reader).of(wildcards)
     return temp if all(os.path.exists(p) for p in outputs.values()) else frozenset()
 
 
@@ -796,12 +863,24 @@ def train_stage(cfg: dict, ds: plan.DataSet, gpus: int, gpus_per_run: int) -> St
     return out
 
 
-def sweep_stage(spec, resume_dir: str | None) -> Stage:
+# The rule of a sweep stage's chunk jobs (rules/sweep.smk), whose parts show a sweep job
+# stalled as a data set's chunk jobs do. A train sweep keeps checkpoints, as train does,
+# and a retrieval sweep's embed jobs are its shared embeddings' (shardflow.sweep.shared),
+# no point's own: neither is judged.
+SWEEP_CHUNK_RULES = {"embed": "sweep_embed_chunk", "summarise": "sweep_summarise"}
+
+
+def sweep_stage(
+    spec, cfg: dict, per_chunk: list[int | None] | None = None, n_chunks: int = 0, now: float | None = None
+) -> Stage:
     """A sweep's jobs (points x seeds), counted: done where its metrics JSON exists,
     failed where its log folder holds a failure record, or, for a train sweep, where its
     train job's resume folder does (train.failure.json: plan.sweep_train_resume, as
     rules/common.smk passes it), or a log there ends on core.runlog's failed line (an
-    out-of-memory error, as a chunk job's), running where its log folder holds a log."""
+    out-of-memory error, as a chunk job's), running where its log folder holds a log,
+    and stalled where one of its chunk jobs is (`judge_sweep_chunks`: the main data set's
+    `n_chunks` chunks, of `per_chunk` records)."""
+    resume_dir = cfg["gpu_jobs"]["resume_dir"]
     jobs = []
     for pid, seed in spec.jobs():
         logs = expand(smk_constant("SWEEP_LOG"), {"sweep": spec.folder, "point": pid, "seed": seed})
@@ -824,7 +903,45 @@ def sweep_stage(spec, resume_dir: str | None) -> Stage:
             elif os.path.isdir(logs):
                 job.state = RUNNING
         jobs.append(job)
-    return Stage(spec.name, f"sweep ({spec.stage})", jobs, 0, sweep=True)
+    stage = Stage(spec.name, f"sweep ({spec.stage})", jobs, 0, sweep=True)
+    if spec.stage in SWEEP_CHUNK_RULES and n_chunks:
+        judge_sweep_chunks(stage, spec, cfg, per_chunk, n_chunks, time.time() if now is None else now)
+    return stage
+
+
+def judge_sweep_chunks(stage: Stage, spec, cfg: dict, per_chunk: list[int | None] | None, n_chunks: int, now: float):
+    """The chunk jobs of each running sweep job, found and judged as a data set's are
+    (their rule's files, `classify`; `measure` and `mark_stalled` over all of the sweep's
+    chunk jobs, for one typical part interval): a sweep job with a stalled chunk job is
+    stalled, and one with a running chunk job shows its parts and log."""
+    rule = SWEEP_CHUNK_RULES[spec.stage]
+    files = rule_files(rule)
+    own: dict[int, list[Job]] = {}
+    for k, ((pid, seed), job) in enumerate(zip(spec.jobs(), stage.jobs, strict=True)):
+        if job.state != RUNNING:
+            continue
+        wildcards = {"sweep": spec.folder, "point": pid, "seed": seed}
+        resume, _, unreadable = scan_resume(plan.sweep_resume_root(cfg["gpu_jobs"]["resume_dir"], job.name))
+        stage.notes += [f"resume folder {u} not readable: its parts are not counted" for u in unreadable]
+        deleted = deleted_temp(cfg, rule, wildcards)
+        own[k] = []
+        for i in range(n_chunks):
+            outputs, log, bench = files.of({**wildcards, "chunk": i})
+            chunk = Job(f"chunk {i}", outputs, log, bench, per_chunk[i] if per_chunk else None)
+            classify(chunk, resume, record_path(log) if log else None, deleted)
+            if chunk.state == DONE and (error := _stats(chunk, "stats")):
+                stage.notes.append(error)
+            own[k].append(chunk)
+    chunks = Stage(stage.dataset, spec.stage, [c for cs in own.values() for c in cs], 0)
+    measure(chunks)
+    mark_stalled(chunks, now)
+    stage.part_interval = chunks.part_interval
+    for k, cs in own.items():
+        shown = next((c for c in cs if c.state == STALLED), None) or next((c for c in cs if c.state == RUNNING), None)
+        if shown is not None:
+            job = stage.jobs[k]
+            job.state, job.log, job.folder, job.attempts = shown.state, shown.log, shown.folder, shown.attempts
+            job.records, job.records_done, job.last_activity = shown.records, shown.records_done, shown.last_activity
 
 
 # ------------------------------------------------------------------------ run
@@ -921,7 +1038,7 @@ def status(
                 per_run = plan.train_gpus(cfg) if gpus else 1
                 stage = train_stage(cfg, ds, per_run if gpus else 0, per_run)
             else:
-                deleted = deleted_temp(cfg, STAGE_RULES[name][0], ds)
+                deleted = deleted_temp(cfg, STAGE_RULES[name][0], {"dataset": ds.name})
                 stage = chunk_stage(ds, name, gpus, resume, per_chunk, deleted)
             if stage.gpus and ran_on_cpu(stage):
                 stage.gpus = 0
@@ -934,8 +1051,11 @@ def status(
                 f"{len(anonymous)} resume folder(s) under {root} name no job (written before attempt records named "
                 "it): their parts are not counted"
             )
+    # Embed and summarise sweeps run on the main data set's chunks (rules/sweep.smk).
+    main = next((ds for ds in data_sets if ds.role == "main"), None)
+    main_chunks = chunk_records(main, estimate.split_manifest(main)[0]) if main and specs else None
     for spec in specs.values():
-        stage = sweep_stage(spec, cfg["gpu_jobs"]["resume_dir"])
+        stage = sweep_stage(spec, cfg, main_chunks, main.n_chunks if main else 0, now)
         mark_retrying(stage, retries)
         seen = seen or any(j.state != WAITING for j in stage.jobs)
         out.stages.append(stage)

@@ -25,6 +25,7 @@ from shardflow.core.failures import record_path, write_record
 from shardflow.core.runlog import FAILED
 from shardflow.core.s3 import logical_path
 from shardflow.workflow import estimate as est
+from shardflow.workflow import plan
 from shardflow.workflow import status as st
 
 CHUNKS = 6
@@ -105,12 +106,16 @@ def finished(chunk: int) -> None:
     Path(log).write_text("... INFO embed: done\n")
 
 
-def in_progress(chunk: int, start: float, n_parts: int, monkeypatch, log: bool = True) -> str:
+def in_progress(
+    chunk: int, start: float, n_parts: int, monkeypatch, log: bool = True, files=None, root: str = "results/ds/.resume"
+) -> str:
     """A running attempt that saved `n_parts` parts of WINDOW records, one each 2.5 s from
-    `start`, as the engine saves them (PartStore, labelled with the job's output)."""
-    outputs, log_path, _ = job_files(chunk)
+    `start`, as the engine saves them (PartStore, labelled with the job's output); `files`:
+    the job's (outputs, log, benchmark), an embed chunk job's of data set ds by default,
+    and `root` its resume root."""
+    outputs, log_path, _ = files or job_files(chunk)
     clock = Clock(start)
-    folder = parts.resume_folder("results/ds/.resume", f"key{chunk}")
+    folder = parts.resume_folder(root, f"key{chunk}")
     manifest = {"n_texts": ITEMS, "window": WINDOW, "dim": 4, "output_dtype": "float32"}
     with monkeypatch.context() as m:
         m.setattr(parts, "time", clock)
@@ -317,6 +322,20 @@ def test_rule_files_are_the_rules_own_patterns(tmp_path):
     (rules / "x.smk").write_text('rule x:\n    output:\n        f"results/{NAME}/x",\n    shell:\n        "true"\n')
     with pytest.raises(st.StatusError, match=r"x.smk:2: rule x's output '0' is no plain pattern"):
         st.rule_files("x", str(rules))
+    # A sweep rule: `use rule ... with:` in an `if` block, f-strings of the rules files' names.
+    sweep = st.rule_files("sweep_embed_chunk")
+    assert sweep.log == "logs/sweeps/{sweep}/{point}/seed={seed}/embed_{chunk}.log" and sweep.temp == {
+        "npy": "chunk_vectors"
+    }
+    assert sweep.outputs["stats"] == "results/sweeps/{sweep}/{point}/seed={seed}/embed/embed_{chunk}.stats.json"
+    rules = tmp_path / "rules2"  # rule_files and the names it reads are cached by folder
+    rules.mkdir()
+    (rules / "y.smk").write_text(
+        'P = "pre"\nrule y:\n    output:\n        "a/{w}",\n    log:\n        "l/{w}.log",\n\n'
+        'if P:\n    use rule y as z with:\n        output:\n            f"{P}/{{w}}",\n'
+    )
+    z = st.rule_files("z", str(rules))
+    assert (z.outputs, z.log, z.benchmark) == ({"0": "pre/{w}"}, "l/{w}.log", None)  # its log is y's
 
 
 def test_a_chunk_whose_temp_vectors_merge_deleted_is_done(tmp_path, now):
@@ -692,3 +711,38 @@ rule emb:
     stamp = time.mktime(time.strptime("Sat Nov 28 11:05:07 2026", "%a %b %d %H:%M:%S %Y"))
     assert run.last == {"logs/emb/2.log": ("restart", 1, stamp), "logs/emb/1.log": ("start", 1, stamp + 1)}
     assert not run.ended
+
+
+def test_a_sweep_job_whose_chunk_job_makes_no_progress_is_stalled(tmp_path, monkeypatch, now):
+    """An embed sweep's jobs run the main data set's chunks (rule sweep_embed_chunk, parts
+    under the sweep job's resume root): a chunk job whose parts stopped is judged as a data
+    set's is, so its sweep job is stalled, not running for ever; one with a recent part
+    is running and shows it."""
+    grid = {"embedding.token_budget": [512, 1024, 2048]}
+    cfg = config(
+        tmp_path, sweeps={"tb": {"stage": "embed", "grid": grid, "seeds": [0], "metrics": {"items_per_s": "max"}}}
+    )
+    split_manifest()
+    spec = est.sweeps(cfg)["tb"]
+    (a, _), (b, _), _ = spec.jobs()
+
+    def sweep_chunk(point: str, chunk: int, start: float, n_parts: int) -> tuple[str, str]:
+        job = f"results/sweeps/tb/{point}/seed=0/embed/embed_{chunk}"  # as rules/sweep.smk names them
+        outputs = {"npy": f"{job}.npy", "ids": f"{job}.ids.parquet", "stats": f"{job}.stats.json"}
+        files = (outputs, f"logs/sweeps/tb/{point}/seed=0/embed_{chunk}.log", None)
+        root = plan.sweep_resume_root(None, f"tb/{point}/seed=0")
+        return in_progress(chunk, start, n_parts, monkeypatch, files=files, root=root), files[1]
+
+    folder_a, _ = sweep_chunk(a, 0, now - 6.0, 2)  # a part every 2.5 s, the last 1 s ago
+    folder_b, log_b = sweep_chunk(b, 1, now - 602.5, 1)  # one part, 10 min ago
+    stage = next(s for s in st.status(cfg, 1, "--gpus", now=now).stages if s.sweep)
+    assert [j.state for j in stage.jobs] == ["running", "stalled", "waiting"]
+    assert st.stage_line(stage, "USD") == "sweep (embed) tb: 0/3 jobs; 1 stalled"
+    assert stage.part_interval == pytest.approx(2.5)
+    stalled = st._job_line(stage, stage.jobs[1], now)
+    assert stalled.startswith(f"sweep (embed) tb tb/{b}/seed=0: no progress for 10.0 min (a part every 2 s is typical)")
+    assert f"25/100 records in parts ({folder_b})" in stalled and stalled.endswith(f"; log {log_b}")
+    running = st._job_line(stage, stage.jobs[0], now)
+    assert (
+        running == f"sweep (embed) tb tb/{a}/seed=0: running, 50/100 records in parts ({folder_a}), last part 1 s ago"
+    )
