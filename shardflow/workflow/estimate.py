@@ -37,6 +37,15 @@ Wall time: each stage's jobs longest first onto the GPU free first, the stages o
 after another (embed and summarise of one data set share the GPUs when they run at
 once, so the sum is what they take together).
 
+What is left, beside the whole run, once some job has run (`estimate` again part-way):
+a GPU job whose outputs all exist is done, as make status counts it
+(status.jobs_done, from the rules' own patterns; temp() chunk vectors that merge has
+read may be gone), and every other job is priced whole, a running one too (make status
+counts its parts). A sweep job whose metrics JSON exists is done; the retrieval task's
+one-job stages (embed_queries, retrieval_evaluate) are not checked and count as left,
+said so (a retrieval sweep is not estimated at all). The table then gains the columns `done` and `left GPU-h`,
+and the total line ends with `; left (<k> of <n> GPU jobs done): ...`.
+
 Records: the split's manifest.json where the split ran on these inputs; else counted
 (newline counts, Parquet metadata: plan.count_records), or, for line-format inputs
 above SAMPLE_ABOVE bytes, sampled and extrapolated by file size, and said so.
@@ -63,6 +72,7 @@ from shardflow.core.jobs import priced, read_benchmark, read_job_table
 from shardflow.core.models import same_model
 from shardflow.corpus.readers import ReaderOptions, detect_format
 from shardflow.sweep import parse_sweeps
+from shardflow.sweep.paths import job_metrics
 from shardflow.sweep.spec import load_yaml, merge
 from shardflow.workflow import plan
 
@@ -582,6 +592,16 @@ class Row:
     cost: float | None = None
     wall_s: float | None = None
     assumed_jobs: int = 0  # a sweep's jobs at an assumed rate (its rate is None where they differ)
+    # What is left: per job, in the order of `seconds`, whether its outputs exist (None:
+    # not checked, every job left), and what the jobs not done take (`finish`).
+    done: list[bool] | None = None
+    left_gpu_hours: float | None = None
+    left_cost: float | None = None
+    left_wall_s: float | None = None
+
+    @property
+    def jobs_done(self) -> int | None:
+        return None if self.done is None else sum(self.done)
 
 
 def makespan(seconds: list[float], gpus_per_job: int, n_gpus: int) -> float | None:
@@ -601,11 +621,17 @@ def finish(row: Row, n_gpus: int, price: float) -> Row:
         return row
     if row.gpus == 0:
         row.gpu_hours, row.cost = 0.0, 0.0
+        row.left_gpu_hours, row.left_cost = 0.0, 0.0
         row.notes.append("runs on the CPU: no GPU-hours (wall time depends on the cores: not estimated)")
         return row
     row.gpu_hours = sum(row.seconds) * row.gpus / 3600
     row.cost = priced(row.gpu_hours, price, row.work)["estimated_cost"]
     row.wall_s = makespan(row.seconds, row.gpus, n_gpus)
+    # What is left: the jobs whose outputs do not all exist, each as a whole job.
+    left = row.seconds if row.done is None else [s for s, d in zip(row.seconds, row.done, strict=True) if not d]
+    row.left_gpu_hours = sum(left) * row.gpus / 3600
+    row.left_cost = priced(row.left_gpu_hours, price)["estimated_cost"]
+    row.left_wall_s = (makespan(left, row.gpus, n_gpus) if left else 0.0) if row.wall_s is not None else None
     if row.wall_s is None:
         row.notes.append(f"a job holds {row.gpus} GPUs, more than the {n_gpus} given: no wall time")
     elif row.jobs * row.gpus < n_gpus and row.stage in CHUNK_STAGES:
@@ -618,6 +644,9 @@ def finish(row: Row, n_gpus: int, price: float) -> Row:
 # The stages with a job per chunk: more chunks would keep more GPUs busy (a stage of one
 # job, as the query embedding or the search, has no such remedy).
 CHUNK_STAGES = ("embed", "summarise")
+# The rule of a sweep stage's chunk jobs (rules/sweep.smk): a point and seed of an embed
+# or summarise sweep runs the main data set's chunks as jobs of its own.
+SWEEP_CHUNK_RULES = {"embed": "sweep_embed_chunk", "summarise": "sweep_summarise"}
 
 
 def embed_dim(cfg: dict, run: Run | None) -> tuple[int | None, str]:
@@ -892,6 +921,28 @@ class Estimate:
         set share them when they run at once, so their sum is what they take)."""
         return sum(r.wall_s or 0.0 for r in self.rows)
 
+    @property
+    def left_gpu_hours(self) -> float:
+        """What the jobs not done take (a row without an output check: all its jobs)."""
+        return sum(r.left_gpu_hours or 0.0 for r in self.rows)
+
+    @property
+    def left_cost(self) -> float:
+        return priced(self.left_gpu_hours, self.price)["estimated_cost"]
+
+    @property
+    def left_wall_s(self) -> float:
+        return sum(r.left_wall_s or 0.0 for r in self.rows)
+
+    def jobs_done(self) -> tuple[int, int]:
+        """(jobs done, jobs) of the GPU stages whose outputs were checked."""
+        checked = [r for r in self.rows if r.done is not None and r.gpus]
+        return sum(r.jobs_done or 0 for r in checked), sum(len(r.done or ()) for r in checked)
+
+    def not_checked(self) -> list[str]:
+        """The GPU stages whose jobs' outputs are not checked: all their jobs count as left."""
+        return [f"{r.stage} {r.dataset}" for r in self.rows if r.gpus and r.seconds is not None and r.done is None]
+
     def missing(self) -> list[str]:
         """The GPU stages without an estimate (a stage on the CPU costs no GPU-hours)."""
         return [f"{r.stage} {r.dataset}" for r in self.rows if r.seconds is None and r.gpus]
@@ -914,6 +965,7 @@ def _sweep_rows(
     for spec in sweeps.values():
         jobs = spec.jobs()
         label = f"sweep {spec.name}"
+        done: list[bool] = []
         if spec.stage == "retrieval":
             rows.append(
                 Row(
@@ -931,12 +983,19 @@ def _sweep_rows(
         for pid, seed in jobs:
             job_cfg = {**cfg, **spec.job_config(pid, seed)}
             own = [f"{RESULTS}/sweeps/{spec.folder}/{pid}/seed={seed}/{spec.stage}"]
+            group = {"sweep": spec.folder, "point": pid, "seed": seed}
             if spec.stage == "embed":
                 parts.append(embed_row(job_cfg, label, per_chunk, "sweep_embed_chunk" not in on_cpu, first=own))
             elif spec.stage == "summarise":
                 parts.append(summarise_row(job_cfg, label, per_chunk, "sweep_summarise" not in on_cpu, first=own))
             else:
                 parts.append(train_row(job_cfg, label, "sweep_train" not in on_cpu, own, gpu, dataset=main))
+            if spec.stage == "train":
+                done += _jobs_done(job_cfg, "sweep_train", group)
+            elif os.path.exists(job_metrics(spec.stage, spec.folder, pid, seed)):  # the sweep job has ended
+                done += [True] * len(per_chunk)
+            else:
+                done += _jobs_done(job_cfg, SWEEP_CHUNK_RULES[spec.stage], group, len(per_chunk))
         row = Row(
             label,
             spec.stage,
@@ -962,12 +1021,21 @@ def _sweep_rows(
         row.notes += list(dict.fromkeys(n for p in parts for n in p.notes))
         if all(p.seconds is not None for p in parts):
             row.seconds = [s for p in parts for s in p.seconds]
+            row.done = done
         if all(p.disk is not None for p in parts):
             row.disk, row.disk_source = sum(p.disk for p in parts), parts[0].disk_source + ", per job"
         else:
             row.disk_source = "not estimated"
         rows.append(row)
     return rows
+
+
+def _jobs_done(cfg: dict, rule: str, group: dict, n_chunks: int | None = None) -> list[bool]:
+    """status.jobs_done: whether each job's outputs exist, as make status counts a job done
+    (imported here: status imports this module)."""
+    from shardflow.workflow import status
+
+    return status.jobs_done(cfg, rule, group, n_chunks)
 
 
 def _queries(cfg: dict, name: str) -> tuple[int | None, str]:
@@ -1143,6 +1211,7 @@ def estimate(
         stages = gpu_stages(cfg, ds, specs.values())
         if "embed" in stages:
             out.rows.append(embed_row(cfg, ds.name, per_chunk, "embed" not in on_cpu))
+            out.rows[-1].done = _jobs_done(cfg, "embed", {"dataset": ds.name}, len(per_chunk))
         if "retrieval" in ds.tasks:
             embed = out.rows[-1]
             queries, how = _queries(cfg, ds.name)
@@ -1166,8 +1235,10 @@ def estimate(
             out.rows.append(search_row(cfg, ds.name, queries, out.records[ds.name].records, gpus))
         if "summarise" in stages:
             out.rows.append(summarise_row(cfg, ds.name, per_chunk, "summarise" not in on_cpu))
+            out.rows[-1].done = _jobs_done(cfg, "summarise", {"dataset": ds.name}, len(per_chunk))
         if "train" in stages:
             row = train_row(cfg, ds.name, "train" not in on_cpu, gpu=gpu)
+            row.done = _jobs_done(cfg, "train", {"dataset": ds.name})
             shards = f"{RESULTS}/{ds.name}/shards"
             if os.path.isdir(shards) and row.disk is not None:
                 row.disk += _folder_bytes(shards)
@@ -1207,11 +1278,23 @@ def total_line(est: Estimate) -> str:
         line += f" (assumed rates: {', '.join(est.assumed())})"
     if est.missing():
         line += f"; not estimated: {', '.join(est.missing())}"
-    return line
+    return line + left_text(est)
+
+
+def left_text(est: Estimate) -> str:
+    """What is left, where some GPU job is done (its outputs exist): "" before any is."""
+    done, jobs = est.jobs_done()
+    if not done:
+        return ""
+    wall = f", about {duration(est.left_wall_s)}" if any(r.gpus for r in est.rows) else ""
+    return f"; left ({done} of {jobs} GPU jobs done): {est.left_gpu_hours:.3g} GPU-h, {est.left_cost:.2f} {est.currency}{wall}"
 
 
 def table(est: Estimate) -> str:
     head = ("data set", "stage", "jobs", "work", "rate/s", "GPU-h", "cost", "wall", "disk")
+    some_done = est.jobs_done()[0] > 0
+    if some_done:  # the columns of what is left, once some job is done
+        head += ("done", "left GPU-h")
     body = []
     for r in est.rows:
         rate = "-" if r.rate is None else f"{r.rate.per_s:.3g}{'' if r.rate.measured else ' (assumed)'}"
@@ -1219,7 +1302,12 @@ def table(est: Estimate) -> str:
         cost = "-" if r.cost is None else f"{r.cost:.2f}"
         work = "-" if r.work is None else f"{_number(r.work)} {r.unit}"
         disk = "-" if r.disk is None else _size(r.disk)
-        body.append((r.dataset, r.stage, str(r.jobs), work, rate, gpu_h, cost, duration(r.wall_s), disk))
+        cells = (r.dataset, r.stage, str(r.jobs), work, rate, gpu_h, cost, duration(r.wall_s), disk)
+        if some_done:
+            done = "-" if r.done is None else f"{r.jobs_done}/{len(r.done)}"
+            left = "-" if r.left_gpu_hours is None else ("0 (CPU)" if r.gpus == 0 else f"{r.left_gpu_hours:.3g}")
+            cells += (done, left)
+        body.append(cells)
     widths = [max(len(row[i]) for row in (head, *body)) for i in range(len(head))]
     lines = [
         f"GPUs: {est.n_gpus} ({est.gpus_source}); price: {est.price:g} {est.currency} per GPU-hour "
@@ -1238,6 +1326,13 @@ def table(est: Estimate) -> str:
         lines += [f"  {r.stage} {r.dataset}: {text}" for text in shown]
     lines += [f"  {n}" for n in est.notes]
     lines.append("  wall: each stage's jobs longest first on the GPUs, the stages one after another")
+    if some_done:
+        unchecked = est.not_checked()
+        lines.append(
+            "  left: a job whose outputs all exist is done (as make status counts it), any other counts whole "
+            "(make status counts a running job's parts)"
+            + (f"; not checked, all left: {', '.join(unchecked)}" if unchecked else "")
+        )
     unknown = [f"{r.stage} {r.dataset}" for r in est.rows if r.disk is None]
     lines.append(f"  disk: {_size(est.disk)} in all" + (f" (not estimated: {', '.join(unknown)})" if unknown else ""))
     lines += ["", total_line(est)]
@@ -1265,6 +1360,8 @@ def as_json(est: Estimate) -> dict:
         out = {k: getattr(r, k) for k in JSON_KEYS}
         out["rate"] = None if r.rate is None else {**r.rate.__dict__}
         out["job_seconds"] = None if r.seconds is None else sum(r.seconds)
+        out["jobs_done"] = r.jobs_done  # None: outputs not checked
+        out |= {"left_gpu_hours": r.left_gpu_hours, "left_cost": r.left_cost, "left_wall_s": r.left_wall_s}
         return out
 
     return {
@@ -1279,6 +1376,14 @@ def as_json(est: Estimate) -> dict:
         "cost": est.cost,
         "wall_s": est.wall_s,
         "disk": est.disk,
+        "left": {
+            "jobs_done": est.jobs_done()[0],
+            "jobs": est.jobs_done()[1],
+            "gpu_hours": est.left_gpu_hours,
+            "cost": est.left_cost,
+            "wall_s": est.left_wall_s,
+            "not_checked": est.not_checked(),
+        },
         "not_estimated": est.missing(),
         "assumed": est.assumed(),
         "notes": est.notes,

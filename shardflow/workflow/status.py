@@ -397,13 +397,28 @@ def _mtime(path: str | None) -> float | None:
         return None
 
 
+def outputs_done(outputs: dict[str, str], deleted: Iterable[str] = ()) -> bool:
+    """Whether a job with `outputs` (by name) is done: every one exists, but those that
+    Snakemake has deleted as temp() once read (`deleted`: `deleted_temp`)."""
+    kept = [p for name, p in outputs.items() if name not in deleted]
+    return bool(kept) and all(os.path.exists(p) for p in kept)
+
+
+def jobs_done(cfg: dict, rule: str, group: dict, n_chunks: int | None = None) -> list[bool]:
+    """Whether each job of `rule` in `group` (a data set's wildcards, {"dataset": ...}, or
+    a sweep job's, {"sweep", "point", "seed"}) is done (`outputs_done`): its chunks'
+    jobs, in chunk order, or its one job where `n_chunks` is None (make estimate's jobs left)."""
+    files, deleted = rule_files(rule), deleted_temp(cfg, rule, group)
+    each = [group] if n_chunks is None else [{**group, "chunk": i} for i in range(n_chunks)]
+    return [outputs_done(files.of(wildcards)[0], deleted) for wildcards in each]
+
+
 def classify(
     job: Job, resume: dict[str, tuple[str, list[dict]]], record_file: Path | None, deleted: Iterable[str] = ()
 ) -> Job:
     """Set `job`'s state from its files (see the module docstring); `deleted`: its outputs
     that Snakemake has deleted as temp() once read (`deleted_temp`), not needed for done."""
-    kept = [p for name, p in job.outputs.items() if name not in deleted]
-    if kept and all(os.path.exists(p) for p in kept):
+    if outputs_done(job.outputs, deleted):
         job.state = DONE
         return job
     failed = failure_record(record_file) if record_file else None
@@ -867,7 +882,7 @@ def train_stage(cfg: dict, ds: plan.DataSet, gpus: int, gpus_per_run: int) -> St
 # stalled as a data set's chunk jobs do. A train sweep keeps checkpoints, as train does,
 # and a retrieval sweep's embed jobs are its shared embeddings' (shardflow.sweep.shared),
 # no point's own: neither is judged.
-SWEEP_CHUNK_RULES = {"embed": "sweep_embed_chunk", "summarise": "sweep_summarise"}
+SWEEP_CHUNK_RULES = estimate.SWEEP_CHUNK_RULES
 
 
 def sweep_stage(

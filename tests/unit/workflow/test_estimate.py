@@ -494,3 +494,81 @@ def test_split_sources_match_an_unlisted_glob_by_its_objects():
     assert not plan.matches_sources([a, "s3://d/news/b.jsonl"], ["s3://c/news/*.jsonl"])
     assert not plan.matches_sources([a], ["s3://c/news/*.jsonl", "y.jsonl"])
     assert not plan.matches_sources(["y.jsonl"], ["x.jsonl"])
+
+
+# ----------------------------------------------------------------------- left
+
+
+def outputs_of(rule: str, **wildcards) -> None:
+    """A finished job's outputs, at the paths its rule names (the paths status reads)."""
+    from shardflow.workflow.status import rule_files
+
+    for path in rule_files(rule).of(wildcards)[0].values():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as fh:
+            fh.write("x")
+
+
+def test_a_run_part_done_is_estimated_whole_and_what_is_left(tmp_path, capsys):
+    """Estimate re-run after some jobs finished: the whole run's figures stay as they were,
+    and what is left (the jobs whose outputs do not all exist) is given beside them."""
+    corpus()
+    (tmp_path / "o.yaml").write_text(
+        yaml.safe_dump({"dataset": "ds", "n_chunks": 2, "input": {"path": "corpus.jsonl"}})
+    )
+    cfg = est.load_config([str(tmp_path / "o.yaml")])
+    fresh = run(cfg)
+    assert row(fresh, "embed").done == [False, False] and "left" not in est.total_line(fresh)
+    assert "done" not in est.table(fresh).split("\n\n")[1]  # no column of what is left before any job is done
+    outputs_of("embed", dataset="ds", chunk=0)
+    result = run(cfg)
+    embed = row(result, "embed")
+    assert embed.done == [True, False] and embed.seconds == pytest.approx([1.25, 1.25])  # 50 records at 40/s
+    assert embed.gpu_hours == pytest.approx(2.5 / 3600) and embed.left_gpu_hours == pytest.approx(1.25 / 3600)
+    assert (embed.wall_s, embed.left_wall_s) == (pytest.approx(2.5), pytest.approx(1.25))
+    total = est.total_line(result)
+    assert total.startswith("0.000694 GPU-h, 0.00 USD, about 2 s on 1 GPU (assumed rates: embed ds)")
+    assert total.endswith("; left (1 of 2 GPU jobs done): 0.000347 GPU-h, 0.00 USD, about 1 s")
+    assert main(["estimate", "--configfile", str(tmp_path / "o.yaml"), "--gpus", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    head = next(line for line in out if line.startswith("data set"))
+    assert head.split()[-5:] == ["wall", "disk", "done", "left", "GPU-h"]
+    assert next(line for line in out if line.startswith("ds ") and " embed " in line).split()[-2:] == [
+        "1/2",
+        "0.000347",
+    ]
+    assert any(line.startswith("  left: a job whose outputs all exist is done") for line in out) and out[-1] == total
+    assert main(["estimate", "--configfile", str(tmp_path / "o.yaml"), "--gpus", "1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["gpu_hours"] == pytest.approx(2.5 / 3600)  # the whole run, as before
+    assert {k: data["left"][k] for k in ("jobs_done", "jobs", "not_checked")} == {
+        "jobs_done": 1,
+        "jobs": 2,
+        "not_checked": [],
+    }
+    assert data["left"]["gpu_hours"] == pytest.approx(1.25 / 3600)
+    embed_json = next(r for r in data["rows"] if r["stage"] == "embed")
+    assert embed_json["jobs_done"] == 1 and embed_json["left_wall_s"] == pytest.approx(1.25)
+
+
+def test_what_is_left_counts_merged_temp_vectors_and_finished_sweep_jobs_as_done(tmp_path):
+    """A chunk whose .npy Snakemake deleted as temp() once merge ran is done, as status
+    counts it; a sweep job is done per chunk job (its rule's own outputs), or whole once
+    its metrics JSON exists."""
+    corpus()
+    grid = {"embedding.token_budget": [512, 1024]}
+    sweep = {"stage": "embed", "grid": grid, "seeds": [0], "metrics": {"items_per_s": "max"}}
+    cfg = config(tmp_path, embedding={"keep_chunk_vectors": False}, sweeps={"tb": sweep})
+    for chunk in range(2):
+        outputs_of("embed", dataset="ds", chunk=chunk)
+        os.remove(f"results/ds/embed/embed_{chunk}.npy")
+    assert row(run(cfg), "embed").done == [False, False]  # merge not run: the vectors are missing
+    outputs_of("merge", dataset="ds")
+    assert row(run(cfg), "embed").done == [True, True]
+    (a, _), (b, _) = est.sweeps(cfg)["tb"].jobs()
+    os.makedirs(f"results/sweeps/tb/{a}/seed=0")
+    with open(f"results/sweeps/tb/{a}/seed=0/metrics.json", "w") as fh:  # sweep job a has ended
+        fh.write("{}")
+    outputs_of("sweep_embed_chunk", sweep="tb", point=b, seed=0, chunk=1)
+    swept = row(run(cfg), "embed", "sweep tb")
+    assert swept.done == [True, True, False, True] and swept.left_gpu_hours == pytest.approx(swept.gpu_hours / 4)
