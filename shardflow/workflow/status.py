@@ -171,7 +171,7 @@ def smk_names(rules_dir: str = str(RULES)) -> dict[str, str]:
                 continue
             try:
                 value = ast.literal_eval(m.group(2))
-            except (ValueError, SyntaxError):
+            except (ValueError, TypeError, SyntaxError):
                 continue
             if isinstance(value, str):
                 names[m.group(1)] = value
