@@ -82,7 +82,7 @@ estimate: $(INSTALLED_IF_MISSING)
 		$(if $(GPU_PEAK_TFLOPS),--gpu-peak-tflops $(GPU_PEAK_TFLOPS)) $(if $(MFU),--mfu $(MFU))
 
 # Where the configured run stands, from the files here (shardflow.workflow.status): per
-# data set and GPU stage, jobs done / running / stalled / failed / waiting, records, rate,
+# data set and GPU stage, jobs done / running / stalled / failed / retrying / waiting, records, rate,
 # time left, GPU-hours and cost so far, each failed job's error and log. Read-only and
 # cheap: `watch make status`. CONFIG= as the run's --configfile; GPUS=N for the time left;
 # STORAGE=s3://<bucket>/<prefix> for a run with S3 as its default storage (the eks profile).
