@@ -142,7 +142,8 @@ def build_manifest(
     embedding model where the data set is embedded), which reproduce.expect.model_sha256
     is checked against, null where none ran (training, lead summaries).
     `jobs_made_with`: the `made_with` records of the data set's GPU jobs (jobs from before
-    they were recorded have none): the model hash the jobs ran is taken from there."""
+    they were recorded have none): the model hash the jobs ran is taken from there, and
+    none (sha256 null, a note) where they ran more than one version of a model."""
     models = {role: model_sha256(path) for role, path in model_paths.items()}
     name = name or str
 
@@ -156,11 +157,20 @@ def build_manifest(
         for role, ran in made["models"].items():
             if len(ran) > 1:
                 warnings.append(f"the {role} jobs ran with {len(ran)} different model versions: {ran}")
-            elif role in models and ran[0].get("path") == models[role].get("path"):
-                if ran[0] != models[role]:
-                    warnings.append(f"the {role} model at {ran[0]['path']} changed since its jobs ran: they used "
-                                    f"sha256 {ran[0]['sha256']}, it is now {models[role]['sha256']} (the jobs' is "
-                                    "recorded)")
+                if role in models:
+                    # No one model made these outputs: the record names none, so a pinned
+                    # reproduce.expect.model_sha256 fails instead of matching whichever
+                    # version the folder holds now.
+                    models[role] = {"path": models[role]["path"], "sha256": None,
+                                    "note": f"the jobs ran with {len(ran)} different versions (jobs_made_with.models)"}
+            elif role in models:
+                # The jobs' model made the outputs, wherever the config's name points now
+                # (another environment's bundled model, a folder renamed since).
+                now = models[role]
+                if ran[0].get("sha256") != now.get("sha256"):
+                    moved = "" if ran[0].get("path") == now.get("path") else f" (the config names {now['path']} now)"
+                    warnings.append(f"the {role} model at {ran[0]['path']} changed since its jobs ran{moved}: they used "
+                                    f"sha256 {ran[0]['sha256']}, it is now {now['sha256']} (the jobs' is recorded)")
                 models[role] = ran[0]
         if len(made["git"]) > 1 or made["git"][0] != git:
             warnings.append(f"the jobs ran at git {made['git']}, this record is written at {git}")

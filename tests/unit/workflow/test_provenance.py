@@ -70,3 +70,43 @@ def test_a_folder_output_is_recorded_file_by_file_under_the_names_given(tmp_path
                                          {str(single): {"s": 1.0}}, {}, name=lambda p: p.replace(f"{tmp_path}/copy/", ""))
     assert manifest["outputs"] == {"metrics.json": hashes[str(single)]}
     assert manifest["inputs"] == {"c.jsonl": "x"} and manifest["timings"] == {"metrics.json": {"s": 1.0}}
+
+
+def test_jobs_that_ran_two_versions_of_a_model_record_neither_so_a_pinned_hash_fails(tmp_path, monkeypatch):
+    """A model folder re-saved in place while a run went on (a chunk job rerun after it):
+    the outputs come from two versions. The record's model is neither, so a reproduction
+    pinned to the version in the folder now fails; it matched before, with only a warning
+    in the provenance job's log."""
+    from shardflow.workflow.reproduce import check_reproduction
+
+    monkeypatch.chdir(tmp_path)
+    model = _model(tmp_path, b"weights")
+    old = provenance.made_with("embedding", model, "cpu", 2)
+    (tmp_path / "model" / "model.safetensors").write_bytes(b"tuned!!")
+    new = provenance.made_with("embedding", model, "cpu", 2)
+    assert old["model"] != new["model"] == provenance.model_sha256(model)
+    manifest = provenance.build_manifest(str(tmp_path), {}, {}, [], {}, {"embedding": model},
+                                         jobs_made_with=[old, new, new])
+    assert manifest["model"]["sha256"] is None and "2 different versions" in manifest["model"]["note"]
+    assert manifest["jobs_made_with"]["models"]["embedding"] == [old["model"], new["model"]]
+    assert any("ran with 2 different model versions" in w for w in manifest["warnings"])
+    (row,) = check_reproduction({"model_sha256": new["model"]["sha256"]}, manifest, None)
+    assert (row.item, row.status) == ("model weights", "FAIL")
+
+
+def test_the_jobs_model_is_recorded_where_the_configs_name_points_elsewhere_now(tmp_path, monkeypatch):
+    """The config's model name resolves to another folder than the jobs loaded (the
+    bundled model of a rebuilt environment, a folder renamed since): the outputs are the
+    jobs' model's, so the record keeps the jobs' hash and warns; it took the hash of
+    whatever the name points to now, silently."""
+    monkeypatch.chdir(tmp_path)
+    ran = provenance.made_with("embedding", _model(tmp_path / "then", b"weights"), "cpu", 2)
+    now = _model(tmp_path / "now", b"other weights")
+    manifest = provenance.build_manifest(str(tmp_path), {}, {}, [], {}, {"embedding": now}, jobs_made_with=[ran])
+    assert manifest["model"] == ran["model"] != provenance.model_sha256(now)
+    (warning,) = [w for w in manifest["warnings"] if "model" in w]
+    assert f"at {ran['model']['path']} changed since its jobs ran (the config names {now} now)" in warning
+    # The same bytes at another path: the jobs' record, nothing to warn about.
+    same = _model(tmp_path / "copy", b"weights")
+    manifest = provenance.build_manifest(str(tmp_path), {}, {}, [], {}, {"embedding": same}, jobs_made_with=[ran])
+    assert manifest["model"] == ran["model"] and not any("model" in w for w in manifest["warnings"])
