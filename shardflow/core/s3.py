@@ -189,30 +189,41 @@ def has_magic(url: str) -> bool:
 
 
 def glob_regex(pattern: str) -> re.Pattern:
-    """Key pattern -> regex, with glob.glob(recursive=True)'s meaning: `*` and `?` stay
-    within one path segment, `**/` matches any number of folders, `[...]` a class."""
+    """Key pattern -> regex, with glob.glob(recursive=True)'s meaning: `*`, `?` and
+    `[...]` stay within one path segment, a segment `**` matches any number of folders
+    (`**/`) or, last, any names below (elsewhere `**` is `*`). A wildcard matches no
+    name that starts with `.`, as a local glob passes over hidden files and folders
+    (macOS's `._c.jsonl` copied beside `c.jsonl`, a tool's `.c.jsonl.part`), unless its
+    segment starts with `.` too: a folder read from S3 gives the files it gives locally."""
+    segments = pattern.split("/")
+    out = []
+    for n, segment in enumerate(segments):
+        last = n == len(segments) - 1
+        if segment == "**":
+            out.append(r"(?:(?!\.)[^/]*/)*" + (r"(?!\.)[^/]*" if last else ""))
+        else:
+            out.append(("" if segment.startswith(".") else r"(?!\.)") + _segment_regex(segment) + ("" if last else "/"))
+    return re.compile("".join(out) + r"\Z")
+
+
+def _segment_regex(segment: str) -> str:
+    """One path segment of a glob (no `/`) -> regex."""
     out, i = [], 0
-    while i < len(pattern):
-        c = pattern[i]
-        if pattern.startswith("**/", i):
-            out.append("(?:[^/]*/)*")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif c == "*":
+    while i < len(segment):
+        c = segment[i]
+        if c == "*":
             out.append("[^/]*")
             i += 1
         elif c == "?":
             out.append("[^/]")
             i += 1
         elif c == "[":
-            end = pattern.find("]", i + 2)
+            end = segment.find("]", i + 2)
             if end < 0:
                 out.append(re.escape(c))
                 i += 1
                 continue
-            body = pattern[i + 1 : end]
+            body = segment[i + 1 : end]
             if body.startswith("!"):
                 body = "^" + body[1:]
             out.append(f"[{body}]")
@@ -220,7 +231,7 @@ def glob_regex(pattern: str) -> re.Pattern:
         else:
             out.append(re.escape(c))
             i += 1
-    return re.compile("".join(out) + r"\Z")
+    return "".join(out)
 
 
 def list_objects(s3, bucket: str, prefix: str) -> Iterator[dict]:

@@ -1,5 +1,6 @@
 """shardflow.core.s3 without a server (the server tests: tests/cluster/test_s3_globs_and_resume.py)."""
 
+import os
 import time
 
 import pytest
@@ -20,7 +21,7 @@ from shardflow.core.s3 import (
 @pytest.mark.parametrize(
     "pattern, matches, misses",
     [
-        ("c/*.jsonl", ["c/a.jsonl", "c/.jsonl"], ["c/d/a.jsonl", "c/a.jsonl.gz", "ca.jsonl"]),
+        ("c/*.jsonl", ["c/a.jsonl"], ["c/d/a.jsonl", "c/a.jsonl.gz", "ca.jsonl", "c/.jsonl"]),
         ("c/**/*.jsonl", ["c/a.jsonl", "c/d/a.jsonl", "c/d/e/a.jsonl"], ["c/a.json", "x/c/a.jsonl"]),
         ("c/part-?.txt", ["c/part-1.txt"], ["c/part-10.txt", "c/part-/.txt"]),
         ("c/[ab].txt", ["c/a.txt", "c/b.txt"], ["c/c.txt"]),
@@ -32,6 +33,28 @@ def test_glob_regex_means_what_a_local_recursive_glob_means(pattern, matches, mi
     regex = glob_regex(pattern)
     assert all(regex.match(k) for k in matches), matches
     assert not any(regex.match(k) for k in misses), misses
+
+
+def test_glob_regex_passes_over_hidden_names_as_a_local_glob_does(tmp_path, monkeypatch):
+    """A folder's keys, matched by each pattern, are the files glob.glob(recursive=True)
+    finds in a local copy of it: a `*`, `?`, `[...]` or `**` matches no hidden file or
+    folder (one whose name starts with `.`) unless the pattern's segment starts with `.`.
+    Before, an S3 glob read macOS's `._a.jsonl` or a `.resume/` folder's parts that the
+    same folder on disk never gave."""
+    import glob
+
+    keys = ["c/a.jsonl", "c/b.txt", "c/._a.jsonl", "c/.jsonl", "c/d/e.jsonl", "c/d/.f.jsonl", "c/.resume/p.jsonl",
+            "c/.resume/q/r.jsonl", "c/d/.g/h.jsonl", "c/ab.jsonl"]
+    for key in keys:
+        (tmp_path / key).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / key).write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    patterns = ["c/*.jsonl", "c/**/*.jsonl", "c/**", "c/*", "c/?.jsonl", "c/[._]*.jsonl", "c/.*.jsonl", "c/.*",
+                "c/.resume/*.jsonl", "c/.resume/**/*.jsonl", "c/*/*.jsonl", "c/a**.jsonl", "**/*.jsonl"]
+    for pattern in patterns:
+        local = sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
+        regex = glob_regex(pattern)
+        assert sorted(k for k in keys if regex.match(k)) == local, pattern
 
 
 def test_urls_and_settings():
