@@ -18,8 +18,9 @@ from typing import Any
 BLOCK = 1 << 22
 # model_identity: files above this size (weights) enter by name, size and mtime only.
 HASH_CONTENT_BELOW = 4 << 20
-# model_sha256: the files that decide a model's output.
-MODEL_SUFFIXES = (".safetensors", ".bin", ".json", ".txt", ".model")
+# model_sha256: the files that decide a model's output (.jinja: the chat template
+# transformers 5 saves beside the tokenizer, which a generator's prompts go through).
+MODEL_SUFFIXES = (".safetensors", ".bin", ".json", ".txt", ".model", ".jinja")
 
 
 def sha256_file(path: str | os.PathLike) -> str:

@@ -61,3 +61,15 @@ def test_weights_re_saved_in_place_change_the_model_identity(tmp_path):
     assert model_identity(tmp_path) != before
     config.write_text('{"hidden_size": 9}')  # small files by content
     assert model_identity(tmp_path)[0][2] != before[0][2]
+
+
+def test_a_changed_chat_template_changes_the_model_sha256(tmp_path):
+    """transformers 5 saves a chat template as chat_template.jinja, and summarisation
+    prompts go through it: the model's recorded hash must see it change."""
+    from shardflow.core.hashing import model_sha256
+
+    (tmp_path / "config.json").write_text('{"hidden_size": 4}')
+    (tmp_path / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
+    before = model_sha256(str(tmp_path))["sha256"]
+    (tmp_path / "chat_template.jinja").write_text("Summarise: {{ messages[0]['content'] }}")
+    assert model_sha256(str(tmp_path))["sha256"] != before
