@@ -11,8 +11,9 @@ invalid UTF-8, NUL bytes, unpaired surrogate escapes, a record over
 write them to a rejects file and count them: nothing is dropped silently.
 
 A file that cannot be read on (a truncated or corrupt gzip stream, a file that is
-not Parquet, a Parquet column of the wrong type) is a `BadRecordError` whatever
-`on_bad_record` says: the records it hides cannot be counted.
+not Parquet, a Parquet column of the wrong type, UTF-16 or UTF-32 text, zstd, xz or
+bzip2 data) is a `BadRecordError` whatever `on_bad_record` says: the records it hides
+cannot be counted.
 
 Memory is bounded by `max_record_bytes`: lines are read with a size limit, and a
 longer line is skipped in 1 MiB pieces, never held whole (docs/bad-input.md).
@@ -139,9 +140,11 @@ def expand_inputs(pattern: str | os.PathLike | Iterable[str]) -> list[str]:
 def detect_format(path: str, opts: ReaderOptions) -> str:
     if opts.format != "auto":
         return opts.format
+    # A compression suffix is passed over: gzip is read, the others are named by the reader
+    # (FOREIGN_STARTS) once it opens the file, rather than here as a name without a format.
     name = path.lower()
-    if name.endswith(".gz"):
-        name = name[:-3]
+    for compressed in (".gz", ".zst", ".xz", ".bz2"):
+        name = name.removesuffix(compressed)
     for suffix, fmt in (
         (".jsonl", "jsonl"),
         (".ndjson", "jsonl"),
@@ -214,6 +217,34 @@ def _read_problem(exc: BaseException) -> str:
     return f"read error ({exc})"
 
 
+# Files that open with these bytes are in an encoding or a compression the readers do not
+# read (gzip they open, by its magic bytes: core.files.open_binary). Read as UTF-8 such a
+# file fails line by line as "binary data", at lines its own line breaks do not make, and
+# under on_bad_record: skip its records would become rejects with the wrong reason and
+# count; so it is one error for the file. UTF-32 LE comes before UTF-16 LE: its mark
+# begins with UTF-16 LE's.
+FOREIGN_STARTS = (
+    (b"\xff\xfe\x00\x00", "UTF-32 (byte-order mark FF FE 00 00)", "convert it to UTF-8 (iconv -f UTF-32 -t UTF-8)"),
+    (b"\x00\x00\xfe\xff", "UTF-32 (byte-order mark 00 00 FE FF)", "convert it to UTF-8 (iconv -f UTF-32 -t UTF-8)"),
+    (b"\xff\xfe", "UTF-16 (byte-order mark FF FE)", "convert it to UTF-8 (iconv -f UTF-16 -t UTF-8)"),
+    (b"\xfe\xff", "UTF-16 (byte-order mark FE FF)", "convert it to UTF-8 (iconv -f UTF-16 -t UTF-8)"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed (magic bytes 28 B5 2F FD)", "decompress it (zstd -d) or gzip it instead"),
+    (b"\xfd7zXZ\x00", "xz-compressed (magic bytes FD 37 7A 58 5A 00)", "decompress it (xz -d) or gzip it instead"),
+    (b"BZh", "bzip2-compressed (magic bytes 'BZh')", "decompress it (bzip2 -d) or gzip it instead"),
+)
+
+
+def _foreign(head: bytes) -> str | None:
+    """Why a file whose data (gunzipped) starts with `head` is not read, or None."""
+    # bzip2's 'BZh' is followed by the block size digit and a block's magic (31 41 59 26 53
+    # 59) or an empty stream's end (17 72 45 38 50 90): a text that begins 'BZh' is read.
+    bzip2 = head[3:4].isdigit() and head[4:10] in (b"1AY&SY", b"\x17\x72\x45\x38\x50\x90")
+    for start, what, remedy in FOREIGN_STARTS:
+        if head.startswith(start) and (start != b"BZh" or bzip2):
+            return f"{what}, not UTF-8 text: not read; {remedy}"
+    return None
+
+
 def _skip_rest(fh: IO[bytes], start: bytes) -> LongLine:
     size, quotes = len(start), start.count(b'"')
     piece = start
@@ -244,6 +275,10 @@ def iter_lines(fh: IO[bytes], path: str, max_bytes: int, start: int = 1) -> Iter
             raise BadRecordError(path, lineno, f"{_read_problem(exc)}; {lineno - 1} lines read before it") from exc
         if not line:
             return
+        if lineno == 1:
+            foreign = _foreign(line.head if isinstance(line, LongLine) else line)
+            if foreign:
+                raise BadRecordError(path, None, foreign)
         yield lineno, line
 
 
@@ -251,6 +286,9 @@ def _read_whole(fh: IO[bytes], path: str, max_bytes: int) -> bytes | LongLine:
     """All of `fh`, or a `LongLine` when it holds more than `max_bytes`."""
     try:
         data = fh.read(max_bytes + 1)
+        foreign = _foreign(data)
+        if foreign:
+            raise BadRecordError(path, None, foreign)
         if len(data) <= max_bytes:
             return data
         size = len(data)
@@ -653,7 +691,10 @@ def count_records_cheap(paths: Iterable[str], opts: ReaderOptions) -> int:
         lines, last = 0, b"\n"
         with open_binary(path) as fh:
             try:
-                for block in iter(lambda: fh.read(1 << 22), b""):
+                for at, block in enumerate(iter(lambda: fh.read(1 << 22), b"")):
+                    foreign = _foreign(block) if at == 0 else None
+                    if foreign:  # as the split would find it, but at parse time
+                        raise BadRecordError(path, None, foreign)
                     lines += block.count(b"\n")
                     last = block[-1:]
             except READ_ERRORS as exc:

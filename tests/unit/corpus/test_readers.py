@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
+import lzma
 import os
 import re
 
@@ -472,6 +474,63 @@ def test_empty_text_file_is_bad(tmp_path):
     path.write_text(" \n")
     with pytest.raises(BadRecordError, match="empty file"):
         read(path, text_mode="files")
+
+
+# --- encodings and compressions not read: one error for the file ---------------------------
+
+CONTENT = {
+    "jsonl": '{"id": "a", "text": "caf\u00e9 one"}\n{"id": "b", "text": "two"}\n',
+    "csv": "id,text\na,caf\u00e9 one\nb,two\n",
+    "text": "caf\u00e9 one\ntwo\n",
+}
+FOREIGN = {
+    # Windows PowerShell 5's `>` writes UTF-16 LE with its mark; Excel's "Unicode Text" too.
+    "UTF-16 LE": (lambda text: ("\ufeff" + text).encode("utf-16-le"), b"\xff\xfe", "UTF-16 (byte-order mark FF FE)"),
+    "UTF-16 BE": (lambda text: ("\ufeff" + text).encode("utf-16-be"), b"\xfe\xff", "UTF-16 (byte-order mark FE FF)"),
+    "UTF-32 LE": (lambda text: ("\ufeff" + text).encode("utf-32-le"), b"\xff\xfe\x00\x00", "UTF-32 (byte-order mark FF FE 00 00)"),
+    "bzip2": (lambda text: bz2.compress(text.encode()), b"", "bzip2-compressed (magic bytes 'BZh')"),
+    "xz": (lambda text: lzma.compress(text.encode()), b"", "xz-compressed (magic bytes FD 37 7A 58 5A 00)"),
+    # No zstd module here: its frame magic and a few bytes are what the reader looks at.
+    "zstd": (lambda text: b"\x28\xb5\x2f\xfd\x04\x58\x00\x0a" + text.encode()[::-1], b"", "zstd-compressed (magic bytes 28 B5 2F FD)"),
+}
+
+
+@pytest.mark.parametrize("gzipped", [False, True], ids=["plain", "gzipped"])
+@pytest.mark.parametrize("on_bad_record", ["error", "skip"])
+@pytest.mark.parametrize("fmt, text_mode", [("jsonl", "lines"), ("csv", "lines"), ("text", "lines"), ("text", "files")])
+@pytest.mark.parametrize("kind", FOREIGN)
+def test_a_file_in_an_encoding_or_compression_not_read_is_one_error_naming_it(
+    tmp_path, kind, fmt, text_mode, on_bad_record, gzipped
+):
+    """Read as UTF-8 such a file failed line by line as "binary data" (NUL bytes, invalid
+    UTF-8), and under skip its records were rejects counted by the wrong lines; now the
+    file is one error naming it and what it is, in both modes, as the parse-time count
+    finds it (lines). The names pass format detection (`.jsonl.zst`); the content decides."""
+    encode, mark, what = FOREIGN[kind]
+    data = encode(CONTENT[fmt])
+    assert data.startswith(mark)
+    suffix = {"jsonl": ".jsonl", "csv": ".csv", "text": ".txt"}[fmt] + {"bzip2": ".bz2", "xz": ".xz", "zstd": ".zst"}.get(kind, "")
+    path = tmp_path / f"corpus{suffix}"
+    path.write_bytes(gzip.compress(data, mtime=0) if gzipped else data)
+    message = f"{path}: {what}, not UTF-8 text: not read; "
+    with pytest.raises(BadRecordError, match=re.escape(message)) as caught:
+        read(path, text_mode=text_mode, on_bad_record=on_bad_record)
+    assert caught.value.line is None and not caught.value.skippable
+    if text_mode == "lines":  # one document a file is counted without opening it
+        with pytest.raises(BadRecordError, match=re.escape(message)):
+            count_records_cheap([str(path)], ReaderOptions())
+
+
+def test_a_text_that_begins_with_bzip2s_letters_is_read(tmp_path):
+    path = tmp_path / "c.txt"
+    path.write_text("BZh9 is how a bzip2 stream begins\n")
+    assert [r.text for r in read(path)] == ["BZh9 is how a bzip2 stream begins"]
+
+
+def test_a_utf8_byte_order_mark_is_still_dropped(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"id": "a", "text": "t"}\n')
+    assert ids_texts(read(path)) == [("a", "t")]
 
 
 # --- cheap counts (used by n_chunks: auto) ---------------------------------------------
