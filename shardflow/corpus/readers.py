@@ -108,7 +108,10 @@ def expand_inputs(pattern: str | os.PathLike | Iterable[str]) -> list[str]:
     """Resolve a path, a glob, or a list of either into a de-duplicated file list.
 
     Each glob expands in sorted order; a list keeps the order it was given in. A
-    file named twice (by overlapping globs, or as `./x` and `x`) is read once. A glob
+    file named twice (by overlapping globs, as `./x` and `x`, by a relative and an
+    absolute path, or through a symbolic link) is read once, under the name it was
+    first given; read twice, its records would be in two chunks, and with ids from
+    positions (`<path>:<line>`, two spellings of one path) nothing would flag them. A glob
     passes over the folders it matches; a path named as it is must be a regular file
     (a folder named so is an error, not read as nothing).
     """
@@ -129,8 +132,9 @@ def expand_inputs(pattern: str | os.PathLike | Iterable[str]) -> list[str]:
                     raise FileNotFoundError(f"input path {m!r} is a folder; name its files or a glob such as {example!r}")
                 raise FileNotFoundError(f"input path {m!r} is not a regular file")
             m = os.path.normpath(m)
-            if os.path.isfile(m) and m not in seen:
-                seen.add(m)
+            same = os.path.realpath(m)
+            if os.path.isfile(m) and same not in seen:
+                seen.add(same)
                 found.append(m)
     if not found:
         raise FileNotFoundError(f"input {patterns!r} names no regular file")

@@ -151,6 +151,19 @@ def test_overlapping_patterns_are_deduplicated(tmp_path):
     assert found == [str(tmp_path / "b.jsonl"), str(tmp_path / "a.jsonl")]
 
 
+def test_a_file_named_by_two_paths_or_through_a_link_is_read_once(tmp_path, monkeypatch, write_jsonl):
+    """Named by a relative and an absolute path, or matched by a glob both as itself and
+    as a `latest` link to it, the file was read twice: with ids from positions its records
+    were in the corpus twice, under two ids each, and nothing said so."""
+    write_jsonl(tmp_path / "data" / "2026-11-28.jsonl", DOCS[:2])
+    (tmp_path / "data" / "latest.jsonl").symlink_to("2026-11-28.jsonl")
+    monkeypatch.chdir(tmp_path)
+    found = expand_inputs(["data/*.jsonl", str(tmp_path / "data" / "2026-11-28.jsonl")])
+    assert found == [os.path.join("data", "2026-11-28.jsonl")]
+    records = list(iter_records(found, ReaderOptions(id_field=None)))
+    assert [r.id for r in records] == ["data/2026-11-28.jsonl:1", "data/2026-11-28.jsonl:2"]
+
+
 def test_glob_skips_directories(tmp_path):
     (tmp_path / "a.jsonl").write_text("")
     (tmp_path / "dir.jsonl").mkdir()
