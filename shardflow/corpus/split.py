@@ -10,8 +10,9 @@ both places (`<file>:<line>: duplicate id 'x' (first at <file>:<line>)`), found
 by sorting the hashes after pass 1 and, only when two are equal, one more pass
 that compares the ids themselves. With on_bad_record=skip the first record of
 an id is kept and the later ones are rejects. The hashes cost 8 bytes a record
-(80 MB for 10 M records), as verify's check of the embedded ids does; with
-input.id_field null ids are source positions, unique already, and none are kept.
+(80 MB for 10 M records), as verify's check of the embedded ids does, and the pass
+that compares ids keeps the first place of each repeated id, nothing per later record;
+with input.id_field null ids are source positions, unique already, and none are kept.
 
 Assignment rules
 - by records: record k of R goes to chunk floor(k * N / R) (sizes differ by at most 1).
@@ -110,34 +111,54 @@ def _repeated_hashes(hashes: array) -> set[int]:
     return set(h[1:][h[1:] == h[:-1]].tolist())
 
 
-def _duplicates(paths: list[str], opts: ReaderOptions, params: SplitParams, m: _Measure) -> dict:
-    """{(source, line): reason} for each later record of a repeated id, taken out of `m`.
+@dataclass
+class _Repeats:
+    """What pass 2 needs to set aside the later records of a repeated id: the hashes two
+    records share, and where the first record of each id among them is. Nothing is kept
+    per later record (a corpus listed twice would otherwise hold a reason string for each
+    of its records); pass 2 compares each record's place with its id's first one."""
+
+    suspects: set[int]
+    first: dict[str, tuple[str, int]]
+    count: int = 0  # later records, set aside
+
+    def reason(self, item: Record) -> str | None:
+        """Why `item` is set aside (a later record of a repeated id), or None."""
+        if not self.suspects or hash(item.id) not in self.suspects:
+            return None
+        source, line = self.first.get(item.id, (item.source, item.line))
+        if (source, line) == (item.source, item.line):
+            return None
+        return f"duplicate id {item.id!r} (first at {source}:{line})"
+
+
+def _duplicates(paths: list[str], opts: ReaderOptions, params: SplitParams, m: _Measure) -> _Repeats:
+    """The repeated ids, each later record of one taken out of `m`.
 
     Runs a pass only when two hashes are equal. In error mode the first repeat raises.
     """
     suspects = _repeated_hashes(m.id_hashes) if m.id_hashes is not None and len(m.id_hashes) > 1 else set()
     m.id_hashes = None
+    repeats = _Repeats(suspects, {})
     if not suspects:
-        return {}
-    first: dict[str, str] = {}
-    found = {}
+        return repeats
     for item in iter_records(paths, opts):
         if isinstance(item, Rejected) or hash(item.id) not in suspects:
             continue
-        if item.id not in first:
-            first[item.id] = f"{item.source}:{item.line}"
+        if item.id not in repeats.first:
+            repeats.first[item.id] = (item.source, item.line)
             continue
-        reason = f"duplicate id {item.id!r} (first at {first[item.id]})"
+        reason = repeats.reason(item)
         if opts.on_bad_record == "error":
             raise BadRecordError(item.source, item.line, reason, skippable=True)
-        found[(item.source, item.line)] = reason
+        repeats.count += 1
         w = _weight(item, params.by)
         m.records -= 1
         m.rejected += 1
         m.bytes -= w if params.by == "size" else 0
         if m.groups is not None:
             m.groups[item.group] -= w
-    return found
+    return repeats
 
 
 def assign_groups(groups: dict, n_chunks: int) -> dict:
@@ -213,7 +234,7 @@ def split_corpus(
         raise ValueError(f"{len(chunk_paths)} chunk paths given for n_chunks={n}")
     try:  # pass 1 meets every bad record
         m = _measure(paths, opts, params)
-        duplicates = _duplicates(paths, opts, params, m)
+        repeats = _duplicates(paths, opts, params, m)
     except BadRecordError as exc:
         if not (opts.keep_empty_text and exc.skippable):
             raise
@@ -223,7 +244,7 @@ def split_corpus(
         "pass 1: %d records, %d rejected (%d duplicate ids)%s",
         m.records,
         m.rejected,
-        len(duplicates),
+        repeats.count,
         f", {m.bytes} text bytes" if params.by == "size" else "",  # measured only to split by size
     )
     if m.records == 0 and not allow_empty:
@@ -247,9 +268,10 @@ def split_corpus(
     try:
         with atomic_open(rejects_path, "w", encoding="utf-8") as rejects:
             for item in iter_records(paths, opts):
-                if duplicates and isinstance(item, Record) and (item.source, item.line) in duplicates:
+                repeated = repeats.reason(item) if isinstance(item, Record) else None
+                if repeated:
                     raw = dump_record(ChunkRecord(item.id, item.text, item.group)).rstrip("\n")
-                    item = Rejected(item.source, item.line, duplicates[(item.source, item.line)], raw)
+                    item = Rejected(item.source, item.line, repeated, raw)
                 if isinstance(item, Rejected):
                     rejects.write(json.dumps(item.as_json(), ensure_ascii=False) + "\n")
                     rejected += 1
