@@ -338,7 +338,7 @@ def test_the_repeated_id_check_holds_nothing_per_later_record(tmp_path):
     twice (or re-crawled pages under one URL id) took 2.6 GB more, over a 4 GB job's
     limit. It keeps the first place of each repeated id only, so more copies of one
     corpus cost the 8-byte hash a record and nothing else."""
-    n = 5000
+    n = 2000
     part = "".join(json.dumps({"id": f"https://example.com/page/{i:09d}", "text": "t"}) + "\n" for i in range(n))
     peaks = {}
     for copies in (2, 5):
