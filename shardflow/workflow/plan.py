@@ -448,6 +448,22 @@ def prompt_conflicts(cfg: dict) -> list[str]:
     ]
 
 
+def reproduction_pins_nothing(cfg: dict) -> list[str]:
+    """One line where a reproduction is named but its expectations pin nothing the check
+    can fail on (no metric, data, model or output hash; package versions only drift unless
+    strict_packages): its check would pass having compared nothing."""
+    rp = cfg["reproduce"]
+    expect = rp.get("expect") or {}
+    pins = ("metrics", "data_sha256", "model_sha256", "outputs_sha256") + (("packages",) if rp.get("strict_packages") else ())
+    if not rp.get("name") or any(expect.get(key) for key in pins):
+        return []
+    return [
+        f"reproduce.name is {rp['name']!r} but reproduce.expect pins nothing its check can fail on (metrics, "
+        "data_sha256, model_sha256 or outputs_sha256; packages with strict_packages): the check would pass having "
+        "compared nothing"
+    ]
+
+
 def summarise_model(cfg: dict, sources: tuple[str, ...] = ()) -> None:
     """Stop at parse time on summarisation settings that cannot work, instead of letting
     every summarise job start, fail and be retried, or the evaluation fail after them:

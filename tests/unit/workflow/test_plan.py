@@ -406,6 +406,21 @@ def test_a_literal_and_a_named_prompt_set_together_are_named_at_parse_time():
     assert len(prompt_conflicts(cfg)) == 1
 
 
+def test_a_named_reproduction_that_pins_nothing_is_named_at_parse_time():
+    """Its check compared no row and passed: a reproduction that cannot fail."""
+    from shardflow.workflow.plan import reproduction_pins_nothing
+
+    cfg = {"reproduce": {"name": "paper", "strict_packages": False, "expect": {"metrics": {}, "packages": {"torch": "2"}}}}
+    (line,) = reproduction_pins_nothing(cfg)
+    assert line.startswith("reproduce.name is 'paper' but reproduce.expect pins nothing its check can fail on")
+    cfg["reproduce"]["strict_packages"] = True  # a version drift now fails it
+    assert reproduction_pins_nothing(cfg) == []
+    cfg["reproduce"].update(strict_packages=False, expect={"model_sha256": "a" * 64})
+    assert reproduction_pins_nothing(cfg) == []
+    cfg["reproduce"].update(name=None, expect={})  # no reproduction
+    assert reproduction_pins_nothing(cfg) == []
+
+
 def test_the_gpu_rules_whose_jobs_run_on_the_cpu_are_those_of_the_run_on_the_cpu_whatever_the_executor():
     """The rules whose set-resources the workflow checks for a GPU request: every GPU rule
     of the run (and its sweep variants) under gpu_jobs.device cpu, the summarise rules
