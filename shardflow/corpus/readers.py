@@ -249,6 +249,19 @@ def _foreign(head: bytes) -> str | None:
     return None
 
 
+CR_ONLY = (
+    "its lines end in CR alone (classic Mac OS line breaks), and no line ends in LF: read as it is, the whole "
+    "file would be one record; convert the line breaks to LF (tr '\\r' '\\n' < in > out)"
+)
+
+
+def _cr_line_breaks(first: bytes) -> bool:
+    """Whether a file whose first line (no LF in it: the file has none this far) breaks
+    its lines with CR alone: a CR with more text after it. A lone CR at the end (one
+    record written with a CR line break) is no matter."""
+    return b"\x00" not in first and b"\r" in first.rstrip(b"\r\n \t").replace(b"\r\n", b"")
+
+
 def _skip_rest(fh: IO[bytes], start: bytes) -> LongLine:
     size, quotes = len(start), start.count(b'"')
     piece = start
@@ -280,9 +293,12 @@ def iter_lines(fh: IO[bytes], path: str, max_bytes: int, start: int = 1) -> Iter
         if not line:
             return
         if lineno == 1:
-            foreign = _foreign(line.head if isinstance(line, LongLine) else line)
+            head = line.head if isinstance(line, LongLine) else line
+            foreign = _foreign(head)
             if foreign:
                 raise BadRecordError(path, None, foreign)
+            if (isinstance(line, LongLine) or not line.endswith(b"\n")) and _cr_line_breaks(head):
+                raise BadRecordError(path, None, CR_ONLY)
         yield lineno, line
 
 

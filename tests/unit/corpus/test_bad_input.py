@@ -101,6 +101,29 @@ def test_binary_file_is_a_bad_record_at_its_first_line(tmp_path):
         read(path)
 
 
+@pytest.mark.parametrize("name", ["c.txt", "c.jsonl", "c.csv"])
+def test_lines_broken_by_cr_alone_are_one_error_not_one_record(tmp_path, name):
+    """Classic Mac OS line breaks: read by LF, the whole file was one record (a text
+    file: one document holding every line, silently)."""
+    lines = ["id,text", "a,one", "b,two"] if name.endswith(".csv") else (
+        [json.dumps({"id": i, "text": t}) for i, t in (("a", "one"), ("b", "two"))] if name.endswith(".jsonl")
+        else ["one", "two", "three"])
+    path = tmp_path / name
+    path.write_bytes("\r".join(lines).encode() + b"\r")
+    for mode in ("error", "skip"):
+        with pytest.raises(BadRecordError, match=rf"{name}: its lines end in CR alone .* the whole file would be one record"):
+            read(path, on_bad_record=mode)
+
+
+def test_a_cr_at_the_end_of_one_line_and_crlf_breaks_are_read(tmp_path):
+    one = tmp_path / "one.jsonl"
+    one.write_bytes(b'{"id": "a", "text": "only"}\r')
+    assert [r.text for r in read(one)] == ["only"]
+    crlf = tmp_path / "crlf.txt"
+    crlf.write_bytes(b"one\r\ntwo\r\n")
+    assert len(read(crlf)) == 2
+
+
 def test_binary_lines_skipped_are_counted_rejects(tmp_path):
     path = tmp_path / "c.txt"
     path.write_bytes(b"good line\n\x00\x01\x02\n\x89PNG\xff\ncaf\xe9\nlast\n")
