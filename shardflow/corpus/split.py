@@ -161,6 +161,14 @@ def _duplicates(paths: list[str], opts: ReaderOptions, params: SplitParams, m: _
     return repeats
 
 
+def _size_and_mtime(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None  # gone since: changed
+    return st.st_size, st.st_mtime_ns
+
+
 def assign_groups(groups: dict, n_chunks: int) -> dict:
     """Largest-first onto the least-loaded chunk; deterministic given insertion order."""
     order = sorted(enumerate(groups.items()), key=lambda t: (-t[1][1], t[0]))
@@ -232,6 +240,7 @@ def split_corpus(
     n = params.n_chunks
     if len(chunk_paths) != n:
         raise ValueError(f"{len(chunk_paths)} chunk paths given for n_chunks={n}")
+    read_as = {p: _size_and_mtime(p) for p in paths}  # to name a file written to between the passes
     try:  # pass 1 meets every bad record
         m = _measure(paths, opts, params)
         repeats = _duplicates(paths, opts, params, m)
@@ -265,6 +274,19 @@ def split_corpus(
     digests = [hashlib.sha256() for _ in range(n)]
     writers = _ChunkWriters(tmps, params.max_open_files)
     k = cum = rejected = 0
+
+    def input_changed(read: str) -> RuntimeError:
+        changed = [p for p in paths if _size_and_mtime(p) != read_as[p]]
+        which = (
+            f"changed since the split began: {', '.join(changed)}"
+            if changed
+            else f"no file's size or modification time changed ({len(paths)} read)"
+        )
+        return RuntimeError(
+            f"input changed between the split's two passes ({which}): pass 2 read {read}, pass 1 "
+            f"{m.records}/{m.rejected} records/rejects; rerun once nothing writes to the input"
+        )
+
     try:
         with atomic_open(rejects_path, "w", encoding="utf-8") as rejects:
             for item in iter_records(paths, opts):
@@ -276,6 +298,9 @@ def split_corpus(
                     rejects.write(json.dumps(item.as_json(), ensure_ascii=False) + "\n")
                     rejected += 1
                     continue
+                if k >= m.records or (placed is not None and item.group not in placed):
+                    # More than pass 1 counted (or a group it did not see): no chunk is planned for it.
+                    raise input_changed(f"more than {m.records} records" if k >= m.records else f"group {item.group!r}")
                 if placed is not None:
                     i = placed[item.group]
                 elif params.by == "size":
@@ -292,9 +317,7 @@ def split_corpus(
                 if on_record is not None:
                     on_record(item, i)
             if k != m.records or rejected != m.rejected:
-                raise RuntimeError(
-                    f"input changed between passes: {k}/{rejected} records/rejects vs {m.records}/{m.rejected}"
-                )
+                raise input_changed(f"{k}/{rejected}")
         writers.close()
         for i in range(n):
             if i not in writers.started:  # an empty chunk is still a chunk

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tracemalloc
 from pathlib import Path
 
@@ -357,6 +358,33 @@ def test_the_repeated_id_check_holds_nothing_per_later_record(tmp_path):
     assert json.loads(rejects[-1])["reason"] == f"duplicate id 'https://example.com/page/{n - 1:09d}' (first at {paths[0]}:{n})"
     grown_per_record = (peaks[5] - peaks[2]) / (3 * n)
     assert grown_per_record < 60, peaks  # hashes: 8 bytes, and their sorted copy
+
+
+def test_a_file_written_to_between_the_passes_is_named(tmp_path):
+    """The counts of the two passes differ: the error names the file that changed, where
+    it said only 'input changed between passes' before."""
+    stable, growing = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    stable.write_text('{"id": "a1", "text": "x"}\n')
+    growing.write_text('{"id": "b1", "text": "y"}\n')
+
+    def append_once(record, chunk):
+        if record.id == "a1":  # pass 2 has begun: b.jsonl grows before it is read
+            with open(growing, "a") as fh:
+                fh.write('{"id": "b2", "text": "z"}\n')
+
+    chunks = [chunk_path(tmp_path / "out", 0)]
+    with pytest.raises(RuntimeError, match=rf"changed since the split began: {re.escape(str(growing))}\): pass 2 read more than 2 records"):
+        split_corpus([str(stable), str(growing)], ReaderOptions(), SplitParams(n_chunks=1), chunks,
+                     tmp_path / "out" / "manifest.json", tmp_path / "out" / "rejects.jsonl", on_record=append_once)
+
+    def empty_once(record, chunk):  # fewer records in pass 2: found at its end
+        if record.id == "a1":
+            growing.write_text("")
+
+    growing.write_text('{"id": "b1", "text": "y"}\n')
+    with pytest.raises(RuntimeError, match=rf"changed since the split began: {re.escape(str(growing))}\): pass 2 read 1/0, pass 1 2/0"):
+        split_corpus([str(stable), str(growing)], ReaderOptions(), SplitParams(n_chunks=1), chunks,
+                     tmp_path / "out" / "manifest.json", tmp_path / "out" / "rejects.jsonl", on_record=empty_once)
 
 
 # --- the chunk format --------------------------------------------------------------------
