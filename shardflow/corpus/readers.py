@@ -167,8 +167,11 @@ def detect_format(path: str, opts: ReaderOptions) -> str:
 
 
 def _decode(raw: bytes, lineno: int) -> str:
-    """Strict UTF-8; a byte-order mark opening the file is dropped, not made part of the data."""
-    return raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+    """Strict UTF-8; a byte-order mark opening the file is dropped, not made part of the data.
+    (Decoded first, then dropped: the "utf-8-sig" codec counts an error's byte from after
+    the mark, 3 short of the byte in the line.)"""
+    text = raw.decode("utf-8")
+    return text[1:] if lineno == 1 and text.startswith("\ufeff") else text
 
 
 def encodable(value: str) -> bool:

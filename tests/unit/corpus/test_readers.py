@@ -428,6 +428,13 @@ def test_jsonl_byte_order_mark_is_accepted(tmp_path):
     assert ids_texts(read(path)) == [("ok1", "fine")]
 
 
+def test_invalid_utf8_after_a_byte_order_mark_is_named_at_its_byte_in_the_line(tmp_path):
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"\xef\xbb\xbfcaf\xe9\n")
+    (bad,) = read(path, on_bad_record="skip")
+    assert bad.reason == "invalid UTF-8 at byte 6"  # the mark's 3 bytes, then 'caf'
+
+
 def test_parquet_missing_column_names_it(tmp_path):
     path = tmp_path / "c.parquet"
     pq.write_table(pa.table({"id": ["1"], "body": ["x"]}), path)
