@@ -388,6 +388,8 @@ class _Reader:
             g = obj.get(o.group_field)
             if g is None:
                 return self.bad(line, f"missing group field {o.group_field!r}", raw)
+            if isinstance(g, (dict, list, float, bool)):  # as an id: 1.0 and 1 would be two groups
+                return self.bad(line, f"group field {o.group_field!r} is {type(g).__name__}, not a string or integer", raw)
             group = str(g)
             if not encodable(group):
                 return self.bad(line, f"group field {o.group_field!r} holds an unpaired surrogate", raw)
@@ -602,6 +604,11 @@ class _ParquetReader(_Reader):
         if o.id_field is not None and not _string_column(schema.field(o.id_field).type, integers=True):
             id_type = schema.field(o.id_field).type
             raise BadRecordError(self.path, None, f"column {o.id_field!r} is {id_type}, not a string or integer column")
+        if o.group_field is not None and not _string_column(schema.field(o.group_field).type, integers=True):
+            group_type = schema.field(o.group_field).type
+            raise BadRecordError(
+                self.path, None, f"column {o.group_field!r} is {group_type}, not a string or integer column"
+            )
         limit = o.max_record_bytes
         row = 0
         batches = pf.iter_batches(columns=wanted, batch_size=8192)

@@ -163,6 +163,21 @@ def test_parquet_with_the_wrong_schema_is_one_error_for_the_file(tmp_path, table
         read(path, on_bad_record=mode)
 
 
+def test_a_group_that_is_no_string_or_integer_is_bad(tmp_path):
+    """A float group (1.0) would be another group than the integer 1 of another file, and a
+    list one a group named by its Python repr: bad, as such an id is."""
+    path = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"id": ["1"], "text": ["x"], "g": [1.0]}), path)
+    with pytest.raises(BadRecordError, match=r"c\.parquet: column 'g' is double, not a string or integer column"):
+        read(path, group_field="g", on_bad_record="skip")
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"id": "a", "text": "x", "g": 1}\n{"id": "b", "text": "y", "g": 1.0}\n{"id": "c", "text": "z", "g": ["s"]}\n')
+    items = read(path, group_field="g", on_bad_record="skip")
+    assert kinds(items) == ["Record", "Rejected", "Rejected"] and items[0].group == "1"
+    assert [r.reason for r in items[1:]] == ["group field 'g' is float, not a string or integer",
+                                            "group field 'g' is list, not a string or integer"]
+
+
 def test_parquet_dictionary_and_integer_columns_are_read(tmp_path):
     path = tmp_path / "c.parquet"
     text = pa.array(["x", "y"]).dictionary_encode()
