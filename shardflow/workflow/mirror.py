@@ -31,6 +31,7 @@ import contextlib
 import hashlib
 import json
 import os
+import posixpath
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -114,10 +115,18 @@ def how(path: str, size: int) -> str:
     return SIZED
 
 
+def storage_url(prefix: str) -> s3lib.S3Url:
+    """`prefix` as the storage plugin reads a key (snakemake-storage-plugin-s3 0.3.6:
+    posixpath.normpath of the path): `s3://bkt/runs//a/` is where `s3://bkt/runs/a` is."""
+    url = s3lib.S3Url.parse(prefix)
+    key = url.key.strip("/")
+    return s3lib.S3Url(url.bucket, posixpath.normpath(key) if key else "")
+
+
 def default_folder(prefix: str, root: str | os.PathLike = ".snakemake") -> Path:
     """Where the copy of `prefix` is kept: below `root`, one folder per prefix named by
     its URL, quoted (the copy of a bucket's root never holds those of its prefixes)."""
-    url = s3lib.S3Url.parse(prefix)
+    url = storage_url(prefix)
     name = quote(f"s3://{url.bucket}/{url.key.strip('/')}".rstrip("/"), safe="")
     if len(name) > NAME_MAX:  # a file name holds 255 bytes: a long prefix keeps its head and a digest
         name = f"{name[: NAME_MAX - 17]}-{hashlib.sha256(name.encode()).hexdigest()[:16]}"
@@ -142,8 +151,8 @@ def mirror(prefix: str, folder: str | os.PathLike, client=None) -> Mirrored:
     that fails is an OSError naming the prefix or the object and the server's error."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    url = s3lib.S3Url.parse(prefix.rstrip("/"))
-    base = url.key.strip("/") + "/" if url.key.strip("/") else ""
+    url = storage_url(prefix)
+    base = url.key + "/" if url.key else ""
     where = f"s3://{url.bucket}/{base}"
     try:
         s3 = (

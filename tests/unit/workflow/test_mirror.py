@@ -136,6 +136,15 @@ def test_an_object_gone_between_the_listing_and_its_fetch_is_gone_from_the_copy(
     assert (tmp_path / "logs/x.log").read_bytes() == b"ok\n"
 
 
+def test_a_prefix_is_read_as_the_storage_plugin_reads_it(tmp_path):
+    """The plugin normalises a key (posixpath.normpath): a run under `s3://bkt/runs//a`
+    stored its files below runs/a/, where status must look too (it found nothing)."""
+    bucket = _Bucket({"runs/a/logs/x.log": b"ok\n"})
+    got = mirror.mirror("s3://bkt/runs//a/", tmp_path, client=bucket)
+    assert (got.prefix, got.objects, got.fetched) == ("s3://bkt/runs/a/", 1, 1)
+    assert mirror.default_folder("s3://bkt/runs//a/") == mirror.default_folder("s3://bkt/runs/a")
+
+
 def test_a_server_that_does_not_answer_is_an_error_naming_the_prefix_soon(tmp_path, monkeypatch):
     """A listener that accepts and never answers: status fails after ATTEMPTS tries of
     its timeouts (here 1 s), not after core.s3.client's 9 tries of 60 s (it hung)."""
