@@ -1,14 +1,19 @@
 """Check the merged embeddings before anything downstream trusts them.
 
 Count equals the records the split read, dimension equals the model's, every
-value is finite, norms are 1 within tolerance when the model normalises, ids
-are unique. The result is a JSON-able dict; `VerificationError` carries a
-message listing every failed check.
+value is finite, norms are 1 within tolerance when the model normalises (else no row
+is all zeros), ids are unique. The result is a JSON-able dict; `VerificationError`
+carries a message listing every failed check.
 
 Norms are computed in float64: a finite float32 vector of huge values (about 3e38)
 has a norm past float32's largest, which float32 arithmetic makes inf (and the
 histogram's range with it). In float64 it is a finite number, judged like any other:
 outside the tolerance when the model normalises, as the norms check's first_row says.
+
+A row of zeros is no embedding: its cosine to anything is undefined (retrieval scores it
+0, so the document is never found), and a row left unwritten can look like one (a large
+fresh buffer is zeros). Where the model normalises, its norm 0 fails the norms check;
+where it does not, the `nonzero` check names such rows, which no other check sees.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ def verify_embeddings(npy_path: str, ids_path: str, params: VerifyParams) -> dic
     non_finite = 0
     first_bad = None
     norms_min, norms_max, bad_norm_rows, first_bad_norm = np.inf, -np.inf, 0, None
+    zero_rows, first_zero = 0, None
     all_norms = []  # 8 bytes a row: kept for a histogram over the actual range
     block_rows = params.block_rows or rows_per_block(max(dim, 1), dtype)
     blocks = iter_row_blocks(npy_path, block_rows) if rows > 0 else ()
@@ -85,6 +91,11 @@ def verify_embeddings(npy_path: str, ids_path: str, params: VerifyParams) -> dic
             if off.any():
                 bad_norm_rows += int(off.sum())
                 first_bad_norm = first_bad_norm if first_bad_norm is not None else start + int(np.argmax(off))
+        else:
+            zero = ~block.any(axis=1)  # NaN counts as non-zero: a NaN row is the finite check's
+            if zero.any():
+                zero_rows += int(zero.sum())
+                first_zero = first_zero if first_zero is not None else start + int(np.argmax(zero))
     checks["finite"] = {"ok": non_finite == 0, "rows_with_non_finite": non_finite, "first_row": first_bad}
     if params.normalized:
         checks["norms"] = {
@@ -93,6 +104,8 @@ def verify_embeddings(npy_path: str, ids_path: str, params: VerifyParams) -> dic
             "rows_outside": bad_norm_rows,
             "first_row": first_bad_norm,
         }
+    else:
+        checks["nonzero"] = {"ok": zero_rows == 0, "rows_all_zero": zero_rows, "first_row": first_zero}
     n_ids, dups = duplicate_ids(_id_batches(ids_path, params.id_batch))
     checks["ids_match_rows"] = {"ok": n_ids == rows, "ids": n_ids, "rows": rows}
     checks["ids_unique"] = {"ok": not dups, "duplicates": len(dups), "examples": dups[:10]}

@@ -145,8 +145,36 @@ def test_a_huge_finite_row_of_an_unnormalised_model_passes_with_its_norm(tmp_pat
 
 def test_norms_are_not_checked_for_unnormalised_models(tmp_path):
     result = verify(tmp_path, unit_rows() * 3, normalized=False)
-    assert result["ok"] and "norms" not in result["checks"]
+    assert result["ok"] and "norms" not in result["checks"] and result["checks"]["nonzero"]["ok"]
     assert result["norm_min"] == pytest.approx(3, rel=1e-5)
+
+
+def test_a_zero_row_of_an_unnormalised_model_fails_naming_its_row(tmp_path):
+    """A row of zeros (a row never written, or no embedding at all: its cosine is
+    undefined) passed where the model does not normalise: no check looked at it."""
+    emb = unit_rows() * 3
+    emb[23] = 0
+    emb[41] = -0.0
+    result = verify(tmp_path, emb, normalized=False, block_rows=10)
+    assert failed(result) == {"nonzero"}
+    assert result["checks"]["nonzero"] == {"ok": False, "rows_all_zero": 2, "first_row": 23}
+    assert "  - nonzero: rows_all_zero=2, first_row=23" in failure_message(result, "e.npy")
+
+
+def test_a_zero_row_of_a_normalised_model_fails_the_norms_check(tmp_path):
+    emb = unit_rows()
+    emb[5] = 0
+    result = verify(tmp_path, emb)
+    assert failed(result) == {"norms"} and "nonzero" not in result["checks"]
+    assert (result["checks"]["norms"]["first_row"], result["norm_min"]) == (5, 0.0)
+
+
+def test_a_nan_row_of_an_unnormalised_model_is_not_a_zero_row(tmp_path):
+    emb = unit_rows()
+    emb[7] = 0
+    emb[7, 3] = np.nan
+    result = verify(tmp_path, emb, normalized=False)
+    assert failed(result) == {"finite"} and result["checks"]["nonzero"]["rows_all_zero"] == 0
 
 
 def test_duplicates_are_listed(tmp_path):
