@@ -27,6 +27,19 @@ def write_ids_parquet(path: str | os.PathLike, ids: Sequence[str]) -> None:
         pq.write_table(table, tmp, row_group_size=ID_ROW_GROUP)
 
 
+def open_ids(path: str | os.PathLike):
+    """The pyarrow ParquetFile of an id column file. A file that is not Parquet (empty,
+    cut short, a Git LFS pointer) is a ValueError naming it: pyarrow's own error names
+    no file, and a merge reads one per chunk."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path)
+    except pa.ArrowInvalid as exc:
+        raise ValueError(f"{os.fspath(path)}: not a readable Parquet file ({exc})") from None
+
+
 def read_ids(path: str | os.PathLike) -> list[str]:
     import pyarrow.parquet as pq
 

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardflow.core.atomic import atomic_path
+from shardflow.core.columns import open_ids
 from shardflow.core.npyio import NpyWriter, iter_row_blocks, read_header
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ def merge_embeddings(
         shape, dtype = _header(p)
         if len(shape) != 2:
             raise ValueError(f"{p}: expected a 2-D matrix, found shape {shape}")
-        ids_file = pq.ParquetFile(ip)
+        ids_file = open_ids(ip)
         if "id" not in ids_file.schema_arrow.names:
             raise ValueError(f"{ip}: no 'id' column (columns: {', '.join(ids_file.schema_arrow.names) or 'none'})")
         n_ids = ids_file.metadata.num_rows
@@ -82,7 +83,7 @@ def merge_embeddings(
                 if shape[0]:
                     for block in iter_row_blocks(p, params.block_rows):
                         out.write(block)
-                ids, row = pq.ParquetFile(ip), 0
+                ids, row = open_ids(ip), 0
                 for batch in ids.iter_batches(columns=["id"], batch_size=params.id_batch):
                     _check_no_null_id(ip, row, batch.column(0))
                     writer.write_table(pa.Table.from_batches([batch]).cast(ID_SCHEMA), row_group_size=params.id_batch)

@@ -112,6 +112,19 @@ def test_ids_without_an_id_column_are_refused_by_name(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("damage", ["cut", "empty"])
+def test_an_ids_file_that_is_not_parquet_is_named(tmp_path, damage):
+    """pyarrow's own error ("Parquet magic bytes not found in footer") named no file: with
+    a thousand chunks, which one?"""
+    written = [write_chunk(tmp_path, i, *chunk(i, 2)) for i in range(3)]
+    bad = Path(written[1][1])
+    bad.write_bytes(bad.read_bytes()[: len(bad.read_bytes()) // 2] if damage == "cut" else b"")
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=r"embed_1\.ids\.parquet: not a readable Parquet file \("):
+        merge_embeddings([w[0] for w in written], [w[1] for w in written], out / "embeddings.npy", out / "ids.parquet")
+    assert not out.exists()
+
+
 def test_failure_while_writing_leaves_no_output(tmp_path):
     # Ids that pass the checks but cannot be cast to strings: the merge fails mid-write.
     npy, _ = write_chunk(tmp_path, 0, *chunk(0, 2))
