@@ -9,11 +9,11 @@ one edge per chunk job, into merge, whatever the chunk count.
 from __future__ import annotations
 
 import csv
-import json
 import os
 from dataclasses import dataclass, field
 
 from shardflow.core.atomic import write_json
+from shardflow.core.files import read_json
 from shardflow.core.s3 import logical_path
 
 TIMING_KEYS = ("s", "max_rss", "cpu_time")
@@ -65,16 +65,14 @@ def write_job_table(path: str | os.PathLike, stats_paths: list[str], bench_paths
         raise ValueError(f"{len(stats_paths)} stats files but {len(bench_paths)} benchmark files")
     rows = []
     for stats_path, bench_path in zip(stats_paths, bench_paths, strict=True):
-        with open(stats_path, encoding="utf-8") as fh:
-            stats = json.load(fh)
+        stats = read_json(stats_path)  # a stats file cut short names itself, among a thousand
         rows.append({"stats": stats, "benchmark": read_benchmark(bench_path), "benchmark_path": logical_path(bench_path)})
     write_json(path, {"format": "shardflow.jobs/1", "jobs": rows})
     return rows
 
 
 def read_job_table(path: str | os.PathLike) -> list[dict]:
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)["jobs"]
+    return read_json(path)["jobs"]
 
 
 def busy_seconds(intervals: list[tuple[float, float]]) -> float:

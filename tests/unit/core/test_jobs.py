@@ -36,6 +36,19 @@ def test_read_benchmark_empty_file_raises(tmp_path):
 
 
 
+def test_a_stats_file_cut_short_is_an_error_naming_it(tmp_path):
+    """json's own error ("Unterminated string starting at: line 1 column 14") named no
+    file: merge reads one a chunk, a thousand of them in a large run."""
+    good, cut = tmp_path / "embed_0.stats.json", tmp_path / "embed_1.stats.json"
+    good.write_text('{"items": 3}')
+    cut.write_text('{"items": 3, "se')
+    bench = tmp_path / "b.tsv"
+    bench.write_text("s\n1.0\n")
+    with pytest.raises(ValueError, match=r"embed_1\.stats\.json:1: "):
+        write_job_table(tmp_path / "jobs.json", [str(good), str(cut)], [str(bench), str(bench)])
+    assert not (tmp_path / "jobs.json").exists()
+
+
 def test_job_table_pairs_stats_with_benchmarks_in_chunk_order(tmp_path):
     stats, benches = [], []
     for i in range(3):
