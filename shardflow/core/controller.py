@@ -36,15 +36,23 @@ def _stat(pid: int) -> tuple[int, str] | None:
     return int(fields[1]), fields[19]
 
 
-def _runs_snakemake(pid: int) -> bool:
+def _args(pid: int) -> list[str]:
+    """The command line of `pid` ([] when it is gone)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            args = [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
+            return [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
     except OSError:
-        return False
+        return []
+
+
+def _is_snakemake(args: list[str]) -> bool:
     if any(os.path.basename(a) == "snakemake" for a in args[:2]):
         return True
     return "-m" in args[:-1] and args[args.index("-m") + 1] == "snakemake"
+
+
+def _runs_snakemake(pid: int) -> bool:
+    return _is_snakemake(_args(pid))
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,31 @@ def find(pid: int | None = None) -> Controller | None:
         if _runs_snakemake(parent):
             return Controller(parent, found[1])
         current = found
+    return None
+
+
+def runs_one_job(pid: int | None = None) -> bool | None:
+    """Whether the nearest Snakemake at or above `pid` (default: this process) is one that
+    an executor started for a single job: `--mode remote`, the job-mode Snakemake inside
+    a SLURM job or Kubernetes pod, whose GPUs the scheduler gave to that job alone. False
+    for a run's own Snakemake (the one the user started, or a `--mode subprocess` one it
+    spawned), which runs its local jobs side by side on whatever this host or allocation
+    has. None where no Snakemake is found (off Linux, or not started by Snakemake)."""
+    pid = os.getpid() if pid is None else pid
+    while pid >= 1:
+        args = _args(pid)
+        if _is_snakemake(args):
+            mode = None  # the last one given counts, as with argparse
+            for i, arg in enumerate(args):
+                if arg == "--mode" and i + 1 < len(args):
+                    mode = args[i + 1]
+                elif arg.startswith("--mode="):
+                    mode = arg.partition("=")[2]
+            return mode == "remote"
+        found = _stat(pid) if pid > 1 else None  # PID 1 (a pod's first process) has no parent to look at
+        if found is None:
+            return None
+        pid = found[0]
     return None
 
 

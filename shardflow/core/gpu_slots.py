@@ -29,6 +29,14 @@ Where the scheduler already pins devices we stand aside (mode `auto`):
 * `CUDA_VISIBLE_DEVICES` set by a shardflow job that pinned itself (a process it
   started: `SHARDFLOW_GPU_PINNED` holds the same list).
 
+A scheduler's allocation is one job's only where the job runs under the Snakemake an
+executor started for it (`--mode remote`: the slurm and kubernetes executors). A run's
+own Snakemake started inside an allocation (`snakemake --profile local` in
+`sbatch --gpus=4`, or in a pod with GPUs) runs its jobs side by side there, so they
+take slots of the allocation's `CUDA_VISIBLE_DEVICES` (or of what `nvidia-smi` lists,
+where the scheduler exports none) as from a preset list (below), and the local
+profile runs as many at once as it lists (`shardflow.core.controller.runs_one_job`).
+
 A `CUDA_VISIBLE_DEVICES` that anyone else set, e.g. a user who exports
 `CUDA_VISIBLE_DEVICES=4,5` before starting Snakemake on a shared workstation, is the
 pool: each job takes a slot of that list, as in mode `slots` (standing aside would
@@ -68,7 +76,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from shardflow.core import locks
+from shardflow.core import controller, locks
 
 log = logging.getLogger(__name__)
 
@@ -88,9 +96,9 @@ class GpuSlotTimeout(TimeoutError):
     """Every GPU slot stayed taken for longer than the caller's timeout."""
 
 
-def scheduler_pinning(environ: Mapping[str, str] | None = None) -> str | None:
-    """Name what already pins this process's GPUs, or None if nothing does."""
-    env = os.environ if environ is None else environ
+def _scheduler(env: Mapping[str, str]) -> str | None:
+    """The batch scheduler or orchestrator whose allocation this process runs in, where
+    it gave that allocation GPUs (or shows only those: a Kubernetes pod)."""
     if "SLURM_JOB_ID" in env and ("SLURM_JOB_GPUS" in env or "CUDA_VISIBLE_DEVICES" in env):
         return "slurm"
     if "KUBERNETES_SERVICE_HOST" in env:
@@ -99,8 +107,24 @@ def scheduler_pinning(environ: Mapping[str, str] | None = None) -> str | None:
         for var, name in OTHER_SCHEDULERS:  # they export the job's devices too
             if var in env:
                 return name
-        return "shardflow" if env.get(PINNED_VAR) == env["CUDA_VISIBLE_DEVICES"] else PRESET
     return None
+
+
+def scheduler_pinning(environ: Mapping[str, str] | None = None) -> str | None:
+    """Name what already pins this process's GPUs, or None if nothing does."""
+    env = os.environ if environ is None else environ
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and env.get(PINNED_VAR) == visible:
+        return "shardflow"
+    scheduler = _scheduler(env)
+    if scheduler is not None and controller.runs_one_job() is False:
+        # The allocation is the run's, not this job's: its own Snakemake (`snakemake
+        # --profile local` in `sbatch --gpus=4`, or in a pod with GPUs) runs its jobs
+        # side by side in it, and standing aside put every one of them on the first GPU.
+        scheduler = None
+    if scheduler is not None:
+        return scheduler
+    return PRESET if visible is not None else None
 
 
 def parse_devices(spec: DevicesArg) -> list[str] | None:

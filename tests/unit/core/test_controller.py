@@ -42,3 +42,22 @@ def test_a_controller_is_alive_until_it_exits_and_survives_the_environment():
         sleeper.wait()
     assert not found.alive()
     assert controller.Controller.from_env("") is None
+
+
+@pytest.mark.parametrize(
+    "snakemake_args, expected",
+    [
+        (["python", "-m", "snakemake", "--mode", "remote", "--target-jobs", "embed:chunk=3"], True),
+        (["/venv/bin/snakemake", "--mode=remote"], True),
+        (["/venv/bin/snakemake", "--profile", "local"], False),  # the run's own Snakemake
+        (["python", "-m", "snakemake", "--mode", "subprocess"], False),  # one it spawned locally
+        (["/bin/sh", "-c", "sleep 1"], None),  # no Snakemake above the job
+    ],
+)
+def test_runs_one_job_reads_the_mode_of_the_nearest_snakemake(monkeypatch, snakemake_args, expected):
+    """The job (pid 30) under bash (20), under `snakemake` as PID 1, as in a pod whose
+    container command is Snakemake itself: PID 1 is looked at too."""
+    tree = {30: (20, ["python", "scripts/embed.py"]), 20: (1, ["bash", "-c", "..."]), 1: (0, snakemake_args)}
+    monkeypatch.setattr(controller, "_args", lambda pid: tree[pid][1] if pid in tree else [])
+    monkeypatch.setattr(controller, "_stat", lambda pid: (tree[pid][0], "1") if pid in tree else None)
+    assert controller.runs_one_job(30) is expected

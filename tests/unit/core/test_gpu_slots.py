@@ -178,6 +178,84 @@ def test_a_preset_device_list_is_shared_out_one_device_a_job(tmp_path, monkeypat
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "4,5" and "SHARDFLOW_GPU_PINNED" not in os.environ
 
 
+# A job as Snakemake runs it: pin (as start_gpu_job does), say which devices, hold them
+# until the run says so.
+HELD_JOB = textwrap.dedent("""
+    import os, sys, time
+    from pathlib import Path
+    from shardflow.core.gpu_slots import pin_gpu
+
+    out, release, locks = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+    out.with_suffix(".tmp").write_text(str(pin_gpu(lock_dir=locks, poll_interval=0.02, timeout=20)))
+    os.replace(out.with_suffix(".tmp"), out)
+    deadline = time.monotonic() + 60
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+""")
+
+# A Snakemake process (its file is named snakemake, as the controller looks for): it reads
+# the local profile's GPU count, then runs two GPU jobs side by side through bash.
+RUN = textwrap.dedent("""
+    import subprocess, sys, time
+    from pathlib import Path
+    from shardflow.core.gpu_slots import concurrent_gpu_jobs
+
+    job, tmp = sys.argv[-2], Path(sys.argv[-1])
+    (tmp / "concurrent").write_text(str(concurrent_gpu_jobs()))
+    procs = []
+    for name in ("a", "b"):
+        cmd = f"{sys.executable} {job} {tmp / name} {tmp / 'release'} {tmp / 'locks'}; true"
+        procs.append(subprocess.Popen(["bash", "-c", cmd]))
+        deadline = time.monotonic() + 30
+        while not (tmp / name).exists():
+            assert time.monotonic() < deadline and procs[-1].poll() is None, f"job {name} did not pin"
+            time.sleep(0.01)
+    (tmp / "release").touch()
+    sys.exit(max(p.wait(timeout=60) for p in procs))
+""")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc (Linux)")
+@pytest.mark.parametrize(
+    "allocation, nvidia_smi, shared_out",
+    [
+        # sbatch --gpus=2: SLURM exports the allocation's devices; the node has 8
+        (
+            {"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "3,5", "CUDA_VISIBLE_DEVICES": "0,1"},
+            "0\\n1\\n2\\n3\\n4\\n5\\n6\\n7\\n",
+            ["0", "1"],
+        ),
+        # a pod with 2 GPUs: it sees only those, and nothing exports them
+        ({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, "0\\n1\\n", ["0", "1"]),
+    ],
+)
+@pytest.mark.parametrize("mode", [[], ["--mode", "remote"]], ids=["run", "job"])
+def test_a_run_inside_an_allocation_shares_it_out(tmp_path, allocation, nvidia_smi, shared_out, mode):
+    """`snakemake --profile local` started inside a SLURM allocation or a Kubernetes pod
+    with GPUs: the allocation is the run's, so its jobs, side by side, take one device
+    each (standing aside put every job on the first, and the profile ran as many at once
+    as the node has); a job that an executor's Snakemake runs (`--mode remote`) keeps
+    the devices the scheduler gave it alone."""
+    fake_nvidia_smi(tmp_path / "bin", nvidia_smi)
+    run = tmp_path / "sm" / "snakemake"
+    run.parent.mkdir()
+    run.write_text(RUN)
+    job = tmp_path / "job.py"
+    job.write_text(HELD_JOB)
+    env = child_env(**allocation, PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.run(
+        [sys.executable, str(run), *mode, str(job), str(tmp_path)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    devices = sorted((tmp_path / name).read_text() for name in ("a", "b"))
+    if mode:  # one job per allocation: what the scheduler exported, as before
+        assert devices == [allocation.get("CUDA_VISIBLE_DEVICES", "None")] * 2
+        assert not (tmp_path / "locks").exists()
+    else:
+        assert devices == shared_out
+        assert (tmp_path / "concurrent").read_text() == str(len(shared_out))
+
+
 def test_a_listed_pool_keeps_to_the_exported_devices(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
     monkeypatch.setenv("SHARDFLOW_GPUS", "0,1,2,3,4")
