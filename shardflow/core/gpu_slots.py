@@ -58,7 +58,8 @@ Environment:
   one per host and user. Deliberately not `$TMPDIR`: Snakemake exports each
   job's `tmpdir` resource as `$TMPDIR`, and jobs with different tmpdirs must
   still see the same locks. Point it at a shared, group-writable folder to
-  coordinate several users; keep it on a local disk, not NFS.
+  coordinate several users (the lock files get the folder's read and write bits,
+  whatever the umask); keep it on a local disk, not NFS.
 
 Fairness: waiting jobs poll, so a job that started waiting first is not
 guaranteed to be served first.
@@ -217,8 +218,41 @@ class _Slot:
         locks.release(self.fd)
 
 
+def _create_shared(path: Path) -> None:
+    """Create the lock file `path`, if missing, readable and writable by whoever may
+    create files in its folder: every job opens it for writing, and with the usual
+    umask 022 a file another user created in a shared, group-writable folder was
+    0644, so the first job of any other user stopped on a PermissionError. Made under
+    a name of its own and linked into place, so that nobody opens it before it has
+    that mode."""
+    if path.exists():
+        return
+    mode = (0o666 & path.parent.stat().st_mode) | 0o600
+    part = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+    try:
+        os.link(part, path)
+    except FileExistsError:
+        pass  # another job made it first
+    finally:
+        os.unlink(part)
+
+
 def _try_lock(path: Path, device: str, job: str | None) -> _Slot | None:
-    fd = locks.try_lock(path, device=device, job=job)
+    _create_shared(path)
+    try:
+        fd = locks.try_lock(path, device=device, job=job)
+    except PermissionError as err:
+        st = path.stat()
+        raise PermissionError(
+            f"{path}: this user cannot open the GPU lock file for writing (owner uid {st.st_uid}, mode "
+            f"{st.st_mode & 0o777:o}): every user sharing the lock folder must be able to, e.g. "
+            f"`chmod g+w {path}` by its owner, with the folder group-writable"
+        ) from err
     return None if fd is None else _Slot(device, path, fd)
 
 

@@ -325,6 +325,26 @@ def test_default_lock_dir(monkeypatch, tmp_path):
     assert gpu_slots.default_lock_dir() == tmp_path / "x"
 
 
+def test_lock_files_in_a_shared_folder_are_writable_by_its_group(tmp_path):
+    """SHARDFLOW_GPU_LOCK_DIR shared by several users: a lock file gets the folder's read
+    and write bits whatever the umask (under the usual 022 it was 0644, and every other
+    user's job then stopped opening it); a private folder keeps its files private."""
+    shared, private = tmp_path / "shared", tmp_path / "private"
+    shared.mkdir()
+    shared.chmod(0o2775)
+    private.mkdir()
+    private.chmod(0o700)
+    old = os.umask(0o022)
+    try:
+        with acquire_gpu("0", mode="slots", lock_dir=shared), acquire_gpu("0", mode="slots", lock_dir=private):
+            pass
+    finally:
+        os.umask(old)
+    assert lock_path(shared, "0").stat().st_mode & 0o777 == 0o664
+    assert lock_path(private, "0").stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in shared.iterdir()) == ["gpu0.lock"]  # no part file left
+
+
 def test_a_job_can_hold_several_devices_all_or_none(tmp_path):
     """A data-parallel job asks for N devices: it gets N distinct ones at once, and
     while fewer than N are free it holds none (no half-held pools to deadlock on)."""
