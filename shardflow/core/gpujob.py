@@ -15,13 +15,12 @@ CUDA_VISIBLE_DEVICES after CUDA initialises has no effect.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from typing import Any
 
 from shardflow.core.failures import guard_retries
 from shardflow.core.gpu_slots import pin_gpu
-from shardflow.core.runlog import configure_logging
+from shardflow.core.runlog import configure_logging, share_tokenizer_threads
 
 
 @dataclass(frozen=True)
@@ -64,7 +63,5 @@ def start_gpu_job(smk: Any, name: str, params: Any) -> GpuJob:
     if guard is not None:  # after pinning: its ValueErrors (a pool smaller than the job) are the host's state
         guard.record_uncaught(log)
     threads = int(smk.threads)
-    # The tokenizers library encodes batches on a thread pool as wide as the machine
-    # unless told otherwise: the job's CPU share instead (read when the pool starts).
-    os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
+    share_tokenizer_threads(threads)
     return GpuJob(device=device, gpus=gpus, visible_devices=visible, threads=threads, log=log)

@@ -45,6 +45,18 @@ def host_info() -> dict:
 FAILED = "failed: "
 
 
+def share_tokenizer_threads(threads: int | None = None) -> None:
+    """Keep the `tokenizers` library's thread pool to the job's CPU share: unless
+    RAYON_NUM_THREADS says otherwise, the pool is as wide as the machine (a one-thread
+    tokenize job ran three threads on 2 cores; on a 64-core host 64 such jobs would run
+    4,096). `threads`: the job's; else the OMP_NUM_THREADS Snakemake sets for every job
+    from its `threads`. Read when the pool starts, at the first parallel encode: call it
+    before. A value already in the environment is kept."""
+    n = threads if threads is not None else os.environ.get("OMP_NUM_THREADS")
+    if n is not None:
+        os.environ.setdefault("RAYON_NUM_THREADS", str(n))
+
+
 def _log_uncaught(logger: logging.Logger) -> None:
     """Put a script's fatal traceback into its rule log too, not only on stderr."""
     previous = sys.excepthook

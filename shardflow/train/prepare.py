@@ -59,6 +59,7 @@ import numpy as np
 from shardflow.core.atomic import atomic_open, write_json
 from shardflow.core.files import iter_json_lines
 from shardflow.core.hashing import sha256_file
+from shardflow.core.runlog import share_tokenizer_threads
 from shardflow.core.s3 import logical_path
 from shardflow.corpus.chunks import iter_chunk
 from shardflow.train.shards import (
@@ -333,6 +334,7 @@ def tokenize_chunk(
     chunk_path: str | os.PathLike, tokenizer: Tokenizer, out_path: str | os.PathLike, params: TokenizeParams
 ) -> dict:
     """Tokenize one chunk file into `out_path` and its sidecar; return the summary."""
+    share_tokenizer_threads()  # a tokenize job's one thread, not the machine's cores (its jobs run side by side)
     dtype = choose_dtype(tokenizer.vocab_size, params.dtype)
     eot = np.array([tokenizer.eot_id], dtype=np.uint32)
     seen: set[bytes] = set()

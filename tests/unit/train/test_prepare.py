@@ -86,6 +86,24 @@ def test_tokenize_chunk_writes_tokens_then_eot_per_document(tmp_path):
     assert summary["chunk_sha256"] == hashlib.sha256(chunk.read_bytes()).hexdigest()
 
 
+def test_a_tokenize_job_keeps_the_tokenizer_pool_to_its_threads(tmp_path, monkeypatch):
+    """The tokenizers library's pool was as wide as the machine in every one-thread
+    tokenize job (RAYON_NUM_THREADS unset): the job's OMP_NUM_THREADS, which Snakemake
+    sets from `threads`, now sizes it; a value the user set stands."""
+    import os
+
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", [("d0", "some text"), ("d1", "more text")])
+    tok = CharTokenizer.train(["some text more"])
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("RAYON_NUM_THREADS", "placeholder")  # so that monkeypatch restores the original
+    monkeypatch.delenv("RAYON_NUM_THREADS")
+    tokenize_chunk(chunk, tok, tmp_path / "t.bin", TokenizeParams())
+    assert os.environ["RAYON_NUM_THREADS"] == "1"
+    monkeypatch.setenv("RAYON_NUM_THREADS", "3")
+    tokenize_chunk(chunk, tok, tmp_path / "u.bin", TokenizeParams())
+    assert os.environ["RAYON_NUM_THREADS"] == "3"
+
+
 def test_gather_end_to_end_metadata_matches_files(tmp_path):
     chunks = [
         write_chunk(tmp_path / f"chunk_{c}.jsonl", [(f"d{c}_{i}", words(c * 50 + i)) for i in range(50)])
