@@ -129,6 +129,24 @@ def _check_unicode(path: Path, lineno: int, key: str, value: str) -> None:
         raise RetrievalDataError(path, lineno, f"field {key!r} holds an unpaired surrogate (not valid Unicode)")
 
 
+def _check_id(path: str | os.PathLike, lineno: int, what: str, key: str) -> str:
+    """An id of any retrieval file (corpus, queries, qrels), returned as written.
+
+    Empty or whitespace-only, it names nothing. With whitespace at its start or end it is
+    an error too, rather than kept or stripped: BEIR's and MTEB's loaders keep it (' d1'
+    is not 'd1' there), TREC tools split it away, and either reading here would let an
+    invisible character turn a judgement into a miss or a query into one without text.
+    """
+    stripped = key.strip()
+    if not stripped:
+        raise RetrievalDataError(path, lineno, f"{what} is empty")
+    if stripped != key:
+        raise RetrievalDataError(
+            path, lineno, f"{what} {key!r} starts or ends with whitespace (ids are matched as written): remove it"
+        )
+    return key
+
+
 def _id_field(path: Path, lineno: int, obj: dict) -> str:
     """A BEIR `_id`: a string or an integer, as text. Qrels name ids as text, so a float
     (1.0, as pandas writes an integer column with a gap), a boolean or a list would match
@@ -138,9 +156,7 @@ def _id_field(path: Path, lineno: int, obj: dict) -> str:
         raise RetrievalDataError(
             path, lineno, f"field '_id' is {type(value).__name__} ({value!r}), not a string or integer"
         )
-    key = str(value)
-    if not key.strip():
-        raise RetrievalDataError(path, lineno, "field '_id' is empty")
+    key = _check_id(path, lineno, "field '_id'", str(value))
     _check_unicode(path, lineno, "_id", key)
     return key
 
@@ -211,15 +227,15 @@ def iter_tsv_pairs(
     """Yield (id, text) from a two-column `id<TAB>text` file (MS MARCO collection or queries).
 
     The text is everything after the first tab, kept as written; a line with no
-    tab, an empty id or a repeated id (`kind` names it in the message; with `only`, a
-    repeated id of those) is an error.
+    tab, an empty id, an id with whitespace at either end (`_check_id`) or a repeated id
+    (`kind` names it in the message; with `only`, a repeated id of those) is an error.
     """
     unique = _UniqueIds(path, kind, only)
     for lineno, line in _iter_lines(path):
         key, sep, text = line.partition("\t")
-        if not sep or not key.strip():
+        if not sep:
             raise RetrievalDataError(path, lineno, "expected `id<TAB>text`")
-        yield unique(key.strip(), lineno), text
+        yield unique(_check_id(path, lineno, f"{kind} id", key), lineno), text
 
 
 def iter_msmarco_collection(path: str | os.PathLike) -> Iterator[tuple[str, str]]:
@@ -239,9 +255,10 @@ def iter_msmarco_queries(path: str | os.PathLike, judged: Container[str] | None 
 
 def _split_columns(line: str) -> list[str]:
     # Tab-separated when there is a tab (BEIR, MS MARCO), otherwise any
-    # whitespace (classic TREC qrels are space separated).
+    # whitespace (classic TREC qrels are space separated). Tab-separated ids keep
+    # what surrounds them, for load_qrels to check (_check_id).
     if "\t" in line:
-        return [col.strip() for col in line.split("\t")]
+        return line.split("\t")
     return line.split()
 
 
@@ -272,7 +289,8 @@ def load_qrels(path: str | os.PathLike) -> Qrels:
       - `query-id corpus-id score` with a header line (BEIR),
       - `qid docid rel` without header,
       - TREC `qid iteration docid rel` (MS MARCO `qrels.*.tsv`).
-    Every row must have as many columns as the first data row. Rows with
+    Every row must have as many columns as the first data row, and ids are kept as
+    written (one empty or with whitespace at either end is an error). Rows with
     relevance 0 are kept (judged non-relevant); a repeated (query, doc) pair keeps
     its last value, as BEIR's loader does, with a warning when the grades differ.
     """
@@ -287,7 +305,7 @@ def load_qrels(path: str | os.PathLike) -> Qrels:
                     path, lineno, f"qrels need 3 or 4 columns, found {len(cols)}"
                 )
             n_columns = len(cols)
-            if cols[-1] and not _is_number(cols[-1]):
+            if cols[-1].strip() and not _is_number(cols[-1]):
                 # Only the first line may be a header (`query-id corpus-id score`):
                 # data rows end in a number (one that is not an integer, or none, is an
                 # error below, not a header).
@@ -299,11 +317,11 @@ def load_qrels(path: str | os.PathLike) -> Qrels:
         qid, docid, rel_text = (
             (cols[0], cols[1], cols[2]) if n_columns == 3 else (cols[0], cols[2], cols[3])
         )
-        rel = _parse_relevance(rel_text)
+        rel = _parse_relevance(rel_text.strip())
         if rel is None:
-            raise RetrievalDataError(path, lineno, f"relevance {rel_text!r} is not an integer")
-        if not qid or not docid:
-            raise RetrievalDataError(path, lineno, "empty query or document id")
+            raise RetrievalDataError(path, lineno, f"relevance {rel_text.strip()!r} is not an integer")
+        _check_id(path, lineno, "query id", qid)
+        _check_id(path, lineno, "document id", docid)
         judged = qrels.setdefault(qid, {})
         if judged.get(docid, rel) != rel:
             regraded.append((lineno, qid, docid))

@@ -247,6 +247,29 @@ def test_a_beir_id_qrels_could_never_name_is_an_error_naming_the_line(tmp_path, 
             list(read(path))
 
 
+@pytest.mark.parametrize(
+    "name, read, second_line, reason",
+    [
+        ("corpus.jsonl", iter_beir_corpus, '{"_id": "d1 ", "text": "b"}', "field '_id' 'd1 ' starts or ends with"),
+        ("queries.jsonl", iter_beir_queries, '{"_id": "\\tq1", "text": "b"}', "field '_id' '\\tq1' starts or ends"),
+        ("collection.tsv", iter_msmarco_collection, " 1\tb", "passage id ' 1' starts or ends with whitespace"),
+        ("collection.tsv", iter_msmarco_collection, " \tb", "passage id is empty"),
+        ("queries.tsv", iter_msmarco_queries, "1 \tb", "query id '1 ' starts or ends with whitespace"),
+        ("qrels.tsv", load_qrels, "q1\td1 \t1", "document id 'd1 ' starts or ends with whitespace"),
+        ("qrels.tsv", load_qrels, "q1\u00a0\td1\t1", "query id 'q1\\xa0' starts or ends with whitespace"),
+        ("qrels.tsv", load_qrels, "q1\t \t1", "document id is empty"),
+    ],
+)
+def test_an_id_with_whitespace_at_either_end_is_an_error_in_every_file(tmp_path, name, read, second_line, reason):
+    """Corpus and queries kept 'd1 ' while qrels and MS MARCO ids were stripped to 'd1':
+    a judgement of the document scored as a miss, or its query had no text. BEIR keeps
+    such an id as written and TREC tools split it away; here it is an error at its line."""
+    first_line = {".jsonl": '{"_id": "ok", "text": "a"}', ".tsv": "q0\td0\t1" if read is load_qrels else "0\ta"}
+    path = write(tmp_path / name, f"{first_line[Path(name).suffix]}\n{second_line}\n")
+    with pytest.raises(RetrievalDataError, match=re.escape(f"{path}:2: {reason}")):
+        list(read(path))
+
+
 def test_a_pair_judged_again_keeps_the_last_grade_with_a_warning(tmp_path, caplog):
     path = write(tmp_path / "qrels.tsv", "q1\td1\t1\nq1\td2\t1\nq1\td1\t0\nq1\td2\t1\n")
     with caplog.at_level("WARNING"):
