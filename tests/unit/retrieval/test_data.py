@@ -270,6 +270,32 @@ def test_an_id_with_whitespace_at_either_end_is_an_error_in_every_file(tmp_path,
         list(read(path))
 
 
+@pytest.mark.parametrize(
+    "name, read, second_line, reason",
+    [
+        ("corpus.jsonl", iter_beir_corpus, '{"_id": "b", "text": "x", "text": "y"}', "key 'text' is repeated (keys 2, 3"),
+        ("corpus.jsonl", iter_beir_corpus, '{"title": "t", "_id": "b", "title" :"u", "text": "y"}', "key 'title'"),
+        ("queries.jsonl", iter_beir_queries, '{"_id":"q","text":"x","_id"\t:  "r"}', "key '_id' is repeated (keys 1, 3"),
+    ],
+)
+def test_a_key_read_twice_in_one_beir_line_is_an_error_naming_it(tmp_path, name, read, second_line, reason):
+    """json keeps the last of two values, so the first text was dropped, silently; the
+    colons may be spaced any way JSON allows."""
+    path = write(tmp_path / name, jsonl({"_id": "a", "text": "a"}) + second_line + "\n")
+    with pytest.raises(RetrievalDataError, match=re.escape(f"{path}:2: {reason}")):
+        list(read(path))
+
+
+def test_a_repeated_key_not_read_and_a_quote_before_a_colon_in_a_text_are_no_matter(tmp_path):
+    lines = [
+        '{"_id": "a", "text": "x", "extra": 1, "extra": 2}',
+        '{"_id": "b", "text": "y", "metadata": {"k": 1, "k": 2}}',
+        '{"_id": "c", "text": "he said \\"no\\": twice"}',
+    ]
+    path = write(tmp_path / "corpus.jsonl", "\n".join(lines) + "\n")
+    assert list(iter_beir_corpus(path)) == [("a", "x"), ("b", "y"), ("c", 'he said "no": twice')]
+
+
 def test_a_pair_judged_again_keeps_the_last_grade_with_a_warning(tmp_path, caplog):
     path = write(tmp_path / "qrels.tsv", "q1\td1\t1\nq1\td2\t1\nq1\td1\t0\nq1\td2\t1\n")
     with caplog.at_level("WARNING"):
