@@ -435,6 +435,29 @@ def test_invalid_utf8_after_a_byte_order_mark_is_named_at_its_byte_in_the_line(t
     assert bad.reason == "invalid UTF-8 at byte 6"  # the mark's 3 bytes, then 'caf'
 
 
+def test_parquet_long_texts_are_read_in_batches_of_fewer_rows(tmp_path, monkeypatch):
+    """8,192 rows a batch whatever their length held 656 MB more for 4 MB texts: a batch
+    now holds about PARQUET_BATCH_BYTES of the columns read, by the row groups' metadata."""
+    import random
+
+    from shardflow.corpus import readers
+
+    rng = random.Random(0)  # incompressible-ish text: the metadata's uncompressed size is what counts
+    long = ["".join(rng.choice("abcdefghij ") for _ in range(200_000)) for _ in range(6)]
+    path = tmp_path / "long.parquet"
+    pq.write_table(pa.table({"id": [str(i) for i in range(6)], "text": long, "blob": ["-"] * 6}), path)
+    short = tmp_path / "short.parquet"
+    pq.write_table(pa.table({"id": ["a"], "text": ["x"], "blob": ["b" * 10_000_000]}), short)
+    monkeypatch.setattr(readers, "PARQUET_BATCH_BYTES", 1 << 20)
+    assert readers.parquet_batch_rows(pq.ParquetFile(path).metadata, ["id", "text"]) == 5  # 1 MiB / 200 kB rows
+    # a long column not read does not count
+    assert readers.parquet_batch_rows(pq.ParquetFile(short).metadata, ["id", "text"]) == readers.PARQUET_BATCH_ROWS
+    seen = []
+    real = pq.ParquetFile.iter_batches
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", lambda self, **kw: seen.append(kw["batch_size"]) or real(self, **kw))
+    assert [r.text for r in read(path)] == long and seen == [5]
+
+
 def test_parquet_missing_column_names_it(tmp_path):
     path = tmp_path / "c.parquet"
     pq.write_table(pa.table({"id": ["1"], "body": ["x"]}), path)
