@@ -178,6 +178,11 @@ def output_identity(params: EmbedParams, spec: ModelSpec | None = None) -> dict[
             if k not in ("model", "device", "dtype", "prompt", "prompt_name", "threads", "compile_cache", *_ACCEL_FIELDS)
         }
     )
+    # What this version reads from the model folder differently from older ones (for the
+    # same files): only where it applies, so that parts made before are not resumed into
+    # an output they do not belong to, and every other model's key stays as it was.
+    if not spec.has_st_config and spec.pooling != ("mean",):
+        identity["pooling"] = list(spec.pooling)  # a causal LM's folder without modules.json
     identity.update(accel_identity(params, spec, device))
     identity["token_budget"] = resolve_token_budget(params, device)
     # How a window is cut into sort groups decides the batches (core.batching.sort_groups).

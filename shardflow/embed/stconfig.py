@@ -12,8 +12,9 @@ What `SentenceTransformer(path)` does to a text is spread over several files:
 - `config_sentence_transformers.json`: `prompts` and `default_prompt_name`.
 
 A folder without `modules.json` (a plain Hugging Face model) gets what
-sentence-transformers itself gives it: mean pooling over the last hidden state and
-no normalisation.
+sentence-transformers 6 itself gives it: last-token pooling for a causal language model
+(its config's first architecture ends in `ForCausalLM`, and `is_causal` is not false),
+mean pooling over the last hidden state otherwise, and no normalisation.
 
 A name that is not a local folder is looked up in the local Hugging Face cache
 only (`local_files_only=True`): nothing is ever downloaded from here.
@@ -216,6 +217,16 @@ def _kwargs(cfg: dict[str, Any], new: str, old: str) -> tuple[tuple[str, Any], .
     return tuple(sorted(merged.items()))
 
 
+def _fallback_pooling(folder: Path) -> str:
+    """The pooling sentence-transformers 6 gives a folder without modules.json: last token
+    for a causal language model (config.json's first architecture ends in ForCausalLM and
+    is_causal is not false: a decoder's last token is the one that has seen the whole
+    text), else mean."""
+    cfg = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
+    first = (cfg.get("architectures") or [""])[0]
+    return "lasttoken" if str(first).endswith("ForCausalLM") and bool(cfg.get("is_causal", True)) else "mean"
+
+
 def _dense(folder: Path) -> DenseSpec:
     cfg = read_json(folder / "config.json")
     for key in ("module_input_name", "module_output_name"):
@@ -257,17 +268,20 @@ def load_model_spec(name_or_path: str | os.PathLike) -> ModelSpec:
 
     if not (folder / "modules.json").is_file():
         tcfg = _transformer_config(folder)
+        pooling = _fallback_pooling(folder)
+        why = " (a causal language model)" if pooling == "lasttoken" else ""
         return ModelSpec(
             source=str(name_or_path),
             folder=folder,
             transformer_folder=folder,
+            pooling=(pooling,),
             max_seq_length=tcfg.get("max_seq_length"),
             do_lower_case=bool(tcfg.get("do_lower_case", False)),
             prompts=prompts,
             default_prompt_name=default_prompt_name,
             has_st_config=False,
             similarity=similarity,
-            notes=("no modules.json: mean pooling, no normalisation (as sentence-transformers does)",),
+            notes=(f"no modules.json: {pooling} pooling{why}, no normalisation (as sentence-transformers does)",),
         )
 
     modules = sorted(read_json(folder / "modules.json"), key=lambda m: m.get("idx", 0))

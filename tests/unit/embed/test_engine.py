@@ -38,6 +38,7 @@ from shardflow.embed import (
     load_model_spec,
     resume_key,
 )
+from shardflow.embed.params import output_identity
 from shardflow.embed.stconfig import output_dim
 from tests.support import tiny_models
 
@@ -191,6 +192,25 @@ def test_plain_hf_folder_falls_back_to_mean_pooling(tiny, texts):
     assert not spec.has_st_config and spec.pooling == ("mean",) and not spec.normalize
     got = load_encoder(params(hf_folder)).encode(texts)
     assert_rows_match(got, st_encode(hf_folder, texts))
+
+
+def test_plain_causal_lm_folder_pools_its_last_token_as_sentence_transformers_does(tiny, texts, tmp_path):
+    """A decoder's folder without modules.json (a base Qwen3 or Llama checkpoint, saved
+    ForCausalLM): sentence-transformers 6 pools its last token. Mean pooling gave other
+    vectors (cosine to sentence-transformers' down to -0.1 here), with no error."""
+    folder = tmp_path / "qwen_lm"
+    shutil.copytree(tiny["qwen_last"].parent / "qwen_hf", folder)  # the backbone, before the ST wrapper
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, "architectures": ["Qwen3ForCausalLM"]}))
+    spec = load_model_spec(folder)
+    assert spec.pooling == ("lasttoken",) and not spec.normalize and "lasttoken pooling" in spec.notes[0]
+    got = load_encoder(params(folder, token_budget=200, window=16)).encode(texts)
+    assert_rows_match(got, st_encode(folder, texts))
+    assert_discriminative(got)
+    # In the resume key, so parts made with mean pooling before are not resumed into this
+    # output; a folder that still pools the mean keeps its key as it was.
+    assert output_identity(params(folder))["pooling"] == ["lasttoken"]
+    assert "pooling" not in output_identity(params(tiny["bert_mean"].parent / "bert_hf"))
 
 
 def test_minilm_matches_sentence_transformers():

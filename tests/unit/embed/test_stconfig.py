@@ -1,0 +1,41 @@
+"""Reading a model folder as sentence-transformers 6 reads it (shardflow.embed.stconfig).
+
+The comparisons of whole embeddings with sentence-transformers are in test_engine.py;
+these check the description of a folder alone, without loading weights.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shardflow.embed.stconfig import load_model_spec
+
+
+def plain_folder(path, **config):
+    """A folder without modules.json: a config.json of a 32-wide model and `config`."""
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"model_type": "qwen3", "hidden_size": 32, **config}))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("config", "pooling"),
+    [
+        ({"architectures": ["Qwen3ForCausalLM"]}, "lasttoken"),
+        ({"architectures": ["LlamaForCausalLM"], "is_causal": True}, "lasttoken"),
+        ({"architectures": ["Qwen3ForCausalLM"], "is_causal": False}, "mean"),  # a bidirectional decoder
+        ({"architectures": ["Qwen3Model"]}, "mean"),
+        ({"architectures": ["BertModel", "Qwen3ForCausalLM"]}, "mean"),  # the first architecture decides
+        ({"architectures": []}, "mean"),
+        ({}, "mean"),
+    ],
+)
+def test_a_folder_without_modules_json_pools_as_sentence_transformers_would(tmp_path, config, pooling):
+    spec = load_model_spec(plain_folder(tmp_path / "m", **config))
+    assert spec.pooling == (pooling,) and not spec.has_st_config and not spec.normalize
+    assert spec.notes == (
+        f"no modules.json: {pooling} pooling{' (a causal language model)' if pooling == 'lasttoken' else ''}"
+        ", no normalisation (as sentence-transformers does)",
+    )
