@@ -291,7 +291,7 @@ def load_encoder(
             f"{spec.folder}: lower it, or leave it null for the model's own limit"
         )
     tokenizer = _load_tokenizer(spec, max_positions)
-    head = build_head(spec.head).to(device)
+    head = build_head(spec.head, spec.truncate_dim).to(device)
     encoder = Encoder(params, spec, tokenizer, model, head, device, dtype, output_dim(spec), logger, before_forward)
     encoder.setup_accel(mtype, packing, kernels, attention, cuda_graphs)
     padding, cudnn, bias = encoder.padding_mask, encoder.cudnn_attention, encoder.attention_bias  # as applied

@@ -181,6 +181,8 @@ def output_identity(params: EmbedParams, spec: ModelSpec | None = None) -> dict[
     # What this version reads from the model folder differently from older ones (for the
     # same files): only where it applies, so that parts made before are not resumed into
     # an output they do not belong to, and every other model's key stays as it was.
+    if spec.truncate_dim is not None:
+        identity["truncate_dim"] = spec.truncate_dim
     if not spec.has_st_config and spec.pooling != ("mean",):
         identity["pooling"] = list(spec.pooling)  # a causal LM's folder without modules.json
     identity.update(accel_identity(params, spec, device))

@@ -107,9 +107,24 @@ def _load_weights(spec: DenseSpec) -> dict[str, torch.Tensor]:
     raise FileNotFoundError(f"Dense module {spec.folder}: no model.safetensors or pytorch_model.bin")
 
 
-def build_head(steps: tuple[DenseSpec | NormalizeSpec, ...]) -> torch.nn.Sequential:
-    """The modules after Pooling, in saved order, as one float32 nn.Sequential."""
+class _Truncate(torch.nn.Module):
+    """The leading `dim` dimensions (config_sentence_transformers.json truncate_dim)."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[..., : self.dim]
+
+
+def build_head(steps: tuple[DenseSpec | NormalizeSpec, ...], truncate_dim: int | None = None) -> torch.nn.Sequential:
+    """The modules after Pooling, in saved order, as one float32 nn.Sequential; then, with
+    `truncate_dim`, the cut `SentenceTransformer.encode` makes after the last module (so
+    a Normalize before it leaves the kept dimensions as they were, not unit-norm)."""
     layers: list[torch.nn.Module] = []
     for step in steps:
         layers.append(_Dense(step) if isinstance(step, DenseSpec) else _Normalize())
+    if truncate_dim is not None:
+        layers.append(_Truncate(truncate_dim))
     return torch.nn.Sequential(*layers).eval()

@@ -9,7 +9,9 @@ What `SentenceTransformer(path)` does to a text is spread over several files:
   (older saves), the transformer task and modality config (newer saves; ST 6 keeps
   the length in `tokenizer_config.json` and lower-casing in `tokenizer.json`).
 - `<pooling>/config.json`: the pooling mode(s) and `include_prompt`.
-- `config_sentence_transformers.json`: `prompts` and `default_prompt_name`.
+- `config_sentence_transformers.json`: `prompts`, `default_prompt_name`, and
+  `truncate_dim` (a Matryoshka model saved with it: `encode` keeps that many leading
+  dimensions, after the last module, so a Normalize before it leaves them not unit-norm).
 
 A folder without `modules.json` (a plain Hugging Face model) gets what
 sentence-transformers 6 itself gives it: last-token pooling for a causal language model
@@ -118,10 +120,17 @@ class ModelSpec:
     # How two embeddings compare (config_sentence_transformers.json similarity_fn_name;
     # sentence-transformers' default, cosine, when absent): retrieval scores with it.
     similarity: str = "cosine"
+    # config_sentence_transformers.json truncate_dim: the leading dimensions `encode` keeps
+    # (None: all).
+    truncate_dim: int | None = None
 
     @property
     def normalize(self) -> bool:
-        return any(isinstance(step, NormalizeSpec) for step in self.head)
+        """Whether every embedding is unit-norm: a Normalize module, and no truncation
+        after it that cuts dimensions off (sentence-transformers does not normalise again)."""
+        if not any(isinstance(step, NormalizeSpec) for step in self.head):
+            return False
+        return self.truncate_dim is None or self.truncate_dim >= _head_dim(self)
 
     def resolve_prompt(self, prompt: str | None = None, prompt_name: str | None = None) -> str:
         """The text prepended to every input, as `SentenceTransformer.encode` picks it.
@@ -217,6 +226,15 @@ def _kwargs(cfg: dict[str, Any], new: str, old: str) -> tuple[tuple[str, Any], .
     return tuple(sorted(merged.items()))
 
 
+def _truncate_dim(st_cfg: dict[str, Any], path: Path) -> int | None:
+    value = st_cfg.get("truncate_dim")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UnsupportedModelError(f"{path}: truncate_dim {value!r} is not a positive integer")
+    return value
+
+
 def _fallback_pooling(folder: Path) -> str:
     """The pooling sentence-transformers 6 gives a folder without modules.json: last token
     for a causal language model (config.json's first architecture ends in ForCausalLM and
@@ -266,6 +284,8 @@ def load_model_spec(name_or_path: str | os.PathLike) -> ModelSpec:
             f"{st_cfg_path}: similarity_fn_name {similarity!r} is not one of sentence-transformers' {SIMILARITIES}"
         )
 
+    truncate_dim = _truncate_dim(st_cfg, st_cfg_path)
+
     if not (folder / "modules.json").is_file():
         tcfg = _transformer_config(folder)
         pooling = _fallback_pooling(folder)
@@ -281,6 +301,7 @@ def load_model_spec(name_or_path: str | os.PathLike) -> ModelSpec:
             default_prompt_name=default_prompt_name,
             has_st_config=False,
             similarity=similarity,
+            truncate_dim=truncate_dim,
             notes=(f"no modules.json: {pooling} pooling{why}, no normalisation (as sentence-transformers does)",),
         )
 
@@ -324,12 +345,20 @@ def load_model_spec(name_or_path: str | os.PathLike) -> ModelSpec:
         config_kwargs=_kwargs(tcfg, "config_kwargs", "config_args"),
         notes=notes,
         similarity=similarity,
+        truncate_dim=truncate_dim,
     )
 
 
 def output_dim(spec: ModelSpec) -> int:
     """Width of the sentence embedding: the transformer's hidden size times the pooling
-    modes, or the last Dense layer's out_features. Reads config.json only (no weights)."""
+    modes, or the last Dense layer's out_features; at most `truncate_dim`. Reads
+    config.json only (no weights)."""
+    dim = _head_dim(spec)
+    return dim if spec.truncate_dim is None else min(dim, spec.truncate_dim)
+
+
+def _head_dim(spec: ModelSpec) -> int:
+    """`output_dim` before truncate_dim: the width the last module gives."""
     cfg = read_json(spec.transformer_folder / "config.json")
     text_cfg = cfg.get("text_config") or cfg
     hidden = text_cfg.get("hidden_size") or text_cfg.get("d_model")

