@@ -119,6 +119,15 @@ class TextTooLargeError(TooLargeError):
         return self.row
 
 
+class EmptyTextError(ValueError):
+    """An empty text, and a tokenizer that adds no special token: nothing to pool.
+    `row`: its index in the texts encoded (embed_chunk names its chunk and id)."""
+
+    def __init__(self, message: str, row: int):
+        super().__init__(message)
+        self.row = row
+
+
 @dataclass
 class EncodeStats(EngineCounters):
     items: int = 0  # texts in the output
@@ -866,10 +875,11 @@ class Encoder:
                     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
                     if not lengths.all():  # only an empty text can give none
                         first = starts[w] + int(idx[int(np.argmin(lengths))])
-                        raise ValueError(
+                        raise EmptyTextError(
                             f"text {first} of this job (0-based) is empty and this tokenizer adds no special "
                             "token to it: there is no token to pool (set a prompt, or use a model whose "
-                            "tokenizer adds one, as BERT's [CLS]/[SEP] or Qwen3's end-of-text)"
+                            "tokenizer adds one, as BERT's [CLS]/[SEP] or Qwen3's end-of-text)",
+                            first,
                         )
                     if self.truncate:
                         stats.at_max_length += int((lengths >= self.max_length).sum())
@@ -1147,6 +1157,8 @@ def embed_chunk(
         emb = encoder.encode(texts, resume_dir=folder, job=logical_path(out_npy))
     except TextTooLargeError as exc:
         raise TextTooLargeError(f"{chunk_path}: id {ids[exc.row]!r}: {exc}", exc.row, exc.n_tokens) from exc
+    except EmptyTextError as exc:  # the record the user can find, not its index in the chunk
+        raise EmptyTextError(f"{chunk_path}: id {ids[exc.row]!r}: {exc}", exc.row) from exc
     controller.stop_if_gone(running, f"the finished parts are kept in {folder}")
     write_npy(out_npy, emb)
     write_ids_parquet(out_ids_parquet, ids)

@@ -802,7 +802,9 @@ def test_an_empty_text_embeds_as_sentence_transformers_embeds_it(tiny, texts, na
 
 def test_an_empty_text_without_any_token_is_an_error_naming_it(tiny, tmp_path):
     """A tokenizer that adds no special token leaves an empty text with nothing to pool:
-    the job stops, naming the text, instead of pooling padding."""
+    the job stops, naming the text, instead of pooling padding: an embed job names its
+    chunk and the record's id (its index alone, in a chunk of a million, named no record
+    the user could find)."""
     model = copy_model(tiny["qwen_last"], tmp_path / "no_eos")
     tokenizer = json.loads((model / "tokenizer.json").read_text())
     tokenizer["post_processor"] = None
@@ -811,6 +813,10 @@ def test_an_empty_text_without_any_token_is_an_error_naming_it(tiny, tmp_path):
     assert enc.encode(["a"]).shape == (1, 32)
     with pytest.raises(ValueError, match=r"text 2 of this job \(0-based\) is empty and this tokenizer adds no special"):
         enc.encode(["a", "b", "", "c"])
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", ["a", "b", "", "c"])
+    with pytest.raises(ValueError, match=r"chunk_0\.jsonl: id 'doc-00002': text 2 of this job \(0-based\) is empty"):
+        embed_chunk(chunk, tmp_path / "e.npy", tmp_path / "ids.parquet", enc.params, tmp_path / "resume", encoder=enc)
+    assert not (tmp_path / "e.npy").exists()
 
 
 def test_falls_back_when_sdpa_is_unsupported(tiny, texts, monkeypatch, caplog):
