@@ -251,6 +251,23 @@ def test_only_the_retrieval_corpus_keeps_empty_texts_and_the_main_reader_record_
     assert ReaderOptions(**sets["beir"].reader).keep_empty_text  # what scripts/split.py builds
 
 
+def test_the_main_corpus_text_mode_is_no_part_of_the_retrieval_corpus_split(config, tmp_path):
+    """input.text_mode reads plain text only, and the retrieval corpus is JSON lines the
+    workflow wrote: a change of the main corpus's text mode reran the retrieval split
+    (its recorded `reader` changed) and through it every retrieval embed job, for the
+    same bytes. The record keeps the shipped value, so no finished split reruns."""
+    config["retrieval"].update(path=str(tmp_path), name="beir", n_chunks=1)
+    recorded = (
+        "{'format': 'jsonl', 'id_field': 'id', 'text_field': 'text', 'group_field': None, 'text_mode': 'lines', "
+        "'on_bad_record': 'error', 'max_record_bytes': 67108864, 'keep_empty_text': True}"
+    )  # what a split of the retrieval corpus recorded under the shipped config (Snakemake compares reprs)
+    assert repr(plan.datasets(config)["beir"].reader) == recorded
+    config["input"]["text_mode"] = "files"
+    sets = plan.datasets(config)
+    assert sets[config["dataset"]].reader["text_mode"] == "files"  # the main corpus reads it
+    assert repr(sets["beir"].reader) == recorded
+
+
 def test_retrieval_auto_chunks_follow_the_same_rule(tmp_path):
     import json as _json
 
