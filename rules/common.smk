@@ -1012,8 +1012,5 @@ def landing_text():
 
 
 def reproduction_metrics():
-    if RETRIEVAL is not None:
-        return f"results/{RETRIEVAL}/retrieval/metrics.json"
-    if "training" in DATASETS[DATASET].tasks:
-        return f"results/{DATASET}/train/metrics.json"
-    return f"results/{DATASET}/verification.json"
+    """verify_reproduction's metrics: the record of a task the run has (plan.reproduction_metrics)."""
+    return plan.reproduction_metrics(config, DATASETS)

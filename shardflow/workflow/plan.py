@@ -469,6 +469,27 @@ def reproduction_pins_nothing(cfg: dict) -> list[str]:
     ]
 
 
+def reproduction_metrics(cfg: dict, data_sets: dict[str, DataSet]) -> str:
+    """The record whose values a reproduction's `reproduce.expect.metrics` are compared
+    with (rule verify_reproduction): the retrieval evaluation's where one is configured,
+    else that of the main data set's first task in the order training, embedding,
+    summarisation (its ROUGE record, or without references the stage's summary). Always
+    a task the run has: a summarisation-only run's reproduction read verification.json,
+    so the run embedded its corpus for it (GPU jobs no task asked for) and then compared
+    ROUGE with a file that holds none, failing after every job had run."""
+    name = retrieval_name(cfg)
+    if name is not None:
+        return f"results/{name}/retrieval/metrics.json"
+    main = data_sets[cfg["dataset"]]
+    if "training" in main.tasks:
+        return f"results/{main.name}/train/metrics.json"
+    if "embedding" in main.tasks or "summarisation" not in main.tasks:
+        return f"results/{main.name}/verification.json"
+    if cfg["summarise"]["reference_field"]:  # method stored needs one (summarise_model)
+        return f"results/{main.name}/summarise/metrics.json"
+    return f"results/{main.name}/summarise/report/summary.json"
+
+
 def summarise_model(cfg: dict, sources: tuple[str, ...] = ()) -> None:
     """Stop at parse time on summarisation settings that cannot work, instead of letting
     every summarise job start, fail and be retried, or the evaluation fail after them:

@@ -438,6 +438,27 @@ def test_a_named_reproduction_that_pins_nothing_is_named_at_parse_time():
     assert reproduction_pins_nothing(cfg) == []
 
 
+def test_a_reproduction_reads_the_metrics_of_a_task_the_run_has(config, tmp_path):
+    """A summarisation-only run's reproduction read the main data set's verification.json:
+    the run embedded the corpus (GPU jobs no task asked for) and then compared the pinned
+    ROUGE with a file that holds none, failing after every job. It reads the ROUGE record
+    (or, without references, the stage's summary); the other runs read what they read."""
+    config["tasks"] = ["summarisation"]
+    config["summarise"]["reference_field"] = "highlights"
+    assert plan.reproduction_metrics(config, plan.datasets(config)) == "results/demo/summarise/metrics.json"
+    config["summarise"]["reference_field"] = None
+    assert plan.reproduction_metrics(config, plan.datasets(config)) == "results/demo/summarise/report/summary.json"
+    for tasks, metrics in [
+        (["embedding"], "results/demo/verification.json"),
+        (["embedding", "summarisation"], "results/demo/verification.json"),
+        (["summarisation", "training"], "results/demo/train/metrics.json"),
+    ]:
+        config["tasks"] = tasks
+        assert plan.reproduction_metrics(config, plan.datasets(config)) == metrics
+    config["retrieval"].update(path=str(tmp_path), name="beir", n_chunks=1)
+    assert plan.reproduction_metrics(config, plan.datasets(config)) == "results/beir/retrieval/metrics.json"
+
+
 def test_the_gpu_rules_whose_jobs_run_on_the_cpu_are_those_of_the_run_on_the_cpu_whatever_the_executor():
     """The rules whose set-resources the workflow checks for a GPU request: every GPU rule
     of the run (and its sweep variants) under gpu_jobs.device cpu, the summarise rules
