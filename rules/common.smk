@@ -171,7 +171,7 @@ for _spec in SWEEPS.values():
 # modes that run no job (--unlock, --report, ...), nor with SHARDFLOW_SKIP_MODEL_CHECK=1
 # (models that only the nodes have). One missing stops the run once the rules are
 # defined (check_models), unless every output of the jobs that load it exists; with
-# other problems, here, named with them.
+# other problems, here, named with them. So is a prompt name the embedding model lacks.
 MISSING_MODELS = []
 if (
     workflow.is_main_process
@@ -180,6 +180,9 @@ if (
     and os.environ.get(MODEL_CHECK_OFF, "") in ("", "0")
 ):
     MISSING_MODELS = plan.unavailable_models(config, DATASETS.values(), SWEEPS.values())
+    _PROBLEMS += plan.unknown_prompts(
+        config, DATASETS.values(), SWEEPS.values(), MISSING_MODELS
+    )
 if _PROBLEMS:
     raise ValueError("\n".join(_PROBLEMS + plan.model_verdicts(MISSING_MODELS)[0]))
 SWEEP_FOLDERS = "|".join(re.escape(f) for f in SWEEPS_BY_FOLDER) or "(?!)"

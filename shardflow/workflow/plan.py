@@ -614,6 +614,63 @@ def unavailable_models(cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable
     return missing
 
 
+# The prompt keys of the embedding model's jobs, by the task they embed for: (section,
+# literal prompt, prompt name). The corpus's embed jobs read embedding's; retrieval's
+# embed_queries reads the query keys in their place (rules/retrieval.smk).
+PROMPT_KEYS = {
+    "embedding": (("embedding", "prompt", "prompt_name"),),
+    "retrieval": (("embedding", "prompt", "prompt_name"), ("retrieval", "query_prompt", "query_prompt_name")),
+}
+
+
+def unknown_prompts(
+    cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[SweepSpec] = (), missing: Iterable[MissingModel] = ()
+) -> list[str]:
+    """One line per prompt name (embedding.prompt_name, retrieval.query_prompt_name, a
+    sweep point's) that the embedding model's sentence-transformers config does not list:
+    its embed jobs refuse it (shardflow.embed.stconfig.ModelSpec.resolve_prompt), each
+    once it has its GPU and has loaded the model, naming no config key. Read from the
+    model's config files (no weights), where the jobs see this machine's files, as
+    unavailable_models; a model in `missing` (its result) or one that cannot be read
+    here is left to that check and to the jobs."""
+    from shardflow.core.models import resolve_model
+    from shardflow.embed.stconfig import load_model_spec
+
+    skip = {(m.key, m.name) for m in missing}
+    specs: dict = {}
+    seen, lines = set(), []
+    for where, job, tasks in _model_places(cfg, data_sets, sweeps):
+        model = job["embedding"]["model"]
+        keys = {k for task in tasks for k in PROMPT_KEYS.get(task, ())}
+        if not keys or ("embedding.model", model) in skip:
+            continue
+        for section, literal, named in sorted(keys):
+            name = job[section][named]
+            if name is None or job[section][literal] is not None:  # both set: prompt_conflicts
+                continue
+            if (named, name, model) in seen:
+                continue
+            seen.add((named, name, model))
+            if model not in specs:
+                try:
+                    specs[model] = load_model_spec(resolve_model(model))
+                except (OSError, ValueError, RuntimeError):  # the jobs name what is wrong
+                    specs[model] = None
+            spec = specs[model]
+            if spec is None:
+                continue
+            try:
+                spec.resolve_prompt(None, name)
+            except ValueError:
+                listed = ", ".join(sorted(dict(spec.prompts))) or "it has none"
+                lines.append(
+                    f"{section}.{named} {name!r}{where} is not among the prompts of embedding.model {model!r} "
+                    f"({listed}): the embed jobs would refuse it; name one of them, or give the text as "
+                    f"{section}.{literal}"
+                )
+    return lines
+
+
 Job = tuple[str, dict]  # (rule, wildcards): one job, as the rule's output patterns name it
 
 

@@ -423,6 +423,46 @@ def test_a_literal_and_a_named_prompt_set_together_are_named_at_parse_time():
     assert len(prompt_conflicts(cfg)) == 1
 
 
+def test_a_prompt_name_the_model_lacks_is_named_at_parse_time_by_its_key(config, tmp_path):
+    """Every embed job (or embed_queries) refused it only once it had its GPU and its
+    model, with an error naming no config key: one line a key and place, at parse time.
+    Checked with the model the jobs load (its sentence-transformers config), so a model
+    this machine lacks is left to unavailable_models."""
+    from types import SimpleNamespace
+
+    folder = tmp_path / "qwen"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "config_sentence_transformers.json").write_text(
+        json.dumps({"prompts": {"query": "Instruct: find\nQuery: ", "document": ""}})
+    )
+    config["embedding"]["prompt_name"] = "query"  # the bundled MiniLM has no prompts
+    (line,) = plan.unknown_prompts(config, plan.datasets(config).values())
+    assert line == (
+        "embedding.prompt_name 'query' is not among the prompts of embedding.model 'default' (it has none): "
+        "the embed jobs would refuse it; name one of them, or give the text as embedding.prompt"
+    )
+    config["embedding"]["model"] = str(folder)
+    assert plan.unknown_prompts(config, plan.datasets(config).values()) == []
+    config["embedding"]["prompt_name"] = "querry"
+    (line,) = plan.unknown_prompts(config, plan.datasets(config).values())
+    assert line.startswith(f"embedding.prompt_name 'querry' is not among the prompts of embedding.model '{folder}' "
+                           "(document, query)")
+    config["embedding"]["prompt_name"] = None
+    config["retrieval"].update(path=str(tmp_path), name="beir", n_chunks=1, query_prompt_name="question")
+    sets = plan.datasets(config).values()
+    (line,) = plan.unknown_prompts(config, sets)
+    assert line.startswith("retrieval.query_prompt_name 'question' is not among the prompts of embedding.model")
+    assert line.endswith("give the text as retrieval.query_prompt")
+    missing = [plan.MissingModel("embedding.model", str(folder), "", "no such folder")]
+    assert plan.unknown_prompts(config, sets, (), missing) == []  # named there, not here
+    config["retrieval"]["query_prompt_name"] = "query"
+    points = {"a": {"embedding": {**config["embedding"], "prompt_name": "doc"}}}
+    spec = SimpleNamespace(name="s", stage="embed", ids=("a",), seeds=(0,), job_config=lambda p, s: points[p])
+    (line,) = plan.unknown_prompts(config, sets, [spec])
+    assert line.startswith("embedding.prompt_name 'doc' (sweep 's', point a) is not among the prompts")
+
+
 def test_a_named_reproduction_that_pins_nothing_is_named_at_parse_time():
     """Its check compared no row and passed: a reproduction that cannot fail."""
     from shardflow.workflow.plan import reproduction_pins_nothing
