@@ -111,7 +111,8 @@ RETRIEVAL_SPEC = (
 )
 # Every configured sweep, each point checked against the schema (shardflow.sweep); what
 # is wrong with any of them stops the parse below, in one error with the checks after.
-_PROBLEMS = plan.prompt_conflicts(config) + plan.reproduction_pins_nothing(config)  # stop once, naming every one
+# Stop once, naming every one.
+_PROBLEMS = plan.prompt_conflicts(config) + plan.reproduction_pins_nothing(config)
 SWEEPS = parse_sweeps(
     config["sweeps"], config, validate, root=workflow.basedir, problems=_PROBLEMS
 )
