@@ -836,6 +836,30 @@ def gpu_rules_on_cpu(cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[S
     return out
 
 
+def idle_gpus(cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[SweepSpec] = ()) -> list[str]:
+    """One line per GPU rule of this run (`resources.<rule>`, which its sweep variants
+    share) whose `gpu` asks for more than one GPU a job where the job uses one: embed,
+    embed_queries, retrieval_evaluate and summarise load their model on one device, so
+    the others would idle, paid, for the whole job. train runs a process per GPU."""
+    data_sets, sweeps = list(data_sets), list(sweeps)
+    # Run on the CPU whatever the executor (gpu_rules_on_cpu), their sweep variants too.
+    on_cpu = {r.removeprefix("sweep_").removesuffix("_chunk") for r in gpu_rules_on_cpu(cfg, data_sets, sweeps)}
+    tasks = {t for ds in data_sets for t in ds.tasks}
+    stages = {spec.stage for spec in sweeps}
+    rules = {r for task, rs in GPU_RULES.items() if task in tasks for r in rs}
+    rules |= {r.removeprefix("sweep_").removesuffix("_chunk") for st, rs in SWEEP_GPU_RULES.items() if st in stages
+              for r in rs}
+    out = []
+    for rule in sorted(rules - {"train"} - on_cpu):
+        gpus = cfg["resources"].get(rule, {}).get("gpu", 1)
+        if gpus > 1:
+            out.append(
+                f"resources.{rule}.gpu is {gpus}, but each {rule} job runs on one GPU: the other {gpus - 1} would idle for "
+                f"the whole job; set it to 1 (more chunks, n_chunks, put more GPUs to work at once)"
+            )
+    return out
+
+
 FIELD_SAMPLE = 100  # records read at parse time to find a misspelt field name
 
 

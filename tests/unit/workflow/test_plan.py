@@ -499,6 +499,28 @@ def test_a_reproduction_reads_the_metrics_of_a_task_the_run_has(config, tmp_path
     assert plan.reproduction_metrics(config, plan.datasets(config)) == "results/beir/retrieval/metrics.json"
 
 
+def test_more_than_one_gpu_for_a_job_that_uses_one_is_named():
+    """An embed or summarise job loads its model on one device: a `gpu` of 2 would keep a
+    paid GPU idle through every job. train runs a process per GPU; CPU runs ask none."""
+    from types import SimpleNamespace
+
+    def cfg(device="auto", **gpus):
+        resources = {r: {"gpu": 1} for r in ("embed", "embed_queries", "retrieval_evaluate", "summarise", "train")}
+        for rule, n in gpus.items():
+            resources[rule]["gpu"] = n
+        return {"gpu_jobs": {"device": device}, "summarise": {"method": "abstractive"}, "embedding": {"model": "m"},
+                "resources": resources}
+
+    main = [SimpleNamespace(tasks=("embedding", "summarisation", "training"))]
+    (line,) = plan.idle_gpus(cfg(embed=2, train=4), main)
+    assert line.startswith("resources.embed.gpu is 2, but each embed job runs on one GPU: the other 1 would idle")
+    assert plan.idle_gpus(cfg(embed_queries=2), main) == []  # no retrieval in this run
+    sweep = SimpleNamespace(stage="retrieval", ids=(), seeds=(0,), job_config=lambda p, s: {})
+    assert [x.split(" is ")[0] for x in plan.idle_gpus(cfg(embed_queries=2), main, [sweep])] == [
+        "resources.embed_queries.gpu"]  # its sweep's jobs share it
+    assert plan.idle_gpus(cfg("cpu", embed=2), main) == []
+
+
 def test_the_gpu_rules_whose_jobs_run_on_the_cpu_are_those_of_the_run_on_the_cpu_whatever_the_executor():
     """The rules whose set-resources the workflow checks for a GPU request: every GPU rule
     of the run (and its sweep variants) under gpu_jobs.device cpu, the summarise rules
