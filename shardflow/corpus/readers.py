@@ -13,7 +13,8 @@ write them to a rejects file and count them: nothing is dropped silently.
 A file that cannot be read on (a truncated or corrupt gzip stream, a file that is
 not Parquet, a Parquet column of the wrong type, UTF-16 or UTF-32 text, zstd, xz or
 bzip2 data) is a `BadRecordError` whatever `on_bad_record` says: the records it hides
-cannot be counted.
+cannot be counted. (With `text_mode="files"` such a text file is one record, so one
+bad record.)
 
 Memory is bounded by `max_record_bytes`: lines are read with a size limit, and a
 longer line is skipped in 1 MiB pieces, never held whole (docs/bad-input.md).
@@ -309,9 +310,6 @@ def _read_whole(fh: IO[bytes], path: str, max_bytes: int) -> bytes | LongLine:
     """All of `fh`, or a `LongLine` when it holds more than `max_bytes`."""
     try:
         data = fh.read(max_bytes + 1)
-        foreign = _foreign(data)
-        if foreign:
-            raise BadRecordError(path, None, foreign)
         if len(data) <= max_bytes:
             return data
         size = len(data)
@@ -681,6 +679,13 @@ class _TextFileReader(_Reader):
     def __iter__(self) -> Iterator[Record | Rejected]:
         with open_binary(self.path) as fh:
             raw = _read_whole(fh, self.path, self.opts.max_record_bytes)
+        # One document a file: a file in an encoding or compression not read hides exactly
+        # one record, so it is one bad record (a reject under skip, as a binary file is), not
+        # an error for the whole corpus as in a file of lines, whose records it cannot count.
+        foreign = _foreign(raw.head if isinstance(raw, LongLine) else raw)
+        if foreign:
+            yield self.bad(None, foreign, raw.head if isinstance(raw, LongLine) else raw[:200])
+            return
         if isinstance(raw, LongLine):
             yield self.too_large(None, raw.size, raw.head)
             return
