@@ -164,6 +164,24 @@ def test_a_file_named_by_two_paths_or_through_a_link_is_read_once(tmp_path, monk
     assert [r.id for r in records] == ["data/2026-11-28.jsonl:1", "data/2026-11-28.jsonl:2"]
 
 
+def test_a_file_is_resolved_once_and_its_folder_once_for_all_its_files(tmp_path, monkeypatch):
+    """expand_inputs runs at every parse. Resolving each file's real path looked at every
+    component of it, one lstat each (20,000 files five folders deep: 0.6 s, not 0.14);
+    now each file is looked at once (is it a link?) and each folder resolved once. A
+    folder reached through a link is still the same folder: its files are read once."""
+    deep = tmp_path.joinpath(*"abcdefgh")
+    deep.mkdir(parents=True)
+    for i in range(40):
+        (deep / f"{i:02}.jsonl").write_text("")
+    (tmp_path / "link").symlink_to(deep)
+    looked_at = []
+    lstat = os.lstat
+    monkeypatch.setattr(os, "lstat", lambda path, *a, **kw: looked_at.append(path) or lstat(path, *a, **kw))
+    found = expand_inputs([str(deep / "*.jsonl"), str(tmp_path / "link" / "*.jsonl")])
+    assert found == sorted(str(p) for p in deep.glob("*.jsonl"))
+    assert len(looked_at) <= 80 + 4 * len(deep.parts)  # one a file, and the two folders' components
+
+
 def test_glob_skips_directories(tmp_path):
     (tmp_path / "a.jsonl").write_text("")
     (tmp_path / "dir.jsonl").mkdir()
