@@ -119,7 +119,7 @@ def expand_inputs(pattern: str | os.PathLike | Iterable[str]) -> list[str]:
     patterns = [str(pattern)] if isinstance(pattern, (str, os.PathLike)) else [str(p) for p in pattern]
     found: list[str] = []
     seen: set[str] = set()
-    folders: dict[str, str] = {}  # _real_path's: each folder's real path, resolved once
+    folders: dict[str, str] = {}  # real_path's: each folder's real path, resolved once
     for pat in patterns:
         is_glob = glob.has_magic(pat)
         matches = sorted(glob.glob(pat, recursive=True)) if is_glob else [pat]
@@ -136,7 +136,7 @@ def expand_inputs(pattern: str | os.PathLike | Iterable[str]) -> list[str]:
             m = os.path.normpath(m)
             if not os.path.isfile(m):
                 continue
-            same = _real_path(m, folders)
+            same = real_path(m, folders)
             if same not in seen:
                 seen.add(same)
                 found.append(m)
@@ -145,7 +145,7 @@ def expand_inputs(pattern: str | os.PathLike | Iterable[str]) -> list[str]:
     return found
 
 
-def _real_path(path: str, folders: dict[str, str]) -> str:
+def real_path(path: str, folders: dict[str, str]) -> str:
     """`os.path.realpath(path)`, each folder resolved once (kept in `folders`): realpath
     looks at every component of every path, one lstat each, and expand_inputs runs at
     every parse, remote jobs' included (20,000 files five folders deep: 0.6 s, not 0.14).

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from shardflow.core.models import unavailable as model_unavailable
 from shardflow.core.parsecache import cached
 from shardflow.core.s3 import S3Url, glob_regex, has_magic, logical_path
-from shardflow.corpus.readers import ReaderOptions, count_records_cheap, detect_format, expand_inputs
+from shardflow.corpus.readers import ReaderOptions, count_records_cheap, detect_format, expand_inputs, real_path
 from shardflow.retrieval.pipeline import RetrievalSpec
 from shardflow.sweep.metrics import loads_model
 from shardflow.train.tokenizer import pretrained_unavailable
@@ -108,6 +108,8 @@ def corpus_inputs(cfg: dict, list_s3: Callable[[str], list[str]] | None = None) 
     if not any(p.startswith("s3://") for p in patterns):
         return _local_inputs(path)
     found: list[str] = []
+    seen: set[str] = set()  # a local file by its real path (as expand_inputs keys it), an object by its URL
+    folders: dict[str, str] = {}
     for pattern in patterns:
         if not pattern.startswith("s3://"):
             matches = _local_inputs(pattern)
@@ -117,7 +119,11 @@ def corpus_inputs(cfg: dict, list_s3: Callable[[str], list[str]] | None = None) 
             matches = list_s3(pattern)
         else:
             matches = [pattern]
-        found.extend(m for m in matches if m not in found)
+        for m in matches:
+            key = m if m.startswith("s3://") else real_path(m, folders)
+            if key not in seen:
+                seen.add(key)
+                found.append(m)
     return found
 
 

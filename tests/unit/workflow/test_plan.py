@@ -209,6 +209,16 @@ def test_corpus_inputs_lists_s3_globs_and_mixes_them_with_local_files(config, tm
         plan.corpus_inputs(config)
 
 
+def test_a_local_file_named_twice_beside_an_s3_entry_is_read_once(config, tmp_path, monkeypatch):
+    """With an s3:// entry in the list, each local pattern was expanded on its own and
+    compared as text: `c.jsonl` and its absolute path (or a link to it) were read twice."""
+    (tmp_path / "c.jsonl").write_text("")
+    (tmp_path / "link.jsonl").symlink_to(tmp_path / "c.jsonl")
+    monkeypatch.chdir(tmp_path)
+    config["input"]["path"] = ["c.jsonl", "s3://b/x.jsonl", str(tmp_path / "c.jsonl"), "link.jsonl"]
+    assert plan.corpus_inputs(config) == ["c.jsonl", "s3://b/x.jsonl"]
+
+
 def test_a_missing_local_input_names_the_config_key(config, tmp_path):
     config["input"]["path"] = str(tmp_path / "absent.jsonl")
     with pytest.raises(FileNotFoundError, match=r"^input.path: input file '.*absent.jsonl' does not exist"):
