@@ -459,6 +459,11 @@ _SM_STAMP = re.compile(r"^\[(\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\]$")
 _SM_JOB = re.compile(r"^(?:local)?(?:rule|checkpoint) \w+:$")
 _SM_ERROR = re.compile(r"^Error in rule \w+:$")
 _SM_RESTART = re.compile(r"^Trying to restart job (\d+)\.$")
+_SM_END = re.compile(r"^Complete log\(s\): ")
+# The lines that begin an event or the run's end. An error block ends only at one of them
+# until its jobid is read: an executor's message comes before the jobid and may run over
+# several lines, blank ones too (the slurm plugin's when sbatch refuses a job).
+_SM_EVENTS = (_SM_STAMP, _SM_JOB, _SM_ERROR, _SM_RESTART, _SM_END)
 _SM_ITEM = re.compile(r"^    ([\w-]+):(?: (.*))?$")
 _SM_ATTEMPT = re.compile(r"(?:^|, )attempt=(\d+)(?:,|$)")
 _SM_CHECK = " (check log file(s) for error details)"  # after an error's logs
@@ -522,6 +527,8 @@ def read_snakemake_log(path: str, prefix: str = "") -> SnakemakeRun:
                     continue
                 if kind and line.startswith("     "):
                     continue  # a deeper line of the block (a shell command)
+                if kind == "error" and "jobid" not in items and not any(p.match(line) for p in _SM_EVENTS):
+                    continue  # a further line of its message, which comes before the jobid (an executor's)
                 close()
                 kind, items = "", {}
                 if found := _SM_STAMP.match(line):
@@ -537,7 +544,7 @@ def read_snakemake_log(path: str, prefix: str = "") -> SnakemakeRun:
                     jobid = found.group(1)
                     for log in logs_of.get(jobid, []):
                         run.last[log] = ("restart", attempt_of.get(jobid), started_at.get(jobid))
-                elif line.startswith("Complete log(s): "):
+                elif _SM_END.match(line):
                     run.ended = True
             close()
     except OSError:

@@ -713,6 +713,46 @@ rule emb:
     assert not run.ended
 
 
+def test_an_error_whose_message_runs_over_several_lines_is_read(tmp_path, monkeypatch, now):
+    """An executor's message can run over several lines before the error's jobid and log:
+    the slurm plugin's when sbatch refuses a job (its mem_mb grown past what the partition
+    has, or slurmctld busy), the kubernetes plugin's when the pod is gone (as Snakemake
+    9.27's formatter writes them). Chunk 4's attempt 2 was refused so, and no retry is
+    left: it is failed, not retrying on attempt 1's log."""
+    cfg = a_run(tmp_path, monkeypatch, now)
+    _, log4, _ = job_files(4)
+    first = [("start", 4, 1, now - 30), ("error", 4, 1, now), ("restart", 4, 1, now), ("start", 4, 2, now + 5)]
+    path = snakemake_log(first)
+    sbatch = (
+        "sbatch --parsable --job-name 0f3c --output '/w/.snakemake/slurm_logs/rule_embed/ds_4/%j.log' "
+        "--export=ALL -p gpu --mem 90000 --gpus=1"
+    )
+    with open(path, "a") as fh:
+        fh.write(
+            f"[{time.asctime(time.localtime(now + 6))}]\n"
+            "Error in rule embed:\n"
+            "    message: SLURM sbatch failed. The error message was 'sbatch: error: Memory specification can not "
+            "be satisfied'.\n"
+            f"    sbatch call:\n        {sbatch}\n\n"
+            "    jobid: 14\n"
+            "    input: results/ds/chunks/chunk_4.jsonl\n"
+            f"    log: {log4} (check log file(s) for error details)\n"
+        )
+    assert st.read_snakemake_log(path).last[log4][:2] == ("error", 2)
+    assert embed(st.status(cfg, 2, "--gpus", now=now)).jobs[4].state == "failed"
+    Path("kube.log").write_text(
+        "[Sat Nov 28 11:05:07 2026]\n"
+        "Error in rule embed:\n"
+        "    message:  For details, please issue:\n"
+        "kubectl describe job snakejob-0f3c. Further, make sure to clean up the failed job manually in case it is "
+        "not deleted automatically: kubectl delete job {j.external_jobid}.\n"
+        "    jobid: 3\n"
+        "    log: s3://bkt/run/logs/embed/ds/chunk_3.log (send to storage) (check log file(s) for error details)\n"
+        "Select jobs to execute...\n"
+    )
+    assert st.read_snakemake_log("kube.log", prefix="s3://bkt/run").last["logs/embed/ds/chunk_3.log"][0] == "error"
+
+
 def test_a_sweep_job_whose_chunk_job_makes_no_progress_is_stalled(tmp_path, monkeypatch, now):
     """An embed sweep's jobs run the main data set's chunks (rule sweep_embed_chunk, parts
     under the sweep job's resume root): a chunk job whose parts stopped is judged as a data
