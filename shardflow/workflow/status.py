@@ -178,6 +178,14 @@ def smk_names(rules_dir: str = str(RULES)) -> dict[str, str]:
     return names | {name: names["SWEEP_JOB"] for name in sweep_jobs if "SWEEP_JOB" in names}
 
 
+def smk_constant(name: str, rules_dir: str = str(RULES)) -> str:
+    """The string pattern a rules file sets `name` to (`smk_names`: `SWEEP_LOG = "..."`)."""
+    names = smk_names(rules_dir)
+    if name not in names:
+        raise StatusError(f"{rules_dir}/*.smk: none sets {name} to a string")
+    return names[name]
+
+
 def _string(node: ast.expr, names: dict[str, str]) -> str | None:
     """A plain string, or an f-string of plain text and `names` (None: anything else)."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -283,16 +291,6 @@ def rule_files(rule: str, rules_dir: str = str(RULES)) -> RuleFiles:
             temp,
         )
     raise StatusError(f"rule {rule}: no `rule {rule}:` in {rules_dir}/*.smk")
-
-
-@functools.cache
-def smk_constant(name: str, file: str = "sweep.smk", rules_dir: str = str(RULES)) -> str:
-    """A string constant a rules file sets at its top (`SWEEP_LOG = "..."`)."""
-    path = Path(rules_dir) / file
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.startswith(f"{name} = "):
-            return ast.literal_eval(line.split(" = ", 1)[1])
-    raise StatusError(f"{path}: sets no {name}")
 
 
 # ------------------------------------------------------------------------ jobs

@@ -336,6 +336,10 @@ def test_rule_files_are_the_rules_own_patterns(tmp_path):
     )
     z = st.rule_files("z", str(rules))
     assert (z.outputs, z.log, z.benchmark) == ({"0": "pre/{w}"}, "l/{w}.log", None)  # its log is y's
+    # The names are read once, for the patterns and for sweep_stage's SWEEP_LOG alike.
+    assert st.smk_constant("P", str(rules)) == "pre" and st.smk_constant("SWEEP_LOG").startswith("logs/sweeps/")
+    with pytest.raises(st.StatusError, match=r"rules2/\*\.smk: none sets SWEEP_LOG to a string"):
+        st.smk_constant("SWEEP_LOG", str(rules))
 
 
 def test_a_chunk_whose_temp_vectors_merge_deleted_is_done(tmp_path, now):
