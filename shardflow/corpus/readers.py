@@ -276,11 +276,16 @@ CR_ONLY = (
 )
 
 
-def _cr_line_breaks(first: bytes) -> bool:
+def _cr_line_breaks(first: bytes, whole: bool) -> bool:
     """Whether a file whose first line (no LF in it: the file has none this far) breaks
     its lines with CR alone: a CR with more text after it. A lone CR at the end (one
-    record written with a CR line break) is no matter."""
-    return b"\x00" not in first and b"\r" in first.rstrip(b"\r\n \t").replace(b"\r\n", b"")
+    record written with a CR line break) is no matter. `whole`: `first` is the whole
+    file; else the head of a line over the size limit, where one stray CR in its first
+    KiB is not enough to call it lines (two are: such a file's lines are short)."""
+    if b"\x00" in first:
+        return False
+    lone = first.rstrip(b"\r\n \t").replace(b"\r\n", b"").count(b"\r")
+    return lone >= (1 if whole else 2)
 
 
 def _skip_rest(fh: IO[bytes], start: bytes) -> LongLine:
@@ -318,7 +323,8 @@ def iter_lines(fh: IO[bytes], path: str, max_bytes: int, start: int = 1) -> Iter
             foreign = _foreign(head)
             if foreign:
                 raise BadRecordError(path, None, foreign)
-            if (isinstance(line, LongLine) or not line.endswith(b"\n")) and _cr_line_breaks(head):
+            long = isinstance(line, LongLine)
+            if (long or not line.endswith(b"\n")) and _cr_line_breaks(head, whole=not long):
                 raise BadRecordError(path, None, CR_ONLY)
         yield lineno, line
 

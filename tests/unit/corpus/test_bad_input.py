@@ -115,6 +115,16 @@ def test_lines_broken_by_cr_alone_are_one_error_not_one_record(tmp_path, name):
             read(path, on_bad_record=mode)
 
 
+def test_a_line_over_the_limit_with_one_stray_cr_is_too_large_not_cr_broken(tmp_path):
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"a\rb" + b"x" * (2 << 20))  # no LF; over 1 MiB
+    (bad,) = read(path, on_bad_record="skip", max_record_bytes=1 << 20)
+    assert bad.reason.startswith("record too large")
+    path.write_bytes(b"a\rb\rc" + b"x" * (2 << 20))  # lines broken by CR: a second one in its head
+    with pytest.raises(BadRecordError, match="its lines end in CR alone"):
+        read(path, on_bad_record="skip", max_record_bytes=1 << 20)
+
+
 def test_a_cr_at_the_end_of_one_line_and_crlf_breaks_are_read(tmp_path):
     one = tmp_path / "one.jsonl"
     one.write_bytes(b'{"id": "a", "text": "only"}\r')
