@@ -228,8 +228,9 @@ def _create_shared(path: Path) -> None:
     if path.exists():
         return
     mode = (0o666 & path.parent.stat().st_mode) | 0o600
-    part = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    # A unique name (not the pid: two containers sharing the folder may share pids).
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    part = Path(name)
     try:
         os.fchmod(fd, mode)
     finally:

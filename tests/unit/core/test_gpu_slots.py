@@ -359,3 +359,15 @@ def test_a_job_can_hold_several_devices_all_or_none(tmp_path):
     with pytest.raises(ValueError, match="asks for 4 GPUs but the pool has 3"):
         with acquire_gpu("0,1,2", mode="slots", lock_dir=tmp_path, count=4):
             pass
+
+
+def test_a_lock_file_is_made_under_a_name_no_other_job_uses(tmp_path):
+    """Its temporary name was `.<name>.<pid>`: a job in another container with the same
+    pid, making the same lock file at that moment, had its part truncated and unlinked
+    under it (its link then failed). The name is now unique in the folder."""
+    path = gpu_slots.lock_path(tmp_path, "0")
+    theirs = path.with_name(f".{path.name}.{os.getpid()}")  # another container's part, in flight
+    theirs.write_text("")
+    gpu_slots._create_shared(path)
+    assert path.is_file() and theirs.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, theirs.name])
