@@ -18,6 +18,7 @@ The chunk-count rule for `n_chunks: auto`
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 from collections.abc import Callable, Iterable
@@ -29,7 +30,7 @@ from shardflow.core.parsecache import cached
 from shardflow.core.s3 import S3Url, glob_regex, has_magic, logical_path
 from shardflow.corpus.readers import ReaderOptions, count_records_cheap, detect_format, expand_inputs, real_path
 from shardflow.retrieval.pipeline import RetrievalSpec
-from shardflow.sweep.metrics import loads_model
+from shardflow.sweep.metrics import describe, loads_model, stage_metrics
 from shardflow.train.tokenizer import pretrained_unavailable
 from shardflow.workflow.tasks import models as task_models
 
@@ -494,6 +495,35 @@ def reproduction_metrics(cfg: dict, data_sets: dict[str, DataSet]) -> str:
     if cfg["summarise"]["reference_field"]:  # method stored needs one (summarise_model)
         return f"results/{main.name}/summarise/metrics.json"
     return f"results/{main.name}/summarise/report/summary.json"
+
+
+# The records a reproduction reads whose names a stage's metrics list holds (sweep.metrics:
+# the same writers); verification.json and a summary without references have none listed.
+REPRODUCTION_STAGES = {"retrieval/metrics.json": "retrieval", "train/metrics.json": "train",
+                       "summarise/metrics.json": "summarise"}
+
+
+def unknown_reproduction_metrics(cfg: dict, data_sets: dict[str, DataSet]) -> list[str]:
+    """One line per `reproduce.expect.metrics` name that the record the check reads
+    (`reproduction_metrics`) never holds: a misspelt name failed its row only after every
+    job had run."""
+    names = (cfg["reproduce"].get("expect") or {}).get("metrics") or {}
+    if not cfg["reproduce"].get("name") or not names:
+        return []
+    record = reproduction_metrics(cfg, data_sets)
+    stage = next((st for end, st in REPRODUCTION_STAGES.items() if record.endswith("/" + end)), None)
+    known = stage_metrics(stage, cfg) if stage else None
+    if not known:
+        return []
+    out = []
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            out.append(
+                f"reproduce.expect.metrics: '{name}' is not a metric of {record}{hint} (its metrics: {describe(known)})"
+            )
+    return out
 
 
 def summarise_model(cfg: dict, sources: tuple[str, ...] = ()) -> None:

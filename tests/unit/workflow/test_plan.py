@@ -509,6 +509,36 @@ def test_a_reproduction_reads_the_metrics_of_a_task_the_run_has(config, tmp_path
     assert plan.reproduction_metrics(config, plan.datasets(config)) == "results/beir/retrieval/metrics.json"
 
 
+def test_a_reproduction_metric_its_record_never_holds_is_named_at_parse_time(config, tmp_path):
+    """A misspelt name failed its row only after every job had run; the shipped
+    reproductions' names are all known."""
+    import copy
+    from pathlib import Path
+
+    import yaml
+
+    config["tasks"] = ["training"]
+    config["reproduce"].update(name="paper", expect={"metrics": {"best_val_los": {"value": 1.9, "tolerance": 0.1}}})
+    (line,) = plan.unknown_reproduction_metrics(config, plan.datasets(config))
+    assert line.startswith("reproduce.expect.metrics: 'best_val_los' is not a metric of results/demo/train/metrics.json; "
+                           "did you mean 'best_val_loss'?")
+    config["tasks"] = ["embedding"]  # verification.json: no list to check against
+    assert plan.unknown_reproduction_metrics(config, plan.datasets(config)) == []
+    shipped_files = sorted((Path(__file__).resolve().parents[3] / "config" / "reproduce").glob("*.yaml"))
+    assert shipped_files
+    for shipped in shipped_files:  # their tasks and record, without their data (../shared)
+        given = yaml.safe_load(shipped.read_text())
+        cfg = copy.deepcopy(config)
+        cfg.update(tasks=given.get("tasks", cfg["tasks"]), reproduce={**cfg["reproduce"], **given["reproduce"]})
+        if "retrieval" in given:
+            cfg["retrieval"].update(path=str(tmp_path), name=given["retrieval"]["name"], n_chunks=1)
+        assert plan.unknown_reproduction_metrics(cfg, plan.datasets(cfg)) == [], shipped.name
+    cfg["reproduce"]["expect"]["metrics"] = {"ndcg@10": {"value": 0.5, "tolerance": 0.01}}  # with a retrieval set: its record
+    cfg["tasks"], cfg["retrieval"]["path"] = ["embedding"], str(tmp_path)
+    (line,) = plan.unknown_reproduction_metrics(cfg, plan.datasets(cfg))
+    assert "is not a metric of results/" in line and "/retrieval/metrics.json" in line
+
+
 def test_more_than_one_gpu_for_a_job_that_uses_one_is_named():
     """An embed or summarise job loads its model on one device: a `gpu` of 2 would keep a
     paid GPU idle through every job. train runs a process per GPU; CPU runs ask none."""
