@@ -129,6 +129,14 @@ def fetch(url: str, dest: str | os.PathLike, s3) -> bool:
 # ------------------------------------------------------------------------- globs
 
 
+def stored_prefix(prefix: str) -> str:
+    """A storage prefix (`<scheme>://<bucket>/<key>`) as the storage plugin reads its key
+    (snakemake-storage-plugin-s3 0.3.6: posixpath.normpath), without a trailing slash:
+    `s3://bkt/runs//a/` is where `s3://bkt/runs/a` is."""
+    scheme, _, stem = prefix.partition("://")
+    return f"{scheme}://{posixpath.normpath(stem)}"
+
+
 def logical_path(path: str | os.PathLike, default_prefix: str | None = None, local_root: str | None = None) -> str:
     """A file as the workflow names it. A job sees each file in Snakemake storage as a
     local copy, `<local_root>/<provider>/<bucket>/<key>` (local_root: Snakemake's local
@@ -150,8 +158,7 @@ def logical_path(path: str | os.PathLike, default_prefix: str | None = None, loc
     provider, _, key = rest.partition("/")
     url = f"{provider}://{key}"
     if default_prefix:
-        scheme, _, stem = default_prefix.partition("://")
-        root = f"{scheme}://{posixpath.normpath(stem)}/"
+        root = stored_prefix(default_prefix) + "/"
         if url.startswith(root):
             return url[len(root):]
     return url

@@ -31,7 +31,6 @@ import contextlib
 import hashlib
 import json
 import os
-import posixpath
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -116,11 +115,9 @@ def how(path: str, size: int) -> str:
 
 
 def storage_url(prefix: str) -> s3lib.S3Url:
-    """`prefix` as the storage plugin reads a key (snakemake-storage-plugin-s3 0.3.6:
-    posixpath.normpath of the path): `s3://bkt/runs//a/` is where `s3://bkt/runs/a` is."""
-    url = s3lib.S3Url.parse(prefix)
-    key = url.key.strip("/")
-    return s3lib.S3Url(url.bucket, posixpath.normpath(key) if key else "")
+    """`prefix` as the storage plugin reads its key (core.s3.stored_prefix)."""
+    s3lib.S3Url.parse(prefix)  # an s3:// URL with a bucket, else the ValueError naming it
+    return s3lib.S3Url.parse(s3lib.stored_prefix(prefix))
 
 
 def default_folder(prefix: str, root: str | os.PathLike = ".snakemake") -> Path:
