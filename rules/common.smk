@@ -548,7 +548,7 @@ def name_gpu_requests():
         _SET, on_cpu, cpu_rules, gpu_rules, _DEFAULTS, gpu=plan.GPU_ON_CPU
     ):
         logger.warning(line)
-    for line in plan.idle_gpus(config, DATASETS.values(), SWEEPS.values()):
+    for line in plan.idle_gpus(config, DATASETS.values(), SWEEPS.values(), on_cpu):
         logger.warning(line)
 
 

@@ -872,14 +872,16 @@ def gpu_rules_on_cpu(cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[S
     return out
 
 
-def idle_gpus(cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[SweepSpec] = ()) -> list[str]:
+def idle_gpus(
+    cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[SweepSpec], on_cpu: Iterable[str]
+) -> list[str]:
     """One line per GPU rule of this run (`resources.<rule>`, which its sweep variants
     share) whose `gpu` asks for more than one GPU a job where the job uses one: embed,
     embed_queries, retrieval_evaluate and summarise load their model on one device, so
-    the others would idle, paid, for the whole job. train runs a process per GPU."""
+    the others would idle, paid, for the whole job. train runs a process per GPU.
+    `on_cpu`: the rules that run on the CPU whatever the executor (`gpu_rules_on_cpu`)."""
     data_sets, sweeps = list(data_sets), list(sweeps)
-    # Run on the CPU whatever the executor (gpu_rules_on_cpu), their sweep variants too.
-    on_cpu = {r.removeprefix("sweep_").removesuffix("_chunk") for r in gpu_rules_on_cpu(cfg, data_sets, sweeps)}
+    on_cpu = {r.removeprefix("sweep_").removesuffix("_chunk") for r in on_cpu}  # their sweep variants too
     tasks = {t for ds in data_sets for t in ds.tasks}
     stages = {spec.stage for spec in sweeps}
     rules = {r for task, rs in GPU_RULES.items() if task in tasks for r in rs}

@@ -551,14 +551,17 @@ def test_more_than_one_gpu_for_a_job_that_uses_one_is_named():
         return {"gpu_jobs": {"device": device}, "summarise": {"method": "abstractive"}, "embedding": {"model": "m"},
                 "resources": resources}
 
+    def idle(config, data_sets, sweeps=()):
+        return plan.idle_gpus(config, data_sets, sweeps, plan.gpu_rules_on_cpu(config, data_sets, sweeps))
+
     main = [SimpleNamespace(tasks=("embedding", "summarisation", "training"))]
-    (line,) = plan.idle_gpus(cfg(embed=2, train=4), main)
+    (line,) = idle(cfg(embed=2, train=4), main)
     assert line.startswith("resources.embed.gpu is 2, but each embed job runs on one GPU: the other 1 would idle")
-    assert plan.idle_gpus(cfg(embed_queries=2), main) == []  # no retrieval in this run
+    assert idle(cfg(embed_queries=2), main) == []  # no retrieval in this run
     sweep = SimpleNamespace(stage="retrieval", ids=(), seeds=(0,), job_config=lambda p, s: {})
-    assert [x.split(" is ")[0] for x in plan.idle_gpus(cfg(embed_queries=2), main, [sweep])] == [
+    assert [x.split(" is ")[0] for x in idle(cfg(embed_queries=2), main, [sweep])] == [
         "resources.embed_queries.gpu"]  # its sweep's jobs share it
-    assert plan.idle_gpus(cfg("cpu", embed=2), main) == []
+    assert idle(cfg("cpu", embed=2), main) == []
 
 
 def test_the_gpu_rules_whose_jobs_run_on_the_cpu_are_those_of_the_run_on_the_cpu_whatever_the_executor():
