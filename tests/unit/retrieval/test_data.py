@@ -38,6 +38,12 @@ def jsonl(*objs) -> str:
     return "".join(json.dumps(o) + "\n" for o in objs)
 
 
+def line_2_fails(read, path: Path, reason: str) -> None:
+    """Reading `path` stops at its second line, naming the file, the line and `reason`."""
+    with pytest.raises(RetrievalDataError, match=re.escape(f"{path}:2: {reason}")):
+        list(read(path))
+
+
 @pytest.fixture
 def beir(tmp_path):
     write(
@@ -243,8 +249,7 @@ def test_a_beir_id_qrels_could_never_name_is_an_error_naming_the_line(tmp_path, 
     qrels row names: every judgement of it scored as a miss, silently."""
     for name, read in (("corpus", iter_beir_corpus), ("queries", iter_beir_queries)):
         path = write(tmp_path / f"{name}.jsonl", jsonl({"_id": "ok", "text": "a"}, {"_id": value, "text": "b"}))
-        with pytest.raises(RetrievalDataError, match=re.escape(f"{path}:2: {reason}")):
-            list(read(path))
+        line_2_fails(read, path, reason)
 
 
 @pytest.mark.parametrize(
@@ -266,8 +271,7 @@ def test_an_id_with_whitespace_at_either_end_is_an_error_in_every_file(tmp_path,
     such an id as written and TREC tools split it away; here it is an error at its line."""
     first_line = {".jsonl": '{"_id": "ok", "text": "a"}', ".tsv": "q0\td0\t1" if read is load_qrels else "0\ta"}
     path = write(tmp_path / name, f"{first_line[Path(name).suffix]}\n{second_line}\n")
-    with pytest.raises(RetrievalDataError, match=re.escape(f"{path}:2: {reason}")):
-        list(read(path))
+    line_2_fails(read, path, reason)
 
 
 @pytest.mark.parametrize(
@@ -282,8 +286,7 @@ def test_a_key_read_twice_in_one_beir_line_is_an_error_naming_it(tmp_path, name,
     """json keeps the last of two values, so the first text was dropped, silently; the
     colons may be spaced any way JSON allows."""
     path = write(tmp_path / name, jsonl({"_id": "a", "text": "a"}) + second_line + "\n")
-    with pytest.raises(RetrievalDataError, match=re.escape(f"{path}:2: {reason}")):
-        list(read(path))
+    line_2_fails(read, path, reason)
 
 
 def test_a_repeated_key_not_read_and_a_quote_before_a_colon_in_a_text_are_no_matter(tmp_path):
