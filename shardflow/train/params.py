@@ -59,6 +59,19 @@ class TrainParams:
             raise ValueError(f"warmup_iters must be >= 0, got {self.warmup_iters}")
         if self.min_lr > self.lr:
             raise ValueError(f"min_lr ({self.min_lr}) must be <= lr ({self.lr})")
+        # A decay that ends where the warmup ends, or before, has no cosine: the rate
+        # climbs to just under lr and then drops to min_lr in one step (lr_at), so lr
+        # is never used (nanoGPT's get_lr divides by zero at equality). null follows
+        # max_iters: a run of max_iters <= warmup_iters stops inside the warmup, where
+        # every step's rate is the one any schedule with that warmup gives it (a short
+        # measuring run), so it stays accepted.
+        if self.lr_decay_iters is not None and self.lr_decay_iters <= self.warmup_iters:
+            raise ValueError(
+                f"lr_decay_iters ({self.lr_decay_iters}) must be above warmup_iters ({self.warmup_iters}): the "
+                "cosine decay to min_lr would end no later than the warmup, so the rate would drop from the warmup "
+                "straight to min_lr and never reach lr; set lr_decay_iters above warmup_iters (nanoGPT: max_iters), "
+                "or null (max_iters)"
+            )
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})")
 

@@ -1,6 +1,8 @@
 """What a train job records and gives the trainer (job_params): Snakemake reruns a
 finished job whose recorded params changed."""
 
+import pytest
+
 from shardflow.train.params import TrainParams, job_params
 
 SECTION = {"n_layer": 2, "lr": 1e-3, "compile": True, "compile_cache": "/c", "checkpoint_interval": 7,
@@ -19,3 +21,19 @@ def test_untracked_keys_sample_tokens_and_one_gpu_are_left_out():
     assert job_params(SECTION, "auto") == {"n_layer": 2, "lr": 1e-3, "compile": True}
     assert job_params({**SECTION, "gpus": 2}, "auto")["gpus"] == 2  # another global batch: another run
     TrainParams(**job_params(SECTION, "cpu"))  # every key is a field
+
+
+def test_a_decay_that_ends_by_the_end_of_the_warmup_is_refused_naming_both_keys():
+    """lr_at warms up to step warmup_iters, then gives min_lr from lr_decay_iters on: a decay
+    ending there or before drops from the warmup straight to min_lr, and lr is never used."""
+    for decay in (50, 100):
+        with pytest.raises(ValueError, match=rf"lr_decay_iters \({decay}\) must be above warmup_iters \(100\)"):
+            TrainParams(warmup_iters=100, lr_decay_iters=decay)
+    assert TrainParams(warmup_iters=100, lr_decay_iters=101).decay_iters == 101
+    assert TrainParams(warmup_iters=0, lr_decay_iters=1).decay_iters == 1
+    # null follows max_iters: a run that stops inside the warmup (a short measuring run,
+    # max_iters 10 under the default warmup of 100) is the warmup's first steps, as under
+    # any schedule, and stays accepted; so does a decay that outlasts the run.
+    assert TrainParams(max_iters=10, warmup_iters=100).decay_iters == 10
+    assert TrainParams(max_iters=100, warmup_iters=100).decay_iters == 100
+    assert TrainParams(max_iters=10, warmup_iters=5, lr_decay_iters=200).decay_iters == 200

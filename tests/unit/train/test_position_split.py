@@ -64,6 +64,7 @@ def test_train_gpus_follow_train_section():
 @pytest.mark.parametrize("change, message", [
     ({"n_embd": 30, "n_head": 4}, r"train: n_embd \(30\) must be a multiple of n_head \(4\)"),
     ({"min_lr": 0.01, "lr": 0.001}, r"train: min_lr \(0.01\) must be <= lr \(0.001\)"),
+    ({"warmup_iters": 100, "lr_decay_iters": 50}, r"train: lr_decay_iters \(50\) must be above warmup_iters \(100\)"),
     ({"warmup_iters": -1}, "train: warmup_iters must be >= 0, got -1"),
     ({"eval_windows": "some"}, "train: eval_windows must be a positive int or 'all'"),
 ])
