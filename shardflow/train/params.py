@@ -50,6 +50,13 @@ class TrainParams:
     def __post_init__(self):
         if self.eval_windows != "all" and not (isinstance(self.eval_windows, int) and self.eval_windows > 0):
             raise ValueError(f"eval_windows must be a positive int or 'all', got {self.eval_windows!r}")
+        # torch takes p = 1 and drops everything: the logits never see the input and the
+        # run trains a unigram model without a word. Above 1 nn.Dropout fails, but only
+        # when the job builds the model.
+        if not 0 <= self.dropout < 1:
+            raise ValueError(
+                f"dropout must be in [0, 1), got {self.dropout}: at 1 every activation is dropped in training"
+            )
         if self.dtype not in ("auto", "float32", "bfloat16"):
             raise ValueError(f"dtype must be auto, float32 or bfloat16, got {self.dtype!r}")
         for key in ("batch_size", "block_size", "grad_accum", "max_iters", "eval_interval", "checkpoint_interval"):

@@ -431,6 +431,7 @@ def test_corpus_of_only_rejects_names_the_first(tmp_path):
         ("input", "max_record_mb", 0, "config key 'input.max_record_mb': 0 is less than or equal to the minimum of 0"),
         ("embedding", "compile_cache", "", "config key 'embedding.compile_cache': '' should be non-empty"),
         ("train", "compile_cache", "", "config key 'train.compile_cache': '' should be non-empty"),
+        ("train", "dropout", 1, "config key 'train.dropout': 1 is greater than or equal to the maximum of 1"),
     ],
 )
 def test_config_out_of_range_names_the_key(config, section, key, value, message):

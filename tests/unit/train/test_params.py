@@ -37,3 +37,14 @@ def test_a_decay_that_ends_by_the_end_of_the_warmup_is_refused_naming_both_keys(
     assert TrainParams(max_iters=10, warmup_iters=100).decay_iters == 10
     assert TrainParams(max_iters=100, warmup_iters=100).decay_iters == 100
     assert TrainParams(max_iters=10, warmup_iters=5, lr_decay_iters=200).decay_iters == 200
+
+
+def test_dropout_of_one_is_refused():
+    """At 1 every activation is dropped in training (nn.Dropout and the attention's
+    dropout_p give zeros): the logits never see the input, the run trains a unigram model
+    and finishes without a word. torch accepts p = 1, so TrainParams holds the range to [0, 1)."""
+    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\), got 1.0"):
+        TrainParams(dropout=1.0)
+    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\), got -0.1"):
+        TrainParams(dropout=-0.1)
+    assert TrainParams(dropout=0.99).dropout == 0.99
