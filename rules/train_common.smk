@@ -23,7 +23,7 @@ TRAINING = [ds for ds in DATASETS.values() if "training" in ds.tasks]
 POSITION_SPLIT = config["shards"]["split"] == "position"
 if TRAINING:  # contradictions stop the run at parse time, naming the keys
     plan.train_gpus(config)
-    plan.train_settings(config["train"])
+    plan.train_settings(config["train"], shards=config["shards"])
     if POSITION_SPLIT:
         for ds in TRAINING:
             plan.position_source(ds)
@@ -34,6 +34,7 @@ for _spec in sweeps_of_stage("train"):  # each point's train section, as its job
         plan.train_settings(
             _spec.job_config(_point, _spec.seeds[0], ("train",))["train"],
             f"sweep '{_spec.name}', point {_point}",
+            shards=config["shards"],
         )
 
 

@@ -145,8 +145,10 @@ class TokenizeParams:
             raise ValueError(f"token dtype {self.dtype!r}: expected auto, uint16 or uint32")
 
 
-def _target_tokens(tokens_per_shard: int | None, shard_mb: float | None, dtype: str) -> int:
-    """Tokens per shard: given, or what fits `shard_mb` MiB with the header, or the default."""
+def shard_target_tokens(tokens_per_shard: int | None, shard_mb: float | None, dtype: str) -> int:
+    """Tokens per shard: given, or what fits `shard_mb` MiB with the header, or the default.
+    The gather packs a shard up to it; a unit (document or group) longer gets a shard of
+    its own. The parse compares it with train.block_size (plan.train_settings)."""
     if shard_mb is not None:
         target = int((shard_mb * 2**20 - HEADER_BYTES) // np.dtype(dtype).itemsize)
     else:
@@ -568,7 +570,7 @@ def gather_shards(
     dtype = choose_dtype(ident["vocab_size"], params.dtype)
     if dtype != first["dtype"]:
         raise ValueError(f"shards requested as {dtype}, but the chunks were tokenized as {first['dtype']}")
-    target = _target_tokens(params.tokens_per_shard, params.shard_mb, dtype)
+    target = shard_target_tokens(params.tokens_per_shard, params.shard_mb, dtype)
     out_dir.mkdir(parents=True, exist_ok=True)
 
     seqs = {s: _ShardSequence(out_dir, s, dtype, target) for s in ("train", "val")}
@@ -732,7 +734,7 @@ def prepare_text_file(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     dtype = choose_dtype(tokenizer.vocab_size, params.dtype)
-    target = _target_tokens(params.tokens_per_shard, params.shard_mb, dtype)
+    target = shard_target_tokens(params.tokens_per_shard, params.shard_mb, dtype)
     scratch = out_dir / f".position-split-{os.getpid()}.bin"
     # In pieces where they encode as the whole file does; else the file at once (a
     # SentencePiece-style tokenizer prefixes each encoded piece and merges across lines).

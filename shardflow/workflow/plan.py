@@ -400,11 +400,12 @@ def train_gpus(cfg: dict) -> int:
     return gpus
 
 
-def train_settings(train: dict, where: str = "train") -> None:
+def train_settings(train: dict, where: str = "train", shards: dict | None = None) -> None:
     """Stop at parse time on training settings the trainer would refuse (n_embd not a
     multiple of n_head, min_lr above lr, ...), instead of after the data preparation,
     with the train job retried. `train`: a config `train` section (a sweep job's, with
-    its point applied); `where` names it in the message."""
+    its point applied); `where` names it in the message. `shards`: the config's `shards`
+    section, whose shard size must hold a window of block_size + 1 tokens (shard_windows)."""
     from shardflow.train.params import TrainParams  # no torch
 
     values = {k: v for k, v in train.items() if k not in ("gpus", "sample_tokens")}
@@ -412,6 +413,37 @@ def train_settings(train: dict, where: str = "train") -> None:
         TrainParams(**values)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: {exc}") from None
+    if shards is not None and (problem := shard_windows(shards, train["block_size"])):
+        raise ValueError(f"{where}: {problem}")
+
+
+def shard_windows(shards: dict, block_size: int) -> str | None:
+    """Why shards of the configured size hold no training window, or None. A window is
+    block_size + 1 tokens within one shard (trainer.WindowSampler), and the gather packs
+    a shard up to shards.tokens_per_shard (or what shards.shard_mb holds): at or below
+    block_size, no packed shard is ever read. Under split: hash only a document (or
+    group) longer than block_size, which gets a shard of its own, is trained on, with a
+    warning in the train job's log; under split: position the train job stops. A size
+    given as shard_mb is counted in uint16 tokens unless shards.dtype is uint32: the
+    most it can hold, so only a size too small under either type stops the parse."""
+    from shardflow.train.prepare import shard_target_tokens  # no torch
+
+    dtype = "uint32" if shards["dtype"] == "uint32" else "uint16"
+    target = shard_target_tokens(shards["tokens_per_shard"], shards["shard_mb"], dtype)
+    if target > block_size:
+        return None
+    size = (
+        f"shards.tokens_per_shard {target}"
+        if shards["shard_mb"] is None
+        else f"shards.shard_mb {shards['shard_mb']} ({target} {dtype} tokens at most)"
+    )
+    return (
+        f"block_size ({block_size}) needs shards of more tokens: a training window is block_size + 1 = "
+        f"{block_size + 1} tokens within one shard, and {size} packs none that long, so only documents of more "
+        f"than {block_size} tokens (each a shard of its own) would be trained on, the rest never "
+        f"(under shards.split: position, none); raise shards.tokens_per_shard above {block_size}, or lower "
+        f"train.block_size"
+    )
 
 
 TOKENIZER_NAMES = ("char", "bpe", "default")

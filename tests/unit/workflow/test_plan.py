@@ -802,3 +802,25 @@ def test_resume_state_goes_to_gpu_jobs_resume_dir_else_the_s3_prefix_else_under_
 def test_a_chunk_rule_has_one_job_per_chunk():
     ds = plan.DataSet("ds", "main", ("embedding",), 3, ("c.jsonl",), {}, "records", 40.0)
     assert plan.chunk_jobs("embed", ds) == [("embed", {"dataset": "ds", "chunk": i}) for i in range(3)]
+
+
+def test_a_shard_size_that_holds_no_training_window_stops_the_parse(config):
+    """A training window is block_size + 1 tokens within one shard, and the gather packs a
+    shard up to tokens_per_shard: at or below block_size only the documents longer than a
+    window (a shard each) were trained on, with a warning in the train job's log alone."""
+    shards = {**config["shards"], "tokens_per_shard": 64}
+    train = {**config["train"], "block_size": 64}
+    with pytest.raises(ValueError, match=r"^train: block_size \(64\) needs shards of more tokens: .*"
+                                         r"shards.tokens_per_shard 64 packs none that long"):
+        plan.train_settings(train, shards=shards)
+    with pytest.raises(ValueError, match=r"^sweep 's', point block_size=128: block_size \(128\)"):
+        plan.train_settings({**train, "block_size": 128}, "sweep 's', point block_size=128",
+                            shards={**shards, "tokens_per_shard": 100})
+    plan.train_settings(train, shards={**shards, "tokens_per_shard": 65})  # one window a shard
+    plan.train_settings(train, shards=config["shards"])  # null: 100 M tokens
+    plan.train_settings(train)  # no shards section given: the training keys alone
+    # shard_mb 0.001 holds (1,048.576 - 1,024 header bytes) // 2 = 12 uint16 tokens
+    tiny = {**shards, "tokens_per_shard": None, "shard_mb": 0.001}
+    with pytest.raises(ValueError, match=r"shards.shard_mb 0.001 \(12 uint16 tokens at most\) packs none"):
+        plan.train_settings({**train, "block_size": 12}, shards=tiny)
+    plan.train_settings({**train, "block_size": 11}, shards=tiny)
