@@ -120,8 +120,10 @@ class TextTooLargeError(TooLargeError):
 
 
 class EmptyTextError(ValueError):
-    """An empty text, and a tokenizer that adds no special token: nothing to pool.
-    `row`: its index in the texts encoded (embed_chunk names its chunk and id)."""
+    """A text that leaves no token to pool: an empty text, and a tokenizer that adds no
+    special token; or, where the model's Pooling excludes the prompt, a text whose tokens
+    are all the prompt's. `row`: its index in the texts encoded (embed_chunk names its
+    chunk and id)."""
 
     def __init__(self, message: str, row: int):
         super().__init__(message)
@@ -599,6 +601,30 @@ class Encoder:
             return len(ids) - 1
         return len(ids)
 
+    def _nothing_to_pool(self, text: str, row: int, n_tokens: int) -> str:
+        """Why text `row` of this job, `n_tokens` tokens with the prompt, leaves no token to pool."""
+        if not self.prompt_length:
+            return (
+                f"text {row} of this job (0-based) is empty and this tokenizer adds no special "
+                "token to it: there is no token to pool (set a prompt, or use a model whose "
+                "tokenizer adds one, as BERT's [CLS]/[SEP] or Qwen3's end-of-text)"
+            )
+        if self.truncate and n_tokens >= self.max_length:
+            what = f"is cut at max_length ({self.max_length} tokens) within the prompt"
+            fix = "raise embedding.max_length, or shorten the prompt"
+        elif not text:
+            what = "is empty"
+            fix = "remove the record, or use a model whose tokenizer ends every text with a special token"
+        else:  # byte-level BPE reads a one-word text into the prompt's trailing space ("Query: " + "a")
+            what = "gives no token of its own (the tokenizer reads it into the prompt's last token, or as nothing)"
+            fix = "remove the record, or use a prompt or a model that leaves it a token of its own"
+        return (
+            f"text {row} of this job (0-based) {what}, so its {n_tokens} tokens are all the prompt's, which this "
+            "model's Pooling excludes (include_prompt: false), and this tokenizer adds no special token after "
+            "the text: there is no token to pool (sentence-transformers gives a vector of zeros, NaN with max "
+            f"pooling, which no search finds; {fix})"
+        )
+
     # ---- forward --------------------------------------------------------------------
 
     def _forward(
@@ -873,14 +899,13 @@ class Encoder:
                     ids = _ids(items)
                     stats.tokenize_seconds += seconds + time.perf_counter() - t0
                     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-                    if not lengths.all():  # only an empty text can give none
-                        first = starts[w] + int(idx[int(np.argmin(lengths))])
-                        raise EmptyTextError(
-                            f"text {first} of this job (0-based) is empty and this tokenizer adds no special "
-                            "token to it: there is no token to pool (set a prompt, or use a model whose "
-                            "tokenizer adds one, as BERT's [CLS]/[SEP] or Qwen3's end-of-text)",
-                            first,
-                        )
+                    # Pooling reads the tokens past the first prompt_length (0 without
+                    # include_prompt: false); a row with none would pool to zeros or NaN.
+                    pooled = lengths > self.prompt_length
+                    if not pooled.all():
+                        k = int(np.argmin(pooled))
+                        first = starts[w] + int(idx[k])
+                        raise EmptyTextError(self._nothing_to_pool(texts[first], first, int(lengths[k])), first)
                     if self.truncate:
                         stats.at_max_length += int((lengths >= self.max_length).sum())
                     order = length_order(lengths)

@@ -13,7 +13,9 @@ outside the tolerance when the model normalises, as the norms check's first_row 
 A row of zeros is no embedding: its cosine to anything is undefined (retrieval scores it
 0, so the document is never found), and a row left unwritten can look like one (a large
 fresh buffer is zeros). Where the model normalises, its norm 0 fails the norms check;
-where it does not, the `nonzero` check names such rows, which no other check sees.
+where it does not, the `nonzero` check names such rows, which no other check sees. A
+correct run has none: the one input that pools to zeros (or NaN), a text that leaves no
+token to pool, stops its embed job naming the record (engine.EmptyTextError).
 """
 
 from __future__ import annotations

@@ -819,6 +819,35 @@ def test_an_empty_text_without_any_token_is_an_error_naming_it(tiny, tmp_path):
     assert not (tmp_path / "e.npy").exists()
 
 
+@pytest.mark.parametrize("mode", ["mean", "lasttoken", "max"])
+def test_a_text_whose_tokens_are_all_the_excluded_prompt_is_an_error_naming_it(tiny, tmp_path, mode):
+    """A Pooling that excludes the prompt (include_prompt: false) and a tokenizer that adds
+    nothing after the text leave a text made of prompt tokens alone with nothing to pool:
+    an empty text, or a one-word one that byte-level BPE reads into the prompt's trailing
+    space ("Query: " + "a" is "Query:" + " a"). sentence-transformers gives zeros (NaN
+    with max pooling), which verify failed only after every embed job, naming a row, not
+    the record; the job stops at once naming its chunk and the record's id."""
+    model = copy_model(tiny["qwen_last"], tmp_path / "no_eos", pooling={"pooling_mode": mode, "include_prompt": False})
+    tokenizer = json.loads((model / "tokenizer.json").read_text())
+    tokenizer["post_processor"] = None
+    (model / "tokenizer.json").write_text(json.dumps(tokenizer))
+    enc = load_encoder(params(model))  # the model's default prompt, "Instruct: ...\nQuery: "
+    assert enc.prompt_length > 0
+    assert_rows_match(enc.encode(["b c", "hello"]), st_encode(model, ["b c", "hello"]))
+    with pytest.raises(ValueError, match=r"text 1 of this job \(0-based\) is empty, so its \d+ tokens are all the prompt's, "
+                       r"which this model's Pooling excludes \(include_prompt: false\)"):
+        enc.encode(["b c", "", "d e"])
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", ["b c", "hello", "a", "d e"])
+    with pytest.raises(ValueError, match=r"chunk_0\.jsonl: id 'doc-00002': text 2 of this job \(0-based\) gives no "
+                       r"token of its own \(the tokenizer reads it into the prompt's last token"):
+        embed_chunk(chunk, tmp_path / "e.npy", tmp_path / "ids.parquet", enc.params, tmp_path / "resume", encoder=enc)
+    assert not (tmp_path / "e.npy").exists()
+    # A prompt that fills max_length leaves every text without a token of its own.
+    short = load_encoder(params(model, max_length=4))
+    with pytest.raises(ValueError, match=r"text 0 of this job \(0-based\) is cut at max_length \(4 tokens\) within the prompt"):
+        short.encode(["a long enough text"])
+
+
 def test_falls_back_when_sdpa_is_unsupported(tiny, texts, monkeypatch, caplog):
     from transformers import AutoModel
 
