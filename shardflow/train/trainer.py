@@ -31,8 +31,8 @@ micro-batch 1 the attempt ends with ModelDoesNotFitError, naming the GPU's memor
 Resume. Every `checkpoint_interval` steps, rank 0 writes `checkpoint.pt` (model,
 optimizer, the sampler's generator state, step, loss history) atomically into the
 resume folder, which sits beside the output folder because Snakemake deletes a failed
-job's outputs. A restarted job loads it and continues; dropout masks are seeded from
-(seed, rank, step), so the continued run is the same computation as an uninterrupted
+job's outputs. A restarted job loads it and continues; dropout masks are seeded from a
+hash of (seed, rank, step), so the continued run is the same computation as an uninterrupted
 one (bitwise on CPU in fp32). A checkpoint from different parameters is refused with
 the differing keys named; an unreadable one is refused, never silently ignored. A
 refusal is a CheckpointError, a ValueError: a retry of the attempt would find the same
@@ -355,6 +355,15 @@ def make_optimizer(model: GPT, p: TrainParams, rt: Runtime) -> torch.optim.AdamW
     return torch.optim.AdamW(groups, lr=p.lr, betas=(p.beta1, p.beta2), **extra)
 
 
+def dropout_seed(seed: int, rank: int, step: int) -> int:
+    """The seed of the dropout masks of `rank` at `step` of a run seeded `seed`.
+
+    A hash of the three, not a sum: `seed + c * (rank + 1) + step` gave seed s at step
+    t + 1 the masks of seed s + 1 at step t, so the runs of a sweep over seeds drew the
+    same masks one step apart."""
+    return int(digest(["dropout", seed, rank, step]), 16) >> 193  # 63 bits: torch takes any int64
+
+
 def resume_key(p: TrainParams, model_cfg: GPTConfig, rt: Runtime, shards: ShardSet) -> dict:
     """Everything a checkpoint must agree on to be continued (resolved values)."""
     key = {k: v for k, v in dataclasses.asdict(p).items() if k not in RESUMABLE_KEYS}
@@ -621,7 +630,7 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
             for group in optimizer.param_groups:
                 group["lr"] = lr
             # Dropout masks depend only on (seed, rank, step): nothing to restore on resume.
-            torch.manual_seed(p.seed + 1_000_003 * (rt.rank + 1) + step)
+            torch.manual_seed(dropout_seed(p.seed, rt.rank, step))
             loss_sum = torch.zeros((), device=rt.device)
             for i, batch in enumerate(my_micro_batches(sampler.draw(p.batch_size * micro_per_step))):
                 x, y = read_windows(shards.train, batch, p.block_size, rt.device)

@@ -251,6 +251,21 @@ def test_train_writes_outputs_and_extends_max_iters(shards, tmp_path):
     assert not resume.parent.exists() and (tmp_path / "results/ds").is_dir()
 
 
+def test_runs_of_neighbouring_seeds_draw_no_common_dropout_masks(shards, tmp_path, monkeypatch):
+    """The seeds the trainer gives torch per step: a sweep over seeds 0 and 1 drew the same
+    dropout masks one step apart while they were seed + c * (rank + 1) + step."""
+    seeds = []
+    monkeypatch.setattr(torch, "manual_seed", lambda seed: seeds.append(seed) or torch.random.default_generator)
+    drawn = {}
+    for seed in (0, 1):
+        seeds.clear()
+        train(shards, tmp_path / f"seed{seed}", TrainParams(**TINY, dropout=0.1, seed=seed, max_iters=4),
+              resume_dir=tmp_path / f"seed{seed}.resume", sample_tokens=0)
+        drawn[seed] = set(seeds) - {seed}  # the initial weights' seed is the run's own
+    assert len(drawn[0]) == len(drawn[1]) == 4  # one per step
+    assert not drawn[0] & drawn[1]
+
+
 def test_peak_gpu_memory_is_the_largest_ranks_with_every_ranks(monkeypatch):
     """Under torchrun each rank reads its own GPU's peak; metrics.json holds the largest
     over the ranks and each rank's. No GPU (nor second process) here: rank 1 of two,
