@@ -13,6 +13,9 @@ The controller is the nearest ancestor process running Snakemake: the main proce
 locally, the job-mode Snakemake inside a SLURM job or Kubernetes pod (which lives as
 long as the job). Linux only (/proc); elsewhere `find` returns None and nothing is
 checked.
+
+`make status` asks the same of a whole run: whether the Snakemake that ran it is still
+there, by the log it holds open (`snakemake_open_files`; shardflow.workflow.status).
 """
 
 from __future__ import annotations
@@ -53,6 +56,31 @@ def _is_snakemake(args: list[str]) -> bool:
 
 def _runs_snakemake(pid: int) -> bool:
     return _is_snakemake(_args(pid))
+
+
+def snakemake_open_files() -> set[str] | None:
+    """The files that the Snakemake processes on this host hold open, as real paths; None
+    off Linux, where no process can be looked at. A run's Snakemake holds its own log
+    (.snakemake/log/<start>.snakemake.log) open until it ends, and its jobs do not inherit
+    it (Python opens files non-inheritable), so a run whose log is not among them has no
+    process here. Another user's processes, whose open files cannot be read, are passed over."""
+    if not os.path.isdir("/proc/self/fd"):
+        return None
+    found: set[str] = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or not _runs_snakemake(int(entry.name)):
+            continue
+        fds = f"/proc/{entry.name}/fd"
+        try:
+            names = os.listdir(fds)
+        except OSError:  # gone, or another user's
+            continue
+        for name in names:
+            try:
+                found.add(os.readlink(os.path.join(fds, name)))
+            except OSError:
+                continue
+    return found
 
 
 @dataclass(frozen=True)

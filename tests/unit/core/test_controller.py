@@ -61,3 +61,30 @@ def test_runs_one_job_reads_the_mode_of_the_nearest_snakemake(monkeypatch, snake
     monkeypatch.setattr(controller, "_args", lambda pid: tree[pid][1] if pid in tree else [])
     monkeypatch.setattr(controller, "_stat", lambda pid: (tree[pid][0], "1") if pid in tree else None)
     assert controller.runs_one_job(30) is expected
+
+
+def test_the_files_snakemake_processes_hold_open_are_found_not_other_processes(tmp_path):
+    """A run's Snakemake holds its log open until it ends: a process whose command is
+    `.../bin/snakemake` holding a file is found, one of another command (`tail -f` on the
+    log) is not, and once the Snakemake exits its file is no longer held."""
+    fake = tmp_path / "bin" / "snakemake"
+    fake.parent.mkdir()
+    fake.write_text("import sys\nlog = open(sys.argv[1], 'a')\nprint('ready', flush=True)\nsys.stdin.read()\n")
+    other = tmp_path / "other.py"
+    other.write_text(fake.read_text())
+    held, read = tmp_path / "run.snakemake.log", tmp_path / "tailed.log"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(path), str(log)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        for path, log in ((fake, held), (other, read))
+    ]
+    try:
+        assert [p.stdout.readline() for p in procs] == ["ready\n", "ready\n"]
+        found = controller.snakemake_open_files()
+        assert os.path.realpath(held) in found and os.path.realpath(read) not in found
+    finally:
+        for p in procs:
+            p.stdin.close()
+            p.wait(timeout=60)
+    assert os.path.realpath(held) not in controller.snakemake_open_files()
