@@ -24,12 +24,19 @@ A job is
   after that failure, or names the next attempt started (on SLURM it may wait in the
   queue), and the run has not ended. A job whose retries are spent (its error logged with
   no restart after it) stays failed, and so does one with a failure record, whose retry
-  stops at once;
+  stops at once, and one whose run has stopped before its next attempt ran (below);
 - running: it has resume parts (core.parts: each attempt's record names the job's output
   and counts the records of the parts it saved) or a log, and no output. Whether its
   process is alive cannot be known from here (it may run on another host), so one whose
   newest part (or log line, before its first part) is older than STALE_INTERVALS typical
   part intervals is reported as stalled instead: "no progress for <t>";
+- stopped (counted stalled; a retry due: failed): the Snakemake run that ran it was
+  killed (SIGKILL, a closed terminal or lost session, a power loss), which leaves no end
+  in its log and its locks in .snakemake/locks: the run logged no end, its header names
+  this host, and no Snakemake process here holds its log open (core.controller; a live
+  run does until it ends). A job it sent to a cluster ("rule", not "localrule") may run
+  on there and is judged as before; so is every job of a run on another host or where
+  /proc is not there. A note names the run and what to do (`--unlock`, rerun);
 - waiting: none of that (not started, or its log removed).
 
 A file status cannot read (a stats file that is no JSON object or holds a non-number
@@ -80,6 +87,7 @@ from __future__ import annotations
 import ast
 import functools
 import os
+import platform
 import re
 import statistics
 import time
@@ -87,6 +95,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shardflow.core import controller
 from shardflow.core.failures import OUT_OF_MEMORY, record_path
 from shardflow.core.files import read_json
 from shardflow.core.jobs import earlier_attempt_costs, last_attempt_gpu_hours, priced, read_benchmark
@@ -316,6 +325,7 @@ class Job:
     error_file: str = ""
     attempt: int | None = None  # retrying: the attempt that failed, where Snakemake's log names it
     retry_log: str = ""  # retrying: the Snakemake log that says it runs the job again
+    stopped_run: str = ""  # the log of the Snakemake run that ran it and has stopped (killed)
 
 
 def log_error(path: str) -> str | None:
@@ -451,10 +461,14 @@ def classify(
 # ("[<asctime>]", then "rule <name>:" or "localrule <name>:", its log and jobid, and its
 # resources, which for a GPU rule hold `attempt`), an attempt failed ("Error in rule
 # <name>:", its jobid and log), the next attempt to come ("Trying to restart job <jobid>."),
-# and the run's end ("Complete log(s): ...").
+# and the run's end ("Complete log(s): ...", also after a SIGINT or SIGTERM). Its header
+# names the host it runs on ("  Host: <platform.node()>", workflow.info_header); a job
+# it runs in its own process tree (the local executor, a localrule) starts as
+# "localrule <name>:", one it sends to a cluster as "rule <name>:" (jobs.is_local).
 SNAKEMAKE_LOGS = ".snakemake/log"
 _SM_STAMP = re.compile(r"^\[(\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\]$")
-_SM_JOB = re.compile(r"^(?:local)?(?:rule|checkpoint) \w+:$")
+_SM_JOB = re.compile(r"^(local)?(?:rule|checkpoint) \w+:$")
+_SM_HOST = re.compile(r"^  Host: (.+)$")
 _SM_ERROR = re.compile(r"^Error in rule \w+:$")
 _SM_RESTART = re.compile(r"^Trying to restart job (\d+)\.$")
 _SM_END = re.compile(r"^Complete log\(s\): ")
@@ -476,11 +490,15 @@ class SnakemakeRun:
     """What one Snakemake log says of each job, by the job's log path: its last event
     (`start`, `error` or `restart`), the attempt that event was about (None: the rule
     has no `attempt` resource) and when the job last started (unix time, or None);
-    `ended`: the run has ended, so no restart it announced will come."""
+    `local`: whether it last started in the run's own process tree ("localrule"), not
+    sent to a cluster; `ended`: the run has ended, so no restart it announced will come;
+    `host`: the host it ran on, from its header (None: no header, `--quiet host`)."""
 
     path: str
     last: dict[str, tuple[str, int | None, float | None]] = field(default_factory=dict)
+    local: dict[str, bool] = field(default_factory=dict)
     ended: bool = False
+    host: str | None = None
 
 
 def read_snakemake_log(path: str, prefix: str = "") -> SnakemakeRun:
@@ -491,8 +509,9 @@ def read_snakemake_log(path: str, prefix: str = "") -> SnakemakeRun:
     logs_of: dict[str, list[str]] = {}  # jobid: the job's logs
     attempt_of: dict[str, int | None] = {}
     started_at: dict[str, float | None] = {}
+    local_of: dict[str, bool] = {}
     stamp: float | None = None
-    kind, items = "", {}
+    kind, items, local = "", {}, False
 
     def job_logs(value: str) -> list[str]:
         out = []
@@ -513,8 +532,10 @@ def read_snakemake_log(path: str, prefix: str = "") -> SnakemakeRun:
             found = _SM_ATTEMPT.search(items.get("resources", ""))
             attempt_of[jobid] = int(found.group(1)) if found else None
             started_at[jobid] = stamp
+            local_of[jobid] = local
         for log in logs_of.get(jobid) or (job_logs(items["log"]) if "log" in items else []):
             run.last[log] = (kind, attempt_of.get(jobid), started_at.get(jobid))
+            run.local[log] = local_of.get(jobid, False)
 
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
@@ -534,8 +555,8 @@ def read_snakemake_log(path: str, prefix: str = "") -> SnakemakeRun:
                         stamp = time.mktime(time.strptime(found.group(1), "%a %b %d %H:%M:%S %Y"))
                     except ValueError:
                         stamp = None
-                elif _SM_JOB.match(line):
-                    kind = "start"
+                elif found := _SM_JOB.match(line):
+                    kind, local = "start", bool(found.group(1))
                 elif _SM_ERROR.match(line):
                     kind = "error"
                 elif found := _SM_RESTART.match(line):
@@ -544,6 +565,8 @@ def read_snakemake_log(path: str, prefix: str = "") -> SnakemakeRun:
                         run.last[log] = ("restart", attempt_of.get(jobid), started_at.get(jobid))
                 elif _SM_END.match(line):
                     run.ended = True
+                elif run.host is None and not logs_of and (found := _SM_HOST.match(line)):
+                    run.host = found.group(1).strip()
             close()
     except OSError:
         pass
@@ -561,6 +584,38 @@ class SnakemakeLogs:
             found = []
         self.logs = sorted(found, reverse=True)
         self._read: dict[str, SnakemakeRun] = {}
+        self._open: set[str] | None | bool = False  # controller.snakemake_open_files, once read
+
+    def run(self, path: str) -> SnakemakeRun:
+        if path not in self._read:
+            self._read[path] = read_snakemake_log(path, self.prefix)
+        return self._read[path]
+
+    def live_here(self) -> bool | None:
+        """Whether a Snakemake process on this host holds one of these logs open: a run
+        goes on here (None: not known, off Linux)."""
+        if self._open is False:
+            self._open = controller.snakemake_open_files()
+        if self._open is None:
+            return None
+        return any(os.path.realpath(path) in self._open for _, path in self.logs)
+
+    def stopped(self, run: SnakemakeRun) -> bool:
+        """Whether `run` has stopped without ending (SIGKILL, a closed terminal or lost
+        session, a power loss: it logs no end then, and its locks remain): it logged no
+        end, it ran on this host (its header's Host), and no Snakemake process here holds
+        its log, or another run's, open (a run started since, still at its DAG, runs its
+        jobs again). Where that cannot be told (another host or none named, no /proc),
+        False: the run is taken to go on, as before."""
+        if run.ended or run.host is None or run.host != platform.node():
+            return False
+        return self.live_here() is False
+
+    def stopped_run(self) -> SnakemakeRun | None:
+        """The newest run that started jobs (the logs of runs that started none,
+        `--unlock` or one refused by the lock, are passed over), where it has stopped."""
+        run = next((r for r in (self.run(path) for _, path in self.logs) if r.last), None)
+        return run if run is not None and self.stopped(run) else None
 
     def latest(self, job_log: str) -> tuple[SnakemakeRun, tuple[str, int | None, float | None]] | None:
         """The newest run whose log names `job_log` (a job's log), and its last event for
@@ -572,9 +627,7 @@ class SnakemakeLogs:
         for mtime, path in self.logs:
             if mtime < since - SM_LOG_SLACK_S:
                 break
-            if path not in self._read:
-                self._read[path] = read_snakemake_log(path, self.prefix)
-            run = self._read[path]
+            run = self.run(path)
             if job_log in run.last:
                 return run, run.last[job_log]
         return None
@@ -596,7 +649,10 @@ def mark_retrying(stage: Stage, logs: SnakemakeLogs) -> None:
     will run it again: the run's log says "Trying to restart job" after the failure, or
     has started the next attempt (submitted: on SLURM it may wait in the queue, its log
     still the failed attempt's until it runs), and has not ended. A job whose attempts
-    are all spent stays failed: Snakemake logged its error and no restart."""
+    are all spent stays failed: Snakemake logged its error and no restart. So does one
+    whose run has stopped (`SnakemakeLogs.stopped`: killed) before its next attempt ran,
+    unless that attempt went to a cluster, where it may still run (`stopped_run` names
+    the run: nothing runs it again but a rerun)."""
     for job in stage.jobs:
         if job.state != FAILED_STATE or not job.log or job.error_file != job.log:
             continue
@@ -605,6 +661,9 @@ def mark_retrying(stage: Stage, logs: SnakemakeLogs) -> None:
             continue
         run, (event, attempt, started) = found
         if run.ended:
+            continue
+        if (event == "restart" or (event == "start" and run.local.get(job.log))) and logs.stopped(run):
+            job.stopped_run = run.path
             continue
         if event == "restart":
             job.attempt = attempt
@@ -615,6 +674,23 @@ def mark_retrying(stage: Stage, logs: SnakemakeLogs) -> None:
         else:
             continue  # its error logged and no restart: its attempts are spent
         job.state, job.retry_log = RETRYING, run.path
+
+
+def mark_stopped(stage: Stage, logs: SnakemakeLogs) -> None:
+    """A running job whose Snakemake run has stopped (`SnakemakeLogs.stopped_run`: killed)
+    is stalled, `stopped_run` naming the run: no Snakemake will record its outputs, and a
+    process of it still here stops without them (shardflow.core.controller). Not one the
+    run sent to a cluster ("rule", not "localrule", its last event its start), which may
+    run on there and is judged by its parts as before."""
+    run = logs.stopped_run()
+    if run is None:
+        return
+    for job in stage.jobs:
+        if job.state != RUNNING or not job.log or job.log not in run.last:
+            continue
+        if run.last[job.log][0] == "start" and not run.local.get(job.log):
+            continue
+        job.state, job.stopped_run = STALLED, run.path
 
 
 # ---------------------------------------------------------------------- stages
@@ -794,9 +870,9 @@ def finish(stage: Stage, n_gpus: int, price: float, now: float) -> Stage:
         + earlier_attempt_costs(attempts)["earlier_attempt_gpu_hours"]
     )
     stage.cost = priced(stage.gpu_hours, price)["estimated_cost"]
-    if stage.unit == "tokens" and stage.count(RUNNING):
+    if stage.unit == "tokens" and (stage.count(RUNNING) or stage.count(STALLED)):
         # A training run keeps checkpoints, not parts with attempt records: its GPU time
-        # is known from its metrics once it ends, not while it runs.
+        # is known from its metrics once it ends, not while it runs (or once it stopped).
         stage.gpu_hours = stage.cost = None
     return stage
 
@@ -977,6 +1053,7 @@ class Status:
     time: float
     notes: list[str] = field(default_factory=list)
     source: str = "the files here"  # where status read the run: here, or a storage prefix
+    stopped: list[str] = field(default_factory=list)  # the logs of the Snakemake runs that stopped (killed)
 
 
 def s3_notes(cfg: dict, data_sets: list[plan.DataSet], seen_anything: bool) -> list[str]:
@@ -1000,6 +1077,27 @@ def s3_notes(cfg: dict, data_sets: list[plan.DataSet], seen_anything: bool) -> l
         f"Give that prefix: `make status STORAGE={example}` (--storage-prefix; S3 settings as the run's: "
         "SNAKEMAKE_STORAGE_S3_*, else boto3's own chain)"
     ]
+
+
+def stopped_note(run: SnakemakeRun, stages: list[Stage]) -> str:
+    """What to say of a Snakemake run that has stopped (SnakemakeLogs.stopped), and what
+    to do: unlock where its locks remain (Snakemake refuses to run until then), and run
+    the same command again."""
+    jobs = [j for s in stages for j in s.jobs if j.stopped_run == run.path]
+    locks = Path(run.path).parent.parent / "locks"
+    locked = locks.is_dir() and any(locks.iterdir())
+    remote = any(not local for local in run.local.values())
+    return (
+        f"Snakemake has stopped: its run {run.path} logged no end, and no Snakemake process on this host "
+        f"({run.host}, where it ran) holds that log open, so it was killed (SIGKILL, a closed terminal or lost "
+        f"session, a power loss). Nothing retries or records the {len(jobs)} job(s) it left (shown stalled, or "
+        "failed where a retry was due)"
+        + ("; jobs it sent to the cluster may still run there (squeue --me, kubectl get jobs)" if remote else "")
+        + ". To go on: "
+        + (f"`snakemake --unlock` with the run's options (its locks remain in {locks}), then " if locked else "")
+        + "the same command again (the profiles set rerun-incomplete, which reruns the jobs it left "
+        "incomplete; without a profile add --rerun-incomplete)"
+    )
 
 
 def ran_on_cpu(stage: Stage) -> bool:
@@ -1064,6 +1162,7 @@ def status(
                 stage.gpus = 0
                 stage.notes.append("on the CPU: its jobs' records say they ran there")
             mark_retrying(stage, retries)
+            mark_stopped(stage, retries)
             out.stages.append(finish(stage, n_gpus, out.price, now))
             seen = seen or any(j.state != WAITING for j in stage.jobs)
         if anonymous:
@@ -1077,8 +1176,12 @@ def status(
     for spec in specs.values():
         stage = sweep_stage(spec, cfg, main_chunks, main.n_chunks if main else 0, now)
         mark_retrying(stage, retries)
+        mark_stopped(stage, retries)
         seen = seen or any(j.state != WAITING for j in stage.jobs)
         out.stages.append(stage)
+    stopped = sorted({j.stopped_run for s in out.stages for j in s.jobs if j.stopped_run})
+    out.stopped = stopped
+    out.notes[:0] = [stopped_note(retries.run(path), out.stages) for path in stopped]
     if storage is not None:
         out.source = f"the files under {storage.prefix} (a local copy)"
         out.notes.append(storage.note())
@@ -1140,12 +1243,18 @@ def stage_line(stage: Stage, currency: str) -> str:
 def total_line(st: Status) -> str:
     if not st.stages:
         return "no GPU stage in this run"
-    return " | ".join(stage_line(s, st.currency) for s in st.stages)
+    stopped = " | Snakemake has stopped (killed): nothing runs these jobs until you rerun it" if st.stopped else ""
+    return " | ".join(stage_line(s, st.currency) for s in st.stages) + stopped
 
 
 def _job_line(stage: Stage, job: Job, now: float) -> str:
     who = f"{stage.label}{' ' + job.name if job.name else ''}"
     if job.state == FAILED_STATE:
+        if job.stopped_run:
+            return (
+                f"{who}: failed: {job.error} (log {job.log}); the Snakemake run that would retry it "
+                f"({job.stopped_run}) has stopped: a rerun runs it"
+            )
         if job.error_file == job.log:
             return f"{who}: failed: {job.error} (log {job.log})"
         return (
@@ -1162,6 +1271,13 @@ def _job_line(stage: Stage, job: Job, now: float) -> str:
         f"{compact(job.records_done)}/{compact(job.records)} {stage.unit} in parts ({job.folder})" if job.folder else ""
     )
     since = _ago(now - job.last_activity) if job.last_activity else "?"
+    if job.state == STALLED and job.stopped_run:
+        kept = "checkpoints" if stage.unit == "tokens" else "parts"
+        return (
+            f"{who}: stopped: the Snakemake run that started it ({job.stopped_run}) has stopped, so no Snakemake "
+            f"records its outputs, and a process of it still running here stops without them; "
+            f"{parts or f'log {job.log} written {since} ago'}. A rerun resumes from its {kept}"
+        )
     if job.state == STALLED:
         typical = f"a part every {estimate.duration(stage.part_interval)} is typical" if stage.part_interval else ""
         return (
@@ -1172,7 +1288,7 @@ def _job_line(stage: Stage, job: Job, now: float) -> str:
     if stage.unit == "tokens":
         return (
             f"{who}: running; training keeps checkpoints, not parts, so how far it got is in its log "
-            f"{job.log} (written {since} ago), and a stopped run cannot be told from a running one here"
+            f"{job.log} (written {since} ago); a stop shows here only where its Snakemake, on this host, was killed"
         )
     if job.folder and job.attempts and job.records_done:
         return f"{who}: running, {parts}, last part {since} ago"
@@ -1268,6 +1384,7 @@ def as_json(st: Status) -> dict:
             "error_file": j.error_file or None,
             "failed_attempt": j.attempt if j.state == RETRYING else None,
             "retry_log": j.retry_log or None,
+            "stopped_run": j.stopped_run or None,
         }
 
     def stage(s: Stage) -> dict:
@@ -1303,5 +1420,6 @@ def as_json(st: Status) -> dict:
         "currency": st.currency,
         "stages": [stage(s) for s in st.stages],
         "notes": st.notes,
+        "stopped_runs": st.stopped,
         "total": total_line(st),
     }

@@ -8,9 +8,13 @@ failure record through core.failures, a log as core.runlog ends a failed one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import platform
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -551,19 +555,49 @@ def test_read_from_a_storage_prefix_a_resume_dir_on_a_volume_is_named_as_not_see
     assert not any("resume parts in" in n for n in st.status(config(tmp_path), 1, "--gpus", storage=copied).notes)
 
 
-def snakemake_log(events: list[tuple], ended: bool = False, name: str = "2026-01-01T000000.000000") -> str:
+def snakemake_log(
+    events: list[tuple],
+    ended: bool = False,
+    name: str = "2026-01-01T000000.000000",
+    host: str | None = None,
+    local: bool = False,
+) -> str:
     """Snakemake's own log of a run (.snakemake/log), as snakemake 9.27 writes it: for each
     event on an embed chunk (kind, chunk, attempt, unix time), the job's start ("start":
     its block, resources with the `attempt` of job_resources), its error ("error") and
-    the scheduler's restart ("restart"); `ended`: the run's last lines."""
+    the scheduler's restart ("restart"); `ended`: the run's last lines; `host`: its header,
+    naming that host (none without); `local`: its jobs run by the local executor
+    ("localrule embed:"), not sent to a cluster ("rule embed:")."""
     lines = ["Building DAG of jobs...", "Select jobs to execute...", "Execute 1 jobs..."]
+    if host is not None:
+        lines[:0] = [
+            "Assuming unrestricted shared filesystem usage.",
+            "",
+            "SNAKEMAKE",
+            "=========",
+            "  Date: 2026-11-28 13:35:04",
+            "  Workflow ID: dc5a3986-0429-4316-996c-9a1fd72cdb0b",
+            "  Platform: Linux-6.18.44-x86_64-with-glibc2.36",
+            f"  Host: {host}",
+            "  User: me",
+            "  Snakemake version: 9.27.1",
+            "  Python version: 3.11.7 (main, May  9 2026, 07:35:25) [GCC 12.2.0]",
+            "  Command: /work/.venv/bin/snakemake --profile profiles/local",
+            "  Snakefile: /work/Snakefile",
+            "  Base directory: /work",
+            "  Run directory: /work",
+            "  Working directory: /work",
+            "  Config file(s): ['/work/config/config.yaml']",
+            "  Config MD5: 99914b932bd37a50b983c5e7c90ae93b",
+            "",
+        ]
     for kind, chunk, attempt, at in events:
         outputs, log, bench = job_files(chunk)
         stamp = f"[{time.asctime(time.localtime(at))}]"
         if kind == "start":
             lines += [
                 stamp,
-                "rule embed:",
+                f"{'local' if local else ''}rule embed:",
                 f"    input: results/ds/chunks/chunk_{chunk}.jsonl",
                 f"    output: {', '.join(outputs.values())}",
                 f"    log: {log}",
@@ -755,6 +789,211 @@ def test_an_error_whose_message_runs_over_several_lines_is_read(tmp_path, monkey
         "Select jobs to execute...\n"
     )
     assert st.read_snakemake_log("kube.log", prefix="s3://bkt/run").last["logs/embed/ds/chunk_3.log"][0] == "error"
+
+
+# Whether a Snakemake process holds a run's log open is read from /proc (core.controller).
+needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc (Linux)")
+
+
+@contextlib.contextmanager
+def a_snakemake_holding(path: str, tmp_path):
+    """A live Snakemake as status sees one: a process whose command is `.../bin/snakemake`
+    holding `path` (its run's log) open, as Snakemake's log handler does until it ends."""
+    fake = tmp_path / "bin" / "snakemake"
+    fake.parent.mkdir(exist_ok=True)
+    fake.write_text("import sys\nlog = open(sys.argv[1], 'a')\nprint('ready', flush=True)\nsys.stdin.read()\n")
+    proc = subprocess.Popen(
+        [sys.executable, str(fake), os.path.abspath(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        yield proc
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+
+
+def test_a_snakemake_log_names_its_host_and_the_jobs_it_runs_itself():
+    """The parser against the log of a Snakemake 9.27.1 run SIGKILLed while a job's second
+    attempt ran (the local executor: "localrule"; cut to the events): its header's host,
+    no end, and a job sent to a cluster ("rule") told from one run here."""
+    text = """\
+Assuming unrestricted shared filesystem usage.
+
+SNAKEMAKE
+=========
+  Date: 2026-11-28 13:35:04
+  Workflow ID: dc5a3986-0429-4316-996c-9a1fd72cdb0b
+  Platform: Linux-6.18.44-fc-v669-x86_64-with-glibc2.36
+  Host: vm
+  User: root
+  Snakemake version: 9.27.1
+  Python version: 3.11.7 (main, May  9 2026, 07:35:25) [GCC 12.2.0]
+  Command: /tmp/h3/.venv/bin/snakemake -c1
+  Snakefile: /tmp/h3smk2/Snakefile
+  Base directory: /tmp/h3smk2
+  Run directory: /tmp/h3smk2
+  Working directory: /tmp/h3smk2
+  Config file(s): []
+  Config MD5: 99914b932bd37a50b983c5e7c90ae93b
+
+Building DAG of jobs...
+Using shell: /usr/bin/bash
+Provided cores: 1 (use --cores to define parallelism)
+Rules claiming more threads will be scaled down.
+Select jobs to execute...
+Execute 1 jobs...
+[Sat Nov 28 13:35:04 2026]
+localrule emb:
+    output: out/1.txt
+    log: logs/emb/1.log
+    jobid: 1
+    reason: Missing output files: out/1.txt
+    wildcards: c=1
+    resources: tmpdir=/tmp, attempt=1
+RuleException:
+CalledProcessError in file "/tmp/h3smk2/Snakefile", line 8:
+Command 'set -euo pipefail;  echo attempt 1 > logs/emb/1.log; exit 1' returned non-zero exit status 1.
+[Sat Nov 28 13:35:04 2026]
+Error in rule emb:
+    message: None
+    jobid: 1
+    output: out/1.txt
+    log: logs/emb/1.log (check log file(s) for error details)
+    shell:
+        echo attempt 1 > logs/emb/1.log; exit 1
+        (command exited with non-zero exit code)
+Trying to restart job 1.
+Select jobs to execute...
+Execute 1 jobs...
+[Sat Nov 28 13:35:04 2026]
+localrule emb:
+    output: out/1.txt
+    log: logs/emb/1.log
+    jobid: 1
+    reason: Missing output files: out/1.txt
+    wildcards: c=1
+    resources: tmpdir=/tmp, attempt=2
+[Sat Nov 28 13:35:05 2026]
+rule emb:
+    output: out/2.txt
+    log: logs/emb/2.log
+    jobid: 2
+    resources: tmpdir=/tmp, attempt=1
+"""
+    Path("smk.log").write_text(text)
+    run = st.read_snakemake_log("smk.log")
+    assert (run.host, run.ended) == ("vm", False)
+    assert {log: event[:2] for log, event in run.last.items()} == {
+        "logs/emb/1.log": ("start", 2),
+        "logs/emb/2.log": ("start", 1),
+    }
+    assert run.local == {"logs/emb/1.log": True, "logs/emb/2.log": False}
+    Path("smk.log").write_text(text.replace("  Host: vm\n", ""))  # --quiet host: no header line
+    assert st.read_snakemake_log("smk.log").host is None
+
+
+@needs_proc
+def test_a_job_between_attempts_of_a_killed_snakemake_is_failed_not_retrying(tmp_path, monkeypatch, capsys, now):
+    """Snakemake SIGKILLed (or its terminal closed) after it restarted chunk 4 (out of
+    memory) and before attempt 2 ran: its log has no end, its locks remain, and no process
+    holds its log. Nothing runs chunk 4 again, so it is failed, naming that run, and a
+    note says what to do. The same log held open by a live Snakemake, or naming another
+    host (whose processes status cannot see), leaves it retrying."""
+    cfg = a_run(tmp_path, monkeypatch, now)
+    _, log4, _ = job_files(4)
+    here = platform.node()
+    events = [("start", 4, 1, now - 30), ("error", 4, 1, now), ("restart", 4, 1, now)]
+    sm_log = snakemake_log(events, host=here, local=True)
+    Path(".snakemake/locks").mkdir()
+    Path(".snakemake/locks/0.output.lock").write_text("results/ds/embed/chunk_4.npy\n")
+
+    def chunk_4():
+        return embed(st.status(cfg, 2, "--gpus", now=now)).jobs[4]
+
+    result = st.status(cfg, 2, "--gpus", now=now)
+    stage = embed(result)
+    assert (stage.jobs[4].state, stage.jobs[4].stopped_run) == ("failed", sm_log)
+    assert st._job_line(stage, stage.jobs[4], now) == (
+        f"embed ds chunk 4: failed: OutOfMemoryError: CUDA out of memory (log {log4}); the Snakemake run that "
+        f"would retry it ({sm_log}) has stopped: a rerun runs it"
+    )
+    assert result.notes[0] == (
+        f"Snakemake has stopped: its run {sm_log} logged no end, and no Snakemake process on this host ({here}, "
+        "where it ran) holds that log open, so it was killed (SIGKILL, a closed terminal or lost session, a power "
+        "loss). Nothing retries or records the 1 job(s) it left (shown stalled, or failed where a retry was due). "
+        "To go on: `snakemake --unlock` with the run's options (its locks remain in .snakemake/locks), then the same "
+        "command again (the profiles set rerun-incomplete, which reruns the jobs it left incomplete; without a "
+        "profile add --rerun-incomplete)"
+    )
+    assert st.total_line(result).endswith(
+        " | Snakemake has stopped (killed): nothing runs these jobs until you rerun it"
+    )
+    assert main(["status", "--configfile", str(tmp_path / "overlay.yaml"), "--gpus", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    job4 = next(j for j in out["stages"][0]["not_done"] if j["name"] == "chunk 4")
+    assert (out["stopped_runs"], job4["state"], job4["stopped_run"]) == ([sm_log], "failed", sm_log)
+
+    # Attempt 2 started by the local executor, not yet at its log (waiting for a GPU): failed too.
+    snakemake_log([*events, ("start", 4, 2, now + 5)], host=here, local=True)
+    assert (chunk_4().state, chunk_4().stopped_run) == ("failed", sm_log)
+    # Attempt 2 sent to a cluster, in its queue: it may still run there, so retrying.
+    snakemake_log([*events, ("start", 4, 2, now + 5)], host=here)
+    assert chunk_4().state == "retrying"
+    # A live Snakemake holds the log: it runs attempt 2.
+    snakemake_log(events, host=here, local=True)
+    with a_snakemake_holding(sm_log, tmp_path):
+        result = st.status(cfg, 2, "--gpus", now=now)
+        assert embed(result).jobs[4].state == "retrying" and not result.stopped
+        assert not any(n.startswith("Snakemake has stopped") for n in result.notes)
+    # Unlocked and run again: the new run, live, has not reached chunk 4 yet.
+    rerun = snakemake_log([("start", 1, 1, now)], name="2026-01-02T000000.000000", host=here, local=True)
+    with a_snakemake_holding(rerun, tmp_path):
+        assert chunk_4().state == "retrying"
+    os.remove(rerun)
+    # Run on another host: its process cannot be seen from here.
+    snakemake_log(events, host="login2", local=True)
+    assert chunk_4().state == "retrying"
+
+
+@needs_proc
+def test_running_jobs_of_a_killed_snakemake_are_stopped(tmp_path, monkeypatch, now):
+    """Snakemake killed with chunks 1 and 3 running under it (a part 1 s ago; one 10 min
+    ago): no Snakemake records their outputs now, so both are stopped (counted stalled),
+    naming the run, even where an orphan of chunk 1 still saves parts. A later
+    `--unlock`'s log (its locks gone: no unlock to advise) changes nothing. Jobs it sent
+    to a cluster may run on there, and a newer Snakemake here, starting, will run them:
+    judged as before."""
+    cfg = a_run(tmp_path, monkeypatch, now)
+    events = [("start", 1, 1, now - 10), ("start", 3, 1, now - 610)]
+    sm_log = snakemake_log(events, host=platform.node(), local=True)
+    unlocked = Path(".snakemake/log/2026-01-02T000000.000000.snakemake.log")
+    unlocked.write_text("Unlocked working directory.\n")
+    os.utime(unlocked, (now + 1, now + 1))
+
+    def states() -> list[str]:
+        return [j.state for j in embed(st.status(cfg, 2, "--gpus", now=now)).jobs]
+
+    result = st.status(cfg, 2, "--gpus", now=now)
+    stage = embed(result)
+    assert [j.state for j in stage.jobs] == ["done", "stalled", "failed", "stalled", "failed", "waiting"]
+    assert stage.jobs[1].stopped_run == stage.jobs[3].stopped_run == sm_log
+    assert st._job_line(stage, stage.jobs[1], now) == (
+        f"embed ds chunk 1: stopped: the Snakemake run that started it ({sm_log}) has stopped, so no Snakemake "
+        "records its outputs, and a process of it still running here stops without them; 50/100 records in parts "
+        "(results/ds/.resume/key1). A rerun resumes from its parts"
+    )
+    assert "the 2 job(s) it left" in result.notes[0] and "--unlock" not in result.notes[0]
+    assert st.stage_line(stage, "USD").endswith("; 2 stalled, 2 failed")
+
+    snakemake_log(events, host=platform.node())  # sent to a cluster ("rule embed:")
+    assert states() == ["done", "running", "failed", "stalled", "failed", "waiting"]
+    snakemake_log(events, host=platform.node(), local=True)
+    starting = Path(".snakemake/log/2026-01-03T000000.000000.snakemake.log")
+    starting.write_text("Building DAG of jobs...\n")
+    os.utime(starting, (now + 2, now + 2))
+    with a_snakemake_holding(str(starting), tmp_path):
+        assert states() == ["done", "running", "failed", "stalled", "failed", "waiting"]
 
 
 def test_a_sweep_job_whose_chunk_job_makes_no_progress_is_stalled(tmp_path, monkeypatch, now):
