@@ -67,15 +67,17 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     values = json.loads(args.params)
-    # The workflow records train.gpus there (another count is another run); how many
-    # processes run is torchrun's business, not a TrainParams field.
-    values.pop("gpus", None)
+    # The workflow records train.gpus there where it is not 1 (another count is another
+    # run). It is not a TrainParams field: torchrun starts that many processes, and one
+    # process (a CPU job) trains their global batch itself.
+    gpus = int(values.pop("gpus", 1))
     values.update({f.name: getattr(args, f.name) for f in dataclasses.fields(TrainParams) if hasattr(args, f.name)})
     params = TrainParams(**values)  # an unknown key is a TypeError that names it
     if args.threads:
         torch.set_num_threads(args.threads)
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    processes = gpus if world == 1 else world
     if world > 1:
         controller.bind_to_launcher()  # a rank dies with torchrun, which dies with the launcher
         cuda = params.device != "cpu" and torch.cuda.is_available()
@@ -96,7 +98,8 @@ def main(argv=None) -> dict:
         tokenizer = load_tokenizer(args.tokenizer)
     try:
         return train(args.data, args.out, params, logger, resume_dir=args.resume_dir, tokenizer=tokenizer,
-                     keep_resume=args.keep_resume, sample_tokens=args.sample_tokens, out_of_memory=args.out_of_memory)
+                     keep_resume=args.keep_resume, sample_tokens=args.sample_tokens, out_of_memory=args.out_of_memory,
+                     processes=processes)
     finally:
         if world > 1:
             dist.destroy_process_group()

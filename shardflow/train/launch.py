@@ -96,15 +96,17 @@ def check_gpu_count(device: str, gpus: int, rest: list[str]) -> None:
     grad_accum x processes, so with fewer it would train another run than the one its
     params record. Snakemake caps a job's gpu resource at what the profile or host
     offers, silently. (The workflow records train.gpus in `--params` where it is not 1.)
-    A CPU job (gpu=0, or gpu_jobs.device cpu) trains in one process, as documented,
-    with a warning when train.gpus asked for more."""
+    A CPU job (gpu=0, or gpu_jobs.device cpu) trains in one process, which trains the
+    micro-batches of all train.gpus processes in turn (the trainer's `processes`): the
+    same global batch, said in the log."""
     given = option(rest, "--params")  # the trainer's value: the last one, `--params=...` too
     wanted = int(json.loads(given).get("gpus", 1)) if given is not None else 1
     if device == "cpu":
         if wanted > 1:
-            log.warning(
-                "train.gpus is %d but this job runs on the CPU: one process, so the global batch is "
-                "batch_size x grad_accum, not x %d",
+            log.info(
+                "train.gpus is %d but this job runs on the CPU: one process trains the micro-batches of all %d "
+                "in turn, the same global batch (batch_size x grad_accum x %d)",
+                wanted,
                 wanted,
                 wanted,
             )

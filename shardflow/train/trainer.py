@@ -364,11 +364,12 @@ def dropout_seed(seed: int, rank: int, step: int) -> int:
     return int(digest(["dropout", seed, rank, step]), 16) >> 193  # 63 bits: torch takes any int64
 
 
-def resume_key(p: TrainParams, model_cfg: GPTConfig, rt: Runtime, shards: ShardSet) -> dict:
-    """Everything a checkpoint must agree on to be continued (resolved values)."""
+def resume_key(p: TrainParams, model_cfg: GPTConfig, rt: Runtime, shards: ShardSet, ranks_here: int = 1) -> dict:
+    """Everything a checkpoint must agree on to be continued (resolved values). The world
+    size is the processes whose global batch the run trains, in one process or many."""
     key = {k: v for k, v in dataclasses.asdict(p).items() if k not in RESUMABLE_KEYS}
     key.update(lr_decay_iters=p.decay_iters, device=rt.device.type, dtype=str(rt.dtype).removeprefix("torch."),
-               world_size=rt.world, vocab_size=model_cfg.vocab_size, data=shards.fingerprint)
+               world_size=rt.world * ranks_here, vocab_size=model_cfg.vocab_size, data=shards.fingerprint)
     return key
 
 
@@ -492,6 +493,7 @@ def train(
     keep_resume: bool = False,
     tokenizer=None,
     out_of_memory: dict | None = None,
+    processes: int = 1,
 ) -> dict:
     """Train (or continue training) and write the outputs; returns metrics (on every rank).
 
@@ -505,28 +507,37 @@ def train(
     out_of_memory: what an earlier attempt that ran out of memory recorded (the train
     launcher passes it, core.failures): on that GPU type, the micro-batch is made smaller
     and the steps take the same windows in more micro-steps (`micro_batch_for`).
+    processes: how many data-parallel processes the global batch is for (train.gpus).
+    Under torchrun, the world size. One process given more (a CPU job of a config with
+    train.gpus N) trains the micro-batches of all N in turn, grad_accum x N micro-steps a
+    step: the same global batch and windows as the N processes, not bitwise the same
+    numbers (sums in another order, dropout masks drawn otherwise).
     """
     out_dir = Path(out_dir)
     resume_dir = Path(resume_dir) if resume_dir else out_dir.parent / f"{out_dir.name}.resume"
     with holding_resume(resume_dir):
         return _train(shard_dir_or_metadata, out_dir, params, logger, resume_dir, decode, sample_tokens,
-                      keep_resume, tokenizer, out_of_memory)
+                      keep_resume, tokenizer, out_of_memory, processes)
 
 
 def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, resume_dir: Path, decode,
-           sample_tokens: int, keep_resume: bool, tokenizer, out_of_memory: dict | None) -> dict:
+           sample_tokens: int, keep_resume: bool, tokenizer, out_of_memory: dict | None, processes: int) -> dict:
     if decode is None and tokenizer is not None:
         decode = tokenizer.decode
     logger = logger or log
     p = params
     rt = resolve_runtime(p)
+    if processes < 1 or (rt.world > 1 and processes not in (1, rt.world)):
+        raise ValueError(f"train for {processes} processes cannot run as {rt.world} (torchrun's world size)")
+    # the ranks whose micro-batches this process trains: 1, or all of them in one process
+    ranks_here = processes if rt.world == 1 else 1
     shards = load_shards(shard_dir_or_metadata, verify=rt.is_main)  # a failing rank 0 stops the group
     cfg = p.model_config(shards.vocab_size)
-    key = resume_key(p, cfg, rt, shards)  # the configured batch: a smaller micro-batch resumes the same run
+    key = resume_key(p, cfg, rt, shards, ranks_here)  # the configured batch: a smaller micro-batch resumes the same run
     settings = memory_settings(cfg, p, rt)
     micro, after_oom = micro_batch_for(p, out_of_memory, device_memory(rt.device)[0], settings)
     pieces = p.batch_size // micro  # each configured micro-batch is cut into `pieces` of `micro` windows
-    grad_accum = p.grad_accum * pieces  # micro-steps per optimizer step and process
+    grad_accum = p.grad_accum * pieces * ranks_here  # micro-steps per optimizer step and process
     if rt.device.type == "cuda":
         torch.cuda.set_device(rt.device)
         reset_peak_memory(rt.device)  # this run's peak (metrics.json), from before the model is built
@@ -585,12 +596,15 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
         device_ids = [rt.device.index] if rt.device.type == "cuda" else None
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
 
-    micro_per_step = p.grad_accum * rt.world  # configured micro-batches per step, over the ranks
+    micro_per_step = p.grad_accum * rt.world * ranks_here  # configured micro-batches per step, over the ranks
     tokens_per_step = p.batch_size * p.block_size * micro_per_step
     flops_per_token = raw.flops_per_token(p.block_size)
     logger.info("model: %s, %.2fM parameters, %s on %s x%d, %d tokens per step: micro-batch %d x grad_accum %d "
                 "x %d process(es) x block_size %d", cfg, raw.num_params() / 1e6, rt.dtype, rt.device, rt.world,
                 tokens_per_step, micro, grad_accum, rt.world, p.block_size)
+    if ranks_here > 1:
+        logger.info("one process trains the micro-batches of train.gpus = %d processes in turn (grad_accum %d x %d): "
+                    "their global batch and windows, not bitwise their numbers", ranks_here, p.grad_accum, ranks_here)
     if after_oom is not None:
         logger.warning("%s (an earlier attempt ran out of memory at micro-batch %s on %s)",
                        batch_note(micro, grad_accum, p.batch_size), after_oom.get("micro_batch"), after_oom.get("device"))

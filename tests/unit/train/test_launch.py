@@ -46,9 +46,9 @@ def test_a_gpu_job_given_fewer_gpus_than_train_gpus_stops_naming_both(caplog):
     with pytest.raises(SystemExit, match=r"train.gpus is 4 but this job was given 2 GPU\(s\)"):
         launch.check_gpu_count("cuda:0", 2, rest)
     launch.check_gpu_count("cuda:0", 4, rest)
-    with caplog.at_level("WARNING"):
-        launch.check_gpu_count("cpu", 0, rest)  # a CPU job trains in one process, as documented, and says so
-    assert "train.gpus is 4 but this job runs on the CPU: one process" in caplog.text
+    with caplog.at_level("INFO"):
+        launch.check_gpu_count("cpu", 0, rest)  # a CPU job trains the 4 processes' batch in one, and says so
+    assert "train.gpus is 4 but this job runs on the CPU: one process trains the micro-batches of all 4" in caplog.text
     launch.check_gpu_count("cuda:0", 1, ["--params", '{"n_layer": 2}'])  # 1: not recorded
     with pytest.raises(SystemExit, match="train.gpus is 1 but this job was given 2"):
         launch.check_gpu_count("cuda:0", 2, ["--params", "{}"])

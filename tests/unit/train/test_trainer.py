@@ -266,6 +266,23 @@ def test_runs_of_neighbouring_seeds_draw_no_common_dropout_masks(shards, tmp_pat
     assert not drawn[0] & drawn[1]
 
 
+def test_one_process_of_a_two_gpu_config_trains_the_two_processes_global_batch(shards, tmp_path):
+    """A CPU job of a config with train.gpus 2 runs one process: it trains the micro-batches
+    of both ranks in turn, the windows of one process with twice the grad_accum (the same
+    computation, bitwise here), not half the global batch."""
+    from shardflow.train.__main__ import main
+
+    base = dict(TINY, max_iters=6, eval_windows="all")
+    one = train(shards, tmp_path / "one", TrainParams(**base, grad_accum=2), sample_tokens=0)
+    two = main(["--data", str(shards), "--out", str(tmp_path / "two"), "--sample-tokens", "0",
+                "--params", json.dumps({**base, "gpus": 2, "grad_accum": 1})])
+    assert two["tokens_per_step"] == one["tokens_per_step"] == 4 * 16 * 2
+    assert (two["grad_accum"], two["config_grad_accum"], two["world_size"]) == (2, 1, 1)
+    pd.testing.assert_frame_equal(curve(tmp_path / "two"), curve(tmp_path / "one"), check_exact=True)
+    ours, ref = load_file(tmp_path / "two" / "last.safetensors"), load_file(tmp_path / "one" / "last.safetensors")
+    assert all(torch.equal(ours[k], ref[k]) for k in ref)
+
+
 def test_peak_gpu_memory_is_the_largest_ranks_with_every_ranks(monkeypatch):
     """Under torchrun each rank reads its own GPU's peak; metrics.json holds the largest
     over the ranks and each rank's. No GPU (nor second process) here: rank 1 of two,
