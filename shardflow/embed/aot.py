@@ -21,12 +21,15 @@ How:
 - The first job to need a package builds it under a lock file beside it (core.locks: a
   crashed builder leaves no stale lock); a job that finds the lock taken waits for the
   package instead of building it too. The package is written to a temporary name and
-  renamed: no job ever loads half a package.
+  renamed, so that no job loads half a package; one that does not load all the same
+  (a filesystem whose rename is no atomic swap, a file damaged since) is built again
+  once, under the lock, by the job that finds it so.
 - The first batch runs both ways, and each row's embedding must match the eager one
   (cosine >= CHECK_COSINE); otherwise, or if exporting, compiling or loading fails, the
   job runs eagerly, with the reason logged and in its stats (`compile`). A failed build
   leaves `<key>.failed.json` beside the package, with its error: later jobs run eagerly
-  at once, naming it, instead of each failing the same build (remove it to try again).
+  at once, naming it, instead of each failing the same build (remove it to try again);
+  so does a package built that does not load.
 - Padded batches only: packing keeps its eager path (the engine does not pair them).
 """
 
@@ -131,16 +134,47 @@ class AotForward:
     def prepare(self, input_ids: torch.Tensor, mask: torch.Tensor | None) -> str:
         """Load the package, building it first if it is missing; `input_ids` and `mask`
         (a batch as the engine passes it) give the inputs' kinds. Returns what it did:
-        "loaded in <s> s", after "built in <s> s, " or "waited <s> s for another job's build, "."""
-        self.package.parent.mkdir(parents=True, exist_ok=True)
-        built = ""
-        if not self.package.is_file():
-            built = self._build_once(input_ids, mask)
-        t0 = time.perf_counter()
-        self._load()
-        return f"{built}loaded in {time.perf_counter() - t0:.2f} s"
+        "loaded in <s> s", after "built in <s> s, " or "waited <s> s for another job's build, ".
 
-    def _build_once(self, input_ids: torch.Tensor, mask: torch.Tensor | None) -> str:
+        A package in the cache that does not load (cut short by a writer killed on a
+        filesystem whose rename is no atomic swap, or damaged since) is built again once,
+        under the build's lock. One built just now that does not load is a failed build
+        (`failed`), so that no later job builds it again."""
+        self.package.parent.mkdir(parents=True, exist_ok=True)
+        how = ""
+        if not self.package.is_file():
+            how = self._build_once(input_ids, mask)
+        t0 = time.perf_counter()
+        found = None
+        try:
+            found = self.package.stat()
+            self._load()
+        except torch.OutOfMemoryError:  # the batch's, not the package's
+            raise
+        except Exception as exc:
+            if how:
+                self._unloadable(exc, found)
+            self.logger.warning(
+                "compile (aot): the package %s does not load (%s): building it again", self.package, error_line(exc)
+            )
+            how = f"did not load ({error_line(exc)}), " + self._build_once(input_ids, mask, broken=found)
+            t0 = time.perf_counter()
+            found = None
+            try:
+                found = self.package.stat()
+                self._load()
+            except torch.OutOfMemoryError:
+                raise
+            except Exception as again:
+                self._unloadable(again, found)
+        return f"{how}loaded in {time.perf_counter() - t0:.2f} s"
+
+    def _build_once(
+        self, input_ids: torch.Tensor, mask: torch.Tensor | None, broken: os.stat_result | None = None
+    ) -> str:
+        """Build the package under its lock, unless another job has (or did while this one
+        waited). `broken`: the package file that did not load; it is built again unless
+        another job has replaced it meanwhile."""
         lock = self.package.with_suffix(".lock")
         waited_since = time.monotonic()
         said = 0.0
@@ -152,7 +186,7 @@ class AotForward:
                 said = time.monotonic()
             time.sleep(0.5)
         try:
-            if self.package.is_file():  # built while this job waited
+            if self.package.is_file() and not (broken is not None and _same_file(self.package.stat(), broken)):
                 return f"waited {time.monotonic() - waited_since:.1f} s for another job's build, "
             if self.failed.is_file():
                 earlier = read_json(self.failed)
@@ -160,14 +194,33 @@ class AotForward:
                     f"an earlier job's build of this package failed ({earlier.get('error', '?')}); "
                     f"remove {self.failed} to try again"
                 )
+            self.package.unlink(missing_ok=True)  # the one that did not load: no job tries it while this one builds
             try:
                 return self._build(input_ids, mask)
             except Exception as exc:
                 if not isinstance(exc, torch.OutOfMemoryError):  # the batch's, not the build's
-                    write_json(self.failed, {"error": error_line(exc), "unix": time.time(), "torch": torch.__version__})
+                    self._record_failure(error_line(exc))
                 raise
         finally:
             locks.release(fd)
+
+    def _record_failure(self, error: str) -> None:
+        write_json(self.failed, {"error": error, "unix": time.time(), "torch": torch.__version__})
+
+    def _unloadable(self, exc: Exception, found: os.stat_result | None) -> None:
+        """A package built just now (`found`: its file) that does not load: recorded as a
+        failed build and removed, under the lock, so that later jobs run eagerly at once
+        instead of each building it again. Raises."""
+        while (fd := locks.try_lock(self.package.with_suffix(".lock"), package=str(self.package))) is None:
+            time.sleep(0.5)
+        try:
+            now = self.package.stat() if self.package.is_file() else None
+            if now is None or found is None or _same_file(now, found):  # not one another job has built since
+                self._record_failure(f"the package built does not load: {error_line(exc)}")
+                self.package.unlink(missing_ok=True)
+        finally:
+            locks.release(fd)
+        raise RuntimeError(f"the package built does not load ({error_line(exc)}); recorded in {self.failed}") from exc
 
     def _build(self, input_ids: torch.Tensor, mask: torch.Tensor | None) -> str:
         from torch._inductor import aoti_compile_and_package
@@ -266,6 +319,12 @@ def load_package(path: Path, device_index: int):
         return aoti_load_package(str(path), device_index=device_index)
     finally:
         codecache.get_device_information = full
+
+
+def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
+    """Whether two stats are of one file, unchanged: a package written since (renamed into
+    place) is another inode."""
+    return (a.st_dev, a.st_ino, a.st_size, a.st_mtime_ns) == (b.st_dev, b.st_ino, b.st_size, b.st_mtime_ns)
 
 
 def error_line(exc: BaseException) -> str:

@@ -304,3 +304,62 @@ def test_the_export_takes_the_mask_as_the_engine_passes_it(tiny, tmp_path, monke
     ids_shape = placeholders[inputs[0].arg.name].meta["val"].shape
     assert all(isinstance(d, torch.SymInt) for d in ids_shape)  # rows and width dynamic
     assert forward.package.is_file()
+
+
+def _copy_of(built, tmp_path):
+    """A cache of its own holding the built package (the module's stays whole)."""
+    (pkg,) = (built[0] / aot.FOLDER).glob("*.pt2")
+    mine = tmp_path / "cache"
+    (mine / aot.FOLDER).mkdir(parents=True)
+    shutil.copy(pkg, mine / aot.FOLDER / pkg.name)
+    return mine, mine / aot.FOLDER / pkg.name
+
+
+def test_a_package_that_does_not_load_is_built_again_once(built, tiny, texts, tmp_path, caplog):
+    """A package cut short (its writer killed on a filesystem where a rename is no atomic
+    swap) or otherwise damaged: the job builds it again under the lock, says so, and
+    runs the new one; the next job loads that."""
+    cache, first, *_ = built
+    mine, pkg = _copy_of(built, tmp_path)
+    whole = pkg.read_bytes()
+    pkg.write_bytes(whole[: len(whole) // 2])
+    with caplog.at_level(logging.WARNING):
+        got, stats = _encode(_params(tiny["bert_mean"], mine, compile=True, compile_mode="aot"), texts)
+    assert stats["compile"].startswith("aot, dynamic shapes") and "built in" in stats["compile"], stats["compile"]
+    assert any(
+        f"{pkg} does not load" in r.getMessage() and "building it again" in r.getMessage() for r in caplog.records
+    )
+    assert np.array_equal(got, first)
+    again, stats = _encode(_params(tiny["bert_mean"], mine, compile=True, compile_mode="aot"), texts)
+    assert "loaded in" in stats["compile"] and "built" not in stats["compile"], stats["compile"]
+    assert np.array_equal(again, first)
+    assert not list((mine / aot.FOLDER).glob("*.failed.json"))
+
+
+def test_a_package_built_that_does_not_load_is_a_failed_build(tiny, texts, tmp_path, monkeypatch):
+    """A build whose package does not load is recorded as failed: the job runs eagerly
+    and later jobs do so at once, rather than each building and failing to load again."""
+    builds = []
+
+    def unloadable(self, input_ids, mask):
+        builds.append(1)
+        self.package.write_bytes(b"not a package")
+        return "built in 0.0 s, "
+
+    monkeypatch.setattr(aot.AotForward, "_build", unloadable)
+    eager, _ = _encode(_params(tiny["bert_mean"], tmp_path), texts)
+    got, stats = _encode(_params(tiny["bert_mean"], tmp_path, compile=True, compile_mode="aot"), texts)
+    (failed,) = (tmp_path / aot.FOLDER).glob("*.failed.json")
+    assert stats["compile"].startswith("off (compile_mode aot failed: RuntimeError: the package built does not load")
+    assert f"recorded in {failed}" in stats["compile"]
+    assert np.array_equal(got, eager) and not _packages(tmp_path)
+    again, stats = _encode(_params(tiny["bert_mean"], tmp_path, compile=True, compile_mode="aot"), texts)
+    assert len(builds) == 1 and np.array_equal(again, eager)
+    assert "an earlier job's build of this package failed (the package built does not load" in stats["compile"]
+
+    # Found in the cache, it is built once more; what that build gives not loading either is recorded too.
+    failed.unlink()
+    (tmp_path / aot.FOLDER / failed.name.replace(".failed.json", ".pt2")).write_bytes(b"cut short")
+    again, stats = _encode(_params(tiny["bert_mean"], tmp_path, compile=True, compile_mode="aot"), texts)
+    assert len(builds) == 2 and np.array_equal(again, eager) and failed.is_file() and not _packages(tmp_path)
+    assert "the package built does not load" in stats["compile"], stats["compile"]
