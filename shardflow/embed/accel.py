@@ -573,7 +573,8 @@ def resolve_kernels(option: str, device: torch.device, mtype: str, aot: bool = F
     leaves them out: inductor fuses the norms, RoPE and MLP into kernels of its own, and
     liger calls its Triton kernels in a way `torch.export` cannot trace (it traces without
     dynamo, which sees a raw kernel launch only through torch's triton wrappers), so a
-    patched model's build fails and the job runs eagerly. `liger` still applies them."""
+    patched model's build would fail. `liger` still applies them, and the job then runs
+    eagerly without trying a build (`Encoder.setup_accel`)."""
     if option == "off":
         return Choice("off", "embedding.kernels is off")
     if device.type != "cuda":

@@ -449,6 +449,16 @@ class Encoder:
             if packing.on:
                 self.compiled = "off (compile_mode aot compiles the padded forward: packed batches run eagerly)"
                 self.logger.warning("compile: %s", self.compiled)
+            elif kernels.on:
+                # Not tried: torch.export traces without dynamo, so liger's raw Triton launches
+                # meet fake tensors ("Cannot access data pointer of Tensor"). The build would
+                # fail in the first job, and its error named neither liger nor a way out.
+                self.compiled = (
+                    "off (compile_mode aot: kernels: liger patched the model with liger-kernel, whose Triton "
+                    "kernels torch.export cannot trace; kernels: auto builds the package without them, inductor "
+                    "fusing the same ops)"
+                )
+                self.logger.warning("compile: %s; running eagerly", self.compiled)
             else:
                 self.aot_pending = True  # the first padded batch builds or loads the package (embed.aot)
                 self.compiled = "aot, dynamic shapes, whole model: the package loads on the first batch"

@@ -228,6 +228,31 @@ def test_packing_keeps_its_eager_path(tiny, texts, tmp_path):
     assert not (tmp_path / aot.FOLDER).exists()
 
 
+def test_liger_kernels_keep_the_job_eager_without_trying_a_build(tiny, texts, tmp_path, monkeypatch, caplog):
+    """`kernels: liger` asks for liger-kernel's Triton launches, which torch.export cannot
+    trace: the job runs eagerly at once, saying why and what would build a package, and
+    leaves no failed build behind (the build's own error named neither)."""
+    from shardflow.embed import accel
+
+    builds = []
+    monkeypatch.setattr(aot.AotForward, "_build", lambda self, ids, mask: builds.append(1))
+    monkeypatch.setattr(accel, "resolve_kernels", lambda *a, **k: accel.Choice("liger", "stand-in"))
+    monkeypatch.setattr(accel, "apply_kernels", lambda model, mtype, logger: accel.Choice("liger", "stand-in"))
+    eager, _ = _encode(_params(tiny["bert_mean"], tmp_path), texts)
+    with caplog.at_level(logging.WARNING):
+        got, stats = _encode(
+            _params(tiny["bert_mean"], tmp_path, compile=True, compile_mode="aot", kernels="liger"), texts
+        )
+    assert stats["kernels"] == "liger"
+    assert stats["compile"].startswith("off (compile_mode aot: kernels: liger patched the model"), stats["compile"]
+    assert "kernels: auto builds the package without them" in stats["compile"]
+    assert [r.getMessage() for r in caplog.records if "compile:" in r.getMessage()] == [
+        f"compile: {stats['compile']}; running eagerly"
+    ]
+    assert not builds and not (tmp_path / aot.FOLDER).exists()
+    assert np.array_equal(got, eager)
+
+
 def test_the_option_is_checked(tiny):
     with pytest.raises(ValueError, match="compile_mode"):
         EmbedParams(model=str(tiny["bert_mean"]), compile_mode="ahead")
