@@ -29,7 +29,10 @@ rule provenance:
         config_sha256=config_sha256(config),
         config=untracked(config),
         models=provenance_models,
-        repo=workflow.basedir,
+        # The checkout, where provenance reads the git commit and dirty flag (which the
+        # record keeps); untracked: the path itself decides nothing, and moving the
+        # checkout to another folder would rerun every provenance job.
+        repo=untracked(workflow.basedir),
     script:
         "../scripts/provenance.py"
 

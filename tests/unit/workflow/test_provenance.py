@@ -110,3 +110,39 @@ def test_the_jobs_model_is_recorded_where_the_configs_name_points_elsewhere_now(
     same = _model(tmp_path / "copy", b"weights")
     manifest = provenance.build_manifest(str(tmp_path), {}, {}, [], {}, {"embedding": same}, jobs_made_with=[ran])
     assert manifest["model"] == ran["model"] and not any("model" in w for w in manifest["warnings"])
+
+
+def test_moving_the_checkout_reruns_no_provenance_job(tmp_path):
+    """Rule provenance passed the checkout's absolute path (workflow.basedir) as a
+    recorded param: the same run driven from a clone in another folder (a paper's
+    experiment rerun months later) reran every provenance job, rewrote each record and
+    so reran verify_reproduction and the landing page, though the record names no path
+    of the checkout (its git commit and dirty flag, which are, say what it was)."""
+    import shutil
+    import subprocess
+
+    from tests.helpers import REPO, SNAKEMAKE, offline_env, params_changed
+
+    moved = tmp_path / "elsewhere" / "shardflow"
+    for name in ("Snakefile", "rules", "config", "scripts", "envs"):
+        source, copy = REPO / name, moved / name
+        if source.is_dir():
+            shutil.copytree(source, copy)  # copy2: the scripts keep their times
+        else:
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, copy)
+    run = tmp_path / "run"
+    run.mkdir()
+    env = offline_env(SHARDFLOW_SKIP_MODEL_CHECK="1")
+
+    def snakemake(checkout, *args):
+        cmd = [SNAKEMAKE, "-s", str(checkout / "Snakefile"), "-d", str(run), "--cores", "1", *args,
+               "results/demo/provenance.json"]
+        proc = subprocess.run(cmd, cwd=run, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+        return proc.stdout + proc.stderr
+
+    snakemake(REPO, "--touch")  # records every job's params, as a finished run has them
+    (run / "results" / "demo").mkdir(parents=True, exist_ok=True)
+    (run / "results" / "demo" / "provenance.json").write_text("{}")
+    assert "provenance" not in params_changed(snakemake(moved, "-n"))
