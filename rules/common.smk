@@ -113,6 +113,7 @@ RETRIEVAL_SPEC = (
 # is wrong with any of them stops the parse below, in one error with the checks after.
 # Stop once, naming every one.
 _PROBLEMS = plan.prompt_conflicts(config) + plan.reproduction_pins_nothing(config)
+_PROBLEMS += plan.reproduction_unnamed(config)
 _PROBLEMS += plan.unknown_reproduction_metrics(config, DATASETS)
 SWEEPS = parse_sweeps(
     config["sweeps"], config, validate, root=workflow.basedir, problems=_PROBLEMS

@@ -508,6 +508,29 @@ def reproduction_pins_nothing(cfg: dict) -> list[str]:
     ]
 
 
+def reproduction_unnamed(cfg: dict) -> list[str]:
+    """One line where `reproduce.expect` pins something but `reproduce.name` is null:
+    rule verify_reproduction is made for a named experiment only, so nothing pinned would
+    be compared and the run would pass as though it held."""
+    rp = cfg["reproduce"]
+    expect = rp.get("expect") or {}
+    if rp.get("name"):
+        return []
+    pinned = []
+    for key, value in expect.items():
+        if value:
+            names = f" ({', '.join(repr(name) for name in value)})" if key == "metrics" else ""
+            pinned.append(f"reproduce.expect.{key}{names}")
+    if not pinned:
+        return []
+    keys = pinned[0] if len(pinned) == 1 else f"{', '.join(pinned[:-1])} and {pinned[-1]}"
+    return [
+        f"{keys} {'is' if len(pinned) == 1 else 'are'} set but reproduce.name is null: no reproduction check runs "
+        "(rule verify_reproduction is made for a named experiment), so none of it would be compared; name the "
+        "experiment in reproduce.name, or remove the expectations"
+    ]
+
+
 def reproduction_metrics(cfg: dict, data_sets: dict[str, DataSet]) -> str:
     """The record whose values a reproduction's `reproduce.expect.metrics` are compared
     with (rule verify_reproduction): the retrieval evaluation's where one is configured,

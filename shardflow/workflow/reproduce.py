@@ -34,10 +34,24 @@ def _fmt(value) -> str:
     return "-" if value is None else str(value)
 
 
+def metric(metrics: dict | None, name: str):
+    """The value `name` names in a metrics record: a top-level key, or a nested one by its
+    keys joined with '.' (`all.ndcg_at_1`), as shardflow.sweep.metrics names them and the
+    parse-time check (plan.unknown_reproduction_metrics) accepts them; None where absent."""
+    if metrics is None or name in metrics:
+        return None if metrics is None else metrics[name]
+    value = metrics
+    for key in name.split("."):
+        if not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    return value
+
+
 def check_reproduction(expect: dict, provenance: dict, metrics: dict | None, strict_packages: bool = False) -> list[Row]:
     rows: list[Row] = []
     for name, spec in sorted((expect.get("metrics") or {}).items()):
-        got = None if metrics is None else metrics.get(name)
+        got = metric(metrics, name)
         value, tol = float(spec["value"]), float(spec["tolerance"])
         # A value that is no number (a dict, a string, a boolean) fails its row, as a missing one does.
         number = isinstance(got, (int, float)) and not isinstance(got, bool)

@@ -488,6 +488,26 @@ def test_a_named_reproduction_that_pins_nothing_is_named_at_parse_time():
     assert reproduction_pins_nothing(cfg) == []
 
 
+def test_expectations_without_a_reproduction_name_are_named_at_parse_time(config):
+    """verify_reproduction exists only for a named experiment: expectations written
+    without `reproduce.name` (an experiment file whose name was left out, a metric pinned
+    on the command line) were compared with nothing, and the run passed as though they
+    held. The shipped config's empty expectations are no matter."""
+    from shardflow.workflow.plan import reproduction_unnamed
+
+    assert reproduction_unnamed(config) == []
+    config["reproduce"]["expect"].update(
+        metrics={"ndcg_at_10": {"value": 0.5, "tolerance": 0.01}}, model_sha256="a" * 64
+    )
+    (line,) = reproduction_unnamed(config)
+    assert line.startswith(
+        "reproduce.expect.metrics ('ndcg_at_10') and reproduce.expect.model_sha256 are set but reproduce.name "
+        "is null: no reproduction check runs"
+    )
+    config["reproduce"]["name"] = "paper"
+    assert reproduction_unnamed(config) == []
+
+
 def test_a_reproduction_reads_the_metrics_of_a_task_the_run_has(config, tmp_path):
     """A summarisation-only run's reproduction read the main data set's verification.json:
     the run embedded the corpus (GPU jobs no task asked for) and then compared the pinned

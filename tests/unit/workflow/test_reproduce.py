@@ -26,3 +26,27 @@ def test_a_pinned_file_is_found_where_the_workflows_own_copy_has_the_same_name()
     # Other bytes under that name than the pin's still fail.
     (row,) = check_reproduction({"data_sha256": {"corpus.jsonl": _sha("e")}}, {"inputs": inputs}, None)
     assert row.status == "FAIL"
+
+
+def test_a_nested_metric_is_read_by_the_dotted_name_the_parse_time_check_accepts():
+    """plan.unknown_reproduction_metrics accepts the names a stage's record holds as the
+    sweeps name them, nested ones joined with '.' (`all.ndcg_at_1` of the retrieval
+    record, `systems.lead.rouge1.mean`, `bootstrap.seed`); the check looked up the whole
+    name at the top level, found nothing, and failed the row after every job had run."""
+    metrics = {"ndcg_at_10": 0.5, "all": {"ndcg_at_1": 0.25}, "systems": {"lead": {"rouge1": {"mean": 0.4}}}}
+    expect = {
+        "metrics": {
+            "all.ndcg_at_1": {"value": 0.25, "tolerance": 0.001},
+            "ndcg_at_10": {"value": 0.5, "tolerance": 0.001},
+            "systems.lead.rouge1.mean": {"value": 0.4, "tolerance": 0.001},
+        }
+    }
+    rows = check_reproduction(expect, {}, metrics)
+    assert [(r.item, r.got, r.status) for r in rows] == [
+        ("metric all.ndcg_at_1", "0.25000", "ok"),
+        ("metric ndcg_at_10", "0.50000", "ok"),
+        ("metric systems.lead.rouge1.mean", "0.40000", "ok"),
+    ]
+    # A name that stops at a group, or goes on past a number, is no metric: its row fails.
+    expect = {"metrics": {name: {"value": 0.4, "tolerance": 1} for name in ("systems.lead", "ndcg_at_10.mean")}}
+    assert [r.status for r in check_reproduction(expect, {}, metrics)] == ["FAIL", "FAIL"]
