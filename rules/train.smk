@@ -26,7 +26,8 @@ global batch (shardflow.train.trainer; the command and params stay as they were)
 Every file a job reads is a declared input and every file it writes a declared output
 (or resume state): with S3 as the default storage (eks profile) a job gets nothing else.
 A pretrained tokenizer given by path is read by path, like a model (on EKS: from the
-image or a volume).
+image or a volume); locally and on SLURM its files are train_tokenizer's declared inputs
+(tokenizer_inputs), so one edited in place reruns the copy and the jobs after it.
 """
 
 

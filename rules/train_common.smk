@@ -9,7 +9,7 @@ from snakemake.logging import logger
 
 from shardflow.train.params import job_params
 from shardflow.train.prepare import tokenizer_params
-from shardflow.train.tokenizer import META_FILE, vocabulary_file
+from shardflow.train.tokenizer import META_FILE, pretrained_files, vocabulary_file
 
 # train is a shell rule: its `python` must be the interpreter running this workflow, as
 # for the script rules (shardflow.workflow.site.python_first_on_path). The command's
@@ -39,8 +39,18 @@ for _spec in sweeps_of_stage("train"):  # each point's train section, as its job
 
 
 def tokenizer_inputs(wildcards):
-    """The texts the vocabulary is built from; none when a pretrained one is copied."""
-    if config["shards"]["tokenizer"] not in ("char", "bpe"):
+    """The texts the vocabulary is built from; for a pretrained one given by path, the
+    files it is copied from (pretrained_files), so that one edited in place reruns the
+    copy and every job after it. Those are declared only where the jobs read this
+    machine's files, as the model check looks for them: with S3 as the default storage
+    (EKS) they come from the image, and with SHARDFLOW_SKIP_MODEL_CHECK=1 only the nodes
+    may have them. `default` (the bundled MiniLM) changes with the package alone."""
+    name = config["shards"]["tokenizer"]
+    if name not in ("char", "bpe"):
+        local = not workflow.storage_settings.default_storage_provider
+        checked = os.environ.get(MODEL_CHECK_OFF, "") in ("", "0")
+        if local and checked and plan.tokenizer_is_path(name):
+            return pretrained_files(name)
         return []
     if POSITION_SPLIT:
         return [plan.position_source(DATASETS[wildcards.dataset])]

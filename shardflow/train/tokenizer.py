@@ -52,7 +52,9 @@ META_FILE = "shardflow_tokenizer.json"
 CHAR_FILE = "char_tokenizer.json"
 HF_FILE = "tokenizer.json"
 CHAR_FORMAT = "shardflow.char_tokenizer/1"
-# Pretrained tokenizers: the first of these a tokenizer config names is end-of-text.
+# Pretrained tokenizers: the files beside a tokenizer.json read for its end-of-text token,
+# in this order; the first of these keys a file names is end-of-text.
+EOT_CONFIG_FILES = ("tokenizer_config.json", "special_tokens_map.json")
 EOT_CONFIG_KEYS = ("eos_token", "sep_token")
 # ... and, without a config, the first of these the vocabulary holds.
 EOT_CANDIDATES = (EOT_TOKEN, "</s>", "<eos>", "[SEP]")
@@ -350,7 +352,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> 
 
 def _pretrained_eot(folder: Path | None, tk) -> str:
     if folder is not None:
-        for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        for name in EOT_CONFIG_FILES:
             path = folder / name
             if not path.is_file():
                 continue
@@ -385,6 +387,15 @@ def _pretrained_file(spec: str | os.PathLike) -> tuple[Path, Path, str | None]:
             f"no {file} (expected 'char', 'bpe', a tokenizer.json, or a model folder holding a tokenizer.json)"
         )
     return folder, file, None
+
+
+def pretrained_files(spec: str) -> list[str]:
+    """The files load_pretrained reads for the pretrained tokenizer `spec`, as its job's
+    declared inputs (so an edit reruns the copy and every job after it): the
+    tokenizer.json, named even where it is missing (Snakemake then names it), and those of
+    EOT_CONFIG_FILES beside it that exist."""
+    folder, file, _ = _pretrained_file(spec)
+    return [str(file), *(str(folder / name) for name in EOT_CONFIG_FILES if (folder / name).is_file())]
 
 
 def pretrained_unavailable(spec: str) -> str | None:

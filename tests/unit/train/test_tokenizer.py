@@ -15,6 +15,7 @@ from shardflow.train.tokenizer import (
     UnknownCharacterError,
     load_pretrained,
     load_tokenizer,
+    pretrained_files,
     pretrained_unavailable,
     train_bpe,
     vocabulary_file,
@@ -147,6 +148,56 @@ def test_what_parse_time_finds_missing_is_what_loading_refuses(tmp_path):
         assert why.startswith(f"no {spec if spec.suffix else spec / 'tokenizer.json'} ")
         with pytest.raises(FileNotFoundError, match=re.escape(why)):
             load_pretrained(spec)
+
+
+def test_the_files_a_pretrained_tokenizer_is_read_from_are_listed_for_its_job(tmp_path):
+    """pretrained_files (train_tokenizer's declared inputs) names what load_pretrained
+    reads: the tokenizer.json, given or in the folder given, and the end-of-text configs
+    beside it that exist; the tokenizer.json even where it is missing."""
+    load_pretrained("default").save_for_transformers(tmp_path / "model", 64)
+    tok, config = str(tmp_path / "model" / "tokenizer.json"), str(tmp_path / "model" / "tokenizer_config.json")
+    assert pretrained_files(str(tmp_path / "model")) == pretrained_files(tok) == [tok, config]
+    (tmp_path / "model" / "special_tokens_map.json").write_text("{}")
+    assert pretrained_files(tok) == [tok, config, str(tmp_path / "model" / "special_tokens_map.json")]
+    assert pretrained_files(str(tmp_path / "gone.json")) == [str(tmp_path / "gone.json")]
+
+
+def test_editing_a_pretrained_tokenizer_in_place_reruns_its_copy(tmp_path):
+    """shards.tokenizer names a tokenizer.json that train_tokenizer copies; it was no
+    declared input, so a tokenizer edited in place (a token added, another eos_token)
+    reran nothing and training went on with the old copy. Declared, the edit reruns
+    train_tokenizer, and every job after it through the copy it rewrites."""
+    import subprocess
+
+    import yaml
+
+    from tests.helpers import REPO, SNAKEMAKE, job_counts, offline_env
+
+    source = tmp_path / "tok"
+    load_pretrained("default").save_for_transformers(source, 64)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump({"tasks": ["training"], "shards": {"tokenizer": str(source)}}))
+    copy = run / "results" / "demo" / "tokenizer"
+
+    def snakemake(*args):
+        cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(run), "--cores", "1",
+               "--configfile", str(run / "config.yaml"), *args, "results/demo/tokenizer/shardflow_tokenizer.json"]
+        proc = subprocess.run(cmd, cwd=run, env=offline_env(), capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+        return proc.stdout + proc.stderr
+
+    snakemake("--touch")  # records the job as a finished run has it
+    copy.mkdir(parents=True)
+    for name in ("shardflow_tokenizer.json", vocabulary_file(str(source))):
+        (copy / name).write_text("{}")
+    assert "Nothing to be done" in snakemake("-n")
+    # Edited in place after the copy was made (Snakemake compares a small input's checksum
+    # too: a new time alone reruns nothing).
+    settings = json.loads((source / "tokenizer_config.json").read_text())
+    (source / "tokenizer_config.json").write_text(json.dumps({**settings, "eos_token": "[CLS]"}))
+    out = snakemake("-n")
+    assert "Job stats:" in out and job_counts(out) == {"train_tokenizer": 1, "total": 1}
 
 
 def test_a_saved_folder_is_the_two_files_the_workflow_declares(tmp_path):
