@@ -123,11 +123,11 @@ def test_moving_the_checkout_reruns_no_provenance_job(tmp_path):
 
     from tests.helpers import REPO, SNAKEMAKE, offline_env, params_changed
 
-    moved = tmp_path / "elsewhere" / "shardflow"
-    for name in ("Snakefile", "rules", "config", "scripts", "envs"):
+    moved = tmp_path / "elsewhere" / "clone"  # the workflow and its package, as a clone has them
+    for name in ("Snakefile", "rules", "config", "scripts", "envs", "shardflow"):
         source, copy = REPO / name, moved / name
-        if source.is_dir():
-            shutil.copytree(source, copy)  # copy2: the scripts keep their times
+        if source.is_dir():  # copy2: the scripts keep their times
+            shutil.copytree(source, copy, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             copy.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, copy)
