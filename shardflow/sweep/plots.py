@@ -3,8 +3,9 @@
 Which files a sweep gets is a pure function of its spec (`plot_files`), so a rule can
 declare them at parse time: for every metric of spec.metrics, one line plot per
 parameter with at least two values, and one heatmap per pair of such parameters.
-The best point (spec.best) is starred or outlined in each. A priced sweep's cost
-metrics say their currency on the axis (cost.money_label).
+The best point of each figure's metric is starred or outlined; a metric no point has
+a value for (every point has a run that wrote it as null: table.best) has none to mark.
+A priced sweep's cost metrics say their currency on the axis (cost.money_label).
 """
 
 from __future__ import annotations
@@ -61,6 +62,19 @@ def plot_files(spec: SweepSpec) -> dict[str, tuple[str, str, tuple[str, ...]]]:
     return files
 
 
+def _best_point(summary: pd.DataFrame, metric: str, maximize: bool) -> pd.Series | None:
+    """The summary row of `metric`'s best point, or None where no point has a mean of it.
+
+    Only spec.best must have one (table.summarise refuses a sweep ranked by a metric no
+    point has); another shown metric without any (mfu on a GPU its peak table lacks, a
+    final_val_loss where each point has a diverged seed) reads – in the tables, and its
+    figures are drawn without a best point rather than stopping the collection.
+    """
+    if summary[f"{metric}_mean"].isna().all():
+        return None
+    return best(summary, metric, maximize)
+
+
 def _rows(spec: SweepSpec, summary: pd.DataFrame, metric: str) -> list[tuple[dict, float, float]]:
     """(point, mean, std) per point, in the spec's order."""
     by_point = summary.set_index("point")
@@ -90,10 +104,11 @@ def plot_metric(spec: SweepSpec, summary: pd.DataFrame, metric: str, param: str,
         pts.sort()
         ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts],
                     marker="o", capsize=3, label=label or None)
-    top_row = best(summary, metric, spec.goals[metric] == "max")
-    top = spec.point(top_row["point"])
-    ax.plot([position[format_value(top[param])]], [float(top_row[f"{metric}_mean"])], marker="*", markersize=16,
-            color="gold", markeredgecolor="black", linestyle="none", zorder=5, label="best")
+    top_row = _best_point(summary, metric, spec.goals[metric] == "max")
+    if top_row is not None:
+        top = spec.point(top_row["point"])
+        ax.plot([position[format_value(top[param])]], [float(top_row[f"{metric}_mean"])], marker="*", markersize=16,
+                color="gold", markeredgecolor="black", linestyle="none", zorder=5, label="best")
     if numeric and min(xs) > 0 and max(xs) / min(xs) >= 10:  # learning rates, sizes: spaced by factors
         ax.set_xscale("log")
     if not numeric:
@@ -136,15 +151,20 @@ def plot_heatmap(spec: SweepSpec, summary: pd.DataFrame, metric: str, x: str, y:
                 light = 0.299 * red + 0.587 * green + 0.114 * blue > 0.5  # dark text on light cells
                 ax.text(c, r, f"{grid[r, c]:.3g}", ha="center", va="center", fontsize="small",
                         color="black" if light else "white")
-    top = spec.point(best(summary, metric, maximize)["point"])
-    r, c = row[format_value(top[y])], col[format_value(top[x])]
-    ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5))
+    top_row = _best_point(summary, metric, maximize)
+    if top_row is not None:
+        top = spec.point(top_row["point"])
+        r, c = row[format_value(top[y])], col[format_value(top[x])]
+        ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5))
     ax.set_xticks(range(len(xs)), [_label(v) for v in xs])
     ax.set_yticks(range(len(ys)), [_label(v) for v in ys])
     ax.set_xlabel(spec.names[x])
     ax.set_ylabel(spec.names[y])
     rest = len(spec.params) > 2
-    ax.set_title(f"{spec.name}: {metric}" + (" (best over the other parameters)" if rest else "") + ", best outlined")
+    if top_row is None:
+        ax.set_title(f"{spec.name}: {metric}: no point has a value")
+    else:
+        ax.set_title(f"{spec.name}: {metric}" + (" (best over the other parameters)" if rest else "") + ", best outlined")
     save_figure(fig, str(path))
 
 

@@ -70,3 +70,21 @@ def test_a_priced_sweeps_cost_axes_name_their_currency(tmp_path, monkeypatch):
     assert "estimated_cost (EUR; lower is better)" in labels and "items_per_s (higher is better)" in labels
     assert "estimated_cost (EUR)" in labels  # the heatmap's colour bar
     assert not any("EUR" in label for label in labels if label.startswith("items_per_s"))
+
+
+def test_a_metric_no_point_has_a_value_for_is_plotted_without_a_best_point(tmp_path):
+    """A shown metric that every point has a run without (mfu on a GPU the peak table
+    lacks, a final_val_loss where every point has a diverged seed) reads – in the tables;
+    its figures were the one thing that stopped the collection, after every job ran,
+    looking for its best point. Only spec.best must have a value (table.best)."""
+    import math
+
+    spec = parse({"s": sweep(grid={"train.lr": [0.1, 0.01], "train.n_layer": [2, 4]},
+                             metrics={"best_val_loss": "min", "mfu": "max"})})["s"]
+    runs = collect(spec, [RunResult(pid, s, {"best_val_loss": float(i + s), "mfu": math.nan})
+                          for i, (pid, s) in enumerate(spec.jobs())])
+    paths = plot_sweep(spec, summarise(spec, runs), tmp_path / "plots")
+    assert len(paths) == 6
+    for path in paths:
+        with open(path, "rb") as fh:
+            assert fh.read(8) == PNG
