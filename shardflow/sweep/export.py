@@ -7,7 +7,8 @@ rounded mean equals the best rounded mean, since that is what a reader can compa
 A priced sweep's cost metrics say their currency in the header (cost.money_label).
 A value some run of its point computed on a ranking shallower than the metric's k
 (table.beyond_depth: retrieval.top_k 100 and all.recall_at_1000) is marked † and
-footnoted: it is not the metric at k.
+footnoted: it is not the metric at k. A point that has no mean (a run of it wrote no
+value: table.aggregate) reads – (-- in LaTeX), and a note below the table says why.
 """
 
 from __future__ import annotations
@@ -59,6 +60,12 @@ def metric_decimals(means: pd.Series, decimals: int, most: int = MOST_DECIMALS) 
 
 
 DAGGER_NOTE = "computed on a ranking shallower than its k (retrieval.top_k): not the metric at k"
+# A cell whose point has no mean (table.aggregate), and what the note below the table says of it.
+NO_MEAN = "–"
+NO_MEAN_NOTE = (
+    "a run of this point wrote no value (null, NaN or Infinity: a diverged run's loss, a figure its device does "
+    "not give), so it has no mean"
+)
 
 
 def _cells(spec: SweepSpec, summary: pd.DataFrame, decimals: int, marked: Collection[tuple[str, str]] = ()):
@@ -81,13 +88,18 @@ def _cells(spec: SweepSpec, summary: pd.DataFrame, decimals: int, marked: Collec
         for m in spec.metrics:
             mean, std = float(by_point.at[pid, f"{m}_mean"]), float(by_point.at[pid, f"{m}_std"])
             if math.isnan(mean):
-                cells.append(("–", None, False, False))
+                cells.append((NO_MEAN, None, False, False))
                 continue
             d = places[m]
             bold = round(mean, d) == bold_means[m]
             cells.append((f"{mean:.{d}f}", None if math.isnan(std) else f"{std:.{d}f}", bold, (pid, m) in marked))
         rows.append(([value_label(point[p]) for p in spec.params], cells))
     return rows
+
+
+def _has_no_mean(rows) -> bool:
+    """Whether some cell of `rows` (_cells) reads NO_MEAN."""
+    return any(cell[0] == NO_MEAN for _, cells in rows for cell in cells)
 
 
 def to_markdown(
@@ -116,8 +128,9 @@ def to_markdown(
         lines.append("| " + " | ".join(texts) + " |")
     seeds = len(spec.seeds)
     note = f"mean ± sample std (n − 1) over {seeds} seeds" if seeds > 1 else "one seed"
-    dagger = f" † {DAGGER_NOTE}." if any(cell[3] for _, cells in rows for cell in cells) else ""
-    return "\n".join(lines) + f"\n\n{spec.name} ({spec.stage}): {note}; best in bold.{dagger}\n"
+    notes = f" † {DAGGER_NOTE}." if any(cell[3] for _, cells in rows for cell in cells) else ""
+    notes += f" {NO_MEAN} {NO_MEAN_NOTE}." if _has_no_mean(rows) else ""
+    return "\n".join(lines) + f"\n\n{spec.name} ({spec.stage}): {note}; best in bold.{notes}\n"
 
 
 def to_latex(
@@ -156,11 +169,13 @@ def to_latex(
             body = mean if std is None else f"{mean} \\pm {std}"
             body = f"\\mathbf{{{body}}}" if bold else body
             body += "^{\\dagger}" if beyond else ""
-            texts.append(f"${body}$" if mean != "–" else "--")
+            texts.append(f"${body}$" if mean != NO_MEAN else "--")
         lines.append(" & ".join(texts) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
     if any(cell[3] for _, cells in rows for cell in cells):
         lines.append(f"\\par\\smallskip{{\\footnotesize $^{{\\dagger}}$ {latex_escape(DAGGER_NOTE)}.}}")
+    if _has_no_mean(rows):
+        lines.append(f"\\par\\smallskip{{\\footnotesize -- {latex_escape(NO_MEAN_NOTE)}.}}")
     lines.append(r"\end{table}")
     return "\n".join(lines) + "\n"
 

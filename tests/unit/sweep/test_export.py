@@ -134,3 +134,20 @@ def test_the_bold_value_is_the_best_as_the_table_reads_it():
     lines = to_markdown(spec, summary, decimals=3).splitlines()
     assert lines[2:4] == ["| 0.001 | 0.900 | **0.971** |", "| 0.0003 | **0.800** | 0.970 |"]
     assert "0.001 & $0.900$ & $\\mathbf{0.971}$ \\\\" in to_latex(spec, summary, decimals=3)
+
+
+def test_a_point_without_a_mean_is_explained_below_the_table():
+    """A point with a seed that has no value (a diverged run's null loss) has no mean and
+    reads –; the tables said nothing of why, so a reader could not tell a diverged point
+    from one the metric does not apply to. A note below says it, only where a cell is –."""
+    spec, summary = tiny()
+    summary.loc[0, ["acc_mean", "acc_std"]] = float("nan")
+    note = ("– a run of this point wrote no value (null, NaN or Infinity: a diverged run's loss, a figure its device "
+            "does not give), so it has no mean.")
+    markdown = to_markdown(spec, summary).splitlines()
+    assert markdown[2] == "| 0.001 | 1.100 ± 0.141 | – |"
+    assert markdown[-1] == f"tiny (train): mean ± sample std (n − 1) over 2 seeds; best in bold. {note}"
+    latex = to_latex(spec, summary).splitlines()
+    assert "0.001 & $1.100 \\pm 0.141$ & -- \\\\" in latex
+    assert latex[-2] == f"\\par\\smallskip{{\\footnotesize -- {note[2:]}}}"
+    assert to_markdown(*tiny()) == MARKDOWN and to_latex(*tiny()) == LATEX  # every mean there: no note
