@@ -5,7 +5,9 @@ declare them at parse time: for every metric of spec.metrics, one line plot per
 parameter with at least two values, and one heatmap per pair of such parameters.
 The best point of each figure's metric is starred or outlined; a metric no point has
 a value for (every point has a run that wrote it as null: table.best) has none to mark.
-A priced sweep's cost metrics say their currency on the axis (cost.money_label).
+A priced sweep's cost metrics say their currency on the axis (cost.money_label). A
+heatmap's cells are labelled at 3 significant digits, more where every cell would read
+the same (cell_digits), as the tables' columns get decimals.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Iterable
 from typing import Any
 
 import pandas as pd
@@ -73,6 +76,22 @@ def _best_point(summary: pd.DataFrame, metric: str, maximize: bool) -> pd.Series
     if summary[f"{metric}_mean"].isna().all():
         return None
     return best(summary, metric, maximize)
+
+
+# Significant digits of a heatmap's cell labels, and the most they get to tell cells apart.
+CELL_DIGITS, MOST_CELL_DIGITS = 3, 6
+
+
+def cell_digits(values: Iterable[float]) -> int:
+    """CELL_DIGITS, or more (up to MOST_CELL_DIGITS) where the cells differ but every one
+    would read the same: cosines of 0.99962 and 0.99996 are both "1" at 3 digits. As the
+    tables' columns (export.metric_decimals): where some cells differ, two that read the
+    same are a tie."""
+    finite = {float(v) for v in values if not math.isnan(v)}
+    for digits in range(CELL_DIGITS, MOST_CELL_DIGITS + 1):
+        if len({f"{v:.{digits}g}" for v in finite}) > 1:
+            return digits
+    return CELL_DIGITS
 
 
 def _rows(spec: SweepSpec, summary: pd.DataFrame, metric: str) -> list[tuple[dict, float, float]]:
@@ -144,12 +163,13 @@ def plot_heatmap(spec: SweepSpec, summary: pd.DataFrame, metric: str, x: str, y:
     fig, ax = plt.subplots(figsize=(1.1 * len(xs) + 2.5, 0.6 * len(ys) + 2))
     image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis" if maximize else "viridis_r", aspect="auto")
     fig.colorbar(image, ax=ax, label=money_label(metric, currency))
+    digits = cell_digits(grid.flat)
     for r in range(len(ys)):
         for c in range(len(xs)):
             if not math.isnan(grid[r, c]):
                 red, green, blue, _ = image.cmap(image.norm(grid[r, c]))
                 light = 0.299 * red + 0.587 * green + 0.114 * blue > 0.5  # dark text on light cells
-                ax.text(c, r, f"{grid[r, c]:.3g}", ha="center", va="center", fontsize="small",
+                ax.text(c, r, f"{grid[r, c]:.{digits}g}", ha="center", va="center", fontsize="small",
                         color="black" if light else "white")
     top_row = _best_point(summary, metric, maximize)
     if top_row is not None:

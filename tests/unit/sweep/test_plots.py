@@ -88,3 +88,27 @@ def test_a_metric_no_point_has_a_value_for_is_plotted_without_a_best_point(tmp_p
     for path in paths:
         with open(path, "rb") as fh:
             assert fh.read(8) == PNG
+
+
+def test_heatmap_cells_get_the_digits_that_tell_them_apart(tmp_path, monkeypatch):
+    """An embed sweep's cosines with the main run's vectors (0.99962, 0.99996, ...) were
+    written "1" in every heatmap cell at 3 significant digits, as the tables once read
+    1.000 (export.metric_decimals); the cells get digits until they differ (at most 6).
+    Cells where some already differ keep 3, a tie where they read the same."""
+    import shardflow.sweep.plots as plots
+
+    figures = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig))
+    spec = parse({"s": sweep(stage="embed", grid={"embedding.max_length": [64, 128], "embedding.model": ["a", "b"]},
+                             seeds=[0], metrics={"agreement.cosine_mean": "max"})})["s"]
+
+    def cells(values):
+        runs = collect(spec, [RunResult(p, s, {"agreement.cosine_mean": v})
+                              for (p, s), v in zip(spec.jobs(), values, strict=True)])
+        figures.clear()
+        plot_heatmap(spec, summarise(spec, runs), "agreement.cosine_mean", "embedding.max_length",
+                     "embedding.model", tmp_path / "heat.png")
+        return sorted(t.get_text() for t in figures[0].axes[0].texts)
+
+    assert cells([0.99962, 0.99996, 0.99981, 0.99990]) == ["0.9996", "0.9998", "0.9999", "1"]
+    assert cells([0.99962, 0.99996, 0.5, 0.25]) == ["0.25", "0.5", "1", "1"]
