@@ -4,6 +4,10 @@ From the job table merge_summaries wrote (per-chunk stats and Snakemake
 benchmarks), the split manifest and the merged summaries: records, rejects, input
 and summary lengths, compression, wall time, throughput, GPU-hours and cost, and the
 largest job's peak GPU memory.
+
+Input and summary lengths are totals over the merged summaries, one record per
+document: an abstractive job's stats count only the texts it generated itself (the
+numerators of its rates), not those its resume parts held.
 """
 
 from __future__ import annotations
@@ -29,11 +33,13 @@ class SummaryReportParams:
     currency: str = "USD"
 
 
-def run_summary(stats: list[dict], benches: list[dict], manifest: dict, params: SummaryReportParams) -> dict:
+def run_summary(
+    stats: list[dict], benches: list[dict], manifest: dict, params: SummaryReportParams, lengths: np.ndarray
+) -> dict:
+    """`lengths`: each document's (input, summary) tokens (`document_lengths`)."""
     costs = job_costs(stats, benches)
     records = sum(s["items"] for s in stats)
-    inp = sum(s["input_tokens"] for s in stats)
-    out = sum(s["output_tokens"] for s in stats)
+    inp, out = (int(total) for total in lengths.sum(axis=0))
     return {
         "records": records,
         "rejected_records": manifest.get("rejected_records", 0),
@@ -59,9 +65,15 @@ def run_summary(stats: list[dict], benches: list[dict], manifest: dict, params: 
     }
 
 
-def plot_lengths(summaries_path: str, path: str) -> None:
-    """Input and summary lengths per document (tokens or words, see `records`)."""
-    lengths = np.array([(r["input_tokens"], r["output_tokens"]) for r in iter_summaries(summaries_path)], dtype=float)
+def document_lengths(summaries_path: str) -> np.ndarray:
+    """Each document's (input, summary) tokens (or words, see `records`), [n, 2] int64."""
+    rows = [(r["input_tokens"], r["output_tokens"]) for r in iter_summaries(summaries_path)]
+    return np.array(rows, dtype=np.int64).reshape(len(rows), 2)
+
+
+def plot_lengths(lengths: np.ndarray, path: str) -> None:
+    """Input and summary lengths per document (`document_lengths`)."""
+    lengths = lengths.astype(float)
     plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
     if len(lengths):
@@ -82,8 +94,9 @@ def build_report(jobs_path: str, manifest_path: str, summaries_path: str, output
     manifest = read_json(manifest_path)
     plot_throughput(stats, outputs["throughput"], stage="Summarisation")
     plot_timeline(stats, benches, outputs["timeline"], job="summarise")
-    plot_lengths(summaries_path, outputs["lengths"])
-    summary = run_summary(stats, benches, manifest, params)
+    lengths = document_lengths(summaries_path)
+    plot_lengths(lengths, outputs["lengths"])
+    summary = run_summary(stats, benches, manifest, params, lengths)
     write_json(outputs["summary"], summary)
     log.info("summary: %s", json.dumps(summary))
     return summary

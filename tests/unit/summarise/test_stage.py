@@ -13,7 +13,7 @@ from shardflow.summarise.evaluate import MissingReferenceError, evaluate_summari
 from shardflow.summarise.merge import SummariesCheckError, merge_summaries
 from shardflow.summarise.params import ScoreParams, SummariseParams
 from shardflow.summarise.records import SummariesError, iter_summaries, write_summaries
-from shardflow.summarise.report import SummaryReportParams, run_summary
+from shardflow.summarise.report import SummaryReportParams, build_report, run_summary
 from shardflow.summarise.select import select_chunk
 
 ARTICLES = [
@@ -268,7 +268,10 @@ def test_report_numbers_from_the_job_table():
         {"items": 5, "input_tokens": 500, "output_tokens": 50, "truncated": 0, "start_time": 2.0, "end_time": 20.0,
          "seconds": 17.0, "device": "cuda:0"},
     ]
-    s = run_summary(stats, [{"s": 3600.0}, {"s": 1800.0}], {"rejected_records": 2}, SummaryReportParams(gpu_hour_price=2.0))
+    lengths = np.array([[100, 10]] * 15)  # the 15 documents' (input, summary) tokens
+    s = run_summary(
+        stats, [{"s": 3600.0}, {"s": 1800.0}], {"rejected_records": 2}, SummaryReportParams(gpu_hour_price=2.0), lengths
+    )
     assert (s["records"], s["rejected_records"], s["truncated_inputs"]) == (15, 2, 1)
     assert s["compression_ratio"] == pytest.approx(0.1)
     assert s["gpu_hours"] == pytest.approx(1.5) and s["estimated_cost"] == pytest.approx(3.0)
@@ -276,7 +279,7 @@ def test_report_numbers_from_the_job_table():
     # A killed attempt on another GPU before the first job's last: summary.json lists its
     # device and its seconds by device, next to the GPU-hours it adds.
     stats[0] |= {"earlier_attempts": 1, "earlier_attempt_seconds": 900.0, "earlier_attempt_devices": {"cuda:1": 900.0}}
-    s = run_summary(stats, [{"s": 3600.0}, {"s": 1800.0}], {}, SummaryReportParams(gpu_hour_price=2.0))
+    s = run_summary(stats, [{"s": 3600.0}, {"s": 1800.0}], {}, SummaryReportParams(gpu_hour_price=2.0), lengths)
     assert s["devices"] == ["cuda:0"] and s["earlier_attempt_devices"] == {"cuda:1": 900.0}
     assert s["gpu_hours"] == pytest.approx(1.75)
     # Stats from before jobs recorded peak GPU memory: none, and both CUDA jobs counted as unrecorded.
@@ -284,8 +287,37 @@ def test_report_numbers_from_the_job_table():
     # The largest job's peak, and its chunk.
     for i, (allocated, reserved) in enumerate([(500.0, 800.0), (650.0, 700.0)]):
         stats[i] |= {"chunk": i, "peak_gpu_mem_mib": allocated, "peak_gpu_mem_reserved_mib": reserved}
-    s = run_summary(stats, [{"s": 3600.0}, {"s": 1800.0}], {}, SummaryReportParams())
+    s = run_summary(stats, [{"s": 3600.0}, {"s": 1800.0}], {}, SummaryReportParams(), lengths)
     assert (s["peak_gpu_mem_mib"], s["peak_gpu_mem_reserved_mib"], s["peak_gpu_mem_chunk"]) == (650.0, 800.0, 1)
+
+
+def test_report_totals_count_every_document_whatever_a_job_resumed(tmp_path):
+    """An abstractive job's stats count the tokens of the texts it generated, not of those
+    its parts resumed (its rates' numerators): a job killed after its last part and rerun
+    counts none. summary.json's totals come from the summaries, so they do not depend on
+    whether a job was killed."""
+    rows = [(f"doc-{i}", 100 + i, 10 + i) for i in range(4)]
+    summaries = tmp_path / "summaries.jsonl"
+    write_summaries(
+        summaries, [r[0] for r in rows],
+        [{"summary": "s", "input_tokens": inp, "output_tokens": out, "truncated": False} for _, inp, out in rows],
+    )
+    stats = [  # chunk 0 ran whole; chunk 1 resumed all its parts (items_generated 0)
+        {"chunk": 0, "items": 2, "items_generated": 2, "input_tokens": 201, "output_tokens": 21, "truncated": 0,
+         "items_per_s": 0.2, "start_time": 0.0, "end_time": 10.0, "seconds": 10.0, "device": "cpu"},
+        {"chunk": 1, "items": 2, "items_generated": 0, "input_tokens": 0, "output_tokens": 0, "truncated": 0,
+         "items_per_s": 0.0, "start_time": 10.0, "end_time": 11.0, "seconds": 1.0, "device": "cpu"},
+    ]
+    jobs = tmp_path / "jobs.json"
+    jobs.write_text(json.dumps({"jobs": [{"stats": s, "benchmark": {"s": s["seconds"]}} for s in stats]}))
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"total_records": 4}))
+    outputs = {k: str(tmp_path / f"{k}.png") for k in ("throughput", "timeline", "lengths")}
+    outputs["summary"] = str(tmp_path / "summary.json")
+    s = build_report(str(jobs), str(manifest), str(summaries), outputs, SummaryReportParams())
+    assert (s["records"], s["input_tokens"], s["summary_tokens"]) == (4, 406, 46)
+    assert s["compression_ratio"] == round(46 / 406, 6)
+    assert json.loads((tmp_path / "summary.json").read_text())["summary_tokens"] == 46
 
 
 def test_without_an_id_field_references_join_by_source_position(tmp_path):
