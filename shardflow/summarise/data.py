@@ -19,6 +19,9 @@ Summaries are named by a field spec:
   "summary"                 a top-level field; the system is called "summary"
   "system_summaries.bart"   a dotted path into nested objects; system "bart"
   "system_summaries.*"      every entry of a dict field, one system per key
+
+The id field is a key of the record, as the split reads `input.id_field` (a dot in it
+is part of the name), so that both name a record alike.
 """
 
 from __future__ import annotations
@@ -257,10 +260,15 @@ def _id(obj: dict, field: str | None, name: str, line: int) -> str:
     """A record's id: its `field`, or with no id field (input.id_field: null) its source
     position, `<name>:<line>`, as the split names it (shardflow.corpus.readers): `name`
     is the file as the workflow names it (core.s3.logical_path: in S3 storage the
-    object's URL or the workflow's path, never the local copy a job reads)."""
+    object's URL or the workflow's path, never the local copy a job reads). `field` is a
+    key of the record, as the split reads input.id_field, never a dotted path: "doc.id"
+    is the key a flattened export writes, and reading it as obj["doc"]["id"] found no id
+    for any record the split had read."""
     if field is None:
         return f"{name}:{line}"
-    value = _get(obj, field)
+    if field not in obj:
+        raise _Bad(f"missing field {field!r}")
+    value = obj[field]
     if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
         raise _Bad(f"id field {field!r} is {value!r}, not a non-empty string or integer")
     return str(value)

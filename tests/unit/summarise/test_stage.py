@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from shardflow.core.parts import PartStore
-from shardflow.corpus.readers import BadRecordError
+from shardflow.corpus.readers import BadRecordError, ReaderOptions, iter_records
 from shardflow.summarise.evaluate import MissingReferenceError, evaluate_summaries, score_stored
 from shardflow.summarise.merge import SummariesCheckError, merge_summaries
 from shardflow.summarise.params import ScoreParams, SummariseParams
@@ -333,6 +333,27 @@ def test_without_an_id_field_references_join_by_source_position(tmp_path):
     outputs = {k: str(tmp_path / n) for k, n in (("metrics", "m.json"), ("per_document", "p.parquet"), ("figure", "f.png"))}
     m = evaluate_summaries(str(summaries), [str(src)], ScoreParams(id_field=None), outputs).metrics
     assert m["n_documents"] == 2 and m["documents_without_reference"] == 0 and m["rouge1"] == pytest.approx(100)
+
+
+def test_an_id_field_is_the_key_the_split_reads_even_with_a_dot_in_its_name(tmp_path):
+    """input.id_field names a key of the record, as the split reads it: a flattened export
+    (pandas json_normalize, datasets' flatten) has keys such as "doc.id". The references
+    were read by a dotted path instead, so every summary lacked its reference, and the
+    evaluation failed after every summarise job had run."""
+    src = tmp_path / "src.jsonl"
+    src.write_text(json.dumps({"doc.id": "a", "text": "The council met.", "highlights": "The council met."}) + "\n")
+    (split_id,) = [r.id for r in iter_records([str(src)], ReaderOptions(id_field="doc.id"))]
+    summaries = tmp_path / "s.jsonl"
+    write_summaries(summaries, [split_id], [
+        {"summary": "The council met.", "input_tokens": 3, "output_tokens": 3, "truncated": False},
+    ])
+    outputs = {k: str(tmp_path / n) for k, n in (("metrics", "m.json"), ("per_document", "p.parquet"), ("figure", "f.png"))}
+    m = evaluate_summaries(str(summaries), [str(src)], ScoreParams(id_field="doc.id"), outputs).metrics
+    assert m["n_documents"] == 1 and m["rouge1"] == pytest.approx(100)
+    # A nested object is not read through: the split finds no such key either.
+    src.write_text(json.dumps({"doc": {"id": "a"}, "text": "x", "highlights": "The council met."}) + "\n")
+    with pytest.raises(BadRecordError, match=r"src.jsonl:1: missing field 'doc.id'"):
+        evaluate_summaries(str(summaries), [str(src)], ScoreParams(id_field="doc.id"), outputs)
 
 
 def test_an_s3_runs_references_join_as_the_split_named_the_records(tmp_path, monkeypatch):
