@@ -3,11 +3,13 @@ from JSONL or gzipped JSONL.
 
 Each line is one JSON object. Blank lines carry no record and are passed over,
 as in `shardflow.corpus.readers`. Anything else that cannot be used (invalid
-UTF-8, malformed JSON, a value that is not an object, a missing, non-string or
-empty field, a duplicate id, a dict of summaries whose systems differ from those
-most records have) raises `BadRecordError` naming the file and line; with
-`on_bad_record="skip"` it becomes a `Rejected` in the returned rejects list
-instead, so nothing is dropped silently.
+UTF-8, malformed JSON, a value that is not an object, a missing or non-string
+field, an empty article or reference, a duplicate id, a dict of summaries whose
+systems differ from those most records have) raises `BadRecordError` naming the
+file and line; with `on_bad_record="skip"` it becomes a `Rejected` in the returned
+rejects list instead, so nothing is dropped silently. An empty stored summary is no
+such problem: the system wrote nothing there, and scores 0 (as rouge-score, and the
+workflow's own summaries, score it).
 
 Stored summaries may come from several files (`load_summaries` with a list of paths):
 they are one input, as the split reads a corpus of several files. An id is unique
@@ -149,9 +151,9 @@ def load_summaries(
                     f"systems in {parent!r} differ from the {n_with} records' that share one set "
                     f"{list(systems)}: missing {missing}, extra {extra}"
                 )
-            texts = {name: _text(obj, f"{parent}.{name}") for name in names}
+            texts = {name: _text(obj, f"{parent}.{name}", empty_ok=True) for name in names}
         else:
-            texts = {summaries.rsplit(".", 1)[-1]: _text(obj, summaries)}
+            texts = {summaries.rsplit(".", 1)[-1]: _text(obj, summaries, empty_ok=True)}
         return SummaryRecord(_id(obj, id_field, name, line), _text(obj, reference_field), texts, line)
 
     records, rejects, seen = [], [], {}
@@ -243,11 +245,13 @@ def _get(obj: dict, dotted: str) -> Any:
     return obj
 
 
-def _text(obj: dict, dotted: str) -> str:
+def _text(obj: dict, dotted: str, empty_ok: bool = False) -> str:
+    """The string at `dotted`. `empty_ok`: an empty or blank one is kept (a stored system
+    summary: a system that wrote nothing scores 0 there, as rouge-score scores it)."""
     value = _get(obj, dotted)
     if not isinstance(value, str):
         raise _Bad(f"field {dotted!r} is {type(value).__name__}, not a string")
-    if not value.strip():
+    if not value.strip() and not empty_ok:
         raise _Bad(f"empty text in field {dotted!r}")
     try:
         value.encode("utf-8")

@@ -74,7 +74,9 @@ def score_summary(
     # Splitting only cuts at whitespace, so the line form has the same tokens as the
     # text as given: rouge1/2/L are unchanged, and one call scores all four.
     scores = _scorer().score(sentence_lines(reference, reference_format), sentence_lines(summary, summary_format))
-    return {t: scores[t].fmeasure * 100 for t in ROUGE_TYPES}
+    # float(): rouge-score's LCS scores of a side without a token are the int 0, which
+    # made a column of such documents alone (a system that wrote nothing) int64.
+    return {t: float(scores[t].fmeasure) * 100 for t in ROUGE_TYPES}
 
 
 def score_records(records: Iterable[SummaryRecord], params: ScoreParams = DEFAULT_PARAMS) -> pd.DataFrame:

@@ -46,7 +46,7 @@ def test_configurable_field_names(tmp_path, write_jsonl):
 
 BAD_LINES = [
     (b'{"id": "d2", "highlights": "x"}', "missing field 'summary'"),
-    (b'{"id": "d2", "highlights": "x", "summary": "  "}', "empty text in field 'summary'"),
+    (b'{"id": "d2", "highlights": "  ", "summary": "x"}', "empty text in field 'highlights'"),
     (b'{"id": "d2", "highlights": "x", "summary": 3}', "field 'summary' is int, not a string"),
     (b'{"id": "d2", "highlights": "\xff", "summary": "x"}', "invalid UTF-8 at byte"),
     (b'["not", "an", "object"]', "JSON value is list, not an object"),
@@ -68,6 +68,24 @@ def test_bad_record_names_file_and_line(tmp_path, line, reason):
     skipped = score_jsonl(str(path), "summary", ScoreParams(on_bad_record="skip"))
     assert list(skipped.scores["id"]) == ["d1"]
     assert [(r.line, r.reason) for r in skipped.rejects] == [(3, str(err.value).split(": ", 1)[1])]
+
+
+def test_an_empty_stored_summary_scores_zero_and_counts_in_the_means(tmp_path, write_jsonl):
+    """rouge-score scores a summary without a token 0 (and the workflow's own empty
+    summaries score so): a system that wrote nothing for a document is scored on it. As a
+    bad record it stopped the scoring, or, skipped, took the document out of every
+    system's mean, raising the mean of the system that failed on it."""
+    recs = [_rec(1), _rec(2, summary="", system_summaries={"x": "  ", "y": "the cat sat"})]
+    path = str(write_jsonl(tmp_path / "s.jsonl", recs))
+    one = score_jsonl(path, "summary")
+    assert not one.rejects and list(one.scores["id"]) == ["d1", "d2"]
+    assert one.scores.iloc[1][["rouge1", "rouge2", "rougeL", "rougeLsum"]].tolist() == [0.0] * 4
+    both = score_jsonl(path, "system_summaries.*").scores.set_index(["id", "system"])
+    assert both.loc[("d2", "x"), "rouge1"] == 0.0 and both.loc[("d2", "y"), "rouge1"] == 100.0
+    # rouge-score gives LCS scores without a token as the int 0: a system that wrote
+    # nothing at all still has float columns in per_document.parquet.
+    empty = str(write_jsonl(tmp_path / "e.jsonl", [_rec(1, summary=""), _rec(2, summary=" ")]))
+    assert (score_jsonl(empty, "summary").scores[["rouge1", "rouge2", "rougeL", "rougeLsum"]].dtypes == "float64").all()
 
 
 def test_systems_must_agree_across_records(tmp_path, write_jsonl):

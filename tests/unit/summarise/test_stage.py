@@ -188,12 +188,12 @@ def test_evaluation_joins_references_by_id_and_names_what_is_missing(tmp_path):
 def test_stored_scoring_names_each_record_it_sets_aside_in_the_log(tmp_path, caplog):
     src = tmp_path / "src.jsonl"
     good = {"id": "a", "article": "x", "highlights": "The council approved the budget.", "summary": "The council met."}
-    src.write_text(json.dumps(good) + "\n" + json.dumps(dict(good, id="b", summary="")) + "\n")
+    src.write_text(json.dumps(good) + "\n" + json.dumps(dict(good, id="b", summary=None)) + "\n")
     outputs = {k: str(tmp_path / n) for k, n in (("metrics", "m.json"), ("per_document", "p.parquet"), ("figure", "f.png"))}
     with caplog.at_level(logging.WARNING):
         scored = score_stored([str(src)], "summary", ScoreParams(on_bad_record="skip"), outputs)
     assert scored.metrics["rejected_records"] == 1 and scored.metrics["n_documents"] == 1
-    assert f"record set aside: {src}:2: empty text in field 'summary'" in caplog.text
+    assert f"record set aside: {src}:2: field 'summary' is NoneType, not a string" in caplog.text
 
 
 def test_stored_files_are_one_input_an_id_in_two_is_a_duplicate(tmp_path):
