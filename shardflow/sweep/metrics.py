@@ -14,7 +14,9 @@ lists are written out here, from the writers:
   `all.<measure>_at_<k>` for shardflow.retrieval.metrics METRICS x MTEB_K_VALUES;
 - summarise: shardflow.summarise.evaluate._metrics and evaluate_summaries: the
   headline ROUGE_TYPES (one system: the method), `systems.<method>.<rouge>.<stat>`,
-  the bootstrap settings and the counts;
+  the bootstrap settings and the counts; under method stored, score_stored: its
+  systems named by the field (`summary_systems`), its own counts, the headline where
+  it scores one system;
 - embed: shardflow.embed.measure.run_metrics: speed, GPU-hours, the largest chunk
   job's peak GPU memory, and `agreement.<name>`
   (cosine with the main run's vectors) where the point loads the main run's model; and
@@ -54,6 +56,8 @@ SUMMARY_COUNTS = (
     "n_documents", "documents_without_reference", "split_rejected_records", "rejected_references", "summary_tokens_mean",
     "compression_ratio_mean", "bootstrap.resamples", "bootstrap.seed", "bootstrap.level",
 )
+# Method stored scores summaries already in the input: no split, no token counts.
+STORED_COUNTS = ("n_documents", "rejected_records", "bootstrap.resamples", "bootstrap.seed", "bootstrap.level")
 EMBED = (
     "records", "records_resumed", "tokens", "chunks", "items_per_s", "tokens_per_s", "steady_items_per_s",
     "steady_tokens_per_s", "job_items_per_s", "encode_seconds", "warmup_seconds", "job_seconds", "wall_seconds",
@@ -66,9 +70,25 @@ EMBED_AGREEMENT = ("agreement.cosine_min", "agreement.cosine_mean", "agreement.c
 GPU_ONLY = ("mfu", "peak_gpu_mem_mib", "peak_gpu_mem_reserved_mib")
 
 
-def stage_metrics(stage: str, config: Mapping[str, Any]) -> tuple[str, ...] | None:
+def summary_systems(config: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The systems a ROUGE record scores, named as its writer names them: the method, for
+    the workflow's own summaries (rule evaluate_summaries); under method stored the last
+    part of summarise.stored_field ("summary"; "a.b": "b"; shardflow.summarise.data), or
+    None for "a.*", whose systems are that object's keys in the input."""
+    summarise = config["summarise"]
+    if summarise["method"] != "stored":
+        return (summarise["method"],)
+    field = summarise["stored_field"]
+    return None if field.endswith(".*") else (field.rsplit(".", 1)[-1],)
+
+
+def stage_metrics(
+    stage: str, config: Mapping[str, Any], systems: Iterable[str] | None = None
+) -> tuple[str, ...] | None:
     """Every name a `stage` job's metrics can hold under `config` (the sweep's base);
-    None for a stage without workflow rules (nothing to check against)."""
+    None for a stage without workflow rules (nothing to check against), or for a
+    summarise stage whose systems are the input's ("a.*") where `systems` does not give
+    them."""
     # mfu (no GPU peak to compare with) and the peak GPU memory are null where the
     # device is the CPU: GPU_ONLY.
     on_cpu = config.get("gpu_jobs", {}).get("device") == "cpu"
@@ -78,9 +98,13 @@ def stage_metrics(stage: str, config: Mapping[str, Any]) -> tuple[str, ...] | No
         scores = tuple(f"all.{m}_at_{k}" for m in RETRIEVAL_MEASURES for k in RETRIEVAL_KS)
         return RETRIEVAL_HEADLINE + RETRIEVAL_COUNTS + scores
     if stage == "summarise":
-        system = config["summarise"]["method"]
-        per_system = tuple(f"systems.{system}.{r}.{s}" for r in ROUGE for s in ROUGE_STATS)
-        return ROUGE + SUMMARY_COUNTS + per_system
+        systems = tuple(systems) if systems is not None else summary_systems(config)
+        if not systems:
+            return None
+        per_system = tuple(f"systems.{system}.{r}.{s}" for system in systems for r in ROUGE for s in ROUGE_STATS)
+        headline = ROUGE if len(systems) == 1 else ()  # several systems: no one of them is the headline
+        counts = STORED_COUNTS if config["summarise"]["method"] == "stored" else SUMMARY_COUNTS
+        return headline + counts + per_system
     if stage == "embed":
         return tuple(m for m in EMBED if not (on_cpu and m in GPU_ONLY)) + COST_METRICS + EMBED_AGREEMENT
     return None

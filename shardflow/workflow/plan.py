@@ -567,7 +567,8 @@ def unknown_reproduction_metrics(cfg: dict, data_sets: dict[str, DataSet]) -> li
         return []
     record = reproduction_metrics(cfg, data_sets)
     stage = next((st for end, st in REPRODUCTION_STAGES.items() if record.endswith("/" + end)), None)
-    known = stage_metrics(stage, cfg) if stage else None
+    systems = stored_systems(cfg, data_sets[cfg["dataset"]].sources) if stage == "summarise" else None
+    known = stage_metrics(stage, cfg, systems) if stage else None
     if not known:
         return []
     out = []
@@ -579,6 +580,25 @@ def unknown_reproduction_metrics(cfg: dict, data_sets: dict[str, DataSet]) -> li
                 f"reproduce.expect.metrics: '{name}' is not a metric of {record}{hint} (its metrics: {describe(known)})"
             )
     return out
+
+
+def stored_systems(cfg: dict, sources: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The systems of method stored with summarise.stored_field "a.*": the keys of that
+    object, the set most records of `sources` hold, decided as the scoring job decides it
+    (shardflow.summarise.data, which reads every file); None for another method or field
+    (their systems follow from the config: sweep.metrics.summary_systems), or where a
+    source is not on this machine (s3://) or no record holds such an object. Kept
+    between parses (core.parsecache), as every cluster job parses the workflow again."""
+    from shardflow.summarise.data import _usual_systems
+
+    field = cfg["summarise"]["stored_field"] or ""
+    if cfg["summarise"]["method"] != "stored" or not field.endswith(".*"):
+        return None
+    if not sources or any(p.startswith("s3://") or not os.path.isfile(p) for p in sources):
+        return None
+    parent = field.removesuffix(".*")
+    systems, _ = cached("stored-systems", sources, parent, lambda: _usual_systems(sources, parent))
+    return tuple(systems) or None
 
 
 def summarise_model(cfg: dict, sources: tuple[str, ...] = ()) -> None:

@@ -559,6 +559,54 @@ def test_a_reproduction_metric_its_record_never_holds_is_named_at_parse_time(con
     assert "is not a metric of results/" in line and "/retrieval/metrics.json" in line
 
 
+def metric_leaves(record: dict, prefix: str = "") -> set[str]:
+    """Every key a record holds a number (or null) at, nested keys joined by '.', as
+    reproduce.expect.metrics names them (reproduce.metric)."""
+    names = set()
+    for key, value in record.items():
+        if isinstance(value, dict):
+            names |= metric_leaves(value, f"{prefix}{key}.")
+        elif value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+            names.add(f"{prefix}{key}")
+    return names
+
+
+def expecting(config, names) -> dict:
+    config["reproduce"].update(name="paper", expect={"metrics": {n: {"value": 1.0, "tolerance": 0.1} for n in names}})
+    return config
+
+
+@pytest.mark.parametrize(("field", "systems"), [("summary", ["summary"]), ("sys.bart", ["bart"]),
+                                                  ("sys.*", ["bart", "lead"])])
+def test_stored_summaries_are_checked_by_the_names_their_rouge_record_holds(config, tmp_path, field, systems):
+    """Method stored names a system by its field ('summary'; 'a.b': 'b'; 'a.*': each key of
+    that object in the input), not by the method: the check rejected every
+    systems.<system>.* name of a stored run, and accepted systems.stored.* and the counts
+    of the workflow's own summaries (summary_tokens_mean), which its record never holds."""
+    from shardflow.summarise.evaluate import score_stored
+    from shardflow.summarise.params import ScoreParams
+
+    src = tmp_path / "stored.jsonl"
+    src.write_text("".join(json.dumps({"id": str(i), "highlights": "The council approved the budget .",
+                                       "summary": "The council met .",
+                                       "sys": {"lead": "The budget was approved .", "bart": "The council met ."}})
+                           + "\n" for i in range(3)))
+    out = {k: str(tmp_path / k) for k in ("metrics", "per_document", "figure")}
+    written = metric_leaves(score_stored([str(src)], field, ScoreParams(resamples=10), out).metrics)
+    assert {n.split(".")[1] for n in written if n.startswith("systems.")} == set(systems)
+    config.update(tasks=["summarisation"], input={**config["input"], "path": str(src)})
+    config["summarise"].update(method="stored", stored_field=field, reference_field="highlights")
+    assert plan.unknown_reproduction_metrics(expecting(config, sorted(written)), plan.datasets(config)) == []
+    for never in ("summary_tokens_mean", "systems.stored.rouge1.mean") + (("rouge1",) if len(systems) > 1 else ()):
+        (line,) = plan.unknown_reproduction_metrics(expecting(config, [never]), plan.datasets(config))
+        assert line.startswith(f"reproduce.expect.metrics: '{never}' is not a metric of "
+                               "results/demo/summarise/metrics.json")
+    typo = f"systems.{systems[0]}.rougeLSum.mean"
+    (line,) = plan.unknown_reproduction_metrics(expecting(config, [typo]), plan.datasets(config))
+    assert f"did you mean 'systems.{systems[0]}.rougeLsum.mean'?" in line
+    assert f"systems.* ({16 * len(systems)} names" in line
+
+
 def test_more_than_one_gpu_for_a_job_that_uses_one_is_named():
     """An embed or summarise job loads its model on one device: a `gpu` of 2 would keep a
     paid GPU idle through every job. train runs a process per GPU; CPU runs ask none."""
