@@ -33,6 +33,28 @@ class VerificationError(RuntimeError):
     pass
 
 
+# The numbers verification.json holds, nested keys joined with "." as a reproduction names
+# them (reproduce.expect.metrics, checked when the workflow parses: workflow.plan). The
+# record is written only when every check passed, so each check's first_row is null there
+# and its ok a boolean: no value a reproduction can compare. The norms check is the
+# record's where the model normalises, the nonzero check where not. Kept beside
+# verify_embeddings, which writes them (tests/unit/embed/test_verify.py ties the two).
+RECORD_METRICS = (
+    "rows", "dim", "norm_min", "norm_max", "checks.count.expected", "checks.count.got", "checks.dimension.expected",
+    "checks.dimension.got", "checks.finite.rows_with_non_finite", "checks.ids_match_rows.ids",
+    "checks.ids_match_rows.rows", "checks.ids_unique.duplicates",
+)  # fmt: skip
+NORMS_METRICS = ("checks.norms.tolerance", "checks.norms.rows_outside")
+NONZERO_METRICS = ("checks.nonzero.rows_all_zero",)
+
+
+def record_metrics(normalized: bool | None) -> tuple[str, ...]:
+    """The names of RECORD_METRICS and those of the check a model that normalises
+    (`normalized`) or does not gets; both checks' where that is not known (None)."""
+    checks = {True: NORMS_METRICS, False: NONZERO_METRICS, None: NORMS_METRICS + NONZERO_METRICS}[normalized]
+    return RECORD_METRICS + checks
+
+
 @dataclass(frozen=True)
 class VerifyParams:
     expected_records: int

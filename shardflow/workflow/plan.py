@@ -567,8 +567,13 @@ def unknown_reproduction_metrics(cfg: dict, data_sets: dict[str, DataSet]) -> li
         return []
     record = reproduction_metrics(cfg, data_sets)
     stage = next((st for end, st in REPRODUCTION_STAGES.items() if record.endswith("/" + end)), None)
-    systems = stored_systems(cfg, data_sets[cfg["dataset"]].sources) if stage == "summarise" else None
-    known = stage_metrics(stage, cfg, systems) if stage else None
+    if record.endswith("/verification.json"):
+        from shardflow.embed.verify import record_metrics
+
+        known = record_metrics(_normalises(cfg["embedding"]["model"]))
+    else:
+        systems = stored_systems(cfg, data_sets[cfg["dataset"]].sources) if stage == "summarise" else None
+        known = stage_metrics(stage, cfg, systems) if stage else None
     if not known:
         return []
     out = []
@@ -580,6 +585,18 @@ def unknown_reproduction_metrics(cfg: dict, data_sets: dict[str, DataSet]) -> li
                 f"reproduce.expect.metrics: '{name}' is not a metric of {record}{hint} (its metrics: {describe(known)})"
             )
     return out
+
+
+def _normalises(model: str) -> bool | None:
+    """Whether the embedding model's vectors are unit-norm, as rule verify reads it (its
+    checks differ); None where the model is not on this machine, or does not load."""
+    from shardflow.core.models import resolve_model
+    from shardflow.embed.stconfig import load_model_spec
+
+    try:
+        return load_model_spec(resolve_model(model)).normalize
+    except (OSError, ValueError, RuntimeError):  # RuntimeError: "default" without its package
+        return None
 
 
 def stored_systems(cfg: dict, sources: tuple[str, ...]) -> tuple[str, ...] | None:

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardflow.core.atomic import write_json
-from shardflow.embed.verify import VerifyParams, failure_message, verify_embeddings
+from shardflow.embed.verify import VerifyParams, failure_message, record_metrics, verify_embeddings
 
 ROWS, DIM = 50, 8
 ALL_CHECKS = {"count", "dimension", "finite", "norms", "ids_match_rows", "ids_unique"}
@@ -211,3 +211,29 @@ def test_non_matrix_fails_count_and_dimension(tmp_path):
 
 def test_failure_message_of_a_passing_result_lists_nothing(tmp_path):
     assert failure_message(verify(tmp_path), "e.npy") == "verification of e.npy failed:"
+
+
+def numbers_and_nulls(record: dict, prefix: str = "") -> tuple[set[str], set[str]]:
+    """The keys a record holds a number at, and those it holds null at, nested keys joined by '.'."""
+    numbers, nulls = set(), set()
+    for key, value in record.items():
+        if isinstance(value, dict):
+            inner = numbers_and_nulls(value, f"{prefix}{key}.")
+            numbers, nulls = numbers | inner[0], nulls | inner[1]
+        elif value is None:
+            nulls.add(f"{prefix}{key}")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            numbers.add(f"{prefix}{key}")
+    return numbers, nulls
+
+
+@pytest.mark.parametrize("normalized", [True, False])
+def test_record_metrics_are_the_numbers_a_passing_record_holds(tmp_path, normalized):
+    """A reproduction's metric names for verification.json are checked against
+    record_metrics when the workflow parses (workflow.plan): a value the writer adds,
+    renames or drops fails here. The record is written only when it passes, so each
+    check's first_row is null there: no value a reproduction can compare."""
+    numbers, nulls = numbers_and_nulls(verify(tmp_path, normalized=normalized))
+    assert numbers == set(record_metrics(normalized))
+    assert nulls and all(name.endswith(".first_row") for name in nulls)
+    assert set(record_metrics(None)) == set(record_metrics(True)) | set(record_metrics(False))

@@ -542,8 +542,9 @@ def test_a_reproduction_metric_its_record_never_holds_is_named_at_parse_time(con
     (line,) = plan.unknown_reproduction_metrics(config, plan.datasets(config))
     assert line.startswith("reproduce.expect.metrics: 'best_val_los' is not a metric of results/demo/train/metrics.json; "
                            "did you mean 'best_val_loss'?")
-    config["tasks"] = ["embedding"]  # verification.json: no list to check against
-    assert plan.unknown_reproduction_metrics(config, plan.datasets(config)) == []
+    config["tasks"] = ["embedding"]  # verification.json has its own names
+    (line,) = plan.unknown_reproduction_metrics(config, plan.datasets(config))
+    assert line.startswith("reproduce.expect.metrics: 'best_val_los' is not a metric of results/demo/verification.json")
     shipped_files = sorted((Path(__file__).resolve().parents[3] / "config" / "reproduce").glob("*.yaml"))
     assert shipped_files
     for shipped in shipped_files:  # their tasks and record, without their data (../shared)
@@ -605,6 +606,37 @@ def test_stored_summaries_are_checked_by_the_names_their_rouge_record_holds(conf
     (line,) = plan.unknown_reproduction_metrics(expecting(config, [typo]), plan.datasets(config))
     assert f"did you mean 'systems.{systems[0]}.rougeLsum.mean'?" in line
     assert f"systems.* ({16 * len(systems)} names" in line
+
+
+def test_a_reproduction_of_embeddings_is_checked_by_the_names_verification_json_holds(config, tmp_path):
+    """verification.json had no list: a misspelt name failed its row after every embed
+    job. Its names are the writer's (embed.verify.record_metrics): the norms check's
+    where the model normalises, the nonzero check's where not, both where the model is
+    not on this machine (the verify job reads it)."""
+    import numpy as np
+
+    from shardflow.core.columns import write_ids_parquet
+    from shardflow.embed.verify import VerifyParams, verify_embeddings
+
+    np.save(tmp_path / "e.npy", np.eye(3, dtype=np.float32))
+    write_ids_parquet(tmp_path / "ids.parquet", ["a", "b", "c"])
+    record = verify_embeddings(str(tmp_path / "e.npy"), str(tmp_path / "ids.parquet"), VerifyParams(3, 3, True))
+    written = {n for n in metric_leaves(record) if not n.endswith(".first_row")}  # null: no bad row
+    config["tasks"] = ["embedding"]  # the shipped model, MiniLM, normalises
+    assert plan.unknown_reproduction_metrics(expecting(config, sorted(written)), plan.datasets(config)) == []
+    (line,) = plan.unknown_reproduction_metrics(expecting(config, ["row"]), plan.datasets(config))
+    assert line.startswith("reproduce.expect.metrics: 'row' is not a metric of results/demo/verification.json; "
+                           "did you mean 'rows'? (its metrics: rows, dim, norm_min, norm_max, checks.* (")
+    zero_rows, norms = "checks.nonzero.rows_all_zero", "checks.norms.rows_outside"
+    assert plan.unknown_reproduction_metrics(expecting(config, [zero_rows]), plan.datasets(config))
+    unnormalised = tmp_path / "model"
+    unnormalised.mkdir()
+    (unnormalised / "config.json").write_text(json.dumps({"architectures": ["BertModel"]}))  # mean pooling, no Normalize
+    config["embedding"]["model"] = str(unnormalised)
+    assert plan.unknown_reproduction_metrics(expecting(config, [zero_rows]), plan.datasets(config)) == []
+    assert plan.unknown_reproduction_metrics(expecting(config, [norms]), plan.datasets(config))
+    config["embedding"]["model"] = str(tmp_path / "elsewhere")  # not on this machine
+    assert plan.unknown_reproduction_metrics(expecting(config, [zero_rows, norms]), plan.datasets(config)) == []
 
 
 def test_more_than_one_gpu_for_a_job_that_uses_one_is_named():
