@@ -22,7 +22,10 @@ lists are written out here, from the writers:
   (cosine with the main run's vectors) where the point loads the main run's model; and
   the cost the collection adds to each record (cost.COST_METRICS, cost.with_cost).
 
-tests/unit/sweep/test_metrics.py runs the retrieval and ROUGE writers on tiny inputs
+The summarisation stage's summary.json (SUMMARY_REPORT), which no sweep job writes, is
+listed here too: a reproduction of summaries without references reads it.
+
+tests/unit/sweep/test_metrics.py runs the retrieval, ROUGE and summary writers on tiny inputs
 (tests/unit/embed/test_measure.py the embed one, priced as the collection prices it)
 and tests/workflow/test_sweep_e2e.py reads real training records: a writer that adds,
 renames or drops a key fails them.
@@ -65,6 +68,16 @@ EMBED = (
     "records_paid", "dim", "peak_gpu_mem_mib", "peak_gpu_mem_reserved_mib",
 )
 EMBED_AGREEMENT = ("agreement.cosine_min", "agreement.cosine_mean", "agreement.cosine_p1", "agreement.rows")
+# The summarisation stage's summary (results/<dataset>/summarise/report/summary.json,
+# shardflow.summarise.report.run_summary), which a reproduction of summaries without
+# references reads: no sweep job writes it. Its earlier_attempt_devices are keyed by the
+# devices killed attempts ran on, which the data decides, not the config: not listed.
+SUMMARY_REPORT = (
+    "records", "rejected_records", "chunks", "input_tokens", "summary_tokens", "compression_ratio", "truncated_inputs",
+    "summarise_wall_time_s", "summarise_job_seconds", "items_per_s", "gpu_hours", "estimated_cost", "earlier_attempts",
+    "earlier_attempt_seconds", "earlier_attempt_gpu_hours", "peak_gpu_mem_mib", "peak_gpu_mem_reserved_mib",
+    "peak_gpu_mem_chunk", "peak_gpu_mem_unrecorded",
+)
 # Null where the jobs run on the CPU: a sweep ranked by one would fail in its collection,
 # after every job ran (core.devices.peak_memory: the job's, the largest rank's or chunk job's).
 GPU_ONLY = ("mfu", "peak_gpu_mem_mib", "peak_gpu_mem_reserved_mib")
@@ -108,6 +121,14 @@ def stage_metrics(
     if stage == "embed":
         return tuple(m for m in EMBED if not (on_cpu and m in GPU_ONLY)) + COST_METRICS + EMBED_AGREEMENT
     return None
+
+
+def summary_report_metrics(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """Every name the summarisation stage's summary.json can hold under `config`: the
+    largest job's peak GPU memory and its chunk are null where the jobs run on the CPU
+    (gpu_jobs.device cpu, or method lead, whose jobs ask for no GPU)."""
+    on_cpu = config["gpu_jobs"]["device"] == "cpu" or config["summarise"]["method"] == "lead"
+    return tuple(m for m in SUMMARY_REPORT if not (on_cpu and (m in GPU_ONLY or m == "peak_gpu_mem_chunk")))
 
 
 def describe(names: Iterable[str]) -> str:

@@ -30,7 +30,7 @@ from shardflow.core.parsecache import cached
 from shardflow.core.s3 import S3Url, glob_regex, has_magic, logical_path
 from shardflow.corpus.readers import ReaderOptions, count_records_cheap, detect_format, expand_inputs, real_path
 from shardflow.retrieval.pipeline import RetrievalSpec
-from shardflow.sweep.metrics import describe, loads_model, stage_metrics
+from shardflow.sweep.metrics import describe, loads_model, stage_metrics, summary_report_metrics
 from shardflow.train.tokenizer import pretrained_unavailable
 from shardflow.workflow.tasks import models as task_models
 
@@ -553,25 +553,29 @@ def reproduction_metrics(cfg: dict, data_sets: dict[str, DataSet]) -> str:
 
 
 # The records a reproduction reads whose names a stage's metrics list holds (sweep.metrics:
-# the same writers); verification.json and a summary without references have none listed.
+# the same writers); verification.json's are embed.verify's, a summary's without references
+# sweep.metrics.summary_report_metrics.
 REPRODUCTION_STAGES = {"retrieval/metrics.json": "retrieval", "train/metrics.json": "train",
                        "summarise/metrics.json": "summarise"}
 
 
 def unknown_reproduction_metrics(cfg: dict, data_sets: dict[str, DataSet]) -> list[str]:
     """One line per `reproduce.expect.metrics` name that the record the check reads
-    (`reproduction_metrics`) never holds: a misspelt name failed its row only after every
-    job had run."""
+    (`reproduction_metrics`) never holds, each record's names kept beside its writer or
+    listed from it in sweep.metrics: a misspelt name failed its row only after every job
+    had run."""
     names = (cfg["reproduce"].get("expect") or {}).get("metrics") or {}
     if not cfg["reproduce"].get("name") or not names:
         return []
     record = reproduction_metrics(cfg, data_sets)
-    stage = next((st for end, st in REPRODUCTION_STAGES.items() if record.endswith("/" + end)), None)
     if record.endswith("/verification.json"):
         from shardflow.embed.verify import record_metrics
 
         known = record_metrics(_normalises(cfg["embedding"]["model"]))
+    elif record.endswith("/summarise/report/summary.json"):
+        known = summary_report_metrics(cfg)
     else:
+        stage = next((st for end, st in REPRODUCTION_STAGES.items() if record.endswith("/" + end)), None)
         systems = stored_systems(cfg, data_sets[cfg["dataset"]].sources) if stage == "summarise" else None
         known = stage_metrics(stage, cfg, systems) if stage else None
     if not known:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from shardflow.core.columns import write_ids_parquet
-from shardflow.sweep.metrics import incomparable_points, stage_metrics, unknown_metrics
+from shardflow.sweep.metrics import incomparable_points, stage_metrics, summary_report_metrics, unknown_metrics
 
 from .conftest import parse, sweep
 
@@ -138,3 +138,24 @@ def test_summarise_names_are_what_the_rouge_evaluation_writes(tmp_path):
     evaluate_summaries(str(summaries), [str(src)], ScoreParams(resamples=10), out, system="lead")
     record = json.loads((tmp_path / "m.json").read_text())
     assert leaf_names(record) == set(stage_metrics("summarise", {"summarise": {"method": "lead"}}))
+
+
+@pytest.mark.parametrize(("method", "device", "peak"), [("extractive", "auto", 650.0), ("lead", "auto", None),
+                                                        ("abstractive", "cpu", None)])
+def test_summary_report_names_are_what_run_summary_writes(method, device, peak):
+    """A reproduction of summaries without references reads the stage's summary.json: its
+    names are checked at parse time against summary_report_metrics. The largest job's peak
+    GPU memory is null where the jobs run on the CPU (method lead's always); the seconds
+    of killed attempts per device are keyed by the data's devices, not listed."""
+    from shardflow.summarise.report import SummaryReportParams, run_summary
+
+    job = {"items": 10, "input_tokens": 1000, "output_tokens": 100, "truncated": 1, "start_time": 0.0,
+           "end_time": 10.0, "seconds": 9.0, "device": "cpu" if peak is None else "cuda:0", "chunk": 0,
+           "peak_gpu_mem_mib": peak, "peak_gpu_mem_reserved_mib": peak, "earlier_attempts": 1,
+           "earlier_attempt_seconds": 5.0, "earlier_attempt_devices": {"cuda:1": 5.0}}
+    record = run_summary([job], [{"s": 10.0}], {"rejected_records": 0}, SummaryReportParams())
+    written = {n for n in leaf_names(record) if not n.startswith("earlier_attempt_devices.")}
+    if peak is None:  # null on the CPU: no value a reproduction can compare
+        written -= {n for n in written if n.startswith("peak_gpu_mem_") and record[n] is None}
+    config = {"summarise": {"method": method}, "gpu_jobs": {"device": device}}
+    assert written == set(summary_report_metrics(config))

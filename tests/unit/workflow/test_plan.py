@@ -639,6 +639,26 @@ def test_a_reproduction_of_embeddings_is_checked_by_the_names_verification_json_
     assert plan.unknown_reproduction_metrics(expecting(config, [zero_rows, norms]), plan.datasets(config)) == []
 
 
+def test_a_reproduction_of_summaries_without_references_is_checked_by_the_names_their_summary_holds(config):
+    """Without references a reproduction reads the stage's summary.json, which had no list:
+    a misspelt name failed its row after every summarise job. Its names are the report's
+    (sweep.metrics.summary_report_metrics, tied to run_summary in tests/unit/sweep)."""
+    from shardflow.sweep.metrics import summary_report_metrics
+
+    config.update(tasks=["summarisation"])
+    config["summarise"].update(method="extractive", reference_field=None)
+    names = summary_report_metrics(config)
+    assert {"records", "compression_ratio", "gpu_hours", "peak_gpu_mem_mib"} <= set(names)
+    assert plan.unknown_reproduction_metrics(expecting(config, names), plan.datasets(config)) == []
+    (line,) = plan.unknown_reproduction_metrics(expecting(config, ["compression_ratio_mean"]), plan.datasets(config))
+    assert line.startswith("reproduce.expect.metrics: 'compression_ratio_mean' is not a metric of "
+                           "results/demo/summarise/report/summary.json; did you mean 'compression_ratio'? "
+                           "(its metrics: records, rejected_records, chunks, ")
+    config["summarise"]["method"] = "lead"  # its jobs run on the CPU: no peak GPU memory
+    (line,) = plan.unknown_reproduction_metrics(expecting(config, ["peak_gpu_mem_mib"]), plan.datasets(config))
+    assert "'peak_gpu_mem_mib' is not a metric of results/demo/summarise/report/summary.json" in line
+
+
 def test_more_than_one_gpu_for_a_job_that_uses_one_is_named():
     """An embed or summarise job loads its model on one device: a `gpu` of 2 would keep a
     paid GPU idle through every job. train runs a process per GPU; CPU runs ask none."""
