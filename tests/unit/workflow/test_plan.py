@@ -572,6 +572,15 @@ def metric_leaves(record: dict, prefix: str = "") -> set[str]:
     return names
 
 
+def reads_each_as_a_number(record: dict, names) -> bool:
+    """Whether verify_reproduction's check reads a number at each name (a null, a
+    boolean or a name it cannot find fails its row)."""
+    from shardflow.workflow.reproduce import check_reproduction, failed
+
+    pins = {name: {"value": 0.0, "tolerance": 1e9} for name in names}
+    return not failed(check_reproduction({"metrics": pins}, {}, record))
+
+
 def expecting(config, names) -> dict:
     config["reproduce"].update(name="paper", expect={"metrics": {n: {"value": 1.0, "tolerance": 0.1} for n in names}})
     return config
@@ -593,8 +602,10 @@ def test_stored_summaries_are_checked_by_the_names_their_rouge_record_holds(conf
                                        "sys": {"lead": "The budget was approved .", "bart": "The council met ."}})
                            + "\n" for i in range(3)))
     out = {k: str(tmp_path / k) for k in ("metrics", "per_document", "figure")}
-    written = metric_leaves(score_stored([str(src)], field, ScoreParams(resamples=10), out).metrics)
+    record = score_stored([str(src)], field, ScoreParams(resamples=10), out).metrics
+    written = metric_leaves(record)
     assert {n.split(".")[1] for n in written if n.startswith("systems.")} == set(systems)
+    assert reads_each_as_a_number(record, written)
     config.update(tasks=["summarisation"], input={**config["input"], "path": str(src)})
     config["summarise"].update(method="stored", stored_field=field, reference_field="highlights")
     assert plan.unknown_reproduction_metrics(expecting(config, sorted(written)), plan.datasets(config)) == []
@@ -622,6 +633,7 @@ def test_a_reproduction_of_embeddings_is_checked_by_the_names_verification_json_
     write_ids_parquet(tmp_path / "ids.parquet", ["a", "b", "c"])
     record = verify_embeddings(str(tmp_path / "e.npy"), str(tmp_path / "ids.parquet"), VerifyParams(3, 3, True))
     written = {n for n in metric_leaves(record) if not n.endswith(".first_row")}  # null: no bad row
+    assert reads_each_as_a_number(record, written)
     config["tasks"] = ["embedding"]  # the shipped model, MiniLM, normalises
     assert plan.unknown_reproduction_metrics(expecting(config, sorted(written)), plan.datasets(config)) == []
     (line,) = plan.unknown_reproduction_metrics(expecting(config, ["row"]), plan.datasets(config))
@@ -657,6 +669,31 @@ def test_a_reproduction_of_summaries_without_references_is_checked_by_the_names_
     config["summarise"]["method"] = "lead"  # its jobs run on the CPU: no peak GPU memory
     (line,) = plan.unknown_reproduction_metrics(expecting(config, ["peak_gpu_mem_mib"]), plan.datasets(config))
     assert "'peak_gpu_mem_mib' is not a metric of results/demo/summarise/report/summary.json" in line
+
+
+@pytest.mark.parametrize(("tasks", "method", "record", "typo", "meant"), [
+    (["training"], "lead", "results/demo/train/metrics.json", "final_val_los", "final_val_loss"),
+    (["summarisation"], "lead", "results/demo/summarise/metrics.json", "systems.lead.rouge2.men",
+     "systems.lead.rouge2.mean"),
+    (["summarisation"], "extractive", "results/demo/summarise/metrics.json", "rougeLSum", "rougeLsum"),
+    (["embedding"], "lead", "results/beir/retrieval/metrics.json", "all.ndcg_at_01", "all.ndcg_at_1"),
+])
+def test_each_record_a_reproduction_reads_takes_its_names_and_names_a_typo(config, tmp_path, tasks, method, record,
+                                                                          typo, meant):
+    """Training, ROUGE with references and retrieval: every name of the record's list
+    (sweep.metrics, tied to the writers in tests/unit/sweep) passes the parse, and a typo
+    stops it naming the key, the record, the closest name and the record's names. The
+    stored, verification.json and summary.json records have tests of their own above."""
+    config.update(tasks=tasks)
+    config["summarise"].update(method=method, reference_field="highlights")
+    if "retrieval" in record:
+        config["retrieval"].update(path=str(tmp_path), name="beir", n_chunks=1)
+    stage = {"train": "train", "summarise": "summarise", "retrieval": "retrieval"}[record.split("/")[2]]
+    names = plan.stage_metrics(stage, config)
+    assert plan.unknown_reproduction_metrics(expecting(config, names), plan.datasets(config)) == []
+    (line,) = plan.unknown_reproduction_metrics(expecting(config, [typo]), plan.datasets(config))
+    assert line.startswith(f"reproduce.expect.metrics: '{typo}' is not a metric of {record}; did you mean '{meant}'? "
+                           f"(its metrics: {names[0]}, ")
 
 
 def test_more_than_one_gpu_for_a_job_that_uses_one_is_named():
