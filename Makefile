@@ -177,6 +177,9 @@ evaluate-beir: setup
 #     [NAME=<name>] [ID=id] [ARTICLE=article] [REFERENCE=highlights] [REFERENCE_FORMAT=prose|tokenised]
 #     [SPLITTER=punctuation|prose] [STORED=<field, a.b or a.*>] [CHUNKS=auto|N]
 # METHOD=stored scores summaries already in the file (STORED=system_summaries.* scores every system).
+# MODEL= is abstractive's model, or extractive's sentence encoder (default all-MiniLM-L6-v2); a
+# variable the method does not read (MODEL= under lead or stored, STORED= without METHOD=stored) is
+# an error, not dropped.
 # CNN/DailyMail highlights are tokenised (" . " between sentences): REFERENCE_FORMAT=tokenised.
 # The last line printed is the metrics JSON path.
 METHOD ?= lead

@@ -84,13 +84,33 @@ def summaries_config(args: argparse.Namespace) -> int:
     if args.method == "abstractive" and not model:
         print("evaluate-summaries: METHOD=abstractive needs MODEL=<local model folder>", file=sys.stderr)
         return 2
+    # A variable the method does not read is an error: the run would otherwise score
+    # something other than what was asked for and print its metrics path all the same.
+    if args.stored and args.method != "stored":
+        print(
+            f"evaluate-summaries: STORED={args.stored!r} is read by METHOD=stored only, and METHOD={args.method} "
+            "makes summaries of its own: add METHOD=stored, or leave STORED out",
+            file=sys.stderr,
+        )
+        return 2
+    if model and args.method in ("lead", "stored"):
+        print(
+            f"evaluate-summaries: MODEL={model!r} is read by METHOD=abstractive (its model) and METHOD=extractive "
+            f"(its sentence encoder); METHOD={args.method} loads no model: leave MODEL out",
+            file=sys.stderr,
+        )
+        return 2
     summarise = {
         "method": args.method,
         "reference_field": args.reference,
         "reference_format": args.reference_format,
         "splitter": args.splitter,
     }
-    if model:
+    if model and args.method == "extractive":
+        # summarise.encoder, as summarise.model is abstractive's alone; a name that is no
+        # path is a hub name, looked up in the local cache (summarise.encoder's values).
+        summarise["encoder"] = os.path.abspath(model) if os.path.exists(model) else model
+    elif model:
         summarise["model"] = os.path.abspath(model)
     if args.stored:
         summarise["stored_field"] = args.stored

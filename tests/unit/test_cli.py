@@ -68,3 +68,46 @@ def test_warnings_of_a_metrics_file_go_to_stderr(tmp_path, capsys):
     assert capsys.readouterr().err == "warning: 100 of 100 summaries look tokenised\n"
     path.write_text(json.dumps({"rouge1": 40.0}))  # none: nothing printed
     assert main(["warnings", str(path)]) == 0 and capsys.readouterr().err == ""
+
+
+def test_summaries_overlay_refuses_a_variable_its_method_would_ignore(tmp_path, capsys):
+    """STORED= without METHOD=stored scored Lead-3 instead, and MODEL= under lead or stored
+    was dropped: each run printed its metrics path as if it had done what was asked."""
+    data = tmp_path / "a.jsonl"
+    data.write_text('{"id": "1", "article": "x", "highlights": "y"}\n')
+    out = tmp_path / "o.yaml"
+
+    def overlay(*args: str) -> int:
+        return main(["summaries-config", "--data", str(data), "--name", "n", *args, "--out", str(out)])
+
+    assert overlay("--stored", "system_summaries.*") == 2
+    assert capsys.readouterr().err == (
+        "evaluate-summaries: STORED='system_summaries.*' is read by METHOD=stored only, and METHOD=lead "
+        "makes summaries of its own: add METHOD=stored, or leave STORED out\n"
+    )
+    for method, stored in (("lead", ""), ("stored", "s")):
+        assert overlay("--method", method, "--stored", stored, "--model", "/models/bart") == 2
+        assert capsys.readouterr().err == (
+            f"evaluate-summaries: MODEL='/models/bart' is read by METHOD=abstractive (its model) and "
+            f"METHOD=extractive (its sentence encoder); METHOD={method} loads no model: leave MODEL out\n"
+        )
+    assert not out.exists()
+    assert overlay("--method", "lead", "--model", "default") == 0  # make's MODEL when none is given
+    assert "model" not in yaml.safe_load(out.read_text())["summarise"]
+
+
+def test_summaries_overlay_gives_model_to_extractive_as_its_sentence_encoder(tmp_path):
+    """METHOD=extractive MODEL=... set summarise.model, which extractive never reads: its
+    sentences were embedded with the default encoder all the same."""
+    data = tmp_path / "a.jsonl"
+    data.write_text('{"id": "1", "article": "x", "highlights": "y"}\n')
+    (tmp_path / "enc").mkdir()
+    out = tmp_path / "o.yaml"
+    for given, written in ((str(tmp_path / "enc"), str(tmp_path / "enc")), ("org/hub-encoder", "org/hub-encoder")):
+        args = ["--method", "extractive", "--model", given, "--out", str(out)]
+        assert main(["summaries-config", "--data", str(data), "--name", "n", *args]) == 0
+        summarise = yaml.safe_load(out.read_text())["summarise"]
+        assert summarise["encoder"] == written and "model" not in summarise
+    args = ["--method", "extractive", "--out", str(out)]  # none given: the config's encoder
+    assert main(["summaries-config", "--data", str(data), "--name", "n", *args]) == 0
+    assert "encoder" not in yaml.safe_load(out.read_text())["summarise"]
