@@ -164,7 +164,7 @@ DROP_IDENTICAL_IDS ?= true
 MODEL ?= default
 evaluate-beir: SPLIT ?= test
 evaluate-beir: setup
-	@test -n "$(DATA)" || { echo "usage: make evaluate-beir DATA=<BEIR folder> [MODEL=<name or path>] [NAME=<name>] [SPLIT=<test|dev|train>] [CHUNKS=<n|auto>]" >&2; exit 2; }
+	@test -n "$(DATA)" || { echo "usage: make evaluate-beir DATA=<BEIR folder> [MODEL=<name or path>] [NAME=<name>] [SPLIT=<test|dev|train>] [CHUNKS=<n|auto>] [DROP_IDENTICAL_IDS=<true|false>]" >&2; exit 2; }
 	@name="$${NAME:-$$(basename "$$(cd "$(DATA)" && pwd)" | tr -c 'A-Za-z0-9_.\n-' '_')}"; \
 	  cfg=".snakemake/shardflow/evaluate-beir-$$name.yaml"; mkdir -p "$$(dirname "$$cfg")"; \
 	  $(BIN)/python -m shardflow.cli beir-config --data "$(DATA)" --name "$$name" --model "$(MODEL)" \
@@ -187,7 +187,7 @@ REFERENCE_FORMAT ?= prose
 SPLITTER ?= punctuation
 evaluate-summaries: CHUNKS ?= auto
 evaluate-summaries: setup
-	@test -n "$(DATA)" || { echo "usage: make evaluate-summaries DATA=<jsonl[.gz]> [METHOD=lead|extractive|abstractive|stored] [MODEL=<folder>] ..." >&2; exit 2; }
+	@test -n "$(DATA)" || { echo "usage: make evaluate-summaries DATA=<jsonl[.gz]> [METHOD=<lead|extractive|abstractive|stored>] [MODEL=<folder or name>] [STORED=<field, a.b or a.*>] [REFERENCE_FORMAT=<prose|tokenised>] [SPLITTER=<punctuation|prose>] [NAME=<name>] [ID=<id field>] [ARTICLE=<article field>] [REFERENCE=<reference field>] [CHUNKS=<n|auto>]" >&2; exit 2; }
 	@name="$${NAME:-$$(basename "$(DATA)" | sed 's/\.gz$$//; s/\.jsonl$$//' | tr -c 'A-Za-z0-9_.\n-' '_')-$(METHOD)}"; \
 	  cfg=".snakemake/shardflow/evaluate-summaries-$$name.yaml"; mkdir -p "$$(dirname "$$cfg")"; \
 	  $(BIN)/python -m shardflow.cli summaries-config --data "$(DATA)" --name "$$name" --method "$(METHOD)" \

@@ -3,6 +3,7 @@
 clone for good); every folder of tests runs; the Python passes ruff."""
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -40,8 +41,6 @@ def test_no_tracked_symlink_points_outside_the_repository():
 def test_make_test_runs_every_folder_of_tests():
     """`make test` names its folders (slow ones first, for the two workers' balance): a
     new folder of tests must be added there, or its tests would never run in CI."""
-    import re
-
     line = next(x for x in (REPO / "Makefile").read_text().splitlines() if x.startswith("TEST_FOLDERS :="))
     listed = set(line.split(":=", 1)[1].split())
     holding = {f"tests/{p.relative_to(REPO / 'tests').parts[0]}" for p in (REPO / "tests").rglob("test_*.py")}
@@ -79,3 +78,28 @@ def test_status_and_estimate_install_the_venv_where_missing_and_never_update_it(
     os.utime(tmp_path / ".venv/.installed", (1, 1))  # older than the lock file
     out = dry_run()
     assert "pip" not in out and "dot" not in out and f"shardflow.cli {target}" in out
+
+
+# Variables every run target reads, named once in the Makefile's help rather than in each usage.
+COMMON_MAKE_VARIABLES = {"BIN", "SNAKEMAKE", "CORES"}
+
+
+@pytest.mark.parametrize("target", ["evaluate-beir", "evaluate-summaries"])
+def test_a_targets_usage_names_every_variable_it_reads_and_the_readme_gives(tmp_path, target):
+    """`make <target>` without DATA= prints the usage: it named neither DROP_IDENTICAL_IDS
+    (evaluate-beir) nor REFERENCE_FORMAT and STORED (evaluate-summaries), which the recipe
+    reads and the README's commands give, so the message was no guide to what it accepts."""
+    makefile = (REPO / "Makefile").read_text()
+    shutil.copy(REPO / "Makefile", tmp_path / "Makefile")
+    proc = subprocess.run(  # -o setup: the usage only, no venv
+        ["make", "--no-print-directory", "-o", "setup", target], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and proc.stderr.startswith(f"usage: make {target} DATA="), proc.stderr
+    usage = set(re.findall(r"\b([A-Z][A-Z_]*)=", proc.stderr))
+    recipe = re.search(rf"^{target}: setup\n((?:\t.*\n)+)", makefile, flags=re.M).group(1)
+    read = set(re.findall(r"\$\(([A-Z][A-Z_]*)\)|\$\$\{([A-Z][A-Z_]*)", recipe)) - {("", "")}
+    read = {a or b for a, b in read} - COMMON_MAKE_VARIABLES
+    readme = (REPO / "README.md").read_text()
+    lines = re.findall(rf"^make {target} (.*)$", readme, flags=re.M)
+    given = {name for line in lines for name in re.findall(r"\b([A-Z][A-Z_]*)=", line)}
+    assert read - usage == set() and given - usage == set(), proc.stderr
