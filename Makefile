@@ -198,22 +198,28 @@ evaluate-summaries: setup
 	  $(BIN)/python -m shardflow.cli warnings "results/$$name/summarise/metrics.json" && \
 	  echo "results/$$name/summarise/metrics.json"
 
+# $(call need_data,<command>,<VAR>): a shell line that stops, naming VAR, where the data
+# it names is missing (a clone without ../shared), before Snakemake's parse would fail on
+# it with a traceback that names neither the target nor the variable.
+need_data = if [ ! -e "$($(2))" ]; then \
+	    echo "make $(1): no data at $($(2)); give it: make $(1) $(2)=<path>" >&2; exit 2; fi;
+
 # Opt-in: reproduce MTEB's published ArguAna nDCG@10 (0.50167 +- 0.001) with the real
 # workflow; fails with a table of expected vs got. Needs ../shared/data/arguana (or ARGUANA=).
 # Writes results/arguana-minilm/ (fp32), not evaluate-beir's results/arguana/ (dtype auto).
 ARGUANA ?= ../shared/data/arguana
 reproduce-arguana: setup
-	@start=$$(date +%s); \
+	@$(call need_data,reproduce-arguana,ARGUANA) start=$$(date +%s); \
 	  $(SNAKEMAKE) results/arguana-minilm/reproduction.json --profile profiles/local --cores $(CORES) \
 	    --configfile config/reproduce/arguana-minilm.yaml --config 'retrieval={path: "$(ARGUANA)"}' && \
 	  echo "reproduce-arguana: passed in $$(( $$(date +%s) - start )) s; metrics: results/arguana-minilm/retrieval/metrics.json"
 
-# Opt-in: reproduce nanoGPT's Shakespeare-char CPU run (best validation loss <= 1.93) with
+# Opt-in: reproduce nanoGPT's Shakespeare-char CPU run (best validation loss 1.90 +- 0.03) with
 # the real workflow; fails with a table of expected vs got. The last line printed is the
 # path of the run's metrics JSON. Needs the tinyshakespeare input.txt (or TINYSHAKESPEARE=).
 TINYSHAKESPEARE ?= ../shared/data/tinyshakespeare/input.txt
 reproduce-shakespeare: setup
-	@start=$$(date +%s); \
+	@$(call need_data,reproduce-shakespeare,TINYSHAKESPEARE) start=$$(date +%s); \
 	  $(SNAKEMAKE) results/shakespeare_char/reproduction.json --profile profiles/local --cores $(CORES) \
 	    --configfile config/reproduce/shakespeare-char-cpu.yaml --config 'input={path: "$(TINYSHAKESPEARE)"}' >&2 && \
 	  echo "reproduce-shakespeare: passed in $$(( $$(date +%s) - start )) s" >&2 && \
@@ -238,9 +244,7 @@ SWEEP_VAR_arguana-max-length = ARGUANA
 sweep: setup
 	@case " $(SWEEP_NAMES) " in *" $(NAME) "*) ;; *) \
 	  echo "usage: make sweep NAME=<$$(echo $(SWEEP_NAMES) | tr ' ' '|')> [CORES=N]" >&2; exit 2;; esac; \
-	  $(if $(SWEEP_VAR_$(NAME)),if [ ! -e "$($(SWEEP_VAR_$(NAME)))" ]; then \
-	    echo "make sweep NAME=$(NAME): no data at $($(SWEEP_VAR_$(NAME))); give it: make sweep NAME=$(NAME) $(SWEEP_VAR_$(NAME))=<path>" >&2; \
-	    exit 2; fi;) \
+	  $(if $(SWEEP_VAR_$(NAME)),$(call need_data,sweep NAME=$(NAME),$(SWEEP_VAR_$(NAME)))) \
 	  cfg="config/sweeps/$(NAME).yaml"; \
 	  table=$$($(BIN)/python -m shardflow.cli sweep-table "$$cfg") && \
 	  $(SNAKEMAKE) "$$table" --profile profiles/local --cores $(CORES) --configfile "$$cfg" \

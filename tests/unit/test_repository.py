@@ -103,3 +103,25 @@ def test_a_targets_usage_names_every_variable_it_reads_and_the_readme_gives(tmp_
     lines = re.findall(rf"^make {target} (.*)$", readme, flags=re.M)
     given = {name for line in lines for name in re.findall(r"\b([A-Z][A-Z_]*)=", line)}
     assert read - usage == set() and given - usage == set(), proc.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["reproduce-arguana", "ARGUANA"], ["reproduce-shakespeare", "TINYSHAKESPEARE"], ["sweep NAME=cnndm-lead-k", "CNNDM"]],
+)
+def test_a_target_without_its_data_names_the_variable_that_gives_it(tmp_path, command):
+    """In a clone without ../shared, `make reproduce-arguana` (as the README types it) ended
+    in Snakemake's traceback from the parse, naming neither the target nor ARGUANA=; the
+    reproductions now stop as `make sweep` does."""
+    words, variable = command
+    shutil.copy(REPO / "Makefile", tmp_path / "Makefile")
+    shutil.copytree(REPO / "config" / "sweeps", tmp_path / "config" / "sweeps")
+    missing = tmp_path / "no-data"
+    proc = subprocess.run(  # -o setup: no venv; the check comes before Snakemake
+        ["make", "--no-print-directory", "-o", "setup", *words.split(), f"{variable}={missing}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert f"make {words}: no data at {missing}; give it: make {words} {variable}=<path>\n" in proc.stderr
