@@ -5,6 +5,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 SNAKEMAKE := $(BIN)/snakemake
 CORES ?= all
+# The targets' variables come from the command line (make evaluate-beir DATA=... NAME=...),
+# never from the shell's environment: WSL sets NAME to the host name, and a DATA or MODEL
+# exported for another tool would change what a target runs without a word.
+TARGET_VARS := DATA MODEL NAME ID ARTICLE REFERENCE METHOD STORED SPLIT SPLITTER REFERENCE_FORMAT CHUNKS \
+  DROP_IDENTICAL_IDS
+$(foreach v,$(TARGET_VARS),$(if $(filter environment,$(origin $(v))),$(eval undefine $(v))))
 # Nothing at run time or in tests downloads from a model hub.
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -165,7 +171,7 @@ MODEL ?= default
 evaluate-beir: SPLIT ?= test
 evaluate-beir: setup
 	@test -n "$(DATA)" || { echo "usage: make evaluate-beir DATA=<BEIR folder> [MODEL=<name or path>] [NAME=<name>] [SPLIT=<test|dev|train>] [CHUNKS=<n|auto>] [DROP_IDENTICAL_IDS=<true|false>]" >&2; exit 2; }
-	@name="$${NAME:-$$(basename "$$(cd "$(DATA)" && pwd)" | tr -c 'A-Za-z0-9_.\n-' '_')}"; \
+	@name="$(or $(NAME),$$(basename "$$(cd "$(DATA)" && pwd)" | tr -c 'A-Za-z0-9_.\n-' '_'))"; \
 	  cfg=".snakemake/shardflow/evaluate-beir-$$name.yaml"; mkdir -p "$$(dirname "$$cfg")"; \
 	  $(BIN)/python -m shardflow.cli beir-config --data "$(DATA)" --name "$$name" --model "$(MODEL)" \
 	    --split "$(SPLIT)" --drop-identical-ids "$(DROP_IDENTICAL_IDS)" --chunks "$(CHUNKS)" --out "$$cfg" >&2 && \
@@ -188,11 +194,11 @@ SPLITTER ?= punctuation
 evaluate-summaries: CHUNKS ?= auto
 evaluate-summaries: setup
 	@test -n "$(DATA)" || { echo "usage: make evaluate-summaries DATA=<jsonl[.gz]> [METHOD=<lead|extractive|abstractive|stored>] [MODEL=<folder or name>] [STORED=<field, a.b or a.*>] [REFERENCE_FORMAT=<prose|tokenised>] [SPLITTER=<punctuation|prose>] [NAME=<name>] [ID=<id field>] [ARTICLE=<article field>] [REFERENCE=<reference field>] [CHUNKS=<n|auto>]" >&2; exit 2; }
-	@name="$${NAME:-$$(basename "$(DATA)" | sed 's/\.gz$$//; s/\.jsonl$$//' | tr -c 'A-Za-z0-9_.\n-' '_')-$(METHOD)}"; \
+	@name="$(or $(NAME),$$(basename "$(DATA)" | sed 's/\.gz$$//; s/\.jsonl$$//' | tr -c 'A-Za-z0-9_.\n-' '_')-$(METHOD))"; \
 	  cfg=".snakemake/shardflow/evaluate-summaries-$$name.yaml"; mkdir -p "$$(dirname "$$cfg")"; \
 	  $(BIN)/python -m shardflow.cli summaries-config --data "$(DATA)" --name "$$name" --method "$(METHOD)" \
-	    --model "$(MODEL)" --stored "$(STORED)" --id "$${ID:-id}" --article "$${ARTICLE:-article}" \
-	    --reference "$${REFERENCE:-highlights}" --reference-format "$(REFERENCE_FORMAT)" --splitter "$(SPLITTER)" \
+	    --model "$(MODEL)" --stored "$(STORED)" --id "$(or $(ID),id)" --article "$(or $(ARTICLE),article)" \
+	    --reference "$(or $(REFERENCE),highlights)" --reference-format "$(REFERENCE_FORMAT)" --splitter "$(SPLITTER)" \
 	    --chunks "$(CHUNKS)" --out "$$cfg" >&2 && \
 	  $(SNAKEMAKE) "results/$$name/summarise/metrics.json" --profile profiles/local --cores $(CORES) --configfile "$$cfg" >&2 && \
 	  $(BIN)/python -m shardflow.cli warnings "results/$$name/summarise/metrics.json" && \

@@ -125,3 +125,22 @@ def test_a_target_without_its_data_names_the_variable_that_gives_it(tmp_path, co
     )
     assert proc.returncode == 2, proc.stderr
     assert f"make {words}: no data at {missing}; give it: make {words} {variable}=<path>\n" in proc.stderr
+
+
+def test_a_targets_variables_come_from_the_command_line_not_the_environment(tmp_path):
+    """WSL sets NAME to the host name: `make evaluate-beir DATA=...` wrote its results under
+    results/<host>/, and a MODEL exported for another tool replaced the default model."""
+    shutil.copy(REPO / "Makefile", tmp_path / "Makefile")
+    data = tmp_path / "scifact"
+    data.mkdir()
+
+    def recipe(*given: str) -> str:
+        env = {**os.environ, "NAME": "DESKTOP-1234", "MODEL": "/elsewhere/model", "ID": "uuid"}
+        return subprocess.run(["make", "-n", "-o", "setup", *given], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, check=True).stdout
+
+    beir = recipe("evaluate-beir", f"DATA={data}")
+    assert "DESKTOP" not in beir and '--model "default"' in beir and "basename" in beir
+    assert 'name="mine"' in recipe("evaluate-beir", f"DATA={data}", "NAME=mine", "MODEL=m")
+    summaries = recipe("evaluate-summaries", f"DATA={data}/dev.jsonl")
+    assert "DESKTOP" not in summaries and "uuid" not in summaries and '--id "id"' in summaries
