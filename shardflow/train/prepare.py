@@ -727,8 +727,10 @@ def prepare_text_file(
     train, the rest val (`position_split`); N is the file's token count. The file is
     one text, as in nanoGPT's `data/shakespeare*/prepare.py`: no end-of-text is added.
 
-    Tokens stream to a hidden scratch shard in `out_dir` (removed afterwards), then
-    are cut into `train_*.bin` / `val_*.bin` of at most the target size. Per-shard
+    Tokens stream to a hidden scratch file in `out_dir` (removed afterwards), then
+    are cut into `train_*.bin` / `val_*.bin` of at most the target size. The scratch
+    holds bare tokens, no llm.c header: the file may have more tokens than a header's
+    int32 counts (2**31 - 1), and only the shards cut from it are held to that. Per-shard
     `documents` is null: there are no documents to count.
     """
     out_dir = Path(out_dir)
@@ -750,7 +752,7 @@ def prepare_text_file(
         log.info("%s: encoded in one piece (the %s tokenizer's tokens may span line breaks)", path, tokenizer.kind)
     unk = 0
     try:
-        with ShardWriter(scratch, dtype) as w:
+        with ShardWriter(scratch, dtype, header=False) as w:
             for line, piece in _text_pieces(path, piece_chars):
                 try:
                     (ids,) = tokenizer.encode_batch([piece])
@@ -762,7 +764,7 @@ def prepare_text_file(
                     raise ValueError(f"{where}: cannot be encoded by the {tokenizer.kind} tokenizer: {exc}") from exc
                 unk += _unk_count(tokenizer, [ids])
                 w.write(ids)
-        with open_shard(scratch, dtype) as src:
+        with open_shard(scratch, dtype, header=False) as src:
             n = src.n_tokens
             if n == 0:
                 raise ValueError(f"empty corpus: {path} holds no text")

@@ -12,6 +12,8 @@ Layout (karpathy/llm.c `dev/data/data_common.py`, `write_datafile`):
     uint32 tokens: magic 20240801, version 7  ("llama-3")
 
 The token count is an int32, so one shard holds fewer than 2**31 tokens.
+`header=False` (ShardWriter, Shard) writes and reads bare tokens instead, without that
+limit: a scratch file that is cut into shards, never one handed to a reader.
 
 `ShardWriter` streams tokens to a temporary next to `<path>` (`core.atomic.tmp_path`), fills in the token count at
 close, fsyncs and `os.replace`s the file into place: a reader sees a whole shard
@@ -75,20 +77,23 @@ class ShardWriter:
     """Append tokens to a new shard; `close()` publishes it and returns its token count.
 
     Used as a context manager, an exception inside the block discards the file.
+    `header=False`: bare tokens, any number of them (see the module docstring).
     """
 
-    def __init__(self, path: str | os.PathLike, dtype: str):
+    def __init__(self, path: str | os.PathLike, dtype: str, *, header: bool = True):
         if dtype not in FORMATS:
             raise ValueError(f"token dtype {dtype!r}: expected one of {sorted(FORMATS)}")
         self.path = Path(path)
         self.dtype = dtype
+        self.header = header
         self._np = np.dtype(dtype).newbyteorder("<")
         self._max_id = np.iinfo(self._np).max
         self.n_tokens = 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = tmp_path(self.path)
         self._fh = open(self._tmp, "wb")
-        self._fh.write(header_bytes(dtype, 0))  # count filled in at close
+        if header:
+            self._fh.write(header_bytes(dtype, 0))  # count filled in at close
 
     def write(self, tokens: Iterable[int] | np.ndarray) -> None:
         arr = np.asarray(tokens)
@@ -101,7 +106,7 @@ class ShardWriter:
             if lo < 0 or hi > self._max_id:
                 raise ValueError(f"{self.path}: token id {hi if hi > self._max_id else lo} does not fit {self.dtype}")
             arr = arr.astype(self._np)
-        if self.n_tokens + arr.size > MAX_TOKENS:
+        if self.header and self.n_tokens + arr.size > MAX_TOKENS:
             raise ValueError(f"{self.path}: more than {MAX_TOKENS} tokens; the int32 header cannot count them")
         self._fh.write(np.ascontiguousarray(arr))  # the buffer itself, no bytes copy
         self.n_tokens += arr.size
@@ -110,8 +115,9 @@ class ShardWriter:
         fh = self._fh
         if fh is None:
             return self.n_tokens
-        fh.seek(0)
-        fh.write(header_bytes(self.dtype, self.n_tokens))
+        if self.header:
+            fh.seek(0)
+            fh.write(header_bytes(self.dtype, self.n_tokens))
         fh.flush()
         os.fsync(fh.fileno())
         fh.close()
@@ -183,13 +189,22 @@ def read_header(path: str | os.PathLike, dtype: str | None = None) -> ShardHeade
 
 class Shard:
     """A checked shard. `tokens` is a read-only memory map; `read` copies a slice
-    without mapping (pread), for copying through a file without growing RSS."""
+    without mapping (pread), for copying through a file without growing RSS.
+    `header=False`: a file of bare `dtype` tokens (ShardWriter's), `header` None."""
 
-    def __init__(self, path: str | os.PathLike, dtype: str | None = None):
-        self.header = read_header(path, dtype)
-        self.path = self.header.path
-        self.dtype = self.header.dtype
-        self.n_tokens = self.header.n_tokens
+    def __init__(self, path: str | os.PathLike, dtype: str | None = None, *, header: bool = True):
+        if header:
+            self.header: ShardHeader | None = read_header(path, dtype)
+            self.path, self.dtype, self.n_tokens = self.header.path, self.header.dtype, self.header.n_tokens
+            self._offset = HEADER_BYTES
+        else:
+            if dtype not in FORMATS:
+                raise ValueError(f"token dtype {dtype!r}: a file without a header needs one of {sorted(FORMATS)}")
+            self.header, self.path, self.dtype, self._offset = None, str(path), dtype, 0
+            size, item = os.path.getsize(path), np.dtype(dtype).itemsize
+            if size % item:
+                raise ShardFormatError(f"{path}: {size} bytes, not a whole number of {dtype} tokens")
+            self.n_tokens = size // item
         self._np = np.dtype(self.dtype).newbyteorder("<")
         self._tokens: np.ndarray | None = None
         self._fd: int | None = None
@@ -204,7 +219,7 @@ class Shard:
                 self._tokens = np.empty(0, dtype=self._np)
             else:
                 self._tokens = np.memmap(
-                    self.path, dtype=self._np, mode="r", offset=HEADER_BYTES, shape=(self.n_tokens,)
+                    self.path, dtype=self._np, mode="r", offset=self._offset, shape=(self.n_tokens,)
                 )
         return self._tokens
 
@@ -215,7 +230,7 @@ class Shard:
             self._fd = os.open(self.path, os.O_RDONLY)
         item = self._np.itemsize
         want = (stop - start) * item
-        data = os.pread(self._fd, want, HEADER_BYTES + start * item)
+        data = os.pread(self._fd, want, self._offset + start * item)
         if len(data) != want:
             raise ShardReadError(
                 f"{self.path}: short read at token {start}: {len(data)} of {want} bytes (file changed while open?)"
@@ -236,5 +251,5 @@ class Shard:
         self.close()
 
 
-def open_shard(path: str | os.PathLike, dtype: str | None = None) -> Shard:
-    return Shard(path, dtype)
+def open_shard(path: str | os.PathLike, dtype: str | None = None, *, header: bool = True) -> Shard:
+    return Shard(path, dtype, header=header)

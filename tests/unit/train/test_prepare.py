@@ -217,6 +217,29 @@ def test_position_split_takes_floor_of_the_fraction(tmp_path):
     assert max(s["tokens"] for s in meta["shards"]) == 256
 
 
+def test_a_position_split_of_more_tokens_than_a_header_counts_cuts_into_shards_that_fit(tmp_path, monkeypatch):
+    """The file's tokens went to one scratch shard, whose int32 header stopped the split past
+    2**31 - 1 tokens ("<out>/.position-split-<pid>.bin: more than ... tokens"), though every
+    shard cut from it held far fewer. The limit is patched down to 100 here."""
+    import shardflow.train.prepare as prepare
+    import shardflow.train.shards as shards
+
+    monkeypatch.setattr(shards, "MAX_TOKENS", 100)
+    monkeypatch.setattr(prepare, "MAX_TOKENS", 100)
+    text = "abcdefghi\n" * 15  # 150 char tokens
+    path = tmp_path / "input.txt"
+    path.write_text(text)
+    tok = CharTokenizer.train([text])
+    meta = prepare_text_file(path, tok, tmp_path / "out", TextFileParams(val_fraction=0.1, tokens_per_shard=50))
+    assert [(s["file"], s["tokens"]) for s in meta["shards"]] == [
+        ("train_000000.bin", 50), ("train_000001.bin", 50), ("train_000002.bin", 35), ("val_000000.bin", 15)
+    ]
+    assert tok.decode(np.concatenate([reference_tokens(tmp_path / "out" / s["file"]) for s in meta["shards"]])) == text
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "metadata.json", "train_000000.bin", "train_000001.bin", "train_000002.bin", "val_000000.bin"
+    ]  # no scratch left
+
+
 def test_text_pieces_encode_like_the_whole_file(tmp_path):
     text = "".join(f"Speaker {i}:\n  Well,   said {i}!  \n\n" if i % 3 else f"word{i}\n" for i in range(200))
     path = tmp_path / "t.txt"

@@ -57,6 +57,25 @@ def test_empty_shard_opens(tmp_path):
     assert len(open_shard(tmp_path / "e.bin").tokens) == 0
 
 
+def test_a_file_without_a_header_holds_bare_tokens_past_the_int32_count(tmp_path, monkeypatch):
+    """header=False: the position split's scratch file, which no int32 count limits."""
+    import shardflow.train.shards as shards
+
+    monkeypatch.setattr(shards, "MAX_TOKENS", 3)
+    with pytest.raises(ValueError, match="the int32 header cannot count them"):
+        write_shard(tmp_path / "h.bin", [1, 2, 3, 4], "uint16")
+    with ShardWriter(tmp_path / "raw.bin", "uint16", header=False) as w:
+        w.write([1, 2, 3, 4, 65535])
+    assert (tmp_path / "raw.bin").read_bytes() == np.array([1, 2, 3, 4, 65535], dtype="<u2").tobytes()
+    with open_shard(tmp_path / "raw.bin", "uint16", header=False) as raw:
+        assert raw.header is None and len(raw) == 5
+        np.testing.assert_array_equal(raw.read(1, 5), [2, 3, 4, 65535])
+        np.testing.assert_array_equal(raw.tokens, [1, 2, 3, 4, 65535])
+    (tmp_path / "odd.bin").write_bytes(b"\0" * 5)
+    with pytest.raises(ShardFormatError, match=r"odd\.bin: 5 bytes, not a whole number of uint16 tokens"):
+        open_shard(tmp_path / "odd.bin", "uint16", header=False)
+
+
 def test_truncated_and_padded_files_are_refused(tmp_path):
     path = tmp_path / "t.bin"
     write_shard(path, np.arange(100), "uint16")
