@@ -371,6 +371,12 @@ def tokenize_chunk(
                         f"{chunk_path}: document {rec.id!r} {'has no' if groups else 'has a'} group, unlike the chunk's first"
                     )
                 n = ids.size + 1
+                if offset + n > MAX_TOKENS:  # else the writer stops naming out_path, a file the user never named
+                    raise ValueError(
+                        f"{chunk_path}: document {rec.id!r} takes the chunk past {MAX_TOKENS:,} tokens, more than "
+                        "its tokenized file can hold (the llm.c header counts tokens in an int32); split the corpus "
+                        "into more chunks (n_chunks; under chunking.by: source, smaller source files)"
+                    )
                 split = assign_split(rec.group if groups else rec.id, params.val_fraction, params.split_salt)
                 doc = {
                     "id": rec.id,

@@ -344,6 +344,20 @@ def test_large_vocab_needs_uint32(tmp_path):
     assert tokens.tolist() == [69999, 0, 70000]
 
 
+def test_a_chunk_of_more_tokens_than_its_file_counts_names_the_chunk_and_the_remedy(tmp_path, monkeypatch):
+    """A chunk past 2**31 - 1 tokens stopped naming its tokenized .bin (an output) and the
+    int32 header, not the chunk, the document, or what to change. Patched down to 10."""
+    import shardflow.train.prepare as prepare
+    import shardflow.train.shards as shards
+
+    monkeypatch.setattr(shards, "MAX_TOKENS", 10)
+    monkeypatch.setattr(prepare, "MAX_TOKENS", 10)
+    chunk = write_chunk(tmp_path / "chunk_3.jsonl", [("a", "abcd"), ("b", "dcba"), ("c", "ab")])
+    with pytest.raises(ValueError, match=r"chunk_3\.jsonl: document 'c' takes the chunk past 10 tokens.*n_chunks"):
+        tokenize_chunk(chunk, CharTokenizer.train(["abcd"]), tmp_path / "t.bin", TokenizeParams())
+    assert not (tmp_path / "t.bin").exists() and not docs_path(tmp_path / "t.bin").exists()
+
+
 def test_truncated_tokenized_chunk_is_refused(tmp_path):
     chunk = write_chunk(tmp_path / "chunk_0.jsonl", [("d", "abc")])
     tokenize_chunk(chunk, CharTokenizer.train(["abc"]), tmp_path / "t.bin", TokenizeParams())
