@@ -33,6 +33,11 @@ help:
 	@echo "make lint   snakemake --lint, snakefmt --check and ruff check (make fmt fixes what it can)"
 	@echo "make bench  CPU engine benchmark against sentence-transformers"
 	@echo "make sweep NAME=<name>  a parameter sweep of config/sweeps/ (prints its table's path last)"
+	@echo "make report  bring the run up to date and write report.html (its first page: results/report.rst)"
+	@echo "make evaluate-beir DATA=<BEIR folder>  retrieval metrics of a BEIR data set (make evaluate-beir: its variables)"
+	@echo "make evaluate-summaries DATA=<jsonl[.gz]>  summaries scored with ROUGE (make evaluate-summaries: its variables)"
+	@echo "make reproduce-arguana | reproduce-shakespeare  a published number through the workflow (needs ../shared/data)"
+	@echo "make rulegraph  write rulegraph.svg; make fmt  snakefmt and ruff --fix; make clean  remove results, logs, report.html and .snakemake"
 
 # The venv is rebuilt when the lock file or the package metadata change.
 # Bytecode is compiled on every core after the install (pip compiles one file at a
