@@ -137,7 +137,7 @@ def load_summaries(
     if not summaries or summaries.startswith(".") or ".." in summaries:
         raise ValueError(f"summaries field spec {summaries!r}: expected 'field', 'a.b' or 'a.*'")
     parent = summaries[:-2] if summaries.endswith(".*") else None
-    systems, n_with = _usual_systems(paths, parent) if parent is not None else ((), 0)
+    systems, n_with = usual_systems(paths, parent) if parent is not None else ((), 0)
 
     def make(obj: dict, line: int, name: str) -> SummaryRecord:
         if parent is not None:
@@ -164,7 +164,7 @@ def load_summaries(
     return Loaded(records, rejects)
 
 
-def _usual_systems(paths: Sequence[str], parent: str) -> tuple[tuple[str, ...], int]:
+def usual_systems(paths: Sequence[str], parent: str) -> tuple[tuple[str, ...], int]:
     """For "a.*": the set of systems most records of `paths` hold (the first such set
     on a tie) and how many hold it. Decided over every file, so one record with a
     system missing is the record reported, wherever it stands, and every system is

@@ -610,7 +610,7 @@ def stored_systems(cfg: dict, sources: tuple[str, ...]) -> tuple[str, ...] | Non
     (their systems follow from the config: sweep.metrics.summary_systems), or where a
     source is not on this machine (s3://) or no record holds such an object. Kept
     between parses (core.parsecache), as every cluster job parses the workflow again."""
-    from shardflow.summarise.data import _usual_systems
+    from shardflow.summarise.data import usual_systems
 
     field = cfg["summarise"]["stored_field"] or ""
     if cfg["summarise"]["method"] != "stored" or not field.endswith(".*"):
@@ -618,7 +618,7 @@ def stored_systems(cfg: dict, sources: tuple[str, ...]) -> tuple[str, ...] | Non
     if not sources or any(p.startswith("s3://") or not os.path.isfile(p) for p in sources):
         return None
     parent = field.removesuffix(".*")
-    systems, _ = cached("stored-systems", sources, parent, lambda: _usual_systems(sources, parent))
+    systems, _ = cached("stored-systems", sources, parent, lambda: usual_systems(sources, parent))
     return tuple(systems) or None
 
 
