@@ -201,10 +201,11 @@ def assign_split(key: str, val_fraction: float, salt: str = "shardflow") -> str:
     return "val" if int.from_bytes(h[:8], "big") < val_fraction * 2**64 else "train"
 
 
-def position_split(n_tokens: int, val_fraction: float) -> int:
-    """Train tokens of a position split: floor(N * (1 - val_fraction)), in exact arithmetic
-    on the decimal value of val_fraction (0.1 -> 9/10), so N=10 gives 9, never 8."""
-    return math.floor(n_tokens * (1 - Fraction(str(val_fraction))))
+def position_split(n: int, val_fraction: float) -> int:
+    """The train part of a position split of N characters: floor(N * (1 - val_fraction)), in
+    exact arithmetic on the decimal value of val_fraction (0.1 -> 9/10), so N=10 gives 9,
+    never 8 (nanoGPT's int(n * 0.9), without its float rounding)."""
+    return math.floor(n * (1 - Fraction(str(val_fraction))))
 
 
 def docs_path(tokens_path: str | os.PathLike) -> Path:
@@ -729,10 +730,16 @@ def prepare_text_file(
     params: TextFileParams,
     tokenizer_folder: str | os.PathLike | None = None,
 ) -> dict:
-    """Position split of one text file: the first floor(N * (1 - val_fraction)) tokens
-    train, the rest val (`position_split`); N is the file's token count. The file is
-    one text, as in nanoGPT's `data/shakespeare*/prepare.py`: no end-of-text is added.
+    """Position split of one text file, as nanoGPT's `data/shakespeare*/prepare.py` make it:
+    the text is cut at character floor(N * (1 - val_fraction)) (`position_split`; N is its
+    Unicode code points as `_text_pieces` reads them: a leading BOM dropped, line endings
+    as they are), and each part is encoded on its own, the first to train, the rest to
+    val. Cutting the tokens instead would give a BPE other counts, and a token across
+    the cut (nanoGPT's GPT-2 Shakespeare: 301,966 / 36,059). The file is one text: no
+    end-of-text is added.
 
+    A first pass counts the characters, a second encodes the file piece by piece (the
+    piece holding the cut is encoded as its two parts), so neither holds the file.
     Tokens stream to a hidden scratch file in `out_dir` (removed afterwards), then
     are cut into `train_*.bin` / `val_*.bin` of at most the target size. The scratch
     holds bare tokens, no llm.c header: the file may have more tokens than a header's
@@ -756,25 +763,43 @@ def prepare_text_file(
         )  # fmt: skip
     elif piece_chars is None:
         log.info("%s: encoded in one piece (the %s tokenizer's tokens may span line breaks)", path, tokenizer.kind)
+    n_chars = sum(len(piece) for _, piece in _text_pieces(path))
+    if n_chars == 0:
+        raise ValueError(f"empty corpus: {path} holds no text")
+    cut = position_split(n_chars, params.val_fraction)
     unk = 0
+
+    def encode_into(w: ShardWriter, line: int, text: str) -> None:
+        nonlocal unk
+        try:
+            (ids,) = tokenizer.encode_batch([text])
+        except Exception as exc:
+            at = getattr(exc, "offset", None)
+            where = f"{path}:{line + text[:at].count(chr(10))}" if at is not None else f"{path} (from line {line})"
+            raise ValueError(f"{where}: cannot be encoded by the {tokenizer.kind} tokenizer: {exc}") from exc
+        unk += _unk_count(tokenizer, [ids])
+        w.write(ids)
+
     try:
         with ShardWriter(scratch, dtype, header=False) as w:
+            read, n_train = 0, None
             for line, piece in _text_pieces(path, piece_chars):
-                try:
-                    (ids,) = tokenizer.encode_batch([piece])
-                except Exception as exc:
-                    at = getattr(exc, "offset", None)
-                    where = (
-                        f"{path}:{line + piece[:at].count(chr(10))}" if at is not None else f"{path} (from line {line})"
-                    )
-                    raise ValueError(f"{where}: cannot be encoded by the {tokenizer.kind} tokenizer: {exc}") from exc
-                unk += _unk_count(tokenizer, [ids])
-                w.write(ids)
+                if n_train is None and read + len(piece) >= cut:  # the piece holding the cut
+                    head, tail = piece[: cut - read], piece[cut - read :]
+                    if head:
+                        encode_into(w, line, head)
+                    n_train = w.n_tokens
+                    if tail:
+                        encode_into(w, line + head.count("\n"), tail)
+                else:
+                    encode_into(w, line, piece)
+                read += len(piece)
+            if read != n_chars:
+                raise ValueError(f"{path}: changed while it was read ({n_chars} characters, then {read})")
         with open_shard(scratch, dtype, header=False) as src:
             n = src.n_tokens
             if n == 0:
                 raise ValueError(f"empty corpus: {path} holds no text")
-            n_train = position_split(n, params.val_fraction)
             shards = _cut(src, 0, n_train, out_dir, "train", dtype, target) + _cut(
                 src, n_train, n, out_dir, "val", dtype, target
             )
@@ -792,7 +817,8 @@ def prepare_text_file(
         "split": {
             "method": "position",
             "val_fraction": params.val_fraction,
-            "rule": "train = first floor(N * (1 - val_fraction)) tokens, val = the rest",
+            "rule": "the text's first floor(N * (1 - val_fraction)) characters train, the rest val, each encoded apart",
+            "characters": {"train": cut, "val": n_chars - cut},
         },
         "dedup": None,
         "group_field": None,

@@ -2,13 +2,20 @@
 its characters train, last 10% val (data/shakespeare_char/prepare.py: data[:int(n*0.9)])."""
 
 import json
+import struct
 
 import numpy as np
 import pytest
 
-from shardflow.train.prepare import TextFileParams, TokenizerParams, prepare_text_file, train_tokenizer
+from shardflow.train.prepare import (
+    TextFileParams,
+    TokenizerParams,
+    position_split,
+    prepare_text_file,
+    train_tokenizer,
+)
 from shardflow.train.shards import open_shard
-from shardflow.train.tokenizer import load_tokenizer
+from shardflow.train.tokenizer import CharTokenizer, load_tokenizer
 from shardflow.workflow import plan
 
 
@@ -88,3 +95,74 @@ def test_shard_settings_without_a_validation_split_or_with_a_misspelt_tokenizer_
         plan.shards_settings({**config, "shards": {**config["shards"], "tokenizer": "chr"}})
     with pytest.raises(ValueError, match="shards.tokens_per_shard and shards.shard_mb are both set"):
         plan.shards_settings({**config, "shards": {**config["shards"], "tokens_per_shard": 100, "shard_mb": 1}})
+
+
+def _bpe(text):
+    from shardflow.train.tokenizer import train_bpe
+
+    return train_bpe(iter([text] * 3), vocab_size=400, min_frequency=1)  # GPT-2's byte-level scheme, offline
+
+
+def _metaspace(text):
+    """A SentencePiece-style BPE: encoded in one piece, "▁" before each text it encodes."""
+    from tokenizers import Tokenizer as HFTk
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    from shardflow.train.tokenizer import HFTokenizer
+
+    tk = HFTk(models.BPE(unk_token="<unk>"))
+    tk.pre_tokenizer, tk.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
+    tk.train_from_iterator(text.splitlines(), trainers.BpeTrainer(vocab_size=400, special_tokens=["</s>", "<unk>"]))
+    return HFTokenizer(tk, "pretrained", "</s>")
+
+
+@pytest.mark.parametrize("make_tokenizer", [_bpe, _metaspace])
+def test_position_split_cuts_the_characters_then_encodes_each_part_as_nanogpt(tmp_path, monkeypatch, make_tokenizer):
+    """nanoGPT's data/shakespeare/prepare.py cuts the text at int(n * 0.9) characters and
+    encodes each part (GPT-2 BPE: 301,966 / 36,059 tokens). The split cut the file's tokens
+    instead: with the byte-level BPE here 234 / 26, not 235 / 26, the cut at the token "The"
+    where the characters are cut after its "T"."""
+    import shardflow.train.prepare as prepare
+
+    monkeypatch.setattr(prepare, "PIECE_CHARS", 64)  # streamed in pieces, the cut inside one
+    text = "".join(f"The quick brown fox jumps over the lazy dog number {i}.\n" for i in range(20))
+    cut = int(len(text) * 0.9)  # nanoGPT
+    assert (cut, text[cut - 1 : cut + 2]) == (981, "The")
+    src = tmp_path / "input.txt"
+    src.write_text(text, encoding="utf-8")
+    tok = make_tokenizer(text)
+    train_ids, val_ids = tok.encode(text[:cut]), tok.encode(text[cut:])  # nanoGPT's train.bin, val.bin
+    assert len(train_ids) != prepare.position_split(len(tok.encode(text)), 0.1)  # a token cut differs here
+    meta = prepare_text_file(src, tok, tmp_path / "shards", TextFileParams(val_fraction=0.1, tokens_per_shard=50))
+    splits = {
+        split: np.concatenate([open_shard(tmp_path / "shards" / s["file"]).tokens
+                               for s in meta["shards"] if s["split"] == split]).tolist()
+        for split in ("train", "val")
+    }
+    assert splits == {"train": train_ids, "val": val_ids}
+    assert (meta["totals"]["train"]["tokens"], meta["totals"]["val"]["tokens"]) == (len(train_ids), len(val_ids))
+    assert meta["split"]["characters"] == {"train": 981, "val": 109}
+
+
+def test_position_split_of_char_tokens_is_the_token_cut_byte_for_byte(tmp_path, monkeypatch):
+    """For the char tokenizer a character is a token, so cutting characters gives the bytes
+    the token cut gave, multi-byte characters (2, 3, 4 bytes in UTF-8) and a leading BOM
+    (dropped, as ever) included; the cut falls inside a streamed piece."""
+    import shardflow.train.prepare as prepare
+
+    monkeypatch.setattr(prepare, "PIECE_CHARS", 40)
+    text = "".join(f"Ça {i}: naïve 漢字 fish 🐟 end\r\n" if i % 3 else f"line {i}\n" for i in range(37))
+    src = tmp_path / "input.txt"
+    src.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+    tok = CharTokenizer.train([text])
+    meta = prepare_text_file(src, tok, tmp_path / "shards", TextFileParams(val_fraction=0.1, tokens_per_shard=300))
+    ids = np.asarray(tok.encode(text), dtype="<u2")  # the whole file's tokens, cut by position as before
+    n_train = position_split(len(ids), 0.1)
+    assert len(ids) == len(text) and n_train == int(len(text) * 0.9)
+    expected = {}
+    for split, part in (("train", ids[:n_train]), ("val", ids[n_train:])):
+        for i, lo in enumerate(range(0, len(part), 300)):
+            chunk = part[lo : lo + 300]
+            expected[f"{split}_{i:06d}.bin"] = struct.pack("<3i", 20240520, 1, len(chunk)) + bytes(1012) + chunk.tobytes()
+    assert len(expected) > 2
+    assert {s["file"]: (tmp_path / "shards" / s["file"]).read_bytes() for s in meta["shards"]} == expected
