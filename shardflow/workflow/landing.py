@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,6 +244,28 @@ def _escape(text: str) -> str:
     return text
 
 
+def _columns(text: str) -> int:
+    """The columns docutils gives `text` in a table or under a title (docutils.utils.
+    column_width): an East Asian wide or fullwidth character takes two, a combining one
+    (an accent written after its letter) none. A key is padded, and a title underlined,
+    by columns, not characters: a stored system's name ("ROUGE 要約") padded by
+    characters ran into the value's column, and docutils showed an error for the table."""
+    return sum(
+        0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text
+    )
+
+
+def _split_at_column(row: str, width: int) -> tuple[str, str] | None:
+    """`row` cut after its first `width` columns (with any combining characters that
+    follow), or None where a wide character straddles the cut."""
+    used = 0
+    for i, ch in enumerate(row):
+        if used >= width and not unicodedata.combining(ch):
+            return (row[:i], row[i:]) if used == width else None
+        used += _columns(ch)
+    return (row, "") if used <= width else None
+
+
 _HEADER = [
     "shardflow run",
     "=============",
@@ -258,12 +281,12 @@ def render(sections: list[Section]) -> str:
     lines = list(_HEADER)
     for section in sections:
         title = _escape(section.title)
-        lines += [title, "-" * len(title), ""]
+        lines += [title, "-" * _columns(title), ""]
         rows = [(_escape(k), _escape(v)) for k, v in section.rows]
-        width = max(len(k) for k, _ in rows)
+        width = max(_columns(k) for k, _ in rows)
         rule = "=" * width + " " + "=" * 60
         lines += [rule]
-        lines += [f"{k.ljust(width)} {v}" for k, v in rows]
+        lines += [f"{k}{' ' * (width - _columns(k))} {v}" for k, v in rows]
         lines += [rule, ""]
     return "\n".join(lines)
 
@@ -301,12 +324,13 @@ def page_problem(text: str) -> str | None:
     while i < len(lines) and not (lines[i] == "" and i == len(lines) - 1):
         title, underline, blank, rule = (lines[i : i + 4] + ["", "", "", ""])[:4]
         found = _RULE.fullmatch(rule)
-        if not (_is_escaped(title) and underline == "-" * len(title) and title and blank == "" and found):
+        if not (_is_escaped(title) and underline == "-" * _columns(title) and title and blank == "" and found):
             return f"line {i + 1} is not a section's title and table"
         width, j = len(found.group(1)), i + 4
         while j < len(lines) and lines[j] != rule:
-            row = lines[j]
-            key, gap, value = row[:width].rstrip(), row[width : width + 1], row[width + 1 :]
+            cut = _split_at_column(lines[j], width)
+            key, rest = cut if cut else ("", "")
+            key, gap, value = key.rstrip(), rest[:1], rest[1:]
             if not (key and _is_escaped(key) and gap in ("", " ") and _is_escaped(value)):
                 return f"line {j + 1} is not a row of escaped values"
             j += 1

@@ -261,3 +261,23 @@ def test_retrieval_metrics_beyond_the_ranking_depth_are_marked(tmp_path):
     assert dict(sweep_section("depth", files).rows)["best all.recall_at_1000 (max)"] == (
         "0.95 at retrieval.top_k=100; computed on a ranking shallower than its k (retrieval.top_k): not the metric at k"
     )
+
+
+def test_a_key_of_wide_or_combining_characters_keeps_the_table_whole(tmp_path):
+    """A stored system's name is a key of the user's JSON ("ROUGE 要約"): docutils counts an
+    East Asian wide character as two columns and a combining accent as none, so a key
+    padded by characters ran into the value's column ("Malformed table. Text in column
+    margin") and the page showed an error where its table was. The landing page itself
+    still reads as one rule landing wrote (first_page would put a placeholder there)."""
+    from shardflow.workflow.landing import page_problem
+
+    (tmp_path / "manifest.json").write_text(json.dumps({"total_records": 2}))
+    score = {"mean": 40.0, "ci_low": 38.0, "ci_high": 42.0, "n": 2}
+    systems = {"要約": {"rouge1": score}, "café": {"rouge1": score}, "cafe\u0301": {"rouge1": score}}
+    (tmp_path / "r.json").write_text(json.dumps({"systems": systems, "n_documents": 2}))
+    section = summarisation_section("news", {"manifest": tmp_path / "manifest.json", "metrics": tmp_path / "r.json"})
+    text = render([section, Section("Sweep: 長い名前", [("best 要約", "1"), ("stage", "summarise")])])
+    html = publish_parts(text, writer_name="html", settings_overrides={"report_level": 2, "halt_level": 2})["html_body"]
+    assert html.count("<table") == 2 and "ROUGE 要約" in html and "rouge1 40.00 [38.00, 42.00]" in html
+    assert "ROUGE cafe\u0301" in html and "Sweep: 長い名前" in html
+    assert page_problem(text) is None
