@@ -395,6 +395,16 @@ def _shards_line(meta: dict) -> str:
     return text
 
 
+def _duplicates(dedup: dict) -> str:
+    """What the gather did with duplicate documents (shards metadata.json's `dedup`).
+    Under shards.dedup: false none is looked for, so its count of 0 says nothing of the
+    corpus: "0 duplicates dropped" read as checked and clean."""
+    if not (dedup.get("within_chunks", True) or dedup.get("across_chunks", True)):
+        return "duplicates not looked for (shards.dedup: false: a copy of a document may be in both splits)"
+    n = dedup.get("duplicates_within_chunks", 0) + dedup.get("duplicates_across_chunks", 0)
+    return f"{n:,} duplicates dropped"
+
+
 def _val_loss_line(m: dict) -> str:
     """The best and the last weights' validation loss; a diverged run's are null (strict
     JSON: metrics.json holds no NaN or Infinity)."""
@@ -412,10 +422,8 @@ def training_section(dataset: str, files: dict, report: ReportParams | None = No
     if t["documents"] is None:  # a position split: one text, no documents
         docs = f"one text, split by position ({meta['split']['val_fraction']:g} of its tokens val)"
     else:
-        dups = meta["dedup"] or {}
-        n_dups = dups.get("duplicates_within_chunks", 0) + dups.get("duplicates_across_chunks", 0)
         docs = (f"{t['documents']:,} ({t['train']['documents']:,} train / {t['val']['documents']:,} val, "
-                f"by {meta['split'].get('key', 'id')} hash); {n_dups:,} duplicates dropped")
+                f"by {meta['split'].get('key', 'id')} hash); {_duplicates(meta['dedup'] or {})}")
     tokenize = f"; {len(jobs)} tokenize jobs" if jobs else ""
     rows = [
         ("documents in", docs),

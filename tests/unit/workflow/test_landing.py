@@ -281,3 +281,31 @@ def test_a_key_of_wide_or_combining_characters_keeps_the_table_whole(tmp_path):
     assert html.count("<table") == 2 and "ROUGE 要約" in html and "rouge1 40.00 [38.00, 42.00]" in html
     assert "ROUGE cafe\u0301" in html and "Sweep: 長い名前" in html
     assert page_problem(text) is None
+
+
+def test_the_documents_line_says_duplicates_were_not_looked_for_under_dedup_false(tmp_path):
+    """shards.dedup: false drops no duplicate because none is looked for: "0 duplicates
+    dropped" read as a corpus checked and clean, where a copy may be in both splits."""
+    from shardflow.workflow.landing import training_section
+
+    training_files(tmp_path)
+    meta = json.loads((tmp_path / "shards" / "metadata.json").read_text())
+    meta["totals"] = {"documents": 10, "tokens": 100, "train": {"documents": 9, "tokens": 90},
+                      "val": {"documents": 1, "tokens": 10}}
+    meta["split"] = {"method": "hash", "val_fraction": 0.1, "key": "id"}
+    metrics = {"steps": 6, "tokens_per_step": 64, "n_params": 1000, "resumed_from_step": 0, "best_val_loss": 4.1,
+               "best_step": 3, "final_val_loss": 4.0, "train_seconds_total": 1.0, "wall_seconds": 2.0,
+               "tokens_per_second": 100.0, "mfu": None, "device": "cpu", "world_size": 1, "dtype": "float32"}
+    (tmp_path / "m.json").write_text(json.dumps(metrics))
+    files = {"shards": tmp_path / "shards", "jobs": tmp_path / "jobs.json", "metrics": tmp_path / "m.json"}
+    checked = {"within_chunks": True, "across_chunks": True, "duplicates_within_chunks": 2,
+               "duplicates_across_chunks": 1}
+    unchecked = {"within_chunks": False, "across_chunks": False, "duplicates_within_chunks": 0,
+                 "duplicates_across_chunks": 0}
+    for dedup, want in (
+        (checked, "10 (9 train / 1 val, by id hash); 3 duplicates dropped"),
+        (unchecked, "10 (9 train / 1 val, by id hash); duplicates not looked for (shards.dedup: false: a copy of a "
+                    "document may be in both splits)"),
+    ):
+        (tmp_path / "shards" / "metadata.json").write_text(json.dumps({**meta, "dedup": dedup}))
+        assert dict(training_section("tr", files).rows)["documents in"] == want
