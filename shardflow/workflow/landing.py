@@ -5,7 +5,8 @@ Snakemake's report opens on its global description (the `report:` statement). Th
 section per stage and data set:
 
 - embedding: records in (read: kept / rejected), rows out and whether verification
-  passed, wall time, throughput, GPU-hours and estimated cost, peak GPU memory;
+  passed, wall time, throughput (and how many jobs made it at once), GPU-hours and
+  estimated cost, peak GPU memory;
 - retrieval evaluation: the headline metrics and query / document counts;
 - summarisation: records in and out, truncated inputs, lengths and compression,
   wall time, throughput, GPU-hours and cost, peak GPU memory, and ROUGE with
@@ -77,7 +78,7 @@ def embedding_section(dataset: str, files: dict, report: ReportParams) -> Sectio
         ("wall time", f"{_duration(s['embed_wall_time_s'])} encoding ({s['chunks']} chunk jobs, "
          f"{_duration(s['embed_job_seconds'])} of job time in all, model loading included)"),
         ("throughput", f"{s['items_per_s']:,.1f} records/s, {s['tokens_per_s']:,.0f} tokens/s while encoding "
-         f"on {', '.join(s['devices'])}" + (
+         f"on {', '.join(s['devices'])}" + _at_once([j["stats"] for j in jobs]) + (
              f" ({s['records_resumed']:,} records came from resumed parts of killed attempts, whose time and "
              "tokens these rates do not count)" if s.get("records_resumed") else "")),
         ("GPU-hours and cost", f"{s['gpu_hours']:.4f} GPU-h, {s['estimated_cost']:.2f} {s['currency']} " + (
@@ -88,6 +89,21 @@ def embedding_section(dataset: str, files: dict, report: ReportParams) -> Sectio
         ("peak GPU memory", _stage_peak_memory(s)),
     ]
     return Section(f"Embedding: {dataset}", rows)
+
+
+def _at_once(stats: list[dict]) -> str:
+    """How many chunk jobs encoded at once at most (from their start_time and end_time),
+    where more than one did. The rates are the stage's records over the time any job
+    encoded, so N jobs at once give about N times one job's; and a job pinned to its own
+    GPU sees it as cuda:0, so "on cuda:0" alone read as one GPU's rate."""
+    events = sorted([(s["start_time"], 1) for s in stats] + [(s["end_time"], -1) for s in stats])
+    running = most = 0
+    for _, step in events:  # at a tie an end sorts first: a job starting as another ends is not at once
+        running += step
+        most = max(most, running)
+    if most < 2:
+        return ""
+    return f", up to {most} chunk jobs at once: the rates are theirs together, not one job's or one device's"
 
 
 def _peaks(allocated: float, reserved: float | None) -> str:

@@ -309,3 +309,35 @@ def test_the_documents_line_says_duplicates_were_not_looked_for_under_dedup_fals
     ):
         (tmp_path / "shards" / "metadata.json").write_text(json.dumps({**meta, "dedup": dedup}))
         assert dict(training_section("tr", files).rows)["documents in"] == want
+
+
+def test_the_embedding_rates_say_how_many_jobs_ran_at_once(tmp_path):
+    """Chunk jobs pinned to their own GPUs each see theirs as cuda:0: four jobs on four
+    GPUs at once encode four times as fast as one, and the page said "on cuda:0" of the
+    sum, a rate a reader takes for one GPU's. It says how many jobs made it, where more
+    than one ran at once."""
+    from shardflow.core.jobs import write_job_table
+    from shardflow.embed.report import ReportParams
+    from shardflow.workflow.landing import embedding_section
+
+    def rows(intervals):
+        stats, benches = [], []
+        for i, (start, end) in enumerate(intervals):
+            s = {"chunk": i, "items": 100, "items_embedded": 100, "tokens": 1000, "seconds": end - start,
+                 "start_time": start, "end_time": end, "device": "cuda:0"}
+            (tmp_path / f"s{i}.json").write_text(json.dumps(s))
+            (tmp_path / f"b{i}.tsv").write_text(f"s\tmax_rss\n{end - start + 5}\t100\n")
+            stats.append(str(tmp_path / f"s{i}.json"))
+            benches.append(str(tmp_path / f"b{i}.tsv"))
+        write_job_table(tmp_path / "jobs.json", stats, benches)
+        (tmp_path / "manifest.json").write_text(json.dumps({"total_records": 100 * len(intervals)}))
+        (tmp_path / "v.json").write_text(json.dumps({"ok": True, "rows": 100 * len(intervals), "dim": 8,
+                                                    "dtype": "float32"}))
+        files = {"manifest": tmp_path / "manifest.json", "jobs": tmp_path / "jobs.json", "verification": tmp_path / "v.json"}
+        return dict(embedding_section("demo", files, ReportParams()).rows)
+
+    parallel = rows([(0.0, 10.0), (0.0, 10.0), (1.0, 9.0), (2.0, 10.0)])["throughput"]
+    assert parallel == ("40.0 records/s, 400 tokens/s while encoding on cuda:0, up to 4 chunk jobs at once: the "
+                        "rates are theirs together, not one job's or one device's")
+    one_by_one = rows([(0.0, 10.0), (10.0, 20.0)])["throughput"]  # touching, not overlapping
+    assert one_by_one == "10.0 records/s, 100 tokens/s while encoding on cuda:0"
