@@ -88,22 +88,6 @@ import warnings
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-# Dense bf16/fp16 tensor-core peaks (TFLOP/s, no sparsity), by substring of the device name.
-PEAK_TFLOPS = {
-    "H200": 989.0,
-    "H100 SXM": 989.0,
-    "H100 80GB HBM3": 989.0,
-    "H100 PCIe": 756.0,
-    "H100": 756.0,
-    "A100": 312.0,
-    "L40S": 362.0,
-    "L4": 121.0,
-    "A10G": 125.0,
-    "A10": 125.0,
-    "T4": 65.0,
-    "V100": 125.0,
-}
-
 
 def model_or_bundled(model: str | None) -> str:
     """`--model` as given, or the bundled all-MiniLM-L6-v2 folder (offline)."""
@@ -628,8 +612,9 @@ def main(argv: list[str] | None = None) -> int:
     flops = model_flops(encoder.model, lengths, getattr(cfg, "num_hidden_layers", 0), getattr(cfg, "hidden_size", 0))
     peak = None
     if on_cuda:
-        name = torch.cuda.get_device_name(device)
-        peak = next((v for k, v in PEAK_TFLOPS.items() if k in name), None)
+        from shardflow.train.trainer import peak_bf16_tflops  # the trainer's MFU table, one for both
+
+        peak = peak_bf16_tflops(torch.cuda.get_device_name(device))
     # --configs-only: one cold encode each (no warm-up round), so no rates to compare.
     if not args.configs_only:
         print(f"{'method':<10} {'texts/s':>9} {'tokens/s':>10} {'vs st@32':>9}" + ("  TFLOP/s  %peak" if on_cuda else ""))

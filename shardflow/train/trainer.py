@@ -52,6 +52,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -87,9 +88,12 @@ CHECKPOINT_NAME = "checkpoint.pt"
 # compared resolved, so a schedule that hangs on max_iters still counts as changed);
 # where torch keeps its compiled kernels changes no number.
 RESUMABLE_KEYS = ("max_iters", "checkpoint_interval", "compile_cache")
-# Dense bf16 tensor-core peaks (TFLOP/s), by substring of the CUDA device name; first match wins.
+# Dense bf16 tensor-core peaks (TFLOP/s), by the model in the CUDA device name ("NVIDIA
+# L40S", "Tesla T4"); first match wins (`peak_bf16_tflops`). V100 and T4 have no bf16:
+# their fp16 tensor peak. A GPU not listed (A10G, RTX cards) has no MFU.
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100 SXM": 989.0, "H100 80GB HBM3": 989.0, "H100": 756.0,
-                    "A100": 312.0, "L40S": 362.0, "L4": 121.0, "A10": 125.0, "V100": 125.0, "T4": 65.0}
+                    "A100": 312.0, "L40S": 362.0, "L40": 181.0, "L4": 121.0, "A10": 125.0, "V100": 125.0,
+                    "T4": 65.0}
 
 log = logging.getLogger(__name__)
 
@@ -769,12 +773,21 @@ def strict_json(metrics: dict) -> dict:
     return {**finite, "diverged": diverged}
 
 
+def peak_bf16_tflops(device_name: str) -> float | None:
+    """The PEAK_BF16_TFLOPS entry of a CUDA device name, or None. A model number matches
+    whole: "L4" is not the L40's (181) nor "A10" the A10G's, as a plain substring was."""
+    for key, peak in PEAK_BF16_TFLOPS.items():
+        tail = r"(?![0-9A-Za-z])" if key[-1].isdigit() else ""  # "H100 SXM" matches "H100 SXM5"
+        if re.search(rf"(?<![0-9A-Za-z]){re.escape(key)}{tail}", device_name):
+            return peak
+    return None
+
+
 def mfu(tokens_per_sec: float | None, flops_per_token: int, rt: Runtime) -> float | None:
     """Model FLOP utilisation against the bf16 dense peak of the GPU (None on CPU or unknown GPUs)."""
     if rt.device.type != "cuda" or not tokens_per_sec:
         return None
-    name = torch.cuda.get_device_name(rt.device)
-    peak = next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+    peak = peak_bf16_tflops(torch.cuda.get_device_name(rt.device))
     if peak is None:
         return None
     return tokens_per_sec * flops_per_token / (peak * 1e12 * rt.world)
