@@ -14,8 +14,9 @@ greedy or beam search, while the texts travel in batches:
    and roughly constant memory per batch. Padding is on the right for encoders,
    on the left for decoder-only models (`generate` derives their position ids
    from the attention mask, so a left-padded row sees the positions it sees alone).
-2. Generation settings are the model's `GenerationConfig` plus the overrides in
-   `GenerateParams`, handed to `generate` as one config (see `generate_params`).
+2. Generation settings are the model's `GenerationConfig`, then (seq2seq) its
+   `task_specific_params.summarization`, then the overrides in `GenerateParams`,
+   handed to `generate` as one config (see `generate_params`).
 3. Batching must not change what a row's settings mean. Some settings count the
    padding of a batched input: for decoder-only models `max_length` and
    `min_length` measure the prompt too (padding included), and the `encoder_*`
@@ -84,6 +85,7 @@ from shardflow.summarise.generate_params import (
     merge_generation_config,
     params_from_dict,
     resolve_token_budget,
+    task_generation_params,
 )
 from shardflow.summarise.records import write_summaries
 
@@ -180,19 +182,26 @@ def load_generator(
     folder = _model_folder(params.model)
     device, dtype, described = runtime(params.device, params.dtype, params.threads)
     config = AutoConfig.from_pretrained(folder)
-    generation_config = merge_generation_config(base_generation_config(folder, config), params)
+    task, task_other = task_generation_params(config)
+    generation_config = merge_generation_config(base_generation_config(folder, config), params, task)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = _load_model(folder, config, dtype, device, logger)
     gen = Generator(params, folder, tokenizer, model, generation_config, device, dtype, logger, before_generate)
     logger.info(
-        "summarise params %s | %s | %s model, input limit %s, token budget %d, generation %s",
+        "summarise params %s | %s | %s model, input limit %s, token budget %d, generation %s "
+        "(the model's generation config, then config.json's task_specific_params.summarization %s, "
+        "then summarise.generation %s)",
         asdict(params),
         described,
         "decoder-only" if gen.decoder_only else "seq2seq",
         gen.input_limit,
         gen.token_budget,
         generation_config.to_diff_dict(),
+        task,
+        params.overrides(),
     )
+    if task_other:
+        logger.info("task_specific_params.summarization keys that are no generation setting, not used: %s", task_other)
     if gen.padding_settings:
         logger.warning(
             "generation settings %s count the padding of a batch: batches hold only rows whose padding makes "

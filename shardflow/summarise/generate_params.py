@@ -1,11 +1,15 @@
 """What decides an abstractive summary: `GenerateParams`, and the generation settings
 it resolves to against a model folder.
 
-Generation settings are layered exactly as `model.generate` layers them: the
-model's own `GenerationConfig` (its `generation_config.json`, or, without one,
-the generation fields of `config.json`), then every override that is not None.
-Fields left unset in both keep transformers' global defaults (greedy, 20 new
-tokens), which `model.generate` fills in at call time.
+Generation settings are layered as transformers' summarization pipeline layered
+them (transformers 4; version 5 removed that pipeline, and `model.generate` never
+read the task's settings): the model's own `GenerationConfig` (its
+`generation_config.json`, or, without one, the generation fields of
+`config.json`), then, for a seq2seq model, the generation fields of `config.json`'s
+`task_specific_params.summarization` (T5's: beam search, 30 to 200 tokens), then
+every override that is not None. Fields left unset in all three keep
+transformers' global defaults (greedy, 20 new tokens), which `model.generate`
+fills in at call time.
 
 Nothing here loads weights.
 """
@@ -142,13 +146,38 @@ def base_generation_config(folder: str | Path, model_config=None):
     return GenerationConfig.from_model_config(model_config or AutoConfig.from_pretrained(folder))
 
 
-def merge_generation_config(base, params: GenerateParams):
-    """base + the overrides that are set: what `model.generate(**overrides)` runs with.
+def task_generation_params(model_config) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the generation settings, the other keys) of a seq2seq model's
+    `task_specific_params.summarization`, prefix aside (`default_prefix` reads it).
+
+    As transformers 4's summarization pipeline read them: the keys that are
+    `GenerationConfig` fields, applied over the model's own config. Decoder-only
+    models get none (that pipeline refused them).
+    """
+    from transformers import GenerationConfig
+
+    if not model_config.is_encoder_decoder:
+        return {}, {}
+    task = (getattr(model_config, "task_specific_params", None) or {}).get("summarization") or {}
+    if not isinstance(task, dict):
+        raise ValueError(
+            f"{model_config.name_or_path}/config.json: task_specific_params.summarization is "
+            f"{type(task).__name__}, not a mapping of generation settings"
+        )
+    probe = GenerationConfig()
+    settings = {k: v for k, v in task.items() if k != "prefix" and hasattr(probe, k)}
+    return settings, {k: v for k, v in task.items() if k != "prefix" and k not in settings}
+
+
+def merge_generation_config(base, params: GenerateParams, task: dict[str, Any] | None = None):
+    """base, then `task` (`task_generation_params`), then the overrides that are set.
 
     Raises ValueError when the result samples without a seed, or asks for more
     than one returned sequence (one summary per text).
     """
     merged = copy.deepcopy(base)
+    unused = merged.update(**(task or {}))
+    assert not unused, unused  # task_generation_params keeps GenerationConfig fields only
     unused = merged.update(**params.overrides())
     assert not unused, unused  # every override name is a GenerationConfig field
     eff = effective(merged)

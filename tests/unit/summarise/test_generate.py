@@ -203,6 +203,52 @@ def test_generation_settings_from_config_json(tiny, texts, tmp_path):
     assert gen.generate_ids(ids) == solo_from_ids(gen, ids)
 
 
+# t5-small's config.json, its maximum length cut to what the tiny model's tests can afford.
+T5_SUMMARIZATION = {
+    "early_stopping": True,
+    "length_penalty": 2.0,
+    "max_length": 40,
+    "min_length": 10,
+    "no_repeat_ngram_size": 3,
+    "num_beams": 4,
+    "prefix": "summarize: ",
+}
+
+
+def test_seq2seq_models_take_their_summarization_task_settings(tiny, texts, tmp_path, caplog):
+    # Transformers 4's summarization pipeline put config.json's task_specific_params.summarization
+    # over the generation config (t5-small: beam search, 30 to 200 tokens, not greedy 20 tokens).
+    model = shutil.copytree(tiny["t5"], tmp_path / "t5")
+    cfg = json.loads((model / "config.json").read_text())
+    cfg["task_specific_params"] = {"summarization": {**T5_SUMMARIZATION, "max_position_embeddings": 512}}
+    (model / "config.json").write_text(json.dumps(cfg))
+    with caplog.at_level(logging.INFO, logger="shardflow.summarise.generate"):
+        gen = load_generator(params(model, token_budget=400, window=8))
+    gc = gen.generation_config
+    got = (gc.num_beams, gc.max_length, gc.min_length, gc.no_repeat_ngram_size, gc.length_penalty, gc.early_stopping)
+    assert got == (4, 40, 10, 3, 2.0, True)
+    assert gen.prefix == "summarize: " and gc.eos_token_id == 1  # the model's own settings stay under them
+    records = gen.summarise(texts)
+    ids, _ = gen.encode(texts)
+    task = {k: v for k, v in T5_SUMMARIZATION.items() if k != "prefix"}
+    assert gen.generate_ids(ids) == solo_from_ids(gen, ids, **task)  # as the pipeline called generate
+    assert min(r["output_tokens"] for r in records) >= 9  # min_length 10, the decoder start token included
+    assert max(r["output_tokens"] for r in records) > 23  # past the model's own max_length 24
+    # The job's log names the resolved settings and each layer; a key that is no generation setting is named.
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert "'num_beams': 4" in logged and "task_specific_params.summarization {" in logged
+    assert "no generation setting, not used: {'max_position_embeddings': 512}" in logged
+    # summarise.generation goes over both.
+    gc = load_generator(params(model, num_beams=1, min_length=0)).generation_config
+    assert (gc.num_beams, gc.min_length, gc.max_length, gc.no_repeat_ngram_size) == (1, 0, 40, 3)
+    # Decoder-only models take none (the pipeline refused them).
+    gpt2 = shutil.copytree(tiny["gpt2"], tmp_path / "gpt2")
+    cfg = json.loads((gpt2 / "config.json").read_text())
+    cfg["task_specific_params"] = {"summarization": {"num_beams": 4}}
+    (gpt2 / "config.json").write_text(json.dumps(cfg))
+    assert load_generator(params(gpt2)).generation_config.num_beams is None
+
+
 @pytest.mark.parametrize(
     "changes",
     [
