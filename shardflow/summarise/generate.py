@@ -7,7 +7,10 @@ Seq2seq models (BART, PEGASUS, T5 with its "summarize: " prefix) read the text;
 decoder-only models read an instruction plus the text through their chat template
 and continue it. Either way the summary of a text is exactly what
 `model.generate(**tokenizer(input), <same settings>)` gives for that text alone,
-greedy or beam search, while the texts travel in batches:
+greedy or beam search, while the texts travel in batches. It is decoded without
+special tokens and stripped; a PEGASUS model's "<n>" becomes the newline it stands
+for, as PEGASUS's own decoder writes it (`generate_params.NEWLINE_SYMBOL`), so that
+its sentences are lines, as lead and extractive summaries' are.
 
 1. A window of texts is tokenized once, sorted by token count (longest first) and
    cut into batches by a token budget (`shardflow.core.batching`): little padding,
@@ -83,6 +86,7 @@ from shardflow.summarise.generate_params import (
     default_prefix,
     effective,
     merge_generation_config,
+    newline_symbol,
     params_from_dict,
     resolve_token_budget,
     task_generation_params,
@@ -251,6 +255,7 @@ class Generator:
             self.prefix = default_prefix(self.config) if params.prefix is None else params.prefix
             self.prompt = None
             self.chat = False
+        self.newline_symbol = newline_symbol(self.config)  # PEGASUS's "<n>": each becomes a newline
         self.input_limit = self._input_limit()
         self.same_length_only, self.padding_settings = self._padding_rules()
         self.token_budget = resolve_token_budget(params, device)
@@ -360,6 +365,8 @@ class Generator:
         }
         if self.effective.do_sample:  # only here: greedy and beam runs keep their keys (and parts)
             identity["sampling_streams"] = SAMPLING_STREAMS
+        if self.newline_symbol:  # only here: other models keep their keys; PEGASUS parts kept "<n>"
+            identity["newline_symbol"] = self.newline_symbol
         if self.device.type == "cpu":  # CPU kernels split work by thread count, which can move the last bits
             identity["threads"] = self.params.threads or torch.get_num_threads()
         return identity
@@ -489,6 +496,8 @@ class Generator:
         ids, truncated = self.encode(texts)
         new = self.generate_ids(ids, row_offset=start, stats=stats)
         summaries = self.tokenizer.batch_decode(new, skip_special_tokens=True)
+        if self.newline_symbol:
+            summaries = [s.replace(self.newline_symbol, "\n") for s in summaries]
         return [
             {"summary": s.strip(), "input_tokens": len(x), "output_tokens": len(n), "truncated": bool(t)}
             for s, x, n, t in zip(summaries, ids, new, truncated, strict=True)

@@ -30,6 +30,12 @@ PLAIN_TEMPLATE = "{prompt}\n\n{text}\n\nSummary:"
 # Encoder-decoder families trained with a task prefix (T5's "summarize: ").
 T5_FAMILY = ("t5", "mt5", "umt5", "longt5")
 T5_PREFIX = "summarize: "
+# PEGASUS was trained with every newline of its targets written as "<n>" (its own
+# decoder turns them back: google-research/pegasus, ops/public_parsing_ops.py), so
+# its summaries hold "<n>" between sentences; newlines are what ROUGE-Lsum (and the
+# sentence splitter) read as sentence breaks.
+NEWLINE_SYMBOL_FAMILY = ("pegasus", "pegasus_x")
+NEWLINE_SYMBOL = "<n>"
 # Padded input tokens per batch, counted once per beam. Every decoding step costs
 # per-step overhead, so generation wants larger batches than encoding (1024);
 # 4096 measured best on CPU for a d_model-256 BART on the demo corpus (2048: more
@@ -202,6 +208,11 @@ def default_prefix(model_config) -> str:
     if "prefix" in task:
         return task["prefix"]
     return T5_PREFIX if model_config.model_type in T5_FAMILY else ""
+
+
+def newline_symbol(model_config) -> str | None:
+    """The token a model writes for a newline, which its summaries get back as one (None: none)."""
+    return NEWLINE_SYMBOL if model_config.model_type in NEWLINE_SYMBOL_FAMILY else None
 
 
 def resolve_token_budget(params: GenerateParams, device) -> int:

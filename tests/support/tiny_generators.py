@@ -1,4 +1,4 @@
-"""Tiny random text generators (T5, BART, GPT-2), built offline in about a second each.
+"""Tiny random text generators (T5, BART, PEGASUS, GPT-2), built offline in about a second each.
 
 Each builder saves a complete model folder, as a user's would look: weights,
 `config.json`, tokenizer files and a `generation_config.json`. Nothing touches a
@@ -157,6 +157,48 @@ def build_bart(root: Path, sizes: dict | None = None, seed: int = 0, **generatio
         **generation,
     }
     return _save(model, tok, gen, Path(root) / f"bart-{s['d_model']}")
+
+
+def build_pegasus(root: Path, sizes: dict | None = None, seed: int = 0, **generation) -> Path:
+    """PEGASUS (sinusoidal positions, 128 of them) + a byte-level BPE with text </s>, and
+    "<n>", PEGASUS's newline, as an ordinary token that decoding keeps.
+
+    Pre-norm layers take a wider init (and no embedding scale) than BART's to make
+    summaries differ by input; "<n>" is nudged so that a few summaries hold it between
+    other tokens. No summary ends before the length limit: the tests here need none to.
+    """
+    import torch
+    from tokenizers import processors
+    from transformers import PegasusConfig, PegasusForConditionalGeneration, PreTrainedTokenizerFast
+
+    s = {**SMALL, **(sizes or {})}
+    raw = _bpe(["<pad>", "</s>", "<unk>"], vocab_size=800)
+    raw.add_tokens(["<n>"])  # not special: decode(skip_special_tokens=True) keeps it, as PEGASUS's does
+    raw.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=raw, pad_token="<pad>", eos_token="</s>", unk_token="<unk>", model_max_length=128
+    )
+    torch.manual_seed(seed)
+    cfg = PegasusConfig(
+        vocab_size=len(tok),
+        d_model=s["d_model"],
+        encoder_layers=s["layers"],
+        decoder_layers=s["layers"],
+        encoder_attention_heads=s["heads"],
+        decoder_attention_heads=s["heads"],
+        encoder_ffn_dim=s["ffn"],
+        decoder_ffn_dim=s["ffn"],
+        max_position_embeddings=128,
+        init_std=1.0,
+        scale_embedding=False,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+    )
+    model = PegasusForConditionalGeneration(cfg).eval()
+    _nudge_eos(model, tok.convert_tokens_to_ids("<n>"), 8.0)  # raises any token's logit, not only EOS's
+    gen = {"decoder_start_token_id": 0, "eos_token_id": 1, "pad_token_id": 0, "max_length": 24, **generation}
+    return _save(model, tok, gen, Path(root) / f"pegasus-{s['d_model']}")
 
 
 def build_gpt2(root: Path, sizes: dict | None = None, seed: int = 0, chat: bool = True, **generation) -> Path:

@@ -38,6 +38,7 @@ from shardflow.summarise.generate import (
 )
 from shardflow.summarise.generate_params import base_generation_config
 from shardflow.summarise.records import iter_summaries
+from shardflow.summarise.rouge import sentence_lines
 from tests.support import tiny_generators, tiny_models
 
 # --------------------------------------------------------------------------- fixtures and helpers
@@ -51,6 +52,7 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
         "bart": tiny_generators.build_bart(root),
         "gpt2": tiny_generators.build_gpt2(root),
         "gpt2_plain": tiny_generators.build_gpt2(root, chat=False),
+        "pegasus": tiny_generators.build_pegasus(root),
     }
 
 
@@ -302,6 +304,24 @@ def test_prefix_and_prompt(tiny, texts):
     assert tok.decode(ids[0]) == f"{plain.prompt}\n\nSome text.\n\nSummary:"
     with pytest.raises(ValueError, match="prefix is for seq2seq"):
         load_generator(params(tiny["gpt2"], prefix="summarize: "))
+
+
+def test_pegasus_newline_token_becomes_a_newline(tiny, texts):
+    # PEGASUS writes "<n>" between sentences; its own decoder turns it into a newline, which
+    # ROUGE-Lsum (and the sentence splitter) reads as a sentence break.
+    gen = load_generator(params(tiny["pegasus"], token_budget=400, window=8))
+    records = gen.summarise(texts)
+    ids, _ = gen.encode(texts)
+    decoded = [gen.tokenizer.decode(x, skip_special_tokens=True).strip() for x in gen.generate_ids(ids)]
+    inside = [i for i, d in enumerate(decoded) if "<n>" in d.strip("<n>")]
+    assert len(inside) >= 2  # the model writes it between other tokens
+    assert [r["summary"] for r in records] == [d.replace("<n>", "\n").strip() for d in decoded]
+    for i in inside:
+        assert len(sentence_lines(records[i]["summary"]).split("\n")) > 1
+    assert gen.identity["newline_symbol"] == "<n>"  # parts decoded the old way are not resumed
+    # Other models' summaries and resume keys are as they were.
+    bart = load_generator(params(tiny["bart"]))
+    assert bart.newline_symbol is None and "newline_symbol" not in bart.identity
 
 
 def test_truncation_is_counted(tiny, texts):
