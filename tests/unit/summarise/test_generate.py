@@ -249,6 +249,12 @@ def test_seq2seq_models_take_their_summarization_task_settings(tiny, texts, tmp_
     cfg["task_specific_params"] = {"summarization": {"num_beams": 4}}
     (gpt2 / "config.json").write_text(json.dumps(cfg))
     assert load_generator(params(gpt2)).generation_config.num_beams is None
+    # A task entry that is no mapping is named, with its file.
+    cfg = json.loads((model / "config.json").read_text())
+    cfg["task_specific_params"] = {"summarization": "beams"}
+    (model / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match=r"t5/config.json: task_specific_params.summarization is str, not a mapping"):
+        load_generator(params(model))
 
 
 @pytest.mark.parametrize(
