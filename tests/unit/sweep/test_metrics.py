@@ -153,7 +153,8 @@ def test_summary_report_names_are_what_run_summary_writes(method, device, peak):
            "end_time": 10.0, "seconds": 9.0, "device": "cpu" if peak is None else "cuda:0", "chunk": 0,
            "peak_gpu_mem_mib": peak, "peak_gpu_mem_reserved_mib": peak, "earlier_attempts": 1,
            "earlier_attempt_seconds": 5.0, "earlier_attempt_devices": {"cuda:1": 5.0}}
-    record = run_summary([job], [{"s": 10.0}], {"rejected_records": 0}, SummaryReportParams())
+    record = run_summary([job], [{"s": 10.0}], {"rejected_records": 0}, SummaryReportParams(),
+                         np.array([[1000, 100]], dtype=np.int64))
     written = {n for n in leaf_names(record) if not n.startswith("earlier_attempt_devices.")}
     if peak is None:  # null on the CPU: no value a reproduction can compare
         written -= {n for n in written if n.startswith("peak_gpu_mem_") and record[n] is None}
