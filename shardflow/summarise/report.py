@@ -36,8 +36,11 @@ class SummaryReportParams:
 def run_summary(
     stats: list[dict], benches: list[dict], manifest: dict, params: SummaryReportParams, lengths: np.ndarray
 ) -> dict:
-    """`lengths`: each document's (input, summary) tokens (`document_lengths`)."""
+    """`lengths`: each document's (input, summary) tokens (`document_lengths`): a model's
+    tokens for abstractive jobs, whitespace-separated words for lead and extractive
+    (`length_unit`; their stats name their method)."""
     costs = job_costs(stats, benches)
+    words = bool(stats) and all(s.get("method") in ("lead", "extractive") for s in stats)
     records = sum(s["items"] for s in stats)
     inp, out = (int(total) for total in lengths.sum(axis=0))
     return {
@@ -47,6 +50,7 @@ def run_summary(
         "input_tokens": inp,
         "summary_tokens": out,
         "compression_ratio": round(out / max(inp, 1), 6),
+        "length_unit": "words" if words else "tokens",
         "truncated_inputs": sum(s.get("truncated", 0) for s in stats),
         "summarise_wall_time_s": round(costs["wall_time_s"], 3),
         "summarise_job_seconds": round(costs["job_seconds"], 3),

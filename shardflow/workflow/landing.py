@@ -171,8 +171,10 @@ def summarisation_section(dataset: str, files: dict) -> Section:
             ("records in", records_in(manifest)),
             ("summaries out", f"{s['records']:,}, {s['truncated_inputs']:,} inputs truncated to the model's limit"),
             # Totals over all documents (a model's tokens, inputs as truncated; words for lead and
-            # extractive); metrics.json's compression_ratio_mean is the mean of per-document ratios.
-            ("lengths", f"{s['input_tokens']:,} input and {s['summary_tokens']:,} summary tokens "
+            # extractive: length_unit, unrecorded before 2026-11-28); metrics.json's
+            # compression_ratio_mean is the mean of per-document ratios.
+            ("lengths", f"{s['input_tokens']:,} input and {s['summary_tokens']:,} summary "
+             f"{s.get('length_unit', 'tokens (words for lead and extractive)')} "
              f"(compression {s['compression_ratio']:.3f}: all summaries over all inputs)"),
             ("wall time", f"{_duration(s['summarise_wall_time_s'])} summarising ({s['chunks']} chunk jobs, "
              "model loading not included)"),

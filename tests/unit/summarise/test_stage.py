@@ -318,6 +318,11 @@ def test_report_totals_count_every_document_whatever_a_job_resumed(tmp_path):
     assert (s["records"], s["input_tokens"], s["summary_tokens"]) == (4, 406, 46)
     assert s["compression_ratio"] == round(46 / 406, 6)
     assert json.loads((tmp_path / "summary.json").read_text())["summary_tokens"] == 46
+    assert s["length_unit"] == "tokens"  # an abstractive job's stats name no method: a model's tokens
+    lead = [{**st, "method": "lead"} for st in stats]
+    jobs.write_text(json.dumps({"jobs": [{"stats": st, "benchmark": {"s": st["seconds"]}} for st in lead]}))
+    assert build_report(str(jobs), str(manifest), str(summaries), outputs, SummaryReportParams())["length_unit"] == (
+        "words")  # lead and extractive count whitespace-separated words
 
 
 def test_without_an_id_field_references_join_by_source_position(tmp_path):

@@ -196,6 +196,9 @@ def test_each_stages_page_says_its_peak_gpu_memory_or_not_on_a_gpu(tmp_path):
     ):
         files["summary"].write_text(json.dumps({**summary, **changes}))
         assert dict(summarisation_section("news", files).rows)["peak GPU memory"] == want
+    # Lead and extractive count words, which the page called tokens.
+    files["summary"].write_text(json.dumps({**summary, "length_unit": "words"}))
+    assert dict(summarisation_section("news", files).rows)["lengths"].startswith("10 input and 5 summary words (")
 
 
 def test_the_training_page_says_the_largest_ranks_peak_gpu_memory(tmp_path):
