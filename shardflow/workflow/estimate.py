@@ -33,9 +33,11 @@ budget, dtype or GPU model runs at another speed. GPU rules count as GPU jobs un
 they run on the CPU whatever the host (plan.gpu_rules_on_cpu: gpu_jobs.device cpu,
 summarise.method lead), as a dry run shows them.
 
-Wall time: each stage's jobs longest first onto the GPU free first, the stages one
-after another (embed and summarise of one data set share the GPUs when they run at
-once, so the sum is what they take together).
+Wall time: each stage's jobs longest first onto the GPUs free first (a job holding N
+GPUs, train.gpus, waits for N; a sweep's points may hold different numbers), the stages
+one after another (embed and summarise of one data set share the GPUs when they run at
+once, so the sum is what they take together). GPU-hours are each job's seconds x the
+GPUs it holds.
 
 What is left, beside the whole run, once some job has run (`estimate` again part-way):
 a GPU job whose outputs all exist is done, as make status counts it
@@ -592,6 +594,9 @@ class Row:
     cost: float | None = None
     wall_s: float | None = None
     assumed_jobs: int = 0  # a sweep's jobs at an assumed rate (its rate is None where they differ)
+    # The GPUs each job holds, in the order of `seconds`, where a sweep's points hold
+    # different numbers (train.gpus); None: every job holds `gpus`.
+    job_gpus: list[int] | None = None
     # What is left: per job, in the order of `seconds`, whether its outputs exist (None:
     # not checked, every job left), and what the jobs not done take (`finish`).
     done: list[bool] | None = None
@@ -603,17 +608,24 @@ class Row:
     def jobs_done(self) -> int | None:
         return None if self.done is None else sum(self.done)
 
+    def gpus_each(self) -> list[int]:
+        """The GPUs each job holds, in the order of `seconds`."""
+        return self.job_gpus if self.job_gpus is not None else [self.gpus] * len(self.seconds or ())
 
-def makespan(seconds: list[float], gpus_per_job: int, n_gpus: int) -> float | None:
-    """Wall seconds of `seconds` jobs on `n_gpus` GPUs, longest first onto the GPUs
-    free first; None where one job needs more GPUs than there are."""
-    slots = n_gpus // max(1, gpus_per_job)
-    if slots < 1:
+
+def makespan(seconds: list[float], gpus_per_job: int | list[int], n_gpus: int) -> float | None:
+    """Wall seconds of `seconds` jobs on `n_gpus` GPUs, longest first, each starting once
+    as many GPUs as it holds (`gpus_per_job`: one count for all, or each job's) are
+    free, on the GPUs free first; None where one job needs more GPUs than there are."""
+    each = [gpus_per_job] * len(seconds) if isinstance(gpus_per_job, int) else list(gpus_per_job)
+    if any(max(1, g) > n_gpus for g in each):
         return None
-    ends = [0.0] * max(1, min(slots, len(seconds)))
-    for s in sorted(seconds, reverse=True):
-        heapq.heappush(ends, heapq.heappop(ends) + s)
-    return max(ends)
+    free = [0.0] * max(1, n_gpus)  # when each GPU is next free (a heap)
+    for s, g in sorted(zip(seconds, each, strict=True), key=lambda job: job[0], reverse=True):
+        held = [heapq.heappop(free) for _ in range(max(1, g))]  # ascending: the last frees last
+        for _ in held:
+            heapq.heappush(free, held[-1] + s)
+    return max(free)
 
 
 def finish(row: Row, n_gpus: int, price: float) -> Row:
@@ -624,17 +636,20 @@ def finish(row: Row, n_gpus: int, price: float) -> Row:
         row.left_gpu_hours, row.left_cost = 0.0, 0.0
         row.notes.append("runs on the CPU: no GPU-hours (wall time depends on the cores: not estimated)")
         return row
-    row.gpu_hours = sum(row.seconds) * row.gpus / 3600
+    gpus = row.gpus_each()
+    row.gpu_hours = sum(s * g for s, g in zip(row.seconds, gpus, strict=True)) / 3600
     row.cost = priced(row.gpu_hours, price, row.work)["estimated_cost"]
-    row.wall_s = makespan(row.seconds, row.gpus, n_gpus)
+    row.wall_s = makespan(row.seconds, gpus, n_gpus)
     # What is left: the jobs whose outputs do not all exist, each as a whole job.
-    left = row.seconds if row.done is None else [s for s, d in zip(row.seconds, row.done, strict=True) if not d]
-    row.left_gpu_hours = sum(left) * row.gpus / 3600
+    done = row.done if row.done is not None else [False] * len(row.seconds)
+    left = [(s, g) for s, g, d in zip(row.seconds, gpus, done, strict=True) if not d]
+    row.left_gpu_hours = sum(s * g for s, g in left) / 3600
     row.left_cost = priced(row.left_gpu_hours, price)["estimated_cost"]
-    row.left_wall_s = (makespan(left, row.gpus, n_gpus) if left else 0.0) if row.wall_s is not None else None
+    if row.wall_s is not None:
+        row.left_wall_s = makespan([s for s, _ in left], [g for _, g in left], n_gpus) if left else 0.0
     if row.wall_s is None:
         row.notes.append(f"a job holds {row.gpus} GPUs, more than the {n_gpus} given: no wall time")
-    elif row.jobs * row.gpus < n_gpus and row.stage in CHUNK_STAGES:
+    elif sum(gpus) < n_gpus and row.stage in CHUNK_STAGES:
         row.notes.append(
             f"{_jobs(row.jobs)} for {n_gpus} GPUs: some GPUs idle (more chunks: n_chunks, or auto with chunking.gpus)"
         )
@@ -1002,7 +1017,7 @@ def _sweep_rows(
             sum(p.jobs for p in parts),
             sum(p.work or 0 for p in parts),
             unit=parts[0].unit,
-            gpus=parts[0].gpus,
+            gpus=max(p.gpus for p in parts),
         )
         rates = {p.rate for p in parts if p.rate}
         row.rate = next(iter(rates)) if len(rates) == 1 else None
@@ -1022,6 +1037,11 @@ def _sweep_rows(
         if all(p.seconds is not None for p in parts):
             row.seconds = [s for p in parts for s in p.seconds]
             row.done = done
+            if len({p.gpus for p in parts}) > 1:  # a sweep over train.gpus: each job holds its point's
+                row.job_gpus = [p.gpus for p in parts for _ in p.seconds]
+        if len({p.gpus for p in parts}) > 1:
+            low, high = min(p.gpus for p in parts), max(p.gpus for p in parts)
+            row.notes.append(f"GPUs per job from {low} to {high} (each point's train.gpus), counted per job")
         if all(p.disk is not None for p in parts):
             row.disk, row.disk_source = sum(p.disk for p in parts), parts[0].disk_source + ", per job"
         else:

@@ -265,6 +265,19 @@ def test_a_training_sweep_is_assumed_per_job_and_listed_as_assumed(tmp_path):
     assert "train sweep depth" in result.assumed() and result.missing() == []
 
 
+def test_a_training_sweep_over_train_gpus_counts_each_jobs_own_gpus(tmp_path):
+    """A point's job holds its own train.gpus (rules/train_common.smk train_resources): its
+    GPU-hours are its seconds x those GPUs, and a job of 4 GPUs on 4 leaves none to another."""
+    corpus()
+    sweep = {"stage": "train", "seeds": [0], "metrics": {"best_val_loss": "min"}, "grid": {"train.gpus": [1, 4]}}
+    got = row(run(config(tmp_path, tasks=["training"], sweeps={"g": sweep}), gpus=4), "train", "sweep g")
+    one, four = got.seconds
+    assert got.work == 2000 * 12 * 64 * (1 + 4)  # train.max_iters of each point's global batch
+    assert got.gpu_hours == pytest.approx((one * 1 + four * 4) / 3600)
+    assert got.wall_s == pytest.approx(one + four)  # one after the other: together they need 5 GPUs
+    assert any("GPUs per job from 1 to 4" in n for n in got.notes)
+
+
 def beir(queries: int = 3, documents: int = 45) -> None:
     os.makedirs("beir/qrels")
     with open("beir/corpus.jsonl", "w") as fh:
@@ -410,6 +423,10 @@ def test_wall_time_puts_the_longest_jobs_first_on_the_free_gpus():
     assert est.makespan([3, 2, 4, 3], 1, 2) == 6  # 4 then 2 on one GPU, 3 and 3 on the other
     assert est.makespan([10], 2, 4) == 10
     assert est.makespan([10], 2, 1) is None
+    # Jobs holding different numbers of GPUs: each waits for as many as it holds.
+    assert est.makespan([10, 5], [4, 1], 4) == 15
+    assert est.makespan([10, 5, 5], [2, 1, 1], 4) == 10
+    assert est.makespan([10, 5], [1, 8], 4) is None
 
 
 # ------------------------------------------------------------------------ CLI
