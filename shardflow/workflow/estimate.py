@@ -958,6 +958,16 @@ class Estimate:
         """The GPU stages whose jobs' outputs are not checked: all their jobs count as left."""
         return [f"{r.stage} {r.dataset}" for r in self.rows if r.gpus and r.seconds is not None and r.done is None]
 
+    def no_wall(self, left: bool = False) -> list[str]:
+        """The GPU stages estimated but left out of the wall time: a job of theirs holds
+        more GPUs than the run is given (train.gpus above --gpus), so they cannot run;
+        `left`: those with a job left."""
+        return [
+            f"{r.stage} {r.dataset}"
+            for r in self.rows
+            if r.gpus and r.seconds is not None and r.wall_s is None and (not left or r.left_gpu_hours)
+        ]
+
     def missing(self) -> list[str]:
         """The GPU stages without an estimate (a stage on the CPU costs no GPU-hours)."""
         return [f"{r.stage} {r.dataset}" for r in self.rows if r.seconds is None and r.gpus]
@@ -1288,9 +1298,19 @@ def _number(n: int | None) -> str:
     return "-" if n is None else f"{n:,}"
 
 
+def not_counted(est: Estimate, left: bool = False) -> str:
+    """What the wall time (`left`: of what is left) leaves out, said after it ("" where nothing)."""
+    stages = est.no_wall(left)
+    if not stages:
+        return ""
+    return f", {', '.join(stages)} not counted" + (
+        "" if left else f" (a job holds more GPUs than the {est.n_gpus} given)"
+    )
+
+
 def total_line(est: Estimate) -> str:
     gpus = f"{est.n_gpus} GPU{'s' if est.n_gpus != 1 else ''}"
-    wall = f"about {duration(est.wall_s)} on {gpus}"
+    wall = f"about {duration(est.wall_s)} on {gpus}{not_counted(est)}"
     if not any(r.gpus for r in est.rows):
         wall = "every job runs on the CPU (wall time not estimated)"
     line = f"{est.gpu_hours:.3g} GPU-h, {est.cost:.2f} {est.currency}, {wall}"
@@ -1306,7 +1326,7 @@ def left_text(est: Estimate) -> str:
     done, jobs = est.jobs_done()
     if not done:
         return ""
-    wall = f", about {duration(est.left_wall_s)}" if any(r.gpus for r in est.rows) else ""
+    wall = f", about {duration(est.left_wall_s)}{not_counted(est, left=True)}" if any(r.gpus for r in est.rows) else ""
     return f"; left ({done} of {jobs} GPU jobs done): {est.left_gpu_hours:.3g} GPU-h, {est.left_cost:.2f} {est.currency}{wall}"
 
 
@@ -1395,6 +1415,7 @@ def as_json(est: Estimate) -> dict:
         "gpu_hours": est.gpu_hours,
         "cost": est.cost,
         "wall_s": est.wall_s,
+        "wall_not_counted": est.no_wall(),
         "disk": est.disk,
         "left": {
             "jobs_done": est.jobs_done()[0],

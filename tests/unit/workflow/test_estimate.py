@@ -461,6 +461,23 @@ def test_fewer_jobs_than_gpus_says_the_gpus_idle(tmp_path):
     assert any("2 jobs for 8 GPUs: some GPUs idle" in n for n in embed.notes)
 
 
+def test_a_stage_whose_job_needs_more_gpus_than_given_is_named_on_the_total_line(tmp_path, capsys):
+    """train.gpus 8 on 4 GPUs cannot run: the total's wall time leaves training out and says
+    so, rather than reading as the whole run's."""
+    corpus()
+    overlay = {"dataset": "ds", "input": {"path": "corpus.jsonl"}, "tasks": ["embedding", "training"]}
+    (tmp_path / "o.yaml").write_text(yaml.safe_dump({**overlay, "train": {"gpus": 8}}))
+    result = run(est.load_config([str(tmp_path / "o.yaml")]), gpus=4)
+    assert row(result, "train").wall_s is None and result.no_wall() == ["train ds"]
+    assert " on 4 GPUs, train ds not counted (a job holds more GPUs than the 4 given)" in est.total_line(result)
+    assert main(["estimate", "--configfile", str(tmp_path / "o.yaml"), "--gpus", "4", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["wall_not_counted"] == ["train ds"]
+    fits = run(est.load_config([str(tmp_path / "o.yaml")]), gpus=8)
+    assert fits.no_wall() == [] and "not counted" not in est.total_line(fits)
+    outputs_of("embed", dataset="ds", chunk=0)  # what is left leaves training out too
+    assert est.total_line(run(est.load_config([str(tmp_path / "o.yaml")]), gpus=4)).endswith(", train ds not counted")
+
+
 def test_on_a_host_without_gpus_the_local_run_is_estimated_on_the_cpu(tmp_path, capsys, monkeypatch):
     """Under `gpu_jobs.device: auto` the local executor runs the GPU rules on the CPU of a
     host without GPUs (rules/common.smk runs_on_cpu): without --gpus the estimate is that
