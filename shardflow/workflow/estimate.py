@@ -17,7 +17,8 @@ Rates, in order of trust:
    others), a sweep job of the stage whose swept values equal this config's, a training
    run of the same model shape (results/**/train), a finished retrieval_evaluate (its
    benchmark, metrics.json and the queries' embed stats: multiply-adds per second of the
-   whole job). A run of another model (another summarise.method) is passed over, and so
+   whole job). A run of another model (another summarise.method) is passed over, so is
+   an embed run in another compute precision (embedding.dtype, `other_dtype`), and so
    is one on another kind of device: a CPU rate is no estimate for a GPU run, nor a GPU
    rate for a CPU run.
 2. assumed, labelled so ("assumed, not measured: ..."): `chunking.rate_items_per_s`
@@ -417,6 +418,25 @@ def other_model(stats: list[dict], name: str, key: str) -> str | None:
     return f"ran model {other}, not {key} {name}" if other else None
 
 
+def other_dtype(stats: list[dict], setting: str) -> str | None:
+    """Why embed jobs with these stats computed in another precision than embedding.dtype
+    `setting`, or None. auto is half precision on CUDA (bfloat16, or float16 where the GPU
+    has no bf16) and float32 elsewhere (core.devices.resolve_dtype): a GPU in float32 runs
+    several times slower than in half precision, so a rate does not carry across."""
+    for s in stats:
+        ran, kind = s.get("dtype"), device_kind(s.get("device"))
+        if ran is None:
+            return "its jobs did not record their compute dtype"
+        if setting != "auto":
+            if ran != setting:
+                return f"ran dtype {ran}, not embedding.dtype {setting}"
+            continue
+        auto = ("bfloat16", "float16") if kind == "cuda" else ("float32",)
+        if ran not in auto:
+            return f"ran dtype {ran}, not embedding.dtype auto ({' or '.join(auto)} on {kind})"
+    return None
+
+
 def _listed(items: list[str], most: int = 3) -> str:
     more = f" and {len(items) - most} more" if len(items) > most else ""
     return "; ".join(items[:most]) + more
@@ -535,7 +555,8 @@ def embed_runs(cfg: dict, dataset: str, first: Iterable[str] = ()) -> Iterator[t
     for folder in dict.fromkeys(folders):
         run = load_run(folder, "embed_*.stats.json", lambda s, f=folder: _chunk_bench("embed", f, s))
         if run:
-            yield run, run.problem or other_model(run.stats, model, "embedding.model")
+            why = run.problem or other_model(run.stats, model, "embedding.model")
+            yield run, why or other_dtype(run.stats, cfg["embedding"]["dtype"])
 
 
 def summarise_runs(cfg: dict, dataset: str, first: Iterable[str] = ()) -> Iterator[tuple[Run, str | None]]:

@@ -43,8 +43,16 @@ def config(tmp_path, **overlay) -> dict:
 
 
 def embed_stats(
-    folder: str, device: str, items: int = 1000, seconds: float = 10.0, model: str = MODEL, chunks: int = 2
+    folder: str,
+    device: str,
+    items: int = 1000,
+    seconds: float = 10.0,
+    model: str = MODEL,
+    chunks: int = 2,
+    dtype: str | None = None,
 ) -> None:
+    """Chunk jobs' stats as the engine writes them; `dtype`: the compute precision
+    (None: embedding.dtype auto's on `device`)."""
     os.makedirs(folder, exist_ok=True)
     for i in range(chunks):
         stats = {
@@ -52,6 +60,7 @@ def embed_stats(
             "items": items // chunks,
             "seconds": seconds / chunks,
             "device": device,
+            "dtype": dtype or ("float32" if device == "cpu" else "bfloat16"),
             "dim": 384,
             "made_with": {"model": {"path": model, "sha256": "x"}, "device": device, "gpu": None},
         }
@@ -121,6 +130,23 @@ def test_a_run_of_another_model_is_passed_over_and_another_data_sets_used(tmp_pa
     embed = row(run(cfg), "embed")
     assert not embed.rate.measured
     assert any("results/ds/embed ran model /models/other, not embedding.model default" in n for n in embed.notes)
+
+
+def test_a_run_in_another_compute_precision_is_passed_over(tmp_path):
+    """float32 on a GPU is several times slower than auto's half precision: a run of one
+    is no rate for the other (auto: bfloat16 or float16 on CUDA, float32 on the CPU)."""
+    corpus()
+    embed_stats("results/ds/embed", "cuda:0", dtype="float32")
+    embed = row(run(config(tmp_path)), "embed")
+    assert not embed.rate.measured
+    assert any(
+        "results/ds/embed ran dtype float32, not embedding.dtype auto (bfloat16 or float16 on cuda)" in n
+        for n in embed.notes
+    )
+    assert row(run(config(tmp_path, embedding={"dtype": "float32"})), "embed").rate.measured
+    embed_stats("results/ds/embed", "cuda:0", dtype="float16")  # a GPU without bf16: auto's too
+    assert row(run(config(tmp_path)), "embed").rate.measured
+    assert not row(run(config(tmp_path, embedding={"dtype": "bfloat16"})), "embed").rate.measured
 
 
 def test_an_embed_sweep_job_with_this_configs_values_measures_the_rate(tmp_path):
