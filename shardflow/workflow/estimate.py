@@ -874,8 +874,10 @@ def train_row(
     global batch. Without a measured run of its shape, a GPU job is assumed from FLOPs
     (`assumed_training`, at `gpu`: None, the defaults)."""
     tr = cfg["train"]
-    gpus = plan.train_gpus(cfg) if on_gpu else 1
-    tokens = train_tokens(cfg, gpus)
+    gpus = plan.train_gpus(cfg) if on_gpu else 1  # processes the job runs, each at the measured rate
+    # train.gpus' global batch either way: on the CPU one process trains the micro-batches of
+    # all of them (shardflow.train.trainer, `processes`)
+    tokens = train_tokens(cfg, plan.train_gpus(cfg))
     row = Row(name, "train", 1, tokens, unit="tokens", gpus=gpus if on_gpu else 0)
     want, kind = ("cuda", "GPU") if on_gpu else ("cpu", "CPU")
     unfit = []

@@ -218,6 +218,13 @@ def test_training_is_measured_by_a_run_of_its_shape_only(tmp_path):
     assert train.gpu_hours == pytest.approx(2 * 100 / 3600)
     assert row(run(cfg, gpus=1), "train").wall_s is None  # two GPUs a job, one given
 
+    # On the CPU one process trains both processes' micro-batches: the same tokens, one rate.
+    train_run("results/cpu/train", "cpu")
+    on_cpu = row(run(config(tmp_path, tasks=["training"], train={"max_iters": 1000, "gpus": 2},
+                            gpu_jobs={"device": "cpu"})), "train")
+    assert on_cpu.work == 1000 * 12 * 64 * 2 and on_cpu.gpus == 0
+    assert on_cpu.rate.measured and on_cpu.seconds == pytest.approx([1000 * 768 * 2 / 7680])
+
 
 def flops_per_token(vocab: int, n_layer: int = 4, n_head: int = 4, n_embd: int = 128, block_size: int = 64) -> int:
     """The trainer's own count (shardflow.train.model.GPT.flops_per_token), of a real model."""
