@@ -246,7 +246,10 @@ def test_liger_kernels_keep_the_job_eager_without_trying_a_build(tiny, texts, tm
     assert stats["kernels"] == "liger"
     assert stats["compile"].startswith("off (compile_mode aot: kernels: liger patched the model"), stats["compile"]
     assert "kernels: auto builds the package without them" in stats["compile"]
-    assert [r.getMessage() for r in caplog.records if "compile:" in r.getMessage()] == [
+    # warnings only: the eager run's INFO lines are captured too where an earlier test of the
+    # session left the shardflow loggers at INFO (core.runlog.configure_logging)
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage() for r in warned if "compile:" in r.getMessage()] == [
         f"compile: {stats['compile']}; running eagerly"
     ]
     assert not builds and not (tmp_path / aot.FOLDER).exists()
