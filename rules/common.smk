@@ -36,7 +36,7 @@ from shardflow.sweep.paths import job_metrics
 from shardflow.sweep.spec import collection_rule, load_yaml, seeds_without_effect
 from shardflow.sweep.report import output_files as sweep_output_files
 from shardflow.sweep.shared import SHARED_FOLDER
-from shardflow.workflow import landing, plan, site, tasks
+from shardflow.workflow import disk, landing, plan, site, tasks
 
 # A profile value whose $VARIABLE was unset stays literal and fails much later (an
 # S3 exception group, an sbatch error): stop here with one line naming it.
@@ -478,6 +478,68 @@ def job_attempt(wildcards, attempt):
     attempt of its own; no executor or scheduler reads this resource, and a resource
     reruns nothing."""
     return attempt
+
+
+def job_disk(need):
+    """`resources:` disk_mb of the split and embed rules, whose jobs write more than
+    they read: the larger of `need(wildcards, [(input, bytes), ...])` and the profile's
+    default-resources disk_mb for the job (shardflow.workflow.disk). Only where each job
+    holds its files on a disk of its own: with default storage (the eks profile: a pod,
+    whose ephemeral storage disk_mb requests and limits). Elsewhere the profile's
+    default-resources stays, and no input is sized (the SLURM plugin requests no disk;
+    a SLURM job without S3 credentials fails sizing an s3:// corpus)."""
+    if not workflow.storage_settings.default_storage_provider:
+        return {}
+    return {"disk_mb": disk.job_disk_mb(need, _DEFAULTS.get("disk_mb"))}
+
+
+def split_disk(ds=None):
+    """job_disk of split_<dataset> (`ds`), or of split_source (its {dataset})."""
+    return job_disk(
+        disk.split_need(lambda wildcards: (ds or DATASETS[wildcards.dataset]).reader)
+    )
+
+
+@functools.cache
+def warn_once(message):
+    if workflow.is_main_process:
+        logger.warning(message)
+
+
+def read_stored_json(path):
+    """A JSON file the workflow names `path`, from the S3 default storage; None where
+    there is none (or the default storage is not S3)."""
+    if not S3_PARTS_PREFIX:
+        return None
+    from shardflow.core.files import read_json
+
+    copy = os.path.join(parsecache.FOLDER, "stored", path)
+    url = f"{s3.stored_prefix(S3_PARTS_PREFIX)}/{path}"
+    return read_json(copy) if s3.fetch(url, copy, stored_client()) else None
+
+
+@functools.cache
+def stored_client():
+    return s3.client(s3_settings())
+
+
+def job_embedding(wildcards):
+    """The `embedding` section an embed rule's job runs with (a sweep's point, or a
+    shared set's {settings})."""
+    if "settings" in wildcards.keys():
+        return sweep_embeddings().computed("corpus", wildcards.settings).params
+    return stage_section("embedding", wildcards)
+
+
+def embed_disk():
+    """job_disk of the embed rules: the chunk and its vectors, the chunk's records as
+    the split's manifest counts them."""
+    counts = disk.ChunkCounts(read_stored_json)
+    return job_disk(
+        disk.embed_need(
+            counts, job_embedding, functools.cache(disk.model_dim), warn_once
+        )
+    )
 
 
 # Inside a job that SLURM runs for the slurm executor, the controller resubmits a

@@ -26,6 +26,7 @@ rule embed:
     threads: job_threads("embed")
     resources:
         **job_resources("embed"),
+        **embed_disk(),
     params:
         **gpu_job_params(),
         embedding=stage_params("embedding"),

@@ -41,6 +41,8 @@ for ds in DATASETS.values():
         retries: 0
         conda:
             "../envs/core.yaml"
+        resources:
+            **split_disk(ds),
         params:
             n_chunks=ds.n_chunks,
             by=ds.by,
@@ -99,6 +101,8 @@ if BY_SOURCE:
         retries: 0  # as split_<dataset>: its input would fail the same way
         conda:
             "../envs/core.yaml"
+        resources:
+            **split_disk(),
         params:
             rate_items_per_s=lambda wildcards: DATASETS[
                 wildcards.dataset
