@@ -22,7 +22,10 @@ and pytrec_eval-terrier 0.5.x:
   - A query with no relevant doc scores 0 on all four.
   - Only queries present in both the run and the qrels are scored; a query in
     the run with an empty ranking scores 0 (MTEB's search puts every query in
-    the run, so a query that retrieved nothing counts as 0).
+    the run, so a query that retrieved nothing counts as 0). A query whose
+    judgements are empty (`{}`) counts as not in the qrels: pytrec_eval leaves it
+    out of its results and MTEB drops it with its query, while one judged 0 only
+    is scored (at 0).
 
 MRR@k is MTEB's own function, not trec_eval's: the run is sorted by score
 descending with Python's stable sort, so equal scores keep the order they have
@@ -65,8 +68,8 @@ class RetrievalScores:
     scores: dict[str, float]
     per_query: dict[str, dict[str, float]] = field(repr=False)
     n_queries: int  # queries scored: in the run and in the qrels
-    n_queries_without_qrels: int  # in the run, not in the qrels: ignored
-    n_queries_not_in_run: int  # in the qrels, not in the run: ignored
+    n_queries_without_qrels: int  # in the run, not in the qrels (or judged by none): ignored
+    n_queries_not_in_run: int  # judged in the qrels, not in the run: ignored
 
     def as_dict(self) -> dict:
         return {
@@ -99,7 +102,7 @@ def evaluate(
     without_qrels = 0
     for qid, ranking in run.items():
         judged = qrels.get(qid)
-        if judged is None:
+        if not judged:  # absent, or no judgement at all: pytrec_eval does not score it
             without_qrels += 1
             continue
         if ignore_identical_ids:
@@ -114,7 +117,7 @@ def evaluate(
     n = len(per_query)
     names = [f"{metric}_at_{k}" for metric in METRICS for k in ks]
     means = {name: sum(q[name] for q in per_query.values()) / n for name in names}
-    not_in_run = sum(1 for qid in qrels if qid not in run)
+    not_in_run = sum(1 for qid, judged in qrels.items() if judged and qid not in run)
     return RetrievalScores(means, per_query, n, without_qrels, not_in_run)
 
 

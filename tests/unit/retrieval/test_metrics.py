@@ -106,6 +106,20 @@ def test_query_without_relevant_retrieved_and_denominators():
     assert flat["per_query"]["hit"]["mrr_at_10"] == 1.0
 
 
+def test_a_query_without_any_judgement_is_not_scored_as_in_pytrec_eval():
+    """qrels `{"q": {}}` (a filter such as `if rel > 0` emptied it): pytrec_eval leaves the
+    query out of its results, so BEIR and MTEB (which drops it with its query) average
+    over the others; a judgement of grade 0 still makes a query scored, at 0."""
+    qrels = {"hit": {"a": 1}, "zero": {"a": 0}, "none": {}, "none_unsearched": {}}
+    run = {"hit": {"a": 1.0}, "zero": {"a": 1.0}, "none": {"a": 1.0}}
+    result = evaluate(qrels, run, KS)
+    assert set(result.per_query) == {"hit", "zero"}
+    assert result.n_queries == 2 and result.n_queries_without_qrels == 1 and result.n_queries_not_in_run == 0
+    assert result.scores["ndcg_at_10"] == 0.5 and result.scores["mrr_at_10"] == 0.5  # (1 + 0) / 2
+    with pytest.raises(ValueError, match="no query"):
+        evaluate({"none": {}}, {"none": {"a": 1.0}})
+
+
 def test_ignore_identical_ids_drops_self_hits_without_mutating_run():
     qrels = {"q1": {"a": 1}}
     run = {"q1": {"q1": 0.9, "a": 0.5}}
@@ -136,7 +150,7 @@ def test_matches_pytrec_eval_when_installed():
         qrels = {
             f"q{i}": {d: rng.choice([-1, 0, 1, 2, 3]) for d in rng.sample(docs, 10)} | {"gone": 1}
             for i in range(8)
-        }
+        } | {"unjudged": {}}
         run = {
             q: {d: rng.randint(0, 4) / 4 for d in rng.sample(docs, rng.randint(0, 40))}
             for q in qrels
@@ -144,6 +158,7 @@ def test_matches_pytrec_eval_when_installed():
         measures = {"ndcg_cut.1,3,10", "map_cut.1,3,10", "recall.1,3,10", "P.1,3,10"}
         ref = pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate(run)
         ours = evaluate(qrels, run, (1, 3, 10)).per_query
+        assert set(ours) == set(ref)  # the same queries scored
         for q in ref:
             for k in (1, 3, 10):
                 for trec, name in (
