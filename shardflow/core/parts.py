@@ -21,10 +21,11 @@ job's). The job removes the folder once its final outputs are written, and with 
 the folders above that this leaves empty, up to the top of the resume tree
 (`remove_folder`): `results/<dataset>/.resume` goes with the data set's last job. Other
 jobs of the data set may be creating their folders in it at that moment: they make
-them with `make_folder`, which makes a parent removed under it again. A path the job
-cannot remove is a warning in its log naming the path and the error, as one the
-bucket will not delete is (`ObjectFolder.remove`); the job goes on, its outputs
-written. A path already gone is no failure: another job removed it.
+them with `make_folder`, which makes a parent removed under it again; an attempt whose
+own folder another attempt at the job removed (a zombie beside its retry) makes it again
+and goes on (`PartStore._write`). A path the job cannot remove is a warning in its log
+naming the path and the error, as one the bucket will not delete is
+(`ObjectFolder.remove`); the job goes on, its outputs written. A path already gone is no failure: another job removed it.
 
 A job killed mid-way (a preempted spot pod, a SLURM timeout) leaves its attempt record
 behind; the attempt that finishes reads the earlier ones (`attempt_totals`) into its
@@ -68,6 +69,7 @@ from shardflow.core.s3 import logical_path
 log = logging.getLogger(__name__)
 
 ATTEMPT_PREFIX = "attempt-"
+MANIFEST = "manifest.json"
 # Bumped when the part layout changes: old folders then never match a new key.
 FORMAT_VERSION = 1
 
@@ -253,8 +255,8 @@ class PartStore:
         self._attempt_name = ""
 
     def open(self) -> PartStore:
-        raw = self._files.read("manifest.json")
-        expected = json.loads(json.dumps(self.manifest, sort_keys=True, default=str))
+        raw = self._files.read(MANIFEST)
+        expected = self._expected_manifest()
         if raw is not None:
             found = json.loads(raw)
             if found != expected:
@@ -264,7 +266,7 @@ class PartStore:
                     "remove it or pass a different folder"
                 )
         else:
-            self._files.write("manifest.json", (json.dumps(expected, indent=2, sort_keys=True) + "\n").encode())
+            self._write(MANIFEST, self._manifest_bytes())
         start_ns = time.time_ns()
         host, pid = socket.gethostname(), os.getpid()
         self._attempt_name = attempt_name(host, pid, start_ns)
@@ -273,8 +275,33 @@ class PartStore:
         self._write_attempt()
         return self
 
+    def _expected_manifest(self) -> dict[str, Any]:
+        """The manifest as it reads back from manifest.json (tuples as lists, the rest str)."""
+        return json.loads(json.dumps(self.manifest, sort_keys=True, default=str))
+
+    def _manifest_bytes(self) -> bytes:
+        return (json.dumps(self._expected_manifest(), indent=2, sort_keys=True) + "\n").encode()
+
+    def _write(self, name: str, data: bytes) -> None:
+        """Write one file of the folder. Another attempt at this job can remove the folder
+        under this one: a zombie the scheduler gave up on (a lost node, a Snakemake
+        restarted while its cluster jobs ran on), still running beside its retry, finished
+        first. Its removal can land between this write's temporary and its rename
+        (FileNotFoundError); the folder is then made again, with the manifest that guards
+        it, and the file written, so that this attempt goes on. Local folders only: an S3
+        PUT needs no folder."""
+        for attempt in range(1, MKDIR_ATTEMPTS + 1):
+            try:
+                if attempt > 1 and name != MANIFEST:
+                    self._files.write(MANIFEST, self._manifest_bytes())
+                self._files.write(name, data)
+                return
+            except FileNotFoundError:
+                if attempt == MKDIR_ATTEMPTS:
+                    raise
+
     def _write_attempt(self) -> None:
-        self._files.write(self._attempt_name, (json.dumps(self._attempt, sort_keys=True) + "\n").encode())
+        self._write(self._attempt_name, (json.dumps(self._attempt, sort_keys=True) + "\n").encode())
 
     def _saved_part(self, items: int) -> None:
         if self._attempt is not None:
@@ -311,7 +338,7 @@ class PartStore:
     def save_array(self, index: int, arr: np.ndarray) -> None:
         buf = io.BytesIO()
         np.save(buf, arr, allow_pickle=False)
-        self._files.write(self.name(index, ".npy"), buf.getvalue())
+        self._write(self.name(index, ".npy"), buf.getvalue())
         self._saved_part(len(arr))
 
     def load_records(self, index: int, count: int) -> list[dict] | None:
@@ -326,7 +353,7 @@ class PartStore:
 
     def save_records(self, index: int, records: list[dict]) -> None:
         text = "".join(json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n" for rec in records)
-        self._files.write(self.name(index, ".jsonl"), text.encode("utf-8"))
+        self._write(self.name(index, ".jsonl"), text.encode("utf-8"))
         self._saved_part(len(records))
 
     def remove(self, root: str | Path | None = None) -> str | None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from shardflow.core import atomic
 from shardflow.core.parts import PartStore, attempt_totals, resume_folder, resume_key, resume_tree_top
 from shardflow.core.s3 import LOCAL_VARIABLE, PREFIX_VARIABLE
 
@@ -153,6 +154,33 @@ def test_a_resume_folder_removed_between_a_jobs_mkdirs_is_made_again(tmp_path, m
     monkeypatch.setattr(os, "mkdir", mkdir)
     store = _parts(root, "a" * 24)
     assert raced and store.load_records(0, 1) == [{"id": "a" * 24}]
+
+
+
+def test_a_part_saved_while_another_attempt_at_the_job_removes_the_folder_is_saved(tmp_path, monkeypatch):
+    """Two attempts at one job (a retry beside a zombie the scheduler gave up on) share the
+    folder. The zombie finished first and removed it while the retry was writing a part,
+    between its temporary and the rename: the retry failed with FileNotFoundError naming
+    a temporary. It makes the folder again, with its manifest, and goes on."""
+    root = tmp_path / "results/ds/.resume"
+    folder = resume_folder(root, "a" * 24)
+    retry, zombie = PartStore(folder, {"job": "t"}).open(), PartStore(folder, {"job": "t"}).open()
+    real = atomic.publish
+    raced = []
+
+    def publish(tmp, path, **kwargs):
+        if Path(path).name.startswith("part-") and not raced:  # the zombie's removal lands here
+            raced.append(path)
+            zombie.remove(root)
+        return real(tmp, path, **kwargs)
+
+    monkeypatch.setattr(atomic, "publish", publish)
+    retry.save_array(0, np.arange(6, dtype=np.float32).reshape(2, 3))
+    assert raced and retry.load_array(0, (2, 3), np.dtype(np.float32)).tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert json.loads((Path(folder) / "manifest.json").read_text()) == {"job": "t"}
+    with pytest.raises(ValueError, match="belongs to another job"):  # still guarded by the manifest
+        PartStore(folder, {"job": "other"}).open()
+    assert not [p.name for p in Path(folder).iterdir() if ".tmp-" in p.name]
 
 
 # ------------------------------------------------------------------ attempt records
