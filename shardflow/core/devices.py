@@ -58,6 +58,22 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def kernel_hardware(device: torch.device) -> str:
+    """What picks a resolved device's kernels, and so the last bits of what they compute,
+    beyond torch's version and the thread count. On CUDA: the GPU's model, architecture
+    and SM count (a MIG slice has its own), and the CUDA and cuDNN versions: cuBLAS
+    promises equal bits only on GPUs of one architecture and SM count, from one toolkit.
+    On the CPU: its model (MKL and oneDNN pick kernels per processor) and the vector
+    width ATen dispatches to (AVX2 and AVX512 kernels sum in other orders)."""
+    if device.type == "cuda":
+        p = torch.cuda.get_device_properties(device)
+        return (
+            f"{p.name}, sm_{p.major}{p.minor}, {p.multi_processor_count} SMs, CUDA {torch.version.cuda}, "
+            f"cuDNN {torch.backends.cudnn.version()}"
+        )
+    return f"{cpu_name()}, {torch.backends.cpu.get_cpu_capability()}"
+
+
 def device_memory(device: torch.device) -> tuple[str, int | None]:
     """The name and total memory (MiB) of a resolved device: a CUDA device's
     (`torch.cuda.get_device_properties`), or ("cpu", None)."""

@@ -28,8 +28,9 @@ but the batching is built for throughput:
 
 Determinism: fp32 on CPU gives bitwise-identical output for the same texts,
 params and torch thread count, in one process or across processes. Changing the
-thread count, the device, the dtype, the window or the token budget can change
-the last bits (different kernels or batch shapes); `resume_key` covers all of them.
+thread count, the device (its type, and the GPU or CPU model: core.devices.kernel_hardware),
+the dtype, the window or the token budget can change the last bits (different kernels or
+batch shapes); `resume_key` covers all of them.
 An out-of-memory back-off also changes batch shapes, hence the last bits.
 """
 

@@ -19,6 +19,7 @@ from shardflow.core.devices import (
     DTYPES,
     check_device,
     dtype_name,
+    kernel_hardware,
     resolve_device,
     resolve_dtype,
 )
@@ -166,6 +167,8 @@ def output_identity(params: EmbedParams, spec: ModelSpec | None = None) -> dict[
         "format": parts.FORMAT_VERSION,
         "model": model_identity(spec.folder),
         "device": device.type,
+        # Parts made on other hardware hold other last bits: not resumed into this output.
+        "hardware": kernel_hardware(device),
         "dtype": dtype_name(resolve_dtype(params.dtype, device)),
         "prompt": spec.resolve_prompt(params.prompt, params.prompt_name),
         "torch": torch.__version__,

@@ -73,3 +73,21 @@ def test_peak_memory_reads_the_jobs_own_gpu_in_mib(monkeypatch):
     }
     devices.peak_memory("cuda")  # the setting "cuda": the current GPU too
     assert fake.calls == [("reset", "cuda:0")] + [("allocated", "cuda:0"), ("reserved", "cuda:0")] * 2
+
+
+def test_kernel_hardware_names_the_gpu_its_sms_and_toolkit_and_the_cpus_vector_width(monkeypatch):
+    """What the embed resume key holds beside the device type (embed.params.output_identity):
+    a MIG slice or another GPU model (its SM count), another toolkit, another CPU."""
+    from types import SimpleNamespace
+
+    torch = devices.torch
+    mig = SimpleNamespace(name="NVIDIA H100 80GB HBM3 MIG 1g.10gb", major=9, minor=0, multi_processor_count=16)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: mig)
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 90100)
+    assert devices.kernel_hardware(torch.device("cuda", 0)) == (
+        "NVIDIA H100 80GB HBM3 MIG 1g.10gb, sm_90, 16 SMs, CUDA 12.4, cuDNN 90100"
+    )
+    monkeypatch.setattr(devices, "cpu_name", lambda: "Intel(R) Xeon(R) Platinum 8480+")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    assert devices.kernel_hardware(torch.device("cpu")) == "Intel(R) Xeon(R) Platinum 8480+, AVX512"

@@ -62,9 +62,10 @@ def test_defaults_keep_the_plain_path_bytes_and_identity(tiny, texts):
     enc = load_encoder(params(tiny["bert_mean"]))
     assert enc.buckets == () and not enc.packing.on and not enc.kernels.on and enc.compiled == "off"
     # The identity (resume keys) has exactly the keys it had before these options existed,
-    # plus how windows are cut into sort groups (which changed the batches).
+    # plus how windows are cut into sort groups (which changed the batches) and the
+    # hardware that picks the kernels (core.devices.kernel_hardware).
     assert set(enc.identity) == {
-        "format", "model", "device", "dtype", "prompt", "torch", "transformers", "output_dtype",
+        "format", "model", "device", "hardware", "dtype", "prompt", "torch", "transformers", "output_dtype",
         "token_budget", "max_batch_size", "max_length", "compile", "window", "seed", "threads", "sort_groups",
     }  # fmt: skip
     plain = load_encoder(params(tiny["bert_mean"], packing="off", kernels="off", length_buckets="off"))
@@ -655,6 +656,7 @@ def test_cudnn_attention_off_runs_each_forward_without_cudnn_and_restores_it(tin
     # On CUDA the resolved decision is in the identity (other kernels, other last bits).
     cuda = torch.device("cuda")
     monkeypatch.setattr("shardflow.embed.params.resolve_device", lambda d: cuda)
+    monkeypatch.setattr("shardflow.embed.params.kernel_hardware", lambda d: "a GPU")  # a fake device: no properties
     assert output_identity(params(tiny["bert_mean"]))["cudnn_attention"] == "off"  # auto: an encoder's mask
     assert "cudnn_attention" not in output_identity(params(tiny["bert_mean"], cudnn_attention="on"))
 

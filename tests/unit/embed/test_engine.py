@@ -27,6 +27,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 sentence_transformers = pytest.importorskip("sentence_transformers")
 
+from shardflow.core import devices
 from shardflow.core.batching import collate, length_order, plan_batches, split_batch
 from shardflow.corpus.chunks import ChunkRecord, write_record
 from shardflow.embed import (
@@ -567,6 +568,24 @@ def test_resume_key_tracks_what_changes_output(tiny, texts, tmp_path):
     assert resume_key(chunk, params(model)) == key  # same files, other folder: same identity
     (model / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 32, "pooling_mode": "max"}))
     assert resume_key(chunk, params(model)) != key
+
+
+def test_resume_key_tracks_the_hardware_that_picks_the_kernels(tiny, texts, tmp_path, monkeypatch):
+    """A retry on another node type resumed the parts its killed attempt made on the first:
+    the identity named the device type only. ATen's CPU kernels are chosen by vector
+    width (one attention block and LayerNorm, float32, one thread, on one machine:
+    ATEN_CPU_CAPABILITY=avx2 gave other bytes than the default AVX512), MKL's and oneDNN's
+    by processor, and cuBLAS promises equal bits only on GPUs of one architecture and SM
+    count: a chunk resumed across them held rows of two runs, the bytes of neither."""
+    chunk = write_chunk(tmp_path / "a.jsonl", texts)
+    key = resume_key(chunk, params(tiny["bert_mean"]))
+    real = torch.backends.cpu.get_cpu_capability()
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2" if real != "AVX2" else "AVX512")
+    assert resume_key(chunk, params(tiny["bert_mean"])) != key
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: real)
+    assert resume_key(chunk, params(tiny["bert_mean"])) == key
+    monkeypatch.setattr(devices, "cpu_name", lambda: "Some Other CPU 9000")
+    assert resume_key(chunk, params(tiny["bert_mean"])) != key
 
 
 _CHILD = """

@@ -252,6 +252,7 @@ def test_auto_graphs_are_in_a_cuda_encoders_identity_and_not_on_the_cpu(tiny, mo
 
     assert "cuda_graphs" not in output_identity(_params(tiny["bert_mean"]))
     monkeypatch.setattr("shardflow.embed.params.resolve_device", lambda d: torch.device("cuda"))
+    monkeypatch.setattr("shardflow.embed.params.kernel_hardware", lambda d: "a GPU")  # a fake device: no properties
     identity = output_identity(_params(tiny["bert_mean"]))
     assert identity["cuda_graphs"] == "on" and identity["length_buckets"] == "auto"
     assert "cuda_graphs" not in output_identity(_params(tiny["bert_mean"], cuda_graphs="off"))
@@ -267,6 +268,7 @@ def test_the_loaded_encoders_identity_says_what_it_applied(tiny, monkeypatch):
     from shardflow.embed.params import output_identity
 
     monkeypatch.setattr("shardflow.embed.params.resolve_device", lambda d: torch.device("cuda"))
+    monkeypatch.setattr("shardflow.embed.params.kernel_hardware", lambda d: "a GPU")  # a fake device: no properties
     assert output_identity(_params(tiny["bert_mean"]))["cuda_graphs"] == "on"
     enc = load_encoder(_params(tiny["bert_mean"]))
     assert not enc.cuda_graphs.on and not {"cuda_graphs", "length_buckets"} & set(enc.identity)
