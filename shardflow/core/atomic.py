@@ -5,8 +5,9 @@ A reader (or Snakemake after a crash) sees either no file or the whole file,
 never a half-written one. The temporary is `<path>.tmp-<host>-<pid>-<random>`: unique
 even where two hosts (or containers whose pids start alike) write the same path on a
 shared filesystem, as an orphaned job and its rerun can. Temporaries of writers killed
-mid-write are removed by the next successful write of the path: this host's once their
-process is gone, another host's once untouched for a day. A published file has the
+mid-write are removed by the next write of the path, before it writes (a killed merge's
+is as large as the file) and again once it is published: this host's once their process
+is gone, another host's once untouched for a day. A published file has the
 mode a plain `open()` gives a new file there (the umask, or the folder's default ACL),
 whatever its writer chose: safetensors creates 0600 files, which teammates on a shared
 filesystem could not read.
@@ -156,6 +157,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    # A dead writer's temporary of this file goes first: a merge killed mid-write leaves
+    # one as large as the file, which a rerun on a nearly full disk needs the room of.
+    _remove_stale_in(path.parent, {path.name})
     tmp = tmp_path(path)
     try:
         # Created here as open() creates files, to learn the mode this folder gives them.

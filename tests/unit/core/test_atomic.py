@@ -30,6 +30,20 @@ def test_a_killed_writer_leaves_no_file_and_its_temporary_is_cleared_by_the_next
     assert not stale.exists() and running.exists()
 
 
+def test_a_dead_writers_temporary_is_cleared_before_the_next_write_takes_room(tmp_path):
+    """A merge killed mid-write leaves a temporary as large as the file: its rerun on a
+    nearly full disk needs that room while it writes, not after."""
+    target = tmp_path / "embeddings.npy"
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(proc.stdout)  # a process that has exited
+    stale = tmp_path / f"embeddings.npy.tmp-{dead}"
+    stale.write_bytes(b"half of a large file")
+    with atomic_open(target, "wb") as fh:
+        assert not stale.exists()
+        fh.write(b"whole")
+    assert target.read_bytes() == b"whole"
+
+
 def test_temporaries_are_unique_across_hosts_and_only_dead_writers_ones_are_cleared(tmp_path, monkeypatch):
     """Two hosts (or containers whose pids start alike) may write one path on a shared
     filesystem: each temporary names its host, pid and a random token, and the next
