@@ -70,7 +70,7 @@ import torch
 
 from shardflow.core import controller
 from shardflow.core.batching import Batch, collate, length_order, plan_batches, split_batch
-from shardflow.core.devices import dtype_name, peak_memory, reset_peak_memory, runtime
+from shardflow.core.devices import dtype_name, kernel_hardware, peak_memory, reset_peak_memory, runtime
 from shardflow.core.hashing import digest, model_identity, texts_fingerprint
 from shardflow.core.jobs import EngineCounters
 from shardflow.core.models import load_for_inference
@@ -350,6 +350,9 @@ class Generator:
             "format": FORMAT_VERSION,
             "model": model_identity(self.folder),
             "device": self.device.type,
+            # Parts made on other hardware hold other last bits, so greedy decoding can pick
+            # other tokens: not resumed into this output (as the embed engine's identity).
+            "hardware": kernel_hardware(self.device),
             "dtype": dtype_name(self.dtype),
             "generation": {k: v for k, v in self.generation_config.to_dict().items() if k != "transformers_version"},
             "prefix": self.prefix,

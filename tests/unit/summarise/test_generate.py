@@ -456,6 +456,10 @@ def test_resume_reuses_finished_parts(tiny, texts, tmp_path):
     chunk = write_chunk(tmp_path / "c.jsonl", texts)
     regrouped = load_generator(params(tiny["bart"], window=4))
     assert resume_key(chunk, regrouped.identity) != resume_key(chunk, gen.identity)
+    # So does a retry on another node type, whose kernels give other last bits (greedy
+    # decoding may then pick other tokens): a chunk never holds parts of two machines.
+    elsewhere = {**gen.identity, "hardware": "NVIDIA L4, sm_89, 58 SMs, CUDA 12.8, cuDNN 91000"}
+    assert gen.identity["hardware"] and resume_key(chunk, elsewhere) != resume_key(chunk, gen.identity)
 
 
 def test_an_orphaned_summarise_chunk_writes_nothing_and_its_rerun_resumes(tiny, texts, tmp_path, monkeypatch):

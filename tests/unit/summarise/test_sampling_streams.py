@@ -117,6 +117,6 @@ def test_the_streams_key_a_sampled_run_and_leave_other_runs_keys_alone(gpt2, tex
     greedy = load_generator(GenerateParams(model=str(gpt2), device="cpu", do_sample=False, seed=0, window=WINDOW))
     greedy.summarise(texts)
     assert set(greedy.identity) == {
-        "format", "model", "device", "dtype", "generation", "prefix", "prompt", "chat_template",
+        "format", "model", "device", "hardware", "dtype", "generation", "prefix", "prompt", "chat_template",
         "input_limit", "token_budget", "max_batch_size", "window", "seed", "torch", "transformers", "threads",
     }  # fmt: skip
