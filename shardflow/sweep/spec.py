@@ -482,7 +482,18 @@ def _points(check: _Checker, sweep: Mapping) -> tuple[list[str], list[dict]]:
 
 
 def _seeds(check: _Checker, seeds: Any) -> tuple[int, ...]:
-    if not isinstance(seeds, list) or not seeds:
+    if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds >= 0:
+        # `seeds: 3` reads as three seeds or as seed 3: say both, rather than "no seeds".
+        listed = str(list(range(seeds))) if seeds <= 5 else f"[0, 1, ..., {seeds - 1}]"
+        more = f", or `seeds: {listed}` for {seeds} runs per point" if seeds > 1 else ""
+        raise check.fail(
+            f"seeds: {seeds} is not a list: give `seeds: [{seeds}]` for one run per point with seed {seeds}{more}"
+        )
+    if seeds is not None and not isinstance(seeds, list):
+        raise check.fail(
+            f"seeds: {seeds!r} is not a list of seeds, e.g. `seeds: [0]`, or `seeds: [0, 1, 2]` for mean and std"
+        )
+    if not seeds:
         raise check.fail("no seeds: give `seeds: [0]` for one run per point, or several for mean and std")
     for seed in seeds:
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:

@@ -73,6 +73,8 @@ UNKNOWN_KEY = ("sweep 'bad': unknown parameter 'train.lrr' (train has: dropout, 
      "points 1 and 2 are the same point (lr=0.1__n_layer=4)"),
     ({"seeds": None}, "sweep 'bad': no seeds: give `seeds: [0]`"),
     ({"seeds": []}, "sweep 'bad': no seeds"),
+    ({"seeds": 3}, "sweep 'bad': seeds: 3 is not a list: give `seeds: [3]` for one run per point with seed 3, "
+                   "or `seeds: [0, 1, 2]` for 3 runs per point"),
     ({"seeds": [0, -1]}, "seed -1 is not a non-negative integer"),
     ({"seeds": [True]}, "seed True is not a non-negative integer"),
     ({"seeds": [1, 1]}, "seed 1 is listed twice"),
