@@ -33,7 +33,12 @@ from shardflow.sweep import POINT_ID_REGEX, SEED_REGEX, parse_sweeps
 from shardflow.sweep.cost import PRICED_STAGES
 from shardflow.sweep.metrics import incomparable_points, loads_model, unknown_metrics
 from shardflow.sweep.paths import job_metrics
-from shardflow.sweep.spec import collection_rule, load_yaml, seeds_without_effect
+from shardflow.sweep.spec import (
+    collection_rule,
+    load_yaml,
+    seeds_without_effect,
+    sweeps_in_files,
+)
 from shardflow.sweep.report import output_files as sweep_output_files
 from shardflow.sweep.shared import SHARED_FOLDER
 from shardflow.workflow import disk, landing, plan, site, tasks
@@ -118,6 +123,10 @@ _PROBLEMS += plan.unknown_reproduction_metrics(config, DATASETS)
 SWEEPS = parse_sweeps(
     config["sweeps"], config, validate, root=workflow.basedir, problems=_PROBLEMS
 )
+if workflow.is_main_process:
+    # What the config files write under `sweeps:` that their merge hides: a key written
+    # twice (YAML keeps the last), one sweep defined in two files (merged key by key).
+    _PROBLEMS += sweeps_in_files(workflow.configfiles)
 SWEEPS_BY_FOLDER = {spec.folder: spec for spec in SWEEPS.values()}
 SWEEP_NEEDS = {
     "train": None,

@@ -15,7 +15,9 @@
 
 Every problem is a SweepError naming the sweep and the key: an unknown parameter (with
 the keys its section has), an empty grid or value list, a value the config schema
-rejects, two equal points, two sweeps writing to one folder.
+rejects, two equal points, two sweeps writing to one folder. `sweeps_in_files` reads the
+config files themselves, for what their merge hides (a key written twice, one sweep
+defined in two files).
 
 Each point is checked the way the workflow checks its config: the point is applied to a
 copy of the sweep's base config and `schema_validate` (the workflow's validator) runs
@@ -32,7 +34,7 @@ import difflib
 import itertools
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -569,3 +571,104 @@ def parse_sweeps(
     elif found:
         raise SweepError("invalid sweeps:\n  - " + "\n  - ".join(found))
     return specs
+
+
+# ----------------------------------------------------------- the files, as written
+
+_REPEAT = (
+    "is written again (first at line {first}): YAML keeps the last and drops the first without a word; write it once"
+)
+
+
+def sweeps_in_files(paths: Iterable[str | os.PathLike]) -> list[str]:
+    """What the config files of one run (Snakemake's `workflow.configfiles`) write under
+    `sweeps:` that the merged config no longer shows, one problem a line:
+
+    - a key written twice in one mapping (a sweep's name, a grid parameter, a point's
+      key): YAML keeps the last and drops the first, so a grid line pasted below the one
+      it extends, or a sweep copied under its own name, silently replaced it;
+    - a sweep that two files define, each with its `stage` or each with a `grid`:
+      Snakemake merges config files key by key, so the run swept a mix of the two (the
+      grids' keys together, the later file's seeds). A file that changes only what is no
+      grid of a sweep another file defines (its seeds, points, best) is an overlay like
+      any other, and an equal definition merges into itself.
+
+    A file that cannot be read or parsed here is left to Snakemake's loader, which has
+    read it already (a JSON config is YAML too).
+    """
+    import yaml
+
+    found: list[str] = []
+    defined: dict[str, list[tuple[str, int, Any]]] = {}  # name -> (file, line, definition)
+    seen: set[str] = set()
+    for path in paths:
+        real = os.path.realpath(path)
+        if real in seen:
+            continue
+        seen.add(real)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                loader = yaml.SafeLoader(fh.read())
+            try:
+                root = loader.get_single_node()
+                data = loader.construct_document(root) if root is not None else None
+            finally:
+                loader.dispose()
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        if not isinstance(root, yaml.MappingNode) or not isinstance(data, Mapping):
+            continue
+        entries = [(k, v) for k, v in root.value if isinstance(k, yaml.ScalarNode) and k.value == "sweeps"]
+        for key, _ in entries[1:]:  # a second `sweeps:` replaced the first whole
+            first = entries[0][0].start_mark.line + 1
+            found.append(f"{path}:{key.start_mark.line + 1}: key 'sweeps' " + _REPEAT.format(first=first))
+        for _, node in entries:
+            found += _repeated_keys(node, "sweeps", str(path))
+        sweeps = data.get("sweeps")
+        if not entries or not isinstance(sweeps, Mapping) or not isinstance(entries[-1][1], yaml.MappingNode):
+            continue
+        lines = {k.value: k.start_mark.line + 1 for k, _ in entries[-1][1].value if isinstance(k, yaml.ScalarNode)}
+        for name, definition in sweeps.items():
+            defined.setdefault(str(name), []).append((str(path), lines.get(str(name), 0), definition))
+    for name, places in defined.items():
+        clash = next(((a, b) for i, b in enumerate(places) for a in places[:i] if _mixed(a[2], b[2])), None)
+        if clash:
+            (file_a, line_a, a), (file_b, line_b, b) = clash
+            grids = [d.get("grid") for d in (a, b)]
+            keys = sorted({str(k) for g in grids if isinstance(g, Mapping) for k in g})
+            mix = f" (grid: {', '.join(keys)})" if all(isinstance(g, Mapping) for g in grids) else ""
+            found.append(
+                f"sweep '{name}' is defined in {file_a}:{line_a} and in {file_b}:{line_b}: Snakemake merges config "
+                f"files key by key, so the run would sweep a mix of the two{mix}; give each sweep its own name, or "
+                "change it in one file"
+            )
+    return found
+
+
+def _mixed(a: Any, b: Any) -> bool:
+    """Whether two files' definitions of one sweep merge into a sweep neither describes."""
+    if not isinstance(a, Mapping) or not isinstance(b, Mapping) or a == b:
+        return False
+    both_grids = isinstance(a.get("grid"), Mapping) and isinstance(b.get("grid"), Mapping)
+    return ("stage" in a and "stage" in b) or both_grids
+
+
+def _repeated_keys(node: Any, where: str, path: str) -> list[str]:
+    """Keys written twice in any mapping under `node` (a YAML node), as `<file>:<line>` problems."""
+    import yaml
+
+    found: list[str] = []
+    if isinstance(node, yaml.MappingNode):
+        first: dict[str, int] = {}
+        for key, value in node.value:
+            name = key.value if isinstance(key, yaml.ScalarNode) else None
+            if name is not None:
+                line = key.start_mark.line + 1
+                if name in first:
+                    found.append(f"{path}:{line}: {where}: key {name!r} " + _REPEAT.format(first=first[name]))
+                first.setdefault(name, line)
+            found += _repeated_keys(value, f"{where}.{name}", path)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            found += _repeated_keys(item, f"{where}[{i}]", path)
+    return found

@@ -318,3 +318,66 @@ def test_same_value_is_numeric_equality_without_booleans():
 
     assert same_value(1, 1.0) and same_value("a", "a") and same_value(None, None)
     assert not same_value(True, 1) and not same_value(1, "1") and not same_value(0.5, 0.25) and same_value(True, True)
+
+
+def test_a_key_written_twice_in_a_files_sweeps_is_named_with_both_lines(tmp_path):
+    """YAML keeps the last of two equal keys and drops the first without a word: a grid
+    line pasted below the one it extends lost the first's values, and a sweep copied
+    under its own name replaced it."""
+    from shardflow.sweep.spec import sweeps_in_files
+
+    path = tmp_path / "lr.yaml"
+    path.write_text(
+        "train: {lr: 1.0e-3}\n"
+        "sweeps:\n"
+        "  lr:\n"
+        "    stage: train\n"
+        "    grid:\n"
+        "      train.lr: [1.0e-3, 3.0e-3]\n"
+        "      train.lr: [1.0e-2]\n"
+        "    seeds: [0]\n"
+        "  lr:\n"
+        "    stage: train\n"
+        "    points: [{train.lr: 1.0e-3, train.lr: 2.0e-3}]\n"
+    )
+    assert sweeps_in_files([path]) == [
+        f"{path}:7: sweeps.lr.grid: key 'train.lr' is written again (first at line 6): YAML keeps the last "
+        "and drops the first without a word; write it once",
+        f"{path}:9: sweeps: key 'lr' is written again (first at line 3): YAML keeps the last and drops "
+        "the first without a word; write it once",
+        f"{path}:11: sweeps.lr.points[0]: key 'train.lr' is written again (first at line 11): YAML keeps the "
+        "last and drops the first without a word; write it once",
+    ]
+    (tmp_path / "other.yaml").write_text("train: {lr: 1.0e-3}\ntrain: {lr: 2.0e-3}\nsweeps: {}\n")
+    assert sweeps_in_files([tmp_path / "other.yaml"]) == []  # outside `sweeps:`, not this check's
+    path.write_text("sweeps:\n  a: {stage: train}\nsweeps:\n  b: {stage: train}\n")
+    assert sweeps_in_files([path]) == [f"{path}:3: key 'sweeps' is written again (first at line 1): YAML keeps "
+                                       "the last and drops the first without a word; write it once"]
+
+
+def test_a_sweep_defined_in_two_config_files_is_named_with_both(tmp_path):
+    """Snakemake merges --configfile files key by key: two files defining one sweep ran a
+    sweep neither describes (the grids' keys together, the later file's seeds), silently."""
+    from shardflow.sweep.spec import sweeps_in_files
+
+    a, b, seeds, same = (tmp_path / f"{n}.yaml" for n in ("a", "b", "seeds", "same"))
+    a.write_text("sweeps:\n  tb:\n    stage: embed\n    grid: {embedding.token_budget: [512, 2048]}\n"
+                 "    seeds: [0]\n    metrics: {items_per_s: max}\n")
+    b.write_text("dataset: x\nsweeps:\n  tb:\n    stage: embed\n    grid: {embedding.max_batch_size: [8, 16]}\n"
+                 "    seeds: [1]\n    metrics: {items_per_s: max}\n")
+    assert sweeps_in_files([a, b]) == [
+        f"sweep 'tb' is defined in {a}:2 and in {b}:3: Snakemake merges config files key by key, so the run "
+        "would sweep a mix of the two (grid: embedding.max_batch_size, embedding.token_budget); give each "
+        "sweep its own name, or change it in one file"
+    ]
+    b.write_text("sweeps:\n  tb:\n    stage: embed\n    points: [{embedding.max_batch_size: 8}]\n")
+    assert sweeps_in_files([a, b]) == [
+        f"sweep 'tb' is defined in {a}:2 and in {b}:2: Snakemake merges config files key by key, so the run "
+        "would sweep a mix of the two; give each sweep its own name, or change it in one file"
+    ]
+    # An overlay that changes what the grid does not hold is an overlay like any other;
+    # the same file twice, or an equal definition, merges into itself.
+    seeds.write_text("sweeps: {tb: {seeds: [0, 1, 2]}}\n")
+    same.write_text(a.read_text())
+    assert sweeps_in_files([a, seeds, a, same]) == []
+    assert sweeps_in_files([tmp_path / "missing.yaml", a]) == []  # left to Snakemake's own loader
