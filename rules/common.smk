@@ -23,6 +23,7 @@ from shardflow.core.config import (
     canonical_order,
     load_schema,
     recorded,
+    repeated_keys,
     validate_config,
 )
 from shardflow.core.hashing import config_sha256
@@ -124,8 +125,9 @@ SWEEPS = parse_sweeps(
     config["sweeps"], config, validate, root=workflow.basedir, problems=_PROBLEMS
 )
 if workflow.is_main_process:
-    # What the config files write under `sweeps:` that their merge hides: a key written
-    # twice (YAML keeps the last), one sweep defined in two files (merged key by key).
+    # What the config files write that their merge hides: a key written twice in one
+    # mapping (YAML keeps the last), one sweep defined in two files (merged key by key).
+    _PROBLEMS += repeated_keys(workflow.configfiles)
     _PROBLEMS += sweeps_in_files(workflow.configfiles)
 SWEEPS_BY_FOLDER = {spec.folder: spec for spec in SWEEPS.values()}
 SWEEP_NEEDS = {

@@ -303,6 +303,57 @@ def validate_config(config: dict, schema: dict, command_line: Mapping | None = N
     return config
 
 
+_REPEATED = (
+    "is written again (first at line {first}): YAML keeps the last and drops the first without a word; write it once"
+)
+
+
+def repeated_keys(paths: Sequence[str | os.PathLike]) -> list[str]:
+    """Keys written twice in one mapping of the config files (Snakemake's
+    `workflow.configfiles`), one `<file>:<line>: <where>: key ...` line each. YAML keeps
+    the last of two equal keys and drops the first without a word: a second `embedding:`
+    section replaced the first whole, a grid line pasted below the one it extends lost its
+    values. A file that cannot be read or parsed here is left to Snakemake's loader, which
+    has read it already (a JSON config is YAML too); each file is read once."""
+    found: list[str] = []
+    seen: set[str] = set()
+    for path in paths:
+        real = os.path.realpath(path)
+        if real in seen:
+            continue
+        seen.add(real)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                loader = yaml.SafeLoader(fh.read())
+            try:
+                root = loader.get_single_node()
+            finally:
+                loader.dispose()
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        found += _repeated_in(root, "", str(path))
+    return found
+
+
+def _repeated_in(node: Any, where: str, path: str) -> list[str]:
+    found: list[str] = []
+    if isinstance(node, yaml.MappingNode):
+        first: dict[str, int] = {}
+        for key, value in node.value:
+            name = key.value if isinstance(key, yaml.ScalarNode) else None
+            if name is not None:
+                line = key.start_mark.line + 1
+                if name in first:
+                    found.append(f"{path}:{line}: {where + ': ' if where else ''}key {name!r} "
+                                 + _REPEATED.format(first=first[name]))
+                first.setdefault(name, line)
+            found += _repeated_in(value, f"{where}.{name}" if where else str(name), path)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            found += _repeated_in(item, f"{where}[{i}]", path)
+    return found
+
+
 def non_finite_numbers(config: Any) -> list[str]:
     """One line per `.nan`, `.inf` or `-.inf` in the config (sweep values included). The
     schema's bounds let them through (NaN compares false with every bound), but every

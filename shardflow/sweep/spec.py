@@ -575,23 +575,15 @@ def parse_sweeps(
 
 # ----------------------------------------------------------- the files, as written
 
-_REPEAT = (
-    "is written again (first at line {first}): YAML keeps the last and drops the first without a word; write it once"
-)
-
-
 def sweeps_in_files(paths: Iterable[str | os.PathLike]) -> list[str]:
     """What the config files of one run (Snakemake's `workflow.configfiles`) write under
-    `sweeps:` that the merged config no longer shows, one problem a line:
-
-    - a key written twice in one mapping (a sweep's name, a grid parameter, a point's
-      key): YAML keeps the last and drops the first, so a grid line pasted below the one
-      it extends, or a sweep copied under its own name, silently replaced it;
-    - a sweep that two files define, each with its `stage` or each with a `grid`:
-      Snakemake merges config files key by key, so the run swept a mix of the two (the
-      grids' keys together, the later file's seeds). A file that changes only what is no
-      grid of a sweep another file defines (its seeds, points, best) is an overlay like
-      any other, and an equal definition merges into itself.
+    `sweeps:` that the merged config no longer shows, one problem a line: a sweep that two
+    files define, each with its `stage` or each with a `grid`. Snakemake merges config
+    files key by key, so the run swept a mix of the two (the grids' keys together, the
+    later file's seeds). A file that changes only what is no grid of a sweep another file
+    defines (its seeds, points, best) is an overlay like any other, and an equal
+    definition merges into itself. (A key written twice within one file, which YAML
+    drops, is core.config.repeated_keys's, for every section.)
 
     A file that cannot be read or parsed here is left to Snakemake's loader, which has
     read it already (a JSON config is YAML too).
@@ -619,11 +611,6 @@ def sweeps_in_files(paths: Iterable[str | os.PathLike]) -> list[str]:
         if not isinstance(root, yaml.MappingNode) or not isinstance(data, Mapping):
             continue
         entries = [(k, v) for k, v in root.value if isinstance(k, yaml.ScalarNode) and k.value == "sweeps"]
-        for key, _ in entries[1:]:  # a second `sweeps:` replaced the first whole
-            first = entries[0][0].start_mark.line + 1
-            found.append(f"{path}:{key.start_mark.line + 1}: key 'sweeps' " + _REPEAT.format(first=first))
-        for _, node in entries:
-            found += _repeated_keys(node, "sweeps", str(path))
         sweeps = data.get("sweeps")
         if not entries or not isinstance(sweeps, Mapping) or not isinstance(entries[-1][1], yaml.MappingNode):
             continue
@@ -653,22 +640,3 @@ def _mixed(a: Any, b: Any) -> bool:
     return ("stage" in a and "stage" in b) or both_grids
 
 
-def _repeated_keys(node: Any, where: str, path: str) -> list[str]:
-    """Keys written twice in any mapping under `node` (a YAML node), as `<file>:<line>` problems."""
-    import yaml
-
-    found: list[str] = []
-    if isinstance(node, yaml.MappingNode):
-        first: dict[str, int] = {}
-        for key, value in node.value:
-            name = key.value if isinstance(key, yaml.ScalarNode) else None
-            if name is not None:
-                line = key.start_mark.line + 1
-                if name in first:
-                    found.append(f"{path}:{line}: {where}: key {name!r} " + _REPEAT.format(first=first[name]))
-                first.setdefault(name, line)
-            found += _repeated_keys(value, f"{where}.{name}", path)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            found += _repeated_keys(item, f"{where}[{i}]", path)
-    return found

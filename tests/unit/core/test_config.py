@@ -156,3 +156,21 @@ def test_a_number_that_is_not_finite_stops_the_parse_naming_its_key(shipped_conf
     ]
     assert "config key 'train.grad_clip': inf is not a finite number" in str(exc.value)
     assert "config key 'report.gpu_hour_price': nan is not a finite number" in str(exc.value)
+
+
+def test_a_key_written_twice_anywhere_in_a_config_file_is_named_with_both_lines(tmp_path):
+    """A second `embedding:` section replaced the first whole, and a key written twice
+    within a section lost its first value, without a word (YAML keeps the last); the
+    shipped files hold none."""
+    from shardflow.core.config import repeated_keys
+
+    path = tmp_path / "my.yaml"
+    path.write_text("embedding:\n  model: a\n  model: b\nn_chunks: 4\nembedding:\n  dtype: float32\n")
+    assert repeated_keys([path, str(path)]) == [  # each file once
+        f"{path}:3: embedding: key 'model' is written again (first at line 2): YAML keeps the last and drops "
+        "the first without a word; write it once",
+        f"{path}:5: key 'embedding' is written again (first at line 1): YAML keeps the last and drops the first "
+        "without a word; write it once",
+    ]
+    shipped = sorted(str(p) for p in (REPO / "config").rglob("*.yaml"))
+    assert shipped and repeated_keys(shipped) == []

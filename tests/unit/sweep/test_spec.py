@@ -323,8 +323,8 @@ def test_same_value_is_numeric_equality_without_booleans():
 def test_a_key_written_twice_in_a_files_sweeps_is_named_with_both_lines(tmp_path):
     """YAML keeps the last of two equal keys and drops the first without a word: a grid
     line pasted below the one it extends lost the first's values, and a sweep copied
-    under its own name replaced it."""
-    from shardflow.sweep.spec import sweeps_in_files
+    under its own name replaced it (core.config.repeated_keys, which every section gets)."""
+    from shardflow.core.config import repeated_keys
 
     path = tmp_path / "lr.yaml"
     path.write_text(
@@ -340,7 +340,7 @@ def test_a_key_written_twice_in_a_files_sweeps_is_named_with_both_lines(tmp_path
         "    stage: train\n"
         "    points: [{train.lr: 1.0e-3, train.lr: 2.0e-3}]\n"
     )
-    assert sweeps_in_files([path]) == [
+    assert repeated_keys([path]) == [
         f"{path}:7: sweeps.lr.grid: key 'train.lr' is written again (first at line 6): YAML keeps the last "
         "and drops the first without a word; write it once",
         f"{path}:9: sweeps: key 'lr' is written again (first at line 3): YAML keeps the last and drops "
@@ -348,11 +348,9 @@ def test_a_key_written_twice_in_a_files_sweeps_is_named_with_both_lines(tmp_path
         f"{path}:11: sweeps.lr.points[0]: key 'train.lr' is written again (first at line 11): YAML keeps the "
         "last and drops the first without a word; write it once",
     ]
-    (tmp_path / "other.yaml").write_text("train: {lr: 1.0e-3}\ntrain: {lr: 2.0e-3}\nsweeps: {}\n")
-    assert sweeps_in_files([tmp_path / "other.yaml"]) == []  # outside `sweeps:`, not this check's
     path.write_text("sweeps:\n  a: {stage: train}\nsweeps:\n  b: {stage: train}\n")
-    assert sweeps_in_files([path]) == [f"{path}:3: key 'sweeps' is written again (first at line 1): YAML keeps "
-                                       "the last and drops the first without a word; write it once"]
+    assert repeated_keys([path]) == [f"{path}:3: key 'sweeps' is written again (first at line 1): YAML keeps "
+                                     "the last and drops the first without a word; write it once"]
 
 
 def test_a_sweep_defined_in_two_config_files_is_named_with_both(tmp_path):
