@@ -51,6 +51,18 @@ NAME_MAX = 200  # the longest name of a copy's folder
 # of core.s3.client's defaults (the jobs', which ride out a server restart).
 ATTEMPTS, CONNECT_TIMEOUT_S, READ_TIMEOUT_S = 3, 10, 15
 WHOLE, TAIL, SIZED = "whole", "tail", "sized"
+# Where status finds S3 credentials, as the run's Snakemake does: named in the error a
+# laptop without them gets (botocore's own names none, or only the one it missed).
+CREDENTIALS = (
+    "SNAKEMAKE_STORAGE_S3_ACCESS_KEY and SNAKEMAKE_STORAGE_S3_SECRET_KEY (the storage plugin's settings), else "
+    "boto3's own chain: AWS_PROFILE (after `aws sso login` for an SSO profile), or AWS_ACCESS_KEY_ID and "
+    "AWS_SECRET_ACCESS_KEY (with AWS_SESSION_TOKEN for temporary keys)"
+)
+# botocore's names of the keys given to the client: the storage plugin's settings here.
+_GIVEN = {
+    "aws_access_key_id": "SNAKEMAKE_STORAGE_S3_ACCESS_KEY",
+    "aws_secret_access_key": "SNAKEMAKE_STORAGE_S3_SECRET_KEY",
+}
 
 
 @dataclass
@@ -140,13 +152,27 @@ def _relative(key: str, base: str) -> str | None:
     return rel
 
 
+def credentials_error(where: str, exc: Exception) -> OSError:
+    """The one error of a call without S3 credentials, or with half of them (botocore's
+    NoCredentialsError, PartialCredentialsError), naming where they are looked for."""
+    missing = getattr(exc, "kwargs", {}).get("cred_var")
+    if missing is None:
+        why = "no S3 credentials found"
+    elif getattr(exc, "kwargs", {}).get("provider") == "explicit" and missing in _GIVEN:
+        given = next(v for k, v in _GIVEN.items() if k != missing)
+        why = f"incomplete S3 credentials ({given} is set, {_GIVEN[missing]} is not)"
+    else:
+        why = f"incomplete S3 credentials ({exc})"
+    return OSError(f"cannot read {where}: {why}; status reads the bucket with {CREDENTIALS}")
+
+
 def mirror(prefix: str, folder: str | os.PathLike, client=None) -> Mirrored:
     """Bring the copy of the objects under `prefix` (s3://bucket/key) in `folder` up to
     date (see the module's docstring); `client`: a boto3 S3 client (default:
     core.s3.client() with ATTEMPTS and the timeouts above, the storage plugin's
     settings from SNAKEMAKE_STORAGE_S3_*, else boto3's own chain). A listing or fetch
     that fails is an OSError naming the prefix or the object and the server's error."""
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, PartialCredentialsError
 
     url = storage_url(prefix)
     base = url.key + "/" if url.key else ""
@@ -157,6 +183,8 @@ def mirror(prefix: str, folder: str | os.PathLike, client=None) -> Mirrored:
             if client is not None
             else s3lib.client(attempts=ATTEMPTS, connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S)
         )
+    except PartialCredentialsError as exc:  # a key without its secret: raised as the client is made
+        raise credentials_error(where, exc) from None
     except ValueError as exc:  # botocore's "Invalid endpoint: ..."
         raise OSError(
             f"cannot read {where}: {exc} (the S3 settings: SNAKEMAKE_STORAGE_S3_ENDPOINT_URL and the others, or "
@@ -173,6 +201,8 @@ def mirror(prefix: str, folder: str | os.PathLike, client=None) -> Mirrored:
         index = {}  # a damaged index: every object fetched again
     try:
         listing = list(s3lib.list_objects(s3, url.bucket, base))
+    except (NoCredentialsError, PartialCredentialsError) as exc:  # none at all: raised as the listing is signed
+        raise credentials_error(where, exc) from None
     except (BotoCoreError, ClientError) as exc:
         raise OSError(f"cannot list {where}: {exc}") from None
 

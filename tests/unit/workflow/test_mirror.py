@@ -2,6 +2,7 @@
 The copy itself is tested against the real S3 server in tests/cluster/test_s3.py
 (`check_status_from_the_bucket`)."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,47 @@ def test_a_first_call_that_fails_leaves_no_copy_behind(tmp_path, monkeypatch, ca
     (tmp_path / "corpus.jsonl").write_text('{"id": 1, "text": "a"}\n')
     assert main(["status", "--configfile", str(config), "--storage-prefix", "s3://bkt/runs/a"]) == 2
     assert "cannot list s3://bkt/runs/a/" in capsys.readouterr().err
+    assert not mirror.default_folder("s3://bkt/runs/a").exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "missing"),
+    [
+        ({}, "no S3 credentials found"),  # raised when the listing is signed
+        ({"AWS_ACCESS_KEY_ID": "k"}, "missing: AWS_SECRET_ACCESS_KEY"),  # raised when the client is made
+        ({"SNAKEMAKE_STORAGE_S3_ACCESS_KEY": "k"}, "SNAKEMAKE_STORAGE_S3_SECRET_KEY is not)"),
+    ],
+    ids=["none", "aws-key-alone", "storage-key-alone"],
+)
+def test_credentials_missing_are_one_error_naming_the_variables(tmp_path, monkeypatch, capsys, given, missing):
+    """No credentials, or half of them, from a laptop: one line naming the prefix and the
+    variables that give them, not botocore's traceback (a key without its secret) or its
+    bare 'Unable to locate credentials'; and no copy left behind."""
+    for name in list(os.environ):
+        if name.startswith(("AWS_", "SNAKEMAKE_STORAGE_S3_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance role to ask for
+    monkeypatch.setenv("SNAKEMAKE_STORAGE_S3_ENDPOINT_URL", "http://127.0.0.1:9")  # never reached: unsigned
+    for name, value in given.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "c.yaml"
+    config.write_text("input: {path: corpus.jsonl}\n")
+    (tmp_path / "corpus.jsonl").write_text('{"id": 1, "text": "a"}\n')
+    assert main(["status", "--configfile", str(config), "--storage-prefix", "s3://bkt/runs/a"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("status: cannot read s3://bkt/runs/a/: ") and err.count("\n") == 1, err
+    assert missing in err, err
+    for variable in (
+        "SNAKEMAKE_STORAGE_S3_ACCESS_KEY",
+        "SNAKEMAKE_STORAGE_S3_SECRET_KEY",
+        "AWS_PROFILE",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+    ):
+        assert variable in err, err
     assert not mirror.default_folder("s3://bkt/runs/a").exists()
 
 
