@@ -77,9 +77,13 @@ A run whose files are in S3 (the default storage of the eks profile: outputs, lo
 parts under the storage prefix) is read with `--storage-prefix s3://<bucket>/<prefix>`
 (`make status STORAGE=...`): status then reads a local copy of what it needs of the
 objects (shardflow.workflow.mirror: records, benchmarks and logs whole, a long log's
-tail, every other object by its size only), kept between calls. Without it, status
-reads the local files only, and where the run looks like one in S3 it says so rather
-than report an empty run.
+tail, every other object by its size only), kept between calls. No failure record is
+in the bucket: a script job's stays on its pod's disk, gone with the pod, and a train
+job's lies on the pods' volume (gpu_jobs.resume_dir), which status cannot read, else on
+the pod's disk too. A failed job's log, which its pod stores in the bucket, names the
+record: status says the error is an input or config error and where the record lies
+(`mark_logged_records`). Without --storage-prefix, status reads the local files only,
+and where the run looks like one in S3 it says so rather than report an empty run.
 """
 
 from __future__ import annotations
@@ -326,16 +330,27 @@ class Job:
     attempt: int | None = None  # retrying: the attempt that failed, where Snakemake's log names it
     retry_log: str = ""  # retrying: the Snakemake log that says it runs the job again
     stopped_run: str = ""  # the log of the Snakemake run that ran it and has stopped (killed)
+    # Read from a storage prefix: the failure record its log names, which is not here
+    # (`mark_logged_records`), and where it lies: "pod" (the pod's own disk) or "volume".
+    record: str = ""
+    record_on: str = ""
+
+
+def _log_tail(path: str) -> str | None:
+    """The last LOG_TAIL bytes of a log, as text; None where it cannot be read."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - LOG_TAIL))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
 
 
 def log_error(path: str) -> str | None:
     """The error a failed attempt's log ends on: the first line of core.runlog's
     `failed: <type>: <message>`, or None."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(max(0, os.fstat(fh.fileno()).st_size - LOG_TAIL))
-            tail = fh.read().decode("utf-8", "replace")
-    except OSError:
+    tail = _log_tail(path)
+    if tail is None:
         return None
     for line in reversed(tail.splitlines()):
         level = line.find(" CRITICAL ")
@@ -359,6 +374,64 @@ def failure_record(path: Path) -> tuple[str, str] | None:
         return (f"{error}: {message[0]}" if message else error), str(path)
     except (OSError, ValueError, AttributeError):
         return "unreadable failure record", str(path)
+
+
+# How a GPU job's log names the failure record its attempt wrote (core.failures): the note
+# after an input or config error (Guard.say_recorded), and the error of a retry that
+# stopped on the record (RepeatedFailureError), which quotes the recorded error.
+_SAID_RECORDED = re.compile(
+    r" is an error a rerun on the same inputs and params repeats: recorded in (.+?), so a retry "
+)
+_STOPPED_ON = re.compile(r", remove (.+?\.failure\.json)\)")
+_REPEATED = "RepeatedFailureError: "
+_QUOTED = re.compile(r" failed with (.+?)(?: -- attempt \d+ would read |$)")
+
+
+def logged_record(path: str) -> str | None:
+    """The failure record a job's log (its last LOG_TAIL bytes) says its attempt wrote or
+    stopped on, or None."""
+    tail = _log_tail(path) or ""
+    found = [m for pattern in (_SAID_RECORDED, _STOPPED_ON) for m in pattern.finditer(tail)]
+    return max(found, key=lambda m: m.start()).group(1) if found else None
+
+
+def mark_logged_records(stage: Stage, volume: str | None) -> None:
+    """Read from a storage prefix (an EKS run), where no failure record is in the bucket:
+    a script job's lies beside its log's local copy on its pod's disk, gone with the pod
+    (a resubmission in a new pod does not see it and runs again), and a train job's
+    beside its resume folder, on the pods' volume where gpu_jobs.resume_dir (`volume`)
+    is one (a retry stops on it), else on the pod's disk too. The log, which the pod
+    stores in the bucket when the job fails, names it. A job failed on its log's error
+    whose log names a record gets it as `record`, where it lies as `record_on`, the
+    error its retry stopped on in place of RepeatedFailureError's text, and, for a
+    record on the volume, that record as its error file: it stays failed, as a job whose
+    record status reads does (`mark_retrying`)."""
+    for job in stage.jobs:
+        if job.state != FAILED_STATE or not job.log or job.error_file != job.log:
+            continue
+        record = logged_record(job.log)
+        if record is None:
+            continue
+        if job.error.startswith(_REPEATED) and (quoted := _QUOTED.search(job.error)):
+            job.error = quoted.group(1)
+        job.record = record
+        on_volume = bool(volume) and os.path.normpath(record).startswith(os.path.normpath(volume).rstrip("/") + "/")
+        job.record_on = "volume" if on_volume else "pod"
+        if on_volume:
+            job.error_file = record
+
+
+def _recorded(job: Job, retrying: bool = False) -> str:
+    """Where the failure record a job's log names lies, and what a retry does with it."""
+    if job.record_on == "volume":
+        return (
+            f"an input or config error, recorded in {job.record} on the pods' volume (gpu_jobs.resume_dir), which "
+            "this host cannot read: a retry stops at once on it; fix it and rerun"
+        )
+    return (
+        f"an input or config error, recorded on its pod's disk ({job.record}), gone with the pod: a resubmission "
+        f"in a new pod runs it again{', which' if retrying else ' and'} fails the same way; fix it and rerun"
+    )
 
 
 def scan_resume(root: str) -> tuple[dict[str, tuple[str, list[dict]]], list[str], list[str]]:
@@ -1127,6 +1200,16 @@ def status(
     on_cpu = estimate.rules_on_cpu(cfg, data_sets, specs.values(), local_cpu=False)
     out = Status([], n_gpus, gpus_source, cfg["report"]["gpu_hour_price"], cfg["report"]["currency"], now)
     retries = SnakemakeLogs(controller_logs(), storage.prefix if storage is not None else "")
+    resume_dir = cfg["gpu_jobs"]["resume_dir"]
+    volume = resume_dir if resume_dir and not resume_dir.startswith("s3://") else None
+
+    def judge(stage: Stage) -> None:
+        """What the Snakemake runs and, read from a storage prefix, the jobs' logs say."""
+        if storage is not None:
+            mark_logged_records(stage, volume)
+        mark_retrying(stage, retries)
+        mark_stopped(stage, retries)
+
     seen = False
     for ds in data_sets:
         stages = estimate.gpu_stages(cfg, ds, specs.values())
@@ -1161,8 +1244,7 @@ def status(
             if stage.gpus and ran_on_cpu(stage):
                 stage.gpus = 0
                 stage.notes.append("on the CPU: its jobs' records say they ran there")
-            mark_retrying(stage, retries)
-            mark_stopped(stage, retries)
+            judge(stage)
             out.stages.append(finish(stage, n_gpus, out.price, now))
             seen = seen or any(j.state != WAITING for j in stage.jobs)
         if anonymous:
@@ -1175,8 +1257,7 @@ def status(
     main_chunks = chunk_records(main, estimate.split_manifest(main)[0]) if main and specs else None
     for spec in specs.values():
         stage = sweep_stage(spec, cfg, main_chunks, main.n_chunks if main else 0, now)
-        mark_retrying(stage, retries)
-        mark_stopped(stage, retries)
+        judge(stage)
         seen = seen or any(j.state != WAITING for j in stage.jobs)
         out.stages.append(stage)
     stopped = sorted({j.stopped_run for s in out.stages for j in s.jobs if j.stopped_run})
@@ -1255,6 +1336,8 @@ def _job_line(stage: Stage, job: Job, now: float) -> str:
                 f"{who}: failed: {job.error} (log {job.log}); the Snakemake run that would retry it "
                 f"({job.stopped_run}) has stopped: a rerun runs it"
             )
+        if job.record:
+            return f"{who}: failed: {job.error} (log {job.log}): {_recorded(job)}"
         if job.error_file == job.log:
             return f"{who}: failed: {job.error} (log {job.log})"
         return (
@@ -1266,7 +1349,7 @@ def _job_line(stage: Stage, job: Job, now: float) -> str:
         return (
             f"{who}: retrying: {which} failed: {job.error} (log {job.log}); Snakemake runs {again} "
             f"({job.retry_log}; should that Snakemake have stopped, rerun)"
-        )
+        ) + (f"; {_recorded(job, retrying=True)}" if job.record else "")
     parts = (
         f"{compact(job.records_done)}/{compact(job.records)} {stage.unit} in parts ({job.folder})" if job.folder else ""
     )
@@ -1385,6 +1468,8 @@ def as_json(st: Status) -> dict:
             "failed_attempt": j.attempt if j.state == RETRYING else None,
             "retry_log": j.retry_log or None,
             "stopped_run": j.stopped_run or None,
+            "failure_record": j.record or None,
+            "failure_record_on": j.record_on or None,
         }
 
     def stage(s: Stage) -> dict:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import platform
 import shutil
@@ -25,7 +26,7 @@ import yaml
 from shardflow.cli import main
 from shardflow.core import parts
 from shardflow.core.atomic import write_json
-from shardflow.core.failures import record_path, write_record
+from shardflow.core.failures import Guard, RepeatedFailureError, check_earlier, record_path, write_record
 from shardflow.core.runlog import FAILED
 from shardflow.core.s3 import logical_path
 from shardflow.workflow import estimate as est
@@ -553,6 +554,114 @@ def test_read_from_a_storage_prefix_a_resume_dir_on_a_volume_is_named_as_not_see
     got = st.status(config(tmp_path, gpu_jobs={"resume_dir": "/resume"}), 1, "--gpus", storage=copied)
     assert any(n.startswith("the resume parts in /resume/ds (gpu_jobs.resume_dir, ") for n in got.notes), got.notes
     assert not any("resume parts in" in n for n in st.status(config(tmp_path), 1, "--gpus", storage=copied).notes)
+
+
+class _Lines(logging.Handler):
+    """The lines a job's logger writes, as core.runlog formats them."""
+
+    def __init__(self):
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        self.lines.append(f"2026-01-01 00:00:09,000 {record.levelname} {record.name}: {record.getMessage()}")
+
+
+def a_pod_log(log: str, error: str, message: str, record: str, retry: bool = False, launcher: bool = False) -> None:
+    """The log a GPU job's pod stored in the bucket after an input error (core.failures,
+    with its own messages): attempt 1's, whose failed line is followed by the note that
+    the error was recorded in `record` (before it: the train launcher's, `launcher`), or,
+    `retry`, the in-place retry's, which stopped on that record (RepeatedFailureError)."""
+    lines = _Lines()
+    logger = logging.getLogger("embed")
+    logger.addHandler(lines)
+    logger.propagate = False
+    try:
+        if retry:  # the record, on the pod's disk while the pod lives
+            sig = {"inputs": [], "params": "p", "code": "c"}
+            write_record(Path(record), error, message, 1, sig, "rule embed")
+            with pytest.raises(RepeatedFailureError) as stop:
+                check_earlier(Path(record), 2, sig, f"rule embed (log {record[: -len('.failure.json')]})", logger)
+            shutil.rmtree(".snakemake/storage")  # gone with the pod
+            failed = [f"2026-01-01 00:00:09,000 CRITICAL embed: {FAILED}RepeatedFailureError: {stop.value}"]
+        else:
+            failed = [f"2026-01-01 00:00:09,000 CRITICAL embed: {FAILED}{error}: {message}"]
+            failed += ["Traceback (most recent call last):", "  ...", f"{error}: {message}"]
+            Guard(Path(record), 1, {}, "rule embed").say_recorded(error, logger)
+    finally:
+        logger.removeHandler(lines)
+        logger.propagate = True
+    head = ["2026-01-01 00:00:00,000 INFO embed: params={}"]
+    body = (lines.lines + failed) if launcher else (failed + lines.lines)
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    Path(log).write_text("\n".join(head + body) + "\n")
+
+
+def test_read_from_a_storage_prefix_a_failure_record_the_log_names_is_said_where_it_lies(tmp_path, monkeypatch, now):
+    """On EKS a GPU job's failure record is not in the bucket: a script job's lies beside
+    its log's local copy on the pod's disk, gone with the pod; a train job's beside its
+    resume folder on the pods' volume (gpu_jobs.resume_dir), which status cannot read.
+    The log, which the pod stores when the job fails, names it: status says the error is
+    an input or config error and where its record lies. A retry on the pod's disk runs
+    again (a new pod does not see it), so the job may be retrying; one on the volume stops
+    at once, so the job stays failed. An error recorded nowhere (chunk 4's) is as before."""
+    from shardflow.workflow.mirror import Mirrored
+
+    cfg = config(
+        tmp_path, tasks=["embedding", "training"], input={"path": "s3://corpora/c.jsonl"}, gpu_jobs={"resume_dir": "/v"}
+    )
+    pod = ".snakemake/storage/s3/bkt/runs/a/"  # a job's local copies of its files, in its pod
+    logs = {chunk: job_files(chunk)[1] for chunk in (2, 3, 4)}
+    a_pod_log(logs[2], "ValueError", "corpus.jsonl:3: bad record", f"{pod}{logs[2]}.failure.json")
+    a_pod_log(logs[3], "ValueError", "corpus.jsonl:5: bad record\nmore", f"{pod}{logs[3]}.failure.json", retry=True)
+    failed_out_of_memory(4)
+    _, train_log, _ = st.rule_files("train").of({"dataset": "ds"})
+    volume = str(record_path(plan.train_resume("/v", "ds")))
+    a_pod_log(train_log, "ValueError", "shard 0: bad header", volume, launcher=True)
+    snakemake_log([("start", 2, 1, now - 30), ("error", 2, 1, now), ("restart", 2, 1, now)])
+    copied = Mirrored(prefix="s3://bkt/runs/a/", folder=tmp_path, objects=4)
+
+    got = st.status(cfg, 1, "--gpus", now=now, storage=copied)
+    stage, train = embed(got), next(s for s in got.stages if s.stage == "train")
+    jobs = {c: stage.jobs[c] for c in (2, 3, 4)}
+    assert [jobs[c].state for c in (2, 3, 4)] == ["retrying", "failed", "failed"]
+    assert [jobs[c].error for c in (2, 3)] == ["ValueError: corpus.jsonl:3: bad record"] + [
+        "ValueError: corpus.jsonl:5: bad record"  # the error the retry stopped on, not RepeatedFailureError's text
+    ]
+    assert [jobs[c].record for c in (2, 3, 4)] == [f"{pod}{logs[2]}.failure.json", f"{pod}{logs[3]}.failure.json", ""]
+    on_pod = (
+        "an input or config error, recorded on its pod's disk ({}), gone with the pod: a resubmission in a new pod "
+    )
+    assert st._job_line(stage, jobs[3], now) == (
+        f"embed ds chunk 3: failed: ValueError: corpus.jsonl:5: bad record (log {logs[3]}): "
+        + on_pod.format(jobs[3].record)
+        + "runs it again and fails the same way; fix it and rerun"
+    )
+    assert st._job_line(stage, jobs[2], now).endswith(
+        "; " + on_pod.format(jobs[2].record) + "runs it again, which fails the same way; fix it and rerun"
+    )
+    assert st._job_line(stage, jobs[4], now) == (
+        f"embed ds chunk 4: failed: OutOfMemoryError: CUDA out of memory (log {logs[4]})"
+    )
+    (job,) = train.jobs
+    assert (job.state, job.error, job.error_file, job.record) == (
+        "failed",
+        "ValueError: shard 0: bad header",
+        volume,
+        volume,
+    )
+    assert st._job_line(train, job, now) == (
+        f"train ds: failed: ValueError: shard 0: bad header (log {train_log}): an input or config error, recorded in "
+        f"{volume} on the pods' volume (gpu_jobs.resume_dir), which this host cannot read: a retry stops at once on "
+        "it; fix it and rerun"
+    )
+    out = st.as_json(got)
+    (train_out,) = next(s for s in out["stages"] if s["stage"] == "train")["not_done"]
+    assert (train_out["failure_record"], train_out["failure_record_on"]) == (volume, "volume")
+
+    # Read here (a local run), the log's record is its own file: not claimed from the log.
+    local = embed(st.status(cfg, 1, "--gpus", now=now))
+    assert [j.record for j in local.jobs] == [""] * CHUNKS and local.jobs[2].state == "retrying"
 
 
 def snakemake_log(
