@@ -20,8 +20,12 @@ The copy is kept between calls (`default_folder`), with each object's ETag in IN
 only the objects that are new or changed and removes the files of objects that are
 gone, so `watch make status` costs one listing of the prefix and what changed.
 
-A running job's log reaches the bucket when the job ends (Snakemake stores outputs and
-logs then), so from here a job shows as running only once it has saved a resume part.
+A job's log reaches the bucket when the job ends (Snakemake stores outputs and logs then;
+a failed job's pod stores its log alone), and never where the pod was killed (out of
+memory, evicted, its node lost): from here a job shows as running only once it has
+opened its resume folder in the bucket, and one with none there (train, whose
+checkpoints are local; parts on a gpu_jobs.resume_dir volume) as waiting. No failure
+record is in the bucket (shardflow.workflow.status names it from the job's log).
 """
 
 from __future__ import annotations
@@ -88,9 +92,11 @@ class Mirrored:
         return (
             f"read from {self.prefix} through a local copy in {self.folder}: {self.objects} objects, {self.fetched} "
             f"fetched now and {self.sized} stood in for by their size (outputs and parts, whose bytes status does not "
-            f"read), the rest unchanged since the last status{f', {self.removed} gone' if self.removed else ''}. A "
-            "running job's log reaches the bucket when the job ends: until then it shows as running from its resume "
-            "parts only; the paths below are relative to that prefix"
+            f"read), the rest unchanged since the last status{f', {self.removed} gone' if self.removed else ''}. "
+            "A job's log reaches the bucket when the job ends, failed or not, and never where its pod was killed (out "
+            "of memory, evicted, its node lost): until then a job shows from its resume parts (stalled once they stop "
+            "coming), and as waiting where it has none there (train, or gpu_jobs.resume_dir on a volume); the paths "
+            "below are relative to that prefix"
         )
 
 

@@ -1032,6 +1032,22 @@ def train_stage(cfg: dict, ds: plan.DataSet, gpus: int, gpus_per_run: int) -> St
     return out
 
 
+def train_unseen(volume: str | None, ds: plan.DataSet) -> str:
+    """What a train job that nothing in the bucket shows may be doing: read from a storage
+    prefix, its log arrives when it ends (never from a killed pod), and its checkpoints
+    and failure record are not in the bucket (`volume`: gpu_jobs.resume_dir, else the
+    pod's disk)."""
+    if volume:
+        folder = plan.train_resume(volume, ds.name)
+        where = f"on the pods' volume ({folder}, {record_path(folder)}), which this host cannot read"
+    else:
+        where = "on its pod's disk"
+    return (
+        "waiting as far as the bucket shows: its log reaches the bucket when it ends, never where its pod was killed "
+        f"first (out of memory, evicted, its node lost), and its checkpoints and failure record lie {where}"
+    )
+
+
 # The rule of a sweep stage's chunk jobs (rules/sweep.smk), whose parts show a sweep job
 # stalled as a data set's chunk jobs do. A train sweep keeps checkpoints, as train does,
 # and a retrieval sweep's embed jobs are its shared embeddings' (shardflow.sweep.shared),
@@ -1219,7 +1235,9 @@ def status(
         if storage is not None and cfg["gpu_jobs"]["resume_dir"] and not root.startswith("s3://"):
             out.notes.append(
                 f"the resume parts in {root} (gpu_jobs.resume_dir, a volume of the run's pods) are not under the "
-                "storage prefix: running jobs show from their logs only, which reach the bucket when they end"
+                "storage prefix, and this host cannot read them: a running job shows as waiting until it ends and its "
+                "pod stores its log in the bucket, and one whose pod was killed first (out of memory, evicted, its "
+                "node lost) stores no log and stays waiting"
             )
         elif root.startswith("s3://"):
             out.notes.append(
@@ -1238,6 +1256,8 @@ def status(
             if name == "train":
                 per_run = plan.train_gpus(cfg) if gpus else 1
                 stage = train_stage(cfg, ds, per_run if gpus else 0, per_run)
+                if storage is not None and stage.jobs[0].state == WAITING:
+                    stage.notes.append(train_unseen(volume, ds))
             else:
                 deleted = deleted_temp(cfg, STAGE_RULES[name][0], {"dataset": ds.name})
                 stage = chunk_stage(ds, name, gpus, resume, per_chunk, deleted)

@@ -127,6 +127,15 @@ def test_a_storage_prefix_that_is_no_s3_url_is_refused_by_name(capsys):
     assert "expected s3://<bucket>/<prefix>" in capsys.readouterr().err
 
 
+def test_the_note_says_what_the_bucket_cannot_show():
+    note = mirror.Mirrored(prefix="s3://bkt/runs/a/", folder=Path("copy"), objects=3, fetched=1).note()
+    assert (
+        "A job's log reaches the bucket when the job ends, failed or not, and never where its pod was killed (out of "
+        "memory, evicted, its node lost): until then a job shows from its resume parts (stalled once they stop "
+        "coming), and as waiting where it has none there (train, or gpu_jobs.resume_dir on a volume)"
+    ) in note, note
+
+
 class _Bucket:
     """A stand-in S3 client: `objects` {key: bytes}; `vanish`: keys deleted between the
     listing and their fetch (a job that ends meanwhile removes its resume folder)."""

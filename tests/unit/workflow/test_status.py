@@ -556,6 +556,41 @@ def test_read_from_a_storage_prefix_a_resume_dir_on_a_volume_is_named_as_not_see
     assert not any("resume parts in" in n for n in st.status(config(tmp_path), 1, "--gpus", storage=copied).notes)
 
 
+@pytest.mark.parametrize("resume_dir", ["/resume", None], ids=["volume", "pod-disk"])
+def test_read_from_a_storage_prefix_a_job_the_bucket_shows_nothing_of_is_said_to_be_unseen(tmp_path, resume_dir):
+    """What the bucket cannot show is said plainly: a job's log reaches it when the job
+    ends, and never where its pod was killed (out of memory, evicted); parts on the pods'
+    volume and train's checkpoints and failure record are not in it. A train job with
+    nothing in the bucket is waiting only as far as the bucket shows."""
+    from shardflow.workflow.mirror import Mirrored
+
+    copied = Mirrored(prefix="s3://bkt/runs/a/", folder=tmp_path / "copy", objects=5)
+    cfg = config(tmp_path, tasks=["embedding", "training"], gpu_jobs={"resume_dir": resume_dir})
+    got = st.status(cfg, 1, "--gpus", storage=copied)
+    train = next(s for s in got.stages if s.stage == "train")
+    unseen = (
+        "waiting as far as the bucket shows: its log reaches the bucket when it ends, never where its pod was killed "
+        "first (out of memory, evicted, its node lost), and its checkpoints and failure record lie "
+    )
+    where = (
+        "on the pods' volume (/resume/ds/train, /resume/ds/train.failure.json), which this host cannot read"
+        if resume_dir
+        else "on its pod's disk"
+    )
+    assert unseen + where in train.notes, train.notes
+    volume = [n for n in got.notes if n.startswith("the resume parts in /resume/ds (gpu_jobs.resume_dir, ")]
+    assert len(volume) == (1 if resume_dir else 0), got.notes
+    if resume_dir:
+        assert "this host cannot read them: a running job shows as waiting until it ends" in volume[0], volume
+        assert "killed first (out of memory, evicted, its node lost) stores no log and stays waiting" in volume[0]
+    # Once its log is in the bucket the job shows from it, and nothing is said.
+    _, log, _ = st.rule_files("train").of({"dataset": "ds"})
+    Path(log).parent.mkdir(parents=True)
+    Path(log).write_text("... INFO train: step 10\n")
+    train = next(s for s in st.status(cfg, 1, "--gpus", storage=copied).stages if s.stage == "train")
+    assert train.jobs[0].state == "running" and not any(n.startswith("waiting as far") for n in train.notes)
+
+
 class _Lines(logging.Handler):
     """The lines a job's logger writes, as core.runlog formats them."""
 
