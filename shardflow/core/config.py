@@ -313,9 +313,19 @@ def repeated_keys(paths: Sequence[str | os.PathLike]) -> list[str]:
     `workflow.configfiles`), one `<file>:<line>: <where>: key ...` line each. YAML keeps
     the last of two equal keys and drops the first without a word: a second `embedding:`
     section replaced the first whole, a grid line pasted below the one it extends lost its
-    values. A file that cannot be read or parsed here is left to Snakemake's loader, which
-    has read it already (a JSON config is YAML too); each file is read once."""
+    values (files read by `config_file_nodes`)."""
     found: list[str] = []
+    for path, root in config_file_nodes(paths):
+        found += _repeated_in(root, "", str(path))
+    return found
+
+
+def config_file_nodes(paths: Sequence[str | os.PathLike]) -> list[tuple[str | os.PathLike, Any]]:
+    """(path, YAML node of its document) of each config file, each file once (by its real
+    path), in order; a file that cannot be read or parsed here is passed over, left to
+    Snakemake's loader, which has read it already (a JSON config is YAML too). The nodes
+    keep what the loaded config does not: each key's line, and keys written twice."""
+    nodes = []
     seen: set[str] = set()
     for path in paths:
         real = os.path.realpath(path)
@@ -326,13 +336,12 @@ def repeated_keys(paths: Sequence[str | os.PathLike]) -> list[str]:
             with open(path, encoding="utf-8") as fh:
                 loader = yaml.SafeLoader(fh.read())
             try:
-                root = loader.get_single_node()
+                nodes.append((path, loader.get_single_node()))
             finally:
                 loader.dispose()
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             continue
-        found += _repeated_in(root, "", str(path))
-    return found
+    return nodes
 
 
 def _repeated_in(node: Any, where: str, path: str) -> list[str]:

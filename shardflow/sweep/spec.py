@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from shardflow.core.config import YAML11_FLOAT
+from shardflow.core.config import YAML11_FLOAT, config_file_nodes
 from shardflow.sweep.paths import (
     KEY_REGEX,
     case_collisions,
@@ -584,36 +584,18 @@ def sweeps_in_files(paths: Iterable[str | os.PathLike]) -> list[str]:
     defines (its seeds, points, best) is an overlay like any other, and an equal
     definition merges into itself. (A key written twice within one file, which YAML
     drops, is core.config.repeated_keys's, for every section.)
-
-    A file that cannot be read or parsed here is left to Snakemake's loader, which has
-    read it already (a JSON config is YAML too).
     """
     import yaml
 
     found: list[str] = []
     defined: dict[str, list[tuple[str, int, Any]]] = {}  # name -> (file, line, definition)
-    seen: set[str] = set()
-    for path in paths:
-        real = os.path.realpath(path)
-        if real in seen:
-            continue
-        seen.add(real)
-        try:
-            with open(path, encoding="utf-8") as fh:
-                loader = yaml.SafeLoader(fh.read())
-            try:
-                root = loader.get_single_node()
-                data = loader.construct_document(root) if root is not None else None
-            finally:
-                loader.dispose()
-        except (OSError, UnicodeDecodeError, yaml.YAMLError):
-            continue
-        if not isinstance(root, yaml.MappingNode) or not isinstance(data, Mapping):
+    for path, root in config_file_nodes(paths):
+        if not isinstance(root, yaml.MappingNode):
             continue
         entries = [(k, v) for k, v in root.value if isinstance(k, yaml.ScalarNode) and k.value == "sweeps"]
-        sweeps = data.get("sweeps")
-        if not entries or not isinstance(sweeps, Mapping) or not isinstance(entries[-1][1], yaml.MappingNode):
+        if not entries or not isinstance(entries[-1][1], yaml.MappingNode):
             continue
+        sweeps = yaml.SafeLoader("").construct_document(entries[-1][1])  # the one YAML keeps
         lines = {k.value: k.start_mark.line + 1 for k, _ in entries[-1][1].value if isinstance(k, yaml.ScalarNode)}
         for name, definition in sweeps.items():
             defined.setdefault(str(name), []).append((str(path), lines.get(str(name), 0), definition))
