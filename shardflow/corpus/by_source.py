@@ -13,7 +13,8 @@ again: name new files so that they sort last (numbered or dated parts).
 
 The collector (rule split_<dataset>) checks across sources what one split checks
 across its input: ids unique, each group in one chunk (chunking.group_by), at least
-one usable record; and writes the data set's manifest.json in the split's format
+one usable record; and that no source is in two chunks (a chunk left from another list
+of sources, when Snakemake's input rerun trigger was off); and writes the data set's manifest.json in the split's format
 (`by: source`, each chunk naming its source) and rejects.jsonl, the parts' rejects in
 source order. A repeated id or a split group across two sources is an error even under
 input.on_bad_record: skip: both records are in finished chunks already, and skipping
@@ -188,6 +189,28 @@ def check_keys(keys_paths: list[str | os.PathLike], sources: list[str], opts: Re
             )
 
 
+def _check_one_chunk_each(part_paths: list, sources: list[str]) -> None:
+    """Stop where two chunks were split from one source. The rules never plan that (each
+    source is listed once), so one of the two is left from another list of sources: a
+    source inserted or removed renumbers the chunks after it, and Snakemake splits them
+    again only through its `input` rerun trigger, which compares each job's recorded
+    input file. Without it (`--rerun-triggers mtime`, or .snakemake/ removed) a chunk
+    whose new source is older than it stays as it was: the next chunk's source twice,
+    its own left out, and with ids from positions nothing else would notice."""
+    first: dict[str, int] = {}
+    for i, source in enumerate(sources):
+        j = first.setdefault(source, i)
+        if j != i:
+            raise ValueError(
+                f"{part_paths[i]}: chunk {i} was split from {source}, as chunk {j} was ({part_paths[j]}): "
+                "one of them is left from another list of sources (a source inserted or removed renumbers the "
+                "chunks after it) and was not split again, which Snakemake does only through its input rerun "
+                "trigger (off under --rerun-triggers without 'input', or with .snakemake/ removed). Rerun with the "
+                "default rerun triggers; without the metadata, --forcerun the chunk files from the first source "
+                "inserted or removed on"
+            )
+
+
 def collect_sources(
     part_paths: list[str | os.PathLike],
     rejects_paths: list[str | os.PathLike],
@@ -204,6 +227,7 @@ def collect_sources(
         if part.get("format") != MANIFEST_FORMAT or part.get("n_chunks") != 1 or len(part["sources"]) != 1:
             raise ValueError(f"{path}: not a one-source split manifest (rule split_source writes them)")
     sources = [part["sources"][0] for part in parts]
+    _check_one_chunk_each(part_paths, sources)
     total = sum(part["total_records"] for part in parts)
     rejected = sum(part["rejected_records"] for part in parts)
     if total == 0:

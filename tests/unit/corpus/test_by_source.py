@@ -146,3 +146,17 @@ def test_keys_are_written_a_row_group_at_a_time(tmp_path, monkeypatch):
     table = keys.read()
     assert table["id"].to_pylist() == ["0", "1", "2", "3", "4"] and table["line"].to_pylist() == [1, 2, 3, 4, 5]
     assert table["id_hash"].to_pylist() == [by_source.stable_hash(str(i)) for i in range(5)]
+
+
+@pytest.mark.parametrize("id_field", ["id", None])
+def test_two_chunks_split_from_one_source_stop_the_collector_naming_both(tmp_path, sources, id_field):
+    """A chunk left from another list of sources (a source inserted before it renumbered
+    it, and Snakemake did not split it again: `--rerun-triggers mtime`, or no metadata)
+    holds the source the next chunk holds. With ids from a field that read as a duplicate
+    id at one and the same place, "remove one"; with ids from positions it passed, the
+    source's records merged twice and the source that chunk should hold left out."""
+    a, b = sources
+    with pytest.raises(ValueError, match=r"chunk_2\.json: chunk 2 was split from .*b\.jsonl, as chunk 1 was") as err:
+        split_all(tmp_path / "out", [a, b, b], ReaderOptions(id_field=id_field, on_bad_record="skip"))
+    assert "duplicate id" not in str(err.value) and "--rerun-triggers" in str(err.value)
+    assert not (tmp_path / "out/manifest.json").exists()
