@@ -8,8 +8,11 @@ contents. Here the job of chunk i (rule split_source) reads source i alone and w
 the chunk, a part manifest, its rejects and the keys of its records (id, group, line);
 a source appended to input.path (its name sorting last) gets the next chunk number,
 and only its job, the merges and the reports run. A source whose sorted position
-moves (a name inserted before others) renumbers the chunks after it, which then run
-again: name new files so that they sort last (numbered or dated parts).
+moves (a name inserted before others, or one removed) renumbers the chunks after it,
+which then run again with every job that reads them: name new files so that they sort
+last (numbered or dated parts). Chunk numbers are positions because every per-chunk
+rule numbers chunks 0 to N-1; Snakemake splits a renumbered chunk again through its
+input rerun trigger (the job's recorded source changed).
 
 The collector (rule split_<dataset>) checks across sources what one split checks
 across its input: ids unique, each group in one chunk (chunking.group_by), at least
