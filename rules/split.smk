@@ -1,7 +1,7 @@
 """split_<dataset>: a corpus into exactly N chunk files, streaming.
 
 One definition serves every data set of the run (shardflow.workflow.plan.datasets:
-the main corpus, a retrieval corpus, the inputs of later stages). A job's outputs
+the main corpus and, with retrieval.path set, the retrieval corpus). A job's outputs
 must be fixed per rule, and each data set has its own chunk count, so the rule is
 instantiated once per data set, named split_<dataset>.
 

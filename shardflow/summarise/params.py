@@ -2,7 +2,7 @@
 (`ScoreParams`). Frozen: an unknown key from config is a TypeError, and a bad
 value fails here, before any model loads.
 
-Abstractive generation has its own parameters, in `summarise.generate`.
+Abstractive generation has its own parameters, in `summarise.generate_params` (`GenerateParams`).
 """
 
 from __future__ import annotations
