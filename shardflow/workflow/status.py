@@ -67,8 +67,14 @@ finished jobs' (core.jobs: their last attempt and the killed ones before it), an
 attempts of the jobs not done up to their last part (a lower bound), priced with
 core.jobs.priced.
 
-The retrieval task's one-job stages (embed_queries, retrieval_evaluate) are not listed;
-its corpus's embed jobs are, as a data set of their own.
+A retrieval run (retrieval.path set) lists its corpus's embed jobs as a data set of their
+own, then its one-job GPU stages, in queries (`retrieval_stages`): embed_queries, judged
+as an embed chunk job is (its parts lie under the data set's resume root), and
+retrieval_evaluate, which saves no parts: running while its log is there and its outputs
+are not, never stalled (no part interval to judge it by) and its time left not estimated;
+its GPU-hours are its benchmark's seconds where its metrics say it searched on CUDA. So
+the run reads finished only once retrieval_evaluate has written metrics.json. Their
+patterns name the data set by rules/common.smk's RETRIEVAL (`CONFIG_NAMES`).
 
 An s3:// glob input is not listed (plan.unlisted: no S3 settings here): the split's
 manifest counts where the objects it recorded are the glob's (plan.matches_sources).
@@ -120,7 +126,16 @@ DONE, RUNNING, STALLED, FAILED_STATE, WAITING = "done", "running", "stalled", "f
 RETRYING = "retrying"  # its last attempt failed and Snakemake runs it again (`mark_retrying`)
 STATES = (DONE, RUNNING, STALLED, FAILED_STATE, RETRYING, WAITING)
 # The rule of each GPU stage, and its output that holds the job's record (stats, metrics).
-STAGE_RULES = {"embed": ("embed", "stats"), "summarise": ("summarise", "stats"), "train": ("train", "metrics")}
+STAGE_RULES = {
+    "embed": ("embed", "stats"),
+    "summarise": ("summarise", "stats"),
+    "train": ("train", "metrics"),
+    "embed_queries": ("embed_queries", "stats"),
+    "retrieval_evaluate": ("retrieval_evaluate", "metrics"),
+}
+# A retrieval data set's one-job GPU stages (rules/retrieval.smk), after its corpus's embed
+# jobs, and the key of its record that counts the queries it did (`_stats`).
+RETRIEVAL_STAGES = {"embed_queries": "items", "retrieval_evaluate": "n_queries"}
 
 
 class StatusError(ValueError):
@@ -157,6 +172,10 @@ _RULE = re.compile(r"^( *)(?:rule (\w+)|use rule (\w+) as (\w+) with):\s*$")
 # SWEEP_JOB with its {sweep} constrained to that stage's sweeps.
 _NAME = re.compile(r"^ *([A-Z][A-Z0-9_]*) = (.+)$")
 _WILDCARD = re.compile(r"\{(\w+)(?:,[^{}]*)?\}")
+# Names rules/common.smk sets from the config at parse time, which f-string patterns use
+# (retrieval.smk's `f"results/{RETRIEVAL}/retrieval/queries.npy"`): read as a wildcard of
+# that name, which the job sets (`{"RETRIEVAL": <the retrieval data set>}`).
+CONFIG_NAMES = ("RETRIEVAL",)
 # Snakemake's flags around a file pattern: the pattern is their first argument; and
 # rules/common.smk's chunk_vectors, which flags it temp() or not by config.
 _FLAGS = {"report", "directory", "temp", "protected", "touch", "ensure", "chunk_vectors"}
@@ -200,7 +219,8 @@ def smk_constant(name: str, rules_dir: str = str(RULES)) -> str:
 
 
 def _string(node: ast.expr, names: dict[str, str]) -> str | None:
-    """A plain string, or an f-string of plain text and `names` (None: anything else)."""
+    """A plain string, or an f-string of plain text, `names` and CONFIG_NAMES (each a
+    wildcard of its name); None: anything else."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     if not isinstance(node, ast.JoinedStr):
@@ -212,11 +232,11 @@ def _string(node: ast.expr, names: dict[str, str]) -> str | None:
         elif (
             isinstance(part, ast.FormattedValue)
             and isinstance(part.value, ast.Name)
-            and part.value.id in names
+            and (part.value.id in names or part.value.id in CONFIG_NAMES)
             and part.conversion == -1
             and part.format_spec is None
         ):
-            text.append(names[part.value.id])
+            text.append(names.get(part.value.id, f"{{{part.value.id}}}"))
         else:
             return None
     return "".join(text)
@@ -261,7 +281,8 @@ def rule_files(rule: str, rules_dir: str = str(RULES)) -> RuleFiles:
     rules/*.smk, or a `use rule <base> as <name> with:`, whose directives not given are
     its base rule's), read from its directives: the rules are the truth of where each
     job's files are, and this reads a few small files instead of parsing the workflow.
-    A pattern is a string, or an f-string of the names the rules files set (`smk_names`)."""
+    A pattern is a string, or an f-string of the names the rules files set (`smk_names`)
+    and of CONFIG_NAMES, wildcards of the job's."""
     for path in sorted(Path(rules_dir).glob("*.smk")):
         lines = path.read_text(encoding="utf-8").splitlines()
         found = (
@@ -790,6 +811,9 @@ class Stage:
     gpu_hours: float | None = 0.0  # None: not known (a training run while it runs)
     cost: float | None = 0.0
     notes: list[str] = field(default_factory=list)
+    saves_parts: bool = True  # False: a killed job starts again (retrieval_evaluate)
+    # Where a job's records come from, said where they are not known yet.
+    records_from: str = "no split manifest for these inputs yet"
 
     def count(self, state: str) -> int:
         return sum(1 for j in self.jobs if j.state == state)
@@ -809,12 +833,22 @@ class Stage:
 
 
 # The numbers status reads from a finished job's stats (or a train job's metrics).
-NUMERIC_STATS = ("items", "items_embedded", "seconds", "wall_seconds", "parts", "steps", "tokens_per_step")
+NUMERIC_STATS = (
+    "items",
+    "items_embedded",
+    "seconds",
+    "wall_seconds",
+    "parts",
+    "steps",
+    "tokens_per_step",
+    "n_queries",
+)
 
 
-def _stats(job: Job, record: str) -> str | None:
-    """A finished job's record (stats, metrics) and benchmark; its records. None, or
-    what makes them unreadable, naming the file (status goes on: the job stays done)."""
+def _stats(job: Job, record: str, count: str = "items") -> str | None:
+    """A finished job's record (stats, metrics) and benchmark; its records (the record's
+    `count`). None, or what makes them unreadable, naming the file (status goes on: the
+    job stays done)."""
     path = job.outputs[record]
     try:
         s = read_json(path)
@@ -834,7 +868,7 @@ def _stats(job: Job, record: str) -> str | None:
     if "tokens_per_step" in s:  # a training run: tokens
         job.records = job.records_done = int(s.get("steps", 0)) * int(s["tokens_per_step"])
     else:
-        job.records_done = int(s.get("items", job.records or 0))
+        job.records_done = int(s.get(count, job.records or 0))
         job.records = job.records if job.records is not None else job.records_done
     return None
 
@@ -920,10 +954,9 @@ def finish(stage: Stage, n_gpus: int, price: float, now: float) -> Stage:
         else:
             stage.left_gpu_hours = 0.0
         stage.left_cost = priced(stage.left_gpu_hours, price)["estimated_cost"]
-    elif unknown and stage.stage != "train":
+    elif unknown and stage.stage != "train" and stage.saves_parts:
         stage.notes.append(
-            f"time left not estimated: the records of {len(unknown)} job(s) are not known here "
-            "(no split manifest for these inputs yet)"
+            f"time left not estimated: the records of {len(unknown)} job(s) are not known here ({stage.records_from})"
         )
     # GPU-hours: the finished jobs' last attempts and the killed ones before them; the
     # attempts of the jobs not done, to their last part.
@@ -1046,6 +1079,33 @@ def train_unseen(volume: str | None, ds: plan.DataSet) -> str:
         "waiting as far as the bucket shows: its log reaches the bucket when it ends, never where its pod was killed "
         f"first (out of memory, evicted, its node lost), and its checkpoints and failure record lie {where}"
     )
+
+
+def retrieval_stages(ds: plan.DataSet, on_cpu: Iterable[str], resume: dict) -> list[Stage]:
+    """The one-job GPU stages of retrieval data set `ds` (RETRIEVAL_STAGES), judged as a
+    chunk job is (`classify`, its failure record beside its log, its record `_stats`):
+    embed_queries, the embed rule's script, keeps its resume parts under the data set's
+    resume root, named by its output; retrieval_evaluate keeps none (a killed search starts
+    again). Their records are the queries: embed_queries' stats (`items`), else the count
+    its parts' manifest holds; retrieval_evaluate's metrics (`n_queries`), else the queries
+    embed_queries embeds. `on_cpu`: the GPU rules that run on the CPU."""
+    out, queries = [], None
+    for name, count in RETRIEVAL_STAGES.items():
+        rule, record = STAGE_RULES[name]
+        outputs, log, bench = rule_files(rule).of({"RETRIEVAL": ds.name})
+        job = Job("", outputs, log, bench, queries)
+        classify(job, resume if name == "embed_queries" else {}, record_path(log) if log else None)
+        error = _stats(job, record, count) if job.state == DONE else None
+        queries = job.records
+        stage = Stage(ds.name, name, [job], 0 if rule in on_cpu else 1, unit="queries", notes=[error] if error else [])
+        if name == "embed_queries":
+            stage.records_from = "the queries are counted from its resume parts once it has started"
+        else:
+            stage.saves_parts = False
+            if job.state != DONE:
+                stage.notes.append("time left not estimated: the search saves no parts to measure its rate by")
+        out.append(stage)
+    return out
 
 
 # The rule of a sweep stage's chunk jobs (rules/sweep.smk), whose parts show a sweep job
@@ -1229,7 +1289,7 @@ def status(
     seen = False
     for ds in data_sets:
         stages = estimate.gpu_stages(cfg, ds, specs.values())
-        if not stages:
+        if not stages and "retrieval" not in ds.tasks:
             continue
         root = plan.resume_root(cfg["gpu_jobs"]["resume_dir"], ds.name)
         if storage is not None and cfg["gpu_jobs"]["resume_dir"] and not root.startswith("s3://"):
@@ -1251,6 +1311,7 @@ def status(
         if split is None and why:
             out.notes.append(why)
         per_chunk = chunk_records(ds, split)
+        built = []
         for name in stages:
             gpus = 0 if STAGE_RULES[name][0] in on_cpu else 1
             if name == "train":
@@ -1261,6 +1322,10 @@ def status(
             else:
                 deleted = deleted_temp(cfg, STAGE_RULES[name][0], {"dataset": ds.name})
                 stage = chunk_stage(ds, name, gpus, resume, per_chunk, deleted)
+            built.append(stage)
+        if "retrieval" in ds.tasks:  # after its corpus's embed jobs
+            built += retrieval_stages(ds, on_cpu, resume)
+        for stage in built:
             if stage.gpus and ran_on_cpu(stage):
                 stage.gpus = 0
                 stage.notes.append("on the CPU: its jobs' records say they ran there")
@@ -1395,6 +1460,8 @@ def _job_line(stage: Stage, job: Job, now: float) -> str:
         )
     if job.folder and job.attempts and job.records_done:
         return f"{who}: running, {parts}, last part {since} ago"
+    if not stage.saves_parts:
+        return f"{who}: running (it saves no parts: a rerun searches again), log {job.log} written {since} ago"
     return f"{who}: running, no part yet, log {job.log} written {since} ago"
 
 

@@ -707,7 +707,8 @@ def snakemake_log(
     local: bool = False,
 ) -> str:
     """Snakemake's own log of a run (.snakemake/log), as snakemake 9.27 writes it: for each
-    event on an embed chunk (kind, chunk, attempt, unix time), the job's start ("start":
+    event on an embed chunk (kind, chunk, attempt, unix time; in place of the chunk, the
+    name of a retrieval run's one-job rule: `retrieval_files`), the job's start ("start":
     its block, resources with the `attempt` of job_resources), its error ("error") and
     the scheduler's restart ("restart"); `ended`: the run's last lines; `host`: its header,
     naming that host (none without); `local`: its jobs run by the local executor
@@ -736,35 +737,40 @@ def snakemake_log(
             "",
         ]
     for kind, chunk, attempt, at in events:
-        outputs, log, bench = job_files(chunk)
+        if isinstance(chunk, str):  # a retrieval run's one-job rule (`retrieval_files`): no wildcards
+            rule, (outputs, log, bench), jobid, wildcards = chunk, retrieval_files(chunk), RETRIEVAL_JOBIDS[chunk], []
+            source = "results/beir/retrieval/queries.jsonl"
+        else:
+            rule, (outputs, log, bench), jobid = "embed", job_files(chunk), chunk + 10
+            wildcards, source = [f"    wildcards: dataset=ds, chunk={chunk}"], f"results/ds/chunks/chunk_{chunk}.jsonl"
         stamp = f"[{time.asctime(time.localtime(at))}]"
         if kind == "start":
             lines += [
                 stamp,
-                f"{'local' if local else ''}rule embed:",
-                f"    input: results/ds/chunks/chunk_{chunk}.jsonl",
+                f"{'local' if local else ''}rule {rule}:",
+                f"    input: {source}",
                 f"    output: {', '.join(outputs.values())}",
                 f"    log: {log}",
-                f"    jobid: {chunk + 10}",
+                f"    jobid: {jobid}",
                 f"    benchmark: {bench}",
-                f"    reason: Missing output files: {outputs['stats']}",
-                f"    wildcards: dataset=ds, chunk={chunk}",
+                f"    reason: Missing output files: {outputs.get('stats') or outputs['metrics']}",
+                *wildcards,
                 "    threads: 4",
                 f"    resources: tmpdir=/tmp, gpu=1, mem_mb={1000 * attempt}, mem_mib=954, attempt={attempt}",
             ]
         elif kind == "error":
             lines += [
                 stamp,
-                "Error in rule embed:",
-                f"    jobid: {chunk + 10}",
-                f"    input: results/ds/chunks/chunk_{chunk}.jsonl",
+                f"Error in rule {rule}:",
+                f"    jobid: {jobid}",
+                f"    input: {source}",
                 f"    output: {', '.join(outputs.values())}",
                 f"    log: {log} (check log file(s) for error details)",
                 "    conda-env: /work/.snakemake/conda/abc_",
                 "",
             ]
         else:
-            lines.append(f"Trying to restart job {chunk + 10}.")
+            lines.append(f"Trying to restart job {jobid}.")
     if ended:
         lines += [
             "Exiting because a job execution failed. Look above for error messages",
@@ -1172,4 +1178,153 @@ def test_a_sweep_job_whose_chunk_job_makes_no_progress_is_stalled(tmp_path, monk
     running = st._job_line(stage, stage.jobs[0], now)
     assert (
         running == f"sweep (embed) tb tb/{a}/seed=0: running, 50/100 records in parts ({folder_a}), last part 1 s ago"
+    )
+
+
+# ------------------------------------------------ a retrieval run's one-job stages
+
+# The jobids a Snakemake log gives a retrieval run's one-job rules (`snakemake_log`).
+RETRIEVAL_JOBIDS = {"embed_queries": 90, "retrieval_evaluate": 91}
+
+
+def retrieval_files(rule: str) -> tuple[dict, str, str]:
+    """The files of a retrieval run's one-job rule (embed_queries, retrieval_evaluate),
+    whose patterns name the evaluation by rules/common.smk's RETRIEVAL: here beir."""
+    return st.rule_files(rule).of({"RETRIEVAL": "beir"})
+
+
+def a_retrieval_run(tmp_path) -> dict:
+    """retrieval.path set: data set beir (one chunk) beside the main data set ds."""
+    return config(tmp_path, retrieval={"path": "beir", "n_chunks": 1})
+
+
+def stage_of(result: st.Status, label: str) -> st.Stage:
+    return next(s for s in result.stages if s.label == label)
+
+
+def queries_embedded(seconds: float = 12.0) -> None:
+    """A finished embed_queries job, as scripts/embed.py writes it: its vectors, ids and
+    stats (100 queries in 10 s on cuda:0, a killed attempt's 6 s before it), its log and
+    benchmark (`seconds`)."""
+    outputs, log, bench = retrieval_files("embed_queries")
+    for path in outputs.values():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        Path(path).write_bytes(b"x")
+    stats = {"chunk": None, "items": ITEMS, "items_embedded": ITEMS, "seconds": 10.0, "parts": 4, "device": "cuda:0"}
+    write_json(outputs["stats"], {**stats, "earlier_attempts": 1, "earlier_attempt_devices": {"cuda:0": 6.0}})
+    os.makedirs(os.path.dirname(bench), exist_ok=True)
+    Path(bench).write_text(f"s\th:m:s\tmax_rss\n{seconds}\t0:00:12\t100\n")
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    Path(log).write_text("... INFO embed: done\n")
+
+
+def test_a_retrieval_run_shows_embed_queries_and_retrieval_evaluate(tmp_path, monkeypatch, now):
+    """With retrieval.path set, the queries' embed job and the search are GPU jobs a user
+    waits on, after the corpus's embed jobs: embed_queries is judged as an embed chunk job
+    is (its parts lie under the data set's resume root, named by its output), and
+    retrieval_evaluate, which keeps no parts, runs while its log is there."""
+    cfg = a_retrieval_run(tmp_path)
+    result = st.status(cfg, 1, "--gpus", now=now)
+    labels = ["embed ds", "embed beir", "embed_queries beir", "retrieval_evaluate beir"]
+    assert [s.label for s in result.stages] == labels
+    assert [j.state for s in result.stages[2:] for j in s.jobs] == ["waiting", "waiting"]
+    queries = retrieval_files("embed_queries")
+    assert queries[0]["npy"] == "results/beir/retrieval/queries.npy" and queries[1] == "logs/embed_queries/beir.log"
+    folder = in_progress(0, now - 6.0, 2, monkeypatch, files=queries, root="results/beir/.resume")
+    _, log, _ = retrieval_files("retrieval_evaluate")
+    Path(log).parent.mkdir(parents=True)
+    Path(log).write_text("... INFO retrieval_evaluate: search params ...\n")
+    os.utime(log, (now - 120, now - 120))
+    result = st.status(cfg, 1, "--gpus", now=now)
+    embed_queries, evaluate = stage_of(result, "embed_queries beir"), stage_of(result, "retrieval_evaluate beir")
+    (job,) = embed_queries.jobs
+    assert (job.state, job.folder, embed_queries.unit) == ("running", folder, "queries")
+    assert (embed_queries.records_done, embed_queries.records_total) == (50, 100)  # its parts' manifest
+    assert embed_queries.gpu_hours == pytest.approx(5 / 3600) and embed_queries.left_s == pytest.approx(5.0)
+    assert evaluate.jobs[0].state == "running" and evaluate.records_total == 100  # the queries embed_queries embeds
+    assert evaluate.notes == ["time left not estimated: the search saves no parts to measure its rate by"]
+    assert st._job_line(evaluate, evaluate.jobs[0], now) == (
+        f"retrieval_evaluate beir: running (it saves no parts: a rerun searches again), log {log} written 2.0 min ago"
+    )
+
+
+def test_a_retrieval_runs_one_job_stages_fail_and_retry_as_chunk_jobs_do(tmp_path, monkeypatch, capsys, now):
+    """embed_queries out of memory (its log's failed line) while Snakemake restarts it is
+    retrying; retrieval_evaluate's input error (its failure record beside its log) is
+    failed, naming the record. The JSON lists both stages, their fields those of every stage."""
+    cfg = a_retrieval_run(tmp_path)
+    _, queries_log, _ = retrieval_files("embed_queries")
+    Path(queries_log).parent.mkdir(parents=True)
+    Path(queries_log).write_text(
+        "2026-01-01 00:00:00,000 INFO embed: params={}\n"
+        f"2026-01-01 00:00:09,000 CRITICAL embed: {FAILED}OutOfMemoryError: CUDA out of memory\n"
+    )
+    _, log, _ = retrieval_files("retrieval_evaluate")
+    Path(log).parent.mkdir(parents=True)
+    Path(log).write_text(f"... CRITICAL retrieval_evaluate: {FAILED}ValueError: bad qrels\n")
+    write_record(record_path(log), "ValueError", "qrels.json: query q1 judges no document", 1, {}, "rule x")
+    result = st.status(cfg, 1, "--gpus", now=now)
+    embed_queries, evaluate = stage_of(result, "embed_queries beir"), stage_of(result, "retrieval_evaluate beir")
+    assert embed_queries.jobs[0].state == "failed" and embed_queries.jobs[0].error_file == queries_log
+    failed = evaluate.jobs[0]
+    assert (failed.state, failed.error) == ("failed", "ValueError: qrels.json: query q1 judges no document")
+    assert failed.error_file == f"{log}.failure.json"
+    sm_log = snakemake_log(
+        [
+            ("start", "embed_queries", 1, now - 30),
+            ("error", "embed_queries", 1, now),
+            ("restart", "embed_queries", 1, now),
+        ]
+    )
+    (job,) = stage_of(st.status(cfg, 1, "--gpus", now=now), "embed_queries beir").jobs
+    assert (job.state, job.attempt, job.retry_log) == ("retrying", 1, sm_log)
+
+    assert main(["status", "--configfile", str(tmp_path / "overlay.yaml"), "--gpus", "1", "--json"]) == 0
+    stages = json.loads(capsys.readouterr().out)["stages"]
+    assert [(s["stage"], s["dataset"]) for s in stages][2:] == [
+        ("embed_queries", "beir"),
+        ("retrieval_evaluate", "beir"),
+    ]
+    assert {k for s in stages for k in s} == set(stages[0])
+    (retrying,), (failed,) = stages[2]["not_done"], stages[3]["not_done"]
+    assert (retrying["state"], retrying["failed_attempt"], retrying["log"]) == ("retrying", 1, queries_log)
+    assert (failed["state"], failed["error_file"]) == ("failed", f"{log}.failure.json")
+
+
+def test_a_retrieval_run_is_finished_only_once_retrieval_evaluate_wrote_its_metrics(tmp_path, now):
+    """Every corpus chunk embedded and the queries too, the run is not finished until the
+    search wrote metrics.json (with its other outputs). Its GPU-hours are its benchmark's
+    seconds where its metrics say it searched on CUDA, as embed_queries' are its stats'."""
+    cfg = a_retrieval_run(tmp_path)
+    for chunk in range(CHUNKS):
+        finished(chunk)
+    outputs, _, _ = st.rule_files("embed").of({"dataset": "beir", "chunk": 0})
+    for path in outputs.values():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        Path(path).write_bytes(b"x")
+    write_json(outputs["stats"], {"chunk": 0, "items": 45, "seconds": 1.0, "device": "cuda:0"})
+    queries_embedded()
+    outputs, log, bench = retrieval_files("retrieval_evaluate")
+    for name in ("per_query", "run", "figure"):
+        Path(outputs[name]).write_bytes(b"x")
+
+    def unfinished(result: st.Status) -> list[str]:
+        return [s.label for s in result.stages if s.count("done") < len(s.jobs)]
+
+    result = st.status(cfg, 1, "--gpus", now=now)
+    assert unfinished(result) == ["retrieval_evaluate beir"]
+    assert "retrieval_evaluate beir: 0/1 jobs, 0/100 queries" in st.total_line(result)
+    embed_queries = stage_of(result, "embed_queries beir")
+    assert embed_queries.gpu_hours == pytest.approx(18 / 3600) and embed_queries.cost == pytest.approx(18.0)
+    write_json(outputs["metrics"], {"ndcg_at_10": 0.5, "n_queries": ITEMS, "device": "cuda", "top_k": 100})
+    os.makedirs(os.path.dirname(bench))
+    Path(bench).write_text("s\th:m:s\tmax_rss\n30.0\t0:00:30\t100\n")
+    result = st.status(cfg, 1, "--gpus", now=now)
+    assert unfinished(result) == []
+    evaluate = stage_of(result, "retrieval_evaluate beir")
+    assert (evaluate.records_done, evaluate.records_total) == (100, 100)
+    assert evaluate.gpu_hours == pytest.approx(30 / 3600) and evaluate.cost == pytest.approx(30.0)
+    assert (
+        st.stage_line(evaluate, "USD")
+        == "retrieval_evaluate beir: 1/1 jobs, 100/100 queries, finished; 0.00833 GPU-h, 30.00 USD so far"
     )
