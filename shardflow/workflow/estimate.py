@@ -44,10 +44,19 @@ What is left, beside the whole run, once some job has run (`estimate` again part
 a GPU job whose outputs all exist is done, as make status counts it
 (status.jobs_done, from the rules' own patterns; temp() chunk vectors that merge has
 read may be gone), and every other job is priced whole, a running one too (make status
-counts its parts). A sweep job whose metrics JSON exists is done; the retrieval task's
-one-job stages (embed_queries, retrieval_evaluate) are not checked and count as left,
-said so (a retrieval sweep is not estimated at all). The table then gains the columns `done` and `left GPU-h`,
-and the total line ends with `; left (<k> of <n> GPU jobs done): ...`.
+counts its parts). A sweep job whose metrics JSON exists is done, and so are the jobs of
+a retrieval sweep's embedding set once a job that read the set has ended; the retrieval task's one-job stages
+(embed_queries, retrieval_evaluate) are not checked and count as left, said so. The
+table then gains the columns `done` and `left GPU-h`, and the total line ends with
+`; left (<k> of <n> GPU jobs done): ...`.
+
+Sweeps: each point x seed estimated as the stage's own row with the job's config, summed
+into one row per sweep. A retrieval sweep's jobs are those rules/sweep.smk runs
+(`RetrievalSweepSets`): the corpus's embed jobs and the query embedding once per distinct
+embedding settings across all the sweeps (shardflow.sweep.shared), each counted in the
+first sweep that reads it and never where the settings are the main run's (its rows
+count those), and the search per point x seed, as the main run's rows are estimated (a
+set's own folder, results/sweeps/_embeddings/..., measures its rate first).
 
 Records: the split's manifest.json where the split ran on these inputs; else counted
 (newline counts, Parquet metadata: plan.count_records), or, for line-format inputs
@@ -76,7 +85,9 @@ from shardflow.core.models import same_model
 from shardflow.corpus.readers import ReaderOptions, detect_format
 from shardflow.sweep import parse_sweeps
 from shardflow.sweep.paths import job_metrics
-from shardflow.sweep.spec import load_yaml, merge
+from shardflow.sweep.shared import SHARED_FOLDER
+from shardflow.sweep.shared import plan as embedding_sets
+from shardflow.sweep.spec import SweepSpec, load_yaml, merge
 from shardflow.workflow import plan
 
 REPO = Path(__file__).resolve().parents[2]
@@ -1004,28 +1015,26 @@ class Estimate:
 
 
 def _sweep_rows(
-    cfg: dict, sweeps: dict, per_chunk: tuple[int, ...], on_cpu: dict, main: str, gpu: GpuAssumption | None
+    cfg: dict,
+    sweeps: dict,
+    per_chunk: tuple[int, ...],
+    on_cpu: dict,
+    main: str,
+    gpu: GpuAssumption | None,
+    corpus: tuple[plan.DataSet, tuple[int, ...], int] | None = None,
 ) -> list[Row]:
     """One row per sweep: its jobs (points x seeds, each over the chunks, or the shards,
     of the main data set `main`), each estimated as the stage's own row with the job's
-    config."""
+    config; a retrieval sweep's rows (`RetrievalSweepSets`) need `corpus`: the retrieval
+    data set, its records per chunk and its records."""
     rows = []
+    embeddings = RetrievalSweepSets(cfg, sweeps, corpus, on_cpu)
     for spec in sweeps.values():
         jobs = spec.jobs()
         label = f"sweep {spec.name}"
         done: list[bool] = []
         if spec.stage == "retrieval":
-            rows.append(
-                Row(
-                    label,
-                    "retrieval",
-                    len(jobs),
-                    notes=[
-                        "not estimated: a retrieval sweep embeds once per distinct embedding settings "
-                        "(shardflow.sweep.shared); snakemake -n lists those jobs"
-                    ],
-                )
-            )
+            rows += embeddings.rows(spec)
             continue
         parts = []
         for pid, seed in jobs:
@@ -1044,43 +1053,153 @@ def _sweep_rows(
                 done += [True] * len(per_chunk)
             else:
                 done += _jobs_done(job_cfg, SWEEP_CHUNK_RULES[spec.stage], group, len(per_chunk))
-        row = Row(
-            label,
-            spec.stage,
-            sum(p.jobs for p in parts),
-            sum(p.work or 0 for p in parts),
-            unit=parts[0].unit,
-            gpus=max(p.gpus for p in parts),
-        )
-        rates = {p.rate for p in parts if p.rate}
-        row.rate = next(iter(rates)) if len(rates) == 1 else None
-        measured = sum(1 for p in parts if p.rate and p.rate.measured)
-        assumed = sum(1 for p in parts if p.rate and not p.rate.measured)
-        missing = len(parts) - measured - assumed
-        row.assumed_jobs = assumed
-        row.notes.append(
-            f"{len(jobs)} sweep jobs (points x seeds): {measured} with a measured rate, {assumed} assumed"
-            + (f", {missing} not estimated" if missing else "")
-        )
-        if len(rates) > 1:
-            low, high = min(r.per_s for r in rates), max(r.per_s for r in rates)
-            where = sorted({r.source.split(" (")[0] for r in rates})
-            row.notes.append(f"rates per job from {low:.3g} to {high:.3g}/s: {_listed(where)}")
-        row.notes += list(dict.fromkeys(n for p in parts for n in p.notes))
-        if all(p.seconds is not None for p in parts):
-            row.seconds = [s for p in parts for s in p.seconds]
-            row.done = done
-            if len({p.gpus for p in parts}) > 1:  # a sweep over train.gpus: each job holds its point's
-                row.job_gpus = [p.gpus for p in parts for _ in p.seconds]
-        if len({p.gpus for p in parts}) > 1:
-            low, high = min(p.gpus for p in parts), max(p.gpus for p in parts)
-            row.notes.append(f"GPUs per job from {low} to {high} (each point's train.gpus), counted per job")
-        if all(p.disk is not None for p in parts):
-            row.disk, row.disk_source = sum(p.disk for p in parts), parts[0].disk_source + ", per job"
-        else:
-            row.disk_source = "not estimated"
-        rows.append(row)
+        rows.append(combined(label, spec.stage, parts, "sweep jobs (points x seeds)", done))
     return rows
+
+
+def combined(label: str, stage: str, parts: list[Row], what: str, done: list[bool], part: str = "job") -> Row:
+    """One row of a sweep's `parts` of one stage (each estimated as the stage's own row,
+    with its job's config): their jobs, work, seconds and disk summed, the rate where they
+    share one, how many were measured and assumed (`what`: what the parts are, `part`: one
+    of them), and `done` (each job's, in the order of their seconds)."""
+    row = Row(
+        label,
+        stage,
+        sum(p.jobs for p in parts),
+        sum(p.work or 0 for p in parts),
+        unit=parts[0].unit,
+        gpus=max(p.gpus for p in parts),
+    )
+    rates = {p.rate for p in parts if p.rate}
+    row.rate = next(iter(rates)) if len(rates) == 1 else None
+    measured = sum(1 for p in parts if p.rate and p.rate.measured)
+    assumed = sum(1 for p in parts if p.rate and not p.rate.measured)
+    missing = len(parts) - measured - assumed
+    row.assumed_jobs = assumed
+    row.notes.append(
+        f"{len(parts)} {what}: {measured} with a measured rate, {assumed} assumed"
+        + (f", {missing} not estimated" if missing else "")
+    )
+    if len(rates) > 1:
+        low, high = min(r.per_s for r in rates), max(r.per_s for r in rates)
+        where = sorted({r.source.split(" (")[0] for r in rates})
+        row.notes.append(f"rates per job from {low:.3g} to {high:.3g}/s: {_listed(where)}")
+    row.notes += list(dict.fromkeys(n for p in parts for n in p.notes))
+    if all(p.seconds is not None for p in parts):
+        row.seconds = [s for p in parts for s in p.seconds]
+        row.done = done
+        if len({p.gpus for p in parts}) > 1:  # a sweep over train.gpus: each job holds its point's
+            row.job_gpus = [p.gpus for p in parts for _ in p.seconds]
+    if len({p.gpus for p in parts}) > 1:
+        low, high = min(p.gpus for p in parts), max(p.gpus for p in parts)
+        row.notes.append(f"GPUs per job from {low} to {high} (each point's train.gpus), counted per job")
+    if all(p.disk is not None for p in parts):
+        row.disk, row.disk_source = sum(p.disk for p in parts), parts[0].disk_source + f", per {part}"
+    else:
+        row.disk_source = "not estimated"
+    return row
+
+
+KIND_NAMES = {"corpus": "corpus", "queries": "query"}  # shardflow.sweep.shared.KINDS, in a sentence
+
+
+class RetrievalSweepSets:
+    """The retrieval sweeps' jobs as rules/sweep.smk runs them: the corpus's embed jobs
+    (sweep_embed, one per chunk) and the query embedding (sweep_embed_queries) once per
+    distinct embedding settings across all the sweeps (shardflow.sweep.shared.plan, called
+    as rules/common.smk calls it), a set with the main run's settings not at all (the main
+    run's rows count it); the search (sweep_retrieval_evaluate) once per point x seed.
+
+    A set is counted in the rows of the first sweep that reads it, estimated as the main
+    run's rows are (`embed_row`, its own folder's runs first; `query_row`) with the config
+    of the first job that reads it. Its jobs are done once a job that read it has ended
+    (its metrics JSON exists: it read the merged set), as a sweep job is done."""
+
+    def __init__(self, cfg: dict, sweeps: dict, corpus: tuple[plan.DataSet, tuple[int, ...], int] | None, on_cpu):
+        self.cfg, self.corpus, self.on_cpu = cfg, corpus, on_cpu
+        self.counted: dict[tuple[str, str], str] = {}  # (kind, key) -> the sweep whose rows count it
+        self.ended: dict[tuple[str, str], bool] = {}  # (kind, key) -> a job that read it has ended
+        specs = [s for s in sweeps.values() if s.stage == "retrieval"]
+        self.sets = None
+        if not specs or corpus is None:
+            return
+        ds = corpus[0]
+        self.queries = _queries(cfg, ds.name)
+        self.sets = embedding_sets(specs, cfg, dataset=ds.name, n_chunks=ds.n_chunks, device=cfg["gpu_jobs"]["device"])
+        for spec in specs:
+            for pid, seed in spec.jobs():
+                ended = os.path.exists(job_metrics("retrieval", spec.folder, pid, seed))
+                for found in self.sets.of_job(spec.folder, pid, seed):
+                    key = (found.kind, found.key)
+                    self.ended[key] = self.ended.get(key, False) or ended
+
+    def folder(self, kind: str, key: str) -> str:
+        """A set's results folder: the main run's own, or the shared one
+        (rules/common.smk shared_embeddings)."""
+        name = self.corpus[0].name
+        if self.sets.sets[(kind, key)].main:
+            return f"{RESULTS}/{name}" if kind == "corpus" else f"{RESULTS}/{name}/retrieval"
+        return f"{RESULTS}/sweeps/{SHARED_FOLDER}/{name}/{kind}/{key}"
+
+    def rows(self, spec: SweepSpec) -> list[Row]:
+        """The rows of retrieval sweep `spec`: embed and embed_queries of the sets it is
+        the first to read (none where it reads only the main run's or an earlier sweep's),
+        and retrieval_evaluate of its points x seeds, which says whose sets each reads."""
+        label = f"sweep {spec.name}"
+        if self.sets is None:
+            why = "not estimated: retrieval.path is not set, so there is no data set to search"
+            return [Row(label, "retrieval_evaluate", len(spec.jobs()), notes=[why])]
+        ds, per_chunk, documents = self.corpus
+        new: dict[str, list[tuple[str, Row]]] = {"corpus": [], "queries": []}  # kind -> (key, row)
+        reads: dict[str, dict[str, set[str]]] = {"corpus": {}, "queries": {}}  # kind -> whose -> keys
+        searches, done = [], []
+        for pid, seed in spec.jobs():
+            job_cfg = {**self.cfg, **spec.job_config(pid, seed)}
+            corpus_set, query_set = self.sets.of_job(spec.folder, pid, seed)
+            first = []
+            for found in (corpus_set, query_set):
+                whose = "main" if found.main else self.counted.setdefault((found.kind, found.key), spec.name)
+                reads[found.kind].setdefault(whose, set()).add(found.key)
+                if whose == spec.name and found.key not in {key for key, _ in new[found.kind]}:
+                    first.append(found)
+            if first:
+                # The corpus set's rate and bytes per vector; its query set differs from it
+                # by the query prompt alone, so the queries are embedded at its rate.
+                own = [f"{self.folder('corpus', corpus_set.key)}/embed"]
+                embed = embed_row(job_cfg, ds.name, per_chunk, "sweep_embed" not in self.on_cpu, first=own)
+                embed.dataset = label  # its runs looked up as the data set's, then the others'
+                for found in first:
+                    if found.kind == "corpus":
+                        new["corpus"].append((found.key, embed))
+                    else:
+                        gpus = 0 if "sweep_embed_queries" in self.on_cpu else 1
+                        new["queries"].append((found.key, query_row(label, self.queries, embed, gpus)))
+            search = search_row(
+                job_cfg, ds.name, self.queries[0], documents, 0 if "sweep_retrieval_evaluate" in self.on_cpu else 1
+            )
+            search.dataset = label
+            searches.append(search)
+            done.append(os.path.exists(job_metrics("retrieval", spec.folder, pid, seed)))
+        rows = []
+        for kind, stage, jobs in (("corpus", "embed", ds.n_chunks), ("queries", "embed_queries", 1)):
+            if new[kind]:
+                ended = [self.ended[(kind, key)] for key, _ in new[kind] for _ in range(jobs)]
+                parts = [row for _, row in new[kind]]
+                what = f"{KIND_NAMES[kind]} embedding sets (one per distinct settings)"
+                rows.append(combined(label, stage, parts, what, ended, part="set"))
+        search = combined(label, "retrieval_evaluate", searches, "sweep jobs (points x seeds)", done)
+        for kind, whose in reads.items():
+            said = []
+            for name, keys in whose.items():
+                sets = f"{len(keys)} set{'s' if len(keys) != 1 else ''}"
+                if name == "main":
+                    said.append(f"the main run's ({self.folder(kind, next(iter(keys)))}: counted in its rows)")
+                elif name == spec.name:
+                    said.append(f"{sets} of its own ({'embed' if kind == 'corpus' else 'embed_queries'} row)")
+                else:
+                    said.append(f"{sets} shared with sweep {name} (counted in its rows)")
+            search.notes.append(f"{KIND_NAMES[kind]} embeddings read: {'; '.join(said)}")
+        return [*rows, search]
 
 
 def _jobs_done(cfg: dict, rule: str, group: dict, n_chunks: int | None = None) -> list[bool]:
@@ -1103,6 +1222,21 @@ def _queries(cfg: dict, name: str) -> tuple[int | None, str]:
         return None, "not counted: the qrels are in S3"
     qrels = spec.source_files()[2]
     return len(load_qrels(qrels)), f"the judged queries of {qrels}"
+
+
+def query_row(name: str, queries: tuple[int | None, str], embed: Row, gpus: int) -> Row:
+    """embed_queries of data set `name` (one job holding `gpus`): its `queries` (the count,
+    and where it came from: `_queries`) at the rate of `embed`, the corpus's embed row of
+    the same settings, and one copy of the corpus's bytes per vector each."""
+    count, how = queries
+    row = Row(name, "embed_queries", 1, count, unit="queries", rate=embed.rate, gpus=gpus)
+    row.notes.append(f"queries: {how}; at the corpus's rate (queries are shorter: an upper bound)")
+    if count is not None and embed.rate:
+        row.seconds = [count / embed.rate.per_s + embed.rate.overhead_s]
+    if count is not None and embed.disk and embed.work:
+        row.disk = round(embed.disk / (2 * embed.work) * count)  # one copy
+        row.disk_source = "queries x the corpus's bytes per vector"
+    return row
 
 
 def search_runs(dataset: str) -> Iterator[tuple[str, dict, dict, int]]:
@@ -1266,26 +1400,10 @@ def estimate(
             out.rows.append(embed_row(cfg, ds.name, per_chunk, "embed" not in on_cpu))
             out.rows[-1].done = _jobs_done(cfg, "embed", {"dataset": ds.name}, len(per_chunk))
         if "retrieval" in ds.tasks:
-            embed = out.rows[-1]
-            queries, how = _queries(cfg, ds.name)
-            row = Row(
-                ds.name,
-                "embed_queries",
-                1,
-                queries,
-                unit="queries",
-                rate=embed.rate,
-                gpus=0 if "embed_queries" in on_cpu else 1,
-            )
-            row.notes.append(f"queries: {how}; at the corpus's rate (queries are shorter: an upper bound)")
-            if queries is not None and embed.rate:
-                row.seconds = [queries / embed.rate.per_s + embed.rate.overhead_s]
-            if queries is not None and embed.disk and embed.work:
-                row.disk = round(embed.disk / (2 * embed.work) * queries)  # one copy
-                row.disk_source = "queries x the corpus's bytes per vector"
-            out.rows.append(row)
+            queries = _queries(cfg, ds.name)
+            out.rows.append(query_row(ds.name, queries, out.rows[-1], 0 if "embed_queries" in on_cpu else 1))
             gpus = 0 if "retrieval_evaluate" in on_cpu else 1
-            out.rows.append(search_row(cfg, ds.name, queries, out.records[ds.name].records, gpus))
+            out.rows.append(search_row(cfg, ds.name, queries[0], out.records[ds.name].records, gpus))
         if "summarise" in stages:
             out.rows.append(summarise_row(cfg, ds.name, per_chunk, "summarise" not in on_cpu))
             out.rows[-1].done = _jobs_done(cfg, "summarise", {"dataset": ds.name}, len(per_chunk))
@@ -1297,7 +1415,12 @@ def estimate(
                 row.disk += _folder_bytes(shards)
                 row.disk_source += f", and the shards as in {shards}"
             out.rows.append(row)
-    out.rows += _sweep_rows(cfg, specs, per_chunk_of[main.name], on_cpu, main.name, gpu)
+    retrieval = next((ds for ds in data_sets.values() if ds.role == "retrieval"), None)
+    if retrieval is not None:  # the data set a retrieval sweep's jobs embed and search
+        corpus = (retrieval, per_chunk_of[retrieval.name], out.records[retrieval.name].records)
+    else:
+        corpus = None
+    out.rows += _sweep_rows(cfg, specs, per_chunk_of[main.name], on_cpu, main.name, gpu, corpus)
     for row in out.rows:
         finish(row, n_gpus, price)
     if on_cpu:

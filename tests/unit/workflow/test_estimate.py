@@ -16,8 +16,9 @@ import yaml
 
 from shardflow.cli import main
 from shardflow.core.models import resolve_model
+from shardflow.sweep.shared import plan as shared_plan
 from shardflow.workflow import estimate as est
-from tests.helpers import REPO
+from tests.helpers import REPO, job_counts, snakemake
 
 MODEL = resolve_model("default")
 
@@ -361,6 +362,52 @@ def test_the_retrieval_search_is_queries_x_documents_x_dim_at_an_assumed_or_meas
     assert any("passed over, measured on another kind of device: results/beir/retrieval" in n for n in search.notes)
     faiss = row(run(faiss_cfg), "retrieval_evaluate", "beir")
     assert faiss.rate.measured and faiss.rate.per_s == pytest.approx(10 * 1000 * 384 / 4.0)  # the CPU-scored run
+
+
+@pytest.mark.dryrun
+def test_a_retrieval_sweep_counts_each_embedding_set_once_as_the_dry_run_lists_its_jobs(tmp_path):
+    """A retrieval sweep embeds once per distinct embedding settings (shardflow.sweep.shared):
+    'ml' computes max_length 64's set and reads the main run's (128) for the rest; 'more'
+    computes 32's and shares 64's with 'ml'. The estimate's jobs are the dry run's."""
+    corpus()
+    beir()
+    grid = {"embedding.max_length": [64, 128], "retrieval.top_k": [100, 200]}
+    each = {"stage": "retrieval", "seeds": [0], "metrics": {"ndcg_at_10": "max"}}
+    sweeps = {"ml": {**each, "grid": grid}, "more": {**each, "grid": {"embedding.max_length": [32, 64]}}}
+    cfg = config(tmp_path, embedding={"max_length": 128}, retrieval={"path": "beir", "n_chunks": 2}, sweeps=sweeps)
+    dry = job_counts(snakemake(tmp_path, "-n", "--configfile", str(tmp_path / "overlay.yaml")).stdout)
+    specs = est.sweeps(cfg)
+    sets = shared_plan(specs.values(), cfg, dataset="beir", n_chunks=2, device=cfg["gpu_jobs"]["device"])
+    short = next(p for p in specs["ml"].ids if specs["ml"].point(p)["embedding.max_length"] == 64)
+    key = sets.of_job("ml", short, 0)[0].key
+    embed_stats(f"results/sweeps/_embeddings/beir/corpus/{key}/embed", "cuda", items=1000)  # 64's set, measured
+    os.makedirs(f"results/sweeps/ml/{short}/seed=0")
+    with open(f"results/sweeps/ml/{short}/seed=0/metrics.json", "w") as fh:  # a job that read 64's set ended
+        fh.write("{}")
+    result = run(cfg)
+    swept = [r for r in result.rows if r.dataset.startswith("sweep ")]
+    rules = {
+        "sweep_embed": "embed",
+        "sweep_embed_queries": "embed_queries",
+        "sweep_retrieval_evaluate": "retrieval_evaluate",
+    }
+    assert {rule: sum(r.jobs for r in swept if r.stage == stage) for rule, stage in rules.items()} == {
+        rule: dry[rule] for rule in rules
+    }
+    assert dry["sweep_embed"] == 4 and dry["sweep_retrieval_evaluate"] == 6  # 2 sets x 2 chunks; 4 + 2 points
+    ml, more = row(result, "embed", "sweep ml"), row(result, "embed", "sweep more")
+    assert ml.jobs == 2 and ml.work == 45 and ml.rate.measured and ml.rate.per_s == pytest.approx(100.0)
+    assert key in ml.rate.source and ml.done == [True, True]
+    assert more.jobs == 2 and not more.rate.measured and more.done == [False, False]
+    assert ml.disk == more.disk == 2 * 45 * 384 * 4  # chunk files and merged copy, as the embed row's
+    assert any("shared with sweep ml" in n for n in row(result, "retrieval_evaluate", "sweep more").notes)
+    assert any("the main run's" in n for n in row(result, "retrieval_evaluate", "sweep ml").notes)
+    queries = row(result, "embed_queries", "sweep ml")
+    assert queries.jobs == 1 and queries.work == 3 and queries.rate == ml.rate and queries.disk == 3 * 384 * 4
+    search = row(result, "retrieval_evaluate", "sweep ml")
+    assert search.jobs == 4 and search.work == 4 * 3 * 45 * 384
+    assert search.done == [job == (short, 0) for job in specs["ml"].jobs()]  # its metrics JSON exists
+    assert "embed sweep more" in result.assumed() and result.missing() == []
 
 
 # -------------------------------------------------------------------- records
