@@ -160,12 +160,18 @@ def row_cosines(a, b):
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1) + 1e-30)
 
 
-def model_flops(model, lengths, num_layers: int, hidden: int) -> float:
-    """Forward FLOPs: 2 x non-embedding params x tokens, plus attention 4 x layers x hidden x sum(L^2)."""
+def model_flops(model, lengths) -> float:
+    """Forward FLOPs of the texts' real tokens (`lengths`), as PaLM's MFU counts them: 2 x
+    non-embedding params per token, plus attention's QK^T and AV, 4 x layers x L x width per
+    token of a length-L text, where width is heads x head_dim. That is the hidden size for
+    BERT but not for every decoder: Qwen3-0.6B has 16 heads of 128 over a hidden size of
+    1,024. A causal mask is not discounted (the kernels skip about half of those products)."""
+    cfg = model.config
     emb = sum(p.numel() for n, p in model.named_parameters() if "embed" in n)
     params = sum(p.numel() for p in model.parameters()) - emb
     tokens = sum(lengths)
-    return 2.0 * params * tokens + 4.0 * num_layers * hidden * sum(n * n for n in lengths)
+    width = cfg.num_attention_heads * (getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+    return 2.0 * params * tokens + 4.0 * cfg.num_hidden_layers * width * sum(n * n for n in lengths)
 
 
 MASK_BUILDER = "_mask_builder"  # not an engine option: the model's attention set back to SDPA after loading
@@ -608,8 +614,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# round {r + 1}: " + ", ".join(f"{k} {v:.1f}/s" for k, v in round_rate.items()), flush=True)
 
     cos = row_cosines(engine_out, reference)
-    cfg = encoder.model.config
-    flops = model_flops(encoder.model, lengths, getattr(cfg, "num_hidden_layers", 0), getattr(cfg, "hidden_size", 0))
+    flops = model_flops(encoder.model, lengths)
     peak = None
     if on_cuda:
         from shardflow.train.trainer import peak_bf16_tflops  # the trainer's MFU table, one for both
@@ -645,8 +650,7 @@ def main(argv: list[str] | None = None) -> int:
         st = None
 
         def flops_of(enc):
-            c = enc.model.config
-            return model_flops(enc.model, lengths, getattr(c, "num_hidden_layers", 0), getattr(c, "hidden_size", 0))
+            return model_flops(enc.model, lengths)
 
         run_configs(args, params, texts, lengths, reference, on_cuda, peak, timed, flops_of)
     if args.profile:
