@@ -69,7 +69,8 @@ CUDA default (32,768 tokens, 512 rows), so half the launches per token.
     python benchmarks/bench_engine.py --texts synthetic --n 64 --rounds 3 --configs all
 
 The last line is exactly `engine/sentence-transformers throughput ratio: <x>`
-(median over rounds of engine texts/s divided by st@32 texts/s; `n/a` with
+(median over rounds of engine texts/s divided by st@32 texts/s, the line before it each
+round's ratio and their range; `n/a` with
 `--configs-only`, whose one cold encode of each is the cosine reference, untimed).
 """
 
@@ -622,11 +623,13 @@ def main(argv: list[str] | None = None) -> int:
         peak = peak_bf16_tflops(torch.cuda.get_device_name(device))
     # --configs-only: one cold encode each (no warm-up round), so no rates to compare.
     if not args.configs_only:
-        print(f"{'method':<10} {'texts/s':>9} {'tokens/s':>10} {'vs st@32':>9}" + ("  TFLOP/s  %peak" if on_cuda else ""))
+        print(f"{'method':<10} {'texts/s':>9} {'rounds min-max':>15} {'tokens/s':>10} {'vs st@32':>9}"
+              + ("  TFLOP/s  %peak" if on_cuda else ""))
     st_med = statistics.median(rates["st@32"])
     for name, vals in {} if args.configs_only else rates.items():
         med = statistics.median(vals)
-        line = f"{name:<10} {med:>9.1f} {med * real_tokens / len(texts):>10.0f} {med / st_med:>8.2f}x"
+        spread = f"{min(vals):.1f}-{max(vals):.1f}"
+        line = f"{name:<10} {med:>9.1f} {spread:>15} {med * real_tokens / len(texts):>10.0f} {med / st_med:>8.2f}x"
         if on_cuda:
             tflops = flops * med / len(texts) / 1e12
             line += f"  {tflops:7.1f}  " + (f"{100 * tflops / peak:5.1f}%" if peak else "  n/a")
@@ -661,6 +664,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.configs_only:  # the configurations' table above is the result
         print("engine/sentence-transformers throughput ratio: n/a (--configs-only: not compared)")
     else:
+        # The spread of the per-round ratios: a median alone hides a run on a busy machine.
+        print(f"# engine/st@32 ratio by round: {', '.join(f'{r:.3f}' for r in ratios)} "
+              f"(min {min(ratios):.3f}, max {max(ratios):.3f})")
         print(f"engine/sentence-transformers throughput ratio: {statistics.median(ratios):.3f}")
     return 0
 
