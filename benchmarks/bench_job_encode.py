@@ -20,8 +20,8 @@ which builds a plan per new batch shape (docs/gpu.md). The variants:
                 engine now leaves that to the collate thread, so that the tokenizer's next
                 call runs meanwhile; `Encoder.ids_on_collate_thread`)
 
-`--repeat K` runs the variants K times, interleaved, each time in fresh processes, and
-compares medians.
+`--repeat K` runs the variants K times, interleaved (each round in the reverse order of
+the last), each time in fresh processes, and compares medians.
 
     python benchmarks/bench_job_encode.py                              # bundled MiniLM, CPU, 1,500 texts
     python benchmarks/bench_job_encode.py --model <folder> --device cuda --n 20000
@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> None:
     if "default" not in names or not set(names) <= set(VARIANTS):
         ap.error(f"--variants: 'default' and any of {', '.join(VARIANTS)}")
     seen: dict[str, list[tuple[float, float]]] = {name: [] for name in names}  # (first, warm) seconds
-    for name in [n for _ in range(max(1, args.repeat)) for n in names]:
+    # Each round in the reverse order of the last: drift falls on every variant alike.
+    for name in [n for r in range(max(1, args.repeat)) for n in (names if r % 2 == 0 else names[::-1])]:
         with tempfile.TemporaryDirectory(prefix="job-encode-") as cache:
             s = run_job(args, cache, VARIANTS[name], again=True, attrs=ATTRS.get(name))
         seen[name].append((s["seconds"], s["again_seconds"]))

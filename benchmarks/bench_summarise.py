@@ -1,7 +1,8 @@
 """Throughput of the abstractive engine against a plain `model.generate` loop, same process.
 
 Methods, same model, same texts, same generation settings, run in interleaved
-rounds (medians reported, so a noisy neighbour on the machine hits both alike):
+rounds, each in the reverse order of the last (medians reported, so a noisy neighbour
+on the machine hits both alike):
 
 - engine   shardflow.summarise.generate (length-sorted token-budget batches)
 - plain    `model.generate` on batches of 8 texts in input order, padded to the
@@ -105,14 +106,19 @@ def main(argv: list[str] | None = None) -> int:
         plain_loop(model, tok, texts[:8], args.plain_batch_size, gen.input_limit, **settings)
         rates: dict[str, list[float]] = {"engine": [], "plain": []}
         same = None
+        methods = {
+            "engine": lambda: gen.summarise(texts),
+            "plain": lambda: plain_loop(model, tok, texts, args.plain_batch_size, gen.input_limit, **settings),
+        }
+        out = {}
         for r in range(args.rounds):
-            t = time.perf_counter()
-            records = gen.summarise(texts)
-            rates["engine"].append(len(texts) / (time.perf_counter() - t))
-            t = time.perf_counter()
-            plain = plain_loop(model, tok, texts, args.plain_batch_size, gen.input_limit, **settings)
-            rates["plain"].append(len(texts) / (time.perf_counter() - t))
-            same = sum(a["summary"] == b for a, b in zip(records, plain, strict=True))
+            # Each round reverses the last one's order: drift on a shared machine then
+            # falls on both methods alike instead of always on the one that runs second.
+            for name in methods if r % 2 == 0 else reversed(list(methods)):
+                t = time.perf_counter()
+                out[name] = methods[name]()
+                rates[name].append(len(texts) / (time.perf_counter() - t))
+            same = sum(a["summary"] == b for a, b in zip(out["engine"], out["plain"], strict=True))
             print(f"# round {r + 1}: engine {rates['engine'][-1]:.2f}/s, plain {rates['plain'][-1]:.2f}/s", flush=True)
         stats = gen.last_stats.as_dict()
         print(

@@ -3,7 +3,8 @@
 A sweep's points are jobs known at parse time, and parse-time code runs again in every
 remote job, so planning a big sweep must stay cheap. This writes a training sweep of
 train.lr (40 values) x train.n_layer (25 values), seeds [0] (1,000 sweep_train jobs and
-one collect_sweep job) over a few KB of text, and times, in rounds, alternating:
+one collect_sweep job) over a few KB of text, and times, in rounds, each in the reverse
+order of the last (so drift on a shared machine falls on both alike):
 
 - baseline  `snakemake -n` of the default workflow (the demo corpus, 4 embed chunks)
 - sweep     `snakemake -n results/sweeps/<name>/summary.parquet` with the sweep config
@@ -77,7 +78,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = sweep_config(Path(tmp), args.lrs, args.layers)
         for i in range(args.rounds):
-            for kind, times in (("baseline", base_s), ("sweep", sweep_s)):
+            kinds = [("baseline", base_s), ("sweep", sweep_s)]
+            for kind, times in kinds if i % 2 == 0 else reversed(kinds):  # no side always goes first
                 work = Path(tmp) / f"{kind}-{i}"
                 work.mkdir()
                 if kind == "baseline":

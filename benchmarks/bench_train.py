@@ -2,7 +2,8 @@
 
 Both train the same GPT (nanoGPT's CPU Shakespeare config: block 64, batch 12,
 4 layers, 4 heads, 128 dims) on the same character-level data, in interleaved
-rounds (medians reported, so a noisy neighbour hits both alike):
+rounds, each in the reverse order of the last (medians reported, so a noisy neighbour
+hits both alike):
 
 - shardflow   `train()`: windows read from memory-mapped shards, lr schedule, loss
               bookkeeping; its own tokens/s (training steps only: the single eval
@@ -114,9 +115,14 @@ def main() -> None:
               f"batch {p.batch_size}; {torch.get_num_threads()} threads; {args.iters} iterations x {args.rounds} rounds")
         ours, plain = [], []
         for r in range(args.rounds):
-            metrics = train(shards, tmp / f"round{r}" / "model", p, quiet, sample_tokens=1)
-            ours.append(metrics["tokens_per_second"])
-            plain.append(plain_loop(train_part, vocab, p, args.iters))
+            # Each round reverses the last one's order: drift on a shared machine then falls
+            # on both methods alike instead of always on the one that runs second.
+            runs = [
+                (ours, lambda r=r: train(shards, tmp / f"round{r}" / "model", p, quiet, sample_tokens=1)["tokens_per_second"]),
+                (plain, lambda: plain_loop(train_part, vocab, p, args.iters)),
+            ]
+            for rates, run in runs if r % 2 == 0 else reversed(runs):
+                rates.append(run())
             print(f"round {r}: shardflow {ours[-1]:,.0f} tokens/s, plain {plain[-1]:,.0f} tokens/s")
         ratio = statistics.median(o / q for o, q in zip(ours, plain, strict=True))
         print(f"median: shardflow {statistics.median(ours):,.0f} tokens/s, plain {statistics.median(plain):,.0f} tokens/s")

@@ -6,9 +6,10 @@
    (b) by `snakemake --cores <threads>` with the default config (`resources.embed.threads:
        auto`: the cores shared by the embed jobs that run at once) running
        split -> embed_<i> (N chunks) -> merge,
-   interleaved (engine, workflow, engine, ...), median of --rounds. A second
-   baseline, the engine called in this process (imports paid once, no output
-   written), is printed too unless --skip-in-process.
+   interleaved, each round in the reverse order of the last (engine, workflow;
+   workflow, engine; ...), median of --rounds. A second baseline, the engine called
+   in this process (imports paid in the first call, no output written), is printed
+   too unless --skip-in-process.
    Prints workflow/engine wall-time ratio (target <= 1.15 on CPU, 20k docs, 4 chunks).
 2. Memory: peak RSS of split and of merge, each in a fresh subprocess, at 1x and
    10x corpus size. Prints the 10x/1x ratio (flat = within 20%).
@@ -209,11 +210,13 @@ def main() -> None:
             corpus = tmp / "corpus.jsonl"
             make_corpus(corpus, args.docs)
             engine_s, warm_s, flow_s = [], [], []
+            runs = [(engine_s, lambda: engine_alone(corpus, args.threads, tmp / "engine"))]
+            if not args.skip_in_process:
+                runs.append((warm_s, lambda: engine_in_process(corpus, args.threads)))
+            runs.append((flow_s, lambda: workflow(corpus, args.chunks, args.threads, tmp / "wf")))
             for r in range(args.rounds):
-                engine_s.append(engine_alone(corpus, args.threads, tmp / "engine"))
-                if not args.skip_in_process:
-                    warm_s.append(engine_in_process(corpus, args.threads))
-                flow_s.append(workflow(corpus, args.chunks, args.threads, tmp / "wf"))
+                for times, run in runs if r % 2 == 0 else reversed(runs):  # no method always goes first
+                    times.append(run())
                 warm = f", engine in this process {warm_s[-1]:.1f} s" if warm_s else ""
                 print(f"round {r + 1}: engine alone {engine_s[-1]:.1f} s{warm}, workflow {flow_s[-1]:.1f} s")
             print(f"workflow: {args.docs} docs, {args.chunks} chunks, {args.threads} cores (engine alone: {args.threads} threads)")
