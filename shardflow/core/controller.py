@@ -83,6 +83,19 @@ def snakemake_open_files() -> set[str] | None:
     return found
 
 
+def unseen_writer(path: str | os.PathLike) -> bool:
+    """Whether the process that wrote `path` may be one whose open files this user cannot
+    read (`snakemake_open_files` passes those over): the file is another user's, and this
+    user is not root. A Snakemake log is its run's user's, so a live run of another user
+    in the same folder (a shared project) would otherwise look like none."""
+    try:
+        owner = os.stat(path).st_uid
+    except OSError:
+        return False  # gone: no process writes it
+    me = os.geteuid()
+    return me != 0 and owner != me
+
+
 @dataclass(frozen=True)
 class Controller:
     pid: int

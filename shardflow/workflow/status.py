@@ -36,7 +36,9 @@ A job is
   this host, and no Snakemake process here holds its log open (core.controller; a live
   run does until it ends). A job it sent to a cluster ("rule", not "localrule") may run
   on there and is judged as before; so is every job of a run on another host or where
-  /proc is not there. A note names the run and what to do (`--unlock`, rerun);
+  /proc is not there, and where a log without an end is another user's (a shared
+  folder: their process's open files cannot be read). A note names the run and what
+  to do (`--unlock`, rerun);
 - waiting: none of that (not started, or its log removed).
 
 A file status cannot read (a stats file that is no JSON object or holds a non-number
@@ -687,20 +689,26 @@ class SnakemakeLogs:
 
     def live_here(self) -> bool | None:
         """Whether a Snakemake process on this host holds one of these logs open: a run
-        goes on here (None: not known, off Linux)."""
+        goes on here (None: not known, off Linux, or where a log without an end is another
+        user's, whose process's open files cannot be read: controller.unseen_writer)."""
         if self._open is False:
             self._open = controller.snakemake_open_files()
         if self._open is None:
             return None
-        return any(os.path.realpath(path) in self._open for _, path in self.logs)
+        if any(os.path.realpath(path) in self._open for _, path in self.logs):
+            return True
+        if any(controller.unseen_writer(path) and not self.run(path).ended for _, path in self.logs):
+            return None
+        return False
 
     def stopped(self, run: SnakemakeRun) -> bool:
         """Whether `run` has stopped without ending (SIGKILL, a closed terminal or lost
         session, a power loss: it logs no end then, and its locks remain): it logged no
         end, it ran on this host (its header's Host), and no Snakemake process here holds
         its log, or another run's, open (a run started since, still at its DAG, runs its
-        jobs again). Where that cannot be told (another host or none named, no /proc),
-        False: the run is taken to go on, as before."""
+        jobs again). Where that cannot be told (another host or none named, no /proc, a
+        log without an end that is another user's), False: the run is taken to go on, as
+        before."""
         if run.ended or run.host is None or run.host != platform.node():
             return False
         return self.live_here() is False

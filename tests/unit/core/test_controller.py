@@ -88,3 +88,17 @@ def test_the_files_snakemake_processes_hold_open_are_found_not_other_processes(t
             p.stdin.close()
             p.wait(timeout=60)
     assert os.path.realpath(held) not in controller.snakemake_open_files()
+
+
+def test_a_file_of_another_user_has_a_writer_this_user_cannot_see(tmp_path, monkeypatch):
+    """/proc/<pid>/fd of another user's process cannot be read, so the writer of a file of
+    theirs may be alive unseen; root reads every process's, and a file gone has no writer."""
+    path = tmp_path / "run.snakemake.log"
+    path.write_text("")
+    owner = os.stat(path).st_uid
+    monkeypatch.setattr(os, "geteuid", lambda: owner + 1)
+    assert controller.unseen_writer(path) and not controller.unseen_writer(tmp_path / "gone.log")
+    monkeypatch.setattr(os, "geteuid", lambda: owner)
+    assert not controller.unseen_writer(path)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert not controller.unseen_writer(path)

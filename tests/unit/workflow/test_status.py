@@ -1146,6 +1146,26 @@ def test_running_jobs_of_a_killed_snakemake_are_stopped(tmp_path, monkeypatch, n
         assert states() == ["done", "running", "failed", "stalled", "failed", "waiting"]
 
 
+@needs_proc
+def test_a_run_of_another_user_is_not_judged_killed(tmp_path, monkeypatch, now):
+    """A shared project folder: the Snakemake log without an end is another user's (a
+    colleague's live run), whose process's open files this user cannot read
+    (/proc/<pid>/fd), so nothing here is seen holding it. Whether it runs cannot be told:
+    chunk 4 stays retrying and chunk 1 running, with no note to --unlock a live run's
+    locks. The same run's log, this user's, with no process holding it: killed."""
+    cfg = a_run(tmp_path, monkeypatch, now)
+    events = [("start", 1, 1, now - 10), ("start", 4, 1, now - 30), ("error", 4, 1, now), ("restart", 4, 1, now)]
+    sm_log = snakemake_log(events, host=platform.node(), local=True)
+    owner = os.stat(sm_log).st_uid
+    monkeypatch.setattr(os, "geteuid", lambda: owner + 1)  # status run by another user, not root
+    result = st.status(cfg, 2, "--gpus", now=now)
+    assert [j.state for j in embed(result).jobs][1::3] == ["running", "retrying"]
+    assert not result.stopped and not any(n.startswith("Snakemake has stopped") for n in result.notes)
+    monkeypatch.setattr(os, "geteuid", lambda: owner)
+    result = st.status(cfg, 2, "--gpus", now=now)
+    assert [j.state for j in embed(result).jobs][1::3] == ["stalled", "failed"] and result.stopped == [sm_log]
+
+
 def test_a_sweep_job_whose_chunk_job_makes_no_progress_is_stalled(tmp_path, monkeypatch, now):
     """An embed sweep's jobs run the main data set's chunks (rule sweep_embed_chunk, parts
     under the sweep job's resume root): a chunk job whose parts stopped is judged as a data
