@@ -127,13 +127,14 @@ def test_lr_schedule_warms_up_then_decays_to_min_lr():
 
 @pytest.mark.parametrize("name, peak", [
     ("NVIDIA H100 80GB HBM3", 989.0), ("NVIDIA H100 SXM5 80GB", 989.0), ("NVIDIA H100 PCIe", 756.0),
-    ("NVIDIA H200", 989.0), ("NVIDIA A100-SXM4-80GB", 312.0), ("NVIDIA L40S", 362.0), ("NVIDIA L40", 181.0),
+    ("NVIDIA H200", 989.0), ("NVIDIA GH200 480GB", 989.0), ("NVIDIA A100-SXM4-80GB", 312.0), ("NVIDIA L40S", 362.0), ("NVIDIA L40", 181.0),
     ("NVIDIA L4", 121.0), ("NVIDIA A10", 125.0), ("NVIDIA A10G", None), ("Tesla V100-SXM2-16GB", 125.0),
     ("Tesla T4", 65.0), ("NVIDIA GeForce RTX 4090", None),
 ])
 def test_a_gpus_peak_is_its_models_not_a_name_it_contains(name, peak):
     """MFU's reference: an L40 was measured against the L4's peak (121 of its 181 TFLOP/s)
-    and an A10G against the A10's, as "L4" and "A10" are in their names."""
+    and an A10G against the A10's, as "L4" and "A10" are in their names. A GH200 (Grace
+    Hopper: an H100-class GPU), which "H200" matched as a substring, keeps its figure."""
     assert peak_bf16_tflops(name) == peak
 
 
