@@ -153,14 +153,26 @@ def embed_need(
     """`need` of an embed rule (its one input a chunk) for job_disk_mb:
     `embedding_of(wildcards)`: the job's `embedding` section (model, output_dtype);
     `dim_of(model)`: its width or None (FALLBACK_DIM is taken, and `warn` says so);
-    a chunk whose records no manifest counts needs what the profile gives (0 here),
-    and `warn` says so."""
+    a chunk whose records no manifest counts, or whose manifest cannot be read, needs
+    what the profile gives (0 here), and `warn` says so."""
     from shardflow.workflow.estimate import DTYPE_BYTES
 
     def need(wildcards, sizes: list[tuple[str, int]]) -> int:
         path, chunk_bytes = sizes[0]
         chunk = logical_path(path)
-        records = counts.records(chunk, chunk_bytes)
+        try:
+            records = counts.records(chunk, chunk_bytes)
+        except Exception as exc:  # noqa: BLE001 - any failure to count is only a smaller size
+            # An error in a resource function ends the whole run where Snakemake schedules
+            # the job (keep-going or not), and fails the job in the pod, which evaluates it
+            # again: a manifest the bucket does not give leaves the profile's size.
+            warn(
+                f"disk_mb of the embed jobs of {posixpath.dirname(chunk)}: could not read the records of "
+                f"{posixpath.basename(chunk)} ({' or '.join(manifests_of(chunk))}: {type(exc).__name__}: {exc}), "
+                "so its vectors are not counted; raise it with --set-resources <rule>:disk_mb=<MB> where they "
+                "need more"
+            )
+            return 0
         if records is None:
             warn(
                 f"disk_mb of the embed jobs of {posixpath.dirname(chunk)}: no manifest counts the records of "

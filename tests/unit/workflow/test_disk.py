@@ -225,3 +225,25 @@ def test_a_chunk_in_storage_is_counted_by_the_path_the_workflow_names_it(monkeyp
 @pytest.mark.parametrize(("model", "dim"), [("default", 384), ("/no/such/model", None)])
 def test_the_width_comes_from_the_models_config_where_this_machine_has_it(model, dim):
     assert disk.model_dim(model) == dim
+
+
+def test_a_manifest_that_cannot_be_read_leaves_the_profiles_size_and_says_why():
+    """Snakemake evaluates disk_mb when it schedules the job, and an error there ends the
+    whole run (--keep-going or not: an InputFunctionException, before any job fails), and
+    in the pod, whose Snakemake evaluates it again, fails the job. So a manifest the bucket
+    does not give (a connection error past the client's retries, access denied, a file
+    that is no JSON) leaves the profile's size, with a warning naming the error."""
+
+    def unreadable(path):
+        raise ConnectionError(f"Could not connect to the endpoint URL for {path}")
+
+    warnings = []
+    need = disk.embed_need(
+        disk.ChunkCounts(unreadable),
+        lambda wildcards: {"model": "m", "output_dtype": "float32"},
+        lambda model: 384,
+        warnings.append,
+    )
+    assert need(Wildcards(), [("results/news/chunks/chunk_3.jsonl", 100 * GB)]) == 0
+    assert "could not read the records of chunk_3.jsonl" in warnings[0]
+    assert "ConnectionError: Could not connect" in warnings[0] and "--set-resources" in warnings[0]
