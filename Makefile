@@ -7,10 +7,12 @@ SNAKEMAKE := $(BIN)/snakemake
 CORES ?= all
 # The targets' variables come from the command line (make evaluate-beir DATA=... NAME=...),
 # never from the shell's environment: WSL sets NAME to the host name, and a DATA or MODEL
-# exported for another tool would change what a target runs without a word.
+# exported for another tool would change what a target runs without a word. Emptied and
+# unexported, not `undefine`d, which GNU make 3.81 (macOS's /usr/bin/make) lacks: their
+# defaults below are given as $(or $(X),default), since an empty X counts as set for ?=.
 TARGET_VARS := DATA MODEL NAME ID ARTICLE REFERENCE METHOD STORED SPLIT SPLITTER REFERENCE_FORMAT CHUNKS \
   DROP_IDENTICAL_IDS
-$(foreach v,$(TARGET_VARS),$(if $(filter environment,$(origin $(v))),$(eval undefine $(v))))
+$(foreach v,$(TARGET_VARS),$(if $(filter environment,$(origin $(v))),$(eval $(v) :=)$(eval unexport $(v))))
 # Nothing at run time or in tests downloads from a model hub.
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -171,9 +173,9 @@ bench: setup
 #   [CHUNKS=N|auto] (corpus chunks, embed jobs; default: the config's retrieval.n_chunks)
 # Another split of the same folder writes to the same results/<name>/: give NAME= to keep both.
 # Hits whose doc id equals the query id are dropped, as MTEB does (DROP_IDENTICAL_IDS=false to keep them).
-DROP_IDENTICAL_IDS ?= true
-MODEL ?= default
-evaluate-beir: SPLIT ?= test
+DROP_IDENTICAL_IDS := $(or $(DROP_IDENTICAL_IDS),true)
+MODEL := $(or $(MODEL),default)
+evaluate-beir: SPLIT := $(or $(SPLIT),test)
 evaluate-beir: setup
 	@test -n "$(DATA)" || { echo "usage: make evaluate-beir DATA=<BEIR folder> [MODEL=<name or path>] [NAME=<name>] [SPLIT=<test|dev|train>] [CHUNKS=<n|auto>] [DROP_IDENTICAL_IDS=<true|false>]" >&2; exit 2; }
 	@name="$(or $(NAME),$$(basename "$$(cd "$(DATA)" && pwd)" | tr -c 'A-Za-z0-9_.\n-' '_'))"; \
@@ -193,10 +195,10 @@ evaluate-beir: setup
 # an error, not dropped.
 # CNN/DailyMail highlights are tokenised (" . " between sentences): REFERENCE_FORMAT=tokenised.
 # The last line printed is the metrics JSON path.
-METHOD ?= lead
-REFERENCE_FORMAT ?= prose
-SPLITTER ?= punctuation
-evaluate-summaries: CHUNKS ?= auto
+METHOD := $(or $(METHOD),lead)
+REFERENCE_FORMAT := $(or $(REFERENCE_FORMAT),prose)
+SPLITTER := $(or $(SPLITTER),punctuation)
+evaluate-summaries: CHUNKS := $(or $(CHUNKS),auto)
 evaluate-summaries: setup
 	@test -n "$(DATA)" || { echo "usage: make evaluate-summaries DATA=<jsonl[.gz]> [METHOD=<lead|extractive|abstractive|stored>] [MODEL=<folder or name>] [STORED=<field, a.b or a.*>] [REFERENCE_FORMAT=<prose|tokenised>] [SPLITTER=<punctuation|prose>] [NAME=<name>] [ID=<id field>] [ARTICLE=<article field>] [REFERENCE=<reference field>] [CHUNKS=<n|auto>]" >&2; exit 2; }
 	@name="$(or $(NAME),$$(basename "$(DATA)" | sed 's/\.gz$$//; s/\.jsonl$$//' | tr -c 'A-Za-z0-9_.\n-' '_')-$(METHOD))"; \

@@ -144,3 +144,28 @@ def test_a_targets_variables_come_from_the_command_line_not_the_environment(tmp_
     assert 'name="mine"' in recipe("evaluate-beir", f"DATA={data}", "NAME=mine", "MODEL=m")
     summaries = recipe("evaluate-summaries", f"DATA={data}/dev.jsonl")
     assert "DESKTOP" not in summaries and "uuid" not in summaries and '--id "id"' in summaries
+
+
+def test_the_makefile_uses_no_directive_gnu_make_3_81_lacks(tmp_path):
+    """macOS's /usr/bin/make is GNU make 3.81, which has no `undefine` (3.82): with DATA,
+    NAME or another target variable in the environment, `$(eval undefine NAME)` stopped
+    every target there, `make help` too ("missing separator"). The variables are emptied
+    and unexported instead, as 3.81 can, and the targets' defaults still apply."""
+    makefile = (REPO / "Makefile").read_text()
+    assert not re.search(r"^[^#\n]*\bundefine\b", makefile, flags=re.M)  # a comment may name it
+    shutil.copy(REPO / "Makefile", tmp_path / "Makefile")
+    (tmp_path / "show.mk").write_text(
+        "show:\n\t@echo \"make:[$(NAME)] $(MODEL) $(METHOD) shell:[$${NAME-unset}]\"\n"
+    )
+    env = {**os.environ, "NAME": "DESKTOP-1234", "MODEL": "/elsewhere/model", "METHOD": "stored"}
+    out = subprocess.run(["make", "-f", "Makefile", "-f", "show.mk", "show"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, check=True).stdout
+    assert out == "make:[] default lead shell:[unset]\n"
+    data = tmp_path / "scifact"
+    data.mkdir()
+    beir = subprocess.run(["make", "-n", "-o", "setup", "evaluate-beir", f"DATA={data}"], cwd=tmp_path,
+                          env={**env, "SPLIT": "train"}, capture_output=True, text=True, check=True).stdout
+    assert '--split "test"' in beir and "DESKTOP" not in beir
+    beir = subprocess.run(["make", "-n", "-o", "setup", "evaluate-beir", f"DATA={data}", "SPLIT=dev"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, check=True).stdout
+    assert '--split "dev"' in beir
