@@ -264,21 +264,25 @@ def _escape(text: str) -> str:
 
 def _columns(text: str) -> int:
     """The columns docutils gives `text` in a table or under a title (docutils.utils.
-    column_width): an East Asian wide or fullwidth character takes two, a combining one
-    (an accent written after its letter) none. A key is padded, and a title underlined,
-    by columns, not characters: a stored system's name ("ROUGE 要約") padded by
-    characters ran into the value's column, and docutils showed an error for the table."""
+    column_width): an East Asian wide or fullwidth character takes two, others one, less
+    one for a combining character: an accent written after its letter takes none, and a
+    wide combining mark (U+3099, the voicing mark of Japanese in decomposed form) one, as
+    docutils' tables also count it (a pad after each wide character, combining ones then
+    dropped). A key is padded, and a title underlined, by columns, not characters: a
+    stored system's name ("ROUGE 要約") padded by characters ran into the value's column,
+    and docutils showed an error for the table."""
     return sum(
-        0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text
+        (2 if unicodedata.east_asian_width(ch) in "WF" else 1) - (1 if unicodedata.combining(ch) else 0)
+        for ch in text
     )
 
 
 def _split_at_column(row: str, width: int) -> tuple[str, str] | None:
-    """`row` cut after its first `width` columns (with any combining characters that
+    """`row` cut after its first `width` columns (with any characters of no column that
     follow), or None where a wide character straddles the cut."""
     used = 0
     for i, ch in enumerate(row):
-        if used >= width and not unicodedata.combining(ch):
+        if used >= width and _columns(ch):
             return (row[:i], row[i:]) if used == width else None
         used += _columns(ch)
     return (row, "") if used <= width else None

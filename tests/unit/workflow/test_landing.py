@@ -344,3 +344,17 @@ def test_the_embedding_rates_say_how_many_jobs_ran_at_once(tmp_path):
                         "rates are theirs together, not one job's or one device's")
     one_by_one = rows([(0.0, 10.0), (10.0, 20.0)])["throughput"]  # touching, not overlapping
     assert one_by_one == "10.0 records/s, 100 tokens/s while encoding on cuda:0"
+
+
+def test_a_key_with_a_wide_combining_mark_keeps_the_table_whole():
+    """Japanese in decomposed form (NFD, as macOS writes file names) spells が as か and
+    U+3099, a combining mark that East Asian width calls wide: docutils gives it one
+    column (two, less one for combining), not none. Counted as none, the widest key ran
+    into the value's column, and the page showed "Malformed table" where its table was."""
+    from shardflow.workflow.landing import page_problem
+
+    nfd = "ROUGE まとめか\u3099き"
+    text = render([Section("Summarisation: news", [(nfd, "rouge1 40.00"), ("records in", "2")])])
+    html = publish_parts(text, writer_name="html", settings_overrides={"report_level": 2, "halt_level": 2})["html_body"]
+    assert html.count("<table") == 1 and nfd in html
+    assert page_problem(text) is None
