@@ -29,7 +29,9 @@ How:
   job runs eagerly, with the reason logged and in its stats (`compile`). A failed build
   leaves `<key>.failed.json` beside the package, with its error: later jobs run eagerly
   at once, naming it, instead of each failing the same build (remove it to try again);
-  so does a package built that does not load.
+  so does a package built that does not load. An error of the device while building or
+  loading (out of memory, a CUDA fault: `device_fault`) is neither: the package stays,
+  nothing is recorded, and the next job tries again.
 - Padded batches only: packing keeps its eager path (the engine does not pair them).
 """
 
@@ -149,9 +151,8 @@ class AotForward:
         try:
             found = self.package.stat()
             self._load()
-        except torch.OutOfMemoryError:  # the batch's, not the package's
-            raise
         except Exception as exc:
+            raise_device_fault(exc)  # the device's or the batch's, not the package's
             if how:
                 self._unloadable(exc, found)
             self.logger.warning(
@@ -163,9 +164,8 @@ class AotForward:
             try:
                 found = self.package.stat()
                 self._load()
-            except torch.OutOfMemoryError:
-                raise
             except Exception as again:
+                raise_device_fault(again)
                 self._unloadable(again, found)
         return f"{how}loaded in {time.perf_counter() - t0:.2f} s"
 
@@ -198,7 +198,7 @@ class AotForward:
             try:
                 return self._build(input_ids, mask)
             except Exception as exc:
-                if not isinstance(exc, torch.OutOfMemoryError):  # the batch's, not the build's
+                if not device_fault(exc):  # the device's or the batch's, not the build's
                     self._record_failure(error_line(exc))
                 raise
         finally:
@@ -319,6 +319,29 @@ def load_package(path: Path, device_index: int):
         return aoti_load_package(str(path), device_index=device_index)
     finally:
         codecache.get_device_information = full
+
+
+def device_fault(exc: BaseException) -> bool:
+    """Whether an error is the device's, not a package's or a build's: out of memory
+    (torch's, or AOTInductor's own allocation, a RuntimeError "CUDA error: out of memory")
+    or a CUDA fault (torch.AcceleratorError, or a RuntimeError naming a CUDA error). Taken
+    for a damaged package, it had the package deleted and built again, and the build that
+    did not load either recorded as failed: every later job on every node ran eagerly."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    accelerator_error = getattr(torch, "AcceleratorError", None)  # torch >= 2.8
+    if accelerator_error is not None and isinstance(exc, accelerator_error):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("out of memory" in text.lower() or "CUDA error" in text)
+
+
+def raise_device_fault(exc: Exception) -> None:
+    """Raise `exc` where it is the device's (`device_fault`): torch's out of memory goes to
+    the engine's back-off, which splits the batch; the rest leave the job eager, saying
+    why (the engine's `_aot_start`), the package in place for the next job."""
+    if device_fault(exc):
+        raise exc
 
 
 def _same_file(a: os.stat_result, b: os.stat_result) -> bool:

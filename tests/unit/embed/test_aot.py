@@ -391,3 +391,52 @@ def test_a_package_built_that_does_not_load_is_a_failed_build(tiny, texts, tmp_p
     again, stats = _encode(_params(tiny["bert_mean"], tmp_path, compile=True, compile_mode="aot"), texts)
     assert len(builds) == 2 and np.array_equal(again, eager) and failed.is_file() and not _packages(tmp_path)
     assert "the package built does not load" in stats["compile"], stats["compile"]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError("CUDA error: out of memory"),  # AOTInductor's own allocation, not torch's OutOfMemoryError
+        RuntimeError("CUDA error: an illegal memory access was encountered"),
+        torch.AcceleratorError("CUDA error: unspecified launch failure")
+        if hasattr(torch, "AcceleratorError")
+        else None,
+    ],
+)
+def test_a_device_error_while_loading_leaves_the_package_alone(built, tiny, texts, tmp_path, monkeypatch, error):
+    """A load that fails on the device (out of memory reported as a CUDA error, a CUDA
+    fault) says nothing of the package: it is not deleted, built again or recorded as a
+    failed build, which would make every later job run eagerly."""
+    if error is None:
+        pytest.skip("this torch has no AcceleratorError")
+    mine, pkg = _copy_of(built, tmp_path)
+    whole = pkg.read_bytes()
+    builds, loads = [], []
+    real_load = aot.load_package
+
+    def load_once_failing(path, device_index):
+        loads.append(1)
+        if len(loads) == 1:
+            raise error
+        return real_load(path, device_index)
+
+    monkeypatch.setattr(aot, "load_package", load_once_failing)
+    monkeypatch.setattr(aot.AotForward, "_build", lambda self, ids, mask: builds.append(1) or "built in 0.0 s, ")
+    got, stats = _encode(_params(tiny["bert_mean"], mine, compile=True, compile_mode="aot"), texts)
+    assert not builds and not list((mine / aot.FOLDER).glob("*.failed.json"))
+    assert pkg.read_bytes() == whole
+    assert stats["compile"] == f"off (compile_mode aot failed: {aot.error_line(error)})"
+    np.testing.assert_allclose(got, built[1], atol=2e-6)
+
+
+def test_a_device_error_while_building_is_no_failed_build(tiny, texts, tmp_path, monkeypatch):
+    """A CUDA fault during the build runs the job eagerly but records nothing: the next
+    job builds the package."""
+
+    def fault(self, input_ids, mask):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(aot.AotForward, "_build", fault)
+    _, stats = _encode(_params(tiny["bert_mean"], tmp_path, compile=True, compile_mode="aot"), texts)
+    assert stats["compile"].startswith("off (compile_mode aot failed: RuntimeError: CUDA error"), stats["compile"]
+    assert not list((tmp_path / aot.FOLDER).glob("*.failed.json"))
