@@ -344,23 +344,46 @@ def config_file_nodes(paths: Sequence[str | os.PathLike]) -> list[tuple[str | os
     return nodes
 
 
-def _repeated_in(node: Any, where: str, path: str) -> list[str]:
+def _repeated_in(node: Any, where: str, path: str, seen: set[int] | None = None) -> list[str]:
+    """Keys are compared as the loaded config holds them (`_loaded_key`); merge keys (`<<`,
+    however many) are passed over, as the loader merges every one; a node an alias names
+    again is read once, where it is written."""
+    seen = set() if seen is None else seen
+    if id(node) in seen:
+        return []
+    seen.add(id(node))
     found: list[str] = []
     if isinstance(node, yaml.MappingNode):
-        first: dict[str, int] = {}
+        first: dict[Any, int] = {}
         for key, value in node.value:
             name = key.value if isinstance(key, yaml.ScalarNode) else None
-            if name is not None:
+            if name is not None and key.tag != _MERGE_TAG:
                 line = key.start_mark.line + 1
-                if name in first:
+                same = _loaded_key(key)
+                if same in first:
                     found.append(f"{path}:{line}: {where + ': ' if where else ''}key {name!r} "
-                                 + _REPEATED.format(first=first[name]))
-                first.setdefault(name, line)
-            found += _repeated_in(value, f"{where}.{name}" if where else str(name), path)
+                                 + _REPEATED.format(first=first[same]))
+                first.setdefault(same, line)
+            found += _repeated_in(value, f"{where}.{name}" if where else str(name), path, seen)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            found += _repeated_in(item, f"{where}[{i}]", path)
+            found += _repeated_in(item, f"{where}[{i}]", path, seen)
     return found
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _loaded_key(key: yaml.ScalarNode) -> Any:
+    """A scalar key as the loaded config's dict holds it: `1` and `'1'` are two keys, `1`
+    and `0x1` one (Snakemake loads with PyYAML's safe constructors). A key those cannot
+    read is compared by its tag and text."""
+    try:
+        value = yaml.constructor.SafeConstructor().construct_object(key)
+        hash(value)
+        return value
+    except Exception:  # noqa: BLE001 - an unusual key is still compared, as written
+        return (key.tag, key.value)
 
 
 def non_finite_numbers(config: Any) -> list[str]:

@@ -174,3 +174,26 @@ def test_a_key_written_twice_anywhere_in_a_config_file_is_named_with_both_lines(
     ]
     shipped = sorted(str(p) for p in (REPO / "config").rglob("*.yaml"))
     assert shipped and repeated_keys(shipped) == []
+
+
+def test_repeated_keys_are_keys_the_loaded_config_holds_once(tmp_path):
+    """Keys compared as the loaded config holds them: YAML merge keys (`<<`, one or two
+    in a mapping) merge every mapping named and drop nothing; `1` and `'1'` are two keys;
+    `1` and `0x1` are one. Keys of an anchored mapping are reported once, where written."""
+    from shardflow.core.config import repeated_keys
+
+    path = tmp_path / "my.yaml"
+    path.write_text(
+        "base: &base\n  a: 1\n  b: 2\n"
+        "x:\n  <<: *base\n  a: 3\n"
+        "y:\n  <<: *base\n  <<: {c: 1}\n"
+        "z:\n  1: one\n  '1': uno\n"
+    )
+    assert repeated_keys([path]) == []
+    path.write_text("base: &base\n  a: 1\n  a: 2\nx:\n  <<: *base\nz:\n  1: one\n  0x1: uno\n")
+    assert repeated_keys([path]) == [
+        f"{path}:3: base: key 'a' is written again (first at line 2): YAML keeps the last and drops the first "
+        "without a word; write it once",
+        f"{path}:8: z: key '0x1' is written again (first at line 7): YAML keeps the last and drops the first "
+        "without a word; write it once",
+    ]
