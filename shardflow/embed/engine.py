@@ -620,20 +620,25 @@ class Encoder:
                 "token to it: there is no token to pool (set a prompt, or use a model whose "
                 "tokenizer adds one, as BERT's [CLS]/[SEP] or Qwen3's end-of-text)"
             )
+        no_special = ", and this tokenizer adds no special token after the text"
         if self.truncate and n_tokens >= self.max_length:
             what = f"is cut at max_length ({self.max_length} tokens) within the prompt"
             fix = "raise embedding.max_length, or shorten the prompt"
+            no_special = ""  # what it adds after the text is cut off with it
         elif not text:
             what = "is empty"
             fix = "remove the record, or use a model whose tokenizer ends every text with a special token"
         else:  # byte-level BPE reads a one-word text into the prompt's trailing space ("Query: " + "a")
             what = "gives no token of its own (the tokenizer reads it into the prompt's last token, or as nothing)"
             fix = "remove the record, or use a prompt or a model that leaves it a token of its own"
+        if set(self.spec.pooling) == {"cls"}:
+            st_gives = "the vector of the first token of its padded batch (a pad or the prompt's first token)"
+        else:
+            st_gives = "a vector of zeros (NaN with max pooling)"
         return (
             f"text {row} of this job (0-based) {what}, so its {n_tokens} tokens are all the prompt's, which this "
-            "model's Pooling excludes (include_prompt: false), and this tokenizer adds no special token after "
-            "the text: there is no token to pool (sentence-transformers gives a vector of zeros, NaN with max "
-            f"pooling, which no search finds; {fix})"
+            f"model's Pooling excludes (include_prompt: false){no_special}: there is no token of its own to pool "
+            f"(sentence-transformers gives {st_gives}, which no search tells from any other such text; {fix})"
         )
 
     # ---- forward --------------------------------------------------------------------

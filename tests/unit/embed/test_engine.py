@@ -867,6 +867,19 @@ def test_a_text_whose_tokens_are_all_the_excluded_prompt_is_an_error_naming_it(t
         short.encode(["a long enough text"])
 
 
+def test_the_nothing_to_pool_error_says_what_sentence_transformers_gives_for_cls_pooling(tiny, tmp_path):
+    """cls pooling reads the first unmasked token, and with the prompt excluded from a text
+    that has none of its own that is the first token of the padded batch, a pad or the
+    prompt's first token: the message said zeros, which is max and mean pooling's."""
+    model = copy_model(tiny["qwen_last"], tmp_path / "cls", pooling={"pooling_mode": "cls", "include_prompt": False})
+    tokenizer = json.loads((model / "tokenizer.json").read_text())
+    tokenizer["post_processor"] = None
+    (model / "tokenizer.json").write_text(json.dumps(tokenizer))
+    with pytest.raises(ValueError, match=r"sentence-transformers gives the vector of the first token of its padded "
+                       r"batch \(a pad or the prompt's first token\)"):
+        load_encoder(params(model)).encode(["b c", ""])
+
+
 def test_falls_back_when_sdpa_is_unsupported(tiny, texts, monkeypatch, caplog):
     from transformers import AutoModel
 
