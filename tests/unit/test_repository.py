@@ -157,7 +157,10 @@ def test_the_makefile_uses_no_directive_gnu_make_3_81_lacks(tmp_path):
     (tmp_path / "show.mk").write_text(
         "show:\n\t@echo \"make:[$(NAME)] $(MODEL) $(METHOD) shell:[$${NAME-unset}]\"\n"
     )
-    env = {**os.environ, "NAME": "DESKTOP-1234", "MODEL": "/elsewhere/model", "METHOD": "stored"}
+    # As typed in a shell: not a sub-make of `make test` (MAKELEVEL, MAKEFLAGS), which prints
+    # "Entering directory" lines and passes the parent's flags on.
+    shell = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    env = {**shell, "NAME": "DESKTOP-1234", "MODEL": "/elsewhere/model", "METHOD": "stored"}
     out = subprocess.run(["make", "-f", "Makefile", "-f", "show.mk", "show"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, check=True).stdout
     assert out == "make:[] default lead shell:[unset]\n"
