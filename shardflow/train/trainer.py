@@ -92,7 +92,8 @@ RESUMABLE_KEYS = ("max_iters", "checkpoint_interval", "compile_cache")
 # L40S", "Tesla T4"); first match wins (`peak_bf16_tflops`). V100 and T4 have no bf16:
 # their fp16 tensor peak. A GPU not listed (A10G, RTX cards) has no MFU. GH200 (Grace
 # Hopper) holds an H100-class GPU: no longer matched by "H200" inside its name.
-PEAK_BF16_TFLOPS = {"GH200": 989.0, "H200": 989.0, "H100 SXM": 989.0, "H100 80GB HBM3": 989.0, "H100": 756.0,
+PEAK_BF16_TFLOPS = {"GH200": 989.0, "H200": 989.0, "H100 SXM": 989.0, "H100 80GB HBM3": 989.0,
+                    "H100 NVL": 835.0, "H100": 756.0,
                     "A100": 312.0, "L40S": 362.0, "L40": 181.0, "L4": 121.0, "A10": 125.0, "V100": 125.0,
                     "T4": 65.0}
 

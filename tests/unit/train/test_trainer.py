@@ -126,7 +126,7 @@ def test_lr_schedule_warms_up_then_decays_to_min_lr():
 
 
 @pytest.mark.parametrize("name, peak", [
-    ("NVIDIA H100 80GB HBM3", 989.0), ("NVIDIA H100 SXM5 80GB", 989.0), ("NVIDIA H100 PCIe", 756.0),
+    ("NVIDIA H100 80GB HBM3", 989.0), ("NVIDIA H100 SXM5 80GB", 989.0), ("NVIDIA H100 PCIe", 756.0), ("NVIDIA H100 NVL", 835.0),
     ("NVIDIA H200", 989.0), ("NVIDIA GH200 480GB", 989.0), ("NVIDIA A100-SXM4-80GB", 312.0), ("NVIDIA L40S", 362.0), ("NVIDIA L40", 181.0),
     ("NVIDIA L4", 121.0), ("NVIDIA A10", 125.0), ("NVIDIA A10G", None), ("Tesla V100-SXM2-16GB", 125.0),
     ("Tesla T4", 65.0), ("NVIDIA GeForce RTX 4090", None),
