@@ -147,12 +147,8 @@ class AotForward:
         if not self.package.is_file():
             how = self._build_once(input_ids, mask)
         t0 = time.perf_counter()
-        found = None
-        try:
-            found = self.package.stat()
-            self._load()
-        except Exception as exc:
-            raise_device_fault(exc)  # the device's or the batch's, not the package's
+        found, exc = self._try_load()
+        if exc is not None:
             if how:
                 self._unloadable(exc, found)
             self.logger.warning(
@@ -160,14 +156,23 @@ class AotForward:
             )
             how = f"did not load ({error_line(exc)}), " + self._build_once(input_ids, mask, broken=found)
             t0 = time.perf_counter()
-            found = None
-            try:
-                found = self.package.stat()
-                self._load()
-            except Exception as again:
-                raise_device_fault(again)
+            found, again = self._try_load()
+            if again is not None:
                 self._unloadable(again, found)
         return f"{how}loaded in {time.perf_counter() - t0:.2f} s"
+
+    def _try_load(self) -> tuple[os.stat_result | None, Exception | None]:
+        """Load the package: (its file's stat, None), or (the stat where there was a file,
+        the error) where it does not load. A device's error (or the batch's) says nothing
+        of the package and is raised (raise_device_fault)."""
+        found = None
+        try:
+            found = self.package.stat()
+            self._load()
+        except Exception as exc:
+            raise_device_fault(exc)
+            return found, exc
+        return found, None
 
     def _build_once(
         self, input_ids: torch.Tensor, mask: torch.Tensor | None, broken: os.stat_result | None = None
