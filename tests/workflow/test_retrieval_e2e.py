@@ -1,6 +1,6 @@
-"""A small synthetic BEIR set through the real retrieval workflow, the reproduction
-check failing loudly when an expected value changes, MS MARCO files, make
-evaluate-beir, and retrieval sweeps run for real (shared embeddings, their cost)."""
+"""A small synthetic BEIR set through the real retrieval workflow with two retrieval
+sweeps (shared embeddings, their cost), the reproduction check failing loudly when an
+expected value changes, MS MARCO files, and make evaluate-beir."""
 
 import json
 import os
@@ -40,7 +40,20 @@ def beir(tmp_path_factory, demo_texts):
     return folder
 
 
-def _config(workdir, folder, expect_ndcg):
+# Two retrieval sweeps run with the main run (one workflow run for both tests that read
+# it): `topk` varies only what the search reads, so both its points read the main run's
+# embeddings; `len` truncates the documents, so its point embeds a set of its own under
+# sweeps/_embeddings.
+SWEEPS = {
+    "topk": {"stage": "retrieval", "grid": {"retrieval.top_k": [100, 200]}, "seeds": [0],
+             "metrics": {"ndcg_at_10": "max"}},
+    "len": {"stage": "retrieval", "grid": {"embedding.max_length": [16]}, "seeds": [0],
+            "metrics": {"ndcg_at_10": "max"}},
+}
+REPRODUCTION = "results/tiny/reproduction.json"
+
+
+def _config(workdir, folder, expect_ndcg, **extra):
     return write_config(
         workdir / "config.yaml",
         retrieval={"path": str(folder), "name": "tiny", "n_chunks": 2, "top_k": 100},
@@ -49,6 +62,7 @@ def _config(workdir, folder, expect_ndcg):
             "name": "tiny-check",
             "expect": {"metrics": {"ndcg_at_10": {"value": expect_ndcg, "tolerance": 0.001}}},
         },
+        **extra,
     )
 
 
@@ -67,9 +81,37 @@ def test_dry_run_shows_the_retrieval_dag_before_data(tmp_path, beir):
     assert counts["retrieval_prepare"] == counts["retrieval_queries"] == counts["retrieval_qrels"] == 1
 
 
-def test_metrics_through_the_workflow_and_reproduction_check(tmp_path, beir):
-    cfg = _config(tmp_path, beir, _expected_ndcg())
-    snakemake(tmp_path, "results/tiny/reproduction.json", "--cores", "2", "--configfile", str(cfg))
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, beir):
+    """The main run to its reproduction check, and both sweeps, in one Snakemake run."""
+    workdir = tmp_path_factory.mktemp("retrieval")
+    cfg = _config(workdir, beir, _expected_ndcg(), sweeps=SWEEPS)
+    targets = [REPRODUCTION, *(f"results/sweeps/{s}/summary.parquet" for s in SWEEPS)]
+    snakemake(workdir, *targets, "--cores", "2", "--configfile", str(cfg))
+    return workdir, cfg
+
+
+def test_retrieval_sweeps_read_shared_embeddings_and_count_each_job_once(run):
+    """Each sweep's cost.json counts every job it read once, by where it came from."""
+    import pandas as pd
+
+    tmp_path, _ = run
+    main = json.loads((tmp_path / "results/tiny/retrieval/metrics.json").read_text())
+    topk = pd.read_parquet(tmp_path / "results/sweeps/topk/summary.parquet")
+    assert topk["ndcg_at_10_mean"].tolist() == pytest.approx([main["ndcg_at_10"]] * 2, abs=1e-12)
+    shared = sorted(p.parent.name for p in (tmp_path / "results/sweeps/_embeddings/tiny").glob("*/*/"))
+    assert shared == ["corpus", "queries"], shared  # one set of each, for max_length 16
+
+    cost = json.loads((tmp_path / "results/sweeps/topk/cost.json").read_text())
+    # The main run's two embed jobs, merge and embed_queries once; the two points' evaluations.
+    assert (cost["by_origin"]["main_run"]["jobs"], cost["by_origin"]["sweep"]["jobs"], cost["jobs"]) == (4, 2, 6)
+    assert cost["summed_over_runs"]["wall_time_s"] > cost["wall_time_s"]  # the runs table counts them twice
+    cost = json.loads((tmp_path / "results/sweeps/len/cost.json").read_text())
+    assert (cost["by_origin"]["shared"]["jobs"], cost["by_origin"]["sweep"]["jobs"], cost["by_origin"]["main_run"]["jobs"]) == (4, 1, 0)
+
+
+def test_metrics_through_the_workflow_and_reproduction_check(run, beir):
+    tmp_path, cfg = run
     metrics = json.loads((tmp_path / "results/tiny/retrieval/metrics.json").read_text())
     assert set(metrics) >= {"ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10", "map_at_10"}
     assert metrics["ndcg_at_10"] == pytest.approx(_expected_ndcg(), abs=1e-6)
@@ -104,7 +146,7 @@ def test_metrics_through_the_workflow_and_reproduction_check(tmp_path, beir):
         assert set(job_counts(dry.stdout)) - {"total"} == reruns, f"{name} + {line!r}\n{dry.stdout[-3000:]}"
 
     # Change the expectation: the check reruns (params changed) and fails with a table.
-    bad = _config(tmp_path, beir, 0.5)
+    bad = _config(tmp_path, beir, 0.5, sweeps=SWEEPS)
     proc = snakemake(
         tmp_path, "results/tiny/reproduction.json", "--cores", "2", "--configfile", str(bad), check=False
     )
@@ -204,39 +246,3 @@ def test_msmarco_files_through_the_workflow(tmp_path, beir):
     assert metrics["mrr_at_10"] == pytest.approx(1.0)
     files = assert_no_secrets(tmp_path)  # fake credentials in its environment, none in its files
     assert any(f.name == "metrics.json" for f in files)
-
-
-def test_retrieval_sweeps_read_shared_embeddings_and_count_each_job_once(tmp_path, beir):
-    """Two retrieval sweeps run for real with the main run: `topk` varies only what the
-    search reads, so both its points read the main run's embeddings; `len` truncates the
-    documents, so its point embeds a set of its own under sweeps/_embeddings. Each
-    sweep's cost.json counts every job it read once, by where it came from."""
-    import pandas as pd
-
-    sweeps = {
-        "topk": {"stage": "retrieval", "grid": {"retrieval.top_k": [100, 200]}, "seeds": [0],
-                 "metrics": {"ndcg_at_10": "max"}},
-        "len": {"stage": "retrieval", "grid": {"embedding.max_length": [16]}, "seeds": [0],
-                "metrics": {"ndcg_at_10": "max"}},
-    }
-    cfg = write_config(
-        tmp_path / "config.yaml",
-        retrieval={"path": str(beir), "name": "tiny", "n_chunks": 1, "top_k": 100},
-        resources={"embed": {"threads": 2}, "embed_queries": {"threads": 2}},
-        sweeps=sweeps,
-    )
-    targets = ["results/tiny/retrieval/metrics.json", *(f"results/sweeps/{s}/summary.parquet" for s in sweeps)]
-    snakemake(tmp_path, *targets, "--cores", "2", "--configfile", str(cfg))
-
-    main = json.loads((tmp_path / "results/tiny/retrieval/metrics.json").read_text())
-    topk = pd.read_parquet(tmp_path / "results/sweeps/topk/summary.parquet")
-    assert topk["ndcg_at_10_mean"].tolist() == pytest.approx([main["ndcg_at_10"]] * 2, abs=1e-12)
-    shared = sorted(p.parent.name for p in (tmp_path / "results/sweeps/_embeddings/tiny").glob("*/*/"))
-    assert shared == ["corpus", "queries"], shared  # one set of each, for max_length 16
-
-    cost = json.loads((tmp_path / "results/sweeps/topk/cost.json").read_text())
-    # The main run's embed, merge and embed_queries once; the two points' evaluations.
-    assert (cost["by_origin"]["main_run"]["jobs"], cost["by_origin"]["sweep"]["jobs"], cost["jobs"]) == (3, 2, 5)
-    assert cost["summed_over_runs"]["wall_time_s"] > cost["wall_time_s"]  # the runs table counts them twice
-    cost = json.loads((tmp_path / "results/sweeps/len/cost.json").read_text())
-    assert (cost["by_origin"]["shared"]["jobs"], cost["by_origin"]["sweep"]["jobs"], cost["by_origin"]["main_run"]["jobs"]) == (3, 1, 0)
