@@ -937,16 +937,6 @@ def sweep_spec_record(wildcards):
     return SWEEPS_BY_FOLDER[wildcards.sweep].tables_record()
 
 
-def write_sweep_spec(path, record, log):
-    from shardflow.core.atomic import write_json
-
-    write_json(path, record)
-    with open(log, "w", encoding="utf-8") as fh:
-        fh.write(
-            f"sweep {record['name']}: {len(record['points'])} points, metrics {record['metrics']}\n"
-        )
-
-
 def sweep_folder(name):
     return f"results/sweeps/{SWEEPS[name].folder}"
 

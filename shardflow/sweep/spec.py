@@ -268,6 +268,16 @@ def load_yaml(path: str) -> Any:
         return yaml.load(fh, Loader=FAST_SAFE_LOADER)
 
 
+def write_tables_record(path: str, record: Mapping[str, Any], log: str) -> None:
+    """Rule sweep_spec: a sweep's `tables_record` -> spec.json (atomically), and one line
+    in the job's log naming its points and metrics."""
+    from shardflow.core.atomic import write_json
+
+    write_json(path, record)
+    with open(log, "w", encoding="utf-8") as fh:
+        fh.write(f"sweep {record['name']}: {len(record['points'])} points, metrics {record['metrics']}\n")
+
+
 def expand_grid(grid: Mapping[str, list]) -> list[dict[str, Any]]:
     """Every combination, in the order written: the last key varies fastest."""
     keys = list(grid)

@@ -379,3 +379,17 @@ def test_a_sweep_defined_in_two_config_files_is_named_with_both(tmp_path):
     same.write_text(a.read_text())
     assert sweeps_in_files([a, seeds, a, same]) == []
     assert sweeps_in_files([tmp_path / "missing.yaml", a]) == []  # left to Snakemake's own loader
+
+
+def test_the_tables_record_is_written_as_json_with_one_log_line(tmp_path, spec):
+    import json
+
+    from shardflow.sweep.spec import write_tables_record
+
+    record = spec.tables_record()
+    write_tables_record(str(tmp_path / "spec.json"), record, str(tmp_path / "spec.log"))
+    assert json.loads((tmp_path / "spec.json").read_text()) == json.loads(json.dumps(record))
+    assert (tmp_path / "spec.log").read_text() == (
+        "sweep lr-depth: 4 points, metrics [['best_val_loss', 'min']]\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.json", "spec.log"]  # no temporary left
