@@ -3,7 +3,7 @@ server (SeaweedFS) and the Kubernetes API server stand-in (not a cluster).
 
 Two workflows go through those paths:
 - the real one (the repo's Snakefile: split -> embed_<i> -> merge -> verify) on 30 real
-  documents in 3 chunks, compared bit for bit with one local run (`real_local`);
+  documents in 2 chunks, compared bit for bit with one local run (`real_local`);
 - the tiny stand-in workflow of tests/support/cluster_workflow/, only where a test needs
   what the real one cannot do on demand: a chunk that fails (always, or once).
 
@@ -44,7 +44,7 @@ OUTPUTS = ["embeddings/a.json", "embeddings/b.json", "embeddings/c.json", "merge
 # The real workflow: data set name, target, and the files that must be byte-identical
 # on every path (the merged matrix and its ids; the chunks too, where compared).
 DATASET = "cluster"
-N_CHUNKS = 3
+N_CHUNKS = 2
 CORPUS_DOCS = 30
 TARGET = f"results/{DATASET}/verification.json"  # through verify; the report is skipped
 MERGED = [f"results/{DATASET}/embeddings.npy", f"results/{DATASET}/ids.parquet"]
