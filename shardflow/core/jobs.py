@@ -44,6 +44,23 @@ class EngineCounters:
         return count / max(self.seconds, 1e-9)
 
 
+# What a chunk job's last attempt computed itself, by stage (EngineCounters' subclasses,
+# and the extractive summariser's record); the rest of its `items` came from the resume
+# parts of an earlier, killed attempt, whose time the job's `seconds` do not hold.
+COMPUTED_ITEMS_KEYS = ("items_embedded", "items_generated")
+
+
+def items_computed(stats: dict) -> int:
+    """The records a chunk job's last attempt computed (`COMPUTED_ITEMS_KEYS`): what its
+    `seconds` measure, and so what a rate counts. A record with none of those keys (lead
+    summaries, which keep no parts, and records from before the keys) computed all of
+    its `items`."""
+    for key in COMPUTED_ITEMS_KEYS:
+        if key in stats:
+            return stats[key]
+    return stats.get("items", 0)
+
+
 def read_benchmark(path: str | os.PathLike) -> dict:
     """One Snakemake benchmark TSV (the last repeat) as floats where possible."""
     with open(path, newline="") as fh:

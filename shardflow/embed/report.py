@@ -17,7 +17,7 @@ import numpy as np
 from shardflow.core.atomic import write_json
 from shardflow.core.figures import plot_throughput, plot_timeline, pyplot, save_figure
 from shardflow.core.files import read_json
-from shardflow.core.jobs import job_costs, peak_gpu_memory, priced, read_job_table
+from shardflow.core.jobs import items_computed, job_costs, peak_gpu_memory, priced, read_job_table
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +107,8 @@ def chunk_totals(stats: list[dict], benches: list[dict]) -> dict:
     rows (counting the others would make the run look cheaper)."""
     return {
         "records": sum(s["items"] for s in stats),
-        "computed": sum(s.get("items_embedded", s["items"]) for s in stats),
-        "paid": sum(s["items"] if s.get("earlier_attempts") else s.get("items_embedded", s["items"]) for s in stats),
+        "computed": sum(items_computed(s) for s in stats),
+        "paid": sum(s["items"] if s.get("earlier_attempts") else items_computed(s) for s in stats),
         "tokens": sum(s["tokens"] for s in stats),
         "costs": job_costs(stats, benches),
     }

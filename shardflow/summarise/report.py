@@ -21,7 +21,7 @@ import numpy as np
 from shardflow.core.atomic import write_json
 from shardflow.core.figures import plot_throughput, plot_timeline, pyplot, save_figure
 from shardflow.core.files import read_json
-from shardflow.core.jobs import job_costs, peak_gpu_memory, priced, read_job_table
+from shardflow.core.jobs import items_computed, job_costs, peak_gpu_memory, priced, read_job_table
 from shardflow.summarise.records import iter_summaries
 
 log = logging.getLogger(__name__)
@@ -42,9 +42,13 @@ def run_summary(
     costs = job_costs(stats, benches)
     words = bool(stats) and all(s.get("method") in ("lead", "extractive") for s in stats)
     records = sum(s["items"] for s in stats)
+    # A job resumed from an earlier attempt's parts summarised only the rest: its time,
+    # and so the rate, cover what it summarised (core.jobs.items_computed).
+    computed = sum(items_computed(s) for s in stats)
     inp, out = (int(total) for total in lengths.sum(axis=0))
     return {
         "records": records,
+        "records_resumed": records - computed,
         "rejected_records": manifest.get("rejected_records", 0),
         "chunks": len(stats),
         "input_tokens": inp,
@@ -54,7 +58,7 @@ def run_summary(
         "truncated_inputs": sum(s.get("truncated", 0) for s in stats),
         "summarise_wall_time_s": round(costs["wall_time_s"], 3),
         "summarise_job_seconds": round(costs["job_seconds"], 3),
-        "items_per_s": round(records / costs["wall_time_s"], 3),
+        "items_per_s": round(computed / costs["wall_time_s"], 3),
         "devices": costs["devices"],
         "gpu_hours": round(costs["gpu_hours"], 6),
         "estimated_cost": round(priced(costs["gpu_hours"], params.gpu_hour_price)["estimated_cost"], 6),

@@ -60,7 +60,7 @@ def select_chunk(
     manifest = {"n_texts": len(texts), "texts_sha256": texts_fingerprint(texts), "identity": digest(identity)}
     store = PartStore(folder, manifest, device=device, job=logical_path(out_path)).open()
     records: list[dict] = []
-    resumed = 0
+    resumed = generated = 0
     for part, a in enumerate(range(0, len(texts), params.window)):
         window = texts[a : a + params.window]
         done = store.load_records(part, len(window))
@@ -76,6 +76,7 @@ def select_chunk(
                 for text, s in zip(window, sentences, strict=True)
             ]
             store.save_records(part, done)
+            generated += len(window)
         else:
             resumed += 1
         records.extend(done)
@@ -90,9 +91,10 @@ def select_chunk(
         "input_tokens": sum(r["input_tokens"] for r in records),
         "output_tokens": sum(r["output_tokens"] for r in records),
         "truncated": 0,
+        "items_generated": generated,  # the rest came from an earlier attempt's parts
         "resumed_parts": resumed,
         "seconds": seconds,
-        "items_per_s": len(texts) / max(seconds, 1e-9),
+        "items_per_s": generated / max(seconds, 1e-9),
         "start_unix": start_unix,
         "end_unix": time.time(),
         "device": device,

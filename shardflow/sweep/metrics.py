@@ -73,8 +73,8 @@ EMBED_AGREEMENT = ("agreement.cosine_min", "agreement.cosine_mean", "agreement.c
 # references reads: no sweep job writes it. Its earlier_attempt_devices are keyed by the
 # devices killed attempts ran on, which the data decides, not the config: not listed.
 SUMMARY_REPORT = (
-    "records", "rejected_records", "chunks", "input_tokens", "summary_tokens", "compression_ratio", "truncated_inputs",
-    "summarise_wall_time_s", "summarise_job_seconds", "items_per_s", "gpu_hours", "estimated_cost", "earlier_attempts",
+    "records", "records_resumed", "rejected_records", "chunks", "input_tokens", "summary_tokens", "compression_ratio",
+    "truncated_inputs", "summarise_wall_time_s", "summarise_job_seconds", "items_per_s", "gpu_hours", "estimated_cost", "earlier_attempts",
     "earlier_attempt_seconds", "earlier_attempt_gpu_hours", "peak_gpu_mem_mib", "peak_gpu_mem_reserved_mib",
     "peak_gpu_mem_chunk", "peak_gpu_mem_unrecorded",
 )

@@ -80,7 +80,7 @@ import yaml
 
 from shardflow.core.config import canonical_order, load_schema, validate_config
 from shardflow.core.files import GZIP_MAGIC, read_json
-from shardflow.core.jobs import priced, read_benchmark, read_job_table
+from shardflow.core.jobs import items_computed, priced, read_benchmark, read_job_table
 from shardflow.core.models import same_model
 from shardflow.corpus.readers import ReaderOptions, detect_format
 from shardflow.sweep import parse_sweeps
@@ -405,7 +405,7 @@ def _devices(stats: list[dict]) -> str:
 def run_rate(run: Run) -> tuple[float, float | None] | None:
     """(records per second of a job's compute, mean seconds per job beyond it: None
     without benchmarks)."""
-    done = sum(s.get("items_embedded", s.get("items", 0)) for s in run.stats)
+    done = sum(items_computed(s) for s in run.stats)
     seconds = sum(s.get("seconds", 0.0) for s in run.stats)
     if done <= 0 or seconds <= 0:
         return None

@@ -844,6 +844,7 @@ class Stage:
 NUMERIC_STATS = (
     "items",
     "items_embedded",
+    "items_generated",
     "seconds",
     "wall_seconds",
     "parts",

@@ -141,3 +141,11 @@ def test_a_stages_peak_gpu_memory_is_its_largest_jobs_with_its_chunk():
     assert peak_gpu_memory([old])["peak_gpu_mem_mib"] is None
     got = peak_gpu_memory([*gpu, old])
     assert (got["peak_gpu_mem_mib"], got["peak_gpu_mem_unrecorded"]) == (1200.5, 1)
+
+
+def test_a_jobs_rate_counts_what_its_last_attempt_computed():
+    from shardflow.core.jobs import items_computed
+
+    assert items_computed({"items": 10, "items_embedded": 4}) == 4  # an embed job that resumed 6 rows
+    assert items_computed({"items": 10, "items_generated": 0}) == 0  # a summarise job that resumed them all
+    assert items_computed({"items": 10, "method": "lead"}) == 10  # lead keeps no parts

@@ -106,6 +106,9 @@ def test_extractive_job_resumes_from_finished_parts(tmp_path):
     assert stats["resumed_parts"] == 1
     assert out.read_bytes() == ref_out.read_bytes()
     assert enc.calls == sum(len(a.split(". ")) for a in texts[2:] if len(a.split(". ")) > 2)  # docs > k sentences only
+    # Its rate counts the 4 documents it summarised, not the 2 its parts resumed.
+    assert stats["items"] == 6 and stats["items_generated"] == 4
+    assert stats["items_per_s"] == pytest.approx(4 / stats["seconds"])
 
 
 def test_an_extractive_job_records_the_peak_gpu_memory_of_its_encoders_device(tmp_path, monkeypatch):
@@ -317,6 +320,9 @@ def test_report_totals_count_every_document_whatever_a_job_resumed(tmp_path):
     s = build_report(str(jobs), str(manifest), str(summaries), outputs, SummaryReportParams())
     assert (s["records"], s["input_tokens"], s["summary_tokens"]) == (4, 406, 46)
     assert s["compression_ratio"] == round(46 / 406, 6)
+    # The rate is over the documents the jobs summarised (2 in 11 s of wall time), as the
+    # embedding report's: chunk 1's resumed documents took its killed attempt's time.
+    assert (s["records_resumed"], s["items_per_s"]) == (2, round(2 / 11, 3))
     assert json.loads((tmp_path / "summary.json").read_text())["summary_tokens"] == 46
     assert s["length_unit"] == "tokens"  # an abstractive job's stats name no method: a model's tokens
     lead = [{**st, "method": "lead"} for st in stats]

@@ -686,3 +686,13 @@ def test_what_is_left_counts_merged_temp_vectors_and_finished_sweep_jobs_as_done
     outputs_of("sweep_embed_chunk", sweep="tb", point=b, seed=0, chunk=1)
     swept = row(run(cfg), "embed", "sweep tb")
     assert swept.done == [True, True, False, True] and swept.left_gpu_hours == pytest.approx(swept.gpu_hours / 4)
+
+
+def test_a_resumed_summarise_job_measures_the_documents_it_summarised():
+    """Its `seconds` are its last attempt's; the documents its parts resumed took the
+    killed attempt's time: counted, they made the measured rate (estimate and status)
+    five times too fast here."""
+    stats = {"items": 100, "items_generated": 20, "seconds": 10.0, "device": "cuda:0"}
+    run = est.Run("results/ds/summarise", [stats], [{"s": 12.0}])
+    rate, overhead = est.run_rate(run)
+    assert rate == pytest.approx(2.0) and overhead == pytest.approx(2.0)

@@ -665,7 +665,7 @@ def test_a_reproduction_of_summaries_without_references_is_checked_by_the_names_
     (line,) = plan.unknown_reproduction_metrics(expecting(config, ["compression_ratio_mean"]), plan.datasets(config))
     assert line.startswith("reproduce.expect.metrics: 'compression_ratio_mean' is not a metric of "
                            "results/demo/summarise/report/summary.json; did you mean 'compression_ratio'? "
-                           "(its metrics: records, rejected_records, chunks, ")
+                           "(its metrics: records, records_resumed, rejected_records, chunks, ")
     config["summarise"]["method"] = "lead"  # its jobs run on the CPU: no peak GPU memory
     (line,) = plan.unknown_reproduction_metrics(expecting(config, ["peak_gpu_mem_mib"]), plan.datasets(config))
     assert "'peak_gpu_mem_mib' is not a metric of results/demo/summarise/report/summary.json" in line
