@@ -371,12 +371,14 @@ def _slurm_usable() -> bool:
     return probe.returncode == 0
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def slurm_cluster():
     """A one-node SLURM cluster with 4 fake GPUs, partition `ci` (.ci/slurm.sh).
 
     Started (and installed with apt, if needed) when not already up; stopped again
-    at the end only if this session started it."""
+    at the end of the module (test_slurm.py holds every SLURM test) only if this module
+    started it. At the session's end instead, the daemons' shutdown (5 to 8 s) was the
+    last thing its pytest-xdist worker did, at the end of the run."""
     if _slurm_usable():
         yield "ci"
         return
