@@ -126,9 +126,34 @@ def _schema_words(schema: dict) -> str:
 FAST_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def load_schema(path: str | os.PathLike) -> dict:
+def read_yaml(path: str | os.PathLike, *, node: bool = False) -> Any:
+    """The one YAML document of a UTF-8 file: its value as yaml.safe_load reads it, or with
+    `node` its node (which keeps each key's line, and keys written twice).
+
+    Read with FAST_SAFE_LOADER; what libyaml refuses is read again with PyYAML's own
+    parser, which Snakemake's config loader uses, so that no file Snakemake reads is
+    refused here: libyaml refuses an escaped UTF-16 surrogate ("\\ud83d\\ude80", as
+    json.dump writes a character beyond U+FFFF) and a byte-order mark that starts a later
+    line. A file neither reads raises PyYAML's error, naming the file and line."""
+    if FAST_SAFE_LOADER is not yaml.SafeLoader:
+        try:
+            return _read_yaml_with(FAST_SAFE_LOADER, path, node)
+        except yaml.YAMLError:
+            pass  # read again with PyYAML's own parser, below
+    return _read_yaml_with(yaml.SafeLoader, path, node)
+
+
+def _read_yaml_with(loader_class: type, path: str | os.PathLike, node: bool) -> Any:
     with open(path, encoding="utf-8") as fh:
-        return yaml.load(fh, Loader=FAST_SAFE_LOADER)
+        loader = loader_class(fh)
+        try:
+            return loader.get_single_node() if node else loader.get_single_data()
+        finally:
+            loader.dispose()
+
+
+def load_schema(path: str | os.PathLike) -> dict:
+    return read_yaml(path)
 
 
 # Keys that moved when the embedding section was split into what the stage computes
@@ -340,12 +365,7 @@ def config_file_nodes(paths: Sequence[str | os.PathLike]) -> list[tuple[str | os
             continue
         seen.add(real)
         try:
-            with open(path, encoding="utf-8") as fh:
-                loader = FAST_SAFE_LOADER(fh.read())
-            try:
-                nodes.append((path, loader.get_single_node()))
-            finally:
-                loader.dispose()
+            nodes.append((path, read_yaml(path, node=True)))
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             continue
     return nodes

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from shardflow.core.config import FAST_SAFE_LOADER, YAML11_FLOAT, config_file_nodes
+from shardflow.core.config import YAML11_FLOAT, config_file_nodes, read_yaml
 from shardflow.sweep.paths import (
     KEY_REGEX,
     case_collisions,
@@ -260,12 +260,9 @@ def merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict:
 
 
 def load_yaml(path: str) -> Any:
-    """A YAML file's value, read as yaml.safe_load reads it (libyaml's parser: faster, and
-    a syntax error names the file, line and column as PyYAML's does)."""
-    import yaml
-
-    with open(path, encoding="utf-8") as fh:
-        return yaml.load(fh, Loader=FAST_SAFE_LOADER)
+    """A YAML file's value, read as yaml.safe_load reads it (core.config.read_yaml: libyaml's
+    parser, faster; a syntax error names the file, line and column)."""
+    return read_yaml(path)
 
 
 def write_tables_record(path: str, record: Mapping[str, Any], log: str) -> None:

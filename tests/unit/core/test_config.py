@@ -197,3 +197,52 @@ def test_repeated_keys_are_keys_the_loaded_config_holds_once(tmp_path):
         f"{path}:8: z: key '0x1' is written again (first at line 7): YAML keeps the last and drops the first "
         "without a word; write it once",
     ]
+
+
+def _keys_and_lines(node, where=""):
+    """Every key of a YAML node tree with the line it is written on, in order."""
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        return [item for key, value in node.value for item in [(f"{where}.{key.value}", key.start_mark.line)]
+                + _keys_and_lines(value, f"{where}.{key.value}")]
+    if isinstance(node, yaml.SequenceNode):
+        return [item for i, value in enumerate(node.value) for item in _keys_and_lines(value, f"{where}[{i}]")]
+    return []
+
+
+def test_config_files_are_read_as_pyyamls_own_parser_reads_them(tmp_path):
+    """The config files, the schema and sweep base files are parsed with libyaml where
+    PyYAML has it (core.config.read_yaml): the same values and key lines as PyYAML's own
+    parser, which Snakemake's config loader uses. A file libyaml refuses and PyYAML reads
+    is read with PyYAML's: json.dump writes a character beyond U+FFFF as an escaped
+    surrogate pair, which libyaml refuses; such a config file's repeated keys and sweeps
+    went unchecked (the file was passed over), and a sweep base file stopped the parse."""
+    import json
+
+    import yaml
+
+    from shardflow.core.config import read_yaml, repeated_keys
+    from shardflow.sweep.spec import load_yaml
+
+    texts = {
+        "merge.yaml": "base: &b\n  x: 1\n  y: 1e-3\nc:\n  <<: *b\n  x: 1.0e-3\n  x: 3\n",
+        "bom.yaml": "\ufeffembedding: {model: a}\r\nclé: [on, 0x1F]\r\nembedding: {}\r\n",
+        "long.yaml": "a: '" + "é" * 200_000 + "'\nb: |\n  x\n\n  y\n" + "c: 1\n" * 2,
+        "empty.yaml": "",
+        "json.json": '{\n "summarise": ' + json.dumps({"prompt": "go \U0001f680"}) + ',\n "n_chunks": 2,\n "n_chunks": 4\n}\n',
+    }
+    paths = sorted((REPO / "config").rglob("*.yaml"))
+    for name, text in texts.items():
+        (tmp_path / name).write_text(text, encoding="utf-8", newline="")
+        paths.append(tmp_path / name)
+    for path in paths:
+        with open(path, encoding="utf-8") as fh:
+            value = yaml.safe_load(fh)
+        with open(path, encoding="utf-8") as fh:
+            node = yaml.SafeLoader(fh).get_single_node()
+        assert load_yaml(str(path)) == value, path
+        assert _keys_and_lines(read_yaml(path, node=True)) == _keys_and_lines(node), path
+    path = tmp_path / "json.json"
+    assert repeated_keys([path]) == [f"{path}:4: key 'n_chunks' is written again (first at line 3): YAML keeps the "
+                                     "last and drops the first without a word; write it once"]
