@@ -45,16 +45,16 @@ class EngineCounters:
 
 
 # What a chunk job's last attempt computed itself, by stage (EngineCounters' subclasses,
-# and the extractive summariser's record); the rest of its `items` came from the resume
+# and the lead and extractive summarisers' record); the rest of its `items` came from the resume
 # parts of an earlier, killed attempt, whose time the job's `seconds` do not hold.
 COMPUTED_ITEMS_KEYS = ("items_embedded", "items_generated")
 
 
 def items_computed(stats: dict) -> int:
     """The records a chunk job's last attempt computed (`COMPUTED_ITEMS_KEYS`): what its
-    `seconds` measure, and so what a rate counts. A record with none of those keys (lead
-    summaries, which keep no parts, and records from before the keys) computed all of
-    its `items`."""
+    `seconds` measure, and so what a rate counts. A record with none of those keys (one
+    from before the key, as lead and extractive records until 2026-11-28) counts all of
+    its `items`, as a rate always had."""
     for key in COMPUTED_ITEMS_KEYS:
         if key in stats:
             return stats[key]

@@ -148,4 +148,4 @@ def test_a_jobs_rate_counts_what_its_last_attempt_computed():
 
     assert items_computed({"items": 10, "items_embedded": 4}) == 4  # an embed job that resumed 6 rows
     assert items_computed({"items": 10, "items_generated": 0}) == 0  # a summarise job that resumed them all
-    assert items_computed({"items": 10, "method": "lead"}) == 10  # lead keeps no parts
+    assert items_computed({"items": 10, "method": "lead"}) == 10  # a lead job's record from before the key

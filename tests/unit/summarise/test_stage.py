@@ -38,6 +38,7 @@ def test_lead_chunk_job_writes_records_in_order(tmp_path):
     assert rows[2]["summary"] == "One sentence only."
     assert rows[0]["input_tokens"] == len(ARTICLES[0].split()) and rows[0]["output_tokens"] == 9
     assert stats["items"] == 3 and stats["resumed_parts"] == 0 and stats["method"] == "lead"
+    assert stats["items_generated"] == 3  # lead keeps parts too: its rate counts what it summarised
     assert stats["peak_gpu_mem_mib"] is None and stats["peak_gpu_mem_reserved_mib"] is None  # not on a GPU
     assert not (tmp_path / "resume").exists()  # the parts, and the resume root they left empty
 
