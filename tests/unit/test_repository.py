@@ -181,3 +181,25 @@ def test_no_rule_runs_a_run_block():
     found = [f"{path.relative_to(REPO)}:{n}" for path in sorted((REPO / "rules").glob("*.smk"))
              for n, line in enumerate(path.read_text().splitlines(), 1) if re.match(r"\s*run:\s*$", line)]
     assert found == []
+
+
+def test_make_setup_names_a_package_module_that_does_not_compile(tmp_path):
+    """Every make target runs setup first, which compiles the package's bytecode: a module
+    with a syntax error stopped each one (make lint and make test too) with only
+    "Error 1", compileall's message naming the file and line sent to /dev/null."""
+    import sys
+
+    shutil.copy(REPO / "Makefile", tmp_path / "Makefile")
+    (tmp_path / "shardflow").mkdir()
+    (tmp_path / "shardflow" / "broken.py").write_text("def f(:\n")
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").symlink_to(sys.executable)
+    (bin_dir / "dot").write_text("#!/bin/sh\n")  # found on the Makefile's PATH: setup installs no graphviz
+    (bin_dir / "dot").chmod(0o755)
+    shell = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    proc = subprocess.run(["make", "-o", ".venv/.installed", "setup"], cwd=tmp_path, env=shell,
+                          capture_output=True, text=True, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "shardflow/broken.py" in out and "line 1" in out and "SyntaxError" in out, out
