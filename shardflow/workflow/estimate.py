@@ -45,9 +45,9 @@ a GPU job whose outputs all exist is done, as make status counts it
 (status.jobs_done, from the rules' own patterns; temp() chunk vectors that merge has
 read may be gone), and every other job is priced whole, a running one too (make status
 counts its parts). A sweep job whose metrics JSON exists is done, and so are the jobs of
-a retrieval sweep's embedding set once a job that read the set has ended; the retrieval task's one-job stages
-(embed_queries, retrieval_evaluate) are not checked and count as left, said so. The
-table then gains the columns `done` and `left GPU-h`, and the total line ends with
+a retrieval sweep's embedding set once a job that read the set has ended, and the
+retrieval task's one-job stages (embed_queries, retrieval_evaluate) as status counts
+them. The table then gains the columns `done` and `left GPU-h`, and the total line ends with
 `; left (<k> of <n> GPU jobs done): ...`.
 
 Sweeps: each point x seed estimated as the stage's own row with the job's config, summed
@@ -1402,8 +1402,10 @@ def estimate(
         if "retrieval" in ds.tasks:
             queries = _queries(cfg, ds.name)
             out.rows.append(query_row(ds.name, queries, out.rows[-1], 0 if "embed_queries" in on_cpu else 1))
+            out.rows[-1].done = _jobs_done(cfg, "embed_queries", {"RETRIEVAL": ds.name})
             gpus = 0 if "retrieval_evaluate" in on_cpu else 1
             out.rows.append(search_row(cfg, ds.name, queries[0], out.records[ds.name].records, gpus))
+            out.rows[-1].done = _jobs_done(cfg, "retrieval_evaluate", {"RETRIEVAL": ds.name})
         if "summarise" in stages:
             out.rows.append(summarise_row(cfg, ds.name, per_chunk, "summarise" not in on_cpu))
             out.rows[-1].done = _jobs_done(cfg, "summarise", {"dataset": ds.name}, len(per_chunk))

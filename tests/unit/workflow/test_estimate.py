@@ -696,3 +696,21 @@ def test_a_resumed_summarise_job_measures_the_documents_it_summarised():
     run = est.Run("results/ds/summarise", [stats], [{"s": 12.0}])
     rate, overhead = est.run_rate(run)
     assert rate == pytest.approx(2.0) and overhead == pytest.approx(2.0)
+
+
+def test_what_is_left_checks_the_retrieval_tasks_query_embedding_and_search(tmp_path):
+    """embed_queries and retrieval_evaluate (one job each) count done once their outputs
+    exist, as make status counts them: an estimate part-way through a retrieval run priced
+    both as left after they had run, and said their outputs were not checked."""
+    corpus()
+    beir()
+    cfg = config(tmp_path, retrieval={"path": "beir", "n_chunks": 1})
+    fresh = run(cfg)
+    assert [row(fresh, s, "beir").done for s in ("embed_queries", "retrieval_evaluate")] == [[False], [False]]
+    assert fresh.not_checked() == []
+    outputs_of("embed_queries", RETRIEVAL="beir")
+    part = run(cfg)
+    assert row(part, "embed_queries", "beir").done == [True] and row(part, "embed_queries", "beir").left_gpu_hours == 0
+    assert row(part, "retrieval_evaluate", "beir").done == [False]
+    outputs_of("retrieval_evaluate", RETRIEVAL="beir")
+    assert row(run(cfg), "retrieval_evaluate", "beir").done == [True]
