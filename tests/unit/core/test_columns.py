@@ -1,0 +1,54 @@
+"""The id column file and the duplicate check over it."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+
+from shardflow.core import columns
+from shardflow.core.columns import ID_ROW_GROUP, duplicate_ids, read_ids, write_ids_parquet
+
+
+def counting(batches):
+    """A batch factory that counts how often it is read."""
+    calls = []
+
+    def factory():
+        calls.append(1)
+        return iter(batches)
+
+    return factory, calls
+
+
+def test_colliding_hashes_are_settled_by_the_ids_themselves(monkeypatch):
+    """Hashes by length: 'ab', 'cd' and 'ef' collide but are different ids; only the
+    ids really repeated (across batches too) are reported, each once, sorted."""
+    monkeypatch.setattr(columns, "_id_hash", len)
+    factory, calls = counting([["ab", "cd", "xyz"], ["ef", "xyz", "ab", "xyz"]])
+    assert duplicate_ids(factory) == (7, ["ab", "xyz"])
+    factory, calls = counting([["ab", "cd"], ["ef"]])
+    assert duplicate_ids(factory) == (3, []) and len(calls) == 2
+
+
+def test_without_equal_hashes_the_ids_are_read_once():
+    factory, calls = counting([["a", "b"], [], ["c"]])
+    assert duplicate_ids(factory) == (3, []) and len(calls) == 1
+    factory, calls = counting([])
+    assert duplicate_ids(factory) == (0, []) and len(calls) == 1
+
+
+def test_ids_round_trip_verbatim_in_bounded_row_groups(tmp_path):
+    """Row k is id k, byte for byte (ids that look like paths, non-ASCII, empty), in row
+    groups of ID_ROW_GROUP so that merge and verify hold one group at a time."""
+    odd = ["../../escape", "C:\\x", "", "naïve 😀", "a\nb"]
+    ids = odd + [f"d{i}" for i in range(ID_ROW_GROUP + 1 - len(odd))]
+    path = tmp_path / "ids.parquet"
+    write_ids_parquet(path, ids)
+    assert read_ids(path) == ids
+    assert pq.ParquetFile(path).metadata.num_row_groups == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["ids.parquet"]  # no temporary left
+
+
+def test_no_ids_is_a_readable_empty_column(tmp_path):
+    path = tmp_path / "ids.parquet"
+    write_ids_parquet(path, [])
+    assert read_ids(path) == [] and columns.open_ids(path).schema_arrow.names == ["id"]

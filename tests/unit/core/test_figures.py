@@ -1,0 +1,58 @@
+"""The stages' shared figures: where the bars go, and PNGs that appear whole or not at all."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardflow.core import figures
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The figures the plot functions would save, kept open for inspection."""
+    kept = []
+    monkeypatch.setattr(figures, "save_figure", lambda fig, path: kept.append(fig))
+    yield kept
+    for fig in kept:
+        figures.pyplot().close(fig)
+
+
+def test_the_timeline_starts_each_bar_when_its_job_started_and_spans_the_whole_job(drawn):
+    """A bar ends at the job's own end_time and is as long as Snakemake's benchmark `s`
+    (model loading included), else the job's own `seconds`; time 0 is the first start."""
+    stats = [
+        {"chunk": 0, "end_time": 1000.0, "seconds": 8.0},
+        {"chunk": 1, "end_time": 1005.0, "seconds": 3.0},  # no benchmark time: its own
+    ]
+    figures.plot_timeline(stats, [{"s": 10.0}, {}], "timeline.png", job="summarise")
+    (ax,) = drawn[0].axes
+    bars = [(p.get_x(), p.get_width()) for p in ax.patches]
+    assert bars == [(0.0, 10.0), (12.0, 3.0)]
+    assert ax.get_xlabel().startswith("seconds since the first summarise job started")
+
+
+def test_the_timeline_refuses_stats_and_benchmarks_that_do_not_pair_up(drawn):
+    with pytest.raises(ValueError):
+        figures.plot_timeline([{"chunk": 0, "end_time": 1.0, "seconds": 1.0}], [], "timeline.png")
+
+
+def test_a_figure_is_a_whole_png_and_a_failed_one_leaves_the_last_in_place(tmp_path, monkeypatch):
+    path = tmp_path / "throughput.png"
+    figures.plot_throughput([{"chunk": 0, "items_per_s": 12.5}], str(path), stage="Summarisation")
+    first = path.read_bytes()
+    assert first.startswith(PNG)
+    plt = figures.pyplot()
+    fig = plt.figure()
+
+    def fail(tmp, **kwargs):
+        with open(tmp, "wb") as fh:
+            fh.write(PNG + b"half")
+        raise RuntimeError("renderer died")
+
+    monkeypatch.setattr(fig, "savefig", fail)
+    with pytest.raises(RuntimeError, match="renderer died"):
+        figures.save_figure(fig, str(path))
+    plt.close(fig)
+    assert path.read_bytes() == first and [p.name for p in tmp_path.iterdir()] == ["throughput.png"]

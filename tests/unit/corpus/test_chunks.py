@@ -1,0 +1,40 @@
+"""The chunk file format at its edges (test_split.py covers the usual records and errors)."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardflow.corpus.chunks import ChunkRecord, chunk_path, iter_chunk, read_chunk, write_record
+
+
+def test_an_empty_chunk_holds_no_records(tmp_path):
+    path = chunk_path(tmp_path, 3)
+    path.write_bytes(b"")
+    assert path.name == "chunk_3.jsonl" and read_chunk(path) == ([], [])
+
+
+def test_a_group_round_trips_and_an_empty_group_is_not_no_group(tmp_path):
+    records = [ChunkRecord("a", "x", "g1"), ChunkRecord("b", "y", ""), ChunkRecord("c", "z")]
+    path = chunk_path(tmp_path, 0)
+    with open(path, "w", encoding="utf-8") as fh:
+        for rec in records:
+            write_record(fh, rec)
+    assert list(iter_chunk(path)) == records
+
+
+def test_write_record_counts_the_utf8_bytes_it_puts_on_disk(tmp_path):
+    """The count is of bytes, not characters: 'é' is 2, '😀' 4, U+2028 (kept raw) 3."""
+    path = chunk_path(tmp_path, 0)
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        written = [write_record(fh, ChunkRecord(i, t)) for i, t in [("é", "😀\u2028"), ("b", "plain")]]
+    assert sum(written) == path.stat().st_size and written[0] == len('{"id":"","text":""}\n') + 2 + 4 + 3
+
+
+@pytest.mark.parametrize("blank", ["\n", "   \n"])
+def test_a_blank_line_inside_a_chunk_is_an_error_at_its_line_not_skipped(tmp_path, blank):
+    """A chunk holds one record a line: a blank line is damage, and skipping it would hide
+    a record the split counted."""
+    path = chunk_path(tmp_path, 0)
+    path.write_text('{"id":"a","text":"x"}\n' + blank + '{"id":"b","text":"y"}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"chunk_0\.jsonl:2: not a shardflow chunk record"):
+        read_chunk(path)
