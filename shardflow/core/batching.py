@@ -86,11 +86,13 @@ def collate(
 
 
 def split_batch(batch: Batch, max_rows: int, left_pad: bool) -> list[Batch]:
-    """Split a collated batch into pieces of at most `max_rows`, each trimmed to its own width."""
+    """Split a collated batch into pieces of at most `max_rows` (at least 1), each trimmed
+    to its own width."""
+    max_rows = max(1, max_rows)  # 0: a packed batch was cut into empty pieces, every row lost
     if batch.packed:
         return split_packed(batch, max_rows)
     pieces = []
-    for start in range(0, len(batch.rows), max(1, max_rows)):
+    for start in range(0, len(batch.rows), max_rows):
         sl = slice(start, min(start + max_rows, len(batch.rows)))  # never a bucket's filler rows
         lengths = batch.lengths[sl]
         width = max(1, int(lengths.max()))
@@ -254,10 +256,11 @@ def pack(token_ids: list[list[int]], rows: np.ndarray) -> Batch:
 
 
 def split_packed(batch: Batch, max_rows: int) -> list[Batch]:
-    """Split a packed batch into packed pieces of at most `max_rows` texts."""
+    """Split a packed batch into packed pieces of at most `max_rows` texts (at least 1)."""
+    max_rows = max(1, max_rows)
     bounds = np.concatenate([[0], np.cumsum(batch.lengths)])
     pieces = []
-    for start in range(0, len(batch.rows), max(1, max_rows)):
+    for start in range(0, len(batch.rows), max_rows):
         end = min(start + max_rows, len(batch.rows))
         a, b = int(bounds[start]), int(bounds[end])
         pieces.append(
