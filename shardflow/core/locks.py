@@ -37,8 +37,12 @@ def try_lock(path: str | os.PathLike, **about) -> int | None:
         "job": job if job is not None else " ".join(sys.argv),
         "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+    except BaseException:
+        os.close(fd)  # else the lock stays held by an fd nobody has (a full disk, say)
+        raise
     return fd
 
 
