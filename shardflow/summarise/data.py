@@ -151,7 +151,8 @@ def load_summaries(
                     f"systems in {parent!r} differ from the {n_with} records' that share one set "
                     f"{list(systems)}: missing {missing}, extra {extra}"
                 )
-            texts = {name: _text(obj, f"{parent}.{name}", empty_ok=True) for name in names}
+            # value[name], not the path f"{parent}.{name}": a system's name may hold a dot ("gpt-3.5")
+            texts = {name: _string(value[name], f"{parent}.{name}", empty_ok=True) for name in names}
         else:
             texts = {summaries.rsplit(".", 1)[-1]: _text(obj, summaries, empty_ok=True)}
         return SummaryRecord(_id(obj, id_field, name, line), _text(obj, reference_field), texts, line)
@@ -246,17 +247,22 @@ def _get(obj: dict, dotted: str) -> Any:
 
 
 def _text(obj: dict, dotted: str, empty_ok: bool = False) -> str:
-    """The string at `dotted`. `empty_ok`: an empty or blank one is kept (a stored system
-    summary: a system that wrote nothing scores 0 there, as rouge-score scores it)."""
-    value = _get(obj, dotted)
+    """The string at `dotted`, checked by `_string`."""
+    return _string(_get(obj, dotted), dotted, empty_ok)
+
+
+def _string(value: Any, field: str, empty_ok: bool = False) -> str:
+    """`value`, the content of `field`, if it is a string of valid Unicode. `empty_ok`: an
+    empty or blank one is kept (a stored system summary: a system that wrote nothing
+    scores 0 there, as rouge-score scores it)."""
     if not isinstance(value, str):
-        raise _Bad(f"field {dotted!r} is {type(value).__name__}, not a string")
+        raise _Bad(f"field {field!r} is {type(value).__name__}, not a string")
     if not value.strip() and not empty_ok:
-        raise _Bad(f"empty text in field {dotted!r}")
+        raise _Bad(f"empty text in field {field!r}")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise _Bad(f"field {dotted!r} holds an unpaired surrogate (not valid Unicode)") from None
+        raise _Bad(f"field {field!r} holds an unpaired surrogate (not valid Unicode)") from None
     return value
 
 

@@ -1,0 +1,80 @@
+"""The summarisation readers at their edges: a byte-order mark, a record exactly at the
+size limit, a gzip file cut in its header, ids that are numbers or differ only in their
+Unicode form, system names with a dot. (test_score_jsonl covers the bad lines one by one.)"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+
+import pytest
+
+from shardflow.summarise import data
+from shardflow.summarise.data import BadRecordError, load_documents, load_references, load_summaries
+
+
+def write(path, *records, raw=b""):
+    path.write_bytes(raw + b"".join(json.dumps(r, ensure_ascii=False).encode() + b"\n" for r in records))
+    return str(path)
+
+
+def test_a_byte_order_mark_is_no_part_of_the_first_id(tmp_path):
+    rec = {"id": "a", "article": "x", "highlights": "h"}
+    plain = write(tmp_path / "bom.jsonl", rec, raw=b"\xef\xbb\xbf")
+    packed = tmp_path / "bom.jsonl.gz"
+    packed.write_bytes(gzip.compress(open(plain, "rb").read()))
+    for path in (plain, str(packed)):
+        assert [d.id for d in load_documents(path).records] == ["a"]
+
+
+def test_a_record_exactly_at_the_size_limit_is_read_and_one_byte_more_is_not(tmp_path, monkeypatch):
+    line = json.dumps({"id": "a", "article": "x" * 50, "highlights": "h"}).encode()
+    monkeypatch.setattr(data, "DEFAULT_MAX_RECORD_BYTES", len(line))  # the newline is not counted
+    path = tmp_path / "refs.jsonl"
+    path.write_bytes(line + b"\n" + line.replace(b'"a"', b'"bb"') + b"\n" + line.replace(b'"a"', b'"c"'))
+    loaded = load_documents(str(path), on_bad_record="skip")
+    assert [d.id for d in loaded.records] == ["a", "c"]  # "c": the last line, without its newline
+    assert [(r.line, r.reason) for r in loaded.rejects] == [(2, f"record too large: {len(line) + 1:,} bytes, "
+                                                                f"over the limit of {len(line):,}")]
+
+
+def test_a_gzip_file_cut_in_its_header_is_one_error_naming_the_file(tmp_path):
+    path = tmp_path / "refs.jsonl.gz"
+    path.write_bytes(gzip.compress(b'{"id": "a", "article": "x", "highlights": "h"}\n')[:6])
+    with pytest.raises(BadRecordError, match=rf"{path}:1: gzip stream truncated"):
+        load_documents(str(path))
+
+
+def test_an_integer_id_and_its_string_are_one_id_across_files(tmp_path):
+    rec = {"highlights": "The council met.", "summary": "The council met."}
+    first = write(tmp_path / "a.jsonl", dict(rec, id=5))
+    second = write(tmp_path / "b.jsonl", dict(rec, id="6"), dict(rec, id="5"))
+    with pytest.raises(BadRecordError, match=rf"b.jsonl:2: duplicate id '5' \(first at {first}:1\)"):
+        load_summaries([first, second], "summary")
+    assert [r.id for r in load_summaries([first, second], "summary", on_bad_record="skip").records] == ["5", "6"]
+
+
+@pytest.mark.parametrize("value", [1.0, True, None, "", ["a"]])
+def test_an_id_no_split_would_read_is_an_error_at_its_line(tmp_path, value):
+    path = write(tmp_path / "refs.jsonl", {"id": "a", "highlights": "h"}, {"id": value, "highlights": "h"})
+    with pytest.raises(BadRecordError, match=rf"refs.jsonl:2: id field 'id' is {re.escape(repr(value))}, not a non-empty"):
+        load_references(path)
+
+
+def test_ids_are_compared_as_written_not_unicode_normalised(tmp_path):
+    composed, decomposed = "caf\u00e9", "cafe\u0301"
+    path = write(tmp_path / "refs.jsonl", {"id": composed, "highlights": "h"}, {"id": decomposed, "highlights": "h"})
+    assert [d.id for d in load_references(path).records] == [composed, decomposed]
+
+
+def test_a_system_name_with_a_dot_is_one_system(tmp_path):
+    """"a.*" reads every key of the dict as a system; a key such as "gpt-3.5" was read as
+    the path a -> gpt-3 -> 5, and every record was 'missing' it."""
+    rec = {"id": "d1", "highlights": "The cat sat.", "s": {"gpt-3.5": "The cat sat.", "t5": "A dog ran."}}
+    path = write(tmp_path / "s.jsonl", rec, dict(rec, id="d2"))
+    (first, _) = load_summaries(path, "s.*").records
+    assert first.summaries == {"gpt-3.5": "The cat sat.", "t5": "A dog ran."}
+    bad = write(tmp_path / "bad.jsonl", rec, dict(rec, id="d2", s={"gpt-3.5": 7, "t5": "x"}))
+    with pytest.raises(BadRecordError, match=r"bad.jsonl:2: field 's.gpt-3.5' is int, not a string"):
+        load_summaries(bad, "s.*")
