@@ -42,6 +42,7 @@ from shardflow.corpus.readers import (
     BadRecordError,
     LongLine,
     Rejected,
+    encodable,
     iter_lines,
     malformed_json,
 )
@@ -281,4 +282,6 @@ def _id(obj: dict, field: str | None, name: str, line: int) -> str:
     value = obj[field]
     if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
         raise _Bad(f"id field {field!r} is {value!r}, not a non-empty string or integer")
+    if not encodable(str(value)):  # as the split rejects it; written to Parquet it named no line
+        raise _Bad(f"id field {field!r} holds an unpaired surrogate (not valid Unicode)")
     return str(value)

@@ -68,6 +68,15 @@ def test_ids_are_compared_as_written_not_unicode_normalised(tmp_path):
     assert [d.id for d in load_references(path).records] == [composed, decomposed]
 
 
+def test_an_id_with_an_unpaired_surrogate_is_an_error_naming_its_line(tmp_path):
+    """The split rejects such an id; here it was read, and scoring stored summaries
+    failed writing per_document.parquet, naming neither file nor line."""
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b'{"id": "a", "highlights": "h", "summary": "h"}\n{"id": "b\\ud800", "highlights": "h", "summary": "h"}\n')
+    with pytest.raises(BadRecordError, match=rf"{path}:2: id field 'id' holds an unpaired surrogate"):
+        load_summaries(str(path), "summary")
+
+
 def test_a_system_name_with_a_dot_is_one_system(tmp_path):
     """"a.*" reads every key of the dict as a system; a key such as "gpt-3.5" was read as
     the path a -> gpt-3 -> 5, and every record was 'missing' it."""
