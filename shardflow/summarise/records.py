@@ -19,7 +19,10 @@ from collections.abc import Iterator, Sequence
 from shardflow.core.atomic import atomic_open
 from shardflow.core.files import iter_json_lines
 
-RECORD_FIELDS = ("summary", "input_tokens", "output_tokens", "truncated")
+# Each field with its JSON type, as write_summaries writes it (bool is no int here: type(), not isinstance).
+FIELD_TYPES = {"summary": (str, "a string"), "input_tokens": (int, "an integer"),
+               "output_tokens": (int, "an integer"), "truncated": (bool, "true or false")}
+RECORD_FIELDS = tuple(FIELD_TYPES)
 
 
 class SummariesError(ValueError):
@@ -36,13 +39,19 @@ def write_summaries(path: str | os.PathLike, ids: Sequence[str], records: Sequen
 
 
 def iter_summaries(path: str | os.PathLike) -> Iterator[dict]:
-    """The records of a summaries file, checked field by field; a line that is not UTF-8,
-    not JSON or not an object is an error naming the file and line too."""
+    """The records of a summaries file, checked field by field (present, of the type
+    write_summaries writes); a line that is not UTF-8, not JSON or not an object is an
+    error naming the file and line too."""
     for lineno, rec in iter_json_lines(path, SummariesError):
         missing = [k for k in ("id", *RECORD_FIELDS) if k not in rec]
         if missing:
             raise SummariesError(f"{path}:{lineno}: missing {', '.join(missing)}")
         if not isinstance(rec["id"], str):  # the split's ids are strings; a null one names no document
             raise SummariesError(f"{path}:{lineno}: id is {json.dumps(rec['id'])}, not a string")
+        for key, (kind, what) in FIELD_TYPES.items():  # a null summary was a bare TypeError in evaluate
+            if type(rec[key]) is not kind:
+                shown = json.dumps(rec[key], ensure_ascii=False)
+                shown = shown if len(shown) <= 40 else shown[:39] + "…"
+                raise SummariesError(f"{path}:{lineno}: {key} is {shown}, not {what}")
         yield rec
 
