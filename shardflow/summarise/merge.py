@@ -46,5 +46,12 @@ def merge_summaries(parts: list[str], out_path: str | os.PathLike, expected_reco
         for path in parts:
             with open(path, "rb") as fh:
                 shutil.copyfileobj(fh, out, 1 << 22)
+                # A part whose last line lacks its newline (cut short, or written by hand) read
+                # as whole records above; copied as it is, the next part's first record would
+                # share its line. The workflow's own parts all end in one: their bytes are kept.
+                if fh.tell():
+                    fh.seek(-1, os.SEEK_END)
+                    if fh.read(1) != b"\n":
+                        out.write(b"\n")
     log.info("merged %d summaries from %d chunks into %s", n, len(parts), out_path)
     return {"ok": True, "records": n, "chunks": len(parts), "checks": checks}

@@ -43,3 +43,15 @@ def test_ids_repeated_within_one_chunk_are_counted_and_ten_named(tmp_path):
     with pytest.raises(SummariesCheckError) as err:
         merge_summaries([part], tmp_path / "all.jsonl", 26)
     assert "'duplicates': 12, 'examples': " + repr(ids[:10]) in str(err.value)
+
+
+def test_a_chunk_whose_last_line_lacks_its_newline_keeps_its_records_apart(tmp_path):
+    """Read record by record, such a part passed the checks; copied as it was, the next
+    part's first record shared its last line, and the merged file held one bad line."""
+    from shardflow.summarise.records import iter_summaries
+
+    cut = tmp_path / "a.jsonl"
+    cut.write_bytes(open(chunk(tmp_path / "a0.jsonl", ["x", "y"]), "rb").read().rstrip(b"\n"))
+    out = tmp_path / "all.jsonl"
+    merge_summaries([str(cut), chunk(tmp_path / "b.jsonl", ["z"])], out, 3)
+    assert [r["id"] for r in iter_summaries(out)] == ["x", "y", "z"]
