@@ -11,7 +11,6 @@ nothing is dropped silently.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import numpy as np
 
 from shardflow.core.atomic import write_json
 from shardflow.core.figures import pyplot, save_figure
+from shardflow.core.files import iter_json_lines
 from shardflow.core.s3 import logical_path
 from shardflow.summarise.data import SummaryRecord, load_references
 from shardflow.summarise.params import ScoreParams
@@ -107,10 +107,10 @@ def split_rejected_lines(rejects_path: str | None) -> dict[str, frozenset[int]]:
     never summarised, so their lines hold no reference to score against."""
     lines: dict[str, set[int]] = {}
     if rejects_path:
-        with open(rejects_path, encoding="utf-8") as fh:
-            for row in map(json.loads, filter(str.strip, fh)):
-                if row.get("line") is not None:
-                    lines.setdefault(source_key(row["source"]), set()).add(int(row["line"]))
+        # core.files.iter_json_lines: a damaged line names the file and line (json's own error named neither)
+        for _, row in iter_json_lines(rejects_path):
+            if row.get("line") is not None:
+                lines.setdefault(source_key(row["source"]), set()).add(int(row["line"]))
     return {source: frozenset(found) for source, found in lines.items()}
 
 

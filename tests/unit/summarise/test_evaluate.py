@@ -26,7 +26,7 @@ def test_the_splits_rejects_match_a_source_however_its_path_is_spelled(tmp_path,
     rejects = tmp_path / "rejects.jsonl"
     rows = [{"source": "data/src.jsonl", "line": 4}, {"source": "./data/src.jsonl", "line": 9},
             {"source": "data/src.jsonl", "line": None}]  # a Parquet reject: no line to pass over
-    rejects.write_text("".join(json.dumps(r) + "\n" for r in rows) + "\n")
+    rejects.write_text("".join(json.dumps(r) + "\n" for r in rows))
     lines = split_rejected_lines(str(rejects))
     assert lines == {source_key(str(tmp_path / "link" / "src.jsonl")): frozenset({4, 9})}
     assert split_rejected_lines(None) == {}
@@ -47,3 +47,10 @@ def test_stored_scoring_with_every_record_set_aside_names_the_sources(tmp_path):
     with pytest.raises(ValueError, match=rf"no record with summaries 'summary' and references in {src}"):
         score_stored([str(src)], "summary", ScoreParams(on_bad_record="skip"), outputs(tmp_path))
     assert not (tmp_path / "m.json").exists()
+
+
+def test_a_damaged_line_of_the_splits_rejects_names_the_file_and_line(tmp_path):
+    rejects = tmp_path / "rejects.jsonl"
+    rejects.write_text(json.dumps({"source": "a.jsonl", "line": 3, "reason": "empty text"}) + '\n{"source": "a.js\n')
+    with pytest.raises(ValueError, match=rf"^{rejects}:2: "):
+        split_rejected_lines(str(rejects))
