@@ -164,13 +164,16 @@ class AotForward:
     def _try_load(self) -> tuple[os.stat_result | None, Exception | None]:
         """Load the package: (its file's stat, None), or (the stat where there was a file,
         the error) where it does not load. A device's error (or the batch's) says nothing
-        of the package and is raised (raise_device_fault)."""
+        of the package and is raised (`device_fault`): torch's out of memory goes to the
+        engine's back-off, which splits the batch; the rest leave the job eager, saying
+        why (the engine's `_aot_start`), the package in place for the next job."""
         found = None
         try:
             found = self.package.stat()
             self._load()
         except Exception as exc:
-            raise_device_fault(exc)
+            if device_fault(exc):
+                raise
             return found, exc
         return found, None
 
@@ -339,14 +342,6 @@ def device_fault(exc: BaseException) -> bool:
         return True
     text = str(exc)
     return isinstance(exc, RuntimeError) and ("out of memory" in text.lower() or "CUDA error" in text)
-
-
-def raise_device_fault(exc: Exception) -> None:
-    """Raise `exc` where it is the device's (`device_fault`): torch's out of memory goes to
-    the engine's back-off, which splits the batch; the rest leave the job eager, saying
-    why (the engine's `_aot_start`), the package in place for the next job."""
-    if device_fault(exc):
-        raise exc
 
 
 def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
