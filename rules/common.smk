@@ -22,6 +22,7 @@ from shardflow.core import gpu_slots, kube, parsecache, s3
 from shardflow.core.config import (
     canonical_order,
     load_schema,
+    read_yaml,
     recorded,
     repeated_keys,
     validate_config,
@@ -36,7 +37,6 @@ from shardflow.sweep.metrics import incomparable_points, loads_model, unknown_me
 from shardflow.sweep.paths import job_metrics
 from shardflow.sweep.spec import (
     collection_rule,
-    load_yaml,
     seeds_without_effect,
     sweeps_in_files,
 )
@@ -68,7 +68,7 @@ if _UNEXPANDED:
 SCHEMA = load_schema(workflow.source_path("../config/config.schema.yaml"))
 # The shipped config, as written: its key order is the order jobs record their sections
 # in (core.config.canonical_order).
-SHIPPED_CONFIG = load_yaml(workflow.source_path("../config/config.yaml"))
+SHIPPED_CONFIG = read_yaml(workflow.source_path("../config/config.yaml"))
 
 
 def validate(cfg):

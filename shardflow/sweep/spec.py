@@ -259,12 +259,6 @@ def merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict:
     return out
 
 
-def load_yaml(path: str) -> Any:
-    """A YAML file's value, read as yaml.safe_load reads it (core.config.read_yaml: libyaml's
-    parser, faster; a syntax error names the file, line and column)."""
-    return read_yaml(path)
-
-
 def write_tables_record(path: str, record: Mapping[str, Any], log: str) -> None:
     """Rule sweep_spec: a sweep's `tables_record` -> spec.json (atomically), and one line
     in the job's log naming its points and metrics."""
@@ -358,7 +352,7 @@ def parse_sweep(
     sweep: Any,
     config: Mapping[str, Any],
     schema_validate: Callable[[dict], Any],
-    load_file: Callable[[str], Any] = load_yaml,
+    load_file: Callable[[str], Any] = read_yaml,
     root: str | os.PathLike = ".",
 ) -> SweepSpec:
     """One sweep's section as a SweepSpec (see the module docstring)."""
@@ -541,7 +535,7 @@ def parse_sweeps(
     sweeps: Mapping[str, Any] | None,
     config: Mapping[str, Any],
     schema_validate: Callable[[dict], Any],
-    load_file: Callable[[str], Any] = load_yaml,
+    load_file: Callable[[str], Any] = read_yaml,
     root: str | os.PathLike = ".",
     problems: list[str] | None = None,
 ) -> dict[str, SweepSpec]:

@@ -78,7 +78,7 @@ from pathlib import Path
 
 import yaml
 
-from shardflow.core.config import canonical_order, load_schema, validate_config
+from shardflow.core.config import canonical_order, load_schema, read_yaml, validate_config
 from shardflow.core.files import GZIP_MAGIC, read_json
 from shardflow.core.jobs import items_computed, priced, read_benchmark, read_job_table
 from shardflow.core.models import same_model
@@ -87,7 +87,7 @@ from shardflow.sweep import parse_sweeps
 from shardflow.sweep.paths import job_metrics
 from shardflow.sweep.shared import SHARED_FOLDER
 from shardflow.sweep.shared import plan as embedding_sets
-from shardflow.sweep.spec import SweepSpec, load_yaml, merge
+from shardflow.sweep.spec import SweepSpec, merge
 from shardflow.workflow import plan
 
 REPO = Path(__file__).resolve().parents[2]
@@ -143,11 +143,11 @@ class EstimateError(ValueError):
 def load_config(configfiles: Iterable[str] = ()) -> dict:
     """config/config.yaml with each of `configfiles` merged over it in order (as
     Snakemake's --configfile), defaults filled and validated by the schema."""
-    shipped = load_yaml(str(REPO / "config" / "config.yaml"))
+    shipped = read_yaml(str(REPO / "config" / "config.yaml"))
     cfg = copy.deepcopy(shipped)
     for path in configfiles:
         try:
-            overlay = load_yaml(path)
+            overlay = read_yaml(path)
         except OSError as exc:
             raise EstimateError(f"--configfile {path}: {exc.strerror or exc}") from None
         except yaml.YAMLError as exc:  # its message names the line and column

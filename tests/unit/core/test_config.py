@@ -223,7 +223,6 @@ def test_config_files_are_read_as_pyyamls_own_parser_reads_them(tmp_path):
     import yaml
 
     from shardflow.core.config import read_yaml, repeated_keys
-    from shardflow.sweep.spec import load_yaml
 
     texts = {
         "merge.yaml": "base: &b\n  x: 1\n  y: 1e-3\nc:\n  <<: *b\n  x: 1.0e-3\n  x: 3\n",
@@ -241,7 +240,7 @@ def test_config_files_are_read_as_pyyamls_own_parser_reads_them(tmp_path):
             value = yaml.safe_load(fh)
         with open(path, encoding="utf-8") as fh:
             node = yaml.SafeLoader(fh).get_single_node()
-        assert load_yaml(str(path)) == value, path
+        assert read_yaml(str(path)) == value, path
         assert _keys_and_lines(read_yaml(path, node=True)) == _keys_and_lines(node), path
     path = tmp_path / "json.json"
     assert repeated_keys([path]) == [f"{path}:4: key 'n_chunks' is written again (first at line 3): YAML keeps the "
