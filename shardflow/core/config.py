@@ -7,6 +7,7 @@ typo needs one line: which key, what is wrong, what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -16,6 +17,7 @@ import jsonschema
 import yaml
 
 from shardflow.core.atomic import non_finite_paths
+from shardflow.core.hashing import file_version
 
 
 class ConfigError(ValueError):
@@ -365,10 +367,18 @@ def config_file_nodes(paths: Sequence[str | os.PathLike]) -> list[tuple[str | os
             continue
         seen.add(real)
         try:
-            nodes.append((path, read_yaml(path, node=True)))
+            nodes.append((path, _config_node(real, *file_version(real)[1:])))
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             continue
     return nodes
+
+
+@functools.lru_cache(maxsize=32)
+def _config_node(real: str, size: int, mtime_ns: int) -> Any:
+    """A config file's node, composed once per process while the file is unchanged (its
+    size and time, core.hashing.file_version): the parse reads the run's config files for
+    repeated_keys and for sweep.spec.sweeps_in_files. The nodes are only read."""
+    return read_yaml(real, node=True)
 
 
 def _repeated_in(node: Any, where: str, path: str, seen: set[int] | None = None) -> list[str]:

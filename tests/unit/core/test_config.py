@@ -245,3 +245,25 @@ def test_config_files_are_read_as_pyyamls_own_parser_reads_them(tmp_path):
     path = tmp_path / "json.json"
     assert repeated_keys([path]) == [f"{path}:4: key 'n_chunks' is written again (first at line 3): YAML keeps the "
                                      "last and drops the first without a word; write it once"]
+
+
+def test_the_parse_composes_each_config_file_once_until_it_changes(tmp_path, monkeypatch):
+    """repeated_keys and sweep.spec.sweeps_in_files both read the run's config files at
+    every parse; the second read the same bytes again."""
+    import os
+
+    from shardflow.core import config as cfg
+    from shardflow.core.config import repeated_keys
+    from shardflow.sweep.spec import sweeps_in_files
+
+    reads = []
+    real_read = cfg.read_yaml
+    monkeypatch.setattr(cfg, "read_yaml", lambda path, **kw: reads.append(path) or real_read(path, **kw))
+    path = tmp_path / "c.yaml"
+    path.write_text("sweeps:\n  lr: {stage: train}\nn_chunks: 2\n")
+    assert repeated_keys([path]) == [] and sweeps_in_files([path]) == []
+    assert len(reads) == 1
+    path.write_text("n_chunks: 2\nn_chunks: 3\n")
+    os.utime(path, ns=(1, 1))  # another version even within the clock's resolution
+    assert repeated_keys([path]) == [f"{path}:2: key 'n_chunks' " + cfg._REPEATED.format(first=1)]
+    assert len(reads) == 2
