@@ -146,6 +146,12 @@ def test_a_targets_variables_come_from_the_command_line_not_the_environment(tmp_
     assert "DESKTOP" not in summaries and "uuid" not in summaries and '--id "id"' in summaries
 
 
+def shell_env() -> dict[str, str]:
+    """This environment as a shell has it: not a sub-make of `make test` (MAKELEVEL,
+    MAKEFLAGS), which prints "Entering directory" lines and passes the parent's flags on."""
+    return {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+
+
 def test_the_makefile_uses_no_directive_gnu_make_3_81_lacks(tmp_path):
     """macOS's /usr/bin/make is GNU make 3.81, which has no `undefine` (3.82): with DATA,
     NAME or another target variable in the environment, `$(eval undefine NAME)` stopped
@@ -157,9 +163,7 @@ def test_the_makefile_uses_no_directive_gnu_make_3_81_lacks(tmp_path):
     (tmp_path / "show.mk").write_text(
         "show:\n\t@echo \"make:[$(NAME)] $(MODEL) $(METHOD) shell:[$${NAME-unset}]\"\n"
     )
-    # As typed in a shell: not a sub-make of `make test` (MAKELEVEL, MAKEFLAGS), which prints
-    # "Entering directory" lines and passes the parent's flags on.
-    shell = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    shell = shell_env()
     env = {**shell, "NAME": "DESKTOP-1234", "MODEL": "/elsewhere/model", "METHOD": "stored"}
     out = subprocess.run(["make", "-f", "Makefile", "-f", "show.mk", "show"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, check=True).stdout
@@ -197,7 +201,7 @@ def test_make_setup_names_a_package_module_that_does_not_compile(tmp_path):
     (bin_dir / "python").symlink_to(sys.executable)
     (bin_dir / "dot").write_text("#!/bin/sh\n")  # found on the Makefile's PATH: setup installs no graphviz
     (bin_dir / "dot").chmod(0o755)
-    shell = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    shell = shell_env()
     proc = subprocess.run(["make", "-o", ".venv/.installed", "setup"], cwd=tmp_path, env=shell,
                           capture_output=True, text=True, check=False)
     out = proc.stdout + proc.stderr
