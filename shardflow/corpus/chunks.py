@@ -41,6 +41,29 @@ def write_record(fh: IO[str], rec: ChunkRecord) -> int:
     return len(line.encode("utf-8"))
 
 
+# A JSON value's type as a message names it.
+_JSON_TYPES = {
+    type(None): "null",
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+    list: "an array",
+    dict: "an object",
+}
+
+
+def _not_strings(rec: ChunkRecord) -> list[str]:
+    """The fields of `rec` that are not the strings the split writes (group may be
+    absent). A null or numeric text read as it stood failed later, in a tokenizer or a
+    join, naming neither the chunk file nor the line."""
+    fields = [("id", rec.id), ("text", rec.text)] + ([("group", rec.group)] if rec.group is not None else [])
+    return [
+        f"field {key!r} is {_JSON_TYPES.get(type(value), type(value).__name__)}, not a string"
+        for key, value in fields
+        if not isinstance(value, str)
+    ]
+
+
 def iter_chunk(path: str | os.PathLike) -> Iterator[ChunkRecord]:
     # Bytes decoded line by line: a line that is not UTF-8 names its file and line too (a
     # text-mode read raises the codec's error, naming neither, from the loop itself).
@@ -48,13 +71,16 @@ def iter_chunk(path: str | os.PathLike) -> Iterator[ChunkRecord]:
         for lineno, raw in enumerate(fh, 1):
             try:
                 obj = json.loads(raw.decode("utf-8"))
-                yield ChunkRecord(obj["id"], obj["text"], obj.get("group"))
+                rec = ChunkRecord(obj["id"], obj["text"], obj.get("group"))
             except UnicodeDecodeError as exc:
                 raise ValueError(
                     f"{path}:{lineno}: not a shardflow chunk record (invalid UTF-8 at byte {exc.start} of the line)"
                 ) from None
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
                 raise ValueError(f"{path}:{lineno}: not a shardflow chunk record ({exc})") from exc
+            if wrong := _not_strings(rec):
+                raise ValueError(f"{path}:{lineno}: not a shardflow chunk record ({'; '.join(wrong)})")
+            yield rec
 
 
 def read_chunk(path: str | os.PathLike) -> tuple[list[str], list[str]]:

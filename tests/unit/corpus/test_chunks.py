@@ -38,3 +38,22 @@ def test_a_blank_line_inside_a_chunk_is_an_error_at_its_line_not_skipped(tmp_pat
     path.write_text('{"id":"a","text":"x"}\n' + blank + '{"id":"b","text":"y"}\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"chunk_0\.jsonl:2: not a shardflow chunk record"):
         read_chunk(path)
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ('{"id": 1, "text": null}', "field 'id' is a number, not a string; field 'text' is null, not a string"),
+        ('{"id": "a", "text": 5}', "field 'text' is a number, not a string"),
+        ('{"id": "a", "text": ["x"]}', "field 'text' is an array, not a string"),
+        ('{"id": "a", "text": "x", "group": 3}', "field 'group' is a number, not a string"),
+    ],
+)
+def test_a_field_that_is_not_a_string_is_an_error_at_its_line(tmp_path, line, why):
+    """The split writes string ids, texts and groups: anything else is damage, named here
+    with its file and line (read as it stood, a null text failed later, naming neither)."""
+    path = chunk_path(tmp_path, 0)
+    path.write_text('{"id":"a","text":"x"}\n' + line + "\n", encoding="utf-8")
+    with pytest.raises(ValueError) as caught:
+        read_chunk(path)
+    assert str(caught.value) == f"{path}:2: not a shardflow chunk record ({why})"
