@@ -40,8 +40,13 @@ def try_lock(path: str | os.PathLike, **about) -> int | None:
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
-    except BaseException:
+    except OSError as exc:
         os.close(fd)  # else the lock stays held by an fd nobody has (a full disk, say)
+        # The errno's own message names no file. OSError(errno, ...) is the subclass
+        # that errno has (PermissionError, ...), so callers catching it still do.
+        raise OSError(exc.errno, f"{exc.strerror} while writing the holder info of lock file {path}") from exc
+    except BaseException:
+        os.close(fd)
         raise
     return fd
 

@@ -107,3 +107,18 @@ def test_a_lock_whose_holder_info_cannot_be_written_is_not_kept(tmp_path, monkey
     fd = locks.try_lock(path, job="second")
     assert fd is not None and json.loads(locks.holder(path))["job"] == "second"
     locks.release(fd)
+
+
+def test_a_holder_info_write_that_fails_names_the_lock_file(tmp_path, monkeypatch):
+    """ENOSPC's own message names no file: the error says which lock it was writing, and
+    stays an OSError of the same errno (callers catching OSError still do)."""
+    path = tmp_path / "gpu0.lock"
+
+    def full(fd, data, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", full)
+    with pytest.raises(OSError) as caught:
+        locks.try_lock(path, job="first")
+    assert caught.value.errno == errno.ENOSPC
+    assert str(caught.value) == f"[Errno 28] No space left on device while writing the holder info of lock file {path}"
