@@ -17,9 +17,13 @@ def pyplot():
 
 
 def save_figure(fig, path: str) -> None:
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    pyplot().close(fig)
+    """Write `fig` as a PNG at `path` atomically, and close it, also when saving fails:
+    pyplot keeps every open figure, so a long process leaked one per failure."""
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    finally:
+        pyplot().close(fig)
 
 
 def plot_throughput(stats: list[dict], path: str, stage: str = "Embedding") -> None:

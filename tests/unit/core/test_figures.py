@@ -56,3 +56,22 @@ def test_a_figure_is_a_whole_png_and_a_failed_one_leaves_the_last_in_place(tmp_p
         figures.save_figure(fig, str(path))
     plt.close(fig)
     assert path.read_bytes() == first and [p.name for p in tmp_path.iterdir()] == ["throughput.png"]
+
+
+def test_a_figure_whose_save_fails_is_closed_all_the_same(tmp_path, monkeypatch):
+    """pyplot keeps a figure until it is closed (and warns past 20): a failed save must
+    not leave one open in a long process."""
+    plt = figures.pyplot()
+    fig = plt.figure()
+    before = plt.get_fignums()
+
+    def fail(tmp, **kwargs):
+        raise RuntimeError("renderer died")
+
+    monkeypatch.setattr(fig, "savefig", fail)
+    try:
+        with pytest.raises(RuntimeError, match="renderer died"):
+            figures.save_figure(fig, str(tmp_path / "x.png"))
+        assert fig.number in before and fig.number not in plt.get_fignums()
+    finally:
+        plt.close(fig)
