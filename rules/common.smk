@@ -187,12 +187,13 @@ for _spec in SWEEPS.values():
 # defined (check_models), unless every output of the jobs that load it exists; with
 # other problems, here, named with them. So is a prompt name the embedding model lacks.
 MISSING_MODELS = []
-if (
+MODELS_CHECKED = (
     workflow.is_main_process
     and not workflow.storage_settings.default_storage_provider
     and not site.runs_no_jobs()
     and os.environ.get(MODEL_CHECK_OFF, "") in ("", "0")
-):
+)
+if MODELS_CHECKED:
     MISSING_MODELS = plan.unavailable_models(config, DATASETS.values(), SWEEPS.values())
     _PROBLEMS += plan.unknown_prompts(
         config, DATASETS.values(), SWEEPS.values(), MISSING_MODELS
@@ -630,10 +631,14 @@ def check_models():
     """Stop on a model this machine lacks (MISSING_MODELS) while a job that loads it has
     work to do; warn instead where every output of those jobs exists: a finished run
     whose model has since moved still dry-runs, and runs targets that need no model
-    (shardflow.workflow.plan.model_verdicts). The jobs are plan.model_jobs, their files
-    the rules' own output patterns, so the Snakefile calls this after the last rule. In
-    the main process only, where MISSING_MODELS is looked for: remote jobs re-parse."""
-    if not MISSING_MODELS:
+    (shardflow.workflow.plan.model_verdicts). Then the same for a model changed in place
+    since jobs that load it ran, which Snakemake does not see (plan.changed_model): it
+    stops a run that would mix the two models' outputs, and is left to a run that
+    remakes those jobs (--forcerun, --forceall). The jobs are plan.model_jobs, their
+    files the rules' own output patterns, so the Snakefile calls this after the last
+    rule. In the main process only, where MISSING_MODELS is looked for: remote jobs
+    re-parse, and each remakes its own outputs."""
+    if not MODELS_CHECKED:
         return
     shared = sweep_embeddings() if sweeps_of_stage("retrieval") else None
     jobs = plan.model_jobs(config, DATASETS.values(), SWEEPS.values(), shared)
@@ -645,11 +650,26 @@ def check_models():
             for pattern in workflow.get_rule(rule).output
         ]
 
+    def stats(key, name):  # (rule, file) of each job's stats, which record its model
+        for rule, wildcards in jobs[(key, name)]:
+            output = workflow.get_rule(rule).output
+            if "stats" in output.keys() and isinstance(output.stats, str):
+                yield rule, apply_wildcards(output.stats, wildcards)
+
     errors, warnings = plan.model_verdicts(MISSING_MODELS, outputs, os.path.exists)
-    for line in warnings:
+    missing = {(m.key, m.name) for m in MISSING_MODELS}
+    changed = [
+        plan.changed_model(key, name, stats(key, name))
+        for key, name in jobs
+        if (key, name) not in missing
+    ]
+    every, rules = site.forced_rules()
+    forced = lambda rule: every or rule in rules
+    more = plan.changed_model_verdicts(filter(None, changed), forced)
+    for line in warnings + more[1]:
         logger.warning(line)
-    if errors:
-        raise ValueError("\n".join(errors))
+    if errors or more[0]:
+        raise ValueError("\n".join(errors + more[0]))
 
 
 def one_retry_layer():

@@ -23,6 +23,7 @@ import math
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shardflow.core.models import unavailable as model_unavailable
@@ -1023,3 +1024,122 @@ def _sample_fields(path: str, fields) -> tuple[list | None, dict[str, bool]]:
 
     first, seen = cached("summary-fields", [path], sorted(set(fields)), sample)
     return first, seen
+
+
+# The role a job's `made_with` record names (shardflow.workflow.provenance.made_with), by
+# the config key of the model it loaded.
+MODEL_ROLES = {key: role for role, key in MODEL_KEYS.items()}
+
+
+@dataclass(frozen=True)
+class ChangedModel:
+    """A model whose files changed since jobs that load it wrote their outputs: its config
+    key and value, the folder it is now, its hash now and the hashes the jobs recorded,
+    each such job (rule, stats file) and the first stats file of its jobs that is not
+    there yet (they have work to do), if any."""
+
+    key: str
+    name: str
+    folder: str
+    now: str
+    ran: tuple[str, ...]
+    stale: tuple[tuple[str, str], ...]
+    waiting: str | None
+
+    def rules(self) -> list[str]:
+        return sorted({rule for rule, _ in self.stale})
+
+    def __str__(self) -> str:
+        ran = ", ".join(s[:12] for s in self.ran)
+        return (
+            f"{self.key} {self.name!r} ({self.folder}) changed since {len(self.stale)} of the jobs that load it "
+            f"ran: they recorded sha256 {ran}, its files hash to {self.now[:12]} now"
+        )
+
+
+def model_folder(name: str) -> str | None:
+    """The folder a job would load for model `name` (a hub name's cached snapshot), or
+    None where there is none (unavailable_models names it)."""
+    from shardflow.core.models import hub_snapshot, resolve_model
+
+    try:
+        folder = resolve_model(name)
+        return folder if os.path.isdir(folder) else str(hub_snapshot(folder))
+    except (OSError, ValueError):
+        return None
+
+
+def changed_model(key: str, name: str, stats: Iterable[tuple[str, str]], model_hash: Callable[[str], str] | None = None
+                  ) -> ChangedModel | None:
+    """Whether model `name` (config key `key`) changed since the jobs that load it ran,
+    given each such job's (rule, stats file): Snakemake does not see a model's files, so a
+    model edited or replaced in place reruns none of them. Cheap where nothing changed:
+    only a model file newer than a job's stats file (Snakemake's own rule for inputs)
+    gets the model hashed, once per version of its files (model_sha256_kept, the hash the
+    jobs record), and that job's recorded hash read. Jobs that recorded none (written
+    before they did, or another role) are not judged."""
+    role = MODEL_ROLES.get(key)
+    folder = model_folder(name) if role else None
+    if folder is None:
+        return None
+    from shardflow.core.files import read_json
+    from shardflow.core.hashing import MODEL_SUFFIXES
+
+    stats = list(stats)
+    files = [p for p in Path(folder).rglob("*") if p.name.endswith(MODEL_SUFFIXES) and p.is_file()]
+    newest = max((p.stat().st_mtime_ns for p in files), default=None)
+    there = {path: os.stat(path).st_mtime_ns for _, path in stats if os.path.exists(path)}
+    older = [(rule, path) for rule, path in stats if path in there and newest is not None and there[path] < newest]
+    if not older:
+        return None
+    if model_hash is None:
+        from shardflow.workflow.provenance import model_sha256_kept
+
+        def model_hash(folder: str) -> str:
+            return model_sha256_kept(folder)["sha256"]
+
+    now = model_hash(folder)
+    stale, ran = [], []
+    for rule, path in older:
+        try:
+            made = read_json(path).get("made_with") or {}
+            recorded = made.get("model") or {}
+        except (OSError, ValueError, AttributeError):
+            continue  # a stats file that does not read: the job's own rerun says so
+        sha = recorded.get("sha256") if isinstance(recorded, dict) else None
+        if made.get("role") == role and isinstance(sha, str) and sha != now:
+            stale.append((rule, path))
+            ran += [sha] if sha not in ran else []
+    if not stale:
+        return None
+    waiting = next((path for _, path in stats if path not in there), None)
+    return ChangedModel(key, name, folder, now, tuple(ran), tuple(stale), waiting)
+
+
+def changed_model_verdicts(changed: Iterable[ChangedModel], forced: Callable[[str], bool] = lambda rule: False
+                           ) -> tuple[list[str], list[str]]:
+    """(errors, warnings) for models changed since their jobs ran (changed_model), where
+    `forced(rule)` says the run remakes every job of that rule (--forcerun, --forceall):
+    those are left to it. Where a job of the model is still to run, the run would put
+    the new model's outputs beside the former one's (one index of two models' vectors),
+    so it stops; where all have run, a warning: their outputs stay the former model's."""
+    errors, warnings = [], []
+    for c in changed:
+        rules = [r for r in c.rules() if not forced(r)]
+        if not rules:
+            continue
+        again = f"`--forcerun {' '.join(rules)}`"
+        shown = ", ".join(path for _, path in c.stale[:3]) + (", ..." if len(c.stale) > 3 else "")
+        if c.waiting:
+            errors.append(
+                f"{c}; and jobs that load it have yet to run ({c.waiting} is not there yet): this run would mix "
+                f"the two models' outputs. Remake them all with the model as it is now ({again}), or put the "
+                "former model back"
+            )
+        else:
+            warnings.append(
+                f"{c}: Snakemake does not watch a model's files, so their outputs ({shown}) stay the former "
+                f"model's unless they rerun for another reason. Remake them with {again}, or put the former "
+                "model back"
+            )
+    return errors, warnings

@@ -13,6 +13,7 @@ get a GPU, or a GPU node, for jobs that use none, as the executor plugins read t
 from __future__ import annotations
 
 import ast
+import itertools
 import os
 import re
 import sys
@@ -350,6 +351,24 @@ def command_flags(argv: Sequence[str] | None = None) -> set[str]:
 def runs_no_jobs(argv: Sequence[str] | None = None) -> bool:
     """Whether this Snakemake was started in a mode that runs no job (NO_JOB_FLAGS)."""
     return bool(command_flags(argv) & NO_JOB_FLAGS)
+
+
+def forced_rules(argv: Sequence[str] | None = None) -> tuple[bool, frozenset[str]]:
+    """(whether every job is remade, the rules whose jobs are) as Snakemake's command line
+    asks: `--forceall` / `-F`, `--forcerun` / `-R` and the names after it (as argparse reads
+    them: up to the next option; `--forcerun=name` too), short options combined (`-nR`).
+    Read from the command line because the workflow gets these settings only after the
+    Snakefile is parsed."""
+    args = list(sys.argv[1:] if argv is None else argv[1:])
+    every, rules = False, set()
+    for i, arg in enumerate(args):
+        short = arg[1:] if arg.startswith("-") and not arg.startswith("--") and arg[1:].isalpha() else ""
+        every |= arg == "--forceall" or "F" in short
+        if arg.startswith("--forcerun="):
+            rules.add(arg.split("=", 1)[1])
+        elif arg == "--forcerun" or short.endswith("R"):
+            rules.update(itertools.takewhile(lambda a: not a.startswith("-"), args[i + 1 :]))
+    return every, frozenset(rules)
 
 
 def makes_report(argv: Sequence[str] | None = None) -> bool:

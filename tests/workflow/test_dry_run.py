@@ -1,5 +1,7 @@
 """The whole graph is known at parse time: dry runs, DAG, lint, formatting."""
 
+import json
+import os
 import re
 import subprocess
 
@@ -178,6 +180,37 @@ def test_models_this_machine_lacks_stop_the_dry_run_all_at_once_naming_their_key
         "(results/demo/summarise/summaries_0.jsonl is not there yet)"
     ) in out
     assert "embedding.model" not in out[out.index("ValueError") :]  # the error names the encoder alone
+
+
+def test_a_model_changed_in_place_since_its_jobs_ran_is_named_and_stops_a_run_that_would_mix_two(tmp_path):
+    """Snakemake does not see a model's files: a model replaced in its folder reran
+    nothing and said nothing. Now a finished run warns, naming the jobs and how to remake
+    them; a run with jobs still to do, which would put two models' vectors in one index,
+    stops; `--forcerun embed` remakes them all and is let through."""
+    model = tmp_path / "encoder"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "bert"}')
+    made = {"role": "embedding", "model": {"path": str(model), "sha256": "0" * 64}}
+    embed = tmp_path / "results" / "demo" / "embed"
+    embed.mkdir(parents=True)
+    for i in range(2):
+        for suffix in ("npy", "ids.parquet"):
+            (embed / f"embed_{i}.{suffix}").touch()
+        stats = embed / f"embed_{i}.stats.json"
+        stats.write_text(json.dumps({"made_with": made}))
+        os.utime(stats, (1_000_000_000, 1_000_000_000))  # written before the model's files
+    config = ["n_chunks=2", f"embedding={{model: {model}}}"]
+    proc = snakemake(tmp_path, "-n", "--config", *config)
+    out = proc.stdout + proc.stderr
+    assert f"embedding.model '{model}' ({model}) changed since 2 of the jobs that load it ran" in out, out[-3000:]
+    assert "Remake them with `--forcerun embed`, or put the former model back" in out
+    (embed / "embed_1.stats.json").unlink()
+    proc = snakemake(tmp_path, "-n", "--config", *config, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "results/demo/embed/embed_1.stats.json is not there yet): this run would mix the two models' outputs" in out
+    proc = snakemake(tmp_path, "-n", "--forcerun", "embed", "--config", *config)
+    assert "changed since" not in proc.stdout + proc.stderr
 
 
 def test_mistyped_value_stops_the_run_naming_it(tmp_path):

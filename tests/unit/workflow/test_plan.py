@@ -6,6 +6,7 @@ Configs are config/config.yaml as shipped, with keys overridden per test.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -946,6 +947,107 @@ def test_a_missing_model_stops_the_run_only_while_a_job_that_loads_it_has_work_t
     )
     assert plan.model_verdicts([moved], lambda key, name: [], exists)[0] == plan.model_verdicts([moved])[0]
     assert plan.model_verdicts([], lambda key, name: 1 / 0, exists) == ([], [])
+
+
+def _finished_model_jobs(tmp_path, n_jobs: int = 3):
+    """A model folder, and n stats files of jobs that loaded it (each recording the
+    model's hash as made_with does), written after it; their (rule, path) list."""
+    from shardflow.workflow.provenance import model_sha256_kept
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"hidden_size": 8}')
+    (model / "model.safetensors").write_bytes(b"weights v1")
+    made = {"role": "embedding", "model": model_sha256_kept(str(model))}
+    stats = []
+    for i in range(n_jobs):
+        path = tmp_path / f"embed_{i}.stats.json"
+        path.write_text(json.dumps({"chunk": i, "made_with": made}))
+        os.utime(path, ns=(2_000_000_000_000_000_000, 2_000_000_000_000_000_000))
+        stats.append(("embed", str(path)))
+    for f in model.iterdir():
+        os.utime(f, ns=(1_000_000_000_000_000_000, 1_000_000_000_000_000_000))
+    return model, stats
+
+
+def _edit_model(model, content: bytes = b"weights v2", when: int = 3_000_000_000_000_000_000) -> None:
+    (model / "model.safetensors").write_bytes(content)
+    os.utime(model / "model.safetensors", ns=(when, when))
+
+
+def test_a_model_edited_in_place_since_its_jobs_ran_is_found_and_named(tmp_path):
+    """plan.changed_model: Snakemake does not see a model's files, so a model replaced in
+    its folder reran nothing and said nothing. Its files newer than a job's stats, and a
+    hash unlike the one that job recorded: the job is named, with both hashes."""
+    model, stats = _finished_model_jobs(tmp_path)
+    assert plan.changed_model("embedding.model", str(model), stats) is None  # as the jobs ran it
+    before = json.loads(open(stats[0][1]).read())["made_with"]["model"]["sha256"]
+    _edit_model(model)
+    changed = plan.changed_model("embedding.model", str(model), stats)
+    assert changed is not None
+    assert changed.stale == tuple(stats) and changed.ran == (before,) and changed.waiting is None
+    assert changed.now != before and changed.rules() == ["embed"]
+    assert str(changed) == (
+        f"embedding.model '{model}' ({model}) changed since 3 of the jobs that load it ran: they recorded sha256 "
+        f"{before[:12]}, its files hash to {changed.now[:12]} now"
+    )
+    # One job still to run (its stats not there): named, for the verdict to stop on.
+    os.remove(stats[2][1])
+    changed = plan.changed_model("embedding.model", str(model), stats)
+    assert changed.waiting == stats[2][1] and changed.stale == tuple(stats[:2])
+
+
+def test_a_model_whose_files_are_not_newer_or_hash_the_same_is_not_hashed_or_not_named(tmp_path):
+    """Cheap where nothing changed: files no newer than every job's stats are not hashed
+    (Snakemake's own rule for inputs); files touched or copied anew, content the same,
+    hash as the jobs recorded. Records without made_with, of another role, or that do not
+    read are not judged, and a model that is not there is left to unavailable_models."""
+    model, stats = _finished_model_jobs(tmp_path)
+
+    def never(folder):
+        raise AssertionError("hashed a model no file of which is newer than its jobs' stats")
+
+    assert plan.changed_model("embedding.model", str(model), stats, model_hash=never) is None
+    _edit_model(model, b"weights v1")  # newer, the same bytes
+    assert plan.changed_model("embedding.model", str(model), stats) is None
+    _edit_model(model)
+    other = tmp_path / "other.stats.json"
+    other.write_text(json.dumps({"made_with": {"role": "summarise_encoder", "model": {"sha256": "0" * 64}}}))
+    old = tmp_path / "old.stats.json"
+    old.write_text(json.dumps({"chunk": 9}))
+    bad = tmp_path / "bad.stats.json"
+    bad.write_text("{not json")
+    for path in (other, old, bad):
+        os.utime(path, ns=(2_000_000_000_000_000_000, 2_000_000_000_000_000_000))
+    judged = [("embed", str(other)), ("embed", str(old)), ("embed", str(bad))]
+    assert plan.changed_model("embedding.model", str(model), judged) is None
+    assert plan.changed_model("embedding.model", str(tmp_path / "gone"), stats) is None
+    assert plan.changed_model("shards.tokenizer", str(model), stats) is None  # no job records a tokenizer
+
+
+def test_a_changed_model_stops_a_run_that_would_mix_two_models_and_warns_of_a_finished_one(tmp_path):
+    """plan.changed_model_verdicts: a job still to run would write the new model's
+    outputs beside the former one's (one index of two models' vectors): the run stops.
+    All finished: a warning, their outputs stay the former model's. A run that remakes
+    every such job (--forcerun of its rules, --forceall) is left alone."""
+    model, stats = _finished_model_jobs(tmp_path, 4)
+    _edit_model(model)
+    finished = plan.changed_model("embedding.model", str(model), stats)
+    errors, warnings = plan.changed_model_verdicts([finished])
+    assert errors == [] and len(warnings) == 1
+    assert warnings[0].startswith(f"{finished}: Snakemake does not watch a model's files, so their outputs (")
+    assert f"{stats[0][1]}, {stats[1][1]}, {stats[2][1]}, ...) stay the former model's" in warnings[0]
+    assert warnings[0].endswith("Remake them with `--forcerun embed`, or put the former model back")
+    os.remove(stats[3][1])
+    partial = plan.changed_model("embedding.model", str(model), stats)
+    errors, warnings = plan.changed_model_verdicts([partial])
+    assert warnings == [] and errors == [
+        f"{partial}; and jobs that load it have yet to run ({stats[3][1]} is not there yet): this run would mix "
+        "the two models' outputs. Remake them all with the model as it is now (`--forcerun embed`), or put the "
+        "former model back"
+    ]
+    assert plan.changed_model_verdicts([partial, finished], lambda rule: rule == "embed") == ([], [])
+    assert plan.changed_model_verdicts([]) == ([], [])
 
 
 def test_resume_state_goes_to_gpu_jobs_resume_dir_else_the_s3_prefix_else_under_results():

@@ -427,3 +427,22 @@ def test_modes_that_run_no_job_are_told_from_the_command_line(argv, no_jobs, rep
     """The parse-time model check is skipped where no job runs; the landing page is
     fetched from the bucket only for a report."""
     assert site.runs_no_jobs(argv) is no_jobs and site.makes_report(argv) is report
+
+
+@pytest.mark.parametrize(
+    "argv, every, rules",
+    [
+        (["snakemake", "-n"], False, set()),
+        (["snakemake", "--forceall"], True, set()),
+        (["snakemake", "-nF", "--cores", "2"], True, set()),
+        (["snakemake", "--forcerun", "embed", "summarise", "-n"], False, {"embed", "summarise"}),
+        (["snakemake", "-nR", "embed", "--config", "n_chunks=2"], False, {"embed"}),
+        (["snakemake", "--forcerun=embed"], False, {"embed"}),
+        (["snakemake", "-R"], False, set()),
+        (["snakemake", "--config", "x=-R", "results/Fancy"], False, set()),  # values, targets: no flags
+    ],
+)
+def test_the_rules_a_run_remakes_are_read_from_its_command_line(argv, every, rules):
+    """The parse-time check of a model changed in place leaves to the run the jobs it
+    remakes (rules/common.smk check_models): Snakemake sets forcerun only after the parse."""
+    assert site.forced_rules(argv) == (every, frozenset(rules))
