@@ -1,6 +1,7 @@
 """A sweep's summary as a paper's table: Markdown and LaTeX (booktabs).
 
-Parameters first (short names), then each metric of spec.metrics as "mean ± std" over
+Parameters first (short names; a float parameter's values in one notation, value_labels),
+then each metric of spec.metrics as "mean ± std" over
 seeds with a fixed number of decimals (just the mean with one seed), an arrow saying
 which way is better, and the best value of each metric in bold: every row whose
 rounded mean equals the best rounded mean, since that is what a reader can compare.
@@ -15,14 +16,14 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import Any
 
 import pandas as pd
 
 from shardflow.core.atomic import atomic_open
 from shardflow.sweep.cost import money_label
-from shardflow.sweep.paths import format_value
+from shardflow.sweep.paths import format_value, plain
 from shardflow.sweep.spec import SweepSpec
 
 _LATEX_SPECIAL = {
@@ -38,8 +39,45 @@ def latex_escape(text: str) -> str:
 
 
 def value_label(value: Any) -> str:
-    """A parameter value as tables show it: a string as written, null, true, 1e-05."""
+    """One parameter value alone (the first page's best point): a string as written,
+    null, true, 1e-05. A table's or figure's column of values: value_labels."""
     return value if isinstance(value, str) else format_value(value)
+
+
+# A float parameter's values read in scientific notation where one is below SMALL or from
+# LARGE, or they span SPAN orders of magnitude (zero and infinities aside): a learning
+# rate's 1e-5 ... 1e-3. Otherwise as plain decimals, their point-id spelling (0.1, 0.25).
+SCIENTIFIC_SMALL, SCIENTIFIC_LARGE, SCIENTIFIC_SPAN = 1e-3, 1e6, 1e3
+
+
+def scientific(x: float) -> str:
+    """x with the shortest mantissa that reads back as x: 3e-4, 1.5e-5, 2e6; 0, inf."""
+    if x == 0 or math.isinf(x):
+        return "0" if x == 0 else format_value(x)
+    text = next(t for t in (f"{x:.{d}e}" for d in range(17)) if float(t) == x)  # 17 digits always read back
+    mantissa, exponent = text.split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def value_labels(values: Iterable[Any]) -> dict[str, str]:
+    """{format_value(v): label} of one parameter's values in a sweep, as its table column
+    and figure axes show them: the floats in one notation chosen from all of them
+    (SCIENTIFIC_*), so a learning rate's column reads 1e-5, 3e-5, 1e-4 rather than
+    repr's 1e-05, 3e-05, 0.0001. Either notation reads back as the float itself, so two
+    floats never share a label; strings, integers, booleans and null read as value_label
+    has them, and where a label would still stand for two values (a string "1e-3" beside
+    the float 0.001) the whole column falls back to value_label."""
+    distinct = {format_value(v): plain(v) for v in values}
+    floats = [abs(v) for v in distinct.values() if isinstance(v, float) and v != 0 and not math.isinf(v)]
+    sci = bool(floats) and (
+        min(floats) < SCIENTIFIC_SMALL
+        or max(floats) >= SCIENTIFIC_LARGE
+        or max(floats) / min(floats) >= SCIENTIFIC_SPAN
+    )
+    labels = {k: scientific(v) if sci and isinstance(v, float) else value_label(v) for k, v in distinct.items()}
+    if len(set(labels.values())) < len(labels):
+        return {k: value_label(v) for k, v in distinct.items()}
+    return labels
 
 
 # The most decimals a metric's column gets to tell its points apart.
@@ -81,6 +119,7 @@ def _cells(spec: SweepSpec, summary: pd.DataFrame, decimals: int, marked: Collec
         # other way (0.9705 -> 0.97, where the cell reads 0.971), bolding another row.
         means = [round(float(v), places[m]) for v in by_point[f"{m}_mean"].dropna()]
         bold_means[m] = (max(means) if spec.goals[m] == "max" else min(means)) if means else None
+    labels = {p: value_labels(q[p] for q in spec.points) for p in spec.params}
     rows = []
     for pid in spec.ids:
         point = spec.by_id[pid]
@@ -93,7 +132,7 @@ def _cells(spec: SweepSpec, summary: pd.DataFrame, decimals: int, marked: Collec
             d = places[m]
             bold = round(mean, d) == bold_means[m]
             cells.append((f"{mean:.{d}f}", None if math.isnan(std) else f"{std:.{d}f}", bold, (pid, m) in marked))
-        rows.append(([value_label(point[p]) for p in spec.params], cells))
+        rows.append(([labels[p][format_value(point[p])] for p in spec.params], cells))
     return rows
 
 

@@ -7,7 +7,8 @@ The best point of each figure's metric is starred or outlined; a metric no point
 a value for (every point has a run that wrote it as null: table.best) has none to mark.
 A priced sweep's cost metrics say their currency on the axis (cost.money_label). A
 heatmap's cells are labelled at 3 significant digits, more where every cell would read
-the same (cell_digits), as the tables' columns get decimals.
+the same (cell_digits), as the tables' columns get decimals. Parameter values on the axes
+and in the legends read as in the tables: one notation a parameter (export.value_labels).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pandas as pd
 
 from shardflow.core.figures import pyplot, save_figure
 from shardflow.sweep.cost import metric_currency, money_label
+from shardflow.sweep.export import value_labels
 from shardflow.sweep.paths import format_value
 from shardflow.sweep.spec import SweepSpec
 from shardflow.sweep.table import best
@@ -31,8 +33,9 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "x"
 
 
-def _label(value: Any) -> str:
-    return value if isinstance(value, str) else format_value(value)
+def _labels(spec: SweepSpec, param: str) -> dict[str, str]:
+    """{format_value(v): label} of the parameter's values, as the tables show them."""
+    return value_labels(p[param] for p in spec.points)
 
 
 def _is_number(v: Any) -> bool:
@@ -114,9 +117,10 @@ def plot_metric(spec: SweepSpec, summary: pd.DataFrame, metric: str, param: str,
     numeric = all(_is_number(v) for v in xs)
     position = {format_value(v): (v if numeric else i) for i, v in enumerate(xs)}
     others = [p for p in spec.params if p != param]
+    labels = {p: _labels(spec, p) for p in spec.params}
     lines: dict[str, list[tuple[float, float, float]]] = {}
     for point, mean, std in _rows(spec, summary, metric):
-        label = ", ".join(f"{spec.names[o]}={_label(point[o])}" for o in others)
+        label = ", ".join(f"{spec.names[o]}={labels[o][format_value(point[o])]}" for o in others)
         lines.setdefault(label, []).append((position[format_value(point[param])], mean, std))
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for label, pts in lines.items():
@@ -131,7 +135,7 @@ def plot_metric(spec: SweepSpec, summary: pd.DataFrame, metric: str, param: str,
     if numeric and min(xs) > 0 and max(xs) / min(xs) >= 10:  # learning rates, sizes: spaced by factors
         ax.set_xscale("log")
     if not numeric:
-        ax.set_xticks(range(len(xs)), [_label(v) for v in xs], rotation=30 if len(xs) > 4 else 0)
+        ax.set_xticks(range(len(xs)), [labels[param][format_value(v)] for v in xs], rotation=30 if len(xs) > 4 else 0)
     ax.set_xlabel(spec.names[param])
     unit = metric_currency(metric, currency)
     ax.set_ylabel(f"{metric} ({f'{unit}; ' if unit else ''}{'higher' if spec.goals[metric] == 'max' else 'lower'} "
@@ -176,8 +180,9 @@ def plot_heatmap(spec: SweepSpec, summary: pd.DataFrame, metric: str, x: str, y:
         top = spec.point(top_row["point"])
         r, c = row[format_value(top[y])], col[format_value(top[x])]
         ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5))
-    ax.set_xticks(range(len(xs)), [_label(v) for v in xs])
-    ax.set_yticks(range(len(ys)), [_label(v) for v in ys])
+    x_labels, y_labels = _labels(spec, x), _labels(spec, y)
+    ax.set_xticks(range(len(xs)), [x_labels[format_value(v)] for v in xs])
+    ax.set_yticks(range(len(ys)), [y_labels[format_value(v)] for v in ys])
     ax.set_xlabel(spec.names[x])
     ax.set_ylabel(spec.names[y])
     rest = len(spec.params) > 2

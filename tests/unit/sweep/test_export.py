@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shardflow.sweep.export import latex_escape, to_latex, to_markdown, write_exports
+from shardflow.sweep.export import latex_escape, to_latex, to_markdown, value_labels, write_exports
 from shardflow.sweep.table import RunResult, collect, summarise
 
 from .conftest import parse, sweep
@@ -15,8 +15,8 @@ VALUES = {  # (loss, acc) per point and seed
 MARKDOWN = """\
 | lr | best_val_loss ↓ | acc ↑ |
 | :-- | --: | --: |
-| 0.001 | 1.100 ± 0.141 | 0.600 ± 0.141 |
-| 0.0003 | **0.900 ± 0.000** | **0.700 ± 0.141** |
+| 1e-3 | 1.100 ± 0.141 | 0.600 ± 0.141 |
+| 3e-4 | **0.900 ± 0.000** | **0.700 ± 0.141** |
 
 tiny (train): mean ± sample std (n − 1) over 2 seeds; best in bold.
 """
@@ -29,8 +29,8 @@ LATEX = r"""\begin{table}[t]
 \toprule
 lr & best\_val\_loss $\downarrow$ & acc $\uparrow$ \\
 \midrule
-0.001 & $1.100 \pm 0.141$ & $0.600 \pm 0.141$ \\
-0.0003 & $\mathbf{0.900 \pm 0.000}$ & $\mathbf{0.700 \pm 0.141}$ \\
+1e-3 & $1.100 \pm 0.141$ & $0.600 \pm 0.141$ \\
+3e-4 & $\mathbf{0.900 \pm 0.000}$ & $\mathbf{0.700 \pm 0.141}$ \\
 \bottomrule
 \end{tabular}
 \end{table}
@@ -56,11 +56,11 @@ def test_latex():
 def test_one_seed_shows_the_mean_alone_and_ties_are_all_bold():
     spec, summary = tiny(seeds=(0,))
     lines = to_markdown(spec, summary, decimals=1).splitlines()
-    assert lines[2:4] == ["| 0.001 | 1.0 | 0.5 |", "| 0.0003 | **0.9** | **0.8** |"]
+    assert lines[2:4] == ["| 1e-3 | 1.0 | 0.5 |", "| 3e-4 | **0.9** | **0.8** |"]
     assert lines[-1] == "tiny (train): one seed; best in bold."
     summary.loc[0, "best_val_loss_mean"] = 0.9  # the same mean: a tie, both bold
-    assert to_markdown(spec, summary, decimals=1).splitlines()[2] == "| 0.001 | **0.9** | 0.5 |"
-    assert "0.001 & $\\mathbf{0.9}$ & $0.5$ \\\\" in to_latex(spec, summary, decimals=1, caption="c", label="t")
+    assert to_markdown(spec, summary, decimals=1).splitlines()[2] == "| 1e-3 | **0.9** | 0.5 |"
+    assert "1e-3 & $\\mathbf{0.9}$ & $0.5$ \\\\" in to_latex(spec, summary, decimals=1, caption="c", label="t")
 
 
 def test_a_column_whose_means_all_read_the_same_gets_the_decimals_that_tell_them_apart():
@@ -70,10 +70,10 @@ def test_a_column_whose_means_all_read_the_same_gets_the_decimals_that_tell_them
     summary["best_val_loss_mean"] = [0.9, 0.8]  # already differ: stays at 1 decimal
     summary["acc_mean"] = [0.99962, 0.99996]
     lines = to_markdown(spec, summary, decimals=1).splitlines()
-    assert lines[2:4] == ["| 0.001 | 0.9 | 0.9996 |", "| 0.0003 | **0.8** | **1.0000** |"]
+    assert lines[2:4] == ["| 1e-3 | 0.9 | 0.9996 |", "| 3e-4 | **0.8** | **1.0000** |"]
     summary["acc_mean"] = [1.0 - 1e-9, 1.0]  # beyond 6 decimals: a tie at the table's decimals
     assert to_markdown(spec, summary, decimals=1).splitlines()[2:4] == [
-        "| 0.001 | 0.9 | **1.0** |", "| 0.0003 | **0.8** | **1.0** |"]
+        "| 1e-3 | 0.9 | **1.0** |", "| 3e-4 | **0.8** | **1.0** |"]
 
 
 def test_means_that_read_the_same_where_others_differ_are_a_tie():
@@ -84,7 +84,7 @@ def test_means_that_read_the_same_where_others_differ_are_a_tie():
     means = dict(zip(spec.ids, (0.94, 0.9, 0.5), strict=True))
     runs = collect(spec, [RunResult(pid, s, {"best_val_loss": means[pid]}) for pid, s in spec.jobs()])
     lines = to_markdown(spec, summarise(spec, runs), decimals=1).splitlines()
-    assert lines[2:5] == ["| 0.001 | **0.9** |", "| 0.0003 | **0.9** |", "| 0.0001 | 0.5 |"]
+    assert lines[2:5] == ["| 1e-3 | **0.9** |", "| 3e-4 | **0.9** |", "| 1e-4 | 0.5 |"]
 
 
 def test_latex_special_characters_are_escaped():
@@ -132,8 +132,8 @@ def test_the_bold_value_is_the_best_as_the_table_reads_it():
     summary["best_val_loss_mean"] = [0.9, 0.8]
     summary["acc_mean"] = [0.9705, 0.97]
     lines = to_markdown(spec, summary, decimals=3).splitlines()
-    assert lines[2:4] == ["| 0.001 | 0.900 | **0.971** |", "| 0.0003 | **0.800** | 0.970 |"]
-    assert "0.001 & $0.900$ & $\\mathbf{0.971}$ \\\\" in to_latex(spec, summary, decimals=3)
+    assert lines[2:4] == ["| 1e-3 | 0.900 | **0.971** |", "| 3e-4 | **0.800** | 0.970 |"]
+    assert "1e-3 & $0.900$ & $\\mathbf{0.971}$ \\\\" in to_latex(spec, summary, decimals=3)
 
 
 def test_a_point_without_a_mean_is_explained_below_the_table():
@@ -145,9 +145,50 @@ def test_a_point_without_a_mean_is_explained_below_the_table():
     note = ("– a run of this point wrote no value (null, NaN or Infinity: a diverged run's loss, a figure its device "
             "does not give), so it has no mean.")
     markdown = to_markdown(spec, summary).splitlines()
-    assert markdown[2] == "| 0.001 | 1.100 ± 0.141 | – |"
+    assert markdown[2] == "| 1e-3 | 1.100 ± 0.141 | – |"
     assert markdown[-1] == f"tiny (train): mean ± sample std (n − 1) over 2 seeds; best in bold. {note}"
     latex = to_latex(spec, summary).splitlines()
-    assert "0.001 & $1.100 \\pm 0.141$ & -- \\\\" in latex
+    assert "1e-3 & $1.100 \\pm 0.141$ & -- \\\\" in latex
     assert latex[-2] == f"\\par\\smallskip{{\\footnotesize -- {note[2:]}}}"
     assert to_markdown(*tiny()) == MARKDOWN and to_latex(*tiny()) == LATEX  # every mean there: no note
+
+
+def test_a_float_parameters_column_reads_in_one_notation():
+    """A learning rate's column read 1e-05, 3e-05, 0.0001, 0.0003, 0.001 (repr, the point
+    ids' spelling): two notations in one column. It reads in one, chosen from all its
+    values; the point ids, and so the folders and the CSV/Parquet tables, keep repr's."""
+    lrs = [1e-5, 3e-5, 1e-4, 3e-4, 1e-3]
+    spec = parse({"lr": sweep(grid={"train.lr": lrs, "train.dropout": [0.1, 0.2, 0.5], "train.n_layer": [2]},
+                              seeds=[0], metrics={"best_val_loss": "min"})})["lr"]
+    assert list(spec.ids[:3]) == ["dropout=0.1__lr=1e-05__n_layer=2", "dropout=0.2__lr=1e-05__n_layer=2",
+                            "dropout=0.5__lr=1e-05__n_layer=2"]
+    runs = collect(spec, [RunResult(p, s, {"best_val_loss": 1.0 + i}) for i, (p, s) in enumerate(spec.jobs())])
+    summary = summarise(spec, runs)
+    rows = [line.split(" | ")[:3] for line in to_markdown(spec, summary).splitlines()[2:17]]
+    assert [r[0] for r in rows[::3]] == ["| 1e-5", "| 3e-5", "| 1e-4", "| 3e-4", "| 1e-3"]
+    assert [r[1] for r in rows[:3]] == ["0.1", "0.2", "0.5"]  # plain decimals where none is small
+    assert {r[2] for r in rows} == {"2"}  # an integer stays one
+    latex = to_latex(spec, summary).splitlines()
+    assert [line.split(" & ")[:3] for line in latex[8:11]] == [["1e-5", "0.1", "2"], ["1e-5", "0.2", "2"],
+                                                               ["1e-5", "0.5", "2"]]
+
+
+def test_value_labels_choose_one_notation_and_keep_distinct_values_apart():
+    def labels(values):
+        return list(value_labels(values).values())
+
+    assert labels([0.1, 0.25, 0.5, 1.0]) == ["0.1", "0.25", "0.5", "1.0"]
+    assert labels([0.001, 0.01, 0.1]) == ["0.001", "0.01", "0.1"]  # less than 3 orders apart, none below 1e-3
+    assert labels([0.0, 0.0003, 0.001]) == ["0", "3e-4", "1e-3"]  # zero decides nothing
+    assert labels([0.01, 0.1, 1.0, 10.0]) == ["1e-2", "1e-1", "1e0", "1e1"]  # 3 orders apart
+    assert labels([1e6, 2.5e6, float("inf")]) == ["1e6", "2.5e6", "inf"]
+    # Two values never share a label: the shortest mantissa that reads back as the value.
+    assert labels([1e-5, 1.5e-5]) == ["1e-5", "1.5e-5"]
+    assert labels([0.1, 0.1000001]) == ["0.1", "0.1000001"]
+    assert labels([1e-5, 0.1, 0.1000001]) == ["1e-5", "1e-1", "1.000001e-1"]
+    assert labels([1e-4, 1e-4 + 1e-20]) == ["1e-4", "1.0000000000000002e-4"]
+    # Other values read as before, and a label that would stand for two values (a string
+    # beside the float it spells) leaves the column as before.
+    assert labels(["a/b", None, True, 128, 3]) == ["a/b", "null", "true", "128", "3"]
+    assert labels(["1e-4", 1e-4, 1e-5]) == ["1e-4", "0.0001", "1e-05"]
+    assert value_labels([1e-5, 3e-5]) == {"1e-05": "1e-5", "3e-05": "3e-5"}  # keyed by the point ids' spelling

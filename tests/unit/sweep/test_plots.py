@@ -112,3 +112,22 @@ def test_heatmap_cells_get_the_digits_that_tell_them_apart(tmp_path, monkeypatch
 
     assert cells([0.99962, 0.99996, 0.99981, 0.99990]) == ["0.9996", "0.9998", "0.9999", "1"]
     assert cells([0.99962, 0.99996, 0.5, 0.25]) == ["0.25", "0.5", "1", "1"]
+
+
+def test_a_float_parameter_reads_in_one_notation_on_axes_and_legends(tmp_path, monkeypatch):
+    """As in the tables (export.value_labels): a learning rate's legend entries and heatmap
+    ticks read 1e-5 ... 1e-3, not repr's 1e-05, 0.0001, 0.001."""
+    import shardflow.sweep.plots as plots
+
+    figures = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig))
+    spec = parse({"s": sweep(grid={"train.lr": [1e-5, 1e-4, 1e-3], "train.n_layer": [2, 4]},
+                             metrics={"best_val_loss": "min"})})["s"]
+    summary = summary_of(spec)
+    plot_metric(spec, summary, "best_val_loss", "train.n_layer", tmp_path / "line.png")
+    legend = [t.get_text() for t in figures[0].axes[0].get_legend().get_texts()]
+    assert sorted(legend) == ["best", "lr=1e-3", "lr=1e-4", "lr=1e-5"]
+    plot_heatmap(spec, summary, "best_val_loss", "train.lr", "train.n_layer", tmp_path / "heat.png")
+    axes = figures[1].axes[0]
+    assert [t.get_text() for t in axes.get_xticklabels()] == ["1e-5", "1e-4", "1e-3"]
+    assert [t.get_text() for t in axes.get_yticklabels()] == ["2", "4"]
