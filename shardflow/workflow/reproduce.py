@@ -34,18 +34,41 @@ def _fmt(value) -> str:
     return "-" if value is None else str(value)
 
 
+def _readings(node, parts: list[str], keys: tuple[str, ...] = ()):
+    """(keys, value) of every way `parts` walks down `node`, each step a key of one or
+    more consecutive parts joined by '.', the longest first."""
+    if not parts:
+        yield keys, node
+        return
+    if not isinstance(node, dict):
+        return
+    for n in range(len(parts), 0, -1):
+        key = ".".join(parts[:n])
+        if key in node:
+            yield from _readings(node[key], parts[n:], (*keys, key))
+
+
 def metric(metrics: dict | None, name: str):
     """The value `name` names in a metrics record: a top-level key, or a nested one by its
     keys joined with '.' (`all.ndcg_at_1`), as shardflow.sweep.metrics names them and the
-    parse-time check (plan.unknown_reproduction_metrics) accepts them; None where absent."""
-    if metrics is None or name in metrics:
-        return None if metrics is None else metrics[name]
-    value = metrics
-    for key in name.split("."):
-        if not isinstance(value, dict) or key not in value:
-            return None
-        value = value[key]
-    return value
+    parse-time check (plan.unknown_reproduction_metrics) accepts them; None where absent.
+
+    A key may itself hold a dot (a summarisation system "gpt-3.5":
+    `systems.gpt-3.5.rouge1.mean`), so the name is matched against the record's own keys
+    rather than split at every dot. Where two readings both exist (a key "a.b" and a key
+    "b" inside "a") the name is ambiguous: a ReproductionError names both, as picking one
+    could pass or fail the check on the other's value."""
+    if metrics is None:
+        return None
+    found = list(_readings(metrics, name.split(".")))
+    if len(found) > 1:
+        readings = " and ".join("".join(f"[{k!r}]" for k in keys) for keys, _ in found)
+        raise ReproductionError(
+            f"reproduce.expect.metrics: '{name}' names {len(found)} values of the metrics record: {readings}; "
+            "a dotted name cannot tell them apart: rename one of the keys (a stored summarisation system is "
+            "named by its key in the input files)"
+        )
+    return found[0][1] if found else None
 
 
 def check_reproduction(expect: dict, provenance: dict, metrics: dict | None, strict_packages: bool = False) -> list[Row]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from shardflow.workflow.reproduce import check_reproduction
+import pytest
+
+from shardflow.workflow.reproduce import ReproductionError, check_reproduction
 
 
 def _sha(c: str) -> str:
@@ -50,3 +52,39 @@ def test_a_nested_metric_is_read_by_the_dotted_name_the_parse_time_check_accepts
     # A name that stops at a group, or goes on past a number, is no metric: its row fails.
     expect = {"metrics": {name: {"value": 0.4, "tolerance": 1} for name in ("systems.lead", "ndcg_at_10.mean")}}
     assert [r.status for r in check_reproduction(expect, {}, metrics)] == ["FAIL", "FAIL"]
+
+
+def test_a_key_holding_a_dot_is_read_by_its_own_name_and_two_readings_are_an_error():
+    """A summarisation system "gpt-3.5" (method stored, a key of the input's object of
+    summaries) is one key of the record: `systems.gpt-3.5.rouge1.mean` was split at every
+    dot, found no key "gpt-3", and failed its row after every job had run. The name is
+    read against the record's keys; where a key with a dot and the nested keys both read
+    it, which one the check compares is a guess, so it stops naming both."""
+    metrics = {"systems": {"gpt-3.5": {"rouge1": {"mean": 0.4}}, "lead": {"rouge1": {"mean": 0.3}}}}
+    expect = {
+        "metrics": {
+            "systems.gpt-3.5.rouge1.mean": {"value": 0.4, "tolerance": 0.001},
+            "systems.lead.rouge1.mean": {"value": 0.3, "tolerance": 0.001},
+        }
+    }
+    rows = check_reproduction(expect, {}, metrics)
+    assert [(r.item, r.got, r.status) for r in rows] == [
+        ("metric systems.gpt-3.5.rouge1.mean", "0.40000", "ok"),
+        ("metric systems.lead.rouge1.mean", "0.30000", "ok"),
+    ]
+    # An unknown name fails its row as before: nothing is read.
+    (row,) = check_reproduction(
+        {"metrics": {"systems.gpt-3.6.rouge1.mean": {"value": 0.4, "tolerance": 1}}}, {}, metrics
+    )
+    assert (row.got, row.status) == ("-", "FAIL")
+    # Both "gpt-3.5" and "gpt-3" -> "5" hold rouge1.mean: ambiguous.
+    metrics["systems"]["gpt-3"] = {"5": {"rouge1": {"mean": 0.9}}}
+    with pytest.raises(ReproductionError) as err:
+        check_reproduction(expect, {}, metrics)
+    assert str(err.value).startswith(
+        "reproduce.expect.metrics: 'systems.gpt-3.5.rouge1.mean' names 2 values of the metrics record: "
+        "['systems']['gpt-3.5']['rouge1']['mean'] and ['systems']['gpt-3']['5']['rouge1']['mean']; "
+    )
+    # A top-level key with a dot beside the nested one it spells, likewise.
+    with pytest.raises(ReproductionError, match=r"'a\.b' names 2 values .*\['a\.b'\] and \['a'\]\['b'\]"):
+        check_reproduction({"metrics": {"a.b": {"value": 1, "tolerance": 0}}}, {}, {"a.b": 1, "a": {"b": 2}})
