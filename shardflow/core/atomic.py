@@ -5,9 +5,11 @@ A reader (or Snakemake after a crash) sees either no file or the whole file,
 never a half-written one. The temporary is `<path>.tmp-<host>-<pid>-<random>`: unique
 even where two hosts (or containers whose pids start alike) write the same path on a
 shared filesystem, as an orphaned job and its rerun can. Temporaries of writers killed
-mid-write are removed by the next write of the path, before it writes (a killed merge's
-is as large as the file) and again once it is published: this host's once their process
-is gone, another host's once untouched for a day. A published file has the
+mid-write are removed by the next write of the path (`atomic_path` before it writes, as
+a killed merge's is as large as the file; `publish_all` once it has published): this
+host's once their process is gone, another host's once untouched for a day. A write lists
+its folder once, not more: in a folder of thousands of chunk files a listing costs more
+than a small write. A published file has the
 mode a plain `open()` gives a new file there (the umask, or the folder's default ACL),
 whatever its writer chose: safetensors creates 0600 files, which teammates on a shared
 filesystem could not read.
@@ -104,11 +106,12 @@ def _remove_stale_in(folder: Path, names: set[str]) -> None:
             at = entry.name.find(".tmp-", at + 1)
 
 
-def publish_all(pairs: list[tuple[Path, Path]], *, synced: bool = False) -> None:
+def publish_all(pairs: list[tuple[Path, Path]], *, synced: bool = False, swept: bool = False) -> None:
     """Move finished temporaries (from `tmp_path(path)`) into place: each fsynced
     (unless its writer did: `synced`) and renamed, then each folder fsynced and listed
     once for dead writers' temporaries (a split of n chunks would list its folder n
-    times, a file at a time)."""
+    times, a file at a time), unless its writer listed it before writing (`swept`:
+    a temporary left since by a writer killed meanwhile goes with the next write)."""
     for tmp, path in pairs:
         if not synced:
             with open(tmp, "rb+") as fh:
@@ -116,12 +119,13 @@ def publish_all(pairs: list[tuple[Path, Path]], *, synced: bool = False) -> None
         os.replace(tmp, path)
     for folder in {Path(path).parent for _, path in pairs}:
         fsync_folder(folder)
-        _remove_stale_in(folder, {Path(path).name for _, path in pairs if Path(path).parent == folder})
+        if not swept:
+            _remove_stale_in(folder, {Path(path).name for _, path in pairs if Path(path).parent == folder})
 
 
-def publish(tmp: str | os.PathLike, path: str | os.PathLike, *, synced: bool = False) -> None:
+def publish(tmp: str | os.PathLike, path: str | os.PathLike, *, synced: bool = False, swept: bool = False) -> None:
     """`publish_all` for one file."""
-    publish_all([(Path(tmp), Path(path))], synced=synced)
+    publish_all([(Path(tmp), Path(path))], synced=synced, swept=swept)
 
 
 def _alive(pid: int) -> bool:
@@ -171,7 +175,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         if stat.S_IMODE(os.stat(tmp).st_mode) != mode:  # the writer made a file of its own
             with contextlib.suppress(OSError):  # a filesystem without chmod keeps the writer's
                 os.chmod(tmp, mode)
-        publish(tmp, path, synced=True)
+        publish(tmp, path, synced=True, swept=True)  # listed above: once a write is enough
     except OSError as exc:
         if not _out_of_space(exc, path):
             raise

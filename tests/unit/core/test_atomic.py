@@ -44,6 +44,31 @@ def test_a_dead_writers_temporary_is_cleared_before_the_next_write_takes_room(tm
     assert target.read_bytes() == b"whole"
 
 
+def test_a_write_lists_its_folder_once_and_a_batch_once_per_folder(tmp_path, monkeypatch):
+    """A folder of thousands of chunk files makes each listing O(n): a write listed it
+    before writing and again once published, twice where once clears every dead
+    writer's temporary (the one before, as a rerun needs the room)."""
+    from shardflow.core import atomic
+
+    listed = []
+    real_scandir, real_listdir = os.scandir, os.listdir
+    monkeypatch.setattr(os, "scandir", lambda p=".": listed.append(p) or real_scandir(p))
+    monkeypatch.setattr(os, "listdir", lambda p=".": listed.append(p) or real_listdir(p))
+    stale = tmp_path / f"out.bin.tmp-{atomic._host()}-{2**22 + 1}-0a0a0a0a"  # above pid_max: a dead writer's
+    stale.write_bytes(b"half")
+    atomic_write_bytes(tmp_path / "out.bin", b"whole")
+    assert len(listed) == 1 and not stale.exists()
+    write_json(tmp_path / "m.json", {"a": 1})
+    assert len(listed) == 2
+    listed.clear()
+    finals = [tmp_path / f"chunk_{i}.jsonl" for i in range(3)]
+    tmps = [atomic.tmp_path(p) for p in finals]
+    for t in tmps:
+        t.write_bytes(b"x")
+    atomic.publish_all(list(zip(tmps, finals, strict=True)))  # as the split publishes its chunks
+    assert len(listed) == 1 and all(p.read_bytes() == b"x" for p in finals)
+
+
 def test_temporaries_are_unique_across_hosts_and_only_dead_writers_ones_are_cleared(tmp_path, monkeypatch):
     """Two hosts (or containers whose pids start alike) may write one path on a shared
     filesystem: each temporary names its host, pid and a random token, and the next
