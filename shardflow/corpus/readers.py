@@ -184,10 +184,13 @@ def detect_format(path: str, opts: ReaderOptions) -> str:
     raise ValueError(f"{path}: cannot tell the format from the name; set input.format")
 
 
-def _decode(raw: bytes, lineno: int) -> str:
-    """Strict UTF-8; a byte-order mark opening the file is dropped, not made part of the data.
-    (Decoded first, then dropped: the "utf-8-sig" codec counts an error's byte from after
-    the mark, 3 short of the byte in the line.)"""
+def decode_text(raw: bytes, lineno: int) -> str:
+    """Strict UTF-8 of line `lineno` (a whole file is its line 1); a byte-order mark
+    opening the file is dropped, not made part of the data. Decoded first, then dropped,
+    so an error's byte (`UnicodeDecodeError.start`) counts from the first byte of `raw`
+    as the file holds it, the mark included, as a hex editor shows it: the "utf-8-sig"
+    codec counts from after the mark, 3 short. Every reader of user text that names such
+    a byte decodes through here."""
     text = raw.decode("utf-8")
     return text[1:] if lineno == 1 and text.startswith("\ufeff") else text
 
@@ -431,7 +434,7 @@ class _JsonlReader(_Reader):
                     yield self.bad(lineno, nul, raw)
                     continue
                 try:
-                    line = _decode(raw, lineno)
+                    line = decode_text(raw, lineno)
                 except UnicodeDecodeError as exc:
                     yield self.bad(lineno, f"invalid UTF-8 at byte {exc.start}", raw)
                     continue
@@ -501,7 +504,7 @@ class _DelimitedReader(_Reader):
             if nul:
                 row["bad"] = row["bad"] or (lineno, nul)
             try:
-                yield _decode(raw, lineno)
+                yield decode_text(raw, lineno)
             except UnicodeDecodeError as exc:
                 row["bad"] = row["bad"] or (lineno, f"invalid UTF-8 at byte {exc.start}")
                 yield raw.decode("utf-8", errors="replace")
@@ -688,7 +691,7 @@ class _TextLinesReader(_Reader):
                     yield self.bad(lineno, nul, raw)
                     continue
                 try:
-                    text = _decode(raw, lineno).rstrip("\r\n")
+                    text = decode_text(raw, lineno).rstrip("\r\n")
                 except UnicodeDecodeError as exc:
                     yield self.bad(lineno, f"invalid UTF-8 at byte {exc.start}", raw)
                     continue
@@ -718,7 +721,7 @@ class _TextFileReader(_Reader):
             yield self.bad(line, nul, raw[:200])
             return
         try:
-            text = raw.decode("utf-8-sig")
+            text = decode_text(raw, 1)
         except UnicodeDecodeError as exc:
             line = raw[: exc.start].count(b"\n") + 1
             yield self.bad(line, f"invalid UTF-8 at byte {exc.start}", raw[:200])

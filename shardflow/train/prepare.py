@@ -62,6 +62,7 @@ from shardflow.core.hashing import sha256_file
 from shardflow.core.runlog import share_tokenizer_threads
 from shardflow.core.s3 import logical_path
 from shardflow.corpus.chunks import iter_chunk
+from shardflow.corpus.readers import decode_text
 from shardflow.train.shards import (
     FORMATS,
     HEADER_BYTES,
@@ -230,7 +231,7 @@ def _text_pieces(path: str | os.PathLike, piece_chars: int | None = PIECE_CHARS)
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
             try:
-                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+                line = decode_text(raw, lineno)
             except UnicodeDecodeError as exc:
                 raise ValueError(f"{path}:{lineno}: invalid UTF-8 at byte {exc.start} of the line") from exc
             if buf and piece_chars is not None and size >= piece_chars:

@@ -453,6 +453,22 @@ def test_invalid_utf8_after_a_byte_order_mark_is_named_at_its_byte_in_the_line(t
     assert bad.reason == "invalid UTF-8 at byte 6"  # the mark's 3 bytes, then 'caf'
 
 
+def test_a_text_file_read_whole_names_invalid_utf8_after_a_byte_order_mark_as_the_lines_reader_does(tmp_path):
+    """`text_mode: files` decoded with "utf-8-sig", which counts from after the mark: the
+    same file's bad byte was 3 short of what the lines reader named, and a newline in
+    those 3 bytes put it on the line before."""
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"\xef\xbb\xbfcaf\xe9\n")
+    (lines,) = read(path, on_bad_record="skip")
+    (whole,) = read(path, on_bad_record="skip", text_mode="files")
+    assert (whole.line, whole.reason) == (lines.line, lines.reason) == (1, "invalid UTF-8 at byte 6")
+    path.write_bytes(b"\xef\xbb\xbfa\n\xe9\n")  # byte 5 of the file: line 2's first
+    (whole,) = read(path, on_bad_record="skip", text_mode="files")
+    assert (whole.line, whole.reason) == (2, "invalid UTF-8 at byte 5")
+    path.write_bytes(b"\xef\xbb\xbfcaf\xc3\xa9\n")
+    assert [r.text for r in read(path, text_mode="files")] == ["caf\u00e9\n"]  # the mark is still dropped
+
+
 def test_parquet_long_texts_are_read_in_batches_of_fewer_rows(tmp_path, monkeypatch):
     """8,192 rows a batch whatever their length held 656 MB more for 4 MB texts: a batch
     now holds about PARQUET_BATCH_BYTES of the columns read, by the row groups' metadata."""

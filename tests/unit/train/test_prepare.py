@@ -251,6 +251,22 @@ def test_text_pieces_encode_like_the_whole_file(tmp_path):
     assert streamed == tok.encode(text)
 
 
+def test_text_pieces_name_invalid_utf8_after_a_byte_order_mark_as_the_splits_reader_does(tmp_path):
+    """The position split reads the text file itself: its line 1 was decoded with
+    "utf-8-sig", which counts an error's byte from after the mark, 3 short of the byte
+    the split's reader names for the same file."""
+    from shardflow.corpus.readers import ReaderOptions, open_reader
+
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"\xef\xbb\xbfcaf\xe9\n")
+    (bad,) = open_reader(str(path), ReaderOptions(on_bad_record="skip"))
+    assert bad.reason == "invalid UTF-8 at byte 6"
+    with pytest.raises(ValueError, match=r"t\.txt:1: invalid UTF-8 at byte 6 of the line$"):
+        list(_text_pieces(path))
+    path.write_bytes(b"\xef\xbb\xbfcaf\xc3\xa9\n")
+    assert [p for _, p in _text_pieces(path)] == ["caf\u00e9\n"]  # the mark is still dropped
+
+
 def _metaspace_file(tmp_path):
     """A SentencePiece-style (Metaspace) BPE and a text file of more than one piece (1 MiB)."""
     from tokenizers import Tokenizer as HFTk
