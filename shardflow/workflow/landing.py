@@ -178,9 +178,13 @@ def summarisation_section(dataset: str, files: dict) -> Section:
              f"(compression {s['compression_ratio']:.3f}: all summaries over all inputs)"),
             ("wall time", f"{_duration(s['summarise_wall_time_s'])} summarising ({s['chunks']} chunk jobs, "
              "model loading not included)"),
-            ("throughput", f"{s['items_per_s']:,.2f} documents/s while summarising on {', '.join(s['devices'])}"),
+            # records_resumed: documents of resumed parts (summary.json since 2026-11-28), which
+            # the rate, counting what the jobs summarised (core.jobs.items_computed), leaves out.
+            ("throughput", f"{s['items_per_s']:,.2f} documents/s while summarising on {', '.join(s['devices'])}" + (
+                f" ({s['records_resumed']:,} documents came from resumed parts of killed attempts, whose time "
+                "this rate does not count)" if s.get("records_resumed") else "")),
             ("GPU-hours and cost", f"{s['gpu_hours']:.4f} GPU-h, {s['estimated_cost']:.2f} {s['currency']}"
-             + _killed_attempts(s)),
+             + _killed_attempts(s, resumed=s.get("records_resumed", 0))),
             ("peak GPU memory", _stage_peak_memory(s)),
         ]
     if "metrics" in files:

@@ -169,6 +169,29 @@ def test_embedding_section_says_how_much_of_killed_attempts_it_counted(tmp_path)
     assert "while encoding on cuda:0 (20 records came from resumed parts" in rows["throughput"]
 
 
+def test_the_summarisation_rate_says_how_many_documents_came_from_resumed_parts(tmp_path):
+    """As the embedding line does: the rate counts what the jobs summarised, so documents
+    from a killed attempt's parts are named, and a run without any reads as before."""
+    (tmp_path / "manifest.json").write_text(json.dumps({"total_records": 15}))
+    summary = {"records": 15, "records_resumed": 0, "truncated_inputs": 0, "input_tokens": 10,
+               "summary_tokens": 5, "compression_ratio": 0.5, "summarise_wall_time_s": 1.0, "chunks": 3,
+               "items_per_s": 15.0, "devices": ["cuda:0"], "gpu_hours": 0.1, "estimated_cost": 0.25,
+               "currency": "USD", "earlier_attempts": 0}
+    files = {"manifest": tmp_path / "manifest.json", "summary": tmp_path / "s.json"}
+    before = {k: v for k, v in summary.items() if k != "records_resumed"}  # a summary.json from before it was
+    for written in (summary, before):
+        files["summary"].write_text(json.dumps(written))
+        rows = dict(summarisation_section("news", files).rows)
+        assert rows["throughput"] == "15.00 documents/s while summarising on cuda:0"
+        assert rows["GPU-hours and cost"] == "0.1000 GPU-h, 0.25 USD"
+    files["summary"].write_text(json.dumps({**summary, "records_resumed": 1200, "items_per_s": 3.0}))
+    rows = dict(summarisation_section("news", files).rows)
+    assert rows["throughput"] == ("3.00 documents/s while summarising on cuda:0 (1,200 documents came from resumed "
+                                  "parts of killed attempts, whose time this rate does not count)")
+    assert rows["GPU-hours and cost"] == ("0.1000 GPU-h, 0.25 USD; the killed attempts left no records (from "
+                                          "before attempt records): their cost is not counted")
+
+
 def test_each_stages_page_says_its_peak_gpu_memory_or_not_on_a_gpu(tmp_path):
     """The largest job's peak GPU memory and its chunk, for picking a GPU and a batch size;
     a CPU run says so instead of 0; jobs from before peaks were recorded say that."""
