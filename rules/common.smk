@@ -30,7 +30,12 @@ from shardflow.core.config import (
 from shardflow.core.hashing import config_sha256
 from shardflow.corpus.chunks import SOURCE_PART as SOURCE_PARTS
 from shardflow.retrieval.pipeline import RetrievalSpec
-from shardflow.summarise.params import METHOD_KEYS, ignored_by, without_effect
+from shardflow.summarise.params import (
+    METHOD_KEYS,
+    ignored_by,
+    score_params,
+    without_effect,
+)
 from shardflow.sweep import POINT_ID_REGEX, SEED_REGEX, parse_sweeps
 from shardflow.sweep.cost import PRICED_STAGES
 from shardflow.sweep.metrics import incomparable_points, loads_model, unknown_metrics
@@ -992,19 +997,9 @@ def summarise_params(wildcards):
 
 def summary_score_params():
     """How summaries are scored (shardflow.summarise.params.ScoreParams): the input's id
-    and reference fields, how Lsum finds sentences, the bootstrap, bad records."""
-    sm = config["summarise"]
-    stored = sm["method"] == "stored"
-    return {
-        "id_field": config["input"]["id_field"],
-        "reference_field": sm["reference_field"],
-        "reference_format": sm["reference_format"],
-        # Stored system outputs share the references' tokenisation; the workflow's
-        # own summaries hold one sentence a line (lead, extractive) or prose.
-        "summary_format": sm["reference_format"] if stored else "prose",
-        "resamples": sm["bootstrap_resamples"],
-        "on_bad_record": config["input"]["on_bad_record"],
-    }
+    and reference fields, how Lsum finds sentences, the bootstrap, bad records, and the
+    record limit away from its default (shardflow.summarise.params.score_params)."""
+    return score_params(config)
 
 
 # ------------------------------------------------------------------- tasks

@@ -40,7 +40,10 @@ UNTRACKED_KEYS = ("compile_cache", "checkpoint_interval", "keep_chunk_vectors")
 # attention_bias' auto before it, so finished jobs stay valid and the key stays here
 # (config/README.md's upgrade note). A change of meaning that changes results beyond
 # rounding must take its key out of this table, so that finished jobs rerun.
-NEUTRAL_ADDED_KEYS = {("embedding", "cuda_graphs"): "auto"}
+# input.max_record_mb is older than its place here: it reached the summarisation scoring's
+# params (shardflow.summarise.params.score_params) after their outputs existed, and 64 is
+# the limit the scoring read with before (ScoreParams' default, in bytes).
+NEUTRAL_ADDED_KEYS = {("embedding", "cuda_graphs"): "auto", ("input", "max_record_mb"): 64}
 _ABSENT = object()
 
 

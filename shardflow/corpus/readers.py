@@ -46,6 +46,13 @@ DEFAULT_MAX_RECORD_BYTES = 64 << 20
 PREVIEW_BYTES = 1024
 SKIP_BYTES = 1 << 20
 
+
+def record_limit_bytes(max_record_mb: float) -> int:
+    """input.max_record_mb in bytes, as every reader of the input takes it (the split's
+    ReaderOptions, the summarisation scoring's ScoreParams): MiB, rounded, at least 1."""
+    return max(1, round(max_record_mb * 2**20))
+
+
 # The csv module refuses fields over 128 KiB by default; a corpus document may be
 # far longer. (Process-wide setting; 2**31 - 1 fits a C long everywhere.)
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))

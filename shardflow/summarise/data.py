@@ -23,7 +23,8 @@ Summaries are named by a field spec:
   "system_summaries.*"      every entry of a dict field, one system per key
 
 The id field is a key of the record, as the split reads `input.id_field` (a dot in it
-is part of the name), so that both name a record alike.
+is part of the name), so that both name a record alike. A line over `max_record_bytes`
+(input.max_record_mb, as the split reads the same files) is a bad record, never read whole.
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ def load_documents(
     article_field: str = "article",
     reference_field: str | None = "highlights",
     on_bad_record: str = "error",
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> Loaded:
     """Documents to summarise (and, when `reference_field` is set, their references)."""
 
@@ -101,7 +103,7 @@ def load_documents(
         ref = _text(obj, reference_field) if reference_field else None
         return Document(_id(obj, id_field, name, line), _text(obj, article_field), ref, line)
 
-    return _load(path, make, on_bad_record)
+    return _load(path, make, on_bad_record, max_record_bytes)
 
 
 def load_references(
@@ -111,6 +113,7 @@ def load_references(
     reference_field: str = "highlights",
     on_bad_record: str = "error",
     passed_over: frozenset[int] = frozenset(),
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> Loaded:
     """(id, reference) pairs as Documents with an empty article: what evaluation joins
     generated summaries with. `passed_over`: lines not read at all, the lines the split
@@ -121,7 +124,7 @@ def load_references(
     def make(obj: dict, line: int) -> Document:
         return Document(_id(obj, id_field, name, line), "", _text(obj, reference_field), line)
 
-    return _load(path, make, on_bad_record, passed_over)
+    return _load(path, make, on_bad_record, max_record_bytes, passed_over)
 
 
 def load_summaries(
@@ -131,6 +134,7 @@ def load_summaries(
     id_field: str | None = "id",
     reference_field: str = "highlights",
     on_bad_record: str = "error",
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> Loaded:
     """Stored summaries named by `summaries` (see the module docstring) and their references,
     from one file or several read as one input (`path` a list: see the module docstring)."""
@@ -138,7 +142,7 @@ def load_summaries(
     if not summaries or summaries.startswith(".") or ".." in summaries:
         raise ValueError(f"summaries field spec {summaries!r}: expected 'field', 'a.b' or 'a.*'")
     parent = summaries[:-2] if summaries.endswith(".*") else None
-    systems, n_with = usual_systems(paths, parent) if parent is not None else ((), 0)
+    systems, n_with = usual_systems(paths, parent, max_record_bytes) if parent is not None else ((), 0)
 
     def make(obj: dict, line: int, name: str) -> SummaryRecord:
         if parent is not None:
@@ -160,19 +164,21 @@ def load_summaries(
 
     records, rejects, seen = [], [], {}
     for one in paths:
-        loaded = _load(one, functools.partial(make, name=logical_path(one)), on_bad_record, seen=seen)
+        loaded = _load(one, functools.partial(make, name=logical_path(one)), on_bad_record, max_record_bytes, seen=seen)
         records += loaded.records
         rejects += loaded.rejects
     return Loaded(records, rejects)
 
 
-def usual_systems(paths: Sequence[str], parent: str) -> tuple[tuple[str, ...], int]:
+def usual_systems(
+    paths: Sequence[str], parent: str, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+) -> tuple[tuple[str, ...], int]:
     """For "a.*": the set of systems most records of `paths` hold (the first such set
     on a tie) and how many hold it. Decided over every file, so one record with a
     system missing is the record reported, wherever it stands, and every system is
     scored on the same documents."""
     counts: Counter[tuple[str, ...]] = Counter()
-    for _, _, obj in (found for path in paths for found in json_objects(path)):
+    for _, _, obj in (found for path in paths for found in json_objects(path, max_record_bytes)):
         if isinstance(obj, dict):
             try:
                 value = _get(obj, parent)
@@ -186,7 +192,12 @@ def usual_systems(paths: Sequence[str], parent: str) -> tuple[tuple[str, ...], i
 
 
 def _load(
-    path: str, make, on_bad_record: str, passed_over: frozenset[int] = frozenset(), seen: dict | None = None
+    path: str,
+    make,
+    on_bad_record: str,
+    max_record_bytes: int,
+    passed_over: frozenset[int] = frozenset(),
+    seen: dict | None = None,
 ) -> Loaded:
     """`seen`: {id: (path, line)} of the records kept so far, shared by the files of one
     input (load_summaries), so an id is unique across them."""
@@ -194,7 +205,7 @@ def _load(
         raise ValueError(f"on_bad_record {on_bad_record!r}: expected 'error' or 'skip'")
     records, rejects = [], []
     seen = {} if seen is None else seen
-    for line, raw, obj in json_objects(path):
+    for line, raw, obj in json_objects(path, max_record_bytes):
         if line in passed_over:
             continue
         try:
@@ -215,14 +226,18 @@ def _load(
     return Loaded(records, rejects)
 
 
-def json_objects(path: str) -> Iterator[tuple[int, bytes, Any]]:
+def json_objects(path: str, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[int, bytes, Any]]:
     """(line number, raw bytes, parsed object or _Bad) for each non-blank line: the one
-    reader of these files (the workflow's parse-time field check reads them with it too)."""
+    reader of these files (the workflow's parse-time field check reads them with it too).
+    `max_record_bytes`: input.max_record_mb, the split's limit on the same files, so that
+    a record the split read is read here too, and none longer than it is held."""
+    if max_record_bytes < 1:
+        raise ValueError(f"max_record_bytes must be >= 1, got {max_record_bytes}")
     with open_binary(path) as fh:
         # Bounded lines; a truncated gzip stream stops the load at its line (BadRecordError).
-        for line, raw in iter_lines(fh, path, DEFAULT_MAX_RECORD_BYTES):
+        for line, raw in iter_lines(fh, path, max_record_bytes):
             if isinstance(raw, LongLine):
-                yield line, raw.head, _Bad(f"record too large: {raw.size:,} bytes, over the limit of {DEFAULT_MAX_RECORD_BYTES:,}")
+                yield line, raw.head, _Bad(f"record too large: {raw.size:,} bytes, over the limit of {max_record_bytes:,}")
                 continue
             if not raw.strip():
                 continue

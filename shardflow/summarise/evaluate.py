@@ -137,6 +137,7 @@ def evaluate_summaries(
             reference_field=params.reference_field,
             on_bad_record=params.on_bad_record,
             passed_over=rejected.get(source_key(path), frozenset()),
+            max_record_bytes=params.max_record_bytes,
         )
         references.update({d.id: d.reference for d in loaded.records})
         rejects += loaded.rejects

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shardflow.core.config import whole_floats_as_ints
+from shardflow.core.config import recorded, whole_floats_as_ints
+from shardflow.corpus.readers import DEFAULT_MAX_RECORD_BYTES, record_limit_bytes
 
 METHODS = ("lead", "extractive")
 # The `summarise` keys each workflow method reads: a summarise job's params hold only
@@ -87,6 +88,8 @@ class ScoreParams:
         (`split_sentences`) or "tokenised" (`split_tokenised`; CNN/DailyMail
         highlights and system outputs).
     resamples, seed, level: the bootstrap confidence interval.
+    max_record_bytes: the longest line read (input.max_record_mb, the split's limit on the
+        same files); a longer one is a bad record.
     """
 
     reference_format: str = "prose"
@@ -97,6 +100,7 @@ class ScoreParams:
     id_field: str | None = "id"  # None: ids are source positions, <path>:<line>
     reference_field: str = "highlights"
     on_bad_record: str = "error"  # error | skip
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
 
     def __post_init__(self) -> None:
         for name in ("reference_format", "summary_format"):
@@ -108,3 +112,29 @@ class ScoreParams:
             raise ValueError(f"level must be in (0, 1), got {self.level}")
         if self.on_bad_record not in ("error", "skip"):
             raise ValueError(f"on_bad_record {self.on_bad_record!r}: expected 'error' or 'skip'")
+        if self.max_record_bytes < 1:
+            raise ValueError(f"max_record_bytes must be >= 1, got {self.max_record_bytes}")
+
+
+def score_params(cfg: dict) -> dict:
+    """The `score` params of the rules that score summaries (evaluate_summaries, its sweep
+    copy, score_stored_summaries): ScoreParams' fields from the config. The input's id and
+    reference fields, how Lsum finds sentences, the bootstrap, bad records, the record limit."""
+    sm, inp = cfg["summarise"], cfg["input"]
+    stored = sm["method"] == "stored"
+    params = {
+        "id_field": inp["id_field"],
+        "reference_field": sm["reference_field"],
+        "reference_format": sm["reference_format"],
+        # Stored system outputs share the references' tokenisation; the workflow's
+        # own summaries hold one sentence a line (lead, extractive) or prose.
+        "summary_format": sm["reference_format"] if stored else "prose",
+        "resamples": sm["bootstrap_resamples"],
+        "on_bad_record": inp["on_bad_record"],
+    }
+    # input.max_record_mb reached these jobs after their outputs existed: recorded only
+    # away from its neutral value (core.config.NEUTRAL_ADDED_KEYS, 64: the fixed limit they
+    # read with before, ScoreParams' default), so an upgrade reruns no finished evaluation.
+    if "max_record_mb" in recorded("input", {"max_record_mb": inp["max_record_mb"]}):
+        params["max_record_bytes"] = record_limit_bytes(inp["max_record_mb"])
+    return params

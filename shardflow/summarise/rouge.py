@@ -157,6 +157,7 @@ def score_jsonl(path: str | Sequence[str], summaries: str, params: ScoreParams =
         id_field=params.id_field,
         reference_field=params.reference_field,
         on_bad_record=params.on_bad_record,
+        max_record_bytes=params.max_record_bytes,
     )
     return ScoredFile(score_records(loaded.records, params), loaded.rejects, format_warnings(loaded.records, params))
 

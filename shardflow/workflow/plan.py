@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING
 from shardflow.core.models import unavailable as model_unavailable
 from shardflow.core.parsecache import cached
 from shardflow.core.s3 import S3Url, glob_regex, has_magic, logical_path
-from shardflow.corpus.readers import ReaderOptions, count_records_cheap, detect_format, expand_inputs, real_path
+from shardflow.corpus.readers import (
+    ReaderOptions,
+    count_records_cheap,
+    detect_format,
+    expand_inputs,
+    real_path,
+    record_limit_bytes,
+)
 from shardflow.retrieval.pipeline import RetrievalSpec
 from shardflow.sweep.metrics import describe, loads_model, stage_metrics, summary_report_metrics
 from shardflow.train.tokenizer import pretrained_unavailable
@@ -59,7 +66,7 @@ def reader_options(cfg: dict) -> ReaderOptions:
         group_field=cfg["chunking"]["group_by"],
         text_mode=inp["text_mode"],
         on_bad_record=inp["on_bad_record"],
-        max_record_bytes=max(1, round(inp["max_record_mb"] * 2**20)),
+        max_record_bytes=record_limit_bytes(inp["max_record_mb"]),
     )
 
 
@@ -609,8 +616,9 @@ def stored_systems(cfg: dict, sources: tuple[str, ...]) -> tuple[str, ...] | Non
     object, the set most records of `sources` hold, decided as the scoring job decides it
     (shardflow.summarise.data, which reads every file); None for another method or field
     (their systems follow from the config: sweep.metrics.summary_systems), or where a
-    source is not on this machine (s3://) or no record holds such an object. Kept
-    between parses (core.parsecache), as every cluster job parses the workflow again."""
+    source is not on this machine (s3://) or no record holds such an object. Read with
+    the job's record limit (input.max_record_mb), so a long record counts here as there.
+    Kept between parses (core.parsecache), as every cluster job parses the workflow again."""
     from shardflow.summarise.data import usual_systems
 
     field = cfg["summarise"]["stored_field"] or ""
@@ -619,7 +627,8 @@ def stored_systems(cfg: dict, sources: tuple[str, ...]) -> tuple[str, ...] | Non
     if not sources or any(p.startswith("s3://") or not os.path.isfile(p) for p in sources):
         return None
     parent = field.removesuffix(".*")
-    systems, _ = cached("stored-systems", sources, parent, lambda: usual_systems(sources, parent))
+    limit = record_limit_bytes(cfg["input"]["max_record_mb"])
+    systems, _ = cached("stored-systems", sources, [parent, limit], lambda: usual_systems(sources, parent, limit))
     return tuple(systems) or None
 
 
@@ -662,11 +671,11 @@ def summarise_model(cfg: dict, sources: tuple[str, ...] = ()) -> None:
         # file whose first records all lack it cannot work; with skip such documents are
         # counted, and only a field that no sampled record of any file has is an error.
         per_file = cfg["input"]["on_bad_record"] == "error"
-        sampled = []
+        sampled, limit = [], record_limit_bytes(cfg["input"]["max_record_mb"])  # as the jobs read the files
         for path in sources:
             if path.startswith("s3://") or not os.path.isfile(path):
                 continue
-            first, seen = _sample_fields(path, fields.values())
+            first, seen = _sample_fields(path, fields.values(), limit)
             if first is not None:
                 sampled.append((path, first, seen))
         for key, field in fields.items():
@@ -998,17 +1007,17 @@ def idle_gpus(
 FIELD_SAMPLE = 100  # records read at parse time to find a misspelt field name
 
 
-def _sample_fields(path: str, fields) -> tuple[list | None, dict[str, bool]]:
+def _sample_fields(path: str, fields, max_record_bytes: int) -> tuple[list | None, dict[str, bool]]:
     """The first record's keys (None: no readable record) and, per dotted field, whether one
-    of the first FIELD_SAMPLE JSON objects of `path` has it. Bad lines are passed over:
-    the jobs that read the file name them. Kept between parses (core.parsecache), as every
-    cluster job parses the workflow again."""
+    of the first FIELD_SAMPLE JSON objects of `path` has it, lines read with the jobs' limit
+    (input.max_record_mb). Bad lines are passed over: the jobs that read the file name
+    them. Kept between parses (core.parsecache), as every cluster job parses the workflow again."""
     from shardflow.summarise.data import json_objects
 
     def sample() -> list:
         seen = dict.fromkeys(fields, False)
         first, count = None, 0
-        for _, _, obj in json_objects(path):
+        for _, _, obj in json_objects(path, max_record_bytes):
             if not isinstance(obj, dict):  # a bad line (summarise.data's _Bad) or not an object
                 continue
             first = list(obj) if first is None else first
@@ -1022,7 +1031,7 @@ def _sample_fields(path: str, fields) -> tuple[list | None, dict[str, bool]]:
                 break
         return [first, seen]
 
-    first, seen = cached("summary-fields", [path], sorted(set(fields)), sample)
+    first, seen = cached("summary-fields", [path], [sorted(set(fields)), max_record_bytes], sample)
     return first, seen
 
 

@@ -10,7 +10,6 @@ import re
 
 import pytest
 
-from shardflow.summarise import data
 from shardflow.summarise.data import BadRecordError, load_documents, load_references, load_summaries
 
 
@@ -28,12 +27,11 @@ def test_a_byte_order_mark_is_no_part_of_the_first_id(tmp_path):
         assert [d.id for d in load_documents(path).records] == ["a"]
 
 
-def test_a_record_exactly_at_the_size_limit_is_read_and_one_byte_more_is_not(tmp_path, monkeypatch):
+def test_a_record_exactly_at_the_size_limit_is_read_and_one_byte_more_is_not(tmp_path):
     line = json.dumps({"id": "a", "article": "x" * 50, "highlights": "h"}).encode()
-    monkeypatch.setattr(data, "DEFAULT_MAX_RECORD_BYTES", len(line))  # the newline is not counted
     path = tmp_path / "refs.jsonl"
     path.write_bytes(line + b"\n" + line.replace(b'"a"', b'"bb"') + b"\n" + line.replace(b'"a"', b'"c"'))
-    loaded = load_documents(str(path), on_bad_record="skip")
+    loaded = load_documents(str(path), on_bad_record="skip", max_record_bytes=len(line))  # the newline is not counted
     assert [d.id for d in loaded.records] == ["a", "c"]  # "c": the last line, without its newline
     assert [(r.line, r.reason) for r in loaded.rejects] == [(2, f"record too large: {len(line) + 1:,} bytes, "
                                                                 f"over the limit of {len(line):,}")]

@@ -9,9 +9,19 @@ import logging
 
 import pytest
 
-from shardflow.corpus.readers import Rejected
-from shardflow.summarise.evaluate import log_rejects, score_stored, source_key, split_rejected_lines
-from shardflow.summarise.params import ScoreParams
+from shardflow.core.config import NEUTRAL_ADDED_KEYS, load_schema, read_yaml, validate_config
+from shardflow.corpus.readers import DEFAULT_MAX_RECORD_BYTES, BadRecordError, Rejected, record_limit_bytes
+from shardflow.summarise.evaluate import (
+    evaluate_summaries,
+    log_rejects,
+    score_stored,
+    source_key,
+    split_rejected_lines,
+)
+from shardflow.summarise.params import ScoreParams, score_params
+from shardflow.summarise.records import write_summaries
+from shardflow.workflow.plan import reader_options
+from tests.helpers import REPO
 
 
 def outputs(folder) -> dict:
@@ -54,3 +64,47 @@ def test_a_damaged_line_of_the_splits_rejects_names_the_file_and_line(tmp_path):
     rejects.write_text(json.dumps({"source": "a.jsonl", "line": 3, "reason": "empty text"}) + '\n{"source": "a.js\n')
     with pytest.raises(ValueError, match=rf"^{rejects}:2: "):
         split_rejected_lines(str(rejects))
+
+
+def test_scoring_reads_lines_with_the_configured_record_limit(tmp_path):
+    """input.max_record_mb reaches the scoring (ScoreParams.max_record_bytes): a line over
+    it is a bad record naming file, line and limit, one under it is read. The scoring read
+    with a fixed 64 MiB, so a record the split took under a raised limit stopped it."""
+    rec = {"article": "x", "highlights": "The council approved the budget.", "summary": "The council met."}
+    short = json.dumps(dict(rec, id="a")).encode()
+    long = json.dumps(dict(rec, id="b", article="x" * 200)).encode()
+    src = tmp_path / "src.jsonl"
+    src.write_bytes(short + b"\n" + long + b"\n")
+    limit = len(short) + 10
+    tight = ScoreParams(max_record_bytes=limit)
+    too_large = rf"^{src}:2: record too large: {len(long):,} bytes, over the limit of {limit:,}$"
+    with pytest.raises(BadRecordError, match=too_large):
+        score_stored([str(src)], "summary", tight, outputs(tmp_path))
+    m = score_stored([str(src)], "summary", ScoreParams(on_bad_record="skip", max_record_bytes=limit), outputs(tmp_path))
+    assert (m.metrics["n_documents"], m.metrics["rejected_records"]) == (1, 1)
+    assert score_stored([str(src)], "summary", ScoreParams(), outputs(tmp_path)).metrics["n_documents"] == 2
+    # evaluate_summaries reads the references with it too
+    summaries = tmp_path / "s.jsonl"
+    write_summaries(summaries, ["a", "b"], [{"summary": "The council met.", "input_tokens": 9, "output_tokens": 4, "truncated": False}] * 2)
+    with pytest.raises(BadRecordError, match=too_large):
+        evaluate_summaries(str(summaries), [str(src)], tight, outputs(tmp_path))
+    assert evaluate_summaries(str(summaries), [str(src)], ScoreParams(), outputs(tmp_path)).metrics["n_documents"] == 2
+
+
+def test_score_params_record_input_max_record_mb_only_away_from_its_default():
+    """At 64 (the schema's default) the key stays out of the recorded params, as they were
+    before it reached the scoring, so an upgrade reruns no finished evaluation
+    (core.config.NEUTRAL_ADDED_KEYS); another value is recorded, in the split's bytes."""
+    schema = load_schema(REPO / "config" / "config.schema.yaml")
+    config = validate_config(read_yaml(REPO / "config" / "config.yaml"), schema)
+    assert list(score_params(config)) == [
+        "id_field", "reference_field", "reference_format", "summary_format", "resamples", "on_bad_record"
+    ]
+    neutral = NEUTRAL_ADDED_KEYS[("input", "max_record_mb")]
+    assert ScoreParams().max_record_bytes == record_limit_bytes(neutral) == DEFAULT_MAX_RECORD_BYTES
+    for value in (64, 64.0):
+        config["input"]["max_record_mb"] = value
+        assert "max_record_bytes" not in score_params(config)
+    config["input"]["max_record_mb"] = 0.5
+    assert score_params(config)["max_record_bytes"] == 2**19 == reader_options(config).max_record_bytes
+    assert ScoreParams(**score_params(config)).max_record_bytes == 2**19

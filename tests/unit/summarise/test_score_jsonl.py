@@ -126,10 +126,8 @@ def test_bad_spec_and_option(tmp_path, write_jsonl):
         ScoreParams(on_bad_record="drop")
 
 
-def test_truncated_gzip_stops_and_an_oversized_record_is_a_counted_reject(tmp_path, monkeypatch):
+def test_truncated_gzip_stops_and_an_oversized_record_is_a_counted_reject(tmp_path):
     import json
-
-    from shardflow.summarise import data
 
     lines = "".join(json.dumps({"id": f"a{i}", "article": "x" * 40, "highlights": "h"}) + "\n" for i in range(300))
     cut = tmp_path / "refs.jsonl.gz"
@@ -137,18 +135,17 @@ def test_truncated_gzip_stops_and_an_oversized_record_is_a_counted_reject(tmp_pa
     with pytest.raises(BadRecordError, match=rf"{cut}:\d+: gzip stream truncated"):
         load_documents(str(cut))
 
-    monkeypatch.setattr(data, "DEFAULT_MAX_RECORD_BYTES", 500)
     path = tmp_path / "refs.jsonl"
     path.write_text(
         json.dumps({"id": "a", "article": "fine", "highlights": "h"}) + "\n"
         + json.dumps({"id": "b", "article": "z" * 2000, "highlights": "h"}) + "\n"
     )
-    loaded = load_documents(str(path), on_bad_record="skip")
+    loaded = load_documents(str(path), on_bad_record="skip", max_record_bytes=500)
     assert [d.id for d in loaded.records] == ["a"]
     (reject,) = loaded.rejects
     assert reject.line == 2 and reject.reason.startswith("record too large: 2,0") and len(reject.raw) <= 1100
     with pytest.raises(BadRecordError, match=rf"{path}:2: record too large"):
-        load_documents(str(path))
+        load_documents(str(path), max_record_bytes=500)
 
 
 def test_tokenised_text_scored_as_prose_is_warned_about(tmp_path, write_jsonl):

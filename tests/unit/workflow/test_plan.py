@@ -373,7 +373,7 @@ def test_a_misspelt_reference_or_stored_field_stops_the_parse(tmp_path, monkeypa
     def cfg(on_bad_record="error", **sm):
         base = {"method": "lead", "model": None, "generation": {}, "seed": None, "reference_field": "highlights",
                 "stored_field": None}
-        return {"summarise": {**base, **sm}, "input": {"format": "auto", "on_bad_record": on_bad_record}}
+        return {"summarise": {**base, **sm}, "input": {"format": "auto", "on_bad_record": on_bad_record, "max_record_mb": 64}}
 
     plan.summarise_model(cfg(), (str(path),))  # line 2 lacks it, line 3 has it; a bad line is the jobs' to name
     kept = json.loads((tmp_path / ".snakemake/shardflow/summary-fields.json").read_text())
@@ -394,6 +394,33 @@ def test_a_misspelt_reference_or_stored_field_stops_the_parse(tmp_path, monkeypa
     with pytest.raises(ValueError, match="summarise.reference_field 'hilights'"):
         plan.summarise_model(cfg("skip", reference_field="hilights"), (str(path), str(unlabelled)))
     plan.summarise_model(cfg(method="lead", reference_field="highlights"), ("a.jsonl", "b.json.gz"))
+
+
+def test_the_parse_reads_summarisation_input_with_input_max_record_mb(tmp_path, monkeypatch):
+    """The field check and the stored systems read lines as the scoring jobs do: a record
+    over input.max_record_mb is a bad line there (passed over here), one under it is read.
+    They read with a fixed 64 MiB, so a limit raised for long records left those out here."""
+    import json
+
+    monkeypatch.chdir(tmp_path)  # the parse cache lives under the working directory
+    short = {"id": "1", "article": "a", "sys": {"x": "s"}}
+    long = {"id": "2", "article": "b" * 200, "highlights": "h", "sys": {"x": "s", "y": "s"}}
+    path = tmp_path / "a.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (short, long, dict(long, id="3"))))
+
+    def cfg(max_record_mb, **sm):
+        base = {"method": "lead", "model": None, "generation": {}, "seed": None, "reference_field": "highlights",
+                "stored_field": None}
+        return {"summarise": {**base, **sm}, "input": {"format": "auto", "on_bad_record": "error",
+                                                       "max_record_mb": max_record_mb}}
+
+    limit = 100 / 2**20  # 100 bytes: the short line is read, the long ones are over
+    plan.summarise_model(cfg(64), (str(path),))
+    with pytest.raises(ValueError, match=r"summarise.reference_field 'highlights': none of the first 100 records"):
+        plan.summarise_model(cfg(limit), (str(path),))
+    stored = {"method": "stored", "stored_field": "sys.*"}
+    assert plan.stored_systems(cfg(64, **stored), (str(path),)) == ("x", "y")
+    assert plan.stored_systems(cfg(limit, **stored), (str(path),)) == ("x",)  # not the value kept for 64
 
 
 def test_a_hash_split_over_ids_made_from_an_absolute_path_is_warned_about():
