@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from shardflow.core.atomic import atomic_path, write_json
 from shardflow.core.columns import read_ids
+from shardflow.core.figures import pyplot, save_figure
 from shardflow.core.files import read_json
 from shardflow.core.hashing import digest, sha256_file
 from shardflow.core.parsecache import cached
@@ -317,11 +318,7 @@ def _write_run(path: str, run: dict) -> None:
 
 
 def plot_per_query(per_query_path: str, metrics_path: str, out_png: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     ndcg = pq.read_table(per_query_path, columns=["ndcg_at_10"]).column(0).to_numpy()
     metrics = read_json(metrics_path)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.5), gridspec_kw={"width_ratios": [3, 2]})
@@ -332,6 +329,4 @@ def plot_per_query(per_query_path: str, metrics_path: str, out_png: str) -> None
     ax2.axis("off")
     cells = [[key, f"{metrics[key]:.5f}"] for key in HEADLINE]
     ax2.table(cellText=cells, colLabels=["metric", "value"], loc="center")
-    with atomic_path(out_png) as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, out_png)  # closed also when saving fails

@@ -184,3 +184,27 @@ def test_metrics_at_a_k_deeper_than_the_ranking_are_listed_and_logged(tmp_path, 
     with caplog.at_level("WARNING"):
         metrics, _ = _search(tmp_path, docs, queries, "cosine", top_k=4)  # every document: nothing deeper to find
     assert metrics["top_k"] == 4 and metrics["beyond_ranking_depth"] == [] and "ranking holds" not in caplog.text
+
+
+def test_the_per_query_figure_is_closed_when_saving_it_fails(tmp_path, monkeypatch):
+    """pyplot keeps a figure until it is closed: a failed save left one open per call in
+    a long process (core.figures.save_figure closes it in every case)."""
+    import matplotlib.pyplot as plt
+    import pyarrow as pa
+    from matplotlib.figure import Figure
+
+    from shardflow.retrieval.pipeline import HEADLINE, plot_per_query
+
+    per_query = tmp_path / "per_query.parquet"
+    pq.write_table(pa.table({"ndcg_at_10": [0.5, 1.0]}), per_query)
+    metrics = tmp_path / "metrics.json"
+    metrics.write_text(json.dumps({"n_documents": 2, **dict.fromkeys(HEADLINE, 0.5)}))
+    plt.close("all")
+
+    def fail(self, *args, **kwargs):
+        raise RuntimeError("renderer died")
+
+    monkeypatch.setattr(Figure, "savefig", fail)
+    with pytest.raises(RuntimeError, match="renderer died"):
+        plot_per_query(str(per_query), str(metrics), str(tmp_path / "per_query.png"))
+    assert plt.get_fignums() == [] and not (tmp_path / "per_query.png").exists()
