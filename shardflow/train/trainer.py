@@ -855,6 +855,11 @@ def plot_losses(frame, path: Path) -> None:
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
+    # Not core.figures.save_figure: it writes at dpi 110, cropped (bbox_inches="tight"),
+    # which would change the pixels and bytes of every loss.png. Closed as it closes a
+    # figure, also when saving fails: pyplot keeps an open one for the life of the process.
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=120)
+    finally:
+        plt.close(fig)

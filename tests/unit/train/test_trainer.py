@@ -624,3 +624,23 @@ def test_every_train_param_parses_from_its_flag():
         "/tmp/cc", None, 3, True, "all")
     assert parse_args(["--data", "d", "--out", "o", "--compile-cache", "null"]).compile_cache is None
     assert parse_args(["--data", "d", "--out", "o", "--lr-decay-iters", "40"]).lr_decay_iters == 40
+
+
+def test_the_loss_figure_is_closed_when_saving_it_fails(tmp_path, monkeypatch):
+    """pyplot keeps a figure until it is closed: a failed save left one open per call in
+    a long process."""
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+
+    from shardflow.train.trainer import plot_losses
+
+    frame = pd.DataFrame({"step": [0, 1, 2], "train_loss": [3.0, 2.5, 2.0], "val_loss": [3.1, None, 2.2]})
+    plt.close("all")
+
+    def fail(self, *args, **kwargs):
+        raise RuntimeError("renderer died")
+
+    monkeypatch.setattr(Figure, "savefig", fail)
+    with pytest.raises(RuntimeError, match="renderer died"):
+        plot_losses(frame, tmp_path / "loss.png")
+    assert plt.get_fignums() == [] and not (tmp_path / "loss.png").exists()
