@@ -43,6 +43,7 @@ from shardflow.corpus.readers import (
     BadRecordError,
     LongLine,
     Rejected,
+    decode_text,
     encodable,
     iter_lines,
     malformed_json,
@@ -242,7 +243,7 @@ def json_objects(path: str, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) ->
             if not raw.strip():
                 continue
             try:
-                obj = json.loads(raw.decode("utf-8-sig" if line == 1 else "utf-8"))
+                obj = json.loads(decode_text(raw, line))  # the byte of an error counts a mark
             except UnicodeDecodeError as exc:
                 yield line, raw, _Bad(f"invalid UTF-8 at byte {exc.start}")
                 continue

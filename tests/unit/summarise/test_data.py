@@ -27,6 +27,22 @@ def test_a_byte_order_mark_is_no_part_of_the_first_id(tmp_path):
         assert [d.id for d in load_documents(path).records] == ["a"]
 
 
+def test_invalid_utf8_after_a_byte_order_mark_is_named_at_its_byte_as_the_split_names_it(tmp_path):
+    """The byte of an invalid UTF-8 sequence on line 1 counts the mark, as the file holds
+    it and as the split's reader names it (corpus.readers.decode_text): "utf-8-sig"
+    counted from after the mark, 3 short, so one file's error named two bytes."""
+    from shardflow.corpus.readers import ReaderOptions, iter_records
+
+    raw = b'\xef\xbb\xbf{"id": "a", "article": "caf\xe9", "highlights": "h"}\n'
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(raw)
+    at = raw.index(b"\xe9")
+    with pytest.raises(BadRecordError, match=rf"bom.jsonl:1: invalid UTF-8 at byte {at}\b"):
+        load_documents(str(path))
+    with pytest.raises(ValueError, match=rf"invalid UTF-8 at byte {at}\b"):
+        list(iter_records([str(path)], ReaderOptions(format="jsonl", text_field="article")))
+
+
 def test_a_record_exactly_at_the_size_limit_is_read_and_one_byte_more_is_not(tmp_path):
     line = json.dumps({"id": "a", "article": "x" * 50, "highlights": "h"}).encode()
     path = tmp_path / "refs.jsonl"
