@@ -1068,13 +1068,14 @@ class ChangedModel:
 
 def model_folder(name: str) -> str | None:
     """The folder a job would load for model `name` (a hub name's cached snapshot), or
-    None where there is none (unavailable_models names it)."""
+    None where there is none here: unavailable_models names a missing one, and "default"
+    whose package this environment lacks is the jobs' own (their conda env holds it)."""
     from shardflow.core.models import hub_snapshot, resolve_model
 
     try:
         folder = resolve_model(name)
         return folder if os.path.isdir(folder) else str(hub_snapshot(folder))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RuntimeError):
         return None
 
 

