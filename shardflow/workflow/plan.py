@@ -880,10 +880,18 @@ def model_jobs(
     them; the rules' output patterns name their files (rules/common.smk check_models)."""
     sets = list(data_sets)
     out: dict[tuple[str, str], list[Job]] = {}
+    # The jobs already listed, by model: each sweep job of an embed point adds the main
+    # run's embed jobs again, and a list's `in` made that grow as jobs squared (seconds
+    # a parse at a thousand chunks; every parse that looks for models lists them).
+    listed: dict[tuple[str, str], set] = {}
 
     def add(key: str, name: str, jobs: list[Job]) -> None:
-        found = out.setdefault((key, name), [])
-        found += [j for j in jobs if j not in found]
+        found, seen = out.setdefault((key, name), []), listed.setdefault((key, name), set())
+        for rule, wildcards in jobs:
+            job = (rule, tuple(sorted(wildcards.items())))
+            if job not in seen:
+                seen.add(job)
+                found.append((rule, wildcards))
 
     for ds in sets:
         for key, name in loaded_models(cfg, ds.tasks).items():

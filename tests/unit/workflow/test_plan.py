@@ -1092,6 +1092,37 @@ def test_a_bundled_default_model_this_environment_lacks_is_left_to_the_jobs(monk
     assert plan.changed_model("embedding.model", "default", [("embed", "embed_0.stats.json")]) is None
 
 
+def test_the_jobs_of_a_large_sweep_are_listed_without_comparing_each_with_all_before(config, monkeypatch):
+    """plan.model_jobs runs on every parse that looks for models (the check of a model
+    changed in place): an embed sweep's points each add the main run's embed jobs again,
+    so comparing each job with the list so far grew as jobs squared (about 20 s at 1,000
+    chunks and 30 sweep jobs). Each job is compared with its own earlier copy only."""
+    from shardflow.sweep import parse_sweeps
+
+    compared = []
+
+    class Chunk(int):
+        def __eq__(self, other):
+            compared.append(1)
+            return int(self) == int(other)
+
+        __hash__ = int.__hash__
+
+    real = plan.chunk_jobs
+
+    def chunk_jobs(rule, ds):
+        return [(r, {**w, "chunk": Chunk(w["chunk"])}) for r, w in real(rule, ds)]
+
+    monkeypatch.setattr(plan, "chunk_jobs", chunk_jobs)
+    config["n_chunks"] = 40
+    sweep = {"stage": "embed", "grid": {"embedding.token_budget": [256, 512, 1024]}, "seeds": [0, 1]}
+    specs = parse_sweeps({"e": {**sweep, "metrics": {"items_per_s": "max"}}}, config, lambda c: None)
+    jobs = plan.model_jobs(config, plan.datasets(config).values(), specs.values())
+    assert len(compared) <= 6 * 40  # one comparison per repeat (6 sweep jobs re-add them); 4,920 before
+    main = [w["chunk"] for rule, w in jobs[("embedding.model", "default")] if rule == "embed"]
+    assert main == list(range(40))  # each once, in order
+
+
 def test_resume_state_goes_to_gpu_jobs_resume_dir_else_the_s3_prefix_else_under_results():
     """rules/common.smk resume_path / resume_root and make status find it here alike."""
     assert plan.resume_root("/scratch/resume", "ds", "s3://b/p") == "/scratch/resume/ds"
