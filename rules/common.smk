@@ -668,8 +668,8 @@ def check_models():
         for key, name in jobs
         if (key, name) not in missing
     ]
-    every, rules = site.forced_rules()
-    forced = lambda rule: every or rule in rules
+    forced_by = functools.cache(site.forced_rules)  # read only where a model changed
+    forced = lambda rule: forced_by()[0] or rule in forced_by()[1]
     more = plan.changed_model_verdicts(filter(None, changed), forced)
     for line in warnings + more[1]:
         logger.warning(line)

@@ -440,6 +440,9 @@ def test_modes_that_run_no_job_are_told_from_the_command_line(argv, no_jobs, rep
         (["snakemake", "--forcerun=embed"], False, {"embed"}),
         (["snakemake", "-R"], False, set()),
         (["snakemake", "--config", "x=-R", "results/Fancy"], False, set()),  # values, targets: no flags
+        (["snakemake", "-Rembed", "-sFoo"], False, {"embed"}),  # -s's value is no -F
+        (["snakemake", "--forcerun", "embed", "--forcerun", "summarise"], False, {"summarise"}),  # the last
+        (["snakemake", "--forcer", "embed"], False, {"embed"}),  # an abbreviation
     ],
 )
 def test_the_rules_a_run_remakes_are_read_from_its_command_line(argv, every, rules):
