@@ -224,7 +224,8 @@ def _nul(raw: bytes) -> str | None:
     return None if at < 0 else f"NUL byte at byte {at} (binary data, not text)"
 
 
-def _mib(n: int) -> str:
+def limit_label(n: int) -> str:
+    """A record limit as messages name it: whole MiB (64 MiB), else its bytes."""
     return f"{n >> 20} MiB" if n % 2**20 == 0 else f"{n:,} bytes"
 
 
@@ -385,7 +386,7 @@ class _Reader:
 
     def too_large(self, line: int | None, size: int, head: bytes | str) -> Rejected:
         limit = self.opts.max_record_bytes
-        reason = f"record too large: {size:,} bytes, over input.max_record_mb ({_mib(limit)}); not read"
+        reason = f"record too large: {size:,} bytes, over input.max_record_mb ({limit_label(limit)}); not read"
         return self.bad(line, reason, head)
 
     def make(self, obj: dict, line: int, raw: bytes | str) -> Record | Rejected:
@@ -557,7 +558,7 @@ class _DelimitedReader(_Reader):
             except csv.Error as exc:
                 raise BadRecordError(self.path, 1, f"malformed {kind} header ({exc})") from exc
             if row["size"] > limit:
-                raise BadRecordError(self.path, 1, f"header row over input.max_record_mb ({_mib(limit)})")
+                raise BadRecordError(self.path, 1, f"header row over input.max_record_mb ({limit_label(limit)})")
             if row["bad"]:
                 raise BadRecordError(self.path, 1, f"header: {row['bad'][1]}")
             repeated = _repeated_column(header, self.fields())

@@ -46,6 +46,7 @@ from shardflow.corpus.readers import (
     decode_text,
     encodable,
     iter_lines,
+    limit_label,
     malformed_json,
 )
 
@@ -238,7 +239,7 @@ def json_objects(path: str, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) ->
         # Bounded lines; a truncated gzip stream stops the load at its line (BadRecordError).
         for line, raw in iter_lines(fh, path, max_record_bytes):
             if isinstance(raw, LongLine):
-                yield line, raw.head, _Bad(f"record too large: {raw.size:,} bytes, over the limit of {max_record_bytes:,}")
+                yield line, raw.head, _Bad(f"record too large: {raw.size:,} bytes, over input.max_record_mb ({limit_label(max_record_bytes)})")
                 continue
             if not raw.strip():
                 continue

@@ -50,7 +50,7 @@ def test_a_record_exactly_at_the_size_limit_is_read_and_one_byte_more_is_not(tmp
     loaded = load_documents(str(path), on_bad_record="skip", max_record_bytes=len(line))  # the newline is not counted
     assert [d.id for d in loaded.records] == ["a", "c"]  # "c": the last line, without its newline
     assert [(r.line, r.reason) for r in loaded.rejects] == [(2, f"record too large: {len(line) + 1:,} bytes, "
-                                                                f"over the limit of {len(line):,}")]
+                                                                f"over input.max_record_mb ({len(line):,} bytes)")]
 
 
 def test_a_gzip_file_cut_in_its_header_is_one_error_naming_the_file(tmp_path):

@@ -77,7 +77,7 @@ def test_scoring_reads_lines_with_the_configured_record_limit(tmp_path):
     src.write_bytes(short + b"\n" + long + b"\n")
     limit = len(short) + 10
     tight = ScoreParams(max_record_bytes=limit)
-    too_large = rf"^{src}:2: record too large: {len(long):,} bytes, over the limit of {limit:,}$"
+    too_large = rf"^{src}:2: record too large: {len(long):,} bytes, over input.max_record_mb \({limit:,} bytes\)$"
     with pytest.raises(BadRecordError, match=too_large):
         score_stored([str(src)], "summary", tight, outputs(tmp_path))
     m = score_stored([str(src)], "summary", ScoreParams(on_bad_record="skip", max_record_bytes=limit), outputs(tmp_path))
