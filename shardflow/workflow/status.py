@@ -115,6 +115,7 @@ from shardflow.core.parts import ATTEMPT_PREFIX, PartStore, attempt_totals
 from shardflow.core.runlog import FAILED
 from shardflow.corpus.chunks import SOURCE_PART
 from shardflow.sweep.paths import job_dir, job_metrics
+from shardflow.sweep.shared import plan as embedding_sets
 from shardflow.workflow import estimate, mirror, plan
 
 REPO = estimate.REPO
@@ -1270,6 +1271,40 @@ def ran_on_cpu(stage: Stage) -> bool:
     return kinds == {"cpu"}
 
 
+def changed_models(cfg: dict, data_sets: list[plan.DataSet], specs: dict) -> list[str]:
+    """What the parse warns of, or stops on, for a model changed in place since done jobs
+    that load it ran (plan.changed_model: their outputs are the former model's, and
+    Snakemake reruns none of them for it), one note per model: so a status that counts
+    those jobs done says so. The jobs are plan.model_jobs', their stats files the rules'
+    own patterns (rule_files); the retrieval sweeps' shared embedding sets, whose
+    patterns a function builds (rules/common.smk shared_embeddings), are left to the
+    parse. Not with SHARDFLOW_SKIP_MODEL_CHECK=1, as the parse."""
+    if os.environ.get("SHARDFLOW_SKIP_MODEL_CHECK", "") not in ("", "0"):
+        return []
+    retrieval = next((ds for ds in data_sets if ds.role == "retrieval"), None)
+    searches = [s for s in specs.values() if s.stage == "retrieval"]
+    shared = None
+    if searches and retrieval is not None:
+        shared = embedding_sets(
+            searches, cfg, dataset=retrieval.name, n_chunks=retrieval.n_chunks, device=cfg["gpu_jobs"]["device"]
+        )
+    jobs = plan.model_jobs(cfg, data_sets, specs.values(), shared)
+    names = {"RETRIEVAL": retrieval.name} if retrieval is not None else {}
+
+    def stats(key: str, name: str):
+        for rule, wildcards in jobs[(key, name)]:
+            try:
+                pattern = rule_files(rule).outputs.get("stats")
+            except StatusError:  # a pattern built by a function: the parse checks those jobs
+                continue
+            if pattern is not None:
+                yield rule, expand(pattern, {**names, **wildcards})
+
+    changed = [plan.changed_model(key, name, stats(key, name)) for key, name in jobs]
+    errors, warnings = plan.changed_model_verdicts(c for c in changed if c is not None)
+    return errors + warnings
+
+
 def status(
     cfg: dict, n_gpus: int, gpus_source: str, now: float | None = None, storage: mirror.Mirrored | None = None
 ) -> Status:
@@ -1362,6 +1397,7 @@ def status(
         out.notes.append(storage.note())
     else:
         out.notes += s3_notes(cfg, data_sets, seen)
+        out.notes += changed_models(cfg, data_sets, specs)
     return out
 
 

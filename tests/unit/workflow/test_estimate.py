@@ -408,6 +408,11 @@ def test_a_retrieval_sweep_counts_each_embedding_set_once_as_the_dry_run_lists_i
     assert search.jobs == 4 and search.work == 4 * 3 * 45 * 384
     assert search.done == [job == (short, 0) for job in specs["ml"].jobs()]  # its metrics JSON exists
     assert "embed sweep more" in result.assumed() and result.missing() == []
+    # Status's changed-model check lists these jobs' stats files as the workflow does
+    # (the shared sets' own patterns): none recorded a model here, so nothing to say.
+    from shardflow.workflow import plan, status
+
+    assert status.changed_models(cfg, list(plan.datasets(cfg).values()), specs) == []
 
 
 # -------------------------------------------------------------------- records

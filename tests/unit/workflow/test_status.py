@@ -1348,3 +1348,32 @@ def test_a_retrieval_run_is_finished_only_once_retrieval_evaluate_wrote_its_metr
         st.stage_line(evaluate, "USD")
         == "retrieval_evaluate beir: 1/1 jobs, 100/100 queries, finished; 0.00833 GPU-h, 30.00 USD so far"
     )
+
+
+def test_a_model_changed_in_place_since_done_jobs_ran_is_named(tmp_path, now):
+    """Done embed jobs whose recorded model hash is not the model's now: their outputs
+    are the former model's, and Snakemake reruns none of them for it. Status counts them
+    done and says so, as the parse does (plan.changed_model)."""
+    model = tmp_path / "encoder"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "bert"}')
+    cfg = config(tmp_path, embedding={"model": str(model)})
+    split_manifest()
+    finished(0)
+    stats = job_files(0)[0]["stats"]
+    record = json.loads(Path(stats).read_text())
+    record["made_with"] = {"role": "embedding", "model": {"path": str(model), "sha256": "0" * 64}}
+    write_json(stats, record)
+    os.utime(stats, (1_000_000_000, 1_000_000_000))  # written before the model's files
+    notes = st.status(cfg, 1, "--gpus", now=now).notes
+    assert [n for n in notes if "changed since" in n] == [
+        f"embedding.model '{model}' ({model}) changed since 1 of the jobs that load it ran: they recorded sha256 "
+        f"000000000000, its files hash to {plan.changed_model('embedding.model', str(model), [('embed', stats)]).now[:12]}"
+        " now; and jobs that load it have yet to run (results/ds/embed/embed_1.stats.json is not there yet): this run "
+        "would mix the two models' outputs. Remake them all with the model as it is now (`--forcerun embed`), or put "
+        "the former model back"
+    ]
+    record["made_with"]["model"]["sha256"] = plan.changed_model("embedding.model", str(model), [("embed", stats)]).now
+    write_json(stats, record)
+    os.utime(stats, (1_000_000_000, 1_000_000_000))
+    assert not [n for n in st.status(cfg, 1, "--gpus", now=now).notes if "changed since" in n]
