@@ -21,6 +21,7 @@ from snakemake.logging import logger
 from shardflow.core import gpu_slots, kube, parsecache, s3
 from shardflow.core.config import (
     canonical_order,
+    command_line_config_problems,
     load_schema,
     read_yaml,
     recorded,
@@ -131,8 +132,10 @@ SWEEPS = parse_sweeps(
 )
 if workflow.is_main_process:
     # What the config files write that their merge hides: a key written twice in one
-    # mapping (YAML keeps the last), one sweep defined in two files (merged key by key).
+    # mapping (YAML keeps the last), one sweep defined in two files (merged key by key);
+    # and what the command line's --config drops (all but the last --config).
     _PROBLEMS += repeated_keys(workflow.configfiles)
+    _PROBLEMS += command_line_config_problems(site.config_arguments())
     _PROBLEMS += sweeps_in_files(workflow.configfiles)
 SWEEPS_BY_FOLDER = {spec.folder: spec for spec in SWEEPS.values()}
 SWEEP_NEEDS = {

@@ -357,6 +357,30 @@ def repeated_keys(paths: Sequence[str | os.PathLike]) -> list[str]:
     return found
 
 
+def command_line_config_problems(given: Sequence[Sequence[str]]) -> list[str]:
+    """What Snakemake's `--config` drops without a word, one line each (`given`: the
+    entries of each `--config`, site.config_arguments): every `--config` but the last,
+    which argparse replaces (`--config n_chunks=8 ... --config dataset=x` runs without
+    n_chunks), and a key written twice in one entry's YAML value (`sweeps={a: ..., a: ...}`
+    keeps the last a), as repeated_keys finds them in the config files."""
+    problems = []
+    if len(given) > 1:
+        dropped = " ".join(e for entries in given[:-1] for e in entries) or "(no entries)"
+        problems.append(
+            f"--config is given {len(given)} times, and Snakemake reads only the last one's entries "
+            f"({', '.join(e.partition('=')[0] for e in given[-1]) or 'none'}): {dropped} would be dropped. "
+            "Give every entry after one --config"
+        )
+    for entry in given[-1] if given else ():
+        key, _, value = entry.partition("=")
+        try:
+            node = yaml.compose(value, Loader=FAST_SAFE_LOADER) if value else None
+        except yaml.YAMLError:
+            continue  # Snakemake reads it as a string: no mapping to repeat a key in
+        problems += _repeated_in(node, key, "--config")
+    return problems
+
+
 def config_file_nodes(paths: Sequence[str | os.PathLike]) -> list[tuple[str | os.PathLike, Any]]:
     """(path, YAML node of its document) of each config file, each file once (by its real
     path), in order; a file that cannot be read or parsed here is passed over, left to

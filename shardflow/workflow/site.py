@@ -369,6 +369,25 @@ def forced_rules(argv: Sequence[str] | None = None) -> tuple[bool, frozenset[str
     return bool(known.forceall), frozenset(known.forcerun or ())
 
 
+def config_arguments(argv: Sequence[str] | None = None) -> list[list[str]]:
+    """The `KEY=VALUE` entries of each `--config` (`-C`, `--config=KEY=VALUE`) on
+    Snakemake's command line, one list per time it is given, in order: argparse keeps only
+    the last list (shardflow.core.config.command_line_config_problems)."""
+    args = list(sys.argv[1:] if argv is None else argv[1:])
+    given: list[list[str]] = []
+    for i, arg in enumerate(args):
+        if arg in ("--config", "-C"):
+            entries = []
+            for value in args[i + 1 :]:
+                if value.startswith("-"):
+                    break
+                entries.append(value)
+            given.append(entries)
+        elif arg.startswith("--config="):
+            given.append([arg.split("=", 1)[1]])
+    return given
+
+
 def makes_report(argv: Sequence[str] | None = None) -> bool:
     """Whether this Snakemake was started to make the report (`--report`)."""
     return "--report" in command_flags(argv)

@@ -213,6 +213,16 @@ def test_a_model_changed_in_place_since_its_jobs_ran_is_named_and_stops_a_run_th
     assert "changed since" not in proc.stdout + proc.stderr
 
 
+def test_a_second_config_option_stops_the_run_naming_what_snakemake_would_drop(tmp_path):
+    """Snakemake reads only the last --config's entries: the first's n_chunks=2 would be
+    lost without a word (a run of another chunk count); and a key written twice in a value."""
+    proc = snakemake(tmp_path, "-n", "--config", "n_chunks=2", "--config", "sweeps={a: {}, a: {}}", check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "--config is given 2 times, and Snakemake reads only the last one's entries (sweeps): n_chunks=2" in out
+    assert "--config:1: sweeps: key 'a' is written again" in out, out[-3000:]
+
+
 def test_mistyped_value_stops_the_run_naming_it(tmp_path):
     proc = snakemake(tmp_path, "-n", "--config", "n_chunks=many", check=False)
     assert proc.returncode != 0

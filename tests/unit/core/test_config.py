@@ -267,3 +267,23 @@ def test_the_parse_composes_each_config_file_once_until_it_changes(tmp_path, mon
     os.utime(path, ns=(1, 1))  # another version even within the clock's resolution
     assert repeated_keys([path]) == [f"{path}:2: key 'n_chunks' " + cfg._REPEATED.format(first=1)]
     assert len(reads) == 2
+
+
+def test_what_the_command_lines_config_drops_is_named():
+    """Snakemake keeps only the last --config's entries (argparse replaces the list), and
+    a YAML value keeps the last of a key written twice: both without a word."""
+    from shardflow.core.config import command_line_config_problems
+
+    assert command_line_config_problems([]) == []
+    assert command_line_config_problems([["n_chunks=2", "embedding={model: x, max_length: 64}", "dataset="]]) == []
+    assert command_line_config_problems([["n_chunks=8", "tasks=[embedding]"], ["dataset=x"]]) == [
+        "--config is given 2 times, and Snakemake reads only the last one's entries (dataset): n_chunks=8 "
+        "tasks=[embedding] would be dropped. Give every entry after one --config"
+    ]
+    sweeps = "sweeps={a: {seeds: [0]}, b: {grid: {x: [1], x: [2]}}, a: {seeds: [1]}}"
+    assert command_line_config_problems([["n_chunks=2", sweeps, "bad={unclosed"]]) == [
+        "--config:1: sweeps.b.grid: key 'x' is written again (first at line 1): YAML keeps the last and drops the "
+        "first without a word; write it once",
+        "--config:1: sweeps: key 'a' is written again (first at line 1): YAML keeps the last and drops the first "
+        "without a word; write it once",
+    ]

@@ -449,3 +449,10 @@ def test_the_rules_a_run_remakes_are_read_from_its_command_line(argv, every, rul
     """The parse-time check of a model changed in place leaves to the run the jobs it
     remakes (rules/common.smk check_models): Snakemake sets forcerun only after the parse."""
     assert site.forced_rules(argv) == (every, frozenset(rules))
+
+
+def test_each_config_option_of_the_command_line_is_read_with_its_entries():
+    """--config's entries per time it is given (Snakemake keeps only the last list)."""
+    argv = ["snakemake", "-C", "a=1", "b={x: -1}", "-n", "--config=c=3", "--config", "d=4", "results/x"]
+    assert site.config_arguments(argv) == [["a=1", "b={x: -1}"], ["c=3"], ["d=4", "results/x"]]
+    assert site.config_arguments(["snakemake", "--configfile", "c.yaml", "-n"]) == []
