@@ -13,6 +13,7 @@ import json
 import os
 import re
 import sys
+import warnings
 
 from snakemake.exceptions import WorkflowError
 from snakemake.io import IOFile, apply_wildcards, update_wildcard_constraints
@@ -151,6 +152,16 @@ for _ds in DATASETS.values():
     _why = plan.path_dependent_split(config, _ds) if workflow.is_main_process else None
     if _why:
         logger.warning(f"data set {_ds.name!r}: {_why}")
+# Snakemake 9.27 sizes a job's disk_mb from its inputs inside its event loop where they
+# are yet to be written (a dry run, with a disk_mb computed from input.size: the eks
+# profile's, or --default-resources), and drops the coroutine it made: Python warned
+# "coroutine ... was never awaited" once per DAG, about nothing to act on (the job is
+# sized again when it is scheduled; profiles/README.md). That one warning only.
+warnings.filterwarnings(
+    "ignore",
+    message=r"coroutine 'InputFiles\._predicated_size_files\.<locals>\.sizes' was never awaited",
+    category=RuntimeWarning,
+)
 MODEL_CHECK_OFF = "SHARDFLOW_SKIP_MODEL_CHECK"
 for _spec in SWEEPS.values():
     # A metric its stage's jobs do not write: here, not at the collection after every job.
