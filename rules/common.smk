@@ -722,6 +722,15 @@ def stage_params(section, **overrides):
     return params
 
 
+def retrieval_scoring():
+    """The scoring settings of retrieval_evaluate (and sweep_retrieval_evaluate) added
+    since its first params, as `**retrieval_scoring()`: `relevance_level` only away from
+    1, the level every job scored with before the key existed, so an upgrade reruns no
+    finished job for it. Not swept (shardflow.sweep.spec: how a data set is scored)."""
+    level = config["retrieval"]["relevance_level"]
+    return {} if level == 1 else {"relevance_level": level}
+
+
 def stage_value(section, key):
     """Params function: one key of a stage's section, as the job sees it."""
 

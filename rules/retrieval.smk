@@ -125,5 +125,6 @@ if RETRIEVAL is not None:
             backend=config["retrieval"]["backend"],
             drop_identical_ids=config["retrieval"]["drop_identical_ids"],
             model=config["embedding"]["model"],
+            **retrieval_scoring(),
         script:
             "../scripts/retrieval_evaluate.py"

@@ -134,6 +134,7 @@ if sweeps_of_stage("retrieval"):
             backend=stage_value("retrieval", "backend"),
             drop_identical_ids=stage_value("retrieval", "drop_identical_ids"),
             model=stage_value("embedding", "model"),
+            **retrieval_scoring(),
 
 
 if sweeps_of_stage("summarise"):

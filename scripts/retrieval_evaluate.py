@@ -18,6 +18,7 @@ params = EvaluateParams(
     block_size=p.block_size,
     backend=p.backend,
     drop_identical_ids=p.drop_identical_ids,
+    relevance_level=p.get("relevance_level", 1),  # given only away from 1 (rules/common.smk retrieval_scoring)
     similarity=load_model_spec(resolve_model(p.model)).similarity,
     # A CPU job searches on the CPU even if CUDA is there; else the device this job pinned.
     device="cpu" if job.device == "cpu" else None,

@@ -10,15 +10,18 @@ and pytrec_eval-terrier 0.5.x:
   - The run is re-sorted by score descending, ties broken by doc id
     *descending* (trec_eval `comp_sim_docno`: `strcmp(p2->docno, p1->docno)`);
     the order the run was written in does not matter.
-  - Relevant means relevance >= 1. Relevant docs are counted from the qrels, so
-    a judged doc missing from the corpus still counts in the denominators.
+  - Relevant means relevance >= 1 (`relevance_level`, trec_eval's `-l`: TREC DL's
+    graded passage judgements report MAP, recall and MRR with 2). Relevant docs are
+    counted from the qrels, so a judged doc missing from the corpus still counts in
+    the denominators.
   - recall@k = relevant in top k / relevant; P@k = relevant in top k / k
     (even when fewer than k were retrieved).
   - MAP@k = sum of precision at each relevant doc in the top k, divided by the
     number of relevant docs (not by min(k, relevant)).
   - nDCG@k uses linear gain (the relevance value, only when > 0) and discount
     1 / log2(rank + 1); the ideal ranking is all positive judged relevance values,
-    sorted descending, cut at k.
+    sorted descending, cut at k. It reads the grades themselves, whatever the
+    relevance level (as trec_eval's ndcg_cut).
   - A query with no relevant doc scores 0 on all four.
   - Only queries present in both the run and the qrels are scored; a query in
     the run with an empty ranking scores 0 (MTEB's search puts every query in
@@ -30,7 +33,8 @@ and pytrec_eval-terrier 0.5.x:
 MRR@k is MTEB's own function, not trec_eval's: the run is sorted by score
 descending with Python's stable sort, so equal scores keep the order they have
 in the run dict (for a run from `search.to_run`: doc row ascending); the
-reciprocal rank of the first doc with relevance > 0 within the top k, else 0.
+reciprocal rank of the first doc with relevance > 0 (at least `relevance_level`
+where that is above 1) within the top k, else 0.
 MTEB's own run dict is filled from a heap, so its order among equal scores is
 effectively arbitrary (about half the tied pairs in id order in a simulation on
 ArguAna's ids): MRR can differ from a published number on queries whose first
@@ -87,16 +91,20 @@ def evaluate(
     k_values: Sequence[int] = MTEB_K_VALUES,
     *,
     ignore_identical_ids: bool = False,
+    relevance_level: int = 1,
 ) -> RetrievalScores:
     """Score a run against qrels; see the module docstring for the exact definitions.
 
     `ignore_identical_ids` removes from the run every doc whose id equals its
     query id before scoring (MTEB's flag of the same name; the run passed in is
-    not modified).
+    not modified). `relevance_level`: the lowest grade the binary metrics (MAP,
+    recall, P, MRR) count as relevant, as trec_eval's `-l` (nDCG reads the grades).
     """
     ks = sorted(set(int(k) for k in k_values))
     if not ks or ks[0] < 1:
         raise ValueError(f"k values must be positive, got {list(k_values)}")
+    if relevance_level < 1:
+        raise ValueError(f"relevance_level must be >= 1, got {relevance_level}")
 
     per_query: dict[str, dict[str, float]] = {}
     without_qrels = 0
@@ -108,8 +116,8 @@ def evaluate(
         if ignore_identical_ids:
             ranking = {doc: score for doc, score in ranking.items() if doc != qid}
         per_query[qid] = {
-            **trec_scores(judged, ranking, ks),
-            **mteb_mrr(judged, ranking, ks),
+            **trec_scores(judged, ranking, ks, relevance_level),
+            **mteb_mrr(judged, ranking, ks, relevance_level),
         }
     if not per_query:
         raise ValueError("no query of the run has qrels: nothing to score")
@@ -143,14 +151,14 @@ def trec_order(ranking: Mapping[str, float]) -> list[str]:
 
 
 def trec_scores(
-    judged: Mapping[str, int], ranking: Mapping[str, float], ks: Sequence[int]
+    judged: Mapping[str, int], ranking: Mapping[str, float], ks: Sequence[int], relevance_level: int = 1
 ) -> dict[str, float]:
     """nDCG@k, MAP@k, recall@k, P@k of one query, as trec_eval computes them.
 
     One pass down the ranking, reading the running sums at each cutoff; this
     is also trec_eval's summation order, so the floats agree to the bit.
     """
-    num_rel = sum(1 for rel in judged.values() if rel >= 1)
+    num_rel = sum(1 for rel in judged.values() if rel >= relevance_level)
     ideal = sorted((rel for rel in judged.values() if rel > 0), reverse=True)
     depth = max(ks)
     rels = [judged.get(doc, 0) for doc in trec_order(ranking)[:depth]]
@@ -163,7 +171,7 @@ def trec_scores(
         rel = rels[i] if i < len(rels) else 0
         if rel > 0:
             dcg += rel / discount
-        if rel >= 1:
+        if rel >= relevance_level:
             found += 1
             precision_sum += found / (i + 1)
         if i < len(ideal):
@@ -178,10 +186,11 @@ def trec_scores(
 
 
 def mteb_mrr(
-    judged: Mapping[str, int], ranking: Mapping[str, float], ks: Sequence[int]
+    judged: Mapping[str, int], ranking: Mapping[str, float], ks: Sequence[int], relevance_level: int = 1
 ) -> dict[str, float]:
-    """MRR@k of one query as MTEB's `mrr` computes it (stable sort: ties keep run order)."""
-    relevant = {doc for doc, rel in judged.items() if rel > 0}
+    """MRR@k of one query as MTEB's `mrr` computes it (stable sort: ties keep run order);
+    relevant: a grade above 0 and at least `relevance_level`."""
+    relevant = {doc for doc, rel in judged.items() if rel > 0 and rel >= relevance_level}
     ranked = sorted(ranking.items(), key=lambda item: item[1], reverse=True)
     first = next((rank for rank, (doc, _) in enumerate(ranked, 1) if doc in relevant), None)
     return {f"mrr_at_{k}": 1.0 / first if first is not None and first <= k else 0.0 for k in ks}

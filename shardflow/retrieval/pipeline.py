@@ -183,6 +183,7 @@ class EvaluateParams:
     block_size: int = 65536
     backend: str = "torch"
     drop_identical_ids: bool = False
+    relevance_level: int = 1  # retrieval.relevance_level: metrics.evaluate
     device: str | None = None  # None: CUDA when available, else CPU
     # The model's similarity (embed.stconfig.ModelSpec.similarity), as MTEB scores with
     # model.similarity: cosine normalises queries and documents as they are searched
@@ -265,7 +266,8 @@ def search_and_score(
         log.warning("%s: %d judged documents are not in the corpus, e.g. %s: no run can retrieve them, so they "
                     "count as misses (as in MTEB); a mistyped id, or ids written as 1.0 for 1, does the same",
                     qrels_path, len(unknown), ", ".join(map(repr, unknown[:5])))
-    scores = evaluate(qrels, run, ignore_identical_ids=params.drop_identical_ids)
+    scores = evaluate(qrels, run, ignore_identical_ids=params.drop_identical_ids,
+                      relevance_level=params.relevance_level)
     shallow = shallow_metrics(k, len(doc_ids))
     if shallow:
         deepest = max(int(name.rsplit("_at_", 1)[1]) for name in shallow)
@@ -294,6 +296,8 @@ def search_and_score(
             "device": device,
         }
     )
+    if params.relevance_level != 1:  # the default's record keeps its former bytes
+        metrics["relevance_level"] = params.relevance_level
     write_json(metrics_out, metrics)
     rows = sorted(scores.per_query.items())
     table = pa.table({"query_id": [q for q, _ in rows], **{m: [s[m] for _, s in rows] for m in HEADLINE}})

@@ -66,7 +66,8 @@ class Stage:
 
 
 _RETRIEVAL_DATA = tuple(f"retrieval.{k}" for k in (
-    "path", "format", "name", "split", "msmarco_collection", "msmarco_queries", "msmarco_qrels", "n_chunks"))
+    "path", "format", "name", "split", "msmarco_collection", "msmarco_queries", "msmarco_qrels", "n_chunks",
+    "relevance_level"))
 _SUMMARY_SCORING = tuple(f"summarise.{k}" for k in (
     "method", "reference_field", "reference_format", "stored_field", "bootstrap_resamples"))
 

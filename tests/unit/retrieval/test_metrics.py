@@ -184,3 +184,35 @@ def test_metrics_beyond_the_ranking_depth():
     # What it names: recall@1000 of a 2-deep run is its recall@2, not recall@1000.
     run, qrels = {"a": 0.9, "b": 0.8}, {"a": 1, "c": 1}
     assert one(qrels, run, (2, 1000))["recall_at_1000"] == one(qrels, run, (2, 1000))["recall_at_2"] == 0.5
+
+
+def test_a_relevance_level_counts_only_grades_at_or_above_it_in_the_binary_metrics():
+    """retrieval.relevance_level (trec_eval's -l): MAP, recall, P and MRR count a grade
+    below it as not relevant, in their numerators and denominators; nDCG reads the
+    grades. TREC DL's graded passage judgements are reported with 2."""
+    qrels, run = {"a": 2, "b": 1, "c": 3, "m": 2}, {"b": 0.9, "a": 0.8, "x": 0.7, "c": 0.6}
+    one_level, two = one(qrels, run), one(qrels, run, relevance_level=2)
+    assert two["ndcg_at_10"] == one_level["ndcg_at_10"]
+    assert two["recall_at_10"] == pytest.approx(2 / 3) and one_level["recall_at_10"] == pytest.approx(3 / 4)
+    assert two["precision_at_10"] == pytest.approx(2 / 10)
+    assert two["map_at_10"] == pytest.approx((1 / 2 + 2 / 4) / 3)
+    assert two["mrr_at_10"] == 0.5 and one_level["mrr_at_10"] == 1.0  # b (1) no longer counts
+    assert one(qrels, run, relevance_level=4)["recall_at_10"] == 0.0  # none that high: 0, still scored
+    with pytest.raises(ValueError, match="relevance_level must be >= 1"):
+        one(qrels, run, relevance_level=0)
+
+
+def test_a_relevance_level_matches_pytrec_evals_when_installed():
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    rng = random.Random(11)
+    docs = [f"d{i}" for i in range(40)]
+    for level in (2, 3):
+        qrels = {f"q{i}": {d: rng.choice([0, 1, 2, 3]) for d in rng.sample(docs, 12)} for i in range(10)}
+        run = {q: {d: rng.randint(0, 8) / 8 for d in rng.sample(docs, 25)} for q in qrels}
+        measures = {"ndcg_cut.1,3,10", "map_cut.1,3,10", "recall.1,3,10", "P.1,3,10"}
+        ref = pytrec_eval.RelevanceEvaluator(qrels, measures, relevance_level=level).evaluate(run)
+        ours = evaluate(qrels, run, (1, 3, 10), relevance_level=level).per_query
+        for q in ref:
+            for k in (1, 3, 10):
+                for trec, name in (("ndcg_cut", "ndcg"), ("map_cut", "map"), ("recall", "recall"), ("P", "precision")):
+                    assert ours[q][f"{name}_at_{k}"] == pytest.approx(ref[q][f"{trec}_{k}"], abs=1e-12), (level, q, k)

@@ -96,7 +96,7 @@ def test_judged_queries_are_read_once_per_version_of_the_qrels(tmp_path, monkeyp
     assert spec.judged_queries().startswith("3 judged queries")
 
 
-def _search(tmp_path, docs, queries, similarity, qrels=None, top_k=2):
+def _search(tmp_path, docs, queries, similarity, qrels=None, top_k=2, relevance_level=1):
     """search_and_score over `docs` and `queries` (rows d0.., q0..); q0 judges d0 relevant."""
     np.save(tmp_path / "d.npy", np.asarray(docs, dtype=np.float32))
     np.save(tmp_path / "q.npy", np.asarray(queries, dtype=np.float32))
@@ -104,7 +104,7 @@ def _search(tmp_path, docs, queries, similarity, qrels=None, top_k=2):
     write_ids_parquet(tmp_path / "q.parquet", [f"q{i}" for i in range(len(queries))])
     (tmp_path / "qrels.json").write_text(json.dumps(qrels or {"q0": {"d0": 1}}))
     out = [str(tmp_path / n) for n in ("m.json", "p.parquet", "r.parquet")]
-    params = EvaluateParams(top_k=top_k, device="cpu", similarity=similarity)
+    params = EvaluateParams(top_k=top_k, device="cpu", similarity=similarity, relevance_level=relevance_level)
     search_and_score(*(str(tmp_path / n) for n in ("d.npy", "d.parquet", "q.npy", "q.parquet", "qrels.json")),
                      params, *out)
     return json.loads(Path(out[0]).read_text()), pq.read_table(out[2]).to_pylist()
@@ -123,6 +123,18 @@ def test_search_scores_with_the_models_similarity(tmp_path):
     assert run[0]["score"] == pytest.approx(3.6)
     with pytest.raises(ValueError, match="similarity_fn_name is 'euclidean': retrieval evaluation searches by cosine or dot"):
         EvaluateParams(similarity="euclidean")
+
+
+def test_a_relevance_level_scores_the_binary_metrics_and_is_recorded_away_from_1(tmp_path):
+    """retrieval.relevance_level reaches the scoring; metrics.json names it where it is
+    not 1 (a record at the default keeps the bytes it had before the key)."""
+    docs, queries = [[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.1]]
+    qrels = {"q0": {"d0": 1, "d1": 2}}
+    metrics, _ = _search(tmp_path, docs, queries, "cosine", qrels)
+    assert "relevance_level" not in metrics and metrics["all"]["mrr_at_10"] == 1.0
+    metrics, _ = _search(tmp_path, docs, queries, "cosine", qrels, relevance_level=2)
+    assert metrics["relevance_level"] == 2 and metrics["all"]["mrr_at_10"] == 0.5  # d0 (1) is no longer relevant
+    assert metrics["all"]["recall_at_1"] == 0.0 and metrics["all"]["recall_at_3"] == 1.0
 
 
 def test_a_folder_in_s3_is_listed_once_its_files_named_by_url_and_its_qrels_by_version():
