@@ -9,6 +9,7 @@ plots    each metric against each parameter; heatmaps for pairs; best point mark
 export   the summary as Markdown and LaTeX (booktabs), best values in bold
 report   everything a finished sweep writes, from one call
 bench    expand_and_name(n): the parse-time cost of an n-point sweep
+adopt    a finished sweep's jobs moved to their point's new id after its grid gained or lost a key
 
 How a workflow uses it (the rules are thin):
   - parse time: `specs = parse_sweeps(config["sweeps"], config, validate)`; one job per
