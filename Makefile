@@ -11,7 +11,7 @@ CORES ?= all
 # unexported, not `undefine`d, which GNU make 3.81 (macOS's /usr/bin/make) lacks: their
 # defaults below are given as $(or $(X),default), since an empty X counts as set for ?=.
 TARGET_VARS := DATA MODEL NAME ID ARTICLE REFERENCE METHOD STORED SPLIT SPLITTER REFERENCE_FORMAT CHUNKS \
-  DROP_IDENTICAL_IDS
+  DROP_IDENTICAL_IDS SWEEP DRY_RUN
 $(foreach v,$(TARGET_VARS),$(if $(filter environment,$(origin $(v))),$(eval $(v) :=)$(eval unexport $(v))))
 # Nothing at run time or in tests downloads from a model hub.
 export HF_HUB_OFFLINE := 1
@@ -21,7 +21,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # Shell rules (train) run `python`: the venv's, without activating it.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help setup run report estimate status dag rulegraph test test-fast test-faults test-aot test-unit test-workflow test-cluster lint fmt bench clean evaluate-beir evaluate-summaries reproduce-arguana reproduce-shakespeare sweep
+.PHONY: help setup run report estimate status dag rulegraph test test-fast test-faults test-aot test-unit test-workflow test-cluster lint fmt bench clean evaluate-beir evaluate-summaries reproduce-arguana reproduce-shakespeare sweep sweep-adopt
 
 help:
 	@echo "make run    install into .venv and run the embedding workflow on the demo corpus"
@@ -35,6 +35,7 @@ help:
 	@echo "make lint   snakemake --lint, snakefmt --check and ruff check (make fmt fixes what it can)"
 	@echo "make bench  CPU engine benchmark against sentence-transformers"
 	@echo "make sweep NAME=<name>  a parameter sweep of config/sweeps/ (prints its table's path last)"
+	@echo "make sweep-adopt SWEEP=<name>  after a key was added to or removed from a finished sweep's grid: move its finished jobs to their new point ids instead of rerunning them (CONFIG=, DRY_RUN=1)"
 	@echo "make report  bring the run up to date and write report.html (its first page: results/report.rst)"
 	@echo "make evaluate-beir DATA=<BEIR folder>  retrieval metrics of a BEIR data set (make evaluate-beir: its variables)"
 	@echo "make evaluate-summaries DATA=<jsonl[.gz]>  summaries scored with ROUGE (make evaluate-summaries: its variables)"
@@ -272,6 +273,17 @@ sweep: setup
 	  $(SNAKEMAKE) "$$table" --profile profiles/local --cores $(CORES) --configfile "$$cfg" \
 	    $(if $(SWEEP_DATA_$(NAME)),--config '$(SWEEP_DATA_$(NAME))') >&2 && \
 	  echo "$$table"
+
+# A key added to (or removed from) a finished sweep's grid renames every point, so every
+# finished job would run again: this moves each job folder whose values are a current
+# point's (the key's value the base's) to that point's id, with Snakemake's records of
+# its outputs, so a job whose base value changed since it ran still reruns
+# (shardflow.sweep.adopt; config/README.md, `sweeps`). CONFIG= as the run's --configfile;
+# DRY_RUN=1 prints the moves and makes none. Refuses while a Snakemake run holds the
+# working directory.
+sweep-adopt: $(INSTALLED_IF_MISSING)
+	@test -n "$(SWEEP)" || { echo "usage: make sweep-adopt SWEEP=<sweep name> [CONFIG=<file(s)>] [DRY_RUN=1]" >&2; exit 2; }
+	$(BIN)/python -m shardflow.cli sweep-adopt "$(SWEEP)" $(if $(CONFIG),--configfile $(CONFIG)) $(if $(DRY_RUN),--dry-run)
 
 clean:
 	rm -rf results logs benchmarks/*/ resources/demo .snakemake report.html dag.svg rulegraph.svg

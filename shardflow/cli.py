@@ -252,6 +252,42 @@ def status(args: argparse.Namespace) -> int:
     return _print("status", args, compute, st.as_json, st.table)
 
 
+def sweep_adopt(args: argparse.Namespace) -> int:
+    """Move a sweep's finished jobs whose point was renamed (a key added to or removed
+    from its grid) to the current point's id, with Snakemake's records of them (make
+    sweep-adopt; shardflow.sweep.adopt)."""
+    from shardflow.sweep import adopt
+    from shardflow.workflow import estimate as est
+
+    try:
+        specs = est.sweeps(est.load_config(args.configfile))
+    except (ValueError, OSError) as exc:
+        print(f"sweep-adopt: {exc}", file=sys.stderr)
+        return 2
+    if args.name not in specs:
+        print(
+            f"sweep-adopt: the config has no sweep {args.name!r}; it has: {', '.join(specs) or 'none'}", file=sys.stderr
+        )
+        return 2
+    if adopt.snakemake_running():
+        print(
+            "sweep-adopt: a Snakemake run holds this working directory (.snakemake/locks/ is not empty): let it end "
+            "first (after a run that was killed, `snakemake --unlock` clears the locks)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        lines = adopt.adopt(specs[args.name], dry_run=args.dry_run)
+    except (ValueError, OSError) as exc:
+        print(f"sweep-adopt: {exc}", file=sys.stderr)
+        return 2
+    for line in lines:
+        print(line)
+    if args.dry_run:
+        print("sweep-adopt: dry run: nothing was moved")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m shardflow.cli")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -319,6 +355,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--json", action="store_true", help="the status as JSON")
     p.set_defaults(func=status)
+    p = sub.add_parser(
+        "sweep-adopt",
+        help="move a sweep's finished jobs to their point's new id after a key was added to or removed from its grid "
+        "(make sweep-adopt)",
+    )
+    p.add_argument("name", help="the sweep's name (its key under `sweeps:`)")
+    p.add_argument(
+        "--configfile", nargs="+", action="extend", default=[], help="merged over config/config.yaml in order"
+    )
+    p.add_argument("--dry-run", action="store_true", help="print what would move and move nothing")
+    p.set_defaults(func=sweep_adopt)
     args = parser.parse_args(argv)
     return args.func(args)
 

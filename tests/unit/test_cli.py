@@ -111,3 +111,27 @@ def test_summaries_overlay_gives_model_to_extractive_as_its_sentence_encoder(tmp
     args = ["--method", "extractive", "--out", str(out)]  # none given: the config's encoder
     assert main(["summaries-config", "--data", str(data), "--name", "n", *args]) == 0
     assert "encoder" not in yaml.safe_load(out.read_text())["summarise"]
+
+
+def test_sweep_adopt_moves_a_renamed_point_and_refuses_while_snakemake_runs(tmp_path, monkeypatch, capsys):
+    """The grid gained train.n_layer at the shipped base value (4): the finished lr=0.001
+    job is the point lr=0.001__n_layer=4 (shardflow.sweep.adopt, tests/unit/sweep/test_adopt.py)."""
+    monkeypatch.chdir(tmp_path)
+    grid = {"train.lr": [0.001], "train.n_layer": [4, 8]}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"sweeps": {"lr": {
+        "stage": "train", "grid": grid, "seeds": [0], "metrics": {"best_val_loss": "min"}}}}))
+    (tmp_path / "results/sweeps/lr/lr=0.001/seed=0").mkdir(parents=True)
+    (tmp_path / ".snakemake/locks").mkdir(parents=True)
+    (tmp_path / ".snakemake/locks/0.input.lock").write_text("x\n")
+    assert main(["sweep-adopt", "lr", "--configfile", "c.yaml"]) == 2
+    assert "a Snakemake run holds this working directory (.snakemake/locks/ is not empty)" in capsys.readouterr().err
+    (tmp_path / ".snakemake/locks/0.input.lock").unlink()
+    assert main(["sweep-adopt", "other", "--configfile", "c.yaml"]) == 2
+    assert "sweep-adopt: the config has no sweep 'other'; it has: lr" in capsys.readouterr().err
+    assert main(["sweep-adopt", "lr", "--configfile", "c.yaml", "--dry-run"]) == 0
+    assert capsys.readouterr().out == (
+        "sweep 'lr': lr=0.001 -> lr=0.001__n_layer=4, seed=0: would move results and 0 Snakemake records\n"
+        "sweep-adopt: dry run: nothing was moved\n"
+    )
+    assert main(["sweep-adopt", "lr", "--configfile", "c.yaml"]) == 0
+    assert (tmp_path / "results/sweeps/lr/lr=0.001__n_layer=4/seed=0").is_dir()

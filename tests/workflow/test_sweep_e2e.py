@@ -289,3 +289,50 @@ def test_make_sweep_without_its_data_names_the_variable_to_set(tmp_path):
     assert proc.returncode != 0
     assert f"no data at {missing}; give it: make sweep NAME=cnndm-lead-k CNNDM=<path>" in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_sweep_adopt_after_a_grid_key_is_added_runs_only_the_new_points(tmp_path):
+    """A finished 2-point lead sweep gains `summarise.splitter: [punctuation, prose]`
+    (punctuation is the base's): every point is renamed (k=1 -> k=1__splitter=punctuation),
+    so a dry run plans all 4 points; after `sweep-adopt` it plans only the 2 prose points'
+    jobs and the collection. The moved jobs keep Snakemake's records: a changed base value
+    they read (summarise.window) reruns them too, as it would have before the move."""
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO, offline_env
+
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"id": f"a{i}", "text": f"Doc {i} starts. It goes on. It ends.",
+                                        "summary": f"Doc {i} starts."}) + "\n" for i in range(6)))
+
+    def config(name, grid, **summarise):
+        sweeps = {"su": {"stage": "summarise", "grid": grid, "seeds": [0], "metrics": {"rouge1": "max"}}}
+        return write_config(tmp_path / name, dataset="ad", tasks=["summarisation"], n_chunks=1,
+                            input={"path": str(docs)}, sweeps=sweeps,
+                            summarise={"method": "lead", "reference_field": "summary", **summarise})
+
+    target = "results/sweeps/su/summary.parquet"
+    first = config("c.yaml", {"summarise.k": [1, 2]})
+    snakemake(tmp_path, target, "--cores", "2", "--configfile", str(first))
+    grown = config("grown.yaml", {"summarise.k": [1, 2], "summarise.splitter": ["punctuation", "prose"]})
+    jobs = ("sweep_summarise", "sweep_merge_summaries", "sweep_evaluate_summaries")
+    counts = job_counts(snakemake(tmp_path, target, "-n", "--configfile", str(grown)).stdout)
+    assert [counts.get(rule) for rule in jobs] == [4, 4, 4]
+
+    adopt = subprocess.run([sys.executable, "-m", "shardflow.cli", "sweep-adopt", "su", "--configfile", str(grown)],
+                           cwd=tmp_path, env=offline_env(PYTHONPATH=str(REPO)), capture_output=True, text=True)
+    assert adopt.returncode == 0, adopt.stderr
+    assert adopt.stdout.splitlines() == [
+        # 7 outputs: the chunk's summaries and stats, the merged summaries and job table, the scores
+        f"sweep 'su': k={k} -> k={k}__splitter=punctuation, seed=0: moved results, logs, benchmarks and 7 "
+        "Snakemake records" for k in (1, 2)
+    ]
+    dry = snakemake(tmp_path, target, "-n", "--configfile", str(grown)).stdout
+    counts = job_counts(dry)
+    assert [counts.get(rule) for rule in jobs] == [2, 2, 2] and counts["total"] == 6 + 2, dry[-3000:]
+    assert "splitter=punctuation" not in "\n".join(line for line in dry.splitlines() if "wildcards:" in line)
+
+    changed = config("window.yaml", {"summarise.k": [1, 2], "summarise.splitter": ["punctuation", "prose"]}, window=7)
+    counts = job_counts(snakemake(tmp_path, target, "-n", "--configfile", str(changed)).stdout)
+    assert counts["sweep_summarise"] == 4
