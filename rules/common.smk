@@ -39,6 +39,7 @@ from shardflow.summarise.params import (
     without_effect,
 )
 from shardflow.sweep import POINT_ID_REGEX, SEED_REGEX, parse_sweeps
+from shardflow.sweep.adopt import unadopted_points_warning
 from shardflow.sweep.cost import PRICED_STAGES
 from shardflow.sweep.metrics import incomparable_points, loads_model, unknown_metrics
 from shardflow.sweep.paths import job_metrics
@@ -139,6 +140,11 @@ if workflow.is_main_process:
     _PROBLEMS += command_line_config_problems(site.config_arguments())
     _PROBLEMS += sweeps_in_files(workflow.configfiles)
 SWEEPS_BY_FOLDER = {spec.folder: spec for spec in SWEEPS.values()}
+if workflow.is_main_process and not workflow.storage_settings.default_storage_provider:
+    # A finished sweep whose grid gained or lost a key has its jobs under other point
+    # ids: say so before they all run again (shardflow.sweep.adopt; one listing each).
+    for _line in filter(None, map(unadopted_points_warning, SWEEPS.values())):
+        logger.warning(_line)
 SWEEP_NEEDS = {
     "train": None,
     "embed": None,

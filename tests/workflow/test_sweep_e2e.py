@@ -317,8 +317,13 @@ def test_sweep_adopt_after_a_grid_key_is_added_runs_only_the_new_points(tmp_path
     snakemake(tmp_path, target, "--cores", "2", "--configfile", str(first))
     grown = config("grown.yaml", {"summarise.k": [1, 2], "summarise.splitter": ["punctuation", "prose"]})
     jobs = ("sweep_summarise", "sweep_merge_summaries", "sweep_evaluate_summaries")
-    counts = job_counts(snakemake(tmp_path, target, "-n", "--configfile", str(grown)).stdout)
+    proc = snakemake(tmp_path, target, "-n", "--configfile", str(grown))
+    counts = job_counts(proc.stdout)
     assert [counts.get(rule) for rule in jobs] == [4, 4, 4]
+    assert (  # the parse points at the command
+        "sweep 'su': results/sweeps/su/ holds 2 point folders named by other keys than its grid's (k=1, k=2): "
+        "where a key was added to or removed from the grid, `make sweep-adopt SWEEP=su`"
+    ) in proc.stdout + proc.stderr
 
     adopt = subprocess.run([sys.executable, "-m", "shardflow.cli", "sweep-adopt", "su", "--configfile", str(grown)],
                            cwd=tmp_path, env=offline_env(PYTHONPATH=str(REPO)), capture_output=True, text=True)
@@ -328,7 +333,9 @@ def test_sweep_adopt_after_a_grid_key_is_added_runs_only_the_new_points(tmp_path
         f"sweep 'su': k={k} -> k={k}__splitter=punctuation, seed=0: moved results, logs, benchmarks and 7 "
         "Snakemake records" for k in (1, 2)
     ]
-    dry = snakemake(tmp_path, target, "-n", "--configfile", str(grown)).stdout
+    proc = snakemake(tmp_path, target, "-n", "--configfile", str(grown))
+    dry = proc.stdout
+    assert "sweep-adopt" not in proc.stdout + proc.stderr
     counts = job_counts(dry)
     assert [counts.get(rule) for rule in jobs] == [2, 2, 2] and counts["total"] == 6 + 2, dry[-3000:]
     assert "splitter=punctuation" not in "\n".join(line for line in dry.splitlines() if "wildcards:" in line)
