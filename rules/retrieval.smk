@@ -120,11 +120,11 @@ if RETRIEVAL is not None:
             **job_resources("retrieval_evaluate"),
         params:
             **gpu_job_params(),
+            **retrieval_scoring(),
             top_k=config["retrieval"]["top_k"],
             block_size=config["retrieval"]["block_size"],
             backend=config["retrieval"]["backend"],
             drop_identical_ids=config["retrieval"]["drop_identical_ids"],
             model=config["embedding"]["model"],
-            **retrieval_scoring(),
         script:
             "../scripts/retrieval_evaluate.py"

@@ -129,12 +129,12 @@ if sweeps_of_stage("retrieval"):
             f"{SWEEP_BENCH}/retrieval_evaluate.tsv"
         params:
             **gpu_job_params(),
+            **retrieval_scoring(),
             top_k=stage_value("retrieval", "top_k"),
             block_size=stage_value("retrieval", "block_size"),
             backend=stage_value("retrieval", "backend"),
             drop_identical_ids=stage_value("retrieval", "drop_identical_ids"),
             model=stage_value("embedding", "model"),
-            **retrieval_scoring(),
 
 
 if sweeps_of_stage("summarise"):
