@@ -16,12 +16,14 @@ def pyplot():
     return plt
 
 
-def save_figure(fig, path: str) -> None:
+def save_figure(fig, path: str, dpi: int = 110, crop: bool = True) -> None:
     """Write `fig` as a PNG at `path` atomically, and close it, also when saving fails:
-    pyplot keeps every open figure, so a long process leaked one per failure."""
+    pyplot keeps every open figure, so a long process leaked one per failure. `crop`:
+    to what is drawn (bbox_inches="tight"); the training curve keeps its whole canvas at
+    dpi 120, as its loss.png always had it."""
     try:
         with atomic_path(path) as tmp:
-            fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+            fig.savefig(tmp, format="png", dpi=dpi, **({"bbox_inches": "tight"} if crop else {}))
     finally:
         pyplot().close(fig)
 

@@ -841,12 +841,9 @@ def write_outputs(out_dir, resume_dir, raw, p, cfg, shards, history, metrics, de
 
 
 def plot_losses(frame, path: Path) -> None:
-    import matplotlib
+    from shardflow.core.figures import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = pyplot().subplots(figsize=(7, 4))
     ax.plot(frame["step"], frame["train_loss"], label="train (batch)", alpha=0.6, linewidth=0.8)
     val = frame.dropna(subset=["val_loss"])
     ax.plot(val["step"], val["val_loss"], "o-", label="validation")
@@ -855,11 +852,4 @@ def plot_losses(frame, path: Path) -> None:
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    # Not core.figures.save_figure: it writes at dpi 110, cropped (bbox_inches="tight"),
-    # which would change the pixels and bytes of every loss.png. Closed as it closes a
-    # figure, also when saving fails: pyplot keeps an open one for the life of the process.
-    try:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format="png", dpi=120)
-    finally:
-        plt.close(fig)
+    save_figure(fig, str(path), dpi=120, crop=False)  # loss.png's canvas and bytes as they always were
