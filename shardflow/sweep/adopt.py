@@ -24,8 +24,10 @@ benchmarks/ `sweeps/<folder>/`):
     record as up to date with no params check (its DAG notes `no_metadata`, which is no
     rerun reason), so a moved job whose base value changed since it ran would be kept;
     with its record it reruns ("params have changed"). A record's params stay as they
-    are; its input and log paths inside the moved folders are renamed with the files,
-    else every job that reads a moved file reruns ("Set of input files has changed").
+    are, save the paths in the moved folders that a params string names (the job's own
+    wildcards: sweep_embed_verify's failed_json); those, and its input and log paths
+    inside the moved folders, are renamed with the files, else every job that names a
+    moved path reruns ("Set of input files has changed", "params have changed").
 
 A seed folder whose outputs Snakemake marks incomplete (a job that did not finish) is
 left where it is, as are resume folders (`gpu_jobs.resume_dir`, `results/sweeps/.resume`),
@@ -304,6 +306,13 @@ class SeedMove:
                 return new + path[len(old) :]
         return path
 
+    def renamed_in(self, text: str) -> str:
+        """`text` (a recorded param: a value's repr) with each path in the moved folders
+        renamed; a path that only starts like one (seed=01 for seed=0) is not."""
+        for old, new in self.folders:
+            text = re.sub(rf"(?<![\w.=/-]){re.escape(old)}(?![\w.=-])", lambda _, new=new: new, text)
+        return text
+
 
 def seed_moves(folder: str, adoptions: Iterable[Adoption], root: str | os.PathLike = ".") -> list[SeedMove]:
     """Each seed folder of each adopted point, with its folders of each kind that exist."""
@@ -334,6 +343,10 @@ def _renamed_record(record: dict, move: SeedMove) -> dict:
             out[key] = [move.renamed(p) if isinstance(p, str) else p for p in out[key]]
     if isinstance(out.get("input_checksums"), dict):
         out["input_checksums"] = {move.renamed(k): v for k, v in out["input_checksums"].items()}
+    # A params string holding the job's wildcards (sweep_embed_verify's failed_json) is
+    # recorded with the old id: left so, the job reruns ("params have changed").
+    if isinstance(out.get("params"), list):
+        out["params"] = [move.renamed_in(p) if isinstance(p, str) else p for p in out["params"]]
     return out
 
 

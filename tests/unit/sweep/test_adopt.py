@@ -219,3 +219,23 @@ def test_the_parse_warns_of_point_folders_named_by_other_keys(tmp_path, grown):
         "this run's CONFIG=) moves the finished jobs that are current points to their new ids, instead of running "
         "them again"
     )
+
+
+def test_a_recorded_param_naming_the_jobs_own_folder_follows_the_move(tmp_path, grown):
+    """A params string with the job's wildcards (sweep_embed_verify's failed_json,
+    `logs/sweeps/{sweep}/{point}/seed={seed}/verify.failed.json`) is recorded with the
+    old id: left so, Snakemake reruns the job ("params have changed"). A path that only
+    starts like it (seed=01) and the config values stay as recorded."""
+    old = _job(tmp_path, "lr=0.001")
+    store = FilePersistence(path=tmp_path / ".snakemake")
+    record = store._read_record(old["metrics"])
+    failed = "logs/sweeps/lr-depth/lr=0.001/seed=0/verify.failed.json"
+    record.params = ["{'lr': 0.001}", repr(failed), repr("logs/sweeps/lr-depth/lr=0.001/seed=01/x")]
+    store._write_record(old["metrics"], record)
+    adopt(grown, tmp_path)
+    moved = _record(tmp_path, old["metrics"].replace("lr=0.001/", f"{NEW}/"))
+    assert moved.params == [
+        "{'lr': 0.001}",
+        repr(failed.replace("lr=0.001/", f"{NEW}/")),
+        repr("logs/sweeps/lr-depth/lr=0.001/seed=01/x"),
+    ]
