@@ -271,6 +271,13 @@ class SnakemakeRecords:
             raise ValueError(f"Snakemake's record of {key} ({path}) is not a JSON object")
         return record
 
+    def holds(self, key: str, record: dict) -> bool:
+        """Whether `key`'s record is there and reads as `record`."""
+        try:
+            return key in self._files[self.metadata] and self.read(key) == record
+        except ValueError:
+            return False
+
     def move(self, key: str, new_key: str, record: dict) -> None:
         """Write `record` as `new_key`'s record, then remove `key`'s (and the folders a
         long key's record leaves empty, as Snakemake does)."""
@@ -354,7 +361,8 @@ def move_seed(move: SeedMove, records: SnakemakeRecords, root: str | os.PathLike
     """Move one seed folder's results, logs and benchmarks to the new id, the records
     first (a stop between the two leaves files without records at the old id, which
     rerun, never files without records at the new one, which would not); return what
-    it did (or would do), or why it left the folder. Nothing is overwritten."""
+    it did (or would do), or why it left the folder. Nothing is overwritten but a record
+    this move wrote before it was stopped."""
     head = f"{move.old} -> {move.new}, {move.seed}"
     old_folders = [old for old, _ in move.folders]
     unfinished = records.under(records.incomplete, old_folders)
@@ -369,10 +377,13 @@ def move_seed(move: SeedMove, records: SnakemakeRecords, root: str | os.PathLike
         moved = {key: _renamed_record(records.read(key), move) for key in keys}
     except ValueError as exc:
         return f"{head}: left: {exc}"
+    # A record at the new id equal to the one this move writes is its own copy, from an
+    # adoption stopped before it removed the old record: that one is finished, not taken.
     taken += [
         f"Snakemake's record of {move.renamed(k)}"
         for k in keys
         if os.path.lexists(records.path(records.metadata, move.renamed(k)))
+        and not records.holds(move.renamed(k), moved[k])
     ]
     if taken:
         return f"{head}: left: {taken[0]} exists (nothing is overwritten)"

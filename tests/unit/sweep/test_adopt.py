@@ -239,3 +239,28 @@ def test_a_recorded_param_naming_the_jobs_own_folder_follows_the_move(tmp_path, 
         repr(failed.replace("lr=0.001/", f"{NEW}/")),
         repr("logs/sweeps/lr-depth/lr=0.001/seed=01/x"),
     ]
+
+
+def test_adopt_finishes_a_move_stopped_between_writing_a_record_and_removing_the_old(tmp_path, grown):
+    """A stop after a record's copy at the new id was written, before the old one was
+    removed: the copy is this adoption's own, so a second run finishes the move."""
+    old = _job(tmp_path, "lr=0.001")
+    store = FilePersistence(path=tmp_path / ".snakemake")
+    new_out = old["out"].replace("lr=0.001/", f"{NEW}/")
+    copy = store._read_record(old["out"])  # as the stopped adoption wrote it: its log path renamed
+    copy.log = [old["log"].replace("lr=0.001/", f"{NEW}/")]
+    store._write_record(new_out, copy)
+    assert adopt(grown, tmp_path) == [
+        f"sweep 'lr-depth': lr=0.001 -> {NEW}, seed=0: moved results, logs, benchmarks and 3 Snakemake records"
+    ]
+    assert _record(tmp_path, old["out"]) is None and _record(tmp_path, new_out) is not None
+    # A record at the new id that is not this adoption's copy is still left alone.
+    other = _job(tmp_path, "lr=0.0003")
+    new_other = other["out"].replace("lr=0.0003/", "lr=0.0003__n_layer=4/")
+    record = store._read_record(other["out"])
+    record.params = ["{'lr': 0.0003, 'n_layer': 2}"]
+    store._write_record(new_other, record)
+    assert adopt(grown, tmp_path) == [
+        "sweep 'lr-depth': lr=0.0003 -> lr=0.0003__n_layer=4, seed=0: left: Snakemake's record of "
+        f"{new_other} exists (nothing is overwritten)"
+    ]
