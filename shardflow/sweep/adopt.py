@@ -438,12 +438,20 @@ def _key_names(pid: str) -> tuple[set[str], bool]:
     return names - {HASH_KEY}, HASH_KEY in names
 
 
+def _seeds(folder: str, pid: str) -> set[str]:
+    try:
+        return {n for n in os.listdir(os.path.join(folder, pid)) if SEED_FOLDER.fullmatch(n)}
+    except (FileNotFoundError, NotADirectoryError):
+        return set()
+
+
 def unadopted_points_warning(spec: SweepSpec, root: str | os.PathLike = ".") -> str | None:
     """One line for the parse where the sweep's results folder holds point folders named
     by other keys than its grid's (a key added to or removed from a finished sweep), or
-    None. Cheap: one listing of the folder. Folders of a value removed from the grid
-    (the same keys) are no matter: no point can adopt them, and they stay on disk by
-    design; so are shortened ids whose visible keys are all the grid's (unknown)."""
+    None. Cheap: one listing of the folder (and of a candidate's seeds where its point's
+    folder is there too). Folders of a value removed from the grid are no matter: no point
+    can adopt them, and they stay on disk by design; so are shortened ids whose visible
+    keys are all the grid's (unknown), and folders sweep-adopt would not move."""
     folder = os.path.join(root, SWEEPS_ROOT, spec.folder)
     try:
         names = os.listdir(folder)
@@ -459,6 +467,19 @@ def unadopted_points_warning(spec: SweepSpec, root: str | os.PathLike = ".") -> 
         if (keys - grid_names) if shortened else (keys != grid_names):
             other.append(name)
     other = [name for name in other if os.path.isdir(os.path.join(folder, name))]
+    if not other:
+        return None
+    # Only what sweep-adopt would move: a folder no current point matches (a removed key's
+    # other value), or whose seeds are all under its point's id already (run again rather
+    # than adopted), stays as it is, and naming it on every parse would point at a
+    # command that does nothing.
+    points = os.path.join(folder, "points.json")
+    try:
+        plan = plan_adoption(spec, other, read_json(points) if os.path.exists(points) else None, spec.base_config)
+    except (OSError, ValueError):
+        plan = None  # an unreadable points.json: sweep-adopt names it
+    if plan is not None:
+        other = [m.old for m in plan.moves if m.new not in names or _seeds(folder, m.old) - _seeds(folder, m.new)]
     if not other:
         return None
     shown = ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")

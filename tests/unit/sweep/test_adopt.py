@@ -264,3 +264,21 @@ def test_adopt_finishes_a_move_stopped_between_writing_a_record_and_removing_the
         "sweep 'lr-depth': lr=0.0003 -> lr=0.0003__n_layer=4, seed=0: left: Snakemake's record of "
         f"{new_other} exists (nothing is overwritten)"
     ]
+
+
+def test_the_parse_names_only_folders_that_sweep_adopt_would_move(tmp_path, grown):
+    """Left after an adoption, or after the renamed points all ran again: folders no
+    current point matches (a removed key's other value), and folders whose point's
+    seeds are all on disk under the new id. Naming them on every parse would point at a
+    command that does nothing."""
+    folder = tmp_path / "results/sweeps/lr-depth"
+    shrunk = _spec({"train.lr": [0.001]})
+    (folder / "lr=0.001__n_layer=2/seed=0").mkdir(parents=True)  # n_layer left the grid; 2 is not the base's 4
+    assert unadopted_points_warning(shrunk, tmp_path) is None
+    (folder / "lr=0.001/seed=0").mkdir(parents=True)
+    (folder / f"{NEW}/seed=0").mkdir(parents=True)  # ran again under the new id, not adopted
+    assert unadopted_points_warning(grown, tmp_path) is None
+    (folder / "lr=0.001/seed=1").mkdir()  # a seed the new point lacks: adopt would move it
+    assert "holds 1 point folder named by other keys than its grid's (lr=0.001)" in unadopted_points_warning(
+        grown, tmp_path
+    )
