@@ -278,12 +278,15 @@ sweep: setup
 # finished job would run again: this moves each job folder whose values are a current
 # point's (the key's value the base's) to that point's id, with Snakemake's records of
 # its outputs, so a job whose base value changed since it ran still reruns
-# (shardflow.sweep.adopt; config/README.md, `sweeps`). CONFIG= as the run's --configfile;
+# (shardflow.sweep.adopt; config/README.md, `sweeps`). CONFIG= as the run's --configfile
+# (a sweep `make sweep NAME=` ran: its config/sweeps/<name>.yaml, unless CONFIG= is given);
 # DRY_RUN=1 prints the moves and makes none. Refuses while a Snakemake run holds the
 # working directory.
 sweep-adopt: $(INSTALLED_IF_MISSING)
 	@test -n "$(SWEEP)" || { echo "usage: make sweep-adopt SWEEP=<sweep name> [CONFIG=<file(s)>] [DRY_RUN=1]" >&2; exit 2; }
-	$(BIN)/python -m shardflow.cli sweep-adopt "$(SWEEP)" $(if $(CONFIG),--configfile $(CONFIG)) $(if $(DRY_RUN),--dry-run)
+	$(BIN)/python -m shardflow.cli sweep-adopt "$(SWEEP)" \
+	  $(if $(or $(CONFIG),$(wildcard config/sweeps/$(SWEEP).yaml)),--configfile $(or $(CONFIG),config/sweeps/$(SWEEP).yaml)) \
+	  $(if $(DRY_RUN),--dry-run)
 
 clean:
 	rm -rf results logs benchmarks/*/ resources/demo .snakemake report.html dag.svg rulegraph.svg

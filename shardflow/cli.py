@@ -265,8 +265,15 @@ def sweep_adopt(args: argparse.Namespace) -> int:
         print(f"sweep-adopt: {exc}", file=sys.stderr)
         return 2
     if args.name not in specs:
+        shipped = f"config/sweeps/{args.name}.yaml"
+        hint = (
+            f" ({shipped} defines it: pass --configfile {shipped}, as make sweep-adopt does)"
+            if os.path.exists(shipped) and shipped not in (args.configfile or [])
+            else ""
+        )
         print(
-            f"sweep-adopt: the config has no sweep {args.name!r}; it has: {', '.join(specs) or 'none'}", file=sys.stderr
+            f"sweep-adopt: the config has no sweep {args.name!r}; it has: {', '.join(specs) or 'none'}{hint}",
+            file=sys.stderr,
         )
         return 2
     if adopt.snakemake_running():

@@ -359,8 +359,9 @@ def _renamed_record(record: dict, move: SeedMove) -> dict:
 
 def move_seed(move: SeedMove, records: SnakemakeRecords, root: str | os.PathLike = ".", dry_run: bool = False) -> str:
     """Move one seed folder's results, logs and benchmarks to the new id, the records
-    first (a stop between the two leaves files without records at the old id, which
-    rerun, never files without records at the new one, which would not); return what
+    first (a stop between the two leaves files without records at the old id, no current
+    point's, which the next adoption moves, never files without records at the new one,
+    which Snakemake would take as up to date unchecked); return what
     it did (or would do), or why it left the folder. Nothing is overwritten but a record
     this move wrote before it was stopped."""
     head = f"{move.old} -> {move.new}, {move.seed}"
@@ -369,7 +370,8 @@ def move_seed(move: SeedMove, records: SnakemakeRecords, root: str | os.PathLike
     if unfinished:
         return (
             f"{head}: left: Snakemake marks {unfinished[0]} incomplete (a job that did not finish; its resume "
-            "folder is named by the old id): rerun the sweep as it was first, or remove the folder"
+            "folder is named by the old id): rerun the sweep as it was first, or remove the seed's folders ("
+            + ", ".join(old_folders) + ")"
         )
     taken = [new for _, new in move.folders if os.path.lexists(os.path.join(root, new))]
     keys = records.under(records.metadata, old_folders)

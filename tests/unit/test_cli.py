@@ -127,7 +127,13 @@ def test_sweep_adopt_moves_a_renamed_point_and_refuses_while_snakemake_runs(tmp_
     assert "a Snakemake run holds this working directory (.snakemake/locks/ is not empty)" in capsys.readouterr().err
     (tmp_path / ".snakemake/locks/0.input.lock").unlink()
     assert main(["sweep-adopt", "other", "--configfile", "c.yaml"]) == 2
-    assert "sweep-adopt: the config has no sweep 'other'; it has: lr" in capsys.readouterr().err
+    assert "sweep-adopt: the config has no sweep 'other'; it has: lr\n" in capsys.readouterr().err
+    (tmp_path / "config/sweeps").mkdir(parents=True)  # a sweep `make sweep NAME=other` runs
+    (tmp_path / "config/sweeps/other.yaml").write_text("sweeps: {}\n")
+    assert main(["sweep-adopt", "other", "--configfile", "c.yaml"]) == 2
+    assert "it has: lr (config/sweeps/other.yaml defines it: pass --configfile config/sweeps/other.yaml" in (
+        capsys.readouterr().err
+    )
     assert main(["sweep-adopt", "lr", "--configfile", "c.yaml", "--dry-run"]) == 0
     assert capsys.readouterr().out == (
         "sweep 'lr': lr=0.001 -> lr=0.001__n_layer=4, seed=0: would move results and 0 Snakemake records\n"

@@ -196,7 +196,9 @@ def test_adopt_never_overwrites_and_leaves_unfinished_jobs(tmp_path, grown):
     assert lines == [
         "sweep 'lr-depth': lr=0.0003 -> lr=0.0003__n_layer=4, seed=0: left: Snakemake marks "
         "results/sweeps/lr-depth/lr=0.0003/seed=0/metrics.json incomplete (a job that did not finish; its resume "
-        "folder is named by the old id): rerun the sweep as it was first, or remove the folder",
+        "folder is named by the old id): rerun the sweep as it was first, or remove the seed's folders "
+        "(results/sweeps/lr-depth/lr=0.0003/seed=0, logs/sweeps/lr-depth/lr=0.0003/seed=0, "
+        "benchmarks/sweeps/lr-depth/lr=0.0003/seed=0)",
         f"sweep 'lr-depth': lr=0.001 -> {NEW}, seed=0: moved results, logs, benchmarks and 3 Snakemake records",
         f"sweep 'lr-depth': lr=0.001 -> {NEW}, seed=1: left: logs/sweeps/lr-depth/{NEW}/seed=1 exists (nothing is "
         "overwritten)",
