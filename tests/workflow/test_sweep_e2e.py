@@ -291,16 +291,13 @@ def test_make_sweep_without_its_data_names_the_variable_to_set(tmp_path):
     assert "Traceback" not in proc.stderr + proc.stdout
 
 
-def test_sweep_adopt_after_a_grid_key_is_added_runs_only_the_new_points(tmp_path):
+def test_sweep_adopt_after_a_grid_key_is_added_runs_only_the_new_points(tmp_path, monkeypatch, capsys):
     """A finished 2-point lead sweep gains `summarise.splitter: [punctuation, prose]`
     (punctuation is the base's): every point is renamed (k=1 -> k=1__splitter=punctuation),
     so a dry run plans all 4 points; after `sweep-adopt` it plans only the 2 prose points'
     jobs and the collection. The moved jobs keep Snakemake's records: a changed base value
     they read (summarise.window) reruns them too, as it would have before the move."""
-    import subprocess
-    import sys
-
-    from tests.helpers import REPO, offline_env
+    from shardflow.cli import main
 
     docs = tmp_path / "docs.jsonl"
     docs.write_text("".join(json.dumps({"id": f"a{i}", "text": f"Doc {i} starts. It goes on. It ends.",
@@ -325,10 +322,10 @@ def test_sweep_adopt_after_a_grid_key_is_added_runs_only_the_new_points(tmp_path
         "where a key was added to or removed from the grid, `make sweep-adopt SWEEP=su`"
     ) in proc.stdout + proc.stderr
 
-    adopt = subprocess.run([sys.executable, "-m", "shardflow.cli", "sweep-adopt", "su", "--configfile", str(grown)],
-                           cwd=tmp_path, env=offline_env(PYTHONPATH=str(REPO)), capture_output=True, text=True)
-    assert adopt.returncode == 0, adopt.stderr
-    assert adopt.stdout.splitlines() == [
+    monkeypatch.chdir(tmp_path)  # make sweep-adopt's command, in this process
+    capsys.readouterr()
+    assert main(["sweep-adopt", "su", "--configfile", str(grown)]) == 0, capsys.readouterr().err
+    assert capsys.readouterr().out.splitlines() == [
         # 7 outputs: the chunk's summaries and stats, the merged summaries and job table, the scores
         f"sweep 'su': k={k} -> k={k}__splitter=punctuation, seed=0: moved results, logs, benchmarks and 7 "
         "Snakemake records" for k in (1, 2)
