@@ -113,8 +113,9 @@ def test_a_summarise_sweep_over_stored_summaries_stops_the_dry_run_naming_it(tmp
 
 
 def test_every_sweep_problem_stops_the_dry_run_in_one_error(tmp_path):
-    """A bad key, a key the method ignores and an unknown metric, in three sweeps: one
-    error names them all (they came one a run, each after the last was fixed)."""
+    """A bad key, a key the method ignores and an unknown metric, in three sweeps, and
+    what --config would drop: one error names them all (they came one a run, each after
+    the last was fixed)."""
     def sweep(grid, metric="rouge1"):
         return {"stage": "summarise", "grid": grid, "seeds": [0], "metrics": {metric: "max"}}
 
@@ -126,10 +127,15 @@ def test_every_sweep_problem_stops_the_dry_run_in_one_error(tmp_path):
                 "unknown": sweep({"summarise.kk": [1]}), "metric": sweep({"summarise.k": [3]}, "rouge9"),
                 "window": sweep({"summarise.window": [1, 2]})},
     )
-    proc = snakemake(tmp_path, "-n", "--configfile", str(cfg), check=False)
+    # And what the command line drops: Snakemake reads only the last --config's entries
+    # (n_chunks=2 would be lost without a word), and a key written twice in a value.
+    config = ["--config", "n_chunks=2", "--config", "report={currency: EUR, currency: USD}"]
+    proc = snakemake(tmp_path, "-n", "--configfile", str(cfg), *config, check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    for line in ("sweep 'unknown': unknown parameter 'summarise.kk'",
+    for line in ("--config is given 2 times, and Snakemake reads only the last one's entries (report): n_chunks=2",
+                 "--config:1: report: key 'currency' is written again",
+                 "sweep 'unknown': unknown parameter 'summarise.kk'",
                  "sweep 'ignored': summarise.method lead does not read summarise.mmr_lambda",
                  "sweep 'metric': metric 'rouge9' is not one a summarise job writes",
                  "sweep 'window': summarise.window only sizes the resumable parts of summarise.method lead"):
@@ -212,16 +218,6 @@ def test_a_model_changed_in_place_since_its_jobs_ran_is_named_and_stops_a_run_th
     assert "results/demo/embed/embed_1.stats.json is not there yet): this run would mix the two models' outputs" in out
     proc = snakemake(tmp_path, "-n", "--forcerun", "embed", "--config", *config)
     assert "changed since" not in proc.stdout + proc.stderr
-
-
-def test_a_second_config_option_stops_the_run_naming_what_snakemake_would_drop(tmp_path):
-    """Snakemake reads only the last --config's entries: the first's n_chunks=2 would be
-    lost without a word (a run of another chunk count); and a key written twice in a value."""
-    proc = snakemake(tmp_path, "-n", "--config", "n_chunks=2", "--config", "sweeps={a: {}, a: {}}", check=False)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0
-    assert "--config is given 2 times, and Snakemake reads only the last one's entries (sweeps): n_chunks=2" in out
-    assert "--config:1: sweeps: key 'a' is written again" in out, out[-3000:]
 
 
 def test_mistyped_value_stops_the_run_naming_it(tmp_path):
