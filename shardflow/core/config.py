@@ -377,7 +377,9 @@ def command_line_config_problems(given: Sequence[Sequence[str]]) -> list[str]:
             node = yaml.compose(value, Loader=FAST_SAFE_LOADER) if value else None
         except yaml.YAMLError:
             continue  # Snakemake reads it as a string: no mapping to repeat a key in
-        problems += _repeated_in(node, key, "--config")
+        # Snakemake reads the value with YAML's BaseLoader (snakemake.cli.parse_config):
+        # a key is its text, so `1` and `0x1` are two keys there, and `1` and '1' one.
+        problems += _repeated_in(node, key, "--config", as_text=True)
     return problems
 
 
@@ -408,10 +410,13 @@ def _config_node(real: str, size: int, mtime_ns: int) -> Any:
     return read_yaml(real, node=True)
 
 
-def _repeated_in(node: Any, where: str, path: str, seen: set[int] | None = None) -> list[str]:
+def _repeated_in(
+    node: Any, where: str, path: str, seen: set[int] | None = None, *, as_text: bool = False
+) -> list[str]:
     """Keys are compared as the loaded config holds them (`_loaded_key`); merge keys (`<<`,
     however many) are passed over, as the loader merges every one; a node an alias names
-    again is read once, where it is written."""
+    again is read once, where it is written. `as_text`: as YAML's BaseLoader holds them
+    (a --config value), each scalar key its text, `<<` an ordinary key."""
     seen = set() if seen is None else seen
     if id(node) in seen:
         return []
@@ -421,17 +426,17 @@ def _repeated_in(node: Any, where: str, path: str, seen: set[int] | None = None)
         first: dict[Any, int] = {}
         for key, value in node.value:
             name = key.value if isinstance(key, yaml.ScalarNode) else None
-            if name is not None and key.tag != _MERGE_TAG:
+            if name is not None and (as_text or key.tag != _MERGE_TAG):
                 line = key.start_mark.line + 1
-                same = _loaded_key(key)
+                same = name if as_text else _loaded_key(key)
                 if same in first:
                     found.append(f"{path}:{line}: {where + ': ' if where else ''}key {name!r} "
                                  + _REPEATED.format(first=first[same]))
                 first.setdefault(same, line)
-            found += _repeated_in(value, f"{where}.{name}" if where else str(name), path, seen)
+            found += _repeated_in(value, f"{where}.{name}" if where else str(name), path, seen, as_text=as_text)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            found += _repeated_in(item, f"{where}[{i}]", path, seen)
+            found += _repeated_in(item, f"{where}[{i}]", path, seen, as_text=as_text)
     return found
 
 

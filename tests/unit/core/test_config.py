@@ -287,3 +287,22 @@ def test_what_the_command_lines_config_drops_is_named():
         "--config:1: sweeps: key 'a' is written again (first at line 1): YAML keeps the last and drops the first "
         "without a word; write it once",
     ]
+
+
+def test_a_config_values_keys_are_compared_as_snakemake_reads_them():
+    """Snakemake reads a --config value with YAML's BaseLoader (snakemake.cli.parse_config):
+    every key is its text. `1` and `0x1`, `yes` and `true`, `null` and `~` are two keys there,
+    both kept: no stop. `1` and `'1'` are one, the first dropped: named."""
+    from snakemake.cli import parse_config
+
+    from shardflow.core.config import command_line_config_problems
+
+    for two in ("sweeps={1: a, 0x1: b}", "sweeps={yes: a, true: b}", "sweeps={null: a, ~: b}", "sweeps={1: a, 1.0: b}"):
+        assert len(parse_config([two])["sweeps"]) == 2
+        assert command_line_config_problems([[two]]) == []
+    one = "sweeps={1: a, '1': b}"
+    assert parse_config([one])["sweeps"] == {"1": "b"}
+    assert command_line_config_problems([[one]]) == [
+        "--config:1: sweeps: key '1' is written again (first at line 1): YAML keeps the last and drops the first "
+        "without a word; write it once"
+    ]
