@@ -22,7 +22,8 @@ and pytrec_eval-terrier 0.5.x:
     1 / log2(rank + 1); the ideal ranking is all positive judged relevance values,
     sorted descending, cut at k. It reads the grades themselves, whatever the
     relevance level (as trec_eval's ndcg_cut).
-  - A query with no relevant doc scores 0 on all four.
+  - A query with no relevant doc scores 0 on all four; with a relevance level above 1
+    a lower positive grade still scores in nDCG (trec_eval alike).
   - Only queries present in both the run and the qrels are scored; a query in
     the run with an empty ranking scores 0 (MTEB's search puts every query in
     the run, so a query that retrieved nothing counts as 0). A query whose

@@ -149,7 +149,12 @@ def retrieval_section(dataset: str, files: dict) -> Section:
     beyond = beyond_ranking_depth(m)  # computed on a ranking shallower than their k
     headline = ("ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10", "map_at_10")
     rows = [(key.replace("_at_", "@") + (" †" if key in beyond else ""), f"{m[key]:.5f}") for key in headline]
-    rows.append(("evaluated", f"{m['n_queries']:,} queries against {m['n_documents']:,} documents (exact top-{m['top_k']})"))
+    # Away from 1 (recorded only there) the binary metrics are not MTEB's for the same run.
+    level = m.get("relevance_level", 1)
+    graded = (f"; recall, MRR and MAP count grades of {level} and above as relevant (retrieval.relevance_level), "
+              "nDCG the grades themselves") if level != 1 else ""
+    rows.append(("evaluated", f"{m['n_queries']:,} queries against {m['n_documents']:,} documents "
+                 f"(exact top-{m['top_k']}){graded}"))
     if beyond:
         deeper = sorted({int(name.rsplit("_at_", 1)[1]) for name in beyond})
         note = (

@@ -381,3 +381,20 @@ def test_a_key_with_a_wide_combining_mark_keeps_the_table_whole():
     html = publish_parts(text, writer_name="html", settings_overrides={"report_level": 2, "halt_level": 2})["html_body"]
     assert html.count("<table") == 1 and nfd in html
     assert page_problem(text) is None
+
+
+def test_a_retrieval_sections_binary_metrics_name_a_relevance_level_away_from_1(tmp_path):
+    """At retrieval.relevance_level 2 (TREC DL's passage judgements) mrr@10, map@10 and
+    recall count only grades of 2 and above: not the numbers MTEB's level 1 gives for the
+    same run. metrics.json records the level away from 1, and the first page says so."""
+    metrics = {k: 0.5 for k in ("ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10", "map_at_10")}
+    metrics.update(n_queries=43, n_documents=1000, top_k=1000)
+    (tmp_path / "m.json").write_text(json.dumps(metrics))
+    assert dict(retrieval_section("dl19", {"metrics": tmp_path / "m.json"}).rows)["evaluated"] == (
+        "43 queries against 1,000 documents (exact top-1000)"
+    )
+    (tmp_path / "m.json").write_text(json.dumps({**metrics, "relevance_level": 2}))
+    assert dict(retrieval_section("dl19", {"metrics": tmp_path / "m.json"}).rows)["evaluated"] == (
+        "43 queries against 1,000 documents (exact top-1000); recall, MRR and MAP count grades of 2 and above as "
+        "relevant (retrieval.relevance_level), nDCG the grades themselves"
+    )
