@@ -361,8 +361,10 @@ def command_line_config_problems(given: Sequence[Sequence[str]]) -> list[str]:
     """What Snakemake's `--config` drops without a word, one line each (`given`: the
     entries of each `--config`, site.config_arguments): every `--config` but the last,
     which argparse replaces (`--config n_chunks=8 ... --config dataset=x` runs without
-    n_chunks), and a key written twice in one entry's YAML value (`sweeps={a: ..., a: ...}`
-    keeps the last a), as repeated_keys finds them in the config files."""
+    n_chunks), a key written twice in one entry's YAML value (`sweeps={a: ..., a: ...}`
+    keeps the last a), as repeated_keys finds them in the config files, and a setting two
+    entries of the --config set (`n_chunks=4 n_chunks=8`, `'train={lr: 1}' 'train={lr: 2}'`:
+    merged in order, the last wins; `'train={lr: 1}' 'train={n_layer: 2}'` sets both)."""
     problems = []
     if len(given) > 1:
         dropped = " ".join(e for entries in given[:-1] for e in entries) or "(no entries)"
@@ -371,16 +373,35 @@ def command_line_config_problems(given: Sequence[Sequence[str]]) -> list[str]:
             f"({', '.join(e.partition('=')[0] for e in given[-1]) or 'none'}): {dropped} would be dropped. "
             "Give every entry after one --config"
         )
+    set_by: dict[tuple[str, ...], str] = {}  # each setting's path -> the entry that set it
     for entry in given[-1] if given else ():
         key, _, value = entry.partition("=")
         try:
             node = yaml.compose(value, Loader=FAST_SAFE_LOADER) if value else None
         except yaml.YAMLError:
-            continue  # Snakemake reads it as a string: no mapping to repeat a key in
+            node = None  # Snakemake reads it as a string: no mapping to repeat a key in
         # Snakemake reads the value with YAML's BaseLoader (snakemake.cli.parse_config):
         # a key is its text, so `1` and `0x1` are two keys there, and `1` and '1' one.
         problems += _repeated_in(node, key, "--config", as_text=True)
+        # Entries are merged in order (update_config): one that sets what an earlier one
+        # set, or replaces a mapping of it with a value, or a value with a mapping, drops it.
+        for path in dict.fromkeys(_setting_paths(node, (key,))):
+            earlier = next((p for p in set_by if p[: len(path)] == path or path[: len(p)] == p), None)
+            if earlier is not None:
+                problems.append(
+                    f"--config sets {'.'.join(earlier)} in {set_by[earlier]!r} and again in {entry!r}: Snakemake "
+                    "keeps the last and drops the first without a word; set it once"
+                )
+            set_by.setdefault(path, entry)
     return problems
+
+
+def _setting_paths(node: Any, prefix: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The key paths of a --config value's settings: a mapping's leaves, keys as text (an
+    empty mapping sets nothing: merged, it leaves what is there)."""
+    if isinstance(node, yaml.MappingNode):
+        return [p for k, v in node.value for p in _setting_paths(v, (*prefix, str(getattr(k, "value", k))))]
+    return [prefix]
 
 
 def config_file_nodes(paths: Sequence[str | os.PathLike]) -> list[tuple[str | os.PathLike, Any]]:

@@ -306,3 +306,18 @@ def test_a_config_values_keys_are_compared_as_snakemake_reads_them():
         "--config:1: sweeps: key '1' is written again (first at line 1): YAML keeps the last and drops the first "
         "without a word; write it once"
     ]
+
+
+def test_a_setting_two_entries_of_the_command_lines_config_set_is_named():
+    """Snakemake merges a --config's entries in order (update_config): a setting given
+    twice keeps the last, and a value in place of a mapping drops the mapping; mappings
+    of different keys merge, and an empty one sets nothing."""
+    from shardflow.core.config import command_line_config_problems
+
+    assert command_line_config_problems([["train={lr: 1}", "train={n_layer: 2}", "report={}", "report={x: 1}"]]) == []
+    assert command_line_config_problems([["n_chunks=4", "dataset=x", "n_chunks=8", "train={lr: 1}", "train=5"]]) == [
+        "--config sets n_chunks in 'n_chunks=4' and again in 'n_chunks=8': Snakemake keeps the last and drops the "
+        "first without a word; set it once",
+        "--config sets train.lr in 'train={lr: 1}' and again in 'train=5': Snakemake keeps the last and drops the "
+        "first without a word; set it once",
+    ]
