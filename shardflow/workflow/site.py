@@ -385,6 +385,8 @@ def config_arguments(argv: Sequence[str] | None = None) -> list[list[str]]:
             given.append(entries)
         elif arg.startswith("--config="):
             given.append([arg.split("=", 1)[1]])
+        elif arg.startswith("-C") and not arg.startswith("--"):  # -Ca=1: the value attached
+            given.append([arg[2:]])
     return given
 
 

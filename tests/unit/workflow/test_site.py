@@ -456,3 +456,4 @@ def test_each_config_option_of_the_command_line_is_read_with_its_entries():
     argv = ["snakemake", "-C", "a=1", "b={x: -1}", "-n", "--config=c=3", "--config", "d=4", "results/x"]
     assert site.config_arguments(argv) == [["a=1", "b={x: -1}"], ["c=3"], ["d=4", "results/x"]]
     assert site.config_arguments(["snakemake", "--configfile", "c.yaml", "-n"]) == []
+    assert site.config_arguments(["snakemake", "-Ca=1", "-C", "b=2"]) == [["a=1"], ["b=2"]]
