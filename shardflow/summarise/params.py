@@ -103,6 +103,7 @@ class ScoreParams:
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
 
     def __post_init__(self) -> None:
+        whole_floats_as_ints(self)  # bootstrap_resamples 1000.0 (the schema's "integer" takes it): numpy counts with it
         for name in ("reference_format", "summary_format"):
             if getattr(self, name) not in SENTENCE_FORMATS:
                 raise ValueError(f"{name} {getattr(self, name)!r}: expected one of {SENTENCE_FORMATS}")
