@@ -204,10 +204,19 @@ def effective(config):
 
 
 def default_prefix(model_config) -> str:
+    """`task_specific_params.summarization.prefix`, else T5_PREFIX for the T5 family, else
+    nothing. A null prefix is none, as transformers 4's pipeline read it (`prefix if not
+    None else ""`); one that is not a string is an error naming config.json."""
     task = (getattr(model_config, "task_specific_params", None) or {}).get("summarization") or {}
-    if "prefix" in task:
-        return task["prefix"]
-    return T5_PREFIX if model_config.model_type in T5_FAMILY else ""
+    if "prefix" not in task:
+        return T5_PREFIX if model_config.model_type in T5_FAMILY else ""
+    prefix = task["prefix"]
+    if prefix is not None and not isinstance(prefix, str):
+        raise ValueError(
+            f"{model_config.name_or_path}/config.json: task_specific_params.summarization.prefix is "
+            f"{type(prefix).__name__}, not a string"
+        )
+    return prefix or ""
 
 
 def newline_symbol(model_config) -> str | None:
