@@ -152,6 +152,24 @@ def base_generation_config(folder: str | Path, model_config=None):
     return GenerationConfig.from_model_config(model_config or AutoConfig.from_pretrained(folder))
 
 
+def summarization_task(model_config) -> dict[str, Any]:
+    """config.json's `task_specific_params.summarization` ({} where it has none); either
+    level that is not a mapping is an error naming config.json (not a bare AttributeError)."""
+    tasks = getattr(model_config, "task_specific_params", None) or {}
+    if not isinstance(tasks, dict):
+        raise ValueError(
+            f"{model_config.name_or_path}/config.json: task_specific_params is {type(tasks).__name__}, "
+            "not a mapping of task settings"
+        )
+    task = tasks.get("summarization") or {}
+    if not isinstance(task, dict):
+        raise ValueError(
+            f"{model_config.name_or_path}/config.json: task_specific_params.summarization is "
+            f"{type(task).__name__}, not a mapping of generation settings"
+        )
+    return task
+
+
 def task_generation_params(model_config) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the generation settings, the other keys) of a seq2seq model's
     `task_specific_params.summarization`, prefix aside (`default_prefix` reads it).
@@ -164,12 +182,7 @@ def task_generation_params(model_config) -> tuple[dict[str, Any], dict[str, Any]
 
     if not model_config.is_encoder_decoder:
         return {}, {}
-    task = (getattr(model_config, "task_specific_params", None) or {}).get("summarization") or {}
-    if not isinstance(task, dict):
-        raise ValueError(
-            f"{model_config.name_or_path}/config.json: task_specific_params.summarization is "
-            f"{type(task).__name__}, not a mapping of generation settings"
-        )
+    task = summarization_task(model_config)
     probe = GenerationConfig()
     settings = {k: v for k, v in task.items() if k != "prefix" and hasattr(probe, k)}
     return settings, {k: v for k, v in task.items() if k != "prefix" and k not in settings}
@@ -207,7 +220,7 @@ def default_prefix(model_config) -> str:
     """`task_specific_params.summarization.prefix`, else T5_PREFIX for the T5 family, else
     nothing. A null prefix is none, as transformers 4's pipeline read it (`prefix if not
     None else ""`); one that is not a string is an error naming config.json."""
-    task = (getattr(model_config, "task_specific_params", None) or {}).get("summarization") or {}
+    task = summarization_task(model_config)
     if "prefix" not in task:
         return T5_PREFIX if model_config.model_type in T5_FAMILY else ""
     prefix = task["prefix"]

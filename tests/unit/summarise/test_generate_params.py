@@ -198,11 +198,15 @@ def test_a_decoder_only_models_task_settings_are_not_read():
 
 @pytest.mark.parametrize(("value", "kind"), [("beam", "str"), ([4], "list"), (3, "int")])
 def test_a_summarization_task_that_is_no_mapping_names_config_json(value, kind):
-    with pytest.raises(ValueError) as info:
-        task_generation_params(_seq2seq(task_specific_params={"summarization": value}))
-    assert str(info.value) == (
-        f"/models/bart/config.json: task_specific_params.summarization is {kind}, not a mapping of generation settings"
-    )
+    """The prefix is read from it too (a string's "prefix" in it was a substring test)."""
+    config = _seq2seq(task_specific_params={"summarization": value})
+    for read in (task_generation_params, default_prefix):
+        with pytest.raises(ValueError) as info:
+            read(config)
+        assert str(info.value) == (
+            f"/models/bart/config.json: task_specific_params.summarization is {kind}, "
+            "not a mapping of generation settings"
+        )
 
 
 def _generation(**fields):
@@ -322,3 +326,15 @@ def test_a_task_prefix_that_is_no_string_names_config_json_and_the_key(value, ki
         str(info.value)
         == f"/models/bart/config.json: task_specific_params.summarization.prefix is {kind}, not a string"
     )
+
+
+@pytest.mark.parametrize(("value", "kind"), [(["summarization"], "list"), ("summarization", "str")])
+def test_task_specific_params_that_are_no_mapping_name_config_json(value, kind):
+    """Read for the settings when the model loads, and for the prefix: each stopped with
+    "'list' object has no attribute 'get'", naming neither the file nor the key."""
+    config = _seq2seq(task_specific_params=value)
+    message = f"/models/bart/config.json: task_specific_params is {kind}, not a mapping of task settings"
+    for read in (task_generation_params, default_prefix):
+        with pytest.raises(ValueError) as info:
+            read(config)
+        assert str(info.value) == message
