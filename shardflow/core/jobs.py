@@ -89,7 +89,13 @@ def write_job_table(path: str | os.PathLike, stats_paths: list[str], bench_paths
 
 
 def read_job_table(path: str | os.PathLike) -> list[dict]:
-    return read_json(path)["jobs"]
+    """The job rows of a merge's job table (`jobs.json`: {"jobs": [...]}); anything else
+    is a ValueError naming the file (a bare KeyError named neither it nor the key)."""
+    table = read_json(path)
+    jobs = table.get("jobs") if isinstance(table, dict) else None
+    if not isinstance(jobs, list):
+        raise ValueError(f"{os.fspath(path)}: not a job table (an object with a 'jobs' list)")
+    return jobs
 
 
 def busy_seconds(intervals: list[tuple[float, float]]) -> float:

@@ -149,3 +149,11 @@ def test_a_jobs_rate_counts_what_its_last_attempt_computed():
     assert items_computed({"items": 10, "items_embedded": 4}) == 4  # an embed job that resumed 6 rows
     assert items_computed({"items": 10, "items_generated": 0}) == 0  # a summarise job that resumed them all
     assert items_computed({"items": 10, "method": "lead"}) == 10  # a lead job's record from before the key
+
+
+@pytest.mark.parametrize("content", ['{"rows": []}', '[]', '{"jobs": {}}'])
+def test_a_file_that_is_no_job_table_is_named(tmp_path, content):
+    path = tmp_path / "jobs.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=rf"^{path}: not a job table \(an object with a 'jobs' list\)$"):
+        read_job_table(path)
