@@ -40,22 +40,6 @@ LONGEST_FIRST = (
     "tests/workflow/test_embedding_e2e.py",
     "tests/workflow/test_sweep_e2e.py",
     "tests/workflow/test_train_e2e.py",
-    # Then every other file over 8 s, longest first (2026-11-28: 63 to 8 s), unit files
-    # among them: collected in folder order, test_trainer.py (train/) came among the
-    # last, one worker running it while the other had finished; the short files last.
-    "tests/workflow/test_dry_run.py",
-    "tests/workflow/test_bad_input_and_gpu_slots.py",
-    "tests/unit/embed/test_engine.py",
-    "tests/workflow/test_summarise_e2e.py",
-    "tests/workflow/test_growing_corpus.py",
-    "tests/unit/embed/test_accel.py",
-    "tests/workflow/test_cpu_jobs.py",
-    "tests/cluster/test_s3_globs_and_resume.py",
-    "tests/unit/train/test_trainer.py",
-    "tests/unit/summarise/test_generate.py",
-    "tests/unit/embed/test_aot.py",
-    "tests/workflow/test_bad_input.py",
-    "tests/unit/train/test_tokenizer.py",
 )
 
 
