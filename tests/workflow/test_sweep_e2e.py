@@ -291,52 +291,44 @@ def test_make_sweep_without_its_data_names_the_variable_to_set(tmp_path):
     assert "Traceback" not in proc.stderr + proc.stdout
 
 
-def test_sweep_adopt_after_a_grid_key_is_added_runs_only_the_new_points(tmp_path, monkeypatch, capsys):
-    """A finished 2-point lead sweep gains `summarise.splitter: [punctuation, prose]`
-    (punctuation is the base's): every point is renamed (k=1 -> k=1__splitter=punctuation),
-    so a dry run plans all 4 points; after `sweep-adopt` it plans only the 2 prose points'
-    jobs and the collection. The moved jobs keep Snakemake's records: a changed base value
-    they read (summarise.window) reruns them too, as it would have before the move."""
+def test_sweep_adopt_after_a_grid_key_is_added_runs_only_the_new_points(run, text, tmp_path, monkeypatch, capsys):
+    """The module's finished lr x n_layer sweep (a copy) gains `train.n_head: [2, 4]`, 2
+    its base: every point is renamed (lr=0.001__n_layer=1 -> ...__n_head=2__n_layer=1), so
+    a dry run plans all 16 jobs; after `sweep-adopt` it plans only the 8 jobs of n_head 4
+    and the collection. The moved jobs keep Snakemake's records: a changed base value
+    they read (train.warmup_iters) reruns them too, as it would have before the move.
+    (The chain of a job's outputs read by the next, whose recorded inputs follow the
+    move: tests/unit/sweep/test_adopt.py, with Snakemake's own records.)"""
+    import shutil
+
     from shardflow.cli import main
 
-    docs = tmp_path / "docs.jsonl"
-    docs.write_text("".join(json.dumps({"id": f"a{i}", "text": f"Doc {i} starts. It goes on. It ends.",
-                                        "summary": f"Doc {i} starts."}) + "\n" for i in range(6)))
-
-    def config(name, grid, **summarise):
-        sweeps = {"su": {"stage": "summarise", "grid": grid, "seeds": [0], "metrics": {"rouge1": "max"}}}
-        return write_config(tmp_path / name, dataset="ad", tasks=["summarisation"], n_chunks=1,
-                            input={"path": str(docs)}, sweeps=sweeps,
-                            summarise={"method": "lead", "reference_field": "summary", **summarise})
-
-    target = "results/sweeps/su/summary.parquet"
-    first = config("c.yaml", {"summarise.k": [1, 2]})
-    snakemake(tmp_path, target, "--cores", "2", "--configfile", str(first))
-    grown = config("grown.yaml", {"summarise.k": [1, 2], "summarise.splitter": ["punctuation", "prose"]})
-    jobs = ("sweep_summarise", "sweep_merge_summaries", "sweep_evaluate_summaries")
-    proc = snakemake(tmp_path, target, "-n", "--configfile", str(grown))
-    counts = job_counts(proc.stdout)
-    assert [counts.get(rule) for rule in jobs] == [4, 4, 4]
+    work = tmp_path / "work"
+    shutil.copytree(run, work, symlinks=True)  # times kept: the copy is up to date as the run is
+    old = [f"lr={lr}__n_layer={n}" for lr in ("0.001", "0.003") for n in LAYERS]
+    grid = {"train.lr": LRS, "train.n_layer": LAYERS, "train.n_head": [2, 4]}
+    grown = _config(work / "grown.yaml", text, grid)
+    proc = snakemake(work, TARGET, "-n", "--configfile", str(grown))
+    assert job_counts(proc.stdout)["sweep_train"] == 16
     assert (  # the parse points at the command
-        "sweep 'su': results/sweeps/su/ holds 2 point folders named by other keys than its grid's (k=1, k=2): "
-        "where a key was added to or removed from the grid, `make sweep-adopt SWEEP=su`"
-    ) in proc.stdout + proc.stderr
+        "sweep 'lr-layers': results/sweeps/lr-layers/ holds 4 point folders named by other keys than its grid's"
+    ) in proc.stdout + proc.stderr, proc.stderr[-3000:]
 
-    monkeypatch.chdir(tmp_path)  # make sweep-adopt's command, in this process
+    monkeypatch.chdir(work)  # make sweep-adopt's command, in this process
     capsys.readouterr()
-    assert main(["sweep-adopt", "su", "--configfile", str(grown)]) == 0, capsys.readouterr().err
-    assert capsys.readouterr().out.splitlines() == [
-        # 7 outputs: the chunk's summaries and stats, the merged summaries and job table, the scores
-        f"sweep 'su': k={k} -> k={k}__splitter=punctuation, seed=0: moved results, logs, benchmarks and 7 "
-        "Snakemake records" for k in (1, 2)
-    ]
-    proc = snakemake(tmp_path, target, "-n", "--configfile", str(grown))
-    dry = proc.stdout
+    assert main(["sweep-adopt", "lr-layers", "--configfile", str(grown)]) == 0, capsys.readouterr().err
+    moved = [line for line in capsys.readouterr().out.splitlines() if ": moved results, logs, benchmarks" in line]
+    assert len(moved) == 8, moved  # 4 points x 2 seeds
+    for pid in old:
+        assert (work / TABLES / pid.replace("__n_layer", "__n_head=2__n_layer") / "seed=1/train/metrics.json").is_file()
+    proc = snakemake(work, TARGET, "-n", "--configfile", str(grown))
+    counts = job_counts(proc.stdout)
+    assert counts["sweep_train"] == 8 and counts[COLLECT] == 1, proc.stdout[-3000:]
     assert "sweep-adopt" not in proc.stdout + proc.stderr
-    counts = job_counts(dry)
-    assert [counts.get(rule) for rule in jobs] == [2, 2, 2] and counts["total"] == 6 + 2, dry[-3000:]
-    assert "splitter=punctuation" not in "\n".join(line for line in dry.splitlines() if "wildcards:" in line)
+    assert "n_head=2" not in "\n".join(line for line in proc.stdout.splitlines() if "wildcards:" in line)
 
-    changed = config("window.yaml", {"summarise.k": [1, 2], "summarise.splitter": ["punctuation", "prose"]}, window=7)
-    counts = job_counts(snakemake(tmp_path, target, "-n", "--configfile", str(changed)).stdout)
-    assert counts["sweep_summarise"] == 4
+    changed = _config(work / "warmup.yaml", text, grid)
+    cfg = yaml.safe_load(changed.read_text())
+    cfg["train"]["warmup_iters"] = 3
+    changed.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    assert job_counts(snakemake(work, TARGET, "-n", "--configfile", str(changed)).stdout)["sweep_train"] == 16
