@@ -5,12 +5,12 @@ failed job leaves. Writing in order, resuming and the orphan check are in test_s
 import json
 import logging
 
-import numpy as np
 import pytest
 
 from shardflow.core import controller
 from shardflow.summarise.params import SummariseParams
 from shardflow.summarise.select import select_chunk
+from tests.support.fake_encoder import CountingEncoder
 
 STATS_KEYS = [
     "items", "input_tokens", "output_tokens", "truncated", "items_generated", "resumed_parts", "seconds",
@@ -36,21 +36,6 @@ def read_lines(path):
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-class FakeEncoder:
-    """One-hot by sentence length; counts the sentences it embeds."""
-
-    identity = {"fake": 1}
-    device = "cpu"
-
-    def __init__(self):
-        self.calls = 0
-
-    def encode(self, texts):
-        self.calls += len(texts)
-        out = np.zeros((len(texts), 64), dtype=np.float32)
-        for i, t in enumerate(texts):
-            out[i, len(t) % 64] = 1.0
-        return out
 
 
 def test_an_empty_chunk_writes_an_empty_summaries_file_and_zero_stats(tmp_path):
@@ -128,7 +113,7 @@ def test_windows_cut_the_chunk_into_parts_and_the_output_does_not_depend_on_them
 
 
 def _encoder(params):
-    return FakeEncoder() if params.method == "extractive" else None  # as scripts/summarise.py passes it
+    return CountingEncoder() if params.method == "extractive" else None  # as scripts/summarise.py passes it
 
 
 def _orphaned_run(chunk, out, params, resume, monkeypatch):
@@ -181,16 +166,16 @@ def test_another_encoders_parts_are_not_resumed(tmp_path, monkeypatch):
 
     monkeypatch.setattr(controller, "find", lambda: controller.Controller(os.getpid(), "another start"))
     with pytest.raises(controller.OrphanedJobError):
-        select_chunk(chunk, out, params, resume, encoder=FakeEncoder())
+        select_chunk(chunk, out, params, resume, encoder=CountingEncoder())
     monkeypatch.setattr(controller, "find", lambda: None)
 
-    class OtherEncoder(FakeEncoder):
+    class OtherEncoder(CountingEncoder):
         identity = {"fake": 2}
 
     enc = OtherEncoder()
     assert select_chunk(chunk, out, params, resume, encoder=enc)["resumed_parts"] == 0
     assert enc.calls == 6  # every sentence embedded again
-    same = FakeEncoder()
+    same = CountingEncoder()
     assert select_chunk(chunk, tmp_path / "o2.jsonl", params, resume, encoder=same)["resumed_parts"] == 2
     assert same.calls == 0
 
@@ -222,7 +207,7 @@ def test_a_missing_chunk_names_the_file(tmp_path):
 def test_the_device_is_the_encoders_and_lead_runs_on_the_cpu(tmp_path):
     chunk = write_chunk(tmp_path / "chunk_0.jsonl", ["A one. B two. C three."])
     assert select_chunk(chunk, tmp_path / "a.jsonl", SummariseParams(), tmp_path / "r")["device"] == "cpu"
-    enc = FakeEncoder()
+    enc = CountingEncoder()
     stats = select_chunk(
         chunk, tmp_path / "b.jsonl", SummariseParams(method="extractive", k=2), tmp_path / "r", encoder=enc
     )

@@ -15,6 +15,7 @@ from shardflow.summarise.params import ScoreParams, SummariseParams
 from shardflow.summarise.records import SummariesError, iter_summaries, write_summaries
 from shardflow.summarise.report import SummaryReportParams, build_report, run_summary
 from shardflow.summarise.select import select_chunk
+from tests.support.fake_encoder import CountingEncoder
 
 ARTICLES = [
     "The council met on Monday. It approved the budget. Critics called it rushed. A vote follows.",
@@ -67,21 +68,6 @@ def test_a_chunk_job_whose_snakemake_is_gone_writes_nothing_and_its_rerun_resume
     assert [r["id"] for r in iter_summaries(out)] == ["doc-0", "doc-1", "doc-2"]
 
 
-class CountingEncoder:
-    """A fake sentence encoder: one-hot by sentence length, counting the sentences it embeds."""
-
-    identity = {"fake": 1}
-    device = "cpu"
-
-    def __init__(self):
-        self.calls = 0
-
-    def encode(self, texts):
-        self.calls += len(texts)
-        out = np.zeros((len(texts), 64), dtype=np.float32)
-        for i, t in enumerate(texts):
-            out[i, len(t) % 64] = 1.0
-        return out
 
 
 def test_extractive_job_resumes_from_finished_parts(tmp_path):
