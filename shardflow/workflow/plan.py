@@ -18,16 +18,18 @@ The chunk-count rule for `n_chunks: auto`
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import json
 import math
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from shardflow.core.atomic import write_json
 from shardflow.core.models import unavailable as model_unavailable
-from shardflow.core.parsecache import cached
+from shardflow.core.parsecache import cache_file, cached
 from shardflow.core.s3 import S3Url, glob_regex, has_magic, logical_path
 from shardflow.corpus.readers import (
     ReaderOptions,
@@ -1087,6 +1089,56 @@ def model_folder(name: str) -> str | None:
         return None
 
 
+# changed_model's verdicts of "unchanged", kept between parses: core.parsecache.cache_file(MODEL_VERDICTS).
+MODEL_VERDICTS = "model-verdicts"
+
+
+def _known_unchanged(role: str, folder: str, model: str, kept: dict | None = None) -> dict[str, list]:
+    """The stats files (path: hashing.file_state) that changed_model found recording
+    the model at `folder`, as it is now, for role `role` (or recording no model of that
+    role: nothing to judge), so that a later parse need not read them or look the
+    model's hash up again.
+
+    Kept in .snakemake/shardflow/model-verdicts.json under the working directory (the
+    parse cache's folder), one entry per [role, folder]: `model`, the digest of the
+    model's files' states (hashing.model_files_state: each file's path, size, mtime,
+    change time and inode), and `stats`, path: file_state of each stats file judged
+    against it. Invalidated where either moves: any write, utime, chmod, replacement,
+    addition or removal of a model file gives another digest, and the entry is started
+    anew (_remember_unchanged); a stats file written again (its job rerun) has another
+    file_state, and is read again. A changed model is never kept, so it is named at
+    every parse until its jobs rerun or it is put back. The file is replaced atomically
+    (core.atomic.write_json); concurrent parses may each lose the other's verdicts,
+    which costs a reread, and a file that cannot be read or written (deleted, corrupt,
+    a read-only working directory) only costs the work again. `kept`: the file's
+    content, where the caller has read it."""
+    if kept is None:
+        try:
+            kept = json.loads(cache_file(MODEL_VERDICTS).read_text())
+        except (OSError, ValueError):
+            return {}
+    entry = kept.get(json.dumps([role, folder])) if isinstance(kept, dict) else None
+    if not isinstance(entry, dict) or entry.get("model") != model or not isinstance(entry.get("stats"), dict):
+        return {}
+    return entry["stats"]
+
+
+def _remember_unchanged(role: str, folder: str, model: str, judged: dict[str, list]) -> None:
+    """Add `judged` (path: file_state of stats files found unchanged) to the verdicts
+    kept for [role, folder] while its files' digest is `model` (_known_unchanged)."""
+    path = cache_file(MODEL_VERDICTS)
+    try:
+        kept = json.loads(path.read_text())
+    except (OSError, ValueError):
+        kept = {}
+    if not isinstance(kept, dict):
+        kept = {}
+    stats = _known_unchanged(role, folder, model, kept)
+    kept[json.dumps([role, folder])] = {"model": model, "stats": {**stats, **judged}}
+    with contextlib.suppress(OSError):
+        write_json(path, kept)
+
+
 def changed_model(key: str, name: str, stats: Iterable[tuple[str, str]], model_hash: Callable[[str], str] | None = None
                   ) -> ChangedModel | None:
     """Whether model `name` (config key `key`) changed since the jobs that load it ran,
@@ -1096,21 +1148,29 @@ def changed_model(key: str, name: str, stats: Iterable[tuple[str, str]], model_h
     per version of its files (model_sha256_kept, the hash the jobs record), and that job's
     recorded hash read. Changed is a file's mtime (written in place) or change time (put
     in place with its mtime kept: `cp -a`, `rsync -a`), or the folder's change time (`mv`
-    of a folder downloaded before the jobs ran, whose files' times all stay). Jobs that
-    recorded none (written before they did, or another role) are not judged."""
+    of a folder downloaded before the jobs ran, whose files' times all stay). A model
+    found unchanged for a stats file is remembered (_known_unchanged), so a folder
+    touched without changing the model (a chmod, a file added and removed) costs one
+    parse the reading, not every parse. Jobs that recorded none (written before they
+    did, or another role) are not judged."""
     role = MODEL_ROLES.get(key)
     folder = model_folder(name) if role else None
     if folder is None:
         return None
     from shardflow.core.files import read_json
-    from shardflow.core.hashing import MODEL_SUFFIXES
+    from shardflow.core.hashing import digest, file_state, model_files_state
 
     stats = list(stats)
-    files = [p.stat() for p in Path(folder).rglob("*") if p.name.endswith(MODEL_SUFFIXES) and p.is_file()]
-    times = [t for st in files for t in (st.st_mtime_ns, st.st_ctime_ns)]
+    files = model_files_state(folder)
+    times = [t for _, _, mtime, ctime, _ in files for t in (mtime, ctime)]
     newest = max([*times, os.stat(folder).st_ctime_ns]) if files else None
-    there = {path: os.stat(path).st_mtime_ns for _, path in stats if os.path.exists(path)}
-    older = [(rule, path) for rule, path in stats if path in there and newest is not None and there[path] < newest]
+    there = {path: file_state(path) for _, path in stats if os.path.exists(path)}
+    older = [(rule, path) for rule, path in stats if path in there and newest is not None and there[path][2] < newest]
+    if not older:
+        return None
+    signature = digest(files)
+    known = _known_unchanged(role, folder, signature)
+    older = [(rule, path) for rule, path in older if known.get(path) != there[path]]
     if not older:
         return None
     if model_hash is None:
@@ -1120,7 +1180,7 @@ def changed_model(key: str, name: str, stats: Iterable[tuple[str, str]], model_h
             return model_sha256_kept(folder)["sha256"]
 
     now = model_hash(folder)
-    stale, ran = [], []
+    stale, ran, unchanged = [], [], {}
     for rule, path in older:
         try:
             made = read_json(path).get("made_with") or {}
@@ -1131,6 +1191,10 @@ def changed_model(key: str, name: str, stats: Iterable[tuple[str, str]], model_h
         if made.get("role") == role and isinstance(sha, str) and sha != now:
             stale.append((rule, path))
             ran += [sha] if sha not in ran else []
+        else:
+            unchanged[path] = there[path]
+    if unchanged:
+        _remember_unchanged(role, folder, signature, unchanged)
     if not stale:
         return None
     waiting = next((path for _, path in stats if path not in there), None)

@@ -1002,6 +1002,17 @@ def _edit_model(model, content: bytes = b"weights v2", when: int = 3_000_000_000
     os.utime(model / "model.safetensors", ns=(when, when))
 
 
+def _past_the_tick_of(path) -> None:
+    """Wait until a change made now gets a later change time than `path`'s: where the
+    filesystem's timestamps are coarse (a clock tick of some milliseconds), a change made
+    right after another can share its change time."""
+    probe = path.parent / "tick.probe"
+    probe.touch()
+    while os.stat(probe).st_ctime_ns <= os.stat(path).st_ctime_ns:
+        os.utime(probe)
+    probe.unlink()
+
+
 def test_a_model_edited_in_place_since_its_jobs_ran_is_found_and_named(tmp_path):
     """plan.changed_model: Snakemake does not see a model's files, so a model replaced in
     its folder reran nothing and said nothing. Its files newer than a job's stats, and a
@@ -1144,10 +1155,7 @@ def test_a_model_copied_in_with_the_same_sizes_and_times_is_found(tmp_path):
     os.utime(stats, ns=(ran, ran))
     jobs = [("embed", str(stats))]
     assert plan.changed_model("embedding.model", str(model), jobs) is None
-    probe = tmp_path / "probe"  # cp -a writes in place: past the tick the files changed in
-    probe.touch()
-    while os.stat(probe).st_ctime_ns <= os.stat(model / "model.safetensors").st_ctime_ns:
-        os.utime(probe)
+    _past_the_tick_of(model / "model.safetensors")  # cp -a writes in place, the inodes kept
     shutil.copytree(newer, model, dirs_exist_ok=True)  # cp -a v2/. model/
     assert plan.changed_model("embedding.model", str(model), jobs).stale == tuple(jobs)
     shutil.rmtree(model)
@@ -1156,6 +1164,68 @@ def test_a_model_copied_in_with_the_same_sizes_and_times_is_found(tmp_path):
     shutil.rmtree(model)
     os.rename(newer, model)  # mv v2 model
     assert plan.changed_model("embedding.model", str(model), jobs).stale == tuple(jobs)
+
+
+def test_a_model_touched_but_not_changed_is_compared_with_its_jobs_once(tmp_path, monkeypatch):
+    """A chmod of a model file, or a file added to its folder and removed, makes the
+    model newer than its jobs' stats without changing it: every later parse read those
+    stats files and looked the model's hash up again. The verdict is kept
+    (.snakemake/shardflow/model-verdicts.json) for the model's files as they are and
+    each stats file as it is: the next parse reads and hashes nothing. A changed model
+    file, or a stats file written again, is compared again; a changed model is never
+    kept as unchanged."""
+    import time
+
+    from shardflow.core import files
+    from shardflow.workflow.provenance import model_sha256_kept
+
+    model, stats = _finished_model_jobs(tmp_path)
+    ran = time.time_ns() - 60_000_000_000  # the jobs ran a minute ago
+    for _, path in stats:
+        os.utime(path, ns=(ran, ran))
+    hashed, read = [], []
+
+    def model_hash(folder):
+        hashed.append(folder)
+        return model_sha256_kept(folder)["sha256"]
+
+    reading = files.read_json
+    monkeypatch.setattr(files, "read_json", lambda path: read.append(path) or reading(path))
+
+    def work():
+        assert plan.changed_model("embedding.model", str(model), stats, model_hash) is None
+        done = (len(hashed), len(read))
+        hashed.clear(), read.clear()
+        return done
+
+    assert work() == (1, 3)  # its files' change times are after the jobs' stats: compared
+    assert work() == (0, 0)  # the same model, the same stats: known unchanged
+    _past_the_tick_of(model / "model.safetensors")
+    os.chmod(model / "model.safetensors", 0o600)
+    assert work() == (1, 3)
+    assert work() == (0, 0)
+    (model / "README.md").write_text("notes")
+    (model / "README.md").unlink()  # the folder's change time moves
+    assert work() == (0, 0)
+    assert cache_file(plan.MODEL_VERDICTS).is_file()
+    # A job rerun (its stats written again, before the model's last change): that one is read.
+    path = stats[1][1]
+    with open(path, "rb") as fh:
+        content = fh.read()
+    os.replace(path, path + ".old")
+    with open(path, "wb") as fh:
+        fh.write(content)
+    os.utime(path, ns=(ran, ran))
+    assert work() == (1, 1)
+    assert work() == (0, 0)
+    # Another model, the same sizes and times: compared with every job again, and named.
+    _past_the_tick_of(model / "model.safetensors")
+    _edit_model(model, b"weights v2", 1_000_000_000_000_000_000)
+    changed = plan.changed_model("embedding.model", str(model), stats, model_hash)
+    assert changed is not None and changed.stale == tuple(stats) and (len(hashed), len(read)) == (1, 3)
+    hashed.clear(), read.clear()
+    assert plan.changed_model("embedding.model", str(model), stats, model_hash).stale == tuple(stats)
+    assert (len(hashed), len(read)) == (1, 3)  # a changed model is named at every parse
 
 
 def test_a_bundled_default_model_this_environment_lacks_is_left_to_the_jobs(monkeypatch):
