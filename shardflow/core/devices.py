@@ -18,8 +18,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 def check_device(name: str) -> None:
-    """A configured device name is auto, cpu, cuda or cuda:N."""
-    if name not in DEVICES and not (name.startswith("cuda:") and name[5:].isdigit()):
+    """A configured device name is auto, cpu, cuda or cuda:N (None or a number is not one)."""
+    if not isinstance(name, str) or (name not in DEVICES and not (name.startswith("cuda:") and name[5:].isdigit())):
         raise ValueError(f"device {name!r}: expected auto, cpu, cuda or cuda:N")
 
 

@@ -14,7 +14,7 @@ import torch
 
 from shardflow.core import parts
 from shardflow.core.batching import LEAD_FRACTION
-from shardflow.core.config import whole_floats_as_ints
+from shardflow.core.config import check_field_types, whole_floats_as_ints
 from shardflow.core.devices import (
     DTYPES,
     check_device,
@@ -117,10 +117,9 @@ class EmbedParams:
                 object.__setattr__(self, name, "on" if getattr(self, name) else "off")
         if self.kernels is False:
             object.__setattr__(self, "kernels", "off")
-        if not isinstance(self.length_buckets, str):  # a list from YAML: a hashable tuple
-            object.__setattr__(self, "length_buckets", tuple(int(b) for b in self.length_buckets))
-            if not self.length_buckets or min(self.length_buckets) < 1:
-                raise ValueError("length_buckets: a non-empty list of widths >= 1, auto, on or off")
+        if isinstance(self.length_buckets, (list, tuple)):  # whole floats made ints, as whole_floats_as_ints does
+            widths = [int(b) if isinstance(b, float) and b.is_integer() else b for b in self.length_buckets]
+            object.__setattr__(self, "length_buckets", widths)
         elif self.length_buckets not in ("auto", "on", "off"):
             raise ValueError(f"length_buckets {self.length_buckets!r}: expected auto, on, off or a list of widths")
         choices = (
@@ -140,8 +139,13 @@ class EmbedParams:
             raise ValueError(f"dtype {self.dtype!r}: expected auto or one of {sorted(DTYPES)}")
         if self.output_dtype not in OUTPUT_DTYPES:
             raise ValueError(f"output_dtype {self.output_dtype!r}: expected one of {OUTPUT_DTYPES}")
+        check_field_types(self)  # before the comparisons below: a string or None there is Python's bare TypeError
+        if isinstance(self.length_buckets, list):  # a list from YAML: a hashable tuple
+            object.__setattr__(self, "length_buckets", tuple(int(b) for b in self.length_buckets))
+            if not self.length_buckets or min(self.length_buckets) < 1:
+                raise ValueError("length_buckets: a non-empty list of widths >= 1, auto, on or off")
         for name in ("max_batch_size", "window"):
-            if int(getattr(self, name)) < 1:
+            if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if self.token_budget is not None and self.token_budget < 1:
             raise ValueError("token_budget must be >= 1 or None")

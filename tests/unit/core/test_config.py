@@ -321,3 +321,36 @@ def test_a_setting_two_entries_of_the_command_lines_config_set_is_named():
         "--config sets train.lr in 'train={lr: 1}' and again in 'train=5': Snakemake keeps the last and drops the "
         "first without a word; set it once",
     ]
+
+
+def test_check_field_types_reads_union_annotations_and_leaves_the_others_to_the_class():
+    """String annotations (`from __future__ import annotations`) and runtime ones alike; a
+    field typed with anything but FIELD_KINDS (a Path, a list of strings) is not checked."""
+    import dataclasses
+    from pathlib import Path
+
+    import pytest
+
+    from shardflow.core.config import check_field_types
+
+    @dataclasses.dataclass
+    class Params:
+        n: int | None = None
+        rate: float = 0.5
+        flag: bool = False
+        folder: Path = Path(".")
+        names: list[str] = dataclasses.field(default_factory=list)
+
+    runtime = dataclasses.make_dataclass("Runtime", [("n", int), ("mode", bool | str)])
+    check_field_types(Params(n=3, rate=1, folder="x", names="not a list"))  # an int is a number
+    check_field_types(runtime(n=1, mode="never"))
+    for bad, message in (
+        (Params(n=True), "n True: expected an integer or None"),
+        (Params(rate="0.5"), "rate '0.5': expected a number"),
+        (Params(flag=0), "flag 0: expected a bool"),
+        (runtime(n=1.5, mode="x"), "n 1.5: expected an integer"),
+        (runtime(n=1, mode=1), "mode 1: expected a bool or a string"),
+    ):
+        with pytest.raises(TypeError) as info:
+            check_field_types(bad)
+        assert str(info.value) == message

@@ -56,6 +56,7 @@ def test_a_model_is_required():
         ({"device": "GPU"}, "device 'GPU': expected auto, cpu, cuda or cuda:N"),
         ({"device": "cuda:"}, "device 'cuda:': expected auto, cpu, cuda or cuda:N"),
         ({"device": "cuda:-1"}, "device 'cuda:-1': expected auto, cpu, cuda or cuda:N"),
+        ({"device": None}, "device None: expected auto, cpu, cuda or cuda:N"),  # not an AttributeError
         ({"dtype": "fp16"}, "dtype 'fp16': expected auto or one of ['bfloat16', 'float16', 'float32']"),
         ({"dtype": None}, "dtype None: expected auto or one of ['bfloat16', 'float16', 'float32']"),
         ({"output_dtype": "bfloat16"}, "output_dtype 'bfloat16': expected one of ('float32', 'float16')"),
@@ -87,6 +88,38 @@ def test_bad_values_name_the_key_and_value(kw, message):
     with pytest.raises(ValueError) as info:
         EmbedParams(model="m", **kw)
     assert str(info.value) == message
+
+
+# One case a field that check_field_types reads (a bool is an int in Python, so True
+# passed `max_batch_size >= 1`); the choice fields above name their words instead.
+WRONG_TYPES = [
+    ({"model": None}, "model None: expected a string"),
+    ({"token_budget": "8"}, "token_budget '8': expected an integer or None"),
+    ({"max_batch_size": None}, "max_batch_size None: expected an integer"),
+    ({"max_length": 12.5}, "max_length 12.5: expected an integer or None"),
+    ({"prompt_name": 1}, "prompt_name 1: expected a string or None"),
+    ({"prompt": 5}, "prompt 5: expected a string or None"),
+    ({"compile": 1}, "compile 1: expected a bool"),
+    ({"window": "64"}, "window '64': expected an integer"),
+    ({"seed": None}, "seed None: expected an integer"),
+    ({"threads": True}, "threads True: expected an integer or None"),
+    ({"length_buckets": [16, 64.5]}, "length_buckets [16, 64.5]: expected a string or a list of integers"),
+    ({"compile_cache": 5}, "compile_cache 5: expected a string or None"),
+]
+
+
+@pytest.mark.parametrize(("kw", "message"), WRONG_TYPES)
+def test_a_wrong_python_type_is_one_error_naming_the_field_value_and_type(kw, message):
+    with pytest.raises(TypeError) as info:
+        EmbedParams(**{"model": "m", **kw})
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("widths", [[True, 16], ["64"], (16.5,)])
+def test_length_buckets_take_integer_widths_only(widths):
+    """int() made True a width of 1, "64" one of 64 and 16.5 one of 16."""
+    with pytest.raises(TypeError, match=r"^length_buckets .*: expected a string or a list of integers$"):
+        EmbedParams(model="m", length_buckets=widths)
 
 
 def test_bounds_are_inclusive():
