@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from shardflow.core.config import whole_floats_as_ints
+from shardflow.core.config import check_field_types, whole_floats_as_ints
 
 # Decoder-only models get this instruction unless `prompt` is set.
 DEFAULT_PROMPT = "Summarise the following text in a few sentences."
@@ -110,8 +110,13 @@ class GenerateParams:
         check_device(self.device)
         if self.dtype != "auto" and self.dtype not in DTYPES:
             raise ValueError(f"dtype {self.dtype!r}: expected auto or one of {sorted(DTYPES)}")
+        # A bool itself: 1 and 0 equal True and False, so `in (None, True, False, "never")`
+        # took them, and GenerationConfig got an int.
+        if not (self.early_stopping is None or isinstance(self.early_stopping, bool) or self.early_stopping == "never"):
+            raise ValueError(f"early_stopping {self.early_stopping!r}: expected true, false or 'never'")
+        check_field_types(self)  # before the comparisons below: a string or None there is Python's bare TypeError
         for name in ("max_batch_size", "window"):
-            if int(getattr(self, name)) < 1:
+            if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         for name in ("token_budget", "max_input_length", "num_beams", "max_new_tokens", "threads"):
             value = getattr(self, name)
@@ -121,8 +126,6 @@ class GenerateParams:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must be >= 0 or None")
-        if self.early_stopping not in (None, True, False, "never"):
-            raise ValueError(f"early_stopping {self.early_stopping!r}: expected true, false or 'never'")
         if self.do_sample and self.seed is None:
             raise ValueError(
                 "do_sample: true needs a seed, so that a rerun (or a resumed job) gives the same summaries"

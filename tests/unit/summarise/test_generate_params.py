@@ -72,6 +72,10 @@ def test_defaults_leave_every_generation_setting_to_the_model():
         ({"no_repeat_ngram_size": -1}, "no_repeat_ngram_size must be >= 0 or None"),
         ({"early_stopping": "always"}, "early_stopping 'always': expected true, false or 'never'"),
         ({"early_stopping": "Never"}, "early_stopping 'Never': expected true, false or 'never'"),
+        # 1 == True and 0 == False, so `in (None, True, False, "never")` took them.
+        ({"early_stopping": 1}, "early_stopping 1: expected true, false or 'never'"),
+        ({"early_stopping": 0}, "early_stopping 0: expected true, false or 'never'"),
+        ({"device": None}, "device None: expected auto, cpu, cuda or cuda:N"),  # not an AttributeError
         (
             {"do_sample": True},
             "do_sample: true needs a seed, so that a rerun (or a resumed job) gives the same summaries",
@@ -82,6 +86,37 @@ def test_bad_values_name_the_key_and_value(kw, message):
     with pytest.raises(ValueError) as info:
         GenerateParams(model="m", **kw)
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [  # one case a field (a bool is an int in Python, so True passed `num_beams >= 1`)
+        ({"model": None}, "model None: expected a string"),
+        ({"token_budget": "8"}, "token_budget '8': expected an integer or None"),
+        ({"max_batch_size": None}, "max_batch_size None: expected an integer"),
+        ({"max_input_length": 512.5}, "max_input_length 512.5: expected an integer or None"),
+        ({"prefix": 3}, "prefix 3: expected a string or None"),
+        ({"prompt": ["p"]}, "prompt ['p']: expected a string or None"),
+        ({"num_beams": True}, "num_beams True: expected an integer or None"),
+        ({"max_new_tokens": "60"}, "max_new_tokens '60': expected an integer or None"),
+        ({"min_length": 2.5}, "min_length 2.5: expected an integer or None"),
+        ({"min_new_tokens": False}, "min_new_tokens False: expected an integer or None"),
+        ({"length_penalty": True}, "length_penalty True: expected a number or None"),
+        ({"no_repeat_ngram_size": "3"}, "no_repeat_ngram_size '3': expected an integer or None"),
+        ({"do_sample": 1, "seed": 0}, "do_sample 1: expected a bool or None"),
+        ({"seed": "3"}, "seed '3': expected an integer or None"),
+        ({"window": None}, "window None: expected an integer"),
+        ({"threads": 2.5}, "threads 2.5: expected an integer or None"),
+    ],
+)
+def test_a_wrong_python_type_is_one_error_naming_the_field_value_and_type(kw, message):
+    with pytest.raises(TypeError) as info:
+        GenerateParams(**{"model": "m", **kw})
+    assert str(info.value) == message
+
+
+def test_an_integer_length_penalty_is_a_number():
+    assert GenerateParams(model="m", length_penalty=1).overrides() == {"length_penalty": 1}
 
 
 def test_bounds_are_inclusive_and_zero_is_allowed_where_it_means_none():
