@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from shardflow.core.atomic import atomic_path
 from shardflow.core.columns import open_ids
+from shardflow.core.config import check_field_types, whole_floats_as_ints
 from shardflow.core.npyio import NpyWriter, iter_row_blocks, read_header
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,10 @@ ID_SCHEMA = pa.schema([pa.field("id", pa.string(), nullable=False)])
 class MergeParams:
     block_rows: int | None = None  # None: about 4 MiB of vectors a block
     id_batch: int = 16384
+
+    def __post_init__(self) -> None:
+        whole_floats_as_ints(self)  # 5000.0 (JSON Schema's "integer" takes it) is 5000
+        check_field_types(self)
 
 
 def _header(path: str) -> tuple[tuple[int, ...], np.dtype]:

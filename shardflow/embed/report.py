@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardflow.core.atomic import write_json
+from shardflow.core.config import check_field_types, whole_floats_as_ints
 from shardflow.core.figures import plot_throughput, plot_timeline, pyplot, save_figure
 from shardflow.core.files import read_json
 from shardflow.core.jobs import items_computed, job_costs, peak_gpu_memory, priced, read_job_table
@@ -29,6 +30,10 @@ class ReportParams:
     gpu_hour_price: float = 2.5
     currency: str = "USD"
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        whole_floats_as_ints(self)  # 5000.0 (JSON Schema's "integer" takes it) is 5000
+        check_field_types(self)
 
 
 def plot_norms(verification: dict, path: str) -> None:

@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from shardflow.core.columns import duplicate_ids
+from shardflow.core.config import check_field_types, whole_floats_as_ints
 from shardflow.core.npyio import iter_row_blocks, read_header, rows_per_block
 
 
@@ -63,6 +64,10 @@ class VerifyParams:
     norm_tolerance: float = 1e-3
     block_rows: int | None = None  # None: about 4 MiB of vectors a block
     id_batch: int = 65536
+
+    def __post_init__(self) -> None:
+        whole_floats_as_ints(self)  # 5000.0 (JSON Schema's "integer" takes it) is 5000
+        check_field_types(self)
 
 
 def _id_batches(ids_path: str, block_rows: int):

@@ -143,3 +143,17 @@ def test_a_null_id_names_its_file_and_row(tmp_path):
     with pytest.raises(ValueError, match=r"embed_1\.ids\.parquet: row 3 \(counting from 0\) has a null id"):
         merge(tmp_path, [chunk(0, 2), (chunk(1, 5)[0], ids)], id_batch=2)  # in the second batch of the file
     assert list((tmp_path / "out").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [  # one case a field; each was accepted here
+        ({"block_rows": "500"}, "block_rows '500': expected an integer or None"),
+        ({"id_batch": None}, "id_batch None: expected an integer"),
+    ],
+)
+def test_a_wrong_python_type_is_one_error_naming_the_field(over, message):
+    with pytest.raises(TypeError) as info:
+        MergeParams(**over)
+    assert str(info.value) == message
+    assert MergeParams(block_rows=500.0, id_batch=16.0) == MergeParams(block_rows=500, id_batch=16)

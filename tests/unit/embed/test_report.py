@@ -241,3 +241,20 @@ def test_cost_per_record_counts_the_records_the_jobs_computed():
     assert s["estimated_cost_per_million_records"] == pytest.approx(2.0 / 100 * 1e6)
     nothing = run_summary([{**resumed, "items_embedded": 0}], [{"s": 3600.0}], {}, VERIFICATION, ReportParams())
     assert nothing["estimated_cost_per_million_records"] is None
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [  # one case a field; each was accepted
+        ({"map_method": None}, "map_method None: expected a string"),
+        ({"map_points": "5000"}, "map_points '5000': expected an integer"),
+        ({"gpu_hour_price": True}, "gpu_hour_price True: expected a number"),
+        ({"currency": 1}, "currency 1: expected a string"),
+        ({"seed": 0.5}, "seed 0.5: expected an integer"),
+    ],
+)
+def test_report_params_name_a_wrong_python_type(over, message):
+    with pytest.raises(TypeError) as info:
+        ReportParams(**over)
+    assert str(info.value) == message
+    assert ReportParams(map_points=5000.0, gpu_hour_price=2).map_points.__class__ is int  # a price may be an int

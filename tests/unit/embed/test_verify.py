@@ -237,3 +237,25 @@ def test_record_metrics_are_the_numbers_a_passing_record_holds(tmp_path, normali
     assert numbers == set(record_metrics(normalized))
     assert nulls and all(name.endswith(".first_row") for name in nulls)
     assert set(record_metrics(None)) == set(record_metrics(True)) | set(record_metrics(False))
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [  # one case a field; each was accepted, and a count of "10" failed verification as a mismatch
+        ({"expected_records": "10"}, "expected_records '10': expected an integer"),
+        ({"expected_dim": None}, "expected_dim None: expected an integer"),
+        ({"normalized": 1}, "normalized 1: expected a bool"),
+        ({"norm_tolerance": "1e-3"}, "norm_tolerance '1e-3': expected a number"),
+        ({"block_rows": True}, "block_rows True: expected an integer or None"),
+        ({"id_batch": 100.5}, "id_batch 100.5: expected an integer"),
+    ],
+)
+def test_a_wrong_python_type_is_one_error_naming_the_field(over, message):
+    with pytest.raises(TypeError) as info:
+        params(**over)
+    assert str(info.value) == message
+
+
+def test_whole_floats_are_ints():
+    p = params(expected_records=10.0, id_batch=500.0)
+    assert [(v, type(v)) for v in (p.expected_records, p.id_batch)] == [(10, int), (500, int)]
