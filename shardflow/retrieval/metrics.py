@@ -61,6 +61,9 @@ from dataclasses import dataclass, field
 
 MTEB_K_VALUES = (1, 3, 5, 10, 20, 100, 1000)
 METRICS = ("ndcg", "map", "recall", "precision", "mrr")
+# The measures retrieval.relevance_level decides (a document relevant or not); nDCG reads
+# the grades themselves, whatever the level.
+LEVELLED_METRICS = ("map", "recall", "precision", "mrr")
 
 Qrels = Mapping[str, Mapping[str, int]]
 Run = Mapping[str, Mapping[str, float]]
@@ -139,6 +142,16 @@ def beyond_depth(depth: int, n_documents: int, k_values: Sequence[int] = MTEB_K_
         return []
     ks = sorted(set(int(k) for k in k_values))
     return [f"{metric}_at_{k}" for metric in METRICS for k in ks if k > depth]
+
+
+def level_label(name: str, relevance_level: int) -> str:
+    """`name` (`recall_at_10`, `all.map_at_5`) as a figure shows it: with "(relevance >=
+    <level>)" where the level is not 1 and decides the metric (LEVELLED_METRICS), since
+    such a number is not the one scored at 1 (MTEB's); nDCG and the default as they are."""
+    measure = name.rsplit(".", 1)[-1].split("_at_", 1)[0]
+    if relevance_level == 1 or measure not in LEVELLED_METRICS:
+        return name
+    return f"{name} (relevance >= {relevance_level})"
 
 
 def trec_order(ranking: Mapping[str, float]) -> list[str]:

@@ -28,7 +28,7 @@ from shardflow.core.files import read_json
 from shardflow.core.hashing import digest, sha256_file
 from shardflow.core.parsecache import cached
 from shardflow.retrieval import data as rdata
-from shardflow.retrieval.metrics import beyond_depth, evaluate
+from shardflow.retrieval.metrics import beyond_depth, evaluate, level_label
 
 log = logging.getLogger(__name__)
 
@@ -331,6 +331,11 @@ def plot_per_query(per_query_path: str, metrics_path: str, out_png: str) -> None
     ax1.set_ylabel("queries")
     ax1.set_title(f"{len(ndcg)} queries, {metrics['n_documents']} documents")
     ax2.axis("off")
-    cells = [[key, f"{metrics[key]:.5f}"] for key in HEADLINE]
-    ax2.table(cellText=cells, colLabels=["metric", "value"], loc="center")
+    # Away from 1 (recorded only there) recall, MRR and MAP are not MTEB's numbers: their
+    # cells name the level. At 1 the figure is drawn as before the key existed.
+    level = metrics.get("relevance_level", 1)
+    cells = [[level_label(key, level), f"{metrics[key]:.5f}"] for key in HEADLINE]
+    table = ax2.table(cellText=cells, colLabels=["metric", "value"], loc="center")
+    if level != 1:
+        table.auto_set_column_width([0, 1])  # the longer labels fit their column
     save_figure(fig, out_png)  # closed also when saving fails

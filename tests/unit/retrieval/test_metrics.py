@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from shardflow.retrieval.metrics import MTEB_K_VALUES, beyond_depth, evaluate, trec_order
+from shardflow.retrieval.metrics import MTEB_K_VALUES, beyond_depth, evaluate, level_label, trec_order
 
 KS = (1, 3, 10, 100)
 
@@ -200,6 +200,20 @@ def test_a_relevance_level_counts_only_grades_at_or_above_it_in_the_binary_metri
     assert one(qrels, run, relevance_level=4)["recall_at_10"] == 0.0  # none that high: 0, still scored
     with pytest.raises(ValueError, match="relevance_level must be >= 1"):
         one(qrels, run, relevance_level=0)
+
+
+def test_a_figure_names_the_relevance_level_on_exactly_the_metrics_it_changes():
+    """level_label marks the metrics whose value the level changes (MAP, recall, P, MRR:
+    here a grade-1 document ranked first, relevant at 1 only) and leaves nDCG, and every
+    metric at level 1, as it is named."""
+    qrels, run = {"a": 1, "b": 2}, {"a": 0.9, "x": 0.8, "b": 0.7}
+    one_level, two = one(qrels, run, (1,)), one(qrels, run, (1,), relevance_level=2)
+    for name in one_level:
+        changed = two[name] != one_level[name]
+        assert level_label(name, 2) == (f"{name} (relevance >= 2)" if changed else name)
+        assert level_label(name, 1) == name
+    assert level_label("all.map_at_5", 3) == "all.map_at_5 (relevance >= 3)"
+    assert level_label("all.ndcg_at_5", 3) == "all.ndcg_at_5"
 
 
 def test_a_relevance_level_matches_pytrec_evals_when_installed():

@@ -220,3 +220,35 @@ def test_the_per_query_figure_is_closed_when_saving_it_fails(tmp_path, monkeypat
     with pytest.raises(RuntimeError, match="renderer died"):
         plot_per_query(str(per_query), str(metrics), str(tmp_path / "per_query.png"))
     assert plt.get_fignums() == [] and not (tmp_path / "per_query.png").exists()
+
+
+def test_the_per_query_figure_names_a_relevance_level_away_from_1(tmp_path, monkeypatch):
+    """At retrieval.relevance_level 2 the figure's recall, MRR and MAP cells say so (they
+    are not the numbers scored at 1); nDCG's does not, and at 1 no text changes (the
+    figure's bytes were checked equal to the ones drawn before the labels)."""
+    import pyarrow as pa
+    from matplotlib.text import Text
+
+    from shardflow.retrieval import pipeline
+    from shardflow.retrieval.pipeline import HEADLINE, plot_per_query
+
+    drawn = []
+
+    def texts(fig, path):
+        cells = [cell.get_text() for ax in fig.axes for table in ax.tables for cell in table.get_celld().values()]
+        drawn.append({t.get_text() for t in [*fig.findobj(Text), *cells]})
+        pipeline.pyplot().close(fig)
+
+    monkeypatch.setattr(pipeline, "save_figure", texts)
+    per_query = tmp_path / "per_query.parquet"
+    pq.write_table(pa.table({"ndcg_at_10": [0.5, 1.0]}), per_query)
+    metrics = tmp_path / "metrics.json"
+    for level in (1, 2):
+        record = {"n_documents": 2, **dict.fromkeys(HEADLINE, 0.5), **({"relevance_level": level} if level != 1 else {})}
+        metrics.write_text(json.dumps(record))
+        plot_per_query(str(per_query), str(metrics), str(tmp_path / "per_query.png"))
+    at_one, at_two = drawn
+    assert set(HEADLINE) <= at_one and not any("relevance" in t for t in at_one)
+    assert {"ndcg_at_10", "recall_at_10 (relevance >= 2)", "recall_at_100 (relevance >= 2)",
+            "mrr_at_10 (relevance >= 2)", "map_at_10 (relevance >= 2)"} <= at_two
+    assert at_two - at_one == {f"{k} (relevance >= 2)" for k in HEADLINE[1:]}
