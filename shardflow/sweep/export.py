@@ -10,19 +10,24 @@ A value some run of its point computed on a ranking shallower than the metric's 
 (table.beyond_depth: retrieval.top_k 100 and all.recall_at_1000) is marked † and
 footnoted: it is not the metric at k. A point that has no mean (a run of it wrote no
 value: table.aggregate) reads – (-- in LaTeX), and a note below the table says why.
+A retrieval sweep scored away from retrieval.relevance_level 1 (table.relevance_levels)
+says its level in a note below the table; where its runs were scored at different
+levels (runs kept from before the config's level changed), a `relevance level` column
+after the parameters gives each point's.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 import pandas as pd
 
 from shardflow.core.atomic import atomic_open
 from shardflow.sweep.cost import money_label
+from shardflow.sweep.metrics import RETRIEVAL_LEVELLED
 from shardflow.sweep.paths import format_value, plain
 from shardflow.sweep.spec import SweepSpec
 
@@ -97,6 +102,49 @@ def metric_decimals(means: pd.Series, decimals: int, most: int = MOST_DECIMALS) 
     return decimals
 
 
+# What a retrieval sweep's relevance level (retrieval.relevance_level) did to its numbers,
+# as the report's first page says it for the main run.
+LEVEL_NOTE = ("Recall, precision, MRR and MAP count grades of {level} and above as relevant "
+              "(retrieval.relevance_level), nDCG the grades themselves")
+LEVELS_HEADER = "relevance level"
+LEVELS_NOTE = (
+    "Relevance level: the retrieval.relevance_level the point's runs were scored at (recall, precision, MRR and "
+    "MAP count grades from it as relevant, nDCG the grades themselves); numbers scored at different levels do not "
+    "compare: rerun the sweep's evaluations at one level"
+)
+
+
+def all_levels(levels: Mapping[str, Iterable[int]]) -> list[int]:
+    """Every relevance level of a sweep's runs (table.relevance_levels), sorted; none where all were scored at 1."""
+    return sorted({level for point in levels.values() for level in point})
+
+
+def level_phrase(metric: str, levels: Mapping[str, Iterable[int]]) -> str | None:
+    """How a retrieval sweep's figure names the relevance level of `metric`: "relevance >=
+    2", "relevance >= 1 or 2, by point" where the runs differ; None where the level does
+    not decide the metric (nDCG, another stage's) or every run was scored at 1."""
+    found = all_levels(levels)
+    if not found or metric.rsplit(".", 1)[-1].split("_at_", 1)[0] not in RETRIEVAL_LEVELLED:
+        return None
+    if len(found) == 1:
+        return f"relevance >= {found[0]}"
+    return f"relevance >= {' or '.join(map(str, found))}, by point"
+
+
+def _level_column(levels: Mapping[str, Iterable[int]]) -> dict[str, str] | None:
+    """{point: its levels, "1, 2"} where a sweep's runs were scored at more than one level."""
+    if len(all_levels(levels)) < 2:
+        return None
+    return {pid: ", ".join(map(str, point)) for pid, point in levels.items()}
+
+
+def _level_note(levels: Mapping[str, Iterable[int]]) -> str | None:
+    found = all_levels(levels)
+    if not found:
+        return None
+    return LEVEL_NOTE.format(level=found[0]) if len(found) == 1 else LEVELS_NOTE
+
+
 DAGGER_NOTE = "computed on a ranking shallower than its k (retrieval.top_k): not the metric at k"
 # A cell whose point has no mean (table.aggregate), and what the note below the table says of it.
 NO_MEAN = "–"
@@ -147,20 +195,24 @@ def to_markdown(
     decimals: int = 3,
     currency: str | None = None,
     marked: Collection[tuple[str, str]] = (),
+    levels: Mapping[str, Iterable[int]] | None = None,
 ) -> str:
     """A GitHub-flavoured Markdown table of the summary; `currency`: a priced sweep's;
-    `marked`: (point, metric) cells computed beyond their ranking's depth (_cells)."""
+    `marked`: (point, metric) cells computed beyond their ranking's depth (_cells);
+    `levels`: a retrieval sweep's relevance levels by point (table.relevance_levels)."""
 
     def esc(text: str) -> str:
         return text.replace("|", r"\|")
 
-    header = [esc(spec.names[p]) for p in spec.params]
+    levels = levels or {}
+    by_level = _level_column(levels)
+    header = [esc(spec.names[p]) for p in spec.params] + ([LEVELS_HEADER] if by_level else [])
     header += [esc(f"{money_label(m, currency)} {'↑' if spec.goals[m] == 'max' else '↓'}") for m in spec.metrics]
-    rule = [":--"] * len(spec.params) + ["--:"] * len(spec.metrics)
+    rule = [":--"] * (len(spec.params) + bool(by_level)) + ["--:"] * len(spec.metrics)
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
     rows = _cells(spec, summary, decimals, marked)
-    for labels, cells in rows:
-        texts = [esc(t) for t in labels]
+    for pid, (labels, cells) in zip(spec.ids, rows, strict=True):
+        texts = [esc(t) for t in labels] + ([by_level[pid]] if by_level else [])
         for mean, std, bold, beyond in cells:
             text = mean if std is None else f"{mean} ± {std}"
             texts.append((f"**{text}**" if bold else text) + ("†" if beyond else ""))
@@ -169,6 +221,8 @@ def to_markdown(
     note = f"mean ± sample std (n − 1) over {seeds} seeds" if seeds > 1 else "one seed"
     notes = f" † {DAGGER_NOTE}." if any(cell[3] for _, cells in rows for cell in cells) else ""
     notes += f" {NO_MEAN} {NO_MEAN_NOTE}." if _has_no_mean(rows) else ""
+    level_note = _level_note(levels)
+    notes += f" {level_note}." if level_note else ""
     return "\n".join(lines) + f"\n\n{spec.name} ({spec.stage}): {note}; best in bold.{notes}\n"
 
 
@@ -180,15 +234,18 @@ def to_latex(
     label: str | None = None,
     currency: str | None = None,
     marked: Collection[tuple[str, str]] = (),
+    levels: Mapping[str, Iterable[int]] | None = None,
 ) -> str:
     """A booktabs `table` of the summary (needs \\usepackage{booktabs}); `currency`: a
-    priced sweep's; `marked`: as to_markdown's, footnoted below the table."""
+    priced sweep's; `marked` and `levels`: as to_markdown's, noted below the table."""
+    levels = levels or {}
+    by_level = _level_column(levels)
     seeds = len(spec.seeds)
     caption = caption if caption is not None else (
         f"{latex_escape(spec.name)}: " + (f"mean $\\pm$ sample std ($n-1$) over {seeds} seeds" if seeds > 1 else "one seed")
         + "; best in bold."
     )
-    header = [latex_escape(spec.names[p]) for p in spec.params]
+    header = [latex_escape(spec.names[p]) for p in spec.params] + ([LEVELS_HEADER] if by_level else [])
     arrows = {"max": r"$\uparrow$", "min": r"$\downarrow$"}
     header += [f"{latex_escape(money_label(m, currency))} {arrows[spec.goals[m]]}" for m in spec.metrics]
     lines = [
@@ -196,14 +253,14 @@ def to_latex(
         r"\centering",
         f"\\caption{{{caption}}}",
         f"\\label{{{label or 'tab:sweep-' + spec.name}}}",
-        f"\\begin{{tabular}}{{{'l' * len(spec.params)}{'r' * len(spec.metrics)}}}",
+        f"\\begin{{tabular}}{{{'l' * (len(spec.params) + bool(by_level))}{'r' * len(spec.metrics)}}}",
         r"\toprule",
         " & ".join(header) + r" \\",
         r"\midrule",
     ]
     rows = _cells(spec, summary, decimals, marked)
-    for labels, cells in rows:
-        texts = [latex_escape(t) for t in labels]
+    for pid, (labels, cells) in zip(spec.ids, rows, strict=True):
+        texts = [latex_escape(t) for t in labels] + ([by_level[pid]] if by_level else [])
         for mean, std, bold, beyond in cells:
             body = mean if std is None else f"{mean} \\pm {std}"
             body = f"\\mathbf{{{body}}}" if bold else body
@@ -215,6 +272,9 @@ def to_latex(
         lines.append(f"\\par\\smallskip{{\\footnotesize $^{{\\dagger}}$ {latex_escape(DAGGER_NOTE)}.}}")
     if _has_no_mean(rows):
         lines.append(f"\\par\\smallskip{{\\footnotesize -- {latex_escape(NO_MEAN_NOTE)}.}}")
+    level_note = _level_note(levels)
+    if level_note:
+        lines.append(f"\\par\\smallskip{{\\footnotesize {latex_escape(level_note)}.}}")
     lines.append(r"\end{table}")
     return "\n".join(lines) + "\n"
 
@@ -227,9 +287,10 @@ def write_exports(
     decimals: int = 3,
     currency: str | None = None,
     marked: Collection[tuple[str, str]] = (),
+    levels: Mapping[str, Iterable[int]] | None = None,
 ) -> None:
     """Both tables, each written atomically."""
     with atomic_open(markdown_path, "w", encoding="utf-8") as fh:
-        fh.write(to_markdown(spec, summary, decimals, currency=currency, marked=marked))
+        fh.write(to_markdown(spec, summary, decimals, currency=currency, marked=marked, levels=levels))
     with atomic_open(latex_path, "w", encoding="utf-8") as fh:
-        fh.write(to_latex(spec, summary, decimals, currency=currency, marked=marked))
+        fh.write(to_latex(spec, summary, decimals, currency=currency, marked=marked, levels=levels))

@@ -52,6 +52,9 @@ TRAIN = (
 RETRIEVAL_HEADLINE = ("ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10", "map_at_10")
 RETRIEVAL_COUNTS = ("n_queries", "n_queries_not_in_run", "n_documents", "judged_documents_not_in_corpus", "top_k")
 RETRIEVAL_MEASURES = ("ndcg", "map", "recall", "precision", "mrr")
+# The measures retrieval.relevance_level decides (shardflow.retrieval.metrics.LEVELLED_METRICS);
+# nDCG reads the grades themselves.
+RETRIEVAL_LEVELLED = ("map", "recall", "precision", "mrr")
 RETRIEVAL_KS = (1, 3, 5, 10, 20, 100, 1000)
 ROUGE = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 ROUGE_STATS = ("mean", "ci_low", "ci_high", "n")

@@ -9,6 +9,8 @@ A priced sweep's cost metrics say their currency on the axis (cost.money_label).
 heatmap's cells are labelled at 3 significant digits, more where every cell would read
 the same (cell_digits), as the tables' columns get decimals. Parameter values on the axes
 and in the legends read as in the tables: one notation a parameter (export.value_labels).
+A retrieval sweep scored away from retrieval.relevance_level 1 names the level on the
+value axis of the metrics it decides (export.level_phrase: "relevance >= 2").
 """
 
 from __future__ import annotations
@@ -16,14 +18,14 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pandas as pd
 
 from shardflow.core.figures import pyplot, save_figure
 from shardflow.sweep.cost import metric_currency, money_label
-from shardflow.sweep.export import value_labels
+from shardflow.sweep.export import level_phrase, value_labels
 from shardflow.sweep.paths import format_value
 from shardflow.sweep.spec import SweepSpec
 from shardflow.sweep.table import best
@@ -109,9 +111,10 @@ def _rows(spec: SweepSpec, summary: pd.DataFrame, metric: str) -> list[tuple[dic
 
 
 def plot_metric(spec: SweepSpec, summary: pd.DataFrame, metric: str, param: str, path: str | os.PathLike,
-                currency: str | None = None) -> None:
+                currency: str | None = None, levels: Mapping[str, Iterable[int]] | None = None) -> None:
     """Mean of `metric` against `param`, std error bars, one line per combination of the
-    others; `currency`: a priced sweep's."""
+    others; `currency`: a priced sweep's; `levels`: a retrieval sweep's relevance levels
+    by point (table.relevance_levels)."""
     plt = pyplot()
     xs = _axis_values(spec, param)
     numeric = all(_is_number(v) for v in xs)
@@ -138,8 +141,9 @@ def plot_metric(spec: SweepSpec, summary: pd.DataFrame, metric: str, param: str,
         ax.set_xticks(range(len(xs)), [labels[param][format_value(v)] for v in xs], rotation=30 if len(xs) > 4 else 0)
     ax.set_xlabel(spec.names[param])
     unit = metric_currency(metric, currency)
-    ax.set_ylabel(f"{metric} ({f'{unit}; ' if unit else ''}{'higher' if spec.goals[metric] == 'max' else 'lower'} "
-                  "is better)")
+    level = level_phrase(metric, levels or {})
+    ax.set_ylabel(f"{metric} ({f'{unit}; ' if unit else ''}{f'{level}; ' if level else ''}"
+                  f"{'higher' if spec.goals[metric] == 'max' else 'lower'} is better)")
     seeds = len(spec.seeds)
     ax.set_title(f"{spec.name}: {metric} " + (f"(mean ± sample std over {seeds} seeds)" if seeds > 1 else "(one seed)"))
     if len(lines) <= 12:
@@ -148,9 +152,9 @@ def plot_metric(spec: SweepSpec, summary: pd.DataFrame, metric: str, param: str,
 
 
 def plot_heatmap(spec: SweepSpec, summary: pd.DataFrame, metric: str, x: str, y: str, path: str | os.PathLike,
-                 currency: str | None = None) -> None:
+                 currency: str | None = None, levels: Mapping[str, Iterable[int]] | None = None) -> None:
     """Mean of `metric` over two parameters (best over any others); the best cell
-    outlined; `currency`: a priced sweep's."""
+    outlined; `currency`: a priced sweep's; `levels`: as plot_metric's."""
     import numpy as np
 
     plt = pyplot()
@@ -166,7 +170,8 @@ def plot_heatmap(spec: SweepSpec, summary: pd.DataFrame, metric: str, x: str, y:
             grid[r, c] = mean
     fig, ax = plt.subplots(figsize=(1.1 * len(xs) + 2.5, 0.6 * len(ys) + 2))
     image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis" if maximize else "viridis_r", aspect="auto")
-    fig.colorbar(image, ax=ax, label=money_label(metric, currency))
+    level = level_phrase(metric, levels or {})
+    fig.colorbar(image, ax=ax, label=money_label(metric, currency) + (f" ({level})" if level else ""))
     digits = cell_digits(grid.flat)
     for r in range(len(ys)):
         for c in range(len(xs)):
@@ -194,10 +199,11 @@ def plot_heatmap(spec: SweepSpec, summary: pd.DataFrame, metric: str, x: str, y:
 
 
 def plot_sweep(spec: SweepSpec, summary: pd.DataFrame, folder: str | os.PathLike,
-               currency: str | None = None) -> list[str]:
+               currency: str | None = None, levels: Mapping[str, Iterable[int]] | None = None) -> list[str]:
     """Every figure of plot_files(spec), written into `folder`; their paths. Figures of an
     earlier collection that the spec no longer makes (a metric or parameter dropped) are
-    removed, so the folder holds this table's figures only. `currency`: a priced sweep's."""
+    removed, so the folder holds this table's figures only. `currency`: a priced sweep's;
+    `levels`: a retrieval sweep's relevance levels by point (table.relevance_levels)."""
     files = plot_files(spec)
     if os.path.isdir(folder):
         for stale in sorted(set(os.listdir(folder)) - set(files)):
@@ -207,8 +213,8 @@ def plot_sweep(spec: SweepSpec, summary: pd.DataFrame, folder: str | os.PathLike
     for name, (kind, metric, params) in files.items():
         path = os.path.join(folder, name)
         if kind == "line":
-            plot_metric(spec, summary, metric, params[0], path, currency)
+            plot_metric(spec, summary, metric, params[0], path, currency, levels)
         else:
-            plot_heatmap(spec, summary, metric, params[0], params[1], path, currency)
+            plot_heatmap(spec, summary, metric, params[0], params[1], path, currency, levels)
         paths.append(path)
     return paths

@@ -28,7 +28,7 @@ from shardflow.sweep.cost import JobCost, Price, metric_currency, sweep_cost
 from shardflow.sweep.export import write_exports
 from shardflow.sweep.plots import plot_files, plot_sweep
 from shardflow.sweep.spec import SweepSpec
-from shardflow.sweep.table import RunResult, best, collect, summarise, write_table
+from shardflow.sweep.table import RunResult, best, collect, relevance_levels, summarise, write_table
 
 TABLE_FILES = {
     "runs_parquet": "runs.parquet",
@@ -72,7 +72,9 @@ def write_report(spec: SweepSpec, results: Iterable[RunResult], job_costs: Itera
     write_table(summary, files["summary_parquet"], files["summary_csv"])
     # Cells some run of the point computed on a ranking shallower than the metric's k.
     marked = {(r.point, m) for r in results for m in r.beyond_depth if m in spec.goals}
-    write_exports(spec, summary, files["markdown"], files["latex"], decimals, currency, marked)
+    # A retrieval sweep's relevance levels by point, where some run was scored away from 1.
+    levels = relevance_levels(spec, results)
+    write_exports(spec, summary, files["markdown"], files["latex"], decimals, currency, marked, levels)
     top = best(summary, spec.best, spec.maximize)
     std = float(top[f"{spec.best}_std"])
     unit = metric_currency(spec.best, currency)
@@ -86,5 +88,5 @@ def write_report(spec: SweepSpec, results: Iterable[RunResult], job_costs: Itera
     })
     write_json(files["points"], points_record(spec))
     write_json(files["cost"], {"sweep": spec.name, **sweep_cost(job_costs, spec.folder, price)})
-    plot_sweep(spec, summary, os.path.join(folder, "plots"), currency)
+    plot_sweep(spec, summary, os.path.join(folder, "plots"), currency, levels)
     return files

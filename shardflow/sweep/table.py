@@ -1,9 +1,10 @@
 """A sweep's results as tables: one row per run (point and seed), and per point over seeds.
 
 runs     sweep, point, each varied parameter (its own typed column, named by its dotted
-         key), seed, every numeric metric the runs wrote, wall_time_s, gpu_hours, and
-         where the collection priced them (an embed sweep: cost.Price) `currency`, the
-         currency of its cost metrics (cost.COST_METRICS)
+         key), seed, every numeric metric the runs wrote (for a retrieval sweep scored
+         away from retrieval.relevance_level 1, `relevance_level`: each run's level),
+         wall_time_s, gpu_hours, and where the collection priced them (an embed sweep:
+         cost.Price) `currency`, the currency of its cost metrics (cost.COST_METRICS)
 summary  per point: each parameter, n_seeds, <metric>_mean and <metric>_std (sample
          std, ddof=1: NaN with one seed) for every metric, wall_time_s_mean,
          gpu_hours_total, `currency` as in runs, and `best` (True on the best point of
@@ -66,6 +67,28 @@ def beyond_depth(metrics: Mapping[str, Any]) -> frozenset[str]:
     return frozenset(
         name for name in flatten_metrics(metrics) if (at := _AT_K.search(name)) and int(at.group(1)) > depth
     )
+
+
+# A retrieval record's relevance level (retrieval.relevance_level, trec_eval's -l): written
+# only where it is not 1 (shardflow.retrieval.pipeline.search_and_score), so a retrieval
+# record without it was scored at 1.
+RELEVANCE_LEVEL = "relevance_level"
+
+
+def relevance_levels(spec: SweepSpec, results: Iterable[RunResult]) -> dict[str, tuple[int, ...]]:
+    """{point: the relevance levels its runs were scored at, sorted} of a retrieval sweep
+    some run of which was scored away from 1; empty where every run was scored at 1 (and
+    for another stage), so those tables and figures are drawn as before the level existed.
+    A sweep cannot vary the level (spec: it is shared by every job), but runs kept from
+    before the config's level changed (`--touch`, `--rerun-triggers mtime`) can differ."""
+    if spec.stage != "retrieval":
+        return {}
+    by_point: dict[str, set[int]] = {}
+    for r in results:
+        by_point.setdefault(r.point, set()).add(int(r.metrics.get(RELEVANCE_LEVEL, 1)))
+    if all(levels == {1} for levels in by_point.values()):
+        return {}
+    return {pid: tuple(sorted(by_point[pid])) for pid in spec.ids if pid in by_point}
 
 
 def flatten_metrics(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
@@ -145,7 +168,10 @@ def collect(spec: SweepSpec, results: Iterable[RunResult], currency: str | None 
         columns[key] = _typed([spec.by_id[r.point][key] for r in runs])
     columns["seed"] = pd.Series([r.seed for r in runs], dtype="int64")
     for m in (*spec.metrics, *extra):
-        columns[m] = pd.Series([r.metrics.get(m, math.nan) for r in runs], dtype="float64")
+        # A retrieval record leaves its relevance level out at 1: where another record
+        # names its level (the column exists), that run's is 1, not a missing value.
+        absent = 1.0 if m == RELEVANCE_LEVEL and spec.stage == "retrieval" else math.nan
+        columns[m] = pd.Series([r.metrics.get(m, absent) for r in runs], dtype="float64")
     columns["wall_time_s"] = pd.Series([r.wall_time_s for r in runs], dtype="float64")
     columns["gpu_hours"] = pd.Series([r.gpu_hours for r in runs], dtype="float64")
     if currency is not None:

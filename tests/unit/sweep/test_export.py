@@ -192,3 +192,34 @@ def test_value_labels_choose_one_notation_and_keep_distinct_values_apart():
     assert labels(["a/b", None, True, 128, 3]) == ["a/b", "null", "true", "128", "3"]
     assert labels(["1e-4", 1e-4, 1e-5]) == ["1e-4", "0.0001", "1e-05"]
     assert value_labels([1e-5, 3e-5]) == {"1e-05": "1e-5", "3e-05": "3e-5"}  # keyed by the point ids' spelling
+
+
+def test_a_retrieval_sweeps_relevance_level_is_named_below_its_tables():
+    """Scored away from retrieval.relevance_level 1 (table.relevance_levels), recall,
+    precision, MRR and MAP are not the numbers scored at 1: a note below both tables says
+    the level. Runs scored at different levels (kept from before the config's level
+    changed) get a column of each point's levels. At 1 everywhere (no levels) the tables
+    are as before."""
+    spec, summary = tiny()
+    low, high = spec.ids
+    assert to_markdown(spec, summary, levels={}) == MARKDOWN and to_latex(spec, summary, levels={}) == LATEX
+    note = ("Recall, precision, MRR and MAP count grades of 2 and above as relevant (retrieval.relevance_level), "
+            "nDCG the grades themselves.")
+    markdown = to_markdown(spec, summary, levels={low: (2,), high: (2,)})
+    assert markdown == MARKDOWN.replace("best in bold.", f"best in bold. {note}")
+    latex = to_latex(spec, summary, levels={low: (2,), high: (2,)})
+    assert latex == LATEX.replace("\\end{table}", "\\par\\smallskip{\\footnotesize "
+                                  + note.replace("_", "\\_") + "}\n\\end{table}")
+    mixed = {low: (1,), high: (1, 2)}
+    lines = to_markdown(spec, summary, levels=mixed).splitlines()
+    assert lines[:4] == [
+        "| lr | relevance level | best_val_loss ↓ | acc ↑ |",
+        "| :-- | :-- | --: | --: |",
+        "| 1e-3 | 1 | 1.100 ± 0.141 | 0.600 ± 0.141 |",
+        "| 3e-4 | 1, 2 | **0.900 ± 0.000** | **0.700 ± 0.141** |",
+    ]
+    assert "Relevance level: the retrieval.relevance_level the point's runs were scored at" in lines[-1]
+    latex = to_latex(spec, summary, levels=mixed)
+    assert "\\begin{tabular}{llrr}" in latex and "lr & relevance level & best\\_val\\_loss" in latex
+    assert "3e-4 & 1, 2 & $\\mathbf{0.900 \\pm 0.000}$" in latex
+

@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 from shardflow.core.columns import write_ids_parquet
-from shardflow.sweep.metrics import incomparable_points, stage_metrics, summary_report_metrics, unknown_metrics
+from shardflow.sweep.metrics import (
+    RETRIEVAL_LEVELLED,
+    incomparable_points,
+    stage_metrics,
+    summary_report_metrics,
+    unknown_metrics,
+)
 
 from .conftest import parse, sweep
 
@@ -160,3 +166,12 @@ def test_summary_report_names_are_what_run_summary_writes(method, device, peak):
         written -= {n for n in written if n.startswith("peak_gpu_mem_") and record[n] is None}
     config = {"summarise": {"method": method}, "gpu_jobs": {"device": device}}
     assert written == set(summary_report_metrics(config))
+
+
+def test_the_measures_a_relevance_level_decides_are_the_scorings():
+    """The sweep's figures name the level on the measures the retrieval scoring counts it
+    in (the sweep layer may not import shardflow.retrieval, so the list is written out)."""
+    from shardflow.retrieval.metrics import LEVELLED_METRICS
+
+    assert RETRIEVAL_LEVELLED == LEVELLED_METRICS
+

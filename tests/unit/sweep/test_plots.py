@@ -131,3 +131,38 @@ def test_a_float_parameter_reads_in_one_notation_on_axes_and_legends(tmp_path, m
     axes = figures[1].axes[0]
     assert [t.get_text() for t in axes.get_xticklabels()] == ["1e-5", "1e-4", "1e-3"]
     assert [t.get_text() for t in axes.get_yticklabels()] == ["2", "4"]
+
+
+def test_a_retrieval_sweeps_relevance_level_is_named_on_the_axes_of_the_metrics_it_decides(tmp_path, monkeypatch):
+    """Scored away from retrieval.relevance_level 1, a recall (precision, MRR, MAP) figure
+    says the level on its value axis: the line plot's y axis, the heatmap's colour bar;
+    nDCG's, which reads the grades, and every figure at level 1, as before."""
+    import shardflow.sweep.plots as plots
+
+    drawn = []
+
+    def ylabels(fig, path):
+        drawn.extend(ax.get_ylabel() for ax in fig.axes)
+        plots.pyplot().close(fig)
+
+    monkeypatch.setattr(plots, "save_figure", ylabels)
+    spec = parse({"r": sweep(stage="retrieval", grid={"retrieval.top_k": [100, 1000], "embedding.max_length": [64, 128]},
+                             seeds=[0], metrics={"all.recall_at_10": "max", "ndcg_at_10": "max"})})["r"]
+    summary = summarise(spec, collect(spec, [RunResult(p, s, {"all.recall_at_10": 0.5 + i, "ndcg_at_10": 0.4 + i})
+                                             for i, (p, s) in enumerate(spec.jobs())]))
+
+    def labels(levels):
+        drawn.clear()
+        plot_sweep(spec, summary, tmp_path / "plots", levels=levels)
+        return list(drawn)
+
+    at_one = labels({})
+    assert "all.recall_at_10 (higher is better)" in at_one and not any("relevance" in label for label in at_one)
+    at_two = labels(dict.fromkeys(spec.ids, (2,)))
+    assert "all.recall_at_10 (relevance >= 2; higher is better)" in at_two
+    assert "all.recall_at_10 (relevance >= 2)" in at_two  # the heatmap's colour bar
+    assert "ndcg_at_10 (higher is better)" in at_two and "ndcg_at_10" in at_two
+    assert not any("relevance" in label for label in at_two if label.startswith("ndcg"))
+    mixed = labels({**dict.fromkeys(spec.ids, (1,)), spec.ids[0]: (2,)})
+    assert "all.recall_at_10 (relevance >= 1 or 2, by point; higher is better)" in mixed
+

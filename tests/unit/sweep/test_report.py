@@ -87,3 +87,37 @@ def test_metrics_beyond_the_ranking_depth_are_marked_in_the_tables_and_best_json
     files = write_report(spec, runs, [[] for _ in runs], str(tmp_path / "deep"))
     assert "†" not in Path(files["markdown"]).read_text() and "dagger" not in Path(files["latex"]).read_text()
     assert "beyond_ranking_depth" not in json.loads(Path(files["best"]).read_text())
+
+
+def test_a_retrieval_sweep_scored_away_from_relevance_level_1_names_it_in_its_tables_and_figures(tmp_path, monkeypatch):
+    """write_report reads each run's level from its record (metrics.json names it only
+    away from 1) and hands it to the tables and figures; scored at 1, they name none."""
+    import shardflow.sweep.plots as plots
+
+    from .conftest import parse, sweep
+
+    ylabels = []
+    save = plots.save_figure
+
+    def saved(fig, path):
+        ylabels.extend(ax.get_ylabel() for ax in fig.axes)
+        save(fig, path)
+
+    monkeypatch.setattr(plots, "save_figure", saved)
+    spec = parse({"r": sweep(stage="retrieval", grid={"retrieval.top_k": [100, 1000]},
+                             metrics={"recall_at_10": "max", "ndcg_at_10": "max"})})["r"]
+
+    def report(folder, level):
+        record = {"recall_at_10": 0.5, "ndcg_at_10": 0.4, **({"relevance_level": level} if level != 1 else {})}
+        runs = [run_result(pid, seed, record, {"s": 1.0}) for pid, seed in spec.jobs()]
+        ylabels.clear()
+        return write_report(spec, runs, [[] for _ in runs], str(tmp_path / folder))
+
+    files = report("one", 1)
+    tables = Path(files["markdown"]).read_text() + Path(files["latex"]).read_text()
+    assert "relevance" not in tables and not any("relevance" in y for y in ylabels)
+    files = report("two", 2)
+    assert Path(files["markdown"]).read_text().rstrip().endswith(
+        "count grades of 2 and above as relevant (retrieval.relevance_level), nDCG the grades themselves.")
+    assert "count grades of 2 and above as relevant" in Path(files["latex"]).read_text()
+    assert "recall_at_10 (relevance >= 2; higher is better)" in ylabels and "ndcg_at_10 (higher is better)" in ylabels

@@ -180,3 +180,29 @@ def test_beyond_depth_reads_the_list_or_a_retrieval_records_depth():
     assert beyond_depth({**old, "beyond_ranking_depth": []}) == frozenset()
     assert beyond_depth({**old, "n_documents": 100}) == frozenset()  # the whole corpus ranked
     assert beyond_depth({"best_val_loss": 1.0, "steps": 10}) == frozenset()
+
+
+def test_a_retrieval_sweeps_relevance_levels_are_each_runs_where_some_run_names_one():
+    """A retrieval record names retrieval.relevance_level only away from 1. The runs
+    table's `relevance_level` column (there only where some record names one) reads 1
+    for a run whose record leaves it out, not a missing value; relevance_levels gives
+    each point's levels, and nothing where every run was scored at 1, or in another stage."""
+    from shardflow.sweep.table import relevance_levels
+
+    spec = parse({"r": sweep(stage="retrieval", grid={"retrieval.top_k": [100, 1000]}, seeds=[0, 1],
+                             metrics={"recall_at_10": "max"})})["r"]
+    low, high = spec.ids
+
+    def runs(level):
+        return [run_result(p, s, {"recall_at_10": 0.5, **({"relevance_level": level(p, s)} if level(p, s) != 1 else {})})
+                for p, s in spec.jobs()]
+
+    at_one = runs(lambda p, s: 1)
+    assert relevance_levels(spec, at_one) == {} and "relevance_level" not in collect(spec, at_one)
+    assert relevance_levels(spec, runs(lambda p, s: 2)) == {low: (2,), high: (2,)}
+    kept = runs(lambda p, s: 2 if (p, s) == (high, 1) else 1)  # one run scored after the config's level changed
+    assert relevance_levels(spec, kept) == {low: (1,), high: (1, 2)}
+    assert collect(spec, kept)["relevance_level"].tolist() == [1.0, 1.0, 1.0, 2.0]
+    train = parse({"t": sweep()})["t"]
+    assert relevance_levels(train, [RunResult(p, s, {"relevance_level": 2.0}) for p, s in train.jobs()]) == {}
+
