@@ -526,13 +526,17 @@ def check_field_types(params: Any) -> None:
     before comparisons, which would fail with Python's bare TypeError ('<' not supported
     between 'str' and 'int') or pass a wrong value (a bool where a number is meant, a
     string never compared). A field whose annotation names anything else is left to its
-    class."""
+    class. A path object (pathlib.Path) where a string is meant is taken as its string
+    (os.fspath), as the classes took a model folder before they checked types."""
     for f in dataclasses.fields(params):
         annotation = f.type.__name__ if isinstance(f.type, type) else str(f.type)
         kinds = [part.strip() for part in annotation.split("|")]
         if not all(kind in FIELD_KINDS for kind in kinds):
             continue
         value = getattr(params, f.name)
+        if "str" in kinds and isinstance(value, os.PathLike):
+            value = os.fspath(value)
+            object.__setattr__(params, f.name, value)  # the classes are frozen
         if not any(FIELD_KINDS[kind][1](value) for kind in kinds):
             words = [FIELD_KINDS[kind][0] for kind in kinds]
             expected = words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"

@@ -354,3 +354,23 @@ def test_check_field_types_reads_union_annotations_and_leaves_the_others_to_the_
         with pytest.raises(TypeError) as info:
             check_field_types(bad)
         assert str(info.value) == message
+
+
+def test_a_path_where_a_string_is_meant_is_taken_as_its_string():
+    """A model folder given as a pathlib.Path (as a notebook would) worked before the type
+    checks: it is taken as its string, in a frozen class too, and checked as one."""
+    import dataclasses
+    from pathlib import Path
+
+    from shardflow.core.config import check_field_types
+    from shardflow.embed.params import EmbedParams
+
+    @dataclasses.dataclass(frozen=True)
+    class Params:
+        model: str = "m"
+        prompt: str | None = None
+
+    params = Params(model=Path("/models/x"), prompt=Path("p"))
+    check_field_types(params)
+    assert (params.model, params.prompt) == ("/models/x", "p")
+    assert EmbedParams(model=Path("/models/x")).model == "/models/x"
