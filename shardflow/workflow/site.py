@@ -8,11 +8,16 @@ naming every unset one; `unexpanded` finds literal `$NAME`s left in settings tha
 came from any profile (the workflow checks its storage prefix and default
 resources with it at parse time). `gpu_request_warnings` names the profile values that
 get a GPU, or a GPU node, for jobs that use none, as the executor plugins read them.
+`snakemake_arguments` reads the run's settings as Snakemake's own parser makes them,
+profiles applied, which the workflow otherwise gets only after the parse: what a run
+forces (`forced_rules`).
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
+import io
 import os
 import re
 import sys
@@ -352,13 +357,69 @@ def runs_no_jobs(argv: Sequence[str] | None = None) -> bool:
     return bool(command_flags(argv) & NO_JOB_FLAGS)
 
 
+def snakemake_arguments(argv: Sequence[str] | None = None) -> tuple[object, tuple[str, ...]] | None:
+    """(settings, profile files) of this Snakemake run as Snakemake's own `parse_args`
+    makes them: the command line with its profiles applied (`--profile`, the
+    SNAKEMAKE_PROFILE variable, `--workflow-profile` or the default `profiles/default`;
+    each key of a profile is a default that the same option on the command line, or in a
+    profile read after it, replaces whole). The files are the profiles read, absolute, in
+    the order Snakemake reads them. The workflow gets these settings only after the
+    Snakefile is parsed, and a profile's only merged in, hence this second reading.
+
+    Snakemake looks profiles up from the folder it was started in, and moves into
+    `--directory` before the parse: where the settings have one, the folder in the
+    shell's PWD is taken for the start where PWD joined with it is this folder; else
+    the profiles are looked up from here. None where they cannot be read again (a
+    profile given by a path relative to a start folder not known here)."""
+    args = list(sys.argv[1:] if argv is None else argv[1:])
+    here = os.getcwd()
+    parsed = _parsed_in(here, args)
+    if parsed is not None and not parsed[0].directory:
+        return parsed
+    start = os.environ.get("PWD")
+    if start and os.path.isdir(start) and not _same_folder(start, here):
+        there = _parsed_in(start, args)
+        if there is not None and there[0].directory and _same_folder(os.path.join(start, there[0].directory), here):
+            return there
+    return parsed
+
+
+def _parsed_in(folder: str, args: list[str]) -> tuple[object, tuple[str, ...]] | None:
+    from snakemake.cli import parse_args
+
+    here = os.getcwd()
+    try:
+        os.chdir(folder)
+        # parse_args prints "Using profile ..." again, and a profile it cannot find
+        with contextlib.redirect_stderr(io.StringIO()):
+            parser, parsed = parse_args(args)
+        # the profile files configargparse read its defaults from
+        return parsed, tuple(os.path.abspath(f) for f in getattr(parser, "_default_config_files", ()))
+    except (Exception, SystemExit):  # SystemExit: a profile not found, a line it does not read
+        return None
+    finally:
+        os.chdir(here)
+
+
+def _same_folder(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def forced_rules(argv: Sequence[str] | None = None) -> tuple[bool, frozenset[str]]:
-    """(whether every job is remade, the rules whose jobs are) as this Snakemake's command
-    line asks (`--forceall`/`-F`, `--forcerun`/`-R`), read by Snakemake's own argument
-    parser, so as Snakemake reads them: abbreviations, `-Rembed`, short options combined,
-    the last `--forcerun` of several. The workflow gets these settings only after the
-    Snakefile is parsed, hence the command line; a profile's `forcerun` is not seen.
-    Building the parser costs about 0.3 s: called only where it decides something."""
+    """(whether every job is remade, the rules whose jobs are) as this run asks
+    (`--forceall`/`-F`, `--forcerun`/`-R`, or `forceall:`/`forcerun:` in a profile), read
+    by Snakemake's own parser with its profiles (snakemake_arguments), so as Snakemake
+    reads them: abbreviations, `-Rembed`, short options combined, the last `--forcerun`
+    of several, a `--forcerun` on the command line replacing a profile's. Where the
+    profiles cannot be read again, the command line alone (a profile's then unseen: the
+    model check stops, naming the `--forcerun` that goes on). Called only where it
+    decides something: it evaluates the profiles' YTE again."""
+    parsed = snakemake_arguments(argv)
+    if parsed is not None:
+        return bool(parsed[0].forceall), frozenset(parsed[0].forcerun or ())
     from snakemake.cli import get_argument_parser
 
     args = list(sys.argv[1:] if argv is None else argv[1:])

@@ -445,10 +445,57 @@ def test_modes_that_run_no_job_are_told_from_the_command_line(argv, no_jobs, rep
         (["snakemake", "--forcer", "embed"], False, {"embed"}),  # an abbreviation
     ],
 )
-def test_the_rules_a_run_remakes_are_read_from_its_command_line(argv, every, rules):
+def test_the_rules_a_run_remakes_are_read_from_its_command_line(argv, every, rules, no_profile):
     """The parse-time check of a model changed in place leaves to the run the jobs it
     remakes (rules/common.smk check_models): Snakemake sets forcerun only after the parse."""
     assert site.forced_rules(argv) == (every, frozenset(rules))
+
+
+@pytest.fixture
+def no_profile(tmp_path, monkeypatch):
+    """An empty folder to start Snakemake in (no profiles/default), no SNAKEMAKE_PROFILE."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PWD", str(tmp_path))
+    monkeypatch.delenv("SNAKEMAKE_PROFILE", raising=False)
+    return tmp_path
+
+
+def _profile(folder, text):
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(text)
+
+
+def test_the_rules_a_profile_forces_are_read_as_snakemake_applies_it(no_profile, monkeypatch, capsys):
+    """A profile's forcerun: or forceall: remakes jobs as the command line's would (read by
+    Snakemake's own parse_args): from --profile (several: the later replaces the key), the
+    SNAKEMAKE_PROFILE variable, --workflow-profile, or profiles/default beside a Snakefile;
+    a --forcerun on the command line replaces the profile's whole. Snakemake moves into
+    --directory before the parse: the profile is then looked up from the shell's PWD."""
+    _profile(no_profile / "p", "forcerun: [embed, summarise]\n")
+    _profile(no_profile / "q", "forceall: true\n")
+    _profile(no_profile / "w", "forcerun:\n  - merge\n")
+    assert site.forced_rules(["snakemake", "--profile", "p", "-n"]) == (False, {"embed", "summarise"})
+    assert site.forced_rules(["snakemake", "--profile", "p", "-R", "train"]) == (False, {"train"})
+    assert site.forced_rules(["snakemake", "--profile", "p", "--profile", "q"]) == (True, {"embed", "summarise"})
+    assert site.forced_rules(["snakemake", "--workflow-profile", "w"]) == (False, {"merge"})
+    assert site.forced_rules(["snakemake", "-n"]) == (False, frozenset())
+    monkeypatch.setenv("SNAKEMAKE_PROFILE", "q")
+    assert site.forced_rules(["snakemake", "-n"]) == (True, frozenset())
+    monkeypatch.delenv("SNAKEMAKE_PROFILE")
+    (no_profile / "Snakefile").write_text("")
+    _profile(no_profile / "profiles" / "default", "forcerun: [verify]\n")
+    assert site.forced_rules(["snakemake", "-n"]) == (False, {"verify"})
+    assert site.forced_rules(["snakemake", "--profile", "p"]) == (False, {"verify"})  # the workflow profile's, later
+    assert site.forced_rules(["snakemake", "--workflow-profile", "none", "--profile", "p"]) == (
+        False,
+        {"embed", "summarise"},
+    )
+    (no_profile / "run").mkdir()
+    monkeypatch.chdir(no_profile / "run")  # as Snakemake leaves it after -d run
+    assert site.forced_rules(["snakemake", "-d", "run", "--profile", "q", "-n"]) == (True, {"verify"})
+    monkeypatch.setenv("PWD", "/")  # not the start folder: the command line alone
+    assert site.forced_rules(["snakemake", "-d", "run", "--profile", "q", "-R", "x"]) == (False, {"x"})
+    assert capsys.readouterr().err == ""  # Snakemake's "Using profile ..." is not printed again
 
 
 def test_each_config_option_of_the_command_line_is_read_with_its_entries():
