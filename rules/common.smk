@@ -24,6 +24,7 @@ from shardflow.core.config import (
     canonical_order,
     command_line_config_problems,
     load_schema,
+    profile_config_problems,
     read_yaml,
     recorded,
     repeated_keys,
@@ -135,9 +136,11 @@ SWEEPS = parse_sweeps(
 if workflow.is_main_process:
     # What the config files write that their merge hides: a key written twice in one
     # mapping (YAML keeps the last), one sweep defined in two files (merged key by key);
-    # and what the command line's --config drops (all but the last --config).
+    # what the command line's --config drops (all but the last --config), and what it,
+    # or a later profile's, drops of a profile's config: (replaced whole).
     _PROBLEMS += repeated_keys(workflow.configfiles)
     _PROBLEMS += command_line_config_problems(site.config_arguments())
+    _PROBLEMS += profile_config_problems(*site.profile_config())
     _PROBLEMS += sweeps_in_files(workflow.configfiles)
 SWEEPS_BY_FOLDER = {spec.folder: spec for spec in SWEEPS.values()}
 if workflow.is_main_process and not workflow.storage_settings.default_storage_provider:

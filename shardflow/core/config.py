@@ -309,12 +309,14 @@ def command_line_strings(config: dict, schema: dict, command_line: Mapping) -> N
                 parent[path[-1]] = value
 
 
-def _leaves(node: Mapping, path: tuple = ()):
-    """(path, value) of every string, or list, under a --config mapping."""
+def _leaves(node: Mapping, path: tuple = (), every: bool = False):
+    """(path, value) of every string, or list, under a --config mapping; with `every`,
+    of every value that is not a mapping (an empty mapping sets nothing: merged, it leaves
+    what is there)."""
     for key, value in node.items():
         if isinstance(value, Mapping):
-            yield from _leaves(value, (*path, key))
-        elif isinstance(value, (str, list)):
+            yield from _leaves(value, (*path, key), every)
+        elif every or isinstance(value, (str, list)):
             yield [*path, key], value
 
 
@@ -395,6 +397,47 @@ def command_line_config_problems(given: Sequence[Sequence[str]]) -> list[str]:
                 )
             set_by.setdefault(path, entry)
     return problems
+
+
+def profile_config_problems(profiles: Sequence[tuple[str, Mapping]], given: Mapping, command_line: bool) -> list[str]:
+    """What Snakemake drops of a profile's `config:` without a word, one line a profile
+    (`profiles`: (file, its config: read as --config is read) for each profile that has
+    one, in the order Snakemake reads them; `given`: the --config it goes with;
+    `command_line`: whether that came from the command line; site.profile_config).
+    Snakemake makes a profile's keys defaults of its options, so a `--config` on the
+    command line replaces the whole of every profile's `config:`, and a later profile's
+    `config:` an earlier one's: `snakemake --profile p --config n_chunks=8` runs without
+    p's `dataset=x`. A setting `given` sets too (at its key, or a mapping above or below
+    it) is no matter: there the later value was asked for, as merged key by key."""
+    kept = [tuple(path) for path, _ in _leaves(given, every=True)]
+    problems = []
+    for file, settings in profiles:
+        dropped = [
+            f"{'.'.join(map(str, path))}={_entry_text(value)}"
+            for path, value in _leaves(settings, every=True)
+            if not any(k[: len(path)] == tuple(path) or tuple(path[: len(k)]) == k for k in kept)
+        ]
+        if not dropped:
+            continue
+        if command_line:
+            by, keep = "the command line's --config replaces", "add them to the command line's --config"
+        else:
+            by, keep = f"the config: of profile {profiles[-1][0]}, read after it, replaces", "add them to that one"
+        problems.append(
+            f"profile {file}: its config: sets {', '.join(dropped)}, which Snakemake would drop without a word: "
+            f"{by} a profile's whole config: (Snakemake reads one list of --config entries, the last given). "
+            f"Keep them: {keep}, or put them in a --configfile"
+        )
+    return problems
+
+
+def _entry_text(value: Any) -> str:
+    """A --config value as it would be written on the command line."""
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return "[" + ", ".join(map(_entry_text, value)) + "]"
+    return str(value)
 
 
 def _setting_paths(node: Any, prefix: tuple[str, ...]) -> list[tuple[str, ...]]:

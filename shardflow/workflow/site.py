@@ -10,7 +10,8 @@ resources with it at parse time). `gpu_request_warnings` names the profile value
 get a GPU, or a GPU node, for jobs that use none, as the executor plugins read them.
 `snakemake_arguments` reads the run's settings as Snakemake's own parser makes them,
 profiles applied, which the workflow otherwise gets only after the parse: what a run
-forces (`forced_rules`).
+forces (`forced_rules`) and what a profile's `config:` loses to a later `--config`
+(`profile_config`).
 """
 
 from __future__ import annotations
@@ -428,6 +429,44 @@ def forced_rules(argv: Sequence[str] | None = None) -> tuple[bool, frozenset[str
     except SystemExit:  # not a line Snakemake reads (it would have stopped already)
         return False, frozenset()
     return bool(known.forceall), frozenset(known.forcerun or ())
+
+
+def profile_config(argv: Sequence[str] | None = None) -> tuple[list[tuple[str, dict]], dict, bool]:
+    """([(profile file, its `config:`), ...], the --config Snakemake goes with, whether
+    the command line gives --config): each read as Snakemake reads `--config`
+    (snakemake.cli.parse_config), for the profiles of this run that have a `config:`, in
+    the order Snakemake reads them (snakemake_arguments). Snakemake reads one --config
+    list, the last source's: the command line's, else the last of these profiles'
+    (core.config.profile_config_problems). ([], {}, ...) where the profiles cannot be
+    read again."""
+    from snakemake.profiles import ProfileConfigFileParser
+
+    on_command_line = bool(config_arguments(argv))
+    parsed = snakemake_arguments(argv)
+    if parsed is None:
+        return [], {}, on_command_line
+    found = []
+    for path in parsed[1]:
+        try:
+            with open(path) as stream:
+                if "config" not in stream.read():
+                    continue  # no config: to read, and no YTE to evaluate again (profiles/local runs nvidia-smi)
+                stream.seek(0)
+                entries = ProfileConfigFileParser().parse(stream).get("config")
+        except Exception:  # Snakemake has read it: here only if it changed since
+            continue
+        if entries is not None:
+            found.append((path, _config_settings(entries if isinstance(entries, list) else [entries])))
+    return found, _config_settings(parsed[0].config or []), on_command_line
+
+
+def _config_settings(entries: list) -> dict:
+    from snakemake.cli import parse_config
+
+    try:
+        return parse_config([str(e) for e in entries])
+    except Exception:  # not a --config Snakemake reads: each entry taken as a setting of its own
+        return {str(e): None for e in entries}
 
 
 def config_arguments(argv: Sequence[str] | None = None) -> list[list[str]]:

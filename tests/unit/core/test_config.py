@@ -289,6 +289,34 @@ def test_what_the_command_lines_config_drops_is_named():
     ]
 
 
+def test_what_a_later_config_drops_of_a_profiles_config_is_named():
+    """A profile's config: is replaced whole (site.profile_config reads it with Snakemake's
+    parser): each of its settings that the --config Snakemake goes with does not set, at its
+    key or a mapping above or below it, is named; one it sets (same value or another) is not,
+    and an empty mapping sets nothing."""
+    from shardflow.core.config import profile_config_problems
+
+    profile = {
+        "dataset": "x",
+        "n_chunks": 8,
+        "tasks": ["embedding", "training"],
+        "embedding": {"dtype": "f", "pin": None},
+        "train": {"lr": "1"},
+        "report": {},
+    }
+    given = {"n_chunks": 4, "embedding": {"dtype": "f"}, "train": 5}
+    assert profile_config_problems([("p.yaml", profile)], given, True) == [
+        "profile p.yaml: its config: sets dataset=x, tasks=[embedding, training], embedding.pin=, which Snakemake "
+        "would drop without a word: the command line's --config replaces a profile's whole config: (Snakemake reads "
+        "one list of --config entries, the last given). Keep them: add them to the command line's --config, or put "
+        "them in a --configfile"
+    ]
+    other = {"train": {"lr": "2", "n_layer": "4"}}  # another value, asked for
+    assert profile_config_problems([("p.yaml", {"train": {"lr": "1"}})], other, True) == []
+    assert profile_config_problems([("p.yaml", profile)], profile, False) == []
+    assert profile_config_problems([], {"n_chunks": 4}, True) == []
+
+
 def test_a_config_values_keys_are_compared_as_snakemake_reads_them():
     """Snakemake reads a --config value with YAML's BaseLoader (snakemake.cli.parse_config):
     every key is its text. `1` and `0x1`, `yes` and `true`, `null` and `~` are two keys there,

@@ -504,3 +504,42 @@ def test_each_config_option_of_the_command_line_is_read_with_its_entries():
     assert site.config_arguments(argv) == [["a=1", "b={x: -1}"], ["c=3"], ["d=4", "results/x"]]
     assert site.config_arguments(["snakemake", "--configfile", "c.yaml", "-n"]) == []
     assert site.config_arguments(["snakemake", "-Ca=1", "-C", "b=2"]) == [["a=1"], ["b=2"]]
+
+
+def test_a_profiles_config_that_a_later_config_replaces_is_named(no_profile, capsys):
+    """Snakemake makes a profile's config: the default of --config: a --config on the
+    command line replaces the whole list (Snakemake's own parser shows it), and so does a
+    later profile's config:. What that drops is named with the profile's file; a setting
+    given again (same value, or another: asked for) is no matter."""
+    from snakemake.cli import parse_args
+
+    from shardflow.core.config import profile_config_problems
+
+    _profile(no_profile / "p", "config:\n  dataset: x\n  n_chunks: 8\n  embedding: {dtype: float16, max_length: 64}\n")
+    _profile(no_profile / "q", "config: [n_chunks=3]\n")
+    assert parse_args(["--profile", "p", "--config", "n_chunks=8"])[1].config == ["n_chunks=8"]
+    capsys.readouterr()
+    p, q = str(no_profile / "p" / "config.yaml"), str(no_profile / "q" / "config.yaml")
+    argv = ["snakemake", "--profile", "p", "-n", "--config", "n_chunks=4", "embedding={dtype: float16}"]
+    found = site.profile_config(argv)
+    assert found == (
+        [(p, {"dataset": "x", "n_chunks": 8, "embedding": {"dtype": "float16", "max_length": "64"}})],
+        {"n_chunks": 4, "embedding": {"dtype": "float16"}},
+        True,
+    )
+    assert profile_config_problems(*found) == [
+        f"profile {p}: its config: sets dataset=x, embedding.max_length=64, which Snakemake would drop without a "
+        "word: the command line's --config replaces a profile's whole config: (Snakemake reads one list of --config "
+        "entries, the last given). Keep them: add them to the command line's --config, or put them in a --configfile"
+    ]
+    assert profile_config_problems(*site.profile_config(["snakemake", "--profile", "p", "-n"])) == []
+    same = ["--config", "dataset=x", "n_chunks=8", "embedding={dtype: float16, max_length: 64}"]
+    assert profile_config_problems(*site.profile_config(["snakemake", "--profile", "p", *same])) == []
+    assert profile_config_problems(*site.profile_config(["snakemake", "--profile", "p", "--profile", "q"])) == [
+        f"profile {p}: its config: sets dataset=x, embedding.dtype=float16, embedding.max_length=64, which Snakemake "
+        f"would drop without a word: the config: of profile {q}, read after it, replaces a profile's whole config: "
+        "(Snakemake reads one list of --config entries, the last given). Keep them: add them to that one, or put "
+        "them in a --configfile"
+    ]
+    assert site.profile_config(["snakemake", "--profile", "missing"]) == ([], {}, False)  # not read again: no check
+    assert capsys.readouterr().err == ""  # Snakemake's "Using profile ..." is not printed again
