@@ -151,18 +151,32 @@ def weights_problem(folder: str | os.PathLike) -> str | None:
     return None
 
 
+# The revision a hub name loads: huggingface_hub's default branch, which the cache
+# resolves through its ref file (hub_ref).
+HUB_REVISION = "main"
+
+
 def hub_snapshot(name: str) -> Path:
     """The folder of hub model `name` in the local Hugging Face cache; never downloaded.
     FileNotFoundError when it is not there (or `name` is no valid hub name)."""
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(name, local_files_only=True))
+        return Path(snapshot_download(name, revision=HUB_REVISION, local_files_only=True))
     except Exception as exc:  # LocalEntryNotFoundError, HFValidationError, ...
         raise FileNotFoundError(
             f"model {name!r} is neither a local folder nor in the local Hugging Face cache "
             f"(this engine never downloads): {exc}"
         ) from exc
+
+
+def hub_ref(snapshot: str | os.PathLike) -> Path:
+    """The ref file by which hub_snapshot chose `snapshot` (a folder it returned,
+    <cache>/models--org--name/snapshots/<commit>): <cache>/models--org--name/refs/main,
+    which holds the commit. A download of the branch rewrites it, and so may a user, to
+    name another snapshot, possibly an older one already in the cache: the name then
+    loads other files, none of which, nor their folder, changed."""
+    return Path(snapshot).parent.parent / "refs" / HUB_REVISION
 
 
 def load_for_inference(cls, folder: str, *, dtype, device, logger: logging.Logger, attn_implementation: str = "sdpa", **kwargs):

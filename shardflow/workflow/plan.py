@@ -1080,11 +1080,21 @@ def model_folder(name: str) -> str | None:
     """The folder a job would load for model `name` (a hub name's cached snapshot), or
     None where there is none here: unavailable_models names a missing one, and "default"
     whose package this environment lacks is the jobs' own (their conda env holds it)."""
-    from shardflow.core.models import hub_snapshot, resolve_model
+    found = _model_source(name)
+    return found[0] if found else None
+
+
+def _model_source(name: str) -> tuple[str, str | None] | None:
+    """model_folder's folder, with the ref file that chose it where `name` is a hub name
+    (core.models.hub_ref; None for a local folder), or None."""
+    from shardflow.core.models import hub_ref, hub_snapshot, resolve_model
 
     try:
         folder = resolve_model(name)
-        return folder if os.path.isdir(folder) else str(hub_snapshot(folder))
+        if os.path.isdir(folder):
+            return folder, None
+        snapshot = hub_snapshot(folder)
+        return str(snapshot), str(hub_ref(snapshot))
     except (OSError, ValueError, RuntimeError):
         return None
 
@@ -1148,22 +1158,31 @@ def changed_model(key: str, name: str, stats: Iterable[tuple[str, str]], model_h
     per version of its files (model_sha256_kept, the hash the jobs record), and that job's
     recorded hash read. Changed is a file's mtime (written in place) or change time (put
     in place with its mtime kept: `cp -a`, `rsync -a`), or the folder's change time (`mv`
-    of a folder downloaded before the jobs ran, whose files' times all stay). A model
-    found unchanged for a stats file is remembered (_known_unchanged), so a folder
-    touched without changing the model (a chmod, a file added and removed) costs one
-    parse the reading, not every parse. Jobs that recorded none (written before they
-    did, or another role) are not judged."""
+    of a folder downloaded before the jobs ran, whose files' times all stay); for a hub
+    name also its ref file's times (refs/main moved, by a download of the branch or by
+    hand, to a snapshot already in the cache, whose files and folder are all older than
+    the jobs: core.models.hub_ref). A model found unchanged for a stats file is
+    remembered (_known_unchanged), so a folder touched without changing the model (a
+    chmod, a file added and removed) costs one parse the reading, not every parse; the
+    verdict is kept per folder, and a hub name's snapshot folder is its revision's, so
+    what was found of one revision is never taken for another. Jobs that recorded none
+    (written before they did, or another role) are not judged."""
     role = MODEL_ROLES.get(key)
-    folder = model_folder(name) if role else None
-    if folder is None:
+    found = _model_source(name) if role else None
+    if found is None:
         return None
+    folder, ref = found
     from shardflow.core.files import read_json
     from shardflow.core.hashing import digest, file_state, model_files_state
 
     stats = list(stats)
     files = model_files_state(folder)
     times = [t for _, _, mtime, ctime, _ in files for t in (mtime, ctime)]
-    newest = max([*times, os.stat(folder).st_ctime_ns]) if files else None
+    times.append(os.stat(folder).st_ctime_ns)
+    if ref is not None:  # when the name came to load this snapshot
+        with contextlib.suppress(OSError):  # gone since hub_snapshot read it: the next parse names that
+            times += file_state(ref)[2:4]
+    newest = max(times) if files else None
     there = {path: file_state(path) for _, path in stats if os.path.exists(path)}
     older = [(rule, path) for rule, path in stats if path in there and newest is not None and there[path][2] < newest]
     if not older:
