@@ -119,17 +119,10 @@ def model_sha256(model_path: str) -> dict:
     revision recorded; a name not in the cache gets no hash."""
     if os.path.isdir(model_path):
         return {"path": model_path, "sha256": sha256_folder(model_path, MODEL_SUFFIXES)}
-    snapshot = _hub_snapshot(model_path)
-    if snapshot is None:
+    from shardflow.core.models import hub_snapshot
+
+    try:
+        snapshot = hub_snapshot(model_path)
+    except FileNotFoundError:  # not a repo id, not cached: no snapshot
         return {"path": model_path, "sha256": None, "note": "not a local folder, nor in the Hugging Face cache"}
     return {"path": model_path, "sha256": sha256_folder(snapshot, MODEL_SUFFIXES), "revision": Path(snapshot).name}
-
-
-def _hub_snapshot(name: str) -> str | None:
-    """The cached snapshot folder a hub name resolves to offline, or None."""
-    try:
-        from huggingface_hub import snapshot_download
-
-        return snapshot_download(name, local_files_only=True)
-    except Exception:  # noqa: BLE001 -- not a repo id, not cached, no huggingface_hub: no snapshot
-        return None

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from shardflow.core.hashing import config_sha256, model_files_state, model_sha256, sha256_file
+from shardflow.core.models import hub_snapshot
 from shardflow.core.parsecache import cached
 from shardflow.core.runlog import package_versions
 
@@ -51,11 +52,18 @@ def model_sha256_kept(model_path: str) -> dict:
     path, size and mtime alone were kept by a same-architecture model copied over this
     one with its times (`cp -a`, `rsync -a`), which got the former model's hash, in the
     jobs' made_with and in plan.changed_model. A chmod or a remount of a filesystem that
-    numbers inodes per mount hashes the model again, for the same hash."""
+    numbers inodes per mount hashes the model again, for the same hash. A hub name's
+    hash is kept likewise, per snapshot its ref names and version of that snapshot's
+    files (before, each job hashed the snapshot again)."""
     folder = Path(model_path)
-    if not folder.is_dir():
-        return model_sha256(model_path)
-    return cached("model-sha256", [], [str(folder), model_files_state(folder)], lambda: model_sha256(model_path))
+    if folder.is_dir():
+        return cached("model-sha256", [], [str(folder), model_files_state(folder)], lambda: model_sha256(model_path))
+    try:  # a hub name: kept per snapshot (the one its ref names now) and version of its files
+        snapshot = hub_snapshot(model_path)
+    except FileNotFoundError:
+        return model_sha256(model_path)  # not in the cache: no hash to keep
+    return cached("model-sha256", [], [model_path, str(snapshot), model_files_state(snapshot)],
+                  lambda: model_sha256(model_path))
 
 
 def made_with(role: str, model_path: str | None, device: str, threads: int | None) -> dict:

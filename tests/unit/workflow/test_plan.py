@@ -13,6 +13,7 @@ import pytest
 from shardflow.core.parsecache import cache_file
 from shardflow.corpus.readers import ReaderOptions
 from shardflow.workflow import plan
+from tests.support.hub_cache import hub_cache_with_two_revisions, move_ref
 
 
 @pytest.fixture(autouse=True)
@@ -1228,37 +1229,6 @@ def test_a_model_touched_but_not_changed_is_compared_with_its_jobs_once(tmp_path
     assert (len(hashed), len(read)) == (1, 3)  # a changed model is named at every parse
 
 
-def _hub_cache_with_two_revisions(cache) -> tuple:
-    """The layout huggingface_hub writes, two revisions of one model:
-    models--acme--minilm/{blobs/<sha256>, refs/main, snapshots/<commit>/<file> -> blob};
-    rev1's weights from 2001, rev2's from 2002, refs/main naming rev2. Returns the
-    repo folder and the two snapshot folders."""
-    import hashlib
-
-    repo = cache / "models--acme--minilm"
-    (repo / "blobs").mkdir(parents=True)
-    (repo / "refs").mkdir()
-    snapshots = []
-    for commit, weights, when in (("1" * 40, b"weights v1", 1_000_000_000), ("2" * 40, b"weights v2", 1_040_000_000)):
-        snapshot = repo / "snapshots" / commit
-        snapshot.mkdir(parents=True)
-        for name, content in (("config.json", b'{"hidden_size": 8}'), ("model.safetensors", weights)):
-            blob = repo / "blobs" / hashlib.sha256(content).hexdigest()
-            blob.write_bytes(content)
-            os.utime(blob, (when, when))
-            (snapshot / name).symlink_to(os.path.relpath(blob, snapshot))
-        snapshots.append(snapshot)
-    (repo / "refs" / "main").write_text(snapshots[1].name)
-    return repo, *snapshots
-
-
-def _move_ref(ref, commit: str) -> None:
-    """Point a ref at `commit` as huggingface_hub does (a temporary file, then os.replace)."""
-    tmp = ref.with_name(ref.name + ".tmp")
-    tmp.write_text(commit)
-    os.replace(tmp, ref)
-
-
 def test_a_hub_name_whose_ref_moved_back_to_a_cached_snapshot_is_found(tmp_path, monkeypatch):
     """A hub name loads the snapshot refs/main names. Moved back to a revision already in
     the cache (a download of the branch after it was reset upstream, or refs/main edited),
@@ -1271,7 +1241,7 @@ def test_a_hub_name_whose_ref_moved_back_to_a_cached_snapshot_is_found(tmp_path,
     from shardflow.workflow.provenance import model_sha256_kept
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    repo, rev1, rev2 = _hub_cache_with_two_revisions(tmp_path / "hub")
+    repo, rev1, rev2 = hub_cache_with_two_revisions(tmp_path / "hub")
     made = {"role": "embedding", "model": model_sha256_kept("acme/minilm")}  # what made_with records
     assert made["model"]["revision"] == rev2.name
     _past_the_tick_of(repo / "refs" / "main")  # the jobs ran after the download
@@ -1284,12 +1254,12 @@ def test_a_hub_name_whose_ref_moved_back_to_a_cached_snapshot_is_found(tmp_path,
 
     assert plan.changed_model("embedding.model", "acme/minilm", jobs, model_hash=never) is None  # as the jobs ran it
     _past_the_tick_of(stats)
-    _move_ref(repo / "refs" / "main", rev1.name)
+    move_ref(repo / "refs" / "main", rev1.name)
     changed = plan.changed_model("embedding.model", "acme/minilm", jobs)
     assert changed is not None and changed.folder == str(rev1) and changed.stale == tuple(jobs)
     assert changed.ran == (made["model"]["sha256"],) and changed.now == model_sha256_kept(str(rev1))["sha256"]
     assert plan.changed_model("embedding.model", "acme/minilm", jobs).stale == tuple(jobs)  # at every parse
-    _move_ref(repo / "refs" / "main", rev2.name)
+    move_ref(repo / "refs" / "main", rev2.name)
     assert plan.changed_model("embedding.model", "acme/minilm", jobs) is None
 
 

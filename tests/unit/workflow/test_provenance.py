@@ -188,3 +188,29 @@ def test_moving_the_checkout_reruns_no_provenance_job(tmp_path):
     (run / "results" / "demo").mkdir(parents=True, exist_ok=True)
     (run / "results" / "demo" / "provenance.json").write_text("{}")
     assert "provenance" not in params_changed(snakemake(moved, "-n"))
+
+
+def test_a_hub_names_hash_is_kept_per_version_of_its_snapshot(tmp_path, monkeypatch):
+    """Every GPU job records its model's hash (made_with); for a local folder it is kept
+    per version of the files, for a hub name it was computed again in every job (seconds
+    to minutes for a large model). Kept per snapshot and version of its files now: a ref
+    moved to another snapshot is hashed again."""
+    from huggingface_hub import constants
+
+    from tests.support.hub_cache import hub_cache_with_two_revisions, move_ref
+
+    monkeypatch.chdir(tmp_path)  # the kept hash lives under the working directory
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    repo, rev1, rev2 = hub_cache_with_two_revisions(tmp_path / "hub")
+    computed = []
+    real = provenance.model_sha256
+    monkeypatch.setattr(provenance, "model_sha256", lambda name: computed.append(name) or real(name))
+
+    first = provenance.model_sha256_kept("acme/minilm")
+    assert first == real("acme/minilm") == provenance.model_sha256_kept("acme/minilm")
+    assert first["revision"] == rev2.name and computed == ["acme/minilm"]
+    move_ref(repo / "refs" / "main", rev1.name)
+    second = provenance.model_sha256_kept("acme/minilm")
+    assert second == real("acme/minilm") and second["revision"] == rev1.name and second["sha256"] != first["sha256"]
+    assert computed == ["acme/minilm"] * 2
+    assert provenance.model_sha256_kept("not/in-the-cache")["sha256"] is None  # not kept, not an error
