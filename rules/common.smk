@@ -50,7 +50,7 @@ from shardflow.sweep.spec import (
     sweeps_in_files,
 )
 from shardflow.sweep.report import output_files as sweep_output_files
-from shardflow.sweep.shared import SHARED_FOLDER
+from shardflow.sweep.shared import SHARED_FOLDER, set_folder
 from shardflow.workflow import disk, landing, plan, site, tasks
 
 # A profile value whose $VARIABLE was unset stays literal and fails much later (an
@@ -811,8 +811,9 @@ def sweep_embeddings():
 
 
 def shared_embeddings(root, kind, key):
-    """The folder of one set the sweeps compute, under results, logs or benchmarks."""
-    return f"{root}/sweeps/{SHARED_FOLDER}/{RETRIEVAL}/{kind}/{key}"
+    """The folder of one set the sweeps compute, under results, logs or benchmarks
+    (shardflow.sweep.shared.set_folder: status reads the sets' files through it too)."""
+    return set_folder(root, RETRIEVAL, kind, key)
 
 
 def shared_embedding_value(kind, name):

@@ -42,6 +42,14 @@ KEY_REGEX = f"[0-9a-f]{{{KEY_LENGTH}}}"
 KINDS = ("corpus", "queries")
 
 
+def set_folder(root: str, dataset: str, kind: str, key: str) -> str:
+    """The folder, under `root` (results, logs or benchmarks), of a set the sweeps compute
+    on data set `dataset`: `key` its settings_key, or a pattern's `{settings}` with the
+    file under it. One place for the workflow's rules (rules/common.smk
+    shared_embeddings), status and estimate, which find the sets' files there."""
+    return f"{root}/sweeps/{SHARED_FOLDER}/{dataset}/{kind}/{key}"
+
+
 def settings_key(settings: Mapping[str, Any]) -> str:
     """A set's name: the first KEY_LENGTH hex digits of the sha256 of its settings as
     canonical JSON (keys sorted), so the order of keys in a config file changes nothing

@@ -85,8 +85,8 @@ from shardflow.core.models import same_model
 from shardflow.corpus.readers import ReaderOptions, detect_format
 from shardflow.sweep import parse_sweeps
 from shardflow.sweep.paths import job_metrics
-from shardflow.sweep.shared import SHARED_FOLDER
 from shardflow.sweep.shared import plan as embedding_sets
+from shardflow.sweep.shared import set_folder
 from shardflow.sweep.spec import SweepSpec, merge
 from shardflow.workflow import plan
 
@@ -1135,11 +1135,11 @@ class RetrievalSweepSets:
 
     def folder(self, kind: str, key: str) -> str:
         """A set's results folder: the main run's own, or the shared one
-        (rules/common.smk shared_embeddings)."""
+        (shardflow.sweep.shared.set_folder, as rules/common.smk shared_embeddings names it)."""
         name = self.corpus[0].name
         if self.sets.sets[(kind, key)].main:
             return f"{RESULTS}/{name}" if kind == "corpus" else f"{RESULTS}/{name}/retrieval"
-        return f"{RESULTS}/sweeps/{SHARED_FOLDER}/{name}/{kind}/{key}"
+        return set_folder(RESULTS, name, kind, key)
 
     def rows(self, spec: SweepSpec) -> list[Row]:
         """The rows of retrieval sweep `spec`: embed and embed_queries of the sets it is
