@@ -116,6 +116,7 @@ from shardflow.core.runlog import FAILED
 from shardflow.corpus.chunks import SOURCE_PART
 from shardflow.sweep.paths import job_dir, job_metrics
 from shardflow.sweep.shared import plan as embedding_sets
+from shardflow.sweep.shared import set_folder
 from shardflow.workflow import estimate, mirror, plan
 
 REPO = estimate.REPO
@@ -170,15 +171,22 @@ class RuleFiles:
 # A rule, at the top or inside an `if` block: `rule <name>:`, or `use rule <base> as
 # <name> with:` (the sweep rules), whose directives not given are its base rule's.
 _RULE = re.compile(r"^( *)(?:rule (\w+)|use rule (\w+) as (\w+) with):\s*$")
-# A name the rules files set to a string (`SWEEP_LOG = "..."`), which their f-string
-# patterns use; and one set to rules/common.smk's stage_sweep_job(<stage>), which is
-# SWEEP_JOB with its {sweep} constrained to that stage's sweeps.
+# A name the rules files set to a string (`SWEEP_LOG = "..."`) or a pattern (`_string`:
+# `CORPUS = shared_embeddings(...)`), which their f-string patterns use; and one set to
+# rules/common.smk's stage_sweep_job(<stage>), which is SWEEP_JOB with its {sweep}
+# constrained to that stage's sweeps.
 _NAME = re.compile(r"^ *([A-Z][A-Z0-9_]*) = (.+)$")
 _WILDCARD = re.compile(r"\{(\w+)(?:,[^{}]*)?\}")
 # Names rules/common.smk sets from the config at parse time, which f-string patterns use
 # (retrieval.smk's `f"results/{RETRIEVAL}/retrieval/queries.npy"`): read as a wildcard of
 # that name, which the job sets (`{"RETRIEVAL": <the retrieval data set>}`).
 CONFIG_NAMES = ("RETRIEVAL",)
+# rules/common.smk's functions that build a pattern from plain strings (rules/sweep.smk's
+# `shared_embeddings("logs", "corpus", "{settings}/merge.log")`), read as they build it:
+# through the package function each calls, CONFIG_NAMES as wildcards.
+PATTERN_FUNCTIONS = {
+    "shared_embeddings": lambda root, kind, key: set_folder(root, "{RETRIEVAL}", kind, key),
+}
 # Snakemake's flags around a file pattern: the pattern is their first argument; and
 # rules/common.smk's chunk_vectors, which flags it temp() or not by config.
 _FLAGS = {"report", "directory", "temp", "protected", "touch", "ensure", "chunk_vectors"}
@@ -205,10 +213,10 @@ def smk_names(rules_dir: str = str(RULES)) -> dict[str, str]:
                 sweep_jobs.append(m.group(1))
                 continue
             try:
-                value = ast.literal_eval(m.group(2))
-            except (ValueError, TypeError, SyntaxError):
+                value = _string(ast.parse(m.group(2), mode="eval").body, names)
+            except SyntaxError:
                 continue
-            if isinstance(value, str):
+            if value is not None:
                 names[m.group(1)] = value
     return names | {name: names["SWEEP_JOB"] for name in sweep_jobs if "SWEEP_JOB" in names}
 
@@ -222,10 +230,19 @@ def smk_constant(name: str, rules_dir: str = str(RULES)) -> str:
 
 
 def _string(node: ast.expr, names: dict[str, str]) -> str | None:
-    """A plain string, or an f-string of plain text, `names` and CONFIG_NAMES (each a
-    wildcard of its name); None: anything else."""
+    """A plain string, an f-string of plain text, `names` and CONFIG_NAMES (each a
+    wildcard of its name), or a call of PATTERN_FUNCTIONS on plain strings; None:
+    anything else."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in PATTERN_FUNCTIONS:
+        args = [a.value if isinstance(a, ast.Constant) and isinstance(a.value, str) else None for a in node.args]
+        if None in args or node.keywords:
+            return None
+        try:
+            return PATTERN_FUNCTIONS[node.func.id](*args)
+        except TypeError:  # called with another number of arguments
+            return None
     if not isinstance(node, ast.JoinedStr):
         return None
     text = []
@@ -284,8 +301,8 @@ def rule_files(rule: str, rules_dir: str = str(RULES)) -> RuleFiles:
     rules/*.smk, or a `use rule <base> as <name> with:`, whose directives not given are
     its base rule's), read from its directives: the rules are the truth of where each
     job's files are, and this reads a few small files instead of parsing the workflow.
-    A pattern is a string, or an f-string of the names the rules files set (`smk_names`)
-    and of CONFIG_NAMES, wildcards of the job's."""
+    A pattern is a string, an f-string of the names the rules files set (`smk_names`)
+    and of CONFIG_NAMES, wildcards of the job's, or a call of PATTERN_FUNCTIONS."""
     for path in sorted(Path(rules_dir).glob("*.smk")):
         lines = path.read_text(encoding="utf-8").splitlines()
         found = (
@@ -1275,10 +1292,12 @@ def changed_models(cfg: dict, data_sets: list[plan.DataSet], specs: dict) -> lis
     """What the parse warns of, or stops on, for a model changed in place since done jobs
     that load it ran (plan.changed_model: their outputs are the former model's, and
     Snakemake reruns none of them for it), one note per model: so a status that counts
-    those jobs done says so. The jobs are plan.model_jobs', their stats files the rules'
-    own patterns (rule_files); the retrieval sweeps' shared embedding sets, whose
-    patterns a function builds (rules/common.smk shared_embeddings), are left to the
-    parse. Not with SHARDFLOW_SKIP_MODEL_CHECK=1, as the parse."""
+    those jobs done says so. The jobs are plan.model_jobs', the parse's, the retrieval
+    sweeps' shared embedding sets included; their stats files the rules' own patterns
+    (rule_files, which reads rules/common.smk shared_embeddings through
+    shardflow.sweep.shared.set_folder, as the rules build them). A pattern status cannot
+    read stops it, naming the rule, rather than leaving its jobs unchecked. Not with
+    SHARDFLOW_SKIP_MODEL_CHECK=1, as the parse."""
     if os.environ.get("SHARDFLOW_SKIP_MODEL_CHECK", "") not in ("", "0"):
         return []
     retrieval = next((ds for ds in data_sets if ds.role == "retrieval"), None)
@@ -1293,10 +1312,7 @@ def changed_models(cfg: dict, data_sets: list[plan.DataSet], specs: dict) -> lis
 
     def stats(key: str, name: str):
         for rule, wildcards in jobs[(key, name)]:
-            try:
-                pattern = rule_files(rule).outputs.get("stats")
-            except StatusError:  # a pattern built by a function: the parse checks those jobs
-                continue
+            pattern = rule_files(rule).outputs.get("stats")
             if pattern is not None:
                 yield rule, expand(pattern, {**names, **wildcards})
 

@@ -333,6 +333,13 @@ def test_rule_files_are_the_rules_own_patterns(tmp_path):
         "npy": "chunk_vectors"
     }
     assert sweep.outputs["stats"] == "results/sweeps/{sweep}/{point}/seed={seed}/embed/embed_{chunk}.stats.json"
+    # A retrieval sweep's shared set: names and patterns that rules/common.smk shared_embeddings builds.
+    shared = st.rule_files("sweep_embed")
+    assert (
+        shared.outputs["stats"]
+        == "results/sweeps/_embeddings/{RETRIEVAL}/corpus/{settings}/embed/embed_{chunk}.stats.json"
+    )
+    assert shared.log == "logs/sweeps/_embeddings/{RETRIEVAL}/corpus/{settings}/embed_{chunk}.log"
     rules = tmp_path / "rules2"  # rule_files and the names it reads are cached by folder
     rules.mkdir()
     (rules / "y.smk").write_text(
@@ -1377,3 +1384,44 @@ def test_a_model_changed_in_place_since_done_jobs_ran_is_named(tmp_path, now):
     write_json(stats, record)
     os.utime(stats, (1_000_000_000, 1_000_000_000))
     assert not [n for n in st.status(cfg, 1, "--gpus", now=now).notes if "changed since" in n]
+
+
+def test_a_model_changed_in_place_since_a_shared_embedding_set_was_made_is_named(tmp_path, now):
+    """A retrieval sweep over embedding.max_length embeds a corpus and queries of its own,
+    one set shared by every job with those settings (shardflow.sweep.shared), under
+    results/sweeps/_embeddings/<data set>/ (rules/sweep.smk sweep_embed and
+    sweep_embed_queries, whose patterns rules/common.smk shared_embeddings builds). Their
+    jobs load the model as the main run's do, and status names a model changed since they
+    ran, as the parse does."""
+    model = tmp_path / "encoder"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "bert"}')
+    sweep = {
+        "len": {
+            "stage": "retrieval",
+            "grid": {"embedding.max_length": [16]},
+            "seeds": [0],
+            "metrics": {"ndcg_at_10": "max"},
+        }
+    }
+    cfg = config(tmp_path, embedding={"model": str(model)}, retrieval={"path": "beir", "n_chunks": 1}, sweeps=sweep)
+    (spec,) = est.sweeps(cfg).values()
+    ((point, seed),) = spec.jobs()
+    sets = st.embedding_sets([spec], cfg, dataset="beir", n_chunks=1, device=cfg["gpu_jobs"]["device"])
+    corpus, queries = sets.of_job(spec.folder, point, seed)
+    assert not corpus.main and not queries.main  # embedding.max_length: its own sets
+    made = {"role": "embedding", "model": {"path": str(model), "sha256": "0" * 64}}
+    chunk = f"results/sweeps/_embeddings/beir/corpus/{corpus.key}/embed/embed_0.stats.json"
+    asked = f"results/sweeps/_embeddings/beir/queries/{queries.key}/queries.stats.json"
+    for stats in (chunk, asked):
+        write_json(stats, {"items": ITEMS, "seconds": 1.0, "device": "cuda:0", "made_with": made})
+        os.utime(stats, (1_000_000_000, 1_000_000_000))  # written before the model's files
+    now_hash = plan.changed_model("embedding.model", str(model), [("sweep_embed", chunk)]).now
+    notes = [n for n in st.status(cfg, 1, "--gpus", now=now).notes if "changed since" in n]
+    assert notes == [
+        f"embedding.model '{model}' ({model}) changed since 2 of the jobs that load it ran: they recorded sha256 "
+        f"000000000000, its files hash to {now_hash[:12]} now; and jobs that load it have yet to run "
+        "(results/ds/embed/embed_0.stats.json is not there yet): this run would mix the two models' outputs. "
+        "Remake them all with the model as it is now (`--forcerun sweep_embed sweep_embed_queries`), or put the "
+        "former model back"
+    ]
