@@ -1003,6 +1003,16 @@ def _edit_model(model, content: bytes = b"weights v2", when: int = 3_000_000_000
     os.utime(model / "model.safetensors", ns=(when, when))
 
 
+def model_at(folder, weights: bytes, when: int):
+    """A small model folder whose files' times are `when` (ns), as an archive keeps them."""
+    folder.mkdir()
+    (folder / "config.json").write_text('{"hidden_size": 8}')
+    (folder / "model.safetensors").write_bytes(weights)
+    for f in folder.iterdir():
+        os.utime(f, ns=(when, when))
+    return folder
+
+
 def _past_the_tick_of(path) -> None:
     """Wait until a change made now gets a later change time than `path`'s: where the
     filesystem's timestamps are coarse (a clock tick of some milliseconds), a change made
@@ -1097,14 +1107,6 @@ def test_a_model_moved_or_copied_in_with_its_file_times_kept_is_found(tmp_path):
     import shutil
     import time
 
-    def model_at(folder, weights: bytes, when: int):
-        folder.mkdir()
-        (folder / "config.json").write_text('{"hidden_size": 8}')
-        (folder / "model.safetensors").write_bytes(weights)
-        for f in folder.iterdir():
-            os.utime(f, ns=(when, when))
-        return folder
-
     from shardflow.workflow.provenance import model_sha256_kept
 
     model = model_at(tmp_path / "model", b"weights v1", 1_000_000_000_000_000_000)  # downloaded in 2001
@@ -1140,16 +1142,8 @@ def test_a_model_copied_in_with_the_same_sizes_and_times_is_found(tmp_path):
 
     when = 1_000_000_000_000_000_000
 
-    def model_at(folder, weights: bytes):
-        folder.mkdir()
-        (folder / "config.json").write_text('{"hidden_size": 8}')
-        (folder / "model.safetensors").write_bytes(weights)
-        for f in folder.iterdir():
-            os.utime(f, ns=(when, when))
-        return folder
-
-    model = model_at(tmp_path / "model", b"weights v1")
-    newer = model_at(tmp_path / "v2", b"weights v2")
+    model = model_at(tmp_path / "model", b"weights v1", when)
+    newer = model_at(tmp_path / "v2", b"weights v2", when)
     stats = tmp_path / "embed_0.stats.json"
     stats.write_text(json.dumps({"made_with": {"role": "embedding", "model": model_sha256_kept(str(model))}}))
     ran = time.time_ns() - 60_000_000_000
@@ -1160,7 +1154,7 @@ def test_a_model_copied_in_with_the_same_sizes_and_times_is_found(tmp_path):
     shutil.copytree(newer, model, dirs_exist_ok=True)  # cp -a v2/. model/
     assert plan.changed_model("embedding.model", str(model), jobs).stale == tuple(jobs)
     shutil.rmtree(model)
-    model_at(model, b"weights v1")
+    model_at(model, b"weights v1", when)
     assert plan.changed_model("embedding.model", str(model), jobs) is None
     shutil.rmtree(model)
     os.rename(newer, model)  # mv v2 model
