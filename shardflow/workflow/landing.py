@@ -36,7 +36,7 @@ from shardflow.core.atomic import atomic_open
 from shardflow.core.files import read_json
 from shardflow.core.jobs import last_attempt_gpu_hours, priced, read_job_table
 from shardflow.embed.report import ReportParams, run_summary
-from shardflow.sweep.export import value_label
+from shardflow.sweep.export import level_phrase, value_label
 from shardflow.train.params import batch_note
 
 
@@ -212,10 +212,14 @@ def sweep_section(name: str, files: dict) -> Section:
     # A value computed on a ranking shallower than its k (a retrieval sweep's top_k 100 and an @1000).
     shallow = "; computed on a ranking shallower than its k (retrieval.top_k): not the metric at k"
     shallow = shallow if best.get("beyond_ranking_depth") else ""
+    # A retrieval sweep scored away from relevance_level 1 (best.json's relevance_levels, none
+    # at 1) names it where it decides the metric, as the sweep's figures do: "relevance >= 2".
+    level = level_phrase(best["metric"], {best["point"]: best.get("relevance_levels", ())})
+    level = f"{level}; " if level else ""
     rows = [
         ("stage", f"{points['stage']}: {len(points['points'])} points x {len(points['seeds'])} seeds"),
         ("varied", ", ".join(points["params"]) or "seeds only"),
-        (f"best {best['metric']} ({best['goal']})", f"{best['mean']:.4g}{spread} at {params}{shallow}"),
+        (f"best {best['metric']} ({level}{best['goal']})", f"{best['mean']:.4g}{spread} at {params}{shallow}"),
         ("cost", _sweep_cost(cost)),
     ]
     return Section(f"Sweep: {name}", rows)

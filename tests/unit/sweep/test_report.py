@@ -116,7 +116,10 @@ def test_a_retrieval_sweep_scored_away_from_relevance_level_1_names_it_in_its_ta
     files = report("one", 1)
     tables = Path(files["markdown"]).read_text() + Path(files["latex"]).read_text()
     assert "relevance" not in tables and not any("relevance" in y for y in ylabels)
+    assert "relevance_levels" not in json.loads(Path(files["best"]).read_text())  # best.json as before
     files = report("two", 2)
+    # For the report's first page, which reads best.json and not the tables.
+    assert json.loads(Path(files["best"]).read_text())["relevance_levels"] == [2]
     assert Path(files["markdown"]).read_text().rstrip().endswith(
         "count grades of 2 and above as relevant (retrieval.relevance_level), nDCG the grades themselves.")
     assert "count grades of 2 and above as relevant" in Path(files["latex"]).read_text()

@@ -398,3 +398,46 @@ def test_a_retrieval_sections_binary_metrics_name_a_relevance_level_away_from_1(
         "43 queries against 1,000 documents (exact top-1000); recall, MRR and MAP count grades of 2 and above as "
         "relevant (retrieval.relevance_level), nDCG the grades themselves"
     )
+
+
+def test_a_retrieval_sweeps_best_line_names_a_relevance_level_away_from_1(tmp_path):
+    """A retrieval sweep scored at retrieval.relevance_level 2 (TREC DL's graded passages):
+    its best recall@10 counts only grades of 2 and above, not the number MTEB's level 1 gives,
+    so the first page's best line names the level as the sweep's figures do. nDCG reads the
+    grades, whatever the level, and keeps its line; scored at 1, the page is the same bytes
+    as before the level was named anywhere (the text below)."""
+    from shardflow.sweep import parse_sweeps
+    from shardflow.sweep.report import write_report
+    from shardflow.sweep.table import run_result
+    from shardflow.workflow.landing import sweep_section
+
+    sweeps = {"dl": {"stage": "retrieval", "grid": {"retrieval.top_k": [100, 1000]}, "seeds": [0],
+                     "metrics": {"recall_at_10": "max", "ndcg_at_10": "max"}}}
+    config = {"retrieval": {"top_k": 1000, "path": "/data/dl19", "relevance_level": 1}, "embedding": {"seed": 0}}
+
+    def page(levels, best="recall_at_10"):
+        """The sweep's section and page, its points' runs scored at `levels` (one a point)."""
+        spec = parse_sweeps({"dl": {**sweeps["dl"], "best": best}}, config, lambda c: None)["dl"]
+        runs = []
+        for i, ((pid, seed), level) in enumerate(zip(spec.jobs(), levels, strict=True)):
+            record = {"recall_at_10": 0.5 + 0.1 * i, "ndcg_at_10": 0.4}
+            record.update({"relevance_level": level} if level != 1 else {})  # as metrics.json writes it
+            runs.append(run_result(pid, seed, record, {"s": 30.0}))
+        files = write_report(spec, runs, [[] for _ in runs], str(tmp_path / f"{best}-{levels}"))
+        section = sweep_section("dl", {name: files[name] for name in ("best", "points", "cost")})
+        return dict(section.rows), render([section])
+
+    assert page((2, 2))[0]["best recall_at_10 (relevance >= 2; max)"] == "0.6 at retrieval.top_k=1000"
+    assert "best ndcg_at_10 (max)" in page((2, 2), best="ndcg_at_10")[0]
+    # Runs kept from before the level changed (--touch): numbers that do not compare, said as the figures say it.
+    assert "best recall_at_10 (relevance >= 1 or 2, by point; max)" in page((1, 2))[0]
+    assert page((1, 1))[1] == (
+        "shardflow run\n=============\n\nWhat to check first, per stage that ran. Figures, per-chunk timings and "
+        "provenance\nare in the categories below; results/<dataset>/ holds the files.\n\nSweep: dl\n---------\n\n"
+        "========================= " + "=" * 60 + "\n"
+        "stage                     retrieval: 2 points x 1 seeds\n"
+        "varied                    retrieval.top\\_k\n"
+        "best recall\\_at\\_10 (max) 0.6 at retrieval.top\\_k=1000\n"
+        "cost                      0 jobs, 0 GPU-hours, 0 s of job time\n"
+        "========================= " + "=" * 60 + "\n"
+    )
