@@ -441,3 +441,63 @@ def test_a_retrieval_sweeps_best_line_names_a_relevance_level_away_from_1(tmp_pa
         "cost                      0 jobs, 0 GPU-hours, 0 s of job time\n"
         "========================= " + "=" * 60 + "\n"
     )
+
+
+# snakemake.report.auto_report (9.27): the link targets it appends to every caption before
+# Jinja2 renders it, and the Jinja2 options it renders with.
+SNAKEMAKE_RST_LINKS = """
+
+.. _Workflow: javascript:show_panel('workflow')
+.. _Statistics: javascript:show_panel('statistics')
+{% for cat, catresults in categories|dictsort %}
+.. _{{ cat.name }}: javascript:app.showCategory('{{ cat.name|urlencode }}')
+{% endfor %}
+{% for res in files %}
+.. _{{ res.target }}: javascript:app.showResultInfo('{{ res.path|urlencode }}')
+{% endfor %}
+"""
+
+
+def _caption_as_snakemake_renders_it(caption, params: dict, tmp_path) -> str:
+    """Snakemake's own FileRecord.render for a figure of a job with these params (what
+    `snakemake --report` does for each output marked report(..., caption=...)): the
+    caption file, with the links above, through Jinja2 with `snakemake` (params, config,
+    wildcards) and then docutils' HTML writer."""
+    import io
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from jinja2 import Environment
+    from snakemake.iocontainers import InputFiles, Log, OutputFiles, Params, ResourceList, Wildcards
+    from snakemake.report import FileRecord
+
+    figure = tmp_path / "per_query_ndcg.png"
+    figure.write_bytes(b"\x89PNG\r\n\x1a\n")
+    sources = SimpleNamespace(open=lambda path: io.StringIO(Path(path).read_text(encoding="utf-8")))
+    rule = SimpleNamespace(name="retrieval_evaluate", module_globals={"config": {}},
+                           workflow=SimpleNamespace(sourcecache=sources))
+    job = SimpleNamespace(input=InputFiles(), output=OutputFiles(), params=Params(fromdict=params),
+                          wildcards=Wildcards(), threads=1, resources=ResourceList(), log=Log(), rule=rule)
+    record = FileRecord(path=figure, job=job, raw_caption=caption)
+    record.render(Environment(trim_blocks=True, lstrip_blocks=True), SNAKEMAKE_RST_LINKS, {}, [])
+    return record.caption
+
+
+def test_the_per_query_figures_caption_names_a_relevance_level_away_from_1(tmp_path):
+    """rules/captions/retrieval_per_query.rst, as the report renders it: away from
+    retrieval.relevance_level 1 (a param of retrieval_evaluate only there) it says what the
+    figure's recall, MRR and MAP cells count as relevant; at 1 it renders as the caption
+    did before it was templated (the text below)."""
+    from tests.conftest import REPO
+
+    caption = REPO / "rules" / "captions" / "retrieval_per_query.rst"
+    before = tmp_path / "before.rst"
+    before.write_text("Distribution of nDCG@10 over the evaluated queries, with the headline metrics.\n")
+    at_1 = _caption_as_snakemake_renders_it(caption, {"top_k": 1000, "block_size": 65536}, tmp_path)
+    assert at_1 == _caption_as_snakemake_renders_it(before, {"top_k": 1000, "block_size": 65536}, tmp_path)
+    assert "relevance" not in at_1
+    at_2 = _caption_as_snakemake_renders_it(caption, {"top_k": 1000, "relevance_level": 2}, tmp_path)
+    assert at_2.endswith(
+        "with the headline metrics; recall, MRR and MAP count grades of 2 and above as relevant "
+        "(retrieval.relevance_level), nDCG the grades themselves.</p>\n"
+    )
