@@ -124,23 +124,6 @@ def test_wrong_credentials_stop_the_run_with_a_clear_error(s3, s3_prefix, s3_cor
     assert not s3.objects(f"{s3_prefix}/")
 
 
-def test_split_reads_an_s3_corpus_through_storage_into_a_local_run(s3, s3_corpus, real_local, tmp_path, sm):
-    """`input.path: s3://...` without default storage: Snakemake downloads the object
-    before `split` (rules/common.smk wraps it in storage()), the script reads the local
-    copy, and every result equals the run on the local file."""
-    config = sm.real_config(tmp_path / "config.yaml", s3_corpus)
-    flags = s3.storage_args()
-    run = sm.run_real(tmp_path, config, "--cores", "2", *flags, timeout_s=300)
-    assert run.returncode == 0, sm.describe(run)
-    assert f"input: {s3_corpus} (retrieve from storage)" in run.output, sm.describe(run)
-    assert sm.hashes(tmp_path, sm.MERGED + sm.CHUNKS) == real_local.hashes
-    log = (tmp_path / f"logs/split/{sm.DATASET}.log").read_text()
-    assert f".snakemake/storage/s3/{s3.bucket}/{sm.CORPUS_KEY}" in log.splitlines()[0], log
-    assert not (tmp_path / ".snakemake" / "storage" / "s3").exists()  # the copy is not kept
-    dry = sm.run_real(tmp_path, config, *flags, "--dry-run")
-    assert dry.returncode == 0 and "Nothing to be done" in dry.output, sm.describe(dry)
-
-
 def test_auto_chunking_of_an_s3_corpus_needs_expected_records(s3, s3_corpus, tmp_path, sm):
     """An s3:// corpus cannot be counted at parse time: `n_chunks: auto` stops with a
     clear error unless chunking.expected_records is given, which then plans the chunks."""

@@ -75,7 +75,10 @@ def test_real_workflow_on_slurm_from_an_s3_corpus_matches_the_local_run_bit_for_
     flags instead, they reach only the controller: plugin 2.8 puts no endpoint or key on
     the job's command line, and the split job fails with NoCredentialsError while sizing
     its input; see profiles/README.md.) A local corpus file on SLURM is the same split
-    job without the storage step; the tests below start from the reference's chunks."""
+    job without the storage step; the tests below start from the reference's chunks.
+    The download is the controller's, before it submits the split job, as in a local
+    run: this is also the one run of an s3:// corpus into local outputs (the S3 tests
+    use S3 as the default storage, or dry-run)."""
     config = sm.real_config(tmp_path / "config.yaml", s3_corpus)
     run = sm.run(tmp_path, *sm.real_args(tmp_path, config, *sm.MERGED), *slurm_profile_args(sm), timeout_s=300,
                  env=sm.env(**s3.aws_env()), snakemake=CONTROLLER)
@@ -119,6 +122,10 @@ def test_real_workflow_on_slurm_from_an_s3_corpus_matches_the_local_run_bit_for_
     assert f"--target-jobs 'split_{ds}:'" in script, script
     assert s3.secret_key not in script and s3.access_key not in script
     assert s3.secret_key not in run.output
+    # The object is older than the outputs made from it: nothing to rerun.
+    dry = sm.run(tmp_path, *sm.real_args(tmp_path, config, *sm.MERGED), *slurm_profile_args(sm), "--dry-run",
+                 env=sm.env(**s3.aws_env()))
+    assert dry.returncode == 0 and "Nothing to be done" in dry.output, sm.describe(dry)
 
 
 def test_a_failed_and_a_cancelled_embed_job_are_resubmitted_not_retried_in_place(
