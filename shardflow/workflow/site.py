@@ -370,8 +370,13 @@ def snakemake_arguments(argv: Sequence[str] | None = None) -> tuple[object, tupl
     Snakemake looks profiles up from the folder it was started in, and moves into
     `--directory` before the parse: where the settings have one, the folder in the
     shell's PWD is taken for the start where PWD joined with it is this folder; else
-    the profiles are looked up from here. None where they cannot be read again (a
-    profile given by a path relative to a start folder not known here)."""
+    the profiles are looked up from here. An absolute `--directory` is this folder
+    from any start, so PWD is no evidence there (a program that starts Snakemake in
+    another folder, `subprocess.run(..., cwd=run)` with `-d run`, leaves its own PWD):
+    PWD is taken only where the profiles cannot be read from here (Snakemake read them
+    from where it started), and where both read and differ in which profile files they
+    find, the start is not known. None where they cannot be read again (a profile given
+    by a path relative to a start folder not known here)."""
     args = list(sys.argv[1:] if argv is None else argv[1:])
     here = os.getcwd()
     parsed = _parsed_in(here, args)
@@ -381,7 +386,9 @@ def snakemake_arguments(argv: Sequence[str] | None = None) -> tuple[object, tupl
     if start and os.path.isdir(start) and not _same_folder(start, here):
         there = _parsed_in(start, args)
         if there is not None and there[0].directory and _same_folder(os.path.join(start, there[0].directory), here):
-            return there
+            if not os.path.isabs(there[0].directory) or parsed is None or parsed[1] == there[1]:
+                return there
+            return None  # started here or in PWD: either reads other profiles
     return parsed
 
 

@@ -498,6 +498,27 @@ def test_the_rules_a_profile_forces_are_read_as_snakemake_applies_it(no_profile,
     assert capsys.readouterr().err == ""  # Snakemake's "Using profile ..." is not printed again
 
 
+def test_an_absolute_directory_does_not_make_pwd_the_start_folder(no_profile, monkeypatch):
+    """`-d /abs/run` is the same folder from any start, so PWD joined with it proves
+    nothing: a program that runs `snakemake -d run` with cwd=run (tests/helpers) leaves
+    its own PWD, and the profile there is not the one Snakemake read. Where both folders
+    read a profile and they differ, the start is not known: the command line alone."""
+    run, elsewhere = no_profile / "run", no_profile / "elsewhere"
+    _profile(run / "p", "forcerun: [embed]\n")
+    _profile(elsewhere / "p", "forcerun: [merge]\n")
+    monkeypatch.chdir(run)
+    monkeypatch.setenv("PWD", str(elsewhere))
+    assert site.forced_rules(["snakemake", "-d", str(run), "--profile", "p", "-n"]) == (False, frozenset())
+    assert site.snakemake_arguments(["snakemake", "-d", str(run), "--profile", "p"]) is None
+    # Only PWD reads it: Snakemake, which read it, started there.
+    (run / "p" / "config.yaml").unlink()
+    (run / "p").rmdir()
+    assert site.forced_rules(["snakemake", "-d", str(run), "--profile", "p", "-n"]) == (False, {"merge"})
+    # Only here reads it: as before, here.
+    _profile(run / "q", "forcerun: [verify]\n")
+    assert site.forced_rules(["snakemake", "-d", str(run), "--profile", "q", "-n"]) == (False, {"verify"})
+
+
 def test_each_config_option_of_the_command_line_is_read_with_its_entries():
     """--config's entries per time it is given (Snakemake keeps only the last list)."""
     argv = ["snakemake", "-C", "a=1", "b={x: -1}", "-n", "--config=c=3", "--config", "d=4", "results/x"]
