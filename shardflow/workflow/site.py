@@ -438,6 +438,12 @@ def forced_rules(argv: Sequence[str] | None = None) -> tuple[bool, frozenset[str
     return bool(known.forceall), frozenset(known.forcerun or ())
 
 
+# A `config:` key in a profile's text (at any indent: a YTE `?if` block may hold it), not
+# the word in a comment or in another key: profiles/eks names "config" in its comments, and
+# a profile without the key is not evaluated again (its YTE may run programs).
+CONFIG_KEY = re.compile(r"^[ \t]*[\"']?config[\"']?[ \t]*:", re.MULTILINE)
+
+
 def profile_config(argv: Sequence[str] | None = None) -> tuple[list[tuple[str, dict]], dict, bool]:
     """([(profile file, its `config:`), ...], the --config Snakemake goes with, whether
     the command line gives --config): each read as Snakemake reads `--config`
@@ -456,7 +462,7 @@ def profile_config(argv: Sequence[str] | None = None) -> tuple[list[tuple[str, d
     for path in parsed[1]:
         try:
             with open(path) as stream:
-                if "config" not in stream.read():
+                if not CONFIG_KEY.search(stream.read()):
                     continue  # no config: to read, and no YTE to evaluate again (profiles/local runs nvidia-smi)
                 stream.seek(0)
                 entries = ProfileConfigFileParser().parse(stream).get("config")

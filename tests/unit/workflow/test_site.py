@@ -564,3 +564,20 @@ def test_a_profiles_config_that_a_later_config_replaces_is_named(no_profile, cap
     ]
     assert site.profile_config(["snakemake", "--profile", "missing"]) == ([], {}, False)  # not read again: no check
     assert capsys.readouterr().err == ""  # Snakemake's "Using profile ..." is not printed again
+
+
+def test_a_profile_without_a_config_key_is_evaluated_once(no_profile, monkeypatch):
+    """A profile's YTE runs again each time it is read (profiles/local runs nvidia-smi):
+    profile_config reads a profile a second time only for its `config:` key, not for the
+    word in a comment (profiles/eks: "in your config file"), nor in `configfile:`."""
+    runs = no_profile / "evaluated"
+    monkeypatch.setenv("YTE_RUNS", str(runs))
+    yte = "__use_yte__: true\n__definitions__:\n  - import os\n  - open(os.environ['YTE_RUNS'], 'a').write('x')\n"
+    _profile(no_profile / "p", yte + "# the workflow config: config/README.md\nconfigfile: c.yaml\ncores: 1\n")
+    assert site.profile_config(["snakemake", "--profile", "p", "-n"]) == ([], {}, False)
+    assert runs.read_text() == "x"  # the parse's own reading only
+    _profile(no_profile / "q", yte + "cores: 1\nconfig:\n  dataset: x\n")
+    assert site.profile_config(["snakemake", "--profile", "q"])[0] == [
+        (str(no_profile / "q" / "config.yaml"), {"dataset": "x"})
+    ]
+    assert runs.read_text() == "xxx"  # the parse's, and the one that reads its config:
