@@ -140,7 +140,9 @@ if workflow.is_main_process:
     # or a later profile's, drops of a profile's config: (replaced whole).
     _PROBLEMS += repeated_keys(workflow.configfiles)
     _PROBLEMS += command_line_config_problems(site.config_arguments())
-    _PROBLEMS += profile_config_problems(*site.profile_config())
+    _PROBLEMS += profile_config_problems(
+        *site.profile_config(), actual=workflow.config_settings.config
+    )
     _PROBLEMS += sweeps_in_files(workflow.configfiles)
 SWEEPS_BY_FOLDER = {spec.folder: spec for spec in SWEEPS.values()}
 if workflow.is_main_process and not workflow.storage_settings.default_storage_provider:

@@ -399,7 +399,8 @@ def command_line_config_problems(given: Sequence[Sequence[str]]) -> list[str]:
     return problems
 
 
-def profile_config_problems(profiles: Sequence[tuple[str, Mapping]], given: Mapping, command_line: bool) -> list[str]:
+def profile_config_problems(profiles: Sequence[tuple[str, Mapping]], given: Mapping, command_line: bool,
+                            actual: Mapping | None = None) -> list[str]:
     """What Snakemake drops of a profile's `config:` without a word, one line a profile
     (`profiles`: (file, its config: read as --config is read) for each profile that has
     one, in the order Snakemake reads them; `given`: the --config it goes with;
@@ -408,7 +409,12 @@ def profile_config_problems(profiles: Sequence[tuple[str, Mapping]], given: Mapp
     command line replaces the whole of every profile's `config:`, and a later profile's
     `config:` an earlier one's: `snakemake --profile p --config n_chunks=8` runs without
     p's `dataset=x`. A setting `given` sets too (at its key, or a mapping above or below
-    it) is no matter: there the later value was asked for, as merged key by key."""
+    it) is no matter: there the later value was asked for, as merged key by key. `actual`:
+    the --config the run goes with (workflow.config_settings.config); where it is not
+    `given`, the command line read again is not this run's (Snakemake started through its
+    Python API, or by a program with a command line of its own), and nothing is said."""
+    if actual is not None and dict(actual) != dict(given):
+        return []
     kept = [tuple(path) for path, _ in _leaves(given, every=True)]
     problems = []
     for file, settings in profiles:

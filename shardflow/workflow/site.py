@@ -23,6 +23,7 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 _VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 
@@ -455,6 +456,8 @@ def profile_config(argv: Sequence[str] | None = None) -> tuple[list[tuple[str, d
     from snakemake.profiles import ProfileConfigFileParser
 
     on_command_line = bool(config_arguments(argv))
+    if not on_command_line and not _two_profiles_possible(argv):
+        return [], {}, False  # one profile's config: is the run's: nothing replaces it, nothing read again
     parsed = snakemake_arguments(argv)
     if parsed is None:
         return [], {}, on_command_line
@@ -471,6 +474,18 @@ def profile_config(argv: Sequence[str] | None = None) -> tuple[list[tuple[str, d
         if entries is not None:
             found.append((path, _config_settings(entries if isinstance(entries, list) else [entries])))
     return found, _config_settings(parsed[0].config or []), on_command_line
+
+
+def _two_profiles_possible(argv: Sequence[str] | None = None) -> bool:
+    """Whether a second profile may be read after a first (whose config: it would replace):
+    --profile given twice, a --workflow-profile (abbreviated too, as argparse takes it),
+    or a profiles/default folder where Snakemake looks for one (the start folder, the
+    Snakefile's). Cheap: profile_config reads no profile again where this says no."""
+    args = [a.split("=", 1)[0] for a in (sys.argv[1:] if argv is None else argv[1:]) if a.startswith("--")]
+    profiles = sum(1 for a in args if len(a) >= 6 and "--profile".startswith(a))
+    workflow = any(len(a) >= 5 and "--workflow-profile".startswith(a) for a in args)
+    folders = (Path.cwd(), Path(__file__).resolve().parents[2])  # this repository holds the Snakefile
+    return profiles > 1 or workflow or any((f / "profiles" / "default").is_dir() for f in folders)
 
 
 def _config_settings(entries: list) -> dict:

@@ -315,6 +315,11 @@ def test_what_a_later_config_drops_of_a_profiles_config_is_named():
     assert profile_config_problems([("p.yaml", {"train": {"lr": "1"}})], other, True) == []
     assert profile_config_problems([("p.yaml", profile)], profile, False) == []
     assert profile_config_problems([], {"n_chunks": 4}, True) == []
+    # The run's own --config (workflow.config_settings.config) unlike the one read again from
+    # sys.argv: that command line is not this run's (Snakemake started through its Python
+    # API, or by another program), so nothing is said of profiles it may never have read.
+    assert profile_config_problems([("p.yaml", profile)], given, True, actual={"n_chunks": 2}) == []
+    assert len(profile_config_problems([("p.yaml", profile)], given, True, actual=dict(given))) == 1
 
 
 def test_a_config_values_keys_are_compared_as_snakemake_reads_them():

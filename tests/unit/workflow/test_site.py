@@ -574,10 +574,33 @@ def test_a_profile_without_a_config_key_is_evaluated_once(no_profile, monkeypatc
     monkeypatch.setenv("YTE_RUNS", str(runs))
     yte = "__use_yte__: true\n__definitions__:\n  - import os\n  - open(os.environ['YTE_RUNS'], 'a').write('x')\n"
     _profile(no_profile / "p", yte + "# the workflow config: config/README.md\nconfigfile: c.yaml\ncores: 1\n")
-    assert site.profile_config(["snakemake", "--profile", "p", "-n"]) == ([], {}, False)
+    assert site.profile_config(["snakemake", "--profile", "p", "-n", "--config", "dataset=y"]) == ([], {"dataset": "y"}, True)
     assert runs.read_text() == "x"  # the parse's own reading only
     _profile(no_profile / "q", yte + "cores: 1\nconfig:\n  dataset: x\n")
-    assert site.profile_config(["snakemake", "--profile", "q"])[0] == [
+    assert site.profile_config(["snakemake", "--profile", "q", "--config", "n_chunks=2"])[0] == [
         (str(no_profile / "q" / "config.yaml"), {"dataset": "x"})
     ]
     assert runs.read_text() == "xxx"  # the parse's, and the one that reads its config:
+
+
+def test_a_profiles_config_is_not_read_again_where_nothing_can_replace_it(no_profile, monkeypatch):
+    """Without a --config on the command line, one profile's config: is the run's: only a
+    second profile (--profile twice, --workflow-profile, a profiles/default folder) can
+    replace it, so a run with one profile (make run's) reads no profile again, and its
+    YTE (profiles/local runs nvidia-smi) runs once per parse, as before the check."""
+    read = []
+    monkeypatch.setattr(site, "snakemake_arguments", lambda argv=None: read.append(argv))
+    assert site.profile_config(["snakemake", "--profile", "p", "-n"]) == ([], {}, False)
+    assert site.profile_config(["snakemake", "-n"]) == ([], {}, False)
+    assert read == []
+    for argv in (
+        ["snakemake", "--profile", "p", "--config", "n_chunks=2"],
+        ["snakemake", "--profile", "p", "--profile", "q"],
+        ["snakemake", "--profile=p", "--workflow-profile", "w"],
+        ["snakemake", "--prof", "p", "--workflow-prof=w"],  # abbreviated, as argparse takes them
+    ):
+        site.profile_config(argv)
+    assert len(read) == 4
+    (no_profile / "profiles" / "default").mkdir(parents=True)  # Snakemake's default workflow profile
+    site.profile_config(["snakemake", "--profile", "p"])
+    assert len(read) == 5
