@@ -59,14 +59,19 @@ def script_rule(path: str) -> str | None:
 
 
 def rule_of(cmdline: list[str], cache: dict[str, str | None]) -> str | None:
-    for arg in cmdline:
+    """The matrix's name for the rule of the job whose process runs `cmdline`: "split" for
+    every split_<dataset> (but not split_source, chunking.by: source's per-source jobs);
+    a shell rule's module names its rule, the sweep's copy when its `--out` folder is a
+    sweep job's (sweep_train runs the train rule's shell under results/sweeps/)."""
+    for i, arg in enumerate(cmdline):
         if "/.snakemake/scripts/tmp" in arg and arg.endswith(".py"):
             if cache.get(arg) is None:
                 cache[arg] = script_rule(arg)
             rule = cache[arg]
-            return "split" if rule and rule.startswith("split_") else rule  # split_<dataset>
+            return "split" if rule and rule.startswith("split_") and rule != "split_source" else rule
         if arg in _SHELL_RULES:
-            return _SHELL_RULES[arg]
+            out = cmdline[cmdline.index("--out", i) + 1] if "--out" in cmdline[i:-1] else ""
+            return f"sweep_{_SHELL_RULES[arg]}" if out.startswith("results/sweeps/") else _SHELL_RULES[arg]
     return None
 
 
