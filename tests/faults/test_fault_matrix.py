@@ -3,8 +3,14 @@ point, then the workflow rerun until it finishes; the final outputs must be byte
 to an uninterrupted run, and after every interrupted run no output may stand that differs
 from it (a partial file kept as finished).
 
-    make test-faults                      the larger seeded run (SHARDFLOW_FAULT_SEEDS)
+    make test-faults                      the larger seeded run (SHARDFLOW_FAULT_SEEDS), and
+                                          the extended matrix (SHARDFLOW_FAULT_EXTENDED=1)
     pytest tests/faults                   this module alone, at make test's size
+
+The extended matrix runs the same test body over the rules only a second config reaches
+(EXTENDED_RULES: chunking.by: source over a glob of files, a training sweep with its spec
+and collection, method stored's scoring, the reproduction check); `make test` skips it,
+and its fixtures never run there.
 
 Sizes: SHARDFLOW_FAULT_SEEDS (comma-separated seeds, default "1"); each seed plans one
 fault per rule, a seeded SHARDFLOW_FAULT_CONTROLLER_SHARE of them (default 0.05: one;
@@ -81,15 +87,19 @@ def inputs(tmp_path_factory):
     return cfg
 
 
+def _reference(work, cfg, rules):
+    """The uninterrupted run of `cfg`, watched: each rule's first job's duration plans the faults."""
+    proc, watcher = F.run_watched(work, cfg)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    missing = [r for r in rules if r not in watcher.durations]
+    assert not missing, f"rules not seen running: {missing}; seen {watcher.durations}"
+    return F.results(work), watcher.durations
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, inputs):
     """The uninterrupted run, watched: each rule's first job's duration plans the faults."""
-    work = tmp_path_factory.mktemp("fault-reference")
-    proc, watcher = F.run_watched(work, inputs)
-    assert proc.returncode == 0, proc.stdout[-6000:]
-    missing = [r for r in RULES if r not in watcher.durations]
-    assert not missing, f"rules not seen running: {missing}; seen {watcher.durations}"
-    return F.results(work), watcher.durations
+    return _reference(tmp_path_factory.mktemp("fault-reference"), inputs, RULES)
 
 
 def _unlock(work, cfg):
@@ -100,10 +110,16 @@ def _unlock(work, cfg):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_every_rule_killed_at_a_seeded_point_reruns_to_identical_outputs(seed, inputs, reference, tmp_path, record_property):
+    _kill_every_rule(seed, inputs, RULES, reference, tmp_path / "work", record_property)
+
+
+def _kill_every_rule(seed, inputs, rules, reference, work, record_property, volatile=VOLATILE, matrix=None):
+    """The matrix over `rules` of the workflow `inputs` (a config file, its resume volume
+    beside it) configures, against `reference` (its uninterrupted run's outputs and each
+    rule's shortest job); `matrix` names it in the report (the main one is unnamed)."""
     ref, durations = reference
-    work = tmp_path / "work"
     work.mkdir()
-    faults = F.plan_faults(durations, RULES, seed, CONTROLLER_SHARE)
+    faults = F.plan_faults(durations, rules, seed, CONTROLLER_SHARE)
     counts = {"runs": 0, "unlocks": 0}
     seen = dict(durations)  # each rule's shortest job in any run so far
 
@@ -116,14 +132,14 @@ def test_every_rule_killed_at_a_seeded_point_reruns_to_identical_outputs(seed, i
             counts["runs"] += 1
             for r, d in watcher.durations.items():
                 seen[r] = min(d, seen.get(r, d))
-            assert counts["runs"] < 4 * len(RULES), proc.stdout[-6000:]
+            assert counts["runs"] < 4 * len(rules), proc.stdout[-6000:]
             if "Directory cannot be locked" in proc.stdout:
                 # A controller fault left Snakemake's lock: the message must say how to clear it.
                 assert "--unlock" in proc.stdout, proc.stdout[-3000:]
                 _unlock(work, inputs)
                 counts["unlocks"] += 1
                 continue
-            problems = F.compare(ref, F.results(work), complete=False, volatile=VOLATILE)
+            problems = F.compare(ref, F.results(work), complete=False, volatile=volatile)
             assert not problems, f"seed {seed}, after run {counts['runs']}: {problems}"
             if proc.returncode == 0:
                 return
@@ -148,9 +164,9 @@ def test_every_rule_killed_at_a_seeded_point_reruns_to_identical_outputs(seed, i
         run_until_done()
 
     final = F.results(work)
-    assert F.compare(ref, final, complete=True, volatile=VOLATILE) == []
+    assert F.compare(ref, final, complete=True, volatile=volatile) == []
     injected = [r for r, f in faults.items() if f.injected]
-    assert injected == RULES, f"faults missed {sorted(set(RULES) - set(injected))} (retried {retried})"
+    assert injected == rules, f"faults missed {sorted(set(rules) - set(injected))} (retried {retried})"
     assert F.leftovers(work) == [], "temporary files of interrupted writes left behind"
     volume = inputs.parent / "volume"
     assert not [p for p in volume.rglob("*") if p.is_file()], "resume parts left after the outputs were written"
@@ -159,8 +175,9 @@ def test_every_rule_killed_at_a_seeded_point_reruns_to_identical_outputs(seed, i
          "identical": f.injected, "lost": 0}
         for f in faults.values()
     ]
-    summary = {"seed": seed, "faults": len(table), "injected": sum(t["injected"] for t in table),
-               "retried_after_a_miss": retried, **counts, "table": table}
+    summary = {"seed": seed, **({"matrix": matrix} if matrix else {}), "faults": len(table),
+               "injected": sum(t["injected"] for t in table), "retried_after_a_miss": retried, **counts,
+               "table": table}
     print(json.dumps(summary))
     record_property("faults", json.dumps(summary))
     if os.environ.get("SHARDFLOW_FAULT_REPORT"):
@@ -168,6 +185,77 @@ def test_every_rule_killed_at_a_seeded_point_reruns_to_identical_outputs(seed, i
         previous = json.loads(open(path).read()) if os.path.exists(path) else []
         with open(path, "w") as fh:
             json.dump([*previous, summary], fh, indent=1)
+
+
+# ------------------------------------------------------------------ the extended matrix
+
+EXTENDED = os.environ.get("SHARDFLOW_FAULT_EXTENDED") == "1"
+# The rules only another config runs: chunking.by: source's split_source jobs (one per
+# source file) and their collector (split_fm: collect_sources, not the split above), a
+# training sweep's jobs, its spec and collection, method stored's scoring, and the
+# reproduction check. Not here: build_demo_corpus (it runs only with input.path null, where
+# neither a glob of sources nor stored summaries exist, and writes under resources/, which
+# the comparison does not read), and the summarise sweep's rules (a summarise sweep under
+# method stored is a parse-time error: no summarise job to vary).
+EXTENDED_RULES = ["split_source", "split", "sweep_train", "sweep_spec", "collect_sweep_lr", "score_stored_summaries",
+                  "verify_reproduction"]
+# How the sweep's run went, which differs between two runs without a fault: its runs and
+# summary tables hold each job's wall time (wall_time_s and its mean, which the Parquet
+# comparison keeps) and, in the CSVs, the train metrics that time the job
+# (tokens_per_second, train_seconds_total); cost.json sums the jobs' seconds and counts
+# the attempts a fault killed. What the points computed stays compared: each job's
+# metrics.json, table.md, table.tex, best.json and the plots.
+EXTENDED_VOLATILE = VOLATILE + ("/runs.parquet", "/runs.csv", "/summary.parquet", "/summary.csv", "/cost.json")
+
+
+@pytest.fixture(scope="module")
+def extended_inputs(tmp_path_factory):
+    """Three small source files (a glob: chunking.by: source), each record with a
+    reference and a stored summary; training with a 2-point learning-rate sweep of one
+    seed, and a reproduction check of the main run's validation loss."""
+    root = tmp_path_factory.mktemp("fault-extended-inputs")
+    build_demo_corpus(str(root / "demo.jsonl"), DemoParams(max_docs=30, min_words=20))
+    records = [json.loads(line) for line in (root / "demo.jsonl").read_text().splitlines()]
+    (root / "data").mkdir()
+    for part in range(3):
+        with open(root / "data" / f"part-{part}.jsonl", "w") as fh:
+            for r in records[10 * part : 10 * (part + 1)]:
+                sentences = r["text"].split(". ")
+                fh.write(json.dumps({"id": r["id"], "text": r["text"], "highlights": sentences[0],
+                                     "summary": ". ".join(sentences[:2])}) + "\n")
+    return write_config(
+        root / "config.yaml",
+        dataset="fm",
+        tasks=["summarisation", "training"],
+        n_chunks="auto",
+        input={"path": str(root / "data" / "part-*.jsonl")},
+        chunking={"by": "source"},
+        summarise={"method": "stored", "stored_field": "summary", "reference_field": "highlights"},
+        shards={"tokens_per_shard": 4000, "val_fraction": 0.3},
+        train=dict(n_layer=1, n_head=2, n_embd=16, block_size=16, batch_size=4, max_iters=40, eval_interval=20,
+                   eval_windows=4, checkpoint_interval=10, warmup_iters=5, sample_tokens=10),
+        sweeps={"lr": {"stage": "train", "grid": {"train.lr": [1.0e-3, 2.0e-3]}, "seeds": [0],
+                       "metrics": {"best_val_loss": "min"}}},
+        # Wide: the check has to run (and pass alike after every fault), not pin the model.
+        reproduce={"name": "fault-matrix",
+                   "expect": {"metrics": {"best_val_loss": {"value": 4.0, "tolerance": 2.0}}}},
+        resources={"train": {"threads": 1}},
+        gpu_jobs={"resume_dir": str(root / "volume")},
+    )
+
+
+@pytest.fixture(scope="module")
+def extended_reference(tmp_path_factory, extended_inputs):
+    return _reference(tmp_path_factory.mktemp("fault-extended-reference"), extended_inputs, EXTENDED_RULES)
+
+
+@pytest.mark.skipif(not EXTENDED, reason="the extended fault matrix: make test-faults (SHARDFLOW_FAULT_EXTENDED=1)")
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_rule_of_the_extended_config_killed_at_a_seeded_point_reruns_to_identical_outputs(
+    seed, extended_inputs, extended_reference, tmp_path, record_property
+):
+    _kill_every_rule(seed, extended_inputs, EXTENDED_RULES, extended_reference, tmp_path / "work", record_property,
+                     volatile=EXTENDED_VOLATILE, matrix="extended")
 
 
 # ------------------------------------------------------------------------ disk full
