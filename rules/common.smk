@@ -670,8 +670,9 @@ def check_models():
     re-parse, and each remakes its own outputs."""
     if not MODELS_CHECKED:
         return
-    shared = sweep_embeddings() if sweeps_of_stage("retrieval") else None
-    jobs = plan.model_jobs(config, DATASETS.values(), SWEEPS.values(), shared)
+    jobs = plan.model_jobs(
+        config, DATASETS.values(), SWEEPS.values(), sweep_embeddings()
+    )
 
     def outputs(key, name):
         return [
@@ -800,16 +801,9 @@ def sweep_jobs_at_once(wildcards):
 # with the main run's settings is the main run's files.
 @functools.cache
 def sweep_embeddings():
-    """Which corpus and query embeddings each retrieval sweep job reads."""
-    from shardflow.sweep.shared import plan
-
-    return plan(
-        sweeps_of_stage("retrieval"),
-        config,
-        dataset=RETRIEVAL,
-        n_chunks=DATASETS[RETRIEVAL].n_chunks,
-        device=config["gpu_jobs"]["device"],
-    )
+    """Which corpus and query embeddings each retrieval sweep job reads, planned as status
+    and estimate plan them; None without a retrieval sweep."""
+    return plan.retrieval_sweep_embeddings(config, DATASETS.values(), SWEEPS.values())
 
 
 def shared_embeddings(root, kind, key):

@@ -111,6 +111,8 @@ def plan(
 
     `dataset` and `n_chunks`: the data set whose split chunks the corpus jobs embed and
     whose queries the query job embeds; `device`: gpu_jobs.device (every GPU job's).
+    The workflow gathers these from a run's config and data sets in one place
+    (shardflow.workflow.plan.retrieval_sweep_embeddings), for its rules, status and estimate.
     """
     context = {"dataset": dataset, "device": device}
 

@@ -85,7 +85,6 @@ from shardflow.core.models import same_model
 from shardflow.corpus.readers import ReaderOptions, detect_format
 from shardflow.sweep import parse_sweeps
 from shardflow.sweep.paths import job_metrics
-from shardflow.sweep.shared import plan as embedding_sets
 from shardflow.sweep.shared import set_folder
 from shardflow.sweep.spec import SweepSpec, merge
 from shardflow.workflow import plan
@@ -1106,8 +1105,8 @@ KIND_NAMES = {"corpus": "corpus", "queries": "query"}  # shardflow.sweep.shared.
 class RetrievalSweepSets:
     """The retrieval sweeps' jobs as rules/sweep.smk runs them: the corpus's embed jobs
     (sweep_embed, one per chunk) and the query embedding (sweep_embed_queries) once per
-    distinct embedding settings across all the sweeps (shardflow.sweep.shared.plan, called
-    as rules/common.smk calls it), a set with the main run's settings not at all (the main
+    distinct embedding settings across all the sweeps (plan.retrieval_sweep_embeddings, as
+    rules/common.smk plans them), a set with the main run's settings not at all (the main
     run's rows count it); the search (sweep_retrieval_evaluate) once per point x seed.
 
     A set is counted in the rows of the first sweep that reads it, estimated as the main
@@ -1119,14 +1118,11 @@ class RetrievalSweepSets:
         self.cfg, self.corpus, self.on_cpu = cfg, corpus, on_cpu
         self.counted: dict[tuple[str, str], str] = {}  # (kind, key) -> the sweep whose rows count it
         self.ended: dict[tuple[str, str], bool] = {}  # (kind, key) -> a job that read it has ended
-        specs = [s for s in sweeps.values() if s.stage == "retrieval"]
-        self.sets = None
-        if not specs or corpus is None:
+        self.sets = plan.retrieval_sweep_embeddings(cfg, [corpus[0]] if corpus else [], sweeps.values())
+        if self.sets is None:
             return
-        ds = corpus[0]
-        self.queries = _queries(cfg, ds.name)
-        self.sets = embedding_sets(specs, cfg, dataset=ds.name, n_chunks=ds.n_chunks, device=cfg["gpu_jobs"]["device"])
-        for spec in specs:
+        self.queries = _queries(cfg, corpus[0].name)
+        for spec in (s for s in sweeps.values() if s.stage == "retrieval"):
             for pid, seed in spec.jobs():
                 ended = os.path.exists(job_metrics("retrieval", spec.folder, pid, seed))
                 for found in self.sets.of_job(spec.folder, pid, seed):

@@ -40,6 +40,7 @@ from shardflow.corpus.readers import (
     record_limit_bytes,
 )
 from shardflow.retrieval.pipeline import RetrievalSpec
+from shardflow.sweep import shared
 from shardflow.sweep.metrics import describe, loads_model, stage_metrics, summary_report_metrics
 from shardflow.train.tokenizer import pretrained_unavailable
 from shardflow.workflow.tasks import models as task_models
@@ -843,10 +844,28 @@ def _data_set_model_jobs(key: str, ds: DataSet) -> list[Job]:
     return jobs
 
 
+def retrieval_sweep_embeddings(
+    cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[SweepSpec]
+) -> shared.SharedEmbeddings | None:
+    """The embedding sets the retrieval sweeps among `sweeps` read (shardflow.sweep.shared.plan),
+    planned from what decides them: those sweeps, the config, the retrieval data set's
+    name and chunk count, gpu_jobs.device. One place for rules/common.smk, status and
+    estimate, so the rules' files and what status and estimate look for cannot drift
+    apart. None without a retrieval sweep, or without a retrieval data set (the parse
+    stops on such a sweep: it needs retrieval.path)."""
+    retrieval = next((ds for ds in data_sets if ds.role == "retrieval"), None)
+    specs = [spec for spec in sweeps if spec.stage == "retrieval"]
+    if not specs or retrieval is None:
+        return None
+    return shared.plan(
+        specs, cfg, dataset=retrieval.name, n_chunks=retrieval.n_chunks, device=cfg["gpu_jobs"]["device"]
+    )
+
+
 def _sweep_model_jobs(cfg: dict, spec: SweepSpec, point: str, seed: int, sets: list[DataSet], embeddings) -> list[Job]:
     """The jobs of one sweep job (point, seed) that load its stage's model, and the main
     run's jobs whose outputs it reads (rules/sweep.smk): a retrieval job's embeddings (the
-    main run's or a shared set, `embeddings`: shardflow.sweep.shared.plan), an embed job's
+    main run's or a shared set, `embeddings`: retrieval_sweep_embeddings), an embed job's
     reference (the main run's vectors, where the point loads that model), a training
     job's tokenizer (train_tokenizer of the main data set)."""
     main = next(ds for ds in sets if ds.role == "main")
@@ -878,7 +897,7 @@ def model_jobs(
     """(config key, value) -> every job of this run that loads that model (or reads the
     pretrained tokenizer), each as (rule, wildcards), for the models loaded_models names:
     the data sets' jobs, each sweep job's (`embeddings`: the retrieval sweeps' shared sets,
-    shardflow.sweep.shared.plan). The graph is known at parse time, so these are all of
+    retrieval_sweep_embeddings). The graph is known at parse time, so these are all of
     them; the rules' output patterns name their files (rules/common.smk check_models)."""
     sets = list(data_sets)
     out: dict[tuple[str, str], list[Job]] = {}

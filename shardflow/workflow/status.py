@@ -115,7 +115,6 @@ from shardflow.core.parts import ATTEMPT_PREFIX, PartStore, attempt_totals
 from shardflow.core.runlog import FAILED
 from shardflow.corpus.chunks import SOURCE_PART
 from shardflow.sweep.paths import job_dir, job_metrics
-from shardflow.sweep.shared import plan as embedding_sets
 from shardflow.sweep.shared import set_folder
 from shardflow.workflow import estimate, mirror, plan
 
@@ -1301,12 +1300,7 @@ def changed_models(cfg: dict, data_sets: list[plan.DataSet], specs: dict) -> lis
     if os.environ.get("SHARDFLOW_SKIP_MODEL_CHECK", "") not in ("", "0"):
         return []
     retrieval = next((ds for ds in data_sets if ds.role == "retrieval"), None)
-    searches = [s for s in specs.values() if s.stage == "retrieval"]
-    shared = None
-    if searches and retrieval is not None:
-        shared = embedding_sets(
-            searches, cfg, dataset=retrieval.name, n_chunks=retrieval.n_chunks, device=cfg["gpu_jobs"]["device"]
-        )
+    shared = plan.retrieval_sweep_embeddings(cfg, data_sets, specs.values())
     jobs = plan.model_jobs(cfg, data_sets, specs.values(), shared)
     names = {"RETRIEVAL": retrieval.name} if retrieval is not None else {}
 

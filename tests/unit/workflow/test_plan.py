@@ -948,6 +948,25 @@ def test_the_jobs_that_load_each_model_are_known_at_parse_time(config):
     ]
 
 
+def test_the_retrieval_sweeps_embedding_sets_are_planned_from_the_run_in_one_place(config):
+    """plan.retrieval_sweep_embeddings, which rules/common.smk, status and estimate all
+    call: the sets of the retrieval sweeps alone, on the retrieval data set's name and
+    chunk count (found by its role, not its place) and gpu_jobs.device; None without a
+    retrieval sweep or without a retrieval data set."""
+    from shardflow.sweep.shared import plan as shared_plan
+
+    _, specs, _ = _model_run(config)
+    config["retrieval"]["n_chunks"] = 3
+    config["gpu_jobs"]["device"] = "cpu"
+    sets = plan.datasets(config)
+    found = plan.retrieval_sweep_embeddings(config, reversed(list(sets.values())), specs.values())
+    assert found == shared_plan([specs["r"]], config, dataset="tiny", n_chunks=3, device="cpu")
+    assert found != shared_plan([specs["r"]], config, dataset="tiny", n_chunks=1, device="cpu")  # the count decides
+    assert {folder for folder, _, _ in found.jobs} == {specs["r"].folder}
+    assert plan.retrieval_sweep_embeddings(config, sets.values(), [specs["e"], specs["t"]]) is None
+    assert plan.retrieval_sweep_embeddings(config, [sets["demo"]], specs.values()) is None
+
+
 def test_a_missing_model_stops_the_run_only_while_a_job_that_loads_it_has_work_to_do():
     """plan.model_verdicts: a model this machine lacks stops the run, naming a missing
     output of its jobs; where all of them exist (a finished run whose model moved), a

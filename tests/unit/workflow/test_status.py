@@ -29,6 +29,7 @@ from shardflow.core.atomic import write_json
 from shardflow.core.failures import Guard, RepeatedFailureError, check_earlier, record_path, write_record
 from shardflow.core.runlog import FAILED
 from shardflow.core.s3 import logical_path
+from shardflow.sweep.shared import plan as shared_plan
 from shardflow.workflow import estimate as est
 from shardflow.workflow import plan
 from shardflow.workflow import status as st
@@ -1407,7 +1408,7 @@ def test_a_model_changed_in_place_since_a_shared_embedding_set_was_made_is_named
     cfg = config(tmp_path, embedding={"model": str(model)}, retrieval={"path": "beir", "n_chunks": 1}, sweeps=sweep)
     (spec,) = est.sweeps(cfg).values()
     ((point, seed),) = spec.jobs()
-    sets = st.embedding_sets([spec], cfg, dataset="beir", n_chunks=1, device=cfg["gpu_jobs"]["device"])
+    sets = shared_plan([spec], cfg, dataset="beir", n_chunks=1, device=cfg["gpu_jobs"]["device"])
     corpus, queries = sets.of_job(spec.folder, point, seed)
     assert not corpus.main and not queries.main  # embedding.max_length: its own sets
     made = {"role": "embedding", "model": {"path": str(model), "sha256": "0" * 64}}
