@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shardflow.core.config import recorded, whole_floats_as_ints
+from shardflow.core.config import check_field_types, recorded, whole_floats_as_ints
 from shardflow.corpus.readers import DEFAULT_MAX_RECORD_BYTES, record_limit_bytes
 
 METHODS = ("lead", "extractive")
@@ -70,12 +70,13 @@ class SummariseParams:
         whole_floats_as_ints(self)  # k 2.0 cuts sentences[:k]
         if self.method not in METHODS:
             raise ValueError(f"method {self.method!r}: expected one of {METHODS}")
+        if self.splitter not in SPLITTER_NAMES:
+            raise ValueError(f"splitter {self.splitter!r}: expected one of {SPLITTER_NAMES}")
+        check_field_types(self)  # before the bounds: a string there is Python's bare TypeError, True a k of 1
         if self.k < 1:
             raise ValueError(f"k must be >= 1, got {self.k}")
         if not 0.0 <= self.mmr_lambda <= 1.0:
             raise ValueError(f"mmr_lambda must be in [0, 1], got {self.mmr_lambda}")
-        if self.splitter not in SPLITTER_NAMES:
-            raise ValueError(f"splitter {self.splitter!r}: expected one of {SPLITTER_NAMES}")
         if self.window < 1:
             raise ValueError(f"window must be >= 1, got {self.window}")
 
@@ -98,7 +99,9 @@ class ScoreParams:
     seed: int = 0
     level: float = 0.95
     id_field: str | None = "id"  # None: ids are source positions, <path>:<line>
-    reference_field: str = "highlights"
+    # None where the input has none (summarise.reference_field: null, the shipped config):
+    # the rules' params hold it, but no scoring job is asked for then (workflow.tasks).
+    reference_field: str | None = "highlights"
     on_bad_record: str = "error"  # error | skip
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
 
@@ -107,12 +110,15 @@ class ScoreParams:
         for name in ("reference_format", "summary_format"):
             if getattr(self, name) not in SENTENCE_FORMATS:
                 raise ValueError(f"{name} {getattr(self, name)!r}: expected one of {SENTENCE_FORMATS}")
+        if self.on_bad_record not in ("error", "skip"):
+            raise ValueError(f"on_bad_record {self.on_bad_record!r}: expected 'error' or 'skip'")
+        # Before the bounds: a string there is Python's bare TypeError; a seed of '0' was kept,
+        # and failed in numpy's bootstrap after every summary was scored.
+        check_field_types(self)
         if self.resamples < 1:
             raise ValueError(f"resamples must be >= 1, got {self.resamples}")
         if not 0.0 < self.level < 1.0:
             raise ValueError(f"level must be in (0, 1), got {self.level}")
-        if self.on_bad_record not in ("error", "skip"):
-            raise ValueError(f"on_bad_record {self.on_bad_record!r}: expected 'error' or 'skip'")
         if self.max_record_bytes < 1:
             raise ValueError(f"max_record_bytes must be >= 1, got {self.max_record_bytes}")
 

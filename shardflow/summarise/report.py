@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardflow.core.atomic import write_json
+from shardflow.core.config import check_field_types
 from shardflow.core.figures import plot_throughput, plot_timeline, pyplot, save_figure
 from shardflow.core.files import read_json
 from shardflow.core.jobs import items_computed, job_costs, peak_gpu_memory, priced, read_job_table
@@ -31,6 +32,12 @@ log = logging.getLogger(__name__)
 class SummaryReportParams:
     gpu_hour_price: float = 2.5
     currency: str = "USD"
+
+    def __post_init__(self) -> None:
+        # A price of '2.5' or None was kept, and the report stopped in the cost's arithmetic
+        # with Python's bare TypeError; True priced the run at 1 an hour, a currency of None
+        # went into summary.json as null.
+        check_field_types(self)
 
 
 def run_summary(

@@ -70,6 +70,22 @@ def test_summarise_whole_floats_become_ints_and_others_are_refused_by_their_boun
     assert str(info.value) == "k must be >= 1, got 0"
 
 
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [  # one case a field; each was accepted (True a k of 1, 8.5 a window) or raised Python's bare '<' TypeError
+        ({"k": "3"}, "k '3': expected an integer"),
+        ({"k": True}, "k True: expected an integer"),
+        ({"mmr_lambda": "0.5"}, "mmr_lambda '0.5': expected a number"),
+        ({"window": None}, "window None: expected an integer"),
+        ({"window": 8.5}, "window 8.5: expected an integer"),
+    ],
+)
+def test_summarise_a_wrong_python_type_is_one_error_naming_the_field(kw, message):
+    with pytest.raises(TypeError) as info:
+        SummariseParams(**kw)
+    assert str(info.value) == message
+
+
 def test_summarise_an_unknown_key_is_a_type_error_naming_it():
     with pytest.raises(TypeError, match="unexpected keyword argument 'lambda'"):
         SummariseParams(**{"lambda": 0.5})
@@ -114,6 +130,23 @@ def test_score_defaults():
 )
 def test_score_bad_values_name_the_key_and_value(kw, message):
     with pytest.raises(ValueError) as info:
+        ScoreParams(**kw)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [  # one case a field; a seed of '0' was kept (numpy's bootstrap refused it after the scoring), None a bare '<'
+        ({"resamples": "1000"}, "resamples '1000': expected an integer"),
+        ({"seed": "0"}, "seed '0': expected an integer"),
+        ({"level": None}, "level None: expected a number"),
+        ({"id_field": 5}, "id_field 5: expected a string or None"),
+        ({"reference_field": ["highlights"]}, "reference_field ['highlights']: expected a string or None"),
+        ({"max_record_bytes": True}, "max_record_bytes True: expected an integer"),
+    ],
+)
+def test_score_a_wrong_python_type_is_one_error_naming_the_field(kw, message):
+    with pytest.raises(TypeError) as info:
         ScoreParams(**kw)
     assert str(info.value) == message
 

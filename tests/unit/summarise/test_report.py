@@ -31,6 +31,25 @@ def test_report_params_default_to_the_configs_price():
     assert SummaryReportParams() == SummaryReportParams(gpu_hour_price=2.5, currency="USD")
 
 
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [  # '2.5' and None stopped the report in the cost's arithmetic, True priced at 1 an hour
+        ({"gpu_hour_price": "2.5"}, "gpu_hour_price '2.5': expected a number"),
+        ({"gpu_hour_price": None}, "gpu_hour_price None: expected a number"),
+        ({"gpu_hour_price": True}, "gpu_hour_price True: expected a number"),
+        ({"currency": None}, "currency None: expected a string"),
+    ],
+)
+def test_report_params_a_wrong_python_type_is_one_error_naming_the_field(kw, message):
+    with pytest.raises(TypeError) as info:
+        SummaryReportParams(**kw)
+    assert str(info.value) == message
+
+
+def test_report_params_take_a_whole_price_as_the_config_gives_it():
+    assert SummaryReportParams(gpu_hour_price=0).gpu_hour_price == 0  # YAML's 0: the schema's "number"
+
+
 def test_no_jobs_and_no_documents_is_all_zeros_not_a_division_error():
     s = run_summary([], [], {}, SummaryReportParams(currency="EUR"), np.zeros((0, 2), dtype=np.int64))
     assert s == {
