@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from shardflow.core.config import recorded
+from shardflow.core.config import check_field_types, recorded, whole_floats_as_ints
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,15 @@ class TrainParams:
     device: str = "auto"  # auto | cpu | cuda
 
     def __post_init__(self):
+        # 2000.0 (JSON Schema's "integer" takes it) is 2000: torch sizes and seeds take no float.
+        whole_floats_as_ints(self)
         if self.eval_windows != "all" and not (isinstance(self.eval_windows, int) and self.eval_windows > 0):
             raise ValueError(f"eval_windows must be a positive int or 'all', got {self.eval_windows!r}")
+        if self.dtype not in ("auto", "float32", "bfloat16"):
+            raise ValueError(f"dtype must be auto, float32 or bfloat16, got {self.dtype!r}")
+        # Before the comparisons below: a string there is Python's bare TypeError, and
+        # compile='false' (a true string) or bias=0 were kept as they came.
+        check_field_types(self)
         # torch takes p = 1 and drops everything: the logits never see the input and the
         # run trains a unigram model without a word. Above 1 nn.Dropout fails, but only
         # when the job builds the model.
@@ -57,8 +64,6 @@ class TrainParams:
             raise ValueError(
                 f"dropout must be in [0, 1), got {self.dropout}: at 1 every activation is dropped in training"
             )
-        if self.dtype not in ("auto", "float32", "bfloat16"):
-            raise ValueError(f"dtype must be auto, float32 or bfloat16, got {self.dtype!r}")
         for key in ("batch_size", "block_size", "grad_accum", "max_iters", "eval_interval", "checkpoint_interval"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")

@@ -57,6 +57,7 @@ from pathlib import Path
 import numpy as np
 
 from shardflow.core.atomic import atomic_open, write_json
+from shardflow.core.config import check_field_types, whole_floats_as_ints
 from shardflow.core.files import iter_json_lines
 from shardflow.core.hashing import sha256_file
 from shardflow.core.runlog import share_tokenizer_threads
@@ -108,8 +109,10 @@ class TokenizerParams:
     min_frequency: int = 2  # bpe only: least count for a merge
 
     def __post_init__(self) -> None:
+        whole_floats_as_ints(self)  # vocab_size 300.0 (the schema's "integer" takes it): the BPE trainer takes no float
         if not self.kind:
             raise ValueError("tokenizer kind is empty: expected char, bpe, or a tokenizer path")
+        check_field_types(self)  # before the bound: a string there is Python's bare TypeError
         if self.kind == "bpe" and self.vocab_size < 257:
             raise ValueError(f"bpe vocab_size {self.vocab_size} must be at least 257")
 
@@ -138,12 +141,16 @@ class TokenizeParams:
     batch_docs: int = 256  # documents encoded per call
 
     def __post_init__(self) -> None:
+        whole_floats_as_ints(self)  # batch_docs 256.0 is 256
+        if self.dtype not in ("auto", *FORMATS):
+            raise ValueError(f"token dtype {self.dtype!r}: expected auto, uint16 or uint32")
+        # Before the bounds: a string there is Python's bare TypeError; dedup='false' (a
+        # true string) was kept, and a split_salt of 5 failed in the hash of the first record.
+        check_field_types(self)
         if not 0 <= self.val_fraction < 1:
             raise ValueError(f"val_fraction {self.val_fraction} must be in [0, 1)")
         if self.batch_docs < 1:
             raise ValueError("batch_docs must be >= 1")
-        if self.dtype not in ("auto", *FORMATS):
-            raise ValueError(f"token dtype {self.dtype!r}: expected auto, uint16 or uint32")
 
 
 def shard_target_tokens(tokens_per_shard: int | None, shard_mb: float | None, dtype: str) -> int:
@@ -173,10 +180,14 @@ class ShardParams:
     group_field: str | None = None  # the corpus field the chunks' groups came from (metadata)
 
     def __post_init__(self) -> None:
+        whole_floats_as_ints(self)  # tokens_per_shard 200.0 (the schema's "integer" takes it) is 200
         if self.tokens_per_shard is not None and self.shard_mb is not None:
             raise ValueError("give tokens_per_shard or shard_mb, not both")
         if self.dtype not in ("auto", *FORMATS):
             raise ValueError(f"token dtype {self.dtype!r}: expected auto, uint16 or uint32")
+        # tokens_per_shard='100' or shard_mb='1' was kept, and the gather stopped on it
+        # after every tokenize job; dedup='no' (a true string) was kept as true.
+        check_field_types(self)
 
 
 @dataclass(frozen=True)
@@ -187,6 +198,8 @@ class TextFileParams:
     dtype: str = "auto"
 
     def __post_init__(self) -> None:
+        whole_floats_as_ints(self)  # tokens_per_shard 200.0 (the schema's "integer" takes it): range() takes no float
+        check_field_types(self)  # before the bound: a string or None there is Python's bare TypeError
         if not 0 <= self.val_fraction < 1:
             raise ValueError(f"val_fraction {self.val_fraction} must be in [0, 1)")
         if self.tokens_per_shard is not None and self.shard_mb is not None:

@@ -48,3 +48,37 @@ def test_dropout_of_one_is_refused():
     with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\), got -0.1"):
         TrainParams(dropout=-0.1)
     assert TrainParams(dropout=0.99).dropout == 0.99
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [  # one case a field; each raised Python's bare TypeError ('<', '%') or was kept: a true string compiles
+        ({"n_head": "4"}, "n_head '4': expected an integer"),
+        ({"batch_size": "12"}, "batch_size '12': expected an integer"),
+        ({"lr": "1e-3"}, "lr '1e-3': expected a number"),
+        ({"dropout": None}, "dropout None: expected a number"),
+        ({"compile": "false"}, "compile 'false': expected a bool"),
+        ({"bias": 0}, "bias 0: expected a bool"),
+        ({"seed": None}, "seed None: expected an integer"),
+        ({"n_layer": 2.5}, "n_layer 2.5: expected an integer"),
+        ({"lr_decay_iters": 500.5}, "lr_decay_iters 500.5: expected an integer or None"),
+        ({"eval_windows": True}, "eval_windows True: expected an integer or a string"),
+        ({"device": None}, "device None: expected a string"),
+        ({"compile_cache": 5}, "compile_cache 5: expected a string or None"),
+    ],
+)
+def test_a_wrong_python_type_is_one_error_naming_the_field(kw, message):
+    with pytest.raises(TypeError) as info:
+        TrainParams(**kw)
+    assert str(info.value) == message
+
+
+def test_whole_floats_are_ints():
+    """The schema's "integer" takes 200.0: eval_windows was refused as no int, and n_layer,
+    block_size or seed stopped the job in torch ('float' object cannot be interpreted as an
+    integer) after the data preparation."""
+    p = TrainParams(n_layer=2.0, block_size=16.0, seed=3.0, eval_windows=200.0, lr_decay_iters=500.0)
+    got = [(v, type(v)) for v in (p.n_layer, p.block_size, p.seed, p.eval_windows, p.lr_decay_iters)]
+    assert got == [(2, int), (16, int), (3, int), (200, int), (500, int)]
+    assert (p.dropout, type(p.dropout)) == (0.0, float) and TrainParams(lr=1).lr == 1  # float fields keep their value
+    assert TrainParams(eval_windows="all").eval_windows == "all"

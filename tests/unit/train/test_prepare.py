@@ -426,6 +426,47 @@ def test_shard_mb_sets_the_target(tmp_path):
         ShardParams(tokens_per_shard=10, shard_mb=1.0)
 
 
+@pytest.mark.parametrize(
+    ("params", "kw", "message"),
+    [  # one case a field; each raised Python's bare TypeError (in a bound, or in the job) or was kept
+        (TokenizerParams, {"kind": "bpe", "vocab_size": "300"}, "vocab_size '300': expected an integer"),
+        (TokenizerParams, {"min_frequency": "2"}, "min_frequency '2': expected an integer"),
+        (TokenizerParams, {"kind": 5}, "kind 5: expected a string"),
+        (TokenizeParams, {"val_fraction": "0.1"}, "val_fraction '0.1': expected a number"),
+        (TokenizeParams, {"split_salt": 5}, "split_salt 5: expected a string"),  # an AttributeError in the job
+        (TokenizeParams, {"dedup": "false"}, "dedup 'false': expected a bool"),  # a true string: dedup on
+        (TokenizeParams, {"batch_docs": None}, "batch_docs None: expected an integer"),
+        (ShardParams, {"tokens_per_shard": "100"}, "tokens_per_shard '100': expected an integer or None"),
+        (ShardParams, {"shard_mb": "1"}, "shard_mb '1': expected a number or None"),
+        (ShardParams, {"dedup": "no"}, "dedup 'no': expected a bool"),
+        (ShardParams, {"group_field": 3}, "group_field 3: expected a string or None"),
+        (TextFileParams, {"val_fraction": None}, "val_fraction None: expected a number"),
+        (TextFileParams, {"tokens_per_shard": "50"}, "tokens_per_shard '50': expected an integer or None"),
+        (TextFileParams, {"shard_mb": True}, "shard_mb True: expected a number or None"),
+        (TextFileParams, {"dtype": 16}, "dtype 16: expected a string"),
+    ],
+)
+def test_a_wrong_python_type_is_one_error_naming_the_field(params, kw, message):
+    with pytest.raises(TypeError) as info:
+        params(**kw)
+    assert str(info.value) == message
+
+
+def test_whole_floats_are_ints(tmp_path):
+    """The schema's "integer" takes 200.0: the BPE trainer and a position split's range()
+    stopped on it ('float' object cannot be interpreted as an integer); a gather went on
+    and wrote tokens_per_shard 200.0 into metadata.json."""
+    tk = TokenizerParams(kind="bpe", vocab_size=300.0, min_frequency=2.0)
+    values = [tk.vocab_size, tk.min_frequency, TokenizeParams(batch_docs=8.0).batch_docs]
+    values += [cls(tokens_per_shard=200.0).tokens_per_shard for cls in (ShardParams, TextFileParams)]
+    assert [(type(v), v) for v in values] == [(int, 300), (int, 2), (int, 8), (int, 200), (int, 200)]
+    assert type(TextFileParams(val_fraction=0).val_fraction) is int  # a float field keeps what it is given
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", [(f"d{i}", words(i)) for i in range(40)])
+    tok = CharTokenizer.train(words(i) for i in range(40))
+    run(tmp_path, [chunk], tok, sparams=ShardParams(tokens_per_shard=200.0))
+    assert type(json.loads((tmp_path / "shards" / "metadata.json").read_text())["tokens_per_shard"]) is int
+
+
 def test_keys_only_bpe_reads_hold_their_defaults_in_another_tokenizers_params():
     """vocab_size and min_frequency change no byte of a char or pretrained tokenizer: at
     their defaults there, whatever the config says, a change reruns nothing. The schema
