@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from shardflow.core.atomic import atomic_path, write_json
 from shardflow.core.columns import read_ids
+from shardflow.core.config import check_field_types, whole_floats_as_ints
 from shardflow.core.figures import pyplot, save_figure
 from shardflow.core.files import read_json
 from shardflow.core.hashing import digest, sha256_file
@@ -191,11 +192,15 @@ class EvaluateParams:
     similarity: str = "cosine"
 
     def __post_init__(self) -> None:
+        whole_floats_as_ints(self)  # top_k 100.0 (the schema's "integer" takes it): torch sizes take no float
         if self.similarity not in SEARCH_SIMILARITIES:
             raise ValueError(
                 f"the model's similarity_fn_name is {self.similarity!r}: retrieval evaluation searches by "
                 f"{' or '.join(SEARCH_SIMILARITIES)} (exact inner-product search)"
             )
+        # top_k='10' was kept and stopped the job with Python's bare TypeError after the ids
+        # and queries were read; drop_identical_ids='false' (a true string) dropped them.
+        check_field_types(self)
 
 
 def judged_documents_not_in(qrels: dict[str, dict[str, int]], doc_ids: Iterable[str]) -> list[str]:

@@ -125,6 +125,32 @@ def test_search_scores_with_the_models_similarity(tmp_path):
         EvaluateParams(similarity="euclidean")
 
 
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [  # one case a field; each was kept: '10' stopped the job in min(), 'false' (a true string) dropped ids
+        ({"top_k": "10"}, "top_k '10': expected an integer"),
+        ({"block_size": None}, "block_size None: expected an integer"),
+        ({"backend": None}, "backend None: expected a string"),
+        ({"drop_identical_ids": "false"}, "drop_identical_ids 'false': expected a bool"),
+        ({"relevance_level": True}, "relevance_level True: expected an integer"),
+        ({"device": 0}, "device 0: expected a string or None"),
+    ],
+)
+def test_evaluate_params_a_wrong_python_type_is_one_error_naming_the_field(kw, message):
+    with pytest.raises(TypeError) as info:
+        EvaluateParams(**kw)
+    assert str(info.value) == message
+
+
+def test_evaluate_params_whole_floats_are_ints(tmp_path):
+    """retrieval.top_k 100.0 passes the schema's "integer": the search stopped in torch.full;
+    relevance_level 2.0 scored as 2 and went into metrics.json as 2.0."""
+    p = EvaluateParams(top_k=100.0, block_size=64.0, relevance_level=2.0)
+    assert [(type(v), v) for v in (p.top_k, p.block_size, p.relevance_level)] == [(int, 100), (int, 64), (int, 2)]
+    metrics, run = _search(tmp_path, [[1.0, 0.0], [3.0, 3.0]], [[1.0, 0.2]], "cosine", top_k=2.0, relevance_level=2.0)
+    assert [r["doc_id"] for r in run] == ["d0", "d1"] and type(metrics["relevance_level"]) is int
+
+
 def test_a_relevance_level_scores_the_binary_metrics_and_is_recorded_away_from_1(tmp_path):
     """retrieval.relevance_level reaches the scoring; metrics.json names it where it is
     not 1 (a record at the default keeps the bytes it had before the key)."""
