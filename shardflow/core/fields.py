@@ -1,0 +1,70 @@
+"""The Python types of a params dataclass's fields: a whole float in an int field made
+that int, and a value of a type its annotation does not name refused, naming the field.
+
+Kept apart from core.config, with nothing but the standard library: the demo corpus's
+builder checks its DemoParams in a fresh interpreter that then reads the docstrings of
+the whole standard library, and core.config's jsonschema brings in typing_extensions,
+which patches `typing` and so changes that corpus. core.config re-exports both helpers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+import os
+import re
+from typing import Any
+
+
+def whole_floats_as_ints(params: Any) -> None:
+    """In a frozen params dataclass, a whole float in a field typed int (`128.0`,
+    `5.0e+3`: JSON Schema's "integer" takes them) becomes that int, in place: the code
+    slices and counts with them. Done where params are built, not in the config, so the
+    values Snakemake records (and sweep point ids) stay as written."""
+    for f in dataclasses.fields(params):
+        value = getattr(params, f.name)
+        kinds = set(re.findall(r"\w+", f.type if isinstance(f.type, str) else str(f.type)))
+        if isinstance(value, float) and value.is_integer() and "int" in kinds and "float" not in kinds:
+            object.__setattr__(params, f.name, int(value))
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+# What a params dataclass's annotation parts take, and how an error says it. bool is an
+# int in Python (True == 1, True < 1 is False), so a number field takes no bool, and a
+# bool field no 0 or 1. A list is as good as a tuple: YAML gives lists.
+FIELD_KINDS = {
+    "int": ("an integer", _is_integer),
+    "float": ("a number", lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool)),
+    "bool": ("a bool", lambda v: isinstance(v, bool)),
+    "str": ("a string", lambda v: isinstance(v, str)),
+    "None": ("None", lambda v: v is None),
+    "tuple[int, ...]": ("a list of integers", lambda v: isinstance(v, (list, tuple)) and all(map(_is_integer, v))),
+}
+
+
+def check_field_types(params: Any) -> None:
+    """In a params dataclass, each field's value is of a type its annotation names (a
+    union of FIELD_KINDS: `int | None`, `bool | str | None`), else a TypeError naming the
+    field, the value and what it takes. Called in `__post_init__`, after
+    whole_floats_as_ints and the checks whose messages list a field's allowed words, and
+    before comparisons, which would fail with Python's bare TypeError ('<' not supported
+    between 'str' and 'int') or pass a wrong value (a bool where a number is meant, a
+    string never compared). A field whose annotation names anything else is left to its
+    class. A path object (pathlib.Path) where a string is meant is taken as its string
+    (os.fspath), as the classes took a model folder before they checked types."""
+    for f in dataclasses.fields(params):
+        annotation = f.type.__name__ if isinstance(f.type, type) else str(f.type)
+        kinds = [part.strip() for part in annotation.split("|")]
+        if not all(kind in FIELD_KINDS for kind in kinds):
+            continue
+        value = getattr(params, f.name)
+        if "str" in kinds and isinstance(value, os.PathLike):
+            value = os.fspath(value)
+            object.__setattr__(params, f.name, value)  # the classes are frozen
+        if not any(FIELD_KINDS[kind][1](value) for kind in kinds):
+            words = [FIELD_KINDS[kind][0] for kind in kinds]
+            expected = words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+            raise TypeError(f"{f.name} {value!r}: expected {expected}")
