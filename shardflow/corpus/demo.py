@@ -30,6 +30,7 @@ import warnings
 from dataclasses import asdict, dataclass
 
 from shardflow.core.atomic import atomic_open
+from shardflow.core.fields import check_field_types, whole_floats_as_ints  # not core.config: see core.fields
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,12 @@ SKIP_PREFIXES = (
 class DemoParams:
     max_docs: int = 3000
     min_words: int = 20
+
+    def __post_init__(self) -> None:
+        # Checked here, in the job: max_docs '5' or 5.0 was kept, and the builder's fresh
+        # interpreter stopped on it after importing the standard library; True made one document.
+        whole_floats_as_ints(self)
+        check_field_types(self)
 
 
 def _skipped(name: str) -> bool:

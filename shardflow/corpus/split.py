@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from shardflow.core.atomic import atomic_open, publish_all, tmp_path, write_json
+from shardflow.core.config import check_field_types, whole_floats_as_ints
 from shardflow.core.hashing import sha256_file
 from shardflow.core.s3 import logical_path
 from shardflow.corpus.chunks import ChunkRecord, dump_record
@@ -60,10 +61,14 @@ class SplitParams:
     max_open_files: int = 256
 
     def __post_init__(self) -> None:
-        if self.n_chunks < 1:
-            raise ValueError(f"n_chunks must be >= 1, got {self.n_chunks}")
+        whole_floats_as_ints(self)  # n_chunks 4.0 is 4: `[0] * n_chunks` takes no float
         if self.by not in ("records", "size"):
             raise ValueError(f"chunking.by {self.by!r}: expected 'records' or 'size'")
+        # Before the bounds: a string or None there is Python's bare TypeError; True (one
+        # chunk) was kept, and max_open_files '256' until the first chunk file opened.
+        check_field_types(self)
+        if self.n_chunks < 1:
+            raise ValueError(f"n_chunks must be >= 1, got {self.n_chunks}")
         if self.rate_items_per_s <= 0:
             raise ValueError("rate_items_per_s must be > 0")
 

@@ -76,6 +76,34 @@ def test_skipped_modules_are_never_imported(built):
     assert "json" in modules and "email.message" in modules  # it did import the rest
 
 
+def test_checking_the_params_brings_nothing_into_the_builders_interpreter(built):
+    """DemoParams checks its fields there too (core.fields): typing_extensions, which
+    core.config's jsonschema imports, patches `typing` and changed the corpus."""
+    _, child = built
+    assert not {"typing_extensions", "jsonschema", "yaml"} & set(child["modules"])
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [  # each was kept, and the builder's interpreter stopped on it (True made one document)
+        ({"max_docs": "5"}, "max_docs '5': expected an integer"),
+        ({"max_docs": True}, "max_docs True: expected an integer"),
+        ({"max_docs": 5.5}, "max_docs 5.5: expected an integer"),
+        ({"min_words": None}, "min_words None: expected an integer"),
+    ],
+)
+def test_a_wrong_python_type_is_one_error_naming_the_field(kw, message):
+    with pytest.raises(TypeError) as info:
+        DemoParams(**kw)
+    assert str(info.value) == message
+
+
+def test_whole_floats_are_ints():
+    """demo.max_docs 3000.0 passes the schema's "integer"; range() in the builder refused it."""
+    params = DemoParams(max_docs=3000.0, min_words=20.0)
+    assert [(type(v), v) for v in (params.max_docs, params.min_words)] == [(int, 3000), (int, 20)]
+
+
 def test_listing_modules_imports_nothing():
     script = (
         "import sys; from shardflow.corpus import demo; before = set(sys.modules); "

@@ -253,6 +253,33 @@ def test_invalid_split_params_raise(params):
         SplitParams(**params)
 
 
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [  # one case a field; each raised Python's bare TypeError in a bound or in the split, or was kept
+        ({"n_chunks": "4"}, "n_chunks '4': expected an integer"),
+        ({"n_chunks": True}, "n_chunks True: expected an integer"),  # one chunk
+        ({"n_chunks": 4.5}, "n_chunks 4.5: expected an integer"),
+        ({"n_chunks": 4, "rate_items_per_s": None}, "rate_items_per_s None: expected a number"),
+        ({"n_chunks": 4, "max_open_files": "256"}, "max_open_files '256': expected an integer"),
+    ],
+)
+def test_a_wrong_python_type_is_one_error_naming_the_field(params, message):
+    with pytest.raises(TypeError) as info:
+        SplitParams(**params)
+    assert str(info.value) == message
+
+
+def test_a_whole_float_chunk_count_splits_as_its_int(tmp_path, corpus):
+    """n_chunks 4.0 stopped the split in `[0] * n` (can't multiply sequence by non-int)."""
+    params = SplitParams(n_chunks=4.0, max_open_files=2.0)
+    assert [(type(v), v) for v in (params.n_chunks, params.max_open_files)] == [(int, 4), (int, 2)]
+    assert SplitParams(n_chunks=1, rate_items_per_s=40).rate_items_per_s == 40  # a float field keeps an int
+    chunks = [chunk_path(tmp_path, i) for i in range(4)]
+    manifest = split_corpus([str(corpus)], ReaderOptions(), params, chunks, tmp_path / "m.json", tmp_path / "r.jsonl")
+    as_int = run_split(tmp_path / "a", [corpus], 4)
+    assert [c["items"] for c in manifest["chunks"]] == [c["items"] for c in as_int["chunks"]]
+
+
 def test_split_params_default_to_the_schemas_defaults():
     """A run passes chunking's values, which the schema's defaults fill; SplitParams'
     own defaults, for callers outside a run, are the same (rate_items_per_s was 50 items/s
