@@ -328,7 +328,7 @@ def test_a_failed_pod_is_resubmitted_and_the_other_jobs_run_on(api, s3, s3_prefi
     (shardflow.core.kube, as rules/common.smk calls it), the failure is a failed job:
     its log is saved, its Job deleted, the job resubmitted in a new pod (`retries`), the
     other jobs run on (keep-going), and the run ends with an error once they are done."""
-    run = run_eks(api, s3, s3_prefix, workflow_dir, sm, "--config", "fail_chunk=b", "embed_retries=1")
+    run = run_eks(api, s3, s3_prefix, workflow_dir, sm, "--config", "chunks=[a,b]", "fail_chunk=b", "embed_retries=1")
     assert not run.timed_out, sm.describe(run)
     assert run.returncode == 1, sm.describe(run)
     assert "Kubernetes request failed" not in run.output and "Trying to restart job" in run.output, sm.describe(run)
@@ -343,7 +343,7 @@ def test_a_failed_pod_is_resubmitted_and_the_other_jobs_run_on(api, s3, s3_prefi
         saved = workflow_dir / ".snakemake" / "auxiliary" / "kubernetes-logs" / f"{name}.log"
         assert "configured to fail (fail_chunk)" in saved.read_text()
     objects = s3.objects(f"{s3_prefix}/")
-    assert f"{s3_prefix}/embeddings/a.json" in objects and f"{s3_prefix}/embeddings/c.json" in objects
+    assert f"{s3_prefix}/embeddings/a.json" in objects  # the other chunk ran on
     assert f"{s3_prefix}/merged/summary.json" not in objects
     assert api.running_jobs() == []
 
@@ -354,12 +354,12 @@ def test_rule_retries_inside_the_pod_absorb_a_transient_failure(
     """The guard: a rule-level `retries:` reaches the job-mode Snakemake inside the pod
     (a profile/CLI --retries does not: pods get --retries 0), so a transient failure is
     retried in place and the pod exits 0 -- the plugin never reads a previous log."""
-    run = run_eks(api, s3, s3_prefix, workflow_dir, sm, "--config", "fail_chunk=b", "fail_times=1")
+    run = run_eks(api, s3, s3_prefix, workflow_dir, sm, "--config", "chunks=[a,b]", "fail_chunk=b", "fail_times=1")
     assert run.returncode == 0, sm.describe(run)
     objects = s3.objects(f"{s3_prefix}/")
-    assert all(f"{s3_prefix}/{rel}" in objects for rel in sm.OUTPUTS)
+    assert all(f"{s3_prefix}/{rel}" in objects for rel in sm.OUTPUTS if "/c." not in rel)
     assert json.loads(objects[f"{s3_prefix}/embeddings/b.json"])["chunk"] == "b"
-    assert json.loads(objects[f"{s3_prefix}/merged/summary.json"])["chunks"] == ["a", "b", "c"]
+    assert json.loads(objects[f"{s3_prefix}/merged/summary.json"])["chunks"] == ["a", "b"]
     (job,) = specs_by_target(api)["embed:chunk=b"]
     assert pod_log(api, job["metadata"]["name"]).count("Trying to restart job") == 1
     assert not [q for _, p, q, _ in api.requests if p.endswith("/log")]  # no log read at all
