@@ -28,6 +28,26 @@ def whole_floats_as_ints(params: Any) -> None:
             object.__setattr__(params, f.name, int(value))
 
 
+def whole_int(text: str) -> int:
+    """argparse type of an integer option: `10`, or a whole float written as text
+    (`10.0`, `1e3`). A shell rule passes a config value as Python writes it, and JSON
+    Schema's "integer" takes 10.0, which int() refuses; 10.5 stays an error, which
+    argparse reports naming the option."""
+    import argparse  # here: the demo corpus's fresh interpreter imports this module, and no more than it needs
+
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        number = float(text)
+    except ValueError:
+        number = None
+    if number is None or not number.is_integer():
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+    return int(number)
+
+
 def _is_integer(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 

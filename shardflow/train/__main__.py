@@ -26,22 +26,27 @@ import torch
 import torch.distributed as dist
 
 from shardflow.core import controller, failures
+from shardflow.core.fields import whole_int
 from shardflow.core.runlog import configure_logging
 from shardflow.train.trainer import TrainParams, train
 
 
 def _parse_value(field: dataclasses.Field, text: str):
     hint = typing.get_type_hints(TrainParams)[field.name]
+    # An int field takes a whole float too (`--checkpoint-interval 10.0`): the train rule
+    # passes train.checkpoint_interval as the config gives it.
     if field.name == "eval_windows":
-        return text if text == "all" else int(text)
+        return text if text == "all" else whole_int(text)
     optional = [t for t in typing.get_args(hint) if t is not type(None)]
     if type(None) in typing.get_args(hint) and len(optional) == 1:  # `int | None`, `str | None`
-        return None if text.lower() in ("none", "null") else optional[0](text)
+        if text.lower() in ("none", "null"):
+            return None
+        return whole_int(text) if optional[0] is int else optional[0](text)
     if hint is bool:
         if text.lower() not in ("true", "false", "1", "0"):
             raise argparse.ArgumentTypeError(f"--{field.name}: expected true or false, got {text!r}")
         return text.lower() in ("true", "1")
-    return hint(text)
+    return whole_int(text) if hint is int else hint(text)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -51,9 +56,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--resume-dir", help="checkpoint folder (default: <out>/../<out name>.resume)")
     ap.add_argument("--tokenizer", help="saved tokenizer folder, to decode the sample text")
     ap.add_argument("--log", help="log file (rank 0)")
-    ap.add_argument("--threads", type=int, help="torch CPU threads per process")
+    ap.add_argument("--threads", type=whole_int, help="torch CPU threads per process")
     ap.add_argument("--keep-resume", action="store_true", help="keep the checkpoint folder after finishing")
-    ap.add_argument("--sample-tokens", type=int, default=500, help="tokens of the generated sample")
+    ap.add_argument("--sample-tokens", type=whole_int, default=500, help="tokens of the generated sample")
     ap.add_argument("--params", default="{}", help="JSON object of TrainParams fields")
     ap.add_argument("--out-of-memory", type=json.loads, help="JSON: the out-of-memory details an earlier attempt "
                     "recorded (the train launcher passes them): on that GPU type, a smaller micro-batch")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from shardflow.core import config
-from shardflow.core.fields import check_field_types, whole_floats_as_ints
+from shardflow.core.fields import check_field_types, whole_floats_as_ints, whole_int
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -75,3 +75,15 @@ def test_importing_it_brings_in_nothing_but_the_standard_library():
     )
     proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "[]"
+
+
+def test_whole_int_reads_a_whole_float_and_refuses_a_fraction_or_a_word():
+    """The argparse type of an integer option: "10.0" (a config's whole float, as a shell
+    rule writes it) is 10; "10.5", "inf" and "ten" are argparse errors."""
+    import argparse
+
+    assert [whole_int(text) for text in ("10", "10.0", "1e3", "-2")] == [10, 10, 1000, -2]
+    assert type(whole_int("10.0")) is int
+    for text in ("10.5", "inf", "nan", "ten", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"expected an integer, got {text!r}"):
+            whole_int(text)

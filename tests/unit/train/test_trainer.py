@@ -626,6 +626,23 @@ def test_every_train_param_parses_from_its_flag():
     assert parse_args(["--data", "d", "--out", "o", "--lr-decay-iters", "40"]).lr_decay_iters == 40
 
 
+def test_int_flags_take_a_whole_float_and_refuse_a_fraction_naming_the_flag(capsys):
+    """The train rule passes train.checkpoint_interval and train.sample_tokens as the
+    config gives them, and JSON Schema's "integer" takes 10.0: the flags read it as 10.
+    10.5 is argparse's usual error, naming the flag."""
+    from shardflow.train.__main__ import parse_args
+
+    args = parse_args(["--data", "d", "--out", "o", "--checkpoint-interval", "10.0", "--sample-tokens", "5e2",
+                       "--threads", "2.0", "--lr-decay-iters", "40.0", "--eval-windows", "8.0"])
+    assert (args.checkpoint_interval, args.sample_tokens, args.threads, args.lr_decay_iters, args.eval_windows) == (
+        10, 500, 2, 40, 8)
+    assert all(type(v) is int for v in (args.checkpoint_interval, args.sample_tokens, args.lr_decay_iters))
+    for flag in ("--checkpoint-interval", "--sample-tokens", "--threads"):
+        with pytest.raises(SystemExit):
+            parse_args(["--data", "d", "--out", "o", flag, "10.5"])
+        assert f"argument {flag}: expected an integer, got '10.5'" in capsys.readouterr().err
+
+
 def test_the_loss_figure_is_closed_when_saving_it_fails(tmp_path, monkeypatch):
     """pyplot keeps a figure until it is closed: a failed save left one open per call in
     a long process."""
