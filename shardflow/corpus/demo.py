@@ -78,6 +78,11 @@ class DemoParams:
         # interpreter stopped on it after importing the standard library; True made one document.
         whole_floats_as_ints(self)
         check_field_types(self)
+        # As the config schema asks (minimum 1): max_docs 0 divided by zero when sampling,
+        # and a negative one wrote an empty corpus.
+        for key in ("max_docs", "min_words"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
 
 
 def _skipped(name: str) -> bool:

@@ -98,6 +98,20 @@ def test_a_wrong_python_type_is_one_error_naming_the_field(kw, message):
     assert str(info.value) == message
 
 
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [  # the schema's minimum 1: max_docs 0 was a ZeroDivisionError when sampling, -1 an empty corpus
+        ({"max_docs": 0}, "max_docs must be >= 1, got 0"),
+        ({"max_docs": -1}, "max_docs must be >= 1, got -1"),
+        ({"min_words": 0}, "min_words must be >= 1, got 0"),
+    ],
+)
+def test_a_count_below_the_schemas_minimum_is_one_error_naming_the_field(kw, message):
+    with pytest.raises(ValueError) as info:
+        DemoParams(**kw)
+    assert str(info.value) == message
+
+
 def test_whole_floats_are_ints():
     """demo.max_docs 3000.0 passes the schema's "integer"; range() in the builder refused it."""
     params = DemoParams(max_docs=3000.0, min_words=20.0)
