@@ -11,16 +11,10 @@ from pathlib import Path
 
 import torch
 
+from shardflow.core.fields import DEVICES, check_device  # noqa: F401  (here without torch: TrainParams)
 from shardflow.core.jobs import PEAK_GPU_KEYS
 
-DEVICES = ("auto", "cpu", "cuda")  # plus "cuda:N"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def check_device(name: str) -> None:
-    """A configured device name is auto, cpu, cuda or cuda:N (None or a number is not one)."""
-    if not isinstance(name, str) or (name not in DEVICES and not (name.startswith("cuda:") and name[5:].isdigit())):
-        raise ValueError(f"device {name!r}: expected auto, cpu, cuda or cuda:N")
 
 
 def resolve_device(name: str) -> torch.device:

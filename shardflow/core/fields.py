@@ -28,6 +28,17 @@ def whole_floats_as_ints(params: Any) -> None:
             object.__setattr__(params, f.name, int(value))
 
 
+DEVICES = ("auto", "cpu", "cuda")  # plus "cuda:N"
+
+
+def check_device(name: str) -> None:
+    """A configured device name is auto, cpu, cuda or cuda:N (None or a number is not one).
+    Here, not in core.devices, which imports torch: TrainParams checks its device when the
+    workflow is parsed (core.devices re-exports both)."""
+    if not isinstance(name, str) or (name not in DEVICES and not (name.startswith("cuda:") and name[5:].isdigit())):
+        raise ValueError(f"device {name!r}: expected auto, cpu, cuda or cuda:N")
+
+
 def whole_int(text: str) -> int:
     """argparse type of an integer option: `10`, or a whole float written as text
     (`10.0`, `1e3`). A shell rule passes a config value as Python writes it, and JSON

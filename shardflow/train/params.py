@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from shardflow.core.config import check_field_types, recorded, whole_floats_as_ints
+from shardflow.core.fields import check_device
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,9 @@ class TrainParams:
         # Before the comparisons below: a string there is Python's bare TypeError, and
         # compile='false' (a true string) or bias=0 were kept as they came.
         check_field_types(self)
+        # Any string was kept until torch.device refused it in the trainer ('gpu'). After
+        # the type check: None stays its TypeError.
+        check_device(self.device)
         # torch takes p = 1 and drops everything: the logits never see the input and the
         # run trains a unigram model without a word. Above 1 nn.Dropout fails, but only
         # when the job builds the model.

@@ -73,6 +73,18 @@ def test_a_wrong_python_type_is_one_error_naming_the_field(kw, message):
     assert str(info.value) == message
 
 
+@pytest.mark.parametrize("device", ["gpu", "CUDA", "cuda:", "cuda:x", "cuda "])
+def test_a_device_the_trainer_cannot_use_is_refused_listing_the_choices(device):
+    """Any string was kept until torch.device refused it in the trainer."""
+    with pytest.raises(ValueError) as info:
+        TrainParams(device=device)
+    assert str(info.value) == f"device {device!r}: expected auto, cpu, cuda or cuda:N"
+
+
+def test_every_device_the_trainer_takes_is_accepted():
+    assert [TrainParams(device=d).device for d in ("auto", "cpu", "cuda", "cuda:1")] == ["auto", "cpu", "cuda", "cuda:1"]
+
+
 def test_whole_floats_are_ints():
     """The schema's "integer" takes 200.0: eval_windows was refused as no int, and n_layer,
     block_size or seed stopped the job in torch ('float' object cannot be interpreted as an
@@ -82,3 +94,13 @@ def test_whole_floats_are_ints():
     assert got == [(2, int), (16, int), (3, int), (200, int), (500, int)]
     assert (p.dropout, type(p.dropout)) == (0.0, float) and TrainParams(lr=1).lr == 1  # float fields keep their value
     assert TrainParams(eval_windows="all").eval_windows == "all"
+
+
+def test_the_params_module_imports_no_torch():
+    """The workflow checks TrainParams when it parses the config: its device check comes
+    from core.fields, not core.devices (which imports torch)."""
+    import subprocess
+    import sys
+
+    code = "import sys, shardflow.train.params; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
