@@ -200,6 +200,9 @@ class TextFileParams:
     def __post_init__(self) -> None:
         whole_floats_as_ints(self)  # tokens_per_shard 200.0 (the schema's "integer" takes it): range() takes no float
         check_field_types(self)  # before the bound: a string or None there is Python's bare TypeError
+        # As TokenizeParams: another word was refused only by choose_dtype, in the job.
+        if self.dtype not in ("auto", *FORMATS):
+            raise ValueError(f"token dtype {self.dtype!r}: expected auto, uint16 or uint32")
         if not 0 <= self.val_fraction < 1:
             raise ValueError(f"val_fraction {self.val_fraction} must be in [0, 1)")
         if self.tokens_per_shard is not None and self.shard_mb is not None:

@@ -452,6 +452,16 @@ def test_a_wrong_python_type_is_one_error_naming_the_field(params, kw, message):
     assert str(info.value) == message
 
 
+@pytest.mark.parametrize("dtype", ["uint8", "int32", "UINT16", ""])
+def test_a_text_files_token_dtype_is_one_of_the_shard_formats(dtype):
+    """As TokenizeParams and ShardParams: another word was refused only by choose_dtype,
+    in the job, after the tokenizer was read."""
+    with pytest.raises(ValueError) as info:
+        TextFileParams(dtype=dtype)
+    assert str(info.value) == f"token dtype {dtype!r}: expected auto, uint16 or uint32"
+    assert [TextFileParams(dtype=d).dtype for d in ("auto", "uint16", "uint32")] == ["auto", "uint16", "uint32"]
+
+
 def test_whole_floats_are_ints(tmp_path):
     """The schema's "integer" takes 200.0: the BPE trainer and a position split's range()
     stopped on it ('float' object cannot be interpreted as an integer); a gather went on
