@@ -201,6 +201,12 @@ class EvaluateParams:
         # top_k='10' was kept and stopped the job with Python's bare TypeError after the ids
         # and queries were read; drop_identical_ids='false' (a true string) dropped them.
         check_field_types(self)
+        # Another word ('Faiss') was kept until exact_search refused it, after the ids,
+        # queries and judgements were read.
+        from shardflow.retrieval.search import BACKENDS  # torch: the job imports it to search anyway
+
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
 
 
 def judged_documents_not_in(qrels: dict[str, dict[str, int]], doc_ids: Iterable[str]) -> list[str]:

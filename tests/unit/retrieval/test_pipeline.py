@@ -142,6 +142,16 @@ def test_evaluate_params_a_wrong_python_type_is_one_error_naming_the_field(kw, m
     assert str(info.value) == message
 
 
+@pytest.mark.parametrize("backend", ["Faiss", "numpy", ""])
+def test_evaluate_params_a_backend_it_cannot_search_with_is_refused_listing_the_choices(backend):
+    """Another word was kept until exact_search refused it, after the ids, queries and
+    judgements were read."""
+    with pytest.raises(ValueError) as info:
+        EvaluateParams(backend=backend)
+    assert str(info.value) == f"backend {backend!r}: expected one of torch, faiss"
+    assert [EvaluateParams(backend=b).backend for b in ("torch", "faiss")] == ["torch", "faiss"]
+
+
 def test_evaluate_params_whole_floats_are_ints(tmp_path):
     """retrieval.top_k 100.0 passes the schema's "integer": the search stopped in torch.full;
     relevance_level 2.0 scored as 2 and went into metrics.json as 2.0."""
