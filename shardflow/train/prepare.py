@@ -110,8 +110,12 @@ class TokenizerParams:
 
     def __post_init__(self) -> None:
         whole_floats_as_ints(self)  # vocab_size 300.0 (the schema's "integer" takes it): the BPE trainer takes no float
-        if not self.kind:
-            raise ValueError("tokenizer kind is empty: expected char, bpe, or a tokenizer path")
+        # Only "" is empty: None, 0 or False was called empty too; they are the type check's
+        # TypeError, which names the value ('kind None: expected a string').
+        if self.kind == "":
+            raise ValueError(
+                "tokenizer kind is empty: expected char, bpe, default, or a tokenizer.json or model folder to copy"
+            )
         check_field_types(self)  # before the bound: a string there is Python's bare TypeError
         if self.kind == "bpe" and self.vocab_size < 257:
             raise ValueError(f"bpe vocab_size {self.vocab_size} must be at least 257")

@@ -452,6 +452,21 @@ def test_a_wrong_python_type_is_one_error_naming_the_field(params, kw, message):
     assert str(info.value) == message
 
 
+@pytest.mark.parametrize(
+    ("kind", "error", "message"),
+    [  # None, 0 and False were all "tokenizer kind is empty"
+        (None, TypeError, "kind None: expected a string"),
+        (0, TypeError, "kind 0: expected a string"),
+        (False, TypeError, "kind False: expected a string"),
+        ("", ValueError, "tokenizer kind is empty: expected char, bpe, default, or a tokenizer.json or model folder to copy"),
+    ],
+)
+def test_a_tokenizer_kind_that_is_not_a_word_says_what_it_is(kind, error, message):
+    with pytest.raises(error) as info:
+        TokenizerParams(kind=kind)
+    assert str(info.value) == message
+
+
 @pytest.mark.parametrize("dtype", ["uint8", "int32", "UINT16", ""])
 def test_a_text_files_token_dtype_is_one_of_the_shard_formats(dtype):
     """As TokenizeParams and ShardParams: another word was refused only by choose_dtype,
