@@ -136,6 +136,12 @@ def tokenizer_params(shards: Mapping) -> dict:
     return {**{k: shards[k] if kind == "bpe" else defaults[k] for k in BPE_ONLY_KEYS}, "kind": kind}
 
 
+def check_token_dtype(dtype: str) -> None:
+    """A shard's token dtype is auto or one of the shard formats (uint16, uint32)."""
+    if dtype not in ("auto", *FORMATS):
+        raise ValueError(f"token dtype {dtype!r}: expected auto, {' or '.join(FORMATS)}")
+
+
 @dataclass(frozen=True)
 class TokenizeParams:
     val_fraction: float = 0.1
@@ -146,8 +152,7 @@ class TokenizeParams:
 
     def __post_init__(self) -> None:
         whole_floats_as_ints(self)  # batch_docs 256.0 is 256
-        if self.dtype not in ("auto", *FORMATS):
-            raise ValueError(f"token dtype {self.dtype!r}: expected auto, uint16 or uint32")
+        check_token_dtype(self.dtype)
         # Before the bounds: a string there is Python's bare TypeError; dedup='false' (a
         # true string) was kept, and a split_salt of 5 failed in the hash of the first record.
         check_field_types(self)
@@ -187,8 +192,7 @@ class ShardParams:
         whole_floats_as_ints(self)  # tokens_per_shard 200.0 (the schema's "integer" takes it) is 200
         if self.tokens_per_shard is not None and self.shard_mb is not None:
             raise ValueError("give tokens_per_shard or shard_mb, not both")
-        if self.dtype not in ("auto", *FORMATS):
-            raise ValueError(f"token dtype {self.dtype!r}: expected auto, uint16 or uint32")
+        check_token_dtype(self.dtype)
         # tokens_per_shard='100' or shard_mb='1' was kept, and the gather stopped on it
         # after every tokenize job; dedup='no' (a true string) was kept as true.
         check_field_types(self)
@@ -205,8 +209,7 @@ class TextFileParams:
         whole_floats_as_ints(self)  # tokens_per_shard 200.0 (the schema's "integer" takes it): range() takes no float
         check_field_types(self)  # before the bound: a string or None there is Python's bare TypeError
         # As TokenizeParams: another word was refused only by choose_dtype, in the job.
-        if self.dtype not in ("auto", *FORMATS):
-            raise ValueError(f"token dtype {self.dtype!r}: expected auto, uint16 or uint32")
+        check_token_dtype(self.dtype)
         if not 0 <= self.val_fraction < 1:
             raise ValueError(f"val_fraction {self.val_fraction} must be in [0, 1)")
         if self.tokens_per_shard is not None and self.shard_mb is not None:
