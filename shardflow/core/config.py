@@ -16,7 +16,6 @@ import jsonschema
 import yaml
 
 from shardflow.core.atomic import non_finite_paths
-from shardflow.core.fields import check_field_types, whole_floats_as_ints  # noqa: F401 - the params classes' import
 from shardflow.core.hashing import file_version
 
 

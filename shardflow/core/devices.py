@@ -11,7 +11,6 @@ from pathlib import Path
 
 import torch
 
-from shardflow.core.fields import DEVICES, check_device  # noqa: F401  (here without torch: TrainParams)
 from shardflow.core.jobs import PEAK_GPU_KEYS
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

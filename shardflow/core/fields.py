@@ -4,7 +4,7 @@ that int, and a value of a type its annotation does not name refused, naming the
 Kept apart from core.config, with nothing but the standard library: the demo corpus's
 builder checks its DemoParams in a fresh interpreter that then reads the docstrings of
 the whole standard library, and core.config's jsonschema brings in typing_extensions,
-which patches `typing` and so changes that corpus. core.config re-exports both helpers.
+which patches `typing` and so changes that corpus.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ DEVICES = ("auto", "cpu", "cuda")  # plus "cuda:N"
 def check_device(name: str) -> None:
     """A configured device name is auto, cpu, cuda or cuda:N (None or a number is not one).
     Here, not in core.devices, which imports torch: TrainParams checks its device when the
-    workflow is parsed (core.devices re-exports both)."""
+    workflow is parsed."""
     if not isinstance(name, str) or (name not in DEVICES and not (name.startswith("cuda:") and name[5:].isdigit())):
         raise ValueError(f"device {name!r}: expected auto, cpu, cuda or cuda:N")
 

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from shardflow.core.atomic import atomic_open, publish_all, tmp_path, write_json
-from shardflow.core.config import check_field_types, whole_floats_as_ints
+from shardflow.core.fields import check_field_types, whole_floats_as_ints
 from shardflow.core.hashing import sha256_file
 from shardflow.core.s3 import logical_path
 from shardflow.corpus.chunks import ChunkRecord, dump_record

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from shardflow.core.atomic import atomic_path
 from shardflow.core.columns import open_ids
-from shardflow.core.config import check_field_types, whole_floats_as_ints
+from shardflow.core.fields import check_field_types, whole_floats_as_ints
 from shardflow.core.npyio import NpyWriter, iter_row_blocks, read_header
 
 log = logging.getLogger(__name__)

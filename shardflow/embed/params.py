@@ -14,15 +14,14 @@ import torch
 
 from shardflow.core import parts
 from shardflow.core.batching import LEAD_FRACTION
-from shardflow.core.config import check_field_types, whole_floats_as_ints
 from shardflow.core.devices import (
     DTYPES,
-    check_device,
     dtype_name,
     kernel_hardware,
     resolve_device,
     resolve_dtype,
 )
+from shardflow.core.fields import check_device, check_field_types, whole_floats_as_ints
 from shardflow.core.hashing import model_identity
 from shardflow.embed.stconfig import ModelSpec, load_model_spec
 

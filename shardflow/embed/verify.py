@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from shardflow.core.columns import duplicate_ids
-from shardflow.core.config import check_field_types, whole_floats_as_ints
+from shardflow.core.fields import check_field_types, whole_floats_as_ints
 from shardflow.core.npyio import iter_row_blocks, read_header, rows_per_block
 
 

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from shardflow.core.atomic import atomic_path, write_json
 from shardflow.core.columns import read_ids
-from shardflow.core.config import check_field_types, whole_floats_as_ints
+from shardflow.core.fields import check_field_types, whole_floats_as_ints
 from shardflow.core.figures import pyplot, save_figure
 from shardflow.core.files import read_json
 from shardflow.core.hashing import digest, sha256_file

@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from shardflow.core.config import check_field_types, whole_floats_as_ints
+from shardflow.core.fields import check_field_types, whole_floats_as_ints
 
 # Decoder-only models get this instruction unless `prompt` is set.
 DEFAULT_PROMPT = "Summarise the following text in a few sentences."
@@ -104,7 +104,8 @@ class GenerateParams:
     threads: int | None = None
 
     def __post_init__(self) -> None:
-        from shardflow.core.devices import DTYPES, check_device
+        from shardflow.core.devices import DTYPES
+        from shardflow.core.fields import check_device
 
         whole_floats_as_ints(self)  # max_input_length 512.0 (a sweep value)
         check_device(self.device)

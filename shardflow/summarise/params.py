@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shardflow.core.config import check_field_types, recorded, whole_floats_as_ints
+from shardflow.core.config import recorded
+from shardflow.core.fields import check_field_types, whole_floats_as_ints
 from shardflow.corpus.readers import DEFAULT_MAX_RECORD_BYTES, record_limit_bytes
 
 METHODS = ("lead", "extractive")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardflow.core.atomic import write_json
-from shardflow.core.config import check_field_types
+from shardflow.core.fields import check_field_types
 from shardflow.core.figures import plot_throughput, plot_timeline, pyplot, save_figure
 from shardflow.core.files import read_json
 from shardflow.core.jobs import items_computed, job_costs, peak_gpu_memory, priced, read_job_table

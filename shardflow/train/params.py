@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from shardflow.core.config import check_field_types, recorded, whole_floats_as_ints
-from shardflow.core.fields import check_device
+from shardflow.core.config import recorded
+from shardflow.core.fields import check_device, check_field_types, whole_floats_as_ints
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ from pathlib import Path
 import numpy as np
 
 from shardflow.core.atomic import atomic_open, write_json
-from shardflow.core.config import check_field_types, whole_floats_as_ints
+from shardflow.core.fields import check_field_types, whole_floats_as_ints
 from shardflow.core.files import iter_json_lines
 from shardflow.core.hashing import sha256_file
 from shardflow.core.runlog import share_tokenizer_threads

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from shardflow.core import config
-from shardflow.core.fields import check_field_types, whole_floats_as_ints, whole_int
+from shardflow.core.fields import check_field_types, whole_int
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -57,10 +56,6 @@ def test_a_path_where_a_string_is_meant_is_taken_as_its_string():
     check_field_types(params)
     assert (params.model, params.prompt) == ("/models/x", "p")
     assert EmbedParams(model=Path("/models/x")).model == "/models/x"
-
-
-def test_core_config_hands_out_the_same_helpers():
-    assert (config.check_field_types, config.whole_floats_as_ints) == (check_field_types, whole_floats_as_ints)
 
 
 def test_importing_it_brings_in_nothing_but_the_standard_library():
