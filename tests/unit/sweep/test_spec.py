@@ -300,7 +300,7 @@ def test_seeds_that_cannot_change_a_result_are_named():
 def test_a_key_whose_base_is_null_takes_one_point_per_value():
     """With no base value to go by, 100 and 100.0 were two points (each run). A value is
     kept as written (its point id and recorded params do not change); the job's params
-    take a whole float for an int (core.config.whole_floats_as_ints)."""
+    take a whole float for an int (core.fields.whole_floats_as_ints)."""
     spec = parse({"s": sweep(grid={"train.lr_decay_iters": [100.0, 200]})})["s"]
     assert [p["train.lr_decay_iters"] for p in spec.points] == [100, 200]
     assert spec.ids[0] == "lr_decay_iters=100.0"
