@@ -20,12 +20,21 @@ def whole_floats_as_ints(params: Any) -> None:
     """In a frozen params dataclass, a whole float in a field typed int (`128.0`,
     `5.0e+3`: JSON Schema's "integer" takes them) becomes that int, in place: the code
     slices and counts with them. Done where params are built, not in the config, so the
-    values Snakemake records (and sweep point ids) stay as written."""
+    values Snakemake records (and sweep point ids) stay as written. A list in a field of
+    integers (`tuple[int, ...]`: YAML's `[64, 128.0]`) gets the same for each item, and
+    stays a list (its class makes the tuple, after check_field_types)."""
+
+    def whole(value: Any) -> Any:
+        return int(value) if isinstance(value, float) and value.is_integer() else value
+
     for f in dataclasses.fields(params):
         value = getattr(params, f.name)
-        kinds = set(re.findall(r"\w+", f.type if isinstance(f.type, str) else str(f.type)))
-        if isinstance(value, float) and value.is_integer() and "int" in kinds and "float" not in kinds:
-            object.__setattr__(params, f.name, int(value))
+        annotation = f.type if isinstance(f.type, str) else str(f.type)
+        kinds = set(re.findall(r"\w+", annotation))
+        if isinstance(value, float) and "int" in kinds and "float" not in kinds:
+            object.__setattr__(params, f.name, whole(value))
+        elif isinstance(value, (list, tuple)) and "tuple[int, ...]" in annotation:
+            object.__setattr__(params, f.name, [whole(v) for v in value])
 
 
 DEVICES = ("auto", "cpu", "cuda")  # plus "cuda:N"

@@ -116,10 +116,7 @@ class EmbedParams:
                 object.__setattr__(self, name, "on" if getattr(self, name) else "off")
         if self.kernels is False:
             object.__setattr__(self, "kernels", "off")
-        if isinstance(self.length_buckets, (list, tuple)):  # whole floats made ints, as whole_floats_as_ints does
-            widths = [int(b) if isinstance(b, float) and b.is_integer() else b for b in self.length_buckets]
-            object.__setattr__(self, "length_buckets", widths)
-        elif self.length_buckets not in ("auto", "on", "off"):
+        if not isinstance(self.length_buckets, list) and self.length_buckets not in ("auto", "on", "off"):
             raise ValueError(f"length_buckets {self.length_buckets!r}: expected auto, on, off or a list of widths")
         choices = (
             ("compile_mode", COMPILE_MODES),

@@ -82,3 +82,24 @@ def test_whole_int_reads_a_whole_float_and_refuses_a_fraction_or_a_word():
     for text in ("10.5", "inf", "nan", "ten", ""):
         with pytest.raises(argparse.ArgumentTypeError, match=f"expected an integer, got {text!r}"):
             whole_int(text)
+
+
+def test_whole_floats_in_a_list_of_integers_are_ints_and_a_fraction_is_left_to_the_type_check():
+    """A `tuple[int, ...]` field from YAML (`[64, 128.0]`) gets each whole float as its int
+    (a list still: the class makes its tuple after the type check); 64.5 stays, refused."""
+    from shardflow.core.fields import whole_floats_as_ints
+
+    @dataclasses.dataclass(frozen=True)
+    class Params:
+        widths: str | tuple[int, ...] = "auto"
+        scale: float = 1.0
+
+    params = Params(widths=(64, 128.0), scale=2.0)
+    whole_floats_as_ints(params)
+    assert params.widths == [64, 128] and all(type(w) is int for w in params.widths)
+    assert params.scale == 2.0 and type(params.scale) is float
+    kept = Params(widths=[16, 64.5])
+    whole_floats_as_ints(kept)
+    assert kept.widths == [16, 64.5]
+    with pytest.raises(TypeError, match="expected a string or a list of integers"):
+        check_field_types(kept)
