@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from shardflow.core.atomic import atomic_path, write_json
 from shardflow.core.columns import read_ids
-from shardflow.core.fields import check_field_types, whole_floats_as_ints
+from shardflow.core.fields import check_device, check_field_types, whole_floats_as_ints
 from shardflow.core.figures import pyplot, save_figure
 from shardflow.core.files import read_json
 from shardflow.core.hashing import digest, sha256_file
@@ -185,7 +185,7 @@ class EvaluateParams:
     backend: str = "torch"
     drop_identical_ids: bool = False
     relevance_level: int = 1  # retrieval.relevance_level: metrics.evaluate
-    device: str | None = None  # None: CUDA when available, else CPU
+    device: str | None = None  # None or auto: CUDA when available, else CPU
     # The model's similarity (embed.stconfig.ModelSpec.similarity), as MTEB scores with
     # model.similarity: cosine normalises queries and documents as they are searched
     # (a model without a Normalize module included), dot takes the inner product as is.
@@ -207,6 +207,10 @@ class EvaluateParams:
 
         if self.backend not in BACKENDS:
             raise ValueError(f"backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
+        # Any string was kept until torch.device refused it ('cuda0', 'gpu'), after the ids,
+        # queries and judgements were read. After the type check: 0 stays its TypeError.
+        if self.device is not None:
+            check_device(self.device)
 
 
 def judged_documents_not_in(qrels: dict[str, dict[str, int]], doc_ids: Iterable[str]) -> list[str]:
@@ -251,8 +255,10 @@ def search_and_score(
     from shardflow.retrieval.search import default_device, exact_search, to_run
 
     # Where the scores are computed, recorded for the job's cost (shardflow.sweep.cost:
-    # GPU-hours count the jobs that ran on CUDA); faiss scores on the CPU.
-    device = "cpu" if params.backend == "faiss" else (params.device or default_device())
+    # GPU-hours count the jobs that ran on CUDA); faiss scores on the CPU; None and auto
+    # are CUDA when available.
+    device = "cpu" if params.backend == "faiss" else (params.device or "auto")
+    device = default_device() if device == "auto" else device
     doc_ids = read_ids(doc_ids_path)
     query_ids = read_ids(query_ids_path)
     queries = np.load(query_npy)

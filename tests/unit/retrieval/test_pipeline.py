@@ -96,7 +96,7 @@ def test_judged_queries_are_read_once_per_version_of_the_qrels(tmp_path, monkeyp
     assert spec.judged_queries().startswith("3 judged queries")
 
 
-def _search(tmp_path, docs, queries, similarity, qrels=None, top_k=2, relevance_level=1):
+def _search(tmp_path, docs, queries, similarity, qrels=None, top_k=2, relevance_level=1, device="cpu"):
     """search_and_score over `docs` and `queries` (rows d0.., q0..); q0 judges d0 relevant."""
     np.save(tmp_path / "d.npy", np.asarray(docs, dtype=np.float32))
     np.save(tmp_path / "q.npy", np.asarray(queries, dtype=np.float32))
@@ -104,7 +104,7 @@ def _search(tmp_path, docs, queries, similarity, qrels=None, top_k=2, relevance_
     write_ids_parquet(tmp_path / "q.parquet", [f"q{i}" for i in range(len(queries))])
     (tmp_path / "qrels.json").write_text(json.dumps(qrels or {"q0": {"d0": 1}}))
     out = [str(tmp_path / n) for n in ("m.json", "p.parquet", "r.parquet")]
-    params = EvaluateParams(top_k=top_k, device="cpu", similarity=similarity, relevance_level=relevance_level)
+    params = EvaluateParams(top_k=top_k, device=device, similarity=similarity, relevance_level=relevance_level)
     search_and_score(*(str(tmp_path / n) for n in ("d.npy", "d.parquet", "q.npy", "q.parquet", "qrels.json")),
                      params, *out)
     return json.loads(Path(out[0]).read_text()), pq.read_table(out[2]).to_pylist()
@@ -150,6 +150,28 @@ def test_evaluate_params_a_backend_it_cannot_search_with_is_refused_listing_the_
         EvaluateParams(backend=backend)
     assert str(info.value) == f"backend {backend!r}: expected one of torch, faiss"
     assert [EvaluateParams(backend=b).backend for b in ("torch", "faiss")] == ["torch", "faiss"]
+
+
+@pytest.mark.parametrize("device", ["cuda0", "gpu", "CUDA", "cuda:", "cuda:x", ""])
+def test_evaluate_params_a_device_torch_cannot_name_is_refused_naming_the_field(device):
+    """Any string was kept until torch.device refused it in the search, after the ids,
+    queries and judgements were read; as TrainParams and EmbedParams say it."""
+    with pytest.raises(ValueError) as info:
+        EvaluateParams(device=device)
+    assert str(info.value) == f"device {device!r}: expected auto, cpu, cuda or cuda:N"
+
+
+def test_evaluate_params_devices_it_takes_and_auto_searches_where_none_does(tmp_path, monkeypatch):
+    """None (the script's, for a job that got a GPU) and auto: CUDA when available, else
+    the CPU; metrics.json records where it scored."""
+    import shardflow.retrieval.search as search
+
+    assert [EvaluateParams(device=d).device for d in (None, "auto", "cpu", "cuda", "cuda:1")] == [
+        None, "auto", "cpu", "cuda", "cuda:1"]
+    monkeypatch.setattr(search, "default_device", lambda: "cpu")
+    for device in (None, "auto"):
+        metrics, _ = _search(tmp_path, [[1.0, 0.0], [3.0, 3.0]], [[1.0, 0.2]], "cosine", device=device)
+        assert metrics["device"] == "cpu"
 
 
 def test_evaluate_params_whole_floats_are_ints(tmp_path):
