@@ -3,8 +3,8 @@
     runs.parquet / runs.csv        one row per point and seed (table.collect)
     summary.parquet / summary.csv  per point over seeds, the best point marked
     table.md / table.tex           the summary as a paper's table (export)
-    best.json                      the best point: id, parameters, mean, std (and the
-                                   relevance levels of a retrieval sweep scored away from 1)
+    best.json                      the best point: id, parameters, mean, std (and its
+                                   relevance levels, in a retrieval sweep scored away from 1)
     points.json                    every point of the spec, in order: its id and parameters
     cost.json                      what the sweep cost, each job once, by origin (cost.sweep_cost)
     plots/<figure>.png             plots.plot_files(spec)
@@ -26,7 +26,7 @@ from collections.abc import Iterable
 
 from shardflow.core.atomic import write_json
 from shardflow.sweep.cost import JobCost, Price, metric_currency, sweep_cost
-from shardflow.sweep.export import all_levels, write_exports
+from shardflow.sweep.export import write_exports
 from shardflow.sweep.plots import plot_files, plot_sweep
 from shardflow.sweep.spec import SweepSpec
 from shardflow.sweep.table import RunResult, best, collect, relevance_levels, summarise, write_table
@@ -86,9 +86,11 @@ def write_report(spec: SweepSpec, results: Iterable[RunResult], job_costs: Itera
         **({"currency": unit} if unit else {}),
         # Where the best value was computed on a ranking shallower than its k (table.beyond_depth).
         **({"beyond_ranking_depth": True} if (top["point"], spec.best) in marked else {}),
-        # Every level the sweep's runs were scored at, where one is not 1 (export.all_levels), so
-        # the report's first page can name it as the tables and figures do; none at 1, as before.
-        **({"relevance_levels": all_levels(levels)} if levels else {}),
+        # The levels the best point's runs were scored at, where some run of the sweep's was
+        # scored away from 1 (table.relevance_levels), so the report's first page names the
+        # level its value counts; none where every run was at 1, as before. Runs of other
+        # points kept at another level (--touch) are the tables' and figures' to say.
+        **({"relevance_levels": list(levels[top["point"]])} if levels else {}),
     })
     write_json(files["points"], points_record(spec))
     write_json(files["cost"], {"sweep": spec.name, **sweep_cost(job_costs, spec.folder, price)})

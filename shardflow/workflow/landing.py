@@ -212,8 +212,8 @@ def sweep_section(name: str, files: dict) -> Section:
     # A value computed on a ranking shallower than its k (a retrieval sweep's top_k 100 and an @1000).
     shallow = "; computed on a ranking shallower than its k (retrieval.top_k): not the metric at k"
     shallow = shallow if best.get("beyond_ranking_depth") else ""
-    # A retrieval sweep scored away from relevance_level 1 (best.json's relevance_levels, none
-    # at 1) names it where it decides the metric, as the sweep's figures do: "relevance >= 2".
+    # A retrieval sweep scored away from relevance_level 1 (best.json's relevance_levels: the
+    # best point's, none at 1) names its level where it decides the metric: "relevance >= 2".
     level = level_phrase(best["metric"], {best["point"]: best.get("relevance_levels", ())})
     level = f"{level}; " if level else ""
     rows = [

@@ -120,6 +120,13 @@ def test_a_retrieval_sweep_scored_away_from_relevance_level_1_names_it_in_its_ta
     files = report("two", 2)
     # For the report's first page, which reads best.json and not the tables.
     assert json.loads(Path(files["best"]).read_text())["relevance_levels"] == [2]
+    # Runs kept from before the level changed (--touch): best.json gives the best point's own
+    # level, the one its value was scored at, not every level of the sweep ("1 or 2").
+    runs = [run_result(pid, seed, {"recall_at_10": 0.5 + 0.1 * i, "ndcg_at_10": 0.4,
+                                   **({"relevance_level": 2} if i == 0 else {})}, {"s": 1.0})
+            for i, (pid, seed) in enumerate(spec.jobs())]
+    best = json.loads(Path(write_report(spec, runs, [[] for _ in runs], str(tmp_path / "mixed"))["best"]).read_text())
+    assert best["point"] == spec.jobs()[-1][0] and best["relevance_levels"] == [1]
     assert Path(files["markdown"]).read_text().rstrip().endswith(
         "count grades of 2 and above as relevant (retrieval.relevance_level), nDCG the grades themselves.")
     assert "count grades of 2 and above as relevant" in Path(files["latex"]).read_text()
