@@ -25,6 +25,7 @@ import math
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shardflow.core.atomic import write_json
@@ -1173,7 +1174,8 @@ def changed_model(key: str, name: str, stats: Iterable[tuple[str, str]], model_h
     of a folder downloaded before the jobs ran, whose files' times all stay); for a hub
     name also its ref file's times (refs/main moved, by a download of the branch or by
     hand, to a snapshot already in the cache, whose files and folder are all older than
-    the jobs: core.models.hub_ref). A model found unchanged for a stats file is
+    the jobs: core.models.hub_ref), and for a folder named through a link, the link's
+    (`ln -sfn v2 models/current` to a model older than the jobs). A model found unchanged for a stats file is
     remembered (_known_unchanged), so a folder touched without changing the model (a
     chmod, a file added and removed) costs one parse the reading, not every parse; the
     verdict is kept per folder, and a hub name's snapshot folder is its revision's, so
@@ -1194,6 +1196,12 @@ def changed_model(key: str, name: str, stats: Iterable[tuple[str, str]], model_h
     if ref is not None:  # when the name came to load this snapshot
         with contextlib.suppress(OSError):  # gone since hub_snapshot read it: the next parse names that
             times += file_state(ref)[2:4]
+    # The folder, or one above it, a link (`ln -sfn v2 models/current`): stat follows it,
+    # so one repointed at files older than the jobs shows only in its own times.
+    for link in filter(os.path.islink, (folder, *map(str, Path(folder).parents))):
+        with contextlib.suppress(OSError):  # gone since: the next parse sees what replaced it
+            st = os.lstat(link)
+            times += [st.st_mtime_ns, st.st_ctime_ns]
     newest = max(times) if files else None
     there = {path: file_state(path) for _, path in stats if os.path.exists(path)}
     older = [(rule, path) for rule, path in stats if path in there and newest is not None and there[path][2] < newest]

