@@ -1233,7 +1233,9 @@ def changed_model(key: str, name: str, stats: Iterable[tuple[str, str]], model_h
             ran += [sha] if sha not in ran else []
         else:
             unchanged[path] = there[path]
-    if unchanged:
+    # Kept only for the files hashed: a model swapped while it was hashed (a link put back
+    # to the model the jobs ran with) would leave "unchanged" on the files read before.
+    if unchanged and digest(model_files_state(folder)) == signature:
         _remember_unchanged(kept, role, folder, signature, unchanged)
     if not stale:
         return None

@@ -1242,6 +1242,37 @@ def test_a_model_touched_but_not_changed_is_compared_with_its_jobs_once(tmp_path
     assert (len(hashed), len(read)) == (1, 3)  # a changed model is named at every parse
 
 
+def test_a_model_swapped_while_it_is_hashed_is_not_remembered_as_unchanged(tmp_path):
+    """The verdict "unchanged" is kept for the model's files as they were before the
+    hash, which can take minutes for a large model. A link put back to the model the jobs
+    ran with meanwhile (`ln -sfn v1 models/current` while a parse hashes v2) hashes as
+    they recorded: kept for v2's files, the verdict passed v2 over once the link pointed
+    at it again, at every later parse. Kept only where the files are still those."""
+    from shardflow.workflow.provenance import model_sha256_kept
+
+    v1 = model_at(tmp_path / "v1", b"weights v1", 1_000_000_000_000_000_000)
+    v2 = model_at(tmp_path / "v2", b"weights v2", 1_040_000_000_000_000_000)
+    link = tmp_path / "current"
+    link.symlink_to(v1)
+    stats = tmp_path / "embed_0.stats.json"
+    stats.write_text(json.dumps({"made_with": {"role": "embedding", "model": model_sha256_kept(str(v1))}}))
+    jobs = [("embed", str(stats))]
+
+    def repoint(target):  # ln -sfn
+        _past_the_tick_of(stats)
+        (tmp_path / "new-link").symlink_to(target)
+        os.replace(tmp_path / "new-link", link)
+
+    def put_back_while_hashing(folder):
+        repoint(v1)
+        return model_sha256_kept(folder)["sha256"]
+
+    repoint(v2)
+    assert plan.changed_model("embedding.model", str(link), jobs, put_back_while_hashing) is None  # v1 was hashed
+    repoint(v2)
+    assert plan.changed_model("embedding.model", str(link), jobs).stale == tuple(jobs)
+
+
 def test_a_hub_name_whose_ref_moved_back_to_a_cached_snapshot_is_found(tmp_path, monkeypatch):
     """A hub name loads the snapshot refs/main names. Moved back to a revision already in
     the cache (a download of the branch after it was reset upstream, or refs/main edited),
