@@ -27,7 +27,7 @@ help:
 	@echo "make run    install into .venv and run the embedding workflow on the demo corpus"
 	@echo "make test   the whole test suite (unit, workflow, SLURM / S3 / Kubernetes stand-in)"
 	@echo "make test-fast  unit tests and dry runs only (the edit loop, about 3 minutes)"
-	@echo "make test-faults  the fault matrix with five seeds, and its extended config (every rule SIGKILLed, reruns compared)"
+	@echo "make test-faults  the fault matrix with five seeds, and its extended configs (every rule SIGKILLed, reruns compared)"
 	@echo "make test-aot     compile_mode aot's tests with AOTInductor's real compile and load (make test stands in for them)"
 	@echo "make estimate  GPU-hours, cost, wall time and disk of the configured run, before it runs (CONFIG=, GPUS=, GPU_PEAK_TFLOPS=, MFU=; installs .venv only if missing)"
 	@echo "make status  where a running or stopped run stands: jobs, records, time left, cost so far, failures (CONFIG=, GPUS=, STORAGE=s3://... for an eks run; installs .venv only if missing)"
@@ -151,7 +151,8 @@ test: setup
 
 # The fault matrix at a larger size: five seeds, half of the faults kill Snakemake itself,
 # and the extended matrix (split_source, a sweep, stored summaries, verify_reproduction:
-# a second config, which make test skips); the per-rule table goes to fault-report.json
+# a second config; the embed, retrieval and summarise sweeps' rules: a third; make test
+# skips both); the per-rule table goes to fault-report.json
 # (tests/faults/test_fault_matrix.py).
 FAULT_SEEDS ?= 1,2,3,4,5
 # compile_mode aot's tests with AOTInductor's real compile and load (about 30 s); `make

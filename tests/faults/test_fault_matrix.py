@@ -7,10 +7,12 @@ from it (a partial file kept as finished).
                                           the extended matrix (SHARDFLOW_FAULT_EXTENDED=1)
     pytest tests/faults                   this module alone, at make test's size
 
-The extended matrix runs the same test body over the rules only a second config reaches
-(EXTENDED_RULES: chunking.by: source over a glob of files, a training sweep with its spec
-and collection, method stored's scoring, the reproduction check); `make test` skips it,
-and its fixtures never run there.
+The extended matrix runs the same test body over the rules only two other configs reach:
+EXTENDED_RULES (chunking.by: source over a glob of files, a training sweep with its spec
+and collection, method stored's scoring, the reproduction check) and SWEEP_RULES (an
+embed sweep, a retrieval sweep that embeds a set of its own and an abstractive summarise
+sweep: each one's jobs and collection, on tiny random models); `make test` skips both,
+and their fixtures never run there.
 
 Sizes: SHARDFLOW_FAULT_SEEDS (comma-separated seeds, default "1"); each seed plans one
 fault per rule, a seeded SHARDFLOW_FAULT_CONTROLLER_SHARE of them (default 0.05: one;
@@ -196,7 +198,8 @@ EXTENDED = os.environ.get("SHARDFLOW_FAULT_EXTENDED") == "1"
 # reproduction check. Not here: build_demo_corpus (it runs only with input.path null, where
 # neither a glob of sources nor stored summaries exist, and writes under resources/, which
 # the comparison does not read), and the summarise sweep's rules (a summarise sweep under
-# method stored is a parse-time error: no summarise job to vary).
+# method stored is a parse-time error: no summarise job to vary): SWEEP_RULES below has
+# them, with the embed and retrieval sweeps' rules, in a config of its own.
 EXTENDED_RULES = ["split_source", "split", "sweep_train", "sweep_spec", "collect_sweep_lr", "score_stored_summaries",
                   "verify_reproduction"]
 # How the sweep's run went, which differs between two runs without a fault: its runs and
@@ -256,6 +259,83 @@ def test_every_rule_of_the_extended_config_killed_at_a_seeded_point_reruns_to_id
 ):
     _kill_every_rule(seed, extended_inputs, EXTENDED_RULES, extended_reference, tmp_path / "work", record_property,
                      volatile=EXTENDED_VOLATILE, matrix="extended")
+
+
+# The rules only a config with sweeps of the other three stages runs (the training sweep
+# is above): an embed sweep's jobs (its chunks, merge, verification, metrics against the
+# main run's vectors) and collection, a retrieval sweep's shared embedding set (its
+# corpus chunks, merge, verification and queries: the point whose max_length is not the
+# main run's) and its evaluation and collection, and an abstractive summarise sweep's
+# jobs, merge, evaluation and collection. sweep_spec runs here too, and is above.
+SWEEP_RULES = [
+    "sweep_embed_chunk", "sweep_embed_merge", "sweep_embed_verify", "sweep_embed_metrics", "collect_sweep_budget",
+    "sweep_embed", "sweep_merge", "sweep_verify", "sweep_embed_queries", "sweep_retrieval_evaluate",
+    "collect_sweep_maxlen",
+    "sweep_summarise", "sweep_merge_summaries", "sweep_evaluate_summaries", "collect_sweep_beams",
+]
+# Besides the sweeps' runs and summary tables and cost.json (above), an embed sweep job's
+# metrics.json records how its jobs ran: seconds and rates (job_seconds, encode_seconds,
+# warmup_seconds, steady_*, job_items_per_s; the comparison drops items_per_s and
+# tokens_per_s itself), max_rss_mb, and what a fault killed (earlier_attempts,
+# earlier_attempt_seconds, records_resumed, records_paid, and tokens, which counts only
+# the records the final attempts computed: shardflow.embed.report.chunk_totals). Named by
+# full path, so the retrieval and summarise sweeps' metrics.json (their scores) stay
+# compared; so do the embed jobs' vectors and verification, from which the agreement with
+# the main run is computed, and the embed sweep's table, best.json and plots (it ranks by
+# that agreement alone, no rate).
+SWEEP_VOLATILE = EXTENDED_VOLATILE + tuple(
+    f"results/sweeps/budget/token_budget={b}/seed=0/metrics.json" for b in (512, 1024)
+)
+
+
+@pytest.fixture(scope="module")
+def sweep_inputs(tmp_path_factory, inputs):
+    """The main matrix's corpus (references in `highlights`) and BEIR set, 2 chunks each,
+    with a tiny random BERT embedder and a tiny random BART summariser (built offline);
+    sweeps of one seed over 2 points: embed (embedding.token_budget), retrieval
+    (embedding.max_length: the main run's 32, which reads the main run's embeddings, and
+    24, which embeds its own set) and summarise (generation.num_beams)."""
+    from tests.support import tiny_generators, tiny_models
+
+    root = tmp_path_factory.mktemp("fault-sweep-inputs")
+    embedder = tiny_models.build_bert_mean(root / "models")
+    summariser = tiny_generators.build_bart(root / "models", max_new_tokens=12)
+    return write_config(
+        root / "config.yaml",
+        dataset="fm",
+        # Embedding only: the embed sweep compares with the main run's vectors; the
+        # summarise sweep runs its own jobs on the chunks.
+        tasks=["embedding"],
+        n_chunks=2,
+        input={"path": str(inputs.parent / "corpus.jsonl")},
+        embedding={"model": str(embedder), "window": 4, "max_length": 32},
+        summarise={"method": "abstractive", "model": str(summariser), "reference_field": "highlights", "window": 4},
+        retrieval={"path": str(inputs.parent / "beir"), "name": "fmr", "n_chunks": 2, "top_k": 100},
+        sweeps={
+            "budget": {"stage": "embed", "grid": {"embedding.token_budget": [512, 1024]}, "seeds": [0],
+                       "metrics": {"agreement.cosine_min": "max"}},
+            "maxlen": {"stage": "retrieval", "grid": {"embedding.max_length": [32, 24]}, "seeds": [0],
+                       "metrics": {"ndcg_at_10": "max"}},
+            "beams": {"stage": "summarise", "grid": {"summarise.generation.num_beams": [1, 2]}, "seeds": [0],
+                      "metrics": {"rouge1": "max"}},
+        },
+        resources={r: {"threads": 1} for r in ("embed", "embed_queries", "summarise")},
+        gpu_jobs={"resume_dir": str(root / "volume")},
+    )
+
+
+@pytest.fixture(scope="module")
+def sweep_reference(tmp_path_factory, sweep_inputs):
+    return _reference(tmp_path_factory.mktemp("fault-sweep-reference"), sweep_inputs, SWEEP_RULES)
+
+
+@pytest.mark.skipif(not EXTENDED, reason="the extended fault matrix: make test-faults (SHARDFLOW_FAULT_EXTENDED=1)")
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_sweep_rule_killed_at_a_seeded_point_reruns_to_identical_outputs(
+    seed, sweep_inputs, sweep_reference, tmp_path, record_property
+):
+    _kill_every_rule(seed, sweep_inputs, SWEEP_RULES, sweep_reference, tmp_path / "work", record_property,
+                     volatile=SWEEP_VOLATILE, matrix="sweeps")
 
 
 # ------------------------------------------------------------------------ disk full
