@@ -54,16 +54,24 @@ def model_sha256_kept(model_path: str) -> dict:
     jobs' made_with and in plan.changed_model. A chmod or a remount of a filesystem that
     numbers inodes per mount hashes the model again, for the same hash. A hub name's
     hash is kept likewise, per snapshot its ref names and version of that snapshot's
-    files (before, each job hashed the snapshot again)."""
+    files (before, each job hashed the snapshot again). The version is read again after
+    the hash, and the hash kept only where it is the same (core.parsecache.cached): a
+    model swapped while it was hashed (a link to the folder repointed and put back, a
+    ref moved) was kept against the files read before, and given for them since."""
     folder = Path(model_path)
     if folder.is_dir():
-        return cached("model-sha256", [], [str(folder), model_files_state(folder)], lambda: model_sha256(model_path))
+        return cached("model-sha256", [], lambda: [str(folder), model_files_state(folder)],
+                      lambda: model_sha256(model_path))
     try:  # a hub name: kept per snapshot (the one its ref names now) and version of its files
-        snapshot = hub_snapshot(model_path)
+        hub_snapshot(model_path)
     except FileNotFoundError:
         return model_sha256(model_path)  # not in the cache: no hash to keep
-    return cached("model-sha256", [], [model_path, str(snapshot), model_files_state(snapshot)],
-                  lambda: model_sha256(model_path))
+
+    def version() -> list:
+        snapshot = hub_snapshot(model_path)
+        return [model_path, str(snapshot), model_files_state(snapshot)]
+
+    return cached("model-sha256", [], version, lambda: model_sha256(model_path))
 
 
 def made_with(role: str, model_path: str | None, device: str, threads: int | None) -> dict:

@@ -98,3 +98,35 @@ def test_the_keys_are_the_files_versions_as_kept_before(tmp_path):
     cache_file("n").parent.mkdir(parents=True)
     cache_file("n").write_text(json.dumps({key: 41}))
     assert cached("n", [str(data)], "x", lambda: pytest.fail("computed again")) == 41
+
+
+def test_a_value_computed_while_its_files_changed_is_not_kept(tmp_path):
+    """A file rewritten while its value was computed (minutes, for a model's hash) gave
+    a value of neither version; kept against the version read before, it was taken for
+    that version once the file was back as it was. It is returned, not kept: the files,
+    and an `extra` given as a function that reads it, are read again after compute."""
+    import os
+
+    data = tmp_path / "data.txt"
+    data.write_text("abc\n")
+    before = data.stat()
+    compute, calls = _counter()
+
+    def rewritten_meanwhile():
+        data.write_text("other bytes\n")
+        return compute()
+
+    assert cached("n", [str(data)], None, rewritten_meanwhile) == 1
+    data.write_text("abc\n")  # back as it was read before
+    os.utime(data, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert cached("n", [str(data)], None, compute) == 2 == cached("n", [str(data)], None, compute)
+    state = ["a"]
+
+    def flipped_meanwhile():
+        state[0] = "b"
+        return compute()
+
+    assert cached("m", [], lambda: list(state), flipped_meanwhile) == 3
+    state[0] = "a"
+    assert cached("m", [], lambda: list(state), compute) == 4 == cached("m", [], lambda: list(state), compute)
+    assert len(calls) == 4

@@ -214,3 +214,58 @@ def test_a_hub_names_hash_is_kept_per_version_of_its_snapshot(tmp_path, monkeypa
     assert second == real("acme/minilm") and second["revision"] == rev1.name and second["sha256"] != first["sha256"]
     assert computed == ["acme/minilm"] * 2
     assert provenance.model_sha256_kept("not/in-the-cache")["sha256"] is None  # not kept, not an error
+
+
+def test_a_model_swapped_while_it_is_hashed_is_not_kept_against_the_files_read_before(tmp_path, monkeypatch):
+    """The kept hash was stored against the model's files as read before hashing, which
+    takes minutes for a large model. A link to the folder repointed meanwhile (`ln -sfn
+    v2 models/current`) hashed v2 and kept that against v1's files: pointed back at v1,
+    the name got v2's hash, in the jobs' made_with and in plan.changed_model, at every
+    later parse. Kept only where the files read the same after the hash."""
+    import os
+
+    monkeypatch.chdir(tmp_path)  # the kept hash lives under the working directory
+    v1, v2 = _model(tmp_path / "v1", b"weights v1"), _model(tmp_path / "v2", b"weights v2")
+    current = tmp_path / "current"
+    current.symlink_to(v1)
+
+    def repoint(target):  # ln -sfn: a new link renamed over the old one
+        (tmp_path / "new-link").symlink_to(target)
+        os.replace(tmp_path / "new-link", current)
+
+    real = provenance.model_sha256
+
+    def swapped_while_hashing(path):
+        repoint(v2)
+        return real(path)
+
+    monkeypatch.setattr(provenance, "model_sha256", swapped_while_hashing)
+    assert provenance.model_sha256_kept(str(current))["sha256"] == real(v2)["sha256"]  # what it read
+    monkeypatch.setattr(provenance, "model_sha256", real)
+    repoint(v1)
+    assert provenance.model_sha256_kept(str(current))["sha256"] == real(v1)["sha256"] != real(v2)["sha256"]
+
+
+def test_a_hub_names_ref_moved_while_it_is_hashed_keeps_no_hash(tmp_path, monkeypatch):
+    """The same for a hub name: refs/main moved to another snapshot while the name was
+    hashed (model_sha256 finds the snapshot again) kept that snapshot's hash against the
+    one read before, given for it once the ref was moved back."""
+    from huggingface_hub import constants
+
+    from tests.support.hub_cache import hub_cache_with_two_revisions, move_ref
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    repo, rev1, rev2 = hub_cache_with_two_revisions(tmp_path / "hub")
+    real = provenance.model_sha256
+    on_rev2 = real("acme/minilm")
+
+    def moved_while_hashing(name):
+        move_ref(repo / "refs" / "main", rev1.name)
+        return real(name)
+
+    monkeypatch.setattr(provenance, "model_sha256", moved_while_hashing)
+    assert provenance.model_sha256_kept("acme/minilm")["revision"] == rev1.name  # what it read
+    monkeypatch.setattr(provenance, "model_sha256", real)
+    move_ref(repo / "refs" / "main", rev2.name)
+    assert provenance.model_sha256_kept("acme/minilm") == on_rev2
