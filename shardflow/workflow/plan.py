@@ -1125,7 +1125,8 @@ def _known_unchanged(kept: dict, role: str, folder: str, model: str) -> dict[str
     model's hash up again.
 
     Kept in .snakemake/shardflow/model-verdicts.json under the working directory (the
-    parse cache's folder), one entry per [role, folder]: `model`, the digest of the
+    parse cache's folder; beside the folder each hub name loads, _loads_since), one
+    entry per [role, folder]: `model`, the digest of the
     model's files' states (hashing.model_files_state: each file's path, size, mtime,
     change time and inode), and `stats`, path: file_state of each stats file judged
     against it. Invalidated where either moves: any write, utime, chmod, replacement,
@@ -1162,6 +1163,26 @@ def _remember_unchanged(kept: dict, role: str, folder: str, model: str, judged: 
         write_json(cache_file(MODEL_VERDICTS), kept)
 
 
+def _loads_since(kept: dict, role: str, name: str, folder: str, there: dict[str, list]) -> int:
+    """When hub name `name` came to load the snapshot `folder`, as the parses saw it: a
+    time for changed_model to count with the model's own. HF_HUB_CACHE or HF_HOME pointed
+    at another cache (a shared one, downloaded before the jobs ran) loads another
+    snapshot, whose files, folder and ref are all older than the jobs' stats, and no
+    time of them moves. Kept in the verdicts file (`kept`, _kept_verdicts) per [role,
+    name]: the folder the last parse found and since when; a folder other than that one,
+    or none kept (the file lost), is taken as found after every stats file there is now
+    (`there`: path: hashing.file_state), which are then judged until their jobs rerun. A
+    time of the stats files, not this machine's clock: a filesystem's may be ahead."""
+    entry = kept.get(json.dumps(["loads", role, name]))
+    if isinstance(entry, dict) and entry.get("folder") == folder and isinstance(entry.get("since"), int):
+        return entry["since"]
+    since = max((state[2] + 1 for state in there.values()), default=0)
+    kept[json.dumps(["loads", role, name])] = {"folder": folder, "since": since}
+    with contextlib.suppress(OSError):
+        write_json(cache_file(MODEL_VERDICTS), kept)
+    return since
+
+
 def changed_model(key: str, name: str, stats: Iterable[tuple[str, str]], model_hash: Callable[[str], str] | None = None
                   ) -> ChangedModel | None:
     """Whether model `name` (config key `key`) changed since the jobs that load it ran,
@@ -1174,13 +1195,15 @@ def changed_model(key: str, name: str, stats: Iterable[tuple[str, str]], model_h
     of a folder downloaded before the jobs ran, whose files' times all stay); for a hub
     name also its ref file's times (refs/main moved, by a download of the branch or by
     hand, to a snapshot already in the cache, whose files and folder are all older than
-    the jobs: core.models.hub_ref), and for a folder named through a link, the link's
-    (`ln -sfn v2 models/current` to a model older than the jobs). A model found unchanged for a stats file is
-    remembered (_known_unchanged), so a folder touched without changing the model (a
-    chmod, a file added and removed) costs one parse the reading, not every parse; the
-    verdict is kept per folder, and a hub name's snapshot folder is its revision's, so
-    what was found of one revision is never taken for another. Jobs that recorded none
-    (written before they did, or another role) are not judged."""
+    the jobs: core.models.hub_ref) and when the name came to load that snapshot
+    (HF_HUB_CACHE pointed at another cache: _loads_since); for a folder named through a
+    link, the link's (`ln -sfn v2 models/current` to a model older than the jobs). A
+    model found unchanged for a stats file is remembered (_known_unchanged), so a folder
+    touched without changing the model (a chmod, a file added and removed) costs one
+    parse the reading, not every parse; the verdict is kept per folder, and a hub name's
+    snapshot folder is its revision's, so what was found of one revision is never taken
+    for another. Jobs that recorded none (written before they did, or another role) are
+    not judged."""
     role = MODEL_ROLES.get(key)
     found = model_source(name) if role else None
     if found is None:
@@ -1190,12 +1213,16 @@ def changed_model(key: str, name: str, stats: Iterable[tuple[str, str]], model_h
     from shardflow.core.hashing import digest, file_state, model_files_state
 
     stats = list(stats)
+    there = {path: file_state(path) for _, path in stats if os.path.exists(path)}
     files = model_files_state(folder)
     times = [t for _, _, mtime, ctime, _ in files for t in (mtime, ctime)]
     times.append(os.stat(folder).st_ctime_ns)
+    kept = None
     if ref is not None:  # when the name came to load this snapshot
         with contextlib.suppress(OSError):  # gone since hub_snapshot read it: the next parse names that
             times += file_state(ref)[2:4]
+        kept = _kept_verdicts()
+        times.append(_loads_since(kept, role, name, folder, there))  # another cache
     # The folder, or one above it, a link (`ln -sfn v2 models/current`): stat follows it,
     # so one repointed at files older than the jobs shows only in its own times.
     for link in filter(os.path.islink, (folder, *map(str, Path(folder).parents))):
@@ -1203,12 +1230,11 @@ def changed_model(key: str, name: str, stats: Iterable[tuple[str, str]], model_h
             st = os.lstat(link)
             times += [st.st_mtime_ns, st.st_ctime_ns]
     newest = max(times) if files else None
-    there = {path: file_state(path) for _, path in stats if os.path.exists(path)}
     older = [(rule, path) for rule, path in stats if path in there and newest is not None and there[path][2] < newest]
     if not older:
         return None
     signature = digest(files)
-    kept = _kept_verdicts()
+    kept = _kept_verdicts() if kept is None else kept
     known = _known_unchanged(kept, role, folder, signature)
     older = [(rule, path) for rule, path in older if known.get(path) != there[path]]
     if not older:

@@ -1290,8 +1290,9 @@ def test_a_hub_name_whose_ref_moved_back_to_a_cached_snapshot_is_found(tmp_path,
     assert made["model"]["revision"] == rev2.name
     _past_the_tick_of(repo / "refs" / "main")  # the jobs ran after the download
     stats = tmp_path / "embed_0.stats.json"
-    stats.write_text(json.dumps({"made_with": made}))
     jobs = [("embed", str(stats))]
+    assert plan.changed_model("embedding.model", "acme/minilm", jobs) is None  # the parse that ran them
+    stats.write_text(json.dumps({"made_with": made}))
 
     def never(folder):
         raise AssertionError("hashed a model whose files and ref are all older than its jobs' stats")
@@ -1305,6 +1306,46 @@ def test_a_hub_name_whose_ref_moved_back_to_a_cached_snapshot_is_found(tmp_path,
     assert plan.changed_model("embedding.model", "acme/minilm", jobs).stale == tuple(jobs)  # at every parse
     move_ref(repo / "refs" / "main", rev2.name)
     assert plan.changed_model("embedding.model", "acme/minilm", jobs) is None
+
+
+def test_a_hub_name_loaded_from_another_cache_is_found(tmp_path, monkeypatch):
+    """HF_HUB_CACHE or HF_HOME pointed at another cache (a shared one, downloaded before
+    the jobs ran): the hub name loads that cache's snapshot, another model, whose files,
+    folder and ref are all older than the jobs' stats, and no time of them moved, so the
+    model was passed over. The folder a name loads is kept from parse to parse: another
+    one counts as changed after every stats file there is, so the jobs are judged, and
+    named at every parse; pointed back, or at a cache of the same revision, each is
+    compared once and nothing is named."""
+    from huggingface_hub import constants
+
+    from shardflow.workflow.provenance import model_sha256_kept
+
+    ours, shared, mirror = tmp_path / "hub", tmp_path / "shared-hub", tmp_path / "mirror-hub"
+    hub_cache_with_two_revisions(ours)  # refs/main: revision 2
+    hub_cache_with_two_revisions(mirror)  # the same model
+    repo, rev1, _ = hub_cache_with_two_revisions(shared)
+    move_ref(repo / "refs" / "main", rev1.name)  # revision 1: other weights
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(ours))
+    stats = tmp_path / "embed_0.stats.json"
+    jobs = [("embed", str(stats))]
+    assert plan.changed_model("embedding.model", "acme/minilm", jobs) is None  # the parse that ran them
+    made = {"role": "embedding", "model": model_sha256_kept("acme/minilm")}
+    _past_the_tick_of(shared / "models--acme--minilm" / "refs" / "main")  # every cache was there before
+    stats.write_text(json.dumps({"made_with": made}))
+
+    def never(folder):
+        raise AssertionError("hashed a model whose files and ref are all older than its jobs' stats")
+
+    assert plan.changed_model("embedding.model", "acme/minilm", jobs, model_hash=never) is None
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(shared))
+    changed = plan.changed_model("embedding.model", "acme/minilm", jobs)
+    assert changed is not None and changed.folder == str(rev1) and changed.stale == tuple(jobs)
+    assert changed.now == model_sha256_kept(str(rev1))["sha256"] != made["model"]["sha256"]
+    assert plan.changed_model("embedding.model", "acme/minilm", jobs).stale == tuple(jobs)  # at every parse
+    for cache in (ours, mirror):
+        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+        assert plan.changed_model("embedding.model", "acme/minilm", jobs) is None  # compared
+        assert plan.changed_model("embedding.model", "acme/minilm", jobs, model_hash=never) is None  # once
 
 
 def test_a_model_link_repointed_at_an_older_folder_is_found(tmp_path):
