@@ -37,6 +37,17 @@ def whole_floats_as_ints(params: Any) -> None:
             object.__setattr__(params, f.name, [whole(v) for v in value])
 
 
+def one_of(value: Any, allowed: Any) -> bool:
+    """Whether `value` is one of `allowed` (a tuple, a set, a dict's keys). A value that
+    cannot be hashed (a list or a dict from a Python caller) is none of them: `in` a set
+    or a dict raised Python's bare TypeError ("unhashable type: 'list'") for it, naming
+    no field, where the class's check names the field and what it takes."""
+    try:
+        return value in allowed
+    except TypeError:
+        return False
+
+
 DEVICES = ("auto", "cpu", "cuda")  # plus "cuda:N"
 
 

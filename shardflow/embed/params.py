@@ -21,7 +21,7 @@ from shardflow.core.devices import (
     resolve_device,
     resolve_dtype,
 )
-from shardflow.core.fields import check_device, check_field_types, whole_floats_as_ints
+from shardflow.core.fields import check_device, check_field_types, one_of, whole_floats_as_ints
 from shardflow.core.hashing import model_identity
 from shardflow.embed.stconfig import ModelSpec, load_model_spec
 
@@ -131,7 +131,7 @@ class EmbedParams:
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} {getattr(self, name)!r}: expected one of {allowed}")
         check_device(self.device)
-        if self.dtype != "auto" and self.dtype not in DTYPES:
+        if self.dtype != "auto" and not one_of(self.dtype, DTYPES):  # a dict: a list is unhashable there
             raise ValueError(f"dtype {self.dtype!r}: expected auto or one of {sorted(DTYPES)}")
         if self.output_dtype not in OUTPUT_DTYPES:
             raise ValueError(f"output_dtype {self.output_dtype!r}: expected one of {OUTPUT_DTYPES}")

@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from shardflow.core.fields import check_field_types, whole_floats_as_ints
+from shardflow.core.fields import check_field_types, one_of, whole_floats_as_ints
 
 # Decoder-only models get this instruction unless `prompt` is set.
 DEFAULT_PROMPT = "Summarise the following text in a few sentences."
@@ -109,7 +109,7 @@ class GenerateParams:
 
         whole_floats_as_ints(self)  # max_input_length 512.0 (a sweep value)
         check_device(self.device)
-        if self.dtype != "auto" and self.dtype not in DTYPES:
+        if self.dtype != "auto" and not one_of(self.dtype, DTYPES):  # a dict: a list is unhashable there
             raise ValueError(f"dtype {self.dtype!r}: expected auto or one of {sorted(DTYPES)}")
         # A bool itself: 1 and 0 equal True and False, so `in (None, True, False, "never")`
         # took them, and GenerationConfig got an int.

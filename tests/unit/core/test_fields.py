@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from shardflow.core.fields import check_field_types, whole_int
+from shardflow.core.fields import check_field_types, one_of, whole_int
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -103,3 +103,12 @@ def test_whole_floats_in_a_list_of_integers_are_ints_and_a_fraction_is_left_to_t
     assert kept.widths == [16, 64.5]
     with pytest.raises(TypeError, match="expected a string or a list of integers"):
         check_field_types(kept)
+
+
+def test_one_of_takes_a_value_that_cannot_be_hashed_as_none_of_the_choices():
+    """`in` a set or a dict raised Python's bare TypeError for a list or a dict (from a
+    Python caller: EmbedParams(dtype=[1])), which names no field; one_of says no, and the
+    class's check names the field and what it takes."""
+    choices = {"float32": 4, "float16": 2}
+    assert one_of("float16", choices) and one_of("on", ("auto", "on")) and not one_of("fp16", choices)
+    assert not one_of([1], choices) and not one_of({"a": 1}, {"auto"}) and not one_of([1], ("auto",))

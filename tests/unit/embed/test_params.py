@@ -59,6 +59,9 @@ def test_a_model_is_required():
         ({"device": None}, "device None: expected auto, cpu, cuda or cuda:N"),  # not an AttributeError
         ({"dtype": "fp16"}, "dtype 'fp16': expected auto or one of ['bfloat16', 'float16', 'float32']"),
         ({"dtype": None}, "dtype None: expected auto or one of ['bfloat16', 'float16', 'float32']"),
+        # A Python caller's list or dict: one error naming the field, not "unhashable type: 'list'".
+        ({"dtype": [1]}, "dtype [1]: expected auto or one of ['bfloat16', 'float16', 'float32']"),
+        ({"dtype": {"a": 1}}, "dtype {'a': 1}: expected auto or one of ['bfloat16', 'float16', 'float32']"),
         ({"output_dtype": "bfloat16"}, "output_dtype 'bfloat16': expected one of ('float32', 'float16')"),
         ({"output_dtype": "auto"}, "output_dtype 'auto': expected one of ('float32', 'float16')"),
         ({"compile_mode": "fast"}, f"compile_mode 'fast': expected one of {COMPILE_MODES}"),

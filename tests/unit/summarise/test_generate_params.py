@@ -60,6 +60,8 @@ def test_defaults_leave_every_generation_setting_to_the_model():
         ({"device": "cuda:x"}, "device 'cuda:x': expected auto, cpu, cuda or cuda:N"),
         ({"dtype": "int8"}, "dtype 'int8': expected auto or one of ['bfloat16', 'float16', 'float32']"),
         ({"dtype": "fp16"}, "dtype 'fp16': expected auto or one of ['bfloat16', 'float16', 'float32']"),
+        # A Python caller's list: one error naming the field, not "unhashable type: 'list'".
+        ({"dtype": [1]}, "dtype [1]: expected auto or one of ['bfloat16', 'float16', 'float32']"),
         ({"max_batch_size": 0}, "max_batch_size must be >= 1"),
         ({"window": -3}, "window must be >= 1"),
         ({"token_budget": 0}, "token_budget must be >= 1 or None"),
