@@ -10,6 +10,7 @@ which patches `typing` and so changes that corpus.
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 import os
 import re
@@ -105,7 +106,8 @@ def check_field_types(params: Any) -> None:
     between 'str' and 'int') or pass a wrong value (a bool where a number is meant, a
     string never compared). A field whose annotation names anything else is left to its
     class. A path object (pathlib.Path) where a string is meant is taken as its string
-    (os.fspath), as the classes took a model folder before they checked types."""
+    (os.fspath), as the classes took a model folder before they checked types. A NaN or an
+    infinity in a float field is a ValueError (check_finite)."""
     for f in dataclasses.fields(params):
         annotation = f.type.__name__ if isinstance(f.type, type) else str(f.type)
         kinds = [part.strip() for part in annotation.split("|")]
@@ -119,3 +121,16 @@ def check_field_types(params: Any) -> None:
             words = [FIELD_KINDS[kind][0] for kind in kinds]
             expected = words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
             raise TypeError(f"{f.name} {value!r}: expected {expected}")
+        if "float" in kinds:
+            check_finite(f.name, value)
+
+
+def check_finite(name: str, value: Any) -> None:
+    """A number in a float field is finite, else a ValueError naming the field. The config
+    check refuses `.nan` and `.inf` (core.config.non_finite_numbers), but a Python caller's
+    float('nan') passed every bound written as a comparison (NaN compares false), and a
+    NaN lr trained to NaN losses. No float field means anything by inf (grad_clip 0 and
+    shard_mb None are the "no limit" values), and the values are recorded in strict JSON,
+    which has neither. An int is finite: math.isfinite would overflow on a large one."""
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral) and not math.isfinite(value):
+        raise ValueError(f"{name} {value!r}: expected a finite number")

@@ -112,3 +112,41 @@ def test_one_of_takes_a_value_that_cannot_be_hashed_as_none_of_the_choices():
     choices = {"float32": 4, "float16": 2}
     assert one_of("float16", choices) and one_of("on", ("auto", "on")) and not one_of("fp16", choices)
     assert not one_of([1], choices) and not one_of({"a": 1}, {"auto"}) and not one_of([1], ("auto",))
+
+
+def test_a_float_field_that_is_not_finite_is_refused_naming_the_field():
+    """The config check refuses `.nan` and `.inf` (core.config.non_finite_numbers), but a
+    Python caller's float('nan') passed every bound written as a comparison (NaN compares
+    false): a NaN lr trained to NaN losses. No float field of a params class means
+    anything by inf (grad_clip 0 and shard_mb None are the "no limit" values), and every
+    one is recorded in strict JSON. An int in a float field, however large, is finite."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Params:
+        rate: float = 0.5
+        cap: float | None = None
+
+    check_field_types(Params(rate=10**400, cap=-1.5))
+    for bad, message in (
+        (Params(rate=float("nan")), "rate nan: expected a finite number"),
+        (Params(rate=float("-inf")), "rate -inf: expected a finite number"),
+        (Params(cap=float("inf")), "cap inf: expected a finite number"),
+    ):
+        with pytest.raises(ValueError) as info:
+            check_field_types(bad)
+        assert str(info.value) == message
+
+
+def test_a_params_class_refuses_a_nan_learning_rate():
+    """Through a real params class: TrainParams's bounds let a NaN lr through (min_lr > nan
+    is false), and the run trained to NaN losses."""
+    import numpy as np
+
+    from shardflow.embed.verify import VerifyParams
+    from shardflow.train.params import TrainParams
+
+    with pytest.raises(ValueError, match=r"^lr nan: expected a finite number$"):
+        TrainParams(lr=float("nan"))
+    with pytest.raises(ValueError, match=r"^norm_tolerance .*inf.*: expected a finite number$"):
+        VerifyParams(10, 8, True, norm_tolerance=np.float64("inf"))  # numpy's floats are numbers too
+    assert TrainParams(lr=2e-3).lr == 2e-3

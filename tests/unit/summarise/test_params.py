@@ -41,7 +41,7 @@ def test_summarise_defaults_are_lead_3_with_the_punctuation_splitter():
         ({"k": -2}, "k must be >= 1, got -2"),
         ({"mmr_lambda": -0.01}, "mmr_lambda must be in [0, 1], got -0.01"),
         ({"mmr_lambda": 1.0001}, "mmr_lambda must be in [0, 1], got 1.0001"),
-        ({"mmr_lambda": float("nan")}, "mmr_lambda must be in [0, 1], got nan"),
+        ({"mmr_lambda": float("nan")}, "mmr_lambda nan: expected a finite number"),  # core.fields
         ({"splitter": "spacy"}, "splitter 'spacy': expected one of ('punctuation', 'prose')"),
         ({"splitter": ""}, "splitter '': expected one of ('punctuation', 'prose')"),
         ({"window": 0}, "window must be >= 1, got 0"),
@@ -123,7 +123,7 @@ def test_score_defaults():
         ({"level": 0.0}, "level must be in (0, 1), got 0.0"),
         ({"level": 1.0}, "level must be in (0, 1), got 1.0"),
         ({"level": 95}, "level must be in (0, 1), got 95"),
-        ({"level": float("nan")}, "level must be in (0, 1), got nan"),
+        ({"level": float("nan")}, "level nan: expected a finite number"),  # core.fields
         ({"on_bad_record": "warn"}, "on_bad_record 'warn': expected 'error' or 'skip'"),
         ({"max_record_bytes": 0}, "max_record_bytes must be >= 1, got 0"),
     ],
