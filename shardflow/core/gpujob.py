@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardflow.core.failures import guard_retries
-from shardflow.core.gpu_slots import pin_gpu
+from shardflow.core.gpu_slots import PRESET, parse_devices, pin_gpu, scheduler_pinning
 from shardflow.core.runlog import configure_logging, share_tokenizer_threads
 
 
@@ -32,12 +32,16 @@ class GpuJob:
     log: logging.Logger
 
 
-def pin_job_gpus(settings: dict, gpus: int, job: str, logger: logging.Logger | None = None) -> tuple[str, str | None]:
+def pin_job_gpus(
+    settings: dict, gpus: int, job: str, logger: logging.Logger | None = None, per_rank: bool = False
+) -> tuple[str, str | None]:
     """(device, CUDA_VISIBLE_DEVICES) of a job scheduled with `gpus` GPUs.
 
     settings: the rule's `gpu_jobs` params (device, pinning, devices). `gpus == 0`
     means a CPU job: device "cpu" and no slot taken. Also the start of
-    `python -m shardflow.train.launch`, a shell rule's job.
+    `python -m shardflow.train.launch`, a shell rule's job, which passes `per_rank`: it
+    runs a job of several GPUs as one process per GPU, each on cuda:LOCAL_RANK, so the
+    index of a `cuda:N` is not used there (check_visible_index).
     """
     log = logger or logging.getLogger(__name__)
     device, pinning = settings["device"], settings["pinning"]
@@ -49,7 +53,33 @@ def pin_job_gpus(settings: dict, gpus: int, job: str, logger: logging.Logger | N
         device, pinning = "cpu", "off"
     visible = pin_gpu(settings["devices"], mode=pinning, job=job, count=max(gpus, 1))
     log.info("CUDA_VISIBLE_DEVICES=%s (gpu_pinning=%s)", visible, pinning)
+    if not (per_rank and gpus > 1):
+        check_visible_index(device, visible, pinning)
     return device, visible
+
+
+def check_visible_index(device: str, visible: str | None, pinning: str) -> None:
+    """A `cuda:N` the job can see: CUDA numbers the devices of CUDA_VISIBLE_DEVICES from
+    0, so a one-GPU job pinned to its own GPU (by a slot, or by SLURM or Kubernetes) sees
+    it as cuda:0, and `cuda:1` failed only where the model loads (core.devices), on each
+    retry, with nothing saying that pinning is why. With no list (pinning off, nothing
+    exported) the host's devices could be counted only by initialising CUDA, which would
+    freeze this process's view of CUDA_VISIBLE_DEVICES: not checked. The entries are an
+    upper bound on what CUDA sees (it stops at the first it cannot use), so a job this
+    refuses could not have run."""
+    if not (device.startswith("cuda:") and visible is not None):
+        return
+    seen = len(parse_devices(visible))
+    if int(device[5:]) < seen:
+        return
+    by = scheduler_pinning()  # a scheduler's name where it pinned the job, not this process
+    pinned = f"gpu_jobs.pinning: {pinning}" + (f", pinned by {by}" if by not in (None, "shardflow", PRESET) else "")
+    raise ValueError(
+        f"gpu_jobs.device {device!r}: this job sees {seen} GPU{'' if seen == 1 else 's'} "
+        f"(CUDA_VISIBLE_DEVICES={visible!r} after {pinned}), numbered from cuda:0, so it has no {device}. "
+        "Set gpu_jobs.device to cuda or auto and choose GPUs with gpu_jobs.devices; "
+        "cuda:N names a host device only with gpu_jobs.pinning: off and no CUDA_VISIBLE_DEVICES exported"
+    )
 
 
 def start_gpu_job(smk: Any, name: str, params: Any) -> GpuJob:

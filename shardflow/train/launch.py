@@ -226,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     found = controller.find()
     guard = retry_guard(settings, rest, args.job, found.to_env() if found else None)  # before GPUs are pinned
-    device, _visible = pin_job_gpus(settings, args.gpus, job=args.job)
+    # per_rank: N > 1 GPUs run as N ranks, each on cuda:LOCAL_RANK (trainer_args), whatever cuda:N says.
+    device, _visible = pin_job_gpus(settings, args.gpus, job=args.job, per_rank=True)
     check_gpu_count(device, args.gpus, rest)
     nproc = processes(device, args.gpus)
     learned = guard.out_of_memory if guard is not None else None

@@ -34,6 +34,28 @@ def test_one_gpu_keeps_the_configured_device():
     assert launch.trainer_args([], "auto", 1, None) == ["--device", "auto"]
 
 
+def test_a_cuda_index_is_refused_where_the_job_cannot_see_it_and_ignored_under_torchrun(
+    tmp_path, launcher, monkeypatch
+):
+    """One GPU: the trainer runs on the cuda:N given, so cuda:1 where CUDA_VISIBLE_DEVICES
+    lists one GPU stops before training (core.gpujob.check_visible_index). Two GPUs: each
+    rank is given `--device cuda` and takes cuda:LOCAL_RANK, so any index trains, as it
+    did before the check."""
+    import shardflow.train.__main__ as trainer_main
+    from shardflow.core import gpu_slots
+
+    monkeypatch.setattr(gpu_slots, "_pinned", None)  # pinning off (launcher_argv): CUDA_VISIBLE_DEVICES as it is
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setattr(trainer_main, "main", lambda args: pytest.fail("trained on a device it cannot see"))
+    with pytest.raises(ValueError, match=r"^gpu_jobs.device 'cuda:1': this job sees 1 GPU"):
+        launch.main(launcher_argv(tmp_path, attempt=1, device="cuda:1", gpus=1))
+    got = {}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setattr(launch, "run_ranks", lambda cmd, reports=None: got.setdefault("cmd", cmd) and 0)
+    assert launch.main(launcher_argv(tmp_path, attempt=1, device="cuda:5", gpus=2)) == 0
+    assert got["cmd"][got["cmd"].index("--device") + 1] == "cuda"
+
+
 def test_arguments_after_the_separator_go_to_the_trainer():
     args, rest = launch.parse_args(["--gpus", "2", "--gpu-jobs", "{}", "--", "--data", "x", "--gpus", "9"])
     assert args.gpus == 2 and rest == ["--data", "x", "--gpus", "9"]
@@ -270,7 +292,7 @@ def test_a_rank_out_of_memory_is_recorded_and_the_next_attempt_tells_the_ranks(t
 
     details = {"micro_batch": 8, "next_micro_batch": 4, "next_grad_accum": 2, "device": "NVIDIA H100", "settings": "s"}
     oom = mark_out_of_memory(torch.OutOfMemoryError("CUDA out of memory"), details)
-    monkeypatch.setattr(launch, "pin_job_gpus", lambda settings, gpus, job: ("cuda", "0,1"))
+    monkeypatch.setattr(launch, "pin_job_gpus", lambda settings, gpus, job, **_: ("cuda", "0,1"))
     monkeypatch.setattr(launch, "run_ranks", fake_torchrun(RuntimeError("Connection closed by peer"), oom))
     monkeypatch.setenv(launch.failures.RANK_REPORTS_ENV, "")
     monkeypatch.setenv("RANK", "")
@@ -318,7 +340,7 @@ def fake_torchrun(*ranks):
     ],
 )
 def test_ranks_under_torchrun_record_only_a_deterministic_failure(tmp_path, launcher, monkeypatch, ranks, recorded):
-    monkeypatch.setattr(launch, "pin_job_gpus", lambda settings, gpus, job: ("cuda", "0,1"))
+    monkeypatch.setattr(launch, "pin_job_gpus", lambda settings, gpus, job, **_: ("cuda", "0,1"))
     monkeypatch.setattr(launch, "run_ranks", fake_torchrun(*ranks))
     monkeypatch.setenv(launch.failures.RANK_REPORTS_ENV, "")  # so the fake ranks' values go at teardown
     monkeypatch.setenv("RANK", "")
@@ -342,7 +364,7 @@ def test_no_folder_for_the_ranks_reports_runs_them_unguarded(tmp_path, launcher,
         got["reports"] = reports
         return 0
 
-    monkeypatch.setattr(launch, "pin_job_gpus", lambda settings, gpus, job: ("cuda", "0,1"))
+    monkeypatch.setattr(launch, "pin_job_gpus", lambda settings, gpus, job, **_: ("cuda", "0,1"))
     monkeypatch.setattr(launch.tempfile, "mkdtemp", no_space)
     monkeypatch.setattr(launch, "run_ranks", torchrun)
     assert launch.main(launcher_argv(tmp_path, attempt=1, device="cuda", gpus=2)) == 0
