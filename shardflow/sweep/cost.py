@@ -35,12 +35,13 @@ tables' `currency` column and the cost metrics' headers and axes (`money_label`)
 
 from __future__ import annotations
 
-import json
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shardflow.core.files import read_json
 from shardflow.core.jobs import earlier_attempt_costs, last_attempt_gpu_hours, priced, read_benchmark
 from shardflow.sweep.shared import SHARED_FOLDER
 
@@ -187,6 +188,16 @@ def with_cost(metrics: Mapping[str, Any], gpu_hour_price: float) -> dict[str, An
     }
 
 
+def _json_object(path: str | os.PathLike) -> dict:
+    """A job's metrics or stats record. The collection reads every job's after all of
+    them ran: a file cut short or holding another JSON value is a ValueError naming it
+    (core.files.read_json: the file and line), as a stage's merge names a stats file."""
+    record = read_json(path)
+    if not isinstance(record, dict):
+        raise ValueError(f"{os.fspath(path)}: a JSON {type(record).__name__}, not an object (a job's record)")
+    return record
+
+
 def read_job_records(shapes: Sequence[tuple[str, int, int, int]], metrics: Sequence[str], stats: Sequence[str],
                      benchmarks: Sequence[str], price: Price | None = None) -> list[JobRecord]:
     """The collecting rule's inputs, read back per job.
@@ -203,8 +214,7 @@ def read_job_records(shapes: Sequence[tuple[str, int, int, int]], metrics: Seque
     stats_files, bench_files = iter(stats), iter(benchmarks)
     records = []
     for (point, seed, n_stats, n_bench), metrics_path in zip(shapes, metrics, strict=True):
-        with open(metrics_path, encoding="utf-8") as fh:
-            record = json.load(fh)
+        record = _json_object(metrics_path)
         if price is not None:
             try:
                 record = with_cost(record, price.gpu_hour_price)
@@ -219,8 +229,7 @@ def read_job_records(shapes: Sequence[tuple[str, int, int, int]], metrics: Seque
             seconds = float(read_benchmark(path).get("s", 0.0))
             job_stats: dict = {}  # none paired: no GPU time known
             if i < n_stats:
-                with open(next(stats_files), encoding="utf-8") as fh:
-                    job_stats = json.load(fh)
+                job_stats = _json_object(next(stats_files))
             gpu_hours = last_attempt_gpu_hours(job_stats, seconds)
             earlier = earlier_attempt_costs([job_stats])
             costs.append(JobCost(path, seconds, gpu_hours + earlier["earlier_attempt_gpu_hours"],

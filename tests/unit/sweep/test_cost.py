@@ -1,4 +1,5 @@
 import math
+import re
 
 import pytest
 
@@ -217,3 +218,28 @@ def test_a_multi_gpu_jobs_killed_attempts_count_per_gpu_in_the_sweeps_cost(tmp_p
     cost = sweep_cost([record.costs], "s")
     assert (cost["gpu_hours"], cost["earlier_attempt_gpu_hours"]) == (pytest.approx(2.0), pytest.approx(1.0))
     assert cost["earlier_attempt_seconds"] == 1800.0
+
+
+def test_a_metrics_or_stats_file_that_is_not_a_json_object_is_named(tmp_path):
+    """The collection reads every job's metrics and stats after every job ran: a file cut
+    short (a full disk, a copy stopped midway) or holding another JSON value stops it
+    naming the file and line, not with json's bare "Expecting value: line 1 column 1"
+    or an AttributeError, which name neither among a hundred jobs' files."""
+    from shardflow.sweep.cost import read_job_records
+
+    bench = tmp_path / "b.tsv"
+    bench.write_text("s\th:m:s\tmax_rss\n1.0\t0:00:01\t1.0\n")
+    good = tmp_path / "good.json"
+    good.write_text('{"best_val_loss": 1.0}')
+    cut = tmp_path / "cut.json"
+    cut.write_text('{"best_val_loss": 1.0,\n "steps"')
+    listed = tmp_path / "list.json"
+    listed.write_text("[1.0]")
+    with pytest.raises(ValueError, match="^" + re.escape(f"{cut}:2: malformed JSON")):
+        read_job_records([("p", 0, 0, 1)], [str(cut)], [], [str(bench)])
+    with pytest.raises(ValueError, match="^" + re.escape(f"{listed}: a JSON list, not an object")):
+        read_job_records([("p", 0, 0, 1)], [str(listed)], [], [str(bench)])
+    with pytest.raises(ValueError, match="^" + re.escape(f"{cut}:2: malformed JSON")):
+        read_job_records([("p", 0, 1, 1)], [str(good)], [str(cut)], [str(bench)])
+    with pytest.raises(ValueError, match="^" + re.escape(f"{listed}: a JSON list, not an object")):
+        read_job_records([("p", 0, 1, 1)], [str(good)], [str(listed)], [str(bench)])
