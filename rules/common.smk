@@ -127,12 +127,14 @@ RETRIEVAL_SPEC = (
 # Every configured sweep, each point checked against the schema (shardflow.sweep); what
 # is wrong with any of them stops the parse below, in one error with the checks after.
 # Stop once, naming every one.
-_PROBLEMS = plan.prompt_conflicts(config) + plan.reproduction_pins_nothing(config)
+_PROBLEMS = plan.reproduction_pins_nothing(config)
 _PROBLEMS += plan.reproduction_unnamed(config)
 _PROBLEMS += plan.unknown_reproduction_metrics(config, DATASETS)
 SWEEPS = parse_sweeps(
     config["sweeps"], config, validate, root=workflow.basedir, problems=_PROBLEMS
 )
+# A literal and a named prompt set together, in the config or at a sweep point.
+_PROBLEMS += plan.prompt_conflicts(config, SWEEPS.values())
 if workflow.is_main_process:
     # What the config files write that their merge hides: a key written twice in one
     # mapping (YAML keeps the last), one sweep defined in two files (merged key by key);

@@ -490,17 +490,30 @@ def shards_settings(cfg: dict) -> None:
         )
 
 
-def prompt_conflicts(cfg: dict) -> list[str]:
-    """One line per pair of prompt keys set together (a literal prompt and a named one):
-    the embed jobs refuse both, each after queueing for a GPU and being retried."""
+def prompt_conflicts(cfg: dict, sweeps: Iterable[SweepSpec] = ()) -> list[str]:
+    """One line per pair of prompt keys set together (a literal prompt and a named one),
+    in the config or at a sweep point of `sweeps` (a point that sets one where the config
+    sets the other): the embed jobs refuse both, each after queueing for a GPU and being
+    retried. A pair the config sets both of is named once, for the config."""
     pairs = [("embedding", "prompt", "prompt_name")]
     if cfg["retrieval"]["path"]:
         pairs.append(("retrieval", "query_prompt", "query_prompt_name"))
+
+    def both(job: dict, pair: tuple[str, str, str]) -> bool:
+        section, literal, named = pair
+        return job[section][literal] is not None and job[section][named] is not None
+
+    found = [("", pair) for pair in pairs if both(cfg, pair)]
+    for spec in sweeps:
+        read = sorted({k for task in SWEEP_TASKS.get(spec.stage, ()) for k in PROMPT_KEYS.get(task, ())})
+        read = [pair for pair in read if not both(cfg, pair)]
+        for point in spec.ids if read else ():
+            job = spec.job_config(point, spec.seeds[0])
+            found += [(f" (sweep '{spec.name}', point {point})", pair) for pair in read if both(job, pair)]
     return [
-        f"{section}.{literal} and {section}.{named} are both set: give one (a literal prompt, or the name of one "
-        "in the model's config)"
-        for section, literal, named in pairs
-        if cfg[section][literal] is not None and cfg[section][named] is not None
+        f"{section}.{literal} and {section}.{named} are both set{where}: give one (a literal prompt, or the name of "
+        "one in the model's config)"
+        for where, (section, literal, named) in found
     ]
 
 

@@ -462,6 +462,39 @@ def test_a_literal_and_a_named_prompt_set_together_are_named_at_parse_time():
     assert len(prompt_conflicts(cfg)) == 1
 
 
+def test_a_sweep_point_that_sets_one_prompt_key_where_the_config_sets_the_other_is_named():
+    """Comparing a literal prompt with a named one is a natural sweep (`points:
+    [{embedding.prompt_name: query}]` beside a config's `embedding.prompt`): the point's
+    jobs get both and refused them each, on its GPU, with an error naming no point."""
+    from types import SimpleNamespace
+
+    from shardflow.workflow.plan import prompt_conflicts
+
+    cfg = {"embedding": {"prompt": "d: ", "prompt_name": None},
+           "retrieval": {"path": "data/arguana", "query_prompt": None, "query_prompt_name": None}}
+    points = {
+        "prompt_name=null": {"embedding": {"prompt": "d: ", "prompt_name": None}},
+        "prompt_name=query": {"embedding": {"prompt": "d: ", "prompt_name": "query"}},
+    }
+
+    def spec(stage, points):
+        sections = {s: dict(v) for s, v in cfg.items()}
+        return SimpleNamespace(name="p", stage=stage, ids=tuple(points), seeds=(0,),
+                               job_config=lambda p, s: {**sections, **points[p]})
+
+    assert prompt_conflicts(cfg, [spec("embed", points)]) == [
+        "embedding.prompt and embedding.prompt_name are both set (sweep 'p', point prompt_name=query): give one "
+        "(a literal prompt, or the name of one in the model's config)"
+    ]
+    query = {"q": {"retrieval": {**cfg["retrieval"], "query_prompt": "q: ", "query_prompt_name": "query"}}}
+    (line,) = prompt_conflicts(cfg, [spec("retrieval", query)])
+    assert line.startswith("retrieval.query_prompt and retrieval.query_prompt_name are both set (sweep 'p', point q)")
+    assert prompt_conflicts(cfg, [spec("train", {"a": {}})]) == []  # a training job embeds nothing
+    # Set both in the config itself, it is named once, for the config, not again per point.
+    cfg["embedding"]["prompt_name"] = "document"
+    assert len(prompt_conflicts(cfg, [spec("embed", points)])) == 1
+
+
 def test_a_prompt_name_the_model_lacks_is_named_at_parse_time_by_its_key(config, tmp_path):
     """Every embed job (or embed_queries) refused it only once it had its GPU and its
     model, with an error naming no config key: one line a key and place, at parse time.
