@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from shardflow.core.config import YAML11_FLOAT, config_file_nodes, read_yaml
+from shardflow.core.config import YAML11_FLOAT, config_file_nodes, read_yaml, repeated_keys
 from shardflow.sweep.paths import (
     KEY_REGEX,
     case_collisions,
@@ -436,11 +436,27 @@ _MISSING = object()
 
 
 def _load_base(name: str, path: str, config: dict, load_file: Callable, root) -> dict:
+    """The config with base file `path` merged over it. What YAML would read with a loss
+    (a key written twice: it keeps the last and drops the first, as in the config files,
+    core.config.repeated_keys) or not at all is a SweepError naming the sweep, so that the
+    parse names it with the other sweeps' problems."""
+    import yaml
+
     full = path if os.path.isabs(path) else os.path.join(root, path)
     try:
         overlay = load_file(full)
     except FileNotFoundError:
         raise SweepError(f"sweep '{name}': base file '{path}' not found") from None
+    except IsADirectoryError:
+        example = f"{path.rstrip('/') or '.'}/<name>.yaml"
+        raise SweepError(f"sweep '{name}': base '{path}' is a folder; give a config file in it, such as '{example}'") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SweepError(f"sweep '{name}': base file '{path}' cannot be read: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise SweepError(f"sweep '{name}': base file '{path}' is not YAML: {_problem(exc)}") from None
+    repeated = repeated_keys([full])
+    if repeated:
+        raise SweepError(f"sweep '{name}': base file '{path}': {'; '.join(repeated)}")
     if not isinstance(overlay, Mapping):
         raise SweepError(f"sweep '{name}': base file '{path}' is not a mapping of config sections")
     return merge(config, {k: v for k, v in overlay.items() if k != "sweeps"})

@@ -172,6 +172,25 @@ def test_a_key_the_rules_apply_to_every_job_is_neither_swept_nor_set_by_a_base_f
         parse({"e": {**embed, "grid": {"embedding.max_length": [64]}, "base": "keep.yaml"}}, config=config, root=tmp_path)
 
 
+def test_a_base_file_that_yaml_reads_with_a_loss_or_not_at_all_is_an_error_naming_the_sweep(tmp_path):
+    """A key written twice in a base file (a second `train:` pasted below the first) lost
+    the first's settings without a word, as core.config.repeated_keys says of the config
+    files; a base that is a folder, or not YAML, stopped the parse with a bare
+    IsADirectoryError or ParserError, naming no sweep, and hid the other sweeps' problems."""
+    (tmp_path / "twice.yaml").write_text("train:\n  dropout: 0.1\ntrain:\n  n_layer: 8\n")
+    (tmp_path / "broken.yaml").write_text("train: {dropout: [\n")
+    (tmp_path / "exp").mkdir()
+    with pytest.raises(SweepError, match=r"sweep 's': base file 'twice.yaml': .*twice.yaml:3: key 'train' is written "
+                                         r"again \(first at line 1\): YAML keeps the last"):
+        parse({"s": sweep(base="twice.yaml")}, root=tmp_path)
+    with pytest.raises(SweepError, match=r"sweep 's': base file 'broken.yaml' is not YAML: .*line 2"):
+        parse({"s": sweep(base="broken.yaml")}, root=tmp_path)
+    problems = []
+    parse({"s": sweep(base="exp"), "t": sweep(metrics=None)}, root=tmp_path, problems=problems)
+    assert problems[0] == "sweep 's': base 'exp' is a folder; give a config file in it, such as 'exp/<name>.yaml'"
+    assert problems[1].startswith("sweep 't': say which metrics")
+
+
 def test_a_job_gets_its_stage_sections_with_its_point_and_seed(spec):
     job = spec.job_config("lr=0.0003__n_layer=2", 7)
     assert job == {"train": {**CONFIG["train"], "lr": 0.0003, "n_layer": 2, "seed": 7}}
