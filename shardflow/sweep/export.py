@@ -154,6 +154,13 @@ NO_MEAN_NOTE = (
 )
 
 
+def fixed(value: float, decimals: int) -> str:
+    """`value` at `decimals` places, as a table prints it: a value that rounds to zero from
+    below reads 0.000, not -0.000 (a sign a reader takes for a result)."""
+    text = f"{value:.{decimals}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
 def _cells(spec: SweepSpec, summary: pd.DataFrame, decimals: int, marked: Collection[tuple[str, str]] = ()):
     """Rows of (parameter labels, [(mean text, std text or None, bold, beyond depth)]);
     each metric's column with its own decimals (metric_decimals); `marked`: the (point,
@@ -179,7 +186,7 @@ def _cells(spec: SweepSpec, summary: pd.DataFrame, decimals: int, marked: Collec
                 continue
             d = places[m]
             bold = round(mean, d) == bold_means[m]
-            cells.append((f"{mean:.{d}f}", None if math.isnan(std) else f"{std:.{d}f}", bold, (pid, m) in marked))
+            cells.append((fixed(mean, d), None if math.isnan(std) else fixed(std, d), bold, (pid, m) in marked))
         rows.append(([labels[p][format_value(point[p])] for p in spec.params], cells))
     return rows
 

@@ -76,6 +76,18 @@ def test_a_column_whose_means_all_read_the_same_gets_the_decimals_that_tell_them
         "| 1e-3 | 0.9 | **1.0** |", "| 3e-4 | **0.8** | **1.0** |"]
 
 
+def test_a_mean_that_rounds_to_zero_from_below_reads_0_not_minus_0():
+    """A small negative mean (a loss difference, a correlation near 0) printed -0.000 at
+    the table's decimals, a sign a reader takes for a result and a paper cannot print; it
+    reads 0.000, as its value rounds. The bold mark follows the rounded value as before."""
+    spec, summary = tiny(seeds=(0,))
+    summary["best_val_loss_mean"] = [-0.0004, 0.2]
+    summary["acc_mean"] = [-0.0004, -0.002]
+    lines = to_markdown(spec, summary).splitlines()
+    assert lines[2:4] == ["| 1e-3 | **0.000** | **0.000** |", "| 3e-4 | 0.200 | -0.002 |"]
+    assert "1e-3 & $\\mathbf{0.000}$ & $\\mathbf{0.000}$ \\\\" in to_latex(spec, summary, caption="c", label="t")
+
+
 def test_means_that_read_the_same_where_others_differ_are_a_tie():
     """Only a column where every mean reads the same gets more decimals: 0.94 and 0.9
     beside 0.5 read 0.9 at 1 decimal, a tie, both bold."""
