@@ -18,6 +18,7 @@ after the parameters gives each point's.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Collection, Iterable, Mapping
@@ -44,9 +45,16 @@ def latex_escape(text: str) -> str:
 
 
 def value_label(value: Any) -> str:
-    """One parameter value alone (the first page's best point): a string as written,
-    null, true, 1e-05. A table's or figure's column of values: value_labels."""
-    return value if isinstance(value, str) else format_value(value)
+    """One parameter value alone (the first page's best point): a string as written (its
+    control characters as their escapes: an instruction prompt's line break as \\n, which
+    would break a Markdown row in two), null, true, 1e-05. A table's or figure's column of
+    values: value_labels."""
+    if not isinstance(value, str):
+        return format_value(value)
+    return "".join(_ESCAPES.get(c, f"\\x{ord(c):02x}") if c < " " or c == "\x7f" else c for c in value)
+
+
+_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 
 # A float parameter's values read in scientific notation where one is below SMALL or from
@@ -81,7 +89,12 @@ def value_labels(values: Iterable[Any]) -> dict[str, str]:
     )
     labels = {k: scientific(v) if sci and isinstance(v, float) else value_label(v) for k, v in distinct.items()}
     if len(set(labels.values())) < len(labels):
-        return {k: value_label(v) for k, v in distinct.items()}
+        labels = {k: value_label(v) for k, v in distinct.items()}
+        # A string that still reads as another value of the column (the string "null"
+        # beside null, "true" beside true) is quoted.
+        shared = {label for label in labels.values() if list(labels.values()).count(label) > 1}
+        labels = {k: json.dumps(v, ensure_ascii=False) if isinstance(v, str) and labels[k] in shared else labels[k]
+                  for k, v in distinct.items()}
     return labels
 
 

@@ -206,6 +206,26 @@ def test_value_labels_choose_one_notation_and_keep_distinct_values_apart():
     assert value_labels([1e-5, 3e-5]) == {"1e-05": "1e-5", "3e-05": "3e-5"}  # keyed by the point ids' spelling
 
 
+def test_a_string_value_with_a_line_break_or_one_that_reads_as_null_keeps_its_row_and_its_meaning():
+    """An instruction-style prompt (Qwen3's "Instruct: ...\\nQuery: ") broke its Markdown row
+    in two (the line break went into the table) and stood in LaTeX as a space; a string
+    "null" beside a null read "null" twice. Control characters read as their escapes,
+    and a string that reads as another value of its column is quoted."""
+    prompts = ["Instruct: find the passage\nQuery: ", "query: "]
+    # embedding.model stands in for embedding.prompt (this module's schema has no prompt key):
+    # one string column, labelled alike.
+    spec = parse({"p": sweep(stage="embed", grid={"embedding.model": prompts}, seeds=[0],
+                             metrics={"items_per_s": "max"})})["p"]
+    runs = collect(spec, [RunResult(pid, s, {"items_per_s": 1.0 + i}) for i, (pid, s) in enumerate(spec.jobs())])
+    summary = summarise(spec, runs)
+    lines = to_markdown(spec, summary).splitlines()
+    assert lines[2:4] == ["| Instruct: find the passage\\nQuery:  | 1.000 |", "| query:  | **2.000** |"]
+    latex = to_latex(spec, summary)
+    assert r"Instruct: find the passage\textbackslash{}nQuery:  & $1.000$ \\" in latex
+    assert list(value_labels(["a\tb\r", None, "null", "true"]).values()) == ["a\\tb\\r", "null", '"null"', "true"]
+    assert list(value_labels(["null", "x"]).values()) == ["null", "x"]  # alone in its column: as written
+
+
 def test_a_retrieval_sweeps_relevance_level_is_named_below_its_tables():
     """Scored away from retrieval.relevance_level 1 (table.relevance_levels), recall,
     precision, MRR and MAP are not the numbers scored at 1: a note below both tables says
