@@ -141,6 +141,7 @@ class ShardSet:
     train: list[np.ndarray]
     val: list[np.ndarray]
     fingerprint: list  # (file, split, tokens, sha256) of every shard: resume checks the data is the same
+    tokenizer: dict | None = None  # the identity of the tokenizer that made them (None: not recorded)
 
 
 def load_shards(shard_dir_or_metadata: str | os.PathLike, verify: bool = True) -> ShardSet:
@@ -170,7 +171,28 @@ def load_shards(shard_dir_or_metadata: str | os.PathLike, verify: bool = True) -
     for name, shards in split.items():
         if not shards:
             raise ValueError(f"{meta_path}: no {name} shards")
-    return ShardSet(meta_path, int(meta["vocab_size"]), meta.get("eot_id"), split["train"], split["val"], fingerprint)
+    return ShardSet(meta_path, int(meta["vocab_size"]), meta.get("eot_id"), split["train"], split["val"], fingerprint,
+                    meta.get("tokenizer"))
+
+
+def check_tokenizer(tokenizer, shards: ShardSet) -> None:
+    """Refuse a tokenizer other than the one the shards were made with (the identity their
+    metadata records): it decodes the sample and goes into hf/ beside the weights, so
+    another one decoded the sample into other text, or failed on an id it lacks only
+    after the last step, and hf/ held a tokenizer whose ids are not the model's. Shards
+    whose metadata records none (made by hand) are not checked."""
+    recorded = shards.tokenizer
+    if recorded is None:
+        return
+    given = tokenizer.identity()
+    differing = [k for k in sorted(set(recorded) | set(given)) if recorded.get(k) != given.get(k)]
+    if differing:
+        detail = "; ".join(f"{k}: shards {recorded.get(k)!r}, given {given.get(k)!r}" for k in differing)
+        raise ValueError(
+            f"the tokenizer given is not the one the shards of {shards.meta_path} were made with ({detail}): its "
+            "sample and hf/ folder would not match the model; pass the shards' tokenizer (gather_shards copies it "
+            f"beside {shards.meta_path.name})"
+        )
 
 
 class WindowSampler:
@@ -509,7 +531,8 @@ def train(
     with new parameters starts afresh; so are the folders above it that this leaves
     empty, up to the `.resume` folder it lies in (`core.parts.remove_folder`).
     tokenizer: the shards' (shardflow.train.tokenizer): it decodes the sample (unless
-    `decode` is given) and goes into the Hugging Face folder with the weights.
+    `decode` is given) and goes into the Hugging Face folder with the weights; another
+    one is refused before the first step (`check_tokenizer`).
     out_of_memory: what an earlier attempt that ran out of memory recorded (the train
     launcher passes it, core.failures): on that GPU type, the micro-batch is made smaller
     and the steps take the same windows in more micro-steps (`micro_batch_for`).
@@ -538,6 +561,8 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
     # the ranks whose micro-batches this process trains: 1, or all of them in one process
     ranks_here = processes if rt.world == 1 else 1
     shards = load_shards(shard_dir_or_metadata, verify=rt.is_main)  # a failing rank 0 stops the group
+    if tokenizer is not None:
+        check_tokenizer(tokenizer, shards)
     cfg = p.model_config(shards.vocab_size)
     key = resume_key(p, cfg, rt, shards, ranks_here)  # the configured batch: a smaller micro-batch resumes the same run
     settings = memory_settings(cfg, p, rt)

@@ -359,6 +359,29 @@ def test_the_published_best_weights_are_the_checkpoints_best_not_a_lost_attempts
     assert (out / "best.safetensors").read_bytes() == published.read_bytes()
 
 
+def test_a_tokenizer_other_than_the_shards_is_refused_before_a_step(shards, tmp_path):
+    """The tokenizer decodes the sample and goes into hf/ beside the weights. Another one
+    (passed by hand, or a tokenizer folder made again) decoded the sample into other
+    text, or failed on an id it lacks after the last step, and hf/ got a tokenizer whose
+    ids are not the model's; metadata.json records the shards' tokenizer."""
+    import shutil
+
+    from shardflow.train.tokenizer import CharTokenizer
+
+    copy = tmp_path / "shards"
+    shutil.copytree(shards, copy)
+    theirs = CharTokenizer(chr(65 + i) for i in range(VOCAB - 1))  # VOCAB ids, end-of-text last
+    meta = json.loads((copy / "metadata.json").read_text())
+    (copy / "metadata.json").write_text(json.dumps({**meta, "tokenizer": theirs.identity()}))
+    other = CharTokenizer(chr(97 + i) for i in range(VOCAB - 1))  # as many ids, other characters
+    params = TrainParams(**TINY, max_iters=2)
+    with pytest.raises(ValueError, match=r"not the one the shards of .*metadata.json were made with \(sha256: "):
+        train(copy, tmp_path / "other", params, resume_dir=tmp_path / "other.resume", tokenizer=other)
+    assert not (tmp_path / "other.resume" / "checkpoint.pt").exists()  # refused before a step
+    train(copy, tmp_path / "theirs", params, tokenizer=theirs, sample_tokens=5)
+    assert (tmp_path / "theirs" / "hf" / "tokenizer.json").is_file()
+
+
 def test_a_diverged_run_writes_its_outputs_without_a_sample(shards, tmp_path):
     """A sweep point with a learning rate far too high diverges: its metrics and losses are
     written (for the sweep's table to show), and sampling text from weights that are not
