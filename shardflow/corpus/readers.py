@@ -218,8 +218,10 @@ def _raw(data: bytes | str) -> str:
     return data.rstrip("\r\n")
 
 
-def _nul(raw: bytes) -> str | None:
-    # Text never holds a raw NUL byte (JSON can only escape one): it marks binary data.
+def nul_byte(raw: bytes) -> str | None:
+    """Why `raw` (a line's bytes) is not text, or None: text never holds a raw NUL byte
+    (JSON can only escape one), so one marks binary data. The position split's read of
+    its text file holds to it too (shardflow.train.prepare)."""
     at = raw.find(b"\0")
     return None if at < 0 else f"NUL byte at byte {at} (binary data, not text)"
 
@@ -437,7 +439,7 @@ class _JsonlReader(_Reader):
                     continue
                 if not raw.strip():
                     continue  # blank separator lines carry no record
-                nul = _nul(raw)
+                nul = nul_byte(raw)
                 if nul:
                     yield self.bad(lineno, nul, raw)
                     continue
@@ -508,7 +510,7 @@ class _DelimitedReader(_Reader):
                 yield '"' * (quotes % 2) + "\n"
                 continue
             row["raw"].append(raw)
-            nul = _nul(raw)
+            nul = nul_byte(raw)
             if nul:
                 row["bad"] = row["bad"] or (lineno, nul)
             try:
@@ -694,7 +696,7 @@ class _TextLinesReader(_Reader):
                 if isinstance(raw, LongLine):
                     yield self.too_large(lineno, raw.size, raw.head)
                     continue
-                nul = _nul(raw)
+                nul = nul_byte(raw)
                 if nul:
                     yield self.bad(lineno, nul, raw)
                     continue
@@ -723,7 +725,7 @@ class _TextFileReader(_Reader):
         if isinstance(raw, LongLine):
             yield self.too_large(None, raw.size, raw.head)
             return
-        nul = _nul(raw)
+        nul = nul_byte(raw)
         if nul:
             line = raw[: raw.index(b"\0")].count(b"\n") + 1
             yield self.bad(line, nul, raw[:200])

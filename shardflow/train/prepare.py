@@ -63,7 +63,7 @@ from shardflow.core.hashing import sha256_file
 from shardflow.core.runlog import share_tokenizer_threads
 from shardflow.core.s3 import logical_path
 from shardflow.corpus.chunks import iter_chunk
-from shardflow.corpus.readers import decode_text
+from shardflow.corpus.readers import decode_text, nul_byte
 from shardflow.train.shards import (
     FORMATS,
     HEADER_BYTES,
@@ -253,6 +253,10 @@ def _text_pieces(path: str | os.PathLike, piece_chars: int | None = PIECE_CHARS)
     size, start, prev = 0, 1, ""
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
+            # A raw NUL is binary data, as the split's readers hold (UTF-16 without a
+            # byte-order mark, a file padded with NULs): never characters to train on.
+            if nul := nul_byte(raw):
+                raise ValueError(f"{path}:{lineno}: {nul}")
             try:
                 line = decode_text(raw, lineno)
             except UnicodeDecodeError as exc:

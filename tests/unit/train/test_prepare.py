@@ -267,6 +267,21 @@ def test_text_pieces_name_invalid_utf8_after_a_byte_order_mark_as_the_splits_rea
     assert [p for _, p in _text_pieces(path)] == ["caf\u00e9\n"]  # the mark is still dropped
 
 
+def test_a_nul_byte_in_a_position_splits_file_is_an_error_naming_the_line(tmp_path):
+    """A raw NUL marks binary data (docs/bad-input.md), and the split's reader refuses it,
+    but the position split reads the file itself: UTF-16 text without a byte-order mark
+    (valid UTF-8, every other byte NUL) or a file padded with NULs after a crash became
+    characters of the vocabulary and tokens, silently."""
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"hello\nwor\x00ld\n")
+    message = r"t\.txt:2: NUL byte at byte 3 \(binary data, not text\)"
+    with pytest.raises(ValueError, match=message):
+        train_tokenizer([path], TokenizerParams(kind="char"), tmp_path / "tok")
+    with pytest.raises(ValueError, match=message):
+        prepare_text_file(path, CharTokenizer("hellowrd\n\0"), tmp_path / "out", TextFileParams())
+    assert not (tmp_path / "out" / "metadata.json").exists()
+
+
 def _metaspace_file(tmp_path):
     """A SentencePiece-style (Metaspace) BPE and a text file of more than one piece (1 MiB)."""
     from tokenizers import Tokenizer as HFTk
