@@ -5,10 +5,10 @@ field, or its source position (`<path>:<line>` / `<path>:<row>`, or the path
 itself for one-document-per-file text) when the corpus has no id field.
 
 Bad records (malformed JSON or CSV, missing or non-string fields, empty text,
-invalid UTF-8, NUL bytes, unpaired surrogate escapes, a record over
-`max_record_bytes`) raise `BadRecordError` naming the file and line. With
-`on_bad_record="skip"` they are yielded as `Rejected` instead, so the caller can
-write them to a rejects file and count them: nothing is dropped silently.
+invalid UTF-8, NUL bytes, unpaired surrogate escapes, a key read twice in one JSON
+object, a record over `max_record_bytes`) raise `BadRecordError` naming the file and
+line. With `on_bad_record="skip"` they are yielded as `Rejected` instead, so the caller
+can write them to a rejects file and count them: nothing is dropped silently.
 
 A file that cannot be read on (a truncated or corrupt gzip stream, a file that is
 not Parquet, a Parquet column of the wrong type, UTF-16 or UTF-32 text, zstd, xz or
@@ -356,15 +356,30 @@ def _read_whole(fh: IO[bytes], path: str, max_bytes: int) -> bytes | LongLine:
     return LongLine(data[:PREVIEW_BYTES], size, 0)
 
 
-def _repeated_column(names: list[str], read: list[str]) -> str | None:
-    """Why a file whose columns are `names` cannot be read, when a column it is read for
-    (`read`) is there more than once: which one holds the field would be a guess. A
-    repeated column that is not read is no matter."""
+def _repeated_column(names: list[str], read: list[str], kind: str = "column", within: str = "") -> str | None:
+    """Why a file whose columns are `names` (or a JSON object whose keys are: `kind` "key",
+    `within` " of the object") cannot be read, when a column it is read for (`read`) is
+    there more than once: which one holds the field would be a guess. A repeated column
+    that is not read is no matter."""
     for name in read:
         at = [i + 1 for i, n in enumerate(names) if n == name]
         if len(at) > 1:
-            return f"column {name!r} is repeated (columns {', '.join(map(str, at))}): which one to read is ambiguous"
+            where = f"{kind}s {', '.join(map(str, at))}{within}"
+            return f"{kind} {name!r} is repeated ({where}): which one to read is ambiguous"
     return None
+
+
+def _repeated_key(line: str, read: list[str], written: list[str]) -> str | None:
+    """Why a JSON line whose object writes a key it is read for (`read`, each written in
+    JSON as `written`) twice cannot be read: json keeps the last value, silently dropping
+    the first. A key written as JSON writes it is found in the line as that text (a quote
+    inside a string is escaped, so a text cannot hold it), so only a line that holds one
+    twice, as a key, a nested key or a whole value, is parsed again for its keys; a key
+    spelled with escapes (`"\\u0074ext"`) is not looked for."""
+    if all(line.count(key) < 2 for key in written):
+        return None
+    keys = [key for key, _ in json.loads(line, object_pairs_hook=list)]
+    return _repeated_column(keys, read, kind="key", within=" of the object")
 
 
 class _Reader:
@@ -432,6 +447,8 @@ class _Reader:
 
 class _JsonlReader(_Reader):
     def __iter__(self) -> Iterator[Record | Rejected]:
+        fields = self.fields()
+        written = [json.dumps(f, ensure_ascii=False) for f in fields]
         with open_binary(self.path) as fh:
             for lineno, raw in iter_lines(fh, self.path, self.opts.max_record_bytes):
                 if isinstance(raw, LongLine):
@@ -455,6 +472,10 @@ class _JsonlReader(_Reader):
                     continue
                 if not isinstance(obj, dict):
                     yield self.bad(lineno, f"JSON value is {type(obj).__name__}, not an object", raw)
+                    continue
+                repeated = _repeated_key(line, fields, written)
+                if repeated:
+                    yield self.bad(lineno, repeated, raw)
                     continue
                 yield self.make(obj, lineno, raw)
 

@@ -267,6 +267,8 @@ BAD_LINES = {
     "float id": (b'{"id": 1.5, "text": "t"}\n', "is float"),
     "not an object": (b'["id", "text"]\n', "not an object"),
     "unpaired surrogate": (b'{"id": "x", "text": "bad \\ud800 escape"}\n', "surrogate"),
+    "text key twice": (b'{"id": "x", "text": "first", "text": "second"}\n', "key 'text' is repeated"),
+    "id key twice": (b'{"id": "x", "text": "t", "id": "y"}\n', "key 'id' is repeated"),
 }
 
 
@@ -291,6 +293,32 @@ def test_malformed_json_reason_reads_once():
         json.loads('{"text": "a\tb"}')
     assert malformed_json(err.value) == "malformed JSON (Invalid control character at column 12)"
 
+
+
+def test_a_key_read_twice_in_one_jsonl_line_is_a_bad_record_naming_it(tmp_path):
+    """json keeps the last value of a repeated key: the first text was dropped, silently,
+    and the record read with the second. Which one the writer meant is a guess."""
+    path = corpus_with_bad_second_line(tmp_path, b'{"id": "b", "text": "first", "note": 1, "text": "second"}\n')
+    message = f"{path}:2: key 'text' is repeated (keys 2, 4 of the object): which one to read is ambiguous"
+    with pytest.raises(BadRecordError, match=re.escape(message)):
+        read(path)
+    items = read(path, on_bad_record="skip")
+    assert [type(r) for r in items] == [Record, Rejected, Record]
+    assert items[1].line == 2 and items[1].raw == '{"id": "b", "text": "first", "note": 1, "text": "second"}'
+    path.write_text('{"id": "a", "text": "t", "g": "first", "g": "second"}\n')
+    with pytest.raises(BadRecordError, match=re.escape(f"{path}:1: key 'g' is repeated (keys 3, 4 of the object)")):
+        read(path, group_field="g")
+
+
+def test_a_repeated_key_not_read_or_nested_and_a_value_named_like_a_key_are_no_matter(tmp_path):
+    path = tmp_path / "c.jsonl"
+    lines = [
+        '{"id": "a", "text": "one", "note": 1, "note": 2}',  # not read
+        '{"id": "b", "text": "two", "meta": {"text": "x", "id": "y"}}',  # nested
+        '{"id": "text", "text": "text", "said": "\\"text\\": \\"id\\""}',  # values, and a key quoted in a text
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    assert ids_texts(read(path)) == [("a", "one"), ("b", "two"), ("text", "text")]
 
 
 def test_json_line_cut_short_is_malformed_at_its_end_not_at_column_1(tmp_path):
