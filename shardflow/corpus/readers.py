@@ -12,7 +12,7 @@ can write them to a rejects file and count them: nothing is dropped silently.
 
 A file that cannot be read on (a truncated or corrupt gzip stream, a file that is
 not Parquet, a Parquet column of the wrong type, UTF-16 or UTF-32 text, zstd, xz or
-bzip2 data) is a `BadRecordError` whatever `on_bad_record` says: the records it hides
+bzip2 data, gzip inside gzip) is a `BadRecordError` whatever `on_bad_record` says: the records it hides
 cannot be counted. (With `text_mode="files"` such a text file is one record, so one
 bad record.)
 
@@ -260,8 +260,14 @@ def _read_problem(exc: BaseException) -> str:
 # file fails line by line as "binary data", at lines its own line breaks do not make, and
 # under on_bad_record: skip its records would become rejects with the wrong reason and
 # count; so it is one error for the file. UTF-32 LE comes before UTF-16 LE: its mark
-# begins with UTF-16 LE's.
+# begins with UTF-16 LE's. These bytes are looked for in the data as opened, so gzip's
+# own magic there is a gzip stream inside one (no UTF-8 text starts with byte 8B second).
 FOREIGN_STARTS = (
+    (
+        b"\x1f\x8b",
+        "gzip-compressed twice (magic bytes 1F 8B once gunzipped)",
+        "gunzip it once (gunzip -c in.gz > out.gz)",
+    ),
     (b"\xff\xfe\x00\x00", "UTF-32 (byte-order mark FF FE 00 00)", "convert it to UTF-8 (iconv -f UTF-32 -t UTF-8)"),
     (b"\x00\x00\xfe\xff", "UTF-32 (byte-order mark 00 00 FE FF)", "convert it to UTF-8 (iconv -f UTF-32 -t UTF-8)"),
     (b"\xff\xfe", "UTF-16 (byte-order mark FF FE)", "convert it to UTF-8 (iconv -f UTF-16 -t UTF-8)"),

@@ -642,6 +642,30 @@ def test_a_text_file_in_an_encoding_or_compression_not_read_is_one_bad_record(tm
     assert isinstance(item, Rejected) and item.line is None and item.reason.startswith(reason)
 
 
+@pytest.mark.parametrize("on_bad_record", ["error", "skip"])
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "text"])
+def test_a_file_gzipped_twice_is_one_error_naming_it(tmp_path, fmt, on_bad_record):
+    """A .gz gzipped again (`gzip -f`, a download that kept its transfer encoding) read as
+    text once gunzipped failed line by line as binary data: under skip, 3,000 records
+    became a few rejects at lines the inner stream's bytes made, and their count was
+    wrong. It is one error for the file, as the parse-time count finds it."""
+    lines = ["id,text\n"] if fmt == "csv" else []
+    for i in range(3000):
+        doc = json.dumps({"id": str(i), "text": f"doc {i}"}) if fmt == "jsonl" else f"{i},doc {i}"
+        lines.append((f"doc {i}" if fmt == "text" else doc) + "\n")
+    path = tmp_path / f"corpus.{'txt' if fmt == 'text' else fmt}.gz"
+    path.write_bytes(gzip.compress(gzip.compress("".join(lines).encode(), mtime=0), mtime=0))
+    reason = "gzip-compressed twice (magic bytes 1F 8B once gunzipped), not UTF-8 text: not read; "
+    message = f"{path}: {reason}"
+    with pytest.raises(BadRecordError, match=re.escape(message)) as caught:
+        read(path, id_field=None if fmt == "text" else "id", on_bad_record=on_bad_record)
+    assert caught.value.line is None and not caught.value.skippable
+    with pytest.raises(BadRecordError, match=re.escape(message)):
+        count_records_cheap([str(path)], ReaderOptions())
+    (item,) = read(path, format="text", text_mode="files", on_bad_record="skip")  # one document: one reject
+    assert isinstance(item, Rejected) and item.reason.startswith(reason)
+
+
 def test_a_text_that_begins_with_bzip2s_letters_is_read(tmp_path):
     path = tmp_path / "c.txt"
     path.write_text("BZh9 is how a bzip2 stream begins\n")
