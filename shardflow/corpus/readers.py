@@ -681,8 +681,11 @@ class _ParquetReader(_Reader):
                 raise BadRecordError(self.path, row + 1, reason) from exc
             if batch is None:
                 return
-            for obj in batch.to_pylist():
+            for obj, not_utf8 in _batch_rows(batch, wanted):
                 row += 1
+                if not_utf8:
+                    yield self.bad(row, not_utf8, json.dumps(obj, ensure_ascii=False, default=str))
+                    continue
                 text = obj.get(o.text_field)
                 if isinstance(text, str) and len(text) > limit // 4:
                     size = len(text.encode("utf-8", errors="surrogatepass"))
@@ -690,6 +693,32 @@ class _ParquetReader(_Reader):
                         yield self.too_large(row, size, text[:PREVIEW_BYTES])
                         continue
                 yield self.make(obj, row, json.dumps(obj, ensure_ascii=False, default=str))
+
+
+def _batch_rows(batch, columns: Sequence[str]) -> Iterator[tuple[dict, str | None]]:
+    """(row, why it is bad or None) for each row of a Parquet batch. pyarrow neither writes
+    nor reads a string column checking its UTF-8 (Spark has written such files, and so does
+    from_pylist of surrogate-escaped text), so a value that is not UTF-8 first fails here,
+    as the codec's error naming neither file nor row. A batch holding one is read again a
+    value at a time, to make that row a bad record; the value is kept with backslash escapes
+    for the reject."""
+    try:
+        rows = batch.to_pylist()
+    except UnicodeDecodeError:
+        rows = None
+    if rows is not None:
+        for obj in rows:
+            yield obj, None
+        return
+    for i in range(batch.num_rows):
+        obj, why = {}, None
+        for name in columns:
+            try:
+                obj[name] = batch.column(name)[i].as_py()
+            except UnicodeDecodeError as exc:
+                obj[name] = exc.object.decode("utf-8", errors="backslashreplace")
+                why = why or f"field {name!r} holds invalid UTF-8 at byte {exc.start} of its value"
+        yield obj, why
 
 
 # Parquet is read a batch of rows at a time (pyarrow streams within a row group): at most

@@ -552,6 +552,34 @@ def test_parquet_null_and_non_string_text_are_rejected(tmp_path):
     assert [r.line for r in items[1:]] == [2, 3]
 
 
+def not_utf8_strings(values: list[bytes]) -> pa.Array:
+    """A string array holding the bytes as they are: pyarrow writes a string column
+    without checking its UTF-8 (as Spark and from_pylist of surrogate-escaped text do)."""
+    return pa.array(values, pa.binary()).view(pa.string())
+
+
+@pytest.mark.parametrize("dictionary", [False, True], ids=["plain", "dictionary"])
+def test_parquet_string_that_is_not_utf8_is_a_bad_record_at_its_row(tmp_path, dictionary):
+    """Reading such a value raised the codec's UnicodeDecodeError, naming neither file nor
+    row, in both modes: skip could not set the row aside, and the split stopped."""
+    path = tmp_path / "c.parquet"
+    text = not_utf8_strings([b"one", b"caf\xe9", b"three"])
+    ids = not_utf8_strings([b"a", b"b", b"\xffc"])
+    pq.write_table(pa.table({"id": ids, "text": text.dictionary_encode() if dictionary else text}), path)
+    message = f"{path}:2: field 'text' holds invalid UTF-8 at byte 3 of its value"
+    with pytest.raises(BadRecordError, match=re.escape(message)) as caught:
+        read(path)
+    assert caught.value.skippable
+    items = read(path, on_bad_record="skip")
+    assert [type(r) for r in items] == [Record, Rejected, Rejected]
+    assert ids_texts(items[:1]) == [("a", "one")]
+    assert [(r.line, r.reason) for r in items[1:]] == [
+        (2, "field 'text' holds invalid UTF-8 at byte 3 of its value"),
+        (3, "field 'id' holds invalid UTF-8 at byte 0 of its value"),
+    ]
+    assert json.loads(items[1].raw) == {"id": "b", "text": "caf\\xe9"}
+
+
 def test_text_empty_line_is_a_bad_record(tmp_path):
     path = tmp_path / "c.txt"
     path.write_text("one\n\nthree\n")
