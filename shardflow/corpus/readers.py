@@ -375,13 +375,15 @@ def _repeated_column(names: list[str], read: list[str], kind: str = "column", wi
     return None
 
 
-def _repeated_key(line: str, read: list[str], written: list[str]) -> str | None:
+def repeated_key(line: str, read: Sequence[str], written: Sequence[str] | None = None) -> str | None:
     """Why a JSON line whose object writes a key it is read for (`read`, each written in
-    JSON as `written`) twice cannot be read: json keeps the last value, silently dropping
-    the first. A key written as JSON writes it is found in the line as that text (a quote
+    JSON as `written`, json.dumps of each by default) twice cannot be read: json keeps the
+    last value, silently dropping the first (the corpus readers' and retrieval.data's
+    lines). A key written as JSON writes it is found in the line as that text (a quote
     inside a string is escaped, so a text cannot hold it), so only a line that holds one
     twice, as a key, a nested key or a whole value, is parsed again for its keys; a key
     spelled with escapes (`"\\u0074ext"`) is not looked for."""
+    written = [json.dumps(key, ensure_ascii=False) for key in read] if written is None else written
     if all(line.count(key) < 2 for key in written):
         return None
     keys = [key for key, _ in json.loads(line, object_pairs_hook=list)]
@@ -479,7 +481,7 @@ class _JsonlReader(_Reader):
                 if not isinstance(obj, dict):
                     yield self.bad(lineno, f"JSON value is {type(obj).__name__}, not an object", raw)
                     continue
-                repeated = _repeated_key(line, fields, written)
+                repeated = repeated_key(line, fields, written)
                 if repeated:
                     yield self.bad(lineno, repeated, raw)
                     continue

@@ -23,14 +23,20 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from collections.abc import Container, Iterable, Iterator
 from pathlib import Path
 
 from shardflow.core.atomic import atomic_open
 from shardflow.core.files import open_binary
 from shardflow.corpus.chunks import ChunkRecord, dump_record
-from shardflow.corpus.readers import DEFAULT_MAX_RECORD_BYTES, BadRecordError, LongLine, encodable, iter_lines
+from shardflow.corpus.readers import (
+    DEFAULT_MAX_RECORD_BYTES,
+    BadRecordError,
+    LongLine,
+    encodable,
+    iter_lines,
+    repeated_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -94,9 +100,6 @@ def beir_file(folder: str | os.PathLike, name: str) -> Path:
     raise FileNotFoundError(f"{folder}: no {name}.jsonl or {name}.jsonl.gz")
 
 
-_KEY_END = re.compile(r'"[ \t\r\n]*:')  # the end of a JSON key, or of a `"` in a text before a colon
-
-
 def _iter_jsonl_objects(path: Path, read: tuple[str, ...]) -> Iterator[tuple[int, dict]]:
     """(line number, object) of each line; a key of `read` written twice in one object is
     an error (json keeps the last value, silently dropping the first)."""
@@ -107,25 +110,9 @@ def _iter_jsonl_objects(path: Path, read: tuple[str, ...]) -> Iterator[tuple[int
             raise RetrievalDataError(path, lineno, f"malformed JSON ({exc.msg})") from exc
         if not isinstance(obj, dict):
             raise RetrievalDataError(path, lineno, "expected a JSON object")
-        # Every key of the line ends in `"` and a colon, so a repeated key leaves the object
-        # fewer keys than _KEY_END matches. Counting them costs a few percent of a prepare
-        # job, where listing every line's keys (object_pairs_hook) would cost 10-15 %
-        # (200k BEIR lines); only a line with a nested object, or `":` in a text, is
-        # parsed twice for nothing (8 of ArguAna's 8,674 documents).
-        if len(_KEY_END.findall(line)) != len(obj):
-            _check_repeated_keys(path, lineno, line, read)
+        if problem := repeated_key(line, read):
+            raise RetrievalDataError(path, lineno, problem)
         yield lineno, obj
-
-
-def _check_repeated_keys(path: Path, lineno: int, line: str, read: tuple[str, ...]) -> None:
-    keys = [key for key, _ in json.loads(line, object_pairs_hook=list)]
-    for name in read:
-        at = [i + 1 for i, key in enumerate(keys) if key == name]
-        if len(at) > 1:
-            where = ", ".join(map(str, at))
-            raise RetrievalDataError(
-                path, lineno, f"key {name!r} is repeated (keys {where} of the object): which value to read is ambiguous"
-            )
 
 
 def _field(path: Path, lineno: int, obj: dict, key: str) -> object:
