@@ -293,14 +293,65 @@ def _parse_relevance(value: str) -> int | None:
     return int(as_float) if as_float.is_integer() else None
 
 
+# What a qrels header may call each field (lowercased, `_` read as `-`): BEIR's names,
+# TREC's and ir_datasets' (`query_id doc_id relevance iteration`) among them.
+_QRELS_FIELDS = {
+    "query id": {"query-id", "queryid", "qid", "query", "topic", "topic-id", "topicid"},
+    "document id": {"corpus-id", "corpusid", "doc-id", "docid", "docno", "doc", "document-id", "pid", "passage-id"},
+    "grade": {"score", "rel", "relevance", "label", "grade", "judgment", "judgement"},
+}
+
+
+def _qrels_columns(
+    path: str | os.PathLike, lineno: int, n_columns: int, header: list[str] | None
+) -> tuple[int, int, int]:
+    """The (query id, document id, grade) columns of qrels rows.
+
+    A header that names all three decides (MTEB reads BEIR qrels by column name), so a
+    file with other or more columns (ir_datasets' four, a pandas index before BEIR's
+    three) is read where its header says. Otherwise the layout goes by the column
+    count: three are BEIR's `query-id corpus-id score`, four TREC's `qid iteration docid
+    rel`; a header that names a field in another column than that is an error, since
+    which of the two to believe cannot be told.
+    """
+    named: dict[str, int] = {}
+    for i, name in enumerate(header or ()):
+        key = name.strip().lower().replace("_", "-")
+        for field, names in _QRELS_FIELDS.items():
+            if key in names:
+                if field in named:
+                    raise RetrievalDataError(
+                        path, lineno, f"columns {named[field] + 1} and {i + 1} both name the {field} ({header!r})"
+                    )
+                named[field] = i
+    if len(named) == len(_QRELS_FIELDS):
+        return named["query id"], named["document id"], named["grade"]
+    if n_columns not in (3, 4):
+        raise RetrievalDataError(path, lineno, f"qrels need 3 or 4 columns, found {n_columns}")
+    layout = (0, 1, 2) if n_columns == 3 else (0, 2, 3)
+    for field, at in zip(_QRELS_FIELDS, layout, strict=True):
+        if named.get(field, at) != at:
+            raise RetrievalDataError(
+                path,
+                lineno,
+                f"header names the {field} in column {named[field] + 1}, where a {n_columns}-column file holds it "
+                f"in column {at + 1} ({header!r}): name the query id, document id and grade columns "
+                "(query-id, corpus-id, score) so they are read by name, or name none",
+            )
+    return layout
+
+
 def load_qrels(path: str | os.PathLike) -> Qrels:
     """Read qrels into `{query id: {doc id: relevance}}`.
 
     Accepted layouts, detected from the first line:
       - `query-id corpus-id score` with a header line (BEIR),
       - `qid docid rel` without header,
-      - TREC `qid iteration docid rel` (MS MARCO `qrels.*.tsv`).
-    Every row must have as many columns as the first data row, and ids are kept as
+      - TREC `qid iteration docid rel` (MS MARCO `qrels.*.tsv`),
+      - any columns under a header that names the query id, document id and grade
+        columns (`_QRELS_FIELDS`: `query_id doc_id relevance iteration`, as ir_datasets
+        names its qrels), read by those names.
+    Every row must have as many columns as the first line, and ids are kept as
     written (one empty or with whitespace at either end is an error). Rows with
     relevance 0 are kept (judged non-relevant); a repeated (query, doc) pair keeps
     its last value, as BEIR's loader does, with a warning when the grades differ.
@@ -311,23 +362,19 @@ def load_qrels(path: str | os.PathLike) -> Qrels:
     for lineno, line in _iter_lines(path):
         cols = _split_columns(line)
         if n_columns is None:
-            if len(cols) not in (3, 4):
-                raise RetrievalDataError(
-                    path, lineno, f"qrels need 3 or 4 columns, found {len(cols)}"
-                )
             n_columns = len(cols)
-            if cols[-1].strip() and not _is_number(cols[-1]):
-                # Only the first line may be a header (`query-id corpus-id score`):
-                # data rows end in a number (one that is not an integer, or none, is an
-                # error below, not a header).
+            # Only the first line may be a header (`query-id corpus-id score`): data rows
+            # end in a number (one that is not an integer, or none, is an error below,
+            # not a header).
+            header = cols if cols[-1].strip() and not _is_number(cols[-1]) else None
+            q_col, d_col, r_col = _qrels_columns(path, lineno, n_columns, header)
+            if header is not None:
                 continue
         if len(cols) != n_columns:
             raise RetrievalDataError(
                 path, lineno, f"expected {n_columns} columns like the first row, found {len(cols)}"
             )
-        qid, docid, rel_text = (
-            (cols[0], cols[1], cols[2]) if n_columns == 3 else (cols[0], cols[2], cols[3])
-        )
+        qid, docid, rel_text = cols[q_col], cols[d_col], cols[r_col]
         rel = _parse_relevance(rel_text.strip())
         if rel is None:
             raise RetrievalDataError(path, lineno, f"relevance {rel_text.strip()!r} is not an integer")

@@ -355,3 +355,34 @@ def test_truncated_gzip_and_oversized_lines_name_file_and_line(tmp_path, monkeyp
     long.write_text(json.dumps({"_id": "q0", "text": "ok"}) + "\n" + json.dumps({"_id": "q1", "text": "y" * 5000}) + "\n")
     with pytest.raises(data.RetrievalDataError, match=rf"{long}:2: line too large: 5,02\d bytes, over the limit of 1,000"):
         list(data.iter_beir_queries(long))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # ir_datasets' qrels (query_id, doc_id, relevance, iteration) written by pandas: read as
+        # TREC by position, the grade was taken for the document and the iteration for the grade
+        "query_id\tdoc_id\trelevance\titeration\nq1\td1\t1\t0\nq1\td2\t0\t0\nq2\td1\t2\t0\n",
+        # a BEIR table written by pandas with its index: the row number was taken for the query
+        "\tquery-id\tcorpus-id\tscore\n0\tq1\td1\t1\n1\tq1\td2\t0\n2\tq2\td1\t2\n",
+        "corpus-id\tquery-id\tscore\nd1\tq1\t1\nd2\tq1\t0\nd1\tq2\t2\n",
+        "qid iter docno rel\nq1 0 d1 1\nq1 0 d2 0\nq2 0 d1 2\n",  # TREC's names: as by position
+    ],
+)
+def test_a_qrels_header_that_names_its_columns_is_read_by_those_names(tmp_path, text):
+    """A header that says where the query, the document and the grade are is what MTEB reads
+    (by name); by position, a 4-column file was read as TREC whatever its header said."""
+    assert load_qrels(write(tmp_path / "qrels.tsv", text)) == {"q1": {"d1": 1, "d2": 0}, "q2": {"d1": 2}}
+
+
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("id\tdoc_id\tscore\tx\nq1\td1\t1\t5\n", "header names the document id in column 2, where a 4-column file holds it in column 3"),
+        ("query-id\tdocid\tdoc_id\tscore\nq1\td1\td1\t1\n", "columns 2 and 3 both name the document id"),
+    ],
+)
+def test_a_qrels_header_that_names_only_some_columns_elsewhere_is_an_error(tmp_path, text, reason):
+    path = write(tmp_path / "qrels.tsv", text)
+    with pytest.raises(RetrievalDataError, match=re.escape(f"{path}:1: {reason}")):
+        load_qrels(path)
