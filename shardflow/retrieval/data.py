@@ -44,10 +44,11 @@ Qrels = dict[str, dict[str, int]]  # query id -> {doc id: relevance}
 
 
 class RetrievalDataError(ValueError):
-    """A line of a retrieval data file that cannot be used, located by file and line."""
+    """A line of a retrieval data file that cannot be used, located by file and line
+    (`line` None: the whole file, such as one in UTF-16 or with CR line breaks)."""
 
-    def __init__(self, path: str | os.PathLike, line: int, reason: str):
-        super().__init__(f"{path}:{line}: {reason}")
+    def __init__(self, path: str | os.PathLike, line: int | None, reason: str):
+        super().__init__(f"{path}:{line}: {reason}" if line is not None else f"{path}: {reason}")
         self.path, self.line, self.reason = str(path), line, reason
 
 

@@ -386,3 +386,19 @@ def test_a_qrels_header_that_names_only_some_columns_elsewhere_is_an_error(tmp_p
     path = write(tmp_path / "qrels.tsv", text)
     with pytest.raises(RetrievalDataError, match=re.escape(f"{path}:1: {reason}")):
         load_qrels(path)
+
+
+@pytest.mark.parametrize(
+    "name, data, read, reason",
+    [
+        ("qrels.tsv", "q1\td1\t1\n".encode("utf-16"), load_qrels, "UTF-16 (byte-order mark FF FE), not UTF-8 text"),
+        ("collection.tsv", b"1\tone\r2\ttwo\r", iter_msmarco_collection, "its lines end in CR alone"),
+    ],
+)
+def test_an_error_about_the_whole_file_names_it_without_a_line(tmp_path, name, data, read, reason):
+    """Such an error has no line, and read `<file>:None: ...`."""
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(RetrievalDataError) as err:
+        list(read(path))
+    assert str(err.value).startswith(f"{path}: {reason}") and err.value.line is None
