@@ -264,6 +264,17 @@ def search_and_score(
     queries = np.load(query_npy)
     with open(qrels_path, encoding="utf-8") as fh:
         qrels = json.load(fh)
+    highest = max((rel for judged in qrels.values() for rel in judged.values()), default=0)
+    if params.relevance_level > highest:
+        # As trec_eval -l scores it, but the zeros alone read as a model that found nothing.
+        log.warning(
+            "%s: retrieval.relevance_level %d is above every grade in the qrels (the highest: %d), so no document "
+            "counts as relevant: MAP, recall, precision and MRR are 0 for every query (nDCG reads the grades); "
+            "relevance_level 1 is MTEB's",
+            qrels_path,
+            params.relevance_level,
+            highest,
+        )
     k = min(params.top_k, len(doc_ids))
     hits = exact_search(
         queries,

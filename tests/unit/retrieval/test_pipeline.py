@@ -195,6 +195,21 @@ def test_a_relevance_level_scores_the_binary_metrics_and_is_recorded_away_from_1
     assert metrics["all"]["recall_at_1"] == 0.0 and metrics["all"]["recall_at_3"] == 1.0
 
 
+def test_a_relevance_level_above_every_grade_is_warned_of_naming_the_highest(tmp_path, caplog):
+    """No judgement reaches the level (`relevance_level: 2` over binary BEIR qrels): MAP,
+    recall, precision and MRR are 0 for every query, as trec_eval -l 2 scores them; the
+    log says why, where the zeros alone read as a model that found nothing."""
+    docs, queries = [[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.1]]
+    with caplog.at_level("WARNING"):
+        metrics, _ = _search(tmp_path, docs, queries, "cosine", {"q0": {"d0": 1, "d1": 0}}, relevance_level=2)
+    assert metrics["all"]["recall_at_10"] == 0.0 and metrics["ndcg_at_10"] == 1.0  # the numbers are as they were
+    assert "retrieval.relevance_level 2 is above every grade in the qrels (the highest: 1)" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        _search(tmp_path, docs, queries, "cosine", {"q0": {"d0": 2}, "q1": {"d1": 1}}, relevance_level=2)
+    assert "relevance_level" not in caplog.text  # one judgement at the level is enough
+
+
 def test_a_folder_in_s3_is_listed_once_its_files_named_by_url_and_its_qrels_by_version():
     """retrieval.path: s3://...: the files are picked from the folder's listing (plain
     before .gz, as locally) and go to the rules as URLs; the judged-queries key is the
