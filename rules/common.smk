@@ -232,6 +232,13 @@ if MODELS_CHECKED:
     )
 if _PROBLEMS:
     raise ValueError("\n".join(_PROBLEMS + plan.model_verdicts(MISSING_MODELS)[0]))
+# A retrieval run that leaves unset the query or document prompt MTEB takes from the
+# model's config scores another setting than MTEB's: say so, once (not an error).
+_MTEB_PROMPTS = (
+    plan.prompts_unlike_mteb(config, MISSING_MODELS) if MODELS_CHECKED else None
+)
+if _MTEB_PROMPTS:
+    logger.warning(_MTEB_PROMPTS)
 SWEEP_FOLDERS = "|".join(re.escape(f) for f in SWEEPS_BY_FOLDER) or "(?!)"
 
 

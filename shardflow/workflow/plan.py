@@ -782,6 +782,19 @@ PROMPT_KEYS = {
 }
 
 
+def _model_spec(model: str):
+    """The sentence-transformers description of embedding model `model`, read from its
+    config files (no weights); None where it cannot be read here: the jobs name what is
+    wrong."""
+    from shardflow.core.models import resolve_model
+    from shardflow.embed.stconfig import load_model_spec
+
+    try:
+        return load_model_spec(resolve_model(model))
+    except (OSError, ValueError, RuntimeError):
+        return None
+
+
 def unknown_prompts(
     cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[SweepSpec] = (), missing: Iterable[MissingModel] = ()
 ) -> list[str]:
@@ -792,9 +805,6 @@ def unknown_prompts(
     model's config files (no weights), where the jobs see this machine's files, as
     unavailable_models; a model in `missing` (its result) or one that cannot be read
     here is left to that check and to the jobs."""
-    from shardflow.core.models import resolve_model
-    from shardflow.embed.stconfig import load_model_spec
-
     skip = {(m.key, m.name) for m in missing}
     specs: dict = {}
     seen, lines = set(), []
@@ -811,10 +821,7 @@ def unknown_prompts(
                 continue
             seen.add((named, name, model))
             if model not in specs:
-                try:
-                    specs[model] = load_model_spec(resolve_model(model))
-                except (OSError, ValueError, RuntimeError):  # the jobs name what is wrong
-                    specs[model] = None
+                specs[model] = _model_spec(model)
             spec = specs[model]
             if spec is None:
                 continue
@@ -828,6 +835,72 @@ def unknown_prompts(
                     f"{section}.{literal}"
                 )
     return lines
+
+
+# The prompt names MTEB (v2) looks for among a SentenceTransformer's prompts for a retrieval
+# task, the first one found winning (mteb.models.abs_encoder.AbsEncoder.get_prompt_name:
+# "<task name>-<prompt type>", "<task name>", "<task type>-<prompt type>", "<task type>",
+# "<prompt type>"; a BEIR folder here has no MTEB task name, so those two are left out). Its
+# wrapper passes the prompt's text to encode_query / encode_document. sentence-transformers
+# >= 5 gives every model a `query` and a `document` prompt, empty where its config names none
+# (SentenceTransformer.__init__), so the last name is always found: a model's `passage` or
+# `corpus` prompt (e5's `passage`), second and third in encode_document's own order after
+# `document`, is never what MTEB prepends to documents.
+MTEB_PROMPT_NAMES = {
+    "queries": ("Retrieval-query", "Retrieval", "query"),
+    "documents": ("Retrieval-document", "Retrieval", "document"),
+}
+# The keys that set each side's prompt in a retrieval run: (section, literal, named).
+RETRIEVAL_PROMPT_KEYS = {
+    "queries": ("retrieval", "query_prompt", "query_prompt_name"),
+    "documents": ("embedding", "prompt", "prompt_name"),
+}
+
+
+def prompts_unlike_mteb(cfg: dict, missing: Iterable[MissingModel] = ()) -> str | None:
+    """One warning where a retrieval run embeds its queries or its documents with another
+    prompt than MTEB does with the same model. MTEB prepends the prompts the model's
+    sentence-transformers config names for each side (MTEB_PROMPT_NAMES: Qwen3-Embedding's
+    `query`, for one); the embed jobs prepend a prompt only where the config names one, else
+    the model's default prompt, which MTEB never applies. Only for a side whose two keys are
+    both null: a prompt the user set is the user's choice. A warning, not an error, and the
+    defaults stay (other defaults would rerun every embed job). None for a model whose
+    prompts MTEB would not apply either (the bundled MiniLM has none), and for a model in
+    `missing` (unavailable_models' result) or one that cannot be read here."""
+    if not cfg["retrieval"]["path"]:
+        return None
+    model = cfg["embedding"]["model"]
+    if ("embedding.model", model) in {(m.key, m.name) for m in missing}:
+        return None
+    spec = _model_spec(model)
+    if spec is None:
+        return None
+    try:
+        ours = spec.resolve_prompt()  # neither key set: the model's default prompt, or none
+    except ValueError:  # a default_prompt_name it lacks: the embed jobs refuse it, naming it
+        return None
+    prompts = dict(spec.prompts)
+    unset, differences, fixes = [], [], []
+    for side, (section, literal, named) in RETRIEVAL_PROMPT_KEYS.items():
+        if cfg[section][literal] is not None or cfg[section][named] is not None:
+            continue
+        name = next((n for n in MTEB_PROMPT_NAMES[side] if n in prompts), MTEB_PROMPT_NAMES[side][-1])
+        theirs = prompts.get(name, "")
+        if theirs == ours:
+            continue
+        unset += [f"{section}.{literal}", f"{section}.{named}"]
+        here = f"its default prompt {spec.default_prompt_name!r}" if ours else "nothing"
+        there = f"its prompt {name!r}" if theirs else "nothing"
+        differences.append(f"MTEB prepends {there} to the {side}, this run {here}")
+        fixes.append(f"{section}.{named}: {name}" if theirs else f"{section}.{literal}: ''")
+    if not differences:
+        return None
+    names = ", ".join(sorted(prompts))
+    return (
+        f"retrieval: embedding.model {model!r} names prompts in its sentence-transformers config ({names}), and "
+        f"this run embeds otherwise than MTEB ({', '.join(unset)} null): {'; '.join(differences)}. Set "
+        f"{' and '.join(fixes)} to embed as MTEB does; otherwise the retrieval metrics differ from MTEB's for this model"
+    )
 
 
 Job = tuple[str, dict]  # (rule, wildcards): one job, as the rule's output patterns name it

@@ -535,6 +535,63 @@ def test_a_prompt_name_the_model_lacks_is_named_at_parse_time_by_its_key(config,
     assert line.startswith("embedding.prompt_name 'doc' (sweep 's', point a) is not among the prompts")
 
 
+def _prompted_model(folder, prompts, **st_config):
+    """A model folder whose sentence-transformers config names `prompts` (no weights: the
+    parse-time checks read the configs only)."""
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "config_sentence_transformers.json").write_text(json.dumps({"prompts": prompts, **st_config}))
+    return str(folder)
+
+
+def test_a_retrieval_run_leaving_unset_the_prompts_mteb_applies_is_warned_once(config, tmp_path):
+    """MTEB encodes a SentenceTransformer's queries and documents with the prompts its config
+    names (`query`; `document`), the embed jobs only with the prompts the config names: a
+    retrieval run with Qwen3-Embedding and the shipped keys scored another setting than
+    MTEB's, silently. One line naming the model, its prompts and the keys to set."""
+    config["retrieval"]["path"] = str(tmp_path)
+    assert plan.prompts_unlike_mteb(config) is None  # the bundled MiniLM names no prompt
+    qwen = _prompted_model(tmp_path / "qwen", {"query": "Instruct: find\nQuery:", "document": ""})
+    config["embedding"]["model"] = qwen
+    assert plan.prompts_unlike_mteb(config) == (
+        f"retrieval: embedding.model '{qwen}' names prompts in its sentence-transformers config (document, query), "
+        "and this run embeds otherwise than MTEB (retrieval.query_prompt, retrieval.query_prompt_name null): MTEB "
+        "prepends its prompt 'query' to the queries, this run nothing. Set retrieval.query_prompt_name: query to "
+        "embed as MTEB does; otherwise the retrieval metrics differ from MTEB's for this model"
+    )
+    for key, value in (("query_prompt_name", "query"), ("query_prompt", "Query: ")):  # the user's choice
+        assert plan.prompts_unlike_mteb({**config, "retrieval": {**config["retrieval"], key: value}}) is None
+    assert plan.prompts_unlike_mteb({**config, "retrieval": {**config["retrieval"], "path": None}}) is None
+    missing = [plan.MissingModel("embedding.model", qwen, "", "no such folder")]
+    assert plan.prompts_unlike_mteb(config, missing) is None  # named there
+
+    config["embedding"]["model"] = _prompted_model(
+        tmp_path / "nomic", {"query": "search_query: ", "document": "search_document: ", "passage": "search_document: "}
+    )
+    line = plan.prompts_unlike_mteb(config)
+    assert "MTEB prepends its prompt 'query' to the queries, this run nothing; MTEB prepends its prompt " in line
+    assert "Set retrieval.query_prompt_name: query and embedding.prompt_name: document to embed as MTEB does" in line
+    config["embedding"]["prompt"] = "passage: "  # a corpus prompt set: the queries alone are named
+    assert "Set retrieval.query_prompt_name: query to embed" in plan.prompts_unlike_mteb(config)
+
+
+def test_the_prompts_mteb_applies_are_found_as_mteb_and_sentence_transformers_find_them(config, tmp_path):
+    """sentence-transformers >= 5 gives every model an empty `document` prompt, which MTEB
+    finds before any `passage` (e5's): MTEB prepends none to documents there, nor does this
+    run. A task-type prompt (`Retrieval-query`) comes before `query`, and a default prompt,
+    which MTEB never applies, is one where MTEB prepends another or none."""
+    config["retrieval"]["path"] = str(tmp_path)
+    config["embedding"]["model"] = _prompted_model(tmp_path / "e5", {"query": "query: ", "passage": "passage: "})
+    line = plan.prompts_unlike_mteb(config)
+    assert "to the queries, this run nothing. Set retrieval.query_prompt_name: query to embed" in line
+    assert "documents" not in line and "embedding.prompt" not in line
+    config["embedding"]["model"] = _prompted_model(tmp_path / "typed", {"query": "q: ", "Retrieval-query": "r: "})
+    assert "Set retrieval.query_prompt_name: Retrieval-query to embed" in plan.prompts_unlike_mteb(config)
+    config["embedding"]["model"] = _prompted_model(tmp_path / "default", {"query": "q: "}, default_prompt_name="query")
+    line = plan.prompts_unlike_mteb(config)  # the queries get 'query' both ways
+    assert ": MTEB prepends nothing to the documents, this run its default prompt 'query'. Set embedding.prompt: '' " in line
+
+
 def test_a_named_reproduction_that_pins_nothing_is_named_at_parse_time():
     """Its check compared no row and passed: a reproduction that cannot fail."""
     from shardflow.workflow.plan import reproduction_pins_nothing
