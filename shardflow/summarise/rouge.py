@@ -109,7 +109,8 @@ def format_warnings(
     then finds one sentence in each, and ROUGE-Lsum comes out several points low.
     `own_summaries`: the summaries are the workflow's (lead, extractive, abstractive), cut
     from the articles: tokenised ones mean tokenised articles, which no setting of the
-    scoring changes."""
+    scoring changes. Then a count of the references rouge-score reads nothing of, and one
+    of those it reads only a minority of the letters and digits of (its a-z and 0-9)."""
     kinds = [("references", "reference_format", [r.reference for r in records])]
     if params.summary_format == "prose":
         kinds.append(("summaries", "summary_format", [t for r in records for t in r.summaries.values()]))
@@ -131,17 +132,35 @@ def format_warnings(
                 f"split as prose: ROUGE-Lsum sees fewer sentences than there are; if the data is tokenised "
                 f"(CNN/DailyMail), set summarise.reference_format: tokenised (REFERENCE_FORMAT=tokenised)"
             )
-    unread = sum(not _ROUGE_CHARS.search(" ".join(_flat(r.reference)).lower()) for r in records)
+    counts = [_read_and_dropped(" ".join(_flat(r.reference))) for r in records]
+    unread = sum(read == 0 for read, _ in counts)
     if unread:
         out.append(
             f"{unread} of {len(records)} references hold no letter a-z or digit, all rouge-score reads (other "
             "scripts, such as Cyrillic or CJK, are dropped): their documents score 0 and count in the means"
+        )
+    # Those with a little to read are scored on that little: a Chinese reference's year
+    # alone, so that an unrelated summary with the same year scores 100.
+    mostly = sum(0 < read < dropped for read, dropped in counts)
+    if mostly:
+        out.append(
+            f"{mostly} of {len(records)} references are mostly letters or digits rouge-score drops (it reads a-z "
+            "and 0-9 only; other scripts, such as Cyrillic or CJK, and accented letters are dropped): they are "
+            "scored on what is left, such as their numbers and Latin words, so their ROUGE says little"
         )
     return tuple(out)
 
 
 def _flat(text: str | Sequence[str]) -> list[str]:
     return [text] if isinstance(text, str) else list(text)
+
+
+def _read_and_dropped(text: str) -> tuple[int, int]:
+    """How many letters and digits of `text`, lower-cased as rouge-score reads it, its
+    tokenizer keeps (a-z, 0-9) and how many it drops (any other letter or digit)."""
+    lower = text.lower()
+    read = len(_ROUGE_CHARS.findall(lower))
+    return read, sum(c.isalnum() for c in lower) - read
 
 
 def score_jsonl(path: str | Sequence[str], summaries: str, params: ScoreParams = DEFAULT_PARAMS) -> ScoredFile:

@@ -11,6 +11,7 @@ from shardflow.summarise.data import SummaryRecord
 from shardflow.summarise.params import ScoreParams
 from shardflow.summarise.rouge import (
     bootstrap_ci,
+    format_warnings,
     score_records,
     score_summary,
     system_means,
@@ -86,3 +87,23 @@ def test_score_records_means_and_parquet(tmp_path):
     write_parquet(scores, out)
     pd.testing.assert_frame_equal(pq.read_table(out).to_pandas(), scores)
     assert [p.name for p in out.parent.iterdir()] == ["per_doc.parquet"]  # no temporary left behind
+
+
+def test_references_mostly_in_letters_rouge_score_drops_are_warned_about():
+    """rouge-score reads a-z and 0-9 only: a Chinese or Russian reference with a year in it
+    is scored on the year, so an unrelated summary with that year scores 100. Such
+    references are counted in a warning, as those with nothing to read are; accented
+    Latin text and English with a foreign name are not."""
+    zh = SummaryRecord("zh", "2024年北京举办了国际会议，各国代表讨论了气候变化问题。", {"s": "2024年上海的天气很好。"}, 0)
+    ru = SummaryRecord("ru", "В 2024 году в Москве прошла конференция по климату.", {"s": "В 2024 году погода была хорошей."}, 0)
+    assert score_summary(zh.reference, zh.summaries["s"])["rouge1"] == 100.0  # rouge-score's number, kept
+    fr = SummaryRecord("fr", "Le président a rencontré le Premier ministre à Londres.", {"s": "Le président"}, 0)
+    en = SummaryRecord("en", "Xi Jinping (习近平) met the prime minister in London on Monday.", {"s": "Xi met"}, 0)
+    none = SummaryRecord("none", "東京は大きい。", {"s": "東京"}, 0)
+    (mostly,) = format_warnings([zh, ru, fr, en], ScoreParams())
+    assert mostly.startswith("2 of 4 references are mostly letters or digits rouge-score drops")
+    assert format_warnings([fr, en], ScoreParams()) == ()
+    # One with nothing rouge-score reads is counted once, by the warning that says so.
+    unread, mostly = format_warnings([none, zh, fr], ScoreParams())
+    assert unread.startswith("1 of 3 references hold no letter a-z or digit")
+    assert mostly.startswith("1 of 3 references are mostly letters or digits rouge-score drops")
