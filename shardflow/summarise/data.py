@@ -3,13 +3,13 @@ from JSONL or gzipped JSONL.
 
 Each line is one JSON object. Blank lines carry no record and are passed over,
 as in `shardflow.corpus.readers`. Anything else that cannot be used (invalid
-UTF-8, malformed JSON, a value that is not an object, a missing or non-string
-field, an empty article or reference, a duplicate id, a dict of summaries whose
-systems differ from those most records have) raises `BadRecordError` naming the
-file and line; with `on_bad_record="skip"` it becomes a `Rejected` in the returned
-rejects list instead, so nothing is dropped silently. An empty stored summary is no
-such problem: the system wrote nothing there, and scores 0 (as rouge-score, and the
-workflow's own summaries, score it).
+UTF-8, malformed JSON, a value that is not an object, a key read written twice, a
+missing or non-string field, an empty article or reference, a duplicate id, a dict
+of summaries whose systems differ from those most records have) raises
+`BadRecordError` naming the file and line; with `on_bad_record="skip"` it becomes a
+`Rejected` in the returned rejects list instead, so nothing is dropped silently. An
+empty stored summary is no such problem: the system wrote nothing there, and scores 0
+(as rouge-score, and the workflow's own summaries, score it).
 
 Stored summaries may come from several files (`load_summaries` with a list of paths):
 they are one input, as the split reads a corpus of several files. An id is unique
@@ -48,6 +48,7 @@ from shardflow.corpus.readers import (
     iter_lines,
     limit_label,
     malformed_json,
+    repeated_key,
 )
 
 __all__ = [
@@ -105,7 +106,7 @@ def load_documents(
         ref = _text(obj, reference_field) if reference_field else None
         return Document(_id(obj, id_field, name, line), _text(obj, article_field), ref, line)
 
-    return _load(path, make, on_bad_record, max_record_bytes)
+    return _load(path, make, on_bad_record, max_record_bytes, read=_read_keys(id_field, article_field, reference_field))
 
 
 def load_references(
@@ -126,7 +127,7 @@ def load_references(
     def make(obj: dict, line: int) -> Document:
         return Document(_id(obj, id_field, name, line), "", _text(obj, reference_field), line)
 
-    return _load(path, make, on_bad_record, max_record_bytes, passed_over)
+    return _load(path, make, on_bad_record, max_record_bytes, passed_over, read=_read_keys(id_field, reference_field))
 
 
 def load_summaries(
@@ -165,8 +166,10 @@ def load_summaries(
         return SummaryRecord(_id(obj, id_field, name, line), _text(obj, reference_field), texts, line)
 
     records, rejects, seen = [], [], {}
+    read = _read_keys(id_field, reference_field, summaries)
     for one in paths:
-        loaded = _load(one, functools.partial(make, name=logical_path(one)), on_bad_record, max_record_bytes, seen=seen)
+        make_one = functools.partial(make, name=logical_path(one))
+        loaded = _load(one, make_one, on_bad_record, max_record_bytes, seen=seen, read=read)
         records += loaded.records
         rejects += loaded.rejects
     return Loaded(records, rejects)
@@ -200,14 +203,16 @@ def _load(
     max_record_bytes: int,
     passed_over: frozenset[int] = frozenset(),
     seen: dict | None = None,
+    read: Sequence[str] = (),
 ) -> Loaded:
     """`seen`: {id: (path, line)} of the records kept so far, shared by the files of one
-    input (load_summaries), so an id is unique across them."""
+    input (load_summaries), so an id is unique across them. `read`: the keys `make` reads
+    (`_read_keys`), for `json_objects`."""
     if on_bad_record not in ("error", "skip"):
         raise ValueError(f"on_bad_record {on_bad_record!r}: expected 'error' or 'skip'")
     records, rejects = [], []
     seen = {} if seen is None else seen
-    for line, raw, obj in json_objects(path, max_record_bytes):
+    for line, raw, obj in json_objects(path, max_record_bytes, read):
         if line in passed_over:
             continue
         try:
@@ -228,11 +233,15 @@ def _load(
     return Loaded(records, rejects)
 
 
-def json_objects(path: str, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[tuple[int, bytes, Any]]:
+def json_objects(
+    path: str, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, read: Sequence[str] = ()
+) -> Iterator[tuple[int, bytes, Any]]:
     """(line number, raw bytes, parsed object or _Bad) for each non-blank line: the one
     reader of these files (the workflow's parse-time field check reads them with it too).
     `max_record_bytes`: input.max_record_mb, the split's limit on the same files, so that
-    a record the split read is read here too, and none longer than it is held."""
+    a record the split read is read here too, and none longer than it is held. `read`:
+    keys of the object that a record is read from; an object that writes one twice is a
+    _Bad, as the split's reader makes it (json keeps the last value, dropping the first)."""
     if max_record_bytes < 1:
         raise ValueError(f"max_record_bytes must be >= 1, got {max_record_bytes}")
     with open_binary(path) as fh:
@@ -244,7 +253,8 @@ def json_objects(path: str, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) ->
             if not raw.strip():
                 continue
             try:
-                obj = json.loads(decode_text(raw, line))  # the byte of an error counts a mark
+                text = decode_text(raw, line)  # the byte of an error counts a mark
+                obj = json.loads(text)
             except UnicodeDecodeError as exc:
                 yield line, raw, _Bad(f"invalid UTF-8 at byte {exc.start}")
                 continue
@@ -253,7 +263,16 @@ def json_objects(path: str, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) ->
                 continue
             if not isinstance(obj, dict):
                 obj = _Bad(f"JSON value is {type(obj).__name__}, not an object")
+            elif read and (repeated := repeated_key(text, read)):
+                obj = _Bad(repeated)
             yield line, raw, obj
+
+
+def _read_keys(id_field: str | None, *fields: str | None) -> list[str]:
+    """The keys of a record's object that its fields are read from: the id field (a key,
+    a dot in it included) and the first part of each dotted field."""
+    keys = [] if id_field is None else [id_field]
+    return keys + [field.split(".")[0] for field in fields if field]
 
 
 def _get(obj: dict, dotted: str) -> Any:
