@@ -28,6 +28,8 @@ from typing import Any, TypeVar
 import torch
 
 OOM_ERRORS = (getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError),)
+# What a row too large alone can do, unless the caller names its own keys (`OomBackoff.run`).
+LOWER = "lower max_length or use a device with more memory"
 
 T = TypeVar("T")
 
@@ -67,20 +69,24 @@ class OomBackoff:
         *,
         row_offset: int = 0,
         noun: str = "row",
+        lower: str = LOWER,
     ) -> list[tuple[Any, T]]:
         """[(piece, forward(piece)), ...] covering `batch`'s rows, in order.
 
         `batch` has `input_ids` [n, width], `rows` and `lengths` (a collated
         `shardflow.core.batching.Batch`); `row_offset + rows[k]` names a row in errors.
+        `lower`: what the error for a row too large alone advises (the caller's config keys).
         """
         n, width = batch.input_ids.shape
         if n > 1 and n * width > self.token_budget:
             # The budget dropped after this batch was planned: cut it to the budget first.
             rows = max(1, self.token_budget // width)
-            return [r for piece in split(batch, rows) for r in self._attempt(piece, forward, split, row_offset, noun)]
-        return self._attempt(batch, forward, split, row_offset, noun)
+            return [
+                r for piece in split(batch, rows) for r in self._attempt(piece, forward, split, row_offset, noun, lower)
+            ]
+        return self._attempt(batch, forward, split, row_offset, noun, lower)
 
-    def _attempt(self, batch, forward, split, row_offset: int, noun: str) -> list[tuple[Any, Any]]:
+    def _attempt(self, batch, forward, split, row_offset: int, noun: str, lower: str) -> list[tuple[Any, Any]]:
         failed = False
         try:
             out = forward(batch)
@@ -97,8 +103,7 @@ class OomBackoff:
         if n == 1:
             row, n_tokens = row_offset + int(batch.rows[0]), int(batch.lengths[0])
             raise TooLargeError(
-                f"{noun} {row} ({n_tokens} tokens) does not fit in {self.device} memory even alone; "
-                "lower max_length or use a device with more memory",
+                f"{noun} {row} ({n_tokens} tokens) does not fit in {self.device} memory even alone; {lower}",
                 row=row,
                 n_tokens=n_tokens,
             )
@@ -107,7 +112,9 @@ class OomBackoff:
             "out of memory on a batch of %d x %d tokens: splitting it, token budget now %d", n, width, self.token_budget
         )
         half = (n + 1) // 2
-        return [r for piece in split(batch, half) for r in self._attempt(piece, forward, split, row_offset, noun)]
+        return [
+            r for piece in split(batch, half) for r in self._attempt(piece, forward, split, row_offset, noun, lower)
+        ]
 
 
 def smaller_micro_batch(batch_size: int, failed: int) -> int | None:

@@ -113,6 +113,12 @@ DEFAULT_NEW_TOKENS = 20
 # How a sampled run seeds its windows (`window_seed`), in its identity: a new scheme
 # gets a new name, so that no job resumes parts that another scheme drew.
 SAMPLING_STREAMS = "sha256(seed, texts, window)"
+# What a text too large for the device alone can lower: its input, and the beams and new
+# tokens each step holds keys and values for (core.oom's default names embedding's key).
+TOO_LARGE_LOWER = (
+    "lower summarise.max_input_length, summarise.generation.num_beams or max_new_tokens, "
+    "or use a device with more memory"
+)
 
 
 @dataclass
@@ -480,6 +486,7 @@ class Generator:
                     lambda b, n: split_batch(b, n, self.left_pad),
                     row_offset=row_offset,
                     noun="text",
+                    lower=TOO_LARGE_LOWER,
                 )
                 for piece, out in pieces:
                     for r, tokens in zip(piece.rows.tolist(), out, strict=True):

@@ -435,6 +435,17 @@ def test_text_too_large_alone_is_named(tiny, texts, tmp_path):
         summarise_chunk(chunk, tmp_path / "o.jsonl", gen.params, tmp_path / "resume", generator=gen)
 
 
+def test_a_text_too_large_alone_names_the_summarise_keys_that_shrink_it(tiny, texts):
+    """The message named max_length, the embedding key: summarise has none. What a
+    summarise job can lower is its input limit, its beams and its new tokens."""
+    gen = load_generator(params(tiny["t5"]), before_generate=oom_above(100))
+    with pytest.raises(TooLargeError) as raised:
+        gen.summarise([texts[4]])
+    message = str(raised.value)
+    assert "summarise.max_input_length" in message and "summarise.generation.num_beams" in message
+    assert "lower max_length" not in message
+
+
 def test_resume_reuses_finished_parts(tiny, texts, tmp_path):
     rows = []
     gen = load_generator(params(tiny["bart"], window=6), before_generate=lambda ids: rows.append(len(ids)))
