@@ -118,6 +118,22 @@ def summarise_made_with(records: list[dict]) -> dict:
     }
 
 
+def model_versions(records: list[dict]) -> list[dict]:
+    """The distinct versions among the distinct model records of one role's jobs (as
+    summarise_made_with lists them): one a hash, the first record of it kept. The same
+    bytes loaded from two folders are one version: `default` resolves into each
+    environment's own copy, `~/models/x` into each user's home, a relative path into the
+    checkout's folder. A record without a hash (a hub name not in the cache) is a version
+    of its own: nothing says it is another's."""
+    versions, hashes = [], set()
+    for record in records:
+        sha = record.get("sha256")
+        if sha is None or sha not in hashes:
+            versions.append(record)
+            hashes.add(sha)
+    return versions
+
+
 def accelerator_info() -> dict:
     try:
         import torch
@@ -163,7 +179,8 @@ def build_manifest(
     is checked against, null where none ran (training, lead summaries).
     `jobs_made_with`: the `made_with` records of the data set's GPU jobs (jobs from before
     they were recorded have none): the model hash the jobs ran is taken from there, and
-    none (sha256 null, a note) where they ran more than one version of a model."""
+    none (sha256 null, a note) where they ran more than one version of a model (by its
+    hash: model_versions)."""
     models = {role: model_sha256(path) for role, path in model_paths.items()}
     name = name or str
 
@@ -174,7 +191,8 @@ def build_manifest(
     warnings = []
     made = summarise_made_with(jobs_made_with) if jobs_made_with else None
     if made is not None:
-        for role, ran in made["models"].items():
+        for role, recorded in made["models"].items():
+            ran = model_versions(recorded)
             if len(ran) > 1:
                 warnings.append(f"the {role} jobs ran with {len(ran)} different model versions: {ran}")
                 if role in models:

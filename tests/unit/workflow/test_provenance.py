@@ -94,6 +94,25 @@ def test_jobs_that_ran_two_versions_of_a_model_record_neither_so_a_pinned_hash_f
     assert (row.item, row.status) == ("model weights", "FAIL")
 
 
+def test_jobs_that_loaded_one_model_from_two_folders_ran_one_version(tmp_path, monkeypatch):
+    """The same model bytes at two paths (`default` in two environments, `~/models/x` for
+    two users, a relative path from a moved checkout): one version, where the jobs ran
+    it. They counted as two, so the record's hash was null, with a warning of two
+    versions, and a reproduction pinned to that very hash failed."""
+    from shardflow.workflow.reproduce import check_reproduction
+
+    monkeypatch.chdir(tmp_path)
+    here = provenance.made_with("embedding", _model(tmp_path / "env1", b"weights"), "cpu", 2)
+    there = provenance.made_with("embedding", _model(tmp_path / "env2", b"weights"), "cpu", 2)
+    assert here["model"]["path"] != there["model"]["path"] and here["model"]["sha256"] == there["model"]["sha256"]
+    manifest = provenance.build_manifest(str(tmp_path), {}, {}, [], {}, {"embedding": there["model"]["path"]},
+                                         jobs_made_with=[here, there, there])
+    assert manifest["model"] == here["model"]
+    assert not any("model" in w for w in manifest["warnings"]), manifest["warnings"]
+    (row,) = check_reproduction({"model_sha256": here["model"]["sha256"]}, manifest, None)
+    assert row.status == "ok"
+
+
 def test_the_jobs_model_is_recorded_where_the_configs_name_points_elsewhere_now(tmp_path, monkeypatch):
     """The config's model name resolves to another folder than the jobs loaded (the
     bundled model of a rebuilt environment, a folder renamed since): the outputs are the
