@@ -75,11 +75,14 @@ def merge_embeddings(
     # An empty chunk holds no vectors, so its width and dtype are placeholders
     # (np.empty((0, 0)) is float64): only chunks with rows must agree.
     full = [i for i, s in enumerate(shapes) if s[0] > 0] or [0]
-    dims = {shapes[i][1] for i in full}
-    dtypes = {dtypes[i] for i in full}
-    if len(dims) != 1 or len(dtypes) != 1:
-        raise ValueError(f"chunks disagree: dimensions {sorted(dims)}, dtypes {sorted(map(str, dtypes))}")
-    dim, dtype = dims.pop(), dtypes.pop()
+    first = full[0]
+    dim, dtype = shapes[first][1], dtypes[first]
+    odd = next((i for i in full if (shapes[i][1], dtypes[i]) != (dim, dtype)), None)
+    if odd is not None:  # name the file: of a thousand chunks, the widths alone say not which
+        found_dims, found_dtypes = {shapes[i][1] for i in full}, {str(dtypes[i]) for i in full}
+        raise ValueError(f"{npy_paths[odd]}: vectors of {shapes[odd][1]} x {dtypes[odd]}, where {npy_paths[first]} "
+                         f"has {dim} x {dtype}: chunks disagree: dimensions {sorted(found_dims)}, dtypes "
+                         f"{sorted(found_dtypes)}")
     total = sum(s[0] for s in shapes)
 
     with atomic_path(out_npy) as tmp_npy, atomic_path(out_ids) as tmp_ids:

@@ -91,6 +91,19 @@ def test_dtype_mismatch_raises(tmp_path):
         merge(tmp_path, [chunk(0, 2, dtype="float32"), chunk(1, 2, dtype="float16")])
 
 
+def test_a_chunk_that_disagrees_is_named_with_the_chunk_it_disagrees_with(tmp_path):
+    """Of a thousand chunks, which one? The error named the widths and dtypes found, no
+    file (an empty chunk's placeholder width is no matter, as above)."""
+    chunks = [chunk(0, 2), (np.empty((0, 0)), []), chunk(2, 2), chunk(3, 2, dim=8), chunk(4, 2, dtype="float16")]
+    with pytest.raises(ValueError) as info:
+        merge(tmp_path, chunks)
+    assert str(info.value).startswith(
+        f"{tmp_path / 'embed_3.npy'}: vectors of 8 x float32, where {tmp_path / 'embed_0.npy'} has 4 x float32"
+    )
+    with pytest.raises(ValueError, match=r"embed_1\.npy: vectors of 4 x float16, where .*embed_0\.npy has 4 x float32"):
+        merge(tmp_path, [chunk(0, 2), chunk(1, 2, dtype="float16")])
+
+
 def test_non_matrix_chunk_raises(tmp_path):
     with pytest.raises(ValueError, match="expected a 2-D matrix"):
         merge(tmp_path, [(np.zeros(3, dtype=np.float32), ["a", "b", "c"])])
