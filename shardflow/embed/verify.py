@@ -68,6 +68,10 @@ class VerifyParams:
     def __post_init__(self) -> None:
         whole_floats_as_ints(self)  # 5000.0 (JSON Schema's "integer" takes it) is 5000
         check_field_types(self)
+        # 1 or more passed a normalising model's zero row (its norm 0 is within 1 of 1, and
+        # the nonzero check runs only where the model does not normalise); 0 fails every row.
+        if not 0 < self.norm_tolerance < 1:
+            raise ValueError(f"norm_tolerance {self.norm_tolerance!r}: expected a number above 0 and below 1")
 
 
 def _id_batches(ids_path: str, block_rows: int):

@@ -259,3 +259,14 @@ def test_a_wrong_python_type_is_one_error_naming_the_field(over, message):
 def test_whole_floats_are_ints():
     p = params(expected_records=10.0, id_batch=500.0)
     assert [(v, type(v)) for v in (p.expected_records, p.id_batch)] == [(10, int), (500, int)]
+
+
+@pytest.mark.parametrize("tolerance", [1.0, 2.5, 0.0, -1e-3])
+def test_a_norm_tolerance_that_would_pass_a_zero_row_or_fail_every_row_is_refused(tolerance):
+    """A zero row of a normalising model fails only the norms check (|0 - 1| = 1 above the
+    tolerance, and no nonzero check runs there): a tolerance of 1 or more passed it, so an
+    all-zero row (no embedding at all) went through verify; one of 0 or less fails every
+    row. The config refuses both (schema: 0 < verify.norm_tolerance < 1), and so does the
+    class, for a Python caller."""
+    with pytest.raises(ValueError, match=rf"^norm_tolerance {tolerance!r}: expected a number above 0 and below 1"):
+        params(norm_tolerance=tolerance)
