@@ -47,7 +47,10 @@ record that is no object) is named in a note, and status goes on without it.
 
 A train job keeps checkpoints, not parts: while it runs, status says how far it got is
 in its log, does not check it for stalling, and shows its GPU-hours as "-" (its metrics
-count them when it ends). A train sweep job's failure record is beside its resume folder
+count them when it ends), as it does after an attempt on GPUs failed (that time is in
+the checkpoint). Once it ends, its GPU-hours are its last attempt's benchmark and the
+training seconds of the attempts before, which its metrics' train_seconds_total holds
+(`earlier_train_seconds`). A train sweep job's failure record is beside its resume folder
 (plan.sweep_train_resume), as the main train job's is (plan.train_resume).
 
 A sweep job (point x seed) is counted as one: done, failed, running or waiting from its
@@ -867,6 +870,7 @@ NUMERIC_STATS = (
     "parts",
     "steps",
     "tokens_per_step",
+    "train_seconds_total",
     "n_queries",
 )
 
@@ -988,7 +992,11 @@ def finish(stage: Stage, n_gpus: int, price: float, now: float) -> Stage:
     # attempts of the jobs not done, to their last part.
     done = [j for j in stage.jobs if j.state == DONE and j.stats]
     hours = sum(
-        last_attempt_gpu_hours(j.stats, float(j.bench.get("s", j.stats.get("seconds", j.stats.get("wall_seconds", 0)))))
+        last_attempt_gpu_hours(
+            j.stats,
+            float(j.bench.get("s", j.stats.get("seconds", j.stats.get("wall_seconds", 0))))
+            + earlier_train_seconds(j.stats),
+        )
         for j in done
     )
     attempts = [
@@ -1002,11 +1010,27 @@ def finish(stage: Stage, n_gpus: int, price: float, now: float) -> Stage:
         + earlier_attempt_costs(attempts)["earlier_attempt_gpu_hours"]
     )
     stage.cost = priced(stage.gpu_hours, price)["estimated_cost"]
-    if stage.unit == "tokens" and (stage.count(RUNNING) or stage.count(STALLED)):
+    failed = stage.gpus and (stage.count(FAILED_STATE) or stage.count(RETRYING))
+    if stage.unit == "tokens" and (stage.count(RUNNING) or stage.count(STALLED) or failed):
         # A training run keeps checkpoints, not parts with attempt records: its GPU time
-        # is known from its metrics once it ends, not while it runs (or once it stopped).
+        # is known from its metrics once it ends, not while it runs (or once it stopped),
+        # nor after an attempt on GPUs failed (its time is in the checkpoint, which status
+        # does not read: 0 would read as none spent).
         stage.gpu_hours = stage.cost = None
     return stage
+
+
+def earlier_train_seconds(metrics: dict) -> float:
+    """The training seconds of a finished train job's attempts before its last (killed, or
+    failed and retried), which resumed from their checkpoint: its metrics'
+    train_seconds_total (every attempt's training, through the checkpoint the last one
+    resumed from) less the last attempt's wall_seconds, which its benchmark counts. A
+    lower bound, as a killed chunk attempt's: their start-up and the time after their
+    last checkpoint are lost. 0 for any other record, and for a run from scratch (its
+    total is within its own wall time)."""
+    if "train_seconds_total" not in metrics or "wall_seconds" not in metrics:
+        return 0.0
+    return max(0.0, float(metrics["train_seconds_total"]) - float(metrics["wall_seconds"]))
 
 
 def source_parts(ds: plan.DataSet) -> list[int | None]:
@@ -1452,8 +1476,10 @@ def stage_line(stage: Stage, currency: str) -> str:
         line += ", finished"
     elif stage.left_s is not None:
         line += f", about {estimate.duration(stage.left_s)} left"
-    if stage.gpu_hours is None:
+    if stage.gpu_hours is None and (stage.count(RUNNING) or stage.count(STALLED)):
         line += "; GPU-h and cost not known while it trains"
+    elif stage.gpu_hours is None:
+        line += "; GPU-h and cost not known until it finishes (its attempts' time is in its checkpoint)"
     else:
         line += f"; {stage.gpu_hours:.3g} GPU-h, {stage.cost:.2f} {currency} so far"
     if stage.left_gpu_hours and stage.count(DONE) < total:

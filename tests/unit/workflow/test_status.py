@@ -468,6 +468,51 @@ def test_a_running_train_job_says_it_has_no_parts_and_no_gpu_hours_yet(tmp_path,
     assert row.split()[-2:] == ["-", "-"]
 
 
+def test_a_train_job_resumed_after_a_kill_counts_the_gpu_time_before_it(tmp_path, now):
+    """A train job killed (a preempted spot node) resumes from its checkpoint: its
+    metrics' train_seconds_total holds the training seconds of the attempts before it
+    (the checkpoint's, to its last save), its benchmark the last attempt's alone. Both
+    count, x the GPUs it held; a job that ran from scratch has none before it."""
+    cfg = config(tmp_path, tasks=["training"], train={"gpus": 2})
+    outputs, log, bench = st.rule_files("train").of({"dataset": "ds"})
+    for name, path in outputs.items():
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).mkdir() if name == "hf" else Path(path).write_bytes(b"x")
+    metrics = {
+        "steps": 1000,
+        "resumed_from_step": 600,
+        "tokens_per_step": 1536,
+        "wall_seconds": 400.0,  # this attempt: steps 600 to 1000 and the final evaluation
+        "train_seconds_total": 1000.0,  # 600 s of training before it, to the checkpoint it resumed from
+        "device": "cuda:0",
+        "world_size": 2,
+    }
+    write_json(outputs["metrics"], metrics)
+    Path(bench).parent.mkdir(parents=True)
+    Path(bench).write_text("s\th:m:s\tmax_rss\n420.0\t0:07:00\t100\n")  # the last attempt, start-up included
+    (train,) = [s for s in st.status(cfg, 2, "--gpus", now=now).stages if s.stage == "train"]
+    assert train.jobs[0].state == "done"
+    assert train.gpu_hours == pytest.approx((420 + 600) * 2 / 3600) and train.cost == pytest.approx(2040.0)
+    write_json(outputs["metrics"], {**metrics, "resumed_from_step": 0, "train_seconds_total": 390.0})
+    (train,) = [s for s in st.status(cfg, 2, "--gpus", now=now).stages if s.stage == "train"]
+    assert train.gpu_hours == pytest.approx(420 * 2 / 3600)
+
+
+def test_a_failed_train_job_has_no_gpu_hours_known_rather_than_none_spent(tmp_path, now):
+    """A train job that failed (or is retrying) spent its attempts' GPU time, which its
+    checkpoint holds and no record status reads does: not known, rather than 0.00 so far."""
+    cfg = config(tmp_path, tasks=["training"])
+    _, log, _ = st.rule_files("train").of({"dataset": "ds"})
+    Path(log).parent.mkdir(parents=True)
+    Path(log).write_text(f"2026-01-01 00:00:00,000 CRITICAL train: {FAILED}RuntimeError: NCCL error\n")
+    result = st.status(cfg, 1, "--gpus", now=now)
+    (train,) = [s for s in result.stages if s.stage == "train"]
+    assert train.jobs[0].state == "failed" and train.gpu_hours is None and train.cost is None
+    line = st.stage_line(train, "USD")
+    assert "0.00 USD so far" not in line and "GPU-h and cost not known" in line
+    assert "while it trains" not in line
+
+
 @pytest.mark.parametrize(
     "stats, why",
     [([], "holds a list, not a JSON object"), ({"items": "a"}, "items is 'a', not a number"), ("{", "")],
