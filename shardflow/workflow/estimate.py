@@ -15,7 +15,8 @@ Rates, in order of trust:
 1. measured by an earlier run in this working directory: the chunk jobs' stats of the
    stage (results/<ds>/embed, results/<ds>/summarise; this data set first, then the
    others), a sweep job of the stage whose swept values equal this config's, a training
-   run of the same model shape (results/**/train), a finished retrieval_evaluate (its
+   run of the same model shape (results/**/train: its steps' tokens per second, the rest
+   of its wall time once a job), a finished retrieval_evaluate (its
    benchmark, metrics.json and the queries' embed stats: multiply-adds per second of the
    whole job). A run of another model (another summarise.method) is passed over, so is
    an embed run in another compute precision (embedding.dtype, `other_dtype`), and so
@@ -881,8 +882,10 @@ def train_row(
 ) -> Row:
     """The train job of data set `name` (a sweep's: `first`, its own job folder, and
     `dataset`, whose shards it trains on): its tokens are train.max_iters steps of the
-    global batch. Without a measured run of its shape, a GPU job is assumed from FLOPs
-    (`assumed_training`, at `gpu`: None, the defaults)."""
+    global batch. A measured run's rate is its steps' (metrics' tokens_per_second), the
+    rest of its wall time counted once a job; without that key, its whole job's. Without
+    a measured run of its shape, a GPU job is assumed from FLOPs (`assumed_training`, at
+    `gpu`: None, the defaults)."""
     tr = cfg["train"]
     gpus = plan.train_gpus(cfg) if on_gpu else 1  # processes the job runs, each at the measured rate
     # train.gpus' global batch either way: on the CPU one process trains the micro-batches of
@@ -909,15 +912,29 @@ def train_row(
             continue
         if done <= 0 or seconds <= 0:
             continue
-        per_gpu = done / seconds / world
+        steady = metrics.get("tokens_per_second")  # its steps alone (None: a run of one step, older metrics)
+        steady = steady if isinstance(steady, (int, float)) and not isinstance(steady, bool) and steady > 0 else None
+        per_gpu = (steady or done / seconds) / world
         if device_kind(device) != want:
             row.notes.append(
                 f"passed over: {folder} measured {per_gpu:.3g} tokens/s on {device}, no estimate for a {kind} run"
             )
             continue
         scaled = f"; scaled linearly from {world} to {gpus} GPUs" if world != gpus else ""
-        row.rate = Rate(per_gpu, f"measured by {folder} (whole job, evaluations included{scaled})", True, device)
-        row.seconds = [tokens / (per_gpu * gpus)]
+        if steady:
+            # The rest of its wall time (the first step's warm-up, torch.compile's; the
+            # evaluations, the final one over the whole val split; checkpoints) is a job's,
+            # not a token's: spread over the tokens of a short measuring run, it made a
+            # longer run several times slower than its steps.
+            fixed = max(0.0, seconds - done / steady)
+            how = (
+                f"its steps' tokens_per_second; the rest of its {duration(seconds)}, {duration(fixed)} of warm-up, "
+                f"evaluations and checkpoints, once a job{scaled}"
+            )
+        else:
+            fixed, how = 0.0, f"whole job, evaluations included{scaled}"
+        row.rate = Rate(per_gpu, f"measured by {folder} ({how})", True, device, overhead_s=fixed)
+        row.seconds = [tokens / (per_gpu * gpus) + fixed]
         row.disk = _folder_bytes(folder)
         row.disk_source = f"as {folder} (weights, losses, hf/)"
         break

@@ -184,7 +184,8 @@ def test_summarise_rates_are_only_those_of_the_same_method(tmp_path):
     assert lead.rate.measured and lead.gpus == 0 and lead.gpu_hours == 0  # lead runs on the CPU
 
 
-def train_run(folder: str, device: str, n_layer: int = 4) -> None:
+def train_run(folder: str, device: str, n_layer: int = 4, **metrics) -> None:
+    """A finished training run's config.json and metrics.json (`metrics`: keys over them)."""
     os.makedirs(folder)
     model = {"n_layer": n_layer, "n_head": 4, "n_embd": 128, "block_size": 64, "bias": True}
     train = {"batch_size": 12, "grad_accum": 1, "dtype": "auto", "compile": False}
@@ -199,6 +200,7 @@ def train_run(folder: str, device: str, n_layer: int = 4) -> None:
                 "wall_seconds": 10.0,
                 "world_size": 1,
                 "device": device,
+                **metrics,
             },
             fh,
         )
@@ -225,6 +227,26 @@ def test_training_is_measured_by_a_run_of_its_shape_only(tmp_path):
                             gpu_jobs={"device": "cpu"})), "train")
     assert on_cpu.work == 1000 * 12 * 64 * 2 and on_cpu.gpus == 0
     assert on_cpu.rate.measured and on_cpu.seconds == pytest.approx([1000 * 768 * 2 / 7680])
+
+
+def test_a_short_measuring_run_counts_its_warm_up_and_evaluations_once_not_per_token(tmp_path):
+    """A run of a few steps (what the output asks for: a small train.max_iters) spends most
+    of its wall time on the first step's warm-up (torch.compile) and the final evaluation:
+    its steps' own rate (metrics' tokens_per_second) sets the time per token, and the rest
+    of its wall time counts once a job, not spread over every token of a longer run."""
+    corpus()
+    cfg = config(tmp_path, tasks=["training"], train={"max_iters": 20000})
+    # 200 steps of 768 tokens at 3840 tokens/s are 40 s; its 100 s wall time holds 60 s more.
+    train_run("results/ds/train", "cuda", steps=200, wall_seconds=100.0, tokens_per_second=3840.0)
+    train = row(run(cfg), "train")
+    assert train.work == 20000 * 768 and train.rate.measured
+    assert train.rate.per_s == pytest.approx(3840.0) and train.rate.overhead_s == pytest.approx(60.0)
+    assert train.seconds == pytest.approx([20000 * 768 / 3840 + 60])
+    assert "60 s" in train.rate.source
+    # A record without the steps' rate (older metrics): the whole job's, as before.
+    train_run("results/old/train", "cuda", steps=200, wall_seconds=100.0)
+    os.rename("results/ds/train", "results/gone")
+    assert row(run(cfg), "train").seconds == pytest.approx([20000 * 768 / (200 * 768 / 100.0)])
 
 
 def flops_per_token(vocab: int, n_layer: int = 4, n_head: int = 4, n_embd: int = 128, block_size: int = 64) -> int:
