@@ -507,6 +507,11 @@ class GpuAssumption:
             "--gpu-peak-tflops X for another GPU"
         )
 
+    def given(self) -> list[str]:
+        """The options given, as the command line names them ([] for the defaults)."""
+        named = (("--gpu-peak-tflops", self.peak_tflops), ("--mfu", self.mfu))
+        return [f"{flag} {value:g}" for flag, value in named if value is not None]
+
     def utilisation(self) -> tuple[float, str]:
         if self.mfu is not None:
             return self.mfu, "--mfu"
@@ -937,6 +942,14 @@ def train_row(
         row.seconds = [tokens / (per_gpu * gpus) + fixed]
         row.disk = _folder_bytes(folder)
         row.disk_source = f"as {folder} (weights, losses, hf/)"
+        given = gpu.given() if gpu else []
+        if given:  # they size the assumed rate alone: said, not dropped in silence
+            row.notes.insert(
+                0,
+                f"{' and '.join(given)} not used: the rate is measured by {folder} on {device}, on the GPU that "
+                "run had (its metrics name no model); move that folder aside to estimate from FLOPs at the "
+                "figures given",
+            )
         break
     if row.rate is None:
         if unfit:

@@ -249,6 +249,22 @@ def test_a_short_measuring_run_counts_its_warm_up_and_evaluations_once_not_per_t
     assert row(run(cfg), "train").seconds == pytest.approx([20000 * 768 / (200 * 768 / 100.0)])
 
 
+def test_a_gpu_peak_or_mfu_given_is_said_unused_where_a_measured_run_sets_the_rate(tmp_path):
+    """--gpu-peak-tflops and --mfu (GPU_PEAK_TFLOPS=, MFU=) size training without a measured
+    run; where one sets the rate, on whatever GPU it had, the figures given go unused: said
+    so on the row, not dropped in silence (make estimate GPU_PEAK_TFLOPS=312 read as A100s)."""
+    corpus()
+    cfg = config(tmp_path, tasks=["training"], train={"max_iters": 1000})
+    train_run("results/ds/train", "cuda")
+    given = est.estimate(cfg, 1, "--gpus", gpu=est.GpuAssumption(312.0, 0.5))
+    train = row(given, "train")
+    assert train.rate.measured and train.seconds == pytest.approx(row(run(cfg), "train").seconds)
+    (note,) = [n for n in train.notes if "not used" in n]
+    assert note.startswith("--gpu-peak-tflops 312 and --mfu 0.5 not used: the rate is measured by results/ds/train")
+    assert note in est.table(given).split("train ds: ", 1)[1]  # among the notes the table shows
+    assert not any("not used" in n for n in row(run(cfg), "train").notes)
+
+
 def flops_per_token(vocab: int, n_layer: int = 4, n_head: int = 4, n_embd: int = 128, block_size: int = 64) -> int:
     """The trainer's own count (shardflow.train.model.GPT.flops_per_token), of a real model."""
     from shardflow.train.model import GPT, GPTConfig
