@@ -11,6 +11,7 @@ import sys
 import urllib.parse
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -90,6 +91,20 @@ def assert_no_secrets(*roots: Path, texts: tuple[str, ...] = (), secrets: dict[s
     ]
     assert not leaks, "fake credentials found in run outputs:\n" + "\n".join(leaks)
     return files
+
+
+def opt_in_data(variable: str, default: str) -> Path:
+    """A data set of ../shared for an opt-in check, found where the make targets find it:
+    `$<variable>` (ARGUANA=, CNNDM=, TINYSHAKESPEARE=), else `<default>` beside the
+    checkout (`shared/data/...`). Without SHARDFLOW_OPTIN=1 the test is skipped; with it, a
+    data set that is not there fails the test naming where it was looked for: a skip
+    would read as a check that ran (a clone outside the folder beside ../shared)."""
+    if os.environ.get("SHARDFLOW_OPTIN") != "1":
+        pytest.skip(f"opt-in: needs SHARDFLOW_OPTIN=1 and ../{default} (or {variable}=<path>)")
+    path = Path(os.environ.get(variable) or REPO.parent / default)
+    if not path.exists():
+        pytest.fail(f"SHARDFLOW_OPTIN=1 but {path} is not there: give {variable}=<path>, as the make targets take it")
+    return path
 
 
 def write_config(path: Path, **overrides) -> Path:

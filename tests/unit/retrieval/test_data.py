@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
 from pathlib import Path
 
@@ -23,8 +22,7 @@ from shardflow.retrieval.data import (
     load_qrels,
     write_corpus_jsonl,
 )
-
-ARGUANA = Path(__file__).resolve().parents[4] / "shared" / "data" / "arguana"
+from tests.helpers import opt_in_data
 
 
 def write(path: Path, text: str, gz: bool = False) -> Path:
@@ -323,14 +321,11 @@ def test_write_corpus_jsonl_rejects_duplicate_ids_and_leaves_no_file(tmp_path):
 
 
 @pytest.mark.optin
-@pytest.mark.skipif(
-    os.environ.get("SHARDFLOW_OPTIN") != "1" or not ARGUANA.is_dir(),
-    reason="needs ../shared/data/arguana and SHARDFLOW_OPTIN=1",
-)
 def test_arguana_counts():
-    doc_ids = [doc_id for doc_id, _ in iter_beir_corpus(ARGUANA)]
-    queries = list(iter_beir_queries(ARGUANA))
-    qrels = load_beir_qrels(ARGUANA, "test")
+    arguana = opt_in_data("ARGUANA", "shared/data/arguana")
+    doc_ids = [doc_id for doc_id, _ in iter_beir_corpus(arguana)]
+    queries = list(iter_beir_queries(arguana))
+    qrels = load_beir_qrels(arguana, "test")
     assert len(doc_ids) == len(set(doc_ids)) == 8674
     assert len(queries) == 1406 and len(qrels) == 1406
     corpus = set(doc_ids)

@@ -7,21 +7,20 @@ against FRANK's published per-document ROUGE, and Lead-3 against its target.
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
-DATA = REPO.parent / "shared" / "data" / "cnndm-frank100" / "dev.jsonl"
+from tests.helpers import opt_in_data
 
-pytestmark = [
-    pytest.mark.optin,
-    pytest.mark.skipif(
-        os.environ.get("SHARDFLOW_OPTIN") != "1" or not DATA.is_file(),
-        reason="needs ../shared/data/cnndm-frank100/dev.jsonl and SHARDFLOW_OPTIN=1",
-    ),
-]
+REPO = Path(__file__).resolve().parents[3]
+
+pytestmark = pytest.mark.optin
+
+
+@pytest.fixture(scope="module")
+def data():
+    return opt_in_data("CNNDM", "shared/data/cnndm-frank100/dev.jsonl")
 
 
 @pytest.fixture(scope="module")
@@ -32,16 +31,16 @@ def bench():
     return module
 
 
-def test_stored_systems_match_frank(bench):
-    lines, passed = bench.frank_check(str(DATA))
+def test_stored_systems_match_frank(bench, data):
+    lines, passed = bench.frank_check(str(data))
     assert passed, "\n".join(lines)
 
 
-def test_lead3_in_target(bench):
+def test_lead3_in_target(bench, data):
     from shardflow.summarise.data import load_documents
     from shardflow.summarise.lead import lead_k
 
-    docs = load_documents(str(DATA)).records
+    docs = load_documents(str(data)).records
     scores = bench._score_summaries(docs, [lead_k(d.article, 3, "punctuation") for d in docs], "lead3")
     row, passed = bench._row("Lead-3", scores, bench.LEAD3_TARGET)
     # The target range comes from simple punctuation splitters (data README): the
