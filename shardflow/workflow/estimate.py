@@ -36,10 +36,10 @@ they run on the CPU whatever the host (plan.gpu_rules_on_cpu: gpu_jobs.device cp
 summarise.method lead), as a dry run shows them.
 
 Wall time: each stage's jobs longest first onto the GPUs free first (a job holding N
-GPUs, train.gpus, waits for N; a sweep's points may hold different numbers), the stages
-one after another (embed and summarise of one data set share the GPUs when they run at
-once, so the sum is what they take together). GPU-hours are each job's seconds x the
-GPUs it holds.
+GPUs, train.gpus or another GPU rule's resources.<rule>.gpu, waits for N; a sweep's
+points may hold different numbers), the stages one after another (embed and summarise
+of one data set share the GPUs when they run at once, so the sum is what they take
+together). GPU-hours are each job's seconds x the GPUs it holds (`job_gpus`).
 
 What is left, beside the whole run, once some job has run (`estimate` again part-way):
 a GPU job whose outputs all exist is done, as make status counts it
@@ -674,6 +674,11 @@ def finish(row: Row, n_gpus: int, price: float) -> Row:
         row.notes.append("runs on the CPU: no GPU-hours (wall time depends on the cores: not estimated)")
         return row
     gpus = row.gpus_each()
+    if row.stage != "train" and row.gpus > 1:  # resources.<stage>.gpu (job_gpus): the stages are the rules
+        row.notes.append(
+            f"each job holds resources.{row.stage}.gpu {row.gpus} GPUs and runs on one (the parse warns the "
+            "others idle): GPU-hours and wall time count all it holds"
+        )
     row.gpu_hours = sum(s * g for s, g in zip(row.seconds, gpus, strict=True)) / 3600
     row.cost = priced(row.gpu_hours, price, row.work)["estimated_cost"]
     row.wall_s = makespan(row.seconds, gpus, n_gpus)
@@ -715,6 +720,18 @@ def embed_dim(cfg: dict, run: Run | None) -> tuple[int | None, str]:
         return None, f"disk not estimated: the model's width is not known here ({exc})"
 
 
+def job_gpus(cfg: dict, rule: str) -> int:
+    """The GPUs a job of GPU rule `rule` (embed, embed_queries, retrieval_evaluate,
+    summarise, and their sweep variants, which share its resources) holds on a GPU:
+    resources.<rule>.gpu, as rules/common.smk job_resources requests them. The job runs
+    on one (plan.idle_gpus warns at parse time) but holds them all, and the cluster bills
+    them all. (make status and the stage reports count one: these jobs' stats record no
+    `gpus`, core.jobs.gpus_held.) A gpu of 0 counts as one, as before (a job scheduled
+    with none runs on the CPU: not estimated as such here). train's are train.gpus
+    (plan.train_gpus, `train_row`)."""
+    return max(1, int(cfg["resources"][rule]["gpu"]))
+
+
 def chunk_job_row(name: str, stage: str, per_chunk: tuple[int, ...], rate: Rate, gpus: int) -> Row:
     seconds = [n / rate.per_s + rate.overhead_s for n in per_chunk]
     return Row(name, stage, len(per_chunk), sum(per_chunk), rate=rate, gpus=gpus, seconds=seconds)
@@ -725,7 +742,7 @@ def embed_row(cfg: dict, name: str, per_chunk: tuple[int, ...], on_gpu: bool, fi
     notes: list[str] = []
     found = find_rate(embed_runs(cfg, name, first), on_gpu, notes)
     rate, run = found if found else (assumed_rate(cfg), None)
-    row = chunk_job_row(name, "embed", per_chunk, rate, 1 if on_gpu else 0)
+    row = chunk_job_row(name, "embed", per_chunk, rate, job_gpus(cfg, "embed") if on_gpu else 0)
     dim, how = embed_dim(cfg, run)
     if dim:
         width = DTYPE_BYTES[cfg["embedding"]["output_dtype"]]
@@ -749,7 +766,7 @@ def summarise_row(cfg: dict, name: str, per_chunk: tuple[int, ...], on_gpu: bool
         else ""
     )
     rate, run = found if found else (assumed_rate(cfg, slow), None)
-    row = chunk_job_row(name, "summarise", per_chunk, rate, 1 if on_gpu else 0)
+    row = chunk_job_row(name, "summarise", per_chunk, rate, job_gpus(cfg, "summarise") if on_gpu else 0)
     row.notes += notes
     if run:
         files = [f"{run.where}/summaries_{s.get('chunk')}.jsonl" for s in run.stats]
@@ -1023,8 +1040,8 @@ class Estimate:
 
     def no_wall(self, left: bool = False) -> list[str]:
         """The GPU stages estimated but left out of the wall time: a job of theirs holds
-        more GPUs than the run is given (train.gpus above --gpus), so they cannot run;
-        `left`: those with a job left."""
+        more GPUs than the run is given (train.gpus, or a resources.<rule>.gpu, above
+        --gpus), so they cannot run; `left`: those with a job left."""
         return [
             f"{r.stage} {r.dataset}"
             for r in self.rows
@@ -1198,11 +1215,10 @@ class RetrievalSweepSets:
                     if found.kind == "corpus":
                         new["corpus"].append((found.key, embed))
                     else:
-                        gpus = 0 if "sweep_embed_queries" in self.on_cpu else 1
+                        gpus = 0 if "sweep_embed_queries" in self.on_cpu else job_gpus(job_cfg, "embed_queries")
                         new["queries"].append((found.key, query_row(label, self.queries, embed, gpus)))
-            search = search_row(
-                job_cfg, ds.name, self.queries[0], documents, 0 if "sweep_retrieval_evaluate" in self.on_cpu else 1
-            )
+            gpus = 0 if "sweep_retrieval_evaluate" in self.on_cpu else job_gpus(job_cfg, "retrieval_evaluate")
+            search = search_row(job_cfg, ds.name, self.queries[0], documents, gpus)
             search.dataset = label
             searches.append(search)
             done.append(os.path.exists(job_metrics("retrieval", spec.folder, pid, seed)))
@@ -1329,7 +1345,7 @@ def search_row(cfg: dict, name: str, queries: int | None, documents: int, gpus: 
         )
     if row.rate is None:
         where = "retrieval.backend faiss searches on the CPU" if faiss else "the search runs on the CPU"
-        held = "; the job holds its GPU meanwhile" if gpus else ""
+        held = f"; the job holds its {'GPU' if gpus == 1 else f'{gpus} GPUs'} meanwhile" if gpus else ""
         row.notes.append(f"not estimated: {where}, whose rate no earlier retrieval_evaluate here measured{held}")
         return row
     row.seconds = [row.work / row.rate.per_s + row.rate.overhead_s]
@@ -1427,9 +1443,10 @@ def estimate(
             out.rows[-1].done = _jobs_done(cfg, "embed", {"dataset": ds.name}, len(per_chunk))
         if "retrieval" in ds.tasks:
             queries = _queries(cfg, ds.name)
-            out.rows.append(query_row(ds.name, queries, out.rows[-1], 0 if "embed_queries" in on_cpu else 1))
+            gpus = 0 if "embed_queries" in on_cpu else job_gpus(cfg, "embed_queries")
+            out.rows.append(query_row(ds.name, queries, out.rows[-1], gpus))
             out.rows[-1].done = _jobs_done(cfg, "embed_queries", {"RETRIEVAL": ds.name})
-            gpus = 0 if "retrieval_evaluate" in on_cpu else 1
+            gpus = 0 if "retrieval_evaluate" in on_cpu else job_gpus(cfg, "retrieval_evaluate")
             out.rows.append(search_row(cfg, ds.name, queries[0], out.records[ds.name].records, gpus))
             out.rows[-1].done = _jobs_done(cfg, "retrieval_evaluate", {"RETRIEVAL": ds.name})
         if "summarise" in stages:

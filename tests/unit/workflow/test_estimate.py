@@ -350,6 +350,40 @@ def test_a_training_sweep_over_train_gpus_counts_each_jobs_own_gpus(tmp_path):
     assert any("GPUs per job from 1 to 4" in n for n in got.notes)
 
 
+def test_a_job_given_more_gpus_counts_every_gpu_it_holds(tmp_path):
+    """resources.<rule>.gpu 2 on embed, summarise, embed_queries and retrieval_evaluate:
+    each job runs on one GPU (the parse warns the other idles) but holds and pays for
+    both, as train's jobs hold train.gpus. Its GPU-hours are its seconds x 2 and the wall
+    time packs jobs of 2 onto the GPUs given (a job of 2 waits for 2 free, as the local
+    profile's gpu resource makes it); on 1 GPU none can run. An embed sweep's chunk jobs
+    (sweep_embed_chunk: resources.embed) hold as many. The estimate counted one GPU a job."""
+    corpus()
+    beir()
+    sweep = {"stage": "embed", "grid": {"embedding.token_budget": [512, 1024]}, "seeds": [0],
+             "metrics": {"items_per_s": "max"}}
+    overlay = dict(n_chunks=4, tasks=["embedding", "summarisation"], summarise={"method": "extractive"},
+                   retrieval={"path": "beir", "n_chunks": 1}, sweeps={"tb": sweep})
+    one = run(config(tmp_path, **overlay), gpus=4)
+    rules = ("embed", "summarise", "embed_queries", "retrieval_evaluate")
+    two = run(config(tmp_path, **overlay, resources={r: {"gpu": 2} for r in rules}), gpus=4)
+    stages = [(stage, "ds") for stage in ("embed", "summarise")]
+    stages += [(stage, "beir") for stage in ("embed", "embed_queries", "retrieval_evaluate")]
+    for stage, dataset in [*stages, ("embed", "sweep tb")]:
+        single, double = row(one, stage, dataset), row(two, stage, dataset)
+        assert (single.gpus, double.gpus) == (1, 2)
+        assert double.seconds == pytest.approx(single.seconds)  # one GPU at work: the same speed
+        assert double.gpu_hours == pytest.approx(2 * sum(double.seconds) / 3600)
+        assert double.gpu_hours == pytest.approx(2 * single.gpu_hours) and double.cost == pytest.approx(2 * single.cost)
+        if dataset != "beir":  # 4 or 8 jobs of 2 on 4 GPUs: two at a time, not four
+            assert double.wall_s == pytest.approx(2 * single.wall_s)
+        else:  # one job
+            assert double.wall_s == pytest.approx(single.wall_s)
+    assert any("holds resources.embed.gpu 2 GPUs and runs on one" in n for n in row(two, "embed").notes)
+    assert two.gpu_hours == pytest.approx(2 * one.gpu_hours)
+    cramped = run(config(tmp_path, **overlay, resources={"embed": {"gpu": 2}}), gpus=1)
+    assert row(cramped, "embed").wall_s is None and "embed ds" in cramped.no_wall()
+
+
 def beir(queries: int = 3, documents: int = 45) -> None:
     os.makedirs("beir/qrels")
     with open("beir/corpus.jsonl", "w") as fh:
