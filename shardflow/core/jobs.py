@@ -126,6 +126,24 @@ def last_attempt_gpu_hours(stats: dict, seconds: float) -> float:
     return seconds * gpus_held(stats) / 3600 if _on_cuda(stats.get("device", "")) else 0.0
 
 
+def earlier_train_seconds(metrics: dict) -> float:
+    """The training seconds of a finished train job's attempts before its last (killed, or
+    failed and retried), which resumed from their checkpoint: its metrics'
+    train_seconds_total (every attempt's training, through the checkpoint the last one
+    resumed from) less the last attempt's wall_seconds, which its benchmark counts. A
+    lower bound, as a killed chunk attempt's: their start-up and the time after their
+    last checkpoint are lost. 0 for any other record, and for a run from scratch (its
+    total is within its own wall time).
+
+    A train job writes no attempt records (`earlier_attempt_costs`), so this is the one
+    count of its earlier attempts: make status (shardflow.workflow.status) and a training
+    sweep's cost.json (shardflow.sweep.cost) add these seconds to the benchmark's before
+    `last_attempt_gpu_hours` multiplies them by the GPUs the job held."""
+    if "train_seconds_total" not in metrics or "wall_seconds" not in metrics:
+        return 0.0
+    return max(0.0, float(metrics["train_seconds_total"]) - float(metrics["wall_seconds"]))
+
+
 def earlier_attempt_costs(stats: list[dict]) -> dict:
     """What the jobs' stats say of the killed attempts before each one's last
     (`earlier_attempts`, `earlier_attempt_devices`: core.parts.attempt_totals): how many

@@ -22,6 +22,12 @@ folder, a lower bound, x the GPUs the job held, as its last attempt's seconds ar
 `earlier_attempt_gpu_hours` say how much of the total that was. Their seconds are not in
 `wall_time_s`, which stays the benchmarks' (the last attempts').
 
+A training job resumed from its checkpoint (after a kill, or a failed attempt retried)
+writes no attempt records: its GPU-hours add the training seconds of the attempts before
+its last, as make status counts them (core.jobs.earlier_train_seconds: its metrics'
+train_seconds_total less the last attempt's wall_seconds, a lower bound), x the GPUs it
+held. They are not in the `earlier_attempt_*` figures, which count attempt records.
+
 An embed job records its GPU-hours and the records they paid for, but no price: the
 collection prices them (`with_cost`, at `report.gpu_hour_price` in `report.currency`,
 its `Price`: params of the collections of PRICED_STAGES' sweeps only), so that a changed
@@ -42,7 +48,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardflow.core.files import read_json
-from shardflow.core.jobs import earlier_attempt_costs, last_attempt_gpu_hours, priced, read_benchmark
+from shardflow.core.jobs import (
+    earlier_attempt_costs,
+    earlier_train_seconds,
+    last_attempt_gpu_hours,
+    priced,
+    read_benchmark,
+)
 from shardflow.sweep.shared import SHARED_FOLDER
 
 SHARED_PREFIX = f"benchmarks/sweeps/{SHARED_FOLDER}/"
@@ -206,9 +218,10 @@ def read_job_records(shapes: Sequence[tuple[str, int, int, int]], metrics: Seque
     order of the inputs (rules/common.smk, sweep_job_files): each job's metrics record,
     its stats files, then its benchmarks, the first of which pair with the stats files.
     GPU-hours: a job whose own stats say it ran on CUDA, its seconds x the GPUs it held
-    (core.jobs.last_attempt_gpu_hours), and the CUDA seconds of the killed attempts its
-    stats record, x those GPUs too, as a stage's report counts them
-    (core.jobs.earlier_attempt_costs). With a `price` (a sweep of PRICED_STAGES) each
+    (core.jobs.last_attempt_gpu_hours), a resumed train job's seconds with the training
+    of its attempts before (core.jobs.earlier_train_seconds, as make status counts
+    them), and the CUDA seconds of the killed attempts its stats record, x those GPUs
+    too, as a stage's report counts them (core.jobs.earlier_attempt_costs). With a `price` (a sweep of PRICED_STAGES) each
     metrics record gets its cost (with_cost); a record without what that needs raises
     ValueError naming its file."""
     stats_files, bench_files = iter(stats), iter(benchmarks)
@@ -230,7 +243,7 @@ def read_job_records(shapes: Sequence[tuple[str, int, int, int]], metrics: Seque
             job_stats: dict = {}  # none paired: no GPU time known
             if i < n_stats:
                 job_stats = _json_object(next(stats_files))
-            gpu_hours = last_attempt_gpu_hours(job_stats, seconds)
+            gpu_hours = last_attempt_gpu_hours(job_stats, seconds + earlier_train_seconds(job_stats))
             earlier = earlier_attempt_costs([job_stats])
             costs.append(JobCost(path, seconds, gpu_hours + earlier["earlier_attempt_gpu_hours"],
                                  earlier["earlier_attempts"], earlier["earlier_attempt_seconds"],

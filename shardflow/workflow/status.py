@@ -50,8 +50,9 @@ in its log, does not check it for stalling, and shows its GPU-hours as "-" (its 
 count them when it ends), as it does after an attempt on GPUs failed (that time is in
 the checkpoint). Once it ends, its GPU-hours are its last attempt's benchmark and the
 training seconds of the attempts before, which its metrics' train_seconds_total holds
-(`earlier_train_seconds`). A train sweep job's failure record is beside its resume folder
-(plan.sweep_train_resume), as the main train job's is (plan.train_resume).
+(core.jobs.earlier_train_seconds; a training sweep's cost.json counts them alike). A
+train sweep job's failure record is beside its resume folder (plan.sweep_train_resume),
+as the main train job's is (plan.train_resume).
 
 A sweep job (point x seed) is counted as one: done, failed, running or waiting from its
 metrics JSON and its log folder. An embed or summarise sweep job runs the main data set's
@@ -113,7 +114,13 @@ from pathlib import Path
 from shardflow.core import controller
 from shardflow.core.failures import OUT_OF_MEMORY, record_path
 from shardflow.core.files import read_json
-from shardflow.core.jobs import earlier_attempt_costs, last_attempt_gpu_hours, priced, read_benchmark
+from shardflow.core.jobs import (
+    earlier_attempt_costs,
+    earlier_train_seconds,
+    last_attempt_gpu_hours,
+    priced,
+    read_benchmark,
+)
 from shardflow.core.parts import ATTEMPT_PREFIX, PartStore, attempt_totals
 from shardflow.core.runlog import FAILED
 from shardflow.corpus.chunks import SOURCE_PART
@@ -1018,19 +1025,6 @@ def finish(stage: Stage, n_gpus: int, price: float, now: float) -> Stage:
         # does not read: 0 would read as none spent).
         stage.gpu_hours = stage.cost = None
     return stage
-
-
-def earlier_train_seconds(metrics: dict) -> float:
-    """The training seconds of a finished train job's attempts before its last (killed, or
-    failed and retried), which resumed from their checkpoint: its metrics'
-    train_seconds_total (every attempt's training, through the checkpoint the last one
-    resumed from) less the last attempt's wall_seconds, which its benchmark counts. A
-    lower bound, as a killed chunk attempt's: their start-up and the time after their
-    last checkpoint are lost. 0 for any other record, and for a run from scratch (its
-    total is within its own wall time)."""
-    if "train_seconds_total" not in metrics or "wall_seconds" not in metrics:
-        return 0.0
-    return max(0.0, float(metrics["train_seconds_total"]) - float(metrics["wall_seconds"]))
 
 
 def source_parts(ds: plan.DataSet) -> list[int | None]:

@@ -220,6 +220,37 @@ def test_a_multi_gpu_jobs_killed_attempts_count_per_gpu_in_the_sweeps_cost(tmp_p
     assert cost["earlier_attempt_seconds"] == 1800.0
 
 
+def test_a_resumed_training_jobs_earlier_attempts_count_in_the_sweeps_cost(tmp_path):
+    """A training sweep job on 2 GPUs killed (a preempted spot node) and resumed from its
+    checkpoint: its benchmark is the last attempt's alone, its metrics' train_seconds_total
+    holds the training before it too. cost.json counts both, x the GPUs it held, as make
+    status counts a train job (core.jobs.earlier_train_seconds, one helper); its job time
+    stays the benchmark's. A job that ran from scratch has nothing before it."""
+    import json
+
+    from shardflow.core.jobs import earlier_train_seconds
+    from shardflow.sweep.cost import read_job_records
+    from shardflow.workflow import status
+
+    metrics = {"best_val_loss": 1.0, "device": "cuda:0", "world_size": 2, "steps": 1000, "resumed_from_step": 600,
+               "wall_seconds": 400.0, "train_seconds_total": 1000.0}  # 600 s of training before this attempt
+    path = tmp_path / "metrics.json"
+    bench = tmp_path / "train.tsv"
+    bench.write_text("s\th:m:s\tmax_rss\n420.0\t0:07:00\t1.0\n")  # the last attempt, start-up included
+
+    def cost_of(record: dict) -> dict:
+        path.write_text(json.dumps(record))
+        (job,) = read_job_records([("a", 0, 1, 1)], [str(path)], [str(path)], [str(bench)])
+        return sweep_cost([job.costs], "s")
+
+    cost = cost_of(metrics)
+    assert cost["gpu_hours"] == pytest.approx(round((420 + 600) * 2 / 3600, 6)) and cost["wall_time_s"] == 420.0
+    assert status.earlier_train_seconds is earlier_train_seconds and earlier_train_seconds(metrics) == 600.0
+    assert cost_of({**metrics, "resumed_from_step": 0, "train_seconds_total": 390.0})["gpu_hours"] == pytest.approx(
+        round(420 * 2 / 3600, 6)
+    )
+
+
 def test_a_metrics_or_stats_file_that_is_not_a_json_object_is_named(tmp_path):
     """The collection reads every job's metrics and stats after every job ran: a file cut
     short (a full disk, a copy stopped midway) or holding another JSON value stops it
