@@ -71,6 +71,23 @@ def metric(metrics: dict | None, name: str):
     return found[0][1] if found else None
 
 
+def package_versions_ran(provenance: dict, name: str) -> dict[str | None, list[str]]:
+    """{version: where it was found} of package `name` in a provenance record: in the
+    `made_with` records of the jobs ("jobs": what they ran as they wrote their outputs,
+    jobs_made_with) and in the record's own `packages` ("now": what was installed when the
+    provenance job ran). The provenance job reruns alone after an upgrade that reran no
+    job (a config or script change), so its own versions need not be the ones that made
+    the outputs: the model hash is taken from the jobs for the same reason. Jobs that
+    record nothing (training) leave the record's own versions; a version of None is a
+    package not installed there."""
+    found: dict[str | None, list[str]] = {}
+    for recorded in (provenance.get("jobs_made_with") or {}).get("packages") or []:
+        if isinstance(recorded, dict) and name in recorded and "jobs" not in found.get(recorded[name], []):
+            found.setdefault(recorded[name], []).append("jobs")
+    found.setdefault((provenance.get("packages") or {}).get(name), []).append("now")
+    return found
+
+
 def check_reproduction(expect: dict, provenance: dict, metrics: dict | None, strict_packages: bool = False) -> list[Row]:
     rows: list[Row] = []
     for name, spec in sorted((expect.get("metrics") or {}).items()):
@@ -97,11 +114,14 @@ def check_reproduction(expect: dict, provenance: dict, metrics: dict | None, str
         got = (provenance.get("model") or {}).get("sha256")
         ok = got == expect["model_sha256"]
         rows.append(Row("model weights", expect["model_sha256"][:16], (got or "missing")[:16], "exact", "ok" if ok else "FAIL"))
-    packages = provenance.get("packages", {})
     for name, version in sorted((expect.get("packages") or {}).items()):
-        got = packages.get(name)
-        status = "ok" if str(got) == str(version) else ("FAIL" if strict_packages else "drift")
-        rows.append(Row(f"package {name}", str(version), _fmt(got), "exact", status))
+        found = package_versions_ran(provenance, name)
+        if len(found) == 1:
+            got = _fmt(next(iter(found)))
+        else:  # the jobs ran another version than the record's own, or more than one
+            got = ", ".join(f"{_fmt(v)} ({', '.join(where)})" for v, where in found.items())
+        status = "ok" if list(found) == [str(version)] else ("FAIL" if strict_packages else "drift")
+        rows.append(Row(f"package {name}", str(version), got, "exact", status))
     for path, digest in sorted((expect.get("outputs_sha256") or {}).items()):
         got = provenance.get("outputs", {}).get(path)
         rows.append(Row(f"output {path}", digest[:16], (got or "missing")[:16], "exact", "ok" if got == digest else "FAIL"))

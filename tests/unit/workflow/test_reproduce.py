@@ -88,3 +88,36 @@ def test_a_key_holding_a_dot_is_read_by_its_own_name_and_two_readings_are_an_err
     # A top-level key with a dot beside the nested one it spells, likewise.
     with pytest.raises(ReproductionError, match=r"'a\.b' names 2 values .*\['a\.b'\] and \['a'\]\['b'\]"):
         check_reproduction({"metrics": {"a.b": {"value": 1, "tolerance": 0}}}, {}, {"a.b": 1, "a": {"b": 2}})
+
+
+def _packages(**versions) -> dict:
+    return {"python": "3.11.9", "numpy": "2.4.6", "torch": "2.13.0+cpu", **versions}
+
+
+def test_a_pinned_package_is_checked_against_the_versions_the_jobs_ran_with():
+    """The provenance job records the packages installed when it runs, which can be after
+    an upgrade that reran none of the jobs (Snakemake does not track packages; a config or
+    provenance script change reruns provenance alone): the embed jobs ran torch 2.12, the
+    record said 2.13, and a strict check pinned to 2.13 passed. The jobs' own versions
+    (jobs_made_with, as for the model hash) are compared too; every version differing from
+    the pin is a drift, named in the row."""
+    made = {"jobs": 4, "packages": [_packages(torch="2.12.0+cpu")]}
+    manifest = {"packages": _packages(), "jobs_made_with": made}
+    expect = {"packages": {"torch": "2.13.0+cpu", "numpy": "2.4.6"}}
+    rows = check_reproduction(expect, manifest, None, strict_packages=True)
+    assert [(r.item, r.got, r.status) for r in rows] == [
+        ("package numpy", "2.4.6", "ok"),
+        ("package torch", "2.12.0+cpu (jobs), 2.13.0+cpu (now)", "FAIL"),
+    ]
+    assert check_reproduction(expect, manifest, None)[1].status == "drift"
+    # Jobs that ran two versions (a chunk job rerun after an upgrade): both named.
+    made["packages"].append(_packages())
+    (row,) = check_reproduction({"packages": {"torch": "2.13.0+cpu"}}, manifest, None, strict_packages=True)
+    assert (row.got, row.status) == ("2.12.0+cpu (jobs), 2.13.0+cpu (jobs, now)", "FAIL")
+    # One version everywhere, or no job that records what it ran (training): as before.
+    made["packages"] = [_packages()]
+    (row,) = check_reproduction({"packages": {"torch": "2.13.0+cpu"}}, manifest, None, strict_packages=True)
+    assert (row.got, row.status) == ("2.13.0+cpu", "ok")
+    (row,) = check_reproduction({"packages": {"torch": "2.13.0+cpu"}}, {"packages": _packages(), "jobs_made_with": None},
+                                None, strict_packages=True)
+    assert (row.got, row.status) == ("2.13.0+cpu", "ok")
