@@ -9,7 +9,9 @@ package version that differs is reported as drift (a failure too with
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from decimal import Decimal
 
 
 class ReproductionError(RuntimeError):
@@ -71,6 +73,18 @@ def metric(metrics: dict | None, name: str):
     return found[0][1] if found else None
 
 
+def within(got, value: float, tolerance: float) -> bool:
+    """Whether `got` is a number within `tolerance` of `value`, the bound included. The
+    numbers are compared as written (the shortest decimal that reads back as each float,
+    as YAML and JSON write them): in binary 0.4 - 0.3 is 0.10000000000000003, and a value
+    exactly at its tolerance failed. A value that is no number (a dict, a string, a
+    boolean, null) or not finite (a diverged run) fails, as a missing one does."""
+    if not isinstance(got, (int, float)) or isinstance(got, bool) or not math.isfinite(got):
+        return False
+    exact = [Decimal(repr(float(x))) for x in (got, value, tolerance)]
+    return abs(exact[0] - exact[1]) <= exact[2]
+
+
 def package_versions_ran(provenance: dict, name: str) -> dict[str | None, list[str]]:
     """{version: where it was found} of package `name` in a provenance record: in the
     `made_with` records of the jobs ("jobs": what they ran as they wrote their outputs,
@@ -93,9 +107,7 @@ def check_reproduction(expect: dict, provenance: dict, metrics: dict | None, str
     for name, spec in sorted((expect.get("metrics") or {}).items()):
         got = metric(metrics, name)
         value, tol = float(spec["value"]), float(spec["tolerance"])
-        # A value that is no number (a dict, a string, a boolean) fails its row, as a missing one does.
-        number = isinstance(got, (int, float)) and not isinstance(got, bool)
-        ok = number and abs(float(got) - value) <= tol
+        ok = within(got, value, tol)
         rows.append(Row(f"metric {name}", _fmt(value), _fmt(got), f"±{tol:g}", "ok" if ok else "FAIL"))
     inputs = provenance.get("inputs", {})
     for path, digest in sorted((expect.get("data_sha256") or {}).items()):

@@ -121,3 +121,25 @@ def test_a_pinned_package_is_checked_against_the_versions_the_jobs_ran_with():
     (row,) = check_reproduction({"packages": {"torch": "2.13.0+cpu"}}, {"packages": _packages(), "jobs_made_with": None},
                                 None, strict_packages=True)
     assert (row.got, row.status) == ("2.13.0+cpu", "ok")
+
+
+def test_a_metric_exactly_at_its_tolerance_passes_as_written():
+    """A tolerance is inclusive, on the numbers as the experiment file and the metrics
+    record write them: 0.4 against 0.3 ± 0.1 is within. In binary floating point
+    0.4 - 0.3 is 0.10000000000000003, so the row failed with a table showing a value
+    inside its tolerance (2 of 5 relevant found: recall 0.4 against a pin of 0.3 ± 0.1)."""
+    metrics = {"recall_at_5": 0.4, "ndcg_at_10": 0.50267, "loss": 1.9158, "diverged": float("nan"), "none": None}
+    pins = {
+        "recall_at_5": (0.3, 0.1, "ok"),
+        "ndcg_at_10": (0.50167, 0.001, "ok"),
+        "loss": (1.9158, 0, "ok"),
+    }
+    rows = check_reproduction({"metrics": {n: {"value": v, "tolerance": t} for n, (v, t, _) in pins.items()}}, {}, metrics)
+    assert {r.item.removeprefix("metric "): r.status for r in rows} == {n: s for n, (_, _, s) in pins.items()}
+    # Past it by the least the records can write, or not a number at all: FAIL.
+    pins = {"recall_at_5": (0.3, 0.0999999, "FAIL"), "ndcg_at_10": (0.50166, 0.001, "FAIL"),
+            "loss": (1.91580001, 0, "FAIL"), "diverged": (1.9, 1e9, "FAIL"), "none": (1.9, 1e9, "FAIL")}
+    rows = check_reproduction({"metrics": {n: {"value": v, "tolerance": t} for n, (v, t, _) in pins.items()}}, {}, metrics)
+    assert {r.item.removeprefix("metric "): r.status for r in rows} == {n: s for n, (_, _, s) in pins.items()}
+    (row,) = check_reproduction({"metrics": {"x": {"value": 1, "tolerance": 0}}}, {}, {"x": float("inf")})
+    assert row.status == "FAIL"
