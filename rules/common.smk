@@ -130,6 +130,7 @@ RETRIEVAL_SPEC = (
 _PROBLEMS = plan.reproduction_pins_nothing(config)
 _PROBLEMS += plan.reproduction_unnamed(config)
 _PROBLEMS += plan.unknown_reproduction_metrics(config, DATASETS)
+_PROBLEMS += plan.unknown_reproduction_packages(config)
 SWEEPS = parse_sweeps(
     config["sweeps"], config, validate, root=workflow.basedir, problems=_PROBLEMS
 )

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import platform
+import re
 import socket
 import sys
 from importlib import metadata
@@ -29,6 +30,16 @@ def package_versions(names=PACKAGES) -> dict:
         except metadata.PackageNotFoundError:
             out[name] = None
     return out
+
+
+def recorded_package(name: str) -> str | None:
+    """The key package_versions records package `name` under (or "python"), however `name`
+    is spelt: case and runs of '-', '_' and '.' do not tell packages apart (PEP 503), so
+    `sentence_transformers` is sentence-transformers. None for one it does not record."""
+    def normal(text: str) -> str:
+        return re.sub(r"[-_.]+", "-", text).lower()
+
+    return next((known for known in ("python", *PACKAGES) if normal(known) == normal(name)), None)
 
 
 def host_info() -> dict:

@@ -616,6 +616,26 @@ def unknown_reproduction_metrics(cfg: dict, data_sets: dict[str, DataSet]) -> li
     return out
 
 
+def unknown_reproduction_packages(cfg: dict) -> list[str]:
+    """One line per `reproduce.expect.packages` name that provenance never records (it
+    records core.runlog.PACKAGES and Python, whose versions move output bits; a name is
+    matched however it is spelt: runlog.recorded_package): its row drifted whatever was
+    installed, never compared by a default check and failing a strict one after every
+    job had run."""
+    from shardflow.core.runlog import PACKAGES, recorded_package
+
+    pinned = (cfg["reproduce"].get("expect") or {}).get("packages") or {}
+    if not cfg["reproduce"].get("name"):
+        return []
+    known = ", ".join(("python", *PACKAGES))
+    return [
+        f"reproduce.expect.packages: '{name}' is not a package provenance records, so no run can match its version "
+        f"(it records {known}): remove it"
+        for name in sorted(pinned)
+        if recorded_package(name) is None
+    ]
+
+
 def _normalises(model: str) -> bool | None:
     """Whether the embedding model's vectors are unit-norm, as rule verify reads it (its
     checks differ); None where the model is not on this machine, or does not load."""

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from decimal import Decimal
 
+from shardflow.core.runlog import recorded_package
+
 
 class ReproductionError(RuntimeError):
     pass
@@ -127,7 +129,7 @@ def check_reproduction(expect: dict, provenance: dict, metrics: dict | None, str
         ok = got == expect["model_sha256"]
         rows.append(Row("model weights", expect["model_sha256"][:16], (got or "missing")[:16], "exact", "ok" if ok else "FAIL"))
     for name, version in sorted((expect.get("packages") or {}).items()):
-        found = package_versions_ran(provenance, name)
+        found = package_versions_ran(provenance, recorded_package(name) or name)
         if len(found) == 1:
             got = _fmt(next(iter(found)))
         else:  # the jobs ran another version than the record's own, or more than one

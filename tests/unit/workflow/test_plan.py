@@ -627,6 +627,29 @@ def test_expectations_without_a_reproduction_name_are_named_at_parse_time(config
     assert reproduction_unnamed(config) == []
 
 
+def test_a_pinned_package_provenance_never_records_is_named_at_parse_time(config):
+    """Provenance records the versions of the packages that decide output bits
+    (core.runlog.PACKAGES) and Python. A pin of any other (`scipy`, `pandas`) found
+    nothing: its row drifted whatever was installed, so a default check never compared
+    it and a strict one failed after every job had run. A known package spelt another way
+    (`sentence_transformers`) is that package."""
+    from shardflow.workflow.plan import unknown_reproduction_packages
+
+    packages = {"torch": "2.13.0+cpu", "Sentence_Transformers": "5.1.0", "python": "3.11.9", "scipy": "1.16.0",
+                "pandas": "2.3.0"}
+    config["reproduce"].update(name="paper", expect={"packages": packages})
+    assert unknown_reproduction_packages(config) == [
+        "reproduce.expect.packages: 'pandas' is not a package provenance records, so no run can match its version "
+        "(it records python, shardflow, numpy, torch, transformers, tokenizers, sentence-transformers, pyarrow, "
+        "snakemake, liger-kernel, flash-attn, faiss-cpu, faiss-gpu): remove it",
+        "reproduce.expect.packages: 'scipy' is not a package provenance records, so no run can match its version "
+        "(it records python, shardflow, numpy, torch, transformers, tokenizers, sentence-transformers, pyarrow, "
+        "snakemake, liger-kernel, flash-attn, faiss-cpu, faiss-gpu): remove it",
+    ]
+    config["reproduce"]["name"] = None  # no check runs: reproduction_unnamed names the pins
+    assert unknown_reproduction_packages(config) == []
+
+
 def test_a_reproduction_reads_the_metrics_of_a_task_the_run_has(config, tmp_path):
     """A summarisation-only run's reproduction read the main data set's verification.json:
     the run embedded the corpus (GPU jobs no task asked for) and then compared the pinned

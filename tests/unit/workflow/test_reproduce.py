@@ -143,3 +143,19 @@ def test_a_metric_exactly_at_its_tolerance_passes_as_written():
     assert {r.item.removeprefix("metric "): r.status for r in rows} == {n: s for n, (_, _, s) in pins.items()}
     (row,) = check_reproduction({"metrics": {"x": {"value": 1, "tolerance": 0}}}, {}, {"x": float("inf")})
     assert row.status == "FAIL"
+
+
+def test_a_package_is_found_however_its_name_is_spelt():
+    """Provenance records `sentence-transformers`, `flash-attn` (their distribution names);
+    a pin spelt as the module is imported, or as pip freeze may write it
+    (`sentence_transformers`, `Flash_Attn`), found nothing: its row read '-' and drifted
+    whatever was installed, and failed under strict_packages. Package names are one
+    however their case and '-', '_', '.' are written (PEP 503)."""
+    manifest = {"packages": _packages(**{"sentence-transformers": "5.1.0", "flash-attn": None})}
+    expect = {"packages": {"sentence_transformers": "5.1.0", "Sentence.Transformers": "5.0.0", "Flash_Attn": "2.8"}}
+    rows = check_reproduction(expect, manifest, None, strict_packages=True)
+    assert [(r.item, r.got, r.status) for r in rows] == [
+        ("package Flash_Attn", "-", "FAIL"),  # recorded as not installed
+        ("package Sentence.Transformers", "5.1.0", "FAIL"),
+        ("package sentence_transformers", "5.1.0", "ok"),
+    ]
