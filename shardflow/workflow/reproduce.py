@@ -117,7 +117,10 @@ def check_reproduction(expect: dict, provenance: dict, metrics: dict | None, str
         # The file of that name: a path can end as another input's does (a BEIR folder's
         # corpus.jsonl and the copy retrieval_prepare writes, results/<name>/retrieval/
         # corpus.jsonl, listed first); one of them holding the pinned bytes is the data.
-        named = [d for p, d in inputs.items() if p == path or p.endswith("/" + path.lstrip("./"))]
+        tail = path
+        while tail.startswith("./"):  # a prefix, not lstrip's characters (`.cache/x`)
+            tail = tail[2:]
+        named = [d for p, d in inputs.items() if p == path or p.endswith("/" + tail)]
         got = digest if digest in named else next(iter(named), None)
         if got is None:  # a byte-identical copy under another name is the same data
             copy = next((p for p, d in sorted(inputs.items()) if d == digest), None)

@@ -30,6 +30,16 @@ def test_a_pinned_file_is_found_where_the_workflows_own_copy_has_the_same_name()
     assert row.status == "FAIL"
 
 
+def test_a_pinned_file_in_a_dot_folder_is_found_by_its_own_name():
+    """The pin's leading `./` was dropped with str.lstrip, which strips characters, not a
+    prefix: `.cache/corpus.jsonl` was looked for as `cache/corpus.jsonl`, missed the input
+    recorded as `data/.cache/corpus.jsonl`, and failed as missing."""
+    inputs = {"data/.cache/corpus.jsonl": _sha("c"), "data/cache/corpus.jsonl": _sha("e")}
+    for pin in (".cache/corpus.jsonl", "./.cache/corpus.jsonl"):
+        (row,) = check_reproduction({"data_sha256": {pin: _sha("c")}}, {"inputs": inputs}, None)
+        assert (row.got, row.status) == (_sha("c")[:16], "ok"), pin
+
+
 def test_a_nested_metric_is_read_by_the_dotted_name_the_parse_time_check_accepts():
     """plan.unknown_reproduction_metrics accepts the names a stage's record holds as the
     sweeps name them, nested ones joined with '.' (`all.ndcg_at_1` of the retrieval
