@@ -110,7 +110,10 @@ def check_reproduction(expect: dict, provenance: dict, metrics: dict | None, str
         got = metric(metrics, name)
         value, tol = float(spec["value"]), float(spec["tolerance"])
         ok = within(got, value, tol)
-        rows.append(Row(f"metric {name}", _fmt(value), _fmt(got), f"±{tol:g}", "ok" if ok else "FAIL"))
+        shown = _fmt(value), _fmt(got)
+        if not ok and shown[0] == shown[1]:  # they differ beyond 5 decimals: show where
+            shown = repr(value), repr(got)
+        rows.append(Row(f"metric {name}", *shown, f"±{tol:g}", "ok" if ok else "FAIL"))
     inputs = provenance.get("inputs", {})
     for path, digest in sorted((expect.get("data_sha256") or {}).items()):
         name = f"data {path}"

@@ -40,6 +40,15 @@ def test_a_pinned_file_in_a_dot_folder_is_found_by_its_own_name():
         assert (row.got, row.status) == (_sha("c")[:16], "ok"), pin
 
 
+def test_a_metric_that_fails_beyond_five_decimals_shows_the_digits_that_differ():
+    """Values print with 5 decimals; under a tolerance below 1e-5 a failing row read
+    0.50000 expected and 0.50000 got. Such a row shows each value in full; every other
+    row reads as before."""
+    expect = {"metrics": {"a": {"value": 0.5, "tolerance": 1e-7}, "b": {"value": 0.25, "tolerance": 0.001}}}
+    rows = check_reproduction(expect, {}, {"a": 0.5000004, "b": 0.2500004})
+    assert [(r.expected, r.got, r.status) for r in rows] == [("0.5", "0.5000004", "FAIL"), ("0.25000", "0.25000", "ok")]
+
+
 def test_a_nested_metric_is_read_by_the_dotted_name_the_parse_time_check_accepts():
     """plan.unknown_reproduction_metrics accepts the names a stage's record holds as the
     sweeps name them, nested ones joined with '.' (`all.ndcg_at_1` of the retrieval
