@@ -320,6 +320,19 @@ def flex_packed_mask(lengths: np.ndarray, total: int, causal: bool, device: torc
     )
 
 
+def position_offset(model: torch.nn.Module) -> int:
+    """What a packed row's position ids (each text's counted from 0) need added for this
+    model: pad_token_id + 1 for the RoBERTa family (RoBERTa, XLM-R, CamemBERT), whose
+    embeddings number a text's positions from there, fairseq's way, when not given them
+    (and keep that pad id as `padding_idx`); 0 for the rest (BERT and ELECTRA count from
+    0, and a decoder's embeddings are no `embeddings` module)."""
+    embeddings = getattr(model, "embeddings", None)
+    pad = getattr(embeddings, "padding_idx", None)
+    if pad is None or not hasattr(embeddings, "position_embeddings"):
+        return 0
+    return int(pad) + 1
+
+
 def repad(hidden: torch.Tensor, lengths: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
     """Packed states [1, T, D] -> right-padded [n, max_len, D] and its mask [n, max_len],
     so pooling runs exactly as on a padded batch. Positions come from the host's

@@ -373,6 +373,9 @@ class Encoder:
         self.prefix = self._prefix_tokenizer()
         self.left_pad = tokenizer.padding_side == "left"
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        # Added to a packed row's position ids (each text's from 0): the RoBERTa family
+        # counts from its pad id + 1 (accel.position_offset). Read before compile wraps the model.
+        self.position_offset = accel.position_offset(model)
         self.prompt_length = self._prompt_length() if (self.prompt and not spec.include_prompt) else 0
         # The token budget halves on out-of-memory, for the Encoder's lifetime.
         self.backoff = OomBackoff(resolve_token_budget(params, device), device, logger)
@@ -428,6 +431,10 @@ class Encoder:
         for key in SPEEDUP_KEYS:
             self.identity.pop(key, None)
         self.identity.update(speedup_identity(params, packing, graphs, kernels))
+        self.identity.pop("packed_positions", None)
+        if packing.on and self.position_offset:
+            # Packed parts made before the offset (2026-11-29) hold other vectors: not resumed.
+            self.identity["packed_positions"] = f"from {self.position_offset}"
         if graphs.on:
             self.graphs = ShapeGraphs(self._graph_forward, CudaBackend(self.device), self.logger)
             # Out of memory: the graphs' pool goes before the halves run (their shapes are
@@ -688,7 +695,8 @@ class Encoder:
             return self.head(pool(forward(input_ids, mask), attention_mask, self.spec.pooling, self.prompt_length))
         # Masks and positions from the host's lengths: nothing here waits for the device.
         total = input_ids.shape[1]
-        kwargs: dict[str, Any] = {"input_ids": input_ids, "position_ids": attention_mask}
+        positions = attention_mask + self.position_offset if self.position_offset else attention_mask
+        kwargs: dict[str, Any] = {"input_ids": input_ids, "position_ids": positions}
         if self.packing.value == "flex_attention":
             kwargs["attention_mask"] = accel.flex_packed_mask(lengths, total, self.causal, self.device)
         elif self.packing.value != "flash_attention_2":  # flash varlen finds texts from the position ids

@@ -13,6 +13,10 @@ Three shapes cover the pooling paths the engine implements:
                      an EOS appended by the tokenizer and prompts in the config
                      (Qwen3-Embedding's shape).
 
+`build_roberta_mean` adds the RoBERTa family's position numbering (from the pad id
+plus one, as XLM-R and multilingual-e5 number theirs), for the paths that pass
+position ids themselves (packing).
+
 Weights use a larger init range than the library default so different texts give
 clearly different embeddings: a wrong pooling or a lost prompt must show up as a
 cosine well below 1, not hide in the noise of near-constant outputs.
@@ -229,4 +233,37 @@ def build_qwen_last(root: Path, *, seed: int = 2) -> Path:
         do_lower_case=False,
         prompts={"query": "Instruct: find the passage\nQuery: ", "document": ""},
         default_prompt_name="query",
+    )
+
+
+def build_roberta_mean(root: Path, *, seed: int = 3) -> Path:
+    """RoBERTa + WordPiece, mean pooling, Normalize: a text's positions start at
+    pad_token_id + 1, not 0 (the RoBERTa family's numbering: XLM-R, CamemBERT)."""
+    import torch
+    from sentence_transformers.sentence_transformer import modules as models
+    from transformers import RobertaConfig, RobertaModel
+
+    root = Path(root)
+    hf = root / "roberta_hf"
+    tok = _wordpiece_tokenizer(512)
+    torch.manual_seed(seed)
+    cfg = RobertaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=128 + tok.pad_token_id + 1,
+        initializer_range=_INIT_RANGE,
+        pad_token_id=tok.pad_token_id,
+        type_vocab_size=1,
+    )
+    RobertaModel(cfg).save_pretrained(hf)
+    tok.save_pretrained(hf)
+    return _save_st(
+        hf,
+        root / "roberta_mean",
+        lambda dim: [models.Pooling(dim, pooling_mode="mean"), models.Normalize()],
+        max_seq_length=48,
+        do_lower_case=False,
     )

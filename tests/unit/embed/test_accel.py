@@ -382,6 +382,25 @@ def test_packed_matches_padded(tiny, texts, name, extra):
     assert s.as_dict()["padding_fraction"] == 0
 
 
+def test_packed_roberta_family_numbers_positions_from_the_pad_id_as_sentence_transformers_does(texts, tmp_path):
+    """XLM-R, CamemBERT, RoBERTa: a text's positions start at pad_token_id + 1 (its
+    embeddings count them so when not given them). A packed row passes its position ids
+    itself: counted from 0, every token read the position embedding of the token before it
+    (packed cosine 0.92 to sentence-transformers on this model). Packed parts made so are
+    not resumed: the identity names the offset."""
+    from sentence_transformers import SentenceTransformer
+
+    model = tiny_models.build_roberta_mean(tmp_path)
+    want = SentenceTransformer(str(model), device="cpu").encode(texts)
+    plain = load_encoder(params(model))
+    assert_close(plain.encode(texts), want)
+    enc = load_encoder(params(model, packing="on", token_budget=300))
+    assert enc.packing.value == "sdpa"
+    assert_close(enc.encode(texts), want)
+    assert enc.last_stats.batches > 1
+    assert enc.identity["packed_positions"] == "from 1" and "packed_positions" not in plain.identity  # pad id 0
+
+
 def test_packed_weightedmean_and_include_prompt_false(tiny, texts, tmp_path):
     import json
 
