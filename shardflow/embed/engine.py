@@ -296,11 +296,18 @@ def load_encoder(
     max_positions = getattr(
         config.get_text_config() if hasattr(config, "get_text_config") else config, "max_position_embeddings", None
     )
-    if params.max_length and max_positions not in (None, -1) and params.max_length > max_positions:
+    # The RoBERTa family numbers a text's positions from its pad id + 1: the embeddings
+    # below that hold no text's (XLM-R: 514, of which 512 for text).
+    offset = accel.position_offset(model)
+    text_positions = max_positions - offset if max_positions not in (None, -1) else None
+    if params.max_length and text_positions is not None and params.max_length > text_positions:
         # The model would fail on the first long text, with a tensor-size error naming no key.
+        skipped = (
+            f" ({max_positions} position embeddings, numbered for text from its pad id + 1 = {offset})" if offset else ""
+        )
         raise ValueError(
-            f"embedding.max_length {params.max_length} is more than the {max_positions} positions of the model "
-            f"{spec.folder}: lower it, or leave it null for the model's own limit"
+            f"embedding.max_length {params.max_length} is more than the {text_positions} positions of the model "
+            f"{spec.folder}{skipped}: lower it, or leave it null for the model's own limit"
         )
     tokenizer = _load_tokenizer(spec, max_positions)
     head = build_head(spec.head, spec.truncate_dim).to(device)

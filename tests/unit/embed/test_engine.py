@@ -187,6 +187,19 @@ def test_max_length_override(tiny, texts):
         load_encoder(params(tiny["bert_mean"], max_length=positions + 1))
 
 
+def test_max_length_past_a_roberta_family_models_positions_is_named(tmp_path):
+    """RoBERTa, XLM-R and CamemBERT number a text's positions from their pad id + 1, so
+    the first pad id + 1 of their max_position_embeddings hold no text's (XLM-R: 514, of
+    which 512 for text). A max_length up to 514 passed the check and the job failed on its
+    first text that long, with a tensor index error naming no key."""
+    model = tiny_models.build_roberta_mean(tmp_path)  # 129 position embeddings, pad id 0: 128 for text
+    long = " ".join(tiny_models.corpus_lines()[:40])
+    enc = load_encoder(params(model, max_length=128))
+    assert len(enc.tokenize([long])[0]) == 128 and enc.encode([long]).shape == (1, 32)
+    with pytest.raises(ValueError, match=r"embedding.max_length 129 is more than the 128 positions .* pad id \+ 1"):
+        load_encoder(params(model, max_length=129))
+
+
 def test_plain_hf_folder_falls_back_to_mean_pooling(tiny, texts):
     hf_folder = tiny["bert_mean"].parent / "bert_hf"  # the backbone saved before the ST wrapper
     spec = load_model_spec(hf_folder)
