@@ -11,7 +11,7 @@ CORES ?= all
 # unexported, not `undefine`d, which GNU make 3.81 (macOS's /usr/bin/make) lacks: their
 # defaults below are given as $(or $(X),default), since an empty X counts as set for ?=.
 TARGET_VARS := DATA MODEL NAME ID ARTICLE REFERENCE METHOD STORED SPLIT SPLITTER REFERENCE_FORMAT CHUNKS \
-  DROP_IDENTICAL_IDS SWEEP DRY_RUN
+  DROP_IDENTICAL_IDS SWEEP DRY_RUN TORCH_INDEX
 $(foreach v,$(TARGET_VARS),$(if $(filter environment,$(origin $(v))),$(eval $(v) :=)$(eval unexport $(v))))
 # Nothing at run time or in tests downloads from a model hub.
 export HF_HUB_OFFLINE := 1
@@ -47,9 +47,17 @@ help:
 # time): 47 s instead of 59 s for the lock on a 2-core machine. A few files do not
 # compile under this Python (torch's helpers in 3.12 syntax): pip passes over them
 # silently, and so does this.
+#
+# TORCH_INDEX=<pip index URL> (make run TORCH_INDEX=https://download.pytorch.org/whl/cpu):
+# torch comes from that index first, at the lock's version, and the lock then finds its pin
+# met (torch==2.13.0 takes 2.13.0+cpu). PyPI's torch for Linux is the CUDA build, which
+# brings about 5 GB of NVIDIA libraries a CPU-only machine never loads; where pip already
+# offers the CPU wheel (a wheelhouse in its config, as on the CI machine), nothing is needed.
+TORCH_PIN := $(shell sed -n 's/^torch==//p' requirements/lock.txt)
 $(VENV)/.installed: requirements/lock.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(if $(TORCH_INDEX),$(BIN)/pip install --quiet --no-compile --index-url $(TORCH_INDEX) torch==$(TORCH_PIN))
 	$(BIN)/pip install --quiet --no-compile -r requirements/lock.txt
 	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib >/dev/null || true
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .

@@ -127,6 +127,29 @@ def test_a_target_without_its_data_names_the_variable_that_gives_it(tmp_path, co
     assert f"make {words}: no data at {missing}; give it: make {words} {variable}=<path>\n" in proc.stderr
 
 
+def test_torch_index_installs_the_locks_torch_from_that_index_first(tmp_path):
+    """PyPI's torch for Linux is the CUDA build (about 5 GB of NVIDIA libraries): `make run
+    TORCH_INDEX=<CPU index>` installs the lock's version from there before the lock, whose
+    pin it then meets; without it the install is the lock alone, and an exported
+    TORCH_INDEX is not read (a variable of the command line, as the targets' are)."""
+    shutil.copy(REPO / "Makefile", tmp_path / "Makefile")
+    (tmp_path / "requirements").mkdir()
+    (tmp_path / "requirements/lock.txt").write_text("numpy==2.3.0\ntorch==2.13.0\n")
+    (tmp_path / "pyproject.toml").write_text("")
+
+    def recipe(*given: str, **env: str) -> list[str]:
+        out = subprocess.run(["make", "-n", *given, ".venv/.installed"], cwd=tmp_path, capture_output=True, text=True,
+                             check=True, env={**shell_env(), **env}).stdout
+        return [line for line in out.splitlines() if "pip install" in line]
+
+    index = "https://download.pytorch.org/whl/cpu"
+    assert recipe(f"TORCH_INDEX={index}")[1:3] == [
+        f".venv/bin/pip install --quiet --no-compile --index-url {index} torch==2.13.0",
+        ".venv/bin/pip install --quiet --no-compile -r requirements/lock.txt",
+    ]
+    assert not any("index-url" in line for line in recipe() + recipe(TORCH_INDEX=index))
+
+
 def test_a_targets_variables_come_from_the_command_line_not_the_environment(tmp_path):
     """WSL sets NAME to the host name: `make evaluate-beir DATA=...` wrote its results under
     results/<host>/, and a MODEL exported for another tool replaced the default model."""
