@@ -113,6 +113,7 @@ if RETRIEVAL is not None:
             f"logs/retrieval_evaluate/{RETRIEVAL}.log",
         benchmark:
             f"benchmarks/retrieval_evaluate/{RETRIEVAL}.tsv"
+        retries: rule_resources("retrieval_evaluate", None)["retries"]
         conda:
             "../envs/embed.yaml"
         threads: job_threads("retrieval_evaluate")

@@ -954,6 +954,24 @@ def test_the_gpu_rule_table_names_every_rule_that_takes_gpu_resources():
     assert gpu == set(plan.GPU_RULE_NAMES)
 
 
+def test_every_rule_with_a_retries_key_takes_its_retries_from_it():
+    """`resources.<rule>.retries` (the schema's GPU rules) is read by that rule's own
+    `retries:`; a rule without one takes the profile's `retries` instead (1 locally), and
+    the key was silently ignored: retrieval_evaluate, and sweep_retrieval_evaluate made
+    from it, ran with the profile's count whatever the config said."""
+    import re
+
+    from shardflow.core.config import load_schema
+    from tests.helpers import REPO
+
+    text = "\n".join(p.read_text() for p in sorted((REPO / "rules").glob("*.smk")))
+    read = set(re.findall(r'retries: rule_resources\(\s*"(\w+)", None\)\["retries"\]', text))
+    schema = load_schema(REPO / "config" / "config.schema.yaml")
+    keyed = set(schema["properties"]["resources"]["properties"])
+    assert "retries" in schema["$defs"]["gpu_rule"]["properties"]
+    assert read == keyed
+
+
 
 def _model_run(config):
     """A run that loads every kind of model: the main corpus embedded, summarised with an
