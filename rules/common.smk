@@ -73,6 +73,20 @@ _UNEXPANDED = site.unexpanded(
 )
 if _UNEXPANDED:
     sys.exit(site.unexpanded_message(_UNEXPANDED))
+# A value Python reads as a function (a partition or account named `all` or `open`)
+# stopped every job with an error that named neither: here, naming it.
+_AS_FUNCTIONS = site.read_as_functions(
+    {
+        **{f"default-resources {n}": _DEFAULTS[n] for n in _DEFAULTS},
+        **{
+            f"set-resources {rule}:{n}": value
+            for rule, values in _SET.items()
+            for n, value in values.items()
+        },
+    }
+)
+if _AS_FUNCTIONS:
+    sys.exit(site.read_as_functions_message(_AS_FUNCTIONS))
 
 SCHEMA = load_schema(workflow.source_path("../config/config.schema.yaml"))
 # The shipped config, as written: its key order is the order jobs record their sections

@@ -103,22 +103,65 @@ def known_value(resource, rule: str | None = None) -> tuple[object, bool]:
         return resource, True
     if not resource.is_evaluable():
         return resource.value, True
-    if not isinstance(resource.raw, str):  # a function
+    value = _every_jobs(resource, rule)
+    if value is None or value.is_evaluable() or not isinstance(value.value, (int, str)):
         return None, False
-    text = os.path.expanduser(os.path.expandvars(resource.raw))
+    return value.value, True
+
+
+def _text(resource) -> str:
+    """A profile's resource text as Snakemake evaluates it: `$VARIABLES` and `~` expanded."""
+    return os.path.expanduser(os.path.expandvars(resource.raw))
+
+
+def _every_jobs(resource, rule: str | None = None):
+    """The `Resource` Snakemake makes, for every job of `rule`, of a profile's text that
+    it evaluates (`resource.is_evaluable()`); None where that depends on the job (the text
+    reads _JOB_NAMES), fails, or is no text (a function, the Python API's)."""
+    if not isinstance(resource.raw, str):
+        return None
+    text = _text(resource)
     try:
         names = {node.id for node in ast.walk(ast.parse(text, mode="eval")) if isinstance(node, ast.Name)}
     except SyntaxError:
         names = set()  # Snakemake takes it as text
     if names & _JOB_NAMES:
-        return None, False
+        return None
     try:
-        value = resource.evaluate(None, input=(), attempt=1, threads=1, rulename=rule, async_run=None)
+        return resource.evaluate(None, input=(), attempt=1, threads=1, rulename=rule, async_run=None)
     except Exception:
-        return None, False
-    if value.is_evaluable() or not isinstance(value.value, (int, str)):
-        return None, False
-    return value.value, True
+        return None
+
+
+def read_as_functions(settings: Mapping[str, object]) -> dict[str, tuple[str, str]]:
+    """{setting: (text as given, text as evaluated)} for each profile resource value whose
+    text Python reads as a function: a name such as `all`, `open` or `max` (a partition,
+    an account) is a built-in there, and Snakemake 9.27 evaluates a profile's resource
+    text as Python for every job, keeping the text only where that fails. Such a value is
+    never a job's (`Resource.value` refuses it: "Resource must be evaluated within the
+    context of a rule", naming neither the setting nor the job), so no job starts.
+    `settings`: {name: `Resource`}, as rules/common.smk names them."""
+    found = {}
+    for key, resource in settings.items():
+        if not hasattr(resource, "is_evaluable") or not resource.is_evaluable():
+            continue
+        value = _every_jobs(resource)
+        if value is not None and value.is_evaluable():
+            found[key] = (resource.raw, _text(resource))
+    return found
+
+
+def read_as_functions_message(found: Mapping[str, tuple[str, str]]) -> str:
+    where = "; ".join(f"{key}={raw}" + (f" ({text})" if text != raw else "") for key, (raw, text) in found.items())
+    # the key's name: `default-resources <name>` or `set-resources <rule>:<name>`
+    quoted = ", ".join(f"{key.rpartition(' ')[2].rpartition(':')[2]}: \"'{raw}'\"" for key, (raw, _) in found.items())
+    many = len(found) > 1
+    return (
+        f"profile resource value{'s' if many else ''} that Snakemake reads as Python function{'s' if many else ''}, "
+        f"which no job can be given: {where}. Snakemake evaluates a profile's resource text as Python for every job, "
+        f"and keeps it as text only where that fails; quote {'each' if many else 'it'} to make it text: {quoted} "
+        "(profiles/README.md, slurm)"
+    )
 
 
 def _count(value) -> int | None:

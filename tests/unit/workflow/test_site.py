@@ -85,6 +85,39 @@ def test_known_value_evaluates_what_every_job_gets_and_nothing_that_depends_on_t
     assert site.known_value(0) == (0, True)  # a plain value
 
 
+def test_profile_text_that_python_reads_as_a_function_is_named(monkeypatch):
+    """Snakemake evaluates a profile's resource text as Python per job: a partition or
+    account named like a built-in (all, open, max) becomes that function, and every job
+    stopped with "Resource must be evaluated within the context of a rule", naming
+    nothing. The parse names the setting and the quoting that keeps it text."""
+    monkeypatch.setenv("SHARDFLOW_TEST_PARTITION", "all")
+    given = _resources(
+        "slurm_partition=$SHARDFLOW_TEST_PARTITION",
+        "slurm_account=open",
+        "qos='max'",  # quoted: text
+        "constraint=cpu",  # no Python name: text
+        "mem_mb=4000",
+        "gpu=max(1, attempt)",  # reads the job's attempt: evaluated per job, a number
+        "machine_type=ipu",  # fails (NameError): text
+    )
+    settings = {f"default-resources {name}": resource for name, resource in given.items()}
+    job = given["slurm_account"].evaluate(None, input=(), attempt=1, threads=1, rulename="merge", async_run=None)
+    with pytest.raises(ValueError, match="Resource must be evaluated within the context of a rule"):
+        _ = job.value  # what every job met, in Snakemake 9.27
+    found = site.read_as_functions(settings)
+    assert found == {
+        "default-resources slurm_partition": ("$SHARDFLOW_TEST_PARTITION", "all"),
+        "default-resources slurm_account": ("open", "open"),
+    }
+    message = site.read_as_functions_message(found)
+    assert message.startswith(
+        "profile resource values that Snakemake reads as Python functions, which no job can be given: "
+        "default-resources slurm_partition=$SHARDFLOW_TEST_PARTITION (all); default-resources slurm_account=open. "
+    )
+    assert '''slurm_account: "'open'"''' in message and "profiles/README.md" in message
+    assert site.read_as_functions({"default-resources mem_mb": 4000, "x": None}) == {}
+
+
 def test_gpu_asks_say_what_the_slurm_plugins_ask_for():
     """A gpu_model, a gres naming gpu or a `gpu` above 0 asks sbatch for a GPU for a job
     without a `gpu` resource (a GPU rule's job on the CPU; train's there has a gpu of 0,
