@@ -53,7 +53,7 @@ help:
 # met (torch==2.13.0 takes 2.13.0+cpu). PyPI's torch for Linux is the CUDA build, which
 # brings about 5 GB of NVIDIA libraries a CPU-only machine never loads; where pip already
 # offers the CPU wheel (a wheelhouse in its config, as on the CI machine), nothing is needed.
-TORCH_PIN := $(shell sed -n 's/^torch==//p' requirements/lock.txt)
+TORCH_PIN = $(shell sed -n 's/^torch==//p' requirements/lock.txt)
 $(VENV)/.installed: requirements/lock.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
