@@ -111,7 +111,8 @@ def busy_seconds(intervals: list[tuple[float, float]]) -> float:
 
 def gpus_held(stats: dict) -> int:
     """The GPUs one job held, from its stats: `gpus`, else `world_size` (a training run's
-    processes, one per GPU), else 1 (the embed and summarise chunk jobs, one GPU each)."""
+    processes, one per GPU), else 1 (the embed and summarise chunk jobs' stats record none;
+    make status gives them resources.<rule>.gpu first: shardflow.workflow.status.held_gpus)."""
     return int(stats.get("gpus", stats.get("world_size", 1)))
 
 

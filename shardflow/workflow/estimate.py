@@ -725,8 +725,9 @@ def job_gpus(cfg: dict, rule: str) -> int:
     summarise, and their sweep variants, which share its resources) holds on a GPU:
     resources.<rule>.gpu, as rules/common.smk job_resources requests them. The job runs
     on one (plan.idle_gpus warns at parse time) but holds them all, and the cluster bills
-    them all. (make status and the stage reports count one: these jobs' stats record no
-    `gpus`, core.jobs.gpus_held.) A gpu of 0 counts as one, as before (a job scheduled
+    them all. make status counts them alike, from the config it reads, for the finished
+    jobs too (their stats record no `gpus`: status.held_gpus); the stage reports count one
+    (core.jobs.gpus_held). A gpu of 0 counts as one, as before (a job scheduled
     with none runs on the CPU: not estimated as such here). train's are train.gpus
     (plan.train_gpus, `train_row`)."""
     return max(1, int(cfg["resources"][rule]["gpu"]))

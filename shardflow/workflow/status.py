@@ -71,7 +71,10 @@ attempt records) say they ran there: never from this host's GPUs, for status may
 where the jobs do not (a SLURM login node). GPU-hours so far: the
 finished jobs' (core.jobs: their last attempt and the killed ones before it), and the
 attempts of the jobs not done up to their last part (a lower bound), priced with
-core.jobs.priced.
+core.jobs.priced. A job holds the GPUs its stats record (a training run's world_size),
+else, as `make estimate` counts them, resources.<rule>.gpu of the config status reads
+(estimate.job_gpus; `held_gpus`): an embed, embed_queries, summarise or
+retrieval_evaluate job given two is billed for two.
 
 A retrieval run (retrieval.path set) lists its corpus's embed jobs as a data set of their
 own, then its one-job GPU stages, in queries (`retrieval_stages`): embed_queries, judged
@@ -973,6 +976,16 @@ def time_left(
     return estimate.makespan(seconds_left(left, rate, overhead_s), gpus_per_job, slots * gpus_per_job)
 
 
+def held_gpus(stats: dict, gpus: int) -> dict:
+    """A finished job's stats with the GPUs it held: its own `gpus` or `world_size` (a
+    training run's), else the stage's `gpus` a job (resources.<rule>.gpu, estimate.job_gpus;
+    at least one, as core.jobs.gpus_held counts): the embed, embed_queries, summarise and
+    retrieval_evaluate jobs' stats record none, and the cluster bills every GPU a job holds."""
+    if "gpus" in stats or "world_size" in stats:
+        return stats
+    return {**stats, "gpus": max(1, gpus)}
+
+
 def finish(stage: Stage, n_gpus: int, price: float, now: float) -> Stage:
     """The stage's rate, stalled jobs, time left on `n_gpus` GPUs, GPU-hours and cost so far."""
     measure(stage)
@@ -998,13 +1011,13 @@ def finish(stage: Stage, n_gpus: int, price: float, now: float) -> Stage:
     # GPU-hours: the finished jobs' last attempts and the killed ones before them; the
     # attempts of the jobs not done, to their last part.
     done = [j for j in stage.jobs if j.state == DONE and j.stats]
+    held = [held_gpus(j.stats, stage.gpus) for j in done]
     hours = sum(
         last_attempt_gpu_hours(
-            j.stats,
-            float(j.bench.get("s", j.stats.get("seconds", j.stats.get("wall_seconds", 0))))
-            + earlier_train_seconds(j.stats),
+            stats,
+            float(j.bench.get("s", stats.get("seconds", stats.get("wall_seconds", 0)))) + earlier_train_seconds(stats),
         )
-        for j in done
+        for j, stats in zip(done, held, strict=True)
     )
     attempts = [
         {"earlier_attempt_devices": attempt_totals(j.attempts)["earlier_attempt_devices"], "gpus": max(1, stage.gpus)}
@@ -1013,7 +1026,7 @@ def finish(stage: Stage, n_gpus: int, price: float, now: float) -> Stage:
     ]
     stage.gpu_hours = (
         hours
-        + earlier_attempt_costs([j.stats for j in done])["earlier_attempt_gpu_hours"]
+        + earlier_attempt_costs(held)["earlier_attempt_gpu_hours"]
         + earlier_attempt_costs(attempts)["earlier_attempt_gpu_hours"]
     )
     stage.cost = priced(stage.gpu_hours, price)["estimated_cost"]
@@ -1125,14 +1138,15 @@ def train_unseen(volume: str | None, ds: plan.DataSet) -> str:
     )
 
 
-def retrieval_stages(ds: plan.DataSet, on_cpu: Iterable[str], resume: dict) -> list[Stage]:
+def retrieval_stages(cfg: dict, ds: plan.DataSet, on_cpu: Iterable[str], resume: dict) -> list[Stage]:
     """The one-job GPU stages of retrieval data set `ds` (RETRIEVAL_STAGES), judged as a
     chunk job is (`classify`, its failure record beside its log, its record `_stats`):
     embed_queries, the embed rule's script, keeps its resume parts under the data set's
     resume root, named by its output; retrieval_evaluate keeps none (a killed search starts
     again). Their records are the queries: embed_queries' stats (`items`), else the count
     its parts' manifest holds; retrieval_evaluate's metrics (`n_queries`), else the queries
-    embed_queries embeds. `on_cpu`: the GPU rules that run on the CPU."""
+    embed_queries embeds. `on_cpu`: the GPU rules that run on the CPU; the others' jobs
+    hold resources.<rule>.gpu GPUs (estimate.job_gpus)."""
     out, queries = [], None
     for name, count in RETRIEVAL_STAGES.items():
         rule, record = STAGE_RULES[name]
@@ -1141,7 +1155,8 @@ def retrieval_stages(ds: plan.DataSet, on_cpu: Iterable[str], resume: dict) -> l
         classify(job, resume if name == "embed_queries" else {}, record_path(log) if log else None)
         error = _stats(job, record, count) if job.state == DONE else None
         queries = job.records
-        stage = Stage(ds.name, name, [job], 0 if rule in on_cpu else 1, unit="queries", notes=[error] if error else [])
+        gpus = 0 if rule in on_cpu else estimate.job_gpus(cfg, rule)
+        stage = Stage(ds.name, name, [job], gpus, unit="queries", notes=[error] if error else [])
         if name == "embed_queries":
             stage.records_from = "the queries are counted from its resume parts once it has started"
         else:
@@ -1385,7 +1400,8 @@ def status(
         per_chunk = chunk_records(ds, split)
         built = []
         for name in stages:
-            gpus = 0 if STAGE_RULES[name][0] in on_cpu else 1
+            rule = STAGE_RULES[name][0]
+            gpus = 0 if rule in on_cpu else (1 if name == "train" else estimate.job_gpus(cfg, rule))
             if name == "train":
                 per_run = plan.train_gpus(cfg) if gpus else 1
                 stage = train_stage(cfg, ds, per_run if gpus else 0, per_run)
@@ -1396,7 +1412,7 @@ def status(
                 stage = chunk_stage(ds, name, gpus, resume, per_chunk, deleted)
             built.append(stage)
         if "retrieval" in ds.tasks:  # after its corpus's embed jobs
-            built += retrieval_stages(ds, on_cpu, resume)
+            built += retrieval_stages(cfg, ds, on_cpu, resume)
         for stage in built:
             if stage.gpus and ran_on_cpu(stage):
                 stage.gpus = 0

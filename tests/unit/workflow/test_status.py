@@ -155,10 +155,10 @@ def failed_out_of_memory(chunk: int) -> None:
     )
 
 
-def a_run(tmp_path, monkeypatch, now: float) -> dict:
+def a_run(tmp_path, monkeypatch, now: float, **overlay) -> dict:
     """Six chunks: 0 done, 1 running (2 parts, the last 1 s ago), 2 failed on its input,
-    3 stalled (1 part, 10 min ago), 4 failed out of memory, 5 waiting."""
-    cfg = config(tmp_path)
+    3 stalled (1 part, 10 min ago), 4 failed out of memory, 5 waiting; `overlay`: config."""
+    cfg = config(tmp_path, **overlay)
     split_manifest()
     finished(0)
     in_progress(1, now - 6.0, 2, monkeypatch)
@@ -195,6 +195,21 @@ def test_a_run_with_finished_running_stalled_failed_and_waiting_chunks(tmp_path,
         "chunk 2": ("ValueError: corpus.jsonl line 3: bad record", "logs/embed/ds/chunk_2.log.failure.json"),
         "chunk 4": ("OutOfMemoryError: CUDA out of memory", "logs/embed/ds/chunk_4.log"),
     }
+
+
+def test_a_job_holds_the_gpus_its_rules_resources_give_it(tmp_path, monkeypatch, now):
+    """resources.<rule>.gpu: 2 gives each embed job two GPUs, which the cluster bills, as
+    make estimate counts them (estimate.job_gpus): the GPU-hours so far and to finish
+    are twice those of test_a_run_with_finished_running_stalled_failed_and_waiting_chunks,
+    and 4 GPUs run 2 jobs at once. Stats that record their `gpus` keep their own count."""
+    cfg = a_run(tmp_path, monkeypatch, now, resources={"embed": {"gpu": 2}})
+    stage = embed(st.status(cfg, 4, "--gpus", now=now))
+    assert stage.gpus == 2 and stage.slots == 2
+    assert stage.gpu_hours == pytest.approx(2 * 25.5 / 3600) and stage.left_gpu_hours == pytest.approx(2 * 48.5 / 3600)
+    stats_path = job_files(0)[0]["stats"]
+    write_json(stats_path, {**json.loads(Path(stats_path).read_text()), "gpus": 1})
+    stage = embed(st.status(cfg, 4, "--gpus", now=now))
+    assert stage.gpu_hours == pytest.approx((18 + 2 * 7.5) / 3600)
 
 
 def test_a_stalled_chunk_says_how_long_it_made_no_progress(tmp_path, monkeypatch, now):
@@ -1400,6 +1415,29 @@ def test_a_retrieval_run_is_finished_only_once_retrieval_evaluate_wrote_its_metr
     assert (
         st.stage_line(evaluate, "USD")
         == "retrieval_evaluate beir: 1/1 jobs, 100/100 queries, finished; 0.00833 GPU-h, 30.00 USD so far"
+    )
+
+
+def test_a_retrieval_runs_one_job_stages_hold_the_gpus_their_resources_give_them(tmp_path, now):
+    """resources.embed_queries.gpu and resources.retrieval_evaluate.gpu count in their
+    GPU-hours as in make estimate's (estimate.job_gpus): their stats record no `gpus`."""
+    cfg = config(
+        tmp_path,
+        retrieval={"path": "beir", "n_chunks": 1},
+        resources={"embed_queries": {"gpu": 2}, "retrieval_evaluate": {"gpu": 3}},
+    )
+    queries_embedded()
+    outputs, _, bench = retrieval_files("retrieval_evaluate")
+    for name in ("per_query", "run", "figure"):
+        Path(outputs[name]).write_bytes(b"x")
+    write_json(outputs["metrics"], {"ndcg_at_10": 0.5, "n_queries": ITEMS, "device": "cuda", "top_k": 100})
+    os.makedirs(os.path.dirname(bench))
+    Path(bench).write_text("s\th:m:s\tmax_rss\n30.0\t0:00:30\t100\n")
+    result = st.status(cfg, 6, "--gpus", now=now)
+    embed_queries, evaluate = stage_of(result, "embed_queries beir"), stage_of(result, "retrieval_evaluate beir")
+    assert (embed_queries.gpus, evaluate.gpus) == (2, 3)
+    assert embed_queries.gpu_hours == pytest.approx(2 * 18 / 3600) and evaluate.gpu_hours == pytest.approx(
+        3 * 30 / 3600
     )
 
 
