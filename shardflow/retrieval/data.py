@@ -10,7 +10,9 @@ BEIR folder (https://github.com/beir-cellar/beir, the layout MTEB uses):
     qrels/<split>.tsv    header `query-id corpus-id score`, tab separated
 
 MS MARCO: collection `pid<TAB>passage`, queries `qid<TAB>query`, qrels in TREC
-form `qid 0 pid rel` (or three columns, with or without a header).
+form `qid 0 pid rel` (or three columns, with or without a header). The official
+collection and queries have no header; a first line whose every field names a column
+(`pid<TAB>passage`, as pandas writes one) is read as one, with a warning.
 
 A document's text is `(title + " " + text).strip()`, which is just
 `text.strip()` when the title is empty: the string MTEB embeds, the empty string
@@ -233,6 +235,30 @@ def load_beir_qrels(folder: str | os.PathLike, split: str = "test") -> Qrels:
 # --- MS MARCO -----------------------------------------------------------------
 
 
+# What the text columns of an `id<TAB>text` file's header may be called (lowercased, `_`
+# read as `-`); its id column takes a qrels header's id names (`_QRELS_FIELDS`), `id` and
+# `_id`. DPR's psgs_w100.tsv starts `id<TAB>text<TAB>title`.
+_TSV_TEXT_NAMES = {
+    "text", "passage", "passage-text", "query", "query-text", "question", "title", "contents", "content", "body",
+    "doc", "document", "doc-text", "document-text",
+}
+
+
+def _column_name(name: str) -> str:
+    """A header field as the headers here are matched: lowercased, `_` read as `-`."""
+    return name.strip().lower().replace("_", "-")
+
+
+def _is_tsv_header(key: str, text: str) -> bool:
+    """Whether the first line of an `id<TAB>text` file is a header: its id an id column's
+    name and every field after it a text column's. The official MS MARCO files have none,
+    but pandas' `to_csv(sep="\t")` and DPR's passages write one, whose first word was read as
+    a record's id. Ids that are words stay ids: only a record whose id is a column's name
+    and whose text is nothing but column names would be taken for a header."""
+    ids = {"id", "-id"} | _QRELS_FIELDS["query id"] | _QRELS_FIELDS["document id"]
+    return _column_name(key) in ids and all(_column_name(f) in _TSV_TEXT_NAMES for f in text.split("\t"))
+
+
 def iter_tsv_pairs(
     path: str | os.PathLike, kind: str = "record", only: Container[str] | None = None
 ) -> Iterator[tuple[str, str]]:
@@ -241,12 +267,21 @@ def iter_tsv_pairs(
     The text is everything after the first tab, kept as written; a line with no
     tab, an empty id, an id with whitespace at either end (`_check_id`) or a repeated id
     (`kind` names it in the message; with `only`, a repeated id of those) is an error.
+    A first line that is a header (`_is_tsv_header`) is passed over with a warning: it
+    is certainly no record, and qrels headers are read alike (`load_qrels`).
     """
     unique = _UniqueIds(path, kind, only)
+    first = True
     for lineno, line in _iter_lines(path):
         key, sep, text = line.partition("\t")
         if not sep:
             raise RetrievalDataError(path, lineno, "expected `id<TAB>text`")
+        if first:
+            first = False
+            if _is_tsv_header(key, text):
+                log.warning("%s:%d: %r is a header line (every field names a column), not a %s: not read as one "
+                            "(the official MS MARCO files have no header)", path, lineno, line, kind)
+                continue
         yield unique(_check_id(path, lineno, f"{kind} id", key), lineno), text
 
 
@@ -317,7 +352,7 @@ def _qrels_columns(
     """
     named: dict[str, int] = {}
     for i, name in enumerate(header or ()):
-        key = name.strip().lower().replace("_", "-")
+        key = _column_name(name)
         for field, names in _QRELS_FIELDS.items():
             if key in names:
                 if field in named:

@@ -160,6 +160,37 @@ def test_msmarco_collection_and_queries(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "read, header",
+    [
+        (iter_msmarco_collection, "pid\tpassage"),  # the columns MS MARCO's README names
+        (iter_msmarco_collection, "id\ttext\ttitle"),  # DPR's psgs_w100.tsv
+        (iter_msmarco_collection, "docid\tcontents"),
+        (iter_msmarco_collection, "_id\tText"),  # pandas to_csv(sep="\t") of a BEIR-like frame
+        (iter_msmarco_queries, "qid\tquery"),
+        (iter_msmarco_queries, "query_id\ttext"),
+    ],
+)
+def test_an_msmarco_header_line_is_no_record_and_is_logged(tmp_path, caplog, read, header):
+    """The official files have no header; one written by pandas or a hand (`pid<TAB>passage`)
+    was a record whose id was the header's first word, silently. A first line whose every
+    field names a column is read as a header, with a warning naming the file and line 1."""
+    path = write(tmp_path / "file.tsv", f"\n{header}\n0\tfirst\n1\tsecond\n")
+    with caplog.at_level("WARNING"):
+        assert list(read(path)) == [("0", "first"), ("1", "second")]
+    assert f"{path}:2: {header!r} is a header line (every field names a column), not a" in caplog.text
+
+
+def test_a_first_line_that_is_no_header_is_a_record(tmp_path, caplog):
+    """Ids that are words are ids: only a first line whose fields are all column names is a header."""
+    with caplog.at_level("WARNING"):
+        path = write(tmp_path / "collection.tsv", "id\tThe id, in Freud's model\ntext\tpassage\npid\tpassage\n")
+        assert [pid for pid, _ in iter_msmarco_collection(path)] == ["id", "text", "pid"]
+        path = write(tmp_path / "queries.tsv", "qid\twhat is a qid\nq2\tquery\n")
+        assert [qid for qid, _ in iter_msmarco_queries(path)] == ["qid", "q2"]
+    assert "header" not in caplog.text
+
+
+@pytest.mark.parametrize(
     "text",
     [
         "q1 0 d1 1\nq1 0 d2 0\nq2 0 d1 2\n",  # TREC, spaces
