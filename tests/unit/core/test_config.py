@@ -3,7 +3,12 @@ whose recorded params changed."""
 
 from __future__ import annotations
 
-from shardflow.core.config import NEUTRAL_ADDED_KEYS, load_schema, recorded, user_sets
+import copy
+
+import pytest
+
+from shardflow.core.config import NEUTRAL_ADDED_KEYS, ConfigError, load_schema, recorded, user_sets, validate_config
+from shardflow.sweep.spec import SweepError, parse_sweeps
 from tests.helpers import REPO
 
 
@@ -354,3 +359,30 @@ def test_a_setting_two_entries_of_the_command_lines_config_set_is_named():
         "--config sets train.lr in 'train={lr: 1}' and again in 'train=5': Snakemake keeps the last and drops the "
         "first without a word; set it once",
     ]
+
+
+@pytest.mark.parametrize("key, top", [("train.seed", 2**64 - 2), ("embedding.seed", 2**64 - 1)])
+def test_a_seed_torch_cannot_take_stops_the_parse_naming_its_key(shipped_config, key, top):
+    """torch.manual_seed and torch.Generator.manual_seed take -2**63 .. 2**64 - 1, and the
+    trainer seeds its validation windows with train.seed + 1: a seed past that passed the
+    parse and failed inside torch ("Overflow when unpacking long long"). A sweep's seeds
+    are the stage's seed key's values, checked by the same schema."""
+    schema = load_schema(REPO / "config" / "config.schema.yaml")
+    section, name = key.split(".")
+    config = copy.deepcopy(shipped_config)
+    for seed in (top, -(2**63)):
+        config[section][name] = seed
+        validate_config(config, schema)
+    for seed, bound in ((top + 1, f"greater than the maximum of {top}"), (-(2**63) - 1, "less than the minimum of")):
+        config[section][name] = seed
+        with pytest.raises(ConfigError) as exc:
+            validate_config(config, schema)
+        assert f"config key '{key}': {seed} is {bound}" in str(exc.value)
+    config[section][name] = 0
+    stage, grid, metric = {
+        "train": ("train", {"train.lr": [1e-3]}, "best_val_loss"),
+        "embedding": ("embed", {"embedding.window": [64]}, "items_per_s"),
+    }[section]
+    sweep = {"stage": stage, "grid": grid, "seeds": [0, top + 1], "metrics": {metric: "max"}}
+    with pytest.raises(SweepError, match=f"seed {top + 1} \\({key}\\) is not valid: config key '{key}': {top + 1} is "):
+        parse_sweeps({"s": sweep}, validate_config(config, schema), lambda c: validate_config(c, schema))
