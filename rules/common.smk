@@ -454,11 +454,13 @@ def chunk_jobs(wildcards):
     return max(ds.n_chunks for ds in DATASETS.values())
 
 
-def job_threads(rule, uses_gpu=True, jobs=chunk_jobs):
+def job_threads(rule, uses_gpu=True, jobs=chunk_jobs, processes=None):
     """`threads:` of a GPU rule: `auto` shares this host's cores among the rule's
     `jobs(wildcards)` jobs that can run at once, only where this Snakemake runs the CPU
-    jobs itself (shardflow.workflow.plan.job_threads). `uses_gpu=False`: the
-    configured method needs no GPU (Lead-k): `auto` is 1, as for a CPU rule."""
+    jobs itself; elsewhere it gives each of the job's `processes(wildcards)` processes
+    (train's: one per GPU; default one) the threads of one GPU job
+    (shardflow.workflow.plan.job_threads). `uses_gpu=False`: the configured method
+    needs no GPU (Lead-k): `auto` is 1, as for a CPU rule."""
 
     def threads(wildcards):
         try:
@@ -471,6 +473,7 @@ def job_threads(rule, uses_gpu=True, jobs=chunk_jobs):
             cores=cores,
             jobs=jobs(wildcards),
             uses_gpu=uses_gpu,
+            processes=processes(wildcards) if processes else 1,
         )
 
     return threads

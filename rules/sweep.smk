@@ -275,7 +275,7 @@ if sweeps_of_stage("train"):
             f"{SWEEP_LOG}/train.log",
         benchmark:
             f"{SWEEP_BENCH}/train.tsv"
-        threads: job_threads("train", jobs=sweep_jobs_at_once)
+        threads: job_threads("train", jobs=sweep_jobs_at_once, processes=train_processes)
         params:
             **gpu_job_params(as_json=True),
             train=train_params,

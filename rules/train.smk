@@ -118,7 +118,7 @@ rule train:
     retries: rule_resources("train", None)["retries"]
     conda:
         "../envs/train.yaml"
-    threads: job_threads("train", jobs=one_job)
+    threads: job_threads("train", jobs=one_job, processes=train_processes)
     resources:
         **train_resources(),
     params:

@@ -175,6 +175,15 @@ def train_resources():
     return {**job_resources("train"), "gpu": gpu}
 
 
+def train_processes(wildcards):
+    """The train job's processes: one per GPU (train.gpus, a sweep point's for
+    sweep_train), one on the CPU (shardflow.train.launch). `threads: auto` gives each
+    the threads of one GPU job: a cluster gives a job of N ranks N times the CPUs."""
+    if runs_on_cpu():
+        return 1
+    return max(1, stage_section("train", wildcards)["gpus"])
+
+
 def one_job(wildcards):
     """The train job runs alone at its stage: `auto` gives it every core."""
     return 1

@@ -227,27 +227,32 @@ def round_to_gpus(n: int, gpus: int, records: int | None = None) -> int:
     return n
 
 
-# CPU threads of a GPU job (or of any job a cluster scheduler places) under
-# `embedding.threads: auto`: the tokenizer and collation threads feed the GPU.
+# CPU threads of a GPU job's process (or of any job a cluster scheduler places) under
+# `resources.<rule>.threads: auto`: the tokenizer and collation threads feed the GPU.
 GPU_JOB_THREADS = 2
 
 
-def job_threads(setting: int | str, *, local_cpu: bool, cores: int | None, jobs: int, uses_gpu: bool = True) -> int:
+def job_threads(
+    setting: int | str, *, local_cpu: bool, cores: int | None, jobs: int, uses_gpu: bool = True, processes: int = 1
+) -> int:
     """CPU threads per job of a GPU rule for `resources.<rule>.threads`.
 
-    An integer is used as given. `auto`: 1 for a method that needs no GPU
-    (`uses_gpu=False`: Lead-k, one Python thread), as for a CPU rule; else, when
-    Snakemake runs the jobs on this host on the CPU (`local_cpu`), the host's `cores`
-    are shared by the jobs that can run at once, min(jobs, cores) of them, so several
-    chunks are in flight and one job's start-up (imports, model load) overlaps
-    another's compute; otherwise GPU_JOB_THREADS.
+    An integer is used as given (the job's whole, shared by its processes). `auto`: 1
+    for a method that needs no GPU (`uses_gpu=False`: Lead-k, one Python thread), as for
+    a CPU rule; else, when Snakemake runs the jobs on this host on the CPU (`local_cpu`),
+    the host's `cores` are shared by the jobs that can run at once, min(jobs, cores) of
+    them, so several chunks are in flight and one job's start-up (imports, model load)
+    overlaps another's compute; otherwise GPU_JOB_THREADS for each of the job's
+    `processes` (a train job's: one per GPU, each loading its own batches). The threads
+    are what a cluster gives the job: the Kubernetes plugin's CPU request and limit, the
+    SLURM plugin's --cpus-per-task where no cpus_per_gpu is set.
     """
     if setting != "auto":
         return int(setting)
     if not uses_gpu:
         return 1
     if not local_cpu or not cores:
-        return GPU_JOB_THREADS
+        return GPU_JOB_THREADS * max(1, processes)
     return max(1, cores // max(1, min(jobs, cores)))
 
 

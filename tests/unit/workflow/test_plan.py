@@ -320,6 +320,18 @@ def test_auto_threads_on_gpus_or_clusters_is_the_gpu_default(cores):
     assert plan.job_threads("auto", local_cpu=False, cores=cores, jobs=4) == plan.GPU_JOB_THREADS
 
 
+@pytest.mark.parametrize("cores", [None, 64])
+def test_auto_threads_on_gpus_or_clusters_feed_each_of_the_jobs_processes(cores):
+    # A train job of train.gpus: 4 runs 4 ranks, each with its own data loading: its pod
+    # on EKS was limited to the 2 CPUs of one process (kubernetes plugin 0.5.1: threads).
+    assert plan.job_threads("auto", local_cpu=False, cores=cores, jobs=1, processes=4) == 4 * plan.GPU_JOB_THREADS
+    assert plan.job_threads("auto", local_cpu=False, cores=cores, jobs=1, processes=1) == plan.GPU_JOB_THREADS
+    # On the local CPU the job is one process, sharing the cores as any; an integer is
+    # the job's whole, shared by its processes (shardflow.train.launch).
+    assert plan.job_threads("auto", local_cpu=True, cores=8, jobs=1, processes=1) == 8
+    assert plan.job_threads(3, local_cpu=False, cores=cores, jobs=1, processes=4) == 3
+
+
 def test_auto_threads_without_a_core_count_is_the_gpu_default():
     assert plan.job_threads("auto", local_cpu=True, cores=None, jobs=4) == plan.GPU_JOB_THREADS
 
