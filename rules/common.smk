@@ -145,6 +145,7 @@ _PROBLEMS = plan.reproduction_pins_nothing(config)
 _PROBLEMS += plan.reproduction_unnamed(config)
 _PROBLEMS += plan.unknown_reproduction_metrics(config, DATASETS)
 _PROBLEMS += plan.unknown_reproduction_packages(config)
+_PROBLEMS += plan.memory_cap_problems(config)
 SWEEPS = parse_sweeps(
     config["sweeps"], config, validate, root=workflow.basedir, problems=_PROBLEMS
 )
@@ -488,8 +489,8 @@ def user_sets(*path):
 
 
 def job_resources(rule, uses_gpu=True):
-    """`resources:` of a GPU rule: gpu, mem_mb growing with each attempt, runtime, and
-    the attempt itself (job_attempt).
+    """`resources:` of a GPU rule: gpu, mem_mb growing with each attempt up to
+    mem_mb_max (plan.job_mem_mb), runtime, and the attempt itself (job_attempt).
 
     A job that runs on the CPU (device cpu, a local host without GPUs, or a method that
     needs no GPU) has no `gpu` resource at all (None drops it): it is not queued behind
@@ -508,7 +509,7 @@ def job_resources(rule, uses_gpu=True):
     `uses_gpu=False` (a method that needs no GPU, Lead-k): the job asks for what a CPU
     rule asks for, the profile's default-resources mem_mb and runtime (the sizes in
     config/config.yaml are the model methods'), unless the run's own config sets
-    resources.<rule>.mem_mb (or mem_mb_per_attempt) or runtime."""
+    resources.<rule>.mem_mb (or mem_mb_per_attempt, mem_mb_max) or runtime."""
 
     def gpu(wildcards):
         if runs_on_cpu() or not uses_gpu:
@@ -516,8 +517,7 @@ def job_resources(rule, uses_gpu=True):
         return rule_resources(rule, wildcards)["gpu"]
 
     def mem_mb(wildcards, attempt):
-        r = rule_resources(rule, wildcards)
-        return r["mem_mb"] + (attempt - 1) * r["mem_mb_per_attempt"]
+        return plan.job_mem_mb(rule_resources(rule, wildcards), attempt)
 
     def runtime(wildcards):
         return rule_resources(rule, wildcards)["runtime"]
@@ -529,8 +529,9 @@ def job_resources(rule, uses_gpu=True):
             "runtime": runtime,
             "attempt": job_attempt,
         }
-    memory = user_sets("resources", rule, "mem_mb") or user_sets(
-        "resources", rule, "mem_mb_per_attempt"
+    memory = any(
+        user_sets("resources", rule, key)
+        for key in ("mem_mb", "mem_mb_per_attempt", "mem_mb_max")
     )
     return {
         "gpu": gpu,

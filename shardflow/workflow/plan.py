@@ -256,6 +256,28 @@ def job_threads(
     return max(1, cores // max(1, min(jobs, cores)))
 
 
+def job_mem_mb(resources: dict, attempt: int) -> int:
+    """Host memory (MB) of a GPU rule's job at `attempt` (1, 2, ...), from its
+    `resources.<rule>` (`resources`): mem_mb, plus mem_mb_per_attempt for each retry, up
+    to mem_mb_max where set. The cap is what a node can give: on EKS a pod that asks more
+    memory than any node's allocatable stays Pending, and the kubernetes plugin (0.5.1)
+    reports it as running for as long as it waits (profiles/README.md, eks)."""
+    mem = resources["mem_mb"] + (attempt - 1) * resources["mem_mb_per_attempt"]
+    cap = resources.get("mem_mb_max")
+    return mem if cap is None else min(mem, cap)
+
+
+def memory_cap_problems(cfg: dict) -> list[str]:
+    """One line per `resources.<rule>.mem_mb_max` below that rule's mem_mb: such a cap
+    would shrink the first attempt rather than stop the growth of later ones."""
+    return [
+        f"resources.{rule}.mem_mb_max is {r['mem_mb_max']}, below resources.{rule}.mem_mb ({r['mem_mb']}), "
+        "the first attempt's memory: raise mem_mb_max, or lower mem_mb"
+        for rule, r in cfg["resources"].items()
+        if r.get("mem_mb_max") is not None and r["mem_mb_max"] < r["mem_mb"]
+    ]
+
+
 def resume_path(resume_dir: str | None, local: str, under_base: str, s3_prefix: str | None = None) -> str:
     """Where undeclared resume state lives (Snakemake deletes declared outputs of failed
     jobs): `under_base` in `resume_dir` (gpu_jobs.resume_dir) if set; else `local`

@@ -332,6 +332,28 @@ def test_auto_threads_on_gpus_or_clusters_feed_each_of_the_jobs_processes(cores)
     assert plan.job_threads(3, local_cpu=False, cores=cores, jobs=1, processes=4) == 3
 
 
+def test_memory_grows_per_attempt_up_to_the_rules_cap(config):
+    train = config["resources"]["train"]  # 8000, 8000 more per attempt
+    assert [plan.job_mem_mb(train, attempt) for attempt in (1, 2, 3)] == [8000, 16000, 24000]
+    # A g5.xlarge allocates about 14 GiB: the second pod, at 16000 MB, would stay Pending
+    # for good (the kubernetes plugin 0.5.1 reports a Pending pod as running).
+    train["mem_mb_max"] = 14000
+    assert [plan.job_mem_mb(train, attempt) for attempt in (1, 2, 3)] == [8000, 14000, 14000]
+    train["mem_mb_max"] = None  # the schema's default: no cap
+    assert plan.job_mem_mb(train, 3) == 24000
+
+
+def test_a_memory_cap_below_the_first_attempts_memory_stops_the_parse_naming_the_keys(config):
+    assert plan.memory_cap_problems(config) == []
+    config["resources"]["embed"]["mem_mb_max"] = 6000  # = mem_mb: every attempt asks 6000
+    assert plan.memory_cap_problems(config) == []
+    config["resources"]["train"]["mem_mb_max"] = 6000
+    assert plan.memory_cap_problems(config) == [
+        "resources.train.mem_mb_max is 6000, below resources.train.mem_mb (8000), the first attempt's memory: "
+        "raise mem_mb_max, or lower mem_mb"
+    ]
+
+
 def test_auto_threads_without_a_core_count_is_the_gpu_default():
     assert plan.job_threads("auto", local_cpu=True, cores=None, jobs=4) == plan.GPU_JOB_THREADS
 
