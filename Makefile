@@ -261,11 +261,12 @@ reproduce-shakespeare: setup
 
 # Parameter sweeps shipped in config/sweeps/<NAME>.yaml: every point x seed runs as
 # ordinary jobs of its stage, then one table (config/README.md, `sweeps`):
-#   make sweep NAME=cnndm-lead-k|shakespeare-lr-layers|arguana-max-length [CORES=N]
+#   make sweep NAME=cnndm-lead-k|shakespeare-lr-layers|arguana-max-length|demo-token-budget [CORES=N]
 # Re-running after adding a grid value or seed runs only the new jobs. Snakemake's
 # output goes to stderr; the last line printed is the summary table's path
 # (results/sweeps/<folder>/summary.parquet; runs.parquet, table.md, plots/ beside it).
-# Data: ../shared/data (or CNNDM=<jsonl>, TINYSHAKESPEARE=<file>, ARGUANA=<folder>).
+# Data: ../shared/data (or CNNDM=<jsonl>, TINYSHAKESPEARE=<file>, ARGUANA=<folder>);
+# demo-token-budget needs none (the demo corpus).
 CNNDM ?= ../shared/data/cnndm-frank100/dev.jsonl
 SWEEP_NAMES = $(sort $(basename $(notdir $(wildcard config/sweeps/*.yaml))))
 SWEEP_DATA_cnndm-lead-k = input={path: "$(CNNDM)"}
