@@ -739,16 +739,30 @@ def summarise_model(cfg: dict, sources: tuple[str, ...] = ()) -> None:
         for path in sources:
             if path.startswith("s3://") or not os.path.isfile(path):
                 continue
-            first, seen = _sample_fields(path, fields.values(), limit)
+            first, seen, kinds = _sample_fields(path, fields.values(), limit)
             if first is not None:
-                sampled.append((path, first, seen))
+                sampled.append((path, first, seen, kinds))
         for key, field in fields.items():
-            lacking = [(path, first) for path, first, seen in sampled if not seen[field]]
+            lacking = [(path, first) for path, first, seen, _ in sampled if not seen[field]]
             if lacking and (per_file or len(lacking) == len(sampled)):
                 path, first = lacking[0]
                 raise ValueError(
                     f"{key} {field!r}: none of the first {FIELD_SAMPLE} records of {path} has it "
                     f"(the first record's fields: {', '.join(map(str, first))})"
+                )
+            if key == "summarise.stored_field" and sm["stored_field"].endswith(".*"):
+                continue  # one string per system below it (stored_systems)
+            # A reference (or stored summary) is one string: a list of sentences or a number
+            # stops the evaluation, after every summarise job ran; under skip such records
+            # are counted, and only a field no sampled record holds as a string stops here.
+            other = [(path, kinds[field]["other"]) for path, _, _, kinds in sampled if kinds[field]["other"]]
+            if other and (per_file or not any(kinds[field]["text"] for _, _, _, kinds in sampled)):
+                path, (line, kind) = other[0]
+                article = "an" if kind[:1] in "aeiou" else "a"
+                raise ValueError(
+                    f"{key} {field!r}: {path}:{line} holds {article} {kind}, not a string (one text per record; "
+                    "a list of sentences joined by newlines is one text): the evaluation would stop there, after "
+                    "every summarise job"
                 )
 
 
@@ -1170,17 +1184,20 @@ def idle_gpus(
 FIELD_SAMPLE = 100  # records read at parse time to find a misspelt field name
 
 
-def _sample_fields(path: str, fields, max_record_bytes: int) -> tuple[list | None, dict[str, bool]]:
-    """The first record's keys (None: no readable record) and, per dotted field, whether one
-    of the first FIELD_SAMPLE JSON objects of `path` has it, lines read with the jobs' limit
-    (input.max_record_mb). Bad lines are passed over: the jobs that read the file name
-    them. Kept between parses (core.parsecache), as every cluster job parses the workflow again."""
+def _sample_fields(path: str, fields, max_record_bytes: int) -> tuple[list | None, dict[str, bool], dict]:
+    """The first record's keys (None: no readable record), per dotted field whether one of
+    the first FIELD_SAMPLE JSON objects of `path` has it, and per field how the sampled
+    values read: {"text": whether one is a string, "other": [line, type name] of the first
+    that is not, or None}; lines read with the jobs' limit (input.max_record_mb). Bad lines
+    are passed over: the jobs that read the file name them. Kept between parses
+    (core.parsecache), as every cluster job parses the workflow again."""
     from shardflow.summarise.data import json_objects
 
     def sample() -> list:
         seen = dict.fromkeys(fields, False)
+        kinds = {field: {"text": False, "other": None} for field in seen}
         first, count = None, 0
-        for _, _, obj in json_objects(path, max_record_bytes):
+        for line, _, obj in json_objects(path, max_record_bytes):
             if not isinstance(obj, dict):  # a bad line (summarise.data's _Bad) or not an object
                 continue
             first = list(obj) if first is None else first
@@ -1189,13 +1206,17 @@ def _sample_fields(path: str, fields, max_record_bytes: int) -> tuple[list | Non
                 for part in field.split("."):
                     node = node.get(part) if isinstance(node, dict) else None
                 seen[field] = seen[field] or node is not None
+                if isinstance(node, str):
+                    kinds[field]["text"] = True
+                elif node is not None and kinds[field]["other"] is None:
+                    kinds[field]["other"] = [line, type(node).__name__]
             count += 1
-            if count >= FIELD_SAMPLE or all(seen.values()):
+            if count >= FIELD_SAMPLE or (all(seen.values()) and all(k["other"] for k in kinds.values())):
                 break
-        return [first, seen]
+        return [first, seen, kinds]
 
-    first, seen = cached("summary-fields", [path], [sorted(set(fields)), max_record_bytes], sample)
-    return first, seen
+    first, seen, kinds = cached("summary-fields-2", [path], [sorted(set(fields)), max_record_bytes], sample)
+    return first, seen, kinds
 
 
 # The role a job's `made_with` record names (shardflow.workflow.provenance.made_with), by

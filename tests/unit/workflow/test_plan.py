@@ -411,7 +411,7 @@ def test_a_misspelt_reference_or_stored_field_stops_the_parse(tmp_path, monkeypa
         return {"summarise": {**base, **sm}, "input": {"format": "auto", "on_bad_record": on_bad_record, "max_record_mb": 64}}
 
     plan.summarise_model(cfg(), (str(path),))  # line 2 lacks it, line 3 has it; a bad line is the jobs' to name
-    kept = json.loads((tmp_path / ".snakemake/shardflow/summary-fields.json").read_text())
+    kept = json.loads((tmp_path / ".snakemake/shardflow/summary-fields-2.json").read_text())
     assert len(kept) == 1  # read once per version of the file: every cluster job's parse reuses it
     with pytest.raises(ValueError, match=r"summarise.reference_field 'hilights': none of the first 100 records of "
                                          r".*a.jsonl has it \(the first record's fields: id, article\)"):
@@ -429,6 +429,37 @@ def test_a_misspelt_reference_or_stored_field_stops_the_parse(tmp_path, monkeypa
     with pytest.raises(ValueError, match="summarise.reference_field 'hilights'"):
         plan.summarise_model(cfg("skip", reference_field="hilights"), (str(path), str(unlabelled)))
     plan.summarise_model(cfg(method="lead", reference_field="highlights"), ("a.jsonl", "b.json.gz"))
+
+
+def test_a_reference_or_stored_summary_that_is_no_string_stops_the_parse(tmp_path, monkeypatch):
+    """References are one string each: a list of highlight sentences (or a number) was
+    found by the evaluation, after every summarise job had run (for an abstractive
+    method, GPU-hours). The parse names the file, the line and what it holds; under
+    on_bad_record: skip only a field no sampled record holds as a string stops it."""
+    import json
+
+    monkeypatch.chdir(tmp_path)  # the parse cache lives under the working directory
+    path = tmp_path / "a.jsonl"
+    records = [{"id": "1", "article": "a", "highlights": "h", "sys": {"x": "s"}, "one": "s"},
+               {"id": "2", "article": "b", "highlights": ["h1", "h2"], "sys": {"x": "s"}, "one": 3}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    def cfg(on_bad_record="error", **sm):
+        base = {"method": "lead", "model": None, "generation": {}, "seed": None, "reference_field": "highlights",
+                "stored_field": None}
+        return {"summarise": {**base, **sm}, "input": {"format": "auto", "on_bad_record": on_bad_record, "max_record_mb": 64}}
+
+    with pytest.raises(ValueError, match=r"^summarise.reference_field 'highlights': .*a.jsonl:2 holds a list, not a "
+                                         r"string"):
+        plan.summarise_model(cfg(), (str(path),))
+    plan.summarise_model(cfg("skip"), (str(path),))  # line 1's is a string: line 2 is counted, not lost
+    with pytest.raises(ValueError, match=r"summarise.stored_field 'one': .*a.jsonl:2 holds an int"):
+        plan.summarise_model(cfg(method="stored", stored_field="one", reference_field="article"), (str(path),))
+    plan.summarise_model(cfg(method="stored", stored_field="sys.*", reference_field="article"), (str(path),))
+    only_lists = tmp_path / "l.jsonl"
+    only_lists.write_text(json.dumps(records[1]) + "\n")
+    with pytest.raises(ValueError, match=r"summarise.reference_field 'highlights': .*l.jsonl:1 holds a list"):
+        plan.summarise_model(cfg("skip"), (str(only_lists),))
 
 
 def test_the_parse_reads_summarisation_input_with_input_max_record_mb(tmp_path, monkeypatch):
