@@ -39,7 +39,7 @@ Wall time: each stage's jobs longest first onto the GPUs free first (a job holdi
 GPUs, train.gpus or another GPU rule's resources.<rule>.gpu, waits for N; a sweep's
 points may hold different numbers), the stages one after another (embed and summarise
 of one data set share the GPUs when they run at once, so the sum is what they take
-together). GPU-hours are each job's seconds x the GPUs it holds (`job_gpus`).
+together). GPU-hours are each job's seconds x the GPUs it holds (`plan.job_gpus`).
 
 What is left, beside the whole run, once some job has run (`estimate` again part-way):
 a GPU job whose outputs all exist is done, as make status counts it
@@ -674,7 +674,7 @@ def finish(row: Row, n_gpus: int, price: float) -> Row:
         row.notes.append("runs on the CPU: no GPU-hours (wall time depends on the cores: not estimated)")
         return row
     gpus = row.gpus_each()
-    if row.stage != "train" and row.gpus > 1:  # resources.<stage>.gpu (job_gpus): the stages are the rules
+    if row.stage != "train" and row.gpus > 1:  # resources.<stage>.gpu (plan.job_gpus): the stages are the rules
         row.notes.append(
             f"each job holds resources.{row.stage}.gpu {row.gpus} GPUs and runs on one (the parse warns the "
             "others idle): GPU-hours and wall time count all it holds"
@@ -720,19 +720,6 @@ def embed_dim(cfg: dict, run: Run | None) -> tuple[int | None, str]:
         return None, f"disk not estimated: the model's width is not known here ({exc})"
 
 
-def job_gpus(cfg: dict, rule: str) -> int:
-    """The GPUs a job of GPU rule `rule` (embed, embed_queries, retrieval_evaluate,
-    summarise, and their sweep variants, which share its resources) holds on a GPU:
-    resources.<rule>.gpu, as rules/common.smk job_resources requests them. The job runs
-    on one (plan.idle_gpus warns at parse time) but holds them all, and the cluster bills
-    them all. make status counts them alike, from the config it reads, for the finished
-    jobs too (their stats record no `gpus`: status.held_gpus); the stage reports count one
-    (core.jobs.gpus_held). A gpu of 0 counts as one, as before (a job scheduled
-    with none runs on the CPU: not estimated as such here). train's are train.gpus
-    (plan.train_gpus, `train_row`)."""
-    return max(1, int(cfg["resources"][rule]["gpu"]))
-
-
 def chunk_job_row(name: str, stage: str, per_chunk: tuple[int, ...], rate: Rate, gpus: int) -> Row:
     seconds = [n / rate.per_s + rate.overhead_s for n in per_chunk]
     return Row(name, stage, len(per_chunk), sum(per_chunk), rate=rate, gpus=gpus, seconds=seconds)
@@ -743,7 +730,7 @@ def embed_row(cfg: dict, name: str, per_chunk: tuple[int, ...], on_gpu: bool, fi
     notes: list[str] = []
     found = find_rate(embed_runs(cfg, name, first), on_gpu, notes)
     rate, run = found if found else (assumed_rate(cfg), None)
-    row = chunk_job_row(name, "embed", per_chunk, rate, job_gpus(cfg, "embed") if on_gpu else 0)
+    row = chunk_job_row(name, "embed", per_chunk, rate, plan.job_gpus(cfg, "embed") if on_gpu else 0)
     dim, how = embed_dim(cfg, run)
     if dim:
         width = DTYPE_BYTES[cfg["embedding"]["output_dtype"]]
@@ -767,7 +754,7 @@ def summarise_row(cfg: dict, name: str, per_chunk: tuple[int, ...], on_gpu: bool
         else ""
     )
     rate, run = found if found else (assumed_rate(cfg, slow), None)
-    row = chunk_job_row(name, "summarise", per_chunk, rate, job_gpus(cfg, "summarise") if on_gpu else 0)
+    row = chunk_job_row(name, "summarise", per_chunk, rate, plan.job_gpus(cfg, "summarise") if on_gpu else 0)
     row.notes += notes
     if run:
         files = [f"{run.where}/summaries_{s.get('chunk')}.jsonl" for s in run.stats]
@@ -1216,9 +1203,9 @@ class RetrievalSweepSets:
                     if found.kind == "corpus":
                         new["corpus"].append((found.key, embed))
                     else:
-                        gpus = 0 if "sweep_embed_queries" in self.on_cpu else job_gpus(job_cfg, "embed_queries")
+                        gpus = 0 if "sweep_embed_queries" in self.on_cpu else plan.job_gpus(job_cfg, "embed_queries")
                         new["queries"].append((found.key, query_row(label, self.queries, embed, gpus)))
-            gpus = 0 if "sweep_retrieval_evaluate" in self.on_cpu else job_gpus(job_cfg, "retrieval_evaluate")
+            gpus = 0 if "sweep_retrieval_evaluate" in self.on_cpu else plan.job_gpus(job_cfg, "retrieval_evaluate")
             search = search_row(job_cfg, ds.name, self.queries[0], documents, gpus)
             search.dataset = label
             searches.append(search)
@@ -1444,10 +1431,10 @@ def estimate(
             out.rows[-1].done = _jobs_done(cfg, "embed", {"dataset": ds.name}, len(per_chunk))
         if "retrieval" in ds.tasks:
             queries = _queries(cfg, ds.name)
-            gpus = 0 if "embed_queries" in on_cpu else job_gpus(cfg, "embed_queries")
+            gpus = 0 if "embed_queries" in on_cpu else plan.job_gpus(cfg, "embed_queries")
             out.rows.append(query_row(ds.name, queries, out.rows[-1], gpus))
             out.rows[-1].done = _jobs_done(cfg, "embed_queries", {"RETRIEVAL": ds.name})
-            gpus = 0 if "retrieval_evaluate" in on_cpu else job_gpus(cfg, "retrieval_evaluate")
+            gpus = 0 if "retrieval_evaluate" in on_cpu else plan.job_gpus(cfg, "retrieval_evaluate")
             out.rows.append(search_row(cfg, ds.name, queries[0], out.records[ds.name].records, gpus))
             out.rows[-1].done = _jobs_done(cfg, "retrieval_evaluate", {"RETRIEVAL": ds.name})
         if "summarise" in stages:

@@ -1155,6 +1155,18 @@ def gpu_rules_on_cpu(cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[S
     return out
 
 
+def job_gpus(cfg: dict, rule: str) -> int:
+    """The GPUs a job of GPU rule `rule` (embed, embed_queries, retrieval_evaluate,
+    summarise, and their sweep variants, which share its resources) holds on a GPU:
+    resources.<rule>.gpu, as rules/common.smk job_resources requests them. The job runs
+    on one (`idle_gpus` warns at parse time) but holds them all, and the cluster bills
+    them all: make estimate and make status count them (for the finished jobs too, whose
+    stats record no `gpus`: status.held_gpus); the stage reports count one
+    (core.jobs.gpus_held). A gpu of 0 counts as one (a job scheduled with none runs on
+    the CPU: the callers tell those apart). train's are train.gpus (`train_gpus`)."""
+    return max(1, int(cfg["resources"].get(rule, {}).get("gpu", 1)))
+
+
 def idle_gpus(
     cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[SweepSpec], on_cpu: Iterable[str]
 ) -> list[str]:
@@ -1172,7 +1184,7 @@ def idle_gpus(
               for r in rs}
     out = []
     for rule in sorted(rules - {"train"} - on_cpu):
-        gpus = cfg["resources"].get(rule, {}).get("gpu", 1)
+        gpus = job_gpus(cfg, rule)
         if gpus > 1:
             out.append(
                 f"resources.{rule}.gpu is {gpus}, but each {rule} job runs on one GPU: the other {gpus - 1} would idle for "

@@ -73,7 +73,7 @@ finished jobs' (core.jobs: their last attempt and the killed ones before it), an
 attempts of the jobs not done up to their last part (a lower bound), priced with
 core.jobs.priced. A job holds the GPUs its stats record (a training run's world_size),
 else, as `make estimate` counts them, resources.<rule>.gpu of the config status reads
-(estimate.job_gpus; `held_gpus`): an embed, embed_queries, summarise or
+(plan.job_gpus; `held_gpus`): an embed, embed_queries, summarise or
 retrieval_evaluate job given two is billed for two.
 
 A retrieval run (retrieval.path set) lists its corpus's embed jobs as a data set of their
@@ -978,7 +978,7 @@ def time_left(
 
 def held_gpus(stats: dict, gpus: int) -> dict:
     """A finished job's stats with the GPUs it held: its own `gpus` or `world_size` (a
-    training run's), else the stage's `gpus` a job (resources.<rule>.gpu, estimate.job_gpus;
+    training run's), else the stage's `gpus` a job (resources.<rule>.gpu, plan.job_gpus;
     at least one, as core.jobs.gpus_held counts): the embed, embed_queries, summarise and
     retrieval_evaluate jobs' stats record none, and the cluster bills every GPU a job holds."""
     if "gpus" in stats or "world_size" in stats:
@@ -1146,7 +1146,7 @@ def retrieval_stages(cfg: dict, ds: plan.DataSet, on_cpu: Iterable[str], resume:
     again). Their records are the queries: embed_queries' stats (`items`), else the count
     its parts' manifest holds; retrieval_evaluate's metrics (`n_queries`), else the queries
     embed_queries embeds. `on_cpu`: the GPU rules that run on the CPU; the others' jobs
-    hold resources.<rule>.gpu GPUs (estimate.job_gpus)."""
+    hold resources.<rule>.gpu GPUs (plan.job_gpus)."""
     out, queries = [], None
     for name, count in RETRIEVAL_STAGES.items():
         rule, record = STAGE_RULES[name]
@@ -1155,7 +1155,7 @@ def retrieval_stages(cfg: dict, ds: plan.DataSet, on_cpu: Iterable[str], resume:
         classify(job, resume if name == "embed_queries" else {}, record_path(log) if log else None)
         error = _stats(job, record, count) if job.state == DONE else None
         queries = job.records
-        gpus = 0 if rule in on_cpu else estimate.job_gpus(cfg, rule)
+        gpus = 0 if rule in on_cpu else plan.job_gpus(cfg, rule)
         stage = Stage(ds.name, name, [job], gpus, unit="queries", notes=[error] if error else [])
         if name == "embed_queries":
             stage.records_from = "the queries are counted from its resume parts once it has started"
@@ -1401,7 +1401,7 @@ def status(
         built = []
         for name in stages:
             rule = STAGE_RULES[name][0]
-            gpus = 0 if rule in on_cpu else (1 if name == "train" else estimate.job_gpus(cfg, rule))
+            gpus = 0 if rule in on_cpu else (1 if name == "train" else plan.job_gpus(cfg, rule))
             if name == "train":
                 per_run = plan.train_gpus(cfg) if gpus else 1
                 stage = train_stage(cfg, ds, per_run if gpus else 0, per_run)
