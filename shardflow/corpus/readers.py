@@ -23,6 +23,7 @@ longer line is skipped in 1 MiB pieces, never held whole (docs/bad-input.md).
 from __future__ import annotations
 
 import csv
+import functools
 import glob
 import gzip
 import json
@@ -34,7 +35,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO
 
-from shardflow.core.files import malformed_json, open_binary
+from shardflow.core.files import GZIP_MAGIC, malformed_json, open_binary
 from shardflow.core.s3 import logical_path
 
 FORMATS = ("jsonl", "parquet", "csv", "tsv", "text")
@@ -264,7 +265,7 @@ def _read_problem(exc: BaseException) -> str:
 # own magic there is a gzip stream inside one (no UTF-8 text starts with byte 8B second).
 FOREIGN_STARTS = (
     (
-        b"\x1f\x8b",
+        GZIP_MAGIC,
         "gzip-compressed twice (magic bytes 1F 8B once gunzipped)",
         "gunzip it once (gunzip -c in.gz > out.gz)",
     ),
@@ -375,16 +376,21 @@ def _repeated_column(names: list[str], read: list[str], kind: str = "column", wi
     return None
 
 
-def repeated_key(line: str, read: Sequence[str], written: Sequence[str] | None = None) -> str | None:
-    """Why a JSON line whose object writes a key it is read for (`read`, each written in
-    JSON as `written`, json.dumps of each by default) twice cannot be read: json keeps the
-    last value, silently dropping the first (the corpus readers' and retrieval.data's
-    lines). A key written as JSON writes it is found in the line as that text (a quote
+@functools.lru_cache(maxsize=256)
+def _json_key(key: str) -> str:
+    """`key` as JSON writes it (repeated_key looks for it in each line): json.dumps with
+    ensure_ascii=False builds an encoder per call, microseconds a key a line otherwise."""
+    return json.dumps(key, ensure_ascii=False)
+
+
+def repeated_key(line: str, read: Sequence[str]) -> str | None:
+    """Why a JSON line whose object writes a key it is read for (`read`) twice cannot be
+    read: json keeps the last value, silently dropping the first (the corpus readers',
+    retrieval.data's and summarise.data's lines). A key written as JSON writes it is found in the line as that text (a quote
     inside a string is escaped, so a text cannot hold it), so only a line that holds one
     twice, as a key, a nested key or a whole value, is parsed again for its keys; a key
     spelled with escapes (`"\\u0074ext"`) is not looked for."""
-    written = [json.dumps(key, ensure_ascii=False) for key in read] if written is None else written
-    if all(line.count(key) < 2 for key in written):
+    if all(line.count(_json_key(key)) < 2 for key in read):
         return None
     keys = [key for key, _ in json.loads(line, object_pairs_hook=list)]
     return _repeated_column(keys, read, kind="key", within=" of the object")
@@ -456,7 +462,6 @@ class _Reader:
 class _JsonlReader(_Reader):
     def __iter__(self) -> Iterator[Record | Rejected]:
         fields = self.fields()
-        written = [json.dumps(f, ensure_ascii=False) for f in fields]
         with open_binary(self.path) as fh:
             for lineno, raw in iter_lines(fh, self.path, self.opts.max_record_bytes):
                 if isinstance(raw, LongLine):
@@ -481,7 +486,7 @@ class _JsonlReader(_Reader):
                 if not isinstance(obj, dict):
                     yield self.bad(lineno, f"JSON value is {type(obj).__name__}, not an object", raw)
                     continue
-                repeated = repeated_key(line, fields, written)
+                repeated = repeated_key(line, fields)
                 if repeated:
                     yield self.bad(lineno, repeated, raw)
                     continue
