@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from shardflow.core.fields import check_field_types, one_of, whole_floats_as_ints
+from shardflow.core.fields import check_device, check_field_types, one_of, whole_floats_as_ints
 
 # Decoder-only models get this instruction unless `prompt` is set.
 DEFAULT_PROMPT = "Summarise the following text in a few sentences."
@@ -105,7 +105,6 @@ class GenerateParams:
 
     def __post_init__(self) -> None:
         from shardflow.core.devices import DTYPES
-        from shardflow.core.fields import check_device
 
         whole_floats_as_ints(self)  # max_input_length 512.0 (a sweep value)
         check_device(self.device)

@@ -7,13 +7,10 @@ against FRANK's published per-document ROUGE, and Lead-3 against its target.
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import pytest
 
-from tests.helpers import opt_in_data
-
-REPO = Path(__file__).resolve().parents[3]
+from tests.helpers import REPO, opt_in_data
 
 pytestmark = pytest.mark.optin
 
