@@ -149,8 +149,11 @@ _PROBLEMS += plan.memory_cap_problems(config)
 SWEEPS = parse_sweeps(
     config["sweeps"], config, validate, root=workflow.basedir, problems=_PROBLEMS
 )
-# A literal and a named prompt set together, in the config or at a sweep point.
-_PROBLEMS += plan.prompt_conflicts(config, SWEEPS.values())
+# A literal and a named prompt set together, in the config or at a sweep point (the
+# points in the main process only: every job's re-parse built each point's config).
+_PROBLEMS += plan.prompt_conflicts(
+    config, SWEEPS.values() if workflow.is_main_process else ()
+)
 if workflow.is_main_process:
     # What the config files write that their merge hides: a key written twice in one
     # mapping (YAML keeps the last), one sweep defined in two files (merged key by key);

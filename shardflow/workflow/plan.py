@@ -531,12 +531,10 @@ def prompt_conflicts(cfg: dict, sweeps: Iterable[SweepSpec] = ()) -> list[str]:
         return job[section][literal] is not None and job[section][named] is not None
 
     found = [("", pair) for pair in pairs if both(cfg, pair)]
-    for spec in sweeps:
-        read = sorted({k for task in SWEEP_TASKS.get(spec.stage, ()) for k in PROMPT_KEYS.get(task, ())})
-        read = [pair for pair in read if not both(cfg, pair)]
-        for point in spec.ids if read else ():
-            job = spec.job_config(point, spec.seeds[0])
-            found += [(f" (sweep '{spec.name}', point {point})", pair) for pair in read if both(job, pair)]
+    sweeps = [spec for spec in sweeps if any(PROMPT_KEYS.get(t) for t in SWEEP_TASKS.get(spec.stage, ()))]
+    for where, job, tasks in _model_places(cfg, (), sweeps):
+        read = sorted({pair for task in tasks for pair in PROMPT_KEYS.get(task, ())} if where else ())
+        found += [(where, pair) for pair in read if not both(cfg, pair) and both(job, pair)]
     return [
         f"{section}.{literal} and {section}.{named} are both set{where}: give one (a literal prompt, or the name of "
         "one in the model's config)"
