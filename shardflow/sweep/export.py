@@ -18,9 +18,9 @@ after the parameters gives each point's.
 
 from __future__ import annotations
 
-import json
 import math
 import os
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
@@ -92,8 +92,8 @@ def value_labels(values: Iterable[Any]) -> dict[str, str]:
         labels = {k: value_label(v) for k, v in distinct.items()}
         # A string that still reads as another value of the column (the string "null"
         # beside null, "true" beside true) is quoted.
-        shared = {label for label in labels.values() if list(labels.values()).count(label) > 1}
-        labels = {k: json.dumps(v, ensure_ascii=False) if isinstance(v, str) and labels[k] in shared else labels[k]
+        counts = Counter(labels.values())
+        labels = {k: f'"{labels[k]}"' if isinstance(v, str) and counts[labels[k]] > 1 else labels[k]
                   for k, v in distinct.items()}
     return labels
 
