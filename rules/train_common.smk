@@ -153,9 +153,9 @@ def train_resources():
     know the executor, and the local run it previews puts the job on the CPU."""
 
     def gpu(wildcards):
-        if runs_on_cpu():
+        gpus = train_job_gpus(wildcards)
+        if not gpus:
             return 0
-        gpus = stage_section("train", wildcards)["gpus"]
         offered = workflow.global_resources.get("gpu")
         offered = getattr(offered, "value", offered)  # a Resource in Snakemake 9
         if workflow.is_main_process and isinstance(offered, int) and gpus > offered:
@@ -175,13 +175,17 @@ def train_resources():
     return {**job_resources("train"), "gpu": gpu}
 
 
+def train_job_gpus(wildcards):
+    """The GPUs a train job runs on: train.gpus (a sweep point's for sweep_train), 0
+    where it runs on the CPU."""
+    return 0 if runs_on_cpu() else stage_section("train", wildcards)["gpus"]
+
+
 def train_processes(wildcards):
-    """The train job's processes: one per GPU (train.gpus, a sweep point's for
-    sweep_train), one on the CPU (shardflow.train.launch). `threads: auto` gives each
-    the threads of one GPU job: a cluster gives a job of N ranks N times the CPUs."""
-    if runs_on_cpu():
-        return 1
-    return max(1, stage_section("train", wildcards)["gpus"])
+    """The train job's processes: one per GPU, one on the CPU (shardflow.train.launch).
+    `threads: auto` gives each the threads of one GPU job: a cluster gives a job of N
+    ranks N times the CPUs."""
+    return max(1, train_job_gpus(wildcards))
 
 
 def one_job(wildcards):
