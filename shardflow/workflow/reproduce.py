@@ -52,10 +52,16 @@ def _readings(node, parts: list[str], keys: tuple[str, ...] = ()):
             yield from _readings(node[key], parts[n:], (*keys, key))
 
 
-def metric(metrics: dict | None, name: str):
+# What `metric` finds where a record lacks the name (or there is no record): the table
+# reads it "missing", apart from a metric the record holds as null.
+MISSING = object()
+
+
+def metric(metrics: dict | None, name: str, default=None):
     """The value `name` names in a metrics record: a top-level key, or a nested one by its
     keys joined with '.' (`all.ndcg_at_1`), as shardflow.sweep.metrics names them and the
-    parse-time check (plan.unknown_reproduction_metrics) accepts them; None where absent.
+    parse-time check (plan.unknown_reproduction_metrics) accepts them; `default` where
+    absent.
 
     A key may itself hold a dot (a summarisation system "gpt-3.5":
     `systems.gpt-3.5.rouge1.mean`), so the name is matched against the record's own keys
@@ -63,7 +69,7 @@ def metric(metrics: dict | None, name: str):
     "b" inside "a") the name is ambiguous: a ReproductionError names both, as picking one
     could pass or fail the check on the other's value."""
     if metrics is None:
-        return None
+        return default
     found = list(_readings(metrics, name.split(".")))
     if len(found) > 1:
         readings = " and ".join("".join(f"[{k!r}]" for k in keys) for keys, _ in found)
@@ -72,7 +78,7 @@ def metric(metrics: dict | None, name: str):
             "a dotted name cannot tell them apart: rename one of the keys (a stored summarisation system is "
             "named by its key in the input files)"
         )
-    return found[0][1] if found else None
+    return found[0][1] if found else default
 
 
 def within(got, value: float, tolerance: float) -> bool:
@@ -107,10 +113,10 @@ def package_versions_ran(provenance: dict, name: str) -> dict[str | None, list[s
 def check_reproduction(expect: dict, provenance: dict, metrics: dict | None, strict_packages: bool = False) -> list[Row]:
     rows: list[Row] = []
     for name, spec in sorted((expect.get("metrics") or {}).items()):
-        got = metric(metrics, name)
+        got = metric(metrics, name, MISSING)
         value, tol = float(spec["value"]), float(spec["tolerance"])
         ok = within(got, value, tol)
-        shown = _fmt(value), _fmt(got)
+        shown = _fmt(value), "missing" if got is MISSING else "null" if got is None else _fmt(got)
         if not ok and shown[0] == shown[1]:  # they differ beyond 5 decimals: show where
             shown = repr(value), repr(got)
         rows.append(Row(f"metric {name}", *shown, f"±{tol:g}", "ok" if ok else "FAIL"))

@@ -95,7 +95,7 @@ def test_a_key_holding_a_dot_is_read_by_its_own_name_and_two_readings_are_an_err
     (row,) = check_reproduction(
         {"metrics": {"systems.gpt-3.6.rouge1.mean": {"value": 0.4, "tolerance": 1}}}, {}, metrics
     )
-    assert (row.got, row.status) == ("-", "FAIL")
+    assert (row.got, row.status) == ("missing", "FAIL")
     # Both "gpt-3.5" and "gpt-3" -> "5" hold rouge1.mean: ambiguous.
     metrics["systems"]["gpt-3"] = {"5": {"rouge1": {"mean": 0.9}}}
     with pytest.raises(ReproductionError) as err:
@@ -178,3 +178,14 @@ def test_a_package_is_found_however_its_name_is_spelt():
         ("package Sentence.Transformers", "5.1.0", "FAIL"),
         ("package sentence_transformers", "5.1.0", "ok"),
     ]
+
+
+def test_a_null_metric_reads_null_and_an_absent_one_missing():
+    """Both failed rows read `-`: a record that holds the metric as null (a stage that
+    could not compute it) and one that lacks it (another stage's record, an older
+    writer) are different faults, and the table is what the user reads to tell them."""
+    expect = {"metrics": {"a": {"value": 0.5, "tolerance": 0.1}, "b": {"value": 0.5, "tolerance": 0.1}}}
+    rows = check_reproduction(expect, {}, {"a": None})
+    assert [(r.item, r.got, r.status) for r in rows] == [("metric a", "null", "FAIL"), ("metric b", "missing", "FAIL")]
+    (row,) = check_reproduction({"metrics": {"a": {"value": 0.5, "tolerance": 0.1}}}, {}, None)
+    assert (row.got, row.status) == ("missing", "FAIL")
