@@ -145,6 +145,13 @@ _PROBLEMS = plan.reproduction_pins_nothing(config)
 _PROBLEMS += plan.reproduction_unnamed(config)
 _PROBLEMS += plan.unknown_reproduction_metrics(config, DATASETS)
 _PROBLEMS += plan.unknown_reproduction_packages(config)
+# The data set whose provenance and metrics rule verify_reproduction reads.
+REPRO_DATASET = RETRIEVAL if RETRIEVAL is not None else DATASET
+_PROBLEMS += plan.unknown_reproduction_outputs(
+    config,
+    REPRO_DATASET,
+    tasks.task_files(DATASETS[REPRO_DATASET].tasks, REPRO_DATASET, config, DATASET),
+)
 _PROBLEMS += plan.memory_cap_problems(config)
 SWEEPS = parse_sweeps(
     config["sweeps"], config, validate, root=workflow.basedir, problems=_PROBLEMS
@@ -1082,9 +1089,6 @@ def final_targets():
     if config["reproduce"]["name"]:
         targets.append(f"results/{REPRO_DATASET}/reproduction.json")
     return targets
-
-
-REPRO_DATASET = RETRIEVAL if RETRIEVAL is not None else DATASET
 
 
 def provenance_inputs(wildcards):

@@ -44,6 +44,7 @@ from shardflow.retrieval.pipeline import RetrievalSpec
 from shardflow.sweep import shared
 from shardflow.sweep.metrics import describe, loads_model, stage_metrics, summary_report_metrics
 from shardflow.train.tokenizer import pretrained_unavailable
+from shardflow.workflow.tasks import TaskFiles
 from shardflow.workflow.tasks import models as task_models
 
 if TYPE_CHECKING:  # the sweep package imports pandas: parse-time code here does not
@@ -659,6 +660,31 @@ def unknown_reproduction_packages(cfg: dict) -> list[str]:
         for name in sorted(pinned)
         if recorded_package(name) is None
     ]
+
+
+def unknown_reproduction_outputs(cfg: dict, ds: str, files: Iterable[TaskFiles]) -> list[str]:
+    """One line per `reproduce.expect.outputs_sha256` path that the provenance record of
+    data set `ds` (the one rule verify_reproduction reads) never holds: it hashes the
+    outputs of the data set's tasks (`files`: tasks.task_files), a folder's files each
+    under its own path. A misspelt path, or the shard folder pinned whole, read "missing"
+    and failed the check after every job had run."""
+    pinned = (cfg["reproduce"].get("expect") or {}).get("outputs_sha256") or {}
+    if not cfg["reproduce"].get("name") or not pinned:
+        return []
+    outputs = [path for task in files for path in task.outputs]
+    folders = {path for task in files for path in task.folders}
+    hashed = sorted(f"{path}/<file>" if path in folders else path for path in outputs)
+    out = []
+    for path in sorted(pinned):
+        if path in folders:
+            out.append(f"reproduce.expect.outputs_sha256: '{path}' is a folder: provenance hashes each file in it "
+                       f"under its own path ('{path}/<file>'): pin those")
+        elif path not in outputs and not any(path.startswith(folder + "/") for folder in folders):
+            close = difflib.get_close_matches(path, [p for p in outputs if p not in folders], n=1, cutoff=0.6)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            out.append(f"reproduce.expect.outputs_sha256: '{path}' is not an output the provenance of {ds} hashes"
+                       f"{hint} (it hashes {', '.join(hashed)})")
+    return out
 
 
 def _normalises(model: str) -> bool | None:

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 class TaskFiles:
     targets: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
+    # Those of `outputs` that are folders: provenance hashes each file in them, under its
+    # own path (provenance.output_sha256).
+    folders: list[str] = field(default_factory=list)
     jobs: list[str] = field(default_factory=list)
     benchmarks: list[str] = field(default_factory=list)
     # (stage, data set, {name: file}) for shardflow.workflow.landing
@@ -87,6 +90,7 @@ def training(ds: str, cfg: dict, main: str) -> TaskFiles:
     return TaskFiles(
         targets=[f"{r}/train/{f}" for f in ("metrics.json", "loss.png", "sample.txt")],
         outputs=[f"{r}/shards"] + [f"{r}/train/{f}" for f in weights],
+        folders=[f"{r}/shards"],
         jobs=[f"{r}/tokenize/jobs.json"],
         benchmarks=[f"benchmarks/{stage}/{ds}.tsv" for stage in ("train_tokenizer", "gather_shards", "train")],
         landing=[("training", ds, landing)],

@@ -1675,3 +1675,27 @@ def test_a_shard_size_that_holds_no_training_window_stops_the_parse(config):
     with pytest.raises(ValueError, match=r"shards.shard_mb 0.001 \(12 uint16 tokens at most\) packs none"):
         plan.train_settings({**train, "block_size": 12}, shards=tiny)
     plan.train_settings({**train, "block_size": 11}, shards=tiny)
+
+
+def test_a_pinned_output_provenance_never_hashes_is_named_at_parse_time(config):
+    """reproduce.expect.outputs_sha256 is compared with the outputs the data set's
+    provenance hashes (tasks.task_files), a folder's files each under its own path. A
+    misspelt path, or the shard folder pinned whole, read "missing" and failed the check
+    after every job had run; a file in that folder is a file provenance hashes."""
+    from shardflow.workflow.tasks import task_files
+
+    files = task_files(("training",), "shakespeare", config, "shakespeare")
+    pins = {"results/shakespeare/shards": "a" * 64, "results/shakespeare/shards/train_000000.bin": "b" * 64,
+            "results/shakespeare/train/best.safetensor": "c" * 64, "results/shakespeare/train/last.safetensors": "d" * 64}
+    config["reproduce"].update(name="paper", expect={"outputs_sha256": pins})
+    assert plan.unknown_reproduction_outputs(config, "shakespeare", files) == [
+        "reproduce.expect.outputs_sha256: 'results/shakespeare/shards' is a folder: provenance hashes each file in it "
+        "under its own path ('results/shakespeare/shards/<file>'): pin those",
+        "reproduce.expect.outputs_sha256: 'results/shakespeare/train/best.safetensor' is not an output the "
+        "provenance of shakespeare hashes; did you mean 'results/shakespeare/train/best.safetensors'? (it hashes "
+        "results/shakespeare/shards/<file>, results/shakespeare/train/best.safetensors, "
+        "results/shakespeare/train/last.safetensors, results/shakespeare/train/losses.parquet, "
+        "results/shakespeare/train/metrics.json)",
+    ]
+    config["reproduce"]["name"] = None  # no check runs: reproduction_unnamed names the pins
+    assert plan.unknown_reproduction_outputs(config, "shakespeare", files) == []
