@@ -20,8 +20,9 @@ params = EvaluateParams(
     drop_identical_ids=p.drop_identical_ids,
     relevance_level=p.get("relevance_level", 1),  # given only away from 1 (rules/common.smk retrieval_scoring)
     similarity=load_model_spec(resolve_model(p.model)).similarity,
-    # A CPU job searches on the CPU even if CUDA is there; else the device this job pinned.
-    device="cpu" if job.device == "cpu" else None,
+    # The job's device: cpu for a CPU job even if CUDA is there; auto, cuda or cuda:N
+    # (gpu_jobs.device) for a GPU job, resolved by the pipeline.
+    device=job.device,
 )
 job.log.info("search params %s", params)
 i = smk.input

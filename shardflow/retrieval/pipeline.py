@@ -252,6 +252,7 @@ def search_and_score(
     per_query_out: str,
     run_out: str,
 ) -> dict:
+    from shardflow.core.devices import resolve_device
     from shardflow.retrieval.search import default_device, exact_search, to_run
 
     # Where the scores are computed, recorded for the job's cost (shardflow.sweep.cost:
@@ -259,6 +260,8 @@ def search_and_score(
     # are CUDA when available.
     device = "cpu" if params.backend == "faiss" else (params.device or "auto")
     device = default_device() if device == "auto" else device
+    if device != "cpu":  # a CUDA device this process has (cuda:1 with two), or an error naming it
+        resolve_device(device)
     doc_ids = read_ids(doc_ids_path)
     query_ids = read_ids(query_ids_path)
     queries = np.load(query_npy)

@@ -325,3 +325,42 @@ def test_the_per_query_figure_names_a_relevance_level_away_from_1(tmp_path, monk
     assert {"ndcg_at_10", "recall_at_10 (relevance >= 2)", "recall_at_100 (relevance >= 2)",
             "mrr_at_10 (relevance >= 2)", "map_at_10 (relevance >= 2)"} <= at_two
     assert at_two - at_one == {f"{k} (relevance >= 2)" for k in HEADLINE[1:]}
+
+
+class _Named(dict):
+    """A rule's params or input as a script reads them: by attribute, or with .get."""
+
+    __getattr__ = dict.__getitem__
+
+
+@pytest.mark.parametrize("device", ["cuda:1", "cuda", "auto", "cpu"])
+def test_the_evaluation_script_searches_on_the_device_its_job_was_given(monkeypatch, device):
+    """scripts/retrieval_evaluate.py passed the pipeline no device for a GPU job (None:
+    CUDA's current device), so with gpu_jobs.pinning off and gpu_jobs.device cuda:1 the
+    search ran on cuda:0, beside whatever that GPU held. It passes the job's own device;
+    the pipeline resolves auto (search_and_score)."""
+    import runpy
+    from types import SimpleNamespace
+
+    from shardflow.core import gpujob
+    from shardflow.retrieval import pipeline
+
+    job = SimpleNamespace(device=device, threads=1, log=SimpleNamespace(info=lambda *a: None))
+    monkeypatch.setattr(gpujob, "start_gpu_job", lambda *a: job)
+    searched = []
+    monkeypatch.setattr(pipeline, "search_and_score", lambda *a: searched.append(a[5]))
+    monkeypatch.setattr(pipeline, "plot_per_query", lambda *a: None)
+    params = _Named(top_k=10, block_size=64, backend="torch", drop_identical_ids=True, model="default")
+    names = ("docs", "doc_ids", "queries", "query_ids", "qrels")
+    smk = SimpleNamespace(params=params, input=_Named((n, n) for n in names),
+                          output=_Named(metrics="m", per_query="q", run="r", figure="f"))
+    runpy.run_path("scripts/retrieval_evaluate.py", init_globals={"snakemake": smk})
+    assert searched[0].device == device
+
+
+@pytest.mark.skipif(__import__("torch").cuda.device_count() > 1, reason="this host has a cuda:1")
+def test_a_cuda_device_the_job_has_not_is_named_before_the_search(tmp_path):
+    """A GPU job's own device now reaches the search (the script passed none before): one
+    this process has no CUDA for stops with the device named, not in the first tensor op."""
+    with pytest.raises(RuntimeError, match="device 'cuda:1' requested but"):
+        _search(tmp_path, [[1.0, 0.0]], [[1.0, 0.0]], "cosine", device="cuda:1")
