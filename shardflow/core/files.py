@@ -32,10 +32,28 @@ def _cut_short(exc: json.JSONDecodeError) -> bool:
     return bool(exc.doc.strip()) and not exc.doc[exc.pos :].strip()
 
 
+class NestedTooDeep(json.JSONDecodeError):
+    """A JSON text nested deeper than json can decode: where is not known, so no column."""
+
+
+def loads_json(text: str, **kwargs: Any) -> Any:
+    """`json.loads(text, **kwargs)`, with a text nested too deeply for it (`"[" * 100000`)
+    raised as a JSONDecodeError, as any other bad JSON is, so the readers of user lines
+    name its file and line: json decodes arrays and objects by recursion, and there raises
+    a bare RecursionError, which names neither."""
+    try:
+        return json.loads(text, **kwargs)
+    except RecursionError:
+        reason = "arrays or objects nested deeper than Python's recursion limit lets json read"
+        raise NestedTooDeep(reason, text, 0) from None
+
+
 def malformed_json(exc: json.JSONDecodeError, unit: str = "line") -> str:
     """A bad JSON text's reason, with its column, or "at the end of the line" (`unit`) for
     a text cut short (json's own message may end in " at": "Invalid control character
     at")."""
+    if isinstance(exc, NestedTooDeep):
+        return f"malformed JSON ({exc.msg})"
     where = f"the end of the {unit}" if _cut_short(exc) else f"column {exc.colno}"
     return f"malformed JSON ({exc.msg.removesuffix(' at')} at {where})"
 

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO
 
-from shardflow.core.files import GZIP_MAGIC, malformed_json, open_binary
+from shardflow.core.files import GZIP_MAGIC, loads_json, malformed_json, open_binary
 from shardflow.core.s3 import logical_path
 
 FORMATS = ("jsonl", "parquet", "csv", "tsv", "text")
@@ -392,7 +392,7 @@ def repeated_key(line: str, read: Sequence[str]) -> str | None:
     spelled with escapes (`"\\u0074ext"`) is not looked for."""
     if all(line.count(_json_key(key)) < 2 for key in read):
         return None
-    keys = [key for key, _ in json.loads(line, object_pairs_hook=list)]
+    keys = [key for key, _ in loads_json(line, object_pairs_hook=list)]
     return _repeated_column(keys, read, kind="key", within=" of the object")
 
 
@@ -479,7 +479,7 @@ class _JsonlReader(_Reader):
                     yield self.bad(lineno, f"invalid UTF-8 at byte {exc.start}", raw)
                     continue
                 try:
-                    obj = json.loads(line)
+                    obj = loads_json(line)
                 except json.JSONDecodeError as exc:
                     yield self.bad(lineno, malformed_json(exc), raw)
                     continue

@@ -29,7 +29,7 @@ from collections.abc import Container, Iterable, Iterator
 from pathlib import Path
 
 from shardflow.core.atomic import atomic_open
-from shardflow.core.files import open_binary
+from shardflow.core.files import loads_json, open_binary
 from shardflow.corpus.chunks import ChunkRecord, dump_record
 from shardflow.corpus.readers import (
     DEFAULT_MAX_RECORD_BYTES,
@@ -108,7 +108,7 @@ def _iter_jsonl_objects(path: Path, read: tuple[str, ...]) -> Iterator[tuple[int
     an error (json keeps the last value, silently dropping the first)."""
     for lineno, line in _iter_lines(path):
         try:
-            obj = json.loads(line)
+            obj = loads_json(line)
         except json.JSONDecodeError as exc:
             raise RetrievalDataError(path, lineno, f"malformed JSON ({exc.msg})") from exc
         if not isinstance(obj, dict):

@@ -36,7 +36,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardflow.core.files import open_binary
+from shardflow.core.files import loads_json, open_binary
 from shardflow.core.s3 import logical_path
 from shardflow.corpus.readers import (
     DEFAULT_MAX_RECORD_BYTES,
@@ -254,7 +254,7 @@ def json_objects(
                 continue
             try:
                 text = decode_text(raw, line)  # the byte of an error counts a mark
-                obj = json.loads(text)
+                obj = loads_json(text)
             except UnicodeDecodeError as exc:
                 yield line, raw, _Bad(f"invalid UTF-8 at byte {exc.start}")
                 continue

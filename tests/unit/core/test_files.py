@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import gzip
+import json
 
 import pytest
 
-from shardflow.core.files import iter_json_lines, open_binary, read_json
+from shardflow.core.files import iter_json_lines, loads_json, malformed_json, open_binary, read_json
 
 
 def test_open_binary_gunzips_by_magic_not_name(tmp_path):
@@ -64,3 +65,16 @@ def test_iter_json_lines_names_file_and_line_of_a_damaged_line(tmp_path, line, r
     assert next(lines) == (1, {"id": "d1"})
     with pytest.raises(ValueError, match=rf"t\.bin\.docs\.jsonl:2: {reason}"):
         next(lines)
+
+
+def test_loads_json_raises_a_text_nested_too_deeply_as_bad_json_without_a_column():
+    """json decodes by recursion and raised a bare RecursionError; as a JSONDecodeError it
+    is caught where every bad line is, and named with the line's file and line. Where the
+    nesting went too deep is not known, so no column is named."""
+    nested = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(json.JSONDecodeError) as err:
+        loads_json(nested)
+    reason = "malformed JSON (arrays or objects nested deeper than Python's recursion limit lets json read)"
+    assert malformed_json(err.value) == reason
+    assert loads_json("[" * 100 + "]" * 100) == json.loads("[" * 100 + "]" * 100)
+    assert loads_json('{"a": 1, "a": 2}', object_pairs_hook=list) == [("a", 1), ("a", 2)]

@@ -269,6 +269,11 @@ BAD_LINES = {
     "unpaired surrogate": (b'{"id": "x", "text": "bad \\ud800 escape"}\n', "surrogate"),
     "text key twice": (b'{"id": "x", "text": "first", "text": "second"}\n', "key 'text' is repeated"),
     "id key twice": (b'{"id": "x", "text": "t", "id": "y"}\n', "key 'id' is repeated"),
+    # json decodes by recursion: this raised a bare RecursionError, naming no file or line.
+    "nested too deeply": (
+        b'{"id": "x", "text": "t", "n": ' + b"[" * 100_000 + b"\n",
+        "malformed JSON (arrays or objects nested deeper than",
+    ),
 }
 
 

@@ -105,6 +105,8 @@ def test_gzip_is_detected_by_content_not_name(tmp_path):
         ('{"_id": "b", "text": 5}', "'text' is not a string"),
         ('{"_id": "b", "title": 1, "text": "t"}', "'title' is not a string"),
         ('["_id", "b"]', "expected a JSON object"),
+        # json decodes by recursion: this raised a bare RecursionError, naming no file or line.
+        ('{"_id": "b", "text": "t", "n": ' + "[" * 100_000, "malformed JSON \\(arrays or objects nested deeper than"),
         ('{"_id": "a", "text": "again"}', "duplicate document id 'a' \\(an earlier line has it\\)"),
     ],
 )

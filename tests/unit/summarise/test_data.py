@@ -27,6 +27,21 @@ def test_a_byte_order_mark_is_no_part_of_the_first_id(tmp_path):
         assert [d.id for d in load_documents(path).records] == ["a"]
 
 
+def test_a_line_nested_too_deeply_is_a_bad_record_naming_file_and_line(tmp_path):
+    """json decodes by recursion: such a line raised a bare RecursionError, naming neither
+    file nor line, whatever on_bad_record said."""
+    rec = {"id": "a", "article": "x", "highlights": "h"}
+    path = write(tmp_path / "refs.jsonl", rec, raw=b"")
+    with open(path, "ab") as fh:
+        fh.write(b'{"id": "b", "article": ' + b"[" * 100_000 + b"\n")
+    reason = "malformed JSON (arrays or objects nested deeper than"
+    with pytest.raises(BadRecordError, match=re.escape(f"{path}:2: {reason}")):
+        load_documents(path)
+    loaded = load_documents(path, on_bad_record="skip")
+    assert [d.id for d in loaded.records] == ["a"]
+    assert [(r.line, r.reason.startswith(reason)) for r in loaded.rejects] == [(2, True)]
+
+
 def test_invalid_utf8_after_a_byte_order_mark_is_named_at_its_byte_as_the_split_names_it(tmp_path):
     """The byte of an invalid UTF-8 sequence on line 1 counts the mark, as the file holds
     it and as the split's reader names it (corpus.readers.decode_text): "utf-8-sig"
