@@ -22,6 +22,7 @@ longer line is skipped in 1 MiB pieces, never held whole (docs/bad-input.md).
 
 from __future__ import annotations
 
+import codecs
 import csv
 import functools
 import glob
@@ -201,6 +202,16 @@ def decode_text(raw: bytes, lineno: int) -> str:
     a byte decodes through here."""
     text = raw.decode("utf-8")
     return text[1:] if lineno == 1 and text.startswith("\ufeff") else text
+
+
+def blank_line(raw: bytes, lineno: int) -> bool:
+    """Whether line `lineno` of a JSON-lines file (its bytes, `raw`) is blank, carrying no
+    record: white space only, a byte-order mark opening the file set aside, as decode_text
+    drops it (a line of the mark alone read as malformed JSON). The split's and the
+    summarisation scoring's readers pass such a line over."""
+    if lineno == 1:
+        raw = raw.removeprefix(codecs.BOM_UTF8)
+    return not raw.strip()
 
 
 def encodable(value: str) -> bool:
@@ -467,7 +478,7 @@ class _JsonlReader(_Reader):
                 if isinstance(raw, LongLine):
                     yield self.too_large(lineno, raw.size, raw.head)
                     continue
-                if not raw.strip():
+                if blank_line(raw, lineno):
                     continue  # blank separator lines carry no record
                 nul = nul_byte(raw)
                 if nul:

@@ -43,6 +43,7 @@ from shardflow.corpus.readers import (
     BadRecordError,
     LongLine,
     Rejected,
+    blank_line,
     decode_text,
     encodable,
     iter_lines,
@@ -250,7 +251,7 @@ def json_objects(
             if isinstance(raw, LongLine):
                 yield line, raw.head, _Bad(f"record too large: {raw.size:,} bytes, over input.max_record_mb ({limit_label(max_record_bytes)})")
                 continue
-            if not raw.strip():
+            if blank_line(raw, line):
                 continue
             try:
                 text = decode_text(raw, line)  # the byte of an error counts a mark

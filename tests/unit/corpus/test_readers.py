@@ -479,6 +479,16 @@ def test_jsonl_byte_order_mark_is_accepted(tmp_path):
     assert ids_texts(read(path)) == [("ok1", "fine")]
 
 
+@pytest.mark.parametrize("blank", [b"\n", b"  \r\n"], ids=["alone", "with white space"])
+def test_a_first_line_holding_only_a_byte_order_mark_is_a_blank_line(tmp_path, blank):
+    """The mark opens the file, not a record: the line it leaves is blank and passed over, as
+    any blank line is. It was "malformed JSON" at line 1 (the blank test saw the mark)."""
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + blank + GOOD)
+    for mode in ("error", "skip"):
+        assert [(type(r), r.id, r.line) for r in read(path, on_bad_record=mode)] == [(Record, "ok1", 2)]
+
+
 def test_invalid_utf8_after_a_byte_order_mark_is_named_at_its_byte_in_the_line(tmp_path):
     path = tmp_path / "c.txt"
     path.write_bytes(b"\xef\xbb\xbfcaf\xe9\n")

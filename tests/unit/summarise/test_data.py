@@ -27,6 +27,16 @@ def test_a_byte_order_mark_is_no_part_of_the_first_id(tmp_path):
         assert [d.id for d in load_documents(path).records] == ["a"]
 
 
+@pytest.mark.parametrize("blank", [b"\n", b"  \r\n"], ids=["alone", "with white space"])
+def test_a_first_line_holding_only_a_byte_order_mark_is_a_blank_line(tmp_path, blank):
+    """The line the mark leaves is blank, passed over as the split passes it over; it was
+    "malformed JSON" at line 1, stopping the job or counted as a reject."""
+    path = write(tmp_path / "bom.jsonl", {"id": "a", "article": "x", "highlights": "h"}, raw=b"\xef\xbb\xbf" + blank)
+    for mode in ("error", "skip"):
+        loaded = load_documents(path, on_bad_record=mode)
+        assert ([(d.id, d.line) for d in loaded.records], loaded.rejects) == ([("a", 2)], [])
+
+
 def test_a_line_nested_too_deeply_is_a_bad_record_naming_file_and_line(tmp_path):
     """json decodes by recursion: such a line raised a bare RecursionError, naming neither
     file nor line, whatever on_bad_record said."""
