@@ -638,7 +638,11 @@ class _DelimitedReader(_Reader):
                     yield self.bad(*row["bad"], raw)
                     continue
                 if not fields:
-                    continue
+                    if len(header) > 1:
+                        continue  # no row of several columns is written so: it separates rows, as in JSONL
+                    # With one column a blank line is a row whose field is empty, as a blank
+                    # line of a text file is a line without text: read so, it is counted.
+                    fields = [""]
                 if len(fields) != len(header):
                     yield self.bad(line, f"{len(fields)} fields where the header has {len(header)}", raw)
                     continue

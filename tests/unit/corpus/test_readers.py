@@ -367,6 +367,25 @@ def test_csv_wrong_field_count_is_bad(tmp_path):
         read(path)
 
 
+@pytest.mark.parametrize("sep", [",", "\t"], ids=["csv", "tsv"])
+def test_a_blank_line_in_a_one_column_csv_is_a_row_with_an_empty_text(tmp_path, sep):
+    """With one column a blank line is a row whose one field is empty, as a blank line of a
+    text file is a line without text: a bad record, counted under skip. It was passed over
+    without a count, while a line of spaces was a bad record. With more columns a blank
+    line holds no row (a row writes its delimiters) and separates rows, as in JSONL."""
+    suffix = ".csv" if sep == "," else ".tsv"
+    path = tmp_path / f"c{suffix}"
+    path.write_text("text\nhello\n\nworld\n")
+    with pytest.raises(BadRecordError, match=re.escape(f"{path}:3: empty text in field 'text'")):
+        read(path, id_field=None)
+    items = read(path, id_field=None, on_bad_record="skip")
+    assert [(type(r), r.line) for r in items] == [(Record, 2), (Rejected, 3), (Record, 4)]
+    assert (items[1].reason, items[1].raw) == ("empty text in field 'text'", "")
+    two = tmp_path / f"two{suffix}"
+    two.write_text(f"id{sep}text\n1{sep}hello\n\n2{sep}world\n")
+    assert [(r.id, r.line) for r in read(two)] == [("1", 2), ("2", 4)]
+
+
 def test_csv_invalid_utf8_row_is_rejected_with_its_line(tmp_path):
     path = tmp_path / "c.csv"
     path.write_bytes(b"id,text\n1,one\n2,caf\xe9\n3,three\n")
