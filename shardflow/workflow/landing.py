@@ -34,7 +34,7 @@ from pathlib import Path
 
 from shardflow.core.atomic import atomic_open
 from shardflow.core.files import read_json
-from shardflow.core.jobs import last_attempt_gpu_hours, priced, read_job_table
+from shardflow.core.jobs import earlier_train_seconds, last_attempt_gpu_hours, priced, read_benchmark, read_job_table
 from shardflow.embed.report import ReportParams, run_summary
 from shardflow.sweep.export import level_phrase, value_label
 from shardflow.train.params import batch_note
@@ -450,7 +450,8 @@ def _val_loss_line(m: dict) -> str:
 
 
 def training_section(dataset: str, files: dict, report: ReportParams | None = None) -> Section:
-    """files: shards (the shard folder), jobs (tokenize jobs), metrics (train); report: the GPU-hour price."""
+    """files: shards (the shard folder), jobs (tokenize jobs), metrics and benchmark (train; the
+    benchmark read on CUDA only); report: the GPU-hour price."""
     meta, m = read_json(Path(files["shards"]) / "metadata.json"), read_json(files["metrics"])
     jobs = read_job_table(files["jobs"])
     t, tok = meta["totals"], meta["tokenizer"]
@@ -477,7 +478,11 @@ def training_section(dataset: str, files: dict, report: ReportParams | None = No
         speed += f", MFU {100 * m['mfu']:.1f}%"
     rows.append(("throughput", speed))
     if m["device"].startswith("cuda"):
-        gpu_hours = last_attempt_gpu_hours(m, m["train_seconds_total"])  # x world_size: one GPU a rank
+        # As make status and a training sweep's cost.json count them: the job's benchmark
+        # seconds (start-up and export too) and the training of its attempts before,
+        # x world_size (one GPU a rank).
+        seconds = float(read_benchmark(files["benchmark"]).get("s", m["wall_seconds"]))
+        gpu_hours = last_attempt_gpu_hours(m, seconds + earlier_train_seconds(m))
         cost = ""
         if report is not None:
             cost = f", {priced(gpu_hours, report.gpu_hour_price)['estimated_cost']:.2f} {report.currency}"

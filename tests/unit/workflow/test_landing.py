@@ -233,7 +233,9 @@ def test_the_training_page_says_the_largest_ranks_peak_gpu_memory(tmp_path):
                "tokens_per_second": 100.0, "mfu": 0.2, "device": "cuda:0", "world_size": 2, "dtype": "bfloat16",
                "peak_gpu_mem_mib": 5120.0, "peak_gpu_mem_reserved_mib": 6000.0,
                "peak_gpu_mem_mib_by_rank": [5120.0, 4900.5]}
-    files = {"shards": tmp_path / "shards", "jobs": tmp_path / "jobs.json", "metrics": tmp_path / "m.json"}
+    (tmp_path / "train.tsv").write_text("s\th:m:s\n3.0\t0:00:03\n")
+    files = {"shards": tmp_path / "shards", "jobs": tmp_path / "jobs.json", "metrics": tmp_path / "m.json",
+             "benchmark": tmp_path / "train.tsv"}
     cases = (
         ({}, "5,120 MiB allocated, 6,000 MiB reserved on the busiest GPU: the largest of the 2 ranks' peaks "
              "(allocated by rank: 5,120, 4,900 MiB)"),
@@ -245,9 +247,9 @@ def test_the_training_page_says_the_largest_ranks_peak_gpu_memory(tmp_path):
     for changes, want in cases:
         files["metrics"].write_text(json.dumps({**metrics, **changes}))
         assert dict(training_section("tr", files).rows)["peak GPU memory"] == want
-    # GPU-hours: 1 s of training on each of the 2 ranks' GPUs (core.jobs.last_attempt_gpu_hours).
+    # GPU-hours: the job's 3 benchmark seconds on each of the 2 ranks' GPUs (core.jobs.last_attempt_gpu_hours).
     files["metrics"].write_text(json.dumps(metrics))
-    assert dict(training_section("tr", files).rows)["GPU-hours and cost"] == f"{2 / 3600:.4f} GPU-h"
+    assert dict(training_section("tr", files).rows)["GPU-hours and cost"] == f"{6 / 3600:.4f} GPU-h"
     # A run that trained with a smaller micro-batch after running out of memory says so.
     files["metrics"].write_text(json.dumps({**metrics, "micro_batch": 8, "grad_accum": 16, "config_micro_batch": 32,
                                             "config_grad_accum": 4}))
@@ -502,4 +504,31 @@ def test_the_per_query_figures_caption_names_a_relevance_level_away_from_1(tmp_p
     assert at_2.endswith(
         "with the headline metrics; recall, MRR and MAP count grades of 2 and above as relevant "
         "(retrieval.relevance_level), nDCG the grades themselves.</p>\n"
+    )
+
+
+def test_the_training_gpu_hours_are_those_make_status_and_a_sweep_count(tmp_path):
+    """The page counted a train job's GPU-hours from its metrics' train_seconds_total alone,
+    where make status and a training sweep's cost.json count its benchmark's seconds (the
+    whole job: start-up, evaluation, export) and the training of the attempts before it
+    (core.jobs.earlier_train_seconds), x the GPUs it held: the page said less for the
+    same job."""
+    from shardflow.core.jobs import earlier_train_seconds, last_attempt_gpu_hours
+    from shardflow.embed.report import ReportParams
+    from shardflow.workflow.landing import training_section
+
+    training_files(tmp_path)
+    metrics = {"steps": 6, "tokens_per_step": 64, "n_params": 1000, "resumed_from_step": 3, "best_val_loss": 4.1,
+               "best_step": 3, "final_val_loss": 4.0, "train_seconds_total": 900.0, "wall_seconds": 500.0,
+               "tokens_per_second": 100.0, "mfu": None, "device": "cuda:0", "world_size": 2, "dtype": "bfloat16"}
+    (tmp_path / "m.json").write_text(json.dumps(metrics))
+    (tmp_path / "train.tsv").write_text("s\th:m:s\tmax_rss\n720.0\t0:12:00\t100.0\n")
+    files = {"shards": tmp_path / "shards", "jobs": tmp_path / "jobs.json", "metrics": tmp_path / "m.json",
+             "benchmark": tmp_path / "train.tsv"}
+    # 720 s of this job's benchmark and 400 s of training before it, on 2 GPUs.
+    want = last_attempt_gpu_hours(metrics, 720.0 + earlier_train_seconds(metrics))
+    assert want == 2 * 1120 / 3600
+    report = ReportParams(gpu_hour_price=3.0, currency="EUR")
+    assert dict(training_section("tr", files, report).rows)["GPU-hours and cost"] == (
+        f"{want:.4f} GPU-h, {3.0 * want:.2f} EUR"
     )
