@@ -33,7 +33,8 @@ Rates, in order of trust:
 A measured rate holds for that run's settings and GPU (named with it): another token
 budget, dtype or GPU model runs at another speed. GPU rules count as GPU jobs unless
 they run on the CPU whatever the host (plan.gpu_rules_on_cpu: gpu_jobs.device cpu,
-summarise.method lead), as a dry run shows them.
+summarise.method lead; or a `resources.<rule>.gpu` of 0: `rules_on_cpu`), as a dry run
+shows them.
 
 Wall time: each stage's jobs longest first onto the GPUs free first (a job holding N
 GPUs, train.gpus or another GPU rule's resources.<rule>.gpu, waits for N; a sweep's
@@ -1352,14 +1353,19 @@ def host_gpus(cfg: dict) -> list[str]:
 
 
 def rules_on_cpu(cfg: dict, data_sets: Iterable[plan.DataSet], sweep_specs: Iterable, local_cpu: bool) -> dict:
-    """{rule: why} of the GPU rules whose jobs run on the CPU (plan.gpu_rules_on_cpu); with
-    `local_cpu` (a local run on a host without GPUs under `gpu_jobs.device: auto`, see
-    `estimate`), every GPU rule's."""
+    """{rule: why} of the GPU rules whose jobs run on the CPU (plan.gpu_rules_on_cpu), and
+    of those whose `resources.<rule>.gpu` is 0 (their sweep variants share it): a job
+    scheduled with no GPU runs on the CPU (core.gpujob), where plan.job_gpus counts a 0
+    as one. With `local_cpu` (a local run on a host without GPUs under
+    `gpu_jobs.device: auto`, see `estimate`), every GPU rule's. make status reads this too."""
     data_sets, sweep_specs = list(data_sets), list(sweep_specs)
     on_cpu = plan.gpu_rules_on_cpu(cfg, data_sets, sweep_specs)
-    if local_cpu:
-        as_cpu = {**cfg, "gpu_jobs": {**cfg["gpu_jobs"], "device": "cpu"}}
-        for rule in plan.gpu_rules_on_cpu(as_cpu, data_sets, sweep_specs):
+    as_cpu = {**cfg, "gpu_jobs": {**cfg["gpu_jobs"], "device": "cpu"}}
+    for rule in plan.gpu_rules_on_cpu(as_cpu, data_sets, sweep_specs):  # every GPU rule of the run
+        resources = rule.removeprefix("sweep_").removesuffix("_chunk")  # as plan.idle_gpus names them
+        if resources != "train" and cfg["resources"].get(resources, {}).get("gpu", 1) == 0:
+            on_cpu.setdefault(rule, f"resources.{resources}.gpu 0")  # train's follows train.gpus, at least 1
+        elif local_cpu:
             on_cpu.setdefault(rule, LOCAL_CPU)
     return on_cpu
 

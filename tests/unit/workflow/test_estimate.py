@@ -384,6 +384,35 @@ def test_a_job_given_more_gpus_counts_every_gpu_it_holds(tmp_path):
     assert row(cramped, "embed").wall_s is None and "embed ds" in cramped.no_wall()
 
 
+def test_a_rule_given_no_gpu_runs_on_the_cpu_and_counts_no_gpu_hours(tmp_path):
+    """resources.<rule>.gpu 0: the job is scheduled without a GPU and runs on the CPU
+    (core.gpujob), so its stage has no GPU-hours or cost, and its rate is a CPU run's, as
+    under gpu_jobs.device cpu; an embed sweep's chunk jobs (resources.embed) too. The
+    estimate counted one GPU a job (plan.job_gpus counts a 0 as one)."""
+    corpus()
+    beir()
+    embed_stats("results/ds/embed", "cpu")
+    sweep = {"stage": "embed", "grid": {"embedding.token_budget": [512, 1024]}, "seeds": [0],
+             "metrics": {"items_per_s": "max"}}
+    overlay = dict(n_chunks=4, tasks=["embedding", "summarisation"], summarise={"method": "extractive"},
+                   retrieval={"path": "beir", "n_chunks": 1}, sweeps={"tb": sweep})
+    rules = ("embed", "summarise", "embed_queries", "retrieval_evaluate")
+    got = run(config(tmp_path, **overlay, resources={r: {"gpu": 0} for r in rules}), gpus=4)
+    stages = [(stage, "ds") for stage in ("embed", "summarise")]
+    stages += [(stage, "beir") for stage in ("embed", "embed_queries", "retrieval_evaluate")]
+    for stage, dataset in [*stages, ("embed", "sweep tb")]:
+        on_cpu = row(got, stage, dataset)
+        # (the search on the CPU has no assumed rate: not estimated, None)
+        assert on_cpu.gpus == 0 and not on_cpu.gpu_hours and not on_cpu.cost, (stage, dataset)
+    assert row(got, "embed").rate.device == "cpu"  # the CPU run's rate, not the assumed GPU one
+    assert got.gpu_hours == 0.0
+    assert any("embed (resources.embed.gpu 0)" in n and "sweep_embed_chunk (resources.embed.gpu 0)" in n
+               for n in got.notes)
+    # Another rule keeps its GPU: only the rules given none run on the CPU.
+    mixed = run(config(tmp_path, **overlay, resources={"summarise": {"gpu": 0}}), gpus=4)
+    assert row(mixed, "summarise").gpus == 0 and row(mixed, "embed").gpus == 1
+
+
 def beir(queries: int = 3, documents: int = 45) -> None:
     os.makedirs("beir/qrels")
     with open("beir/corpus.jsonl", "w") as fh:
