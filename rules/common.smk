@@ -912,8 +912,10 @@ def sweep_retrieval_inputs(wildcards):
 
 
 # Per stage: a sweep job's metrics record, and the stats and benchmarks of its jobs
-# (stats first, paired in order with the first benchmarks: GPU-hours). A retrieval
-# job's count the embeddings it reads, shared or the main run's.
+# (stats first, paired in order with the first benchmarks: GPU-hours), with the GPUs
+# each stats file's job held (its rule's resources.<rule>.gpu, plan.job_gpus: the stats
+# record none; train's metrics hold their world_size). A retrieval job's count the
+# embeddings it reads, shared or the main run's.
 def sweep_job_files(spec, point, seed):
     job = f"results/sweeps/{spec.folder}/{point}/seed={seed}"
     bench = f"benchmarks/sweeps/{spec.folder}/{point}/seed={seed}"
@@ -923,6 +925,7 @@ def sweep_job_files(spec, point, seed):
             "metrics": metrics,
             "stats": [metrics],
             "benchmarks": [f"{bench}/train.tsv"],
+            "gpus": [1],
         }
     if spec.stage == "summarise":
         n = range(DATASETS[DATASET].n_chunks)
@@ -931,6 +934,7 @@ def sweep_job_files(spec, point, seed):
             "stats": [f"{job}/summarise/summaries_{i}.stats.json" for i in n],
             "benchmarks": [f"{bench}/summarise_{i}.tsv" for i in n]
             + [f"{bench}/merge_summaries.tsv", f"{bench}/evaluate_summaries.tsv"],
+            "gpus": [plan.job_gpus(config, "summarise")] * len(n),
         }
     if spec.stage == "embed":
         n = range(DATASETS[DATASET].n_chunks)
@@ -939,6 +943,7 @@ def sweep_job_files(spec, point, seed):
             "stats": [f"{job}/embed/embed_{i}.stats.json" for i in n],
             "benchmarks": [f"{bench}/embed_{i}.tsv" for i in n]
             + [f"{bench}/merge.tsv", f"{bench}/embed_metrics.tsv"],
+            "gpus": [plan.job_gpus(config, "embed")] * len(n),
         }
     _, stats, benchmarks = sweep_embedding_files(spec.folder, point, seed)
     # The evaluation's metrics record its device: paired with its benchmark, right after
@@ -950,6 +955,12 @@ def sweep_job_files(spec, point, seed):
         "benchmarks": benchmarks[:paired]
         + [f"{bench}/retrieval_evaluate.tsv"]
         + benchmarks[paired:],
+        # the corpus's chunk jobs, the queries' job, the evaluation
+        "gpus": [plan.job_gpus(config, "embed")] * (paired - 1)
+        + [
+            plan.job_gpus(config, "embed_queries"),
+            plan.job_gpus(config, "retrieval_evaluate"),
+        ],
     }
 
 
@@ -1003,9 +1014,10 @@ def sweep_inputs(name):
 
 
 def sweep_job_shapes(name):
-    """(point, seed, stats files, benchmark files) per job, in the order of the inputs."""
+    """(point, seed, stats files, benchmark files, each stats file's GPUs) per job, in
+    the order of the inputs (shardflow.sweep.cost.read_job_records)."""
     return [
-        (j["point"], j["seed"], len(j["stats"]), len(j["benchmarks"]))
+        (j["point"], j["seed"], len(j["stats"]), len(j["benchmarks"]), tuple(j["gpus"]))
         for j in sweep_jobs(name)
     ]
 

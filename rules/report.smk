@@ -57,6 +57,8 @@ rule report:
         map_points=config["report"]["map_points"],
         gpu_hour_price=config["report"]["gpu_hour_price"],
         currency=config["report"]["currency"],
+        # The GPUs each embed job held, which its stats do not record: GPU-hours count them.
+        gpus=plan.job_gpus(config, "embed"),
     script:
         "../scripts/report.py"
 
@@ -74,5 +76,7 @@ rule landing:
         sections=landing_params,
         gpu_hour_price=config["report"]["gpu_hour_price"],
         currency=config["report"]["currency"],
+        # The embedding section's GPU-hours count each embed job's GPUs, as report's do.
+        embed_gpus=plan.job_gpus(config, "embed"),
     script:
         "../scripts/landing.py"

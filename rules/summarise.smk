@@ -102,6 +102,8 @@ rule summarise_report:
     params:
         gpu_hour_price=config["report"]["gpu_hour_price"],
         currency=config["report"]["currency"],
+        # The GPUs each summarise job held, which its stats do not record: GPU-hours count them.
+        gpus=plan.job_gpus(config, "summarise"),
     script:
         "../scripts/summarise_report.py"
 

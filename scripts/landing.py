@@ -12,7 +12,7 @@ from shardflow.workflow.landing import (
 )
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
-report = ReportParams(gpu_hour_price=smk.params.gpu_hour_price, currency=smk.params.currency)
+report = ReportParams(gpu_hour_price=smk.params.gpu_hour_price, currency=smk.params.currency, gpus=smk.params.embed_gpus)
 log = configure_logging(smk.log[0], "landing", {"sections": smk.params.sections, "report": report})
 builders = {
     "embedding": lambda ds, files: embedding_section(ds, files, report),

@@ -9,6 +9,7 @@ params = ReportParams(
     map_points=smk.params.map_points,
     gpu_hour_price=smk.params.gpu_hour_price,
     currency=smk.params.currency,
+    gpus=smk.params.gpus,
 )
 log = configure_logging(smk.log[0], "report", params)
 outputs = {k: smk.output[k] for k in ("throughput", "timeline", "norms", "map", "summary")}

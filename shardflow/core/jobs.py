@@ -109,22 +109,26 @@ def busy_seconds(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def gpus_held(stats: dict) -> int:
+def gpus_held(stats: dict, gpus: int = 1) -> int:
     """The GPUs one job held, from its stats: `gpus`, else `world_size` (a training run's
-    processes, one per GPU), else 1 (the embed and summarise chunk jobs' stats record none;
-    make status gives them resources.<rule>.gpu first: shardflow.workflow.status.held_gpus)."""
-    return int(stats.get("gpus", stats.get("world_size", 1)))
+    processes, one per GPU), else `gpus`, the GPUs its rule gave each job
+    (resources.<rule>.gpu, shardflow.workflow.plan.job_gpus): the embed, embed_queries,
+    summarise and retrieval_evaluate jobs' stats record none, and the cluster bills every
+    GPU a job holds. The stage reports and a sweep's collection get it through their
+    params; make status gives it too (shardflow.workflow.status.held_gpus)."""
+    return int(stats.get("gpus", stats.get("world_size", gpus)))
 
 
 def _on_cuda(device: object) -> bool:
     return str(device).startswith("cuda")
 
 
-def last_attempt_gpu_hours(stats: dict, seconds: float) -> float:
+def last_attempt_gpu_hours(stats: dict, seconds: float, gpus: int = 1) -> float:
     """The GPU-hours of a job's last attempt: its `seconds` x the GPUs it held
-    (`gpus_held`) where its stats say it ran on CUDA, else none. Its killed attempts'
-    are `earlier_attempt_costs`' `earlier_attempt_gpu_hours`, counted per GPU alike."""
-    return seconds * gpus_held(stats) / 3600 if _on_cuda(stats.get("device", "")) else 0.0
+    (`gpus_held`; `gpus`: its rule's, where its stats name none) where its stats say it
+    ran on CUDA, else none. Its killed attempts' are `earlier_attempt_costs`'
+    `earlier_attempt_gpu_hours`, counted per GPU alike."""
+    return seconds * gpus_held(stats, gpus) / 3600 if _on_cuda(stats.get("device", "")) else 0.0
 
 
 def earlier_train_seconds(metrics: dict) -> float:
@@ -145,13 +149,13 @@ def earlier_train_seconds(metrics: dict) -> float:
     return max(0.0, float(metrics["train_seconds_total"]) - float(metrics["wall_seconds"]))
 
 
-def earlier_attempt_costs(stats: list[dict]) -> dict:
+def earlier_attempt_costs(stats: list[dict], gpus: int = 1) -> dict:
     """What the jobs' stats say of the killed attempts before each one's last
     (`earlier_attempts`, `earlier_attempt_devices`: core.parts.attempt_totals): how many
     (`earlier_attempts`), their seconds (`earlier_attempt_seconds`, a lower bound: from
     each one's start to its last saved part), those on CUDA in GPU-hours
-    (`earlier_attempt_gpu_hours`: x the GPUs the job held, `gpus_held`, as its last
-    attempt's are: a killed attempt of a two-GPU job held both) and the seconds by device
+    (`earlier_attempt_gpu_hours`: x the GPUs the job held, `gpus_held` with `gpus`, as its
+    last attempt's are: a killed attempt of a two-GPU job held both) and the seconds by device
     (`earlier_attempt_devices`, wall seconds, not per GPU). Stats from before attempt
     records have none: all zero.
 
@@ -163,7 +167,7 @@ def earlier_attempt_costs(stats: list[dict]) -> dict:
         for device, seconds in (s.get("earlier_attempt_devices") or {}).items():
             devices[str(device)] = devices.get(str(device), 0.0) + seconds
             if _on_cuda(device):
-                gpu_seconds += seconds * gpus_held(s)
+                gpu_seconds += seconds * gpus_held(s, gpus)
     return {
         "earlier_attempts": sum(s.get("earlier_attempts", 0) for s in stats),
         "earlier_attempt_seconds": sum(devices.values()),
@@ -172,9 +176,10 @@ def earlier_attempt_costs(stats: list[dict]) -> dict:
     }
 
 
-def job_costs(stats: list[dict], benches: list[dict]) -> dict:
+def job_costs(stats: list[dict], benches: list[dict], gpus: int = 1) -> dict:
     """Wall time, job time and GPU-hours of a stage's chunk jobs (`priced` says what
-    they cost).
+    they cost); `gpus`: the GPUs the stage's rule gave each job (resources.<rule>.gpu,
+    plan.job_gpus), which their stats do not record.
 
     The wall time is the time during which at least one job was at work (from each
     job's own start_time to end_time): a gap in which none was, such as while another
@@ -196,8 +201,8 @@ def job_costs(stats: list[dict], benches: list[dict]) -> dict:
         raise ValueError(f"{len(stats)} per-chunk stats but {len(benches)} benchmark records")
     busy = busy_seconds([(s["start_time"], s["end_time"]) for s in stats])
     job_seconds = [b.get("s", s["seconds"]) for s, b in zip(stats, benches, strict=True)]
-    final_gpu_hours = sum(last_attempt_gpu_hours(s, t) for s, t in zip(stats, job_seconds, strict=True))
-    earlier = earlier_attempt_costs(stats)
+    final_gpu_hours = sum(last_attempt_gpu_hours(s, t, gpus) for s, t in zip(stats, job_seconds, strict=True))
+    earlier = earlier_attempt_costs(stats, gpus)
     gpu_hours = final_gpu_hours + earlier["earlier_attempt_gpu_hours"]
     return {
         "wall_time_s": max(busy, 1e-9),

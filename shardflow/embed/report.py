@@ -30,6 +30,9 @@ class ReportParams:
     gpu_hour_price: float = 2.5
     currency: str = "USD"
     seed: int = 0
+    # The GPUs each embed job held (resources.embed.gpu, plan.job_gpus: the rule's param),
+    # which its stats do not record: its GPU-hours and cost count them all.
+    gpus: int = 1
 
     def __post_init__(self) -> None:
         whole_floats_as_ints(self)  # 5000.0 (JSON Schema's "integer" takes it) is 5000
@@ -98,11 +101,13 @@ def plot_map(npy_path: str, path: str, params: ReportParams) -> int:
     return len(idx)
 
 
-def chunk_totals(stats: list[dict], benches: list[dict]) -> dict:
+def chunk_totals(stats: list[dict], benches: list[dict], gpus: int = 1) -> dict:
     """What a run's chunk jobs did (the report's summary and an embed sweep job's
     metrics): `records` out, `computed` by the jobs' final attempts, `tokens` of those,
-    `costs` (core.jobs.job_costs) and `paid`, the records whose computing was paid for,
-    over which core.jobs.priced gives the cost per million records.
+    `costs` (core.jobs.job_costs, each job on CUDA x its `gpus`: an embed sweep job's
+    metrics count one, and its collection multiplies, shardflow.sweep.cost) and `paid`,
+    the records whose computing was paid for, over which core.jobs.priced gives the cost
+    per million records.
 
     A job resumed from an earlier attempt's parts computed only the rest: its time, and so
     the rates, cover what it computed (the earlier attempt's tokens are not known). The
@@ -115,12 +120,12 @@ def chunk_totals(stats: list[dict], benches: list[dict]) -> dict:
         "computed": sum(items_computed(s) for s in stats),
         "paid": sum(s["items"] if s.get("earlier_attempts") else items_computed(s) for s in stats),
         "tokens": sum(s["tokens"] for s in stats),
-        "costs": job_costs(stats, benches),
+        "costs": job_costs(stats, benches, gpus),
     }
 
 
 def run_summary(stats: list[dict], benches: list[dict], manifest: dict, verification: dict, params: ReportParams) -> dict:
-    totals = chunk_totals(stats, benches)
+    totals = chunk_totals(stats, benches, params.gpus)
     costs, records, computed, tokens = totals["costs"], totals["records"], totals["computed"], totals["tokens"]
     wall, job_seconds, gpu_hours = costs["wall_time_s"], costs["job_seconds"], costs["gpu_hours"]
     price = priced(gpu_hours, params.gpu_hour_price, totals["paid"])

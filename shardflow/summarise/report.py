@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 class SummaryReportParams:
     gpu_hour_price: float = 2.5
     currency: str = "USD"
+    # The GPUs each summarise job held (resources.summarise.gpu, plan.job_gpus: the rule's
+    # param), which its stats do not record: its GPU-hours and cost count them all.
+    gpus: int = 1
 
     def __post_init__(self) -> None:
         # A price of '2.5' or None was kept, and the report stopped in the cost's arithmetic
@@ -46,7 +49,7 @@ def run_summary(
     """`lengths`: each document's (input, summary) tokens (`document_lengths`): a model's
     tokens for abstractive jobs, whitespace-separated words for lead and extractive
     (`length_unit`; their stats name their method)."""
-    costs = job_costs(stats, benches)
+    costs = job_costs(stats, benches, params.gpus)
     words = bool(stats) and all(s.get("method") in ("lead", "extractive") for s in stats)
     records = sum(s["items"] for s in stats)
     # A job resumed from an earlier attempt's parts summarised only the rest: its time,

@@ -187,15 +187,17 @@ class JobRecord:
         return sum(c.gpu_hours for c in self.costs)
 
 
-def with_cost(metrics: Mapping[str, Any], gpu_hour_price: float) -> dict[str, Any]:
+def with_cost(metrics: Mapping[str, Any], gpu_hour_price: float, gpus: int = 1) -> dict[str, Any]:
     """An embed job's metrics record with its cost at `gpu_hour_price` (COST_METRICS),
     priced as the embedding report prices a run (core.jobs.priced) from the `gpu_hours`
-    and `records_paid` the job recorded: the numbers the job wrote itself before.
+    and `records_paid` the job recorded: the numbers the job wrote itself before, its
+    GPU-hours x `gpus`, the GPUs its rule gave each chunk job (resources.embed.gpu): the
+    job counts one a chunk job (shardflow.embed.measure), as their stats name none.
     Raises KeyError where the record has neither (written before the jobs left the cost
     to the collection)."""
     return {
         **metrics,
-        **priced(metrics["gpu_hours"], gpu_hour_price, metrics["records_paid"]),
+        **priced(metrics["gpu_hours"] * gpus, gpu_hour_price, metrics["records_paid"]),
         "gpu_hour_price": gpu_hour_price,
     }
 
@@ -210,27 +212,33 @@ def _json_object(path: str | os.PathLike) -> dict:
     return record
 
 
-def read_job_records(shapes: Sequence[tuple[str, int, int, int]], metrics: Sequence[str], stats: Sequence[str],
+def read_job_records(shapes: Sequence[tuple], metrics: Sequence[str], stats: Sequence[str],
                      benchmarks: Sequence[str], price: Price | None = None) -> list[JobRecord]:
     """The collecting rule's inputs, read back per job.
 
-    `shapes`: per job (point, seed, number of stats files, number of benchmarks), in the
-    order of the inputs (rules/common.smk, sweep_job_files): each job's metrics record,
-    its stats files, then its benchmarks, the first of which pair with the stats files.
+    `shapes`: per job (point, seed, number of stats files, number of benchmarks, the GPUs
+    of each stats file's job), in the order of the inputs (rules/common.smk,
+    sweep_job_shapes): each job's metrics record, its stats files, then its benchmarks,
+    the first of which pair with the stats files. The GPUs are its rule's
+    (resources.<rule>.gpu, plan.job_gpus), for stats that name none (every job's but
+    train's, whose world_size does); a shape without them counts one each.
     GPU-hours: a job whose own stats say it ran on CUDA, its seconds x the GPUs it held
     (core.jobs.last_attempt_gpu_hours), a resumed train job's seconds with the training
     of its attempts before (core.jobs.earlier_train_seconds, as make status counts
     them), and the CUDA seconds of the killed attempts its stats record, x those GPUs
     too, as a stage's report counts them (core.jobs.earlier_attempt_costs). With a `price` (a sweep of PRICED_STAGES) each
-    metrics record gets its cost (with_cost); a record without what that needs raises
-    ValueError naming its file."""
+    metrics record gets its cost (with_cost, x its chunk jobs' GPUs: its stats files are
+    theirs); a record without what that needs raises ValueError naming its file."""
     stats_files, bench_files = iter(stats), iter(benchmarks)
     records = []
-    for (point, seed, n_stats, n_bench), metrics_path in zip(shapes, metrics, strict=True):
+    for (point, seed, n_stats, n_bench, *held), metrics_path in zip(shapes, metrics, strict=True):
+        gpus = tuple(held[0]) if held else (1,) * n_stats
+        if len(gpus) != n_stats:
+            raise ValueError(f"job {point} seed {seed}: {n_stats} stats files but GPUs for {len(gpus)}")
         record = _json_object(metrics_path)
         if price is not None:
             try:
-                record = with_cost(record, price.gpu_hour_price)
+                record = with_cost(record, price.gpu_hour_price, max(gpus, default=1))
             except KeyError as exc:
                 raise ValueError(
                     f"{metrics_path} has no {exc}: written before the embed sweep's collection priced its jobs; "
@@ -241,10 +249,11 @@ def read_job_records(shapes: Sequence[tuple[str, int, int, int]], metrics: Seque
             path = str(next(bench_files))
             seconds = float(read_benchmark(path).get("s", 0.0))
             job_stats: dict = {}  # none paired: no GPU time known
+            held_gpus = 1
             if i < n_stats:
-                job_stats = _json_object(next(stats_files))
-            gpu_hours = last_attempt_gpu_hours(job_stats, seconds + earlier_train_seconds(job_stats))
-            earlier = earlier_attempt_costs([job_stats])
+                job_stats, held_gpus = _json_object(next(stats_files)), gpus[i]
+            gpu_hours = last_attempt_gpu_hours(job_stats, seconds + earlier_train_seconds(job_stats), held_gpus)
+            earlier = earlier_attempt_costs([job_stats], held_gpus)
             costs.append(JobCost(path, seconds, gpu_hours + earlier["earlier_attempt_gpu_hours"],
                                  earlier["earlier_attempts"], earlier["earlier_attempt_seconds"],
                                  earlier["earlier_attempt_gpu_hours"]))

@@ -126,6 +126,25 @@ def test_a_multi_gpu_jobs_killed_attempts_count_per_gpu():
     assert job_costs([one], [{"s": 1800.0}])["gpu_hours"] == pytest.approx(1.0)
 
 
+def test_a_chunk_job_counts_the_gpus_its_rule_gave_it():
+    """An embed or summarise chunk job's stats record no `gpus`: the GPUs its rule gave it
+    (resources.<rule>.gpu, plan.job_gpus) come as `gpus`, as make status counts them
+    (status.held_gpus), where the stage reports counted one. Its killed attempts held
+    them too; a record's own `gpus` or `world_size` still decides, and a CPU job costs none."""
+    from shardflow.core.jobs import earlier_attempt_costs, gpus_held, job_costs, last_attempt_gpu_hours
+
+    chunk = {"start_time": 0.0, "end_time": 1800.0, "seconds": 1800.0, "device": "cuda:0",
+             "earlier_attempts": 1, "earlier_attempt_devices": {"cuda:0": 1800.0}}
+    assert gpus_held(chunk, 2) == 2 and gpus_held({"world_size": 4}, 2) == 4 and gpus_held({"gpus": 1}, 2) == 1
+    assert last_attempt_gpu_hours(chunk, 1800.0, 2) == pytest.approx(1.0)
+    assert earlier_attempt_costs([chunk], 2)["earlier_attempt_gpu_hours"] == pytest.approx(1.0)
+    costs = job_costs([chunk], [{"s": 1800.0}], gpus=2)
+    assert (costs["gpu_hours"], costs["earlier_attempt_gpu_hours"]) == (pytest.approx(2.0), pytest.approx(1.0))
+    assert costs["device_hours"] == pytest.approx(1.0)  # wall seconds on a device, not per GPU
+    on_cpu = {**chunk, "device": "cpu", "earlier_attempt_devices": {"cpu": 1800.0}}
+    assert job_costs([on_cpu], [{"s": 1800.0}], gpus=2)["gpu_hours"] == 0.0
+
+
 def test_a_stages_peak_gpu_memory_is_its_largest_jobs_with_its_chunk():
     from shardflow.core.jobs import peak_gpu_memory
 

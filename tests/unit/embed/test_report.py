@@ -68,6 +68,20 @@ def test_summary_costs_only_gpu_jobs():
     assert s["rejected_records"] == 0  # manifest without the key
 
 
+def test_a_job_given_more_gpus_is_priced_for_every_gpu_it_held():
+    """resources.embed.gpu 2 (ReportParams.gpus: the report rule's param, plan.job_gpus): each
+    chunk job on CUDA held and paid for both GPUs, though its stats record none, so
+    summary.json (and the first page, from the same run_summary) count 2 GPU-hours an
+    hour, as make status and make estimate do; the report counted one."""
+    stats = [stat(0, 100, 0.0, 10.0, "cuda:0"), stat(1, 100, 0.0, 10.0, "cpu")]
+    benches = [{"s": 1800.0}, {"s": 1800.0}]
+    one = run_summary(stats, benches, {}, VERIFICATION, ReportParams(gpu_hour_price=3.0))
+    two = run_summary(stats, benches, {}, VERIFICATION, ReportParams(gpu_hour_price=3.0, gpus=2))
+    assert (one["gpu_hours"], two["gpu_hours"]) == (0.5, 1.0)  # the CUDA job's half hour, x its GPUs
+    assert two["estimated_cost"] == 3.0 and two["estimated_cost_per_million_records"] == pytest.approx(3.0 / 200 * 1e6)
+    assert two["device_hours"] == one["device_hours"] == 1.0  # a device's hours, not per GPU
+
+
 def test_cpu_only_run_costs_nothing():
     cpu = {**stat(0, 10, 0.0, 5.0, "cpu"), "peak_gpu_mem_mib": None, "peak_gpu_mem_reserved_mib": None}
     s = run_summary([cpu], [{"s": 5.0}], {}, VERIFICATION, ReportParams())

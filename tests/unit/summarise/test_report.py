@@ -76,6 +76,18 @@ def test_cpu_jobs_cost_nothing_whatever_the_price():
     assert s["items_per_s"] == 0.2
 
 
+def test_a_job_given_more_gpus_is_priced_for_every_gpu_it_held():
+    """resources.summarise.gpu 2 (SummaryReportParams.gpus: the report rule's param,
+    plan.job_gpus): a chunk job on CUDA held and paid for both GPUs, though its stats
+    record none, killed attempts included; summary.json counted one."""
+    killed = job(device="cuda:0", start=0.0, end=1800.0, earlier_attempts=1, earlier_attempt_devices={"cuda:0": 900.0})
+    stats, benches, lengths = [killed, job()], [{"s": 1800.0}, {"s": 1800.0}], np.array([[10, 2]] * 4)
+    one = run_summary(stats, benches, {}, SummaryReportParams(gpu_hour_price=2.0), lengths)
+    two = run_summary(stats, benches, {}, SummaryReportParams(gpu_hour_price=2.0, gpus=2), lengths)
+    assert (one["gpu_hours"], two["gpu_hours"]) == (0.75, 1.5)  # 30 min and a killed 15 min, x 2
+    assert (two["estimated_cost"], two["earlier_attempt_gpu_hours"]) == (3.0, 0.5)
+
+
 @pytest.mark.parametrize(
     ("methods", "unit"),
     [

@@ -220,6 +220,34 @@ def test_a_multi_gpu_jobs_killed_attempts_count_per_gpu_in_the_sweeps_cost(tmp_p
     assert cost["earlier_attempt_seconds"] == 1800.0
 
 
+def test_a_chunk_job_counts_the_gpus_its_rule_gave_it_in_the_sweeps_cost(tmp_path):
+    """resources.embed.gpu 2: an embed sweep's chunk jobs each held 2 GPUs, which their stats
+    do not record. The collection's `jobs` param gives each stats file's GPUs
+    (rules/common.smk sweep_job_shapes, plan.job_gpus), so cost.json, the run's
+    gpu_hours and the cost it prices from the job's metrics (which count one GPU a chunk
+    job, embed.measure) count both, killed attempts included; cost.json counted one.
+    A shape without them (a test's, or a collection from before) counts one each."""
+    import json
+
+    from shardflow.sweep.cost import Price, read_job_records
+
+    metrics = tmp_path / "metrics.json"
+    metrics.write_text(json.dumps({"gpu_hours": 1.0, "records_paid": 1000}))  # 30 min + the killed 30 min
+    stats = tmp_path / "embed_0.stats.json"
+    stats.write_text(json.dumps({"device": "cuda:0", "earlier_attempts": 1, "earlier_attempt_devices": {"cuda:0": 1800.0}}))
+    chunk, merge = tmp_path / "embed_0.tsv", tmp_path / "merge.tsv"
+    chunk.write_text("s\th:m:s\tmax_rss\n1800.0\t0:30:00\t1.0\n")
+    merge.write_text("s\th:m:s\tmax_rss\n10.0\t0:00:10\t1.0\n")
+    files = [str(metrics)], [str(stats)], [str(chunk), str(merge)]
+    (job,) = read_job_records([("p", 0, 1, 2, (2,))], *files, price=Price(3.0, "EUR"))
+    assert job.gpu_hours == pytest.approx(2.0) and job.costs[0].earlier_attempt_gpu_hours == pytest.approx(1.0)
+    assert job.costs[1].gpu_hours == 0.0  # the merge: no stats, no GPU
+    assert sweep_cost([job.costs], "s", Price(3.0, "EUR"))["estimated_cost"] == pytest.approx(6.0)
+    assert (job.metrics["estimated_cost"], job.metrics["gpu_hours"]) == (pytest.approx(6.0), 1.0)  # as written
+    (one,) = read_job_records([("p", 0, 1, 2)], *files, price=Price(3.0, "EUR"))
+    assert one.gpu_hours == pytest.approx(1.0) and one.metrics["estimated_cost"] == pytest.approx(3.0)
+
+
 def test_a_resumed_training_jobs_earlier_attempts_count_in_the_sweeps_cost(tmp_path):
     """A training sweep job on 2 GPUs killed (a preempted spot node) and resumed from its
     checkpoint: its benchmark is the last attempt's alone, its metrics' train_seconds_total
