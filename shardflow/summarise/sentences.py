@@ -50,7 +50,18 @@ dev sample it reproduces the independent Lead-3 run of ../shared/data/README.md
 joined with " . ", system outputs are PTB-tokenised and lower-cased, so capitals
 cannot mark a start): a sentence ends after every whitespace-separated token
 made only of `.`, `!` and `?`, except an ellipsis (two or more periods and
-nothing else). Newlines are hard breaks here too.
+nothing else). The closing quotes and brackets right after it belong to that
+sentence, as in rule 2: the tokens `''`, `'`, `”`, `’`, `)`, `]`, `-RRB-`,
+`-RSB-`, `-RCB-` (any case), and so do further end tokens after them (the
+" . " that joined a highlight ending in a quote to the next). So `He said ``
+no . '' Next` is `He said `` no . ''` and `Next`, the lines of the same two
+highlights untokenised (until 2026-11-29 the quote opened the next line, and
+`-RRB-`, read by rouge-score as the word "rrb", counted in the wrong sentence).
+A straight `"` is no closer here: in lower-cased outputs it opens sentences as
+often as it closes them. A highlight that ends in a quote without punctuation
+(`was a `` concern ''`, CNN/DailyMail adds no period after a quote) stays
+joined to the next: its end looks like a quote inside a sentence (`` `` Weird Al
+'' Yankovic ``). Newlines are hard breaks here too.
 """
 
 from __future__ import annotations
@@ -78,7 +89,10 @@ _CANDIDATE = re.compile(rf"([{re.escape(_SENT_PUNCT)}]+)([{re.escape(_CLOSERS)}]
 _INITIAL = re.compile(r"[A-Z]")
 _DOTTED = re.compile(r"(?:[A-Za-z]\.)+[A-Za-z]")
 # a standalone run of . ! ? that is not an ellipsis ("..." mid-highlight is not an end)
-_TOKEN_END = re.compile(r"(?<!\S)(?!\.\.+(?!\S))[.!?]+(?!\S)")
+_END_TOKEN = r"(?!\.\.+(?!\S))[.!?]+(?!\S)"
+# PTB closing quotes and brackets (-RRB- for ")"); no straight " (it opens as often)
+_CLOSER_TOKEN = r"(?:''|'|”|’|\)|\]|-RRB-|-RSB-|-RCB-)(?!\S)"
+_TOKEN_END = re.compile(rf"(?<!\S){_END_TOKEN}(?:\s+(?:{_CLOSER_TOKEN}|{_END_TOKEN}))*", re.IGNORECASE)
 
 
 def split_sentences(text: str) -> list[str]:
@@ -98,7 +112,8 @@ def split_punctuation(text: str) -> list[str]:
 
 
 def split_tokenised(text: str) -> list[str]:
-    """Split tokenised text after each standalone `.`/`!`/`?` token (see module docstring)."""
+    """Split tokenised text after each standalone `.`/`!`/`?` token and the closing
+    quotes and brackets after it (see module docstring)."""
     out: list[str] = []
     for line in text.splitlines():
         start = 0

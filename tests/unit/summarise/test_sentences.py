@@ -75,6 +75,26 @@ def test_split_tokenised_uses_standalone_punctuation_tokens():
     ]
 
 
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # PTB quotes: `He said "no."` is `` He said `` no . '' ``; the quote closes the sentence.
+        ("He said `` no . '' Next highlight .", ["He said `` no . ''", "Next highlight ."]),
+        ("he asked ` why ? ' then left .", ["he asked ` why ? '", "then left ."]),
+        # PTB brackets: rouge-score reads -RRB- as the word "rrb", so its line matters.
+        ("Prices rose -LRB- by 3 % . -RRB- Then fell .", ["Prices rose -LRB- by 3 % . -RRB-", "Then fell ."]),
+        ("prices rose -lrb- by 3 % ! -rrb- then fell .", ["prices rose -lrb- by 3 % ! -rrb-", "then fell ."]),
+        # Highlights joined with " . " after one ending in a quote: no line of punctuation alone.
+        ("He said `` no . '' . Next highlight .", ["He said `` no . '' .", "Next highlight ."]),
+        ("the end . ''", ["the end . ''"]),
+    ],
+)
+def test_split_tokenised_keeps_closing_quotes_and_brackets_with_their_sentence(text, expected):
+    """As `split_sentences` keeps `He said "no."` whole (rule 3): the tokenised form of
+    the same highlights gives the same lines, the closing quote or bracket on its own."""
+    assert split_tokenised(text) == expected
+
+
 def test_lead_k():
     text = "One. Two. Three. Four."
     assert lead_k(text) == ["One.", "Two.", "Three."]
