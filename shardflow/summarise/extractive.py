@@ -12,6 +12,15 @@ greedily, k times, the unpicked sentence i maximising
 (`np.argmax` returns the first maximum), so the choice is a pure function of
 the embeddings. A document with k or fewer sentences is returned whole.
 
+Memory: MMR reads only the k rows of the cosine matrix that belong to picked
+sentences. Up to `FULL_MATRIX_MAX_SENTENCES` sentences the whole n x n matrix is
+computed in one product (at most 128 MiB; the way every summary was computed
+before 2026-11-29, so those are the same bytes). A longer document (a book split
+badly, a log file: 50,000 "sentences" would need 20 GB) gets the k rows alone,
+one product per pick, memory growing with n, not n squared. Those rows come from
+another BLAS kernel, so their last bits can differ from the matrix's: a pick
+changes only where two scores tie to the last bits.
+
 The encoder is passed in already loaded (anything with `.encode(list[str]) ->
 np.ndarray`), so a job loads the model once; all sentences of a batch of
 documents go to the encoder in one call, letting it batch by length.
@@ -26,6 +35,10 @@ import numpy as np
 
 from shardflow.summarise.sentences import SPLITTERS
 
+# Sentences up to which a document's n x n cosine matrix is computed whole (4096**2
+# float64: 128 MiB); above it, only the rows of the picked sentences (module docstring).
+FULL_MATRIX_MAX_SENTENCES = 4096
+
 
 class SentenceEncoder(Protocol):
     def encode(self, texts: list[str]) -> np.ndarray: ...
@@ -39,15 +52,16 @@ def mmr_select(embeddings: np.ndarray, k: int, mmr_lambda: float = 0.7) -> list[
     e = _normalise(np.asarray(embeddings, dtype=np.float64))
     centroid = _normalise(e.mean(axis=0, keepdims=True))[0]
     relevance = e @ centroid
-    similarity = e @ e.T
+    similarity = e @ e.T if n <= FULL_MATRIX_MAX_SENTENCES else None
     picked: list[int] = []
     redundancy = np.zeros(n)  # max cosine to a picked row; 0 before the first pick
     for _ in range(k):
         score = mmr_lambda * relevance - (1 - mmr_lambda) * redundancy
         score[picked] = -np.inf
         best = int(np.argmax(score))
+        row = similarity[best] if similarity is not None else e @ e[best]
         # Cosines can be negative, so the first pick sets the maximum rather than raising it from 0.
-        redundancy = similarity[best].copy() if not picked else np.maximum(redundancy, similarity[best])
+        redundancy = row.copy() if not picked else np.maximum(redundancy, row)
         picked.append(best)
     return sorted(picked)
 

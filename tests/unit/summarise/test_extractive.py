@@ -93,3 +93,48 @@ def test_real_minilm_two_documents():
     assert [docs[0].index(s) for s in first[0]] == sorted(docs[0].index(s) for s in first[0])
     assert "A local bakery won a pastry prize." not in first[0]  # off topic: far from the centroid
     assert first[1] == ["Heavy rain flooded the valley.", "Residents were evacuated."]
+
+
+def _mmr_with_the_whole_matrix(embeddings: np.ndarray, k: int, mmr_lambda: float) -> list[int]:
+    """MMR as mmr_select computed it before 2026-11-29: the n x n cosine matrix up front."""
+    norms = np.linalg.norm(embeddings, axis=1, keepdims=True)
+    e = embeddings / np.where(norms == 0, 1.0, norms)
+    centroid = e.mean(axis=0)
+    centroid /= np.linalg.norm(centroid)
+    relevance, similarity = e @ centroid, e @ e.T
+    picked, redundancy = [], np.zeros(len(e))
+    for _ in range(k):
+        score = mmr_lambda * relevance - (1 - mmr_lambda) * redundancy
+        score[picked] = -np.inf
+        best = int(np.argmax(score))
+        redundancy = similarity[best].copy() if not picked else np.maximum(redundancy, similarity[best])
+        picked.append(best)
+    return sorted(picked)
+
+
+def test_a_document_of_thousands_of_sentences_needs_no_n_by_n_matrix():
+    """A badly split book or a log file: 4,500 sentences made a 4,500 x 4,500 float64 matrix
+    (162 MB; 50,000 sentences would be 20 GB). Above FULL_MATRIX_MAX_SENTENCES only the k
+    rows MMR reads are computed, and the picks are those of the whole matrix."""
+    import tracemalloc
+
+    n, dim = 4500, 8
+    e = np.random.default_rng(0).normal(size=(n, dim)).astype(np.float32)
+    tracemalloc.start()
+    try:
+        picked = mmr_select(e, 5, 0.7)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * n * dim * 8  # a few copies of the embeddings, never n x n (n * n * 8 bytes)
+    assert picked == _mmr_with_the_whole_matrix(e.astype(np.float64), 5, 0.7)
+    from shardflow.summarise.extractive import FULL_MATRIX_MAX_SENTENCES
+
+    assert n > FULL_MATRIX_MAX_SENTENCES
+
+
+def test_documents_under_the_cap_pick_as_with_the_whole_matrix():
+    rng = np.random.default_rng(1)
+    for n in (4, 50, 300):
+        e = rng.normal(size=(n, 16))
+        assert mmr_select(e, 3, 0.7) == _mmr_with_the_whole_matrix(e, 3, 0.7)
