@@ -42,25 +42,33 @@ arithmetic it changes none (masked positions weigh exactly zero); in floating
 point a batch can move the last bits of a logit (other kernel blocking), which
 flips a choice only on a near-tie. The tests check token-for-token equality in
 fp32 on CPU; bf16 on CUDA is more exposed to near-ties. Sampling (which needs a
-seed) draws from one random stream per window, so its output depends on the
-batching: reproducible for the same params, not equal to a solo run.
+seed) draws each document's tokens from the document's own random stream, so a
+sampled summary is, likewise, the one its text gets alone with that stream.
 
-Sampling's streams: torch is seeded before each window with a hash of (seed, the
-chunk's texts, the window's index) (`window_seed`), so that the streams of other
-seeds, other chunks and other windows are unrelated, while a rerun or a resumed
-window draws the same. (Seeding with seed + window index, as before, made seed 1's
-window 0 seed 0's window 1, and gave every chunk's first window one stream: a sweep
-over seeds got correlated samples.) The scheme is part of a sampled run's identity
-(`SAMPLING_STREAMS`), so parts drawn another way are never resumed; a greedy or beam
-run draws nothing, and its identity, parts and output are as they were.
+Sampling's streams: each document draws from a torch generator seeded with a hash of
+(seed, the chunk's texts, its position in the chunk) (`document_seed`), so that the
+streams of other seeds, other chunks and other documents are unrelated, while a rerun
+or a resumed window draws the same. `generate` picks a row's next token (its beams'
+candidates, for beam sampling) from the distribution it computed, with all the
+model's processors and warpers applied; only the random numbers are the row's own
+(`_DocumentStreams`: Gumbel-top-k, a draw without replacement). So the batch a
+document travels in, and an out-of-memory back-off that splits it, change no sample.
+Until 2026-11-29 each window drew from one stream (torch seeded with a hash of seed,
+texts and window index): the halves of a split batch drew other numbers than the
+whole, so a job that backed off wrote other samples than its rerun. (Before that,
+seed + window index made seed 1's window 0 seed 0's window 1.) The scheme is part of
+a sampled run's identity (`SAMPLING_STREAMS`), so parts drawn another way are never
+resumed; a greedy or beam run draws nothing, and its identity, parts and output are
+as they were.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -110,9 +118,9 @@ PROGRESS_EVERY_S = 10.0
 NO_LIMIT = 1_000_000
 # transformers' default when neither max_length nor max_new_tokens is set: 20 new tokens.
 DEFAULT_NEW_TOKENS = 20
-# How a sampled run seeds its windows (`window_seed`), in its identity: a new scheme
-# gets a new name, so that no job resumes parts that another scheme drew.
-SAMPLING_STREAMS = "sha256(seed, texts, window)"
+# How a sampled run draws (`document_seed`, `_DocumentStreams`), in its identity: a new
+# scheme gets a new name, so that no job resumes parts that another scheme drew.
+SAMPLING_STREAMS = "sha256(seed, texts, position) per document, gumbel top-k"
 # What a text too large for the device alone can lower: its input, and the beams and new
 # tokens each step holds keys and values for (core.oom's default names embedding's key).
 TOO_LARGE_LOWER = (
@@ -138,16 +146,67 @@ class SummariseStats(EngineCounters):
         return d
 
 
-def window_seed(seed: int, texts_sha256: str, window: int) -> int:
-    """The torch seed of one window's sampling: 64 bits of a sha256 over the run's seed,
-    the chunk (its texts' fingerprint, `texts_fingerprint`) and the window's index.
+def document_seed(seed: int, texts_sha256: str, position: int) -> int:
+    """The seed of one document's sampling stream: 64 bits of a sha256 over the run's
+    seed, the chunk (its texts' fingerprint, `texts_fingerprint`) and the document's
+    position in the chunk.
 
-    A hash, not a sum: seed + window index gave seed 1 the streams of seed 0 shifted by
-    one window, and every chunk the same stream for its first window. (Torch's CPU
-    generator keeps the low 32 bits of a seed, CUDA's all 64: two windows share a CPU
-    stream only by a chance collision of those bits, never by a pattern.)
+    A hash, not a sum: seed + index would give seed 1 the streams of seed 0 shifted by
+    one document, and every chunk the same streams. (Torch's CPU generator keeps the low
+    32 bits of a seed, CUDA's all 64: two documents share a CPU stream only by a chance
+    collision of those bits, never by a pattern.)
     """
-    return int(digest({"seed": seed, "texts_sha256": texts_sha256, "window": window})[:16], 16)
+    return int(digest({"seed": seed, "texts_sha256": texts_sha256, "position": position})[:16], 16)
+
+
+class _DocumentStreams:
+    """`torch.multinomial` as `generate` calls it to sample (`_sample`: one token a row;
+    beam sampling: a row's candidates, without replacement), each row's random numbers
+    from its own generator, seeded by its document (`document_seed`).
+
+    Gumbel-top-k: the `num_samples` largest log p + Gumbel noise are a draw without
+    replacement from p (one of them: a draw from p), the probabilities transformers
+    computed left as they are. A row draws as many numbers at each step whatever the
+    batch holds, so its stream, and its sample, are its own. A call of another shape
+    is an error, not a draw from the global stream.
+    """
+
+    def __init__(self, seeds: Sequence[int]):
+        self.seeds = [int(s) for s in seeds]
+        self.generators: list[torch.Generator] | None = None  # on the device of the first draw
+        self.calls = 0
+
+    def multinomial(self, probs, num_samples, replacement=False, *, generator=None, out=None):
+        if replacement or generator is not None or out is not None or probs.dim() != 2 or len(probs) != len(self.seeds):
+            raise RuntimeError(
+                f"sampling with one stream per document: an unexpected torch.multinomial call "
+                f"(shape {tuple(probs.shape)}, {len(self.seeds)} documents, replacement={replacement})"
+            )
+        if (~torch.isfinite(probs).all() | (probs < 0).any()).item():  # as torch.multinomial refuses it
+            raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+        if self.generators is None:
+            self.generators = [torch.Generator(device=probs.device).manual_seed(s) for s in self.seeds]
+        keys = torch.empty(probs.shape, dtype=torch.float64, device=probs.device)
+        for row, g in zip(keys, self.generators, strict=True):
+            row.uniform_(generator=g)
+        keys.log_().neg_().log_().neg_()  # Gumbel(0, 1) noise, -log(-log u), in place
+        keys.add_(probs.log())  # log p + noise; p = 0 stays -inf
+        self.calls += 1
+        return keys.topk(num_samples, dim=1).indices
+
+
+@contextlib.contextmanager
+def _drawing_from(streams: _DocumentStreams | None) -> Iterator[None]:
+    """`generate` samples with `streams` inside (process-wide: one generate runs at a time)."""
+    if streams is None:
+        yield
+        return
+    original = torch.multinomial
+    torch.multinomial = streams.multinomial
+    try:
+        yield
+    finally:
+        torch.multinomial = original
 
 
 # --------------------------------------------------------------------------- loading
@@ -367,7 +426,7 @@ class Generator:
             "input_limit": self.input_limit,
             "token_budget": self.token_budget,
             "max_batch_size": self.params.max_batch_size,
-            "window": self.params.window,  # the parts' bounds, and sampling seeds by window
+            "window": self.params.window,  # the parts' bounds (and the batches: a window is batched alone)
             "seed": self.params.seed,
             "torch": torch.__version__,
             "transformers": transformers.__version__,
@@ -433,17 +492,29 @@ class Generator:
 
     # ---- generation -----------------------------------------------------------------
 
-    def _generate(self, batch: Batch) -> list[list[int]]:
-        """New tokens of each row of a batch, up to and including its end-of-sequence token."""
+    def _generate(self, batch: Batch, seeds: Sequence[int] | None = None) -> list[list[int]]:
+        """New tokens of each row of a batch, up to and including its end-of-sequence token.
+        `seeds`: when sampling, each input's stream (`document_seed`), by index in `ids`."""
         input_ids = torch.from_numpy(batch.input_ids).to(self.device)
         attention_mask = torch.from_numpy(batch.attention_mask).to(self.device)
         if self.before_generate is not None:
             self.before_generate(input_ids)
-        out = self.model.generate(
-            input_ids=input_ids, attention_mask=attention_mask, generation_config=self.generation_config
-        )
+        # Fresh generators for every call: the halves of a batch that ran out of memory
+        # draw from the start of their documents' streams, as the whole batch did.
+        streams = _DocumentStreams([seeds[r] for r in batch.rows]) if seeds is not None else None
+        with _drawing_from(streams):
+            out = self.model.generate(
+                input_ids=input_ids, attention_mask=attention_mask, generation_config=self.generation_config
+            )
         # Decoder-only output repeats the (padded) prompt; seq2seq output opens with the decoder start token.
         new = (out[:, input_ids.shape[1] :] if self.decoder_only else out[:, 1:]).cpu()
+        if streams is not None and streams.calls == 0 and new.shape[1]:
+            import transformers
+
+            raise RuntimeError(
+                f"transformers {transformers.__version__} sampled without torch.multinomial: "
+                "the per-document streams were not used"
+            )
         # A row that ended early is padded to the batch's longest: cut after its first EOS.
         width = new.shape[1]
         ends = torch.full((len(new),), width, dtype=torch.long)
@@ -471,9 +542,17 @@ class Generator:
         return rows
 
     def generate_ids(
-        self, ids: list[list[int]], row_offset: int = 0, stats: SummariseStats | None = None
+        self,
+        ids: list[list[int]],
+        row_offset: int = 0,
+        stats: SummariseStats | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> list[list[int]]:
-        """Generated token ids for each input, in input order (see `_generate`)."""
+        """Generated token ids for each input, in input order (see `_generate`). A sampled
+        run needs `seeds`, one per input: its stream (`document_seed`)."""
+        if self.effective.do_sample and (seeds is None or len(seeds) != len(ids)):
+            raise ValueError(f"sampling needs one seed per input: {len(ids)} inputs, seeds {seeds!r:.60}")
+        seeds = seeds if self.effective.do_sample else None
         stats = stats if stats is not None else SummariseStats()
         result: list[list[int] | None] = [None] * len(ids)
         backoffs = self.backoff.backoffs
@@ -482,7 +561,7 @@ class Generator:
                 batch = collate(ids, rows, self.pad_id, self.left_pad)
                 pieces = self.backoff.run(
                     batch,
-                    self._generate,
+                    lambda b: self._generate(b, seeds),
                     lambda b, n: split_batch(b, n, self.left_pad),
                     row_offset=row_offset,
                     noun="text",
@@ -498,13 +577,12 @@ class Generator:
         stats.oom_backoffs += self.backoff.backoffs - backoffs
         return result  # type: ignore[return-value]
 
-    def _summarise_window(
-        self, texts: list[str], index: int, start: int, stats: SummariseStats, chunk_sha256: str
-    ) -> list[dict]:
-        if self.effective.do_sample:  # one stream per window: resumed windows draw the same
-            torch.manual_seed(window_seed(self.params.seed, chunk_sha256, index))
+    def _summarise_window(self, texts: list[str], start: int, stats: SummariseStats, chunk_sha256: str) -> list[dict]:
+        seeds = None
+        if self.effective.do_sample:  # one stream per document: resumed windows draw the same
+            seeds = [document_seed(self.params.seed, chunk_sha256, start + i) for i in range(len(texts))]
         ids, truncated = self.encode(texts)
-        new = self.generate_ids(ids, row_offset=start, stats=stats)
+        new = self.generate_ids(ids, row_offset=start, stats=stats, seeds=seeds)
         summaries = self.tokenizer.batch_decode(new, skip_special_tokens=True)
         if self.newline_symbol:
             summaries = [s.replace(self.newline_symbol, "\n") for s in summaries]
@@ -533,7 +611,7 @@ class Generator:
         n, win = len(texts), self.params.window
         windows = [(w, a, min(a + win, n)) for w, a in enumerate(range(0, n, win))]
         stats.parts = len(windows)
-        chunk_sha256 = texts_fingerprint(texts)  # the manifest's, and sampling's streams' (window_seed)
+        chunk_sha256 = texts_fingerprint(texts)  # the manifest's, and sampling's streams' (document_seed)
         store = None
         if resume_dir is not None:
             manifest = {
@@ -549,7 +627,7 @@ class Generator:
             if part is not None:
                 stats.resumed_parts += 1
             else:
-                part = self._summarise_window(texts[a:b], w, a, stats, chunk_sha256)
+                part = self._summarise_window(texts[a:b], a, stats, chunk_sha256)
                 stats.items_generated += b - a
                 if store is not None:
                     store.save_records(w, part)

@@ -76,9 +76,9 @@ class GenerateParams:
         "<prompt>\\n\\n<text>", with the generation prompt added; a tokenizer without
         a chat template gets PLAIN_TEMPLATE instead.
     num_beams ... do_sample: generation overrides (None: the model's setting).
-    seed: required when sampling (do_sample here or in the model's config);
-        torch is seeded before every window with a hash of (seed, the chunk's
-        texts, window index): `generate.window_seed`.
+    seed: required when sampling (do_sample here or in the model's config); each
+        document draws from its own stream, seeded with a hash of (seed, the chunk's
+        texts, its position in the chunk): `generate.document_seed`.
     window: texts per resumable part (and per length sort).
     threads: torch intra-op threads (None: leave torch's setting).
     """

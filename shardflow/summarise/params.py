@@ -29,7 +29,8 @@ METHOD_KEYS = {
 
 # Keys a method reads that decide no summary: `window` only sizes its resumable parts
 # (each lead or extractive summary depends on its document alone), so a sweep over it
-# would run the same summaries at every point. (Abstractive sampling seeds each window.)
+# would run the same summaries at every point. (Abstractive jobs batch within a window,
+# and another batch can move the last bits of a summary.)
 NO_EFFECT_KEYS = {"lead": ("window",), "extractive": ("window",)}
 
 

@@ -217,7 +217,7 @@ def test_without_effect_names_window_for_lead_and_extractive_only():
     keys = ["summarise.window", "summarise.k", "summarise.window.x", "embedding.window"]
     assert without_effect("lead", keys) == ["summarise.window", "summarise.window.x"]
     assert without_effect("extractive", keys) == ["summarise.window", "summarise.window.x"]
-    assert without_effect("abstractive", keys) == []  # sampling seeds each window
+    assert without_effect("abstractive", keys) == []  # a window's batches can move last bits
     assert without_effect("stored", keys) == []
 
 

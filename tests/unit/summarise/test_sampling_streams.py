@@ -1,9 +1,11 @@
-"""Sampling's random streams: one per (seed, chunk, window), unrelated to each other.
+"""Sampling's random streams: one per (seed, chunk, document), unrelated to each other.
 
 Seeding each window with seed + window index made a sweep's seeds shifted copies of
 each other (seed 1's window 0 drew seed 0's window 1) and gave every chunk's first
-window one stream. These tests summarise the same texts in places where that seeding
-drew the same stream, with a tiny random GPT-2 (built offline, about a second).
+window one stream; one stream per window made a sample depend on the batch it was
+drawn in, and on an out-of-memory back-off splitting it. These tests summarise the
+same texts in places where such seeding drew the same stream, or another one, with a
+tiny random GPT-2 (built offline, about a second).
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ from shardflow.corpus.chunks import ChunkRecord, write_record
 from shardflow.summarise.generate import (
     SAMPLING_STREAMS,
     GenerateParams,
+    document_seed,
     load_generator,
     summarise_chunk,
-    window_seed,
 )
 from shardflow.summarise.records import iter_summaries
 from tests.support import tiny_generators, tiny_models
@@ -61,16 +63,16 @@ def write_chunk(path: Path, texts: list[str]) -> Path:
     return path
 
 
-def test_window_seeds_differ_by_seed_chunk_and_window_and_are_pinned():
+def test_document_seeds_differ_by_seed_chunk_and_position_and_are_pinned():
     chunks = [texts_fingerprint(["one"]), texts_fingerprint(["two"])]
-    seeds = {(s, c, w): window_seed(s, c, w) for s in (0, 1, 2, -1) for c in chunks for w in range(4)}
+    seeds = {(s, c, i): document_seed(s, c, i) for s in (0, 1, 2, -1) for c in chunks for i in range(4)}
     assert all(0 <= v < 2**64 for v in seeds.values())
     assert len(set(seeds.values())) == len(seeds)
     # Torch's CPU generator keeps the low 32 bits of a seed: those differ too.
     assert len({v & 0xFFFFFFFF for v in seeds.values()}) == len(seeds)
     # Pinned: a rerun (another process, another host) draws what the first run drew.
-    assert window_seed(0, chunks[0], 0) == 12258039618018477873
-    assert window_seed(1, chunks[0], 0) == 6606326602320984681
+    assert document_seed(0, chunks[0], 0) == 2985730539603770823
+    assert document_seed(1, chunks[0], 0) == 9557771676606524240
 
 
 def test_another_seed_draws_no_shifted_copy_of_a_seeds_windows(gpt2, texts):
@@ -120,3 +122,31 @@ def test_the_streams_key_a_sampled_run_and_leave_other_runs_keys_alone(gpt2, tex
         "format", "model", "device", "hardware", "dtype", "generation", "prefix", "prompt", "chat_template",
         "input_limit", "token_budget", "max_batch_size", "window", "seed", "torch", "transformers", "threads",
     }  # fmt: skip
+
+
+@pytest.mark.parametrize("num_beams", [1, 2])
+def test_an_out_of_memory_back_off_draws_what_a_run_without_it_draws(gpt2, texts, num_beams):
+    """The back-off halves a batch that did not fit (core.oom). With one random stream per
+    window the halves drew other numbers than the whole batch, and every summary of the
+    window came out another sample than the run without the out-of-memory: a rerun on a
+    bigger device, or with a smaller token budget, did not reproduce a run. Each document
+    draws from its own stream now, so neither the batch nor its splitting changes a sample."""
+    from dataclasses import replace
+
+    p = sampling(gpt2, seed=0, num_beams=num_beams)
+    clean = load_generator(p).summarise(texts)
+    failed = []
+
+    def out_of_memory_once(input_ids):  # a fake device: the first batch of several rows does not fit
+        if not failed and len(input_ids) > 1:
+            failed.append(tuple(input_ids.shape))
+            raise torch.cuda.OutOfMemoryError("injected: out of memory")
+
+    gen = load_generator(p, before_generate=out_of_memory_once)
+    backed_off = gen.summarise(texts)
+    assert failed and gen.last_stats.oom_backoffs == 1
+    assert summaries(backed_off) == summaries(clean)
+    # A clean run with the lowered budget, and one document a batch, draw the same too.
+    for smaller in (replace(p, token_budget=gen.backoff.token_budget), replace(p, max_batch_size=1)):
+        assert summaries(load_generator(smaller).summarise(texts)) == summaries(clean)
+    assert len(set(summaries(clean))) > len(texts) // 2  # the samples differ from text to text
