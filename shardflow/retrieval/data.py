@@ -22,6 +22,7 @@ exactly as given, as MTEB does.
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import os
@@ -300,13 +301,35 @@ def iter_msmarco_queries(path: str | os.PathLike, judged: Container[str] | None 
 # --- qrels --------------------------------------------------------------------
 
 
-def _split_columns(line: str) -> list[str]:
-    # Tab-separated when there is a tab (BEIR, MS MARCO), otherwise any
-    # whitespace (classic TREC qrels are space separated). Tab-separated ids keep
-    # what surrounds them, for load_qrels to check (_check_id).
-    if "\t" in line:
+def _split_columns(path: str | os.PathLike, lineno: int, line: str) -> list[str]:
+    """A qrels line's fields: tab-separated when there is a tab (BEIR, MS MARCO), otherwise
+    split at any whitespace (classic TREC qrels are space separated).
+
+    Tab-separated lines are read as BEIR reads its qrels, with csv.reader (QUOTE_MINIMAL):
+    a field in double quotes (`"q1"`, as csv writers and pandas' QUOTE_NONNUMERIC write
+    it) is the text inside them, `""` in it one quote. Kept, the quotes made every judged
+    document one the corpus lacks: all zeros. A quote csv cannot close on this line is
+    an error, where BEIR's reader would run on into the next lines. Whitespace-separated
+    fields are not CSV: trec_eval keeps a leading quote as part of the id, a CSV reader
+    drops it, so one is an error. Tab-separated ids keep what surrounds them, for
+    load_qrels to check (_check_id).
+    """
+    if "\t" not in line:
+        cols = line.split()
+        for i, col in enumerate(cols, 1):
+            if col.startswith('"'):
+                raise RetrievalDataError(
+                    path, lineno, f"column {i} {col!r} is in double quotes: whitespace-separated (TREC) qrels "
+                    "keep quotes as part of the id, CSV drops them; remove them, or separate the columns by tabs "
+                    "(read as CSV, as BEIR reads its qrels)"
+                )
+        return cols
+    if '"' not in line:  # nothing quoted: the plain split, the common case
         return line.split("\t")
-    return line.split()
+    try:
+        return next(csv.reader([line], delimiter="\t", strict=True))
+    except csv.Error as exc:
+        raise RetrievalDataError(path, lineno, f"malformed CSV quoting ({exc})") from exc
 
 
 def _is_number(value: str) -> bool:
@@ -388,7 +411,8 @@ def load_qrels(path: str | os.PathLike) -> Qrels:
         columns (`_QRELS_FIELDS`: `query_id doc_id relevance iteration`, as ir_datasets
         names its qrels), read by those names.
     Every row must have as many columns as the first line, and ids are kept as
-    written (one empty or with whitespace at either end is an error). Rows with
+    written (one empty or with whitespace at either end is an error), but for the
+    quotes of a CSV-quoted field of a tab-separated file (`_split_columns`). Rows with
     relevance 0 are kept (judged non-relevant); a repeated (query, doc) pair keeps
     its last value, as BEIR's loader does, with a warning when the grades differ.
     """
@@ -396,7 +420,7 @@ def load_qrels(path: str | os.PathLike) -> Qrels:
     n_columns: int | None = None
     regraded: list[tuple[int, str, str]] = []
     for lineno, line in _iter_lines(path):
-        cols = _split_columns(line)
+        cols = _split_columns(path, lineno, line)
         if n_columns is None:
             n_columns = len(cols)
             # Only the first line may be a header (`query-id corpus-id score`): data rows

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import gzip
 import json
 import re
@@ -430,3 +431,50 @@ def test_an_error_about_the_whole_file_names_it_without_a_line(tmp_path, name, d
     with pytest.raises(RetrievalDataError) as err:
         list(read(path))
     assert str(err.value).startswith(f"{path}: {reason}") and err.value.line is None
+
+
+def _beir_reads(path: Path) -> dict:
+    """What BEIR's GenericDataLoader._load_qrels reads: csv.reader, tab, QUOTE_MINIMAL, header skipped."""
+    with open(path, encoding="utf-8") as fh:
+        rows = list(csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_MINIMAL))[1:]
+    qrels: dict = {}
+    for query_id, corpus_id, score in rows:
+        qrels.setdefault(query_id, {})[corpus_id] = int(score)
+    return qrels
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # csv.QUOTE_NONNUMERIC, as pandas writes string ids with quoting=2: every id quoted
+        '"query-id"\t"corpus-id"\t"score"\n"q1"\t"d1"\t1\n"q1"\t"d2"\t0\n"q2"\t"d1"\t2\n',
+        # integer query ids unquoted, document ids quoted: read as they were, every judged
+        # document was one the corpus lacks, and every query scored 0 with a warning
+        'query-id\tcorpus-id\tscore\n1\t"d1"\t1\n1\t"d2"\t0\n2\t"d1"\t2\n',
+        # csv.QUOTE_ALL: the grade too, and a quote inside an id doubled
+        '"query-id"\t"corpus-id"\t"score"\n"q1"\t"""d1"""\t"1"\n"q1"\t"d2"\t"0"\n"q2"\t"""d1"""\t"2"\n',
+    ],
+)
+def test_quoted_qrels_fields_are_read_as_beirs_csv_reader_reads_them(tmp_path, text):
+    """A tab-separated qrels field in double quotes is a CSV-quoted field (BEIR reads its
+    qrels with csv.reader): its quotes are no part of the id. Kept, they were."""
+    path = write(tmp_path / "qrels.tsv", text)
+    assert load_qrels(path) == _beir_reads(path)
+    trec = write(tmp_path / "trec.tsv", '"q1"\t0\t"d1"\t1\n')  # TREC's four columns, tab separated
+    assert load_qrels(trec) == {"q1": {"d1": 1}}
+
+
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        # an unclosed quote: csv.reader would run on into the next lines, taking rows into the id
+        ('query-id\tcorpus-id\tscore\n"q1\td1\t1\nq2\td1\t1\n', ":2: malformed CSV quoting (unexpected end of data)"),
+        ('query-id\tcorpus-id\tscore\n"q1"x\td1\t1\n', ":2: malformed CSV quoting ('\t' expected after '\"')"),
+        # whitespace-separated (TREC): trec_eval keeps quotes, a CSV reader drops them
+        ('q1 0 "d1" 1\n', ":1: column 3 '\"d1\"' is in double quotes"),
+    ],
+)
+def test_quoted_qrels_fields_that_csv_does_not_read_alike_are_errors(tmp_path, text, reason):
+    path = write(tmp_path / "qrels.tsv", text)
+    with pytest.raises(RetrievalDataError, match=re.escape(f"{path}{reason}")):
+        load_qrels(path)
