@@ -266,8 +266,9 @@ def iter_tsv_pairs(
     """Yield (id, text) from a two-column `id<TAB>text` file (MS MARCO collection or queries).
 
     The text is everything after the first tab, kept as written; a line with no
-    tab, an empty id, an id with whitespace at either end (`_check_id`) or a repeated id
-    (`kind` names it in the message; with `only`, a repeated id of those) is an error.
+    tab, an empty id, an id with whitespace at either end (`_check_id`), one in double
+    quotes (a csv writer's) or a repeated id (`kind` names it in the message; with
+    `only`, a repeated id of those) is an error.
     A first line that is a header (`_is_tsv_header`) is passed over with a warning: it
     is certainly no record, and qrels headers are read alike (`load_qrels`).
     """
@@ -283,6 +284,14 @@ def iter_tsv_pairs(
                 log.warning("%s:%d: %r is a header line (every field names a column), not a %s: not read as one "
                             "(the official MS MARCO files have no header)", path, lineno, line, kind)
                 continue
+        if key.startswith('"'):
+            # Kept, the quotes matched no qrels id (load_qrels reads a quoted field as BEIR
+            # does, without them); dropped, the text after it, quoted too, would keep its.
+            raise RetrievalDataError(
+                path, lineno, f"{kind} id {key!r} is in double quotes, as csv writers quote: this file is read "
+                "as MS MARCO's, every field as written (its passages hold quotation marks), so the quotes would "
+                "stay part of the id and text; write it without quoting"
+            )
         yield unique(_check_id(path, lineno, f"{kind} id", key), lineno), text
 
 

@@ -478,3 +478,21 @@ def test_quoted_qrels_fields_that_csv_does_not_read_alike_are_errors(tmp_path, t
     path = write(tmp_path / "qrels.tsv", text)
     with pytest.raises(RetrievalDataError, match=re.escape(f"{path}{reason}")):
         load_qrels(path)
+
+
+@pytest.mark.parametrize(
+    "read, text, reason",
+    [
+        (iter_msmarco_collection, '0\tfirst\n"1"\t"second, quoted"\n', ":2: passage id '\"1\"' is in double quotes"),
+        (iter_msmarco_queries, '"q1"\twhat is a qid\n', ":1: query id '\"q1\"' is in double quotes"),
+    ],
+)
+def test_a_quoted_msmarco_id_is_an_error_naming_the_line(tmp_path, read, text, reason):
+    """MS MARCO TSVs are read as written (official passages hold quotation marks), so a csv
+    writer's quotes stayed in the id, where quoted qrels now drop theirs. A passage that
+    opens with a quotation mark is read as it is."""
+    path = write(tmp_path / "file.tsv", text)
+    with pytest.raises(RetrievalDataError, match=re.escape(f"{path}{reason}")):
+        list(read(path))
+    quoting = write(tmp_path / "collection.tsv", '0\t"Quoted," he said.\n')
+    assert list(iter_msmarco_collection(quoting)) == [("0", '"Quoted," he said.')]
