@@ -230,12 +230,13 @@ def _raw(data: bytes | str) -> str:
     return data.rstrip("\r\n")
 
 
-def nul_byte(raw: bytes) -> str | None:
-    """Why `raw` (a line's bytes) is not text, or None: text never holds a raw NUL byte
-    (JSON can only escape one), so one marks binary data. The position split's read of
-    its text file holds to it too (shardflow.train.prepare)."""
+def nul_byte(raw: bytes, start: int = 0) -> str | None:
+    """Why `raw` (a line's bytes, or those from its byte `start` on) is not text, or None:
+    text never holds a raw NUL byte (JSON can only escape one), so one marks binary data.
+    The position split's read of its text file holds to it too (shardflow.train.prepare),
+    reading a long line in parts."""
     at = raw.find(b"\0")
-    return None if at < 0 else f"NUL byte at byte {at} (binary data, not text)"
+    return None if at < 0 else f"NUL byte at byte {start + at} (binary data, not text)"
 
 
 def limit_label(n: int) -> str:

@@ -89,9 +89,15 @@ METADATA_FORMAT = "shardflow.train.shards/1"
 DEFAULT_TOKENS_PER_SHARD = 100_000_000  # llm.c's fineweb.py default
 COPY_RUN = 1 << 20  # most tokens copied in one read (4 MiB of uint32)
 SHARD_NAME = re.compile(r"^(train|val)_\d{6}\.bin$")
-# Plain-text pieces: cut near this many characters, at a line boundary that no
-# tokenizer here merges across (see `_text_pieces`); hard cut at 16x.
+# Plain-text pieces: cut near this many characters, where no tokenizer here merges
+# across (see `_text_pieces`); hard cut at 16x.
 PIECE_CHARS = 1 << 20
+# Most bytes of a plain-text file read at once: a longer line (a file without a line
+# feed is one line) is read in parts, so a piece stays bounded whatever the lines.
+READ_BYTES = 1 << 20
+# Where a piece may end: before a space, tab, CR or LF that follows a non-space
+# character (`_text_pieces`).
+_PIECE_END = re.compile(r"(?<=\S)[ \t\r\n]")
 # A tokenizer whose tokens may span line breaks encodes a position split's file in one
 # piece up to this size; a larger file would hold tens of GB in the tokenizer at once,
 # so it is still encoded in PIECE_CHARS pieces, with a warning that its tokens may
@@ -241,36 +247,89 @@ def docs_path(tokens_path: str | os.PathLike) -> Path:
 def _text_pieces(path: str | os.PathLike, piece_chars: int | None = PIECE_CHARS) -> Iterator[tuple[int, str]]:
     """(first line number, text) pieces of a UTF-8 text file, streamed, exact (no newline changes).
 
-    A piece ends at a newline between two lines that end and begin with a
-    non-space character: byte-level BPE (GPT-2 pre-tokenizer), WordPiece and char
-    tokens never span such a newline, so encoding piece by piece gives the same
-    tokens as encoding the whole file. A file without such a boundary for 16
-    pieces' length is cut at the next line end regardless (tokens may then
-    differ at that one point). `piece_chars` None: the whole file is one piece (a
+    A piece ends, once it holds `piece_chars` characters, before the next space, tab,
+    CR or LF that follows a non-space character: byte-level BPE (GPT-2 pre-tokenizer),
+    WordPiece and char tokens never span that point, and a text that starts there
+    encodes as the rest of the whole does, so encoding piece by piece gives the same
+    tokens as encoding the whole file. (Pieces used to end after a LF between two
+    non-space characters; after a CRLF that fails: byte-level BPE encodes a text's final
+    "\\r\\n" as one token where the whole file's "\\r\\nS" gives "\\r", "\\n".) A stretch of 16
+    pieces' length without one is cut at the next read's end regardless (at a line end
+    where lines are shorter than a read; tokens may then differ at that one point), never
+    inside a character or a CR/LF pair. `piece_chars` None: the whole file is one piece (a
     tokenizer whose tokens may span any newline, `Tokenizer.splits_at_line_breaks`).
     """
+    if piece_chars is None:
+        parts = [text for _, text in _text_reads(path)]
+        if parts:
+            yield 1, "".join(parts)
+        return
     buf: list[str] = []
-    size, start, prev = 0, 1, ""
-    with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            # A raw NUL is binary data, as the split's readers hold (UTF-16 without a
-            # byte-order mark, a file padded with NULs): never characters to train on.
-            if nul := nul_byte(raw):
-                raise ValueError(f"{path}:{lineno}: {nul}")
-            try:
-                line = decode_text(raw, lineno)
-            except UnicodeDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: invalid UTF-8 at byte {exc.start} of the line") from exc
-            if buf and piece_chars is not None and size >= piece_chars:
-                safe = len(prev) >= 2 and prev[-1] == "\n" and not prev[-2].isspace() and not line[:1].isspace()
-                if safe or size >= 16 * piece_chars:
-                    yield start, "".join(buf)
-                    buf, size, start = [], 0, lineno
-            buf.append(line)
-            size += len(line)
-            prev = line
+    size, start, last = 0, 1, ""  # last: the piece's last character
+    for lineno, text in _text_reads(path):
+        if size >= 16 * piece_chars and not (last == "\r" and text.startswith("\n")):
+            yield start, "".join(buf)
+            buf, size, start, last = [], 0, lineno, ""
+        at = size  # where `text` starts in the piece
+        buf.append(text)
+        size += len(text)
+        while size > piece_chars:  # a piece may end before its character `piece_chars` or later
+            lo = max(piece_chars - at, 0)
+            if lo == 0 and text[:1] in (" ", "\t", "\r", "\n") and last and not last.isspace():
+                end = 0
+            else:
+                m = _PIECE_END.search(text, max(lo, 1))
+                if m is None:
+                    break
+                end = m.start()
+            buf[-1] = text[:end]
+            yield start, "".join(buf)
+            text = text[end:]
+            buf, size, start, at, last = [text], len(text), lineno, 0, ""
+        last = text[-1:] or last
     if buf:
         yield start, "".join(buf)
+
+
+def _text_reads(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a UTF-8 text file, a line at a time, a line longer than
+    READ_BYTES in parts of at most that many bytes, none ending inside a character. A NUL
+    or invalid UTF-8 is an error naming the line and the byte, counted from the line's
+    first byte however many reads it took."""
+    lineno, done, carry = 1, 0, b""  # done: bytes of the line decoded; carry: a character cut by the last read
+    with open(path, "rb") as fh:
+        while True:
+            read = fh.readline(READ_BYTES)
+            raw = carry + read
+            if not raw:
+                return
+            # A raw NUL is binary data, as the split's readers hold (UTF-16 without a
+            # byte-order mark, a file padded with NULs): never characters to train on.
+            if nul := nul_byte(raw, done):
+                raise ValueError(f"{path}:{lineno}: {nul}")
+            # Short of READ_BYTES: the line's (or the file's) end; else keep back a
+            # character the read cut, to decode with the next.
+            whole = raw if len(read) < READ_BYTES or read.endswith(b"\n") else raw[: _utf8_whole(raw)]
+            try:
+                text = decode_text(whole, lineno) if done == 0 else whole.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{path}:{lineno}: invalid UTF-8 at byte {done + exc.start} of the line") from exc
+            yield lineno, text
+            if read.endswith(b"\n"):
+                lineno, done, carry = lineno + 1, 0, b""
+            else:
+                done, carry = done + len(whole), raw[len(whole) :]
+
+
+def _utf8_whole(raw: bytes) -> int:
+    """How many bytes of `raw` end with a whole UTF-8 character: all of them, less a
+    character's first 1 to 3 bytes when the rest are yet to be read."""
+    for back in range(1, min(4, len(raw)) + 1):
+        byte = raw[-back]
+        if byte < 0x80 or byte >= 0xC0:  # ASCII, or a character's first byte
+            size = 1 if byte < 0x80 else 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return len(raw) - back if size > back else len(raw)
+    return len(raw)  # continuation bytes only: invalid, and decoding says where
 
 
 def _corpus_texts(paths: Iterable[str | os.PathLike]) -> Iterator[str]:
@@ -785,8 +844,9 @@ def prepare_text_file(
     if piece_chars is None and os.path.getsize(path) > ONE_PIECE_MAX_BYTES:
         piece_chars = PIECE_CHARS
         log.warning(
-            "%s: over %d MiB, encoded in pieces of about 1 MiB cut at line breaks; the %s tokenizer's tokens may "
-            "span line breaks, so they may differ from the whole file's at each cut (shards.split: documents has none)",
+            "%s: over %d MiB, encoded in pieces of about 1 MiB cut before a space or line break; the %s "
+            "tokenizer's tokens may span those, so they may differ from the whole file's at each cut "
+            "(shards.split: documents has none)",
             path, ONE_PIECE_MAX_BYTES >> 20, tokenizer.kind,
         )  # fmt: skip
     elif piece_chars is None:

@@ -86,9 +86,9 @@ class Tokenizer(abc.ABC):
     eot_id: int
     eot_token: str
     file: str  # name of the vocabulary file in a saved folder
-    # Whether a text cut after a newline between two lines that end and begin with a
-    # non-space character encodes, piece by piece, to the tokens of the whole text
-    # (prepare._text_pieces, the position split's streaming).
+    # Whether a text cut before a space, tab, CR or LF that follows a non-space character
+    # (a line break between such characters among them) encodes, piece by piece, to the
+    # tokens of the whole text (prepare._text_pieces, the position split's streaming).
     splits_at_line_breaks: bool = True
 
     def encode(self, text: str) -> list[int]:
@@ -287,9 +287,10 @@ def _id_space(tk) -> int:
     return max(count, max(tk.get_vocab(with_added_tokens=True).values(), default=-1) + 1)
 
 
-# Pre-tokenizers that end a word at every newline and add nothing at the start of a
-# text, and normalizers that map characters one by one: with only these, tokens never
-# span such a line break (see Tokenizer.splits_at_line_breaks). Not SentencePiece's
+# Pre-tokenizers that end a word at every space, tab, CR and LF that follows a non-space
+# character and add nothing at the start of a text, and normalizers that map characters
+# one by one: with only these, tokens never span such a point, line breaks included
+# (see Tokenizer.splits_at_line_breaks). Not SentencePiece's
 # Metaspace (or a Prepend normalizer), which prefixes each encoded text with "▁" and
 # keeps words across newlines, nor ByteLevel with add_prefix_space.
 LINE_SAFE_PRE_TOKENIZERS = ("BertPreTokenizer", "Whitespace", "WhitespaceSplit")
