@@ -1449,9 +1449,12 @@ def status(
 
 
 def compact(n: float | None) -> str:
-    """1,234; 12.3k; 8.1M."""
+    """1,234; 12.3k; 8.1M; a fraction under 10 (a rate: 0.4 records/s per job) to two
+    significant digits, not rounded to a whole number (0)."""
     if n is None:
         return "?"
+    if abs(n) < 10 and n != int(n):
+        return f"{n:.2g}"
     if abs(n) < 10_000:
         return f"{n:,.0f}"
     for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):

@@ -243,6 +243,31 @@ def test_time_left_runs_the_jobs_left_longest_first_on_the_slots():
     assert st.time_left([], 10.0, 2.0, 1, 4) == 0.0
 
 
+def test_a_rate_under_one_record_a_second_is_shown_not_rounded_to_0(tmp_path, now):
+    """A slow stage (abstractive summaries, a CPU run) does under one record a second per
+    job: the table and the total line show that rate, as the time left beside it is
+    computed from it, not "0 records/s" beside hours left."""
+    cfg = config(tmp_path)
+    split_manifest()
+    finished(0)
+    stats_path = job_files(0)[0]["stats"]
+    write_json(stats_path, {**json.loads(Path(stats_path).read_text()), "seconds": 250.0})  # 100 records: 0.4/s
+    result = st.status(cfg, 1, "--gpus", now=now)
+    assert embed(result).rate == pytest.approx(0.4)
+    line = st.stage_line(embed(result), "USD")
+    assert ", 0.4 records/s, about 20.8 min left;" in line  # 5 jobs x 250 s
+    (row,) = [r for r in st.table(result).splitlines() if r.startswith("ds ")]
+    assert row.split()[9:12] == ["100/600", "records", "0.4"]
+    assert [st.compact(n) for n in (0.04, 2.5, 9.96, 12.3, 1234, 12345)] == [
+        "0.04",
+        "2.5",
+        "10",
+        "12",
+        "1,234",
+        "12.3k",
+    ]
+
+
 def test_the_cli_prints_the_table_and_the_total_line_last(tmp_path, monkeypatch, capsys, now):
     a_run(tmp_path, monkeypatch, now)
     assert main(["status", "--configfile", str(tmp_path / "overlay.yaml"), "--gpus", "2"]) == 0
