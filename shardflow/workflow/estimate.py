@@ -1479,6 +1479,15 @@ def duration(seconds: float | None) -> str:
     return f"{seconds / 86400:.1f} days"
 
 
+def money(amount: float) -> str:
+    """A cost to the cent; one that is not 0 but would print as 0.00 (under half a cent:
+    a short GPU stage at a low price) to two significant digits, 0.0017, so that a GPU
+    stage's cost never reads as the 0.00 of one on the CPU. make status prints its costs
+    with it too."""
+    cents = f"{amount:.2f}"
+    return f"{amount:.2g}" if amount and float(cents) == 0 else cents
+
+
 def _number(n: int | None) -> str:
     return "-" if n is None else f"{n:,}"
 
@@ -1498,7 +1507,7 @@ def total_line(est: Estimate) -> str:
     wall = f"about {duration(est.wall_s)} on {gpus}{not_counted(est)}"
     if not any(r.gpus for r in est.rows):
         wall = "every job runs on the CPU (wall time not estimated)"
-    line = f"{est.gpu_hours:.3g} GPU-h, {est.cost:.2f} {est.currency}, {wall}"
+    line = f"{est.gpu_hours:.3g} GPU-h, {money(est.cost)} {est.currency}, {wall}"
     if est.assumed():
         line += f" (assumed rates: {', '.join(est.assumed())})"
     if est.missing():
@@ -1512,7 +1521,7 @@ def left_text(est: Estimate) -> str:
     if not done:
         return ""
     wall = f", about {duration(est.left_wall_s)}{not_counted(est, left=True)}" if any(r.gpus for r in est.rows) else ""
-    return f"; left ({done} of {jobs} GPU jobs done): {est.left_gpu_hours:.3g} GPU-h, {est.left_cost:.2f} {est.currency}{wall}"
+    return f"; left ({done} of {jobs} GPU jobs done): {est.left_gpu_hours:.3g} GPU-h, {money(est.left_cost)} {est.currency}{wall}"
 
 
 def table(est: Estimate) -> str:
@@ -1524,7 +1533,7 @@ def table(est: Estimate) -> str:
     for r in est.rows:
         rate = "-" if r.rate is None else f"{r.rate.per_s:.3g}{'' if r.rate.measured else ' (assumed)'}"
         gpu_h = "-" if r.gpu_hours is None else ("0 (CPU)" if r.gpus == 0 else f"{r.gpu_hours:.3g}")
-        cost = "-" if r.cost is None else f"{r.cost:.2f}"
+        cost = "-" if r.cost is None else money(r.cost)
         work = "-" if r.work is None else f"{_number(r.work)} {r.unit}"
         disk = "-" if r.disk is None else _size(r.disk)
         cells = (r.dataset, r.stage, str(r.jobs), work, rate, gpu_h, cost, duration(r.wall_s), disk)

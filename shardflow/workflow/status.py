@@ -1494,9 +1494,9 @@ def stage_line(stage: Stage, currency: str) -> str:
     elif stage.gpu_hours is None:
         line += "; GPU-h and cost not known until it finishes (its attempts' time is in its checkpoint)"
     else:
-        line += f"; {stage.gpu_hours:.3g} GPU-h, {stage.cost:.2f} {currency} so far"
+        line += f"; {stage.gpu_hours:.3g} GPU-h, {estimate.money(stage.cost)} {currency} so far"
     if stage.left_gpu_hours and stage.count(DONE) < total:
-        line += f", about {stage.left_gpu_hours:.3g} GPU-h, {stage.left_cost:.2f} {currency} to finish"
+        line += f", about {stage.left_gpu_hours:.3g} GPU-h, {estimate.money(stage.left_cost)} {currency} to finish"
     return line + (f"; {', '.join(bad)}" if bad else "")
 
 
@@ -1597,7 +1597,7 @@ def table(st: Status) -> str:
                 "-" if rate is None or finished else compact(rate),
                 left,
                 gpu_h,
-                "-" if s.sweep or s.cost is None else f"{s.cost:.2f}",
+                "-" if s.sweep or s.cost is None else estimate.money(s.cost),
             )
         )
     widths = [max(len(row[i]) for row in (head, *body)) for i in range(len(head))]

@@ -615,6 +615,21 @@ def test_wall_time_puts_the_longest_jobs_first_on_the_free_gpus():
     assert est.makespan([10, 5], [1, 8], 4) is None
 
 
+def test_a_cost_under_half_a_cent_is_shown_not_rounded_to_0(tmp_path):
+    """A GPU stage's cost is never printed as 0.00, the figure of a run whose every job
+    is on the CPU: one under half a cent keeps two significant digits, beside its GPU-h."""
+    corpus()
+    cfg = config(tmp_path)  # report.gpu_hour_price 2.5: 2.5 s of one GPU (100 records at 40/s) is 0.0017
+    result = run(cfg)
+    assert result.cost == pytest.approx(2.5 / 3600 * 2.5)
+    assert est.total_line(result).startswith("0.000694 GPU-h, 0.0017 USD, about 2 s on 1 GPU")
+    embed = next(line for line in est.table(result).splitlines() if line.startswith("ds ") and " embed " in line)
+    assert embed.split()[7:9] == ["0.000694", "0.0017"]  # after "40 (assumed)"
+    on_cpu = run(config(tmp_path, gpu_jobs={"device": "cpu"}))
+    assert est.total_line(on_cpu).startswith("0 GPU-h, 0.00 USD, every job runs on the CPU")
+    assert [est.money(x) for x in (0.0, 0.0049, 0.005, 0.01, 1234.5)] == ["0.00", "0.0049", "0.01", "0.01", "1234.50"]
+
+
 # ------------------------------------------------------------------------ CLI
 
 
@@ -625,7 +640,7 @@ def test_the_cli_prints_a_table_and_a_one_line_total_or_json(tmp_path, capsys, m
     assert main(["estimate", "--configfile", str(tmp_path / "o.yaml")]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("GPUs: 3 (as the local profile runs them at once: concurrent_gpu_jobs()")
-    assert out[-1].startswith("0.000694 GPU-h, 0.00 USD, about 1 s on 3 GPUs (assumed rates: embed ds)")
+    assert out[-1].startswith("0.000694 GPU-h, 0.0017 USD, about 1 s on 3 GPUs (assumed rates: embed ds)")
     assert any(line.split()[:3] == ["ds", "embed", "4"] for line in out)
     proc = subprocess.run(
         [sys.executable, "-m", "shardflow.cli", "estimate", "--configfile", "o.yaml", "--gpus", "2", "--json"],
@@ -747,8 +762,8 @@ def test_a_run_part_done_is_estimated_whole_and_what_is_left(tmp_path, capsys):
     assert embed.gpu_hours == pytest.approx(2.5 / 3600) and embed.left_gpu_hours == pytest.approx(1.25 / 3600)
     assert (embed.wall_s, embed.left_wall_s) == (pytest.approx(2.5), pytest.approx(1.25))
     total = est.total_line(result)
-    assert total.startswith("0.000694 GPU-h, 0.00 USD, about 2 s on 1 GPU (assumed rates: embed ds)")
-    assert total.endswith("; left (1 of 2 GPU jobs done): 0.000347 GPU-h, 0.00 USD, about 1 s")
+    assert total.startswith("0.000694 GPU-h, 0.0017 USD, about 2 s on 1 GPU (assumed rates: embed ds)")
+    assert total.endswith("; left (1 of 2 GPU jobs done): 0.000347 GPU-h, 0.00087 USD, about 1 s")
     assert main(["estimate", "--configfile", str(tmp_path / "o.yaml"), "--gpus", "1"]) == 0
     out = capsys.readouterr().out.splitlines()
     head = next(line for line in out if line.startswith("data set"))

@@ -235,6 +235,18 @@ def test_a_stalled_chunk_says_how_long_it_made_no_progress(tmp_path, monkeypatch
     assert embed(st.status(cfg, 2, "--gpus", now=now)).jobs[5].state == "stalled"
 
 
+def test_a_cost_under_half_a_cent_is_shown_not_rounded_to_0(tmp_path, monkeypatch, now):
+    """At a low price the GPU time so far and to finish costs under half a cent: shown to
+    two significant digits, beside its GPU-h, not as the 0.00 of a stage on the CPU."""
+    cfg = a_run(tmp_path, monkeypatch, now, report={"gpu_hour_price": 0.1})
+    result = st.status(cfg, 2, "--gpus", now=now)
+    line = st.stage_line(embed(result), "USD")
+    # 25.5 s so far and 48.5 s to finish (test_a_run_with_...) at 0.1 a GPU-hour
+    assert "; 0.00708 GPU-h, 0.00071 USD so far, about 0.0135 GPU-h, 0.0013 USD to finish;" in line
+    (row,) = [r for r in st.table(result).splitlines() if r.startswith("ds ")]
+    assert row.split()[-2:] == ["0.00708", "0.00071"]
+
+
 def test_time_left_runs_the_jobs_left_longest_first_on_the_slots():
     left = [(100, False), (50, True), (30, True)]  # (records left, started) at 10/s, 2 s loading
     assert st.time_left(left, 10.0, 2.0, 1, 1) == pytest.approx(12 + 5 + 3)
