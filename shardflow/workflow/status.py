@@ -1109,12 +1109,15 @@ def chunk_stage(
     return Stage(ds.name, stage, jobs, gpus, notes=notes)
 
 
-def train_stage(cfg: dict, ds: plan.DataSet, gpus: int, gpus_per_run: int) -> Stage:
-    """The train job of data set `ds`; its failure record lies beside its resume folder
-    (rules/train_common.smk train_resume: train/ under the data set's local resume root)."""
+def train_stage(cfg: dict, ds: plan.DataSet, gpus: int) -> Stage:
+    """The train job of data set `ds`, holding `gpus` (0: on the CPU); its failure record
+    lies beside its resume folder (rules/train_common.smk train_resume: train/ under the
+    data set's local resume root). Its tokens are train.gpus' global batch on any device,
+    as make estimate plans them: on the CPU one process trains the micro-batches of all
+    train.gpus processes (shardflow.train.trainer, `processes`)."""
     rule, record = STAGE_RULES["train"]
     outputs, log, bench = rule_files(rule).of({"dataset": ds.name})
-    job = Job("", outputs, log, bench, estimate.train_tokens(cfg, gpus_per_run))
+    job = Job("", outputs, log, bench, estimate.train_tokens(cfg, plan.train_gpus(cfg)))
     classify(job, {}, record_path(plan.train_resume(cfg["gpu_jobs"]["resume_dir"], ds.name)))
     error = _stats(job, record) if job.state == DONE else None
     out = Stage(ds.name, "train", [job], gpus, unit="tokens", notes=[error] if error else [])
@@ -1403,8 +1406,7 @@ def status(
             rule = STAGE_RULES[name][0]
             gpus = 0 if rule in on_cpu else (1 if name == "train" else plan.job_gpus(cfg, rule))
             if name == "train":
-                per_run = plan.train_gpus(cfg) if gpus else 1
-                stage = train_stage(cfg, ds, per_run if gpus else 0, per_run)
+                stage = train_stage(cfg, ds, plan.train_gpus(cfg) if gpus else 0)
                 if storage is not None and stage.jobs[0].state == WAITING:
                     stage.notes.append(train_unseen(volume, ds))
             else:

@@ -466,6 +466,18 @@ def test_a_train_stage_on_a_host_without_gpus_counts_the_configured_gpus(tmp_pat
     assert train["gpus_per_job"] == 2 and train["records_total"] == est.train_tokens(cfg, 2)
 
 
+def test_a_train_stage_on_the_cpu_plans_the_global_batch_of_train_gpus(tmp_path, now):
+    """Under gpu_jobs.device cpu a train job of train.gpus 2 runs one process that trains
+    the micro-batches of both (shardflow.train.trainer `processes`): the same global batch
+    and tokens as on two GPUs, as make estimate plans them, and no GPU. Status planned one
+    process's batch, half the tokens the job trains."""
+    cfg = config(tmp_path, tasks=["training"], train={"gpus": 2}, gpu_jobs={"device": "cpu"})
+    (train,) = [s for s in st.status(cfg, 1, "--gpus", now=now).stages if s.stage == "train"]
+    assert train.gpus == 0 and train.records_total == est.train_tokens(cfg, 2)
+    (planned,) = [r for r in est.estimate(cfg, 1, "--gpus").rows if r.stage == "train"]
+    assert planned.work == train.records_total
+
+
 def test_an_s3_glob_input_uses_the_split_manifest_of_its_objects(tmp_path, monkeypatch, now):
     from shardflow.core import s3
 
