@@ -199,9 +199,16 @@ def _gpus(args: argparse.Namespace, cfg: dict) -> tuple[int, str, bool]:
     if args.gpus is not None:
         return args.gpus, "--gpus", False
     source = "as the local profile runs them at once: concurrent_gpu_jobs(), the GPUs nvidia-smi or $SHARDFLOW_GPUS list, 1 without; --gpus N for a cluster"
+    gpus = concurrent_gpu_jobs()
+    if cfg["gpu_jobs"]["pinning"] != "off" and cfg["gpu_jobs"]["devices"] is not None:
+        # The profile's pool counts the host's GPUs (it cannot read the workflow config),
+        # but a job runs only once it holds a slot of gpu_jobs.devices (core.gpu_slots):
+        # the others wait.
+        gpus = min(gpus, max(1, len(est.host_gpus(cfg))))
+        source = "as the local profile runs them at once: one per GPU of gpu_jobs.devices; --gpus N for a cluster"
     # As the local executor does (rules/common.smk runs_on_cpu): under `auto`, a host
     # without GPUs runs the GPU rules on the CPU.
-    return concurrent_gpu_jobs(), source, cfg["gpu_jobs"]["device"] == "auto" and not est.host_gpus(cfg)
+    return gpus, source, cfg["gpu_jobs"]["device"] == "auto" and not est.host_gpus(cfg)
 
 
 def _print(name: str, args: argparse.Namespace, compute, as_json, table) -> int:

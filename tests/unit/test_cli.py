@@ -141,3 +141,22 @@ def test_sweep_adopt_moves_a_renamed_point_and_refuses_while_snakemake_runs(tmp_
     )
     assert main(["sweep-adopt", "lr", "--configfile", "c.yaml"]) == 0
     assert (tmp_path / "results/sweeps/lr/lr=0.001__n_layer=4/seed=0").is_dir()
+
+
+@pytest.mark.parametrize(("devices", "pinning", "expected"), [("0,1", "auto", 2), ("0,1", "slots", 2), (None, "auto", 8),
+                                                              ("0,1", "off", 8)])
+def test_estimate_counts_the_gpus_the_slots_let_run_at_once(monkeypatch, devices, pinning, expected):
+    """The local profile's pool counts every GPU of the host (it cannot read the workflow
+    config), but with pinning the slots let only gpu_jobs.devices' GPUs run jobs at once;
+    the others wait for a slot. make estimate and make status counted the host's 8, so
+    with devices "0,1" the wall time read a quarter of what the run takes. Pinning off
+    takes no slot: the pool is what runs at once."""
+    import argparse
+
+    from shardflow.cli import _gpus
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("SHARDFLOW_GPUS", ",".join(str(i) for i in range(8)))
+    cfg = {"gpu_jobs": {"device": "auto", "pinning": pinning, "devices": devices}}
+    assert _gpus(argparse.Namespace(gpus=None), cfg)[:1] == (expected,)
+    assert _gpus(argparse.Namespace(gpus=3), cfg)[0] == 3  # --gpus as given
