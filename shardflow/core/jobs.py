@@ -115,7 +115,7 @@ def gpus_held(stats: dict, gpus: int = 1) -> int:
     (resources.<rule>.gpu, shardflow.workflow.plan.job_gpus): the embed, embed_queries,
     summarise and retrieval_evaluate jobs' stats record none, and the cluster bills every
     GPU a job holds. The stage reports and a sweep's collection get it through their
-    params; make status gives it too (shardflow.workflow.status.held_gpus)."""
+    params; make status gives it too (shardflow.workflow.status.finish)."""
     return int(stats.get("gpus", stats.get("world_size", gpus)))
 
 

@@ -1185,7 +1185,7 @@ def job_gpus(cfg: dict, rule: str) -> int:
     resources.<rule>.gpu, as rules/common.smk job_resources requests them. The job runs
     on one (`idle_gpus` warns at parse time) but holds them all, and the cluster bills
     them all: make estimate and make status count them (for the finished jobs too, whose
-    stats record no `gpus`: status.held_gpus), and so do the stage reports, the first
+    stats record no `gpus`: core.jobs.gpus_held), and so do the stage reports, the first
     page and a sweep's collection, which get them as a param of their rules
     (core.jobs.gpus_held). A gpu of 0 counts as one (a job scheduled with none runs on
     the CPU: the callers tell those apart; estimate.rules_on_cpu). train's are

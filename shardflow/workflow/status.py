@@ -73,7 +73,7 @@ finished jobs' (core.jobs: their last attempt and the killed ones before it), an
 attempts of the jobs not done up to their last part (a lower bound), priced with
 core.jobs.priced. A job holds the GPUs its stats record (a training run's world_size),
 else, as `make estimate` counts them, resources.<rule>.gpu of the config status reads
-(plan.job_gpus; `held_gpus`): an embed, embed_queries, summarise or
+(plan.job_gpus; core.jobs.gpus_held): an embed, embed_queries, summarise or
 retrieval_evaluate job given two is billed for two.
 
 A retrieval run (retrieval.path set) lists its corpus's embed jobs as a data set of their
@@ -976,16 +976,6 @@ def time_left(
     return estimate.makespan(seconds_left(left, rate, overhead_s), gpus_per_job, slots * gpus_per_job)
 
 
-def held_gpus(stats: dict, gpus: int) -> dict:
-    """A finished job's stats with the GPUs it held: its own `gpus` or `world_size` (a
-    training run's), else the stage's `gpus` a job (resources.<rule>.gpu, plan.job_gpus;
-    at least one, as core.jobs.gpus_held counts): the embed, embed_queries, summarise and
-    retrieval_evaluate jobs' stats record none, and the cluster bills every GPU a job holds."""
-    if "gpus" in stats or "world_size" in stats:
-        return stats
-    return {**stats, "gpus": max(1, gpus)}
-
-
 def finish(stage: Stage, n_gpus: int, price: float, now: float) -> Stage:
     """The stage's rate, stalled jobs, time left on `n_gpus` GPUs, GPU-hours and cost so far."""
     measure(stage)
@@ -1010,24 +1000,25 @@ def finish(stage: Stage, n_gpus: int, price: float, now: float) -> Stage:
         )
     # GPU-hours: the finished jobs' last attempts and the killed ones before them; the
     # attempts of the jobs not done, to their last part.
-    done = [j for j in stage.jobs if j.state == DONE and j.stats]
-    held = [held_gpus(j.stats, stage.gpus) for j in done]
+    # A job holds the GPUs its stats record, else the stage's a job (core.jobs.gpus_held).
+    done = [j.stats for j in stage.jobs if j.state == DONE and j.stats]
+    benches = [j.bench for j in stage.jobs if j.state == DONE and j.stats]
+    gpus = max(1, stage.gpus)
     hours = sum(
         last_attempt_gpu_hours(
             stats,
-            float(j.bench.get("s", stats.get("seconds", stats.get("wall_seconds", 0)))) + earlier_train_seconds(stats),
+            float(bench.get("s", stats.get("seconds", stats.get("wall_seconds", 0)))) + earlier_train_seconds(stats),
+            gpus,
         )
-        for j, stats in zip(done, held, strict=True)
+        for stats, bench in zip(done, benches, strict=True)
     )
     attempts = [
-        {"earlier_attempt_devices": attempt_totals(j.attempts)["earlier_attempt_devices"], "gpus": max(1, stage.gpus)}
-        for j in rest
-        if j.attempts
+        {"earlier_attempt_devices": attempt_totals(j.attempts)["earlier_attempt_devices"]} for j in rest if j.attempts
     ]
     stage.gpu_hours = (
         hours
-        + earlier_attempt_costs(held)["earlier_attempt_gpu_hours"]
-        + earlier_attempt_costs(attempts)["earlier_attempt_gpu_hours"]
+        + earlier_attempt_costs(done, gpus)["earlier_attempt_gpu_hours"]
+        + earlier_attempt_costs(attempts, gpus)["earlier_attempt_gpu_hours"]
     )
     stage.cost = priced(stage.gpu_hours, price)["estimated_cost"]
     failed = stage.gpus and (stage.count(FAILED_STATE) or stage.count(RETRYING))

@@ -129,7 +129,7 @@ def test_a_multi_gpu_jobs_killed_attempts_count_per_gpu():
 def test_a_chunk_job_counts_the_gpus_its_rule_gave_it():
     """An embed or summarise chunk job's stats record no `gpus`: the GPUs its rule gave it
     (resources.<rule>.gpu, plan.job_gpus) come as `gpus`, as make status counts them
-    (status.held_gpus), where the stage reports counted one. Its killed attempts held
+    (status.finish), where the stage reports counted one. Its killed attempts held
     them too; a record's own `gpus` or `world_size` still decides, and a CPU job costs none."""
     from shardflow.core.jobs import earlier_attempt_costs, gpus_held, job_costs, last_attempt_gpu_hours
 
