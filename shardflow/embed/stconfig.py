@@ -2,8 +2,9 @@
 
 What `SentenceTransformer(path)` does to a text is spread over several files:
 
-- `modules.json`: the module chain. Supported: Transformer, then Pooling, then any
-  mix of Dense and Normalize (in the saved order). Anything else (CNN, LSTM,
+- `modules.json`: the module chain, run in the order the file lists it (its `idx`
+  values are not read: sentence-transformers reads none). Supported: Transformer, then
+  Pooling, then any mix of Dense and Normalize. Anything else (CNN, LSTM,
   WordEmbeddings, StaticEmbedding, Router, LayerNorm...) is refused by name.
 - `<transformer>/sentence_bert_config.json`: `max_seq_length`, `do_lower_case`
   (older saves), the transformer task and modality config (newer saves; ST 6 keeps
@@ -123,6 +124,9 @@ class ModelSpec:
     # config_sentence_transformers.json truncate_dim: the leading dimensions `encode` keeps
     # (None: all).
     truncate_dim: int | None = None
+    # modules.json lists its modules in another order than their `idx` values: they run as
+    # listed (before 2026-11-29 they ran in idx order, which sentence-transformers never reads).
+    listed_out_of_idx_order: bool = False
 
     @property
     def normalize(self) -> bool:
@@ -305,8 +309,12 @@ def load_model_spec(name_or_path: str | os.PathLike) -> ModelSpec:
             notes=(f"no modules.json: {pooling} pooling{why}, no normalisation (as sentence-transformers does)",),
         )
 
-    modules = sorted(read_json(folder / "modules.json"), key=lambda m: m.get("idx", 0))
+    # As listed: sentence-transformers loads and runs the entries in the file's order and
+    # reads no `idx` (a file edited by hand can disagree with its idx values).
+    modules = read_json(folder / "modules.json")
     kinds = [_module_kind(m) for m in modules]
+    idx = [m.get("idx") for m in modules]
+    reordered = all(isinstance(i, int) for i in idx) and idx != sorted(idx)
     if len(kinds) < 2 or kinds[0] != "Transformer" or kinds[1] != "Pooling":
         raise UnsupportedModelError(
             f"{folder}: module chain {kinds} is not supported; expected Transformer, Pooling, then Dense/Normalize"
@@ -314,6 +322,8 @@ def load_model_spec(name_or_path: str | os.PathLike) -> ModelSpec:
     transformer_folder = folder / modules[0].get("path", "")
     tcfg = _transformer_config(transformer_folder)
     notes = _check_transformer_config(tcfg, transformer_folder)
+    if reordered:
+        notes += (f"modules.json lists its modules in another order than their idx {idx}: they run as listed, {kinds}",)
     pool_cfg = read_json(folder / modules[1]["path"] / "config.json")
 
     head: list[DenseSpec | NormalizeSpec] = []
@@ -346,6 +356,7 @@ def load_model_spec(name_or_path: str | os.PathLike) -> ModelSpec:
         notes=notes,
         similarity=similarity,
         truncate_dim=truncate_dim,
+        listed_out_of_idx_order=reordered,
     )
 
 

