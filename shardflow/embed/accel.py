@@ -67,6 +67,12 @@ LIGER_FAMILIES = {
 # mask (or flex attention's BlockMask) as given, so a packed row attends within texts.
 PACKABLE_ENCODERS = {"bert", "roberta", "xlm-roberta", "camembert", "electra"}
 PACKABLE_DECODERS = {"qwen3", "qwen2", "llama", "mistral", "gemma", "gemma2"}
+# Families whose positions are rotary: attention sees only the distance between two
+# tokens, so left padding, which moves all of a text's tokens by the same amount, leaves its
+# vector as it is (within rounding). Any other model may number positions from the row's
+# first slot, pads included (BERT's absolute position embeddings), and is padded on the
+# right whatever side its tokenizer pads (`Encoder.setup_accel`).
+ROTARY_FAMILIES = {"qwen3", "qwen2", "llama", "mistral", "gemma", "gemma2", "gemma3_text"}
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """A fast, resumable sentence-embedding engine on plain transformers + torch.
 
 The output matches `SentenceTransformer(path).encode(texts)` for the modules in
-`stconfig` (same prompt, truncation, padding side, pooling, Dense, Normalize),
-but the batching is built for throughput:
+`stconfig` (same prompt, truncation, pooling, Dense, Normalize), but the batching is
+built for throughput:
 
 1. Texts are processed in windows of `window` texts. Each window is tokenized
    once, without padding, in a background thread while the previous one runs.
@@ -25,6 +25,13 @@ but the batching is built for throughput:
 5. With a resume folder, each finished window is written there atomically and a
    restarted run skips it. Batching is a pure function of (window texts, params),
    so a resumed run writes the same bytes as an uninterrupted one.
+
+Padding: a tokenizer that pads on the left is followed only for models with rotary
+positions (`accel.ROTARY_FAMILIES`), where the side moves a vector within rounding. Any
+other model is padded on the right, so each text gets the vector sentence-transformers
+gives it alone: a model that numbers positions from the row's first slot (BERT), padded on the
+left, gives a text a vector that depends on how much its batch pads it, in
+sentence-transformers too.
 
 Determinism: fp32 on CPU gives bitwise-identical output for the same texts,
 params and torch thread count, in one process or across processes. Changing the
@@ -417,6 +424,16 @@ class Encoder:
         self.packing, self.kernels = packing, kernels
         attention = attention or accel.PLAIN_ATTENTION
         self.padding_mask, self.cudnn_attention, self.attention_bias = attention
+        self.identity.pop("padding_side", None)
+        if self.left_pad and mtype not in accel.ROTARY_FAMILIES:
+            # Left padding moved the positions of a model that numbers them from the row's
+            # first slot (a BERT whose tokenizer pads left: cosine 0.50 to what
+            # sentence-transformers gives the text alone), by however much its batch padded
+            # it. Padded on the right, each text gets the vector it has alone; pooling finds
+            # real tokens through the mask either way.
+            self.left_pad = False
+            self.identity["padding_side"] = "right"  # left before 2026-11-29
+            self.logger.info("padding: right (the tokenizer pads left; model type %r numbers positions from the row's start)", mtype)
         if self.padding_mask.on:
             self.left_pad = False  # pads after each text, where a causal model's real tokens never look
             # Before compile: the probe runs eager.

@@ -159,6 +159,34 @@ def test_left_padded_weightedmean(tiny, texts, tmp_path):
     assert_rows_match(got, st_encode(model, texts))
 
 
+def test_a_bert_whose_tokenizer_pads_left_gives_each_text_its_vector_alone(tiny, texts, tmp_path):
+    """BERT numbers positions from the row's first slot, pads included: padded on the left
+    (its tokenizer_config.json says so), a text read its batch's padding into its
+    positions, and its vector depended on the token budget (the worst row's cosine to
+    sentence-transformers' vector for the text alone: 0.79 at a budget of 160 tokens, 0.50
+    at the CPU's default; no error). sentence-transformers' own
+    vector depends on its batch there; the one every batching agrees on, and the one it
+    gives a text alone, is the vector of the unpadded text: padded on the right."""
+    from sentence_transformers import SentenceTransformer
+
+    model = copy_model(tiny["bert_mean"], tmp_path / "left")
+    cfg = json.loads((model / "tokenizer_config.json").read_text())
+    (model / "tokenizer_config.json").write_text(json.dumps({**cfg, "padding_side": "left"}))
+    st = SentenceTransformer(str(model), device="cpu")
+    assert st.tokenizer.padding_side == "left"
+    alone = st.encode(texts, batch_size=1)
+    for budget in (160, 2000):
+        enc = load_encoder(params(model, token_budget=budget, window=16))
+        assert_rows_match(enc.encode(texts), alone)
+        assert enc.last_stats.padded_tokens > enc.last_stats.real_tokens  # batches held padding
+        assert enc.tokenizer.padding_side == "left" and not enc.left_pad
+    # Parts padded on the left are not resumed into it; a model padded as before keeps its key.
+    assert enc.identity["padding_side"] == "right"
+    assert "padding_side" not in load_encoder(params(tiny["bert_mean"])).identity
+    qwen = load_encoder(params(tiny["qwen_last"]))  # rotary positions: padded left, as before
+    assert qwen.left_pad and "padding_side" not in qwen.identity
+
+
 def test_old_style_sentence_bert_config(tiny, texts, tmp_path):
     # Older saves keep max_seq_length and do_lower_case in sentence_bert_config.json.
     model = copy_model(tiny["bert_mean"], tmp_path / "m", st_config={"max_seq_length": 12, "do_lower_case": True})
