@@ -188,6 +188,8 @@ def output_identity(params: EmbedParams, spec: ModelSpec | None = None) -> dict[
         identity["truncate_dim"] = spec.truncate_dim
     if not spec.has_st_config and spec.pooling != ("mean",):
         identity["pooling"] = list(spec.pooling)  # a causal LM's folder without modules.json
+    if spec.unread:
+        identity["unread"] = list(spec.unread)  # read before 2026-11-29 (a folder without modules.json)
     if spec.listed_out_of_idx_order:
         identity["modules"] = "as listed"  # run in idx order before 2026-11-29
     identity.update(accel_identity(params, spec, device))

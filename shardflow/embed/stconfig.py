@@ -17,7 +17,11 @@ What `SentenceTransformer(path)` does to a text is spread over several files:
 A folder without `modules.json` (a plain Hugging Face model) gets what
 sentence-transformers 6 itself gives it: last-token pooling for a causal language model
 (its config's first architecture ends in `ForCausalLM`, and `is_causal` is not false),
-mean pooling over the last hidden state otherwise, and no normalisation.
+mean pooling over the last hidden state otherwise, and no normalisation. The tokenizer's
+own limit and casing hold, and there are no prompts, truncation or similarity of the
+model's: sentence-transformers reads `sentence_bert_config.json` and
+`config_sentence_transformers.json` only beside a `modules.json` (one found in such a
+folder, say the `0_BERT/` of an old save, is named in `notes` and not read).
 
 A name that is not a local folder is looked up in the local Hugging Face cache
 only (`local_files_only=True`): nothing is ever downloaded from here.
@@ -124,6 +128,9 @@ class ModelSpec:
     # config_sentence_transformers.json truncate_dim: the leading dimensions `encode` keeps
     # (None: all).
     truncate_dim: int | None = None
+    # A folder without modules.json: the sentence-transformers config files found in it,
+    # which sentence-transformers does not read there (before 2026-11-29 they were read).
+    unread: tuple[str, ...] = ()
     # modules.json lists its modules in another order than their `idx` values: they run as
     # listed (before 2026-11-29 they ran in idx order, which sentence-transformers never reads).
     listed_out_of_idx_order: bool = False
@@ -249,6 +256,35 @@ def _fallback_pooling(folder: Path) -> str:
     return "lasttoken" if str(first).endswith("ForCausalLM") and bool(cfg.get("is_causal", True)) else "mean"
 
 
+def _plain_spec(source: str, folder: Path) -> ModelSpec:
+    """A folder without modules.json, as sentence-transformers 6 loads it: a Transformer on
+    the folder with its defaults, then a Pooling (`_fallback_pooling`). It reads no
+    sentence-transformers config file there: a `max_seq_length` or `do_lower_case` in a
+    sentence_bert_config.json, or prompts and `truncate_dim` in a
+    config_sentence_transformers.json, read here gave other vectors with no error (a tiny
+    BERT's worst cosine to sentence-transformers': 0.94 with a max_seq_length of 10, 0.96
+    with do_lower_case, 0.76 with a default prompt)."""
+    pooling = _fallback_pooling(folder)
+    why = " (a causal language model)" if pooling == "lasttoken" else ""
+    notes = [f"no modules.json: {pooling} pooling{why}, no normalisation (as sentence-transformers does)"]
+    unread = tuple(
+        name for name in (*_ST_CONFIG_NAMES, "config_sentence_transformers.json") if (folder / name).is_file()
+    )
+    if unread:
+        notes.append(
+            f"no modules.json: {', '.join(unread)} not read (sentence-transformers reads them only beside a modules.json)"
+        )
+    return ModelSpec(
+        source=source,
+        folder=folder,
+        transformer_folder=folder,
+        pooling=(pooling,),
+        has_st_config=False,
+        notes=tuple(notes),
+        unread=unread,
+    )
+
+
 def _dense(folder: Path) -> DenseSpec:
     cfg = read_json(folder / "config.json")
     for key in ("module_input_name", "module_output_name"):
@@ -278,6 +314,8 @@ def _normalize(folder: Path) -> NormalizeSpec:
 def load_model_spec(name_or_path: str | os.PathLike) -> ModelSpec:
     """Describe the model at `name_or_path` (folder or cached hub name)."""
     folder = resolve_model_folder(name_or_path)
+    if not (folder / "modules.json").is_file():
+        return _plain_spec(str(name_or_path), folder)
     st_cfg_path = folder / "config_sentence_transformers.json"
     st_cfg = read_json(st_cfg_path) if st_cfg_path.is_file() else {}
     prompts = tuple(sorted((str(k), v if v is not None else "") for k, v in (st_cfg.get("prompts") or {}).items()))
@@ -289,25 +327,6 @@ def load_model_spec(name_or_path: str | os.PathLike) -> ModelSpec:
         )
 
     truncate_dim = _truncate_dim(st_cfg, st_cfg_path)
-
-    if not (folder / "modules.json").is_file():
-        tcfg = _transformer_config(folder)
-        pooling = _fallback_pooling(folder)
-        why = " (a causal language model)" if pooling == "lasttoken" else ""
-        return ModelSpec(
-            source=str(name_or_path),
-            folder=folder,
-            transformer_folder=folder,
-            pooling=(pooling,),
-            max_seq_length=tcfg.get("max_seq_length"),
-            do_lower_case=bool(tcfg.get("do_lower_case", False)),
-            prompts=prompts,
-            default_prompt_name=default_prompt_name,
-            has_st_config=False,
-            similarity=similarity,
-            truncate_dim=truncate_dim,
-            notes=(f"no modules.json: {pooling} pooling{why}, no normalisation (as sentence-transformers does)",),
-        )
 
     # As listed: sentence-transformers loads and runs the entries in the file's order and
     # reads no `idx` (a file edited by hand can disagree with its idx values).

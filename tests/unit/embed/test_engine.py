@@ -236,6 +236,34 @@ def test_plain_hf_folder_falls_back_to_mean_pooling(tiny, texts):
     assert_rows_match(got, st_encode(hf_folder, texts))
 
 
+def test_a_folder_without_modules_json_reads_no_sentence_transformers_config_as_sentence_transformers(
+    tiny, texts, tmp_path
+):
+    """sentence-transformers reads sentence_bert_config.json and
+    config_sentence_transformers.json only beside a modules.json: a folder without one (the
+    `0_BERT/` of an old save, say) gets the tokenizer's own limit and casing, no prompt and
+    every dimension. The engine read them there: its max_seq_length, lower-casing, default
+    prompt and truncate_dim gave other vectors, with no error (worst cosine 0.87 with the
+    first two, 0.76 with the prompt)."""
+    folder = tmp_path / "plain"
+    shutil.copytree(tiny["bert_mean"].parent / "bert_hf", folder)  # the backbone, before the ST wrapper
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 10, "do_lower_case": True}))
+    st_cfg = {"prompts": {"q": "query: "}, "default_prompt_name": "q", "truncate_dim": 8, "similarity_fn_name": "dot"}
+    (folder / "config_sentence_transformers.json").write_text(json.dumps(st_cfg))
+    got = load_encoder(params(folder, token_budget=160, window=16)).encode(texts)
+    assert_rows_match(got, st_encode(folder, texts))
+    spec = load_model_spec(folder)
+    assert (spec.max_seq_length, spec.do_lower_case, spec.resolve_prompt(), spec.truncate_dim) == (None, False, "", None)
+    assert spec.similarity == "cosine" and got.shape == (len(texts), 32)
+    assert spec.notes[-1] == (
+        "no modules.json: sentence_bert_config.json, config_sentence_transformers.json not read "
+        "(sentence-transformers reads them only beside a modules.json)"
+    )
+    # Parts made reading them are not resumed into it; a folder without them keeps its key.
+    assert output_identity(params(folder))["unread"] == ["sentence_bert_config.json", "config_sentence_transformers.json"]
+    assert "unread" not in output_identity(params(tiny["bert_mean"].parent / "bert_hf"))
+
+
 def test_plain_causal_lm_folder_pools_its_last_token_as_sentence_transformers_does(tiny, texts, tmp_path):
     """A decoder's folder without modules.json (a base Qwen3 or Llama checkpoint, saved
     ForCausalLM): sentence-transformers 6 pools its last token. Mean pooling gave other

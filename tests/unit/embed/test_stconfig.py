@@ -20,6 +20,20 @@ def plain_folder(path, **config):
     return path
 
 
+def st_folder(path):
+    """A folder sentence-transformers saved: a plain folder, Transformer and mean Pooling in
+    modules.json (it reads config_sentence_transformers.json only beside one)."""
+    plain_folder(path)
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
+    (path / "modules.json").write_text(json.dumps(modules))
+    (path / "1_Pooling").mkdir()
+    (path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": "mean"}))
+    return path
+
+
 @pytest.mark.parametrize(
     ("config", "pooling"),
     [
@@ -43,7 +57,7 @@ def test_a_folder_without_modules_json_pools_as_sentence_transformers_would(tmp_
 
 @pytest.mark.parametrize("value", [0, -4, 8.0, "8", True, [8]])
 def test_a_truncate_dim_that_is_not_a_positive_integer_names_the_file(tmp_path, value):
-    folder = plain_folder(tmp_path / "m")
+    folder = st_folder(tmp_path / "m")
     (folder / "config_sentence_transformers.json").write_text(json.dumps({"truncate_dim": value}))
     with pytest.raises(
         UnsupportedModelError, match=r"config_sentence_transformers\.json: truncate_dim .* is not a positive integer"
@@ -52,7 +66,7 @@ def test_a_truncate_dim_that_is_not_a_positive_integer_names_the_file(tmp_path, 
 
 
 def test_truncate_dim_null_is_no_truncation(tmp_path):
-    folder = plain_folder(tmp_path / "m")
+    folder = st_folder(tmp_path / "m")
     (folder / "config_sentence_transformers.json").write_text(json.dumps({"truncate_dim": None}))
     spec = load_model_spec(folder)
     assert spec.truncate_dim is None and output_dim(spec) == 32

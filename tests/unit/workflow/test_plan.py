@@ -568,11 +568,7 @@ def test_a_prompt_name_the_model_lacks_is_named_at_parse_time_by_its_key(config,
     from types import SimpleNamespace
 
     folder = tmp_path / "qwen"
-    folder.mkdir()
-    (folder / "config.json").write_text("{}")
-    (folder / "config_sentence_transformers.json").write_text(
-        json.dumps({"prompts": {"query": "Instruct: find\nQuery: ", "document": ""}})
-    )
+    _prompted_model(folder, {"query": "Instruct: find\nQuery: ", "document": ""})
     config["embedding"]["prompt_name"] = "query"  # the bundled MiniLM has no prompts
     (line,) = plan.unknown_prompts(config, plan.datasets(config).values())
     assert line == (
@@ -602,10 +598,16 @@ def test_a_prompt_name_the_model_lacks_is_named_at_parse_time_by_its_key(config,
 
 def _prompted_model(folder, prompts, **st_config):
     """A model folder whose sentence-transformers config names `prompts` (no weights: the
-    parse-time checks read the configs only)."""
+    parse-time checks read the configs only), beside a modules.json, as sentence-transformers
+    saves one (it reads that config only there)."""
     folder.mkdir()
     (folder / "config.json").write_text("{}")
     (folder / "config_sentence_transformers.json").write_text(json.dumps({"prompts": prompts, **st_config}))
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": "mean"}))
     return str(folder)
 
 
