@@ -137,9 +137,10 @@ class ModelSpec:
 
     @property
     def normalize(self) -> bool:
-        """Whether every embedding is unit-norm: a Normalize module, and no truncation
-        after it that cuts dimensions off (sentence-transformers does not normalise again)."""
-        if not any(isinstance(step, NormalizeSpec) for step in self.head):
+        """Whether every embedding is unit-norm: a Normalize module last (a Dense after it
+        maps unit vectors to others), and no truncation after it that cuts dimensions off
+        (sentence-transformers does not normalise again)."""
+        if not self.head or not isinstance(self.head[-1], NormalizeSpec):
             return False
         return self.truncate_dim is None or self.truncate_dim >= _head_dim(self)
 

@@ -70,3 +70,16 @@ def test_truncate_dim_null_is_no_truncation(tmp_path):
     (folder / "config_sentence_transformers.json").write_text(json.dumps({"truncate_dim": None}))
     spec = load_model_spec(folder)
     assert spec.truncate_dim is None and output_dim(spec) == 32
+
+
+def test_a_normalize_module_followed_by_a_dense_does_not_make_unit_norm_vectors(tmp_path):
+    """Modules run as modules.json lists them, so a Dense may follow Normalize: its
+    vectors are no longer unit-norm, yet `normalize` said they were, and rule verify
+    checked their norms and failed a correct run. Normalize last (after a Dense too) still is."""
+    from shardflow.embed.stconfig import DenseSpec, ModelSpec, NormalizeSpec
+
+    dense = DenseSpec(tmp_path, 8, 4, True, "torch.nn.modules.linear.Identity")
+    spec = ModelSpec(source="m", folder=tmp_path, transformer_folder=tmp_path, head=(NormalizeSpec(), dense))
+    assert not spec.normalize
+    assert ModelSpec(source="m", folder=tmp_path, transformer_folder=tmp_path, head=(dense, NormalizeSpec())).normalize
+    assert ModelSpec(source="m", folder=tmp_path, transformer_folder=tmp_path, head=(NormalizeSpec(),)).normalize
