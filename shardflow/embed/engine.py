@@ -208,7 +208,12 @@ class EncodeStats(EngineCounters):
 # --------------------------------------------------------------------------- loading
 
 
-def _load_tokenizer(spec: ModelSpec, max_positions: int | None):
+def _load_tokenizer(spec: ModelSpec, text_positions: int | None, logger: logging.Logger):
+    """The model's tokenizer, its `model_max_length` the model's limit (sentence-transformers'
+    max_seq_length, else the tokenizer's own) and at most `text_positions`, the position
+    embeddings a text can use: past them the model fails on the first text that long, with
+    a tensor index error naming no file (sentence-transformers too). A configured limit
+    above them is warned of, naming it; texts are cut at the positions."""
     from tokenizers.normalizers import Lowercase
     from tokenizers.normalizers import Sequence as NormalizerSequence
     from transformers import AutoTokenizer
@@ -217,8 +222,15 @@ def _load_tokenizer(spec: ModelSpec, max_positions: int | None):
     if spec.max_seq_length is not None and "model_max_length" not in kwargs:
         kwargs["model_max_length"] = spec.max_seq_length
     tok = AutoTokenizer.from_pretrained(str(spec.transformer_folder), **kwargs)
-    if "model_max_length" not in kwargs and max_positions not in (None, -1):
-        tok.model_max_length = min(tok.model_max_length, max_positions)
+    if text_positions is not None and tok.model_max_length > text_positions:
+        if tok.model_max_length < 1_000_000:  # a limit given (a tokenizer without one reports ~1e30)
+            key = "max_seq_length" if spec.max_seq_length is not None else "the tokenizer's model_max_length"
+            logger.warning(
+                "%s: %s %d is more than the model's %d positions for text: texts are cut at %d "
+                "(set embedding.max_length to choose another cut)",
+                spec.folder, key, tok.model_max_length, text_positions, text_positions,
+            )
+        tok.model_max_length = text_positions
     if spec.do_lower_case:  # as sentence-transformers: a Lowercase normalizer in front
         if tok.is_fast:
             norm = tok.backend_tokenizer.normalizer
@@ -316,7 +328,7 @@ def load_encoder(
             f"embedding.max_length {params.max_length} is more than the {text_positions} positions of the model "
             f"{spec.folder}{skipped}: lower it, or leave it null for the model's own limit"
         )
-    tokenizer = _load_tokenizer(spec, max_positions)
+    tokenizer = _load_tokenizer(spec, text_positions, logger)
     head = build_head(spec.head, spec.truncate_dim).to(device)
     encoder = Encoder(params, spec, tokenizer, model, head, device, dtype, output_dim(spec), logger, before_forward)
     encoder.setup_accel(mtype, packing, kernels, attention, cuda_graphs)

@@ -228,6 +228,30 @@ def test_max_length_past_a_roberta_family_models_positions_is_named(tmp_path):
         load_encoder(params(model, max_length=129))
 
 
+def test_a_model_limit_past_its_positions_cuts_texts_at_the_positions(tmp_path, caplog):
+    """With embedding.max_length null the limit is the model's: sentence_bert_config.json's
+    max_seq_length, else the tokenizer's, capped at the position embeddings. A
+    max_seq_length above them (200 on a BERT of 128 positions), or a RoBERTa-family model
+    capped at its raw count (129, where 128 hold text), let the first text that long fail
+    with a tensor index error naming no file (sentence-transformers fails the same way).
+    Texts are cut at the positions now, as embedding.max_length at that count cuts them,
+    with a warning naming the configured limit."""
+    long = " ".join(tiny_models.corpus_lines()[:60])
+    tiny_models.build_roberta_mean(tmp_path / "r")
+    roberta = tmp_path / "r" / "roberta_hf"  # its tokenizer's limit, 512; 129 positions, pad id 0: 128 for text
+    enc = load_encoder(params(roberta))
+    assert enc.max_length == 128
+    np.testing.assert_array_equal(enc.encode([long]), load_encoder(params(roberta, max_length=128)).encode([long]))
+    bert = tiny_models.build_bert_mean(tmp_path / "b")  # 128 positions
+    config = json.loads((bert / "sentence_bert_config.json").read_text())
+    (bert / "sentence_bert_config.json").write_text(json.dumps({**config, "max_seq_length": 200}))  # older saves'
+    with caplog.at_level(logging.WARNING):
+        enc = load_encoder(params(bert))
+    assert enc.max_length == 128
+    assert "max_seq_length 200 is more than the model's 128 positions for text" in caplog.text
+    np.testing.assert_array_equal(enc.encode([long]), load_encoder(params(bert, max_length=128)).encode([long]))
+
+
 def test_plain_hf_folder_falls_back_to_mean_pooling(tiny, texts):
     hf_folder = tiny["bert_mean"].parent / "bert_hf"  # the backbone saved before the ST wrapper
     spec = load_model_spec(hf_folder)
