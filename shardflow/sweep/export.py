@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import string
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
@@ -42,6 +43,33 @@ _LATEX_SPECIAL = {
 
 def latex_escape(text: str) -> str:
     return "".join(_LATEX_SPECIAL.get(c, c) for c in text)
+
+
+# What Markdown reads as markup inside a table cell: emphasis (* _), code (`), links ([ ]),
+# raw HTML and entities (< &: "</s>" vanished, "&lt;" read "<"), strikethrough (~) and the
+# cell separator (|). A backslash before each keeps it as written. An "_" between two
+# letters or digits (max_length, all.ndcg_at_10) can neither open nor close emphasis
+# (CommonMark's flanking rules), and a backslash is escaped only before ASCII punctuation,
+# the one thing it escapes (a value "a\.b" read "a.b"; a line break's label "\n" reads
+# as it is): those keep their bytes.
+_MARKDOWN_SPECIAL = frozenset("`*_[]<&~|")
+
+
+def markdown_escape(text: str) -> str:
+    """`text` for a Markdown table cell, each markup character in it escaped, so that the
+    cell reads as written: a string value `*a*` or `__init__` read as emphasis, `</s>` as
+    nothing at all."""
+    out = []
+    for i, c in enumerate(text):
+        after = text[i + 1] if i + 1 < len(text) else ""
+        if c == "\\":
+            escape = after != "" and after in string.punctuation
+        elif c == "_":
+            escape = not (i > 0 and text[i - 1].isalnum() and after.isalnum())
+        else:
+            escape = c in _MARKDOWN_SPECIAL
+        out.append(f"\\{c}" if escape else c)
+    return "".join(out)
 
 
 def value_label(value: Any) -> str:
@@ -220,19 +248,17 @@ def to_markdown(
     """A GitHub-flavoured Markdown table of the summary; `currency`: a priced sweep's;
     `marked`: (point, metric) cells computed beyond their ranking's depth (_cells);
     `levels`: a retrieval sweep's relevance levels by point (table.relevance_levels)."""
-
-    def esc(text: str) -> str:
-        return text.replace("|", r"\|")
-
     levels = levels or {}
     by_level = _level_column(levels)
-    header = [esc(spec.names[p]) for p in spec.params] + ([LEVELS_HEADER] if by_level else [])
-    header += [esc(f"{money_label(m, currency)} {'↑' if spec.goals[m] == 'max' else '↓'}") for m in spec.metrics]
+    header = [markdown_escape(spec.names[p]) for p in spec.params] + ([LEVELS_HEADER] if by_level else [])
+    header += [
+        markdown_escape(f"{money_label(m, currency)} {'↑' if spec.goals[m] == 'max' else '↓'}") for m in spec.metrics
+    ]
     rule = [":--"] * (len(spec.params) + bool(by_level)) + ["--:"] * len(spec.metrics)
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
     rows = _cells(spec, summary, decimals, marked)
     for pid, (labels, cells) in zip(spec.ids, rows, strict=True):
-        texts = [esc(t) for t in labels] + ([by_level[pid]] if by_level else [])
+        texts = [markdown_escape(t) for t in labels] + ([by_level[pid]] if by_level else [])
         for mean, std, bold, beyond in cells:
             text = mean if std is None else f"{mean} ± {std}"
             texts.append((f"**{text}**" if bold else text) + ("†" if beyond else ""))
@@ -243,7 +269,7 @@ def to_markdown(
     notes += f" {NO_MEAN} {NO_MEAN_NOTE}." if _has_no_mean(rows) else ""
     level_note = _level_note(levels)
     notes += f" {level_note}." if level_note else ""
-    return "\n".join(lines) + f"\n\n{spec.name} ({spec.stage}): {note}; best in bold.{notes}\n"
+    return "\n".join(lines) + f"\n\n{markdown_escape(spec.name)} ({spec.stage}): {note}; best in bold.{notes}\n"
 
 
 def to_latex(

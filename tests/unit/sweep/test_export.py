@@ -114,6 +114,21 @@ def test_markdown_escapes_pipes():
     assert r"m/x y & $\mathbf{1.500 \pm 0.707}$" in to_latex(spec, summarise(spec, runs))
 
 
+def test_markdown_cells_read_as_written():
+    """Only `|` was escaped: a string value's `*fast*` or `__init__` read as emphasis, a
+    stop token `</s>` as an HTML tag (nothing shown), `[x](y)` as a link, and a backslash
+    before punctuation escaped it (`\\*` read `*`). Each is escaped now; an `_` inside a
+    word and a backslash before a letter, which Markdown leaves alone, are as before."""
+    values = ["*fast*", "__init__", "</s>", "[x](y)", "C:\\tmp\\*.\\_"]
+    spec = parse({"p": sweep(stage="embed", grid={"embedding.model": values}, seeds=[0],
+                             metrics={"items_per_s": "max"})})["p"]
+    runs = collect(spec, [RunResult(pid, s, {"items_per_s": 1.0 + i}) for i, (pid, s) in enumerate(spec.jobs())])
+    lines = to_markdown(spec, summarise(spec, runs)).splitlines()
+    assert [line.split(" | ")[0] for line in lines[2:7]] == [
+        "| \\*fast\\*", "| \\_\\_init\\_\\_", "| \\</s>", "| \\[x\\](y)", "| C:\\tmp\\\\\\*.\\\\\\_"]
+    assert lines[0] == "| model | items_per_s ↑ |"
+
+
 def test_exports_are_written(tmp_path):
     spec, summary = tiny()
     write_exports(spec, summary, tmp_path / "t.md", tmp_path / "t.tex")
