@@ -106,8 +106,9 @@ def value_labels(values: Iterable[Any]) -> dict[str, str]:
     (SCIENTIFIC_*), so a learning rate's column reads 1e-5, 3e-5, 1e-4 rather than
     repr's 1e-05, 3e-05, 0.0001. Either notation reads back as the float itself, so two
     floats never share a label; strings, integers, booleans and null read as value_label
-    has them, and where a label would still stand for two values (a string "1e-3" beside
-    the float 0.001) the whole column falls back to value_label."""
+    has them, and where a label would still read as another value's (a string "1e-3"
+    beside the float 0.001; "query: " beside "query:", as tables and figures show no space
+    at either end: _reads) the whole column falls back to value_label."""
     distinct = {format_value(v): plain(v) for v in values}
     floats = [abs(v) for v in distinct.values() if isinstance(v, float) and v != 0 and not math.isinf(v)]
     sci = bool(floats) and (
@@ -116,14 +117,20 @@ def value_labels(values: Iterable[Any]) -> dict[str, str]:
         or max(floats) / min(floats) >= SCIENTIFIC_SPAN
     )
     labels = {k: scientific(v) if sci and isinstance(v, float) else value_label(v) for k, v in distinct.items()}
-    if len(set(labels.values())) < len(labels):
+    if len({_reads(label) for label in labels.values()}) < len(labels):
         labels = {k: value_label(v) for k, v in distinct.items()}
         # A string that still reads as another value of the column (the string "null"
-        # beside null, "true" beside true) is quoted.
-        counts = Counter(labels.values())
-        labels = {k: f'"{labels[k]}"' if isinstance(v, str) and counts[labels[k]] > 1 else labels[k]
+        # beside null, "true" beside true, "query: " beside "query:") is quoted.
+        counts = Counter(_reads(label) for label in labels.values())
+        labels = {k: f'"{labels[k]}"' if isinstance(v, str) and counts[_reads(labels[k])] > 1 else labels[k]
                   for k, v in distinct.items()}
     return labels
+
+
+def _reads(label: str) -> str:
+    """A label as a reader sees it: a Markdown cell is trimmed, LaTeX drops a space before
+    `&` and a figure's tick label shows none at its ends."""
+    return label.strip()
 
 
 # The most decimals a metric's column gets to tell its points apart.

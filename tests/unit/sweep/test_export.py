@@ -241,6 +241,22 @@ def test_a_string_value_with_a_line_break_or_one_that_reads_as_null_keeps_its_ro
     assert list(value_labels(["null", "x"]).values()) == ["null", "x"]  # alone in its column: as written
 
 
+def test_strings_that_differ_only_in_spaces_at_their_ends_are_quoted():
+    """A prompt with its trailing space ("query: ", as E5 models take it) beside the same
+    without it: Markdown trims a cell, LaTeX drops the space before `&`, a figure's tick
+    shows none, so both rows read `query:`. Such strings are quoted, as a string that
+    reads as another value is; a column without them reads as before."""
+    spec = parse({"p": sweep(stage="embed", grid={"embedding.model": ["query: ", "query:", " x"]}, seeds=[0],
+                             metrics={"items_per_s": "max"})})["p"]
+    runs = collect(spec, [RunResult(pid, s, {"items_per_s": 1.0 + i}) for i, (pid, s) in enumerate(spec.jobs())])
+    summary = summarise(spec, runs)
+    lines = to_markdown(spec, summary).splitlines()
+    assert lines[2:5] == ['| "query: " | 1.000 |', '| "query:" | 2.000 |', "|  x | **3.000** |"]
+    assert '"query: " & $1.000$ \\\\' in to_latex(spec, summary)
+    assert list(value_labels(["a\u00a0", "a", None, "null "]).values()) == ['"a\u00a0"', '"a"', "null", '"null "']
+    assert list(value_labels(["query: ", "passage: "]).values()) == ["query: ", "passage: "]
+
+
 def test_a_retrieval_sweeps_relevance_level_is_named_below_its_tables():
     """Scored away from retrieval.relevance_level 1 (table.relevance_levels), recall,
     precision, MRR and MAP are not the numbers scored at 1: a note below both tables says
