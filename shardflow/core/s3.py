@@ -324,11 +324,18 @@ class ObjectFolder:
     def remove(self) -> str | None:
         """Delete every object of the folder; return None, or (and log as a warning) a line
         naming each key the server would not delete with its error code, once every key
-        was tried. It does not fail the job: its outputs are written by then, and parts
-        left behind only cost storage (a folder is named by everything that decides its
-        parts, so no other job reads them as its own)."""
+        was tried (or the listing's error, where the folder could not be listed). It does
+        not fail the job: its outputs are written by then, and parts left behind only cost
+        storage (a folder is named by everything that decides its parts, so no other job
+        reads them as its own)."""
         prefix = self.url.key.rstrip("/") + "/"
-        keys = list_keys(self.s3, self.url.bucket, prefix)
+        try:
+            keys = list_keys(self.s3, self.url.bucket, prefix)
+        except Exception as exc:  # botocore's errors, once the client's retries are spent
+            line = (f"cannot remove s3://{self.url.bucket}/{prefix}: its listing failed ({_error_code(exc)}); "
+                    "its objects stay in the bucket")
+            log.warning(line)
+            return line
         left = delete_keys(self.s3, self.url.bucket, keys)
         if not left:
             return None
@@ -346,14 +353,19 @@ TRANSIENT_DELETE_ERRORS = frozenset({"InternalError", "ServiceUnavailable", "Slo
 
 def delete_keys(s3, bucket: str, keys: list[str], *, attempts: int = 4, pause_s: float = 1.0) -> dict[str, str]:
     """Delete `keys` (1,000 a request, the most DeleteObjects takes); return the keys
-    not deleted -> their error code. A key whose error is transient is asked again,
-    `attempts` times in all, with pauses doubling from `pause_s`."""
+    not deleted -> their error code (a request that failed whole: each of its keys, with
+    the request's code; the other requests are still made). A key whose error is
+    transient is asked again, `attempts` times in all, with pauses doubling from `pause_s`."""
     todo, left = list(keys), {}
     for attempt in range(1, attempts + 1):
         errors = {}
         for start in range(0, len(todo), 1000):
             batch = [{"Key": k} for k in todo[start : start + 1000]]
-            answer = s3.delete_objects(Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
+            try:
+                answer = s3.delete_objects(Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
+            except Exception as exc:  # the request failed whole: each of its keys is left with its code
+                errors.update({k["Key"]: _error_code(exc) for k in batch})
+                continue
             errors.update({e["Key"]: e.get("Code", "unknown error") for e in answer.get("Errors", ())})
         todo = [k for k, code in errors.items() if code in TRANSIENT_DELETE_ERRORS and attempt < attempts]
         left.update({k: code for k, code in errors.items() if k not in todo})
@@ -361,6 +373,13 @@ def delete_keys(s3, bucket: str, keys: list[str], *, attempts: int = 4, pause_s:
             return left
         time.sleep(pause_s * 2 ** (attempt - 1))
     return left
+
+
+def _error_code(exc: Exception) -> str:
+    """The S3 error code of a failed request (`AccessDenied`, `SlowDown`), else the
+    error's class (`EndpointConnectionError`: no answer at all)."""
+    code = getattr(exc, "response", {}).get("Error", {}).get("Code")
+    return code or type(exc).__name__
 
 
 def _by_code(failed: Mapping[str, str], shown: int = 10) -> str:

@@ -194,3 +194,32 @@ def test_a_folder_lists_the_names_below_it_that_start_with_a_prefix(stubbed):
                                           "IsTruncated": False},
                       {"Bucket": "b", "Prefix": "run/.resume/job/attempt-"})
     assert ObjectFolder("s3://b/run/.resume/job", s3).names("attempt-") == ["attempt-h-1-2.json"]
+
+
+def test_a_listing_or_delete_request_that_fails_whole_is_a_warning_not_a_failed_job(stubbed, monkeypatch, caplog):
+    """The job removes its parts after writing its outputs: a request that fails as a whole
+    (the listing, or a DeleteObjects batch: the server gone past the client's retries, a
+    refusal of the whole request) raised, so the finished job failed, Snakemake deleted
+    its outputs and ran it again. Each is named in the warning instead, as a refused key
+    is; the other batches are still tried, and a transient code asked again."""
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    s3, stub = stubbed
+    stub.add_client_error("list_objects_v2", "AccessDenied", "no", 403,
+                          expected_params={"Bucket": "b", "Prefix": "run/.resume/job/"})
+    with caplog.at_level("WARNING", logger="shardflow.core.s3"):
+        line = ObjectFolder("s3://b/run/.resume/job", s3).remove()
+    assert line == ("cannot remove s3://b/run/.resume/job/: its listing failed (AccessDenied); "
+                    "its objects stay in the bucket")
+    assert caplog.messages == [line]
+
+    keys = [f"run/.resume/job/part-{i:06d}.npy" for i in range(1001)]
+    _listed(stub, keys)
+    stub.add_client_error("delete_objects", "AccessDenied", "no", 403,
+                          expected_params={"Bucket": "b", "Delete": {"Objects": [{"Key": k} for k in keys[:1000]],
+                                                                     "Quiet": True}})
+    stub.add_client_error("delete_objects", "SlowDown", "later", 503,
+                          expected_params={"Bucket": "b", "Delete": {"Objects": [{"Key": keys[1000]}], "Quiet": True}})
+    _deleted(stub, keys[1000:])  # asked again: deleted
+    line = ObjectFolder("s3://b/run/.resume/job", s3).remove()
+    assert line.startswith("cannot remove s3://b/run/.resume/job/: 1000 of 1001 objects not deleted (AccessDenied: ")
+    assert keys[1000] not in line
