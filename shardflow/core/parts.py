@@ -330,7 +330,10 @@ class PartStore:
         raw = self._files.read(self.name(index, ".npy"))
         if raw is None:
             return None
-        arr = np.load(io.BytesIO(raw), allow_pickle=False)
+        try:
+            arr = np.load(io.BytesIO(raw), allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            return self._damaged(self.name(index, ".npy"), exc)
         if arr.shape != tuple(shape) or arr.dtype != dtype:
             return None
         return arr
@@ -348,8 +351,21 @@ class PartStore:
             return None
         # One record a "\n"-ended line: not splitlines(), which also breaks at U+2028, NEL
         # and the like, left unescaped inside a JSON string (a summary may hold them).
-        records = [json.loads(line) for line in raw.decode("utf-8").split("\n")[:-1]]
+        try:
+            if raw and not raw.endswith(b"\n"):  # every record ends its line
+                raise ValueError("cut short: the last line has no end")
+            records = [json.loads(line) for line in raw.decode("utf-8").split("\n")[:-1]]
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+            return self._damaged(self.name(index, ".jsonl"), exc)
         return records if len(records) == count else None
+
+    def _damaged(self, name: str, exc: Exception) -> None:
+        """A part that does not read back: parts are written whole (a temporary, renamed;
+        an S3 PUT), so the damage came from outside (a disk error, a copy cut short). It is
+        computed again, as one of another shape is, and named: it raised a ValueError
+        naming no file, which the job recorded as an input error, so each retry stopped."""
+        log.warning("part %s/%s is damaged (%s: %s): computing it again", self.folder, name, type(exc).__name__, exc)
+        return None
 
     def save_records(self, index: int, records: list[dict]) -> None:
         text = "".join(json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n" for rec in records)

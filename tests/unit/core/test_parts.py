@@ -34,6 +34,31 @@ def test_an_empty_records_part_loads_as_no_record(tmp_path):
     assert store.load_records(0, 0) == []
 
 
+@pytest.mark.parametrize(
+    ("suffix", "damage"),
+    [(".npy", b"\x93NUMPY\x01\x00v\x00{'descr'"), (".npy", b"not an array"), (".jsonl", b'{"id": "a", "s'),
+     (".jsonl", b"\xff\xfe\n")],
+    ids=["npy-cut-short", "npy-not-numpy", "jsonl-cut-short", "jsonl-not-utf8"],
+)
+def test_a_damaged_part_is_computed_again_and_named_in_a_warning(tmp_path, caplog, suffix, damage):
+    """Parts are written whole (a temporary, renamed), so a damaged one comes from outside:
+    a disk error, a copy cut short. It raised a ValueError naming no file, recorded as an
+    input error, so every retry stopped at once on it, and the user could not tell which
+    part to remove. Like a part of the wrong shape, it is computed again, with a warning
+    naming it."""
+    store = PartStore(tmp_path / "parts", {"job": "t"}).open()
+    if suffix == ".npy":
+        store.save_array(0, np.ones((2, 3), dtype=np.float32))
+    else:
+        store.save_records(0, [{"id": "a", "s": "x"}])
+    part = tmp_path / "parts" / PartStore.name(0, suffix)
+    part.write_bytes(damage)
+    with caplog.at_level("WARNING"):
+        got = store.load_array(0, (2, 3), np.dtype(np.float32)) if suffix == ".npy" else store.load_records(0, 1)
+    assert got is None
+    assert str(part) in caplog.text and "damaged" in caplog.text
+
+
 # ------------------------------------------------------- removing, beside other jobs
 
 
