@@ -258,7 +258,13 @@ class PartStore:
         raw = self._files.read(MANIFEST)
         expected = self._expected_manifest()
         if raw is not None:
-            found = json.loads(raw)
+            try:
+                found = json.loads(raw)
+            except ValueError as exc:  # damaged from outside: whose parts these are is not known
+                raise ValueError(
+                    f"resume folder {self.folder}: its {MANIFEST} does not read back ({exc}), so whose parts it "
+                    "holds is not known; remove the folder"
+                ) from exc
             if found != expected:
                 diff = sorted(k for k in set(found) | set(expected) if found.get(k) != expected.get(k))
                 raise ValueError(

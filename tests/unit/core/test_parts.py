@@ -59,6 +59,15 @@ def test_a_damaged_part_is_computed_again_and_named_in_a_warning(tmp_path, caplo
     assert str(part) in caplog.text and "damaged" in caplog.text
 
 
+def test_a_damaged_manifest_names_its_folder(tmp_path):
+    """Whose parts a folder holds is its manifest's to say: one that does not read back
+    stops the job naming the folder (a bare JSONDecodeError named nothing)."""
+    PartStore(tmp_path / "parts", {"job": "t"}).open()
+    (tmp_path / "parts" / "manifest.json").write_bytes(b'{"job": ')
+    with pytest.raises(ValueError, match=r"resume folder .*parts: its manifest.json does not read back"):
+        PartStore(tmp_path / "parts", {"job": "t"}).open()
+
+
 # ------------------------------------------------------- removing, beside other jobs
 
 
