@@ -244,15 +244,23 @@ def limit_label(n: int) -> str:
     return f"{n >> 20} MiB" if n % 2**20 == 0 else f"{n:,} bytes"
 
 
+def line_break(line: bytes) -> int:
+    """Bytes of the line break `line` ends in: 2 for CRLF, 1 for LF, 0 for none (a file's
+    last line). A record's size leaves its line break out, CRLF as LF, so that a line of
+    exactly input.max_record_mb is read whichever break the file uses."""
+    return 2 if line.endswith(b"\r\n") else 1 if line.endswith(b"\n") else 0
+
+
 @dataclass(frozen=True)
 class LongLine:
     """A line over the size limit, skipped rather than read: its first bytes, its length
-    (newline not counted), and how many '"' it holds (the CSV reader keeps its place in
-    the quoting with that)."""
+    (line break not counted), how many '"' it holds (the CSV reader keeps its place in
+    the quoting with that), and the bytes of its line break (line_break)."""
 
     head: bytes
     size: int
     quotes: int
+    newline: int = 1
 
 
 # What reading a damaged file raises: EOFError (a truncated gzip stream), zlib.error and
@@ -322,18 +330,20 @@ def _cr_line_breaks(first: bytes, whole: bool) -> bool:
 
 def _skip_rest(fh: IO[bytes], start: bytes) -> LongLine:
     size, quotes = len(start), start.count(b'"')
-    piece = start
+    piece, end = start, start[-2:]  # end: the line's last two bytes (a CRLF may span two pieces)
     while piece and not piece.endswith(b"\n"):
         piece = fh.readline(SKIP_BYTES)
         size += len(piece)
         quotes += piece.count(b'"')
-    return LongLine(start[:PREVIEW_BYTES], size - piece.endswith(b"\n"), quotes)
+        end = (end + piece)[-2:]
+    newline = line_break(end)
+    return LongLine(start[:PREVIEW_BYTES], size - newline, quotes, newline)
 
 
 def iter_lines(fh: IO[bytes], path: str, max_bytes: int, start: int = 1) -> Iterator[tuple[int, bytes | LongLine]]:
     """(line number, line) for each line of `fh`, the newline kept, holding at most
-    `max_bytes` of any line: a longer one comes back as a `LongLine`. `start`: the
-    number of the line `fh` is at.
+    `max_bytes` of any line, its line break (LF or CRLF) not counted: a longer one comes
+    back as a `LongLine`. `start`: the number of the line `fh` is at.
 
     A truncated or corrupt gzip stream (or a failing read) is a `BadRecordError` at the
     line it stopped on: the records after it are lost and cannot be counted, so no
@@ -343,8 +353,8 @@ def iter_lines(fh: IO[bytes], path: str, max_bytes: int, start: int = 1) -> Iter
     while True:
         lineno += 1
         try:
-            line = fh.readline(max_bytes + 1)
-            if len(line) > max_bytes and not line.endswith(b"\n"):
+            line = fh.readline(max_bytes + 2)  # room for a CRLF after max_bytes
+            if len(line) - line_break(line) > max_bytes:
                 line = _skip_rest(fh, line)
         except READ_ERRORS as exc:
             raise BadRecordError(path, lineno, f"{_read_problem(exc)}; {lineno - 1} lines read before it") from exc
@@ -533,22 +543,24 @@ class _DelimitedReader(_Reader):
             if replay:
                 lineno, raw, end = replay.popleft()
                 long = False  # lines kept whole only
-                size = len(raw) - raw.endswith(b"\n")
+                size = len(raw) - line_break(raw)
             else:
                 item = next(row["source"], None)
                 if item is None:
                     return
                 lineno, raw = item
                 long = isinstance(raw, LongLine)
-                size = raw.size if long else len(raw) - raw.endswith(b"\n")
-                # Where the line ends in the (uncompressed) stream, its newline counted.
-                end = row["offset"] = row["offset"] + (size + 1 if long else len(raw))
+                size = raw.size if long else len(raw) - line_break(raw)
+                # Where the line ends in the (uncompressed) stream, its line break counted.
+                end = row["offset"] = row["offset"] + (size + raw.newline if long else len(raw))
             if row["first"] is None:
                 row["first"] = (lineno, end, size)
             row["last"] = lineno
             within = row["size"] <= limit
-            # The row's bytes: its lines and the newlines between them.
-            row["size"] += size + bool(row["raw"])
+            # The row's bytes: its lines and the line breaks between them (a quoted CRLF is
+            # two bytes of the field's text); the break that ends the row is no part of it.
+            row["size"] += size + (row["newline"] if row["raw"] else 0)
+            row["newline"] = raw.newline if long else line_break(raw)
             if row["size"] > limit:
                 if within:
                     row["raw"].append((raw.head if long else raw)[:PREVIEW_BYTES])

@@ -252,6 +252,38 @@ def test_line_of_exactly_the_limit_is_read(tmp_path):
     assert [len(r.text) for r in read(path, max_record_bytes=LIMIT)] == [LIMIT, LIMIT]
 
 
+def crlf_records(name: str, sizes: list[int]) -> bytes:
+    """A file of `name`'s format whose records are lines of `sizes` bytes (a short one
+    last), each ending in CRLF; a CSV's last but one a quoted field over two lines."""
+    if name.endswith(".txt"):
+        lines = [b"y" * n for n in sizes] + [b"z"]
+    elif name.endswith(".csv"):
+        lines = [b"id,text"] + [b"%d," % i + b"x" * (n - 2) for i, n in enumerate(sizes)] + [b'q,"one\r\ntwo"', b"9,z"]
+    else:
+        bare = len(json.dumps({"id": "a", "text": ""}))
+        lines = [json.dumps({"id": f"{i}", "text": "x" * (n - bare)}).encode() for i, n in enumerate(sizes)]
+        lines.append(json.dumps({"id": "z", "text": "z"}).encode())
+    data = b"".join(line + b"\r\n" for line in lines)
+    return gzip.compress(data, mtime=0) if name.endswith(".gz") else data
+
+
+@pytest.mark.parametrize("name", ["c.txt", "c.jsonl", "c.jsonl.gz", "c.csv"])
+def test_a_crlf_line_of_exactly_the_limit_is_read_and_one_byte_over_is_not(tmp_path, name):
+    """A record's size leaves out its line break, CRLF as LF: until 2026-11-29 a line of
+    exactly the limit that ended in CRLF was too large by its CR (1,001 bytes of 1,000),
+    while the same line ending in LF was read."""
+    path = tmp_path / name
+    path.write_bytes(crlf_records(name, [LIMIT, LIMIT + 1, LIMIT]))
+    items = read(path, max_record_bytes=LIMIT, on_bad_record="skip")
+    assert kinds(items) == ["Record", "Rejected", "Record", "Record"] + ["Record"] * name.endswith(".csv")
+    assert items[1].reason.startswith(f"record too large: {LIMIT + 1:,} bytes,")
+    assert [r.line for r in items] == ([2, 3, 4, 5, 7] if name.endswith(".csv") else [1, 2, 3, 4])
+    if name.endswith(".csv"):  # a quoted line break is text: its CRLF is two bytes of the row
+        path.write_bytes(crlf_records(name, []).replace(b'q,"', b'q,"' + b"w" * (LIMIT - 12)))  # a row of LIMIT bytes
+        assert kinds(read(path, max_record_bytes=LIMIT - 1, on_bad_record="skip")) == ["Rejected", "Record"]
+        assert [r.text for r in read(path, max_record_bytes=LIMIT)] == ["w" * (LIMIT - 12) + "one\r\ntwo", "z"]
+
+
 def test_too_large_text_file(tmp_path):
     path = tmp_path / "c.txt"
     path.write_bytes(b"word " * 1000)

@@ -446,6 +446,18 @@ def test_csv_unclosed_quote_over_the_size_limit_reads_the_rows_after_it_again(tm
     assert "unexpected end of data on line 8" in items[0].reason
 
 
+@pytest.mark.parametrize("name", ["c.csv", "c.csv.gz"])
+def test_csv_unclosed_quote_on_a_long_crlf_line_reads_again_after_its_line_break(tmp_path, name):
+    """The rows after a too-large first line are read again from the end of its CRLF: a
+    read from its LF would be one blank line more, in a one-column file a row of its own."""
+    body = 'text\r\n"unclosed ' + "x" * 150 + "\r\n" + "".join(f"row {i}\r\n" for i in range(3, 6))
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(body.encode()) if name.endswith(".gz") else body.encode())
+    items = read(path, id_field=None, on_bad_record="skip", max_record_bytes=100)
+    assert [(type(r).__name__, r.line) for r in items] == [("Rejected", 2), ("Record", 3), ("Record", 4), ("Record", 5)]
+    assert items[0].reason.startswith("record too large: 160 bytes") and items[1].text == "row 3"
+
+
 @pytest.mark.parametrize("mode", ["error", "skip"])
 def test_csv_header_repeating_a_column_read_is_an_error_naming_it(tmp_path, mode):
     path = tmp_path / "c.csv"
