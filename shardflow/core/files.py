@@ -16,6 +16,10 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 GZIP_MAGIC = b"\x1f\x8b"
+# Names that say gzip. Not how a file is opened (its magic bytes decide): the split sizes
+# disk by them (workflow.disk), and the corpus readers take a file so named that ends
+# before the magic is whole (0 bytes, or 1F alone) for a gzip stream cut short.
+GZIP_SUFFIXES = (".gz", ".gzip")
 
 
 def open_binary(path: str | os.PathLike) -> IO[bytes]:

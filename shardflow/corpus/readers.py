@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO
 
-from shardflow.core.files import GZIP_MAGIC, loads_json, malformed_json, open_binary
+from shardflow.core.files import GZIP_MAGIC, GZIP_SUFFIXES, loads_json, malformed_json, open_binary
 from shardflow.core.s3 import logical_path
 
 FORMATS = ("jsonl", "parquet", "csv", "tsv", "text")
@@ -268,6 +268,21 @@ class LongLine:
 READ_ERRORS = (EOFError, OSError, zlib.error)
 
 
+def _gzip_cut_before_its_magic(path: str, fh: IO[bytes], data: bytes) -> str | None:
+    """Why `path`, opened as `fh`, whose whole content is `data`, is a gzip stream cut
+    short, or None: named as gzip, but ending before its magic bytes are whole (no byte,
+    or 1F alone), as a part whose download or copy stopped at once does. open_binary
+    knows gzip by the magic alone, so such a file was read as the plain file it is: an
+    empty one as no records, with nothing to count or name. (gzip of nothing is a whole
+    stream of 20 bytes, read as no records.)"""
+    if isinstance(fh, gzip.GzipFile) or not path.lower().endswith(GZIP_SUFFIXES) or not GZIP_MAGIC.startswith(data):
+        return None
+    return (
+        f"gzip stream truncated (the file ends after {len(data)} byte{'s' * (len(data) != 1)}, before the gzip "
+        "magic bytes 1F 8B, though its name says gzip: fetch or copy it again)"
+    )
+
+
 def _read_problem(exc: BaseException) -> str:
     if isinstance(exc, EOFError):
         return "gzip stream truncated (the compressed data ends before its end marker)"
@@ -358,6 +373,10 @@ def iter_lines(fh: IO[bytes], path: str, max_bytes: int, start: int = 1) -> Iter
                 line = _skip_rest(fh, line)
         except READ_ERRORS as exc:
             raise BadRecordError(path, lineno, f"{_read_problem(exc)}; {lineno - 1} lines read before it") from exc
+        if lineno == 1 and isinstance(line, bytes):
+            cut = _gzip_cut_before_its_magic(path, fh, line)
+            if cut:
+                raise BadRecordError(path, lineno, f"{cut}; 0 lines read before it")
         if not line:
             return
         if lineno == 1:
@@ -375,6 +394,9 @@ def _read_whole(fh: IO[bytes], path: str, max_bytes: int) -> bytes | LongLine:
     """All of `fh`, or a `LongLine` when it holds more than `max_bytes`."""
     try:
         data = fh.read(max_bytes + 1)
+        cut = _gzip_cut_before_its_magic(path, fh, data)
+        if cut:
+            raise BadRecordError(path, None, cut)
         if len(data) <= max_bytes:
             return data
         size = len(data)
@@ -874,17 +896,21 @@ def count_records_cheap(paths: Iterable[str], opts: ReaderOptions) -> int:
         if fmt == "text" and opts.text_mode == "files":
             total += 1
             continue
-        lines, last = 0, b"\n"
+        lines, last, head = 0, b"\n", b""
         with open_binary(path) as fh:
             try:
                 for at, block in enumerate(iter(lambda: fh.read(1 << 22), b"")):
                     foreign = _foreign(block) if at == 0 else None
                     if foreign:  # as the split would find it, but at parse time
                         raise BadRecordError(path, None, foreign)
+                    head = head or block[:2]  # as much as the gzip magic of the first block
                     lines += block.count(b"\n")
                     last = block[-1:]
             except READ_ERRORS as exc:
                 raise BadRecordError(path, lines + 1, f"{_read_problem(exc)}; {lines} lines read before it") from exc
+            cut = _gzip_cut_before_its_magic(path, fh, head)
+            if cut:
+                raise BadRecordError(path, 1, f"{cut}; 0 lines read before it")
         lines += last != b"\n"
         total += lines - (1 if fmt in ("csv", "tsv") and lines else 0)
     return total

@@ -26,6 +26,7 @@ import posixpath
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from shardflow.core.files import GZIP_SUFFIXES
 from shardflow.core.s3 import logical_path
 from shardflow.corpus.readers import ReaderOptions, detect_format
 
@@ -41,9 +42,9 @@ HEADROOM_MB = 1000
 # JSON keys and quoting, and text lines an id naming their file and line.
 COMPRESSED_EXPANSION = 8
 EXPANSION = {"jsonl": 1.25, "csv": 2.0, "tsv": 2.0, "text": 2.0, "parquet": COMPRESSED_EXPANSION}
-# Names the split reads as gzip (it also reads gzip under any name, by its magic bytes,
-# which are not looked at here: such a file is sized as the format its name says).
-GZIP_SUFFIXES = (".gz", ".gzip")
+# GZIP_SUFFIXES (core.files): names the split reads as gzip. It also reads gzip under any
+# name, by its magic bytes, which are not looked at here: such a file is sized as the
+# format its name says.
 # Vector width assumed where the model's own is not known here (the eks profile's
 # controller, whose models live in the pods' image): the widest common embedding models
 # (4096 dims, e.g. Mistral-based encoders).

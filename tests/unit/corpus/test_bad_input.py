@@ -82,6 +82,31 @@ def test_truncated_gzip_in_the_parse_time_count_names_the_file(tmp_path):
         count_records_cheap([str(path)], ReaderOptions())
 
 
+@pytest.mark.parametrize("data", [b"", b"\x1f"], ids=["0 bytes", "1 byte"])
+def test_a_gzip_file_cut_before_its_magic_bytes_stops_naming_it(tmp_path, data, write_jsonl):
+    """A part whose download or copy stopped at once (no byte, or the magic's first one)
+    has no gzip header to be opened by, so it was read as the plain file it is: the empty
+    one as no records, silently, among the other parts, whatever on_bad_record said."""
+    good = write_jsonl(tmp_path / "a.jsonl.gz", [{"id": "a", "text": "t"}])
+    cut = tmp_path / "b.jsonl.gz"
+    cut.write_bytes(data)
+    why = rf"gzip stream truncated \(the file ends after {len(data)} bytes?, before the gzip magic bytes 1F 8B"
+    for mode in ("error", "skip"):
+        with pytest.raises(BadRecordError, match=rf"b\.jsonl\.gz:1: {why}.*; 0 lines read before it"):
+            run_split(tmp_path / "out", [good, cut], on_bad_record=mode)
+    with pytest.raises(BadRecordError, match=rf"b\.jsonl\.gz:1: {why}"):
+        count_records_cheap([str(good), str(cut)], ReaderOptions())
+    whole = tmp_path / "c.txt.gz"  # text_mode: files, where a truncated stream stops the split too
+    whole.write_bytes(data)
+    with pytest.raises(BadRecordError, match=rf"c\.txt\.gz: {why}"):
+        read(whole, text_mode="files", on_bad_record="skip")
+    # An empty file not named as gzip, and gzip of nothing, are still files without records.
+    (tmp_path / "e.jsonl").write_bytes(data)
+    (tmp_path / "z.jsonl.gz").write_bytes(gzip.compress(b"", mtime=0))
+    assert read(tmp_path / "z.jsonl.gz") == [] and count_records_cheap([str(tmp_path / "z.jsonl.gz")], ReaderOptions()) == 0
+    assert kinds(read(tmp_path / "e.jsonl", on_bad_record="skip")) == ([] if not data else ["Rejected"])
+
+
 def test_corrupt_gzip_stops_naming_file_and_line(tmp_path):
     path = tmp_path / "c.jsonl.gz"
     data = bytearray(gzip.compress(jsonl_bytes(2000), mtime=0))
