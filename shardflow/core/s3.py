@@ -289,10 +289,16 @@ def expand(url: str, s3) -> list[str]:
 
 class ObjectFolder:
     """A 'folder' of objects under one prefix: the resume parts of a job. A PUT is
-    atomic in S3 (an object is there whole or not at all), so no temp names."""
+    atomic in S3 (an object is there whole or not at all), so no temp names.
+
+    Its URL is read as the storage plugin reads the run's prefix (stored_prefix): the
+    parts are under the run's outputs, where make status looks (workflow.mirror),
+    whatever slashes the eks profile's `s3://<bucket>/<SHARDFLOW_S3_PREFIX>` holds, and
+    every call names the same keys (a leading `//` was stripped for writes alone)."""
 
     def __init__(self, url: str, s3=None):
-        self.url = S3Url.parse(url)
+        S3Url.parse(url)  # an s3:// URL with a bucket, else the ValueError naming it
+        self.url = S3Url.parse(stored_prefix(url))
         self._s3 = s3
 
     @property

@@ -395,10 +395,11 @@ def first_page(
     to `cache`, in one try with short timeouts.
     """
     if storage_prefix:
-        url, page = f"{storage_prefix.rstrip('/')}/{page}", None
-        if fetch:
-            from shardflow.core import s3
+        from shardflow.core import s3
 
+        # Where the storage plugin stored it: a prefix's `//` read as the plugin reads keys.
+        url, page = f"{s3.stored_prefix(storage_prefix)}/{page}", None
+        if fetch:
             try:
                 client = s3.client(s3_settings, attempts=1, connect_timeout=5, read_timeout=10)
                 page = cache if s3.fetch(url, cache, client) else None

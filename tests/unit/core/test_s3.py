@@ -223,3 +223,26 @@ def test_a_listing_or_delete_request_that_fails_whole_is_a_warning_not_a_failed_
     line = ObjectFolder("s3://b/run/.resume/job", s3).remove()
     assert line.startswith("cannot remove s3://b/run/.resume/job/: 1000 of 1001 objects not deleted (AccessDenied: ")
     assert keys[1000] not in line
+
+
+@pytest.mark.parametrize("url", ["s3://b//run/.resume/job", "s3://b/run//.resume/job/", "s3://b/run/./.resume/job"])
+def test_a_folder_under_a_prefix_with_double_slashes_is_where_the_storage_plugin_puts_the_run(stubbed, url):
+    """The eks profile's prefix is s3://<bucket>/<SHARDFLOW_S3_PREFIX>: a prefix variable
+    of '/runs/x' makes s3://b//runs/x, which the storage plugin reads as runs/x
+    (stored_prefix). The parts were written under run/... (S3Url.join strips slashes)
+    but listed under /run/... (attempt records never found, parts never removed on
+    AWS, whose keys are literal), or written under run//... , beside the run's outputs,
+    where make status looks (workflow.mirror)."""
+    s3, stub = stubbed
+    folder = ObjectFolder(url, s3)
+    stub.add_response("put_object", {}, {"Bucket": "b", "Key": "run/.resume/job/manifest.json", "Body": b"{}"})
+    folder.write("manifest.json", b"{}")
+    stub.add_response("list_objects_v2", {"Contents": [{"Key": "run/.resume/job/attempt-h-1-2.json"}],
+                                          "IsTruncated": False},
+                      {"Bucket": "b", "Prefix": "run/.resume/job/attempt-"})
+    assert folder.names("attempt-") == ["attempt-h-1-2.json"]
+    keys = ["run/.resume/job/attempt-h-1-2.json", "run/.resume/job/manifest.json"]
+    _listed(stub, keys)
+    _deleted(stub, keys)
+    assert folder.remove() is None
+    assert str(folder) == "s3://b/run/.resume/job"

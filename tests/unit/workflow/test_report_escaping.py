@@ -135,3 +135,19 @@ def test_first_page_is_the_landing_page_only_in_its_own_form_and_never_another_r
     page.write_text(page.read_text() + "\n.. include:: /etc/hostname\n")
     assert first_page("report.rst", "pending.rst", warned.append) == "pending.rst"
     assert "report.rst is not a page rule landing wrote" in warned[1]
+
+
+def test_the_first_page_is_fetched_where_the_storage_plugin_stored_it(tmp_path, monkeypatch):
+    """A prefix with `//` (the eks profile's s3://<bucket>/<SHARDFLOW_S3_PREFIX>, the
+    variable '/runs/x') is read as the plugin reads keys (core.s3.stored_prefix): the
+    page was looked for at s3://b//runs/x/..., key /runs/x/... on AWS, never found, and
+    the report opened on the placeholder without a warning."""
+    from shardflow.core import s3
+
+    asked = []
+    monkeypatch.setattr(s3, "client", lambda *a, **k: None)
+    monkeypatch.setattr(s3, "fetch", lambda url, dest, client: asked.append(url) or False)
+    for prefix in ("s3://b//runs/x", "s3://b/runs//x/", "s3://b/runs/x"):
+        first_page("results/report.rst", "pending.rst", print, storage_prefix=prefix, fetch=True,
+                   cache=str(tmp_path / "c.rst"))
+    assert asked == ["s3://b/runs/x/results/report.rst"] * 3
