@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlparse
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +136,15 @@ def stored_prefix(prefix: str) -> str:
     `s3://bkt/runs//a/` is where `s3://bkt/runs/a` is."""
     scheme, _, stem = prefix.partition("://")
     return f"{scheme}://{posixpath.normpath(stem)}"
+
+
+def stored_url(url: str) -> str:
+    """The object URL Snakemake storage reads for `url` (snakemake-storage-plugin-s3
+    0.3.6): the URL's path as urllib.parse.urlparse gives it, which a `#` or `?` ends,
+    normalised as a prefix is (stored_prefix): `s3://b/c/a#1.jsonl` is read as
+    `s3://b/c/a`, `s3://b/c//a.jsonl` as `s3://b/c/a.jsonl`."""
+    parsed = urlparse(url)
+    return stored_prefix(f"{parsed.scheme}://{parsed.netloc}{parsed.path}")
 
 
 def logical_path(path: str | os.PathLike, default_prefix: str | None = None, local_root: str | None = None) -> str:
@@ -267,7 +277,9 @@ def list_folder(url: str, s3) -> dict[str, str]:
 
 def expand(url: str, s3) -> list[str]:
     """An s3:// URL or glob -> the matching object URLs, sorted (one listing per call).
-    A plain URL is returned as is (Snakemake storage checks it exists)."""
+    A plain URL is returned as is (Snakemake storage checks it exists). A matched object
+    that Snakemake storage would not fetch as itself (_read_as_other) is a ValueError
+    naming each such object."""
     parsed = S3Url.parse(url)
     match = _MAGIC.search(parsed.key)
     if not match:
@@ -281,7 +293,42 @@ def expand(url: str, s3) -> list[str]:
     found = sorted(k for k in keys if regex.match(k) and not k.endswith("/"))
     if not found:
         raise FileNotFoundError(f"input pattern {url!r} matches no object")
+    odd = _read_as_other(parsed.bucket, found, keys)
+    if odd:
+        shown = [f"s3://{parsed.bucket}/{k} (read as {what})" for k, what in odd.items()]
+        raise ValueError(
+            f"input pattern {url!r} matches {len(odd)} object{'s' if len(odd) > 1 else ''} that Snakemake storage "
+            f"would not read as {'they are' if len(odd) > 1 else 'it is'} (snakemake-storage-plugin-s3 takes the key "
+            "from the URL's path, which a '#' or '?' ends, normalises '//', '.' and '..' away, and fetches a key that "
+            f"other keys lie below as a folder): {', '.join(shown[:10])}"
+            + (f" and {len(shown) - 10} more" if len(shown) > 10 else "")
+            + "; rename such objects, or write a pattern that leaves them out"
+        )
     return [f"s3://{parsed.bucket}/{k}" for k in found]
+
+
+def _read_as_other(bucket: str, found: list[str], keys: list[str]) -> dict[str, str]:
+    """Of the keys `found` (among all the listed `keys`), those whose URL Snakemake
+    storage would not fetch as that object -> what it would read instead: another key
+    (stored_url), or a folder, where other keys lie below it. Handed on, such an object
+    was a missing input, another object's records (read twice, where it is among the
+    inputs too), or a folder the reader cannot open."""
+    folders: set[str] = set()  # the keys' folders, each added with those above it once
+    for k in keys:
+        i = -1 if k.endswith("/") else k.rfind("/")  # a key ending in / is no object (the plugin passes over it)
+        while i > 0 and k[:i] not in folders:
+            folders.add(k[:i])
+            i = k.rfind("/", 0, i)
+    odd = {}
+    for key in found:
+        url = f"s3://{bucket}/{key}"
+        # stored_url only where it may differ (a glob of a million keys: 4 s less at every parse)
+        maybe = "#" in key or "?" in key or "//" in f"/{key}" or "/." in f"/{key}"
+        if maybe and stored_url(url) != url:
+            odd[key] = f"the object {stored_url(url)}"
+        elif key in folders:
+            odd[key] = "a folder: keys lie below it"
+    return odd
 
 
 # ----------------------------------------------------------------- object folder

@@ -10,6 +10,7 @@ from shardflow.core.s3 import (
     PREFIX_VARIABLE,
     ObjectFolder,
     S3Url,
+    expand,
     export_settings,
     glob_regex,
     has_magic,
@@ -246,3 +247,34 @@ def test_a_folder_under_a_prefix_with_double_slashes_is_where_the_storage_plugin
     _deleted(stub, keys)
     assert folder.remove() is None
     assert str(folder) == "s3://b/run/.resume/job"
+
+
+def _listing(stub, prefix, keys):
+    stub.add_response("list_objects_v2", {"Contents": [{"Key": k} for k in keys], "IsTruncated": False},
+                      {"Bucket": "b", "Prefix": prefix})
+
+
+def test_a_glob_matching_an_object_snakemake_storage_reads_as_another_names_each(stubbed):
+    """snakemake-storage-plugin-s3 (0.3.6) takes an object's key from its URL's path
+    (urllib.parse: a '#' or '?' ends it) normalised (posixpath.normpath), and fetches a
+    key that other keys lie below as a folder. Such an object, matched by a glob, was
+    handed on: s3://b/c/a#1.jsonl was read as the object c/a (a missing input, or
+    another object's records), c//d.jsonl as c/d.jsonl (read twice), c/e.jsonl as a
+    folder the reader cannot open."""
+    s3, stub = stubbed
+    good = ["c/a b+%20é[1].jsonl", "c/a.jsonl", "c/empty.jsonl"]
+    odd = ["c/a#1.jsonl", "c/b?v=2.jsonl", "c//d.jsonl", "c/e.jsonl"]
+    _listing(stub, "c/", sorted([*good, *odd, "c/e.jsonl/f.txt", "c/sub/"]))
+    with pytest.raises(ValueError) as raised:
+        expand("s3://b/c/**/*.jsonl", s3)
+    message = str(raised.value)
+    assert message.startswith("input pattern 's3://b/c/**/*.jsonl' matches 4 objects that Snakemake storage "), message
+    for url, read_as in [("s3://b/c/a#1.jsonl", "the object s3://b/c/a"),
+                         ("s3://b/c/b?v=2.jsonl", "the object s3://b/c/b"),
+                         ("s3://b/c//d.jsonl", "the object s3://b/c/d.jsonl"),
+                         ("s3://b/c/e.jsonl", "a folder: keys lie below it")]:
+        assert f"{url} (read as {read_as})" in message, message
+    assert not any(f"s3://b/{k} " in message for k in good), message
+    assert message.endswith("; rename such objects, or write a pattern that leaves them out"), message
+    _listing(stub, "c/", good + ["c/sub/", "c/e.jsonl.gz/f"])  # a key ending in / is no object: passed over
+    assert expand("s3://b/c/*.jsonl", s3) == [f"s3://b/{k}" for k in sorted(good)]
