@@ -361,18 +361,21 @@ class ObjectFolder:
         return self.url.join(name).key
 
     def read(self, name: str) -> bytes | None:
-        try:
-            return self.s3.get_object(Bucket=self.url.bucket, Key=self._key(name))["Body"].read()
-        except self.s3.exceptions.NoSuchKey:
-            return None
+        with _naming("read", self.url.join(name)):
+            try:
+                return self.s3.get_object(Bucket=self.url.bucket, Key=self._key(name))["Body"].read()
+            except self.s3.exceptions.NoSuchKey:
+                return None
 
     def write(self, name: str, data: bytes) -> None:
-        self.s3.put_object(Bucket=self.url.bucket, Key=self._key(name), Body=data)
+        with _naming("write", self.url.join(name)):
+            self.s3.put_object(Bucket=self.url.bucket, Key=self._key(name), Body=data)
 
     def names(self, prefix: str) -> list[str]:
         """The names (after the folder's prefix) of its objects that start with `prefix`."""
         folder = self.url.key.rstrip("/") + "/"
-        return sorted(k[len(folder):] for k in list_keys(self.s3, self.url.bucket, folder + prefix))
+        with _naming("list", f"s3://{self.url.bucket}/{folder}{prefix}"):
+            return sorted(k[len(folder):] for k in list_keys(self.s3, self.url.bucket, folder + prefix))
 
     def remove(self) -> str | None:
         """Delete every object of the folder; return None, or (and log as a warning) a line
@@ -396,6 +399,21 @@ class ObjectFolder:
                 f"not deleted ({_by_code(left)}); they stay in the bucket")
         log.warning(line)
         return line
+
+
+@contextlib.contextmanager
+def _naming(doing: str, url: S3Url | str) -> Iterator[None]:
+    """A botocore error of the block as one naming the object or prefix asked for:
+    botocore's own names neither ('An error occurred (AccessDenied) when calling the
+    PutObject operation: Access Denied'). An OSError, retried as botocore's errors are
+    (core.failures); a ValueError where botocore's is one (InvalidRegionError: a config
+    error, which a retry repeats)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        yield
+    except (BotoCoreError, ClientError) as exc:
+        raise (ValueError if isinstance(exc, ValueError) else OSError)(f"cannot {doing} {url}: {exc}") from exc
 
 
 # DeleteObjects answers 200 with an Errors list for the keys it did not delete (each

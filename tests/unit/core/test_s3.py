@@ -278,3 +278,40 @@ def test_a_glob_matching_an_object_snakemake_storage_reads_as_another_names_each
     assert message.endswith("; rename such objects, or write a pattern that leaves them out"), message
     _listing(stub, "c/", good + ["c/sub/", "c/e.jsonl.gz/f"])  # a key ending in / is no object: passed over
     assert expand("s3://b/c/*.jsonl", s3) == [f"s3://b/{k}" for k in sorted(good)]
+
+
+def test_a_folder_call_the_server_refuses_names_the_object(stubbed):
+    """botocore's errors name neither bucket nor key ('An error occurred (AccessDenied)
+    when calling the PutObject operation: Access Denied'): a job's log did not say that
+    its resume parts had failed, nor where. Each call's error names the object or the
+    prefix it asked for, an OSError (retried, as botocore's errors were: core.failures)."""
+    s3, stub = stubbed
+    folder = ObjectFolder("s3://b/run/.resume/job", s3)
+    stub.add_client_error("get_object", "AccessDenied", "Access Denied", 403)
+    with pytest.raises(OSError, match=r"^cannot read s3://b/run/\.resume/job/manifest\.json: .*\(AccessDenied\)"):
+        folder.read("manifest.json")
+    stub.add_client_error("get_object", "NoSuchKey", "gone", 404)
+    assert folder.read("part-000001.npy") is None  # no such part: none saved yet
+    stub.add_client_error("put_object", "SlowDown", "Please reduce your request rate", 503)
+    with pytest.raises(OSError, match=r"^cannot write s3://b/run/\.resume/job/part-000002\.npy: .*\(SlowDown\)"):
+        folder.write("part-000002.npy", b"x")
+    stub.add_client_error("list_objects_v2", "AccessDenied", "Access Denied", 403)
+    with pytest.raises(OSError, match=r"^cannot list s3://b/run/\.resume/job/attempt-: .*\(AccessDenied\)"):
+        folder.names("attempt-")
+    # Removing never fails the job, whose outputs are written: the line names the prefix.
+    stub.add_client_error("list_objects_v2", "AccessDenied", "Access Denied", 403)
+    assert folder.remove() == ("cannot remove s3://b/run/.resume/job/: its listing failed (AccessDenied); "
+                               "its objects stay in the bucket")
+    _listed(stub, ["run/.resume/job/manifest.json"])
+    stub.add_client_error("delete_objects", "AccessDenied", "Access Denied", 403)
+    assert folder.remove().startswith("cannot remove s3://b/run/.resume/job/: 1 of 1 objects not deleted (AccessDenied")
+
+
+def test_a_folder_whose_s3_settings_are_wrong_names_it_and_is_not_tried_again(monkeypatch):
+    """botocore's config errors are ValueErrors, which a retry repeats: still one."""
+    from shardflow.core.failures import deterministic
+
+    monkeypatch.setenv("SNAKEMAKE_STORAGE_S3_REGION", "not a region!")
+    with pytest.raises(ValueError, match=r"^cannot read s3://b/run/\.resume/job/manifest\.json: .*region") as raised:
+        ObjectFolder("s3://b/run/.resume/job").read("manifest.json")
+    assert deterministic(raised.value)
