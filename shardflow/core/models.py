@@ -14,6 +14,9 @@ import struct
 from pathlib import Path
 
 DEFAULT_MODEL = "default"
+# A tokenizer that knows no length limit reports model_max_length ~1e30: anything at or
+# above this is none (the embedding and summarisation engines read it alike).
+NO_LIMIT = 1_000_000
 
 
 def bundled_model_path() -> str:

@@ -78,7 +78,7 @@ from shardflow.core.columns import write_ids_parquet
 from shardflow.core.devices import dtype_name, peak_memory, reset_peak_memory, runtime, use_compile_cache
 from shardflow.core.hashing import digest, texts_fingerprint
 from shardflow.core.jobs import EngineCounters
-from shardflow.core.models import load_for_inference
+from shardflow.core.models import NO_LIMIT, load_for_inference
 from shardflow.core.npyio import write_npy
 from shardflow.core.oom import OomBackoff, TooLargeError
 from shardflow.core.parts import PartStore, resume_folder
@@ -208,12 +208,13 @@ class EncodeStats(EngineCounters):
 # --------------------------------------------------------------------------- loading
 
 
-def _load_tokenizer(spec: ModelSpec, text_positions: int | None, logger: logging.Logger):
+def _load_tokenizer(spec: ModelSpec, text_positions: int | None, max_length: int | None, logger: logging.Logger):
     """The model's tokenizer, its `model_max_length` the model's limit (sentence-transformers'
     max_seq_length, else the tokenizer's own) and at most `text_positions`, the position
     embeddings a text can use: past them the model fails on the first text that long, with
-    a tensor index error naming no file (sentence-transformers too). A configured limit
-    above them is warned of, naming it; texts are cut at the positions."""
+    a tensor index error naming no file (sentence-transformers too). Where that limit is
+    the cut (`max_length`, embedding.max_length, null), a configured limit above the
+    positions is warned of, naming it; texts are cut at the positions."""
     from tokenizers.normalizers import Lowercase
     from tokenizers.normalizers import Sequence as NormalizerSequence
     from transformers import AutoTokenizer
@@ -223,7 +224,7 @@ def _load_tokenizer(spec: ModelSpec, text_positions: int | None, logger: logging
         kwargs["model_max_length"] = spec.max_seq_length
     tok = AutoTokenizer.from_pretrained(str(spec.transformer_folder), **kwargs)
     if text_positions is not None and tok.model_max_length > text_positions:
-        if tok.model_max_length < 1_000_000:  # a limit given (a tokenizer without one reports ~1e30)
+        if max_length is None and tok.model_max_length < NO_LIMIT:  # a limit given, and the one cutting
             key = "max_seq_length" if spec.max_seq_length is not None else "the tokenizer's model_max_length"
             logger.warning(
                 "%s: %s %d is more than the model's %d positions for text: texts are cut at %d "
@@ -328,7 +329,7 @@ def load_encoder(
             f"embedding.max_length {params.max_length} is more than the {text_positions} positions of the model "
             f"{spec.folder}{skipped}: lower it, or leave it null for the model's own limit"
         )
-    tokenizer = _load_tokenizer(spec, text_positions, logger)
+    tokenizer = _load_tokenizer(spec, text_positions, params.max_length, logger)
     head = build_head(spec.head, spec.truncate_dim).to(device)
     encoder = Encoder(params, spec, tokenizer, model, head, device, dtype, output_dim(spec), logger, before_forward)
     encoder.setup_accel(mtype, packing, kernels, attention, cuda_graphs)
@@ -394,7 +395,7 @@ class Encoder:
         self.before_forward = before_forward
         self.prompt = spec.resolve_prompt(params.prompt, params.prompt_name)
         self.max_length = params.max_length or tokenizer.model_max_length
-        self.truncate = self.max_length < 1_000_000  # "no limit" tokenizers report ~1e30
+        self.truncate = self.max_length < NO_LIMIT
         self.backend = self._fast_backend()
         self.prefix = self._prefix_tokenizer()
         self.left_pad = tokenizer.padding_side == "left"

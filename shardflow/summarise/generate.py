@@ -81,7 +81,7 @@ from shardflow.core.batching import Batch, collate, length_order, plan_batches, 
 from shardflow.core.devices import dtype_name, kernel_hardware, peak_memory, reset_peak_memory, runtime
 from shardflow.core.hashing import digest, model_identity, texts_fingerprint
 from shardflow.core.jobs import EngineCounters
-from shardflow.core.models import load_for_inference
+from shardflow.core.models import NO_LIMIT, load_for_inference
 from shardflow.core.oom import OomBackoff, TooLargeError
 from shardflow.core.parts import FORMAT_VERSION, PartStore, resume_folder, resume_key
 from shardflow.core.s3 import logical_path
@@ -114,8 +114,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY_S = 10.0
-# Tokenizers that know no limit report model_max_length ~1e30.
-NO_LIMIT = 1_000_000
 # transformers' default when neither max_length nor max_new_tokens is set: 20 new tokens.
 DEFAULT_NEW_TOKENS = 20
 # How a sampled run draws (`document_seed`, `_DocumentStreams`), in its identity: a new
