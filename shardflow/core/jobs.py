@@ -9,6 +9,7 @@ one edge per chunk job, into merge, whatever the chunk count.
 from __future__ import annotations
 
 import csv
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -252,6 +253,24 @@ def priced(gpu_hours: float, gpu_hour_price: float, records_paid: int | None = N
         "estimated_cost": cost,
         "estimated_cost_per_million_records": cost / records_paid * 1e6 if records_paid else None,
     }
+
+
+def significant(x: float, digits: int = 2) -> str:
+    """`x` in fixed point to `digits` significant digits, trailing zeros dropped (0.0017,
+    0.04, 10): never in the scientific notation `:.2g` gives small numbers (4e-05)."""
+    if not x or not math.isfinite(x):
+        return f"{x:g}"
+    text = f"{x:.{max(0, digits - 1 - math.floor(math.log10(abs(x))))}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def money(amount: float) -> str:
+    """A cost to the cent; one that is not 0 but would print as 0.00 (under half a cent:
+    a short GPU stage at a low price) to two significant digits, 0.0017, so that a GPU
+    stage's cost never reads as the 0.00 of one on the CPU. make estimate, make status
+    and the report's first page print their costs with it."""
+    cents = f"{amount:.2f}"
+    return significant(amount) if amount and float(cents) == 0 else cents
 
 
 def timings(rows: list[dict]) -> dict:

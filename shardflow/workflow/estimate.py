@@ -82,7 +82,7 @@ import yaml
 
 from shardflow.core.config import canonical_order, load_schema, read_yaml, validate_config
 from shardflow.core.files import GZIP_MAGIC, read_json
-from shardflow.core.jobs import items_computed, priced, read_benchmark, read_job_table
+from shardflow.core.jobs import items_computed, money, priced, read_benchmark, read_job_table
 from shardflow.core.models import same_model
 from shardflow.corpus.readers import ReaderOptions, detect_format
 from shardflow.sweep import parse_sweeps
@@ -1477,15 +1477,6 @@ def duration(seconds: float | None) -> str:
         if seconds < limit:
             return f"{seconds / div:.0f} {unit}" if unit == "s" else f"{seconds / div:.1f} {unit}"
     return f"{seconds / 86400:.1f} days"
-
-
-def money(amount: float) -> str:
-    """A cost to the cent; one that is not 0 but would print as 0.00 (under half a cent:
-    a short GPU stage at a low price) to two significant digits, 0.0017, so that a GPU
-    stage's cost never reads as the 0.00 of one on the CPU. make status prints its costs
-    with it too."""
-    cents = f"{amount:.2f}"
-    return f"{amount:.2g}" if amount and float(cents) == 0 else cents
 
 
 def _number(n: int | None) -> str:

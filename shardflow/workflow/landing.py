@@ -34,7 +34,14 @@ from pathlib import Path
 
 from shardflow.core.atomic import atomic_open
 from shardflow.core.files import read_json
-from shardflow.core.jobs import earlier_train_seconds, last_attempt_gpu_hours, priced, read_benchmark, read_job_table
+from shardflow.core.jobs import (
+    earlier_train_seconds,
+    last_attempt_gpu_hours,
+    money,
+    priced,
+    read_benchmark,
+    read_job_table,
+)
 from shardflow.embed.report import ReportParams, run_summary
 from shardflow.sweep.export import level_phrase, value_label
 from shardflow.train.params import batch_note
@@ -81,7 +88,7 @@ def embedding_section(dataset: str, files: dict, report: ReportParams) -> Sectio
          f"on {', '.join(s['devices'])}" + _at_once([j["stats"] for j in jobs]) + (
              f" ({s['records_resumed']:,} records came from resumed parts of killed attempts, whose time and "
              "tokens these rates do not count)" if s.get("records_resumed") else "")),
-        ("GPU-hours and cost", f"{s['gpu_hours']:.4f} GPU-h, {s['estimated_cost']:.2f} {s['currency']} " + (
+        ("GPU-hours and cost", f"{s['gpu_hours']:.4f} GPU-h, {money(s['estimated_cost'])} {s['currency']} " + (
             "(every record came from resumed parts: no cost per record)"
             if s["estimated_cost_per_million_records"] is None
             else f"({s['estimated_cost_per_million_records']:.2f} per million records computed)")
@@ -188,7 +195,7 @@ def summarisation_section(dataset: str, files: dict) -> Section:
             ("throughput", f"{s['items_per_s']:,.2f} documents/s while summarising on {', '.join(s['devices'])}" + (
                 f" ({s['records_resumed']:,} documents came from resumed parts of killed attempts, whose time "
                 "this rate does not count)" if s.get("records_resumed") else "")),
-            ("GPU-hours and cost", f"{s['gpu_hours']:.4f} GPU-h, {s['estimated_cost']:.2f} {s['currency']}"
+            ("GPU-hours and cost", f"{s['gpu_hours']:.4f} GPU-h, {money(s['estimated_cost'])} {s['currency']}"
              + _killed_attempts(s, resumed=s.get("records_resumed", 0))),
             ("peak GPU memory", _stage_peak_memory(s)),
         ]
@@ -240,7 +247,7 @@ def _sweep_cost(cost: dict) -> str:
     text += " GPU-hours"
     if "estimated_cost" in cost:
         currency = cost["currency"]
-        text += f" ({cost['estimated_cost']:.2f} {currency} at {cost['gpu_hour_price']:g} {currency} per GPU-hour)"
+        text += f" ({money(cost['estimated_cost'])} {currency} at {cost['gpu_hour_price']:g} {currency} per GPU-hour)"
     text += f", {cost['wall_time_s']:,.0f} s of job time"
     read = [(cost["by_origin"][k]["jobs"], what) for k, what in (("main_run", "of the main run's"), ("shared", "shared"))]
     read = [f"{n:,} {what}" for n, what in read if n]
@@ -486,7 +493,7 @@ def training_section(dataset: str, files: dict, report: ReportParams | None = No
         gpu_hours = last_attempt_gpu_hours(m, seconds + earlier_train_seconds(m))
         cost = ""
         if report is not None:
-            cost = f", {priced(gpu_hours, report.gpu_hour_price)['estimated_cost']:.2f} {report.currency}"
+            cost = f", {money(priced(gpu_hours, report.gpu_hour_price)['estimated_cost'])} {report.currency}"
         rows.append(("GPU-hours and cost", f"{gpu_hours:.4f} GPU-h{cost}"))
     rows.append(("peak GPU memory", _training_peak_memory(m)))
     return Section(f"Training: {dataset}", rows)

@@ -121,8 +121,10 @@ from shardflow.core.jobs import (
     earlier_attempt_costs,
     earlier_train_seconds,
     last_attempt_gpu_hours,
+    money,
     priced,
     read_benchmark,
+    significant,
 )
 from shardflow.core.parts import ATTEMPT_PREFIX, PartStore, attempt_totals
 from shardflow.core.runlog import FAILED
@@ -1447,7 +1449,7 @@ def compact(n: float | None) -> str:
     if n is None:
         return "?"
     if abs(n) < 10 and n != int(n):
-        return f"{n:.2g}"
+        return significant(n)
     if abs(n) < 10_000:
         return f"{n:,.0f}"
     for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
@@ -1487,9 +1489,9 @@ def stage_line(stage: Stage, currency: str) -> str:
     elif stage.gpu_hours is None:
         line += "; GPU-h and cost not known until it finishes (its attempts' time is in its checkpoint)"
     else:
-        line += f"; {stage.gpu_hours:.3g} GPU-h, {estimate.money(stage.cost)} {currency} so far"
+        line += f"; {stage.gpu_hours:.3g} GPU-h, {money(stage.cost)} {currency} so far"
     if stage.left_gpu_hours and stage.count(DONE) < total:
-        line += f", about {stage.left_gpu_hours:.3g} GPU-h, {estimate.money(stage.left_cost)} {currency} to finish"
+        line += f", about {stage.left_gpu_hours:.3g} GPU-h, {money(stage.left_cost)} {currency} to finish"
     return line + (f"; {', '.join(bad)}" if bad else "")
 
 
@@ -1590,7 +1592,7 @@ def table(st: Status) -> str:
                 "-" if rate is None or finished else compact(rate),
                 left,
                 gpu_h,
-                "-" if s.sweep or s.cost is None else estimate.money(s.cost),
+                "-" if s.sweep or s.cost is None else money(s.cost),
             )
         )
     widths = [max(len(row[i]) for row in (head, *body)) for i in range(len(head))]

@@ -176,3 +176,12 @@ def test_a_file_that_is_no_job_table_is_named(tmp_path, content):
     path.write_text(content)
     with pytest.raises(ValueError, match=rf"^{path}: not a job table \(an object with a 'jobs' list\)$"):
         read_job_table(path)
+
+
+def test_small_figures_print_in_fixed_point_to_two_significant_digits():
+    """`:.2g` printed a cost of 0.00004 as 4e-05 and a rate of 0.00003 records/s as 3e-05:
+    make estimate, make status and the first page print such figures in fixed point."""
+    from shardflow.core.jobs import money, significant
+
+    assert [money(x) for x in (0.0, 0.00004, 0.0049, 0.005, 1234.5)] == ["0.00", "0.00004", "0.0049", "0.01", "1234.50"]
+    assert [significant(x) for x in (3e-05, 0.04, 2.5, 9.96, 0.0)] == ["0.00003", "0.04", "2.5", "10", "0"]
