@@ -148,9 +148,7 @@ _PROBLEMS += plan.unknown_reproduction_packages(config)
 # The data set whose provenance and metrics rule verify_reproduction reads.
 REPRO_DATASET = RETRIEVAL if RETRIEVAL is not None else DATASET
 _PROBLEMS += plan.unknown_reproduction_outputs(
-    config,
-    REPRO_DATASET,
-    tasks.task_files(DATASETS[REPRO_DATASET].tasks, REPRO_DATASET, config, DATASET),
+    config, REPRO_DATASET, DATASETS[REPRO_DATASET].tasks
 )
 _PROBLEMS += plan.memory_cap_problems(config)
 SWEEPS = parse_sweeps(

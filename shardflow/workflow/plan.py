@@ -44,8 +44,8 @@ from shardflow.retrieval.pipeline import RetrievalSpec
 from shardflow.sweep import shared
 from shardflow.sweep.metrics import describe, loads_model, stage_metrics, summary_report_metrics
 from shardflow.train.tokenizer import pretrained_unavailable
-from shardflow.workflow.tasks import TaskFiles
 from shardflow.workflow.tasks import models as task_models
+from shardflow.workflow.tasks import task_files
 
 if TYPE_CHECKING:  # the sweep package imports pandas: parse-time code here does not
     from shardflow.sweep.spec import SweepSpec
@@ -662,15 +662,16 @@ def unknown_reproduction_packages(cfg: dict) -> list[str]:
     ]
 
 
-def unknown_reproduction_outputs(cfg: dict, ds: str, files: Iterable[TaskFiles]) -> list[str]:
+def unknown_reproduction_outputs(cfg: dict, ds: str, tasks: tuple[str, ...]) -> list[str]:
     """One line per `reproduce.expect.outputs_sha256` path that the provenance record of
     data set `ds` (the one rule verify_reproduction reads) never holds: it hashes the
-    outputs of the data set's tasks (`files`: tasks.task_files), a folder's files each
-    under its own path. A misspelt path, or the shard folder pinned whole, read "missing"
-    and failed the check after every job had run."""
+    outputs of the data set's `tasks` (tasks.task_files), a folder's files each under its
+    own path. A misspelt path, or the shard folder pinned whole, read "missing" and failed
+    the check after every job had run."""
     pinned = (cfg["reproduce"].get("expect") or {}).get("outputs_sha256") or {}
     if not cfg["reproduce"].get("name") or not pinned:
         return []
+    files = task_files(tasks, ds, cfg, cfg["dataset"])
     outputs = [path for task in files for path in task.outputs]
     folders = {path for task in files for path in task.folders}
     hashed = sorted(f"{path}/<file>" if path in folders else path for path in outputs)

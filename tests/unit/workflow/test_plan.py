@@ -1684,13 +1684,11 @@ def test_a_pinned_output_provenance_never_hashes_is_named_at_parse_time(config):
     provenance hashes (tasks.task_files), a folder's files each under its own path. A
     misspelt path, or the shard folder pinned whole, read "missing" and failed the check
     after every job had run; a file in that folder is a file provenance hashes."""
-    from shardflow.workflow.tasks import task_files
-
-    files = task_files(("training",), "shakespeare", config, "shakespeare")
+    config["dataset"] = "shakespeare"
     pins = {"results/shakespeare/shards": "a" * 64, "results/shakespeare/shards/train_000000.bin": "b" * 64,
             "results/shakespeare/train/best.safetensor": "c" * 64, "results/shakespeare/train/last.safetensors": "d" * 64}
     config["reproduce"].update(name="paper", expect={"outputs_sha256": pins})
-    assert plan.unknown_reproduction_outputs(config, "shakespeare", files) == [
+    assert plan.unknown_reproduction_outputs(config, "shakespeare", ("training",)) == [
         "reproduce.expect.outputs_sha256: 'results/shakespeare/shards' is a folder: provenance hashes each file in it "
         "under its own path ('results/shakespeare/shards/<file>'): pin those",
         "reproduce.expect.outputs_sha256: 'results/shakespeare/train/best.safetensor' is not an output the "
@@ -1700,4 +1698,4 @@ def test_a_pinned_output_provenance_never_hashes_is_named_at_parse_time(config):
         "results/shakespeare/train/metrics.json)",
     ]
     config["reproduce"]["name"] = None  # no check runs: reproduction_unnamed names the pins
-    assert plan.unknown_reproduction_outputs(config, "shakespeare", files) == []
+    assert plan.unknown_reproduction_outputs(config, "shakespeare", ("training",)) == []
