@@ -260,8 +260,8 @@ def search_and_score(
     # are CUDA when available.
     device = "cpu" if params.backend == "faiss" else (params.device or "auto")
     device = default_device() if device == "auto" else device
-    if device != "cpu":  # a CUDA device this process has (cuda:1 with two), or an error naming it
-        resolve_device(device)
+    if device != "cpu":  # only its check: a CUDA device this process has (cuda:1 with two), or an error naming it;
+        resolve_device(device)  # the device is recorded as given (auto's "cuda" stays "cuda")
     doc_ids = read_ids(doc_ids_path)
     query_ids = read_ids(query_ids_path)
     queries = np.load(query_npy)
