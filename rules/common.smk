@@ -681,14 +681,19 @@ def name_gpu_requests():
     cannot see (a profile key) overrides it."""
     if not workflow.is_main_process:
         return
-    on_cpu = plan.gpu_rules_on_cpu(config, DATASETS.values(), SWEEPS.values())
+    # a rule given gpu 0 stays a GPU rule to the profile check: set-resources may give
+    # it GPUs (plan.gpu_rules_on_cpu, gpu_0)
+    profile_on_cpu = plan.gpu_rules_on_cpu(
+        config, DATASETS.values(), SWEEPS.values(), gpu_0=False
+    )
     rules = [r.name for r in workflow.rules]
     cpu_rules = plan.cpu_rules(rules)
     gpu_rules = [r for r in rules if r not in cpu_rules]
     for line in site.gpu_request_warnings(
-        _SET, on_cpu, cpu_rules, gpu_rules, _DEFAULTS, gpu=plan.GPU_ON_CPU
+        _SET, profile_on_cpu, cpu_rules, gpu_rules, _DEFAULTS, gpu=plan.GPU_ON_CPU
     ):
         logger.warning(line)
+    on_cpu = plan.gpu_rules_on_cpu(config, DATASETS.values(), SWEEPS.values())
     for line in plan.idle_gpus(config, DATASETS.values(), SWEEPS.values(), on_cpu):
         logger.warning(line)
 

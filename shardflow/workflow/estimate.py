@@ -33,8 +33,7 @@ Rates, in order of trust:
 A measured rate holds for that run's settings and GPU (named with it): another token
 budget, dtype or GPU model runs at another speed. GPU rules count as GPU jobs unless
 they run on the CPU whatever the host (plan.gpu_rules_on_cpu: gpu_jobs.device cpu,
-summarise.method lead; or a `resources.<rule>.gpu` of 0: `rules_on_cpu`), as a dry run
-shows them.
+summarise.method lead, a `resources.<rule>.gpu` of 0), as a dry run shows them.
 
 Wall time: each stage's jobs longest first onto the GPUs free first (a job holding N
 GPUs, train.gpus or another GPU rule's resources.<rule>.gpu, waits for N; a sweep's
@@ -1352,24 +1351,6 @@ def host_gpus(cfg: dict) -> list[str]:
     return resolve_devices(cfg["gpu_jobs"]["devices"], mode=cfg["gpu_jobs"]["pinning"])
 
 
-def rules_on_cpu(cfg: dict, data_sets: Iterable[plan.DataSet], sweep_specs: Iterable, local_cpu: bool) -> dict:
-    """{rule: why} of the GPU rules whose jobs run on the CPU (plan.gpu_rules_on_cpu), and
-    of those whose `resources.<rule>.gpu` is 0 (their sweep variants share it): a job
-    scheduled with no GPU runs on the CPU (core.gpujob), where plan.job_gpus counts a 0
-    as one. With `local_cpu` (a local run on a host without GPUs under
-    `gpu_jobs.device: auto`, see `estimate`), every GPU rule's. make status reads this too."""
-    data_sets, sweep_specs = list(data_sets), list(sweep_specs)
-    on_cpu = plan.gpu_rules_on_cpu(cfg, data_sets, sweep_specs)
-    as_cpu = {**cfg, "gpu_jobs": {**cfg["gpu_jobs"], "device": "cpu"}}
-    for rule in plan.gpu_rules_on_cpu(as_cpu, data_sets, sweep_specs):  # every GPU rule of the run
-        resources = rule.removeprefix("sweep_").removesuffix("_chunk")  # as plan.idle_gpus names them
-        if resources != "train" and cfg["resources"].get(resources, {}).get("gpu", 1) == 0:
-            on_cpu.setdefault(rule, f"resources.{resources}.gpu 0")  # train's follows train.gpus, at least 1
-        elif local_cpu:
-            on_cpu.setdefault(rule, LOCAL_CPU)
-    return on_cpu
-
-
 def gpu_stages(cfg: dict, ds: plan.DataSet, sweep_specs: Iterable) -> list[str]:
     """The GPU stages of the rules' own (embed, summarise, train) that run on data set `ds`:
     its tasks', and embed on the main data set where an embed sweep compares its points'
@@ -1405,7 +1386,10 @@ def estimate(
     # given (--records, chunking.expected_records) or the split's manifest says more.
     data_sets = plan.datasets(cfg, list_s3=plan.unlisted)
     specs = sweeps(cfg)
-    on_cpu = rules_on_cpu(cfg, data_sets.values(), specs.values(), local_cpu)
+    on_cpu = plan.gpu_rules_on_cpu(cfg, data_sets.values(), specs.values())
+    if local_cpu:  # a local run on a host without GPUs (device auto): the other GPU rules' jobs too
+        rules = plan.run_gpu_rules(cfg, data_sets.values(), specs.values())
+        on_cpu |= {rule: LOCAL_CPU for rule in rules if rule not in on_cpu}
     price, currency = cfg["report"]["gpu_hour_price"], cfg["report"]["currency"]
     out = Estimate([], n_gpus, gpus_source, price, currency)
     main = next(ds for ds in data_sets.values() if ds.role == "main")

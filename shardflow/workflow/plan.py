@@ -1154,13 +1154,17 @@ def cpu_rules(names: Iterable[str]) -> list[str]:
     return [name for name in names if name not in GPU_RULE_NAMES]
 
 
-def gpu_rules_on_cpu(cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[SweepSpec] = ()) -> dict[str, str]:
-    """{rule: why} for each GPU rule with jobs in this run whose jobs run on the CPU
-    whatever the executor: every one under `gpu_jobs.device: cpu`, and the summarise
-    rules under `summarise.method: lead` (`stored` has no summarise jobs). Under `auto`
-    the jobs run on the CPU only with the local executor on a host without GPUs, where
-    no scheduler reads a profile's GPU settings. An embed sweep's points compare their
-    vectors with the main run's (rules/common.smk embed_reference): embed runs too."""
+def resources_key(rule: str) -> str:
+    """The `resources.<rule>` entry a GPU rule's jobs read: a sweep variant shares its
+    stage rule's (`sweep_embed` and `sweep_embed_chunk` read `embed`)."""
+    return rule.removeprefix("sweep_").removesuffix("_chunk")
+
+
+def run_gpu_rules(cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[SweepSpec] = ()) -> list[str]:
+    """The GPU rules with jobs in this run: those of its data sets' tasks and of its
+    sweeps' stages, not the summarise rules under `summarise.method: stored` (which has
+    no summarise jobs). An embed sweep's points compare their vectors with the main
+    run's (rules/common.smk embed_reference): embed runs too."""
     sweeps = list(sweeps)
     tasks = {t for ds in data_sets for t in ds.tasks}
     model = cfg["embedding"]["model"]
@@ -1169,14 +1173,36 @@ def gpu_rules_on_cpu(cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[S
     stages = {spec.stage for spec in sweeps}
     rules = [r for task, rs in GPU_RULES.items() if task in tasks for r in rs]
     rules += [r for stage, rs in SWEEP_GPU_RULES.items() if stage in stages for r in rs]
+    stored = cfg["summarise"]["method"] == "stored"
+    return [r for r in rules if not (stored and r in ("summarise", "sweep_summarise"))]
+
+
+def gpu_rules_on_cpu(
+    cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[SweepSpec] = (), gpu_0: bool = True
+) -> dict[str, str]:
+    """{rule: why} for each GPU rule with jobs in this run (`run_gpu_rules`) whose jobs
+    run on the CPU whatever the executor: every one under `gpu_jobs.device: cpu`, the
+    summarise rules under `summarise.method: lead`, and each whose `resources.<rule>.gpu`
+    is 0 (`resources_key`: its sweep variants too), as a job scheduled with no GPU runs
+    on the CPU (core.gpujob), where `job_gpus` counts a 0 as one; train's follows
+    train.gpus, at least 1. Under `auto` the jobs run on the CPU only with the local
+    executor on a host without GPUs, where no scheduler reads a profile's GPU settings.
+
+    `gpu_0=False` leaves out the rules a gpu of 0 puts there, for the profile check
+    (rules/common.smk name_gpu_requests), whose line for a rule on the CPU says it "uses
+    no GPU": a profile's set-resources `gpu` overrides that 0, and the job then runs on
+    the GPUs it gets; and it names a gpu_model's ask as <model>:1, where such a job, its
+    gpu 0, asks sbatch for <model>:0."""
     method, device = cfg["summarise"]["method"], cfg["gpu_jobs"]["device"]
     out = {}
-    for rule in rules:
-        summarise = rule in ("summarise", "sweep_summarise")
-        if summarise and method == "lead":
+    for rule in run_gpu_rules(cfg, data_sets, sweeps):
+        key = resources_key(rule)
+        if key == "summarise" and method == "lead":
             out[rule] = "summarise.method lead"
-        elif device == "cpu" and not (summarise and method == "stored"):
+        elif device == "cpu":
             out[rule] = "gpu_jobs.device cpu"
+        elif gpu_0 and key != "train" and cfg["resources"].get(key, {}).get("gpu", 1) == 0:
+            out[rule] = f"resources.{key}.gpu 0"
     return out
 
 
@@ -1189,7 +1215,7 @@ def job_gpus(cfg: dict, rule: str) -> int:
     stats record no `gpus`: core.jobs.gpus_held), and so do the stage reports, the first
     page and a sweep's collection, which get them as a param of their rules
     (core.jobs.gpus_held). A gpu of 0 counts as one (a job scheduled with none runs on
-    the CPU: the callers tell those apart; estimate.rules_on_cpu). train's are
+    the CPU: the callers tell those apart; gpu_rules_on_cpu). train's are
     train.gpus (`train_gpus`)."""
     return max(1, int(cfg["resources"].get(rule, {}).get("gpu", 1)))
 
@@ -1203,12 +1229,11 @@ def idle_gpus(
     the others would idle, paid, for the whole job. train runs a process per GPU.
     `on_cpu`: the rules that run on the CPU whatever the executor (`gpu_rules_on_cpu`)."""
     data_sets, sweeps = list(data_sets), list(sweeps)
-    on_cpu = {r.removeprefix("sweep_").removesuffix("_chunk") for r in on_cpu}  # their sweep variants too
+    on_cpu = {resources_key(r) for r in on_cpu}  # their sweep variants too
     tasks = {t for ds in data_sets for t in ds.tasks}
     stages = {spec.stage for spec in sweeps}
     rules = {r for task, rs in GPU_RULES.items() if task in tasks for r in rs}
-    rules |= {r.removeprefix("sweep_").removesuffix("_chunk") for st, rs in SWEEP_GPU_RULES.items() if st in stages
-              for r in rs}
+    rules |= {resources_key(r) for st, rs in SWEEP_GPU_RULES.items() if st in stages for r in rs}
     out = []
     for rule in sorted(rules - {"train"} - on_cpu):
         gpus = job_gpus(cfg, rule)

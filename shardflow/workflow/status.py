@@ -1356,7 +1356,7 @@ def status(
     now = time.time() if now is None else now
     data_sets = list(plan.datasets(cfg, list_s3=plan.unlisted).values())
     specs = estimate.sweeps(cfg)
-    on_cpu = estimate.rules_on_cpu(cfg, data_sets, specs.values(), local_cpu=False)
+    on_cpu = plan.gpu_rules_on_cpu(cfg, data_sets, specs.values())
     out = Status([], n_gpus, gpus_source, cfg["report"]["gpu_hour_price"], cfg["report"]["currency"], now)
     retries = SnakemakeLogs(controller_logs(), storage.prefix if storage is not None else "")
     resume_dir = cfg["gpu_jobs"]["resume_dir"]

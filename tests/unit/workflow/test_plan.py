@@ -933,11 +933,13 @@ def test_more_than_one_gpu_for_a_job_that_uses_one_is_named():
 def test_the_gpu_rules_whose_jobs_run_on_the_cpu_are_those_of_the_run_on_the_cpu_whatever_the_executor():
     """The rules whose set-resources the workflow checks for a GPU request: every GPU rule
     of the run (and its sweep variants) under gpu_jobs.device cpu, the summarise rules
-    under method lead whatever the device; none of a task or sweep the run lacks."""
+    under method lead whatever the device; none of a task or sweep the run lacks. And,
+    for make estimate, make status and the idle-GPU warning, those given a gpu of 0."""
     from types import SimpleNamespace
 
-    def cfg(device="auto", method="lead"):
-        return {"gpu_jobs": {"device": device}, "summarise": {"method": method}, "embedding": {"model": "m"}}
+    def cfg(device="auto", method="lead", **gpus):
+        return {"gpu_jobs": {"device": device}, "summarise": {"method": method}, "embedding": {"model": "m"},
+                "resources": {rule: {"gpu": n} for rule, n in gpus.items()}}
 
     def sets(*tasks):
         return [SimpleNamespace(tasks=t) for t in tasks]
@@ -969,6 +971,21 @@ def test_the_gpu_rules_whose_jobs_run_on_the_cpu_are_those_of_the_run_on_the_cpu
 
     assert list(plan.gpu_rules_on_cpu(bundled, sets(()), [sweep("embed", f"{bundled_model_path()}/")])) == [
         "embed", "sweep_embed_chunk"]
+    # resources.<rule>.gpu 0: its jobs are scheduled with no GPU and run on the CPU
+    # (core.gpujob), its sweep variants too; train's count is train.gpus, at least 1.
+    # The profile check asks without them (gpu_0=False): set-resources may give them GPUs.
+    zero = cfg("auto", "abstractive", embed=0, summarise=0, train=0, embed_queries=1)
+    runs = sets(main, retrieval), [sweep("retrieval"), sweep("summarise"), sweep("train"), sweep("embed")]
+    assert plan.gpu_rules_on_cpu(zero, *runs) == {
+        "embed": "resources.embed.gpu 0", "summarise": "resources.summarise.gpu 0",
+        "sweep_embed": "resources.embed.gpu 0", "sweep_summarise": "resources.summarise.gpu 0",
+        "sweep_embed_chunk": "resources.embed.gpu 0"}
+    assert [plan.resources_key(r) for r in ("sweep_embed_chunk", "sweep_retrieval_evaluate", "train")] == [
+        "embed", "retrieval_evaluate", "train"]
+    assert plan.gpu_rules_on_cpu(zero, *runs, gpu_0=False) == {}
+    assert plan.gpu_rules_on_cpu({**zero, "summarise": {"method": "lead"}}, sets(main))["summarise"] == lead
+    assert plan.gpu_rules_on_cpu(cfg("cpu", embed=0), sets(main))["embed"] == "gpu_jobs.device cpu"
+    assert plan.gpu_rules_on_cpu(cfg("auto", "stored", summarise=0), sets(("summarisation",))) == {}
 
 
 def test_the_cpu_rules_are_the_workflows_rules_that_are_no_gpu_rule():
