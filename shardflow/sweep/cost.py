@@ -28,13 +28,15 @@ its last, as make status counts them (core.jobs.earlier_train_seconds: its metri
 train_seconds_total less the last attempt's wall_seconds, a lower bound), x the GPUs it
 held. They are not in the `earlier_attempt_*` figures, which count attempt records.
 
-An embed job records its GPU-hours and the records they paid for, but no price: the
-collection prices them (`with_cost`, at `report.gpu_hour_price` in `report.currency`,
-its `Price`: params of the collections of PRICED_STAGES' sweeps only), so that a changed
-price or currency reruns the collection, in seconds, and not the jobs, each of which
-reads two sets of vectors. Every figure in money it writes says its currency: the
-tables' `currency` column and the cost metrics' headers and axes (`money_label`), and
-`best.json` and `cost.json` (which then prices the sweep's GPU-hours too).
+An embed job records its GPU-hours, one GPU a chunk job, and the records they paid for,
+but no price: the collection counts every GPU a chunk job held, in the record's
+`gpu_hours` too, and prices those (`with_cost`, at `report.gpu_hour_price` in
+`report.currency`, its `Price`: params of the collections of PRICED_STAGES' sweeps
+only), so that a changed price or currency reruns the collection, in seconds, and not
+the jobs, each of which reads two sets of vectors. Every figure in money it writes says
+its currency: the tables' `currency` column and the cost metrics' headers and axes
+(`money_label`), and `best.json` and `cost.json` (which then prices the sweep's
+GPU-hours too).
 
     cost = sweep_cost([[JobCost("benchmarks/sweeps/s/p1/seed=0/train.tsv", 12.0, 0.0033)], ...], "s")
 """
@@ -189,15 +191,18 @@ class JobRecord:
 
 def with_cost(metrics: Mapping[str, Any], gpu_hour_price: float, gpus: int = 1) -> dict[str, Any]:
     """An embed job's metrics record with its cost at `gpu_hour_price` (COST_METRICS),
-    priced as the embedding report prices a run (core.jobs.priced) from the `gpu_hours`
-    and `records_paid` the job recorded: the numbers the job wrote itself before, its
-    GPU-hours x `gpus`, the GPUs its rule gave each chunk job (resources.embed.gpu): the
-    job counts one a chunk job (shardflow.embed.measure), as their stats name none.
+    priced as the embedding report prices a run (core.jobs.priced): its `gpu_hours` x
+    `gpus`, the GPUs its rule gave each chunk job (resources.embed.gpu), which the job
+    counts one a chunk job (shardflow.embed.measure: their stats name none), over the
+    `records_paid` it recorded. The record's `gpu_hours` become those GPU-hours, the ones
+    its cost is priced from; with `gpus` 1, the numbers the job wrote itself before.
     Raises KeyError where the record has neither (written before the jobs left the cost
     to the collection)."""
+    gpu_hours = metrics["gpu_hours"] * gpus
     return {
         **metrics,
-        **priced(metrics["gpu_hours"] * gpus, gpu_hour_price, metrics["records_paid"]),
+        "gpu_hours": gpu_hours,
+        **priced(gpu_hours, gpu_hour_price, metrics["records_paid"]),
         "gpu_hour_price": gpu_hour_price,
     }
 
@@ -227,8 +232,9 @@ def read_job_records(shapes: Sequence[tuple], metrics: Sequence[str], stats: Seq
     of its attempts before (core.jobs.earlier_train_seconds, as make status counts
     them), and the CUDA seconds of the killed attempts its stats record, x those GPUs
     too, as a stage's report counts them (core.jobs.earlier_attempt_costs). With a `price` (a sweep of PRICED_STAGES) each
-    metrics record gets its cost (with_cost, x its chunk jobs' GPUs: its stats files are
-    theirs); a record without what that needs raises ValueError naming its file."""
+    metrics record gets its cost, and its gpu_hours that cost is priced from (with_cost, x
+    its chunk jobs' GPUs: its stats files are theirs); a record without what that needs
+    raises ValueError naming its file."""
     stats_files, bench_files = iter(stats), iter(benchmarks)
     records = []
     for (point, seed, n_stats, n_bench, *held), metrics_path in zip(shapes, metrics, strict=True):

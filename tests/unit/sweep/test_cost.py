@@ -225,8 +225,10 @@ def test_a_chunk_job_counts_the_gpus_its_rule_gave_it_in_the_sweeps_cost(tmp_pat
     do not record. The collection's `jobs` param gives each stats file's GPUs
     (rules/common.smk sweep_job_shapes, plan.job_gpus), so cost.json, the run's
     gpu_hours and the cost it prices from the job's metrics (which count one GPU a chunk
-    job, embed.measure) count both, killed attempts included; cost.json counted one.
-    A shape without them (a test's, or a collection from before) counts one each."""
+    job, embed.measure) count both, killed attempts included; cost.json counted one. The
+    priced record's gpu_hours are the ones its cost is priced from: 2.0, not the job's 1.0
+    beside a cost of 2.0 GPU-hours. A shape without them (a test's, or a collection from
+    before) counts one each."""
     import json
 
     from shardflow.sweep.cost import Price, read_job_records
@@ -243,9 +245,11 @@ def test_a_chunk_job_counts_the_gpus_its_rule_gave_it_in_the_sweeps_cost(tmp_pat
     assert job.gpu_hours == pytest.approx(2.0) and job.costs[0].earlier_attempt_gpu_hours == pytest.approx(1.0)
     assert job.costs[1].gpu_hours == 0.0  # the merge: no stats, no GPU
     assert sweep_cost([job.costs], "s", Price(3.0, "EUR"))["estimated_cost"] == pytest.approx(6.0)
-    assert (job.metrics["estimated_cost"], job.metrics["gpu_hours"]) == (pytest.approx(6.0), 1.0)  # as written
+    assert (job.metrics["estimated_cost"], job.metrics["gpu_hours"]) == (pytest.approx(6.0), 2.0)  # 1.0 x 2 GPUs
+    assert job.metrics["gpu_hours"] == pytest.approx(job.gpu_hours)  # the runs table's figure
     (one,) = read_job_records([("p", 0, 1, 2)], *files, price=Price(3.0, "EUR"))
     assert one.gpu_hours == pytest.approx(1.0) and one.metrics["estimated_cost"] == pytest.approx(3.0)
+    assert one.metrics["gpu_hours"] == 1.0  # as written
 
 
 def test_a_resumed_training_jobs_earlier_attempts_count_in_the_sweeps_cost(tmp_path):
