@@ -1003,8 +1003,7 @@ def finish(stage: Stage, n_gpus: int, price: float, now: float) -> Stage:
     # GPU-hours: the finished jobs' last attempts and the killed ones before them; the
     # attempts of the jobs not done, to their last part.
     # A job holds the GPUs its stats record, else the stage's a job (core.jobs.gpus_held).
-    done = [j.stats for j in stage.jobs if j.state == DONE and j.stats]
-    benches = [j.bench for j in stage.jobs if j.state == DONE and j.stats]
+    done = [(j.stats, j.bench) for j in stage.jobs if j.state == DONE and j.stats]
     gpus = max(1, stage.gpus)
     hours = sum(
         last_attempt_gpu_hours(
@@ -1012,14 +1011,14 @@ def finish(stage: Stage, n_gpus: int, price: float, now: float) -> Stage:
             float(bench.get("s", stats.get("seconds", stats.get("wall_seconds", 0)))) + earlier_train_seconds(stats),
             gpus,
         )
-        for stats, bench in zip(done, benches, strict=True)
+        for stats, bench in done
     )
     attempts = [
         {"earlier_attempt_devices": attempt_totals(j.attempts)["earlier_attempt_devices"]} for j in rest if j.attempts
     ]
     stage.gpu_hours = (
         hours
-        + earlier_attempt_costs(done, gpus)["earlier_attempt_gpu_hours"]
+        + earlier_attempt_costs([stats for stats, _ in done], gpus)["earlier_attempt_gpu_hours"]
         + earlier_attempt_costs(attempts, gpus)["earlier_attempt_gpu_hours"]
     )
     stage.cost = priced(stage.gpu_hours, price)["estimated_cost"]
@@ -1397,9 +1396,9 @@ def status(
         built = []
         for name in stages:
             rule = STAGE_RULES[name][0]
-            gpus = 0 if rule in on_cpu else (1 if name == "train" else plan.job_gpus(cfg, rule))
+            gpus = 0 if rule in on_cpu else plan.train_gpus(cfg) if name == "train" else plan.job_gpus(cfg, rule)
             if name == "train":
-                stage = train_stage(cfg, ds, plan.train_gpus(cfg) if gpus else 0)
+                stage = train_stage(cfg, ds, gpus)
                 if storage is not None and stage.jobs[0].state == WAITING:
                     stage.notes.append(train_unseen(volume, ds))
             else:
