@@ -681,8 +681,8 @@ def name_gpu_requests():
     cannot see (a profile key) overrides it."""
     if not workflow.is_main_process:
         return
-    # a rule given gpu 0 stays a GPU rule to the profile check: set-resources may give
-    # it GPUs (plan.gpu_rules_on_cpu, gpu_0)
+    # The profile check counts the rules given gpu 0 as GPU rules, since set-resources
+    # may give their jobs GPUs (plan.gpu_rules_on_cpu, gpu_0)
     profile_on_cpu = plan.gpu_rules_on_cpu(
         config, DATASETS.values(), SWEEPS.values(), gpu_0=False
     )
