@@ -46,6 +46,21 @@ def read_ids(path: str | os.PathLike) -> list[str]:
     return pq.read_table(path, columns=["id"]).column("id").to_pylist()
 
 
+def id_at(path: str | os.PathLike, row: int) -> str | None:
+    """The id at `row` (counting from 0) of an id column file, reading the one row group
+    that holds it; None where the file has no such row."""
+    import pyarrow.parquet as pq
+
+    ids = pq.ParquetFile(path)
+    first = 0
+    for group in range(ids.metadata.num_row_groups):
+        n = ids.metadata.row_group(group).num_rows
+        if first <= row < first + n:
+            return ids.read_row_group(group, columns=["id"]).column(0)[row - first].as_py()
+        first += n
+    return None
+
+
 def _id_hash(value: str) -> int:
     return int.from_bytes(hashlib.blake2b(value.encode(), digest_size=8).digest(), "little")
 

@@ -16,6 +16,10 @@ fresh buffer is zeros). Where the model normalises, its norm 0 fails the norms c
 where it does not, the `nonzero` check names such rows, which no other check sees. A
 correct run has none: the one input that pools to zeros (or NaN), a text that leaves no
 token to pool, stops its embed job naming the record (engine.EmptyTextError).
+
+A failed finite, norms or nonzero check names its first row and that row's id
+(`first_id`, from ids.parquet; null where the file has no such row): a row number of a
+matrix of millions is no record a user can look up. A passing record has no `first_id`.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow.parquet as pq
 
-from shardflow.core.columns import duplicate_ids
+from shardflow.core.columns import duplicate_ids, id_at
 from shardflow.core.fields import check_field_types, whole_floats_as_ints
 from shardflow.core.npyio import iter_row_blocks, read_header, rows_per_block
 
@@ -145,6 +149,9 @@ def verify_embeddings(npy_path: str, ids_path: str, params: VerifyParams) -> dic
     histogram = _histogram(all_norms)
     del all_norms
     n_ids, dups = duplicate_ids(_id_batches(ids_path, params.id_batch))
+    for check in ("finite", "norms", "nonzero"):  # a failed one: the record its first row is
+        if checks.get(check, {}).get("first_row") is not None:
+            checks[check]["first_id"] = id_at(ids_path, checks[check]["first_row"])
     checks["ids_match_rows"] = {"ok": n_ids == rows, "ids": n_ids, "rows": rows}
     checks["ids_unique"] = {"ok": not dups, "duplicates": len(dups), "examples": dups[:10]}
     result = {
@@ -164,6 +171,7 @@ def failure_message(result: dict, path: str) -> str:
     lines = [f"verification of {path} failed:"]
     for name, c in result["checks"].items():
         if not c["ok"]:
-            detail = ", ".join(f"{k}={v}" for k, v in c.items() if k != "ok")
+            # an id in quotes: one holding a comma or a space still reads as one value
+            detail = ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in c.items() if k != "ok")
             lines.append(f"  - {name}: {detail}")
     return "\n".join(lines)

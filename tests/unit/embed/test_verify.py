@@ -158,7 +158,7 @@ def test_a_zero_row_of_an_unnormalised_model_fails_naming_its_row(tmp_path):
     emb[41] = -0.0
     result = verify(tmp_path, emb, normalized=False, block_rows=10)
     assert failed(result) == {"nonzero"}
-    assert result["checks"]["nonzero"] == {"ok": False, "rows_all_zero": 2, "first_row": 23}
+    assert result["checks"]["nonzero"] == {"ok": False, "rows_all_zero": 2, "first_row": 23, "first_id": "id23"}
     assert "  - nonzero: rows_all_zero=2, first_row=23" in failure_message(result, "e.npy")
 
 
@@ -270,3 +270,35 @@ def test_a_norm_tolerance_that_would_pass_a_zero_row_or_fail_every_row_is_refuse
     class, for a Python caller."""
     with pytest.raises(ValueError, match=rf"^norm_tolerance {tolerance!r}: expected a number above 0 and below 1"):
         params(norm_tolerance=tolerance)
+
+
+def test_a_failed_row_check_names_the_id_of_its_first_row(tmp_path):
+    """Row 23 of a matrix of millions is no record a user can find: the finite, norms and
+    nonzero checks named a row only. A failed one names its first row's id too, read from
+    ids.parquet (here in its second row group), so the record can be looked up."""
+    ids = [f"doc-{i}" for i in range(ROWS)]
+    npy, idp = tmp_path / "embeddings.npy", tmp_path / "ids.parquet"
+    pq.write_table(pa.table({"id": pa.array(ids, pa.string())}), idp, row_group_size=16)
+    emb = unit_rows()
+    emb[23, 2] = np.nan
+    np.save(npy, emb)
+    result = verify_embeddings(str(npy), str(idp), params(block_rows=10))
+    assert result["checks"]["finite"]["first_id"] == "doc-23"
+    assert result["checks"]["norms"]["first_id"] == "doc-23"  # a NaN row's norm is off too
+    message = failure_message(result, "e.npy")
+    assert "  - finite: rows_with_non_finite=1, first_row=23, first_id='doc-23'" in message
+    emb = unit_rows() * 3
+    emb[41] = 0
+    np.save(npy, emb)
+    result = verify_embeddings(str(npy), str(idp), params(normalized=False, block_rows=10))
+    assert result["checks"]["nonzero"] == {"ok": False, "rows_all_zero": 1, "first_row": 41, "first_id": "doc-41"}
+    assert "first_id" not in result["checks"]["finite"]  # only a failed check names one
+
+
+def test_a_failed_row_past_the_last_id_names_none(tmp_path):
+    """Fewer ids than rows (ids_match_rows fails too): a bad row without an id names none."""
+    emb = unit_rows()
+    emb[ROWS - 1] = np.inf
+    result = verify(tmp_path, emb, ids=[f"id{i}" for i in range(ROWS - 2)])
+    assert failed(result) == {"finite", "norms", "ids_match_rows"}
+    assert result["checks"]["finite"]["first_id"] is None
