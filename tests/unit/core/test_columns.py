@@ -52,3 +52,13 @@ def test_no_ids_is_a_readable_empty_column(tmp_path):
     path = tmp_path / "ids.parquet"
     write_ids_parquet(path, [])
     assert read_ids(path) == [] and columns.open_ids(path).schema_arrow.names == ["id"]
+
+
+def test_id_at_reads_the_row_from_its_row_group(tmp_path):
+    """verify names a failed row's id with it; a row the file does not have is None."""
+    ids = [f"d{i}" for i in range(ID_ROW_GROUP + 3)]
+    path = tmp_path / "ids.parquet"
+    write_ids_parquet(path, ids)
+    at = [0, ID_ROW_GROUP - 1, ID_ROW_GROUP, ID_ROW_GROUP + 2]
+    assert [columns.id_at(path, k) for k in at] == [ids[k] for k in at]
+    assert [columns.id_at(path, k) for k in (ID_ROW_GROUP + 3, -1)] == [None, None]
