@@ -522,7 +522,9 @@ def job_resources(rule, uses_gpu=True):
     def gpu(wildcards):
         if runs_on_cpu() or not uses_gpu:
             return None
-        return rule_resources(rule, wildcards)["gpu"]
+        # A gpu of 0 is a CPU job (core.gpujob runs a job scheduled with none on the CPU):
+        # no resource either, or its EKS pod would get the GPU toleration.
+        return rule_resources(rule, wildcards)["gpu"] or None
 
     def mem_mb(wildcards, attempt):
         return plan.job_mem_mb(rule_resources(rule, wildcards), attempt)

@@ -138,6 +138,9 @@ def test_dry_run_lists_every_summarise_job_with_its_resources(tmp_path):
         tasks=["embedding", "summarisation"],
         n_chunks=6,
         summarise={"method": "abstractive", "model": str(model)},
+        # embed given no GPU: a CPU job, with no gpu resource (a gpu of 0 got its EKS pod the
+        # GPU toleration and a request of 0 GPUs)
+        resources={"embed": {"gpu": 0}},
     )
     out = snakemake(tmp_path, "-n", "--cores", "8", "--configfile", str(cfg)).stdout
     counts = job_counts(out)
@@ -147,6 +150,8 @@ def test_dry_run_lists_every_summarise_job_with_its_resources(tmp_path):
     blocks = [b for b in re.split(r"\n(?=rule |localrule )", out) if b.startswith("rule summarise:")]
     resources = [re.search(r"resources: (.*)", b).group(1) for b in blocks]
     assert all(re.search(r"\bgpu=1\b", r) and "mem_mb=6000" in r for r in resources), resources[0]
+    embed = [resources for _, resources in _jobs_of(out, "embed")]
+    assert len(embed) == 6 and not any(re.search(r"\bgpu=", r) for r in embed), embed[0]
 
 
 def _jobs_of(dry_run_output: str, rule: str) -> list[tuple[str, str]]:
