@@ -1228,12 +1228,10 @@ def idle_gpus(
     embed_queries, retrieval_evaluate and summarise load their model on one device, so
     the others would idle, paid, for the whole job. train runs a process per GPU.
     `on_cpu`: the rules that run on the CPU whatever the executor (`gpu_rules_on_cpu`)."""
-    data_sets, sweeps = list(data_sets), list(sweeps)
     on_cpu = {resources_key(r) for r in on_cpu}  # their sweep variants too
-    tasks = {t for ds in data_sets for t in ds.tasks}
-    stages = {spec.stage for spec in sweeps}
-    rules = {r for task, rs in GPU_RULES.items() if task in tasks for r in rs}
-    rules |= {resources_key(r) for st, rs in SWEEP_GPU_RULES.items() if st in stages for r in rs}
+    # The rules with jobs in this run (`run_gpu_rules`: none of summarise's under method
+    # stored), by the key their resources are under.
+    rules = {resources_key(r) for r in run_gpu_rules(cfg, data_sets, sweeps)}
     out = []
     for rule in sorted(rules - {"train"} - on_cpu):
         gpus = job_gpus(cfg, rule)

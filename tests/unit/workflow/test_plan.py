@@ -928,6 +928,8 @@ def test_more_than_one_gpu_for_a_job_that_uses_one_is_named():
     assert [x.split(" is ")[0] for x in idle(cfg(embed_queries=2), main, [sweep])] == [
         "resources.embed_queries.gpu"]  # its sweep's jobs share it
     assert idle(cfg("cpu", embed=2), main) == []
+    stored = {**cfg(summarise=2), "summarise": {"method": "stored"}}
+    assert idle(stored, main) == []  # method stored runs no summarise job
 
 
 def test_the_gpu_rules_whose_jobs_run_on_the_cpu_are_those_of_the_run_on_the_cpu_whatever_the_executor():
