@@ -106,17 +106,25 @@ def format_warnings(
 ) -> tuple[str, ...]:
     """A warning per kind of text (references, stored summaries) read as prose although
     most of it is tokenised (CNN/DailyMail's " . " between sentences): the prose splitter
-    then finds one sentence in each, and ROUGE-Lsum comes out several points low.
+    then finds one sentence in each, and ROUGE-Lsum comes out several points low. And one
+    per kind read as tokenised although most of it is prose (punctuation on the word): the
+    tokenised splitter finds one sentence in each just as silently. Method stored's
+    summaries are split as the references are (`summarise.params.score_params`), so prose
+    system outputs beside tokenised highlights are the likely case.
     `own_summaries`: the summaries are the workflow's (lead, extractive, abstractive), cut
     from the articles: tokenised ones mean tokenised articles, which no setting of the
     scoring changes. Then a count of the references rouge-score reads nothing of, and one
     of those it reads only a minority of the letters and digits of (its a-z and 0-9)."""
-    kinds = [("references", "reference_format", [r.reference for r in records])]
-    if params.summary_format == "prose":
-        kinds.append(("summaries", "summary_format", [t for r in records for t in r.summaries.values()]))
+    kinds = [
+        ("references", "reference_format", [r.reference for r in records]),
+        ("summaries", "summary_format", [t for r in records for t in r.summaries.values()]),
+    ]
     out = []
     for what, key, texts in kinds:
-        if getattr(params, key) != "prose" or not texts:
+        if not texts:
+            continue
+        if getattr(params, key) == "tokenised":
+            out.extend(_prose_read_as_tokenised(what, texts))
             continue
         looks = sum(len(split_tokenised(t)) > len(split_sentences(t)) for t in texts)
         if looks > len(texts) / 2 and what == "summaries" and own_summaries:
@@ -149,6 +157,26 @@ def format_warnings(
             "scored on what is left, such as their numbers and Latin words, so their ROUGE says little"
         )
     return tuple(out)
+
+
+def _prose_read_as_tokenised(what: str, texts: Sequence[str]) -> list[str]:
+    """The warning of `format_warnings` for `what` (references or summaries) split as
+    tokenised text where most of `texts` look like prose; none otherwise. A text whose
+    sentences are lines, or tokenised with capitals, splits alike both ways: no case."""
+    looks = sum(len(split_sentences(t)) > len(split_tokenised(t)) for t in texts)
+    if looks <= len(texts) / 2:
+        return []
+    head = (
+        f"{looks} of {len(texts)} {what} look like prose (sentence punctuation attached to the word) but are "
+        "split as tokenised text, whose sentences end only at a standalone ' . ': ROUGE-Lsum sees fewer sentences "
+        "than there are and comes out low; "
+    )
+    if what == "references":
+        return [head + "if the references are prose, set summarise.reference_format: prose (REFERENCE_FORMAT=prose)"]
+    return [
+        head + "stored summaries are split as the references are (summarise.reference_format), so store them "
+        "one sentence a line (a newline ends a sentence in either format), or tokenised as the references are"
+    ]
 
 
 def _flat(text: str | Sequence[str]) -> list[str]:

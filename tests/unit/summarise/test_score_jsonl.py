@@ -172,3 +172,25 @@ def test_tokenised_text_scored_as_prose_is_warned_about(tmp_path, write_jsonl):
     cyrillic = [SummaryRecord("ru", "Зоя пошла домой.", {"lead": "Зоя пошла домой."}, 0), own[0]]
     (warning,) = format_warnings(cyrillic, ScoreParams())
     assert warning.startswith("1 of 2 references hold no letter a-z or digit")
+
+
+def test_prose_scored_as_tokenised_is_warned_about(tmp_path, write_jsonl):
+    """The mirror case: prose split as tokenised text (sentences end only at a standalone
+    ' . ') is one sentence each, and R-Lsum comes out low, silently. Under method stored the
+    summaries are split as the references are (no key of their own), so prose system outputs
+    beside tokenised CNN/DailyMail highlights are the case to warn about; lines, or tokenised
+    text with capitals, are no such case."""
+    tokenised = ScoreParams(reference_format="tokenised", summary_format="tokenised")
+    prose = "The men will appear in court on Monday. Police arrested two men. They were charged."
+    ref = "police arrested two men . they were charged . the men will appear in court monday ."
+    path = str(write_jsonl(tmp_path / "s.jsonl", [_rec(i, highlights=ref, summary=prose) for i in range(4)]))
+    (summaries,) = score_jsonl(path, "summary", tokenised).warnings
+    assert summaries.startswith("4 of 4 summaries look like prose") and "one sentence a line" in summaries
+    both = [_rec(i, highlights=prose, summary=prose) for i in range(4)]
+    references, summaries = score_jsonl(str(write_jsonl(tmp_path / "p.jsonl", both)), "summary", tokenised).warnings
+    assert references.startswith("4 of 4 references look like prose") and "reference_format: prose" in references
+    assert summaries.startswith("4 of 4 summaries look like prose")
+    lines = [_rec(i, highlights=ref, summary=prose.replace(". ", ".\n")) for i in range(4)]
+    capitals = [_rec(i, highlights="The cat sat . It was happy .", summary="Police came . They left .") for i in range(4)]
+    for name, recs in (("l.jsonl", lines), ("c.jsonl", capitals)):
+        assert score_jsonl(str(write_jsonl(tmp_path / name, recs)), "summary", tokenised).warnings == ()
