@@ -209,15 +209,36 @@ def score_jsonl(path: str | Sequence[str], summaries: str, params: ScoreParams =
     return ScoredFile(score_records(loaded.records, params), loaded.rejects, format_warnings(loaded.records, params))
 
 
+# Values indexed at once when averaging resamples: a block of resamples at a time.
+BOOTSTRAP_BLOCK_VALUES = 1 << 18
+
+
+@functools.lru_cache(maxsize=1)
+def _resamples(n: int, resamples: int, seed: int) -> np.ndarray:
+    """The resamples' document rows (module docstring), shared by every system and metric
+    of an evaluation (one entry: each scores n documents with one seed). Drawn as int32:
+    numpy draws a bounded integer below 2**32 the same way for int32 and int64, so these
+    are int64's draws, in half the memory (1.1 GB at 1,000 resamples of 287k documents)."""
+    rows = np.random.default_rng(seed).integers(0, n, size=(resamples, n), dtype=np.int32 if n < 2**31 else np.int64)
+    rows.flags.writeable = False
+    return rows
+
+
 def bootstrap_ci(
     values: Sequence[float], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0, level: float = 0.95
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval for the mean of `values` (see the module docstring)."""
+    """Percentile bootstrap interval for the mean of `values` (see the module docstring).
+    The resampled means are taken a block of resamples at a time, each row's as the
+    whole array's (the same sums, bit for bit): indexing them all at once held a float64
+    array of resamples x documents beside the rows."""
     x = np.asarray(values, dtype=np.float64)
     if x.size == 0:
         raise ValueError("bootstrap_ci needs at least one value")
-    idx = np.random.default_rng(seed).integers(0, x.size, size=(resamples, x.size))
-    means = x[idx].mean(axis=1)
+    idx = _resamples(x.size, resamples, seed)
+    block = max(1, BOOTSTRAP_BLOCK_VALUES // x.size)
+    means = np.empty(resamples)
+    for start in range(0, resamples, block):
+        means[start : start + block] = x[idx[start : start + block]].mean(axis=1)
     lo, hi = np.percentile(means, [50 * (1 - level), 50 * (1 + level)])
     return float(lo), float(hi)
 
