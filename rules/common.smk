@@ -496,12 +496,21 @@ def user_sets(*path):
     return sets(workflow.config_settings.overwrite_config, path)
 
 
+@functools.cache
+def rule_runs_on_cpu(name):
+    """Whether the jobs of GPU rule `name` (its resources key) run on the CPU whatever the
+    executor (plan.gpu_rules_on_cpu: gpu_jobs.device cpu, summarise.method lead,
+    retrieval.backend faiss, a resources.<rule>.gpu of 0): they request no GPU."""
+    on_cpu = plan.gpu_rules_on_cpu(config, DATASETS.values(), SWEEPS.values())
+    return name in {plan.resources_key(r) for r in on_cpu}
+
+
 def job_resources(rule, uses_gpu=True):
     """`resources:` of a GPU rule: gpu, mem_mb growing with each attempt up to
     mem_mb_max (plan.job_mem_mb), runtime, and the attempt itself (job_attempt).
 
-    A job that runs on the CPU (device cpu, a local host without GPUs, or a method that
-    needs no GPU) has no `gpu` resource at all (None drops it): it is not queued behind
+    A job that runs on the CPU (device cpu, a local host without GPUs, a method that needs
+    no GPU, retrieval.backend faiss or a gpu of 0: rule_runs_on_cpu) has no `gpu` resource at all (None drops it): it is not queued behind
     the local profile's `gpu` pool, and executors that key on the resource being there
     give it nothing of a GPU job's: a `gpu` of 0 still gets the EKS pod the GPU
     toleration and an nvidia.com/gpu request of 0 (kubernetes plugin 0.5.1), and
@@ -520,11 +529,9 @@ def job_resources(rule, uses_gpu=True):
     resources.<rule>.mem_mb (or mem_mb_per_attempt, mem_mb_max) or runtime."""
 
     def gpu(wildcards):
-        if runs_on_cpu() or not uses_gpu:
+        if runs_on_cpu() or not uses_gpu or rule_runs_on_cpu(rule):
             return None
-        # A gpu of 0 is a CPU job (core.gpujob runs a job scheduled with none on the CPU):
-        # no resource either, or its EKS pod would get the GPU toleration.
-        return rule_resources(rule, wildcards)["gpu"] or None
+        return rule_resources(rule, wildcards)["gpu"]
 
     def mem_mb(wildcards, attempt):
         return plan.job_mem_mb(rule_resources(rule, wildcards), attempt)

@@ -1182,7 +1182,9 @@ def gpu_rules_on_cpu(
 ) -> dict[str, str]:
     """{rule: why} for each GPU rule with jobs in this run (`run_gpu_rules`) whose jobs
     run on the CPU whatever the executor: every one under `gpu_jobs.device: cpu`, the
-    summarise rules under `summarise.method: lead`, and each whose `resources.<rule>.gpu`
+    summarise rules under `summarise.method: lead`, the retrieval evaluation under
+    `retrieval.backend: faiss` (faiss scores on the CPU: its jobs held a GPU idle), and
+    each whose `resources.<rule>.gpu`
     is 0 (`resources_key`: its sweep variants too), as a job scheduled with no GPU runs
     on the CPU (core.gpujob), where `job_gpus` counts a 0 as one; train's follows
     train.gpus, at least 1. Under `auto` the jobs run on the CPU only with the local
@@ -1201,6 +1203,8 @@ def gpu_rules_on_cpu(
             out[rule] = "summarise.method lead"
         elif device == "cpu":
             out[rule] = "gpu_jobs.device cpu"
+        elif key == "retrieval_evaluate" and cfg["retrieval"]["backend"] == "faiss":
+            out[rule] = "retrieval.backend faiss"  # faiss scores on the CPU
         elif gpu_0 and key != "train" and cfg["resources"].get(key, {}).get("gpu", 1) == 0:
             out[rule] = f"resources.{key}.gpu 0"
     return out

@@ -4,6 +4,7 @@ expected value changes, MS MARCO files, and make evaluate-beir."""
 
 import json
 import os
+import re
 
 import pytest
 
@@ -76,9 +77,20 @@ def _expected_ndcg():
 @pytest.mark.dryrun
 def test_dry_run_shows_the_retrieval_dag_before_data(tmp_path, beir):
     cfg = _config(tmp_path, beir, _expected_ndcg())
-    counts = job_counts(snakemake(tmp_path, "results/tiny/reproduction.json", "-n", "--configfile", str(cfg)).stdout)
+    out = snakemake(tmp_path, "results/tiny/reproduction.json", "-n", "--configfile", str(cfg)).stdout
+    counts = job_counts(out)
     assert counts["embed"] == 2 and counts["embed_queries"] == 1 and counts["retrieval_evaluate"] == 1
     assert counts["retrieval_prepare"] == counts["retrieval_queries"] == counts["retrieval_qrels"] == 1
+
+    def search_resources(dry_run: str) -> str:
+        (block,) = [b for b in re.split(r"\n(?=rule |localrule )", dry_run) if b.startswith("rule retrieval_evaluate:")]
+        return re.search(r"resources: (.*)", block).group(1)
+
+    assert re.search(r"\bgpu=1\b", search_resources(out))
+    # faiss scores on the CPU: its job asks for no GPU, which it held idle through the search.
+    faiss = write_config(tmp_path / "faiss.yaml", retrieval={"backend": "faiss"})
+    out = snakemake(tmp_path, "results/tiny/reproduction.json", "-n", "--configfile", str(cfg), str(faiss)).stdout
+    assert "gpu=" not in search_resources(out)
 
 
 @pytest.fixture(scope="module")

@@ -453,7 +453,9 @@ def test_the_retrieval_search_is_queries_x_documents_x_dim_at_an_assumed_or_meas
     faiss_cfg = config(tmp_path, retrieval={"path": "beir", "n_chunks": 1, "backend": "faiss"})
     unmeasured = run(faiss_cfg)  # faiss scores on the CPU: the GPU's assumed rate is not its
     assert row(unmeasured, "retrieval_evaluate", "beir").rate is None
-    assert "retrieval_evaluate beir" in unmeasured.missing()
+    # ... and its job holds no GPU (plan.gpu_rules_on_cpu): no GPU-hours to miss.
+    assert row(unmeasured, "retrieval_evaluate", "beir").gpus == 0
+    assert "retrieval_evaluate beir" not in unmeasured.missing()
     search_run("cpu", 4.0)  # this data set's, measured on the CPU: no rate for a GPU job
     search_run("cuda", 2.0, "old")
     search = row(run(cfg), "retrieval_evaluate", "beir")

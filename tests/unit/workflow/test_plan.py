@@ -915,7 +915,7 @@ def test_more_than_one_gpu_for_a_job_that_uses_one_is_named():
         for rule, n in gpus.items():
             resources[rule]["gpu"] = n
         return {"gpu_jobs": {"device": device}, "summarise": {"method": "abstractive"}, "embedding": {"model": "m"},
-                "resources": resources}
+                "retrieval": {"backend": "torch"}, "resources": resources}
 
     def idle(config, data_sets, sweeps=()):
         return plan.idle_gpus(config, data_sets, sweeps, plan.gpu_rules_on_cpu(config, data_sets, sweeps))
@@ -941,7 +941,7 @@ def test_the_gpu_rules_whose_jobs_run_on_the_cpu_are_those_of_the_run_on_the_cpu
 
     def cfg(device="auto", method="lead", **gpus):
         return {"gpu_jobs": {"device": device}, "summarise": {"method": method}, "embedding": {"model": "m"},
-                "resources": {rule: {"gpu": n} for rule, n in gpus.items()}}
+                "retrieval": {"backend": "torch"}, "resources": {rule: {"gpu": n} for rule, n in gpus.items()}}
 
     def sets(*tasks):
         return [SimpleNamespace(tasks=t) for t in tasks]
@@ -962,6 +962,10 @@ def test_the_gpu_rules_whose_jobs_run_on_the_cpu_are_those_of_the_run_on_the_cpu
         ["embed", "embed_queries", "retrieval_evaluate", "summarise", "train", "sweep_embed", "sweep_embed_queries",
          "sweep_retrieval_evaluate", "sweep_embed_chunk", "sweep_train"], "gpu_jobs.device cpu")
     assert plan.gpu_rules_on_cpu(cfg("cpu"), sets(("training",))) == {"train": "gpu_jobs.device cpu"}
+    # faiss scores on the CPU: the evaluation held a GPU idle through its search.
+    faiss = {**cfg("cuda", "abstractive"), "retrieval": {"backend": "faiss"}}
+    assert plan.gpu_rules_on_cpu(faiss, sets(retrieval), [sweep("retrieval")]) == {
+        "retrieval_evaluate": "retrieval.backend faiss", "sweep_retrieval_evaluate": "retrieval.backend faiss"}
     # An embed sweep compares its vectors with the main run's, made by embed, where a
     # point loads the main run's model.
     assert list(plan.gpu_rules_on_cpu(cfg("cpu"), sets(()), [sweep("embed", "other", "m")])) == [
