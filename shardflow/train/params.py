@@ -73,6 +73,13 @@ class TrainParams:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
         if self.warmup_iters < 0:
             raise ValueError(f"warmup_iters must be >= 0, got {self.warmup_iters}")
+        # As the schema says; run by hand (python -m shardflow.train) nothing else checks:
+        # a negative grad_clip turned clipping off silently (0 is off).
+        for key in ("grad_clip", "weight_decay"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"{key} must be >= 0, got {getattr(self, key)}")
+        if self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
         if self.min_lr > self.lr:
             raise ValueError(f"min_lr ({self.min_lr}) must be <= lr ({self.lr})")
         # A decay that ends where the warmup ends, or before, has no cosine: the rate

@@ -104,3 +104,12 @@ def test_the_params_module_imports_no_torch():
 
     code = "import sys, shardflow.train.params; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
+@pytest.mark.parametrize(("key", "value"), [("grad_clip", -1.0), ("weight_decay", -0.1), ("lr", 0.0), ("lr", -1e-3)])
+def test_values_the_schema_refuses_are_refused_by_hand_too(key, value):
+    """`python -m shardflow.train` run by hand bypasses the config schema: a negative
+    grad_clip turned clipping off without a word (only 0 means off), a negative weight
+    decay grew the weights, and a learning rate of 0 or below trained nothing."""
+    with pytest.raises(ValueError, match=rf"^{key} must be "):
+        TrainParams(**{key: value})
