@@ -637,3 +637,25 @@ def test_a_profiles_config_is_not_read_again_where_nothing_can_replace_it(no_pro
     (no_profile / "profiles" / "default").mkdir(parents=True)  # Snakemake's default workflow profile
     site.profile_config(["snakemake", "--profile", "p"])
     assert len(read) == 5
+
+
+@pytest.mark.parametrize("profile", ["slurm", "eks"])
+def test_a_site_profiles_default_memory_grows_with_each_resubmission(profile):
+    """The CPU rules (merges, verify, reports, tokenizer, lead summaries) take their
+    memory from the profile's default-resources, and the profile resubmits a failed job
+    (`retries`): a job killed for its memory (a SLURM OOM kill, an OOMKilled pod, whose
+    limit is its request) must get more on the next attempt, or it is killed again.
+    Evaluated as Snakemake evaluates it for each attempt, the first attempt's unchanged."""
+    import yaml
+
+    from tests.helpers import REPO
+
+    profile_config = yaml.safe_load((REPO / "profiles" / profile / "config.yaml").read_text())
+    (resource,) = _resources(f"mem_mb={profile_config['default-resources']['mem_mb']}").values()
+    attempts = range(1, profile_config["retries"] + 2)
+    memory = [
+        resource.evaluate(None, input=(), attempt=a, threads=1, rulename="merge", async_run=None).value
+        for a in attempts
+    ]
+    assert memory[0] == 4000
+    assert memory == sorted(set(memory)), memory  # each attempt more than the last
