@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shardflow.core.config import load_schema, read_yaml, validate_config
+from shardflow.core.config import _branches, load_schema, read_yaml, validate_config
 from shardflow.sweep.metrics import unknown_metrics
 from shardflow.sweep.spec import SWEEP_KEYS, merge, parse_sweeps
 from tests.conftest import REPO
@@ -185,6 +185,28 @@ def test_the_sweeps_table_names_every_key_a_sweep_takes():
     the `## sweeps` table lists exactly its keys."""
     documented = [name for row in ROWS if row["section"] == "sweeps" for name in row["names"]]
     assert sorted(documented) == sorted(SWEEP_KEYS)
+
+
+def _offered(sub: dict) -> list:
+    """The words a key's schema lists as its values: an enum's, a const, an array's items'
+    enum, and a pattern that is a list of words (`^auto$`, n_chunks beside its integers)."""
+    words = []
+    for branch in _branches(sub):
+        words += [*branch.get("enum", []), *(branch.get("items") or {}).get("enum", [])]
+        words += [branch["const"]] if "const" in branch else []
+        listed = re.fullmatch(r"\^\(?([a-z]+(?:\|[a-z]+)*)\)?\$", branch.get("pattern", ""))
+        words += listed.group(1).split("|") if listed else []
+    return words
+
+
+def test_every_value_a_keys_schema_lists_is_named_in_its_row():
+    """A value the schema takes by name (`attention_bias: off`, `early_stopping: never`)
+    is one a user can only learn from the README: its row names each in backticks."""
+    missing = []
+    for path, sub in schema_keys().items():
+        text = " ".join(row["text"] for row, _ in _documenting(path))
+        missing += [f"{path}: {word}" for word in _offered(sub) if f"`{word}`" not in text]
+    assert not missing, f"values config/README.md does not name in the key's row: {missing}"
 
 
 def test_every_shipped_key_is_in_the_schema_and_holds_its_default():
