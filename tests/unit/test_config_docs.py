@@ -209,6 +209,12 @@ def test_every_value_a_keys_schema_lists_is_named_in_its_row():
     assert not missing, f"values config/README.md does not name in the key's row: {missing}"
 
 
+def test_every_schema_key_has_a_description():
+    """The schema's descriptions are the short form of the README's rows (STYLE.md: every
+    schema key has one); a key without one says nothing where the schema is read alone."""
+    assert [path for path, sub in schema_keys().items() if not sub.get("description")] == []
+
+
 def test_every_shipped_key_is_in_the_schema_and_holds_its_default():
     """config/config.yaml's keys are all the schema's, and each value is the schema's
     default, so the README's default column (checked against the schema below) is also
