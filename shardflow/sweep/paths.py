@@ -16,7 +16,8 @@ The id is made of `key=value` pairs joined by "__", keys sorted by their dotted 
   - keys are the last dotted component (`train.lr` -> `lr`) unless two of the sweep's
     keys share it, then the whole dotted key;
   - numbers are canonical: a float is its shortest round-trip `repr` (1e-3 and 0.001
-    are both `0.001`; `1e+20` is written `1e20`), -0.0 is 0.0, ints stay ints;
+    are both `0.001`; `1e+20` is written `1e20`), -0.0 is 0.0, ints stay ints (those of
+    64 bits: INT64_RANGE);
     true/false/null as in YAML;
   - a string keeps `A-Z a-z 0-9 . -` and writes every other character as `_xx` per
     UTF-8 byte (lower-case hex): "/" is `_2f`, " " is `_20`, "_" itself is `_5f`. So an
@@ -51,6 +52,10 @@ KEY_REGEX = re.compile(r"[A-Za-z0-9]+(?:_[A-Za-z0-9]+)*(?:\.[A-Za-z0-9]+(?:_[A-Z
 _SAFE_CHAR = re.compile(r"[A-Za-z0-9.\-]")
 _ESCAPES = re.compile(r"(?:_[0-9a-f]{2})+")
 _INT = re.compile(r"-?[0-9]+")
+# The runs table holds an integer parameter as pandas' Int64 and the seed as int64, so a
+# wider integer (10**400 written out in a sweep file) would stop the collection after
+# every job ran; format_value refuses it at parse time instead.
+INT64_RANGE = range(-(2**63), 2**63)
 _STRING = object()
 
 
@@ -99,6 +104,10 @@ def format_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
+        if value not in INT64_RANGE:
+            raise ValueError(
+                "an integer outside the signed 64-bit range (-2**63 to 2**63 - 1) of the sweep's tables' integer columns"
+            )
         return str(value)
     if isinstance(value, float):
         return format_float(value)

@@ -34,6 +34,7 @@ import difflib
 import itertools
 import os
 import re
+import reprlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -193,7 +194,10 @@ def canonical_value(value: Any, like: Any) -> Any:
     if isinstance(value, str) and YAML11_FLOAT.fullmatch(value.strip()):
         value = float(value)
     if isinstance(like, float) and isinstance(value, int):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # 10**400: left an int, for format_value to refuse by name
+            return value
     if isinstance(like, int) and isinstance(value, float) and value.is_integer():
         return int(value)
     return value
@@ -201,10 +205,12 @@ def canonical_value(value: Any, like: Any) -> Any:
 
 def value_key(value: Any) -> tuple:
     """A sweep value as one setting: 1 and 1.0 are one (a key whose base value is null
-    keeps either as given), true and 1 are not, nor 1 and "1"."""
+    keeps either as given), true and 1 are not, nor 1 and "1". The number itself, not
+    its float: Python compares an int with a float exactly, where float() would make
+    2**53 and 2**53 + 1 one value."""
     value = plain(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return ("number", float(value))
+        return ("number", value)
     return (type(value).__name__, value)
 
 
@@ -330,7 +336,7 @@ class _Checker:
         try:
             text = format_value(value)
         except (TypeError, ValueError) as exc:
-            raise self.fail(f"{key} = {value!r}: {exc}") from None
+            raise self.fail(f"{key} = {reprlib.repr(value)}: {exc}") from None
         if (key, text) not in self.checked:
             self.checked[(key, text)] = self.config({key: value}, f"{key} = {value!r}")[key]
         return self.checked[(key, text)]
@@ -495,10 +501,12 @@ def _points(check: _Checker, sweep: Mapping) -> tuple[list[str], list[dict]]:
     points = []
     for i, given in enumerate(listed):
         point = {k: canonical_value(given[k], likes[k]) if k in given else likes[k] for k in params}
-        try:
-            pid = point_id(point, id_keys(params))
-        except (TypeError, ValueError) as exc:
-            raise check.fail(f"point {i + 1}: {exc}") from None
+        for key, value in point.items():
+            try:
+                format_value(value)
+            except (TypeError, ValueError) as exc:
+                raise check.fail(f"point {i + 1}: {key} = {reprlib.repr(value)}: {exc}") from None
+        pid = point_id(point, id_keys(params))
         points.append(check.config(point, f"point {i + 1} ({pid})"))
     return params, points
 
@@ -520,6 +528,10 @@ def _seeds(check: _Checker, seeds: Any) -> tuple[int, ...]:
     for seed in seeds:
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise check.fail(f"seed {seed!r} is not a non-negative integer")
+        try:
+            format_value(seed)
+        except ValueError as exc:
+            raise check.fail(f"seed {reprlib.repr(seed)}: {exc}") from None
     dup = [s for i, s in enumerate(seeds) if s in seeds[:i]]
     if dup:
         raise check.fail(f"seed {dup[0]} is listed twice")

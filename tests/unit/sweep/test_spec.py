@@ -10,6 +10,7 @@ import yaml
 
 from shardflow.core.config import load_schema, validate_config
 from shardflow.sweep.spec import SweepError, apply_point, parse_sweeps
+from shardflow.sweep.table import RunResult, collect
 
 from .conftest import CONFIG, parse, sweep
 
@@ -412,3 +413,36 @@ def test_the_tables_record_is_written_as_json_with_one_log_line(tmp_path, spec):
         "sweep lr-depth: 4 points, metrics [['best_val_loss', 'min']]\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.json", "spec.log"]  # no temporary left
+
+
+def test_an_integer_the_tables_cannot_hold_is_an_error_naming_its_key():
+    """10**400 written out in a sweep (a 401-digit integer, which YAML reads as an int)
+    stopped the parse with float()'s bare OverflowError, naming neither sweep nor key; 2**63,
+    which a float holds, parsed and ran every job, then stopped the collection: the runs
+    table holds an integer parameter as Int64 and the seed as int64."""
+    huge = yaml.safe_load("1" + "0" * 400)
+    shown = "100000000000000000...0000000000000000000"
+    outside = "outside the signed 64-bit range (-2**63 to 2**63 - 1) of the sweep's tables' integer columns"
+    for overrides, message in [
+        ({"grid": {"train.n_layer": [huge]}}, f"sweep 's': train.n_layer = {shown}: an integer {outside}"),
+        ({"grid": {"train.lr": [0.1, -huge]}}, "sweep 's': train.lr = -1000"),  # a float key: float() overflowed
+        ({"grid": {"train.lr_decay_iters": [5, 2**63]}}, f"train.lr_decay_iters = {2**63}: an integer {outside}"),
+        ({"grid": None, "points": [{"train.n_layer": 2}, {"train.lr": huge}]}, f"point 2: train.lr = {shown}: "),
+        ({"seeds": [0, 2**63]}, f"sweep 's': seed {2**63}: an integer {outside}"),
+    ]:
+        with pytest.raises(SweepError) as err:
+            parse({"s": sweep(**overrides)})
+        assert message in str(err.value)
+    # The edges of the range are values, and integers past float's 2**53 stay apart.
+    edges = [2**63 - 1, -(2**63), 2**53, 2**53 + 1]
+    spec = parse({"s": sweep(grid={"train.lr_decay_iters": edges}, seeds=[2**63 - 1])})["s"]
+    assert [p["train.lr_decay_iters"] for p in spec.points] == edges
+    runs = collect(spec, [RunResult(pid, seed, {"best_val_loss": 1.0}) for pid, seed in spec.jobs()])
+    assert list(runs["train.lr_decay_iters"]) == edges and list(runs["seed"]) == [2**63 - 1] * 4
+    # YAML's .inf and .nan were already named: the schema check refuses an infinity, ids a NaN.
+    for text, message in [(".inf", "train.lr = inf is not valid: config key 'train.lr': inf is not a finite number"),
+                          ("-.inf", "train.n_layer = -inf is not valid"), (".nan", "train.dropout = nan: NaN cannot")]:
+        key = message.split(" =")[0]
+        with pytest.raises(SweepError) as err:
+            parse({"s": sweep(grid={key: yaml.safe_load(f"[{text}]")})})
+        assert message in str(err.value)
