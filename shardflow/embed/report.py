@@ -78,6 +78,14 @@ def project_2d(x: np.ndarray, method: str, seed: int) -> np.ndarray:
         except ImportError as exc:
             raise RuntimeError("report.map is 'umap' but umap-learn is not installed") from exc
         return umap.UMAP(n_components=2, random_state=seed).fit_transform(x)
+    # float32 holds the vectors but not always their sums: the mean adds up to len(x) rows,
+    # and a row's projection is up to its norm (a centred value, up to twice the largest,
+    # times sqrt(dim)). Vectors that large (over about 3e34 in a 5,000-row sample; an
+    # unnormalised model's pass verify, which judges norms in float64) are mapped in
+    # float64: in float32 the SVD did not converge, or points went to inf, off the map.
+    # Any other sample keeps float32, so its map stays as it was, byte for byte.
+    if np.abs(x).max() > np.finfo(np.float32).max / (2 * max(len(x), np.sqrt(x.shape[1]))):
+        x = x.astype(np.float64)
     centred = x - x.mean(axis=0, keepdims=True)
     # PCA by SVD: deterministic up to sign; fix the sign by the largest loading.
     _, _, vt = np.linalg.svd(centred, full_matrices=False)

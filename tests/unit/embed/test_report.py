@@ -148,6 +148,23 @@ def test_pca_signs_do_not_depend_on_the_svd(monkeypatch):
     assert np.allclose(project_2d(x, "pca", 0), expected, atol=1e-4)
 
 
+def test_pca_maps_vectors_too_large_for_float32_sums(tmp_path):
+    """An unnormalised model's vectors pass verify whatever their size (it judges norms in
+    float64). Finite but over about 3e34, their float32 mean (a sum of up to 5,000 rows)
+    or a projection (a row's norm) went past float32's largest: the SVD did not converge,
+    a bare LinAlgError naming no file, or points went to inf and were left off the map.
+    Such vectors are mapped as the same vectors scaled down would be, scaled up."""
+    shape = elongated()
+    for x, scale in [(shape, 2.0**120), (np.random.default_rng(1).normal(size=(5, 1024)).astype(np.float32), 2.0**124)]:
+        huge = (x * np.float32(scale)).astype(np.float32)
+        assert np.isfinite(huge).all()
+        xy = project_2d(huge, "pca", 0)
+        assert np.isfinite(xy).all()
+        np.testing.assert_allclose(xy / scale, project_2d(x, "pca", 0), rtol=1e-4, atol=1e-4 * np.abs(xy / scale).max())
+    np.save(tmp_path / "e.npy", (shape * np.float32(2.0**120)).astype(np.float32))
+    assert report.plot_map(str(tmp_path / "e.npy"), str(tmp_path / "map.png"), ReportParams()) == 200
+
+
 @pytest.mark.parametrize("rows", [0, 1, 2])
 def test_fewer_than_three_rows_map_to_the_origin(rows):
     xy = project_2d(np.ones((rows, 4), dtype=np.float32), "pca", 0)
