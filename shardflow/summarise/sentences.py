@@ -18,15 +18,18 @@ same numbers.
    simply runs to the end of the line.
 3. Quote rule: if the closing run contains a quote (`"`, `'`, `”`, `’`), the
    sentence ends there, whatever comes next (`He said "Stop." Then`,
-   `'Why?' asked Tom` are both two sentences).
+   `'Why?' asked Tom` are both two sentences); with rule 5, not after an
+   abbreviation's period unless rule 4 holds, so `the U.S.' role` (a possessive),
+   `the 'Dr.' brand` stay whole and `"I love the U.S." Then` is still two.
 4. Otherwise (no closer, or brackets only) the sentence ends only if the first
    character after the whitespace is an uppercase letter (`str.isupper`), a
    digit, or an opening quote or bracket (`"`, `'`, `“`, `‘`, `` ` ``, `(`,
    `[`). So an ellipsis before a lowercase word (`and so... we left`) does not
    end a sentence, one before a capital does.
-5. Abbreviations (only when rule 4 applies and the run is a single `.`): the
-   word before the period (text since the previous whitespace, with leading
-   opening quotes/brackets removed) does not end a sentence if it is
+5. Abbreviations (the run is a single `.`, under rule 4, or under rule 3 before
+   a character that rule 4 does not take as a start): the word before the
+   period (text since the previous whitespace, with leading opening
+   quotes/brackets removed) does not end a sentence if it is
    - in `ABBREVIATIONS`, compared case-insensitively without the final period
      (titles: Mr, Mrs, Ms, Dr, Prof, St, Jr, Sr, Gen, Gov, Sen, Rep, Lt, Col,
      Sgt, Capt, Rev; months: Jan, Feb, Mar, Apr, Jun, Jul, Aug, Sep, Sept, Oct,
@@ -137,14 +140,14 @@ def _split_line(line: str, abbreviations: bool) -> list[str]:
 
 def _ends_sentence(line: str, m: re.Match, abbreviations: bool) -> bool:
     punct, closers = m.group(1), m.group(2)
-    if any(c in _QUOTES for c in closers):
-        return True
     nxt = line[m.end()]
-    if not (nxt.isupper() or nxt.isdigit() or nxt in _OPENERS):
-        return False
-    if punct == "." and abbreviations:
-        return not _is_abbreviation(_word_before(line, m.start()))
-    return True
+    starts = nxt.isupper() or nxt.isdigit() or nxt in _OPENERS
+    abbreviation = punct == "." and abbreviations and _is_abbreviation(_word_before(line, m.start()))
+    if any(c in _QUOTES for c in closers):
+        # Rule 3, but an abbreviation's period, as in rule 5, is no end of a quotation
+        # before a word that cannot start a sentence: `the U.S.' role` is a possessive.
+        return starts or not abbreviation
+    return starts and not abbreviation
 
 
 def _word_before(line: str, end: int) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shardflow.summarise.lead import lead_k
-from shardflow.summarise.sentences import split_sentences, split_tokenised
+from shardflow.summarise.sentences import split_punctuation, split_sentences, split_tokenised
 
 
 @pytest.mark.parametrize(
@@ -52,6 +52,25 @@ def test_closing_quote_after_punctuation_ends_a_sentence(text, expected):
 )
 def test_abbreviations_initials_and_acronyms_do_not_end_sentences(text):
     assert split_sentences(text) == [text]
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("The U.S.' role grew. Then it fell.", ["The U.S.' role grew.", "Then it fell."]),
+        ("The U.N.’ envoy left. Talks ended.", ["The U.N.’ envoy left.", "Talks ended."]),
+        ("Sales of the so-called 'Dr.' brand rose.", ["Sales of the so-called 'Dr.' brand rose."]),
+        # Before a capital the quote rule still ends the sentence, abbreviation or not.
+        ('He said "I love the U.S." Then he left.', ['He said "I love the U.S."', "Then he left."]),
+        ("He said 'no.' then left.", ["He said 'no.'", "then left."]),
+    ],
+)
+def test_a_quote_after_an_abbreviation_before_a_lowercase_word_ends_nothing(text, expected):
+    """`U.S.'` is the possessive of an acronym, not the end of a quotation: rule 5 keeps
+    the abbreviation's period from ending the sentence, and the apostrophe after it must
+    not either (it made "The U.S.'" a ROUGE-Lsum line of its own)."""
+    assert split_sentences(text) == expected
+    assert split_punctuation("The U.S.' role grew.") == ["The U.S.'", "role grew."]  # no rule 5 there
 
 
 def test_ellipsis_ends_only_before_a_capital():
