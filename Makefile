@@ -10,7 +10,7 @@ CORES ?= all
 # exported for another tool would change what a target runs without a word. Emptied and
 # unexported, not `undefine`d, which GNU make 3.81 (macOS's /usr/bin/make) lacks: their
 # defaults below are given as $(or $(X),default), since an empty X counts as set for ?=.
-TARGET_VARS := DATA MODEL NAME ID ARTICLE REFERENCE METHOD STORED SPLIT SPLITTER REFERENCE_FORMAT CHUNKS \
+TARGET_VARS := DATA MODEL NAME ID ARTICLE REFERENCE METHOD STORED STORED_FORMAT SPLIT SPLITTER REFERENCE_FORMAT CHUNKS \
   DROP_IDENTICAL_IDS SWEEP DRY_RUN TORCH_INDEX
 $(foreach v,$(TARGET_VARS),$(if $(filter environment,$(origin $(v))),$(eval $(v) :=)$(eval unexport $(v))))
 # Nothing at run time or in tests downloads from a model hub.
@@ -209,11 +209,12 @@ evaluate-beir: setup
 # Summarise a JSONL(.gz) of articles and score the summaries against its references (ROUGE):
 #   make evaluate-summaries DATA=<jsonl[.gz]> [METHOD=lead|extractive|abstractive|stored] [MODEL=<folder>]
 #     [NAME=<name>] [ID=id] [ARTICLE=article] [REFERENCE=highlights] [REFERENCE_FORMAT=prose|tokenised]
-#     [SPLITTER=punctuation|prose] [STORED=<field, a.b or a.*>] [CHUNKS=auto|N]
-# METHOD=stored scores summaries already in the file (STORED=system_summaries.* scores every system).
+#     [SPLITTER=punctuation|prose] [STORED=<field, a.b or a.*>] [STORED_FORMAT=prose|tokenised] [CHUNKS=auto|N]
+# METHOD=stored scores summaries already in the file (STORED=system_summaries.* scores every system);
+# STORED_FORMAT= says how ROUGE-Lsum splits them into sentences (default: as REFERENCE_FORMAT).
 # MODEL= is abstractive's model, or extractive's sentence encoder (default all-MiniLM-L6-v2); a
-# variable the method does not read (MODEL= under lead or stored, STORED= without METHOD=stored) is
-# an error, not dropped.
+# variable the method does not read (MODEL= under lead or stored, STORED= or STORED_FORMAT= without
+# METHOD=stored) is an error, not dropped.
 # CNN/DailyMail highlights are tokenised (" . " between sentences): REFERENCE_FORMAT=tokenised.
 # The last line printed is the metrics JSON path.
 METHOD := $(or $(METHOD),lead)
@@ -221,11 +222,11 @@ REFERENCE_FORMAT := $(or $(REFERENCE_FORMAT),prose)
 SPLITTER := $(or $(SPLITTER),punctuation)
 evaluate-summaries: CHUNKS := $(or $(CHUNKS),auto)
 evaluate-summaries: setup
-	@test -n "$(DATA)" || { echo "usage: make evaluate-summaries DATA=<jsonl[.gz]> [METHOD=<lead|extractive|abstractive|stored>] [MODEL=<folder or name>] [STORED=<field, a.b or a.*>] [REFERENCE_FORMAT=<prose|tokenised>] [SPLITTER=<punctuation|prose>] [NAME=<name>] [ID=<id field>] [ARTICLE=<article field>] [REFERENCE=<reference field>] [CHUNKS=<n|auto>]" >&2; exit 2; }
+	@test -n "$(DATA)" || { echo "usage: make evaluate-summaries DATA=<jsonl[.gz]> [METHOD=<lead|extractive|abstractive|stored>] [MODEL=<folder or name>] [STORED=<field, a.b or a.*>] [STORED_FORMAT=<prose|tokenised>] [REFERENCE_FORMAT=<prose|tokenised>] [SPLITTER=<punctuation|prose>] [NAME=<name>] [ID=<id field>] [ARTICLE=<article field>] [REFERENCE=<reference field>] [CHUNKS=<n|auto>]" >&2; exit 2; }
 	@name="$(or $(NAME),$$(basename "$(DATA)" | sed 's/\.gz$$//; s/\.jsonl$$//' | tr -c 'A-Za-z0-9_.\n-' '_')-$(METHOD))"; \
 	  cfg=".snakemake/shardflow/evaluate-summaries-$$name.yaml"; mkdir -p "$$(dirname "$$cfg")"; \
 	  $(BIN)/python -m shardflow.cli summaries-config --data "$(DATA)" --name "$$name" --method "$(METHOD)" \
-	    --model "$(MODEL)" --stored "$(STORED)" --id "$(or $(ID),id)" --article "$(or $(ARTICLE),article)" \
+	    --model "$(MODEL)" --stored "$(STORED)" --stored-format "$(STORED_FORMAT)" --id "$(or $(ID),id)" --article "$(or $(ARTICLE),article)" \
 	    --reference "$(or $(REFERENCE),highlights)" --reference-format "$(REFERENCE_FORMAT)" --splitter "$(SPLITTER)" \
 	    --chunks "$(CHUNKS)" --out "$$cfg" >&2 && \
 	  $(SNAKEMAKE) "results/$$name/summarise/metrics.json" --profile profiles/local --cores $(CORES) --configfile "$$cfg" >&2 && \

@@ -93,6 +93,13 @@ def summaries_config(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.stored_format and args.method != "stored":
+        print(
+            f"evaluate-summaries: STORED_FORMAT={args.stored_format!r} is read by METHOD=stored only, and "
+            f"METHOD={args.method} makes summaries of its own: add METHOD=stored, or leave STORED_FORMAT out",
+            file=sys.stderr,
+        )
+        return 2
     if model and args.method in ("lead", "stored"):
         print(
             f"evaluate-summaries: MODEL={model!r} is read by METHOD=abstractive (its model) and METHOD=extractive "
@@ -114,6 +121,8 @@ def summaries_config(args: argparse.Namespace) -> int:
         summarise["model"] = os.path.abspath(model)
     if args.stored:
         summarise["stored_field"] = args.stored
+    if args.stored_format:
+        summarise["stored_format"] = args.stored_format
     overlay = {
         "dataset": args.name,
         "tasks": ["summarisation"],
@@ -320,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--method", default="lead", choices=["lead", "extractive", "abstractive", "stored"])
     p.add_argument("--model", default="")
     p.add_argument("--stored", default="")
+    p.add_argument("--stored-format", default="", choices=["", "prose", "tokenised"])  # empty: the config's
     p.add_argument("--id", default="id")
     p.add_argument("--article", default="article")
     p.add_argument("--reference", default="highlights")

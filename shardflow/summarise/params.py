@@ -135,9 +135,11 @@ def score_params(cfg: dict) -> dict:
         "id_field": inp["id_field"],
         "reference_field": sm["reference_field"],
         "reference_format": sm["reference_format"],
-        # Stored system outputs share the references' tokenisation; the workflow's
-        # own summaries hold one sentence a line (lead, extractive) or prose.
-        "summary_format": sm["reference_format"] if stored else "prose",
+        # Stored system outputs are split as summarise.stored_format says, by default as
+        # the references are; the workflow's own summaries hold one sentence a line
+        # (lead, extractive) or prose. (A null stored_format gives the params they had
+        # before the key: nothing reruns.)
+        "summary_format": (sm["stored_format"] or sm["reference_format"]) if stored else "prose",
         "resamples": sm["bootstrap_resamples"],
         "on_bad_record": inp["on_bad_record"],
     }

@@ -109,8 +109,9 @@ def format_warnings(
     then finds one sentence in each, and ROUGE-Lsum comes out several points low. And one
     per kind read as tokenised although most of it is prose (punctuation on the word): the
     tokenised splitter finds one sentence in each just as silently. Method stored's
-    summaries are split as the references are (`summarise.params.score_params`), so prose
-    system outputs beside tokenised highlights are the likely case.
+    summaries are split as the references are unless summarise.stored_format says
+    otherwise (`summarise.params.score_params`), so prose system outputs beside
+    tokenised highlights are the likely case.
     `own_summaries`: the summaries are the workflow's (lead, extractive, abstractive), cut
     from the articles: tokenised ones mean tokenised articles, which no setting of the
     scoring changes. Then a count of the references rouge-score reads nothing of, and one
@@ -174,8 +175,8 @@ def _prose_read_as_tokenised(what: str, texts: Sequence[str]) -> list[str]:
     if what == "references":
         return [head + "if the references are prose, set summarise.reference_format: prose (REFERENCE_FORMAT=prose)"]
     return [
-        head + "stored summaries are split as the references are (summarise.reference_format), so store them "
-        "one sentence a line (a newline ends a sentence in either format), or tokenised as the references are"
+        head + "if the stored summaries are prose, set summarise.stored_format: prose (STORED_FORMAT=prose); "
+        "by default they are split as the references are (summarise.reference_format)"
     ]
 
 

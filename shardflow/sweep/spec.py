@@ -70,7 +70,7 @@ _RETRIEVAL_DATA = tuple(f"retrieval.{k}" for k in (
     "path", "format", "name", "split", "msmarco_collection", "msmarco_queries", "msmarco_qrels", "n_chunks",
     "relevance_level"))
 _SUMMARY_SCORING = tuple(f"summarise.{k}" for k in (
-    "method", "reference_field", "reference_format", "stored_field", "bootstrap_resamples"))
+    "method", "reference_field", "reference_format", "stored_field", "stored_format", "bootstrap_resamples"))
 
 STAGES = {
     "train": Stage("train", ("train",), "train.seed", "best_val_loss: min"),

@@ -160,3 +160,22 @@ def test_estimate_counts_the_gpus_the_slots_let_run_at_once(monkeypatch, devices
     cfg = {"gpu_jobs": {"device": "auto", "pinning": pinning, "devices": devices}}
     assert _gpus(argparse.Namespace(gpus=None), cfg)[:1] == (expected,)
     assert _gpus(argparse.Namespace(gpus=3), cfg)[0] == 3  # --gpus as given
+
+
+def test_summaries_overlay_sets_the_stored_summaries_format_for_method_stored_only(tmp_path, capsys):
+    """STORED_FORMAT= becomes summarise.stored_format; without METHOD=stored nothing would
+    read it, so it is an error there, as STORED= is."""
+    data = tmp_path / "a.jsonl"
+    data.write_text('{"id": "1", "article": "x", "highlights": "y", "s": "z"}\n')
+    out = tmp_path / "o.yaml"
+    base = ["summaries-config", "--data", str(data), "--name", "n", "--out", str(out)]
+    assert main([*base, "--method", "stored", "--stored", "s", "--stored-format", "prose"]) == 0
+    assert yaml.safe_load(out.read_text())["summarise"]["stored_format"] == "prose"
+    assert main([*base, "--method", "stored", "--stored", "s"]) == 0  # none given: the config's
+    assert "stored_format" not in yaml.safe_load(out.read_text())["summarise"]
+    capsys.readouterr()
+    assert main([*base, "--stored-format", "prose"]) == 2
+    assert capsys.readouterr().err == (
+        "evaluate-summaries: STORED_FORMAT='prose' is read by METHOD=stored only, and METHOD=lead "
+        "makes summaries of its own: add METHOD=stored, or leave STORED_FORMAT out\n"
+    )

@@ -181,6 +181,7 @@ def test_score_params_from_the_config_build_score_params():
             "method": "stored",
             "reference_field": "gold",
             "reference_format": "tokenised",
+            "stored_format": None,
             "bootstrap_resamples": 10,
         },
     }

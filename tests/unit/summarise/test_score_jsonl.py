@@ -177,15 +177,15 @@ def test_tokenised_text_scored_as_prose_is_warned_about(tmp_path, write_jsonl):
 def test_prose_scored_as_tokenised_is_warned_about(tmp_path, write_jsonl):
     """The mirror case: prose split as tokenised text (sentences end only at a standalone
     ' . ') is one sentence each, and R-Lsum comes out low, silently. Under method stored the
-    summaries are split as the references are (no key of their own), so prose system outputs
-    beside tokenised CNN/DailyMail highlights are the case to warn about; lines, or tokenised
-    text with capitals, are no such case."""
+    summaries are split as the references are unless stored_format says otherwise, so prose system outputs
+    beside tokenised CNN/DailyMail highlights are the case to warn about (summarise.stored_format
+    splits them as prose); lines, or tokenised text with capitals, are no such case."""
     tokenised = ScoreParams(reference_format="tokenised", summary_format="tokenised")
     prose = "The men will appear in court on Monday. Police arrested two men. They were charged."
     ref = "police arrested two men . they were charged . the men will appear in court monday ."
     path = str(write_jsonl(tmp_path / "s.jsonl", [_rec(i, highlights=ref, summary=prose) for i in range(4)]))
     (summaries,) = score_jsonl(path, "summary", tokenised).warnings
-    assert summaries.startswith("4 of 4 summaries look like prose") and "one sentence a line" in summaries
+    assert summaries.startswith("4 of 4 summaries look like prose") and "summarise.stored_format: prose" in summaries
     both = [_rec(i, highlights=prose, summary=prose) for i in range(4)]
     references, summaries = score_jsonl(str(write_jsonl(tmp_path / "p.jsonl", both)), "summary", tokenised).warnings
     assert references.startswith("4 of 4 references look like prose") and "reference_format: prose" in references
@@ -194,3 +194,34 @@ def test_prose_scored_as_tokenised_is_warned_about(tmp_path, write_jsonl):
     capitals = [_rec(i, highlights="The cat sat . It was happy .", summary="Police came . They left .") for i in range(4)]
     for name, recs in (("l.jsonl", lines), ("c.jsonl", capitals)):
         assert score_jsonl(str(write_jsonl(tmp_path / name, recs)), "summary", tokenised).warnings == ()
+
+
+def test_stored_format_prose_scores_prose_outputs_against_tokenised_references(tmp_path, write_jsonl):
+    """An LLM's prose summaries beside tokenised CNN/DailyMail highlights: with
+    summarise.stored_format: prose each summary has its sentences for ROUGE-Lsum (the score
+    of the same summary one sentence a line) and nothing is warned; split as the references
+    are (stored_format null), it is one sentence and scores lower."""
+    from shardflow.summarise.params import score_params
+
+    prose = "Police arrested them. The men were charged. They will appear in court."
+    ref = "the men were charged after police arrested them . they will appear in court ."
+    path = str(write_jsonl(tmp_path / "s.jsonl", [_rec(i, highlights=ref, summary=prose) for i in range(3)]))
+    lines = str(write_jsonl(tmp_path / "l.jsonl", [_rec(i, highlights=ref, summary=prose.replace(". ", ".\n")) for i in range(3)]))
+    config = {
+        "input": {"id_field": "id", "on_bad_record": "error", "max_record_mb": 64},
+        "summarise": {"method": "stored", "reference_field": "highlights", "reference_format": "tokenised",
+                      "stored_format": None, "bootstrap_resamples": 10},
+    }
+    as_references = ScoreParams(**score_params(config))
+    assert as_references.summary_format == "tokenised"
+    config["summarise"]["stored_format"] = "prose"
+    as_prose = ScoreParams(**score_params(config))
+    assert as_prose.summary_format == "prose" and as_prose.reference_format == "tokenised"
+    scored = score_jsonl(path, "summary", as_prose)
+    assert scored.warnings == ()
+    want = score_jsonl(lines, "summary", as_references).scores["rougeLsum"]
+    assert list(scored.scores["rougeLsum"]) == list(want)
+    assert (score_jsonl(path, "summary", as_references).scores["rougeLsum"] < want).all()
+    # the workflow's own summaries are prose whatever the key says
+    config["summarise"]["method"] = "lead"
+    assert score_params(config)["summary_format"] == "prose"
