@@ -163,6 +163,18 @@ def test_the_bold_value_is_the_best_as_the_table_reads_it():
     assert "1e-3 & $0.900$ & $\\mathbf{0.971}$ \\\\" in to_latex(spec, summary, decimals=3)
 
 
+def test_a_mean_exactly_on_a_half_rounds_to_even():
+    """config/README.md says so: a mean exactly on a half at the column's decimals (a rate
+    over 16 queries: 1/16 = 0.0625, 3/16 = 0.1875) reads as Python prints it, half to
+    even: 0.062 and 0.188, in both tables."""
+    spec, summary = tiny(seeds=(0,))
+    summary["best_val_loss_mean"] = [0.0625, 0.9]
+    summary["acc_mean"] = [0.1875, 0.5]
+    lines = to_markdown(spec, summary, decimals=3).splitlines()
+    assert lines[2:4] == ["| 1e-3 | **0.062** | 0.188 |", "| 3e-4 | 0.900 | **0.500** |"]
+    assert "1e-3 & $\\mathbf{0.062}$ & $0.188$ \\\\" in to_latex(spec, summary, decimals=3)
+
+
 def test_a_point_without_a_mean_is_explained_below_the_table():
     """A point with a seed that has no value (a diverged run's null loss) has no mean and
     reads –; the tables said nothing of why, so a reader could not tell a diverged point
