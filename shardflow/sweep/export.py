@@ -42,7 +42,12 @@ _LATEX_SPECIAL = {
 
 
 def latex_escape(text: str) -> str:
-    return "".join(_LATEX_SPECIAL.get(c, c) for c in text)
+    """`text` as LaTeX prints it: each special character escaped, and a hyphen before
+    another one followed by `{}`, since TeX sets -- as an en dash and --- as an em dash (a
+    Hugging Face cache folder, models--org--name, would not read as the value)."""
+    return "".join(
+        "-{}" if c == "-" and text[i + 1 : i + 2] == "-" else _LATEX_SPECIAL.get(c, c) for i, c in enumerate(text)
+    )
 
 
 # What Markdown reads as markup inside a table cell: emphasis (* _), code (`), links ([ ]),

@@ -105,6 +105,22 @@ def test_latex_special_characters_are_escaped():
     assert latex_escape("a|b <c>") == r"a\textbar{}b \textless{}c\textgreater{}"  # OT1 printed | as a dash
 
 
+def test_latex_labels_keep_their_hyphens():
+    """LaTeX sets -- as an en dash and --- as an em dash: a model folder from the Hugging
+    Face cache, models--BAAI--bge-small-en-v1.5, read models–BAAI–bge-small-en-v1.5 in
+    table.tex, not the value swept (table.md, which Markdown leaves alone, read it right).
+    A brace between two hyphens keeps each one a hyphen; a lone hyphen is as before."""
+    assert latex_escape("models--BAAI--bge-small") == "models-{}-BAAI-{}-bge-small"
+    assert latex_escape("a---b -1e-5") == "a-{}-{}-b -1e-5"
+    hub = "models--BAAI--bge-small-en-v1.5"
+    spec = parse({"m": sweep(stage="embed", grid={"embedding.model": [hub, "default"]}, seeds=[0],
+                             metrics={"items_per_s": "max"})})["m"]
+    runs = collect(spec, [RunResult(pid, s, {"items_per_s": 1.0 + i}) for i, (pid, s) in enumerate(spec.jobs())])
+    latex = to_latex(spec, summarise(spec, runs)).splitlines()
+    assert "models-{}-BAAI-{}-bge-small-en-v1.5 & $1.000$ \\\\" in latex
+    assert f"| {hub} | 1.000 |" in to_markdown(spec, summarise(spec, runs))
+
+
 def test_markdown_escapes_pipes():
     spec = parse({"p": sweep(stage="embed", grid={"embedding.model": ["a|b", "m/x y"]},
                              metrics={"items_per_s": "max"})})["p"]
