@@ -151,6 +151,7 @@ def load_shards(shard_dir_or_metadata: str | os.PathLike, verify: bool = True) -
     if meta_path.is_dir():
         meta_path = meta_path / "metadata.json"
     meta = read_json(meta_path)  # a file cut short or not JSON: an error naming it and the line
+    vocab_size = _check_metadata(meta, meta_path)
     split = {"train": [], "val": []}
     fingerprint = []
     for entry in meta["shards"]:
@@ -171,8 +172,36 @@ def load_shards(shard_dir_or_metadata: str | os.PathLike, verify: bool = True) -
     for name, shards in split.items():
         if not shards:
             raise ValueError(f"{meta_path}: no {name} shards")
-    return ShardSet(meta_path, int(meta["vocab_size"]), meta.get("eot_id"), split["train"], split["val"], fingerprint,
+    return ShardSet(meta_path, vocab_size, meta.get("eot_id"), split["train"], split["val"], fingerprint,
                     meta.get("tokenizer"))
+
+
+def _check_metadata(meta, meta_path: Path) -> int:
+    """The vocab_size of a shard folder's metadata.json (`meta`, as read), after checking
+    that it holds what load_shards reads, as gather_shards writes it: another file (a
+    foreign metadata.json, one written by hand) stopped on a bare KeyError or TypeError
+    naming neither the file nor the key."""
+    what = "a shard folder's metadata.json (gather_shards writes one)"
+    if not isinstance(meta, dict):
+        raise ValueError(f"{meta_path}: a JSON {type(meta).__name__}, not {what}")
+    vocab_size = meta.get("vocab_size")
+    if type(vocab_size) is not int or vocab_size < 1:
+        raise ValueError(f"{meta_path}: 'vocab_size' is {vocab_size!r}, not a positive integer: not {what}")
+    if not isinstance(meta.get("shards"), list):
+        raise ValueError(f"{meta_path}: 'shards' is {meta.get('shards')!r}, not a list of shard files: not {what}")
+    for i, entry in enumerate(meta["shards"]):
+        if not isinstance(entry, dict):
+            problem = "not an object"
+        elif not isinstance(entry.get("file"), str):
+            problem = f"'file' is {entry.get('file')!r}, not a file name"
+        elif entry.get("split") not in ("train", "val"):
+            problem = f"'split' is {entry.get('split')!r}, not 'train' or 'val'"
+        elif type(entry.get("tokens")) is not int or entry["tokens"] < 0:
+            problem = f"'tokens' is {entry.get('tokens')!r}, not a token count"
+        else:
+            continue
+        raise ValueError(f"{meta_path}: shards[{i}]: {problem}")
+    return vocab_size
 
 
 def check_tokenizer(tokenizer, shards: ShardSet) -> None:

@@ -212,6 +212,27 @@ def test_a_metadata_file_cut_short_is_named(shards, tmp_path):
         load_shards(copy)
 
 
+@pytest.mark.parametrize("metadata, message", [
+    ([1, 2], r"a JSON list, not a shard folder's metadata.json"),
+    ({"files": []}, r"'vocab_size' is None, not a positive integer"),
+    ({"vocab_size": VOCAB}, r"'shards' is None, not a list of shard files"),
+    ({"vocab_size": VOCAB, "shards": [{"file": "shard_0.bin", "split": "test", "tokens": 3000}]},
+     r"shards\[0\]: 'split' is 'test', not 'train' or 'val'"),
+    ({"vocab_size": VOCAB, "shards": [{"split": "train", "tokens": 3000}]}, r"shards\[0\]: 'file' is None"),
+])
+def test_a_metadata_file_that_is_not_a_shard_folders_names_it_and_the_key(shards, tmp_path, metadata, message):
+    """A foreign metadata.json (or one written by hand) stopped on a bare KeyError ('shards',
+    'test') or TypeError, naming neither the file nor what is missing."""
+    import shutil
+
+    copy = tmp_path / "shards"
+    shutil.copytree(shards, copy)
+    meta = copy / "metadata.json"
+    meta.write_text(json.dumps(metadata))
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(meta))}: {message}"):
+        load_shards(copy)
+
+
 # ---------------------------------------------------------------- in-process runs
 
 
