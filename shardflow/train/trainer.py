@@ -146,7 +146,8 @@ class ShardSet:
 
 def load_shards(shard_dir_or_metadata: str | os.PathLike, verify: bool = True) -> ShardSet:
     """The shards metadata.json lists, as checked memmaps; `verify`: their bytes against
-    the sha256 recorded with them (every byte read: one rank of a job does it)."""
+    the sha256 recorded with them, and their token ids against its vocab_size (every byte
+    read: one rank of a job does it)."""
     meta_path = Path(shard_dir_or_metadata)
     if meta_path.is_dir():
         meta_path = meta_path / "metadata.json"
@@ -166,6 +167,16 @@ def load_shards(shard_dir_or_metadata: str | os.PathLike, verify: bool = True) -
                 f"{path}: sha256 {got[:16]}..., {meta_path.name} recorded {entry['sha256'][:16]}... when it was "
                 f"written: the shard changed since (corrupted, or edited); make the shards again "
                 f"(snakemake -R gather_shards, or delete {meta_path.parent})"
+            )
+        # An id the model's embedding has no row for failed only at the step whose window
+        # held it: an IndexError naming no file on the CPU, a device-side assert on CUDA
+        # (retried). Shards made by hand, or listed with another tokenizer's vocab_size.
+        if verify and len(tokens) and (top := int(tokens.max())) >= vocab_size:
+            where = int(np.argmax(tokens >= vocab_size))
+            raise ValueError(
+                f"{path}: token id {top} (first out-of-range id at token {where}) is outside the vocabulary of "
+                f"{vocab_size} ids that {meta_path.name} gives (vocab_size): these shards were made with another "
+                "tokenizer; make them again with the one metadata.json records"
             )
         split[entry["split"]].append(tokens)
         fingerprint.append([entry["file"], entry["split"], entry["tokens"], entry.get("sha256")])

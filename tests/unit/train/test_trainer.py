@@ -233,6 +233,24 @@ def test_a_metadata_file_that_is_not_a_shard_folders_names_it_and_the_key(shards
         load_shards(copy)
 
 
+def test_a_token_id_outside_the_vocabulary_is_named_before_a_step(tmp_path):
+    """Shards of another tokenizer (hand-made, with the sha256 of their own bytes): an id of
+    vocab_size or more loaded, and training stopped at the step whose window held it, on
+    an IndexError naming no file (a device-side assert on CUDA)."""
+    folder = tmp_path / "shards"
+    write_tiny_shards(folder)
+    meta = json.loads((folder / "metadata.json").read_text())
+    tokens = np.arange(700, dtype=np.uint16) % VOCAB
+    tokens[500] = VOCAB  # one past the last id
+    write_shard(folder / "shard_2.bin", tokens, "uint16")
+    meta["shards"][2]["sha256"] = sha256_file(folder / "shard_2.bin")
+    (folder / "metadata.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=rf"shard_2.bin: token id {VOCAB} \(first out-of-range id at token 500\) "
+                       rf"is outside the vocabulary of {VOCAB} ids that metadata.json gives"):
+        load_shards(folder)
+    assert len(load_shards(folder, verify=False).val[0]) == 700  # the ranks that do not verify leave it to rank 0
+
+
 # ---------------------------------------------------------------- in-process runs
 
 
