@@ -147,16 +147,31 @@ def detect_devices(nvidia_smi: str = "nvidia-smi") -> list[str]:
 
     A separate process asks the driver, so this process does not initialise
     CUDA (which would freeze its view of `CUDA_VISIBLE_DEVICES`).
+
+    Only lines that are indices count, whatever the exit status: nvidia-smi prints
+    warnings among them (`WARNING: infoROM is corrupted at gpu ...`) and then exits 14
+    though every GPU works, so trusting the status put a GPU host's run on the CPU, and
+    trusting every line made the warning a device (its CUDA_VISIBLE_DEVICES hid all
+    GPUs). Any other line, and a status other than 0, is warned of.
     """
     cmd = [nvidia_smi, "--query-gpu=index", "--format=csv,noheader"]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=True)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     except FileNotFoundError:
         return []
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
+    except subprocess.TimeoutExpired as err:
         log.warning("GPU detection with %s failed (%s); assuming no GPUs", nvidia_smi, err)
         return []
-    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    lines = [line.strip() for line in (out.stdout + "\n" + out.stderr).splitlines() if line.strip()]
+    devices = [line.strip() for line in out.stdout.splitlines() if re.fullmatch(r"[0-9]+", line.strip())]
+    other = [line for line in lines if line not in devices]
+    if out.returncode != 0 or other:
+        said = f"exit status {out.returncode}" + (f": {' | '.join(other)}" if other else "")
+        if devices:
+            log.warning("GPU detection with %s: %s; using the GPUs it listed, %s", nvidia_smi, said, ",".join(devices))
+        else:
+            log.warning("GPU detection with %s failed (%s); assuming no GPUs", nvidia_smi, said)
+    return devices
 
 
 def resolve_devices(

@@ -287,11 +287,48 @@ def test_modes(tmp_path, monkeypatch):
             pass
 
 
-def fake_nvidia_smi(bin_dir: Path, output: str) -> None:
+def fake_nvidia_smi(bin_dir: Path, output: str, status: int = 0, stderr: str = "") -> None:
     bin_dir.mkdir()
     exe = bin_dir / "nvidia-smi"
-    exe.write_text(f"#!/bin/sh\nprintf '{output}'\n")
+    quoted = [text.replace("'", "'\\''") for text in (output, stderr)]
+    exe.write_text(f"#!/bin/sh\nprintf '{quoted[0]}'\nprintf '{quoted[1]}' >&2\nexit {status}\n")
     exe.chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    "output, status, stderr",
+    [
+        # A GPU with a corrupted infoROM: nvidia-smi warns, lists every GPU and exits 14
+        # (a warning: the GPUs work). Detection found no GPUs, and the run went to the CPU.
+        ("WARNING: infoROM is corrupted at gpu 0000:B3:00.0\\n0\\n1\\n", 14, ""),
+        ("0\\n1\\n", 14, "WARNING: infoROM is corrupted at gpu 0000:B3:00.0\\n"),
+        # The same warning with exit 0 was taken for a device: a job that got its slot
+        # set CUDA_VISIBLE_DEVICES to the warning, and the profile counted 3 GPUs.
+        ("WARNING: infoROM is corrupted at gpu 0000:B3:00.0\\n0\\n1\\n", 0, ""),
+    ],
+)
+def test_detection_keeps_the_gpus_nvidia_smi_lists_beside_a_warning(
+    tmp_path, monkeypatch, caplog, output, status, stderr
+):
+    fake_nvidia_smi(tmp_path / "bin", output, status, stderr)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    assert resolve_devices() == ["0", "1"] and gpu_slots.concurrent_gpu_jobs() == 2
+    assert "infoROM is corrupted" in caplog.text and "0,1" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "output, status",
+    [
+        ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\\n", 9),
+        ("Failed to initialize NVML: Driver/library version mismatch\\n", 18),
+        ("No devices were found\\n", 6),
+    ],
+)
+def test_detection_that_lists_no_gpu_finds_none(tmp_path, monkeypatch, caplog, output, status):
+    fake_nvidia_smi(tmp_path / "bin", output, status)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    assert resolve_devices() == [] and gpu_slots.concurrent_gpu_jobs() == 1
+    assert f"exit status {status}" in caplog.text and output.split("\\n")[0] in caplog.text
 
 
 def test_device_pool_precedence(tmp_path, monkeypatch):
