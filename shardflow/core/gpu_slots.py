@@ -244,7 +244,15 @@ def _create_shared(path: Path) -> None:
         return
     mode = (0o666 & path.parent.stat().st_mode) | 0o600
     # A unique name (not the pid: two containers sharing the folder may share pids).
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    except OSError as err:  # its message named only a temporary name in the folder
+        raise OSError(
+            err.errno,
+            f"{err.strerror}: this user (uid {os.getuid()}) cannot create a lock file in the GPU lock folder "
+            f"{path.parent}: make it writable by every user whose jobs share it, or point SHARDFLOW_GPU_LOCK_DIR "
+            "at a folder on a local disk this user can write",
+        ) from err
     part = Path(name)
     try:
         os.fchmod(fd, mode)
@@ -283,7 +291,14 @@ def _take_slots(
     deadlock against another doing the same."""
     if count > len(pool):
         raise ValueError(f"a job asks for {count} GPUs but the pool has {len(pool)} ({','.join(pool)})")
-    lock_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        lock_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # `File exists` alone, where it is a file
+        raise OSError(
+            err.errno,
+            f"{err.strerror} ({err.filename}): cannot make the GPU lock folder {lock_dir}: point "
+            "SHARDFLOW_GPU_LOCK_DIR at a folder on a local disk this user can write",
+        ) from err
     deadline = None if timeout is None else time.monotonic() + timeout
     waiting_logged = False
     while True:

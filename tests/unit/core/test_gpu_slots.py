@@ -408,3 +408,28 @@ def test_a_lock_file_is_made_under_a_name_no_other_job_uses(tmp_path):
     gpu_slots._create_shared(path)
     assert path.is_file() and theirs.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, theirs.name])
+
+
+def test_a_lock_folder_that_cannot_be_used_is_named(tmp_path, monkeypatch):
+    """SHARDFLOW_GPU_LOCK_DIR pointing at something that is not a folder said only
+    `[Errno 17] File exists`, and a folder this user cannot create files in named a
+    temporary file in it (`.gpu0.lock.kekb6lje`): neither said it was the GPU lock folder,
+    nor how to choose another. A failure of the same errno, naming the folder, now."""
+    not_a_folder = tmp_path / "locks"
+    not_a_folder.write_text("")
+    with pytest.raises(FileExistsError) as caught:
+        with acquire_gpu("0", mode="slots", lock_dir=not_a_folder):
+            pass
+    assert f"cannot make the GPU lock folder {not_a_folder}" in str(caught.value)
+    assert "SHARDFLOW_GPU_LOCK_DIR" in str(caught.value)
+
+    def refused(*args, **kwargs):  # what a non-root user gets in a folder it cannot write
+        raise PermissionError(13, "Permission denied", str(tmp_path / "shared" / ".gpu0.lock.x"))
+
+    (tmp_path / "shared").mkdir()
+    monkeypatch.setattr(gpu_slots.tempfile, "mkstemp", refused)
+    with pytest.raises(PermissionError) as caught:
+        with acquire_gpu("0", mode="slots", lock_dir=tmp_path / "shared"):
+            pass
+    assert f"cannot create a lock file in the GPU lock folder {tmp_path / 'shared'}" in str(caught.value)
+    assert "SHARDFLOW_GPU_LOCK_DIR" in str(caught.value)
