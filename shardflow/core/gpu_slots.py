@@ -280,8 +280,13 @@ def _try_lock(path: Path, device: str, job: str | None) -> _Slot | None:
     return None if fd is None else _Slot(device, path, fd)
 
 
-def _holders(lock_dir: Path, pool: list[str]) -> str:
-    return "\n".join(f"  gpu {device}: {locks.holder(lock_path(lock_dir, device))}" for device in pool)
+def _holders(lock_dir: Path, pool: list[str], free: Sequence[str] = ()) -> str:
+    """One line per device: what its holder wrote, or `free` for one the last scan took
+    (and gave back: a job wanting several at once); the file of a free slot says nothing
+    (release truncates it) or names a holder that is gone."""
+    return "\n".join(
+        f"  gpu {device}: {'free' if device in free else locks.holder(lock_path(lock_dir, device))}" for device in pool
+    )
 
 
 def _take_slots(
@@ -309,6 +314,7 @@ def _take_slots(
                 taken.append(slot)
                 if len(taken) == count:
                     return taken
+        free = [slot.device for slot in taken]
         for slot in taken:
             slot.release()
         if deadline is not None and time.monotonic() >= deadline:
@@ -316,11 +322,19 @@ def _take_slots(
             held = f"all of {','.join(pool)} are held" if count == 1 else f"too many of {','.join(pool)} are held"
             raise GpuSlotTimeout(
                 f"no {wanted} after {timeout:g} s: {held} "
-                f"(lock files in {lock_dir}). Holders:\n{_holders(lock_dir, pool)}\n"
+                f"(lock files in {lock_dir}). Holders:\n{_holders(lock_dir, pool, free)}\n"
                 "Lower --resources gpu=N to the number of GPUs, or raise the timeout."
             )
         if not waiting_logged:
-            log.info("fewer than %d of the %d GPU slots in %s are free; waiting", count, len(pool), lock_dir)
+            # The workflow's jobs wait without a timeout: this line is all a stuck job's
+            # log says, so it names who holds the slots (a job outside this run, mostly).
+            log.info(
+                "fewer than %d of the %d GPU slots in %s are free; waiting. Holders:\n%s",
+                count,
+                len(pool),
+                lock_dir,
+                _holders(lock_dir, pool, free),
+            )
             waiting_logged = True
         time.sleep(poll_interval)
 

@@ -433,3 +433,23 @@ def test_a_lock_folder_that_cannot_be_used_is_named(tmp_path, monkeypatch):
             pass
     assert f"cannot create a lock file in the GPU lock folder {tmp_path / 'shared'}" in str(caught.value)
     assert "SHARDFLOW_GPU_LOCK_DIR" in str(caught.value)
+
+
+def test_a_waiting_job_names_the_holders_in_its_log(tmp_path, caplog):
+    """The workflow's jobs wait for a slot without a timeout (gpujob.pin_job_gpus), so
+    the holders GpuSlotTimeout names never reached a run: a job waiting behind a slot
+    held outside the run (an orphan of a killed Snakemake, another run on the same lock
+    folder) logged only that it waits. Its log now names each holder, and, for a job
+    that wants several GPUs at once, which slots it found free (listed before as
+    "(no holder info)", like a held slot whose holder wrote nothing)."""
+    caplog.set_level("INFO", logger="shardflow.core.gpu_slots")
+    with acquire_gpu("0,1,2", mode="slots", lock_dir=tmp_path, job="first"):
+        with acquire_gpu("0,1,2", mode="slots", lock_dir=tmp_path, job="second"):
+            with pytest.raises(GpuSlotTimeout) as err:
+                with acquire_gpu("0,1,2", mode="slots", lock_dir=tmp_path, count=2, timeout=0.1, poll_interval=0.02):
+                    pass
+    waiting = [r.getMessage() for r in caplog.records if "are free; waiting" in r.getMessage()]
+    assert len(waiting) == 1
+    for message in (waiting[0], str(err.value)):
+        assert '"job": "first"' in message and '"job": "second"' in message
+        assert "  gpu 2: free\n" in message + "\n" and "no holder info" not in message
