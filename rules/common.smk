@@ -329,7 +329,7 @@ def chunk_vectors(path):
 
 @functools.cache
 def local_gpus():
-    """This host's GPUs for the GPU jobs (none under CUDA_VISIBLE_DEVICES="")."""
+    """This host's GPUs for the GPU jobs (none under CUDA_VISIBLE_DEVICES="" or -1)."""
     gj = config["gpu_jobs"]
     return gpu_slots.resolve_devices(gj["devices"], mode=gj["pinning"])
 

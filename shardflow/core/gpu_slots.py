@@ -142,6 +142,27 @@ def parse_devices(spec: DevicesArg) -> list[str] | None:
     return list(dict.fromkeys(d for d in items if d))
 
 
+def cuda_visible(environ: Mapping[str, str] | None = None) -> list[str] | None:
+    """The devices `CUDA_VISIBLE_DEVICES` shows, as CUDA reads it; None where it is unset.
+
+    CUDA takes its entries up to the first one that is no device index or `GPU-`/`MIG-`
+    UUID, and ignores that one and the rest: `-1`, the usual way to hide every GPU, shows
+    none, and `0,-1,1` shows GPU 0 alone. (An index past the host's last GPU ends the
+    list too; which one is, only the driver knows.)
+    """
+    env = os.environ if environ is None else environ
+    if "CUDA_VISIBLE_DEVICES" not in env:
+        return None
+    shown: list[str] = []
+    for entry in env["CUDA_VISIBLE_DEVICES"].split(","):
+        entry = entry.strip()
+        if not ((entry.isascii() and entry.isdigit()) or entry.startswith(("GPU-", "MIG-"))):
+            break
+        if entry not in shown:
+            shown.append(entry)
+    return shown
+
+
 def detect_devices(nvidia_smi: str = "nvidia-smi") -> list[str]:
     """GPU indices as `nvidia-smi` lists them; [] when there is no driver.
 
@@ -179,16 +200,16 @@ def resolve_devices(
 ) -> list[str]:
     """The pool to take a slot from: explicit list, `SHARDFLOW_GPUS`, then detection.
 
-    `CUDA_VISIBLE_DEVICES=""` hides every GPU from CUDA: the pool is then empty
-    whatever is listed or detected.
+    `CUDA_VISIBLE_DEVICES=""` (or `-1`: `cuda_visible`) hides every GPU from CUDA: the
+    pool is then empty whatever is listed or detected.
     """
     env = os.environ if environ is None else environ
-    if env.get("CUDA_VISIBLE_DEVICES") == "":
+    preset = cuda_visible(env)
+    if preset == []:
         return []
     pool = parse_devices(devices)
     if pool is None:
         pool = parse_devices(env.get("SHARDFLOW_GPUS"))
-    preset = parse_devices(env["CUDA_VISIBLE_DEVICES"]) if "CUDA_VISIBLE_DEVICES" in env else None
     if preset is not None and pool is not None and mode == "auto" and scheduler_pinning(env) == PRESET:
         # Both a listed pool and an exported CUDA_VISIBLE_DEVICES: only devices in both.
         both = [d for d in pool if d in preset]

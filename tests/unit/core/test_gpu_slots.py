@@ -344,6 +344,21 @@ def test_device_pool_precedence(tmp_path, monkeypatch):
     assert resolve_devices() == resolve_devices("0,1") == []
 
 
+@pytest.mark.parametrize("visible, seen", [("-1", []), ("0,-1,1", ["0"]), ("1,x,0", ["1"]), ("GPU-3f2a,MIG-7c1e", ["GPU-3f2a", "MIG-7c1e"])])
+def test_cuda_visible_devices_ends_at_its_first_entry_cuda_cannot_take(tmp_path, monkeypatch, visible, seen):
+    """CUDA reads CUDA_VISIBLE_DEVICES up to its first invalid entry: `-1`, the usual way
+    to hide every GPU, shows none, and `0,-1,1` shows GPU 0 alone. The pool was read as
+    devices named "-1" (or 0, -1 and 1): the profile counted a GPU where CUDA has none, and
+    the GPU jobs, asking for it, ran one at a time on the CPU instead of side by side."""
+    fake_nvidia_smi(tmp_path / "bin", "0\n1\n")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert resolve_devices(mode="slots") == seen
+    assert gpu_slots.concurrent_gpu_jobs() == max(1, len(seen))
+    if not seen:
+        assert resolve_devices() == resolve_devices("0,1") == []
+
+
 def test_no_devices_means_cpu(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no nvidia-smi at all
     with acquire_gpu(lock_dir=tmp_path / "locks") as device:
