@@ -176,11 +176,18 @@ def count_records(paths: list[str], opts: ReaderOptions) -> int:
     return cached(COUNT_CACHE, paths, [opts.format, opts.text_mode], lambda: count_records_cheap(paths, opts))
 
 
-def plan_n_chunks(cfg: dict, list_s3: Callable[[str], list[str]] | None = None) -> int:
+def plan_n_chunks(
+    cfg: dict, list_s3: Callable[[str], list[str]] | None = None, inputs: list[str] | None = None
+) -> int:
+    """The main data set's chunk count. `inputs`: its files as corpus_inputs listed them,
+    where the caller has the list already (datasets): listed again, a file added or
+    removed in between (a corpus that grows while the workflow parses) gave a count other
+    than the sources the rules map to chunks."""
     n = cfg["n_chunks"]
     ch = cfg["chunking"]
-    if ch["by"] == "source":  # one chunk per source (corpus.by_source)
+    if inputs is None and (ch["by"] == "source" or n == "auto"):
         inputs = corpus_inputs(cfg, list_s3)
+    if ch["by"] == "source":  # one chunk per source (corpus.by_source)
         globs = [p for p in inputs if p.startswith("s3://") and has_magic(p)]
         if globs:  # taken as written (`unlisted`): its objects, the chunks, are not known here
             raise ValueError(
@@ -196,7 +203,6 @@ def plan_n_chunks(cfg: dict, list_s3: Callable[[str], list[str]] | None = None) 
         return sources
     if n != "auto":
         return int(n)
-    inputs = corpus_inputs(cfg, list_s3)
     remote = any(p.startswith("s3://") for p in inputs)
     if ch["by"] == "size":
         if remote or cfg["input"]["path"] is None:
@@ -376,12 +382,13 @@ def plan_retrieval_chunks(cfg: dict) -> int:
 def datasets(cfg: dict, list_s3: Callable[[str], list[str]] | None = None) -> dict[str, DataSet]:
     """Every data set of this run by name, main corpus first (`list_s3`: corpus_inputs)."""
     rate = cfg["chunking"]["rate_items_per_s"]
+    sources = corpus_inputs(cfg, list_s3)  # listed once: the chunk count is planned over these
     main = DataSet(
         name=cfg["dataset"],
         role="main",
         tasks=tuple(cfg["tasks"]),
-        n_chunks=plan_n_chunks(cfg, list_s3),
-        sources=tuple(corpus_inputs(cfg, list_s3)),
+        n_chunks=plan_n_chunks(cfg, list_s3, sources),
+        sources=tuple(sources),
         reader=reader_params(cfg),
         by=cfg["chunking"]["by"],
         rate_items_per_s=rate,

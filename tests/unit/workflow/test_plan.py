@@ -69,6 +69,27 @@ def test_by_source_makes_one_chunk_per_source_whatever_the_sizes(config, tmp_pat
     assert plan.plan_n_chunks(glob, lambda pattern: ["s3://b/parts/1.jsonl", "s3://b/parts/2.jsonl"]) == 2
 
 
+
+def test_by_source_plans_its_chunks_over_the_one_listing_the_rules_map(config, tmp_path, monkeypatch):
+    """A file that lands while the workflow parses (a corpus that grows) must not make the
+    chunk count and the sources the rules map to chunks disagree: the corpus was listed
+    twice, so the count said 2 and the sources were 3 (a source, not the newest but the one
+    sorting last, left out of the run), or, a file removed in between, a chunk without a
+    source (source_input's error)."""
+    for name in ("2026-01", "2026-03"):
+        write_records(tmp_path / f"{name}.jsonl", 2)
+    cfg = auto(config, str(tmp_path / "*.jsonl"), by="source")
+    listed = plan._local_inputs
+
+    def growing(pattern):  # a file added after each listing
+        found = listed(pattern)
+        write_records(tmp_path / f"2026-02-{len(found)}.jsonl", 1)
+        return found
+
+    monkeypatch.setattr(plan, "_local_inputs", growing)
+    main = plan.datasets(cfg)[config["dataset"]]
+    assert main.n_chunks == len(main.sources) == 2
+
 # --- auto by records ---------------------------------------------------------------------
 
 
