@@ -256,6 +256,13 @@ if MODELS_CHECKED:
     )
 if _PROBLEMS:
     raise ValueError("\n".join(_PROBLEMS + plan.model_verdicts(MISSING_MODELS)[0]))
+# chunking.by: source leaves a grown corpus's finished embed jobs done, unless temp()
+# chunk vectors (embedding.keep_chunk_vectors: false) make merge's rerun remake them all:
+# say so, once, where jobs are run (not an error).
+if workflow.is_main_process and not site.runs_no_jobs():
+    _TEMP_VECTORS = plan.temp_vectors_rerun_growth(config, DATASETS.values())
+    if _TEMP_VECTORS:
+        logger.warning(_TEMP_VECTORS)
 # A retrieval run that leaves unset the query or document prompt MTEB takes from the
 # model's config scores another setting than MTEB's: say so, once (not an error).
 _MTEB_PROMPTS = (

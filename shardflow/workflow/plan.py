@@ -996,6 +996,28 @@ def prompts_unlike_mteb(cfg: dict, missing: Iterable[MissingModel] = ()) -> str 
     )
 
 
+def temp_vectors_rerun_growth(cfg: dict, data_sets: Iterable[DataSet]) -> str | None:
+    """One warning where `chunking.by: source` embeds a corpus with
+    `embedding.keep_chunk_vectors: false`. By source, a source added, changed or removed
+    leaves the other chunks' embed jobs done, but it reruns merge, which reads every
+    chunk's vectors; false deleted them once merge had read them, so Snakemake reruns every
+    embed job of the data set to remake them ("Missing output files"), the GPU time of the
+    whole corpus each time it grows. A warning, not an error: the disk may matter more."""
+    if cfg["embedding"]["keep_chunk_vectors"]:
+        return None
+    grown = [ds.name for ds in data_sets if ds.by == "source" and "embedding" in ds.tasks]
+    if not grown:
+        return None
+    return (
+        f"chunking.by: source with embedding.keep_chunk_vectors: false: a source added to, changed in or removed "
+        f"from data set {grown[0]!r} reruns merge, and merge reads every chunk's vectors, which false deletes once "
+        "merge has read them: every embed job of the data set then runs again to remake them (and every "
+        "sweep_embed_chunk job of an embed sweep), not only the new or changed chunk's. Set "
+        "embedding.keep_chunk_vectors: true for a corpus that grows: the next change then reruns every embed job "
+        "once more, to remake the vectors deleted already, and later ones only their own chunk's"
+    )
+
+
 Job = tuple[str, dict]  # (rule, wildcards): one job, as the rule's output patterns name it
 
 

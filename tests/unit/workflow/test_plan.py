@@ -90,6 +90,28 @@ def test_by_source_plans_its_chunks_over_the_one_listing_the_rules_map(config, t
     main = plan.datasets(cfg)[config["dataset"]]
     assert main.n_chunks == len(main.sources) == 2
 
+
+def test_by_source_with_chunk_vectors_deleted_once_merged_is_warned(config, tmp_path):
+    """keep_chunk_vectors: false deletes each embed job's vectors once merge has read them;
+    a source added to a corpus by source reruns merge, and so every embed job, to remake
+    them: the README promised that the other chunks' GPU jobs stay done, silently."""
+    write_records(tmp_path / "part-1.jsonl", 2)
+    cfg = auto(config, str(tmp_path / "*.jsonl"), by="source")
+    cfg["tasks"] = ["embedding"]
+    assert plan.temp_vectors_rerun_growth(cfg, plan.datasets(cfg).values()) is None  # vectors kept (the default)
+    cfg["embedding"]["keep_chunk_vectors"] = False
+    line = plan.temp_vectors_rerun_growth(cfg, plan.datasets(cfg).values())
+    assert line.startswith(
+        "chunking.by: source with embedding.keep_chunk_vectors: false: a source added to, changed in or removed "
+        f"from data set {config['dataset']!r} reruns merge"
+    )
+    assert "every embed job of the data set then runs again" in line
+    assert "Set embedding.keep_chunk_vectors: true for a corpus that grows" in line
+    cfg["tasks"] = ["summarisation"]  # no embed jobs
+    assert plan.temp_vectors_rerun_growth(cfg, plan.datasets(cfg).values()) is None
+    cfg["tasks"], cfg["chunking"]["by"] = ["embedding"], "records"  # every change reruns every chunk anyway
+    assert plan.temp_vectors_rerun_growth(cfg, plan.datasets(cfg).values()) is None
+
 # --- auto by records ---------------------------------------------------------------------
 
 
