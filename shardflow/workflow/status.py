@@ -18,7 +18,10 @@ A job is
 - failed: its last attempt left an error: `<log>.failure.json` (shardflow.core.failures:
   an input or config error, which a retry stops on; a train job's out-of-memory record
   is none: its retry runs with a smaller micro-batch), else its log ends on the line
-  `failed: <error>` (core.runlog; any error, the out-of-memory ones included);
+  `failed: <error>` (core.runlog; any error, the out-of-memory ones included), else the
+  Snakemake run that ran it logged its attempt's error (or a restart, or its next attempt
+  started) after its log was last written: killed without logging one (`KILLED`: an
+  out-of-memory killer, a time limit, preemption), not running;
 - retrying: failed on its log's last line alone, where the Snakemake run that ran it
   runs it again: its log (SNAKEMAKE_LOGS, `mark_retrying`) says "Trying to restart job"
   after that failure, or names the next attempt started (on SLURM it may wait in the
@@ -777,6 +780,14 @@ def controller_logs() -> Path:
     return Path(SNAKEMAKE_LOGS)
 
 
+# The error of an attempt that Snakemake reported failed and whose log ends on no error:
+# its process was killed before it could log one (`mark_retrying`).
+KILLED = (
+    "killed without logging an error, as Snakemake reported (out of memory on the host, a time limit, "
+    "preemption, a signal: the scheduler's record of the job says which)"
+)
+
+
 def mark_retrying(stage: Stage, logs: SnakemakeLogs) -> None:
     """A job failed on its log's last line alone (no failure record: no input or config
     error, which a retry would stop on) is retrying where the Snakemake run that ran it
@@ -786,14 +797,30 @@ def mark_retrying(stage: Stage, logs: SnakemakeLogs) -> None:
     are all spent stays failed: Snakemake logged its error and no restart. So does one
     whose run has stopped (`SnakemakeLogs.stopped`: killed) before its next attempt ran,
     unless that attempt went to a cluster, where it may still run (`stopped_run` names
-    the run: nothing runs it again but a rerun)."""
+    the run: nothing runs it again but a rerun).
+
+    A job that looks running (its parts or log, no output) is failed (`KILLED`), and judged
+    so, where that run's log says its attempt ended: an error, a restart, or a later
+    attempt started before the job's log was written again. Its process was killed
+    without logging an error (the kernel's or a cgroup's out-of-memory killer, a SLURM
+    time limit, a preempted node: SIGKILL), so its log holds no failed line, and its
+    parts would only show it stalled some part intervals later, never where no part
+    interval is known yet (every job still loading its model)."""
     for job in stage.jobs:
-        if job.state != FAILED_STATE or not job.log or job.error_file != job.log:
+        running = job.state in (RUNNING, STALLED)
+        if not job.log or not (running or (job.state == FAILED_STATE and job.error_file == job.log)):
             continue
         found = logs.latest(job.log)
         if found is None:
             continue
         run, (event, attempt, started) = found
+        # The job's log predates the attempt's start (asctime: whole seconds), so it is an
+        # earlier attempt's: this one has not run its script yet (queued).
+        queued = event == "start" and started is not None and (_mtime(job.log) or 0.0) < started + 1.0
+        if running:
+            if not (event in ("error", "restart") or (queued and attempt and attempt > 1)):
+                continue
+            job.state, job.error, job.error_file = FAILED_STATE, KILLED, job.log
         if run.ended:
             continue
         if (event == "restart" or (event == "start" and run.local.get(job.log))) and logs.stopped(run):
@@ -801,9 +828,7 @@ def mark_retrying(stage: Stage, logs: SnakemakeLogs) -> None:
             continue
         if event == "restart":
             job.attempt = attempt
-        elif event == "start" and started is not None and (_mtime(job.log) or 0.0) < started + 1.0:
-            # The job's log predates this attempt's start (asctime: whole seconds), so it
-            # is an earlier attempt's: this one has not run its script yet (queued).
+        elif queued:
             job.attempt = attempt - 1 if attempt and attempt > 1 else None
         else:
             continue  # its error logged and no restart: its attempts are spent

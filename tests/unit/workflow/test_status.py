@@ -968,6 +968,42 @@ def test_a_failed_attempt_snakemake_restarts_is_retrying_and_one_with_no_retry_l
     assert (job4["state"], job4["failed_attempt"], job4["retry_log"]) == ("retrying", 1, sm_log)
 
 
+def test_a_running_job_snakemake_reported_failed_is_failed_or_retrying_not_running(tmp_path, monkeypatch, capsys, now):
+    """Chunk 1 (a part 1 s ago) was SIGKILLed (the out-of-memory killer, a SLURM time
+    limit): its log ends on no failed line, and Snakemake logged its error. It is failed,
+    with no retry left, or retrying where Snakemake restarts it (the next attempt queued,
+    its log still attempt 1's), not running; running again once attempt 2 writes its log.
+    A rerun's first attempt, queued after the old log, is judged by its parts as before."""
+    cfg = a_run(tmp_path, monkeypatch, now)
+    _, log1, _ = job_files(1)
+
+    def chunk_1() -> st.Job:
+        return embed(st.status(cfg, 2, "--gpus", now=now)).jobs[1]
+
+    killed = [("start", 1, 1, now - 10), ("error", 1, 1, now)]
+    sm_log = snakemake_log(killed)
+    job = chunk_1()
+    assert job.state == "failed"
+    assert (job.error, job.error_file) == (st.KILLED, log1)
+    assert job.records_done == 50  # its parts still count
+    snakemake_log(killed, ended=True)
+    assert chunk_1().state == "failed"
+    snakemake_log([*killed, ("restart", 1, 1, now)])
+    job = chunk_1()
+    assert (job.state, job.attempt, job.retry_log) == ("retrying", 1, sm_log)
+    snakemake_log([*killed, ("restart", 1, 1, now), ("start", 1, 2, now + 5)])
+    assert (chunk_1().state, chunk_1().attempt) == ("retrying", 1)
+    os.utime(log1, (now + 9, now + 9))  # attempt 2 runs its script
+    assert chunk_1().state == "running"
+    os.utime(log1, (now - 6, now - 6))
+    snakemake_log([("start", 1, 1, now + 5)])  # a rerun's first attempt, queued
+    assert chunk_1().state == "running"
+
+    snakemake_log(killed)
+    assert main(["status", "--configfile", str(tmp_path / "overlay.yaml"), "--gpus", "2"]) == 0
+    assert f"embed ds chunk 1: failed: {st.KILLED} (log {log1})" in capsys.readouterr().out
+
+
 def test_a_snakemake_log_from_before_the_jobs_failure_or_of_another_job_changes_nothing(tmp_path, monkeypatch, now):
     cfg = a_run(tmp_path, monkeypatch, now)
     old = snakemake_log([("start", 4, 1, now - 600), ("error", 4, 1, now - 590), ("restart", 4, 1, now - 590)])
