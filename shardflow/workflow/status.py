@@ -45,8 +45,9 @@ A job is
 - waiting: none of that (not started, or its log removed).
 
 A file status cannot read (a stats file that is no JSON object or holds a non-number
-where a number belongs, a split manifest whose chunks are not records, an attempt
-record that is no object) is named in a note, and status goes on without it.
+where a number belongs, a benchmark cut short or zeroed, whose job's time is then its
+stats' own, a split manifest whose chunks are not records, an attempt record that is no
+object) is named in a note, and status goes on without it.
 
 A train job keeps checkpoints, not parts: while it runs, status says how far it got is
 in its log, does not check it for stalling, and shows its GPU-hours as "-" (its metrics
@@ -108,6 +109,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import math
 import os
 import platform
 import re
@@ -914,8 +916,9 @@ NUMERIC_STATS = (
 
 def _stats(job: Job, record: str, count: str = "items") -> str | None:
     """A finished job's record (stats, metrics) and benchmark; its records (the record's
-    `count`). None, or what makes them unreadable, naming the file (status goes on: the
-    job stays done)."""
+    `count`). None, or what makes one unreadable, naming the file (status goes on: the
+    job stays done). An unreadable benchmark leaves the record counted, the job's time
+    then the record's own (`_benchmark`)."""
     path = job.outputs[record]
     try:
         s = read_json(path)
@@ -927,7 +930,6 @@ def _stats(job: Job, record: str, count: str = "items") -> str | None:
         devices = s.get("earlier_attempt_devices") or {}
         if not isinstance(devices, dict) or not all(isinstance(t, (int, float)) for t in devices.values()):
             raise ValueError(f"earlier_attempt_devices is {devices!r}, not seconds by device")
-        job.bench = read_benchmark(job.benchmark) if job.benchmark and os.path.isfile(job.benchmark) else {}
     except (OSError, ValueError, KeyError) as exc:
         job.stats, job.error = None, f"{path} is not readable ({exc}): its job is counted done, its {record} not"
         return job.error
@@ -937,6 +939,26 @@ def _stats(job: Job, record: str, count: str = "items") -> str | None:
     else:
         job.records_done = int(s.get(count, job.records or 0))
         job.records = job.records if job.records is not None else job.records_done
+    return _benchmark(job, record)
+
+
+def _benchmark(job: Job, record: str) -> str | None:
+    """A finished job's benchmark into `job.bench` ({} where there is none); None, or what
+    makes it unreadable, naming it. Snakemake writes it in place, not through a temporary:
+    a run killed while writing it leaves it cut short, a power loss may leave zeros, and a
+    time `s` that is no finite number would fail status, or make its GPU-hours nan. Without
+    it, the job's time is its record's own (`finish`), its model loading not known."""
+    job.bench = {}
+    if not job.benchmark or not os.path.isfile(job.benchmark):
+        return None
+    try:
+        bench = read_benchmark(job.benchmark)
+        if "s" in bench and not (isinstance(bench["s"], float) and math.isfinite(bench["s"])):
+            shown = repr(bench["s"])  # a row of zeros may be long: its start is enough
+            raise ValueError(f"s is {shown[:40]}{'...' if len(shown) > 40 else ''}, not a number of seconds")
+    except (OSError, ValueError) as exc:
+        return f"{job.benchmark} is not readable ({exc}): its job's time is taken from its {record}"
+    job.bench = bench
     return None
 
 

@@ -591,6 +591,33 @@ def test_an_unreadable_stats_file_is_named_and_status_goes_on(tmp_path, monkeypa
     assert note.startswith(f"{path} is not readable (") and why in note and "its job is counted done" in note
 
 
+@pytest.mark.parametrize(
+    "bench, why",
+    [
+        (b"s\th:m:s\tmax_rss\n" + b"\0" * 400 + b"\n", "s is '\\x00"),  # a power loss: zeros where the row was
+        (b"s\th:m:s\tmax_rss\n", "empty benchmark file"),  # cut short as Snakemake wrote it
+        (b"s\th:m:s\tmax_rss\nnan\t0:00:12\t100\n", "s is nan"),
+    ],
+)
+def test_an_unreadable_benchmark_is_named_and_its_jobs_stats_still_count(
+    tmp_path, monkeypatch, capsys, now, bench, why
+):
+    """Snakemake writes a benchmark in place (not through a temporary): one cut short or
+    zeroed is named in a note, and chunk 0's stats still count its records, rate and
+    GPU-hours, its time its stats' own 10 s (no model loading known); status goes on."""
+    cfg = a_run(tmp_path, monkeypatch, now)
+    path = job_files(0)[2]
+    Path(path).write_bytes(bench)
+    stage = embed(st.status(cfg, 2, "--gpus", now=now))
+    assert stage.jobs[0].state == "done" and stage.jobs[0].stats is not None and stage.records_done == 175
+    # 10 s (its stats) and the killed attempt's 6 s, chunks 1 and 3's 5 s and 2.5 s.
+    assert stage.gpu_hours == pytest.approx(23.5 / 3600)
+    (note,) = [n for n in stage.notes if path in n]
+    assert note.startswith(f"{path} is not readable (") and why in note and len(note) < 200, note
+    assert main(["status", "--configfile", str(tmp_path / "overlay.yaml"), "--gpus", "2"]) == 0
+    assert path in capsys.readouterr().out
+
+
 def test_an_unreadable_split_manifest_or_attempt_record_is_named_and_status_goes_on(tmp_path, monkeypatch, now):
     cfg = a_run(tmp_path, monkeypatch, now)
     manifest = json.loads(Path("results/ds/chunks/manifest.json").read_text())
