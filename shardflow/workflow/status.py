@@ -65,7 +65,8 @@ set's are and judged the same way over the sweep's chunk jobs: the sweep job is 
 where one of them is (`judge_sweep_chunks`).
 
 The rate is one job's: records per second over the finished jobs' stats and the running
-jobs' parts (their records over the time from the attempt's start to its last part). The
+jobs' parts (their records over the time from the attempt's start to its last part; not
+an attempt whose clock was set back while it ran, its last part before its start). The
 time left: every job not done, each its records left at that rate (plus the model loading
 the finished jobs' benchmarks measured, for a job not yet started), longest first on the
 run's concurrency (estimate.makespan): the GPUs as `make estimate` counts them, or --gpus
@@ -972,7 +973,13 @@ def measure(stage: Stage) -> None:
     """The stage's rate per job, model loading per job and typical part interval, from
     the finished jobs' stats and benchmarks and the running jobs' parts."""
     done = [j for j in stage.jobs if j.state == DONE and j.stats and "tokens_per_step" not in j.stats]
-    parted = [a for j in stage.jobs if j.state != DONE for a in j.attempts if a.get("parts_saved")]
+    # An attempt whose host's clock was set back while it ran (NTP stepping it) saved its
+    # last part "before" its start: its time is not known, and read as 0 s it would count
+    # its records in no time and its parts at no interval (a rate too high, and running
+    # jobs stalled too soon). Its records still count, in records_done.
+    parted = [
+        a for j in stage.jobs if j.state != DONE for a in j.attempts if a.get("parts_saved") and _part_seconds(a) > 0
+    ]
     # The attempts' records and seconds read as a job's stats (estimate.run_rate).
     run = estimate.Run(
         "",

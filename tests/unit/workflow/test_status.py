@@ -631,6 +631,34 @@ def test_an_unreadable_split_manifest_or_attempt_record_is_named_and_status_goes
     assert main(["status", "--configfile", str(tmp_path / "overlay.yaml"), "--gpus", "2"]) == 0
 
 
+def test_an_attempt_whose_clock_was_set_back_counts_for_no_rate_and_no_part_interval(tmp_path, monkeypatch, now):
+    """Chunk 2's attempt opened its folder 4 s ago; then NTP set the host's clock back 36 s,
+    and it saved 2 parts at 2.5 s on the new clock: its record's last part is before its
+    start, its time not known. It is not 50 records in 0 s (a rate twice chunk 1's), nor
+    parts 0 s apart, which halved the typical interval and showed it stalled 4 s after its
+    log's last line."""
+    cfg = config(tmp_path)
+    split_manifest()
+    in_progress(1, now - 6.0, 2, monkeypatch)  # 50 records in 5 s, a part 1 s ago
+    outputs, log, _ = job_files(2)
+    clock = Clock(now - 4.0)
+    manifest = {"n_texts": ITEMS, "window": WINDOW, "dim": 4, "output_dtype": "float32"}
+    with monkeypatch.context() as m:
+        m.setattr(parts, "time", clock)
+        store = parts.PartStore("results/ds/.resume/key2", manifest, "cuda:0", logical_path(outputs["npy"])).open()
+        clock.t = now - 40.0  # set back
+        for w in range(2):
+            clock.t += 2.5
+            store.save_array(w, np.zeros((WINDOW, 4), dtype=np.float32))
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    Path(log).write_text("... INFO embed: params=...\n")
+    os.utime(log, (now - 4.0, now - 4.0))
+    stage = embed(st.status(cfg, 2, "--gpus", now=now))
+    assert stage.rate == pytest.approx(10.0) and stage.part_interval == pytest.approx(2.5)
+    assert [j.state for j in stage.jobs[1:3]] == ["running", "running"]
+    assert stage.jobs[2].records_done == 50  # its parts still count
+
+
 def test_a_retry_loading_its_model_after_earlier_parts_is_not_stalled(tmp_path, monkeypatch, now):
     """records_done counts the killed attempt's parts; the retry's own attempt has none
     yet, so it gets the model loading's allowance as a first attempt does."""
