@@ -1158,7 +1158,11 @@ def landing_sections():
             (
                 "sweep",
                 name,
-                {k: files[k] for k in ("best", "points", "cost")},
+                {
+                    **{k: files[k] for k in ("best", "points", "cost")},
+                    # every point's mean: the best value's decimals are its table column's
+                    "summary": files["summary_parquet"],
+                },
             )
         )
     return sections

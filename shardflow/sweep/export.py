@@ -138,7 +138,9 @@ def _reads(label: str) -> str:
     return label.strip()
 
 
-# The most decimals a metric's column gets to tell its points apart.
+# The decimals of a metric's column (collect_sweep writes its tables with these), and the
+# most it gets to tell its points apart.
+TABLE_DECIMALS = 3
 MOST_DECIMALS = 6
 
 
@@ -153,6 +155,14 @@ def metric_decimals(means: pd.Series, decimals: int, most: int = MOST_DECIMALS) 
         if len({round(v, d) for v in values}) > 1:
             return d
     return decimals
+
+
+def table_value(means: pd.Series, mean: float, std: float | None, decimals: int = TABLE_DECIMALS) -> str:
+    """`mean` (and `std`, where there is one) of a metric whose points' means are `means`,
+    as the tables print its cell: "0.9996 ± 0.0000" (metric_decimals, fixed). The report's
+    first page says a sweep's best value so, the number a reader finds in table.md."""
+    places = metric_decimals(means, decimals)
+    return fixed(mean, places) + ("" if std is None else f" ± {fixed(std, places)}")
 
 
 # What a retrieval sweep's relevance level (retrieval.relevance_level) did to its numbers,
@@ -252,7 +262,7 @@ def _has_no_mean(rows) -> bool:
 def to_markdown(
     spec: SweepSpec,
     summary: pd.DataFrame,
-    decimals: int = 3,
+    decimals: int = TABLE_DECIMALS,
     currency: str | None = None,
     marked: Collection[tuple[str, str]] = (),
     levels: Mapping[str, Iterable[int]] | None = None,
@@ -287,7 +297,7 @@ def to_markdown(
 def to_latex(
     spec: SweepSpec,
     summary: pd.DataFrame,
-    decimals: int = 3,
+    decimals: int = TABLE_DECIMALS,
     caption: str | None = None,
     label: str | None = None,
     currency: str | None = None,
@@ -342,7 +352,7 @@ def write_exports(
     summary: pd.DataFrame,
     markdown_path: str | os.PathLike,
     latex_path: str | os.PathLike,
-    decimals: int = 3,
+    decimals: int = TABLE_DECIMALS,
     currency: str | None = None,
     marked: Collection[tuple[str, str]] = (),
     levels: Mapping[str, Iterable[int]] | None = None,

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 
 from shardflow.core.atomic import write_json
 from shardflow.sweep.cost import JobCost, Price, metric_currency, sweep_cost
-from shardflow.sweep.export import write_exports
+from shardflow.sweep.export import TABLE_DECIMALS, write_exports
 from shardflow.sweep.plots import plot_files, plot_sweep
 from shardflow.sweep.spec import SweepSpec
 from shardflow.sweep.table import RunResult, best, collect, relevance_levels, summarise, write_table
@@ -59,7 +59,7 @@ def points_record(spec: SweepSpec) -> dict:
 
 
 def write_report(spec: SweepSpec, results: Iterable[RunResult], job_costs: Iterable[Iterable[JobCost]], folder: str,
-                 decimals: int = 3, price: Price | None = None) -> dict[str, str]:
+                 decimals: int = TABLE_DECIMALS, price: Price | None = None) -> dict[str, str]:
     """Tables, exports, best point, points table, cost and figures of one sweep; their
     paths. `job_costs`: per result, the jobs it read (their benchmark files), for
     cost.json; `price`: what the collection priced the results at (a sweep of

@@ -43,7 +43,8 @@ from shardflow.core.jobs import (
     read_job_table,
 )
 from shardflow.embed.report import ReportParams, run_summary
-from shardflow.sweep.export import level_phrase, value_label
+from shardflow.sweep.export import level_phrase, table_value, value_label
+from shardflow.sweep.table import read_table
 from shardflow.train.params import batch_note
 
 
@@ -211,11 +212,16 @@ def summarisation_section(dataset: str, files: dict) -> Section:
 
 
 def sweep_section(name: str, files: dict) -> Section:
-    """files: best (best.json), points (points.json) and cost (cost.json) of a sweep's collection."""
+    """files: best (best.json), points (points.json), cost (cost.json) and summary
+    (summary.parquet) of a sweep's collection."""
     best, points, cost = read_json(files["best"]), read_json(files["points"]), read_json(files["cost"])
     params = ", ".join(f"{k}={value_label(v)}" for k, v in best["params"].items()) or "(base)"
-    spread = f" ± {best['std']:.4g}" if best.get("std") is not None else ""
-    spread += f" {best['currency']}" if best.get("currency") else ""  # a cost metric of a priced sweep
+    # The best value as table.md prints its cell: the column's decimals, from every point's
+    # mean (export.table_value). `:.4g` gave 40.39 for the table's 40.389, 4.568e+04 for
+    # 45678.900, and 1 ± 1.414e-05 for a cosine the table tells apart as 1.0000 ± 0.0000.
+    means = read_table(files["summary"])[f"{best['metric']}_mean"]
+    value = table_value(means, best["mean"], best.get("std"))
+    value += f" {best['currency']}" if best.get("currency") else ""  # a cost metric of a priced sweep
     # A value computed on a ranking shallower than its k (a retrieval sweep's top_k 100 and an @1000).
     shallow = "; computed on a ranking shallower than its k (retrieval.top_k): not the metric at k"
     shallow = shallow if best.get("beyond_ranking_depth") else ""
@@ -226,7 +232,7 @@ def sweep_section(name: str, files: dict) -> Section:
     rows = [
         ("stage", f"{points['stage']}: {len(points['points'])} points x {len(points['seeds'])} seeds"),
         ("varied", ", ".join(points["params"]) or "seeds only"),
-        (f"best {best['metric']} ({level}{best['goal']})", f"{best['mean']:.4g}{spread} at {params}{shallow}"),
+        (f"best {best['metric']} ({level}{best['goal']})", f"{value} at {params}{shallow}"),
         ("cost", _sweep_cost(cost)),
     ]
     return Section(f"Sweep: {name}", rows)

@@ -36,6 +36,15 @@ def training_files(tmp_path):
     (tmp_path / "jobs.json").write_text(json.dumps({"jobs": []}))
 
 
+def sweep_summary(path, metric: str, means: dict) -> str:
+    """A sweep's summary.parquet, as its collection writes it, with `metric`'s mean per point:
+    the first page prints the best value with the decimals of its table column."""
+    import pandas as pd
+
+    pd.DataFrame({"point": list(means), f"{metric}_mean": list(means.values())}).to_parquet(path, index=False)
+    return path
+
+
 def test_training_section_of_a_diverged_run(tmp_path):
     """A diverged run's losses are null in metrics.json (strict JSON): the page says so."""
     from shardflow.workflow.landing import training_section
@@ -74,9 +83,10 @@ def test_sweep_section_names_the_best_point(tmp_path):
     own = [JobCost(f"benchmarks/sweeps/lead-k/k={k}/seed=0/evaluate.tsv", 10.0) for k in (1, 2, 3)]
     (tmp_path / "cost.json").write_text(json.dumps(sweep_cost([[main, job] for job in own], "lead-k")))
     files = {name: tmp_path / f"{name}.json" for name in ("best", "points", "cost")}
+    files["summary"] = sweep_summary(tmp_path / "summary.parquet", "rouge1", {"k=1": 38.1, "k=2": 39.7, "k=3": 40.3887})
     rows = dict(sweep_section("lead-k", files).rows)
     assert rows["stage"] == "summarise: 3 points x 1 seeds"
-    assert rows["best rouge1 (max)"] == "40.39 at summarise.k=3"
+    assert rows["best rouge1 (max)"] == "40.389 at summarise.k=3"
     best = json.loads((tmp_path / "best.json").read_text())
     best["params"] = {"summarise.k": 3, "summarise.generation.num_beams": None}
     (tmp_path / "best.json").write_text(json.dumps(best))
@@ -112,8 +122,10 @@ def test_a_priced_sweeps_lines_say_their_currency(tmp_path):
     own = [JobCost(f"benchmarks/sweeps/speed/{p}/seed=0/embed_0.tsv", 1800.0, 0.5) for p in ("a", "b")]
     (tmp_path / "cost.json").write_text(json.dumps(sweep_cost([own], "speed", Price(2.0, "EUR"))))
     files = {name: tmp_path / f"{name}.json" for name in ("best", "points", "cost")}
+    files["summary"] = sweep_summary(tmp_path / "summary.parquet", "estimated_cost",
+                                     {"max_length=64": 0.5, "max_length=128": 0.75})
     rows = dict(sweep_section("speed", files).rows)
-    assert rows["best estimated_cost (min)"] == "0.5 ± 0.25 EUR at embedding.max_length=64"
+    assert rows["best estimated_cost (min)"] == "0.500 ± 0.250 EUR at embedding.max_length=64"
     assert rows["cost"] == "2 jobs, 1 GPU-hours (2.00 EUR at 2 EUR per GPU-hour), 3,600 s of job time"
 
 
@@ -286,8 +298,9 @@ def test_retrieval_metrics_beyond_the_ranking_depth_are_marked(tmp_path):
     for name, record in (("best", best), ("points", points), ("cost", cost)):
         (tmp_path / f"{name}.json").write_text(json.dumps(record))
     files = {name: tmp_path / f"{name}.json" for name in ("best", "points", "cost")}
+    files["summary"] = sweep_summary(tmp_path / "summary.parquet", "all.recall_at_1000", {"top_k=100": 0.95})
     assert dict(sweep_section("depth", files).rows)["best all.recall_at_1000 (max)"] == (
-        "0.95 at retrieval.top_k=100; computed on a ranking shallower than its k (retrieval.top_k): not the metric at k"
+        "0.950 at retrieval.top_k=100; computed on a ranking shallower than its k (retrieval.top_k): not the metric at k"
     )
 
 
@@ -426,25 +439,61 @@ def test_a_retrieval_sweeps_best_line_names_a_relevance_level_away_from_1(tmp_pa
             record.update({"relevance_level": level} if level != 1 else {})  # as metrics.json writes it
             runs.append(run_result(pid, seed, record, {"s": 30.0}))
         files = write_report(spec, runs, [[] for _ in runs], str(tmp_path / f"{best}-{levels}"))
-        section = sweep_section("dl", {name: files[name] for name in ("best", "points", "cost")})
+        section = sweep_section("dl", {**{name: files[name] for name in ("best", "points", "cost")},
+                                       "summary": files["summary_parquet"]})
         return dict(section.rows), render([section])
 
-    assert page((2, 2))[0]["best recall_at_10 (relevance >= 2; max)"] == "0.6 at retrieval.top_k=1000"
+    assert page((2, 2))[0]["best recall_at_10 (relevance >= 2; max)"] == "0.600 at retrieval.top_k=1000"
     assert "best ndcg_at_10 (max)" in page((2, 2), best="ndcg_at_10")[0]
     # Runs kept from before the level changed (--touch): the best point's own level, the one
     # its value was scored at (it read "relevance >= 1 or 2, by point", every level of the sweep).
-    assert page((1, 2))[0]["best recall_at_10 (relevance >= 2; max)"] == "0.6 at retrieval.top_k=1000"
-    assert page((2, 1))[0]["best recall_at_10 (relevance >= 1; max)"] == "0.6 at retrieval.top_k=1000"
+    assert page((1, 2))[0]["best recall_at_10 (relevance >= 2; max)"] == "0.600 at retrieval.top_k=1000"
+    assert page((2, 1))[0]["best recall_at_10 (relevance >= 1; max)"] == "0.600 at retrieval.top_k=1000"
     assert page((1, 1))[1] == (
         "shardflow run\n=============\n\nWhat to check first, per stage that ran. Figures, per-chunk timings and "
         "provenance\nare in the categories below; results/<dataset>/ holds the files.\n\nSweep: dl\n---------\n\n"
         "========================= " + "=" * 60 + "\n"
         "stage                     retrieval: 2 points x 1 seeds\n"
         "varied                    retrieval.top\\_k\n"
-        "best recall\\_at\\_10 (max) 0.6 at retrieval.top\\_k=1000\n"
+        "best recall\\_at\\_10 (max) 0.600 at retrieval.top\\_k=1000\n"
         "cost                      0 jobs, 0 GPU-hours, 0 s of job time\n"
         "========================= " + "=" * 60 + "\n"
     )
+
+
+def test_a_sweeps_best_value_reads_as_its_table_cell(tmp_path):
+    """The first page printed a sweep's best mean and std with `:.4g`, not as table.md prints
+    the same cell (export.metric_decimals, fixed): ndcg@10 means of 0.99962 and 0.99996 (with
+    more decimals in the table, which tells them apart) read "1 ± 1.414e-05", a throughput
+    of 45678.9 tokens/s "4.568e+04", and a ROUGE of 40.3887 "40.39" beside the table's
+    40.389. The page's value is now the table's bold cell, character for character."""
+    import re
+    from pathlib import Path
+
+    from shardflow.sweep import parse_sweeps
+    from shardflow.sweep.report import write_report
+    from shardflow.sweep.table import run_result
+    from shardflow.workflow.landing import sweep_section
+
+    config = {"retrieval": {"top_k": 1000, "path": "/data/dl19", "relevance_level": 1}, "embedding": {"seed": 0}}
+    cases = (
+        ("ndcg_at_10", (0.99961, 0.99963, 0.99995, 0.99997), "1.0000 ± 0.0000"),
+        ("ndcg_at_10", (45678.9, 45678.9, 1.0, 1.0), "45678.900 ± 0.000"),
+        ("ndcg_at_10", (40.3887, 40.3887, 1.0, 1.0), "40.389 ± 0.000"),
+    )
+    for i, (metric, values, want) in enumerate(cases):
+        sweep = {"stage": "retrieval", "grid": {"retrieval.top_k": [1000, 100]}, "seeds": [0, 1],
+                 "metrics": {metric: "max"}}
+        spec = parse_sweeps({"dl": sweep}, config, lambda c: None)["dl"]
+        runs = [run_result(pid, seed, {metric: v}, {"s": 30.0}) for (pid, seed), v in zip(spec.jobs(), values,
+                                                                                          strict=True)]
+        files = write_report(spec, runs, [[] for _ in runs], str(tmp_path / str(i)))
+        section = sweep_section("dl", {**{name: files[name] for name in ("best", "points", "cost")},
+                                       "summary": files["summary_parquet"]})
+        row = dict(section.rows)[f"best {metric} (max)"]
+        table = Path(files["markdown"]).read_text(encoding="utf-8")
+        assert row.split(" at ")[0] == want
+        assert f"**{want}**" in table, re.findall(r"\*\*[^*]+\*\*", table)
 
 
 # snakemake.report.auto_report (9.27): the link targets it appends to every caption before
