@@ -92,7 +92,8 @@ def embedding_section(dataset: str, files: dict, report: ReportParams) -> Sectio
         ("GPU-hours and cost", f"{s['gpu_hours']:.4f} GPU-h, {money(s['estimated_cost'])} {s['currency']} " + (
             "(every record came from resumed parts: no cost per record)"
             if s["estimated_cost_per_million_records"] is None
-            else f"({s['estimated_cost_per_million_records']:.2f} per million records computed)")
+            # money, as the cost beside it: a cheap run's under half a cent read 0.00, as if free
+            else f"({money(s['estimated_cost_per_million_records'])} per million records computed)")
          + _killed_attempts(s, resumed=s.get("records_resumed", 0))),
         ("peak GPU memory", _stage_peak_memory(s)),
     ]

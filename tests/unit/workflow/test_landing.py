@@ -181,6 +181,20 @@ def test_embedding_section_says_how_much_of_killed_attempts_it_counted(tmp_path)
     assert "while encoding on cuda:0 (20 records came from resumed parts" in rows["throughput"]
 
 
+def test_a_cost_per_million_records_under_half_a_cent_is_not_zero(tmp_path):
+    """A fast model on a cheap GPU: a million records in 2 s of job time at 2.5 an hour cost
+    0.0014 per million. The line printed the cost with money() (0.0014 USD) but the cost per
+    million with :.2f, "0.00 per million records computed", which reads as free."""
+    stats = {"chunk": 0, "items": 1_000_000, "items_embedded": 1_000_000, "tokens": 10_000_000, "seconds": 1.5,
+             "start_time": 10.0, "end_time": 11.5, "device": "cuda:0"}
+    rows = _embedding_rows(tmp_path, stats, 2.0)
+    assert rows["GPU-hours and cost"] == "0.0006 GPU-h, 0.0014 USD (0.0014 per million records computed)"
+    # From half a cent up, to the cent as before.
+    stats = {**stats, "items": 30, "items_embedded": 30}
+    assert _embedding_rows(tmp_path, stats, 2.0)["GPU-hours and cost"] == (
+        "0.0006 GPU-h, 0.0014 USD (46.30 per million records computed)")
+
+
 def test_the_summarisation_rate_says_how_many_documents_came_from_resumed_parts(tmp_path):
     """As the embedding line does: the rate counts what the jobs summarised, so documents
     from a killed attempt's parts are named, and a run without any reads as before."""
