@@ -83,7 +83,7 @@ def embedding_section(dataset: str, files: dict, report: ReportParams) -> Sectio
         # Encoding: the time during which at least one job was encoding (core.jobs.job_costs:
         # gaps with none, such as another stage's turn, do not count); the jobs' own
         # times (Snakemake's benchmarks) add model loading and start-up.
-        ("wall time", f"{_duration(s['embed_wall_time_s'])} encoding ({s['chunks']} chunk jobs, "
+        ("wall time", f"{_duration(s['embed_wall_time_s'])} encoding ({s['chunks']:,} chunk jobs, "
          f"{_duration(s['embed_job_seconds'])} of job time in all, model loading included)"),
         ("throughput", f"{s['items_per_s']:,.1f} records/s, {s['tokens_per_s']:,.0f} tokens/s while encoding "
          f"on {', '.join(s['devices'])}" + _at_once([j["stats"] for j in jobs]) + (
@@ -112,7 +112,7 @@ def _at_once(stats: list[dict]) -> str:
         most = max(most, running)
     if most < 2:
         return ""
-    return f", up to {most} chunk jobs at once: the rates are theirs together, not one job's or one device's"
+    return f", up to {most:,} chunk jobs at once: the rates are theirs together, not one job's or one device's"
 
 
 def _peaks(allocated: float, reserved: float | None) -> str:
@@ -129,10 +129,10 @@ def _stage_peak_memory(s: dict) -> str:
     if s.get("peak_gpu_mem_mib") is None:
         return "not recorded (the jobs ran before shardflow recorded it)"
     text = _peaks(s["peak_gpu_mem_mib"], s.get("peak_gpu_mem_reserved_mib"))
-    text += (f" by the job of chunk {s['peak_gpu_mem_chunk']}, the largest of the {s['chunks']} jobs' peaks"
+    text += (f" by the job of chunk {s['peak_gpu_mem_chunk']}, the largest of the {s['chunks']:,} jobs' peaks"
              if s["chunks"] > 1 else f" by its one job (chunk {s['peak_gpu_mem_chunk']})")
     if unrecorded:
-        text += f"; {unrecorded} of the jobs ran before shardflow recorded it and are not counted"
+        text += f"; {unrecorded:,} of the jobs ran before shardflow recorded it and are not counted"
     return text
 
 
@@ -142,7 +142,7 @@ def _killed_attempts(s: dict, resumed: int = 0) -> str:
         # By device where the file says (a stage's summary since it does; not a sweep's cost.json).
         devices = (s.get("earlier_attempt_devices") or {}).items()
         on = "on " + ", ".join(f"{device} for {_duration(t)}" for device, t in devices) + "; " if devices else ""
-        return (f"; {_duration(s['earlier_attempt_seconds'])} of {s['earlier_attempts']} killed attempts counted "
+        return (f"; {_duration(s['earlier_attempt_seconds'])} of {s['earlier_attempts']:,} killed attempts counted "
                 f"({on}{s['earlier_attempt_gpu_hours']:.4f} GPU-h; a lower bound: from each one's start to its "
                 "last saved part)")
     if resumed:
@@ -190,7 +190,7 @@ def summarisation_section(dataset: str, files: dict) -> Section:
             ("lengths", f"{s['input_tokens']:,} input and {s['summary_tokens']:,} summary "
              f"{s.get('length_unit', 'tokens (words for lead and extractive)')} "
              f"(compression {s['compression_ratio']:.3f}: all summaries over all inputs)"),
-            ("wall time", f"{_duration(s['summarise_wall_time_s'])} summarising ({s['chunks']} chunk jobs, "
+            ("wall time", f"{_duration(s['summarise_wall_time_s'])} summarising ({s['chunks']:,} chunk jobs, "
              "model loading not included)"),
             # records_resumed: documents of resumed parts (summary.json since 2026-11-28), which
             # the rate, counting what the jobs summarised (core.jobs.items_computed), leaves out.
@@ -231,7 +231,7 @@ def sweep_section(name: str, files: dict) -> Section:
     level = level_phrase(best["metric"], {best["point"]: best.get("relevance_levels", ())})
     level = f"{level}; " if level else ""
     rows = [
-        ("stage", f"{points['stage']}: {len(points['points'])} points x {len(points['seeds'])} seeds"),
+        ("stage", f"{points['stage']}: {len(points['points']):,} points x {len(points['seeds']):,} seeds"),
         ("varied", ", ".join(points["params"]) or "seeds only"),
         (f"best {best['metric']} ({level}{best['goal']})", f"{value} at {params}{shallow}"),
         ("cost", _sweep_cost(cost)),
@@ -461,7 +461,7 @@ def _val_loss_line(m: dict) -> str:
     if m["best_val_loss"] is None:
         return "none: no validation loss was finite (training diverged; see losses.parquet)"
     last = "not finite (training diverged)" if m["final_val_loss"] is None else f"{m['final_val_loss']:.4f}"
-    return f"{m['best_val_loss']:.4f} at step {m['best_step']} (last weights {last} on the whole val split)"
+    return f"{m['best_val_loss']:.4f} at step {m['best_step']:,} (last weights {last} on the whole val split)"
 
 
 def training_section(dataset: str, files: dict, report: ReportParams | None = None) -> Section:
@@ -475,7 +475,7 @@ def training_section(dataset: str, files: dict, report: ReportParams | None = No
     else:
         docs = (f"{t['documents']:,} ({t['train']['documents']:,} train / {t['val']['documents']:,} val, "
                 f"by {meta['split'].get('key', 'id')} hash); {_duplicates(meta['dedup'] or {})}")
-    tokenize = f"; {len(jobs)} tokenize jobs" if jobs else ""
+    tokenize = f"; {len(jobs):,} tokenize jobs" if jobs else ""
     rows = [
         ("documents in", docs),
         ("tokens in", f"{t['tokens']:,} ({t['train']['tokens']:,} train / {t['val']['tokens']:,} val)"),
@@ -525,6 +525,6 @@ def _training_peak_memory(m: dict) -> str:
     text = _peaks(m["peak_gpu_mem_mib"], m.get("peak_gpu_mem_reserved_mib"))
     by_rank = m.get("peak_gpu_mem_mib_by_rank") or []
     if len(by_rank) > 1:
-        text += (f" on the busiest GPU: the largest of the {len(by_rank)} ranks' peaks (allocated by rank: "
+        text += (f" on the busiest GPU: the largest of the {len(by_rank):,} ranks' peaks (allocated by rank: "
                  + ", ".join(f"{v:,.0f}" for v in by_rank) + " MiB)")
     return text

@@ -338,6 +338,50 @@ def test_a_key_of_wide_or_combining_characters_keeps_the_table_whole(tmp_path):
     assert page_problem(text) is None
 
 
+def test_counts_on_the_first_page_have_thousands_separators_as_its_other_counts(tmp_path):
+    """The page writes counts as 12,000 ("12,000 steps of ...", "3,000 read", "resumed from
+    step 12,000"), but a few bare: "at step 12000" under "12,000 steps", "2000 chunk jobs"
+    beside "2,000 read", "1500 killed attempts", "1000 points". Each reads as the others now."""
+    from shardflow.workflow.landing import sweep_section, training_section
+
+    training_files(tmp_path)
+    metrics = {"steps": 12000, "tokens_per_step": 64, "n_params": 1000, "resumed_from_step": 0,
+               "best_val_loss": 4.1, "best_step": 12000, "final_val_loss": 4.0, "train_seconds_total": 1.0,
+               "wall_seconds": 2.0, "tokens_per_second": 100.0, "mfu": None, "device": "cpu", "world_size": 1,
+               "dtype": "float32"}
+    (tmp_path / "m.json").write_text(json.dumps(metrics))
+    files = {"shards": tmp_path / "shards", "jobs": tmp_path / "jobs.json", "metrics": tmp_path / "m.json"}
+    rows = dict(training_section("tr", files).rows)
+    assert rows["steps"].startswith("12,000 steps of 64 tokens")
+    assert rows["best val loss"] == "4.1000 at step 12,000 (last weights 4.0000 on the whole val split)"
+
+    (tmp_path / "manifest.json").write_text(json.dumps({"total_records": 2000}))
+    summary = {"records": 2000, "truncated_inputs": 0, "input_tokens": 10, "summary_tokens": 5,
+               "compression_ratio": 0.5, "summarise_wall_time_s": 1.0, "chunks": 2000, "items_per_s": 15.0,
+               "devices": ["cuda:0"], "gpu_hours": 0.1, "estimated_cost": 0.25, "currency": "USD",
+               "earlier_attempts": 1500, "earlier_attempt_seconds": 1800.0, "earlier_attempt_gpu_hours": 0.5,
+               "peak_gpu_mem_mib": 900.0, "peak_gpu_mem_reserved_mib": None, "peak_gpu_mem_chunk": 7,
+               "peak_gpu_mem_unrecorded": 1200}
+    (tmp_path / "s.json").write_text(json.dumps(summary))
+    rows = dict(summarisation_section("news", {"manifest": tmp_path / "manifest.json", "summary": tmp_path / "s.json"})
+                .rows)
+    assert rows["wall time"] == "1.0 s summarising (2,000 chunk jobs, model loading not included)"
+    assert "; 30.0 min of 1,500 killed attempts counted (" in rows["GPU-hours and cost"]
+    assert rows["peak GPU memory"] == ("900 MiB allocated by the job of chunk 7, the largest of the 2,000 jobs' "
+                                       "peaks; 1,200 of the jobs ran before shardflow recorded it and are not counted")
+
+    ids = [f"k={k}" for k in range(1000)]
+    points = {"stage": "summarise", "params": ["summarise.k"], "seeds": [0], "points": [{"id": i} for i in ids]}
+    best = {"metric": "rouge1", "goal": "max", "mean": 40.0, "std": None, "params": {"summarise.k": 1}, "point": "k=1"}
+    cost = {"jobs": 1000, "gpu_hours": 0.0, "wall_time_s": 1.0, "by_origin": {"main_run": {"jobs": 0},
+                                                                               "shared": {"jobs": 0}}}
+    for name, record in (("best", best), ("points", points), ("cost", cost)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(record))
+    files = {name: tmp_path / f"{name}.json" for name in ("best", "points", "cost")}
+    files["summary"] = sweep_summary(tmp_path / "summary.parquet", "rouge1", dict.fromkeys(ids, 40.0))
+    assert dict(sweep_section("k", files).rows)["stage"] == "summarise: 1,000 points x 1 seeds"
+
+
 def test_the_documents_line_says_duplicates_were_not_looked_for_under_dedup_false(tmp_path):
     """shards.dedup: false drops no duplicate because none is looked for: "0 duplicates
     dropped" read as a corpus checked and clean, where a copy may be in both splits."""
