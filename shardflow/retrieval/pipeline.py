@@ -297,6 +297,7 @@ def search_and_score(
         log.warning("%s: %d judged documents are not in the corpus, e.g. %s: no run can retrieve them, so they "
                     "count as misses (as in MTEB); a mistyped id, or ids written as 1.0 for 1, does the same",
                     qrels_path, len(unknown), ", ".join(map(repr, unknown[:5])))
+    _warn_unshared_queries(query_ids, query_npy, qrels, qrels_path)
     scores = evaluate(qrels, run, ignore_identical_ids=params.drop_identical_ids,
                       relevance_level=params.relevance_level)
     shallow = shallow_metrics(k, len(doc_ids))
@@ -337,6 +338,24 @@ def search_and_score(
     _write_run(run_out, run)
     log.info("metrics: %s", {key: round(metrics[key], 5) for key in HEADLINE})
     return metrics
+
+
+def _warn_unshared_queries(query_ids: list[str], query_npy: str, qrels: dict, qrels_path: str) -> None:
+    """Name the queries that metrics.evaluate leaves out of every mean: embedded but not
+    judged, or judged but not embedded. The prepared queries are the judged ones, so either
+    means the query embeddings are older than the qrels (kept by `--touch` or
+    `--rerun-triggers mtime` after a query was judged or dropped); metrics.json counts only
+    the second kind (`n_queries_not_in_run`)."""
+    embedded = set(query_ids)
+    unjudged = [qid for qid in query_ids if not qrels.get(qid)]  # as evaluate: {} judges nothing
+    unembedded = sorted(qid for qid, judged in qrels.items() if judged and qid not in embedded)
+    if unjudged:
+        log.warning("%d queries of %s have no qrels, so they are not scored: %s (in %s)", len(unjudged), query_npy,
+                    ", ".join(map(repr, unjudged[:5])), qrels_path)
+    if unembedded:
+        log.warning("%s: %d judged queries are not among the embedded queries (%s), so the means leave them out: "
+                    "%s; the query embeddings are older than the qrels: snakemake --forcerun retrieval_queries "
+                    "embeds them", qrels_path, len(unembedded), query_npy, ", ".join(map(repr, unembedded[:5])))
 
 
 def _write_run(path: str, run: dict) -> None:

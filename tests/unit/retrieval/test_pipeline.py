@@ -207,7 +207,8 @@ def test_a_relevance_level_above_every_grade_is_warned_of_naming_the_highest(tmp
     caplog.clear()
     with caplog.at_level("WARNING"):
         _search(tmp_path, docs, queries, "cosine", {"q0": {"d0": 2}, "q1": {"d1": 1}}, relevance_level=2)
-    assert "relevance_level" not in caplog.text  # one judgement at the level is enough
+    # one judgement at the level is enough (the log names q1, judged and not embedded: its path holds the test name)
+    assert "is above every grade" not in caplog.text
 
 
 def test_a_folder_in_s3_is_listed_once_its_files_named_by_url_and_its_qrels_by_version():
@@ -364,3 +365,20 @@ def test_a_cuda_device_the_job_has_not_is_named_before_the_search(tmp_path):
     this process has no CUDA for stops with the device named, not in the first tensor op."""
     with pytest.raises(RuntimeError, match="device 'cuda:1' requested but"):
         _search(tmp_path, [[1.0, 0.0]], [[1.0, 0.0]], "cosine", device="cuda:1")
+
+
+def test_queries_the_qrels_and_the_run_do_not_share_are_counted_and_named(tmp_path, caplog):
+    """A query embedded but no longer judged, or judged but not embedded (queries.npy
+    older than the qrels: kept by --touch or --rerun-triggers mtime), is left out of
+    every mean; the log says how many and names them, as it does judged documents the
+    corpus lacks."""
+    qrels = {"q0": {"d0": 1}, "q7": {"d1": 1}, "q8": {"d0": 1}}  # q1 is in the run, q7 and q8 are not
+    with caplog.at_level("WARNING"):
+        metrics, _ = _search(tmp_path, [[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0], [0.0, 1.0]], "cosine", qrels)
+    assert metrics["n_queries"] == 1 and metrics["n_queries_not_in_run"] == 2 and metrics["ndcg_at_10"] == 1.0
+    assert "1 queries of " in caplog.text and "have no qrels, so they are not scored: 'q1'" in caplog.text
+    assert "2 judged queries are not among the embedded queries" in caplog.text and "'q7', 'q8'" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        _search(tmp_path, [[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0]], "cosine")
+    assert "not scored" not in caplog.text and "not among the embedded queries" not in caplog.text
