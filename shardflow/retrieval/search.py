@@ -86,8 +86,8 @@ def exact_search(
     (opened memory-mapped). Returns `min(k, n_docs)` hits per query, ordered by
     score descending then document row ascending. `device` defaults to CUDA when
     available. `backend="faiss"` scores blocks with `faiss.IndexFlatIP` instead
-    of torch (faiss must be installed; its choice among scores tied at a block's
-    k-th place is its own). With `drop_identical_ids`, `query_ids` and `doc_ids`
+    of torch (faiss must be installed; equal scores at a block's k-th place go to the
+    lowest rows there too). With `drop_identical_ids`, `query_ids` and `doc_ids`
     are required and a hit whose doc id equals its query id is removed.
     """
     if backend not in BACKENDS:
@@ -116,7 +116,7 @@ def exact_search(
     if normalize:
         q = _normalize_np(q)
     if backend == "faiss":
-        scores, indices = _search_faiss(q, docs, k_search, block_size, normalize)
+        scores, indices = _search_faiss(q, docs, k_search, block_size, query_block_size, normalize)
     else:
         scores, indices = _search_torch(
             q, docs, k_search, block_size, query_block_size, normalize, device or default_device()
@@ -299,7 +299,7 @@ def _import_faiss():
 
 
 def _search_faiss(
-    q: np.ndarray, docs: np.ndarray, k: int, block_size: int, normalize: bool
+    q: np.ndarray, docs: np.ndarray, k: int, block_size: int, query_block_size: int, normalize: bool
 ) -> tuple[np.ndarray, np.ndarray]:
     faiss = _import_faiss()
     n_queries, dim = q.shape
@@ -313,9 +313,45 @@ def _search_faiss(
             block = _normalize_np(block)
         index = faiss.IndexFlatIP(dim)
         index.add(block)
-        dist, rows = index.search(q, min(k, stop - start))
+        dist, rows = _faiss_topk(index, q, min(k, stop - start), stop - start, query_block_size)
         cand_s = torch.from_numpy(np.where(np.isnan(dist), -1.0, dist).astype(np.float32))
         cand_i = torch.from_numpy(rows.astype(np.int64))
         cand_i = torch.where(cand_i < 0, torch.full_like(cand_i, _NO_DOC - start), cand_i)
         best_s, best_i = _merge(best_s, best_i, cand_s, cand_i + start, k)
     return _finish(best_s, best_i)
+
+
+def _faiss_topk(
+    index, q: np.ndarray, k: int, n_rows: int, query_block_size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top k of the index's `n_rows` rows per query, ties at the cut going to the lowest row.
+
+    faiss is exact about the k-th score but keeps whichever of the documents tied at it
+    its heap met (not the lowest rows, and not the same ones for another block size). As
+    in `_block_topk`, one hit more shows where that matters: the queries whose (k+1)-th
+    score equals their k-th are searched again, deeper (twice as deep each time) until
+    the deepest hit scores below the k-th or the whole block is in, and cut by score
+    descending, then row ascending. They go query_block_size // 8 at a time: a hit held
+    here takes 24 bytes (score, row, sort order), torch's score block 4 a score, so the
+    two bound memory alike.
+    """
+    if k >= n_rows:
+        return index.search(q, k)  # every row is kept; _merge orders them
+    dist, rows = index.search(q, k + 1)
+    tied = np.flatnonzero(dist[:, k - 1] == dist[:, k])
+    dist, rows = np.ascontiguousarray(dist[:, :k]), np.ascontiguousarray(rows[:, :k])
+    step = max(1, query_block_size // 8)
+    for first in range(0, len(tied), step):
+        some = tied[first : first + step]
+        width = min(2 * k + 1, n_rows)
+        while True:
+            d, r = index.search(q[some], width)
+            if width == n_rows or not (d[:, width - 1] == d[:, k - 1]).any():
+                break
+            width = min(2 * width, n_rows)
+        r = np.where(r < 0, n_rows, r)  # no hit (a NaN score): after every row, and back to -1 below
+        order = np.lexsort((r, -d), axis=-1)[:, :k]
+        dist[some] = np.take_along_axis(d, order, axis=1)
+        kept = np.take_along_axis(r, order, axis=1)
+        rows[some] = np.where(kept == n_rows, -1, kept)
+    return dist, rows

@@ -164,3 +164,32 @@ def test_faiss_backend_matches_torch():
     b = exact_search(queries, docs, 20, block_size=128, normalize=True, backend="faiss")
     np.testing.assert_array_equal(a.indices, b.indices)
     np.testing.assert_allclose(a.scores, b.scores, atol=1e-5)
+
+
+@pytest.mark.parametrize("k", [1, 5, 50, 300])
+@pytest.mark.parametrize("block_size", [7, 64, 1000])
+def test_faiss_backend_breaks_ties_at_a_blocks_cut_by_row_as_torch_does(k, block_size):
+    """Scores that are exact in float32 are equal in both backends, so faiss must return
+    torch's hits: at a block's k-th place faiss kept whichever tied document its heap
+    met (row 23 for row 16 in one block of 300 rows), not the lowest rows."""
+    pytest.importorskip("faiss")
+    rng = np.random.default_rng(k * 1000 + block_size)
+    docs, queries = grid_vectors(rng, 300), grid_vectors(rng, 30)  # 30 queries: faiss's BLAS path
+    for q in (queries, queries[:3]):  # 3: its path for fewer than 20 queries
+        hits = exact_search(q, docs, k, block_size=block_size, backend="faiss")
+        want_rows, want_scores = brute_force(q, docs, k)
+        np.testing.assert_array_equal(hits.indices, want_rows)
+        np.testing.assert_array_equal(hits.scores, want_scores.astype(np.float32))
+        torch_hits = exact_search(q, docs, k, block_size=block_size, device="cpu")
+        np.testing.assert_array_equal(hits.indices, torch_hits.indices)
+
+
+def test_faiss_backend_with_every_score_tied_keeps_the_lowest_rows():
+    """A zero query (an empty text under cosine) ties every document in every block."""
+    pytest.importorskip("faiss")
+    docs = grid_vectors(np.random.default_rng(5), 200)
+    queries = np.zeros((2, 6), dtype=np.float32)
+    queries[1, 0] = 1.0
+    hits = exact_search(queries, docs, 10, block_size=64, normalize=True, backend="faiss")
+    assert hits.indices[0].tolist() == list(range(10)) and (hits.scores[0] == 0).all()
+    np.testing.assert_array_equal(hits.indices, exact_search(queries, docs, 10, block_size=64, normalize=True).indices)
