@@ -46,6 +46,17 @@ def read_ids(path: str | os.PathLike) -> list[str]:
     return pq.read_table(path, columns=["id"]).column("id").to_pylist()
 
 
+def read_id_array(path: str | os.PathLike):
+    """The id column as one pyarrow array, for a job that needs few of many ids as `str`
+    (`.take(rows).to_pylist()`). About 16 bytes an id (the text, an 8-byte offset: large
+    strings, so ids of any total length fit one array) where `read_ids`' list takes about
+    65: 0.6 GB for MS MARCO's 8.8 M passages."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path, columns=["id"]).column("id").cast(pa.large_string()).combine_chunks()
+
+
 def id_at(path: str | os.PathLike, row: int) -> str | None:
     """The id at `row` (counting from 0) of an id column file, reading the one row group
     that holds it; None where the file has no such row."""
