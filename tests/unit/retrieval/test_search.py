@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from shardflow.retrieval.search import exact_search, load_embeddings, to_run
+from shardflow.retrieval.search import LazyRun, TopK, exact_search, load_embeddings, to_run
 
 
 def grid_vectors(rng, n, dim=6):
@@ -134,6 +134,28 @@ def test_to_run_keeps_rank_order():
     docs = np.array([[1.0], [3.0], [2.0]], dtype=np.float32)
     run = to_run(exact_search(np.array([[1.0]], dtype=np.float32), docs, 3), ["q"], ["x", "y", "z"])
     assert list(run["q"].items()) == [("y", 3.0), ("z", 2.0), ("x", 1.0)]
+
+
+def test_a_lazy_run_reads_as_to_run_makes_it_from_a_list_or_an_arrow_array():
+    """LazyRun is to_run's run made a query at a time: the same queries in the same order,
+    the same rankings (padding skipped; a doc id twice in a ranking, a query id twice,
+    kept as the dict keeps them), from ids in a list or in one pyarrow array."""
+    import pyarrow as pa
+
+    hits = TopK(
+        indices=np.array([[2, 0, -1], [1, 3, 0], [3, 2, 1]]),
+        scores=np.array([[0.5, 0.25, -np.inf], [0.75, 0.5, 0.125], [1.0, 0.5, 0.0]], dtype=np.float32),
+    )
+    query_ids, doc_ids = ["a", "b", "a"], ["x", "y", "z", "x"]
+    run = to_run(hits, query_ids, doc_ids)
+    assert run == {"a": {"x": 1.0, "z": 0.5, "y": 0.0}, "b": {"y": 0.75, "x": 0.125}}
+    for ids in (doc_ids, pa.array(doc_ids, pa.large_string())):
+        lazy = LazyRun(hits, query_ids, ids)
+        assert list(lazy.items()) == list(run.items()) and len(lazy) == 2
+        assert [list(lazy[q].items()) for q in lazy] == [list(r.items()) for r in run.values()]
+        assert "b" in lazy and "c" not in lazy
+    with pytest.raises(ValueError, match="2 query ids for 3 result rows"):
+        LazyRun(hits, ["a", "b"], doc_ids)
 
 
 def test_errors():
