@@ -382,3 +382,31 @@ def test_queries_the_qrels_and_the_run_do_not_share_are_counted_and_named(tmp_pa
     with caplog.at_level("WARNING"):
         _search(tmp_path, [[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0]], "cosine")
     assert "not scored" not in caplog.text and "not among the embedded queries" not in caplog.text
+
+
+def test_the_evaluation_holds_no_python_object_per_document_or_hit(tmp_path):
+    """The corpus ids stay one Arrow array and each query's ranking is made as it is scored
+    and as it is written (search.LazyRun), so the Python objects search_and_score holds do
+    not grow with the corpus or the run. A str per document and a dict entry and float per
+    hit, held to the end, made MS MARCO dev's job (8.8 M passages, 6,980 queries x 1,000
+    hits) peak at 2.1 GB RSS after the search; 1.1 GB now, the outputs the same bytes."""
+    import tracemalloc
+
+    n_docs, n_queries, k = 100_000, 100, 1000
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "d.npy", rng.standard_normal((n_docs, 2)).astype(np.float32))
+    np.save(tmp_path / "q.npy", rng.standard_normal((n_queries, 2)).astype(np.float32))
+    write_ids_parquet(tmp_path / "d.parquet", [str(i) for i in rng.permutation(n_docs)])
+    write_ids_parquet(tmp_path / "q.parquet", [f"q{i}" for i in range(n_queries)])
+    (tmp_path / "qrels.json").write_text(json.dumps({f"q{i}": {str(i): 1} for i in range(n_queries)}))
+    files = [str(tmp_path / n) for n in ("d.npy", "d.parquet", "q.npy", "q.parquet", "qrels.json")]
+    out = [str(tmp_path / n) for n in ("m.json", "p.parquet", "r.parquet")]
+    search_and_score(*files, EvaluateParams(top_k=10, device="cpu"), *out)  # imports and first calls
+    tracemalloc.start()
+    try:
+        search_and_score(*files, EvaluateParams(top_k=k, device="cpu"), *out)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert pq.read_metadata(out[2]).num_rows == n_queries * k
+    assert peak / (n_docs + n_queries * k) < 20, peak  # 85 before, 8 now
