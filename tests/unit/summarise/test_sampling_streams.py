@@ -150,3 +150,69 @@ def test_an_out_of_memory_back_off_draws_what_a_run_without_it_draws(gpt2, texts
     for smaller in (replace(p, token_budget=gen.backoff.token_budget), replace(p, max_batch_size=1)):
         assert summaries(load_generator(smaller).summarise(texts)) == summaries(clean)
     assert len(set(summaries(clean))) > len(texts) // 2  # the samples differ from text to text
+
+
+@pytest.fixture(scope="module")
+def bart_top_k_top_p(tmp_path_factory) -> Path:
+    """A seq2seq model whose own generation config samples with warpers (top-k, top-p, a temperature)."""
+    root = tmp_path_factory.mktemp("tiny_bart_sampling")
+    return tiny_generators.build_bart(root, do_sample=True, top_k=10, top_p=0.95, temperature=0.8)
+
+
+@pytest.mark.parametrize("model,num_beams", [("gpt2", 1), ("gpt2", 2), ("bart", 1), ("bart", 2)])
+def test_a_sampled_summary_is_generate_alone_with_its_documents_stream(gpt2, bart_top_k_top_p, texts, model, num_beams):
+    """What the module promises: a sampled summary is `model.generate` on its text alone,
+    drawing from the one stream `document_seed` gives the document (`_DocumentStreams`)."""
+    from shardflow.summarise.generate import _DocumentStreams, _drawing_from
+
+    folder = {"gpt2": gpt2, "bart": bart_top_k_top_p}[model]
+    gen = load_generator(sampling(folder, seed=7, num_beams=num_beams, token_budget=600))
+    records = gen.summarise(texts)
+    assert gen.last_stats.batches > 2  # batched, several rows a batch
+    ids, _ = gen.encode(texts)
+    chunk = texts_fingerprint(texts)
+    for i, x in enumerate(ids):
+        streams = _DocumentStreams([document_seed(7, chunk, i)])
+        with torch.inference_mode(), _drawing_from(streams):
+            out = gen.model.generate(
+                input_ids=torch.tensor([x]),
+                attention_mask=torch.ones(1, len(x), dtype=torch.long),
+                generation_config=gen.generation_config,
+            )[0]
+        new = out[len(x) :] if gen.decoder_only else out[1:]
+        assert records[i]["summary"] == gen.tokenizer.decode(new, skip_special_tokens=True).strip(), f"text {i}"
+    assert len(set(summaries(records))) > len(texts) // 2
+
+
+def test_an_out_of_memory_inside_generate_leaves_nothing_behind(gpt2, texts):
+    """An out-of-memory in the middle of `generate` (steps already drawn, not before it
+    as the hook of the test above raises it): the halves draw from their documents'
+    fresh streams, later windows are untouched, and torch.multinomial is torch's again,
+    after it and after a KeyboardInterrupt raised the same way."""
+    p = sampling(gpt2, seed=0, num_beams=2)
+    clean = summaries(load_generator(p).summarise(texts))
+    original = torch.multinomial
+    gen = load_generator(p)
+    head = gen.model.get_output_embeddings()
+    steps = []
+
+    def out_of_memory_at_step_3(module, args):  # the first batch of several rows, 3 steps in
+        steps.append(len(args[0]))
+        if len(steps) == 3 and len(args[0]) > 2:
+            raise torch.OutOfMemoryError("injected: out of memory")
+
+    hook = head.register_forward_pre_hook(out_of_memory_at_step_3)
+    backed_off = summaries(gen.summarise(texts))
+    hook.remove()
+    assert gen.last_stats.oom_backoffs == 1 and torch.multinomial is original
+    assert backed_off == clean
+
+    def interrupted(module, args):
+        raise KeyboardInterrupt
+
+    hook = head.register_forward_pre_hook(interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        gen.summarise(texts)
+    hook.remove()
+    assert torch.multinomial is original
+    assert summaries(gen.summarise(texts)) == clean
