@@ -36,6 +36,7 @@ from shardflow.retrieval.pipeline import RetrievalSpec
 from shardflow.summarise.params import (
     METHOD_KEYS,
     ignored_by,
+    method_params,
     score_params,
     without_effect,
 )
@@ -1089,8 +1090,7 @@ def sweep_outputs(name):
 def summarise_params(wildcards):
     """The summarise keys the job's method reads (shardflow.summarise.params.METHOD_KEYS):
     changing a key the method ignores reruns nothing."""
-    sm = stage_section("summarise", wildcards)
-    return {k: sm[k] for k in METHOD_KEYS[sm["method"]]}
+    return method_params(stage_section("summarise", wildcards))
 
 
 def summary_score_params():

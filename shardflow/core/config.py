@@ -42,7 +42,16 @@ UNTRACKED_KEYS = ("compile_cache", "checkpoint_interval", "keep_chunk_vectors")
 # input.max_record_mb is older than its place here: it reached the summarisation scoring's
 # params (shardflow.summarise.params.score_params) after their outputs existed, and 64 is
 # the limit the scoring read with before (ScoreParams' default, in bytes).
-NEUTRAL_ADDED_KEYS = {("embedding", "cuda_graphs"): "auto", ("input", "max_record_mb"): 64}
+# summarise.generation's sampling settings came after abstractive jobs recorded the
+# generation section (a section of its own here: summarise.params.method_params); null
+# leaves the model's value, as before them.
+NEUTRAL_ADDED_KEYS = {
+    ("embedding", "cuda_graphs"): "auto",
+    ("input", "max_record_mb"): 64,
+    ("summarise.generation", "temperature"): None,
+    ("summarise.generation", "top_k"): None,
+    ("summarise.generation", "top_p"): None,
+}
 _ABSENT = object()
 
 

@@ -51,7 +51,12 @@ GENERATION_FIELDS = (
     "no_repeat_ngram_size",
     "early_stopping",
     "do_sample",
+    "temperature",
+    "top_k",
+    "top_p",
 )
+# Of those, the ones only sampling reads (transformers' sampling warpers).
+SAMPLING_FIELDS = ("temperature", "top_k", "top_p")
 
 
 @dataclass(frozen=True)
@@ -75,7 +80,9 @@ class GenerateParams:
         It goes through the tokenizer's chat template as one user message,
         "<prompt>\\n\\n<text>", with the generation prompt added; a tokenizer without
         a chat template gets PLAIN_TEMPLATE instead.
-    num_beams ... do_sample: generation overrides (None: the model's setting).
+    num_beams ... do_sample, temperature, top_k, top_p: generation overrides (None: the
+        model's setting); the last three are read only when sampling (SAMPLING_FIELDS),
+        and setting one where the merged config does not sample is an error.
     seed: required when sampling (do_sample here or in the model's config); each
         document draws from its own stream, seeded with a hash of (seed, the chunk's
         texts, its position in the chunk): `generate.document_seed`.
@@ -99,6 +106,9 @@ class GenerateParams:
     no_repeat_ngram_size: int | None = None
     early_stopping: bool | str | None = None
     do_sample: bool | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
     seed: int | None = None
     window: int = 1024
     threads: int | None = None
@@ -122,7 +132,13 @@ class GenerateParams:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1 or None")
-        for name in ("min_length", "min_new_tokens", "no_repeat_ngram_size"):
+        # transformers refuses a temperature or top_p outside these when it builds the
+        # warpers, at the first batch; here, the value is named before the model loads.
+        if self.temperature is not None and not self.temperature > 0:
+            raise ValueError(f"temperature {self.temperature!r}: expected a number above 0 or None")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p {self.top_p!r}: expected a number above 0 and at most 1, or None")
+        for name in ("min_length", "min_new_tokens", "no_repeat_ngram_size", "top_k"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must be >= 0 or None")
@@ -203,6 +219,15 @@ def merge_generation_config(base, params: GenerateParams, task: dict[str, Any] |
     unused = merged.update(**params.overrides())
     assert not unused, unused  # every override name is a GenerationConfig field
     eff = effective(merged)
+    unread = [name for name in SAMPLING_FIELDS if getattr(params, name) is not None]
+    if unread and not eff.do_sample:
+        # transformers ignores them there (a warning at most): greedy or beam search
+        # summaries under a config that reads as sampled ones.
+        names = ", ".join(unread)
+        raise ValueError(
+            f"{params.model}: summarise.generation sets {names}, which only sampling reads, but the generation "
+            f"config does not sample: set summarise.generation.do_sample: true, or leave {names} out"
+        )
     if eff.do_sample and params.seed is None:
         raise ValueError(
             f"{params.model}: the generation config samples (do_sample: true); set do_sample: false, or a seed"

@@ -27,6 +27,18 @@ METHOD_KEYS = {
 }
 
 
+def method_params(sm: dict) -> dict:
+    """The `summarise` params of a summarise job (rules/common.smk, summarise_params): the
+    keys its method reads (METHOD_KEYS), `generation` as recorded, without the keys added
+    to it since abstractive jobs first recorded it while they hold their neutral null
+    (core.config.NEUTRAL_ADDED_KEYS: temperature, top_k, top_p), so an upgrade reruns no
+    finished summarise job."""
+    params = {k: sm[k] for k in METHOD_KEYS[sm["method"]]}
+    if "generation" in params:
+        params["generation"] = recorded("summarise.generation", params["generation"])
+    return params
+
+
 # Keys a method reads that decide no summary: `window` only sizes its resumable parts
 # (each lead or extractive summary depends on its document alone), so a sweep over it
 # would run the same summaries at every point. (Abstractive jobs batch within a window,

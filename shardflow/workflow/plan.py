@@ -41,6 +41,7 @@ from shardflow.corpus.readers import (
     record_limit_bytes,
 )
 from shardflow.retrieval.pipeline import RetrievalSpec
+from shardflow.summarise.generate_params import SAMPLING_FIELDS
 from shardflow.sweep import shared
 from shardflow.sweep.metrics import describe, loads_model, stage_metrics, summary_report_metrics
 from shardflow.train.tokenizer import pretrained_unavailable
@@ -749,6 +750,14 @@ def summarise_model(cfg: dict, sources: tuple[str, ...] = ()) -> None:
         raise ValueError(
             "summarise.generation.do_sample is true but summarise.seed is null: set a seed, so that a rerun "
             "or a resumed job gives the same summaries"
+        )
+    sampling = [k for k in SAMPLING_FIELDS if sm["generation"].get(k) is not None]
+    if sm["method"] == "abstractive" and sampling and sm["generation"].get("do_sample") is False:
+        # Where do_sample is null the model's config decides: its job checks (merge_generation_config).
+        raise ValueError(
+            f"summarise.generation sets {', '.join(sampling)}, which only sampling reads, but "
+            "summarise.generation.do_sample is false: transformers would ignore them; set do_sample: true "
+            "(and summarise.seed), or leave them out"
         )
     if sm["reference_field"]:  # method stored included (it needs one, above)
         opts = ReaderOptions(format=cfg["input"]["format"])

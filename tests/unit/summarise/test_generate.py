@@ -368,7 +368,7 @@ def test_params_validation(tiny, tmp_path):
     with pytest.raises(ValueError, match="needs a seed"):
         GenerateParams(model="m", do_sample=True)
     with pytest.raises(TypeError):
-        GenerateParams(model="m", temperature=0.7)
+        GenerateParams(model="m", temp=0.7)
     with pytest.raises(TypeError, match="beams"):
         params_from_dict({"model": "m", "beams": 2})
     assert params_from_dict({"model": "m", "num_beams": 2}).overrides() == {"num_beams": 2}

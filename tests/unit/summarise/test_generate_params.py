@@ -155,7 +155,7 @@ def test_whole_floats_become_ints_and_length_penalty_stays_a_float():
 def test_overrides_are_the_set_generation_fields_in_their_order():
     every = dict(
         num_beams=2, max_new_tokens=9, min_length=1, min_new_tokens=2, length_penalty=-0.5,
-        no_repeat_ngram_size=3, early_stopping="never", do_sample=True,
+        no_repeat_ngram_size=3, early_stopping="never", do_sample=True, temperature=0.7, top_k=50, top_p=0.9,
     )  # fmt: skip
     p = GenerateParams(model="m", seed=1, prefix="x: ", max_input_length=5, **every)
     assert list(p.overrides()) == list(GENERATION_FIELDS)
@@ -164,9 +164,9 @@ def test_overrides_are_the_set_generation_fields_in_their_order():
 
 def test_params_from_dict_names_every_unknown_key_sorted():
     with pytest.raises(TypeError) as info:
-        params_from_dict({"model": "m", "temperature": 0.7, "beams": 2, "num_beams": 2})
+        params_from_dict({"model": "m", "temp": 0.7, "beams": 2, "num_beams": 2})
     known = sorted(f.name for f in dataclasses.fields(GenerateParams))
-    assert str(info.value) == f"unknown summarise parameter(s) ['beams', 'temperature']; known: {known}"
+    assert str(info.value) == f"unknown summarise parameter(s) ['beams', 'temp']; known: {known}"
 
 
 def test_params_from_dict_without_a_model_is_a_type_error_naming_it():
@@ -375,3 +375,37 @@ def test_task_specific_params_that_are_no_mapping_name_config_json(value, kind):
         with pytest.raises(ValueError) as info:
             read(config)
         assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"temperature": 0}, "temperature 0: expected a number above 0 or None"),
+        ({"temperature": -1.5}, "temperature -1.5: expected a number above 0 or None"),
+        ({"top_p": 0}, "top_p 0: expected a number above 0 and at most 1, or None"),
+        ({"top_p": 1.5}, "top_p 1.5: expected a number above 0 and at most 1, or None"),
+        ({"top_k": -1}, "top_k must be >= 0 or None"),
+    ],
+)
+def test_sampling_settings_are_checked_where_transformers_would_fail_or_ignore_them(kw, message):
+    with pytest.raises(ValueError) as info:
+        GenerateParams(model="m", do_sample=True, seed=0, **kw)
+    assert str(info.value) == message
+
+
+def test_sampling_settings_override_the_models_and_need_sampling():
+    """temperature, top_k and top_p (summarise.generation) override the model's own; set
+    where the run does not sample (do_sample false here, in the model or its task, or
+    unset) they would change nothing, silently (transformers warns at most): an error
+    naming summarise.generation.do_sample."""
+    base = _generation(do_sample=True, top_k=5, temperature=1.0)
+    params = GenerateParams(model="m", seed=0, temperature=0.7, top_k=0, top_p=0.95)
+    merged = merge_generation_config(base, params)
+    assert (merged.temperature, merged.top_k, merged.top_p, merged.do_sample) == (0.7, 0, 0.95, True)
+    for base, do_sample in ((_generation(), None), (_generation(do_sample=True), False)):
+        with pytest.raises(ValueError) as info:
+            merge_generation_config(base, GenerateParams(model="/models/m", seed=0, do_sample=do_sample, top_p=0.9))
+        assert str(info.value) == (
+            "/models/m: summarise.generation sets top_p, which only sampling reads, but the generation config "
+            "does not sample: set summarise.generation.do_sample: true, or leave top_p out"
+        )

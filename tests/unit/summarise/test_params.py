@@ -228,3 +228,27 @@ def test_every_lead_and_extractive_key_is_a_summarise_params_field():
     names = {f.name for f in dataclasses.fields(SummariseParams)}
     assert set(METHOD_KEYS["lead"]) <= names
     assert set(METHOD_KEYS["extractive"]) - names == {"encoder"}
+
+
+def test_an_abstractive_jobs_params_record_the_sampling_settings_only_where_set():
+    """temperature, top_k and top_p joined summarise.generation after abstractive jobs had
+    recorded it: at null they stay out of the job's params, which are then those of a
+    job that finished before them (the eight keys below), so an upgrade reruns no finished
+    summarise job; a set value is recorded and reruns the job."""
+    from shardflow.core.config import load_schema, read_yaml, validate_config
+    from shardflow.summarise.params import method_params
+    from tests.helpers import REPO
+
+    schema = load_schema(REPO / "config" / "config.schema.yaml")
+    config = validate_config(read_yaml(REPO / "config" / "config.yaml"), schema)
+    config["summarise"].update(method="abstractive", model="/models/bart")
+    params = method_params(config["summarise"])
+    assert params["generation"] == {
+        "num_beams": None, "max_new_tokens": None, "min_length": None, "min_new_tokens": None,
+        "length_penalty": None, "no_repeat_ngram_size": None, "early_stopping": None, "do_sample": None,
+    }  # fmt: skip
+    config["summarise"]["generation"].update(do_sample=True, temperature=0.7)
+    assert method_params(config["summarise"])["generation"]["temperature"] == 0.7
+    assert "top_p" not in method_params(config["summarise"])["generation"]
+    config["summarise"]["method"] = "lead"
+    assert "generation" not in method_params(config["summarise"])

@@ -426,6 +426,13 @@ def test_summarisation_settings_that_cannot_work_stop_at_parse_time():
     with pytest.raises(ValueError, match="do_sample is true but summarise.seed is null"):
         plan.summarise_model(cfg(generation={"do_sample": True}))
     plan.summarise_model(cfg(generation={"do_sample": True}, seed=3))
+    # A sampling setting with do_sample false: transformers ignores it (the job would stop
+    # on it too, also where the model's own config does not sample)
+    with pytest.raises(ValueError, match="summarise.generation sets temperature, top_p, which only sampling reads, but "
+                                         "summarise.generation.do_sample is false"):
+        plan.summarise_model(cfg(generation={"do_sample": False, "temperature": 0.7, "top_p": 0.9}, seed=3))
+    plan.summarise_model(cfg(generation={"do_sample": True, "temperature": 0.7, "top_k": 0}, seed=3))
+    plan.summarise_model(cfg(generation={"temperature": 0.7}, seed=3))  # the model's config decides: the job checks
     with pytest.raises(ValueError, match=r"summarise.reference_field reads the input as JSONL\(.gz\), but a.csv is csv"):
         plan.summarise_model(cfg(method="lead", reference_field="highlights"), ("a.jsonl.gz", "a.csv"))
     with pytest.raises(ValueError, match="summarise.reference_field reads the input as JSONL"):
