@@ -63,9 +63,14 @@ def items_computed(stats: dict) -> int:
 
 
 def read_benchmark(path: str | os.PathLike) -> dict:
-    """One Snakemake benchmark TSV (the last repeat) as floats where possible."""
-    with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh, delimiter="\t"))
+    """One Snakemake benchmark TSV (the last repeat) as floats where possible. A file
+    the csv module cannot read (NUL bytes, which Python 3.10's refuses: a power loss
+    leaves zeros where Snakemake was writing) is a ValueError naming it."""
+    try:
+        with open(path, newline="") as fh:
+            rows = list(csv.DictReader(fh, delimiter="\t"))
+    except csv.Error as exc:
+        raise ValueError(f"{path}: not a benchmark table ({exc})") from exc
     if not rows:
         raise ValueError(f"{path}: empty benchmark file")
     out = {}

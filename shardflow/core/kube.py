@@ -10,8 +10,9 @@ no retry of the job, no keep-going, and the Jobs still running left in the names
 `failed_pod_logs_readable()` makes such a read fall back to the log of the container as
 it is, the one that failed, so that the plugin reports the failure as its authors meant:
 the job is resubmitted in a new pod (the rule's `retries:`, `resources.<rule>.retries`,
-with the memory of the next attempt; the profile's `retries` for a rule without, with the
-same memory), and the other jobs run on.
+with the memory of the next attempt; the profile's `retries` for a rule without, whose
+`default-resources` memory grows per attempt too in the eks profile), and the other jobs
+run on.
 """
 
 from __future__ import annotations

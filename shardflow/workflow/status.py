@@ -821,7 +821,11 @@ def mark_retrying(stage: Stage, logs: SnakemakeLogs) -> None:
         # earlier attempt's: this one has not run its script yet (queued).
         queued = event == "start" and started is not None and (_mtime(job.log) or 0.0) < started + 1.0
         if running:
-            if not (event in ("error", "restart") or (queued and attempt and attempt > 1)):
+            # A log's mtime is the file server's clock: one behind the controller's makes a
+            # running attempt's log read as written before its start. Its folder's records
+            # (the node's clock) say it has begun.
+            begun = started is not None and (_newest_part(job.attempts) or 0.0) >= started
+            if not (event in ("error", "restart") or (queued and not begun and attempt and attempt > 1)):
                 continue
             job.state, job.error, job.error_file = FAILED_STATE, KILLED, job.log
         if run.ended:

@@ -185,3 +185,13 @@ def test_small_figures_print_in_fixed_point_to_two_significant_digits():
 
     assert [money(x) for x in (0.0, 0.00004, 0.0049, 0.005, 1234.5)] == ["0.00", "0.00004", "0.0049", "0.01", "1234.50"]
     assert [significant(x) for x in (3e-05, 0.04, 2.5, 9.96, 0.0)] == ["0.00003", "0.04", "2.5", "10", "0"]
+
+
+def test_read_benchmark_that_the_csv_module_refuses_is_a_value_error_naming_it(tmp_path):
+    """A power loss can leave a benchmark of zero bytes: past the csv module's field limit
+    (128 KiB) it refused the file with csv.Error (Python 3.10: at any NUL), which neither
+    `make status` nor the report caught as an unreadable file."""
+    path = tmp_path / "b.tsv"
+    path.write_bytes(b"s\th:m:s\n" + b"\0" * 200_000)
+    with pytest.raises(ValueError, match=f"{path}: not a benchmark table"):
+        read_benchmark(path)

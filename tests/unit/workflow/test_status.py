@@ -1048,6 +1048,11 @@ def test_a_running_job_snakemake_reported_failed_is_failed_or_retrying_not_runni
     assert (job.state, job.attempt, job.retry_log) == ("retrying", 1, sm_log)
     snakemake_log([*killed, ("restart", 1, 1, now), ("start", 1, 2, now + 5)])
     assert (chunk_1().state, chunk_1().attempt) == ("retrying", 1)
+    # Attempt 2 opened its folder after its start (its record, by its node's clock) while
+    # its log, by a file server's clock some seconds behind, reads as written before it:
+    # running, not retrying
+    in_progress(1, now + 7.0, 0, monkeypatch, log=False)
+    assert chunk_1().state == "running"
     os.utime(log1, (now + 9, now + 9))  # attempt 2 runs its script
     assert chunk_1().state == "running"
     os.utime(log1, (now - 6, now - 6))
