@@ -359,12 +359,15 @@ def test_the_evaluation_script_searches_on_the_device_its_job_was_given(monkeypa
     assert searched[0].device == device
 
 
-@pytest.mark.skipif(__import__("torch").cuda.device_count() > 1, reason="this host has a cuda:1")
 def test_a_cuda_device_the_job_has_not_is_named_before_the_search(tmp_path):
     """A GPU job's own device now reaches the search (the script passed none before): one
-    this process has no CUDA for stops with the device named, not in the first tensor op."""
-    with pytest.raises(RuntimeError, match="device 'cuda:1' requested but"):
-        _search(tmp_path, [[1.0, 0.0]], [[1.0, 0.0]], "cosine", device="cuda:1")
+    this process has no CUDA for stops with the device named, not in the first tensor op.
+    The index one past this host's last GPU is absent on every host (cuda:0 without CUDA)."""
+    import torch
+
+    absent = f"cuda:{torch.cuda.device_count()}"
+    with pytest.raises(RuntimeError, match=f"device '{absent}' requested but"):
+        _search(tmp_path, [[1.0, 0.0]], [[1.0, 0.0]], "cosine", device=absent)
 
 
 def test_queries_the_qrels_and_the_run_do_not_share_are_counted_and_named(tmp_path, caplog):
