@@ -63,9 +63,12 @@ def items_computed(stats: dict) -> int:
 
 
 def read_benchmark(path: str | os.PathLike) -> dict:
-    """One Snakemake benchmark TSV (the last repeat) as floats where possible. A file
-    the csv module cannot read (NUL bytes, which Python 3.10's refuses: a power loss
-    leaves zeros where Snakemake was writing) is a ValueError naming it."""
+    """One Snakemake benchmark TSV (the last repeat) as floats where possible.
+
+    Snakemake writes it in place, not through a temporary: a run killed while writing it
+    leaves it cut short, a power loss may leave zeros. A file the csv module cannot read
+    (NUL bytes, which Python 3.10's refuses), or whose time `s` is no finite number of
+    seconds (every reader adds it up), is a ValueError naming it."""
     try:
         with open(path, newline="") as fh:
             rows = list(csv.DictReader(fh, delimiter="\t"))
@@ -79,6 +82,9 @@ def read_benchmark(path: str | os.PathLike) -> dict:
             out[k] = float(v)
         except (TypeError, ValueError):
             out[k] = v
+    if "s" in out and not (isinstance(out["s"], float) and math.isfinite(out["s"])):
+        shown = repr(out["s"])  # a row of zeros may be long: its start is enough
+        raise ValueError(f"{path}: s is {shown[:40]}{'...' if len(shown) > 40 else ''}, not a number of seconds")
     return out
 
 

@@ -110,7 +110,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import math
 import os
 import platform
 import re
@@ -949,20 +948,16 @@ def _stats(job: Job, record: str, count: str = "items") -> str | None:
 
 def _benchmark(job: Job, record: str) -> str | None:
     """A finished job's benchmark into `job.bench` ({} where there is none); None, or what
-    makes it unreadable, naming it. Snakemake writes it in place, not through a temporary:
-    a run killed while writing it leaves it cut short, a power loss may leave zeros, and a
-    time `s` that is no finite number would fail status, or make its GPU-hours nan. Without
+    makes it unreadable (core.jobs.read_benchmark: cut short, zeroed), naming it. Without
     it, the job's time is its record's own (`finish`), its model loading not known."""
     job.bench = {}
     if not job.benchmark or not os.path.isfile(job.benchmark):
         return None
     try:
         bench = read_benchmark(job.benchmark)
-        if "s" in bench and not (isinstance(bench["s"], float) and math.isfinite(bench["s"])):
-            shown = repr(bench["s"])  # a row of zeros may be long: its start is enough
-            raise ValueError(f"s is {shown[:40]}{'...' if len(shown) > 40 else ''}, not a number of seconds")
     except (OSError, ValueError) as exc:
-        return f"{job.benchmark} is not readable ({exc}): its job's time is taken from its {record}"
+        why = str(exc).removeprefix(f"{job.benchmark}: ")
+        return f"{job.benchmark} is not readable ({why}): its job's time is taken from its {record}"
     job.bench = bench
     return None
 
