@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardflow.core.failures import guard_retries
-from shardflow.core.gpu_slots import PRESET, parse_devices, pin_gpu, scheduler_pinning
+from shardflow.core.gpu_slots import PRESET, cuda_visible, pin_gpu, scheduler_pinning
 from shardflow.core.runlog import configure_logging, share_tokenizer_threads
 
 
@@ -64,12 +64,12 @@ def check_visible_index(device: str, visible: str | None, pinning: str) -> None:
     it as cuda:0, and `cuda:1` failed only where the model loads (core.devices), on each
     retry, with nothing saying that pinning is why. With no list (pinning off, nothing
     exported) the host's devices could be counted only by initialising CUDA, which would
-    freeze this process's view of CUDA_VISIBLE_DEVICES: not checked. The entries are an
-    upper bound on what CUDA sees (it stops at the first it cannot use), so a job this
-    refuses could not have run."""
+    freeze this process's view of CUDA_VISIBLE_DEVICES: not checked. The devices are
+    counted as CUDA reads the list (gpu_slots.cuda_visible: up to its first entry that is
+    no device, `-1` showing none)."""
     if not (device.startswith("cuda:") and visible is not None):
         return
-    seen = len(parse_devices(visible))
+    seen = len(cuda_visible({"CUDA_VISIBLE_DEVICES": visible}))
     if int(device[5:]) < seen:
         return
     by = scheduler_pinning()  # a scheduler's name where it pinned the job, not this process

@@ -109,6 +109,10 @@ def test_a_cuda_index_is_checked_against_an_exported_list_and_left_alone_without
     ):
         pin_job_gpus({**off, "device": "cuda:2"}, 1, job="embed x")
     assert pin_job_gpus({**off, "device": "cuda"}, 1, job="embed x") == ("cuda", "2,3")
+    # Counted as CUDA reads the list: it ends at -1, so "2,-1,3" shows one GPU
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,-1,3")
+    with pytest.raises(ValueError, match=r"^gpu_jobs.device 'cuda:1': this job sees 1 GPU \(CUDA_VISIBLE_DEVICES="):
+        pin_job_gpus({**off, "device": "cuda:1"}, 1, job="embed x")
 
 
 def test_a_multi_gpu_train_job_whose_ranks_take_their_local_rank_is_not_refused(clean_pin):
