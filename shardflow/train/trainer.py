@@ -170,8 +170,10 @@ def load_shards(shard_dir_or_metadata: str | os.PathLike, verify: bool = True) -
             )
         # An id the model's embedding has no row for failed only at the step whose window
         # held it: an IndexError naming no file on the CPU, a device-side assert on CUDA
-        # (retried). Shards made by hand, or listed with another tokenizer's vocab_size.
-        if verify and len(tokens) and (top := int(tokens.max())) >= vocab_size:
+        # (retried). Shards made by hand, or listed with another tokenizer's vocab_size. A
+        # dtype that cannot hold such an id (uint16 under 65,537 ids or more) is not read again.
+        holds_outside = np.iinfo(tokens.dtype).max >= vocab_size
+        if verify and holds_outside and len(tokens) and (top := int(tokens.max())) >= vocab_size:
             where = int(np.argmax(tokens >= vocab_size))
             raise ValueError(
                 f"{path}: token id {top} (first out-of-range id at token {where}) is outside the vocabulary of "
