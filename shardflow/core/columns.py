@@ -60,9 +60,7 @@ def read_id_array(path: str | os.PathLike):
 def id_at(path: str | os.PathLike, row: int) -> str | None:
     """The id at `row` (counting from 0) of an id column file, reading the one row group
     that holds it; None where the file has no such row."""
-    import pyarrow.parquet as pq
-
-    ids = pq.ParquetFile(path)
+    ids = open_ids(path)
     first = 0
     for group in range(ids.metadata.num_row_groups):
         n = ids.metadata.row_group(group).num_rows
