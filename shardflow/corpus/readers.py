@@ -260,7 +260,7 @@ class LongLine:
     head: bytes
     size: int
     quotes: int
-    newline: int = 1
+    newline: int
 
 
 # What reading a damaged file raises: EOFError (a truncated gzip stream), zlib.error and
@@ -404,7 +404,7 @@ def _read_whole(fh: IO[bytes], path: str, max_bytes: int) -> bytes | LongLine:
             size += len(piece)
     except READ_ERRORS as exc:
         raise BadRecordError(path, None, _read_problem(exc)) from exc
-    return LongLine(data[:PREVIEW_BYTES], size, 0)
+    return LongLine(data[:PREVIEW_BYTES], size, 0, 0)  # a whole file: no line break
 
 
 def _repeated_column(names: list[str], read: list[str], kind: str = "column", within: str = "") -> str | None:

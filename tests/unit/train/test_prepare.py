@@ -301,7 +301,7 @@ def test_a_file_without_a_line_feed_is_read_and_cut_in_bounded_pieces(tmp_path, 
     without such a place is cut at the hard limit (16 pieces' length and one read)."""
     import shardflow.train.prepare as prepare
 
-    monkeypatch.setattr(prepare, "READ_BYTES", 7, raising=False)  # reads end inside 2-, 3- and 4-byte characters
+    monkeypatch.setattr(prepare, "READ_BYTES", 7)  # reads end inside 2-, 3- and 4-byte characters
     text = "".join(f"Ça {i}: naïve 漢字\tfish 🐟 end.\r" for i in range(60))
     path = tmp_path / "t.txt"
     path.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))  # the byte-order mark is still dropped
@@ -334,7 +334,7 @@ def test_a_position_split_streamed_in_pieces_gives_the_whole_files_tokens(tmp_pa
     import shardflow.train.prepare as prepare
 
     monkeypatch.setattr(prepare, "PIECE_CHARS", 64)
-    monkeypatch.setattr(prepare, "READ_BYTES", 7, raising=False)
+    monkeypatch.setattr(prepare, "READ_BYTES", 7)
     text = "".join(f"Speaker {i}: naïve 漢字 said {i}!{line_end}" for i in range(200))
     path = tmp_path / "t.txt"
     path.write_bytes(text.encode("utf-8"))
