@@ -384,10 +384,12 @@ class ObjectFolder:
         not fail the job: its outputs are written by then, and parts left behind only cost
         storage (a folder is named by everything that decides its parts, so no other job
         reads them as its own)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
         prefix = self.url.key.rstrip("/") + "/"
         try:
             keys = list_keys(self.s3, self.url.bucket, prefix)
-        except Exception as exc:  # botocore's errors, once the client's retries are spent
+        except (BotoCoreError, ClientError) as exc:  # once the client's retries are spent
             line = (f"cannot remove s3://{self.url.bucket}/{prefix}: its listing failed ({_error_code(exc)}); "
                     "its objects stay in the bucket")
             log.warning(line)
@@ -427,6 +429,8 @@ def delete_keys(s3, bucket: str, keys: list[str], *, attempts: int = 4, pause_s:
     not deleted -> their error code (a request that failed whole: each of its keys, with
     the request's code; the other requests are still made). A key whose error is
     transient is asked again, `attempts` times in all, with pauses doubling from `pause_s`."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
     todo, left = list(keys), {}
     for attempt in range(1, attempts + 1):
         errors = {}
@@ -434,7 +438,7 @@ def delete_keys(s3, bucket: str, keys: list[str], *, attempts: int = 4, pause_s:
             batch = [{"Key": k} for k in todo[start : start + 1000]]
             try:
                 answer = s3.delete_objects(Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
-            except Exception as exc:  # the request failed whole: each of its keys is left with its code
+            except (BotoCoreError, ClientError) as exc:  # the request failed whole: each key left with its code
                 errors.update({k["Key"]: _error_code(exc) for k in batch})
                 continue
             errors.update({e["Key"]: e.get("Code", "unknown error") for e in answer.get("Errors", ())})
