@@ -291,7 +291,7 @@ def search_and_score(
         block_size=params.block_size,
         backend=params.backend,
         query_ids=query_ids,
-        doc_ids=doc_ids.to_pylist() if params.drop_identical_ids else None,  # read by the twin check only
+        doc_ids=doc_ids if params.drop_identical_ids else None,  # read by the twin check only
         drop_identical_ids=params.drop_identical_ids,
         device=device,
         normalize=params.similarity == "cosine",

@@ -78,7 +78,7 @@ def exact_search(
     device: str | None = None,
     backend: str = "torch",
     query_ids: Sequence[str] | None = None,
-    doc_ids: Sequence[str] | None = None,
+    doc_ids: Sequence[str] | pa.Array | None = None,
     drop_identical_ids: bool = False,
 ) -> TopK:
     """Top-k documents for every query by exact inner product.
@@ -206,11 +206,21 @@ def _read_block(docs: np.ndarray, start: int, stop: int) -> np.ndarray:
     return np.array(docs[start:stop], dtype=np.float32, copy=True)
 
 
-def _twin_rows(query_ids: Sequence[str], doc_ids: Sequence[str]) -> np.ndarray:
-    """(n_queries, m) rows whose doc id equals the query id, padded with -2."""
+def _twin_rows(query_ids: Sequence[str], doc_ids) -> np.ndarray:
+    """(n_queries, m) rows whose doc id equals the query id, padded with -2. `doc_ids`: a
+    sequence of str, or a pyarrow string array (core.columns.read_id_array), of which only
+    the rows that hold a query id become Python strings."""
     wanted = set(query_ids)
+    if isinstance(doc_ids, pa.Array):
+        import pyarrow.compute as pc
+
+        held = pc.is_in(doc_ids, value_set=pa.array(sorted(wanted), doc_ids.type))
+        rows = np.flatnonzero(held.to_numpy(zero_copy_only=False))
+        pairs = zip(rows.tolist(), doc_ids.take(pa.array(rows)).to_pylist(), strict=True)
+    else:
+        pairs = enumerate(doc_ids)
     rows_by_id: dict[str, list[int]] = defaultdict(list)
-    for row, doc_id in enumerate(doc_ids):
+    for row, doc_id in pairs:
         if doc_id in wanted:
             rows_by_id[doc_id].append(row)
     width = max((len(r) for r in rows_by_id.values()), default=0)

@@ -215,3 +215,18 @@ def test_faiss_backend_with_every_score_tied_keeps_the_lowest_rows():
     hits = exact_search(queries, docs, 10, block_size=64, normalize=True, backend="faiss")
     assert hits.indices[0].tolist() == list(range(10)) and (hits.scores[0] == 0).all()
     np.testing.assert_array_equal(hits.indices, exact_search(queries, docs, 10, block_size=64, normalize=True).indices)
+
+
+def test_twin_rows_of_an_arrow_id_column_are_those_of_its_list():
+    """retrieval_evaluate passes the corpus ids as one pyarrow array (read_id_array): the
+    twin check finds the same rows, a duplicated id's both, without a str per document."""
+    import pyarrow as pa
+
+    from shardflow.retrieval.search import _twin_rows
+
+    doc_ids = ["d0", "q1", "d2", "q1", "q0", "d5"]
+    query_ids = ["q0", "q1", "q9"]
+    want = _twin_rows(query_ids, doc_ids)
+    assert want.tolist() == [[4, -2], [1, 3], [-2, -2]]
+    assert _twin_rows(query_ids, pa.array(doc_ids, pa.large_string())).tolist() == want.tolist()
+    assert _twin_rows(query_ids, pa.array([], pa.large_string())).shape == (3, 0)
