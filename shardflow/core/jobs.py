@@ -153,12 +153,19 @@ def earlier_train_seconds(metrics: dict) -> float:
     total is within its own wall time).
 
     A train job writes no attempt records (`earlier_attempt_costs`), so this is the one
-    count of its earlier attempts: make status (shardflow.workflow.status) and a training
-    sweep's cost.json (shardflow.sweep.cost) add these seconds to the benchmark's before
-    `last_attempt_gpu_hours` multiplies them by the GPUs the job held."""
+    count of its earlier attempts: `finished_job_gpu_hours` adds these seconds to the
+    benchmark's before multiplying them by the GPUs the job held."""
     if "train_seconds_total" not in metrics or "wall_seconds" not in metrics:
         return 0.0
     return max(0.0, float(metrics["train_seconds_total"]) - float(metrics["wall_seconds"]))
+
+
+def finished_job_gpu_hours(stats: dict, benchmark_seconds: float, gpus: int = 1) -> float:
+    """The GPU-hours of a finished job as make status, a sweep's cost.json and the first
+    page count them: its benchmark's seconds (start-up included) plus the training of a
+    resumed train job's attempts before (`earlier_train_seconds`), on the GPUs it held
+    (`last_attempt_gpu_hours`). A chunk job's killed attempts are `earlier_attempt_costs`'."""
+    return last_attempt_gpu_hours(stats, benchmark_seconds + earlier_train_seconds(stats), gpus)
 
 
 def earlier_attempt_costs(stats: list[dict], gpus: int = 1) -> dict:

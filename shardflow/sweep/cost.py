@@ -52,8 +52,7 @@ from typing import Any
 from shardflow.core.files import read_json
 from shardflow.core.jobs import (
     earlier_attempt_costs,
-    earlier_train_seconds,
-    last_attempt_gpu_hours,
+    finished_job_gpu_hours,
     priced,
     read_benchmark,
 )
@@ -258,7 +257,7 @@ def read_job_records(shapes: Sequence[tuple], metrics: Sequence[str], stats: Seq
             held_gpus = 1
             if i < n_stats:
                 job_stats, held_gpus = _json_object(next(stats_files)), gpus[i]
-            gpu_hours = last_attempt_gpu_hours(job_stats, seconds + earlier_train_seconds(job_stats), held_gpus)
+            gpu_hours = finished_job_gpu_hours(job_stats, seconds, held_gpus)
             earlier = earlier_attempt_costs([job_stats], held_gpus)
             costs.append(JobCost(path, seconds, gpu_hours + earlier["earlier_attempt_gpu_hours"],
                                  earlier["earlier_attempts"], earlier["earlier_attempt_seconds"],

@@ -35,8 +35,7 @@ from pathlib import Path
 from shardflow.core.atomic import atomic_open
 from shardflow.core.files import read_json
 from shardflow.core.jobs import (
-    earlier_train_seconds,
-    last_attempt_gpu_hours,
+    finished_job_gpu_hours,
     money,
     priced,
     read_benchmark,
@@ -497,7 +496,7 @@ def training_section(dataset: str, files: dict, report: ReportParams | None = No
         # seconds (start-up and export too) and the training of its attempts before,
         # x world_size (one GPU a rank).
         seconds = float(read_benchmark(files["benchmark"]).get("s", m["wall_seconds"]))
-        gpu_hours = last_attempt_gpu_hours(m, seconds + earlier_train_seconds(m))
+        gpu_hours = finished_job_gpu_hours(m, seconds)
         cost = ""
         if report is not None:
             cost = f", {money(priced(gpu_hours, report.gpu_hour_price)['estimated_cost'])} {report.currency}"

@@ -124,8 +124,7 @@ from shardflow.core.failures import OUT_OF_MEMORY, record_path
 from shardflow.core.files import read_json
 from shardflow.core.jobs import (
     earlier_attempt_costs,
-    earlier_train_seconds,
-    last_attempt_gpu_hours,
+    finished_job_gpu_hours,
     money,
     priced,
     read_benchmark,
@@ -1059,11 +1058,7 @@ def finish(stage: Stage, n_gpus: int, price: float, now: float) -> Stage:
     done = [(j.stats, j.bench) for j in stage.jobs if j.state == DONE and j.stats]
     gpus = max(1, stage.gpus)
     hours = sum(
-        last_attempt_gpu_hours(
-            stats,
-            float(bench.get("s", stats.get("seconds", stats.get("wall_seconds", 0)))) + earlier_train_seconds(stats),
-            gpus,
-        )
+        finished_job_gpu_hours(stats, float(bench.get("s", stats.get("seconds", stats.get("wall_seconds", 0)))), gpus)
         for stats, bench in done
     )
     attempts = [

@@ -202,3 +202,15 @@ def test_read_benchmark_that_the_csv_module_refuses_is_a_value_error_naming_it(t
             read_benchmark(path)
     finally:
         csv.field_size_limit(before)
+
+
+def test_a_finished_jobs_gpu_hours_add_a_resumed_train_jobs_earlier_training():
+    """One count for status, a sweep's cost.json and the first page: the benchmark's
+    seconds plus the training of the attempts a train job resumed from, per GPU held."""
+    from shardflow.core.jobs import finished_job_gpu_hours
+
+    train = {"device": "cuda:0", "world_size": 2, "train_seconds_total": 2700.0, "wall_seconds": 900.0}
+    assert finished_job_gpu_hours(train, 1800.0) == pytest.approx((1800 + 1800) * 2 / 3600)
+    chunk = {"device": "cuda:0"}  # no train seconds: the benchmark's alone
+    assert finished_job_gpu_hours(chunk, 1800.0, 2) == pytest.approx(1.0)
+    assert finished_job_gpu_hours({**chunk, "device": "cpu"}, 1800.0) == 0.0

@@ -256,11 +256,12 @@ def test_a_resumed_training_jobs_earlier_attempts_count_in_the_sweeps_cost(tmp_p
     """A training sweep job on 2 GPUs killed (a preempted spot node) and resumed from its
     checkpoint: its benchmark is the last attempt's alone, its metrics' train_seconds_total
     holds the training before it too. cost.json counts both, x the GPUs it held, as make
-    status counts a train job (core.jobs.earlier_train_seconds, one helper); its job time
+    status counts a train job (core.jobs.finished_job_gpu_hours, one helper); its job time
     stays the benchmark's. A job that ran from scratch has nothing before it."""
     import json
 
-    from shardflow.core.jobs import earlier_train_seconds
+    from shardflow.core.jobs import earlier_train_seconds, finished_job_gpu_hours
+    from shardflow.sweep import cost as sweep_cost_module
     from shardflow.sweep.cost import read_job_records
     from shardflow.workflow import status
 
@@ -277,7 +278,8 @@ def test_a_resumed_training_jobs_earlier_attempts_count_in_the_sweeps_cost(tmp_p
 
     cost = cost_of(metrics)
     assert cost["gpu_hours"] == pytest.approx(round((420 + 600) * 2 / 3600, 6)) and cost["wall_time_s"] == 420.0
-    assert status.earlier_train_seconds is earlier_train_seconds and earlier_train_seconds(metrics) == 600.0
+    assert status.finished_job_gpu_hours is sweep_cost_module.finished_job_gpu_hours is finished_job_gpu_hours
+    assert earlier_train_seconds(metrics) == 600.0
     assert cost_of({**metrics, "resumed_from_step": 0, "train_seconds_total": 390.0})["gpu_hours"] == pytest.approx(
         round(420 * 2 / 3600, 6)
     )
