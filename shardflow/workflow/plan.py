@@ -540,9 +540,8 @@ def prompt_conflicts(cfg: dict, sweeps: Iterable[SweepSpec] = ()) -> list[str]:
         return job[section][literal] is not None and job[section][named] is not None
 
     found = [("", pair) for pair in pairs if both(cfg, pair)]
-    sweeps = [spec for spec in sweeps if any(PROMPT_KEYS.get(t) for t in SWEEP_TASKS.get(spec.stage, ()))]
-    for where, job, tasks in _model_places(cfg, (), sweeps):
-        read = sorted({pair for task in tasks for pair in PROMPT_KEYS.get(task, ())} if where else ())
+    for where, job, tasks in _sweep_points(cfg, sweeps):
+        read = sorted({pair for task in tasks for pair in PROMPT_KEYS.get(task, ())})
         found += [(where, pair) for pair in read if not both(cfg, pair) and both(job, pair)]
     return [
         f"{section}.{literal} and {section}.{named} are both set{where}: give one (a literal prompt, or the name of "
@@ -846,6 +845,11 @@ class MissingModel:
 def _model_places(cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[SweepSpec]):
     """(where, config, tasks) of the run's own jobs, then of each sweep point's."""
     yield "", cfg, {t for ds in data_sets for t in ds.tasks}
+    yield from _sweep_points(cfg, sweeps)
+
+
+def _sweep_points(cfg: dict, sweeps: Iterable[SweepSpec]):
+    """(where, config, tasks) of each sweep point's jobs (its first seed's config)."""
     for spec in sweeps:
         for point in spec.ids:
             job = {**cfg, **spec.job_config(point, spec.seeds[0])}
