@@ -11,7 +11,10 @@ below the prefix, with the object's LastModified as its mtime, holding
 - its bytes, for the kinds of file status reads: JSON (stats, failure and attempt
   records, manifests, metrics; at most JSON_BYTES), benchmarks (`.tsv`) and logs (`.log`)
   of at most WHOLE_BYTES;
-- its last LOG_TAIL bytes, for a longer log: status reads no more of a log;
+- its last LOG_TAIL bytes, for a longer log: status reads no more of it from here (of a
+  local log it reads back to the failed line, up to status.LOG_SCAN), so a failed line
+  followed by more than LOG_TAIL bytes of traceback, in a log over WHOLE_BYTES, is not
+  seen;
 - no bytes otherwise (outputs, chunks, parts, ids, whatever their size): a sparse file of
   the object's size, for status only checks that such a file exists, and how big and how
   old it is. A run of thousands of chunks costs a GET per record, not per output.

@@ -8,9 +8,10 @@ rules that run on the CPU from the parse-time functions the rules use (workflow.
 each job as (rule, wildcards) (plan.chunk_jobs), and its files from the rule's own
 output, log and benchmark patterns as rules/*.smk declare them (`rule_files`). It runs
 no job, reads no output, downloads nothing: it stats the jobs' files and reads small
-ones (a finished job's stats JSON, the resume folders' attempt records, the last 64 KiB
-of a log without output, the Snakemake logs of the runs since a failed job's log), so
-`watch make status` on thousands of chunks is cheap.
+ones (a finished job's stats JSON, the resume folders' attempt records, a log without
+output back from its end to its failed line, 64 KiB at a time and 16 MiB at most, the
+Snakemake logs of the runs since a failed job's log), so `watch make status` on
+thousands of chunks is cheap.
 
 A job is
 - done: every output of its rule exists (a temp() one, chunk_vectors' .npy under
@@ -142,7 +143,12 @@ RULES = REPO / "rules"
 # A running job whose newest part is older than this many typical part intervals (the
 # median over the finished jobs' and the running attempts') is reported as stalled.
 STALE_INTERVALS = 3
-LOG_TAIL = 64 * 1024  # bytes read from the end of a log without output, for its error
+LOG_TAIL = 64 * 1024  # bytes read at a time from the end of a log without output, for its error
+# How far back from a log's end `log_error` looks for the failed line. The traceback and
+# output after that line can be far longer than one read (a torch.compile error; a
+# torchrun job's log holds every rank's traceback and torchrun's summary after it); a
+# running job's long log, which holds no such line, costs at most this much per call.
+LOG_SCAN = 16 * 1024 * 1024
 SHOWN = 8  # jobs listed per stage and state in the table (--json has them all)
 DONE, RUNNING, STALLED, FAILED_STATE, WAITING = "done", "running", "stalled", "failed", "waiting"
 RETRYING = "retrying"  # its last attempt failed and Snakemake runs it again (`mark_retrying`)
@@ -407,11 +413,36 @@ def _log_tail(path: str) -> str | None:
 
 def log_error(path: str) -> str | None:
     """The error a failed attempt's log ends on: the first line of core.runlog's
-    `failed: <type>: <message>`, or None."""
-    tail = _log_tail(path)
-    if tail is None:
+    `failed: <type>: <message>`, the last such line in the log's last LOG_SCAN bytes; None
+    where there is none or the log cannot be read. Read backward LOG_TAIL bytes at a time,
+    each read's first line, which may begin in the read before, joined to that one, so a
+    line is matched whole (never its end alone: a reason cut short) and memory holds at
+    most LOG_SCAN bytes, whatever the log's size."""
+    try:
+        with open(path, "rb") as fh:
+            end = os.fstat(fh.fileno()).st_size
+            stop = max(0, end - LOG_SCAN)
+            head = b""  # the start of the line the read after this one began inside of
+            while end > stop:
+                start = max(stop, end - LOG_TAIL)
+                fh.seek(start)
+                block = fh.read(end - start) + head
+                end = start
+                cut = re.search(rb"[\r\n]", block) if start > stop else None
+                if start > stop and cut is None:
+                    head = block  # one line, begun further back
+                    continue
+                head, block = (block[: cut.end()], block[cut.end() :]) if cut else (b"", block)
+                if b" CRITICAL " in block and (error := _failed_line(block.decode("utf-8", "replace"))):
+                    return error
+    except OSError:
         return None
-    for line in reversed(tail.splitlines()):
+    return None
+
+
+def _failed_line(text: str) -> str | None:
+    """The error of the last line of `text` that is core.runlog's failed line, or None."""
+    for line in reversed(text.splitlines()):
         level = line.find(" CRITICAL ")
         at = line.find(": " + FAILED, level)
         if level >= 0 and at >= 0:

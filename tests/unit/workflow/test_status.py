@@ -370,6 +370,59 @@ def test_a_sweep_job_whose_log_ends_on_its_error_is_failed_not_running(tmp_path,
     assert line == f"sweep (embed) tb tb/{b}/seed=0: failed: OutOfMemoryError: CUDA out of memory (log {log})"
 
 
+def _failed_log(path: Path, reason: str, after: int) -> None:
+    """A log as a torchrun train job leaves it: its records, the failed line, then
+    `after` bytes of traceback and output (every rank's, torchrun's summary)."""
+    frame = '  File "/opt/venv/lib/python3.11/site-packages/torch/_dynamo/eval_frame.py", line 655, in _fn\n'
+    path.write_text(
+        "2026-01-01 00:00:00,000 INFO train: params={}\n"
+        f"2026-01-01 00:00:09,000 CRITICAL train: {FAILED}{reason}\n"
+        "Traceback (most recent call last):\n" + frame * (after // len(frame) + 1),
+        encoding="utf-8",
+    )
+
+
+def test_the_failed_line_is_found_behind_more_than_one_read_of_traceback(tmp_path):
+    """The failed line is followed by far more than LOG_TAIL bytes of traceback and
+    output (a torch.compile error; each rank's traceback after it): status reads back
+    past them, LOG_TAIL at a time, and finds the reason, the last failed line of those."""
+    log = tmp_path / "train.log"
+    _failed_log(log, "RuntimeError: NCCL error: unhandled système error", 3 * st.LOG_TAIL)
+    with log.open("a", encoding="utf-8") as fh:  # a second rank's failure, later
+        fh.write(f"2026-01-01 00:00:10,000 CRITICAL train: {FAILED}ValueError: rank 1\n" + "x" * st.LOG_TAIL + "\n")
+    assert st.log_error(str(log)) == "ValueError: rank 1"
+    _failed_log(log, "RuntimeError: NCCL error: unhandled système error", 3 * st.LOG_TAIL)
+    assert st.log_error(str(log)) == "RuntimeError: NCCL error: unhandled système error"
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 7, 64])
+def test_a_failed_line_cut_by_the_reads_is_read_whole(tmp_path, monkeypatch, block):
+    """Reads of any size cut the log anywhere, inside a line or a character of several
+    bytes (é): the line is read whole, and a line of a read before the failed one, which
+    holds " CRITICAL " without the failed text, does not stand for it."""
+    monkeypatch.setattr(st, "LOG_TAIL", block)
+    log = tmp_path / "job.log"
+    _failed_log(log, "ValueError: données.jsonl:3: bad record", 300)
+    log.write_text(
+        f"2026-01-01 00:00:08,000 CRITICAL embed: disk almost full\n{log.read_text(encoding='utf-8')}\r\nrank 0 done\r",
+        encoding="utf-8",
+    )
+    assert st.log_error(str(log)) == "ValueError: données.jsonl:3: bad record"
+
+
+def test_a_log_is_read_back_no_further_than_log_scan(tmp_path, monkeypatch):
+    """A running job's long log holds no failed line: status reads at most LOG_SCAN bytes
+    of it, so a line further back is not seen, and a log it cannot read has no error."""
+    monkeypatch.setattr(st, "LOG_TAIL", 1024)
+    monkeypatch.setattr(st, "LOG_SCAN", 4096)
+    log = tmp_path / "job.log"
+    _failed_log(log, "ValueError: bad", 3800)
+    assert st.log_error(str(log)) == "ValueError: bad"
+    _failed_log(log, "ValueError: bad", 5000)
+    assert st.log_error(str(log)) is None
+    assert st.log_error(str(tmp_path / "gone.log")) is None
+
+
 def test_rule_files_are_the_rules_own_patterns(tmp_path):
     files = st.rule_files("embed")
     assert files.outputs["stats"] == "results/{dataset}/embed/embed_{chunk}.stats.json"
