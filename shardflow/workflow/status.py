@@ -1521,18 +1521,25 @@ def status(
 # --------------------------------------------------------------------- output
 
 
+# The units of a count `compact` prints, each 1,000 of the one before: a train stage's
+# tokens run to trillions.
+COUNT_UNITS = ((1e3, "k"), (1e6, "M"), (1e9, "B"), (1e12, "T"))
+
+
 def compact(n: float | None) -> str:
-    """1,234; 12.3k; 8.1M; a fraction under 10 (a rate: 0.4 records/s per job) to two
-    significant digits, not rounded to a whole number (0)."""
+    """1,234; 12.3k; 8.1M; 2.5T; a fraction under 10 (a rate: 0.4 records/s per job) to
+    two significant digits, not rounded to a whole number (0). A count goes in the first
+    unit its rounded value is under 1,000 of (999,950 is 1.0M, not 1000.0k), past T in T."""
     if n is None:
         return "?"
     if abs(n) < 10 and n != int(n):
         return significant(n)
-    if abs(n) < 10_000:
+    if abs(float(f"{n:.0f}")) < 10_000:
         return f"{n:,.0f}"
-    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if abs(n) >= div:
-            return f"{n / div:.1f}{unit}"
+    for div, unit in COUNT_UNITS:
+        shown = f"{n / div:.1f}"
+        if abs(float(shown)) < 1000 or unit == COUNT_UNITS[-1][1]:
+            return shown + unit
     raise AssertionError
 
 

@@ -280,6 +280,23 @@ def test_a_rate_under_one_record_a_second_is_shown_not_rounded_to_0(tmp_path, no
     ]
 
 
+def test_a_count_prints_in_the_unit_its_rounded_value_fits_up_to_trillions():
+    """A train stage's tokens run to trillions (2.5e12 printed "2500.0B"), and a count
+    just under a unit's 1,000 rounds up into the next (999,950 printed "1000.0k")."""
+    cases = {
+        9_999.4: "9,999",
+        9_999.5: "10.0k",
+        999_949: "999.9k",
+        999_950: "1.0M",
+        -999_950: "-1.0M",
+        999_950_000: "1.0B",
+        2.5e12: "2.5T",
+        999_950_000_000: "1.0T",
+        4.2e15: "4200.0T",
+    }
+    assert {n: st.compact(n) for n in cases} == cases
+
+
 def test_the_cli_prints_the_table_and_the_total_line_last(tmp_path, monkeypatch, capsys, now):
     a_run(tmp_path, monkeypatch, now)
     assert main(["status", "--configfile", str(tmp_path / "overlay.yaml"), "--gpus", "2"]) == 0
