@@ -14,6 +14,10 @@ Protocol:
   (`split_sentences`) or "tokenised" (`split_tokenised`). CNN/DailyMail
   references are "tokenised" (highlights joined with " . "), and so are the
   stored system outputs (lower-cased, so capitals cannot mark a start).
+  Lines end where rouge-score ends them, at "\\n" alone (`newline_only`): a
+  CR alone, a form feed, U+2028 and the other line boundaries of
+  `str.splitlines` are whitespace inside a sentence there, so a text one
+  sentence a line scores as rouge-score scores it.
 - A system's score is the plain mean over its documents.
 - Confidence interval: bootstrap over documents, `resamples` (default 1000)
   samples of n documents drawn with replacement by
@@ -43,7 +47,11 @@ from shardflow.summarise.sentences import split_sentences, split_tokenised
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 BOOTSTRAP_RESAMPLES = 1000
 DEFAULT_PARAMS = ScoreParams()
-_SPLITTERS = {"prose": split_sentences, "tokenised": split_tokenised}
+# ROUGE-Lsum's sentences by format, in lines cut at "\n" alone, as rouge-score cuts them.
+_SPLITTERS = {
+    "prose": functools.partial(split_sentences, newline_only=True),
+    "tokenised": functools.partial(split_tokenised, newline_only=True),
+}
 # What rouge-score's tokenizer keeps of a lower-cased text (see the protocol above).
 _ROUGE_CHARS = re.compile(r"[a-z0-9]")
 
@@ -127,7 +135,7 @@ def format_warnings(
         if getattr(params, key) == "tokenised":
             out.extend(_prose_read_as_tokenised(what, texts))
             continue
-        looks = sum(len(split_tokenised(t)) > len(split_sentences(t)) for t in texts)
+        looks = sum(len(_SPLITTERS["tokenised"](t)) > len(_SPLITTERS["prose"](t)) for t in texts)
         if looks > len(texts) / 2 and what == "summaries" and own_summaries:
             out.append(
                 f"{looks} of {len(texts)} summaries look tokenised (sentences end in a standalone ' . '): the "
@@ -164,7 +172,7 @@ def _prose_read_as_tokenised(what: str, texts: Sequence[str]) -> list[str]:
     """The warning of `format_warnings` for `what` (references or summaries) split as
     tokenised text where most of `texts` look like prose; none otherwise. A text whose
     sentences are lines, or tokenised with capitals, splits alike both ways: no case."""
-    looks = sum(len(split_sentences(t)) > len(split_tokenised(t)) for t in texts)
+    looks = sum(len(_SPLITTERS["prose"](t)) > len(_SPLITTERS["tokenised"](t)) for t in texts)
     if looks <= len(texts) / 2:
         return []
     head = (

@@ -8,7 +8,12 @@ same numbers.
 `split_sentences(text)`:
 
 1. Newlines are hard breaks: the text is cut into lines first, and no sentence
-   spans two lines. Each line is stripped; blank lines yield nothing.
+   spans two lines. Each line is stripped; blank lines yield nothing. A line ends
+   at every line boundary `str.splitlines` knows (`\\n`, `\\r`, `\\x0b`, `\\x0c`,
+   `\\x1c`-`\\x1e`, `\\x85`, U+2028, U+2029), or, with `newline_only=True`, at `\\n`
+   alone, as rouge-score cuts a text into ROUGE-Lsum's sentences
+   (`text.split("\\n")`; `rouge` splits so): the other boundaries are then
+   whitespace inside a line, after which rules 2-4 can still end a sentence.
 2. A candidate end is a run of sentence punctuation (`.`, `!`, `?`, `…`, any
    mix, so `...` and `?!` are one run), then optionally closing quotes and
    brackets (`"`, `'`, `”`, `’`, `)`, `]`, any number, so `''` counts), then
@@ -64,7 +69,7 @@ A straight `"` is no closer here: in lower-cased outputs it opens sentences as
 often as it closes them. A highlight that ends in a quote without punctuation
 (`was a `` concern ''`, CNN/DailyMail adds no period after a quote) stays
 joined to the next: its end looks like a quote inside a sentence (`` `` Weird Al
-'' Yankovic ``). Newlines are hard breaks here too.
+'' Yankovic ``). Newlines are hard breaks here too, as in rule 1.
 """
 
 from __future__ import annotations
@@ -98,10 +103,11 @@ _CLOSER_TOKEN = r"(?:''|'|”|’|\)|\]|-RRB-|-RSB-|-RCB-)(?!\S)"
 _TOKEN_END = re.compile(rf"(?<!\S){_END_TOKEN}(?:\s+(?:{_CLOSER_TOKEN}|{_END_TOKEN}))*", re.IGNORECASE)
 
 
-def split_sentences(text: str) -> list[str]:
-    """Split English prose into sentences by the rules in the module docstring."""
+def split_sentences(text: str, *, newline_only: bool = False) -> list[str]:
+    """Split English prose into sentences by the rules in the module docstring
+    (`newline_only`: lines end at "\\n" alone, rule 1)."""
     out: list[str] = []
-    for line in text.splitlines():
+    for line in _lines(text, newline_only):
         out.extend(_split_line(line.strip(), abbreviations=True))
     return out
 
@@ -114,17 +120,25 @@ def split_punctuation(text: str) -> list[str]:
     return out
 
 
-def split_tokenised(text: str) -> list[str]:
+def split_tokenised(text: str, *, newline_only: bool = False) -> list[str]:
     """Split tokenised text after each standalone `.`/`!`/`?` token and the closing
-    quotes and brackets after it (see module docstring)."""
+    quotes and brackets after it (see module docstring; `newline_only` as in
+    `split_sentences`)."""
     out: list[str] = []
-    for line in text.splitlines():
+    for line in _lines(text, newline_only):
         start = 0
         for m in _TOKEN_END.finditer(line):
             out.append(line[start : m.end()].strip())
             start = m.end()
         out.append(line[start:].strip())
     return [s for s in out if s]
+
+
+def _lines(text: str, newline_only: bool) -> list[str]:
+    # Lead and extractive cut articles at every line boundary (rule 1); ROUGE-Lsum must cut
+    # where rouge-score does, or a CR alone or a U+2028 between two sentences' words made two
+    # sentences of what rouge-score reads as one, and a score rouge-score does not give.
+    return text.split("\n") if newline_only else text.splitlines()
 
 
 def _split_line(line: str, abbreviations: bool) -> list[str]:

@@ -14,6 +14,7 @@ from shardflow.summarise.rouge import (
     format_warnings,
     score_records,
     score_summary,
+    sentence_lines,
     system_means,
     write_parquet,
 )
@@ -48,6 +49,30 @@ def test_rougelsum_matches_sentence_by_sentence():
     assert prose["rougeLsum"] == tok["rougeLsum"] == pytest.approx(100.0)
     # Lower-case tokenised text read as prose is one sentence: Lsum falls back to rougeL.
     assert score_summary("a b c . d e f .", "d e f . a b c .")["rougeLsum"] == pytest.approx(50.0)
+
+
+# Every line boundary of str.splitlines but "\n" (and "\r\n", whose "\r" rouge-score drops).
+OTHER_LINE_BREAKS = ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+@pytest.mark.parametrize("fmt", ["prose", "tokenised"])
+@pytest.mark.parametrize("sep", OTHER_LINE_BREAKS, ids=[f"U+{ord(c):04X}" for c in OTHER_LINE_BREAKS])
+def test_rougelsum_cuts_lines_at_newlines_alone_as_rouge_score_does(fmt, sep):
+    """rouge-score's ROUGE-Lsum takes a text's "\\n" lines for its sentences
+    (`text.split("\\n")`); the splitters cut lines at every boundary `str.splitlines`
+    knows, so a reference holding a form feed, a CR alone or U+2028 between two
+    sentences' words was two sentences here and one in rouge-score: 91.7 where
+    rouge-score gives 75. A text one sentence a line now scores as rouge-score scores it."""
+    from rouge_score import rouge_scorer
+
+    reference = f"police found the car{sep}the driver fled on foot\nno one was hurt"
+    summary = f"the driver found the car on foot{sep}\nno one was hurt"  # a line may end in one ("\r\n")
+    expected = rouge_scorer.RougeScorer(["rougeLsum"], use_stemmer=True).score(reference, summary)
+    got = score_summary(reference, summary, reference_format=fmt, summary_format=fmt)
+    assert got["rougeLsum"] == pytest.approx(expected["rougeLsum"].fmeasure * 100) == pytest.approx(75.0)
+    # Within a line such a character is whitespace, where a sentence can still end.
+    two = f"The car was found.{sep}The driver fled." if fmt == "prose" else f"the car was found .{sep}the driver fled ."
+    assert sentence_lines(two, fmt) == "\n".join(two.split(sep))
 
 
 def test_unknown_sentence_format_is_an_error():

@@ -84,6 +84,27 @@ def test_newlines_are_hard_breaks_and_blank_lines_vanish():
     assert split_sentences("") == [] and split_sentences(" \n ") == []
 
 
+@pytest.mark.parametrize("sep", ["\r", "\x0c", "\x85", "\u2028"])
+def test_newline_only_cuts_lines_at_newlines_alone(sep):
+    """Lead and extractive cut an article at every line boundary; ROUGE-Lsum's splitting
+    (`newline_only`) at "\\n" alone, as rouge-score does: another boundary is whitespace,
+    after which punctuation still ends a sentence."""
+    text = f"Headline without a stop{sep}First sentence.{sep}Second one\nthird line"
+    assert split_sentences(text) == ["Headline without a stop", "First sentence.", "Second one", "third line"]
+    assert split_sentences(text, newline_only=True) == [
+        f"Headline without a stop{sep}First sentence.",
+        "Second one",
+        "third line",
+    ]
+    tokenised = f"headline{sep}first sentence .{sep}second one\nthird line"
+    assert split_tokenised(tokenised) == ["headline", "first sentence .", "second one", "third line"]
+    assert split_tokenised(tokenised, newline_only=True) == [
+        f"headline{sep}first sentence .",
+        "second one",
+        "third line",
+    ]
+
+
 def test_split_tokenised_uses_standalone_punctuation_tokens():
     text = "gary locke will be confirmed on friday . the club went unbeaten ! u.s. army ... gone ?\nnext line"
     assert split_tokenised(text) == [
