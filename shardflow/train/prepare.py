@@ -385,6 +385,7 @@ def train_tokenizer(
     char and bpe stream the texts of `chunk_paths` (chunk `.jsonl` files, or plain
     text files); a pretrained tokenizer is copied and the chunks are not read.
     """
+    share_tokenizer_threads()  # bpe training's pool: the job's threads, not the machine's cores
     if params.kind == "char":
         try:
             tok: Tokenizer = CharTokenizer.train(_corpus_texts(chunk_paths))

@@ -104,6 +104,34 @@ def test_a_tokenize_job_keeps_the_tokenizer_pool_to_its_threads(tmp_path, monkey
     assert os.environ["RAYON_NUM_THREADS"] == "3"
 
 
+def test_bpe_training_keeps_the_tokenizer_pool_to_the_jobs_threads(tmp_path, monkeypatch):
+    """train_tokenizer's BPE training counts words and pairs on the tokenizers library's
+    pool, as wide as the machine unless RAYON_NUM_THREADS says otherwise: a job of 2
+    threads took every core of a shared node. The job's OMP_NUM_THREADS, which Snakemake
+    sets from `threads`, now sizes it before training starts, as in a tokenize job; a
+    value the user set stands. The pool's width changes no byte of the tokenizer."""
+    import os
+
+    import shardflow.train.prepare as prepare
+
+    seen = []
+
+    def recording_train_bpe(*args, **kwargs):
+        seen.append(os.environ.get("RAYON_NUM_THREADS"))
+        return train_bpe(*args, **kwargs)
+
+    monkeypatch.setattr(prepare, "train_bpe", recording_train_bpe)
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", [(f"d{i}", words(i)) for i in range(40)])
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.setenv("RAYON_NUM_THREADS", "placeholder")  # so that monkeypatch restores the original
+    monkeypatch.delenv("RAYON_NUM_THREADS")
+    ident = train_tokenizer([chunk], TokenizerParams(kind="bpe", vocab_size=300), tmp_path / "a")
+    monkeypatch.setenv("RAYON_NUM_THREADS", "3")
+    again = train_tokenizer([chunk], TokenizerParams(kind="bpe", vocab_size=300), tmp_path / "b")
+    assert seen == ["2", "3"]
+    assert again["sha256"] == ident["sha256"]
+
+
 def test_gather_end_to_end_metadata_matches_files(tmp_path):
     chunks = [
         write_chunk(tmp_path / f"chunk_{c}.jsonl", [(f"d{c}_{i}", words(c * 50 + i)) for i in range(50)])
