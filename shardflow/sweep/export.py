@@ -51,13 +51,15 @@ def latex_escape(text: str) -> str:
 
 
 # What Markdown reads as markup inside a table cell: emphasis (* _), code (`), links ([ ]),
-# raw HTML and entities (< &: "</s>" vanished, "&lt;" read "<"), strikethrough (~) and the
-# cell separator (|). A backslash before each keeps it as written. An "_" between two
+# raw HTML and entities (< &: "</s>" vanished, "&lt;" read "<"), strikethrough (~), the
+# cell separator (|) and math ($: GitHub and other renderers with math read the text
+# between two on one line as inline TeX, so report.currency "$" named in two cost headers
+# garbled the header row). A backslash before each keeps it as written. An "_" between two
 # letters or digits (max_length, all.ndcg_at_10) can neither open nor close emphasis
 # (CommonMark's flanking rules), and a backslash is escaped only before ASCII punctuation,
 # the one thing it escapes (a value "a\.b" read "a.b"; a line break's label "\n" reads
 # as it is): those keep their bytes.
-_MARKDOWN_SPECIAL = frozenset("`*_[]<&~|")
+_MARKDOWN_SPECIAL = frozenset("`*_[]<&~|$")
 
 
 def markdown_escape(text: str) -> str:

@@ -145,6 +145,21 @@ def test_markdown_cells_read_as_written():
     assert lines[0] == "| model | items_per_s ↑ |"
 
 
+def test_markdown_cells_escape_dollars():
+    """GitHub (and most renderers with math) read the text between two `$` on one line as
+    inline TeX: a priced sweep in report.currency `$` named it in two cost headers, and a
+    string value holding a price (`$5 / 1M`) beside another, so the row read as a formula.
+    Each `$` is escaped; LaTeX's table escaped it already."""
+    spec = parse({"p": sweep(stage="embed", grid={"embedding.model": ["$5 / 1M", "a\\$b"]}, seeds=[0],
+                             metrics={"estimated_cost": "min", "estimated_cost_per_million_records": "min"})})["p"]
+    runs = collect(spec, [RunResult(pid, s, {"estimated_cost": 1.0 + i, "estimated_cost_per_million_records": 2.0})
+                          for i, (pid, s) in enumerate(spec.jobs())], currency="$")
+    lines = to_markdown(spec, summarise(spec, runs), currency="$").splitlines()
+    assert lines[0] == "| model | estimated_cost (\\$) ↓ | estimated_cost_per_million_records (\\$) ↓ |"
+    assert lines[2].startswith("| \\$5 / 1M | ") and lines[3].startswith("| a\\\\\\$b | ")
+    assert "estimated\\_cost (\\$) $\\downarrow$" in to_latex(spec, summarise(spec, runs), currency="$")
+
+
 def test_exports_are_written(tmp_path):
     spec, summary = tiny()
     write_exports(spec, summary, tmp_path / "t.md", tmp_path / "t.tex")
