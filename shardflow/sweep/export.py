@@ -38,6 +38,12 @@ _LATEX_SPECIAL = {
     "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
     # OT1, LaTeX's default font encoding, prints these as other glyphs (| as a dash).
     "|": r"\textbar{}", "<": r"\textless{}", ">": r"\textgreater{}",
+    # OT1 prints " as a closing quote (a string value's, and value_labels' quotes around
+    # labels that read alike, read ”) and has no straight one: \textquotedbl alone is an
+    # error there ("unavailable in encoding OT1"). The kernel declares T1 in every document,
+    # so the glyph is taken from there, as the kernel takes \textless from OML under OT1;
+    # under T1 this is \textquotedbl itself.
+    '"': r"\UseTextSymbol{T1}{\textquotedbl}",
 }
 
 

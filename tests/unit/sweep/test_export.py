@@ -105,6 +105,22 @@ def test_latex_special_characters_are_escaped():
     assert latex_escape("a|b <c>") == r"a\textbar{}b \textless{}c\textgreater{}"  # OT1 printed | as a dash
 
 
+def test_a_double_quote_in_latex_is_a_straight_quote_under_ot1():
+    """OT1, LaTeX's default font encoding (which the other escapes assume), prints " as a
+    closing quote: a string value's quote, and the quotes value_labels puts around strings
+    that read alike ("null " beside "null"), read ” in table.tex. \\textquotedbl alone is
+    an error under OT1, so the glyph is taken from T1; <, >, ~ and ^ were escaped already."""
+    quote = r"\UseTextSymbol{T1}{\textquotedbl}"
+    assert latex_escape('say "hi"') == f"say {quote}hi{quote}"
+    assert latex_escape("<a> ~b ^c") == r"\textless{}a\textgreater{} \textasciitilde{}b \textasciicircum{}c"
+    spec = parse({"p": sweep(stage="embed", grid={"embedding.model": ['a "b"', "null ", "null"]}, seeds=[0],
+                             metrics={"items_per_s": "max"})})["p"]
+    runs = collect(spec, [RunResult(pid, s, {"items_per_s": 1.0 + i}) for i, (pid, s) in enumerate(spec.jobs())])
+    latex = to_latex(spec, summarise(spec, runs)).splitlines()
+    assert latex[8:11] == [f"a {quote}b{quote} & $1.000$ \\\\", f"{quote}null {quote} & $2.000$ \\\\",
+                           f"{quote}null{quote} & $\\mathbf{{3.000}}$ \\\\"]
+
+
 def test_latex_labels_keep_their_hyphens():
     """LaTeX sets -- as an en dash and --- as an em dash: a model folder from the Hugging
     Face cache, models--BAAI--bge-small-en-v1.5, read models–BAAI–bge-small-en-v1.5 in
@@ -295,7 +311,8 @@ def test_strings_that_differ_only_in_spaces_at_their_ends_are_quoted():
     summary = summarise(spec, runs)
     lines = to_markdown(spec, summary).splitlines()
     assert lines[2:5] == ['| "query: " | 1.000 |', '| "query:" | 2.000 |', "|  x | **3.000** |"]
-    assert '"query: " & $1.000$ \\\\' in to_latex(spec, summary)
+    quote = r"\UseTextSymbol{T1}{\textquotedbl}"  # a straight quote under OT1 too
+    assert f"{quote}query: {quote} & $1.000$ \\\\" in to_latex(spec, summary)
     assert list(value_labels(["a\u00a0", "a", None, "null "]).values()) == ['"a\u00a0"', '"a"', "null", '"null "']
     assert list(value_labels(["query: ", "passage: "]).values()) == ["query: ", "passage: "]
 
