@@ -5,7 +5,8 @@ then each metric of spec.metrics as "mean ± std" over
 seeds with a fixed number of decimals (just the mean with one seed), an arrow saying
 which way is better, and the best value of each metric in bold: every row whose
 rounded mean equals the best rounded mean, since that is what a reader can compare.
-A priced sweep's cost metrics say their currency in the header (cost.money_label).
+A priced sweep's cost metrics say their currency in the header (cost.money_label), and
+get the decimals that read none of their amounts as 0 and tell them apart (money_decimals).
 A value some run of its point computed on a ranking shallower than the metric's k
 (table.beyond_depth: retrieval.top_k 100 and all.recall_at_1000) is marked † and
 footnoted: it is not the metric at k. A point that has no mean (a run of it wrote no
@@ -28,7 +29,8 @@ from typing import Any
 import pandas as pd
 
 from shardflow.core.atomic import atomic_open
-from shardflow.sweep.cost import money_label
+from shardflow.core.jobs import significant
+from shardflow.sweep.cost import metric_currency, money_label
 from shardflow.sweep.metrics import RETRIEVAL_LEVELLED
 from shardflow.sweep.paths import format_value, plain
 from shardflow.sweep.spec import SweepSpec
@@ -165,11 +167,39 @@ def metric_decimals(means: pd.Series, decimals: int, most: int = MOST_DECIMALS) 
     return decimals
 
 
-def table_value(means: pd.Series, mean: float, std: float | None, decimals: int = TABLE_DECIMALS) -> str:
-    """`mean` (and `std`, where there is one) of a metric whose points' means are `means`,
-    as the tables print its cell: "0.9996 ± 0.0000" (metric_decimals, fixed). The report's
-    first page says a sweep's best value so, the number a reader finds in table.md."""
+def money_decimals(means: pd.Series, decimals: int, most: int = MOST_DECIMALS) -> int:
+    """`decimals`, or more (up to `most`) where a column of money (a priced sweep's cost
+    metrics) would read an amount that is not 0 as 0, or two amounts alike that differ at
+    two significant digits (core.jobs.significant, as core.jobs.money prints a cost under
+    half a cent): 0.0002 and 0.0004 USD both read 0.000 at 3 decimals, a tie in bold,
+    though one costs twice the other. A column that reads its amounts so already keeps
+    `decimals` (the same bytes as before), and amounts alike at two significant digits
+    (0.0121, 0.0124) may read the same, a tie."""
+    values = {float(v) for v in means.dropna()}
+    for d in range(decimals, max(decimals, most) + 1):
+        read: dict[float, set[str]] = {}
+        for v in values:
+            read.setdefault(round(v, d), set()).add(significant(v))
+        if all(len(amounts) == 1 for amounts in read.values()) and all(round(v, d) != 0 for v in values if v):
+            return d
+    return max(decimals, most)
+
+
+def column_decimals(means: pd.Series, decimals: int, money: bool = False) -> int:
+    """The decimals of a metric's column whose points' means are `means`: metric_decimals,
+    and for `money` (a cost metric with its currency: cost.metric_currency) money_decimals."""
     places = metric_decimals(means, decimals)
+    return money_decimals(means, places) if money else places
+
+
+def table_value(
+    means: pd.Series, mean: float, std: float | None, decimals: int = TABLE_DECIMALS, money: bool = False
+) -> str:
+    """`mean` (and `std`, where there is one) of a metric whose points' means are `means`,
+    as the tables print its cell: "0.9996 ± 0.0000" (column_decimals, fixed; `money`: a
+    cost metric of a priced sweep, best.json's `currency`). The report's first page says a
+    sweep's best value so, the number a reader finds in table.md."""
+    places = column_decimals(means, decimals, money)
     return fixed(mean, places) + ("" if std is None else f" ± {fixed(std, places)}")
 
 
@@ -232,14 +262,21 @@ def fixed(value: float, decimals: int) -> str:
     return text[1:] if text.startswith("-") and float(text) == 0 else text
 
 
-def _cells(spec: SweepSpec, summary: pd.DataFrame, decimals: int, marked: Collection[tuple[str, str]] = ()):
+def _cells(
+    spec: SweepSpec,
+    summary: pd.DataFrame,
+    decimals: int,
+    marked: Collection[tuple[str, str]] = (),
+    currency: str | None = None,
+):
     """Rows of (parameter labels, [(mean text, std text or None, bold, beyond depth)]);
-    each metric's column with its own decimals (metric_decimals); `marked`: the (point,
-    metric) pairs some run of the point computed on a ranking shallower than its k."""
+    each metric's column with its own decimals (column_decimals: a cost metric of a sweep
+    priced in `currency` as money); `marked`: the (point, metric) pairs some run of the
+    point computed on a ranking shallower than its k."""
     by_point = summary.set_index("point")
     bold_means, places = {}, {}
     for m in spec.metrics:
-        places[m] = metric_decimals(by_point[f"{m}_mean"], decimals)
+        places[m] = column_decimals(by_point[f"{m}_mean"], decimals, metric_currency(m, currency) is not None)
         # Python's round, as the cells below and metric_decimals round, and as the text
         # reads: numpy's (Series.round) scales by 10**d first and can round a half the
         # other way (0.9705 -> 0.97, where the cell reads 0.971), bolding another row.
@@ -286,7 +323,7 @@ def to_markdown(
     ]
     rule = [":--"] * (len(spec.params) + bool(by_level)) + ["--:"] * len(spec.metrics)
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
-    rows = _cells(spec, summary, decimals, marked)
+    rows = _cells(spec, summary, decimals, marked, currency)
     for pid, (labels, cells) in zip(spec.ids, rows, strict=True):
         texts = [markdown_escape(t) for t in labels] + ([by_level[pid]] if by_level else [])
         for mean, std, bold, beyond in cells:
@@ -334,7 +371,7 @@ def to_latex(
         " & ".join(header) + r" \\",
         r"\midrule",
     ]
-    rows = _cells(spec, summary, decimals, marked)
+    rows = _cells(spec, summary, decimals, marked, currency)
     for pid, (labels, cells) in zip(spec.ids, rows, strict=True):
         texts = [latex_escape(t) for t in labels] + ([by_level[pid]] if by_level else [])
         for mean, std, bold, beyond in cells:

@@ -220,7 +220,7 @@ def sweep_section(name: str, files: dict) -> Section:
     # mean (export.table_value). `:.4g` gave 40.39 for the table's 40.389, 4.568e+04 for
     # 45678.900, and 1 ± 1.414e-05 for a cosine the table tells apart as 1.0000 ± 0.0000.
     means = read_table(files["summary"])[f"{best['metric']}_mean"]
-    value = table_value(means, best["mean"], best.get("std"))
+    value = table_value(means, best["mean"], best.get("std"), money=bool(best.get("currency")))
     value += f" {best['currency']}" if best.get("currency") else ""  # a cost metric of a priced sweep
     # A value computed on a ranking shallower than its k (a retrieval sweep's top_k 100 and an @1000).
     shallow = "; computed on a ranking shallower than its k (retrieval.top_k): not the metric at k"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pandas as pd
+
 from shardflow.sweep.export import latex_escape, to_latex, to_markdown, value_labels, write_exports
 from shardflow.sweep.table import RunResult, collect, summarise
 
@@ -196,6 +198,44 @@ def test_a_priced_sweeps_cost_columns_name_their_currency():
     assert r"max\_length & estimated\_cost (EUR) $\downarrow$ & items\_per\_s $\uparrow$ \\" in to_latex(
         spec, summary, currency="EUR").splitlines()
     assert to_markdown(spec, summary).splitlines()[0] == "| max_length | estimated_cost ↓ | items_per_s ↑ |"
+
+
+def test_a_priced_sweeps_cost_columns_tell_amounts_apart():
+    """Money read at the column's 3 decimals: costs of 0.0002 and 0.0004 USD (a few GPU
+    seconds each) both read 0.000, a tie in bold, though one costs twice the other, and a
+    non-zero cost read as free. A money column gets decimals until no amount reads 0 and
+    amounts that differ at two significant digits read apart; one that reads so already is
+    the same bytes, and so is every column of a sweep without a price."""
+    spec = parse({"c": sweep(stage="embed", grid={"embedding.max_length": [64, 128, 256]}, seeds=[0],
+                             metrics={"estimated_cost": "min", "estimated_cost_per_million_records": "min",
+                                      "items_per_s": "max"})})["c"]
+    costs = [(0.0002, 0.012, 0.0002), (0.0004, 0.49, 0.0004), (0.0049, 0.0121, 0.0049)]
+
+    def rows(currency):
+        runs = collect(spec, [RunResult(pid, s, dict(zip(spec.metrics, v, strict=True)))
+                              for (pid, s), v in zip(spec.jobs(), costs, strict=True)], currency=currency)
+        summary = summarise(spec, runs)
+        return to_markdown(spec, summary, currency=currency).splitlines()[2:5], to_latex(spec, summary,
+                                                                                           currency=currency)
+
+    markdown, latex = rows("USD")
+    assert markdown == ["| 64 | **0.0002** | **0.012** | 0.000 |", "| 128 | 0.0004 | 0.490 | 0.000 |",
+                        "| 256 | 0.0049 | **0.012** | **0.005** |"]  # 0.012, 0.0121: alike at two digits
+    assert "64 & $\\mathbf{0.0002}$ & $\\mathbf{0.012}$ & $0.000$ \\\\" in latex.splitlines()
+    assert rows(None)[0][:2] == ["| 64 | **0.000** | **0.012** | 0.000 |", "| 128 | **0.000** | 0.490 | 0.000 |"]
+
+
+def test_money_decimals():
+    from shardflow.sweep.export import money_decimals
+
+    def places(*means, decimals=3):
+        return money_decimals(pd.Series(means), decimals)
+
+    assert places(1.5, 0.25, 12.0) == 3 and places(0.0, 0.012) == 3  # read apart and not 0 already: as before
+    assert places(0.0004, 0.0049) == 4  # 0.000 would read as free
+    assert places(0.00041, 0.00044) == 5 and places(0.000412, 0.000414) == 4  # alike at two digits: a tie
+    assert places(0.0049, 0.0051) == 4  # both 0.005 at 3
+    assert places(1e-9, 2e-9) == 6 and places(float("nan"), 0.5) == 3  # at most 6 (MOST_DECIMALS)
 
 
 def test_the_bold_value_is_the_best_as_the_table_reads_it():

@@ -554,6 +554,32 @@ def test_a_sweeps_best_value_reads_as_its_table_cell(tmp_path):
         assert f"**{want}**" in table, re.findall(r"\*\*[^*]+\*\*", table)
 
 
+def test_a_priced_sweeps_best_cost_reads_as_its_table_cell(tmp_path):
+    """An embed sweep ranked by estimated_cost, its jobs a few GPU seconds each: the best
+    line read "0.000 USD" (3 decimals), a cost that is not 0 read as free, beside the
+    table's cells. Money columns get the decimals that tell their amounts apart
+    (export.money_decimals), and the line reads the table's bold cell."""
+    from pathlib import Path
+
+    from shardflow.sweep import parse_sweeps
+    from shardflow.sweep.cost import Price
+    from shardflow.sweep.report import write_report
+    from shardflow.sweep.table import run_result
+    from shardflow.workflow.landing import sweep_section
+
+    sweep = {"stage": "embed", "grid": {"embedding.max_length": [64, 128, 256]}, "seeds": [0],
+             "metrics": {"estimated_cost": "min"}}
+    spec = parse_sweeps({"c": sweep}, {"embedding": {"seed": 0, "max_length": None}}, lambda c: None)["c"]
+    costs = (0.0002, 0.0004, 0.0049)
+    runs = [run_result(pid, seed, {"estimated_cost": v}, {"s": 1.0}) for (pid, seed), v in zip(spec.jobs(), costs,
+                                                                                                strict=True)]
+    files = write_report(spec, runs, [[] for _ in runs], str(tmp_path / "c"), price=Price(2.5, "USD"))
+    section = sweep_section("c", {**{name: files[name] for name in ("best", "points", "cost")},
+                                  "summary": files["summary_parquet"]})
+    assert dict(section.rows)["best estimated_cost (min)"] == "0.0002 USD at embedding.max_length=64"
+    assert "| 64 | **0.0002** |" in Path(files["markdown"]).read_text(encoding="utf-8")
+
+
 # snakemake.report.auto_report (9.27): the link targets it appends to every caption before
 # Jinja2 renders it, and the Jinja2 options it renders with.
 SNAKEMAKE_RST_LINKS = """
