@@ -18,8 +18,10 @@ from importlib import metadata
 
 # The optional kernel and search packages too: where installed, they are used by default
 # (liger-kernel's fused kernels, flash-attn's varlen attention, faiss) and move output bits.
+# rouge-score makes every ROUGE number, with nltk's Porter stemmer (a word stemmed otherwise
+# moves a score).
 PACKAGES = ("shardflow", "numpy", "torch", "transformers", "tokenizers", "sentence-transformers", "pyarrow", "snakemake",
-            "liger-kernel", "flash-attn", "faiss-cpu", "faiss-gpu")
+            "liger-kernel", "flash-attn", "faiss-cpu", "faiss-gpu", "rouge-score", "nltk")
 
 
 def package_versions(names=PACKAGES) -> dict:

@@ -85,3 +85,17 @@ def test_tokenizer_threads_follow_the_job_and_a_value_already_set_is_kept(monkey
 def test_a_package_not_installed_is_recorded_as_none():
     versions = runlog.package_versions(("numpy", "shardflow-no-such-package"))
     assert versions["shardflow-no-such-package"] is None and versions["numpy"] and versions["python"]
+
+
+def test_the_rouge_scorer_and_its_stemmer_are_recorded():
+    """ROUGE is rouge-score with its Porter stemmer, which is nltk's (rouge_score.tokenizers):
+    a stemmer that stems a word otherwise moves every ROUGE score, as NLTK 3.2.2's did.
+    Neither version was recorded, so a summarisation run's provenance could not say which
+    scorer made its numbers, and a pin of `rouge-score` stopped the parse as a package
+    provenance never records."""
+    from importlib import metadata
+
+    versions = runlog.package_versions()
+    assert versions["rouge-score"] == metadata.version("rouge-score")
+    assert versions["nltk"] == metadata.version("nltk")
+    assert runlog.recorded_package("rouge_score") == "rouge-score" and runlog.recorded_package("NLTK") == "nltk"

@@ -753,15 +753,15 @@ def test_a_pinned_package_provenance_never_records_is_named_at_parse_time(config
     from shardflow.workflow.plan import unknown_reproduction_packages
 
     packages = {"torch": "2.13.0+cpu", "Sentence_Transformers": "5.1.0", "python": "3.11.9", "scipy": "1.16.0",
-                "pandas": "2.3.0"}
+                "pandas": "2.3.0", "rouge_score": "0.1.2"}
     config["reproduce"].update(name="paper", expect={"packages": packages})
     assert unknown_reproduction_packages(config) == [
         "reproduce.expect.packages: 'pandas' is not a package provenance records, so no run can match its version "
         "(it records python, shardflow, numpy, torch, transformers, tokenizers, sentence-transformers, pyarrow, "
-        "snakemake, liger-kernel, flash-attn, faiss-cpu, faiss-gpu): remove it",
+        "snakemake, liger-kernel, flash-attn, faiss-cpu, faiss-gpu, rouge-score, nltk): remove it",
         "reproduce.expect.packages: 'scipy' is not a package provenance records, so no run can match its version "
         "(it records python, shardflow, numpy, torch, transformers, tokenizers, sentence-transformers, pyarrow, "
-        "snakemake, liger-kernel, flash-attn, faiss-cpu, faiss-gpu): remove it",
+        "snakemake, liger-kernel, flash-attn, faiss-cpu, faiss-gpu, rouge-score, nltk): remove it",
     ]
     config["reproduce"]["name"] = None  # no check runs: reproduction_unnamed names the pins
     assert unknown_reproduction_packages(config) == []
