@@ -77,12 +77,15 @@ def model_sha256_kept(model_path: str) -> dict:
 def made_with(role: str, model_path: str | None, device: str, threads: int | None) -> dict:
     """What a job ran with, as it writes its outputs: the checkout, the packages, the hash
     of its model (`role`: as tasks.models names it, e.g. embedding, summarise), the device
-    it ran on (and the GPU's name) and threads."""
-    gpu = None
+    it ran on (and on a GPU its name, and the CUDA and cuDNN versions torch runs, which
+    pick the kernels) and threads. Recorded here, by the job: the provenance job runs on
+    the CPU, on a cluster where no GPU is, so its own `accelerator` says nothing of them."""
+    gpu = cuda = cudnn = None
     if device.startswith("cuda"):
         import torch
 
         gpu = torch.cuda.get_device_name(torch.device(device) if ":" in device else torch.cuda.current_device())
+        cuda, cudnn = torch.version.cuda, torch.backends.cudnn.version()
     return {
         "git": git_state(REPO),
         "packages": package_versions(),
@@ -90,15 +93,17 @@ def made_with(role: str, model_path: str | None, device: str, threads: int | Non
         "model": model_sha256_kept(model_path) if model_path else None,
         "device": device,
         "gpu": gpu,
+        "cuda": cuda,
+        "cudnn": cudnn,
         "threads": threads,
     }
 
 
 def summarise_made_with(records: list[dict]) -> dict:
     """The distinct values the jobs recorded (one each where they agree)."""
-    def distinct(get) -> list:
+    def distinct(get, among=records) -> list:
         out = []
-        for r in records:
+        for r in among:
             value = get(r)
             if value not in out:
                 out.append(value)
@@ -114,6 +119,8 @@ def summarise_made_with(records: list[dict]) -> dict:
         "packages": distinct(lambda r: r["packages"]),
         "models": models,  # by role: one each where the jobs agree
         "devices": distinct(lambda r: [r["device"], r["gpu"]]),
+        # [CUDA, cuDNN] of the GPU jobs; [null, null] for one from before jobs recorded them
+        "cuda": distinct(lambda r: [r.get("cuda"), r.get("cudnn")], [r for r in records if r["device"].startswith("cuda")]),
         "threads": distinct(lambda r: r["threads"]),
     }
 

@@ -288,3 +288,41 @@ def test_a_hub_names_ref_moved_while_it_is_hashed_keeps_no_hash(tmp_path, monkey
     monkeypatch.setattr(provenance, "model_sha256", real)
     move_ref(repo / "refs" / "main", rev2.name)
     assert provenance.model_sha256_kept("acme/minilm") == on_rev2
+
+
+def _fake_torch(gpu: str, cuda: str, cudnn: int):
+    """A torch module as made_with reads it on a GPU: the device's name, and the CUDA and
+    cuDNN it was built with and loaded (no GPU, and no real torch import, needed)."""
+    import types
+
+    torch = types.ModuleType("torch")
+    torch.__version__ = "2.5.1"
+    torch.device = lambda name: name
+    # is_available: the provenance job's own host, where no GPU is (accelerator_info)
+    torch.cuda = types.SimpleNamespace(get_device_name=lambda device: gpu, current_device=lambda: 0,
+                                       is_available=lambda: False)
+    torch.version = types.SimpleNamespace(cuda=cuda)
+    torch.backends = types.SimpleNamespace(cudnn=types.SimpleNamespace(version=lambda: cudnn))
+    return torch
+
+
+def test_a_gpu_job_records_the_cuda_and_cudnn_it_ran_with(tmp_path, monkeypatch):
+    """GPU kernels, and so the output bits, change with CUDA and cuDNN. A GPU job recorded
+    its GPU's name but neither version, and the record's own `accelerator` is the
+    provenance job's: a CPU job, on a cluster a host without a GPU (no cuDNN, no GPUs). So
+    a run reproduced months later could not say which CUDA and cuDNN made its numbers."""
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch("NVIDIA H100 80GB HBM3", "12.4", 90100))
+    h100 = provenance.made_with("embedding", None, "cuda:0", 2)
+    assert (h100["gpu"], h100["cuda"], h100["cudnn"]) == ("NVIDIA H100 80GB HBM3", "12.4", 90100)
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch("NVIDIA A100-SXM4-80GB", "12.1", 8902))
+    a100 = provenance.made_with("embedding", None, "cuda", 2)
+    cpu = provenance.made_with("embedding", None, "cpu", 2)
+    assert (cpu["gpu"], cpu["cuda"], cpu["cudnn"]) == (None, None, None)
+    old = {k: v for k, v in h100.items() if k not in ("cuda", "cudnn")}  # a job from before they were recorded
+    manifest = provenance.build_manifest(str(tmp_path), {}, {}, [], {}, {}, jobs_made_with=[h100, h100, a100, cpu, old])
+    made = manifest["jobs_made_with"]
+    assert made["devices"] == [["cuda:0", "NVIDIA H100 80GB HBM3"], ["cuda", "NVIDIA A100-SXM4-80GB"], ["cpu", None]]
+    assert made["cuda"] == [["12.4", 90100], ["12.1", 8902], [None, None]]  # the GPU jobs' only
