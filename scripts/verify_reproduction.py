@@ -3,11 +3,11 @@
 from shardflow.core.atomic import write_json
 from shardflow.core.files import read_json
 from shardflow.core.runlog import configure_logging
-from shardflow.workflow.reproduce import ReproductionError, check_reproduction, failed, render_table
+from shardflow.workflow.reproduce import ReproductionError, check_reproduction, failed, read_provenance, render_table
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 log = configure_logging(smk.log[0], "verify_reproduction", {"name": smk.params.name})
-provenance = read_json(smk.input.provenance)
+provenance = read_provenance(smk.input.provenance)  # refused, naming the file, where not this format's record
 metrics = read_json(smk.input.metrics)
 rows = check_reproduction(dict(smk.params.expect), provenance, metrics, smk.params.strict_packages)
 table = render_table(rows)

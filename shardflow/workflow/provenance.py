@@ -28,6 +28,8 @@ from shardflow.core.runlog import package_versions
 
 # This checkout (the package is installed from it in editable mode).
 REPO = Path(__file__).resolve().parents[2]
+# The record's layout: a reader (reproduce.read_provenance) refuses any other.
+FORMAT = "shardflow.provenance/1"
 
 
 def git_state(repo: str | os.PathLike) -> dict:
@@ -220,7 +222,7 @@ def build_manifest(
         if len(made["git"]) > 1 or made["git"][0] != git:
             warnings.append(f"the jobs ran at git {made['git']}, this record is written at {git}")
     return {
-        "format": "shardflow.provenance/1",
+        "format": FORMAT,
         "created_unix": time.time(),
         "git": git,
         "jobs_made_with": made,

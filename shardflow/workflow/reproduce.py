@@ -13,11 +13,55 @@ import math
 from dataclasses import dataclass
 from decimal import Decimal
 
+from shardflow.core.files import read_json
 from shardflow.core.runlog import recorded_package
+from shardflow.workflow.provenance import FORMAT
 
 
 class ReproductionError(RuntimeError):
     pass
+
+
+# What check_reproduction reads of a provenance record, and as what JSON types.
+RECORD_KEYS = {"inputs": ("object",), "outputs": ("object",), "packages": ("object",),
+               "model": ("object", "null"), "jobs_made_with": ("object", "null")}
+
+
+def _json_type(value) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number")
+
+
+def _a(json_type: str) -> str:
+    return json_type if json_type == "null" else f"{'an' if json_type[0] in 'aeiou' else 'a'} {json_type}"
+
+
+def read_provenance(path) -> dict:
+    """The provenance record at `path`, as check_reproduction reads it; a
+    ReproductionError naming the file where it is not one: a record of another format (a
+    later or earlier writer's: its keys may mean something else, so a check could pass or
+    fail on them), or one that lacks a key the check reads or holds it as another type
+    (damaged, or edited by hand), where the rows would read `missing` and blame the run.
+    Invalid JSON is read_json's ValueError, naming the file and line."""
+    record = read_json(path)
+    again = "write it again with this checkout (snakemake --forcerun provenance)"
+    if not isinstance(record, dict):
+        raise ReproductionError(f"{path}: a JSON {_json_type(record)}, not a provenance record (an object with "
+                                f"'format': '{FORMAT}')")
+    if record.get("format") != FORMAT:
+        found = f"format {record['format']!r}" if "format" in record else "no 'format' key"
+        raise ReproductionError(f"{path}: {found}, and this checkout reads '{FORMAT}' records only: its keys "
+                                f"could mean something else; {again}")
+    wrong = [
+        f"key {key!r} missing" if key not in record else
+        f"key {key!r} is {_a(_json_type(record[key]))}, not {' or '.join(_a(t) for t in types)}"
+        for key, types in RECORD_KEYS.items()
+        if key not in record or _json_type(record[key]) not in types
+    ]
+    if wrong:
+        raise ReproductionError(f"{path}: {'; '.join(wrong)} (a '{FORMAT}' record holds them): it is damaged or "
+                                f"was edited; {again}")
+    return record
 
 
 @dataclass(frozen=True)

@@ -189,3 +189,36 @@ def test_a_null_metric_reads_null_and_an_absent_one_missing():
     assert [(r.item, r.got, r.status) for r in rows] == [("metric a", "null", "FAIL"), ("metric b", "missing", "FAIL")]
     (row,) = check_reproduction({"metrics": {"a": {"value": 0.5, "tolerance": 0.1}}}, {}, None)
     assert (row.got, row.status) == ("missing", "FAIL")
+
+
+def test_a_record_that_is_unreadable_of_another_format_or_missing_a_key_is_refused_naming_the_file(tmp_path):
+    """verify_reproduction read the record with no check: one of another format (a later
+    writer's, or a file that is no provenance record) was compared key by key as though it
+    were this one's, a key missing read as `missing` rows that blamed the run, and a record
+    that is no JSON object stopped on an AttributeError naming nothing. Each is one error
+    naming the file and what is wrong with it; a whole record is read as written."""
+    import json
+
+    from shardflow.workflow.provenance import FORMAT
+    from shardflow.workflow.reproduce import read_provenance
+
+    record = {"format": FORMAT, "inputs": {"c.jsonl": _sha("c")}, "outputs": {}, "packages": _packages(),
+              "model": None, "jobs_made_with": None, "created_unix": 1.5}
+    path = tmp_path / "provenance.json"
+
+    def refused(obj) -> str:
+        path.write_text(obj if isinstance(obj, str) else json.dumps(obj))
+        with pytest.raises((ReproductionError, ValueError)) as exc:  # ValueError: read_json's, for invalid JSON
+            read_provenance(path)
+        return str(exc.value)
+
+    path.write_text(json.dumps(record))
+    assert read_provenance(path) == record
+    message = refused(dict(record, format="shardflow.provenance/2"))
+    assert message.startswith(f"{path}: format 'shardflow.provenance/2'") and f"reads '{FORMAT}'" in message
+    assert refused({k: v for k, v in record.items() if k != "format"}).startswith(f"{path}: no 'format' key")
+    message = refused({k: v for k, v in record.items() if k not in ("inputs", "packages")})
+    assert message.startswith(f"{path}: key 'inputs' missing; key 'packages' missing"), message
+    assert refused(dict(record, model="abc")).startswith(f"{path}: key 'model' is a string, not an object or null")
+    assert refused([record]).startswith(f"{path}: a JSON array, not a provenance record")
+    assert refused('{"format": ').startswith(f"{path}:1: ")  # cut short: read_json's own error, with the line
