@@ -56,6 +56,13 @@ def host_info() -> dict:
 # How the line that ends a failed job's log starts, after its time, level and logger
 # name: `failed: <error type>: <message>` (make status reads it: shardflow.workflow.status).
 FAILED = "failed: "
+# How far back from a log's end that line is looked for: the traceback and output after
+# it can be far longer than the line (a torch.compile error; a torchrun job's log holds
+# every rank's traceback and torchrun's summary after it), and a running job's long log,
+# which holds no such line, costs at most this much per look. make status reads that much
+# of a local log (status.log_error) and fetches that much of a log in S3
+# (shardflow.workflow.mirror): one number, so the two read the same lines.
+LOG_SCAN = 16 * 1024 * 1024
 
 
 def share_tokenizer_threads(threads: int | None = None) -> None:

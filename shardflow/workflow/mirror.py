@@ -9,12 +9,13 @@ shardflow.workflow.status), so each object under the prefix becomes a file at it
 below the prefix, with the object's LastModified as its mtime, holding
 
 - its bytes, for the kinds of file status reads: JSON (stats, failure and attempt
-  records, manifests, metrics; at most JSON_BYTES), benchmarks (`.tsv`) and logs (`.log`)
-  of at most WHOLE_BYTES;
-- its last LOG_TAIL bytes, for a longer log: status reads no more of it from here (of a
-  local log it reads back to the failed line, up to status.LOG_SCAN), so a failed line
-  followed by more than LOG_TAIL bytes of traceback, in a log over WHOLE_BYTES, is not
-  seen;
+  records, manifests, metrics; at most JSON_BYTES), benchmarks (`.tsv`, at most
+  WHOLE_BYTES) and logs (`.log`) of at most LOG_SCAN (core.runlog);
+- its last LOG_SCAN bytes, for a longer log: as much as status reads back of a local log
+  for its failed line (status.log_error), so a failed line followed by a long traceback
+  (every rank's, under torchrun) is found here as it is in a local log. A copy made
+  before (a log over 1 MiB kept its last 64 KiB, and a failed line further back was not
+  seen) is fetched again: the index keeps the kind of copy, and TAIL names its length;
 - no bytes otherwise (outputs, chunks, parts, ids, whatever their size): a sparse file of
   the object's size, for status only checks that such a file exists, and how big and how
   old it is. A run of thousands of chunks costs a GET per record, not per output.
@@ -45,11 +46,12 @@ from pathlib import Path
 from urllib.parse import quote
 
 from shardflow.core import s3 as s3lib
-from shardflow.core.atomic import atomic_write_bytes, write_json
+from shardflow.core.atomic import atomic_open, write_json
+from shardflow.core.runlog import LOG_SCAN
 
 WHOLE_BYTES = 1 << 20
 JSON_BYTES = 64 << 20
-LOG_TAIL = 64 * 1024  # as status.LOG_TAIL reads
+FETCH_BLOCK = 1 << 20  # an object's bytes are written as they come, this much at a time
 INDEX = ".shardflow-mirror.json"  # {relative path: [etag, size, how]}, in the copy's folder
 FETCHERS = 16  # objects fetched at once
 NAME_MAX = 200  # the longest name of a copy's folder
@@ -57,7 +59,9 @@ NAME_MAX = 200  # the longest name of a copy's folder
 # server that does not answer is an error within a minute, not the 9 tries of 60 s each
 # of core.s3.client's defaults (the jobs', which ride out a server restart).
 ATTEMPTS, CONNECT_TIMEOUT_S, READ_TIMEOUT_S = 3, 10, 15
-WHOLE, TAIL, SIZED = "whole", "tail", "sized"
+# The kind of copy, as INDEX keeps it: a tail's names its length, so copies of another
+# length (64 KiB, before LOG_SCAN was shared with status) are fetched again.
+WHOLE, TAIL, SIZED = "whole", f"tail {LOG_SCAN}", "sized"
 # Where status finds S3 credentials, as the run's Snakemake does: named in the error a
 # laptop without them gets (botocore's own names none, or only the one it missed).
 CREDENTIALS = (
@@ -127,9 +131,9 @@ def working_copy(prefix: str) -> Iterator[Mirrored]:
 
 def how(path: str, size: int) -> str:
     """What the copy of the object at `path` (relative to the prefix) holds: WHOLE, TAIL
-    (a log's last LOG_TAIL bytes) or SIZED (no bytes, the object's size)."""
+    (a log's last LOG_SCAN bytes) or SIZED (no bytes, the object's size)."""
     if path.endswith(".log"):
-        return WHOLE if size <= WHOLE_BYTES else TAIL
+        return WHOLE if size <= LOG_SCAN else TAIL
     if (path.endswith(".json") and size <= JSON_BYTES) or (path.endswith(".tsv") and size <= WHOLE_BYTES):
         return WHOLE
     return SIZED
@@ -238,16 +242,18 @@ def mirror(prefix: str, folder: str | os.PathLike, client=None) -> Mirrored:
             with open(dest, "wb") as fh:
                 fh.truncate(int(obj["Size"]))  # sparse: the size, no bytes on disk
         else:
-            extra = {"Range": f"bytes=-{LOG_TAIL}"} if mode == TAIL else {}
+            extra = {"Range": f"bytes=-{LOG_SCAN}"} if mode == TAIL else {}
             try:
-                body = s3.get_object(Bucket=url.bucket, Key=obj["Key"], **extra)["Body"].read()
+                body = s3.get_object(Bucket=url.bucket, Key=obj["Key"], **extra)["Body"]
+                # Written as it comes: FETCHERS logs of LOG_SCAN each are not held in memory at once.
+                with atomic_open(dest, "wb") as fh:
+                    shutil.copyfileobj(body, fh, FETCH_BLOCK)
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
                     return False
                 raise OSError(f"cannot read s3://{url.bucket}/{obj['Key']}: {exc}") from None
             except BotoCoreError as exc:
                 raise OSError(f"cannot read s3://{url.bucket}/{obj['Key']}: {exc}") from None
-            atomic_write_bytes(dest, body)
         stamp = obj["LastModified"].timestamp()
         os.utime(dest, (stamp, stamp))
         return True

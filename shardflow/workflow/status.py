@@ -132,7 +132,7 @@ from shardflow.core.jobs import (
     significant,
 )
 from shardflow.core.parts import ATTEMPT_PREFIX, PartStore, attempt_totals
-from shardflow.core.runlog import FAILED
+from shardflow.core.runlog import FAILED, LOG_SCAN  # how far back log_error looks for the failed line
 from shardflow.corpus.chunks import SOURCE_PART
 from shardflow.sweep.paths import job_dir, job_metrics
 from shardflow.sweep.shared import set_folder
@@ -144,11 +144,6 @@ RULES = REPO / "rules"
 # median over the finished jobs' and the running attempts') is reported as stalled.
 STALE_INTERVALS = 3
 LOG_TAIL = 64 * 1024  # bytes read at a time from the end of a log without output, for its error
-# How far back from a log's end `log_error` looks for the failed line. The traceback and
-# output after that line can be far longer than one read (a torch.compile error; a
-# torchrun job's log holds every rank's traceback and torchrun's summary after it); a
-# running job's long log, which holds no such line, costs at most this much per call.
-LOG_SCAN = 16 * 1024 * 1024
 SHOWN = 8  # jobs listed per stage and state in the table (--json has them all)
 DONE, RUNNING, STALLED, FAILED_STATE, WAITING = "done", "running", "stalled", "failed", "waiting"
 RETRYING = "retrying"  # its last attempt failed and Snakemake runs it again (`mark_retrying`)

@@ -2,13 +2,16 @@
 The copy itself is tested against the real S3 server in tests/cluster/test_s3.py
 (`check_status_from_the_bucket`)."""
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
 from shardflow.cli import main
+from shardflow.core.runlog import FAILED
 from shardflow.workflow import mirror
+from shardflow.workflow import status as st
 from shardflow.workflow.mirror import SIZED, TAIL, WHOLE
 
 
@@ -19,7 +22,8 @@ from shardflow.workflow.mirror import SIZED, TAIL, WHOLE
         ("logs/embed/demo_3.log", 2_000, WHOLE),
         ("benchmarks/embed/demo_3.tsv", 300, WHOLE),
         ("results/demo/chunks/manifest.json", 5 << 20, WHOLE),  # a manifest of many chunks
-        ("logs/embed/demo_3.log", 5 << 20, TAIL),  # status reads a log's end only
+        ("logs/embed/demo_3.log", 5 << 20, WHOLE),  # status reads back up to LOG_SCAN of a log
+        ("logs/embed/demo_3.log", (16 << 20) + 1, TAIL),  # its last LOG_SCAN bytes
         ("results/demo/embed/embed_3.npy", 5 << 20, SIZED),
         ("results/demo/chunks/chunk_3.jsonl", 5 << 20, SIZED),
         ("results/demo/huge.json", 100 << 20, SIZED),
@@ -142,6 +146,7 @@ class _Bucket:
 
     def __init__(self, objects: dict[str, bytes], vanish=()):
         self.objects, self.vanish = dict(objects), set(vanish)
+        self.ranges: list[tuple[str, str | None]] = []  # (key, Range) of each fetch
 
     def get_paginator(self, name):
         assert name == "list_objects_v2"
@@ -164,14 +169,19 @@ class _Bucket:
 
         return Pages()
 
-    def get_object(self, Bucket, Key, **_):  # noqa: N803
+    def get_object(self, Bucket, Key, Range=None):  # noqa: N803
         from botocore.exceptions import ClientError
 
         if Key not in self.objects:
             raise ClientError({"Error": {"Code": "NoSuchKey", "Message": "gone"}}, "GetObject")
         import io
 
-        return {"Body": io.BytesIO(self.objects[Key])}
+        self.ranges.append((Key, Range))
+        data = self.objects[Key]
+        if Range is not None:  # the only form the mirror asks for: the last N bytes
+            assert Range.startswith("bytes=-"), Range
+            data = data[-int(Range[len("bytes=-") :]) :]
+        return {"Body": io.BytesIO(data)}
 
 
 def test_an_object_gone_between_the_listing_and_its_fetch_is_gone_from_the_copy(tmp_path):
@@ -232,3 +242,52 @@ def test_an_endpoint_that_is_no_url_is_an_error_naming_the_prefix_and_the_settin
     monkeypatch.setenv("SNAKEMAKE_STORAGE_S3_ENDPOINT_URL", "127.0.0.1:9")  # no scheme
     with pytest.raises(OSError, match=r"cannot read s3://bkt/runs/a/: Invalid endpoint: 127\.0\.0\.1:9 .*ENDPOINT_URL"):
         mirror.mirror("s3://bkt/runs/a", tmp_path / "copy")
+
+
+def _failed_log(reason: str, before: int, after: int) -> bytes:
+    """A long job's log: `before` bytes of records, core.runlog's failed line, then `after`
+    bytes of traceback and output (a torchrun job's: every rank's, torchrun's summary)."""
+    record = b"2026-01-01 00:00:01,000 INFO train: step 10 loss 3.2\n"
+    frame = b'  File "/opt/venv/lib/python3.11/site-packages/torch/_dynamo/eval_frame.py", line 655, in _fn\n'
+    failed = f"2026-01-01 00:00:09,000 CRITICAL train: {FAILED}{reason}\n".encode()
+    return record * (before // len(record)) + failed + frame * (after // len(frame) + 1)
+
+
+def test_a_long_logs_failed_line_behind_a_long_traceback_is_read_as_from_a_local_log(tmp_path):
+    """Status reads back up to LOG_SCAN of a local log for its failed line; the copy of a
+    log over 1 MiB held its last 64 KiB, so a failed line behind more traceback than that
+    showed the job as killed without an error from S3 alone. The copy holds the last
+    LOG_SCAN bytes now (one constant: core.runlog's), no more; a copy made before is
+    fetched again, and so is a log that grows."""
+    reason = "RuntimeError: NCCL error: unhandled system error"
+    short = _failed_log(reason, 1 << 20, 200 << 10)  # over 1 MiB, 200 KiB after the line
+    long = _failed_log(reason, 2 << 20, st.LOG_SCAN - (1 << 20))  # over LOG_SCAN: its tail alone
+    bucket = _Bucket({"runs/a/logs/train/short.log": short, "runs/a/logs/train/long.log": long})
+    got = mirror.mirror("s3://bkt/runs/a", tmp_path, client=bucket)
+    assert (got.objects, got.fetched) == (2, 2)
+    assert sorted(bucket.ranges) == [
+        ("runs/a/logs/train/long.log", f"bytes=-{st.LOG_SCAN}"),  # bounded: LOG_SCAN, not the log
+        ("runs/a/logs/train/short.log", None),
+    ]
+    assert (tmp_path / "logs/train/short.log").read_bytes() == short
+    assert (tmp_path / "logs/train/long.log").read_bytes() == long[-st.LOG_SCAN :]
+    for name in ("short", "long"):
+        assert st.log_error(str(tmp_path / f"logs/train/{name}.log")) == reason, name
+
+    # Copies made when a long log's was its last 64 KiB: fetched again, though the
+    # objects are the same (their ETags and sizes unchanged).
+    index = json.loads((tmp_path / mirror.INDEX).read_text())
+    for name, log in (("short", short), ("long", long)):
+        index[f"logs/train/{name}.log"][2] = "tail"
+        (tmp_path / f"logs/train/{name}.log").write_bytes(log[-64 * 1024 :])
+    (tmp_path / mirror.INDEX).write_text(json.dumps(index))
+    bucket.ranges.clear()
+    assert mirror.mirror("s3://bkt/runs/a", tmp_path, client=bucket).fetched == 2 and len(bucket.ranges) == 2
+    for name in ("short", "long"):
+        assert st.log_error(str(tmp_path / f"logs/train/{name}.log")) == reason, name
+
+    # A log that grows (the job's next attempt appends to it): fetched again.
+    bucket.objects["runs/a/logs/train/short.log"] = short + _failed_log("ValueError: rank 1", 0, 100 << 10)
+    assert mirror.mirror("s3://bkt/runs/a", tmp_path, client=bucket).fetched == 1
+    assert st.log_error(str(tmp_path / "logs/train/short.log")) == "ValueError: rank 1"
+    assert mirror.LOG_SCAN is st.LOG_SCAN  # one number: the two cannot drift apart
