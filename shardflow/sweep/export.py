@@ -46,15 +46,26 @@ _LATEX_SPECIAL = {
     # so the glyph is taken from there, as the kernel takes \textless from OML under OT1;
     # under T1 this is \textquotedbl itself.
     '"': r"\UseTextSymbol{T1}{\textquotedbl}",
+    # OT1 and T1 print ` as an opening quote, and join it with the character before into
+    # another glyph: `` an opening double quote, !` and ?` an inverted ! and ?. The kernel
+    # takes this glyph from TS1, under either encoding (from TU under XeLaTeX and LuaLaTeX).
+    "`": r"\textasciigrave{}",
 }
+# Characters the fonts of OT1 and T1 join with one more of them into another glyph: -- and
+# --- (en and em dashes), '' (a closing double quote) and, under T1, ,, (a low double
+# quote). A `{}` after each that another follows keeps both as they are. (<< and >>, T1's
+# guillemets, are escaped above, each \textless{} or \textgreater{} with its own `{}`.)
+_LIGATURE_PAIRS = frozenset("-',")
 
 
 def latex_escape(text: str) -> str:
-    """`text` as LaTeX prints it: each special character escaped, and a hyphen before
-    another one followed by `{}`, since TeX sets -- as an en dash and --- as an em dash (a
-    Hugging Face cache folder, models--org--name, would not read as the value)."""
+    """`text` as LaTeX prints it: each special character escaped, and a character of
+    _LIGATURE_PAIRS before another one like it followed by `{}`, since TeX sets -- as an
+    en dash, --- as an em dash and '' as a closing quote (a Hugging Face cache folder,
+    models--org--name, would not read as the value)."""
     return "".join(
-        "-{}" if c == "-" and text[i + 1 : i + 2] == "-" else _LATEX_SPECIAL.get(c, c) for i, c in enumerate(text)
+        c + "{}" if c in _LIGATURE_PAIRS and text[i + 1 : i + 2] == c else _LATEX_SPECIAL.get(c, c)
+        for i, c in enumerate(text)
     )
 
 

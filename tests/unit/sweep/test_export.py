@@ -139,6 +139,26 @@ def test_latex_labels_keep_their_hyphens():
     assert f"| {hub} | 1.000 |" in to_markdown(spec, summarise(spec, runs))
 
 
+def test_latex_labels_print_no_ligature_of_quotes_and_commas():
+    """OT1 and T1 print ` as an opening quote and join `` into an opening double quote,
+    !` and ?` into an inverted ! and ?, and '' into a closing double quote; T1 joins ,,
+    into a low double quote: a prompt holding a Markdown code span or '' read typeset
+    quotes in table.tex, not the value swept. A backtick is the kernel's grave (TS1), and
+    a brace after a quote or comma that another follows keeps both as they are; <<, >>
+    (T1's guillemets) and -- were kept apart already. A lone quote or comma is as before."""
+    grave = r"\textasciigrave{}"
+    assert latex_escape("`x`") == f"{grave}x{grave}"
+    assert latex_escape("``q'' !`a ?`b") == f"{grave}{grave}q'{{}}' !{grave}a ?{grave}b"
+    assert latex_escape("a,,b ,,, '''") == "a,{},b ,{},{}, '{}'{}'"
+    assert latex_escape("<<a>> a--b") == r"\textless{}\textless{}a\textgreater{}\textgreater{} a-{}-b"
+    assert latex_escape("it's 1,2, 'a' !?") == "it's 1,2, 'a' !?"
+    spec = parse({"q": sweep(stage="embed", grid={"embedding.model": ["say ``hi''", "a,,b"]}, seeds=[0],
+                             metrics={"items_per_s": "max"})})["q"]
+    runs = collect(spec, [RunResult(pid, s, {"items_per_s": 1.0 + i}) for i, (pid, s) in enumerate(spec.jobs())])
+    latex = to_latex(spec, summarise(spec, runs)).splitlines()
+    assert latex[8:10] == [f"say {grave}{grave}hi'{{}}' & $1.000$ \\\\", "a,{},b & $\\mathbf{2.000}$ \\\\"]
+
+
 def test_markdown_escapes_pipes():
     spec = parse({"p": sweep(stage="embed", grid={"embedding.model": ["a|b", "m/x y"]},
                              metrics={"items_per_s": "max"})})["p"]
