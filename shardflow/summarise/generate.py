@@ -104,6 +104,7 @@ from shardflow.summarise.records import write_summaries
 __all__ = [
     "GenerateParams",
     "Generator",
+    "SamplingError",
     "SummariseStats",
     "TooLargeError",
     "load_generator",
@@ -157,10 +158,22 @@ def document_seed(seed: int, texts_sha256: str, position: int) -> int:
     return int(digest({"seed": seed, "texts_sha256": texts_sha256, "position": position})[:16], 16)
 
 
+class SamplingError(RuntimeError):
+    """A document's probabilities at a sampling step are no distribution (inf, nan or an
+    element < 0), which torch.multinomial refuses; `row`: the document's position in the
+    texts summarised (the chunk's, in `summarise_chunk`, which names its id)."""
+
+    def __init__(self, message: str, row: int):
+        super().__init__(message)
+        self.row = row
+
+
 class _DocumentStreams:
     """`torch.multinomial` as `generate` calls it to sample (`_sample`: one token a row;
     beam sampling: a row's candidates, without replacement), each row's random numbers
-    from its own generator, seeded by its document (`document_seed`).
+    from its own generator, seeded by its document (`document_seed`). `rows`: each row's
+    document, by its position in the texts summarised (default: 0, 1, ...), which a row
+    that cannot be sampled is named by (SamplingError).
 
     Gumbel-top-k: the `num_samples` largest log p + Gumbel noise are a draw without
     replacement from p (one of them: a draw from p), the probabilities transformers
@@ -169,8 +182,9 @@ class _DocumentStreams:
     is an error, not a draw from the global stream.
     """
 
-    def __init__(self, seeds: Sequence[int]):
+    def __init__(self, seeds: Sequence[int], rows: Sequence[int] | None = None):
         self.seeds = [int(s) for s in seeds]
+        self.rows = [int(r) for r in rows] if rows is not None else list(range(len(self.seeds)))
         self.generators: list[torch.Generator] | None = None  # on the device of the first draw
         self.calls = 0
 
@@ -180,8 +194,16 @@ class _DocumentStreams:
                 f"sampling with one stream per document: an unexpected torch.multinomial call "
                 f"(shape {tuple(probs.shape)}, {len(self.seeds)} documents, replacement={replacement})"
             )
-        if (~torch.isfinite(probs).all() | (probs < 0).any()).item():  # as torch.multinomial refuses it
-            raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+        bad = (~torch.isfinite(probs) | (probs < 0)).any(dim=1)  # the rows torch.multinomial refuses
+        if bad.any().item():
+            where = bad.nonzero().flatten().tolist()  # each row is one document's (the shape check above)
+            row = self.rows[where[0]]
+            others = f"; {len(where) - 1} more of the batch's {len(bad)} texts too" if len(where) > 1 else ""
+            raise SamplingError(
+                f"text {row}: at sampling step {self.calls + 1} its probability tensor contains either `inf`, `nan` "
+                f"or element < 0, which torch.multinomial refuses{others}",
+                row=row,
+            )
         if self.generators is None:
             self.generators = [torch.Generator(device=probs.device).manual_seed(s) for s in self.seeds]
         keys = torch.empty(probs.shape, dtype=torch.float64, device=probs.device)
@@ -490,16 +512,21 @@ class Generator:
 
     # ---- generation -----------------------------------------------------------------
 
-    def _generate(self, batch: Batch, seeds: Sequence[int] | None = None) -> list[list[int]]:
+    def _generate(self, batch: Batch, seeds: Sequence[int] | None = None, row_offset: int = 0) -> list[list[int]]:
         """New tokens of each row of a batch, up to and including its end-of-sequence token.
-        `seeds`: when sampling, each input's stream (`document_seed`), by index in `ids`."""
+        `seeds`: when sampling, each input's stream (`document_seed`), by index in `ids`;
+        `row_offset + batch.rows[k]` names a row in errors (as core.oom's)."""
         input_ids = torch.from_numpy(batch.input_ids).to(self.device)
         attention_mask = torch.from_numpy(batch.attention_mask).to(self.device)
         if self.before_generate is not None:
             self.before_generate(input_ids)
         # Fresh generators for every call: the halves of a batch that ran out of memory
         # draw from the start of their documents' streams, as the whole batch did.
-        streams = _DocumentStreams([seeds[r] for r in batch.rows]) if seeds is not None else None
+        streams = (
+            _DocumentStreams([seeds[r] for r in batch.rows], [row_offset + int(r) for r in batch.rows])
+            if seeds is not None
+            else None
+        )
         with _drawing_from(streams):
             out = self.model.generate(
                 input_ids=input_ids, attention_mask=attention_mask, generation_config=self.generation_config
@@ -559,7 +586,7 @@ class Generator:
                 batch = collate(ids, rows, self.pad_id, self.left_pad)
                 pieces = self.backoff.run(
                     batch,
-                    lambda b: self._generate(b, seeds),
+                    lambda b: self._generate(b, seeds, row_offset),
                     lambda b, n: split_batch(b, n, self.left_pad),
                     row_offset=row_offset,
                     noun="text",
@@ -692,6 +719,8 @@ def summarise_chunk(
         records = generator.summarise(texts, resume_dir=folder, job=logical_path(out_path))
     except TooLargeError as exc:
         raise TooLargeError(f"{chunk_path}: id {ids[exc.row]!r}: {exc}", exc.row, exc.n_tokens) from exc
+    except SamplingError as exc:
+        raise SamplingError(f"{chunk_path}: id {ids[exc.row]!r}: {exc}", exc.row) from exc
     controller.stop_if_gone(running, f"the finished parts are kept in {folder}")
     write_summaries(out_path, ids, records)
     PartStore(folder, {}).remove(resume_root)

@@ -31,6 +31,7 @@ from shardflow.core.parts import resume_key
 from shardflow.corpus.chunks import ChunkRecord, write_record
 from shardflow.summarise.generate import (
     GenerateParams,
+    SamplingError,
     TooLargeError,
     load_generator,
     params_from_dict,
@@ -557,3 +558,38 @@ def test_a_summarise_model_that_is_not_there_is_a_missing_file_not_a_config_erro
         _model_folder(str(tmp_path / "weights.bin"))
     assert deterministic(a_file.value)
     assert _model_folder(str(tmp_path)) == tmp_path.resolve()
+
+
+def test_a_text_whose_sampling_probabilities_are_nan_is_named(tiny, texts, tmp_path):
+    """Sampling refuses a probability row with nan (as torch.multinomial does): the error
+    named no text, so a job stopped without saying which document's scores broke. It
+    names the text's position (a later window's too) and, from a chunk, the file and id."""
+    chunk_texts = texts[:5]
+    gen = load_generator(params(tiny["gpt2"], do_sample=True, seed=3, window=2))
+    target = gen.encode([chunk_texts[3]])[0][0]
+    broken: set[int] = set()
+
+    def find_rows(module, args, kwargs):  # the prompt pass: which rows hold text 3
+        ids, mask = kwargs["input_ids"], kwargs["attention_mask"]
+        if ids.shape[1] == mask.shape[1]:
+            broken.clear()
+            broken.update(r for r in range(len(ids)) if ids[r][mask[r].bool()].tolist() == target)
+
+    def nan_scores(module, args, out):
+        out[sorted(broken)] = float("nan")
+        return out
+
+    hooks = [
+        gen.model.register_forward_pre_hook(find_rows, with_kwargs=True),
+        gen.model.get_output_embeddings().register_forward_hook(nan_scores),
+    ]
+    try:
+        with pytest.raises(SamplingError, match=r"^text 3: at sampling step 1 its probability tensor contains"):
+            gen.summarise(chunk_texts)
+        chunk = write_chunk(tmp_path / "c.jsonl", chunk_texts)
+        with pytest.raises(SamplingError, match=r"c\.jsonl: id 'doc-00003': text 3: .* `nan`"):
+            summarise_chunk(chunk, tmp_path / "o.jsonl", gen.params, tmp_path / "resume", generator=gen)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert broken  # the hooks found the text's row
