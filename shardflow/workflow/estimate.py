@@ -21,7 +21,9 @@ Rates, in order of trust:
    whole job). A run of another model (another summarise.method) is passed over, so is
    an embed run in another compute precision (embedding.dtype, `other_dtype`), and so
    is one on another kind of device: a CPU rate is no estimate for a GPU run, nor a GPU
-   rate for a CPU run.
+   rate for a CPU run. So is a run of another data set whose records average more than
+   LENGTH_FACTOR times as long or as short as this one's (`other_length`): embedding and
+   summarising take time per token, and a rate is counted in records.
 2. assumed, labelled so ("assumed, not measured: ..."): `chunking.rate_items_per_s`
    (ASSUMED) for embed and summarise; for training on GPUs, the trainer's own FLOPs per
    token (shardflow.train.model.GPT.flops_per_token) at an assumed share (ASSUMED_MFU,
@@ -86,13 +88,18 @@ from shardflow.core.models import same_model
 from shardflow.corpus.readers import ReaderOptions, detect_format
 from shardflow.sweep import parse_sweeps
 from shardflow.sweep.paths import job_metrics
-from shardflow.sweep.shared import set_folder
+from shardflow.sweep.shared import SHARED_FOLDER, set_folder
 from shardflow.sweep.spec import SweepSpec, merge
 from shardflow.workflow import plan
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = "results"
 ASSUMED = "assumed, not measured: run a small sample or an embed sweep to measure"
+# An embed or summarise rate is counted in records per second, but the work is per token:
+# a run on another data set's records measures this one's only where they are of like
+# length. One whose records average more than this many times as long or as short (text
+# bytes a record) is passed over (the demo's short lines are no measure of articles).
+LENGTH_FACTOR = 2.0
 # Line-format inputs above this many bytes are sampled, not counted line by line (a
 # newline count reads every byte: minutes for a corpus of 100 M documents).
 SAMPLE_ABOVE = 2 * 2**30
@@ -337,6 +344,70 @@ def chunks_by_size(records: int, sources: tuple[str, ...]) -> tuple[int, ...] | 
     return tuple(b - a for a, b in zip([0, *cumulative[:-1]], cumulative, strict=True))
 
 
+@dataclass(frozen=True)
+class Length:
+    """The records a row's chunk jobs run on: their data set, their mean text bytes (None:
+    not known here) and where that figure came from (`record_length`)."""
+
+    dataset: str
+    mean_bytes: float | None = None
+    source: str = ""
+
+
+def record_length(name: str, count: Count) -> Length:
+    """The mean record of data set `name`: the bytes its chunks take (the split's manifest,
+    else about its input's text) over its records."""
+    if count.chunk_bytes is None or count.records <= 0:
+        return Length(name)
+    return Length(name, count.chunk_bytes / count.records, count.chunk_bytes_source)
+
+
+def run_dataset(folder: str, main: str) -> str | None:
+    """The data set whose chunks the jobs of a stage folder ran on: results/<ds>/<stage>'s,
+    a shared embedding set's (results/sweeps/_embeddings/<ds>/...), and for a sweep job the
+    main data set `main` (its embed and summarise jobs run on the main data set's chunks)."""
+    parts = folder.split("/")
+    if len(parts) < 3 or parts[0] != RESULTS:
+        return None
+    if parts[1] != "sweeps":
+        return parts[1]
+    return parts[3] if parts[2] == SHARED_FOLDER and len(parts) > 3 else main
+
+
+def manifest_record_bytes(name: str) -> float | None:
+    """The mean bytes of a record of data set `name` in its split's chunks (the manifest's
+    bytes over its items), or None where no readable manifest is here."""
+    try:
+        chunks = read_json(f"{RESULTS}/{name}/chunks/manifest.json")["chunks"]
+        items, size = sum(int(c["items"]) for c in chunks), sum(int(c["bytes"]) for c in chunks)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return size / items if items > 0 else None
+
+
+def other_length(folder: str, length: Length | None, main: str) -> tuple[str | None, str]:
+    """(why a run in `folder` is passed over: it measured another data set's records of
+    another length than `length`'s, else None; a note naming whose records measured it,
+    "" where they are this data set's). `main`: the main data set, a sweep job's."""
+    ran_on = run_dataset(folder, main)
+    if length is None or ran_on is None or ran_on == length.dataset:
+        return None, ""
+    theirs, ours = manifest_record_bytes(ran_on), length.mean_bytes
+    if theirs is None or ours is None:
+        unknown = "theirs" if theirs is None else "this data set's"
+        return None, (
+            f"measured on data set {ran_on}'s records, their length not compared with this data set's ({unknown} "
+            "not known here): a rate in records/s holds for records of like length"
+        )
+    said = (
+        f"data set {ran_on}'s records, {theirs:,.0f} bytes each on average (its split's manifest), "
+        f"this data set's {ours:,.0f} ({length.source})"
+    )
+    if max(theirs, ours) > LENGTH_FACTOR * min(theirs, ours):
+        return f"ran on {said}: a rate in records/s does not carry over to records of another length", ""
+    return None, f"measured on {said}"
+
+
 # ---------------------------------------------------------------------- rates
 
 
@@ -561,7 +632,9 @@ def _stage_folders(stage: str, dataset: str) -> list[str]:
     return [own, *others]
 
 
-def embed_runs(cfg: dict, dataset: str, first: Iterable[str] = ()) -> Iterator[tuple[Run, str | None]]:
+def embed_runs(
+    cfg: dict, dataset: str, first: Iterable[str] = (), length: Length | None = None
+) -> Iterator[tuple[Run, str | None]]:
     model = cfg["embedding"]["model"]
     folders = [
         *first,
@@ -572,10 +645,13 @@ def embed_runs(cfg: dict, dataset: str, first: Iterable[str] = ()) -> Iterator[t
         run = load_run(folder, "embed_*.stats.json", lambda s, f=folder: _chunk_bench("embed", f, s))
         if run:
             why = run.problem or other_model(run.stats, model, "embedding.model")
-            yield run, why or other_dtype(run.stats, cfg["embedding"]["dtype"])
+            why = why or other_dtype(run.stats, cfg["embedding"]["dtype"])
+            yield run, why or other_length(folder, length, cfg["dataset"])[0]
 
 
-def summarise_runs(cfg: dict, dataset: str, first: Iterable[str] = ()) -> Iterator[tuple[Run, str | None]]:
+def summarise_runs(
+    cfg: dict, dataset: str, first: Iterable[str] = (), length: Length | None = None
+) -> Iterator[tuple[Run, str | None]]:
     sm = cfg["summarise"]
     model = {"abstractive": ("summarise.model", sm["model"]), "extractive": ("summarise.encoder", sm["encoder"])}
     folders = [
@@ -593,10 +669,10 @@ def summarise_runs(cfg: dict, dataset: str, first: Iterable[str] = ()) -> Iterat
         methods = {s.get("method") for s in run.stats}
         if methods != {sm["method"]}:
             yield run, f"ran summarise.method {', '.join(map(str, methods))}, not {sm['method']}"
-        elif sm["method"] in model:
-            yield run, other_model(run.stats, model[sm["method"]][1] or "", model[sm["method"]][0])
         else:
-            yield run, None
+            key, name = model.get(sm["method"], (None, None))
+            why = other_model(run.stats, name or "", key) if key else None
+            yield run, why or other_length(folder, length, cfg["dataset"])[0]
 
 
 def _chunk_bench(stage: str, folder: str, stats: dict) -> str | None:
@@ -725,11 +801,21 @@ def chunk_job_row(name: str, stage: str, per_chunk: tuple[int, ...], rate: Rate,
     return Row(name, stage, len(per_chunk), sum(per_chunk), rate=rate, gpus=gpus, seconds=seconds)
 
 
-def embed_row(cfg: dict, name: str, per_chunk: tuple[int, ...], on_gpu: bool, first: Iterable[str] = ()) -> Row:
-    """The embed jobs of data set `name` (a sweep's: `first`, its own job folder)."""
+def embed_row(
+    cfg: dict,
+    name: str,
+    per_chunk: tuple[int, ...],
+    on_gpu: bool,
+    first: Iterable[str] = (),
+    length: Length | None = None,
+) -> Row:
+    """The embed jobs of data set `name` (a sweep's: `first`, its own job folder), whose
+    records are `length`'s (None: a rate of any data set's records is used)."""
     notes: list[str] = []
-    found = find_rate(embed_runs(cfg, name, first), on_gpu, notes)
+    found = find_rate(embed_runs(cfg, name, first, length), on_gpu, notes)
     rate, run = found if found else (assumed_rate(cfg), None)
+    if run:
+        notes.insert(0, other_length(run.where, length, cfg["dataset"])[1])
     row = chunk_job_row(name, "embed", per_chunk, rate, plan.job_gpus(cfg, "embed") if on_gpu else 0)
     dim, how = embed_dim(cfg, run)
     if dim:
@@ -740,22 +826,32 @@ def embed_row(cfg: dict, name: str, per_chunk: tuple[int, ...], on_gpu: bool, fi
         )
     else:
         row.disk_source = how
-    row.notes += notes
+    row.notes += [n for n in notes if n]
     return row
 
 
-def summarise_row(cfg: dict, name: str, per_chunk: tuple[int, ...], on_gpu: bool, first: Iterable[str] = ()) -> Row:
-    """The summarise jobs of data set `name` (a sweep's: `first`, its own job folder)."""
+def summarise_row(
+    cfg: dict,
+    name: str,
+    per_chunk: tuple[int, ...],
+    on_gpu: bool,
+    first: Iterable[str] = (),
+    length: Length | None = None,
+) -> Row:
+    """The summarise jobs of data set `name` (a sweep's: `first`, its own job folder), whose
+    records are `length`'s (None: a rate of any data set's records is used)."""
     notes: list[str] = []
-    found = find_rate(summarise_runs(cfg, name, first), on_gpu, notes)
+    found = find_rate(summarise_runs(cfg, name, first, length), on_gpu, notes)
     slow = (
         "; set for embedding: generating summaries is usually far slower"
         if cfg["summarise"]["method"] == "abstractive"
         else ""
     )
     rate, run = found if found else (assumed_rate(cfg, slow), None)
+    if run:
+        notes.insert(0, other_length(run.where, length, cfg["dataset"])[1])
     row = chunk_job_row(name, "summarise", per_chunk, rate, plan.job_gpus(cfg, "summarise") if on_gpu else 0)
-    row.notes += notes
+    row.notes += [n for n in notes if n]
     if run:
         files = [f"{run.where}/summaries_{s.get('chunk')}.jsonl" for s in run.stats]
         written = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
@@ -1056,13 +1152,17 @@ def _sweep_rows(
     main: str,
     gpu: GpuAssumption | None,
     corpus: tuple[plan.DataSet, tuple[int, ...], int] | None = None,
+    lengths: dict[str, Length] | None = None,
 ) -> list[Row]:
     """One row per sweep: its jobs (points x seeds, each over the chunks, or the shards,
     of the main data set `main`), each estimated as the stage's own row with the job's
     config; a retrieval sweep's rows (`RetrievalSweepSets`) need `corpus`: the retrieval
-    data set, its records per chunk and its records."""
+    data set, its records per chunk and its records. `lengths`: each data set's records
+    (`record_length`)."""
     rows = []
-    embeddings = RetrievalSweepSets(cfg, sweeps, corpus, on_cpu)
+    lengths = lengths or {}
+    length = lengths.get(main)
+    embeddings = RetrievalSweepSets(cfg, sweeps, corpus, on_cpu, lengths.get(corpus[0].name) if corpus else None)
     for spec in sweeps.values():
         jobs = spec.jobs()
         label = f"sweep {spec.name}"
@@ -1076,9 +1176,11 @@ def _sweep_rows(
             own = [f"{RESULTS}/sweeps/{spec.folder}/{pid}/seed={seed}/{spec.stage}"]
             group = {"sweep": spec.folder, "point": pid, "seed": seed}
             if spec.stage == "embed":
-                parts.append(embed_row(job_cfg, label, per_chunk, "sweep_embed_chunk" not in on_cpu, first=own))
+                on_gpu = "sweep_embed_chunk" not in on_cpu
+                parts.append(embed_row(job_cfg, label, per_chunk, on_gpu, first=own, length=length))
             elif spec.stage == "summarise":
-                parts.append(summarise_row(job_cfg, label, per_chunk, "sweep_summarise" not in on_cpu, first=own))
+                on_gpu = "sweep_summarise" not in on_cpu
+                parts.append(summarise_row(job_cfg, label, per_chunk, on_gpu, first=own, length=length))
             else:
                 parts.append(train_row(job_cfg, label, "sweep_train" not in on_cpu, own, gpu, dataset=main))
             if spec.stage == "train":
@@ -1147,10 +1249,18 @@ class RetrievalSweepSets:
     A set is counted in the rows of the first sweep that reads it, estimated as the main
     run's rows are (`embed_row`, its own folder's runs first; `query_row`) with the config
     of the first job that reads it. Its jobs are done once a job that read it has ended
-    (its metrics JSON exists: it read the merged set), as a sweep job is done."""
+    (its metrics JSON exists: it read the merged set), as a sweep job is done. `length`:
+    the corpus's records (`record_length`)."""
 
-    def __init__(self, cfg: dict, sweeps: dict, corpus: tuple[plan.DataSet, tuple[int, ...], int] | None, on_cpu):
-        self.cfg, self.corpus, self.on_cpu = cfg, corpus, on_cpu
+    def __init__(
+        self,
+        cfg: dict,
+        sweeps: dict,
+        corpus: tuple[plan.DataSet, tuple[int, ...], int] | None,
+        on_cpu,
+        length: Length | None = None,
+    ):
+        self.cfg, self.corpus, self.on_cpu, self.length = cfg, corpus, on_cpu, length
         self.counted: dict[tuple[str, str], str] = {}  # (kind, key) -> the sweep whose rows count it
         self.ended: dict[tuple[str, str], bool] = {}  # (kind, key) -> a job that read it has ended
         self.sets = plan.retrieval_sweep_embeddings(cfg, [corpus[0]] if corpus else [], sweeps.values())
@@ -1197,7 +1307,8 @@ class RetrievalSweepSets:
                 # The corpus set's rate and bytes per vector; its query set differs from it
                 # by the query prompt alone, so the queries are embedded at its rate.
                 own = [f"{self.folder('corpus', corpus_set.key)}/embed"]
-                embed = embed_row(job_cfg, ds.name, per_chunk, "sweep_embed" not in self.on_cpu, first=own)
+                on_gpu = "sweep_embed" not in self.on_cpu
+                embed = embed_row(job_cfg, ds.name, per_chunk, on_gpu, first=own, length=self.length)
                 embed.dataset = label  # its runs looked up as the data set's, then the others'
                 for found in first:
                     if found.kind == "corpus":
@@ -1393,13 +1504,14 @@ def estimate(
     price, currency = cfg["report"]["gpu_hour_price"], cfg["report"]["currency"]
     out = Estimate([], n_gpus, gpus_source, price, currency)
     main = next(ds for ds in data_sets.values() if ds.role == "main")
-    per_chunk_of = {}
+    per_chunk_of, lengths = {}, {}
     for ds in data_sets.values():
         count = count_records(cfg, ds, records if ds.role == "main" else None)
         out.records[ds.name] = count
         by_size = chunks_by_size(count.records, ds.sources) if ds.by == "source" and not count.per_chunk else None
         per_chunk = count.per_chunk or by_size or even_chunks(count.records, ds.n_chunks)
         per_chunk_of[ds.name] = per_chunk
+        lengths[ds.name] = record_length(ds.name, count)
         split = Row(
             ds.name,
             "split",
@@ -1417,7 +1529,7 @@ def estimate(
         out.rows.append(split)
         stages = gpu_stages(cfg, ds, specs.values())
         if "embed" in stages:
-            out.rows.append(embed_row(cfg, ds.name, per_chunk, "embed" not in on_cpu))
+            out.rows.append(embed_row(cfg, ds.name, per_chunk, "embed" not in on_cpu, length=lengths[ds.name]))
             out.rows[-1].done = _jobs_done(cfg, "embed", {"dataset": ds.name}, len(per_chunk))
         if "retrieval" in ds.tasks:
             queries = _queries(cfg, ds.name)
@@ -1428,7 +1540,7 @@ def estimate(
             out.rows.append(search_row(cfg, ds.name, queries[0], out.records[ds.name].records, gpus))
             out.rows[-1].done = _jobs_done(cfg, "retrieval_evaluate", {"RETRIEVAL": ds.name})
         if "summarise" in stages:
-            out.rows.append(summarise_row(cfg, ds.name, per_chunk, "summarise" not in on_cpu))
+            out.rows.append(summarise_row(cfg, ds.name, per_chunk, "summarise" not in on_cpu, length=lengths[ds.name]))
             out.rows[-1].done = _jobs_done(cfg, "summarise", {"dataset": ds.name}, len(per_chunk))
         if "train" in stages:
             row = train_row(cfg, ds.name, "train" not in on_cpu, gpu=gpu)
@@ -1443,7 +1555,7 @@ def estimate(
         corpus = (retrieval, per_chunk_of[retrieval.name], out.records[retrieval.name].records)
     else:
         corpus = None
-    out.rows += _sweep_rows(cfg, specs, per_chunk_of[main.name], on_cpu, main.name, gpu, corpus)
+    out.rows += _sweep_rows(cfg, specs, per_chunk_of[main.name], on_cpu, main.name, gpu, corpus, lengths)
     for row in out.rows:
         finish(row, n_gpus, price)
     if on_cpu:

@@ -518,6 +518,46 @@ def test_a_retrieval_sweep_counts_each_embedding_set_once_as_the_dry_run_lists_i
     assert status.changed_models(cfg, list(plan.datasets(cfg).values()), specs) == []
 
 
+def dataset_manifest(dataset: str, items: int, bytes_each: int) -> None:
+    """Another data set's split manifest: two chunks of `items` records, `bytes_each` a record."""
+    os.makedirs(f"results/{dataset}/chunks", exist_ok=True)
+    chunks = [{"chunk": i, "items": items // 2, "bytes": bytes_each * (items // 2)} for i in range(2)]
+    with open(f"results/{dataset}/chunks/manifest.json", "w") as fh:
+        json.dump({"n_chunks": 2, "chunks": chunks, "total_records": items}, fh)
+
+
+def test_a_rate_measured_on_another_data_sets_records_of_another_length_is_passed_over(tmp_path):
+    """Embedding and summarising take time per token, not per record: the demo's short
+    lines at 100 records/s say nothing of a corpus of articles a hundred times longer, where
+    the estimate priced them at the demo's rate as measured. A run of another data set whose
+    records average more than LENGTH_FACTOR times as long or as short (its split's manifest;
+    this data set's manifest or input) is passed over, said why; one of like length is
+    used, and the row names whose records measured it."""
+    with open("corpus.jsonl", "w") as fh:  # about 2,000 bytes a record
+        fh.writelines(json.dumps({"id": i, "text": "x" * 2000}) + "\n" for i in range(100))
+    cfg = config(tmp_path)
+    embed_stats("results/demo/embed", "cuda")
+    dataset_manifest("demo", 1000, 20)
+    embed = row(run(cfg), "embed")
+    assert not embed.rate.measured and embed.rate.per_s == 40
+    assert any(
+        "results/demo/embed ran on data set demo's records, 20 bytes each on average (its split's manifest), "
+        "this data set's 2,023 (about the input's text)" in n
+        for n in embed.notes
+    )
+    dataset_manifest("demo", 1000, 1500)  # like length: its rate holds
+    embed = row(run(cfg), "embed")
+    assert embed.rate.measured and embed.rate.per_s == pytest.approx(100.0)
+    assert any(n.startswith("measured on data set demo's records, 1,500 bytes each") for n in embed.notes)
+    os.makedirs("results/demo/summarise")
+    with open("results/demo/summarise/summaries_0.stats.json", "w") as fh:
+        json.dump({"chunk": 0, "items": 100, "seconds": 1.0, "device": "cpu", "method": "lead"}, fh)
+    dataset_manifest("demo", 1000, 20)
+    summarise = row(run(config(tmp_path, tasks=["summarisation"])), "summarise")  # lead, on the CPU
+    assert not summarise.rate.measured
+    assert any("results/demo/summarise ran on data set demo's records, 20 bytes" in n for n in summarise.notes)
+
+
 # -------------------------------------------------------------------- records
 
 
