@@ -1590,25 +1590,35 @@ def not_counted(est: Estimate, left: bool = False) -> str:
 
 
 def total_line(est: Estimate) -> str:
+    """The one line a user acts on. A GPU stage without an estimate is no zero: where no GPU
+    stage has one the line says so, and where some have, their sum is "at least"."""
+    missing = est.missing()
+    if missing and not any(r.gpus and r.seconds is not None for r in est.rows):
+        return f"GPU-hours, cost and wall time not estimated: {', '.join(missing)} (the notes above say why)"
     gpus = f"{est.n_gpus} GPU{'s' if est.n_gpus != 1 else ''}"
     wall = f"about {duration(est.wall_s)} on {gpus}{not_counted(est)}"
     if not any(r.gpus for r in est.rows):
         wall = "every job runs on the CPU (wall time not estimated)"
-    line = f"{est.gpu_hours:.3g} GPU-h, {money(est.cost)} {est.currency}, {wall}"
+    line = f"{'at least ' if missing else ''}{est.gpu_hours:.3g} GPU-h, {money(est.cost)} {est.currency}, {wall}"
     if est.assumed():
         line += f" (assumed rates: {', '.join(est.assumed())})"
-    if est.missing():
-        line += f"; not estimated: {', '.join(est.missing())}"
+    if missing:
+        line += f"; not estimated: {', '.join(missing)}"
     return line + left_text(est)
 
 
 def left_text(est: Estimate) -> str:
-    """What is left, where some GPU job is done (its outputs exist): "" before any is."""
+    """What is left, where some GPU job is done (its outputs exist): "" before any is; "at
+    least" where a GPU stage without an estimate has a job left."""
     done, jobs = est.jobs_done()
     if not done:
         return ""
     wall = f", about {duration(est.left_wall_s)}{not_counted(est, left=True)}" if any(r.gpus for r in est.rows) else ""
-    return f"; left ({done} of {jobs} GPU jobs done): {est.left_gpu_hours:.3g} GPU-h, {money(est.left_cost)} {est.currency}{wall}"
+    unknown = any(r.gpus and r.seconds is None and not all(r.done or [False]) for r in est.rows)
+    return (
+        f"; left ({done} of {jobs} GPU jobs done): {'at least ' if unknown else ''}{est.left_gpu_hours:.3g} GPU-h, "
+        f"{money(est.left_cost)} {est.currency}{wall}"
+    )
 
 
 def table(est: Estimate) -> str:

@@ -672,6 +672,25 @@ def test_a_cost_under_half_a_cent_is_shown_not_rounded_to_0(tmp_path):
     assert [est.money(x) for x in (0.0, 0.0049, 0.005, 0.01, 1234.5)] == ["0.00", "0.0049", "0.01", "0.01", "1234.50"]
 
 
+def test_a_total_without_an_estimate_says_so_rather_than_zero(tmp_path):
+    """A GPU stage that cannot be estimated (training with a tokenizer it cannot read) is
+    not a zero: where no GPU stage has an estimate, the total line says so in place of
+    "0 GPU-h, 0.00 USD, about 0 s"; where some have, its figures are a lower bound."""
+    corpus()
+    unreadable = {"tokenizer": "missing/tokenizer.json"}
+    nothing = run(config(tmp_path, tasks=["training"], shards=unreadable), gpus=2)
+    assert nothing.missing() == ["train ds"]
+    assert est.total_line(nothing) == "GPU-hours, cost and wall time not estimated: train ds (the notes above say why)"
+    some = run(config(tmp_path, tasks=["embedding", "training"], shards=unreadable), gpus=2)
+    total = est.total_line(some)
+    assert total.startswith("at least 0.000694 GPU-h, 0.0017 USD, about 1 s on 2 GPUs (assumed rates: embed ds)")
+    assert total.endswith("; not estimated: train ds")
+    outputs_of("embed", dataset="ds", chunk=0)  # what is left leaves training out too
+    assert est.total_line(run(config(tmp_path, tasks=["embedding", "training"], shards=unreadable), gpus=2)).endswith(
+        "; not estimated: train ds; left (1 of 3 GPU jobs done): at least 0.000347 GPU-h, 0.00087 USD, about 1 s"
+    )
+
+
 # ------------------------------------------------------------------------ CLI
 
 
