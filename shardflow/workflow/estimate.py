@@ -83,7 +83,7 @@ import yaml
 
 from shardflow.core.config import canonical_order, load_schema, read_yaml, validate_config
 from shardflow.core.files import GZIP_MAGIC, read_json
-from shardflow.core.jobs import items_computed, money, priced, read_benchmark, read_job_table
+from shardflow.core.jobs import items_computed, money, priced, read_benchmark, read_job_table, significant
 from shardflow.core.models import same_model
 from shardflow.corpus.readers import ReaderOptions, detect_format
 from shardflow.sweep import parse_sweeps
@@ -1575,6 +1575,12 @@ def duration(seconds: float | None) -> str:
     return f"{seconds / 86400:.1f} days"
 
 
+def gpu_hours(hours: float) -> str:
+    """GPU-hours to three significant digits in fixed point: a large run's 2083, not the
+    2.08e+03 of :.3g, which reads as 2.08 at a glance (core.jobs.significant)."""
+    return significant(hours, 3)
+
+
 def _number(n: int | None) -> str:
     return "-" if n is None else f"{n:,}"
 
@@ -1599,7 +1605,7 @@ def total_line(est: Estimate) -> str:
     wall = f"about {duration(est.wall_s)} on {gpus}{not_counted(est)}"
     if not any(r.gpus for r in est.rows):
         wall = "every job runs on the CPU (wall time not estimated)"
-    line = f"{'at least ' if missing else ''}{est.gpu_hours:.3g} GPU-h, {money(est.cost)} {est.currency}, {wall}"
+    line = f"{'at least ' if missing else ''}{gpu_hours(est.gpu_hours)} GPU-h, {money(est.cost)} {est.currency}, {wall}"
     if est.assumed():
         line += f" (assumed rates: {', '.join(est.assumed())})"
     if missing:
@@ -1616,7 +1622,7 @@ def left_text(est: Estimate) -> str:
     wall = f", about {duration(est.left_wall_s)}{not_counted(est, left=True)}" if any(r.gpus for r in est.rows) else ""
     unknown = any(r.gpus and r.seconds is None and not all(r.done or [False]) for r in est.rows)
     return (
-        f"; left ({done} of {jobs} GPU jobs done): {'at least ' if unknown else ''}{est.left_gpu_hours:.3g} GPU-h, "
+        f"; left ({done} of {jobs} GPU jobs done): {'at least ' if unknown else ''}{gpu_hours(est.left_gpu_hours)} GPU-h, "
         f"{money(est.left_cost)} {est.currency}{wall}"
     )
 
@@ -1629,14 +1635,14 @@ def table(est: Estimate) -> str:
     body = []
     for r in est.rows:
         rate = "-" if r.rate is None else f"{r.rate.per_s:.3g}{'' if r.rate.measured else ' (assumed)'}"
-        gpu_h = "-" if r.gpu_hours is None else ("0 (CPU)" if r.gpus == 0 else f"{r.gpu_hours:.3g}")
+        gpu_h = "-" if r.gpu_hours is None else ("0 (CPU)" if r.gpus == 0 else gpu_hours(r.gpu_hours))
         cost = "-" if r.cost is None else money(r.cost)
         work = "-" if r.work is None else f"{_number(r.work)} {r.unit}"
         disk = "-" if r.disk is None else _size(r.disk)
         cells = (r.dataset, r.stage, str(r.jobs), work, rate, gpu_h, cost, duration(r.wall_s), disk)
         if some_done:
             done = "-" if r.done is None else f"{r.jobs_done}/{len(r.done)}"
-            left = "-" if r.left_gpu_hours is None else ("0 (CPU)" if r.gpus == 0 else f"{r.left_gpu_hours:.3g}")
+            left = "-" if r.left_gpu_hours is None else ("0 (CPU)" if r.gpus == 0 else gpu_hours(r.left_gpu_hours))
             cells += (done, left)
         body.append(cells)
     widths = [max(len(row[i]) for row in (head, *body)) for i in range(len(head))]

@@ -691,6 +691,17 @@ def test_a_total_without_an_estimate_says_so_rather_than_zero(tmp_path):
     )
 
 
+def test_large_figures_are_printed_in_fixed_point_not_scientific_notation(tmp_path):
+    """A run of 300 M records is about 2,083 GPU-h: "2083", not the "2.08e+03" of :.3g, in
+    the table and on the total line a user acts on."""
+    corpus()
+    result = run(config(tmp_path, n_chunks=64), gpus=8, records=300_000_000)
+    assert est.total_line(result).startswith("2083 GPU-h, 5208.33 USD, about 10.9 days on 8 GPUs")
+    embed = next(line for line in est.table(result).splitlines() if line.startswith("ds ") and " embed " in line)
+    assert embed.split()[5:9] == ["40", "(assumed)", "2083", "5208.33"]
+    assert est.total_line(run(config(tmp_path), records=1)).startswith("0.00000694 GPU-h, ")  # one record at 40/s
+
+
 # ------------------------------------------------------------------------ CLI
 
 
