@@ -30,7 +30,8 @@ its sentences are lines, as lead and extractive summaries' are.
    batches full. `repetition_penalty` is too: transformers 5 skips left padding.)
 4. Inputs longer than the model's limit are truncated (the text, never the
    instruction or the chat template's generation prompt) and counted in the
-   `truncated` field and the run's statistics.
+   `truncated` field and the run's statistics. The cut keeps the text's start,
+   whatever side the tokenizer's config truncates.
 5. On CUDA, out-of-memory splits the batch and halves the budget for the rest of
    the run (`shardflow.core.oom`); a text that does not fit alone fails, named.
 6. With a resume folder, each finished window is saved as a records part
@@ -319,6 +320,7 @@ class Generator:
         self.logger: logging.Logger = logger
         self.before_generate = before_generate
         self.decoder_only = not self.config.is_encoder_decoder
+        self.tokenizer_truncation_side = tokenizer.truncation_side  # as its config says (seq2seq: set right below)
         self.left_pad = self.decoder_only
         pad = tokenizer.pad_token_id
         for candidate in (generation_config.pad_token_id, tokenizer.eos_token_id, 0):
@@ -340,6 +342,11 @@ class Generator:
             self.prefix = default_prefix(self.config) if params.prefix is None else params.prefix
             self.prompt = None
             self.chat = False
+            # An over-long article is cut at its end, keeping its start (and the prefix
+            # before it), whatever side the tokenizer's config says: with truncation_side
+            # "left" it kept the last tokens, silently. (A call cannot say the side: the
+            # tokenizer ignores a truncation_side argument.)
+            tokenizer.truncation_side = "right"
         self.newline_symbol = newline_symbol(self.config)  # PEGASUS's "<n>": each becomes a newline
         self.input_limit = self._input_limit()
         self.same_length_only, self.padding_settings = self._padding_rules()
@@ -455,6 +462,8 @@ class Generator:
             identity["sampling_streams"] = SAMPLING_STREAMS
         if self.newline_symbol:  # only here: other models keep their keys; PEGASUS parts kept "<n>"
             identity["newline_symbol"] = self.newline_symbol
+        if self.tokenizer_truncation_side != "right" and not self.decoder_only:
+            identity["truncation_side"] = "right"  # only here: parts made before kept the article's end
         if self.device.type == "cpu":  # CPU kernels split work by thread count, which can move the last bits
             identity["threads"] = self.params.threads or torch.get_num_threads()
         return identity

@@ -362,6 +362,24 @@ def test_decoder_only_truncation_keeps_the_template(tiny, texts):
     assert load_generator(params(tiny["gpt2"])).input_limit == 240
 
 
+def test_seq2seq_truncation_keeps_the_start_whatever_side_the_tokenizer_cuts(tiny, texts, tmp_path):
+    """A tokenizer_config.json saying truncation_side: left made `tokenizer(..., truncation=True)`
+    keep the end of an over-long article (a T5 prefix at its start cut away with the rest),
+    silently: the summary was of the article's last tokens. The start is kept, as for
+    every other seq2seq model."""
+    model = shutil.copytree(tiny["bart"], tmp_path / "bart")
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    (model / "tokenizer_config.json").write_text(json.dumps({**config, "truncation_side": "left"}))
+    gen = load_generator(params(model, max_input_length=40))
+    right = load_generator(params(tiny["bart"], max_input_length=40))
+    ids, truncated = gen.encode([texts[4], "short"])
+    assert truncated == [True, False] and len(ids[0]) == 40
+    assert gen.tokenizer.decode(ids[0], skip_special_tokens=True).startswith(texts[4][:30])
+    assert ids == right.encode([texts[4], "short"])[0]
+    # Parts a job cut the old way are not resumed; other models keep their resume keys.
+    assert gen.identity["truncation_side"] == "right" and "truncation_side" not in right.identity
+
+
 # --------------------------------------------------------------------------- parameters
 
 
