@@ -31,7 +31,7 @@ its sentences are lines, as lead and extractive summaries' are.
 4. Inputs longer than the model's limit are truncated (the text, never the
    instruction or the chat template's generation prompt) and counted in the
    `truncated` field and the run's statistics. The cut keeps the text's start,
-   whatever side the tokenizer's config truncates.
+   whatever side the tokenizer's config truncates, and whole characters.
 5. On CUDA, out-of-memory splits the batch and halves the budget for the rest of
    the run (`shardflow.core.oom`); a text that does not fit alone fails, named.
 6. With a resume folder, each finished window is saved as a records part
@@ -464,6 +464,8 @@ class Generator:
             identity["newline_symbol"] = self.newline_symbol
         if self.tokenizer_truncation_side != "right" and not self.decoder_only:
             identity["truncation_side"] = "right"  # only here: parts made before kept the article's end
+        if self.decoder_only:  # parts made before could end a cut text in a U+FFFD (_text_head)
+            identity["prompt_cut"] = "whole characters"
         if self.device.type == "cpu":  # CPU kernels split work by thread count, which can move the last bits
             identity["threads"] = self.params.threads or torch.get_num_threads()
         return identity
@@ -487,11 +489,24 @@ class Generator:
         keep = len(text_ids) - (len(ids) - self.input_limit)
         for _ in range(16):  # re-tokenizing a cut can merge differently: a few rounds at most
             keep = max(0, keep)
-            ids = self._prompt_ids(self.tokenizer.decode(text_ids[:keep]) if keep else "")
+            ids = self._prompt_ids(self._text_head(text, text_ids, keep))
             if len(ids) <= self.input_limit:
                 return ids
             keep -= len(ids) - self.input_limit
         raise RuntimeError(f"could not fit a prompt into {self.input_limit} tokens")  # pragma: no cover
+
+    def _text_head(self, text: str, text_ids: list[int], keep: int) -> str:
+        """The start of `text` that its first `keep` tokens spell, in whole characters.
+
+        A byte-level BPE token can hold part of a character (a CJK character, an accented
+        letter, an emoji): cut there, the decoded head ends in U+FFFD, a character the
+        article does not hold, which the model would read. It is dropped (one the text
+        itself holds there stays).
+        """
+        head = self.tokenizer.decode(text_ids[:keep]) if keep else ""
+        while head.endswith("\ufffd") and not text.startswith(head):
+            head = head[:-1]
+        return head
 
     def encode(self, texts: Sequence[str]) -> tuple[list[list[int]], list[bool]]:
         """Input ids per text (truncated to the input limit) and whether each was truncated.

@@ -380,6 +380,27 @@ def test_seq2seq_truncation_keeps_the_start_whatever_side_the_tokenizer_cuts(tin
     assert gen.identity["truncation_side"] == "right" and "truncation_side" not in right.identity
 
 
+@pytest.mark.parametrize("name", ["gpt2", "gpt2_plain"])
+def test_decoder_only_truncation_cuts_between_characters(tiny, name):
+    """A byte-level BPE token can hold part of a character (a CJK character, an accented
+    letter): a cut there decoded the part as U+FFFD, and the model read, at the end of the
+    article, a character the article does not hold. The cut keeps whole characters."""
+    gen = load_generator(params(tiny[name]))
+    text = "Café naïve — 日本語のテキストを要約する。 " * 20
+    opening, closing = (f"<|user|>\n{gen.prompt}\n\n", "\n<|assistant|>\n") if gen.chat else (f"{gen.prompt}\n\n", "\n\nSummary:")
+    heads = []
+    for limit in range(40, 80):  # cuts at many places in the text, some inside a character
+        gen.input_limit = limit
+        ids, truncated = gen.encode([text])
+        rendered = gen.tokenizer.decode(ids[0])
+        assert truncated == [True] and len(ids[0]) <= limit
+        assert rendered.startswith(opening) and rendered.endswith(closing), rendered
+        heads.append(rendered[len(opening) : -len(closing)])
+    assert [h for h in heads if not text.startswith(h)] == []
+    assert len(set(heads)) > 10 and min(map(len, heads)) > 0
+    assert gen.identity["prompt_cut"] == "whole characters"  # parts a job cut the old way are not resumed
+
+
 # --------------------------------------------------------------------------- parameters
 
 

@@ -114,13 +114,15 @@ def test_the_streams_key_a_sampled_run_and_leave_other_runs_keys_alone(gpt2, tex
     assert stats["resumed_parts"] == 0
     assert [r["summary"] for r in iter_summaries(out)] == summaries(gen.summarise(texts))
     assert part.exists()  # left to its own key, never mixed in
-    # Greedy and beam runs draw nothing: no seeding, and the identity (so the resume key) as it was.
+    # Greedy and beam runs draw nothing: no seeding, and the identity (so the resume key) as it was
+    # (but for "prompt_cut", which every decoder-only run's has: generate.Generator._text_head).
     monkeypatch.setattr(torch, "manual_seed", lambda seed: pytest.fail("a greedy run seeded torch"))
     greedy = load_generator(GenerateParams(model=str(gpt2), device="cpu", do_sample=False, seed=0, window=WINDOW))
     greedy.summarise(texts)
     assert set(greedy.identity) == {
         "format", "model", "device", "hardware", "dtype", "generation", "prefix", "prompt", "chat_template",
         "input_limit", "token_budget", "max_batch_size", "window", "seed", "torch", "transformers", "threads",
+        "prompt_cut",
     }  # fmt: skip
 
 
