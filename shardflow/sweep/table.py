@@ -97,9 +97,13 @@ def flatten_metrics(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, f
     point has no mean then; a name the record does not hold at all is not there. A NaN
     or an infinity reads as a null: a training record from before metrics.json was strict
     JSON holds one for a diverged run's loss (null now), and an infinite best_val_loss in
-    every seed would otherwise be the best mean, which best.json cannot hold."""
+    every seed would otherwise be the best mean, which best.json cannot hold. A record's
+    `made_with` (what the job ran with, core.madewith: its threads, cuDNN version) holds
+    no metric and is passed over."""
     out: dict[str, float] = {}
     for key, value in metrics.items():
+        if not prefix and key == "made_with":
+            continue
         name = f"{prefix}{key}"
         value = plain(value)
         if isinstance(value, Mapping):

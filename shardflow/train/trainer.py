@@ -40,8 +40,9 @@ checkpoint and refuse it again, so the train launcher records it and the retry s
 once (core.failures) instead of queueing for the GPUs to fail the same way.
 
 Outputs (rank 0): best.safetensors, last.safetensors, config.json, losses.parquet,
-metrics.json (strict JSON: a diverged run's losses are null, `strict_json`), sample.txt,
-loss.png, and hf/ (GPT-2 folder of the best weights).
+metrics.json (strict JSON: a diverged run's losses are null, `strict_json`; and `made_with`,
+what the run ran with, core.madewith, for provenance), sample.txt, loss.png, and hf/
+(GPT-2 folder of the best weights).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ from shardflow.core.devices import PEAK_GPU_KEYS, device_memory, peak_memory, re
 from shardflow.core.failures import mark_out_of_memory
 from shardflow.core.files import read_json
 from shardflow.core.hashing import digest, sha256_file
+from shardflow.core.madewith import made_with
 from shardflow.core.oom import OOM_ERRORS, smaller_micro_batch
 from shardflow.core.parts import make_folder, remove_folder, resume_tree_top
 from shardflow.core.s3 import logical_path
@@ -798,7 +800,10 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
         "world_size": rt.world,
         **peaks,  # the largest rank's peak GPU memory, each rank's by rank; null on the CPU
     }
-    metrics = strict_json(metrics)
+    # What the run ran with (its GPU, torch, CUDA and cuDNN, the checkout), as the GPU jobs
+    # of the other stages record it: the provenance job, on a CPU host (under --use-conda
+    # in another environment), reads it from metrics.json. Not a metric: sweeps skip it.
+    metrics = {**strict_json(metrics), "made_with": made_with("train", None, str(rt.device), torch.get_num_threads())}
     stop_if_orphaned("found before writing the outputs")
     if rt.is_main:
         write_outputs(out_dir, resume_dir, raw, p, cfg, shards, history, metrics, decode, sample_tokens, rt, tokenizer)

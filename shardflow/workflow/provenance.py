@@ -7,98 +7,30 @@ of inputs and outputs, and per-job timings from Snakemake's benchmark files.
 The provenance job runs after the others, and again whenever the config changes (a
 report setting included): what it finds then (the checkout, the packages, the model
 folder) may no longer be what made the outputs. So each GPU job records what it ran
-with when it writes its outputs (`made_with`, in its stats), and the manifest takes
-the model hash from there, lists what the jobs ran with (`jobs_made_with`), and warns
-where that differs from what is there now.
+with when it writes its outputs (`made_with`, core.madewith: in its stats; the train
+job in its metrics.json), and the manifest takes the model hash from there, lists what
+the jobs ran with (`jobs_made_with`), and warns where that differs from what is there
+now.
 """
 
 from __future__ import annotations
 
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from shardflow.core.hashing import config_sha256, model_files_state, model_sha256, sha256_file
-from shardflow.core.models import hub_snapshot
-from shardflow.core.parsecache import cached
+from shardflow.core.files import read_json
+from shardflow.core.hashing import config_sha256, model_sha256, sha256_file
+
+# What a job ran with: in core, where every stage's job can record it (the scripts import
+# made_with from here).
+from shardflow.core.madewith import git_state, made_with, model_sha256_kept  # noqa: F401
 from shardflow.core.runlog import package_versions
 
-# This checkout (the package is installed from it in editable mode).
-REPO = Path(__file__).resolve().parents[2]
 # The record's layout: a reader (reproduce.read_provenance) refuses any other.
 FORMAT = "shardflow.provenance/1"
-
-
-def git_state(repo: str | os.PathLike) -> dict:
-    def git(*args: str) -> str | None:
-        try:
-            out = subprocess.run(
-                ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=20, check=True
-            )
-            return out.stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return None
-
-    commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": commit, "dirty": None if status is None else bool(status)}
-
-
-def model_sha256_kept(model_path: str) -> dict:
-    """model_sha256, computed once per version of the model's files: every job records
-    it, and hashing a large model in each would cost seconds to minutes. A version is
-    each file's path, size, mtime, change time and inode (hashing.model_files_state):
-    path, size and mtime alone were kept by a same-architecture model copied over this
-    one with its times (`cp -a`, `rsync -a`), which got the former model's hash, in the
-    jobs' made_with and in plan.changed_model. A chmod or a remount of a filesystem that
-    numbers inodes per mount hashes the model again, for the same hash. A hub name's
-    hash is kept likewise, per snapshot its ref names and version of that snapshot's
-    files (before, each job hashed the snapshot again). The version is read again after
-    the hash, and the hash kept only where it is the same (core.parsecache.cached): a
-    model swapped while it was hashed (a link to the folder repointed and put back, a
-    ref moved) was kept against the files read before, and given for them since."""
-    folder = Path(model_path)
-    if folder.is_dir():
-        return cached("model-sha256", [], lambda: [str(folder), model_files_state(folder)],
-                      lambda: model_sha256(model_path))
-    try:  # a hub name: kept per snapshot (the one its ref names now) and version of its files
-        hub_snapshot(model_path)
-    except FileNotFoundError:
-        return model_sha256(model_path)  # not in the cache: no hash to keep
-
-    def version() -> list:
-        snapshot = hub_snapshot(model_path)
-        return [model_path, str(snapshot), model_files_state(snapshot)]
-
-    return cached("model-sha256", [], version, lambda: model_sha256(model_path))
-
-
-def made_with(role: str, model_path: str | None, device: str, threads: int | None) -> dict:
-    """What a job ran with, as it writes its outputs: the checkout, the packages, the hash
-    of its model (`role`: as tasks.models names it, e.g. embedding, summarise), the device
-    it ran on (and on a GPU its name, and the CUDA and cuDNN versions torch runs, which
-    pick the kernels) and threads. Recorded here, by the job: the provenance job runs on
-    the CPU, on a cluster where no GPU is, so its own `accelerator` says nothing of them."""
-    gpu = cuda = cudnn = None
-    if device.startswith("cuda"):
-        import torch
-
-        gpu = torch.cuda.get_device_name(torch.device(device) if ":" in device else torch.cuda.current_device())
-        cuda, cudnn = torch.version.cuda, torch.backends.cudnn.version()
-    return {
-        "git": git_state(REPO),
-        "packages": package_versions(),
-        "role": role,
-        "model": model_sha256_kept(model_path) if model_path else None,
-        "device": device,
-        "gpu": gpu,
-        "cuda": cuda,
-        "cudnn": cudnn,
-        "threads": threads,
-    }
 
 
 def summarise_made_with(records: list[dict]) -> dict:
@@ -169,6 +101,20 @@ def output_sha256(paths: list[str]) -> dict[str, str]:
     return hashes
 
 
+def outputs_made_with(paths: list[str]) -> list[dict]:
+    """The `made_with` records in output files: a single-job stage whose job writes no
+    stats for a job table records what it ran with in its JSON output (the train job, in
+    train/metrics.json: its GPU, torch, CUDA), which provenance hashes, so reads. A JSON
+    output that is not an object, or holds no such record, gives none."""
+    found = []
+    for path in paths:
+        if path.endswith(".json") and os.path.isfile(path):
+            record = read_json(path)  # invalid JSON: an error naming the file and line
+            if isinstance(record, dict) and isinstance(record.get("made_with"), dict):
+                found.append(record["made_with"])
+    return found
+
+
 def build_manifest(
     repo: str,
     config: dict,
@@ -187,10 +133,12 @@ def build_manifest(
     embedding model where the data set is embedded), which reproduce.expect.model_sha256
     is checked against, null where none ran (training, lead summaries).
     `jobs_made_with`: the `made_with` records of the data set's GPU jobs (jobs from before
-    they were recorded have none): the model hash the jobs ran is taken from there, and
-    none (sha256 null, a note) where they ran more than one version of a model (by its
-    hash: model_versions)."""
+    they were recorded have none), with those the outputs hold (outputs_made_with: the
+    train job's): the model hash the jobs ran is taken from there, and none (sha256
+    null, a note) where they ran more than one version of a model (by its hash:
+    model_versions)."""
     models = {role: model_sha256(path) for role, path in model_paths.items()}
+    jobs_made_with = [*(jobs_made_with or []), *outputs_made_with(outputs)]
     name = name or str
 
     def named(mapping: dict) -> dict:

@@ -144,8 +144,8 @@ def package_versions_ran(provenance: dict, name: str) -> dict[str | None, list[s
     provenance job ran). The provenance job reruns alone after an upgrade that reran no
     job (a config or script change), so its own versions need not be the ones that made
     the outputs: the model hash is taken from the jobs for the same reason. Jobs that
-    record nothing (training) leave the record's own versions; a version of None is a
-    package not installed there."""
+    recorded nothing (a train job from before it wrote `made_with` in its metrics.json)
+    leave the record's own versions; a version of None is a package not installed there."""
     found: dict[str | None, list[str]] = {}
     for recorded in (provenance.get("jobs_made_with") or {}).get("packages") or []:
         if isinstance(recorded, dict) and name in recorded and "jobs" not in found.get(recorded[name], []):

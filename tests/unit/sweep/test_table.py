@@ -110,6 +110,13 @@ def test_metric_records_are_flattened_to_numbers():
     assert math.isnan(run_result("p", 0, {}).wall_time_s) and run_result("p", 0, {}, gpus=1).gpu_hours == 0.0
 
 
+def test_what_a_job_ran_with_is_no_metric():
+    """A training record holds `made_with` (core.madewith): its threads and cuDNN version
+    are numbers, not metrics a sweep could be ranked by."""
+    record = {"steps": 6, "made_with": {"threads": 2, "cudnn": 90100, "model": None}, "x": {"made_with": 1}}
+    assert flatten_metrics(record) == {"steps": 6.0, "x.made_with": 1.0}
+
+
 def test_a_null_metric_is_a_run_without_a_value_and_a_sweep_ranked_by_it_alone_is_refused(spec):
     """A diverged run writes its losses as null (metrics.json is strict JSON), as a CPU run
     writes mfu: the run is tabulated without a value (its point without a mean), where a

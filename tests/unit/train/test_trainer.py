@@ -441,6 +441,19 @@ def test_a_diverged_run_writes_its_outputs_without_a_sample(shards, tmp_path):
     assert (out / "hf" / "model.safetensors").is_file()
 
 
+def test_metrics_record_what_the_run_ran_with(shards, tmp_path):
+    """The embed and summarise jobs record `made_with` (core.madewith), which provenance
+    collects; the train job recorded nothing, so a training run's GPU, torch and CUDA
+    were unrecorded (provenance's own `accelerator` is its CPU host's). metrics.json, which
+    provenance hashes and reads, holds it now."""
+    params = TrainParams(**dict(TINY, n_layer=1, n_embd=16, eval_windows=1, max_iters=1))
+    metrics = train(shards, tmp_path / "model", params, resume_dir=tmp_path / "resume", sample_tokens=1)
+    made = json.loads((tmp_path / "model" / "metrics.json").read_text())["made_with"]
+    assert made == metrics["made_with"]
+    assert (made["role"], made["model"], made["device"], made["gpu"], made["threads"]) == ("train", None, "cpu", None, 1)
+    assert made["packages"]["torch"] == torch.__version__ and "commit" in made["git"]
+
+
 def test_a_second_process_on_the_same_checkpoints_stops_naming_the_first(shards, tmp_path):
     """An earlier run's train job still running (its Snakemake killed alone) holds the
     resume folder: a rerun's trainer stops at once, naming it, rather than training into

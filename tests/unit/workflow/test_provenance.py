@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from shardflow.core import madewith  # where model_sha256_kept looks up model_sha256
 from shardflow.workflow import provenance
 
 
@@ -49,6 +50,30 @@ def test_the_manifest_keeps_the_jobs_model_and_warns_where_things_changed(tmp_pa
     # Jobs from before they recorded anything: the model as it is now, no claims.
     old = provenance.build_manifest(str(tmp_path), {"a": 1}, {}, [], {}, {"embedding": model})
     assert old["model"] == provenance.model_sha256(model) and old["jobs_made_with"] is None and old["warnings"] == []
+
+
+def test_what_the_train_job_ran_with_is_read_from_its_metrics(tmp_path, monkeypatch):
+    """The train job writes no stats for a job table: it records `made_with` in
+    train/metrics.json, an output provenance hashes, and the manifest collects it with the
+    GPU jobs' records. Before, a training run's GPU, torch and CUDA went unrecorded: the
+    record's own `accelerator` and `packages` are the provenance job's, a CPU host."""
+    import sys
+
+    from shardflow.workflow.reproduce import package_versions_ran
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch("NVIDIA H100 80GB HBM3", "12.4", 90100))
+    ran = provenance.made_with("train", None, "cuda:0", 8)
+    ran["packages"] = dict(ran["packages"], torch="2.5.1+cu124")
+    metrics = tmp_path / "metrics.json"
+    metrics.write_text(json.dumps({"best_val_loss": 1.5, "made_with": ran}))
+    other = tmp_path / "verification.json"
+    other.write_text(json.dumps({"ok": True}))  # no record: none read
+    manifest = provenance.build_manifest(str(tmp_path), {}, {}, [str(metrics), str(other)], {}, {})
+    made = manifest["jobs_made_with"]
+    assert made["jobs"] == 1 and made["devices"] == [["cuda:0", "NVIDIA H100 80GB HBM3"]]
+    assert made["cuda"] == [["12.4", 90100]] and made["models"] == {}
+    assert list(package_versions_ran(manifest, "torch")) == ["2.5.1+cu124", manifest["packages"]["torch"]]
 
 
 def test_a_folder_output_is_recorded_file_by_file_under_the_names_given(tmp_path, monkeypatch):
@@ -223,7 +248,7 @@ def test_a_hub_names_hash_is_kept_per_version_of_its_snapshot(tmp_path, monkeypa
     repo, rev1, rev2 = hub_cache_with_two_revisions(tmp_path / "hub")
     computed = []
     real = provenance.model_sha256
-    monkeypatch.setattr(provenance, "model_sha256", lambda name: computed.append(name) or real(name))
+    monkeypatch.setattr(madewith, "model_sha256", lambda name: computed.append(name) or real(name))
 
     first = provenance.model_sha256_kept("acme/minilm")
     assert first == real("acme/minilm") == provenance.model_sha256_kept("acme/minilm")
@@ -258,9 +283,9 @@ def test_a_model_swapped_while_it_is_hashed_is_not_kept_against_the_files_read_b
         repoint(v2)
         return real(path)
 
-    monkeypatch.setattr(provenance, "model_sha256", swapped_while_hashing)
+    monkeypatch.setattr(madewith, "model_sha256", swapped_while_hashing)
     assert provenance.model_sha256_kept(str(current))["sha256"] == real(v2)["sha256"]  # what it read
-    monkeypatch.setattr(provenance, "model_sha256", real)
+    monkeypatch.setattr(madewith, "model_sha256", real)
     repoint(v1)
     assert provenance.model_sha256_kept(str(current))["sha256"] == real(v1)["sha256"] != real(v2)["sha256"]
 
@@ -283,9 +308,9 @@ def test_a_hub_names_ref_moved_while_it_is_hashed_keeps_no_hash(tmp_path, monkey
         move_ref(repo / "refs" / "main", rev1.name)
         return real(name)
 
-    monkeypatch.setattr(provenance, "model_sha256", moved_while_hashing)
+    monkeypatch.setattr(madewith, "model_sha256", moved_while_hashing)
     assert provenance.model_sha256_kept("acme/minilm")["revision"] == rev1.name  # what it read
-    monkeypatch.setattr(provenance, "model_sha256", real)
+    monkeypatch.setattr(madewith, "model_sha256", real)
     move_ref(repo / "refs" / "main", rev2.name)
     assert provenance.model_sha256_kept("acme/minilm") == on_rev2
 
