@@ -3,7 +3,7 @@
 The provenance job (shardflow.workflow.provenance) runs after the others, on the CPU and,
 under --use-conda, in another environment: what it finds then (the checkout, the
 packages, the model folder, no GPU) need not be what made the outputs. So each job
-records its own: the checkout (its commit, and whether it has edits not committed), the
+records its own: the checkout (its commit, and a hash of the edits not committed), the
 packages, its model's hash, the device (on a GPU its name, and the CUDA and cuDNN that
 pick the kernels) and threads. It lives in core so that every stage can record it: the
 train job (shardflow.train) may not import the workflow layer.
@@ -11,11 +11,12 @@ train job (shardflow.train) may not import the workflow layer.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from pathlib import Path
 
-from shardflow.core.hashing import model_files_state, model_sha256
+from shardflow.core.hashing import model_files_state, model_sha256, sha256_file
 from shardflow.core.models import hub_snapshot
 from shardflow.core.parsecache import cached
 from shardflow.core.runlog import package_versions
@@ -24,19 +25,94 @@ from shardflow.core.runlog import package_versions
 REPO = Path(__file__).resolve().parents[2]
 
 
+# git_state hashes the files that differ from the commit, each by its content; every job
+# records it, so the bytes read are bounded. A file above DIFF_FILE_BYTES, or one that
+# would take the total past DIFF_TOTAL_BYTES (in path order), enters the hash by its size
+# alone and is named in `diff_unhashed`: a data file left untracked in the checkout is
+# not read whole by every chunk job. Source edits are far smaller.
+DIFF_FILE_BYTES = 4 << 20
+DIFF_TOTAL_BYTES = 64 << 20
+# How many of the files entered by size `diff_unhashed` names (then a count of the rest).
+DIFF_UNHASHED_NAMED = 10
+
+
 def git_state(repo: str | os.PathLike) -> dict:
-    def git(*args: str) -> str | None:
+    """The checkout at `repo`: `commit` (HEAD), `dirty` (a tracked file differs from it)
+    and, so that two runs from different uncommitted edits are told apart and a rerun can
+    check it has the same ones, `diff_sha256`: one hash over every file of the working
+    tree that differs from HEAD, tracked (changed, added or deleted) or untracked and not
+    ignored, each by its path from the checkout's top and its content (a link by its
+    target, a deleted file as deleted), in path order; null where none differs, or git
+    cannot say. Deterministic: the files' content, not their times, the index (what is
+    staged) or git's diff settings. `diff_files` counts those files; `diff_unhashed` names
+    those entered by size alone (DIFF_FILE_BYTES, DIFF_TOTAL_BYTES). An untracked file
+    leaves `dirty` as it was (false), as before, but enters the hash: code the edits
+    import may sit in one."""
+
+    def git(*args: str, cwd: str | os.PathLike = repo, strip: bool = True) -> str | None:
         try:
+            # Undecodable bytes of a file name kept as surrogates: os functions read them back.
             out = subprocess.run(
-                ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=20, check=True
+                ["git", "-C", str(cwd), *args],
+                capture_output=True,
+                encoding="utf-8",
+                errors="surrogateescape",
+                timeout=20,
+                check=True,
             )
-            return out.stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return None
+        return out.stdout.strip() if strip else out.stdout
 
     commit = git("rev-parse", "HEAD")
     status = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": commit, "dirty": None if status is None else bool(status)}
+    state = {"commit": commit, "dirty": None if status is None else bool(status)}
+    return {**state, **_working_tree_diff(git, commit)}
+
+
+def _working_tree_diff(git, commit: str | None) -> dict:
+    unknown = {"diff_sha256": None, "diff_files": None, "diff_unhashed": []}
+    top = git("rev-parse", "--show-toplevel") if commit else None
+    if not top:
+        return unknown
+    # From the top, so both list paths from it; -z: names as they are, unquoted.
+    tracked = git("diff", "--name-only", "-z", "--no-renames", "HEAD", cwd=top, strip=False)
+    untracked = git("ls-files", "-z", "--others", "--exclude-standard", cwd=top, strip=False)
+    if tracked is None or untracked is None:
+        return unknown
+    # One set: whether an added file was staged (`git add`) changes no byte that ran.
+    files = sorted({path for path in (*tracked.split("\0"), *untracked.split("\0")) if path})
+    h, total, unhashed = hashlib.sha256(), 0, []
+    for path in files:
+        full = os.path.join(top, path)
+        if os.path.islink(full):
+            content = f"link {os.readlink(full)}"
+        elif not os.path.lexists(full):
+            content = "deleted"
+        elif os.path.isdir(full):  # a submodule whose commit moved: its own checkout
+            content = "folder"
+            unhashed.append(f"{path} (a folder)")
+        else:
+            size = os.path.getsize(full)
+            if size > DIFF_FILE_BYTES or total + size > DIFF_TOTAL_BYTES:
+                content = f"size {size}"
+                unhashed.append(f"{path} ({size} bytes)")
+            else:
+                try:
+                    content, total = f"sha256 {sha256_file(full)}", total + size
+                except OSError as exc:
+                    content = f"unreadable {exc.strerror}"
+                    unhashed.append(f"{path} (unreadable: {exc.strerror})")
+        h.update(f"{path}\0{content}\n".encode("utf-8", "surrogateescape"))
+    if len(unhashed) > DIFF_UNHASHED_NAMED:
+        unhashed = [*unhashed[:DIFF_UNHASHED_NAMED], f"and {len(unhashed) - DIFF_UNHASHED_NAMED} more"]
+    return {"diff_sha256": h.hexdigest() if files else None, "diff_files": len(files), "diff_unhashed": unhashed}
+
+
+def same_checkout(a: dict, b: dict) -> bool:
+    """Whether two git_state records name the same checkout, by the keys both hold: a
+    record from before `diff_sha256` was recorded is compared by commit and dirty flag."""
+    return all(a[key] == b[key] for key in a.keys() & b.keys())
 
 
 def model_sha256_kept(model_path: str) -> dict:

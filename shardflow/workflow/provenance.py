@@ -1,6 +1,7 @@
 """Provenance: what produced a result, so a rerun months later can be compared.
 
-A manifest records the git commit (and whether the tree was dirty), a hash of
+A manifest records the git commit (whether the tree was dirty, and a hash of its
+uncommitted edits: core.madewith.git_state), a hash of
 the resolved config, package versions, Python, CUDA and GPU model, checksums
 of inputs and outputs, and per-job timings from Snakemake's benchmark files.
 
@@ -26,7 +27,7 @@ from shardflow.core.hashing import config_sha256, model_sha256, sha256_file
 
 # What a job ran with: in core, where every stage's job can record it (the scripts import
 # made_with from here).
-from shardflow.core.madewith import git_state, made_with, model_sha256_kept  # noqa: F401
+from shardflow.core.madewith import git_state, made_with, model_sha256_kept, same_checkout  # noqa: F401
 from shardflow.core.runlog import package_versions
 
 # The record's layout: a reader (reproduce.read_provenance) refuses any other.
@@ -167,7 +168,9 @@ def build_manifest(
                     warnings.append(f"the {role} model at {ran[0]['path']} changed since its jobs ran{moved}: they used "
                                     f"sha256 {ran[0]['sha256']}, it is now {now['sha256']} (the jobs' is recorded)")
                 models[role] = ran[0]
-        if len(made["git"]) > 1 or made["git"][0] != git:
+        # By the keys both records hold: a job's from before diff_sha256 was recorded
+        # is the same checkout where its commit and dirty flag are.
+        if any(not same_checkout(ran, git) for ran in made["git"]):
             warnings.append(f"the jobs ran at git {made['git']}, this record is written at {git}")
     return {
         "format": FORMAT,

@@ -52,6 +52,21 @@ def test_the_manifest_keeps_the_jobs_model_and_warns_where_things_changed(tmp_pa
     assert old["model"] == provenance.model_sha256(model) and old["jobs_made_with"] is None and old["warnings"] == []
 
 
+def test_jobs_recorded_before_the_diff_hash_ran_at_this_checkout_where_their_commit_is_its(tmp_path, monkeypatch):
+    """git_state records diff_sha256 now: a job record from before holds commit and dirty
+    flag alone, and a provenance job rerun after the upgrade (a report setting changed)
+    compares what both hold, rather than warn that every job ran at another checkout."""
+    monkeypatch.chdir(tmp_path)
+    now = {"commit": "a" * 40, "dirty": True, "diff_sha256": "b" * 64, "diff_files": 1, "diff_unhashed": []}
+    monkeypatch.setattr(provenance, "git_state", lambda repo: now)
+    ran = provenance.made_with("embedding", None, "cpu", 2)
+    before = dict(ran, git={"commit": "a" * 40, "dirty": True})
+    assert provenance.build_manifest(str(tmp_path), {}, {}, [], {}, {}, jobs_made_with=[before])["warnings"] == []
+    other_edits = dict(ran, git=dict(now, diff_sha256="c" * 64))
+    warnings = provenance.build_manifest(str(tmp_path), {}, {}, [], {}, {}, jobs_made_with=[other_edits])["warnings"]
+    assert len(warnings) == 1 and "the jobs ran at git" in warnings[0]
+
+
 def test_what_the_train_job_ran_with_is_read_from_its_metrics(tmp_path, monkeypatch):
     """The train job writes no stats for a job table: it records `made_with` in
     train/metrics.json, an output provenance hashes, and the manifest collects it with the
