@@ -674,17 +674,28 @@ def unknown_reproduction_outputs(cfg: dict, ds: str, tasks: tuple[str, ...]) -> 
     data set `ds` (the one rule verify_reproduction reads) never holds: it hashes the
     outputs of the data set's `tasks` (tasks.task_files), a folder's files each under its
     own path. A misspelt path, or the shard folder pinned whole, read "missing" and failed
-    the check after every job had run."""
+    the check after every job had run. So did, always, a pin of an output that holds
+    figures measured as it ran (TaskFiles.timed: train/metrics.json's wall_seconds, the
+    loss history's seconds): its line names the file and those keys, and says what to pin."""
     pinned = (cfg["reproduce"].get("expect") or {}).get("outputs_sha256") or {}
     if not cfg["reproduce"].get("name") or not pinned:
         return []
     files = task_files(tasks, ds, cfg, cfg["dataset"])
     outputs = [path for task in files for path in task.outputs]
     folders = {path for task in files for path in task.folders}
+    timed = {path: keys for task in files for path, keys in task.timed.items()}
     hashed = sorted(f"{path}/<file>" if path in folders else path for path in outputs)
     out = []
     for path in sorted(pinned):
-        if path in folders:
+        if path in timed:
+            held = "column" if path.endswith(".parquet") else "key"
+            keys = timed[path]
+            named = f"{held} '{keys[0]}'" if len(keys) == 1 else f"{held}s {', '.join(repr(k) for k in keys)}"
+            out.append(f"reproduce.expect.outputs_sha256: '{path}' holds figures measured as the job ran ({named}: "
+                       "wall-clock time, speed, peak memory), so no run writes the same bytes and its hash never "
+                       "matches: pin a metric instead, with a tolerance, in reproduce.expect.metrics (best_val_loss, "
+                       "final_val_loss)")
+        elif path in folders:
             out.append(f"reproduce.expect.outputs_sha256: '{path}' is a folder: provenance hashes each file in it "
                        f"under its own path ('{path}/<file>'): pin those")
         elif path not in outputs and not any(path.startswith(folder + "/") for folder in folders):

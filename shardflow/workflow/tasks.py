@@ -20,6 +20,10 @@ class TaskFiles:
     folders: list[str] = field(default_factory=list)
     jobs: list[str] = field(default_factory=list)
     benchmarks: list[str] = field(default_factory=list)
+    # Those of `outputs` that hold figures measured as the job ran (wall-clock times,
+    # speeds, peak memory), by the keys (a table's columns) that hold them: no rerun writes
+    # the same bytes, so their hash is no pin (plan.unknown_reproduction_outputs).
+    timed: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # (stage, data set, {name: file}) for shardflow.workflow.landing
     landing: list[tuple[str, str, dict]] = field(default_factory=list)
 
@@ -87,10 +91,16 @@ def training(ds: str, cfg: dict, main: str) -> TaskFiles:
         "benchmark": f"benchmarks/train/{ds}.tsv",
     }
     weights = ("best.safetensors", "last.safetensors", "losses.parquet", "metrics.json")
+    timed = {  # shardflow.train.trainer's metrics and loss history
+        f"{r}/train/metrics.json": ("wall_seconds", "train_seconds_total", "tokens_per_second", "mfu",
+                                    "peak_gpu_mem_mib", "peak_gpu_mem_reserved_mib", "peak_gpu_mem_mib_by_rank"),
+        f"{r}/train/losses.parquet": ("seconds",),
+    }
     return TaskFiles(
         targets=[f"{r}/train/{f}" for f in ("metrics.json", "loss.png", "sample.txt")],
         outputs=[f"{r}/shards"] + [f"{r}/train/{f}" for f in weights],
         folders=[f"{r}/shards"],
+        timed=timed,
         jobs=[f"{r}/tokenize/jobs.json"],
         benchmarks=[f"benchmarks/{stage}/{ds}.tsv" for stage in ("train_tokenizer", "gather_shards", "train")],
         landing=[("training", ds, landing)],
