@@ -116,7 +116,7 @@ import platform
 import re
 import statistics
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -396,40 +396,37 @@ class Job:
     record_on: str = ""
 
 
-def _log_tail(path: str) -> str | None:
-    """The last LOG_TAIL bytes of a log, as text; None where it cannot be read."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(max(0, os.fstat(fh.fileno()).st_size - LOG_TAIL))
-            return fh.read().decode("utf-8", "replace")
-    except OSError:
-        return None
+def _blocks_back(path: str) -> Iterator[str]:
+    """A log's text from its end backward, LOG_TAIL bytes at a time and LOG_SCAN at most,
+    each block whole lines: a read's first line, which may begin in the read before, is
+    joined to that one, so a line is matched whole (never its end alone: a reason cut
+    short) and memory holds at most LOG_SCAN bytes, whatever the log's size. Raises
+    OSError where the log cannot be read."""
+    with open(path, "rb") as fh:
+        end = os.fstat(fh.fileno()).st_size
+        stop = max(0, end - LOG_SCAN)
+        head = b""  # the start of the line the read after this one began inside of
+        while end > stop:
+            start = max(stop, end - LOG_TAIL)
+            fh.seek(start)
+            block = fh.read(end - start) + head
+            end = start
+            cut = re.search(rb"[\r\n]", block) if start > stop else None
+            if start > stop and cut is None:
+                head = block  # one line, begun further back
+                continue
+            head, block = (block[: cut.end()], block[cut.end() :]) if cut else (b"", block)
+            yield block.decode("utf-8", "replace")
 
 
 def log_error(path: str) -> str | None:
     """The error a failed attempt's log ends on: the first line of core.runlog's
-    `failed: <type>: <message>`, the last such line in the log's last LOG_SCAN bytes; None
-    where there is none or the log cannot be read. Read backward LOG_TAIL bytes at a time,
-    each read's first line, which may begin in the read before, joined to that one, so a
-    line is matched whole (never its end alone: a reason cut short) and memory holds at
-    most LOG_SCAN bytes, whatever the log's size."""
+    `failed: <type>: <message>`, the last such line in the log's last LOG_SCAN bytes
+    (`_blocks_back`); None where there is none or the log cannot be read."""
     try:
-        with open(path, "rb") as fh:
-            end = os.fstat(fh.fileno()).st_size
-            stop = max(0, end - LOG_SCAN)
-            head = b""  # the start of the line the read after this one began inside of
-            while end > stop:
-                start = max(stop, end - LOG_TAIL)
-                fh.seek(start)
-                block = fh.read(end - start) + head
-                end = start
-                cut = re.search(rb"[\r\n]", block) if start > stop else None
-                if start > stop and cut is None:
-                    head = block  # one line, begun further back
-                    continue
-                head, block = (block[: cut.end()], block[cut.end() :]) if cut else (b"", block)
-                if b" CRITICAL " in block and (error := _failed_line(block.decode("utf-8", "replace"))):
-                    return error
+        for block in _blocks_back(path):
+            if " CRITICAL " in block and (error := _failed_line(block)):
+                return error
     except OSError:
         return None
     return None
@@ -473,11 +470,16 @@ _QUOTED = re.compile(r" failed with (.+?)(?: -- attempt \d+ would read |$)")
 
 
 def logged_record(path: str) -> str | None:
-    """The failure record a job's log (its last LOG_TAIL bytes) says its attempt wrote or
-    stopped on, or None."""
-    tail = _log_tail(path) or ""
-    found = [m for pattern in (_SAID_RECORDED, _STOPPED_ON) for m in pattern.finditer(tail)]
-    return max(found, key=lambda m: m.start()).group(1) if found else None
+    """The failure record a job's log (back from its end to LOG_SCAN bytes, as log_error
+    reads it) says its attempt wrote or stopped on, the last one named, or None."""
+    try:
+        for block in _blocks_back(path):
+            found = [m for pattern in (_SAID_RECORDED, _STOPPED_ON) for m in pattern.finditer(block)]
+            if found:
+                return max(found, key=lambda m: m.start()).group(1)
+    except OSError:
+        return None
+    return None
 
 
 def mark_logged_records(stage: Stage, volume: str | None) -> None:

@@ -427,6 +427,18 @@ def test_a_failed_line_cut_by_the_reads_is_read_whole(tmp_path, monkeypatch, blo
     assert st.log_error(str(log)) == "ValueError: données.jsonl:3: bad record"
 
 
+def test_the_failure_record_a_log_names_is_found_behind_more_than_one_read(tmp_path, monkeypatch):
+    """The record a job's log names (RepeatedFailureError's "remove <record>)") is read
+    back as far as the failed line is, not from the log's last read alone: each rank's
+    traceback after it hid it, and the job lost its record on a storage prefix."""
+    monkeypatch.setattr(st, "LOG_TAIL", 1024)
+    log = tmp_path / "train.log"
+    stopped = f"CRITICAL train: {FAILED}RepeatedFailureError: attempt 1 failed, remove {{}}.failure.json)\n"
+    log.write_text(stopped.format("/v/old") + "y\n" * 100 + stopped.format("/v/train") + "x" * 3000 + "\n")
+    assert st.logged_record(str(log)) == "/v/train.failure.json"
+    assert st.logged_record(str(tmp_path / "gone.log")) is None
+
+
 def test_a_log_is_read_back_no_further_than_log_scan(tmp_path, monkeypatch):
     """A running job's long log holds no failed line: status reads at most LOG_SCAN bytes
     of it, so a line further back is not seen, and a log it cannot read has no error."""
