@@ -242,10 +242,12 @@ def _size(n: float) -> str:
     raise AssertionError
 
 
-def count_local(paths: list[str], opts: ReaderOptions, exact: bool) -> tuple[int, str, float]:
+def count_local(paths: list[str], opts: ReaderOptions, exact: bool) -> tuple[int, str, float | None]:
     """(records, how they were found, text bytes per file byte) of local corpus files:
     counted (plan.count_records), or, for line formats above SAMPLE_ABOVE bytes and not
-    `exact`, sampled from up to SAMPLE_FILES files and extrapolated by file size."""
+    `exact`, sampled from up to SAMPLE_FILES files and extrapolated by file size. The
+    ratio is None where a file is Parquet: its size is of compressed columns, ids and
+    other fields included, no measure of its text."""
     for p in paths:
         if not os.path.isfile(p):
             raise EstimateError(f"input file {p!r} does not exist")
@@ -258,6 +260,8 @@ def count_local(paths: list[str], opts: ReaderOptions, exact: bool) -> tuple[int
     picked = lines[::step]
     samples = [_sample(p) for p in picked]
     ratio = sum(s[2] for s in samples) / max(1, sum(s[1] for s in samples)) if samples else 1.0  # text per file byte
+    if any(formats[p] == "parquet" for p in paths):
+        ratio = None
     if exact or size <= SAMPLE_ABOVE:
         return counted + (plan.count_records(lines, opts) if lines else 0), f"counted in {len(paths)} file(s)", ratio
     per_byte = sum(s[0] for s in samples) / max(1, sum(s[1] for s in samples))
@@ -322,6 +326,8 @@ def count_records(cfg: dict, ds: plan.DataSet, given: int | None = None) -> Coun
     # n_chunks auto by records counted every file at parse time already (kept): no sample
     counted = cfg["n_chunks"] == "auto" and cfg["chunking"]["by"] == "records"
     records, how, ratio = count_local(sources, plan.reader_options(cfg), exact=counted)
+    if ratio is None:
+        return Count(records, how + stale, chunk_bytes_source="not estimated: Parquet input (run the split first)")
     text = sum(os.path.getsize(p) for p in sources) * ratio
     return Count(records, how + stale, chunk_bytes=round(text), chunk_bytes_source="about the input's text")
 

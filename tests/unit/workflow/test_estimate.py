@@ -558,6 +558,22 @@ def test_a_rate_measured_on_another_data_sets_records_of_another_length_is_passe
     assert any("results/demo/summarise ran on data set demo's records, 20 bytes" in n for n in summarise.notes)
 
 
+def test_a_parquet_inputs_record_length_is_not_read_from_its_compressed_size(tmp_path):
+    """A Parquet file's size is of compressed columns: 100 records of 2,000 bytes of text
+    took a few KB, read as records about as short as the demo's, whose rate was then used
+    as measured. Its length is not known here: the rate is used, and the note says its
+    length was not compared."""
+    import pandas as pd
+
+    pd.DataFrame({"id": [str(i) for i in range(100)], "text": ["x" * 2000] * 100}).to_parquet("corpus.parquet")
+    cfg = config(tmp_path, input={"path": "corpus.parquet"})
+    embed_stats("results/demo/embed", "cuda")
+    dataset_manifest("demo", 1000, 20)
+    embed = row(run(cfg), "embed")
+    assert any("their length not compared with this data set's (this data set's not known here)" in n
+               for n in embed.notes), embed.notes
+
+
 # -------------------------------------------------------------------- records
 
 
