@@ -800,12 +800,14 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
         "world_size": rt.world,
         **peaks,  # the largest rank's peak GPU memory, each rank's by rank; null on the CPU
     }
-    # What the run ran with (its GPU, torch, CUDA and cuDNN, the checkout), as the GPU jobs
-    # of the other stages record it: the provenance job, on a CPU host (under --use-conda
-    # in another environment), reads it from metrics.json. Not a metric: sweeps skip it.
-    metrics = {**strict_json(metrics), "made_with": made_with("train", None, str(rt.device), torch.get_num_threads())}
+    metrics = strict_json(metrics)
     stop_if_orphaned("found before writing the outputs")
     if rt.is_main:
+        # What the run ran with (its GPU, torch, CUDA and cuDNN, the checkout), as the GPU
+        # jobs of the other stages record it: the provenance job, on a CPU host (under
+        # --use-conda in another environment), reads it from metrics.json. Not a metric:
+        # sweeps skip it. Rank 0's alone: only it writes metrics.json.
+        metrics["made_with"] = made_with("train", None, str(rt.device), torch.get_num_threads())
         write_outputs(out_dir, resume_dir, raw, p, cfg, shards, history, metrics, decode, sample_tokens, rt, tokenizer)
         if not keep_resume:
             remove_folder(resume_dir, resume_tree_top(resume_dir))

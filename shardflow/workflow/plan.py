@@ -692,7 +692,7 @@ def unknown_reproduction_outputs(cfg: dict, ds: str, tasks: tuple[str, ...]) -> 
             keys = timed[path]
             named = f"{held} '{keys[0]}'" if len(keys) == 1 else f"{held}s {', '.join(repr(k) for k in keys)}"
             out.append(f"reproduce.expect.outputs_sha256: '{path}' holds figures measured as the job ran ({named}: "
-                       "wall-clock time, speed, peak memory), so no run writes the same bytes and its hash never "
+                       "wall-clock time, speed, peak memory, the host and checkout), so no run writes the same bytes and its hash never "
                        "matches: pin a metric instead, with a tolerance, in reproduce.expect.metrics (best_val_loss, "
                        "final_val_loss)")
         elif path in folders:
@@ -1513,7 +1513,7 @@ def changed_model(key: str, name: str, stats: Iterable[tuple[str, str]], model_h
     if not older:
         return None
     if model_hash is None:
-        from shardflow.workflow.provenance import model_sha256_kept
+        from shardflow.core.madewith import model_sha256_kept
 
         def model_hash(folder: str) -> str:
             return model_sha256_kept(folder)["sha256"]

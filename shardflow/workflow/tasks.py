@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from shardflow.core.jobs import PEAK_GPU_KEYS
+
 
 @dataclass(frozen=True)
 class TaskFiles:
@@ -93,7 +95,7 @@ def training(ds: str, cfg: dict, main: str) -> TaskFiles:
     weights = ("best.safetensors", "last.safetensors", "losses.parquet", "metrics.json")
     timed = {  # shardflow.train.trainer's metrics and loss history
         f"{r}/train/metrics.json": ("wall_seconds", "train_seconds_total", "tokens_per_second", "mfu",
-                                    "peak_gpu_mem_mib", "peak_gpu_mem_reserved_mib", "peak_gpu_mem_mib_by_rank"),
+                                    *PEAK_GPU_KEYS, "peak_gpu_mem_mib_by_rank", "made_with"),
         f"{r}/train/losses.parquet": ("seconds",),
     }
     return TaskFiles(

@@ -1755,23 +1755,23 @@ def test_a_shard_size_that_holds_no_training_window_stops_the_parse(config):
 def test_a_pinned_hash_of_an_output_holding_wall_clock_figures_is_refused_at_parse_time(config):
     """train/metrics.json holds wall_seconds, tokens_per_second, mfu and peak memory, and
     losses.parquet each step's seconds: no run writes them again byte for byte, so a pin of
-    their hash passed the parse and failed every check. Refused, naming the file, the keys
+    their hash passed the parse and failed every check (metrics.json also holds made_with:
+    the host, packages and checkout the job ran with). Refused, naming the file, the keys
     and what to pin instead; the weights' hash stays a pin."""
     config["dataset"] = "shakespeare"
     pins = {"results/shakespeare/train/metrics.json": "a" * 64, "results/shakespeare/train/losses.parquet": "b" * 64,
             "results/shakespeare/train/best.safetensors": "c" * 64}
     config["reproduce"].update(name="paper", expect={"outputs_sha256": pins})
     lines = plan.unknown_reproduction_outputs(config, "shakespeare", ("training",))
+    tail = ("wall-clock time, speed, peak memory, the host and checkout), so no run writes the same bytes and its "
+            "hash never matches: pin a metric instead, with a tolerance, in reproduce.expect.metrics (best_val_loss, "
+            "final_val_loss)")
     assert lines == [
         "reproduce.expect.outputs_sha256: 'results/shakespeare/train/losses.parquet' holds figures measured as the "
-        "job ran (column 'seconds': wall-clock time, speed, peak memory), so no run writes the same bytes and its "
-        "hash never matches: pin a metric instead, with a tolerance, in reproduce.expect.metrics (best_val_loss, "
-        "final_val_loss)",
+        "job ran (column 'seconds': " + tail,
         "reproduce.expect.outputs_sha256: 'results/shakespeare/train/metrics.json' holds figures measured as the job "
         "ran (keys 'wall_seconds', 'train_seconds_total', 'tokens_per_second', 'mfu', 'peak_gpu_mem_mib', "
-        "'peak_gpu_mem_reserved_mib', 'peak_gpu_mem_mib_by_rank': wall-clock time, speed, peak memory), so no run "
-        "writes the same bytes and its hash never matches: pin a metric instead, with a tolerance, in "
-        "reproduce.expect.metrics (best_val_loss, final_val_loss)",
+        "'peak_gpu_mem_reserved_mib', 'peak_gpu_mem_mib_by_rank', 'made_with': " + tail,
     ]
 
 
