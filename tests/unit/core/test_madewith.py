@@ -71,6 +71,19 @@ def test_a_large_file_enters_the_diff_hash_by_its_size_and_is_named(tmp_path, mo
     assert madewith.git_state(repo)["diff_sha256"] != first["diff_sha256"]
 
 
+def test_files_past_the_total_enter_by_their_size_and_the_list_is_cut_at_its_limit(tmp_path, monkeypatch):
+    """The bytes read are bounded in all (DIFF_TOTAL_BYTES, in path order), and so is the
+    list of files entered by size (DIFF_UNHASHED_NAMED, then a count)."""
+    repo = _checkout(tmp_path)
+    monkeypatch.setattr(madewith, "DIFF_TOTAL_BYTES", 10)
+    monkeypatch.setattr(madewith, "DIFF_UNHASHED_NAMED", 2)
+    for name in ("a", "b", "c", "d", "e"):
+        (repo / f"{name}.txt").write_bytes(b"123456")
+    state = madewith.git_state(repo)
+    assert state["diff_files"] == 5
+    assert state["diff_unhashed"] == ["b.txt (6 bytes)", "c.txt (6 bytes)", "and 2 more"]  # a.txt hashed: 6 of 10
+
+
 def test_a_record_from_before_the_diff_hash_is_the_same_checkout_by_its_commit():
     now = {"commit": "a" * 40, "dirty": True, "diff_sha256": "b" * 64, "diff_files": 1, "diff_unhashed": []}
     assert madewith.same_checkout({"commit": "a" * 40, "dirty": True}, now)
