@@ -1583,7 +1583,8 @@ def duration(seconds: float | None) -> str:
 
 def gpu_hours(hours: float) -> str:
     """GPU-hours to three significant digits in fixed point: a large run's 2083, not the
-    2.08e+03 of :.3g, which reads as 2.08 at a glance (core.jobs.significant)."""
+    2.08e+03 of :.3g, which reads as 2.08 at a glance (core.jobs.significant). make
+    status prints its GPU-hours with it too."""
     return significant(hours, 3)
 
 

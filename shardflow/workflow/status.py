@@ -1571,9 +1571,11 @@ def stage_line(stage: Stage, currency: str) -> str:
     elif stage.gpu_hours is None:
         line += "; GPU-h and cost not known until it finishes (its attempts' time is in its checkpoint)"
     else:
-        line += f"; {stage.gpu_hours:.3g} GPU-h, {money(stage.cost)} {currency} so far"
+        line += f"; {estimate.gpu_hours(stage.gpu_hours)} GPU-h, {money(stage.cost)} {currency} so far"
     if stage.left_gpu_hours and stage.count(DONE) < total:
-        line += f", about {stage.left_gpu_hours:.3g} GPU-h, {money(stage.left_cost)} {currency} to finish"
+        line += (
+            f", about {estimate.gpu_hours(stage.left_gpu_hours)} GPU-h, {money(stage.left_cost)} {currency} to finish"
+        )
     return line + (f"; {', '.join(bad)}" if bad else "")
 
 
@@ -1663,7 +1665,7 @@ def table(st: Status) -> str:
         if s.sweep or s.gpu_hours is None:
             gpu_h = "-"
         else:
-            gpu_h = "0 (CPU)" if s.gpus == 0 and not s.gpu_hours else f"{s.gpu_hours:.3g}"
+            gpu_h = "0 (CPU)" if s.gpus == 0 and not s.gpu_hours else estimate.gpu_hours(s.gpu_hours)
         body.append(
             (
                 s.dataset,

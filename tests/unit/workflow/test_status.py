@@ -247,6 +247,20 @@ def test_a_cost_under_half_a_cent_is_shown_not_rounded_to_0(tmp_path, monkeypatc
     assert row.split()[-2:] == ["0.00708", "0.00071"]
 
 
+def test_large_gpu_hours_print_in_fixed_point_as_make_estimate_prints_them(tmp_path, monkeypatch, now):
+    """A long run's GPU-hours so far and to finish read "2083", not the "2.08e+03" of :.3g
+    (read as 2.08 at a glance), on the stage's line and in the table: estimate.gpu_hours,
+    as make estimate prints them."""
+    cfg = a_run(tmp_path, monkeypatch, now)
+    result = st.status(cfg, 2, "--gpus", now=now)
+    stage = embed(result)
+    stage.gpu_hours, stage.left_gpu_hours = 2083.4, 12345.6
+    line = st.stage_line(stage, "USD")
+    assert "; 2083 GPU-h, 25.50 USD so far, about 12346 GPU-h, 48.50 USD to finish;" in line
+    (row,) = [r for r in st.table(result).splitlines() if r.startswith("ds ")]
+    assert row.split()[-2:] == ["2083", "25.50"]
+
+
 def test_time_left_runs_the_jobs_left_longest_first_on_the_slots():
     left = [(100, False), (50, True), (30, True)]  # (records left, started) at 10/s, 2 s loading
     assert st.time_left(left, 10.0, 2.0, 1, 1) == pytest.approx(12 + 5 + 3)
