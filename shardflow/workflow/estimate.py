@@ -1142,6 +1142,20 @@ class Estimate:
         """The GPU stages without an estimate (a stage on the CPU costs no GPU-hours)."""
         return [f"{r.stage} {r.dataset}" for r in self.rows if r.seconds is None and r.gpus]
 
+    def estimated(self) -> bool:
+        """Whether the totals are figures: False where a GPU stage has no estimate and no
+        other has one (their sum, 0, would read as free); where some have, the totals are
+        "at least" (`missing`)."""
+        return not self.missing() or any(r.gpus and r.seconds is not None for r in self.rows)
+
+    def disk_missing(self) -> list[str]:
+        """The stages whose disk is not estimated: `disk` leaves them out."""
+        return [f"{r.stage} {r.dataset}" for r in self.rows if r.disk is None]
+
+    def left_partial(self) -> bool:
+        """Whether what is left is "at least": a GPU stage without an estimate has a job left."""
+        return any(r.gpus and r.seconds is None and not all(r.done or [False]) for r in self.rows)
+
     def assumed(self) -> list[str]:
         return [
             f"{r.stage} {r.dataset}"
@@ -1606,7 +1620,7 @@ def total_line(est: Estimate) -> str:
     """The one line a user acts on. A GPU stage without an estimate is no zero: where no GPU
     stage has one the line says so, and where some have, their sum is "at least"."""
     missing = est.missing()
-    if missing and not any(r.gpus and r.seconds is not None for r in est.rows):
+    if not est.estimated():
         return f"GPU-hours, cost and wall time not estimated: {', '.join(missing)} (the notes above say why)"
     gpus = f"{est.n_gpus} GPU{'s' if est.n_gpus != 1 else ''}"
     wall = f"about {duration(est.wall_s)} on {gpus}{not_counted(est)}"
@@ -1627,9 +1641,8 @@ def left_text(est: Estimate) -> str:
     if not done:
         return ""
     wall = f", about {duration(est.left_wall_s)}{not_counted(est, left=True)}" if any(r.gpus for r in est.rows) else ""
-    unknown = any(r.gpus and r.seconds is None and not all(r.done or [False]) for r in est.rows)
     return (
-        f"; left ({done} of {jobs} GPU jobs done): {'at least ' if unknown else ''}{gpu_hours(est.left_gpu_hours)} GPU-h, "
+        f"; left ({done} of {jobs} GPU jobs done): {'at least ' if est.left_partial() else ''}{gpu_hours(est.left_gpu_hours)} GPU-h, "
         f"{money(est.left_cost)} {est.currency}{wall}"
     )
 
@@ -1677,7 +1690,7 @@ def table(est: Estimate) -> str:
             "(make status counts a running job's parts)"
             + (f"; not checked, all left: {', '.join(unchecked)}" if unchecked else "")
         )
-    unknown = [f"{r.stage} {r.dataset}" for r in est.rows if r.disk is None]
+    unknown = est.disk_missing()
     lines.append(f"  disk: {_size(est.disk)} in all" + (f" (not estimated: {', '.join(unknown)})" if unknown else ""))
     lines += ["", total_line(est)]
     return "\n".join(lines)
@@ -1700,6 +1713,17 @@ JSON_KEYS = (
 
 
 def as_json(est: Estimate) -> dict:
+    """The estimate as `--json` prints it. A figure not estimated is null, as in a row: the
+    totals (`gpu_hours`, `cost`, `wall_s` and left's) where no GPU stage has an estimate,
+    the wall times where every job runs on the CPU; where the totals leave out a GPU stage
+    without an estimate (`not_estimated`) they are a lower bound, `at_least` true, as the
+    total line's "at least" (left's `at_least` likewise, for a stage with a job left)."""
+    known = est.estimated()
+    on_gpu = known and any(r.gpus for r in est.rows)  # else the total line says "wall time not estimated"
+
+    def figure(value: float) -> float | None:
+        return value if known else None
+
     def row(r: Row) -> dict:
         out = {k: getattr(r, k) for k in JSON_KEYS}
         out["rate"] = None if r.rate is None else {**r.rate.__dict__}
@@ -1716,17 +1740,20 @@ def as_json(est: Estimate) -> dict:
         "currency": est.currency,
         "records": {name: c.__dict__ for name, c in est.records.items()},
         "rows": [row(r) for r in est.rows],
-        "gpu_hours": est.gpu_hours,
-        "cost": est.cost,
-        "wall_s": est.wall_s,
+        "gpu_hours": figure(est.gpu_hours),
+        "cost": figure(est.cost),
+        "wall_s": est.wall_s if on_gpu else None,
+        "at_least": known and bool(est.missing()),
         "wall_not_counted": est.no_wall(),
         "disk": est.disk,
+        "disk_not_estimated": est.disk_missing(),
         "left": {
             "jobs_done": est.jobs_done()[0],
             "jobs": est.jobs_done()[1],
-            "gpu_hours": est.left_gpu_hours,
-            "cost": est.left_cost,
-            "wall_s": est.left_wall_s,
+            "gpu_hours": figure(est.left_gpu_hours),
+            "cost": figure(est.left_cost),
+            "wall_s": est.left_wall_s if on_gpu else None,
+            "at_least": known and est.left_partial(),
             "not_checked": est.not_checked(),
         },
         "not_estimated": est.missing(),

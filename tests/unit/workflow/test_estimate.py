@@ -707,6 +707,25 @@ def test_a_total_without_an_estimate_says_so_rather_than_zero(tmp_path):
     )
 
 
+def test_json_figures_not_estimated_are_null_and_a_partial_total_says_at_least(tmp_path):
+    """--json says what the total line says: where no GPU stage has an estimate, its
+    GPU-hours, cost and wall time are null, not 0 (a dashboard would take 0 for free);
+    where some have, the figures are a lower bound, `at_least` true (and left's too)."""
+    corpus()
+    unreadable = {"tokenizer": "missing/tokenizer.json"}
+    nothing = est.as_json(run(config(tmp_path, tasks=["training"], shards=unreadable), gpus=2))
+    assert (nothing["gpu_hours"], nothing["cost"], nothing["wall_s"]) == (None, None, None)
+    assert nothing["not_estimated"] == ["train ds"] and nothing["at_least"] is False
+    assert (nothing["left"]["gpu_hours"], nothing["left"]["cost"], nothing["left"]["wall_s"]) == (None, None, None)
+    some = est.as_json(run(config(tmp_path, tasks=["embedding", "training"], shards=unreadable), gpus=2))
+    assert some["at_least"] is True and some["gpu_hours"] == pytest.approx(2.5 / 3600)
+    assert some["left"]["at_least"] is True and some["left"]["gpu_hours"] == pytest.approx(2.5 / 3600)
+    embedded = est.as_json(run(config(tmp_path, tasks=["embedding"]), gpus=2))
+    assert embedded["at_least"] is False and embedded["left"]["at_least"] is False and embedded["cost"] > 0
+    on_cpu = est.as_json(run(config(tmp_path, gpu_jobs={"device": "cpu"})))
+    assert on_cpu["gpu_hours"] == 0 and on_cpu["cost"] == 0 and on_cpu["wall_s"] is None  # CPU: free, time unknown
+
+
 def test_large_figures_are_printed_in_fixed_point_not_scientific_notation(tmp_path):
     """A run of 300 M records is about 2,083 GPU-h: "2083", not the "2.08e+03" of :.3g, in
     the table and on the total line a user acts on."""
