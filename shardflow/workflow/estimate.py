@@ -32,8 +32,10 @@ Rates, in order of trust:
    queries x documents x dim multiply-adds at SEARCH_MACS_PER_S plus reading the
    document matrix at SEARCH_READ_BYTES_PER_S. Training on the CPU has no assumed rate
    (a CPU's throughput varies too much): not estimated.
-A measured rate holds for that run's settings and GPU (named with it): another token
-budget, dtype or GPU model runs at another speed. GPU rules count as GPU jobs unless
+A measured rate holds for that run's settings and GPU (named with it: the jobs' made_with;
+a training run's metrics.json records made_with since 2026-11-29, and a row timed by an
+older one says its GPU is unknown): another token budget, dtype or GPU model runs at
+another speed. GPU rules count as GPU jobs unless
 they run on the CPU whatever the host (plan.gpu_rules_on_cpu: gpu_jobs.device cpu,
 summarise.method lead, a `resources.<rule>.gpu` of 0), as a dry run shows them.
 
@@ -1014,7 +1016,11 @@ def train_row(
             done = (metrics["steps"] - (metrics.get("resumed_from_step") or 0)) * metrics["tokens_per_step"]
             world, device = int(metrics.get("world_size") or 1), str(metrics["device"])
             seconds = float(metrics["wall_seconds"])
-        except (ValueError, KeyError, TypeError) as exc:
+            # `device` is cuda whatever the GPU: made_with names it (a run from before it
+            # was recorded does not), and the rate is said to be that GPU's, as an embed
+            # or summarise rate is (_devices).
+            named = _devices([metrics])
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             unfit.append(f"{folder} is not readable ({exc})")
             continue
         if other:
@@ -1029,7 +1035,7 @@ def train_row(
         per_gpu = (steady or done / seconds) / world
         if device_kind(device) != want:
             row.notes.append(
-                f"passed over: {folder} measured {per_gpu:.3g} tokens/s on {device}, no estimate for a {kind} run"
+                f"passed over: {folder} measured {per_gpu:.3g} tokens/s on {named}, no estimate for a {kind} run"
             )
             continue
         scaled = f"; scaled linearly from {world} to {gpus} GPUs" if world != gpus else ""
@@ -1045,7 +1051,14 @@ def train_row(
             )
         else:
             fixed, how = 0.0, f"whole job, evaluations included{scaled}"
-        row.rate = Rate(per_gpu, f"measured by {folder} ({how})", True, device, overhead_s=fixed)
+        row.rate = Rate(per_gpu, f"measured by {folder} ({how})", True, named, overhead_s=fixed)
+        unnamed = want == "cuda" and named == device  # made_with names no GPU
+        if unnamed:
+            row.notes.append(
+                f"{folder}'s metrics.json names no GPU model (written before made_with was recorded): the rate "
+                "is that of the GPU it ran on, unknown here, and another GPU model trains at another speed; "
+                "train once on this run's GPU to measure it"
+            )
         row.seconds = [tokens / (per_gpu * gpus) + fixed]
         row.disk = _folder_bytes(folder)
         row.disk_source = f"as {folder} (weights, losses, hf/)"
@@ -1053,9 +1066,9 @@ def train_row(
         if given:  # they size the assumed rate alone: said, not dropped in silence
             row.notes.insert(
                 0,
-                f"{' and '.join(given)} not used: the rate is measured by {folder} on {device}, on the GPU that "
-                "run had (its metrics name no model); move that folder aside to estimate from FLOPs at the "
-                "figures given",
+                f"{' and '.join(given)} not used: the rate is measured by {folder} on {named}"
+                + (", on a GPU its metrics do not name" if unnamed else "")
+                + "; move that folder aside to estimate from FLOPs at the figures given",
             )
         break
     if row.rate is None:

@@ -265,6 +265,31 @@ def test_a_gpu_peak_or_mfu_given_is_said_unused_where_a_measured_run_sets_the_ra
     assert not any("not used" in n for n in row(run(cfg), "train").notes)
 
 
+def test_a_measured_training_rate_names_the_gpu_it_ran_on_or_says_it_is_unknown(tmp_path):
+    """metrics.json's device is `cuda` whatever the GPU: its made_with names the model, and
+    the rate is said to be that GPU's, as an embed rate is, so an A100 run's rate does not
+    time an H100 run unsaid; an older run's metrics (no made_with) name no GPU: said so."""
+    corpus()
+    cfg = config(tmp_path, tasks=["training"], train={"max_iters": 1000})
+    a100 = {"device": "cuda", "gpu": "NVIDIA A100-SXM4-80GB", "cuda": "12.4"}
+    train_run("results/ds/train", "cuda", made_with=a100)
+    result = est.estimate(cfg, 1, "--gpus", gpu=est.GpuAssumption(989.0))
+    train = row(result, "train")
+    assert train.rate.measured and train.rate.device == "cuda (NVIDIA A100-SXM4-80GB)"
+    assert "), on cuda (NVIDIA A100-SXM4-80GB)" in est.table(result)
+    assert not any("no GPU model" in n for n in train.notes)
+    (unused,) = [n for n in train.notes if "not used" in n]
+    assert "measured by results/ds/train on cuda (NVIDIA A100-SXM4-80GB);" in unused
+
+    os.rename("results/ds/train", "results/a100")
+    train_run("results/ds/train", "cuda")  # from before made_with
+    old = row(est.estimate(cfg, 1, "--gpus", gpu=est.GpuAssumption(989.0)), "train")
+    assert old.rate.device == "cuda"
+    (note,) = [n for n in old.notes if "no GPU model" in n]
+    assert note.startswith("results/ds/train's metrics.json names no GPU model (written before made_with")
+    assert any("on a GPU its metrics do not name" in n for n in old.notes if "not used" in n)
+
+
 def flops_per_token(vocab: int, n_layer: int = 4, n_head: int = 4, n_embd: int = 128, block_size: int = 64) -> int:
     """The trainer's own count (shardflow.train.model.GPT.flops_per_token), of a real model."""
     from shardflow.train.model import GPT, GPTConfig
