@@ -269,7 +269,6 @@ def search_and_score(
     # job's memory after the search peak at 2.1 GB; 1.1 GB so.
     doc_ids = read_id_array(doc_ids_path)
     query_ids = read_ids(query_ids_path)
-    queries = np.load(query_npy)
     with open(qrels_path, encoding="utf-8") as fh:
         qrels = json.load(fh)
     highest = max((rel for judged in qrels.values() for rel in judged.values()), default=0)
@@ -285,13 +284,13 @@ def search_and_score(
         )
     k = min(params.top_k, len(doc_ids))
     hits = exact_search(
-        queries,
+        query_npy,  # by its path, so that a vector that is not finite is named with its file
         doc_npy,
         k,
         block_size=params.block_size,
         backend=params.backend,
         query_ids=query_ids,
-        doc_ids=doc_ids if params.drop_identical_ids else None,  # read by the twin check only
+        doc_ids=doc_ids,  # the twin check's, and the id of a vector that is not finite
         drop_identical_ids=params.drop_identical_ids,
         device=device,
         normalize=params.similarity == "cosine",

@@ -20,7 +20,12 @@ differently. The same settings give the same ranking, run after run.
 Scores are dot products. For cosine similarity the vectors must be unit length
 (sentence-transformers models with a Normalize layer already are); pass
 `normalize=True` to normalise queries and each document block on the fly.
-As in MTEB, a NaN score (a zero or broken vector) counts as -1.
+A query or document vector that holds NaN or infinity is refused, naming its file, row
+and id: its scores are NaN (or infinite), which the backends would rank apart (torch
+counted a NaN score -1, as MTEB does; faiss's heap never keeps one, so the document was
+left out). Documents are checked block by block as they are read. A NaN score from
+finite vectors (products past float32's range: a dot-product model's vectors of
+magnitude near 1e19) still counts as -1 in the torch backend, and faiss leaves it out.
 
 ArguAna protocol: MTEB drops a hit whose document id equals the query id (the
 queries are also in the corpus). `drop_identical_ids=True` searches k plus the
@@ -32,7 +37,7 @@ from __future__ import annotations
 import math
 import os
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,7 +73,7 @@ def default_device() -> str:
 
 
 def exact_search(
-    queries: np.ndarray,
+    queries: np.ndarray | str | os.PathLike,
     docs: np.ndarray | str | os.PathLike,
     k: int,
     *,
@@ -83,8 +88,10 @@ def exact_search(
 ) -> TopK:
     """Top-k documents for every query by exact inner product.
 
-    queries: (n_queries, dim) array; docs: (n_docs, dim) array or `.npy` path
-    (opened memory-mapped). Returns `min(k, n_docs)` hits per query, ordered by
+    queries: (n_queries, dim) array or `.npy` path; docs: (n_docs, dim) array or
+    `.npy` path (opened memory-mapped). A vector holding NaN or infinity is a
+    ValueError naming the file (where a path was given), the row and, where `query_ids`
+    / `doc_ids` are given, the id. Returns `min(k, n_docs)` hits per query, ordered by
     score descending then document row ascending. `device` defaults to CUDA when
     available. `backend="faiss"` scores blocks with `faiss.IndexFlatIP` instead
     of torch (faiss must be installed; equal scores at a block's k-th place go to the
@@ -93,8 +100,11 @@ def exact_search(
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    query_source, doc_source = "query vectors", "document vectors"  # named in an error, or their files
+    if isinstance(queries, (str, os.PathLike)):
+        query_source, queries = os.fspath(queries), load_embeddings(queries)
     if isinstance(docs, (str, os.PathLike)):
-        docs = load_embeddings(docs)
+        doc_source, docs = os.fspath(docs), load_embeddings(docs)
     queries = np.asarray(queries)
     _check_shapes(queries, docs, k, block_size, query_block_size)
     n_queries, n_docs = queries.shape[0], docs.shape[0]
@@ -113,14 +123,21 @@ def exact_search(
         twins = _twin_rows(query_ids, doc_ids)
         k_search = min(k_out + twins.shape[1], n_docs)
 
-    q = np.asarray(queries, dtype=np.float32)
+    q = np.array(queries, dtype=np.float32)  # a copy: writable for torch, also from a memory-mapped file
+    _refuse_non_finite(q, 0, "query", query_source, query_ids)
     if normalize:
         q = _normalize_np(q)
+
+    def read_block(start: int, stop: int) -> np.ndarray:
+        block = _read_block(docs, start, stop)
+        _refuse_non_finite(block, start, "document", doc_source, doc_ids)
+        return block
+
     if backend == "faiss":
-        scores, indices = _search_faiss(q, docs, k_search, block_size, query_block_size, normalize)
+        scores, indices = _search_faiss(q, n_docs, read_block, k_search, block_size, query_block_size, normalize)
     else:
         scores, indices = _search_torch(
-            q, docs, k_search, block_size, query_block_size, normalize, device or default_device()
+            q, n_docs, read_block, k_search, block_size, query_block_size, normalize, device or default_device()
         )
     if twins is not None:
         scores, indices = _drop_twins(scores, indices, twins, k_out)
@@ -206,6 +223,25 @@ def _read_block(docs: np.ndarray, start: int, stop: int) -> np.ndarray:
     return np.array(docs[start:stop], dtype=np.float32, copy=True)
 
 
+def _refuse_non_finite(vectors: np.ndarray, first_row: int, side: str, source: str, ids) -> None:
+    """A ValueError naming the first row of `vectors` (row `first_row` of `source`) that
+    holds NaN or infinity, with its id where `ids` (a sequence of str or a pyarrow array
+    of the whole file) has it. Checked in float32, as searched."""
+    finite = np.isfinite(vectors).all(axis=1)
+    if finite.all():
+        return
+    row = first_row + int(np.argmin(finite))
+    name = ""
+    if ids is not None and row < len(ids):
+        found = ids[row].as_py() if isinstance(ids, (pa.Array, pa.ChunkedArray)) else ids[row]
+        name = f", {side} id {found!r},"
+    raise ValueError(
+        f"{source}: row {row} (counting from 0){name} holds NaN or infinity: it has no score to rank by "
+        f"(its scores are NaN, which the torch backend counted -1 and faiss left out); the {side} embeddings "
+        f"are broken there"
+    )
+
+
 def _twin_rows(query_ids: Sequence[str], doc_ids) -> np.ndarray:
     """(n_queries, m) rows whose doc id equals the query id, padded with -2. `doc_ids`: a
     sequence of str, or a pyarrow string array (core.columns.read_id_array), of which only
@@ -250,7 +286,8 @@ def _drop_twins(
 
 def _search_torch(
     q: np.ndarray,
-    docs: np.ndarray,
+    n_docs: int,
+    read_block: Callable[[int, int], np.ndarray],
     k: int,
     block_size: int,
     query_block_size: int,
@@ -263,9 +300,9 @@ def _search_torch(
     best_s = torch.full((n_queries, k), -torch.inf, dtype=torch.float32, device=dev)
     best_i = torch.full((n_queries, k), _NO_DOC, dtype=torch.int64, device=dev)
     with torch.inference_mode():
-        for start in range(0, docs.shape[0], block_size):
-            stop = min(start + block_size, docs.shape[0])
-            block = torch.from_numpy(_read_block(docs, start, stop)).to(dev)
+        for start in range(0, n_docs, block_size):
+            stop = min(start + block_size, n_docs)
+            block = torch.from_numpy(read_block(start, stop)).to(dev)
             if normalize:
                 block = torch.nn.functional.normalize(block, dim=1)
             kb = min(k, stop - start)
@@ -342,16 +379,22 @@ def _import_faiss():
 
 
 def _search_faiss(
-    q: np.ndarray, docs: np.ndarray, k: int, block_size: int, query_block_size: int, normalize: bool
+    q: np.ndarray,
+    n_docs: int,
+    read_block: Callable[[int, int], np.ndarray],
+    k: int,
+    block_size: int,
+    query_block_size: int,
+    normalize: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
     faiss = _import_faiss()
     n_queries, dim = q.shape
     best_s = torch.full((n_queries, k), -torch.inf, dtype=torch.float32)
     best_i = torch.full((n_queries, k), _NO_DOC, dtype=torch.int64)
     q = np.ascontiguousarray(q)
-    for start in range(0, docs.shape[0], block_size):
-        stop = min(start + block_size, docs.shape[0])
-        block = _read_block(docs, start, stop)
+    for start in range(0, n_docs, block_size):
+        stop = min(start + block_size, n_docs)
+        block = read_block(start, stop)
         if normalize:
             block = _normalize_np(block)
         index = faiss.IndexFlatIP(dim)

@@ -96,7 +96,8 @@ def test_judged_queries_are_read_once_per_version_of_the_qrels(tmp_path, monkeyp
     assert spec.judged_queries().startswith("3 judged queries")
 
 
-def _search(tmp_path, docs, queries, similarity, qrels=None, top_k=2, relevance_level=1, device="cpu"):
+def _search(tmp_path, docs, queries, similarity, qrels=None, top_k=2, relevance_level=1, device="cpu",
+            backend="torch"):
     """search_and_score over `docs` and `queries` (rows d0.., q0..); q0 judges d0 relevant."""
     np.save(tmp_path / "d.npy", np.asarray(docs, dtype=np.float32))
     np.save(tmp_path / "q.npy", np.asarray(queries, dtype=np.float32))
@@ -104,7 +105,8 @@ def _search(tmp_path, docs, queries, similarity, qrels=None, top_k=2, relevance_
     write_ids_parquet(tmp_path / "q.parquet", [f"q{i}" for i in range(len(queries))])
     (tmp_path / "qrels.json").write_text(json.dumps(qrels or {"q0": {"d0": 1}}))
     out = [str(tmp_path / n) for n in ("m.json", "p.parquet", "r.parquet")]
-    params = EvaluateParams(top_k=top_k, device=device, similarity=similarity, relevance_level=relevance_level)
+    params = EvaluateParams(top_k=top_k, device=device, similarity=similarity, relevance_level=relevance_level,
+                            backend=backend)
     search_and_score(*(str(tmp_path / n) for n in ("d.npy", "d.parquet", "q.npy", "q.parquet", "qrels.json")),
                      params, *out)
     return json.loads(Path(out[0]).read_text()), pq.read_table(out[2]).to_pylist()
@@ -357,6 +359,23 @@ def test_the_evaluation_script_searches_on_the_device_its_job_was_given(monkeypa
                           output=_Named(metrics="m", per_query="q", run="r", figure="f"))
     runpy.run_path("scripts/retrieval_evaluate.py", init_globals={"snakemake": smk})
     assert searched[0].device == device
+
+
+@pytest.mark.parametrize("backend", ["torch", "faiss"])
+def test_a_non_finite_query_or_document_vector_stops_the_evaluation_naming_file_and_id(tmp_path, backend):
+    """embed_queries does not check its vectors (verify checks the corpus's alone): a NaN
+    query ranked every document at -1 under torch and none under faiss. The job stops
+    naming the queries file and the query's id; a document's row, which verify would
+    have refused, is named by its id as well (the corpus ids reach the search whatever
+    drop_identical_ids says)."""
+    if backend == "faiss":
+        pytest.importorskip("faiss")
+    docs, queries = [[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0], [np.nan, 1.0]]
+    with pytest.raises(ValueError, match=rf"{tmp_path / 'q.npy'}: row 1 \(counting from 0\), query id 'q1', holds NaN"):
+        _search(tmp_path, docs, queries, "cosine", backend=backend)
+    docs[1][1], queries[1][0] = np.inf, 0.0
+    with pytest.raises(ValueError, match=rf"{tmp_path / 'd.npy'}: row 1 \(counting from 0\), document id 'd1', holds"):
+        _search(tmp_path, docs, queries, "dot", backend=backend)
 
 
 def test_a_cuda_device_the_job_has_not_is_named_before_the_search(tmp_path):

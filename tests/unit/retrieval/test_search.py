@@ -84,11 +84,31 @@ def test_normalize_gives_cosine():
     np.testing.assert_allclose(hits.scores, np.sort(cos, axis=1)[:, ::-1][:, :5], atol=1e-6)
 
 
-def test_nan_scores_count_as_minus_one_like_mteb():
-    docs = np.array([[1.0, 0.0], [np.nan, 0.0], [-3.0, 0.0]], dtype=np.float32)
-    hits = exact_search(np.array([[1.0, 0.0]], dtype=np.float32), docs, 3)
-    assert hits.indices.tolist() == [[0, 1, 2]]
-    assert hits.scores.tolist() == [[1.0, -1.0, -3.0]]
+@pytest.mark.parametrize("backend", ["torch", "faiss"])
+@pytest.mark.parametrize(("side", "value"), [("query", np.nan), ("query", np.inf), ("document", np.nan),
+                                             ("document", -np.inf)])
+def test_a_non_finite_vector_is_refused_naming_its_file_row_and_id_in_either_backend(tmp_path, backend, side, value):
+    """A score with a NaN vector is NaN, which the backends ranked apart: torch scored such
+    a document -1 (MTEB's rule for a NaN score), faiss's heap never kept it, so the same
+    input gave two rankings (and a NaN query -1 for every document under torch, no hit at
+    all under faiss). Either vector is refused, in both backends, naming the file, the row
+    and the id; a document in a later block by its row in the whole file."""
+    if backend == "faiss":
+        pytest.importorskip("faiss")
+    docs = np.eye(4, 2, dtype=np.float32) + 0.5
+    queries = np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
+    (queries if side == "query" else docs)[1 if side == "query" else 3, 0] = value
+    np.save(tmp_path / "q.npy", queries)
+    np.save(tmp_path / "d.npy", docs)
+    file, row, name = (tmp_path / "q.npy", 1, "q1") if side == "query" else (tmp_path / "d.npy", 3, "d3")
+    message = rf"{file}: row {row} \(counting from 0\), {side} id '{name}', holds NaN or infinity"
+    for normalize in (False, True):
+        with pytest.raises(ValueError, match=message):
+            exact_search(tmp_path / "q.npy", tmp_path / "d.npy", 2, block_size=2, backend=backend, device="cpu",
+                         normalize=normalize, query_ids=["q0", "q1"], doc_ids=["d0", "d1", "d2", "d3"])
+    # Arrays, and no ids: the error says which side and row.
+    with pytest.raises(ValueError, match=rf"{side} vectors: row {row} \(counting from 0\) holds NaN or infinity"):
+        exact_search(queries, docs, 2, block_size=2, backend=backend, device="cpu")
 
 
 def test_drop_identical_ids_still_returns_k():
