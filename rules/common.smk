@@ -1124,8 +1124,9 @@ def final_targets():
 
 def provenance_inputs(wildcards):
     """What provenance records: the split's checksums (sources and chunks), the job
-    tables the stages' merges wrote (per-chunk timings) and the stages' outputs; so
-    its DAG edges come from split and the merges, not from every chunk job."""
+    tables the stages' merges wrote (per-chunk timings), the stats of single GPU jobs
+    (embed_queries': what it ran with) and the stages' outputs; so its DAG edges come
+    from split and the merges, not from every chunk job."""
     ds = wildcards.dataset
     raw = []  # inputs no rule writes, hashed by provenance itself
     if ds == RETRIEVAL:
@@ -1133,6 +1134,7 @@ def provenance_inputs(wildcards):
     return {
         "manifest": f"results/{ds}/chunks/manifest.json",
         "jobs": task_files(ds, "jobs"),
+        "stats": task_files(ds, "stats"),
         "raw": raw,
         "outputs": task_files(ds, "outputs"),
         "benchmarks": [f"benchmarks/split/{ds}.tsv", *task_files(ds, "benchmarks")],

@@ -2,8 +2,9 @@
 
 provenance: per data set, results/<dataset>/provenance.json — git commit and
 dirty flag, config hash, package versions, Python, CUDA and GPU model, the hash of
-each model the data set's jobs ran (shardflow.workflow.tasks.models), input and
-output checksums, job timings. Flagged for the report.
+each model the data set's jobs ran (shardflow.workflow.tasks.models), what the GPU
+jobs ran with (the `made_with` of the job tables, of single jobs' stats and of the
+train job's metrics), input and output checksums, job timings. Flagged for the report.
 verify_reproduction (when the config has a `reproduce:` section, i.e. an
 experiment file from config/reproduce/): compares the run with the pinned
 expectations and fails with a table of expected vs got.

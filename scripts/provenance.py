@@ -27,6 +27,7 @@ manifest = build_manifest(
     model_paths={role: resolve_model(name) for role, name in smk.params.models.items()},
     jobs_made_with=made,
     name=logical_path,
+    stats=list(smk.input.stats),  # embed_queries': what the query encoder ran with
 )
 for warning in manifest["warnings"]:
     log.warning("%s", warning)

@@ -102,11 +102,13 @@ def output_sha256(paths: list[str]) -> dict[str, str]:
     return hashes
 
 
-def outputs_made_with(paths: list[str]) -> list[dict]:
-    """The `made_with` records in output files: a single-job stage whose job writes no
-    stats for a job table records what it ran with in its JSON output (the train job, in
-    train/metrics.json: its GPU, torch, CUDA), which provenance hashes, so reads. A JSON
-    output that is not an object, or holds no such record, gives none."""
+def made_with_in(paths: list[str]) -> list[dict]:
+    """The `made_with` records in JSON files: a single-job stage whose job writes no
+    stats for a job table records what it ran with in its stats (embed_queries, in
+    queries.stats.json) or in its JSON output (the train job, in train/metrics.json: its
+    GPU, torch, CUDA), which provenance hashes, so reads. A file not named `.json` (a
+    Parquet output), or JSON that is not an object or holds no such record, gives none;
+    JSON that does not parse is an error naming the file and line."""
     found = []
     for path in paths:
         if path.endswith(".json") and os.path.isfile(path):
@@ -125,6 +127,7 @@ def build_manifest(
     model_paths: dict[str, str],
     jobs_made_with: list[dict] | None = None,
     name=None,
+    stats: list[str] | None = None,
 ) -> dict:
     """`input_sha256` and `timings` come from records the stages already wrote (the
     split manifest, the job table); outputs are hashed here (output_sha256). `name`: how
@@ -134,12 +137,12 @@ def build_manifest(
     embedding model where the data set is embedded), which reproduce.expect.model_sha256
     is checked against, null where none ran (training, lead summaries).
     `jobs_made_with`: the `made_with` records of the data set's GPU jobs (jobs from before
-    they were recorded have none), with those the outputs hold (outputs_made_with: the
-    train job's): the model hash the jobs ran is taken from there, and none (sha256
-    null, a note) where they ran more than one version of a model (by its hash:
-    model_versions)."""
+    they were recorded have none), with those in `stats` (single jobs' stats, not
+    hashed: embed_queries') and those the outputs hold (the train job's; made_with_in):
+    the model hash the jobs ran is taken from there, and none (sha256 null, a note)
+    where they ran more than one version of a model (by its hash: model_versions)."""
     models = {role: model_sha256(path) for role, path in model_paths.items()}
-    jobs_made_with = [*(jobs_made_with or []), *outputs_made_with(outputs)]
+    jobs_made_with = [*(jobs_made_with or []), *made_with_in(stats or []), *made_with_in(outputs)]
     name = name or str
 
     def named(mapping: dict) -> dict:

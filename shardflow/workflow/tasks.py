@@ -1,5 +1,5 @@
 """What each task contributes to the run, per data set: the files `all` asks for, the
-outputs provenance hashes, the job tables (per-chunk timings) and single-job
+outputs provenance hashes, the job tables (per-chunk timings), single-job stats and
 benchmarks provenance reads, and the landing page's sections.
 
 A new capability adds one function here (and its name to `TASKS`); rules/common.smk
@@ -21,6 +21,10 @@ class TaskFiles:
     # own path (provenance.output_sha256).
     folders: list[str] = field(default_factory=list)
     jobs: list[str] = field(default_factory=list)
+    # The stats of a single GPU job that no job table holds (embed_queries'): provenance
+    # reads the `made_with` in them into jobs_made_with, as it reads the job tables', and
+    # does not hash them (they hold the job's times).
+    stats: list[str] = field(default_factory=list)
     benchmarks: list[str] = field(default_factory=list)
     # Those of `outputs` that hold figures measured as the job ran (wall-clock times,
     # speeds, peak memory), by the keys (a table's columns) that hold them: no rerun writes
@@ -51,6 +55,7 @@ def retrieval(ds: str, cfg: dict, main: str) -> TaskFiles:
     return TaskFiles(
         targets=[metrics],
         outputs=[metrics, f"results/{ds}/retrieval/run.parquet"],
+        stats=[f"results/{ds}/retrieval/queries.stats.json"],
         benchmarks=[f"benchmarks/embed_queries/{ds}.tsv", f"benchmarks/retrieval_evaluate/{ds}.tsv"],
         landing=[("retrieval", ds, {"metrics": metrics})],
     )

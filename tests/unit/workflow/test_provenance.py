@@ -366,3 +366,44 @@ def test_a_gpu_job_records_the_cuda_and_cudnn_it_ran_with(tmp_path, monkeypatch)
     made = manifest["jobs_made_with"]
     assert made["devices"] == [["cuda:0", "NVIDIA H100 80GB HBM3"], ["cuda", "NVIDIA A100-SXM4-80GB"], ["cpu", None]]
     assert made["cuda"] == [["12.4", 90100], ["12.1", 8902], [None, None]]  # the GPU jobs' only
+
+
+class _Named(dict):
+    """A rule's input or params as a script reads them: by attribute."""
+
+    __getattr__ = dict.__getitem__
+
+
+def test_the_query_encoders_run_is_read_from_its_stats_file(tmp_path, monkeypatch):
+    """embed_queries, one job with no job table, records `made_with` in its
+    queries.stats.json, which the provenance rule did not take as input: the query
+    encoder's GPU, CUDA, packages and model hash were missing from `jobs_made_with`. The
+    rule gets the file (TaskFiles.stats) and the script reads its record, without hashing
+    the file (it holds the job's times)."""
+    import runpy
+    import sys
+    from types import SimpleNamespace
+
+    from shardflow.core import runlog
+    from shardflow.workflow.tasks import task_files
+    from tests.helpers import REPO
+
+    (retrieval,) = task_files(("retrieval",), "scifact", {}, "demo")
+    assert retrieval.stats == ["results/scifact/retrieval/queries.stats.json"]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch("NVIDIA H100 80GB HBM3", "12.4", 90100))
+    monkeypatch.setattr(runlog, "configure_logging", lambda *a: SimpleNamespace(info=print, warning=print))
+    monkeypatch.setattr(provenance, "git_state", lambda repo: {"commit": "a" * 40, "dirty": False})
+    ran = dict(provenance.made_with("embedding", None, "cuda:0", 2), git={"commit": "a" * 40, "dirty": False})
+    stats = tmp_path / "queries.stats.json"
+    stats.write_text(json.dumps({"records": 3, "seconds": 1.5, "made_with": ran}))
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"source_sha256": {}, "chunks": []}))
+    out = tmp_path / "provenance.json"
+    inputs = _Named(manifest=str(manifest), raw=[], jobs=[], benchmarks=[], outputs=[], stats=[str(stats)])
+    smk = SimpleNamespace(input=inputs, output=[str(out)], log=[str(tmp_path / "log")],
+                          params=_Named(config={}, models={}, repo=str(tmp_path)))
+    runpy.run_path(str(REPO / "scripts" / "provenance.py"), init_globals={"snakemake": smk})
+    made = json.loads(out.read_text())["jobs_made_with"]
+    assert made["jobs"] == 1 and made["devices"] == [["cuda:0", "NVIDIA H100 80GB HBM3"]]
+    assert made["cuda"] == [["12.4", 90100]] and json.loads(out.read_text())["outputs"] == {}
