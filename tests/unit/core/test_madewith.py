@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 
 from shardflow.core import madewith
+from tests.helpers import REPO
 
 
 def _git(repo, *args: str) -> None:
@@ -89,3 +90,20 @@ def test_a_record_from_before_the_diff_hash_is_the_same_checkout_by_its_commit()
     assert madewith.same_checkout({"commit": "a" * 40, "dirty": True}, now)
     assert not madewith.same_checkout({"commit": "c" * 40, "dirty": True}, now)
     assert not madewith.same_checkout(dict(now, diff_sha256="d" * 64), now)
+
+
+def test_a_corpus_under_data_is_no_part_of_the_checkout(tmp_path):
+    """README's own corpus lies in `data/news/` of the checkout, where Snakemake runs. Untracked
+    and not ignored, its files entered the checkout's diff hash: a file added to the corpus
+    (chunking.by: source) made the jobs' checkouts differ, and provenance warned that the jobs
+    ran at another checkout. The repository's .gitignore keeps `data/` out, as `results/`."""
+    repo = _checkout(tmp_path)
+    (repo / ".gitignore").write_text((REPO / ".gitignore").read_text())
+    _git(repo, "commit", "-q", "-am", "the repository's ignores")
+    clean = madewith.git_state(repo)
+    (repo / "data" / "news").mkdir(parents=True)
+    (repo / "data" / "news" / "part-001.jsonl.gz").write_bytes(b"\x1f\x8b one part")
+    first = madewith.git_state(repo)
+    (repo / "data" / "news" / "part-002.jsonl.gz").write_bytes(b"\x1f\x8b the next part")
+    assert first == madewith.git_state(repo) == clean and clean["diff_sha256"] is None
+    assert madewith.same_checkout(first, madewith.git_state(repo))
