@@ -34,16 +34,29 @@ DIFF_FILE_BYTES = 4 << 20
 DIFF_TOTAL_BYTES = 64 << 20
 # How many of the files entered by size `diff_unhashed` names (then a count of the rest).
 DIFF_UNHASHED_NAMED = 10
+# The files whose edits the hash follows: code a job runs (Python, rules, the Snakefile,
+# anything under the folders of code). A config file, a corpus or notes kept in the
+# checkout are not: the config a job ran with is its params, recorded apart, and a config
+# edited between two runs, or a corpus part added, made every earlier job "ran at another
+# checkout".
+CODE_SUFFIXES = (".py", ".smk", ".pyx", ".pxd", ".c", ".cc", ".cpp", ".cu", ".h")
+CODE_NAMES = ("Snakefile",)
+CODE_FOLDERS = ("shardflow/", "scripts/", "rules/")
+
+
+def is_code(path: str) -> bool:
+    """Whether a path from the checkout's top is code whose edits git_state's hash follows."""
+    return path.endswith(CODE_SUFFIXES) or os.path.basename(path) in CODE_NAMES or path.startswith(CODE_FOLDERS)
 
 
 def git_state(repo: str | os.PathLike) -> dict:
     """The checkout at `repo`: `commit` (HEAD), `dirty` (a tracked file differs from it)
     and, so that two runs from different uncommitted edits are told apart and a rerun can
-    check it has the same ones, `diff_sha256`: one hash over every file of the working
-    tree that differs from HEAD, tracked (changed, added or deleted) or untracked and not
-    ignored, each by its path from the checkout's top and its content (a link by its
-    target, a deleted file as deleted), in path order; null where none differs, or git
-    cannot say. Deterministic: the files' content, not their times, the index (what is
+    check it has the same ones, `diff_sha256`: one hash over every file of code (`is_code`)
+    in the working tree that differs from HEAD, tracked (changed, added or deleted) or
+    untracked and not ignored, each by its path from the checkout's top and its content (a
+    link by its target, a deleted file as deleted), in path order; null where none
+    differs, or git cannot say. Deterministic: the files' content, not their times, the index (what is
     staged) or git's diff settings. `diff_files` counts those files; `diff_unhashed` names
     those entered by size alone (DIFF_FILE_BYTES, DIFF_TOTAL_BYTES). An untracked file
     leaves `dirty` as it was (false), as before, but enters the hash: code the edits
@@ -81,7 +94,7 @@ def _working_tree_diff(git, commit: str | None) -> dict:
     if tracked is None or untracked is None:
         return unknown
     # One set: whether an added file was staged (`git add`) changes no byte that ran.
-    files = sorted({path for path in (*tracked.split("\0"), *untracked.split("\0")) if path})
+    files = sorted({path for path in (*tracked.split("\0"), *untracked.split("\0")) if path and is_code(path)})
     h, total, unhashed = hashlib.sha256(), 0, []
     for path in files:
         full = os.path.join(top, path)

@@ -63,12 +63,12 @@ def test_a_large_file_enters_the_diff_hash_by_its_size_and_is_named(tmp_path, mo
     """Every job records the state: a file over the limit is not read, only sized, and named."""
     repo = _checkout(tmp_path)
     monkeypatch.setattr(madewith, "DIFF_FILE_BYTES", 8)
-    (repo / "big.bin").write_bytes(b"0123456789")
+    (repo / "big.py").write_bytes(b"0123456789")
     first = madewith.git_state(repo)
-    assert first["diff_unhashed"] == ["big.bin (10 bytes)"] and first["diff_files"] == 1
-    (repo / "big.bin").write_bytes(b"9876543210")  # same size: not told apart, as the record says
+    assert first["diff_unhashed"] == ["big.py (10 bytes)"] and first["diff_files"] == 1
+    (repo / "big.py").write_bytes(b"9876543210")  # same size: not told apart, as the record says
     assert madewith.git_state(repo) == first
-    (repo / "big.bin").write_bytes(b"01234567890")
+    (repo / "big.py").write_bytes(b"01234567890")
     assert madewith.git_state(repo)["diff_sha256"] != first["diff_sha256"]
 
 
@@ -79,10 +79,35 @@ def test_files_past_the_total_enter_by_their_size_and_the_list_is_cut_at_its_lim
     monkeypatch.setattr(madewith, "DIFF_TOTAL_BYTES", 10)
     monkeypatch.setattr(madewith, "DIFF_UNHASHED_NAMED", 2)
     for name in ("a", "b", "c", "d", "e"):
-        (repo / f"{name}.txt").write_bytes(b"123456")
+        (repo / f"{name}.py").write_bytes(b"123456")
     state = madewith.git_state(repo)
     assert state["diff_files"] == 5
-    assert state["diff_unhashed"] == ["b.txt (6 bytes)", "c.txt (6 bytes)", "and 2 more"]  # a.txt hashed: 6 of 10
+    assert state["diff_unhashed"] == ["b.py (6 bytes)", "c.py (6 bytes)", "and 2 more"]  # a.py hashed: 6 of 10
+
+
+def test_a_config_or_data_edited_in_the_checkout_is_no_other_checkout(tmp_path):
+    """The hash follows code: a user's config beside the Snakefile (`--configfile my.yaml`),
+    edited between two runs, or a tracked config edited in place, made every earlier job's
+    checkout another, and provenance warned that the jobs ran at another checkout. Their
+    settings are the jobs' params, recorded apart. Code in a folder of code counts, whatever
+    its suffix."""
+    repo = _checkout(tmp_path)
+    (repo / "config").mkdir()
+    (repo / "config" / "config.yaml").write_text("n_chunks: 4\n")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "config")
+    clean = madewith.git_state(repo)
+    (repo / "my.yaml").write_text("n_chunks: 8\n")
+    (repo / "config" / "config.yaml").write_text("n_chunks: 16\n")
+    (repo / "notes.md").write_text("try lr 3e-4\n")
+    edited = madewith.git_state(repo)
+    assert edited["diff_sha256"] == clean["diff_sha256"] is None and edited["diff_files"] == 0
+    assert edited["dirty"] is True and madewith.same_checkout(edited, {**clean, "dirty": True})
+    (repo / "rules").mkdir()
+    (repo / "rules" / "extra.smk").write_text("rule x: pass\n")
+    (repo / "scripts").mkdir()
+    (repo / "scripts" / "run.R").write_text("1\n")
+    assert madewith.git_state(repo)["diff_files"] == 2
 
 
 def test_a_record_from_before_the_diff_hash_is_the_same_checkout_by_its_commit():
