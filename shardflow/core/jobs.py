@@ -273,12 +273,14 @@ def priced(gpu_hours: float, gpu_hour_price: float, records_paid: int | None = N
     }
 
 
-def significant(x: float, digits: int = 2) -> str:
+def significant(x: float, digits: int = 2, grouped: bool = False) -> str:
     """`x` in fixed point to `digits` significant digits, trailing zeros dropped (0.0017,
-    0.04, 10): never in the scientific notation `:.2g` gives small numbers (4e-05)."""
+    0.04, 10): never in the scientific notation `:.2g` gives small numbers (4e-05). A
+    whole part past `digits` digits is kept whole (2083, not 2.08e+03); `grouped`: with
+    thousands separators (17,906), as counts are printed for a person."""
     if not x or not math.isfinite(x):
         return f"{x:g}"
-    text = f"{x:.{max(0, digits - 1 - math.floor(math.log10(abs(x))))}f}"
+    text = f"{x:{',' if grouped else ''}.{max(0, digits - 1 - math.floor(math.log10(abs(x))))}f}"
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 

@@ -550,7 +550,7 @@ def find_rate(runs: Iterable[tuple[Run, str | None]], on_gpu: bool, notes: list[
             continue
         per_s, overhead = measured
         if {device_kind(s.get("device")) for s in run.stats} != {want}:
-            elsewhere.append(f"{run.where} {per_s:.3g} records/s on {_devices(run.stats)}")
+            elsewhere.append(f"{run.where} {readable(per_s)} records/s on {_devices(run.stats)}")
             continue
         loading = "not measured (no benchmarks)" if overhead is None else f"{overhead:.0f} s a job"
         source = f"measured by {run.where} ({_jobs(len(run.stats))}; model loading {loading})"
@@ -959,7 +959,7 @@ def assumed_training(row: Row, cfg: dict, dataset: str, gpu: GpuAssumption) -> s
     )
     if params < SMALL_MODEL:
         row.notes.append(
-            f"{params / 1e6:.3g} M parameters: a model this small keeps a GPU far below MFU {mfu:g} "
+            f"{readable(params / 1e6)} M parameters: a model this small keeps a GPU far below MFU {mfu:g} "
             "(its steps go to launching kernels): the time is a lower bound"
         )
     if tr["dtype"] == "float32":
@@ -1035,7 +1035,7 @@ def train_row(
         per_gpu = (steady or done / seconds) / world
         if device_kind(device) != want:
             row.notes.append(
-                f"passed over: {folder} measured {per_gpu:.3g} tokens/s on {named}, no estimate for a {kind} run"
+                f"passed over: {folder} measured {readable(per_gpu)} tokens/s on {named}, no estimate for a {kind} run"
             )
             continue
         scaled = f"; scaled linearly from {world} to {gpus} GPUs" if world != gpus else ""
@@ -1252,7 +1252,7 @@ def combined(label: str, stage: str, parts: list[Row], what: str, done: list[boo
     if len(rates) > 1:
         low, high = min(r.per_s for r in rates), max(r.per_s for r in rates)
         where = sorted({r.source.split(" (")[0] for r in rates})
-        row.notes.append(f"rates per job from {low:.3g} to {high:.3g}/s: {_listed(where)}")
+        row.notes.append(f"rates per job from {readable(low)} to {readable(high)}/s: {_listed(where)}")
     row.notes += list(dict.fromkeys(n for p in parts for n in p.notes))
     if all(p.seconds is not None for p in parts):
         row.seconds = [s for p in parts for s in p.seconds]
@@ -1451,7 +1451,7 @@ def search_row(cfg: dict, name: str, queries: int | None, documents: int, gpus: 
             continue
         per_s = done / bench["s"]
         if device_kind(metrics.get("device")) != want:
-            elsewhere.append(f"{folder} {per_s:.3g}/s on {metrics.get('device')}")
+            elsewhere.append(f"{folder} {readable(per_s)}/s on {metrics.get('device')}")
             continue
         row.rate = Rate(
             per_s,
@@ -1615,6 +1615,13 @@ def gpu_hours(hours: float) -> str:
     return significant(hours, 3)
 
 
+def readable(x: float) -> str:
+    """A rate (records/s, tokens/s) or a count for a person: three significant digits in
+    fixed point, thousands grouped as the first page groups its counts: 17,906 texts/s, not
+    the 1.79e+04 of :.3g; 3.27; 0.0412. make status prints its rates' sources with it too."""
+    return significant(x, 3, grouped=True)
+
+
 def _number(n: int | None) -> str:
     return "-" if n is None else f"{n:,}"
 
@@ -1667,7 +1674,7 @@ def table(est: Estimate) -> str:
         head += ("done", "left GPU-h")
     body = []
     for r in est.rows:
-        rate = "-" if r.rate is None else f"{r.rate.per_s:.3g}{'' if r.rate.measured else ' (assumed)'}"
+        rate = "-" if r.rate is None else f"{readable(r.rate.per_s)}{'' if r.rate.measured else ' (assumed)'}"
         gpu_h = "-" if r.gpu_hours is None else ("0 (CPU)" if r.gpus == 0 else gpu_hours(r.gpu_hours))
         cost = "-" if r.cost is None else money(r.cost)
         work = "-" if r.work is None else f"{_number(r.work)} {r.unit}"

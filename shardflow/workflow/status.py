@@ -1017,7 +1017,7 @@ def measure(stage: Stage) -> None:
         stage.rate, overhead = measured
         stage.overhead_s = overhead or 0.0
         stage.rate_source = (
-            f"{stage.rate:.3g} {stage.unit}/s per job, over {len(done)} finished job(s)' stats and "
+            f"{estimate.readable(stage.rate)} {stage.unit}/s per job, over {len(done)} finished job(s)' stats and "
             f"{len(parted)} running attempt(s)' parts"
         )
     intervals = [s["seconds"] / s["parts"] for j in done if (s := j.stats).get("parts") and s.get("seconds")]

@@ -762,6 +762,19 @@ def test_large_figures_are_printed_in_fixed_point_not_scientific_notation(tmp_pa
     assert est.total_line(run(config(tmp_path), records=1)).startswith("0.00000694 GPU-h, ")  # one record at 40/s
 
 
+def test_rates_print_in_fixed_point_with_thousands_grouped(tmp_path):
+    """17,906 records/s printed "1.79e+04" (:.3g) in the table's rate column and in the
+    notes: in fixed point, grouped as the first page groups its counts (estimate.readable)."""
+    corpus()
+    embed_stats("results/ds/embed", "cuda:0", items=179_060)  # 17,906 records/s
+    result = run(config(tmp_path))
+    embed = next(line for line in est.table(result).splitlines() if line.startswith("ds ") and " embed " in line)
+    assert embed.split()[5] == "17,906"
+    embed_stats("results/ds/embed", "cpu", items=179_060)
+    assert any("results/ds/embed 17,906 records/s on cpu" in n for n in row(run(config(tmp_path)), "embed").notes)
+    assert [est.readable(x) for x in (0.04123, 3.271, 412.3, 1_234_567.8)] == ["0.0412", "3.27", "412", "1,234,568"]
+
+
 # ------------------------------------------------------------------------ CLI
 
 

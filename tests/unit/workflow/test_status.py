@@ -294,6 +294,19 @@ def test_a_rate_under_one_record_a_second_is_shown_not_rounded_to_0(tmp_path, no
     ]
 
 
+def test_a_measured_rate_in_the_details_prints_in_fixed_point(tmp_path, now):
+    """The rate's source under the table printed 17,906 records/s per job as "1.79e+04"
+    (:.3g): in fixed point, thousands grouped, as make estimate prints its rates."""
+    cfg = config(tmp_path)
+    split_manifest()
+    finished(0)
+    stats_path = job_files(0)[0]["stats"]
+    write_json(stats_path, {**json.loads(Path(stats_path).read_text()), "seconds": ITEMS / 17906})
+    result = st.status(cfg, 1, "--gpus", now=now)
+    assert embed(result).rate_source.startswith("17,906 records/s per job, over 1 finished job(s)' stats")
+    assert "embed ds: rate 17,906 records/s per job" in st.table(result)
+
+
 def test_a_count_prints_in_the_unit_its_rounded_value_fits_up_to_trillions():
     """A train stage's tokens run to trillions (2.5e12 printed "2500.0B"), and a count
     just under a unit's 1,000 rounds up into the next (999,950 printed "1000.0k")."""
