@@ -34,24 +34,26 @@ DIFF_FILE_BYTES = 4 << 20
 DIFF_TOTAL_BYTES = 64 << 20
 # How many of the files entered by size `diff_unhashed` names (then a count of the rest).
 DIFF_UNHASHED_NAMED = 10
-# The files whose edits the hash follows: code a job runs (Python, rules, the Snakefile,
-# anything under the folders of code). A config file, a corpus or notes kept in the
-# checkout are not: the config a job ran with is its params, recorded apart, and a config
-# edited between two runs, or a corpus part added, made every earlier job "ran at another
-# checkout".
-CODE_SUFFIXES = (".py", ".smk", ".pyx", ".pxd", ".c", ".cc", ".cpp", ".cu", ".h")
-CODE_NAMES = ("Snakefile",)
+# The files whose edits `dirty` and the hash follow: code a job runs (anything under the
+# folders of code; at the top, the Snakefile and Python or rule files beside it). A config
+# file, a corpus, notes, tests or benchmarks kept in the checkout are not: the config a job
+# ran with is its params, recorded apart, and a config edited between two runs, or a corpus
+# part added, made every earlier job "ran at another checkout".
 CODE_FOLDERS = ("shardflow/", "scripts/", "rules/")
+CODE_AT_TOP = ("Snakefile",)
+CODE_SUFFIXES_AT_TOP = (".py", ".smk")
 
 
 def is_code(path: str) -> bool:
-    """Whether a path from the checkout's top is code whose edits git_state's hash follows."""
-    return path.endswith(CODE_SUFFIXES) or os.path.basename(path) in CODE_NAMES or path.startswith(CODE_FOLDERS)
+    """Whether a path from the checkout's top is code whose edits git_state follows."""
+    return path.startswith(CODE_FOLDERS) or (
+        "/" not in path and (path in CODE_AT_TOP or path.endswith(CODE_SUFFIXES_AT_TOP))
+    )
 
 
 def git_state(repo: str | os.PathLike) -> dict:
-    """The checkout at `repo`: `commit` (HEAD), `dirty` (a tracked file differs from it)
-    and, so that two runs from different uncommitted edits are told apart and a rerun can
+    """The checkout at `repo`: `commit` (HEAD), `dirty` (a tracked file of code, `is_code`,
+    differs from it) and, so that two runs from different uncommitted edits are told apart and a rerun can
     check it has the same ones, `diff_sha256`: one hash over every file of code (`is_code`)
     in the working tree that differs from HEAD, tracked (changed, added or deleted) or
     untracked and not ignored, each by its path from the checkout's top and its content (a
@@ -78,13 +80,11 @@ def git_state(repo: str | os.PathLike) -> dict:
         return out.stdout.strip() if strip else out.stdout
 
     commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no")
-    state = {"commit": commit, "dirty": None if status is None else bool(status)}
-    return {**state, **_working_tree_diff(git, commit)}
+    return {"commit": commit, **_working_tree_diff(git, commit)}
 
 
 def _working_tree_diff(git, commit: str | None) -> dict:
-    unknown = {"diff_sha256": None, "diff_files": None, "diff_unhashed": []}
+    unknown = {"dirty": None, "diff_sha256": None, "diff_files": None, "diff_unhashed": []}
     top = git("rev-parse", "--show-toplevel") if commit else None
     if not top:
         return unknown
@@ -93,8 +93,9 @@ def _working_tree_diff(git, commit: str | None) -> dict:
     untracked = git("ls-files", "-z", "--others", "--exclude-standard", cwd=top, strip=False)
     if tracked is None or untracked is None:
         return unknown
+    changed = [path for path in tracked.split("\0") if path and is_code(path)]
     # One set: whether an added file was staged (`git add`) changes no byte that ran.
-    files = sorted({path for path in (*tracked.split("\0"), *untracked.split("\0")) if path and is_code(path)})
+    files = sorted({*changed, *(path for path in untracked.split("\0") if path and is_code(path))})
     h, total, unhashed = hashlib.sha256(), 0, []
     for path in files:
         full = os.path.join(top, path)
@@ -119,7 +120,12 @@ def _working_tree_diff(git, commit: str | None) -> dict:
         h.update(f"{path}\0{content}\n".encode("utf-8", "surrogateescape"))
     if len(unhashed) > DIFF_UNHASHED_NAMED:
         unhashed = [*unhashed[:DIFF_UNHASHED_NAMED], f"and {len(unhashed) - DIFF_UNHASHED_NAMED} more"]
-    return {"diff_sha256": h.hexdigest() if files else None, "diff_files": len(files), "diff_unhashed": unhashed}
+    return {
+        "dirty": bool(changed),
+        "diff_sha256": h.hexdigest() if files else None,
+        "diff_files": len(files),
+        "diff_unhashed": unhashed,
+    }
 
 
 def same_checkout(a: dict, b: dict) -> bool:

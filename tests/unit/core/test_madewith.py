@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 
 from shardflow.core import madewith
-from tests.helpers import REPO
 
 
 def _git(repo, *args: str) -> None:
@@ -15,8 +14,8 @@ def _git(repo, *args: str) -> None:
 
 def _checkout(tmp_path):
     repo = tmp_path / "repo"
-    (repo / "pkg").mkdir(parents=True)
-    (repo / "pkg" / "train.py").write_text("lr = 1e-3\n")
+    (repo / "shardflow").mkdir(parents=True)
+    (repo / "shardflow" / "train.py").write_text("lr = 1e-3\n")
     (repo / ".gitignore").write_text("results/\n")
     _git(repo, "init", "-q")
     _git(repo, "add", ".")
@@ -32,30 +31,30 @@ def test_uncommitted_edits_are_told_apart_by_their_hash(tmp_path):
     clean = madewith.git_state(repo)
     assert (clean["dirty"], clean["diff_sha256"], clean["diff_files"], clean["diff_unhashed"]) == (False, None, 0, [])
 
-    (repo / "pkg" / "train.py").write_text("lr = 3e-4\n")
+    (repo / "shardflow" / "train.py").write_text("lr = 3e-4\n")
     one = madewith.git_state(repo)
-    (repo / "pkg" / "train.py").write_text("lr = 1e-2\n")
+    (repo / "shardflow" / "train.py").write_text("lr = 1e-2\n")
     other = madewith.git_state(repo)
     assert one["dirty"] and other["dirty"] and one["commit"] == other["commit"] == clean["commit"]
     assert one["diff_sha256"] != other["diff_sha256"] and one["diff_files"] == 1
 
-    (repo / "pkg" / "train.py").write_text("lr = 3e-4\n")  # the same edit again: the same hash
+    (repo / "shardflow" / "train.py").write_text("lr = 3e-4\n")  # the same edit again: the same hash
     assert madewith.git_state(repo) == one
-    _git(repo, "add", "pkg/train.py")  # staged or not: the same bytes ran
+    _git(repo, "add", "shardflow/train.py")  # staged or not: the same bytes ran
     assert madewith.git_state(repo) == one
     _git(repo, "reset", "-q")
 
     (repo / "results").mkdir()
     (repo / "results" / "out.json").write_text("{}")  # ignored: no part of the checkout
     assert madewith.git_state(repo) == one
-    (repo / "pkg" / "helper.py").write_text("x = 1\n")  # untracked: code the edit may import
+    (repo / "shardflow" / "helper.py").write_text("x = 1\n")  # untracked: code the edit may import
     with_helper = madewith.git_state(repo)
     assert with_helper["diff_sha256"] not in (one["diff_sha256"], None) and with_helper["diff_files"] == 2
     assert with_helper["dirty"] is True
-    (repo / "pkg" / "train.py").write_text("lr = 1e-3\n")  # tracked edit undone: only the new file differs
+    (repo / "shardflow" / "train.py").write_text("lr = 1e-3\n")  # tracked edit undone: only the new file differs
     untracked_only = madewith.git_state(repo)
     assert untracked_only["dirty"] is False and untracked_only["diff_sha256"] is not None
-    (repo / "pkg" / "train.py").unlink()
+    (repo / "shardflow" / "train.py").unlink()
     assert madewith.git_state(repo)["diff_sha256"] != untracked_only["diff_sha256"]  # a deletion counts
 
 
@@ -86,11 +85,12 @@ def test_files_past_the_total_enter_by_their_size_and_the_list_is_cut_at_its_lim
 
 
 def test_a_config_or_data_edited_in_the_checkout_is_no_other_checkout(tmp_path):
-    """The hash follows code: a user's config beside the Snakefile (`--configfile my.yaml`),
-    edited between two runs, or a tracked config edited in place, made every earlier job's
-    checkout another, and provenance warned that the jobs ran at another checkout. Their
-    settings are the jobs' params, recorded apart. Code in a folder of code counts, whatever
-    its suffix."""
+    """`dirty` and the hash follow code: a user's config beside the Snakefile
+    (`--configfile my.yaml`), edited between two runs, a tracked config edited in place, a
+    corpus part added under data/ or a test written made every earlier job's checkout
+    another, and provenance warned that the jobs ran at another checkout. Their settings
+    are the jobs' params, recorded apart. Code in a folder of code counts, whatever its
+    suffix; at the top, the Snakefile and Python or rule files."""
     repo = _checkout(tmp_path)
     (repo / "config").mkdir()
     (repo / "config" / "config.yaml").write_text("n_chunks: 4\n")
@@ -100,14 +100,21 @@ def test_a_config_or_data_edited_in_the_checkout_is_no_other_checkout(tmp_path):
     (repo / "my.yaml").write_text("n_chunks: 8\n")
     (repo / "config" / "config.yaml").write_text("n_chunks: 16\n")
     (repo / "notes.md").write_text("try lr 3e-4\n")
+    (repo / "data" / "news").mkdir(parents=True)  # README's own corpus, a part added
+    (repo / "data" / "news" / "part-002.jsonl.gz").write_bytes(b"\x1f\x8b a part")
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_mine.py").write_text("def test(): pass\n")
     edited = madewith.git_state(repo)
-    assert edited["diff_sha256"] == clean["diff_sha256"] is None and edited["diff_files"] == 0
-    assert edited["dirty"] is True and madewith.same_checkout(edited, {**clean, "dirty": True})
+    assert edited == clean and clean["dirty"] is False and clean["diff_sha256"] is None
     (repo / "rules").mkdir()
     (repo / "rules" / "extra.smk").write_text("rule x: pass\n")
     (repo / "scripts").mkdir()
     (repo / "scripts" / "run.R").write_text("1\n")
-    assert madewith.git_state(repo)["diff_files"] == 2
+    (repo / "Snakefile").write_text("include: 'rules/extra.smk'\n")
+    code = madewith.git_state(repo)
+    assert code["diff_files"] == 3 and code["dirty"] is False  # untracked: in the hash, not dirty
+    (repo / "shardflow" / "train.py").write_text("lr = 0.1\n")
+    assert madewith.git_state(repo)["dirty"] is True
 
 
 def test_a_record_from_before_the_diff_hash_is_the_same_checkout_by_its_commit():
@@ -115,20 +122,3 @@ def test_a_record_from_before_the_diff_hash_is_the_same_checkout_by_its_commit()
     assert madewith.same_checkout({"commit": "a" * 40, "dirty": True}, now)
     assert not madewith.same_checkout({"commit": "c" * 40, "dirty": True}, now)
     assert not madewith.same_checkout(dict(now, diff_sha256="d" * 64), now)
-
-
-def test_a_corpus_under_data_is_no_part_of_the_checkout(tmp_path):
-    """README's own corpus lies in `data/news/` of the checkout, where Snakemake runs. Untracked
-    and not ignored, its files entered the checkout's diff hash: a file added to the corpus
-    (chunking.by: source) made the jobs' checkouts differ, and provenance warned that the jobs
-    ran at another checkout. The repository's .gitignore keeps `data/` out, as `results/`."""
-    repo = _checkout(tmp_path)
-    (repo / ".gitignore").write_text((REPO / ".gitignore").read_text())
-    _git(repo, "commit", "-q", "-am", "the repository's ignores")
-    clean = madewith.git_state(repo)
-    (repo / "data" / "news").mkdir(parents=True)
-    (repo / "data" / "news" / "part-001.jsonl.gz").write_bytes(b"\x1f\x8b one part")
-    first = madewith.git_state(repo)
-    (repo / "data" / "news" / "part-002.jsonl.gz").write_bytes(b"\x1f\x8b the next part")
-    assert first == madewith.git_state(repo) == clean and clean["diff_sha256"] is None
-    assert madewith.same_checkout(first, madewith.git_state(repo))
