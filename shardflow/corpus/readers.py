@@ -27,8 +27,10 @@ import csv
 import functools
 import glob
 import gzip
+import itertools
 import json
 import os
+import re
 import sys
 import zlib
 from collections import deque
@@ -440,6 +442,41 @@ def repeated_key(line: str, read: Sequence[str]) -> str | None:
     return _repeated_column(keys, read, kind="key", within=" of the object")
 
 
+# A missing field's message lists at most this many of the record's keys, each cut to
+# this many characters: a record may hold thousands, or one key of a megabyte.
+SHOWN_KEYS = 10
+SHOWN_KEY_CHARS = 40
+
+# Key names that look like a record's id: id, _id, uuid, docid, pid, doc_id, passage-id,
+# docId, articleID (not "paid" or "valid": a word that ends in "id").
+_ID_NAME = re.compile(r"(?i:_?(?:id|uuid|guid|docid|pid|qid)|.+[-_. ](?:id|uuid|guid))|.+[a-z0-9](?:Id|ID)")
+
+
+def _shown_keys(obj: dict) -> str:
+    """The first SHOWN_KEYS keys of `obj`, each cut to SHOWN_KEY_CHARS, as a list."""
+    shown = [k if len(k) <= SHOWN_KEY_CHARS else k[:SHOWN_KEY_CHARS] + "..." for k in itertools.islice(obj, SHOWN_KEYS)]
+    more = f", ... {len(obj)} keys in all" if len(obj) > SHOWN_KEYS else ""
+    return f"[{', '.join(map(repr, shown))}{more}]"
+
+
+def _id_value(value: object) -> bool:
+    """Whether `value` would be read as an id (make's checks: a string or an integer)."""
+    return (isinstance(value, str) and value != "" and encodable(value)) or (
+        isinstance(value, int) and not isinstance(value, bool)
+    )
+
+
+def _nameable(key: str) -> bool:
+    """Whether a message may suggest `key` as a field: shown whole, and valid Unicode."""
+    return len(key) <= SHOWN_KEY_CHARS and encodable(key)
+
+
+def _yaml_key(key: str) -> str:
+    """`key` as a config file gives it: bare where YAML reads it as that string, else in
+    double quotes (a JSON string is a YAML one)."""
+    return key if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", key) else json.dumps(key, ensure_ascii=False)
+
+
 class _Reader:
     """Shared validation; one subclass per format yields Record | Rejected."""
 
@@ -464,10 +501,39 @@ class _Reader:
         reason = f"record too large: {size:,} bytes, over input.max_record_mb ({limit_label(limit)}); not read"
         return self.bad(line, reason, head)
 
+    def _other_id_keys(self, obj: dict) -> str:
+        """What a JSON record without the id key holds: its keys, and an id-like one with a
+        value make reads as an id. "set input.id_field: null" alone sent users whose ids
+        were under doc_id to drop them. (A CSV header or Parquet schema without the column
+        is an error for the file, naming its columns.)"""
+        likely = next((k for k, v in obj.items() if _ID_NAME.fullmatch(k) and _id_value(v) and _nameable(k)), None)
+        to = " to the key that holds the ids" if likely is None else f": {_yaml_key(likely)} if that key holds the ids"
+        keys = _shown_keys(obj)
+        return f"(the record's keys: {keys}): set input.id_field{to}, or input.id_field: null to use source positions"
+
+    def _other_text_keys(self, obj: dict) -> str:
+        """What a JSON record without the text key holds: its keys, and the key of its
+        longest string (the first of equals) that is not an id's, likely the text."""
+        o = self.opts
+        texts = [
+            (len(v), k)
+            for k, v in obj.items()
+            if isinstance(v, str)
+            and v.strip()
+            and k not in (o.id_field, o.group_field)
+            and not _ID_NAME.fullmatch(k)
+            and _nameable(k)
+        ]
+        likely = max(texts, key=lambda t: t[0])[1] if texts else None
+        to = "" if likely is None else f": set input.text_field: {_yaml_key(likely)} if that key holds the text"
+        return f"(the record's keys: {_shown_keys(obj)}){to}"
+
     def make(self, obj: dict, line: int, raw: bytes | str) -> Record | Rejected:
         o = self.opts
         text = obj.get(o.text_field)
-        if o.text_field not in obj or text is None:
+        if o.text_field not in obj:
+            return self.bad(line, f"missing text field {o.text_field!r} {self._other_text_keys(obj)}", raw)
+        if text is None:
             return self.bad(line, f"missing text field {o.text_field!r}", raw)
         if not isinstance(text, str):
             return self.bad(line, f"text field {o.text_field!r} is {type(text).__name__}, not a string", raw)
@@ -479,12 +545,13 @@ class _Reader:
             rid = f"{self.name}:{line}"
         else:
             value = obj.get(o.id_field)
-            if value is None or (isinstance(value, str) and not value):
-                return self.bad(
-                    line,
-                    f"missing id field {o.id_field!r} (set input.id_field: null to use source positions)",
-                    raw,
-                )
+            if o.id_field not in obj:
+                return self.bad(line, f"missing id field {o.id_field!r} {self._other_id_keys(obj)}", raw)
+            # The key or column is there: its ids are the corpus's, one of them is not set.
+            if value is None:
+                return self.bad(line, f"null id in field {o.id_field!r}", raw)
+            if isinstance(value, str) and not value:
+                return self.bad(line, f"empty id in field {o.id_field!r}", raw)
             if isinstance(value, (dict, list, float, bool)):
                 return self.bad(line, f"id field {o.id_field!r} is {type(value).__name__}, not a string or integer", raw)
             rid = str(value)

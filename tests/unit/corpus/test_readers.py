@@ -135,6 +135,80 @@ def test_missing_group_field_is_a_bad_record(tmp_path, write_jsonl):
         read(path, group_field="g")
 
 
+SUGGEST_NULL = "or input.id_field: null to use source positions"
+
+
+@pytest.mark.parametrize(
+    "record, reason",
+    [
+        (
+            {"doc_id": "a", "text": "x"},
+            "missing id field 'id' (the record's keys: ['doc_id', 'text']): "
+            f"set input.id_field: doc_id if that key holds the ids, {SUGGEST_NULL}",
+        ),
+        (
+            {"title": "t", "_id": 7, "docId": "d", "text": "x"},
+            "missing id field 'id' (the record's keys: ['title', '_id', 'docId', 'text']): "
+            f"set input.id_field: _id if that key holds the ids, {SUGGEST_NULL}",
+        ),
+        (  # an id-like key whose value is no id here is passed over; a name YAML must quote is quoted
+            {"doc_id": "", "doc id": "d1", "text": "x"},
+            "missing id field 'id' (the record's keys: ['doc_id', 'doc id', 'text']): "
+            f'set input.id_field: "doc id" if that key holds the ids, {SUGGEST_NULL}',
+        ),
+        (  # "paid" ends in "id" but names no id
+            {"paid": "yes", "text": "x"},
+            "missing id field 'id' (the record's keys: ['paid', 'text']): "
+            f"set input.id_field to the key that holds the ids, {SUGGEST_NULL}",
+        ),
+        (  # the longest string, not an id-like one
+            {"id": "a", "doc_id": "a-long-id-string", "lang": "en", "body": "the text of it", "n": 3},
+            "missing text field 'text' (the record's keys: ['id', 'doc_id', 'lang', 'body', 'n']): "
+            "set input.text_field: body if that key holds the text",
+        ),
+        ({"id": "a", "n": 3}, "missing text field 'text' (the record's keys: ['id', 'n'])"),
+    ],
+)
+def test_a_record_without_the_id_or_text_field_lists_its_keys_and_names_a_likely_one(
+    tmp_path, write_jsonl, record, reason
+):
+    """Until 2026-11-29 the message said only "set input.id_field: null": a user whose ids
+    were under doc_id, following it, dropped them. CSV and Parquet name their columns."""
+    path = write_jsonl(tmp_path / "c.jsonl", [record])
+    with pytest.raises(BadRecordError, match="^" + re.escape(f"{path}:1: {reason}") + "$"):
+        read(path)
+    assert [r.reason for r in read(path, on_bad_record="skip")] == [reason]
+
+
+def test_the_keys_a_missing_field_lists_are_few_and_cut_short(tmp_path, write_jsonl):
+    record = {"k" * 5000: "v", **{f"key{i}": i for i in range(30)}, "text": "x"}
+    path = write_jsonl(tmp_path / "c.jsonl", [record])
+    (reject,) = read(path, on_bad_record="skip")
+    shown = ["k" * 40 + "..."] + [f"key{i}" for i in range(9)]
+    assert reject.reason == (
+        f"missing id field 'id' (the record's keys: [{', '.join(map(repr, shown))}, ... 32 keys in all]): "
+        f"set input.id_field to the key that holds the ids, {SUGGEST_NULL}"
+    )
+
+
+def test_an_empty_or_null_id_is_named_so_not_missing(tmp_path):
+    """The id column or key is there, its value empty: until 2026-11-29 "missing id field
+    'id' (set input.id_field: null ...)", which sent the user to drop the ids they have."""
+    csv_path = tmp_path / "c.csv"
+    csv_path.write_text("id,text\n,hello\nb,x\n")
+    with pytest.raises(BadRecordError, match="^" + re.escape(f"{csv_path}:2: empty id in field 'id'") + "$"):
+        read(csv_path)
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text('{"id": "", "text": "t"}\n{"id": null, "text": "t"}\n{"id": "c", "text": "t"}\n')
+    parquet = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"id": [None, "b"], "text": ["t", "u"]}), parquet)
+    assert [(r.line, r.reason) for r in read(jsonl, on_bad_record="skip")[:2]] == [
+        (1, "empty id in field 'id'"),
+        (2, "null id in field 'id'"),
+    ]
+    assert [(r.line, r.reason) for r in read(parquet, on_bad_record="skip")[:1]] == [(1, "null id in field 'id'")]
+
+
 # --- inputs and formats ----------------------------------------------------------------
 
 
@@ -263,7 +337,8 @@ BAD_LINES = {
     "invalid UTF-8": (b'{"id": "x", "text": "caf\xe9"}\n', "invalid UTF-8"),
     "non-string text": (b'{"id": "x", "text": 42}\n', "is int, not a string"),
     "missing id": (b'{"text": "no id"}\n', "missing id field 'id'"),
-    "empty id": (b'{"id": "", "text": "t"}\n', "missing id field"),
+    "empty id": (b'{"id": "", "text": "t"}\n', "empty id in field 'id'"),
+    "null id": (b'{"id": null, "text": "t"}\n', "null id in field 'id'"),
     "float id": (b'{"id": 1.5, "text": "t"}\n', "is float"),
     "not an object": (b'["id", "text"]\n', "not an object"),
     "unpaired surrogate": (b'{"id": "x", "text": "bad \\ud800 escape"}\n', "surrogate"),
