@@ -29,7 +29,7 @@ def open_binary(path: str | os.PathLike) -> IO[bytes]:
     return gzip.open(path, "rb") if magic == GZIP_MAGIC else open(path, "rb")
 
 
-def _cut_short(exc: json.JSONDecodeError) -> bool:
+def cut_short(exc: json.JSONDecodeError) -> bool:
     """Whether the text ends (white space aside) where json found it bad: a value cut
     short. json then places the error after the text's final newline, if it has one, at
     column 1 of a line that holds nothing."""
@@ -58,7 +58,7 @@ def malformed_json(exc: json.JSONDecodeError, unit: str = "line") -> str:
     at")."""
     if isinstance(exc, NestedTooDeep):
         return f"malformed JSON ({exc.msg})"
-    where = f"the end of the {unit}" if _cut_short(exc) else f"column {exc.colno}"
+    where = f"the end of the {unit}" if cut_short(exc) else f"column {exc.colno}"
     return f"malformed JSON ({exc.msg.removesuffix(' at')} at {where})"
 
 
@@ -71,7 +71,7 @@ def read_json(path: str | os.PathLike) -> Any:
         try:
             return json.load(fh)
         except json.JSONDecodeError as exc:
-            line = exc.doc.count("\n", 0, len(exc.doc.rstrip())) + 1 if _cut_short(exc) else exc.lineno
+            line = exc.doc.count("\n", 0, len(exc.doc.rstrip())) + 1 if cut_short(exc) else exc.lineno
             raise ValueError(f"{os.fspath(path)}:{line}: {malformed_json(exc, 'file')}") from None
         except UnicodeDecodeError as exc:  # json.load reads the whole file: exc.object is its bytes
             line = exc.object.count(b"\n", 0, exc.start) + 1

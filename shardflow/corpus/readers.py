@@ -38,7 +38,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO
 
-from shardflow.core.files import GZIP_MAGIC, GZIP_SUFFIXES, loads_json, malformed_json, open_binary
+from shardflow.core.files import GZIP_MAGIC, GZIP_SUFFIXES, cut_short, loads_json, malformed_json, open_binary
 from shardflow.core.s3 import logical_path
 
 FORMATS = ("jsonl", "parquet", "csv", "tsv", "text")
@@ -570,16 +570,36 @@ class _Reader:
         return Record(rid, text, group, self.name, line)
 
 
+TO_JSON_LINES = "JSON Lines (one object a line) is read here; convert it"
+
+
+def _one_json_document(line: str, value: object = None, exc: json.JSONDecodeError | None = None) -> str:
+    """What to add to the reason of a file's first record line that is bad JSON (`exc`) or
+    a list (`value`) where the file looks like one JSON document: a `.json` file holding an
+    array, or an object written over several lines. Only that line is looked at, so this
+    costs nothing per record; whether the whole file parses as one document would cost a
+    second read of it."""
+    start = line.lstrip()[:1]
+    if start == "[" and (exc is not None or not value or isinstance(value[0], dict)):
+        return f"; the file opens with '[', as one JSON array does: {TO_JSON_LINES} (jq -c '.[]' in.json > out.jsonl)"
+    if start == "{" and exc is not None and cut_short(exc):
+        return f"; an object written over several lines? {TO_JSON_LINES} (jq -c . in.json > out.jsonl)"
+    return ""
+
+
 class _JsonlReader(_Reader):
     def __iter__(self) -> Iterator[Record | Rejected]:
         fields = self.fields()
+        first = True  # the file's first line that is not blank
         with open_binary(self.path) as fh:
             for lineno, raw in iter_lines(fh, self.path, self.opts.max_record_bytes):
                 if isinstance(raw, LongLine):
                     yield self.too_large(lineno, raw.size, raw.head)
+                    first = False
                     continue
                 if blank_line(raw, lineno):
                     continue  # blank separator lines carry no record
+                opens, first = first, False
                 nul = nul_byte(raw)
                 if nul:
                     yield self.bad(lineno, nul, raw)
@@ -592,10 +612,12 @@ class _JsonlReader(_Reader):
                 try:
                     obj = loads_json(line)
                 except json.JSONDecodeError as exc:
-                    yield self.bad(lineno, malformed_json(exc), raw)
+                    reason = malformed_json(exc) + (_one_json_document(line, exc=exc) if opens else "")
+                    yield self.bad(lineno, reason, raw)
                     continue
                 if not isinstance(obj, dict):
-                    yield self.bad(lineno, f"JSON value is {type(obj).__name__}, not an object", raw)
+                    reason = f"JSON value is {type(obj).__name__}, not an object"
+                    yield self.bad(lineno, reason + (_one_json_document(line, value=obj) if opens else ""), raw)
                     continue
                 repeated = repeated_key(line, fields)
                 if repeated:

@@ -408,6 +408,57 @@ def test_json_line_cut_short_is_malformed_at_its_end_not_at_column_1(tmp_path):
     with pytest.raises(BadRecordError, match=re.escape(message)):
         read(path)
 
+
+TO_JSON_LINES = "JSON Lines (one object a line) is read here; convert it"
+
+
+@pytest.mark.parametrize(
+    "data, line, reason",
+    [
+        (
+            b'[\n  {"id": "a", "text": "x"}\n]\n',
+            1,
+            "malformed JSON (Expecting value at the end of the line); the file opens with '[', as one JSON array "
+            f"does: {TO_JSON_LINES} (jq -c '.[]' in.json > out.jsonl)",
+        ),
+        (
+            b'[{"id": "a", "text": "x"}, {"id": "b", "text": "y"}]\n',
+            1,
+            "JSON value is list, not an object; the file opens with '[', as one JSON array "
+            f"does: {TO_JSON_LINES} (jq -c '.[]' in.json > out.jsonl)",
+        ),
+        (
+            b'\n  {"id": "a",\n   "text": "x"}\n',
+            2,
+            "malformed JSON (Expecting property name enclosed in double quotes at the end of the line); "
+            f"an object written over several lines? {TO_JSON_LINES} (jq -c . in.json > out.jsonl)",
+        ),
+    ],
+)
+def test_one_json_document_rather_than_json_lines_says_so_and_how_to_convert(tmp_path, data, line, reason):
+    """A .json file holding one array or one object over several lines was "malformed JSON"
+    at line 1, with no word that one object a line is read."""
+    path = tmp_path / "c.json"
+    path.write_bytes(data)
+    with pytest.raises(BadRecordError, match="^" + re.escape(f"{path}:{line}: {reason}") + "$"):
+        read(path)
+
+
+@pytest.mark.parametrize(
+    "data, line",
+    [
+        (b'["a", "alpha"]\n["b", "beta"]\n', 1),  # JSON lines of arrays: no records, but no JSON array either
+        (b'{"id": "a", "text": "x"}\n[{"id": "b", "text": "y"}]\n', 2),  # only the first line is looked at
+        (b'{"id": "a", "text": "x"}\n{"id": "b",\n', 2),
+    ],
+)
+def test_a_bad_line_that_opens_no_json_document_has_no_word_of_one(tmp_path, data, line):
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(data)
+    with pytest.raises(BadRecordError) as err:
+        read(path)
+    assert err.value.line == line and "JSON Lines" not in str(err.value)
+
 @pytest.mark.parametrize("case", BAD_LINES)
 def test_bad_record_error_names_file_and_line(tmp_path, case):
     bad, reason = BAD_LINES[case]
