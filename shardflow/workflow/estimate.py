@@ -809,6 +809,29 @@ def chunk_job_row(name: str, stage: str, per_chunk: tuple[int, ...], rate: Rate,
     return Row(name, stage, len(per_chunk), sum(per_chunk), rate=rate, gpus=gpus, seconds=seconds)
 
 
+def measured_chunk_row(
+    cfg: dict,
+    name: str,
+    stage: str,
+    per_chunk: tuple[int, ...],
+    on_gpu: bool,
+    runs: Iterable[tuple[Run, str | None]],
+    assumed: Rate,
+    length: Length | None,
+) -> tuple[Row, Run | None]:
+    """The row of a chunk stage's jobs (embed, summarise) at the first fitting rate of
+    `runs` (find_rate), else at `assumed`; its notes say what was passed over and, first,
+    whose records measured the rate (other_length). Also the run it came from, or None."""
+    notes: list[str] = []
+    found = find_rate(runs, on_gpu, notes)
+    rate, run = found if found else (assumed, None)
+    if run:
+        notes.insert(0, other_length(run.where, length, cfg["dataset"])[1])
+    row = chunk_job_row(name, stage, per_chunk, rate, plan.job_gpus(cfg, stage) if on_gpu else 0)
+    row.notes += [n for n in notes if n]
+    return row, run
+
+
 def embed_row(
     cfg: dict,
     name: str,
@@ -819,12 +842,8 @@ def embed_row(
 ) -> Row:
     """The embed jobs of data set `name` (a sweep's: `first`, its own job folder), whose
     records are `length`'s (None: a rate of any data set's records is used)."""
-    notes: list[str] = []
-    found = find_rate(embed_runs(cfg, name, first, length), on_gpu, notes)
-    rate, run = found if found else (assumed_rate(cfg), None)
-    if run:
-        notes.insert(0, other_length(run.where, length, cfg["dataset"])[1])
-    row = chunk_job_row(name, "embed", per_chunk, rate, plan.job_gpus(cfg, "embed") if on_gpu else 0)
+    runs = embed_runs(cfg, name, first, length)
+    row, run = measured_chunk_row(cfg, name, "embed", per_chunk, on_gpu, runs, assumed_rate(cfg), length)
     dim, how = embed_dim(cfg, run)
     if dim:
         width = DTYPE_BYTES[cfg["embedding"]["output_dtype"]]
@@ -834,7 +853,6 @@ def embed_row(
         )
     else:
         row.disk_source = how
-    row.notes += [n for n in notes if n]
     return row
 
 
@@ -848,18 +866,13 @@ def summarise_row(
 ) -> Row:
     """The summarise jobs of data set `name` (a sweep's: `first`, its own job folder), whose
     records are `length`'s (None: a rate of any data set's records is used)."""
-    notes: list[str] = []
-    found = find_rate(summarise_runs(cfg, name, first, length), on_gpu, notes)
     slow = (
         "; set for embedding: generating summaries is usually far slower"
         if cfg["summarise"]["method"] == "abstractive"
         else ""
     )
-    rate, run = found if found else (assumed_rate(cfg, slow), None)
-    if run:
-        notes.insert(0, other_length(run.where, length, cfg["dataset"])[1])
-    row = chunk_job_row(name, "summarise", per_chunk, rate, plan.job_gpus(cfg, "summarise") if on_gpu else 0)
-    row.notes += [n for n in notes if n]
+    runs = summarise_runs(cfg, name, first, length)
+    row, run = measured_chunk_row(cfg, name, "summarise", per_chunk, on_gpu, runs, assumed_rate(cfg, slow), length)
     if run:
         files = [f"{run.where}/summaries_{s.get('chunk')}.jsonl" for s in run.stats]
         written = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
@@ -1020,6 +1033,7 @@ def train_row(
             # was recorded does not), and the rate is said to be that GPU's, as an embed
             # or summarise rate is (_devices).
             named = _devices([metrics])
+            gpu_named = bool((metrics.get("made_with") or {}).get("gpu"))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             unfit.append(f"{folder} is not readable ({exc})")
             continue
@@ -1052,7 +1066,7 @@ def train_row(
         else:
             fixed, how = 0.0, f"whole job, evaluations included{scaled}"
         row.rate = Rate(per_gpu, f"measured by {folder} ({how})", True, named, overhead_s=fixed)
-        unnamed = want == "cuda" and named == device  # made_with names no GPU
+        unnamed = want == "cuda" and not gpu_named  # made_with names no GPU
         if unnamed:
             row.notes.append(
                 f"{folder}'s metrics.json names no GPU model (written before made_with was recorded): the rate "
