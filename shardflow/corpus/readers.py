@@ -533,8 +533,8 @@ class _Reader:
         text = obj.get(o.text_field)
         if o.text_field not in obj:
             return self.bad(line, f"missing text field {o.text_field!r} {self._other_text_keys(obj)}", raw)
-        if text is None:
-            return self.bad(line, f"missing text field {o.text_field!r}", raw)
+        if text is None:  # the key or column is there, its value unset: as a null id
+            return self.bad(line, f"null text in field {o.text_field!r}", raw)
         if not isinstance(text, str):
             return self.bad(line, f"text field {o.text_field!r} is {type(text).__name__}, not a string", raw)
         if not text.strip() and not o.keep_empty_text:

@@ -332,7 +332,7 @@ GOOD = b'{"id": "ok1", "text": "fine"}\n'
 BAD_LINES = {
     "malformed JSON": (b'{"id": "x", "text": \n', "malformed JSON"),
     "missing text": (b'{"id": "x"}\n', "missing text field 'text'"),
-    "null text": (b'{"id": "x", "text": null}\n', "missing text field"),
+    "null text": (b'{"id": "x", "text": null}\n', "null text in field 'text'"),
     "empty text": (b'{"id": "x", "text": "  "}\n', "empty text"),
     "invalid UTF-8": (b'{"id": "x", "text": "caf\xe9"}\n', "invalid UTF-8"),
     "non-string text": (b'{"id": "x", "text": 42}\n', "is int, not a string"),
@@ -722,6 +722,9 @@ def test_parquet_null_and_non_string_text_are_rejected(tmp_path):
     items = read(path, on_bad_record="skip")
     assert [type(r) for r in items] == [Record, Rejected, Rejected]
     assert [r.line for r in items[1:]] == [2, 3]
+    # A null is told from a schema without the column (which stops the read: row 5 of
+    # docs/bad-input.md) and from an empty text.
+    assert [r.reason for r in items[1:]] == ["null text in field 'text'", "empty text in field 'text'"]
 
 
 def not_utf8_strings(values: list[bytes]) -> pa.Array:
