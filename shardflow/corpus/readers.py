@@ -496,9 +496,9 @@ class _Reader:
             raise BadRecordError(self.path, line, reason, skippable=True)
         return Rejected(self.name, line, reason, _raw(raw))
 
-    def too_large(self, line: int | None, size: int, head: bytes | str) -> Rejected:
+    def too_large(self, line: int | None, size: int, head: bytes | str, hint: str = "") -> Rejected:
         limit = self.opts.max_record_bytes
-        reason = f"record too large: {size:,} bytes, over input.max_record_mb ({limit_label(limit)}); not read"
+        reason = f"record too large: {size:,} bytes, over input.max_record_mb ({limit_label(limit)}); not read{hint}"
         return self.bad(line, reason, head)
 
     def _other_id_keys(self, obj: dict) -> str:
@@ -594,7 +594,9 @@ class _JsonlReader(_Reader):
         with open_binary(self.path) as fh:
             for lineno, raw in iter_lines(fh, self.path, self.opts.max_record_bytes):
                 if isinstance(raw, LongLine):
-                    yield self.too_large(lineno, raw.size, raw.head)
+                    # A whole JSON array on one line is the likeliest line of this size.
+                    hint = _one_json_document(raw.head.decode("utf-8", "replace")) if first else ""
+                    yield self.too_large(lineno, raw.size, raw.head, hint)
                     first = False
                     continue
                 if blank_line(raw, lineno):

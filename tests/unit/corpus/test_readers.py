@@ -444,6 +444,24 @@ def test_one_json_document_rather_than_json_lines_says_so_and_how_to_convert(tmp
         read(path)
 
 
+def test_one_json_array_over_the_record_limit_says_how_to_convert(tmp_path):
+    """A .json file holding one big array is one line over max_record_mb: that was all the
+    message said, and raising the limit to the file's size is the wrong fix."""
+    path = tmp_path / "c.json"
+    path.write_bytes(b"[" + b", ".join(b'{"id": "%d", "text": "some text"}' % i for i in range(20)) + b"]\n")
+    size = path.stat().st_size - 1
+    reason = (
+        f"record too large: {size:,} bytes, over input.max_record_mb (100 bytes); not read; the file opens with '[', "
+        f"as one JSON array does: {TO_JSON_LINES} (jq -c '.[]' in.json > out.jsonl)"
+    )
+    with pytest.raises(BadRecordError, match="^" + re.escape(f"{path}:1: {reason}") + "$"):
+        read(path, max_record_bytes=100)
+    # Only the file's first line is looked at: a later long line is only too large.
+    path.write_bytes(b'{"id": "a", "text": "x"}\n[' + b"0, " * 60 + b"0]\n")
+    with pytest.raises(BadRecordError, match=r"not read$"):
+        read(path, max_record_bytes=100)
+
+
 @pytest.mark.parametrize(
     "data, line",
     [
