@@ -40,6 +40,7 @@ from shardflow.core.jobs import (
     priced,
     read_benchmark,
     read_job_table,
+    significant,
 )
 from shardflow.embed.report import ReportParams, run_summary
 from shardflow.sweep.export import level_phrase, table_value, value_label
@@ -249,8 +250,8 @@ def _sweep_cost(cost: dict) -> str:
         return f"{n:,} job{'' if n == 1 else 's'}"
 
     hours = cost["gpu_hours"]
-    text = (f"{jobs(cost['jobs'])}, {hours:,.0f}" if hours >= 100 else f"{jobs(cost['jobs'])}, {hours:.3g}")
-    text += " GPU-hours"
+    # Fixed point, as make estimate prints GPU-hours: a CPU-sized sweep's 0.00005, not 5e-05.
+    text = f"{jobs(cost['jobs'])}, {significant(hours, 3, grouped=True)} GPU-hours"
     if "estimated_cost" in cost:
         currency = cost["currency"]
         text += f" ({money(cost['estimated_cost'])} {currency} at {cost['gpu_hour_price']:g} {currency} per GPU-hour)"

@@ -98,6 +98,8 @@ def test_sweep_section_names_the_best_point(tmp_path):
     big = {"jobs": 1, "gpu_hours": 1234.5, "wall_time_s": 10.0,
            "by_origin": {"main_run": {"jobs": 0}, "shared": {"jobs": 1}}}
     assert _sweep_cost(big) == "1 job, 1,234 GPU-hours, 10 s of job time (each once; of them read: 1 shared)"
+    tiny = {**big, "gpu_hours": 0.0000512}
+    assert _sweep_cost(tiny).startswith("1 job, 0.0000512 GPU-hours,")  # fixed point, not 5.12e-05
     # The killed attempts the GPU-hours count, said as a stage's line says them.
     killed = {**big, "earlier_attempts": 2, "earlier_attempt_seconds": 1800.0, "earlier_attempt_gpu_hours": 0.5}
     assert _sweep_cost(killed).endswith("1 shared); 30.0 min of 2 killed attempts counted (0.5000 GPU-h; a lower "
