@@ -268,6 +268,27 @@ def status(args: argparse.Namespace) -> int:
     return _print("status", args, compute, st.as_json, st.table)
 
 
+def compare(args: argparse.Namespace) -> int:
+    """Print why two runs differ, from their provenance records: the outputs, then what
+    could have changed them (make compare). Exit status 0 where the outputs are
+    identical, 1 where they differ, 2 for a record that cannot be read (naming the file)."""
+    from shardflow.workflow import compare as cmp
+    from shardflow.workflow.reproduce import ReproductionError
+
+    try:
+        records = [cmp.read_record(path) for path in (args.a, args.b)]
+    except (ReproductionError, ValueError, OSError) as exc:
+        print(f"compare: {exc}", file=sys.stderr)
+        return 2
+    diff = cmp.compare(*records)
+    if args.json:
+        json.dump(cmp.as_json(diff, args.a, args.b), sys.stdout, indent=2, allow_nan=False)
+        print()
+    else:
+        print(cmp.table(diff, args.a, args.b))
+    return 0 if diff["outputs_identical"] else 1
+
+
 def sweep_adopt(args: argparse.Namespace) -> int:
     """Move a sweep's finished jobs whose point was renamed (a key added to or removed
     from its grid) to the current point's id, with Snakemake's records of them (make
@@ -379,6 +400,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--json", action="store_true", help="the status as JSON")
     p.set_defaults(func=status)
+    p = sub.add_parser(
+        "compare",
+        help="why two runs differ: their provenance records compared, outputs first (make compare); exit status 0 "
+        "where the outputs are identical, 1 where they differ, 2 for a bad record",
+    )
+    p.add_argument("a", help="run A's results/<dataset>/provenance.json")
+    p.add_argument("b", help="run B's results/<dataset>/provenance.json")
+    p.add_argument("--json", action="store_true", help="the whole comparison as JSON, every file listed")
+    p.set_defaults(func=compare)
     p = sub.add_parser(
         "sweep-adopt",
         help="move a sweep's finished jobs to their point's new id after a key was added to or removed from its grid "

@@ -36,8 +36,9 @@ def _a(json_type: str) -> str:
     return json_type if json_type == "null" else f"{'an' if json_type[0] in 'aeiou' else 'a'} {json_type}"
 
 
-def read_provenance(path) -> dict:
-    """The provenance record at `path`, as check_reproduction reads it; a
+def read_provenance(path, keys: dict = RECORD_KEYS) -> dict:
+    """The provenance record at `path`, as check_reproduction reads it (`keys`: what the
+    reader reads, and as what JSON types; compare.COMPARED_KEYS reads more); a
     ReproductionError naming the file where it is not one: a record of another format (a
     later or earlier writer's: its keys may mean something else, so a check could pass or
     fail on them), or one that lacks a key the check reads or holds it as another type
@@ -55,7 +56,7 @@ def read_provenance(path) -> dict:
     wrong = [
         f"key {key!r} missing" if key not in record else
         f"key {key!r} is {_a(_json_type(record[key]))}, not {' or '.join(_a(t) for t in types)}"
-        for key, types in RECORD_KEYS.items()
+        for key, types in keys.items()
         if key not in record or _json_type(record[key]) not in types
     ]
     if wrong:
