@@ -11,7 +11,7 @@ CORES ?= all
 # unexported, not `undefine`d, which GNU make 3.81 (macOS's /usr/bin/make) lacks: their
 # defaults below are given as $(or $(X),default), since an empty X counts as set for ?=.
 TARGET_VARS := DATA MODEL NAME ID ARTICLE REFERENCE METHOD STORED STORED_FORMAT SPLIT SPLITTER REFERENCE_FORMAT CHUNKS \
-  DROP_IDENTICAL_IDS SWEEP DRY_RUN TORCH_INDEX
+  DROP_IDENTICAL_IDS SWEEP DRY_RUN TORCH_INDEX A B JSON
 $(foreach v,$(TARGET_VARS),$(if $(filter environment,$(origin $(v))),$(eval $(v) :=)$(eval unexport $(v))))
 # Nothing at run time or in tests downloads from a model hub.
 export HF_HUB_OFFLINE := 1
@@ -21,7 +21,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # Shell rules (train) run `python`: the venv's, without activating it.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help setup run report estimate status dag rulegraph test test-fast test-faults test-aot test-unit test-workflow test-cluster lint fmt bench clean evaluate-beir evaluate-summaries reproduce-arguana reproduce-shakespeare sweep sweep-adopt
+.PHONY: help setup run report estimate status compare dag rulegraph test test-fast test-faults test-aot test-unit test-workflow test-cluster lint fmt bench clean evaluate-beir evaluate-summaries reproduce-arguana reproduce-shakespeare sweep sweep-adopt
 
 help:
 	@echo "make run    install into .venv and run the embedding workflow on the demo corpus"
@@ -31,6 +31,7 @@ help:
 	@echo "make test-aot     compile_mode aot's tests with AOTInductor's real compile and load (make test stands in for them)"
 	@echo "make estimate  GPU-hours, cost, wall time and disk of the configured run, before it runs (CONFIG=, GPUS=, GPU_PEAK_TFLOPS=, MFU=; installs .venv only if missing)"
 	@echo "make status  where a running or stopped run stands: jobs, records, time left, cost so far, failures (CONFIG=, GPUS=, STORAGE=s3://... for an eks run; installs .venv only if missing)"
+	@echo "make compare A=<provenance.json> B=<provenance.json>  why two runs differ, outputs first (JSON=1)"
 	@echo "make dag    write dag.svg (graphviz) of the configured workflow"
 	@echo "make lint   snakemake --lint, snakefmt --check and ruff check (make fmt fixes what it can)"
 	@echo "make bench  CPU engine benchmark against sentence-transformers"
@@ -120,6 +121,16 @@ estimate: $(INSTALLED_IF_MISSING)
 status: $(INSTALLED_IF_MISSING)
 	$(BIN)/python -m shardflow.cli status $(if $(CONFIG),--configfile $(CONFIG)) $(if $(GPUS),--gpus $(GPUS)) \
 		$(if $(STORAGE),--storage-prefix $(STORAGE))
+
+# Why two runs differ, from their records (shardflow.workflow.compare): whether the
+# outputs are the same bytes, then what could have changed them (inputs, config, models,
+# the checkout, packages, Python, platform, GPU, CUDA), each group listing only what
+# differs. A=, B=: results/<dataset>/provenance.json of each run; JSON=1 prints it all as
+# JSON. The command's exit status is 0 where the outputs are identical, 1 where they
+# differ, 2 for a record it cannot read; make turns either failure into its own 2.
+compare: $(INSTALLED_IF_MISSING)
+	@test -n "$(A)" -a -n "$(B)" || { echo "usage: make compare A=<provenance.json> B=<provenance.json> [JSON=1]" >&2; exit 2; }
+	@$(BIN)/python -m shardflow.cli compare "$(A)" "$(B)" $(if $(JSON),--json)
 
 # pipefail: a Snakemake error (a bad config) fails the target instead of writing an
 # empty SVG; the SVG is replaced only when both steps succeed.

@@ -169,6 +169,24 @@ def test_a_targets_variables_come_from_the_command_line_not_the_environment(tmp_
     assert "DESKTOP" not in summaries and "uuid" not in summaries and '--id "id"' in summaries
 
 
+def test_make_compare_reads_its_records_from_the_command_line_not_the_environment(tmp_path):
+    """A and B are names a shell may well hold (and JSON one a tool may export): with
+    them in the environment only, `make compare` prints its usage instead of comparing
+    whatever they name; from the command line, they are the records compared."""
+    shutil.copy(REPO / "Makefile", tmp_path / "Makefile")
+    env = {**shell_env(), "A": "/env/a.json", "B": "/env/b.json", "JSON": "1"}
+
+    def make(*given: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["make", "--no-print-directory", "-o", ".venv/.installed", *given], cwd=tmp_path,
+                              env=env, capture_output=True, text=True)
+
+    proc = make("compare")
+    assert proc.returncode == 2 and proc.stderr.startswith("usage: make compare A=<provenance.json> "), proc.stderr
+    out = make("-n", "compare", "A=a.json", "B=b.json").stdout
+    assert '-m shardflow.cli compare "a.json" "b.json"' in out and "--json" not in out and "/env/" not in out, out
+    assert "--json" in make("-n", "compare", "A=a.json", "B=b.json", "JSON=1").stdout
+
+
 def shell_env() -> dict[str, str]:
     """This environment as a shell has it: not a sub-make of `make test` (MAKELEVEL,
     MAKEFLAGS), which prints "Entering directory" lines and passes the parent's flags on."""
