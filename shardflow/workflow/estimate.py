@@ -431,6 +431,7 @@ class Rate:
     measured: bool
     device: str = ""
     overhead_s: float = 0.0
+    where: str = ""  # the folder of the run that measured it ("" where none did)
 
 
 @dataclass(frozen=True)
@@ -554,7 +555,7 @@ def find_rate(runs: Iterable[tuple[Run, str | None]], on_gpu: bool, notes: list[
             continue
         loading = "not measured (no benchmarks)" if overhead is None else f"{overhead:.0f} s a job"
         source = f"measured by {run.where} ({_jobs(len(run.stats))}; model loading {loading})"
-        found = Rate(per_s, source, True, _devices(run.stats), overhead or 0.0), run
+        found = Rate(per_s, source, True, _devices(run.stats), overhead or 0.0, run.where), run
         break
     if elsewhere:
         notes.append(
@@ -1218,16 +1219,18 @@ def _sweep_rows(
             rows += embeddings.rows(spec)
             continue
         parts = []
+        borrowed: dict[str, set[str]] = {}  # point -> the folders whose rates its jobs take
         for pid, seed in jobs:
             job_cfg = {**cfg, **spec.job_config(pid, seed)}
             own = [f"{RESULTS}/sweeps/{spec.folder}/{pid}/seed={seed}/{spec.stage}"]
             group = {"sweep": spec.folder, "point": pid, "seed": seed}
-            if spec.stage == "embed":
-                on_gpu = "sweep_embed_chunk" not in on_cpu
-                parts.append(embed_row(job_cfg, label, per_chunk, on_gpu, first=own, length=length))
-            elif spec.stage == "summarise":
-                on_gpu = "sweep_summarise" not in on_cpu
-                parts.append(summarise_row(job_cfg, label, per_chunk, on_gpu, first=own, length=length))
+            if spec.stage in CHUNK_STAGES:
+                on_gpu = SWEEP_CHUNK_RULES[spec.stage] not in on_cpu
+                estimate_row = embed_row if spec.stage == "embed" else summarise_row
+                parts.append(estimate_row(job_cfg, label, per_chunk, on_gpu, first=own, length=length))
+                rate = parts[-1].rate
+                if rate.measured and rate.where not in own and not _point_matches(spec.point(pid), cfg):
+                    borrowed.setdefault(pid, set()).add(rate.where)
             else:
                 parts.append(train_row(job_cfg, label, "sweep_train" not in on_cpu, own, gpu, dataset=main))
             if spec.stage == "train":
@@ -1237,7 +1240,24 @@ def _sweep_rows(
             else:
                 done += _jobs_done(job_cfg, SWEEP_CHUNK_RULES[spec.stage], group, len(per_chunk))
         rows.append(combined(label, spec.stage, parts, "sweep jobs (points x seeds)", done))
+        if borrowed:
+            rows[-1].notes.append(borrowed_rates(spec, borrowed))
     return rows
+
+
+def borrowed_rates(spec: SweepSpec, borrowed: dict[str, set[str]]) -> str:
+    """What the rates of a chunk sweep's points that have not run are: another run's,
+    measured with the main config's values of the swept keys (a chunk job's stats record
+    its model and dtype, which a rate must match, not its batch or length settings), so a
+    swept key that changes the speed (embedding.token_budget, max_length; summarise's
+    batch and generation settings) does not show in them."""
+    folders = sorted({f for where in borrowed.values() for f in where})
+    points = len(borrowed)
+    return (
+        f"{points} of {len(spec.points)} point{'s' if len(spec.points) != 1 else ''} at a rate measured by "
+        f"{_listed(folders)}, with the main config's {', '.join(spec.params)}, not the point's: a swept key "
+        "that changes the speed does not show in them until the point has run (its own rate is used then)"
+    )
 
 
 def combined(label: str, stage: str, parts: list[Row], what: str, done: list[bool], part: str = "job") -> Row:

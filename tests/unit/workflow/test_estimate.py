@@ -171,6 +171,26 @@ def test_an_embed_sweep_job_with_this_configs_values_measures_the_rate(tmp_path)
     assert "results/sweeps/tb/token_budget=2048/seed=0/embed" in embed.rate.source
 
 
+def test_an_embed_sweeps_points_that_have_not_run_say_their_rate_is_the_main_runs_settings(tmp_path):
+    """A chunk job's stats record its model and dtype, not its batch or length settings:
+    a point of a token_budget sweep takes the main run's rate, measured at the main
+    config's budget, and the row says so; a point that ran has its own rate."""
+    corpus()
+    sweep = {"stage": "embed", "seeds": [0], "metrics": {"items_per_s": "max"},
+             "grid": {"embedding.token_budget": [512, 2048, 8192]}}
+    cfg = config(tmp_path, embedding={"token_budget": 2048}, sweeps={"tb": sweep})
+    embed_stats("results/ds/embed", "cuda")
+    got = row(run(cfg), "embed", "sweep tb")
+    note = ("2 of 3 points at a rate measured by results/ds/embed, with the main config's embedding.token_budget, "
+            "not the point's: a swept key that changes the speed does not show in them until the point has run")
+    assert any(n.startswith(note) for n in got.notes), got.notes
+    embed_stats("results/sweeps/tb/token_budget=512/seed=0/embed", "cuda", items=9000)
+    got = row(run(cfg), "embed", "sweep tb")
+    assert any(n.startswith("1 of 3 points at a rate measured by results/ds/embed") for n in got.notes), got.notes
+    embed_stats("results/sweeps/tb/token_budget=8192/seed=0/embed", "cuda", items=9000)
+    assert not any("with the main config's" in n for n in row(run(cfg), "embed", "sweep tb").notes)
+
+
 def test_summarise_rates_are_only_those_of_the_same_method(tmp_path):
     corpus()
     cfg = config(tmp_path, tasks=["summarisation"], summarise={"method": "abstractive", "model": "/models/bart"})
