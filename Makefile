@@ -11,7 +11,7 @@ CORES ?= all
 # unexported, not `undefine`d, which GNU make 3.81 (macOS's /usr/bin/make) lacks: their
 # defaults below are given as $(or $(X),default), since an empty X counts as set for ?=.
 TARGET_VARS := DATA MODEL NAME ID ARTICLE REFERENCE METHOD STORED STORED_FORMAT SPLIT SPLITTER REFERENCE_FORMAT CHUNKS \
-  DROP_IDENTICAL_IDS SWEEP DRY_RUN TORCH_INDEX A B JSON
+  DROP_IDENTICAL_IDS SWEEP DRY_RUN TORCH_INDEX A B JSON CONFIG GPUS STORAGE GPU_PEAK_TFLOPS MFU
 $(foreach v,$(TARGET_VARS),$(if $(filter environment,$(origin $(v))),$(eval $(v) :=)$(eval unexport $(v))))
 # Nothing at run time or in tests downloads from a model hub.
 export HF_HUB_OFFLINE := 1

@@ -187,6 +187,25 @@ def test_make_compare_reads_its_records_from_the_command_line_not_the_environmen
     assert "--json" in make("-n", "compare", "A=a.json", "B=b.json", "JSON=1").stdout
 
 
+def test_estimate_status_and_dag_read_config_and_gpus_from_the_command_line_not_the_environment(tmp_path):
+    """CONFIG, GPUS or STORAGE exported for another tool changed what make estimate and
+    make status read, without a word: another run's config, another GPU count."""
+    shutil.copy(REPO / "Makefile", tmp_path / "Makefile")
+    env = {**shell_env(), "CONFIG": "/env/other.yaml", "GPUS": "64", "STORAGE": "s3://env/prefix",
+           "GPU_PEAK_TFLOPS": "1", "MFU": "0.9"}
+
+    def recipe(*given: str) -> str:
+        return subprocess.run(["make", "--no-print-directory", "-n", "-o", ".venv/.installed", *given], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, check=True).stdout
+
+    for target in ("estimate", "status", "dag"):
+        out = recipe(target)
+        assert "/env/" not in out and "64" not in out and "s3://env" not in out and "0.9" not in out, out
+    given = recipe("estimate", "CONFIG=my.yaml", "GPUS=8", "MFU=0.4")
+    assert "--configfile my.yaml --gpus 8" in given and "--mfu 0.4" in given, given
+    assert "--storage-prefix s3://b/p" in recipe("status", "STORAGE=s3://b/p")
+
+
 def shell_env() -> dict[str, str]:
     """This environment as a shell has it: not a sub-make of `make test` (MAKELEVEL,
     MAKEFLAGS), which prints "Entering directory" lines and passes the parent's flags on."""
