@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
 
 import yaml
@@ -425,4 +426,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+        sys.stdout.flush()  # a pipe closed early fails here, inside the try
+    except BrokenPipeError:
+        # `status --json | head`: the reader has what it wanted. No traceback, and none at
+        # exit when Python flushes stdout again (the recipe of Python's signal docs).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 128 + signal.SIGPIPE  # as a tool killed by SIGPIPE reports it
+    sys.exit(code)

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 from shardflow.cli import main
 from shardflow.workflow import compare, provenance
 from shardflow.workflow.reproduce import ReproductionError
+from tests.helpers import REPO
 
 CONFIG = {"dataset": "demo", "embedding": {"batch_size": 64, "model": "default"}, "n_chunks": 2}
 
@@ -192,3 +196,18 @@ def test_the_cli_exits_0_when_the_outputs_are_identical_1_when_they_differ_2_for
     with pytest.raises(SystemExit) as exc:
         main(["compare", a])
     assert exc.value.code == 2
+
+
+def test_json_piped_into_a_reader_that_leaves_early_ends_without_a_traceback(tmp_path, record):
+    """`... --json | head`: Python's BrokenPipeError traceback, twice (the print, then the
+    flush at exit), where a Unix tool stops quietly with SIGPIPE's status."""
+    other = copy.deepcopy(record)
+    other["inputs"] = {f"data/part{i}.jsonl": "f" * 64 for i in range(5000)}  # JSON well over a pipe's buffer
+    a, b = _written(tmp_path, "a.json", record), _written(tmp_path, "b.json", other)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "shardflow.cli", "compare", a, b, "--json"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert len(proc.stdout.read(10)) == 10  # the reader takes a little, then leaves
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait() == 141 and "Traceback" not in err and "BrokenPipe" not in err, err
