@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 import time
 
 from shardflow.workflow.reproduce import RECORD_KEYS, read_provenance
@@ -163,7 +164,15 @@ def compare(a: dict, b: dict) -> dict:
         "packages": _packages(a, b),
         "environment": mapping(_environment(a), _environment(b)),
         "timings": {"benchmarks": [len(a["timings"]), len(b["timings"])], "seconds": [_seconds(a), _seconds(b)]},
+        # What each provenance job warned of as it wrote its record (the jobs ran another
+        # model version or checkout than the one there then): said, not compared.
+        "warnings": [_warnings(a), _warnings(b)],
     }
+
+
+def _warnings(record: dict) -> list[str]:
+    found = record.get("warnings")
+    return [str(w) for w in found] if isinstance(found, list) else []
 
 
 def _strict(value):
@@ -326,4 +335,13 @@ def table(diff: dict, a_path, b_path) -> str:
     seconds = " -> ".join(f"{s:.0f} s" for s in timings["seconds"])
     benchmarks = " -> ".join(map(str, timings["benchmarks"]))
     lines.append(f"timings: {seconds}, summed over the jobs' benchmarks ({benchmarks})")
+    warned = diff["warnings"]
+    if warned[0] == warned[1]:
+        lines.append(f"warnings: the same {len(warned[0])} in both (--json lists them)" if warned[0] else "warnings: none")
+    else:
+        lines.append("warnings: differ")
+        for side, theirs in zip("AB", warned, strict=True):
+            for warning in theirs:
+                lines += textwrap.wrap(f"  {side}'s record: {warning}", WIDTH, subsequent_indent="    ",
+                                       break_on_hyphens=False)
     return "\n".join(lines)

@@ -211,3 +211,22 @@ def test_json_piped_into_a_reader_that_leaves_early_ends_without_a_traceback(tmp
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait() == 141 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_each_records_own_warnings_are_said_last_where_they_differ(record):
+    """A record's warnings (its jobs ran another model version than the folder holds now,
+    another checkout) say what its hashes are taken from: listed under their side where
+    the records' differ, counted where they agree."""
+    other = copy.deepcopy(record)
+    other["warnings"] = ["the embedding model at /m changed since its jobs ran: they used sha256 aaa, it is now "
+                         + "b" * 120]
+    diff = compare.compare(record, other)
+    assert diff["warnings"] == [record["warnings"], other["warnings"]]
+    lines = compare.table(diff, "a.json", "b.json").splitlines()
+    assert lines[lines.index("warnings: differ") + 1].startswith("  A's record: the jobs ran at git")
+    at = next(i for i, line in enumerate(lines) if line.startswith("  B's record: the embedding model at /m"))
+    assert lines[at + 1].startswith("    b") and all(len(line) <= compare.WIDTH for line in lines)
+    same = compare.table(compare.compare(record, record), "a.json", "b.json").splitlines()
+    assert same[-1] == f"warnings: the same {len(record['warnings'])} in both (--json lists them)"
+    record["warnings"] = []
+    assert compare.table(compare.compare(record, record), "a.json", "b.json").splitlines()[-1] == "warnings: none"
