@@ -7,6 +7,7 @@ with compact separators, so the same records always give the same bytes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -91,6 +92,19 @@ def read_chunk(path: str | os.PathLike) -> tuple[list[str], list[str]]:
         ids.append(rec.id)
         texts.append(rec.text)
     return ids, texts
+
+
+@contextlib.contextmanager
+def naming_records(path: str | os.PathLike, ids: list[str], *errors: type[Exception]) -> Iterator[None]:
+    """An error of `errors` raised inside, which names a text by its index in chunk file
+    `path` (its `row`), is raised again naming the file and the record's id: the record a
+    user can find. The error keeps its type and attributes, so what retries or records it
+    (core.failures) sees the same error."""
+    try:
+        yield
+    except errors as exc:
+        exc.args = (f"{path}: id {ids[exc.row]!r}: {exc}", *exc.args[1:])
+        raise
 
 
 def chunk_path(folder: str | os.PathLike, index: int) -> Path:

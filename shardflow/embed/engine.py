@@ -83,7 +83,7 @@ from shardflow.core.npyio import write_npy
 from shardflow.core.oom import OomBackoff, TooLargeError
 from shardflow.core.parts import PartStore, resume_folder
 from shardflow.core.s3 import logical_path
-from shardflow.corpus.chunks import read_chunk
+from shardflow.corpus.chunks import naming_records, read_chunk
 from shardflow.embed import accel, aot
 from shardflow.embed.graphs import CudaBackend, ShapeGraphs
 from shardflow.embed.params import (
@@ -1239,12 +1239,8 @@ def embed_chunk(
         raise ValueError("encoder was loaded with different params")
     ids, texts = read_chunk(chunk_path)
     folder = resume_folder(resume_root, resume_key(chunk_path, params, encoder.identity))
-    try:
+    with naming_records(chunk_path, ids, TextTooLargeError, EmptyTextError):
         emb = encoder.encode(texts, resume_dir=folder, job=logical_path(out_npy))
-    except TextTooLargeError as exc:
-        raise TextTooLargeError(f"{chunk_path}: id {ids[exc.row]!r}: {exc}", exc.row, exc.n_tokens) from exc
-    except EmptyTextError as exc:  # the record the user can find, not its index in the chunk
-        raise EmptyTextError(f"{chunk_path}: id {ids[exc.row]!r}: {exc}", exc.row) from exc
     controller.stop_if_gone(running, f"the finished parts are kept in {folder}")
     write_npy(out_npy, emb)
     write_ids_parquet(out_ids_parquet, ids)

@@ -86,7 +86,7 @@ from shardflow.core.models import NO_LIMIT, load_for_inference
 from shardflow.core.oom import OomBackoff, TooLargeError
 from shardflow.core.parts import FORMAT_VERSION, PartStore, resume_folder, resume_key
 from shardflow.core.s3 import logical_path
-from shardflow.corpus.chunks import read_chunk
+from shardflow.corpus.chunks import naming_records, read_chunk
 from shardflow.summarise.generate_params import (
     DEFAULT_PROMPT,
     PLAIN_TEMPLATE,
@@ -739,12 +739,8 @@ def summarise_chunk(
         raise ValueError("generator was loaded with different params")
     ids, texts = read_chunk(chunk_path)
     folder = resume_folder(resume_root, resume_key(chunk_path, generator.identity))
-    try:
+    with naming_records(chunk_path, ids, TooLargeError, SamplingError):
         records = generator.summarise(texts, resume_dir=folder, job=logical_path(out_path))
-    except TooLargeError as exc:
-        raise TooLargeError(f"{chunk_path}: id {ids[exc.row]!r}: {exc}", exc.row, exc.n_tokens) from exc
-    except SamplingError as exc:
-        raise SamplingError(f"{chunk_path}: id {ids[exc.row]!r}: {exc}", exc.row) from exc
     controller.stop_if_gone(running, f"the finished parts are kept in {folder}")
     write_summaries(out_path, ids, records)
     PartStore(folder, {}).remove(resume_root)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shardflow.corpus.chunks import ChunkRecord, chunk_path, iter_chunk, read_chunk, write_record
+from shardflow.core.oom import TooLargeError
+from shardflow.corpus.chunks import ChunkRecord, chunk_path, iter_chunk, naming_records, read_chunk, write_record
 
 
 def test_an_empty_chunk_holds_no_records(tmp_path):
@@ -57,3 +58,16 @@ def test_a_field_that_is_not_a_string_is_an_error_at_its_line(tmp_path, line, wh
     with pytest.raises(ValueError) as caught:
         read_chunk(path)
     assert str(caught.value) == f"{path}:2: not a shardflow chunk record ({why})"
+
+
+def test_an_error_naming_a_row_is_raised_again_naming_the_chunk_and_id_keeping_its_type():
+    """What a retry decides on (core.failures: the type, a ValueError's or not) and what the
+    engines read back (row, n_tokens) stay as raised; only the message names the record."""
+    with pytest.raises(TooLargeError) as caught:
+        with naming_records("results/ds/chunks/chunk_3.jsonl", ["a", "b"], KeyError, TooLargeError):
+            raise TooLargeError("text 1 does not fit", 1, 700)
+    assert str(caught.value) == "results/ds/chunks/chunk_3.jsonl: id 'b': text 1 does not fit"
+    assert (caught.value.row, caught.value.n_tokens) == (1, 700)
+    with pytest.raises(ValueError, match="^text 0$"):  # not one of the errors named: as raised
+        with naming_records("c.jsonl", ["a"], TooLargeError):
+            raise ValueError("text 0")
