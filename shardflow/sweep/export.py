@@ -134,7 +134,9 @@ def value_labels(values: Iterable[Any]) -> dict[str, str]:
     floats never share a label; strings, integers, booleans and null read as value_label
     has them, and where a label would still read as another value's (a string "1e-3"
     beside the float 0.001; "query: " beside "query:", as tables and figures show no space
-    at either end: _reads) the whole column falls back to value_label."""
+    at either end: _reads) the whole column falls back to value_label, quoting the strings
+    that read alike; where quoted ones still do (a line break's "a\\n" beside a backslash
+    and an n, written 'a\\n' in YAML), those read as _escaped_label has them."""
     distinct = {format_value(v): plain(v) for v in values}
     floats = [abs(v) for v in distinct.values() if isinstance(v, float) and v != 0 and not math.isinf(v)]
     sci = bool(floats) and (
@@ -147,10 +149,25 @@ def value_labels(values: Iterable[Any]) -> dict[str, str]:
         labels = {k: value_label(v) for k, v in distinct.items()}
         # A string that still reads as another value of the column (the string "null"
         # beside null, "true" beside true, "query: " beside "query:") is quoted.
-        counts = Counter(_reads(label) for label in labels.values())
-        labels = {k: f'"{labels[k]}"' if isinstance(v, str) and counts[_reads(labels[k])] > 1 else labels[k]
-                  for k, v in distinct.items()}
+        labels.update({k: f'"{labels[k]}"' for k in _clashing(labels, distinct)})
+        # Each round escapes at least one more string: escaped labels of two strings differ,
+        # and none reads as a number's, null's or a boolean's, so this ends.
+        while clash := _clashing(labels, distinct):
+            labels.update({k: _escaped_label(distinct[k]) for k in clash})
     return labels
+
+
+def _escaped_label(value: str) -> str:
+    """`value` quoted, as a string literal reads: value_label's escapes, with each
+    backslash and quote escaped too, so that no two strings read alike ("a\\n" a line
+    break, "a\\\\n" a backslash and an n)."""
+    return '"' + value_label(value.replace("\\", "\\\\").replace('"', '\\"')) + '"'
+
+
+def _clashing(labels: Mapping[str, str], values: Mapping[str, Any]) -> set[str]:
+    """The strings of `values` whose labels read as another value's (_reads)."""
+    counts = Counter(_reads(label) for label in labels.values())
+    return {k for k, v in values.items() if isinstance(v, str) and counts[_reads(labels[k])] > 1}
 
 
 def _reads(label: str) -> str:

@@ -377,6 +377,34 @@ def test_strings_that_differ_only_in_spaces_at_their_ends_are_quoted():
     assert list(value_labels(["query: ", "passage: "]).values()) == ["query: ", "passage: "]
 
 
+def test_a_line_break_and_a_backslash_before_n_read_apart():
+    """A prompt sweep over "Query:\\n" and 'Query:\\n' (YAML double and single quotes: a
+    line break, and a backslash before an n) printed two rows, both "Query:\\n": the line
+    break's escape is what the other writes. Labels that still read alike once quoted
+    escape their backslashes and quotes too; a column whose labels differ (a Windows
+    path's backslash) reads as before."""
+    def labels(values):
+        return list(value_labels(values).values())
+
+    prompts = ["Query:\n", "Query:\\n"]
+    assert labels(prompts) == ['"Query:\\n"', '"Query:\\\\n"']
+    assert len(set(labels(["a\n", "a\\n"]))) == 2
+    assert labels(["a\x01", "a\\x01", None]) == ['"a\\x01"', '"a\\\\x01"', "null"]
+    # A string written as another's escaped label is escaped too: no label stands for two values.
+    assert labels(["a\n", "a\\n", '"a\\\\n"']) == ['"a\\n"', '"a\\\\n"', '"\\"a\\\\\\\\n\\""']
+    assert labels(["C:\\data", "D:\\data"]) == ["C:\\data", "D:\\data"]
+    spec = parse({"p": sweep(stage="embed", grid={"embedding.model": prompts}, seeds=[0],
+                             metrics={"items_per_s": "max"})})["p"]
+    runs = collect(spec, [RunResult(pid, s, {"items_per_s": 1.0 + i}) for i, (pid, s) in enumerate(spec.jobs())])
+    summary = summarise(spec, runs)
+    # Markdown reads a backslash before punctuation as an escape: the second row's two
+    # backslashes are written as three, and read as two.
+    assert to_markdown(spec, summary).splitlines()[2:4] == ['| "Query:\\n" | 1.000 |',
+                                                           '| "Query:\\\\\\n" | **2.000** |']
+    rows = to_latex(spec, summary).splitlines()[8:10]
+    assert [row.split(" & ")[0].count(r"\textbackslash{}") for row in rows] == [1, 2]
+
+
 def test_a_retrieval_sweeps_relevance_level_is_named_below_its_tables():
     """Scored away from retrieval.relevance_level 1 (table.relevance_levels), recall,
     precision, MRR and MAP are not the numbers scored at 1: a note below both tables says

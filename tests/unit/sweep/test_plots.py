@@ -133,6 +133,21 @@ def test_a_float_parameter_reads_in_one_notation_on_axes_and_legends(tmp_path, m
     assert [t.get_text() for t in axes.get_yticklabels()] == ["2", "4"]
 
 
+def test_a_line_break_and_a_backslash_before_n_are_two_lines(tmp_path, monkeypatch):
+    """Their labels read alike ("Query:\\n"), and plot_metric drew one line through both
+    values' points; labelled apart (export.value_labels), they are two lines."""
+    import shardflow.sweep.plots as plots
+
+    figures = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig))
+    spec = parse({"s": sweep(stage="retrieval", grid={"embedding.model": ["Query:\n", "Query:\\n"],
+                                                      "embedding.max_length": [64, 128]},
+                             metrics={"best_val_loss": "min"})})["s"]
+    plot_metric(spec, summary_of(spec), "best_val_loss", "embedding.max_length", tmp_path / "line.png")
+    legend = [t.get_text() for t in figures[0].axes[0].get_legend().get_texts()]
+    assert sorted(legend) == ['best', 'model="Query:\\\\n"', 'model="Query:\\n"']
+
+
 def test_a_retrieval_sweeps_relevance_level_is_named_on_the_axes_of_the_metrics_it_decides(tmp_path, monkeypatch):
     """Scored away from retrieval.relevance_level 1, a recall (precision, MRR, MAP) figure
     says the level on its value axis: the line plot's y axis, the heatmap's colour bar;
