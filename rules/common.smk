@@ -205,6 +205,9 @@ for _spec in SWEEPS.values():
     # A metric its stage's jobs do not write: here, not at the collection after every job.
     _PROBLEMS += unknown_metrics(_spec)
     _PROBLEMS += incomparable_points(_spec, config["embedding"]["model"])
+    # Each point's job config, built in the main process only, as for prompt_conflicts.
+    if workflow.is_main_process:
+        _PROBLEMS += plan.summarise_point_problems(_spec)
     if SWEEP_NEEDS[_spec.stage] and not SWEEP_NEEDS[_spec.stage][0]:
         _PROBLEMS.append(
             f"sweep {_spec.name!r} (stage {_spec.stage}) needs {SWEEP_NEEDS[_spec.stage][1]}"

@@ -59,6 +59,22 @@ GENERATION_FIELDS = (
 SAMPLING_FIELDS = ("temperature", "top_k", "top_p")
 
 
+def unread_sampling(summarise: dict[str, Any]) -> str | None:
+    """Why a config's `summarise` section (the config's own, or a sweep point's job's)
+    cannot summarise: sampling settings beside do_sample false, which its job refuses
+    (merge_generation_config) once it has its GPU; None where it can. Where do_sample is
+    null the model's generation config decides: only the job can tell."""
+    generation = summarise["generation"]
+    sampling = [k for k in SAMPLING_FIELDS if generation.get(k) is not None]
+    if summarise["method"] != "abstractive" or not sampling or generation.get("do_sample") is not False:
+        return None
+    return (
+        f"summarise.generation sets {', '.join(sampling)}, which only sampling reads, but "
+        "summarise.generation.do_sample is false: transformers would ignore them; set do_sample: true "
+        "(and summarise.seed), or leave them out"
+    )
+
+
 @dataclass(frozen=True)
 class GenerateParams:
     """Everything that decides how (and what) a chunk summarises to.

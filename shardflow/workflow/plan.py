@@ -41,7 +41,7 @@ from shardflow.corpus.readers import (
     record_limit_bytes,
 )
 from shardflow.retrieval.pipeline import RetrievalSpec
-from shardflow.summarise.generate_params import SAMPLING_FIELDS
+from shardflow.summarise.generate_params import unread_sampling
 from shardflow.sweep import shared
 from shardflow.sweep.metrics import describe, loads_model, stage_metrics, summary_report_metrics
 from shardflow.train.tokenizer import pretrained_unavailable
@@ -718,6 +718,16 @@ def _normalises(model: str) -> bool | None:
         return None
 
 
+def summarise_point_problems(spec: SweepSpec) -> list[str]:
+    """One line per point of a summarise sweep whose jobs would refuse its summarise
+    settings (unread_sampling: a base do_sample: false and a grid of temperatures), each
+    after queueing for a GPU and being retried; summarise_model checks the config's own."""
+    if spec.stage != "summarise":
+        return []
+    found = ((pid, unread_sampling(spec.job_config(pid, spec.seeds[0])["summarise"])) for pid in spec.ids)
+    return [f"sweep {spec.name!r}, point {pid}: {problem}" for pid, problem in found if problem]
+
+
 def stored_systems(cfg: dict, sources: tuple[str, ...]) -> tuple[str, ...] | None:
     """The systems of method stored with summarise.stored_field "a.*": the keys of that
     object, the set most records of `sources` hold, decided as the scoring job decides it
@@ -761,14 +771,8 @@ def summarise_model(cfg: dict, sources: tuple[str, ...] = ()) -> None:
             "summarise.generation.do_sample is true but summarise.seed is null: set a seed, so that a rerun "
             "or a resumed job gives the same summaries"
         )
-    sampling = [k for k in SAMPLING_FIELDS if sm["generation"].get(k) is not None]
-    if sm["method"] == "abstractive" and sampling and sm["generation"].get("do_sample") is False:
-        # Where do_sample is null the model's config decides: its job checks (merge_generation_config).
-        raise ValueError(
-            f"summarise.generation sets {', '.join(sampling)}, which only sampling reads, but "
-            "summarise.generation.do_sample is false: transformers would ignore them; set do_sample: true "
-            "(and summarise.seed), or leave them out"
-        )
+    if problem := unread_sampling(sm):
+        raise ValueError(problem)
     if sm["reference_field"]:  # method stored included (it needs one, above)
         opts = ReaderOptions(format=cfg["input"]["format"])
         formats = [(p, detect_format(p, opts)) for p in sources]

@@ -561,6 +561,54 @@ def test_a_hash_split_over_ids_made_from_an_absolute_path_is_warned_about():
     assert path_dependent_split({"shards": {"split": "position"}}, ds("/data/corpus.txt")) is None
 
 
+def test_a_summarise_sweep_point_that_sets_sampling_without_sampling_is_named():
+    """summarise_model refused temperature beside do_sample: false in the config, but not at
+    a sweep point (a base do_sample: false and a grid of temperatures): each point's job
+    refused it on its GPU (merge_generation_config), after its retries."""
+    from types import SimpleNamespace
+
+    section = {"method": "abstractive", "model": "models/bart", "seed": 0}
+    points = {
+        "temperature=0.7": {"generation": {"do_sample": False, "temperature": 0.7, "top_k": None}},
+        "temperature=null": {"generation": {"do_sample": False, "temperature": None, "top_k": None}},
+    }
+    spec = SimpleNamespace(name="gen", stage="summarise", ids=tuple(points), seeds=(0, 1),
+                           job_config=lambda p, s: {"summarise": {**section, **points[p]}})
+    assert plan.summarise_point_problems(spec) == [
+        "sweep 'gen', point temperature=0.7: summarise.generation sets temperature, which only sampling reads, but "
+        "summarise.generation.do_sample is false: transformers would ignore them; set do_sample: true "
+        "(and summarise.seed), or leave them out"
+    ]
+    section["method"] = "lead"  # reads no generation settings
+    assert plan.summarise_point_problems(spec) == []
+    assert plan.summarise_point_problems(SimpleNamespace(stage="train")) == []
+
+
+def test_sampling_without_sampling_at_sweep_points_is_named_as_the_rules_parse_them(config):
+    """The sweeps of the report, parsed as rules/common.smk parses them (the shipped
+    config, its schema): the points that cannot run, each by sweep, point and keys."""
+    from shardflow.core.config import load_schema, validate_config
+    from shardflow.sweep.spec import parse_sweeps
+    from tests.helpers import REPO
+
+    config["summarise"].update(method="abstractive", model="models/bart", seed=0)
+    config["summarise"]["generation"].update(do_sample=False, top_p=0.9)
+    each = {"stage": "summarise", "seeds": [0, 1], "metrics": {"rouge1": "max"}}
+    config["sweeps"] = {
+        "temp": {**each, "grid": {"summarise.generation.temperature": [0.7, 1.0]}},
+        "sample": {**each, "grid": {"summarise.generation.do_sample": [True, False]}},
+    }
+    schema = load_schema(REPO / "config" / "config.schema.yaml")
+    problems = []
+    specs = parse_sweeps(config["sweeps"], config, lambda c: validate_config(c, schema), root=REPO, problems=problems)
+    assert problems == []
+    lines = [line for spec in specs.values() for line in plan.summarise_point_problems(spec)]
+    assert [line.split(": summarise.generation sets ")[0] for line in lines] == [
+        "sweep 'temp', point temperature=0.7", "sweep 'temp', point temperature=1.0", "sweep 'sample', point do_sample=false"
+    ]
+    assert [line.split(" sets ")[1].split(", which")[0] for line in lines] == ["temperature, top_p", "temperature, top_p", "top_p"]
+
+
 def test_a_literal_and_a_named_prompt_set_together_are_named_at_parse_time():
     """The embed jobs refused them only once they had run (after their retries)."""
     from shardflow.workflow.plan import prompt_conflicts
