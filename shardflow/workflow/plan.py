@@ -718,13 +718,38 @@ def _normalises(model: str) -> bool | None:
         return None
 
 
+def summarise_settings_problem(sm: dict) -> str | None:
+    """Why a summarise section cannot work, or None: method stored without its fields,
+    abstractive without a model, sampling without a seed or sampling settings it would not
+    read (unread_sampling). One check for the config's own section (summarise_model) and
+    each sweep point's (summarise_point_problems)."""
+    if sm["method"] == "stored" and not (sm["stored_field"] and sm["reference_field"]):
+        missing = [f"summarise.{k}" for k in ("stored_field", "reference_field") if not sm[k]]
+        return (
+            f"summarise.method is stored but {' and '.join(missing)} is null: stored scores the summaries in "
+            "stored_field ('summary', 'a.b' or 'a.*') against the references in reference_field"
+        )
+    if sm["method"] == "abstractive" and not sm["model"]:
+        return (
+            "summarise.method is abstractive but summarise.model is null: set it to a local model folder "
+            "(seq2seq: BART, PEGASUS, T5; or a decoder-only model), or use method lead or extractive"
+        )
+    if sm["method"] == "abstractive" and sm["generation"].get("do_sample") and sm["seed"] is None:
+        return (
+            "summarise.generation.do_sample is true but summarise.seed is null: set a seed, so that a rerun "
+            "or a resumed job gives the same summaries"
+        )
+    return unread_sampling(sm)
+
+
 def summarise_point_problems(spec: SweepSpec) -> list[str]:
     """One line per point of a summarise sweep whose jobs would refuse its summarise
-    settings (unread_sampling: a base do_sample: false and a grid of temperatures), each
+    settings (summarise_settings_problem: a base do_sample: false and a grid of
+    temperatures, a grid over summarise.method whose abstractive point has no model), each
     after queueing for a GPU and being retried; summarise_model checks the config's own."""
     if spec.stage != "summarise":
         return []
-    found = ((pid, unread_sampling(spec.job_config(pid, spec.seeds[0])["summarise"])) for pid in spec.ids)
+    found = ((pid, summarise_settings_problem(spec.job_config(pid, spec.seeds[0])["summarise"])) for pid in spec.ids)
     return [f"sweep {spec.name!r}, point {pid}: {problem}" for pid, problem in found if problem]
 
 
@@ -755,23 +780,7 @@ def summarise_model(cfg: dict, sources: tuple[str, ...] = ()) -> None:
     method abstractive without a model, sampling without a seed, references or stored
     summaries read from `sources` (the data set's files) that are not JSONL."""
     sm = cfg["summarise"]
-    if sm["method"] == "stored" and not (sm["stored_field"] and sm["reference_field"]):
-        missing = [f"summarise.{k}" for k in ("stored_field", "reference_field") if not sm[k]]
-        raise ValueError(
-            f"summarise.method is stored but {' and '.join(missing)} is null: stored scores the summaries in "
-            "stored_field ('summary', 'a.b' or 'a.*') against the references in reference_field"
-        )
-    if sm["method"] == "abstractive" and not sm["model"]:
-        raise ValueError(
-            "summarise.method is abstractive but summarise.model is null: set it to a local model folder "
-            "(seq2seq: BART, PEGASUS, T5; or a decoder-only model), or use method lead or extractive"
-        )
-    if sm["method"] == "abstractive" and sm["generation"].get("do_sample") and sm["seed"] is None:
-        raise ValueError(
-            "summarise.generation.do_sample is true but summarise.seed is null: set a seed, so that a rerun "
-            "or a resumed job gives the same summaries"
-        )
-    if problem := unread_sampling(sm):
+    if problem := summarise_settings_problem(sm):
         raise ValueError(problem)
     if sm["reference_field"]:  # method stored included (it needs one, above)
         opts = ReaderOptions(format=cfg["input"]["format"])

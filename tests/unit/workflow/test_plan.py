@@ -582,6 +582,13 @@ def test_a_summarise_sweep_point_that_sets_sampling_without_sampling_is_named():
     section["method"] = "lead"  # reads no generation settings
     assert plan.summarise_point_problems(spec) == []
     assert plan.summarise_point_problems(SimpleNamespace(stage="train")) == []
+    # A sweep whose experiment file (`base:`) sets summarise.model: null: each job failed on
+    # its GPU as the config's own check would have stopped it.
+    spec = SimpleNamespace(name="m", stage="summarise", ids=("k=1",), seeds=(0,),
+                           job_config=lambda p, s: {"summarise": {**section, "method": "abstractive", "model": None,
+                                                                  "generation": {}}})
+    (line,) = plan.summarise_point_problems(spec)
+    assert line.startswith("sweep 'm', point k=1: summarise.method is abstractive but summarise.model is null")
 
 
 def test_sampling_without_sampling_at_sweep_points_is_named_as_the_rules_parse_them(config):
