@@ -32,11 +32,13 @@ def resolve_device(name: str) -> torch.device:
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """auto: bf16 on CUDA (fp16 where bf16 is unsupported), fp32 on CPU."""
+    """auto: bf16 on CUDA (fp16 where bf16 is unsupported), fp32 on CPU. Supported means
+    natively (compute capability 8 and up): torch counts bf16 emulated in fp32 on a V100
+    or T4 unless told not to, slower than their fp16 tensor cores."""
     if name != "auto":
         return DTYPES[name]
     if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
     return torch.float32
 
 

@@ -91,9 +91,10 @@ CHECKPOINT_NAME = "checkpoint.pt"
 # where torch keeps its compiled kernels changes no number.
 RESUMABLE_KEYS = ("max_iters", "checkpoint_interval", "compile_cache")
 # Dense bf16 tensor-core peaks (TFLOP/s), by the model in the CUDA device name ("NVIDIA
-# L40S", "Tesla T4"); first match wins (`peak_bf16_tflops`). V100 and T4 have no bf16:
-# their fp16 tensor peak. A GPU not listed (A10G, RTX cards) has no MFU. GH200 (Grace
-# Hopper) holds an H100-class GPU: no longer matched by "H200" inside its name.
+# L40S", "Tesla T4"); first match wins (`peak_bf16_tflops`). V100 and T4 have no bf16
+# (auto trains them in fp32): their fp16 tensor peak, the half-precision one. A GPU not
+# listed (A10G, RTX cards) has no MFU. GH200 (Grace Hopper) holds an H100-class GPU: no
+# longer matched by "H200" inside its name.
 PEAK_BF16_TFLOPS = {"GH200": 989.0, "H200": 989.0, "H100 SXM": 989.0, "H100 80GB HBM3": 989.0,
                     "H100 NVL": 835.0, "H100": 756.0,
                     "A100": 312.0, "L40S": 362.0, "L40": 181.0, "L4": 121.0, "A10": 125.0, "V100": 125.0,
@@ -342,7 +343,8 @@ def resolve_runtime(p: TrainParams) -> Runtime:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
     dtype = p.dtype
     if dtype == "auto":
-        cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+        # natively: a V100 or T4 emulates bf16 in fp32 (core.devices.resolve_dtype)
+        cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
         dtype = "bfloat16" if cuda_bf16 else "float32"
     return Runtime(device, getattr(torch, dtype), rank, world)
 

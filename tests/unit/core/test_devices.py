@@ -91,3 +91,18 @@ def test_kernel_hardware_names_the_gpu_its_sms_and_toolkit_and_the_cpus_vector_w
     monkeypatch.setattr(devices, "cpu_name", lambda: "Intel(R) Xeon(R) Platinum 8480+")
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
     assert devices.kernel_hardware(torch.device("cpu")) == "Intel(R) Xeon(R) Platinum 8480+, AVX512"
+
+
+def test_auto_dtype_is_float16_on_a_gpu_that_only_emulates_bf16(monkeypatch):
+    """A V100 or T4 (compute capability 7): torch.cuda.is_bf16_supported() says True by
+    default, counting bf16 emulated in fp32, which runs slower than fp16 and saves no
+    memory in the matrix products; auto takes the fallback the docs name, fp16."""
+    import torch
+
+    def is_bf16_supported(including_emulation: bool = True) -> bool:
+        return including_emulation
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
+    assert devices.resolve_dtype("auto", torch.device("cuda", 0)) == torch.float16
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)  # an A100
+    assert devices.resolve_dtype("auto", torch.device("cuda", 0)) == torch.bfloat16

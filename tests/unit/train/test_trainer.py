@@ -41,6 +41,7 @@ from shardflow.train.trainer import (
     micro_batch_for,
     peak_bf16_tflops,
     peak_memory_over_ranks,
+    resolve_runtime,
     train,
     val_windows,
 )
@@ -136,6 +137,16 @@ def test_a_gpus_peak_is_its_models_not_a_name_it_contains(name, peak):
     and an A10G against the A10's, as "L4" and "A10" are in their names. A GH200 (Grace
     Hopper: an H100-class GPU), which "H200" matched as a substring, keeps its figure."""
     assert peak_bf16_tflops(name) == peak
+
+
+def test_auto_dtype_trains_in_fp32_on_a_gpu_that_only_emulates_bf16(monkeypatch):
+    """A V100 or T4: torch.cuda.is_bf16_supported() counts bf16 emulated in fp32 unless
+    told not to; auto trains where bf16 runs natively, else in fp32 (train.dtype's docs)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    assert resolve_runtime(TrainParams(device="auto", dtype="auto")).dtype == torch.float32
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)  # an A100
+    assert resolve_runtime(TrainParams(device="auto", dtype="auto")).dtype == torch.bfloat16
 
 
 def test_params_are_checked():
