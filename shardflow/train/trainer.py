@@ -203,8 +203,13 @@ def _check_metadata(meta, meta_path: Path) -> int:
     vocab_size = meta.get("vocab_size")
     if type(vocab_size) is not int or vocab_size < 1:
         raise ValueError(f"{meta_path}: 'vocab_size' is {vocab_size!r}, not a positive integer: not {what}")
+    # An id the embedding has no row for failed only after the last step, writing the sample.
+    eot_id = meta.get("eot_id")
+    if eot_id is not None and (type(eot_id) is not int or not 0 <= eot_id < vocab_size):
+        raise ValueError(f"{meta_path}: 'eot_id' is {eot_id!r}, not null or a token id below vocab_size {vocab_size}")
     if not isinstance(meta.get("shards"), list):
         raise ValueError(f"{meta_path}: 'shards' is {meta.get('shards')!r}, not a list of shard files: not {what}")
+    listed: dict[str, int] = {}  # each file's first entry
     for i, entry in enumerate(meta["shards"]):
         if not isinstance(entry, dict):
             problem = "not an object"
@@ -214,6 +219,10 @@ def _check_metadata(meta, meta_path: Path) -> int:
             problem = f"'split' is {entry.get('split')!r}, not 'train' or 'val'"
         elif type(entry.get("tokens")) is not int or entry["tokens"] < 0:
             problem = f"'tokens' is {entry.get('tokens')!r}, not a token count"
+        elif (first := listed.setdefault(os.path.normpath(entry["file"]), i)) != i:
+            # under train and val, the model is validated on what it trained on
+            problem = (f"'file' {entry['file']} is listed again (first as shards[{first}], "
+                       f"{meta['shards'][first]['split']}): a shard belongs to one split, once")
         else:
             continue
         raise ValueError(f"{meta_path}: shards[{i}]: {problem}")

@@ -244,6 +244,37 @@ def test_a_metadata_file_that_is_not_a_shard_folders_names_it_and_the_key(shards
         load_shards(copy)
 
 
+@pytest.mark.parametrize("change, message", [
+    ({"eot_id": VOCAB}, rf"'eot_id' is {VOCAB}, not null or a token id below vocab_size {VOCAB}"),
+    ({"eot_id": -1}, r"'eot_id' is -1, not null or a token id"),
+    ({"eot_id": "39"}, r"'eot_id' is '39', not null or a token id"),
+    ({"eot_id": True}, r"'eot_id' is True, not null or a token id"),
+    ({2: "shard_0.bin"}, r"shards\[2\]: 'file' shard_0.bin is listed again \(first as shards\[0\], train\)"),
+    ({1: "./shard_0.bin"}, r"shards\[1\]: 'file' ./shard_0.bin is listed again \(first as shards\[0\], train\)"),
+])
+def test_an_eot_id_outside_the_vocabulary_or_a_shard_listed_twice_is_refused(shards, tmp_path, change, message):
+    """An eot_id of vocab_size trained a whole run, then failed writing the outputs on an
+    IndexError naming neither file nor key; a shard listed under train and val trained on
+    the validation data. Both are refused before the shards are read."""
+    import shutil
+
+    copy = tmp_path / "shards"
+    shutil.copytree(shards, copy)
+    meta_path = copy / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+    for key, value in change.items():
+        if isinstance(key, int):
+            meta["shards"][key]["file"] = value
+        else:
+            meta[key] = value
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(meta_path))}: {message}"):
+        load_shards(copy)
+    meta["eot_id"], meta["shards"] = None, json.loads((shards / "metadata.json").read_text())["shards"]
+    meta_path.write_text(json.dumps(meta))
+    assert load_shards(copy).eot_id is None  # null: no end-of-text token (shards.split: position)
+
+
 def test_a_token_id_outside_the_vocabulary_is_named_before_a_step(tmp_path):
     """Shards of another tokenizer (hand-made, with the sha256 of their own bytes): an id of
     vocab_size or more loaded, and training stopped at the step whose window held it, on
