@@ -26,7 +26,9 @@ from shardflow.train.model import GPT, LAYER_NORM_EPS
 CONV1D_SUFFIXES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
-def gpt2_config(model: GPT, eot_id: int | None = None) -> dict:
+def gpt2_config(model: GPT, eot_id: int | None = None, bos_is_eot: bool = True) -> dict:
+    """`bos_is_eot`: whether a text begins after end-of-text in the training data (each
+    document ended with it); not so in a position split, which holds no end-of-text."""
     cfg = model.config
     return {
         "architectures": ["GPT2LMHeadModel"],
@@ -46,7 +48,7 @@ def gpt2_config(model: GPT, eot_id: int | None = None) -> dict:
         "initializer_range": 0.02,
         "scale_attn_weights": True,
         "tie_word_embeddings": True,
-        "bos_token_id": eot_id,
+        "bos_token_id": eot_id if bos_is_eot else None,
         "eos_token_id": eot_id,
         "torch_dtype": "float32",
     }
@@ -68,12 +70,12 @@ def gpt2_state_dict(model: GPT) -> dict[str, torch.Tensor]:
     return out
 
 
-def export_gpt2(model: GPT, folder: str | os.PathLike, eot_id: int | None = None) -> Path:
+def export_gpt2(model: GPT, folder: str | os.PathLike, eot_id: int | None = None, bos_is_eot: bool = True) -> Path:
     """Write `folder`/config.json and `folder`/model.safetensors (each atomically)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     with atomic_path(folder / "model.safetensors") as tmp:
         save_file(gpt2_state_dict(model), str(tmp), metadata={"format": "pt"})
-    write_json(folder / "config.json", gpt2_config(model, eot_id))
+    write_json(folder / "config.json", gpt2_config(model, eot_id, bos_is_eot))
     return folder
 

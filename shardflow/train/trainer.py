@@ -145,6 +145,9 @@ class ShardSet:
     val: list[np.ndarray]
     fingerprint: list  # (file, split, tokens, sha256) of every shard: resume checks the data is the same
     tokenizer: dict | None = None  # the identity of the tokenizer that made them (None: not recorded)
+    # Whether eot_id ends each document in the shards (gather_shards); a position split
+    # (shards.split: position, one text) holds none, its embedding never trained.
+    eot_in_data: bool = True
 
 
 def load_shards(shard_dir_or_metadata: str | os.PathLike, verify: bool = True) -> ShardSet:
@@ -188,8 +191,19 @@ def load_shards(shard_dir_or_metadata: str | os.PathLike, verify: bool = True) -
     for name, shards in split.items():
         if not shards:
             raise ValueError(f"{meta_path}: no {name} shards")
+    method = meta["split"].get("method") if isinstance(meta.get("split"), dict) else None  # none: made by hand
+    eot_in_data = meta.get("eot_id") is not None and method != "position"
     return ShardSet(meta_path, vocab_size, meta.get("eot_id"), split["train"], split["val"], fingerprint,
-                    meta.get("tokenizer"))
+                    meta.get("tokenizer"), eot_in_data)
+
+
+def sample_start_id(shards: ShardSet) -> int:
+    """The token sample.txt is generated from: end-of-text where it ends each document (the
+    sample begins as a document would), else the first train token, one the model trained
+    on (nanoGPT starts its Shakespeare sample from the newline)."""
+    if shards.eot_in_data:
+        return shards.eot_id
+    return next(int(s[0]) for s in shards.train if len(s))
 
 
 def _check_metadata(meta, meta_path: Path) -> int:
@@ -905,7 +919,7 @@ def write_outputs(out_dir, resume_dir, raw, p, cfg, shards, history, metrics, de
 
     # The sample and the Hugging Face folder come from the best weights.
     best_model = load_model(out_dir, "best").to(rt.device)
-    export_gpt2(best_model, out_dir / "hf", eot_id=shards.eot_id)
+    export_gpt2(best_model, out_dir / "hf", eot_id=shards.eot_id, bos_is_eot=shards.eot_in_data)
     if tokenizer is not None:  # AutoTokenizer.from_pretrained(hf) then encodes as the shards did
         tokenizer.save_for_transformers(out_dir / "hf", cfg.block_size)
     if not all(bool(torch.isfinite(t).all()) for t in best_model.state_dict().values()):
@@ -914,7 +928,7 @@ def write_outputs(out_dir, resume_dir, raw, p, cfg, shards, history, metrics, de
         log.warning("the best weights are not finite (training diverged): no sample text")
         text = "(no sample: the weights are not finite; training diverged, see losses.parquet)"
     else:
-        start = shards.eot_id if shards.eot_id is not None else 0
+        start = sample_start_id(shards)
         generator = torch.Generator(device=rt.device).manual_seed(p.seed)
         idx = torch.tensor([[start]], device=rt.device)
         with rt.autocast():

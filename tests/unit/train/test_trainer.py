@@ -346,6 +346,42 @@ def test_train_writes_outputs_and_extends_max_iters(shards, tmp_path):
     assert not resume.parent.exists() and (tmp_path / "results/ds").is_dir()
 
 
+def test_a_position_split_samples_from_a_trained_token_and_exports_no_bos(shards, tmp_path, monkeypatch):
+    """shards.split: position (nanoGPT's Shakespeare) adds no end-of-text between
+    documents: the sample started from EOT, whose embedding never trained, and hf/ named
+    EOT the bos. It starts from the first train token; hf/ has no bos. Shards of
+    documents each ending in EOT (here, metadata without a split: made by hand) keep EOT."""
+    from shardflow.train.model import GPT
+    from shardflow.train.prepare import TextFileParams, prepare_text_file
+    from shardflow.train.tokenizer import CharTokenizer
+    from shardflow.train.trainer import sample_start_id
+
+    text = "".join(np.random.default_rng(0).choice(list("ab cd\nefg"), size=2000)) + "\n"
+    tok = CharTokenizer.train([text])
+    folder = tmp_path / "position"
+    prepare_text_file(_write(tmp_path / "input.txt", text), tok, folder, TextFileParams(val_fraction=0.1))
+    position = load_shards(folder)
+    start = sample_start_id(position)
+    assert start != tok.eot_id and start == tok.encode(text[0])[0]
+    assert any(bool((s == start).any()) for s in position.train)
+    assert sample_start_id(load_shards(shards)) == VOCAB - 1  # the fixture's eot_id
+
+    starts = []
+    generate = GPT.generate
+    monkeypatch.setattr(GPT, "generate", lambda self, idx, *a, **k: starts.append(idx.tolist()) or generate(self, idx, *a, **k))
+    out = tmp_path / "model"
+    train(folder, out, TrainParams(**TINY, max_iters=2), resume_dir=tmp_path / "resume", tokenizer=tok,
+          sample_tokens=5)
+    assert starts == [[[start]]]
+    hf = json.loads((out / "hf" / "config.json").read_text())
+    assert hf["bos_token_id"] is None and hf["eos_token_id"] == tok.eot_id
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 def test_runs_of_neighbouring_seeds_draw_no_common_dropout_masks(shards, tmp_path, monkeypatch):
     """The seeds the trainer gives torch per step: a sweep over seeds 0 and 1 drew the same
     dropout masks one step apart while they were seed + c * (rank + 1) + step."""
