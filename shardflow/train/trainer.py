@@ -150,25 +150,29 @@ class ShardSet:
     eot_in_data: bool = True
 
 
-def load_shards(shard_dir_or_metadata: str | os.PathLike, verify: bool = True) -> ShardSet:
+def load_shards(shard_dir_or_metadata: str | os.PathLike, verify: bool = True,
+                share: tuple[int, int] = (0, 1)) -> ShardSet:
     """The shards metadata.json lists, as checked memmaps; `verify`: their bytes against
     the sha256 recorded with them, and their token ids against its vocab_size (every byte
-    read: one rank of a job does it)."""
+    read), for the shards of `share`, (rank, world): that rank's part (`shard_shares`)."""
     meta_path = Path(shard_dir_or_metadata)
     if meta_path.is_dir():
         meta_path = meta_path / "metadata.json"
     meta = read_json(meta_path)  # a file cut short or not JSON: an error naming it and the line
     vocab_size = _check_metadata(meta, meta_path)
+    rank, world = share
+    mine = set(shard_shares([entry["tokens"] for entry in meta["shards"]], world)[rank]) if verify else set()
     split = {"train": [], "val": []}
     fingerprint = []
-    for entry in meta["shards"]:
+    for i, entry in enumerate(meta["shards"]):
+        check = i in mine
         path = meta_path.parent / entry["file"]
         tokens = open_shard(path, meta.get("dtype")).tokens  # checked memmap
         if len(tokens) != entry["tokens"]:
             raise ValueError(f"{path}: {len(tokens)} tokens, {meta_path.name} says {entry['tokens']}")
         # A shard changed in place keeps its size (and the folder's mtime: Snakemake plans no
         # rerun); its bytes are checked against the hash written with it.
-        if verify and entry.get("sha256") and (got := sha256_file(path)) != entry["sha256"]:
+        if check and entry.get("sha256") and (got := sha256_file(path)) != entry["sha256"]:
             raise ValueError(
                 f"{path}: sha256 {got[:16]}..., {meta_path.name} recorded {entry['sha256'][:16]}... when it was "
                 f"written: the shard changed since (corrupted, or edited); make the shards again "
@@ -179,7 +183,7 @@ def load_shards(shard_dir_or_metadata: str | os.PathLike, verify: bool = True) -
         # (retried). Shards made by hand, or listed with another tokenizer's vocab_size. A
         # dtype that cannot hold such an id (uint16 under 65,537 ids or more) is not read again.
         holds_outside = np.iinfo(tokens.dtype).max >= vocab_size
-        if verify and holds_outside and len(tokens) and (top := int(tokens.max())) >= vocab_size:
+        if check and holds_outside and len(tokens) and (top := int(tokens.max())) >= vocab_size:
             where = int(np.argmax(tokens >= vocab_size))
             raise ValueError(
                 f"{path}: token id {top} (first out-of-range id at token {where}) is outside the vocabulary of "
@@ -195,6 +199,38 @@ def load_shards(shard_dir_or_metadata: str | os.PathLike, verify: bool = True) -
     eot_in_data = meta.get("eot_id") is not None and method != "position"
     return ShardSet(meta_path, vocab_size, meta.get("eot_id"), split["train"], split["val"], fingerprint,
                     meta.get("tokenizer"), eot_in_data)
+
+
+def shard_shares(tokens: list[int], world: int) -> list[list[int]]:
+    """The shards (indices into `tokens`, their token counts) each of `world` ranks
+    checks: largest first onto the rank with the fewest tokens so far, so the ranks read
+    about as many bytes each (corpus.split.assign_groups)."""
+    from shardflow.corpus.split import assign_groups
+
+    placed = assign_groups(dict(enumerate(tokens)), world)
+    return [sorted(i for i, r in placed.items() if r == rank) for rank in range(world)]
+
+
+def load_shards_on_ranks(shard_dir_or_metadata: str | os.PathLike, rt: Runtime) -> ShardSet:
+    """load_shards under torchrun: each rank checks its share of the shards, before the
+    group's first collective (rank 0 checking them all held the others in DDP's first
+    broadcast: hundreds of GB on network storage outlasted the group's timeout, every
+    attempt alike). A shard one rank finds bad stops every rank: with its own error, or
+    the lowest failing rank's, outside any collective, so core.failures records the cause."""
+    if rt.world == 1:
+        return load_shards(shard_dir_or_metadata)
+    shards, error = None, None
+    try:
+        shards = load_shards(shard_dir_or_metadata, share=(rt.rank, rt.world))
+    except ValueError as exc:
+        error = exc
+    errors = [None] * rt.world
+    dist.all_gather_object(errors, None if error is None else str(error))
+    if error is not None:
+        raise error
+    if (failed := next((r for r, e in enumerate(errors) if e), None)) is not None:
+        raise ValueError(f"rank {failed}, checking its share of the shards: {errors[failed]}")
+    return shards
 
 
 def sample_start_id(shards: ShardSet) -> int:
@@ -629,7 +665,7 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
         raise ValueError(f"train for {processes} processes cannot run as {rt.world} (torchrun's world size)")
     # the ranks whose micro-batches this process trains: 1, or all of them in one process
     ranks_here = processes if rt.world == 1 else 1
-    shards = load_shards(shard_dir_or_metadata, verify=rt.is_main)  # a failing rank 0 stops the group
+    shards = load_shards_on_ranks(shard_dir_or_metadata, rt)
     if tokenizer is not None:
         check_tokenizer(tokenizer, shards)
     cfg = p.model_config(shards.vocab_size)

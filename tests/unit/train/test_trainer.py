@@ -42,6 +42,7 @@ from shardflow.train.trainer import (
     peak_bf16_tflops,
     peak_memory_over_ranks,
     resolve_runtime,
+    shard_shares,
     train,
     val_windows,
 )
@@ -765,6 +766,60 @@ def test_two_processes_match_one_with_the_same_global_batch(shards, reference_ru
     pd.testing.assert_series_equal(ours["tokens_seen"], ref["tokens_seen"])
     for column in ("train_loss", "val_loss", "lr"):
         np.testing.assert_allclose(ours[column], ref[column], rtol=REL_TOL, atol=0, err_msg=column)
+
+
+def test_the_ranks_share_the_shard_check_largest_first():
+    """Each shard is checked by one rank, the ranks' token counts as even as largest-first
+    onto the least loaded makes them; one process checks them all."""
+    assert shard_shares([3000, 1500, 700], 1) == [[0, 1, 2]]
+    assert shard_shares([3000, 1500, 700], 2) == [[0], [1, 2]]
+    assert shard_shares([5, 100, 100, 5, 90], 3) == [[1], [2], [0, 3, 4]]
+    assert shard_shares([7], 2) == [[0], []]
+
+
+def test_a_rank_checks_only_its_share_of_the_shards(shards, tmp_path):
+    """Under torchrun the check of every shard's bytes is shared: rank 0 alone read them all
+    while the other ranks waited in DDP's first collective, past the group's timeout
+    for hundreds of GB."""
+    import shutil
+
+    copy = tmp_path / "shards"
+    shutil.copytree(shards, copy)
+    tokens = np.memmap(copy / "shard_1.bin", dtype=np.uint16, mode="r+", offset=1024)
+    tokens[0] += 1
+    tokens.flush()
+    del tokens
+    assert len(load_shards(copy, share=(0, 2)).train) == 2  # shard_0: intact
+    with pytest.raises(ValueError, match=r"shard_1.bin: sha256 .* changed since"):
+        load_shards(copy, share=(1, 2))  # shards 1 and 2
+
+
+def test_a_shard_one_rank_finds_bad_stops_every_rank_with_its_error(shards, tmp_path):
+    """Two processes under torchrun (gloo), a shard in rank 1's share changed: each rank
+    reports the error naming it, outside any collective (core.failures records it and
+    stops the retries), where rank 1 was left to fail in DDP's first collective."""
+    import shutil
+
+    from shardflow.core.failures import RANK_REPORTS_ENV, rank_failure, rank_reports
+
+    copy = tmp_path / "shards"
+    shutil.copytree(shards, copy)
+    tokens = np.memmap(copy / "shard_2.bin", dtype=np.uint16, mode="r+", offset=1024)
+    tokens[0] += 1
+    tokens.flush()
+    del tokens
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    cmd = [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2",
+           *cli(copy, tmp_path / "model", **dict(TINY, max_iters=2))]
+    proc = subprocess.run(cmd, cwd=REPO, env={**env(), RANK_REPORTS_ENV: str(reports)}, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode != 0
+    found = rank_reports(reports)
+    assert [(r.get("rank"), r.get("error"), r.get("collective")) for r in found] == [
+        ("0", "ValueError", False), ("1", "ValueError", False)], found
+    assert all("shard_2.bin: sha256" in r["message"] for r in found)
+    assert rank_failure(found) is not None
 
 
 def test_every_train_param_parses_from_its_flag():
