@@ -110,11 +110,13 @@ class Tokenizer(abc.ABC):
         ids as `encode` (no special-token template, no truncation or padding) and decodes
         them back: what `save_for_transformers` writes."""
 
-    def save_for_transformers(self, folder: str | os.PathLike, max_length: int) -> None:
+    def save_for_transformers(self, folder: str | os.PathLike, max_length: int, bos_is_eot: bool = True) -> None:
         """tokenizer.json and tokenizer_config.json in `folder`, so that transformers'
         `AutoTokenizer.from_pretrained(folder)` encodes as this tokenizer does (with
         `add_special_tokens=False`, as the shards were made) and decodes the ids back;
-        end-of-text is its eos and bos token, as in the exported model's config."""
+        end-of-text is its eos token, and its bos token where a text begins after one in
+        the training data (`bos_is_eot`), as in the exported model's config
+        (hf_export.gpt2_config): a position split has none."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         with atomic_open(folder / HF_FILE, "w", encoding="utf-8") as fh:
@@ -122,7 +124,7 @@ class Tokenizer(abc.ABC):
         write_json(folder / "tokenizer_config.json", {
             "tokenizer_class": "PreTrainedTokenizerFast",
             "eos_token": self.eot_token,
-            "bos_token": self.eot_token,
+            "bos_token": self.eot_token if bos_is_eot else None,
             "model_max_length": max_length,
             "clean_up_tokenization_spaces": False,
             # A special token written in a text is text, as in the shards (module docstring).

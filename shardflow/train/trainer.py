@@ -957,7 +957,7 @@ def write_outputs(out_dir, resume_dir, raw, p, cfg, shards, history, metrics, de
     best_model = load_model(out_dir, "best").to(rt.device)
     export_gpt2(best_model, out_dir / "hf", eot_id=shards.eot_id, bos_is_eot=shards.eot_in_data)
     if tokenizer is not None:  # AutoTokenizer.from_pretrained(hf) then encodes as the shards did
-        tokenizer.save_for_transformers(out_dir / "hf", cfg.block_size)
+        tokenizer.save_for_transformers(out_dir / "hf", cfg.block_size, bos_is_eot=shards.eot_in_data)
     if not all(bool(torch.isfinite(t).all()) for t in best_model.state_dict().values()):
         # Diverged (a sweep's too-high learning rate): the run's losses and metrics stand as
         # written, but no text can be sampled from weights that are not finite.

@@ -376,6 +376,10 @@ def test_a_position_split_samples_from_a_trained_token_and_exports_no_bos(shards
     assert starts == [[[start]]]
     hf = json.loads((out / "hf" / "config.json").read_text())
     assert hf["bos_token_id"] is None and hf["eos_token_id"] == tok.eot_id
+    from transformers import AutoTokenizer
+
+    auto = AutoTokenizer.from_pretrained(out / "hf", local_files_only=True)  # as the model's config says
+    assert auto.bos_token_id is None and auto.eos_token_id == tok.eot_id
 
 
 def _write(path: Path, text: str) -> Path:
