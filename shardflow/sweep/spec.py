@@ -41,7 +41,6 @@ from functools import cached_property
 from typing import Any
 
 from shardflow.core.config import YAML11_FLOAT, config_file_nodes, read_yaml, repeated_keys
-from shardflow.summarise.generate_params import unread_sampling
 from shardflow.sweep.paths import (
     KEY_REGEX,
     case_collisions,
@@ -164,8 +163,7 @@ def seeds_without_effect(spec: SweepSpec) -> str | None:
     std. Retrieval: inference reads no randomness (embedding.seed seeds only weights a
     model folder lacks). Summarise: lead and extractive read no seed, and abstractive
     generation without sampling (`do_sample: false` at every point) is deterministic;
-    with `do_sample: null` the model's own generation config may sample. A point whose
-    jobs cannot run (unread_sampling: the parse stops on it) counts for none."""
+    with `do_sample: null` the model's own generation config may sample."""
     if len(spec.seeds) < 2:
         return None
     if spec.stage == "retrieval":
@@ -174,9 +172,8 @@ def seeds_without_effect(spec: SweepSpec) -> str | None:
         method = spec.base_config["summarise"]["method"]
         if method != "abstractive":
             return f"summarise.method {method} reads no seed"
-        sections = [spec.job_config(p, spec.seeds[0])["summarise"] for p in spec.ids]
-        sampling = [sm["generation"].get("do_sample") for sm in sections if not unread_sampling(sm)]
-        if sampling and all(value is False for value in sampling):
+        sampling = [spec.job_config(p, spec.seeds[0])["summarise"]["generation"].get("do_sample") for p in spec.ids]
+        if all(value is False for value in sampling):
             return "generation does not sample (summarise.generation.do_sample: false)"
     return None
 
