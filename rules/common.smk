@@ -206,13 +206,20 @@ for _spec in SWEEPS.values():
     _PROBLEMS += unknown_metrics(_spec)
     _PROBLEMS += incomparable_points(_spec, config["embedding"]["model"])
     # Each point's job config, built in the main process only, as for prompt_conflicts.
-    if workflow.is_main_process:
-        _PROBLEMS += plan.summarise_point_problems(_spec)
+    _point_problems = (
+        plan.summarise_point_problems(_spec) if workflow.is_main_process else []
+    )
+    _PROBLEMS += _point_problems
     if SWEEP_NEEDS[_spec.stage] and not SWEEP_NEEDS[_spec.stage][0]:
         _PROBLEMS.append(
             f"sweep {_spec.name!r} (stage {_spec.stage}) needs {SWEEP_NEEDS[_spec.stage][1]}"
         )
-    _why = seeds_without_effect(_spec) if workflow.is_main_process else None
+    # Points that cannot run stop the parse: their seeds repeat nothing.
+    _why = (
+        seeds_without_effect(_spec)
+        if workflow.is_main_process and not _point_problems
+        else None
+    )
     if _why:
         logger.warning(
             f"sweep {_spec.name!r}: {_why}, so its {len(_spec.seeds)} seeds run each point "
