@@ -54,6 +54,7 @@ _SPLITTERS = {
 }
 # What rouge-score's tokenizer keeps of a lower-cased text (see the protocol above).
 _ROUGE_CHARS = re.compile(r"[a-z0-9]")
+_OTHER = {"prose": "tokenised", "tokenised": "prose"}
 
 
 @functools.lru_cache(maxsize=1)
@@ -110,45 +111,36 @@ class ScoredFile:
 
 
 def format_warnings(
-    records: Sequence[SummaryRecord], params: ScoreParams, own_summaries: bool = False
+    records: Sequence[SummaryRecord],
+    params: ScoreParams,
+    own_summaries: bool = False,
+    stored_field: str | None = None,
 ) -> tuple[str, ...]:
-    """A warning per kind of text (references, stored summaries) read as prose although
-    most of it is tokenised (CNN/DailyMail's " . " between sentences): the prose splitter
-    then finds one sentence in each, and ROUGE-Lsum comes out several points low. And one
-    per kind read as tokenised although most of it is prose (punctuation on the word): the
-    tokenised splitter finds one sentence in each just as silently. Method stored's
-    summaries are split as the references are unless summarise.stored_format says
-    otherwise (`summarise.params.score_params`), so prose system outputs beside
-    tokenised highlights are the likely case.
-    `own_summaries`: the summaries are the workflow's (lead, extractive, abstractive), cut
-    from the articles: tokenised ones mean tokenised articles, which no setting of the
-    scoring changes. Then a count of the references rouge-score reads nothing of, and one
-    of those it reads only a minority of the letters and digits of (its a-z and 0-9)."""
-    kinds = [
-        ("references", "reference_format", [r.reference for r in records]),
-        ("summaries", "summary_format", [t for r in records for t in r.summaries.values()]),
-    ]
+    """Warnings about texts rouge-score will not read as the scoring meant, each counted:
+    - references, and each system's summaries, split in one format (reference_format,
+      summary_format) where most of them look like the other: split as prose, tokenised
+      text (CNN/DailyMail's " . " between sentences) is one sentence each; split as
+      tokenised, prose (punctuation on the word) is too; ROUGE-Lsum comes out several
+      points low, silently. Summaries are checked per system and the warning names each
+      system that reads as the other format: under method stored one stored_format splits
+      every system of a run, and prose system outputs (an LLM's) beside tokenised ones
+      (published CNN/DailyMail systems) are the likely case. `stored_field` (the stored
+      field spec, "a.*") names the field that scores one system on its own.
+    - `own_summaries`: the summaries are the workflow's (lead, extractive, abstractive), cut
+      from the articles: tokenised ones mean tokenised articles, which no setting of the
+      scoring changes.
+    - the references rouge-score reads nothing of (it reads a-z and 0-9 alone), those it
+      reads only a minority of the letters and digits of, and per system the summaries it
+      reads nothing of (empty ones included): each scores 0."""
     out = []
-    for what, key, texts in kinds:
-        if not texts:
-            continue
-        if getattr(params, key) == "tokenised":
-            out.extend(_prose_read_as_tokenised(what, texts))
-            continue
-        looks = sum(len(_SPLITTERS["tokenised"](t)) > len(_SPLITTERS["prose"](t)) for t in texts)
-        if looks > len(texts) / 2 and what == "summaries" and own_summaries:
-            out.append(
-                f"{looks} of {len(texts)} summaries look tokenised (sentences end in a standalone ' . '): the "
-                "articles are tokenised text. ROUGE-Lsum splits these summaries as prose, and lead or extractive "
-                "may have found few sentence ends in the articles (summary_tokens_mean near the articles' length "
-                "says so); summarise prose articles for comparable numbers"
-            )
-        elif looks > len(texts) / 2:
-            out.append(
-                f"{looks} of {len(texts)} {what} look tokenised (sentences end in a standalone ' . ') but are "
-                f"split as prose: ROUGE-Lsum sees fewer sentences than there are; if the data is tokenised "
-                f"(CNN/DailyMail), set summarise.reference_format: tokenised (REFERENCE_FORMAT=tokenised)"
-            )
+    references = [r.reference for r in records]
+    if references:
+        out.extend(_reference_format_warning(references, params.reference_format))
+    systems: dict[str, list] = {}
+    for r in records:
+        for system, text in r.summaries.items():
+            systems.setdefault(system, []).append(text)
+    out.extend(_summary_format_warning(systems, params.summary_format, own_summaries, stored_field))
     counts = [_read_and_dropped(" ".join(_flat(r.reference))) for r in records]
     unread = sum(read == 0 for read, _ in counts)
     if unread:
@@ -165,27 +157,90 @@ def format_warnings(
             "and 0-9 only; other scripts, such as Cyrillic or CJK, and accented letters are dropped): they are "
             "scored on what is left, such as their numbers and Latin words, so their ROUGE says little"
         )
+    unread_summaries = {}
+    for system, texts in systems.items():
+        unread = sum(_read_and_dropped(" ".join(_flat(t)))[0] == 0 for t in texts)
+        if unread:
+            unread_summaries[system] = (unread, len(texts))
+    if unread_summaries:
+        out.append(
+            f"{_per_system(unread_summaries)} hold no letter a-z or digit, all rouge-score reads (empty ones "
+            "included; other scripts, such as Cyrillic or CJK, are dropped): they score 0 on every metric and "
+            "count in their system's means"
+        )
     return tuple(out)
 
 
-def _prose_read_as_tokenised(what: str, texts: Sequence[str]) -> list[str]:
-    """The warning of `format_warnings` for `what` (references or summaries) split as
-    tokenised text where most of `texts` look like prose; none otherwise. A text whose
-    sentences are lines, or tokenised with capitals, splits alike both ways: no case."""
-    looks = sum(len(_SPLITTERS["prose"](t)) > len(_SPLITTERS["tokenised"](t)) for t in texts)
+def _read_as_other(texts: Sequence[str], fmt: str) -> int:
+    """How many of `texts` split into more sentences in the other format than in `fmt`
+    (those that look like the other format). A text whose sentences are lines, or
+    tokenised with capitals, splits alike both ways: no case."""
+    return sum(len(_SPLITTERS[_OTHER[fmt]](t)) > len(_SPLITTERS[fmt](t)) for t in texts)
+
+
+def _looks(fmt: str) -> str:
+    """What texts split in `fmt` that read as the other format look like."""
+    if fmt == "tokenised":
+        return (
+            "look like prose (sentence punctuation attached to the word) but are split as tokenised text, whose "
+            "sentences end only at a standalone ' . '"
+        )
+    return "look tokenised (sentences end in a standalone ' . ') but are split as prose"
+
+
+def _reference_format_warning(texts: Sequence[str], fmt: str) -> list[str]:
+    looks = _read_as_other(texts, fmt)
     if looks <= len(texts) / 2:
         return []
-    head = (
-        f"{looks} of {len(texts)} {what} look like prose (sentence punctuation attached to the word) but are "
-        "split as tokenised text, whose sentences end only at a standalone ' . ': ROUGE-Lsum sees fewer sentences "
-        "than there are and comes out low; "
-    )
-    if what == "references":
-        return [head + "if the references are prose, set summarise.reference_format: prose (REFERENCE_FORMAT=prose)"]
+    other = _OTHER[fmt]
+    hint = " (CNN/DailyMail)" if other == "tokenised" else ""
     return [
-        head + "if the stored summaries are prose, set summarise.stored_format: prose (STORED_FORMAT=prose); "
-        "by default they are split as the references are (summarise.reference_format)"
+        f"{looks} of {len(texts)} references {_looks(fmt)}: ROUGE-Lsum sees fewer sentences than there are and "
+        f"comes out low; if the references are {other}{hint}, set summarise.reference_format: {other} "
+        f"(REFERENCE_FORMAT={other})"
     ]
+
+
+def _summary_format_warning(
+    systems: dict[str, list], fmt: str, own_summaries: bool, stored_field: str | None
+) -> list[str]:
+    """The warning about the systems whose summaries mostly read as the other format than
+    `fmt`, naming each (`format_warnings`); none when there is no such system."""
+    counts = {system: (_read_as_other(texts, fmt), len(texts)) for system, texts in systems.items()}
+    off = {system: (looks, n) for system, (looks, n) in counts.items() if looks > n / 2}
+    if not off:
+        return []
+    head = f"{_per_system(off)} {_looks(fmt)}: ROUGE-Lsum sees fewer sentences than there are and comes out low; "
+    if own_summaries and fmt == "prose":
+        return [
+            head + "the articles are tokenised text, and lead or extractive may have found few sentence ends in "
+            "them (summary_tokens_mean near the articles' length says so); summarise prose articles for "
+            "comparable numbers"
+        ]
+    other = _OTHER[fmt]
+    if len(off) == len(systems):
+        return [
+            head + f"if the stored summaries are {other}, set summarise.stored_format: {other} "
+            f"(STORED_FORMAT={other}); by default they are split as the references are (summarise.reference_format)"
+        ]
+    # One stored_format splits every system of a run, and a stored field names one system or all.
+    rest = ", ".join(repr(s) for s in systems if s not in off)
+    field = stored_field[:-1] if stored_field and stored_field.endswith(".*") else "<field>."
+    first = next(iter(off))
+    return [
+        head + f"the other systems ({rest}) do not, and summarise.stored_format splits every system of a run "
+        f"alike: score each of these in a run of its own, summarise.stored_field: {field}{first} with "
+        f"summarise.stored_format: {other} (STORED={field}{first} STORED_FORMAT={other}), and keep this run's "
+        f"numbers for the other systems"
+    ]
+
+
+def _per_system(counts: dict[str, tuple[int, int]]) -> str:
+    """"3 of 4 summaries of 'a' and 1 of 4 of 'b'" from {system: (count, of)}."""
+    parts = [f"{k} of {n} of {system!r}" for system, (k, n) in counts.items()]
+    k, n = next(iter(counts.values()))
+    parts[0] = f"{k} of {n} summaries of {next(iter(counts))!r}"
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def _flat(text: str | Sequence[str]) -> list[str]:
@@ -215,7 +270,7 @@ def score_jsonl(path: str | Sequence[str], summaries: str, params: ScoreParams =
         on_bad_record=params.on_bad_record,
         max_record_bytes=params.max_record_bytes,
     )
-    return ScoredFile(score_records(loaded.records, params), loaded.rejects, format_warnings(loaded.records, params))
+    return ScoredFile(score_records(loaded.records, params), loaded.rejects, format_warnings(loaded.records, params, stored_field=summaries))
 
 
 # Values indexed at once when averaging resamples: a block of resamples at a time.

@@ -10,6 +10,7 @@ import pytest
 from shardflow.summarise.data import SummaryRecord
 from shardflow.summarise.params import ScoreParams
 from shardflow.summarise.rouge import (
+    ROUGE_TYPES,
     bootstrap_ci,
     format_warnings,
     score_records,
@@ -153,6 +154,26 @@ def test_references_mostly_in_letters_rouge_score_drops_are_warned_about():
     assert mostly.startswith("2 of 4 references are mostly letters or digits rouge-score drops")
     assert format_warnings([fr, en], ScoreParams()) == ()
     # One with nothing rouge-score reads is counted once, by the warning that says so.
-    unread, mostly = format_warnings([none, zh, fr], ScoreParams())
+    unread, mostly, summaries = format_warnings([none, zh, fr], ScoreParams())
     assert unread.startswith("1 of 3 references hold no letter a-z or digit")
     assert mostly.startswith("1 of 3 references are mostly letters or digits rouge-score drops")
+    assert summaries.startswith("1 of 3 summaries of 's' hold no letter a-z or digit")  # 東京
+
+
+def test_summaries_rouge_score_reads_nothing_of_are_counted_per_system():
+    """A Chinese summary of an English article scores 0 on every metric, as an empty one
+    does: rouge-score's tokenizer keeps a-z and 0-9 alone. References like that were
+    counted; summaries were not, so a system's mean fell with no word why. Each system's
+    count is a warning naming it."""
+    en = "It rained in Beijing today."
+    recs = [
+        SummaryRecord("a", en, {"llm": "北京今天下雨。", "lead": en}, 0),
+        SummaryRecord("b", en, {"llm": "", "lead": "Rain in Beijing."}, 0),
+        SummaryRecord("c", en, {"llm": "Rain.", "lead": "Дождь в Пекине."}, 0),
+    ]
+    assert score_summary(en, "北京今天下雨。") == dict.fromkeys(ROUGE_TYPES, 0.0)
+    (warning,) = format_warnings(recs, ScoreParams())
+    assert warning.startswith("2 of 3 summaries of 'llm' and 1 of 3 of 'lead' hold no letter a-z or digit")
+    assert "empty ones included" in warning and "score 0" in warning
+    assert format_warnings(recs[2:3], ScoreParams(), own_summaries=True)[0].startswith("1 of 1 summaries of 'lead'")
+    assert format_warnings([SummaryRecord("d", en, {"lead": "Rain in 2015."}, 0)], ScoreParams()) == ()

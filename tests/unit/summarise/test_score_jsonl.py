@@ -155,7 +155,7 @@ def test_tokenised_text_scored_as_prose_is_warned_about(tmp_path, write_jsonl):
     path = str(write_jsonl(tmp_path / "t.jsonl", recs))
     references, summaries = score_jsonl(path, "summary", ScoreParams()).warnings  # prose, the default
     assert references.startswith("4 of 4 references look tokenised") and "reference_format: tokenised" in references
-    assert summaries.startswith("4 of 4 summaries look tokenised")
+    assert summaries.startswith("4 of 4 summaries of 'summary' look tokenised")
     assert score_jsonl(path, "summary", ScoreParams(reference_format="tokenised", summary_format="tokenised")).warnings == ()
     prose = [_rec(i, highlights="The cat sat. It was happy.", summary="The cat sat. The dog ran.") for i in range(4)]
     assert score_jsonl(str(write_jsonl(tmp_path / "p.jsonl", prose)), "summary").warnings == ()
@@ -166,12 +166,13 @@ def test_tokenised_text_scored_as_prose_is_warned_about(tmp_path, write_jsonl):
 
     own = [SummaryRecord(str(i), "the cat sat . it was happy .", {"lead": "the cat sat . the dog ran ."}, 0) for i in range(4)]
     (warning,) = format_warnings(own, ScoreParams(reference_format="tokenised"), own_summaries=True)
-    assert warning.startswith("4 of 4 summaries look tokenised") and "the articles are tokenised text" in warning
+    assert warning.startswith("4 of 4 summaries of 'lead' look tokenised") and "the articles are tokenised text" in warning
     assert "reference_format" not in warning
     # Text rouge-score cannot read scores 0, identical summary or not: counted, not silent.
     cyrillic = [SummaryRecord("ru", "Зоя пошла домой.", {"lead": "Зоя пошла домой."}, 0), own[0]]
-    (warning,) = format_warnings(cyrillic, ScoreParams())
+    warning, summaries = format_warnings(cyrillic, ScoreParams())
     assert warning.startswith("1 of 2 references hold no letter a-z or digit")
+    assert summaries.startswith("1 of 2 summaries of 'lead' hold no letter a-z or digit")
 
 
 def test_prose_scored_as_tokenised_is_warned_about(tmp_path, write_jsonl):
@@ -185,11 +186,11 @@ def test_prose_scored_as_tokenised_is_warned_about(tmp_path, write_jsonl):
     ref = "police arrested two men . they were charged . the men will appear in court monday ."
     path = str(write_jsonl(tmp_path / "s.jsonl", [_rec(i, highlights=ref, summary=prose) for i in range(4)]))
     (summaries,) = score_jsonl(path, "summary", tokenised).warnings
-    assert summaries.startswith("4 of 4 summaries look like prose") and "summarise.stored_format: prose" in summaries
+    assert summaries.startswith("4 of 4 summaries of 'summary' look like prose") and "summarise.stored_format: prose" in summaries
     both = [_rec(i, highlights=prose, summary=prose) for i in range(4)]
     references, summaries = score_jsonl(str(write_jsonl(tmp_path / "p.jsonl", both)), "summary", tokenised).warnings
     assert references.startswith("4 of 4 references look like prose") and "reference_format: prose" in references
-    assert summaries.startswith("4 of 4 summaries look like prose")
+    assert summaries.startswith("4 of 4 summaries of 'summary' look like prose")
     lines = [_rec(i, highlights=ref, summary=prose.replace(". ", ".\n")) for i in range(4)]
     capitals = [_rec(i, highlights="The cat sat . It was happy .", summary="Police came . They left .") for i in range(4)]
     for name, recs in (("l.jsonl", lines), ("c.jsonl", capitals)):
@@ -225,3 +226,28 @@ def test_stored_format_prose_scores_prose_outputs_against_tokenised_references(t
     # the workflow's own summaries are prose whatever the key says
     config["summarise"]["method"] = "lead"
     assert score_params(config)["summary_format"] == "prose"
+
+
+def test_a_system_whose_texts_read_as_the_other_format_is_named_beside_systems_that_do_not(tmp_path, write_jsonl):
+    """One stored_format splits every system of a run: tokenised published outputs beside an
+    LLM's prose, in one file, split as tokenised text, put the LLM's summaries at one
+    sentence each and its ROUGE-Lsum low. The check pooled every system's texts and acted on
+    a majority, so three tokenised systems hid two prose ones (3.6 points of R-Lsum on the
+    FRANK sample, no warning): each system is checked on its own texts, and the warning
+    names those that read as the other format, with a run of their own to score them in."""
+    tok, prose = "police arrested two men . they were charged .", "Police arrested two men. They were charged."
+    systems = {"bart": tok, "pgn": tok, "bus": tok, "llm_a": prose, "llm_b": prose}
+    recs = [_rec(i, highlights=tok, system_summaries=systems) for i in range(4)]
+    path = str(write_jsonl(tmp_path / "m.jsonl", recs))
+    (warning,) = score_jsonl(path, "system_summaries.*", ScoreParams(reference_format="tokenised", summary_format="tokenised")).warnings
+    assert warning.startswith("4 of 4 summaries of 'llm_a' and 4 of 4 of 'llm_b' look like prose")
+    assert "'bart'" not in warning.split(";")[0]
+    assert "STORED=system_summaries.llm_a STORED_FORMAT=prose" in warning
+    # The mirror: split as prose, the tokenised systems are named, with the key that splits them.
+    (warning,) = score_jsonl(path, "system_summaries.*", ScoreParams(reference_format="tokenised")).warnings
+    assert warning.startswith("4 of 4 summaries of 'bart', 4 of 4 of 'bus' and 4 of 4 of 'pgn' look tokenised")
+    assert "STORED=system_summaries.bart STORED_FORMAT=tokenised" in warning
+    # Every system in the other format: one setting fixes them all.
+    (warning,) = score_jsonl(path, "system_summaries.llm_a", ScoreParams(reference_format="tokenised", summary_format="tokenised")).warnings
+    assert warning.startswith("4 of 4 summaries of 'llm_a' look like prose")
+    assert "set summarise.stored_format: prose (STORED_FORMAT=prose)" in warning and "STORED=" not in warning
