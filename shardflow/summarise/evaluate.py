@@ -80,6 +80,25 @@ def _metrics(scores, params: ScoreParams, extra: dict) -> dict:
     return out
 
 
+def _left_out_warnings(split_rejected: int, split_rejects: str | None, missing: int, rejected: int) -> list[str]:
+    """Warnings counting the documents the scores leave out under input.on_bad_record: skip,
+    and saying where each is named: metrics.json counts them, but `make evaluate-summaries`
+    prints only its warnings."""
+    out = []
+    if split_rejected:
+        out.append(
+            f"the scores leave out {split_rejected} of the input's records: the split set them aside "
+            f"(input.on_bad_record: skip) and nothing summarised them; {split_rejects} lists each, with why"
+        )
+    if missing or rejected:
+        out.append(
+            f"the scores leave out {missing} of the summarised documents: they have no usable reference "
+            f"(input.on_bad_record: skip); the job's log names each, and the reference records set aside "
+            f"({rejected}) with why, the first {MAX_LOGGED_REJECTS} of each"
+        )
+    return out
+
+
 def plot_rouge(scores, path: str) -> None:
     """Per-document ROUGE distributions, one panel per metric, a box per system."""
     plt = pyplot()
@@ -157,6 +176,11 @@ def evaluate_summaries(
         )
     if not records:
         raise MissingReferenceError(f"no summarised document has a reference in {', '.join(sources)}")
+    for doc_id in missing[:MAX_LOGGED_REJECTS]:
+        log.warning("summarised document %r has no usable reference: left out of the scores", doc_id)
+    if len(missing) > MAX_LOGGED_REJECTS:
+        log.warning("... and %d more summarised documents without a usable reference", len(missing) - MAX_LOGGED_REJECTS)
+    split_rejected = sum(len(lines) for lines in rejected.values())
     scores = score_records(records, params)
     inp, outp = np.array(lengths, dtype=np.float64).T
     metrics = _metrics(
@@ -166,12 +190,15 @@ def evaluate_summaries(
             "reference_field": params.reference_field,
             # input records the split set aside (its rejects.jsonl): never summarised,
             # so in none of the counts below
-            "split_rejected_records": sum(len(lines) for lines in rejected.values()),
+            "split_rejected_records": split_rejected,
             "documents_without_reference": len(missing),
             "rejected_references": len(rejects),
             "summary_tokens_mean": float(outp.mean()),
             "compression_ratio_mean": float(np.mean(outp / np.maximum(inp, 1))),
-            "warnings": list(format_warnings(records, params, own_summaries=True)),
+            "warnings": [
+                *format_warnings(records, params, own_summaries=True),
+                *_left_out_warnings(split_rejected, split_rejects, len(missing), len(rejects)),
+            ],
         },
     )
     write_parquet(scores, outputs["per_document"])
@@ -192,6 +219,11 @@ def score_stored(sources: list[str], stored_field: str, params: ScoreParams, out
     if scores.empty:
         raise ValueError(f"no record with summaries {stored_field!r} and references in {', '.join(sources)}")
     warnings = list(scored.warnings)
+    if rejects:
+        warnings.append(
+            f"the scores leave out {len(rejects)} of the input's records, in every system: they were set aside "
+            f"(input.on_bad_record: skip); the job's log names each (the first {MAX_LOGGED_REJECTS}), with why"
+        )
     metrics = _metrics(scores, params, {"stored_field": stored_field, "rejected_records": len(rejects),
                                         "warnings": warnings})
     write_parquet(scores, outputs["per_document"])

@@ -108,3 +108,41 @@ def test_score_params_record_input_max_record_mb_only_away_from_its_default():
     config["input"]["max_record_mb"] = 0.5
     assert score_params(config)["max_record_bytes"] == 2**19 == reader_options(config).max_record_bytes
     assert ScoreParams(**score_params(config)).max_record_bytes == 2**19
+
+
+def test_documents_the_scores_leave_out_are_among_the_warnings(tmp_path, caplog):
+    """Under on_bad_record: skip a document without a usable reference, or a record the
+    split set aside, is left out of the means; metrics.json counted them, but `make
+    evaluate-summaries` prints only `warnings`, which said nothing. A warning now says how
+    many are left out and where they are named; the log names the summarised ones."""
+    src, rejects = tmp_path / "src.jsonl", tmp_path / "rejects.jsonl"
+    docs = [("a", "A b. C d.", "A b."), ("b", "E f.", ""), ("c", "G h.", "G h."), ("d", "I j.", "I j.")]
+    src.write_text("".join(json.dumps({"id": i, "article": t, "highlights": h}) + "\n" for i, t, h in docs))
+    summaries = tmp_path / "s.jsonl"
+    write_summaries(summaries, ["a", "b", "c"],
+                    [{"summary": t, "input_tokens": 2, "output_tokens": 2, "truncated": False} for _, t, _ in docs[:3]])
+    skip = ScoreParams(on_bad_record="skip")
+    with caplog.at_level(logging.WARNING):
+        m = evaluate_summaries(str(summaries), [str(src)], skip, outputs(tmp_path)).metrics
+    assert (m["n_documents"], m["documents_without_reference"], m["rejected_references"]) == (2, 1, 1)
+    (warning,) = m["warnings"]
+    assert warning.startswith("the scores leave out 1 of the summarised documents: they have no usable reference")
+    assert "the job's log names each, and the reference records set aside (1) with why" in warning
+    assert "summarised document 'b' has no usable reference: left out of the scores" in caplog.text
+    # The split's rejects: never summarised, listed in its rejects file.
+    rejects.write_text(json.dumps({"source": str(src), "line": 4, "reason": "empty text"}) + "\n")
+    m = evaluate_summaries(str(summaries), [str(src)], skip, outputs(tmp_path), split_rejects=str(rejects)).metrics
+    assert m["split_rejected_records"] == 1
+    split, no_reference = m["warnings"]
+    assert split.startswith("the scores leave out 1 of the input's records: the split set them aside")
+    assert f"{rejects} lists each" in split and no_reference == warning
+    # Stored summaries: a record set aside is left out of every system's scores.
+    stored = tmp_path / "stored.jsonl"
+    stored.write_text("".join(json.dumps({"id": i, "highlights": h, "summary": t}) + "\n" for i, t, h in docs))
+    m = score_stored([str(stored)], "summary", skip, outputs(tmp_path)).metrics
+    assert m["rejected_records"] == 1
+    (warning,) = m["warnings"]
+    assert warning.startswith("the scores leave out 1 of the input's records, in every system")
+    # None where nothing is left out.
+    src.write_text("".join(json.dumps({"id": i, "article": t, "highlights": t}) + "\n" for i, t, _ in docs))
+    assert evaluate_summaries(str(summaries), [str(src)], skip, outputs(tmp_path)).metrics["warnings"] == []
