@@ -29,7 +29,11 @@ naming the path and the error, as one the bucket will not delete is
 
 A job killed mid-way (a preempted spot pod, a SLURM timeout) leaves its attempt record
 behind; the attempt that finishes reads the earlier ones (`attempt_totals`) into its
-stats, so that the cost counts the device time the killed attempts spent. That time
+stats, so that the cost counts the device time the killed attempts spent. A killed
+attempt retried on another node type (the folder's name hashes the hardware), or after
+a change of settings, left them in a folder of its own: the finished job counts those
+too, found by their records naming its output, and removes their folders with its own
+(`remove_job_parts`). That time
 is a lower bound: a record starts when its attempt opens the folder (model loading
 before it is not known) and ends at its last saved part (work lost after it is not
 known either). Folders from before attempt records hold none: nothing is counted.
@@ -205,6 +209,13 @@ class _LocalFolder:
         """The names of the folder's files that start with `prefix` (no temporaries)."""
         return sorted(p.name for p in self.folder.glob(glob.escape(prefix) + "*") if ".tmp-" not in p.name)
 
+    def folders(self) -> list[str]:
+        """The names of the folders directly below this one (none where it is not there)."""
+        try:
+            return sorted(e.name for e in os.scandir(self.folder) if e.is_dir())
+        except FileNotFoundError:
+            return []
+
     def remove(self, root: str | Path | None = None) -> str | None:
         return remove_folder(self.folder, None if root is None else resume_tree_top(root))
 
@@ -237,6 +248,78 @@ def attempt_totals(records: list[dict]) -> dict[str, Any]:
         "earlier_attempt_seconds": sum(devices.values()),
         "earlier_attempt_devices": dict(sorted(devices.items())),
     }
+
+
+def _added(totals: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    """Two `attempt_totals` summed (`totals` may be a job's stats, holding them)."""
+    devices = dict(totals.get("earlier_attempt_devices") or {})
+    for device, seconds in more["earlier_attempt_devices"].items():
+        devices[device] = devices.get(device, 0.0) + seconds
+    return {
+        "earlier_attempts": totals.get("earlier_attempts", 0) + more["earlier_attempts"],
+        "earlier_attempt_seconds": totals.get("earlier_attempt_seconds", 0) + more["earlier_attempt_seconds"],
+        "earlier_attempt_devices": dict(sorted(devices.items())),
+    }
+
+
+def _is_record(rec: Any) -> bool:
+    """An attempt record whose times `attempt_totals` can count."""
+    return (isinstance(rec, dict) and isinstance(rec.get("start_unix"), (int, float))
+            and isinstance(rec.get("last_part_unix") or 0, (int, float)))
+
+
+def remove_job_parts(
+    folder: str | Path, root: str | Path, job: str, since: float, earlier: dict[str, Any]
+) -> dict[str, Any]:
+    """Remove a finished job's resume `folder` (`resume_folder(root, key)`) and the job's
+    other folders under `root`; return `earlier` (the `attempt_totals` of the folder's
+    earlier attempts, or stats holding them) with those other folders' attempts added.
+
+    A folder's name hashes the output identity, which holds the hardware (the GPU's
+    model and SM count, the CPU's thread count) and the settings: a killed attempt
+    retried on another node type (a partition of mixed GPUs or MIG slices, a spot
+    replacement of another instance type), or after a change of settings, left its
+    parts and record in a folder the retry never opens. Such a folder is told by its
+    attempt records alone (one listing of `root`'s folders, then each one's small
+    records; no part is read): every record names `job` (the output's logical path),
+    and none shows work since `since` (this job's start): not opened, no part saved
+    after it. Any other folder is left as it is: another chunk's or output's, one whose
+    records name no job (from before they did) or do not read back, one without records
+    (train/'s checkpoints), and one an attempt at the job worked in after `since`,
+    which still runs elsewhere (a zombie beside its retry) and removes it when it
+    finishes. A zombie that saved no part for as long as this job ran is taken as dead:
+    it makes its folder again at its next part (`PartStore._write`), as in a folder the
+    job shares with it. A root that cannot be listed (a bucket's error) is a warning;
+    the job's own folder still goes."""
+    try:
+        names = _backend(root).folders()
+    except OSError as exc:
+        log.warning("cannot list the resume folders in %s (%s): a killed attempt at %s in another of them, if any, "
+                    "is not counted and stays", root, exc, job)
+        names = []
+    own = os.path.basename(str(folder).rstrip("/"))
+    others: list[str] = []
+    records: list[dict] = []
+    for name in names:
+        if name == own:
+            continue
+        other = resume_folder(root, name)
+        try:
+            found = PartStore(other, {}).earlier_attempts()
+        except (OSError, ValueError, KeyError, TypeError):  # whose attempts these were is not known
+            continue
+        if not found or not all(_is_record(r) and r.get("job") == job for r in found):
+            continue
+        if any(max(r["start_unix"], r.get("last_part_unix") or 0) >= since for r in found):
+            log.info("leaving %s: an attempt at %s opened it or saved a part there after this one started (still "
+                     "running elsewhere, or a clock ahead); it removes its folder when it finishes", other, job)
+            continue
+        others.append(other)
+        records += found
+    for other in others:  # the job's own folder last: its removal takes the emptied folders above
+        PartStore(other, {}).remove(root)
+    PartStore(folder, {}).remove(root)
+    return _added(earlier, attempt_totals(records))
 
 
 class PartStore:

@@ -377,6 +377,17 @@ class ObjectFolder:
         with _naming("list", f"s3://{self.url.bucket}/{folder}{prefix}"):
             return sorted(k[len(folder):] for k in list_keys(self.s3, self.url.bucket, folder + prefix))
 
+    def folders(self) -> list[str]:
+        """The names of the folders directly below this one (one listing with a delimiter:
+        the keys below them are not listed)."""
+        folder = self.url.key.rstrip("/") + "/"
+        names: list[str] = []
+        with _naming("list", f"s3://{self.url.bucket}/{folder}"):
+            pages = self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.url.bucket, Prefix=folder, Delimiter="/")
+            for page in pages:
+                names += [p["Prefix"][len(folder):].rstrip("/") for p in page.get("CommonPrefixes", ())]
+        return sorted(names)
+
     def remove(self) -> str | None:
         """Delete every object of the folder; return None, or (and log as a warning) a line
         naming each key the server would not delete with its error code, once every key

@@ -6,13 +6,21 @@ from __future__ import annotations
 import errno
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from shardflow.core import atomic
-from shardflow.core.parts import PartStore, attempt_totals, resume_folder, resume_key, resume_tree_top
+from shardflow.core.parts import (
+    PartStore,
+    attempt_totals,
+    remove_job_parts,
+    resume_folder,
+    resume_key,
+    resume_tree_top,
+)
 from shardflow.core.s3 import LOCAL_VARIABLE, PREFIX_VARIABLE
 
 
@@ -307,3 +315,124 @@ def test_the_key_of_a_chunk_is_the_same_in_a_local_run_and_an_s3_run(tmp_path, m
     monkeypatch.setenv(LOCAL_VARIABLE, ".snakemake/storage")
     monkeypatch.setenv(PREFIX_VARIABLE, "s3://bucket/run")
     assert resume_key(copy, {"model": "m"}) == resume_key(local, {"model": "m"})
+
+
+# ------------------------------------------------- the job's folders under other identities
+
+JOB = "results/d/embed/embed_0.npy"
+
+
+def _folder_with(root: Path, name: str, *records: dict, parts: int = 1) -> Path:
+    """A resume folder as attempts left it: their records and `parts` parts."""
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text("{}\n")
+    for i in range(parts):
+        np.save(folder / f"part-{i:06d}.npy", np.zeros(2, dtype=np.float32))
+    for i, rec in enumerate(records):
+        (folder / f"attempt-h-{i}-{int(rec['start_unix'])}.json").write_text(json.dumps(rec))
+    return folder
+
+
+def _killed(job=JOB, start=100.0, last=160.0, device="cuda:0"):
+    return {"host": "h", "pid": 1, "start_unix": start, "last_part_unix": last, "device": device, "job": job}
+
+
+def test_a_retry_on_another_node_type_counts_and_removes_the_killed_attempts_folder(tmp_path):
+    """The folder's name hashes the output identity, which holds the hardware (a GPU's
+    model and SM count, a CPU's thread count): a killed attempt retried on another node
+    type left its parts and record in a folder the retry never opens. The finished job
+    counts that attempt with its own folder's (by device too) and removes both, and the
+    resume tree with them."""
+    root = tmp_path / "results" / "d" / ".resume"
+    _folder_with(root, "a100", _killed(start=100.0, last=160.0, device="cuda:0"), parts=3)
+    _folder_with(root, "cpu", _killed(start=200.0, last=230.0, device="cpu"), _killed(start=300.0, last=None))
+    own = resume_folder(root, "h100")
+    store = PartStore(own, {"n": 1}, device="cuda:0", job=JOB).open()
+    store.save_array(0, np.zeros(2, dtype=np.float32))
+    own_totals = {"earlier_attempts": 1, "earlier_attempt_seconds": 40.0, "earlier_attempt_devices": {"cuda:0": 40.0}}
+    totals = remove_job_parts(own, root, JOB, time.time(), own_totals)
+    assert totals == {"earlier_attempts": 4, "earlier_attempt_seconds": 40.0 + 60.0 + 30.0,
+                      "earlier_attempt_devices": {"cpu": 30.0, "cuda:0": 100.0}}
+    assert not root.exists() and (tmp_path / "results" / "d").is_dir()
+
+
+def test_only_the_jobs_own_dead_folders_are_counted_and_removed(tmp_path, caplog):
+    """Another chunk's or output's folder, one whose records name no job (from before they
+    did) or do not read back, train/'s checkpoints, and one where an attempt at the job
+    opened it or saved a part after this job started (still running on another node:
+    it would make its folder again and count nothing) are left as they are."""
+    root = tmp_path / ".resume"
+    since = 1000.0
+    kept = [
+        _folder_with(root, "other_chunk", _killed(job="results/d/embed/embed_1.npy")),
+        _folder_with(root, "shared", _killed(), _killed(job="results/d/summarise/summaries_0.jsonl", start=150.0)),
+        _folder_with(root, "unnamed", {"start_unix": 100.0, "last_part_unix": 160.0, "device": "cpu"}),
+        _folder_with(root, "live", _killed(start=900.0, last=since + 5)),
+        _folder_with(root, "opened_since", _killed(start=since + 1, last=None), parts=0),
+        _folder_with(root, "damaged", _killed()),
+        _folder_with(root, "train", parts=0),
+    ]
+    (kept[5] / "attempt-h-9-9.json").write_text("{")
+    (kept[6] / "checkpoint.pt").write_bytes(b"x")
+    own = _folder_with(root, "own")
+    earlier = {"earlier_attempts": 0, "earlier_attempt_seconds": 0, "earlier_attempt_devices": {}}
+    with caplog.at_level("INFO", logger="shardflow.core.parts"):
+        assert remove_job_parts(str(own), root, JOB, since, earlier) == earlier
+    assert not own.exists()
+    assert sorted(p.name for p in root.iterdir()) == sorted(p.name for p in kept)
+    assert all(len(list(p.iterdir())) > 1 for p in kept)  # nothing removed in them
+    assert [r.getMessage() for r in caplog.records if "still running" in r.getMessage()] == [
+        f"leaving {kept[i]}: an attempt at {JOB} opened it or saved a part there after this one started (still "
+        "running elsewhere, or a clock ahead); it removes its folder when it finishes"
+        for i in (3, 4)
+    ]
+
+
+def test_the_jobs_folders_in_a_bucket_are_found_by_one_listing_and_their_records(monkeypatch):
+    """On EKS without a volume the resume root is under the run's storage prefix
+    (s3://<bucket>/<prefix>/results/<ds>/.resume): the sub-folders come from one listing
+    with a delimiter, each one's attempt records from a listing of their prefix; the
+    parts are not read. The killed attempt's keys go with the job's own."""
+    import io
+
+    import boto3
+    from botocore.response import StreamingBody
+    from botocore.stub import Stubber
+
+    from shardflow.core import s3 as s3_module
+
+    s3 = boto3.client("s3", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s")
+    monkeypatch.setattr(s3_module, "client", lambda *a, **k: s3)
+    prefix = "run/results/d/.resume/"
+
+    def listed(under, keys, **extra):
+        stub.add_response("list_objects_v2", {"Contents": [{"Key": k} for k in keys], "IsTruncated": False},
+                          {"Bucket": "b", "Prefix": under, **extra})
+
+    def record(key, rec):
+        body = json.dumps(rec).encode()
+        stub.add_response("get_object", {"Body": StreamingBody(io.BytesIO(body), len(body))},
+                          {"Bucket": "b", "Key": key})
+
+    def removed(keys):
+        listed(keys[0].rsplit("/", 1)[0] + "/", keys)
+        stub.add_response("delete_objects", {}, {"Bucket": "b", "Delete": {"Objects": [{"Key": k} for k in keys],
+                                                                          "Quiet": True}})
+
+    with Stubber(s3) as stub:
+        stub.add_response("list_objects_v2", {"CommonPrefixes": [{"Prefix": prefix + n + "/"} for n in
+                                                                 ("a100", "h100", "other")], "IsTruncated": False},
+                          {"Bucket": "b", "Prefix": prefix, "Delimiter": "/"})
+        listed(prefix + "a100/attempt-", [prefix + "a100/attempt-h-1-1.json"])
+        record(prefix + "a100/attempt-h-1-1.json", _killed())
+        listed(prefix + "other/attempt-", [prefix + "other/attempt-h-2-2.json"])
+        record(prefix + "other/attempt-h-2-2.json", _killed(job="results/d/embed/embed_1.npy"))
+        removed([prefix + "a100/attempt-h-1-1.json", prefix + "a100/manifest.json", prefix + "a100/part-000000.npy"])
+        removed([prefix + "h100/attempt-h-3-3.json", prefix + "h100/manifest.json"])
+        earlier = {"earlier_attempts": 0, "earlier_attempt_seconds": 0, "earlier_attempt_devices": {}}
+        totals = remove_job_parts("s3://b/run/results/d/.resume/h100", "s3://b/run/results/d/.resume", JOB,
+                                  1000.0, earlier)
+        stub.assert_no_pending_responses()
+    assert totals == {"earlier_attempts": 1, "earlier_attempt_seconds": 60.0,
+                      "earlier_attempt_devices": {"cuda:0": 60.0}}
