@@ -81,7 +81,7 @@ from shardflow.core.jobs import EngineCounters
 from shardflow.core.models import NO_LIMIT, load_for_inference
 from shardflow.core.npyio import write_npy
 from shardflow.core.oom import OomBackoff, TooLargeError
-from shardflow.core.parts import PartStore, resume_folder
+from shardflow.core.parts import PartStore, remove_job_parts, resume_folder
 from shardflow.core.s3 import logical_path
 from shardflow.corpus.chunks import naming_records, read_chunk
 from shardflow.embed import accel, aot
@@ -1229,9 +1229,12 @@ def embed_chunk(
     included: core.devices.peak_memory, null on the CPU).
 
     Resume state lives in `<resume_root>/<resume_key(chunk, params)>` and is removed
-    once both outputs are written. `encoder` reuses an already loaded model.
+    once both outputs are written, with the job's folders under other identities (its
+    killed attempts on other hardware: core.parts.remove_job_parts), whose attempts the
+    stats count. `encoder` reuses an already loaded model.
     """
     logger = logger or log
+    started = time.time()  # a folder of this job worked in since is another attempt's, still running
     running = controller.find()  # the Snakemake that records this job's outputs
     reset_peak_memory(encoder.device if encoder is not None else params.device)  # the job's peak: loading included
     encoder = encoder or load_encoder(params, logger)
@@ -1239,13 +1242,16 @@ def embed_chunk(
         raise ValueError("encoder was loaded with different params")
     ids, texts = read_chunk(chunk_path)
     folder = resume_folder(resume_root, resume_key(chunk_path, params, encoder.identity))
+    job = logical_path(out_npy)
     with naming_records(chunk_path, ids, TextTooLargeError, EmptyTextError):
-        emb = encoder.encode(texts, resume_dir=folder, job=logical_path(out_npy))
+        emb = encoder.encode(texts, resume_dir=folder, job=job)
     controller.stop_if_gone(running, f"the finished parts are kept in {folder}")
     write_npy(out_npy, emb)
     write_ids_parquet(out_ids_parquet, ids)
-    PartStore(folder, {}).remove(resume_root)  # outputs are safe: the parts are no longer needed
     stats = encoder.last_stats.as_dict()
+    # Outputs are safe: the parts are no longer needed, nor are those of killed attempts
+    # on other hardware, whose time counts with the folder's own killed attempts'.
+    stats.update(remove_job_parts(folder, resume_root, job, started, stats))
     stats.update(
         device=str(encoder.device),
         dtype=dtype_name(encoder.dtype),

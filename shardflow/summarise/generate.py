@@ -84,7 +84,7 @@ from shardflow.core.hashing import digest, model_identity, texts_fingerprint
 from shardflow.core.jobs import EngineCounters
 from shardflow.core.models import NO_LIMIT, load_for_inference
 from shardflow.core.oom import OomBackoff, TooLargeError
-from shardflow.core.parts import FORMAT_VERSION, PartStore, resume_folder, resume_key
+from shardflow.core.parts import FORMAT_VERSION, PartStore, remove_job_parts, resume_folder, resume_key
 from shardflow.core.s3 import logical_path
 from shardflow.corpus.chunks import naming_records, read_chunk
 from shardflow.summarise.generate_params import (
@@ -729,9 +729,12 @@ def summarise_chunk(
     memory among them, model loading included: core.devices.peak_memory, null on the CPU).
 
     Resume state lives in `<resume_root>/<resume_key(chunk, identity)>` and is removed
-    once the output is written. `generator` reuses an already loaded model.
+    once the output is written, with the job's folders under other identities (its
+    killed attempts on other hardware: core.parts.remove_job_parts), whose attempts the
+    stats count. `generator` reuses an already loaded model.
     """
     logger = logger or log
+    started = time.time()  # a folder of this job worked in since is another attempt's, still running
     running = controller.find()  # the Snakemake that records this job's outputs
     reset_peak_memory(generator.device if generator is not None else params.device)  # the job's peak: loading included
     generator = generator or load_generator(params, logger)
@@ -739,12 +742,13 @@ def summarise_chunk(
         raise ValueError("generator was loaded with different params")
     ids, texts = read_chunk(chunk_path)
     folder = resume_folder(resume_root, resume_key(chunk_path, generator.identity))
+    job = logical_path(out_path)
     with naming_records(chunk_path, ids, TooLargeError, SamplingError):
-        records = generator.summarise(texts, resume_dir=folder, job=logical_path(out_path))
+        records = generator.summarise(texts, resume_dir=folder, job=job)
     controller.stop_if_gone(running, f"the finished parts are kept in {folder}")
     write_summaries(out_path, ids, records)
-    PartStore(folder, {}).remove(resume_root)
     stats = generator.last_stats.as_dict()
+    stats.update(remove_job_parts(folder, resume_root, job, started, stats))  # with killed attempts' on other hardware
     stats.update(device=str(generator.device), dtype=dtype_name(generator.dtype), chunk=logical_path(chunk_path))
     stats.update(peak_memory(generator.device))  # null on the CPU
     return stats

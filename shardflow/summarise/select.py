@@ -18,7 +18,7 @@ from typing import Any
 from shardflow.core import controller
 from shardflow.core.devices import peak_memory, reset_peak_memory
 from shardflow.core.hashing import digest, texts_fingerprint
-from shardflow.core.parts import FORMAT_VERSION, PartStore, resume_folder, resume_key
+from shardflow.core.parts import FORMAT_VERSION, PartStore, remove_job_parts, resume_folder, resume_key
 from shardflow.core.s3 import logical_path
 from shardflow.corpus.chunks import read_chunk
 from shardflow.summarise.params import SummariseParams
@@ -58,7 +58,8 @@ def select_chunk(
     }
     folder = resume_folder(resume_root, resume_key(chunk_path, identity))
     manifest = {"n_texts": len(texts), "texts_sha256": texts_fingerprint(texts), "identity": digest(identity)}
-    store = PartStore(folder, manifest, device=device, job=logical_path(out_path)).open()
+    job = logical_path(out_path)
+    store = PartStore(folder, manifest, device=device, job=job).open()
     records: list[dict] = []
     resumed = generated = 0
     for part, a in enumerate(range(0, len(texts), params.window)):
@@ -83,8 +84,9 @@ def select_chunk(
         logger.info("summarised %d/%d documents", len(records), len(texts))
     controller.stop_if_gone(running, f"the finished parts are kept in {folder}")
     write_summaries(out_path, ids, records)
-    earlier = store.attempt_totals()  # the killed attempts before this one, read before their records go
-    store.remove(resume_root)
+    # The killed attempts before this one, read before their records go (those in the
+    # folders of other identities too: the extractive encoder's names its hardware).
+    earlier = remove_job_parts(folder, resume_root, job, start_unix, store.attempt_totals())
     seconds = time.perf_counter() - t0
     return {
         "items": len(texts),

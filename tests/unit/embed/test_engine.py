@@ -764,6 +764,37 @@ def test_a_rerun_counts_the_killed_attempts_time_in_its_stats(tiny, texts, tmp_p
     assert not (tmp_path / "resume").exists()  # the records went with the parts
 
 
+def test_a_retry_on_another_node_type_counts_the_killed_attempt_and_leaves_no_parts(tiny, texts, tmp_path,
+                                                                                    keep_threads):
+    """A killed attempt retried on another node type (on the CPU, another thread count;
+    on a GPU, another model or SM count) resumes nothing: the output identity names the
+    folder. The retry still counts the killed attempt's time, and removes its folder
+    with its own, so nothing of the job stays in the resume tree."""
+    chunk = write_chunk(tmp_path / "chunk_0.jsonl", texts)
+    root = tmp_path / "results" / "d" / ".resume"
+    out, ids = tmp_path / "e.npy", tmp_path / "ids.parquet"
+
+    def preempt(batch):
+        if sum(seen) >= 20:
+            raise RuntimeError("preempted")
+        seen.append(len(batch))
+
+    seen = []
+    first = load_encoder(params(tiny["bert_mean"], window=10, threads=1), before_forward=preempt)
+    with pytest.raises(RuntimeError, match="preempted"):
+        embed_chunk(chunk, out, ids, first.params, root, encoder=first)
+    (record,) = (root / resume_key(chunk, first.params)).glob("attempt-*.json")
+    killed = json.loads(record.read_text())
+    retry = load_encoder(params(tiny["bert_mean"], window=10, threads=2))
+    assert resume_key(chunk, retry.params) != resume_key(chunk, first.params)
+    stats = embed_chunk(chunk, out, ids, retry.params, root, encoder=retry)
+    assert stats["resumed_parts"] == 0 and stats["items_embedded"] == len(texts)
+    seconds = killed["last_part_unix"] - killed["start_unix"]
+    assert (stats["earlier_attempts"], stats["earlier_attempt_devices"]) == (1, {"cpu": seconds})
+    assert stats["earlier_attempt_seconds"] == seconds > 0
+    assert not root.exists()  # the killed attempt's parts and record went with the retry's
+
+
 def test_sigkill_then_resume_is_byte_identical(tmp_path, keep_threads):
     """A real process is killed mid-chunk; the restart finishes it with the same bytes."""
     model = tiny_models.build_bert_mean(tmp_path / "models", hidden=64, layers=4, max_seq_length=128)
