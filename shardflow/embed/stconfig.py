@@ -9,7 +9,8 @@ What `SentenceTransformer(path)` does to a text is spread over several files:
 - `<transformer>/sentence_bert_config.json`: `max_seq_length`, `do_lower_case`
   (older saves), the transformer task and modality config (newer saves; ST 6 keeps
   the length in `tokenizer_config.json` and lower-casing in `tokenizer.json`).
-- `<pooling>/config.json`: the pooling mode(s) and `include_prompt`.
+- `<pooling>/config.json`: the pooling mode(s), `include_prompt` and the width it takes
+  (`embedding_dimension`; `word_embedding_dimension` in saves before sentence-transformers 6).
 - `config_sentence_transformers.json`: `prompts`, `default_prompt_name`, and
   `truncate_dim` (a Matryoshka model saved with it: `encode` keeps that many leading
   dimensions, after the last module, so a Normalize before it leaves them not unit-norm).
@@ -134,6 +135,9 @@ class ModelSpec:
     # modules.json lists its modules in another order than their `idx` values: they run as
     # listed (before 2026-11-29 they ran in idx order, which sentence-transformers never reads).
     listed_out_of_idx_order: bool = False
+    # The width of the token embeddings the Pooling module takes, from its config (None: no
+    # Pooling config names it, and the transformer's config.json decides: `_token_width`).
+    token_dim: int | None = None
 
     @property
     def normalize(self) -> bool:
@@ -247,6 +251,18 @@ def _truncate_dim(st_cfg: dict[str, Any], path: Path) -> int | None:
     return value
 
 
+def _pooling_width(cfg: dict[str, Any], path: Path) -> int | None:
+    """The Pooling config's width: `embedding_dimension` (sentence-transformers 6) or
+    `word_embedding_dimension` (the saves before); None where it names neither."""
+    key = next((k for k in ("embedding_dimension", "word_embedding_dimension") if cfg.get(k) is not None), None)
+    if key is None:
+        return None
+    value = cfg[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UnsupportedModelError(f"{path}: {key} {value!r} is not a positive integer")
+    return value
+
+
 def _fallback_pooling(folder: Path) -> str:
     """The pooling sentence-transformers 6 gives a folder without modules.json: last token
     for a causal language model (config.json's first architecture ends in ForCausalLM and
@@ -344,7 +360,8 @@ def load_model_spec(name_or_path: str | os.PathLike) -> ModelSpec:
     notes = _check_transformer_config(tcfg, transformer_folder)
     if reordered:
         notes += (f"modules.json lists its modules in another order than their idx {idx}: they run as listed, {kinds}",)
-    pool_cfg = read_json(folder / modules[1]["path"] / "config.json")
+    pool_cfg_path = folder / modules[1]["path"] / "config.json"
+    pool_cfg = read_json(pool_cfg_path)
 
     head: list[DenseSpec | NormalizeSpec] = []
     for entry, kind in zip(modules[2:], kinds[2:], strict=True):
@@ -377,26 +394,49 @@ def load_model_spec(name_or_path: str | os.PathLike) -> ModelSpec:
         similarity=similarity,
         truncate_dim=truncate_dim,
         listed_out_of_idx_order=reordered,
+        token_dim=_pooling_width(pool_cfg, pool_cfg_path),
     )
 
 
 def output_dim(spec: ModelSpec) -> int:
-    """Width of the sentence embedding: the transformer's hidden size times the pooling
-    modes, or the last Dense layer's out_features; at most `truncate_dim`. Reads
-    config.json only (no weights)."""
+    """Width of the sentence embedding, as sentence-transformers gives it: the token
+    embeddings' width (`_token_width`) times the pooling modes, or the last Dense layer's
+    out_features; at most `truncate_dim`. Reads config files only (no weights)."""
     dim = _head_dim(spec)
     return dim if spec.truncate_dim is None else min(dim, spec.truncate_dim)
 
 
 def _head_dim(spec: ModelSpec) -> int:
     """`output_dim` before truncate_dim: the width the last module gives."""
-    cfg = read_json(spec.transformer_folder / "config.json")
-    text_cfg = cfg.get("text_config") or cfg
-    hidden = text_cfg.get("hidden_size") or text_cfg.get("d_model")
-    if hidden is None:
-        raise UnsupportedModelError(f"{spec.transformer_folder}/config.json has no hidden_size or d_model")
-    dim = int(hidden) * len(spec.pooling)
+    dim = _token_width(spec) * len(spec.pooling)
     for step in spec.head:
         if isinstance(step, DenseSpec):
             dim = step.out_features
     return dim
+
+
+def _token_width(spec: ModelSpec) -> int:
+    """The width the Pooling module takes: its config's, else (a folder without
+    modules.json, or a hand-written Pooling config) the transformer's `hidden_size` as
+    transformers reads config.json, whose config classes map it to the key a model
+    names it by (DistilBERT's `dim`, GPT-2's `n_embd`, T5's `d_model`), as
+    sentence-transformers reads it. AutoConfig reads the one file: no weights, no hub."""
+    if spec.token_dim is not None:
+        return spec.token_dim
+    from transformers import AutoConfig
+
+    folder = spec.transformer_folder
+    try:
+        config = AutoConfig.from_pretrained(str(folder), local_files_only=True, **dict(spec.config_kwargs))
+    except (OSError, ValueError, KeyError) as exc:
+        raise UnsupportedModelError(
+            f"{folder}: no embedding width: transformers cannot read its config.json ({exc})"
+        ) from exc
+    # sentence-transformers' order: the config's own width, then its text model's (multimodal)
+    for cfg in (config, config.get_text_config()):
+        width = getattr(cfg, "hidden_size", None)
+        if isinstance(width, int) and not isinstance(width, bool):
+            return width
+    raise UnsupportedModelError(
+        f"{folder}: no embedding width: transformers' {type(config).__name__} has no hidden_size"
+    )

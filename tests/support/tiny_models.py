@@ -15,7 +15,9 @@ Three shapes cover the pooling paths the engine implements:
 
 `build_roberta_mean` adds the RoBERTa family's position numbering (from the pad id
 plus one, as XLM-R and multilingual-e5 number theirs), for the paths that pass
-position ids themselves (packing).
+position ids themselves (packing). `build_distilbert_mean` adds a config that names its
+width `dim` (no `hidden_size` in config.json) and a model that takes no token_type_ids
+(msmarco-distilbert, multi-qa-distilbert, distiluse).
 
 Weights use a larger init range than the library default so different texts give
 clearly different embeddings: a wrong pooling or a lost prompt must show up as a
@@ -263,6 +265,39 @@ def build_roberta_mean(root: Path, *, seed: int = 3) -> Path:
     return _save_st(
         hf,
         root / "roberta_mean",
+        lambda dim: [models.Pooling(dim, pooling_mode="mean"), models.Normalize()],
+        max_seq_length=48,
+        do_lower_case=False,
+    )
+
+
+def build_distilbert_mean(root: Path, *, seed: int = 4) -> Path:
+    """DistilBERT + WordPiece, mean pooling, Normalize. Its config.json names the width
+    `dim` and the feed-forward width `hidden_dim` (here twice `dim`, so reading the one
+    for the other shows)."""
+    import torch
+    from sentence_transformers.sentence_transformer import modules as models
+    from transformers import DistilBertConfig, DistilBertModel
+
+    root = Path(root)
+    hf = root / "distilbert_hf"
+    tok = _wordpiece_tokenizer(512)
+    torch.manual_seed(seed)
+    cfg = DistilBertConfig(
+        vocab_size=len(tok),
+        dim=32,
+        hidden_dim=64,
+        n_layers=2,
+        n_heads=4,
+        max_position_embeddings=128,
+        initializer_range=_INIT_RANGE,
+        pad_token_id=tok.pad_token_id,
+    )
+    DistilBertModel(cfg).save_pretrained(hf)
+    tok.save_pretrained(hf)
+    return _save_st(
+        hf,
+        root / "distilbert_mean",
         lambda dim: [models.Pooling(dim, pooling_mode="mean"), models.Normalize()],
         max_seq_length=48,
         do_lower_case=False,

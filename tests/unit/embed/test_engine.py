@@ -115,6 +115,22 @@ def test_matches_sentence_transformers(tiny, texts, name):
     assert enc.last_stats.batches > 3 and enc.last_stats.parts == 3
 
 
+def test_a_distilbert_model_matches_sentence_transformers(tmp_path, texts):
+    """DistilBERT's config.json names its width `dim` (no hidden_size): every DistilBERT
+    model (msmarco-distilbert-base-tas-b, multi-qa-distilbert-*, distiluse-*) stopped its
+    embed job with "config.json has no hidden_size or d_model". Its forward takes no
+    token_type_ids. The same backbone without modules.json is read as
+    sentence-transformers reads it: mean pooling of the transformer's width."""
+    model = tiny_models.build_distilbert_mean(tmp_path)
+    for folder in (model, tmp_path / "distilbert_hf"):
+        assert output_dim(load_model_spec(folder)) == 32
+        enc = load_encoder(params(folder, token_budget=160, window=16))
+        got = enc.encode(texts)
+        assert enc.dim == 32
+        assert_rows_match(got, st_encode(folder, texts))
+        assert_discriminative(got)
+
+
 def test_spec_reads_each_model_shape(tiny):
     mean, cls, qwen = (load_model_spec(tiny[k]) for k in ("bert_mean", "bert_cls", "qwen_last"))
     assert mean.pooling == ("mean",) and mean.normalize and mean.resolve_prompt() == ""

@@ -7,6 +7,7 @@ these check the description of a folder alone, without loading weights.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -83,3 +84,49 @@ def test_a_normalize_module_followed_by_a_dense_does_not_make_unit_norm_vectors(
     assert not spec.normalize
     assert ModelSpec(source="m", folder=tmp_path, transformer_folder=tmp_path, head=(dense, NormalizeSpec())).normalize
     assert ModelSpec(source="m", folder=tmp_path, transformer_folder=tmp_path, head=(NormalizeSpec(),)).normalize
+
+
+# DistilBERT's config.json names its width `dim` and its feed-forward width `hidden_dim`;
+# GPT-2's names the width `n_embd`. Neither has a `hidden_size` key, so every such model
+# (msmarco-distilbert-base-tas-b, multi-qa-distilbert-*, distiluse-base-multilingual-*)
+# was refused: "config.json has no hidden_size or d_model".
+DISTILBERT = {"model_type": "distilbert", "architectures": ["DistilBertModel"], "dim": 24, "hidden_dim": 96}
+
+
+@pytest.mark.parametrize("key", ["word_embedding_dimension", "embedding_dimension"])
+def test_the_width_is_the_pooling_configs_as_sentence_transformers_reads_it(tmp_path, key):
+    """sentence-transformers' Pooling gives its config's width (`embedding_dimension`,
+    `word_embedding_dimension` in saves before 6) times its modes: config.json is not read."""
+    folder = st_folder(tmp_path / "m")
+    (folder / "config.json").write_text(json.dumps(DISTILBERT))
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({key: 24, "pooling_mode": ["cls", "mean"]}))
+    assert output_dim(load_model_spec(folder)) == 48
+
+
+@pytest.mark.parametrize(
+    ("config", "width"),
+    [(DISTILBERT, 24), ({"model_type": "gpt2", "n_embd": 40}, 40), ({"model_type": "t5", "d_model": 16}, 16)],
+)
+def test_a_folder_without_a_pooling_config_has_the_width_transformers_reads(tmp_path, config, width):
+    """No modules.json: sentence-transformers pools the transformer's `hidden_size`, which
+    transformers' config classes map to `dim`, `n_embd` or `d_model`."""
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    assert output_dim(load_model_spec(folder)) == width
+
+
+def test_a_config_json_transformers_cannot_read_names_the_folder(tmp_path):
+    folder = plain_folder(tmp_path / "m", model_type="no-such-model")
+    with pytest.raises(UnsupportedModelError, match=f"^{re.escape(str(folder))}: no embedding width: transformers"):
+        output_dim(load_model_spec(folder))
+
+
+@pytest.mark.parametrize("value", [0, "24", 24.0, True])
+def test_a_pooling_width_that_is_not_a_positive_integer_names_the_file(tmp_path, value):
+    folder = st_folder(tmp_path / "m")
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": value}))
+    with pytest.raises(
+        UnsupportedModelError, match=r"1_Pooling/config\.json: embedding_dimension .* is not a positive"
+    ):
+        load_model_spec(folder)
