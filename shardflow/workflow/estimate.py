@@ -1222,14 +1222,19 @@ def _sweep_rows(
         borrowed: dict[str, set[str]] = {}  # point -> the folders whose rates its jobs take
         for pid, seed in jobs:
             job_cfg = {**cfg, **spec.job_config(pid, seed)}
-            own = [f"{RESULTS}/sweeps/{spec.folder}/{pid}/seed={seed}/{spec.stage}"]
+            # The job's own folder, then its point's other seeds': measured at its values,
+            # before the main run's, measured at the main config's.
+            own = [f"{RESULTS}/sweeps/{spec.folder}/{pid}/seed={s}/{spec.stage}" for s in dict.fromkeys((seed, *spec.seeds))]
             group = {"sweep": spec.folder, "point": pid, "seed": seed}
             if spec.stage in CHUNK_STAGES:
                 on_gpu = SWEEP_CHUNK_RULES[spec.stage] not in on_cpu
                 estimate_row = embed_row if spec.stage == "embed" else summarise_row
                 parts.append(estimate_row(job_cfg, label, per_chunk, on_gpu, first=own, length=length))
                 rate = parts[-1].rate
-                if rate.measured and rate.where not in own and not _point_matches(spec.point(pid), cfg):
+                # A sweep job's rate (this point's other seed, a matching point of another
+                # sweep: sweep_job_folders) was measured at the point's values.
+                swept = rate.where.startswith(f"{RESULTS}/sweeps/")
+                if rate.measured and not swept and not _point_matches(spec.point(pid), cfg):
                     borrowed.setdefault(pid, set()).add(rate.where)
             else:
                 parts.append(train_row(job_cfg, label, "sweep_train" not in on_cpu, own, gpu, dataset=main))

@@ -189,6 +189,12 @@ def test_an_embed_sweeps_points_that_have_not_run_say_their_rate_is_the_main_run
     assert any(n.startswith("1 of 3 points at a rate measured by results/ds/embed") for n in got.notes), got.notes
     embed_stats("results/sweeps/tb/token_budget=8192/seed=0/embed", "cuda", items=9000)
     assert not any("with the main config's" in n for n in row(run(cfg), "embed", "sweep tb").notes)
+    # A point's other seed takes the rate its first seed measured, at the point's value,
+    # not the main run's (which it took, said to be the main config's).
+    two_seeds = {**sweep, "seeds": [0, 1], "grid": {"embedding.token_budget": [512, 8192]}}
+    got = row(run(config(tmp_path, embedding={"token_budget": 2048}, sweeps={"tb": two_seeds})), "embed", "sweep tb")
+    assert not any("with the main config's" in n for n in got.notes), got.notes
+    assert got.seconds == pytest.approx([0.5 / 9, 0.5 / 9] * 4)  # 50 records a chunk at each point's 900/s
 
 
 def test_summarise_rates_are_only_those_of_the_same_method(tmp_path):
