@@ -15,6 +15,7 @@ import math
 import textwrap
 import time
 
+from shardflow.core.madewith import same_checkout
 from shardflow.workflow.reproduce import RECORD_KEYS, read_provenance
 
 # What compare reads of a record beyond what check_reproduction does, and as what JSON
@@ -105,12 +106,25 @@ def _checkouts(records: list) -> list:
     return [json.loads(text) for text in sorted(kept)]
 
 
+def _same_checkouts(a: list, b: list) -> bool:
+    """Whether two lists of checkouts name the same ones (same_checkout: by the keys both
+    records hold, so a job's from before diff_sha256 was recorded matches a newer one's)."""
+    return all(any(same_checkout(x, y) for y in b) for x in a) and all(any(same_checkout(x, y) for x in a) for y in b)
+
+
 def _git(a: dict, b: dict) -> dict:
+    """The checkouts of the two records and of their jobs, compared as provenance compares
+    a job's with its record's (core.madewith.same_checkout): a record written before
+    diff_sha256 was recorded is the same checkout as a newer one of its commit and flag."""
     checkouts = [{k: r["git"][k] for k in CHECKOUT_KEYS if k in r["git"]} for r in (a, b)]
     checkout = mapping(*checkouts)
+    checkout["same"] = same_checkout(*checkouts)
+    if checkout["same"]:  # a key only one record holds says nothing here
+        checkout.update(only_a={}, only_b={})
     jobs = [None if r["jobs_made_with"] is None else _checkouts(r["jobs_made_with"].get("git") or []) for r in (a, b)]
-    return {"same": checkout["same"] and jobs[0] == jobs[1], "checkouts": checkouts, "checkout": checkout,
-            "jobs": None if jobs[0] == jobs[1] else jobs}
+    jobs_same = jobs[0] == jobs[1] or (None not in jobs and _same_checkouts(*jobs))
+    return {"same": checkout["same"] and jobs_same, "checkouts": checkouts, "checkout": checkout,
+            "jobs": None if jobs_same else jobs}
 
 
 def _jobs_packages(record: dict) -> dict | None:

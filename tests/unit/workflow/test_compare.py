@@ -131,6 +131,22 @@ def test_a_model_checkout_and_gpu_that_differ_are_named(record):
     assert compare.compare(record, other)["models"]["same"] is True
 
 
+def test_a_record_from_before_diff_sha256_is_the_same_checkout_as_a_newer_one_of_its_commit(record):
+    """Compared as provenance compares a job's checkout with its record's (same_checkout,
+    by the keys both hold): a run recorded before diff_sha256 against its rerun today, at
+    the same clean commit, said `git: differs` and listed the new key."""
+    record["git"] = {"commit": "a" * 40, "dirty": False, "diff_sha256": None, "diff_files": [], "diff_unhashed": []}
+    record["jobs_made_with"]["git"] = [record["git"]]
+    old = copy.deepcopy(record)
+    old["git"] = {"commit": "a" * 40, "dirty": False}
+    old["jobs_made_with"]["git"] = [old["git"]]
+    diff = compare.compare(old, record)
+    assert diff["git"]["same"] is True and diff["git"]["jobs"] is None
+    assert "git: same (aaaaaaaaaaaa clean)" in compare.table(diff, "a.json", "b.json")
+    record["git"]["commit"] = "b" * 40  # another commit still differs
+    assert compare.compare(old, record)["git"]["same"] is False
+
+
 def test_long_values_are_shortened_in_the_middle_to_fit_100_columns(record):
     other = copy.deepcopy(record)
     long_path = "/very/long/" + "folder/" * 30 + "corpus.jsonl"
