@@ -43,7 +43,7 @@ class TrainParams:
     checkpoint_interval: int = 250
     # execution
     seed: int = 1337
-    dtype: str = "auto"  # auto (bf16 on CUDA if supported, else fp32) | float32 | bfloat16
+    dtype: str = "auto"  # auto (bf16 where the GPU runs it natively, else fp32) | float32 | bfloat16
     compile: bool = False  # torch.compile, CUDA only
     compile_cache: str | None = None  # torch's compile cache folder, shared by jobs (None: torch's own)
     device: str = "auto"  # auto | cpu | cuda

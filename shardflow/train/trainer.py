@@ -70,7 +70,14 @@ from shardflow.core import locks
 from shardflow.core.atomic import atomic_open, atomic_path, write_json
 from shardflow.core.controller import ENV as CONTROLLER_ENV
 from shardflow.core.controller import Controller, OrphanedJobError
-from shardflow.core.devices import PEAK_GPU_KEYS, device_memory, peak_memory, reset_peak_memory, use_compile_cache
+from shardflow.core.devices import (
+    PEAK_GPU_KEYS,
+    device_memory,
+    dtype_name,
+    peak_memory,
+    reset_peak_memory,
+    use_compile_cache,
+)
 from shardflow.core.failures import mark_out_of_memory
 from shardflow.core.files import read_json
 from shardflow.core.hashing import digest, sha256_file
@@ -392,7 +399,9 @@ class Runtime:
         return t
 
 
-def resolve_runtime(p: TrainParams) -> Runtime:
+def resolve_runtime(p: TrainParams, checkpointed: str | None = None) -> Runtime:
+    """The device and precision `p` names, auto resolved here. `checkpointed`: the dtype
+    of the checkpoint this run continues, if any (`checkpoint_dtype`), for `auto_dtype`."""
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
     device = p.device
     if device == "auto":
@@ -400,12 +409,36 @@ def resolve_runtime(p: TrainParams) -> Runtime:
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    dtype = p.dtype
-    if dtype == "auto":
-        # natively: a V100 or T4 emulates bf16 in fp32 (core.devices.resolve_dtype)
-        cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
-        dtype = "bfloat16" if cuda_bf16 else "float32"
+    dtype = auto_dtype(device, checkpointed) if p.dtype == "auto" else p.dtype
     return Runtime(device, getattr(torch, dtype), rank, world)
+
+
+def auto_dtype(device: torch.device, checkpointed: str | None = None) -> str:
+    """train.dtype auto on `device`: bf16 where the GPU runs it natively (compute
+    capability 8 and up; a V100 or T4 emulates it in fp32, core.devices.resolve_dtype),
+    else fp32. A checkpoint's dtype wins where the GPU can run it, emulated bf16 included:
+    the dtype is part of the resume key, so an attempt on an A100 retried on a V100 (or a
+    V100's fp32 attempt retried on an A100, or a V100 checkpoint from before 2026-11-29,
+    when auto counted emulated bf16) would otherwise be refused on every retry. The run
+    goes on as it began, slower where bf16 is emulated."""
+    if device.type != "cuda":
+        return "float32"
+    if checkpointed == "float32" or (checkpointed == "bfloat16" and torch.cuda.is_bf16_supported()):
+        return checkpointed
+    return "bfloat16" if torch.cuda.is_bf16_supported(including_emulation=False) else "float32"
+
+
+def checkpoint_dtype(path: Path) -> str | None:
+    """The dtype the GPU run whose checkpoint is at `path` trained in, its tensors mapped,
+    not read (a checkpoint of several GB is loaded once, by load_checkpoint). None where
+    there is no checkpoint, a CPU run's (refused on a GPU for its device anyway), or one
+    that cannot be read: load_checkpoint then says why."""
+    try:
+        key = torch.load(path, map_location="cpu", weights_only=True, mmap=True)["key"]
+        dtype = key["dtype"] if key["device"] == "cuda" else None
+    except Exception:  # unreadable, foreign, not there: load_checkpoint reads it again and says why
+        return None
+    return dtype if isinstance(dtype, str) else None
 
 
 @torch.no_grad()
@@ -660,7 +693,16 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
         decode = tokenizer.decode
     logger = logger or log
     p = params
-    rt = resolve_runtime(p)
+    ckpt_path = resume_dir / CHECKPOINT_NAME
+    checkpointed = checkpoint_dtype(ckpt_path) if p.dtype == "auto" else None
+    rt = resolve_runtime(p, checkpointed)
+    fresh = auto_dtype(rt.device)
+    if checkpointed is not None and dtype_name(rt.dtype) == checkpointed != fresh:
+        slower = " (slower: this GPU emulates bf16)" if checkpointed == "bfloat16" else ""
+        logger.warning("checkpoint %s was written in %s: continued in %s, not the %s that train.dtype auto picks "
+                       "for a new run on %s, so the run goes on as it began%s. Delete the resume folder %s to "
+                       "start over in %s", ckpt_path, checkpointed, checkpointed, fresh, device_memory(rt.device)[0],
+                       slower, resume_dir, fresh)
     if processes < 1 or (rt.world > 1 and processes not in (1, rt.world)):
         raise ValueError(f"train for {processes} processes cannot run as {rt.world} (torchrun's world size)")
     # the ranks whose micro-batches this process trains: 1, or all of them in one process
@@ -694,7 +736,6 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
         )
 
     step, history, best, prior_seconds = 0, [], {"val_loss": math.inf, "step": None}, 0.0
-    ckpt_path = resume_dir / CHECKPOINT_NAME
     controller = Controller.from_env(os.environ.get(CONTROLLER_ENV))
 
     def stop_if_orphaned(when: str) -> None:

@@ -150,6 +150,67 @@ def test_auto_dtype_trains_in_fp32_on_a_gpu_that_only_emulates_bf16(monkeypatch)
     assert resolve_runtime(TrainParams(device="auto", dtype="auto")).dtype == torch.bfloat16
 
 
+def test_auto_dtype_continues_a_checkpoint_in_its_dtype_where_the_gpu_can_run_it(monkeypatch):
+    """A job whose attempt on an A100 (bf16) was killed and retried on a V100 or T4, or a
+    job that checkpointed on a V100 before auto stopped counting emulated bf16: under auto
+    the checkpoint's dtype wins where the GPU runs it at all, so the resume key matches
+    and the run goes on instead of every retry stopping at a CheckpointError."""
+    auto = TrainParams(device="auto", dtype="auto")
+
+    def gpu(native: bool, emulated: bool) -> None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported",
+                            lambda including_emulation=True: emulated if including_emulation else native)
+
+    gpu(native=False, emulated=True)  # a V100 or T4
+    assert resolve_runtime(auto, "bfloat16").dtype == torch.bfloat16
+    assert resolve_runtime(auto, "float32").dtype == torch.float32
+    assert resolve_runtime(auto).dtype == torch.float32  # no checkpoint: a new run, in fp32
+    assert resolve_runtime(TrainParams(device="auto", dtype="float32"), "bfloat16").dtype == torch.float32  # as set
+    gpu(native=False, emulated=False)  # no bf16 at all: the key then refuses the checkpoint, naming dtype
+    assert resolve_runtime(auto, "bfloat16").dtype == torch.float32
+    gpu(native=True, emulated=True)  # an A100 taking over from a V100's fp32 attempt
+    assert resolve_runtime(auto, "float32").dtype == torch.float32
+    assert resolve_runtime(auto).dtype == torch.bfloat16
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_runtime(auto, "bfloat16").dtype == torch.float32  # the CPU: another device in the key anyway
+
+
+def test_train_resolves_auto_with_the_checkpoints_dtype_and_warns(shards, tmp_path, monkeypatch, caplog):
+    """_train reads the checkpoint's dtype (its key, the tensors only mapped) before it
+    resolves the runtime, and says when the checkpoint's dtype is not the one auto picks
+    for a new run here. The runtime is faked: a CPU cannot train a GPU's bf16 checkpoint."""
+    from shardflow.train import trainer
+
+    resume = tmp_path / "resume"
+    resume.mkdir()
+
+    def checkpoint(device: str) -> None:
+        torch.save({"format": trainer.CHECKPOINT_FORMAT, "version": trainer.CHECKPOINT_VERSION,
+                    "key": {"device": device, "dtype": "bfloat16"}, "model": {"w": torch.zeros(4)}},
+                   resume / trainer.CHECKPOINT_NAME)
+
+    checkpoint("cuda")
+    seen = []
+
+    def runtime(p, checkpointed=None):
+        seen.append(checkpointed)
+        return trainer.Runtime(torch.device("cpu"), torch.bfloat16)
+
+    monkeypatch.setattr(trainer, "resolve_runtime", runtime)
+    with caplog.at_level("WARNING"), pytest.raises(CheckpointError, match="other parameters"):
+        train(shards, tmp_path / "out", TrainParams(**TINY, max_iters=2), resume_dir=resume)
+    assert seen == ["bfloat16"]
+    assert "written in bfloat16: continued in bfloat16, not the float32" in caplog.text
+    seen.clear()
+    with pytest.raises(CheckpointError):  # a dtype set in the config: the checkpoint is not read for it
+        train(shards, tmp_path / "out", TrainParams(**TINY, max_iters=2, dtype="float32"), resume_dir=resume)
+    checkpoint("cpu")  # a CPU run's: refused on a GPU for its device, whatever the dtype
+    with pytest.raises(CheckpointError):
+        train(shards, tmp_path / "out", TrainParams(**TINY, max_iters=2), resume_dir=resume)
+    assert seen == [None, None]
+
+
 def test_params_are_checked():
     with pytest.raises(TypeError, match="learning_rate"):
         TrainParams(learning_rate=1e-3)
