@@ -31,14 +31,15 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """auto: bf16 on CUDA (fp16 where bf16 is unsupported), fp32 on CPU. Supported means
-    natively (compute capability 8 and up): torch counts bf16 emulated in fp32 on a V100
-    or T4 unless told not to, slower than their fp16 tensor cores."""
+def resolve_dtype(name: str, device: torch.device, fallback: torch.dtype = torch.float16) -> torch.dtype:
+    """auto: bf16 on CUDA (`fallback` where bf16 is unsupported), fp32 on CPU. Supported
+    means natively (compute capability 8 and up): torch counts bf16 emulated in fp32 on a
+    V100 or T4 unless told not to, slower than their fp16 tensor cores. fp16 suits
+    encoders; an engine whose models overflow in fp16 (T5's activations) passes fp32."""
     if name != "auto":
         return DTYPES[name]
     if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
+        return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else fallback
     return torch.float32
 
 
@@ -82,13 +83,15 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def runtime(device_setting: str, dtype_setting: str, threads: int | None) -> tuple[torch.device, torch.dtype, str]:
-    """Resolve a job's device and dtype, apply its thread count; also a one-line
-    description of the software and hardware for the job's log."""
+def runtime(
+    device_setting: str, dtype_setting: str, threads: int | None, fallback: torch.dtype = torch.float16
+) -> tuple[torch.device, torch.dtype, str]:
+    """Resolve a job's device and dtype (`fallback` as resolve_dtype's), apply its thread
+    count; also a one-line description of the software and hardware for the job's log."""
     import transformers
 
     device = resolve_device(device_setting)
-    dtype = resolve_dtype(dtype_setting, device)
+    dtype = resolve_dtype(dtype_setting, device, fallback)
     if threads:
         torch.set_num_threads(threads)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()

@@ -81,8 +81,8 @@ class GenerateParams:
 
     model: a local Hugging Face model folder, seq2seq (BART, PEGASUS, T5) or
         decoder-only (anything `AutoModelForCausalLM` loads).
-    device: auto, cpu, cuda or cuda:N. dtype: auto (bf16 on CUDA, fp32 on CPU),
-        float32, bfloat16 or float16.
+    device: auto, cpu, cuda or cuda:N. dtype: auto (bf16 on CUDA where the GPU runs
+        it natively, else fp32), float32, bfloat16 or float16.
     token_budget: most padded input tokens (rows x longest row x num_beams) in one
         batch; None picks a per-device default (AUTO_TOKEN_BUDGET).
     max_batch_size: most texts in one batch, whatever the budget.

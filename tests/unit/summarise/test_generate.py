@@ -582,6 +582,32 @@ def test_summarise_chunk_records_the_peak_gpu_memory_of_the_generators_device(ti
     assert "generate" in events[1:-1]
 
 
+@pytest.mark.parametrize("native, dtype", [(False, torch.float32), (True, torch.bfloat16)])
+def test_auto_summarises_in_fp32_on_a_gpu_without_native_bf16(tiny, monkeypatch, native, dtype):
+    """A V100 or T4 (no native bf16): fp16 overflows T5-family models (inf and NaN
+    activations), so auto summarises in fp32 there, bf16 where the GPU runs it natively.
+    No GPU here: the CUDA queries are faked and the model is never loaded."""
+    from shardflow.summarise import generate
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation or native)
+    loaded = []
+
+    class Unloaded(Exception):
+        """The model stays unloaded: there is no GPU to put it on."""
+
+    def load_model(folder, config, dtype, device, logger):
+        loaded.append((dtype, device))
+        raise Unloaded
+
+    monkeypatch.setattr(generate, "_load_model", load_model)
+    with pytest.raises(Unloaded):
+        load_generator(params(tiny["t5"], device="auto"))
+    assert loaded == [(dtype, torch.device("cuda", 0))]
+
+
 def test_a_summarise_model_that_is_not_there_is_a_missing_file_not_a_config_error(tmp_path):
     """A folder that has gone (or that this node's local disk lacks) is an OSError, which
     a retry may cure on another node (shardflow.core.failures does not record it); a file
