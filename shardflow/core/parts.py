@@ -10,9 +10,10 @@ everything that decides the output and of the input's path (see `resume_key`), h
     attempt-<host>-<pid>-<start ns>.json
                          one per attempt of the job (its start, the time of its last
                          saved part, the parts it saved and their records, its device,
-                         and the job it works for: its output's logical path, where
-                         given): written when it opens the folder, again after each
-                         part it saves
+                         and the job it works for, where given: its output's logical
+                         path, and since 2026-11-29 the run that keeps it and a digest
+                         of its settings, `JobIdentity`): written when it opens the
+                         folder, again after each part it saves
 
 Every file is written atomically, so a part that exists is complete. The manifest
 double-checks the folder belongs to this job, for callers that pass their own
@@ -30,10 +31,10 @@ naming the path and the error, as one the bucket will not delete is
 A job killed mid-way (a preempted spot pod, a SLURM timeout) leaves its attempt record
 behind; the attempt that finishes reads the earlier ones (`attempt_totals`) into its
 stats, so that the cost counts the device time the killed attempts spent. A killed
-attempt retried on another node type (the folder's name hashes the hardware), or after
-a change of settings, left them in a folder of its own: the finished job counts those
-too, found by their records naming its output, and removes their folders with its own
-(`remove_job_parts`). That time
+attempt retried on another node type (the folder's name hashes the hardware) left them
+in a folder of its own: the finished job counts those too, found by their records
+naming its output, its run and its settings, and removes their folders with its own
+(`remove_job_parts`; another run's or another setting's folders are left). That time
 is a lower bound: a record starts when its attempt opens the folder (model loading
 before it is not known) and ends at its last saved part (work lost after it is not
 known either). Folders from before attempt records hold none: nothing is counted.
@@ -61,6 +62,7 @@ import shutil
 import socket
 import sys
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +70,7 @@ import numpy as np
 
 from shardflow.core.atomic import atomic_write_bytes
 from shardflow.core.hashing import digest, sha256_file
-from shardflow.core.s3 import logical_path
+from shardflow.core.s3 import logical_path, stored_place
 
 log = logging.getLogger(__name__)
 
@@ -268,34 +270,84 @@ def _is_record(rec: Any) -> bool:
             and isinstance(rec.get("last_part_unix") or 0, (int, float)))
 
 
+# Params left out of a job's settings: the device and thread count are the node's (the
+# output identity holds what they resolve to), a model's path can differ from node to
+# node (its identity stands for it), and the compile cache decides no output.
+NOT_SETTINGS = ("model", "device", "threads", "compile_cache")
+
+
+def configured(params: Any, model: Any) -> dict[str, Any]:
+    """A job's settings as configured: its params (a dataclass) as given, before `auto`
+    resolves per device (a dtype, a token budget, the speed-ups), without NOT_SETTINGS;
+    and `model`, what names its model by content (core.hashing.model_identity; an
+    extractive job's: its encoder's settings)."""
+    return {"model": model, "params": {k: v for k, v in asdict(params).items() if k not in NOT_SETTINGS}}
+
+
+@dataclass(frozen=True)
+class JobIdentity:
+    """The job a resume folder's attempts work for, as their records name it
+    (`job_identity`): `job`, its output's logical path (core.s3.logical_path, which `make
+    status` reads); `run`, where the run keeps that output (core.s3.stored_place: the
+    absolute path, or in S3 storage the object's URL), which two runs sharing a resume
+    root (two working directories, two storage prefixes) never share; `settings`, a
+    digest of the chunk (its bytes and path) and the job's settings as configured
+    (`configured`): the resume key's output identity less what the hardware decides."""
+
+    job: str
+    run: str
+    settings: str
+
+    def named_by(self, record: dict) -> bool:
+        """Whether an attempt record names this job, run and settings (a record from
+        before records named the run and the settings never does)."""
+        return all(record.get(k) == v for k, v in asdict(self).items())
+
+
+def job_identity(output: str | Path, chunk: str | Path, settings: dict[str, Any]) -> JobIdentity:
+    """The `JobIdentity` of the job that writes `output` from `chunk` with `settings`
+    (`configured`)."""
+    return JobIdentity(logical_path(output), stored_place(output), resume_key(chunk, settings))
+
+
 def remove_job_parts(
-    folder: str | Path, root: str | Path, job: str, since: float, earlier: dict[str, Any]
+    folder: str | Path, root: str | Path, job: JobIdentity, since: float, earlier: dict[str, Any]
 ) -> dict[str, Any]:
     """Remove a finished job's resume `folder` (`resume_folder(root, key)`) and the job's
     other folders under `root`; return `earlier` (the `attempt_totals` of the folder's
     earlier attempts, or stats holding them) with those other folders' attempts added.
 
     A folder's name hashes the output identity, which holds the hardware (the GPU's
-    model and SM count, the CPU's thread count) and the settings: a killed attempt
-    retried on another node type (a partition of mixed GPUs or MIG slices, a spot
-    replacement of another instance type), or after a change of settings, left its
-    parts and record in a folder the retry never opens. Such a folder is told by its
-    attempt records alone (one listing of `root`'s folders, then each one's small
-    records; no part is read): every record names `job` (the output's logical path),
-    and none shows work since `since` (this job's start): not opened, no part saved
-    after it. Any other folder is left as it is: another chunk's or output's, one whose
-    records name no job (from before they did) or do not read back, one without records
-    (train/'s checkpoints), and one an attempt at the job worked in after `since`,
-    which still runs elsewhere (a zombie beside its retry) and removes it when it
-    finishes. A zombie that saved no part for as long as this job ran is taken as dead:
-    it makes its folder again at its next part (`PartStore._write`), as in a folder the
-    job shares with it. A root that cannot be listed (a bucket's error) is a warning;
-    the job's own folder still goes."""
+    model and SM count, the CPU's thread count, and what `auto` resolves to on them): a
+    killed attempt retried on another node type (a partition of mixed GPUs or MIG
+    slices, a spot replacement of another instance type) left its parts and record in a
+    folder the retry never opens. Such a folder is told by its attempt records alone
+    (one listing of `root`'s folders, then each one's small records; no part is read):
+    every record names this `job` (`JobIdentity.named_by`: the same output, the same run,
+    the same settings), and none shows work since `since` (this job's start): not
+    opened, no part saved after it. Any other folder is left as it is, and none of its
+    time counted: another chunk's or output's; another run's under a shared resume root
+    (gpu_jobs.resume_dir on a volume two working directories use), which that run
+    resumes; the same job's under other settings (another model, a changed setting:
+    switched back, they resume); one with a record that names no run or settings
+    (written before records did) or does not read back; one without records (train/'s
+    checkpoints); and one an attempt at the job worked in after `since`, which still
+    runs elsewhere (a zombie beside its retry) and removes it when it finishes.
+
+    A live attempt is misjudged in one case: a zombie of this job (its node or its
+    Snakemake lost, the job retried meanwhile) on another node type, that opened its
+    folder before this job started and saved no part since (loading, compiling, or
+    slower per part than this whole job), or whose node's clock runs behind enough to
+    make it look so. It is taken as dead: counted here, its folder removed; it makes the
+    folder again at its next part (`PartStore._write`) and goes on without the parts it
+    had, as a zombie on the retry's own node type does in the folder it shares with the
+    retry. A root that cannot be listed (a bucket's error) is a warning; the job's own
+    folder still goes."""
     try:
         names = _backend(root).folders()
     except OSError as exc:
         log.warning("cannot list the resume folders in %s (%s): a killed attempt at %s in another of them, if any, "
-                    "is not counted and stays", root, exc, job)
+                    "is not counted and stays", root, exc, job.job)
         names = []
     own = os.path.basename(str(folder).rstrip("/"))
     others: list[str] = []
@@ -308,11 +360,11 @@ def remove_job_parts(
             found = PartStore(other, {}).earlier_attempts()
         except (OSError, ValueError, KeyError, TypeError):  # whose attempts these were is not known
             continue
-        if not found or not all(_is_record(r) and r.get("job") == job for r in found):
+        if not found or not all(_is_record(r) and job.named_by(r) for r in found):
             continue
         if any(max(r["start_unix"], r.get("last_part_unix") or 0) >= since for r in found):
             log.info("leaving %s: an attempt at %s opened it or saved a part there after this one started (still "
-                     "running elsewhere, or a clock ahead); it removes its folder when it finishes", other, job)
+                     "running elsewhere, or a clock ahead); it removes its folder when it finishes", other, job.job)
             continue
         others.append(other)
         records += found
@@ -325,10 +377,14 @@ def remove_job_parts(
 class PartStore:
     """The parts of one job. `open()` creates the folder or checks it is this job's, and
     starts this attempt's record; `device` is what the attempt runs on ("cuda:0", "cpu"),
-    `job` what the parts are for (the job's output, as core.s3.logical_path names it),
-    both written into the attempt's record."""
+    `job` what the parts are for: a `JobIdentity` (its output, run and settings, which
+    `remove_job_parts` matches), or the output's logical path alone (core.s3.logical_path;
+    such records are never matched), both written into the attempt's record."""
 
-    def __init__(self, folder: str | Path, manifest: dict[str, Any], device: str | None = None, job: str | None = None):
+    def __init__(
+        self, folder: str | Path, manifest: dict[str, Any], device: str | None = None,
+        job: JobIdentity | str | None = None,
+    ):
         self.folder = str(folder)
         self.manifest = manifest
         self.device = device
@@ -360,7 +416,8 @@ class PartStore:
         host, pid = socket.gethostname(), os.getpid()
         self._attempt_name = attempt_name(host, pid, start_ns)
         self._attempt = {"host": host, "pid": pid, "start_unix": start_ns / 1e9, "last_part_unix": None,
-                         "parts_saved": 0, "items_saved": 0, "device": self.device, "job": self.job}
+                         "parts_saved": 0, "items_saved": 0, "device": self.device}
+        self._attempt.update(asdict(self.job) if isinstance(self.job, JobIdentity) else {"job": self.job})
         self._write_attempt()
         return self
 

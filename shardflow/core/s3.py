@@ -174,6 +174,15 @@ def logical_path(path: str | os.PathLike, default_prefix: str | None = None, loc
     return url
 
 
+def stored_place(path: str | os.PathLike) -> str:
+    """Where a file is kept, which no other run shares: a job's copy of a file in
+    Snakemake storage as its object's URL (`s3://bucket/prefix/results/...`, whatever the
+    pod's working directory), any other path made absolute (the same `results/...` of
+    two working directories differs)."""
+    place = logical_path(path, default_prefix="")
+    return place if "://" in place else os.path.abspath(place)
+
+
 def fresh_folder_checks() -> None:
     """Make snakemake-storage-plugin-s3 (0.3.6) look again whether a folder exists.
 

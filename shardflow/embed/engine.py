@@ -81,7 +81,7 @@ from shardflow.core.jobs import EngineCounters
 from shardflow.core.models import NO_LIMIT, load_for_inference
 from shardflow.core.npyio import write_npy
 from shardflow.core.oom import OomBackoff, TooLargeError
-from shardflow.core.parts import PartStore, remove_job_parts, resume_folder
+from shardflow.core.parts import JobIdentity, PartStore, configured, job_identity, remove_job_parts, resume_folder
 from shardflow.core.s3 import logical_path
 from shardflow.corpus.chunks import naming_records, read_chunk
 from shardflow.embed import accel, aot
@@ -408,6 +408,8 @@ class Encoder:
         self.backoff = OomBackoff(resolve_token_budget(params, device), device, logger)
         self.output_dtype = np.dtype(params.output_dtype)
         self.identity = output_identity(params, spec)
+        # As configured (core.parts.configured): a killed attempt on another node type had the same.
+        self.settings = configured(params, self.identity["model"])
         self.last_stats = EncodeStats()
         self.packing = accel.Choice("off", "not set up")
         self.kernels = accel.Choice("off", "not set up")
@@ -997,14 +999,14 @@ class Encoder:
         texts: Sequence[str],
         resume_dir: str | Path | None = None,
         progress: Callable[[int, int], None] | None = None,
-        job: str | None = None,
+        job: JobIdentity | str | None = None,
     ) -> np.ndarray:
         """Embed `texts` -> array [len(texts), dim] of `output_dtype`, in input order.
 
         With `resume_dir`, finished windows are saved there and reused by a later call
         with the same texts and params (the folder is left in place: the caller removes
         it once the final output is safely written; `embed_chunk` does); `job`, the
-        output they are for, goes into the folder's attempt records (core.parts).
+        output they are for (core.parts.PartStore), goes into the folder's attempt records.
         `progress(done, total)` is called after every batch.
         """
         texts = list(texts)
@@ -1229,9 +1231,9 @@ def embed_chunk(
     included: core.devices.peak_memory, null on the CPU).
 
     Resume state lives in `<resume_root>/<resume_key(chunk, params)>` and is removed
-    once both outputs are written, with the job's folders under other identities (its
-    killed attempts on other hardware: core.parts.remove_job_parts), whose attempts the
-    stats count. `encoder` reuses an already loaded model.
+    once both outputs are written, with the folders of its killed attempts on other
+    hardware (the same output, run and settings: core.parts.remove_job_parts), whose
+    attempts the stats count. `encoder` reuses an already loaded model.
     """
     logger = logger or log
     started = time.time()  # a folder of this job worked in since is another attempt's, still running
@@ -1242,7 +1244,7 @@ def embed_chunk(
         raise ValueError("encoder was loaded with different params")
     ids, texts = read_chunk(chunk_path)
     folder = resume_folder(resume_root, resume_key(chunk_path, params, encoder.identity))
-    job = logical_path(out_npy)
+    job = job_identity(out_npy, chunk_path, encoder.settings)
     with naming_records(chunk_path, ids, TextTooLargeError, EmptyTextError):
         emb = encoder.encode(texts, resume_dir=folder, job=job)
     controller.stop_if_gone(running, f"the finished parts are kept in {folder}")

@@ -84,7 +84,16 @@ from shardflow.core.hashing import digest, model_identity, texts_fingerprint
 from shardflow.core.jobs import EngineCounters
 from shardflow.core.models import NO_LIMIT, load_for_inference
 from shardflow.core.oom import OomBackoff, TooLargeError
-from shardflow.core.parts import FORMAT_VERSION, PartStore, remove_job_parts, resume_folder, resume_key
+from shardflow.core.parts import (
+    FORMAT_VERSION,
+    JobIdentity,
+    PartStore,
+    configured,
+    job_identity,
+    remove_job_parts,
+    resume_folder,
+    resume_key,
+)
 from shardflow.core.s3 import logical_path
 from shardflow.corpus.chunks import naming_records, read_chunk
 from shardflow.summarise.generate_params import (
@@ -356,6 +365,8 @@ class Generator:
         # budget is shared by them); it halves on out-of-memory, for the Generator's lifetime.
         self.backoff = OomBackoff(max(1, self.token_budget // self.effective.num_beams), device, logger)
         self.identity = self._identity()
+        # As configured (core.parts.configured): a killed attempt on another node type had the same.
+        self.settings = configured(params, self.identity["model"])
         self.last_stats = SummariseStats()
 
     # ---- settings -------------------------------------------------------------------
@@ -642,7 +653,7 @@ class Generator:
         ]
 
     def summarise(
-        self, texts: Sequence[str], resume_dir: str | Path | None = None, job: str | None = None
+        self, texts: Sequence[str], resume_dir: str | Path | None = None, job: JobIdentity | str | None = None
     ) -> list[dict]:
         """Summarise `texts` -> one record per text, in input order:
         {"summary": str, "input_tokens": int, "output_tokens": int, "truncated": bool}.
@@ -650,7 +661,7 @@ class Generator:
         With `resume_dir`, each finished window of `window` texts is saved there and
         reused by a later call with the same texts and settings (the caller removes
         the folder once its output is safely written; `summarise_chunk` does); `job`,
-        the output they are for, goes into the folder's attempt records (core.parts).
+        the output they are for (core.parts.PartStore), goes into the folder's attempt records.
         """
         texts = list(texts)
         for i, t in enumerate(texts):
@@ -730,9 +741,9 @@ def summarise_chunk(
     memory among them, model loading included: core.devices.peak_memory, null on the CPU).
 
     Resume state lives in `<resume_root>/<resume_key(chunk, identity)>` and is removed
-    once the output is written, with the job's folders under other identities (its
-    killed attempts on other hardware: core.parts.remove_job_parts), whose attempts the
-    stats count. `generator` reuses an already loaded model.
+    once the output is written, with the folders of its killed attempts on other
+    hardware (the same output, run and settings: core.parts.remove_job_parts), whose
+    attempts the stats count. `generator` reuses an already loaded model.
     """
     logger = logger or log
     started = time.time()  # a folder of this job worked in since is another attempt's, still running
@@ -743,7 +754,7 @@ def summarise_chunk(
         raise ValueError("generator was loaded with different params")
     ids, texts = read_chunk(chunk_path)
     folder = resume_folder(resume_root, resume_key(chunk_path, generator.identity))
-    job = logical_path(out_path)
+    job = job_identity(out_path, chunk_path, generator.settings)
     with naming_records(chunk_path, ids, TooLargeError, SamplingError):
         records = generator.summarise(texts, resume_dir=folder, job=job)
     controller.stop_if_gone(running, f"the finished parts are kept in {folder}")

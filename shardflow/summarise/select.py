@@ -18,8 +18,15 @@ from typing import Any
 from shardflow.core import controller
 from shardflow.core.devices import peak_memory, reset_peak_memory
 from shardflow.core.hashing import digest, texts_fingerprint
-from shardflow.core.parts import FORMAT_VERSION, PartStore, remove_job_parts, resume_folder, resume_key
-from shardflow.core.s3 import logical_path
+from shardflow.core.parts import (
+    FORMAT_VERSION,
+    PartStore,
+    configured,
+    job_identity,
+    remove_job_parts,
+    resume_folder,
+    resume_key,
+)
 from shardflow.corpus.chunks import read_chunk
 from shardflow.summarise.params import SummariseParams
 from shardflow.summarise.pipeline import summarise_texts
@@ -58,7 +65,10 @@ def select_chunk(
     }
     folder = resume_folder(resume_root, resume_key(chunk_path, identity))
     manifest = {"n_texts": len(texts), "texts_sha256": texts_fingerprint(texts), "identity": digest(identity)}
-    job = logical_path(out_path)
+    # An encoder that does not say its settings (less its hardware) is named by its whole
+    # identity: its killed attempts on other hardware are then left, not counted.
+    encoder_settings = getattr(encoder, "settings", getattr(encoder, "identity", None))
+    job = job_identity(out_path, chunk_path, configured(params, encoder_settings))
     store = PartStore(folder, manifest, device=device, job=job).open()
     records: list[dict] = []
     resumed = generated = 0
@@ -85,7 +95,7 @@ def select_chunk(
     controller.stop_if_gone(running, f"the finished parts are kept in {folder}")
     write_summaries(out_path, ids, records)
     # The killed attempts before this one, read before their records go (those in the
-    # folders of other identities too: the extractive encoder's names its hardware).
+    # folders of its other hardware too: the extractive encoder's identity names it).
     earlier = remove_job_parts(folder, resume_root, job, start_unix, store.attempt_totals())
     seconds = time.perf_counter() - t0
     return {

@@ -14,8 +14,11 @@ import pytest
 
 from shardflow.core import atomic
 from shardflow.core.parts import (
+    JobIdentity,
     PartStore,
     attempt_totals,
+    configured,
+    job_identity,
     remove_job_parts,
     resume_folder,
     resume_key,
@@ -232,12 +235,15 @@ def test_each_attempt_records_its_start_and_last_part_and_reads_the_earlier_ones
     """An attempt writes its record when it opens the folder and again after each part
     it saves; the next attempt reads every record but its own."""
     folder = tmp_path / "parts"
-    first = PartStore(folder, {"job": "t"}, device="cuda:0", job="results/d/embed/embed_0.npy").open()
+    job = JobIdentity("results/d/embed/embed_0.npy", "/work/run/results/d/embed/embed_0.npy", "digest")
+    first = PartStore(folder, {"job": "t"}, device="cuda:0", job=job).open()
     (record,) = list(folder.glob("attempt-*.json"))
     opened = json.loads(record.read_text())
     assert opened["parts_saved"] == 0 and opened["last_part_unix"] is None and opened["device"] == "cuda:0"
     assert opened["pid"] == os.getpid() and opened["items_saved"] == 0
     assert opened["job"] == "results/d/embed/embed_0.npy"  # which job the folder is for (make status)
+    # Which run's and settings' job (core.parts.remove_job_parts)
+    assert (opened["run"], opened["settings"]) == ("/work/run/results/d/embed/embed_0.npy", "digest")
     first.save_records(0, [{"id": "a"}])
     first.save_array(1, np.zeros(3, dtype=np.float32))
     saved = json.loads(record.read_text())
@@ -320,6 +326,8 @@ def test_the_key_of_a_chunk_is_the_same_in_a_local_run_and_an_s3_run(tmp_path, m
 # ------------------------------------------------- the job's folders under other identities
 
 JOB = "results/d/embed/embed_0.npy"
+# The job as its attempts' records name it: its output, the run that writes it, its settings.
+ME = JobIdentity(JOB, "/work/run/results/d/embed/embed_0.npy", "settings-of-model-a")
 
 
 def _folder_with(root: Path, name: str, *records: dict, parts: int = 1) -> Path:
@@ -334,8 +342,11 @@ def _folder_with(root: Path, name: str, *records: dict, parts: int = 1) -> Path:
     return folder
 
 
-def _killed(job=JOB, start=100.0, last=160.0, device="cuda:0"):
-    return {"host": "h", "pid": 1, "start_unix": start, "last_part_unix": last, "device": device, "job": job}
+def _killed(job=JOB, start=100.0, last=160.0, device="cuda:0", run=ME.run, settings=ME.settings):
+    """An attempt's record (None: a key records from before it was written leave out)."""
+    rec = {"host": "h", "pid": 1, "start_unix": start, "last_part_unix": last, "device": device, "job": job,
+           "run": run, "settings": settings}
+    return {k: v for k, v in rec.items() if v is not None or k == "last_part_unix"}
 
 
 def test_a_retry_on_another_node_type_counts_and_removes_the_killed_attempts_folder(tmp_path):
@@ -348,13 +359,124 @@ def test_a_retry_on_another_node_type_counts_and_removes_the_killed_attempts_fol
     _folder_with(root, "a100", _killed(start=100.0, last=160.0, device="cuda:0"), parts=3)
     _folder_with(root, "cpu", _killed(start=200.0, last=230.0, device="cpu"), _killed(start=300.0, last=None))
     own = resume_folder(root, "h100")
-    store = PartStore(own, {"n": 1}, device="cuda:0", job=JOB).open()
+    store = PartStore(own, {"n": 1}, device="cuda:0", job=ME).open()
     store.save_array(0, np.zeros(2, dtype=np.float32))
     own_totals = {"earlier_attempts": 1, "earlier_attempt_seconds": 40.0, "earlier_attempt_devices": {"cuda:0": 40.0}}
-    totals = remove_job_parts(own, root, JOB, time.time(), own_totals)
+    totals = remove_job_parts(own, root, ME, time.time(), own_totals)
     assert totals == {"earlier_attempts": 4, "earlier_attempt_seconds": 40.0 + 60.0 + 30.0,
                       "earlier_attempt_devices": {"cpu": 30.0, "cuda:0": 100.0}}
     assert not root.exists() and (tmp_path / "results" / "d").is_dir()
+
+
+def _killed_an_hour_ago(store: PartStore, parts: int) -> PartStore:
+    """`store` as an attempt killed an hour ago left it, after saving `parts` parts."""
+    for i in range(parts):
+        store.save_array(i, np.zeros(2, dtype=np.float32))
+    (path,) = Path(store.folder).glob("attempt-*.json")
+    rec = json.loads(path.read_text())
+    aged = dict(rec, start_unix=rec["start_unix"] - 3600, last_part_unix=rec["last_part_unix"] - 3000)
+    path.write_text(json.dumps(aged))
+    return store
+
+
+def test_another_runs_folder_under_a_shared_resume_root_is_left_and_not_billed(tmp_path):
+    """Two working directories share one gpu_jobs.resume_dir (a volume mounted in every
+    pod) and a data set name: the same chunk's output, the same settings. The other run's
+    attempt, killed an hour ago with 3 parts, is no attempt at this run's job: its folder
+    stays for that run to resume, and its seconds are not this job's."""
+    root = tmp_path / "shared" / "d"
+    theirs = JobIdentity(JOB, "/work/w2/" + JOB, ME.settings)
+    w2 = _killed_an_hour_ago(PartStore(resume_folder(root, "w2key"), {"n": 1}, device="cuda:0", job=theirs).open(), 3)
+    since = time.time()
+    w1 = PartStore(resume_folder(root, "w1key"), {"n": 1}, device="cuda:0", job=ME).open()
+    w1.save_array(0, np.zeros(2, dtype=np.float32))
+    earlier = {"earlier_attempts": 0, "earlier_attempt_seconds": 0, "earlier_attempt_devices": {}}
+    assert remove_job_parts(w1.folder, root, ME, since, earlier) == earlier
+    assert not os.path.exists(w1.folder)
+    assert sorted(p.name for p in Path(w2.folder).iterdir() if p.name.startswith("part-")) == [
+        PartStore.name(i, ".npy") for i in range(3)]
+
+
+def test_a_killed_attempt_under_other_settings_is_left_for_them_and_not_billed(tmp_path):
+    """In one run: model A killed with 3 parts, model B tried (finished), then back to A.
+    B's job is not A's: A's folder stays (A resumes its 3 parts) and B's stats count none
+    of A's time."""
+    root = tmp_path / "results" / "d" / ".resume"
+    model_a = PartStore(resume_folder(root, "a"), {"n": 1}, device="cuda:0", job=ME).open()
+    _killed_an_hour_ago(model_a, 3)
+    model_b = JobIdentity(ME.job, ME.run, "settings-of-model-b")
+    since = time.time()
+    b = PartStore(resume_folder(root, "b"), {"n": 1}, device="cuda:0", job=model_b).open()
+    b.save_array(0, np.zeros(2, dtype=np.float32))
+    earlier = {"earlier_attempts": 0, "earlier_attempt_seconds": 0, "earlier_attempt_devices": {}}
+    assert remove_job_parts(b.folder, root, model_b, since, earlier) == earlier
+    again = PartStore(resume_folder(root, "a"), {"n": 1}, device="cuda:0", job=ME).open()
+    assert all(again.load_array(i, (2,), np.dtype(np.float32)) is not None for i in range(3))
+
+
+def test_folders_whose_records_do_not_name_the_run_and_settings_are_left(tmp_path):
+    """Records written before they named the run and the settings cannot tell this run's
+    job from another's: a folder with any such record is left, as is one whose records
+    name the job only, and one a record of which names another run."""
+    root = tmp_path / ".resume"
+    kept = [
+        _folder_with(root, "old", _killed(run=None, settings=None)),
+        _folder_with(root, "no_settings", _killed(settings=None)),
+        _folder_with(root, "mixed", _killed(), _killed(start=120.0, run=None, settings=None)),
+        _folder_with(root, "then_another_run", _killed(), _killed(start=120.0, run="/work/w2/" + JOB)),
+    ]
+    own = _folder_with(root, "own")
+    earlier = {"earlier_attempts": 0, "earlier_attempt_seconds": 0, "earlier_attempt_devices": {}}
+    assert remove_job_parts(str(own), root, ME, 1000.0, earlier) == earlier
+    assert sorted(p.name for p in root.iterdir()) == sorted(p.name for p in kept)
+    assert all(len(list(p.iterdir())) > 1 for p in kept)
+
+
+def test_a_jobs_identity_names_its_run_and_its_settings_without_the_hardware(tmp_path, monkeypatch):
+    """`run` is where the output is kept: the same relative output of two working
+    directories differs, while an S3 run's local copy is its object's URL, whatever the
+    pod's working directory. `settings` hashes the chunk (bytes and path), the model and
+    the params as configured, without the device, the thread count and the compile cache
+    (which the node decides or which decide no output)."""
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Params:
+        model: str
+        device: str = "auto"
+        threads: int | None = None
+        compile_cache: str | None = None
+        dtype: str = "auto"
+        window: int = 8
+
+    def ident(params, model="model-a", out=Path("results/d/embed/embed_0.npy")):
+        return job_identity(out, Path("results/d/chunks/chunk_0.jsonl"), configured(params, model))
+
+    for workdir in ("w1", "w2"):
+        (tmp_path / workdir / "results/d/chunks").mkdir(parents=True)
+        (tmp_path / workdir / "results/d/chunks/chunk_0.jsonl").write_text('{"id": "a", "text": "x"}\n')
+    monkeypatch.chdir(tmp_path / "w1")
+    base = ident(Params("/models/a"))
+    assert base.job == "results/d/embed/embed_0.npy"
+    assert base.run == str(tmp_path / "w1" / "results/d/embed/embed_0.npy")
+    # Another node: another device, thread count, compile cache, model path (same model).
+    assert ident(Params("/mnt/models/a", device="cuda:0", threads=8, compile_cache="/tmp/c")) == base
+    for other in (ident(Params("/models/a", dtype="float16")), ident(Params("/models/a", window=4)),
+                  ident(Params("/models/a"), model="model-b")):
+        assert (other.job, other.run) == (base.job, base.run) and other.settings != base.settings
+    (tmp_path / "w1/results/d/chunks/chunk_0.jsonl").write_text('{"id": "a", "text": "y"}\n')
+    assert ident(Params("/models/a")).settings != base.settings  # another chunk
+    monkeypatch.chdir(tmp_path / "w2")
+    theirs = ident(Params("/models/a"))
+    assert theirs.settings == base.settings and theirs.run != base.run
+
+    monkeypatch.setenv(LOCAL_VARIABLE, ".snakemake/storage")
+    monkeypatch.setenv(PREFIX_VARIABLE, "s3://bucket/run")
+    copy = Path(".snakemake/storage/s3/bucket/run/results/d/embed/embed_0.npy")
+    stored = ident(Params("/models/a"), out=copy)
+    assert (stored.job, stored.run) == ("results/d/embed/embed_0.npy", "s3://bucket/run/results/d/embed/embed_0.npy")
+    monkeypatch.chdir(tmp_path / "w1")
+    assert ident(Params("/models/a"), out=copy).run == stored.run
 
 
 def test_only_the_jobs_own_dead_folders_are_counted_and_removed(tmp_path, caplog):
@@ -378,7 +500,7 @@ def test_only_the_jobs_own_dead_folders_are_counted_and_removed(tmp_path, caplog
     own = _folder_with(root, "own")
     earlier = {"earlier_attempts": 0, "earlier_attempt_seconds": 0, "earlier_attempt_devices": {}}
     with caplog.at_level("INFO", logger="shardflow.core.parts"):
-        assert remove_job_parts(str(own), root, JOB, since, earlier) == earlier
+        assert remove_job_parts(str(own), root, ME, since, earlier) == earlier
     assert not own.exists()
     assert sorted(p.name for p in root.iterdir()) == sorted(p.name for p in kept)
     assert all(len(list(p.iterdir())) > 1 for p in kept)  # nothing removed in them
@@ -431,7 +553,7 @@ def test_the_jobs_folders_in_a_bucket_are_found_by_one_listing_and_their_records
         removed([prefix + "a100/attempt-h-1-1.json", prefix + "a100/manifest.json", prefix + "a100/part-000000.npy"])
         removed([prefix + "h100/attempt-h-3-3.json", prefix + "h100/manifest.json"])
         earlier = {"earlier_attempts": 0, "earlier_attempt_seconds": 0, "earlier_attempt_devices": {}}
-        totals = remove_job_parts("s3://b/run/results/d/.resume/h100", "s3://b/run/results/d/.resume", JOB,
+        totals = remove_job_parts("s3://b/run/results/d/.resume/h100", "s3://b/run/results/d/.resume", ME,
                                   1000.0, earlier)
         stub.assert_no_pending_responses()
     assert totals == {"earlier_attempts": 1, "earlier_attempt_seconds": 60.0,

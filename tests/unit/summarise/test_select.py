@@ -4,6 +4,7 @@ failed job leaves. Writing in order, resuming and the orphan check are in test_s
 
 import json
 import logging
+import os
 
 import pytest
 
@@ -139,8 +140,9 @@ def _orphaned_run(chunk, out, params, resume, monkeypatch):
 def test_parts_of_other_settings_are_not_resumed(tmp_path, monkeypatch, base, changed):
     """The resume folder is named by everything that decides a summary (and the window,
     which decides the parts): a changed setting starts over rather than mixing summaries.
-    The killed attempt at the same output under the old setting is counted, and its
-    folder goes with the job's (core.parts.remove_job_parts): left, it stayed for good."""
+    The killed attempt at the same output under the old setting is another job's (set
+    back, the old setting resumes its parts): left as it is, and not counted
+    (core.parts.remove_job_parts)."""
     texts = ["Mr. Smith left. He came back. Then he left again.", "A short one. Another one. A third one."]
     chunk = write_chunk(tmp_path / "chunk_0.jsonl", texts)
     out, resume = tmp_path / "out.jsonl", tmp_path / "resume"
@@ -153,16 +155,18 @@ def test_parts_of_other_settings_are_not_resumed(tmp_path, monkeypatch, base, ch
     _orphaned_run(chunk, out, before, resume, monkeypatch)
     params = SummariseParams(**{"k": 2, "window": 2, **base, **changed})
     stats = select_chunk(chunk, out, params, resume, encoder=_encoder(params))
-    assert stats["resumed_parts"] == 0 and stats["earlier_attempts"] == 1
+    assert stats["resumed_parts"] == 0 and stats["earlier_attempts"] == 0
     fresh = tmp_path / "fresh.jsonl"
     select_chunk(chunk, fresh, params, tmp_path / "fresh_resume", encoder=_encoder(params))
     assert out.read_bytes() == fresh.read_bytes()
-    assert not resume.exists()
+    assert select_chunk(chunk, out, before, resume, encoder=_encoder(before))["resumed_parts"] == 1
 
 
 def test_another_encoders_parts_are_not_resumed(tmp_path, monkeypatch):
     """Another encoder (or the same on other hardware, which its identity names) starts
-    over; the killed attempt under the first is counted, and its folder removed."""
+    over. The killed attempt under the same encoder's settings (on other hardware) is
+    counted and its folder removed; another encoder's, or one whose encoder does not
+    say its settings apart from its hardware, is left and not counted."""
     chunk = write_chunk(tmp_path / "chunk_0.jsonl", ["A one. B two. C three.", "D four. E five. F six."])
     out, resume = tmp_path / "out.jsonl", tmp_path / "resume"
     params = SummariseParams(method="extractive", k=2, window=1)
@@ -177,8 +181,23 @@ def test_another_encoders_parts_are_not_resumed(tmp_path, monkeypatch):
 
     enc = OtherEncoder()
     stats = select_chunk(chunk, out, params, resume, encoder=enc)
-    assert stats["resumed_parts"] == 0 and stats["earlier_attempts"] == 1
+    assert stats["resumed_parts"] == 0 and stats["earlier_attempts"] == 0
     assert enc.calls == 6  # every sentence embedded again
+    assert len(list(resume.iterdir())) == 1  # the first encoder's
+
+    class OnA100(CountingEncoder):
+        identity, settings = {"fake": 1, "hardware": "A100"}, {"fake": 1}
+
+    class OnH100(OnA100):
+        identity = {"fake": 1, "hardware": "H100"}
+
+    resume = tmp_path / "resume2"
+    monkeypatch.setattr(controller, "find", lambda: controller.Controller(os.getpid(), "another start"))
+    with pytest.raises(controller.OrphanedJobError):
+        select_chunk(chunk, out, params, resume, encoder=OnA100())
+    monkeypatch.setattr(controller, "find", lambda: None)
+    stats = select_chunk(chunk, out, params, resume, encoder=OnH100())
+    assert stats["resumed_parts"] == 0 and stats["earlier_attempts"] == 1
     assert not resume.exists()
 
 
