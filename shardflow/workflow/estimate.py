@@ -509,22 +509,23 @@ def other_model(stats: list[dict], name: str, key: str) -> str | None:
     return f"ran model {other}, not {key} {name}" if other else None
 
 
-def other_dtype(stats: list[dict], setting: str) -> str | None:
-    """Why embed jobs with these stats computed in another precision than embedding.dtype
-    `setting`, or None. auto is half precision on CUDA (bfloat16, or float16 where the GPU
-    has no bf16) and float32 elsewhere (core.devices.resolve_dtype): a GPU in float32 runs
-    several times slower than in half precision, so a rate does not carry across."""
+def other_dtype(stats: list[dict], setting: str, key: str = "embedding.dtype", without_bf16: str = "float16") -> str | None:
+    """Why chunk jobs with these stats computed in another precision than `key`'s
+    `setting`, or None. auto is bfloat16 on CUDA, `without_bf16` where the GPU has no
+    native bf16 (float16 for embedding, float32 for summarisation), and float32 elsewhere
+    (core.devices.resolve_dtype): a GPU in float32 runs several times slower than in half
+    precision, so a rate does not carry across."""
     for s in stats:
         ran, kind = s.get("dtype"), device_kind(s.get("device"))
         if ran is None:
             return "its jobs did not record their compute dtype"
         if setting != "auto":
             if ran != setting:
-                return f"ran dtype {ran}, not embedding.dtype {setting}"
+                return f"ran dtype {ran}, not {key} {setting}"
             continue
-        auto = ("bfloat16", "float16") if kind == "cuda" else ("float32",)
+        auto = ("bfloat16", without_bf16) if kind == "cuda" else ("float32",)
         if ran not in auto:
-            return f"ran dtype {ran}, not embedding.dtype auto ({' or '.join(auto)} on {kind})"
+            return f"ran dtype {ran}, not {key} auto ({' or '.join(auto)} on {kind})"
     return None
 
 
@@ -681,6 +682,8 @@ def summarise_runs(
         else:
             key, name = model.get(sm["method"], (None, None))
             why = other_model(run.stats, name or "", key) if key else None
+            if sm["method"] == "abstractive":  # generation's precision (summarise.engine's fallback: float32)
+                why = why or other_dtype(run.stats, sm["dtype"], "summarise.dtype", "float32")
             yield run, why or other_length(folder, length, cfg["dataset"])[0]
 
 

@@ -210,6 +210,23 @@ def test_summarise_rates_are_only_those_of_the_same_method(tmp_path):
     assert lead.rate.measured and lead.gpus == 0 and lead.gpu_hours == 0  # lead runs on the CPU
 
 
+def test_a_summarise_run_in_another_precision_is_passed_over(tmp_path):
+    """Generation in float32 runs several times slower than in bf16: a GPU run's rate in
+    one is no estimate for the other (auto: bf16, float32 on a GPU without native bf16)."""
+    corpus()
+    os.makedirs("results/ds/summarise")
+    made = {"model": {"path": "/models/bart", "sha256": "x"}, "device": "cuda:0", "gpu": "NVIDIA A100"}
+    with open("results/ds/summarise/summaries_0.stats.json", "w") as fh:
+        json.dump({"chunk": 0, "items": 100, "seconds": 10.0, "device": "cuda:0", "method": "abstractive",
+                   "dtype": "float32", "made_with": made}, fh)
+    settings = {"method": "abstractive", "model": "/models/bart"}
+    assert row(run(config(tmp_path, tasks=["summarisation"], summarise=settings)), "summarise").rate.measured
+    half = row(run(config(tmp_path, tasks=["summarisation"], summarise={**settings, "dtype": "bfloat16"})),
+               "summarise")
+    assert not half.rate.measured
+    assert any("results/ds/summarise ran dtype float32, not summarise.dtype bfloat16" in n for n in half.notes)
+
+
 def train_run(folder: str, device: str, n_layer: int = 4, **metrics) -> None:
     """A finished training run's config.json and metrics.json (`metrics`: keys over them)."""
     os.makedirs(folder)
