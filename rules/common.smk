@@ -187,9 +187,13 @@ SWEEP_NEEDS = {
     ),
 }
 for _ds in DATASETS.values():
-    _why = plan.path_dependent_split(config, _ds) if workflow.is_main_process else None
-    if _why:
-        logger.warning(f"data set {_ds.name!r}: {_why}")
+    for _why in (
+        (plan.path_dependent_split(config, _ds), plan.many_chunks(config, _ds))
+        if workflow.is_main_process
+        else ()
+    ):
+        if _why:
+            logger.warning(f"data set {_ds.name!r}: {_why}")
 # Snakemake 9.27 sizes a job's disk_mb from its inputs inside its event loop where they
 # are yet to be written (a dry run, with a disk_mb computed from input.size: the eks
 # profile's, or --default-resources), and drops the coroutine it made: Python warned

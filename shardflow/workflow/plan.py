@@ -76,6 +76,33 @@ def reader_options(cfg: dict) -> ReaderOptions:
     )
 
 
+# Chunks of one data set past which a parse is slow (README, Benchmarks: snakemake -n
+# 8.8 s at 2,000 chunks, 81 s at 10,000; Snakemake's own work, faster than linear).
+MANY_CHUNKS = 2000
+
+
+def many_chunks(cfg: dict, ds: DataSet) -> str | None:
+    """Why `ds`'s chunk count will make every parse slow, or None: each `snakemake -n`,
+    each start of the run, and the dry run a user reads before spending GPU money, at
+    the 100M records `n_chunks: auto` gives 5,000 chunks of 20,000 records. Fewer,
+    larger chunks also load the model fewer times."""
+    if ds.n_chunks <= MANY_CHUNKS:
+        return None
+    key = "retrieval.n_chunks" if ds.role == "retrieval" else "n_chunks"
+    setting = cfg["retrieval"]["n_chunks"] if ds.role == "retrieval" else cfg["n_chunks"]
+    if setting == "auto":
+        chunking = cfg["chunking"]
+        per_chunk = "chunk_mb" if ds.by == "size" else "items_per_chunk"
+        how = f"raise chunking.{per_chunk} (now {chunking[per_chunk]:,})"
+    else:
+        how = f"set {key} lower or to auto"
+    return (
+        f"{ds.n_chunks:,} chunks: Snakemake's parse slows faster than the chunk count grows (snakemake -n took "
+        f"8.8 s at 2,000 chunks and 81 s at 10,000 on a development machine: README, Benchmarks), at every dry run "
+        f"and start of the run. Fewer, larger chunks: {how} (each job loads its model once: they cost less too)"
+    )
+
+
 def path_dependent_split(cfg: dict, ds: DataSet) -> str | None:
     """Why the train/val split of `ds` would change with the path its input is found at,
     or None. The hash split keys on the record id (or group); ids the reader makes from

@@ -1850,3 +1850,23 @@ def test_a_pinned_output_provenance_never_hashes_is_named_at_parse_time(config):
     ]
     config["reproduce"]["name"] = None  # no check runs: reproduction_unnamed names the pins
     assert plan.unknown_reproduction_outputs(config, "shakespeare", ("training",)) == []
+
+
+def test_a_data_set_of_many_chunks_is_warned_of_naming_the_key_that_makes_fewer():
+    """100M records under n_chunks auto are 5,000 chunks: every dry run then took over a
+    minute of Snakemake's own work, with nothing said about why or what to change."""
+    from dataclasses import replace
+
+    from shardflow.workflow.plan import MANY_CHUNKS, DataSet, many_chunks
+
+    main = DataSet(name="d", role="main", tasks=("embedding",), n_chunks=MANY_CHUNKS, sources=("c.jsonl",),
+                   reader={}, by="records", rate_items_per_s=1.0)
+    cfg = {"n_chunks": "auto", "chunking": {"items_per_chunk": 20000, "chunk_mb": 64}, "retrieval": {"n_chunks": 4}}
+    assert many_chunks(cfg, main) is None  # at the bound: no word
+    many = replace(main, n_chunks=5000)
+    assert many_chunks(cfg, many).startswith("5,000 chunks: Snakemake's parse slows")
+    assert "raise chunking.items_per_chunk (now 20,000)" in many_chunks(cfg, many)
+    assert "raise chunking.chunk_mb (now 64)" in many_chunks(cfg, replace(many, by="size"))
+    assert "Fewer, larger chunks: set n_chunks lower or to auto" in many_chunks({**cfg, "n_chunks": 5000}, many)
+    retrieval = replace(many, role="retrieval")
+    assert "set retrieval.n_chunks lower or to auto" in many_chunks({**cfg, "n_chunks": 5000}, retrieval)
