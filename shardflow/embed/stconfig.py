@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from shardflow.core.files import read_json
-from shardflow.core.models import hub_snapshot
+from shardflow.core.models import model_folder
 
 POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 # sentence-transformers' SimilarityFunction values (similarity_fn_name)
@@ -169,13 +169,9 @@ class ModelSpec:
 
 
 def resolve_model_folder(name_or_path: str | os.PathLike) -> Path:
-    """A local folder as is; otherwise a hub name found in the local HF cache (never downloaded)."""
-    path = Path(os.path.expanduser(str(name_or_path)))
-    if path.is_dir():
-        return path.resolve()
-    if path.exists():
-        raise FileNotFoundError(f"model {str(name_or_path)!r} is a file; give the model folder")
-    return hub_snapshot(str(name_or_path))
+    """A local folder as is; otherwise a hub name found in the local HF cache (never
+    downloaded): core.models.model_folder, which the summarisation engine shares."""
+    return model_folder(str(name_or_path))
 
 
 def _module_kind(entry: dict[str, Any]) -> str:

@@ -1,4 +1,5 @@
-"""Abstractive summaries from any local Hugging Face model folder, batched for throughput.
+"""Abstractive summaries from any local Hugging Face model folder (or a hub name in the local
+cache: core.models.model_folder, as the embedding engine finds its model), batched for throughput.
 
     gen = load_generator(GenerateParams(model="path/to/bart-large-cnn"))
     records = gen.summarise(texts)   # [{summary, input_tokens, output_tokens, truncated}, ...]
@@ -67,7 +68,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -82,7 +82,7 @@ from shardflow.core.batching import Batch, collate, length_order, plan_batches, 
 from shardflow.core.devices import dtype_name, kernel_hardware, peak_memory, reset_peak_memory, runtime
 from shardflow.core.hashing import digest, model_identity, texts_fingerprint
 from shardflow.core.jobs import EngineCounters
-from shardflow.core.models import NO_LIMIT, load_for_inference
+from shardflow.core.models import NO_LIMIT, load_for_inference, model_folder
 from shardflow.core.oom import OomBackoff, TooLargeError
 from shardflow.core.parts import (
     FORMAT_VERSION,
@@ -242,21 +242,6 @@ def _drawing_from(streams: _DocumentStreams | None) -> Iterator[None]:
 # --------------------------------------------------------------------------- loading
 
 
-def _model_folder(name: str) -> Path:
-    """The summarise model's folder. One that is not there is a FileNotFoundError (an
-    OSError: a retry runs, as on a node whose local disk lacks what another node has,
-    shardflow.core.failures); a file in its place is a ValueError (a config error)."""
-    folder = Path(os.path.expanduser(name))
-    if not folder.exists():
-        raise FileNotFoundError(
-            f"summarise model {name!r}: no such folder (moved or deleted?). Set summarise.model (or a sweep's "
-            "grid value of it) to where it is now, or put it back"
-        )
-    if not folder.is_dir():
-        raise ValueError(f"summarise model {name!r} is not a local model folder")
-    return folder.resolve()
-
-
 def _load_model(folder: Path, config, dtype: torch.dtype, device: torch.device, logger: logging.Logger):
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
@@ -278,7 +263,7 @@ def load_generator(
     from transformers import AutoConfig, AutoTokenizer
 
     logger = logger or log
-    folder = _model_folder(params.model)
+    folder = model_folder(params.model)  # a folder, or a hub name's snapshot in the local cache
     # fp32 where the GPU has no native bf16 (a V100 or T4): T5-family models overflow in fp16
     device, dtype, described = runtime(params.device, params.dtype, params.threads, fallback=torch.float32)
     config = AutoConfig.from_pretrained(folder)

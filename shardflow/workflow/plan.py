@@ -758,8 +758,9 @@ def summarise_settings_problem(sm: dict) -> str | None:
         )
     if sm["method"] == "abstractive" and not sm["model"]:
         return (
-            "summarise.method is abstractive but summarise.model is null: set it to a local model folder "
-            "(seq2seq: BART, PEGASUS, T5; or a decoder-only model), or use method lead or extractive"
+            "summarise.method is abstractive but summarise.model is null: set it to a local model folder or "
+            "a hub name in the local Hugging Face cache (seq2seq: BART, PEGASUS, T5; or a decoder-only model), "
+            "or use method lead or extractive"
         )
     if sm["method"] == "abstractive" and sm["generation"].get("do_sample") and sm["seed"] is None:
         return (
@@ -921,8 +922,8 @@ def unavailable_models(cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable
             seen.add((key, name))
             if key == "shards.tokenizer":
                 why = pretrained_unavailable(name)
-            elif key == "summarise.model":  # a transformers folder (AutoConfig), never a hub name
-                why = model_unavailable(name, hub=False, marks=("config.json",))
+            elif key == "summarise.model":  # transformers' loaders (AutoConfig) alone: config.json
+                why = model_unavailable(name, marks=("config.json",))
             else:
                 why = model_unavailable(name)
             if why:

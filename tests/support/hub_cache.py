@@ -32,3 +32,24 @@ def move_ref(ref, commit: str) -> None:
     tmp = ref.with_name(ref.name + ".tmp")
     tmp.write_text(commit)
     os.replace(tmp, ref)
+
+
+def hub_cache_of(folder, cache, repo_id: str, commit: str = "3" * 40):
+    """Model folder `folder` laid out in hub cache `cache` as huggingface_hub writes a
+    download of `repo_id`: each file a blob (its times kept), linked from
+    snapshots/<commit>, and refs/main naming that commit. Returns the snapshot folder."""
+    import shutil
+    from pathlib import Path
+
+    repo = Path(cache) / ("models--" + repo_id.replace("/", "--"))
+    snapshot = repo / "snapshots" / commit
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+        blob = repo / "blobs" / hashlib.sha256(path.read_bytes()).hexdigest()
+        shutil.copy2(path, blob)
+        link = snapshot / path.relative_to(folder)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    (repo / "refs" / "main").write_text(commit)
+    return snapshot

@@ -16,37 +16,37 @@ def test_the_bundled_model_and_a_model_folder_are_there(tmp_path):
     (tmp_path / "plain").mkdir()
     (tmp_path / "plain" / "config.json").write_text("{}")
     assert unavailable(str(tmp_path / "plain")) is None
-    assert unavailable(str(tmp_path / "plain"), hub=False) is None
     # A transformers-only loader (summarise.model: AutoConfig) needs config.json.
     (tmp_path / "st_only").mkdir()
     (tmp_path / "st_only" / "modules.json").write_text("[]")
     assert unavailable(str(tmp_path / "st_only")) is None
-    assert unavailable(str(tmp_path / "st_only"), hub=False, marks=("config.json",)) == (
+    assert unavailable(str(tmp_path / "st_only"), marks=("config.json",)) == (
         "the folder holds no config.json: not a model folder"
     )
 
 
 @pytest.mark.parametrize(
-    ("name", "hub", "why"),
+    ("name", "why"),
     [
-        ("{tmp}/empty", True, "the folder holds no config.json or modules.json: not a model folder"),
-        ("{tmp}/empty/weights.bin", True, "a file: give the model folder"),
-        ("{tmp}/typo", True, "no such folder"),
-        ("./models/typo", True, "no such folder"),
-        ("~/models/typo", True, "no such folder"),
-        ("a/b/c", True, "no such folder"),  # no hub name has two slashes
-        ("models/bart", False, "no such folder (hub names are refused: nothing downloads)"),
+        ("{tmp}/empty", "the folder holds no config.json or modules.json: not a model folder"),
+        ("{tmp}/empty/weights.bin", "a file: give the model folder"),
+        ("{tmp}/typo", "no such folder"),
+        ("./models/typo", "no such folder"),
+        ("~/models/typo", "no such folder"),
+        ("a/b/c", "no such folder"),  # no hub name has two slashes
     ],
 )
-def test_what_is_not_a_model_folder_is_named(tmp_path, name, hub, why):
+def test_what_is_not_a_model_folder_is_named(tmp_path, name, why):
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "weights.bin").write_bytes(b"")
-    assert unavailable(name.format(tmp=tmp_path), hub=hub) == why
+    assert unavailable(name.format(tmp=tmp_path)) == why
 
 
 def test_a_hub_name_is_looked_up_in_the_local_cache_only(tmp_path, monkeypatch):
-    """A name found in the cache is there, as the embed job's loader finds it; one that
-    is not is named with the cache it was looked for in."""
+    """A name found in the cache is there, as the embed and summarise jobs' loaders find
+    it (a transformers-only loader's snapshot needs config.json, as its folder would);
+    one that is not is named with the cache it was looked for in and the command that
+    fetches it once, outside the run."""
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
@@ -57,9 +57,18 @@ def test_a_hub_name_is_looked_up_in_the_local_cache_only(tmp_path, monkeypatch):
     (tmp_path / "models--shardflow-test--tiny" / "refs" / "main").write_text("0" * 40)
 
     assert unavailable("shardflow-test/tiny") is None
+    assert unavailable("shardflow-test/tiny", marks=("config.json",)) is None
     assert resolve_model_folder("shardflow-test/tiny") == snapshot
+    (snapshot / "config.json").rename(snapshot / "modules.json")
+    assert unavailable("shardflow-test/tiny") is None
+    assert unavailable("shardflow-test/tiny", marks=("config.json",)) == (
+        "the folder holds no config.json: not a model folder"
+    )
     why = unavailable("shardflow-test/absent")
-    assert why == f"neither a folder nor in the local Hugging Face cache {tmp_path} (nothing downloads)"
+    assert why == (
+        f"neither a folder nor in the local Hugging Face cache {tmp_path}: fetch it once, outside the run, "
+        "with `hf download shardflow-test/absent` into the cache the jobs read (HF_HOME)"
+    )
 
 
 def test_weights_cut_short_or_left_as_lfs_pointers_are_found_before_any_job(tmp_path):

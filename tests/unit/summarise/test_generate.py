@@ -608,21 +608,45 @@ def test_auto_summarises_in_fp32_on_a_gpu_without_native_bf16(tiny, monkeypatch,
     assert loaded == [(dtype, torch.device("cuda", 0))]
 
 
-def test_a_summarise_model_that_is_not_there_is_a_missing_file_not_a_config_error(tmp_path):
-    """A folder that has gone (or that this node's local disk lacks) is an OSError, which
-    a retry may cure on another node (shardflow.core.failures does not record it); a file
-    where the folder should be is a config error."""
-    from shardflow.core.failures import deterministic
-    from shardflow.summarise.generate import _model_folder
+def test_a_summarise_model_that_is_not_there_is_a_missing_file_not_a_config_error(tmp_path, monkeypatch):
+    """A folder that has gone (or that this node's local disk lacks), or a hub name not
+    in this node's cache, is an OSError, which a retry may cure on another node
+    (shardflow.core.failures does not record it); a file where the folder should be is a
+    config error."""
+    from huggingface_hub import constants
 
-    with pytest.raises(FileNotFoundError, match=r"summarise model 'models/flan': no such folder") as gone:
-        _model_folder("models/flan")
+    from shardflow.core.failures import deterministic
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(FileNotFoundError, match=r"model './models/flan': no such folder") as gone:
+        load_generator(params("./models/flan"))
+    assert not deterministic(gone.value)
+    with pytest.raises(FileNotFoundError, match=r"'models/flan' is neither a local folder nor in the local") as gone:
+        load_generator(params("models/flan"))
     assert not deterministic(gone.value)
     (tmp_path / "weights.bin").write_bytes(b"")
-    with pytest.raises(ValueError, match="is not a local model folder") as a_file:
-        _model_folder(str(tmp_path / "weights.bin"))
+    with pytest.raises(ValueError, match="is a file; give the model folder") as a_file:
+        load_generator(params(tmp_path / "weights.bin"))
     assert deterministic(a_file.value)
-    assert _model_folder(str(tmp_path)) == tmp_path.resolve()
+
+
+def test_a_cached_hub_name_summarises_as_its_snapshot_folder(tiny, texts, tmp_path, monkeypatch):
+    """summarise.model may be a hub name found in the local Hugging Face cache, as
+    embedding.model may (core.models.model_folder; nothing downloads): it loads that
+    snapshot, writes its summaries, and has its identity (resume keys, settings), which
+    names the model by its files, not by how the config spells it."""
+    from huggingface_hub import constants
+
+    from tests.support.hub_cache import hub_cache_of
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    snapshot = hub_cache_of(tiny["bart"], tmp_path / "hub", "facebook/bart-large-cnn")
+    by_name = load_generator(params("facebook/bart-large-cnn"))
+    by_folder = load_generator(params(snapshot))
+    assert by_name.folder == snapshot
+    assert by_name.identity == by_folder.identity and by_name.settings == by_folder.settings
+    assert by_name.identity["model"] == load_generator(params(tiny["bart"])).identity["model"]
+    assert by_name.summarise(texts[:4]) == by_folder.summarise(texts[:4])
 
 
 def test_a_text_whose_sampling_probabilities_are_nan_is_named(tiny, texts, tmp_path):

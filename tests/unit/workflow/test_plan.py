@@ -13,7 +13,7 @@ import pytest
 from shardflow.core.parsecache import cache_file
 from shardflow.corpus.readers import ReaderOptions
 from shardflow.workflow import plan
-from tests.support.hub_cache import hub_cache_with_two_revisions, move_ref
+from tests.support.hub_cache import hub_cache_of, hub_cache_with_two_revisions, move_ref
 
 
 @pytest.fixture(autouse=True)
@@ -1320,6 +1320,26 @@ def test_a_missing_model_stops_the_run_only_while_a_job_that_loads_it_has_work_t
     )
     assert plan.model_verdicts([moved], lambda key, name: [], exists)[0] == plan.model_verdicts([moved])[0]
     assert plan.model_verdicts([], lambda key, name: 1 / 0, exists) == ([], [])
+
+
+def test_a_summarise_model_may_be_a_hub_name_in_the_local_cache(config, tmp_path, monkeypatch):
+    """summarise.model is looked for as embedding.model is: a hub name in the local
+    Hugging Face cache passes the parse-time check (its snapshot must hold config.json,
+    as a folder must); one that is not there is named with the command that fetches it.
+    Until 2026-11-29 any hub name was refused for summarise.model."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    (tmp_path / "bart").mkdir()
+    (tmp_path / "bart" / "config.json").write_text(json.dumps({"model_type": "bart"}))
+    hub_cache_of(tmp_path / "bart", tmp_path / "hub", "facebook/bart-large-cnn")
+    config.update(n_chunks=1, tasks=["summarisation"])
+    config["summarise"].update(method="abstractive", model="facebook/bart-large-cnn")
+    sets = plan.datasets(config).values()
+    assert plan.unavailable_models(config, sets) == []
+    config["summarise"]["model"] = "facebook/bart-large-xsum"
+    [missing] = plan.unavailable_models(config, sets)
+    assert missing.key == "summarise.model" and "`hf download facebook/bart-large-xsum`" in missing.why
 
 
 def _finished_model_jobs(tmp_path, n_jobs: int = 3):
