@@ -90,7 +90,9 @@ def many_chunks(cfg: dict, ds: DataSet) -> str | None:
         return None
     key = "retrieval.n_chunks" if ds.role == "retrieval" else "n_chunks"
     setting = cfg["retrieval"]["n_chunks"] if ds.role == "retrieval" else cfg["n_chunks"]
-    if setting == "auto":
+    if ds.by == "source":  # a chunk per source file: nothing else sets the count
+        how = "join the source files into fewer, larger ones, or set chunking.by to records or size"
+    elif setting == "auto":
         chunking = cfg["chunking"]
         per_chunk = "chunk_mb" if ds.by == "size" else "items_per_chunk"
         how = f"raise chunking.{per_chunk} (now {chunking[per_chunk]:,})"

@@ -1887,6 +1887,8 @@ def test_a_data_set_of_many_chunks_is_warned_of_naming_the_key_that_makes_fewer(
     assert many_chunks(cfg, many).startswith("5,000 chunks: Snakemake's parse slows")
     assert "raise chunking.items_per_chunk (now 20,000)" in many_chunks(cfg, many)
     assert "raise chunking.chunk_mb (now 64)" in many_chunks(cfg, replace(many, by="size"))
+    by_source = many_chunks(cfg, replace(many, by="source"))  # a chunk per file: no setting makes fewer
+    assert "join the source files into fewer, larger ones" in by_source and "items_per_chunk" not in by_source
     assert "Fewer, larger chunks: set n_chunks lower or to auto" in many_chunks({**cfg, "n_chunks": 5000}, many)
     retrieval = replace(many, role="retrieval")
     assert "set retrieval.n_chunks lower or to auto" in many_chunks({**cfg, "n_chunks": 5000}, retrieval)
