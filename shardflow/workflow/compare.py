@@ -119,12 +119,18 @@ def _git(a: dict, b: dict) -> dict:
     checkouts = [{k: r["git"][k] for k in CHECKOUT_KEYS if k in r["git"]} for r in (a, b)]
     checkout = mapping(*checkouts)
     checkout["same"] = same_checkout(*checkouts)
-    if checkout["same"]:  # a key only one record holds says nothing here
+    # Two dirty checkouts are the same only where both hash their edits: a record from
+    # before diff_sha256 says the tree was edited, not how (compare cannot tell).
+    unknown = checkout["same"] and any(c.get("dirty") for c in checkouts) and not all(
+        c.get("diff_sha256") for c in checkouts)
+    if unknown:
+        checkout["same"] = None
+    elif checkout["same"]:  # a key only one record holds says nothing here
         checkout.update(only_a={}, only_b={})
     jobs = [None if r["jobs_made_with"] is None else _checkouts(r["jobs_made_with"].get("git") or []) for r in (a, b)]
     jobs_same = jobs[0] == jobs[1] or (None not in jobs and _same_checkouts(*jobs))
-    return {"same": checkout["same"] and jobs_same, "checkouts": checkouts, "checkout": checkout,
-            "jobs": None if jobs_same else jobs}
+    same = None if checkout["same"] is None and jobs_same else bool(checkout["same"]) and jobs_same
+    return {"same": same, "checkouts": checkouts, "checkout": checkout, "jobs": None if jobs_same else jobs}
 
 
 def _jobs_packages(record: dict) -> dict | None:
@@ -312,6 +318,9 @@ def table(diff: dict, a_path, b_path) -> str:
     git = diff["git"]
     if git["same"]:
         lines.append(f"git: same ({_checkout(git['checkouts'][0])})")
+    elif git["same"] is None:
+        lines.append(f"git: unknown: both at {_hash(git['checkouts'][0].get('commit'))} with uncommitted edits, and a "
+                     "record from before diff_sha256 does not say which")
     else:
         lines.append("git: differs")
         lines += _mapping_lines(git["checkout"], lambda v: _hash(v) if isinstance(v, str) else _shown(v))

@@ -145,6 +145,12 @@ def test_a_record_from_before_diff_sha256_is_the_same_checkout_as_a_newer_one_of
     assert "git: same (aaaaaaaaaaaa clean)" in compare.table(diff, "a.json", "b.json")
     record["git"]["commit"] = "b" * 40  # another commit still differs
     assert compare.compare(old, record)["git"]["same"] is False
+    # Both edited, one record from before the edits were hashed: not known to be the same.
+    record["git"].update(commit="a" * 40, dirty=True, diff_sha256="d" * 64)
+    old["git"]["dirty"] = True
+    diff = compare.compare(old, record)
+    assert diff["git"]["same"] is None
+    assert "git: unknown: both at aaaaaaaaaaaa with uncommitted edits" in compare.table(diff, "a.json", "b.json")
 
 
 def test_long_values_are_shortened_in_the_middle_to_fit_100_columns(record):
