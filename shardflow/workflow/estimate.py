@@ -1234,10 +1234,9 @@ def _sweep_rows(
                 estimate_row = embed_row if spec.stage == "embed" else summarise_row
                 parts.append(estimate_row(job_cfg, label, per_chunk, on_gpu, first=own, length=length))
                 rate = parts[-1].rate
-                # A sweep job's rate (this point's other seed, a matching point of another
-                # sweep: sweep_job_folders) was measured at the point's values.
-                swept = rate.where.startswith(f"{RESULTS}/sweeps/")
-                if rate.measured and not swept and not _point_matches(spec.point(pid), cfg):
+                # Only the point's own folders measured its values; another sweep's job
+                # matched that sweep's keys (sweep_job_folders), this one's at its base.
+                if rate.measured and rate.where not in own and not _point_matches(spec.point(pid), cfg):
                     borrowed.setdefault(pid, set()).add(rate.where)
             else:
                 parts.append(train_row(job_cfg, label, "sweep_train" not in on_cpu, own, gpu, dataset=main))
@@ -1254,11 +1253,12 @@ def _sweep_rows(
 
 
 def borrowed_rates(spec: SweepSpec, borrowed: dict[str, set[str]]) -> str:
-    """What the rates of a chunk sweep's points that have not run are: another run's,
-    measured with the main config's values of the swept keys (a chunk job's stats record
-    its model and dtype, which a rate must match, not its batch or length settings), so a
-    swept key that changes the speed (embedding.token_budget, max_length; summarise's
-    batch and generation settings) does not show in them."""
+    """What the rates of a chunk sweep's points that have not run are: another run's (the
+    main run's, another sweep's), measured with the main config's values of the swept
+    keys (a chunk job's stats record its model and dtype, which a rate must match, not
+    its batch or length settings), so a swept key that changes the speed
+    (embedding.token_budget, max_length; summarise's batch and generation settings) does
+    not show in them."""
     folders = sorted({f for where in borrowed.values() for f in where})
     points = len(borrowed)
     return (

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -195,6 +196,17 @@ def test_an_embed_sweeps_points_that_have_not_run_say_their_rate_is_the_main_run
     got = row(run(config(tmp_path, embedding={"token_budget": 2048}, sweeps={"tb": two_seeds})), "embed", "sweep tb")
     assert not any("with the main config's" in n for n in got.notes), got.notes
     assert got.seconds == pytest.approx([0.5 / 9, 0.5 / 9] * 4)  # 50 records a chunk at each point's 900/s
+    # Another sweep's job matched that sweep's key (max_length), this one's at the main
+    # config's value: borrowed too.
+    shutil.rmtree("results")
+    os.makedirs("results/sweeps/ml")
+    with open("results/sweeps/ml/spec.json", "w") as fh:
+        json.dump({"stage": "embed", "name": "ml", "points": [["max_length=64", {"embedding.max_length": 64}]]}, fh)
+    embed_stats("results/sweeps/ml/max_length=64/seed=0/embed", "cuda", items=9000)
+    cfg = config(tmp_path, embedding={"token_budget": 2048, "max_length": 64}, sweeps={"tb": sweep})
+    got = row(run(cfg), "embed", "sweep tb")
+    assert any(n.startswith("2 of 3 points at a rate measured by results/sweeps/ml/max_length=64/seed=0/embed")
+               for n in got.notes), got.notes
 
 
 def test_summarise_rates_are_only_those_of_the_same_method(tmp_path):
