@@ -31,7 +31,13 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def resolve_dtype(name: str, device: torch.device, fallback: torch.dtype = torch.float16) -> torch.dtype:
+# What `auto` takes on a GPU without native bf16, by engine: encoders run soundly in fp16;
+# generation falls back to fp32 (T5-family models overflow in fp16), and so does training
+# (train.trainer.auto_dtype). make estimate reads it to tell a run's dtype from auto's.
+WITHOUT_BF16 = {"embed": "float16", "summarise": "float32", "train": "float32"}
+
+
+def resolve_dtype(name: str, device: torch.device, engine: str = "embed") -> torch.dtype:
     """auto: bf16 on CUDA (`fallback` where bf16 is unsupported), fp32 on CPU. Supported
     means natively (compute capability 8 and up): torch counts bf16 emulated in fp32 on a
     V100 or T4 unless told not to, slower than their fp16 tensor cores. fp16 suits
@@ -39,7 +45,7 @@ def resolve_dtype(name: str, device: torch.device, fallback: torch.dtype = torch
     if name != "auto":
         return DTYPES[name]
     if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else fallback
+        return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else DTYPES[WITHOUT_BF16[engine]]
     return torch.float32
 
 
@@ -84,14 +90,14 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def runtime(
-    device_setting: str, dtype_setting: str, threads: int | None, fallback: torch.dtype = torch.float16
+    device_setting: str, dtype_setting: str, threads: int | None, engine: str = "embed"
 ) -> tuple[torch.device, torch.dtype, str]:
     """Resolve a job's device and dtype (`fallback` as resolve_dtype's), apply its thread
     count; also a one-line description of the software and hardware for the job's log."""
     import transformers
 
     device = resolve_device(device_setting)
-    dtype = resolve_dtype(dtype_setting, device, fallback)
+    dtype = resolve_dtype(dtype_setting, device, engine)
     if threads:
         torch.set_num_threads(threads)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()

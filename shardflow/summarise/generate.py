@@ -265,7 +265,7 @@ def load_generator(
     logger = logger or log
     folder = model_folder(params.model)  # a folder, or a hub name's snapshot in the local cache
     # fp32 where the GPU has no native bf16 (a V100 or T4): T5-family models overflow in fp16
-    device, dtype, described = runtime(params.device, params.dtype, params.threads, fallback=torch.float32)
+    device, dtype, described = runtime(params.device, params.dtype, params.threads, engine="summarise")
     config = AutoConfig.from_pretrained(folder)
     task, task_other = task_generation_params(config)
     generation_config = merge_generation_config(base_generation_config(folder, config), params, task)

@@ -76,6 +76,7 @@ from shardflow.core.devices import (
     dtype_name,
     peak_memory,
     reset_peak_memory,
+    resolve_dtype,
     use_compile_cache,
 )
 from shardflow.core.failures import mark_out_of_memory
@@ -421,11 +422,11 @@ def auto_dtype(device: torch.device, checkpointed: str | None = None) -> str:
     V100's fp32 attempt retried on an A100, or a V100 checkpoint from before 2026-11-29,
     when auto counted emulated bf16) would otherwise be refused on every retry. The run
     goes on as it began, slower where bf16 is emulated."""
-    if device.type != "cuda":
-        return "float32"
-    if checkpointed == "float32" or (checkpointed == "bfloat16" and torch.cuda.is_bf16_supported()):
+    if device.type == "cuda" and (
+        checkpointed == "float32" or (checkpointed == "bfloat16" and torch.cuda.is_bf16_supported())
+    ):
         return checkpointed
-    return "bfloat16" if torch.cuda.is_bf16_supported(including_emulation=False) else "float32"
+    return dtype_name(resolve_dtype("auto", device, "train"))
 
 
 def checkpoint_dtype(path: Path) -> str | None:

@@ -509,12 +509,15 @@ def other_model(stats: list[dict], name: str, key: str) -> str | None:
     return f"ran model {other}, not {key} {name}" if other else None
 
 
-def other_dtype(stats: list[dict], setting: str, key: str = "embedding.dtype", without_bf16: str = "float16") -> str | None:
+def other_dtype(stats: list[dict], setting: str, key: str = "embedding.dtype", engine: str = "embed") -> str | None:
     """Why chunk jobs with these stats computed in another precision than `key`'s
-    `setting`, or None. auto is bfloat16 on CUDA, `without_bf16` where the GPU has no
-    native bf16 (float16 for embedding, float32 for summarisation), and float32 elsewhere
-    (core.devices.resolve_dtype): a GPU in float32 runs several times slower than in half
-    precision, so a rate does not carry across."""
+    `setting`, or None. auto is bfloat16 on CUDA, what `engine` takes where the GPU has no
+    native bf16 (core.devices.WITHOUT_BF16: float16 for embedding, float32 for
+    summarisation), and float32 elsewhere (core.devices.resolve_dtype): a GPU in float32
+    runs several times slower than in half precision, so a rate does not carry across."""
+    from shardflow.core.devices import WITHOUT_BF16  # torch: only where runs are compared
+
+    without_bf16 = WITHOUT_BF16[engine]
     for s in stats:
         ran, kind = s.get("dtype"), device_kind(s.get("device"))
         if ran is None:
@@ -682,8 +685,8 @@ def summarise_runs(
         else:
             key, name = model.get(sm["method"], (None, None))
             why = other_model(run.stats, name or "", key) if key else None
-            if sm["method"] == "abstractive":  # generation's precision (summarise.engine's fallback: float32)
-                why = why or other_dtype(run.stats, sm["dtype"], "summarise.dtype", "float32")
+            if sm["method"] == "abstractive":  # generation's precision
+                why = why or other_dtype(run.stats, sm["dtype"], "summarise.dtype", "summarise")
             yield run, why or other_length(folder, length, cfg["dataset"])[0]
 
 

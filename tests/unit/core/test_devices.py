@@ -108,15 +108,15 @@ def test_auto_dtype_is_float16_on_a_gpu_that_only_emulates_bf16(monkeypatch):
     assert devices.resolve_dtype("auto", torch.device("cuda", 0)) == torch.bfloat16
 
 
-def test_auto_dtype_takes_the_callers_fallback_on_a_gpu_without_native_bf16(monkeypatch):
+def test_auto_dtype_takes_the_engines_fallback_on_a_gpu_without_native_bf16(monkeypatch):
     """Summarisation falls back to fp32, not fp16: T5-family models overflow in fp16 (inf
     and NaN activations), and fp32 is what emulated bf16 computed in before anyway."""
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
     cuda = torch.device("cuda", 0)
-    assert devices.resolve_dtype("auto", cuda, fallback=torch.float32) == torch.float32
-    assert devices.resolve_dtype("float16", cuda, fallback=torch.float32) == torch.float16  # as set
-    assert devices.resolve_dtype("auto", torch.device("cpu"), fallback=torch.float16) == torch.float32
+    assert devices.resolve_dtype("auto", cuda, "summarise") == torch.float32
+    assert devices.resolve_dtype("float16", cuda, "summarise") == torch.float16  # as set
+    assert devices.resolve_dtype("auto", torch.device("cpu"), "embed") == torch.float32
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)  # an A100
-    assert devices.resolve_dtype("auto", cuda, fallback=torch.float32) == torch.bfloat16
+    assert devices.resolve_dtype("auto", cuda, "summarise") == torch.bfloat16
