@@ -290,7 +290,9 @@ class JobIdentity:
     (`job_identity`): `job`, its output's logical path (core.s3.logical_path, which `make
     status` reads); `run`, where the run keeps that output (core.s3.stored_place: the
     absolute path, or in S3 storage the object's URL), which two runs sharing a resume
-    root (two working directories, two storage prefixes) never share; `settings`, a
+    root (two working directories of one host, two storage prefixes) never share, but
+    two hosts' working directories at one path do (profiles/README.md, *Several hosts*:
+    each keeps its own resume folder); `settings`, a
     digest of the chunk (its bytes and path) and the job's settings as configured
     (`configured`): the resume key's output identity less what the hardware decides."""
 

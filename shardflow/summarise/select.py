@@ -93,10 +93,13 @@ def select_chunk(
         records.extend(done)
         logger.info("summarised %d/%d documents", len(records), len(texts))
     controller.stop_if_gone(running, f"the finished parts are kept in {folder}")
+    # The killed attempts before this one, read before the output is written: an error
+    # reading them then fails the job before it has an output Snakemake would delete.
+    attempts = store.attempt_totals()
     write_summaries(out_path, ids, records)
-    # The killed attempts before this one, read before their records go (those in the
-    # folders of its other hardware too: the extractive encoder's identity names it).
-    earlier = remove_job_parts(folder, resume_root, job, start_unix, store.attempt_totals())
+    # Their records go with the parts (those in the folders of its other hardware too:
+    # the extractive encoder's identity names it).
+    earlier = remove_job_parts(folder, resume_root, job, start_unix, attempts)
     seconds = time.perf_counter() - t0
     return {
         "items": len(texts),
