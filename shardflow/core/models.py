@@ -172,7 +172,8 @@ def hub_snapshot(name: str) -> Path:
     except Exception as exc:  # LocalEntryNotFoundError, HFValidationError, ...
         raise FileNotFoundError(
             f"model {name!r} is neither a local folder nor in the local Hugging Face cache "
-            f"(this engine never downloads): {exc}"
+            f"(this engine never downloads: fetch it once with `hf download {name}` into the cache the jobs "
+            f"read, HF_HOME): {exc}"
         ) from exc
 
 

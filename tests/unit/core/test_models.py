@@ -69,6 +69,10 @@ def test_a_hub_name_is_looked_up_in_the_local_cache_only(tmp_path, monkeypatch):
         f"neither a folder nor in the local Hugging Face cache {tmp_path}: fetch it once, outside the run, "
         "with `hf download shardflow-test/absent` into the cache the jobs read (HF_HOME)"
     )
+    from shardflow.core.models import hub_snapshot
+
+    with pytest.raises(FileNotFoundError, match="fetch it once with `hf download shardflow-test/absent`"):
+        hub_snapshot("shardflow-test/absent")  # what a job says, where the parse did not look (a SLURM node's cache)
 
 
 def test_weights_cut_short_or_left_as_lfs_pointers_are_found_before_any_job(tmp_path):
