@@ -218,7 +218,7 @@ evaluate-beir: setup
 	  echo "results/$$name/retrieval/metrics.json"
 
 # Summarise a JSONL(.gz) of articles and score the summaries against its references (ROUGE):
-#   make evaluate-summaries DATA=<jsonl[.gz]> [METHOD=lead|extractive|abstractive|stored] [MODEL=<folder>]
+#   make evaluate-summaries DATA=<jsonl[.gz]> [METHOD=lead|extractive|abstractive|stored] [MODEL=<folder or hub name>]
 #     [NAME=<name>] [ID=id] [ARTICLE=article] [REFERENCE=highlights] [REFERENCE_FORMAT=prose|tokenised]
 #     [SPLITTER=punctuation|prose] [STORED=<field, a.b or a.*>] [STORED_FORMAT=prose|tokenised] [CHUNKS=auto|N]
 # METHOD=stored scores summaries already in the file (STORED=system_summaries.* scores every system);

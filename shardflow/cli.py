@@ -83,7 +83,7 @@ def summaries_config(args: argparse.Namespace) -> int:
         return 2
     model = "" if args.model in ("", "default") else args.model  # `make`'s MODEL defaults to "default"
     if args.method == "abstractive" and not model:
-        print("evaluate-summaries: METHOD=abstractive needs MODEL=<local model folder>", file=sys.stderr)
+        print("evaluate-summaries: METHOD=abstractive needs MODEL=<model folder, or hub name in the local cache>", file=sys.stderr)
         return 2
     # A variable the method does not read is an error: the run would otherwise score
     # something other than what was asked for and print its metrics path all the same.
@@ -114,12 +114,11 @@ def summaries_config(args: argparse.Namespace) -> int:
         "reference_format": args.reference_format,
         "splitter": args.splitter,
     }
-    if model and args.method == "extractive":
-        # summarise.encoder, as summarise.model is abstractive's alone; a name that is no
-        # path is a hub name, looked up in the local cache (summarise.encoder's values).
-        summarise["encoder"] = os.path.abspath(model) if os.path.exists(model) else model
-    elif model:
-        summarise["model"] = os.path.abspath(model)
+    if model:
+        # summarise.encoder for extractive, as summarise.model is abstractive's alone; a
+        # name that is no path is a hub name, looked up in the local cache (both keys').
+        key = "encoder" if args.method == "extractive" else "model"
+        summarise[key] = os.path.abspath(model) if os.path.exists(model) else model
     if args.stored:
         summarise["stored_field"] = args.stored
     if args.stored_format:

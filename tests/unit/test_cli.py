@@ -108,6 +108,10 @@ def test_summaries_overlay_gives_model_to_extractive_as_its_sentence_encoder(tmp
         assert main(["summaries-config", "--data", str(data), "--name", "n", *args]) == 0
         summarise = yaml.safe_load(out.read_text())["summarise"]
         assert summarise["encoder"] == written and "model" not in summarise
+    for given, written in ((str(tmp_path / "enc"), str(tmp_path / "enc")), ("org/bart", "org/bart")):
+        args = ["--method", "abstractive", "--model", given, "--out", str(out)]  # a hub name stays a name
+        assert main(["summaries-config", "--data", str(data), "--name", "n", *args]) == 0
+        assert yaml.safe_load(out.read_text())["summarise"]["model"] == written
     args = ["--method", "extractive", "--out", str(out)]  # none given: the config's encoder
     assert main(["summaries-config", "--data", str(data), "--name", "n", *args]) == 0
     assert "encoder" not in yaml.safe_load(out.read_text())["summarise"]
