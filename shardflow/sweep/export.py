@@ -153,7 +153,10 @@ def value_labels(values: Iterable[Any]) -> dict[str, str]:
         # Each round escapes at least one more string: escaped labels of two strings differ,
         # and none reads as a number's, null's or a boolean's, so this ends.
         while clash := _clashing(labels, distinct):
-            labels.update({k: _escaped_label(distinct[k]) for k in clash})
+            escaped = {k: _escaped_label(distinct[k]) for k in clash}
+            if all(labels[k] == label for k, label in escaped.items()):
+                break  # cannot happen (above); were it to, a shared label, not a hang
+            labels.update(escaped)
     return labels
 
 
