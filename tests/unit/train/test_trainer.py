@@ -259,17 +259,28 @@ def test_val_windows_all_predict_every_token_once():
         val_windows([np.arange(1)], block_size=16, count="all", seed=0)  # its loss was NaN, the job a success
 
 
-def test_a_shard_changed_since_it_was_written_is_named(shards, tmp_path):
-    """A shard edited in place keeps its size, and Snakemake plans no rerun: its hash in
-    metadata.json catches it before a step is taken on the wrong tokens."""
+def edited_copy(shards: Path, tmp_path: Path, shard: str, edit=None) -> Path:
+    """A copy of the shard folder in which `shard`'s tokens are edited in place by `edit`
+    (default: its first token one higher): its size, so its metadata entry, unchanged,
+    only its bytes' hash tells."""
     import shutil
 
     copy = tmp_path / "shards"
     shutil.copytree(shards, copy)
-    tokens = np.memmap(copy / "shard_1.bin", dtype=np.uint16, mode="r+", offset=1024)
-    tokens[:] = 5
+    tokens = np.memmap(copy / shard, dtype=np.uint16, mode="r+", offset=1024)
+    if edit is None:
+        tokens[0] += 1
+    else:
+        edit(tokens)
     tokens.flush()
     del tokens
+    return copy
+
+
+def test_a_shard_changed_since_it_was_written_is_named(shards, tmp_path):
+    """A shard edited in place keeps its size, and Snakemake plans no rerun: its hash in
+    metadata.json catches it before a step is taken on the wrong tokens."""
+    copy = edited_copy(shards, tmp_path, "shard_1.bin", lambda tokens: tokens.fill(5))
     with pytest.raises(ValueError, match=r"shard_1.bin: sha256 .* metadata.json recorded .* changed since"):
         load_shards(copy)
 
@@ -846,14 +857,7 @@ def test_a_rank_checks_only_its_share_of_the_shards(shards, tmp_path):
     """Under torchrun the check of every shard's bytes is shared: rank 0 alone read them all
     while the other ranks waited in DDP's first collective, past the group's timeout
     for hundreds of GB."""
-    import shutil
-
-    copy = tmp_path / "shards"
-    shutil.copytree(shards, copy)
-    tokens = np.memmap(copy / "shard_1.bin", dtype=np.uint16, mode="r+", offset=1024)
-    tokens[0] += 1
-    tokens.flush()
-    del tokens
+    copy = edited_copy(shards, tmp_path, "shard_1.bin")
     assert len(load_shards(copy, share=(0, 2)).train) == 2  # shard_0: intact
     with pytest.raises(ValueError, match=r"shard_1.bin: sha256 .* changed since"):
         load_shards(copy, share=(1, 2))  # shards 1 and 2
@@ -863,16 +867,9 @@ def test_a_shard_one_rank_finds_bad_stops_every_rank_with_its_error(shards, tmp_
     """Two processes under torchrun (gloo), a shard in rank 1's share changed: each rank
     reports the error naming it, outside any collective (core.failures records it and
     stops the retries), where rank 1 was left to fail in DDP's first collective."""
-    import shutil
-
     from shardflow.core.failures import RANK_REPORTS_ENV, rank_failure, rank_reports
 
-    copy = tmp_path / "shards"
-    shutil.copytree(shards, copy)
-    tokens = np.memmap(copy / "shard_2.bin", dtype=np.uint16, mode="r+", offset=1024)
-    tokens[0] += 1
-    tokens.flush()
-    del tokens
+    copy = edited_copy(shards, tmp_path, "shard_2.bin")
     reports = tmp_path / "reports"
     reports.mkdir()
     cmd = [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2",
