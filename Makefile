@@ -11,7 +11,7 @@ CORES ?= all
 # unexported, not `undefine`d, which GNU make 3.81 (macOS's /usr/bin/make) lacks: their
 # defaults below are given as $(or $(X),default), since an empty X counts as set for ?=.
 TARGET_VARS := DATA MODEL NAME ID ARTICLE REFERENCE METHOD STORED STORED_FORMAT SPLIT SPLITTER REFERENCE_FORMAT CHUNKS \
-  DROP_IDENTICAL_IDS SWEEP DRY_RUN TORCH_INDEX A B JSON CONFIG GPUS STORAGE GPU_PEAK_TFLOPS MFU
+  DROP_IDENTICAL_IDS SWEEP DRY_RUN TORCH_INDEX A B JSON CONFIG GPUS STORAGE GPU_PEAK_TFLOPS MFU Q QUERIES K DATASET OUT
 $(foreach v,$(TARGET_VARS),$(if $(filter environment,$(origin $(v))),$(eval $(v) :=)$(eval unexport $(v))))
 # Nothing at run time or in tests downloads from a model hub.
 export HF_HUB_OFFLINE := 1
@@ -21,7 +21,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # Shell rules (train) run `python`: the venv's, without activating it.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help setup run report estimate status compare dag rulegraph test test-fast test-faults test-aot test-unit test-workflow test-cluster lint fmt bench clean evaluate-beir evaluate-summaries reproduce-arguana reproduce-shakespeare sweep sweep-adopt
+.PHONY: help setup run report estimate status compare search dag rulegraph test test-fast test-faults test-aot test-unit test-workflow test-cluster lint fmt bench clean evaluate-beir evaluate-summaries reproduce-arguana reproduce-shakespeare sweep sweep-adopt
 
 help:
 	@echo "make run    install into .venv and run the embedding workflow on the demo corpus"
@@ -32,6 +32,7 @@ help:
 	@echo "make estimate  GPU-hours, cost, wall time and disk of the configured run, before it runs (CONFIG=, GPUS=, GPU_PEAK_TFLOPS=, MFU=; installs .venv only if missing)"
 	@echo "make status  where a running or stopped run stands: jobs, records, time left, cost so far, failures (CONFIG=, GPUS=, STORAGE=s3://... for an eks run; installs .venv only if missing)"
 	@echo "make compare A=<provenance.json> B=<provenance.json>  why two runs differ, outputs first (JSON=1)"
+	@echo "make search Q='a question'  the run's documents nearest to it (QUERIES=file, K=10, DATASET=, JSON=1, OUT=)"
 	@echo "make dag    write dag.svg (graphviz) of the configured workflow"
 	@echo "make lint   snakemake --lint, snakefmt --check and ruff check (make fmt fixes what it can)"
 	@echo "make bench  CPU engine benchmark against sentence-transformers"
@@ -131,6 +132,18 @@ status: $(INSTALLED_IF_MISSING)
 compare: $(INSTALLED_IF_MISSING)
 	@test -n "$(A)" -a -n "$(B)" || { echo "usage: make compare A=<provenance.json> B=<provenance.json> [JSON=1]" >&2; exit 2; }
 	@$(BIN)/python -m shardflow.cli compare "$(A)" "$(B)" $(if $(JSON),--json)
+
+# The documents of a finished run nearest to each query (shardflow.workflow.search): the
+# queries embedded with the run's own model and settings (its provenance record), searched
+# exactly, each hit shown with its text. Q='text' (a query), QUERIES=file(s) (read as
+# input.path is: jsonl, csv, tsv, parquet, text; ids from `id`, texts from `text`), K= hits
+# per query (10), DATASET= (default: the config's), CONFIG= as the run's --configfile;
+# JSON=1 prints JSON lines, OUT=file writes them there.
+search: $(INSTALLED_IF_MISSING)
+	@test -n "$(Q)$(QUERIES)" || { echo "usage: make search Q='a query' | QUERIES=<file> [K=10] [DATASET=name] [JSON=1] [OUT=file]" >&2; exit 2; }
+	@$(BIN)/python -m shardflow.cli search $(if $(Q),--query '$(subst ','\'',$(Q))') $(if $(QUERIES),--queries $(QUERIES)) \
+		$(if $(K),--top-k $(K)) $(if $(DATASET),--dataset $(DATASET)) $(if $(CONFIG),--configfile $(CONFIG)) \
+		$(if $(JSON),--json) $(if $(OUT),--out $(OUT))
 
 # pipefail: a Snakemake error (a bad config) fails the target instead of writing an
 # empty SVG; the SVG is replaced only when both steps succeed.

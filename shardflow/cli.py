@@ -289,6 +289,47 @@ def compare(args: argparse.Namespace) -> int:
     return 0 if diff["outputs_identical"] else 1
 
 
+def search(args: argparse.Namespace) -> int:
+    """Print the documents of a finished run nearest to each query (make search): the
+    queries embedded as the run embedded its documents (shardflow.workflow.search)."""
+    from shardflow.corpus.readers import ReaderOptions
+    from shardflow.workflow import search as nearest
+
+    if args.prompt is not None and args.prompt_name is not None:
+        print("search: give --prompt or --prompt-name, not both", file=sys.stderr)
+        return 2
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the weights' loading bar: noise before a few lines of answers
+    try:
+        if args.dataset:
+            dataset = args.dataset
+        else:
+            from shardflow.workflow import estimate as est
+
+            dataset = est.load_config(args.configfile)["dataset"]
+        opts = ReaderOptions(format=args.format, id_field=args.id_field or None, text_field=args.text_field)
+        queries = nearest.read_queries(args.query, args.queries, opts)
+        answers, used = nearest.search(os.path.join(args.results, dataset), queries, args.top_k, prompt=args.prompt,
+                                     prompt_name=args.prompt_name, device=args.device)
+    except (ValueError, OSError) as exc:
+        print(f"search: {exc}", file=sys.stderr)
+        return 2
+    if args.out:
+        with atomic_open(args.out, "w", encoding="utf-8", newline="\n") as fh:
+            for answer in answers:
+                fh.write(json.dumps(answer.as_json(), ensure_ascii=False) + "\n")
+        hits = sum(len(a.hits) for a in answers)
+        print(f"search: {len(answers)} queries, {hits} hits written to {args.out} ({used['data_set']}, "
+              f"{used['documents']} documents)")
+    elif args.json:
+        for answer in answers:
+            print(json.dumps(answer.as_json(), ensure_ascii=False))
+    else:
+        print(nearest.table(answers, used), end="")
+    return 0
+
+
 def sweep_adopt(args: argparse.Namespace) -> int:
     """Move a sweep's finished jobs whose point was renamed (a key added to or removed
     from its grid) to the current point's id, with Snakemake's records of them (make
@@ -409,6 +450,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("b", help="run B's results/<dataset>/provenance.json")
     p.add_argument("--json", action="store_true", help="the whole comparison as JSON, every file listed")
     p.set_defaults(func=compare)
+    p = sub.add_parser(
+        "search",
+        help="the documents of a finished run nearest to each query, embedded as the run embedded its documents "
+        "(make search)",
+    )
+    p.add_argument("--query", action="append", default=[], help="a query text (repeatable); ids query_1, query_2, ...")
+    p.add_argument(
+        "--queries", nargs="+", action="extend", default=[], help="query files (path or glob), read as input.path is"
+    )
+    p.add_argument("--format", default="auto", help="the query files' format: auto, jsonl, parquet, csv, tsv, text")
+    p.add_argument("--id-field", default="id", help="the query files' id field (empty: ids are <file>:<line>)")
+    p.add_argument("--text-field", default="text", help="the query files' text field")
+    p.add_argument("--top-k", type=_positive, default=10, help="hits per query (default 10)")
+    p.add_argument("--dataset", default="", help="the data set searched (default: the config's `dataset`)")
+    p.add_argument(
+        "--configfile", nargs="+", action="extend", default=[], help="merged over config/config.yaml in order"
+    )
+    p.add_argument("--results", default="results", help="the folder holding results/<dataset> (default: results)")
+    p.add_argument("--prompt", default=None, help="a literal prompt for the queries")
+    p.add_argument(
+        "--prompt-name", default=None, help="a prompt of the model's config (default: its `query` prompt, if any)"
+    )
+    p.add_argument("--device", default="auto", help="auto (CUDA where there is one), cpu, cuda or cuda:N")
+    p.add_argument("--json", action="store_true", help="one JSON line per query, its hits with their texts")
+    p.add_argument("--out", default="", help="write the JSON lines to this file instead (atomically)")
+    p.set_defaults(func=search)
     p = sub.add_parser(
         "sweep-adopt",
         help="move a sweep's finished jobs to their point's new id after a key was added to or removed from its grid "
