@@ -286,9 +286,14 @@ def table(answers: Sequence[Answer], used: dict[str, Any], width: int = 100) -> 
     """The answers as text: a line on what ran, then per query its ranked hits (rank,
     score, id, the start of the text), each line at most `width` characters (an id longer
     than that aside)."""
-    prompt = used["prompt_name"] and f"prompt {used['prompt_name']!r}" or used["prompt"] and f"prompt {used['prompt']!r}"
+    def prompt(name: str | None, text: str | None) -> str:
+        return f"prompt {name!r}" if name else f"prompt {text!r}" if text else "no prompt"
+
     head = (f"{used['data_set']}: {used['documents']} documents, model {used['model']}, {used['similarity']}, "
-            f"queries with {prompt or 'no prompt'}")
+            f"queries with {prompt(used['prompt_name'], used['prompt'])}")
+    documents = prompt(used.get("documents_prompt_name"), used.get("documents_prompt"))
+    if documents != "no prompt":  # the run's: a query prompt is chosen to match it
+        head += f" (documents with {documents})"
     lines = textwrap.wrap(head, width, break_on_hyphens=False)
     for answer in answers:
         lines.append("")

@@ -122,6 +122,28 @@ def test_retrieval_sweeps_read_shared_embeddings_and_count_each_job_once(run):
     assert (cost["by_origin"]["shared"]["jobs"], cost["by_origin"]["sweep"]["jobs"], cost["by_origin"]["main_run"]["jobs"]) == (4, 1, 0)
 
 
+def test_make_search_ranks_the_judged_queries_as_the_evaluation_did(run, capsys):
+    """make search embeds queries as the run embedded its own (the run's settings from its
+    provenance record): the evaluation's queries get the evaluation's hits and scores."""
+    import pandas as pd
+
+    from shardflow import cli
+
+    tmp_path, _ = run
+    r = tmp_path / "results/tiny/retrieval"
+    code = cli.main(["search", "--results", str(tmp_path / "results"), "--dataset", "tiny", "--queries",
+                     str(r / "queries.jsonl"), "--top-k", "10", "--device", "cpu", "--json"])
+    assert code == 0, capsys.readouterr().err
+    answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    ran = pd.read_parquet(r / "run.parquet")
+    assert [a["query_id"] for a in answers] == list(dict.fromkeys(ran["query_id"]))
+    for answer in answers:
+        want = ran[ran["query_id"] == answer["query_id"]].head(10)
+        assert [h["id"] for h in answer["hits"]] == want["doc_id"].tolist(), answer["query_id"]
+        assert [h["score"] for h in answer["hits"]] == pytest.approx(want["score"].tolist(), abs=1e-5)
+    assert answers[0]["hits"][0]["text"] == answers[0]["query"]  # q0 repeats d0's text
+
+
 def test_metrics_through_the_workflow_and_reproduction_check(run, beir):
     tmp_path, cfg = run
     metrics = json.loads((tmp_path / "results/tiny/retrieval/metrics.json").read_text())

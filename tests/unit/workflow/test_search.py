@@ -179,6 +179,10 @@ def test_table_fits_its_width():
     out = nearest.table([nearest.Answer("q", "a query", hits)], used, width=60)
     assert all(len(line) <= 60 for line in out.splitlines())
     assert "   2  0.2500  doc-2  short text" in out and out.count("…") == 1
+    assert "queries with no\nprompt" in out and "documents with" not in out  # the head wrapped at 60
+    used.update(prompt_name="query", documents_prompt="passage: ")
+    head = nearest.table([], used, width=200).splitlines()[0]
+    assert head.endswith("queries with prompt 'query' (documents with prompt 'passage: ')")
 
 
 def test_cli_json_lines_and_a_bad_run_exits_2(run, texts, capsys):
