@@ -9,13 +9,17 @@
           train.n_layer: [2, 4]
         # points:                     # ... or an explicit list of points
         #   - {train.lr: 1.0e-3, train.n_layer: 2}
+        # sample:                     # ... or 20 points drawn from the grid, whose
+        #   points: 20                # parameters may then also be ranges:
+        #   seed: 0                   # train.lr: {log_uniform: [1.0e-4, 1.0e-2]}
         seeds: [0, 1, 2]              # every point runs once per seed
         metrics: {best_val_loss: min} # what the tables show, and which way is better
         best: best_val_loss           # picks the best point (default: the first metric)
 
 Every problem is a SweepError naming the sweep and the key: an unknown parameter (with
 the keys its section has), an empty grid or value list, a value the config schema
-rejects, two equal points, two sweeps writing to one folder. `sweeps_in_files` reads the
+rejects, two equal points, two sweeps writing to one folder, a range without `sample:`, a
+sample as large as its grid or one its ranges cannot fill. `sweeps_in_files` reads the
 config files themselves, for what their merge hides (a key written twice, one sweep
 defined in two files).
 
@@ -24,7 +28,9 @@ copy of the sweep's base config and `schema_validate` (the workflow's validator)
 on it. For a grid it runs once per distinct (key, value) rather than once per point:
 the schema constrains each key on its own (no if/then across keys), so that is the same
 check at the cost of the sum, not the product, of the value lists; parse-time code runs
-again in every remote job, so a 1,000-point grid must stay cheap to parse.
+again in every remote job, so a 1,000-point grid must stay cheap to parse. A sampled
+sweep (shardflow.sweep.sample) is drawn into the same list of points a `points:` sweep
+gives, each drawn value checked as a grid's value is.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from __future__ import annotations
 import copy
 import difflib
 import itertools
+import math
 import os
 import re
 import reprlib
@@ -49,6 +56,7 @@ from shardflow.sweep.paths import (
     plain,
     point_id,
 )
+from shardflow.sweep.sample import RANGE_KINDS, SIGNIFICANT, Range, draw, grid_size, max_draws
 
 
 class SweepError(ValueError):
@@ -84,7 +92,7 @@ STAGES = {
 # with a setting its jobs did not have.
 RUN_WIDE = ("embedding.keep_chunk_vectors",)
 
-SWEEP_KEYS = ("stage", "base", "grid", "points", "seeds", "metrics", "best", "folder", "description")
+SWEEP_KEYS = ("stage", "base", "grid", "points", "sample", "seeds", "metrics", "best", "folder", "description")
 NAME_REGEX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # YAML 1.1 (PyYAML) reads 1e-3 as a string: it wants a dot (1.0e-3) to see a float.
 
@@ -103,6 +111,7 @@ class SweepSpec:
     goals: Mapping[str, str]  # metric -> "max" or "min"
     best: str  # the metric that picks the best point
     description: str = ""
+    sample: Mapping[str, int] | None = None  # {points, seed} where the points were drawn from the grid
     base_config: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @cached_property
@@ -134,8 +143,9 @@ class SweepSpec:
         """
         return {
             "name": self.name, "stage": self.stage, "base": self.base, "params": list(self.params),
-            "points": [[pid, dict(p)] for pid, p in zip(self.ids, self.points, strict=True)], "seeds": list(self.seeds),
-            "metrics": [[m, self.goals[m]] for m in self.metrics], "best": self.best,
+            "points": [[pid, dict(p)] for pid, p in zip(self.ids, self.points, strict=True)],
+            **({"sample": dict(self.sample)} if self.sample else {}),
+            "seeds": list(self.seeds), "metrics": [[m, self.goals[m]] for m in self.metrics], "best": self.best,
         }
 
     def jobs(self) -> list[tuple[str, int]]:
@@ -272,8 +282,10 @@ def write_tables_record(path: str, record: Mapping[str, Any], log: str) -> None:
     from shardflow.core.atomic import write_json
 
     write_json(path, record)
+    sample = record.get("sample")
+    drawn = f" (drawn from the grid, seed {sample['seed']})" if sample else ""
     with open(log, "w", encoding="utf-8") as fh:
-        fh.write(f"sweep {record['name']}: {len(record['points'])} points, metrics {record['metrics']}\n")
+        fh.write(f"sweep {record['name']}: {len(record['points'])} points{drawn}, metrics {record['metrics']}\n")
 
 
 def expand_grid(grid: Mapping[str, list]) -> list[dict[str, Any]]:
@@ -340,6 +352,31 @@ class _Checker:
         if (key, text) not in self.checked:
             self.checked[(key, text)] = self.config({key: value}, f"{key} = {value!r}")[key]
         return self.checked[(key, text)]
+
+    def range(self, key: str, given: Mapping, like: Any) -> Range:
+        """A grid parameter's range ({kind: [low, high]}), its bounds checked as values."""
+        kinds = " or ".join(f"{{{k}: [low, high]}}" for k in RANGE_KINDS)
+        if len(given) != 1 or next(iter(given)) not in RANGE_KINDS:
+            raise self.fail(f"grid parameter '{key}': {dict(given)!r} is not a range; give a list of values, or {kinds}")
+        ((kind, bounds),) = given.items()
+        if not isinstance(bounds, list) or len(bounds) != 2:
+            raise self.fail(f"grid parameter '{key}': {kind} takes [low, high], not {bounds!r}")
+        if kind == "int_uniform":
+            if not all(isinstance(b, int) and not isinstance(b, bool) for b in bounds):
+                raise self.fail(f"grid parameter '{key}': int_uniform bounds {bounds!r} must be integers")
+        else:
+            bounds = [canonical_value(b, 0.0) for b in bounds]  # YAML 1.1's 1e-4 is a string
+            if not all(isinstance(b, float) and math.isfinite(b) for b in bounds):
+                raise self.fail(f"grid parameter '{key}': {kind} bounds {bounds!r} must be finite numbers")
+            if isinstance(like, int) and not isinstance(like, bool):
+                raise self.fail(f"grid parameter '{key}' is an integer: draw it with {{int_uniform: [low, high]}}")
+        try:
+            drawn = Range(kind, *bounds)
+        except ValueError as exc:
+            raise self.fail(f"grid parameter '{key}': {kind} {exc}") from None
+        for bound in bounds:  # both ends can be drawn (a continuous one once rounded)
+            self.value(key, bound, like)
+        return drawn
 
     def config(self, point: Mapping[str, Any], what: str) -> dict[str, Any]:
         """Validate the base config with `point` applied; return the point's values as the
@@ -410,6 +447,7 @@ def parse_sweep(
         name=name, stage=stage.name, folder=folder, base=base_path, params=tuple(params),
         points=tuple(points), ids=tuple(ids), seeds=seeds, metrics=metrics, goals=goals, best=best,
         description=str(sweep.get("description") or ""), base_config=base,
+        sample={k: sweep["sample"][k] for k in ("points", "seed")} if sweep.get("sample") is not None else None,
     )
 
 
@@ -469,15 +507,23 @@ def _load_base(name: str, path: str, config: dict, load_file: Callable, root) ->
 
 
 def _points(check: _Checker, sweep: Mapping) -> tuple[list[str], list[dict]]:
-    grid, listed = sweep.get("grid"), sweep.get("points")
+    grid, listed, sample = sweep.get("grid"), sweep.get("points"), sweep.get("sample")
+    if sample is not None and listed is not None:
+        raise check.fail("`sample:` draws points from `grid:`, not from a list of `points:`: give one of the two")
     if (grid is None) == (listed is None):
         raise check.fail("give either `grid:` (values per parameter) or `points:` (a list of points)")
     if grid is not None:
         if not isinstance(grid, Mapping) or not grid:
             raise check.fail("empty grid: give at least one parameter and its values")
-        values = {}
+        values: dict[str, list | Range] = {}
         for key, vals in grid.items():
             like = check.key(key)
+            if isinstance(vals, Mapping):
+                values[key] = check.range(key, vals, like)
+                if sample is None:
+                    raise check.fail(f"grid parameter '{key}' is a range: add `sample: {{points: N, seed: S}}` to draw "
+                                     "N points from the grid (a range cannot be run whole)")
+                continue
             if not isinstance(vals, list):
                 example = format_value(like) if like is not None else 1
                 raise check.fail(f"grid parameter '{key}' must be a list of values, e.g. [{example}]")
@@ -490,6 +536,8 @@ def _points(check: _Checker, sweep: Mapping) -> tuple[list[str], list[dict]]:
                 if j != i:
                     raise check.fail(f"grid parameter '{key}' lists {format_value(v)} twice ({vals[j]!r} and {vals[i]!r})")
             values[key] = canon
+        if sample is not None:
+            return list(values), _sampled(check, values, *_sample(check, sample))
         return list(values), expand_grid(values)
 
     if not isinstance(listed, list) or not listed:
@@ -509,6 +557,50 @@ def _points(check: _Checker, sweep: Mapping) -> tuple[list[str], list[dict]]:
         pid = point_id(point, id_keys(params))
         points.append(check.config(point, f"point {i + 1} ({pid})"))
     return params, points
+
+
+def _sample(check: _Checker, sample: Any) -> tuple[int, int]:
+    """`sample:`'s (points, seed)."""
+    example = "e.g. `sample: {points: 20, seed: 0}`"
+    if not isinstance(sample, Mapping):
+        raise check.fail(f"sample: {sample!r} is not a mapping of `points` (how many to draw) and `seed`, {example}")
+    unknown = [k for k in sample if k not in ("points", "seed")]
+    if unknown:
+        raise check.fail(f"sample: unknown key {unknown[0]!r}; it takes `points` (how many to draw) and `seed`, {example}")
+    missing = [k for k in ("points", "seed") if k not in sample]
+    if missing:
+        raise check.fail(f"sample: no `{missing[0]}`; it takes `points` (how many to draw) and `seed`, {example}")
+    points, seed = sample["points"], sample["seed"]
+    if isinstance(points, bool) or not isinstance(points, int) or points < 1:
+        raise check.fail(f"sample: points {points!r} is not a positive integer (how many points to draw), {example}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise check.fail(f"sample: seed {seed!r} is not a non-negative integer (it decides which points), {example}")
+    return points, seed
+
+
+def _sampled(check: _Checker, values: Mapping[str, list | Range], points: int, seed: int) -> list[dict]:
+    """The first `points` distinct draws (sample.draw) of the grid, each drawn value checked
+    as a grid's value; a draw equal to an earlier point is skipped."""
+    ranges = {k: v for k, v in values.items() if isinstance(v, Range)}
+    size = grid_size(values)
+    if size is not None and points >= size:
+        listed = " (each int_uniform range written as the list of its values)" if ranges else ""
+        raise check.fail(f"sample: points {points} is not fewer than the {size} points of the grid: drop `sample:` to run "
+                         f"all of them{listed}")
+    likes = {k: lookup(check.base, k) for k in ranges}  # what check.key found: the key is known
+    found: dict[tuple, dict] = {}
+    for index in range(max_draws(points)):
+        point = draw(values, seed, index)
+        for key in ranges:
+            point[key] = check.value(key, point[key], likes[key])
+        found.setdefault(tuple(value_key(v) for v in point.values()), point)
+        if len(found) == points:
+            return list(found.values())
+    shown = ", ".join(f"{k}: {r}" for k, r in ranges.items() if r.size is None) or "the grid"
+    raise check.fail(
+        f"sample: {len(found)} distinct points in {max_draws(points)} draws, of the {points} asked for: drawn values are "
+        f"rounded to {SIGNIFICANT} significant digits, and too few lie in {shown}: widen a range or ask for fewer points"
+    )
 
 
 def _seeds(check: _Checker, seeds: Any) -> tuple[int, ...]:
