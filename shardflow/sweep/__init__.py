@@ -1,6 +1,7 @@
-"""Parameter sweeps: many runs of one stage over a grid or list of points, and seeds.
+"""Parameter sweeps: many runs of one stage over a grid, a sample of one or a list of points, and seeds.
 
 spec     the `sweeps:` config section parsed and checked at parse time (SweepSpec)
+sample   random search: a grid's points (values or ranges) drawn at parse time, stable across versions
 paths    point ids: readable, stable, path-safe folder names that decode back
 metrics  the metric names each stage's jobs write: a misspelt one fails the parse
 shared   retrieval embeddings named by their settings: equal settings, one set
