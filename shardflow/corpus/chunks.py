@@ -65,23 +65,28 @@ def _not_strings(rec: ChunkRecord) -> list[str]:
     ]
 
 
+def parse_chunk_line(raw: bytes, path: str | os.PathLike, lineno: int) -> ChunkRecord:
+    """Line `lineno` of chunk file `path`, as bytes: decoded here, so that a line that is
+    not UTF-8 names its file and line too (a text-mode read raises the codec's error,
+    naming neither, from the reading loop itself)."""
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+        rec = ChunkRecord(obj["id"], obj["text"], obj.get("group"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{path}:{lineno}: not a shardflow chunk record (invalid UTF-8 at byte {exc.start} of the line)"
+        ) from None
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}:{lineno}: not a shardflow chunk record ({exc})") from exc
+    if wrong := _not_strings(rec):
+        raise ValueError(f"{path}:{lineno}: not a shardflow chunk record ({'; '.join(wrong)})")
+    return rec
+
+
 def iter_chunk(path: str | os.PathLike) -> Iterator[ChunkRecord]:
-    # Bytes decoded line by line: a line that is not UTF-8 names its file and line too (a
-    # text-mode read raises the codec's error, naming neither, from the loop itself).
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
-            try:
-                obj = json.loads(raw.decode("utf-8"))
-                rec = ChunkRecord(obj["id"], obj["text"], obj.get("group"))
-            except UnicodeDecodeError as exc:
-                raise ValueError(
-                    f"{path}:{lineno}: not a shardflow chunk record (invalid UTF-8 at byte {exc.start} of the line)"
-                ) from None
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise ValueError(f"{path}:{lineno}: not a shardflow chunk record ({exc})") from exc
-            if wrong := _not_strings(rec):
-                raise ValueError(f"{path}:{lineno}: not a shardflow chunk record ({'; '.join(wrong)})")
-            yield rec
+            yield parse_chunk_line(raw, path, lineno)
 
 
 def read_chunk(path: str | os.PathLike) -> tuple[list[str], list[str]]:

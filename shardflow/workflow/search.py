@@ -14,18 +14,18 @@ hold the documents in the order of the merged embeddings.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import logging
 import os
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
-from shardflow.corpus.chunks import chunk_path, iter_chunk
+from shardflow.corpus.chunks import chunk_path, parse_chunk_line
 from shardflow.corpus.readers import ReaderOptions, Rejected, expand_inputs, iter_records
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,9 @@ class EmbeddedRun:
     embedding: dict[str, Any]  # the run's embedding section, as its provenance record holds it
     model_sha256: str | None  # the embedding model's hash in that record (None: not hashed)
     chunk_items: list[int]  # records per chunk, in merge order (the manifest's)
+    # The run's retrieval section where this data set is its evaluation's corpus: the
+    # prompt its judged queries were embedded with (retrieval.query_prompt, _name).
+    retrieval: dict[str, Any] | None = None
 
     @property
     def embeddings(self) -> Path:
@@ -112,7 +115,10 @@ def embedded_run(folder: str | os.PathLike) -> EmbeddedRun:
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{manifest_path}: no chunk list with each chunk's items ({exc!r})") from None
     model = (record.get("models") or {}).get("embedding") or {}
-    return EmbeddedRun(folder, embedding, model.get("sha256") if isinstance(model, dict) else None, items)
+    retrieval = (record.get("config") or {}).get("retrieval")
+    evaluated = isinstance(retrieval, dict) and retrieval.get("path") and retrieval.get("name") == folder.name
+    return EmbeddedRun(folder, embedding, model.get("sha256") if isinstance(model, dict) else None, items,
+                       retrieval if evaluated else None)
 
 
 def read_queries(texts: Sequence[str], files: Sequence[str], opts: ReaderOptions) -> list[tuple[str, str]]:
@@ -138,78 +144,101 @@ def read_queries(texts: Sequence[str], files: Sequence[str], opts: ReaderOptions
     return queries
 
 
-def query_params(run: EmbeddedRun, *, prompt: str | None, prompt_name: str | None, device: str):
-    """The run's embedding settings for the queries: its model and every setting that
-    shapes a vector (dtype, max_length, pooling through the model), with the query prompt
-    instead of the documents' and no compile (a handful of texts would wait on it)."""
-    from shardflow.core.models import resolve_model
+def query_params(run: EmbeddedRun, model: str, *, prompt: str | None, prompt_name: str | None, device: str):
+    """The run's embedding settings for the queries: every setting that shapes a vector
+    (dtype, max_length, pooling through the model), with the query prompt instead of the
+    documents' and no compile (a handful of texts would wait on it)."""
     from shardflow.embed.params import EmbedParams
 
     known = {f.name for f in fields(EmbedParams)} - {"compile_cache"}
     settings = {k: v for k, v in run.embedding.items() if k in known}
-    settings.update(model=resolve_model(run.embedding["model"]), device=device, prompt=prompt,
-                    prompt_name=prompt_name, compile=False, compile_mode="auto")
+    settings.update(model=model, device=device, prompt=prompt, prompt_name=prompt_name, compile=False,
+                    compile_mode="auto")
     return EmbedParams(**settings)
 
 
-def default_prompt_name(model_prompts: Iterable[str]) -> str | None:
-    """The model's query prompt where its config names one (`query`), else none."""
-    return QUERY_PROMPT_NAME if QUERY_PROMPT_NAME in set(model_prompts) else None
+@dataclass(frozen=True)
+class QueryPrompt:
+    prompt: str | None
+    prompt_name: str | None  # neither: the model's default_prompt_name, if it has one
+    source: str  # why this one, for the header and the log
+
+
+def query_prompt(run: EmbeddedRun, model_prompts: Mapping[str, str], prompt: str | None,
+                 prompt_name: str | None) -> QueryPrompt:
+    """The prompt the queries are embedded with: the one given; else, for a retrieval
+    evaluation's corpus, the one its judged queries had (`retrieval.query_prompt` or
+    `query_prompt_name`: its hits are the evaluation's); else the model's `query` prompt
+    where its config names one that is not empty (an instruction model's:
+    sentence-transformers 6 saves every model with empty `query` and `document`
+    prompts); else the documents' own settings (a symmetric model: queries embedded as
+    documents are)."""
+    if prompt is not None or prompt_name is not None:
+        return QueryPrompt(prompt, prompt_name, "given")
+    if run.retrieval is not None:
+        return QueryPrompt(run.retrieval.get("query_prompt"), run.retrieval.get("query_prompt_name"),
+                           "the evaluation's retrieval.query_prompt / query_prompt_name")
+    if model_prompts.get(QUERY_PROMPT_NAME):
+        return QueryPrompt(None, QUERY_PROMPT_NAME, "the model's query prompt")
+    return QueryPrompt(run.embedding.get("prompt"), run.embedding.get("prompt_name"), "the documents' settings")
 
 
 def check_model(run: EmbeddedRun, model_path: str) -> str | None:
-    """Refuse a model folder that no longer hashes as the run's record says (queries of
+    """Refuse a model folder that does not hash as the run's record says (queries of
     other weights land elsewhere than the documents); returns a warning where the record
-    holds no hash to compare with."""
-    from shardflow.core.hashing import model_sha256
+    holds no hash to compare with. The hash is kept per version of the model's files
+    (core.madewith.model_sha256_kept): a second search reads no weights."""
+    from shardflow.core.madewith import model_sha256_kept
 
     if run.model_sha256 is None:
         return (f"{run.folder / 'provenance.json'} holds no hash of the embedding model: the queries are embedded "
-                f"with {run.embedding['model']} as it is now, unchecked against the run's")
-    now = model_sha256(model_path).get("sha256")
+                f"with {model_path} as it is now, unchecked against the run's")
+    now = model_sha256_kept(model_path).get("sha256")
     if now != run.model_sha256:
         raise ValueError(
-            f"embedding model {run.embedding['model']} ({model_path}) hashes {str(now)[:12]}..., but the run "
-            f"embedded its documents with {run.model_sha256[:12]}... ({run.folder / 'provenance.json'}, "
-            "models.embedding): query vectors of other weights are not comparable with the documents'. "
-            "Restore the run's model, or rerun the workflow with this one"
+            f"embedding model {model_path} hashes {str(now)[:12]}..., but the run embedded its documents with "
+            f"{run.model_sha256[:12]}... ({run.folder / 'provenance.json'}, models.embedding; config "
+            f"embedding.model {run.embedding['model']}): query vectors of other weights are not comparable with the "
+            "documents'. Give the run's model (--model, MODEL=), or rerun the workflow with this one"
         )
     return None
 
 
-def hit_texts(run: EmbeddedRun, rows: Iterable[int], ids: Sequence[str]) -> dict[int, str]:
+def hit_texts(run: EmbeddedRun, rows: Iterable[int], ids) -> dict[int, str]:
     """The text of each embedding row in `rows`, read from the chunk files: row r is the
     record at its place in chunk i (merge concatenates the chunks in order, every record
-    embedded). Only the chunks holding a hit are read, each up to its last hit; a record
-    whose id is not the row's is an error naming the file and line (chunks rewritten
-    since the merge)."""
-    starts, total = [], 0
-    for n in run.chunk_items:
-        starts.append(total)
-        total += n
-    if total != len(ids):
-        raise ValueError(f"{run.folder / 'chunks' / 'manifest.json'} lists {total} records, {run.ids} {len(ids)}: "
-                         "the chunks are not those of the merged embeddings")
+    embedded). Only the chunks holding a hit are read, each up to its last hit, and only
+    the hits' lines are parsed; a record whose id is not the row's is an error naming the
+    file and line (chunks rewritten since the merge). `ids`: the merged id column (a
+    pyarrow array)."""
+    starts = list(itertools.accumulate(run.chunk_items, initial=0))
+    if starts[-1] != len(ids):
+        raise ValueError(f"{run.folder / 'chunks' / 'manifest.json'} lists {starts[-1]} records, {run.ids} "
+                         f"{len(ids)}: the chunks are not those of the merged embeddings")
     wanted: dict[int, dict[int, int]] = {}  # chunk -> {line index: row}
     for row in rows:
-        chunk = next(i for i in range(len(starts) - 1, -1, -1) if starts[i] <= row)
+        chunk = bisect.bisect_right(starts, row) - 1
         wanted.setdefault(chunk, {})[row - starts[chunk]] = row
     texts: dict[int, str] = {}
     for chunk, lines in sorted(wanted.items()):
         path = chunk_path(run.folder / "chunks", chunk)
-        last = max(lines)
-        for j, rec in enumerate(iter_chunk(path)):
-            if j in lines:
-                row = lines[j]
-                if rec.id != ids[row]:
-                    raise ValueError(f"{path}:{j + 1}: id {rec.id!r}, but embedding row {row} is {ids[row]!r} "
-                                     f"({run.ids}): the chunks changed after the merge; rerun the workflow")
-                texts[row] = rec.text
-            if j == last:
-                break
-        missing = sorted(set(lines) - {j for j in lines if lines[j] in texts})
-        if missing:
-            raise ValueError(f"{path}: {len(missing)} records short of the manifest (line {missing[0] + 1} missing)")
+        last, seen = max(lines), -1
+        with open(path, "rb") as fh:
+            for j, raw in enumerate(fh):
+                seen = j
+                if j in lines:
+                    row = lines[j]
+                    rec = parse_chunk_line(raw, path, j + 1)
+                    if rec.id != ids[row].as_py():
+                        raise ValueError(f"{path}:{j + 1}: id {rec.id!r}, but embedding row {row} is "
+                                         f"{ids[row].as_py()!r} ({run.ids}): the chunks changed after the merge; "
+                                         "rerun the workflow")
+                    texts[row] = rec.text
+                if j == last:
+                    break
+        if seen < last:
+            raise ValueError(f"{path}: {seen + 1} records, but the manifest's count puts a hit on line {last + 1}: "
+                             "the chunks changed after the merge; rerun the workflow")
     return texts
 
 
@@ -220,12 +249,16 @@ def search(
     *,
     prompt: str | None = None,
     prompt_name: str | None = None,
+    model: str | None = None,
     device: str = "auto",
     logger: logging.Logger | None = None,
 ) -> tuple[list[Answer], dict[str, Any]]:
     """The `top_k` nearest documents of data set folder `folder` for each query, and what
-    the search ran with (model, prompt, similarity, device, documents). Neither prompt
-    nor prompt_name: the model's query prompt where it names one."""
+    the search ran with (model, prompt, similarity, device, documents). `model`: the
+    run's model where it lies now, if not where its config named it (still checked
+    against the recorded hash). Neither prompt nor prompt_name: `query_prompt` picks."""
+    from shardflow.core.columns import read_id_array
+    from shardflow.core.models import resolve_model
     from shardflow.embed.engine import load_encoder
     from shardflow.embed.stconfig import load_model_spec
     from shardflow.retrieval.pipeline import SEARCH_SIMILARITIES
@@ -239,41 +272,55 @@ def search(
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    params = query_params(run, prompt=prompt, prompt_name=prompt_name, device=device)
-    warning = check_model(run, params.model)
+    model_path = resolve_model(model if model is not None else run.embedding["model"])
+    warning = check_model(run, model_path)
     if warning:
         logger.warning(warning)
-    spec = load_model_spec(params.model)
+    spec = load_model_spec(model_path)
     if spec.similarity not in SEARCH_SIMILARITIES:
         raise ValueError(f"the model's similarity_fn_name is {spec.similarity!r}: search ranks by "
                          f"{' or '.join(SEARCH_SIMILARITIES)} (exact inner product)")
-    if prompt is None and prompt_name is None:
-        params = query_params(run, prompt=None, prompt_name=default_prompt_name(dict(spec.prompts)), device=device)
+    chosen = query_prompt(run, dict(spec.prompts), prompt, prompt_name)
+    documents = (run.embedding.get("prompt"), run.embedding.get("prompt_name"))
+    if chosen.source == "the documents' settings" and documents != (None, None):
+        logger.warning("the documents were embedded with %s, and so are the queries: an asymmetric model wants its "
+                       "query prompt instead (--prompt, --prompt-name)", _prompt_words(*documents, None))
+    params = query_params(run, model_path, prompt=chosen.prompt, prompt_name=chosen.prompt_name, device=device)
     encoder = load_encoder(params, logger)
     vectors = encoder.encode([text for _, text in queries])
-    ids = pq.read_table(run.ids, columns=["id"]).column("id").to_pylist()
-    hits = exact_search(vectors, run.embeddings, top_k, normalize=spec.similarity == "cosine",
-                        device=device, query_ids=[q for q, _ in queries], doc_ids=ids)
+    ids = read_id_array(run.ids)
+    hits = exact_search(vectors, run.embeddings, top_k, normalize=spec.similarity == "cosine", device=device,
+                        query_ids=[q for q, _ in queries], doc_ids=ids)
     rows = hits.indices
-    texts = hit_texts(run, {int(r) for r in rows.ravel() if r >= 0}, ids)
+    found = sorted({int(r) for r in rows.ravel() if r >= 0})
+    texts = hit_texts(run, found, ids)
+    hit_ids = dict(zip(found, ids.take(found).to_pylist(), strict=True))
     answers = [
-        Answer(qid, text, [Hit(rank, ids[int(r)], float(s), texts[int(r)])
+        Answer(qid, text, [Hit(rank, hit_ids[int(r)], float(s), texts[int(r)])
                            for rank, (r, s) in enumerate(zip(rows[q], hits.scores[q], strict=True), 1) if r >= 0])
         for q, (qid, text) in enumerate(queries)
     ]
     used = {
         "data_set": str(run.folder),
         "documents": len(ids),
-        "model": run.embedding["model"],
-        "prompt_name": params.prompt_name,
-        "prompt": params.prompt,
-        "documents_prompt_name": run.embedding.get("prompt_name"),
-        "documents_prompt": run.embedding.get("prompt"),
+        "model": model_path if model is not None else run.embedding["model"],
+        "prompt": _prompt_words(chosen.prompt, chosen.prompt_name, spec.default_prompt_name),
+        "prompt_source": chosen.source,
+        "documents_prompt": _prompt_words(*documents, spec.default_prompt_name),
         "similarity": spec.similarity,
         "top_k": top_k,
         "device": device,
     }
     return answers, used
+
+
+def _prompt_words(prompt: str | None, prompt_name: str | None, default_name: str | None) -> str:
+    """A prompt setting as the header says it: neither given means the model's default."""
+    if prompt is not None:
+        return f"prompt {prompt!r}" if prompt else "no prompt"
+    if prompt_name is not None:
+        return f"prompt {prompt_name!r}"
+    return f"prompt {default_name!r} (the model's default)" if default_name else "no prompt"
 
 
 def snippet(text: str, width: int) -> str:
@@ -286,14 +333,10 @@ def table(answers: Sequence[Answer], used: dict[str, Any], width: int = 100) -> 
     """The answers as text: a line on what ran, then per query its ranked hits (rank,
     score, id, the start of the text), each line at most `width` characters (an id longer
     than that aside)."""
-    def prompt(name: str | None, text: str | None) -> str:
-        return f"prompt {name!r}" if name else f"prompt {text!r}" if text else "no prompt"
-
     head = (f"{used['data_set']}: {used['documents']} documents, model {used['model']}, {used['similarity']}, "
-            f"queries with {prompt(used['prompt_name'], used['prompt'])}")
-    documents = prompt(used.get("documents_prompt_name"), used.get("documents_prompt"))
-    if documents != "no prompt":  # the run's: a query prompt is chosen to match it
-        head += f" (documents with {documents})"
+            f"queries with {used['prompt']}")
+    if used["documents_prompt"] != "no prompt":  # the run's: a query prompt is chosen to match it
+        head += f" (documents with {used['documents_prompt']})"
     lines = textwrap.wrap(head, width, break_on_hyphens=False)
     for answer in answers:
         lines.append("")

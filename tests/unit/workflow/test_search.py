@@ -19,9 +19,15 @@ from shardflow.corpus.readers import ReaderOptions
 from shardflow.embed.engine import load_encoder
 from shardflow.embed.params import EmbedParams
 from shardflow.workflow import search as nearest
-from tests.support.tiny_models import build_bert_mean, sample_texts
+from tests.support.tiny_models import build_bert_cls, build_bert_mean, sample_texts
 
 CHUNKS = (5, 7, 4)  # records per chunk: hits land in every chunk, past the first
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    # The model hash is kept under .snakemake/ of the working directory: the test's own.
+    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +36,7 @@ def model(tmp_path_factory) -> Path:
     return build_bert_mean(tmp_path_factory.mktemp("model"))
 
 
-def make_run(folder: Path, model: Path, texts: list[str], **embedding) -> Path:
+def make_run(folder: Path, model: Path, texts: list[str], retrieval: dict | None = None, **embedding) -> Path:
     """A data set folder as a finished run leaves it: chunks and their manifest, merged
     embeddings and ids, verification and provenance (config and model hash)."""
     (folder / "chunks").mkdir(parents=True)
@@ -49,7 +55,8 @@ def make_run(folder: Path, model: Path, texts: list[str], **embedding) -> Path:
     np.save(folder / "embeddings.npy", load_encoder(params).encode(texts))
     pq.write_table(pa.table({"id": pa.array(ids, pa.string())}), folder / "ids.parquet")
     (folder / "verification.json").write_text(json.dumps({"ok": True}))
-    record = {"config": {"embedding": settings}, "models": {"embedding": model_sha256(str(model))}}
+    record = {"config": {"embedding": settings, **({"retrieval": retrieval} if retrieval else {})},
+              "models": {"embedding": model_sha256(str(model))}}
     (folder / "provenance.json").write_text(json.dumps(record))
     return folder
 
@@ -80,7 +87,7 @@ def test_a_documents_own_text_finds_it_first_in_every_chunk(run, texts):
 def test_default_prompt_is_the_models_query_prompt_and_ranks_as_brute_force(run, model, texts):
     query = "a question about parsing files"
     answers, used = nearest.search(run, [("q", query)], len(texts), device="cpu")
-    assert used["prompt_name"] == "query"
+    assert used["prompt"] == "prompt 'query'" and used["prompt_source"] == "the model's query prompt"
     vector = load_encoder(EmbedParams(model=str(model), device="cpu", prompt_name="query")).encode([query])[0]
     docs = np.load(run / "embeddings.npy")
     scores = docs @ vector / (np.linalg.norm(docs, axis=1) * np.linalg.norm(vector))
@@ -94,9 +101,79 @@ def test_default_prompt_is_the_models_query_prompt_and_ranks_as_brute_force(run,
 def test_queries_get_the_runs_settings_not_compile(run):
     record = json.loads((run / "provenance.json").read_text())
     record["config"]["embedding"].update(max_length=8, compile=True, dtype="float32")
-    params = nearest.query_params(nearest.EmbeddedRun(run, record["config"]["embedding"], None, list(CHUNKS)),
-                                prompt=None, prompt_name="query", device="cpu")
-    assert (params.max_length, params.dtype, params.compile, params.prompt_name) == (8, "float32", False, "query")
+    params = nearest.query_params(nearest.EmbeddedRun(run, record["config"]["embedding"], None, list(CHUNKS)), "m",
+                                  prompt=None, prompt_name="query", device="cpu")
+    assert (params.model, params.max_length, params.dtype, params.compile) == ("m", 8, "float32", False)
+
+
+def _run(embedding=None, retrieval=None) -> nearest.EmbeddedRun:
+    return nearest.EmbeddedRun(Path("results/demo"), {"model": "m", **(embedding or {})}, None, [1], retrieval)
+
+
+@pytest.mark.parametrize("run_, prompts, given, want", [
+    # given: taken as it is
+    (_run(), {"query": "q: "}, ("x: ", None), ("x: ", None, "given")),
+    # an evaluation's corpus: the prompt its judged queries had, the model's query prompt aside
+    (_run(retrieval={"query_prompt": "query: ", "query_prompt_name": None}), {"query": "q: "}, (None, None),
+     ("query: ", None, "the evaluation's retrieval.query_prompt / query_prompt_name")),
+    (_run(retrieval={"query_prompt": None, "query_prompt_name": None}), {"query": "q: "}, (None, None),
+     (None, None, "the evaluation's retrieval.query_prompt / query_prompt_name")),
+    # an instruction model: its query prompt
+    (_run(), {"query": "q: ", "document": ""}, (None, None), (None, "query", "the model's query prompt")),
+    # a symmetric one: the documents' settings, also where sentence-transformers 6 saved
+    # empty query and document prompts
+    (_run({"prompt": "clustering: "}), {}, (None, None), ("clustering: ", None, "the documents' settings")),
+    (_run({"prompt_name": "document"}), {"query": "", "document": ""}, (None, None),
+     (None, "document", "the documents' settings")),
+])
+def test_query_prompt(run_, prompts, given, want):
+    chosen = nearest.query_prompt(run_, prompts, *given)
+    assert (chosen.prompt, chosen.prompt_name, chosen.source) == want
+
+
+def test_a_retrieval_corpus_is_searched_with_the_evaluations_query_prompt(tmp_path, model, texts):
+    folder = make_run(tmp_path / "beir", model, texts,
+                      retrieval={"path": "/data/beir", "name": "beir", "query_prompt": "query: ", "query_prompt_name": None})
+    _, used = nearest.search(folder, [("q", texts[0])], 1, device="cpu")
+    assert used["prompt"] == "prompt 'query: '"
+    # the same record read for another data set's folder: not its evaluation
+    assert nearest.embedded_run(make_run(tmp_path / "demo", model, texts, retrieval={
+        "path": "/data/beir", "name": "beir", "query_prompt": "query: "})).retrieval is None
+
+
+def test_the_documents_prompt_is_used_for_queries_with_a_warning(tmp_path, model, texts, caplog):
+    folder = make_run(tmp_path / "demo", model, texts, prompt="passage: ")
+    # the model names a query prompt: taken for queries, documents' shown beside it
+    _, used = nearest.search(folder, [("q", texts[0])], 1, device="cpu")
+    assert (used["prompt"], used["documents_prompt"]) == ("prompt 'query'", "prompt 'passage: '")
+    assert "and so are the queries" not in caplog.text
+    # a model without a query prompt: the documents' prompt, and a warning that says so
+    symmetric = build_bert_cls(tmp_path / "cls")
+    folder = make_run(tmp_path / "cls-run", symmetric, texts, prompt="passage: ")
+    answers, used = nearest.search(folder, [("q", texts[4])], 1, device="cpu")
+    assert answers[0].hits[0].id == "doc-4"  # prompted alike, the same text finds itself
+    assert used["prompt"] == used["documents_prompt"] == "prompt 'passage: '"
+    assert "documents were embedded with prompt 'passage: ', and so are the queries" in caplog.text
+
+
+def test_the_model_given_where_it_lies_now_is_checked_and_hashed_once(tmp_path, model, texts, monkeypatch):
+    import shutil
+
+    from shardflow.core import madewith
+
+    folder = make_run(tmp_path / "demo", model, texts)
+    moved = tmp_path / "moved-model"
+    shutil.copytree(model, moved)
+    calls = []
+    real = madewith.model_sha256
+    monkeypatch.setattr(madewith, "model_sha256", lambda path: calls.append(path) or real(path))
+    for _ in range(2):
+        answers, used = nearest.search(folder, [("q", texts[2])], 1, prompt="", model=str(moved), device="cpu")
+        assert answers[0].hits[0].id == "doc-2" and used["model"] == str(moved)
+    assert calls == [str(moved)]  # the second search read no weights
+    other = build_bert_mean(tmp_path / "other-model", seed=9)
+    with pytest.raises(ValueError, match=r"other-model.* hashes .*but the run embedded its documents with"):
+        nearest.search(folder, [("q", "x")], 1, model=str(other), device="cpu")
 
 
 def test_a_model_that_changed_since_the_run_is_refused(tmp_path, model, texts):
@@ -175,12 +252,12 @@ def test_an_empty_typed_query_is_refused():
 def test_table_fits_its_width():
     hits = [nearest.Hit(1, "doc-1", 0.5, "word " * 100), nearest.Hit(2, "doc-2", 0.25, "short\ntext")]
     used = {"data_set": "results/demo", "documents": 2, "model": "m", "similarity": "cosine",
-            "prompt_name": None, "prompt": None}
+            "prompt": "no prompt", "documents_prompt": "no prompt"}
     out = nearest.table([nearest.Answer("q", "a query", hits)], used, width=60)
     assert all(len(line) <= 60 for line in out.splitlines())
     assert "   2  0.2500  doc-2  short text" in out and out.count("…") == 1
     assert "queries with no\nprompt" in out and "documents with" not in out  # the head wrapped at 60
-    used.update(prompt_name="query", documents_prompt="passage: ")
+    used.update(prompt="prompt 'query'", documents_prompt="prompt 'passage: '")
     head = nearest.table([], used, width=200).splitlines()[0]
     assert head.endswith("queries with prompt 'query' (documents with prompt 'passage: ')")
 
