@@ -6,7 +6,8 @@
     best.json                      the best point: id, parameters, mean, std (and its
                                    relevance levels, in a retrieval sweep scored away from 1)
     points.json                    every point of the spec, in order: its id and parameters
-                                   (and `sample`, {points, seed}, where they were drawn)
+                                   (and `sample`, {points, seed, grid}, where they were
+                                   drawn: sample.grid_record)
     cost.json                      what the sweep cost, each job once, by origin (cost.sweep_cost)
     plots/<figure>.png             plots.plot_files(spec)
 
@@ -21,6 +22,7 @@ rule can declare every file at parse time.
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 from collections.abc import Iterable
@@ -57,7 +59,7 @@ def points_record(spec: SweepSpec) -> dict:
         "sweep": spec.name, "stage": spec.stage, "base": spec.base, "params": list(spec.params),
         "seeds": list(spec.seeds), "points": [{"id": pid, "params": dict(p)} for pid, p in zip(spec.ids, spec.points, strict=True)],
         # How the points were drawn from the grid (spec `sample:`); absent for a grid or a list.
-        **({"sample": dict(spec.sample)} if spec.sample else {}),
+        **({"sample": copy.deepcopy(dict(spec.sample))} if spec.sample else {}),
     }
 
 

@@ -16,6 +16,11 @@ from sha256 of (seed, draw index, key) (core.hashing.digest), mapped to its rang
 may differ in the last bit). Draw i depends on nothing but i: the points of `points: 20`
 are the first 20 of `points: 40`, so raising N reuses the finished jobs.
 
+The sample's record (`grid_record`: each range as {kind: [low, high]}, each list as its
+values) goes into spec.json and points.json beside `points` and `seed`, so that the
+tables, figures and the report's first page can say what the points were drawn from
+(`drawn_range` reads a range back).
+
 A continuous value is rounded to SIGNIFICANT digits (half to even; toward the inside
 of the range where that would leave it), so that ids, folders and tables read like a
 hand-written grid. A draw equal to an earlier point is skipped (spec: the point list
@@ -123,6 +128,23 @@ def draw(values: Mapping[str, Sequence | Range], seed: int, index: int) -> dict[
         h = int(digest([seed, index, key]), 16)
         out[key] = vals.value(h) if isinstance(vals, Range) else vals[h % len(vals)]
     return out
+
+
+def grid_record(values: Mapping[str, Sequence | Range]) -> dict[str, Any]:
+    """The grid a sample is drawn from in builtins, as the config writes it: a range as
+    {kind: [low, high]}, a list as its values (as the config holds them)."""
+    return {key: {v.kind: [v.low, v.high]} if isinstance(v, Range) else list(v) for key, v in values.items()}
+
+
+def drawn_range(sample: Mapping[str, Any] | None, key: str) -> Range | None:
+    """The range `key` was drawn from in a sample's record (SweepSpec.sample, points.json's
+    `sample`); None for a list of values, a sweep that is no sample, or a record from
+    before the sample named its grid."""
+    given = (sample or {}).get("grid", {}).get(key)
+    if not isinstance(given, Mapping):
+        return None
+    ((kind, (low, high)),) = given.items()
+    return Range(kind, low, high)
 
 
 def max_draws(points: int) -> int:

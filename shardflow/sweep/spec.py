@@ -56,7 +56,7 @@ from shardflow.sweep.paths import (
     plain,
     point_id,
 )
-from shardflow.sweep.sample import RANGE_KINDS, SIGNIFICANT, Range, draw, grid_size, max_draws
+from shardflow.sweep.sample import RANGE_KINDS, SIGNIFICANT, Range, draw, grid_record, grid_size, max_draws
 
 
 class SweepError(ValueError):
@@ -111,7 +111,8 @@ class SweepSpec:
     goals: Mapping[str, str]  # metric -> "max" or "min"
     best: str  # the metric that picks the best point
     description: str = ""
-    sample: Mapping[str, int] | None = None  # {points, seed} where the points were drawn from the grid
+    # {points, seed, grid} where the points were drawn from the grid (grid: sample.grid_record).
+    sample: Mapping[str, Any] | None = None
     base_config: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @cached_property
@@ -144,7 +145,7 @@ class SweepSpec:
         return {
             "name": self.name, "stage": self.stage, "base": self.base, "params": list(self.params),
             "points": [[pid, dict(p)] for pid, p in zip(self.ids, self.points, strict=True)],
-            **({"sample": dict(self.sample)} if self.sample else {}),
+            **({"sample": copy.deepcopy(dict(self.sample))} if self.sample else {}),
             "seeds": list(self.seeds), "metrics": [[m, self.goals[m]] for m in self.metrics], "best": self.best,
         }
 
@@ -429,7 +430,7 @@ def parse_sweep(
     if not isinstance(folder, str) or not NAME_REGEX.fullmatch(folder):
         raise check.fail(f"folder {folder!r} must be one folder name (letters, digits, '.', '_', '-')")
 
-    params, points = _points(check, sweep)
+    params, points, sample = _points(check, sweep)
     keys = id_keys(params)
     ids = [point_id(p, keys) for p in points]
     first: dict[tuple, int] = {}  # equal ids are equal values, so this finds both
@@ -446,8 +447,7 @@ def parse_sweep(
     return SweepSpec(
         name=name, stage=stage.name, folder=folder, base=base_path, params=tuple(params),
         points=tuple(points), ids=tuple(ids), seeds=seeds, metrics=metrics, goals=goals, best=best,
-        description=str(sweep.get("description") or ""), base_config=base,
-        sample={k: sweep["sample"][k] for k in ("points", "seed")} if sweep.get("sample") is not None else None,
+        description=str(sweep.get("description") or ""), base_config=base, sample=sample,
     )
 
 
@@ -506,7 +506,9 @@ def _load_base(name: str, path: str, config: dict, load_file: Callable, root) ->
     return merge(config, {k: v for k, v in overlay.items() if k != "sweeps"})
 
 
-def _points(check: _Checker, sweep: Mapping) -> tuple[list[str], list[dict]]:
+def _points(check: _Checker, sweep: Mapping) -> tuple[list[str], list[dict], dict | None]:
+    """The sweep's parameters, its points, and where they were drawn from a grid, the
+    sample's record ({points, seed, grid}; SweepSpec.sample), else None."""
     grid, listed, sample = sweep.get("grid"), sweep.get("points"), sweep.get("sample")
     if sample is not None and listed is not None:
         raise check.fail("`sample:` draws points from `grid:`, not from a list of `points:`: give one of the two")
@@ -537,8 +539,10 @@ def _points(check: _Checker, sweep: Mapping) -> tuple[list[str], list[dict]]:
                     raise check.fail(f"grid parameter '{key}' lists {format_value(v)} twice ({vals[j]!r} and {vals[i]!r})")
             values[key] = canon
         if sample is not None:
-            return list(values), _sampled(check, values, *_sample(check, sample))
-        return list(values), expand_grid(values)
+            points, seed = _sample(check, sample)
+            drawn = _sampled(check, values, points, seed)
+            return list(values), drawn, {"points": points, "seed": seed, "grid": grid_record(values)}
+        return list(values), expand_grid(values), None
 
     if not isinstance(listed, list) or not listed:
         raise check.fail("empty list of points")
@@ -556,7 +560,7 @@ def _points(check: _Checker, sweep: Mapping) -> tuple[list[str], list[dict]]:
                 raise check.fail(f"point {i + 1}: {key} = {reprlib.repr(value)}: {exc}") from None
         pid = point_id(point, id_keys(params))
         points.append(check.config(point, f"point {i + 1} ({pid})"))
-    return params, points
+    return params, points, None
 
 
 def _sample(check: _Checker, sample: Any) -> tuple[int, int]:

@@ -11,7 +11,7 @@ import yaml
 
 from shardflow.core.config import load_schema, validate_config
 from shardflow.sweep.report import points_record
-from shardflow.sweep.sample import Range, draw
+from shardflow.sweep.sample import Range, draw, drawn_range
 from shardflow.sweep.spec import SweepError, parse_sweeps, write_tables_record
 from tests.conftest import REPO
 
@@ -128,12 +128,19 @@ def test_bad_input_is_an_error_naming_the_sweep_and_key(overrides, message):
 
 def test_the_tables_and_points_records_say_how_the_points_were_drawn(tmp_path, spec):
     """spec.json (rule sweep_spec's param and the collection's input) and points.json name
-    the sample; a grid's or a list's records hold no `sample` key, as before it existed."""
+    the sample and the grid it was drawn from (which the tables, figures and first page
+    say), each range as the config writes it; a grid's or a list's records hold no
+    `sample` key, as before it existed."""
     drawn = sampled(3)
-    assert drawn.tables_record()["sample"] == {"points": 3, "seed": 7} == points_record(drawn)["sample"]
+    record = {"points": 3, "seed": 7, "grid": {
+        "train.lr": {"log_uniform": [0.0001, 0.01]}, "train.dropout": {"uniform": [0.0, 0.5]},
+        "train.n_layer": {"int_uniform": [2, 8]}, "train.dtype": ["float32", "bfloat16"]}}
+    assert drawn.tables_record()["sample"] == record == points_record(drawn)["sample"]
     assert "sample" not in spec.tables_record() and "sample" not in points_record(spec)
     write_tables_record(str(tmp_path / "spec.json"), drawn.tables_record(), str(tmp_path / "spec.log"))
-    assert json.loads((tmp_path / "spec.json").read_text())["sample"] == {"points": 3, "seed": 7}
+    assert json.loads((tmp_path / "spec.json").read_text())["sample"] == record
+    assert drawn_range(record, "train.lr") == Range("log_uniform", 1e-4, 1e-2)
+    assert drawn_range(record, "train.dtype") is None and drawn_range({"points": 3, "seed": 7}, "train.lr") is None
     assert (tmp_path / "spec.log").read_text().startswith("sweep s: 3 points (drawn from the grid, seed 7), metrics")
 
 
@@ -155,6 +162,6 @@ def test_a_sampled_sweep_in_a_config_file_parses_as_the_workflow_parses_it(confi
     config = validate_config({**config, **overlay}, schema)
     specs = parse_sweeps(config["sweeps"], config, functools.partial(validate_config, schema=schema), root=REPO)
     spec = specs["lr-random"]
-    assert len(spec.ids) == 6 and spec.sample == {"points": 6, "seed": 0}
+    assert len(spec.ids) == 6 and {k: spec.sample[k] for k in ("points", "seed")} == {"points": 6, "seed": 0}
     job = spec.job_config(spec.ids[0], 0)["train"]
     assert job["lr"] == spec.points[0]["train.lr"] and type(job["lr"]) is float
