@@ -14,7 +14,10 @@ value: table.aggregate) reads – (-- in LaTeX), and a note below the table says
 A retrieval sweep scored away from retrieval.relevance_level 1 (table.relevance_levels)
 says its level in a note below the table; where its runs were scored at different
 levels (runs kept from before the config's level changed), a `relevance level` column
-after the parameters gives each point's.
+after the parameters gives each point's. A sampled sweep's (spec `sample:`) says after
+its caption that its points are a random sample, how many, the sample's seed and what each
+parameter was drawn from (sample_sentence), where a grid's or a list's says nothing of
+its points.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from shardflow.core.jobs import significant
 from shardflow.sweep.cost import metric_currency, money_label
 from shardflow.sweep.metrics import RETRIEVAL_LEVELLED
 from shardflow.sweep.paths import format_value, plain
+from shardflow.sweep.sample import drawn_range
 from shardflow.sweep.spec import SweepSpec
 
 _LATEX_SPECIAL = {
@@ -277,6 +281,37 @@ def _level_note(levels: Mapping[str, Iterable[int]]) -> str | None:
     return LEVEL_NOTE.format(level=found[0]) if len(found) == 1 else LEVELS_NOTE
 
 
+# How a sampled sweep's tables and the report's first page say what a parameter was drawn from.
+_RANGE_WORDS = {"uniform": "uniform between {} and {}", "log_uniform": "log-uniform between {} and {}",
+                "int_uniform": "uniform over the integers {} to {}"}
+
+
+def drawn_from(sample: Mapping[str, Any], key: str, name: str) -> str:
+    """What parameter `key` (called `name`) of a sample's record was drawn from: "lr
+    log-uniform between 1e-4 and 1e-2", "n_layer uniform over the integers 2 to 6",
+    "dtype one of float32, bfloat16"; just `name` where a record from
+    before the sample named its grid does not say. Bounds and values read as the tables'
+    (value_labels)."""
+    found = drawn_range(sample, key)
+    if found is not None:
+        labels = value_labels([found.low, found.high])
+        low, high = labels[format_value(found.low)], labels[format_value(found.high)]
+        return f"{name} {_RANGE_WORDS[found.kind].format(low, high)}"
+    values = sample.get("grid", {}).get(key)
+    if values is None:
+        return name
+    labels = value_labels(values)
+    return f"{name} one of {', '.join(labels[format_value(v)] for v in values)}"
+
+
+def sample_sentence(sample: Mapping[str, Any], names: Mapping[str, str]) -> str:
+    """The sentence a sampled sweep's tables add after their caption: "The 20 points were
+    drawn at random (sample seed 0): lr log-uniform between 1e-4 and 1e-2; dtype one of
+    float32, bfloat16." `names`: {dotted key: the name shown}, in the sweep's order."""
+    drawn = "; ".join(drawn_from(sample, key, name) for key, name in names.items())
+    return f"The {sample['points']:,} points were drawn at random (sample seed {sample['seed']}): {drawn}."
+
+
 DAGGER_NOTE = "computed on a ranking shallower than its k (retrieval.top_k): not the metric at k"
 # A cell whose point has no mean (table.aggregate), and what the note below the table says of it.
 NO_MEAN = "–"
@@ -363,7 +398,8 @@ def to_markdown(
         lines.append("| " + " | ".join(texts) + " |")
     seeds = len(spec.seeds)
     note = f"mean ± sample std (n − 1) over {seeds} seeds" if seeds > 1 else "one seed"
-    notes = f" † {DAGGER_NOTE}." if any(cell[3] for _, cells in rows for cell in cells) else ""
+    notes = f" {markdown_escape(sample_sentence(spec.sample, spec.names))}" if spec.sample else ""
+    notes += f" † {DAGGER_NOTE}." if any(cell[3] for _, cells in rows for cell in cells) else ""
     notes += f" {NO_MEAN} {NO_MEAN_NOTE}." if _has_no_mean(rows) else ""
     level_note = _level_note(levels)
     notes += f" {level_note}." if level_note else ""
@@ -388,6 +424,7 @@ def to_latex(
     caption = caption if caption is not None else (
         f"{latex_escape(spec.name)}: " + (f"mean $\\pm$ sample std ($n-1$) over {seeds} seeds" if seeds > 1 else "one seed")
         + "; best in bold."
+        + (f" {latex_escape(sample_sentence(spec.sample, spec.names))}" if spec.sample else "")
     )
     header = [latex_escape(spec.names[p]) for p in spec.params] + ([LEVELS_HEADER] if by_level else [])
     arrows = {"max": r"$\uparrow$", "min": r"$\downarrow$"}

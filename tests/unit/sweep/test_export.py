@@ -434,3 +434,24 @@ def test_a_retrieval_sweeps_relevance_level_is_named_below_its_tables():
     assert "\\begin{tabular}{llrr}" in latex and "lr & relevance level & best\\_val\\_loss" in latex
     assert "3e-4 & 1, 2 & $\\mathbf{0.900 \\pm 0.000}$" in latex
 
+
+
+def test_a_sampled_sweeps_tables_say_its_points_were_drawn_at_random():
+    """After the caption, what a reader of a paper needs to know of a random search: how
+    many points, the sample's seed and what each parameter was drawn from; a grid's and a
+    list's tables say nothing of their points (MARKDOWN and LATEX above, byte for byte)."""
+    grid = {"train.lr": {"log_uniform": [1.0e-4, 1.0e-2]}, "train.dropout": {"uniform": [0.0, 0.5]},
+            "train.n_layer": {"int_uniform": [2, 8]}, "train.dtype": ["float32", "bfloat16"]}
+    spec = parse({"lr_random": sweep(grid=grid, sample={"points": 6, "seed": 3}, seeds=[0])})["lr_random"]
+    summary = summarise(spec, collect(spec, [RunResult(p, s, {"best_val_loss": 1.0 + i})
+                                             for i, (p, s) in enumerate(spec.jobs())]))
+    drawn = ("The 6 points were drawn at random (sample seed 3): lr log-uniform between 1e-4 and 1e-2; dropout "
+             "uniform between 0.0 and 0.5; n_layer uniform over the integers 2 to 8; dtype one of float32, bfloat16.")
+    assert to_markdown(spec, summary).splitlines()[-1] == f"lr_random (train): one seed; best in bold. {drawn}"
+    assert f"\\caption{{lr\\_random: one seed; best in bold. {latex_escape(drawn)}}}" in to_latex(spec, summary)
+    assert "n\\_layer uniform over the integers 2 to 8" in to_latex(spec, summary)
+
+    listed = parse({"l": sweep(grid=None, points=[{"train.lr": 0.1}, {"train.lr": 0.01}], seeds=[0])})["l"]
+    summary = summarise(listed, collect(listed, [RunResult(p, s, {"best_val_loss": 1.0}) for p, s in listed.jobs()]))
+    assert to_markdown(listed, summary).splitlines()[-1] == "l (train): one seed; best in bold."
+    assert "\\caption{l: one seed; best in bold.}" in to_latex(listed, summary)
