@@ -2,7 +2,9 @@
 
 Which files a sweep gets is a pure function of its spec (`plot_files`), so a rule can
 declare them at parse time: for every metric of spec.metrics, one line plot per
-parameter with at least two values, and one heatmap per pair of such parameters.
+parameter with at least two values, and one heatmap per pair of such parameters. A
+sampled sweep's points (spec `sample:`) share no grid: it gets one scatter per such
+parameter instead (plot_scatter), and no heatmap, which would hold one point per cell.
 The best point of each figure's metric is starred or outlined; a metric no point has
 a value for (every point has a run that wrote it as null: table.best) has none to mark.
 A priced sweep's cost metrics say their currency on the axis (cost.money_label). A
@@ -25,8 +27,9 @@ import pandas as pd
 
 from shardflow.core.figures import pyplot, save_figure
 from shardflow.sweep.cost import metric_currency, money_label
-from shardflow.sweep.export import level_phrase, value_labels
+from shardflow.sweep.export import drawn_from, level_phrase, value_labels
 from shardflow.sweep.paths import format_value
+from shardflow.sweep.sample import Range, drawn_range
 from shardflow.sweep.spec import SweepSpec
 from shardflow.sweep.table import best
 
@@ -57,9 +60,15 @@ def varied(spec: SweepSpec) -> list[str]:
 
 
 def plot_files(spec: SweepSpec) -> dict[str, tuple[str, str, tuple[str, ...]]]:
-    """{file name: (kind, metric, parameters)} of every figure of the sweep."""
+    """{file name: (kind, metric, parameters)} of every figure of the sweep; kind: line,
+    heatmap, or a sampled sweep's scatter."""
     params = varied(spec)
     files = {}
+    if spec.sample:  # drawn values: a scatter per parameter, no grid to draw lines or cells over
+        for metric in spec.metrics:
+            for p in params:
+                files[f"{_slug(metric)}_vs_{_slug(spec.names[p])}.png"] = ("scatter", metric, (p,))
+        return files
     for metric in spec.metrics:
         for p in params:
             files[f"{_slug(metric)}_vs_{_slug(spec.names[p])}.png"] = ("line", metric, (p,))
@@ -110,6 +119,24 @@ def _rows(spec: SweepSpec, summary: pd.DataFrame, metric: str) -> list[tuple[dic
     return out
 
 
+def _by_factors(xs: list[float]) -> bool:
+    """Whether numbers are spaced by factors (learning rates, sizes): a log axis shows them."""
+    return min(xs) > 0 and max(xs) / min(xs) >= 10
+
+
+def _value_axis(spec: SweepSpec, metric: str, currency: str | None, levels: Mapping[str, Iterable[int]] | None) -> str:
+    """The label of `metric`'s axis: its currency, relevance level and which way is better."""
+    unit = metric_currency(metric, currency)
+    level = level_phrase(metric, levels or {})
+    return (f"{metric} ({f'{unit}; ' if unit else ''}{f'{level}; ' if level else ''}"
+            f"{'higher' if spec.goals[metric] == 'max' else 'lower'} is better)")
+
+
+def _over_seeds(spec: SweepSpec) -> str:
+    seeds = len(spec.seeds)
+    return f"(mean ± sample std over {seeds} seeds)" if seeds > 1 else "(one seed)"
+
+
 def plot_metric(spec: SweepSpec, summary: pd.DataFrame, metric: str, param: str, path: str | os.PathLike,
                 currency: str | None = None, levels: Mapping[str, Iterable[int]] | None = None) -> None:
     """Mean of `metric` against `param`, std error bars, one line per combination of the
@@ -135,18 +162,71 @@ def plot_metric(spec: SweepSpec, summary: pd.DataFrame, metric: str, param: str,
         top = spec.point(top_row["point"])
         ax.plot([position[format_value(top[param])]], [float(top_row[f"{metric}_mean"])], marker="*", markersize=16,
                 color="gold", markeredgecolor="black", linestyle="none", zorder=5, label="best")
-    if numeric and min(xs) > 0 and max(xs) / min(xs) >= 10:  # learning rates, sizes: spaced by factors
+    if numeric and _by_factors(xs):
         ax.set_xscale("log")
     if not numeric:
         ax.set_xticks(range(len(xs)), [labels[param][format_value(v)] for v in xs], rotation=30 if len(xs) > 4 else 0)
     ax.set_xlabel(spec.names[param])
-    unit = metric_currency(metric, currency)
-    level = level_phrase(metric, levels or {})
-    ax.set_ylabel(f"{metric} ({f'{unit}; ' if unit else ''}{f'{level}; ' if level else ''}"
-                  f"{'higher' if spec.goals[metric] == 'max' else 'lower'} is better)")
-    seeds = len(spec.seeds)
-    ax.set_title(f"{spec.name}: {metric} " + (f"(mean ± sample std over {seeds} seeds)" if seeds > 1 else "(one seed)"))
+    ax.set_ylabel(_value_axis(spec, metric, currency, levels))
+    ax.set_title(f"{spec.name}: {metric} {_over_seeds(spec)}")
     if len(lines) <= 12:
+        ax.legend(fontsize="small")
+    save_figure(fig, str(path))
+
+
+# The margin a scatter's axis leaves beyond each end of a range, as a fraction of its span.
+RANGE_MARGIN = 0.03
+
+
+def _range_limits(drawn: Range) -> tuple[float, float]:
+    """Axis limits that show range `drawn` whole: its ends and a margin (on a log axis, a
+    factor; an int_uniform one's half a step at least, as its ends are values)."""
+    low, high = drawn.low, drawn.high
+    if drawn.kind == "log_uniform":
+        factor = (high / low) ** RANGE_MARGIN
+        return low / factor, high * factor
+    margin = max(RANGE_MARGIN * (high - low), 0.5 if drawn.kind == "int_uniform" else 0.0)
+    return low - margin, high + margin
+
+
+def plot_scatter(spec: SweepSpec, summary: pd.DataFrame, metric: str, param: str, path: str | os.PathLike,
+                 currency: str | None = None, levels: Mapping[str, Iterable[int]] | None = None) -> None:
+    """A sampled sweep's `metric` against `param`: one marker per point at its mean, the
+    std over seeds as error bars where there are several, the best point starred. A
+    sample draws every parameter at once, so no two points need share the others' values:
+    plot_metric's lines (one per combination of the others) would each hold one point.
+    A log_uniform parameter is on a log axis, a uniform or int_uniform one on a linear
+    axis (a list's numbers as plot_metric has them); the axis names the range.
+    `currency` and `levels`: as plot_metric's."""
+    plt = pyplot()
+    xs = _axis_values(spec, param)
+    numeric = all(_is_number(v) for v in xs)
+    position = {format_value(v): (v if numeric else i) for i, v in enumerate(xs)}
+    # A point without a mean (a run of it wrote no value) has nothing to place.
+    placed = [(position[format_value(point[param])], mean, std)
+              for point, mean, std in _rows(spec, summary, metric) if not math.isnan(mean)]
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    if placed:
+        ax.errorbar([p[0] for p in placed], [p[1] for p in placed],
+                    yerr=[p[2] for p in placed] if len(spec.seeds) > 1 else None,
+                    fmt="o", capsize=3, alpha=0.8, label=f"{len(placed)} points")
+    top_row = _best_point(summary, metric, spec.goals[metric] == "max")
+    if top_row is not None:
+        top = spec.point(top_row["point"])
+        ax.plot([position[format_value(top[param])]], [float(top_row[f"{metric}_mean"])], marker="*", markersize=16,
+                color="gold", markeredgecolor="black", linestyle="none", zorder=5, label="best")
+    drawn = drawn_range(spec.sample, param)
+    if (drawn.kind == "log_uniform") if drawn is not None else (numeric and _by_factors(xs)):
+        ax.set_xscale("log")
+    if drawn is not None:  # the whole range, so that a reader sees which part of it the points cover
+        ax.set_xlim(*_range_limits(drawn))
+    if not numeric:
+        labels = _labels(spec, param)
+        ax.set_xticks(range(len(xs)), [labels[format_value(v)] for v in xs], rotation=30 if len(xs) > 4 else 0)
+    ax.set_xlabel(drawn_from(spec.sample, param, spec.names[param]) if drawn is not None else spec.names[param])
+    ax.set_ylabel(_value_axis(spec, metric, currency, levels))
+    ax.set_title(f"{spec.name}: {metric}, {len(spec.ids):,} sampled points {_over_seeds(spec)}")
+    if placed or top_row is not None:
         ax.legend(fontsize="small")
     save_figure(fig, str(path))
 
@@ -214,6 +294,8 @@ def plot_sweep(spec: SweepSpec, summary: pd.DataFrame, folder: str | os.PathLike
         path = os.path.join(folder, name)
         if kind == "line":
             plot_metric(spec, summary, metric, params[0], path, currency, levels)
+        elif kind == "scatter":
+            plot_scatter(spec, summary, metric, params[0], path, currency, levels)
         else:
             plot_heatmap(spec, summary, metric, params[0], params[1], path, currency, levels)
         paths.append(path)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from shardflow.sweep.plots import plot_files, plot_heatmap, plot_metric, plot_sweep
 from shardflow.sweep.table import RunResult, collect, summarise
 
@@ -181,3 +183,98 @@ def test_a_retrieval_sweeps_relevance_level_is_named_on_the_axes_of_the_metrics_
     mixed = labels({**dict.fromkeys(spec.ids, (1,)), spec.ids[0]: (2,)})
     assert "all.recall_at_10 (relevance >= 1 or 2, by point; higher is better)" in mixed
 
+
+
+def _drawn(monkeypatch) -> dict:
+    """{file name: figure} of what plot_sweep draws, each figure kept rather than saved."""
+    import shardflow.sweep.plots as plots
+
+    figures = {}
+
+    def keep(fig, path):
+        figures[os.path.basename(path)] = fig
+        plots.pyplot().close(fig)
+
+    monkeypatch.setattr(plots, "save_figure", keep)
+    return figures
+
+
+def _lines(ax) -> list[tuple[str, list[float], list[float]]]:
+    return [(line.get_marker(), [float(v) for v in line.get_xdata()], [float(v) for v in line.get_ydata()])
+            for line in ax.lines]
+
+
+def test_a_grid_sweeps_figures_are_its_lines_and_heatmaps_as_before(tmp_path, monkeypatch):
+    """Pinned: a grid's (and a list's) figures are drawn as before sampled sweeps got
+    scatters: a line per combination of the others with std bars, a heatmap per pair."""
+    figures = _drawn(monkeypatch)
+    spec = parse({"s": sweep(grid={"train.lr": [1e-5, 1e-4, 1e-3], "train.n_layer": [2, 4]})})["s"]
+    plot_sweep(spec, summary_of(spec), tmp_path / "plots")
+    assert {name: kind for name, (kind, _, _) in plot_files(spec).items()} == {
+        "best_val_loss_vs_lr.png": "line", "best_val_loss_vs_n_layer.png": "line",
+        "best_val_loss_lr_x_n_layer.png": "heatmap"}
+    line = figures["best_val_loss_vs_lr.png"].axes[0]
+    assert (line.get_title(), line.get_xlabel(), line.get_ylabel(), line.get_xscale()) == (
+        "s: best_val_loss (mean ± sample std over 2 seeds)", "lr", "best_val_loss (lower is better)", "log")
+    drawn = _lines(line)
+    assert [marker for marker, _, _ in drawn] == ["o", "_", "_", "o", "_", "_", "*"]
+    assert drawn[0][1:] == ([1e-5, 1e-4, 1e-3], [1.0, 5.0, 9.0]) and drawn[-1][1:] == ([1e-5], [1.0])
+    assert [t.get_text() for t in line.get_legend().get_texts()] == ["best", "n_layer=2", "n_layer=4"]
+    heat = figures["best_val_loss_lr_x_n_layer.png"].axes[0]
+    assert heat.get_title() == "s: best_val_loss, best outlined"
+    assert [t.get_text() for t in heat.texts] == ["1", "5", "9", "3", "7", "11"]
+    listed = parse({"s": sweep(grid=None, points=[{"train.lr": 0.1}, {"train.lr": 0.01, "train.n_layer": 2}])})["s"]
+    assert {kind for kind, _, _ in plot_files(listed).values()} == {"line", "heatmap"}
+
+
+RANGES = {"train.lr": {"log_uniform": [1.0e-4, 1.0e-2]}, "train.dropout": {"uniform": [0.0, 0.5]},
+          "train.n_layer": {"int_uniform": [2, 8]}, "train.dtype": ["float32", "bfloat16"]}
+
+
+def test_a_sampled_sweep_gets_a_scatter_of_its_points_per_parameter(tmp_path, monkeypatch):
+    """A sample's points share no grid: per parameter, one marker per point at its mean,
+    the std over seeds as error bars, the best point starred, the whole range on the axis
+    (log for log_uniform), and no heatmap, whose cells would each hold one point."""
+    spec = parse({"s": sweep(grid=RANGES, sample={"points": 12, "seed": 7})})["s"]
+    summary = summary_of(spec)
+    assert plot_files(spec) == {f"best_val_loss_vs_{name}.png": ("scatter", "best_val_loss", (key,))
+                                for key, name in spec.names.items()}
+    paths = plot_sweep(spec, summary, tmp_path / "written")
+    assert sorted(os.listdir(tmp_path / "written")) == sorted(plot_files(spec))
+    assert all(open(p, "rb").read(8) == PNG for p in paths)
+
+    figures = _drawn(monkeypatch)
+    plot_sweep(spec, summary, tmp_path / "plots")
+    lr = figures["best_val_loss_vs_lr.png"].axes[0]
+    assert lr.get_xscale() == "log" and lr.get_xlabel() == "lr log-uniform between 1e-4 and 1e-2"
+    low, high = lr.get_xlim()
+    assert low < 1e-4 and high > 1e-2 and high / low < 2e2  # the range, a margin beyond each end
+    assert lr.get_title() == "s: best_val_loss, 12 sampled points (mean ± sample std over 2 seeds)"
+    (points,) = lr.containers  # one errorbar series: every point, its bars
+    assert points.has_yerr and len(points.lines[0].get_xdata()) == 12
+    assert sorted(points.lines[0].get_xdata()) == sorted(p["train.lr"] for p in spec.points)
+    top = summary.loc[summary["best"]].iloc[0]
+    assert _lines(lr)[-1] == ("*", [spec.by_id[top["point"]]["train.lr"]], [top["best_val_loss_mean"]])
+    assert [t.get_text() for t in lr.get_legend().get_texts()] == ["best", "12 points"]
+    dropout = figures["best_val_loss_vs_dropout.png"].axes[0]
+    assert dropout.get_xscale() == "linear" and dropout.get_xlabel() == "dropout uniform between 0.0 and 0.5"
+    layers = figures["best_val_loss_vs_n_layer.png"].axes[0]
+    assert layers.get_xlabel() == "n_layer uniform over the integers 2 to 8" and layers.get_xlim() == (1.5, 8.5)
+    dtype = figures["best_val_loss_vs_dtype.png"].axes[0]
+    assert dtype.get_xlabel() == "dtype" and {t.get_text() for t in dtype.get_xticklabels()} == {"float32", "bfloat16"}
+
+    # One seed: no spread to show.
+    one = parse({"s": sweep(grid=RANGES, sample={"points": 5, "seed": 7}, seeds=[0])})["s"]
+    figures.clear()
+    plot_sweep(one, summary_of(one), tmp_path / "one")
+    (points,) = figures["best_val_loss_vs_lr.png"].axes[0].containers
+    assert not points.has_yerr and figures["best_val_loss_vs_lr.png"].axes[0].get_title().endswith("(one seed)")
+    # A shown metric no point has a value for (mfu on the CPU): nothing to place, and no best.
+    import math
+
+    nan = parse({"s": sweep(grid=RANGES, sample={"points": 5, "seed": 7}, metrics={"best_val_loss": "min", "mfu": "max"})})["s"]
+    figures.clear()
+    plot_sweep(nan, summarise(nan, collect(nan, [RunResult(p, s, {"best_val_loss": 1.0, "mfu": math.nan})
+                                                 for p, s in nan.jobs()])), tmp_path / "nan")
+    empty = figures["mfu_vs_lr.png"].axes[0]
+    assert not empty.containers and not empty.lines and empty.get_legend() is None
