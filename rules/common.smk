@@ -1080,10 +1080,11 @@ def sweep_folder(name):
 
 
 def sweep_report_file(path, name):
-    """A sweep output shown in the report, under Sweeps / <sweep>."""
-    return report(
-        path, caption="captions/sweep.rst", category="Sweeps", subcategory=name
-    )
+    """A sweep output shown in the report, under Sweeps / <sweep>; a sampled sweep's
+    caption says its figures are scatters of drawn points, not lines and cells."""
+    sampled = SWEEPS[name].sample
+    caption = "captions/sweep_sample.rst" if sampled else "captions/sweep.rst"
+    return report(path, caption=caption, category="Sweeps", subcategory=name)
 
 
 def sweep_outputs(name):

@@ -43,7 +43,7 @@ from shardflow.core.jobs import (
     significant,
 )
 from shardflow.embed.report import ReportParams, run_summary
-from shardflow.sweep.export import level_phrase, table_value, value_label
+from shardflow.sweep.export import drawn_from, level_phrase, table_value, value_label
 from shardflow.sweep.table import read_table
 from shardflow.train.params import batch_note
 
@@ -214,7 +214,8 @@ def summarisation_section(dataset: str, files: dict) -> Section:
 
 def sweep_section(name: str, files: dict) -> Section:
     """files: best (best.json), points (points.json), cost (cost.json) and summary
-    (summary.parquet) of a sweep's collection."""
+    (summary.parquet) of a sweep's collection. A sampled sweep's (points.json's `sample`)
+    says its points were drawn at random, with which seed, and what from."""
     best, points, cost = read_json(files["best"]), read_json(files["points"]), read_json(files["cost"])
     params = ", ".join(f"{k}={value_label(v)}" for k, v in best["params"].items()) or "(base)"
     # The best value as table.md prints its cell: the column's decimals, from every point's
@@ -230,9 +231,15 @@ def sweep_section(name: str, files: dict) -> Section:
     # best point's, none at 1) names its level where it decides the metric: "relevance >= 2".
     level = level_phrase(best["metric"], {best["point"]: best.get("relevance_levels", ())})
     level = f"{level}; " if level else ""
+    sample = points.get("sample")
+    drawn = f" drawn at random (sample seed {sample['seed']})" if sample else ""
+    varied = ", ".join(points["params"]) or "seeds only"
+    # What each parameter was drawn from; a points.json from before the sample named its grid: the names.
+    if sample and sample.get("grid"):
+        varied = "; ".join(drawn_from(sample, key, key) for key in points["params"])
     rows = [
-        ("stage", f"{points['stage']}: {len(points['points']):,} points x {len(points['seeds']):,} seeds"),
-        ("varied", ", ".join(points["params"]) or "seeds only"),
+        ("stage", f"{points['stage']}: {len(points['points']):,} points{drawn} x {len(points['seeds']):,} seeds"),
+        ("varied", varied),
         (f"best {best['metric']} ({level}{best['goal']})", f"{value} at {params}{shallow}"),
         ("cost", _sweep_cost(cost)),
     ]

@@ -106,6 +106,39 @@ def test_sweep_section_names_the_best_point(tmp_path):
                                         "bound: from each one's start to its last saved part)")
 
 
+def test_a_sampled_sweeps_lines_say_its_points_were_drawn_at_random(tmp_path):
+    """points.json's `sample` (spec `sample:`): the stage line says the points were drawn
+    at random and with which seed, where a grid's says how many points; the varied line
+    what each parameter was drawn from, where a grid's names the parameters."""
+    from shardflow.sweep.cost import sweep_cost
+    from shardflow.workflow.landing import page_problem, sweep_section
+
+    params = ["train.lr", "train.n_layer", "train.dtype"]
+    ids = ["dtype=bf16__lr=0.00333__n_layer=4", "dtype=fp32__lr=0.000137__n_layer=6"]
+    sample = {"points": 2, "seed": 7, "grid": {"train.lr": {"log_uniform": [0.0001, 0.01]},
+                                               "train.n_layer": {"int_uniform": [2, 8]}, "train.dtype": ["fp32", "bf16"]}}
+    points = {"stage": "train", "params": params, "seeds": [0, 1], "points": [{"id": i} for i in ids], "sample": sample}
+    best = {"metric": "best_val_loss", "goal": "min", "mean": 4.2, "std": 0.1, "point": ids[0],
+            "params": {"train.lr": 0.00333, "train.n_layer": 4, "train.dtype": "bf16"}}
+    for name, record in (("best", best), ("points", points), ("cost", sweep_cost([], "lr-random"))):
+        (tmp_path / f"{name}.json").write_text(json.dumps(record))
+    files = {name: tmp_path / f"{name}.json" for name in ("best", "points", "cost")}
+    files["summary"] = sweep_summary(tmp_path / "summary.parquet", "best_val_loss", {ids[0]: 4.2, ids[1]: 5.0})
+    section = sweep_section("lr-random", files)
+    rows = dict(section.rows)
+    assert rows["stage"] == "train: 2 points drawn at random (sample seed 7) x 2 seeds"
+    assert rows["varied"] == ("train.lr log-uniform between 1e-4 and 1e-2; train.n_layer uniform over the integers "
+                              "2 to 8; train.dtype one of fp32, bf16")
+    assert page_problem(render([section])) is None
+    # A points.json its collection wrote before the sample named its grid: the parameters.
+    (tmp_path / "points.json").write_text(json.dumps({**points, "sample": {"points": 2, "seed": 7}}))
+    assert dict(sweep_section("lr-random", files).rows)["varied"] == "train.lr, train.n_layer, train.dtype"
+    # A grid's lines, as before.
+    (tmp_path / "points.json").write_text(json.dumps({k: v for k, v in points.items() if k != "sample"}))
+    rows = dict(sweep_section("lr-random", files).rows)
+    assert (rows["stage"], rows["varied"]) == ("train: 2 points x 2 seeds", "train.lr, train.n_layer, train.dtype")
+
+
 def test_a_priced_sweeps_lines_say_their_currency(tmp_path):
     """An embed sweep's collection prices it (report.gpu_hour_price, in report.currency):
     the first page's best line and cost line name the currency of what is money, as a
