@@ -32,7 +32,7 @@ help:
 	@echo "make estimate  GPU-hours, cost, wall time and disk of the configured run, before it runs (CONFIG=, GPUS=, GPU_PEAK_TFLOPS=, MFU=; installs .venv only if missing)"
 	@echo "make status  where a running or stopped run stands: jobs, records, time left, cost so far, failures (CONFIG=, GPUS=, STORAGE=s3://... for an eks run; installs .venv only if missing)"
 	@echo "make compare A=<provenance.json> B=<provenance.json>  why two runs differ, outputs first (JSON=1)"
-	@echo "make search Q='a question'  the run's documents nearest to it (QUERIES=file, K=10, DATASET=, JSON=1, OUT=)"
+	@echo "make search Q='a question'  the run's documents nearest to it (QUERIES=file, K=10, DATASET=, MODEL=, JSON=1, OUT=)"
 	@echo "make dag    write dag.svg (graphviz) of the configured workflow"
 	@echo "make lint   snakemake --lint, snakefmt --check and ruff check (make fmt fixes what it can)"
 	@echo "make bench  CPU engine benchmark against sentence-transformers"
@@ -135,15 +135,25 @@ compare: $(INSTALLED_IF_MISSING)
 
 # The documents of a finished run nearest to each query (shardflow.workflow.search): the
 # queries embedded with the run's own model and settings (its provenance record), searched
-# exactly, each hit shown with its text. Q='text' (a query), QUERIES=file(s) (read as
-# input.path is: jsonl, csv, tsv, parquet, text; ids from `id`, texts from `text`), K= hits
-# per query (10), DATASET= (default: the config's), CONFIG= as the run's --configfile;
-# JSON=1 prints JSON lines, OUT=file writes them there.
+# exactly, each hit shown with its text. Q='text' (a query), QUERIES=<file or glob> (read
+# as input.path is: jsonl, csv, tsv, parquet, text; ids from `id`, texts from `text`), K=
+# hits per query (10), DATASET= (default: the config's), CONFIG= as the run's --configfile,
+# MODEL= the run's model where it lies now if it moved (default, the other targets' own,
+# leaves the run's); JSON=1 prints JSON lines, OUT=file
+# writes them there. The values reach the command through the environment, as typed: a
+# query may hold $, quotes or backticks, a path spaces.
+search: export SHARDFLOW_SEARCH_Q = $(value Q)
+search: export SHARDFLOW_SEARCH_QUERIES = $(value QUERIES)
+search: export SHARDFLOW_SEARCH_DATASET = $(value DATASET)
+search: export SHARDFLOW_SEARCH_CONFIG = $(value CONFIG)
+search: export SHARDFLOW_SEARCH_MODEL = $(value MODEL)
+search: export SHARDFLOW_SEARCH_OUT = $(value OUT)
 search: $(INSTALLED_IF_MISSING)
-	@test -n "$(Q)$(QUERIES)" || { echo "usage: make search Q='a query' | QUERIES=<file> [K=10] [DATASET=name] [JSON=1] [OUT=file]" >&2; exit 2; }
-	@$(BIN)/python -m shardflow.cli search $(if $(Q),--query '$(subst ','\'',$(Q))') $(if $(QUERIES),--queries $(QUERIES)) \
-		$(if $(K),--top-k $(K)) $(if $(DATASET),--dataset $(DATASET)) $(if $(CONFIG),--configfile $(CONFIG)) \
-		$(if $(JSON),--json) $(if $(OUT),--out $(OUT))
+	@test -n "$$SHARDFLOW_SEARCH_Q$$SHARDFLOW_SEARCH_QUERIES" || { echo "usage: make search Q='a query' | QUERIES=<file> [K=10] [DATASET=name] [MODEL=folder] [JSON=1] [OUT=file]" >&2; exit 2; }
+	@$(BIN)/python -m shardflow.cli search $(if $(value Q),--query "$$SHARDFLOW_SEARCH_Q") \
+		$(if $(value QUERIES),--queries "$$SHARDFLOW_SEARCH_QUERIES") $(if $(K),--top-k $(K)) \
+		$(if $(value DATASET),--dataset "$$SHARDFLOW_SEARCH_DATASET") $(if $(value CONFIG),--configfile "$$SHARDFLOW_SEARCH_CONFIG") \
+		$(if $(filter-out default,$(value MODEL)),--model "$$SHARDFLOW_SEARCH_MODEL") $(if $(JSON),--json) $(if $(value OUT),--out "$$SHARDFLOW_SEARCH_OUT")
 
 # pipefail: a Snakemake error (a bad config) fails the target instead of writing an
 # empty SVG; the SVG is replaced only when both steps succeed.

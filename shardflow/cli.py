@@ -311,7 +311,7 @@ def search(args: argparse.Namespace) -> int:
         opts = ReaderOptions(format=args.format, id_field=args.id_field or None, text_field=args.text_field)
         queries = nearest.read_queries(args.query, args.queries, opts)
         answers, used = nearest.search(os.path.join(args.results, dataset), queries, args.top_k, prompt=args.prompt,
-                                     prompt_name=args.prompt_name, device=args.device)
+                                       prompt_name=args.prompt_name, model=args.model or None, device=args.device)
     except (ValueError, OSError) as exc:
         print(f"search: {exc}", file=sys.stderr)
         return 2
@@ -470,7 +470,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", default="results", help="the folder holding results/<dataset> (default: results)")
     p.add_argument("--prompt", default=None, help="a literal prompt for the queries")
     p.add_argument(
-        "--prompt-name", default=None, help="a prompt of the model's config (default: its `query` prompt, if any)"
+        "--prompt-name",
+        default=None,
+        help="a prompt of the model's config (default: an evaluation's query prompt, the model's `query` prompt, "
+        "else the documents')",
+    )
+    p.add_argument(
+        "--model",
+        default="",
+        help="the run's model where it lies now, if it moved (checked against the hash the run recorded)",
     )
     p.add_argument("--device", default="auto", help="auto (CUDA where there is one), cpu, cuda or cuda:N")
     p.add_argument("--json", action="store_true", help="one JSON line per query, its hits with their texts")

@@ -2,6 +2,7 @@
 ../shared or is generated; a wheel or model committed by accident would weigh on every
 clone for good); every folder of tests runs; the Python passes ruff."""
 
+import json
 import os
 import re
 import shutil
@@ -185,6 +186,32 @@ def test_make_compare_reads_its_records_from_the_command_line_not_the_environmen
     out = make("-n", "compare", "A=a.json", "B=b.json").stdout
     assert '-m shardflow.cli compare "a.json" "b.json"' in out and "--json" not in out and "/env/" not in out, out
     assert "--json" in make("-n", "compare", "A=a.json", "B=b.json", "JSON=1").stdout
+
+
+def test_make_search_passes_its_values_as_typed(tmp_path):
+    """A query may hold $, quotes, commas and backticks, a path spaces: make expanded `$1`
+    (`price $100` searched `price 00`), a double quote broke the shell line, a backtick
+    ran. BIN= points at a python that prints the arguments it got."""
+    shutil.copy(REPO / "Makefile", tmp_path / "Makefile")
+    fake = tmp_path / "bin" / "python"
+    fake.parent.mkdir()
+    fake.write_text("#!/usr/bin/env python3\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    fake.chmod(0o755)
+    env = {**shell_env(), "Q": "from the environment", "QUERIES": "/env/q.jsonl", "OUT": "/env/out"}
+
+    def make(*given: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["make", "--no-print-directory", "-o", ".venv/.installed", "search", f"BIN={fake.parent}",
+                               *given], cwd=tmp_path, env=env, capture_output=True, text=True)
+
+    query = "a 12\" pizza for $100, `touch ran` it's"
+    proc = make(f"Q={query}", "QUERIES=my queries.jsonl", "OUT=hits out.jsonl", "K=3", "DATASET=my set")
+    assert json.loads(proc.stdout) == ["-m", "shardflow.cli", "search", "--query", query, "--queries",
+                                       "my queries.jsonl", "--top-k", "3", "--dataset", "my set", "--out",
+                                       "hits out.jsonl"], proc.stderr
+    assert not (tmp_path / "ran").exists()
+    assert json.loads(make("Q=q", "MODEL=/models/moved here").stdout)[-2:] == ["--model", "/models/moved here"]
+    proc = make()  # nothing to search: the environment's Q and QUERIES are not taken
+    assert proc.returncode == 2 and proc.stderr.startswith("usage: make search Q="), proc.stderr
 
 
 def test_estimate_status_and_dag_read_config_and_gpus_from_the_command_line_not_the_environment(tmp_path):
