@@ -1,8 +1,8 @@
 """Random search: a sweep's `sample: {points: N, seed: S}` draws N points of its grid at parse time.
 
     grid:
-      train.lr: {log_uniform: [1.0e-4, 1.0e-2]}   # continuous: rounded to 3 significant digits
-      train.dropout: {uniform: [0.0, 0.3]}
+      train.lr: {log_uniform: [1.0e-4, 1.0e-2]}   # rounded to 3 significant digits
+      train.dropout: {uniform: [0.0, 0.3]}        # rounded to steps of 0.001 (its width's)
       train.n_layer: {int_uniform: [2, 8]}        # inclusive
       train.dtype: [float32, bfloat16]            # a list: one of its values
     sample: {points: 20, seed: 0}
@@ -21,10 +21,23 @@ values) goes into spec.json and points.json beside `points` and `seed`, so that 
 tables, figures and the report's first page can say what the points were drawn from
 (`drawn_range` reads a range back).
 
-A continuous value is rounded to SIGNIFICANT digits (half to even; toward the inside
-of the range where that would leave it), so that ids, folders and tables read like a
-hand-written grid. A draw equal to an earlier point is skipped (spec: the point list
-must hold each point once), which also makes a grid of lists a sample without repeats.
+A continuous value is rounded (half to even; toward the inside of the range where that
+would leave it), so that ids, folders and tables read like a hand-written grid:
+- log_uniform, to SIGNIFICANT digits: a log scale's resolution is relative, and 0.000137
+  sits beside 0.0137 as a hand-written learning-rate grid has them.
+- uniform, to a step set by the range's width (Range.step): the smallest power of ten
+  that splits it into at most UNIFORM_STEPS steps (at least a tenth as many). Significant
+  digits gave a uniform range the resolution of its values, not its width: [0.99, 0.9999]
+  held 10 values, one of them 14 % of the draws, and [0, 1] drew 7.53e-05 beside 0.478.
+  The steps are spaced evenly, so each value is about as likely as another. At most
+  1,000 rather than at most 100: a width that is a power of ten ([0, 1], [0, 0.1]), the
+  commonest, gets the finest steps (0.001 on [0, 1]: 1,001 values), not the coarsest
+  (0.01: 101 values, which a one-parameter sample of a few dozen points would already
+  repeat often, and whose 101 points were all it could ever draw). A value reads with at
+  most 3 digits past the width's first.
+
+A draw equal to an earlier point is skipped (spec: the point list must hold each point
+once), which also makes a grid of lists a sample without repeats.
 """
 
 from __future__ import annotations
@@ -40,13 +53,14 @@ from shardflow.core.hashing import digest
 
 RANGE_KINDS = ("uniform", "log_uniform", "int_uniform")
 SIGNIFICANT = 3
+UNIFORM_STEPS = 1000
 # A draw is a point, or a repeat of one; this many draws per point asked for (and a
 # spare) before the sample gives up: a sample without repeats of all but one point of
 # an n-point grid takes about n ln n draws, which this covers up to e**100 points.
 DRAWS_PER_POINT = 100
 SPARE_DRAWS = 1000
 # Digits the decimal arithmetic keeps: far more than a double's 17, so that rounding
-# to SIGNIFICANT digits sees the exact draw.
+# sees the exact draw.
 _CONTEXT = Context(prec=40, rounding=ROUND_HALF_EVEN)
 _UNIT_BITS = 64
 
@@ -70,7 +84,8 @@ class Range:
             raise ValueError(f"low {self.low!r} must be below high {self.high!r} (one value is a list: [{self.low!r}])")
         if self.kind == "log_uniform" and self.low <= 0:
             raise ValueError(f"low {self.low!r} must be above 0 (its logarithm is drawn)")
-        if self.kind != "int_uniform" and _significant(self._low, ROUND_CEILING) > self._high:
+        # Only log_uniform's can hold none: a uniform range holds UNIFORM_STEPS / 10 steps at least.
+        if self.kind != "int_uniform" and self._round(self._low, ROUND_CEILING) > self._high:
             raise ValueError(f"[{self.low!r}, {self.high!r}] holds no value of {SIGNIFICANT} significant digits "
                              "(drawn values are rounded to them)")
 
@@ -86,6 +101,26 @@ class Range:
     @cached_property
     def _high(self) -> Decimal:
         return Decimal(repr(self.high))
+
+    @cached_property
+    def step(self) -> Decimal:
+        """A uniform range's rounding step: the smallest power of ten that splits its width
+        into at most UNIFORM_STEPS steps (0.001 for [0, 1] and for [0, 0.5])."""
+        width = _CONTEXT.subtract(self._high, self._low)
+        at_most = _CONTEXT.divide(width, Decimal(UNIFORM_STEPS))
+        # Decimal's adjusted() is floor(log10), exact where float's log10 may round a power of ten.
+        exponent = at_most.adjusted()
+        return Decimal(1).scaleb(exponent if at_most == Decimal(1).scaleb(exponent) else exponent + 1)
+
+    @property
+    def rounding(self) -> str:
+        """What a drawn value is rounded to, for a person."""
+        return f"steps of {self.step:f}" if self.kind == "uniform" else f"{SIGNIFICANT} significant digits"
+
+    def _round(self, x: Decimal, rounding: str) -> Decimal:
+        if self.kind == "uniform":
+            return x.quantize(self.step, rounding=rounding, context=_CONTEXT)
+        return _significant(x, rounding)
 
     @cached_property
     def _logs(self) -> tuple[Decimal, Decimal]:
@@ -104,9 +139,9 @@ class Range:
         for rounding in (ROUND_HALF_EVEN, ROUND_CEILING, ROUND_FLOOR):
             # Where the nearest value is outside, the one on the other side is inside:
             # __post_init__ made sure the range holds one.
-            rounded = _significant(x, rounding)
+            rounded = self._round(x, rounding)
             if self._low <= rounded <= self._high:
-                return float(rounded)
+                return float(rounded) + 0.0  # a draw just below 0 rounds to -0, which would read "-0.0"
         raise AssertionError(f"{self}: no rounding of {x} is inside")  # pragma: no cover
 
     def __str__(self) -> str:

@@ -56,7 +56,7 @@ from shardflow.sweep.paths import (
     plain,
     point_id,
 )
-from shardflow.sweep.sample import RANGE_KINDS, SIGNIFICANT, Range, draw, grid_record, grid_size, max_draws
+from shardflow.sweep.sample import RANGE_KINDS, Range, draw, grid_record, grid_size, max_draws
 
 
 class SweepError(ValueError):
@@ -600,10 +600,10 @@ def _sampled(check: _Checker, values: Mapping[str, list | Range], points: int, s
         found.setdefault(tuple(value_key(v) for v in point.values()), point)
         if len(found) == points:
             return list(found.values())
-    shown = ", ".join(f"{k}: {r}" for k, r in ranges.items() if r.size is None) or "the grid"
+    shown = ", ".join(f"{k}: {r} (drawn values rounded to {r.rounding})" for k, r in ranges.items() if r.size is None)
     raise check.fail(
-        f"sample: {len(found)} distinct points in {max_draws(points)} draws, of the {points} asked for: drawn values are "
-        f"rounded to {SIGNIFICANT} significant digits, and too few lie in {shown}: widen a range or ask for fewer points"
+        f"sample: {len(found)} distinct points in {max_draws(points)} draws, of the {points} asked for: too few lie in "
+        f"{shown or 'the grid'}: widen a range or ask for fewer points"
     )
 
 

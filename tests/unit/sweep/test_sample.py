@@ -63,20 +63,22 @@ def test_a_grid_of_lists_is_sampled_without_repeats():
     assert len(set(spec.ids)) == 5
 
 
-def test_each_kind_of_range_draws_within_its_bounds_rounded_to_3_significant_digits():
+def test_each_kind_of_range_draws_within_its_bounds_and_rounded():
+    """log_uniform to 3 significant digits; uniform to its width's steps (0.001 here)."""
     spec = sampled(300, grid={"train.lr": {"log_uniform": [1.0e-4, 1.0e-2]}, "train.dropout": {"uniform": [0.05, 0.95]},
                               "train.n_layer": {"int_uniform": [2, 5]}})
     lrs, dropouts, layers = ([p[k] for p in spec.points] for k in ("train.lr", "train.dropout", "train.n_layer"))
     assert all(1e-4 <= v <= 1e-2 and float(f"{v:.3g}") == v for v in lrs)
     assert min(lrs) < 1e-3 < max(lrs)  # log-uniform: both decades drawn
-    assert all(0.05 <= v <= 0.95 and float(f"{v:.3g}") == v for v in dropouts)
+    assert all(0.05 <= v <= 0.95 and round(v, 3) == v for v in dropouts)
     assert set(layers) == {2, 3, 4, 5} and all(type(v) is int for v in layers)  # inclusive
     across_zero = [draw({"k": Range("uniform", -1.0, 1.0)}, 0, i)["k"] for i in range(100)]
-    assert all(-1 <= v <= 1 and float(f"{v:.3g}") == v for v in across_zero) and min(across_zero) < 0 < max(across_zero)
+    assert all(-1 <= v <= 1 and round(v, 2) == v for v in across_zero) and min(across_zero) < 0 < max(across_zero)
     # Rounding to nearest would leave the range at its ends: it rounds toward the inside there.
-    assert Range("uniform", 0.12341, 0.2).value(0) == 0.124  # the draw is the low end itself
-    assert Range("uniform", 0.1, 0.12349).value(2**256 - 1) == 0.123  # just below the high end
-    assert sampled(3, grid={"train.lr": {"uniform": [0.5, 1.5]}}).ids[0] == "lr=1.26"  # the id reads as written by hand
+    assert Range("uniform", 0.12341, 0.2).value(0) == 0.1235  # the draw is the low end itself; steps of 0.0001
+    assert Range("uniform", 0.1, 0.12349).value(2**256 - 1) == 0.1234  # just below the high end
+    assert Range("log_uniform", 0.12341, 0.2).value(0) == 0.124 and Range("log_uniform", 0.1, 0.12349).value(2**256 - 1) == 0.123
+    assert sampled(3, grid={"train.lr": {"uniform": [0.5, 1.5]}}).ids[0] == "lr=1.261"  # the id reads as written by hand
 
 
 RANGE = {"train.lr": {"uniform": [0.001, 0.01]}}
@@ -114,11 +116,14 @@ SAMPLE = {"points": 3, "seed": 0}
      "sweep 'bad': grid parameter 'train.n_layer' is an integer: draw it with {int_uniform: [low, high]}"),
     ({"grid": {"train.dropout": {"uniform": [0.5, 2]}}, "sample": SAMPLE},
      "sweep 'bad': train.dropout = 2.0 is not valid: config key 'train.dropout': 2.0 is greater than the maximum of 1"),
-    ({"grid": {"train.lr": {"uniform": [0.12341, 0.12349]}}, "sample": SAMPLE},
-     "grid parameter 'train.lr': uniform [0.12341, 0.12349] holds no value of 3 significant digits"),
-    ({"grid": {"train.lr": {"uniform": [0.1, 0.102]}}, "sample": {"points": 5, "seed": 0}},
-     "sweep 'bad': sample: 3 distinct points in 1500 draws, of the 5 asked for: drawn values are rounded to 3 "
-     "significant digits, and too few lie in train.lr: {uniform: [0.1, 0.102]}: widen a range or ask for fewer points"),
+    ({"grid": {"train.lr": {"log_uniform": [0.12341, 0.12349]}}, "sample": SAMPLE},
+     "grid parameter 'train.lr': log_uniform [0.12341, 0.12349] holds no value of 3 significant digits"),
+    ({"grid": {"train.lr": {"log_uniform": [0.1, 0.102]}}, "sample": {"points": 5, "seed": 0}},
+     "sweep 'bad': sample: 3 distinct points in 1500 draws, of the 5 asked for: too few lie in train.lr: "
+     "{log_uniform: [0.1, 0.102]} (drawn values rounded to 3 significant digits): widen a range or ask for fewer points"),
+    ({"grid": {"train.lr": {"uniform": [0.1, 0.102]}}, "sample": {"points": 250, "seed": 0}},
+     "sample: 201 distinct points in 26000 draws, of the 250 asked for: too few lie in train.lr: "
+     "{uniform: [0.1, 0.102]} (drawn values rounded to steps of 0.00001): widen a range or ask for fewer points"),
 ])
 def test_bad_input_is_an_error_naming_the_sweep_and_key(overrides, message):
     with pytest.raises(SweepError) as err:
@@ -165,3 +170,23 @@ def test_a_sampled_sweep_in_a_config_file_parses_as_the_workflow_parses_it(confi
     assert len(spec.ids) == 6 and {k: spec.sample[k] for k in ("points", "seed")} == {"points": 6, "seed": 0}
     job = spec.job_config(spec.ids[0], 0)["train"]
     assert job["lr"] == spec.points[0]["train.lr"] and type(job["lr"]) is float
+
+
+def test_a_uniform_value_is_rounded_to_a_step_set_by_the_ranges_width():
+    """Rounded to 3 significant digits, [0.99, 0.9999] held 10 values (0.999 took 14 % of
+    the draws, nothing above 0.9995 could be drawn) and `points: 20` on it stopped with
+    "widen a range"; [0, 1] gave 7.53e-05 beside 0.478. A uniform value is rounded to the
+    smallest power of ten that splits the width into at most 1,000 steps."""
+    narrow = sampled(20, grid={"train.dropout": {"uniform": [0.99, 0.9999]}})
+    values = [p["train.dropout"] for p in narrow.points]
+    assert len(set(values)) == 20 and all(0.99 <= v <= 0.9999 for v in values)
+    draws = [draw({"k": Range("uniform", 0.99, 0.9999)}, 0, i)["k"] for i in range(2000)]
+    assert max(draws) > 0.9995 and all(0.99 <= v <= 0.9999 and round(v, 5) == v for v in draws)
+    assert max(draws.count(v) for v in set(draws)) < 0.01 * len(draws)  # evenly spread over its ~1,000 steps
+    unit = [draw({"k": Range("uniform", 0.0, 1.0)}, 0, i)["k"] for i in range(2000)]
+    assert all(0 <= v <= 1 and round(v, 3) == v for v in unit) and min(v for v in unit if v) >= 0.001
+    assert len(set(unit)) > 500  # 0.001 steps, not 0.01: [0, 1] holds 1,001 values
+    wide = [draw({"k": Range("uniform", -50.0, 250.0)}, 0, i)["k"] for i in range(200)]
+    assert all(-50 <= v <= 250 and round(v, 0) == v for v in wide)  # a width of 300: steps of 1
+    # A draw just below 0 rounds to 0, not to a -0.0 that would read "-0.0" in its id.
+    assert str(Range("uniform", -1.0, 1.0).value((2**63 - 1) << 192)) == "0.0"
