@@ -6,7 +6,7 @@ paths    point ids: readable, stable, path-safe folder names that decode back
 metrics  the metric names each stage's jobs write: a misspelt one fails the parse
 shared   retrieval embeddings named by their settings: equal settings, one set
 table    the runs table (one row per point and seed) and its summary over seeds
-plots    each metric against each parameter; heatmaps for pairs (a sample: scatters); best point marked
+plots    each metric against each parameter; heatmaps for pairs (scatters over 30 values a side, and for a sample); best point marked
 export   the summary as Markdown and LaTeX (booktabs), best values in bold
 report   everything a finished sweep writes, from one call
 bench    expand_and_name(n): the parse-time cost of an n-point sweep

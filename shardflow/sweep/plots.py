@@ -3,6 +3,9 @@
 Which files a sweep gets is a pure function of its spec (`plot_files`), so a rule can
 declare them at parse time: for every metric of spec.metrics, one line plot per
 parameter with at least two values, and one heatmap per pair of such parameters. A
+heatmap gets room for each cell's label, so its size grows with the values on its axes:
+a pair with more than MAX_HEATMAP_VALUES on either is a scatter coloured by the metric
+instead (plot_pair), of a fixed size, and no figure grows past about 36 x 20 inches. A
 sampled sweep's points (spec `sample:`) share no grid: it gets one scatter per such
 parameter instead (plot_scatter), and no heatmap, which would hold one point per cell.
 The best point of each figure's metric is starred or outlined; a metric no point has
@@ -59,9 +62,16 @@ def varied(spec: SweepSpec) -> list[str]:
     return [p for p in spec.params if len(_axis_values(spec, p)) > 1]
 
 
+# The most values on either axis of a heatmap: 1.1 x 0.6 inches a cell, room for its label,
+# so 35.5 x 20 inches at most. Drawn at a value's size, ~100 values a side made an
+# 8501x5140 px PNG at 2.1 GB, and 600 were killed at 24 GB, failing the collection.
+MAX_HEATMAP_VALUES = 30
+
+
 def plot_files(spec: SweepSpec) -> dict[str, tuple[str, str, tuple[str, ...]]]:
     """{file name: (kind, metric, parameters)} of every figure of the sweep; kind: line,
-    heatmap, or a sampled sweep's scatter."""
+    heatmap, pair (a heatmap's pair with too many values for cells), or a sampled
+    sweep's scatter."""
     params = varied(spec)
     files = {}
     if spec.sample:  # drawn values: a scatter per parameter, no grid to draw lines or cells over
@@ -75,8 +85,12 @@ def plot_files(spec: SweepSpec) -> dict[str, tuple[str, str, tuple[str, ...]]]:
         for i, x in enumerate(params):
             for y in params[i + 1:]:
                 name = f"{_slug(metric)}_{_slug(spec.names[x])}_x_{_slug(spec.names[y])}.png"
-                files[name] = ("heatmap", metric, (x, y))
+                files[name] = ("heatmap" if _fits_cells(spec, x, y) else "pair", metric, (x, y))
     return files
+
+
+def _fits_cells(spec: SweepSpec, x: str, y: str) -> bool:
+    return max(len(_axis_values(spec, x)), len(_axis_values(spec, y))) <= MAX_HEATMAP_VALUES
 
 
 def _best_point(summary: pd.DataFrame, metric: str, maximize: bool) -> pd.Series | None:
@@ -117,6 +131,18 @@ def _rows(spec: SweepSpec, summary: pd.DataFrame, metric: str) -> list[tuple[dic
         std = float(by_point.at[pid, f"{metric}_std"])
         out.append((spec.by_id[pid], mean, 0.0 if math.isnan(std) else std))
     return out
+
+
+def _cells(spec: SweepSpec, summary: pd.DataFrame, metric: str, x: str, y: str) -> dict[tuple[str, str], float]:
+    """{(x's format_value, y's): mean} of each pair of values, the best over the other
+    parameters; NaN where no point of it has a mean."""
+    maximize = spec.goals[metric] == "max"
+    cells: dict[tuple[str, str], float] = {}
+    for point, mean, _ in _rows(spec, summary, metric):
+        key = (format_value(point[x]), format_value(point[y]))
+        old = cells.get(key, math.nan)
+        cells[key] = mean if math.isnan(old) or (mean > old if maximize else mean < old) else old
+    return cells
 
 
 def _by_factors(xs: list[float]) -> bool:
@@ -239,15 +265,15 @@ def plot_heatmap(spec: SweepSpec, summary: pd.DataFrame, metric: str, x: str, y:
 
     plt = pyplot()
     maximize = spec.goals[metric] == "max"
+    if not _fits_cells(spec, x, y):
+        raise ValueError(f"sweep {spec.name!r}: {x} x {y} takes more than {MAX_HEATMAP_VALUES} values on an axis, too "
+                         "many for a heatmap's labelled cells: plot_pair draws it")
     xs, ys = _axis_values(spec, x), _axis_values(spec, y)
     col = {format_value(v): i for i, v in enumerate(xs)}
     row = {format_value(v): i for i, v in enumerate(ys)}
     grid = np.full((len(ys), len(xs)), np.nan)
-    for point, mean, _ in _rows(spec, summary, metric):
-        r, c = row[format_value(point[y])], col[format_value(point[x])]
-        old = grid[r, c]
-        if math.isnan(old) or (mean > old if maximize else mean < old):
-            grid[r, c] = mean
+    for (vx, vy), mean in _cells(spec, summary, metric, x, y).items():
+        grid[row[vy], col[vx]] = mean
     fig, ax = plt.subplots(figsize=(1.1 * len(xs) + 2.5, 0.6 * len(ys) + 2))
     image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis" if maximize else "viridis_r", aspect="auto")
     level = level_phrase(metric, levels or {})
@@ -278,6 +304,54 @@ def plot_heatmap(spec: SweepSpec, summary: pd.DataFrame, metric: str, x: str, y:
     save_figure(fig, str(path))
 
 
+def _place(spec: SweepSpec, param: str, set_scale, set_ticks) -> dict[str, Any]:
+    """{format_value: position} of a pair's axis (`set_scale`, `set_ticks`: ax.set_xscale
+    and ax.set_xticks, or y's): numbers at themselves, on a log scale where spaced by
+    factors; anything else at its index, labelled at most MAX_HEATMAP_VALUES times."""
+    values = _axis_values(spec, param)
+    if all(_is_number(v) for v in values):
+        if _by_factors(values):
+            set_scale("log")
+        return {format_value(v): v for v in values}
+    labels = _labels(spec, param)
+    shown = range(0, len(values), math.ceil(len(values) / MAX_HEATMAP_VALUES))
+    set_ticks(list(shown), [labels[format_value(values[i])] for i in shown])
+    return {format_value(v): i for i, v in enumerate(values)}
+
+
+def plot_pair(spec: SweepSpec, summary: pd.DataFrame, metric: str, x: str, y: str, path: str | os.PathLike,
+              currency: str | None = None, levels: Mapping[str, Iterable[int]] | None = None) -> None:
+    """A heatmap's pair with too many values for labelled cells: a marker per pair of
+    values at its mean (the best over any others), coloured as the heatmap's cells, on a
+    figure of a fixed size however many values; the best point starred; `currency`,
+    `levels`: as plot_heatmap's."""
+    plt = pyplot()
+    maximize = spec.goals[metric] == "max"
+    fig, ax = plt.subplots(figsize=(8, 6))
+    columns = _place(spec, x, ax.set_xscale, ax.set_xticks)
+    rows = _place(spec, y, ax.set_yscale, ax.set_yticks)
+    cells = [(columns[vx], rows[vy], mean) for (vx, vy), mean in _cells(spec, summary, metric, x, y).items()
+             if not math.isnan(mean)]
+    if cells:
+        image = ax.scatter([c[0] for c in cells], [c[1] for c in cells], c=[c[2] for c in cells], s=16,
+                           cmap="viridis" if maximize else "viridis_r", linewidths=0)
+        level = level_phrase(metric, levels or {})
+        fig.colorbar(image, ax=ax, label=money_label(metric, currency) + (f" ({level})" if level else ""))
+    top_row = _best_point(summary, metric, maximize)
+    if top_row is not None:
+        top = spec.point(top_row["point"])
+        ax.plot([columns[format_value(top[x])]], [rows[format_value(top[y])]], marker="*", markersize=16,
+                color="gold", markeredgecolor="black", linestyle="none", zorder=5)
+    ax.set_xlabel(spec.names[x])
+    ax.set_ylabel(spec.names[y])
+    rest = len(spec.params) > 2
+    if top_row is None:
+        ax.set_title(f"{spec.name}: {metric}: no point has a value")
+    else:
+        ax.set_title(f"{spec.name}: {metric}" + (" (best over the other parameters)" if rest else "") + ", best starred")
+    save_figure(fig, str(path))
+
+
 def plot_sweep(spec: SweepSpec, summary: pd.DataFrame, folder: str | os.PathLike,
                currency: str | None = None, levels: Mapping[str, Iterable[int]] | None = None) -> list[str]:
     """Every figure of plot_files(spec), written into `folder`; their paths. Figures of an
@@ -296,6 +370,8 @@ def plot_sweep(spec: SweepSpec, summary: pd.DataFrame, folder: str | os.PathLike
             plot_metric(spec, summary, metric, params[0], path, currency, levels)
         elif kind == "scatter":
             plot_scatter(spec, summary, metric, params[0], path, currency, levels)
+        elif kind == "pair":
+            plot_pair(spec, summary, metric, params[0], params[1], path, currency, levels)
         else:
             plot_heatmap(spec, summary, metric, params[0], params[1], path, currency, levels)
         paths.append(path)

@@ -278,3 +278,66 @@ def test_a_sampled_sweep_gets_a_scatter_of_its_points_per_parameter(tmp_path, mo
                                                  for p, s in nan.jobs()])), tmp_path / "nan")
     empty = figures["mfu_vs_lr.png"].axes[0]
     assert not empty.containers and not empty.lines and empty.get_legend() is None
+
+
+def test_a_sweep_with_hundreds_of_values_on_an_axis_draws_figures_of_a_bounded_size(tmp_path, monkeypatch):
+    """A heatmap was 1.1 inches a value wide and 0.6 high: ~100 values per axis made an
+    8501x5140 px PNG at 2.1 GB, 600 were killed at 24 GB, and the collection drawing it
+    failed after every job ran. Above MAX_HEATMAP_VALUES on an axis, a pair is a scatter
+    coloured by the metric; a line plot is 6.5x4 inches however many lines it holds."""
+    import matplotlib.backends.backend_agg as agg
+
+    import shardflow.sweep.plots as plots
+    from shardflow.core.figures import save_figure
+
+    points = [{"train.lr": round(1e-4 * (1 + i), 6), "train.dropout": i / 1000} for i in range(600)]
+    spec = parse({"s": sweep(grid=None, points=points, seeds=[0])})["s"]
+    summary = summary_of(spec)
+    figures = _drawn(monkeypatch)
+    plot_sweep(spec, summary, tmp_path / "kept")
+    assert set(figures) == set(plot_files(spec)) and len(figures) == 3
+    assert all(w <= 20 and h <= 15 for w, h in (fig.get_size_inches() for fig in figures.values()))
+    pair = figures["best_val_loss_lr_x_dropout.png"].axes
+    (cells,) = pair[0].collections  # one marker per (lr, dropout), coloured by its mean
+    assert len(cells.get_offsets()) == 600 and len(cells.get_array()) == 600 and not pair[0].texts
+    assert pair[0].get_xscale() == "log" and pair[1].get_ylabel() == "best_val_loss"  # the colour bar
+    assert pair[0].get_title() == "s: best_val_loss, best starred"
+
+    canvases = []
+    allocate = agg.RendererAgg.__init__
+
+    def recorded(self, width, height, dpi):
+        canvases.append((width, height))
+        allocate(self, width, height, dpi)
+
+    monkeypatch.setattr(agg.RendererAgg, "__init__", recorded)
+    monkeypatch.setattr(plots, "save_figure", save_figure)  # written, as the collection writes them
+    plot_sweep(spec, summary, tmp_path / "plots")
+    assert canvases and max(w * h for w, h in canvases) <= 20 * 15 * 110**2  # inches at save_figure's dpi
+    assert sorted(os.listdir(tmp_path / "plots")) == sorted(plot_files(spec))
+
+
+def test_a_pair_is_a_heatmap_up_to_30_values_a_side_and_a_scatter_above(tmp_path, monkeypatch):
+    """The kind is known at parse time (plot_files); a many-valued axis of strings is
+    labelled at most 30 times; plot_heatmap refuses a pair it would draw too large."""
+    import pytest
+
+    import shardflow.sweep.plots as plots
+
+    def kinds(n):
+        lrs = [round(1e-4 * (1 + i), 6) for i in range(n)]
+        return parse({"s": sweep(grid={"train.lr": lrs, "train.n_layer": [2, 4]}, seeds=[0])})["s"]
+
+    assert plot_files(kinds(30))["best_val_loss_lr_x_n_layer.png"][0] == "heatmap"
+    above = kinds(31)
+    assert plot_files(above)["best_val_loss_lr_x_n_layer.png"][0] == "pair"
+    with pytest.raises(ValueError, match="train.lr x train.n_layer takes more than 30 values on an axis"):
+        plot_heatmap(above, summary_of(above), "best_val_loss", "train.lr", "train.n_layer", tmp_path / "heat.png")
+
+    figures = _drawn(monkeypatch)
+    models = parse({"r": sweep(stage="retrieval", grid={"embedding.model": [f"m{i:02d}" for i in range(45)],
+                                                        "embedding.max_length": [64, 128]}, seeds=[0])})["r"]
+    plots.plot_sweep(models, summary_of(models), tmp_path / "plots")
+    pair = figures["best_val_loss_model_x_max_length.png"].axes[0]
+    assert [t.get_text() for t in pair.get_xticklabels()] == [f"m{i:02d}" for i in range(0, 45, 2)]
+    assert len(pair.collections[0].get_offsets()) == 90
