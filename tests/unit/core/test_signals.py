@@ -1,0 +1,88 @@
+"""Stop signals held while a block runs (SIGINT in this process: Python's KeyboardInterrupt
+is how it ends one; SIGTERM's death is checked with real processes in tests/unit/train)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import pytest
+
+from shardflow.core.signals import Held
+
+
+@pytest.fixture(autouse=True)
+def default_dispositions():
+    """Python's own, whatever the test runner set; put back after each test."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    for signum, handler in before.items():
+        signal.signal(signum, handler)
+
+
+def test_a_signal_is_held_until_the_holder_ends_by_it_and_a_second_changes_nothing():
+    with Held() as held:
+        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGTERM)  # a second one, while a checkpoint is written
+        assert held.received == signal.SIGINT
+        with pytest.raises(KeyboardInterrupt):
+            held.end(signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored before it was raised
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    # the block ended by the signal: nothing left to raise
+
+
+def test_a_signal_the_holder_did_not_end_by_is_raised_as_the_block_ends_even_on_an_error():
+    """A signal is never swallowed: a block left by an error (or by its last step, before
+    the holder looked again) ends as the signal would have ended it."""
+    with pytest.raises(KeyboardInterrupt) as got:
+        with Held():
+            signal.raise_signal(signal.SIGINT)
+            raise OSError("No space left on device")
+    assert isinstance(got.value.__context__, OSError)
+    with Held() as held:  # none received: nothing raised, dispositions back
+        pass
+    assert held.received is None and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_an_ignored_signal_or_a_callers_handler_is_left_alone():
+    """SIGINT ignored (a command a non-interactive shell started in the background) would
+    not have stopped the process: holding it would make it stop."""
+    caught = []
+
+    def callers(signum, frame):
+        caught.append(signum)
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, callers)
+    with Held() as held:
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and signal.getsignal(signal.SIGTERM) is callers
+        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGTERM)
+    assert held.received is None and caught == [signal.SIGTERM]
+
+
+def test_outside_the_main_thread_nothing_is_held():
+    seen = []
+
+    def run():
+        with Held():
+            seen.append(signal.getsignal(signal.SIGINT))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert seen == [signal.default_int_handler]
+
+
+def test_the_first_signal_is_passed_on_once_even_if_it_came_before_anyone_to_pass_it_to():
+    passed = []
+    with pytest.raises(KeyboardInterrupt):
+        with Held() as held:
+            signal.raise_signal(signal.SIGINT)  # before the child started
+            held.pass_to(passed.append)
+            signal.raise_signal(signal.SIGTERM)
+            assert passed == [signal.SIGINT]
+    assert passed == [signal.SIGINT]
