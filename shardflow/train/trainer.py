@@ -39,6 +39,16 @@ refusal is a CheckpointError, a ValueError: a retry of the attempt would find th
 checkpoint and refuse it again, so the train launcher records it and the retry stops at
 once (core.failures) instead of queueing for the GPUs to fail the same way.
 
+Told to stop. SIGTERM (scancel, a SLURM time limit or preemption, a deleted pod,
+torchrun passing on its own) or SIGINT during the steps is held until the step ends
+(core.signals); the ranks agree on it there (`agreed_signal`), rank 0 writes the
+checkpoint of that step (unless the step just wrote one), every rank logs the signal,
+step and checkpoint, and the process ends by the signal as it would have: a retried
+failure, whose retry resumes from that step instead of the last `checkpoint_interval`
+one. The same checkpoint, in the same format; a second signal meanwhile is held too
+(SIGKILL at the end of the grace period still ends the job, the previous checkpoint
+intact: the write is atomic).
+
 Outputs (rank 0): best.safetensors, last.safetensors, config.json, losses.parquet,
 metrics.json (strict JSON: a diverged run's losses are null, `strict_json`; and `made_with`,
 what the run ran with, core.madewith, for provenance), sample.txt, loss.png, and hf/
@@ -55,6 +65,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -86,6 +97,7 @@ from shardflow.core.madewith import made_with
 from shardflow.core.oom import OOM_ERRORS, smaller_micro_batch
 from shardflow.core.parts import make_folder, remove_folder, resume_tree_top
 from shardflow.core.s3 import logical_path
+from shardflow.core.signals import Held
 from shardflow.train.model import GPT, GPTConfig
 from shardflow.train.params import TrainParams, batch_note
 from shardflow.train.shards import open_shard
@@ -118,6 +130,24 @@ def _orphaned(controller: Controller | None, rt) -> bool:
         flag = torch.tensor(1.0 if gone else 0.0, device=rt.device)
         gone = bool(rt.all_reduce_(flag).item() > 0)
     return gone
+
+
+def agreed_signal(received: int | None, group) -> int:
+    """The stop signal some rank holds at this step boundary (core.signals; the largest
+    number where ranks hold different ones), else 0: every rank learns it at the same
+    step, though only one was signalled. `group`: the ranks' gloo group, None alone.
+
+    A blocking all_reduce of a CPU tensor on a gloo group of its own: no host-device sync
+    (a flag on the GPU under NCCL would need one each step to be read), one round trip
+    between the hosts a step (the device keeps running the queued work meanwhile), and
+    the ranks stop at the first boundary after the signal. Reading the previous step's
+    flags asynchronously would stop them one step later, a step more that the grace
+    period before SIGKILL has to hold."""
+    if group is None:
+        return received or 0
+    flag = torch.tensor(received or 0)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+    return int(flag)
 
 
 class CheckpointError(ValueError):
@@ -813,58 +843,74 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
                 torch.save(state, tmp)
             keep_best_of_checkpoint(resume_dir, best["step"], logger)
 
+    held = Held()  # SIGTERM and SIGINT, during the steps
+    stop_group = dist.new_group(backend="gloo") if rt.world > 1 else None  # every rank makes it
+
+    def stop_on(signum: int) -> None:
+        """Save this step and end as `signum` ends the process (the module's docstring)."""
+        if not (step % p.checkpoint_interval == 0 or step == p.max_iters):  # not just written
+            checkpoint()
+        if stop_group is not None:  # no rank ends (torchrun then stops the rest) before rank 0 has written
+            dist.barrier(group=stop_group)
+        logger.warning("stopping on %s after step %d: checkpoint %s (a retry resumes from it)",
+                       signal.Signals(signum).name, step, ckpt_path)
+        held.end(signum)
+
     t_start = time.perf_counter()
     t_timed, overhead, timed_tokens = None, 0.0, 0
     model.train()
     try:  # a step that runs out of memory ends the attempt, telling the next one its micro-batch
-        while step < p.max_iters:
-            lr = lr_at(step, p)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            # Dropout masks depend only on (seed, rank, step): nothing to restore on resume.
-            torch.manual_seed(dropout_seed(p.seed, rt.rank, step))
-            loss_sum = torch.zeros((), device=rt.device)
-            for i, batch in enumerate(my_micro_batches(sampler.draw(p.batch_size * micro_per_step))):
-                x, y = read_windows(shards.train, batch, p.block_size, rt.device)
-                last = i == grad_accum - 1
-                no_sync = model.no_sync() if rt.world > 1 and not last else contextlib.nullcontext()
-                with no_sync:
-                    with rt.autocast():
-                        _, loss = model(x, y)
-                    (loss / grad_accum).backward()
-                loss_sum += loss.detach()
-            if p.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(raw.parameters(), p.grad_clip)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            train_loss = rt.all_reduce_(loss_sum / grad_accum) / rt.world
-            pending.append((step, train_loss, lr, prior_seconds + time.perf_counter() - t_start))
+        with held:
+            while step < p.max_iters:
+                lr = lr_at(step, p)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                # Dropout masks depend only on (seed, rank, step): nothing to restore on resume.
+                torch.manual_seed(dropout_seed(p.seed, rt.rank, step))
+                loss_sum = torch.zeros((), device=rt.device)
+                for i, batch in enumerate(my_micro_batches(sampler.draw(p.batch_size * micro_per_step))):
+                    x, y = read_windows(shards.train, batch, p.block_size, rt.device)
+                    last = i == grad_accum - 1
+                    no_sync = model.no_sync() if rt.world > 1 and not last else contextlib.nullcontext()
+                    with no_sync:
+                        with rt.autocast():
+                            _, loss = model(x, y)
+                        (loss / grad_accum).backward()
+                    loss_sum += loss.detach()
+                if p.grad_clip > 0:
+                    torch.nn.utils.clip_grad_norm_(raw.parameters(), p.grad_clip)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                train_loss = rt.all_reduce_(loss_sum / grad_accum) / rt.world
+                pending.append((step, train_loss, lr, prior_seconds + time.perf_counter() - t_start))
 
-            if t_timed is None:  # the first step warms up (allocator, compile): not timed
-                rt.sync()
-                t_timed = time.perf_counter()
-            else:
-                timed_tokens += tokens_per_step
+                if t_timed is None:  # the first step warms up (allocator, compile): not timed
+                    rt.sync()
+                    t_timed = time.perf_counter()
+                else:
+                    timed_tokens += tokens_per_step
 
-            if step % p.eval_interval == 0 or step == p.max_iters:
-                rt.sync()
-                t0 = time.perf_counter()
-                val = evaluate(eval_model, shards.val, fixed_val, micro, rt)
-                flush()
-                history[-1]["val_loss"] = val
-                if val < best["val_loss"]:
-                    best = {"val_loss": val, "step": step}
-                    if rt.is_main:
-                        save_weights(raw, best_file(resume_dir, step))
-                logger.info("step %d: train %.4f val %.4f lr %.2e", step, history[-1]["train_loss"], val, lr)
-                overhead += time.perf_counter() - t0
-            if step % p.checkpoint_interval == 0 or step == p.max_iters:
-                rt.sync()
-                t0 = time.perf_counter()
-                checkpoint()
-                stop_if_orphaned("found at a checkpoint")
-                overhead += time.perf_counter() - t0
+                if step % p.eval_interval == 0 or step == p.max_iters:
+                    rt.sync()
+                    t0 = time.perf_counter()
+                    val = evaluate(eval_model, shards.val, fixed_val, micro, rt)
+                    flush()
+                    history[-1]["val_loss"] = val
+                    if val < best["val_loss"]:
+                        best = {"val_loss": val, "step": step}
+                        if rt.is_main:
+                            save_weights(raw, best_file(resume_dir, step))
+                    logger.info("step %d: train %.4f val %.4f lr %.2e", step, history[-1]["train_loss"], val, lr)
+                    overhead += time.perf_counter() - t0
+                if step % p.checkpoint_interval == 0 or step == p.max_iters:
+                    rt.sync()
+                    t0 = time.perf_counter()
+                    checkpoint()
+                    stop_if_orphaned("found at a checkpoint")
+                    overhead += time.perf_counter() - t0
+                if signum := agreed_signal(held.received, stop_group):
+                    stop_on(signum)
         flush()
         rt.sync()
         train_seconds = (time.perf_counter() - t_timed - overhead) if t_timed is not None else 0.0

@@ -10,6 +10,7 @@ grad_accum 2, fp32 CPU, 1 thread):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -828,6 +829,92 @@ def test_sigkilled_run_resumes_bitwise(shards, reference_run, tmp_path):
         assert ours.keys() == ref.keys()
         assert all(torch.equal(ours[k], ref[k]) for k in ref), name
     assert (out / "sample.txt").read_text() == (reference_run / "sample.txt").read_text()
+
+
+def wait_for_line(log: Path, pattern: str, proc: subprocess.Popen, seconds: float = 90) -> None:
+    """Until `log` holds a line matching `pattern` (the run's own progress, not a guess at its speed)."""
+    deadline = time.monotonic() + seconds
+    while not (log.exists() and re.search(pattern, log.read_text(), re.MULTILINE)):
+        assert proc.poll() is None, f"training exited ({proc.returncode}) before {pattern!r} in its log"
+        assert time.monotonic() < deadline, f"no {pattern!r} in {log} within {seconds} s"
+        time.sleep(0.002)
+
+
+def stop_lines(text: str) -> list[tuple[str, int, str]]:
+    """(signal, step, checkpoint) of each line where a rank says it stops on a signal."""
+    return [(m[1], int(m[2]), m[3]) for m in re.finditer(r"stopping on (SIG\w+) after step (\d+): checkpoint (\S+)", text)]
+
+
+def test_a_sigtermed_run_saves_the_step_it_reached_and_resumes_to_the_same_run(shards, reference_run, tmp_path):
+    """SIGTERM (scancel, a preemption, a deleted pod) saved nothing since the last
+    checkpoint_interval (up to 250 steps of paid GPU time): the run now checkpoints the
+    step it reached, then dies by SIGTERM as before (a retried failure, not a recorded
+    one), and the retry continues to the uninterrupted run's numbers bit for bit."""
+    out, log = tmp_path / "model", tmp_path / "train.log"
+    checkpoint = tmp_path / "model.resume" / "checkpoint.pt"
+    params = dict(RUN, checkpoint_interval=1000)  # no interval checkpoint before the last step: any is the signal's
+    with open(tmp_path / "stderr", "w") as err:
+        proc = subprocess.Popen([sys.executable, *cli(shards, out, **params), "--log", str(log)], cwd=REPO, env=env(),
+                                stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        wait_for_line(log, r"step 10: train", proc)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGTERM, (tmp_path / "stderr").read_text()[-3000:]
+    stopped_at = torch.load(checkpoint, weights_only=True)["step"]
+    assert 10 <= stopped_at < RUN["max_iters"]
+    assert stop_lines(log.read_text()) == [("SIGTERM", stopped_at, str(checkpoint))]
+    assert not (out / "metrics.json").exists()
+
+    run_ok([sys.executable, *cli(shards, out, **params)])  # the retry
+    assert json.loads((out / "metrics.json").read_text())["resumed_from_step"] == stopped_at
+    pd.testing.assert_frame_equal(curve(out), curve(reference_run), check_exact=True)
+    ours, ref = load_file(out / "last.safetensors"), load_file(reference_run / "last.safetensors")
+    assert ours.keys() == ref.keys() and all(torch.equal(ours[k], ref[k]) for k in ref)
+
+
+def ranks_of(torchrun_pid: int) -> dict[int, int]:
+    """torchrun's worker processes by their RANK (Linux /proc)."""
+    found = {}
+    for pid in Path(f"/proc/{torchrun_pid}/task/{torchrun_pid}/children").read_text().split():
+        with contextlib.suppress(FileNotFoundError):
+            environ = dict(v.split("=", 1) for v in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in v)
+            found[int(environ["RANK"])] = int(pid)
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the ranks in /proc")
+def test_one_ranks_sigterm_stops_every_rank_at_one_step_with_one_checkpoint(shards, tmp_path):
+    """Under torchrun a signal may reach one rank alone; the ranks agree at the next step
+    boundary, rank 0 (which got none) writes the one checkpoint, and both end at that step."""
+    out, log = tmp_path / "model", tmp_path / "stderr"  # both ranks' (torchrun takes --log for its --log-dir)
+    checkpoint = tmp_path / "model.resume" / "checkpoint.pt"
+    params = dict(RUN, grad_accum=1, checkpoint_interval=1000)
+    cmd = [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", *cli(shards, out, **params)]
+    with open(log, "w") as err:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=subprocess.DEVNULL, stderr=err,
+                                start_new_session=True)
+    ranks: dict[int, int] = {}
+    try:
+        wait_for_line(log, r"step 10: train", proc)
+        ranks.update(ranks_of(proc.pid))
+        os.kill(ranks[1], signal.SIGTERM)
+        proc.wait(timeout=60)
+        ranks.clear()  # reaped by torchrun: their pids may be another process's now
+    finally:
+        for pid in (proc.pid, *ranks.values()):  # the ranks run in sessions of their own
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode != 0
+    stopped_at = torch.load(checkpoint, weights_only=True)["step"]
+    assert 10 <= stopped_at < RUN["max_iters"]
+    said = log.read_text()
+    assert stop_lines(said) == [("SIGTERM", stopped_at, str(checkpoint))] * 2, said[-3000:]
+    assert not (out / "metrics.json").exists()
 
 
 def test_two_processes_match_one_with_the_same_global_batch(shards, reference_run, tmp_path):
