@@ -13,7 +13,12 @@ itself, and Snakemake's retry resumes from its last checkpoint), and N > 1 proce
 run as `torchrun --standalone --nproc_per_node N -m shardflow.train ...` (one node,
 one process per GPU, data parallel). The slots stay held by this process while
 torchrun runs; its workers inherit CUDA_VISIBLE_DEVICES, and torchrun and its workers
-are killed if this process dies (`run_ranks`).
+are killed if this process dies (`run_ranks`). Asked to stop while torchrun runs
+(SIGTERM: a SLURM scancel or preemption signals every process of the job, Kubernetes a
+pod's main one; SIGINT), this process passes the signal to torchrun, which passes it
+to the ranks: they save the step they reached (shardflow.train.trainer) and end, and
+this process then ends by the same signal, as it ended before (core.signals). A job
+of one process trains in this process, where the trainer holds the signal itself.
 
 The launcher also notes which Snakemake runs the job (shardflow.core.controller) for
 the trainer, which stops without outputs, its checkpoint kept, if that process goes
@@ -46,6 +51,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -53,6 +59,7 @@ import tempfile
 from shardflow.core import controller, failures
 from shardflow.core.gpujob import pin_job_gpus
 from shardflow.core.runlog import configure_logging
+from shardflow.core.signals import Held
 
 log = logging.getLogger("shardflow.train.launch")
 
@@ -152,18 +159,22 @@ def torchrun_command(nproc: int, args: list[str]) -> list[str]:
     ]
 
 
-def run_ranks(cmd: list[str], reports: str | None = None) -> int:
+def run_ranks(cmd: list[str], reports: str | None = None, held: Held | None = None) -> int:
     """Run torchrun (`cmd`) and return its status. torchrun gets SIGKILL when this
     process dies, and its ranks when torchrun does (each binds itself:
     controller.bind_to_launcher), so a SIGKILLed job leaves nothing running. `reports`:
-    the folder where each rank writes the error that ended it (failures.RANK_REPORTS_ENV)."""
+    the folder where each rank writes the error that ended it (failures.RANK_REPORTS_ENV).
+    `held`: this process's stop signals, passed on to torchrun."""
     me = controller.this_process()
     env = dict(os.environ)
     if me is not None:
         env[controller.LAUNCHER_ENV] = me.to_env()
     if reports is not None:
         env[failures.RANK_REPORTS_ENV] = reports
-    return subprocess.run(cmd, preexec_fn=controller.die_with_parent, env=env).returncode
+    with subprocess.Popen(cmd, preexec_fn=controller.die_with_parent, env=env) as proc:
+        if held is not None:
+            held.pass_to(proc.send_signal)
+        return proc.wait()
 
 
 def rank_reports_folder() -> str | None:
@@ -250,15 +261,21 @@ def main(argv: list[str] | None = None) -> int:
     cmd = torchrun_command(nproc, targs)
     log.info("running %d processes: %s", nproc, " ".join(cmd))
     reports = rank_reports_folder() if guard is not None else None
-    try:
-        rc = run_ranks(cmd, reports)
-        if rc != 0:
-            log.critical("failed: torchrun exited with status %d (the ranks' errors are above)", rc)
-            if guard is not None and reports is not None:
-                record_ranks(guard, reports)
-    finally:
-        if reports is not None:
-            shutil.rmtree(reports, ignore_errors=True)
+    # Held from before torchrun starts until its reports are removed; a signal held is
+    # raised again as the block ends. A signal before that point finds no step to save.
+    with Held() as held:
+        try:
+            rc = run_ranks(cmd, reports, held)
+            if held.received is not None:  # the ranks' ending is the signal's: retried, never recorded
+                name = signal.Signals(held.received).name
+                log.warning("%s: passed to torchrun, which ended with status %d; ending by %s", name, rc, name)
+            elif rc != 0:
+                log.critical("failed: torchrun exited with status %d (the ranks' errors are above)", rc)
+                if guard is not None and reports is not None:
+                    record_ranks(guard, reports)
+        finally:
+            if reports is not None:
+                shutil.rmtree(reports, ignore_errors=True)
     return rc
 
 

@@ -51,7 +51,7 @@ def test_a_cuda_index_is_refused_where_the_job_cannot_see_it_and_ignored_under_t
         launch.main(launcher_argv(tmp_path, attempt=1, device="cuda:1", gpus=1))
     got = {}
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    monkeypatch.setattr(launch, "run_ranks", lambda cmd, reports=None: got.setdefault("cmd", cmd) and 0)
+    monkeypatch.setattr(launch, "run_ranks", lambda cmd, reports=None, held=None: got.setdefault("cmd", cmd) and 0)
     assert launch.main(launcher_argv(tmp_path, attempt=1, device="cuda:5", gpus=2)) == 0
     assert got["cmd"][got["cmd"].index("--device") + 1] == "cuda"
 
@@ -144,6 +144,49 @@ def test_a_killed_launcher_takes_torchrun_and_its_ranks_with_it(tmp_path):
         for r in ranks:  # when the test fails, its ranks would sleep on
             with contextlib.suppress(ProcessLookupError):
                 os.kill(r, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_sigtermed_launcher_passes_the_signal_to_torchrun_and_ends_by_it_once_torchrun_has(tmp_path):
+    """SIGTERM to the launcher (a SLURM scancel signals every process of the job; a
+    deleted pod, its main one) killed it at once, and torchrun and the ranks with it
+    (PR_SET_PDEATHSIG): no rank could save its step. Now torchrun gets the signal (which it
+    passes to the ranks) and the time to end, and the launcher then ends by SIGTERM, a
+    retried failure as before. The stand-in for torchrun takes a while to "checkpoint"."""
+    import signal
+    import subprocess
+
+    marker = tmp_path / "torchrun"
+    stand_in = tmp_path / "torchrun.py"
+    stand_in.write_text(
+        "import os, signal, sys, time\n"
+        "def stop(signum, frame):\n"
+        "    time.sleep(0.5)\n"
+        "    open(sys.argv[1], 'w').write(signal.Signals(signum).name)\n"
+        "    signal.signal(signum, signal.SIG_DFL)\n"
+        "    os.kill(os.getpid(), signum)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        "open(sys.argv[1], 'w').write('running')\n"
+        "time.sleep(60)\n"
+    )
+    launcher = (
+        "import sys\n"
+        "from shardflow.train import launch\n"
+        "launch.pin_job_gpus = lambda settings, gpus, job, **_: ('cuda', '0,1')\n"
+        f"launch.torchrun_command = lambda nproc, args: [sys.executable, {str(stand_in)!r}, {str(marker)!r}]\n"
+        "sys.exit(launch.main(['--gpus', '2', '--gpu-jobs', '{}', '--', '--params', '{\"gpus\": 2}']))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", launcher], start_new_session=True, stderr=subprocess.PIPE, text=True)
+    try:
+        assert _wait_for(lambda: marker.exists() and marker.read_text() == "running", 60), "torchrun did not start"
+        os.kill(proc.pid, signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert marker.read_text() == "SIGTERM", stderr[-3000:]  # given the signal, and the time to act on it
+    assert proc.returncode == -signal.SIGTERM, stderr[-3000:]
 
 
 def test_a_rank_whose_launcher_is_already_gone_stops_before_training(monkeypatch):
@@ -305,7 +348,7 @@ def test_a_rank_out_of_memory_is_recorded_and_the_next_attempt_tells_the_ranks(t
     )
 
     got = {}
-    monkeypatch.setattr(launch, "run_ranks", lambda cmd, reports=None: got.setdefault("cmd", cmd) and 0)
+    monkeypatch.setattr(launch, "run_ranks", lambda cmd, reports=None, held=None: got.setdefault("cmd", cmd) and 0)
     assert launch.main(launcher_argv(tmp_path, attempt=2, device="cuda", gpus=2)) == 0  # no RepeatedFailureError
     assert json.loads(launch.option(got["cmd"], "--out-of-memory")) == details
 
@@ -314,7 +357,7 @@ def fake_torchrun(*ranks):
     """run_ranks standing in for torchrun: each rank (None: killed, no report) ends in
     the error given, reported as shardflow.train's __main__ reports it."""
 
-    def run(cmd, reports=None):
+    def run(cmd, reports=None, held=None):
         for rank, exc in enumerate(ranks):
             if exc is not None:
                 os.environ.update({launch.failures.RANK_REPORTS_ENV: reports, "RANK": str(rank)})
@@ -360,7 +403,7 @@ def test_no_folder_for_the_ranks_reports_runs_them_unguarded(tmp_path, launcher,
 
     got = {}
 
-    def torchrun(cmd, reports=None):
+    def torchrun(cmd, reports=None, held=None):
         got["reports"] = reports
         return 0
 
