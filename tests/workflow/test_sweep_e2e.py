@@ -6,6 +6,7 @@ runs only its 4 jobs and the collection; a key no job reads reruns nothing; a ba
 retrieval sweeps embed once per distinct embedding settings (a dry run's DAG)."""
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -229,6 +230,10 @@ def _every_stage(tmp_path, embed_metrics):
         "su": {"stage": "summarise", "grid": {"summarise.k": [1, 2]}, "seeds": [0], "metrics": {"rouge1": "max"}},
         "em": {"stage": "embed", "grid": {"embedding.token_budget": [512, 1024]}, "seeds": [0],
                "metrics": embed_metrics},
+        # random search: its 3 points drawn at parse time, so the dry run lists their jobs
+        "rs": {"stage": "train", "grid": {"train.lr": {"log_uniform": [1.0e-4, 1.0e-2]},
+                                          "train.n_layer": {"int_uniform": [1, 3]}},
+               "sample": {"points": 3, "seed": 0}, "seeds": [0], "metrics": {"best_val_loss": "min"}},
     }
     return write_config(
         tmp_path / "c.yaml", input={"path": str(docs)}, n_chunks=2, tasks=["embedding", "training"],
@@ -243,10 +248,13 @@ def test_sweeps_of_every_stage_in_one_config(tmp_path):
     several stages configured, each file has one rule that makes it (before, the DAG
     stopped as ambiguous: sweep_retrieval_evaluate and sweep_evaluate_summaries)."""
     cfg = _every_stage(tmp_path, {"items_per_s": "max", "agreement.cosine_min": "max"})
-    sweeps = ("tr", "re", "su", "em")
-    counts = job_counts(snakemake(tmp_path, "--configfile", str(cfg), "-n").stdout)
-    stages = ("sweep_train", "sweep_retrieval_evaluate", "sweep_evaluate_summaries", "sweep_embed_metrics")
+    sweeps = ("tr", "re", "su", "em", "rs")
+    out = snakemake(tmp_path, "--configfile", str(cfg), "-n").stdout
+    counts = job_counts(out)
+    stages = ("sweep_retrieval_evaluate", "sweep_evaluate_summaries", "sweep_embed_metrics")
     assert {r: counts.get(r) for r in stages} == dict.fromkeys(stages, 2)
+    assert counts["sweep_train"] == 2 + 3  # tr's grid, rs's sample
+    assert len(set(re.findall(r"results/sweeps/rs/(lr=[^/]+__n_layer=\d)/seed=0/train/metrics\.json", out))) == 3
     assert counts["sweep_embed_chunk"] == 2 * 2  # points x chunks
     assert all(counts[f"collect_sweep_{name}"] == 1 for name in sweeps)
 
