@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import heapq
 import json
 import logging
 import os
@@ -175,14 +176,18 @@ def _size_and_mtime(path: str) -> tuple[int, int] | None:
 
 
 def assign_groups(groups: dict, n_chunks: int) -> dict:
-    """Largest-first onto the least-loaded chunk; deterministic given insertion order."""
+    """Largest-first onto the least-loaded chunk (the lowest-numbered of equals);
+    deterministic given insertion order."""
     order = sorted(enumerate(groups.items()), key=lambda t: (-t[1][1], t[0]))
-    load = [0] * n_chunks
+    # (load, chunk) of every chunk, a heap: its first is the chunk a scan of all would
+    # pick, found in log(n_chunks) comparisons. The scan made 100,000 groups onto 5,000
+    # chunks take 30 s, growing as groups x chunks.
+    loads = [(0, i) for i in range(n_chunks)]
     placed = {}
     for _, (group, weight) in order:
-        target = min(range(n_chunks), key=lambda i: (load[i], i))
+        load, target = loads[0]
         placed[group] = target
-        load[target] += weight
+        heapq.heapreplace(loads, (load + weight, target))
     return placed
 
 
