@@ -191,13 +191,37 @@ def assign_groups(groups: dict, n_chunks: int) -> dict:
     return placed
 
 
+# The chunks' bytes held before they are written. Group mode writes to the chunks in any
+# order: a record written as it came, with more chunks than open files (max_open_files)
+# and groups taking turns in the corpus, closed one file and opened another for nearly
+# every record (95 % of them at 5,000 chunks and 256 files). Held, each chunk's records
+# go out together: a file opened per chunk once per HELD_BYTES of the corpus.
+HELD_BYTES = 64 << 20
+
+
 class _ChunkWriters:
-    """Open chunk files lazily, keep at most `limit` open (group mode writes in any order)."""
+    """The chunk files, written to in any order: records held up to HELD_BYTES in all,
+    then each chunk's appended to its file, at most `limit` files open (the least
+    recently used closed first)."""
 
     def __init__(self, tmp_paths: list[Path], limit: int):
         self.tmp_paths, self.limit = tmp_paths, limit
         self.open: dict[int, object] = {}
         self.started: set[int] = set()
+        self.held: dict[int, bytearray] = {}
+        self.held_bytes = 0
+
+    def write(self, i: int, line: bytes) -> None:
+        self.held.setdefault(i, bytearray()).extend(line)
+        self.held_bytes += len(line)
+        if self.held_bytes >= HELD_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        for i, data in self.held.items():
+            self.get(i).write(data)
+        self.held.clear()
+        self.held_bytes = 0
 
     def get(self, i: int):
         fh = self.open.get(i)
@@ -213,6 +237,9 @@ class _ChunkWriters:
         return fh
 
     def close(self) -> None:
+        """Close the files; records still held are dropped (`flush` first to keep them)."""
+        self.held.clear()
+        self.held_bytes = 0
         for fh in self.open.values():
             fh.close()
         self.open.clear()
@@ -320,7 +347,7 @@ def split_corpus(
                     i = k * n // m.records
                 k += 1
                 line = dump_record(ChunkRecord(item.id, item.text, item.group)).encode("utf-8")
-                writers.get(i).write(line)
+                writers.write(i, line)
                 items[i] += 1
                 nbytes[i] += len(line)
                 digests[i].update(line)
@@ -328,6 +355,7 @@ def split_corpus(
                     on_record(item, i)
             if k != m.records or rejected != m.rejected:
                 raise input_changed(f"{k}/{rejected}")
+        writers.flush()
         writers.close()
         for i in range(n):
             if i not in writers.started:  # an empty chunk is still a chunk

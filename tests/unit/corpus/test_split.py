@@ -198,6 +198,61 @@ def test_group_by_with_few_open_files_gives_the_same_chunks(tmp_path, write_json
     assert [sha256(c["path"]) for c in narrow["chunks"]] == [c["sha256"] for c in narrow["chunks"]]
 
 
+def interleaved_groups(n_records: int, n_groups: int) -> list[dict]:
+    """Records of `n_groups` groups taking turns, as a group_by field (an author, a site)
+    falls in a corpus that is not sorted by it."""
+    return [{"id": f"r{i}", "text": f"text {i}", "g": f"g{i % n_groups}"} for i in range(n_records)]
+
+
+def chunk_file_opens(monkeypatch) -> list[str]:
+    """The opens of chunk files (their temporaries) the split makes, from now on."""
+    import shardflow.corpus.split as split_module
+
+    opened = []
+
+    def counting_open(file, mode="r", *args, **kwargs):
+        if "chunk_" in os.fspath(file):
+            opened.append(os.fspath(file))
+        return open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(split_module, "open", counting_open, raising=False)
+    return opened
+
+
+def test_group_by_over_more_chunks_than_open_files_opens_each_chunk_once_not_each_record(
+    tmp_path, write_jsonl, monkeypatch
+):
+    # Records went to their chunk file as they came: with more chunks than open files and
+    # groups taking turns, nearly every record closed one file and opened another (at
+    # 5,000 chunks and 256 open files, 95 % of them: a file open and close a record).
+    path = write_jsonl(tmp_path / "c.jsonl", interleaved_groups(3000, 300))
+    opts = ReaderOptions(group_field="g")
+    wide = run_split(tmp_path / "wide", [path], 40, opts, max_open_files=64)
+    opened = chunk_file_opens(monkeypatch)
+    narrow = run_split(tmp_path / "narrow", [path], 40, opts, max_open_files=4)
+    assert len(opened) == 40  # one each: the corpus is far under the bytes held before writing
+    assert [c["sha256"] for c in narrow["chunks"]] == [c["sha256"] for c in wide["chunks"]]
+    assert [sha256(c["path"]) for c in narrow["chunks"]] == [c["sha256"] for c in narrow["chunks"]]
+
+
+def test_chunks_written_in_many_small_turns_are_the_same_bytes(tmp_path, write_jsonl, monkeypatch):
+    # Past the bytes held, every chunk's records are written and the rest held again: a
+    # chunk file is then appended to, reopened where more chunks than open files.
+    import shardflow.corpus.split as split_module
+
+    path = write_jsonl(tmp_path / "c.jsonl", interleaved_groups(3000, 300))
+    opts = ReaderOptions(group_field="g")
+    whole = run_split(tmp_path / "whole", [path], 40, opts)
+    monkeypatch.setattr(split_module, "HELD_BYTES", 2000)
+    opened = chunk_file_opens(monkeypatch)
+    turns = run_split(tmp_path / "turns", [path], 40, opts, max_open_files=4)
+    assert 40 < len(opened) < 3000
+    assert [c["sha256"] for c in turns["chunks"]] == [c["sha256"] for c in whole["chunks"]]
+    assert [sha256(c["path"]) for c in turns["chunks"]] == [c["sha256"] for c in turns["chunks"]]
+    for c in turns["chunks"]:
+        assert read_chunk(c["path"])[0] == read_chunk(whole["chunks"][c["chunk"]]["path"])[0]
+
+
 def test_assign_groups_largest_first_onto_least_loaded():
     placed = assign_groups({"small": 1, "big": 10, "mid": 5, "mid2": 5}, 2)
     # big -> 0; mid -> 1; mid2 -> 1 (load 5 < 10); small -> 0 (10 = 10, lowest index wins).
