@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,8 +86,13 @@ def run_summary(
 
 def document_lengths(summaries_path: str) -> np.ndarray:
     """Each document's (input, summary) tokens (or words, see `records`), [n, 2] int64."""
-    rows = [(r["input_tokens"], r["output_tokens"]) for r in iter_summaries(summaries_path)]
-    return np.array(rows, dtype=np.int64).reshape(len(rows), 2)
+    # 16 bytes a document, the array's own memory: a list of Python tuples held about
+    # 130 (13 GB for 100M summaries) before the array was made from it.
+    flat = array("q")
+    for r in iter_summaries(summaries_path):
+        flat.append(r["input_tokens"])
+        flat.append(r["output_tokens"])
+    return np.frombuffer(flat, dtype=np.int64).reshape(len(flat) // 2, 2)
 
 
 def plot_lengths(lengths: np.ndarray, path: str) -> None:

@@ -3,6 +3,7 @@ jobs on the CPU, mixed methods, damaged inputs. The numbers of a normal run, res
 jobs and peak memory are in test_stage.py."""
 
 import json
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -121,6 +122,21 @@ def test_document_lengths_in_file_order(tmp_path):
     path = summaries_file(tmp_path / "summaries.jsonl", [(5, 1), (0, 0), (2**40, 7)])
     lengths = document_lengths(str(path))
     assert lengths.tolist() == [[5, 1], [0, 0], [2**40, 7]] and lengths.dtype == np.int64
+
+
+def test_document_lengths_hold_the_two_numbers_a_document_not_a_python_row(tmp_path):
+    # A list of (input, output) tuples held about 130 bytes a document before the array
+    # was made: 13 GB for 100M summaries; the array itself is 16.
+    n = 40_000
+    path = summaries_file(tmp_path / "summaries.jsonl", [(300 + k % 700, 60 + k % 90) for k in range(n)])
+    tracemalloc.start()
+    try:
+        lengths = document_lengths(str(path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert lengths.shape == (n, 2) and lengths[-1].tolist() == [300 + (n - 1) % 700, 60 + (n - 1) % 90]
+    assert peak / n < 40, peak
 
 
 @pytest.mark.parametrize(
