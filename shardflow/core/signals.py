@@ -9,8 +9,11 @@ disposition is restored and the signal raised again, so the process ends as it w
 have (SIG_DFL: killed by the signal; Python's SIGINT handler: KeyboardInterrupt, and a
 Python that does not catch it exits by SIGINT). Whatever waits on the process (torchrun,
 Snakemake, the failure records of core.failures) sees a death by signal, retried, as
-before. A signal the holder has not ended with by the end of the block is raised then:
-none is swallowed.
+before. A signal the holder has not ended with by the end of the block is raised then,
+unless an exception is leaving the block: that one goes on (the signal stays in
+`received`), since it ends the process as well and says more (an out-of-memory error
+tells the retry its micro-batch, an input error is recorded); raising the signal
+instead would replace it.
 
 Only a signal whose disposition is the default one is held (SIG_DFL, or Python's
 KeyboardInterrupt for SIGINT): one that is ignored (SIGINT in a command a
@@ -47,10 +50,10 @@ class Held:
                     signal.signal(signum, self._note)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
         received = self.received
         self._restore()
-        if received is not None:
+        if received is not None and exc_type is None:
             self.end(received)
 
     def _note(self, signum: int, frame) -> None:
