@@ -30,7 +30,8 @@ with the same trainer arguments, the same files under `--data` and `--tokenizer`
 the same shardflow code stops at once, naming the earlier attempt's error. An attempt
 records its failure there where it ended on a deterministic error: in this process for
 one process (CPU, one GPU: the trainer runs here), or, under torchrun, where the ranks'
-reports show one (`failures.rank_failure`). The attempt comes in `--gpu-jobs` (`attempt`, from the rule's
+reports show one (`failures.rank_failure`), after a stop signal too (a rank the signal
+ended reports nothing that is recorded). The attempt comes in `--gpu-jobs` (`attempt`, from the rule's
 untracked `gpu_jobs` param: the command's text stays as it was); without it, or without
 `--resume-dir`, nothing is checked or recorded; without a folder for the ranks' reports,
 the ranks run unguarded. Pinning's errors are the host's state: never recorded.
@@ -266,13 +267,16 @@ def main(argv: list[str] | None = None) -> int:
     with Held() as held:
         try:
             rc = run_ranks(cmd, reports, held)
-            if held.received is not None:  # the ranks' ending is the signal's: retried, never recorded
+            if held.received is not None:
                 name = signal.Signals(held.received).name
                 log.warning("%s: passed to torchrun, which ended with status %d; ending by %s", name, rc, name)
             elif rc != 0:
                 log.critical("failed: torchrun exited with status %d (the ranks' errors are above)", rc)
-                if guard is not None and reports is not None:
-                    record_ranks(guard, reports)
+            # Also after a signal: a rank may have failed in the step it was finishing (out
+            # of memory: the retry needs the smaller micro-batch). A rank the signal ended
+            # reports nothing (SIGTERM) or a KeyboardInterrupt, which records nothing.
+            if rc != 0 and guard is not None and reports is not None:
+                record_ranks(guard, reports)
         finally:
             if reports is not None:
                 shutil.rmtree(reports, ignore_errors=True)

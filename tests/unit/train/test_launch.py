@@ -372,6 +372,38 @@ def fake_torchrun(*ranks):
     return run
 
 
+def test_a_rank_out_of_memory_while_the_job_was_told_to_stop_is_still_recorded(tmp_path, launcher, monkeypatch):
+    """A signal held while torchrun ran skipped the ranks' reports: a rank that ran out
+    of memory in the step it was finishing went unrecorded, and the retry ran out again
+    at the same micro-batch. A rank the signal ended reports nothing (SIGTERM) or a
+    KeyboardInterrupt, which records nothing (failures.rank_failure), so only a real
+    error is recorded; the launcher still ends by the signal."""
+    import signal
+
+    from shardflow.core.failures import mark_out_of_memory
+
+    details = {"micro_batch": 8, "next_micro_batch": 4, "next_grad_accum": 2, "device": "NVIDIA H100", "settings": "s"}
+    oom = mark_out_of_memory(torch.OutOfMemoryError("CUDA out of memory"), details)
+    ranks = fake_torchrun(KeyboardInterrupt(), oom)
+
+    def told_to_stop(cmd, reports=None, held=None):
+        signal.raise_signal(signal.SIGINT)  # held: noted, the ranks go on
+        return ranks(cmd, reports, held)
+
+    monkeypatch.setattr(launch, "pin_job_gpus", lambda settings, gpus, job, **_: ("cuda", "0,1"))
+    monkeypatch.setattr(launch, "run_ranks", told_to_stop)
+    monkeypatch.setenv(launch.failures.RANK_REPORTS_ENV, "")
+    monkeypatch.setenv("RANK", "")
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            launch.main(launcher_argv(tmp_path, attempt=1, device="cuda", gpus=2))
+    finally:
+        signal.signal(signal.SIGINT, before)
+    record = json.loads(launcher.read_text())
+    assert (record["kind"], record["message"]) == ("out_of_memory", "rank 1: CUDA out of memory")
+
+
 @pytest.mark.parametrize(
     "ranks, recorded",
     [
