@@ -17,7 +17,9 @@ are killed if this process dies (`run_ranks`). Asked to stop while torchrun runs
 (SIGTERM: a SLURM scancel or preemption signals every process of the job, Kubernetes a
 pod's main one; SIGINT), this process passes the signal to torchrun, which passes it
 to the ranks: they save the step they reached (shardflow.train.trainer) and end, and
-this process then ends by the same signal, as it ended before (core.signals). A job
+this process then ends by the same signal, as it ended before (core.signals). Later
+signals to this process are ignored, and torchrun, in a session of its own, gets no
+terminal's Ctrl-C: it survives two signals, not three (docs/reliability.md). A job
 of one process trains in this process, where the trainer holds the signal itself.
 
 The launcher also notes which Snakemake runs the job (shardflow.core.controller) for
@@ -165,14 +167,19 @@ def run_ranks(cmd: list[str], reports: str | None = None, held: Held | None = No
     process dies, and its ranks when torchrun does (each binds itself:
     controller.bind_to_launcher), so a SIGKILLed job leaves nothing running. `reports`:
     the folder where each rank writes the error that ended it (failures.RANK_REPORTS_ENV).
-    `held`: this process's stop signals, passed on to torchrun."""
+    `held`: this process's stop signals, passed on to torchrun.
+
+    torchrun runs in a session of its own, so a terminal's Ctrl-C reaches this process
+    alone, which passes on the first: torchrun survives two SIGINTs or SIGTERMs and
+    ends at the third (torch's agent `run`), its ranks SIGKILLed with it mid-checkpoint,
+    and in this process's group it got each Ctrl-C besides this process's copy."""
     me = controller.this_process()
     env = dict(os.environ)
     if me is not None:
         env[controller.LAUNCHER_ENV] = me.to_env()
     if reports is not None:
         env[failures.RANK_REPORTS_ENV] = reports
-    with subprocess.Popen(cmd, preexec_fn=controller.die_with_parent, env=env) as proc:
+    with subprocess.Popen(cmd, preexec_fn=controller.die_with_parent, start_new_session=True, env=env) as proc:
         if held is not None:
             held.pass_to(proc.send_signal)
         return proc.wait()

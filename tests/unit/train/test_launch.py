@@ -189,6 +189,62 @@ def test_a_sigtermed_launcher_passes_the_signal_to_torchrun_and_ends_by_it_once_
     assert proc.returncode == -signal.SIGTERM, stderr[-3000:]
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
+def test_ctrl_c_in_a_terminal_reaches_the_launcher_alone_and_the_rank_finishes_its_checkpoint(tmp_path):
+    """torchrun shared the launcher's process group, so each Ctrl-C in a terminal reached
+    it, and the first twice (the terminal's SIGINT and the launcher's copy); torchrun
+    survives two, and at the third its ranks, bound to it, were SIGKILLed mid-checkpoint.
+    torchrun now runs in a session of its own and gets the launcher's copy of the first
+    signal only. Ctrl-C three times: two where the first one's copies reach torchrun
+    apart, which is usual but not certain (two pending alike are one). Real torchrun, one
+    rank standing in for the trainer: told to stop, it takes 1.5 s to "checkpoint"."""
+    import signal
+    import subprocess
+
+    pid, saved = tmp_path / "pid", tmp_path / "saved"
+    rank = tmp_path / "rank.py"
+    rank.write_text(
+        "import os, signal, sys, time\n"
+        "from shardflow.core import controller\n"
+        "controller.bind_to_launcher()\n"
+        "told = []\n"
+        "for s in (signal.SIGINT, signal.SIGTERM):\n"
+        "    signal.signal(s, lambda signum, frame: told.append(signum))\n"
+        f"open({str(pid)!r}, 'w').write(str(os.getpid()))\n"
+        "while not told:\n"
+        "    time.sleep(0.05)\n"
+        "time.sleep(1.5)\n"
+        f"open({str(saved)!r}, 'w').write(signal.Signals(told[0]).name)\n"
+    )
+    launcher = (
+        "import sys\n"
+        "from shardflow.train import launch\n"
+        "launch.pin_job_gpus = lambda settings, gpus, job, **_: ('cuda', '0,1')\n"
+        "launch.torchrun_command = lambda nproc, args: [sys.executable, '-m', 'torch.distributed.run',"
+        f" '--standalone', '--nproc_per_node=1', {str(rank)!r}]\n"
+        "sys.exit(launch.main(['--gpus', '2', '--gpu-jobs', '{}', '--', '--params', '{\"gpus\": 2}']))\n"
+    )
+    # The launcher leads a process group, as a shell's foreground job does; killpg is the terminal.
+    proc = subprocess.Popen([sys.executable, "-c", launcher], start_new_session=True, stderr=subprocess.PIPE, text=True)
+    ranks: list[int] = []
+    try:
+        assert _wait_for(lambda: pid.exists() and pid.read_text(), 90), "the rank did not start"
+        ranks.append(int(pid.read_text()))
+        for _ in range(3):
+            os.killpg(proc.pid, signal.SIGINT)
+            time.sleep(0.3)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        for r in ranks:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(r, signal.SIGKILL)
+    assert saved.exists() and saved.read_text() == "SIGINT", stderr[-3000:]
+    assert proc.returncode == -signal.SIGINT, stderr[-3000:]
+
+
 def test_a_rank_whose_launcher_is_already_gone_stops_before_training(monkeypatch):
     import os
 
