@@ -15,6 +15,10 @@ unless an exception is leaving the block: that one goes on (the signal stays in
 tells the retry its micro-batch, an input error is recorded); raising the signal
 instead would replace it.
 
+The first signal is noted at once on stderr, with the holder's message: what it is
+finishing can take minutes (a first step under torch.compile, a whole evaluation), and
+a second signal changes nothing (SIGKILL still ends the process at once).
+
 Only a signal whose disposition is the default one is held (SIG_DFL, or Python's
 KeyboardInterrupt for SIGINT): one that is ignored (SIGINT in a command a
 non-interactive shell started in the background) or has a handler of the caller's is
@@ -23,6 +27,8 @@ left as it is. Handlers belong to the main thread: in another thread nothing is 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import threading
 from collections.abc import Callable
@@ -33,10 +39,13 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 class Held:
     """`with Held() as held:` SIGTERM and SIGINT noted in `held.received` (the first one;
     a second is noted nowhere: whatever the holder is finishing goes on), until `end`.
-    `pass_to(send)`: the first one is also given to `send` (a child's send_signal)."""
+    `pass_to(send)`: the first one is also given to `send` (a child's send_signal).
+    `message` (a str, or a function called when the signal comes): written to stderr
+    on the first one, after the signal's name."""
 
-    def __init__(self):
+    def __init__(self, message: str | Callable[[], str] | None = None):
         self.received: int | None = None
+        self._message = message
         self._previous: dict[int, object] = {}
         self._send: Callable[[int], None] | None = None
         self._passed = False
@@ -59,7 +68,18 @@ class Held:
     def _note(self, signum: int, frame) -> None:
         if self.received is None:
             self.received = signum
+            self._say(signum)
             self._pass()
+
+    def _say(self, signum: int) -> None:
+        if self._message is None:
+            return
+        text = self._message() if callable(self._message) else self._message
+        # os.write, not logging or sys.stderr: the handler runs in the main thread, which
+        # may be inside a write to stderr, and a buffered stream re-entered raises
+        # RuntimeError (reentrant call) out of the handler into the step.
+        with contextlib.suppress(OSError):  # a closed stderr must not cost the checkpoint
+            os.write(2, f"{signal.Signals(signum).name}: {text}\n".encode())
 
     def _pass(self) -> None:
         if self._send is not None and self.received is not None and not self._passed:

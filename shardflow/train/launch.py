@@ -271,7 +271,11 @@ def main(argv: list[str] | None = None) -> int:
     reports = rank_reports_folder() if guard is not None else None
     # Held from before torchrun starts until its reports are removed; a signal held is
     # raised again as the block ends. A signal before that point finds no step to save.
-    with Held() as held:
+    stop_note = (
+        "passed to torchrun, whose ranks save the step they reach, then ending "
+        "(a second signal is ignored; kill -9 ends at once)"
+    )
+    with Held(stop_note) as held:
         try:
             rc = run_ranks(cmd, reports, held)
             if held.received is not None:

@@ -45,9 +45,10 @@ torchrun passing on its own) or SIGINT during the steps is held until the step e
 checkpoint of that step (unless the step just wrote one), every rank logs the signal,
 step and checkpoint, and the process ends by the signal as it would have: a retried
 failure, whose retry resumes from that step instead of the last `checkpoint_interval`
-one. The same checkpoint, in the same format; a second signal meanwhile is held too
+one. The same checkpoint, in the same format; a second signal meanwhile is ignored
 (SIGKILL at the end of the grace period still ends the job, the previous checkpoint
-intact: the write is atomic).
+intact: the write is atomic). The first is said on stderr as it comes, naming the step
+under way: that step can take minutes (the first under torch.compile, an evaluation).
 
 Outputs (rank 0): best.safetensors, last.safetensors, config.json, losses.parquet,
 metrics.json (strict JSON: a diverged run's losses are null, `strict_json`; and `made_with`,
@@ -843,7 +844,14 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
                 torch.save(state, tmp)
             keep_best_of_checkpoint(resume_dir, best["step"], logger)
 
-    held = Held()  # SIGTERM and SIGINT, during the steps
+    finishing = step + 1  # the step under way, which a stop signal lets end
+
+    def stop_note() -> str:
+        """Said on stderr when the signal comes (core.signals), not when the step ends."""
+        return (f"finishing step {finishing} and saving its checkpoint, then ending "
+                "(a second signal is ignored; kill -9 ends at once)")
+
+    held = Held(stop_note)  # SIGTERM and SIGINT, during the steps
     stop_group = dist.new_group(backend="gloo") if rt.world > 1 else None  # every rank makes it
 
     def stop_on(signum: int) -> None:
@@ -862,6 +870,7 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
     try:  # a step that runs out of memory ends the attempt, telling the next one its micro-batch
         with held:
             while step < p.max_iters:
+                finishing = step + 1
                 lr = lr_at(step, p)
                 for group in optimizer.param_groups:
                     group["lr"] = lr

@@ -3,6 +3,7 @@ is how it ends one; SIGTERM's death is checked with real processes in tests/unit
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 
@@ -101,3 +102,21 @@ def test_the_first_signal_is_passed_on_once_even_if_it_came_before_anyone_to_pas
             signal.raise_signal(signal.SIGTERM)
             assert passed == [signal.SIGINT]
     assert passed == [signal.SIGINT]
+
+
+def test_the_first_signal_says_at_once_what_happens_next_and_a_second_says_nothing(capfd):
+    """Nothing said a signal had come until the step ended, which can be minutes (the
+    first step's torch.compile, an evaluation of the whole validation split). The note
+    is made when the signal comes, so it can name what is under way then."""
+    under_way = {"step": 1}
+    note = Held(lambda: f"finishing step {under_way['step']} and saving its checkpoint")
+    with pytest.raises(KeyboardInterrupt):
+        with note:
+            under_way["step"] = 8
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert capfd.readouterr().err == "SIGINT: finishing step 8 and saving its checkpoint\n"
+    with pytest.raises(KeyboardInterrupt):
+        with Held("passed on"):
+            os.kill(os.getpid(), signal.SIGINT)
+    assert capfd.readouterr().err == "SIGINT: passed on\n"

@@ -243,6 +243,8 @@ def test_ctrl_c_in_a_terminal_reaches_the_launcher_alone_and_the_rank_finishes_i
                 os.kill(r, signal.SIGKILL)
     assert saved.exists() and saved.read_text() == "SIGINT", stderr[-3000:]
     assert proc.returncode == -signal.SIGINT, stderr[-3000:]
+    said = "SIGINT: passed to torchrun, whose ranks save the step they reach, then ending (a second signal is ignored"
+    assert stderr.count(said) == 1, stderr[-3000:]  # at the first Ctrl-C, and at no other
 
 
 def test_a_rank_whose_launcher_is_already_gone_stops_before_training(monkeypatch):

@@ -867,6 +867,8 @@ def test_a_sigtermed_run_saves_the_step_it_reached_and_resumes_to_the_same_run(s
     stopped_at = torch.load(checkpoint, weights_only=True)["step"]
     assert 10 <= stopped_at < RUN["max_iters"]
     assert stop_lines(log.read_text()) == [("SIGTERM", stopped_at, str(checkpoint))]
+    said = f"SIGTERM: finishing step {stopped_at} and saving its checkpoint, then ending (a second signal is ignored"
+    assert said in (tmp_path / "stderr").read_text()  # when the signal came, naming the step it stopped after
     assert not (out / "metrics.json").exists()
 
     run_ok([sys.executable, *cli(shards, out, **params)])  # the retry
