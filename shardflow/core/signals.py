@@ -1,7 +1,7 @@
 """Stop signals held while a block runs, then ending the process as they would have.
 
 A scheduler asks a job to stop with SIGTERM (SLURM's scancel, time limit and
-preemption; Kubernetes deleting a pod; torchrun passing on its own) and kills it with
+preemption; torchrun passing on its own; Kubernetes deleting a pod, to its main process) and kills it with
 SIGKILL a grace period later; a terminal asks with SIGINT (Ctrl-C). Inside `Held`, such
 a signal only notes itself (`received`), so the holder can finish what must not be cut
 (a training step, then its checkpoint) and then `end` with it: the signal's earlier

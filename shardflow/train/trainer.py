@@ -39,8 +39,8 @@ refusal is a CheckpointError, a ValueError: a retry of the attempt would find th
 checkpoint and refuse it again, so the train launcher records it and the retry stops at
 once (core.failures) instead of queueing for the GPUs to fail the same way.
 
-Told to stop. SIGTERM (scancel, a SLURM time limit or preemption, a deleted pod,
-torchrun passing on its own) or SIGINT during the steps is held until the step ends
+Told to stop. SIGTERM (scancel, a SLURM time limit or preemption, torchrun passing on
+its own; not a deleted EKS pod, whose shell passes nothing on) or SIGINT during the steps is held until the step ends
 (core.signals); the ranks agree on it there (`agreed_signal`), rank 0 writes the
 checkpoint of that step (unless the step just wrote one), every rank logs the signal,
 step and checkpoint, and the process ends by the signal as it would have: a retried

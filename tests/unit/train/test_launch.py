@@ -148,8 +148,7 @@ def test_a_killed_launcher_takes_torchrun_and_its_ranks_with_it(tmp_path):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_sigtermed_launcher_passes_the_signal_to_torchrun_and_ends_by_it_once_torchrun_has(tmp_path):
-    """SIGTERM to the launcher (a SLURM scancel signals every process of the job; a
-    deleted pod, its main one) killed it at once, and torchrun and the ranks with it
+    """SIGTERM to the launcher (a SLURM scancel signals every process of the job) killed it at once, and torchrun and the ranks with it
     (PR_SET_PDEATHSIG): no rank could save its step. Now torchrun gets the signal (which it
     passes to the ranks) and the time to end, and the launcher then ends by SIGTERM, a
     retried failure as before. The stand-in for torchrun takes a while to "checkpoint"."""
