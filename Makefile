@@ -141,7 +141,8 @@ compare: $(INSTALLED_IF_MISSING)
 # MODEL= the run's model where it lies now if it moved (default, the other targets' own,
 # leaves the run's); JSON=1 prints JSON lines, OUT=file
 # writes them there. The values reach the command through the environment, as typed: a
-# query may hold $, quotes or backticks, a path spaces.
+# query may hold $, quotes or backticks, a path spaces; CONFIG= is split at spaces, as for
+# the other targets (CONFIG="a.yaml b.yaml").
 search: export SHARDFLOW_SEARCH_Q = $(value Q)
 search: export SHARDFLOW_SEARCH_QUERIES = $(value QUERIES)
 search: export SHARDFLOW_SEARCH_DATASET = $(value DATASET)
@@ -152,7 +153,7 @@ search: $(INSTALLED_IF_MISSING)
 	@test -n "$$SHARDFLOW_SEARCH_Q$$SHARDFLOW_SEARCH_QUERIES" || { echo "usage: make search Q='a query' | QUERIES=<file> [K=10] [DATASET=name] [MODEL=folder] [JSON=1] [OUT=file]" >&2; exit 2; }
 	@$(BIN)/python -m shardflow.cli search $(if $(value Q),--query "$$SHARDFLOW_SEARCH_Q") \
 		$(if $(value QUERIES),--queries "$$SHARDFLOW_SEARCH_QUERIES") $(if $(K),--top-k $(K)) \
-		$(if $(value DATASET),--dataset "$$SHARDFLOW_SEARCH_DATASET") $(if $(value CONFIG),--configfile "$$SHARDFLOW_SEARCH_CONFIG") \
+		$(if $(value DATASET),--dataset "$$SHARDFLOW_SEARCH_DATASET") $(if $(value CONFIG),--configfile $$SHARDFLOW_SEARCH_CONFIG) \
 		$(if $(filter-out default,$(value MODEL)),--model "$$SHARDFLOW_SEARCH_MODEL") $(if $(JSON),--json) $(if $(value OUT),--out "$$SHARDFLOW_SEARCH_OUT")
 
 # pipefail: a Snakemake error (a bad config) fails the target instead of writing an

@@ -210,6 +210,8 @@ def test_make_search_passes_its_values_as_typed(tmp_path):
                                        "hits out.jsonl"], proc.stderr
     assert not (tmp_path / "ran").exists()
     assert json.loads(make("Q=q", "MODEL=/models/moved here").stdout)[-2:] == ["--model", "/models/moved here"]
+    # CONFIG names config files as the other targets take it: several, at spaces
+    assert json.loads(make("Q=q", "CONFIG=a.yaml b.yaml").stdout)[-3:] == ["--configfile", "a.yaml", "b.yaml"]
     proc = make()  # nothing to search: the environment's Q and QUERIES are not taken
     assert proc.returncode == 2 and proc.stderr.startswith("usage: make search Q="), proc.stderr
 
