@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import json
 import logging
 import os
 import textwrap
@@ -25,6 +24,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from shardflow.core.files import read_json
 from shardflow.corpus.chunks import chunk_path, parse_chunk_line
 from shardflow.corpus.readers import ReaderOptions, Rejected, expand_inputs, iter_records
 
@@ -79,13 +79,12 @@ class EmbeddedRun:
 
 
 def _read_json(path: Path, what: str) -> dict:
+    """A JSON object the run wrote (core.files.read_json: a file cut short or not UTF-8
+    named by file and line); a missing one names what it is and how to make it."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            value = json.load(fh)
+        value = read_json(path)
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such file: {what}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not JSON ({exc})") from None
     if not isinstance(value, dict):
         raise ValueError(f"{path}: not a JSON object")
     return value

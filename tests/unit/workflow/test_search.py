@@ -208,6 +208,14 @@ def test_an_unfinished_run_is_named(tmp_path, model, texts, missing, message):
         nearest.embedded_run(folder)
 
 
+def test_a_record_cut_short_is_named_by_file_and_line(tmp_path, model, texts):
+    folder = make_run(tmp_path / "demo", model, texts)
+    record = (folder / "provenance.json").read_text()
+    (folder / "provenance.json").write_text(record[: len(record) // 2])
+    with pytest.raises(ValueError, match=r"provenance\.json:1: malformed JSON \(Unterminated string"):
+        nearest.embedded_run(folder)
+
+
 def test_failed_verification_is_refused(tmp_path, model, texts):
     folder = make_run(tmp_path / "demo", model, texts)
     (folder / "verification.json").write_text(json.dumps({"ok": False}))
