@@ -48,7 +48,8 @@ def plot_throughput(stats: list[dict], path: str, stage: str = "Embedding") -> N
         fig, ax = plt.subplots(figsize=(10, 3.5))
         ax.plot(chunks, rates, ".", markersize=3, color="#3b75af")
         middle = statistics.median(rates)  # a slow chunk (a slow node, a retried job) stands below it
-        ax.axhline(middle, color="#555555", linewidth=0.8, linestyle="--", label=f"median {middle:,.4g}")
+        # over the points, which would hide a thin line through thousands of them
+        ax.axhline(middle, color="#c0392b", linewidth=1.5, linestyle="--", zorder=3, label=f"median {middle:,.4g}")
         ax.legend(loc="lower right", fontsize="small")
         ax.set_xlim(min(chunks) - 0.5, max(chunks) + 0.5)
     ax.set_xlabel("chunk")
@@ -71,7 +72,9 @@ def plot_timeline(stats: list[dict], benches: list[dict], path: str, job: str = 
             ax.barh(str(s["chunk"]), duration, left=start, color="#e8833a")
     else:
         chunks = [s["chunk"] for s in stats]
-        ax.barh(chunks, durations, left=starts, height=1.0, color="#e8833a", linewidth=0)
+        # Each bar a chunk's row tall, outlined in its own colour: at thousands of rows a
+        # row is under a pixel, and a bar without an edge drew as a faint hairline.
+        ax.barh(chunks, durations, left=starts, height=1.0, color="#e8833a", edgecolor="#e8833a", linewidth=0.6)
         ax.set_ylim(min(chunks) - 0.5, max(chunks) + 0.5)
     ax.set_xlabel(f"seconds since the first {job} job started (bars: whole jobs)")
     ax.set_ylabel("chunk")

@@ -91,6 +91,7 @@ def test_past_sixty_chunks_the_figures_keep_their_size_and_draw_every_chunk(draw
     points, median = ax.lines
     assert list(points.get_xdata()) == list(range(n)) and points.get_ydata()[7] == 15.0
     assert list(median.get_ydata()) == [10.0, 10.0] and ax.get_legend().get_texts()[0].get_text() == "median 10"
+    assert median.get_zorder() > points.get_zorder()  # drawn over the points, not hidden under them
     (ax,) = timeline.axes
     bars = [(p.get_y() + p.get_height() / 2, p.get_x(), p.get_width()) for p in ax.patches]
     assert bars == [(float(i), float(i), 5.0) for i in range(n)]  # chunk i started i s after chunk 0

@@ -464,8 +464,8 @@ def test_bad_record_in_error_mode_stops_before_any_chunk_is_written(tmp_path):
 
 # --- streaming ---------------------------------------------------------------------------
 # Peak memory is measured by a benchmark elsewhere. Read for this module: _measure keeps
-# counters and a per-group dict; pass 2 writes each record as it is read; nothing holds
-# a list of records.
+# counters and a per-group dict; pass 2 holds at most HELD_BYTES of records (64 MiB, one
+# record more) before writing each chunk's together; nothing holds the corpus.
 
 
 def test_the_repeated_id_check_holds_nothing_per_later_record(tmp_path):
