@@ -139,7 +139,8 @@ def read_queries(texts: Sequence[str], files: Sequence[str], opts: ReaderOptions
         where[rec.id] = here
         queries.append((rec.id, rec.text))
     if not queries:
-        raise ValueError("no queries: give --query TEXT or --queries FILE" + (f" ({', '.join(paths)} hold none)" if paths else ""))
+        held = f" ({', '.join(paths)} {'holds' if len(paths) == 1 else 'hold'} none)" if paths else ""
+        raise ValueError("no queries: give --query TEXT or --queries FILE" + held)
     return queries
 
 
@@ -271,7 +272,19 @@ def search(
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    model_path = resolve_model(model if model is not None else run.embedding["model"])
+    named = model if model is not None else run.embedding["model"]
+    try:
+        model_path = resolve_model(named)
+    except FileNotFoundError:
+        # resolve_model advises a config key, which a search never reads: it takes the
+        # model the run's record names, or --model.
+        if model is not None:
+            raise FileNotFoundError(f"--model {named!r}: no such folder") from None
+        raise FileNotFoundError(
+            f"the run's model {named!r} ({run.folder / 'provenance.json'}, config.embedding.model): no such folder "
+            "(moved or deleted?): give it where it lies now, --model <folder> (make search MODEL=<folder>), checked "
+            "against the hash the run recorded"
+        ) from None
     warning = check_model(run, model_path)
     if warning:
         logger.warning(warning)

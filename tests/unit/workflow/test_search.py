@@ -176,6 +176,26 @@ def test_the_model_given_where_it_lies_now_is_checked_and_hashed_once(tmp_path, 
         nearest.search(folder, [("q", "x")], 1, model=str(other), device="cpu")
 
 
+def test_a_moved_model_is_asked_for_with_model_not_a_config_key(tmp_path, model, texts):
+    import shutil
+
+    # A search reads the run's record, not the config: setting embedding.model (the
+    # advice a job's missing model gets) would change nothing here.
+    copy = tmp_path / "copy-model"
+    shutil.copytree(model, copy)
+    folder = make_run(tmp_path / "demo", copy, texts)
+    copy.rename(tmp_path / "moved-model")
+    with pytest.raises(FileNotFoundError) as run_model:
+        nearest.search(folder, [("q", "x")], 1, device="cpu")
+    assert "copy-model" in str(run_model.value) and "provenance.json" in str(run_model.value)
+    assert "--model" in str(run_model.value) and "MODEL=" in str(run_model.value)
+    assert "Set the config key" not in str(run_model.value)
+    with pytest.raises(FileNotFoundError) as given:
+        nearest.search(folder, [("q", "x")], 1, model=str(tmp_path / "nowhere"), device="cpu")
+    assert f"--model {str(tmp_path / 'nowhere')!r}: no such folder" in str(given.value)
+    assert "Set the config key" not in str(given.value)
+
+
 def test_a_model_that_changed_since_the_run_is_refused(tmp_path, model, texts):
     folder = make_run(tmp_path / "demo", model, texts)
     record = json.loads((folder / "provenance.json").read_text())
@@ -243,7 +263,7 @@ def test_read_queries_from_texts_and_files(tmp_path):
 @pytest.mark.parametrize("lines, message", [
     ('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n', r"questions\.jsonl:2: query id 'a' again \(first at .*questions\.jsonl:1\)"),
     ('{"id": "a", "text": "x"}\n{"id": "b"}\n', r"questions\.jsonl:2"),
-    ("", r"no queries"),
+    ("", r"no queries: .*questions\.jsonl holds none"),
 ])
 def test_bad_query_files_are_named(tmp_path, lines, message):
     path = tmp_path / "questions.jsonl"
@@ -279,3 +299,4 @@ def test_cli_json_lines_and_a_bad_run_exits_2(run, texts, capsys):
     assert answer["query_id"] == "query_1" and answer["hits"][0]["id"] == "doc-3" and len(answer["hits"]) == 2
     assert cli.main(["search", "--results", str(run.parent), "--dataset", "nothing", "--query", "x"]) == 2
     assert "nothing/provenance.json: no such file" in capsys.readouterr().err
+
