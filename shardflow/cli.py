@@ -315,6 +315,8 @@ def search(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"search: {exc}", file=sys.stderr)
         return 2
+    if args.out or args.json:  # the JSON lines hold no prompt: say it beside them, where the table would
+        print(nearest.header(used), file=sys.stderr)
     if args.out:
         with atomic_open(args.out, "w", encoding="utf-8", newline="\n") as fh:
             for answer in answers:

@@ -341,15 +341,20 @@ def snippet(text: str, width: int) -> str:
     return flat if len(flat) <= width else flat[: max(0, width - 1)] + "…"
 
 
-def table(answers: Sequence[Answer], used: dict[str, Any], width: int = 100) -> str:
-    """The answers as text: a line on what ran, then per query its ranked hits (rank,
-    score, id, the start of the text), each line at most `width` characters (an id longer
-    than that aside)."""
+def header(used: dict[str, Any]) -> str:
+    """What a search ran with, on one line: data set, model, similarity, the queries' prompt."""
     head = (f"{used['data_set']}: {used['documents']} documents, model {used['model']}, {used['similarity']}, "
             f"queries with {used['prompt']}")
     if used["documents_prompt"] != "no prompt":  # the run's: a query prompt is chosen to match it
         head += f" (documents with {used['documents_prompt']})"
-    lines = textwrap.wrap(head, width, break_on_hyphens=False)
+    return head
+
+
+def table(answers: Sequence[Answer], used: dict[str, Any], width: int = 100) -> str:
+    """The answers as text: a line on what ran (`header`), then per query its ranked hits
+    (rank, score, id, the start of the text), each line at most `width` characters (an id
+    longer than that aside)."""
+    lines = textwrap.wrap(header(used), width, break_on_hyphens=False)
     for answer in answers:
         lines.append("")
         lines.append(snippet(f"{answer.query_id}: {answer.query}", width))

@@ -300,3 +300,13 @@ def test_cli_json_lines_and_a_bad_run_exits_2(run, texts, capsys):
     assert cli.main(["search", "--results", str(run.parent), "--dataset", "nothing", "--query", "x"]) == 2
     assert "nothing/provenance.json: no such file" in capsys.readouterr().err
 
+
+@pytest.mark.parametrize("mode", [["--json"], ["--out", "hits.jsonl"]])
+def test_cli_json_lines_say_on_stderr_what_the_search_ran_with(run, texts, capsys, mode):
+    # The JSON lines hold hits only: which prompt the queries had is said beside them,
+    # as the table's first line says it.
+    code = cli.main(["search", "--results", str(run.parent), "--dataset", "demo", "--query", texts[3],
+                     "--top-k", "1", "--device", "cpu", *mode])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert f"{len(texts)} documents" in err and "queries with prompt 'query'" in err
