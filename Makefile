@@ -32,7 +32,7 @@ help:
 	@echo "make estimate  GPU-hours, cost, wall time and disk of the configured run, before it runs (CONFIG=, GPUS=, GPU_PEAK_TFLOPS=, MFU=; installs .venv only if missing)"
 	@echo "make status  where a running or stopped run stands: jobs, records, time left, cost so far, failures (CONFIG=, GPUS=, STORAGE=s3://... for an eks run; installs .venv only if missing)"
 	@echo "make compare A=<provenance.json> B=<provenance.json>  why two runs differ, outputs first (JSON=1)"
-	@echo "make search Q='a question'  the run's documents nearest to it (QUERIES=file, K=10, DATASET=, MODEL=, JSON=1, OUT=)"
+	@echo "make search Q='a question'  the run's documents nearest to it (QUERIES=file, K=10, DATASET=, CONFIG=, MODEL=, JSON=1, OUT=)"
 	@echo "make dag    write dag.svg (graphviz) of the configured workflow"
 	@echo "make lint   snakemake --lint, snakefmt --check and ruff check (make fmt fixes what it can)"
 	@echo "make bench  CPU engine benchmark against sentence-transformers"
@@ -150,7 +150,7 @@ search: export SHARDFLOW_SEARCH_CONFIG = $(value CONFIG)
 search: export SHARDFLOW_SEARCH_MODEL = $(value MODEL)
 search: export SHARDFLOW_SEARCH_OUT = $(value OUT)
 search: $(INSTALLED_IF_MISSING)
-	@test -n "$$SHARDFLOW_SEARCH_Q$$SHARDFLOW_SEARCH_QUERIES" || { echo "usage: make search Q='a query' | QUERIES=<file> [K=10] [DATASET=name] [MODEL=folder] [JSON=1] [OUT=file]" >&2; exit 2; }
+	@test -n "$$SHARDFLOW_SEARCH_Q$$SHARDFLOW_SEARCH_QUERIES" || { echo "usage: make search Q='a query' | QUERIES=<file> [K=10] [DATASET=name] [CONFIG=file] [MODEL=folder] [JSON=1] [OUT=file]" >&2; exit 2; }
 	@$(BIN)/python -m shardflow.cli search $(if $(value Q),--query "$$SHARDFLOW_SEARCH_Q") \
 		$(if $(value QUERIES),--queries "$$SHARDFLOW_SEARCH_QUERIES") $(if $(K),--top-k $(K)) \
 		$(if $(value DATASET),--dataset "$$SHARDFLOW_SEARCH_DATASET") $(if $(value CONFIG),--configfile $$SHARDFLOW_SEARCH_CONFIG) \
