@@ -11,7 +11,7 @@ CORES ?= all
 # unexported, not `undefine`d, which GNU make 3.81 (macOS's /usr/bin/make) lacks: their
 # defaults below are given as $(or $(X),default), since an empty X counts as set for ?=.
 TARGET_VARS := DATA MODEL NAME ID ARTICLE REFERENCE METHOD STORED STORED_FORMAT SPLIT SPLITTER REFERENCE_FORMAT CHUNKS \
-  DROP_IDENTICAL_IDS SWEEP DRY_RUN TORCH_INDEX A B JSON CONFIG GPUS STORAGE GPU_PEAK_TFLOPS MFU Q QUERIES K DATASET OUT
+  DROP_IDENTICAL_IDS SWEEP DRY_RUN TORCH_INDEX A B JSON CONFIG GPUS STORAGE GPU_PEAK_TFLOPS MFU Q QUERIES K DATASET OUT TEXT
 $(foreach v,$(TARGET_VARS),$(if $(filter environment,$(origin $(v))),$(eval $(v) :=)$(eval unexport $(v))))
 # Nothing at run time or in tests downloads from a model hub.
 export HF_HUB_OFFLINE := 1
@@ -136,7 +136,8 @@ compare: $(INSTALLED_IF_MISSING)
 # The documents of a finished run nearest to each query (shardflow.workflow.search): the
 # queries embedded with the run's own model and settings (its provenance record), searched
 # exactly, each hit shown with its text. Q='text' (a query), QUERIES=<file or glob> (read
-# as input.path is: jsonl, csv, tsv, parquet, text; ids from `id`, texts from `text`), K=
+# as input.path is: jsonl, csv, tsv, parquet, text; ids from `id`, texts from `text`, or
+# the fields ID= and TEXT= name), K=
 # hits per query (10), DATASET= (default: the config's), CONFIG= as the run's --configfile,
 # MODEL= the run's model where it lies now if it moved (default, the other targets' own,
 # leaves the run's); JSON=1 prints JSON lines, OUT=file
@@ -149,10 +150,13 @@ search: export SHARDFLOW_SEARCH_DATASET = $(value DATASET)
 search: export SHARDFLOW_SEARCH_CONFIG = $(value CONFIG)
 search: export SHARDFLOW_SEARCH_MODEL = $(value MODEL)
 search: export SHARDFLOW_SEARCH_OUT = $(value OUT)
+search: export SHARDFLOW_SEARCH_ID = $(value ID)
+search: export SHARDFLOW_SEARCH_TEXT = $(value TEXT)
 search: $(INSTALLED_IF_MISSING)
-	@test -n "$$SHARDFLOW_SEARCH_Q$$SHARDFLOW_SEARCH_QUERIES" || { echo "usage: make search Q='a query' | QUERIES=<file> [K=10] [DATASET=name] [CONFIG=file] [MODEL=folder] [JSON=1] [OUT=file]" >&2; exit 2; }
+	@test -n "$$SHARDFLOW_SEARCH_Q$$SHARDFLOW_SEARCH_QUERIES" || { echo "usage: make search Q='a query' | QUERIES=<file> [ID=field] [TEXT=field] [K=10] [DATASET=name] [CONFIG=file] [MODEL=folder] [JSON=1] [OUT=file]" >&2; exit 2; }
 	@$(BIN)/python -m shardflow.cli search $(if $(value Q),--query "$$SHARDFLOW_SEARCH_Q") \
 		$(if $(value QUERIES),--queries "$$SHARDFLOW_SEARCH_QUERIES") $(if $(K),--top-k $(K)) \
+		$(if $(value ID),--id-field "$$SHARDFLOW_SEARCH_ID") $(if $(value TEXT),--text-field "$$SHARDFLOW_SEARCH_TEXT") \
 		$(if $(value DATASET),--dataset "$$SHARDFLOW_SEARCH_DATASET") $(if $(value CONFIG),--configfile $$SHARDFLOW_SEARCH_CONFIG) \
 		$(if $(filter-out default,$(value MODEL)),--model "$$SHARDFLOW_SEARCH_MODEL") $(if $(JSON),--json) $(if $(value OUT),--out "$$SHARDFLOW_SEARCH_OUT")
 

@@ -210,6 +210,8 @@ def test_make_search_passes_its_values_as_typed(tmp_path):
                                        "hits out.jsonl"], proc.stderr
     assert not (tmp_path / "ran").exists()
     assert json.loads(make("Q=q", "MODEL=/models/moved here").stdout)[-2:] == ["--model", "/models/moved here"]
+    assert json.loads(make("QUERIES=q.csv", "ID=qid", "TEXT=the question").stdout)[3:] == [
+        "--queries", "q.csv", "--id-field", "qid", "--text-field", "the question"]
     # CONFIG names config files as the other targets take it: several, at spaces
     assert json.loads(make("Q=q", "CONFIG=a.yaml b.yaml").stdout)[-3:] == ["--configfile", "a.yaml", "b.yaml"]
     proc = make()  # nothing to search: the environment's Q and QUERIES are not taken
