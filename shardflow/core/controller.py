@@ -21,11 +21,14 @@ there, by the log it holds open (`snakemake_open_files`; shardflow.workflow.stat
 from __future__ import annotations
 
 import os
+import signal
 from dataclasses import dataclass
 
 ENV = "SHARDFLOW_CONTROLLER"
 # The train launcher, for the ranks it starts through torchrun (`bind_to_launcher`).
 LAUNCHER_ENV = "SHARDFLOW_LAUNCHER"
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def _stat(pid: int) -> tuple[int, str] | None:
@@ -176,16 +179,20 @@ def stop_if_gone(controller: Controller | None, kept: str) -> None:
         )
 
 
+def _prctl(option: int, value: int) -> None:
+    """Linux's prctl(option, value); elsewhere nothing happens."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(option, value)
+    except (OSError, AttributeError):
+        pass
+
+
 def die_with_parent() -> None:
     """Linux: this process gets SIGKILL when its parent dies (PR_SET_PDEATHSIG); for a
     `preexec_fn`, or called by the child itself. Elsewhere nothing happens."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
 
 
 def bind_to_launcher() -> None:
@@ -205,3 +212,33 @@ def bind_to_launcher() -> None:
         raise OrphanedJobError(
             f"the train launcher (pid {launcher.pid}) that started this rank is gone: stopping before training"
         )
+
+
+def unbind_from_launcher() -> None:
+    """In a rank the train launcher started (LAUNCHER_ENV) that has agreed to stop and is
+    saving its step (shardflow.train.trainer): no longer die with torchrun. torchrun ends
+    at its third stop signal (a second scancel, a preemption's second SIGTERM: SLURM
+    signals it as well as the launcher), and `bind_to_launcher` made that a SIGKILL of
+    the rank mid-checkpoint. Unbound, the rank is adopted by the launcher
+    (`adopt_orphans`), finishes its write and ends by its signal; SIGKILL (SLURM's at
+    the end of KillWait, kill -9) still ends it. Nothing is done elsewhere."""
+    if os.environ.get(LAUNCHER_ENV):
+        _prctl(PR_SET_PDEATHSIG, 0)
+
+
+def adopt_orphans() -> None:
+    """Linux: the processes orphaned below this one (a rank whose torchrun has ended,
+    `unbind_from_launcher`) become its children instead of init's (PR_SET_CHILD_SUBREAPER),
+    so that `wait_for_children` waits for them too. Elsewhere nothing happens."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def wait_for_children() -> None:
+    """Until every child of this process has ended, adopted ones included (`adopt_orphans`).
+    For a process whose children are its own to reap (the train launcher's: torchrun,
+    then what torchrun leaves)."""
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            return

@@ -19,8 +19,11 @@ EKS a pod's main process is a shell, which passes nothing on), this process pass
 to the ranks: they save the step they reached (shardflow.train.trainer) and end, and
 this process then ends by the same signal, as it ended before (core.signals). Later
 signals to this process are ignored, and torchrun, in a session of its own, gets no
-terminal's Ctrl-C: it survives two signals, not three (docs/reliability.md). A job
-of one process trains in this process, where the trainer holds the signal itself.
+terminal's Ctrl-C: it survives two signals, not three (docs/reliability.md). A third
+(SLURM signals torchrun too: a second scancel, a preemption's second SIGTERM) ends
+torchrun but not the ranks saving their step, which unbind themselves from it; this
+process adopts them and ends after them (`run_ranks`). A job of one process trains in
+this process, where the trainer holds the signal itself.
 
 The launcher also notes which Snakemake runs the job (shardflow.core.controller) for
 the trainer, which stops without outputs, its checkpoint kept, if that process goes
@@ -171,18 +174,28 @@ def run_ranks(cmd: list[str], reports: str | None = None, held: Held | None = No
 
     torchrun runs in a session of its own, so a terminal's Ctrl-C reaches this process
     alone, which passes on the first: torchrun survives two SIGINTs or SIGTERMs and
-    ends at the third (torch's agent `run`), its ranks SIGKILLed with it mid-checkpoint,
-    and in this process's group it got each Ctrl-C besides this process's copy."""
+    ends at the third (torch's agent `run`), and in this process's group it got each
+    Ctrl-C besides this process's copy. Under SLURM, which signals every process of the
+    job, a second scancel or a preemption's second SIGTERM is that third signal: ranks
+    saving their step no longer die with torchrun (controller.unbind_from_launcher), and
+    this process, which adopts them (controller.adopt_orphans), returns only once every
+    one has ended."""
     me = controller.this_process()
     env = dict(os.environ)
     if me is not None:
         env[controller.LAUNCHER_ENV] = me.to_env()
     if reports is not None:
         env[failures.RANK_REPORTS_ENV] = reports
+    controller.adopt_orphans()
     with subprocess.Popen(cmd, preexec_fn=controller.die_with_parent, start_new_session=True, env=env) as proc:
         if held is not None:
             held.pass_to(proc.send_signal)
-        return proc.wait()
+        rc = proc.wait()
+    # A rank that torchrun left writing its checkpoint: were this process to end now, the
+    # job would end while it writes (Snakemake's retry starting beside it, rank 0 still
+    # holding the resume lock; a SLURM job ending what is left of it).
+    controller.wait_for_children()
+    return rc
 
 
 def rank_reports_folder() -> str | None:

@@ -49,6 +49,9 @@ one. The same checkpoint, in the same format; a second signal meanwhile is ignor
 (SIGKILL at the end of the grace period still ends the job, the previous checkpoint
 intact: the write is atomic). The first is said on stderr as it comes, naming the step
 under way: that step can take minutes (the first under torch.compile, an evaluation).
+Under torchrun a rank that has agreed to stop no longer dies with torchrun, which a
+third signal ends (controller.unbind_from_launcher: the launcher adopts the rank and
+waits for it).
 
 Outputs (rank 0): best.safetensors, last.safetensors, config.json, losses.parquet,
 metrics.json (strict JSON: a diverged run's losses are null, `strict_json`; and `made_with`,
@@ -81,7 +84,7 @@ from safetensors.torch import load_file, save_file
 from shardflow.core import locks
 from shardflow.core.atomic import atomic_open, atomic_path, write_json
 from shardflow.core.controller import ENV as CONTROLLER_ENV
-from shardflow.core.controller import Controller, OrphanedJobError
+from shardflow.core.controller import Controller, OrphanedJobError, unbind_from_launcher
 from shardflow.core.devices import (
     PEAK_GPU_KEYS,
     device_memory,
@@ -856,6 +859,7 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
 
     def stop_on(signum: int) -> None:
         """Save this step and end as `signum` ends the process (the module's docstring)."""
+        unbind_from_launcher()  # torchrun ends at its third signal: the write goes on without it
         if not (step % p.checkpoint_interval == 0 or step == p.max_iters):  # not just written
             checkpoint()
         if stop_group is not None:  # no rank ends (torchrun then stops the rest) before rank 0 has written

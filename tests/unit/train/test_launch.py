@@ -246,6 +246,69 @@ def test_ctrl_c_in_a_terminal_reaches_the_launcher_alone_and_the_rank_finishes_i
     assert stderr.count(said) == 1, stderr[-3000:]  # at the first Ctrl-C, and at no other
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG, subreapers and /proc are Linux's")
+def test_a_third_sigterm_ends_torchrun_but_not_the_rank_writing_its_checkpoint(tmp_path):
+    """SLURM signals every process of a job: a second scancel, or a preemption's second
+    SIGTERM at the end of GraceTime, is torchrun's third signal, which ends it, and its
+    ranks, bound to it, were SIGKILLed mid-checkpoint. A rank that has agreed to stop now
+    unbinds itself (the trainer's stop_on), and the launcher, which adopts the ranks
+    torchrun leaves, ends after them, so the job's step outlasts the write. Real launcher
+    and torchrun; one rank standing in for the trainer takes 2 s to "checkpoint"."""
+    import signal
+    import subprocess
+
+    pids, unbound, saved = tmp_path / "pids", tmp_path / "unbound", tmp_path / "saved"
+    rank = tmp_path / "rank.py"
+    rank.write_text(
+        "import os, time\n"
+        "from shardflow.core import controller\n"
+        "from shardflow.core.signals import Held\n"
+        "controller.bind_to_launcher()\n"
+        "with Held() as held:\n"
+        f"    open({str(pids)!r}, 'w').write(f'{{os.getppid()}} {{os.getpid()}}')\n"
+        "    while held.received is None:\n"
+        "        time.sleep(0.05)\n"
+        "    controller.unbind_from_launcher()\n"
+        f"    open({str(unbound)!r}, 'w').close()\n"
+        "    time.sleep(2)\n"
+        f"    open({str(saved)!r}, 'w').write('saved')\n"
+    )
+    launcher = (
+        "import sys\n"
+        "from shardflow.train import launch\n"
+        "launch.pin_job_gpus = lambda settings, gpus, job, **_: ('cuda', '0,1')\n"
+        "launch.torchrun_command = lambda nproc, args: [sys.executable, '-m', 'torch.distributed.run',"
+        f" '--standalone', '--nproc_per_node=1', {str(rank)!r}]\n"
+        "sys.exit(launch.main(['--gpus', '2', '--gpu-jobs', '{}', '--', '--params', '{\"gpus\": 2}']))\n"
+    )
+    log = tmp_path / "stderr"  # not a pipe, which the rank holds open after the launcher ends
+    with open(log, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-c", launcher], start_new_session=True, stderr=err)
+    job: list[int] = []  # torchrun, the rank
+    try:
+        assert _wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2, 90), "the rank did not start"
+        job += [int(p) for p in pids.read_text().split()]
+        for n in range(3):  # as SLURM does: every process of the job
+            for pid in (proc.pid, *job):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+            # the rank's stop path under way, whatever the load on this host; then 0.3 s apart
+            assert n > 0 or _wait_for(unbound.exists, 30), log.read_text()[-3000:]
+            time.sleep(0.3)
+        proc.wait(timeout=30)
+        assert saved.exists(), log.read_text()[-3000:]  # written before the launcher ended
+        assert all(_gone(p) for p in job), log.read_text()[-3000:]
+        job.clear()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        for p in job:  # when the test fails, torchrun and the rank run in sessions of their own
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
+    assert proc.returncode == -signal.SIGTERM, log.read_text()[-3000:]
+
+
 def test_a_rank_whose_launcher_is_already_gone_stops_before_training(monkeypatch):
     import os
 
