@@ -51,7 +51,7 @@ intact: the write is atomic). The first is said on stderr as it comes, naming th
 under way: that step can take minutes (the first under torch.compile, an evaluation).
 Under torchrun a rank that has agreed to stop no longer dies with torchrun, which a
 third signal ends (controller.unbind_from_launcher: the launcher adopts the rank and
-waits for it).
+waits for it), and waits for the other ranks at most a minute (`wait_at_stop`).
 
 Outputs (rank 0): best.safetensors, last.safetensors, config.json, losses.parquet,
 metrics.json (strict JSON: a diverged run's losses are null, `strict_json`; and `made_with`,
@@ -73,6 +73,7 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -125,6 +126,16 @@ PEAK_BF16_TFLOPS = {"GH200": 989.0, "H200": 989.0, "H100 SXM": 989.0, "H100 80GB
                     "T4": 65.0}
 
 log = logging.getLogger(__name__)
+# How long a rank told to stop waits for the others (`wait_at_stop`): the other ranks for
+# rank 0's checkpoint, rank 0 for ranks already there. A rank no longer dies with torchrun
+# once it stops (controller.unbind_from_launcher), so without a bound one whose peer hangs
+# (rank 0 on a hung file system, a stopped process) stayed for the gloo group's timeout,
+# 30 min, on its GPU. 60 s is past the waits that end a stop anyway (torchrun SIGKILLs
+# the ranks it stops after its shutdown timeout, 30 s by default; SLURM after KillWait,
+# 30 s by default), and once torchrun is gone rank 0 writes on alone. It shortens a
+# write only where a signal reached some ranks alone and torchrun is not stopping them:
+# a rank leaving after 60 s makes torchrun stop rank 0, SIGKILLed 30 s later.
+STOP_WAIT = timedelta(seconds=60)
 
 
 def _orphaned(controller: Controller | None, rt) -> bool:
@@ -152,6 +163,24 @@ def agreed_signal(received: int | None, group) -> int:
     flag = torch.tensor(received or 0)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
     return int(flag)
+
+
+def wait_at_stop(group, timeout: timedelta = STOP_WAIT) -> str | None:
+    """Wait at the stop for every rank of `group` (the ranks' gloo group), so that no rank
+    ends before rank 0 has written the checkpoint (torchrun would stop rank 0 with it); at
+    most `timeout`. None when all came, else why not: a rank gone (gloo sees it at once)
+    or one that did not come in time. The caller ends by its signal either way.
+
+    The timeout is the barrier's own, not a wait on it: the operation ends, and a process
+    that ends by SIGINT (a KeyboardInterrupt: the interpreter shuts down) has no gloo
+    thread left blocked on a peer until the group's timeout."""
+    options = dist.BarrierOptions()
+    options.timeout = timeout
+    try:
+        group.barrier(options).wait()
+    except RuntimeError as exc:  # gloo's errors (DistBackendError is one)
+        return str(exc)
+    return None
 
 
 class CheckpointError(ValueError):
@@ -863,7 +892,9 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
         if not (step % p.checkpoint_interval == 0 or step == p.max_iters):  # not just written
             checkpoint()
         if stop_group is not None:  # no rank ends (torchrun then stops the rest) before rank 0 has written
-            dist.barrier(group=stop_group)
+            missing = wait_at_stop(stop_group)
+            if missing is not None:
+                logger.warning("not every rank reached the stop (%s): ending without them", missing)
         logger.warning("stopping on %s after step %d: checkpoint %s (a retry resumes from it)",
                        signal.Signals(signum).name, step, ckpt_path)
         held.end(signum)

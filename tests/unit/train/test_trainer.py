@@ -919,6 +919,37 @@ def test_one_ranks_sigterm_stops_every_rank_at_one_step_with_one_checkpoint(shar
     assert not (out / "metrics.json").exists()
 
 
+@pytest.mark.parametrize("rank_0", ["dies", "hangs"])
+def test_a_rank_at_the_stop_waits_a_bounded_time_for_a_rank_that_never_comes(tmp_path, rank_0):
+    """A rank told to stop waits there for the others while rank 0 writes the checkpoint.
+    It no longer dies with torchrun (controller.unbind_from_launcher), so nothing else
+    ended that wait: a rank that hangs kept it for the gloo group's timeout (30 min), and
+    one that died raised gloo's error, so the rank ended by that and not by its signal.
+    Now the wait is bounded and says why it ended. Two gloo processes, rank 1 waiting."""
+    script = (
+        "import datetime, os, sys, time\n"
+        "import torch.distributed as dist\n"
+        "from shardflow.train.trainer import wait_at_stop\n"
+        "rank = int(sys.argv[1])\n"
+        f"dist.init_process_group('gloo', init_method={(tmp_path / 'store').as_uri()!r}, rank=rank, world_size=2)\n"
+        "group = dist.new_group(backend='gloo')\n"
+        "if rank == 0:\n"
+        f"    os._exit(0) if {rank_0 == 'dies'} else time.sleep(120)\n"
+        "print(wait_at_stop(group, datetime.timedelta(seconds=1)))\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], cwd=REPO, env=env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    try:
+        out, err = procs[1].communicate(timeout=60)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    assert procs[1].returncode == 0, err[-3000:]
+    said = {"dies": "by peer", "hangs": "Timed out waiting 1000ms"}[rank_0]  # gloo: closed or reset by peer
+    assert said in out, out + err[-3000:]
+
+
 def test_two_processes_match_one_with_the_same_global_batch(shards, reference_run, tmp_path):
     out = tmp_path / "model"
     params = dict(RUN, grad_accum=RUN["grad_accum"] // 2)  # x 2 processes: the same 8 windows a step
