@@ -233,12 +233,21 @@ def adopt_orphans() -> None:
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
-def wait_for_children() -> None:
-    """Until every child of this process has ended, adopted ones included (`adopt_orphans`).
-    For a process whose children are its own to reap (the train launcher's: torchrun,
-    then what torchrun leaves)."""
+def wait_for_children(timeout: float) -> bool:
+    """Until every child of this process has ended, adopted ones included (`adopt_orphans`),
+    for at most `timeout` seconds; whether they all had. For a process whose children are
+    its own to reap (the train launcher's: torchrun, then the ranks it left saving their
+    step). Bounded: an adopted process that never ends (anything a rank left running)
+    must not keep the job from ending."""
+    import time
+
+    deadline = time.monotonic() + timeout
     while True:
         try:
-            os.wait()
+            pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return True
+        if pid == 0:  # children left, none ended just now
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)

@@ -165,6 +165,11 @@ def torchrun_command(nproc: int, args: list[str]) -> list[str]:
     ]
 
 
+# How long the launcher waits, after a stop signal, for ranks that outlived torchrun to
+# finish their checkpoint (trainer: the write, then at most STOP_WAIT at the barrier).
+ORPHAN_WAIT = 600
+
+
 def run_ranks(cmd: list[str], reports: str | None = None, held: Held | None = None) -> int:
     """Run torchrun (`cmd`) and return its status. torchrun gets SIGKILL when this
     process dies, and its ranks when torchrun does (each binds itself:
@@ -178,8 +183,8 @@ def run_ranks(cmd: list[str], reports: str | None = None, held: Held | None = No
     Ctrl-C besides this process's copy. Under SLURM, which signals every process of the
     job, a second scancel or a preemption's second SIGTERM is that third signal: ranks
     saving their step no longer die with torchrun (controller.unbind_from_launcher), and
-    this process, which adopts them (controller.adopt_orphans), returns only once every
-    one has ended."""
+    this process, which adopts them (controller.adopt_orphans), returns once they have
+    ended (after a stop signal, for at most ORPHAN_WAIT seconds)."""
     me = controller.this_process()
     env = dict(os.environ)
     if me is not None:
@@ -193,8 +198,12 @@ def run_ranks(cmd: list[str], reports: str | None = None, held: Held | None = No
         rc = proc.wait()
     # A rank that torchrun left writing its checkpoint: were this process to end now, the
     # job would end while it writes (Snakemake's retry starting beside it, rank 0 still
-    # holding the resume lock; a SLURM job ending what is left of it).
-    controller.wait_for_children()
+    # holding the resume lock; a SLURM job ending what is left of it). Only after a stop
+    # signal (no rank outlives torchrun otherwise), and for a bounded time.
+    if held is not None and held.received is not None:
+        if not controller.wait_for_children(ORPHAN_WAIT):
+            log.warning("processes torchrun left were still running %d s after it ended: ending without them",
+                        ORPHAN_WAIT)
     return rc
 
 

@@ -102,3 +102,17 @@ def test_a_file_of_another_user_has_a_writer_this_user_cannot_see(tmp_path, monk
     assert not controller.unseen_writer(path)
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     assert not controller.unseen_writer(path)
+
+
+def test_waiting_for_children_is_bounded_and_says_whether_they_ended():
+    """The train launcher waits for the ranks torchrun left saving their step: a process
+    that never ends must not keep the job from ending."""
+    quick = subprocess.Popen([sys.executable, "-c", "pass"])
+    assert controller.wait_for_children(30) is True  # reaped: waitpid, not Popen.wait
+    stuck = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert controller.wait_for_children(0.3) is False
+    finally:
+        stuck.kill()
+        stuck.wait()
+    quick.returncode = 0  # reaped above, behind Popen's back
