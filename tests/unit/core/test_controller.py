@@ -106,13 +106,17 @@ def test_a_file_of_another_user_has_a_writer_this_user_cannot_see(tmp_path, monk
 
 def test_waiting_for_children_is_bounded_and_says_whether_they_ended():
     """The train launcher waits for the ranks torchrun left saving their step: a process
-    that never ends must not keep the job from ending."""
-    quick = subprocess.Popen([sys.executable, "-c", "pass"])
-    assert controller.wait_for_children(30) is True  # reaped: waitpid, not Popen.wait
-    stuck = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        assert controller.wait_for_children(0.3) is False
-    finally:
-        stuck.kill()
-        stuck.wait()
-    quick.returncode = 0  # reaped above, behind Popen's back
+    that never ends must not keep the job from ending. In a process of its own, whose
+    only children are the script's (pytest's may hold servers other tests started)."""
+    script = """
+import subprocess, sys
+from shardflow.core import controller
+subprocess.Popen([sys.executable, "-c", "pass"])
+assert controller.wait_for_children(30) is True
+stuck = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+assert controller.wait_for_children(0.3) is False
+stuck.kill()
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.stdout == "ok\n", done.stderr
