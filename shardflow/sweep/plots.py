@@ -294,14 +294,20 @@ def plot_heatmap(spec: SweepSpec, summary: pd.DataFrame, metric: str, x: str, y:
     x_labels, y_labels = _labels(spec, x), _labels(spec, y)
     ax.set_xticks(range(len(xs)), [x_labels[format_value(v)] for v in xs])
     ax.set_yticks(range(len(ys)), [y_labels[format_value(v)] for v in ys])
+    _name_pair(ax, spec, metric, x, y, top_row is not None, "outlined")
+    save_figure(fig, str(path))
+
+
+def _name_pair(ax, spec: SweepSpec, metric: str, x: str, y: str, found: bool, marked: str) -> None:
+    """A pair's axis labels and title: the metric, whether it is the best over the other
+    parameters, how the best point is `marked`; or that no point has a value."""
     ax.set_xlabel(spec.names[x])
     ax.set_ylabel(spec.names[y])
     rest = len(spec.params) > 2
-    if top_row is None:
+    if not found:
         ax.set_title(f"{spec.name}: {metric}: no point has a value")
     else:
-        ax.set_title(f"{spec.name}: {metric}" + (" (best over the other parameters)" if rest else "") + ", best outlined")
-    save_figure(fig, str(path))
+        ax.set_title(f"{spec.name}: {metric}" + (" (best over the other parameters)" if rest else "") + f", best {marked}")
 
 
 def _place(spec: SweepSpec, param: str, set_scale, set_ticks) -> dict[str, Any]:
@@ -342,13 +348,7 @@ def plot_pair(spec: SweepSpec, summary: pd.DataFrame, metric: str, x: str, y: st
         top = spec.point(top_row["point"])
         ax.plot([columns[format_value(top[x])]], [rows[format_value(top[y])]], marker="*", markersize=16,
                 color="gold", markeredgecolor="black", linestyle="none", zorder=5)
-    ax.set_xlabel(spec.names[x])
-    ax.set_ylabel(spec.names[y])
-    rest = len(spec.params) > 2
-    if top_row is None:
-        ax.set_title(f"{spec.name}: {metric}: no point has a value")
-    else:
-        ax.set_title(f"{spec.name}: {metric}" + (" (best over the other parameters)" if rest else "") + ", best starred")
+    _name_pair(ax, spec, metric, x, y, top_row is not None, "starred")
     save_figure(fig, str(path))
 
 

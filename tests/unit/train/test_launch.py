@@ -215,14 +215,7 @@ def test_ctrl_c_in_a_terminal_reaches_the_launcher_alone_and_the_rank_finishes_i
         "time.sleep(1.5)\n"
         f"open({str(saved)!r}, 'w').write(signal.Signals(told[0]).name)\n"
     )
-    launcher = (
-        "import sys\n"
-        "from shardflow.train import launch\n"
-        "launch.pin_job_gpus = lambda settings, gpus, job, **_: ('cuda', '0,1')\n"
-        "launch.torchrun_command = lambda nproc, args: [sys.executable, '-m', 'torch.distributed.run',"
-        f" '--standalone', '--nproc_per_node=1', {str(rank)!r}]\n"
-        "sys.exit(launch.main(['--gpus', '2', '--gpu-jobs', '{}', '--', '--params', '{\"gpus\": 2}']))\n"
-    )
+    launcher = _launcher_of(rank)
     # The launcher leads a process group, as a shell's foreground job does; killpg is the terminal.
     proc = subprocess.Popen([sys.executable, "-c", launcher], start_new_session=True, stderr=subprocess.PIPE, text=True)
     ranks: list[int] = []
@@ -273,14 +266,7 @@ def test_a_third_sigterm_ends_torchrun_but_not_the_rank_writing_its_checkpoint(t
         "    time.sleep(2)\n"
         f"    open({str(saved)!r}, 'w').write('saved')\n"
     )
-    launcher = (
-        "import sys\n"
-        "from shardflow.train import launch\n"
-        "launch.pin_job_gpus = lambda settings, gpus, job, **_: ('cuda', '0,1')\n"
-        "launch.torchrun_command = lambda nproc, args: [sys.executable, '-m', 'torch.distributed.run',"
-        f" '--standalone', '--nproc_per_node=1', {str(rank)!r}]\n"
-        "sys.exit(launch.main(['--gpus', '2', '--gpu-jobs', '{}', '--', '--params', '{\"gpus\": 2}']))\n"
-    )
+    launcher = _launcher_of(rank)
     log = tmp_path / "stderr"  # not a pipe, which the rank holds open after the launcher ends
     with open(log, "w") as err:
         proc = subprocess.Popen([sys.executable, "-c", launcher], start_new_session=True, stderr=err)
@@ -634,3 +620,16 @@ def test_a_checkpoint_of_other_parameters_is_recorded_and_the_retry_stops(tmp_pa
     monkeypatch.setattr(launch, "pin_job_gpus", lambda *a, **k: pytest.fail("the retry pinned GPUs"))
     with pytest.raises(RepeatedFailureError, match=r"attempt 1 failed with CheckpointError: checkpoint .* \(lr\)"):
         launch.main(launcher_argv(tmp_path, attempt=2, data=shards, train=dict(base, lr=2e-3)))
+
+
+def _launcher_of(rank) -> str:
+    """A script running the real launcher of a 2-GPU job (its GPUs pinned by a stand-in)
+    whose torchrun starts one process: the script `rank`."""
+    return (
+        "import sys\n"
+        "from shardflow.train import launch\n"
+        "launch.pin_job_gpus = lambda settings, gpus, job, **_: ('cuda', '0,1')\n"
+        "launch.torchrun_command = lambda nproc, args: [sys.executable, '-m', 'torch.distributed.run',"
+        f" '--standalone', '--nproc_per_node=1', {str(rank)!r}]\n"
+        "sys.exit(launch.main(['--gpus', '2', '--gpu-jobs', '{}', '--', '--params', '{\"gpus\": 2}']))\n"
+    )
