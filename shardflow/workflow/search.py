@@ -19,7 +19,7 @@ import itertools
 import logging
 import os
 import textwrap
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -163,6 +163,14 @@ class QueryPrompt:
     prompt_name: str | None  # neither: the model's default_prompt_name, if it has one
     source: str  # why this one, for the header and the log
 
+    @property
+    def documents(self) -> bool:
+        """Whether the queries take the documents' own settings (no query prompt found)."""
+        return self.source == DOCUMENTS_SETTINGS
+
+
+DOCUMENTS_SETTINGS = "the documents' settings"
+
 
 def query_prompt(run: EmbeddedRun, model_prompts: Mapping[str, str], prompt: str | None,
                  prompt_name: str | None) -> QueryPrompt:
@@ -180,7 +188,7 @@ def query_prompt(run: EmbeddedRun, model_prompts: Mapping[str, str], prompt: str
                            "the evaluation's retrieval.query_prompt / query_prompt_name")
     if model_prompts.get(QUERY_PROMPT_NAME):
         return QueryPrompt(None, QUERY_PROMPT_NAME, "the model's query prompt")
-    return QueryPrompt(run.embedding.get("prompt"), run.embedding.get("prompt_name"), "the documents' settings")
+    return QueryPrompt(run.embedding.get("prompt"), run.embedding.get("prompt_name"), DOCUMENTS_SETTINGS)
 
 
 def check_model(run: EmbeddedRun, model_path: str) -> str | None:
@@ -204,17 +212,17 @@ def check_model(run: EmbeddedRun, model_path: str) -> str | None:
     return None
 
 
-def hit_texts(run: EmbeddedRun, rows: Iterable[int], ids) -> dict[int, str]:
-    """The text of each embedding row in `rows`, read from the chunk files: row r is the
+def hit_texts(run: EmbeddedRun, rows: Mapping[int, str], n_rows: int) -> dict[int, str]:
+    """The text of each embedding row in `rows` ({row: its id}, of the merged id column's
+    `n_rows`), read from the chunk files: row r is the
     record at its place in chunk i (merge concatenates the chunks in order, every record
     embedded). Only the chunks holding a hit are read, each up to its last hit, and only
     the hits' lines are parsed; a record whose id is not the row's is an error naming the
-    file and line (chunks rewritten since the merge). `ids`: the merged id column (a
-    pyarrow array)."""
+    file and line (chunks rewritten since the merge)."""
     starts = list(itertools.accumulate(run.chunk_items, initial=0))
-    if starts[-1] != len(ids):
+    if starts[-1] != n_rows:
         raise ValueError(f"{run.folder / 'chunks' / 'manifest.json'} lists {starts[-1]} records, {run.ids} "
-                         f"{len(ids)}: the chunks are not those of the merged embeddings")
+                         f"{n_rows}: the chunks are not those of the merged embeddings")
     wanted: dict[int, dict[int, int]] = {}  # chunk -> {line index: row}
     for row in rows:
         chunk = bisect.bisect_right(starts, row) - 1
@@ -229,9 +237,9 @@ def hit_texts(run: EmbeddedRun, rows: Iterable[int], ids) -> dict[int, str]:
                 if j in lines:
                     row = lines[j]
                     rec = parse_chunk_line(raw, path, j + 1)
-                    if rec.id != ids[row].as_py():
+                    if rec.id != rows[row]:
                         raise ValueError(f"{path}:{j + 1}: id {rec.id!r}, but embedding row {row} is "
-                                         f"{ids[row].as_py()!r} ({run.ids}): the chunks changed after the merge; "
+                                         f"{rows[row]!r} ({run.ids}): the chunks changed after the merge; "
                                          "rerun the workflow")
                     texts[row] = rec.text
                 if j == last:
@@ -258,6 +266,7 @@ def search(
     run's model where it lies now, if not where its config named it (still checked
     against the recorded hash). Neither prompt nor prompt_name: `query_prompt` picks."""
     from shardflow.core.columns import read_id_array
+    from shardflow.core.devices import resolve_device
     from shardflow.core.models import resolve_model
     from shardflow.embed.engine import load_encoder
     from shardflow.embed.stconfig import load_model_spec
@@ -268,10 +277,10 @@ def search(
     if top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
     run = embedded_run(folder)
-    if device == "auto":  # the CPU embeds a few queries well: no warning of a fallback
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:  # auto resolved here: the CPU embeds a few queries well, no warning of a fallback
+        device = str(resolve_device(device))
+    except RuntimeError as exc:  # CUDA asked for where there is none
+        raise ValueError(f"--device {device}: {exc}") from None
     named = model if model is not None else run.embedding["model"]
     try:
         model_path = resolve_model(named)
@@ -294,7 +303,7 @@ def search(
                          f"{' or '.join(SEARCH_SIMILARITIES)} (exact inner product)")
     chosen = query_prompt(run, dict(spec.prompts), prompt, prompt_name)
     documents = (run.embedding.get("prompt"), run.embedding.get("prompt_name"))
-    if chosen.source == "the documents' settings" and documents != (None, None):
+    if chosen.documents and documents != (None, None):
         logger.warning("the documents were embedded with %s, and so are the queries: an asymmetric model wants its "
                        "query prompt instead (--prompt, --prompt-name)", _prompt_words(*documents, None))
     params = query_params(run, model_path, prompt=chosen.prompt, prompt_name=chosen.prompt_name, device=device)
@@ -305,8 +314,8 @@ def search(
                         query_ids=[q for q, _ in queries], doc_ids=ids)
     rows = hits.indices
     found = sorted({int(r) for r in rows.ravel() if r >= 0})
-    texts = hit_texts(run, found, ids)
     hit_ids = dict(zip(found, ids.take(found).to_pylist(), strict=True))
+    texts = hit_texts(run, hit_ids, len(ids))
     answers = [
         Answer(qid, text, [Hit(rank, hit_ids[int(r)], float(s), texts[int(r)])
                            for rank, (r, s) in enumerate(zip(rows[q], hits.scores[q], strict=True), 1) if r >= 0])

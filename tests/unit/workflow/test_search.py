@@ -310,3 +310,15 @@ def test_cli_json_lines_say_on_stderr_what_the_search_ran_with(run, texts, capsy
     assert code == 0
     err = capsys.readouterr().err
     assert f"{len(texts)} documents" in err and "queries with prompt 'query'" in err
+
+
+def test_cuda_asked_for_where_there_is_none_is_a_clear_error(run, monkeypatch):
+    """The device goes through core.devices.resolve_device, as every engine's: CUDA on a
+    host without it is refused before the model loads, naming the option."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match=r"--device cuda: device 'cuda' requested but CUDA is not available"):
+        nearest.search(run, [("q", "x")], 1, device="cuda")
+    _, used = nearest.search(run, [("q", "x")], 1, prompt="")  # auto: the CPU here
+    assert used["device"] == "cpu"
