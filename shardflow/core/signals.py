@@ -2,7 +2,9 @@
 
 A scheduler asks a job to stop with SIGTERM (SLURM's scancel, time limit and
 preemption; torchrun passing on its own; Kubernetes deleting a pod, to its main process) and kills it with
-SIGKILL a grace period later; a terminal asks with SIGINT (Ctrl-C). Inside `Held`, such
+SIGKILL a grace period later; a terminal asks with SIGINT (Ctrl-C), and with SIGHUP as it
+closes (an SSH session dropped under a run started without nohup or tmux). SIGQUIT
+(Ctrl-\\) is left alone: it asks to end at once, with a core dump. Inside `Held`, such
 a signal only notes itself (`received`), so the holder can finish what must not be cut
 (a training step, then its checkpoint) and then `end` with it: the signal's earlier
 disposition is restored and the signal raised again, so the process ends as it would
@@ -33,11 +35,11 @@ import signal
 import threading
 from collections.abc import Callable
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class Held:
-    """`with Held() as held:` SIGTERM and SIGINT noted in `held.received` (the first one;
+    """`with Held() as held:` SIGTERM, SIGINT and SIGHUP (STOP_SIGNALS) noted in `held.received` (the first one;
     a second is noted nowhere: whatever the holder is finishing goes on), until `end`.
     `pass_to(send)`: the first one is also given to `send` (a child's send_signal).
     `message` (a str, or a function called when the signal comes): written to stderr

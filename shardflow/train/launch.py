@@ -14,7 +14,8 @@ run as `torchrun --standalone --nproc_per_node N -m shardflow.train ...` (one no
 one process per GPU, data parallel). The slots stay held by this process while
 torchrun runs; its workers inherit CUDA_VISIBLE_DEVICES, and torchrun and its workers
 are killed if this process dies (`run_ranks`). Asked to stop while torchrun runs
-(SIGTERM: a SLURM scancel or preemption signals every process of the job; SIGINT; on
+(SIGTERM: a SLURM scancel or preemption signals every process of the job; SIGINT; SIGHUP,
+a closed terminal, which torchrun's own session never gets; on
 EKS a pod's main process is a shell, which passes nothing on), this process passes the signal to torchrun, which passes it
 to the ranks: they save the step they reached (shardflow.train.trainer) and end, and
 this process then ends by the same signal, as it ended before (core.signals). Later

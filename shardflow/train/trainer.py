@@ -40,7 +40,8 @@ checkpoint and refuse it again, so the train launcher records it and the retry s
 once (core.failures) instead of queueing for the GPUs to fail the same way.
 
 Told to stop. SIGTERM (scancel, a SLURM time limit or preemption, torchrun passing on
-its own; not a deleted EKS pod, whose shell passes nothing on) or SIGINT during the steps is held until the step ends
+its own; not a deleted EKS pod, whose shell passes nothing on), SIGINT or SIGHUP (a closed
+terminal) during the steps is held until the step ends
 (core.signals); the ranks agree on it there (`agreed_signal`), rank 0 writes the
 checkpoint of that step (unless the step just wrote one), every rank logs the signal,
 step and checkpoint, and the process ends by the signal as it would have: a retried
@@ -883,7 +884,7 @@ def _train(shard_dir_or_metadata, out_dir: Path, params: TrainParams, logger, re
         return (f"finishing step {finishing} and saving its checkpoint, then ending "
                 "(a second signal is ignored; kill -9 ends at once)")
 
-    held = Held(stop_note)  # SIGTERM and SIGINT, during the steps
+    held = Held(stop_note)  # SIGTERM, SIGINT and SIGHUP, during the steps
     stop_group = dist.new_group(backend="gloo") if rt.world > 1 else None  # every rank makes it
 
     def stop_on(signum: int) -> None:

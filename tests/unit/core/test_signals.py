@@ -15,9 +15,10 @@ from shardflow.core.signals import Held
 @pytest.fixture(autouse=True)
 def default_dispositions():
     """Python's own, whatever the test runner set; put back after each test."""
-    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
     yield
     for signum, handler in before.items():
         signal.signal(signum, handler)
@@ -61,6 +62,33 @@ def test_an_error_under_way_as_the_block_ends_goes_on_and_the_signal_gives_way()
     assert held.received == signal.SIGINT  # still there for a caller that catches the error
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_closed_terminals_sighup_is_held_and_ends_the_process_as_before_but_sigquit_is_not_held():
+    """SIGHUP (an SSH session dropped under a run started without nohup or tmux) killed
+    the trainer at once, every step since the last checkpoint lost; and the launcher of
+    a torchrun job with it, whose torchrun, in a session of its own, got no SIGHUP and
+    died of the launcher's death, its ranks mid-step. It is now held as SIGTERM is, and
+    the process still ends by it. SIGQUIT (Ctrl-\\) asks to end at once: left alone."""
+    import subprocess
+    import sys
+
+    script = (
+        "import os, signal, sys\n"
+        "from shardflow.core.signals import Held\n"
+        "with Held() as held:\n"
+        "    os.kill(os.getpid(), signal.SIGHUP)\n"
+        "    print(held.received, flush=True)\n"
+        "    os.kill(os.getpid(), getattr(signal, sys.argv[1]))\n"
+        "    print('not ended', flush=True)\n"
+    )
+    for second, ends_by in (("SIGTERM", signal.SIGHUP), ("SIGQUIT", signal.SIGQUIT)):
+        done = subprocess.run([sys.executable, "-c", script, second], capture_output=True, text=True, timeout=60)
+        held_then = done.stdout.splitlines()
+        assert held_then[:1] == [str(int(signal.SIGHUP))], done.stderr  # held: the block went on
+        # a second stop signal changes nothing, the block ends by the first; SIGQUIT ends it at once
+        assert held_then[1:] == (["not ended"] if second == "SIGTERM" else []), done.stderr
+        assert done.returncode == -ends_by, done.stderr
 
 
 def test_an_ignored_signal_or_a_callers_handler_is_left_alone():

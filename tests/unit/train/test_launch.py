@@ -147,13 +147,17 @@ def test_a_killed_launcher_takes_torchrun_and_its_ranks_with_it(tmp_path):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-def test_a_sigtermed_launcher_passes_the_signal_to_torchrun_and_ends_by_it_once_torchrun_has(tmp_path):
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP"])
+def test_a_sigtermed_launcher_passes_the_signal_to_torchrun_and_ends_by_it_once_torchrun_has(tmp_path, name):
     """SIGTERM to the launcher (a SLURM scancel signals every process of the job) killed it at once, and torchrun and the ranks with it
     (PR_SET_PDEATHSIG): no rank could save its step. Now torchrun gets the signal (which it
     passes to the ranks) and the time to end, and the launcher then ends by SIGTERM, a
-    retried failure as before. The stand-in for torchrun takes a while to "checkpoint"."""
+    retried failure as before. The stand-in for torchrun takes a while to "checkpoint".
+    SIGHUP alike: a closed terminal's reaches the launcher, not torchrun (a session of its own)."""
     import signal
     import subprocess
+
+    signum = getattr(signal, name)
 
     marker = tmp_path / "torchrun"
     stand_in = tmp_path / "torchrun.py"
@@ -165,6 +169,7 @@ def test_a_sigtermed_launcher_passes_the_signal_to_torchrun_and_ends_by_it_once_
         "    signal.signal(signum, signal.SIG_DFL)\n"
         "    os.kill(os.getpid(), signum)\n"
         "signal.signal(signal.SIGTERM, stop)\n"
+        "signal.signal(signal.SIGHUP, stop)\n"
         "open(sys.argv[1], 'w').write('running')\n"
         "time.sleep(60)\n"
     )
@@ -178,14 +183,14 @@ def test_a_sigtermed_launcher_passes_the_signal_to_torchrun_and_ends_by_it_once_
     proc = subprocess.Popen([sys.executable, "-c", launcher], start_new_session=True, stderr=subprocess.PIPE, text=True)
     try:
         assert _wait_for(lambda: marker.exists() and marker.read_text() == "running", 60), "torchrun did not start"
-        os.kill(proc.pid, signal.SIGTERM)
+        os.kill(proc.pid, signum)
         _, stderr = proc.communicate(timeout=30)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    assert marker.read_text() == "SIGTERM", stderr[-3000:]  # given the signal, and the time to act on it
-    assert proc.returncode == -signal.SIGTERM, stderr[-3000:]
+    assert marker.read_text() == name, stderr[-3000:]  # given the signal, and the time to act on it
+    assert proc.returncode == -signum, stderr[-3000:]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
