@@ -13,6 +13,9 @@ CORES ?= all
 TARGET_VARS := DATA MODEL NAME ID ARTICLE REFERENCE METHOD STORED STORED_FORMAT SPLIT SPLITTER REFERENCE_FORMAT CHUNKS \
   DROP_IDENTICAL_IDS SWEEP DRY_RUN TORCH_INDEX A B JSON CONFIG GPUS STORAGE GPU_PEAK_TFLOPS MFU Q QUERIES K DATASET OUT TEXT
 $(foreach v,$(TARGET_VARS),$(if $(filter environment,$(origin $(v))),$(eval $(v) :=)$(eval unexport $(v))))
+# A yes/no variable (JSON=, DRY_RUN=) is yes unless empty, 0, no or false: JSON=0 printed
+# JSON, and DRY_RUN=0 made no move.
+yes = $(filter-out 0 no No NO false False FALSE,$(1))
 # Nothing at run time or in tests downloads from a model hub.
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -131,7 +134,7 @@ status: $(INSTALLED_IF_MISSING)
 # differ, 2 for a record it cannot read; make turns either failure into its own 2.
 compare: $(INSTALLED_IF_MISSING)
 	@test -n "$(A)" -a -n "$(B)" || { echo "usage: make compare A=<provenance.json> B=<provenance.json> [JSON=1]" >&2; exit 2; }
-	@$(BIN)/python -m shardflow.cli compare "$(A)" "$(B)" $(if $(JSON),--json)
+	@$(BIN)/python -m shardflow.cli compare "$(A)" "$(B)" $(if $(call yes,$(JSON)),--json)
 
 # The documents of a finished run nearest to each query (shardflow.workflow.search): the
 # queries embedded with the run's own model and settings (its provenance record), searched
@@ -158,7 +161,7 @@ search: $(INSTALLED_IF_MISSING)
 		$(if $(value QUERIES),--queries "$$SHARDFLOW_SEARCH_QUERIES") $(if $(K),--top-k $(K)) \
 		$(if $(value ID),--id-field "$$SHARDFLOW_SEARCH_ID") $(if $(value TEXT),--text-field "$$SHARDFLOW_SEARCH_TEXT") \
 		$(if $(value DATASET),--dataset "$$SHARDFLOW_SEARCH_DATASET") $(if $(value CONFIG),--configfile $$SHARDFLOW_SEARCH_CONFIG) \
-		$(if $(filter-out default,$(value MODEL)),--model "$$SHARDFLOW_SEARCH_MODEL") $(if $(JSON),--json) $(if $(value OUT),--out "$$SHARDFLOW_SEARCH_OUT")
+		$(if $(filter-out default,$(value MODEL)),--model "$$SHARDFLOW_SEARCH_MODEL") $(if $(call yes,$(JSON)),--json) $(if $(value OUT),--out "$$SHARDFLOW_SEARCH_OUT")
 
 # pipefail: a Snakemake error (a bad config) fails the target instead of writing an
 # empty SVG; the SVG is replaced only when both steps succeed.
@@ -338,7 +341,7 @@ sweep-adopt: $(INSTALLED_IF_MISSING)
 	@test -n "$(SWEEP)" || { echo "usage: make sweep-adopt SWEEP=<sweep name> [CONFIG=<file(s)>] [DRY_RUN=1]" >&2; exit 2; }
 	$(BIN)/python -m shardflow.cli sweep-adopt "$(SWEEP)" \
 	  $(if $(or $(CONFIG),$(wildcard config/sweeps/$(SWEEP).yaml)),--configfile $(or $(CONFIG),config/sweeps/$(SWEEP).yaml)) \
-	  $(if $(DRY_RUN),--dry-run)
+	  $(if $(call yes,$(DRY_RUN)),--dry-run)
 
 clean:
 	rm -rf results logs benchmarks/*/ resources/demo .snakemake report.html dag.svg rulegraph.svg

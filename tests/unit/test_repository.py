@@ -186,6 +186,11 @@ def test_make_compare_reads_its_records_from_the_command_line_not_the_environmen
     out = make("-n", "compare", "A=a.json", "B=b.json").stdout
     assert '-m shardflow.cli compare "a.json" "b.json"' in out and "--json" not in out and "/env/" not in out, out
     assert "--json" in make("-n", "compare", "A=a.json", "B=b.json", "JSON=1").stdout
+    # JSON=0 (and no, false) printed JSON too, and DRY_RUN=0 made no move: they mean no
+    for no in ("0", "no", "false", "FALSE"):
+        assert "--json" not in make("-n", "compare", "A=a.json", "B=b.json", f"JSON={no}").stdout, no
+        assert "--dry-run" not in make("-n", "sweep-adopt", "SWEEP=s", f"DRY_RUN={no}").stdout, no
+    assert "--dry-run" in make("-n", "sweep-adopt", "SWEEP=s", "DRY_RUN=1").stdout
 
 
 def test_make_search_passes_its_values_as_typed(tmp_path):
