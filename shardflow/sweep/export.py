@@ -16,8 +16,10 @@ says its level in a note below the table; where its runs were scored at differen
 levels (runs kept from before the config's level changed), a `relevance level` column
 after the parameters gives each point's. A sampled sweep's (spec `sample:`) says after
 its caption that its points are a random sample, how many, the sample's seed and what each
-parameter was drawn from (sample_sentence), where a grid's or a list's says nothing of
-its points.
+parameter was drawn from and that its rows are sorted by parameter (sample_sentence), where
+a grid's or a list's says nothing of its points. A sample's rows go by its parameters'
+values (row_order), not in the order its points were drawn; a grid's and a list's keep
+the spec's order.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import math
 import os
 import string
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -37,7 +39,7 @@ from shardflow.sweep.cost import metric_currency, money_label
 from shardflow.sweep.metrics import RETRIEVAL_LEVELLED
 from shardflow.sweep.paths import format_value, plain
 from shardflow.sweep.sample import drawn_range
-from shardflow.sweep.spec import SweepSpec
+from shardflow.sweep.spec import SweepSpec, value_key
 
 _LATEX_SPECIAL = {
     "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
@@ -305,11 +307,47 @@ def drawn_from(sample: Mapping[str, Any], key: str, name: str) -> str:
 
 
 def sample_sentence(sample: Mapping[str, Any], names: Mapping[str, str]) -> str:
-    """The sentence a sampled sweep's tables add after their caption: "The 20 points were
+    """The sentences a sampled sweep's tables add after their caption: "The 20 points were
     drawn at random (sample seed 0): lr log-uniform between 1e-4 and 1e-2; dtype one of
-    float32, bfloat16." `names`: {dotted key: the name shown}, in the sweep's order."""
+    float32, bfloat16. Rows are sorted by lr, then dtype." (row_order) `names`: {dotted
+    key: the name shown}, in the sweep's order."""
     drawn = "; ".join(drawn_from(sample, key, name) for key, name in names.items())
-    return f"The {sample['points']:,} points were drawn at random (sample seed {sample['seed']}): {drawn}."
+    return (f"The {sample['points']:,} points were drawn at random (sample seed {sample['seed']}): {drawn}. "
+            f"Rows are sorted by {', then '.join(names.values())}.")
+
+
+def row_order(spec: SweepSpec) -> list[str]:
+    """The point ids in the order the tables list them. A grid's and a list's are the
+    spec's, the order their author wrote. A sample's spec order is the draw's, which tells
+    a reader nothing: its rows go by the parameters' values, the first parameter's first
+    (_value_rank). runs, summary and points.json keep the draw's order, so that raising
+    `points` appends to them."""
+    if not spec.sample:
+        return list(spec.ids)
+    ranks = {key: _value_rank(spec.sample, key, [p[key] for p in spec.points]) for key in spec.params}
+    return sorted(spec.ids, key=lambda pid: tuple(ranks[key](spec.by_id[pid][key]) for key in spec.params))
+
+
+# The kinds of value (spec.value_key) in the order a list of them without a declared order sorts them.
+_KIND_ORDER = {"NoneType": 0, "bool": 1, "number": 2, "str": 3}
+
+
+def _value_rank(sample: Mapping[str, Any], key: str, values: Iterable[Any]) -> Callable[[Any], Any]:
+    """How a sample's rows order the values of parameter `key` (of its points, `values`).
+    Numbers (a range's, or a list of numbers whatever order it is written in)
+    numerically. A list of other values as the grid lists them: the order its author
+    chose, in which the caption names them (dtype one of float32, bfloat16), where their
+    spelling's order would be arbitrary (bfloat16 before float32). Where the record holds
+    no grid (one from before the sample named it) nothing declares an order: by kind
+    (null, booleans, numbers, strings) and then value, strings by code point, the same on
+    every machine (a locale's collation is not)."""
+    if all(value_key(v)[0] == "number" for v in values):
+        return lambda v: v
+    listed = sample.get("grid", {}).get(key)
+    if isinstance(listed, list):
+        at = {value_key(v): i for i, v in enumerate(listed)}
+        return lambda v: at[value_key(v)]
+    return lambda v: (_KIND_ORDER[value_key(v)[0]], v)
 
 
 DAGGER_NOTE = "computed on a ranking shallower than its k (retrieval.top_k): not the metric at k"
@@ -331,14 +369,16 @@ def fixed(value: float, decimals: int) -> str:
 def _cells(
     spec: SweepSpec,
     summary: pd.DataFrame,
+    ids: Iterable[str],
     decimals: int,
     marked: Collection[tuple[str, str]] = (),
     currency: str | None = None,
 ):
-    """Rows of (parameter labels, [(mean text, std text or None, bold, beyond depth)]);
-    each metric's column with its own decimals (column_decimals: a cost metric of a sweep
-    priced in `currency` as money); `marked`: the (point, metric) pairs some run of the
-    point computed on a ranking shallower than its k."""
+    """A row per point of `ids` (row_order), in that order: (parameter labels, [(mean text,
+    std text or None, bold, beyond depth)]); each metric's column with its own decimals
+    (column_decimals: a cost metric of a sweep priced in `currency` as money); `marked`:
+    the (point, metric) pairs some run of the point computed on a ranking shallower than
+    its k. Bold goes by each cell's own mean, so it follows its point in any order."""
     by_point = summary.set_index("point")
     bold_means, places = {}, {}
     for m in spec.metrics:
@@ -350,7 +390,7 @@ def _cells(
         bold_means[m] = (max(means) if spec.goals[m] == "max" else min(means)) if means else None
     labels = {p: value_labels(q[p] for q in spec.points) for p in spec.params}
     rows = []
-    for pid in spec.ids:
+    for pid in ids:
         point = spec.by_id[pid]
         cells = []
         for m in spec.metrics:
@@ -389,8 +429,9 @@ def to_markdown(
     ]
     rule = [":--"] * (len(spec.params) + bool(by_level)) + ["--:"] * len(spec.metrics)
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
-    rows = _cells(spec, summary, decimals, marked, currency)
-    for pid, (labels, cells) in zip(spec.ids, rows, strict=True):
+    ids = row_order(spec)
+    rows = _cells(spec, summary, ids, decimals, marked, currency)
+    for pid, (labels, cells) in zip(ids, rows, strict=True):
         texts = [markdown_escape(t) for t in labels] + ([by_level[pid]] if by_level else [])
         for mean, std, bold, beyond in cells:
             text = mean if std is None else f"{mean} ± {std}"
@@ -439,8 +480,9 @@ def to_latex(
         " & ".join(header) + r" \\",
         r"\midrule",
     ]
-    rows = _cells(spec, summary, decimals, marked, currency)
-    for pid, (labels, cells) in zip(spec.ids, rows, strict=True):
+    ids = row_order(spec)
+    rows = _cells(spec, summary, ids, decimals, marked, currency)
+    for pid, (labels, cells) in zip(ids, rows, strict=True):
         texts = [latex_escape(t) for t in labels] + ([by_level[pid]] if by_level else [])
         for mean, std, bold, beyond in cells:
             body = mean if std is None else f"{mean} \\pm {std}"

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 
 from shardflow.sweep.export import latex_escape, to_latex, to_markdown, value_labels, write_exports
+from shardflow.sweep.paths import format_value
+from shardflow.sweep.report import points_record
 from shardflow.sweep.table import RunResult, collect, summarise
 
 from .conftest import parse, sweep
@@ -446,7 +450,8 @@ def test_a_sampled_sweeps_tables_say_its_points_were_drawn_at_random():
     summary = summarise(spec, collect(spec, [RunResult(p, s, {"best_val_loss": 1.0 + i})
                                              for i, (p, s) in enumerate(spec.jobs())]))
     drawn = ("The 6 points were drawn at random (sample seed 3): lr log-uniform between 1e-4 and 1e-2; dropout "
-             "uniform between 0.0 and 0.5; n_layer uniform over the integers 2 to 8; dtype one of float32, bfloat16.")
+             "uniform between 0.0 and 0.5; n_layer uniform over the integers 2 to 8; dtype one of float32, bfloat16. "
+             "Rows are sorted by lr, then dropout, then n_layer, then dtype.")
     assert to_markdown(spec, summary).splitlines()[-1] == f"lr_random (train): one seed; best in bold. {drawn}"
     assert f"\\caption{{lr\\_random: one seed; best in bold. {latex_escape(drawn)}}}" in to_latex(spec, summary)
     assert "n\\_layer uniform over the integers 2 to 8" in to_latex(spec, summary)
@@ -455,3 +460,70 @@ def test_a_sampled_sweeps_tables_say_its_points_were_drawn_at_random():
     summary = summarise(listed, collect(listed, [RunResult(p, s, {"best_val_loss": 1.0}) for p, s in listed.jobs()]))
     assert to_markdown(listed, summary).splitlines()[-1] == "l (train): one seed; best in bold."
     assert "\\caption{l: one seed; best in bold.}" in to_latex(listed, summary)
+
+
+def sampled(grid, points, metric, seed=3):
+    """A one-seed sampled sweep over `grid` and its summary, best_val_loss `metric(i)` at draw i."""
+    spec = parse({"r": sweep(grid=grid, sample={"points": points, "seed": seed}, seeds=[0])})["r"]
+    runs = collect(spec, [RunResult(p, 0, {"best_val_loss": metric(i)}) for i, p in enumerate(spec.ids)])
+    return spec, summarise(spec, runs)
+
+
+def markdown_rows(text: str) -> list[list[str]]:
+    """The body of a Markdown table, each row's cells."""
+    return [line.strip("| ").split(" | ") for line in text.splitlines()[2:] if line.startswith("| ")]
+
+
+def latex_rows(text: str) -> list[list[str]]:
+    """The body of a booktabs table, each row's cells."""
+    lines = text.splitlines()
+    body = lines[lines.index("\\midrule") + 1 : lines.index("\\bottomrule")]
+    return [line.removesuffix(" \\\\").split(" & ") for line in body]
+
+
+def test_a_sampled_sweeps_tables_list_its_points_by_parameter_not_in_draw_order():
+    """Draw order tells a reader nothing: the rows go by the first parameter, then the
+    next; a list's values as the grid lists them (float32 before bfloat16, as the caption
+    names them), a range's numerically. The best point, drawn second, keeps its bold."""
+    grid = {"train.dtype": ["float32", "bfloat16"], "train.lr": {"log_uniform": [1.0e-4, 1.0e-2]}}
+    spec, summary = sampled(grid, 5, lambda i: 1.0 if i == 1 else 2.0)
+    lr = value_labels(p["train.lr"] for p in spec.points)
+    ordered = sorted(spec.points, key=lambda p: (p["train.dtype"] == "bfloat16", p["train.lr"]))
+    assert ordered != list(spec.points)  # drawn in another order
+    best = spec.by_id[spec.ids[1]]
+    expected = [[p["train.dtype"], lr[format_value(p["train.lr"])],
+                 "**1.000**" if p == best else "2.000"] for p in ordered]
+    assert markdown_rows(to_markdown(spec, summary)) == expected
+    tex = [[d, v, "$\\mathbf{1.000}$" if bold == "**1.000**" else "$2.000$"] for d, v, bold in expected]
+    assert latex_rows(to_latex(spec, summary)) == tex
+    # The machine tables keep draw order: raising `points` appends to them.
+    assert list(summary["point"]) == list(spec.ids)
+    assert [p["id"] for p in points_record(spec)["points"]] == list(spec.ids)
+
+
+def test_a_sampled_sweeps_numbers_sort_numerically_and_ties_go_to_the_next_parameter():
+    """A list of numbers sorts numerically whatever order the grid lists it in (8, 2, 4
+    reads 2, 4, 8); points that share the first parameter's value go by the second's."""
+    grid = {"train.n_layer": [8, 2, 4], "train.dtype": ["float32", "bfloat16"]}
+    spec, summary = sampled(grid, 5, lambda i: 1.0 + i)
+    ordered = sorted(spec.points, key=lambda p: (p["train.n_layer"], p["train.dtype"] == "bfloat16"))
+    assert ordered != list(spec.points)
+    assert [r[:2] for r in markdown_rows(to_markdown(spec, summary))] == [
+        [str(p["train.n_layer"]), p["train.dtype"]] for p in ordered]
+
+
+def test_a_sampled_sweep_without_its_grid_on_record_sorts_strings_lexically():
+    """A sample's record from before it named its grid gives no order of a list's values:
+    strings then go by their characters, the same on every machine (auto before bfloat16,
+    where the draw and the grid list bfloat16 first)."""
+    spec, summary = sampled({"train.dtype": ["float32", "bfloat16", "auto"]}, 2, lambda i: 1.0 + i, seed=2)
+    assert [p["train.dtype"] for p in spec.points] == ["bfloat16", "auto"]
+    spec = dataclasses.replace(spec, sample={"points": 2, "seed": 2})
+    assert [r[0] for r in markdown_rows(to_markdown(spec, summary))] == ["auto", "bfloat16"]
+
+
+def test_a_sampled_sweeps_tables_say_their_rows_are_sorted_by_parameter():
+    grid = {"train.dtype": ["float32", "bfloat16"], "train.lr": {"log_uniform": [1.0e-4, 1.0e-2]}}
+    spec, summary = sampled(grid, 3, lambda i: 1.0 + i)
+    assert to_markdown(spec, summary).splitlines()[-1].endswith(" Rows are sorted by dtype, then lr.")
+    assert "Rows are sorted by dtype, then lr.}" in to_latex(spec, summary)
