@@ -110,7 +110,8 @@ def chunk_neighbours(doc_npy: str, doc_ids_path: str, rows: range, params: Neigh
     if len(ids) and k >= 1:
         hits = exact_search(
             load_embeddings(doc_npy)[first_row : rows.stop], doc_npy, k, block_size=params.block_size,
-            backend=params.backend, device=device, normalize=params.similarity == "cosine", query_ids=ids.to_pylist(), doc_ids=doc_ids,
+            backend=params.backend, device=device, normalize=params.similarity == "cosine",
+            query_ids=ids.to_pylist(), doc_ids=doc_ids,
             drop_identical_ids=True,  # a document's own row: ids are unique (verify)
         )
         indices, scores = hits.indices, hits.scores
