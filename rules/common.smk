@@ -1140,8 +1140,9 @@ def final_targets():
 def provenance_inputs(wildcards):
     """What provenance records: the split's checksums (sources and chunks), the job
     tables the stages' merges wrote (per-chunk timings), the stats of single GPU jobs
-    (embed_queries': what it ran with) and the stages' outputs; so its DAG edges come
-    from split and the merges, not from every chunk job."""
+    (embed_queries' and retrieval_evaluate's: what they ran with) and the stages'
+    outputs; so its DAG edges come from split and the merges, not from every chunk
+    job."""
     ds = wildcards.dataset
     raw = []  # inputs no rule writes, hashed by provenance itself
     if ds == RETRIEVAL:

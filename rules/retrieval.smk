@@ -8,7 +8,8 @@ same split -> embed_<i> -> merge -> verify pipeline as data set <retrieval.name>
 (split_<name> comes from rules/split.smk), embeds the queries with the query prompt,
 searches exactly and scores like MTEB. Writes results/<name>/retrieval/metrics.json
 (ndcg_at_10, recall_at_10, recall_at_100, mrr_at_10, map_at_10), per-query
-scores, the top-k run and a report figure.
+scores, the top-k run, a report figure and evaluate.stats.json (what the search ran
+with, `made_with`: its device and GPU, for provenance).
 """
 
 if RETRIEVAL is not None:
@@ -109,6 +110,7 @@ if RETRIEVAL is not None:
                 caption="captions/retrieval_per_query.rst",
                 category="Retrieval",
             ),
+            stats=f"results/{RETRIEVAL}/retrieval/evaluate.stats.json",
         log:
             f"logs/retrieval_evaluate/{RETRIEVAL}.log",
         benchmark:

@@ -123,6 +123,7 @@ if sweeps_of_stage("retrieval"):
             per_query=f"{RETRIEVAL_JOB}/per_query.parquet",
             run=f"{RETRIEVAL_JOB}/run.parquet",
             figure=f"{RETRIEVAL_JOB}/per_query_ndcg.png",
+            stats=f"{RETRIEVAL_JOB}/evaluate.stats.json",
         log:
             f"{SWEEP_LOG}/retrieval_evaluate.log",
         benchmark:

@@ -105,7 +105,7 @@ def output_sha256(paths: list[str]) -> dict[str, str]:
 def made_with_in(paths: list[str]) -> list[dict]:
     """The `made_with` records in JSON files: a single-job stage whose job writes no
     stats for a job table records what it ran with in its stats (embed_queries, in
-    queries.stats.json) or in its JSON output (the train job, in train/metrics.json: its
+    queries.stats.json; retrieval_evaluate, in evaluate.stats.json) or in its JSON output (the train job, in train/metrics.json: its
     GPU, torch, CUDA), which provenance hashes, so reads. A file not named `.json` (a
     Parquet output), or JSON that is not an object or holds no such record, gives none;
     JSON that does not parse is an error naming the file and line."""
@@ -138,7 +138,7 @@ def build_manifest(
     is checked against, null where none ran (training, lead summaries).
     `jobs_made_with`: the `made_with` records of the data set's GPU jobs (jobs from before
     they were recorded have none), with those in `stats` (single jobs' stats, not
-    hashed: embed_queries') and those the outputs hold (the train job's; made_with_in):
+    hashed: embed_queries', retrieval_evaluate's) and those the outputs hold (the train job's; made_with_in):
     the model hash the jobs ran is taken from there, and none (sha256 null, a note)
     where they ran more than one version of a model (by its hash: model_versions)."""
     models = {role: model_sha256(path) for role, path in model_paths.items()}

@@ -21,9 +21,9 @@ class TaskFiles:
     # own path (provenance.output_sha256).
     folders: list[str] = field(default_factory=list)
     jobs: list[str] = field(default_factory=list)
-    # The stats of a single GPU job that no job table holds (embed_queries'): provenance
-    # reads the `made_with` in them into jobs_made_with, as it reads the job tables', and
-    # does not hash them (they hold the job's times).
+    # The stats of a single GPU job that no job table holds (embed_queries',
+    # retrieval_evaluate's): provenance reads the `made_with` in them into jobs_made_with,
+    # as it reads the job tables', and does not hash them (they hold the job's times).
     stats: list[str] = field(default_factory=list)
     benchmarks: list[str] = field(default_factory=list)
     # Those of `outputs` that hold figures measured as the job ran (wall-clock times,
@@ -55,7 +55,9 @@ def retrieval(ds: str, cfg: dict, main: str) -> TaskFiles:
     return TaskFiles(
         targets=[metrics],
         outputs=[metrics, f"results/{ds}/retrieval/run.parquet"],
-        stats=[f"results/{ds}/retrieval/queries.stats.json"],
+        # The evaluation's record names the device it searched on: ties and float sums, so
+        # the metrics, differ between the CPU and a GPU.
+        stats=[f"results/{ds}/retrieval/queries.stats.json", f"results/{ds}/retrieval/evaluate.stats.json"],
         benchmarks=[f"benchmarks/embed_queries/{ds}.tsv", f"benchmarks/retrieval_evaluate/{ds}.tsv"],
         landing=[("retrieval", ds, {"metrics": metrics})],
     )

@@ -337,7 +337,7 @@ class _Named(dict):
 
 
 @pytest.mark.parametrize("device", ["cuda:1", "cuda", "auto", "cpu"])
-def test_the_evaluation_script_searches_on_the_device_its_job_was_given(monkeypatch, device):
+def test_the_evaluation_script_searches_on_the_device_its_job_was_given(tmp_path, monkeypatch, device):
     """scripts/retrieval_evaluate.py passed the pipeline no device for a GPU job (None:
     CUDA's current device), so with gpu_jobs.pinning off and gpu_jobs.device cuda:1 the
     search ran on cuda:0, beside whatever that GPU held. It passes the job's own device;
@@ -345,18 +345,19 @@ def test_the_evaluation_script_searches_on_the_device_its_job_was_given(monkeypa
     import runpy
     from types import SimpleNamespace
 
-    from shardflow.core import gpujob
+    from shardflow.core import gpujob, madewith
     from shardflow.retrieval import pipeline
 
     job = SimpleNamespace(device=device, threads=1, log=SimpleNamespace(info=lambda *a: None))
     monkeypatch.setattr(gpujob, "start_gpu_job", lambda *a: job)
     searched = []
-    monkeypatch.setattr(pipeline, "search_and_score", lambda *a: searched.append(a[5]))
+    monkeypatch.setattr(pipeline, "search_and_score", lambda *a: searched.append(a[5]) or {"device": a[5].device})
     monkeypatch.setattr(pipeline, "plot_per_query", lambda *a: None)
+    monkeypatch.setattr(madewith, "made_with", lambda *a: {})  # no GPU here to name
     params = _Named(top_k=10, block_size=64, backend="torch", drop_identical_ids=True, model="default")
     names = ("docs", "doc_ids", "queries", "query_ids", "qrels")
     smk = SimpleNamespace(params=params, input=_Named((n, n) for n in names),
-                          output=_Named(metrics="m", per_query="q", run="r", figure="f"))
+                          output=_Named(metrics="m", per_query="q", run="r", figure="f", stats=str(tmp_path / "s.json")))
     runpy.run_path("scripts/retrieval_evaluate.py", init_globals={"snakemake": smk})
     assert searched[0].device == device
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from shardflow.core import madewith  # where model_sha256_kept looks up model_sha256
 from shardflow.workflow import provenance
 
@@ -389,7 +391,7 @@ def test_the_query_encoders_run_is_read_from_its_stats_file(tmp_path, monkeypatc
     from tests.helpers import REPO
 
     (retrieval,) = task_files(("retrieval",), "scifact", {}, "demo")
-    assert retrieval.stats == ["results/scifact/retrieval/queries.stats.json"]
+    assert "results/scifact/retrieval/queries.stats.json" in retrieval.stats
     monkeypatch.chdir(tmp_path)
     monkeypatch.setitem(sys.modules, "torch", _fake_torch("NVIDIA H100 80GB HBM3", "12.4", 90100))
     monkeypatch.setattr(runlog, "configure_logging", lambda *a: SimpleNamespace(info=print, warning=print))
@@ -407,3 +409,52 @@ def test_the_query_encoders_run_is_read_from_its_stats_file(tmp_path, monkeypatc
     made = json.loads(out.read_text())["jobs_made_with"]
     assert made["jobs"] == 1 and made["devices"] == [["cuda:0", "NVIDIA H100 80GB HBM3"]]
     assert made["cuda"] == [["12.4", 90100]] and json.loads(out.read_text())["outputs"] == {}
+
+
+@pytest.mark.parametrize(("job_device", "backend", "searched_on", "gpu"),
+                         [("cuda:1", "torch", "cuda:1", "NVIDIA H100 80GB HBM3"), ("cuda", "faiss", "cpu", None)])
+def test_the_evaluations_run_is_recorded_and_read_into_the_record(tmp_path, monkeypatch, job_device, backend,
+                                                                  searched_on, gpu):
+    """retrieval_evaluate searches on a device (ties and float sums differ between the CPU
+    and a GPU, and between GPUs) but recorded no `made_with`, so a rerun months later
+    whose nDCG differs could not be told apart by its device in `jobs_made_with`. It
+    writes its record in its stats file, naming the device the search ran on (faiss's on
+    the CPU, whatever the job was given), and the provenance rule gets that file
+    (TaskFiles.stats) as it gets embed_queries'."""
+    import runpy
+    from types import SimpleNamespace
+
+    import torch
+
+    from shardflow.core import gpujob
+    from shardflow.retrieval import pipeline
+    from shardflow.workflow.tasks import task_files
+    from tests.helpers import REPO
+
+    (retrieval,) = task_files(("retrieval",), "scifact", {}, "demo")
+    assert "results/scifact/retrieval/evaluate.stats.json" in retrieval.stats
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(madewith, "git_state", lambda repo: {"commit": "a" * 40, "dirty": False})
+    monkeypatch.setattr(madewith, "model_sha256_kept", lambda path: {"path": path, "sha256": "f" * 64})
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 90100)
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # the test process's own
+    job = SimpleNamespace(device=job_device, threads=3, log=SimpleNamespace(info=lambda *a: None))
+    monkeypatch.setattr(gpujob, "start_gpu_job", lambda *a: job)
+    monkeypatch.setattr(pipeline, "search_and_score", lambda *a: {"ndcg_at_10": 0.5, "device": searched_on})
+    monkeypatch.setattr(pipeline, "plot_per_query", lambda *a: None)
+    stats = tmp_path / "evaluate.stats.json"
+    names = ("docs", "doc_ids", "queries", "query_ids", "qrels")
+    smk = SimpleNamespace(
+        params=_Named(top_k=10, block_size=64, backend=backend, drop_identical_ids=False, model="default"),
+        input=_Named((n, n) for n in names),
+        output=_Named(metrics="m", per_query="q", run="r", figure="f", stats=str(stats)),
+    )
+    runpy.run_path(str(REPO / "scripts" / "retrieval_evaluate.py"), init_globals={"snakemake": smk})
+    ran = json.loads(stats.read_text())["made_with"]
+    assert (ran["device"], ran["gpu"], ran["threads"], ran["role"]) == (searched_on, gpu, 3, "embedding")
+    manifest = provenance.build_manifest(str(tmp_path), {}, {}, [], {}, {}, stats=[str(stats)])
+    made = manifest["jobs_made_with"]
+    assert made["jobs"] == 1 and made["devices"] == [[searched_on, gpu]]
+    assert made["cuda"] == ([["12.4", 90100]] if gpu else [])

@@ -1647,7 +1647,7 @@ def test_a_retrieval_run_is_finished_only_once_retrieval_evaluate_wrote_its_metr
     write_json(outputs["stats"], {"chunk": 0, "items": 45, "seconds": 1.0, "device": "cuda:0"})
     queries_embedded()
     outputs, log, bench = retrieval_files("retrieval_evaluate")
-    for name in ("per_query", "run", "figure"):
+    for name in ("per_query", "run", "figure", "stats"):
         Path(outputs[name]).write_bytes(b"x")
 
     def unfinished(result: st.Status) -> list[str]:
@@ -1682,7 +1682,7 @@ def test_a_retrieval_runs_one_job_stages_hold_the_gpus_their_resources_give_them
     )
     queries_embedded()
     outputs, _, bench = retrieval_files("retrieval_evaluate")
-    for name in ("per_query", "run", "figure"):
+    for name in ("per_query", "run", "figure", "stats"):
         Path(outputs[name]).write_bytes(b"x")
     write_json(outputs["metrics"], {"ndcg_at_10": 0.5, "n_queries": ITEMS, "device": "cuda", "top_k": 100})
     os.makedirs(os.path.dirname(bench))
