@@ -200,7 +200,9 @@ def merge_neighbours(chunk_tables: list[str], doc_ids_path: str, params: Neighbo
         doc_ids.take(pa.array(members, pa.int64())), pa.array(members, pa.int64()),
         doc_ids.take(pa.array(roots, pa.int64())), pa.array([m == r for m, r in zip(members, roots, strict=True)]),
     ])
-    saturated = np.flatnonzero((listed > 0) & (reaching == listed))
+    # A document that lists every other one (k at least the corpus less one) has no twin
+    # left unseen, whatever its scores: no larger k finds more.
+    saturated = np.flatnonzero((listed > 0) & (reaching == listed) & (listed < len(doc_ids) - 1))
     sizes = np.bincount(np.unique(roots, return_inverse=True)[1]) if roots else np.zeros(0, np.int64)
     searched = nearest[~np.isnan(nearest)]
     summary = {

@@ -194,6 +194,16 @@ def test_documents_whose_k_neighbours_all_reach_the_threshold_are_counted_and_wa
     assert "3 documents" in warnings[0] and repr(ids[1]) in warnings[0]
 
 
+def test_neighbours_that_are_the_whole_rest_of_the_corpus_are_not_saturated(tmp_path, caplog):
+    # Three identical documents, k 5: each sees both others, and there is no one else
+    # left to be a twin, so no larger k would find more.
+    with caplog.at_level(logging.WARNING, logger="shardflow.retrieval.neighbours"):
+        summary, _, _ = run(tmp_path, np.ones((3, 4), np.float32), params(k=5), [2, 1])
+    assert summary["saturated"] == 0
+    assert summary["documents_in_groups"] == 3
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+
+
 def test_k_larger_than_the_corpus_lists_every_other_document_without_padding(tmp_path):
     vectors = np.arange(16, dtype=np.float32).reshape(4, 4) ** 0.5
     summary, outputs, ids = run(tmp_path, vectors, params(k=10, block_size=3), [1, 3])
