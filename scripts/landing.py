@@ -4,6 +4,7 @@ from shardflow.core.runlog import configure_logging
 from shardflow.embed.report import ReportParams
 from shardflow.workflow.landing import (
     embedding_section,
+    neighbours_section,
     retrieval_section,
     summarisation_section,
     sweep_section,
@@ -17,6 +18,7 @@ log = configure_logging(smk.log[0], "landing", {"sections": smk.params.sections,
 builders = {
     "embedding": lambda ds, files: embedding_section(ds, files, report),
     "retrieval": retrieval_section,
+    "neighbours": neighbours_section,
     "summarisation": summarisation_section,
     "training": lambda ds, files: training_section(ds, files, report),
     "sweep": sweep_section,

@@ -8,6 +8,8 @@ section per stage and data set:
   passed, wall time, throughput (and how many jobs made it at once), GPU-hours and
   estimated cost, peak GPU memory;
 - retrieval evaluation: the headline metrics and query / document counts;
+- neighbours: documents searched, the nearest scores' spread, near-duplicate pairs and
+  groups, and what keeping one a group drops;
 - summarisation: records in and out, truncated inputs, lengths and compression,
   wall time, throughput, GPU-hours and cost, peak GPU memory, and ROUGE with
   intervals when scored;
@@ -173,6 +175,27 @@ def retrieval_section(dataset: str, files: dict) -> Section:
         )
         rows.append(("† beyond the ranking", note))
     return Section(f"Retrieval evaluation: {dataset}", rows)
+
+
+def neighbours_section(dataset: str, files: dict) -> Section:
+    """files: summary (merge_neighbours'), jobs (the chunk jobs' table)."""
+    s = read_json(files["summary"])
+    rows = read_job_table(files["jobs"])
+    devices = sorted({str(r["stats"]["device"]) for r in rows})
+    seconds = sum(float(r["stats"]["seconds"]) for r in rows)
+    out = [("searched", f"{s['documents']:,} documents, the {s['k']} nearest of each among the others (exact, "
+                        f"{s['similarity']}), {seconds:,.1f} s over {len(rows):,} chunk jobs on {', '.join(devices)}")]
+    if s["nearest_score"]:
+        q = s["nearest_score"]
+        out.append(("nearest score", f"median {q['median']:.3f}, 1% of documents below {q['p01']:.3f}, "
+                                     f"1% above {q['p99']:.3f}"))
+    out.append(("near-duplicates", f"{s['near_duplicate_pairs']:,} pairs scoring {s['duplicate_threshold']:g} or "
+                                   f"more, in {s['groups']:,} groups (the largest {s['largest_group']:,}); keeping one "
+                                   f"a group drops {s['documents_to_drop']:,} documents ({s['share_to_drop']:.2%})"))
+    if s["saturated"]:
+        out.append(("groups may be larger", f"{s['saturated']:,} documents have all {s['k']} neighbours at or above "
+                                            "the threshold: a larger neighbours.k finds their other twins"))
+    return Section(f"Neighbours: {dataset}", out)
 
 
 def summarisation_section(dataset: str, files: dict) -> Section:

@@ -412,6 +412,11 @@ def plan_retrieval_chunks(cfg: dict) -> int:
 def datasets(cfg: dict, list_s3: Callable[[str], list[str]] | None = None) -> dict[str, DataSet]:
     """Every data set of this run by name, main corpus first (`list_s3`: corpus_inputs)."""
     rate = cfg["chunking"]["rate_items_per_s"]
+    if "neighbours" in cfg["tasks"] and "embedding" not in cfg["tasks"]:
+        # Its jobs search the embedding task's vectors; every count of that task's jobs
+        # (GPU rules, status, estimate) reads `embedding` in the tasks.
+        raise ValueError(f"tasks {cfg['tasks']}: neighbours searches the embedding task's vectors; list both: "
+                         "tasks: [embedding, neighbours]")
     sources = corpus_inputs(cfg, list_s3)  # listed once: the chunk count is planned over these
     main = DataSet(
         name=cfg["dataset"],
@@ -1096,7 +1101,7 @@ def chunk_jobs(rule: str, ds: DataSet) -> list[Job]:
 
 def _data_set_model_jobs(key: str, ds: DataSet) -> list[Job]:
     """The jobs of data set `ds` that load the model of `key` (rules/embed.smk, verify.smk,
-    retrieval.smk, summarise.smk, train.smk; provenance hashes the models of
+    retrieval.smk, neighbours.smk, summarise.smk, train.smk; provenance hashes the models of
     tasks.models, not the tokenizer)."""
     one = {"dataset": ds.name}
     jobs: list[Job] = []
@@ -1104,6 +1109,8 @@ def _data_set_model_jobs(key: str, ds: DataSet) -> list[Job]:
         jobs += [*chunk_jobs("embed", ds), ("verify", one)]
         if "retrieval" in ds.tasks:  # their outputs name the data set: no wildcard
             jobs += [("embed_queries", {}), ("retrieval_evaluate", {})]
+        if "neighbours" in ds.tasks:  # the model's similarity
+            jobs += chunk_jobs("neighbours", ds)
     elif key in ("summarise.model", "summarise.encoder"):
         jobs += chunk_jobs("summarise", ds)
     elif key == "shards.tokenizer":
@@ -1229,6 +1236,7 @@ def model_verdicts(
 GPU_RULES = {
     "embedding": ("embed",),
     "retrieval": ("embed_queries", "retrieval_evaluate"),
+    "neighbours": ("neighbours",),
     "summarisation": ("summarise",),
     "training": ("train",),
 }
@@ -1301,6 +1309,8 @@ def gpu_rules_on_cpu(
             out[rule] = "gpu_jobs.device cpu"
         elif key == "retrieval_evaluate" and cfg["retrieval"]["backend"] == "faiss":
             out[rule] = "retrieval.backend faiss"  # faiss scores on the CPU
+        elif key == "neighbours" and cfg["neighbours"]["backend"] == "faiss":
+            out[rule] = "neighbours.backend faiss"
         elif gpu_0 and key != "train" and cfg["resources"].get(key, {}).get("gpu", 1) == 0:
             out[rule] = f"resources.{key}.gpu 0"
     return out

@@ -63,6 +63,19 @@ def retrieval(ds: str, cfg: dict, main: str) -> TaskFiles:
     )
 
 
+def neighbours(ds: str, cfg: dict, main: str) -> TaskFiles:
+    """Each document's nearest in its corpus and the near-duplicates (rules/neighbours.smk)."""
+    r = f"results/{ds}/neighbours"
+    found = [f"results/{ds}/neighbours.parquet", f"{r}/near_duplicates.parquet", f"{r}/duplicate_groups.parquet"]
+    return TaskFiles(
+        targets=[f"{r}/summary.json", f"{r}/nearest.png"],
+        outputs=[*found, f"{r}/summary.json"],
+        jobs=[f"{r}/jobs.json"],
+        benchmarks=[f"benchmarks/merge_neighbours/{ds}.tsv"],
+        landing=[("neighbours", ds, {"summary": f"{r}/summary.json", "jobs": f"{r}/jobs.json"})],
+    )
+
+
 def summarisation(ds: str, cfg: dict, main: str) -> TaskFiles:
     """Method `stored` has no chunk jobs: its one scoring job is the task."""
     r = f"results/{ds}"
@@ -116,7 +129,8 @@ def training(ds: str, cfg: dict, main: str) -> TaskFiles:
     )
 
 
-TASKS = {"embedding": embedding, "retrieval": retrieval, "summarisation": summarisation, "training": training}
+TASKS = {"embedding": embedding, "retrieval": retrieval, "neighbours": neighbours, "summarisation": summarisation,
+         "training": training}
 
 
 def task_files(tasks: tuple[str, ...], ds: str, cfg: dict, main: str) -> list[TaskFiles]:
@@ -128,11 +142,11 @@ def task_files(tasks: tuple[str, ...], ds: str, cfg: dict, main: str) -> list[Ta
 
 def models(tasks: tuple[str, ...], cfg: dict) -> dict[str, str]:
     """The models a data set's jobs ran, by role, for provenance to hash: the embedding
-    model (tasks embedding, retrieval), summarisation's generator (method abstractive)
+    model (tasks embedding, retrieval, neighbours: its similarity), summarisation's generator (method abstractive)
     or sentence encoder (extractive). Lead and stored summaries run none, and training
     trains its own (its weights are among the outputs)."""
     out = {}
-    if "embedding" in tasks or "retrieval" in tasks:
+    if {"embedding", "retrieval", "neighbours"} & set(tasks):
         out["embedding"] = cfg["embedding"]["model"]
     if "summarisation" in tasks:
         sm = cfg["summarise"]
