@@ -138,6 +138,7 @@ CHAR_VOCAB = 256
 # The document matrix (embeddings.npy) is read once, at SEARCH_READ_BYTES_PER_S (a
 # network or cold local disk; a file in the page cache reads faster).
 ASSUMED_SEARCH = "assumed, not measured: a finished retrieval_evaluate here measures it (its benchmark)"
+ASSUMED_NEIGHBOURS = "assumed, not measured: a finished neighbours job here measures it (its benchmark)"
 SEARCH_MACS_PER_S = 1e12
 SEARCH_READ_BYTES_PER_S = 1e9
 
@@ -1529,6 +1530,75 @@ def search_row(cfg: dict, name: str, queries: int | None, documents: int, gpus: 
     return row
 
 
+def neighbours_runs(dataset: str) -> Iterator[tuple[str, dict, dict]]:
+    """(stats file, stats, benchmark) of each finished neighbours job here, this data
+    set's first (results/<ds>/neighbours/neighbours_<i>.stats.json, its benchmark); one
+    without them both, or unreadable, is passed over."""
+    folders = sorted(glob.glob(f"{RESULTS}/*/neighbours"), key=lambda f: f.split("/")[1] != dataset)
+    for folder in folders:
+        ds = folder.split("/")[1]
+        for path in sorted(glob.glob(f"{folder}/neighbours_*.stats.json")):
+            chunk = path.rsplit("_", 1)[1].removesuffix(".stats.json")
+            bench = f"benchmarks/neighbours/{ds}/chunk_{chunk}.tsv"
+            try:
+                yield path, read_json(path), read_benchmark(bench)
+            except (OSError, ValueError):
+                continue
+
+
+def neighbours_row(cfg: dict, name: str, per_chunk: tuple[int, ...], documents: int, gpus: int) -> Row:
+    """The neighbours jobs of data set `name` (one a chunk, each holding `gpus`): a chunk's
+    exact search is its records x the corpus's documents x dim multiply-adds, at the rate
+    a finished neighbours job here measured (its whole benchmark), else, on a GPU, at
+    SEARCH_MACS_PER_S plus each job's read of the corpus's matrix, as search_row."""
+    row = Row(name, "neighbours", len(per_chunk), unit="multiply-adds", gpus=gpus)
+    dim, how = embed_dim(cfg, None)
+    if dim is None:
+        row.notes.append(f"not estimated: {how}")
+        return row
+    work = [n * documents * dim for n in per_chunk]
+    row.work = sum(work)
+    row.notes.append(f"exact search: each chunk's records x {documents:,} documents x {how}")
+    rows = documents * cfg["neighbours"]["k"]
+    table = f"{RESULTS}/{name}/neighbours.parquet"
+    if os.path.isfile(table):  # its Parquet bytes a row: the ids' lengths are the corpus's
+        import pyarrow.parquet as pq
+
+        written = pq.ParquetFile(table).metadata.num_rows
+        if written:
+            row.disk = round(2 * rows * os.path.getsize(table) / written)
+            row.disk_source = f"documents x neighbours.k rows at the bytes a row of {table}, chunk tables and merged copy"
+    want = "cpu" if cfg["neighbours"]["backend"] == "faiss" or not gpus else "cuda"
+    elsewhere = []
+    for path, stats, bench in neighbours_runs(name):
+        done = int(stats.get("items") or 0) * int(stats.get("documents") or 0) * dim
+        if done <= 0 or not isinstance(bench.get("s"), float) or bench["s"] <= 0:
+            continue
+        per_s = done / bench["s"]
+        if device_kind(stats.get("device")) != want:
+            elsewhere.append(f"{path} {readable(per_s)}/s on {stats.get('device')}")
+            continue
+        row.rate = Rate(per_s, f"measured by {path} (the whole job's benchmark: {stats['items']:,} records x "
+                               f"{stats['documents']:,} documents; loading included, so a small run's rate is low)",
+                        True, str(stats.get("device")))
+        break
+    if elsewhere:
+        row.notes.append(f"passed over, measured on another kind of device: {_listed(elsewhere)}")
+    if row.rate is None and want == "cuda":
+        width = DTYPE_BYTES[cfg["embedding"]["output_dtype"]]
+        read_s = documents * dim * width / SEARCH_READ_BYTES_PER_S
+        row.rate = Rate(SEARCH_MACS_PER_S, f"{ASSUMED_NEIGHBOURS} "
+                                           f"({SEARCH_MACS_PER_S:.0e} multiply-adds/s on a GPU, plus "
+                                           f"{duration(read_s)} a job reading the {_size(documents * dim * width)} "
+                                           "matrix)", False, overhead_s=read_s)
+    if row.rate is None:
+        row.notes.append("not estimated: the search runs on the CPU, whose rate no earlier neighbours job here "
+                         "measured")
+        return row
+    row.seconds = [w / row.rate.per_s + row.rate.overhead_s for w in work]
+    return row
+
+
 LOCAL_CPU = "gpu_jobs.device auto on this host, which has no GPU: a local run runs it on the CPU (--gpus N: a GPU run)"
 
 
@@ -1617,6 +1687,10 @@ def estimate(
             gpus = 0 if "retrieval_evaluate" in on_cpu else plan.job_gpus(cfg, "retrieval_evaluate")
             out.rows.append(search_row(cfg, ds.name, queries[0], out.records[ds.name].records, gpus))
             out.rows[-1].done = _jobs_done(cfg, "retrieval_evaluate", {"RETRIEVAL": ds.name})
+        if "neighbours" in ds.tasks:
+            gpus = 0 if "neighbours" in on_cpu else plan.job_gpus(cfg, "neighbours")
+            out.rows.append(neighbours_row(cfg, ds.name, per_chunk, out.records[ds.name].records, gpus))
+            out.rows[-1].done = _jobs_done(cfg, "neighbours", {"dataset": ds.name}, len(per_chunk))
         if "summarise" in stages:
             out.rows.append(summarise_row(cfg, ds.name, per_chunk, "summarise" not in on_cpu, length=lengths[ds.name]))
             out.rows[-1].done = _jobs_done(cfg, "summarise", {"dataset": ds.name}, len(per_chunk))

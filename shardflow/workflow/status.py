@@ -152,6 +152,7 @@ STATES = (DONE, RUNNING, STALLED, FAILED_STATE, RETRYING, WAITING)
 STAGE_RULES = {
     "embed": ("embed", "stats"),
     "summarise": ("summarise", "stats"),
+    "neighbours": ("neighbours", "stats"),
     "train": ("train", "metrics"),
     "embed_queries": ("embed_queries", "stats"),
     "retrieval_evaluate": ("retrieval_evaluate", "metrics"),
@@ -1481,6 +1482,9 @@ def status(
                 deleted = deleted_temp(cfg, STAGE_RULES[name][0], {"dataset": ds.name})
                 stage = chunk_stage(ds, name, gpus, resume, per_chunk, deleted)
             built.append(stage)
+        if "neighbours" in ds.tasks:  # after its corpus's embed jobs, a search a chunk
+            gpus = 0 if "neighbours" in on_cpu else plan.job_gpus(cfg, "neighbours")
+            built.append(chunk_stage(ds, "neighbours", gpus, resume, per_chunk))
         if "retrieval" in ds.tasks:  # after its corpus's embed jobs
             built += retrieval_stages(cfg, ds, on_cpu, resume)
         for stage in built:
