@@ -175,9 +175,10 @@ def beir_folder(folder, corpus_file):
 
 def every_task_config(path, corpus: str, beir: str):
     config = {
-        "dataset": "every", "tasks": ["summarisation", "training"], "n_chunks": 1,
+        "dataset": "every", "tasks": ["embedding", "neighbours", "summarisation", "training"], "n_chunks": 1,
         "input": {"path": corpus}, "retrieval": {"path": beir, "name": "beir", "n_chunks": 1},
-        "resources": {"embed": {"threads": 1, "mem_mb": 1000}, "embed_queries": {"threads": 1}},
+        "resources": {"embed": {"threads": 1, "mem_mb": 1000}, "embed_queries": {"threads": 1},
+                      "neighbours": {"threads": 1}},
         "shards": {"tokens_per_shard": 4000}, "train": EVERY_TASK_TRAIN,
         # ROUGE against the document itself: what matters here is that the evaluation
         # reads the corpus (through storage) and the split's rejects in a pod
@@ -192,7 +193,8 @@ def every_task_config(path, corpus: str, beir: str):
 def test_every_task_and_a_sweep_run_on_eks_and_record_what_a_local_run_records(
     api, s3, s3_prefix, s3_corpus, corpus_file, tmp_path, sm
 ):
-    """The default target (all: lead summaries scored with ROUGE, shards and a GPT, the
+    """The default target (all: the corpus embedded and its neighbours and near-duplicates,
+    lead summaries scored with ROUGE, shards and a GPT, the
     retrieval evaluation of a BEIR folder in the bucket with its corpus embedded, a
     sweep's table, the landing page, provenance) through the eks profile, each job in a
     pod of its own, and the same config run locally. A pod gets only the files its job
@@ -241,7 +243,7 @@ def test_every_task_and_a_sweep_run_on_eks_and_record_what_a_local_run_records(
                      and key.endswith((".json", ".jsonl", ".rst")) and b".snakemake/storage" in body]
     assert named_by_copy == []  # shardflow.core.s3.logical_path
     landing = objects[f"{s3_prefix}/results/report.rst"].decode()
-    assert all(f"{title}: every" in landing for title in ("Summarisation", "Training"))
+    assert all(f"{title}: every" in landing for title in ("Summarisation", "Training", "Neighbours"))
     assert "Retrieval evaluation: beir" in landing
     assert f"{s3_prefix}/results/sweeps/lr/lr=0.003/seed=0/train/hf/model.safetensors" in objects
     assert f"{s3_prefix}/results/sweeps/lr/summary.parquet" in objects
@@ -258,8 +260,8 @@ def test_every_task_and_a_sweep_run_on_eks_and_record_what_a_local_run_records(
     rules = {target.split(":")[0] for target in specs_by_target(api)}
     assert {"split_every", "split_beir", "embed", "embed_queries", "summarise", "evaluate_summaries",
             "train_tokenizer", "tokenize", "gather_shards", "train", "sweep_train", "retrieval_evaluate",
-            "landing", "provenance"} <= rules, rules
-    gpu_rules = {"embed", "embed_queries", "train", "sweep_train", "retrieval_evaluate"}
+            "neighbours", "merge_neighbours", "landing", "provenance"} <= rules, rules
+    gpu_rules = {"embed", "embed_queries", "train", "sweep_train", "retrieval_evaluate", "neighbours"}
     check_job_specs(api, s3, gpu_rules=gpu_rules, memory={"embed": "1000M"})
     embed = specs_by_target(api)["embed:dataset=beir,chunk=0"][0]
     assert embed["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "950m"  # 1 x 0.95

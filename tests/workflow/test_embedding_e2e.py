@@ -1,9 +1,12 @@
 """The real workflow end to end on a small corpus, as a subprocess: split into 3 chunks,
 embed, merge, verify, report; compared row by row with SentenceTransformer.encode. The
-run holds an embed sweep of one point (another token budget), measured against it."""
+run holds an embed sweep of one point (another token budget), measured against it, and
+the neighbours task (each document's nearest, the near-duplicates), checked against a
+search by numpy."""
 
 import json
 import os
+import re
 
 import numpy as np
 import pandas as pd
@@ -11,7 +14,14 @@ import pytest
 import yaml
 
 from shardflow.core.models import bundled_model_path
-from tests.helpers import assert_no_secrets, job_counts, sha256, snakemake, write_config
+from tests.helpers import (
+    assert_no_secrets,
+    assert_status_reads_the_planned_files,
+    job_counts,
+    sha256,
+    snakemake,
+    write_config,
+)
 
 pytestmark = pytest.mark.workflow
 
@@ -20,7 +30,10 @@ def _config(workdir, corpus, **extra):
     return write_config(
         workdir / "config.yaml",
         dataset="e2e",
+        tasks=["embedding", "neighbours"],
         n_chunks=3,
+        # 0.55: the 90 docstrings' nearest pairs score up to 0.67; a handful of pairs
+        neighbours={"k": 4, "duplicate_threshold": 0.55},
         input={"path": str(corpus)},
         embedding={"window": 16, "token_budget": 2048},
         report={"map_points": 50},
@@ -73,12 +86,74 @@ def test_report_outputs_and_summary(run):
     provenance = json.loads((workdir / "results/e2e/provenance.json").read_text())
     assert provenance["outputs"]["results/e2e/embeddings.npy"] == sha256(workdir / "results/e2e/embeddings.npy")
     assert provenance["models"] == {"embedding": provenance["model"]} and provenance["model"]["sha256"]
-    # What the embed jobs ran with, recorded as they wrote their rows: one checkout, one model.
+    # What the embed and neighbours jobs ran with, recorded as they wrote their rows: one
+    # checkout, one model.
     made = provenance["jobs_made_with"]
-    assert made["jobs"] == 3 and made["models"] == {"embedding": [provenance["model"]]} and len(made["git"]) == 1
+    assert made["jobs"] == 6 and made["models"] == {"embedding": [provenance["model"]]} and len(made["git"]) == 1
     assert made["devices"] == [["cpu", None]] and provenance["warnings"] == []
     log = (workdir / "logs/embed/e2e/chunk_0.log").read_text()
     assert "params=" in log.splitlines()[0] and "torch" in log.splitlines()[0]
+
+
+def test_neighbours_are_each_documents_exact_nearest_and_the_near_duplicates_their_pairs(run):
+    """Checked against numpy on the merged embeddings: each document's 4 nearest by cosine
+    (itself left out, ties to the earlier row), read from the three chunk jobs' tables;
+    the near-duplicate pairs at 0.55, each once; single-linkage groups keeping their first
+    member; the summary and the landing page's section; and make status's view of the jobs."""
+    workdir, _, records, _ = run
+    r = workdir / "results/e2e"
+    emb = np.load(r / "embeddings.npy").astype(np.float64)
+    unit = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    scores = unit @ unit.T
+    np.fill_diagonal(scores, -np.inf)
+    order = np.lexsort((np.broadcast_to(np.arange(len(emb)), scores.shape), -scores), axis=1)[:, :4]
+    table = pd.read_parquet(r / "neighbours.parquet")
+    assert len(table) == 4 * len(records) and table["row"].tolist() == [i for i in range(len(records)) for _ in range(4)]
+    got = table["neighbour_row"].to_numpy().reshape(-1, 4)
+    # float32 products against float64 here: rows whose 4th and 5th scores all but tie may differ
+    close = np.sort(scores, axis=1)[:, ::-1]
+    clear = np.abs(close[:, 3] - close[:, 4]) > 1e-5
+    assert clear.sum() > len(records) * 0.9 and (got[clear] == order[clear]).all()
+    np.testing.assert_allclose(table["score"].to_numpy().reshape(-1, 4), np.take_along_axis(scores, got, 1), atol=1e-5)
+    ids = [rec["id"] for rec in records]
+    assert table["id"].tolist()[::4] == ids and table["neighbour"].tolist() == [ids[i] for i in got.ravel()]
+
+    listed = {(min(a, b), max(a, b)) for a in range(len(emb)) for b in got[a] if scores[a, b] >= 0.55}
+    pairs = pd.read_parquet(r / "neighbours/near_duplicates.parquet")
+    assert listed and set(zip(pairs["row"], pairs["neighbour_row"], strict=True)) == listed
+    groups = pd.read_parquet(r / "neighbours/duplicate_groups.parquet")
+    assert sorted(groups["row"]) == sorted({x for p in listed for x in p})
+    first = groups.groupby("group")["row"].min()
+    assert groups["keep"].sum() == len(first) and (groups[groups["keep"]]["row"].to_numpy() == sorted(first)).all()
+    summary = json.loads((r / "neighbours/summary.json").read_text())
+    assert (summary["near_duplicate_pairs"], summary["groups"]) == (len(listed), len(first))
+    assert summary["documents_to_drop"] == len(groups) - len(first) and summary["similarity"] == "cosine"
+    landing = (workdir / "results/report.rst").read_text()
+    assert "Neighbours: e2e" in landing and f"{len(listed)} pairs scoring 0.55 or more" in landing
+    from shardflow.workflow.status import rule_files
+
+    for chunk in range(3):  # make status finds each job's files where the rule writes them
+        outputs, _, bench = rule_files("neighbours").of({"dataset": "e2e", "chunk": str(chunk)})
+        assert all((workdir / f).is_file() for f in (*outputs.values(), bench)), outputs
+
+
+@pytest.mark.dryrun
+def test_dry_run_lists_every_neighbours_job_before_any_data(tmp_path):
+    """A neighbours job a chunk and their merge, planned before any data exists, each on a
+    GPU; with backend faiss (which scores on the CPU) they ask for none."""
+    cfg = write_config(tmp_path / "c.yaml", tasks=["embedding", "neighbours"], n_chunks=7)
+    out = snakemake(tmp_path, "-n", "--cores", "8", "--configfile", str(cfg)).stdout
+    counts = job_counts(out)
+    assert counts["neighbours"] == counts["embed"] == 7 and counts["merge_neighbours"] == 1, out[-3000:]
+    assert assert_status_reads_the_planned_files(out, "neighbours") == 7  # make status's view of the jobs
+    blocks = re.findall(r"^rule neighbours:\n((?:    .*\n)+)", out, flags=re.M)
+    assert len(blocks) == 7 and all("gpu=1" in b for b in blocks), blocks[0]
+    faiss = write_config(tmp_path / "f.yaml", tasks=["embedding", "neighbours"], n_chunks=2,
+                         neighbours={"backend": "faiss"})
+    out = snakemake(tmp_path, "-n", "--cores", "8", "--configfile", str(faiss)).stdout
+    blocks = re.findall(r"^rule neighbours:\n((?:    .*\n)+)", out, flags=re.M)
+    assert len(blocks) == 2 and not any("gpu=" in b for b in blocks), blocks[0]
+    assert not (tmp_path / "results").exists()
 
 
 def test_html_report_builds(run):

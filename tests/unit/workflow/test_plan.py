@@ -1892,3 +1892,23 @@ def test_a_data_set_of_many_chunks_is_warned_of_naming_the_key_that_makes_fewer(
     assert "Fewer, larger chunks: set n_chunks lower or to auto" in many_chunks({**cfg, "n_chunks": 5000}, many)
     retrieval = replace(many, role="retrieval")
     assert "set retrieval.n_chunks lower or to auto" in many_chunks({**cfg, "n_chunks": 5000}, retrieval)
+
+
+def test_neighbours_without_the_embedding_task_is_one_error_saying_to_list_both(config):
+    """Its jobs search the embedding task's vectors, whose jobs every count of the run's
+    GPU rules, status and estimate reads from `embedding` in the tasks: alone, the parse
+    stops, saying what to write."""
+    config["tasks"] = ["neighbours"]
+    with pytest.raises(ValueError, match=r"neighbours searches the embedding task's vectors; list both: tasks: "
+                                         r"\[embedding, neighbours\]"):
+        plan.datasets(config)
+    config["tasks"] = ["embedding", "neighbours"]
+    main = plan.datasets(config)[config["dataset"]]
+    assert main.tasks == ("embedding", "neighbours")
+    gpu = plan.run_gpu_rules(config, [main])
+    assert gpu == ["embed", "neighbours"] and plan.gpu_rules_on_cpu(config, [main]) == {}
+    config["neighbours"]["backend"] = "faiss"  # scores on the CPU: its jobs ask for no GPU
+    assert plan.gpu_rules_on_cpu(config, [main]) == {"neighbours": "neighbours.backend faiss"}
+    jobs = plan.model_jobs(config, [main])[("embedding.model", config["embedding"]["model"])]
+    assert [("neighbours", {"dataset": main.name, "chunk": i}) for i in range(main.n_chunks)] == [
+        j for j in jobs if j[0] == "neighbours"]  # the model's similarity: a parse-time check looks for it
