@@ -547,6 +547,87 @@ def test_the_retrieval_search_is_queries_x_documents_x_dim_at_an_assumed_or_meas
     assert faiss.rate.measured and faiss.rate.per_s == pytest.approx(10 * 1000 * 384 / 4.0)  # the CPU-scored run
 
 
+def neighbours_run(dataset: str, device: str, seconds: float, chunk: int = 0, items: int = 10) -> None:
+    """A finished neighbours job of `dataset`: its stats (`items` records against 1,000
+    documents, as chunk_neighbours records them) and its benchmark (`seconds`)."""
+    os.makedirs(f"results/{dataset}/neighbours", exist_ok=True)
+    stats = {"items": items, "documents": 1000, "k": 10, "similarity": "cosine", "backend": "torch",
+             "device": device, "seconds": seconds / 2, "chunk": chunk, "made_with": {"device": device}}
+    with open(f"results/{dataset}/neighbours/neighbours_{chunk}.stats.json", "w") as fh:
+        json.dump(stats, fh)
+    os.makedirs(f"benchmarks/neighbours/{dataset}", exist_ok=True)
+    with open(f"benchmarks/neighbours/{dataset}/chunk_{chunk}.tsv", "w") as fh:
+        fh.write(f"s\th:m:s\n{seconds}\t0:00:0{seconds:.0f}\n")
+
+
+NEIGHBOURS = {"tasks": ["embedding", "neighbours"]}
+
+
+def test_the_neighbours_search_is_each_chunks_records_x_documents_x_dim_at_an_assumed_or_measured_rate(tmp_path):
+    """A neighbours job searches its chunk's records against the whole corpus: records x
+    documents x dim multiply-adds, at the rate a finished neighbours job here measured on
+    the kind of device the job will use (its whole benchmark), else on a GPU at
+    SEARCH_MACS_PER_S plus each job's read of the matrix; on the CPU, not estimated."""
+    corpus()
+    cfg = config(tmp_path, **NEIGHBOURS)
+    result = run(cfg)
+    search = row(result, "neighbours")
+    assert (search.jobs, search.gpus, search.unit) == (2, 1, "multiply-adds")
+    assert search.work == 100 * 100 * 384  # two chunks of 50 records, the model's width
+    reading = 100 * 384 * 4 / est.SEARCH_READ_BYTES_PER_S  # float32 embeddings.npy, read by each job
+    assert search.seconds == pytest.approx([50 * 100 * 384 / est.SEARCH_MACS_PER_S + reading] * 2)
+    assert not search.rate.measured and search.rate.source.startswith(est.ASSUMED_NEIGHBOURS)
+    assert search.done == [False, False] and "neighbours ds" in result.assumed()
+    outputs_of("neighbours", dataset="ds", chunk=1)
+    assert row(run(cfg), "neighbours").done == [False, True]  # as make status counts a job done
+    neighbours_run("ds", "cpu", 4.0)  # this data set's, measured on the CPU: no rate for a GPU job
+    neighbours_run("old", "cuda:1", 2.0)
+    search = row(run(cfg), "neighbours")
+    assert search.rate.measured and search.rate.per_s == pytest.approx(10 * 1000 * 384 / 2.0)
+    assert search.rate.device == "cuda:1" and "results/old/neighbours/neighbours_0.stats.json" in search.rate.source
+    assert search.seconds == pytest.approx([50 * 100 * 384 / search.rate.per_s] * 2)
+    assert any(n.startswith("passed over, measured on another kind of device: results/ds/neighbours/neighbours_0")
+               and n.endswith("on cpu") for n in search.notes)
+    # faiss searches on the CPU: its jobs hold no GPU, and the CPU-measured run is their rate.
+    faiss = row(run(config(tmp_path, **NEIGHBOURS, neighbours={"backend": "faiss"})), "neighbours")
+    assert faiss.gpus == 0 and faiss.gpu_hours == 0
+    assert faiss.rate.measured and faiss.rate.per_s == pytest.approx(10 * 1000 * 384 / 4.0)
+    assert not any("passed over" in n for n in faiss.notes)  # this data set's run came first
+    # On the CPU with no CPU run measured: no assumed rate (a CPU's varies too much).
+    shutil.rmtree("results/ds/neighbours")
+    on_cpu = run(config(tmp_path, **NEIGHBOURS, gpu_jobs={"device": "cpu"}))
+    search = row(on_cpu, "neighbours")
+    assert search.gpus == 0 and search.rate is None and search.seconds is None
+    assert any(n.startswith("not estimated: the search runs on the CPU") for n in search.notes)
+    assert search.work == 100 * 100 * 384 and "neighbours ds" not in on_cpu.missing()  # no GPU-hours to miss
+
+
+def neighbours_table(rows: int) -> None:
+    """A finished merge_neighbours' table of `rows` rows, as chunk_neighbours writes them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from shardflow.retrieval.neighbours import TABLE_SCHEMA
+
+    columns = [[f"doc-{r}" for r in range(rows)], [1] * rows, ["doc-0"] * rows, [0.5] * rows, list(range(rows)),
+               [0] * rows]
+    pq.write_table(pa.Table.from_arrays([pa.array(c) for c in columns], schema=TABLE_SCHEMA),
+                   "results/ds/neighbours.parquet")
+
+
+def test_the_neighbours_disk_is_a_finished_tables_bytes_a_row(tmp_path):
+    """Documents x neighbours.k rows, at the bytes a row of a finished neighbours.parquet,
+    twice (the chunks' tables and the merged copy); not estimated before one exists."""
+    corpus()
+    assert row(run(config(tmp_path, **NEIGHBOURS)), "neighbours").disk is None
+    os.makedirs("results/ds")
+    neighbours_table(40)
+    per_row = os.path.getsize("results/ds/neighbours.parquet") / 40
+    search = row(run(config(tmp_path, **NEIGHBOURS, neighbours={"k": 3})), "neighbours")
+    assert search.disk == round(2 * 100 * 3 * per_row)
+    assert "documents x neighbours.k rows at the bytes a row of results/ds/neighbours.parquet" in search.disk_source
+
+
 @pytest.mark.dryrun
 def test_a_retrieval_sweep_counts_each_embedding_set_once_as_the_dry_run_lists_its_jobs(tmp_path):
     """A retrieval sweep embeds once per distinct embedding settings (shardflow.sweep.shared):
