@@ -1559,7 +1559,7 @@ def neighbours_row(cfg: dict, name: str, per_chunk: tuple[int, ...], documents: 
     work = [n * documents * dim for n in per_chunk]
     row.work = sum(work)
     row.notes.append(f"exact search: each chunk's records x {documents:,} documents x {how}")
-    rows = documents * cfg["neighbours"]["k"]
+    rows = documents * min(cfg["neighbours"]["k"], max(documents - 1, 0))  # a document lists only the others
     table = f"{RESULTS}/{name}/neighbours.parquet"
     if os.path.isfile(table):  # its Parquet bytes a row: the ids' lengths are the corpus's
         import pyarrow.parquet as pq

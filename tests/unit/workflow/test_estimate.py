@@ -616,8 +616,9 @@ def neighbours_table(rows: int) -> None:
 
 
 def test_the_neighbours_disk_is_a_finished_tables_bytes_a_row(tmp_path):
-    """Documents x neighbours.k rows, at the bytes a row of a finished neighbours.parquet,
-    twice (the chunks' tables and the merged copy); not estimated before one exists."""
+    """Documents x neighbours.k rows (k at most the other documents), at the bytes a row
+    of a finished neighbours.parquet, twice (the chunks' tables and the merged copy); not
+    estimated before one exists."""
     corpus()
     assert row(run(config(tmp_path, **NEIGHBOURS)), "neighbours").disk is None
     os.makedirs("results/ds")
@@ -626,6 +627,10 @@ def test_the_neighbours_disk_is_a_finished_tables_bytes_a_row(tmp_path):
     search = row(run(config(tmp_path, **NEIGHBOURS, neighbours={"k": 3})), "neighbours")
     assert search.disk == round(2 * 100 * 3 * per_row)
     assert "documents x neighbours.k rows at the bytes a row of results/ds/neighbours.parquet" in search.disk_source
+    # A document lists at most the corpus less itself (chunk_neighbours): a k past it
+    # writes no more rows.
+    wide = row(run(config(tmp_path, **NEIGHBOURS, neighbours={"k": 500})), "neighbours")
+    assert wide.disk == round(2 * 100 * 99 * per_row)
 
 
 @pytest.mark.dryrun
