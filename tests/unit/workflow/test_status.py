@@ -1695,6 +1695,42 @@ def test_a_retrieval_runs_one_job_stages_hold_the_gpus_their_resources_give_them
     )
 
 
+def neighbours_searched(chunk: int) -> None:
+    """A finished neighbours job of data set ds, as scripts/neighbours.py writes it: its
+    table, its stats (100 records against the corpus's 600 in 3 s on cuda:0), its log
+    and its benchmark (5 s)."""
+    outputs, log, bench = st.rule_files("neighbours").of({"dataset": "ds", "chunk": chunk})
+    Path(outputs["table"]).parent.mkdir(parents=True, exist_ok=True)
+    Path(outputs["table"]).write_bytes(b"x")
+    write_json(outputs["stats"], {"items": ITEMS, "documents": CHUNKS * ITEMS, "k": 10, "similarity": "cosine",
+                                  "backend": "torch", "device": "cuda:0", "seconds": 3.0, "chunk": chunk})
+    Path(bench).parent.mkdir(parents=True, exist_ok=True)
+    Path(bench).write_text("s\th:m:s\tmax_rss\n5.0\t0:00:05\t100\n")
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    Path(log).write_text("... INFO neighbours: done\n")
+
+
+def test_the_neighbours_task_is_a_chunk_stage_after_the_embed_jobs(tmp_path, now):
+    """tasks [embedding, neighbours]: a neighbours job a chunk, each a GPU job a user
+    waits on, done once its table and stats exist (counting the records its stats say
+    it searched), waiting before; under neighbours.backend faiss, which searches on the
+    CPU, its jobs hold no GPU (plan.gpu_rules_on_cpu)."""
+    faiss = config(tmp_path, tasks=["embedding", "neighbours"], neighbours={"backend": "faiss"})
+    cfg = config(tmp_path, tasks=["embedding", "neighbours"])
+    split_manifest()
+    assert stage_of(st.status(faiss, 1, "--gpus", now=now), "neighbours ds").gpus == 0
+    result = st.status(cfg, 1, "--gpus", now=now)
+    assert [s.label for s in result.stages] == ["embed ds", "neighbours ds"]
+    search = stage_of(result, "neighbours ds")
+    assert search.gpus == 1 and [j.state for j in search.jobs] == ["waiting"] * CHUNKS
+    assert (search.records_done, search.records_total) == (0, CHUNKS * ITEMS)
+    neighbours_searched(0)
+    search = stage_of(st.status(cfg, 1, "--gpus", now=now), "neighbours ds")
+    assert [j.state for j in search.jobs] == ["done"] + ["waiting"] * (CHUNKS - 1)
+    assert search.jobs[0].records_done == ITEMS and search.records_done == ITEMS
+    assert search.gpu_hours == pytest.approx(5 / 3600)  # its benchmark's seconds on its one GPU
+
+
 def test_a_model_changed_in_place_since_done_jobs_ran_is_named(tmp_path, now):
     """Done embed jobs whose recorded model hash is not the model's now: their outputs
     are the former model's, and Snakemake reruns none of them for it. Status counts them
