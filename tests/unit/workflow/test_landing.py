@@ -700,3 +700,54 @@ def test_the_training_gpu_hours_are_those_make_status_and_a_sweep_count(tmp_path
     assert dict(training_section("tr", files, report).rows)["GPU-hours and cost"] == (
         f"{want:.4f} GPU-h, {3.0 * want:.2f} EUR"
     )
+
+
+def neighbours_files(tmp_path, ids: list[str], rows: list[tuple], threshold: float, k: int = 1) -> dict:
+    """A neighbours run's summary and job table, as merge_neighbours writes them, from one
+    chunk job's table `rows` (id, rank, neighbour, score, row, neighbour row) over `ids`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from shardflow.core.atomic import write_json
+    from shardflow.core.columns import write_ids_parquet
+    from shardflow.core.jobs import write_job_table
+    from shardflow.retrieval.neighbours import TABLE_SCHEMA, NeighbourParams, merge_neighbours
+
+    columns = list(zip(*rows, strict=True)) or [[] for _ in TABLE_SCHEMA]
+    pq.write_table(pa.Table.from_arrays([pa.array(c) for c in columns], schema=TABLE_SCHEMA), tmp_path / "c0.parquet")
+    write_ids_parquet(tmp_path / "ids.parquet", ids)
+    stats = {"items": len(ids), "documents": len(ids), "k": min(k, len(ids) - 1), "similarity": "cosine",
+             "backend": "torch", "device": "cpu", "seconds": 0.25, "chunk": 0}
+    write_json(tmp_path / "c0.stats.json", stats)
+    (tmp_path / "c0.tsv").write_text("s\th:m:s\tmax_rss\n1.0\t0:00:01\t100\n")
+    files = {"summary": tmp_path / "summary.json", "jobs": tmp_path / "jobs.json"}
+    write_job_table(files["jobs"], [str(tmp_path / "c0.stats.json")], [str(tmp_path / "c0.tsv")])
+    outputs = {name: str(tmp_path / f"{name}.out") for name in ("table", "pairs", "groups", "figure")}
+    merge_neighbours([str(tmp_path / "c0.parquet")], str(tmp_path / "ids.parquet"),
+                     NeighbourParams(k=k, duplicate_threshold=threshold), {**outputs, "summary": str(files["summary"])})
+    return files
+
+
+def test_the_neighbours_section_says_what_was_searched_the_nearest_scores_and_the_near_duplicates(tmp_path):
+    """a and b are twins, each the other's one neighbour (k 1) at 0.99: a pair, one group,
+    one document to drop; both have all their neighbours at or above the threshold while
+    others were left unlisted, so their group may be larger (`saturated`): that row is
+    there only then."""
+    from shardflow.workflow.landing import neighbours_section, page_problem
+
+    ids = ["a", "b", "c", "d"]
+    rows = [("a", 1, "b", 0.99, 0, 1), ("b", 1, "a", 0.99, 1, 0), ("c", 1, "a", 0.5, 2, 0), ("d", 1, "c", 0.3, 3, 2)]
+    section = neighbours_section("ds", neighbours_files(tmp_path, ids, rows, 0.9))
+    assert section.title == "Neighbours: ds"
+    got = dict(section.rows)
+    assert list(got) == ["searched", "nearest score", "near-duplicates", "groups may be larger"]
+    assert got["searched"] == "4 documents, the 1 nearest of each among the others (exact, cosine), 0.2 s over 1 chunk " \
+                              "jobs on cpu"
+    assert got["nearest score"].startswith("median 0.745, 1% of documents below 0.306, 1% above 0.99")
+    assert got["near-duplicates"] == ("1 pairs scoring 0.9 or more, in 1 groups (the largest 2); keeping one a group "
+                                      "drops 1 documents (25.00%)")
+    assert got["groups may be larger"].startswith("2 documents have all 1 neighbours at or above the threshold")
+    assert page_problem(render([section])) is None
+    apart = dict(neighbours_section("ds", neighbours_files(tmp_path, ids, rows, 0.999)).rows)
+    assert "groups may be larger" not in apart and apart["near-duplicates"].startswith("0 pairs scoring 0.999")
+
