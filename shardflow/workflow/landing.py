@@ -183,7 +183,9 @@ def neighbours_section(dataset: str, files: dict) -> Section:
     rows = read_job_table(files["jobs"])
     devices = sorted({str(r["stats"]["device"]) for r in rows})
     seconds = sum(float(r["stats"]["seconds"]) for r in rows)
-    out = [("searched", f"{s['documents']:,} documents, the {s['k']} nearest of each among the others (exact, "
+    listed = min(s["k"], s["documents"] - 1)  # a document lists only the others (chunk_neighbours)
+    what = f"the {listed} nearest of each among the others" if listed > 0 else "none other to search among"
+    out = [("searched", f"{s['documents']:,} document{'s' if s['documents'] != 1 else ''}, {what} (exact, "
                         f"{s['similarity']}), {seconds:,.1f} s over {len(rows):,} chunk jobs on {', '.join(devices)}")]
     if s["nearest_score"]:
         q = s["nearest_score"]

@@ -751,3 +751,22 @@ def test_the_neighbours_section_says_what_was_searched_the_nearest_scores_and_th
     apart = dict(neighbours_section("ds", neighbours_files(tmp_path, ids, rows, 0.999)).rows)
     assert "groups may be larger" not in apart and apart["near-duplicates"].startswith("0 pairs scoring 0.999")
 
+
+def test_the_neighbours_section_of_a_one_document_corpus_has_no_nearest_score(tmp_path):
+    """One document has no other to be near: its summary's nearest_score is None, and the
+    section says so rather than the k nearest of each (which it said, as it said k for a
+    corpus of k documents or fewer)."""
+    from shardflow.workflow.landing import neighbours_section, page_problem
+
+    section = neighbours_section("one", neighbours_files(tmp_path, ["a"], [], 0.9, k=3))
+    got = dict(section.rows)
+    assert list(got) == ["searched", "near-duplicates"]
+    assert got["searched"].startswith("1 document, none other to search among (exact, cosine)")
+    assert got["near-duplicates"].startswith("0 pairs scoring 0.9 or more, in 0 groups")
+    assert page_problem(render([section])) is None
+    # A k past the corpus less one lists every other document: that many, not k.
+    three = ["x", "y", "z"]
+    rows = [(a, rank, b, 0.5, three.index(a), three.index(b))
+            for a in three for rank, b in enumerate((o for o in three if o != a), 1)]
+    searched = dict(neighbours_section("three", neighbours_files(tmp_path, three, rows, 0.9, k=10)).rows)
+    assert searched["searched"].startswith("3 documents, the 2 nearest of each among the others (exact, cosine)")
