@@ -138,7 +138,7 @@ CHAR_VOCAB = 256
 # The document matrix (embeddings.npy) is read once, at SEARCH_READ_BYTES_PER_S (a
 # network or cold local disk; a file in the page cache reads faster).
 ASSUMED_SEARCH = "assumed, not measured: a finished retrieval_evaluate here measures it (its benchmark)"
-ASSUMED_NEIGHBOURS = "assumed, not measured: a finished neighbours job here measures it (its benchmark)"
+ASSUMED_NEIGHBOURS = "assumed, not measured: a finished neighbours job here measures it (its record and benchmark)"
 SEARCH_MACS_PER_S = 1e12
 SEARCH_READ_BYTES_PER_S = 1e9
 
@@ -791,8 +791,9 @@ def finish(row: Row, n_gpus: int, price: float) -> Row:
 
 
 # The stages with a job per chunk: more chunks would keep more GPUs busy (a stage of one
-# job, as the query embedding or the search, has no such remedy).
-CHUNK_STAGES = ("embed", "summarise")
+# job, as the query embedding or the search, has no such remedy). neighbours searches a
+# chunk's records a job (the data set's n_chunks), each job reading the whole matrix.
+CHUNK_STAGES = ("embed", "summarise", "neighbours")
 # The rule of a sweep stage's chunk jobs (rules/sweep.smk): a point and seed of an embed
 # or summarise sweep runs the main data set's chunks as jobs of its own.
 SWEEP_CHUNK_RULES = {"embed": "sweep_embed_chunk", "summarise": "sweep_summarise"}
@@ -1549,8 +1550,9 @@ def neighbours_runs(dataset: str) -> Iterator[tuple[str, dict, dict]]:
 def neighbours_row(cfg: dict, name: str, per_chunk: tuple[int, ...], documents: int, gpus: int) -> Row:
     """The neighbours jobs of data set `name` (one a chunk, each holding `gpus`): a chunk's
     exact search is its records x the corpus's documents x dim multiply-adds, at the rate
-    a finished neighbours job here measured (its whole benchmark), else, on a GPU, at
-    SEARCH_MACS_PER_S plus each job's read of the corpus's matrix, as search_row."""
+    a finished neighbours job here measured (its search's seconds; the rest of its
+    benchmark, start-up and reading, once a job), else, on a GPU, at SEARCH_MACS_PER_S
+    plus each job's read of the corpus's matrix, as search_row."""
     row = Row(name, "neighbours", len(per_chunk), unit="multiply-adds", gpus=gpus)
     dim, how = embed_dim(cfg, None)
     if dim is None:
@@ -1571,16 +1573,24 @@ def neighbours_row(cfg: dict, name: str, per_chunk: tuple[int, ...], documents: 
     want = "cpu" if cfg["neighbours"]["backend"] == "faiss" or not gpus else "cuda"
     elsewhere = []
     for path, stats, bench in neighbours_runs(name):
-        done = int(stats.get("items") or 0) * int(stats.get("documents") or 0) * dim
-        if done <= 0 or not isinstance(bench.get("s"), float) or bench["s"] <= 0:
+        # A record from before jobs recorded their width ("dim") is taken at the config's:
+        # a job of another model then did more or fewer multiply-adds than said.
+        run_dim, said = (int(stats["dim"]), "recorded") if "dim" in stats else (dim, "not recorded: the config's width")
+        done = int(stats.get("items") or 0) * int(stats.get("documents") or 0) * run_dim
+        search_s = stats.get("seconds")
+        if done <= 0 or not isinstance(search_s, (int, float)) or search_s <= 0 or not isinstance(bench.get("s"), float):
             continue
-        per_s = done / bench["s"]
+        per_s = done / search_s
         if device_kind(stats.get("device")) != want:
             elsewhere.append(f"{path} {readable(per_s)}/s on {stats.get('device')}")
             continue
-        row.rate = Rate(per_s, f"measured by {path} (the whole job's benchmark: {stats['items']:,} records x "
-                               f"{stats['documents']:,} documents; loading included, so a small run's rate is low)",
-                        True, str(stats.get("device")))
+        # The rest of the job (imports, CUDA start-up, reading the matrix) is a job's, not a
+        # multiply-add's: spread over a small run's work it made the rate several times low.
+        start = max(0.0, bench["s"] - search_s)
+        row.rate = Rate(per_s, f"measured by {path} (the search's {significant(search_s, 2, grouped=True)} s: "
+                               f"{stats['items']:,} records x {stats['documents']:,} documents x dim {run_dim} "
+                               f"({said}); the rest of its {duration(bench['s'])} job, {duration(start)} of start-up "
+                               "and reading once a job)", True, str(stats.get("device")), overhead_s=start)
         break
     if elsewhere:
         row.notes.append(f"passed over, measured on another kind of device: {_listed(elsewhere)}")
@@ -1596,6 +1606,14 @@ def neighbours_row(cfg: dict, name: str, per_chunk: tuple[int, ...], documents: 
                          "measured")
         return row
     row.seconds = [w / row.rate.per_s + row.rate.overhead_s for w in work]
+    limit = cfg["resources"]["neighbours"]["runtime"]  # minutes
+    if max(row.seconds, default=0.0) > 60 * limit:
+        fixed = row.rate.overhead_s
+        row.notes.append(
+            f"the longest job, {duration(max(row.seconds))}, runs past resources.neighbours.runtime {limit} min "
+            "(a SLURM job's time limit: killed there): more chunks (n_chunks) make shorter jobs"
+            + (f", all but each job's {duration(fixed)} of start-up and reading" if fixed else "")
+        )
     return row
 
 

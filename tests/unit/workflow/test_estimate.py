@@ -547,12 +547,16 @@ def test_the_retrieval_search_is_queries_x_documents_x_dim_at_an_assumed_or_meas
     assert faiss.rate.measured and faiss.rate.per_s == pytest.approx(10 * 1000 * 384 / 4.0)  # the CPU-scored run
 
 
-def neighbours_run(dataset: str, device: str, seconds: float, chunk: int = 0, items: int = 10) -> None:
+def neighbours_run(dataset: str, device: str, seconds: float, chunk: int = 0, items: int = 10,
+                   search: float | None = None, dim: int | None = None) -> None:
     """A finished neighbours job of `dataset`: its stats (`items` records against 1,000
-    documents, as chunk_neighbours records them) and its benchmark (`seconds`)."""
+    documents, as chunk_neighbours records them, the search's `search` seconds: half the
+    job's unless given; `dim`: the vectors' width, which records from before it lack)
+    and its benchmark (`seconds`, the whole job's)."""
     os.makedirs(f"results/{dataset}/neighbours", exist_ok=True)
     stats = {"items": items, "documents": 1000, "k": 10, "similarity": "cosine", "backend": "torch",
-             "device": device, "seconds": seconds / 2, "chunk": chunk, "made_with": {"device": device}}
+             "device": device, "seconds": seconds / 2 if search is None else search, "chunk": chunk,
+             "made_with": {"device": device}, **({"dim": dim} if dim else {})}
     with open(f"results/{dataset}/neighbours/neighbours_{chunk}.stats.json", "w") as fh:
         json.dump(stats, fh)
     os.makedirs(f"benchmarks/neighbours/{dataset}", exist_ok=True)
@@ -566,8 +570,9 @@ NEIGHBOURS = {"tasks": ["embedding", "neighbours"]}
 def test_the_neighbours_search_is_each_chunks_records_x_documents_x_dim_at_an_assumed_or_measured_rate(tmp_path):
     """A neighbours job searches its chunk's records against the whole corpus: records x
     documents x dim multiply-adds, at the rate a finished neighbours job here measured on
-    the kind of device the job will use (its whole benchmark), else on a GPU at
-    SEARCH_MACS_PER_S plus each job's read of the matrix; on the CPU, not estimated."""
+    the kind of device the job will use (its search's seconds, the rest of its benchmark
+    once a job), else on a GPU at SEARCH_MACS_PER_S plus each job's read of the matrix; on
+    the CPU, not estimated. Its jobs are a chunk's each: more chunks use idle GPUs."""
     corpus()
     cfg = config(tmp_path, **NEIGHBOURS)
     result = run(cfg)
@@ -578,20 +583,23 @@ def test_the_neighbours_search_is_each_chunks_records_x_documents_x_dim_at_an_as
     assert search.seconds == pytest.approx([50 * 100 * 384 / est.SEARCH_MACS_PER_S + reading] * 2)
     assert not search.rate.measured and search.rate.source.startswith(est.ASSUMED_NEIGHBOURS)
     assert search.done == [False, False] and "neighbours ds" in result.assumed()
+    assert any("2 jobs for 8 GPUs: some GPUs idle (more chunks: n_chunks" in n
+               for n in row(run(cfg, gpus=8), "neighbours").notes)
     outputs_of("neighbours", dataset="ds", chunk=1)
     assert row(run(cfg), "neighbours").done == [False, True]  # as make status counts a job done
     neighbours_run("ds", "cpu", 4.0)  # this data set's, measured on the CPU: no rate for a GPU job
-    neighbours_run("old", "cuda:1", 2.0)
+    neighbours_run("old", "cuda:1", 2.0)  # a 1 s search in a 2 s job
     search = row(run(cfg), "neighbours")
-    assert search.rate.measured and search.rate.per_s == pytest.approx(10 * 1000 * 384 / 2.0)
+    assert search.rate.measured and search.rate.per_s == pytest.approx(10 * 1000 * 384 / 1.0)
     assert search.rate.device == "cuda:1" and "results/old/neighbours/neighbours_0.stats.json" in search.rate.source
-    assert search.seconds == pytest.approx([50 * 100 * 384 / search.rate.per_s] * 2)
+    assert search.rate.overhead_s == pytest.approx(1.0)
+    assert search.seconds == pytest.approx([50 * 100 * 384 / search.rate.per_s + 1.0] * 2)
     assert any(n.startswith("passed over, measured on another kind of device: results/ds/neighbours/neighbours_0")
                and n.endswith("on cpu") for n in search.notes)
     # faiss searches on the CPU: its jobs hold no GPU, and the CPU-measured run is their rate.
     faiss = row(run(config(tmp_path, **NEIGHBOURS, neighbours={"backend": "faiss"})), "neighbours")
     assert faiss.gpus == 0 and faiss.gpu_hours == 0
-    assert faiss.rate.measured and faiss.rate.per_s == pytest.approx(10 * 1000 * 384 / 4.0)
+    assert faiss.rate.measured and faiss.rate.per_s == pytest.approx(10 * 1000 * 384 / 2.0)
     assert not any("passed over" in n for n in faiss.notes)  # this data set's run came first
     # On the CPU with no CPU run measured: no assumed rate (a CPU's varies too much).
     shutil.rmtree("results/ds/neighbours")
@@ -600,6 +608,55 @@ def test_the_neighbours_search_is_each_chunks_records_x_documents_x_dim_at_an_as
     assert search.gpus == 0 and search.rate is None and search.seconds is None
     assert any(n.startswith("not estimated: the search runs on the CPU") for n in search.notes)
     assert search.work == 100 * 100 * 384 and "neighbours ds" not in on_cpu.missing()  # no GPU-hours to miss
+
+
+def test_a_neighbours_rate_is_its_searchs_and_the_jobs_start_up_is_counted_once_a_job(tmp_path):
+    """A small run's job is mostly start-up (imports, CUDA, reading the matrix): the
+    demo's searched for 0.18 s of a 1.7 s job. Its whole benchmark over the work made a
+    rate nine times too low, which a large corpus's jobs multiplied; the search's own
+    seconds make the rate, and the rest of the job is counted once a job. A job's
+    benchmark shorter than its search (other clocks) counts no start-up."""
+    corpus()
+    cfg = config(tmp_path, **NEIGHBOURS)
+    neighbours_run("ds", "cuda", 1.7, search=0.18)
+    search = row(run(cfg), "neighbours")
+    assert search.rate.per_s == pytest.approx(10 * 1000 * 384 / 0.18)
+    assert search.rate.overhead_s == pytest.approx(1.52)
+    assert search.seconds == pytest.approx([50 * 100 * 384 / search.rate.per_s + 1.52] * 2)
+    assert "the search's 0.18 s" in search.rate.source and "2 s of start-up and reading once a job" in search.rate.source
+    neighbours_run("ds", "cuda", 1.0, search=1.5)
+    search = row(run(cfg), "neighbours")
+    assert search.rate.per_s == pytest.approx(10 * 1000 * 384 / 1.5) and search.rate.overhead_s == 0.0
+
+
+def test_a_neighbours_rate_counts_the_width_its_job_recorded(tmp_path):
+    """A job's record says its vectors' width (dim): another model's 768-wide vectors did
+    twice the multiply-adds a row of the config's 384. A record from before dim was
+    recorded is taken at the config's width, and the rate's source says so."""
+    corpus()
+    cfg = config(tmp_path, **NEIGHBOURS)
+    neighbours_run("ds", "cuda", 2.0, dim=768)
+    wide = row(run(cfg), "neighbours")
+    assert wide.rate.per_s == pytest.approx(10 * 1000 * 768 / 1.0) and "x dim 768 (recorded)" in wide.rate.source
+    assert wide.work == 100 * 100 * 384  # this run's work is at the config's width
+    neighbours_run("ds", "cuda", 2.0)
+    old = row(run(cfg), "neighbours")
+    assert old.rate.per_s == pytest.approx(10 * 1000 * 384 / 1.0)
+    assert "x dim 384 (not recorded: the config's width)" in old.rate.source
+
+
+def test_a_neighbours_job_longer_than_its_runtime_says_more_chunks_make_shorter_jobs(tmp_path):
+    """resources.neighbours.runtime is a job's wall-time limit (minutes): a job estimated
+    past it is killed there, so the row says so, naming the key, and that more chunks
+    (n_chunks) make shorter jobs; within it, nothing is said."""
+    corpus()
+    neighbours_run("ds", "cuda", 1000.0, search=1000.0)  # 3,840 multiply-adds/s: 500 s a chunk of 50
+    slow = row(run(config(tmp_path, **NEIGHBOURS, resources={"neighbours": {"runtime": 5}})), "neighbours")
+    assert slow.seconds == pytest.approx([500.0] * 2)
+    assert any("resources.neighbours.runtime 5 min" in n and "more chunks (n_chunks) make shorter jobs" in n
+               for n in slow.notes)
+    roomy = row(run(config(tmp_path, **NEIGHBOURS, resources={"neighbours": {"runtime": 10}})), "neighbours")
+    assert not any("resources.neighbours.runtime" in n for n in roomy.notes)
 
 
 def neighbours_table(rows: int) -> None:
