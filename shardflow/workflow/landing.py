@@ -65,6 +65,11 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.2f} h"
 
 
+def _many(n: int, noun: str) -> str:
+    """A count and its noun, agreeing: '1 pair', '2 pairs', '1,000 documents'."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def records_in(manifest: dict) -> str:
     """'38 read: 30 kept, 8 rejected' from a split manifest (its total_records are the kept)."""
     kept, rejected = manifest["total_records"], manifest.get("rejected_records", 0)
@@ -185,18 +190,23 @@ def neighbours_section(dataset: str, files: dict) -> Section:
     seconds = sum(float(r["stats"]["seconds"]) for r in rows)
     listed = min(s["k"], s["documents"] - 1)  # a document lists only the others (chunk_neighbours)
     what = f"the {listed} nearest of each among the others" if listed > 0 else "none other to search among"
-    out = [("searched", f"{s['documents']:,} document{'s' if s['documents'] != 1 else ''}, {what} (exact, "
-                        f"{s['similarity']}), {seconds:,.1f} s over {len(rows):,} chunk jobs on {', '.join(devices)}")]
+    out = [("searched", f"{_many(s['documents'], 'document')}, {what} (exact, {s['similarity']}), "
+                        f"{seconds:,.1f} s over {_many(len(rows), 'chunk job')} on {', '.join(devices)}")]
     if s["nearest_score"]:
         q = s["nearest_score"]
         out.append(("nearest score", f"median {q['median']:.3f}, 1% of documents below {q['p01']:.3f}, "
                                      f"1% above {q['p99']:.3f}"))
-    out.append(("near-duplicates", f"{s['near_duplicate_pairs']:,} pairs scoring {s['duplicate_threshold']:g} or "
-                                   f"more, in {s['groups']:,} groups (the largest {s['largest_group']:,}); keeping one "
-                                   f"a group drops {s['documents_to_drop']:,} documents ({s['share_to_drop']:.2%})"))
+    out.append(("near-duplicates", f"{_many(s['near_duplicate_pairs'], 'pair')} scoring {s['duplicate_threshold']:g} "
+                                   f"or more, in {_many(s['groups'], 'group')} (the largest {s['largest_group']:,}); "
+                                   f"keeping one a group drops {_many(s['documents_to_drop'], 'document')} "
+                                   f"({s['share_to_drop']:.2%})"))
     if s["saturated"]:
-        out.append(("groups may be larger", f"{s['saturated']:,} documents have all {s['k']} neighbours at or above "
-                                            "the threshold: a larger neighbours.k finds their other twins"))
+        one = s["saturated"] == 1
+        whose = "its" if one else "their"
+        held = f"all {s['k']} neighbours" if s["k"] != 1 else f"{whose} one neighbour"
+        out.append(("groups may be larger", f"{_many(s['saturated'], 'document')} {'has' if one else 'have'} {held} "
+                                            f"at or above the threshold: a larger neighbours.k finds {whose} other "
+                                            "twins"))
     return Section(f"Neighbours: {dataset}", out)
 
 
@@ -278,12 +288,9 @@ def _sweep_cost(cost: dict) -> str:
     says what they cost, in its currency: '0.42 GPU-hours (1.05 USD at 2.5 USD per
     GPU-hour)'."""
 
-    def jobs(n: int) -> str:
-        return f"{n:,} job{'' if n == 1 else 's'}"
-
     hours = cost["gpu_hours"]
     # Fixed point, as make estimate prints GPU-hours: a CPU-sized sweep's 0.00005, not 5e-05.
-    text = f"{jobs(cost['jobs'])}, {significant(hours, 3, grouped=True)} GPU-hours"
+    text = f"{_many(cost['jobs'], 'job')}, {significant(hours, 3, grouped=True)} GPU-hours"
     if "estimated_cost" in cost:
         currency = cost["currency"]
         text += f" ({money(cost['estimated_cost'])} {currency} at {cost['gpu_hour_price']:g} {currency} per GPU-hour)"

@@ -732,7 +732,8 @@ def test_the_neighbours_section_says_what_was_searched_the_nearest_scores_and_th
     """a and b are twins, each the other's one neighbour (k 1) at 0.99: a pair, one group,
     one document to drop; both have all their neighbours at or above the threshold while
     others were left unlisted, so their group may be larger (`saturated`): that row is
-    there only then."""
+    there only then. Each count's noun agrees with it ("1 pairs", "1 groups", "drops 1
+    documents" and "1 chunk jobs" it said)."""
     from shardflow.workflow.landing import neighbours_section, page_problem
 
     ids = ["a", "b", "c", "d"]
@@ -742,11 +743,19 @@ def test_the_neighbours_section_says_what_was_searched_the_nearest_scores_and_th
     got = dict(section.rows)
     assert list(got) == ["searched", "nearest score", "near-duplicates", "groups may be larger"]
     assert got["searched"] == "4 documents, the 1 nearest of each among the others (exact, cosine), 0.2 s over 1 chunk " \
-                              "jobs on cpu"
+                              "job on cpu"
     assert got["nearest score"].startswith("median 0.745, 1% of documents below 0.306, 1% above 0.99")
-    assert got["near-duplicates"] == ("1 pairs scoring 0.9 or more, in 1 groups (the largest 2); keeping one a group "
-                                      "drops 1 documents (25.00%)")
-    assert got["groups may be larger"].startswith("2 documents have all 1 neighbours at or above the threshold")
+    assert got["near-duplicates"] == ("1 pair scoring 0.9 or more, in 1 group (the largest 2); keeping one a group "
+                                      "drops 1 document (25.00%)")
+    assert got["groups may be larger"].startswith("2 documents have their one neighbour at or above the threshold")
+    # b's one neighbour listed below the threshold: a alone has all its neighbours above it.
+    alone = [rows[0], ("b", 1, "c", 0.5, 1, 2), *rows[2:]]
+    one = dict(neighbours_section("ds", neighbours_files(tmp_path, ids, alone, 0.9)).rows)
+    assert one["groups may be larger"].startswith("1 document has its one neighbour at or above the threshold")
+    two = [("a", 1, "b", 0.99, 0, 1), ("a", 2, "c", 0.95, 0, 2), ("b", 1, "a", 0.99, 1, 0), ("b", 2, "c", 0.5, 1, 2),
+           ("c", 1, "a", 0.95, 2, 0), ("c", 2, "b", 0.5, 2, 1), ("d", 1, "c", 0.3, 3, 2), ("d", 2, "a", 0.2, 3, 0)]
+    wider = dict(neighbours_section("ds", neighbours_files(tmp_path, ids, two, 0.9, k=2)).rows)
+    assert wider["groups may be larger"].startswith("1 document has all 2 neighbours at or above the threshold")
     assert page_problem(render([section])) is None
     apart = dict(neighbours_section("ds", neighbours_files(tmp_path, ids, rows, 0.999)).rows)
     assert "groups may be larger" not in apart and apart["near-duplicates"].startswith("0 pairs scoring 0.999")
