@@ -5,9 +5,19 @@ chunk  Each chunk's documents are searched against the whole corpus's embeddings
        stays bounded whatever the corpus), the document itself left out: its k
        nearest, best first, ties by corpus row. One row a (document, neighbour):
        id, rank (1 = nearest), neighbour, score, and both rows of embeddings.npy.
+       A chunk is searched a slice of QUERY_SLICE_BYTES at a time (its vectors as float32),
+       so a job's memory stays bounded by the slice, not the chunk: each slice is one pass
+       over the corpus's matrix.
 merge  The chunks' tables into one (neighbours.parquet, chunk order), and from them the
        near-duplicates: every pair whose score is at least `duplicate_threshold`, once
-       (near_duplicates.parquet), and their groups (duplicate_groups.parquet).
+       (near_duplicates.parquet), and their groups (duplicate_groups.parquet). Its memory
+       is numpy arrays: about 40 bytes a pair and 20 a document, whatever their ids.
+
+The threshold: by default (`duplicate_threshold: null`) 0.95 for a cosine model; a
+dot-product model's scores have no fixed scale, so it must be given, and the merge stops
+until it is, naming the nearest scores' spread. A score a few float32 steps below the
+threshold counts (SLACK_STEPS): the cosine of two identical texts comes out of float32
+arithmetic anywhere in 1 +- 2.4e-7, so a threshold of 1 finds every exact duplicate.
 
 Groups are single-linkage: a~b and b~c put a, b and c in one group, even where a and c
 are further apart than the threshold; each group is named by its first document in
@@ -54,12 +64,18 @@ GROUP_SCHEMA = pa.schema(
     [("id", pa.large_string()), ("row", pa.int64()), ("group", pa.large_string()), ("keep", pa.bool_())]
 )
 HISTOGRAM_BINS = 50
+# A chunk's query vectors searched at once (float32; the search holds a copy or two).
+QUERY_SLICE_BYTES = 256 * 2**20
+# The default threshold of a cosine model.
+COSINE_THRESHOLD = 0.95
+# float32 steps below the threshold that still reach it (module docstring).
+SLACK_STEPS = 4
 
 
 @dataclass(frozen=True)
 class NeighbourParams:
     k: int = 10
-    duplicate_threshold: float = 0.95
+    duplicate_threshold: float | None = None  # None: COSINE_THRESHOLD for a cosine model
     block_size: int = 65_536
     backend: str = "torch"
     # The model's similarity (embed.stconfig.ModelSpec.similarity), as retrieval searches:
@@ -74,7 +90,7 @@ class NeighbourParams:
             raise ValueError(f"neighbours.k {self.k}: expected 1 or more")
         if self.block_size < 1:
             raise ValueError(f"neighbours.block_size {self.block_size}: expected 1 or more")
-        if not math.isfinite(self.duplicate_threshold):
+        if self.duplicate_threshold is not None and not math.isfinite(self.duplicate_threshold):
             raise ValueError(f"neighbours.duplicate_threshold {self.duplicate_threshold}: expected a finite number")
         if self.similarity not in SIMILARITIES:
             raise ValueError(f"the model's similarity_fn_name is {self.similarity!r}: neighbours are searched by "
@@ -85,6 +101,19 @@ class NeighbourParams:
             raise ValueError(f"neighbours.backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
         if self.device is not None:
             check_device(self.device)
+
+    def threshold(self) -> float | None:
+        """The threshold pairs are held to: the one given, else COSINE_THRESHOLD for a
+        cosine model; None for a dot-product model without one (merge_neighbours stops)."""
+        if self.duplicate_threshold is not None:
+            return self.duplicate_threshold
+        return COSINE_THRESHOLD if self.similarity == "cosine" else None
+
+
+def reaches(scores: np.ndarray, threshold: float) -> np.ndarray:
+    """Which float32 `scores` reach `threshold`, SLACK_STEPS float32 steps below it included."""
+    at = np.float32(threshold)
+    return scores >= at - SLACK_STEPS * np.spacing(np.abs(at))
 
 
 def chunk_neighbours(doc_npy: str, doc_ids_path: str, rows: range, params: NeighbourParams, out_path: str) -> dict:
@@ -104,68 +133,72 @@ def chunk_neighbours(doc_npy: str, doc_ids_path: str, rows: range, params: Neigh
     if rows.stop > len(doc_ids):
         raise ValueError(f"{doc_ids_path}: {len(doc_ids)} rows, but the split's manifest puts this chunk at rows "
                          f"{rows.start} to {rows.stop - 1}: the embeddings are not of this split")
-    first_row = rows.start
-    ids = doc_ids.slice(first_row, len(rows))
     k = min(params.k, len(doc_ids) - 1)
-    if len(ids) and k >= 1:
-        hits = exact_search(
-            load_embeddings(doc_npy)[first_row : rows.stop], doc_npy, k, block_size=params.block_size,
-            backend=params.backend, device=device, normalize=params.similarity == "cosine",
-            query_ids=ids.to_pylist(), doc_ids=doc_ids,
-            drop_identical_ids=True,  # a document's own row: ids are unique (verify)
-        )
-        indices, scores = hits.indices, hits.scores
-    else:  # a corpus of one document has no neighbours
-        indices, scores = np.full((len(ids), 0), -1, np.int64), np.zeros((len(ids), 0), np.float32)
+    matrix = load_embeddings(doc_npy)
+    step = max(1, QUERY_SLICE_BYTES // (4 * max(matrix.shape[1], 1)))
+    with atomic_path(out_path) as tmp, pq.ParquetWriter(tmp, TABLE_SCHEMA) as writer:
+        for first in range(rows.start, rows.stop, step) if k >= 1 else ():
+            last = min(first + step, rows.stop)
+            ids = doc_ids.slice(first, last - first)
+            hits = exact_search(
+                matrix[first:last], doc_npy, k, block_size=params.block_size, backend=params.backend,
+                device=device, normalize=params.similarity == "cosine", query_ids=ids.to_pylist(),
+                doc_ids=doc_ids, drop_identical_ids=True,  # a document's own row: ids are unique (verify)
+            )
+            writer.write_table(_hits_table(hits.indices, hits.scores, first, ids, doc_ids))
+    end = time.time()
+    return {"items": len(rows), "documents": len(doc_ids), "dim": int(matrix.shape[1]), "k": max(k, 0),
+            "similarity": params.similarity, "backend": params.backend, "device": device,
+            "seconds": end - start, "start_unix": start, "end_unix": end}
+
+
+def _hits_table(indices: np.ndarray, scores: np.ndarray, first: int, ids: pa.Array, doc_ids: pa.Array) -> pa.Table:
+    """A slice's hits (rows from `first`, their `ids`) as rows of TABLE_SCHEMA; padding
+    (-1: fewer documents than k) left out."""
     found = indices >= 0
-    query_rows = np.broadcast_to(np.arange(first_row, rows.stop, dtype=np.int64)[:, None], indices.shape)[found]
+    query_rows = np.broadcast_to(np.arange(first, first + len(ids), dtype=np.int64)[:, None], indices.shape)[found]
     ranks = np.broadcast_to(np.arange(1, indices.shape[1] + 1, dtype=np.int32), indices.shape)[found]
     neighbour_rows = indices[found]
-    table = pa.Table.from_arrays(
-        [ids.take(pa.array(query_rows - first_row)), pa.array(ranks), doc_ids.take(pa.array(neighbour_rows)),
+    return pa.Table.from_arrays(
+        [ids.take(pa.array(query_rows - first)), pa.array(ranks), doc_ids.take(pa.array(neighbour_rows)),
          pa.array(scores[found].astype(np.float32)), pa.array(query_rows), pa.array(neighbour_rows)],
         schema=TABLE_SCHEMA,
     )
-    with atomic_path(out_path) as tmp:
-        pq.write_table(table, tmp)
-    end = time.time()
-    return {"items": len(ids), "documents": len(doc_ids), "k": k, "similarity": params.similarity,
-            "backend": params.backend, "device": device, "seconds": end - start, "start_unix": start,
-            "end_unix": end}
 
 
-class _Groups:
-    """Union-find over corpus rows, each group's root its smallest row (the member kept)."""
-
-    def __init__(self) -> None:
-        self.parent: dict[int, int] = {}
-
-    def find(self, row: int) -> int:
-        root = row
-        while self.parent.get(root, root) != root:
-            root = self.parent[root]
-        while row != root:  # path compression: chains stay short on long runs of twins
-            self.parent[row], row = root, self.parent[row]
-        return root
-
-    def join(self, a: int, b: int) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[max(ra, rb)] = min(ra, rb)
-            self.parent.setdefault(min(ra, rb), min(ra, rb))
+def _group_roots(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
+    """Each index below `n` joined by the pairs (a[i], b[i]), mapped to the smallest index
+    of its connected component (single linkage: the member kept). Minimum labels spread
+    over the pairs, and pointer jumping shortens the chains: numpy arrays of n and a few
+    passes over the pairs, where a Python union-find took a dict entry a document."""
+    parent = np.arange(n, dtype=np.int64)
+    while True:
+        root_a, root_b = parent[a], parent[b]
+        if (root_a == root_b).all():
+            return parent
+        low = np.minimum(root_a, root_b)
+        np.minimum.at(parent, root_a, low)  # a root takes the smaller root of each pair it is in
+        np.minimum.at(parent, root_b, low)
+        while True:  # every index to its root's root, until each points at a root
+            jumped = parent[parent]
+            if (jumped == parent).all():
+                break
+            parent = jumped
 
 
 def merge_neighbours(chunk_tables: list[str], doc_ids_path: str, params: NeighbourParams, outputs: dict) -> dict:
     """The chunks' tables into outputs["table"], streamed a chunk at a time; the
     near-duplicate pairs (outputs["pairs"]) and groups (outputs["groups"]); the summary
     (outputs["summary"], returned) and the figure of each document's nearest score
-    (outputs["figure"])."""
+    (outputs["figure"]). A dot-product model without a threshold stops here, with the
+    nearest scores' spread to choose one from (NeighbourParams.threshold)."""
     doc_ids = read_id_array(doc_ids_path)
-    threshold = params.duplicate_threshold
-    pairs: dict[tuple[int, int], float] = {}
-    nearest = np.full(len(doc_ids), np.nan, dtype=np.float32)
-    reaching = np.zeros(len(doc_ids), dtype=np.int32)  # neighbours at or above the threshold
-    listed = np.zeros(len(doc_ids), dtype=np.int32)
+    n = len(doc_ids)
+    threshold = params.threshold()
+    nearest = np.full(n, np.nan, dtype=np.float32)
+    reaching = np.zeros(n, dtype=np.int32)  # neighbours at or above the threshold
+    listed = np.zeros(n, dtype=np.int32)
+    near_rows, near_others, near_scores = [], [], []
     rows_written = 0
     with atomic_path(outputs["table"]) as tmp:
         with pq.ParquetWriter(tmp, TABLE_SCHEMA) as writer:
@@ -174,50 +207,50 @@ def merge_neighbours(chunk_tables: list[str], doc_ids_path: str, params: Neighbo
                 writer.write_table(table)
                 rows_written += table.num_rows
                 row = table.column("row").to_numpy()
-                other = table.column("neighbour_row").to_numpy()
                 score = table.column("score").to_numpy()
                 first = table.column("rank").to_numpy() == 1
                 nearest[row[first]] = score[first]
                 np.add.at(listed, row, 1)
-                near = score >= threshold
+                if threshold is None:
+                    continue
+                near = reaches(score, threshold)
                 np.add.at(reaching, row[near], 1)
-                for a, b, s in zip(row[near].tolist(), other[near].tolist(), score[near].tolist(), strict=True):
-                    key = (a, b) if a < b else (b, a)
-                    pairs[key] = max(s, pairs.get(key, -math.inf))  # seen from both sides: one pair
-    groups = _Groups()
-    for a, b in pairs:
-        groups.join(a, b)
-    members = sorted(groups.parent)
-    roots = [groups.find(r) for r in members]
-    ordered = sorted(pairs)
-    _write(outputs["pairs"], PAIR_SCHEMA, [
-        doc_ids.take(pa.array([a for a, _ in ordered], pa.int64())),
-        doc_ids.take(pa.array([b for _, b in ordered], pa.int64())),
-        pa.array([pairs[p] for p in ordered], pa.float32()),
-        pa.array([a for a, _ in ordered], pa.int64()), pa.array([b for _, b in ordered], pa.int64()),
-    ])
-    _write(outputs["groups"], GROUP_SCHEMA, [
-        doc_ids.take(pa.array(members, pa.int64())), pa.array(members, pa.int64()),
-        doc_ids.take(pa.array(roots, pa.int64())), pa.array([m == r for m, r in zip(members, roots, strict=True)]),
-    ])
-    # A document that lists every other one (k at least the corpus less one) has no twin
-    # left unseen, whatever its scores: no larger k finds more.
-    saturated = np.flatnonzero((listed > 0) & (reaching == listed) & (listed < len(doc_ids) - 1))
-    sizes = np.bincount(np.unique(roots, return_inverse=True)[1]) if roots else np.zeros(0, np.int64)
+                near_rows.append(row[near])
+                near_others.append(table.column("neighbour_row").to_numpy()[near])
+                near_scores.append(score[near])
+        if threshold is None:  # before the table is published: the job fails, its outputs unwritten
+            raise ValueError(
+                "neighbours.duplicate_threshold is null, and the model scores by dot product, whose scores have no "
+                f"fixed scale: give it one (here each document's nearest neighbour's score {_spread(nearest)})"
+            )
+    low, high, score = _pairs(near_rows, near_others, near_scores, n)
+    del near_rows, near_others, near_scores
+    _write(outputs["pairs"], PAIR_SCHEMA, [doc_ids.take(pa.array(low)), doc_ids.take(pa.array(high)),
+                                           pa.array(score, pa.float32()), pa.array(low), pa.array(high)])
+    members = np.unique(np.concatenate([low, high]))
+    # The components over the members alone: their indices in `members`, which is in row
+    # order, so a component's smallest index is its first row.
+    roots = members[_group_roots(np.searchsorted(members, low), np.searchsorted(members, high), len(members))]
+    _write(outputs["groups"], GROUP_SCHEMA, [doc_ids.take(pa.array(members)), pa.array(members),
+                                             doc_ids.take(pa.array(roots)), pa.array(members == roots)])
+    # Documents whose listed neighbours all reach the threshold, short of the whole rest
+    # of the corpus (listing all of it, no larger k would find another twin).
+    saturated = np.flatnonzero((listed > 0) & (reaching == listed) & (listed < n - 1))
+    sizes = np.unique(roots, return_counts=True)[1]
     searched = nearest[~np.isnan(nearest)]
     summary = {
-        "documents": len(doc_ids),
+        "documents": n,
         "k": params.k,
         "similarity": params.similarity,
         "duplicate_threshold": threshold,
         "rows": rows_written,
-        "near_duplicate_pairs": len(pairs),
+        "near_duplicate_pairs": len(low),
         "documents_in_groups": len(members),
         "groups": len(sizes),
         "largest_group": int(sizes.max()) if len(sizes) else 0,
         # What keeping one document a group removes.
         "documents_to_drop": len(members) - len(sizes),
-        "share_to_drop": (len(members) - len(sizes)) / max(len(doc_ids), 1),
+        "share_to_drop": (len(members) - len(sizes)) / max(n, 1),
         # Documents whose k neighbours all reach the threshold: their groups may hold more.
         "saturated": len(saturated),
         "nearest_score": _quantiles(searched),
@@ -229,12 +262,45 @@ def merge_neighbours(chunk_tables: list[str], doc_ids_path: str, params: Neighbo
             "groups may have more members than the neighbours show; a larger neighbours.k finds them",
             len(saturated), params.k, threshold, doc_ids[int(saturated[0])].as_py(),
         )
+    if summary["share_to_drop"] > 0.5:
+        log.warning(
+            "keeping one document a group would drop %.1f%% of the corpus at duplicate_threshold %g: is that the "
+            "threshold for this model's scores? Each document's nearest neighbour's score %s",
+            100 * summary["share_to_drop"], threshold, _spread(nearest),
+        )
     write_json(outputs["summary"], summary)
     plot_nearest(summary, outputs["figure"])
     log.info("%d documents: %d near-duplicate pairs at >= %g in %d groups; %d documents to drop (%.2f%%)",
-             len(doc_ids), len(pairs), threshold, len(sizes), summary["documents_to_drop"],
-             100 * summary["share_to_drop"])
+             n, len(low), threshold, len(sizes), summary["documents_to_drop"], 100 * summary["share_to_drop"])
     return summary
+
+
+def _pairs(rows: list, others: list, scores: list, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each pair once, the earlier row first, at the higher of its two sides' scores (both
+    documents list each other where each is in the other's k), sorted by rows. A pair is
+    one int64 key (low x n + high) while sorted: about 40 bytes a listed side at the peak."""
+    if not sum(len(r) for r in rows):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
+    a, b = np.concatenate(rows), np.concatenate(others)
+    rows.clear()
+    others.clear()
+    key = np.minimum(a, b) * n + np.maximum(a, b)
+    del a, b
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    score = np.concatenate(scores)[order]
+    scores.clear()
+    del order
+    starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
+    return key[starts] // n, key[starts] % n, np.maximum.reduceat(score, starts)
+
+
+def _spread(nearest: np.ndarray) -> str:
+    """Each document's nearest score, in words: for choosing a threshold."""
+    q = _quantiles(nearest[~np.isnan(nearest)])
+    return "is not known: no document has a neighbour" if q is None else (
+        f"runs from {q['min']:.4g} to {q['max']:.4g}: median {q['median']:.4g}, 1% below {q['p01']:.4g}, "
+        f"1% above {q['p99']:.4g}")
 
 
 def _write(path: str, schema: pa.Schema, arrays: list) -> None:

@@ -79,7 +79,9 @@ def test_each_documents_neighbours_are_the_brute_force_ranking(tmp_path, similar
         # Norms from 0.1 to 10: ranked by raw dot products, the long vectors would win.
         vectors = rng.normal(size=(37, 6)) * rng.uniform(0.1, 10, size=(37, 1))
     k = 5
-    summary, outputs, ids = run(tmp_path, vectors, params(k=k, block_size=8, similarity=similarity),
+    # A dot model's threshold has no default (its scores have no fixed scale).
+    threshold = {"duplicate_threshold": 6.0} if similarity == "dot" else {}
+    summary, outputs, ids = run(tmp_path, vectors, params(k=k, block_size=8, similarity=similarity, **threshold),
                                 [10, 0, 15, 12])
     table = pq.read_table(outputs["table"]).to_pydict()
     assert summary["rows"] == len(table["id"]) == 37 * k
@@ -167,13 +169,77 @@ def test_a_score_equal_to_the_threshold_is_a_near_duplicate(tmp_path):
     assert pairs["score"] == [3.0]
 
 
-def test_a_score_one_float32_step_below_the_threshold_is_not(tmp_path):
-    below = float(np.nextafter(np.float32(0.5), np.float32(0)))
+def test_a_score_within_four_float32_steps_below_the_threshold_counts_and_five_steps_does_not(tmp_path):
+    """float32 rounding moves a score by a step or two (identical texts' cosine comes out
+    anywhere in 1 +- 2.4e-7): a score that close below the threshold counts."""
+    step = np.spacing(np.float32(0.5))  # float32's step at the threshold
+    four, five = float(np.float32(0.5) - 4 * step), float(np.float32(0.5) - 5 * step)
     table = write_chunk_table(tmp_path / "c0.parquet", [("a", 1, "b", 0.5, 0, 1), ("b", 1, "a", 0.5, 1, 0),
-                                                        ("c", 1, "a", below, 2, 0)])
-    summary, outputs = merge_tables(tmp_path, ["a", "b", "c"], [table], params(k=1, duplicate_threshold=0.5))
-    assert pq.read_table(outputs["pairs"]).to_pydict()["row"] == [0]
-    assert summary["near_duplicate_pairs"] == 1
+                                                        ("c", 1, "a", four, 2, 0), ("d", 1, "a", five, 3, 0)])
+    summary, outputs = merge_tables(tmp_path, ["a", "b", "c", "d"], [table], params(k=1, duplicate_threshold=0.5))
+    assert pq.read_table(outputs["pairs"]).to_pydict()["neighbour_row"] == [1, 2]
+    assert summary["near_duplicate_pairs"] == 2
+
+
+def test_a_threshold_of_1_finds_every_pair_of_identical_documents(tmp_path):
+    """20 pairs of identical vectors at cosine: float32 normalising put some pairs' scores
+    at 0.99999976, and a threshold of 1 found 10 of the 20."""
+    rng = np.random.default_rng(3)
+    base = rng.normal(size=(20, 48)).astype(np.float32) * rng.uniform(0.3, 30, size=(20, 1)).astype(np.float32)
+    vectors = np.repeat(base, 2, axis=0)
+    summary, outputs, _ = run(tmp_path, vectors, params(k=3, duplicate_threshold=1.0), [40])
+    assert summary["near_duplicate_pairs"] == summary["groups"] == 20
+    pairs = pq.read_table(outputs["pairs"]).to_pydict()
+    assert list(zip(pairs["row"], pairs["neighbour_row"], strict=True)) == [(2 * i, 2 * i + 1) for i in range(20)]
+
+
+def test_a_dot_model_without_a_threshold_stops_naming_the_key_and_the_scores_spread(tmp_path):
+    """The default 0.95 is a cosine's: a dot model's scores near 29 made every document a
+    near-duplicate of every other, one group keeping one document of 300."""
+    vectors = np.random.default_rng(5).normal(size=(30, 16)).astype(np.float32) + 2
+    with pytest.raises(ValueError, match=r"neighbours.duplicate_threshold is null, and the model scores by dot "
+                                         r"product.*runs from [\d.]+ to [\d.]+: median") as err:
+        run(tmp_path, vectors, params(k=3, similarity="dot"), [30])
+    assert not (tmp_path / OUTPUTS["table"]).exists() and not (tmp_path / OUTPUTS["summary"]).exists(), err
+    assert params(similarity="cosine").threshold() == 0.95 and params(similarity="dot").threshold() is None
+
+
+def test_a_threshold_that_drops_most_of_the_corpus_is_warned_of_with_the_scores_spread(tmp_path, caplog):
+    vectors = np.random.default_rng(5).normal(size=(30, 16)).astype(np.float32) + 2
+    with caplog.at_level(logging.WARNING, logger="shardflow.retrieval.neighbours"):
+        summary, _, _ = run(tmp_path, vectors, params(k=3, similarity="dot", duplicate_threshold=1.0), [30])
+    assert summary["share_to_drop"] > 0.5
+    (said,) = [r.getMessage() for r in caplog.records if "would drop" in r.getMessage()]
+    assert "duplicate_threshold 1" in said and "median" in said, said
+
+
+def test_a_chunk_searched_in_slices_gives_the_table_it_gives_whole(tmp_path, monkeypatch):
+    """A chunk's vectors are searched a slice at a time: a whole chunk of 1.25 M x 768
+    vectors held three float32 copies, about 11.5 GB, in a job of 6."""
+    import shardflow.retrieval.neighbours as nb
+
+    vectors = np.random.default_rng(9).normal(size=(23, 8)).astype(np.float32)
+    for name in ("whole", "sliced"):
+        (tmp_path / name).mkdir()
+    _, outputs, _ = run(tmp_path / "whole", vectors, params(k=4), [23])
+    monkeypatch.setattr(nb, "QUERY_SLICE_BYTES", 5 * 8 * 4)  # 5 rows a slice
+    _, sliced, _ = run(tmp_path / "sliced", vectors, params(k=4), [23])
+    whole, parts = pq.read_table(outputs["table"]).to_pydict(), pq.read_table(sliced["table"]).to_pydict()
+    assert pq.ParquetFile(sliced["table"]).metadata.num_rows == 23 * 4
+    # A query block's shape picks the product's kernel: a score may move by its last bit.
+    np.testing.assert_allclose(parts.pop("score"), whole.pop("score"), rtol=1e-6)
+    assert parts == whole
+
+
+def test_groups_along_a_long_chain_in_any_order_are_one_group_named_by_its_first_row():
+    """The groups are components found by spreading minimum labels: a chain of 2,000 links
+    given last link first is one group whose root is its first row; two chains stay two."""
+    from shardflow.retrieval.neighbours import _group_roots
+
+    a = np.arange(1999, 0, -1)
+    roots = _group_roots(np.concatenate([a, a + 3000]), np.concatenate([a - 1, a + 2999]), 5000)
+    assert (roots[:2000] == 0).all() and (roots[3000:] == 3000).all()
+    assert (roots[2000:3000] == np.arange(2000, 3000)).all()  # in no pair: each its own
 
 
 def test_documents_whose_k_neighbours_all_reach_the_threshold_are_counted_and_warned_of(tmp_path, caplog):
@@ -201,7 +267,7 @@ def test_neighbours_that_are_the_whole_rest_of_the_corpus_are_not_saturated(tmp_
         summary, _, _ = run(tmp_path, np.ones((3, 4), np.float32), params(k=5), [2, 1])
     assert summary["saturated"] == 0
     assert summary["documents_in_groups"] == 3
-    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert not [r for r in caplog.records if "larger neighbours.k" in r.getMessage()]
 
 
 def test_k_larger_than_the_corpus_lists_every_other_document_without_padding(tmp_path):
