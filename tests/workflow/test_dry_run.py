@@ -395,7 +395,7 @@ def test_inside_a_slurm_job_no_rule_retries_in_place(tmp_path):
         return lines if what == "both" else lines[what]
 
     got = retries("--retries", "2", what="both")  # the slurm profile's `retries: 2`
-    assert got["RETRIES"] == "RETRIES [('embed', 2), ('summarise', 2), ('train', 2)]"
+    assert got["RETRIES"] == "RETRIES [('embed', 2), ('neighbours', 2), ('summarise', 2), ('train', 2)]"
     # A split that failed would fail again the same way (its input): never resubmitted
     # (a rule's own 0, unlike None, is not replaced by --retries).
     assert got["SPLIT"] == "SPLIT [('split_demo', 0)]"
