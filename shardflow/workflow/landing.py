@@ -90,7 +90,7 @@ def embedding_section(dataset: str, files: dict, report: ReportParams) -> Sectio
         # Encoding: the time during which at least one job was encoding (core.jobs.job_costs:
         # gaps with none, such as another stage's turn, do not count); the jobs' own
         # times (Snakemake's benchmarks) add model loading and start-up.
-        ("wall time", f"{_duration(s['embed_wall_time_s'])} encoding ({s['chunks']:,} chunk jobs, "
+        ("wall time", f"{_duration(s['embed_wall_time_s'])} encoding ({_many(s['chunks'], 'chunk job')}, "
          f"{_duration(s['embed_job_seconds'])} of job time in all, model loading included)"),
         ("throughput", f"{s['items_per_s']:,.1f} records/s, {s['tokens_per_s']:,.0f} tokens/s while encoding "
          f"on {', '.join(s['devices'])}" + _at_once([j["stats"] for j in jobs]) + (
@@ -225,7 +225,7 @@ def summarisation_section(dataset: str, files: dict) -> Section:
             ("lengths", f"{s['input_tokens']:,} input and {s['summary_tokens']:,} summary "
              f"{s.get('length_unit', 'tokens (words for lead and extractive)')} "
              f"(compression {s['compression_ratio']:.3f}: all summaries over all inputs)"),
-            ("wall time", f"{_duration(s['summarise_wall_time_s'])} summarising ({s['chunks']:,} chunk jobs, "
+            ("wall time", f"{_duration(s['summarise_wall_time_s'])} summarising ({_many(s['chunks'], 'chunk job')}, "
              "model loading not included)"),
             # records_resumed: documents of resumed parts (summary.json since 2026-11-28), which
             # the rate, counting what the jobs summarised (core.jobs.items_computed), leaves out.

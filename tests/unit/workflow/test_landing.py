@@ -401,6 +401,11 @@ def test_counts_on_the_first_page_have_thousands_separators_as_its_other_counts(
     rows = dict(summarisation_section("news", {"manifest": tmp_path / "manifest.json", "summary": tmp_path / "s.json"})
                 .rows)
     assert rows["wall time"] == "1.0 s summarising (2,000 chunk jobs, model loading not included)"
+    # One chunk: "1 chunk job", as the neighbours section says it (it said "1 chunk jobs").
+    (tmp_path / "s1.json").write_text(json.dumps({**summary, "chunks": 1}))
+    one = dict(summarisation_section("news", {"manifest": tmp_path / "manifest.json", "summary": tmp_path / "s1.json"})
+               .rows)
+    assert one["wall time"] == "1.0 s summarising (1 chunk job, model loading not included)"
     assert "; 30.0 min of 1,500 killed attempts counted (" in rows["GPU-hours and cost"]
     assert rows["peak GPU memory"] == ("900 MiB allocated by the job of chunk 7, the largest of the 2,000 jobs' "
                                        "peaks; 1,200 of the jobs ran before shardflow recorded it and are not counted")
