@@ -1460,11 +1460,13 @@ def query_row(name: str, queries: tuple[int | None, str], embed: Row, gpus: int)
     return row
 
 
-def search_runs(dataset: str) -> Iterator[tuple[str, dict, dict, int]]:
-    """(folder, metrics, benchmark, dim) of each finished retrieval_evaluate here, this
-    data set's first: results/<ds>/retrieval/metrics.json, the job's benchmark
-    (benchmarks/retrieval_evaluate/<ds>.tsv) and the width of its query vectors
-    (retrieval/queries.stats.json); one without them all is passed over."""
+def search_runs(dataset: str) -> Iterator[tuple[str, dict, dict, int, float | None]]:
+    """(folder, metrics, benchmark, dim, seconds) of each finished retrieval_evaluate here,
+    this data set's first: results/<ds>/retrieval/metrics.json, the job's benchmark
+    (benchmarks/retrieval_evaluate/<ds>.tsv), the width of its query vectors
+    (retrieval/queries.stats.json), and the seconds its search and scoring took
+    (retrieval/evaluate.stats.json; None where the record is older, or unreadable); one
+    without the first three is passed over."""
     for folder in _stage_folders("retrieval", dataset):
         ds = folder.split("/")[1]
         files = (f"{folder}/metrics.json", f"benchmarks/retrieval_evaluate/{ds}.tsv", f"{folder}/queries.stats.json")
@@ -1472,9 +1474,15 @@ def search_runs(dataset: str) -> Iterator[tuple[str, dict, dict, int]]:
             continue
         try:
             metrics, bench = read_json(files[0]), read_benchmark(files[1])
-            yield folder, metrics, bench, int(read_json(files[2])["dim"])
+            dim = int(read_json(files[2])["dim"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
+        try:
+            seconds = read_json(f"{folder}/evaluate.stats.json").get("seconds")
+        except (OSError, ValueError, AttributeError):
+            seconds = None
+        valid = isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds > 0
+        yield folder, metrics, bench, dim, float(seconds) if valid else None
 
 
 def search_row(cfg: dict, name: str, queries: int | None, documents: int, gpus: int) -> Row:
@@ -1492,21 +1500,26 @@ def search_row(cfg: dict, name: str, queries: int | None, documents: int, gpus: 
     faiss = cfg["retrieval"]["backend"] == "faiss"  # scores on the CPU, whatever the job holds
     want = "cpu" if faiss or not gpus else "cuda"
     elsewhere = []
-    for folder, metrics, bench, run_dim in search_runs(name):
+    for folder, metrics, bench, run_dim, searched in search_runs(name):
         done = int(metrics.get("n_queries") or 0) * int(metrics.get("n_documents") or 0) * run_dim
         if done <= 0 or not isinstance(bench.get("s"), float) or bench["s"] <= 0:
             continue
-        per_s = done / bench["s"]
+        # The search's own seconds where its record has them (since 2026-11-29), the
+        # job's start-up (imports, CUDA) once a job; else the whole job's.
+        per_s = done / (searched or bench["s"])
         if device_kind(metrics.get("device")) != want:
             elsewhere.append(f"{folder} {readable(per_s)}/s on {metrics.get('device')}")
             continue
+        what = f"{metrics['n_queries']:,} queries x {metrics['n_documents']:,} documents x dim {run_dim}, top_k " \
+               f"{metrics.get('top_k')}"
         row.rate = Rate(
             per_s,
-            f"measured by {folder} (the whole job's benchmark: {metrics['n_queries']:,} queries x "
-            f"{metrics['n_documents']:,} documents x dim {run_dim}, top_k {metrics.get('top_k')}; loading and "
-            "scoring included, so a small run's rate is low)",
+            f"measured by {folder} (its search and scoring, {what}; the rest of the job, start-up, once)" if searched
+            else f"measured by {folder} (the whole job's benchmark: {what}; loading and scoring included, so a "
+                 "small run's rate is low)",
             True,
             str(metrics.get("device")),
+            overhead_s=max(0.0, bench["s"] - searched) if searched else 0.0,
         )
         break
     if elsewhere:

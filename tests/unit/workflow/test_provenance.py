@@ -452,8 +452,10 @@ def test_the_evaluations_run_is_recorded_and_read_into_the_record(tmp_path, monk
         output=_Named(metrics="m", per_query="q", run="r", figure="f", stats=str(stats)),
     )
     runpy.run_path(str(REPO / "scripts" / "retrieval_evaluate.py"), init_globals={"snakemake": smk})
-    ran = json.loads(stats.read_text())["made_with"]
+    record = json.loads(stats.read_text())
+    ran = record["made_with"]
     assert (ran["device"], ran["gpu"], ran["threads"], ran["role"]) == (searched_on, gpu, 3, "embedding")
+    assert isinstance(record["seconds"], float) and record["seconds"] >= 0  # the search's: make estimate's rate
     manifest = provenance.build_manifest(str(tmp_path), {}, {}, [], {}, {}, stats=[str(stats)])
     made = manifest["jobs_made_with"]
     assert made["jobs"] == 1 and made["devices"] == [[searched_on, gpu]]
