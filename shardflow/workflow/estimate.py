@@ -1485,6 +1485,22 @@ def search_runs(dataset: str) -> Iterator[tuple[str, dict, dict, int, float | No
         yield folder, metrics, bench, dim, float(seconds) if valid else None
 
 
+def assumed_search_rate(cfg: dict, documents: int, dim: int, source: str) -> Rate:
+    """An exact search on a GPU that no finished job here measured (retrieval_evaluate, a
+    neighbours job): SEARCH_MACS_PER_S, top-k selection included, and a job's read of the
+    document matrix at SEARCH_READ_BYTES_PER_S once."""
+    width = DTYPE_BYTES[cfg["embedding"]["output_dtype"]]
+    read_s = documents * dim * width / SEARCH_READ_BYTES_PER_S
+    return Rate(
+        SEARCH_MACS_PER_S,
+        f"{source} ({SEARCH_MACS_PER_S:.0e} multiply-adds/s on a GPU, top-k selection included, plus "
+        f"{duration(read_s)} a job reading the {_size(documents * dim * width)} document matrix at "
+        f"{SEARCH_READ_BYTES_PER_S / 1e9:g} GB/s)",
+        False,
+        overhead_s=read_s,
+    )
+
+
 def search_row(cfg: dict, name: str, queries: int | None, documents: int, gpus: int) -> Row:
     """retrieval_evaluate of data set `name` (one job holding `gpus`): its exact search is
     queries x documents x dim multiply-adds (shardflow.retrieval.search), at the rate a
@@ -1525,16 +1541,7 @@ def search_row(cfg: dict, name: str, queries: int | None, documents: int, gpus: 
     if elsewhere:
         row.notes.append(f"passed over, measured on another kind of device: {_listed(elsewhere)}")
     if row.rate is None and want == "cuda":
-        width = DTYPE_BYTES[cfg["embedding"]["output_dtype"]]
-        read_s = documents * dim * width / SEARCH_READ_BYTES_PER_S
-        row.rate = Rate(
-            SEARCH_MACS_PER_S,
-            f"{ASSUMED_SEARCH} ({SEARCH_MACS_PER_S:.0e} multiply-adds/s on a GPU, top-k selection included, "
-            f"plus {duration(read_s)} reading the {_size(documents * dim * width)} document matrix at "
-            f"{SEARCH_READ_BYTES_PER_S / 1e9:g} GB/s)",
-            False,
-            overhead_s=read_s,
-        )
+        row.rate = assumed_search_rate(cfg, documents, dim, ASSUMED_SEARCH)
     if row.rate is None:
         where = "retrieval.backend faiss searches on the CPU" if faiss else "the search runs on the CPU"
         held = f"; the job holds its {'GPU' if gpus == 1 else f'{gpus} GPUs'} meanwhile" if gpus else ""
@@ -1608,12 +1615,7 @@ def neighbours_row(cfg: dict, name: str, per_chunk: tuple[int, ...], documents: 
     if elsewhere:
         row.notes.append(f"passed over, measured on another kind of device: {_listed(elsewhere)}")
     if row.rate is None and want == "cuda":
-        width = DTYPE_BYTES[cfg["embedding"]["output_dtype"]]
-        read_s = documents * dim * width / SEARCH_READ_BYTES_PER_S
-        row.rate = Rate(SEARCH_MACS_PER_S, f"{ASSUMED_NEIGHBOURS} "
-                                           f"({SEARCH_MACS_PER_S:.0e} multiply-adds/s on a GPU, plus "
-                                           f"{duration(read_s)} a job reading the {_size(documents * dim * width)} "
-                                           "matrix)", False, overhead_s=read_s)
+        row.rate = assumed_search_rate(cfg, documents, dim, ASSUMED_NEIGHBOURS)
     if row.rate is None:
         row.notes.append("not estimated: the search runs on the CPU, whose rate no earlier neighbours job here "
                          "measured")
