@@ -42,10 +42,10 @@ from shardflow.core.atomic import atomic_path, write_json
 from shardflow.core.columns import read_id_array
 from shardflow.core.fields import check_device, check_field_types, whole_floats_as_ints
 from shardflow.core.figures import pyplot, save_figure
+from shardflow.retrieval.pipeline import SEARCH_SIMILARITIES
 
 log = logging.getLogger(__name__)
 
-SIMILARITIES = ("cosine", "dot")
 TABLE_SCHEMA = pa.schema(
     [
         ("id", pa.large_string()),
@@ -92,9 +92,9 @@ class NeighbourParams:
             raise ValueError(f"neighbours.block_size {self.block_size}: expected 1 or more")
         if self.duplicate_threshold is not None and not math.isfinite(self.duplicate_threshold):
             raise ValueError(f"neighbours.duplicate_threshold {self.duplicate_threshold}: expected a finite number")
-        if self.similarity not in SIMILARITIES:
+        if self.similarity not in SEARCH_SIMILARITIES:
             raise ValueError(f"the model's similarity_fn_name is {self.similarity!r}: neighbours are searched by "
-                             f"{' or '.join(SIMILARITIES)} (exact inner-product search)")
+                             f"{' or '.join(SEARCH_SIMILARITIES)} (exact inner-product search)")
         from shardflow.retrieval.search import BACKENDS
 
         if self.backend not in BACKENDS:
