@@ -121,14 +121,10 @@ def chunk_neighbours(doc_npy: str, doc_ids_path: str, rows: range, params: Neigh
     matrix, chunk_rows), written to `out_path`; returns the job's record. The chunk's
     vectors are read from the merged matrix, not from its embed job's file, which
     `embedding.keep_chunk_vectors: false` deletes once merged."""
-    from shardflow.core.devices import resolve_device
-    from shardflow.retrieval.search import default_device, exact_search, load_embeddings
+    from shardflow.retrieval.search import exact_search, load_embeddings, search_device
 
     start = time.time()
-    device = "cpu" if params.backend == "faiss" else (params.device or "auto")
-    device = default_device() if device == "auto" else device
-    if device != "cpu":
-        resolve_device(device)  # only its check: a CUDA device this process has
+    device = search_device(params.backend, params.device)
     doc_ids = read_id_array(doc_ids_path)
     if rows.stop > len(doc_ids):
         raise ValueError(f"{doc_ids_path}: {len(doc_ids)} rows, but the split's manifest puts this chunk at rows "

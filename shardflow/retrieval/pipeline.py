@@ -254,16 +254,11 @@ def search_and_score(
     per_query_out: str,
     run_out: str,
 ) -> dict:
-    from shardflow.core.devices import resolve_device
-    from shardflow.retrieval.search import LazyRun, default_device, exact_search
+    from shardflow.retrieval.search import LazyRun, exact_search, search_device
 
     # Where the scores are computed, recorded for the job's cost (shardflow.sweep.cost:
-    # GPU-hours count the jobs that ran on CUDA); faiss scores on the CPU; None and auto
-    # are CUDA when available.
-    device = "cpu" if params.backend == "faiss" else (params.device or "auto")
-    device = default_device() if device == "auto" else device
-    if device != "cpu":  # only its check: a CUDA device this process has (cuda:1 with two), or an error naming it;
-        resolve_device(device)  # the device is recorded as given (auto's "cuda" stays "cuda")
+    # GPU-hours count the jobs that ran on CUDA).
+    device = search_device(params.backend, params.device)
     # The corpus ids as one Arrow array: only the hits' ids become Python strings, a query at
     # a time (LazyRun). Held as Python objects, MS MARCO's 8.8 M ids and 7 M hits made the
     # job's memory after the search peak at 2.1 GB; 1.1 GB so.

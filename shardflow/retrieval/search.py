@@ -72,6 +72,20 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def search_device(backend: str, device: str | None) -> str:
+    """Where exact_search scores with `backend` on the job's `device`: the CPU for faiss,
+    whatever the job was given; None or auto: CUDA when available, else the CPU. A CUDA
+    device this process does not have is an error naming it (core.devices.resolve_device);
+    the device is returned as given (auto's "cuda" stays "cuda"), as jobs record it."""
+    from shardflow.core.devices import resolve_device
+
+    device = "cpu" if backend == "faiss" else (device or "auto")
+    device = default_device() if device == "auto" else device
+    if device != "cpu":
+        resolve_device(device)
+    return device
+
+
 def exact_search(
     queries: np.ndarray | str | os.PathLike,
     docs: np.ndarray | str | os.PathLike,
