@@ -169,11 +169,13 @@ def test_a_score_equal_to_the_threshold_is_a_near_duplicate(tmp_path):
     assert pairs["score"] == [3.0]
 
 
-def test_a_score_within_four_float32_steps_below_the_threshold_counts_and_five_steps_does_not(tmp_path):
-    """float32 rounding moves a score by a step or two (identical texts' cosine comes out
-    anywhere in 1 +- 2.4e-7): a score that close below the threshold counts."""
-    step = np.spacing(np.float32(0.5))  # float32's step at the threshold
-    four, five = float(np.float32(0.5) - 4 * step), float(np.float32(0.5) - 5 * step)
+def test_a_score_within_the_slack_below_the_threshold_counts_and_one_past_it_does_not(tmp_path):
+    """float32 rounding moves a score of identical vectors by up to about 7e-7 at dim 384
+    (SLACK, 2e-6 of the threshold's size): a score that close below the threshold counts."""
+    from shardflow.retrieval.neighbours import SLACK
+
+    four = float(np.float32(0.5 - 0.4 * SLACK))  # inside the slack (SLACK x 1, the size's floor)
+    five = float(np.float32(0.5 - 1.5 * SLACK))  # past it
     table = write_chunk_table(tmp_path / "c0.parquet", [("a", 1, "b", 0.5, 0, 1), ("b", 1, "a", 0.5, 1, 0),
                                                         ("c", 1, "a", four, 2, 0), ("d", 1, "a", five, 3, 0)])
     summary, outputs = merge_tables(tmp_path, ["a", "b", "c", "d"], [table], params(k=1, duplicate_threshold=0.5))
@@ -181,16 +183,18 @@ def test_a_score_within_four_float32_steps_below_the_threshold_counts_and_five_s
     assert summary["near_duplicate_pairs"] == 2
 
 
-def test_a_threshold_of_1_finds_every_pair_of_identical_documents(tmp_path):
-    """20 pairs of identical vectors at cosine: float32 normalising put some pairs' scores
-    at 0.99999976, and a threshold of 1 found 10 of the 20."""
+@pytest.mark.parametrize("pairs, dim", [(20, 48), (5000, 384)])
+def test_a_threshold_of_1_finds_every_pair_of_identical_vectors(tmp_path, pairs, dim):
+    """Pairs of identical vectors at cosine: float32 normalising and summing put their
+    scores anywhere from 0.99999946 to 1.0000007 at dim 384; a threshold of 1 found 10 of
+    20 pairs with no slack, and 4,999 of 5,000 with a slack of 4 float32 steps."""
     rng = np.random.default_rng(3)
-    base = rng.normal(size=(20, 48)).astype(np.float32) * rng.uniform(0.3, 30, size=(20, 1)).astype(np.float32)
+    base = rng.normal(size=(pairs, dim)).astype(np.float32) * rng.uniform(0.3, 30, size=(pairs, 1)).astype(np.float32)
     vectors = np.repeat(base, 2, axis=0)
-    summary, outputs, _ = run(tmp_path, vectors, params(k=3, duplicate_threshold=1.0), [40])
-    assert summary["near_duplicate_pairs"] == summary["groups"] == 20
-    pairs = pq.read_table(outputs["pairs"]).to_pydict()
-    assert list(zip(pairs["row"], pairs["neighbour_row"], strict=True)) == [(2 * i, 2 * i + 1) for i in range(20)]
+    summary, outputs, _ = run(tmp_path, vectors, params(k=1, duplicate_threshold=1.0), [2 * pairs])
+    assert summary["near_duplicate_pairs"] == summary["groups"] == pairs
+    found = pq.read_table(outputs["pairs"]).to_pydict()
+    assert list(zip(found["row"], found["neighbour_row"], strict=True)) == [(2 * i, 2 * i + 1) for i in range(pairs)]
 
 
 def test_a_dot_model_without_a_threshold_stops_naming_the_key_and_the_scores_spread(tmp_path):
@@ -229,6 +233,32 @@ def test_a_chunk_searched_in_slices_gives_the_table_it_gives_whole(tmp_path, mon
     # A query block's shape picks the product's kernel: a score may move by its last bit.
     np.testing.assert_allclose(parts.pop("score"), whole.pop("score"), rtol=1e-6)
     assert parts == whole
+
+
+def test_the_merge_reads_chunk_tables_a_batch_at_a_time_to_the_same_outputs(tmp_path, monkeypatch):
+    """Read whole, a chunk table of 2 M documents at k 10 held about 8 GB with URL-long
+    ids. Batches that cut through a document's rows give the same table, pairs, groups
+    and summary."""
+    import shardflow.retrieval.neighbours as nb
+
+    vectors = chain_and_twins()
+    for name in ("whole", "batched"):
+        (tmp_path / name).mkdir()
+    whole, outputs, _ = run(tmp_path / "whole", vectors, params(k=3), [5, 7])
+    monkeypatch.setattr(nb, "MERGE_BATCH_ROWS", 2)  # 3 rows a document: every other batch cuts one
+    batched, outputs_b, _ = run(tmp_path / "batched", vectors, params(k=3), [5, 7])
+    assert batched == whole
+    for name in ("table", "pairs", "groups"):
+        assert pq.read_table(outputs_b[name]).equals(pq.read_table(outputs[name])), name
+
+
+def test_a_chunk_table_of_other_columns_is_refused_naming_it(tmp_path):
+    ids = ["a", "b"]
+    write_ids_parquet(tmp_path / "ids.parquet", ids)
+    pq.write_table(pa.table({"id": ["a"], "score": [1.0]}), tmp_path / "c0.parquet")
+    outputs = {name: str(tmp_path / file) for name, file in OUTPUTS.items()}
+    with pytest.raises(ValueError, match=r"c0.parquet: not a neighbours table"):
+        merge_neighbours([str(tmp_path / "c0.parquet")], str(tmp_path / "ids.parquet"), params(k=1), outputs)
 
 
 def test_groups_along_a_long_chain_in_any_order_are_one_group_named_by_its_first_row():
