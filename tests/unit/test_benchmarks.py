@@ -41,3 +41,12 @@ def test_model_flops_takes_the_hidden_size_where_the_config_has_no_head_dim():
     bench = load_benchmark("bench_engine")
     model = TinyModel(num_attention_heads=2)
     assert bench.model_flops(model, [4]) == 2 * 72 * 4 + 4 * 2 * 8 * 16
+
+
+def test_the_neighbours_benchmark_finds_what_numpy_brute_force_finds():
+    """Its two searches agree on every document's neighbours (else its ratio compares
+    different work), and the planted noisy copies come out as near-duplicate pairs."""
+    bench = load_benchmark("bench_neighbours")
+    result = bench.main(["--docs", "300", "--chunks", "3", "--twins", "30", "--threads", "1"])
+    assert result["agreeing_documents"] == 300
+    assert result["near_duplicate_pairs"] >= 30 and result["groups"] >= 1
