@@ -11,6 +11,9 @@ of summaries whose systems differ from those most records have) raises
 empty stored summary is no such problem: the system wrote nothing there, and scores 0
 (as rouge-score, and the workflow's own summaries, score it).
 
+`read_references` and `read_summaries` give the records one at a time as the file is
+read (`Reading`), so that a scoring of millions holds one; `load_*` hold them all.
+
 Stored summaries may come from several files (`load_summaries` with a list of paths):
 they are one input, as the split reads a corpus of several files. An id is unique
 across them (a later record with an id an earlier file holds is a duplicate, named
@@ -32,7 +35,7 @@ from __future__ import annotations
 import functools
 import json
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,11 +59,14 @@ __all__ = [
     "BadRecordError",
     "Document",
     "Loaded",
+    "Reading",
     "Rejected",
     "SummaryRecord",
     "load_documents",
     "load_references",
     "load_summaries",
+    "read_references",
+    "read_summaries",
 ]
 
 
@@ -86,6 +92,19 @@ class Loaded:
     rejects: list[Rejected]
 
 
+@dataclass(frozen=True)
+class Reading:
+    """Records read as they are iterated (once, in file order) and the rejects so far:
+    a scoring that takes one record at a time holds none of the others (`Loaded` holds
+    them all)."""
+
+    records: Iterable  # Document | SummaryRecord
+    rejects: list[Rejected]  # complete once `records` is exhausted
+
+    def loaded(self) -> Loaded:
+        return Loaded(list(self.records), self.rejects)
+
+
 class _Bad(Exception):
     """A record-level problem, turned into BadRecordError or Rejected by the caller."""
 
@@ -107,7 +126,10 @@ def load_documents(
         ref = _text(obj, reference_field) if reference_field else None
         return Document(_id(obj, id_field, name, line), _text(obj, article_field), ref, line)
 
-    return _load(path, make, on_bad_record, max_record_bytes, read=_read_keys(id_field, article_field, reference_field))
+    _check_on_bad_record(on_bad_record)
+    rejects: list[Rejected] = []
+    read = _read_keys(id_field, article_field, reference_field)
+    return Reading(_read(path, make, on_bad_record, max_record_bytes, rejects, read=read), rejects).loaded()
 
 
 def load_references(
@@ -119,6 +141,22 @@ def load_references(
     passed_over: frozenset[int] = frozenset(),
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> Loaded:
+    """`read_references`, every record at once."""
+    return read_references(
+        path, id_field=id_field, reference_field=reference_field, on_bad_record=on_bad_record,
+        passed_over=passed_over, max_record_bytes=max_record_bytes,
+    ).loaded()
+
+
+def read_references(
+    path: str,
+    *,
+    id_field: str | None = "id",
+    reference_field: str = "highlights",
+    on_bad_record: str = "error",
+    passed_over: frozenset[int] = frozenset(),
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+) -> Reading:
     """(id, reference) pairs as Documents with an empty article: what evaluation joins
     generated summaries with. `passed_over`: lines not read at all, the lines the split
     rejected (so that an id's reference comes from the line whose text was summarised)."""
@@ -128,7 +166,11 @@ def load_references(
     def make(obj: dict, line: int) -> Document:
         return Document(_id(obj, id_field, name, line), "", _text(obj, reference_field), line)
 
-    return _load(path, make, on_bad_record, max_record_bytes, passed_over, read=_read_keys(id_field, reference_field))
+    _check_on_bad_record(on_bad_record)
+    rejects: list[Rejected] = []
+    records = _read(path, make, on_bad_record, max_record_bytes, rejects, passed_over,
+                    read=_read_keys(id_field, reference_field))
+    return Reading(records, rejects)
 
 
 def load_summaries(
@@ -140,8 +182,25 @@ def load_summaries(
     on_bad_record: str = "error",
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> Loaded:
+    """`read_summaries`, every record at once."""
+    return read_summaries(
+        path, summaries, id_field=id_field, reference_field=reference_field, on_bad_record=on_bad_record,
+        max_record_bytes=max_record_bytes,
+    ).loaded()
+
+
+def read_summaries(
+    path: str | Sequence[str],
+    summaries: str,
+    *,
+    id_field: str | None = "id",
+    reference_field: str = "highlights",
+    on_bad_record: str = "error",
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+) -> Reading:
     """Stored summaries named by `summaries` (see the module docstring) and their references,
-    from one file or several read as one input (`path` a list: see the module docstring)."""
+    from one file or several read as one input (`path` a list: see the module docstring).
+    The spec is checked, and the usual systems found, before this returns."""
     paths = [path] if isinstance(path, str) else list(path)
     if not summaries or summaries.startswith(".") or ".." in summaries:
         raise ValueError(f"summaries field spec {summaries!r}: expected 'field', 'a.b' or 'a.*'")
@@ -166,14 +225,17 @@ def load_summaries(
             texts = {summaries.rsplit(".", 1)[-1]: _text(obj, summaries, empty_ok=True)}
         return SummaryRecord(_id(obj, id_field, name, line), _text(obj, reference_field), texts, line)
 
-    records, rejects, seen = [], [], {}
+    _check_on_bad_record(on_bad_record)
+    rejects: list[Rejected] = []
+    seen: dict = {}
     read = _read_keys(id_field, reference_field, summaries)
-    for one in paths:
-        make_one = functools.partial(make, name=logical_path(one))
-        loaded = _load(one, make_one, on_bad_record, max_record_bytes, seen=seen, read=read)
-        records += loaded.records
-        rejects += loaded.rejects
-    return Loaded(records, rejects)
+    records = (
+        rec
+        for one in paths
+        for rec in _read(one, functools.partial(make, name=logical_path(one)), on_bad_record, max_record_bytes,
+                         rejects, seen=seen, read=read)
+    )
+    return Reading(records, rejects)
 
 
 def usual_systems(
@@ -197,21 +259,26 @@ def usual_systems(
     return counts.most_common(1)[0]
 
 
-def _load(
+def _check_on_bad_record(on_bad_record: str) -> None:
+    if on_bad_record not in ("error", "skip"):
+        raise ValueError(f"on_bad_record {on_bad_record!r}: expected 'error' or 'skip'")
+
+
+def _read(
     path: str,
     make,
     on_bad_record: str,
     max_record_bytes: int,
+    rejects: list[Rejected],
     passed_over: frozenset[int] = frozenset(),
     seen: dict | None = None,
     read: Sequence[str] = (),
-) -> Loaded:
-    """`seen`: {id: (path, line)} of the records kept so far, shared by the files of one
-    input (load_summaries), so an id is unique across them. `read`: the keys `make` reads
-    (`_read_keys`), for `json_objects`."""
-    if on_bad_record not in ("error", "skip"):
-        raise ValueError(f"on_bad_record {on_bad_record!r}: expected 'error' or 'skip'")
-    records, rejects = [], []
+) -> Iterator:
+    """The records of `path`, one at a time; those set aside are appended to `rejects`
+    (callers check `on_bad_record` first, `_check_on_bad_record`: this runs only when
+    iterated). `seen`: {id: (path, line)} of the records kept so far, shared by the files
+    of one input (read_summaries), so an id is unique across them. `read`: the keys `make`
+    reads (`_read_keys`), for `json_objects`."""
     seen = {} if seen is None else seen
     for line, raw, obj in json_objects(path, max_record_bytes, read):
         if line in passed_over:
@@ -230,8 +297,7 @@ def _load(
             rejects.append(Rejected(path, line, str(exc), raw.decode("utf-8", errors="backslashreplace").rstrip("\r\n")))
             continue
         seen[rec.id] = (path, line)
-        records.append(rec)
-    return Loaded(records, rejects)
+        yield rec
 
 
 def json_objects(
