@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import re
+from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -49,7 +50,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shardflow.core.atomic import atomic_path
-from shardflow.summarise.data import Rejected, SummaryRecord, load_summaries
+from shardflow.summarise.data import Rejected, SummaryRecord, read_summaries
 from shardflow.summarise.params import ScoreParams
 from shardflow.summarise.sentences import split_sentences, split_tokenised
 
@@ -99,17 +100,39 @@ def score_summary(
 
 def score_records(records: Iterable[SummaryRecord], params: ScoreParams = DEFAULT_PARAMS) -> pd.DataFrame:
     """One row per (document, system): id, system, rouge1, rouge2, rougeL, rougeLsum."""
-    rows = []
+    table = ScoreTable(params)
     for rec in records:
+        table.add(rec)
+    return table.frame()
+
+
+class ScoreTable:
+    """`score_records` a record at a time: each record is scored as it comes and only its
+    scores are kept, a float64 each in a column per metric (a row dict each held about
+    ten times as much), so its texts can go."""
+
+    def __init__(self, params: ScoreParams = DEFAULT_PARAMS) -> None:
+        self.params = params
+        self.ids: list[str] = []
+        self.systems: list[str] = []
+        self.columns = {t: array("d") for t in ROUGE_TYPES}
+
+    def add(self, rec: SummaryRecord) -> None:
         for system, text in rec.summaries.items():
             s = score_summary(
                 rec.reference,
                 text,
-                reference_format=params.reference_format,
-                summary_format=params.summary_format,
+                reference_format=self.params.reference_format,
+                summary_format=self.params.summary_format,
             )
-            rows.append({"id": rec.id, "system": system, **s})
-    return pd.DataFrame(rows, columns=["id", "system", *ROUGE_TYPES])
+            self.ids.append(rec.id)
+            self.systems.append(system)
+            for t in ROUGE_TYPES:
+                self.columns[t].append(s[t])
+
+    def frame(self) -> pd.DataFrame:
+        columns = {t: np.frombuffer(self.columns[t], dtype=np.float64) for t in ROUGE_TYPES}
+        return pd.DataFrame({"id": self.ids, "system": self.systems, **columns}, columns=["id", "system", *ROUGE_TYPES])
 
 
 @dataclass(frozen=True)
@@ -120,12 +143,28 @@ class ScoredFile:
 
 
 def format_warnings(
-    records: Sequence[SummaryRecord],
+    records: Iterable[SummaryRecord],
     params: ScoreParams,
     own_summaries: bool = False,
     stored_field: str | None = None,
 ) -> tuple[str, ...]:
-    """Warnings about texts rouge-score will not read as the scoring meant, each counted:
+    """`FormatWarnings` of `records`, read once."""
+    counts = FormatWarnings(params, own_summaries, stored_field)
+    for rec in records:
+        counts.add(rec)
+    return counts.warnings()
+
+
+@dataclass
+class _SystemCounts:
+    texts: int = 0
+    as_other: int = 0  # read as the other format (`_reads_as_other`)
+    unread: int = 0  # hold nothing rouge-score reads
+
+
+class FormatWarnings:
+    """Warnings about texts rouge-score will not read as the scoring meant, each counted,
+    a record at a time (`add`), so that nothing holds the records:
     - references, and each system's summaries, split in one format (reference_format,
       summary_format) where most of them look like the other: split as prose, tokenised
       text (CNN/DailyMail's " . " between sentences) is one sentence each; split as
@@ -141,50 +180,63 @@ def format_warnings(
     - the references rouge-score reads nothing of (it reads a-z and 0-9 alone), those it
       reads only a minority of the letters and digits of, and per system the summaries it
       reads nothing of (empty ones included): each scores 0."""
-    out = []
-    references = [r.reference for r in records]
-    if references:
-        out.extend(_reference_format_warning(references, params.reference_format))
-    systems: dict[str, list] = {}
-    for r in records:
-        for system, text in r.summaries.items():
-            systems.setdefault(system, []).append(text)
-    out.extend(_summary_format_warning(systems, params.summary_format, own_summaries, stored_field))
-    counts = [_read_and_dropped(" ".join(_flat(r.reference))) for r in records]
-    unread = sum(read == 0 for read, _ in counts)
-    if unread:
-        out.append(
-            f"{unread} of {len(records)} references hold no letter a-z or digit, all rouge-score reads (other "
-            "scripts, such as Cyrillic or CJK, are dropped): their documents score 0 and count in the means"
-        )
-    # Those with a little to read are scored on that little: a Chinese reference's year
-    # alone, so that an unrelated summary with the same year scores 100.
-    mostly = sum(0 < read < dropped for read, dropped in counts)
-    if mostly:
-        out.append(
-            f"{mostly} of {len(records)} references are mostly letters or digits rouge-score drops (it reads a-z "
-            "and 0-9 only; other scripts, such as Cyrillic or CJK, and accented letters are dropped): they are "
-            "scored on what is left, such as their numbers and Latin words, so their ROUGE says little"
-        )
-    unread_summaries = {}
-    for system, texts in systems.items():
-        unread = sum(_read_and_dropped(" ".join(_flat(t)))[0] == 0 for t in texts)
-        if unread:
-            unread_summaries[system] = (unread, len(texts))
-    if unread_summaries:
-        out.append(
-            f"{_per_system(unread_summaries)} hold no letter a-z or digit, all rouge-score reads (empty ones "
-            "included; other scripts, such as Cyrillic or CJK, are dropped): they score 0 on every metric and "
-            "count in their system's means"
-        )
-    return tuple(out)
+
+    def __init__(self, params: ScoreParams, own_summaries: bool = False, stored_field: str | None = None) -> None:
+        self.params, self.own_summaries, self.stored_field = params, own_summaries, stored_field
+        self.references = 0
+        self.references_as_other = 0
+        self.references_unread = 0
+        self.references_mostly_dropped = 0
+        self.systems: dict[str, _SystemCounts] = {}  # in first-seen order
+
+    def add(self, rec: SummaryRecord) -> None:
+        self.references += 1
+        self.references_as_other += _reads_as_other(rec.reference, self.params.reference_format)
+        read, dropped = _read_and_dropped(" ".join(_flat(rec.reference)))
+        self.references_unread += read == 0
+        # Those with a little to read are scored on that little: a Chinese reference's year
+        # alone, so that an unrelated summary with the same year scores 100.
+        self.references_mostly_dropped += 0 < read < dropped
+        for system, text in rec.summaries.items():
+            counts = self.systems.setdefault(system, _SystemCounts())
+            counts.texts += 1
+            counts.as_other += _reads_as_other(text, self.params.summary_format)
+            counts.unread += _read_and_dropped(" ".join(_flat(text)))[0] == 0
+
+    def warnings(self) -> tuple[str, ...]:
+        out = []
+        n = self.references
+        if n:
+            out.extend(_reference_format_warning(self.references_as_other, n, self.params.reference_format))
+        formats = {system: (c.as_other, c.texts) for system, c in self.systems.items()}
+        out.extend(_summary_format_warning(formats, self.params.summary_format, self.own_summaries, self.stored_field))
+        if self.references_unread:
+            out.append(
+                f"{self.references_unread} of {n} references hold no letter a-z or digit, all rouge-score reads "
+                "(other scripts, such as Cyrillic or CJK, are dropped): their documents score 0 and count in the means"
+            )
+        if self.references_mostly_dropped:
+            out.append(
+                f"{self.references_mostly_dropped} of {n} references are mostly letters or digits rouge-score drops "
+                "(it reads a-z and 0-9 only; other scripts, such as Cyrillic or CJK, and accented letters are "
+                "dropped): they are scored on what is left, such as their numbers and Latin words, so their ROUGE "
+                "says little"
+            )
+        unread_summaries = {system: (c.unread, c.texts) for system, c in self.systems.items() if c.unread}
+        if unread_summaries:
+            out.append(
+                f"{_per_system(unread_summaries)} hold no letter a-z or digit, all rouge-score reads (empty ones "
+                "included; other scripts, such as Cyrillic or CJK, are dropped): they score 0 on every metric and "
+                "count in their system's means"
+            )
+        return tuple(out)
 
 
-def _read_as_other(texts: Sequence[str], fmt: str) -> int:
-    """How many of `texts` split into more sentences in the other format than in `fmt`
-    (those that look like the other format). A text whose sentences are lines, or
-    tokenised with capitals, splits alike both ways: no case."""
-    return sum(len(_SPLITTERS[_OTHER[fmt]](t)) > len(_SPLITTERS[fmt](t)) for t in texts)
+def _reads_as_other(text: str, fmt: str) -> bool:
+    """Whether `text` splits into more sentences in the other format than in `fmt` (looks
+    like the other format). A text whose sentences are lines, or tokenised with capitals,
+    splits alike both ways: no case."""
+    return len(_SPLITTERS[_OTHER[fmt]](text)) > len(_SPLITTERS[fmt](text))
 
 
 def _looks(fmt: str) -> str:
@@ -197,25 +249,26 @@ def _looks(fmt: str) -> str:
     return "look tokenised (sentences end in a standalone ' . ') but are split as prose"
 
 
-def _reference_format_warning(texts: Sequence[str], fmt: str) -> list[str]:
-    looks = _read_as_other(texts, fmt)
-    if looks <= len(texts) / 2:
+def _reference_format_warning(looks: int, n: int, fmt: str) -> list[str]:
+    """The warning about references that mostly read as the other format than `fmt`:
+    `looks` of `n` do (`_reads_as_other`)."""
+    if looks <= n / 2:
         return []
     other = _OTHER[fmt]
     hint = " (CNN/DailyMail)" if other == "tokenised" else ""
     return [
-        f"{looks} of {len(texts)} references {_looks(fmt)}: ROUGE-Lsum sees fewer sentences than there are and "
+        f"{looks} of {n} references {_looks(fmt)}: ROUGE-Lsum sees fewer sentences than there are and "
         f"comes out low; if the references are {other}{hint}, set summarise.reference_format: {other} "
         f"(REFERENCE_FORMAT={other})"
     ]
 
 
 def _summary_format_warning(
-    systems: dict[str, list], fmt: str, own_summaries: bool, stored_field: str | None
+    counts: dict[str, tuple[int, int]], fmt: str, own_summaries: bool, stored_field: str | None
 ) -> list[str]:
     """The warning about the systems whose summaries mostly read as the other format than
-    `fmt`, naming each (`format_warnings`); none when there is no such system."""
-    counts = {system: (_read_as_other(texts, fmt), len(texts)) for system, texts in systems.items()}
+    `fmt`, naming each (`FormatWarnings`); none when there is no such system. `counts`:
+    {system: (summaries that read as the other format, summaries)}."""
     off = {system: (looks, n) for system, (looks, n) in counts.items() if looks > n / 2}
     if not off:
         return []
@@ -227,13 +280,13 @@ def _summary_format_warning(
             "comparable numbers"
         ]
     other = _OTHER[fmt]
-    if len(off) == len(systems):
+    if len(off) == len(counts):
         return [
             head + f"if the stored summaries are {other}, set summarise.stored_format: {other} "
             f"(STORED_FORMAT={other}); by default they are split as the references are (summarise.reference_format)"
         ]
     # One stored_format splits every system of a run, and a stored field names one system or all.
-    rest = ", ".join(repr(s) for s in systems if s not in off)
+    rest = ", ".join(repr(s) for s in counts if s not in off)
     field = stored_field[:-1] if stored_field and stored_field.endswith(".*") else "<field>."
     first = next(iter(off))
     return [
@@ -271,7 +324,7 @@ def score_jsonl(path: str | Sequence[str], summaries: str, params: ScoreParams =
     `summaries` is a field spec: "summary", "system_summaries.bart" or
     "system_summaries.*" (every system at once); see `summarise.data`.
     """
-    loaded = load_summaries(
+    reading = read_summaries(
         path,
         summaries,
         id_field=params.id_field,
@@ -279,7 +332,11 @@ def score_jsonl(path: str | Sequence[str], summaries: str, params: ScoreParams =
         on_bad_record=params.on_bad_record,
         max_record_bytes=params.max_record_bytes,
     )
-    return ScoredFile(score_records(loaded.records, params), loaded.rejects, format_warnings(loaded.records, params, stored_field=summaries))
+    table, warnings = ScoreTable(params), FormatWarnings(params, stored_field=summaries)
+    for rec in reading.records:  # one record held at a time
+        table.add(rec)
+        warnings.add(rec)
+    return ScoredFile(table.frame(), reading.rejects, warnings.warnings())
 
 
 # Values indexed at once when averaging resamples: a block of resamples at a time.

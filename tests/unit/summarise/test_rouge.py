@@ -105,6 +105,17 @@ def test_the_bootstrap_of_a_large_corpus_holds_no_resamples_by_documents_array_o
     assert peak < 0.3 * 80e6, peak  # the two arrays held 80 MB here
 
 
+def test_format_warnings_reads_its_records_once_as_they_come():
+    """format_warnings counts a record at a time (FormatWarnings), so the records may come
+    from a generator and nothing holds them all. It read its records three times over: a
+    generator's second pass found none, and no summary was counted."""
+    en = "It rained in Beijing today."
+    recs = [SummaryRecord("a", en, {"llm": "北京今天下雨。"}, 0), SummaryRecord("b", en, {"llm": ""}, 0)]
+    (warning,) = format_warnings(iter(recs), ScoreParams())
+    assert warning.startswith("2 of 2 summaries of 'llm' hold no letter a-z or digit")
+    assert format_warnings(recs, ScoreParams()) == (warning,)
+
+
 def test_bootstrap_ci_contains_mean_and_is_seeded():
     values = np.random.default_rng(1).normal(40, 10, size=50)
     lo, hi = bootstrap_ci(values, resamples=1000, seed=0)
