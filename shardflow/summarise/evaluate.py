@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,14 +22,14 @@ from shardflow.core.atomic import write_json
 from shardflow.core.figures import pyplot, save_figure
 from shardflow.core.files import iter_json_lines
 from shardflow.core.s3 import logical_path
-from shardflow.summarise.data import SummaryRecord, load_references
+from shardflow.summarise.data import SummaryRecord, read_references
 from shardflow.summarise.params import ScoreParams
 from shardflow.summarise.records import iter_summaries
 from shardflow.summarise.rouge import (
     ROUGE_TYPES,
-    format_warnings,
+    FormatWarnings,
+    ScoreTable,
     score_jsonl,
-    score_records,
     system_means,
     write_parquet,
 )
@@ -150,7 +151,7 @@ def evaluate_summaries(
     references, rejects = {}, []
     rejected = split_rejected_lines(split_rejects)
     for path in sources:
-        loaded = load_references(
+        reading = read_references(
             path,
             id_field=params.id_field,
             reference_field=params.reference_field,
@@ -158,31 +159,44 @@ def evaluate_summaries(
             passed_over=rejected.get(source_key(path), frozenset()),
             max_record_bytes=params.max_record_bytes,
         )
-        references.update({d.id: d.reference for d in loaded.records})
-        rejects += loaded.rejects
+        for d in reading.records:
+            references[d.id] = d.reference
+        rejects += reading.rejects
     log_rejects(rejects, "reference")
-    records, missing = [], []
-    lengths = []
+    # The summaries are read twice, so that no more than one is held: this pass checks
+    # them all and finds those without a reference before any is scored (a damaged line,
+    # or a missing reference under on_bad_record: error, stops the job before hours of
+    # scoring); the next scores each as it is joined.
+    missing, joined = [], 0
     for rec in iter_summaries(summaries_path):
-        if rec["id"] not in references:
+        if rec["id"] in references:
+            joined += 1
+        else:
             missing.append(rec["id"])
-            continue
-        records.append(SummaryRecord(rec["id"], references[rec["id"]], {system: rec["summary"]}, 0))
-        lengths.append((rec["input_tokens"], rec["output_tokens"]))
     if missing and params.on_bad_record == "error":
         raise MissingReferenceError(
             f"{len(missing)} summarised documents have no usable reference field "
             f"{params.reference_field!r} in {', '.join(sources)} (first: {missing[:5]})"
         )
-    if not records:
+    if not joined:
         raise MissingReferenceError(f"no summarised document has a reference in {', '.join(sources)}")
     for doc_id in missing[:MAX_LOGGED_REJECTS]:
         log.warning("summarised document %r has no usable reference: left out of the scores", doc_id)
     if len(missing) > MAX_LOGGED_REJECTS:
         log.warning("... and %d more summarised documents without a usable reference", len(missing) - MAX_LOGGED_REJECTS)
     split_rejected = sum(len(lines) for lines in rejected.values())
-    scores = score_records(records, params)
-    inp, outp = np.array(lengths, dtype=np.float64).T
+    table, warnings = ScoreTable(params), FormatWarnings(params, own_summaries=True)
+    lengths = array("d")  # (input, output) tokens of each document scored, as floats
+    for rec in iter_summaries(summaries_path):
+        if rec["id"] not in references:
+            continue
+        record = SummaryRecord(rec["id"], references[rec["id"]], {system: rec["summary"]}, 0)
+        table.add(record)
+        warnings.add(record)
+        lengths.extend((rec["input_tokens"], rec["output_tokens"]))
+    del references  # the references' texts go before the table's frame and the bootstrap
+    scores = table.frame()
+    inp, outp = np.frombuffer(lengths, dtype=np.float64).reshape(-1, 2).T
     metrics = _metrics(
         scores,
         params,
@@ -196,7 +210,7 @@ def evaluate_summaries(
             "summary_tokens_mean": float(outp.mean()),
             "compression_ratio_mean": float(np.mean(outp / np.maximum(inp, 1))),
             "warnings": [
-                *format_warnings(records, params, own_summaries=True),
+                *warnings.warnings(),
                 *_left_out_warnings(split_rejected, split_rejects, len(missing), len(rejects)),
             ],
         },

@@ -146,3 +146,30 @@ def test_documents_the_scores_leave_out_are_among_the_warnings(tmp_path, caplog)
     # None where nothing is left out.
     src.write_text("".join(json.dumps({"id": i, "article": t, "highlights": t}) + "\n" for i, t, _ in docs))
     assert evaluate_summaries(str(summaries), [str(src)], skip, outputs(tmp_path)).metrics["warnings"] == []
+
+
+def test_evaluation_holds_one_summary_at_a_time(tmp_path, monkeypatch):
+    """Each summary is scored, and counted for the warnings, as it is joined with its
+    reference. Every summary was held first (a SummaryRecord each, then a row dict each):
+    memory that grew with the corpus, which this job reads whole. ROUGE itself is stubbed:
+    what the join holds is under test."""
+    import tracemalloc
+
+    from shardflow.summarise import rouge
+
+    monkeypatch.setattr(rouge, "score_summary", lambda *args, **kw: dict.fromkeys(rouge.ROUGE_TYPES, 50.0))
+    n, long = 50, "rain " * 20_000  # 100 kB each, 5 MB in all
+    src, summaries, warm = tmp_path / "src.jsonl", tmp_path / "s.jsonl", tmp_path / "warm.jsonl"
+    src.write_text("".join(json.dumps({"id": f"d{i}", "highlights": "Rain fell."}) + "\n" for i in range(n)))
+    rec = {"summary": long, "input_tokens": 9, "output_tokens": 4, "truncated": False}
+    write_summaries(summaries, [f"d{i}" for i in range(n)], [rec] * n)
+    write_summaries(warm, ["d0"], [dict(rec, summary="Rain.")])
+    evaluate_summaries(str(warm), [str(src)], ScoreParams(resamples=10), outputs(tmp_path))  # imports, untraced
+    tracemalloc.start()
+    try:
+        m = evaluate_summaries(str(summaries), [str(src)], ScoreParams(resamples=10), outputs(tmp_path)).metrics
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert m["n_documents"] == n and m["rouge1"] == 50.0
+    assert peak < 0.7 * n * len(long), peak  # 2.2 MB here, 7 MB when every summary was held
