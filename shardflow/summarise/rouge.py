@@ -343,47 +343,67 @@ def score_jsonl(path: str | Sequence[str], summaries: str, params: ScoreParams =
 BOOTSTRAP_BLOCK_VALUES = 1 << 18
 
 
-@functools.lru_cache(maxsize=1)
-def _resamples(n: int, resamples: int, seed: int) -> np.ndarray:
-    """The resamples' document rows (module docstring), shared by every system and metric
-    of an evaluation (one entry: each scores n documents with one seed). Drawn as int32:
-    numpy draws a bounded integer below 2**32 the same way for int32 and int64, so these
-    are int64's draws, in half the memory (1.1 GB at 1,000 resamples of 287k documents)."""
-    rows = np.random.default_rng(seed).integers(0, n, size=(resamples, n), dtype=np.int32 if n < 2**31 else np.int64)
-    rows.flags.writeable = False
-    return rows
-
-
 def bootstrap_ci(
     values: Sequence[float], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0, level: float = 0.95
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval for the mean of `values` (see the module docstring).
-    The resampled means are taken a block of resamples at a time, each row's as the
-    whole array's (the same sums, bit for bit): indexing them all at once held a float64
-    array of resamples x documents beside the rows."""
-    x = np.asarray(values, dtype=np.float64)
-    if x.size == 0:
+    """Percentile bootstrap interval for the mean of `values` (see the module docstring)."""
+    return bootstrap_cis([values], resamples=resamples, seed=seed, level=level)[0]
+
+
+def bootstrap_cis(
+    columns: Sequence[Sequence[float]], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0, level: float = 0.95
+) -> list[tuple[float, float]]:
+    """`bootstrap_ci` of each of `columns`, of one length n, on the same resamples (a paired
+    bootstrap). The resamples' document rows are drawn a block of resamples at a time, and
+    each block serves every column before the next is drawn: numpy fills an array from
+    its stream in order, so these are the rows drawn whole, which were held as one array
+    (4 bytes a document per resample: 4 GB at 1,000 resamples of a million documents)
+    and kept after the evaluation. Drawn as int32: numpy draws a bounded integer below
+    2**32 the same way for int32 and int64, so these are int64's draws. A block's means
+    are each row's as the whole array's (the same sums, bit for bit)."""
+    xs = [np.asarray(c, dtype=np.float64) for c in columns]
+    if not xs:
+        return []
+    n = xs[0].size
+    if n == 0:
         raise ValueError("bootstrap_ci needs at least one value")
-    idx = _resamples(x.size, resamples, seed)
-    block = max(1, BOOTSTRAP_BLOCK_VALUES // x.size)
-    means = np.empty(resamples)
+    if any(x.size != n for x in xs):
+        raise ValueError(f"bootstrap_cis needs columns of one length, got {sorted({x.size for x in xs})}")
+    rng = np.random.default_rng(seed)
+    dtype = np.int32 if n < 2**31 else np.int64
+    block = max(1, BOOTSTRAP_BLOCK_VALUES // n)
+    means = np.empty((len(xs), resamples))
     for start in range(0, resamples, block):
-        means[start : start + block] = x[idx[start : start + block]].mean(axis=1)
-    lo, hi = np.percentile(means, [50 * (1 - level), 50 * (1 + level)])
-    return float(lo), float(hi)
+        rows = rng.integers(0, n, size=(min(block, resamples - start), n), dtype=dtype)
+        for k, x in enumerate(xs):
+            means[k, start : start + len(rows)] = x[rows].mean(axis=1)
+    return [
+        (float(lo), float(hi)) for lo, hi in (np.percentile(m, [50 * (1 - level), 50 * (1 + level)]) for m in means)
+    ]
 
 
 def system_means(scores: pd.DataFrame, params: ScoreParams = DEFAULT_PARAMS) -> pd.DataFrame:
     """Per system and metric: n, mean, ci_low, ci_high (systems in first-seen order)."""
-    rows = []
-    for system, group in scores.groupby("system", sort=False):
-        for metric in ROUGE_TYPES:
-            values = group[metric].to_numpy()
-            lo, hi = bootstrap_ci(values, resamples=params.resamples, seed=params.seed, level=params.level)
-            rows.append(
-                {"system": system, "metric": metric, "n": len(values), "mean": float(values.mean()),
-                 "ci_low": lo, "ci_high": hi}
-            )
+    columns = [
+        (system, metric, group[metric].to_numpy())
+        for system, group in scores.groupby("system", sort=False)
+        for metric in ROUGE_TYPES
+    ]
+    # Columns of one length share each block of resamples (bootstrap_cis): drawn once for
+    # them all, as when the whole draw was kept for the next.
+    by_length: dict[int, list[int]] = {}
+    for k, (_, _, values) in enumerate(columns):
+        by_length.setdefault(len(values), []).append(k)
+    cis: dict[int, tuple[float, float]] = {}
+    for ks in by_length.values():
+        found = bootstrap_cis([columns[k][2] for k in ks], resamples=params.resamples, seed=params.seed,
+                              level=params.level)
+        cis.update(zip(ks, found, strict=True))
+    rows = [
+        {"system": system, "metric": metric, "n": len(values), "mean": float(values.mean()),
+         "ci_low": cis[k][0], "ci_high": cis[k][1]}
+        for k, (system, metric, values) in enumerate(columns)
+    ]
     return pd.DataFrame(rows, columns=["system", "metric", "n", "mean", "ci_low", "ci_high"])
 
 
