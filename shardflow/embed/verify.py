@@ -20,6 +20,15 @@ token to pool, stops its embed job naming the record (engine.EmptyTextError).
 A failed finite, norms or nonzero check names its first row and that row's id
 (`first_id`, from ids.parquet; null where the file has no such row): a row number of a
 matrix of millions is no record a user can look up. A passing record has no `first_id`.
+
+Given the split manifest's chunks (their `items` and `path`, in chunk order, the order
+merge concatenates them in), such a check names its first row's chunk too
+(`first_chunk`): its index, its rows in the matrix (first and last, 0-based), its file and
+the row's line there (1-based: an embed job embeds every line of its chunk file, in
+order, one row a line: corpus.chunks.read_chunk, engine.Encoder.encode), and, given the
+pattern of the embed jobs' logs, the log of the job that made the row. Where the matrix
+holds other than the chunks' rows (the count check fails), which chunk is off is not
+known, and none is named.
 """
 
 from __future__ import annotations
@@ -36,6 +45,12 @@ from shardflow.core.npyio import iter_row_blocks, read_header, rows_per_block
 
 class VerificationError(RuntimeError):
     pass
+
+
+# Rule embed's log (rules/embed.smk; tests/unit/embed/test_verify.py holds them equal), which
+# rule verify names for a failed row. A sweep's verify jobs read embed jobs whose logs
+# their own rules declare elsewhere: they name none.
+EMBED_LOG = "logs/embed/{dataset}/chunk_{chunk}.log"
 
 
 # The numbers verification.json holds, nested keys joined with "." as a reproduction names
@@ -99,7 +114,25 @@ def _histogram(norms: np.ndarray, bins: int = 60) -> dict:
     return {"edges": [lo - pad, hi + pad, bins], "counts": counts.tolist()}
 
 
-def verify_embeddings(npy_path: str, ids_path: str, params: VerifyParams) -> dict:
+def _row_chunk(row: int, chunks: list[dict], embed_log: str | None) -> dict | None:
+    """Where row `row` of the merged matrix came from, by the manifest's `chunks`."""
+    start = 0
+    for i, entry in enumerate(chunks):
+        end = start + entry["items"]
+        if row < end:
+            where = {"chunk": i, "rows": [start, end - 1], "path": entry["path"], "line": row - start + 1}
+            if embed_log is not None:
+                where["embed_log"] = embed_log.format(chunk=i)
+            return where
+        start = end
+    return None
+
+
+def verify_embeddings(
+    npy_path: str, ids_path: str, params: VerifyParams, chunks: list[dict] | None = None, embed_log: str | None = None
+) -> dict:
+    """`chunks`: the split manifest's, to name a failed row's chunk; `embed_log`: the embed
+    jobs' log, `{chunk}` standing for the chunk's index (see the module docstring)."""
     shape, dtype, _, _ = read_header(npy_path)
     checks: dict[str, dict] = {}
     rows = shape[0] if len(shape) == 2 else -1
@@ -149,9 +182,13 @@ def verify_embeddings(npy_path: str, ids_path: str, params: VerifyParams) -> dic
     histogram = _histogram(all_norms)
     del all_norms
     n_ids, dups = duplicate_ids(_id_batches(ids_path, params.id_batch))
+    located = chunks is not None and sum(entry["items"] for entry in chunks) == rows
     for check in ("finite", "norms", "nonzero"):  # a failed one: the record its first row is
         if checks.get(check, {}).get("first_row") is not None:
             checks[check]["first_id"] = id_at(ids_path, checks[check]["first_row"])
+            where = _row_chunk(checks[check]["first_row"], chunks, embed_log) if located else None
+            if where is not None:
+                checks[check]["first_chunk"] = where
     checks["ids_match_rows"] = {"ok": n_ids == rows, "ids": n_ids, "rows": rows}
     checks["ids_unique"] = {"ok": not dups, "duplicates": len(dups), "examples": dups[:10]}
     result = {
@@ -172,6 +209,16 @@ def failure_message(result: dict, path: str) -> str:
     for name, c in result["checks"].items():
         if not c["ok"]:
             # an id in quotes: one holding a comma or a space still reads as one value
-            detail = ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in c.items() if k != "ok")
+            detail = ", ".join(
+                f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}"
+                for k, v in c.items()
+                if k not in ("ok", "first_chunk")
+            )
             lines.append(f"  - {name}: {detail}")
+            if where := c.get("first_chunk"):
+                log = f", embed job log {where['embed_log']}" if "embed_log" in where else ""
+                first, last = where["rows"]
+                lines.append(
+                    f"      from chunk {where['chunk']} (rows {first}..{last}): {where['path']}:{where['line']}{log}"
+                )
     return "\n".join(lines)

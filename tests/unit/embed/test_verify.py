@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardflow.core.atomic import write_json
-from shardflow.embed.verify import VerifyParams, failure_message, record_metrics, verify_embeddings
+from shardflow.embed.verify import EMBED_LOG, VerifyParams, failure_message, record_metrics, verify_embeddings
 
 ROWS, DIM = 50, 8
 ALL_CHECKS = {"count", "dimension", "finite", "norms", "ids_match_rows", "ids_unique"}
@@ -302,3 +302,83 @@ def test_a_failed_row_past_the_last_id_names_none(tmp_path):
     result = verify(tmp_path, emb, ids=[f"id{i}" for i in range(ROWS - 2)])
     assert failed(result) == {"finite", "norms", "ids_match_rows"}
     assert result["checks"]["finite"]["first_id"] is None
+
+
+CHUNK_ITEMS = [20, 0, 15, 15]  # rows 0..19, none, 20..34, 35..49
+
+
+def write_chunks(tmp_path: Path, ids: list[str]) -> list[dict]:
+    """Chunk files of CHUNK_ITEMS records, one a line in row order (as split writes them and
+    each embed job embeds them), and the manifest's entries for them."""
+    entries, start = [], 0
+    for i, items in enumerate(CHUNK_ITEMS):
+        path = tmp_path / f"chunk_{i}.jsonl"
+        path.write_text("".join(f'{{"id":"{k}","text":"t"}}\n' for k in ids[start : start + items]))
+        entries.append({"chunk": i, "path": str(path), "items": items})
+        start += items
+    return entries
+
+
+@pytest.mark.parametrize(
+    ("row", "chunk", "rows", "line"), [(19, 0, [0, 19], 20), (20, 2, [20, 34], 1), (37, 3, [35, 49], 3)]
+)
+def test_a_failed_row_check_names_the_chunk_line_and_embed_log_of_its_first_row(tmp_path, row, chunk, rows, line):
+    """A row of a merged matrix of millions named only its id: which chunk, and so which
+    embed job (whose log holds the cause), made it was left to the user to count out of
+    the manifest. A failed finite, norms or nonzero check names it: the chunk, its rows in
+    the matrix, its file and the row's line there, and the embed job's log."""
+    ids = [f"doc-{i}" for i in range(ROWS)]
+    chunks = write_chunks(tmp_path, ids)
+    emb = unit_rows()
+    emb[row] = np.nan  # whole: its norm (of the finite values) is 0, off too
+    npy, idp = write(tmp_path, emb, ids)
+    result = verify_embeddings(npy, idp, params(block_rows=10), chunks, "logs/embed/x/chunk_{chunk}.log")
+    path = str(tmp_path / f"chunk_{chunk}.jsonl")
+    where = {"chunk": chunk, "rows": rows, "path": path, "line": line, "embed_log": f"logs/embed/x/chunk_{chunk}.log"}
+    assert result["checks"]["finite"]["first_chunk"] == where
+    assert result["checks"]["norms"]["first_chunk"] == where
+    # the named line is the record the row embeds
+    assert Path(path).read_text().splitlines()[line - 1].startswith(f'{{"id":"doc-{row}"')
+    message = failure_message(result, "e.npy")
+    assert (
+        f"  - finite: rows_with_non_finite=1, first_row={row}, first_id='doc-{row}'\n"
+        f"      from chunk {chunk} (rows {rows[0]}..{rows[1]}): {path}:{line}, embed job log logs/embed/x/chunk_{chunk}.log\n"
+    ) in message
+
+
+def test_a_zero_row_names_its_chunk_without_a_log_where_none_is_known(tmp_path):
+    """A sweep's verify jobs read embed jobs whose logs their own rules declare elsewhere:
+    without a log pattern the chunk, file and line are named, no log."""
+    ids = [f"id{i}" for i in range(ROWS)]
+    chunks = write_chunks(tmp_path, ids)
+    emb = unit_rows() * 3
+    emb[41] = 0
+    result = verify_embeddings(*write(tmp_path, emb, ids), params(normalized=False), chunks)
+    assert result["checks"]["nonzero"]["first_chunk"] == {
+        "chunk": 3,
+        "rows": [35, 49],
+        "path": chunks[3]["path"],
+        "line": 7,
+    }
+    assert f"      from chunk 3 (rows 35..49): {chunks[3]['path']}:7\n" in failure_message(result, "e.npy") + "\n"
+    assert "first_chunk" not in result["checks"]["finite"]  # only a failed check names one
+
+
+def test_no_chunk_is_named_where_the_rows_are_not_the_manifests(tmp_path):
+    """Where the matrix holds more or fewer rows than the manifest's chunks (count fails),
+    which chunk is off is not known: naming one by the manifest's counts could name the
+    wrong job."""
+    ids = [f"id{i}" for i in range(ROWS)]
+    chunks = write_chunks(tmp_path, ids)
+    chunks[0]["items"] += 1
+    emb = unit_rows()
+    emb[40] = np.inf
+    result = verify_embeddings(*write(tmp_path, emb, ids), params(), chunks, "logs/embed/x/chunk_{chunk}.log")
+    assert "first_chunk" not in result["checks"]["finite"]
+    assert "from chunk" not in failure_message(result, "e.npy")
+
+
+def test_embed_log_is_the_log_rule_embed_declares():
+    """scripts/verify.py names rule embed's log by EMBED_LOG: the two must not drift apart."""
+    rules = (Path(__file__).parents[3] / "rules" / "embed.smk").read_text()
+    assert f'    log:\n        "{EMBED_LOG}",\n' in rules
