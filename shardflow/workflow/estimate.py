@@ -44,6 +44,8 @@ GPUs, train.gpus or another GPU rule's resources.<rule>.gpu, waits for N; a swee
 points may hold different numbers), the stages one after another (embed and summarise
 of one data set share the GPUs when they run at once, so the sum is what they take
 together). GPU-hours are each job's seconds x the GPUs it holds (`plan.job_gpus`).
+A row whose longest job runs past its rule's resources.<rule>.runtime, a cluster job's
+time limit, says so and what shortens the job (`past_runtime`).
 
 What is left, beside the whole run, once some job has run (`estimate` again part-way):
 a GPU job whose outputs all exist is done, as make status counts it
@@ -1224,7 +1226,9 @@ def _sweep_rows(
         label = f"sweep {spec.name}"
         done: list[bool] = []
         if spec.stage == "retrieval":
-            rows += embeddings.rows(spec)
+            for row in embeddings.rows(spec):  # sweep_embed, sweep_embed_queries, sweep_retrieval_evaluate
+                past_runtime(cfg, row, plan.resources_key(f"sweep_{row.stage}"), "retrieval.n_chunks")
+                rows.append(row)
             continue
         parts = []
         borrowed: dict[str, set[str]] = {}  # point -> the folders whose rates its jobs take
@@ -1252,6 +1256,7 @@ def _sweep_rows(
             else:
                 done += _jobs_done(job_cfg, SWEEP_CHUNK_RULES[spec.stage], group, len(per_chunk))
         rows.append(combined(label, spec.stage, parts, "sweep jobs (points x seeds)", done))
+        past_runtime(cfg, rows[-1], plan.resources_key(SWEEP_CHUNK_RULES.get(spec.stage, "sweep_train")))
         if borrowed:
             rows[-1].notes.append(borrowed_rates(spec, borrowed))
     return rows
@@ -1621,15 +1626,39 @@ def neighbours_row(cfg: dict, name: str, per_chunk: tuple[int, ...], documents: 
                          "measured")
         return row
     row.seconds = [w / row.rate.per_s + row.rate.overhead_s for w in work]
-    limit = cfg["resources"]["neighbours"]["runtime"]  # minutes
-    if max(row.seconds, default=0.0) > 60 * limit:
-        fixed = row.rate.overhead_s
-        row.notes.append(
-            f"the longest job, {duration(max(row.seconds))}, runs past resources.neighbours.runtime {limit} min "
-            "(a SLURM job's time limit: killed there): more chunks (n_chunks) make shorter jobs"
-            + (f", all but each job's {duration(fixed)} of start-up and reading" if fixed else "")
-        )
     return row
+
+
+def past_runtime(cfg: dict, row: Row, key: str, chunks: str = "n_chunks") -> None:
+    """Note on `row` where its longest job, as estimated, runs past resources.<key>.runtime
+    (minutes): a SLURM job's time limit, where it is killed. `key`: the resources key of
+    the row's rule (plan.resources_key: a sweep's rules read their stage's); `chunks`: the
+    key of the chunk count its chunk jobs split (retrieval.n_chunks for the retrieval
+    corpus). Says what shortens the job where a knob does: more chunks for a chunk
+    stage, fewer steps or more GPUs for training; a one-job stage (embed_queries,
+    retrieval_evaluate) covers all its queries, so only a longer runtime helps."""
+    if not row.seconds or key not in cfg["resources"]:
+        return
+    if key == "summarise" and cfg["summarise"]["method"] == "lead":
+        # Lead jobs ask for a CPU rule's resources, the profile's runtime, unless the
+        # run's own config sets this one (rules/common.smk job_resources): not known here.
+        return
+    limit = cfg["resources"][key]["runtime"]
+    longest = max(row.seconds)
+    if longest <= 60 * limit:
+        return
+    fixed = row.rate.overhead_s if row.rate else 0.0
+    unshortened = f", all but the {duration(fixed)} counted once a job" if fixed else ""
+    if key in CHUNK_STAGES:
+        shorter = f"more chunks ({chunks}) make shorter jobs{unshortened}"
+    elif key == "train":
+        shorter = f"fewer steps (train.max_iters) or more GPUs (train.gpus) make it shorter{unshortened}"
+    else:
+        shorter = "the stage is one job over all the queries, which no setting splits: raise the runtime"
+    row.notes.append(
+        f"the longest job, {duration(longest)}, runs past resources.{key}.runtime {limit} min "
+        f"(a SLURM job's time limit: killed there): {shorter}"
+    )
 
 
 LOCAL_CPU = "gpu_jobs.device auto on this host, which has no GPU: a local run runs it on the CPU (--gpus N: a GPU run)"
@@ -1709,6 +1738,7 @@ def estimate(
             split.notes.append(f"records per chunk taken as even (chunking.by {ds.by} or group_by makes them uneven)")
         out.rows.append(split)
         stages = gpu_stages(cfg, ds, specs.values())
+        first = len(out.rows)
         if "embed" in stages:
             out.rows.append(embed_row(cfg, ds.name, per_chunk, "embed" not in on_cpu, length=lengths[ds.name]))
             out.rows[-1].done = _jobs_done(cfg, "embed", {"dataset": ds.name}, len(per_chunk))
@@ -1735,6 +1765,9 @@ def estimate(
                 row.disk += _folder_bytes(shards)
                 row.disk_source += f", and the shards as in {shards}"
             out.rows.append(row)
+        chunks = "retrieval.n_chunks" if ds.role == "retrieval" else "n_chunks"
+        for row in out.rows[first:]:  # each a rule's jobs, the rule named as its stage
+            past_runtime(cfg, row, row.stage, chunks)
     retrieval = next((ds for ds in data_sets.values() if ds.role == "retrieval"), None)
     if retrieval is not None:  # the data set a retrieval sweep's jobs embed and search
         corpus = (retrieval, per_chunk_of[retrieval.name], out.records[retrieval.name].records)

@@ -679,6 +679,52 @@ def test_a_neighbours_job_longer_than_its_runtime_says_more_chunks_make_shorter_
     assert not any("resources.neighbours.runtime" in n for n in roomy.notes)
 
 
+def test_an_embed_or_training_job_longer_than_its_runtime_says_so_and_what_shortens_it(tmp_path):
+    """Every GPU rule's resources.<rule>.runtime is its jobs' wall-time limit, not
+    neighbours' alone: an embed chunk past it says more chunks make shorter jobs, a
+    training job past it names train.max_iters and train.gpus; within it, nothing."""
+    corpus()
+    embed = row(run(config(tmp_path, resources={"embed": {"runtime": 1}}), records=10_000), "embed")
+    assert embed.seconds == pytest.approx([125.0] * 2)  # 5,000 records a chunk at the assumed 40/s
+    assert any("the longest job, 2.1 min, runs past resources.embed.runtime 1 min" in n
+               and "more chunks (n_chunks) make shorter jobs" in n for n in embed.notes), embed.notes
+    roomy = row(run(config(tmp_path, resources={"embed": {"runtime": 3}}), records=10_000), "embed")
+    assert not any("resources.embed.runtime" in n for n in roomy.notes)
+    train_run("results/ds/train", "cuda")  # 7,680 tokens/s: 1,000 steps of 768 tokens in 100 s
+    train = {"max_iters": 1000}
+    slow = row(run(config(tmp_path, tasks=["training"], train=train, resources={"train": {"runtime": 1}})), "train")
+    assert slow.seconds == pytest.approx([100.0])
+    assert any("resources.train.runtime 1 min" in n and "train.max_iters" in n and "train.gpus" in n
+               for n in slow.notes), slow.notes
+    fits = row(run(config(tmp_path, tasks=["training"], train=train, resources={"train": {"runtime": 2}})), "train")
+    assert not any("resources.train.runtime" in n for n in fits.notes)
+
+
+def test_a_sweeps_jobs_longer_than_their_rules_runtime_say_so_on_the_sweeps_row(tmp_path):
+    """An embed sweep's chunk jobs (sweep_embed_chunk) run under resources.embed, as
+    plan.resources_key names it: its row says when its longest job runs past the runtime."""
+    corpus()
+    sweep = {"stage": "embed", "grid": {"embedding.token_budget": [512, 1024]}, "seeds": [0],
+             "metrics": {"items_per_s": "max"}}
+    got = row(run(config(tmp_path, sweeps={"tb": sweep}, resources={"embed": {"runtime": 1}}), records=10_000),
+              "embed", "sweep tb")
+    assert max(got.seconds) == pytest.approx(125.0)
+    assert any("runs past resources.embed.runtime 1 min" in n and "more chunks (n_chunks)" in n
+               for n in got.notes), got.notes
+
+
+def test_the_retrieval_search_longer_than_its_runtime_says_to_raise_it(tmp_path):
+    """retrieval_evaluate is one job over all the queries: no knob makes it shorter, so the
+    note says to raise its runtime, and names no chunks."""
+    corpus()
+    beir()
+    search_run("cuda", 10.0, search=1e6)  # 3.84 multiply-adds/s: 3 x 45 x 384 take 13,500 s
+    search = row(run(config(tmp_path, retrieval={"path": "beir", "n_chunks": 1})), "retrieval_evaluate", "beir")
+    assert search.seconds == pytest.approx([13_500.0])
+    (note,) = [n for n in search.notes if "resources.retrieval_evaluate.runtime 120 min" in n]
+    assert "raise" in note and "chunks" not in note
+
+
 def neighbours_table(rows: int) -> None:
     """A finished merge_neighbours' table of `rows` rows, as chunk_neighbours writes them."""
     import pyarrow as pa
