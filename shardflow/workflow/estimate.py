@@ -1558,8 +1558,9 @@ def search_row(cfg: dict, name: str, queries: int | None, documents: int, gpus: 
 
 def neighbours_runs(dataset: str) -> Iterator[tuple[str, dict, dict]]:
     """(stats file, stats, benchmark) of each finished neighbours job here, this data
-    set's first (results/<ds>/neighbours/neighbours_<i>.stats.json, its benchmark); one
-    without them both, or unreadable, is passed over."""
+    set's first (results/<ds>/neighbours/neighbours_<i>.stats.json, its benchmark: {}
+    where there is none, as after results copied from another working directory); one
+    whose stats or benchmark is unreadable is passed over."""
     folders = sorted(glob.glob(f"{RESULTS}/*/neighbours"), key=lambda f: f.split("/")[1] != dataset)
     for folder in folders:
         ds = folder.split("/")[1]
@@ -1567,7 +1568,7 @@ def neighbours_runs(dataset: str) -> Iterator[tuple[str, dict, dict]]:
             chunk = path.rsplit("_", 1)[1].removesuffix(".stats.json")
             bench = f"benchmarks/neighbours/{ds}/chunk_{chunk}.tsv"
             try:
-                yield path, read_json(path), read_benchmark(bench)
+                yield path, read_json(path), read_benchmark(bench) if os.path.isfile(bench) else {}
             except (OSError, ValueError):
                 continue
 
@@ -1603,7 +1604,7 @@ def neighbours_row(cfg: dict, name: str, per_chunk: tuple[int, ...], documents: 
         run_dim, said = (int(stats["dim"]), "recorded") if "dim" in stats else (dim, "not recorded: the config's width")
         done = int(stats.get("items") or 0) * int(stats.get("documents") or 0) * run_dim
         search_s = stats.get("seconds")
-        if done <= 0 or not isinstance(search_s, (int, float)) or search_s <= 0 or not isinstance(bench.get("s"), float):
+        if done <= 0 or not isinstance(search_s, (int, float)) or search_s <= 0:
             continue
         per_s = done / search_s
         if device_kind(stats.get("device")) != want:
@@ -1611,11 +1612,15 @@ def neighbours_row(cfg: dict, name: str, per_chunk: tuple[int, ...], documents: 
             continue
         # The rest of the job (imports, CUDA start-up, reading the matrix) is a job's, not a
         # multiply-add's: spread over a small run's work it made the rate several times low.
-        start = max(0.0, bench["s"] - search_s)
+        job_s = bench.get("s")
+        if isinstance(job_s, float):
+            start = max(0.0, job_s - search_s)
+            rest = f"the rest of its {duration(job_s)} job, {duration(start)} of start-up and reading once a job"
+        else:  # its record alone: the search's seconds are in it, the job's whole time is not
+            start, rest = 0.0, "no benchmark of the job: its start-up not known, not counted"
         row.rate = Rate(per_s, f"measured by {path} (the search's {significant(search_s, 2, grouped=True)} s: "
                                f"{stats['items']:,} records x {stats['documents']:,} documents x dim {run_dim} "
-                               f"({said}); the rest of its {duration(bench['s'])} job, {duration(start)} of start-up "
-                               "and reading once a job)", True, str(stats.get("device")), overhead_s=start)
+                               f"({said}); {rest})", True, str(stats.get("device")), overhead_s=start)
         break
     if elsewhere:
         row.notes.append(f"passed over, measured on another kind of device: {_listed(elsewhere)}")

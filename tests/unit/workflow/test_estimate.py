@@ -649,6 +649,19 @@ def test_a_neighbours_rate_is_its_searchs_and_the_jobs_start_up_is_counted_once_
     assert search.rate.per_s == pytest.approx(10 * 1000 * 384 / 1.5) and search.rate.overhead_s == 0.0
 
 
+def test_a_neighbours_job_without_a_benchmark_measures_the_rate_by_its_record_alone(tmp_path):
+    """A finished job's benchmark may be gone (another working directory's results copied
+    in, benchmarks/ cleaned): its record's search seconds still give the rate, with no
+    start-up counted, and the rate's source says the start-up is not known."""
+    corpus()
+    neighbours_run("ds", "cuda", 2.0, search=0.5)
+    os.remove("benchmarks/neighbours/ds/chunk_0.tsv")
+    search = row(run(config(tmp_path, **NEIGHBOURS)), "neighbours")
+    assert search.rate.measured and search.rate.per_s == pytest.approx(10 * 1000 * 384 / 0.5)
+    assert search.rate.overhead_s == 0.0 and "no benchmark" in search.rate.source
+    assert "start-up not known" in search.rate.source
+
+
 def test_a_neighbours_rate_counts_the_width_its_job_recorded(tmp_path):
     """A job's record says its vectors' width (dim): another model's 768-wide vectors did
     twice the multiply-adds a row of the config's 384. A record from before dim was
