@@ -1660,9 +1660,13 @@ def past_runtime(cfg: dict, row: Row, key: str, chunks: str = "n_chunks") -> Non
         shorter = f"fewer steps (train.max_iters) or more GPUs (train.gpus) make it shorter{unshortened}"
     else:
         shorter = "the stage is one job over all the queries, which no setting splits: raise the runtime"
+    # embed and summarise jobs keep their parts, train its checkpoints: a retry goes on
+    # from there; the searches start again.
+    retry = ("a retry goes on from its saved parts, so it may end after several attempts" if key in ("embed", "summarise")
+             else "a retry goes on from its last checkpoint" if key == "train" else "a retry starts it again")
     row.notes.append(
         f"the longest job, {duration(longest)}, runs past resources.{key}.runtime {limit} min "
-        f"(a SLURM job's time limit: killed there): {shorter}"
+        f"(a SLURM job's time limit: killed there; {retry}): {shorter}"
     )
 
 

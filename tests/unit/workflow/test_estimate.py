@@ -700,7 +700,8 @@ def test_an_embed_or_training_job_longer_than_its_runtime_says_so_and_what_short
     embed = row(run(config(tmp_path, resources={"embed": {"runtime": 1}}), records=10_000), "embed")
     assert embed.seconds == pytest.approx([125.0] * 2)  # 5,000 records a chunk at the assumed 40/s
     assert any("the longest job, 2.1 min, runs past resources.embed.runtime 1 min" in n
-               and "more chunks (n_chunks) make shorter jobs" in n for n in embed.notes), embed.notes
+               and "more chunks (n_chunks) make shorter jobs" in n
+               and "a retry goes on from its saved parts" in n for n in embed.notes), embed.notes
     roomy = row(run(config(tmp_path, resources={"embed": {"runtime": 3}}), records=10_000), "embed")
     assert not any("resources.embed.runtime" in n for n in roomy.notes)
     train_run("results/ds/train", "cuda")  # 7,680 tokens/s: 1,000 steps of 768 tokens in 100 s
@@ -708,7 +709,7 @@ def test_an_embed_or_training_job_longer_than_its_runtime_says_so_and_what_short
     slow = row(run(config(tmp_path, tasks=["training"], train=train, resources={"train": {"runtime": 1}})), "train")
     assert slow.seconds == pytest.approx([100.0])
     assert any("resources.train.runtime 1 min" in n and "train.max_iters" in n and "train.gpus" in n
-               for n in slow.notes), slow.notes
+               and "from its last checkpoint" in n for n in slow.notes), slow.notes
     fits = row(run(config(tmp_path, tasks=["training"], train=train, resources={"train": {"runtime": 2}})), "train")
     assert not any("resources.train.runtime" in n for n in fits.notes)
 
@@ -735,7 +736,7 @@ def test_the_retrieval_search_longer_than_its_runtime_says_to_raise_it(tmp_path)
     search = row(run(config(tmp_path, retrieval={"path": "beir", "n_chunks": 1})), "retrieval_evaluate", "beir")
     assert search.seconds == pytest.approx([13_500.0])
     (note,) = [n for n in search.notes if "resources.retrieval_evaluate.runtime 120 min" in n]
-    assert "raise" in note and "chunks" not in note
+    assert "raise" in note and "chunks" not in note and "a retry starts it again" in note
 
 
 def neighbours_table(rows: int) -> None:
