@@ -1598,7 +1598,8 @@ def neighbours_row(cfg: dict, name: str, per_chunk: tuple[int, ...], documents: 
             row.disk_source = f"documents x neighbours.k rows at the bytes a row of {table}, chunk tables and merged copy"
     want = "cpu" if cfg["neighbours"]["backend"] == "faiss" or not gpus else "cuda"
     elsewhere = []
-    for path, stats, bench in neighbours_runs(name):
+    # Records with a benchmark first: one without says nothing of the job's start-up.
+    for path, stats, bench in sorted(neighbours_runs(name), key=lambda run: not run[2]):
         # A record from before jobs recorded their width ("dim") is taken at the config's:
         # a job of another model then did more or fewer multiply-adds than said.
         run_dim, said = (int(stats["dim"]), "recorded") if "dim" in stats else (dim, "not recorded: the config's width")
@@ -1617,7 +1618,10 @@ def neighbours_row(cfg: dict, name: str, per_chunk: tuple[int, ...], documents: 
             start = max(0.0, job_s - search_s)
             rest = f"the rest of its {duration(job_s)} job, {duration(start)} of start-up and reading once a job"
         else:  # its record alone: the search's seconds are in it, the job's whole time is not
-            start, rest = 0.0, "no benchmark of the job: its start-up not known, not counted"
+            width = DTYPE_BYTES[cfg["embedding"]["output_dtype"]]
+            start = documents * dim * width / SEARCH_READ_BYTES_PER_S
+            rest = (f"no benchmark of the job: its start-up not known; the matrix's read assumed, {duration(start)} "
+                    "a job")
         row.rate = Rate(per_s, f"measured by {path} (the search's {significant(search_s, 2, grouped=True)} s: "
                                f"{stats['items']:,} records x {stats['documents']:,} documents x dim {run_dim} "
                                f"({said}); {rest})", True, str(stats.get("device")), overhead_s=start)
@@ -1660,10 +1664,19 @@ def past_runtime(cfg: dict, row: Row, key: str, chunks: str = "n_chunks") -> Non
         shorter = f"fewer steps (train.max_iters) or more GPUs (train.gpus) make it shorter{unshortened}"
     else:
         shorter = "the stage is one job over all the queries, which no setting splits: raise the runtime"
-    # embed and summarise jobs keep their parts, train its checkpoints: a retry goes on
-    # from there; the searches start again.
-    retry = ("a retry goes on from its saved parts, so it may end after several attempts" if key in ("embed", "summarise")
-             else "a retry goes on from its last checkpoint" if key == "train" else "a retry starts it again")
+    # The encoders keep their parts (embed_queries is the embed rule), train its
+    # checkpoints: a retry goes on from there, so `retries` more attempts of the runtime
+    # each may finish it, the killed ones paid; the searches start again.
+    retries = int(cfg["resources"][key].get("retries", 2))
+    attempts = f"{retries + 1} attempt{'s' if retries else ''} (resources.{key}.retries {retries})"
+    if key in ("embed", "embed_queries", "summarise", "train"):
+        kept = "its last checkpoint" if key == "train" else "its saved parts"
+        enough = longest <= 60 * limit * (retries + 1)
+        retry = (f"a retry goes on from {kept}: its {attempts} may finish it, each killed at the limit and paid"
+                 if enough else f"a retry goes on from {kept}, but its {attempts} {'are' if retries else 'is'} not "
+                 "enough: it fails")
+    else:
+        retry = f"a retry starts it again: each of its {attempts} is killed, and it fails"
     row.notes.append(
         f"the longest job, {duration(longest)}, runs past resources.{key}.runtime {limit} min "
         f"(a SLURM job's time limit: killed there; {retry}): {shorter}"

@@ -651,15 +651,20 @@ def test_a_neighbours_rate_is_its_searchs_and_the_jobs_start_up_is_counted_once_
 
 def test_a_neighbours_job_without_a_benchmark_measures_the_rate_by_its_record_alone(tmp_path):
     """A finished job's benchmark may be gone (another working directory's results copied
-    in, benchmarks/ cleaned): its record's search seconds still give the rate, with no
-    start-up counted, and the rate's source says the start-up is not known."""
+    in, benchmarks/ cleaned): its record's search seconds still give the rate, the job's
+    read of the matrix assumed as its start-up, and the rate's source says so. A record
+    with a benchmark goes first: a rate with no start-up underestimated every job."""
     corpus()
     neighbours_run("ds", "cuda", 2.0, search=0.5)
     os.remove("benchmarks/neighbours/ds/chunk_0.tsv")
     search = row(run(config(tmp_path, **NEIGHBOURS)), "neighbours")
     assert search.rate.measured and search.rate.per_s == pytest.approx(10 * 1000 * 384 / 0.5)
-    assert search.rate.overhead_s == 0.0 and "no benchmark" in search.rate.source
+    reading = 100 * 384 * 4 / est.SEARCH_READ_BYTES_PER_S  # the corpus's float32 matrix, once a job
+    assert search.rate.overhead_s == pytest.approx(reading) and "no benchmark" in search.rate.source
     assert "start-up not known" in search.rate.source
+    neighbours_run("ds", "cuda", 3.0, chunk=1, search=0.5)  # sorts after chunk 0, which has no benchmark
+    search = row(run(config(tmp_path, **NEIGHBOURS)), "neighbours")
+    assert search.rate.overhead_s == pytest.approx(2.5) and "neighbours_1.stats.json" in search.rate.source
 
 
 def test_a_neighbours_rate_counts_the_width_its_job_recorded(tmp_path):
@@ -701,7 +706,12 @@ def test_an_embed_or_training_job_longer_than_its_runtime_says_so_and_what_short
     assert embed.seconds == pytest.approx([125.0] * 2)  # 5,000 records a chunk at the assumed 40/s
     assert any("the longest job, 2.1 min, runs past resources.embed.runtime 1 min" in n
                and "more chunks (n_chunks) make shorter jobs" in n
-               and "a retry goes on from its saved parts" in n for n in embed.notes), embed.notes
+               and "a retry goes on from its saved parts: its 3 attempts (resources.embed.retries 2) may finish it"
+               in n for n in embed.notes), embed.notes
+    # Attempts of a minute each cannot finish 2.1 min without retries: it fails (it said "may end")
+    alone = row(run(config(tmp_path, resources={"embed": {"runtime": 1, "retries": 0}}), records=10_000), "embed")
+    assert any("its 1 attempt (resources.embed.retries 0) is not enough: it fails" in n for n in alone.notes), \
+        alone.notes
     roomy = row(run(config(tmp_path, resources={"embed": {"runtime": 3}}), records=10_000), "embed")
     assert not any("resources.embed.runtime" in n for n in roomy.notes)
     train_run("results/ds/train", "cuda")  # 7,680 tokens/s: 1,000 steps of 768 tokens in 100 s
@@ -737,6 +747,7 @@ def test_the_retrieval_search_longer_than_its_runtime_says_to_raise_it(tmp_path)
     assert search.seconds == pytest.approx([13_500.0])
     (note,) = [n for n in search.notes if "resources.retrieval_evaluate.runtime 120 min" in n]
     assert "raise" in note and "chunks" not in note and "a retry starts it again" in note
+    assert "each of its 3 attempts (resources.retrieval_evaluate.retries 2) is killed, and it fails" in note
 
 
 def neighbours_table(rows: int) -> None:
