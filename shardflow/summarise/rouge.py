@@ -131,6 +131,8 @@ class ScoreTable:
                 self.columns[t].append(s[t])
 
     def frame(self) -> pd.DataFrame:
+        if not self.ids:  # the columns' types as score_records gave them with no row
+            return pd.DataFrame([], columns=["id", "system", *ROUGE_TYPES])
         columns = {t: np.frombuffer(self.columns[t], dtype=np.float64) for t in ROUGE_TYPES}
         return pd.DataFrame({"id": self.ids, "system": self.systems, **columns}, columns=["id", "system", *ROUGE_TYPES])
 
@@ -324,14 +326,22 @@ def score_jsonl(path: str | Sequence[str], summaries: str, params: ScoreParams =
     `summaries` is a field spec: "summary", "system_summaries.bart" or
     "system_summaries.*" (every system at once); see `summarise.data`.
     """
-    reading = read_summaries(
-        path,
-        summaries,
-        id_field=params.id_field,
-        reference_field=params.reference_field,
-        on_bad_record=params.on_bad_record,
-        max_record_bytes=params.max_record_bytes,
-    )
+    def read():
+        return read_summaries(
+            path,
+            summaries,
+            id_field=params.id_field,
+            reference_field=params.reference_field,
+            on_bad_record=params.on_bad_record,
+            max_record_bytes=params.max_record_bytes,
+        )
+
+    if params.on_bad_record == "error":
+        # A first pass, holding nothing, finds a bad record before any is scored: a damaged
+        # last line of a million stops the job at once, not after half an hour of ROUGE.
+        for _ in read().records:
+            pass
+    reading = read()
     table, warnings = ScoreTable(params), FormatWarnings(params, stored_field=summaries)
     for rec in reading.records:  # one record held at a time
         table.add(rec)

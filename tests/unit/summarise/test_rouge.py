@@ -216,3 +216,11 @@ def test_summaries_rouge_score_reads_nothing_of_are_counted_per_system():
     assert "empty ones included" in warning and "score 0" in warning
     assert format_warnings(recs[2:3], ScoreParams(), own_summaries=True)[0].startswith("1 of 1 summaries of 'lead'")
     assert format_warnings([SummaryRecord("d", en, {"lead": "Rain in 2015."}, 0)], ScoreParams()) == ()
+
+
+def test_no_records_score_to_an_empty_table_of_the_columns_types_as_before():
+    """Scores kept in float64 columns made an empty table's id and system float64 too."""
+    from shardflow.summarise.rouge import score_records
+
+    empty = score_records([])
+    assert list(empty.columns) == ["id", "system", *ROUGE_TYPES] and all(str(t) == "object" for t in empty.dtypes)

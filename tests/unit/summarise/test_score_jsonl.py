@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import re
 
 import pytest
@@ -251,3 +252,22 @@ def test_a_system_whose_texts_read_as_the_other_format_is_named_beside_systems_t
     (warning,) = score_jsonl(path, "system_summaries.llm_a", ScoreParams(reference_format="tokenised", summary_format="tokenised")).warnings
     assert warning.startswith("4 of 4 summaries of 'llm_a' look like prose")
     assert "set summarise.stored_format: prose (STORED_FORMAT=prose)" in warning and "STORED=" not in warning
+
+
+def test_a_damaged_last_line_stops_the_scoring_before_any_summary_is_scored(tmp_path, monkeypatch):
+    """Streamed, method stored found a damaged line only when it reached it: a damaged
+    last line of a million stopped the job after half an hour of ROUGE. Under
+    on_bad_record: error a first pass reads every record before any is scored."""
+    from shardflow.summarise import rouge
+
+    path = tmp_path / "stored.jsonl"
+    good = "".join(json.dumps({"id": str(i), "highlights": "a b c.", "summary": "a b."}) + "\n" for i in range(50))
+    path.write_text(good + '{"id": "50", "highlights": \n')
+    scored = []
+    real = rouge.score_summary
+    monkeypatch.setattr(rouge, "score_summary", lambda *a, **k: scored.append(1) or real(*a, **k))
+    with pytest.raises(BadRecordError, match=r"stored.jsonl:51"):
+        rouge.score_jsonl(str(path), "summary", ScoreParams())
+    assert scored == []
+    skipped = rouge.score_jsonl(str(path), "summary", ScoreParams(on_bad_record="skip"))  # skip: one pass, 50 scored
+    assert len(skipped.scores) == 50 and len(skipped.rejects) == 1 and len(scored) == 50
