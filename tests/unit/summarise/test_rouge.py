@@ -82,18 +82,12 @@ def test_unknown_sentence_format_is_an_error():
         score_summary("a", "a", reference_format="ptb")
 
 
-def test_the_bootstrap_of_a_large_corpus_holds_no_resamples_by_documents_array_of_floats():
-    """The resamples were drawn as one int64 array of resamples x documents and indexed
-    into a float64 one as large: 4.6 GB at 1,000 resamples of CNN/DailyMail's 287k
-    training documents, per system and metric. The same draws are taken as int32 and
-    averaged a block of resamples at a time: the same interval, bit for bit, in about a
-    quarter of the memory (the rows' int32; a block's floats are small)."""
+def _bootstrap_and_whole_draw(values, dtype):
+    """(bootstrap_ci's interval of `values` at 1,000 resamples, the interval of the whole
+    draw of rows as `dtype` at once, the bootstrap's peak traced memory)."""
     import tracemalloc
 
-    import numpy as np
-
-    values = np.random.default_rng(5).random(5000)
-    idx = np.random.default_rng(0).integers(0, values.size, size=(1000, values.size))
+    idx = np.random.default_rng(0).integers(0, values.size, size=(1000, values.size), dtype=dtype)
     expected = tuple(float(v) for v in np.percentile(values[idx].mean(axis=1), [2.5, 97.5]))
     del idx
     tracemalloc.start()
@@ -102,6 +96,17 @@ def test_the_bootstrap_of_a_large_corpus_holds_no_resamples_by_documents_array_o
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+    return got, expected, peak
+
+
+def test_the_bootstrap_of_a_large_corpus_holds_no_resamples_by_documents_array_of_floats():
+    """The resamples were drawn as one int64 array of resamples x documents and indexed
+    into a float64 one as large: 4.6 GB at 1,000 resamples of CNN/DailyMail's 287k
+    training documents, per system and metric. The same draws are taken as int32 and
+    averaged a block of resamples at a time: the same interval, bit for bit, in about a
+    quarter of the memory (the rows' int32; a block's floats are small)."""
+    values = np.random.default_rng(5).random(5000)
+    got, expected, peak = _bootstrap_and_whole_draw(values, np.int64)
     assert got == expected
     assert peak < 0.3 * 80e6, peak  # the two arrays held 80 MB here
 
@@ -113,18 +118,8 @@ def test_the_bootstrap_draws_its_resamples_a_block_at_a_time():
     resamples at a time from the one stream they are the same rows, so the same interval
     bit for bit, in a block's memory; the columns of one length (a system's four metrics,
     and every system's) share each block, a paired bootstrap as before."""
-    import tracemalloc
-
     values = np.random.default_rng(7).random(20_011)  # an n no other test draws
-    idx = np.random.default_rng(0).integers(0, values.size, size=(1000, values.size), dtype=np.int32)
-    expected = tuple(float(v) for v in np.percentile(values[idx].mean(axis=1), [2.5, 97.5]))
-    del idx
-    tracemalloc.start()
-    try:
-        got = bootstrap_ci(values, resamples=1000, seed=0)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    got, expected, peak = _bootstrap_and_whole_draw(values, np.int32)
     assert got == expected
     assert peak < 0.1 * 1000 * values.size * 4, peak  # a tenth of the rows
     other = values[::-1].copy()
