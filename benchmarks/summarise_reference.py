@@ -32,7 +32,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import numpy as np
 
-from shardflow.summarise.data import load_documents, load_summaries
+from shardflow.summarise.data import load_documents, read_summaries
 from shardflow.summarise.lead import lead_k
 from shardflow.summarise.params import ScoreParams
 from shardflow.summarise.rouge import score_records, system_means
@@ -56,7 +56,7 @@ def frank_check(path: str) -> tuple[list[str], bool]:
         for line in fh:
             obj = json.loads(line)
             frank[obj["id"]] = obj["frank_rouge"]
-    scores = score_records(load_summaries(path, "system_summaries.*").records, CNNDM)
+    scores = score_records(read_summaries(path, "system_summaries.*").loaded().records, CNNDM)
     ours = scores.set_index(["id", "system"])
     lines = [f"{'system':10} {'metric':8} {'ours':>7} {'FRANK':>7} {'diff':>6} {'docs<=0.001':>11}"]
     passed = True

@@ -12,9 +12,10 @@ empty stored summary is no such problem: the system wrote nothing there, and sco
 (as rouge-score, and the workflow's own summaries, score it).
 
 `read_references` and `read_summaries` give the records one at a time as the file is
-read (`Reading`), so that a scoring of millions holds one; `load_*` hold them all.
+read (`Reading`), so that a scoring of millions holds one; `Reading.loaded()` holds them
+all.
 
-Stored summaries may come from several files (`load_summaries` with a list of paths):
+Stored summaries may come from several files (`read_summaries` with a list of paths):
 they are one input, as the split reads a corpus of several files. An id is unique
 across them (a later record with an id an earlier file holds is a duplicate, named
 with the first's file and line), and a dict of systems is compared with the set most
@@ -63,8 +64,6 @@ __all__ = [
     "Rejected",
     "SummaryRecord",
     "load_documents",
-    "load_references",
-    "load_summaries",
     "read_references",
     "read_summaries",
 ]
@@ -132,22 +131,6 @@ def load_documents(
     return Reading(_read(path, make, on_bad_record, max_record_bytes, rejects, read=read), rejects).loaded()
 
 
-def load_references(
-    path: str,
-    *,
-    id_field: str | None = "id",
-    reference_field: str = "highlights",
-    on_bad_record: str = "error",
-    passed_over: frozenset[int] = frozenset(),
-    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-) -> Loaded:
-    """`read_references`, every record at once."""
-    return read_references(
-        path, id_field=id_field, reference_field=reference_field, on_bad_record=on_bad_record,
-        passed_over=passed_over, max_record_bytes=max_record_bytes,
-    ).loaded()
-
-
 def read_references(
     path: str,
     *,
@@ -171,22 +154,6 @@ def read_references(
     records = _read(path, make, on_bad_record, max_record_bytes, rejects, passed_over,
                     read=_read_keys(id_field, reference_field))
     return Reading(records, rejects)
-
-
-def load_summaries(
-    path: str | Sequence[str],
-    summaries: str,
-    *,
-    id_field: str | None = "id",
-    reference_field: str = "highlights",
-    on_bad_record: str = "error",
-    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-) -> Loaded:
-    """`read_summaries`, every record at once."""
-    return read_summaries(
-        path, summaries, id_field=id_field, reference_field=reference_field, on_bad_record=on_bad_record,
-        max_record_bytes=max_record_bytes,
-    ).loaded()
 
 
 def read_summaries(

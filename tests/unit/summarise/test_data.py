@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from shardflow.summarise.data import BadRecordError, load_documents, load_references, load_summaries
+from shardflow.summarise.data import BadRecordError, load_documents, read_references, read_summaries
 
 
 def write(path, *records, raw=b""):
@@ -90,21 +90,21 @@ def test_an_integer_id_and_its_string_are_one_id_across_files(tmp_path):
     first = write(tmp_path / "a.jsonl", dict(rec, id=5))
     second = write(tmp_path / "b.jsonl", dict(rec, id="6"), dict(rec, id="5"))
     with pytest.raises(BadRecordError, match=rf"b.jsonl:2: duplicate id '5' \(first at {first}:1\)"):
-        load_summaries([first, second], "summary")
-    assert [r.id for r in load_summaries([first, second], "summary", on_bad_record="skip").records] == ["5", "6"]
+        read_summaries([first, second], "summary").loaded()
+    assert [r.id for r in read_summaries([first, second], "summary", on_bad_record="skip").loaded().records] == ["5", "6"]
 
 
 @pytest.mark.parametrize("value", [1.0, True, None, "", ["a"]])
 def test_an_id_no_split_would_read_is_an_error_at_its_line(tmp_path, value):
     path = write(tmp_path / "refs.jsonl", {"id": "a", "highlights": "h"}, {"id": value, "highlights": "h"})
     with pytest.raises(BadRecordError, match=rf"refs.jsonl:2: id field 'id' is {re.escape(repr(value))}, not a non-empty"):
-        load_references(path)
+        read_references(path).loaded()
 
 
 def test_ids_are_compared_as_written_not_unicode_normalised(tmp_path):
     composed, decomposed = "caf\u00e9", "cafe\u0301"
     path = write(tmp_path / "refs.jsonl", {"id": composed, "highlights": "h"}, {"id": decomposed, "highlights": "h"})
-    assert [d.id for d in load_references(path).records] == [composed, decomposed]
+    assert [d.id for d in read_references(path).loaded().records] == [composed, decomposed]
 
 
 def test_an_id_with_an_unpaired_surrogate_is_an_error_naming_its_line(tmp_path):
@@ -113,7 +113,7 @@ def test_an_id_with_an_unpaired_surrogate_is_an_error_naming_its_line(tmp_path):
     path = tmp_path / "s.jsonl"
     path.write_bytes(b'{"id": "a", "highlights": "h", "summary": "h"}\n{"id": "b\\ud800", "highlights": "h", "summary": "h"}\n')
     with pytest.raises(BadRecordError, match=rf"{path}:2: id field 'id' holds an unpaired surrogate"):
-        load_summaries(str(path), "summary")
+        read_summaries(str(path), "summary").loaded()
 
 
 def test_a_system_name_with_a_dot_is_one_system(tmp_path):
@@ -121,11 +121,11 @@ def test_a_system_name_with_a_dot_is_one_system(tmp_path):
     the path a -> gpt-3 -> 5, and every record was 'missing' it."""
     rec = {"id": "d1", "highlights": "The cat sat.", "s": {"gpt-3.5": "The cat sat.", "t5": "A dog ran."}}
     path = write(tmp_path / "s.jsonl", rec, dict(rec, id="d2"))
-    (first, _) = load_summaries(path, "s.*").records
+    (first, _) = read_summaries(path, "s.*").loaded().records
     assert first.summaries == {"gpt-3.5": "The cat sat.", "t5": "A dog ran."}
     bad = write(tmp_path / "bad.jsonl", rec, dict(rec, id="d2", s={"gpt-3.5": 7, "t5": "x"}))
     with pytest.raises(BadRecordError, match=r"bad.jsonl:2: field 's.gpt-3.5' is int, not a string"):
-        load_summaries(bad, "s.*")
+        read_summaries(bad, "s.*").loaded()
 
 
 def test_a_key_read_twice_in_one_line_is_a_bad_record_naming_it(tmp_path):
@@ -141,14 +141,14 @@ def test_a_key_read_twice_in_one_line_is_a_bad_record_naming_it(tmp_path):
         b'{"id": "f", "highlights": "h", "summary": "h", "system_summaries": {"x": "s"}, "system_summaries": {"x": "t"}}\n'
     )
     with pytest.raises(BadRecordError, match=rf"{path}:2: key 'highlights' is repeated \(keys 2, 4 of the object\)"):
-        load_references(str(path))
-    loaded = load_summaries(str(path), "summary", on_bad_record="skip")
+        read_references(str(path)).loaded()
+    loaded = read_summaries(str(path), "summary", on_bad_record="skip").loaded()
     assert [r.id for r in loaded.records] == ["a", "f"]
     assert [(r.line, r.reason.split(" is repeated")[0]) for r in loaded.rejects] == [
         (2, "key 'highlights'"), (3, "key 'summary'"), (4, "key 'id'")
     ]
-    nested = load_summaries(str(path), "system_summaries.*", on_bad_record="skip")
+    nested = read_summaries(str(path), "system_summaries.*", on_bad_record="skip").loaded()
     assert (5, "key 'system_summaries'") in [(r.line, r.reason.split(" is repeated")[0]) for r in nested.rejects]
     # A key that is not read may repeat; so may one inside an object read (as the split allows).
     path.write_bytes(b'{"id": "a", "highlights": "h", "extra": 1, "extra": 2, "meta": {"id": 1, "id": 2}}\n')
-    assert [d.reference for d in load_references(str(path)).records] == ["h"]
+    assert [d.reference for d in read_references(str(path)).loaded().records] == ["h"]
