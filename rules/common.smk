@@ -399,6 +399,21 @@ def gpu_job_params(as_json=False, device_decides=True):
     return {"gpu_jobs": gpu_jobs, "device": device}
 
 
+def chunk_logs(rule):
+    """Params function: the log of `rule`'s chunk jobs as the rule declares it, the job's
+    own wildcards filled in and `{chunk}` left for a chunk's index: what a verify job
+    names for a failed row (shardflow.embed.verify). Read from the rule (`rules.<rule>`)
+    when the job is planned, so no second copy of the pattern can drift from it."""
+
+    def pattern(wildcards):
+        return apply_wildcards(
+            str(getattr(rules, rule).log[0]),
+            {**dict(wildcards.items()), "chunk": "{chunk}"},
+        )
+
+    return pattern
+
+
 def untracked(value):
     """A params entry the job gets but Snakemake does not record: `value`, or
     `value(wildcards)` when it is a function.

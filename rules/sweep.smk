@@ -97,6 +97,7 @@ if sweeps_of_stage("retrieval"):
             failed_json=shared_embeddings(
                 "logs", "corpus", "{settings}/verify.failed.json"
             ),
+            embed_log=untracked(chunk_logs("sweep_embed")),
 
     use rule embed_queries as sweep_embed_queries with:
         input:
@@ -240,6 +241,7 @@ if sweeps_of_stage("embed"):
             model=stage_value("embedding", "model"),
             norm_tolerance=config["verify"]["norm_tolerance"],
             failed_json=f"{SWEEP_LOG}/verify.failed.json",
+            embed_log=untracked(chunk_logs("sweep_embed_chunk")),
 
     rule sweep_embed_metrics:
         input:

@@ -21,5 +21,7 @@ rule verify:
         model=config["embedding"]["model"],
         norm_tolerance=config["verify"]["norm_tolerance"],
         failed_json="logs/verify/{dataset}.failed.json",
+        # A failed row names its embed job's log; where the log lies reruns nothing.
+        embed_log=untracked(chunk_logs("embed")),
     script:
         "../scripts/verify.py"

@@ -5,7 +5,7 @@ from shardflow.core.files import read_json
 from shardflow.core.models import resolve_model
 from shardflow.core.runlog import configure_logging
 from shardflow.embed.stconfig import load_model_spec, output_dim
-from shardflow.embed.verify import EMBED_LOG, VerificationError, VerifyParams, failure_message, verify_embeddings
+from shardflow.embed.verify import VerificationError, VerifyParams, failure_message, verify_embeddings
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 manifest = read_json(smk.input.manifest)
@@ -17,9 +17,7 @@ params = VerifyParams(
     norm_tolerance=smk.params.norm_tolerance,
 )
 log = configure_logging(smk.log[0], "verify", params)
-# A sweep's verify (another rule name) reads embed jobs that log elsewhere: it names no log.
-embed_log = EMBED_LOG.format(dataset=smk.wildcards.dataset, chunk="{chunk}") if smk.rule == "verify" else None
-result = verify_embeddings(smk.input.npy, smk.input.ids, params, manifest["chunks"], embed_log)
+result = verify_embeddings(smk.input.npy, smk.input.ids, params, manifest["chunks"], smk.params.embed_log)
 if not result["ok"]:
     write_json(smk.params.failed_json, result)
     raise VerificationError(failure_message(result, smk.input.npy) + f"\n(details: {smk.params.failed_json})")

@@ -47,12 +47,6 @@ class VerificationError(RuntimeError):
     pass
 
 
-# Rule embed's log (rules/embed.smk; tests/unit/embed/test_verify.py holds them equal), which
-# rule verify names for a failed row. A sweep's verify jobs read embed jobs whose logs
-# their own rules declare elsewhere: they name none.
-EMBED_LOG = "logs/embed/{dataset}/chunk_{chunk}.log"
-
-
 # The numbers verification.json holds, nested keys joined with "." as a reproduction names
 # them (reproduce.expect.metrics, checked when the workflow parses: workflow.plan). The
 # record is written only when every check passed, so each check's first_row is null there

@@ -400,3 +400,24 @@ def test_inside_a_slurm_job_no_rule_retries_in_place(tmp_path):
     # (a rule's own 0, unlike None, is not replaced by --retries).
     assert got["SPLIT"] == "SPLIT [('split_demo', 0)]"
     assert retries("--mode", "remote", SLURM_JOB_ID="12345") == "RETRIES []"
+
+
+def test_a_verify_job_names_the_log_its_embed_rule_declares(tmp_path):
+    """A failed row names its embed job's log (shardflow.embed.verify). The pattern comes
+    from the embed rule itself (`chunk_logs`): a copy in the package drifted from it
+    unnoticed but for a test, and a sweep's verify jobs named none, their embed jobs
+    logging elsewhere."""
+    (tmp_path / "config").symlink_to(REPO / "config")
+    (tmp_path / "Snakefile").write_text(
+        f'include: "{REPO / "Snakefile"}"\n'
+        'print("VERIFY", rules.verify.rule.params.embed_log({"dataset": "demo"}, None))\n'
+        'print("SWEEP", rules.sweep_embed_verify.rule.params.embed_log({"sweep": "b", "point": "p", "seed": "0"}, None))\n'
+    )
+    cfg = write_config(tmp_path / "c.yaml", sweeps={"b": {"stage": "embed", "grid": {"embedding.token_budget": [512]},
+                                                          "seeds": [0], "metrics": {"items_per_s": "max"}}})
+    cmd = [SNAKEMAKE, "-s", str(tmp_path / "Snakefile"), "-d", str(tmp_path), "-n", "--configfile", str(cfg)]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=offline_env(), capture_output=True, text=True, timeout=300)
+    said = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line.startswith(("VERIFY ", "SWEEP ")))
+    assert said == {"VERIFY": "logs/embed/demo/chunk_{chunk}.log",
+                    "SWEEP": "logs/sweeps/b/p/seed=0/embed_{chunk}.log"}, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f'    log:\n        "{said["VERIFY"].replace("demo", "{dataset}")}",\n' in (REPO / "rules/embed.smk").read_text()
