@@ -141,17 +141,26 @@ def chunk_neighbours(doc_npy: str, doc_ids_path: str, rows: range, params: Neigh
     with atomic_path(out_path) as tmp, pq.ParquetWriter(tmp, TABLE_SCHEMA) as writer:
         for first in range(rows.start, rows.stop, step) if k >= 1 else ():
             last = min(first + step, rows.stop)
-            ids = doc_ids.slice(first, last - first)
-            hits = exact_search(
-                matrix[first:last], doc_npy, k, block_size=params.block_size, backend=params.backend,
-                device=device, normalize=params.similarity == "cosine", query_ids=ids.to_pylist(),
-                doc_ids=doc_ids, drop_identical_ids=True,  # a document's own row: ids are unique (verify)
+            hits = exact_search(  # k + 1: a document's own row is among them, where it scores high
+                matrix[first:last], doc_npy, k + 1, block_size=params.block_size, backend=params.backend,
+                device=device, normalize=params.similarity == "cosine", doc_ids=doc_ids,
             )
-            writer.write_table(_hits_table(hits.indices, hits.scores, first, ids, doc_ids))
+            indices, scores = _without_own_rows(hits.indices, hits.scores, first, k)
+            writer.write_table(_hits_table(indices, scores, first, doc_ids.slice(first, last - first), doc_ids))
     end = time.time()
     return {"items": len(rows), "documents": len(doc_ids), "dim": int(matrix.shape[1]), "k": max(k, 0),
             "similarity": params.similarity, "backend": params.backend, "device": device,
             "seconds": end - start, "start_unix": start, "end_unix": end}
+
+
+def _without_own_rows(indices: np.ndarray, scores: np.ndarray, first: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each query's k best hits other than its own row (the query is row `first` + i of the
+    matrix searched), in rank order. Its own row is left out where it is among the k + 1
+    searched; where it is not (a dot-product model can rank another document above a
+    document's own vector), the k + 1th goes. By row, not by id: no pass over the ids."""
+    own = indices == np.arange(first, first + len(indices), dtype=indices.dtype)[:, None]
+    order = np.argsort(own, axis=1, kind="stable")[:, :k]  # the others first, in rank order
+    return np.take_along_axis(indices, order, 1), np.take_along_axis(scores, order, 1)
 
 
 def _hits_table(indices: np.ndarray, scores: np.ndarray, first: int, ids: pa.Array, doc_ids: pa.Array) -> pa.Table:
