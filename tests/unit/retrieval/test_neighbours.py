@@ -357,3 +357,15 @@ def test_a_manifest_past_the_ids_is_refused_naming_the_ids_file(tmp_path):
 def test_params_refuse_bad_values_naming_the_key(kw, error, named):
     with pytest.raises(error, match=re.escape(named)):
         NeighbourParams(**kw)
+
+
+def test_under_dot_a_document_below_its_k_best_keeps_them_all():
+    """A dot-product model can rank other documents above a document's own vector: where
+    its own row is not among the k + 1 searched, the k best are kept, and where it is,
+    it goes and the k others stay, in rank order."""
+    from shardflow.retrieval.neighbours import _without_own_rows
+
+    indices = np.array([[1, 2, 3], [1, 0, 2]])  # row 0 (first 0): not listed; row 1: listed first
+    scores = np.array([[10.0, 9.0, 8.0], [100.0, 10.0, 9.0]], np.float32)
+    kept, kept_scores = _without_own_rows(indices, scores, 0, 2)
+    assert kept.tolist() == [[1, 2], [0, 2]] and kept_scores.tolist() == [[10.0, 9.0], [10.0, 9.0]]
