@@ -264,8 +264,8 @@ def merge_neighbours(chunk_tables: list[str], doc_ids_path: str, params: Neighbo
         "share_to_drop": (len(members) - len(sizes)) / max(n, 1),
         # Documents whose k neighbours all reach the threshold: their groups may hold more.
         "saturated": len(saturated),
-        "nearest_score": _quantiles(searched),
-        "nearest_histogram": _histogram(searched),
+        "nearest_score": score_quantiles(searched),
+        "nearest_histogram": score_histogram(searched),
     }
     if len(saturated):
         log.warning(
@@ -308,7 +308,7 @@ def _pairs(rows: list, others: list, scores: list, n: int) -> tuple[np.ndarray, 
 
 def _spread(nearest: np.ndarray) -> str:
     """Each document's nearest score, in words: for choosing a threshold."""
-    q = _quantiles(nearest[~np.isnan(nearest)])
+    q = score_quantiles(nearest[~np.isnan(nearest)])
     return "is not known: no document has a neighbour" if q is None else (
         f"runs from {q['min']:.4g} to {q['max']:.4g}: median {q['median']:.4g}, 1% below {q['p01']:.4g}, "
         f"1% above {q['p99']:.4g}")
@@ -329,14 +329,14 @@ def _write(path: str, schema: pa.Schema, arrays: list) -> None:
         pq.write_table(pa.Table.from_arrays(arrays, schema=schema), tmp)
 
 
-def _quantiles(scores: np.ndarray) -> dict | None:
+def score_quantiles(scores: np.ndarray) -> dict | None:
     if not len(scores):
         return None
     q = np.quantile(scores.astype(np.float64), [0.0, 0.01, 0.5, 0.99, 1.0])
     return dict(zip(("min", "p01", "median", "p99", "max"), (float(x) for x in q), strict=True))
 
 
-def _histogram(scores: np.ndarray) -> dict | None:
+def score_histogram(scores: np.ndarray) -> dict | None:
     if not len(scores):
         return None
     low, high = float(scores.min()), float(scores.max())

@@ -138,13 +138,13 @@ def exact_search(
         k_search = min(k_out + twins.shape[1], n_docs)
 
     q = np.array(queries, dtype=np.float32)  # a copy: writable for torch, also from a memory-mapped file
-    _refuse_non_finite(q, 0, "query", query_source, query_ids)
+    refuse_non_finite(q, 0, "query", query_source, query_ids)
     if normalize:
         q = _normalize_np(q)
 
     def read_block(start: int, stop: int) -> np.ndarray:
         block = _read_block(docs, start, stop)
-        _refuse_non_finite(block, start, "document", doc_source, doc_ids)
+        refuse_non_finite(block, start, "document", doc_source, doc_ids)
         return block
 
     if backend == "faiss":
@@ -237,7 +237,7 @@ def _read_block(docs: np.ndarray, start: int, stop: int) -> np.ndarray:
     return np.array(docs[start:stop], dtype=np.float32, copy=True)
 
 
-def _refuse_non_finite(vectors: np.ndarray, first_row: int, side: str, source: str, ids) -> None:
+def refuse_non_finite(vectors: np.ndarray, first_row: int, side: str, source: str, ids) -> None:
     """A ValueError naming the first row of `vectors` (row `first_row` of `source`) that
     holds NaN or infinity, with its id where `ids` (a sequence of str or a pyarrow array
     of the whole file) has it. Checked in float32, as searched."""

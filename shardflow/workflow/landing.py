@@ -10,6 +10,8 @@ section per stage and data set:
 - retrieval evaluation: the headline metrics and query / document counts;
 - neighbours: documents searched, the nearest scores' spread, near-duplicate pairs and
   groups, and what keeping one a group drops;
+- search: queries searched, against how many documents, the best hits' scores, where
+  the hits are;
 - summarisation: records in and out, truncated inputs, lengths and compression,
   wall time, throughput, GPU-hours and cost, peak GPU memory, and ROUGE with
   intervals when scored;
@@ -65,9 +67,10 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.2f} h"
 
 
-def _many(n: int, noun: str) -> str:
-    """A count and its noun, agreeing: '1 pair', '2 pairs', '1,000 documents'."""
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+def _many(n: int, noun: str, plural: str | None = None) -> str:
+    """A count and its noun, agreeing: '1 pair', '2 pairs', '1,000 documents' ('2 queries'
+    given the plural)."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
 def records_in(manifest: dict) -> str:
@@ -208,6 +211,22 @@ def neighbours_section(dataset: str, files: dict) -> Section:
                                             f"at or above the threshold: a larger neighbours.k finds {whose} other "
                                             "twins"))
     return Section(f"Neighbours: {dataset}", out)
+
+
+def search_section(dataset: str, files: dict) -> Section:
+    """files: summary and stats (the search job's)."""
+    s = read_json(files["summary"])
+    stats = read_json(files["stats"])
+    out = [("searched", f"{_many(s['queries'], 'query', 'queries')} against {_many(s['documents'], 'document')}, "
+                        f"the {s['k']:,} nearest of each (exact, {s['similarity']}), {float(stats['seconds']):,.1f} s "
+                        f"on {s['device']}")]
+    if s["best_score"]:
+        q = s["best_score"]
+        out.append(("best hit's score", f"median {q['median']:.3f}, 1% of queries below {q['p01']:.3f}, "
+                                        f"1% above {q['p99']:.3f}"))
+    out.append(("hits", f"results/{dataset}/search/hits.parquet: {_many(s['hits'], 'row')} (query_id, rank, id, "
+                        "score, row)"))
+    return Section(f"Search: {dataset}", out)
 
 
 def summarisation_section(dataset: str, files: dict) -> Section:

@@ -417,6 +417,13 @@ def datasets(cfg: dict, list_s3: Callable[[str], list[str]] | None = None) -> di
         # (GPU rules, status, estimate) reads `embedding` in the tasks.
         raise ValueError(f"tasks {cfg['tasks']}: neighbours searches the embedding task's vectors; list both: "
                          "tasks: [embedding, neighbours]")
+    if "search" in cfg["tasks"]:
+        if "embedding" not in cfg["tasks"]:
+            raise ValueError(f"tasks {cfg['tasks']}: search searches the embedding task's vectors; list both: "
+                             "tasks: [embedding, search]")
+        if cfg["search"]["queries"] is None:
+            raise ValueError("tasks lists search, but search.queries is null: set it to the queries file "
+                             "(local or s3://), e.g. --config 'search={queries: queries.jsonl}'")
     sources = corpus_inputs(cfg, list_s3)  # listed once: the chunk count is planned over these
     main = DataSet(
         name=cfg["dataset"],
@@ -1111,6 +1118,8 @@ def _data_set_model_jobs(key: str, ds: DataSet) -> list[Job]:
             jobs += [("embed_queries", {}), ("retrieval_evaluate", {})]
         if "neighbours" in ds.tasks:  # the model's similarity
             jobs += chunk_jobs("neighbours", ds)
+        if "search" in ds.tasks:  # the queries' vectors, the model's similarity
+            jobs += [("embed_search_queries", one), ("search", one)]
     elif key in ("summarise.model", "summarise.encoder"):
         jobs += chunk_jobs("summarise", ds)
     elif key == "shards.tokenizer":
@@ -1237,6 +1246,7 @@ GPU_RULES = {
     "embedding": ("embed",),
     "retrieval": ("embed_queries", "retrieval_evaluate"),
     "neighbours": ("neighbours",),
+    "search": ("embed_search_queries", "search"),
     "summarisation": ("summarise",),
     "training": ("train",),
 }
@@ -1311,6 +1321,8 @@ def gpu_rules_on_cpu(
             out[rule] = "retrieval.backend faiss"  # faiss scores on the CPU
         elif key == "neighbours" and cfg["neighbours"]["backend"] == "faiss":
             out[rule] = "neighbours.backend faiss"
+        elif key == "search" and cfg["search"]["backend"] == "faiss":
+            out[rule] = "search.backend faiss"
         elif gpu_0 and key != "train" and cfg["resources"].get(key, {}).get("gpu", 1) == 0:
             out[rule] = f"resources.{key}.gpu 0"
     return out

@@ -76,6 +76,20 @@ def neighbours(ds: str, cfg: dict, main: str) -> TaskFiles:
     )
 
 
+def search(ds: str, cfg: dict, main: str) -> TaskFiles:
+    """A file of queries searched against the corpus (rules/search.smk)."""
+    r = f"results/{ds}/search"
+    return TaskFiles(
+        targets=[f"{r}/summary.json", f"{r}/best_scores.png"],
+        outputs=[f"{r}/hits.parquet", f"{r}/summary.json"],
+        # The search's record names the device it ran on (its ties and float sums decide
+        # the hits), as the query embedding's names the embed job's.
+        stats=[f"{r}/queries.stats.json", f"{r}/search.stats.json"],
+        benchmarks=[f"benchmarks/embed_search_queries/{ds}.tsv", f"benchmarks/search/{ds}.tsv"],
+        landing=[("search", ds, {"summary": f"{r}/summary.json", "stats": f"{r}/search.stats.json"})],
+    )
+
+
 def summarisation(ds: str, cfg: dict, main: str) -> TaskFiles:
     """Method `stored` has no chunk jobs: its one scoring job is the task."""
     r = f"results/{ds}"
@@ -129,8 +143,8 @@ def training(ds: str, cfg: dict, main: str) -> TaskFiles:
     )
 
 
-TASKS = {"embedding": embedding, "retrieval": retrieval, "neighbours": neighbours, "summarisation": summarisation,
-         "training": training}
+TASKS = {"embedding": embedding, "retrieval": retrieval, "neighbours": neighbours, "search": search,
+         "summarisation": summarisation, "training": training}
 
 
 def task_files(tasks: tuple[str, ...], ds: str, cfg: dict, main: str) -> list[TaskFiles]:
@@ -142,11 +156,11 @@ def task_files(tasks: tuple[str, ...], ds: str, cfg: dict, main: str) -> list[Ta
 
 def models(tasks: tuple[str, ...], cfg: dict) -> dict[str, str]:
     """The models a data set's jobs ran, by role, for provenance to hash: the embedding
-    model (tasks embedding, retrieval, neighbours: its similarity), summarisation's generator (method abstractive)
+    model (tasks embedding, retrieval, neighbours and search: its similarity), summarisation's generator (method abstractive)
     or sentence encoder (extractive). Lead and stored summaries run none, and training
     trains its own (its weights are among the outputs)."""
     out = {}
-    if {"embedding", "retrieval", "neighbours"} & set(tasks):
+    if {"embedding", "retrieval", "neighbours", "search"} & set(tasks):
         out["embedding"] = cfg["embedding"]["model"]
     if "summarisation" in tasks:
         sm = cfg["summarise"]
