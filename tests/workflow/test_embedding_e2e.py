@@ -2,7 +2,8 @@
 embed, merge, verify, report; compared row by row with SentenceTransformer.encode. The
 run holds an embed sweep of one point (another token budget), measured against it, and
 the neighbours task (each document's nearest, the near-duplicates), checked against a
-search by numpy."""
+search by numpy, and the search task (a CSV of queries), checked against numpy and
+against `make search`'s answers for the same queries."""
 
 import json
 import os
@@ -26,14 +27,27 @@ from tests.helpers import (
 pytestmark = pytest.mark.workflow
 
 
-def _config(workdir, corpus, **extra):
+# Two queries that are documents' own texts (records 7 and 50: their top hit is that
+# document) and two of a user's words; ids and texts in fields a config names.
+QUERY_IDS = ["own-7", "own-50", "sort", "files"]
+
+
+def _queries(workdir, records):
+    path = workdir / "questions.csv"
+    texts = [records[7]["text"], records[50]["text"], "sort a list in place", "open a file for reading"]
+    pd.DataFrame({"qid": QUERY_IDS, "question": texts}).to_csv(path, index=False)
+    return path, texts
+
+
+def _config(workdir, corpus, queries, **extra):
     return write_config(
         workdir / "config.yaml",
         dataset="e2e",
-        tasks=["embedding", "neighbours"],
+        tasks=["embedding", "neighbours", "search"],
         n_chunks=3,
         # 0.55: the 90 docstrings' nearest pairs score up to 0.67; a handful of pairs
         neighbours={"k": 4, "duplicate_threshold": 0.55},
+        search={"queries": str(queries), "id_field": "qid", "text_field": "question", "k": 5},
         input={"path": str(corpus)},
         embedding={"window": 16, "token_budget": 2048},
         report={"map_points": 50},
@@ -47,7 +61,8 @@ def _config(workdir, corpus, **extra):
 def run(tmp_path_factory, demo_texts):
     corpus, records = demo_texts
     workdir = tmp_path_factory.mktemp("e2e")
-    cfg = _config(workdir, corpus)
+    queries, _ = _queries(workdir, records)
+    cfg = _config(workdir, corpus, queries)
     proc = snakemake(workdir, "--cores", "2", "--configfile", str(cfg))
     return workdir, cfg, records, proc
 
@@ -86,10 +101,10 @@ def test_report_outputs_and_summary(run):
     provenance = json.loads((workdir / "results/e2e/provenance.json").read_text())
     assert provenance["outputs"]["results/e2e/embeddings.npy"] == sha256(workdir / "results/e2e/embeddings.npy")
     assert provenance["models"] == {"embedding": provenance["model"]} and provenance["model"]["sha256"]
-    # What the embed and neighbours jobs ran with, recorded as they wrote their rows: one
-    # checkout, one model.
+    # What the embed, neighbours and search jobs (the queries' embed job and the search)
+    # ran with, recorded as they wrote their rows: one checkout, one model.
     made = provenance["jobs_made_with"]
-    assert made["jobs"] == 6 and made["models"] == {"embedding": [provenance["model"]]} and len(made["git"]) == 1
+    assert made["jobs"] == 8 and made["models"] == {"embedding": [provenance["model"]]} and len(made["git"]) == 1
     assert made["devices"] == [["cpu", None]] and provenance["warnings"] == []
     log = (workdir / "logs/embed/e2e/chunk_0.log").read_text()
     assert "params=" in log.splitlines()[0] and "torch" in log.splitlines()[0]
@@ -137,6 +152,60 @@ def test_neighbours_are_each_documents_exact_nearest_and_the_near_duplicates_the
         assert all((workdir / f).is_file() for f in (*outputs.values(), bench)), outputs
 
 
+def test_search_hits_are_the_exact_nearest_and_what_make_search_answers(run):
+    """The CSV's queries, read by the fields the config names, in file order, embedded as
+    sentence-transformers embeds them (no prompt: MiniLM's default), each with its 5
+    nearest documents by cosine (numpy on the merged embeddings, ties to the earlier row),
+    a document's own text finding it first; and the same ids and scores `make search`
+    (shardflow.workflow.search) gives for the same queries on the finished run."""
+    from sentence_transformers import SentenceTransformer
+
+    from shardflow.workflow.search import search
+
+    workdir, _, records, _ = run
+    r = workdir / "results/e2e"
+    _, texts = _queries(workdir, records)
+    prepared = [json.loads(line) for line in (r / "search/queries.jsonl").read_text().splitlines()]
+    assert [(q["id"], q["text"]) for q in prepared] == list(zip(QUERY_IDS, texts, strict=True))
+    vectors = np.load(r / "search/queries.npy")
+    ref = SentenceTransformer(bundled_model_path(), device="cpu").encode(texts)
+    cos = (vectors * ref).sum(1) / (np.linalg.norm(vectors, axis=1) * np.linalg.norm(ref, axis=1))
+    assert cos.min() > 0.9999, cos
+
+    emb = np.load(r / "embeddings.npy").astype(np.float64)
+    unit = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    q = vectors.astype(np.float64) / np.linalg.norm(vectors, axis=1, keepdims=True)
+    scores = q @ unit.T
+    order = np.lexsort((np.broadcast_to(np.arange(len(emb)), scores.shape), -scores), axis=1)[:, :5]
+    hits = pd.read_parquet(r / "search/hits.parquet")
+    assert hits["query_id"].tolist() == [qid for qid in QUERY_IDS for _ in range(5)]
+    assert hits["rank"].tolist() == [1, 2, 3, 4, 5] * len(QUERY_IDS)
+    got = hits["row"].to_numpy().reshape(-1, 5)
+    assert (got == order).all(), (got, order)
+    ids = [rec["id"] for rec in records]
+    assert hits["id"].tolist() == [ids[i] for i in got.ravel()]
+    np.testing.assert_allclose(hits["score"].to_numpy().reshape(-1, 5), np.take_along_axis(scores, got, 1), atol=1e-5)
+    assert got[0, 0] == 7 and got[1, 0] == 50 and hits["score"].iloc[0] > 0.999
+
+    answers, used = search(r, list(zip(QUERY_IDS, texts, strict=True)), 5, device="cpu")
+    assert [a.query_id for a in answers] == QUERY_IDS and used["prompt"] == "no prompt"
+    assert [[h.id for h in a.hits] for a in answers] == hits["id"].to_numpy().reshape(-1, 5).tolist()
+    np.testing.assert_allclose([[h.score for h in a.hits] for a in answers],
+                               hits["score"].to_numpy().reshape(-1, 5), atol=1e-5)
+
+    summary = json.loads((r / "search/summary.json").read_text())
+    assert (summary["queries"], summary["documents"], summary["k"], summary["hits"]) == (4, len(records), 5, 20)
+    assert summary["best_score"]["max"] == pytest.approx(hits["score"].max(), abs=1e-6)
+    assert (r / "search/best_scores.png").stat().st_size > 1000
+    landing = (workdir / "results/report.rst").read_text()
+    assert "Search: e2e" in landing and f"4 queries against {len(records)} documents" in landing
+    from shardflow.workflow.status import rule_files
+
+    for rule in ("search_queries", "embed_search_queries", "search"):  # make status finds each job's files
+        outputs, _, bench = rule_files(rule).of({"dataset": "e2e"})
+        assert all((workdir / f).is_file() for f in (*outputs.values(), *([bench] if bench else []))), outputs
+
+
 @pytest.mark.dryrun
 def test_dry_run_lists_every_neighbours_job_before_any_data(tmp_path):
     """A neighbours job a chunk and their merge, planned before any data exists, each on a
@@ -153,6 +222,31 @@ def test_dry_run_lists_every_neighbours_job_before_any_data(tmp_path):
     out = snakemake(tmp_path, "-n", "--cores", "8", "--configfile", str(faiss)).stdout
     blocks = re.findall(r"^rule neighbours:\n((?:    .*\n)+)", out, flags=re.M)
     assert len(blocks) == 2 and not any("gpu=" in b for b in blocks), blocks[0]
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.dryrun
+def test_dry_run_lists_every_search_job_before_any_data(tmp_path):
+    """The queries' three jobs, planned from the queries file alone: its embed job and the
+    search each on a GPU; with backend faiss (which scores on the CPU) the search asks for
+    none, and the queries' embed job still does."""
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"id": "a", "text": "a question"}\n')
+    cfg = write_config(tmp_path / "c.yaml", tasks=["embedding", "search"], n_chunks=3, search={"queries": str(queries)})
+    out = snakemake(tmp_path, "-n", "--cores", "8", "--configfile", str(cfg)).stdout
+    counts = job_counts(out)
+    assert counts["search_queries"] == counts["embed_search_queries"] == counts["search"] == 1, out[-3000:]
+    for rule in ("search_queries", "embed_search_queries", "search"):
+        assert assert_status_reads_the_planned_files(out, rule) == 1  # make status's view of the jobs
+    for rule, gpu in (("search_queries", False), ("embed_search_queries", True), ("search", True)):
+        block = re.findall(rf"^rule {rule}:\n((?:    .*\n)+)", out, flags=re.M)[0]
+        assert ("gpu=1" in block) == gpu, block
+    faiss = write_config(tmp_path / "f.yaml", tasks=["embedding", "search"], n_chunks=2,
+                         search={"queries": str(queries), "backend": "faiss"})
+    out = snakemake(tmp_path, "-n", "--cores", "8", "--configfile", str(faiss)).stdout
+    blocks = {rule: re.findall(rf"^rule {rule}:\n((?:    .*\n)+)", out, flags=re.M)[0]
+              for rule in ("embed_search_queries", "search")}
+    assert "gpu=1" in blocks["embed_search_queries"] and "gpu=" not in blocks["search"], blocks
     assert not (tmp_path / "results").exists()
 
 
