@@ -173,12 +173,22 @@ def beir_folder(folder, corpus_file):
     return folder
 
 
-def every_task_config(path, corpus: str, beir: str):
+def queries_file(path, corpus_file):
+    """Queries for task search: two documents' texts and a question, as a user's CSV."""
+    docs = [json.loads(line) for line in corpus_file.read_text().splitlines()]
+    rows = [("own-0", " ".join(docs[0]["text"].split())), ("own-1", " ".join(docs[1]["text"].split())),
+            ("question", "how are the records kept")]
+    path.write_text("qid,question\n" + "".join(f'{qid},"{text.replace(chr(34), chr(34) * 2)}"\n' for qid, text in rows))
+    return path
+
+
+def every_task_config(path, corpus: str, beir: str, queries: str):
     config = {
-        "dataset": "every", "tasks": ["embedding", "neighbours", "summarisation", "training"], "n_chunks": 1,
-        "input": {"path": corpus}, "retrieval": {"path": beir, "name": "beir", "n_chunks": 1},
+        "dataset": "every", "tasks": ["embedding", "neighbours", "search", "summarisation", "training"],
+        "n_chunks": 1, "input": {"path": corpus}, "retrieval": {"path": beir, "name": "beir", "n_chunks": 1},
+        "search": {"queries": queries, "id_field": "qid", "text_field": "question", "k": 3},
         "resources": {"embed": {"threads": 1, "mem_mb": 1000}, "embed_queries": {"threads": 1},
-                      "neighbours": {"threads": 1}},
+                      "neighbours": {"threads": 1}, "embed_search_queries": {"threads": 1}, "search": {"threads": 1}},
         "shards": {"tokens_per_shard": 4000}, "train": EVERY_TASK_TRAIN,
         # ROUGE against the document itself: what matters here is that the evaluation
         # reads the corpus (through storage) and the split's rejects in a pod
@@ -194,7 +204,7 @@ def test_every_task_and_a_sweep_run_on_eks_and_record_what_a_local_run_records(
     api, s3, s3_prefix, s3_corpus, corpus_file, tmp_path, sm
 ):
     """The default target (all: the corpus embedded and its neighbours and near-duplicates,
-    lead summaries scored with ROUGE, shards and a GPT, the
+    a CSV of queries in the bucket searched against it, lead summaries scored with ROUGE, shards and a GPT, the
     retrieval evaluation of a BEIR folder in the bucket with its corpus embedded, a
     sweep's table, the landing page, provenance) through the eks profile, each job in a
     pod of its own, and the same config run locally. A pod gets only the files its job
@@ -209,14 +219,18 @@ def test_every_task_and_a_sweep_run_on_eks_and_record_what_a_local_run_records(
     beir = beir_folder(tmp_path / "beir", corpus_file)
     for file in sorted(p for p in beir.rglob("*") if p.is_file()):
         s3.client().put_object(Bucket=s3.bucket, Key=f"corpora/beir/{file.relative_to(beir)}", Body=file.read_bytes())
+    queries = queries_file(tmp_path / "questions.csv", corpus_file)
+    s3.client().put_object(Bucket=s3.bucket, Key="corpora/questions.csv", Body=queries.read_bytes())
+    s3_queries = f"s3://{s3.bucket}/corpora/questions.csv"
     checkout = sm.checkout(tmp_path / "checkout")
-    config = every_task_config(checkout / "every.yaml", s3_corpus, f"s3://{s3.bucket}/corpora/beir")
+    config = every_task_config(checkout / "every.yaml", s3_corpus, f"s3://{s3.bucket}/corpora/beir", s3_queries)
     # The local run of the same config goes on beside the EKS run (they share no file):
     # the EKS run, mostly pods starting and waiting on one another, leaves room for it.
     local = tmp_path / "local"
     local.mkdir()
     local_run = sm.start(local, "-s", str(sm.REPO / "Snakefile"), "--cores", "2", "--configfile",
-                         str(every_task_config(local / "every.yaml", str(corpus_file), str(beir))), timeout_s=400)
+                         str(every_task_config(local / "every.yaml", str(corpus_file), str(beir), str(queries))),
+                         timeout_s=400)
     try:
         run = run_eks(api, s3, s3_prefix, checkout, sm, "--configfile", config.name, timeout_s=400)
     finally:  # never left running into the next test
@@ -232,7 +246,7 @@ def test_every_task_and_a_sweep_run_on_eks_and_record_what_a_local_run_records(
         untimed = [k for k in want["outputs"] if k.rsplit("/", 1)[1] not in TIMED]
         assert {k: got["outputs"][k] for k in untimed} == {k: want["outputs"][k] for k in untimed}
         # the sources by their URLs, the same bytes
-        local_names = {str(corpus_file): s3_corpus} | {
+        local_names = {str(corpus_file): s3_corpus, str(queries): s3_queries} | {
             str(p): f"s3://{s3.bucket}/corpora/beir/{p.relative_to(beir)}" for p in beir.rglob("*") if p.is_file()}
         assert got["inputs"] == {local_names.get(k, k): v for k, v in want["inputs"].items()}
     every = json.loads(objects[f"{s3_prefix}/results/every/provenance.json"])
@@ -243,7 +257,9 @@ def test_every_task_and_a_sweep_run_on_eks_and_record_what_a_local_run_records(
                      and key.endswith((".json", ".jsonl", ".rst")) and b".snakemake/storage" in body]
     assert named_by_copy == []  # shardflow.core.s3.logical_path
     landing = objects[f"{s3_prefix}/results/report.rst"].decode()
-    assert all(f"{title}: every" in landing for title in ("Summarisation", "Training", "Neighbours"))
+    assert all(f"{title}: every" in landing for title in ("Summarisation", "Training", "Neighbours", "Search"))
+    hits = objects[f"{s3_prefix}/results/every/search/hits.parquet"]
+    assert hits == (local / "results/every/search/hits.parquet").read_bytes()
     assert "Retrieval evaluation: beir" in landing
     assert f"{s3_prefix}/results/sweeps/lr/lr=0.003/seed=0/train/hf/model.safetensors" in objects
     assert f"{s3_prefix}/results/sweeps/lr/summary.parquet" in objects
@@ -260,8 +276,10 @@ def test_every_task_and_a_sweep_run_on_eks_and_record_what_a_local_run_records(
     rules = {target.split(":")[0] for target in specs_by_target(api)}
     assert {"split_every", "split_beir", "embed", "embed_queries", "summarise", "evaluate_summaries",
             "train_tokenizer", "tokenize", "gather_shards", "train", "sweep_train", "retrieval_evaluate",
-            "neighbours", "merge_neighbours", "landing", "provenance"} <= rules, rules
-    gpu_rules = {"embed", "embed_queries", "train", "sweep_train", "retrieval_evaluate", "neighbours"}
+            "neighbours", "merge_neighbours", "search_queries", "embed_search_queries", "search", "landing",
+            "provenance"} <= rules, rules
+    gpu_rules = {"embed", "embed_queries", "train", "sweep_train", "retrieval_evaluate", "neighbours",
+                 "embed_search_queries", "search"}
     check_job_specs(api, s3, gpu_rules=gpu_rules, memory={"embed": "1000M"})
     embed = specs_by_target(api)["embed:dataset=beir,chunk=0"][0]
     assert embed["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "950m"  # 1 x 0.95

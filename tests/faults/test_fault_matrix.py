@@ -37,9 +37,10 @@ pytestmark = pytest.mark.workflow
 
 SEEDS = [int(s) for s in os.environ.get("SHARDFLOW_FAULT_SEEDS", "1").split(",") if s.strip()]
 CONTROLLER_SHARE = float(os.environ.get("SHARDFLOW_FAULT_CONTROLLER_SHARE", "0.05"))
-# Every rule the configured workflow runs (all four tasks plus retrieval).
+# Every rule the configured workflow runs (all five tasks plus retrieval).
 RULES = [
     "split", "embed", "merge", "verify", "report", "provenance", "landing", "neighbours", "merge_neighbours",
+    "search_queries", "embed_search_queries", "search",
     "retrieval_prepare", "retrieval_queries", "retrieval_qrels", "embed_queries", "retrieval_evaluate",
     "summarise", "merge_summaries", "evaluate_summaries", "summarise_report",
     "train_tokenizer", "tokenize", "gather_shards", "train",
@@ -67,13 +68,16 @@ def inputs(tmp_path_factory):
     with open(beir / "queries.jsonl", "w") as fh:
         for q in range(4):
             fh.write(json.dumps({"_id": f"q{q}", "text": docs[2 * q]["text"]}) + "\n")
+    with open(root / "queries.jsonl", "w") as fh:
+        for q in range(3):
+            fh.write(json.dumps({"id": f"s{q}", "text": records[3 * q]["text"]}) + "\n")
     (beir / "qrels" / "test.tsv").write_text(
         "query-id\tcorpus-id\tscore\n" + "".join(f"q{q}\td{2 * q}\t1\n" for q in range(4))
     )
     cfg = write_config(
         root / "config.yaml",
         dataset="fm",
-        tasks=["embedding", "neighbours", "summarisation", "training"],
+        tasks=["embedding", "neighbours", "search", "summarisation", "training"],
         n_chunks=1,
         input={"path": str(root / "corpus.jsonl")},
         embedding={"window": 4},
@@ -82,7 +86,9 @@ def inputs(tmp_path_factory):
         train=dict(n_layer=1, n_head=2, n_embd=16, block_size=16, batch_size=4, max_iters=60, eval_interval=20,
                    eval_windows=4, checkpoint_interval=10, warmup_iters=5, sample_tokens=10),
         retrieval={"path": str(beir), "name": "fmr", "n_chunks": 1, "top_k": 100},
-        resources={r: {"threads": 1} for r in ("embed", "embed_queries", "neighbours", "summarise", "train")},
+        search={"queries": str(root / "queries.jsonl"), "k": 3},
+        resources={r: {"threads": 1} for r in ("embed", "embed_queries", "neighbours", "embed_search_queries", "search",
+                                               "summarise", "train")},
         # Resume state outside the working directory, as on a volume that outlives a node.
         gpu_jobs={"resume_dir": str(root / "volume")},
     )
