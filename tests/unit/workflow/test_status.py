@@ -1695,6 +1695,137 @@ def test_a_retrieval_runs_one_job_stages_hold_the_gpus_their_resources_give_them
     )
 
 
+# ------------------------------------------------ a search run's one-job stages
+
+
+def search_files(rule: str) -> tuple[dict, str, str]:
+    """The files of a search run's one-job rule (embed_search_queries, search) on data
+    set ds, whose patterns name it by the wildcard `dataset`."""
+    return st.rule_files(rule).of({"dataset": "ds"})
+
+
+def a_search_run(tmp_path, search: dict | None = None, **overlay) -> dict:
+    """tasks [embedding, search]: the queries file searched against data set ds;
+    `search`: the section's other keys."""
+    Path("queries.jsonl").write_text(
+        "".join(json.dumps({"id": f"q{i}", "text": f"q {i}"}) + "\n" for i in range(ITEMS))
+    )
+    search = {"queries": "queries.jsonl", **(search or {})}
+    return config(tmp_path, tasks=["embedding", "search"], search=search, **overlay)
+
+
+def search_done(queries: int = ITEMS) -> None:
+    """The queries embedded (as `queries_embedded`) and searched, as scripts/embed.py and
+    scripts/search.py write them: the search's outputs, its stats (`queries` searched in
+    20 s on cuda:0), log and benchmark (30 s)."""
+    for rule in ("embed_search_queries", "search"):
+        outputs, log, bench = search_files(rule)
+        for path in outputs.values():
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            Path(path).write_bytes(b"x")
+        os.makedirs(os.path.dirname(bench), exist_ok=True)
+        Path(bench).write_text(f"s\th:m:s\tmax_rss\n{12.0 if rule != 'search' else 30.0}\t0:00:30\t100\n")
+        Path(log).parent.mkdir(parents=True, exist_ok=True)
+        Path(log).write_text(f"... INFO {rule}: done\n")
+    stats = {"chunk": None, "items": ITEMS, "items_embedded": ITEMS, "seconds": 10.0, "parts": 4, "device": "cuda:0"}
+    write_json(search_files("embed_search_queries")[0]["stats"], stats)
+    write_json(
+        search_files("search")[0]["stats"],
+        {"queries": queries, "documents": CHUNKS * ITEMS, "k": 10, "device": "cuda:0", "seconds": 20.0},
+    )
+
+
+def test_a_search_run_shows_embed_search_queries_and_search(tmp_path, monkeypatch, now):
+    """tasks [embedding, search]: the queries' embed job and the search are GPU jobs a
+    user waits on, after the corpus's embed jobs, waiting before anything ran. As
+    retrieval's: embed_search_queries is judged as an embed chunk job is (its parts lie
+    under the data set's resume root, named by its output), and search, which keeps no
+    parts, runs while its log is there."""
+    cfg = a_search_run(tmp_path)
+    result = st.status(cfg, 1, "--gpus", now=now)
+    assert [s.label for s in result.stages] == ["embed ds", "embed_search_queries ds", "search ds"]
+    assert [(j.state, s.gpus, s.unit) for s in result.stages[1:] for j in s.jobs] == [("waiting", 1, "queries")] * 2
+    queries = search_files("embed_search_queries")
+    assert queries[0]["npy"] == "results/ds/search/queries.npy" and queries[1] == "logs/embed_search_queries/ds.log"
+    folder = in_progress(0, now - 6.0, 2, monkeypatch, files=queries)
+    _, log, _ = search_files("search")
+    Path(log).parent.mkdir(parents=True)
+    Path(log).write_text("... INFO search: search params ...\n")
+    os.utime(log, (now - 120, now - 120))
+    result = st.status(cfg, 1, "--gpus", now=now)
+    embed_queries, search = stage_of(result, "embed_search_queries ds"), stage_of(result, "search ds")
+    (job,) = embed_queries.jobs
+    assert (job.state, job.folder) == ("running", folder)
+    assert (embed_queries.records_done, embed_queries.records_total) == (50, 100)  # its parts' manifest
+    assert embed_queries.gpu_hours == pytest.approx(5 / 3600) and embed_queries.left_s == pytest.approx(5.0)
+    assert search.jobs[0].state == "running" and search.records_total == 100  # the queries it embeds
+    assert search.notes == ["time left not estimated: the search saves no parts to measure its rate by"]
+    assert st._job_line(search, search.jobs[0], now) == (
+        f"search ds: running (it saves no parts: a rerun searches again), log {log} written 2.0 min ago"
+    )
+
+
+def test_a_search_run_is_done_once_its_records_exist_counting_their_queries(tmp_path, monkeypatch, capsys, now):
+    """Both jobs done once their outputs exist: embed_search_queries counts its stats'
+    `items`, search its stats' `queries` (the count it searched, whatever the queries'
+    embed job shows: here its vectors and log removed since); their GPU-hours their benchmarks'.
+    The JSON lists both stages, their fields those of every stage."""
+    cfg = a_search_run(tmp_path)
+    search_done()
+    result = st.status(cfg, 1, "--gpus", now=now)
+    embed_queries, search = stage_of(result, "embed_search_queries ds"), stage_of(result, "search ds")
+    assert [j.state for s in (embed_queries, search) for j in s.jobs] == ["done", "done"]
+    assert (embed_queries.records_done, embed_queries.records_total) == (ITEMS, ITEMS)
+    assert embed_queries.gpu_hours == pytest.approx(12 / 3600)
+    assert (
+        st.stage_line(search, "USD")
+        == "search ds: 1/1 jobs, 100/100 queries, finished; 0.00833 GPU-h, 30.00 USD so far"
+    )
+    outputs, log, _ = search_files("embed_search_queries")
+    os.remove(outputs["npy"]), os.remove(log)
+    result = st.status(cfg, 1, "--gpus", now=now)
+    embed_queries, search = stage_of(result, "embed_search_queries ds"), stage_of(result, "search ds")
+    assert embed_queries.jobs[0].state == "waiting" and embed_queries.records_total is None
+    assert (search.jobs[0].state, search.records_done, search.records_total) == ("done", ITEMS, ITEMS)
+
+    assert main(["status", "--configfile", str(tmp_path / "overlay.yaml"), "--gpus", "1", "--json"]) == 0
+    stages = json.loads(capsys.readouterr().out)["stages"]
+    assert [(s["stage"], s["dataset"], s["unit"]) for s in stages][1:] == [
+        ("embed_search_queries", "ds", "queries"),
+        ("search", "ds", "queries"),
+    ]
+    assert {k for s in stages for k in s} == set(stages[0])
+
+
+def test_a_search_with_a_non_number_for_its_queries_is_named(tmp_path, now):
+    """search.stats.json's `queries` is read as a number, as every count status reads."""
+    cfg = a_search_run(tmp_path)
+    search_done(queries="many")
+    search = stage_of(st.status(cfg, 1, "--gpus", now=now), "search ds")
+    assert search.jobs[0].state == "done"
+    assert search.notes == [
+        "results/ds/search/search.stats.json is not readable (queries is 'many', not a number): its job is counted "
+        "done, its stats not"
+    ]
+
+
+def test_a_search_runs_stages_hold_their_resources_gpus_and_none_for_faiss(tmp_path, now):
+    """resources.embed_search_queries.gpu counts as make estimate counts it; under
+    search.backend faiss, which scores on the CPU, the search holds no GPU
+    (plan.gpu_rules_on_cpu) and its finished job costs none."""
+    cfg = a_search_run(tmp_path, resources={"embed_search_queries": {"gpu": 2}, "search": {"gpu": 3}})
+    result = st.status(cfg, 6, "--gpus", now=now)
+    assert (stage_of(result, "embed_search_queries ds").gpus, stage_of(result, "search ds").gpus) == (2, 3)
+    faiss = a_search_run(tmp_path, search={"backend": "faiss"})
+    result = st.status(faiss, 1, "--gpus", now=now)  # before it ran: the config alone
+    assert (stage_of(result, "search ds").gpus, stage_of(result, "embed_search_queries ds").gpus) == (0, 1)
+    search_done()
+    write_json(search_files("search")[0]["stats"], {"queries": ITEMS, "device": "cpu", "seconds": 20.0})
+    result = st.status(faiss, 1, "--gpus", now=now)
+    search = stage_of(result, "search ds")
+    assert (search.gpus, search.gpu_hours, stage_of(result, "embed_search_queries ds").gpus) == (0, 0.0, 1)
+
+
 def neighbours_searched(chunk: int) -> None:
     """A finished neighbours job of data set ds, as scripts/neighbours.py writes it: its
     table, its stats (100 records against the corpus's 600 in 3 s on cuda:0), its log
