@@ -79,17 +79,21 @@ finished jobs' (core.jobs: their last attempt and the killed ones before it), an
 attempts of the jobs not done up to their last part (a lower bound), priced with
 core.jobs.priced. A job holds the GPUs its stats record (a training run's world_size),
 else, as `make estimate` counts them, resources.<rule>.gpu of the config status reads
-(plan.job_gpus; core.jobs.gpus_held): an embed, embed_queries, summarise or
-retrieval_evaluate job given two is billed for two.
+(plan.job_gpus; core.jobs.gpus_held): an embed, embed_queries, embed_search_queries,
+summarise, retrieval_evaluate or search job given two is billed for two.
 
 A retrieval run (retrieval.path set) lists its corpus's embed jobs as a data set of their
-own, then its one-job GPU stages, in queries (`retrieval_stages`): embed_queries, judged
-as an embed chunk job is (its parts lie under the data set's resume root), and
-retrieval_evaluate, which saves no parts: running while its log is there and its outputs
-are not, never stalled (no part interval to judge it by) and its time left not estimated;
-its GPU-hours are its benchmark's seconds where its metrics say it searched on CUDA. So
-the run reads finished only once retrieval_evaluate has written metrics.json. Their
-patterns name the data set by rules/common.smk's RETRIEVAL (`CONFIG_NAMES`).
+own, then its one-job GPU stages, in queries (`query_stages`, RETRIEVAL_STAGES):
+embed_queries, judged as an embed chunk job is (its parts lie under the data set's resume
+root), and retrieval_evaluate, which saves no parts: running while its log is there and
+its outputs are not, never stalled (no part interval to judge it by) and its time left not
+estimated; its GPU-hours are its benchmark's seconds where its metrics say it searched on
+CUDA. So the run reads finished only once retrieval_evaluate has written metrics.json.
+Their patterns name the data set by rules/common.smk's RETRIEVAL (`CONFIG_NAMES`). Task
+search (rules/search.smk) adds the same two stages to the main data set, after its embed
+jobs (SEARCH_STAGES, by the wildcard `dataset`): embed_search_queries, judged as
+embed_queries is, and search, as retrieval_evaluate is (its record: search.stats.json,
+whose `queries` it counts). search_queries, a CPU job, is no stage here.
 
 An s3:// glob input is not listed (plan.unlisted: no S3 settings here): the split's
 manifest counts where the objects it recorded are the glob's (plan.matches_sources).
@@ -156,10 +160,15 @@ STAGE_RULES = {
     "train": ("train", "metrics"),
     "embed_queries": ("embed_queries", "stats"),
     "retrieval_evaluate": ("retrieval_evaluate", "metrics"),
+    "embed_search_queries": ("embed_search_queries", "stats"),
+    "search": ("search", "stats"),
 }
-# A retrieval data set's one-job GPU stages (rules/retrieval.smk), after its corpus's embed
-# jobs, and the key of its record that counts the queries it did (`_stats`).
+# The one-job GPU stages of a data set's tasks, after its corpus's embed jobs, in the order
+# they run, and the key of each one's record that counts the queries it did (`_stats`):
+# first the queries' embed job, then their search (`query_stages`). A retrieval data set's
+# (rules/retrieval.smk), and the main data set's under task search (rules/search.smk).
 RETRIEVAL_STAGES = {"embed_queries": "items", "retrieval_evaluate": "n_queries"}
+SEARCH_STAGES = {"embed_search_queries": "items", "search": "queries"}
 
 
 class StatusError(ValueError):
@@ -910,7 +919,7 @@ class Stage:
     gpu_hours: float | None = 0.0  # None: not known (a training run while it runs)
     cost: float | None = 0.0
     notes: list[str] = field(default_factory=list)
-    saves_parts: bool = True  # False: a killed job starts again (retrieval_evaluate)
+    saves_parts: bool = True  # False: a killed job starts again (retrieval_evaluate, search)
     # Where a job's records come from, said where they are not known yet.
     records_from: str = "no split manifest for these inputs yet"
 
@@ -943,6 +952,7 @@ NUMERIC_STATS = (
     "tokens_per_step",
     "train_seconds_total",
     "n_queries",
+    "queries",
 )
 
 
@@ -1210,26 +1220,30 @@ def train_unseen(volume: str | None, ds: plan.DataSet) -> str:
     )
 
 
-def retrieval_stages(cfg: dict, ds: plan.DataSet, on_cpu: Iterable[str], resume: dict) -> list[Stage]:
-    """The one-job GPU stages of retrieval data set `ds` (RETRIEVAL_STAGES), judged as a
-    chunk job is (`classify`, its failure record beside its log, its record `_stats`):
-    embed_queries, the embed rule's script, keeps its resume parts under the data set's
-    resume root, named by its output; retrieval_evaluate keeps none (a killed search starts
-    again). Their records are the queries: embed_queries' stats (`items`), else the count
-    its parts' manifest holds; retrieval_evaluate's metrics (`n_queries`), else the queries
-    embed_queries embeds. `on_cpu`: the GPU rules that run on the CPU; the others' jobs
-    hold resources.<rule>.gpu GPUs (plan.job_gpus)."""
+def query_stages(
+    cfg: dict, ds: plan.DataSet, stages: dict[str, str], wildcards: dict, on_cpu: Iterable[str], resume: dict
+) -> list[Stage]:
+    """The one-job GPU stages `stages` of data set `ds` (RETRIEVAL_STAGES, SEARCH_STAGES),
+    each job's files its rule's patterns with `wildcards`, judged as a chunk job is
+    (`classify`, its failure record beside its log, its record `_stats`). The first embeds
+    the queries by the embed rule's script (embed_queries, embed_search_queries), which
+    keeps its resume parts under the data set's resume root, named by its output; the
+    search after it keeps none (a killed search starts again). Their records are the
+    queries: the embed job's stats (`items`), else the count its parts' manifest holds;
+    the search's record (its key in `stages`), else the queries the embed job embeds.
+    `on_cpu`: the GPU rules that run on the CPU; the others' jobs hold
+    resources.<rule>.gpu GPUs (plan.job_gpus)."""
     out, queries = [], None
-    for name, count in RETRIEVAL_STAGES.items():
+    for i, (name, count) in enumerate(stages.items()):
         rule, record = STAGE_RULES[name]
-        outputs, log, bench = rule_files(rule).of({"RETRIEVAL": ds.name})
+        outputs, log, bench = rule_files(rule).of(wildcards)
         job = Job("", outputs, log, bench, queries)
-        classify(job, resume if name == "embed_queries" else {}, record_path(log) if log else None)
+        classify(job, resume if i == 0 else {}, record_path(log) if log else None)
         error = _stats(job, record, count) if job.state == DONE else None
         queries = job.records
         gpus = 0 if rule in on_cpu else plan.job_gpus(cfg, rule)
         stage = Stage(ds.name, name, [job], gpus, unit="queries", notes=[error] if error else [])
-        if name == "embed_queries":
+        if i == 0:
             stage.records_from = "the queries are counted from its resume parts once it has started"
         else:
             stage.saves_parts = False
@@ -1448,7 +1462,7 @@ def status(
     seen = False
     for ds in data_sets:
         stages = estimate.gpu_stages(cfg, ds, specs.values())
-        if not stages and "retrieval" not in ds.tasks:
+        if not stages and not {"retrieval", "search"} & set(ds.tasks):
             continue
         root = plan.resume_root(cfg["gpu_jobs"]["resume_dir"], ds.name)
         if storage is not None and cfg["gpu_jobs"]["resume_dir"] and not root.startswith("s3://"):
@@ -1486,7 +1500,9 @@ def status(
             gpus = 0 if "neighbours" in on_cpu else plan.job_gpus(cfg, "neighbours")
             built.append(chunk_stage(ds, "neighbours", gpus, resume, per_chunk))
         if "retrieval" in ds.tasks:  # after its corpus's embed jobs
-            built += retrieval_stages(cfg, ds, on_cpu, resume)
+            built += query_stages(cfg, ds, RETRIEVAL_STAGES, {"RETRIEVAL": ds.name}, on_cpu, resume)
+        if "search" in ds.tasks:  # after its corpus's embed, merge and verify
+            built += query_stages(cfg, ds, SEARCH_STAGES, {"dataset": ds.name}, on_cpu, resume)
         for stage in built:
             if stage.gpus and ran_on_cpu(stage):
                 stage.gpus = 0
