@@ -1,15 +1,17 @@
 """What a run will cost, before any GPU is rented (`python -m shardflow.cli estimate`,
 `make estimate`).
 
-For each data set and GPU stage the configured run would execute: its jobs, records
-(tokens for training), the rate used and where it came from, GPU-hours, their cost
-(core.jobs.priced at report.gpu_hour_price), the wall time on N GPUs and the disk its
-outputs take. The config is read as the workflow reads it (config/config.yaml, then
-each --configfile, validated by the schema), and the data sets, chunk counts, sweeps
-and the rules that run on the CPU come from the parse-time functions the rules use
-(workflow.plan, sweep.parse_sweeps): nothing is derived a second time. It runs no job
-and downloads nothing; it reads, and keeps a record count where the parse keeps it
-(core.parsecache).
+For each data set and GPU stage the configured run would execute (embed; retrieval's
+embed_queries and retrieval_evaluate; neighbours; task search's embed_search_queries and
+search; summarise; train; and the sweeps'): its jobs, records (tokens for training;
+queries, and multiply-adds for the searches), the rate used and where it came from,
+GPU-hours, their cost (core.jobs.priced at report.gpu_hour_price), the wall time on N
+GPUs and the disk its outputs take. The config is read as the workflow reads it
+(config/config.yaml, then each --configfile, validated by the schema), and the data
+sets, chunk counts, sweeps and the rules that run on the CPU come from the parse-time
+functions the rules use (workflow.plan, sweep.parse_sweeps): nothing is derived a
+second time. It runs no job and downloads nothing; it reads, and keeps a record count
+where the parse keeps it (core.parsecache).
 
 Rates, in order of trust:
 1. measured by an earlier run in this working directory: the chunk jobs' stats of the
@@ -18,20 +20,23 @@ Rates, in order of trust:
    run of the same model shape (results/**/train: its steps' tokens per second, the rest
    of its wall time once a job), a finished retrieval_evaluate (its
    benchmark, metrics.json and the queries' embed stats: multiply-adds per second of the
-   whole job). A run of another model (another summarise.method) is passed over, so is
-   an embed run in another compute precision (embedding.dtype, `other_dtype`), and so
-   is one on another kind of device: a CPU rate is no estimate for a GPU run, nor a GPU
-   rate for a CPU run. So is a run of another data set whose records average more than
+   whole job), a finished neighbours or search job (its record's search seconds, the rest
+   of its benchmark once a job); a query embedding (embed_queries, embed_search_queries)
+   runs at its corpus's embed rate. A run of another model (another summarise.method)
+   is passed over, so is an embed run in another compute precision (embedding.dtype,
+   `other_dtype`), and so is one on another kind of device: a CPU rate is no estimate
+   for a GPU run, nor a GPU rate for a CPU run. So is a run of another data set whose records average more than
    LENGTH_FACTOR times as long or as short as this one's (`other_length`): embedding and
    summarising take time per token, and a rate is counted in records.
 2. assumed, labelled so ("assumed, not measured: ..."): `chunking.rate_items_per_s`
    (ASSUMED) for embed and summarise; for training on GPUs, the trainer's own FLOPs per
    token (shardflow.train.model.GPT.flops_per_token) at an assumed share (ASSUMED_MFU,
    --mfu) of a GPU's dense bf16 peak (PEAK_GPU's in the trainer's MFU table,
-   --gpu-peak-tflops), see `assumed_training`; for retrieval_evaluate's exact search,
-   queries x documents x dim multiply-adds at SEARCH_MACS_PER_S plus reading the
-   document matrix at SEARCH_READ_BYTES_PER_S. Training on the CPU has no assumed rate
-   (a CPU's throughput varies too much): not estimated.
+   --gpu-peak-tflops), see `assumed_training`; for the exact searches on a GPU
+   (retrieval_evaluate, neighbours, search), queries x documents x dim multiply-adds at
+   SEARCH_MACS_PER_S plus reading the document matrix at SEARCH_READ_BYTES_PER_S.
+   Training and the searches on the CPU (faiss) have no assumed rate (a CPU's
+   throughput varies too much): not estimated.
 A measured rate holds for that run's settings and GPU (named with it: the jobs' made_with;
 a training run's metrics.json records made_with since 2026-11-29, and a row timed by an
 older one says its GPU is unknown): another token budget, dtype or GPU model runs at
@@ -53,9 +58,10 @@ a GPU job whose outputs all exist is done, as make status counts it
 read may be gone), and every other job is priced whole, a running one too (make status
 counts its parts). A sweep job whose metrics JSON exists is done, and so are the jobs of
 a retrieval sweep's embedding set once a job that read the set has ended, and the
-retrieval task's one-job stages (embed_queries, retrieval_evaluate) as status counts
-them. The table then gains the columns `done` and `left GPU-h`, and the total line ends with
-`; left (<k> of <n> GPU jobs done): ...`.
+one-job stages (retrieval's embed_queries and retrieval_evaluate, search's
+embed_search_queries and search) as status counts them. The table then gains the
+columns `done` and `left GPU-h`, and the total line ends with `; left (<k> of <n> GPU
+jobs done): ...`.
 
 Sweeps: each point x seed estimated as the stage's own row with the job's config, summed
 into one row per sweep. A retrieval sweep's jobs are those rules/sweep.smk runs
@@ -67,7 +73,9 @@ set's own folder, results/sweeps/_embeddings/..., measures its rate first).
 
 Records: the split's manifest.json where the split ran on these inputs; else counted
 (newline counts, Parquet metadata: plan.count_records), or, for line-format inputs
-above SAMPLE_ABOVE bytes, sampled and extrapolated by file size, and said so.
+above SAMPLE_ABOVE bytes, sampled and extrapolated by file size, and said so. Queries:
+the prepared queries.jsonl of the task where it has been written, else retrieval's
+qrels or search.queries (an s3:// one is not counted: its rows are not estimated).
 """
 
 from __future__ import annotations
@@ -141,8 +149,15 @@ CHAR_VOCAB = 256
 # network or cold local disk; a file in the page cache reads faster).
 ASSUMED_SEARCH = "assumed, not measured: a finished retrieval_evaluate here measures it (its benchmark)"
 ASSUMED_NEIGHBOURS = "assumed, not measured: a finished neighbours job here measures it (its record and benchmark)"
+ASSUMED_BATCH_SEARCH = "assumed, not measured: a finished search job here measures it (its record and benchmark)"
 SEARCH_MACS_PER_S = 1e12
 SEARCH_READ_BYTES_PER_S = 1e9
+# A row of task search's hits.parquet before one is written here: its rank (int32), score
+# (float32) and corpus row (int64). Its two ids add their lengths, and Parquet's
+# compression takes back about as much (the query id repeats k times, the rank runs
+# 1..k): tables of 10 to 100 hits a query, ids like "q12" and "doc-123456", took 13 to
+# 21 bytes a row.
+HIT_BYTES = 16
 
 
 class EstimateError(ValueError):
@@ -1436,10 +1451,18 @@ def _jobs_done(cfg: dict, rule: str, group: dict, n_chunks: int | None = None) -
     return status.jobs_done(cfg, rule, group, n_chunks)
 
 
+def _prepared_queries(prepared: str) -> tuple[int, str] | None:
+    """The queries of a task's prepared queries file (the chunk format: a record a line),
+    the query embedding's input, where it has been written; else None."""
+    if not os.path.isfile(prepared):
+        return None
+    return plan.count_records([prepared], ReaderOptions(format="jsonl")), f"counted in {prepared}"
+
+
 def _queries(cfg: dict, name: str) -> tuple[int | None, str]:
-    prepared = f"{RESULTS}/{name}/retrieval/queries.jsonl"
-    if os.path.isfile(prepared):
-        return plan.count_records([prepared], ReaderOptions(format="jsonl")), f"counted in {prepared}"
+    prepared = _prepared_queries(f"{RESULTS}/{name}/retrieval/queries.jsonl")
+    if prepared:
+        return prepared
     from shardflow.retrieval.data import load_qrels
     from shardflow.retrieval.pipeline import RetrievalSpec
 
@@ -1450,12 +1473,37 @@ def _queries(cfg: dict, name: str) -> tuple[int | None, str]:
     return len(load_qrels(qrels)), f"the judged queries of {qrels}"
 
 
-def query_row(name: str, queries: tuple[int | None, str], embed: Row, gpus: int) -> Row:
-    """embed_queries of data set `name` (one job holding `gpus`): its `queries` (the count,
-    and where it came from: `_queries`) at the rate of `embed`, the corpus's embed row of
-    the same settings, and one copy of the corpus's bytes per vector each."""
+def _search_queries(cfg: dict, name: str) -> tuple[int | None, str]:
+    """Task search's queries (search.queries) on data set `name`: counted in the prepared
+    results/<ds>/search/queries.jsonl once search_queries has run, else in the file
+    itself (newlines, Parquet metadata: plan.count_records); an s3:// file is not counted
+    (the estimate downloads nothing)."""
+    prepared = _prepared_queries(f"{RESULTS}/{name}/search/queries.jsonl")
+    if prepared:
+        return prepared
+    sc = cfg["search"]
+    path = sc["queries"]
+    if path.startswith("s3://"):
+        return None, (
+            f"not counted: search.queries {path} is in S3 and the estimate downloads nothing (counted once "
+            f"search_queries has written {RESULTS}/{name}/search/queries.jsonl)"
+        )
+    if not os.path.isfile(path):
+        raise EstimateError(f"search.queries {path!r} does not exist")
+    opts = ReaderOptions(format=sc["format"], id_field=sc["id_field"], text_field=sc["text_field"])
+    return plan.count_records([path], opts), f"counted in {path} (search.queries)"
+
+
+def query_row(
+    name: str, queries: tuple[int | None, str], embed: Row, gpus: int, stage: str = "embed_queries"
+) -> Row:
+    """The query embedding of data set `name` (`stage`: embed_queries, or task search's
+    embed_search_queries; one job holding `gpus`): its `queries` (the count, and where it
+    came from: `_queries`, `_search_queries`) at the rate of `embed`, the corpus's embed
+    row of the same settings (the rule is the embed rule), and one copy of the corpus's
+    bytes per vector each."""
     count, how = queries
-    row = Row(name, "embed_queries", 1, count, unit="queries", rate=embed.rate, gpus=gpus)
+    row = Row(name, stage, 1, count, unit="queries", rate=embed.rate, gpus=gpus)
     row.notes.append(f"queries: {how}; at the corpus's rate (queries are shorter: an upper bound)")
     if count is not None and embed.rate:
         row.seconds = [count / embed.rate.per_s + embed.rate.overhead_s]
@@ -1556,6 +1604,22 @@ def search_row(cfg: dict, name: str, queries: int | None, documents: int, gpus: 
     return row
 
 
+def search_start_up(cfg: dict, bench: dict, search_s: float, documents: int, dim: int) -> tuple[float, str]:
+    """(seconds, in words) of a finished search job (neighbours, task search) beyond its
+    search's `search_s`, counted once a job: the rest of its benchmark `bench`, else ({}:
+    none) a read of the corpus's matrix (`documents` x `dim`) at SEARCH_READ_BYTES_PER_S."""
+    # The rest of the job (imports, CUDA start-up, reading the matrix) is a job's, not a
+    # multiply-add's: spread over a small run's work it made the rate several times low.
+    job_s = bench.get("s")
+    if isinstance(job_s, float):
+        start = max(0.0, job_s - search_s)
+        return start, f"the rest of its {duration(job_s)} job, {duration(start)} of start-up and reading once a job"
+    # its record alone: the search's seconds are in it, the job's whole time is not
+    width = DTYPE_BYTES[cfg["embedding"]["output_dtype"]]
+    start = documents * dim * width / SEARCH_READ_BYTES_PER_S
+    return start, f"no benchmark of the job: its start-up not known; the matrix's read assumed, {duration(start)} a job"
+
+
 def neighbours_runs(dataset: str) -> Iterator[tuple[str, dict, dict]]:
     """(stats file, stats, benchmark) of each finished neighbours job here, this data
     set's first (results/<ds>/neighbours/neighbours_<i>.stats.json, its benchmark: {}
@@ -1611,17 +1675,7 @@ def neighbours_row(cfg: dict, name: str, per_chunk: tuple[int, ...], documents: 
         if device_kind(stats.get("device")) != want:
             elsewhere.append(f"{path} {readable(per_s)}/s on {stats.get('device')}")
             continue
-        # The rest of the job (imports, CUDA start-up, reading the matrix) is a job's, not a
-        # multiply-add's: spread over a small run's work it made the rate several times low.
-        job_s = bench.get("s")
-        if isinstance(job_s, float):
-            start = max(0.0, job_s - search_s)
-            rest = f"the rest of its {duration(job_s)} job, {duration(start)} of start-up and reading once a job"
-        else:  # its record alone: the search's seconds are in it, the job's whole time is not
-            width = DTYPE_BYTES[cfg["embedding"]["output_dtype"]]
-            start = documents * dim * width / SEARCH_READ_BYTES_PER_S
-            rest = (f"no benchmark of the job: its start-up not known; the matrix's read assumed, {duration(start)} "
-                    "a job")
+        start, rest = search_start_up(cfg, bench, search_s, documents, dim)
         row.rate = Rate(per_s, f"measured by {path} (the search's {significant(search_s, 2, grouped=True)} s: "
                                f"{stats['items']:,} records x {stats['documents']:,} documents x dim {run_dim} "
                                f"({said}); {rest})", True, str(stats.get("device")), overhead_s=start)
@@ -1638,6 +1692,93 @@ def neighbours_row(cfg: dict, name: str, per_chunk: tuple[int, ...], documents: 
     return row
 
 
+def batch_search_runs(dataset: str) -> Iterator[tuple[str, dict, dict]]:
+    """(record, its stats, benchmark) of each finished search job of task search here,
+    this data set's first (results/<ds>/search/search.stats.json, benchmarks/search/<ds>.tsv:
+    {} where there is none); one whose record or benchmark is unreadable is passed over."""
+    folders = sorted(glob.glob(f"{RESULTS}/*/search"), key=lambda f: f.split("/")[1] != dataset)
+    for folder in folders:
+        path, bench = f"{folder}/search.stats.json", f"benchmarks/search/{folder.split('/')[1]}.tsv"
+        if not os.path.isfile(path):
+            continue
+        try:
+            found = path, read_json(path), read_benchmark(bench) if os.path.isfile(bench) else {}
+        except (OSError, ValueError):
+            continue
+        yield found
+
+
+def batch_search_row(cfg: dict, name: str, queries: tuple[int | None, str], documents: int, gpus: int) -> Row:
+    """The search job of task search on data set `name` (one job holding `gpus`): its
+    `queries` (the count, and where it came from: `_search_queries`) x documents x dim
+    multiply-adds, as retrieval_evaluate's search (search_row), at the rate a finished
+    search job here measured (its record's seconds, the search alone; the rest of its
+    benchmark once: search_start_up), else on a GPU at SEARCH_MACS_PER_S plus reading the
+    document matrix (assumed_search_rate). Its disk: hits.parquet, queries x search.k rows."""
+    row = Row(name, "search", 1, unit="multiply-adds", gpus=gpus)
+    count, counted = queries
+    dim, how = embed_dim(cfg, None)
+    if count is None or dim is None:
+        row.notes.append(f"not estimated: {f'the queries are {counted}' if count is None else how}")
+        row.disk_source = "not estimated"
+        return row
+    row.work = count * documents * dim
+    row.notes.append(f"exact search: {count:,} queries x {documents:,} documents x {how}")
+    row.disk, row.disk_source = hits_disk(name, count * min(cfg["search"]["k"], documents))
+    faiss = cfg["search"]["backend"] == "faiss"  # scores on the CPU
+    want = "cpu" if faiss or not gpus else "cuda"
+    elsewhere = []
+    for path, stats, bench in batch_search_runs(name):
+        try:
+            run_dim = int(stats["dim"])
+            done = int(stats["queries"]) * int(stats["documents"]) * run_dim
+        except (KeyError, TypeError, ValueError):
+            continue
+        search_s = stats.get("seconds")
+        if done <= 0 or not isinstance(search_s, (int, float)) or isinstance(search_s, bool) or search_s <= 0:
+            continue
+        per_s = done / search_s
+        if device_kind(stats.get("device")) != want:
+            elsewhere.append(f"{path} {readable(per_s)}/s on {stats.get('device')}")
+            continue
+        start, rest = search_start_up(cfg, bench, search_s, documents, dim)
+        row.rate = Rate(per_s, f"measured by {path} (the search's {significant(search_s, 2, grouped=True)} s: "
+                               f"{int(stats['queries']):,} queries x {int(stats['documents']):,} documents x dim "
+                               f"{run_dim}; {rest})", True, str(stats.get("device")), overhead_s=start)
+        break
+    if elsewhere:
+        row.notes.append(f"passed over, measured on another kind of device: {_listed(elsewhere)}")
+    if row.rate is None and want == "cuda":
+        row.rate = assumed_search_rate(cfg, documents, dim, ASSUMED_BATCH_SEARCH)
+    if row.rate is None:
+        where = "search.backend faiss searches on the CPU" if faiss else "the search runs on the CPU"
+        row.notes.append(f"not estimated: {where}, whose rate no earlier search job here measured")
+        return row
+    row.seconds = [row.work / row.rate.per_s + row.rate.overhead_s]
+    return row
+
+
+def hits_disk(name: str, rows: int) -> tuple[int, str]:
+    """(bytes, where the figure came from) of task search's hits.parquet of `rows` hits:
+    at the bytes a row of data set `name`'s finished one (its ids' lengths are this
+    corpus's and queries'), else HIT_BYTES."""
+    table = f"{RESULTS}/{name}/search/hits.parquet"
+    per_row, said = HIT_BYTES, (
+        f"about {HIT_BYTES} bytes a row (rank, score and corpus row; the ids' lengths are known once a "
+        "hits.parquet is written here)"
+    )
+    if os.path.isfile(table):
+        import pyarrow.parquet as pq
+
+        try:
+            written = pq.ParquetFile(table).metadata.num_rows
+        except (OSError, ValueError):  # pyarrow's ArrowInvalid is a ValueError
+            written = 0
+        if written:
+            per_row, said = os.path.getsize(table) / written, f"the bytes a row of {table}"
+    return round(rows * per_row), f"queries x search.k hits at {said}"
+
+
 def past_runtime(cfg: dict, row: Row, key: str, chunks: str = "n_chunks") -> None:
     """Note on `row` where its longest job, as estimated, runs past resources.<key>.runtime
     (minutes): a SLURM job's time limit, where it is killed. `key`: the resources key of
@@ -1645,7 +1786,8 @@ def past_runtime(cfg: dict, row: Row, key: str, chunks: str = "n_chunks") -> Non
     key of the chunk count its chunk jobs split (retrieval.n_chunks for the retrieval
     corpus). Says what shortens the job where a knob does: more chunks for a chunk
     stage, fewer steps or more GPUs for training; a one-job stage (embed_queries,
-    retrieval_evaluate) covers all its queries, so only a longer runtime helps."""
+    retrieval_evaluate, embed_search_queries, search) covers all its queries, so only a
+    longer runtime helps."""
     if not row.seconds or key not in cfg["resources"]:
         return
     if key == "summarise" and cfg["summarise"]["method"] == "lead":
@@ -1664,12 +1806,12 @@ def past_runtime(cfg: dict, row: Row, key: str, chunks: str = "n_chunks") -> Non
         shorter = f"fewer steps (train.max_iters) or more GPUs (train.gpus) make it shorter{unshortened}"
     else:
         shorter = "the stage is one job over all the queries, which no setting splits: raise the runtime"
-    # The encoders keep their parts (embed_queries is the embed rule), train its
-    # checkpoints: a retry goes on from there, so `retries` more attempts of the runtime
-    # each may finish it, the killed ones paid; the searches start again.
+    # The encoders keep their parts (embed_queries and embed_search_queries are the embed
+    # rule), train its checkpoints: a retry goes on from there, so `retries` more attempts
+    # of the runtime each may finish it, the killed ones paid; the searches start again.
     retries = int(cfg["resources"][key].get("retries", 2))
     attempts = f"{retries + 1} attempt{'s' if retries else ''} (resources.{key}.retries {retries})"
-    if key in ("embed", "embed_queries", "summarise", "train"):
+    if key in ("embed", "embed_queries", "embed_search_queries", "summarise", "train"):
         kept = "its last checkpoint" if key == "train" else "its saved parts"
         enough = longest <= 60 * limit * (retries + 1)
         retry = (f"a retry goes on from {kept}: its {attempts} may finish it, each killed at the limit and paid"
@@ -1776,6 +1918,15 @@ def estimate(
             gpus = 0 if "neighbours" in on_cpu else plan.job_gpus(cfg, "neighbours")
             out.rows.append(neighbours_row(cfg, ds.name, per_chunk, out.records[ds.name].records, gpus))
             out.rows[-1].done = _jobs_done(cfg, "neighbours", {"dataset": ds.name}, len(per_chunk))
+        if "search" in ds.tasks:  # after the corpus's embed (plan.datasets: search lists embedding)
+            queries = _search_queries(cfg, ds.name)
+            embed = next(r for r in out.rows[first:] if r.stage == "embed")
+            gpus = 0 if "embed_search_queries" in on_cpu else plan.job_gpus(cfg, "embed_search_queries")
+            out.rows.append(query_row(ds.name, queries, embed, gpus, stage="embed_search_queries"))
+            out.rows[-1].done = _jobs_done(cfg, "embed_search_queries", {"dataset": ds.name})
+            gpus = 0 if "search" in on_cpu else plan.job_gpus(cfg, "search")
+            out.rows.append(batch_search_row(cfg, ds.name, queries, out.records[ds.name].records, gpus))
+            out.rows[-1].done = _jobs_done(cfg, "search", {"dataset": ds.name})
         if "summarise" in stages:
             out.rows.append(summarise_row(cfg, ds.name, per_chunk, "summarise" not in on_cpu, length=lengths[ds.name]))
             out.rows[-1].done = _jobs_done(cfg, "summarise", {"dataset": ds.name}, len(per_chunk))

@@ -781,6 +781,144 @@ def test_the_neighbours_disk_is_a_finished_tables_bytes_a_row(tmp_path):
     assert wide.disk == round(2 * 100 * 99 * per_row)
 
 
+def search_config(tmp_path, search: dict | None = None, **overlay) -> dict:
+    """A config of tasks embedding and search, its queries questions.jsonl unless `search` says."""
+    return config(tmp_path, tasks=["embedding", "search"], search={"queries": "questions.jsonl", **(search or {})},
+                  **overlay)
+
+
+def questions(n: int = 7, name: str = "questions.jsonl") -> str:
+    with open(name, "w") as fh:
+        fh.writelines(json.dumps({"id": f"q{i}", "text": f"question {i}"}) + "\n" for i in range(n))
+    return name
+
+
+def batch_search_run(dataset: str, device: str, seconds: float, search: float, queries: int = 10,
+                     documents: int = 1000, dim: int = 384) -> None:
+    """A finished search job of `dataset`: its record (search.stats.json: the search's
+    `search` seconds, its queries, documents and width) and its benchmark (`seconds`, the
+    whole job's)."""
+    os.makedirs(f"results/{dataset}/search", exist_ok=True)
+    stats = {"queries": queries, "documents": documents, "dim": dim, "k": 10, "device": device, "seconds": search,
+             "made_with": {"device": device}}
+    with open(f"results/{dataset}/search/search.stats.json", "w") as fh:
+        json.dump(stats, fh)
+    os.makedirs("benchmarks/search", exist_ok=True)
+    with open(f"benchmarks/search/{dataset}.tsv", "w") as fh:
+        fh.write(f"s\th:m:s\n{seconds}\t0:00:0{seconds:.0f}\n")
+
+
+def test_the_search_task_embeds_its_queries_and_searches_them_queries_x_documents_x_dim(tmp_path):
+    """Task search: embed_search_queries (one GPU job) embeds search.queries' records at the
+    corpus's embed rate; search (one GPU job) is queries x documents x dim multiply-adds,
+    at the assumed GPU search rate where no search job here measured it, said so. The
+    queries are counted in the file, or in the prepared queries.jsonl once it exists; an
+    s3:// file is not counted here, and neither row is estimated then; a missing local
+    file is an error naming the key."""
+    corpus()
+    questions(7)
+    cfg = search_config(tmp_path)
+    result = run(cfg)
+    embed, queries, search = row(result, "embed"), row(result, "embed_search_queries"), row(result, "search")
+    assert (queries.jobs, queries.work, queries.unit, queries.gpus) == (1, 7, "queries", 1)
+    assert queries.rate == embed.rate and queries.seconds == pytest.approx([7 / 40])  # the assumed 40 records/s
+    assert any("counted in questions.jsonl (search.queries)" in n for n in queries.notes), queries.notes
+    assert (search.jobs, search.unit, search.gpus) == (1, "multiply-adds", 1)
+    assert search.work == 7 * 100 * 384  # the model's width
+    reading = 100 * 384 * 4 / est.SEARCH_READ_BYTES_PER_S  # float32 embeddings.npy, once
+    assert search.seconds == pytest.approx([7 * 100 * 384 / est.SEARCH_MACS_PER_S + reading])
+    assert not search.rate.measured and search.rate.source.startswith(est.ASSUMED_BATCH_SEARCH)
+    assert {"embed_search_queries ds", "search ds"} <= set(result.assumed())
+    assert queries.done == [False] and search.done == [False]
+    assert search.disk == 7 * 10 * est.HIT_BYTES  # search.k 10 hits a query
+    outputs_of("embed_search_queries", dataset="ds")
+    assert row(run(cfg), "embed_search_queries").done == [True]  # as make status counts it
+    os.makedirs("results/ds/search", exist_ok=True)
+    questions(3, "results/ds/search/queries.jsonl")  # search_queries has run: its file, as read
+    queries = row(run(cfg), "embed_search_queries")
+    assert queries.work == 3 and any("counted in results/ds/search/queries.jsonl" in n for n in queries.notes)
+    assert row(run(cfg), "search").work == 3 * 100 * 384
+    shutil.rmtree("results/ds/search")
+    remote = run(search_config(tmp_path, {"queries": "s3://bucket/questions.jsonl"}))
+    for stage in ("embed_search_queries", "search"):
+        got = row(remote, stage)
+        assert got.work is None and got.seconds is None and f"{stage} ds" in remote.missing()
+        assert any("not counted: search.queries s3://bucket/questions.jsonl is in S3" in n for n in got.notes), \
+            got.notes
+    with pytest.raises(est.EstimateError, match="search.queries 'nope.jsonl' does not exist"):
+        run(search_config(tmp_path, {"queries": "nope.jsonl"}))
+
+
+def test_a_search_rate_is_a_finished_search_jobs_record_on_the_same_kind_of_device(tmp_path):
+    """A finished search job's record (search.stats.json: the search's seconds, queries,
+    documents, dim) gives the rate, the rest of its benchmark (start-up) counted once; this
+    data set's first, a record of the CPU no rate for a GPU job. faiss searches on the
+    CPU: the job holds no GPU, and only a CPU-measured record times it."""
+    corpus()
+    questions(7)
+    cfg = search_config(tmp_path)
+    batch_search_run("ds", "cpu", 4.0, search=2.0)
+    batch_search_run("old", "cuda:0", 3.0, search=0.5)
+    search = row(run(cfg), "search")
+    assert search.rate.measured and search.rate.per_s == pytest.approx(10 * 1000 * 384 / 0.5)
+    assert search.rate.overhead_s == pytest.approx(2.5) and search.rate.device == "cuda:0"
+    assert "results/old/search/search.stats.json" in search.rate.source
+    assert search.seconds == pytest.approx([7 * 100 * 384 / search.rate.per_s + 2.5])
+    assert any(n.startswith("passed over, measured on another kind of device: results/ds/search/search.stats.json")
+               for n in search.notes), search.notes
+    faiss = run(search_config(tmp_path, {"backend": "faiss"}))
+    got = row(faiss, "search")
+    assert got.gpus == 0 and got.rate.measured and got.rate.per_s == pytest.approx(10 * 1000 * 384 / 2.0)
+    os.remove("results/ds/search/search.stats.json")
+    got = row(run(search_config(tmp_path, {"backend": "faiss"})), "search")
+    assert got.rate is None and got.seconds is None
+    assert any(n.startswith("not estimated: search.backend faiss searches on the CPU") for n in got.notes), got.notes
+
+
+def test_the_search_tasks_jobs_longer_than_their_runtime_say_so(tmp_path):
+    """Both of task search's GPU rules have a resources.<rule>.runtime: a job estimated past
+    it says so. Each is one job over all the queries (a longer runtime); the query
+    embedding goes on from its saved parts on a retry, the search starts again."""
+    corpus()
+    questions(7)
+    embed_stats("results/ds/embed", "cuda", items=10, seconds=1000.0)  # 0.01 records/s: 700 s for 7 queries
+    batch_search_run("ds", "cuda", 1e6, search=1e6)  # 3.84 multiply-adds/s: 7 x 100 x 384 take 70,000 s
+    runtime = {"embed_search_queries": {"runtime": 5}, "search": {"runtime": 5}}
+    result = run(search_config(tmp_path, resources=runtime))
+    queries, search = row(result, "embed_search_queries"), row(result, "search")
+    assert queries.seconds == pytest.approx([700.0]) and search.seconds == pytest.approx([70_000.0])
+    (note,) = [n for n in queries.notes if "resources.embed_search_queries.runtime 5 min" in n]
+    assert "raise" in note and "a retry goes on from its saved parts" in note
+    (note,) = [n for n in search.notes if "resources.search.runtime 5 min" in n]
+    assert "raise" in note and "chunks" not in note and "a retry starts it again" in note
+    roomy = {"embed_search_queries": {"runtime": 20}, "search": {"runtime": 2000}}
+    result = run(search_config(tmp_path, resources=roomy))
+    assert not any("runtime" in n for stage in ("embed_search_queries", "search") for n in row(result, stage).notes)
+
+
+def test_the_search_disk_is_a_finished_hits_tables_bytes_a_row(tmp_path):
+    """hits.parquet holds queries x search.k rows (k at most the corpus): at the bytes a
+    row of a finished hits.parquet here, else at HIT_BYTES, said so."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from shardflow.retrieval.batch import HITS_SCHEMA
+
+    corpus()
+    questions(7)
+    wide = row(run(search_config(tmp_path, {"k": 500})), "search")
+    assert wide.disk == 7 * 100 * est.HIT_BYTES and "search.k" in wide.disk_source
+    os.makedirs("results/ds/search")
+    columns = [[f"q{r // 4}" for r in range(40)], [r % 4 + 1 for r in range(40)], [f"doc-{r}" for r in range(40)],
+               [0.5] * 40, list(range(40))]
+    pq.write_table(pa.Table.from_arrays([pa.array(c) for c in columns], schema=HITS_SCHEMA),
+                   "results/ds/search/hits.parquet")
+    per_row = os.path.getsize("results/ds/search/hits.parquet") / 40
+    search = row(run(search_config(tmp_path, {"k": 3})), "search")
+    assert search.disk == round(7 * 3 * per_row)
+    assert "the bytes a row of results/ds/search/hits.parquet" in search.disk_source
+
+
 @pytest.mark.dryrun
 def test_a_retrieval_sweep_counts_each_embedding_set_once_as_the_dry_run_lists_its_jobs(tmp_path):
     """A retrieval sweep embeds once per distinct embedding settings (shardflow.sweep.shared):
