@@ -784,3 +784,33 @@ def test_the_neighbours_section_of_a_one_document_corpus_has_no_nearest_score(tm
             for a in three for rank, b in enumerate((o for o in three if o != a), 1)]
     searched = dict(neighbours_section("three", neighbours_files(tmp_path, three, rows, 0.9, k=10)).rows)
     assert searched["searched"].startswith("3 documents, the 2 nearest of each among the others (exact, cosine)")
+
+
+def search_files(tmp_path, queries: int, best_score: dict | None) -> dict:
+    """A search job's summary and record, as search_queries and scripts/search.py write them."""
+    summary = {"queries": queries, "documents": 1200, "dim": 8, "k": 10, "hits": queries * 10, "similarity": "cosine",
+               "backend": "torch", "device": "cuda", "best_score": best_score, "best_histogram": None}
+    files = {"summary": tmp_path / "summary.json", "stats": tmp_path / "search.stats.json"}
+    files["summary"].write_text(json.dumps(summary))
+    files["stats"].write_text(json.dumps({**summary, "seconds": 3.25}))
+    return files
+
+
+def test_the_search_section_says_what_was_searched_the_best_scores_and_where_the_hits_are(tmp_path):
+    """The query count's noun agrees with it ("1 query", "2 queries", not "querys"); a
+    summary without best scores (None) has no row for them rather than a KeyError."""
+    from shardflow.workflow.landing import page_problem, search_section
+
+    quantiles = {"min": 0.1, "p01": 0.2, "median": 0.61234, "p99": 0.9, "max": 0.95}
+    section = search_section("ds", search_files(tmp_path, 2, quantiles))
+    assert section.title == "Search: ds"
+    got = dict(section.rows)
+    assert list(got) == ["searched", "best hit's score", "hits"]
+    assert got["searched"] == "2 queries against 1,200 documents, the 10 nearest of each (exact, cosine), 3.2 s on cuda"
+    assert got["best hit's score"] == "median 0.612, 1% of queries below 0.200, 1% above 0.900"
+    assert got["hits"] == "results/ds/search/hits.parquet: 20 rows (query_id, rank, id, score, row)"
+    assert page_problem(render([section])) is None
+    one = dict(search_section("ds", search_files(tmp_path, 1, quantiles)).rows)
+    assert one["searched"].startswith("1 query against 1,200 documents")
+    assert one["hits"].startswith("results/ds/search/hits.parquet: 10 rows")
+    assert list(dict(search_section("ds", search_files(tmp_path, 2, None)).rows)) == ["searched", "hits"]
