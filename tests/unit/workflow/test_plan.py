@@ -1912,3 +1912,31 @@ def test_neighbours_without_the_embedding_task_is_one_error_saying_to_list_both(
     jobs = plan.model_jobs(config, [main])[("embedding.model", config["embedding"]["model"])]
     assert [("neighbours", {"dataset": main.name, "chunk": i}) for i in range(main.n_chunks)] == [
         j for j in jobs if j[0] == "neighbours"]  # the model's similarity: a parse-time check looks for it
+
+
+def test_search_needs_the_embedding_task_and_a_queries_file_and_runs_two_gpu_rules(config):
+    """Its queries are embedded by the embedding model and searched against the embedding
+    task's vectors: without that task, or without search.queries, the parse stops naming
+    what to set. Both its rules load the model; faiss scores the search on the CPU, while
+    the queries' embedding still wants a GPU."""
+    config["tasks"] = ["search"]
+    config["search"]["queries"] = "queries.jsonl"
+    with pytest.raises(ValueError, match=r"search searches the embedding task's vectors; list both: tasks: "
+                                         r"\[embedding, search\]"):
+        plan.datasets(config)
+    config["tasks"] = ["embedding", "search"]
+    config["search"]["queries"] = None
+    with pytest.raises(ValueError, match=r"tasks lists search, but search.queries is null"):
+        plan.datasets(config)
+    config["search"]["queries"] = "queries.jsonl"
+    main = plan.datasets(config)[config["dataset"]]
+    assert main.tasks == ("embedding", "search")
+    assert plan.GPU_RULES["search"] == ("embed_search_queries", "search")
+    assert plan.run_gpu_rules(config, [main]) == ["embed", "embed_search_queries", "search"]
+    assert plan.gpu_rules_on_cpu(config, [main]) == {}
+    config["search"]["backend"] = "faiss"
+    assert plan.gpu_rules_on_cpu(config, [main]) == {"search": "search.backend faiss"}
+    jobs = plan.model_jobs(config, [main])[("embedding.model", config["embedding"]["model"])]
+    one = {"dataset": main.name}
+    assert [j for j in jobs if j[0] in ("embed_search_queries", "search")] == [("embed_search_queries", one),
+                                                                                ("search", one)]
