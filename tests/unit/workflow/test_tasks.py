@@ -30,6 +30,18 @@ def test_summarisation_files_follow_the_method(config, method, reference, target
     assert (stage, ds) == ("summarisation", "d") and ("metrics" in landing) == bool(reference)
 
 
+def test_search_files_are_its_hits_summary_and_records_and_its_landing_section_reads_its_own(config):
+    """The landing section reads the search job's record, not the query embedding's (both
+    are stats: provenance names each one's device)."""
+    (files,) = task_files(("search",), "d", config, "d")
+    assert files.targets == ["results/d/search/summary.json", "results/d/search/best_scores.png"]
+    assert files.outputs == ["results/d/search/hits.parquet", "results/d/search/summary.json"]
+    assert files.stats == ["results/d/search/queries.stats.json", "results/d/search/search.stats.json"]
+    assert files.benchmarks == ["benchmarks/embed_search_queries/d.tsv", "benchmarks/search/d.tsv"]
+    assert files.landing == [("search", "d", {"summary": "results/d/search/summary.json",
+                                              "stats": "results/d/search/search.stats.json"})]
+
+
 def test_an_unknown_task_is_named(config):
     with pytest.raises(ValueError, match=r"unknown tasks \['traning'\]"):
         task_files(("embedding", "traning"), "d", config, "d")
@@ -67,6 +79,7 @@ def test_provenance_hashes_the_models_each_task_ran():
     cfg = {"embedding": {"model": "default"}, "summarise": {"method": "abstractive", "model": "m/bart", "encoder": "enc"}}
     assert models(("embedding",), cfg) == {"embedding": "default"}
     assert models(("embedding", "retrieval"), cfg) == {"embedding": "default"}
+    assert models(("search",), cfg) == {"embedding": "default"}  # the queries' vectors, the model's similarity
     assert models(("summarisation",), cfg) == {"summarise": "m/bart"}
     assert models(("embedding", "summarisation"), cfg) == {"embedding": "default", "summarise": "m/bart"}
     cfg["summarise"]["method"] = "extractive"
