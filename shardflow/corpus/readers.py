@@ -84,6 +84,9 @@ class ReaderOptions:
     # A record whose text field is empty (or white space) is kept as it is, not a bad
     # record: the retrieval corpus, whose empty documents MTEB embeds and ranks too.
     keep_empty_text: bool = False
+    # The config section whose `format`, `id_field` and `text_field` these are, as an
+    # error's advice names them: input (the corpus) or search (task search's queries).
+    section: str = "input"
 
     def __post_init__(self) -> None:
         if self.format != "auto" and self.format not in FORMATS:
@@ -192,7 +195,7 @@ def detect_format(path: str, opts: ReaderOptions) -> str:
     ):
         if name.endswith(suffix):
             return fmt
-    raise ValueError(f"{path}: cannot tell the format from the name; set input.format")
+    raise ValueError(f"{path}: cannot tell the format from the name; set {opts.section}.format")
 
 
 def decode_text(raw: bytes, lineno: int) -> str:
@@ -509,7 +512,8 @@ class _Reader:
         likely = next((k for k, v in obj.items() if _ID_NAME.fullmatch(k) and _id_value(v) and _nameable(k)), None)
         to = " to the key that holds the ids" if likely is None else f": {_yaml_key(likely)} if that key holds the ids"
         keys = _shown_keys(obj)
-        return f"(the record's keys: {keys}): set input.id_field{to}, or input.id_field: null to use source positions"
+        key = f"{self.opts.section}.id_field"
+        return f"(the record's keys: {keys}): set {key}{to}, or {key}: null to use source positions"
 
     def _other_text_keys(self, obj: dict) -> str:
         """What a JSON record without the text key holds: its keys, and the key of its
@@ -525,7 +529,7 @@ class _Reader:
             and _nameable(k)
         ]
         likely = max(texts, key=lambda t: t[0])[1] if texts else None
-        to = "" if likely is None else f": set input.text_field: {_yaml_key(likely)} if that key holds the text"
+        to = "" if likely is None else f": set {o.section}.text_field: {_yaml_key(likely)} if that key holds the text"
         return f"(the record's keys: {_shown_keys(obj)}){to}"
 
     def make(self, obj: dict, line: int, raw: bytes | str) -> Record | Rejected:

@@ -83,9 +83,10 @@ def prepare_queries(path: str, opts: ReaderOptions, out_path: str) -> dict:
     """The queries of `path` (read with `opts`) as a queries file at `out_path`, in file
     order; returns {"queries": count}. Every record is kept or the job stops: a bad
     record, an id given twice or no query at all is an error naming the file (and line).
-    Without an id field (`id_field` null, or plain text) a query's id is its line (a
-    table's row) number, from 1: not the reader's `<path>:<line>`, whose path is where
-    this job's copy lies (an S3 object's differs between machines)."""
+    Without an id field (`id_field` null, or plain text) a query's id is the line the
+    reader names (a CSV's first row is line 2, after its header; a Parquet file's rows
+    count from 1): not the reader's `<path>:<line>`, whose path is where this job's copy
+    lies (an S3 object's differs between machines)."""
     positional = opts.id_field is None or detect_format(path, opts) == "text"
     first_line: dict[str, int] = {}
     with atomic_open(out_path, "w", encoding="utf-8", newline="\n") as fh:

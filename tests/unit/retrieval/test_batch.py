@@ -75,6 +75,26 @@ def test_a_bad_record_is_the_readers_error_naming_file_and_line(tmp_path, conten
     assert not list(tmp_path.glob("out*"))
 
 
+def test_a_csv_querys_line_number_id_is_the_line_an_error_would_name(tmp_path):
+    (tmp_path / "q.csv").write_text("text\nsecond query\nfirst query\n")
+    assert prepared(tmp_path / "q.csv", id_field=None) == [("2", "second query"), ("3", "first query")]
+
+
+def test_a_record_without_the_id_or_text_field_advises_the_search_keys_not_the_corpus_ones(tmp_path):
+    """The queries' fields are search.id_field and search.text_field (section "search", as
+    scripts/search_queries.py reads them); the corpus's keys would send the user astray."""
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"qid": "a", "question": "x"}\n')
+    out = str(tmp_path / "out.jsonl")
+    with pytest.raises(ValueError, match=r"set search\.id_field: qid if that key holds the ids, or search\.id_field: null"):
+        prepare_queries(str(path), ReaderOptions(text_field="question", section="search"), out)
+    with pytest.raises(ValueError, match=r"set search\.text_field: question if that key holds the text"):
+        prepare_queries(str(path), ReaderOptions(id_field="qid", section="search"), out)
+    (tmp_path / "q.queries").write_text("x\n")
+    with pytest.raises(ValueError, match=r"q\.queries: cannot tell the format from the name; set search\.format"):
+        prepare_queries(str(tmp_path / "q.queries"), ReaderOptions(section="search"), out)
+
+
 @pytest.mark.parametrize("name", ["q.jsonl", "q.txt"])
 def test_a_file_without_queries_names_the_file_and_the_key(tmp_path, name):
     path = tmp_path / name
