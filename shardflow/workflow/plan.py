@@ -57,10 +57,11 @@ COUNT_CACHE = "record-counts"  # core.parsecache.cache_file(COUNT_CACHE)
 
 def reader_params(cfg: dict) -> dict:
     """The reader settings of the main corpus's split (its recorded `reader` params):
-    ReaderOptions' fields from the config. keep_empty_text is left out (it is false): a
-    field added to ReaderOptions would otherwise rerun every finished split."""
+    ReaderOptions' fields from the config. keep_empty_text (false) and section ("input":
+    the keys errors name) are left out: a field added to ReaderOptions would otherwise
+    rerun every finished split."""
     opts = reader_options(cfg).__dict__
-    return {k: v for k, v in opts.items() if k != "keep_empty_text"}
+    return {k: v for k, v in opts.items() if k not in ("keep_empty_text", "section")}
 
 
 def reader_options(cfg: dict) -> ReaderOptions:
