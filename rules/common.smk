@@ -285,6 +285,12 @@ _MTEB_PROMPTS = (
 )
 if _MTEB_PROMPTS:
     logger.warning(_MTEB_PROMPTS)
+# Task search's queries embedded without the model's query prompt: say so, once.
+_SEARCH_PROMPT = (
+    plan.search_prompt_unset(config, MISSING_MODELS) if MODELS_CHECKED else None
+)
+if _SEARCH_PROMPT:
+    logger.warning(_SEARCH_PROMPT)
 SWEEP_FOLDERS = "|".join(re.escape(f) for f in SWEEPS_BY_FOLDER) or "(?!)"
 
 

@@ -1030,6 +1030,41 @@ RETRIEVAL_PROMPT_KEYS = {
 }
 
 
+def search_prompt_unset(cfg: dict, missing: Iterable[MissingModel] = ()) -> str | None:
+    """One warning where task search embeds its queries without the query prompt the
+    model's sentence-transformers config names (workflow.search.QUERY_PROMPT_NAME, not
+    empty: Qwen3-Embedding's instruction), both search.query_prompt and
+    query_prompt_name null: the queries then take the model's default prompt, as the
+    documents did, and an instruction model ranks worse so; `make search` would take the
+    model's query prompt. Not an error, and the default stays: the user may mean it. None
+    for a model without such a prompt (the bundled MiniLM), one in `missing` or one that
+    cannot be read here (a model only the image holds)."""
+    from shardflow.workflow.search import QUERY_PROMPT_NAME
+
+    sc = cfg["search"]
+    if "search" not in cfg["tasks"] or sc["query_prompt"] is not None or sc["query_prompt_name"] is not None:
+        return None
+    model = cfg["embedding"]["model"]
+    if ("embedding.model", model) in {(m.key, m.name) for m in missing}:
+        return None
+    spec = _model_spec(model)
+    if spec is None or not dict(spec.prompts).get(QUERY_PROMPT_NAME):
+        return None
+    try:
+        ours = spec.resolve_prompt()  # neither key set: the model's default prompt, or none
+    except ValueError:  # a default_prompt_name it lacks: the embed jobs refuse it, naming it
+        return None
+    if ours == dict(spec.prompts)[QUERY_PROMPT_NAME]:
+        return None
+    here = f"its default prompt {spec.default_prompt_name!r}" if ours else "no prompt"
+    return (
+        f"search: embedding.model {model!r} names a {QUERY_PROMPT_NAME!r} prompt in its sentence-transformers "
+        f"config, and the queries are embedded with {here} (search.query_prompt, search.query_prompt_name null), "
+        f"as the documents were: set search.query_prompt_name: {QUERY_PROMPT_NAME} to embed them as queries (make "
+        "search does), or search.query_prompt: '' to keep this and silence the warning"
+    )
+
+
 def prompts_unlike_mteb(cfg: dict, missing: Iterable[MissingModel] = ()) -> str | None:
     """One warning where a retrieval run embeds its queries or its documents with another
     prompt than MTEB does with the same model. MTEB prepends the prompts the model's

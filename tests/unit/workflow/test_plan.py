@@ -747,6 +747,32 @@ def test_a_retrieval_run_leaving_unset_the_prompts_mteb_applies_is_warned_once(c
     assert "Set retrieval.query_prompt_name: query to embed" in plan.prompts_unlike_mteb(config)
 
 
+def test_a_search_whose_queries_miss_the_models_query_prompt_is_warned_once(config, tmp_path):
+    """Task search with an instruction model and both query keys null embeds its queries as
+    the documents (no prompt): one line naming the model and the key to set, as make
+    search would take its `query` prompt. Nothing for MiniLM, a key set, the task off, an
+    empty query prompt (sentence-transformers 6 saves one), or a model named missing."""
+    config["tasks"] = ["embedding", "search"]
+    config["search"]["queries"] = str(tmp_path / "q.jsonl")
+    assert plan.search_prompt_unset(config) is None  # the bundled MiniLM names no query prompt
+    qwen = _prompted_model(tmp_path / "qwen", {"query": "Instruct: find\nQuery:", "document": ""})
+    config["embedding"]["model"] = qwen
+    assert plan.search_prompt_unset(config) == (
+        f"search: embedding.model '{qwen}' names a 'query' prompt in its sentence-transformers config, and the "
+        "queries are embedded with no prompt (search.query_prompt, search.query_prompt_name null), as the documents "
+        "were: set search.query_prompt_name: query to embed them as queries (make search does), or "
+        "search.query_prompt: '' to keep this and silence the warning"
+    )
+    for key, value in (("query_prompt_name", "query"), ("query_prompt", "")):
+        assert plan.search_prompt_unset({**config, "search": {**config["search"], key: value}}) is None
+    assert plan.search_prompt_unset({**config, "tasks": ["embedding"]}) is None
+    assert plan.search_prompt_unset(config, [plan.MissingModel("embedding.model", qwen, "", "no such folder")]) is None
+    config["embedding"]["model"] = _prompted_model(tmp_path / "st6", {"query": "", "document": ""})
+    assert plan.search_prompt_unset(config) is None
+    config["embedding"]["model"] = _prompted_model(tmp_path / "dflt", {"query": "q: "}, default_prompt_name="query")
+    assert plan.search_prompt_unset(config) is None  # its default is the query prompt: the queries have it
+
+
 def test_the_prompts_mteb_applies_are_found_as_mteb_and_sentence_transformers_find_them(config, tmp_path):
     """sentence-transformers >= 5 gives every model an empty `document` prompt, which MTEB
     finds before any `passage` (e5's): MTEB prepends none to documents there, nor does this
