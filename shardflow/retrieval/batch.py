@@ -9,13 +9,19 @@ prepare  The queries file, read as corpus input is (any input format; `search.id
          query prompt (`search.query_prompt`, `query_prompt_name`).
 search   The embedded queries against the data set's verified embeddings: exact, by the
          model's similarity (search.exact_search: the corpus read a block at a time), the
-         k best a query, best first, ties to the earlier corpus row. The queries are
-         searched a slice of QUERY_SLICE_BYTES (as float32) at a time, so memory stays
-         bounded by the slice and the block whatever the number of queries: each slice
-         is one pass over the corpus's matrix. Writes one row a hit (HITS_SCHEMA:
-         query_id, rank, id, score, and the corpus row of embeddings.npy), queries in file
-         order; a summary (counts, each query's best score: quantiles and histogram) and
-         its figure. A corpus smaller than k gives every query all of it.
+         k best a query, best first, ties to the earlier corpus row. Each slice of
+         queries is one pass over the corpus's matrix, its queries and their running
+         best hits held where they are scored (the GPU; a CPU job's own memory):
+         `slice_queries` sizes it to SLICE_BYTES there (float32 vectors and 24 bytes a
+         hit kept), so a large corpus is read few times (a million queries of dim 1,024
+         with k 10: twice on a GPU, five times on a CPU) while memory stays bounded
+         whatever the number of queries (and k, down to one query block a slice). A
+         slice is a whole number of exact_search's query blocks, so each query is scored
+         in the block a search of all of them at once (`make search`'s) puts it in: the
+         same float sums, the same ties. Writes one row a hit (HITS_SCHEMA: query_id,
+         rank, id, score, and the corpus row of embeddings.npy), queries in file order,
+         WRITE_ROWS at a time; a summary (counts, each query's best score: quantiles and
+         histogram) and its figure. A corpus smaller than k gives every query all of it.
 """
 
 from __future__ import annotations
@@ -48,7 +54,12 @@ HITS_SCHEMA = pa.schema(
         ("row", pa.int64()),
     ]
 )
-QUERY_SLICE_BYTES = 256 * 2**20
+# The memory a slice of queries may take where it is scored: a GPU's (next to a corpus
+# block and a score block, 256 MiB each at dim 1,024), or a CPU job's own.
+SLICE_BYTES = {"cuda": 4 * 2**30, "cpu": 2**30}
+HIT_BYTES = 24  # a kept hit: its score and row while searching, and their host copies
+QUERY_BLOCK = 1_024  # exact_search's query_block_size, which a slice is a multiple of
+WRITE_ROWS = 1 << 20  # hits turned into one Arrow table at a time
 
 
 @dataclass(frozen=True)
@@ -109,7 +120,7 @@ def search_queries(doc_npy: str, doc_ids_path: str, query_npy: str, query_ids_pa
     """The k nearest documents of every query, written to outputs["hits"], with
     outputs["summary"] and outputs["figure"]; returns the job's record (the summary with
     its times)."""
-    from shardflow.retrieval.search import exact_search, load_embeddings, refuse_non_finite, search_device
+    from shardflow.retrieval.search import exact_search, load_embeddings, search_device
 
     start = time.time()
     device = search_device(params.backend, params.device)
@@ -129,15 +140,18 @@ def search_queries(doc_npy: str, doc_ids_path: str, query_npy: str, query_ids_pa
     k = min(params.k, len(doc_ids))
     n = queries.shape[0]
     best = np.full(n, np.nan, dtype=np.float32)
-    step = max(1, QUERY_SLICE_BYTES // (4 * max(queries.shape[1], 1)))
+    step = slice_queries(device, queries.shape[1], k)
     with atomic_path(outputs["hits"]) as tmp, pq.ParquetWriter(tmp, HITS_SCHEMA) as writer:
         for first in range(0, n, step) if k >= 1 else ():
             last = min(first + step, n)
-            vectors = np.array(queries[first:last], dtype=np.float32)
-            refuse_non_finite(vectors, first, "query", query_npy, query_ids)  # rows of the whole file
-            hits = exact_search(vectors, doc_npy, k, block_size=params.block_size, backend=params.backend,
-                                device=device, normalize=params.similarity == "cosine", doc_ids=doc_ids)
-            writer.write_table(_hits_table(hits.indices, hits.scores, query_ids.slice(first, last - first), doc_ids))
+            hits = exact_search(query_npy, doc_npy, k, block_size=params.block_size, query_block_size=QUERY_BLOCK,
+                                backend=params.backend, device=device, normalize=params.similarity == "cosine",
+                                query_ids=query_ids, doc_ids=doc_ids, query_rows=range(first, last))
+            rows = max(1, WRITE_ROWS // k)
+            for a in range(0, last - first, rows):
+                b = min(a + rows, last - first)
+                writer.write_table(_hits_table(hits.indices[a:b], hits.scores[a:b],
+                                               query_ids.slice(first + a, b - a), doc_ids))
             best[first:last] = hits.scores[:, 0]
     end = time.time()
     summary = {
@@ -155,6 +169,14 @@ def search_queries(doc_npy: str, doc_ids_path: str, query_npy: str, query_ids_pa
     write_json(outputs["summary"], summary)
     plot_best(summary, outputs["figure"])
     return {**summary, "seconds": end - start, "start_unix": start, "end_unix": end}
+
+
+def slice_queries(device: str, dim: int, k: int) -> int:
+    """The queries a pass over the corpus searches: as many as SLICE_BYTES of the
+    device's memory holds (dim float32s and k hits each), a multiple of QUERY_BLOCK."""
+    budget = SLICE_BYTES["cpu" if device == "cpu" else "cuda"]
+    fits = budget // (4 * dim + HIT_BYTES * k)
+    return max(QUERY_BLOCK, fits // QUERY_BLOCK * QUERY_BLOCK)
 
 
 def _hits_table(indices: np.ndarray, scores: np.ndarray, ids: pa.Array, doc_ids: pa.Array) -> pa.Table:

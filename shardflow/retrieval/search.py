@@ -45,6 +45,10 @@ import pyarrow as pa
 import torch
 
 BACKENDS = ("torch", "faiss")
+# Query vectors are copied to float32, checked and normalised this many bytes at a time
+# on their way to where they are scored (the device's one matrix of them): the job's host
+# memory holds one such slice, not a second and third copy of every query.
+QUERY_COPY_BYTES = 256 * 2**20
 _NO_DOC = torch.iinfo(torch.int64).max  # padding row: sorts after every real row
 
 
@@ -99,6 +103,7 @@ def exact_search(
     query_ids: Sequence[str] | None = None,
     doc_ids: Sequence[str] | pa.Array | None = None,
     drop_identical_ids: bool = False,
+    query_rows: range | None = None,
 ) -> TopK:
     """Top-k documents for every query by exact inner product.
 
@@ -110,7 +115,9 @@ def exact_search(
     available. `backend="faiss"` scores blocks with `faiss.IndexFlatIP` instead
     of torch (faiss must be installed; equal scores at a block's k-th place go to the
     lowest rows there too). With `drop_identical_ids`, `query_ids` and `doc_ids`
-    are required and a hit whose doc id equals its query id is removed.
+    are required and a hit whose doc id equals its query id is removed. `query_rows`:
+    search only these rows of `queries` (a slice of a large file), whose errors name
+    their rows (and `query_ids`, the whole file's) in the whole file.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -120,6 +127,11 @@ def exact_search(
     if isinstance(docs, (str, os.PathLike)):
         doc_source, docs = os.fspath(docs), load_embeddings(docs)
     queries = np.asarray(queries)
+    first_query = 0
+    if query_rows is not None:
+        if drop_identical_ids or query_rows.step != 1:
+            raise ValueError("query_rows: a range of step 1, without drop_identical_ids")
+        queries, first_query = queries[query_rows.start : query_rows.stop], query_rows.start
     _check_shapes(queries, docs, k, block_size, query_block_size)
     n_queries, n_docs = queries.shape[0], docs.shape[0]
     k_out = min(k, n_docs)
@@ -137,22 +149,22 @@ def exact_search(
         twins = _twin_rows(query_ids, doc_ids)
         k_search = min(k_out + twins.shape[1], n_docs)
 
-    q = np.array(queries, dtype=np.float32)  # a copy: writable for torch, also from a memory-mapped file
-    refuse_non_finite(q, 0, "query", query_source, query_ids)
-    if normalize:
-        q = _normalize_np(q)
-
     def read_block(start: int, stop: int) -> np.ndarray:
         block = _read_block(docs, start, stop)
         refuse_non_finite(block, start, "document", doc_source, doc_ids)
         return block
 
     if backend == "faiss":
+        q = np.empty(queries.shape, dtype=np.float32)
+        for first, part in _query_parts(queries, normalize, query_source, query_ids, first_query):
+            q[first : first + len(part)] = part
         scores, indices = _search_faiss(q, n_docs, read_block, k_search, block_size, query_block_size, normalize)
     else:
-        scores, indices = _search_torch(
-            q, n_docs, read_block, k_search, block_size, query_block_size, normalize, device or default_device()
-        )
+        dev = torch.device(device or default_device())
+        q_t = torch.empty(queries.shape, dtype=torch.float32, device=dev)
+        for first, part in _query_parts(queries, normalize, query_source, query_ids, first_query):
+            q_t[first : first + len(part)] = torch.from_numpy(part)
+        scores, indices = _search_torch(q_t, n_docs, read_block, k_search, block_size, query_block_size, normalize)
     if twins is not None:
         scores, indices = _drop_twins(scores, indices, twins, k_out)
     return TopK(indices=indices, scores=scores)
@@ -223,6 +235,20 @@ def _check_shapes(queries, docs, k: int, block_size: int, query_block_size: int)
         raise ValueError("k, block_size and query_block_size must be positive")
     if docs.dtype not in (np.float16, np.float32, np.float64):
         raise ValueError(f"docs must be float16/float32/float64, got {docs.dtype}")
+
+
+def _query_parts(
+    queries: np.ndarray, normalize: bool, source: str, ids, offset: int = 0
+) -> Iterator[tuple[int, np.ndarray]]:
+    """(first row, rows) of `queries` QUERY_COPY_BYTES at a time: float32 copies (writable
+    for torch, also from a memory-mapped file), refused where not finite (naming the row
+    in `source`, where `queries` start at row `offset`), normalised where asked. Row by
+    row as for the whole matrix at once: the same bytes whatever the slicing."""
+    step = max(1, QUERY_COPY_BYTES // (4 * max(queries.shape[1], 1)))
+    for first in range(0, queries.shape[0], step):
+        part = np.array(queries[first : first + step], dtype=np.float32)
+        refuse_non_finite(part, offset + first, "query", source, ids)
+        yield first, _normalize_np(part) if normalize else part
 
 
 def _normalize_np(x: np.ndarray) -> np.ndarray:
@@ -299,18 +325,16 @@ def _drop_twins(
 
 
 def _search_torch(
-    q: np.ndarray,
+    q_t: torch.Tensor,
     n_docs: int,
     read_block: Callable[[int, int], np.ndarray],
     k: int,
     block_size: int,
     query_block_size: int,
     normalize: bool,
-    device: str,
 ) -> tuple[np.ndarray, np.ndarray]:
-    dev = torch.device(device)
-    n_queries = q.shape[0]
-    q_t = torch.from_numpy(q).to(dev)
+    dev = q_t.device
+    n_queries = q_t.shape[0]
     best_s = torch.full((n_queries, k), -torch.inf, dtype=torch.float32, device=dev)
     best_i = torch.full((n_queries, k), _NO_DOC, dtype=torch.int64, device=dev)
     with torch.inference_mode():

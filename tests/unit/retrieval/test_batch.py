@@ -191,17 +191,37 @@ def test_slices_of_queries_and_blocks_of_documents_give_the_table_of_one_pass(tm
     docs, queries = vectors("dot", 23, 3), vectors("dot", 10, 4)
     paths = corpus(tmp_path, docs, queries)
     _, whole = search(tmp_path / "whole", paths, k=4, block_size=10_000, similarity="dot")
-    monkeypatch.setattr(batch, "QUERY_SLICE_BYTES", 3 * 6 * 4)  # 3 queries a slice: 3, 3, 3, 1
+    # 3 queries a slice (3, 3, 3, 1), each its own pass over the corpus; a table of 2 rows
+    # written at a time (a query's 4 hits in two writes)
+    monkeypatch.setattr(batch, "QUERY_BLOCK", 3)
+    monkeypatch.setattr(batch, "SLICE_BYTES", {"cpu": 1, "cuda": 1})
+    monkeypatch.setattr(batch, "WRITE_ROWS", 2)
     _, sliced = search(tmp_path / "sliced", paths, k=4, block_size=5, similarity="dot")
     assert pq.read_table(sliced["hits"]).equals(pq.read_table(whole["hits"]))
     assert read_json(sliced["summary"]) == read_json(whole["summary"])
+
+
+def test_a_slice_of_queries_fills_the_devices_budget_in_whole_query_blocks():
+    """A million queries of dim 1,024 with k 10 are two passes over the corpus on a GPU
+    (990,208 a slice; 5 on the CPU, whose budget is a job's own memory); a deep k shrinks
+    the slice to its budget, never below one query block; each slice a whole number of
+    blocks."""
+    for device, dim, k in (("cuda", 1024, 10), ("cuda:1", 384, 1000), ("cpu", 1024, 10), ("cpu", 384, 100_000)):
+        step = batch.slice_queries(device, dim, k)
+        budget = batch.SLICE_BYTES["cpu" if device == "cpu" else "cuda"]
+        assert step % batch.QUERY_BLOCK == 0 and step >= batch.QUERY_BLOCK
+        assert step * (4 * dim + batch.HIT_BYTES * k) <= budget or step == batch.QUERY_BLOCK, (device, dim, k, step)
+        assert (step + batch.QUERY_BLOCK) * (4 * dim + batch.HIT_BYTES * k) > budget, (device, dim, k, step)
+    assert batch.slice_queries("cuda", 1024, 10) == 990_208
+    assert -(-1_000_000 // batch.slice_queries("cpu", 1024, 10)) == 5
 
 
 def test_a_nan_query_names_the_file_its_row_in_the_whole_file_and_its_id(tmp_path, monkeypatch):
     queries = vectors("cosine", 10, 5)
     queries[7, 2] = np.nan
     paths = corpus(tmp_path, vectors("cosine", 12, 6), queries)
-    monkeypatch.setattr(batch, "QUERY_SLICE_BYTES", 3 * 6 * 4)  # row 7 is row 1 of the third slice
+    monkeypatch.setattr(batch, "QUERY_BLOCK", 3)  # row 7 is row 1 of the third slice
+    monkeypatch.setattr(batch, "SLICE_BYTES", {"cpu": 1, "cuda": 1})
     with pytest.raises(ValueError, match=rf"^{re.escape(paths['q.npy'])}: row 7 \(counting from 0\), query id 'q7',"):
         search(tmp_path, paths)
     assert not list(tmp_path.glob("hits*")) and not (tmp_path / "summary.json").exists()

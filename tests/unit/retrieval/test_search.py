@@ -250,3 +250,43 @@ def test_twin_rows_of_an_arrow_id_column_are_those_of_its_list():
     assert want.tolist() == [[4, -2], [1, 3], [-2, -2]]
     assert _twin_rows(query_ids, pa.array(doc_ids, pa.large_string())).tolist() == want.tolist()
     assert _twin_rows(query_ids, pa.array([], pa.large_string())).shape == (3, 0)
+
+
+@pytest.mark.parametrize("backend", ["torch", "faiss"])
+def test_queries_copied_a_slice_at_a_time_give_the_bytes_of_one_copy(monkeypatch, backend):
+    """Queries reach the device QUERY_COPY_BYTES at a time (float32, checked, normalised
+    row by row): the scores and rows are the bytes a whole copy gives, and a NaN in a
+    later slice is named by its row in the whole matrix."""
+    if backend == "faiss":
+        pytest.importorskip("faiss")
+    import shardflow.retrieval.search as search
+
+    rng = np.random.default_rng(5)
+    docs, queries = rng.normal(size=(40, 6)).astype(np.float32), rng.normal(size=(11, 6)).astype(np.float32)
+    whole = exact_search(queries, docs, 5, block_size=16, backend=backend, device="cpu", normalize=True)
+    monkeypatch.setattr(search, "QUERY_COPY_BYTES", 3 * 6 * 4)  # 3 rows a copy: 3, 3, 3, 2
+    sliced = exact_search(queries, docs, 5, block_size=16, backend=backend, device="cpu", normalize=True)
+    assert whole.scores.tobytes() == sliced.scores.tobytes() and whole.indices.tobytes() == sliced.indices.tobytes()
+    queries[9, 1] = np.nan
+    with pytest.raises(ValueError, match=r"query vectors: row 9 \(counting from 0\) holds NaN"):
+        exact_search(queries, docs, 5, backend=backend, device="cpu")
+
+
+def test_query_rows_search_a_slice_of_a_file_named_by_its_rows_there(tmp_path):
+    """`query_rows` searches those rows of a query file alone, as they rank in a search of
+    the whole file, and a bad vector among them is named by its row in the file and its
+    id; a step or drop_identical_ids with it is refused."""
+    rng = np.random.default_rng(6)
+    docs, queries = grid_vectors(rng, 50), grid_vectors(rng, 12)
+    np.save(tmp_path / "q.npy", queries)
+    whole = exact_search(tmp_path / "q.npy", docs, 4, block_size=7, device="cpu")
+    part = exact_search(tmp_path / "q.npy", docs, 4, block_size=7, device="cpu", query_rows=range(5, 9))
+    assert (part.indices == whole.indices[5:9]).all() and (part.scores == whole.scores[5:9]).all()
+    queries[7, 0] = np.inf
+    np.save(tmp_path / "q.npy", queries)
+    ids = [f"q{i}" for i in range(12)]
+    with pytest.raises(ValueError, match=rf"{tmp_path / 'q.npy'}: row 7 \(counting from 0\), query id 'q7',"):
+        exact_search(tmp_path / "q.npy", docs, 4, device="cpu", query_ids=ids, query_rows=range(5, 9))
+    for bad in ({"query_rows": range(0, 12, 2)}, {"query_rows": range(2), "drop_identical_ids": True}):
+        with pytest.raises(ValueError, match="query_rows: a range of step 1, without drop_identical_ids"):
+            exact_search(queries, docs, 4, device="cpu", query_ids=ids, doc_ids=[f"d{i}" for i in range(50)], **bad)
