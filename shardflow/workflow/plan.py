@@ -576,6 +576,8 @@ def prompt_conflicts(cfg: dict, sweeps: Iterable[SweepSpec] = ()) -> list[str]:
     pairs = [("embedding", "prompt", "prompt_name")]
     if cfg["retrieval"]["path"]:
         pairs.append(("retrieval", "query_prompt", "query_prompt_name"))
+    if "search" in cfg["tasks"]:
+        pairs.append(("search", "query_prompt", "query_prompt_name"))
 
     def both(job: dict, pair: tuple[str, str, str]) -> bool:
         section, literal, named = pair
@@ -948,10 +950,12 @@ def unavailable_models(cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable
 
 # The prompt keys of the embedding model's jobs, by the task they embed for: (section,
 # literal prompt, prompt name). The corpus's embed jobs read embedding's; retrieval's
-# embed_queries reads the query keys in their place (rules/retrieval.smk).
+# embed_queries and search's embed_search_queries read their task's query keys in their
+# place (rules/retrieval.smk, rules/search.smk).
 PROMPT_KEYS = {
     "embedding": (("embedding", "prompt", "prompt_name"),),
     "retrieval": (("embedding", "prompt", "prompt_name"), ("retrieval", "query_prompt", "query_prompt_name")),
+    "search": (("search", "query_prompt", "query_prompt_name"),),
 }
 
 
@@ -971,8 +975,8 @@ def _model_spec(model: str):
 def unknown_prompts(
     cfg: dict, data_sets: Iterable[DataSet], sweeps: Iterable[SweepSpec] = (), missing: Iterable[MissingModel] = ()
 ) -> list[str]:
-    """One line per prompt name (embedding.prompt_name, retrieval.query_prompt_name, a
-    sweep point's) that the embedding model's sentence-transformers config does not list:
+    """One line per prompt name (embedding.prompt_name, retrieval.query_prompt_name,
+    search.query_prompt_name, a sweep point's) that the embedding model's sentence-transformers config does not list:
     its embed jobs refuse it (shardflow.embed.stconfig.ModelSpec.resolve_prompt), each
     once it has its GPU and has loaded the model, naming no config key. Read from the
     model's config files (no weights), where the jobs see this machine's files, as

@@ -620,7 +620,7 @@ def test_a_literal_and_a_named_prompt_set_together_are_named_at_parse_time():
     """The embed jobs refused them only once they had run (after their retries)."""
     from shardflow.workflow.plan import prompt_conflicts
 
-    cfg = {"embedding": {"prompt": "d: ", "prompt_name": None},
+    cfg = {"tasks": ["embedding"], "embedding": {"prompt": "d: ", "prompt_name": None},
            "retrieval": {"path": "data/arguana", "query_prompt": "q: ", "query_prompt_name": "query"}}
     assert prompt_conflicts(cfg) == [
         "retrieval.query_prompt and retrieval.query_prompt_name are both set: give one (a literal prompt, or the "
@@ -640,7 +640,7 @@ def test_a_sweep_point_that_sets_one_prompt_key_where_the_config_sets_the_other_
 
     from shardflow.workflow.plan import prompt_conflicts
 
-    cfg = {"embedding": {"prompt": "d: ", "prompt_name": None},
+    cfg = {"tasks": ["embedding"], "embedding": {"prompt": "d: ", "prompt_name": None},
            "retrieval": {"path": "data/arguana", "query_prompt": None, "query_prompt_name": None}}
     points = {
         "prompt_name=null": {"embedding": {"prompt": "d: ", "prompt_name": None}},
@@ -648,7 +648,7 @@ def test_a_sweep_point_that_sets_one_prompt_key_where_the_config_sets_the_other_
     }
 
     def spec(stage, points):
-        sections = {s: dict(v) for s, v in cfg.items()}
+        sections = {s: dict(v) for s, v in cfg.items() if isinstance(v, dict)}
         return SimpleNamespace(name="p", stage=stage, ids=tuple(points), seeds=(0,),
                                job_config=lambda p, s: {**sections, **points[p]})
 
@@ -699,6 +699,29 @@ def test_a_prompt_name_the_model_lacks_is_named_at_parse_time_by_its_key(config,
     spec = SimpleNamespace(name="s", stage="embed", ids=("a",), seeds=(0,), job_config=lambda p, s: points[p])
     (line,) = plan.unknown_prompts(config, sets, [spec])
     assert line.startswith("embedding.prompt_name 'doc' (sweep 's', point a) is not among the prompts")
+
+
+def test_search_query_prompt_keys_are_checked_at_parse_time_as_retrievals_are(config, tmp_path):
+    """Task search's embed_search_queries refused both query keys set, or a prompt name the
+    model lacks, only once it had its GPU and its model, naming no search key: the parse
+    names them, as it names retrieval's. With the task off its keys are not read."""
+    model = _prompted_model(tmp_path / "qwen", {"query": "Instruct: find\nQuery: ", "document": ""})
+    config["embedding"]["model"] = model
+    config["tasks"] = ["embedding", "search"]
+    config["search"].update(queries=str(tmp_path / "q.jsonl"), query_prompt="q: ", query_prompt_name="query")
+    assert plan.prompt_conflicts(config) == [
+        "search.query_prompt and search.query_prompt_name are both set: give one (a literal prompt, or the name of "
+        "one in the model's config)"
+    ]
+    config["search"].update(query_prompt=None, query_prompt_name="nosuch")
+    assert plan.unknown_prompts(config, plan.datasets(config).values()) == [
+        f"search.query_prompt_name 'nosuch' is not among the prompts of embedding.model '{model}' (document, query): "
+        "the embed jobs would refuse it; name one of them, or give the text as search.query_prompt"
+    ]
+    config["tasks"] = ["embedding"]
+    assert plan.unknown_prompts(config, plan.datasets(config).values()) == []
+    config["search"]["query_prompt"] = "q: "
+    assert plan.prompt_conflicts(config) == []
 
 
 def _prompted_model(folder, prompts, **st_config):
