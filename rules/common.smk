@@ -13,6 +13,7 @@ import json
 import os
 import re
 import sys
+import types
 import warnings
 
 from snakemake.exceptions import WorkflowError
@@ -636,16 +637,41 @@ def warn_once(message):
         logger.warning(message)
 
 
+def stored_copy(path):
+    """A copy, in the parse cache's folder, of the file the workflow names `path`, from the
+    S3 default storage; None where there is none (or the default storage is not S3)."""
+    if not S3_PARTS_PREFIX:
+        return None
+    copy = os.path.join(parsecache.FOLDER, "stored", path)
+    url = f"{s3.stored_prefix(S3_PARTS_PREFIX)}/{path}"
+    return copy if s3.fetch(url, copy, stored_client()) else None
+
+
 def read_stored_json(path):
     """A JSON file the workflow names `path`, from the S3 default storage; None where
     there is none (or the default storage is not S3)."""
-    if not S3_PARTS_PREFIX:
-        return None
     from shardflow.core.files import read_json
 
-    copy = os.path.join(parsecache.FOLDER, "stored", path)
-    url = f"{s3.stored_prefix(S3_PARTS_PREFIX)}/{path}"
-    return read_json(copy) if s3.fetch(url, copy, stored_client()) else None
+    copy = stored_copy(path)
+    return read_json(copy) if copy else None
+
+
+def stored_queries_records(path, n_bytes):
+    """The records of a queries file the workflow names `path` (a record a line, as a
+    chunk: no split's manifest counts them), counted in a copy from the S3 default
+    storage; None where there is none, or it is not the `n_bytes` the job gets. The copy
+    is not kept: in a pod it would take the disk this sizes, beside the job's own."""
+    from shardflow.corpus.readers import ReaderOptions, count_records_cheap
+
+    copy = stored_copy(path)
+    if copy is None:
+        return None
+    try:
+        if os.path.getsize(copy) != n_bytes:
+            return None
+        return count_records_cheap([copy], ReaderOptions(format="jsonl"))
+    finally:
+        os.remove(copy)
 
 
 @functools.cache
@@ -653,21 +679,29 @@ def stored_client():
     return s3.client(s3_settings())
 
 
-def job_embedding(wildcards):
+def job_embedding(wildcards, kind="corpus"):
     """The `embedding` section an embed rule's job runs with (a sweep's point, or a
-    shared set's {settings})."""
+    shared set's {settings}, of `kind`: corpus or queries)."""
     if "settings" in wildcards.keys():
-        return sweep_embeddings().computed("corpus", wildcards.settings).params
+        return sweep_embeddings().computed(kind, wildcards.settings).params
     return stage_section("embedding", wildcards)
 
 
-def embed_disk():
-    """job_disk of the embed rules: the chunk and its vectors, the chunk's records as
-    the split's manifest counts them."""
-    counts = disk.ChunkCounts(read_stored_json)
+def embed_disk(kind="corpus"):
+    """job_disk of the embed rules: the input and its vectors. A chunk's records
+    (`kind` corpus) as the split's manifest counts them; a queries file's (`kind`
+    queries: embed_queries, embed_search_queries, sweep_embed_queries) counted in the
+    file, which its rule's one job is scheduled once it is written."""
+    if kind == "corpus":
+        counts = disk.ChunkCounts(read_stored_json)
+    else:  # all embed_need asks of its counts
+        counts = types.SimpleNamespace(records=stored_queries_records)
     return job_disk(
         disk.embed_need(
-            counts, job_embedding, functools.cache(disk.model_dim), warn_once
+            counts,
+            functools.partial(job_embedding, kind=kind),
+            functools.cache(disk.model_dim),
+            warn_once,
         )
     )
 

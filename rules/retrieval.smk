@@ -79,6 +79,7 @@ if RETRIEVAL is not None:
         threads: job_threads("embed_queries")
         resources:
             **job_resources("embed_queries"),
+            **embed_disk("queries"),
         params:
             **gpu_job_params(),
             embedding=stage_params(

@@ -42,6 +42,7 @@ if config["search"]["queries"] is not None:
         threads: job_threads("embed_search_queries")
         resources:
             **job_resources("embed_search_queries"),
+            **embed_disk("queries"),
         params:
             **gpu_job_params(),
             embedding=stage_params(

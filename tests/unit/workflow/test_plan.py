@@ -1198,6 +1198,38 @@ def test_the_gpu_rule_table_names_every_rule_that_takes_gpu_resources():
     assert gpu == set(plan.GPU_RULE_NAMES)
 
 
+def test_every_rule_made_from_embed_that_sets_its_own_resources_keeps_its_disk():
+    """`use rule embed as ... with: resources:` replaces embed's whole resources block, its
+    `**embed_disk()` with it: embed_queries and embed_search_queries asked for the
+    profile's disk on EKS (twice their queries file), and a pod embedding 2 million
+    queries at 4096 dims (32 GB of vectors) was evicted at the end. A queries job sizes
+    its input as a queries file: no split's manifest counts its records."""
+    import re
+
+    from tests.helpers import REPO
+
+    blocks = {}
+    for path in sorted((REPO / "rules").glob("*.smk")):
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            m = re.match(r"^(\s*)(?:rule (\w+):|use rule (\w+) as (\w+) with:)\s*$", line)
+            if not m:
+                continue
+            j, indent = i + 1, len(m.group(1))
+            while j < len(lines) and (not lines[j].strip() or len(lines[j]) - len(lines[j].lstrip()) > indent):
+                j += 1
+            blocks[m.group(2) or m.group(4)] = (m.group(3), "\n".join(lines[i + 1 : j]))
+    made = {"embed"}
+    while new := {name for name, (base, _) in blocks.items() if base in made} - made:
+        made |= new
+    assert {"embed_queries", "embed_search_queries", "sweep_embed", "sweep_embed_queries"} <= made
+    own = {name: blocks[name][1] for name in made if re.search(r"^\s*resources:", blocks[name][1], re.M)}
+    assert {"embed", "embed_queries", "embed_search_queries"} <= set(own)
+    for name, text in own.items():
+        kind = '"queries"' if name in ("embed_queries", "embed_search_queries") else ""
+        assert f"**embed_disk({kind})," in text, f"rule {name}: its resources lack **embed_disk({kind})"
+
+
 def test_every_rule_with_a_retries_key_takes_its_retries_from_it():
     """`resources.<rule>.retries` (the schema's GPU rules) is read by that rule's own
     `retries:`; a rule without one takes the profile's `retries` instead (1 locally), and
