@@ -13,7 +13,6 @@ import json
 import os
 import re
 import sys
-import types
 import warnings
 
 from snakemake.exceptions import WorkflowError
@@ -695,7 +694,7 @@ def embed_disk(kind="corpus"):
     if kind == "corpus":
         counts = disk.ChunkCounts(read_stored_json)
     else:  # all embed_need asks of its counts
-        counts = types.SimpleNamespace(records=stored_queries_records)
+        counts = disk.QueryCounts(stored_queries_records)
     return job_disk(
         disk.embed_need(
             counts,

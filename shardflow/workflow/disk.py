@@ -136,6 +136,21 @@ class ChunkCounts:
                 return found
         return None
 
+    def source(self, chunk: str) -> str:
+        """Where a chunk's records are counted, as a warning names it."""
+        return " or ".join(manifests_of(chunk))
+
+
+class QueryCounts:
+    """Records of a queries file (a record a line: embed_queries', embed_search_queries'),
+    which no manifest counts, counted by `count(path, bytes)` (None: not counted)."""
+
+    def __init__(self, count: Callable[[str, int], int | None]):
+        self.records = count
+
+    def source(self, path: str) -> str:
+        return "its lines, in a copy from the default storage of the bytes the job gets"
+
 
 def model_dim(model: str) -> int | None:
     """The width of an embedding model's vectors, from its config.json where this
@@ -146,7 +161,7 @@ def model_dim(model: str) -> int | None:
 
 
 def embed_need(
-    counts: ChunkCounts,
+    counts: ChunkCounts | QueryCounts,
     embedding_of: Callable[[Any], Mapping[str, Any]],
     dim_of: Callable[[str], int | None],
     warn: Callable[[str], None],
@@ -169,15 +184,15 @@ def embed_need(
             # again: a manifest the bucket does not give leaves the profile's size.
             warn(
                 f"disk_mb of the embed jobs of {posixpath.dirname(chunk)}: could not read the records of "
-                f"{posixpath.basename(chunk)} ({' or '.join(manifests_of(chunk))}: {type(exc).__name__}: {exc}), "
+                f"{posixpath.basename(chunk)} ({counts.source(chunk)}: {type(exc).__name__}: {exc}), "
                 "so its vectors are not counted; raise it with --set-resources <rule>:disk_mb=<MB> where they "
                 "need more"
             )
             return 0
         if records is None:
             warn(
-                f"disk_mb of the embed jobs of {posixpath.dirname(chunk)}: no manifest counts the records of "
-                f"{posixpath.basename(chunk)} ({' or '.join(manifests_of(chunk))}), so its vectors are not "
+                f"disk_mb of the embed jobs of {posixpath.dirname(chunk)}: nothing counts the records of "
+                f"{posixpath.basename(chunk)} ({counts.source(chunk)}), so its vectors are not "
                 "counted; raise it with --set-resources <rule>:disk_mb=<MB> where they need more"
             )
             return 0

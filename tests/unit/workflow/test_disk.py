@@ -204,8 +204,26 @@ def test_an_embed_job_counts_only_a_manifest_of_its_very_chunk():
         warnings.append,
     )
     assert need(Wildcards(), [(chunk, 100 * GB)]) == 0
-    assert "no manifest counts the records of chunk_3.jsonl" in warnings[0]
+    assert "nothing counts the records of chunk_3.jsonl (results/news/chunks/manifest.json or " in warnings[0]
     assert "--set-resources <rule>:disk_mb=<MB>" in warnings[0]
+
+
+def test_a_queries_file_is_counted_by_its_lines_and_an_uncounted_one_says_so_not_a_manifest():
+    """embed_queries' and embed_search_queries' input has no manifest: its records are
+    counted in the file (QueryCounts), and where they cannot be the warning names that,
+    not a split's manifest the job never had."""
+    queries = "results/demo/search/queries.jsonl"
+    counted = disk.QueryCounts(lambda path, n_bytes: 1000 if (path, n_bytes) == (queries, 200_000) else None)
+    warnings = []
+    need = disk.embed_need(counted, lambda wildcards: {"model": "m", "output_dtype": "float32"}, lambda model: 1024,
+                           warnings.append)
+    assert need(Wildcards(), [(queries, 200_000)]) == disk.embed_need_mb(200_000, 1000, 1024, 4) and not warnings
+    assert need(Wildcards(), [(queries, 300_000)]) == 0
+    assert warnings == [
+        "disk_mb of the embed jobs of results/demo/search: nothing counts the records of queries.jsonl (its lines, in "
+        "a copy from the default storage of the bytes the job gets), so its vectors are not counted; raise it with "
+        "--set-resources <rule>:disk_mb=<MB> where they need more"
+    ]
 
 
 def test_a_chunk_in_storage_is_counted_by_the_path_the_workflow_names_it(monkeypatch):
