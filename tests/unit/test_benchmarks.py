@@ -5,6 +5,7 @@ import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,3 +51,31 @@ def test_the_neighbours_benchmark_finds_what_numpy_brute_force_finds():
     result = bench.main(["--docs", "300", "--chunks", "3", "--twins", "30", "--threads", "1"])
     assert result["agreeing_documents"] == 300
     assert result["near_duplicate_pairs"] >= 30 and result["groups"] >= 1
+
+
+def test_the_search_benchmark_finds_what_numpy_brute_force_finds_over_several_passes():
+    """Its two searches agree on every query's hits (else its ratio compares different
+    work), the planted noisy copies find their row first, and --slice-bytes makes the
+    job pass over the corpus several times, the module's budget put back after."""
+    from shardflow.retrieval import batch
+
+    budget = batch.SLICE_BYTES["cpu"]
+    bench = load_benchmark("bench_search")
+    result = bench.main(["--docs", "500", "--queries", "2100", "--dim", "32", "--planted", "50",
+                         "--slice-bytes", "1", "--threads", "1"])
+    assert result["agreeing_queries"] == 2100 and result["disagreeing_queries"] == 0
+    assert result["planted_ranked_first"] == 50
+    assert result["passes"] == 3  # slices of one query block, 1,024
+    assert batch.SLICE_BYTES["cpu"] == budget
+
+
+def test_the_search_benchmark_tells_a_tie_from_a_wrong_hit():
+    """Rows swapped where the baseline's scores are within 1e-6 (here the k-th and the
+    (k+1)-th) are a tie; another row in a tied place with another score, or in an
+    untied place even with the same score, is a disagreement."""
+    bench = load_benchmark("bench_search")
+    rows = np.array([[5, 6, 7]] * 4)
+    scores = np.array([[0.9, 0.5, 0.5 - 1e-7]] * 4, dtype=np.float32)
+    got = np.array([[5, 6], [5, 7], [5, 9], [8, 6]])
+    got_s = np.array([[0.9, 0.5], [0.9, 0.5 - 1e-7], [0.9, 0.3], [0.9, 0.5]], dtype=np.float32)
+    assert bench.compare(got, got_s, rows, scores) == (1, 1, 2)
