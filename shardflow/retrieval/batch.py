@@ -36,12 +36,10 @@ import pyarrow.parquet as pq
 
 from shardflow.core.atomic import atomic_open, atomic_path, write_json
 from shardflow.core.columns import read_id_array
-from shardflow.core.fields import check_device, check_field_types, whole_floats_as_ints
 from shardflow.core.figures import pyplot, save_figure
 from shardflow.corpus.chunks import ChunkRecord, write_record
 from shardflow.corpus.readers import ReaderOptions, Rejected, detect_format, iter_records
-from shardflow.retrieval.neighbours import score_histogram, score_quantiles
-from shardflow.retrieval.pipeline import SEARCH_SIMILARITIES
+from shardflow.retrieval.neighbours import check_search_params, score_histogram, score_quantiles
 
 log = logging.getLogger(__name__)
 
@@ -73,21 +71,7 @@ class SearchParams:
     device: str | None = None  # None or auto: CUDA when available, else CPU
 
     def __post_init__(self) -> None:
-        whole_floats_as_ints(self)
-        check_field_types(self)
-        if self.k < 1:
-            raise ValueError(f"search.k {self.k}: expected 1 or more")
-        if self.block_size < 1:
-            raise ValueError(f"search.block_size {self.block_size}: expected 1 or more")
-        if self.similarity not in SEARCH_SIMILARITIES:
-            raise ValueError(f"the model's similarity_fn_name is {self.similarity!r}: search ranks by "
-                             f"{' or '.join(SEARCH_SIMILARITIES)} (exact inner-product search)")
-        from shardflow.retrieval.search import BACKENDS
-
-        if self.backend not in BACKENDS:
-            raise ValueError(f"search.backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
-        if self.device is not None:
-            check_device(self.device)
+        check_search_params(self, "search", "search ranks by")
 
 
 def prepare_queries(path: str, opts: ReaderOptions, out_path: str) -> dict:

@@ -37,6 +37,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -79,6 +80,28 @@ SLACK = 2e-6
 MERGE_BATCH_ROWS = 1 << 18
 
 
+def check_search_params(params: Any, section: str, searched: str) -> None:
+    """The checks of an exact search's parameters (NeighbourParams; batch.SearchParams):
+    whole floats made ints, field types, k and block_size 1 or more, the model's similarity
+    one exact_search ranks by, a known backend and device. Messages name the config
+    `section`'s keys; `searched` says what ranks by the similarity ("search ranks by")."""
+    whole_floats_as_ints(params)
+    check_field_types(params)
+    if params.k < 1:
+        raise ValueError(f"{section}.k {params.k}: expected 1 or more")
+    if params.block_size < 1:
+        raise ValueError(f"{section}.block_size {params.block_size}: expected 1 or more")
+    if params.similarity not in SEARCH_SIMILARITIES:
+        raise ValueError(f"the model's similarity_fn_name is {params.similarity!r}: {searched} "
+                         f"{' or '.join(SEARCH_SIMILARITIES)} (exact inner-product search)")
+    from shardflow.retrieval.search import BACKENDS  # torch: the job imports it to search anyway
+
+    if params.backend not in BACKENDS:
+        raise ValueError(f"{section}.backend {params.backend!r}: expected one of {', '.join(BACKENDS)}")
+    if params.device is not None:
+        check_device(params.device)
+
+
 @dataclass(frozen=True)
 class NeighbourParams:
     k: int = 10
@@ -91,23 +114,9 @@ class NeighbourParams:
     device: str | None = None  # None or auto: CUDA when available, else CPU
 
     def __post_init__(self) -> None:
-        whole_floats_as_ints(self)
-        check_field_types(self)
-        if self.k < 1:
-            raise ValueError(f"neighbours.k {self.k}: expected 1 or more")
-        if self.block_size < 1:
-            raise ValueError(f"neighbours.block_size {self.block_size}: expected 1 or more")
+        check_search_params(self, "neighbours", "neighbours are searched by")
         if self.duplicate_threshold is not None and not math.isfinite(self.duplicate_threshold):
             raise ValueError(f"neighbours.duplicate_threshold {self.duplicate_threshold}: expected a finite number")
-        if self.similarity not in SEARCH_SIMILARITIES:
-            raise ValueError(f"the model's similarity_fn_name is {self.similarity!r}: neighbours are searched by "
-                             f"{' or '.join(SEARCH_SIMILARITIES)} (exact inner-product search)")
-        from shardflow.retrieval.search import BACKENDS
-
-        if self.backend not in BACKENDS:
-            raise ValueError(f"neighbours.backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
-        if self.device is not None:
-            check_device(self.device)
 
     def threshold(self) -> float | None:
         """The threshold pairs are held to: the one given, else COSINE_THRESHOLD for a
