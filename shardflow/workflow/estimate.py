@@ -1620,6 +1620,31 @@ def search_start_up(cfg: dict, bench: dict, search_s: float, documents: int, dim
     return start, f"no benchmark of the job: its start-up not known; the matrix's read assumed, {duration(start)} a job"
 
 
+def measured_search_rate(cfg: dict, row: Row, runs: Iterable[tuple[str, dict, dict]], want: str, documents: int,
+                         dim: int, done: Callable[[dict], int], described: Callable[[dict], str]) -> None:
+    """Sets `row`'s rate to the first of `runs` (stats file, stats, benchmark: neighbours_runs,
+    batch_search_runs) measured on the `want` kind of device: the `done(stats)` multiply-adds (0:
+    not known, passed over) over its search's seconds, the rest of its job once a job
+    (search_start_up); `described(stats)` is that work in words, in the rate's source. A
+    record from another kind of device is passed over and named in the row's notes."""
+    elsewhere = []
+    for path, stats, bench in runs:
+        macs = done(stats)
+        search_s = stats.get("seconds")
+        if macs <= 0 or not isinstance(search_s, (int, float)) or isinstance(search_s, bool) or search_s <= 0:
+            continue
+        per_s = macs / search_s
+        if device_kind(stats.get("device")) != want:
+            elsewhere.append(f"{path} {readable(per_s)}/s on {stats.get('device')}")
+            continue
+        start, rest = search_start_up(cfg, bench, search_s, documents, dim)
+        row.rate = Rate(per_s, f"measured by {path} (the search's {significant(search_s, 2, grouped=True)} s: "
+                               f"{described(stats)}; {rest})", True, str(stats.get("device")), overhead_s=start)
+        break
+    if elsewhere:
+        row.notes.append(f"passed over, measured on another kind of device: {_listed(elsewhere)}")
+
+
 def neighbours_runs(dataset: str) -> Iterator[tuple[str, dict, dict]]:
     """(stats file, stats, benchmark) of each finished neighbours job here, this data
     set's first (results/<ds>/neighbours/neighbours_<i>.stats.json, its benchmark: {}
@@ -1661,27 +1686,22 @@ def neighbours_row(cfg: dict, name: str, per_chunk: tuple[int, ...], documents: 
             row.disk = round(2 * rows * os.path.getsize(table) / written)
             row.disk_source = f"documents x neighbours.k rows at the bytes a row of {table}, chunk tables and merged copy"
     want = "cpu" if cfg["neighbours"]["backend"] == "faiss" or not gpus else "cuda"
-    elsewhere = []
-    # Records with a benchmark first: one without says nothing of the job's start-up.
-    for path, stats, bench in sorted(neighbours_runs(name), key=lambda run: not run[2]):
+
+    def run_dim(stats: dict) -> tuple[int, str]:
         # A record from before jobs recorded their width ("dim") is taken at the config's:
         # a job of another model then did more or fewer multiply-adds than said.
-        run_dim, said = (int(stats["dim"]), "recorded") if "dim" in stats else (dim, "not recorded: the config's width")
-        done = int(stats.get("items") or 0) * int(stats.get("documents") or 0) * run_dim
-        search_s = stats.get("seconds")
-        if done <= 0 or not isinstance(search_s, (int, float)) or search_s <= 0:
-            continue
-        per_s = done / search_s
-        if device_kind(stats.get("device")) != want:
-            elsewhere.append(f"{path} {readable(per_s)}/s on {stats.get('device')}")
-            continue
-        start, rest = search_start_up(cfg, bench, search_s, documents, dim)
-        row.rate = Rate(per_s, f"measured by {path} (the search's {significant(search_s, 2, grouped=True)} s: "
-                               f"{stats['items']:,} records x {stats['documents']:,} documents x dim {run_dim} "
-                               f"({said}); {rest})", True, str(stats.get("device")), overhead_s=start)
-        break
-    if elsewhere:
-        row.notes.append(f"passed over, measured on another kind of device: {_listed(elsewhere)}")
+        return (int(stats["dim"]), "recorded") if "dim" in stats else (dim, "not recorded: the config's width")
+
+    def done(stats: dict) -> int:
+        return int(stats.get("items") or 0) * int(stats.get("documents") or 0) * run_dim(stats)[0]
+
+    def described(stats: dict) -> str:
+        width, said = run_dim(stats)
+        return f"{stats['items']:,} records x {stats['documents']:,} documents x dim {width} ({said})"
+
+    # Records with a benchmark first: one without says nothing of the job's start-up.
+    runs = sorted(neighbours_runs(name), key=lambda run: not run[2])
+    measured_search_rate(cfg, row, runs, want, documents, dim, done, described)
     if row.rate is None and want == "cuda":
         row.rate = assumed_search_rate(cfg, documents, dim, ASSUMED_NEIGHBOURS)
     if row.rate is None:
@@ -1727,27 +1747,17 @@ def batch_search_row(cfg: dict, name: str, queries: tuple[int | None, str], docu
     row.disk, row.disk_source = hits_disk(name, count * min(cfg["search"]["k"], documents))
     faiss = cfg["search"]["backend"] == "faiss"  # scores on the CPU
     want = "cpu" if faiss or not gpus else "cuda"
-    elsewhere = []
-    for path, stats, bench in batch_search_runs(name):
+
+    def done(stats: dict) -> int:
         try:
-            run_dim = int(stats["dim"])
-            done = int(stats["queries"]) * int(stats["documents"]) * run_dim
+            return int(stats["queries"]) * int(stats["documents"]) * int(stats["dim"])
         except (KeyError, TypeError, ValueError):
-            continue
-        search_s = stats.get("seconds")
-        if done <= 0 or not isinstance(search_s, (int, float)) or isinstance(search_s, bool) or search_s <= 0:
-            continue
-        per_s = done / search_s
-        if device_kind(stats.get("device")) != want:
-            elsewhere.append(f"{path} {readable(per_s)}/s on {stats.get('device')}")
-            continue
-        start, rest = search_start_up(cfg, bench, search_s, documents, dim)
-        row.rate = Rate(per_s, f"measured by {path} (the search's {significant(search_s, 2, grouped=True)} s: "
-                               f"{int(stats['queries']):,} queries x {int(stats['documents']):,} documents x dim "
-                               f"{run_dim}; {rest})", True, str(stats.get("device")), overhead_s=start)
-        break
-    if elsewhere:
-        row.notes.append(f"passed over, measured on another kind of device: {_listed(elsewhere)}")
+            return 0  # a record without them is passed over
+
+    def described(stats: dict) -> str:
+        return f"{int(stats['queries']):,} queries x {int(stats['documents']):,} documents x dim {int(stats['dim'])}"
+
+    measured_search_rate(cfg, row, batch_search_runs(name), want, documents, dim, done, described)
     if row.rate is None and want == "cuda":
         row.rate = assumed_search_rate(cfg, documents, dim, ASSUMED_BATCH_SEARCH)
     if row.rate is None:
