@@ -73,6 +73,12 @@ def _many(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
+def _spread(q: dict, of: str) -> str:
+    """A summary's score quantiles (score_quantiles: median, p01, p99) in words, `of` the
+    scored things: 'median 0.812, 1% of queries below 0.540, 1% above 0.975'."""
+    return f"median {q['median']:.3f}, 1% of {of} below {q['p01']:.3f}, 1% above {q['p99']:.3f}"
+
+
 def records_in(manifest: dict) -> str:
     """'38 read: 30 kept, 8 rejected' from a split manifest (its total_records are the kept)."""
     kept, rejected = manifest["total_records"], manifest.get("rejected_records", 0)
@@ -196,9 +202,7 @@ def neighbours_section(dataset: str, files: dict) -> Section:
     out = [("searched", f"{_many(s['documents'], 'document')}, {what} (exact, {s['similarity']}), "
                         f"{seconds:,.1f} s over {_many(len(rows), 'chunk job')} on {', '.join(devices)}")]
     if s["nearest_score"]:
-        q = s["nearest_score"]
-        out.append(("nearest score", f"median {q['median']:.3f}, 1% of documents below {q['p01']:.3f}, "
-                                     f"1% above {q['p99']:.3f}"))
+        out.append(("nearest score", _spread(s["nearest_score"], "documents")))
     out.append(("near-duplicates", f"{_many(s['near_duplicate_pairs'], 'pair')} scoring {s['duplicate_threshold']:g} "
                                    f"or more, in {_many(s['groups'], 'group')} (the largest {s['largest_group']:,}); "
                                    f"keeping one a group drops {_many(s['documents_to_drop'], 'document')} "
@@ -221,9 +225,7 @@ def search_section(dataset: str, files: dict) -> Section:
                         f"the {s['k']:,} nearest of each (exact, {s['similarity']}), {float(stats['seconds']):,.1f} s "
                         f"on {s['device']}")]
     if s["best_score"]:
-        q = s["best_score"]
-        out.append(("best hit's score", f"median {q['median']:.3f}, 1% of queries below {q['p01']:.3f}, "
-                                        f"1% above {q['p99']:.3f}"))
+        out.append(("best hit's score", _spread(s["best_score"], "queries")))
     out.append(("hits", f"results/{dataset}/search/hits.parquet: {_many(s['hits'], 'row')} (query_id, rank, id, "
                         "score, row)"))
     return Section(f"Search: {dataset}", out)
