@@ -4,8 +4,8 @@ A synthetic corpus of `--docs` unit vectors of `--dim` (random directions) is se
 a file of `--queries` unit vectors, `--planted` of them noisy copies of a corpus row (so
 that row is known to be their best hit), as the workflow's search job does it: on the
 CPU, torch backend, the k best a query written to hits.parquet with its summary and
-figure, in slices of `batch.slice_queries` queries, one pass over the corpus each
-(`--slice-bytes` overrides batch.SLICE_BYTES["cpu"] to make more passes). The baseline,
+figure, in slices of `search.slice_queries` queries, one pass over the corpus each
+(`--slice-bytes` overrides search.SLICE_BYTES["cpu"] to make more passes). The baseline,
 run in the same invocation on the same vectors, is what one writes with numpy alone: the
 float32 scores of a block of 1,024 queries against the whole corpus at once,
 argpartition to the k + 1 best and a sort of those, ties to the lower row. Both are
@@ -35,8 +35,9 @@ from pathlib import Path
 import numpy as np
 
 from shardflow.core.columns import write_ids_parquet
-from shardflow.retrieval import batch
-from shardflow.retrieval.batch import SearchParams, search_queries, slice_queries
+from shardflow.retrieval import search
+from shardflow.retrieval.batch import SearchParams, search_queries
+from shardflow.retrieval.search import slice_queries
 
 BASELINE_BLOCK = 1024  # queries scored at once: the job's QUERY_BLOCK
 TIE = 1e-6
@@ -106,9 +107,9 @@ def run(docs: int, queries: int, dim: int, k: int, planted: int, slice_bytes: in
                "figure": str(work / "figure.png")}
     params = SearchParams(k=k, device="cpu")
 
-    kept = batch.SLICE_BYTES["cpu"]
+    kept = search.SLICE_BYTES["cpu"]
     if slice_bytes is not None:
-        batch.SLICE_BYTES["cpu"] = slice_bytes
+        search.SLICE_BYTES["cpu"] = slice_bytes
     try:
         step = slice_queries("cpu", dim, min(k, docs))
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
@@ -118,7 +119,7 @@ def run(docs: int, queries: int, dim: int, k: int, planted: int, slice_bytes: in
         searched = time.perf_counter() - start
         ours_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # before the baseline's blocks
     finally:
-        batch.SLICE_BYTES["cpu"] = kept
+        search.SLICE_BYTES["cpu"] = kept
 
     start = time.perf_counter()
     rows, scores = brute_force(q, x, k)
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--planted", type=int, default=1000, help="queries that are noisy copies of a corpus row")
     ap.add_argument("--slice-bytes", type=int, default=None,
-                    help=f"batch.SLICE_BYTES['cpu'] for this run (default {batch.SLICE_BYTES['cpu']:,}): "
+                    help=f"search.SLICE_BYTES['cpu'] for this run (default {search.SLICE_BYTES['cpu']:,}): "
                          "fewer bytes, smaller slices, more passes over the corpus")
     ap.add_argument("--threads", type=int, default=2, help="torch's (numpy's BLAS keeps its own: every core)")
     args = ap.parse_args(argv)

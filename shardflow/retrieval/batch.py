@@ -12,7 +12,7 @@ search   The embedded queries against the data set's verified embeddings: exact,
          k best a query, best first, ties to the earlier corpus row. Each slice of
          queries is one pass over the corpus's matrix, its queries and their running
          best hits held where they are scored (the GPU; a CPU job's own memory):
-         `slice_queries` sizes it to SLICE_BYTES there (float32 vectors and 24 bytes a
+         `search.slice_queries` sizes it to SLICE_BYTES there (float32 vectors and 24 bytes a
          hit kept), so a large corpus is read few times (a million queries of dim 1,024
          with k 10: twice on a GPU, five times on a CPU) while memory stays bounded
          whatever the number of queries (and k, down to one query block a slice). A
@@ -52,11 +52,6 @@ HITS_SCHEMA = pa.schema(
         ("row", pa.int64()),
     ]
 )
-# The memory a slice of queries may take where it is scored: a GPU's (next to a corpus
-# block and a score block, 256 MiB each at dim 1,024), or a CPU job's own.
-SLICE_BYTES = {"cuda": 4 * 2**30, "cpu": 2**30}
-HIT_BYTES = 24  # a kept hit: its score and row while searching, and their host copies
-QUERY_BLOCK = 1_024  # exact_search's query_block_size, which a slice is a multiple of
 WRITE_ROWS = 1 << 20  # hits turned into one Arrow table at a time
 
 
@@ -104,7 +99,7 @@ def search_queries(doc_npy: str, doc_ids_path: str, query_npy: str, query_ids_pa
     """The k nearest documents of every query, written to outputs["hits"], with
     outputs["summary"] and outputs["figure"]; returns the job's record (the summary with
     its times)."""
-    from shardflow.retrieval.search import exact_search, load_embeddings, search_device
+    from shardflow.retrieval.search import QUERY_BLOCK, exact_search, load_embeddings, search_device, slice_queries
 
     start = time.time()
     device = search_device(params.backend, params.device)
@@ -153,14 +148,6 @@ def search_queries(doc_npy: str, doc_ids_path: str, query_npy: str, query_ids_pa
     write_json(outputs["summary"], summary)
     plot_best(summary, outputs["figure"])
     return {**summary, "seconds": end - start, "start_unix": start, "end_unix": end}
-
-
-def slice_queries(device: str, dim: int, k: int) -> int:
-    """The queries a pass over the corpus searches: as many as SLICE_BYTES of the
-    device's memory holds (dim float32s and k hits each), a multiple of QUERY_BLOCK."""
-    budget = SLICE_BYTES["cpu" if device == "cpu" else "cuda"]
-    fits = budget // (4 * dim + HIT_BYTES * k)
-    return max(QUERY_BLOCK, fits // QUERY_BLOCK * QUERY_BLOCK)
 
 
 def _hits_table(indices: np.ndarray, scores: np.ndarray, ids: pa.Array, doc_ids: pa.Array) -> pa.Table:

@@ -5,9 +5,11 @@ chunk  Each chunk's documents are searched against the whole corpus's embeddings
        stays bounded whatever the corpus), the document itself left out: its k
        nearest, best first, ties by corpus row. One row a (document, neighbour):
        id, rank (1 = nearest), neighbour, score, and both rows of embeddings.npy.
-       A chunk is searched a slice of QUERY_SLICE_BYTES at a time (its vectors as float32),
-       so a job's memory stays bounded by the slice, not the chunk: each slice is one pass
-       over the corpus's matrix.
+       A chunk is searched a slice at a time (search.slice_queries: its vectors and their
+       running best where they are scored, up to SLICE_BYTES of a GPU's memory or of a
+       CPU job's), so a job's memory stays bounded by the slice, not the chunk: each
+       slice is one pass over the corpus's matrix (a chunk of a million documents of dim
+       1,024: two on a GPU).
 merge  The chunks' tables into one (neighbours.parquet, chunk order), and from them the
        near-duplicates: every pair whose score is at least `duplicate_threshold`, once
        (near_duplicates.parquet), and their groups (duplicate_groups.parquet). The chunk
@@ -70,7 +72,6 @@ GROUP_SCHEMA = pa.schema(
 )
 HISTOGRAM_BINS = 50
 # A chunk's query vectors searched at once (float32; the search holds a copy or two).
-QUERY_SLICE_BYTES = 256 * 2**20
 # The default threshold of a cosine model.
 COSINE_THRESHOLD = 0.95
 # Below the threshold, as a share of its size (at least 1), what still reaches it: float32
@@ -136,7 +137,7 @@ def chunk_neighbours(doc_npy: str, doc_ids_path: str, rows: range, params: Neigh
     matrix, chunk_rows), written to `out_path`; returns the job's record. The chunk's
     vectors are read from the merged matrix, not from its embed job's file, which
     `embedding.keep_chunk_vectors: false` deletes once merged."""
-    from shardflow.retrieval.search import exact_search, load_embeddings, search_device
+    from shardflow.retrieval.search import exact_search, load_embeddings, search_device, slice_queries
 
     start = time.time()
     device = search_device(params.backend, params.device)
@@ -146,16 +147,21 @@ def chunk_neighbours(doc_npy: str, doc_ids_path: str, rows: range, params: Neigh
                          f"{rows.start} to {rows.stop - 1}: the embeddings are not of this split")
     k = min(params.k, len(doc_ids) - 1)
     matrix = load_embeddings(doc_npy)
-    step = max(1, QUERY_SLICE_BYTES // (4 * max(matrix.shape[1], 1)))
+    step = slice_queries(device, matrix.shape[1], k + 1)
     with atomic_path(out_path) as tmp, pq.ParquetWriter(tmp, TABLE_SCHEMA) as writer:
         for first in range(rows.start, rows.stop, step) if k >= 1 else ():
             last = min(first + step, rows.stop)
             hits = exact_search(  # k + 1: a document's own row is among them, where it scores high
-                matrix[first:last], doc_npy, k + 1, block_size=params.block_size, backend=params.backend,
-                device=device, normalize=params.similarity == "cosine", doc_ids=doc_ids,
+                doc_npy, doc_npy, k + 1, block_size=params.block_size, backend=params.backend, device=device,
+                normalize=params.similarity == "cosine", query_ids=doc_ids, doc_ids=doc_ids,
+                query_rows=range(first, last),
             )
             indices, scores = _without_own_rows(hits.indices, hits.scores, first, k)
-            writer.write_table(_hits_table(indices, scores, first, doc_ids.slice(first, last - first), doc_ids))
+            step_rows = max(1, MERGE_BATCH_ROWS // k)  # a table of about as many rows as the merge reads at once
+            for a in range(0, last - first, step_rows):
+                b = min(a + step_rows, last - first)
+                writer.write_table(_hits_table(indices[a:b], scores[a:b], first + a,
+                                               doc_ids.slice(first + a, b - a), doc_ids))
     end = time.time()
     return {"items": len(rows), "documents": len(doc_ids), "dim": int(matrix.shape[1]), "k": max(k, 0),
             "similarity": params.similarity, "backend": params.backend, "device": device,

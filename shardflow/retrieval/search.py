@@ -49,6 +49,12 @@ BACKENDS = ("torch", "faiss")
 # on their way to where they are scored (the device's one matrix of them): the job's host
 # memory holds one such slice, not a second and third copy of every query.
 QUERY_COPY_BYTES = 256 * 2**20
+# The memory a slice of queries searched in one pass over the corpus (task search's, a
+# neighbours job's chunk) may take where it is scored: a GPU's (next to a corpus block and
+# a score block, 256 MiB each at dim 1,024), or a CPU job's own (`slice_queries`).
+SLICE_BYTES = {"cuda": 4 * 2**30, "cpu": 2**30}
+HIT_BYTES = 24  # a kept hit: its score and row while searching, and their host copies
+QUERY_BLOCK = 1_024  # exact_search's default query_block_size, which a slice is a multiple of
 _NO_DOC = torch.iinfo(torch.int64).max  # padding row: sorts after every real row
 
 
@@ -62,6 +68,16 @@ class TopK:
 
     indices: np.ndarray
     scores: np.ndarray
+
+
+def slice_queries(device: str, dim: int, k: int) -> int:
+    """The queries one pass over the corpus searches (exact_search's `query_rows`): as
+    many as SLICE_BYTES of the device's memory holds (dim float32s and k hits each), a
+    multiple of QUERY_BLOCK, so each query is scored in the block a search of all of
+    them at once puts it in (the same float sums and ties); one block at least."""
+    budget = SLICE_BYTES["cpu" if device == "cpu" else "cuda"]
+    fits = budget // (4 * dim + HIT_BYTES * k)
+    return max(QUERY_BLOCK, fits // QUERY_BLOCK * QUERY_BLOCK)
 
 
 def load_embeddings(path: str | os.PathLike) -> np.ndarray:
@@ -96,7 +112,7 @@ def exact_search(
     k: int,
     *,
     block_size: int = 65_536,
-    query_block_size: int = 1_024,
+    query_block_size: int = QUERY_BLOCK,
     normalize: bool = False,
     device: str | None = None,
     backend: str = "torch",

@@ -57,16 +57,16 @@ def test_the_search_benchmark_finds_what_numpy_brute_force_finds_over_several_pa
     """Its two searches agree on every query's hits (else its ratio compares different
     work), the planted noisy copies find their row first, and --slice-bytes makes the
     job pass over the corpus several times, the module's budget put back after."""
-    from shardflow.retrieval import batch
+    from shardflow.retrieval import search
 
-    budget = batch.SLICE_BYTES["cpu"]
+    budget = search.SLICE_BYTES["cpu"]
     bench = load_benchmark("bench_search")
     result = bench.main(["--docs", "500", "--queries", "2100", "--dim", "32", "--planted", "50",
                          "--slice-bytes", "1", "--threads", "1"])
     assert result["agreeing_queries"] == 2100 and result["disagreeing_queries"] == 0
     assert result["planted_ranked_first"] == 50
     assert result["passes"] == 3  # slices of one query block, 1,024
-    assert batch.SLICE_BYTES["cpu"] == budget
+    assert search.SLICE_BYTES["cpu"] == budget
 
 
 def test_the_search_benchmark_tells_a_tie_from_a_wrong_hit():

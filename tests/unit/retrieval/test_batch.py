@@ -16,6 +16,7 @@ from shardflow.core.files import read_json
 from shardflow.corpus.chunks import iter_chunk
 from shardflow.corpus.readers import ReaderOptions
 from shardflow.retrieval import batch
+from shardflow.retrieval import search as search_module
 from shardflow.retrieval.batch import HITS_SCHEMA, SearchParams, prepare_queries, search_queries
 
 # --- prepare_queries -----------------------------------------------------------------------
@@ -193,8 +194,8 @@ def test_slices_of_queries_and_blocks_of_documents_give_the_table_of_one_pass(tm
     _, whole = search(tmp_path / "whole", paths, k=4, block_size=10_000, similarity="dot")
     # 3 queries a slice (3, 3, 3, 1), each its own pass over the corpus; a table of 2 rows
     # written at a time (a query's 4 hits in two writes)
-    monkeypatch.setattr(batch, "QUERY_BLOCK", 3)
-    monkeypatch.setattr(batch, "SLICE_BYTES", {"cpu": 1, "cuda": 1})
+    monkeypatch.setattr(search_module, "QUERY_BLOCK", 3)
+    monkeypatch.setattr(search_module, "SLICE_BYTES", {"cpu": 1, "cuda": 1})
     monkeypatch.setattr(batch, "WRITE_ROWS", 2)
     _, sliced = search(tmp_path / "sliced", paths, k=4, block_size=5, similarity="dot")
     assert pq.read_table(sliced["hits"]).equals(pq.read_table(whole["hits"]))
@@ -207,21 +208,21 @@ def test_a_slice_of_queries_fills_the_devices_budget_in_whole_query_blocks():
     the slice to its budget, never below one query block; each slice a whole number of
     blocks."""
     for device, dim, k in (("cuda", 1024, 10), ("cuda:1", 384, 1000), ("cpu", 1024, 10), ("cpu", 384, 100_000)):
-        step = batch.slice_queries(device, dim, k)
-        budget = batch.SLICE_BYTES["cpu" if device == "cpu" else "cuda"]
-        assert step % batch.QUERY_BLOCK == 0 and step >= batch.QUERY_BLOCK
-        assert step * (4 * dim + batch.HIT_BYTES * k) <= budget or step == batch.QUERY_BLOCK, (device, dim, k, step)
-        assert (step + batch.QUERY_BLOCK) * (4 * dim + batch.HIT_BYTES * k) > budget, (device, dim, k, step)
-    assert batch.slice_queries("cuda", 1024, 10) == 990_208
-    assert -(-1_000_000 // batch.slice_queries("cpu", 1024, 10)) == 5
+        step = search_module.slice_queries(device, dim, k)
+        budget = search_module.SLICE_BYTES["cpu" if device == "cpu" else "cuda"]
+        assert step % search_module.QUERY_BLOCK == 0 and step >= search_module.QUERY_BLOCK
+        assert step * (4 * dim + search_module.HIT_BYTES * k) <= budget or step == search_module.QUERY_BLOCK, (device, dim, k, step)
+        assert (step + search_module.QUERY_BLOCK) * (4 * dim + search_module.HIT_BYTES * k) > budget, (device, dim, k, step)
+    assert search_module.slice_queries("cuda", 1024, 10) == 990_208
+    assert -(-1_000_000 // search_module.slice_queries("cpu", 1024, 10)) == 5
 
 
 def test_a_nan_query_names_the_file_its_row_in_the_whole_file_and_its_id(tmp_path, monkeypatch):
     queries = vectors("cosine", 10, 5)
     queries[7, 2] = np.nan
     paths = corpus(tmp_path, vectors("cosine", 12, 6), queries)
-    monkeypatch.setattr(batch, "QUERY_BLOCK", 3)  # row 7 is row 1 of the third slice
-    monkeypatch.setattr(batch, "SLICE_BYTES", {"cpu": 1, "cuda": 1})
+    monkeypatch.setattr(search_module, "QUERY_BLOCK", 3)  # row 7 is row 1 of the third slice
+    monkeypatch.setattr(search_module, "SLICE_BYTES", {"cpu": 1, "cuda": 1})
     with pytest.raises(ValueError, match=rf"^{re.escape(paths['q.npy'])}: row 7 \(counting from 0\), query id 'q7',"):
         search(tmp_path, paths)
     assert not list(tmp_path.glob("hits*")) and not (tmp_path / "summary.json").exists()

@@ -226,7 +226,13 @@ def test_a_chunk_searched_in_slices_gives_the_table_it_gives_whole(tmp_path, mon
     for name in ("whole", "sliced"):
         (tmp_path / name).mkdir()
     _, outputs, _ = run(tmp_path / "whole", vectors, params(k=4), [23])
-    monkeypatch.setattr(nb, "QUERY_SLICE_BYTES", 5 * 8 * 4)  # 5 rows a slice
+    import shardflow.retrieval.search as search
+
+    # 5 rows a slice, each its own pass over the corpus, and a table of 2 documents' rows
+    # written at a time
+    monkeypatch.setattr(search, "QUERY_BLOCK", 5)
+    monkeypatch.setattr(search, "SLICE_BYTES", {"cpu": 1, "cuda": 1})
+    monkeypatch.setattr(nb, "MERGE_BATCH_ROWS", 8)
     _, sliced, _ = run(tmp_path / "sliced", vectors, params(k=4), [23])
     whole, parts = pq.read_table(outputs["table"]).to_pydict(), pq.read_table(sliced["table"]).to_pydict()
     assert pq.ParquetFile(sliced["table"]).metadata.num_rows == 23 * 4
