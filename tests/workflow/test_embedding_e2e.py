@@ -305,7 +305,8 @@ def test_where_jobs_run_reruns_no_embed_job_and_what_they_compute_reruns_each(ru
     pinning mode, another resume folder (`gpu_jobs`) or a compile cache (params not
     recorded) leave every embed job done; only the provenance record, which holds the
     whole config, is rewritten. A changed embedding setting or device (it decides dtype
-    and kernels) reruns each embed job, for that reason."""
+    and kernels) reruns each embed job, task search's query embedding among them, for
+    that reason."""
     workdir, cfg, _, _ = run
     moved = {"devices": "0,1", "pinning": "slots", "resume_dir": str(workdir / "elsewhere")}
     cache = {"compile_cache": str(workdir / "inductor")}
@@ -324,7 +325,9 @@ def test_where_jobs_run_reruns_no_embed_job_and_what_they_compute_reruns_each(ru
         out = snakemake(workdir, "-n", "--configfile", str(_variant(cfg, name, **change))).stdout
         counts = job_counts(out)  # the sweep's point inherits the change: its jobs rerun too
         assert counts["embed"] == counts["sweep_embed_chunk"] == 3, (name, out)
-        assert out.count("reason: Params have changed") == 6, (name, out)
+        # and task search's queries, embedded with the same settings (their prompt aside)
+        assert counts["embed_search_queries"] == 1, (name, out)
+        assert out.count("reason: Params have changed") == 7, (name, out)
 
 
 def test_an_embed_sweep_measures_speed_and_agreement_with_the_main_run(run):
