@@ -74,8 +74,13 @@ def slice_queries(device: str, dim: int, k: int) -> int:
     """The queries one pass over the corpus searches (exact_search's `query_rows`): as
     many as SLICE_BYTES of the device's memory holds (dim float32s and k hits each), a
     multiple of QUERY_BLOCK, so each query is scored in the block a search of all of
-    them at once puts it in (the same float sums and ties); one block at least."""
-    budget = SLICE_BYTES["cpu" if device == "cpu" else "cuda"]
+    them at once puts it in (the same float sums and ties); one block at least. On a GPU
+    the budget is at most half the memory free on it now: a small GPU or a MIG slice (5
+    GB) holds the slice beside a corpus block, its scores and the CUDA context."""
+    if device == "cpu":
+        budget = SLICE_BYTES["cpu"]
+    else:
+        budget = min(SLICE_BYTES["cuda"], torch.cuda.mem_get_info(torch.device(device))[0] // 2)
     fits = budget // (4 * dim + HIT_BYTES * k)
     return max(QUERY_BLOCK, fits // QUERY_BLOCK * QUERY_BLOCK)
 
@@ -268,9 +273,11 @@ def _query_parts(
 
 
 def _normalize_np(x: np.ndarray) -> np.ndarray:
-    # Same rule as torch.nn.functional.normalize: divide by max(norm, 1e-12).
+    """`x` (float32, a copy of its own) with each row divided by max(its norm, 1e-12), as
+    torch.nn.functional.normalize does, in place: a 256 MiB part of queries took two more
+    of its size (the quotient and a float32 copy of it), the same bits."""
     norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return (x / np.maximum(norms, 1e-12)).astype(np.float32)
+    return np.divide(x, np.maximum(norms, 1e-12), out=x)
 
 
 def _read_block(docs: np.ndarray, start: int, stop: int) -> np.ndarray:

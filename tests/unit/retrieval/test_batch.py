@@ -202,11 +202,12 @@ def test_slices_of_queries_and_blocks_of_documents_give_the_table_of_one_pass(tm
     assert read_json(sliced["summary"]) == read_json(whole["summary"])
 
 
-def test_a_slice_of_queries_fills_the_devices_budget_in_whole_query_blocks():
+def test_a_slice_of_queries_fills_the_devices_budget_in_whole_query_blocks(monkeypatch):
     """A million queries of dim 1,024 with k 10 are two passes over the corpus on a GPU
     (990,208 a slice; 5 on the CPU, whose budget is a job's own memory); a deep k shrinks
     the slice to its budget, never below one query block; each slice a whole number of
     blocks."""
+    monkeypatch.setattr(search_module.torch.cuda, "mem_get_info", lambda dev: (80 * 2**30, 80 * 2**30))  # an H100's
     for device, dim, k in (("cuda", 1024, 10), ("cuda:1", 384, 1000), ("cpu", 1024, 10), ("cpu", 384, 100_000)):
         step = search_module.slice_queries(device, dim, k)
         budget = search_module.SLICE_BYTES["cpu" if device == "cpu" else "cuda"]

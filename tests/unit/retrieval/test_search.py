@@ -290,3 +290,35 @@ def test_query_rows_search_a_slice_of_a_file_named_by_its_rows_there(tmp_path):
     for bad in ({"query_rows": range(0, 12, 2)}, {"query_rows": range(2), "drop_identical_ids": True}):
         with pytest.raises(ValueError, match="query_rows: a range of step 1, without drop_identical_ids"):
             exact_search(queries, docs, 4, device="cpu", query_ids=ids, doc_ids=[f"d{i}" for i in range(50)], **bad)
+
+
+def test_normalising_in_place_gives_the_bits_of_the_quotient_it_replaced():
+    """_normalize_np divides a part of queries (or a faiss block) in place, not into two
+    more arrays of its size: the same float32 bits as `(x / max(norm, 1e-12)).astype`."""
+    from shardflow.retrieval.search import _normalize_np
+
+    rng = np.random.default_rng(7)
+    for dim in (1, 7, 384, 1024):
+        x = (rng.normal(size=(300, dim)) * rng.uniform(1e-8, 1e3, size=(300, 1))).astype(np.float32)
+        x[0] = 0.0  # a zero row: divided by 1e-12, stays 0
+        before = (x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+        got = _normalize_np(x)
+        assert got is x and got.dtype == np.float32 and got.tobytes() == before.tobytes(), dim
+
+
+def test_a_gpu_slice_is_at_most_half_the_memory_free_on_it(monkeypatch):
+    """A 4 GiB slice beside a corpus block, its scores and the CUDA context overran a MIG
+    slice of 5 GB (out of memory at every retry): the budget is at most half what the GPU
+    has free, still in whole query blocks; a CPU job's budget reads no GPU."""
+    import shardflow.retrieval.search as search
+
+    asked = []
+    monkeypatch.setattr(search.torch.cuda, "mem_get_info", lambda dev: asked.append(str(dev)) or (2 * 2**30, 5 * 2**30))
+    step = search.slice_queries("cuda:1", 1024, 10)
+    assert asked == ["cuda:1"] and step % search.QUERY_BLOCK == 0
+    assert step * (4 * 1024 + search.HIT_BYTES * 10) <= 2**30 < (step + search.QUERY_BLOCK) * (4 * 1024 + 240)
+    monkeypatch.setattr(search.torch.cuda, "mem_get_info", lambda dev: (80 * 2**30, 80 * 2**30))
+    assert search.slice_queries("cuda", 1024, 10) == 990_208  # a large GPU: SLICE_BYTES["cuda"]
+    asked.clear()
+    search.slice_queries("cpu", 1024, 10)
+    assert asked == []
