@@ -127,6 +127,37 @@ def fetch(url: str, dest: str | os.PathLike, s3) -> bool:
     return True
 
 
+# A piece of an object that count_lines holds at a time.
+COUNT_PIECE = 1 << 22
+
+
+def count_lines(url: str, s3, expected_bytes: int) -> int | None:
+    """The lines of the object `url` (a last one without its "\n" too), streamed a
+    piece of COUNT_PIECE bytes at a time: none kept, nothing written (a queries file of
+    gigabytes, read whole, held them in the controller's memory, and a copy took the pod's
+    disk beside the job's files). None, and no byte of it read, when there is no such
+    object or it is not `expected_bytes` long (not the bytes the job gets). Other errors
+    (access, network) are raised."""
+    from botocore.exceptions import ClientError
+
+    u = S3Url.parse(url)
+    try:
+        answer = s3.get_object(Bucket=u.bucket, Key=u.key)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") not in ("NoSuchKey", "404"):
+            raise
+        return None
+    with contextlib.closing(answer["Body"]) as body:
+        # The size is the answer's header, there before its body (a HEAD is one more request).
+        if answer["ContentLength"] != expected_bytes:
+            return None
+        lines, last = 0, b"\n"
+        for piece in body.iter_chunks(COUNT_PIECE):
+            lines += piece.count(b"\n")
+            last = piece[-1:]
+    return lines + (last != b"\n")
+
+
 # ------------------------------------------------------------------------- globs
 
 

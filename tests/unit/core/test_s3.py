@@ -315,3 +315,68 @@ def test_a_folder_whose_s3_settings_are_wrong_names_it_and_is_not_tried_again(mo
     with pytest.raises(ValueError, match=r"^cannot read s3://b/run/\.resume/job/manifest\.json: .*region") as raised:
         ObjectFolder("s3://b/run/.resume/job").read("manifest.json")
     assert deterministic(raised.value)
+
+
+# ------------------------------------------------------- counting a stored file's lines
+
+
+class _Streamed:
+    """A client whose objects can only be streamed: a whole read (Body.read()) fails, as
+    holding a queries file of gigabytes in the controller's memory would end the run.
+    Its pieces are `piece` bytes whatever size is asked for (recorded in `asked`), to cut
+    lines anywhere; `closed` counts the bodies closed."""
+
+    def __init__(self, objects, piece):
+        self.objects, self.piece, self.asked, self.closed = objects, piece, [], 0
+
+    def get_object(self, Bucket, Key):
+        from botocore.exceptions import ClientError
+
+        if f"s3://{Bucket}/{Key}" not in self.objects:
+            raise ClientError({"Error": {"Code": "NoSuchKey", "Message": "gone"}}, "GetObject")
+        data, client = self.objects[f"s3://{Bucket}/{Key}"], self
+
+        class Body:
+            def read(self, *args):
+                raise AssertionError("the whole object read into memory")
+
+            def iter_chunks(self, chunk_size=1024):
+                client.asked.append(chunk_size)
+                for at in range(0, len(data), client.piece):
+                    yield data[at : at + client.piece]
+
+            def close(self):
+                client.closed += 1
+
+        return {"Body": Body(), "ContentLength": len(data)}
+
+
+@pytest.mark.parametrize("piece", [1, 2, 3, 7, 1 << 22])
+@pytest.mark.parametrize("text, lines", [(b'{"id": 1}\n{"id": 2}\n\n{"id": 4}\n', 4), (b'{"id": 1}\n{"id": 2}', 2),
+                                         (b"\n", 1), (b"", 0), (b"x", 1)])
+def test_a_stored_files_lines_are_counted_streaming_it_a_piece_at_a_time(tmp_path, monkeypatch, piece, text, lines):
+    """A queries file's records (a record a line) were counted in a copy: the whole object
+    read into memory (in the controller, which a queries file of gigabytes killed, ending
+    the run) and written to disk (in the pod, beside the job's own files). Its lines are
+    counted in pieces of 4 MiB, however a piece cuts them (a last line without its "\\n"
+    counts too), and nothing is written."""
+    from shardflow.core import parsecache
+    from shardflow.core.s3 import count_lines
+
+    monkeypatch.chdir(tmp_path)
+    client = _Streamed({"s3://b/run/results/q/queries.jsonl": text}, piece)
+    assert count_lines("s3://b/run/results/q/queries.jsonl", client, len(text)) == lines
+    assert client.asked == [1 << 22] and client.closed == 1
+    assert not os.path.exists(parsecache.FOLDER) and not any(tmp_path.iterdir())
+
+
+def test_a_stored_file_of_other_bytes_than_the_jobs_or_none_is_not_counted(tmp_path, monkeypatch):
+    """An object that is not the bytes the job gets (written again since) is no count,
+    and is not read; nor is an object that is not there."""
+    from shardflow.core.s3 import count_lines
+
+    monkeypatch.chdir(tmp_path)
+    client = _Streamed({"s3://b/q.jsonl": b"a\nb\n"}, 1)
+    assert count_lines("s3://b/q.jsonl", client, 5) is None
+    assert count_lines("s3://b/gone.jsonl", client, 4) is None
+    assert client.asked == [] and client.closed == 1 and not any(tmp_path.iterdir())
