@@ -657,20 +657,19 @@ def read_stored_json(path):
 
 def stored_queries_records(path, n_bytes):
     """The records of a queries file the workflow names `path` (a record a line, as a
-    chunk: no split's manifest counts them), counted in a copy from the S3 default
-    storage; None where there is none, or it is not the `n_bytes` the job gets. The copy
-    is not kept: in a pod it would take the disk this sizes, beside the job's own."""
-    from shardflow.corpus.readers import ReaderOptions, count_records_cheap
-
-    copy = stored_copy(path)
-    if copy is None:
+    chunk: no split's manifest counts them), its lines counted in the S3 default storage;
+    None where there is none (or the default storage is not S3), or it is not the
+    `n_bytes` the job gets."""
+    if not S3_PARTS_PREFIX:
         return None
-    try:
-        if os.path.getsize(copy) != n_bytes:
-            return None
-        return count_records_cheap([copy], ReaderOptions(format="jsonl"))
-    finally:
-        os.remove(copy)
+    return stored_lines(f"{s3.stored_prefix(S3_PARTS_PREFIX)}/{path}", n_bytes)
+
+
+# Snakemake evaluates a job's resources more than once, and each sweep_embed_queries
+# point embeds the same file: each file of a size is streamed once per process.
+@functools.cache
+def stored_lines(url, n_bytes):
+    return s3.count_lines(url, stored_client(), n_bytes)
 
 
 @functools.cache
