@@ -149,7 +149,7 @@ class QueryCounts:
         self.records = count
 
     def source(self, path: str) -> str:
-        return "its lines, in a copy from the default storage of the bytes the job gets"
+        return "its lines, streamed from the default storage where it holds the bytes the job gets"
 
 
 def model_dim(model: str) -> int | None:

@@ -220,8 +220,9 @@ def test_a_queries_file_is_counted_by_its_lines_and_an_uncounted_one_says_so_not
     assert need(Wildcards(), [(queries, 200_000)]) == disk.embed_need_mb(200_000, 1000, 1024, 4) and not warnings
     assert need(Wildcards(), [(queries, 300_000)]) == 0
     assert warnings == [
-        "disk_mb of the embed jobs of results/demo/search: nothing counts the records of queries.jsonl (its lines, in "
-        "a copy from the default storage of the bytes the job gets), so its vectors are not counted; raise it with "
+        "disk_mb of the embed jobs of results/demo/search: nothing counts the records of queries.jsonl (its lines, "
+        "streamed from the default storage where it holds the bytes the job gets), so its vectors are not counted; "
+        "raise it with "
         "--set-resources <rule>:disk_mb=<MB> where they need more"
     ]
 
