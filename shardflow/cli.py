@@ -289,6 +289,15 @@ def compare(args: argparse.Namespace) -> int:
     return 0 if diff["outputs_identical"] else 1
 
 
+def _dataset(args: argparse.Namespace) -> str:
+    """--dataset, else the config's `dataset` (make search and make hits: DATASET=, CONFIG=)."""
+    if args.dataset:
+        return args.dataset
+    from shardflow.workflow import estimate as est
+
+    return est.load_config(args.configfile)["dataset"]
+
+
 def search(args: argparse.Namespace) -> int:
     """Print the documents of a finished run nearest to each query (make search): the
     queries embedded as the run embedded its documents (shardflow.workflow.search)."""
@@ -302,12 +311,7 @@ def search(args: argparse.Namespace) -> int:
 
     hf_logging.disable_progress_bar()  # the weights' loading bar: noise before a few lines of answers
     try:
-        if args.dataset:
-            dataset = args.dataset
-        else:
-            from shardflow.workflow import estimate as est
-
-            dataset = est.load_config(args.configfile)["dataset"]
+        dataset = _dataset(args)
         opts = ReaderOptions(format=args.format, id_field=args.id_field or None, text_field=args.text_field)
         queries = nearest.read_queries(args.query, args.queries, opts)
         answers, used = nearest.search(os.path.join(args.results, dataset), queries, args.top_k, prompt=args.prompt,
@@ -325,6 +329,36 @@ def search(args: argparse.Namespace) -> int:
         print(f"search: {len(answers)} queries, {hits} hits written to {args.out} ({used['data_set']}, "
               f"{used['documents']} documents)")
     elif args.json:
+        for answer in answers:
+            print(json.dumps(answer.as_json(), ensure_ascii=False))
+    else:
+        print(nearest.table(answers, used), end="")
+    return 0
+
+
+def hits(args: argparse.Namespace) -> int:
+    """Print task search's hits of a finished run with their texts, nothing embedded (make
+    hits): of the queries --query names, else of the first --first of its queries file."""
+    from shardflow.workflow import search as nearest
+
+    query_ids = []
+    for given in args.query:  # make hits QUERY=a,b passes one --query
+        ids = [q.strip() for q in given.split(",") if q.strip()]
+        if not ids:
+            print(f"hits: --query {given!r} names no query id", file=sys.stderr)
+            return 2
+        query_ids += ids
+    if query_ids and args.first is not None:
+        print("hits: give --query or --first, not both", file=sys.stderr)
+        return 2
+    try:
+        answers, used = nearest.stored_hits(os.path.join(args.results, _dataset(args)), query_ids=query_ids,
+                                            first=args.first, top_k=args.top_k)
+    except (ValueError, OSError) as exc:
+        print(f"hits: {exc}", file=sys.stderr)
+        return 2
+    if args.json:  # the JSON lines say nothing of the file they came from: said beside them
+        print(nearest.header(used), file=sys.stderr)
         for answer in answers:
             print(json.dumps(answer.as_json(), ensure_ascii=False))
     else:
@@ -486,6 +520,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="one JSON line per query, its hits with their texts")
     p.add_argument("--out", default="", help="write the JSON lines to this file instead (atomically)")
     p.set_defaults(func=search)
+    p = sub.add_parser(
+        "hits",
+        help="task search's hits of a finished run with their texts, nothing embedded (make hits)",
+    )
+    p.add_argument(
+        "--query", action="append", default=[], help="query ids (repeatable, or several at commas): their hits, in this order"
+    )
+    p.add_argument("--first", type=_positive, default=None, help="the first N queries of the file (default 5, no --query)")
+    p.add_argument("--top-k", type=_positive, default=None, help="hits shown per query (default: all the file holds)")
+    p.add_argument("--dataset", default="", help="the data set (default: the config's `dataset`)")
+    p.add_argument(
+        "--configfile", nargs="+", action="extend", default=[], help="merged over config/config.yaml in order"
+    )
+    p.add_argument("--results", default="results", help="the folder holding results/<dataset> (default: results)")
+    p.add_argument("--json", action="store_true", help="one JSON line per query, its hits with their texts")
+    p.set_defaults(func=hits)
     p = sub.add_parser(
         "sweep-adopt",
         help="move a sweep's finished jobs to their point's new id after a key was added to or removed from its grid "

@@ -1,5 +1,6 @@
 """Ad hoc search of a finished run's embeddings: queries without relevance judgements
-(`make search`, `python -m shardflow.cli search`).
+(`make search`, `python -m shardflow.cli search`); and task search's stored hits read
+back with their texts, nothing embedded (`make hits`, `python -m shardflow.cli hits`).
 
 Retrieval evaluation (shardflow.retrieval.pipeline) scores judged queries against a
 benchmark's corpus. This answers the question a user asks once a corpus is embedded:
@@ -19,11 +20,12 @@ import itertools
 import logging
 import os
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from shardflow.core.columns import open_ids
 from shardflow.core.files import read_json
 from shardflow.corpus.chunks import chunk_path, parse_chunk_line
 from shardflow.corpus.readers import ReaderOptions, Rejected, expand_inputs, iter_records
@@ -335,6 +337,172 @@ def search(
     return answers, used
 
 
+# Task search's hits are read this many rows at a time: a million queries' file is never
+# held whole, and the reading stops once the queries shown are complete.
+HITS_BATCH = 65_536
+FIRST_QUERIES = 5  # shown where no query id is given
+
+
+def stored_hits(
+    folder: str | os.PathLike,
+    query_ids: Sequence[str] = (),
+    first: int | None = None,
+    top_k: int | None = None,
+) -> tuple[list[Answer], dict[str, Any]]:
+    """Task search's hits of data set folder `folder` (search/hits.parquet) with their
+    texts, nothing embedded: those of `query_ids` in the order given (an id given twice
+    shown once), else of the `first` queries of the file (FIRST_QUERIES where neither is
+    given); each query's `top_k` best (all the file holds: None). The queries' texts
+    are read from search/queries.jsonl, the hits' from the chunk files by row
+    (`hit_texts`), each row checked against ids.parquet first: hits of a run that changed
+    since the search are an error naming the files. Also returns what `header` says."""
+    from shardflow.retrieval.batch import HITS_SCHEMA
+
+    if query_ids and first is not None:
+        raise ValueError("give query ids or a number of first queries, not both")
+    for name, value in (("first", first), ("top_k", top_k)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    run = embedded_run(folder)
+    out = run.folder / "search"
+    hits_path, queries_path = out / "hits.parquet", out / "queries.jsonl"
+    task = "run the workflow with task search (tasks: [embedding, search], and search.queries naming the queries)"
+    if not hits_path.is_file():
+        raise FileNotFoundError(f"{hits_path}: no such file: {task}")
+    summary_path = out / "summary.json"
+    summary = _read_json(summary_path, f"task search's summary: {task}")
+    try:
+        n_queries, k = int(summary["queries"]), int(summary["k"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"{summary_path}: no counts of queries and k: not task search's summary") from None
+    hits_file = open_ids(hits_path)  # any Parquet file: an unreadable one is named
+    absent = [c for c in HITS_SCHEMA.names if c not in hits_file.schema_arrow.names]
+    if absent:
+        raise ValueError(f"{hits_path}: no column {', '.join(absent)}: not task search's hits")
+    if query_ids:
+        wanted = list(dict.fromkeys(query_ids))
+        found = _read_hits(hits_file, set(wanted))
+        unknown = [q for q in wanted if q not in found]
+        if unknown:
+            some = ", ".join(repr(q) for q in _first_query_ids(hits_file, 3))
+            raise ValueError(f"{hits_path}: no query {', '.join(map(repr, unknown))} (its query ids are those of "
+                             f"{queries_path}: {some}, ...)")
+        texts = _query_texts(queries_path, set(wanted), hits_path)
+        queries = [(q, texts[q]) for q in wanted]
+    else:
+        queries = list(itertools.islice(_iter_queries(queries_path), first or FIRST_QUERIES))
+        found = _read_hits(hits_file, {q for q, _ in queries})
+        for qid, _ in queries:
+            if qid not in found:
+                raise ValueError(f"{hits_path}: no hits of query {qid!r} of {queries_path}: the files are not of one "
+                                 f"search; {task}")
+    shown = {q: sorted(found[q])[:top_k] for q, _ in queries}  # by rank
+    n_rows = open_ids(run.ids).metadata.num_rows
+    rows: dict[int, str] = {}
+    for qid, hits in shown.items():
+        for rank, hit_id, _, row in hits:
+            if not 0 <= row < n_rows:
+                raise ValueError(f"{hits_path}: query {qid!r} rank {rank} is {hit_id!r} at row {row}, but {run.ids} "
+                                 f"holds {n_rows} rows: the run changed since the search; {task} again")
+            rows[row] = hit_id
+    at = _ids_at(run.ids, rows)
+    for qid, hits in shown.items():
+        for rank, hit_id, _, row in hits:
+            if at[row] != hit_id:
+                raise ValueError(f"{hits_path}: query {qid!r} rank {rank} is {hit_id!r} at row {row}, but row {row} "
+                                 f"of {run.ids} is {at[row]!r}: the run changed since the search; {task} again")
+    texts = hit_texts(run, rows, n_rows)
+    answers = [Answer(qid, text, [Hit(rank, hit_id, score, texts[row]) for rank, hit_id, score, row in shown[qid]])
+               for qid, text in queries]
+    used = {
+        "data_set": str(run.folder),
+        "hits_file": str(hits_path),
+        "queries": n_queries,
+        "hits": hits_file.metadata.num_rows,
+        "k": k,
+        "documents": n_rows,
+        "similarity": summary.get("similarity"),
+        "shown": len(answers),
+        "top_k": top_k,
+    }
+    return answers, used
+
+
+def _read_hits(hits_file, wanted: set[str]) -> dict[str, list[tuple[int, str, float, int]]]:
+    """The rows of `hits_file` (a pyarrow ParquetFile of task search's hits) of the queries
+    `wanted`, as {query id: [(rank, id, score, row), ...]}, read HITS_BATCH rows at a time
+    and filtered in Arrow: only the wanted queries' rows become Python objects."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from shardflow.retrieval.batch import HITS_SCHEMA
+
+    keys = pa.array(sorted(wanted), hits_file.schema_arrow.field("query_id").type)
+    found: dict[str, list[tuple[int, str, float, int]]] = {}
+    for batch in hits_file.iter_batches(batch_size=HITS_BATCH, columns=HITS_SCHEMA.names):
+        if not batch.num_rows:
+            continue
+        mask = pc.is_in(batch.column("query_id"), value_set=keys)
+        picked = batch.filter(mask)
+        for qid, *hit in zip(*(picked.column(c).to_pylist() for c in HITS_SCHEMA.names), strict=True):
+            found.setdefault(qid, []).append(tuple(hit))
+        # A query's hits are consecutive rows (queries in file order, each in rank order):
+        # once every wanted query is seen and a batch ends on another, none has more.
+        if len(found) == len(wanted) and not mask[batch.num_rows - 1].as_py():
+            break
+    return found
+
+
+def _first_query_ids(hits_file, n: int) -> list[str]:
+    """The first `n` query ids of task search's hits: examples for an error."""
+    batch = next(hits_file.iter_batches(batch_size=HITS_BATCH, columns=["query_id"]), None)
+    return list(dict.fromkeys(batch.column(0).to_pylist()))[:n] if batch is not None else []
+
+
+def _iter_queries(path: Path) -> Iterator[tuple[str, str]]:
+    """Task search's queries as it read them (search/queries.jsonl, the chunk format), as
+    (id, text) in file order, a line at a time."""
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file: the queries task search read; rerun the workflow") from None
+    with fh:
+        for lineno, raw in enumerate(fh, 1):
+            rec = parse_chunk_line(raw, path, lineno)
+            yield rec.id, rec.text
+
+
+def _query_texts(path: Path, wanted: set[str], hits_path: Path) -> dict[str, str]:
+    """The texts of the queries `wanted` in task search's queries file, read up to the
+    last of them."""
+    texts: dict[str, str] = {}
+    for qid, text in _iter_queries(path):
+        if qid in wanted:
+            texts[qid] = text
+            if len(texts) == len(wanted):
+                return texts
+    missing = ", ".join(repr(q) for q in sorted(wanted - texts.keys()))
+    raise ValueError(f"{path}: no query {missing}, though {hits_path} holds its hits: the files are not of one search; "
+                     "rerun the workflow")
+
+
+def _ids_at(path: Path, rows: Iterable[int]) -> dict[int, str]:
+    """The ids at `rows` of an id column file, each row group holding one read once
+    (core.columns.id_at reads a group for every row)."""
+    ids = open_ids(path)
+    wanted = sorted(set(rows))
+    found: dict[int, str] = {}
+    start = 0
+    for group in range(ids.metadata.num_row_groups):
+        end = start + ids.metadata.row_group(group).num_rows
+        inside = wanted[bisect.bisect_left(wanted, start):bisect.bisect_left(wanted, end)]
+        if inside:
+            column = ids.read_row_group(group, columns=["id"]).column(0)
+            found.update((row, column[row - start].as_py()) for row in inside)
+        start = end
+    return found
+
+
 def _prompt_words(prompt: str | None, prompt_name: str | None, default_name: str | None) -> str:
     """A prompt setting as the header says it: neither given means the model's default."""
     if prompt is not None:
@@ -351,7 +519,17 @@ def snippet(text: str, width: int) -> str:
 
 
 def header(used: dict[str, Any]) -> str:
-    """What a search ran with, on one line: data set, model, similarity, the queries' prompt."""
+    """Where the answers came from, on one line: for a search, what it ran with (data set,
+    model, similarity, the queries' prompt); for task search's hits (`stored_hits`), their
+    file and its counts, and what is shown of it."""
+    if "hits_file" in used:
+        shown = f"{used['shown']} {'query' if used['shown'] == 1 else 'queries'} shown"
+        if used["top_k"] is not None:
+            each = min(used["top_k"], used["k"])
+            shown += f", {each} hit{'' if each == 1 else 's'} each"
+        return (f"{used['data_set']}: task search's hits ({used['hits_file']}): {used['queries']} queries, "
+                f"{used['hits']} hits, k {used['k']}, against {used['documents']} documents, {used['similarity']}; "
+                f"{shown}")
     head = (f"{used['data_set']}: {used['documents']} documents, model {used['model']}, {used['similarity']}, "
             f"queries with {used['prompt']}")
     if used["documents_prompt"] != "no prompt":  # the run's: a query prompt is chosen to match it

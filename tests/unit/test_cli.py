@@ -183,3 +183,27 @@ def test_summaries_overlay_sets_the_stored_summaries_format_for_method_stored_on
         "evaluate-summaries: STORED_FORMAT='prose' is read by METHOD=stored only, and METHOD=lead "
         "makes summaries of its own: add METHOD=stored, or leave STORED_FORMAT out\n"
     )
+
+
+def test_hits_takes_query_ids_repeated_or_at_commas_and_first_or_ids_not_both(tmp_path, monkeypatch, capsys):
+    """make hits QUERY=a,b passes one --query: its ids split at commas, as repeated
+    --query ids are; FIRST= beside them would leave one of the two unread."""
+    from shardflow.workflow import search as nearest
+
+    calls = []
+    used = {"data_set": "d", "hits_file": "d/search/hits.parquet", "queries": 3, "hits": 30, "k": 10,
+            "documents": 9, "similarity": "cosine", "shown": 0, "top_k": None}
+    monkeypatch.setattr(nearest, "stored_hits", lambda folder, **kw: calls.append((folder, kw)) or ([], used))
+    base = ["hits", "--results", str(tmp_path), "--dataset", "d"]
+    assert main([*base, "--query", "a,b", "--query", "c", "--top-k", "3"]) == 0
+    assert calls.pop() == (str(tmp_path / "d"), {"query_ids": ["a", "b", "c"], "first": None, "top_k": 3})
+    assert main([*base, "--first", "2"]) == 0
+    assert calls.pop() == (str(tmp_path / "d"), {"query_ids": [], "first": 2, "top_k": None})
+    capsys.readouterr()
+    assert main([*base, "--query", "a", "--first", "2"]) == 2 and not calls
+    assert capsys.readouterr().err == "hits: give --query or --first, not both\n"
+    assert main([*base, "--query", " , "]) == 2 and not calls
+    assert "hits: --query ' , ' names no query id" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*base, "--first", "0"])
+    assert "expected a positive integer, got '0'" in capsys.readouterr().err

@@ -322,3 +322,146 @@ def test_cuda_asked_for_where_there_is_none_is_a_clear_error(run, monkeypatch):
         nearest.search(run, [("q", "x")], 1, device="cuda")
     _, used = nearest.search(run, [("q", "x")], 1, prompt="")  # auto: the CPU here
     assert used["device"] == "cpu"
+
+
+# Task search's stored hits (make hits): read back with their texts, nothing embedded.
+
+QUERY_TEXTS = {"q-a": 7, "q-b": 12, "q-c": 15, "q-d": 2, "q-e": 9, "q-f": 6, "q-g": 10}  # id: the document it repeats
+
+
+def make_search(folder: Path, model: Path, texts: list[str], k: int = 4) -> Path:
+    """What task search leaves under a finished run's search/: the queries as read, their
+    embeddings and the hits, written by the task's own code (shardflow.retrieval.batch)."""
+    from shardflow.core.columns import write_ids_parquet
+    from shardflow.retrieval.batch import SearchParams, prepare_queries, search_queries
+
+    out = folder / "search"
+    out.mkdir()
+    given = folder.parent / f"{folder.name}-questions.jsonl"
+    given.write_text("".join(json.dumps({"id": q, "text": texts[i]}) + "\n" for q, i in QUERY_TEXTS.items()))
+    prepare_queries(str(given), ReaderOptions(), str(out / "queries.jsonl"))
+    params = EmbedParams(model=str(model), device="cpu", prompt="")  # as the documents: each finds its own first
+    np.save(out / "queries.npy", load_encoder(params).encode([texts[i] for i in QUERY_TEXTS.values()]))
+    write_ids_parquet(out / "queries.ids.parquet", list(QUERY_TEXTS))
+    search_queries(str(folder / "embeddings.npy"), str(folder / "ids.parquet"), str(out / "queries.npy"),
+                   str(out / "queries.ids.parquet"), SearchParams(k=k, similarity="cosine", device="cpu"),
+                   {"hits": str(out / "hits.parquet"), "summary": str(out / "summary.json"),
+                    "figure": str(out / "best_scores.png")})
+    return out
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory, model, texts) -> Path:
+    folder = make_run(tmp_path_factory.mktemp("searched") / "demo", model, texts)
+    make_search(folder, model, texts)
+    return folder
+
+
+@pytest.fixture()
+def searched_copy(searched, tmp_path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(searched, tmp_path / "results" / "demo"))
+
+
+def chunk_lines(folder: Path) -> list[tuple[str, str]]:
+    """Every record of the run's chunks as (id, text), in merge order: row r is line r."""
+    lines = []
+    for c in range(len(CHUNKS)):
+        for line in chunk_path(folder / "chunks", c).read_text(encoding="utf-8").splitlines():
+            obj = json.loads(line)
+            lines.append((obj["id"], obj["text"]))
+    return lines
+
+
+def test_stored_hits_carry_the_texts_of_their_rows_chunk_lines_in_rank_order(searched, texts):
+    answers, used = nearest.stored_hits(searched)
+    table = pq.read_table(searched / "search" / "hits.parquet").to_pylist()
+    lines = chunk_lines(searched)
+    assert [a.query_id for a in answers] == list(QUERY_TEXTS)[:5]  # the first five of the file
+    for answer in answers:
+        assert answer.query == texts[QUERY_TEXTS[answer.query_id]]
+        rows = sorted((r for r in table if r["query_id"] == answer.query_id), key=lambda r: r["rank"])
+        assert [(h.rank, h.id, h.score) for h in answer.hits] == [
+            (r["rank"], r["id"], pytest.approx(r["score"])) for r in rows]
+        assert [(h.id, h.text) for h in answer.hits] == [lines[r["row"]] for r in rows]
+        assert answer.hits[0].id == f"doc-{QUERY_TEXTS[answer.query_id]}"  # its own text first
+    assert (used["queries"], used["hits"], used["k"], used["documents"]) == (7, 28, 4, len(texts))
+
+
+def test_stored_hits_of_given_queries_in_the_order_given(searched):
+    answers, _ = nearest.stored_hits(searched, query_ids=["q-g", "q-b", "q-g"])
+    assert [a.query_id for a in answers] == ["q-g", "q-b"]  # one asked twice: shown once
+    assert [a.hits[0].id for a in answers] == ["doc-10", "doc-12"]
+
+
+def test_stored_hits_first_n_and_k(searched):
+    answers, used = nearest.stored_hits(searched, first=2, top_k=2)
+    assert [a.query_id for a in answers] == ["q-a", "q-b"]
+    assert all([h.rank for h in a.hits] == [1, 2] for a in answers)
+    assert len(nearest.stored_hits(searched, first=100)[0]) == 7  # more than the file holds: all of it
+    with pytest.raises(ValueError, match="give query ids or a number of first queries, not both"):
+        nearest.stored_hits(searched, query_ids=["q-a"], first=1)
+
+
+@pytest.mark.parametrize("batch", [1, 3, 4, 5])
+def test_stored_hits_read_a_batch_at_a_time_are_the_same(searched, monkeypatch, batch):
+    # A query's hits cut across batches, and the reading stops once the queries asked for
+    # are complete: the same answers as one batch gives.
+    want = nearest.stored_hits(searched, query_ids=["q-c", "q-a", "q-e"])
+    monkeypatch.setattr(nearest, "HITS_BATCH", batch)
+    assert nearest.stored_hits(searched, query_ids=["q-c", "q-a", "q-e"]) == want
+
+
+def test_stored_hits_header_says_where_they_came_from(searched):
+    answers, used = nearest.stored_hits(searched, query_ids=["q-a"], top_k=1)
+    out = nearest.table(answers, used, width=400)
+    head = out.splitlines()[0]
+    assert str(searched / "search" / "hits.parquet") in head
+    assert "7 queries, 28 hits, k 4" in head and f"{sum(CHUNKS)} documents" in head
+    assert "1 query shown, 1 hit each" in head
+    assert "   1  1.0000  doc-7  " in out
+
+
+def test_stored_hits_without_task_search_say_how_to_run_it(searched_copy):
+    (searched_copy / "search" / "hits.parquet").unlink()
+    with pytest.raises(FileNotFoundError) as missing:
+        nearest.stored_hits(searched_copy)
+    message = str(missing.value)
+    assert f"{searched_copy / 'search' / 'hits.parquet'}: no such file" in message
+    assert "tasks: [embedding, search]" in message and "search.queries" in message
+
+
+def test_an_unknown_query_id_is_named_with_ids_that_are(searched):
+    with pytest.raises(ValueError) as unknown:
+        nearest.stored_hits(searched, query_ids=["q-a", "nope"])
+    message = str(unknown.value)
+    assert "hits.parquet" in message and "no query 'nope'" in message and "'q-a', 'q-b', 'q-c'" in message
+
+
+def test_hits_of_another_run_are_named(searched_copy):
+    path = searched_copy / "search" / "hits.parquet"
+    table = pq.read_table(path)
+    rows = table.column("row").to_numpy().copy()
+    rows[0] = (rows[0] + 1) % sum(CHUNKS)  # q-a's best hit now names another row than its id's
+    pq.write_table(table.set_column(4, "row", pa.array(rows)), path)
+    with pytest.raises(ValueError, match=r"hits\.parquet: query 'q-a' rank 1 is 'doc-7' at row 8, but row 8 of "
+                                         r".*ids\.parquet is 'doc-8': the run changed since the search"):
+        nearest.stored_hits(searched_copy, query_ids=["q-a"])
+
+
+def test_cli_hits_prints_the_table_or_json_lines(searched, texts, capsys):
+    results = str(searched.parent)
+    assert cli.main(["hits", "--results", results, "--dataset", "demo", "--query", "q-c,q-a", "--query", "q-f",
+                     "--top-k", "2"]) == 0
+    out = capsys.readouterr().out
+    assert " ".join(out.split()).startswith(f"{searched}: task search's hits")
+    assert [line.split(":")[0] for line in out.splitlines() if line.startswith("q-")] == ["q-c", "q-a", "q-f"]
+    assert cli.main(["hits", "--results", results, "--dataset", "demo", "--first", "3", "--json"]) == 0
+    captured = capsys.readouterr()
+    got = [json.loads(line) for line in captured.out.splitlines()]
+    want, _ = nearest.stored_hits(searched, first=3)
+    assert got == [a.as_json() for a in want] and [a["query_id"] for a in got] == ["q-a", "q-b", "q-c"]
+    assert "task search's hits" in captured.err  # the header, beside the JSON lines
+    assert cli.main(["hits", "--results", results, "--dataset", "demo", "--query", "nope"]) == 2
+    assert "no query 'nope'" in capsys.readouterr().err
