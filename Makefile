@@ -11,7 +11,8 @@ CORES ?= all
 # unexported, not `undefine`d, which GNU make 3.81 (macOS's /usr/bin/make) lacks: their
 # defaults below are given as $(or $(X),default), since an empty X counts as set for ?=.
 TARGET_VARS := DATA MODEL NAME ID ARTICLE REFERENCE METHOD STORED STORED_FORMAT SPLIT SPLITTER REFERENCE_FORMAT CHUNKS \
-  DROP_IDENTICAL_IDS SWEEP DRY_RUN TORCH_INDEX A B JSON CONFIG GPUS STORAGE GPU_PEAK_TFLOPS MFU Q QUERIES K DATASET OUT TEXT
+  DROP_IDENTICAL_IDS SWEEP DRY_RUN TORCH_INDEX A B JSON CONFIG GPUS STORAGE GPU_PEAK_TFLOPS MFU Q QUERIES K DATASET OUT TEXT \
+  QUERY FIRST
 $(foreach v,$(TARGET_VARS),$(if $(filter environment,$(origin $(v))),$(eval $(v) :=)$(eval unexport $(v))))
 # A yes/no variable (JSON=, DRY_RUN=) is yes unless empty, 0, no or false: JSON=0 printed
 # JSON, and DRY_RUN=0 made no move.
@@ -24,7 +25,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # Shell rules (train) run `python`: the venv's, without activating it.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help setup run report estimate status compare search dag rulegraph test test-fast test-faults test-aot test-unit test-workflow test-cluster lint fmt bench clean evaluate-beir evaluate-summaries reproduce-arguana reproduce-shakespeare sweep sweep-adopt
+.PHONY: help setup run report estimate status compare search hits dag rulegraph test test-fast test-faults test-aot test-unit test-workflow test-cluster lint fmt bench clean evaluate-beir evaluate-summaries reproduce-arguana reproduce-shakespeare sweep sweep-adopt
 
 help:
 	@echo "make run    install into .venv and run the embedding workflow on the demo corpus"
@@ -36,6 +37,7 @@ help:
 	@echo "make status  where a running or stopped run stands: jobs, records, time left, cost so far, failures (CONFIG=, GPUS=, STORAGE=s3://... for an eks run; installs .venv only if missing)"
 	@echo "make compare A=<provenance.json> B=<provenance.json>  why two runs differ, outputs first (JSON=1)"
 	@echo "make search Q='a question'  the run's documents nearest to it (QUERIES=file, K=10, DATASET=, CONFIG=, MODEL=, JSON=1, OUT=)"
+	@echo "make hits  task search's hits with their texts, nothing embedded (QUERY=<id>[,<id>...] or FIRST=5, K=, DATASET=, CONFIG=, JSON=1)"
 	@echo "make dag    write dag.svg (graphviz) of the configured workflow"
 	@echo "make lint   snakemake --lint, snakefmt --check and ruff check (make fmt fixes what it can)"
 	@echo "make bench  CPU engine benchmark against sentence-transformers"
@@ -162,6 +164,24 @@ search: $(INSTALLED_IF_MISSING)
 		$(if $(value ID),--id-field "$$SHARDFLOW_SEARCH_ID") $(if $(value TEXT),--text-field "$$SHARDFLOW_SEARCH_TEXT") \
 		$(if $(value DATASET),--dataset "$$SHARDFLOW_SEARCH_DATASET") $(if $(value CONFIG),--configfile $$SHARDFLOW_SEARCH_CONFIG) \
 		$(if $(filter-out default,$(value MODEL)),--model "$$SHARDFLOW_SEARCH_MODEL") $(if $(call yes,$(JSON)),--json) $(if $(value OUT),--out "$$SHARDFLOW_SEARCH_OUT")
+
+# Task search's hits (results/<dataset>/search/hits.parquet) with their texts, read
+# back from the run's chunks, nothing embedded (shardflow.workflow.search.stored_hits):
+# QUERY=<id> (several at commas: QUERY=a,b) shows those queries' hits, in that order,
+# else FIRST=N the first N queries of the file (5); K= hits per query (default: all the
+# file holds), DATASET= (default: the config's), CONFIG= as the run's --configfile, JSON=1
+# prints JSON lines. The values reach the command through the environment, as make
+# search's do: a query id may hold $, quotes or spaces.
+hits: export SHARDFLOW_HITS_QUERY = $(value QUERY)
+hits: export SHARDFLOW_HITS_FIRST = $(value FIRST)
+hits: export SHARDFLOW_HITS_K = $(value K)
+hits: export SHARDFLOW_HITS_DATASET = $(value DATASET)
+hits: export SHARDFLOW_HITS_CONFIG = $(value CONFIG)
+hits: $(INSTALLED_IF_MISSING)
+	@$(BIN)/python -m shardflow.cli hits $(if $(value QUERY),--query "$$SHARDFLOW_HITS_QUERY") \
+		$(if $(value FIRST),--first "$$SHARDFLOW_HITS_FIRST") $(if $(value K),--top-k "$$SHARDFLOW_HITS_K") \
+		$(if $(value DATASET),--dataset "$$SHARDFLOW_HITS_DATASET") $(if $(value CONFIG),--configfile $$SHARDFLOW_HITS_CONFIG) \
+		$(if $(call yes,$(JSON)),--json)
 
 # pipefail: a Snakemake error (a bad config) fails the target instead of writing an
 # empty SVG; the SVG is replaced only when both steps succeed.
