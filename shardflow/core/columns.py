@@ -7,9 +7,10 @@ Bounded row groups, so streaming readers (merge, verify) hold one group at a tim
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -60,14 +61,24 @@ def read_id_array(path: str | os.PathLike):
 def id_at(path: str | os.PathLike, row: int) -> str | None:
     """The id at `row` (counting from 0) of an id column file, reading the one row group
     that holds it; None where the file has no such row."""
+    return ids_at(path, [row]).get(row)
+
+
+def ids_at(path: str | os.PathLike, rows: Iterable[int]) -> dict[int, str]:
+    """{row: its id} for each of `rows` (counting from 0) that an id column file has,
+    each row group holding one of them read once, the others not at all."""
     ids = open_ids(path)
+    wanted = sorted(set(rows))
+    found: dict[int, str] = {}
     first = 0
     for group in range(ids.metadata.num_row_groups):
-        n = ids.metadata.row_group(group).num_rows
-        if first <= row < first + n:
-            return ids.read_row_group(group, columns=["id"]).column(0)[row - first].as_py()
-        first += n
-    return None
+        end = first + ids.metadata.row_group(group).num_rows
+        inside = wanted[bisect.bisect_left(wanted, first) : bisect.bisect_left(wanted, end)]
+        if inside:
+            column = ids.read_row_group(group, columns=["id"]).column(0)
+            found.update((row, column[row - first].as_py()) for row in inside)
+        first = end
+    return found
 
 
 def _id_hash(value: str) -> int:

@@ -20,12 +20,12 @@ import itertools
 import logging
 import os
 import textwrap
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from shardflow.core.columns import open_ids
+from shardflow.core.columns import ids_at, open_ids
 from shardflow.core.files import read_json
 from shardflow.corpus.chunks import chunk_path, parse_chunk_line
 from shardflow.corpus.readers import ReaderOptions, Rejected, expand_inputs, iter_records
@@ -405,7 +405,7 @@ def stored_hits(
                 raise ValueError(f"{hits_path}: query {qid!r} rank {rank} is {hit_id!r} at row {row}, but {run.ids} "
                                  f"holds {n_rows} rows: the run changed since the search; {task} again")
             rows[row] = hit_id
-    at = _ids_at(run.ids, rows)
+    at = ids_at(run.ids, rows)
     for qid, hits in shown.items():
         for rank, hit_id, _, row in hits:
             if at[row] != hit_id:
@@ -484,23 +484,6 @@ def _query_texts(path: Path, wanted: set[str], hits_path: Path) -> dict[str, str
     missing = ", ".join(repr(q) for q in sorted(wanted - texts.keys()))
     raise ValueError(f"{path}: no query {missing}, though {hits_path} holds its hits: the files are not of one search; "
                      "rerun the workflow")
-
-
-def _ids_at(path: Path, rows: Iterable[int]) -> dict[int, str]:
-    """The ids at `rows` of an id column file, each row group holding one read once
-    (core.columns.id_at reads a group for every row)."""
-    ids = open_ids(path)
-    wanted = sorted(set(rows))
-    found: dict[int, str] = {}
-    start = 0
-    for group in range(ids.metadata.num_row_groups):
-        end = start + ids.metadata.row_group(group).num_rows
-        inside = wanted[bisect.bisect_left(wanted, start):bisect.bisect_left(wanted, end)]
-        if inside:
-            column = ids.read_row_group(group, columns=["id"]).column(0)
-            found.update((row, column[row - start].as_py()) for row in inside)
-        start = end
-    return found
 
 
 def _prompt_words(prompt: str | None, prompt_name: str | None, default_name: str | None) -> str:

@@ -65,3 +65,24 @@ def test_id_at_reads_the_row_from_its_row_group(tmp_path):
     at = [0, ID_ROW_GROUP - 1, ID_ROW_GROUP, ID_ROW_GROUP + 2]
     assert [columns.id_at(path, k) for k in at] == [ids[k] for k in at]
     assert [columns.id_at(path, k) for k in (ID_ROW_GROUP + 3, -1)] == [None, None]
+
+
+def test_ids_at_reads_each_row_group_holding_a_row_once_and_no_other(tmp_path, monkeypatch):
+    """make hits checks many hits' rows against ids.parquet: each group that holds one is
+    read once, one holding none not at all; rows the file lacks are left out."""
+    ids = [f"d{i}" for i in range(2 * ID_ROW_GROUP + 3)]
+    path = tmp_path / "ids.parquet"
+    write_ids_parquet(path, ids)
+    read = []
+    real = columns.open_ids
+
+    def counting(p):
+        f = real(p)
+        group = f.read_row_group
+        f.read_row_group = lambda i, **kw: read.append(i) or group(i, **kw)
+        return f
+
+    monkeypatch.setattr(columns, "open_ids", counting)
+    rows = [2 * ID_ROW_GROUP + 1, 0, 5, 2 * ID_ROW_GROUP, 5, 2 * ID_ROW_GROUP + 3, -1]
+    assert columns.ids_at(path, rows) == {r: ids[r] for r in (0, 5, 2 * ID_ROW_GROUP, 2 * ID_ROW_GROUP + 1)}
+    assert read == [0, 2]
