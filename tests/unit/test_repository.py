@@ -223,6 +223,31 @@ def test_make_search_passes_its_values_as_typed(tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith("usage: make search Q="), proc.stderr
 
 
+def test_make_hits_passes_its_values_as_typed(tmp_path):
+    """Query ids may hold $, quotes and backticks, a data set's name spaces, as make
+    search's values: each reaches the CLI as typed, the environment's own QUERY not."""
+    shutil.copy(REPO / "Makefile", tmp_path / "Makefile")
+    fake = tmp_path / "bin" / "python"
+    fake.parent.mkdir()
+    fake.write_text("#!/usr/bin/env python3\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    fake.chmod(0o755)
+    env = {**shell_env(), "QUERY": "from the environment"}
+
+    def make(*given: str) -> list[str]:
+        proc = subprocess.run(["make", "--no-print-directory", "-o", ".venv/.installed", "hits", f"BIN={fake.parent}",
+                               *given], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    ids = "q$1,\"it's\",`touch ran`"
+    assert make(f"QUERY={ids}", "K=3", "DATASET=my set", "JSON=1") == [
+        "-m", "shardflow.cli", "hits", "--query", ids, "--top-k", "3", "--dataset", "my set", "--json"]
+    assert not (tmp_path / "ran").exists()
+    assert make("FIRST=7", "CONFIG=a.yaml b.yaml") == ["-m", "shardflow.cli", "hits", "--first", "7", "--configfile",
+                                                        "a.yaml", "b.yaml"]
+    assert make() == ["-m", "shardflow.cli", "hits"]  # the environment's QUERY is not taken
+
+
 def test_estimate_status_and_dag_read_config_and_gpus_from_the_command_line_not_the_environment(tmp_path):
     """CONFIG, GPUS or STORAGE exported for another tool changed what make estimate and
     make status read, without a word: another run's config, another GPU count."""
