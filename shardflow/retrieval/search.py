@@ -81,6 +81,12 @@ def slice_queries(device: str, dim: int, k: int) -> int:
         budget = SLICE_BYTES["cpu"]
     else:
         budget = min(SLICE_BYTES["cuda"], torch.cuda.mem_get_info(torch.device(device))[0] // 2)
+    return slice_rows(budget, dim, k)
+
+
+def slice_rows(budget: int, dim: int, k: int) -> int:
+    """The queries a slice of `budget` bytes holds (dim float32s and k hits each), in whole
+    query blocks, one at least (`slice_queries`; make estimate's passes over a corpus)."""
     fits = budget // (4 * dim + HIT_BYTES * k)
     return max(QUERY_BLOCK, fits // QUERY_BLOCK * QUERY_BLOCK)
 

@@ -1620,6 +1620,24 @@ def search_start_up(cfg: dict, bench: dict, search_s: float, documents: int, dim
     return start, f"no benchmark of the job: its start-up not known; the matrix's read assumed, {duration(start)} a job"
 
 
+def corpus_passes(cfg: dict, want: str, queries: int, documents: int, dim: int, k: int) -> tuple[float, str]:
+    """(seconds, in words) of the reads of the corpus's matrix a search job of `queries`
+    makes beyond its first: one a slice of queries (shardflow.retrieval.search.slice_rows,
+    a GPU's budget where it has 8 GiB free or more, `want` "cuda"), at
+    SEARCH_READ_BYTES_PER_S; (0, "") for one slice."""
+    from shardflow.retrieval.search import SLICE_BYTES, slice_rows
+
+    step = slice_rows(SLICE_BYTES[want], dim, min(k, documents))
+    passes = math.ceil(queries / step)
+    if passes <= 1:
+        return 0.0, ""
+    width = DTYPE_BYTES[cfg["embedding"]["output_dtype"]]
+    extra = (passes - 1) * documents * dim * width / SEARCH_READ_BYTES_PER_S
+    where = "a GPU with 8 GiB free or more" if want == "cuda" else "the CPU"
+    return extra, (f"{passes} passes over the corpus (slices of {step:,} queries on {where}): "
+                   f"{duration(extra)} more reading the matrix at {SEARCH_READ_BYTES_PER_S / 1e9:g} GB/s")
+
+
 def measured_search_rate(cfg: dict, row: Row, runs: Iterable[tuple[str, dict, dict]], want: str, documents: int,
                          dim: int, done: Callable[[dict], int], described: Callable[[dict], str]) -> None:
     """Sets `row`'s rate to the first of `runs` (stats file, stats, benchmark: neighbours_runs,
@@ -1708,7 +1726,12 @@ def neighbours_row(cfg: dict, name: str, per_chunk: tuple[int, ...], documents: 
         row.notes.append("not estimated: the search runs on the CPU, whose rate no earlier neighbours job here "
                          "measured")
         return row
-    row.seconds = [w / row.rate.per_s + row.rate.overhead_s for w in work]
+    row.seconds = []
+    for n, w in zip(per_chunk, work, strict=True):  # k + 1 searched: a document's own row among them
+        extra, said = corpus_passes(cfg, want, n, documents, dim, cfg["neighbours"]["k"] + 1)
+        row.seconds.append(w / row.rate.per_s + row.rate.overhead_s + extra)
+        if said and said not in row.notes:
+            row.notes.append(f"a chunk of {n:,} records: {said}")
     return row
 
 
@@ -1764,7 +1787,10 @@ def batch_search_row(cfg: dict, name: str, queries: tuple[int | None, str], docu
         where = "search.backend faiss searches on the CPU" if faiss else "the search runs on the CPU"
         row.notes.append(f"not estimated: {where}, whose rate no earlier search job here measured")
         return row
-    row.seconds = [row.work / row.rate.per_s + row.rate.overhead_s]
+    extra, said = corpus_passes(cfg, want, count, documents, dim, cfg["search"]["k"])
+    if said:
+        row.notes.append(said)
+    row.seconds = [row.work / row.rate.per_s + row.rate.overhead_s + extra]
     return row
 
 

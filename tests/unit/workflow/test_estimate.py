@@ -849,6 +849,28 @@ def test_the_search_task_embeds_its_queries_and_searches_them_queries_x_document
         run(search_config(tmp_path, {"queries": "nope.jsonl"}))
 
 
+def test_a_search_of_more_queries_than_a_slice_reads_the_corpus_once_a_slice(tmp_path, monkeypatch):
+    """A search job reads the corpus's matrix once a slice of queries (search.slice_rows, a
+    large GPU's budget): 7 queries in slices of 3 are 3 passes, 2 reads more than one
+    slice's, said so; the neighbours jobs likewise by their chunks' records."""
+    import shardflow.retrieval.search as search_module
+
+    corpus()
+    questions(7)
+    cfg = search_config(tmp_path)
+    one = row(run(cfg), "search")
+    assert not any("passes over the corpus" in n for n in one.notes), one.notes
+    monkeypatch.setattr(search_module, "QUERY_BLOCK", 3)
+    monkeypatch.setattr(search_module, "SLICE_BYTES", {"cuda": 1, "cpu": 1})
+    three = row(run(cfg), "search")
+    reading = 100 * 384 * 4 / est.SEARCH_READ_BYTES_PER_S
+    assert three.seconds == pytest.approx([one.seconds[0] + 2 * reading])
+    assert any(n.startswith("3 passes over the corpus (slices of 3 queries on a GPU with 8 GiB free or more): ")
+               for n in three.notes), three.notes
+    extra, said = est.corpus_passes(cfg, "cuda", 10, 100, 384, 5)  # k + 1 of neighbours' 4
+    assert extra == pytest.approx(3 * reading) and said.startswith("4 passes over the corpus (slices of 3 queries")
+
+
 def test_a_search_rate_is_a_finished_search_jobs_record_on_the_same_kind_of_device(tmp_path):
     """A finished search job's record (search.stats.json: the search's seconds, queries,
     documents, dim) gives the rate, the rest of its benchmark (start-up) counted once; this
