@@ -1574,19 +1574,27 @@ def test_a_retrieval_run_shows_embed_queries_and_retrieval_evaluate(tmp_path, mo
     assert queries[0]["npy"] == "results/beir/retrieval/queries.npy" and queries[1] == "logs/embed_queries/beir.log"
     folder = in_progress(0, now - 6.0, 2, monkeypatch, files=queries, root="results/beir/.resume")
     _, log, _ = retrieval_files("retrieval_evaluate")
+    assert_one_job_stages_running(cfg, "embed_queries beir", "retrieval_evaluate beir", folder, log, now)
+
+
+def assert_one_job_stages_running(cfg: dict, embed_label: str, search_label: str, folder: str, log: str, now: float):
+    """A data set's queries' embed job (its first part under `folder`, 2 of 4 done) and
+    its search (`log` written 2 minutes ago) as status sees them running: the embed job
+    counted from its parts, the search from the queries it embeds, saving no parts."""
     Path(log).parent.mkdir(parents=True)
-    Path(log).write_text("... INFO retrieval_evaluate: search params ...\n")
+    rule = search_label.split()[0]
+    Path(log).write_text(f"... INFO {rule}: search params ...\n")
     os.utime(log, (now - 120, now - 120))
     result = st.status(cfg, 1, "--gpus", now=now)
-    embed_queries, evaluate = stage_of(result, "embed_queries beir"), stage_of(result, "retrieval_evaluate beir")
+    embed_queries, search = stage_of(result, embed_label), stage_of(result, search_label)
     (job,) = embed_queries.jobs
     assert (job.state, job.folder, embed_queries.unit) == ("running", folder, "queries")
     assert (embed_queries.records_done, embed_queries.records_total) == (50, 100)  # its parts' manifest
     assert embed_queries.gpu_hours == pytest.approx(5 / 3600) and embed_queries.left_s == pytest.approx(5.0)
-    assert evaluate.jobs[0].state == "running" and evaluate.records_total == 100  # the queries embed_queries embeds
-    assert evaluate.notes == ["time left not estimated: the search saves no parts to measure its rate by"]
-    assert st._job_line(evaluate, evaluate.jobs[0], now) == (
-        f"retrieval_evaluate beir: running (it saves no parts: a rerun searches again), log {log} written 2.0 min ago"
+    assert search.jobs[0].state == "running" and search.records_total == 100  # the queries the embed job embeds
+    assert search.notes == ["time left not estimated: the search saves no parts to measure its rate by"]
+    assert st._job_line(search, search.jobs[0], now) == (
+        f"{search_label}: running (it saves no parts: a rerun searches again), log {log} written 2.0 min ago"
     )
 
 
@@ -1749,20 +1757,7 @@ def test_a_search_run_shows_embed_search_queries_and_search(tmp_path, monkeypatc
     assert queries[0]["npy"] == "results/ds/search/queries.npy" and queries[1] == "logs/embed_search_queries/ds.log"
     folder = in_progress(0, now - 6.0, 2, monkeypatch, files=queries)
     _, log, _ = search_files("search")
-    Path(log).parent.mkdir(parents=True)
-    Path(log).write_text("... INFO search: search params ...\n")
-    os.utime(log, (now - 120, now - 120))
-    result = st.status(cfg, 1, "--gpus", now=now)
-    embed_queries, search = stage_of(result, "embed_search_queries ds"), stage_of(result, "search ds")
-    (job,) = embed_queries.jobs
-    assert (job.state, job.folder) == ("running", folder)
-    assert (embed_queries.records_done, embed_queries.records_total) == (50, 100)  # its parts' manifest
-    assert embed_queries.gpu_hours == pytest.approx(5 / 3600) and embed_queries.left_s == pytest.approx(5.0)
-    assert search.jobs[0].state == "running" and search.records_total == 100  # the queries it embeds
-    assert search.notes == ["time left not estimated: the search saves no parts to measure its rate by"]
-    assert st._job_line(search, search.jobs[0], now) == (
-        f"search ds: running (it saves no parts: a rerun searches again), log {log} written 2.0 min ago"
-    )
+    assert_one_job_stages_running(cfg, "embed_search_queries ds", "search ds", folder, log, now)
 
 
 def test_a_search_run_is_done_once_its_records_exist_counting_their_queries(tmp_path, monkeypatch, capsys, now):
