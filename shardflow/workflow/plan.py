@@ -1034,6 +1034,23 @@ RETRIEVAL_PROMPT_KEYS = {
 }
 
 
+def _default_prompt(cfg: dict, missing: Iterable[MissingModel]):
+    """(the embedding model's spec, the prompt its jobs prepend with neither prompt key
+    set: its default prompt, or "") where the model can be read here; None for a model in
+    `missing`, one this machine cannot read (a model only the image holds), or one whose
+    default_prompt_name it lacks (the embed jobs refuse it, naming it)."""
+    model = cfg["embedding"]["model"]
+    if ("embedding.model", model) in {(m.key, m.name) for m in missing}:
+        return None
+    spec = _model_spec(model)
+    if spec is None:
+        return None
+    try:
+        return spec, spec.resolve_prompt()
+    except ValueError:
+        return None
+
+
 def search_prompt_unset(cfg: dict, missing: Iterable[MissingModel] = ()) -> str | None:
     """One warning where task search embeds its queries without the query prompt the
     model's sentence-transformers config names (workflow.search.QUERY_PROMPT_NAME, not
@@ -1048,18 +1065,13 @@ def search_prompt_unset(cfg: dict, missing: Iterable[MissingModel] = ()) -> str 
     sc = cfg["search"]
     if "search" not in cfg["tasks"] or sc["query_prompt"] is not None or sc["query_prompt_name"] is not None:
         return None
+    read = _default_prompt(cfg, missing)
+    if read is None:
+        return None
+    spec, ours = read
+    if not dict(spec.prompts).get(QUERY_PROMPT_NAME) or ours == dict(spec.prompts)[QUERY_PROMPT_NAME]:
+        return None
     model = cfg["embedding"]["model"]
-    if ("embedding.model", model) in {(m.key, m.name) for m in missing}:
-        return None
-    spec = _model_spec(model)
-    if spec is None or not dict(spec.prompts).get(QUERY_PROMPT_NAME):
-        return None
-    try:
-        ours = spec.resolve_prompt()  # neither key set: the model's default prompt, or none
-    except ValueError:  # a default_prompt_name it lacks: the embed jobs refuse it, naming it
-        return None
-    if ours == dict(spec.prompts)[QUERY_PROMPT_NAME]:
-        return None
     here = f"its default prompt {spec.default_prompt_name!r}" if ours else "no prompt"
     return (
         f"search: embedding.model {model!r} names a {QUERY_PROMPT_NAME!r} prompt in its sentence-transformers "
@@ -1081,16 +1093,11 @@ def prompts_unlike_mteb(cfg: dict, missing: Iterable[MissingModel] = ()) -> str 
     `missing` (unavailable_models' result) or one that cannot be read here."""
     if not cfg["retrieval"]["path"]:
         return None
+    read = _default_prompt(cfg, missing)
+    if read is None:
+        return None
+    spec, ours = read
     model = cfg["embedding"]["model"]
-    if ("embedding.model", model) in {(m.key, m.name) for m in missing}:
-        return None
-    spec = _model_spec(model)
-    if spec is None:
-        return None
-    try:
-        ours = spec.resolve_prompt()  # neither key set: the model's default prompt, or none
-    except ValueError:  # a default_prompt_name it lacks: the embed jobs refuse it, naming it
-        return None
     prompts = dict(spec.prompts)
     unset, differences, fixes = [], [], []
     for side, (section, literal, named) in RETRIEVAL_PROMPT_KEYS.items():
