@@ -36,10 +36,15 @@ import pyarrow.parquet as pq
 
 from shardflow.core.atomic import atomic_open, atomic_path, write_json
 from shardflow.core.columns import read_id_array
-from shardflow.core.figures import pyplot, save_figure
+from shardflow.core.figures import save_figure
 from shardflow.corpus.chunks import ChunkRecord, write_record
 from shardflow.corpus.readers import ReaderOptions, Rejected, detect_format, iter_records
-from shardflow.retrieval.neighbours import check_search_params, score_histogram, score_quantiles
+from shardflow.retrieval.neighbours import (
+    check_search_params,
+    score_histogram,
+    score_histogram_figure,
+    score_quantiles,
+)
 
 log = logging.getLogger(__name__)
 
@@ -165,14 +170,7 @@ def _hits_table(indices: np.ndarray, scores: np.ndarray, ids: pa.Array, doc_ids:
 
 def plot_best(summary: dict, path: str) -> None:
     """Each query's best score: a mass at the left is queries the corpus does not answer."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 3.2))
-    hist = summary["best_histogram"]
-    if hist:
-        edges = np.array(hist["edges"])
-        ax.bar(edges[:-1], hist["counts"], width=np.diff(edges), align="edge", color="#3b75af")
-    ax.set_xlabel(f"best hit's {summary['similarity']} score")
-    ax.set_ylabel("queries")
-    ax.set_title(f"{summary['queries']:,} queries against {summary['documents']:,} documents, "
-                 f"{summary['k']} hits each")
+    fig, _ = score_histogram_figure(summary["best_histogram"], f"best hit's {summary['similarity']} score", "queries",
+                                    f"{summary['queries']:,} queries against {summary['documents']:,} documents, "
+                                    f"{summary['k']} hits each")
     save_figure(fig, path)

@@ -362,20 +362,28 @@ def score_histogram(scores: np.ndarray) -> dict | None:
 def plot_nearest(summary: dict, path: str) -> None:
     """Each document's nearest-neighbour score, with the threshold drawn: a mass at the
     right is the corpus's duplicates."""
+    fig, ax = score_histogram_figure(summary["nearest_histogram"], f"nearest neighbour's {summary['similarity']} score",
+                                     "documents", f"{summary['documents']:,} documents: "
+                                     f"{summary['near_duplicate_pairs']:,} near-duplicate pairs, "
+                                     f"{summary['documents_to_drop']:,} to drop")
+    ax.axvline(summary["duplicate_threshold"], color="#c0392b", linestyle="--",
+               label=f"duplicate threshold {summary['duplicate_threshold']:g}")
+    ax.legend(loc="upper left")
+    save_figure(fig, path)
+
+
+def score_histogram_figure(hist: dict | None, xlabel: str, ylabel: str, title: str):
+    """(figure, axes) of a score histogram (`score_histogram`'s; None: empty axes), for a
+    stage's report figure: neighbours' nearest scores, task search's best hits."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.2))
-    hist = summary["nearest_histogram"]
     if hist:
         edges = np.array(hist["edges"])
         ax.bar(edges[:-1], hist["counts"], width=np.diff(edges), align="edge", color="#3b75af")
-    ax.axvline(summary["duplicate_threshold"], color="#c0392b", linestyle="--",
-               label=f"duplicate threshold {summary['duplicate_threshold']:g}")
-    ax.set_xlabel(f"nearest neighbour's {summary['similarity']} score")
-    ax.set_ylabel("documents")
-    ax.set_title(f"{summary['documents']:,} documents: {summary['near_duplicate_pairs']:,} near-duplicate pairs, "
-                 f"{summary['documents_to_drop']:,} to drop")
-    ax.legend(loc="upper left")
-    save_figure(fig, path)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    return fig, ax
 
 
 def chunk_rows(manifest: dict, chunk: int) -> range:
