@@ -636,14 +636,10 @@ def warn_once(message):
         logger.warning(message)
 
 
-def stored_copy(path):
-    """A copy, in the parse cache's folder, of the file the workflow names `path`, from the
-    S3 default storage; None where there is none (or the default storage is not S3)."""
-    if not S3_PARTS_PREFIX:
-        return None
-    copy = os.path.join(parsecache.FOLDER, "stored", path)
-    url = f"{s3.stored_prefix(S3_PARTS_PREFIX)}/{path}"
-    return copy if s3.fetch(url, copy, stored_client()) else None
+def stored_url(path):
+    """The S3 default storage's object of the file the workflow names `path`; None where
+    the default storage is not S3."""
+    return f"{s3.stored_prefix(S3_PARTS_PREFIX)}/{path}" if S3_PARTS_PREFIX else None
 
 
 def read_stored_json(path):
@@ -651,8 +647,11 @@ def read_stored_json(path):
     there is none (or the default storage is not S3)."""
     from shardflow.core.files import read_json
 
-    copy = stored_copy(path)
-    return read_json(copy) if copy else None
+    url = stored_url(path)
+    if url is None:
+        return None
+    copy = os.path.join(parsecache.FOLDER, "stored", path)
+    return read_json(copy) if s3.fetch(url, copy, stored_client()) else None
 
 
 def stored_queries_records(path, n_bytes):
@@ -660,9 +659,8 @@ def stored_queries_records(path, n_bytes):
     chunk: no split's manifest counts them), its lines counted in the S3 default storage;
     None where there is none (or the default storage is not S3), or it is not the
     `n_bytes` the job gets."""
-    if not S3_PARTS_PREFIX:
-        return None
-    return stored_lines(f"{s3.stored_prefix(S3_PARTS_PREFIX)}/{path}", n_bytes)
+    url = stored_url(path)
+    return stored_lines(url, n_bytes) if url else None
 
 
 # Snakemake evaluates a job's resources more than once, and each sweep_embed_queries
