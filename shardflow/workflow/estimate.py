@@ -1663,21 +1663,35 @@ def measured_search_rate(cfg: dict, row: Row, runs: Iterable[tuple[str, dict, di
         row.notes.append(f"passed over, measured on another kind of device: {_listed(elsewhere)}")
 
 
-def neighbours_runs(dataset: str) -> Iterator[tuple[str, dict, dict]]:
-    """(stats file, stats, benchmark) of each finished neighbours job here, this data
-    set's first (results/<ds>/neighbours/neighbours_<i>.stats.json, its benchmark: {}
-    where there is none, as after results copied from another working directory); one
-    whose stats or benchmark is unreadable is passed over."""
-    folders = sorted(glob.glob(f"{RESULTS}/*/neighbours"), key=lambda f: f.split("/")[1] != dataset)
+def job_records(dataset: str, stage: str, files: Callable[[str], Iterable[tuple[str, str]]]
+                ) -> Iterator[tuple[str, dict, dict]]:
+    """(stats file, stats, benchmark) of each finished job of a search stage here, this
+    data set's first, the others by name: `files(ds)` lists each data set's (stats file,
+    benchmark file) under results/<ds>/<stage> (the benchmark {} where there is none, as
+    after results copied from another working directory); one whose stats or benchmark
+    is unreadable is passed over."""
+    folders = sorted(glob.glob(f"{RESULTS}/*/{stage}"), key=lambda f: (f.split("/")[1] != dataset, f))
     for folder in folders:
-        ds = folder.split("/")[1]
-        for path in sorted(glob.glob(f"{folder}/neighbours_*.stats.json")):
-            chunk = path.rsplit("_", 1)[1].removesuffix(".stats.json")
-            bench = f"benchmarks/neighbours/{ds}/chunk_{chunk}.tsv"
+        for path, bench in files(folder.split("/")[1]):
+            if not os.path.isfile(path):
+                continue
             try:
-                yield path, read_json(path), read_benchmark(bench) if os.path.isfile(bench) else {}
+                found = path, read_json(path), read_benchmark(bench) if os.path.isfile(bench) else {}
             except (OSError, ValueError):
                 continue
+            yield found
+
+
+def neighbours_runs(dataset: str) -> Iterator[tuple[str, dict, dict]]:
+    """The neighbours jobs' records (`job_records`): results/<ds>/neighbours/neighbours_<i>.stats.json,
+    benchmarks/neighbours/<ds>/chunk_<i>.tsv."""
+
+    def files(ds: str) -> Iterator[tuple[str, str]]:
+        for path in sorted(glob.glob(f"{RESULTS}/{ds}/neighbours/neighbours_*.stats.json")):
+            chunk = path.rsplit("_", 1)[1].removesuffix(".stats.json")
+            yield path, f"benchmarks/neighbours/{ds}/chunk_{chunk}.tsv"
+
+    return job_records(dataset, "neighbours", files)
 
 
 def neighbours_row(cfg: dict, name: str, per_chunk: tuple[int, ...], documents: int, gpus: int) -> Row:
@@ -1736,19 +1750,10 @@ def neighbours_row(cfg: dict, name: str, per_chunk: tuple[int, ...], documents: 
 
 
 def batch_search_runs(dataset: str) -> Iterator[tuple[str, dict, dict]]:
-    """(record, its stats, benchmark) of each finished search job of task search here,
-    this data set's first (results/<ds>/search/search.stats.json, benchmarks/search/<ds>.tsv:
-    {} where there is none); one whose record or benchmark is unreadable is passed over."""
-    folders = sorted(glob.glob(f"{RESULTS}/*/search"), key=lambda f: f.split("/")[1] != dataset)
-    for folder in folders:
-        path, bench = f"{folder}/search.stats.json", f"benchmarks/search/{folder.split('/')[1]}.tsv"
-        if not os.path.isfile(path):
-            continue
-        try:
-            found = path, read_json(path), read_benchmark(bench) if os.path.isfile(bench) else {}
-        except (OSError, ValueError):
-            continue
-        yield found
+    """Task search's search jobs' records (`job_records`): results/<ds>/search/search.stats.json,
+    benchmarks/search/<ds>.tsv."""
+    return job_records(dataset, "search",
+                       lambda ds: [(f"{RESULTS}/{ds}/search/search.stats.json", f"benchmarks/search/{ds}.tsv")])
 
 
 def batch_search_row(cfg: dict, name: str, queries: tuple[int | None, str], documents: int, gpus: int) -> Row:
